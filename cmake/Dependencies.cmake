@@ -1,0 +1,28 @@
+# Third-party libraries, all from the distribution's packages (tools/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# OpenBLAS: cblas.h lives in different places on Debian and Ubuntu.
+find_path(OPENBLAS_INCLUDE_DIR cblas.h
+  PATH_SUFFIXES openblas-pthread openblas x86_64-linux-gnu/openblas-pthread
+  PATHS /usr/include /usr/include/x86_64-linux-gnu)
+find_library(OPENBLAS_LIBRARY NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openblas-pthread)
+if(NOT OPENBLAS_INCLUDE_DIR OR NOT OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "OpenBLAS not found: run tools/setup.sh (installs libopenblas-dev)")
+endif()
+add_library(hadatrain_openblas INTERFACE)
+target_include_directories(hadatrain_openblas SYSTEM INTERFACE ${OPENBLAS_INCLUDE_DIR})
+target_link_libraries(hadatrain_openblas INTERFACE ${OPENBLAS_LIBRARY})
+message(STATUS "OpenBLAS: ${OPENBLAS_LIBRARY} (${OPENBLAS_INCLUDE_DIR})")
+
+# yaml-cpp's exported target name changed between 0.7 and 0.8.
+if(TARGET yaml-cpp::yaml-cpp)
+  set(HADATRAIN_YAML_TARGET yaml-cpp::yaml-cpp)
+else()
+  set(HADATRAIN_YAML_TARGET yaml-cpp)
+endif()

@@ -1,0 +1,57 @@
+// Autograd graph: a Node is the backward of one forward op; Edges point from a node to the nodes that
+// produced its inputs. Saved tensors are stored detached (no history), so the graph has no cycles, and
+// are released after the node runs unless retain_graph is set.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> fn;
+  uint32_t input_nr = 0;  // which gradient input of fn this edge feeds
+  bool valid() const { return fn != nullptr; }
+};
+
+class Node {
+ public:
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  virtual ~Node();  // Note [Iterative graph destruction]
+
+  virtual std::string name() const = 0;
+  // Receives one gradient per forward output (undefined when an output received none) and returns one
+  // gradient per next edge (undefined when an input needs none). Runs with grad mode off.
+  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
+
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  uint32_t num_outputs() const { return num_outputs_; }
+  void set_num_outputs(uint32_t n) { num_outputs_ = n; }
+  // True when input i of the forward op needs a gradient (lets apply() skip work).
+  bool needs_input_grad(std::size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
+
+  // Saves a tensor for backward (detached). Returns its slot.
+  std::size_t save(const Tensor& t);
+  // A saved tensor; throws a clear error if the graph was already released by a backward pass.
+  const Tensor& saved(std::size_t slot) const;
+  virtual void release_saved();
+  std::size_t saved_bytes() const;
+
+ protected:
+  std::vector<Edge> next_edges_;
+  uint32_t num_outputs_ = 1;
+
+ private:
+  std::vector<Tensor> saved_;
+  bool released_ = false;
+};
+
+}  // namespace ht

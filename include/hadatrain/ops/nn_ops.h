@@ -1,0 +1,81 @@
+// Neural-network ops: softmax family, cross-entropy, embedding, norms, convolution, pooling, dropout,
+// rotary embedding and scaled-dot-product attention. Each is differentiable.
+#pragma once
+#include <cstdint>
+
+#include "hadatrain/tensor/philox.h"
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht {
+
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+enum class Reduction { none, mean, sum };
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;  // targets equal to this contribute nothing (and are not counted by mean)
+  double label_smoothing = 0.0;
+  Reduction reduction = Reduction::mean;
+};
+// logits (N, C) floating, target (N) integer class ids. Loss in fp32 (f64 for f64 logits).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts = {});
+
+// weight (V, D), ids of any shape (i32/i64) -> (*ids.shape, D). Out-of-range ids throw.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// Normalises over the last dim (size D); weight and bias (D) may be undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+
+enum class BatchNormMode { train, eval };
+struct BatchNormOptions {
+  BatchNormMode mode = BatchNormMode::train;
+  double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch (unbiased var)
+  double eps = 1e-5;
+};
+// x (N, C, ...) ; weight/bias (C) may be undefined; running_mean/var (C) f32, updated in place in train mode.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, const BatchNormOptions& opts = {});
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+// x (N, C, H, W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N, O, OH, OW).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p = {});
+
+struct Pool2dParams {
+  int64_t kernel_h = 2, kernel_w = 2;
+  int64_t stride_h = 2, stride_w = 2;
+  int64_t pad_h = 0, pad_w = 0;
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);  // padding counts in the divisor (PyTorch default)
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
+
+// Inverted dropout: keeps element i when uniform(philox(seed, stream, i)) >= p and scales by 1/(1-p).
+// Draws a fresh stream from `gen`. p = 0 returns x.
+Tensor dropout(const Tensor& x, double p, Generator& gen);
+
+enum class RopeStyle { rotate_half, interleaved };  // HF rotate-half pairs (i, i+D/2); llama2.c pairs (2i, 2i+1)
+struct RopeParams {
+  double theta = 10000.0;
+  int64_t position_offset = 0;
+  RopeStyle style = RopeStyle::rotate_half;
+};
+// x (B, H, T, D) with even D: rotates position t = offset + index along dim 2.
+Tensor rotary_embedding(const Tensor& x, const RopeParams& p = {});
+
+enum class AttnMask { none, causal };
+struct AttentionOptions {
+  AttnMask mask = AttnMask::none;
+  double scale = 0.0;  // 0 means 1/sqrt(D)
+};
+// q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv), Hq a multiple of Hkv (grouped KV heads).
+// Causal masks position s > t + (S - T) (queries aligned to the end of the keys).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& opts = {});
+
+}  // namespace ht

@@ -1,0 +1,53 @@
+// Allocator -> DataPtr -> Storage. A DataPtr owns raw bytes on one device; Storage shares a DataPtr
+// between tensors that view the same memory. Each device type has one registered allocator:
+// the CPU one (64-byte aligned) is built in; the CUDA backend registers its caching allocator.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "hadatrain/tensor/device.h"
+
+namespace ht {
+
+class DataPtr {
+ public:
+  using Deleter = void (*)(void* ptr, void* ctx);
+  DataPtr() = default;
+  DataPtr(void* ptr, void* ctx, Deleter del, Device dev) : ptr_(ptr), ctx_(ctx), del_(del), device_(dev) {}
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  DataPtr(DataPtr&& o) noexcept { *this = std::move(o); }
+  DataPtr& operator=(DataPtr&& o) noexcept;
+  ~DataPtr() { reset(); }
+
+  void* get() const { return ptr_; }
+  Device device() const { return device_; }
+  void reset();
+
+ private:
+  void* ptr_ = nullptr;
+  void* ctx_ = nullptr;
+  Deleter del_ = nullptr;
+  Device device_{};
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Allocates `nbytes` on `device`. Throws ht::Error saying how much was asked when it fails.
+  virtual DataPtr allocate(std::size_t nbytes, Device device) = 0;
+};
+
+// The allocator for a device type. Throws "built without CUDA" for CUDA in a CPU-only build.
+Allocator& allocator_for(DeviceType type);
+// Installs the allocator for a device type (the CUDA backend does this once at start-up).
+void set_allocator(DeviceType type, Allocator* alloc);
+
+inline constexpr std::size_t kCpuAlignment = 64;
+
+struct StorageImpl {
+  DataPtr data;
+  std::size_t nbytes = 0;
+};
+
+}  // namespace ht

@@ -1,0 +1,26 @@
+// The narrow interface through which device-independent code reaches the CUDA backend (copies,
+// device count, synchronisation). A CPU-only build has no hooks: cuda_hooks() returns nullptr and
+// require_cuda() throws "built without CUDA".
+#pragma once
+#include <cstddef>
+
+#include "hadatrain/tensor/device.h"
+
+namespace ht {
+
+class CudaHooks {
+ public:
+  virtual ~CudaHooks() = default;
+  virtual int device_count() const = 0;
+  // Copies nbytes between any two of host/device memory, ordered on the current stream of the device side.
+  virtual void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, std::size_t nbytes) const = 0;
+  // Waits for all work queued on the current stream of `dev`.
+  virtual void synchronize(Device dev) const = 0;
+};
+
+// The CUDA backend's hooks, or nullptr in a CPU-only build.
+const CudaHooks* cuda_hooks();
+// The hooks; throws ht::Error "<what>: hadatrain was built without CUDA" when there are none.
+const CudaHooks& require_cuda(const char* what);
+
+}  // namespace ht

@@ -1,0 +1,148 @@
+// copy_, contiguous, clone, to(dtype), to(device). The CPU path converts elementwise over any strides;
+// crossing devices goes through the CUDA hooks as one contiguous byte copy.
+#include "hadatrain/ops/copy.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/convert.h"
+#include "cpu/loops.h"
+#include "hadatrain/autograd/function.h"
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/tensor/cuda_hooks.h"
+
+namespace ht {
+namespace {
+
+void cpu_copy_int4(const Tensor& dst, const Tensor& src) {
+  HT_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape(),
+           "copy_: packed int4 copies need contiguous tensors of the same shape (dst {}, src {})", dst.describe(),
+           src.describe());
+  const int64_t n = dst.numel();
+  auto get = [&](int64_t i) -> int {
+    if (src.dtype() != DType::i4x2)
+      return visit_dtype(src.dtype(), [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        if constexpr (std::is_same_v<S, int4x2>) return 0;
+        else {
+          const double v = std::nearbyint(cpu::to_double(cpu::ptr<S>(src)[i]));
+          return static_cast<int>(std::isnan(v) ? 0 : std::clamp(v, -8.0, 7.0));
+        }
+      });
+    const int4x2 b = cpu::ptr<int4x2>(src)[i / 2];
+    return (i % 2) ? b.hi() : b.lo();
+  };
+  if (dst.dtype() == DType::i4x2) {
+    auto* out = cpu::ptr<int4x2>(dst);
+    for (int64_t i = 0; i < n; i += 2) out[i / 2] = int4x2::pack(get(i), i + 1 < n ? get(i + 1) : 0);
+    return;
+  }
+  visit_dtype(dst.dtype(), [&](auto tag) {
+    using D = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<D, int4x2>) {
+      D* out = cpu::ptr<D>(dst);
+      for (int64_t i = 0; i < n; ++i) out[i] = cpu::convert<D>(get(i));
+    }
+  });
+}
+
+void cpu_copy(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == DType::i4x2 || src.dtype() == DType::i4x2) return cpu_copy_int4(dst, src);
+  const Strides ss = cpu::broadcast_strides(src, dst.shape());
+  visit_dtype(dst.dtype(), [&](auto dtag) {
+    using D = typename decltype(dtag)::type;
+    visit_dtype(src.dtype(), [&](auto stag) {
+      using S = typename decltype(stag)::type;
+      if constexpr (!std::is_same_v<D, int4x2> && !std::is_same_v<S, int4x2>) {
+        D* out = cpu::ptr<D>(dst);
+        const S* in = cpu::ptr<S>(src);
+        if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
+          const int64_t n = dst.numel();
+          if constexpr (std::is_same_v<D, S>) std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(D));
+          else for (int64_t i = 0; i < n; ++i) out[i] = cpu::convert<D>(in[i]);
+          return;
+        }
+        cpu::for_each_offset<2>(dst.shape(), {dst.strides(), ss},
+                                [&](const std::array<int64_t, 2>& o) { out[o[0]] = cpu::convert<D>(in[o[1]]); });
+      }
+    });
+  });
+}
+
+bool dense_same_layout(const Tensor& dst, const Tensor& src) {
+  return dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
+}
+
+}  // namespace
+
+void copy_(const Tensor& dst, const Tensor& src) {
+  HT_CHECK(!(grad_enabled() && dst.requires_grad()), "copy_: the destination {} requires grad; copy under NoGradGuard",
+           dst.describe());
+  broadcast_shapes(dst.shape(), src.shape(), "copy_");
+  HT_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(),
+           "copy_: source {} cannot be broadcast to destination {}", src.describe(), dst.describe());
+  if (dst.numel() == 0) return;
+  if (dst.is_cpu() && src.is_cpu()) return cpu_copy(dst, src);
+  const CudaHooks& hooks = require_cuda("copy_ to/from a CUDA tensor");
+  if (dense_same_layout(dst, src)) {
+    hooks.copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
+    return;
+  }
+  if (src.is_cpu()) {  // convert on the host, then one transfer
+    Tensor staged = empty(dst.shape(), {dst.dtype(), Device::cpu()});
+    cpu_copy(staged, src);
+    if (dst.is_contiguous()) return hooks.copy_bytes(dst.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), staged.nbytes());
+    no_cuda_kernel("copy_ into a non-contiguous CUDA tensor");
+  }
+  if (dst.is_cpu() && src.is_contiguous()) {
+    Tensor staged = empty(src.shape(), {src.dtype(), Device::cpu()});
+    hooks.copy_bytes(staged.data_ptr(), Device::cpu(), src.data_ptr(), src.device(), src.nbytes());
+    return cpu_copy(dst, staged);
+  }
+  no_cuda_kernel("copy_ with conversion or strides between CUDA tensors");
+}
+
+namespace {
+// Gradient of a conversion: the incoming gradient converted back to the input's dtype and device.
+class ConvertBackward final : public Node {
+ public:
+  ConvertBackward(DType dt, Device dev) : dtype_(dt), device_(dev) {}
+  std::string name() const override { return "ConvertBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    Tensor g = grads[0];
+    if (g.device() != device_) g = to_device(g, device_);
+    if (g.dtype() != dtype_) g = to_dtype(g, dtype_);
+    return {g};
+  }
+
+ private:
+  DType dtype_;
+  Device device_;
+};
+
+Tensor converted(const Tensor& t, DType dt, Device dev) {
+  Tensor out = empty(t.shape(), {dt, dev});
+  {
+    GradModeGuard no_grad(false);
+    copy_(out, t);
+  }
+  if (needs_grad({&t})) {
+    HT_CHECK(is_floating(dt), "cannot convert {} to {} while it requires grad", t.describe(), dtype_name(dt));
+    connect(std::make_shared<ConvertBackward>(t.dtype(), t.device()), {&t}, {&out});
+  }
+  return out;
+}
+}  // namespace
+
+Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : converted(t, t.dtype(), t.device()); }
+Tensor clone(const Tensor& t) { return converted(t, t.dtype(), t.device()); }
+Tensor to_dtype(const Tensor& t, DType dt) { return t.dtype() == dt ? t : converted(t, dt, t.device()); }
+Tensor to_device(const Tensor& t, Device dev) { return t.device() == dev ? t : converted(t, t.dtype(), dev); }
+
+Tensor Tensor::contiguous() const { return ht::contiguous(*this); }
+Tensor Tensor::clone() const { return ht::clone(*this); }
+Tensor Tensor::to(DType dt) const { return to_dtype(*this, dt); }
+Tensor Tensor::to(Device dev) const { return to_device(*this, dev); }
+
+}  // namespace ht

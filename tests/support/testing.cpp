@@ -1,0 +1,45 @@
+// Test helpers: random tensors and comparisons.
+#include "testing.h"
+
+#include <cmath>
+
+namespace ht::test {
+
+Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, double lo, double hi) {
+  Generator gen(seed);
+  return uniform(shape, lo, hi, gen, {dtype});
+}
+
+std::string compare(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol) {
+  const auto a = actual.to_vector<double>();
+  if (a.size() != expected.size())
+    return fmt::format("size mismatch: actual {} has {} elements, expected {}", actual.describe(), a.size(),
+                       expected.size());
+  std::string msg;
+  int shown = 0;
+  std::size_t bad = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i], e = expected[i];
+    const bool both_nan = std::isnan(x) && std::isnan(e);
+    const bool same_inf = std::isinf(x) && std::isinf(e) && (x > 0) == (e > 0);
+    if (both_nan || same_inf) continue;
+    const double err = std::abs(x - e);
+    if (!(err <= atol + rtol * std::abs(e))) {
+      ++bad;
+      worst = std::max(worst, err);
+      if (shown++ < 5) msg += fmt::format("  [{}] actual {:.10g} expected {:.10g}\n", i, x, e);
+    }
+  }
+  if (bad == 0) return {};
+  return fmt::format("{} of {} elements differ (worst abs error {:.3g}; rtol {}, atol {}):\n{}", bad, a.size(), worst,
+                     rtol, atol, msg);
+}
+
+std::string compare(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
+  if (!(actual.shape() == expected.shape()))
+    return fmt::format("shape mismatch: actual {} vs expected {}", actual.describe(), expected.describe());
+  return compare(actual, expected.to_vector<double>(), rtol, atol);
+}
+
+}  // namespace ht::test

@@ -1,0 +1,23 @@
+// Test helpers: random tensors (Philox, never all zeros) and tolerant comparisons with useful messages.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "hadatrain/ops/ops.h"
+
+namespace ht::test {
+
+// Uniform values in [lo, hi) from a Philox generator seeded with `seed`.
+Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
+
+// Empty string when every element satisfies |a - e| <= atol + rtol * |e| (NaNs must match), otherwise a
+// description of the first mismatches (index, values) and of shape differences.
+std::string compare(const Tensor& actual, const Tensor& expected, double rtol, double atol);
+std::string compare(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol);
+
+// Shorthand: shape, dtype and device checks fused with compare.
+inline bool close(const Tensor& a, const Tensor& e, double rtol = 1e-6, double atol = 1e-8) {
+  return compare(a, e, rtol, atol).empty();
+}
+
+}  // namespace ht::test
