@@ -1,0 +1,81 @@
+// Rotary position embedding (RoPE) on x (B, H, T, D): each pair of channels (i0, i1) of position
+// t = offset + index along dim 2 is rotated by angle (offset + t) * inv_freq[j], inv_freq[j] = theta^(-2j/D):
+//   out[i0] = x[i0] cos - x[i1] sin,   out[i1] = x[i1] cos + x[i0] sin.
+// RopeStyle::rotate_half (Hugging Face) pairs (j, j + D/2); RopeStyle::interleaved (llama2.c, Meta) pairs
+// (2j, 2j + 1). Angles, cos and sin are computed in double. The rotation is orthogonal, so the backward
+// is the same rotation by the negative angle; nothing is saved.
+#include <cmath>
+#include <vector>
+
+#include "cpu/convert.h"
+#include "cpu/loops.h"
+#include "hadatrain/autograd/function.h"
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/nn_ops.h"
+
+namespace ht {
+namespace {
+
+enum class Direction { forward, inverse };  // inverse rotates by the negative angle (the backward)
+
+// out = R(direction * angle) x, for x of any layout; out is contiguous (B, H, T, D).
+Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
+  Tensor out = empty(x.shape(), {x.dtype(), x.device()});
+  if (x.is_cuda()) no_cuda_kernel("rotary_embedding");
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
+  const double sign = dir == Direction::forward ? 1.0 : -1.0;
+  std::vector<double> cos_t(static_cast<std::size_t>(T * half)), sin_t(cos_t.size());  // (T, D/2)
+  for (int64_t j = 0; j < half; ++j) {
+    const double inv_freq = std::pow(p.theta, -2.0 * static_cast<double>(j) / static_cast<double>(D));
+    for (int64_t t = 0; t < T; ++t) {
+      const double angle = static_cast<double>(p.position_offset + t) * inv_freq;
+      cos_t[static_cast<std::size_t>(t * half + j)] = std::cos(angle);
+      sin_t[static_cast<std::size_t>(t * half + j)] = sign * std::sin(angle);
+    }
+  }
+  const bool interleaved = p.style == RopeStyle::interleaved;
+  const Strides& xs = x.strides();
+  visit_floating(x.dtype(), "rotary_embedding", [&](auto tag) {
+    using Elem = typename decltype(tag)::type;
+    const Elem* in = cpu::ptr<Elem>(x);
+    Elem* o = cpu::ptr<Elem>(out);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t) {
+          const Elem* row = in + b * xs[0] + h * xs[1] + t * xs[2];
+          Elem* orow = o + ((b * H + h) * T + t) * D;
+          for (int64_t j = 0; j < half; ++j) {
+            const int64_t i0 = interleaved ? 2 * j : j, i1 = interleaved ? 2 * j + 1 : j + half;
+            const double x0 = cpu::to_double(row[i0 * xs[3]]), x1 = cpu::to_double(row[i1 * xs[3]]);
+            const double c = cos_t[static_cast<std::size_t>(t * half + j)];
+            const double s = sin_t[static_cast<std::size_t>(t * half + j)];
+            orow[i0] = cpu::convert<Elem>(x0 * c - x1 * s);
+            orow[i1] = cpu::convert<Elem>(x1 * c + x0 * s);
+          }
+        }
+  });
+  return out;
+}
+
+Tensor rotary(const Tensor& x, const RopeParams& p, Direction dir) {
+  Tensor out = rotate(x.detach(), p, dir);
+  const Direction back = dir == Direction::forward ? Direction::inverse : Direction::forward;
+  record("RotaryEmbeddingBackward", {&x}, out,
+         [p, back](FunctionNode&, std::vector<Tensor>&& g) { return std::vector<Tensor>{rotary(g[0], p, back)}; });
+  return out;
+}
+
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, const RopeParams& p) {
+  HT_CHECK(x.dim() == 4, "rotary_embedding: expected x of shape (B, H, T, D), got {}", x.describe());
+  HT_CHECK(x.size(3) % 2 == 0, "rotary_embedding: the head dim D must be even to form rotation pairs, got {}",
+           x.describe());
+  HT_CHECK(p.theta > 0.0 && std::isfinite(p.theta), "rotary_embedding: theta must be positive and finite, got {}",
+           p.theta);
+  HT_CHECK(p.position_offset >= 0, "rotary_embedding: position_offset must be >= 0, got {}", p.position_offset);
+  check_floating("rotary_embedding", {&x});
+  return rotary(x, p, Direction::forward);
+}
+
+}  // namespace ht
