@@ -1,0 +1,46 @@
+// BatchNorm2d and LayerNorm modules.
+#include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/nn/layers.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/tensor/factory.h"
+
+namespace ht::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(eps_), momentum(momentum_) {
+  HT_CHECK(channels > 0, "BatchNorm2d: channels must be positive, got {}", channels);
+  weight = ones({channels});
+  bias = zeros({channels});
+  running_mean = zeros({channels});
+  running_var = ones({channels});
+  num_batches_tracked = zeros({}, {DType::i64});
+  register_parameter("weight", &weight);
+  register_parameter("bias", &bias);
+  register_buffer("running_mean", &running_mean);
+  register_buffer("running_var", &running_var);
+  register_buffer("num_batches_tracked", &num_batches_tracked);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  BatchNormOptions o;
+  o.mode = is_training() ? BatchNormMode::train : BatchNormMode::eval;
+  o.momentum = momentum;
+  o.eps = eps;
+  if (is_training()) {
+    NoGradGuard ng;
+    copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
+  }
+  return batch_norm(x, weight, bias, running_mean, running_var, o);
+}
+
+LayerNorm::LayerNorm(int64_t dim, double eps_) : eps(eps_) {
+  HT_CHECK(dim > 0, "LayerNorm: dim must be positive, got {}", dim);
+  weight = ones({dim});
+  bias = zeros({dim});
+  register_parameter("weight", &weight);
+  register_parameter("bias", &bias);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+
+}  // namespace ht::nn
