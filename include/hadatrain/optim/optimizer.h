@@ -1,0 +1,61 @@
+// Optimisers (SGD, AdamW) over named fp32 master parameters, global-norm gradient clipping, and learning
+// rate schedules. Each step is one fused pass per parameter (a multi-tensor kernel on the GPU).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht::optim {
+
+struct ParamRef {
+  std::string name;
+  Tensor* param = nullptr;  // a leaf; its .grad is read, the tensor is updated in place
+  bool decay = true;        // weight decay applies to this parameter
+};
+
+// Which parameters get weight decay: by default all with 2+ dims (weights), none of the 1-dim ones
+// (biases, norm scales) and none of the embeddings named in `no_decay_names` (e.g. pos_embed, cls_token).
+std::vector<ParamRef> make_param_refs(const std::vector<std::pair<std::string, Tensor*>>& named,
+                                      const std::vector<std::string>& no_decay_names = {});
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+  // Updates every parameter that has a gradient with learning rate `lr`.
+  virtual void step(double lr) = 0;
+  void zero_grad();
+  int64_t steps() const { return steps_; }
+  // State for checkpoints: tensors by "<param name>.<slot>", plus the step counter.
+  virtual std::map<std::string, Tensor> state_tensors() const = 0;
+  virtual void load_state_tensors(const std::map<std::string, Tensor>& state, int64_t steps) = 0;
+  const std::vector<ParamRef>& params() const { return params_; }
+
+ protected:
+  explicit Optimizer(std::vector<ParamRef> params);
+  std::vector<ParamRef> params_;
+  int64_t steps_ = 0;
+};
+
+struct SgdOptions {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;  // coupled (added to the gradient), as torch.optim.SGD
+  bool nesterov = false;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.01;  // decoupled: p *= 1 - lr * wd
+};
+
+std::unique_ptr<Optimizer> make_sgd(std::vector<ParamRef> params, const SgdOptions& o);
+std::unique_ptr<Optimizer> make_adamw(std::vector<ParamRef> params, const AdamWOptions& o);
+
+// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
+double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm);
+
+}  // namespace ht::optim

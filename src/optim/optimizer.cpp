@@ -1,0 +1,57 @@
+// Optimizer base: parameter selection for weight decay, zero_grad, global-norm clipping.
+#include <algorithm>
+#include <cmath>
+
+#include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/reduce.h"
+#include "hadatrain/optim/optimizer.h"
+
+namespace ht::optim {
+
+std::vector<ParamRef> make_param_refs(const std::vector<std::pair<std::string, Tensor*>>& named,
+                                      const std::vector<std::string>& no_decay_names) {
+  std::vector<ParamRef> out;
+  for (const auto& [name, t] : named) {
+    const std::string leaf = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+    const bool listed = std::find(no_decay_names.begin(), no_decay_names.end(), leaf) != no_decay_names.end() ||
+                        std::find(no_decay_names.begin(), no_decay_names.end(), name) != no_decay_names.end();
+    out.push_back({name, t, t->dim() >= 2 && !listed});
+  }
+  return out;
+}
+
+Optimizer::Optimizer(std::vector<ParamRef> params) : params_(std::move(params)) {
+  for (const auto& p : params_) {
+    HT_CHECK(p.param && p.param->defined() && p.param->is_leaf(), "optimizer: parameter '{}' is not a leaf tensor",
+             p.name);
+    HT_CHECK(p.param->dtype() == DType::f32 || p.param->dtype() == DType::f64,
+             "optimizer: parameter '{}' is {}; master weights must be f32 or f64", p.name, p.param->describe());
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.param->zero_grad();
+}
+
+double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm) {
+  HT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
+  NoGradGuard ng;
+  double total = 0;
+  for (const auto& p : params) {
+    const Tensor& g = p.param->grad();
+    if (!g.defined()) continue;
+    const double n = sum(mul(g, g)).item();
+    total += n;
+  }
+  total = std::sqrt(total);
+  if (total > max_norm && std::isfinite(total)) {
+    const double scale = max_norm / (total + 1e-6);
+    for (const auto& p : params)
+      if (p.param->grad().defined()) mul_(p.param->grad(), scale);
+  }
+  return total;
+}
+
+}  // namespace ht::optim

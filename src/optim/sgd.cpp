@@ -1,0 +1,80 @@
+// SGD with momentum, dampening, Nesterov and coupled weight decay — torch.optim.SGD semantics:
+//   g = grad + wd * p;  buf = g (first step) or momentum * buf + (1 - dampening) * g;
+//   d = nesterov ? g + momentum * buf : buf;  p -= lr * d.
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/optim/optimizer.h"
+#include "hadatrain/tensor/factory.h"
+
+namespace ht::optim {
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(std::vector<ParamRef> params, const SgdOptions& o) : Optimizer(std::move(params)), o_(o) {
+    HT_CHECK(o.momentum >= 0 && o.momentum < 1, "SGD: momentum must be in [0, 1), got {}", o.momentum);
+    HT_CHECK(o.weight_decay >= 0, "SGD: weight_decay must be >= 0, got {}", o.weight_decay);
+    HT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: Nesterov needs momentum > 0 and dampening 0");
+    bufs_.resize(params_.size());
+  }
+  std::string name() const override { return "sgd"; }
+
+  void step(double lr) override {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      Tensor& p = *params_[i].param;
+      const Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      const bool first = !bufs_[i].defined();
+      if (o_.momentum > 0 && first) bufs_[i] = zeros_like(p);
+      const double wd = params_[i].decay ? o_.weight_decay : 0.0;
+      if (p.is_cuda()) no_cuda_kernel("sgd step");
+      const Tensor gc = g.contiguous();
+      HT_CHECK(p.is_contiguous(), "SGD: parameter '{}' must be contiguous", params_[i].name);
+      visit_floating(p.dtype(), "sgd", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+          T* pp = p.data<T>();
+          const T* gp = gc.data<T>();
+          T* bp = o_.momentum > 0 ? bufs_[i].data<T>() : nullptr;
+          const int64_t n = p.numel();
+          for (int64_t k = 0; k < n; ++k) {
+            double d = static_cast<double>(gp[k]) + wd * static_cast<double>(pp[k]);
+            if (bp) {
+              const double b = first ? d : o_.momentum * bp[k] + (1.0 - o_.dampening) * d;
+              bp[k] = static_cast<T>(b);
+              d = o_.nesterov ? d + o_.momentum * b : b;
+            }
+            pp[k] = static_cast<T>(pp[k] - lr * d);
+          }
+        }
+      });
+    }
+    ++steps_;
+  }
+
+  std::map<std::string, Tensor> state_tensors() const override {
+    std::map<std::string, Tensor> out;
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (bufs_[i].defined()) out[params_[i].name + ".momentum_buffer"] = bufs_[i];
+    return out;
+  }
+
+  void load_state_tensors(const std::map<std::string, Tensor>& state, int64_t steps) override {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto it = state.find(params_[i].name + ".momentum_buffer");
+      bufs_[i] = it == state.end() ? Tensor() : it->second.to(params_[i].param->device()).to(params_[i].param->dtype()).clone();
+    }
+    steps_ = steps;
+  }
+
+ private:
+  SgdOptions o_;
+  std::vector<Tensor> bufs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_sgd(std::vector<ParamRef> params, const SgdOptions& o) {
+  return std::make_unique<Sgd>(std::move(params), o);
+}
+
+}  // namespace ht::optim
