@@ -7,6 +7,9 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/launch.h"
+#endif
 
 namespace ht {
 namespace {
@@ -57,7 +60,7 @@ A forward_value(Unary u, A x, ClampRange r) {
     case Unary::rsqrt: return A(1) / std::sqrt(x);
     case Unary::tanh: return std::tanh(x);
     case Unary::sigmoid: return A(1) / (A(1) + exp(-x));
-    case Unary::relu: return x > 0 ? x : A(0);
+    case Unary::relu: return (x > 0 || x != x) ? x : A(0);  // NaN propagates
     case Unary::gelu_erf: return A(0.5) * x * (A(1) + std::erf(x * A(0.7071067811865476)));
     case Unary::gelu_tanh:
       return A(0.5) * x * (A(1) + std::tanh(A(kSqrt2OverPi) * (x + A(kGeluC) * x * x * x)));
@@ -107,12 +110,42 @@ A derivative(Unary u, A x, ClampRange r) {
   return A(0);
 }
 
-// Applies forward_value (or derivative) elementwise on the CPU.
+#ifdef HADATRAIN_CUDA
+kernels::UnaryOp kernel_op(Unary u) {
+  switch (u) {
+    case Unary::neg: return kernels::UnaryOp::neg;
+    case Unary::abs: return kernels::UnaryOp::abs;
+    case Unary::exp: return kernels::UnaryOp::exp;
+    case Unary::log: return kernels::UnaryOp::log;
+    case Unary::sqrt: return kernels::UnaryOp::sqrt;
+    case Unary::rsqrt: return kernels::UnaryOp::rsqrt;
+    case Unary::tanh: return kernels::UnaryOp::tanh;
+    case Unary::sigmoid: return kernels::UnaryOp::sigmoid;
+    case Unary::relu: return kernels::UnaryOp::relu;
+    case Unary::gelu_erf: return kernels::UnaryOp::gelu_erf;
+    case Unary::gelu_tanh: return kernels::UnaryOp::gelu_tanh;
+    case Unary::silu: return kernels::UnaryOp::silu;
+    case Unary::clamp: return kernels::UnaryOp::clamp;
+  }
+  return kernels::UnaryOp::neg;
+}
+#endif
+
+// Applies forward_value (or derivative) elementwise (the CPU loop is the reference; see kernels/elementwise.cu).
 Tensor map(Unary u, const Tensor& x, ClampRange r, bool deriv) {
   const UnaryInfo in = info(u);
   if (in.floating_only) check_floating(in.name, {&x});
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-  if (x.is_cuda()) no_cuda_kernel(in.name);
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    HT_CHECK(x.dtype() != DType::b8 && x.dtype() != DType::i4x2, "{}: not defined for {}", in.name, x.describe());
+    cuda_ops::unary({kernel_op(u), deriv ? kernels::UnaryMode::derivative : kernels::UnaryMode::value, r.lo, r.hi},
+                    out, x);
+    return out;
+#else
+    no_cuda_kernel(in.name);
+#endif
+  }
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, int4x2> || std::is_same_v<T, bool>) {
