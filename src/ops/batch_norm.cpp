@@ -1,0 +1,216 @@
+// Batch normalisation of x (N, C, ...) per channel, over every dim but dim 1 (M = N * spatial elements).
+//   train: y = (x - mean_B) / sqrt(var_B + eps) * weight + bias with the batch mean and biased variance;
+//          running stats are updated in place, running = (1 - m) * running + m * batch, where the running
+//          variance takes the UNBIASED batch variance (var_B * M / (M - 1)), as PyTorch does.
+//   eval:  the same map with running_mean / running_var instead of batch statistics (an affine map of x).
+// Statistics accumulate in double on the CPU. One backward Node serves both modes; it is written with ops
+// from the saved x, mean and invstd (see BatchNormBackward::apply for the formulas).
+#include <cmath>
+#include <vector>
+
+#include "cpu/convert.h"
+#include "cpu/loops.h"
+#include "hadatrain/autograd/function.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/ops/reduce.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/tensor/factory.h"
+
+namespace ht {
+namespace {
+
+struct BnGeom {
+  int64_t C = 0;
+  int64_t M = 0;     // elements per channel: N * prod(spatial dims)
+  Dims reduce_dims;  // every dim but 1
+  Shape stat_shape;  // (1, C, 1, ...): per-channel values broadcast against x
+};
+
+BnGeom bn_geom(const Tensor& x) {
+  BnGeom g;
+  g.C = x.size(1);
+  g.M = g.C > 0 ? x.numel() / g.C : 0;
+  for (int d = 0; d < x.dim(); ++d) {
+    g.stat_shape.push_back(d == 1 ? g.C : 1);
+    if (d != 1) g.reduce_dims.push_back(d);
+  }
+  return g;
+}
+
+void check_channel_tensor(const Tensor& t, const char* what, const Tensor& x, int64_t C) {
+  if (!t.defined()) return;
+  HT_CHECK(t.dim() == 1 && t.size(0) == C, "batch_norm: {} must have shape ({}) to match x {}, got {}", what, C,
+           x.describe(), t.describe());
+  HT_CHECK(is_floating(t.dtype()), "batch_norm: {} must be floating, got {}", what, t.describe());
+}
+
+// Calls f(offset_in_x, offset_in_out, channel) for every element of x; out is contiguous with x's shape.
+template <class F>
+void for_each_channel_element(const Tensor& x, const Tensor& out, F&& f) {
+  Strides chan;
+  chan.resize(x.dim());
+  chan[1] = 1;  // the "offset" of this operand is the channel index
+  cpu::for_each_offset<3>(x.shape(), {x.strides(), out.strides(), chan},
+                          [&](const std::array<int64_t, 3>& o) { f(o[0], o[1], o[2]); });
+}
+
+// Backward of batch_norm. With x_hat = (x - mean) * invstd and g_hat = g * weight (g without affine):
+//   train: dx = invstd / M * (M * g_hat - sum(g_hat) - x_hat * sum(g_hat * x_hat))   (mean, invstd from the batch)
+//   eval:  dx = g_hat * invstd                                                        (running stats are constants)
+//   dweight = sum(g * x_hat), dbias = sum(g), sums over every dim but 1.
+class BatchNormBackward final : public Node {
+ public:
+  BatchNormBackward(BatchNormMode mode, BnGeom g, DType x_dt, DType w_dt, DType b_dt)
+      : mode_(mode), g_(std::move(g)), x_dt_(x_dt), w_dt_(w_dt), b_dt_(b_dt) {}
+  std::string name() const override {
+    return mode_ == BatchNormMode::train ? "BatchNormBackward" : "BatchNormEvalBackward";
+  }
+
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::size_t x_slot = kNone, weight_slot = kNone, mean_slot = kNone, invstd_slot = kNone;
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const Tensor& g = grads[0];  // (N, C, ...)
+    if (!g.defined()) return {Tensor{}, Tensor{}, Tensor{}};
+    const bool train = mode_ == BatchNormMode::train;
+    const Tensor invstd = reshape(saved(invstd_slot), g_.stat_shape);  // (1, C, 1, ...)
+    Tensor x_hat;  // (N, C, ...), only when a formula needs it
+    if (needs_input_grad(1) || (train && needs_input_grad(0)))
+      x_hat = mul(sub(saved(x_slot), reshape(saved(mean_slot), g_.stat_shape)), invstd);
+
+    Tensor gx, gw, gb;
+    if (needs_input_grad(0)) {
+      const Tensor g_hat = weight_slot == kNone ? g : mul(g, reshape(saved(weight_slot), g_.stat_shape));
+      if (train) {
+        const double inv_m = 1.0 / static_cast<double>(g_.M);
+        const Tensor mean_g = mul(sum(g_hat, g_.reduce_dims, KeepDim::yes), inv_m);              // (1, C, 1, ...)
+        const Tensor mean_gx = mul(sum(mul(g_hat, x_hat), g_.reduce_dims, KeepDim::yes), inv_m);  // (1, C, 1, ...)
+        gx = mul(sub(sub(g_hat, mean_g), mul(x_hat, mean_gx)), invstd);
+      } else {
+        gx = mul(g_hat, invstd);
+      }
+      gx = to_dtype(gx, x_dt_);
+    }
+    if (needs_input_grad(1)) gw = to_dtype(reshape(sum(mul(g, x_hat), g_.reduce_dims), {g_.C}), w_dt_);
+    if (needs_input_grad(2)) gb = to_dtype(reshape(sum(g, g_.reduce_dims), {g_.C}), b_dt_);
+    return {gx, gw, gb};
+  }
+
+ private:
+  BatchNormMode mode_;
+  BnGeom g_;
+  DType x_dt_, w_dt_, b_dt_;
+};
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, const BatchNormOptions& opts) {
+  const char* op = "batch_norm";
+  const Device dev = common_device(op, {&x, &weight, &bias, &running_mean, &running_var});
+  HT_CHECK(x.dim() >= 2, "batch_norm: expected x of shape (N, C, ...) with at least 2 dims, got {}", x.describe());
+  check_floating(op, {&x});
+  const BnGeom geom = bn_geom(x);
+  const int64_t C = geom.C, M = geom.M;
+  check_channel_tensor(weight, "weight", x, C);
+  check_channel_tensor(bias, "bias", x, C);
+  check_channel_tensor(running_mean, "running_mean", x, C);
+  check_channel_tensor(running_var, "running_var", x, C);
+  HT_CHECK(running_mean.defined() == running_var.defined(),
+           "batch_norm: pass both running_mean and running_var or neither (got running_mean {}, running_var {})",
+           running_mean.defined() ? "defined" : "undefined", running_var.defined() ? "defined" : "undefined");
+  const bool train = opts.mode == BatchNormMode::train;
+  const bool has_running = running_mean.defined();
+  HT_CHECK(train || has_running,
+           "batch_norm: eval mode normalises with running_mean and running_var, but they are undefined; pass "
+           "them or use BatchNormMode::train");
+  HT_CHECK(opts.eps > 0, "batch_norm: eps must be positive, got {}", opts.eps);
+  if (train) {
+    HT_CHECK(M > 1, "batch_norm: train mode needs more than 1 value per channel, got x {} ({} per channel)",
+             x.describe(), M);
+    HT_CHECK(opts.momentum >= 0 && opts.momentum <= 1, "batch_norm: momentum must be in [0, 1], got {}",
+             opts.momentum);
+  }
+  if (has_running) {
+    HT_CHECK(!running_mean.requires_grad() && !running_var.requires_grad(),
+             "batch_norm: running_mean and running_var are buffers updated in place and must not require grad");
+  }
+
+  Tensor out = empty(x.shape(), {x.dtype(), dev});  // (N, C, ...)
+  if (x.is_cuda()) no_cuda_kernel(op);
+
+  // Per-channel statistics (C), in double.
+  std::vector<double> mean(static_cast<std::size_t>(C), 0.0), invstd(static_cast<std::size_t>(C), 0.0);
+  if (train) {
+    std::vector<double> var(static_cast<std::size_t>(C), 0.0);
+    visit_floating(x.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* px = cpu::ptr<T>(x);
+      for_each_channel_element(x, out, [&](int64_t ix, int64_t, int64_t c) {
+        mean[static_cast<std::size_t>(c)] += cpu::to_double(px[ix]);
+      });
+      for (double& m : mean) m /= static_cast<double>(M);
+      for_each_channel_element(x, out, [&](int64_t ix, int64_t, int64_t c) {
+        const double d = cpu::to_double(px[ix]) - mean[static_cast<std::size_t>(c)];
+        var[static_cast<std::size_t>(c)] += d * d;
+      });
+    });
+    for (std::size_t c = 0; c < var.size(); ++c) {
+      var[c] /= static_cast<double>(M);  // biased: normalisation uses the population variance
+      invstd[c] = 1.0 / std::sqrt(var[c] + opts.eps);
+    }
+    if (has_running) {
+      NoGradGuard no_grad;
+      const double m = opts.momentum, unbias = static_cast<double>(M) / static_cast<double>(M - 1);
+      std::vector<double> rm = running_mean.to_vector<double>(), rv = running_var.to_vector<double>();
+      for (std::size_t c = 0; c < rm.size(); ++c) {
+        rm[c] = (1.0 - m) * rm[c] + m * mean[c];
+        rv[c] = (1.0 - m) * rv[c] + m * var[c] * unbias;
+      }
+      copy_(running_mean, from_vector(rm, {C}, {DType::f64, dev}));
+      copy_(running_var, from_vector(rv, {C}, {DType::f64, dev}));
+    }
+  } else {
+    mean = running_mean.to_vector<double>();
+    const std::vector<double> rv = running_var.to_vector<double>();
+    for (std::size_t c = 0; c < rv.size(); ++c) {
+      HT_CHECK(rv[c] + opts.eps > 0, "batch_norm: running_var[{}] + eps = {} is not positive", c, rv[c] + opts.eps);
+      invstd[c] = 1.0 / std::sqrt(rv[c] + opts.eps);
+    }
+  }
+
+  // y = (x - mean) * invstd * weight + bias
+  const std::vector<double> w = weight.defined() ? weight.to_vector<double>() : std::vector<double>(mean.size(), 1.0);
+  const std::vector<double> b = bias.defined() ? bias.to_vector<double>() : std::vector<double>(mean.size(), 0.0);
+  visit_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = cpu::ptr<T>(x);
+    T* po = cpu::ptr<T>(out);
+    for_each_channel_element(x, out, [&](int64_t ix, int64_t io, int64_t c) {
+      const auto k = static_cast<std::size_t>(c);
+      po[io] = cpu::convert<T>((cpu::to_double(px[ix]) - mean[k]) * invstd[k] * w[k] + b[k]);
+    });
+  });
+
+  if (needs_grad({&x, &weight, &bias})) {
+    auto node = std::make_shared<BatchNormBackward>(opts.mode, geom, x.dtype(),
+                                                    weight.defined() ? weight.dtype() : x.dtype(),
+                                                    bias.defined() ? bias.dtype() : x.dtype());
+    // Saved statistics are copies, so later in-place updates of the running stats do not change them.
+    const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    const bool x_grad = needs_grad({&x}), w_grad = needs_grad({&weight});
+    if (w_grad || (train && x_grad)) {
+      node->x_slot = node->save(x);
+      node->mean_slot = node->save(from_vector(mean, {C}, {stat_dt, dev}));
+    }
+    node->invstd_slot = node->save(from_vector(invstd, {C}, {stat_dt, dev}));
+    if (weight.defined() && x_grad) node->weight_slot = node->save(weight);
+    connect(node, {&x, &weight, &bias}, {&out});
+  }
+  return out;
+}
+
+}  // namespace ht

@@ -1,0 +1,263 @@
+// 2-D pooling over x (N, C, H, W): max_pool2d (saves the argmax of every window for backward), avg_pool2d
+// (padding counts in the divisor, PyTorch's count_include_pad=True) and adaptive_avg_pool2d (PyTorch's bins
+// start = floor(i*H/out), end = ceil((i+1)*H/out)). Output sizes use floor mode: (H + 2*pad - k) / stride + 1.
+// CPU reference loops read x through its strides; backward scatters the gradient into the input plane.
+//
+// Note [Pool windows are never empty]
+// With 0 <= pad <= kernel/2 and floor-mode output sizes, every max/avg window holds at least one real
+// (unpadded) element and never reaches past the padded border, so the avg divisor is always kh*kw and the
+// max of a window always exists. Adaptive bins are non-empty whenever out >= 1 and the input is non-empty.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/convert.h"
+#include "cpu/loops.h"
+#include "hadatrain/autograd/function.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/tensor/factory.h"
+
+namespace ht {
+namespace {
+
+struct PoolGeom {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input (N, C, H, W)
+  int64_t OH = 0, OW = 0;              // output (N, C, OH, OW)
+};
+
+void check_pool_input(const Tensor& x, const char* op) {
+  HT_CHECK(x.dim() == 4, "{}: expected x of shape (N, C, H, W), got {}", op, x.describe());
+  check_floating(op, {&x});
+  HT_CHECK(x.size(2) > 0 && x.size(3) > 0, "{}: expected non-empty spatial dims, got {}", op, x.describe());
+}
+
+// Validates one axis of a kernel/stride/padding triple and returns the floor-mode output size.
+int64_t pooled_size(const char* op, const char* axis, int64_t in, int64_t k, int64_t s, int64_t p) {
+  HT_CHECK(k > 0, "{}: kernel_{} must be positive, got {}", op, axis, k);
+  HT_CHECK(s > 0, "{}: stride_{} must be positive, got {}", op, axis, s);
+  HT_CHECK(p >= 0 && p <= k / 2, "{}: pad_{} must be between 0 and kernel_{}/2 = {}, got {}", op, axis, axis,
+           k / 2, p);
+  HT_CHECK(in + 2 * p >= k,
+           "{}: input size {} along {} plus padding 2*{} is smaller than kernel_{} = {}; the output would be empty",
+           op, in, axis, p, axis, k);
+  return (in + 2 * p - k) / s + 1;
+}
+
+PoolGeom pool_geom(const Tensor& x, const Pool2dParams& p, const char* op) {
+  check_pool_input(x, op);
+  PoolGeom g{x.size(0), x.size(1), x.size(2), x.size(3), 0, 0};
+  g.OH = pooled_size(op, "h", g.H, p.kernel_h, p.stride_h, p.pad_h);
+  g.OW = pooled_size(op, "w", g.W, p.kernel_w, p.stride_w, p.pad_w);
+  return g;
+}
+
+// The rows [h0, h1) x cols [w0, w1) of the unpadded input that output (oh, ow) averages, and the divisor.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1;
+  double divisor;
+};
+
+// Window rule of an averaging pool: fixed kernel with padding counted in the divisor, or adaptive bins.
+struct AvgWindows {
+  enum class Kind { fixed, adaptive };
+  Kind kind = Kind::fixed;
+  Pool2dParams p{};
+  PoolGeom g{};
+
+  AvgWindow at(int64_t oh, int64_t ow) const {
+    if (kind == Kind::adaptive) {
+      // start = floor(i * in / out), end = ceil((i + 1) * in / out)
+      const int64_t h0 = oh * g.H / g.OH, h1 = ((oh + 1) * g.H + g.OH - 1) / g.OH;
+      const int64_t w0 = ow * g.W / g.OW, w1 = ((ow + 1) * g.W + g.OW - 1) / g.OW;
+      return {h0, h1, w0, w1, static_cast<double>((h1 - h0) * (w1 - w0))};
+    }
+    const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
+    return {std::max<int64_t>(hs, 0), std::min(hs + p.kernel_h, g.H), std::max<int64_t>(ws, 0),
+            std::min(ws + p.kernel_w, g.W), static_cast<double>(p.kernel_h * p.kernel_w)};
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Averaging pools
+
+// out (N, C, OH, OW) = mean of each window of x (N, C, H, W), accumulated in double.
+Tensor avg_forward(const Tensor& x, const AvgWindows& win, const char* op) {
+  const PoolGeom& g = win.g;
+  Tensor out = empty({g.N, g.C, g.OH, g.OW}, {x.dtype(), x.device()});
+  if (x.is_cuda()) no_cuda_kernel(op);
+  visit_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = cpu::ptr<T>(x);
+    T* po = cpu::ptr<T>(out);
+    const Strides& st = x.strides();
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c) {
+        const T* plane = px + n * st[0] + c * st[1];
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            const AvgWindow w = win.at(oh, ow);
+            double acc = 0.0;
+            for (int64_t h = w.h0; h < w.h1; ++h)
+              for (int64_t v = w.w0; v < w.w1; ++v) acc += cpu::to_double(plane[h * st[2] + v * st[3]]);
+            *po++ = cpu::convert<T>(acc / w.divisor);
+          }
+      }
+  });
+  return out;
+}
+
+// grad_x (N, C, H, W): every output gradient spread evenly over its window.
+Tensor avg_backward(const Tensor& grad_out, const AvgWindows& win, DType dtype, const char* op) {
+  const PoolGeom& g = win.g;
+  Tensor gx = empty({g.N, g.C, g.H, g.W}, {dtype, grad_out.device()});
+  if (grad_out.is_cuda()) no_cuda_kernel(op);
+  const Tensor go = to_dtype(grad_out, dtype).contiguous();  // (N, C, OH, OW)
+  visit_floating(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pg = cpu::ptr<T>(go);
+    T* px = cpu::ptr<T>(gx);
+    std::vector<double> acc(static_cast<std::size_t>(g.H * g.W));
+    for (int64_t plane = 0; plane < g.N * g.C; ++plane) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const AvgWindow w = win.at(oh, ow);
+          const double share = cpu::to_double(*pg++) / w.divisor;
+          for (int64_t h = w.h0; h < w.h1; ++h)
+            for (int64_t v = w.w0; v < w.w1; ++v) acc[static_cast<std::size_t>(h * g.W + v)] += share;
+        }
+      for (double a : acc) *px++ = cpu::convert<T>(a);
+    }
+  });
+  return gx;
+}
+
+Tensor avg_pool_op(const Tensor& x, const AvgWindows& win, const char* op, const char* backward_name) {
+  Tensor out = avg_forward(x, win, op);
+  if (needs_grad({&x})) {
+    const DType dt = x.dtype();
+    auto node = std::make_shared<FunctionNode>(backward_name, [win, dt, op](FunctionNode&, std::vector<Tensor>&& g) {
+      return std::vector<Tensor>{avg_backward(g[0], win, dt, op)};
+    });
+    connect(node, {&x}, {&out});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Max pool
+
+struct MaxPoolResult {
+  Tensor out;      // (N, C, OH, OW), x's dtype
+  Tensor indices;  // (N, C, OH, OW) i64: h * W + w of the selected element within its (H, W) plane
+};
+
+MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom& g) {
+  MaxPoolResult r{empty({g.N, g.C, g.OH, g.OW}, {x.dtype(), x.device()}),
+                  empty({g.N, g.C, g.OH, g.OW}, {DType::i64, x.device()})};
+  if (x.is_cuda()) no_cuda_kernel("max_pool2d");
+  visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = cpu::ptr<T>(x);
+    T* po = cpu::ptr<T>(r.out);
+    int64_t* pi = cpu::ptr<int64_t>(r.indices);
+    const Strides& st = x.strides();
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c) {
+        const T* plane = px + n * st[0] + c * st[1];
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            // Padding is -inf: only real elements are visited (Note [Pool windows are never empty]).
+            const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
+            const int64_t h0 = std::max<int64_t>(hs, 0), h1 = std::min(hs + p.kernel_h, g.H);
+            const int64_t w0 = std::max<int64_t>(ws, 0), w1 = std::min(ws + p.kernel_w, g.W);
+            T best = plane[h0 * st[2] + w0 * st[3]];
+            double best_v = cpu::to_double(best);
+            int64_t best_i = h0 * g.W + w0;
+            // First maximal element wins ties (strict >); a NaN propagates (the first NaN is selected).
+            for (int64_t h = h0; h < h1; ++h)
+              for (int64_t w = w0; w < w1; ++w) {
+                const T e = plane[h * st[2] + w * st[3]];
+                const double v = cpu::to_double(e);
+                if (v > best_v || (std::isnan(v) && !std::isnan(best_v))) {
+                  best = e;
+                  best_v = v;
+                  best_i = h * g.W + w;
+                }
+              }
+            *po++ = best;
+            *pi++ = best_i;
+          }
+      }
+  });
+  return r;
+}
+
+// grad_x (N, C, H, W): each output gradient goes to the element its window selected (summed where windows
+// overlap and select the same element).
+Tensor max_backward(const Tensor& grad_out, const Tensor& indices, const PoolGeom& g, DType dtype) {
+  Tensor gx = empty({g.N, g.C, g.H, g.W}, {dtype, grad_out.device()});
+  if (grad_out.is_cuda()) no_cuda_kernel("max_pool2d backward");
+  const Tensor go = to_dtype(grad_out, dtype).contiguous();  // (N, C, OH, OW)
+  HT_ASSERT(indices.is_contiguous() && indices.dtype() == DType::i64, "max_pool2d: bad saved indices {}",
+            indices.describe());
+  visit_floating(dtype, "max_pool2d backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pg = cpu::ptr<T>(go);
+    const int64_t* pi = cpu::ptr<int64_t>(indices);
+    T* px = cpu::ptr<T>(gx);
+    std::vector<double> acc(static_cast<std::size_t>(g.H * g.W));
+    for (int64_t plane = 0; plane < g.N * g.C; ++plane) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t o = 0; o < g.OH * g.OW; ++o) acc[static_cast<std::size_t>(*pi++)] += cpu::to_double(*pg++);
+      for (double a : acc) *px++ = cpu::convert<T>(a);
+    }
+  });
+  return gx;
+}
+
+class MaxPool2dBackward final : public Node {
+ public:
+  MaxPool2dBackward(PoolGeom g, DType dtype) : g_(g), dtype_(dtype) {}
+  std::string name() const override { return "MaxPool2dBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    if (!needs_input_grad(0) || !grads[0].defined()) return {Tensor{}};
+    return {max_backward(grads[0], saved(indices_slot), g_, dtype_)};
+  }
+  std::size_t indices_slot = 0;
+
+ private:
+  PoolGeom g_;
+  DType dtype_;
+};
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
+  const PoolGeom g = pool_geom(x, p, "max_pool2d");
+  MaxPoolResult r = max_forward(x, p, g);
+  if (needs_grad({&x})) {
+    auto node = std::make_shared<MaxPool2dBackward>(g, x.dtype());
+    node->indices_slot = node->save(r.indices);
+    connect(node, {&x}, {&r.out});
+  }
+  return r.out;
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
+  AvgWindows win{AvgWindows::Kind::fixed, p, pool_geom(x, p, "avg_pool2d")};
+  return avg_pool_op(x, win, "avg_pool2d", "AvgPool2dBackward");
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
+  const char* op = "adaptive_avg_pool2d";
+  check_pool_input(x, op);
+  HT_CHECK(out_h > 0 && out_w > 0, "{}: output size must be positive, got ({}, {}) for {}", op, out_h, out_w,
+           x.describe());
+  AvgWindows win{AvgWindows::Kind::adaptive, Pool2dParams{}, {x.size(0), x.size(1), x.size(2), x.size(3), out_h, out_w}};
+  return avg_pool_op(x, win, op, "AdaptiveAvgPool2dBackward");
+}
+
+}  // namespace ht
