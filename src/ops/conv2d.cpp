@@ -1,0 +1,237 @@
+// conv2d: x (N, C, H, W) * weight (O, C/groups, KH, KW) [+ bias (O)] -> (N, O, OH, OW), with stride, zero
+// padding, dilation and groups, where OH = (H + 2·pad_h - dilation_h·(KH - 1) - 1) / stride_h + 1 (same for W).
+// CPU path per sample and group: col = im2col(x) (C/g·KH·KW, OH·OW), then out = W_g (O/g, C/g·KH·KW) · col
+// through the GEMM helper, with the bias pre-loaded into the output. Backward:
+//   grad input  = col2im(W_gᵀ · g)          (overlapping windows summed in fp32 / fp64)
+//   grad weight = sum over samples of g · colᵀ  (accumulated in fp32 / fp64, rounded once)
+//   grad bias   = sum of g over N, OH, OW.
+#include <algorithm>
+#include <vector>
+
+#include "cpu/convert.h"
+#include "cpu/gemm.h"
+#include "cpu/im2col.h"
+#include "cpu/loops.h"
+#include "hadatrain/autograd/function.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/ops/reduce.h"
+
+namespace ht {
+namespace {
+
+struct ConvShapes {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input
+  int64_t O = 0, KH = 0, KW = 0;       // weight
+  int64_t OH = 0, OW = 0;              // output
+  int64_t groups = 1, Cg = 0, Og = 0;  // channels per group
+};
+
+// Validates every shape relation and returns the sizes. Messages name the op, the tensors and the params.
+ConvShapes conv_shapes(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  HT_CHECK(x.dim() == 4, "conv2d: input x must be (N, C, H, W), got {}", x.describe());
+  HT_CHECK(w.dim() == 4, "conv2d: weight must be (O, C/groups, KH, KW), got {}", w.describe());
+  HT_CHECK(p.stride_h >= 1 && p.stride_w >= 1, "conv2d: stride must be >= 1, got ({}, {})", p.stride_h, p.stride_w);
+  HT_CHECK(p.dilation_h >= 1 && p.dilation_w >= 1, "conv2d: dilation must be >= 1, got ({}, {})", p.dilation_h,
+           p.dilation_w);
+  HT_CHECK(p.pad_h >= 0 && p.pad_w >= 0, "conv2d: padding must be >= 0, got ({}, {})", p.pad_h, p.pad_w);
+  HT_CHECK(p.groups >= 1, "conv2d: groups must be >= 1, got {}", p.groups);
+  ConvShapes s;
+  s.N = x.shape()[0];
+  s.C = x.shape()[1];
+  s.H = x.shape()[2];
+  s.W = x.shape()[3];
+  s.O = w.shape()[0];
+  s.KH = w.shape()[2];
+  s.KW = w.shape()[3];
+  s.groups = p.groups;
+  HT_CHECK(s.C % p.groups == 0, "conv2d: input channels C = {} of x {} are not divisible by groups = {}", s.C,
+           x.describe(), p.groups);
+  HT_CHECK(s.O % p.groups == 0, "conv2d: output channels O = {} of weight {} are not divisible by groups = {}", s.O,
+           w.describe(), p.groups);
+  s.Cg = s.C / p.groups;
+  s.Og = s.O / p.groups;
+  HT_CHECK(w.shape()[1] == s.Cg,
+           "conv2d: weight {} has {} input channels per group, but x {} with groups = {} needs C/groups = {}",
+           w.describe(), w.shape()[1], x.describe(), p.groups, s.Cg);
+  HT_CHECK(s.KH >= 1 && s.KW >= 1, "conv2d: kernel size must be >= 1, got weight {}", w.describe());
+  const int64_t eff_kh = p.dilation_h * (s.KH - 1) + 1, eff_kw = p.dilation_w * (s.KW - 1) + 1;
+  const int64_t in_h = s.H + 2 * p.pad_h, in_w = s.W + 2 * p.pad_w;
+  HT_CHECK(in_h >= eff_kh && in_w >= eff_kw,
+           "conv2d: output size would not be positive: the dilated kernel {}x{} is larger than the padded input "
+           "{}x{} (x {}, padding ({}, {}), dilation ({}, {}))",
+           eff_kh, eff_kw, in_h, in_w, x.describe(), p.pad_h, p.pad_w, p.dilation_h, p.dilation_w);
+  s.OH = (in_h - eff_kh) / p.stride_h + 1;
+  s.OW = (in_w - eff_kw) / p.stride_w + 1;
+  if (bias.defined())
+    HT_CHECK(bias.dim() == 1 && bias.shape()[0] == s.O, "conv2d: bias must be (O) = ({}) for weight {}, got {}", s.O,
+             w.describe(), bias.describe());
+  HT_CHECK(x.dtype() == w.dtype() && (!bias.defined() || bias.dtype() == w.dtype()),
+           "conv2d: x {}, weight {} and bias {} must share one dtype; convert with .to()", x.describe(), w.describe(),
+           bias.defined() ? bias.describe() : std::string("(none)"));
+  check_floating("conv2d", {&x, &w, &bias});
+  return s;
+}
+
+cpu::ConvGeometry geometry(const ConvShapes& s, const Conv2dParams& p) {
+  cpu::ConvGeometry g;
+  g.channels = s.Cg;
+  g.height = s.H;
+  g.width = s.W;
+  g.kernel_h = s.KH;
+  g.kernel_w = s.KW;
+  g.out_h = s.OH;
+  g.out_w = s.OW;
+  g.stride_h = p.stride_h;
+  g.stride_w = p.stride_w;
+  g.pad_h = p.pad_h;
+  g.pad_w = p.pad_w;
+  g.dilation_h = p.dilation_h;
+  g.dilation_w = p.dilation_w;
+  return g;
+}
+
+cpu::ImageStrides image_strides(const Tensor& x) { return {x.strides()[1], x.strides()[2], x.strides()[3]}; }
+
+// out (N, O, OH, OW) from detached x (any strides), weight and bias.
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                      const ConvShapes& s) {
+  Tensor out = empty({s.N, s.O, s.OH, s.OW}, {x.dtype(), x.device()});
+  if (x.is_cuda()) no_cuda_kernel("conv2d");
+  const Tensor wc = contiguous(w);  // (O, Cg·KH·KW) as a matrix
+  const Tensor bc = bias.defined() ? contiguous(bias) : Tensor();
+  const cpu::ConvGeometry geo = geometry(s, p);
+  const int64_t ohw = geo.col_cols(), ckk = geo.col_rows();
+  cpu::GemmDims d;  // out_g (Og, OH·OW) = W_g (Og, Cg·KH·KW) · col (Cg·KH·KW, OH·OW)
+  d.m = s.Og;
+  d.n = ohw;
+  d.k = ckk;
+  d.lda = std::max<int64_t>(1, ckk);
+  d.ldb = std::max<int64_t>(1, ohw);
+  d.ldc = std::max<int64_t>(1, ohw);
+  d.beta = bias.defined() ? 1.0 : 0.0;
+  visit_floating(x.dtype(), "conv2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::vector<T> col(static_cast<std::size_t>(ckk * ohw));
+    const T* px = cpu::ptr<T>(x);
+    const T* pw = cpu::ptr<T>(wc);
+    T* po = cpu::ptr<T>(out);
+    const cpu::ImageStrides is = image_strides(x);
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t gi = 0; gi < s.groups; ++gi) {
+        cpu::im2col(px + n * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data());
+        T* o = po + (n * s.O + gi * s.Og) * ohw;  // (Og, OH·OW)
+        if (bias.defined()) {
+          const T* pb = cpu::ptr<T>(bc) + gi * s.Og;
+          for (int64_t r = 0; r < s.Og; ++r)
+            for (int64_t j = 0; j < ohw; ++j) o[r * ohw + j] = pb[r];
+        }
+        cpu::gemm<T>(d, pw + gi * s.Og * ckk, col.data(), o);
+      }
+  });
+  return out;
+}
+
+// gx (N, C, H, W), contiguous, from g (N, O, OH, OW) contiguous and the weight.
+void conv2d_grad_input(const Tensor& g, const Tensor& w, const Conv2dParams& p, const ConvShapes& s, const Tensor& gx) {
+  const Tensor wc = contiguous(w);
+  const cpu::ConvGeometry geo = geometry(s, p);
+  const int64_t ohw = geo.col_cols(), ckk = geo.col_rows(), chw = s.Cg * s.H * s.W;
+  cpu::GemmDims d;  // gcol (Cg·KH·KW, OH·OW) = W_gᵀ · g_g (Og, OH·OW)
+  d.m = ckk;
+  d.n = ohw;
+  d.k = s.Og;
+  d.trans_a = cpu::Trans::yes;
+  d.lda = std::max<int64_t>(1, ckk);
+  d.ldb = std::max<int64_t>(1, ohw);
+  d.ldc = std::max<int64_t>(1, ohw);
+  visit_floating(g.dtype(), "conv2d backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    std::vector<T> gcol(static_cast<std::size_t>(ckk * ohw));
+    std::vector<A> image(static_cast<std::size_t>(chw));  // one group's (Cg, H, W) gradient
+    const T* pg = cpu::ptr<T>(g);
+    const T* pw = cpu::ptr<T>(wc);
+    T* px = cpu::ptr<T>(gx);
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t gi = 0; gi < s.groups; ++gi) {
+        cpu::gemm<T>(d, pw + gi * s.Og * ckk, pg + (n * s.O + gi * s.Og) * ohw, gcol.data());
+        std::fill(image.begin(), image.end(), A(0));
+        cpu::col2im(gcol.data(), geo, image.data());
+        T* dst = px + (n * s.C + gi * s.Cg) * s.H * s.W;
+        for (int64_t i = 0; i < chw; ++i) dst[i] = cpu::convert<T>(image[static_cast<std::size_t>(i)]);
+      }
+  });
+}
+
+// gw (O, Cg, KH, KW), contiguous, from g (N, O, OH, OW) contiguous and the input x (any strides).
+void conv2d_grad_weight(const Tensor& g, const Tensor& x, const Conv2dParams& p, const ConvShapes& s,
+                        const Tensor& gw) {
+  const cpu::ConvGeometry geo = geometry(s, p);
+  const int64_t ohw = geo.col_cols(), ckk = geo.col_rows();
+  cpu::GemmDims d;  // gw_g (Og, Cg·KH·KW) += g_g (Og, OH·OW) · colᵀ (OH·OW, Cg·KH·KW)
+  d.m = s.Og;
+  d.n = ckk;
+  d.k = ohw;
+  d.trans_b = cpu::Trans::yes;
+  d.lda = std::max<int64_t>(1, ohw);
+  d.ldb = std::max<int64_t>(1, ohw);
+  d.ldc = std::max<int64_t>(1, ckk);
+  d.beta = 1.0;
+  visit_floating(g.dtype(), "conv2d backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    std::vector<T> col(static_cast<std::size_t>(ckk * ohw));
+    std::vector<A> acc(static_cast<std::size_t>(s.O * ckk), A(0));  // (O, Cg·KH·KW), summed over samples
+    const T* pg = cpu::ptr<T>(g);
+    const T* px = cpu::ptr<T>(x);
+    const cpu::ImageStrides is = image_strides(x);
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t gi = 0; gi < s.groups; ++gi) {
+        cpu::im2col(px + n * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data());
+        cpu::gemm_acc<T>(d, pg + (n * s.O + gi * s.Og) * ohw, col.data(), acc.data() + gi * s.Og * ckk);
+      }
+    T* pgw = cpu::ptr<T>(gw);
+    for (std::size_t i = 0; i < acc.size(); ++i) pgw[i] = cpu::convert<T>(acc[i]);
+  });
+}
+
+class Conv2dBackward final : public Node {
+ public:
+  Conv2dBackward(const Tensor& x, const Tensor& w, const Conv2dParams& p) : p_(p) {
+    save(x);
+    save(w);
+  }
+  std::string name() const override { return "Conv2dBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const Tensor& x = saved(0);  // (N, C, H, W)
+    const Tensor& w = saved(1);  // (O, C/groups, KH, KW)
+    const Tensor g = contiguous(grads[0]);  // (N, O, OH, OW)
+    const ConvShapes s = conv_shapes(x, w, Tensor(), p_);
+    Tensor gx, gw, gb;
+    if (needs_input_grad(0)) gx = empty(x.shape(), {g.dtype(), g.device()});
+    if (needs_input_grad(1)) gw = empty(w.shape(), {g.dtype(), g.device()});
+    if (g.is_cuda()) no_cuda_kernel("conv2d backward");
+    if (gx.defined()) conv2d_grad_input(g, w, p_, s, gx);
+    if (gw.defined()) conv2d_grad_weight(g, x, p_, s, gw);
+    if (needs_input_grad(2)) gb = sum(g, {0, 2, 3});  // (O)
+    return {gx, gw, gb};
+  }
+
+ private:
+  Conv2dParams p_;
+};
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  common_device("conv2d", {&x, &weight, &bias});
+  const ConvShapes s = conv_shapes(x, weight, bias, p);
+  Tensor out = conv2d_forward(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor(), p, s);
+  if (needs_grad({&x, &weight, &bias}))
+    connect(std::make_shared<Conv2dBackward>(x, weight, p), {&x, &weight, &bias}, {&out});
+  return out;
+}
+
+}  // namespace ht
