@@ -26,3 +26,20 @@ if(TARGET yaml-cpp::yaml-cpp)
 else()
   set(HADATRAIN_YAML_TARGET yaml-cpp)
 endif()
+
+# nlohmann/json (header only): the Debian/Ubuntu package, or headers carried in .deps/include on machines
+# without it. Exposed as one INTERFACE target, hadatrain_json.
+add_library(hadatrain_json INTERFACE)
+find_package(nlohmann_json 3 QUIET)
+if(nlohmann_json_FOUND)
+  target_link_libraries(hadatrain_json INTERFACE nlohmann_json::nlohmann_json)
+  message(STATUS "nlohmann_json: package ${nlohmann_json_VERSION}")
+else()
+  find_path(NLOHMANN_JSON_INCLUDE nlohmann/json.hpp HINTS ${PROJECT_SOURCE_DIR}/.deps/include)
+  if(NOT NLOHMANN_JSON_INCLUDE)
+    message(FATAL_ERROR "nlohmann/json.hpp not found: run tools/setup.sh (installs nlohmann-json3-dev) "
+                        "or put the headers in ${PROJECT_SOURCE_DIR}/.deps/include")
+  endif()
+  target_include_directories(hadatrain_json SYSTEM INTERFACE ${NLOHMANN_JSON_INCLUDE})
+  message(STATUS "nlohmann_json: headers in ${NLOHMANN_JSON_INCLUDE}")
+endif()

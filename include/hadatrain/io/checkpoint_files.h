@@ -1,0 +1,74 @@
+// Checkpoint directories on disk (the files only; the Trainer decides what goes in them):
+//   <root>/step_<N>/model.safetensors      model tensors (metadata "format": "pt", "step": "<N>")
+//   <root>/step_<N>/optimizer.safetensors  optimizer tensors (only when the caller gives some)
+//   <root>/step_<N>/state.json             the caller's JSON: step/epoch, hyper-parameters, loader position, RNGs
+//   <root>/latest                          "step_<N>\n": the checkpoint to resume from
+//   <root>/best                            "step_<N>\n": the checkpoint marked best (optional)
+// See Note [Checkpoint directory protocol] and docs/checkpoints.md.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hadatrain/io/safetensors.h"
+
+namespace ht::io {
+
+// Note [Checkpoint directory protocol]
+// save_checkpoint writes every file into <root>/step_<N>.tmp/ (each atomically and fsync'ed), then renames the
+// directory to step_<N> and fsyncs <root>; only then does it replace `latest` (and `best`) atomically and
+// prune. So a step_<N> directory is always complete, a crash leaves at worst a step_<N>.tmp/ that loading
+// ignores and the next save removes, and `latest` never names a directory that is not complete.
+// Loading follows `latest` when it names a complete checkpoint; when `latest` is missing or stale it falls
+// back to the highest complete step_<N>. Pruning (keep_last K) only considers checkpoints with a step below the
+// one just written: it keeps the newest K (counting the new one), never deletes the one `best` names, and never
+// deletes higher-numbered checkpoints (those are left by an abandoned run resumed from an earlier step).
+
+enum class MarkBest { no, yes };
+
+struct CheckpointData {
+  int64_t step = 0;
+  TensorList model;
+  TensorList optimizer;  // empty: no optimizer.safetensors is written
+  nlohmann::json state = nlohmann::json::object();
+  Metadata model_metadata;  // extra __metadata__ for model.safetensors ("format" and "step" are set by us)
+};
+
+struct CheckpointSaveOptions {
+  int keep_last = 0;  // keep at most this many step_<N> directories (plus the best one); 0 keeps them all
+  MarkBest best = MarkBest::no;  // also point `best` at this checkpoint
+};
+
+struct Checkpoint {
+  int64_t step = -1;  // from model.safetensors metadata, else from the directory name; -1 when neither says
+  std::filesystem::path dir;
+  SafetensorsContents model;
+  std::optional<SafetensorsContents> optimizer;  // nullopt when there is no optimizer.safetensors
+  nlohmann::json state;
+};
+
+// <root>/step_<step>
+std::filesystem::path checkpoint_dir(const std::filesystem::path& root, int64_t step);
+
+// Writes <root>/step_<data.step>/ (creating root if needed), replacing an existing checkpoint of the same step,
+// updates `latest` (and `best`), prunes, and returns the checkpoint directory. Errors name the directory/file.
+std::filesystem::path save_checkpoint(const std::filesystem::path& root, const CheckpointData& data,
+                                      const CheckpointSaveOptions& opts = {});
+
+// Steps of the complete checkpoints under root (step_<N> directories holding model.safetensors and
+// state.json; *.tmp directories are ignored), ascending. Empty when root does not exist.
+std::vector<int64_t> list_checkpoints(const std::filesystem::path& root);
+// The checkpoint to resume from (see the Note), or nullopt when root holds none.
+std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& root);
+// The step `best` names when it names a complete checkpoint, else nullopt.
+std::optional<int64_t> best_checkpoint_step(const std::filesystem::path& root);
+
+// Loads one checkpoint directory (tensors on the CPU). Errors name the directory and the file.
+Checkpoint load_checkpoint_dir(const std::filesystem::path& dir);
+// Loads the latest complete checkpoint under root, or nullopt when there is none.
+std::optional<Checkpoint> load_latest_checkpoint(const std::filesystem::path& root);
+
+}  // namespace ht::io

@@ -1,0 +1,240 @@
+// Checkpoint directories: step_<N>.tmp/ written and fsync'ed, renamed into place, then `latest`/`best`
+// replaced atomically and old checkpoints pruned (Note [Checkpoint directory protocol]).
+#include "hadatrain/io/checkpoint_files.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include "hadatrain/core/logging.h"
+#include "hadatrain/io/atomic_file.h"
+
+namespace ht::io {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kLatestFile = "latest";
+constexpr const char* kBestFile = "best";
+
+std::string step_name(int64_t step) { return fmt::format("step_{}", step); }
+
+// "step_<digits>" -> the step; anything else (including step_7.tmp) -> nullopt.
+std::optional<int64_t> parse_step_name(std::string_view name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  const std::string_view digits = name.substr(kPrefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || ptr != digits.data() + digits.size()) return std::nullopt;
+  return v;
+}
+
+bool is_complete(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kModelFile, ec) &&
+         fs::is_regular_file(dir / kStateFile, ec);
+}
+
+// Leftovers of interrupted saves: step_<N>.tmp and step_<N>.old.tmp directories.
+bool is_leftover(const std::string& name) {
+  for (std::string_view suffix : {".old.tmp", ".tmp"}) {
+    if (name.size() > suffix.size() && name.ends_with(suffix) &&
+        parse_step_name(std::string_view(name).substr(0, name.size() - suffix.size())))
+      return true;
+  }
+  return false;
+}
+
+// The step a pointer file (`latest`, `best`) names, when it names a complete checkpoint.
+std::optional<int64_t> read_pointer(const fs::path& root, const char* file) {
+  std::ifstream in(root / file);
+  if (!in) return std::nullopt;
+  std::string line;
+  std::getline(in, line);
+  const std::optional<int64_t> step = parse_step_name(line);
+  if (!step) {
+    log::warn("checkpoint pointer '{}' does not hold a step_<N> name (found '{}'); ignoring it",
+              (root / file).string(), line);
+    return std::nullopt;
+  }
+  if (!is_complete(checkpoint_dir(root, *step))) {
+    log::warn("checkpoint pointer '{}' names {}, which is not a complete checkpoint; ignoring it",
+              (root / file).string(), line);
+    return std::nullopt;
+  }
+  return step;
+}
+
+std::string read_text(const fs::path& path, const fs::path& dir) {
+  std::ifstream in(path, std::ios::binary);
+  HT_CHECK(in.good(), "checkpoint '{}': cannot open {}", dir.string(), path.filename().string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void prune(const fs::path& root, int64_t written, int keep_last) {
+  std::vector<int64_t> older;
+  for (int64_t s : list_checkpoints(root))
+    if (s < written) older.push_back(s);
+  std::sort(older.rbegin(), older.rend());  // newest first
+  const std::optional<int64_t> best = best_checkpoint_step(root);
+  const std::size_t keep_older = static_cast<std::size_t>(std::max(keep_last - 1, 0));
+  for (std::size_t i = keep_older; i < older.size(); ++i) {
+    if (best && *best == older[i]) continue;
+    fs::remove_all(checkpoint_dir(root, older[i]));
+  }
+}
+
+void remove_leftovers(const fs::path& root, const fs::path& keep) {
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (entry.path() == keep || !entry.is_directory() || !is_leftover(entry.path().filename().string())) continue;
+    log::info("removing {} left by an interrupted checkpoint save", entry.path().string());
+    fs::remove_all(entry.path());
+  }
+}
+
+// A failed save leaves no partial directory behind and puts back a same-step checkpoint it had moved aside.
+void restore_after_failure(const fs::path& tmp_dir, const fs::path& old_dir, const fs::path& final_dir) noexcept {
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  if (!fs::exists(final_dir, ec) && fs::exists(old_dir, ec)) fs::rename(old_dir, final_dir, ec);
+}
+
+}  // namespace
+
+fs::path checkpoint_dir(const fs::path& root, int64_t step) { return root / step_name(step); }
+
+fs::path save_checkpoint(const fs::path& root, const CheckpointData& data, const CheckpointSaveOptions& opts) {
+  HT_CHECK(data.step >= 0, "save_checkpoint: step must be >= 0, got {}", data.step);
+  HT_CHECK(opts.keep_last >= 0, "save_checkpoint: keep_last must be >= 0 (0 keeps every checkpoint), got {}",
+           opts.keep_last);
+  HT_CHECK(!data.model.empty(), "save_checkpoint: step {} has no model tensors", data.step);
+  const fs::path final_dir = checkpoint_dir(root, data.step);
+  fs::path tmp_dir = final_dir;
+  tmp_dir += ".tmp";
+  fs::path old_dir = final_dir;
+  old_dir += ".old.tmp";
+
+  std::string state_text;
+  try {
+    state_text = data.state.dump(2) + "\n";
+  } catch (const json::exception& e) {
+    HT_FAIL("checkpoint '{}': cannot encode {}: {}", final_dir.string(), kStateFile, e.what());
+  }
+
+  try {
+    fs::create_directories(root);
+    fs::remove_all(tmp_dir);
+    fs::create_directory(tmp_dir);
+
+    Metadata meta = data.model_metadata;
+    meta["format"] = "pt";  // what HF loaders expect of a PyTorch safetensors file
+    meta["step"] = std::to_string(data.step);
+    save_safetensors(tmp_dir / kModelFile, data.model, meta);
+    if (!data.optimizer.empty())
+      save_safetensors(tmp_dir / kOptimizerFile, data.optimizer, {{"format", "pt"}, {"step", std::to_string(data.step)}});
+    write_file_atomic(tmp_dir / kStateFile, state_text);
+    fsync_directory(tmp_dir);
+
+    // Into place. An existing checkpoint of the same step is moved aside first and removed afterwards.
+    if (fs::exists(final_dir)) {
+      fs::remove_all(old_dir);
+      fs::rename(final_dir, old_dir);
+    }
+    fs::rename(tmp_dir, final_dir);
+    fsync_directory(root);
+    fs::remove_all(old_dir);
+
+    const std::string pointer = step_name(data.step) + "\n";
+    write_file_atomic(root / kLatestFile, pointer);
+    if (opts.best == MarkBest::yes) write_file_atomic(root / kBestFile, pointer);
+
+    try {  // the checkpoint is safely written; failing to tidy up must not fail the save
+      remove_leftovers(root, final_dir);
+      if (opts.keep_last > 0) prune(root, data.step, opts.keep_last);
+      fsync_directory(root);
+    } catch (const std::exception& e) {
+      log::warn("checkpoint {} was written, but pruning older checkpoints failed: {}", final_dir.string(), e.what());
+    }
+  } catch (const fs::filesystem_error& e) {
+    restore_after_failure(tmp_dir, old_dir, final_dir);
+    HT_FAIL("checkpoint '{}': {}", final_dir.string(), e.what());
+  } catch (...) {
+    restore_after_failure(tmp_dir, old_dir, final_dir);
+    throw;
+  }
+  return final_dir;
+}
+
+std::vector<int64_t> list_checkpoints(const fs::path& root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return steps;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::optional<int64_t> step = parse_step_name(entry.path().filename().string());
+    if (!step) continue;
+    if (is_complete(entry.path())) steps.push_back(*step);
+    else log::warn("ignoring incomplete checkpoint directory '{}' (it lacks {} or {})", entry.path().string(),
+                   kModelFile, kStateFile);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::optional<int64_t> latest_checkpoint_step(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return std::nullopt;
+  if (std::optional<int64_t> step = read_pointer(root, kLatestFile)) return step;
+  const std::vector<int64_t> steps = list_checkpoints(root);
+  if (steps.empty()) return std::nullopt;
+  return steps.back();
+}
+
+std::optional<int64_t> best_checkpoint_step(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return std::nullopt;
+  return read_pointer(root, kBestFile);
+}
+
+Checkpoint load_checkpoint_dir(const fs::path& dir) {
+  HT_CHECK(fs::is_directory(dir), "checkpoint '{}' is not a directory", dir.string());
+  for (const char* required : {kModelFile, kStateFile})
+    HT_CHECK(fs::is_regular_file(dir / required), "checkpoint '{}': {} is missing (an incomplete or foreign "
+             "directory)", dir.string(), required);
+  Checkpoint ck;
+  ck.dir = dir;
+  ck.model = load_safetensors(dir / kModelFile);
+  if (fs::exists(dir / kOptimizerFile)) ck.optimizer = load_safetensors(dir / kOptimizerFile);
+  const std::string text = read_text(dir / kStateFile, dir);
+  try {
+    ck.state = json::parse(text);
+  } catch (const json::exception& e) {
+    HT_FAIL("checkpoint '{}': {} is not valid JSON: {}", dir.string(), kStateFile, e.what());
+  }
+
+  auto it = ck.model.metadata.find("step");
+  std::optional<int64_t> step;
+  if (it != ck.model.metadata.end()) step = parse_step_name("step_" + it->second);
+  if (!step) {
+    const fs::path name = dir.has_filename() ? dir.filename() : dir.parent_path().filename();  // "ck/step_5/"
+    step = parse_step_name(name.string());
+  }
+  ck.step = step.value_or(-1);
+  return ck;
+}
+
+std::optional<Checkpoint> load_latest_checkpoint(const fs::path& root) {
+  const std::optional<int64_t> step = latest_checkpoint_step(root);
+  if (!step) return std::nullopt;
+  return load_checkpoint_dir(checkpoint_dir(root, *step));
+}
+
+}  // namespace ht::io

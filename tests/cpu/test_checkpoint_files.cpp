@@ -1,0 +1,252 @@
+// Checkpoint directories: round trip, the latest/best pointers, pruning, replacement of a step, leftovers of
+// interrupted saves, and errors naming the directory and the file.
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "hadatrain/io/checkpoint_files.h"
+#include "support/catch.h"
+#include "support/testing.h"
+
+using namespace ht;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    static int counter = 0;
+    path = fs::temp_directory_path() / fmt::format("ht_{}_{}_{}", tag, ::getpid(), counter++);
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_raw(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out << bytes;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || !(a.shape() == b.shape())) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  return ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+// A small checkpoint whose tensors and state depend on the step.
+io::CheckpointData make_data(int64_t step, bool with_optimizer = true) {
+  io::CheckpointData d;
+  d.step = step;
+  d.model = {{"fc.weight", test::random_tensor({4, 3}, 100 + step, DType::f32)},
+             {"fc.bias", test::random_tensor({4}, 200 + step, DType::bf16)},
+             {"head.weight", test::random_tensor({3, 4}, 300 + step, DType::f32).transpose(0, 1)}};
+  if (with_optimizer)
+    d.optimizer = {{"fc.weight.exp_avg", test::random_tensor({4, 3}, 400 + step, DType::f32)},
+                   {"step_count", scalar_tensor(static_cast<double>(step), {DType::i64})}};
+  d.state = {{"step", step},
+             {"epoch", step / 10},
+             {"optimizer", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}},
+             {"data_loader", {{"epoch", 1}, {"position", 12345}, {"seed", 42}}},
+             {"generators", {{"dropout", {{"seed", 7}, {"offset", 1ULL << 40}}}}}};
+  return d;
+}
+
+std::vector<int64_t> steps_of(const fs::path& root) { return io::list_checkpoints(root); }
+
+}  // namespace
+
+TEST_CASE("a checkpoint directory round-trips tensors, state and metadata", "[checkpoint]") {
+  TempDir tmp("ck_roundtrip");
+  const fs::path root = tmp.path / "run" / "checkpoints";  // created on demand
+  const io::CheckpointData d = make_data(10);
+  const fs::path dir = io::save_checkpoint(root, d);
+  CHECK(dir == root / "step_10");
+  CHECK(fs::is_regular_file(dir / "model.safetensors"));
+  CHECK(fs::is_regular_file(dir / "optimizer.safetensors"));
+  CHECK(fs::is_regular_file(dir / "state.json"));
+  CHECK(read_file(root / "latest") == "step_10\n");
+  CHECK_FALSE(fs::exists(root / "best"));
+
+  const std::optional<io::Checkpoint> ck = io::load_latest_checkpoint(root);
+  REQUIRE(ck.has_value());
+  CHECK(ck->step == 10);
+  CHECK(ck->dir == dir);
+  CHECK(ck->state == d.state);
+  CHECK(ck->state["generators"]["dropout"]["offset"].get<uint64_t>() == (1ULL << 40));
+  REQUIRE(ck->model.tensors.size() == d.model.size());
+  for (const auto& [name, t] : d.model) CHECK(same_bits(ck->model.at(name), t));
+  REQUIRE(ck->optimizer.has_value());
+  for (const auto& [name, t] : d.optimizer) CHECK(same_bits(ck->optimizer->at(name), t));
+  CHECK(ck->model.metadata.at("format") == "pt");
+  CHECK(ck->model.metadata.at("step") == "10");
+
+  // Without optimizer tensors there is no optimizer file; extra model metadata is kept.
+  io::CheckpointData d2 = make_data(11, false);
+  d2.model_metadata = {{"config", "llama-tiny"}};
+  io::save_checkpoint(root, d2);
+  CHECK_FALSE(fs::exists(root / "step_11" / "optimizer.safetensors"));
+  const io::Checkpoint ck2 = io::load_checkpoint_dir(root / "step_11/");
+  CHECK(ck2.step == 11);
+  CHECK_FALSE(ck2.optimizer.has_value());
+  CHECK(ck2.model.metadata.at("config") == "llama-tiny");
+}
+
+TEST_CASE("an empty or missing root has no checkpoint", "[checkpoint]") {
+  TempDir tmp("ck_empty");
+  CHECK_FALSE(io::load_latest_checkpoint(tmp.path).has_value());
+  CHECK_FALSE(io::latest_checkpoint_step(tmp.path / "nope").has_value());
+  CHECK(io::list_checkpoints(tmp.path / "nope").empty());
+  CHECK_FALSE(io::best_checkpoint_step(tmp.path).has_value());
+}
+
+TEST_CASE("latest follows saves; keep_last prunes older checkpoints but keeps the best", "[checkpoint]") {
+  TempDir tmp("ck_prune");
+  const fs::path root = tmp.path;
+  for (int64_t s : {10, 20, 30}) io::save_checkpoint(root, make_data(s));
+  CHECK(steps_of(root) == std::vector<int64_t>{10, 20, 30});
+  CHECK(io::latest_checkpoint_step(root) == 30);
+
+  io::save_checkpoint(root, make_data(40), {.keep_last = 2, .best = io::MarkBest::yes});
+  CHECK(steps_of(root) == std::vector<int64_t>{30, 40});
+  CHECK(read_file(root / "best") == "step_40\n");
+  CHECK(io::best_checkpoint_step(root) == 40);
+
+  // step 40 stays as the best while newer ones come and go.
+  for (int64_t s : {50, 60, 70}) io::save_checkpoint(root, make_data(s), {.keep_last = 2});
+  CHECK(steps_of(root) == std::vector<int64_t>{40, 60, 70});
+  CHECK(io::latest_checkpoint_step(root) == 70);
+  CHECK(io::best_checkpoint_step(root) == 40);
+  const io::Checkpoint best = io::load_checkpoint_dir(io::checkpoint_dir(root, *io::best_checkpoint_step(root)));
+  CHECK(best.state["step"] == 40);
+
+  io::save_checkpoint(root, make_data(80), {.keep_last = 1});
+  CHECK(steps_of(root) == std::vector<int64_t>{40, 80});
+  CHECK_THROWS_WITH(io::save_checkpoint(root, make_data(90), {.keep_last = -1}), Contains("keep_last"));
+}
+
+TEST_CASE("resuming from an earlier step: latest names the new save, later checkpoints are not pruned",
+          "[checkpoint]") {
+  TempDir tmp("ck_resume");
+  const fs::path root = tmp.path;
+  for (int64_t s : {10, 20, 30}) io::save_checkpoint(root, make_data(s));
+  io::save_checkpoint(root, make_data(15), {.keep_last = 1});  // a run resumed from step 10
+  CHECK(io::latest_checkpoint_step(root) == 15);
+  CHECK(io::load_latest_checkpoint(root)->state["step"] == 15);
+  CHECK(steps_of(root) == std::vector<int64_t>{15, 20, 30});  // 10 pruned; 20, 30 belong to the abandoned run
+}
+
+TEST_CASE("saving a step again replaces that checkpoint", "[checkpoint]") {
+  TempDir tmp("ck_replace");
+  io::save_checkpoint(tmp.path, make_data(5));
+  io::CheckpointData again = make_data(5, false);
+  again.state["note"] = "second";
+  again.model = {{"only", ones({2})}};
+  io::save_checkpoint(tmp.path, again);
+  const io::Checkpoint ck = *io::load_latest_checkpoint(tmp.path);
+  CHECK(ck.state["note"] == "second");
+  CHECK(ck.model.tensors.size() == 1);
+  CHECK_FALSE(ck.optimizer.has_value());
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.path)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"latest", "step_5"});
+}
+
+TEST_CASE("leftovers of a crash are ignored when loading and removed by the next save", "[checkpoint]") {
+  TempDir tmp("ck_crash");
+  const fs::path root = tmp.path;
+  io::save_checkpoint(root, make_data(5));
+  // A save of step 7 that died before its rename: a complete-looking but temporary directory.
+  fs::create_directories(root / "step_7.tmp");
+  write_raw(root / "step_7.tmp" / "model.safetensors", "partial");
+  write_raw(root / "step_7.tmp" / "state.json", "{\"step\": 7}");
+  // A step directory someone emptied by hand, and unrelated files.
+  fs::create_directories(root / "step_9");
+  write_raw(root / "step_9" / "state.json", "{}");
+  write_raw(root / "notes.txt", "keep me");
+  fs::create_directories(root / "step_x");
+
+  CHECK(steps_of(root) == std::vector<int64_t>{5});
+  CHECK(io::latest_checkpoint_step(root) == 5);
+  CHECK(io::load_latest_checkpoint(root)->state["step"] == 5);
+
+  // Without a `latest` file (or with a stale one) the highest complete checkpoint is found by scanning.
+  fs::remove(root / "latest");
+  CHECK(io::latest_checkpoint_step(root) == 5);
+  write_raw(root / "latest", "step_99\n");
+  CHECK(io::latest_checkpoint_step(root) == 5);
+  write_raw(root / "latest", "garbage");
+  CHECK(io::latest_checkpoint_step(root) == 5);
+
+  io::save_checkpoint(root, make_data(6));
+  CHECK_FALSE(fs::exists(root / "step_7.tmp"));
+  CHECK(fs::exists(root / "notes.txt"));
+  CHECK(fs::exists(root / "step_9"));  // not ours to delete
+  CHECK(io::latest_checkpoint_step(root) == 6);
+}
+
+TEST_CASE("a failed save leaves the previous checkpoints and no temporary directory", "[checkpoint]") {
+  TempDir tmp("ck_fail");
+  const fs::path root = tmp.path;
+  io::save_checkpoint(root, make_data(5));
+  io::CheckpointData bad = make_data(6);
+  bad.optimizer.emplace_back("packed", empty({4}, {DType::i4x2}));  // safetensors cannot hold it
+  CHECK_THROWS_WITH(io::save_checkpoint(root, bad), Contains("packed int4"));
+  CHECK_FALSE(fs::exists(root / "step_6.tmp"));
+  CHECK_FALSE(fs::exists(root / "step_6"));
+  CHECK(read_file(root / "latest") == "step_5\n");
+
+  // Replacing an existing step that fails keeps the old one.
+  io::CheckpointData bad5 = bad;
+  bad5.step = 5;
+  CHECK_THROWS(io::save_checkpoint(root, bad5));
+  CHECK(io::load_latest_checkpoint(root)->state["step"] == 5);
+  CHECK(io::load_latest_checkpoint(root)->optimizer.has_value());
+
+  io::CheckpointData no_model = make_data(8);
+  no_model.model.clear();
+  CHECK_THROWS_WITH(io::save_checkpoint(root, no_model), Contains("no model tensors"));
+  CHECK_THROWS_WITH(io::save_checkpoint(root, make_data(-1)), Contains("step must be >= 0"));
+}
+
+TEST_CASE("loading errors name the checkpoint directory and the file", "[checkpoint]") {
+  TempDir tmp("ck_errors");
+  const fs::path root = tmp.path;
+  const fs::path dir = io::save_checkpoint(root, make_data(3));
+
+  SECTION("state.json missing") {
+    fs::remove(dir / "state.json");
+    CHECK_THROWS_WITH(io::load_checkpoint_dir(dir), Contains(dir.string()) && Contains("state.json is missing"));
+  }
+  SECTION("state.json corrupt") {
+    write_raw(dir / "state.json", "{\"step\": ");
+    CHECK_THROWS_WITH(io::load_checkpoint_dir(dir), Contains(dir.string()) && Contains("state.json is not valid JSON"));
+  }
+  SECTION("model.safetensors truncated") {
+    const std::string bytes = read_file(dir / "model.safetensors");
+    write_raw(dir / "model.safetensors", bytes.substr(0, bytes.size() - 3));
+    CHECK_THROWS_WITH(io::load_checkpoint_dir(dir), Contains((dir / "model.safetensors").string()) &&
+                                                        Contains("out of range"));
+  }
+  SECTION("optimizer.safetensors corrupt") {
+    write_raw(dir / "optimizer.safetensors", "nope");
+    CHECK_THROWS_WITH(io::load_latest_checkpoint(root),
+                      Contains((dir / "optimizer.safetensors").string()) && Contains("file too small"));
+  }
+  SECTION("not a directory") {
+    CHECK_THROWS_WITH(io::load_checkpoint_dir(root / "step_4"), Contains("step_4") && Contains("not a directory"));
+  }
+}
