@@ -16,6 +16,7 @@ int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this-
 bool Tensor::is_contiguous() const {
   const auto& s = shape();
   const auto& st = strides();
+  if (numel_of(s) == 0) return true;  // nothing to lay out: any strides describe an empty tensor
   int64_t expected = 1;
   for (int i = s.size() - 1; i >= 0; --i) {
     if (s[i] == 1) continue;
