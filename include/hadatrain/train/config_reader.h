@@ -1,0 +1,139 @@
+// Strict YAML config reading: a ConfigReader walks one section (a YAML map) of a config file and fills
+// typed values with defaults. Every problem is an ht::Error whose message names where the value came
+// from (file:line:column, or the `--set key=value` that introduced it), the full dotted key, what was
+// expected and what was found:
+//
+//   configs/x.yaml:7:5: optim.lr: expected a number > 0, got -1
+//
+// Usage (see train/job_config.cpp):
+//   ConfigReader root = ConfigReader::load_file(path, overrides);   // overrides: {"optim.lr=0.1", ...}
+//   ConfigReader optim = root.child("optim");
+//   double lr = optim.get("lr", 0.1, Range::positive());
+//   root.finish();                 // rejects keys that no get()/child() asked for, in every section
+//   std::string yaml = root.resolved_yaml();  // every value asked for, after defaults and overrides
+//
+// Note [Config override sources]
+// `--set a.b=c` overrides are applied to the YAML tree before typed parsing: the value is parsed as a YAML
+// scalar or flow value (`--set model.hidden=[512,256]`) and written at the dotted path, creating sections as
+// needed. The document remembers each override, so an error about a value that came from an override (or
+// a key it introduced, found unknown by finish()) names `--set a.b=c` as its source instead of a file line.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "hadatrain/core/error.h"
+
+namespace ht::train {
+
+// An allowed numeric interval for a config value, with the words used in error messages.
+class Range {
+ public:
+  static Range any() { return {}; }
+  static Range positive() { return lower(0.0, false); }                         // > 0
+  static Range non_negative() { return lower(0.0, true); }                      // >= 0
+  static Range at_least(double lo) { return lower(lo, true); }                  // >= lo
+  static Range closed(double lo, double hi) { return both(lo, hi, true); }      // [lo, hi]
+  static Range half_open(double lo, double hi) { return both(lo, hi, false); }  // [lo, hi)
+
+  bool contains(double v) const;
+  // " > 0", " >= 1", " in [0, 1)", or "" for any().
+  std::string describe() const;
+
+ private:
+  static Range lower(double lo, bool closed) {
+    Range r;
+    r.has_lo_ = true;
+    r.lo_ = lo;
+    r.lo_closed_ = closed;
+    return r;
+  }
+  static Range both(double lo, double hi, bool hi_closed) {
+    Range r = lower(lo, true);
+    r.has_hi_ = true;
+    r.hi_ = hi;
+    r.hi_closed_ = hi_closed;
+    return r;
+  }
+  bool has_lo_ = false, lo_closed_ = false, has_hi_ = false, hi_closed_ = false;
+  double lo_ = 0, hi_ = 0;
+};
+
+class ConfigReader {
+ public:
+  // Reads and parses a YAML file, then applies `overrides` ("a.b=value" each). Throws on a missing file,
+  // malformed YAML (file:line:column) or a malformed override.
+  static ConfigReader load_file(const std::string& path, const std::vector<std::string>& overrides = {});
+  // The same for YAML text; `source_name` stands in for the file name in messages.
+  static ConfigReader from_string(const std::string& yaml, const std::string& source_name,
+                                  const std::vector<std::string>& overrides = {});
+
+  // Typed value of `key` in this section, or `def` when the key is absent. Numbers are checked against
+  // `range`. Supported T: bool, int, int64_t, uint64_t, double, std::string. Explicit nulls, quoted numbers,
+  // lists and maps where a scalar is expected are errors.
+  template <class T>
+  T get(const std::string& key, const T& def, const Range& range = Range::any());
+  std::string get(const std::string& key, const char* def) { return get<std::string>(key, std::string(def)); }
+  // Like get() but the key must be present.
+  template <class T>
+  T require(const std::string& key, const Range& range = Range::any());
+  // A list (block or flow sequence) of T, every element checked against `range`.
+  template <class T>
+  std::vector<T> get_list(const std::string& key, const std::vector<T>& def, const Range& range = Range::any());
+  // A string that must be one of `allowed`.
+  std::string get_enum(const std::string& key, const std::string& def, const std::vector<std::string>& allowed);
+  // get_enum mapped onto an enum class: choices = {{"relu", Act::relu}, {"gelu", Act::gelu}}.
+  template <class E>
+  E get_choice(const std::string& key, E def, const std::vector<std::pair<std::string, E>>& choices);
+
+  // The sub-section `key` (a map). Absent or null sections read as empty, so all their values default.
+  ConfigReader child(const std::string& key);
+  // True when `key` is present in this section (also marks it as known to the schema).
+  bool has(const std::string& key);
+
+  // Throws the error for every key in this section and the sections reached through child() that no
+  // get()/child()/has() asked for: "<where>: optim.lrr: unknown key (optim accepts: lr, ...; did you mean
+  // 'lr'?)".
+  void finish();
+
+  // Throws an ht::Error located at `key` of this section (its value if present, else the section).
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+
+  // The full dotted path of this section ("" for the root) and of `key` within it.
+  const std::string& path() const;
+  std::string key_path(const std::string& key) const;
+  // The file (or source name) this config came from.
+  const std::string& source() const;
+
+  // Every value asked for so far (given or defaulted), as a YAML tree in the order asked.
+  YAML::Node resolved() const;
+  std::string resolved_yaml() const;
+
+  struct Section;  // implementation detail (config_reader.cpp)
+
+ private:
+  explicit ConfigReader(std::shared_ptr<Section> s) : s_(std::move(s)) {}
+  std::shared_ptr<Section> s_;
+};
+
+template <class E>
+E ConfigReader::get_choice(const std::string& key, E def, const std::vector<std::pair<std::string, E>>& choices) {
+  std::vector<std::string> names;
+  std::string def_name;
+  for (const auto& [name, value] : choices) {
+    names.push_back(name);
+    if (value == def) def_name = name;
+  }
+  HT_ASSERT(!def_name.empty(), "default of config key {} is not among its choices", key_path(key));
+  const std::string picked = get_enum(key, def_name, names);
+  for (const auto& [name, value] : choices)
+    if (name == picked) return value;
+  HT_ASSERT(false, "unreachable: {} not among choices", picked);
+  return def;
+}
+
+}  // namespace ht::train

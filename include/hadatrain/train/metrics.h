@@ -1,0 +1,44 @@
+// Structured metrics: one JSON object per line (JSONL) in the run directory, flushed after every record so
+// a running or crashed job can be inspected. Records are built field by field:
+//
+//   metrics.write(MetricsRecord("train").add("step", step).add("loss", loss));
+//   -> {"type": "train", "step": 100, "loss": 0.4123}
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+namespace ht::train {
+
+class MetricsRecord {
+ public:
+  explicit MetricsRecord(std::string_view type);
+  MetricsRecord& add(std::string_view key, double value);  // non-finite values are written as null
+  MetricsRecord& add(std::string_view key, int64_t value);
+  MetricsRecord& add(std::string_view key, int value) { return add(key, static_cast<int64_t>(value)); }
+  MetricsRecord& add(std::string_view key, std::string_view value);
+  // The JSON object, without a newline.
+  std::string json() const { return body_ + "}"; }
+
+ private:
+  void key(std::string_view k);
+  std::string body_;
+};
+
+class MetricsLog {
+ public:
+  // Creates (truncates) `path`; throws ht::Error when it cannot be written.
+  explicit MetricsLog(const std::string& path);
+  void write(const MetricsRecord& record);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// `s` as a JSON string literal, quotes included.
+std::string json_quote(std::string_view s);
+
+}  // namespace ht::train

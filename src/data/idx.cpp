@@ -1,0 +1,140 @@
+// IDX reader (MNIST / Fashion-MNIST files, gzipped or raw): header validation and record reading with
+// errors that name the file and the record where the data ran out.
+#include "hadatrain/data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "hadatrain/core/error.h"
+
+namespace ht::data {
+namespace {
+
+// A gzFile that closes itself. gzread passes raw (uncompressed) files through unchanged.
+class GzReader {
+ public:
+  explicit GzReader(const std::string& path) : path_(path) {
+    errno = 0;
+    f_ = gzopen(path.c_str(), "rb");
+    HT_CHECK(f_ != nullptr, "{}: cannot open IDX file: {}", path,
+             errno ? std::strerror(errno) : "out of memory");
+    gzbuffer(f_, 1 << 18);
+  }
+  ~GzReader() { gzclose(f_); }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+
+  // Reads up to n bytes; returns how many were read (fewer only at the end of the data). `what` names the
+  // record being read, for the message if the compressed stream is corrupt.
+  std::size_t read(void* dst, std::size_t n, const std::string& what) {
+    std::size_t done = 0;
+    while (done < n) {
+      const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
+      const int got = gzread(f_, static_cast<char*>(dst) + done, chunk);
+      if (got < 0) {
+        int errnum = 0;
+        const char* msg = gzerror(f_, &errnum);
+        HT_FAIL("{}: corrupt or unreadable data in {}: {}", path_, what, msg ? msg : "read error");
+      }
+      if (got == 0) break;
+      done += static_cast<std::size_t>(got);
+    }
+    return done;
+  }
+
+ private:
+  std::string path_;
+  gzFile f_ = nullptr;
+};
+
+uint32_t big_endian_u32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+struct IdxHeader {
+  std::vector<int64_t> sizes;  // N first
+};
+
+IdxHeader read_header(GzReader& in, const std::string& path, uint32_t magic, int ndim, const char* kind) {
+  std::array<unsigned char, 4> word{};
+  const std::size_t got = in.read(word.data(), 4, "the header");
+  HT_CHECK(got == 4, "{}: truncated IDX file: {} bytes, too short for the 4-byte magic number", path, got);
+  const uint32_t found = big_endian_u32(word.data());
+  if (found != magic) {
+    std::string hint;
+    if (found == kIdxImagesMagic) hint = " (this is an IDX images file)";
+    if (found == kIdxLabelsMagic) hint = " (this is an IDX labels file)";
+    if ((found >> 16) == 0x1f8b) hint = " (gzip data that did not decompress: is the file damaged?)";
+    HT_FAIL("{}: bad magic number 0x{:08x}{}: expected 0x{:08x} for IDX {} (u8 data, {} dimension{})", path, found,
+            hint, magic, kind, ndim, ndim == 1 ? "" : "s");
+  }
+  IdxHeader h;
+  for (int d = 0; d < ndim; ++d) {
+    HT_CHECK(in.read(word.data(), 4, "the header") == 4,
+             "{}: truncated IDX file: the header ends before size {} of {}", path, d + 1, ndim);
+    h.sizes.push_back(big_endian_u32(word.data()));
+  }
+  return h;
+}
+
+// Reads `count` records of `record_bytes` each into dst; a short read names the record it stopped in.
+void read_records(GzReader& in, const std::string& path, uint8_t* dst, int64_t count, int64_t total,
+                  int64_t record_bytes, const char* record_name) {
+  // Read in blocks of whole records so a decompression error can name the record it happened in.
+  const int64_t per_block = std::max<int64_t>(1, (int64_t{1} << 20) / record_bytes);
+  for (int64_t first = 0; first < count; first += per_block) {
+    const int64_t n = std::min(per_block, count - first);
+    const std::size_t want = static_cast<std::size_t>(n * record_bytes);
+    const std::size_t got = in.read(dst + first * record_bytes, want, fmt::format("{} {}", record_name, first));
+    if (got < want) {
+      const int64_t index = first + static_cast<int64_t>(got) / record_bytes;
+      HT_FAIL("{}: truncated IDX file: the header announces {} {}s but the data ends in {} {} (0-based), "
+              "after {} of {} data bytes; the file is incomplete or damaged",
+              path, total, record_name, record_name, index, first * record_bytes + static_cast<int64_t>(got),
+              total * record_bytes);
+    }
+  }
+}
+
+void check_no_trailing_data(GzReader& in, const std::string& path, int64_t total, const char* record_name) {
+  unsigned char extra = 0;
+  HT_CHECK(in.read(&extra, 1, "the end of the file") == 0,
+           "{}: unexpected data after the {} {}s announced by the header; the file is damaged or not IDX", path,
+           total, record_name);
+}
+
+int64_t records_to_read(int64_t total, int64_t limit) { return limit > 0 ? std::min(total, limit) : total; }
+
+}  // namespace
+
+Tensor read_idx_images(const std::string& path, int64_t limit) {
+  HT_CHECK(limit >= 0, "read_idx_images: limit must be >= 0, got {}", limit);
+  GzReader in(path);
+  const IdxHeader h = read_header(in, path, kIdxImagesMagic, 3, "images");
+  const int64_t n = h.sizes[0], rows = h.sizes[1], cols = h.sizes[2];
+  HT_CHECK(rows > 0 && cols > 0 && rows <= 4096 && cols <= 4096,
+           "{}: implausible image size {}x{} in the IDX header (expected 1..4096 pixels per side)", path, rows, cols);
+  const int64_t count = records_to_read(n, limit);
+  Tensor images = empty({count, 1, rows, cols}, {DType::u8});
+  if (count > 0) read_records(in, path, images.data<uint8_t>(), count, n, rows * cols, "image");
+  if (count == n) check_no_trailing_data(in, path, n, "image");
+  return images;
+}
+
+Tensor read_idx_labels(const std::string& path, int64_t limit) {
+  HT_CHECK(limit >= 0, "read_idx_labels: limit must be >= 0, got {}", limit);
+  GzReader in(path);
+  const IdxHeader h = read_header(in, path, kIdxLabelsMagic, 1, "labels");
+  const int64_t n = h.sizes[0];
+  const int64_t count = records_to_read(n, limit);
+  Tensor labels = empty({count}, {DType::u8});
+  if (count > 0) read_records(in, path, labels.data<uint8_t>(), count, n, 1, "label");
+  if (count == n) check_no_trailing_data(in, path, n, "label");
+  return labels;
+}
+
+}  // namespace ht::data

@@ -1,0 +1,475 @@
+// Strict YAML config reading: file loading, --set overrides, typed scalar parsing with ranges, unknown-key
+// detection and the resolved-config record. See config_reader.h and Note [Config override sources].
+#include "hadatrain/train/config_reader.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace ht::train {
+namespace {
+
+struct Override {
+  std::string key;   // "optim.lr"
+  std::string text;  // "--set optim.lr=0.1"
+};
+
+struct Document {
+  std::string source;               // the file name, or the name given to from_string
+  std::vector<Override> overrides;  // in command-line order (later ones win)
+};
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Where the value at `dotted` (whose node has mark `m`) came from: the --set that wrote it or a section
+// holding it, the --set that created it (nodes made by an override have no file position), or file:line:col.
+std::string where(const Document& d, const YAML::Mark& m, const std::string& dotted) {
+  const Override* best = nullptr;
+  for (const Override& o : d.overrides) {
+    const bool covers = dotted == o.key || starts_with(dotted, o.key + ".") || starts_with(dotted, o.key + "[");
+    const bool created = m.is_null() && starts_with(o.key, dotted + ".");
+    if (covers || created) best = &o;
+  }
+  if (best) return best->text;
+  if (!m.is_null()) return fmt::format("{}:{}:{}", d.source, m.line + 1, m.column + 1);
+  return d.source;
+}
+
+[[noreturn]] void throw_at(const Document& d, const YAML::Mark& m, const std::string& dotted, const std::string& msg) {
+  if (dotted.empty()) throw Error(fmt::format("{}: {}", where(d, m, dotted), msg));
+  throw Error(fmt::format("{}: {}: {}", where(d, m, dotted), dotted, msg));
+}
+
+// What a node holds, for "got ..." in messages.
+std::string describe_found(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
+  if (n.IsSequence()) return fmt::format("a list of {} items", n.size());
+  if (n.IsMap()) return "a map (a section of keys)";
+  if (n.Tag() == "!") return fmt::format("the quoted string \"{}\"", n.Scalar());
+  return n.Scalar();
+}
+
+bool is_plain_scalar(const YAML::Node& n) { return n.IsDefined() && n.IsScalar() && n.Tag() != "!"; }
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// --- typed scalar parsing: returns the value, or sets `err` to "expected ..., got ..." ---
+
+template <class T>
+const char* type_words();
+template <> const char* type_words<bool>() { return "a boolean (true or false)"; }
+template <> const char* type_words<int>() { return "an integer"; }
+template <> const char* type_words<int64_t>() { return "an integer"; }
+template <> const char* type_words<uint64_t>() { return "a non-negative integer"; }
+template <> const char* type_words<double>() { return "a number"; }
+template <> const char* type_words<std::string>() { return "a string"; }
+
+template <class T>
+const char* list_words();
+template <> const char* list_words<bool>() { return "booleans"; }
+template <> const char* list_words<int>() { return "integers"; }
+template <> const char* list_words<int64_t>() { return "integers"; }
+template <> const char* list_words<uint64_t>() { return "non-negative integers"; }
+template <> const char* list_words<double>() { return "numbers"; }
+template <> const char* list_words<std::string>() { return "strings"; }
+
+template <class Int>
+std::optional<Int> parse_integer(std::string s) {
+  if (!s.empty() && s[0] == '+') s.erase(0, 1);
+  Int v{};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_number(std::string s) {
+  if (!s.empty() && s[0] == '+') s.erase(0, 1);
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+template <class T>
+std::optional<T> parse_value(const YAML::Node& n, const Range& range, std::string& err) {
+  const std::string expected = fmt::format("expected {}{}", type_words<T>(), range.describe());
+  auto fail = [&]() -> std::optional<T> {
+    err = fmt::format("{}, got {}", expected, describe_found(n));
+    return std::nullopt;
+  };
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!n.IsDefined() || !n.IsScalar()) return fail();
+    return n.Scalar();
+  } else {
+    if (!is_plain_scalar(n)) return fail();
+    const std::string& s = n.Scalar();
+    std::optional<T> v;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (s == "true" || s == "True" || s == "TRUE") v = true;
+      if (s == "false" || s == "False" || s == "FALSE") v = false;
+    } else if constexpr (std::is_same_v<T, double>) {
+      v = parse_number(s);
+    } else if constexpr (std::is_same_v<T, int>) {
+      const auto wide = parse_integer<int64_t>(s);
+      if (wide && *wide >= std::numeric_limits<int>::min() && *wide <= std::numeric_limits<int>::max())
+        v = static_cast<int>(*wide);
+    } else {
+      v = parse_integer<T>(s);
+    }
+    if (!v) return fail();
+    if constexpr (!std::is_same_v<T, bool>) {
+      if (!range.contains(static_cast<double>(*v))) return fail();
+    }
+    return v;
+  }
+}
+
+template <class T>
+std::string format_value(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  else if constexpr (std::is_same_v<T, std::string>) return v;
+  else return fmt::format("{}", v);
+}
+
+}  // namespace
+
+// --- Range ---
+
+bool Range::contains(double v) const {
+  if (std::isnan(v)) return !has_lo_ && !has_hi_;
+  if (has_lo_ && (lo_closed_ ? v < lo_ : v <= lo_)) return false;
+  if (has_hi_ && (hi_closed_ ? v > hi_ : v >= hi_)) return false;
+  return true;
+}
+
+std::string Range::describe() const {
+  if (has_lo_ && has_hi_) return fmt::format(" in [{}, {}{}", lo_, hi_, hi_closed_ ? "]" : ")");
+  if (has_lo_) return fmt::format(" {} {}", lo_closed_ ? ">=" : ">", lo_);
+  return "";
+}
+
+// --- sections ---
+
+struct ConfigReader::Section {
+  std::shared_ptr<Document> doc;
+  YAML::Node node;      // the section's map; undefined when the section is absent
+  YAML::Mark mark;      // where the section starts (its key in the parent), null when unknown
+  std::string path;     // dotted path, "" for the root
+  std::vector<std::string> known;  // keys the schema asked for
+  std::vector<std::pair<std::string, std::shared_ptr<Section>>> children;
+  YAML::Node resolved;  // map of the values asked for
+
+  std::string key_path(const std::string& key) const { return path.empty() ? key : path + "." + key; }
+
+  // The (key, value) pair of `key`, or undefined nodes.
+  std::pair<YAML::Node, YAML::Node> find(const std::string& key) const {
+    if (node.IsDefined() && node.IsMap())
+      for (auto it = node.begin(); it != node.end(); ++it)
+        if (it->first.IsScalar() && it->first.Scalar() == key) return {it->first, it->second};
+    return {YAML::Node(YAML::NodeType::Undefined), YAML::Node(YAML::NodeType::Undefined)};
+  }
+
+  // The mark to report for `key`: its value, or its key when the value is null, or the section.
+  YAML::Mark mark_of(const std::string& key) const {
+    const auto [k, v] = find(key);
+    if (v.IsDefined() && !v.IsNull() && !v.Mark().is_null()) return v.Mark();
+    if (k.IsDefined()) return k.Mark();
+    return mark;
+  }
+
+  void remember(const std::string& key) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) known.push_back(key);
+  }
+
+  // Keys must be non-empty plain scalars and appear once.
+  void check_keys() const {
+    if (!node.IsDefined() || !node.IsMap()) return;
+    std::vector<std::pair<std::string, YAML::Mark>> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node& k = it->first;
+      if (!k.IsScalar() || k.Scalar().empty())
+        throw_at(*doc, k.Mark(), path, fmt::format("keys must be plain names, got {}", describe_found(k)));
+      for (const auto& [name, m] : seen)
+        if (name == k.Scalar())
+          throw_at(*doc, k.Mark(), key_path(name),
+                   fmt::format("duplicate key (first given at line {})", m.line + 1));
+      seen.emplace_back(k.Scalar(), k.Mark());
+    }
+  }
+};
+
+namespace {
+
+std::shared_ptr<ConfigReader::Section> make_root(std::shared_ptr<Document> doc, YAML::Node root) {
+  auto s = std::make_shared<ConfigReader::Section>();
+  s->doc = std::move(doc);
+  s->node = root;
+  s->mark = root.Mark();
+  s->resolved = YAML::Node(YAML::NodeType::Map);
+  s->check_keys();
+  return s;
+}
+
+// Writes the YAML value of `text` ("a.b=value") into `root`, creating sections on the way.
+void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
+  const std::string source = "--set " + text;
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error(fmt::format("{}: expected key=value, for example --set optim.lr=0.05", source));
+  const std::string key = text.substr(0, eq), value = text.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  if (key.back() == '.' || std::any_of(parts.begin(), parts.end(), [](const std::string& p) {
+        return p.empty() || p.find_first_of(" \t[]{}:,") != std::string::npos;
+      }))
+    throw Error(fmt::format("{}: bad key '{}': expected dotted names such as optim.lr", source, key));
+
+  YAML::Node v;
+  if (value.empty()) {
+    v = YAML::Node(std::string());
+  } else {
+    try {
+      v = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      throw Error(fmt::format("{}: the value is not valid YAML: {}", source, e.msg));
+    }
+  }
+
+  YAML::Node cur = root;
+  std::string walked;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked += (i ? "." : "") + parts[i];
+    YAML::Node next = cur[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next.reset(cur[parts[i]]);
+    } else if (!next.IsMap()) {
+      throw Error(fmt::format("{}: {} is not a section (it holds {}), so it has no key '{}'", source, walked,
+                              describe_found(next), parts[i + 1]));
+    }
+    cur.reset(next);
+  }
+  cur[parts.back()] = v;
+  doc.overrides.push_back({key, source});
+}
+
+}  // namespace
+
+ConfigReader ConfigReader::from_string(const std::string& yaml, const std::string& source_name,
+                                       const std::vector<std::string>& overrides) {
+  auto doc = std::make_shared<Document>();
+  doc->source = source_name;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::ParserException& e) {
+    throw Error(fmt::format("{}:{}:{}: invalid YAML: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg));
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("{}: invalid YAML: {}", source_name, e.msg));
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);  // empty file: all defaults
+  if (!root.IsMap())
+    throw_at(*doc, root.Mark(), "",
+             fmt::format("expected a map of sections at the top level (run:, data:, ...), got {}",
+                         describe_found(root)));
+  for (const std::string& o : overrides) apply_override(*doc, root, o);
+  return ConfigReader(make_root(doc, root));
+}
+
+ConfigReader ConfigReader::load_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(fmt::format("{}: config file not found (or not a regular file)", path));
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in.good() && !in.eof()) throw Error(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
+  return from_string(text.str(), path, overrides);
+}
+
+template <class T>
+T ConfigReader::get(const std::string& key, const T& def, const Range& range) {
+  Section& s = *s_;
+  s.remember(key);
+  const auto [k, v] = s.find(key);
+  T out = def;
+  if (k.IsDefined()) {
+    std::string err;
+    auto parsed = parse_value<T>(v, range, err);
+    if (!parsed) throw_at(*s.doc, s.mark_of(key), s.key_path(key), err);
+    out = *parsed;
+  }
+  s.resolved[key] = format_value(out);
+  return out;
+}
+
+template <class T>
+T ConfigReader::require(const std::string& key, const Range& range) {
+  if (!has(key)) fail(key, fmt::format("required key is missing: expected {}{}", type_words<T>(), range.describe()));
+  return get<T>(key, T{}, range);
+}
+
+template <class T>
+std::vector<T> ConfigReader::get_list(const std::string& key, const std::vector<T>& def, const Range& range) {
+  Section& s = *s_;
+  s.remember(key);
+  const auto [k, v] = s.find(key);
+  std::vector<T> out = def;
+  if (k.IsDefined()) {
+    if (!v.IsSequence())
+      throw_at(*s.doc, s.mark_of(key), s.key_path(key),
+               fmt::format("expected a list of {}{} such as [1, 2], got {}", list_words<T>(), range.describe(),
+                           describe_found(v)));
+    out.clear();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      std::string err;
+      const YAML::Node e = v[i];
+      auto parsed = parse_value<T>(e, range, err);
+      if (!parsed)
+        throw_at(*s.doc, e.Mark().is_null() ? s.mark_of(key) : e.Mark(), fmt::format("{}[{}]", s.key_path(key), i),
+                 err);
+      out.push_back(*parsed);
+    }
+  }
+  YAML::Node seq(YAML::NodeType::Sequence);
+  for (const T& e : out) seq.push_back(format_value(e));
+  seq.SetStyle(YAML::EmitterStyle::Flow);
+  s.resolved[key] = seq;
+  return out;
+}
+
+std::string ConfigReader::get_enum(const std::string& key, const std::string& def,
+                                   const std::vector<std::string>& allowed) {
+  Section& s = *s_;
+  s.remember(key);
+  const auto [k, v] = s.find(key);
+  std::string out = def;
+  if (k.IsDefined()) {
+    if (!v.IsScalar() || std::find(allowed.begin(), allowed.end(), v.Scalar()) == allowed.end())
+      throw_at(*s.doc, s.mark_of(key), s.key_path(key),
+               fmt::format("expected one of {}, got {}", join(allowed, ", "), describe_found(v)));
+    out = v.Scalar();
+  }
+  s.resolved[key] = out;
+  return out;
+}
+
+ConfigReader ConfigReader::child(const std::string& key) {
+  Section& s = *s_;
+  s.remember(key);
+  for (const auto& [name, c] : s.children)
+    if (name == key) return ConfigReader(c);
+  const auto [k, v] = s.find(key);
+  if (k.IsDefined() && !v.IsNull() && !v.IsMap())
+    throw_at(*s.doc, s.mark_of(key), s.key_path(key),
+             fmt::format("expected a section (a map of keys), got {}", describe_found(v)));
+  auto c = std::make_shared<Section>();
+  c->doc = s.doc;
+  c->node = (k.IsDefined() && v.IsMap()) ? v : YAML::Node(YAML::NodeType::Undefined);
+  c->mark = k.IsDefined() ? k.Mark() : s.mark;
+  c->path = s.key_path(key);
+  s.resolved[key] = YAML::Node(YAML::NodeType::Map);
+  c->resolved.reset(s.resolved[key]);
+  c->check_keys();
+  s.children.emplace_back(key, c);
+  return ConfigReader(c);
+}
+
+bool ConfigReader::has(const std::string& key) {
+  s_->remember(key);
+  const auto [k, v] = s_->find(key);
+  return k.IsDefined() && !v.IsNull();
+}
+
+void ConfigReader::finish() {
+  const Section& s = *s_;
+  if (s.node.IsDefined() && s.node.IsMap()) {
+    for (auto it = s.node.begin(); it != s.node.end(); ++it) {
+      const std::string name = it->first.Scalar();
+      if (std::find(s.known.begin(), s.known.end(), name) != s.known.end()) continue;
+      // Suggest the closest known key when it is a plausible typo (1-2 edits, fewer than the name's length).
+      std::string hint;
+      std::size_t best = 3;
+      for (const std::string& k : s.known) {
+        const std::size_t d = edit_distance(name, k);
+        if (d < best && d < std::min(name.size(), k.size())) {
+          best = d;
+          hint = fmt::format("; did you mean '{}'?", k);
+        }
+      }
+      const std::string section = s.path.empty() ? "the top level" : s.path;
+      throw_at(*s.doc, it->first.Mark(), s.key_path(name),
+               fmt::format("unknown key ({} accepts: {}{})", section, join(s.known, ", "), hint));
+    }
+  }
+  for (const auto& [name, c] : s.children) ConfigReader(c).finish();
+}
+
+void ConfigReader::fail(const std::string& key, const std::string& message) const {
+  throw_at(*s_->doc, s_->mark_of(key), s_->key_path(key), message);
+}
+
+const std::string& ConfigReader::path() const { return s_->path; }
+std::string ConfigReader::key_path(const std::string& key) const { return s_->key_path(key); }
+const std::string& ConfigReader::source() const { return s_->doc->source; }
+YAML::Node ConfigReader::resolved() const { return s_->resolved; }
+
+std::string ConfigReader::resolved_yaml() const {
+  YAML::Emitter out;
+  out << s_->resolved;
+  return std::string(out.c_str()) + "\n";
+}
+
+// The value types a config may hold (config_reader.h).
+template bool ConfigReader::get<bool>(const std::string&, const bool&, const Range&);
+template bool ConfigReader::require<bool>(const std::string&, const Range&);
+template std::vector<bool> ConfigReader::get_list<bool>(const std::string&,
+    const std::vector<bool>&, const Range&);
+template int ConfigReader::get<int>(const std::string&, const int&, const Range&);
+template int ConfigReader::require<int>(const std::string&, const Range&);
+template std::vector<int> ConfigReader::get_list<int>(const std::string&,
+    const std::vector<int>&, const Range&);
+template int64_t ConfigReader::get<int64_t>(const std::string&, const int64_t&, const Range&);
+template int64_t ConfigReader::require<int64_t>(const std::string&, const Range&);
+template std::vector<int64_t> ConfigReader::get_list<int64_t>(const std::string&,
+    const std::vector<int64_t>&, const Range&);
+template uint64_t ConfigReader::get<uint64_t>(const std::string&, const uint64_t&, const Range&);
+template uint64_t ConfigReader::require<uint64_t>(const std::string&, const Range&);
+template std::vector<uint64_t> ConfigReader::get_list<uint64_t>(const std::string&,
+    const std::vector<uint64_t>&, const Range&);
+template double ConfigReader::get<double>(const std::string&, const double&, const Range&);
+template double ConfigReader::require<double>(const std::string&, const Range&);
+template std::vector<double> ConfigReader::get_list<double>(const std::string&,
+    const std::vector<double>&, const Range&);
+template std::string ConfigReader::get<std::string>(const std::string&, const std::string&, const Range&);
+template std::string ConfigReader::require<std::string>(const std::string&, const Range&);
+template std::vector<std::string> ConfigReader::get_list<std::string>(const std::string&,
+    const std::vector<std::string>&, const Range&);
+
+}  // namespace ht::train

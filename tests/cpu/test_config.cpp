@@ -1,0 +1,268 @@
+// Strict YAML configs: typed values with defaults and ranges, unknown keys, malformed YAML, --set overrides
+// and the resolved config; every error names file:line:column (or the --set) and the dotted key.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/catch.h"
+
+#include "hadatrain/train/config_reader.h"
+#include "hadatrain/train/job_config.h"
+
+using namespace ht;
+using namespace ht::train;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory for this test process's config files.
+fs::path temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("ht_test_config_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const fs::path p = temp_dir() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// The message of the ht::Error thrown by f, or "" when nothing was thrown.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Line numbers matter below: optim.lr's value is at line 6, column 7.
+const char* const kConfig =
+    "run:\n"                 // 1
+    "  name: t\n"            // 2
+    "data:\n"                // 3
+    "  batch_size: 32\n"     // 4
+    "optim:\n"               // 5
+    "  lr: 0.1\n"            // 6
+    "  momentum: 0.5\n"      // 7
+    "model:\n"               // 8
+    "  hidden: [64, 32]\n";  // 9
+
+}  // namespace
+
+TEST_CASE("a config file fills the typed sections; absent keys take their defaults", "[config]") {
+  const std::string path = write_config("good.yaml", kConfig);
+  const ClassifierJobConfig c = load_classifier_job_config(path);
+  CHECK(c.run.name == "t");
+  CHECK(c.run.out_dir == "runs/t");
+  CHECK(c.run.seed == 0);
+  CHECK(c.data.dataset == DatasetKind::fashion_mnist);
+  CHECK(c.data.root == "/usr/share/datasets/fashion-mnist");
+  CHECK(c.data.batch_size == 32);
+  CHECK(c.data.train_limit == 0);
+  CHECK(c.data.normalize_mean == 0.28604);
+  CHECK(c.data.normalize_std == 0.35302);
+  CHECK(c.model.hidden == std::vector<int64_t>{64, 32});
+  CHECK(c.model.activation == Activation::relu);
+  CHECK(c.optim.lr == 0.1);
+  CHECK(c.optim.momentum == 0.5);
+  CHECK_FALSE(c.optim.nesterov);
+  CHECK(c.train.device == Device::cpu());
+  CHECK(c.train.dtype == DType::f32);
+  CHECK(c.source == path);
+}
+
+TEST_CASE("an empty config is all defaults and the run is named after the file", "[config]") {
+  const ClassifierJobConfig c = load_classifier_job_config(write_config("my_run.yaml", ""));
+  CHECK(c.run.name == "my_run");
+  CHECK(c.run.out_dir == "runs/my_run");
+  CHECK(c.data.batch_size == 64);
+  CHECK(c.model.hidden == std::vector<int64_t>{256, 128});
+  CHECK(c.optim.momentum == 0.9);
+  CHECK(c.train.epochs == 3);
+}
+
+TEST_CASE("malformed YAML is reported with file:line:column", "[config]") {
+  const std::string path = write_config("broken.yaml", "run:\n  name: t\nmodel:\n  hidden: [64, 32\noptim:\n");
+  const std::string msg = error_of([&] { load_classifier_job_config(path); });
+  CHECK_THAT(msg, Contains(path + ":5:"));
+  CHECK_THAT(msg, Contains("invalid YAML"));
+  CHECK_THAT(error_of([&] { load_classifier_job_config(write_config("tab.yaml", "run: {name: [}\n")); }),
+             Contains("tab.yaml:1:"));
+}
+
+TEST_CASE("unknown keys fail with their location, the accepted keys and a suggestion", "[config]") {
+  const std::string path = write_config("unknown.yaml", "optim:\n  lr: 0.1\n  momentun: 0.5\n");
+  CHECK(error_of([&] { load_classifier_job_config(path); }) ==
+        path + ":3:3: optim.momentun: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay; "
+               "did you mean 'momentum'?)");
+  const std::string top = write_config("top.yaml", "run:\n  name: t\ntrainer:\n  epochs: 1\n");
+  CHECK_THAT(error_of([&] { load_classifier_job_config(top); }),
+             Contains(top + ":3:1: trainer: unknown key (the top level accepts: run, data, model, optim, train"));
+}
+
+TEST_CASE("values of the wrong type name the key, the expected type and what was found", "[config]") {
+  auto msg_for = [](const std::string& name, const std::string& text) {
+    const std::string path = write_config(name, text);
+    return std::make_pair(path, error_of([&] { load_classifier_job_config(path); }));
+  };
+  {
+    const auto [path, msg] = msg_for("type_lr.yaml", "optim:\n  lr: fast\n");
+    CHECK(msg == path + ":2:7: optim.lr: expected a number > 0, got fast");
+  }
+  {
+    const auto [path, msg] = msg_for("type_bool.yaml", "optim:\n  nesterov: yes\n");
+    CHECK(msg == path + ":2:13: optim.nesterov: expected a boolean (true or false), got yes");
+  }
+  {
+    const auto [path, msg] = msg_for("type_quoted.yaml", "data:\n  batch_size: \"32\"\n");
+    CHECK(msg == path + ":2:15: data.batch_size: expected an integer >= 1, got the quoted string \"32\"");
+  }
+  {
+    const auto [path, msg] = msg_for("type_int.yaml", "train:\n  epochs: 2.5\n");
+    CHECK(msg == path + ":2:11: train.epochs: expected an integer >= 1, got 2.5");
+  }
+  {
+    const auto [path, msg] = msg_for("type_list.yaml", "model:\n  hidden: 256\n");
+    CHECK(msg == path + ":2:11: model.hidden: expected a list of integers >= 1 such as [1, 2], got 256");
+  }
+  {
+    const auto [path, msg] = msg_for("type_elem.yaml", "model:\n  hidden: [256, x]\n");
+    CHECK(msg == path + ":2:17: model.hidden[1]: expected an integer >= 1, got x");
+  }
+  {
+    const auto [path, msg] = msg_for("type_enum.yaml", "model:\n  activation: tanh\n");
+    CHECK(msg == path + ":2:15: model.activation: expected one of relu, gelu, got tanh");
+  }
+  {
+    const auto [path, msg] = msg_for("type_section.yaml", "optim: sgd\n");
+    CHECK(msg == path + ":1:8: optim: expected a section (a map of keys), got sgd");
+  }
+  {
+    const auto [path, msg] = msg_for("type_null.yaml", "optim:\n  lr:\n");
+    CHECK(msg == path + ":2:3: optim.lr: expected a number > 0, got nothing (null)");
+  }
+  {
+    const auto [path, msg] = msg_for("type_device.yaml", "train:\n  device: gpu\n");
+    CHECK(msg == path + ":2:11: train.device: expected cpu, cuda or cuda:N, got gpu");
+  }
+}
+
+TEST_CASE("out-of-range values name the allowed range", "[config]") {
+  const std::string path = write_config("range.yaml", kConfig);
+  CHECK(error_of([&] { load_classifier_job_config(write_config("lr.yaml", "optim:\n  lr: -1\n")); }) ==
+        (temp_dir() / "lr.yaml").string() + ":2:7: optim.lr: expected a number > 0, got -1");
+  CHECK(error_of([&] { load_classifier_job_config(write_config("mom.yaml", "optim:\n  momentum: 1\n")); }) ==
+        (temp_dir() / "mom.yaml").string() + ":2:13: optim.momentum: expected a number in [0, 1), got 1");
+  CHECK(error_of([&] { load_classifier_job_config(write_config("bs.yaml", "data:\n  batch_size: 0\n")); }) ==
+        (temp_dir() / "bs.yaml").string() + ":2:15: data.batch_size: expected an integer >= 1, got 0");
+  CHECK(error_of([&] { load_classifier_job_config(write_config("lim.yaml", "data:\n  train_limit: -5\n")); }) ==
+        (temp_dir() / "lim.yaml").string() + ":2:16: data.train_limit: expected an integer >= 0, got -5");
+  CHECK_THAT(error_of([&] { load_classifier_job_config(write_config("nest.yaml", "optim:\n  momentum: 0\n  nesterov: true\n")); }),
+             Contains("nest.yaml:3:13: optim.nesterov: nesterov momentum needs optim.momentum > 0"));
+  CHECK(error_of([&] { load_classifier_job_config(path); }).empty());
+}
+
+TEST_CASE("duplicate keys are errors", "[config]") {
+  const std::string path = write_config("dup.yaml", "optim:\n  lr: 0.1\n  lr: 0.2\n");
+  CHECK(error_of([&] { load_classifier_job_config(path); }) ==
+        path + ":3:3: optim.lr: duplicate key (first given at line 2)");
+}
+
+TEST_CASE("--set overrides values before typed parsing, and creates sections", "[config]") {
+  const std::string path = write_config("set.yaml", kConfig);
+  const ClassifierJobConfig c = load_classifier_job_config(
+      path, {"optim.lr=0.25", "model.hidden=[512, 256, 10]", "train.epochs=7", "run.name=other", "optim.lr=0.5",
+             "train.device=cuda:1"});
+  CHECK(c.optim.lr == 0.5);  // the last --set of a key wins
+  CHECK(c.optim.momentum == 0.5);
+  CHECK(c.model.hidden == std::vector<int64_t>{512, 256, 10});
+  CHECK(c.train.epochs == 7);
+  CHECK(c.train.device == Device::cuda(1));
+  CHECK(c.run.name == "other");
+  CHECK(c.run.out_dir == "runs/other");
+  // --set on a file without the section.
+  const ClassifierJobConfig e = load_classifier_job_config(write_config("empty.yaml", ""), {"data.normalize.std=0.5"});
+  CHECK(e.data.normalize_std == 0.5);
+}
+
+TEST_CASE("errors in --set values name the --set as their source", "[config]") {
+  const std::string path = write_config("set_err.yaml", kConfig);
+  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lrr=0.1"}); }) ==
+        "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay; "
+        "did you mean 'lr'?)");
+  CHECK_THAT(error_of([&] { load_classifier_job_config(path, {"foo.bar=1"}); }),
+             Contains("--set foo.bar=1: foo: unknown key (the top level accepts: run, data, model, optim, train)"));
+  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lr=-1"}); }) ==
+        "--set optim.lr=-1: optim.lr: expected a number > 0, got -1");
+  CHECK(error_of([&] { load_classifier_job_config(path, {"model.hidden=[1, 0]"}); }) ==
+        "--set model.hidden=[1, 0]: model.hidden[1]: expected an integer >= 1, got 0");
+  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lr"}); }) ==
+        "--set optim.lr: expected key=value, for example --set optim.lr=0.05");
+  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lr.x=1"}); }) ==
+        "--set optim.lr.x=1: optim.lr is not a section (it holds 0.1), so it has no key 'x'");
+  CHECK_THAT(error_of([&] { load_classifier_job_config(path, {"model.hidden=[1,"}); }),
+             Contains("--set model.hidden=[1,: the value is not valid YAML"));
+  CHECK_THAT(error_of([&] { load_classifier_job_config(path, {"optim..lr=1"}); }), Contains("bad key 'optim..lr'"));
+}
+
+TEST_CASE("the resolved config lists every value and reads back to the same config", "[config]") {
+  const std::string path = write_config("resolved.yaml", kConfig);
+  const ClassifierJobConfig c = load_classifier_job_config(path, {"optim.weight_decay=1e-4", "run.seed=42"});
+  CHECK_THAT(c.resolved_yaml, Contains("optim:\n  name: sgd\n  lr: 0.1\n  momentum: 0.5\n  nesterov: false\n"
+                                       "  weight_decay: 0.0001\n"));
+  CHECK_THAT(c.resolved_yaml, Contains("hidden: [64, 32]"));
+  CHECK_THAT(c.resolved_yaml, Contains("seed: 42"));
+  CHECK_THAT(c.resolved_yaml, Contains("normalize:\n    mean: 0.28604\n    std: 0.35302"));
+  const ClassifierJobConfig again = load_classifier_job_config(write_config("again.yaml", c.resolved_yaml));
+  CHECK(again.resolved_yaml == c.resolved_yaml);
+  CHECK(again.optim.weight_decay == 1e-4);
+  CHECK(again.run.seed == 42);
+  CHECK(again.run.name == "t");
+}
+
+TEST_CASE("ConfigReader works on its own: get, child, get_list, get_enum, require, finish", "[config]") {
+  ConfigReader r = ConfigReader::from_string("a: 3\nsub:\n  xs: [1.5, 2]\n  mode: fast\n  big: 12345678901\n",
+                                             "inline");
+  CHECK(r.get("a", 0) == 3);
+  CHECK(r.get("missing", std::string("dflt")) == "dflt");
+  CHECK(r.get("flag", true));
+  ConfigReader sub = r.child("sub");
+  CHECK(sub.path() == "sub");
+  CHECK(sub.key_path("xs") == "sub.xs");
+  CHECK(sub.get_list<double>("xs", {}) == std::vector<double>{1.5, 2.0});
+  CHECK(sub.get_enum("mode", "slow", {"slow", "fast"}) == "fast");
+  CHECK(sub.require<int64_t>("big") == 12345678901);
+  CHECK_THAT(error_of([&] { sub.get("big", 0); }), Contains("inline:5:8: sub.big: expected an integer, got 12345678901"));
+  CHECK(error_of([&] { sub.require<double>("absent", Range::positive()); }) ==
+        "inline:2:1: sub.absent: required key is missing: expected a number > 0");
+  CHECK(error_of([&] { r.finish(); }).empty());
+  ConfigReader r2 = ConfigReader::from_string("a: 1\nb: 2\n", "inline2");
+  r2.get("a", 0);
+  CHECK(error_of([&] { r2.finish(); }) == "inline2:2:1: b: unknown key (the top level accepts: a)");
+  CHECK_THAT(error_of([] { ConfigReader::from_string("- 1\n- 2\n", "list.yaml"); }),
+             Contains("list.yaml:1:1: expected a map of sections at the top level"));
+}
+
+TEST_CASE("the main job's config parses", "[config]") {
+  // Tests run from the repository root (tests/CMakeLists.txt sets WORKING_DIRECTORY).
+  const ClassifierJobConfig c = load_classifier_job_config("configs/fashion_mnist_mlp.yaml");
+  CHECK(c.run.name == "fashion_mnist_mlp");
+  CHECK(c.data.dataset == DatasetKind::fashion_mnist);
+  CHECK(c.model.hidden == std::vector<int64_t>{256, 128});
+  CHECK(c.train.epochs == 3);
+}
+
+TEST_CASE("a config path that is not a file is an error", "[config]") {
+  CHECK(error_of([] { load_classifier_job_config("no/such/config.yaml"); }) ==
+        "no/such/config.yaml: config file not found (or not a regular file)");
+}

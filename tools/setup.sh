@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages hadatrain needs to build, test and run its main job (Fashion-MNIST
+# comes as a package). Idempotent: packages already installed are left alone, and apt-get runs (once
+# `apt-get update`, then one install) only when something is missing. Uses sudo when not run as root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config   # toolchain
+  libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev  # configs, command line, logging
+  nlohmann-json3-dev                                     # checkpoint metadata (JSON)
+  catch2                                                 # tests
+  libopenblas-dev                                        # CPU matrix products
+  zlib1g-dev libjpeg-dev libpng-dev                      # gzipped IDX files, image folders
+  dataset-fashion-mnist                                  # the main job's data (/usr/share/datasets/fashion-mnist)
+)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "setup: dpkg-query not found: tools/setup.sh supports Debian and Ubuntu; install the equivalents of:" >&2
+  echo "  ${packages[*]}" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "setup: missing packages (${missing[*]}) and not root, and sudo is not available" >&2
+    exit 1
+  fi
+  sudo=(sudo)
+fi
+
+echo "setup: installing ${missing[*]}"
+"${sudo[@]}" apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
