@@ -17,15 +17,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory for this test process's config files.
+// A fresh directory for this test process's config files, removed at exit.
+struct TempDir {
+  fs::path path;
+  TempDir() : path(fs::temp_directory_path() / ("ht_test_config_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("ht_test_config_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const TempDir dir;
+  return dir.path;
 }
 
 std::string write_config(const std::string& name, const std::string& text) {

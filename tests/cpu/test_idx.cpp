@@ -21,14 +21,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A fresh directory for this test process's files, removed at exit.
+struct TempDir {
+  fs::path path;
+  TempDir() : path(fs::temp_directory_path() / ("ht_test_idx_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("ht_test_idx_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const TempDir dir;
+  return dir.path;
 }
 
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
