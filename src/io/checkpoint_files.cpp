@@ -60,12 +60,12 @@ std::optional<int64_t> read_pointer(const fs::path& root, const char* file) {
   std::getline(in, line);
   const std::optional<int64_t> step = parse_step_name(line);
   if (!step) {
-    log::warn("checkpoint pointer '{}' does not hold a step_<N> name (found '{}'); ignoring it",
+    logging::warn("checkpoint pointer '{}' does not hold a step_<N> name (found '{}'); ignoring it",
               (root / file).string(), line);
     return std::nullopt;
   }
   if (!is_complete(checkpoint_dir(root, *step))) {
-    log::warn("checkpoint pointer '{}' names {}, which is not a complete checkpoint; ignoring it",
+    logging::warn("checkpoint pointer '{}' names {}, which is not a complete checkpoint; ignoring it",
               (root / file).string(), line);
     return std::nullopt;
   }
@@ -96,7 +96,7 @@ void prune(const fs::path& root, int64_t written, int keep_last) {
 void remove_leftovers(const fs::path& root, const fs::path& keep) {
   for (const auto& entry : fs::directory_iterator(root)) {
     if (entry.path() == keep || !entry.is_directory() || !is_leftover(entry.path().filename().string())) continue;
-    log::info("removing {} left by an interrupted checkpoint save", entry.path().string());
+    logging::info("removing {} left by an interrupted checkpoint save", entry.path().string());
     fs::remove_all(entry.path());
   }
 }
@@ -162,7 +162,7 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointData& data, const
       if (opts.keep_last > 0) prune(root, data.step, opts.keep_last);
       fsync_directory(root);
     } catch (const std::exception& e) {
-      log::warn("checkpoint {} was written, but pruning older checkpoints failed: {}", final_dir.string(), e.what());
+      logging::warn("checkpoint {} was written, but pruning older checkpoints failed: {}", final_dir.string(), e.what());
     }
   } catch (const fs::filesystem_error& e) {
     restore_after_failure(tmp_dir, old_dir, final_dir);
@@ -182,7 +182,7 @@ std::vector<int64_t> list_checkpoints(const fs::path& root) {
     const std::optional<int64_t> step = parse_step_name(entry.path().filename().string());
     if (!step) continue;
     if (is_complete(entry.path())) steps.push_back(*step);
-    else log::warn("ignoring incomplete checkpoint directory '{}' (it lacks {} or {})", entry.path().string(),
+    else logging::warn("ignoring incomplete checkpoint directory '{}' (it lacks {} or {})", entry.path().string(),
                    kModelFile, kStateFile);
   }
   std::sort(steps.begin(), steps.end());

@@ -1,6 +1,6 @@
 // The classifier job: an MLP (linear -> activation -> ... -> linear) on flattened images, cross-entropy
 // loss, SGD (torch.optim.SGD semantics), spdlog progress lines, JSONL metrics and a per-epoch test evaluation.
-// (spdlog is called directly: core/logging.h's namespace ht::log collides with the op ht::log in ops.h.)
+// Logging goes through spdlog directly.
 #include "hadatrain/train/classifier_job.h"
 
 #include <chrono>

@@ -33,7 +33,7 @@ Command add_train_command(CLI::App& app) {
   c.app->add_option("--log-level", args->log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   c.run = [args] {
-    ht::log::set_level(args->log_level);
+    ht::logging::set_level(args->log_level);
     const train::ClassifierJobConfig cfg = train::load_classifier_job_config(args->config, args->sets);
     const train::ClassifierJobResult r = train::run_classifier_job(cfg);
     fmt::print("final test accuracy: {:.2f}% after {} steps (metrics: {}/metrics.jsonl)\n", 100.0 * r.test_accuracy,

@@ -2,7 +2,7 @@
 #pragma once
 #include <spdlog/spdlog.h>
 
-namespace ht::log {
+namespace ht::logging {
 
 // Sets the level from a name: trace, debug, info, warn, error, off. Throws ht::Error on an unknown name.
 void set_level(const std::string& level);
@@ -16,4 +16,4 @@ void debug(fmt::format_string<Args...> f, Args&&... args) { spdlog::debug(f, std
 template <class... Args>
 void error(fmt::format_string<Args...> f, Args&&... args) { spdlog::error(f, std::forward<Args>(args)...); }
 
-}  // namespace ht::log
+}  // namespace ht::logging
