@@ -2,10 +2,18 @@
 // forward captures the pipeline, backward never looks it up globally.
 #include "hadatrain/nn/init.h"
 #include "hadatrain/nn/layers.h"
+#include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/tensor/factory.h"
 
 namespace ht::nn {
+namespace {
+// Mixed precision: parameters stay in their master dtype (f32) and are cast, differentiably, to the
+// compute dtype of the input (bf16 forward); the gradient flows back to the master weight in f32.
+Tensor cast_like(const Tensor& p, const Tensor& x) {
+  return !p.defined() || p.dtype() == x.dtype() ? p : p.to(x.dtype());
+}
+}  // namespace
 
 Linear::Linear(int64_t in, int64_t out, Bias b, Generator& gen) : in_features(in), out_features(out) {
   HT_CHECK(in > 0 && out > 0, "Linear: features must be positive, got in {} out {}", in, out);
@@ -22,7 +30,7 @@ Linear::Linear(int64_t in, int64_t out, Bias b, Generator& gen) : in_features(in
 Tensor Linear::forward(const Tensor& x) {
   HT_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear({}, {}): input {} has last dim {} (expected {})",
            in_features, out_features, x.describe(), x.dim() ? x.size(-1) : 0, in_features);
-  return linear(x, weight, bias);
+  return linear(x, cast_like(weight, x), cast_like(bias, x));
 }
 
 Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen) : options(o) {
@@ -48,7 +56,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.pad_h = p.pad_w = options.padding;
   p.dilation_h = p.dilation_w = options.dilation;
   p.groups = options.groups;
-  return conv2d(x, weight, bias, p);
+  return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
 }
 
 }  // namespace ht::nn

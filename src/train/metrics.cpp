@@ -50,7 +50,8 @@ MetricsRecord& MetricsRecord::add(std::string_view k, std::string_view value) {
   return *this;
 }
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+MetricsLog::MetricsLog(const std::string& path, MetricsMode mode)
+    : path_(path), out_(path, mode == MetricsMode::append ? std::ios::app : std::ios::trunc) {
   HT_CHECK(out_.good(), "{}: cannot write the metrics file: {}", path, std::strerror(errno));
 }
 

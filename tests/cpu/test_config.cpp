@@ -8,7 +8,7 @@
 #include "support/catch.h"
 
 #include "hadatrain/train/config_reader.h"
-#include "hadatrain/train/job_config.h"
+#include "hadatrain/train/trainer_config.h"
 
 using namespace ht;
 using namespace ht::train;
@@ -68,7 +68,7 @@ const char* const kConfig =
 
 TEST_CASE("a config file fills the typed sections; absent keys take their defaults", "[config]") {
   const std::string path = write_config("good.yaml", kConfig);
-  const ClassifierJobConfig c = load_classifier_job_config(path);
+  const TrainerConfig c = load_trainer_config(path);
   CHECK(c.run.name == "t");
   CHECK(c.run.out_dir == "runs/t");
   CHECK(c.run.seed == 0);
@@ -76,10 +76,10 @@ TEST_CASE("a config file fills the typed sections; absent keys take their defaul
   CHECK(c.data.root == "/usr/share/datasets/fashion-mnist");
   CHECK(c.data.batch_size == 32);
   CHECK(c.data.train_limit == 0);
-  CHECK(c.data.normalize_mean == 0.28604);
-  CHECK(c.data.normalize_std == 0.35302);
+  CHECK(c.data.normalize_mean == std::vector<double>{0.28604});
+  CHECK(c.data.normalize_std == std::vector<double>{0.35302});
   CHECK(c.model.hidden == std::vector<int64_t>{64, 32});
-  CHECK(c.model.activation == Activation::relu);
+  CHECK(c.model.activation == "relu");
   CHECK(c.optim.lr == 0.1);
   CHECK(c.optim.momentum == 0.5);
   CHECK_FALSE(c.optim.nesterov);
@@ -89,7 +89,7 @@ TEST_CASE("a config file fills the typed sections; absent keys take their defaul
 }
 
 TEST_CASE("an empty config is all defaults and the run is named after the file", "[config]") {
-  const ClassifierJobConfig c = load_classifier_job_config(write_config("my_run.yaml", ""));
+  const TrainerConfig c = load_trainer_config(write_config("my_run.yaml", ""));
   CHECK(c.run.name == "my_run");
   CHECK(c.run.out_dir == "runs/my_run");
   CHECK(c.data.batch_size == 64);
@@ -100,27 +100,27 @@ TEST_CASE("an empty config is all defaults and the run is named after the file",
 
 TEST_CASE("malformed YAML is reported with file:line:column", "[config]") {
   const std::string path = write_config("broken.yaml", "run:\n  name: t\nmodel:\n  hidden: [64, 32\noptim:\n");
-  const std::string msg = error_of([&] { load_classifier_job_config(path); });
+  const std::string msg = error_of([&] { load_trainer_config(path); });
   CHECK_THAT(msg, Contains(path + ":5:"));
   CHECK_THAT(msg, Contains("invalid YAML"));
-  CHECK_THAT(error_of([&] { load_classifier_job_config(write_config("tab.yaml", "run: {name: [}\n")); }),
+  CHECK_THAT(error_of([&] { load_trainer_config(write_config("tab.yaml", "run: {name: [}\n")); }),
              Contains("tab.yaml:1:"));
 }
 
 TEST_CASE("unknown keys fail with their location, the accepted keys and a suggestion", "[config]") {
   const std::string path = write_config("unknown.yaml", "optim:\n  lr: 0.1\n  momentun: 0.5\n");
-  CHECK(error_of([&] { load_classifier_job_config(path); }) ==
-        path + ":3:3: optim.momentun: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay; "
+  CHECK(error_of([&] { load_trainer_config(path); }) ==
+        path + ":3:3: optim.momentun: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm; "
                "did you mean 'momentum'?)");
   const std::string top = write_config("top.yaml", "run:\n  name: t\ntrainer:\n  epochs: 1\n");
-  CHECK_THAT(error_of([&] { load_classifier_job_config(top); }),
-             Contains(top + ":3:1: trainer: unknown key (the top level accepts: run, data, model, optim, train"));
+  CHECK_THAT(error_of([&] { load_trainer_config(top); }),
+             Contains(top + ":3:1: trainer: unknown key (the top level accepts: run, data, model, optim, schedule, train, checkpoint"));
 }
 
 TEST_CASE("values of the wrong type name the key, the expected type and what was found", "[config]") {
   auto msg_for = [](const std::string& name, const std::string& text) {
     const std::string path = write_config(name, text);
-    return std::make_pair(path, error_of([&] { load_classifier_job_config(path); }));
+    return std::make_pair(path, error_of([&] { load_trainer_config(path); }));
   };
   {
     const auto [path, msg] = msg_for("type_lr.yaml", "optim:\n  lr: fast\n");
@@ -166,28 +166,28 @@ TEST_CASE("values of the wrong type name the key, the expected type and what was
 
 TEST_CASE("out-of-range values name the allowed range", "[config]") {
   const std::string path = write_config("range.yaml", kConfig);
-  CHECK(error_of([&] { load_classifier_job_config(write_config("lr.yaml", "optim:\n  lr: -1\n")); }) ==
+  CHECK(error_of([&] { load_trainer_config(write_config("lr.yaml", "optim:\n  lr: -1\n")); }) ==
         (temp_dir() / "lr.yaml").string() + ":2:7: optim.lr: expected a number > 0, got -1");
-  CHECK(error_of([&] { load_classifier_job_config(write_config("mom.yaml", "optim:\n  momentum: 1\n")); }) ==
+  CHECK(error_of([&] { load_trainer_config(write_config("mom.yaml", "optim:\n  momentum: 1\n")); }) ==
         (temp_dir() / "mom.yaml").string() + ":2:13: optim.momentum: expected a number in [0, 1), got 1");
-  CHECK(error_of([&] { load_classifier_job_config(write_config("bs.yaml", "data:\n  batch_size: 0\n")); }) ==
+  CHECK(error_of([&] { load_trainer_config(write_config("bs.yaml", "data:\n  batch_size: 0\n")); }) ==
         (temp_dir() / "bs.yaml").string() + ":2:15: data.batch_size: expected an integer >= 1, got 0");
-  CHECK(error_of([&] { load_classifier_job_config(write_config("lim.yaml", "data:\n  train_limit: -5\n")); }) ==
+  CHECK(error_of([&] { load_trainer_config(write_config("lim.yaml", "data:\n  train_limit: -5\n")); }) ==
         (temp_dir() / "lim.yaml").string() + ":2:16: data.train_limit: expected an integer >= 0, got -5");
-  CHECK_THAT(error_of([&] { load_classifier_job_config(write_config("nest.yaml", "optim:\n  momentum: 0\n  nesterov: true\n")); }),
+  CHECK_THAT(error_of([&] { load_trainer_config(write_config("nest.yaml", "optim:\n  momentum: 0\n  nesterov: true\n")); }),
              Contains("nest.yaml:3:13: optim.nesterov: nesterov momentum needs optim.momentum > 0"));
-  CHECK(error_of([&] { load_classifier_job_config(path); }).empty());
+  CHECK(error_of([&] { load_trainer_config(path); }).empty());
 }
 
 TEST_CASE("duplicate keys are errors", "[config]") {
   const std::string path = write_config("dup.yaml", "optim:\n  lr: 0.1\n  lr: 0.2\n");
-  CHECK(error_of([&] { load_classifier_job_config(path); }) ==
+  CHECK(error_of([&] { load_trainer_config(path); }) ==
         path + ":3:3: optim.lr: duplicate key (first given at line 2)");
 }
 
 TEST_CASE("--set overrides values before typed parsing, and creates sections", "[config]") {
   const std::string path = write_config("set.yaml", kConfig);
-  const ClassifierJobConfig c = load_classifier_job_config(
+  const TrainerConfig c = load_trainer_config(
       path, {"optim.lr=0.25", "model.hidden=[512, 256, 10]", "train.epochs=7", "run.name=other", "optim.lr=0.5",
              "train.device=cuda:1"});
   CHECK(c.optim.lr == 0.5);  // the last --set of a key wins
@@ -198,39 +198,39 @@ TEST_CASE("--set overrides values before typed parsing, and creates sections", "
   CHECK(c.run.name == "other");
   CHECK(c.run.out_dir == "runs/other");
   // --set on a file without the section.
-  const ClassifierJobConfig e = load_classifier_job_config(write_config("empty.yaml", ""), {"data.normalize.std=0.5"});
-  CHECK(e.data.normalize_std == 0.5);
+  const TrainerConfig e = load_trainer_config(write_config("empty.yaml", ""), {"data.normalize.std=[0.5]"});
+  CHECK(e.data.normalize_std == std::vector<double>{0.5});
 }
 
 TEST_CASE("errors in --set values name the --set as their source", "[config]") {
   const std::string path = write_config("set_err.yaml", kConfig);
-  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lrr=0.1"}); }) ==
-        "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay; "
+  CHECK(error_of([&] { load_trainer_config(path, {"optim.lrr=0.1"}); }) ==
+        "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm; "
         "did you mean 'lr'?)");
-  CHECK_THAT(error_of([&] { load_classifier_job_config(path, {"foo.bar=1"}); }),
-             Contains("--set foo.bar=1: foo: unknown key (the top level accepts: run, data, model, optim, train)"));
-  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lr=-1"}); }) ==
+  CHECK_THAT(error_of([&] { load_trainer_config(path, {"foo.bar=1"}); }),
+             Contains("--set foo.bar=1: foo: unknown key (the top level accepts: run, data, model, optim, schedule, train, checkpoint)"));
+  CHECK(error_of([&] { load_trainer_config(path, {"optim.lr=-1"}); }) ==
         "--set optim.lr=-1: optim.lr: expected a number > 0, got -1");
-  CHECK(error_of([&] { load_classifier_job_config(path, {"model.hidden=[1, 0]"}); }) ==
+  CHECK(error_of([&] { load_trainer_config(path, {"model.hidden=[1, 0]"}); }) ==
         "--set model.hidden=[1, 0]: model.hidden[1]: expected an integer >= 1, got 0");
-  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lr"}); }) ==
+  CHECK(error_of([&] { load_trainer_config(path, {"optim.lr"}); }) ==
         "--set optim.lr: expected key=value, for example --set optim.lr=0.05");
-  CHECK(error_of([&] { load_classifier_job_config(path, {"optim.lr.x=1"}); }) ==
+  CHECK(error_of([&] { load_trainer_config(path, {"optim.lr.x=1"}); }) ==
         "--set optim.lr.x=1: optim.lr is not a section (it holds 0.1), so it has no key 'x'");
-  CHECK_THAT(error_of([&] { load_classifier_job_config(path, {"model.hidden=[1,"}); }),
+  CHECK_THAT(error_of([&] { load_trainer_config(path, {"model.hidden=[1,"}); }),
              Contains("--set model.hidden=[1,: the value is not valid YAML"));
-  CHECK_THAT(error_of([&] { load_classifier_job_config(path, {"optim..lr=1"}); }), Contains("bad key 'optim..lr'"));
+  CHECK_THAT(error_of([&] { load_trainer_config(path, {"optim..lr=1"}); }), Contains("bad key 'optim..lr'"));
 }
 
 TEST_CASE("the resolved config lists every value and reads back to the same config", "[config]") {
   const std::string path = write_config("resolved.yaml", kConfig);
-  const ClassifierJobConfig c = load_classifier_job_config(path, {"optim.weight_decay=1e-4", "run.seed=42"});
+  const TrainerConfig c = load_trainer_config(path, {"optim.weight_decay=1e-4", "run.seed=42"});
   CHECK_THAT(c.resolved_yaml, Contains("optim:\n  name: sgd\n  lr: 0.1\n  momentum: 0.5\n  nesterov: false\n"
                                        "  weight_decay: 0.0001\n"));
   CHECK_THAT(c.resolved_yaml, Contains("hidden: [64, 32]"));
   CHECK_THAT(c.resolved_yaml, Contains("seed: 42"));
-  CHECK_THAT(c.resolved_yaml, Contains("normalize:\n    mean: 0.28604\n    std: 0.35302"));
-  const ClassifierJobConfig again = load_classifier_job_config(write_config("again.yaml", c.resolved_yaml));
+  CHECK_THAT(c.resolved_yaml, Contains("normalize:\n    mean: [0.28604]\n    std: [0.35302]"));
+  const TrainerConfig again = load_trainer_config(write_config("again.yaml", c.resolved_yaml));
   CHECK(again.resolved_yaml == c.resolved_yaml);
   CHECK(again.optim.weight_decay == 1e-4);
   CHECK(again.run.seed == 42);
@@ -262,7 +262,7 @@ TEST_CASE("ConfigReader works on its own: get, child, get_list, get_enum, requir
 
 TEST_CASE("the main job's config parses", "[config]") {
   // Tests run from the repository root (tests/CMakeLists.txt sets WORKING_DIRECTORY).
-  const ClassifierJobConfig c = load_classifier_job_config("configs/fashion_mnist_mlp.yaml");
+  const TrainerConfig c = load_trainer_config("configs/fashion_mnist_mlp.yaml");
   CHECK(c.run.name == "fashion_mnist_mlp");
   CHECK(c.data.dataset == DatasetKind::fashion_mnist);
   CHECK(c.model.hidden == std::vector<int64_t>{256, 128});
@@ -270,6 +270,6 @@ TEST_CASE("the main job's config parses", "[config]") {
 }
 
 TEST_CASE("a config path that is not a file is an error", "[config]") {
-  CHECK(error_of([] { load_classifier_job_config("no/such/config.yaml"); }) ==
+  CHECK(error_of([] { load_trainer_config("no/such/config.yaml"); }) ==
         "no/such/config.yaml: config file not found (or not a regular file)");
 }

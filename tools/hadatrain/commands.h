@@ -14,5 +14,6 @@ struct Command {
 
 Command add_version_command(CLI::App& app);  // version.cpp
 Command add_train_command(CLI::App& app);    // train.cpp
+Command add_eval_command(CLI::App& app);     // train.cpp
 
 }  // namespace ht::cli

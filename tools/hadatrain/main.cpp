@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   CLI::App app{"hadatrain: a C++20 deep-learning training framework (tensors, autograd, training from YAML configs)"};
   app.require_subcommand(1);
   const std::vector<ht::cli::Command> commands = {ht::cli::add_version_command(app),
-                                                  ht::cli::add_train_command(app)};
+                                                  ht::cli::add_train_command(app),
+                                                  ht::cli::add_eval_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,4 +1,5 @@
-// `hadatrain train --config FILE [--set key=value]... [--log-level LEVEL]`: runs the classifier job.
+// `hadatrain train --config FILE [--set key=value]... [--resume [DIR]] [--log-level LEVEL]` and
+// `hadatrain eval --config FILE --checkpoint DIR`.
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,8 +8,7 @@
 
 #include "commands.h"
 #include "hadatrain/core/logging.h"
-#include "hadatrain/train/classifier_job.h"
-#include "hadatrain/train/job_config.h"
+#include "hadatrain/train/trainer.h"
 
 namespace ht::cli {
 namespace {
@@ -17,7 +17,18 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;
   std::string log_level = "info";
+  std::string resume;  // "" = no resume, "latest", or a checkpoint directory
+  std::string checkpoint;
 };
+
+void add_common(CLI::App* app, TrainArgs& a) {
+  app->add_option("-c,--config", a.config, "YAML config file, e.g. configs/fashion_mnist_resnet18.yaml")->required();
+  app->add_option("--set", a.sets, "Override a config value: --set optim.lr=0.05 (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--log-level", a.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+}
 
 }  // namespace
 
@@ -25,19 +36,40 @@ Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   Command c;
   c.app = app.add_subcommand("train", "Train a model from a YAML config (see docs/config.md)");
-  c.app->add_option("-c,--config", args->config, "YAML config file, e.g. configs/fashion_mnist_mlp.yaml")->required();
-  c.app->add_option("--set", args->sets, "Override a config value: --set optim.lr=0.05 (repeatable)")
-      ->type_name("KEY=VALUE")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  c.app->add_option("--log-level", args->log_level, "trace, debug, info, warn, error or off")
-      ->capture_default_str();
+  add_common(c.app, *args);
+  c.app->add_option("--resume", args->resume,
+                    "Continue a run: 'latest' (the newest checkpoint in checkpoint.dir) or a step_<N> directory")
+      ->expected(0, 1)
+      ->default_str("latest");
   c.run = [args] {
     ht::logging::set_level(args->log_level);
-    const train::ClassifierJobConfig cfg = train::load_classifier_job_config(args->config, args->sets);
-    const train::ClassifierJobResult r = train::run_classifier_job(cfg);
-    fmt::print("final test accuracy: {:.2f}% after {} steps (metrics: {}/metrics.jsonl)\n", 100.0 * r.test_accuracy,
-               r.steps, r.out_dir);
+    const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
+    train::ResumeFrom resume;
+    if (!args->resume.empty()) {
+      resume.kind = args->resume == "latest" ? train::ResumeFrom::Kind::latest : train::ResumeFrom::Kind::path;
+      resume.path = args->resume;
+    }
+    const train::TrainResult r = train::run_training(cfg, resume);
+    fmt::print("final test accuracy: {:.2f}% (top-5 {:.2f}%) after {} steps (metrics: {}/metrics.jsonl)\n",
+               100.0 * r.last_eval.top1(), 100.0 * r.last_eval.top5(), r.steps, r.out_dir);
+    return 0;
+  };
+  return c;
+}
+
+Command add_eval_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  Command c;
+  c.app = app.add_subcommand("eval", "Evaluate a checkpoint on the test split of a config's dataset");
+  add_common(c.app, *args);
+  c.app->add_option("--checkpoint", args->checkpoint, "A step_<N> directory, or a checkpoint root (uses its latest)")
+      ->required();
+  c.run = [args] {
+    ht::logging::set_level(args->log_level);
+    const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
+    const train::EvalResult r = train::run_evaluation(cfg, args->checkpoint);
+    fmt::print("test loss {:.4f}, top-1 {:.2f}%, top-5 {:.2f}% ({} samples)\n", r.loss, 100.0 * r.top1(),
+               100.0 * r.top5(), r.total);
     return 0;
   };
   return c;

@@ -26,10 +26,12 @@ class MetricsRecord {
   std::string body_;
 };
 
+enum class MetricsMode { truncate, append };  // append: a resumed run continues its metrics file
+
 class MetricsLog {
  public:
-  // Creates (truncates) `path`; throws ht::Error when it cannot be written.
-  explicit MetricsLog(const std::string& path);
+  // Creates (truncates) or appends to `path`; throws ht::Error when it cannot be written.
+  explicit MetricsLog(const std::string& path, MetricsMode mode = MetricsMode::truncate);
   void write(const MetricsRecord& record);
   const std::string& path() const { return path_; }
 

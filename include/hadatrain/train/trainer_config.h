@@ -1,0 +1,124 @@
+// The typed config of `hadatrain train` / `hadatrain eval`: one struct per YAML section, each read by its own
+// function with defaults and range checks (docs/config.md lists every key). Datasets: Fashion-MNIST, MNIST,
+// CIFAR-10/100 and ImageNet-style JPEG folders; models: MLP, ResNet-18/34/50, ViT.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hadatrain/tensor/device.h"
+#include "hadatrain/tensor/dtype.h"
+#include "hadatrain/train/config_reader.h"
+
+namespace ht::train {
+
+// run: what the run is called, where it writes, how it is seeded.
+struct RunSection {
+  std::string name;     // default: the config file's stem
+  std::string out_dir;  // default: runs/<name>
+  uint64_t seed = 0;    // seeds initialisation, data order, augmentation and dropout
+};
+
+enum class DatasetKind { fashion_mnist, mnist, cifar10, cifar100, image_folder };
+enum class AugmentKind { none, cifar, imagenet };
+enum class CifarLabelKind { fine, coarse };
+
+struct DataSection {
+  DatasetKind dataset = DatasetKind::fashion_mnist;
+  std::string root;  // IDX/CIFAR directory, or the folder holding train/ and val/ class folders
+  int64_t batch_size = 64;
+  int64_t eval_batch_size = 1000;
+  int num_workers = 1;
+  int64_t train_limit = 0;  // first N training samples only (0 = all)
+  int64_t test_limit = 0;
+  CifarLabelKind label = CifarLabelKind::fine;
+  AugmentKind augment = AugmentKind::none;
+  int64_t image_size = 224;   // image_folder: training crop and evaluation crop
+  int64_t eval_resize = 256;  // image_folder: shorter side before the evaluation center crop
+  std::vector<double> normalize_mean, normalize_std;  // per channel (one value = all channels)
+};
+
+enum class ModelKind { mlp, resnet18, resnet34, resnet50, vit };
+
+struct ModelSection {
+  ModelKind name = ModelKind::mlp;
+  int64_t num_classes = 0;  // 0: from the dataset
+  // mlp
+  std::vector<int64_t> hidden{256, 128};
+  std::string activation = "relu";
+  // resnet
+  std::string stem = "auto";  // cifar (3x3, no max-pool), imagenet (7x7 + max-pool), auto: by image size
+  bool zero_init_residual = false;
+  // vit
+  int64_t patch_size = 4, dim = 384, depth = 12, heads = 6;
+  double mlp_ratio = 4.0;
+  std::string pool = "token";  // token | mean
+  double dropout = 0.0;
+};
+
+enum class OptimKind { sgd, adamw };
+
+struct OptimSection {
+  OptimKind name = OptimKind::sgd;
+  double lr = 0.05;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool decay_norm_and_bias = false;  // weight decay also on 1-D parameters (biases, norm scales)
+  double clip_grad_norm = 0.0;       // 0 = no clipping
+};
+
+enum class ScheduleName { constant, step, multistep, cosine };
+
+struct ScheduleSection {
+  ScheduleName name = ScheduleName::constant;
+  double warmup_epochs = 0.0;
+  double warmup_start_factor = 0.0;
+  std::vector<double> milestones;  // multistep, in epochs
+  double step_epochs = 30;         // step schedule period, in epochs
+  double gamma = 0.1;
+  double min_lr = 0.0;  // cosine floor
+};
+
+enum class Precision { fp32, bf16 };
+
+struct TrainSection {
+  int64_t epochs = 3;
+  int64_t log_every = 100;
+  int64_t max_steps = 0;  // stop after this many optimiser steps in total (0 = run all epochs)
+  Device device = Device::cpu();
+  DType dtype = DType::f32;            // master weights and optimiser state: f32 or f64
+  Precision precision = Precision::fp32;  // forward compute dtype (bf16 casts activations and weights)
+  double label_smoothing = 0.0;
+  int64_t eval_every = 1;  // epochs between evaluations (the last epoch is always evaluated)
+};
+
+struct CheckpointSection {
+  int64_t every_epochs = 0;  // 0 = no epoch checkpoints
+  int64_t every_steps = 0;   // 0 = no step checkpoints
+  int keep_last = 2;
+  bool keep_best = true;  // point `best` at the checkpoint with the highest test accuracy
+  std::string dir;        // default: <out_dir>/checkpoints
+};
+
+struct TrainerConfig {
+  RunSection run;
+  DataSection data;
+  ModelSection model;
+  OptimSection optim;
+  ScheduleSection schedule;
+  TrainSection train;
+  CheckpointSection checkpoint;
+  std::string source;
+  std::string resolved_yaml;
+};
+
+// Reads every section from `root`, rejects unknown keys and records the resolved YAML.
+TrainerConfig read_trainer_config(ConfigReader root);
+TrainerConfig load_trainer_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+std::string dataset_name(DatasetKind d);
+std::string model_name(ModelKind m);
+
+}  // namespace ht::train

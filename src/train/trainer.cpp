@@ -1,0 +1,325 @@
+// The training loop: per step, the learning rate from the schedule, forward (in the configured precision),
+// cross-entropy with label smoothing, backward, optional clipping, optimiser step; periodic logs and JSONL
+// records, per-epoch evaluation (top-1/top-5), atomic checkpoints and exact resume.
+//
+// Note [Exact resume]
+// A checkpoint holds everything the next step depends on: parameters and buffers (batch-norm statistics),
+// optimiser state and step count, the loader position (epoch, batch) — data order and augmentation are pure
+// functions of (seed, epoch, index) — the dropout generator's stream counter, and the global step (the
+// schedule is a function of it). Resuming rebuilds the run from the config, loads that state and seeks the
+// loader, so on the CPU the resumed run computes bit-identical losses (tests/cpu/test_trainer.cpp).
+#include "hadatrain/train/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/data/loader.h"
+#include "hadatrain/io/atomic_file.h"
+#include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/cuda_hooks.h"
+#include "hadatrain/train/metrics.h"
+#include "trainer_setup.h"
+
+namespace ht::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void check_device(Device device) {
+  if (!device.is_cuda()) return;
+  const std::string what = fmt::format("train.device={}", to_string(device));
+  require_cuda(what.c_str());
+  const int count = cuda_device_count();
+  HT_CHECK(device.index < count, "{}: only {} CUDA device(s) are visible", what, count);
+}
+
+DType compute_dtype(const TrainerConfig& cfg) {
+  return cfg.train.precision == Precision::bf16 ? DType::bf16 : cfg.train.dtype;
+}
+
+double peak_host_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split) {
+  data::LoaderOptions o;
+  o.batch_size = split == Split::train ? cfg.data.batch_size : cfg.data.eval_batch_size;
+  o.num_workers = cfg.data.num_workers;
+  o.prefetch = std::max(4, 2 * cfg.data.num_workers);
+  o.seed = cfg.run.seed;
+  o.shuffle = split == Split::train ? data::Shuffle::on : data::Shuffle::off;
+  o.drop_last = data::DropLast::no;
+  o.normalize = make_normalize(cfg.data, ds.channels);
+  return o;
+}
+
+EvalResult evaluate(nn::Module& model, const std::shared_ptr<const data::Dataset>& set, const data::LoaderOptions& o,
+                    DType dtype, Device device) {
+  NoGradGuard no_grad;
+  model.eval();
+  data::DataLoader loader(set, o);
+  EvalResult r;
+  double loss_sum = 0.0;
+  while (const auto batch = loader.next()) {
+    const Tensor x = batch->images.to(device).to(dtype);  // (B, C, H, W)
+    const Tensor y = batch->labels.to(device);            // (B)
+    const Tensor logits = model.forward(x);               // (B, classes)
+    loss_sum += cross_entropy(logits, y, {.reduction = Reduction::sum}).item();
+    const std::vector<float> l = logits.to_vector<float>();
+    const std::vector<int64_t> labels = batch->labels.to_vector<int64_t>();
+    const int64_t classes = logits.size(1);
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      const float* row = l.data() + i * static_cast<std::size_t>(classes);
+      const float target = row[labels[i]];
+      int64_t above = 0;  // classes ranked strictly above the target (ties count for the target)
+      for (int64_t c = 0; c < classes; ++c) above += row[c] > target ? 1 : 0;
+      r.correct += above == 0 ? 1 : 0;
+      r.correct_top5 += above < 5 ? 1 : 0;
+    }
+    r.total += batch->size();
+  }
+  model.train();
+  r.loss = r.total ? loss_sum / static_cast<double>(r.total) : 0.0;
+  return r;
+}
+
+// A one-line progress bar, redrawn at most every 0.2 s, when stdout is a terminal.
+class ProgressBar {
+ public:
+  ProgressBar() : enabled_(isatty(STDOUT_FILENO) == 1) {}
+  void update(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double loss, double ips) {
+    if (!enabled_ || (seconds_since(last_) < 0.2 && done != total)) return;
+    last_ = Clock::now();
+    const int width = 30;
+    const int filled = total ? static_cast<int>(width * done / total) : width;
+    fmt::print("\r epoch {}/{} [{}{}] {}/{} loss {:.4f} {:.0f} img/s ", epoch, epochs, std::string(filled, '#'),
+               std::string(width - filled, '.'), done, total, loss, ips);
+    std::fflush(stdout);
+    drawn_ = true;
+  }
+  void clear() {
+    if (enabled_ && drawn_) fmt::print("\r{}\r", std::string(100, ' '));
+    drawn_ = false;
+  }
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point last_ = Clock::now();
+};
+
+struct CheckpointState {
+  int64_t step = 0;
+  data::LoaderPosition position;
+  double best_top1 = -1.0;
+  uint64_t dropout_stream = 0;
+};
+
+io::TensorList to_list(const std::map<std::string, Tensor>& m) {
+  io::TensorList out;
+  for (const auto& [k, v] : m) out.emplace_back(k, v);
+  return out;
+}
+
+
+}  // namespace
+
+TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
+  check_device(cfg.train.device);
+  const Device device = cfg.train.device;
+  const DType dtype = compute_dtype(cfg);
+
+  std::error_code ec;
+  fs::create_directories(cfg.run.out_dir, ec);
+  HT_CHECK(!ec, "run.out_dir: cannot create {}: {}", cfg.run.out_dir, ec.message());
+  io::write_file_atomic(fs::path(cfg.run.out_dir) / "config.yaml",
+                        fmt::format("# Resolved config of run {} ({} with defaults and --set overrides applied)\n{}",
+                                    cfg.run.name, cfg.source, cfg.resolved_yaml));
+
+  const Datasets ds = make_datasets(cfg);
+  Generator init_gen(cfg.run.seed);
+  auto dropout_gen = std::make_shared<Generator>(cfg.run.seed ^ 0xD50F'0000'0000'0000ull);
+  auto model = make_model(cfg, ds, init_gen, dropout_gen);
+  model->to(cfg.train.dtype);
+  model->to(device);
+  auto optimizer = make_optimizer(cfg, *model);
+
+  data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
+  const data::LoaderOptions eval_opts = loader_options(cfg, ds, Split::test);
+  const int64_t spe = loader.batches_per_epoch();
+  const optim::ScheduleConfig schedule = make_schedule(cfg, spe);
+
+  // Resume (Note [Exact resume]).
+  CheckpointState st;
+  std::optional<io::Checkpoint> ck;
+  if (resume.kind == ResumeFrom::Kind::latest) {
+    ck = io::load_latest_checkpoint(cfg.checkpoint.dir);
+    HT_CHECK(ck.has_value(), "--resume: no checkpoint found in {}", cfg.checkpoint.dir);
+  } else if (resume.kind == ResumeFrom::Kind::path) {
+    ck = io::load_checkpoint_dir(resume.path);
+  }
+  if (ck) {
+    model->load_state_dict(ck->model.tensors);
+    HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
+    const auto& s = ck->state;
+    st.step = s.at("step").get<int64_t>();
+    st.position = {s.at("epoch").get<int64_t>(), s.at("batch").get<int64_t>()};
+    st.best_top1 = s.at("best_top1").get<double>();
+    st.dropout_stream = s.at("dropout_stream").get<uint64_t>();
+    optimizer->load_state_tensors(ck->optimizer->tensors, s.at("optimizer_steps").get<int64_t>());
+    dropout_gen->set_state(st.dropout_stream);
+    loader.seek(st.position);
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
+                 st.position.batch);
+  }
+  MetricsLog metrics((fs::path(cfg.run.out_dir) / "metrics.jsonl").string(),
+                     ck ? MetricsMode::append : MetricsMode::truncate);
+
+  auto save = [&](data::LoaderPosition pos, bool best) {
+    io::CheckpointData d;
+    d.step = st.step;
+    d.model = to_list(model->state_dict());
+    d.optimizer = to_list(optimizer->state_tensors());
+    d.state = {{"step", st.step},
+               {"epoch", pos.epoch},
+               {"batch", pos.batch},
+               {"best_top1", st.best_top1},
+               {"dropout_stream", dropout_gen->state()},
+               {"optimizer", optimizer->name()},
+               {"optimizer_steps", optimizer->steps()},
+               {"run", cfg.run.name},
+               {"seed", cfg.run.seed}};
+    const auto dir = io::save_checkpoint(cfg.checkpoint.dir, d,
+                                         {.keep_last = cfg.checkpoint.keep_last,
+                                          .best = best && cfg.checkpoint.keep_best ? io::MarkBest::yes : io::MarkBest::no});
+    spdlog::info("checkpoint written: {}", dir.string());
+  };
+
+  spdlog::info("run {}: {} on {} ({} forward), writing {}", cfg.run.name, model_name(cfg.model.name), to_string(device),
+               dtype_name(dtype), cfg.run.out_dir);
+  spdlog::info("data: {} ({} train / {} test samples, {} classes), batch {}, {} steps per epoch",
+               dataset_name(cfg.data.dataset), ds.train->size(), ds.test->size(), ds.num_classes, cfg.data.batch_size,
+               spe);
+  spdlog::info("model: {} parameters; optim {} lr {:g}", model->num_parameters(), optimizer->name(), cfg.optim.lr);
+
+  TrainResult result;
+  result.out_dir = cfg.run.out_dir;
+  ProgressBar bar;
+  bool stop = false;
+  CrossEntropyOptions ce_opts;
+  ce_opts.label_smoothing = cfg.train.label_smoothing;
+  for (int64_t epoch = loader.position().epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
+    const auto epoch_start = Clock::now();
+    auto window_start = epoch_start;
+    double window_loss = 0.0, epoch_loss = 0.0;
+    int64_t window_steps = 0, window_images = 0, epoch_steps = 0;
+    while (const auto batch = loader.next()) {
+      const double lr = optim::learning_rate(schedule, st.step);
+      const Tensor x = batch->images.to(device).to(dtype);  // (B, C, H, W)
+      const Tensor y = batch->labels.to(device);            // (B)
+      const Tensor loss = cross_entropy(model->forward(x), y, ce_opts);
+      optimizer->zero_grad();
+      loss.backward();
+      double grad_norm = 0.0;
+      if (cfg.optim.clip_grad_norm > 0) grad_norm = optim::clip_grad_norm(optimizer->params(), cfg.optim.clip_grad_norm);
+      optimizer->step(lr);
+      ++st.step;
+      ++epoch_steps;
+      const double loss_value = loss.item();
+      HT_CHECK(std::isfinite(loss_value), "training diverged at step {} (epoch {}): the loss is {}; lower optim.lr",
+               st.step, epoch + 1, loss_value);
+      window_loss += loss_value;
+      epoch_loss += loss_value;
+      ++window_steps;
+      window_images += batch->size();
+      const double ips = static_cast<double>(window_images) / std::max(seconds_since(window_start), 1e-9);
+      bar.update(epoch + 1, cfg.train.epochs, batch->position.batch + 1, spe, loss_value, ips);
+      if (st.step == 1 || st.step % cfg.train.log_every == 0) {
+        bar.clear();
+        const double mean_loss = window_loss / static_cast<double>(window_steps);
+        spdlog::info("epoch {}/{} step {} ({}/{}) loss {:.4f} lr {:.4g} {:.0f} img/s", epoch + 1, cfg.train.epochs,
+                     st.step, batch->position.batch + 1, spe, mean_loss, lr, ips);
+        MetricsRecord rec("train");
+        rec.add("step", st.step).add("epoch", epoch + 1).add("loss", mean_loss).add("lr", lr).add("img_per_s", ips);
+        rec.add("host_peak_mb", peak_host_mb());
+        if (cfg.optim.clip_grad_norm > 0) rec.add("grad_norm", grad_norm);
+        metrics.write(rec);
+        window_loss = 0.0;
+        window_steps = window_images = 0;
+        window_start = Clock::now();
+      }
+      const bool last_step = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
+      if ((cfg.checkpoint.every_steps > 0 && st.step % cfg.checkpoint.every_steps == 0) ||
+          (last_step && (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0)))
+        save(loader.position(), false);
+      if (last_step) {
+        stop = true;
+        break;
+      }
+    }
+    bar.clear();
+    const bool epoch_done = !stop;  // a max_steps stop still evaluates, so short runs report accuracy
+    const double secs = seconds_since(epoch_start);
+    const bool do_eval = (epoch + 1) % cfg.train.eval_every == 0 || epoch + 1 == cfg.train.epochs || stop;
+    if (do_eval) {
+      const EvalResult ev = evaluate(*model, ds.test, eval_opts, dtype, device);
+      const bool improved = ev.top1() > st.best_top1;
+      if (improved) st.best_top1 = ev.top1();
+      result.last_eval = ev;
+      const double train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_steps, 1));
+      spdlog::info("epoch {}/{} done in {:.1f} s: train loss {:.4f}, test loss {:.4f}, top-1 {:.2f}%, top-5 {:.2f}%",
+                   epoch + 1, cfg.train.epochs, secs, train_loss, ev.loss, 100 * ev.top1(), 100 * ev.top5());
+      metrics.write(MetricsRecord("eval")
+                        .add("step", st.step)
+                        .add("epoch", epoch + 1)
+                        .add("train_loss", train_loss)
+                        .add("test_loss", ev.loss)
+                        .add("test_acc", ev.top1())
+                        .add("test_top5", ev.top5())
+                        .add("test_correct", ev.correct)
+                        .add("test_total", ev.total)
+                        .add("epoch_seconds", secs)
+                        .add("host_peak_mb", peak_host_mb()));
+      if (epoch_done && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0)
+        save(loader.position(), improved);
+    } else if (epoch_done && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0) {
+      save(loader.position(), false);
+    }
+  }
+  result.steps = st.step;
+  result.best_top1 = std::max(0.0, st.best_top1);
+  return result;
+}
+
+EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir) {
+  check_device(cfg.train.device);
+  const Datasets ds = make_datasets(cfg);
+  Generator init_gen(cfg.run.seed);
+  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0));
+  model->to(cfg.train.dtype);
+  std::optional<io::Checkpoint> ck;
+  std::error_code ec;
+  if (fs::exists(fs::path(checkpoint_dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(checkpoint_dir);
+  else ck = io::load_latest_checkpoint(checkpoint_dir);
+  HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", checkpoint_dir);
+  model->load_state_dict(ck->model.tensors);
+  model->to(cfg.train.device);
+  spdlog::info("evaluating {} (step {}) on {} test samples", ck->dir.string(), ck->step, ds.test->size());
+  return evaluate(*model, ds.test, loader_options(cfg, ds, Split::test), compute_dtype(cfg), cfg.train.device);
+}
+
+}  // namespace ht::train

@@ -1,0 +1,206 @@
+// Section readers of the trainer config: defaults depend on the dataset (normalisation, augmentation,
+// classes) so a short config is complete; every value is range-checked with file:line:key errors.
+#include "hadatrain/train/trainer_config.h"
+
+#include <filesystem>
+
+namespace ht::train {
+namespace {
+
+bool is_mnist(DatasetKind d) { return d == DatasetKind::fashion_mnist || d == DatasetKind::mnist; }
+bool is_cifar(DatasetKind d) { return d == DatasetKind::cifar10 || d == DatasetKind::cifar100; }
+
+RunSection read_run(ConfigReader r, const std::string& default_name) {
+  RunSection s;
+  s.name = r.get<std::string>("name", default_name);
+  if (s.name.empty() || s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+                            std::string::npos)
+    r.fail("name", fmt::format("expected a non-empty name of letters, digits, '.', '_' or '-', got '{}'", s.name));
+  s.out_dir = r.get<std::string>("out_dir", "runs/" + s.name);
+  if (s.out_dir.empty()) r.fail("out_dir", "expected a directory path, got an empty string");
+  s.seed = r.get<uint64_t>("seed", 0);
+  return s;
+}
+
+DataSection read_data(ConfigReader r) {
+  DataSection s;
+  s.dataset = r.get_choice("dataset", DatasetKind::fashion_mnist,
+                           {{"fashion_mnist", DatasetKind::fashion_mnist},
+                            {"mnist", DatasetKind::mnist},
+                            {"cifar10", DatasetKind::cifar10},
+                            {"cifar100", DatasetKind::cifar100},
+                            {"image_folder", DatasetKind::image_folder}});
+  const bool fashion = s.dataset == DatasetKind::fashion_mnist;
+  s.root = r.get<std::string>("root", fashion ? "/usr/share/datasets/fashion-mnist" : "");
+  if (s.root.empty())
+    r.fail("root", fmt::format("expected the directory holding the {} files (only Fashion-MNIST has a packaged "
+                               "default; see docs/data.md)",
+                               dataset_name(s.dataset)));
+  s.batch_size = r.get<int64_t>("batch_size", is_mnist(s.dataset) ? 64 : 128, Range::at_least(1));
+  s.eval_batch_size = r.get<int64_t>("eval_batch_size", is_mnist(s.dataset) ? 1000 : 256, Range::at_least(1));
+  s.num_workers = r.get("num_workers", is_mnist(s.dataset) ? 1 : 2, Range::closed(0, 64));
+  s.train_limit = r.get<int64_t>("train_limit", 0, Range::non_negative());
+  s.test_limit = r.get<int64_t>("test_limit", 0, Range::non_negative());
+  s.label = r.get_choice("label", CifarLabelKind::fine, {{"fine", CifarLabelKind::fine}, {"coarse", CifarLabelKind::coarse}});
+  if (s.label == CifarLabelKind::coarse && s.dataset != DatasetKind::cifar100)
+    r.fail("label", "coarse labels exist only for cifar100");
+  const AugmentKind def_aug = is_cifar(s.dataset)                      ? AugmentKind::cifar
+                              : s.dataset == DatasetKind::image_folder ? AugmentKind::imagenet
+                                                                       : AugmentKind::none;
+  s.augment = r.get_choice("augment", def_aug,
+                           {{"none", AugmentKind::none}, {"cifar", AugmentKind::cifar}, {"imagenet", AugmentKind::imagenet}});
+  s.image_size = r.get<int64_t>("image_size", 224, Range::at_least(8));
+  s.eval_resize = r.get<int64_t>("eval_resize", 256, Range::at_least(8));
+  if (s.eval_resize < s.image_size) r.fail("eval_resize", fmt::format("must be >= data.image_size ({})", s.image_size));
+  std::vector<double> mean, std;
+  switch (s.dataset) {
+    case DatasetKind::fashion_mnist: mean = {0.28604}; std = {0.35302}; break;
+    case DatasetKind::mnist: mean = {0.13066}; std = {0.30811}; break;
+    case DatasetKind::cifar10: mean = {0.4914, 0.4822, 0.4465}; std = {0.2470, 0.2435, 0.2616}; break;
+    case DatasetKind::cifar100: mean = {0.5071, 0.4865, 0.4409}; std = {0.2673, 0.2564, 0.2762}; break;
+    case DatasetKind::image_folder: mean = {0.485, 0.456, 0.406}; std = {0.229, 0.224, 0.225}; break;
+  }
+  ConfigReader norm = r.child("normalize");
+  s.normalize_mean = norm.get_list<double>("mean", mean);
+  s.normalize_std = norm.get_list<double>("std", std, Range::positive());
+  if (s.normalize_mean.size() != s.normalize_std.size())
+    norm.fail("std", fmt::format("has {} values but mean has {}", s.normalize_std.size(), s.normalize_mean.size()));
+  return s;
+}
+
+ModelSection read_model(ConfigReader r) {
+  ModelSection s;
+  s.name = r.get_choice("name", ModelKind::mlp,
+                        {{"mlp", ModelKind::mlp},
+                         {"resnet18", ModelKind::resnet18},
+                         {"resnet34", ModelKind::resnet34},
+                         {"resnet50", ModelKind::resnet50},
+                         {"vit", ModelKind::vit}});
+  s.num_classes = r.get<int64_t>("num_classes", 0, Range::non_negative());
+  if (s.name == ModelKind::mlp) {
+    s.hidden = r.get_list<int64_t>("hidden", {256, 128}, Range::at_least(1));
+    s.activation = r.get_enum("activation", "relu", {"relu", "gelu"});
+  } else if (s.name == ModelKind::vit) {
+    s.patch_size = r.get<int64_t>("patch_size", 4, Range::at_least(1));
+    s.dim = r.get<int64_t>("dim", 384, Range::at_least(1));
+    s.depth = r.get<int64_t>("depth", 12, Range::at_least(1));
+    s.heads = r.get<int64_t>("heads", 6, Range::at_least(1));
+    if (s.dim % s.heads != 0) r.fail("heads", fmt::format("model.dim {} must be divisible by heads {}", s.dim, s.heads));
+    s.mlp_ratio = r.get("mlp_ratio", 4.0, Range::positive());
+    s.pool = r.get_enum("pool", "token", {"token", "mean"});
+    s.dropout = r.get("dropout", 0.0, Range::half_open(0.0, 1.0));
+  } else {
+    s.stem = r.get_enum("stem", "auto", {"auto", "cifar", "imagenet"});
+    s.zero_init_residual = r.get("zero_init_residual", false);
+  }
+  return s;
+}
+
+OptimSection read_optim(ConfigReader r) {
+  OptimSection s;
+  s.name = r.get_choice("name", OptimKind::sgd, {{"sgd", OptimKind::sgd}, {"adamw", OptimKind::adamw}});
+  s.lr = r.get("lr", s.name == OptimKind::sgd ? 0.05 : 1e-3, Range::positive());
+  if (s.name == OptimKind::sgd) {
+    s.momentum = r.get("momentum", 0.9, Range::half_open(0.0, 1.0));
+    s.nesterov = r.get("nesterov", false);
+    if (s.nesterov && s.momentum == 0.0) r.fail("nesterov", "nesterov momentum needs optim.momentum > 0");
+    s.weight_decay = r.get("weight_decay", 0.0, Range::non_negative());
+  } else {
+    s.beta1 = r.get("beta1", 0.9, Range::half_open(0.0, 1.0));
+    s.beta2 = r.get("beta2", 0.999, Range::half_open(0.0, 1.0));
+    s.eps = r.get("eps", 1e-8, Range::positive());
+    s.weight_decay = r.get("weight_decay", 0.05, Range::non_negative());
+  }
+  s.decay_norm_and_bias = r.get("decay_norm_and_bias", false);
+  s.clip_grad_norm = r.get("clip_grad_norm", 0.0, Range::non_negative());
+  return s;
+}
+
+ScheduleSection read_schedule(ConfigReader r) {
+  ScheduleSection s;
+  s.name = r.get_choice("name", ScheduleName::constant,
+                        {{"constant", ScheduleName::constant},
+                         {"step", ScheduleName::step},
+                         {"multistep", ScheduleName::multistep},
+                         {"cosine", ScheduleName::cosine}});
+  s.warmup_epochs = r.get("warmup_epochs", 0.0, Range::non_negative());
+  s.warmup_start_factor = r.get("warmup_start_factor", 0.0, Range::closed(0.0, 1.0));
+  if (s.name == ScheduleName::multistep) s.milestones = r.get_list<double>("milestones", {}, Range::positive());
+  if (s.name == ScheduleName::step) s.step_epochs = r.get("step_epochs", 30.0, Range::positive());
+  if (s.name == ScheduleName::step || s.name == ScheduleName::multistep) s.gamma = r.get("gamma", 0.1, Range::positive());
+  if (s.name == ScheduleName::cosine) s.min_lr = r.get("min_lr", 0.0, Range::non_negative());
+  return s;
+}
+
+TrainSection read_train(ConfigReader r) {
+  TrainSection s;
+  s.epochs = r.get<int64_t>("epochs", 3, Range::at_least(1));
+  s.log_every = r.get<int64_t>("log_every", 100, Range::at_least(1));
+  s.max_steps = r.get<int64_t>("max_steps", 0, Range::non_negative());
+  const std::string device = r.get<std::string>("device", "cpu");
+  try {
+    s.device = parse_device(device);
+  } catch (const Error&) {
+    r.fail("device", fmt::format("expected cpu, cuda or cuda:N, got {}", device));
+  }
+  s.dtype = r.get_choice("dtype", DType::f32, {{"f32", DType::f32}, {"f64", DType::f64}});
+  s.precision = r.get_choice("precision", Precision::fp32, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}});
+  s.label_smoothing = r.get("label_smoothing", 0.0, Range::half_open(0.0, 1.0));
+  s.eval_every = r.get<int64_t>("eval_every", 1, Range::at_least(1));
+  return s;
+}
+
+CheckpointSection read_checkpoint(ConfigReader r, const std::string& out_dir) {
+  CheckpointSection s;
+  s.every_epochs = r.get<int64_t>("every_epochs", 0, Range::non_negative());
+  s.every_steps = r.get<int64_t>("every_steps", 0, Range::non_negative());
+  s.keep_last = r.get("keep_last", 2, Range::non_negative());
+  s.keep_best = r.get("keep_best", true);
+  s.dir = r.get<std::string>("dir", (std::filesystem::path(out_dir) / "checkpoints").string());
+  return s;
+}
+
+}  // namespace
+
+std::string dataset_name(DatasetKind d) {
+  switch (d) {
+    case DatasetKind::fashion_mnist: return "fashion_mnist";
+    case DatasetKind::mnist: return "mnist";
+    case DatasetKind::cifar10: return "cifar10";
+    case DatasetKind::cifar100: return "cifar100";
+    case DatasetKind::image_folder: return "image_folder";
+  }
+  return "?";
+}
+
+std::string model_name(ModelKind m) {
+  switch (m) {
+    case ModelKind::mlp: return "mlp";
+    case ModelKind::resnet18: return "resnet18";
+    case ModelKind::resnet34: return "resnet34";
+    case ModelKind::resnet50: return "resnet50";
+    case ModelKind::vit: return "vit";
+  }
+  return "?";
+}
+
+TrainerConfig read_trainer_config(ConfigReader root) {
+  TrainerConfig c;
+  c.source = root.source();
+  c.run = read_run(root.child("run"), std::filesystem::path(root.source()).stem().string());
+  c.data = read_data(root.child("data"));
+  c.model = read_model(root.child("model"));
+  c.optim = read_optim(root.child("optim"));
+  c.schedule = read_schedule(root.child("schedule"));
+  c.train = read_train(root.child("train"));
+  c.checkpoint = read_checkpoint(root.child("checkpoint"), c.run.out_dir);
+  root.finish();
+  c.resolved_yaml = root.resolved_yaml();
+  return c;
+}
+
+TrainerConfig load_trainer_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return read_trainer_config(ConfigReader::load_file(path, overrides));
+}
+
+}  // namespace ht::train

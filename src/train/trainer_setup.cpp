@@ -1,0 +1,220 @@
+// Builds the trainer's pieces from the config: datasets with their transforms, the model, the optimiser
+// with its weight-decay groups, and the schedule converted from epochs to steps.
+#include "trainer_setup.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "hadatrain/data/cifar.h"
+#include "hadatrain/data/image_folder.h"
+#include "hadatrain/data/mnist.h"
+#include "hadatrain/models/resnet.h"
+#include "hadatrain/models/vit.h"
+#include "hadatrain/nn/layers.h"
+
+namespace ht::train {
+namespace {
+
+// The first `limit` samples of a dataset (0 = all).
+class Prefix final : public data::Dataset {
+ public:
+  Prefix(std::shared_ptr<const data::Dataset> base, int64_t limit)
+      : base_(std::move(base)), n_(limit > 0 ? std::min(limit, base_->size()) : base_->size()) {}
+  int64_t size() const override { return n_; }
+  data::Sample get(int64_t i, data::SampleRng& rng) const override { return base_->get(i, rng); }
+  std::string describe_sample(int64_t i) const override { return base_->describe_sample(i); }
+
+ private:
+  std::shared_ptr<const data::Dataset> base_;
+  int64_t n_;
+};
+
+std::shared_ptr<const data::Dataset> limited(std::shared_ptr<const data::Dataset> d, int64_t limit) {
+  return limit > 0 ? std::make_shared<const Prefix>(std::move(d), limit) : d;
+}
+
+void check_dir(const std::string& dir, const DataSection& d) {
+  std::error_code ec;
+  HT_CHECK(std::filesystem::is_directory(dir, ec),
+           "data.root: {} is not a directory ({}; see docs/data.md for where {} files come from)", dir,
+           d.dataset == DatasetKind::fashion_mnist ? "tools/setup.sh installs Fashion-MNIST into "
+                                                     "/usr/share/datasets/fashion-mnist"
+                                                   : "point data.root at your copy",
+           dataset_name(d.dataset));
+}
+
+}  // namespace
+
+data::Normalize make_normalize(const DataSection& d, int64_t channels) {
+  data::Normalize n;
+  for (int64_t c = 0; c < channels; ++c) {
+    const std::size_t k = d.normalize_mean.size() == 1 ? 0 : static_cast<std::size_t>(c);
+    HT_CHECK(k < d.normalize_mean.size(), "data.normalize: {} values for images with {} channels",
+             d.normalize_mean.size(), channels);
+    n.mean.push_back(static_cast<float>(d.normalize_mean[k]));
+    n.std.push_back(static_cast<float>(d.normalize_std[k]));
+  }
+  return n;
+}
+
+Datasets make_datasets(const TrainerConfig& cfg) {
+  const DataSection& d = cfg.data;
+  Datasets ds;
+  std::shared_ptr<const data::Dataset> train, test;
+  switch (d.dataset) {
+    case DatasetKind::fashion_mnist:
+    case DatasetKind::mnist: {
+      check_dir(d.root, d);
+      auto tr = std::make_shared<const data::MnistData>(data::load_mnist(d.root, data::MnistSplit::train, d.train_limit));
+      auto te = std::make_shared<const data::MnistData>(data::load_mnist(d.root, data::MnistSplit::test, d.test_limit));
+      train = std::make_shared<const data::MnistDataset>(tr);
+      test = std::make_shared<const data::MnistDataset>(te);
+      ds.num_classes = data::kMnistClasses;
+      ds.channels = tr->images.size(1);
+      ds.height = tr->images.size(2);
+      ds.width = tr->images.size(3);
+      break;
+    }
+    case DatasetKind::cifar10:
+    case DatasetKind::cifar100: {
+      check_dir(d.root, d);
+      data::CifarOptions o;
+      o.variant = d.dataset == DatasetKind::cifar10 ? data::CifarVariant::cifar10 : data::CifarVariant::cifar100;
+      o.label = d.label == CifarLabelKind::coarse ? data::CifarLabel::coarse : data::CifarLabel::fine;
+      o.split = data::CifarSplit::train;
+      auto tr = std::make_shared<const data::CifarDataset>(d.root, o);
+      o.split = data::CifarSplit::test;
+      auto te = std::make_shared<const data::CifarDataset>(d.root, o);
+      ds.num_classes = tr->data().num_classes();
+      train = limited(tr, d.train_limit);
+      test = limited(te, d.test_limit);
+      ds.channels = 3;
+      ds.height = ds.width = data::kCifarSide;
+      break;
+    }
+    case DatasetKind::image_folder: {
+      const auto root = std::filesystem::path(d.root);
+      check_dir((root / "train").string(), d);
+      check_dir((root / "val").string(), d);
+      data::ImageFolderOptions o;
+      o.root = root / "train";
+      auto tr = std::make_shared<const data::ImageFolder>(o);
+      data::ImageFolderOptions ov;
+      ov.root = root / "val";
+      ov.classes = tr->classes();  // the validation labels follow the training class order
+      auto te = std::make_shared<const data::ImageFolder>(ov);
+      ds.num_classes = static_cast<int64_t>(tr->classes().size());
+      train = limited(tr, d.train_limit);
+      test = limited(te, d.test_limit);
+      ds.channels = 3;
+      ds.height = ds.width = d.image_size;
+      break;
+    }
+  }
+  switch (d.augment) {
+    case AugmentKind::none:
+      HT_CHECK(d.dataset != DatasetKind::image_folder,
+               "data.augment: none cannot be used with image_folder (images differ in size); use imagenet");
+      break;
+    case AugmentKind::cifar:
+      train = data::with_transform(train, data::compose({data::random_crop_transform({ds.height, ds.width, 4}),
+                                                          data::random_hflip_transform(0.5f)}));
+      break;
+    case AugmentKind::imagenet:
+      train = data::with_transform(train, data::imagenet_train_transform(d.image_size));
+      break;
+  }
+  if (d.dataset == DatasetKind::image_folder)
+    test = data::with_transform(test, data::imagenet_eval_transform(d.eval_resize, d.image_size));
+  ds.train = train;
+  ds.test = test;
+  if (cfg.model.num_classes > 0) ds.num_classes = cfg.model.num_classes;
+  return ds;
+}
+
+std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& gen,
+                                       std::shared_ptr<Generator> dropout_gen) {
+  const ModelSection& m = cfg.model;
+  switch (m.name) {
+    case ModelKind::mlp: {
+      auto seq = std::make_shared<nn::Sequential>();
+      seq->push_back(std::make_shared<nn::Flatten>(1));  // (B, C, H, W) -> (B, C*H*W)
+      std::vector<int64_t> widths{ds.channels * ds.height * ds.width};
+      widths.insert(widths.end(), m.hidden.begin(), m.hidden.end());
+      widths.push_back(ds.num_classes);
+      for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+        seq->push_back(std::make_shared<nn::Linear>(widths[l], widths[l + 1], nn::Bias::yes, gen));
+        if (l + 2 < widths.size()) seq->push_back(std::make_shared<nn::Activation>(nn::activation_from_name(m.activation)));
+      }
+      return seq;
+    }
+    case ModelKind::resnet18:
+    case ModelKind::resnet34:
+    case ModelKind::resnet50: {
+      models::ResNetConfig rc;
+      rc.depth = models::resnet_depth_from_name(model_name(m.name));
+      const bool small = ds.height <= 64;
+      rc.stem = m.stem == "imagenet" || (m.stem == "auto" && !small) ? models::ResNetStem::imagenet
+                                                                      : models::ResNetStem::cifar;
+      rc.num_classes = ds.num_classes;
+      rc.in_channels = ds.channels;
+      rc.zero_init_residual = m.zero_init_residual;
+      return std::make_shared<models::ResNet>(rc, gen);
+    }
+    case ModelKind::vit: {
+      HT_CHECK(ds.height == ds.width, "model vit: images must be square, got {}x{}", ds.height, ds.width);
+      models::VitConfig vc;
+      vc.image_size = ds.height;
+      vc.patch_size = m.patch_size;
+      vc.in_channels = ds.channels;
+      vc.dim = m.dim;
+      vc.depth = m.depth;
+      vc.heads = m.heads;
+      vc.mlp_ratio = m.mlp_ratio;
+      vc.num_classes = ds.num_classes;
+      vc.pool = m.pool == "mean" ? models::VitPool::mean : models::VitPool::class_token;
+      vc.dropout = m.dropout;
+      return std::make_shared<models::VisionTransformer>(vc, gen, std::move(dropout_gen));
+    }
+  }
+  HT_FAIL("unknown model");
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model) {
+  const OptimSection& o = cfg.optim;
+  auto params = optim::make_param_refs(model.named_parameters(), {"pos_embed", "cls_token"});
+  if (o.decay_norm_and_bias)
+    for (auto& p : params) p.decay = true;
+  if (o.name == OptimKind::sgd)
+    return optim::make_sgd(std::move(params),
+                           {.momentum = o.momentum, .dampening = 0.0, .weight_decay = o.weight_decay, .nesterov = o.nesterov});
+  return optim::make_adamw(std::move(params),
+                           {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+}
+
+optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t spe) {
+  const ScheduleSection& s = cfg.schedule;
+  auto steps = [&](double epochs) { return static_cast<int64_t>(std::llround(epochs * static_cast<double>(spe))); };
+  optim::ScheduleConfig c;
+  c.base_lr = cfg.optim.lr;
+  c.warmup_steps = steps(s.warmup_epochs);
+  c.warmup_start_factor = s.warmup_start_factor;
+  c.total_steps = cfg.train.epochs * spe;
+  c.min_lr = s.min_lr;
+  c.gamma = s.gamma;
+  switch (s.name) {
+    case ScheduleName::constant: c.kind = optim::ScheduleKind::constant; break;
+    case ScheduleName::step:
+      c.kind = optim::ScheduleKind::step;
+      c.step_size = std::max<int64_t>(1, steps(s.step_epochs));
+      break;
+    case ScheduleName::multistep:
+      c.kind = optim::ScheduleKind::multistep;
+      for (double e : s.milestones) c.milestones.push_back(steps(e));
+      break;
+    case ScheduleName::cosine: c.kind = optim::ScheduleKind::cosine; break;
+  }
+  return c;
+}
+
+}  // namespace ht::train

@@ -1,0 +1,28 @@
+// Construction helpers of the trainer (datasets, model, optimiser, schedule). Internal to src/train.
+#pragma once
+#include <memory>
+
+#include "hadatrain/data/dataset.h"
+#include "hadatrain/data/transforms.h"
+#include "hadatrain/nn/module.h"
+#include "hadatrain/optim/optimizer.h"
+#include "hadatrain/optim/schedule.h"
+#include "hadatrain/train/trainer_config.h"
+
+namespace ht::train {
+
+struct Datasets {
+  std::shared_ptr<const data::Dataset> train, test;
+  int64_t num_classes = 0;
+  int64_t channels = 0, height = 0, width = 0;  // of the images the model sees
+};
+
+enum class Split { train, test };
+Datasets make_datasets(const TrainerConfig& cfg);
+data::Normalize make_normalize(const DataSection& d, int64_t channels);
+std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
+                                       std::shared_ptr<Generator> dropout_gen);
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model);
+optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t steps_per_epoch);
+
+}  // namespace ht::train
