@@ -84,9 +84,13 @@ EvalResult evaluate(nn::Module& model, const std::shared_ptr<const data::Dataset
     const int64_t classes = logits.size(1);
     for (std::size_t i = 0; i < labels.size(); ++i) {
       const float* row = l.data() + i * static_cast<std::size_t>(classes);
-      const float target = row[labels[i]];
-      int64_t above = 0;  // classes ranked strictly above the target (ties count for the target)
-      for (int64_t c = 0; c < classes; ++c) above += row[c] > target ? 1 : 0;
+      const int64_t label = labels[i];
+      const float target = row[label];
+      // Classes ranked above the target; ties go to the lower class index, as argmax/topk pick them (with
+      // "ties count for the target", a model with constant logits would score 100%). A NaN target ranks last.
+      int64_t above = std::isnan(target) ? classes : 0;
+      for (int64_t c = 0; c < classes && !std::isnan(target); ++c)
+        above += row[c] > target || (row[c] == target && c < label) ? 1 : 0;
       r.correct += above == 0 ? 1 : 0;
       r.correct_top5 += above < 5 ? 1 : 0;
     }
