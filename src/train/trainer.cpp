@@ -284,7 +284,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
       const bool improved = ev.top1() > st.best_top1;
       if (improved) st.best_top1 = ev.top1();
       result.last_eval = ev;
-      const double train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_steps, 1));
+      // NaN (written as null) when this process ran no step of the epoch (a resume at its last batch).
+      const double train_loss = epoch_steps ? epoch_loss / static_cast<double>(epoch_steps) : std::nan("");
       spdlog::info("epoch {}/{} done in {:.1f} s: train loss {:.4f}, test loss {:.4f}, top-1 {:.2f}%, top-5 {:.2f}%",
                    epoch + 1, cfg.train.epochs, secs, train_loss, ev.loss, 100 * ev.top1(), 100 * ev.top5());
       metrics.write(MetricsRecord("eval")
