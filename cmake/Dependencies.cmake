@@ -5,6 +5,15 @@ find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(ZLIB REQUIRED)
+# Image folders: JPEG through libjpeg(-turbo) (libjpeg-dev); PNG through libpng when present (libpng-dev),
+# otherwise a PNG file gives an error that says so.
+find_package(JPEG REQUIRED)
+find_package(PNG QUIET)
+if(PNG_FOUND)
+  message(STATUS "libpng ${PNG_VERSION_STRING}: PNG files in image folders are decoded")
+else()
+  message(STATUS "libpng not found: PNG files in image folders give an error (install libpng-dev)")
+endif()
 
 # OpenBLAS: cblas.h lives in different places on Debian and Ubuntu.
 find_path(OPENBLAS_INCLUDE_DIR cblas.h

@@ -1,0 +1,116 @@
+// The data loader: deterministic per-epoch shuffling, worker threads that assemble whole batches into a
+// bounded prefetch queue, batches delivered in the same order for any worker count, and a resumable
+// position (epoch, batch) for checkpoints. See Note [Loader ordering] in loader.cpp and docs/data.md.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "hadatrain/data/dataset.h"
+#include "hadatrain/data/transforms.h"
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht::data {
+
+enum class Shuffle : uint8_t { off, on };
+enum class DropLast : uint8_t {
+  no,   // the last batch of an epoch may be smaller
+  yes,  // only full batches
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 128;
+  int num_workers = 2;   // 0: batches are made in the consumer's thread, inside next()
+  int prefetch = 4;      // batches being made or waiting, at most (>= 1); keep >= num_workers
+  uint64_t seed = 0;     // shuffle and augmentation key (Note [Data randomness])
+  Shuffle shuffle = Shuffle::on;
+  DropLast drop_last = DropLast::no;
+  Normalize normalize = Normalize::unit();
+};
+
+// Where the loader stands: the next batch next() returns is batch `batch` of epoch `epoch`. This is what a
+// checkpoint stores; batch == batches_per_epoch() means the epoch is done but its end not yet reported.
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  friend bool operator==(const LoaderPosition&, const LoaderPosition&) = default;
+};
+
+// One batch in host memory. The consumer moves it to the device (Batch::to); pinned buffers and
+// asynchronous copies arrive with the CUDA backend behind this same seam.
+struct Batch {
+  Tensor images;                 // (B, C, H, W) f32, normalised
+  Tensor labels;                 // (B) i64
+  std::vector<int64_t> indices;  // (B) dataset index of each row
+  LoaderPosition position;       // which batch this is
+
+  int64_t size() const { return static_cast<int64_t>(indices.size()); }
+  Batch to(Device device) const;
+};
+
+// The sample order of an epoch: a Fisher-Yates shuffle of 0..n-1 drawing j = below(i + 1) for i = n-1 .. 1
+// from SampleRng::for_shuffle(seed, epoch), or the identity with Shuffle::off.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, Shuffle shuffle);
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opts, LoaderPosition start = {});
+  ~DataLoader();  // stops and joins the workers
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch of the current epoch, or nullopt once the epoch is over (the following call starts the
+  // next epoch). A failure while making a batch (e.g. a corrupt file) is thrown here, when that batch is
+  // due, as ht::Error naming the epoch, batch, dataset index and sample (file or record); the loader then
+  // keeps throwing it until seek().
+  std::optional<Batch> next();
+
+  LoaderPosition position() const { return pos_; }
+  // Continues from `pos` (drops prefetched batches); next() then returns exactly what an uninterrupted
+  // loader would have returned from that point.
+  void seek(LoaderPosition pos);
+
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int64_t dataset_size() const { return dataset_->size(); }
+  const LoaderOptions& options() const { return opts_; }
+
+ private:
+  struct Slot {
+    std::optional<Batch> batch;
+    std::exception_ptr error;
+  };
+  LoaderPosition position_of(int64_t sequence) const;
+  std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch);
+  Batch make_batch(LoaderPosition pos);
+  Slot make_slot(LoaderPosition pos);
+  void start_workers();
+  void stop_workers();
+  void worker_loop();
+
+  std::shared_ptr<const Dataset> dataset_;
+  LoaderOptions opts_;
+  int64_t batches_per_epoch_ = 0;
+  LoaderPosition pos_;        // consumer position
+  LoaderPosition stream_start_;  // position of sequence number 0 for the producers
+  int64_t consumed_ = 0;      // sequence number of the next batch the consumer takes
+  std::exception_ptr failed_;
+
+  // Shared with the workers (guarded by mu_).
+  std::mutex mu_;
+  std::condition_variable space_cv_, ready_cv_;
+  bool stop_ = false;
+  int64_t next_claim_ = 0;
+  std::map<int64_t, Slot> ready_;
+  std::vector<std::thread> workers_;
+
+  std::mutex order_mu_;
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_;
+};
+
+}  // namespace ht::data

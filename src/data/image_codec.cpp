@@ -1,0 +1,322 @@
+// JPEG decoding/encoding through libjpeg(-turbo), PNG decoding through libpng when available, and format
+// sniffing. See Note [libjpeg errors] for how libjpeg's fatal errors become exceptions.
+#include "hadatrain/data/image_codec.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+// jpeglib.h needs FILE and size_t declared first.
+#include <jerror.h>
+#include <jpeglib.h>
+#if defined(HADATRAIN_HAVE_PNG)
+#include <png.h>
+#endif
+
+#include "hadatrain/core/error.h"
+
+namespace ht::data {
+namespace {
+
+// Note [libjpeg errors]
+// libjpeg reports a fatal error by calling err->error_exit, which by default prints and calls exit(). We
+// replace it with a function that formats the message into the error manager and longjmp()s back to the
+// setjmp() of the phase being run. C++ exceptions must not cross libjpeg's C frames (they are built without
+// unwind tables), and longjmp must not skip C++ destructors, so every libjpeg call happens inside one of the
+// small C-style functions below (jpeg_*_phase): they hold no objects with destructors, call setjmp first,
+// and return a status. Their C++ callers turn a failure into ht::Error naming the file. The decompress
+// struct itself lives in the caller, which destroys it on every path (JpegDecompressGuard).
+// libjpeg's warnings go to emit_message (level -1). "Premature end of JPEG file" (JWRN_JPEG_EOF: libjpeg
+// would pad the image with grey) is treated as fatal: a truncated file is an error, not a half-grey
+// sample. Other warnings (corrupt-data notes that PIL ignores too) are counted and otherwise ignored.
+struct JpegErrorManager {
+  jpeg_error_mgr pub;  // first member: libjpeg sees a jpeg_error_mgr*
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+extern "C" void jpeg_error_exit_longjmp(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+extern "C" void jpeg_emit_message_quiet(j_common_ptr cinfo, int level) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  if (level >= 0) return;  // trace messages
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    (*cinfo->err->format_message)(cinfo, err->message);
+    std::strncat(err->message, " (the file is truncated)", JMSG_LENGTH_MAX - std::strlen(err->message) - 1);
+    std::longjmp(err->jump, 1);
+  }
+  cinfo->err->num_warnings++;
+}
+
+void install_error_manager(jpeg_common_struct* cinfo, JpegErrorManager* err) {
+  cinfo->err = jpeg_std_error(&err->pub);
+  err->pub.error_exit = jpeg_error_exit_longjmp;
+  err->pub.emit_message = jpeg_emit_message_quiet;
+  err->message[0] = '\0';
+}
+
+// ---- C-style phases (Note [libjpeg errors]): no C++ objects with destructors inside. ----
+
+int jpeg_create_decompress_phase(jpeg_decompress_struct* cinfo, JpegErrorManager* err) {
+  install_error_manager(reinterpret_cast<jpeg_common_struct*>(cinfo), err);
+  if (setjmp(err->jump)) return 1;
+  jpeg_create_decompress(cinfo);
+  return 0;
+}
+
+int jpeg_header_phase(jpeg_decompress_struct* cinfo, JpegErrorManager* err, const unsigned char* data,
+                      unsigned long size, long min_side) {
+  if (setjmp(err->jump)) return 1;
+  jpeg_mem_src(cinfo, data, size);
+  jpeg_read_header(cinfo, TRUE);
+  switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE: cinfo->out_color_space = JCS_GRAYSCALE; break;
+    case JCS_CMYK:
+    case JCS_YCCK: cinfo->out_color_space = JCS_CMYK; break;  // libjpeg converts YCCK to CMYK
+    default: cinfo->out_color_space = JCS_RGB; break;
+  }
+  if (min_side > 0) {
+    for (unsigned denom = 8; denom >= 2; denom /= 2) {
+      const long w = static_cast<long>((cinfo->image_width + denom - 1) / denom);
+      const long h = static_cast<long>((cinfo->image_height + denom - 1) / denom);
+      if (w >= min_side && h >= min_side) {
+        cinfo->scale_num = 1;
+        cinfo->scale_denom = denom;
+        break;
+      }
+    }
+  }
+  jpeg_calc_output_dimensions(cinfo);
+  return 0;
+}
+
+int jpeg_decompress_phase(jpeg_decompress_struct* cinfo, JpegErrorManager* err, unsigned char* out,
+                          std::size_t row_bytes) {
+  if (setjmp(err->jump)) return 1;
+  jpeg_start_decompress(cinfo);
+  while (cinfo->output_scanline < cinfo->output_height) {
+    JSAMPROW row = out + static_cast<std::size_t>(cinfo->output_scanline) * row_bytes;
+    jpeg_read_scanlines(cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(cinfo);
+  return 0;
+}
+
+struct JpegDecompressGuard {
+  jpeg_decompress_struct* cinfo = nullptr;
+  ~JpegDecompressGuard() {
+    if (cinfo) jpeg_destroy_decompress(cinfo);
+  }
+};
+
+[[noreturn]] void jpeg_fail(const std::string& name, const char* stage, const JpegErrorManager& err) {
+  HT_FAIL("{}: cannot decode JPEG ({}): {}", name, stage, err.message);
+}
+
+uint8_t mul255(unsigned a, unsigned b) { return static_cast<uint8_t>((a * b + 127) / 255); }
+
+Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& opts) {
+  jpeg_decompress_struct cinfo;
+  std::memset(&cinfo, 0, sizeof cinfo);
+  JpegErrorManager err;
+  if (jpeg_create_decompress_phase(&cinfo, &err) != 0) jpeg_fail(name, "create", err);
+  JpegDecompressGuard guard{&cinfo};
+  if (jpeg_header_phase(&cinfo, &err, bytes.data(), static_cast<unsigned long>(bytes.size()),
+                        static_cast<long>(opts.min_side)) != 0)
+    jpeg_fail(name, "header", err);
+  const int64_t h = cinfo.output_height, w = cinfo.output_width, comps = cinfo.out_color_components;
+  HT_CHECK(comps == 1 || comps == 3 || comps == 4, "{}: unsupported JPEG with {} colour components", name, comps);
+  std::vector<uint8_t> raw(static_cast<std::size_t>(h * w * comps));
+  if (jpeg_decompress_phase(&cinfo, &err, raw.data(), static_cast<std::size_t>(w * comps)) != 0)
+    jpeg_fail(name, "data", err);
+
+  Image img;
+  img.height = h;
+  img.width = w;
+  img.channels = 3;
+  img.layout = ImageLayout::hwc;
+  if (comps == 3) {
+    img.pixels = std::move(raw);
+    return img;
+  }
+  img.pixels.resize(static_cast<std::size_t>(h * w * 3));
+  uint8_t* o = img.pixels.data();
+  const int64_t n = h * w;
+  if (comps == 1) {
+    for (int64_t i = 0; i < n; ++i) o[3 * i] = o[3 * i + 1] = o[3 * i + 2] = raw[static_cast<std::size_t>(i)];
+  } else {
+    // CMYK (YCCK was converted to CMYK by libjpeg). Adobe-marked files store inverted values (255 = no ink).
+    const bool inverted = cinfo.saw_Adobe_marker;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = &raw[static_cast<std::size_t>(4 * i)];
+      const unsigned c = inverted ? p[0] : 255u - p[0], m = inverted ? p[1] : 255u - p[1];
+      const unsigned y = inverted ? p[2] : 255u - p[2], k = inverted ? p[3] : 255u - p[3];
+      o[3 * i] = mul255(c, k);
+      o[3 * i + 1] = mul255(m, k);
+      o[3 * i + 2] = mul255(y, k);
+    }
+  }
+  return img;
+}
+
+// ---- encoder ----
+
+int jpeg_encode_phase(jpeg_compress_struct* cinfo, JpegErrorManager* err, unsigned char** out,
+                      unsigned long* out_size, const unsigned char* pixels, int height, int width, int comps,
+                      J_COLOR_SPACE in_space, J_COLOR_SPACE jpeg_space, int adobe_marker, int quality) {
+  install_error_manager(reinterpret_cast<jpeg_common_struct*>(cinfo), err);
+  if (setjmp(err->jump)) return 1;
+  jpeg_create_compress(cinfo);
+  jpeg_mem_dest(cinfo, out, out_size);
+  cinfo->image_width = static_cast<JDIMENSION>(width);
+  cinfo->image_height = static_cast<JDIMENSION>(height);
+  cinfo->input_components = comps;
+  cinfo->in_color_space = in_space;
+  jpeg_set_defaults(cinfo);
+  jpeg_set_colorspace(cinfo, jpeg_space);
+  cinfo->write_Adobe_marker = adobe_marker ? TRUE : FALSE;
+  jpeg_set_quality(cinfo, quality, TRUE);
+  jpeg_start_compress(cinfo, TRUE);
+  while (cinfo->next_scanline < cinfo->image_height) {
+    JSAMPROW row = const_cast<unsigned char*>(pixels) + static_cast<std::size_t>(cinfo->next_scanline) * width * comps;
+    jpeg_write_scanlines(cinfo, &row, 1);
+  }
+  jpeg_finish_compress(cinfo);
+  return 0;
+}
+
+#if defined(HADATRAIN_HAVE_PNG)
+Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) {
+    const std::string msg = png.message;
+    png_image_free(&png);
+    HT_FAIL("{}: cannot decode PNG: {}", name, msg);
+  }
+  png.format = PNG_FORMAT_RGBA;  // alpha is dropped below (as PIL's convert("RGB"))
+  std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(png));
+  if (!png_image_finish_read(&png, nullptr, rgba.data(), 0, nullptr)) {
+    const std::string msg = png.message;
+    png_image_free(&png);
+    HT_FAIL("{}: cannot decode PNG: {}", name, msg);
+  }
+  Image img = Image::zeros(png.height, png.width, 3, ImageLayout::hwc);
+  const int64_t n = img.height * img.width;
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < 3; ++c) img.pixels[static_cast<std::size_t>(3 * i + c)] = rgba[static_cast<std::size_t>(4 * i + c)];
+  png_image_free(&png);
+  return img;
+}
+#endif
+
+}  // namespace
+
+ImageFormat sniff_image_format(std::span<const uint8_t> b) {
+  if (b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return ImageFormat::jpeg;
+  static constexpr uint8_t kPng[8] = {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A};
+  if (b.size() >= 8 && std::equal(kPng, kPng + 8, b.begin())) return ImageFormat::png;
+  return ImageFormat::unknown;
+}
+
+bool png_decoding_available() {
+#if defined(HADATRAIN_HAVE_PNG)
+  return true;
+#else
+  return false;
+#endif
+}
+
+Image decode_image(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& opts) {
+  HT_CHECK(!bytes.empty(), "{}: the file is empty", name);
+  switch (sniff_image_format(bytes)) {
+    case ImageFormat::jpeg: return decode_jpeg(bytes, name, opts);
+    case ImageFormat::png:
+#if defined(HADATRAIN_HAVE_PNG)
+      return decode_png(bytes, name);
+#else
+      HT_FAIL("{}: this file is a PNG (signature 89 50 4E 47), whatever its name says; this hadatrain was built "
+              "without libpng, so it cannot decode PNG files. Convert the file to JPEG (ImageNet's "
+              "n02105855_2933.JPEG is such a file) or install libpng-dev and rebuild.",
+              name);
+#endif
+    case ImageFormat::unknown: break;
+  }
+  const std::size_t k = std::min<std::size_t>(bytes.size(), 4);
+  std::string head;
+  for (std::size_t i = 0; i < k; ++i) head += fmt::format("{}{:02X}", i ? " " : "", bytes[i]);
+  HT_FAIL("{}: not a JPEG (FF D8 FF) or PNG (89 50 4E 47) file: it starts with {}", name, head);
+}
+
+std::vector<uint8_t> read_file_bytes(const std::filesystem::path& file) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  HT_CHECK(f != nullptr, "cannot open {}: {}", file.string(), std::strerror(errno));
+  std::vector<uint8_t> bytes;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file, ec);
+  bytes.resize(ec ? 0 : static_cast<std::size_t>(size));
+  std::size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
+  bool failed = got < bytes.size() && std::ferror(f) != 0;
+  bytes.resize(got);
+  // Files whose size the filesystem does not report (pipes, /proc) or that grew meanwhile: read the rest.
+  uint8_t buf[1 << 14];
+  while (!failed && std::feof(f) == 0) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    bytes.insert(bytes.end(), buf, buf + n);
+    failed = n < sizeof buf && std::ferror(f) != 0;
+    if (n < sizeof buf) break;
+  }
+  std::fclose(f);
+  HT_CHECK(!failed, "cannot read {}: read error", file.string());
+  return bytes;
+}
+
+Image read_image(const std::filesystem::path& file, const DecodeOptions& opts) {
+  const auto bytes = read_file_bytes(file);
+  return decode_image(bytes, file.string(), opts);
+}
+
+std::vector<uint8_t> encode_jpeg(const Image& img_in, const JpegEncodeOptions& opts) {
+  HT_CHECK(img_in.numel() > 0, "encode_jpeg: empty image {}", img_in.describe());
+  HT_CHECK(opts.quality >= 1 && opts.quality <= 100, "encode_jpeg: quality must be in [1, 100], got {}", opts.quality);
+  int comps = 3;
+  J_COLOR_SPACE in_space = JCS_RGB, jpeg_space = JCS_YCbCr;
+  bool adobe = false, invert = false;
+  switch (opts.color) {
+    case JpegColor::rgb: break;
+    case JpegColor::gray: comps = 1, in_space = jpeg_space = JCS_GRAYSCALE; break;
+    case JpegColor::cmyk: comps = 4, in_space = jpeg_space = JCS_CMYK; break;
+    case JpegColor::cmyk_adobe: comps = 4, in_space = jpeg_space = JCS_CMYK, adobe = invert = true; break;
+    case JpegColor::ycck_adobe: comps = 4, in_space = JCS_CMYK, jpeg_space = JCS_YCCK, adobe = invert = true; break;
+  }
+  HT_CHECK(img_in.channels == comps, "encode_jpeg: this colour mode needs {} channels, the image is {}", comps,
+           img_in.describe());
+  Image img = to_layout(img_in, ImageLayout::hwc);
+  if (invert)
+    for (auto& p : img.pixels) p = static_cast<uint8_t>(255 - p);
+
+  jpeg_compress_struct cinfo;
+  std::memset(&cinfo, 0, sizeof cinfo);
+  JpegErrorManager err;
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  const int rc = jpeg_encode_phase(&cinfo, &err, &out, &out_size, img.pixels.data(), static_cast<int>(img.height),
+                                   static_cast<int>(img.width), comps, in_space, jpeg_space, adobe ? 1 : 0,
+                                   opts.quality);
+  std::vector<uint8_t> bytes;
+  if (rc == 0) bytes.assign(out, out + out_size);
+  jpeg_destroy_compress(&cinfo);
+  std::free(out);
+  HT_CHECK(rc == 0, "encode_jpeg: libjpeg failed: {}", err.message);
+  return bytes;
+}
+
+}  // namespace ht::data

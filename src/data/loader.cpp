@@ -1,0 +1,214 @@
+// The data loader: per-epoch Philox shuffles, worker threads assembling batches into a bounded reorder
+// queue, in-order delivery, error propagation and resumable positions.
+#include "hadatrain/data/loader.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hadatrain/core/error.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/tensor/factory.h"
+
+namespace ht::data {
+
+// Note [Loader ordering]
+// The loader produces a stream of batches numbered s = 0, 1, 2, ... from the position it was started or
+// seeked to; batch s is batch b of epoch e (position_of), and it is fully determined by (seed, e, b): its rows
+// are epoch_order(e)[b*B, (b+1)*B) and row idx is made with SampleRng::for_sample(seed, e, idx). A worker
+// claims the lowest unclaimed s, builds the whole batch (decode, augment, normalise into the batch tensor)
+// and files it in a map keyed by s; the consumer takes s = 0, 1, 2, ... from the map, waiting when the next
+// one is not there yet. Which worker built a batch, and when, cannot change its content or its place in
+// the stream, so the batches are identical for any number of workers (0 = built inside next()). A worker
+// may claim s only while s < consumed + prefetch, which bounds the memory held by batches in flight.
+// The stream runs across epoch boundaries (the next epoch's first batches are prefetched while the
+// consumer finishes the current one); next() reports each boundary once by returning nullopt.
+// A failure while building batch s is stored in its slot and thrown by the consumer when s is due, so
+// every batch before it is still delivered, in order.
+
+Batch Batch::to(Device device) const {
+  return {to_device(images, device), to_device(labels, device), indices, position};
+}
+
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, Shuffle shuffle) {
+  HT_CHECK(n >= 0, "epoch_order: negative size {}", n);
+  std::vector<int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (shuffle == Shuffle::off) return order;
+  SampleRng rng = SampleRng::for_shuffle(seed, epoch);
+  for (int64_t i = n - 1; i >= 1; --i) {
+    const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
+    std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+  }
+  return order;
+}
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opts, LoaderPosition start)
+    : dataset_(std::move(dataset)), opts_(std::move(opts)) {
+  HT_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
+  const int64_t n = dataset_->size();
+  HT_CHECK(n > 0, "DataLoader: the dataset is empty");
+  HT_CHECK(opts_.batch_size > 0, "DataLoader: batch_size must be positive, got {}", opts_.batch_size);
+  HT_CHECK(opts_.num_workers >= 0, "DataLoader: num_workers must be >= 0, got {}", opts_.num_workers);
+  HT_CHECK(opts_.prefetch >= 1, "DataLoader: prefetch must be >= 1, got {}", opts_.prefetch);
+  HT_CHECK(n - 1 <= kMaxRngIndex, "DataLoader: {} samples is more than the data RNG supports", n);
+  batches_per_epoch_ =
+      opts_.drop_last == DropLast::yes ? n / opts_.batch_size : (n + opts_.batch_size - 1) / opts_.batch_size;
+  HT_CHECK(batches_per_epoch_ > 0, "DataLoader: drop_last with batch_size {} > dataset size {} gives no batches",
+           opts_.batch_size, n);
+  seek(start);
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+void DataLoader::seek(LoaderPosition pos) {
+  HT_CHECK(pos.epoch >= 0 && pos.epoch <= kMaxRngEpoch, "DataLoader::seek: epoch {} is outside [0, {}]", pos.epoch,
+           kMaxRngEpoch);
+  HT_CHECK(pos.batch >= 0 && pos.batch <= batches_per_epoch_,
+           "DataLoader::seek: batch {} is outside [0, {}] (batches per epoch with batch_size {})", pos.batch,
+           batches_per_epoch_, opts_.batch_size);
+  stop_workers();
+  pos_ = pos;
+  stream_start_ = pos;
+  consumed_ = 0;
+  failed_ = nullptr;
+}
+
+LoaderPosition DataLoader::position_of(int64_t sequence) const {
+  const int64_t linear = stream_start_.epoch * batches_per_epoch_ + stream_start_.batch + sequence;
+  return {linear / batches_per_epoch_, linear % batches_per_epoch_};
+}
+
+std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch) {
+  std::lock_guard<std::mutex> lock(order_mu_);
+  auto it = orders_.find(epoch);
+  if (it != orders_.end()) return it->second;
+  auto order = std::make_shared<const std::vector<int64_t>>(epoch_order(dataset_->size(), opts_.seed, epoch, opts_.shuffle));
+  orders_[epoch] = order;
+  while (orders_.size() > 3) orders_.erase(orders_.begin());  // keep the latest epochs only
+  return order;
+}
+
+Batch DataLoader::make_batch(LoaderPosition pos) {
+  const auto order = order_for(pos.epoch);
+  const int64_t n = dataset_->size();
+  const int64_t begin = pos.batch * opts_.batch_size;
+  const int64_t count = std::min(opts_.batch_size, n - begin);
+  Batch b;
+  b.position = pos;
+  b.indices.assign(order->begin() + begin, order->begin() + begin + count);
+  b.labels = empty({count}, {DType::i64});  // (B)
+  int64_t* labels = b.labels.data<int64_t>();
+  int64_t C = 0, H = 0, W = 0;  // geometry of row 0
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t idx = b.indices[static_cast<std::size_t>(k)];
+    auto context = [&] {
+      return fmt::format("data loader: epoch {}, batch {}, dataset index {} ({})", pos.epoch, pos.batch, idx,
+                         dataset_->describe_sample(idx));
+    };
+    try {
+      SampleRng rng = SampleRng::for_sample(opts_.seed, pos.epoch, idx);
+      const Sample s = dataset_->get(idx, rng);
+      if (k == 0) {
+        C = s.image.channels, H = s.image.height, W = s.image.width;
+        opts_.normalize.check(C);
+        b.images = empty({count, C, H, W}, {DType::f32});  // (B, C, H, W)
+      }
+      HT_CHECK(s.image.channels == C && s.image.height == H && s.image.width == W,
+               "the image is {} but the first image of the batch is {}x{}x{}: give the dataset a transform that "
+               "makes every image the same size (e.g. a crop)",
+               s.image.describe(), C, H, W);
+      normalize_into(s.image, opts_.normalize, b.images.data<float>() + k * C * H * W);
+      labels[k] = s.label;
+    } catch (const InternalError& e) {
+      throw InternalError(fmt::format("{}: {}", context(), e.what()));
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{}: {}", context(), e.what()));
+    }
+  }
+  return b;
+}
+
+DataLoader::Slot DataLoader::make_slot(LoaderPosition pos) {
+  Slot slot;
+  try {
+    slot.batch = make_batch(pos);
+  } catch (...) {
+    slot.error = std::current_exception();
+  }
+  return slot;
+}
+
+void DataLoader::start_workers() {
+  HT_ASSERT(workers_.empty(), "DataLoader: workers already running");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+    next_claim_ = 0;
+    ready_.clear();
+  }
+  for (int i = 0; i < opts_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  space_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_.clear();
+  next_claim_ = 0;
+}
+
+void DataLoader::worker_loop() {
+  for (;;) {
+    int64_t s;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      space_cv_.wait(lock, [&] { return stop_ || next_claim_ < consumed_ + opts_.prefetch; });
+      if (stop_) return;
+      s = next_claim_++;
+    }
+    Slot slot = make_slot(position_of(s));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.emplace(s, std::move(slot));
+    }
+    ready_cv_.notify_all();
+  }
+}
+
+std::optional<Batch> DataLoader::next() {
+  if (failed_) std::rethrow_exception(failed_);
+  if (pos_.batch >= batches_per_epoch_) {
+    pos_ = {pos_.epoch + 1, 0};
+    return std::nullopt;
+  }
+  Slot slot;
+  if (opts_.num_workers == 0) {
+    slot = make_slot(pos_);
+    ++consumed_;
+  } else {
+    if (workers_.empty()) start_workers();
+    std::unique_lock<std::mutex> lock(mu_);
+    ready_cv_.wait(lock, [&] { return ready_.count(consumed_) > 0; });
+    auto node = ready_.extract(consumed_);
+    slot = std::move(node.mapped());
+    ++consumed_;
+    lock.unlock();
+    space_cv_.notify_all();
+  }
+  if (slot.error) {
+    failed_ = slot.error;
+    std::rethrow_exception(failed_);
+  }
+  HT_ASSERT(slot.batch && slot.batch->position == pos_, "DataLoader: batch ({}, {}) arrived at position ({}, {})",
+            slot.batch ? slot.batch->position.epoch : -1, slot.batch ? slot.batch->position.batch : -1, pos_.epoch,
+            pos_.batch);
+  ++pos_.batch;
+  return std::move(slot.batch);
+}
+
+}  // namespace ht::data

@@ -1,0 +1,318 @@
+// Image folders and decoding: JPEGs made by the test with libjpeg's compressor (RGB, grayscale, CMYK with and
+// without an Adobe marker, YCCK), a PNG named .JPEG, truncated and corrupt files, class/file order, list files.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hadatrain/data/image_folder.h"
+#include "hadatrain/data/loader.h"
+#include "support/catch.h"
+
+using namespace ht;
+using namespace ht::data;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("ht_test_imgfolder_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write_file(const fs::path& file, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(file.parent_path());
+  std::ofstream out(file, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A 16x16 image of four flat 8x8 quadrants (JPEG blocks and 2x2 chroma subsampling stay inside a quadrant).
+struct Quadrants {
+  std::array<std::array<uint8_t, 4>, 4> colour;  // quadrant (top-left, top-right, bottom-left, bottom-right)
+  Image image(int channels) const {
+    Image img = Image::zeros(16, 16, channels, ImageLayout::hwc);
+    for (int y = 0; y < 16; ++y)
+      for (int x = 0; x < 16; ++x)
+        for (int c = 0; c < channels; ++c)
+          img.at(c, y, x) = colour[static_cast<std::size_t>((y / 8) * 2 + x / 8)][static_cast<std::size_t>(c)];
+    return img;
+  }
+};
+
+// |decoded - expected| at the centre 4x4 of each quadrant, worst case.
+int worst_error(const Image& img, const std::array<std::array<int, 3>, 4>& expected) {
+  int worst = 0;
+  for (int q = 0; q < 4; ++q)
+    for (int y = 2; y < 6; ++y)
+      for (int x = 2; x < 6; ++x)
+        for (int c = 0; c < 3; ++c)
+          worst = std::max(worst, std::abs(img.at(c, (q / 2) * 8 + y, (q % 2) * 8 + x) -
+                                           expected[static_cast<std::size_t>(q)][static_cast<std::size_t>(c)]));
+  return worst;
+}
+
+// ---- a minimal PNG writer (stored deflate blocks), independent of libpng ----
+uint32_t crc32(const uint8_t* p, std::size_t n, uint32_t crc = 0) {
+  crc = ~crc;
+  for (std::size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+void put32(std::vector<uint8_t>& v, uint32_t x) {
+  for (int s = 24; s >= 0; s -= 8) v.push_back(static_cast<uint8_t>(x >> s));
+}
+void chunk(std::vector<uint8_t>& png, const char* type, const std::vector<uint8_t>& data) {
+  put32(png, static_cast<uint32_t>(data.size()));
+  std::vector<uint8_t> body(type, type + 4);
+  body.insert(body.end(), data.begin(), data.end());
+  png.insert(png.end(), body.begin(), body.end());
+  put32(png, crc32(body.data(), body.size()));
+}
+std::vector<uint8_t> make_png(const Image& rgb) {
+  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  std::vector<uint8_t> ihdr;
+  put32(ihdr, static_cast<uint32_t>(rgb.width));
+  put32(ihdr, static_cast<uint32_t>(rgb.height));
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8 bits, truecolour, deflate, no filter, no interlace
+  chunk(png, "IHDR", ihdr);
+  std::vector<uint8_t> raw;
+  for (int64_t y = 0; y < rgb.height; ++y) {
+    raw.push_back(0);  // filter: none
+    for (int64_t x = 0; x < rgb.width; ++x)
+      for (int c = 0; c < 3; ++c) raw.push_back(rgb.at(c, y, x));
+  }
+  std::vector<uint8_t> z = {0x78, 0x01, 0x01};  // zlib header, final stored block
+  const auto n = static_cast<uint16_t>(raw.size());
+  z.insert(z.end(), {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8), static_cast<uint8_t>(~n),
+                     static_cast<uint8_t>(static_cast<uint16_t>(~n) >> 8)});
+  z.insert(z.end(), raw.begin(), raw.end());
+  uint32_t a = 1, b = 0;
+  for (uint8_t byte : raw) a = (a + byte) % 65521, b = (b + a) % 65521;
+  put32(z, (b << 16) | a);
+  chunk(png, "IDAT", z);
+  chunk(png, "IEND", {});
+  return png;
+}
+
+const Quadrants kColours{{{{200, 30, 40, 0}, {20, 180, 60, 0}, {50, 60, 220, 0}, {240, 240, 240, 0}}}};
+const std::array<std::array<int, 3>, 4> kExpectedRgb{{{200, 30, 40}, {20, 180, 60}, {50, 60, 220}, {240, 240, 240}}};
+
+}  // namespace
+
+TEST_CASE("format sniffing looks at the bytes, not the name", "[data][image]") {
+  const std::vector<uint8_t> jpg = {0xFF, 0xD8, 0xFF, 0xE0}, png = {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A};
+  CHECK(sniff_image_format(jpg) == ImageFormat::jpeg);
+  CHECK(sniff_image_format(png) == ImageFormat::png);
+  CHECK(sniff_image_format(std::vector<uint8_t>{0x47, 0x49, 0x46}) == ImageFormat::unknown);
+  CHECK(has_image_extension("a/b.JPEG"));
+  CHECK(has_image_extension("b.Jpg"));
+  CHECK(has_image_extension("b.PNG"));
+  CHECK_FALSE(has_image_extension("b.txt"));
+  CHECK_FALSE(has_image_extension("jpeg"));
+}
+
+TEST_CASE("JPEG decoding: RGB, grayscale, CMYK (plain and Adobe-inverted) and YCCK become RGB", "[data][image]") {
+  // RGB.
+  const Image rgb = decode_image(encode_jpeg(kColours.image(3), {95, JpegColor::rgb}), "rgb.jpg");
+  REQUIRE(rgb.height == 16);
+  REQUIRE(rgb.width == 16);
+  REQUIRE(rgb.channels == 3);
+  CHECK(rgb.layout == ImageLayout::hwc);
+  CHECK(worst_error(rgb, kExpectedRgb) <= 6);
+
+  // Grayscale: replicated into three equal channels.
+  const Quadrants grey{{{{10, 0, 0, 0}, {90, 0, 0, 0}, {170, 0, 0, 0}, {250, 0, 0, 0}}}};
+  const Image g = decode_image(encode_jpeg(grey.image(1), {95, JpegColor::gray}), "grey.jpg");
+  REQUIRE(g.channels == 3);
+  CHECK(worst_error(g, {{{10, 10, 10}, {90, 90, 90}, {170, 170, 170}, {250, 250, 250}}}) <= 3);
+  for (int64_t i = 0; i < 16 * 16; ++i) {
+    CHECK(g.pixels[static_cast<std::size_t>(3 * i)] == g.pixels[static_cast<std::size_t>(3 * i + 1)]);
+    CHECK(g.pixels[static_cast<std::size_t>(3 * i)] == g.pixels[static_cast<std::size_t>(3 * i + 2)]);
+  }
+
+  // CMYK: R = (255 - C)(255 - K) / 255, G from M, B from Y.
+  const Quadrants cmyk{{{{0, 255, 255, 0}, {255, 0, 255, 0}, {0, 0, 0, 128}, {60, 120, 180, 40}}}};
+  std::array<std::array<int, 3>, 4> expected{};
+  for (int q = 0; q < 4; ++q)
+    for (int c = 0; c < 3; ++c) {
+      const auto& k = cmyk.colour[static_cast<std::size_t>(q)];
+      expected[static_cast<std::size_t>(q)][static_cast<std::size_t>(c)] =
+          static_cast<int>(std::lround((255.0 - k[static_cast<std::size_t>(c)]) * (255.0 - k[3]) / 255.0));
+    }
+  CHECK(expected[2] == std::array<int, 3>{127, 127, 127});
+  for (JpegColor mode : {JpegColor::cmyk, JpegColor::cmyk_adobe, JpegColor::ycck_adobe}) {
+    const auto bytes = encode_jpeg(cmyk.image(4), {95, mode});
+    const Image img = decode_image(bytes, "cmyk.jpg");
+    REQUIRE(img.channels == 3);
+    INFO("mode " << static_cast<int>(mode));
+    CHECK(worst_error(img, expected) <= 6);
+  }
+}
+
+TEST_CASE("PNG files: decoded with libpng when built with it, else a clear error", "[data][image]") {
+  TempDir tmp("png");
+  const Image src = kColours.image(3);
+  const fs::path fake = tmp.path / "n02105855_2933.JPEG";  // a PNG with a JPEG name, as in ImageNet
+  write_file(fake, make_png(src));
+  if (png_decoding_available()) {
+    const Image img = read_image(fake);
+    CHECK(img.pixels == src.pixels);  // lossless
+  } else {
+    CHECK_THROWS_WITH(read_image(fake), Contains(fake.string()) && Contains("is a PNG") && Contains("without libpng"));
+  }
+  // A PNG signature followed by garbage fails either way, naming the file.
+  std::vector<uint8_t> broken = make_png(src);
+  broken.resize(40);
+  write_file(tmp.path / "broken.JPEG", broken);
+  CHECK_THROWS_WITH(read_image(tmp.path / "broken.JPEG"), Contains("broken.JPEG") && Contains("PNG"));
+}
+
+TEST_CASE("truncated, corrupt, empty and foreign files give errors naming the file", "[data][image]") {
+  TempDir tmp("bad");
+  const auto good = encode_jpeg(Image::zeros(64, 48, 3, ImageLayout::hwc), {90, JpegColor::rgb});
+  // Truncated in the entropy-coded data (libjpeg would pad with grey and only warn).
+  write_file(tmp.path / "trunc.JPEG", std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() * 2 / 3)));
+  CHECK_THROWS_WITH(read_image(tmp.path / "trunc.JPEG"), Contains("trunc.JPEG") && Contains("truncated"));
+  // Truncated inside the header.
+  write_file(tmp.path / "head.jpg", std::vector<uint8_t>(good.begin(), good.begin() + 30));
+  CHECK_THROWS_WITH(read_image(tmp.path / "head.jpg"), Contains("head.jpg") && Contains("cannot decode JPEG"));
+  // A JPEG signature followed by garbage.
+  std::vector<uint8_t> garbage = {0xFF, 0xD8, 0xFF, 0x01};
+  garbage.resize(200, 0x5A);
+  write_file(tmp.path / "garbage.jpg", garbage);
+  CHECK_THROWS_WITH(read_image(tmp.path / "garbage.jpg"), Contains("garbage.jpg") && Contains("cannot decode JPEG"));
+  write_file(tmp.path / "empty.jpg", {});
+  CHECK_THROWS_WITH(read_image(tmp.path / "empty.jpg"), Contains("empty.jpg") && Contains("empty"));
+  write_file(tmp.path / "gif.jpg", {'G', 'I', 'F', '8', '9', 'a'});
+  CHECK_THROWS_WITH(read_image(tmp.path / "gif.jpg"), Contains("gif.jpg") && Contains("47 49 46 38"));
+  CHECK_THROWS_WITH(read_image(tmp.path / "missing.jpg"), Contains("missing.jpg"));
+  // The good file still decodes after all those failures (no state leaks between decodes).
+  CHECK(decode_image(good, "good").height == 64);
+}
+
+TEST_CASE("libjpeg DCT scaling keeps both sides >= min_side", "[data][image]") {
+  const auto bytes = encode_jpeg(Image::zeros(64, 48, 3, ImageLayout::hwc), {90, JpegColor::rgb});
+  const Image full = decode_image(bytes, "x");
+  CHECK(full.height == 64);
+  CHECK(full.width == 48);
+  const Image quarter = decode_image(bytes, "x", {12});  // 1/4: 16x12
+  CHECK(quarter.height == 16);
+  CHECK(quarter.width == 12);
+  const Image half = decode_image(bytes, "x", {13});  // 1/4 would give width 12 < 13: 1/2
+  CHECK(half.height == 32);
+  CHECK(half.width == 24);
+  CHECK(decode_image(bytes, "x", {100}).height == 64);  // never upscales
+}
+
+TEST_CASE("an image folder: sorted classes, torchvision file order, labels, decoding", "[data][image]") {
+  TempDir tmp("folder");
+  const fs::path root = tmp.path / "train";
+  auto jpeg = [](uint8_t v) { return encode_jpeg(Image::zeros(8, 8, 3, ImageLayout::hwc), {90, JpegColor::rgb}); };
+  // Class folders in byte order: "Zebra" < "n01" < "n02" (upper case sorts first).
+  for (const char* name : {"n02/b.jpg", "n02/a.JPEG", "n02/A.jpeg", "n02/sub/c.jpeg", "n02/sub2/0.PNG.jpg",
+                           "n01/x.Jpg", "Zebra/z.jpeg"})
+    write_file(root / name, jpeg(0));
+  write_file(root / "n02/notes.txt", {'h', 'i'});
+  write_file(root / "n01/readme", {'h', 'i'});
+  // A grey image in n01 to check the pixels that come back.
+  Image grey = Image::zeros(8, 8, 1, ImageLayout::hwc);
+  std::fill(grey.pixels.begin(), grey.pixels.end(), uint8_t{77});
+  write_file(root / "n01/y.jpeg", encode_jpeg(grey, {95, JpegColor::gray}));
+
+  ImageFolder folder({root});
+  CHECK(folder.classes() == std::vector<std::string>{"Zebra", "n01", "n02"});
+  REQUIRE(folder.size() == 8);
+  std::vector<std::string> rel;
+  for (int64_t i = 0; i < folder.size(); ++i) rel.push_back(fs::relative(folder.file(i), root).generic_string());
+  CHECK(rel == std::vector<std::string>{"Zebra/z.jpeg", "n01/x.Jpg", "n01/y.jpeg", "n02/A.jpeg", "n02/a.JPEG",
+                                        "n02/b.jpg", "n02/sub/c.jpeg", "n02/sub2/0.PNG.jpg"});
+  CHECK(folder.labels() == std::vector<int64_t>{0, 1, 1, 2, 2, 2, 2, 2});
+  SampleRng rng(0, 0);
+  const Sample s = folder.get(2, rng);
+  CHECK(s.label == 1);
+  CHECK(s.image.channels == 3);
+  CHECK(s.image.height == 8);
+  CHECK(std::abs(static_cast<int>(s.image.at(1, 4, 4)) - 77) <= 1);
+  CHECK(folder.describe_sample(2) == (root / "n01/y.jpeg").string());
+  const DecodeStats st = folder.decode_stats();
+  CHECK(st.images == 1);
+  CHECK(st.pixels == 64);
+  CHECK(st.bytes == static_cast<int64_t>(fs::file_size(root / "n01/y.jpeg")));
+
+  // Decode throughput over the folder's files: counts are exact (times are not tested).
+  std::vector<fs::path> files;
+  for (int64_t i = 0; i < folder.size(); ++i) files.push_back(folder.file(i));
+  const DecodeStats m = measure_decode(files, {}, 3);
+  CHECK(m.images == 8);
+  CHECK(m.pixels == 8 * 64);
+  CHECK_THAT(m.summary(), Contains("8 images"));
+
+  // A validation folder missing a class keeps the training indices when given the classes.
+  write_file(tmp.path / "val/n02/v.jpeg", jpeg(0));
+  ImageFolder val({tmp.path / "val", {}, folder.classes()});
+  CHECK(val.labels() == std::vector<int64_t>{2});
+  CHECK_THROWS_WITH(ImageFolder({tmp.path / "val", {}, {"n01"}}), Contains("n02 is not one of"));
+  // Errors: no classes, an empty class, not a directory.
+  fs::create_directories(tmp.path / "flat");
+  CHECK_THROWS_WITH(ImageFolder({tmp.path / "flat"}), Contains("no class sub-folders"));
+  fs::create_directories(root / "n03_empty");
+  CHECK_THROWS_WITH(ImageFolder({root}), Contains("n03_empty holds no"));
+  CHECK_THROWS_WITH(ImageFolder({tmp.path / "nothing"}), Contains("is not a directory"));
+}
+
+TEST_CASE("a flat folder with a list file (ImageNet val as distributed)", "[data][image]") {
+  TempDir tmp("list");
+  const auto bytes = encode_jpeg(Image::zeros(4, 4, 3, ImageLayout::hwc), {90, JpegColor::rgb});
+  for (const char* f : {"v1.JPEG", "v2.JPEG", "v3.JPEG"}) write_file(tmp.path / "val" / f, bytes);
+  {
+    std::ofstream list(tmp.path / "val.txt");
+    list << "v1.JPEG n09\n\nv2.JPEG n01\nv3.JPEG n05\n";
+  }
+  ImageFolder by_name({tmp.path / "val", tmp.path / "val.txt"});
+  CHECK(by_name.classes() == std::vector<std::string>{"n01", "n05", "n09"});
+  CHECK(by_name.labels() == std::vector<int64_t>{2, 0, 1});
+  ImageFolder with_classes({tmp.path / "val", tmp.path / "val.txt", {"n00", "n01", "n05", "n09"}});
+  CHECK(with_classes.labels() == std::vector<int64_t>{3, 1, 2});
+  {
+    std::ofstream list(tmp.path / "idx.txt");
+    list << "v1.JPEG 4\nv2.JPEG 0\n";
+  }
+  ImageFolder by_index({tmp.path / "val", tmp.path / "idx.txt"});
+  CHECK(by_index.labels() == std::vector<int64_t>{4, 0});
+  CHECK(by_index.classes().size() == 5);
+  {
+    std::ofstream list(tmp.path / "bad.txt");
+    list << "v1.JPEG n01 extra\n";
+  }
+  CHECK_THROWS_WITH(ImageFolder({tmp.path / "val", tmp.path / "bad.txt"}), Contains("bad.txt:1"));
+  {
+    std::ofstream list(tmp.path / "mixed.txt");
+    list << "v1.JPEG n01\nv2.JPEG 3\n";
+  }
+  CHECK_THROWS_WITH(ImageFolder({tmp.path / "val", tmp.path / "mixed.txt"}), Contains("mixes"));
+  CHECK_THROWS_WITH(ImageFolder({tmp.path / "val", tmp.path / "val.txt", {"n01"}}), Contains("names class n09"));
+}
+
+TEST_CASE("a corrupt file inside a folder surfaces through the loader with its path", "[data][image][loader]") {
+  TempDir tmp("loaderr");
+  const auto bytes = encode_jpeg(Image::zeros(8, 8, 3, ImageLayout::hwc), {90, JpegColor::rgb});
+  for (int i = 0; i < 6; ++i) write_file(tmp.path / "c" / ("f" + std::to_string(i) + ".jpg"), bytes);
+  write_file(tmp.path / "c/f3.jpg", std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() / 2)));
+  auto ds = std::make_shared<const ImageFolder>(ImageFolderOptions{tmp.path});
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.num_workers = 2;
+  o.shuffle = Shuffle::off;
+  DataLoader loader(ds, o);
+  CHECK(loader.next()->indices == std::vector<int64_t>{0, 1});
+  CHECK_THROWS_WITH(loader.next(), Contains("batch 1") && Contains("dataset index 3") && Contains("f3.jpg") &&
+                                       Contains("truncated"));
+}

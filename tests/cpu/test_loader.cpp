@@ -1,0 +1,274 @@
+// The data loader: coverage of every index per epoch, identical batches for any worker count, per-epoch
+// shuffles, drop_last, resume from (epoch, batch), epoch boundaries, errors from workers, bounded prefetch.
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "hadatrain/data/cifar.h"
+#include "hadatrain/data/loader.h"
+#include "support/catch.h"
+
+using namespace ht;
+using namespace ht::data;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Sample i is a 1x1x3 CHW image: pixels (i % 256, i / 256, one byte of the sample's first random word);
+// label i % 7. Index `fail_at` throws.
+class IndexDataset final : public Dataset {
+ public:
+  explicit IndexDataset(int64_t n, int64_t fail_at = -1) : n_(n), fail_at_(fail_at) {}
+  int64_t size() const override { return n_; }
+  Sample get(int64_t i, SampleRng& rng) const override {
+    calls.fetch_add(1);
+    HT_CHECK(i != fail_at_, "bad record {} (checksum mismatch)", i);
+    Image img = Image::zeros(1, 1, 3, ImageLayout::chw);
+    img.pixels = {static_cast<uint8_t>(i % 256), static_cast<uint8_t>(i / 256), static_cast<uint8_t>(rng.next_u32() & 0xFF)};
+    return {img, i % 7};
+  }
+  std::string describe_sample(int64_t i) const override { return "item-" + std::to_string(i); }
+  mutable std::atomic<int64_t> calls{0};
+
+ private:
+  int64_t n_, fail_at_;
+};
+
+// Everything a batch holds, as plain values.
+struct Flat {
+  std::vector<int64_t> indices, labels;
+  std::vector<double> images;
+  LoaderPosition pos;
+  bool operator==(const Flat& o) const {
+    return indices == o.indices && labels == o.labels && images == o.images && pos == o.pos;
+  }
+};
+Flat flat(const Batch& b) { return {b.indices, b.labels.to_vector<int64_t>(), b.images.to_vector<double>(), b.position}; }
+
+// All batches of `epochs` epochs (nullopt marks each epoch's end).
+std::vector<Flat> run(std::shared_ptr<const Dataset> ds, LoaderOptions o, int epochs, LoaderPosition start = {}) {
+  DataLoader loader(std::move(ds), o, start);
+  std::vector<Flat> out;
+  for (int e = 0; e < epochs; ++e)
+    while (auto b = loader.next()) out.push_back(flat(*b));
+  return out;
+}
+
+LoaderOptions options(int workers, int64_t batch = 10) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.num_workers = workers;
+  o.prefetch = 3;
+  o.seed = 1234;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("every index appears exactly once per epoch, rows match their samples", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(103);
+  DataLoader loader(ds, options(2));
+  CHECK(loader.batches_per_epoch() == 11);
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int64_t> seen;
+    int64_t b = 0;
+    while (auto batch = loader.next()) {
+      CHECK(batch->position == LoaderPosition{epoch, b});
+      CHECK(batch->size() == (b < 10 ? 10 : 3));
+      REQUIRE(batch->images.shape() == Shape{batch->size(), 3, 1, 1});
+      CHECK(batch->labels.dtype() == DType::i64);
+      const auto img = batch->images.to_vector<double>();
+      const auto lab = batch->labels.to_vector<int64_t>();
+      for (int64_t k = 0; k < batch->size(); ++k) {
+        const int64_t idx = batch->indices[static_cast<std::size_t>(k)];
+        // Row k is sample idx, normalised to [0, 1], with its own (seed, epoch, idx) random draw.
+        CHECK(img[static_cast<std::size_t>(3 * k)] == Approx((idx % 256) / 255.0));
+        CHECK(img[static_cast<std::size_t>(3 * k + 1)] == Approx((idx / 256) / 255.0));
+        const uint32_t w = SampleRng::for_sample(1234, epoch, idx).next_u32();
+        CHECK(img[static_cast<std::size_t>(3 * k + 2)] == Approx((w & 0xFF) / 255.0));
+        CHECK(lab[static_cast<std::size_t>(k)] == idx % 7);
+        seen.push_back(idx);
+      }
+      ++b;
+      CHECK(loader.position() == LoaderPosition{epoch, b});
+    }
+    CHECK(b == 11);
+    CHECK(loader.position() == LoaderPosition{epoch + 1, 0});
+    std::vector<int64_t> sorted = seen;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> all(103);
+    std::iota(all.begin(), all.end(), 0);
+    CHECK(sorted == all);
+    CHECK(seen != all);  // shuffled
+  }
+}
+
+TEST_CASE("batches are identical for 0, 1 and 3 workers", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(57);
+  const auto ref = run(ds, options(0, 8), 3);
+  CHECK(ref.size() == 3 * 8);
+  CHECK(run(ds, options(1, 8), 3) == ref);
+  CHECK(run(ds, options(3, 8), 3) == ref);
+  LoaderOptions many = options(3, 8);
+  many.prefetch = 1;  // workers mostly wait: still the same stream
+  CHECK(run(ds, many, 3) == ref);
+}
+
+TEST_CASE("shuffles differ across epochs and seeds; Shuffle::off is the identity", "[data][loader]") {
+  const auto e0 = epoch_order(1000, 7, 0, Shuffle::on), e1 = epoch_order(1000, 7, 1, Shuffle::on);
+  CHECK(e0 != e1);
+  CHECK(e0 != epoch_order(1000, 8, 0, Shuffle::on));
+  CHECK(e0 == epoch_order(1000, 7, 0, Shuffle::on));
+  CHECK(std::set<int64_t>(e1.begin(), e1.end()).size() == 1000);
+  // Fisher-Yates by hand for a small n: i = n-1 .. 1 swaps with below(i + 1).
+  SampleRng rng = SampleRng::for_shuffle(7, 3);
+  std::vector<int64_t> expect = {0, 1, 2, 3, 4};
+  for (int64_t i = 4; i >= 1; --i) std::swap(expect[static_cast<std::size_t>(i)], expect[rng.below(static_cast<uint64_t>(i) + 1)]);
+  CHECK(epoch_order(5, 7, 3, Shuffle::on) == expect);
+  // The first element is roughly uniform over many epochs (a biased shuffle would fail this).
+  std::vector<int> first(4, 0);
+  for (int64_t e = 0; e < 4000; ++e) first[static_cast<std::size_t>(epoch_order(4, 1, e, Shuffle::on)[0])]++;
+  for (int c : first) CHECK(std::abs(c - 1000) < 150);
+
+  auto ds = std::make_shared<IndexDataset>(20);
+  LoaderOptions o = options(2, 6);
+  o.shuffle = Shuffle::off;
+  const auto batches = run(ds, o, 2);
+  REQUIRE(batches.size() == 8);
+  CHECK(batches[0].indices == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(batches[3].indices == std::vector<int64_t>{18, 19});
+  CHECK(batches[4].indices == batches[0].indices);
+  CHECK(batches[4].images != batches[0].images);  // same samples, new epoch: new augmentation draws
+}
+
+TEST_CASE("drop_last keeps only full batches", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(23);
+  LoaderOptions o = options(2, 5);
+  o.drop_last = DropLast::yes;
+  const auto batches = run(ds, o, 2);
+  REQUIRE(batches.size() == 8);
+  std::set<int64_t> seen;
+  for (int i = 0; i < 4; ++i) {
+    CHECK(batches[static_cast<std::size_t>(i)].indices.size() == 5);
+    seen.insert(batches[static_cast<std::size_t>(i)].indices.begin(), batches[static_cast<std::size_t>(i)].indices.end());
+  }
+  CHECK(seen.size() == 20);  // 3 samples of the shuffled epoch are left out
+  o.batch_size = 30;
+  CHECK_THROWS_WITH(DataLoader(ds, o), Contains("gives no batches"));
+}
+
+TEST_CASE("resuming from (epoch, batch) reproduces the remaining batches", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(45);
+  const LoaderOptions o = options(3, 7);  // 7 batches per epoch
+  const auto full = run(ds, o, 3);
+  REQUIRE(full.size() == 21);
+  // Interrupted at epoch 1, batch 4: a new loader started there gives batches 11..20.
+  const auto rest = run(ds, o, 2, {1, 4});
+  REQUIRE(rest.size() == 10);
+  for (std::size_t i = 0; i < rest.size(); ++i) CHECK(rest[i] == full[11 + i]);
+
+  // seek() on a running loader (with prefetched batches in flight) does the same.
+  DataLoader loader(ds, o);
+  for (int i = 0; i < 3; ++i) loader.next();
+  loader.seek({2, 5});
+  CHECK(flat(*loader.next()) == full[19]);
+  CHECK(flat(*loader.next()) == full[20]);
+  CHECK_FALSE(loader.next().has_value());
+  CHECK(loader.position() == LoaderPosition{3, 0});
+
+  // A checkpoint taken after the last batch of an epoch: the end is reported, then the next epoch starts.
+  DataLoader at_end(ds, o, {0, 7});
+  CHECK_FALSE(at_end.next().has_value());
+  CHECK(flat(*at_end.next()) == full[7]);
+  CHECK_THROWS_WITH(DataLoader(ds, o, {0, 8}), Contains("batch 8 is outside"));
+}
+
+TEST_CASE("a worker's exception is thrown by next() with the sample it concerned", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(30, 17);
+  LoaderOptions o = options(3, 4);
+  o.shuffle = Shuffle::off;  // index 17 is in batch 4
+  DataLoader loader(ds, o);
+  for (int b = 0; b < 4; ++b) {
+    auto batch = loader.next();
+    REQUIRE(batch);
+    CHECK(batch->position.batch == b);  // the batches before the failing one still arrive, in order
+  }
+  CHECK_THROWS_WITH(loader.next(), Contains("bad record 17 (checksum mismatch)") && Contains("dataset index 17") &&
+                                       Contains("item-17") && Contains("epoch 0, batch 4"));
+  CHECK_THROWS_WITH(loader.next(), Contains("bad record 17"));  // stays failed
+  loader.seek({0, 5});                                         // ... until moved past it
+  CHECK(loader.next()->indices.front() == 20);
+  // Same with no workers.
+  LoaderOptions o0 = o;
+  o0.num_workers = 0;
+  DataLoader sync(ds, o0, {0, 4});
+  CHECK_THROWS_WITH(sync.next(), Contains("bad record 17"));
+}
+
+TEST_CASE("prefetching is bounded and the destructor stops busy workers", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(1000);
+  LoaderOptions o = options(3, 2);
+  o.prefetch = 2;
+  {
+    DataLoader loader(ds, o);
+    loader.next();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // At most the consumed batch plus `prefetch` more were made.
+    CHECK(ds->calls.load() <= (1 + o.prefetch) * o.batch_size);
+    CHECK(ds->calls.load() >= 1 * o.batch_size);
+  }  // joins here with workers blocked on a full queue
+  CHECK(ds->calls.load() <= (1 + o.prefetch) * o.batch_size);
+}
+
+TEST_CASE("loader option and image-size errors", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(10);
+  LoaderOptions o = options(1, 0);
+  CHECK_THROWS_WITH(DataLoader(ds, o), Contains("batch_size must be positive"));
+  o = options(1, 2);
+  o.prefetch = 0;
+  CHECK_THROWS_WITH(DataLoader(ds, o), Contains("prefetch"));
+  CHECK_THROWS_WITH(DataLoader(std::make_shared<IndexDataset>(0), options(1)), Contains("empty"));
+  o = options(1, 2);
+  o.normalize = {{0.5f}, {0.25f}};  // 1 channel, the images have 3
+  DataLoader wrong(ds, o);
+  CHECK_THROWS_WITH(wrong.next(), Contains("statistics for 1 channels, but the image has 3"));
+  // Images of different sizes cannot share a batch.
+  struct Varying final : Dataset {
+    int64_t size() const override { return 4; }
+    Sample get(int64_t i, SampleRng&) const override { return {Image::zeros(2 + i % 2, 2, 3, ImageLayout::hwc), 0}; }
+  };
+  LoaderOptions v = options(2, 4);
+  v.shuffle = Shuffle::off;
+  DataLoader mixed(std::make_shared<Varying>(), v);
+  CHECK_THROWS_WITH(mixed.next(), Contains("dataset index 1 (sample 1)") && Contains("same size"));
+}
+
+TEST_CASE("CIFAR through transforms and the loader: (B, 3, 32, 32) normalised batches", "[data][loader][cifar]") {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("ht_test_loader_cifar_" + std::to_string(::getpid()) + ".bin");
+  Tensor images = empty({9, 3, 32, 32}, {DType::u8});
+  uint8_t* p = images.data<uint8_t>();
+  for (int64_t i = 0; i < images.numel(); ++i) p[i] = static_cast<uint8_t>((i * 13) % 251);
+  write_cifar_file(file, CifarVariant::cifar10, images, {0, 1, 2, 3, 4, 5, 6, 7, 8});
+  auto data = std::make_shared<const CifarData>(read_cifar_file(file, {}));
+  fs::remove(file);
+  auto ds = with_transform(std::make_shared<CifarDataset>(data), cifar_train_transform());
+  LoaderOptions o = options(2, 4);
+  o.normalize = Normalize::cifar10();
+  DataLoader loader(ds, o);
+  auto b = loader.next();
+  REQUIRE(b);
+  CHECK(b->images.shape() == Shape{4, 3, 32, 32});
+  CHECK(b->labels.to_vector<int64_t>() == b->indices);  // label i for record i
+  // Row 0 equals the transform applied by hand with the sample's stream, then normalised.
+  const int64_t idx = b->indices[0];
+  SampleRng rng = SampleRng::for_sample(o.seed, 0, idx);
+  const Tensor expect = to_tensor(cifar_train_transform()(data->image(idx), rng), Normalize::cifar10());
+  const auto got = b->images.to_vector<float>();
+  CHECK(std::vector<float>(got.begin(), got.begin() + 3072) == expect.to_vector<float>());
+  CHECK(b->to(Device::cpu()).images.to_vector<float>() == got);
+}
