@@ -9,6 +9,9 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/launch.h"
+#endif
 
 namespace ht {
 namespace {
@@ -46,15 +49,37 @@ A apply_arith(Arith op, A x, A y) {
   return x;
 }
 
+#ifdef HADATRAIN_CUDA
+kernels::BinaryOp kernel_op(Arith op) {
+  switch (op) {
+    case Arith::add: return kernels::BinaryOp::add;
+    case Arith::sub: return kernels::BinaryOp::sub;
+    case Arith::mul: return kernels::BinaryOp::mul;
+    case Arith::div: return kernels::BinaryOp::div;
+    case Arith::max: return kernels::BinaryOp::max;
+    case Arith::min: return kernels::BinaryOp::min;
+  }
+  return kernels::BinaryOp::add;
+}
+#endif
+
 Tensor arith_forward(Arith op, const Tensor& a, const Tensor& b) {
   const char* name = arith_name(op);
   const Device dev = common_device(name, {&a, &b});
   const DType dt = promote_types(a.dtype(), b.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = empty(shape, {dt, dev});
-  if (dev.is_cuda()) no_cuda_kernel(name);
   const Tensor ac = a.dtype() == dt ? a.detach() : to_dtype(a.detach(), dt);
   const Tensor bc = b.dtype() == dt ? b.detach() : to_dtype(b.detach(), dt);
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    HT_CHECK(dt != DType::i4x2, "{}: packed int4 takes part in no arithmetic", name);
+    cuda_ops::binary(kernel_op(op), 1.0, out, ac, bc);
+    return out;
+#else
+    no_cuda_kernel(name);
+#endif
+  }
   visit_dtype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, int4x2>) HT_FAIL("{}: packed int4 takes part in no arithmetic", name);
@@ -138,6 +163,18 @@ const char* scalar_name(ScalarOp op) {
   return "?";
 }
 
+#ifdef HADATRAIN_CUDA
+kernels::UnaryOp kernel_op(ScalarOp op) {
+  switch (op) {
+    case ScalarOp::add: return kernels::UnaryOp::add_scalar;
+    case ScalarOp::mul: return kernels::UnaryOp::mul_scalar;
+    case ScalarOp::rsub: return kernels::UnaryOp::rsub_scalar;
+    case ScalarOp::pow: return kernels::UnaryOp::pow_scalar;
+  }
+  return kernels::UnaryOp::add_scalar;
+}
+#endif
+
 class ScalarBackward final : public Node {
  public:
   ScalarBackward(ScalarOp op, double s, const Tensor& a) : op_(op), s_(s) {
@@ -160,10 +197,8 @@ class ScalarBackward final : public Node {
   double s_;
 };
 
-Tensor scalar_op(ScalarOp op, const Tensor& a, double s) {
+void scalar_op_cpu(ScalarOp op, double s, const Tensor& out, const Tensor& a) {
   const char* name = scalar_name(op);
-  Tensor out = empty(a.shape(), {a.dtype(), a.device()});
-  if (a.is_cuda()) no_cuda_kernel(name);
   visit_dtype(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, int4x2>) HT_FAIL("{}: packed int4 takes part in no arithmetic", name);
@@ -181,6 +216,21 @@ Tensor scalar_op(ScalarOp op, const Tensor& a, double s) {
       });
     }
   });
+}
+
+Tensor scalar_op(ScalarOp op, const Tensor& a, double s) {
+  const char* name = scalar_name(op);
+  Tensor out = empty(a.shape(), {a.dtype(), a.device()});
+  if (a.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    HT_CHECK(a.dtype() != DType::i4x2, "{}: packed int4 takes part in no arithmetic", name);
+    cuda_ops::unary({kernel_op(op), kernels::UnaryMode::value, s}, out, a.detach());
+#else
+    no_cuda_kernel(name);
+#endif
+  } else {
+    scalar_op_cpu(op, s, out, a);
+  }
   if (needs_grad({&a})) connect(std::make_shared<ScalarBackward>(op, s, a), {&a}, {&out});
   return out;
 }
@@ -209,8 +259,16 @@ void add_(const Tensor& self, const Tensor& other, double alpha) {
   common_device("add_", {&self, &other});
   HT_CHECK(broadcast_shapes(self.shape(), other.shape(), "add_") == self.shape(),
            "add_: {} cannot be broadcast to {}", other.describe(), self.describe());
-  if (self.is_cuda()) no_cuda_kernel("add_");
   const Tensor oc = other.dtype() == self.dtype() ? other.detach() : to_dtype(other.detach(), self.dtype());
+  if (self.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    check_floating("add_", {&self});
+    cuda_ops::binary(kernels::BinaryOp::add_scaled, alpha, self, self.detach(), oc);
+    return;
+#else
+    no_cuda_kernel("add_");
+#endif
+  }
   visit_floating(self.dtype(), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -222,7 +280,15 @@ void add_(const Tensor& self, const Tensor& other, double alpha) {
 void mul_(const Tensor& self, double s) {
   HT_CHECK(!(grad_enabled() && self.requires_grad()), "mul_: in-place update of {} that requires grad; use NoGradGuard",
            self.describe());
-  if (self.is_cuda()) no_cuda_kernel("mul_");
+  if (self.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    check_floating("mul_", {&self});
+    cuda_ops::unary({kernels::UnaryOp::mul_scalar, kernels::UnaryMode::value, s}, self, self.detach());
+    return;
+#else
+    no_cuda_kernel("mul_");
+#endif
+  }
   visit_floating(self.dtype(), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;

@@ -5,6 +5,9 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/launch.h"
+#endif
 
 namespace ht {
 namespace {
@@ -23,13 +26,34 @@ const char* cmp_name(Cmp c) {
   return "?";
 }
 
+#ifdef HADATRAIN_CUDA
+kernels::CompareOp kernel_op(Cmp c) {
+  switch (c) {
+    case Cmp::eq: return kernels::CompareOp::eq;
+    case Cmp::ne: return kernels::CompareOp::ne;
+    case Cmp::lt: return kernels::CompareOp::lt;
+    case Cmp::le: return kernels::CompareOp::le;
+    case Cmp::gt: return kernels::CompareOp::gt;
+    case Cmp::ge: return kernels::CompareOp::ge;
+  }
+  return kernels::CompareOp::eq;
+}
+#endif
+
 Tensor compare(Cmp c, const Tensor& a, const Tensor& b) {
   const char* name = cmp_name(c);
   const Device dev = common_device(name, {&a, &b});
   const DType dt = promote_types(a.dtype(), b.dtype());
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), name), {DType::b8, dev});
-  if (dev.is_cuda()) no_cuda_kernel(name);
   const Tensor ac = to_dtype(a.detach(), dt), bc = to_dtype(b.detach(), dt);
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::compare(kernel_op(c), out, ac, bc);
+    return out;
+#else
+    no_cuda_kernel(name);
+#endif
+  }
   visit_dtype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, int4x2>) HT_FAIL("{}: packed int4 cannot be compared", name);

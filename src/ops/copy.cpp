@@ -11,6 +11,9 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/launch.h"
+#endif
 
 namespace ht {
 namespace {
@@ -74,6 +77,52 @@ bool dense_same_layout(const Tensor& dst, const Tensor& src) {
   return dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
 }
 
+#ifdef HADATRAIN_CUDA
+// A dense copy of t (same dtype) on its own device.
+Tensor dense_on_device(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor d = empty(t.shape(), {t.dtype(), t.device()});
+  if (t.is_cpu()) cpu_copy(d, t);
+  else cuda_ops::copy(d, t);
+  return d;
+}
+
+// Copies involving a CUDA tensor. Transfers move whole dense buffers in the source dtype; conversion,
+// strides and broadcasting are then done by the copy kernel on the destination device (the CPU does them
+// when the destination is host memory, or for packed int4, which has no CUDA kernels).
+void cuda_copy(const Tensor& dst, const Tensor& src) {
+  const CudaHooks& hooks = require_cuda("copy_ to/from a CUDA tensor");
+  if (dense_same_layout(dst, src))
+    return hooks.copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
+  const bool int4 = dst.dtype() == DType::i4x2 || src.dtype() == DType::i4x2;
+  if (dst.is_cpu()) {  // device -> host: transfer, then convert on the host
+    const Tensor dense = dense_on_device(src);
+    Tensor staged = empty(src.shape(), {src.dtype(), Device::cpu()});
+    hooks.copy_bytes(staged.data_ptr(), Device::cpu(), dense.data_ptr(), dense.device(), dense.nbytes());
+    return cpu_copy(dst, staged);
+  }
+  if (int4) {  // convert on the host (CPU rules for packed int4), then one transfer into a dense dst
+    HT_CHECK(dst.is_contiguous(), "copy_: packed int4 CUDA destinations must be contiguous, got {}", dst.describe());
+    const Tensor host = src.is_cpu() ? src : to_device(src, Device::cpu());
+    Tensor staged = empty(dst.shape(), {dst.dtype(), Device::cpu()});
+    cpu_copy(staged, host);
+    return hooks.copy_bytes(dst.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), staged.nbytes());
+  }
+  if (src.is_cpu() && src.numel() == 1) {  // a host scalar broadcast (fill_, full): convert once, fill
+    Tensor value = empty({}, {dst.dtype(), Device::cpu()});
+    cpu_copy(value, make_view(src, {}, {}, src.offset()));
+    return cuda_ops::fill(dst, value);
+  }
+  Tensor on_dst = src;
+  if (src.device() != dst.device()) {  // host or another GPU -> dst's device, dense in the source dtype
+    const Tensor dense = dense_on_device(src);
+    on_dst = empty(src.shape(), {src.dtype(), dst.device()});
+    hooks.copy_bytes(on_dst.data_ptr(), dst.device(), dense.data_ptr(), dense.device(), dense.nbytes());
+  }
+  cuda_ops::copy(dst, on_dst);
+}
+#endif
+
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -84,23 +133,11 @@ void copy_(const Tensor& dst, const Tensor& src) {
            "copy_: source {} cannot be broadcast to destination {}", src.describe(), dst.describe());
   if (dst.numel() == 0) return;
   if (dst.is_cpu() && src.is_cpu()) return cpu_copy(dst, src);
-  const CudaHooks& hooks = require_cuda("copy_ to/from a CUDA tensor");
-  if (dense_same_layout(dst, src)) {
-    hooks.copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
-    return;
-  }
-  if (src.is_cpu()) {  // convert on the host, then one transfer
-    Tensor staged = empty(dst.shape(), {dst.dtype(), Device::cpu()});
-    cpu_copy(staged, src);
-    if (dst.is_contiguous()) return hooks.copy_bytes(dst.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), staged.nbytes());
-    no_cuda_kernel("copy_ into a non-contiguous CUDA tensor");
-  }
-  if (dst.is_cpu() && src.is_contiguous()) {
-    Tensor staged = empty(src.shape(), {src.dtype(), Device::cpu()});
-    hooks.copy_bytes(staged.data_ptr(), Device::cpu(), src.data_ptr(), src.device(), src.nbytes());
-    return cpu_copy(dst, staged);
-  }
-  no_cuda_kernel("copy_ with conversion or strides between CUDA tensors");
+#ifdef HADATRAIN_CUDA
+  cuda_copy(dst, src);
+#else
+  no_cuda_kernel("copy_ to/from a CUDA tensor");
+#endif
 }
 
 namespace {

@@ -5,6 +5,9 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/launch.h"
+#endif
 
 namespace ht {
 namespace {
@@ -41,17 +44,24 @@ Tensor sum_impl(const Tensor& x, const Dims& dims, KeepDim keep, bool is_mean) {
   HT_CHECK(!is_mean || is_floating(x.dtype()), "mean: expected a floating tensor, got {}", x.describe());
   const DType out_dt = is_floating(x.dtype()) ? x.dtype() : DType::i64;
   Tensor out = empty(keep == KeepDim::yes ? keep_shape : drop_reduced(x.shape(), mask), {out_dt, x.device()});
-  if (x.is_cuda()) no_cuda_kernel(op);
-  std::vector<double> acc(static_cast<std::size_t>(numel_of(keep_shape)), 0.0);
-  cpu::reduce_visit(x, mask, [&](int64_t slot, double v) { acc[static_cast<std::size_t>(slot)] += v; });
   const double scale = is_mean ? 1.0 / static_cast<double>(count) : 1.0;
-  visit_dtype(out_dt, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<T, int4x2>) {
-      T* o = cpu::ptr<T>(out);
-      for (std::size_t i = 0; i < acc.size(); ++i) o[i] = cpu::convert<T>(acc[i] * scale);
-    }
-  });
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::sum(out, x, mask, scale);  // fp32 accumulation for narrow dtypes, fp64 for f64, int64 for integers
+#else
+    no_cuda_kernel(op);
+#endif
+  } else {
+    std::vector<double> acc(static_cast<std::size_t>(numel_of(keep_shape)), 0.0);
+    cpu::reduce_visit(x, mask, [&](int64_t slot, double v) { acc[static_cast<std::size_t>(slot)] += v; });
+    visit_dtype(out_dt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (!std::is_same_v<T, int4x2>) {
+        T* o = cpu::ptr<T>(out);
+        for (std::size_t i = 0; i < acc.size(); ++i) o[i] = cpu::convert<T>(acc[i] * scale);
+      }
+    });
+  }
   if (needs_grad({&x})) {
     const double gscale = is_mean ? 1.0 / static_cast<double>(count) : 1.0;
     connect(std::make_shared<SumBackward>(x.shape(), keep_shape, gscale), {&x}, {&out});

@@ -7,6 +7,9 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/launch.h"
+#endif
 
 namespace ht {
 namespace {
@@ -17,8 +20,15 @@ Tensor where_forward(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const DType dt = promote_types(a.dtype(), b.dtype());
   const Shape shape = broadcast_shapes(cond.shape(), broadcast_shapes(a.shape(), b.shape(), "where"), "where");
   Tensor out = empty(shape, {dt, dev});
-  if (dev.is_cuda()) no_cuda_kernel("where");
   const Tensor ac = to_dtype(a.detach(), dt), bc = to_dtype(b.detach(), dt);
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::where(out, cond, ac, bc);
+    return out;
+#else
+    no_cuda_kernel("where");
+#endif
+  }
   visit_dtype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, int4x2>) HT_FAIL("where: packed int4 is not supported");

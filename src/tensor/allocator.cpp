@@ -49,11 +49,9 @@ std::array<Allocator*, 2> g_allocators{&g_cpu_allocator, nullptr};
 }  // namespace
 
 Allocator& allocator_for(DeviceType type) {
+  if (type == DeviceType::CUDA) require_cuda("allocating CUDA memory");  // the first call installs the allocator
   Allocator* a = g_allocators[static_cast<std::size_t>(type)];
-  if (a == nullptr) {
-    require_cuda("allocating CUDA memory");
-    HT_FAIL("no CUDA allocator is installed (the CUDA backend was not initialised)");
-  }
+  HT_CHECK(a != nullptr, "no CUDA allocator is installed (the CUDA backend was not initialised)");
   return *a;
 }
 

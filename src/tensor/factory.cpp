@@ -23,13 +23,11 @@ Tensor from_doubles(const std::vector<double>& v, const Shape& shape, TensorOpti
 
 }  // namespace
 
+// A CUDA destination is filled on the device: copy_ converts the host scalar once and launches a fill.
 void fill_(const Tensor& t, double value) {
   Tensor src = empty({}, {DType::f64, Device::cpu()});
   *src.data<double>() = value;
-  if (t.is_cpu()) return copy_(t, src);
-  Tensor host = empty(t.shape(), {t.dtype(), Device::cpu()});
-  copy_(host, src);
-  copy_(t, host);
+  copy_(t, src);
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions opts) {

@@ -7,26 +7,12 @@
 #include <string_view>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/tensor/dtype_enum.h"
 #include "hadatrain/tensor/scalar_types.h"
 
 namespace ht {
 
-enum class DType : uint8_t {
-  f32,
-  f64,
-  bf16,
-  f16,
-  f8e4m3,  // OCP FP8 E4M3 ("fn": no infinities, max 448)
-  f8e5m2,  // OCP FP8 E5M2 (IEEE-like, max 57344)
-  i8,
-  u8,
-  i32,
-  i64,
-  b8,    // bool, one byte holding 0 or 1
-  i4x2,  // packed int4 storage: two signed 4-bit values per byte, element 2k in the low nibble
-};
-
-inline constexpr int kNumDTypes = 12;
+// enum class DType and kNumDTypes live in dtype_enum.h (light enough for .cu files).
 
 std::string_view dtype_name(DType dt);
 // Parses a name as printed by dtype_name ("f32", "bf16", ...); also accepts "float32", "bfloat16",

@@ -1,0 +1,163 @@
+// Copy kernels: same-dtype strided copies move bits (one kernel per element size); converting copies
+// load the source as double and store the destination from double with the runtime dtypes switched in
+// the kernel (one kernel for all 110 dtype pairs) plus typed flat kernels for the hot f32 <-> bf16/f16
+// pairs.
+//
+// Note [Conversion through double]
+// The CPU reference converts From -> To as: to bool: (double)x != 0; to a float type: To(double x) when
+// either side is f64, To(float(double x)) from integers, To(float x) otherwise; to an integer: trunc of
+// (double)x, saturated, NaN -> 0. Every source value is exactly representable as a double (but i64
+// beyond 2^53, which the CPU also rounds through double), float(double(x)) == float(x) for float-like x,
+// and the narrow-float constructors from double first round to float. So "load as double, then
+// convert<To>(double)" reproduces each rule bit for bit.
+#include "kernels/copy.h"
+#include "kernels/map.cuh"
+
+namespace ht::kernels {
+namespace {
+
+HT_DEV double load_as_double(DType dt, const void* p, int64_t i) {
+  switch (dt) {
+    case DType::f32: return to_double(static_cast<const float*>(p)[i]);
+    case DType::f64: return static_cast<const double*>(p)[i];
+    case DType::bf16: return to_double(static_cast<const bf16*>(p)[i]);
+    case DType::f16: return to_double(static_cast<const f16*>(p)[i]);
+    case DType::f8e4m3: return to_double(static_cast<const f8e4m3*>(p)[i]);
+    case DType::f8e5m2: return to_double(static_cast<const f8e5m2*>(p)[i]);
+    case DType::i8: return static_cast<const int8_t*>(p)[i];
+    case DType::u8: return static_cast<const uint8_t*>(p)[i];
+    case DType::i32: return static_cast<const int32_t*>(p)[i];
+    case DType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::b8: return static_cast<const uint8_t*>(p)[i] != 0 ? 1.0 : 0.0;
+    default: return 0.0;
+  }
+}
+
+HT_DEV void store_from_double(DType dt, void* p, int64_t i, double v) {
+  switch (dt) {
+    case DType::f32: static_cast<float*>(p)[i] = convert<float>(v); break;
+    case DType::f64: static_cast<double*>(p)[i] = v; break;
+    case DType::bf16: static_cast<bf16*>(p)[i] = convert<bf16>(v); break;
+    case DType::f16: static_cast<f16*>(p)[i] = convert<f16>(v); break;
+    case DType::f8e4m3: static_cast<f8e4m3*>(p)[i] = convert<f8e4m3>(v); break;
+    case DType::f8e5m2: static_cast<f8e5m2*>(p)[i] = convert<f8e5m2>(v); break;
+    case DType::i8: static_cast<int8_t*>(p)[i] = convert<int8_t>(v); break;
+    case DType::u8: static_cast<uint8_t*>(p)[i] = convert<uint8_t>(v); break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = convert<int32_t>(v); break;
+    case DType::i64: static_cast<int64_t*>(p)[i] = convert<int64_t>(v); break;
+    case DType::b8: static_cast<bool*>(p)[i] = v != 0.0; break;
+    default: break;
+  }
+}
+
+__global__ void convert_kernel(DType dst_dt, DType src_dt, void* dst, const void* src, Layout<2> l) {
+  for (int64_t i = global_thread(); i < l.numel; i += grid_threads()) {
+    int64_t off[2];
+    offsets_of(l, i, off);
+    store_from_double(dst_dt, dst, off[0], load_as_double(src_dt, src, off[1]));
+  }
+}
+
+template <class U>  // unsigned integer of the element size
+__global__ void copy_bits_kernel(U* dst, const U* src, Layout<2> l) {
+  for (int64_t i = global_thread(); i < l.numel; i += grid_threads()) {
+    int64_t off[2];
+    offsets_of(l, i, off);
+    dst[off[0]] = src[off[1]];
+  }
+}
+
+template <class U>
+__global__ void fill_kernel(U* dst, U value, Layout<1> l) {
+  for (int64_t i = global_thread(); i < l.numel; i += grid_threads()) {
+    int64_t off[1];
+    offsets_of(l, i, off);
+    dst[off[0]] = value;
+  }
+}
+
+template <class D>
+struct ConvertF {  // typed conversion for the flat fast path (float -> narrow or narrow -> float)
+  template <class S>
+  HT_DEV D operator()(S x) const { return convert<D>(x); }
+};
+
+// Flat, aligned f32 <-> bf16/f16 conversions; false when not applicable.
+bool launch_fast_convert(const CopyArgs& c, cudaStream_t stream) {
+  if (!c.layout.flat()) return false;
+  const Layout<2>& l = c.layout;
+  auto run = [&](auto dst_tag, auto src_tag) {
+    using D = decltype(dst_tag);
+    using S = decltype(src_tag);
+    launch_map1(static_cast<D*>(c.dst), static_cast<const S*>(c.src), l, ConvertF<D>{}, stream, "convert_flat");
+    return true;
+  };
+  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::bf16) return run(bf16{}, float{});
+  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f16) return run(f16{}, float{});
+  if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f32) return run(float{}, bf16{});
+  if (c.src_dtype == DType::f16 && c.dst_dtype == DType::f32) return run(float{}, f16{});
+  return false;
+}
+
+template <class U>
+void copy_bits(const CopyArgs& c, cudaStream_t stream) {
+  copy_bits_kernel<U><<<cuda::grid_for(c.layout.numel), cuda::kBlock, 0, stream>>>(
+      static_cast<U*>(c.dst), static_cast<const U*>(c.src), c.layout);
+  HT_CHECK_LAUNCH("copy_bits_kernel");
+}
+
+template <class U>
+void fill_as(uint64_t bits, void* dst, const Layout<1>& l, cudaStream_t stream) {
+  fill_kernel<U><<<cuda::grid_for(l.numel), cuda::kBlock, 0, stream>>>(static_cast<U*>(dst), static_cast<U>(bits), l);
+  HT_CHECK_LAUNCH("fill_kernel");
+}
+
+std::size_t item_bytes(DType dt) {
+  switch (dt) {
+    case DType::f64:
+    case DType::i64: return 8;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::bf16:
+    case DType::f16: return 2;
+    case DType::i4x2: return 0;  // not element-addressable
+    default: return 1;
+  }
+}
+
+}  // namespace
+
+void launch_copy(const CopyArgs& c, cudaStream_t stream) {
+  if (c.layout.numel == 0) return;
+  if (c.dst_dtype == DType::i4x2 || c.src_dtype == DType::i4x2) HT_UNSUPPORTED_DTYPE("launch_copy", DType::i4x2);
+  if (c.dst_dtype == c.src_dtype) {
+    if (c.layout.flat()) {
+      HT_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, static_cast<std::size_t>(c.layout.numel) * item_bytes(c.dst_dtype),
+                                    cudaMemcpyDeviceToDevice, stream));
+      return;
+    }
+    switch (item_bytes(c.dst_dtype)) {
+      case 1: return copy_bits<uint8_t>(c, stream);
+      case 2: return copy_bits<uint16_t>(c, stream);
+      case 4: return copy_bits<uint32_t>(c, stream);
+      default: return copy_bits<uint64_t>(c, stream);
+    }
+  }
+  if (launch_fast_convert(c, stream)) return;
+  convert_kernel<<<cuda::grid_for(c.layout.numel), cuda::kBlock, 0, stream>>>(c.dst_dtype, c.src_dtype, c.dst, c.src,
+                                                                               c.layout);
+  HT_CHECK_LAUNCH("convert_kernel");
+}
+
+void launch_fill(std::size_t itemsize, uint64_t bits, void* dst, const Layout<1>& l, cudaStream_t stream) {
+  if (l.numel == 0) return;
+  switch (itemsize) {
+    case 1: return fill_as<uint8_t>(bits, dst, l, stream);
+    case 2: return fill_as<uint16_t>(bits, dst, l, stream);
+    case 4: return fill_as<uint32_t>(bits, dst, l, stream);
+    case 8: return fill_as<uint64_t>(bits, dst, l, stream);
+    default: HT_UNSUPPORTED_DTYPE("launch_fill", -1);
+  }
+}
+
+}  // namespace ht::kernels

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# GPU check, run on the GPU machine from the repository root: configures a Release build with the CUDA
+# backend for Hopper (sm_90a) in build-gpu/, builds everything with all cores, runs the `gpu` test label,
+# then the `cpu` label, copies the logs into $OUT (default ./gpu_out) and prints a per-label summary table
+# last (the device tool returns only the tail of the output). Exit code: 0 when nothing failed.
+# Usage: tools/gpu_check.sh [extra ctest args, e.g. -R test_gpu_copy]
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the lent machines
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi failed"; } \
+  | tee "$OUT/gpu.txt"
+
+gen=()
+command -v ninja >/dev/null && [ ! -f build-gpu/CMakeCache.txt ] && gen=(-G Ninja)
+t0=$(date +%s)
+if ! cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    >"$OUT/configure.log" 2>&1; then
+  tail -40 "$OUT/configure.log"
+  echo "gpu_check: configure failed (log: $OUT/configure.log)"
+  exit 1
+fi
+grep -E "CUDA|cuDNN|Catch2" "$OUT/configure.log" | head -5
+if ! cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1; then
+  grep -m30 -E "error|FAILED" "$OUT/build.log"
+  tail -20 "$OUT/build.log"
+  echo "gpu_check: build failed (log: $OUT/build.log)"
+  exit 1
+fi
+t1=$(date +%s)
+echo "build: $((t1 - t0)) s"
+
+# The GPU tests first (a few at a time: they share one device), then the CPU suite in the same build.
+ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 900 -j4 "$@" >"$OUT/ctest-gpu.log" 2>&1
+rc_gpu=$?
+cp build-gpu/Testing/Temporary/LastTest.log "$OUT/LastTest-gpu.log" 2>/dev/null
+ctest --test-dir build-gpu -L cpu --output-on-failure --timeout 900 -j"$(nproc)" "$@" >"$OUT/ctest-cpu.log" 2>&1
+rc_cpu=$?
+cp build-gpu/Testing/Temporary/LastTest.log "$OUT/LastTest-cpu.log" 2>/dev/null
+t2=$(date +%s)
+
+# Summary: one row per label from ctest's per-test result lines.
+summary() {  # label log
+  local log=$2
+  local passed failed skipped
+  passed=$(grep -cE "Test +#[0-9]+: .* Passed" "$log")
+  failed=$(grep -cE "Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception|Not Run)" "$log")
+  skipped=$(grep -cE "Test +#[0-9]+: .*\*\*\*Skipped" "$log")
+  printf "%-6s %7s %7s %8s\n" "$1" "$passed" "$failed" "$skipped"
+  grep -E "Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception|Not Run)" "$log" | sed -E 's/^.*Test +#[0-9]+: ([^ ]+).*\*\*\*/         failed: \1 /'
+}
+if [ "$rc_gpu" -ne 0 ] || [ "$rc_cpu" -ne 0 ]; then
+  echo
+  echo "== first failures (full output in $OUT/ctest-gpu.log and ctest-cpu.log) =="
+  grep -hE -A4 "FAILED:|due to unexpected exception|\*\*\*(Failed|Timeout|Exception)" "$OUT/ctest-gpu.log" \
+    "$OUT/ctest-cpu.log" | head -40
+fi
+echo
+echo "== gpu_check summary ($(head -1 "$OUT/gpu.txt"); tests $((t2 - t1)) s) =="
+printf "%-6s %7s %7s %8s\n" label passed failed skipped
+summary gpu "$OUT/ctest-gpu.log"
+summary cpu "$OUT/ctest-cpu.log"
+[ "$rc_gpu" -eq 0 ] && [ "$rc_cpu" -eq 0 ]
