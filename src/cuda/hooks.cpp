@@ -3,6 +3,7 @@
 #include "hadatrain/tensor/cuda_hooks.h"
 
 #include <cstring>
+#include <optional>
 
 #include "hadatrain/cuda/allocator.h"
 #include "hadatrain/cuda/context.h"
@@ -42,16 +43,20 @@ class CudaHooksImpl final : public CudaHooks {
     }
     // Across devices: the copy runs on the destination's current stream after the source's pending work,
     // and the source's stream waits for the copy (its memory may be freed in that stream's order).
+    // Each stream is used while its device is current (nullptr names the current device's default stream).
     const cudaStream_t s_src = cuda::current_stream(src_dev.index), s_dst = cuda::current_stream(dst_dev.index);
     cuda::DeviceGuard gs(src_dev.index);
-    cuda::Event src_ready;
+    cuda::Event src_ready;  // an event of the source device
     src_ready.record(s_src);
-    cuda::DeviceGuard gd(dst_dev.index);
-    cuda::Event copied;
-    src_ready.wait(s_dst);
-    HT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, nbytes, s_dst));
-    copied.record(s_dst);
-    copied.wait(s_src);
+    std::optional<cuda::Event> copied;
+    {
+      cuda::DeviceGuard gd(dst_dev.index);
+      copied.emplace();  // an event of the destination device
+      src_ready.wait(s_dst);
+      HT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, nbytes, s_dst));
+      copied->record(s_dst);
+    }
+    copied->wait(s_src);
   }
 
   void synchronize(Device dev) const override {

@@ -85,7 +85,8 @@ class Event {
   // Records the event on `stream` (default: the current stream of the current device).
   void record(cudaStream_t stream);
   void record();
-  // Makes `stream` wait for the recorded work without blocking the host.
+  // Makes `stream` wait for the recorded work without blocking the host (nullptr: the legacy default
+  // stream of the current device).
   void wait(cudaStream_t stream) const;
   void synchronize() const;
   bool query() const;  // true when the recorded work has completed
