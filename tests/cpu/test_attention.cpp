@@ -182,19 +182,18 @@ TEST_CASE("attention backward skips inputs that need no gradient", "[attention]"
 }
 
 TEST_CASE("attention rejects mismatched shapes, dtypes and head counts", "[attention]") {
-  using Catch::Matchers::Contains;
   Tensor q = zeros({1, 4, 3, 8}), k = zeros({1, 2, 5, 8}), v = zeros({1, 2, 5, 6});
   CHECK(scaled_dot_product_attention(q, k, v).shape() == Shape{1, 4, 3, 6});
-  CHECK_THROWS_WITH(scaled_dot_product_attention(zeros({4, 3, 8}), k, v), Contains("(B, Hq, T, D)"));
+  CHECK_THROWS_WITH(scaled_dot_product_attention(zeros({4, 3, 8}), k, v), HasSubstr("(B, Hq, T, D)"));
   CHECK_THROWS_WITH(scaled_dot_product_attention(q, zeros({1, 3, 5, 8}), zeros({1, 3, 5, 6})),
-                    Contains("multiple of the number of kv heads"));
-  CHECK_THROWS_WITH(scaled_dot_product_attention(q, zeros({1, 2, 5, 7}), v), Contains("head dim D"));
-  CHECK_THROWS_WITH(scaled_dot_product_attention(q, k, zeros({1, 2, 4, 6})), Contains("agree on Hkv and S"));
+                    HasSubstr("multiple of the number of kv heads"));
+  CHECK_THROWS_WITH(scaled_dot_product_attention(q, zeros({1, 2, 5, 7}), v), HasSubstr("head dim D"));
+  CHECK_THROWS_WITH(scaled_dot_product_attention(q, k, zeros({1, 2, 4, 6})), HasSubstr("agree on Hkv and S"));
   CHECK_THROWS_WITH(scaled_dot_product_attention(q, zeros({2, 2, 5, 8}), zeros({2, 2, 5, 6})),
-                    Contains("batch sizes differ"));
-  CHECK_THROWS_WITH(scaled_dot_product_attention(q, k.to(DType::f64), v), Contains("share a dtype"));
+                    HasSubstr("batch sizes differ"));
+  CHECK_THROWS_WITH(scaled_dot_product_attention(q, k.to(DType::f64), v), HasSubstr("share a dtype"));
   CHECK_THROWS_WITH(scaled_dot_product_attention(q.to(DType::i32), k.to(DType::i32), v.to(DType::i32)),
-                    Contains("floating"));
+                    HasSubstr("floating"));
   CHECK_THROWS_WITH(scaled_dot_product_attention(q, k, v, {AttnMask::none, std::nan("")}),
-                    Contains("scale must be finite"));
+                    HasSubstr("scale must be finite"));
 }

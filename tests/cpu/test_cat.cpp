@@ -7,7 +7,6 @@
 #include "hadatrain/autograd/engine.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 Tensor rand_t(const Shape& s, uint64_t seed, DType dt = DType::f64) { return test::random_tensor(s, seed, dt); }
@@ -101,13 +100,13 @@ TEST_CASE("cat and stack gradients", "[cat][gradcheck]") {
 
 TEST_CASE("cat and stack errors name the offending input", "[cat][errors]") {
   Tensor a = rand_t({2, 3}, 9), b = rand_t({2, 4}, 10);
-  CHECK_THROWS_WITH(cat({}, 0), Contains("at least one tensor"));
-  CHECK_THROWS_WITH(cat({a, a, b}, 0), Contains("input 2") && Contains("in dim 1"));
-  CHECK_THROWS_WITH(cat({a, rand_t({2, 3, 1}, 11)}, 1), Contains("input 1") && Contains("has 3 dims"));
-  CHECK_THROWS_WITH(cat({a, b}, 2), Contains("out of range"));
-  CHECK_THROWS_WITH(cat({scalar_tensor(1.0), scalar_tensor(2.0)}, 0), Contains("use stack"));
-  CHECK_THROWS_WITH(cat({a, Tensor()}, 0), Contains("input 1 is an undefined tensor"));
-  CHECK_THROWS_WITH(stack({a, a, b}, 0), Contains("input 2") && Contains("different shape"));
-  CHECK_THROWS_WITH(stack({a, a}, 3), Contains("out of range"));
-  CHECK_THROWS_WITH(stack({}, 0), Contains("at least one tensor"));
+  CHECK_THROWS_WITH(cat({}, 0), HasSubstr("at least one tensor"));
+  CHECK_THROWS_WITH(cat({a, a, b}, 0), HasSubstr("input 2") && HasSubstr("in dim 1"));
+  CHECK_THROWS_WITH(cat({a, rand_t({2, 3, 1}, 11)}, 1), HasSubstr("input 1") && HasSubstr("has 3 dims"));
+  CHECK_THROWS_WITH(cat({a, b}, 2), HasSubstr("out of range"));
+  CHECK_THROWS_WITH(cat({scalar_tensor(1.0), scalar_tensor(2.0)}, 0), HasSubstr("use stack"));
+  CHECK_THROWS_WITH(cat({a, Tensor()}, 0), HasSubstr("input 1 is an undefined tensor"));
+  CHECK_THROWS_WITH(stack({a, a, b}, 0), HasSubstr("input 2") && HasSubstr("different shape"));
+  CHECK_THROWS_WITH(stack({a, a}, 3), HasSubstr("out of range"));
+  CHECK_THROWS_WITH(stack({}, 0), HasSubstr("at least one tensor"));
 }

@@ -9,7 +9,6 @@
 
 using namespace ht;
 using namespace ht::data;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -114,13 +113,13 @@ TEST_CASE("a CIFAR-10 split concatenates data_batch_1..5 in order", "[data][cifa
 
   // A missing batch file is named.
   fs::remove(dir / "data_batch_3.bin");
-  CHECK_THROWS_WITH(load_cifar(dir, {CifarVariant::cifar10, CifarSplit::train}), Contains("data_batch_3.bin is missing"));
+  CHECK_THROWS_WITH(load_cifar(dir, {CifarVariant::cifar10, CifarSplit::train}), HasSubstr("data_batch_3.bin is missing"));
   // Label names with the wrong count.
   {
     std::ofstream meta(dir / "batches.meta.txt");
     meta << "a\nb\n";
   }
-  CHECK_THROWS_WITH(load_cifar(dir, {CifarVariant::cifar10, CifarSplit::test}), Contains("holds 2 class names, expected 10"));
+  CHECK_THROWS_WITH(load_cifar(dir, {CifarVariant::cifar10, CifarSplit::test}), HasSubstr("holds 2 class names, expected 10"));
 }
 
 TEST_CASE("CIFAR-100 records: coarse byte then fine byte, label choice", "[data][cifar]") {
@@ -159,30 +158,30 @@ TEST_CASE("CIFAR size and label checks name the file", "[data][cifar]") {
   TempDir tmp("sizes");
   const fs::path odd = tmp.path / "odd.bin";
   write_bytes(odd, 2 * 3073 + 5);
-  CHECK_THROWS_WITH(read_cifar_file(odd, {}), Contains(odd.string()) && Contains("6151 bytes") &&
-                                                  Contains("record size 3073"));
+  CHECK_THROWS_WITH(read_cifar_file(odd, {}), HasSubstr(odd.string()) && HasSubstr("6151 bytes") &&
+                                                  HasSubstr("record size 3073"));
   // CIFAR-100 records read as CIFAR-10: 3 * 3074 = 9222 is not a multiple of 3073.
   const fs::path c100 = tmp.path / "c100.bin";
   write_records(c100, 0, {{1, 2}, {3, 4}, {5, 6}});
-  CHECK_THROWS_WITH(read_cifar_file(c100, {CifarVariant::cifar10}), Contains("9222 bytes"));
+  CHECK_THROWS_WITH(read_cifar_file(c100, {CifarVariant::cifar10}), HasSubstr("9222 bytes"));
   CHECK_NOTHROW(read_cifar_file(c100, {CifarVariant::cifar100}));
   // Empty file.
   write_bytes(tmp.path / "empty.bin", 0);
-  CHECK_THROWS_WITH(read_cifar_file(tmp.path / "empty.bin", {}), Contains("0 bytes"));
+  CHECK_THROWS_WITH(read_cifar_file(tmp.path / "empty.bin", {}), HasSubstr("0 bytes"));
   // Strict mode wants the official size.
   const fs::path small = tmp.path / "small.bin";
   write_records(small, 0, {{1}});
   CifarFileOptions strict{CifarVariant::cifar10, CifarLabel::fine, SizeCheck::exact,
                           cifar_expected_file_size(CifarVariant::cifar10, CifarSplit::train)};
-  CHECK_THROWS_WITH(read_cifar_file(small, strict), Contains("3073 bytes, expected exactly 30730000"));
+  CHECK_THROWS_WITH(read_cifar_file(small, strict), HasSubstr("3073 bytes, expected exactly 30730000"));
   CHECK(cifar_expected_file_size(CifarVariant::cifar100, CifarSplit::train) == 153700000);
   CHECK(cifar_expected_file_size(CifarVariant::cifar100, CifarSplit::test) == 30740000);
   // Labels out of range.
   const fs::path bad = tmp.path / "bad.bin";
   write_records(bad, 0, {{1}, {12}});
-  CHECK_THROWS_WITH(read_cifar_file(bad, {}), Contains("record 1") && Contains("label 12"));
+  CHECK_THROWS_WITH(read_cifar_file(bad, {}), HasSubstr("record 1") && HasSubstr("label 12"));
   write_records(bad, 0, {{20, 5}});
-  CHECK_THROWS_WITH(read_cifar_file(bad, {CifarVariant::cifar100, CifarLabel::coarse}), Contains("coarse label 20"));
-  CHECK_THROWS_WITH(read_cifar_file(tmp.path / "nope.bin", {}), Contains("nope.bin"));
-  CHECK_THROWS_WITH(load_cifar(tmp.path, {CifarVariant::cifar100, CifarSplit::train}), Contains("train.bin is missing"));
+  CHECK_THROWS_WITH(read_cifar_file(bad, {CifarVariant::cifar100, CifarLabel::coarse}), HasSubstr("coarse label 20"));
+  CHECK_THROWS_WITH(read_cifar_file(tmp.path / "nope.bin", {}), HasSubstr("nope.bin"));
+  CHECK_THROWS_WITH(load_cifar(tmp.path, {CifarVariant::cifar100, CifarSplit::train}), HasSubstr("train.bin is missing"));
 }

@@ -10,7 +10,6 @@
 #include "hadatrain/autograd/engine.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -165,18 +164,18 @@ TEST_CASE("bf16 conv2d forward and backward stay close to f64", "[conv2d][dtype]
 
 TEST_CASE("conv2d validates shapes and parameters with clear messages", "[conv2d][errors]") {
   Tensor x = rand_t({1, 4, 5, 5}, 31), w = rand_t({6, 2, 3, 3}, 32);
-  CHECK_THROWS_WITH(conv2d(rand_t({4, 5, 5}, 33), w, Tensor(), params(1, 0, 1, 2)), Contains("must be (N, C, H, W)"));
-  CHECK_THROWS_WITH(conv2d(x, rand_t({6, 2, 3}, 34), Tensor(), {}), Contains("weight must be (O, C/groups, KH, KW)"));
-  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, 0, 1, 3)), Contains("not divisible by groups = 3"));
+  CHECK_THROWS_WITH(conv2d(rand_t({4, 5, 5}, 33), w, Tensor(), params(1, 0, 1, 2)), HasSubstr("must be (N, C, H, W)"));
+  CHECK_THROWS_WITH(conv2d(x, rand_t({6, 2, 3}, 34), Tensor(), {}), HasSubstr("weight must be (O, C/groups, KH, KW)"));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, 0, 1, 3)), HasSubstr("not divisible by groups = 3"));
   CHECK_THROWS_WITH(conv2d(x, rand_t({5, 2, 3, 3}, 35), Tensor(), params(1, 0, 1, 2)),
-                    Contains("output channels O = 5"));
-  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), {}), Contains("needs C/groups = 4"));
+                    HasSubstr("output channels O = 5"));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), {}), HasSubstr("needs C/groups = 4"));
   CHECK_THROWS_WITH(conv2d(x, rand_t({6, 2, 7, 3}, 36), Tensor(), params(1, 0, 1, 2)),
-                    Contains("output size would not be positive"));
-  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, 0, 3, 2)), Contains("dilated kernel 7x7"));
-  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(0, 0, 1, 2)), Contains("stride must be >= 1"));
-  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, -1, 1, 2)), Contains("padding must be >= 0"));
-  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, 0, 1, 0)), Contains("groups must be >= 1"));
-  CHECK_THROWS_WITH(conv2d(x, w, rand_t({5}, 37), params(1, 0, 1, 2)), Contains("bias must be (O) = (6)"));
-  CHECK_THROWS_WITH(conv2d(x.to(DType::f32), w, Tensor(), params(1, 0, 1, 2)), Contains("share one dtype"));
+                    HasSubstr("output size would not be positive"));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, 0, 3, 2)), HasSubstr("dilated kernel 7x7"));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(0, 0, 1, 2)), HasSubstr("stride must be >= 1"));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, -1, 1, 2)), HasSubstr("padding must be >= 0"));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), params(1, 0, 1, 0)), HasSubstr("groups must be >= 1"));
+  CHECK_THROWS_WITH(conv2d(x, w, rand_t({5}, 37), params(1, 0, 1, 2)), HasSubstr("bias must be (O) = (6)"));
+  CHECK_THROWS_WITH(conv2d(x.to(DType::f32), w, Tensor(), params(1, 0, 1, 2)), HasSubstr("share one dtype"));
 }

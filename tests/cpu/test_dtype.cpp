@@ -150,5 +150,5 @@ TEST_CASE("dtype promotion and names", "[dtype]") {
   CHECK(promote_types(DType::i8, DType::u8) == DType::i32);
   CHECK(promote_types(DType::b8, DType::i32) == DType::i32);
   CHECK(dtype_from_name("bfloat16") == DType::bf16);
-  CHECK_THROWS_WITH(dtype_from_name("f12"), Catch::Matchers::Contains("unknown dtype 'f12'"));
+  CHECK_THROWS_WITH(dtype_from_name("f12"), HasSubstr("unknown dtype 'f12'"));
 }

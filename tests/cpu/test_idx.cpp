@@ -16,7 +16,6 @@
 
 using namespace ht;
 using namespace ht::data;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -138,7 +137,7 @@ TEST_CASE("a truncated IDX file names the file and the record where the data ran
     const std::string path = write_file(temp_dir() / (c == Compression::raw ? "short_images" : "short_images.gz"),
                                         idx_bytes(kIdxImagesMagic, {kN, kRows, kCols}, short_data), c);
     const std::string msg = error_of([&] { read_idx_images(path); });
-    CHECK_THAT(msg, Contains(path + ": truncated IDX file: the header announces 7 images but the data ends in "
+    CHECK_THAT(msg, HasSubstr(path + ": truncated IDX file: the header announces 7 images but the data ends in "
                                     "image 4 (0-based), after 54 of 84 data bytes"));
     // Reading only the complete prefix works.
     CHECK(read_idx_images(path, 4).size(0) == 4);
@@ -146,30 +145,30 @@ TEST_CASE("a truncated IDX file names the file and the record where the data ran
   const std::string labels = write_file(temp_dir() / "short_labels", idx_bytes(kIdxLabelsMagic, {10}, label_data(6)),
                                         Compression::raw);
   CHECK_THAT(error_of([&] { read_idx_labels(labels); }),
-             Contains(labels + ": truncated IDX file: the header announces 10 labels but the data ends in label 6"));
+             HasSubstr(labels + ": truncated IDX file: the header announces 10 labels but the data ends in label 6"));
   const std::string header_only =
       write_file(temp_dir() / "header_only", {0x00, 0x00, 0x08, 0x03, 0x00, 0x00}, Compression::raw);
   CHECK_THAT(error_of([&] { read_idx_images(header_only); }),
-             Contains(header_only + ": truncated IDX file: the header ends before size 1 of 3"));
+             HasSubstr(header_only + ": truncated IDX file: the header ends before size 1 of 3"));
 }
 
 TEST_CASE("bad magic numbers and trailing data are rejected", "[idx]") {
   const std::string labels =
       write_file(temp_dir() / "magic_labels.gz", idx_bytes(kIdxLabelsMagic, {kN}, label_data(kN)), Compression::gzip);
   CHECK_THAT(error_of([&] { read_idx_images(labels); }),
-             Contains(labels + ": bad magic number 0x00000801 (this is an IDX labels file): expected 0x00000803 for "
+             HasSubstr(labels + ": bad magic number 0x00000801 (this is an IDX labels file): expected 0x00000803 for "
                                "IDX images (u8 data, 3 dimensions)"));
   const std::string junk = write_file(temp_dir() / "junk", idx_bytes(0x12345678, {1}, {0}), Compression::raw);
   CHECK_THAT(error_of([&] { read_idx_labels(junk); }),
-             Contains(junk + ": bad magic number 0x12345678: expected 0x00000801 for IDX labels (u8 data, 1 dimension)"));
+             HasSubstr(junk + ": bad magic number 0x12345678: expected 0x00000801 for IDX labels (u8 data, 1 dimension)"));
   std::vector<uint8_t> long_data = label_data(kN);
   long_data.push_back(1);
   const std::string extra =
       write_file(temp_dir() / "extra_labels", idx_bytes(kIdxLabelsMagic, {kN}, long_data), Compression::raw);
   CHECK_THAT(error_of([&] { read_idx_labels(extra); }),
-             Contains(extra + ": unexpected data after the 7 labels announced by the header"));
+             HasSubstr(extra + ": unexpected data after the 7 labels announced by the header"));
   CHECK_THAT(error_of([] { read_idx_images((temp_dir() / "missing.gz").string()); }),
-             Contains("missing.gz: cannot open IDX file"));
+             HasSubstr("missing.gz: cannot open IDX file"));
 }
 
 TEST_CASE("load_mnist reads a split directory and checks labels against images", "[idx][mnist]") {
@@ -188,14 +187,14 @@ TEST_CASE("load_mnist reads a split directory and checks labels against images",
   CHECK(load_mnist(dir, MnistSplit::train, 2).size() == 2);
 
   CHECK_THAT(error_of([&] { load_mnist(dir, MnistSplit::test); }),
-             Contains(dir.string() + ": found neither t10k-images-idx3-ubyte.gz nor t10k-images-idx3-ubyte"));
+             HasSubstr(dir.string() + ": found neither t10k-images-idx3-ubyte.gz nor t10k-images-idx3-ubyte"));
   write_file(dir / "t10k-images-idx3-ubyte", idx_bytes(kIdxImagesMagic, {2, kRows, kCols}, image_data(2)),
              Compression::raw);
   write_file(dir / "t10k-labels-idx1-ubyte", idx_bytes(kIdxLabelsMagic, {3}, label_data(3)), Compression::raw);
-  CHECK_THAT(error_of([&] { load_mnist(dir, MnistSplit::test); }), Contains("holds 2 images but"));
+  CHECK_THAT(error_of([&] { load_mnist(dir, MnistSplit::test); }), HasSubstr("holds 2 images but"));
   write_file(dir / "t10k-labels-idx1-ubyte", idx_bytes(kIdxLabelsMagic, {2}, {4, 10}), Compression::raw);
   CHECK_THAT(error_of([&] { load_mnist(dir, MnistSplit::test); }),
-             Contains("t10k-labels-idx1-ubyte: label 10 of record 1 is out of range: expected 0..9"));
+             HasSubstr("t10k-labels-idx1-ubyte: label 10 of record 1 is out of range: expected 0..9"));
 }
 
 TEST_CASE("MnistDataset feeds the DataLoader normalised, deterministically shuffled batches", "[idx][mnist]") {

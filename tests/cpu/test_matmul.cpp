@@ -12,7 +12,6 @@
 #include "ops/cpu/gemm.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -256,16 +255,16 @@ TEST_CASE("linear gradients pass the finite-difference check, including a 3-D in
 
 TEST_CASE("matmul and linear report shape and dtype errors clearly", "[matmul][linear][errors]") {
   Tensor a = rand_t({3, 4}, 51), b = rand_t({5, 2}, 52);
-  CHECK_THROWS_WITH(matmul(a, b), Contains("inner dimensions differ") && Contains("K = 4") && Contains("K = 5"));
-  CHECK_THROWS_WITH(matmul(rand_t({4}, 53), rand_t({3}, 54)), Contains("inner dimensions differ"));
-  CHECK_THROWS_WITH(matmul(rand_t({2, 3, 4}, 55), rand_t({3, 4, 2}, 56)), Contains("batch dims"));
-  CHECK_THROWS_WITH(matmul(a, rand_t({4, 2}, 57, DType::f32)), Contains("different dtypes"));
-  CHECK_THROWS_WITH(matmul(scalar_tensor(1.0, {DType::f64}), a), Contains("at least 1 dim"));
+  CHECK_THROWS_WITH(matmul(a, b), HasSubstr("inner dimensions differ") && HasSubstr("K = 4") && HasSubstr("K = 5"));
+  CHECK_THROWS_WITH(matmul(rand_t({4}, 53), rand_t({3}, 54)), HasSubstr("inner dimensions differ"));
+  CHECK_THROWS_WITH(matmul(rand_t({2, 3, 4}, 55), rand_t({3, 4, 2}, 56)), HasSubstr("batch dims"));
+  CHECK_THROWS_WITH(matmul(a, rand_t({4, 2}, 57, DType::f32)), HasSubstr("different dtypes"));
+  CHECK_THROWS_WITH(matmul(scalar_tensor(1.0, {DType::f64}), a), HasSubstr("at least 1 dim"));
   CHECK_THROWS_WITH(matmul(arange(4, {DType::i64}).reshape({2, 2}), arange(4, {DType::i64}).reshape({2, 2})),
-                    Contains("floating"));
+                    HasSubstr("floating"));
   Tensor w = rand_t({5, 4}, 58);
-  CHECK_THROWS_WITH(linear(rand_t({2, 3}, 59), w), Contains("expects in = 4"));
-  CHECK_THROWS_WITH(linear(a, w, rand_t({4}, 60)), Contains("bias must be (out) = (5)"));
-  CHECK_THROWS_WITH(linear(a, rand_t({5, 4, 1}, 61)), Contains("weight must be (out, in)"));
-  CHECK_THROWS_WITH(linear(a, w.to(DType::f32)), Contains("different dtypes"));
+  CHECK_THROWS_WITH(linear(rand_t({2, 3}, 59), w), HasSubstr("expects in = 4"));
+  CHECK_THROWS_WITH(linear(a, w, rand_t({4}, 60)), HasSubstr("bias must be (out) = (5)"));
+  CHECK_THROWS_WITH(linear(a, rand_t({5, 4, 1}, 61)), HasSubstr("weight must be (out, in)"));
+  CHECK_THROWS_WITH(linear(a, w.to(DType::f32)), HasSubstr("different dtypes"));
 }

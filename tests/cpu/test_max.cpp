@@ -8,7 +8,6 @@
 #include "support/testing.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -165,10 +164,10 @@ TEST_CASE("bf16 max equals the max of the bf16-rounded values", "[max][dtype]") 
 
 TEST_CASE("max and argmax report bad dims and empty reductions", "[max][errors]") {
   const Tensor x = test::random_tensor({2, 3}, 65);
-  CHECK_THROWS_WITH(max(x, 2), Contains("max: dim 2 is out of range"));
-  CHECK_THROWS_WITH(argmax(x, -3), Contains("argmax: dim -3 is out of range"));
+  CHECK_THROWS_WITH(max(x, 2), HasSubstr("max: dim 2 is out of range"));
+  CHECK_THROWS_WITH(argmax(x, -3), HasSubstr("argmax: dim -3 is out of range"));
   const Tensor e = zeros({2, 0}, {DType::f64});
-  CHECK_THROWS_WITH(max(e, 1), Contains("max: cannot reduce dim 1 of size 0"));
-  CHECK_THROWS_WITH(argmax(e, 1), Contains("argmax: cannot reduce dim 1 of size 0"));
-  CHECK_THROWS_WITH(max(e), Contains("max: cannot take the max of an empty tensor"));
+  CHECK_THROWS_WITH(max(e, 1), HasSubstr("max: cannot reduce dim 1 of size 0"));
+  CHECK_THROWS_WITH(argmax(e, 1), HasSubstr("argmax: cannot reduce dim 1 of size 0"));
+  CHECK_THROWS_WITH(max(e), HasSubstr("max: cannot take the max of an empty tensor"));
 }

@@ -7,7 +7,6 @@
 #include "support/testing.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -148,13 +147,13 @@ TEST_CASE("bf16 and f32 norms stay within tolerance of f64", "[layer_norm][rms_n
 TEST_CASE("norms report bad parameter shapes and dtypes", "[layer_norm][rms_norm][errors]") {
   const Tensor x = test::random_tensor({4, 13}, 48);
   CHECK_THROWS_WITH(layer_norm(x, test::random_tensor({12}, 1), {}),
-                    Contains("layer_norm: expected weight of shape (13)"));
-  CHECK_THROWS_WITH(layer_norm(x, {}, test::random_tensor({13, 1}, 1)), Contains("expected bias of shape (13)"));
-  CHECK_THROWS_WITH(rms_norm(x, test::random_tensor({4}, 1)), Contains("rms_norm: expected weight of shape (13)"));
+                    HasSubstr("layer_norm: expected weight of shape (13)"));
+  CHECK_THROWS_WITH(layer_norm(x, {}, test::random_tensor({13, 1}, 1)), HasSubstr("expected bias of shape (13)"));
+  CHECK_THROWS_WITH(rms_norm(x, test::random_tensor({4}, 1)), HasSubstr("rms_norm: expected weight of shape (13)"));
   const Tensor xi = from_vector(std::vector<int64_t>{1, 2, 3}, {1, 3}, {DType::i64});
-  CHECK_THROWS_WITH(layer_norm(xi, {}, {}), Contains("layer_norm: expected a floating tensor"));
-  CHECK_THROWS_WITH(rms_norm(xi, {}), Contains("rms_norm: expected a floating tensor"));
-  CHECK_THROWS_WITH(layer_norm(scalar_tensor(1.0, {DType::f64}), {}, {}), Contains("expected x of shape (..., D)"));
+  CHECK_THROWS_WITH(layer_norm(xi, {}, {}), HasSubstr("layer_norm: expected a floating tensor"));
+  CHECK_THROWS_WITH(rms_norm(xi, {}), HasSubstr("rms_norm: expected a floating tensor"));
+  CHECK_THROWS_WITH(layer_norm(scalar_tensor(1.0, {DType::f64}), {}, {}), HasSubstr("expected x of shape (..., D)"));
 }
 
 TEST_CASE("embedding gathers rows for ids of any shape", "[embedding]") {
@@ -217,9 +216,9 @@ TEST_CASE("embedding backward scatter-adds repeated ids", "[embedding][gradcheck
 
 TEST_CASE("embedding reports out-of-range ids and bad inputs", "[embedding][errors]") {
   const Tensor w = test::random_tensor({11, 13}, 56);
-  CHECK_THROWS_WITH(embedding(w, ids_tensor({0, 11, 2}, {3})), Contains("id 11") && Contains("V = 11"));
-  CHECK_THROWS_WITH(embedding(w, ids_tensor({-1}, {1}, DType::i32)), Contains("id -1") && Contains("V = 11"));
-  CHECK_THROWS_WITH(embedding(w, test::random_tensor({3}, 1)), Contains("integer ids (i32 or i64)"));
+  CHECK_THROWS_WITH(embedding(w, ids_tensor({0, 11, 2}, {3})), HasSubstr("id 11") && HasSubstr("V = 11"));
+  CHECK_THROWS_WITH(embedding(w, ids_tensor({-1}, {1}, DType::i32)), HasSubstr("id -1") && HasSubstr("V = 11"));
+  CHECK_THROWS_WITH(embedding(w, test::random_tensor({3}, 1)), HasSubstr("integer ids (i32 or i64)"));
   CHECK_THROWS_WITH(embedding(test::random_tensor({11}, 1), ids_tensor({0}, {1})),
-                    Contains("expected weight of shape (V, D)"));
+                    HasSubstr("expected weight of shape (V, D)"));
 }

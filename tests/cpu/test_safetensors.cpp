@@ -14,7 +14,6 @@
 #include "support/testing.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -104,7 +103,7 @@ TEST_CASE("safetensors dtype names follow the format", "[safetensors]") {
   CHECK(io::safetensors_dtype(DType::i64) == "I64");
   CHECK(io::safetensors_dtype(DType::b8) == "BOOL");
   for (DType dt : kAllDTypes) CHECK(io::dtype_from_safetensors(io::safetensors_dtype(dt)) == dt);
-  CHECK_THROWS_WITH(io::safetensors_dtype(DType::i4x2), Contains("U8"));
+  CHECK_THROWS_WITH(io::safetensors_dtype(DType::i4x2), HasSubstr("U8"));
   CHECK_FALSE(io::dtype_from_safetensors("U16").has_value());
   CHECK_FALSE(io::dtype_from_safetensors("f32").has_value());
 }
@@ -171,7 +170,7 @@ TEST_CASE("metadata round-trips; a missing tensor name is reported", "[safetenso
   CHECK(loaded.metadata == meta);
   CHECK(loaded.contains("x"));
   CHECK_FALSE(loaded.contains("y"));
-  CHECK_THROWS_WITH(loaded.at("y"), Contains("no tensor named 'y'") && Contains("'x'"));
+  CHECK_THROWS_WITH(loaded.at("y"), HasSubstr("no tensor named 'y'") && HasSubstr("'x'"));
   // Only metadata, no tensors: a valid file too.
   io::save_safetensors(file, {}, meta);
   CHECK(io::load_safetensors(file).tensors.empty());
@@ -250,9 +249,9 @@ TEST_CASE("corrupt files are rejected with messages naming the file and the tens
       FAIL("no error for: " << what);
     } catch (const Error& e) {
       const std::string msg = e.what();
-      CHECK_THAT(msg, Contains(what));
-      CHECK_THAT(msg, Contains(file.string()));
-      if (!tensor.empty()) CHECK_THAT(msg, Contains("'" + tensor + "'"));
+      CHECK_THAT(msg, HasSubstr(what));
+      CHECK_THAT(msg, HasSubstr(file.string()));
+      if (!tensor.empty()) CHECK_THAT(msg, HasSubstr("'" + tensor + "'"));
     }
   };
   const std::string ok_entry = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
@@ -265,7 +264,7 @@ TEST_CASE("corrupt files are rejected with messages naming the file and the tens
     write_raw(file, le64(100'000'001) + "{}");
     fs::resize_file(file, 100'000'100);
     CHECK_THROWS_WITH(io::load_safetensors(file),
-                      Contains("header length 100000001 exceeds the 100000000-byte limit") && Contains(file.string()));
+                      HasSubstr("header length 100000001 exceeds the 100000000-byte limit") && HasSubstr(file.string()));
   }
   expect(st_file("[1,2,3]", ""), "does not start with '{'");
   expect(st_file("  {}", ""), "does not start with '{'");
@@ -300,20 +299,20 @@ TEST_CASE("corrupt files are rejected with messages naming the file and the tens
          "too many elements", "w");
 
   CHECK_THROWS_WITH(io::load_safetensors(dir.path / "missing.safetensors"),
-                    Contains("missing.safetensors") && Contains("No such file"));
+                    HasSubstr("missing.safetensors") && HasSubstr("No such file"));
 }
 
 TEST_CASE("the writer refuses what safetensors cannot hold", "[safetensors]") {
   TempDir dir("st_refuse");
   const fs::path file = dir.path / "x.safetensors";
   const Tensor packed = empty({4}, {DType::i4x2});
-  CHECK_THROWS_WITH(io::save_safetensors(file, {{"q", packed}}), Contains("'q'") && Contains("packed int4") &&
-                                                                     Contains("U8"));
-  CHECK_THROWS_WITH(io::save_safetensors(file, {{"a", ones({1})}, {"a", ones({2})}}), Contains("'a' appears twice"));
-  CHECK_THROWS_WITH(io::save_safetensors(file, {{"__metadata__", ones({1})}}), Contains("reserved"));
-  CHECK_THROWS_WITH(io::save_safetensors(file, {{"", ones({1})}}), Contains("empty name"));
-  CHECK_THROWS_WITH(io::save_safetensors(file, {{"u", Tensor()}}), Contains("'u' is undefined"));
-  CHECK_THROWS_WITH(io::save_safetensors(file, {{std::string("bad\xff"), ones({1})}}), Contains("UTF-8"));
+  CHECK_THROWS_WITH(io::save_safetensors(file, {{"q", packed}}), HasSubstr("'q'") && HasSubstr("packed int4") &&
+                                                                     HasSubstr("U8"));
+  CHECK_THROWS_WITH(io::save_safetensors(file, {{"a", ones({1})}, {"a", ones({2})}}), HasSubstr("'a' appears twice"));
+  CHECK_THROWS_WITH(io::save_safetensors(file, {{"__metadata__", ones({1})}}), HasSubstr("reserved"));
+  CHECK_THROWS_WITH(io::save_safetensors(file, {{"", ones({1})}}), HasSubstr("empty name"));
+  CHECK_THROWS_WITH(io::save_safetensors(file, {{"u", Tensor()}}), HasSubstr("'u' is undefined"));
+  CHECK_THROWS_WITH(io::save_safetensors(file, {{std::string("bad\xff"), ones({1})}}), HasSubstr("UTF-8"));
   CHECK_FALSE(fs::exists(file));
   CHECK(entries_of(dir.path).empty());
 }
@@ -349,40 +348,40 @@ TEST_CASE("sharded checkpoints load through model.safetensors.index.json", "[saf
     write_raw(dir.path / "model.safetensors.index.json",
               R"({"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}})");
     CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path),
-                      Contains("tensor 'model.norm.weight' is mapped to shard 'model-00001-of-00002.safetensors', but "
-                               "that shard lacks it") && Contains("model.safetensors.index.json"));
+                      HasSubstr("tensor 'model.norm.weight' is mapped to shard 'model-00001-of-00002.safetensors', but "
+                               "that shard lacks it") && HasSubstr("model.safetensors.index.json"));
   }
   SECTION("a missing shard") {
     fs::remove(dir.path / "model-00002-of-00002.safetensors");
     CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path),
-                      Contains("shard 'model-00002-of-00002.safetensors'") && Contains("is missing") &&
-                          Contains("model.norm.weight"));
+                      HasSubstr("shard 'model-00002-of-00002.safetensors'") && HasSubstr("is missing") &&
+                          HasSubstr("model.norm.weight"));
   }
   SECTION("shard names may not leave the directory") {
     write_raw(dir.path / "model.safetensors.index.json", R"({"weight_map": {"w": "../other.safetensors"}})");
-    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), Contains("leaves the index's directory"));
+    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), HasSubstr("leaves the index's directory"));
     write_raw(dir.path / "model.safetensors.index.json", R"({"weight_map": {"w": "/etc/passwd"}})");
-    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), Contains("relative"));
+    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), HasSubstr("relative"));
   }
   SECTION("malformed indexes") {
     write_raw(dir.path / "model.safetensors.index.json", R"({"weight_map": )");
-    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), Contains("invalid JSON"));
+    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), HasSubstr("invalid JSON"));
     write_raw(dir.path / "model.safetensors.index.json", R"({"metadata": {}})");
-    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), Contains("\"weight_map\""));
+    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), HasSubstr("\"weight_map\""));
     write_raw(dir.path / "model.safetensors.index.json", R"({"weight_map": {"w": 3}})");
-    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), Contains("'w' must name a shard file"));
+    CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path), HasSubstr("'w' must name a shard file"));
   }
   SECTION("a corrupt shard is reported by its path") {
     write_raw(dir.path / "model-00002-of-00002.safetensors", "xx");
     CHECK_THROWS_WITH(io::load_sharded_safetensors(dir.path),
-                      Contains("model-00002-of-00002.safetensors") && Contains("file too small"));
+                      HasSubstr("model-00002-of-00002.safetensors") && HasSubstr("file too small"));
   }
   SECTION("a directory with a single model.safetensors and no index") {
     TempDir single("st_single");
     io::save_safetensors(single.path / "model.safetensors", {{"w", q}});
     CHECK(bytes_of(io::load_sharded_safetensors(single.path).at("w")) == bytes_of(q));
     TempDir none("st_none");
-    CHECK_THROWS_WITH(io::load_sharded_safetensors(none.path), Contains("holds neither"));
+    CHECK_THROWS_WITH(io::load_sharded_safetensors(none.path), HasSubstr("holds neither"));
   }
 }
 
@@ -399,7 +398,7 @@ TEST_CASE("a failed atomic write leaves the previous file intact and no temporar
                                                     std::fputs("half of the new", f);
                                                     throw std::runtime_error("writer gave up");
                                                   }),
-                      Contains("writer gave up"));
+                      HasSubstr("writer gave up"));
   }
   SECTION("ostream callback throws midway") {
     CHECK_THROWS_WITH(io::write_file_atomic_stream(file,
@@ -407,11 +406,11 @@ TEST_CASE("a failed atomic write leaves the previous file intact and no temporar
                                                      os << "half of the new";
                                                      throw Error("stream writer gave up");
                                                    }),
-                      Contains("stream writer gave up"));
+                      HasSubstr("stream writer gave up"));
   }
   SECTION("ostream callback sets failbit") {
     CHECK_THROWS_WITH(io::write_file_atomic_stream(file, [](std::ostream& os) { os.setstate(std::ios::failbit); }),
-                      Contains(file.string()) && Contains("output stream failed"));
+                      HasSubstr(file.string()) && HasSubstr("output stream failed"));
   }
   SECTION("safetensors writer refuses a tensor it cannot store (checked before anything is written)") {
     CHECK_THROWS(io::save_safetensors(file, {{"a", ones({1000})}, {"b", empty({2}, {DType::i4x2})}}));
@@ -431,7 +430,7 @@ TEST_CASE("a failed atomic write leaves the previous file intact and no temporar
     }
     ::setrlimit(RLIMIT_FSIZE, &old);
     std::signal(SIGXFSZ, prev_handler);
-    CHECK_THAT(msg, Contains(file.string()) && Contains(std::strerror(EFBIG)) && Contains("previous file is unchanged"));
+    CHECK_THAT(msg, HasSubstr(file.string()) && HasSubstr(std::strerror(EFBIG)) && HasSubstr("previous file is unchanged"));
   }
   CHECK(read_file(file) == "previous contents");
   CHECK(entries_of(dir.path) == std::vector<std::string>{"data.bin"});
@@ -450,6 +449,6 @@ TEST_CASE("atomic writes replace the file and report unwritable paths", "[safete
   CHECK(entries_of(dir.path) == std::vector<std::string>{"out.txt"});
   const fs::path nowhere = dir.path / "no_such_dir" / "f.txt";
   CHECK_THROWS_WITH(io::write_file_atomic(nowhere, std::string_view("x")),
-                    Contains(nowhere.string()) && Contains("No such file or directory"));
-  CHECK_THROWS_WITH(io::write_file_atomic(dir.path / "", std::string_view("x")), Contains("names a directory"));
+                    HasSubstr(nowhere.string()) && HasSubstr("No such file or directory"));
+  CHECK_THROWS_WITH(io::write_file_atomic(dir.path / "", std::string_view("x")), HasSubstr("names a directory"));
 }

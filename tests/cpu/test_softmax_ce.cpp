@@ -8,7 +8,6 @@
 #include "support/testing.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -138,10 +137,10 @@ TEST_CASE("bf16 softmax stays within bf16 tolerance of the f64 result", "[softma
 
 TEST_CASE("softmax rejects integer input and bad dims", "[softmax][errors]") {
   const Tensor xi = from_vector(std::vector<int64_t>{1, 2, 3}, {3}, {DType::i64});
-  CHECK_THROWS_WITH(softmax(xi, 0), Contains("softmax") && Contains("floating"));
-  CHECK_THROWS_WITH(log_softmax(xi, 0), Contains("log_softmax") && Contains("floating"));
+  CHECK_THROWS_WITH(softmax(xi, 0), HasSubstr("softmax") && HasSubstr("floating"));
+  CHECK_THROWS_WITH(log_softmax(xi, 0), HasSubstr("log_softmax") && HasSubstr("floating"));
   const Tensor x = test::random_tensor({2, 3}, 1);
-  CHECK_THROWS_WITH(softmax(x, 2), Contains("dim 2 is out of range"));
+  CHECK_THROWS_WITH(softmax(x, 2), HasSubstr("dim 2 is out of range"));
 }
 
 TEST_CASE("cross_entropy matches a hand-computed value", "[cross_entropy]") {
@@ -260,16 +259,16 @@ TEST_CASE("cross_entropy on bf16 logits returns an f32 loss close to the f64 one
 TEST_CASE("cross_entropy reports bad targets and shapes", "[cross_entropy][errors]") {
   const Tensor logits = test::random_tensor({3, 7}, 27);
   CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 7})),
-                    Contains("target[2] = 7") && Contains("out of range for 7 classes"));
-  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, -1, 2})), Contains("target[1] = -1"));
+                    HasSubstr("target[2] = 7") && HasSubstr("out of range for 7 classes"));
+  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, -1, 2})), HasSubstr("target[1] = -1"));
   CrossEntropyOptions o;
   o.ignore_index = 9;  // -100 is no longer ignored
-  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, -100, 2}), o), Contains("target[1] = -100"));
-  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1})), Contains("expected target of shape (3)"));
-  CHECK_THROWS_WITH(cross_entropy(logits, test::random_tensor({3}, 1)), Contains("i32 or i64"));
+  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, -100, 2}), o), HasSubstr("target[1] = -100"));
+  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1})), HasSubstr("expected target of shape (3)"));
+  CHECK_THROWS_WITH(cross_entropy(logits, test::random_tensor({3}, 1)), HasSubstr("i32 or i64"));
   CHECK_THROWS_WITH(cross_entropy(test::random_tensor({3, 7, 2}, 1), targets({0, 1, 2})),
-                    Contains("expected logits of shape (N, C)"));
+                    HasSubstr("expected logits of shape (N, C)"));
   o = {};
   o.label_smoothing = 1.5;
-  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 2}), o), Contains("label_smoothing must be in [0, 1]"));
+  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 2}), o), HasSubstr("label_smoothing must be in [0, 1]"));
 }

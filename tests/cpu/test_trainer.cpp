@@ -26,7 +26,6 @@
 
 using namespace ht;
 using namespace ht::train;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -437,10 +436,10 @@ TEST_CASE("checkpoint.keep_best false writes no best pointer", "[trainer]") {
 TEST_CASE("resume and eval errors name the checkpoint directory", "[trainer][errors]") {
   const TrainerConfig c = make_config("noresume", kMlpSets);
   CHECK_THAT(error_of([&] { run_training(c, {ResumeFrom::Kind::latest, ""}); }),
-             Contains("--resume: no checkpoint found in " + c.checkpoint.dir));
+             HasSubstr("--resume: no checkpoint found in " + c.checkpoint.dir));
   const std::string missing = (temp_dir() / "no_such_dir").string();
-  CHECK_THAT(error_of([&] { run_evaluation(c, missing); }), Contains("--checkpoint: no checkpoint found in " + missing));
-  CHECK_THAT(error_of([&] { run_training(c, {ResumeFrom::Kind::path, missing}); }), Contains(missing));
+  CHECK_THAT(error_of([&] { run_evaluation(c, missing); }), HasSubstr("--checkpoint: no checkpoint found in " + missing));
+  CHECK_THAT(error_of([&] { run_training(c, {ResumeFrom::Kind::path, missing}); }), HasSubstr(missing));
 }
 
 TEST_CASE("trainer config errors name file:line: key and say what is wrong", "[trainer][config]") {
@@ -449,37 +448,37 @@ TEST_CASE("trainer config errors name file:line: key and say what is wrong", "[t
   };
   // model.heads must divide model.dim (the error points at heads).
   CHECK_THAT(err("model:\n  name: vit\n  dim: 30\n  heads: 4\n"),
-             Contains("t.yaml:4:10: model.heads: model.dim 30 must be divisible by heads 4"));
+             HasSubstr("t.yaml:4:10: model.heads: model.dim 30 must be divisible by heads 4"));
   CHECK_THAT(err("model:\n  name: vit\n  dim: 30\n", {"model.heads=4"}),
-             Contains("--set model.heads=4: model.heads: model.dim 30 must be divisible by heads 4"));
+             HasSubstr("--set model.heads=4: model.heads: model.dim 30 must be divisible by heads 4"));
   // Coarse labels exist only for CIFAR-100.
   CHECK_THAT(err("data:\n  dataset: cifar10\n  root: /x\n  label: coarse\n"),
-             Contains("t.yaml:4:10: data.label: coarse labels exist only for cifar100"));
+             HasSubstr("t.yaml:4:10: data.label: coarse labels exist only for cifar100"));
   CHECK(err("data:\n  dataset: cifar100\n  root: /x\n  label: coarse\n").empty());
   // The evaluation resize must not be smaller than the crop.
   CHECK_THAT(err("data:\n  dataset: image_folder\n  root: /x\n  image_size: 224\n  eval_resize: 200\n"),
-             Contains("t.yaml:5:16: data.eval_resize: must be >= data.image_size (224)"));
+             HasSubstr("t.yaml:5:16: data.eval_resize: must be >= data.image_size (224)"));
   // Only Fashion-MNIST has a default root.
-  CHECK_THAT(err("data:\n  dataset: cifar100\n"), Contains("t.yaml:1:1: data.root: expected the directory holding the cifar100 files (only Fashion-MNIST has a packaged default"));
+  CHECK_THAT(err("data:\n  dataset: cifar100\n"), HasSubstr("t.yaml:1:1: data.root: expected the directory holding the cifar100 files (only Fashion-MNIST has a packaged default"));
   // Keys of another model / optimiser / schedule are unknown, not silently ignored.
-  CHECK_THAT(err("model:\n  name: vit\n  hidden: [10]\n"), Contains("t.yaml:3:3: model.hidden: unknown key"));
-  CHECK_THAT(err("model:\n  name: resnet18\n  dim: 64\n"), Contains("t.yaml:3:3: model.dim: unknown key"));
-  CHECK_THAT(err("optim:\n  name: sgd\n  beta2: 0.95\n"), Contains("t.yaml:3:3: optim.beta2: unknown key"));
-  CHECK_THAT(err("optim:\n  name: adamw\n  momentum: 0.9\n"), Contains("t.yaml:3:3: optim.momentum: unknown key"));
-  CHECK_THAT(err("schedule:\n  name: cosine\n  milestones: [10]\n"), Contains("t.yaml:3:3: schedule.milestones: unknown key"));
-  CHECK_THAT(err("schedule:\n  name: multistep\n  min_lr: 0.1\n"), Contains("t.yaml:3:3: schedule.min_lr: unknown key"));
+  CHECK_THAT(err("model:\n  name: vit\n  hidden: [10]\n"), HasSubstr("t.yaml:3:3: model.hidden: unknown key"));
+  CHECK_THAT(err("model:\n  name: resnet18\n  dim: 64\n"), HasSubstr("t.yaml:3:3: model.dim: unknown key"));
+  CHECK_THAT(err("optim:\n  name: sgd\n  beta2: 0.95\n"), HasSubstr("t.yaml:3:3: optim.beta2: unknown key"));
+  CHECK_THAT(err("optim:\n  name: adamw\n  momentum: 0.9\n"), HasSubstr("t.yaml:3:3: optim.momentum: unknown key"));
+  CHECK_THAT(err("schedule:\n  name: cosine\n  milestones: [10]\n"), HasSubstr("t.yaml:3:3: schedule.milestones: unknown key"));
+  CHECK_THAT(err("schedule:\n  name: multistep\n  min_lr: 0.1\n"), HasSubstr("t.yaml:3:3: schedule.min_lr: unknown key"));
   // Ranges and choices of trainer keys.
-  CHECK_THAT(err("model:\n  name: resnet101\n"), Contains("t.yaml:2:9: model.name: expected one of mlp, resnet18, resnet34, resnet50, vit"));
-  CHECK_THAT(err("model:\n  name: vit\n  dropout: 1.0\n"), Contains("t.yaml:3:12: model.dropout: expected a number in [0, 1), got 1"));
-  CHECK_THAT(err("train:\n  precision: fp16\n"), Contains("t.yaml:2:14: train.precision: expected one of fp32, bf16"));
-  CHECK_THAT(err("train:\n  device: tpu\n"), Contains("t.yaml:2:11: train.device: expected cpu, cuda or cuda:N, got tpu"));
-  CHECK_THAT(err("train:\n  label_smoothing: 1\n"), Contains("train.label_smoothing: expected a number in [0, 1)"));
-  CHECK_THAT(err("train:\n  eval_every: 0\n"), Contains("train.eval_every: expected an integer >= 1, got 0"));
-  CHECK_THAT(err("schedule:\n  warmup_start_factor: 2\n"), Contains("schedule.warmup_start_factor: expected a number in [0, 1], got 2"));
-  CHECK_THAT(err("data:\n  image_size: 4\n"), Contains("data.image_size: expected an integer >= 8, got 4"));
-  CHECK_THAT(err("run:\n  name: a/b\n"), Contains("t.yaml:2:9: run.name: expected a non-empty name of letters, digits"));
+  CHECK_THAT(err("model:\n  name: resnet101\n"), HasSubstr("t.yaml:2:9: model.name: expected one of mlp, resnet18, resnet34, resnet50, vit"));
+  CHECK_THAT(err("model:\n  name: vit\n  dropout: 1.0\n"), HasSubstr("t.yaml:3:12: model.dropout: expected a number in [0, 1), got 1"));
+  CHECK_THAT(err("train:\n  precision: fp16\n"), HasSubstr("t.yaml:2:14: train.precision: expected one of fp32, bf16"));
+  CHECK_THAT(err("train:\n  device: tpu\n"), HasSubstr("t.yaml:2:11: train.device: expected cpu, cuda or cuda:N, got tpu"));
+  CHECK_THAT(err("train:\n  label_smoothing: 1\n"), HasSubstr("train.label_smoothing: expected a number in [0, 1)"));
+  CHECK_THAT(err("train:\n  eval_every: 0\n"), HasSubstr("train.eval_every: expected an integer >= 1, got 0"));
+  CHECK_THAT(err("schedule:\n  warmup_start_factor: 2\n"), HasSubstr("schedule.warmup_start_factor: expected a number in [0, 1], got 2"));
+  CHECK_THAT(err("data:\n  image_size: 4\n"), HasSubstr("data.image_size: expected an integer >= 8, got 4"));
+  CHECK_THAT(err("run:\n  name: a/b\n"), HasSubstr("t.yaml:2:9: run.name: expected a non-empty name of letters, digits"));
   CHECK_THAT(err("data:\n  normalize:\n    mean: [0.5, 0.5]\n    std: [0.2]\n"),
-             Contains("t.yaml:4:10: data.normalize.std: has 1 values but mean has 2"));
+             HasSubstr("t.yaml:4:10: data.normalize.std: has 1 values but mean has 2"));
 }
 
 TEST_CASE("dataset-dependent defaults fill a short config", "[trainer][config]") {

@@ -120,11 +120,10 @@ TEST_CASE("neg, abs, relu and clamp work on integers; the others require floatin
   CHECK(abs(i).to_vector<int64_t>() == std::vector<int64_t>{5, 1, 0, 2, 9});
   CHECK(relu(i).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0, 2, 9});
   CHECK(clamp(i.to(DType::i64), -2, 3).to_vector<int64_t>() == std::vector<int64_t>{-2, -1, 0, 2, 3});
-  using Catch::Matchers::Contains;
-  CHECK_THROWS_WITH(exp(i), Contains("floating"));
-  CHECK_THROWS_WITH(gelu(i), Contains("floating"));
-  CHECK_THROWS_WITH(sqrt(i), Contains("floating"));
-  CHECK_THROWS_WITH(clamp(i, 2, 1), Contains("greater than hi"));
+  CHECK_THROWS_WITH(exp(i), HasSubstr("floating"));
+  CHECK_THROWS_WITH(gelu(i), HasSubstr("floating"));
+  CHECK_THROWS_WITH(sqrt(i), HasSubstr("floating"));
+  CHECK_THROWS_WITH(clamp(i, 2, 1), HasSubstr("greater than hi"));
   CHECK_THROWS(neg(from_vector(std::vector<int64_t>{1, 0}, {2}, {DType::b8})));
 }
 

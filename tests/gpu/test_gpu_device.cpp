@@ -13,7 +13,6 @@
 #include "hadatrain/tensor/cuda_hooks.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
@@ -29,11 +28,11 @@ TEST_CASE("HT_CUDA_CHECK keeps the expression and the CUDA error", "[gpu][device
   CHECK(cuda::device_count() >= 1);
   CHECK(cuda_device_count() == cuda::device_count());
   CHECK_THROWS_WITH([] { HT_CUDA_CHECK(cudaSetDevice(9999)); }(),
-                    Contains("cudaSetDevice(9999)") && Contains("cudaErrorInvalidDevice"));
+                    HasSubstr("cudaSetDevice(9999)") && HasSubstr("cudaErrorInvalidDevice"));
   // The error is not left behind for the next check.
   CHECK(cudaGetLastError() == cudaSuccess);
   CHECK_THROWS_AS([] { HT_CUDA_CHECK(cudaSetDevice(9999)); }(), CudaError);
-  CHECK_THROWS_WITH(cuda::check_device(cuda::device_count(), "test"), Contains("does not exist"));
+  CHECK_THROWS_WITH(cuda::check_device(cuda::device_count(), "test"), HasSubstr("does not exist"));
 }
 
 TEST_CASE("DeviceGuard and StreamGuard restore the thread's context", "[gpu][device]") {
@@ -43,7 +42,7 @@ TEST_CASE("DeviceGuard and StreamGuard restore the thread's context", "[gpu][dev
     CHECK(cuda::current_device() == 0);
   }
   CHECK(cuda::current_device() == dev);
-  CHECK_THROWS_WITH(cuda::DeviceGuard(cuda::device_count() + 3), Contains("does not exist"));
+  CHECK_THROWS_WITH(cuda::DeviceGuard(cuda::device_count() + 3), HasSubstr("does not exist"));
 
   CHECK(cuda::current_stream() == nullptr);  // the legacy default stream
   cuda::Stream s;
@@ -184,14 +183,14 @@ TEST_CASE("an impossible allocation throws the documented out-of-memory error", 
   const uint64_t ooms = cuda::memory_stats().num_ooms;
   const int64_t pib = int64_t{1} << 50;
   CHECK_THROWS_WITH(empty({pib}, {DType::u8, test::kCuda}),
-                    Contains("CUDA out of memory on cuda:0: tried to allocate 1.00 PiB; allocated ") &&
-                        Contains(", reserved ") && Contains(", free ") && Contains(" of total "));
+                    HasSubstr("CUDA out of memory on cuda:0: tried to allocate 1.00 PiB; allocated ") &&
+                        HasSubstr(", reserved ") && HasSubstr(", free ") && HasSubstr(" of total "));
   CHECK_THROWS_AS(empty({pib}, {DType::u8, test::kCuda}), Error);
   // A request the size of the whole device reaches cudaMallocAsync, fails there and is reported the same way.
   std::size_t free = 0, total = 0;
   HT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   CHECK_THROWS_WITH(empty({static_cast<int64_t>(total)}, {DType::u8, test::kCuda}),
-                    Contains("CUDA out of memory on cuda:0: tried to allocate "));
+                    HasSubstr("CUDA out of memory on cuda:0: tried to allocate "));
   CHECK(cuda::memory_stats().num_ooms == ooms + 3);
   // Nothing is left broken: allocation and kernels still work.
   Tensor t = full({1000}, 1.5, {DType::f32, test::kCuda});

@@ -11,7 +11,6 @@
 #include "hadatrain/autograd/grad_mode.h"
 
 using namespace ht;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -104,8 +103,8 @@ TEST_CASE("binary ops promote mixed dtypes like the CPU", "[gpu][elementwise]") 
 TEST_CASE("integer division by zero is an error on CUDA as on the CPU", "[gpu][elementwise]") {
   const Tensor a = from_vector(std::vector<int64_t>{4, 5, 6}, {3}, {DType::i32, test::kCuda});
   const Tensor b = from_vector(std::vector<int64_t>{1, 0, 2}, {3}, {DType::i32, test::kCuda});
-  CHECK_THROWS_WITH(div(a, b), Contains("integer division by zero"));
-  CHECK_THROWS_WITH(div(a.to(DType::b8), b.to(DType::b8)), Contains("integer division by zero"));
+  CHECK_THROWS_WITH(div(a, b), HasSubstr("integer division by zero"));
+  CHECK_THROWS_WITH(div(a.to(DType::b8), b.to(DType::b8)), HasSubstr("integer division by zero"));
   CHECK(div(a, a).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1});
 }
 
@@ -219,8 +218,8 @@ TEST_CASE("integer unary ops match the CPU; bool has none", "[gpu][elementwise]"
     }
   }
   const Tensor flags = test::random_input({5}, 1, DType::b8).to(test::kCuda);
-  CHECK_THROWS_WITH(neg(flags), Contains("neg: not defined for b8"));
-  CHECK_THROWS_WITH(exp(test::random_input({5}, 1, DType::i32).to(test::kCuda)), Contains("exp"));
+  CHECK_THROWS_WITH(neg(flags), HasSubstr("neg: not defined for b8"));
+  CHECK_THROWS_WITH(exp(test::random_input({5}, 1, DType::i32).to(test::kCuda)), HasSubstr("exp"));
 }
 
 TEST_CASE("comparisons match the CPU in every dtype", "[gpu][elementwise]") {
@@ -283,7 +282,7 @@ TEST_CASE("where and masked_fill match the CPU in every dtype", "[gpu][elementwi
   const Tensor cond = test::random_input({9}, 3, DType::b8);
   const Tensor a = test::random_input({9}, 4, DType::bf16), b = test::random_input({9}, 5, DType::i32, -9, 9);
   CHECK(test::compare_bits(where(cond.to(test::kCuda), a.to(test::kCuda), b.to(test::kCuda)), where(cond, a, b)) == "");
-  CHECK_THROWS_WITH(where(a.to(test::kCuda), a.to(test::kCuda), b.to(test::kCuda)), Contains("condition must be bool"));
+  CHECK_THROWS_WITH(where(a.to(test::kCuda), a.to(test::kCuda), b.to(test::kCuda)), HasSubstr("condition must be bool"));
 }
 
 TEST_CASE("in-place add_ and mul_ update CUDA tensors like the CPU", "[gpu][elementwise]") {
@@ -303,5 +302,5 @@ TEST_CASE("in-place add_ and mul_ update CUDA tensors like the CPU", "[gpu][elem
     CHECK(test::compare_to_cpu(cself, self) == "");
   }
   Tensor ints = test::random_input({4}, 1, DType::i32).to(test::kCuda);
-  CHECK_THROWS_WITH(mul_(ints, 2.0), Contains("mul_"));
+  CHECK_THROWS_WITH(mul_(ints, 2.0), HasSubstr("mul_"));
 }

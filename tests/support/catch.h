@@ -1,22 +1,19 @@
 // One include for Catch2 2.x (Debian 12) and 3.x (newer systems).
-// Catch2 3 renamed the string matcher Contains to ContainsSubstring (its Contains matches ranges); the
-// non-template overloads below restore the 2.x spelling for strings, and win overload resolution over the
-// range template for string literals and std::string arguments.
+// HasSubstr(s) is the string-contains matcher under both (Catch2 3 renamed Contains to ContainsSubstring and
+// reuses Contains for ranges, so tests never spell either directly).
 #pragma once
+#include <string>
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_all.hpp>
 #define HT_CATCH3 1
-#include <string>
-namespace Catch::Matchers {
-inline StringContainsMatcher Contains(const std::string& s, CaseSensitive cs = CaseSensitive::Yes) {
-  return ContainsSubstring(s, cs);
-}
-inline StringContainsMatcher Contains(const char* s, CaseSensitive cs = CaseSensitive::Yes) {
-  return ContainsSubstring(s, cs);
-}
-}  // namespace Catch::Matchers
 using Catch::Approx;
+inline Catch::Matchers::StringContainsMatcher HasSubstr(const std::string& s) {
+  return Catch::Matchers::ContainsSubstring(s);
+}
 #else
 #include <catch2/catch.hpp>
 using Catch::Detail::Approx;
+inline Catch::Matchers::StdString::ContainsMatcher HasSubstr(const std::string& s) {
+  return Catch::Matchers::Contains(s);
+}
 #endif
