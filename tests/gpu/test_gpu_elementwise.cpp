@@ -115,7 +115,9 @@ TEST_CASE("NaN propagates through maximum, minimum and relu on CUDA as on the CP
   const Tensor ca = a.to(test::kCuda), cb = b.to(test::kCuda);
   CHECK(test::compare_bits(maximum(ca, cb), maximum(a, b)) == "");
   CHECK(test::compare_bits(minimum(ca, cb), minimum(a, b)) == "");
-  CHECK(test::compare_bits(relu(ca), relu(a)) == "");
+  // relu may return a different NaN payload on the GPU (nvcc turns the select into max.NaN, which yields the
+  // canonical NaN), so it is compared as values: NaN where the CPU has NaN, the exact value elsewhere.
+  CHECK(test::compare_to_cpu(relu(ca), relu(a), {0.0, 0.0}) == "");
   CHECK(test::compare_bits(eq(ca, cb), eq(a, b)) == "");
   CHECK(test::compare_bits(ne(ca, cb), ne(a, b)) == "");
 }
@@ -218,7 +220,7 @@ TEST_CASE("integer unary ops match the CPU; bool has none", "[gpu][elementwise]"
     }
   }
   const Tensor flags = test::random_input({5}, 1, DType::b8).to(test::kCuda);
-  CHECK_THROWS_WITH(neg(flags), HasSubstr("neg: not defined for b8"));
+  CHECK_THROWS_WITH(neg(flags), HasSubstr("neg: not defined for bool"));
   CHECK_THROWS_WITH(exp(test::random_input({5}, 1, DType::i32).to(test::kCuda)), HasSubstr("exp"));
 }
 
