@@ -1,0 +1,93 @@
+// Kernel benchmark (CUDA builds): times the elementwise, conversion and reduction kernels through the op
+// API on large tensors and reports achieved bandwidth and its ratio to the measured copy bandwidth (the
+// floor: a same-dtype clone reads and writes every byte once). Timing: CUDA events around `iters`
+// back-to-back launches after a warm-up, median of `reps` such batches.
+// Usage: bench_kernels [elements = 268435456] [--csv]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/cuda_hooks.h"
+
+using namespace ht;
+
+namespace {
+
+double time_ms(const std::function<void()>& fn, int iters = 10, int reps = 7) {
+  fn();  // warm-up (and allocator caching)
+  cudaDeviceSynchronize();
+  std::vector<double> ms;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(a, nullptr);
+    for (int i = 0; i < iters; ++i) fn();
+    cudaEventRecord(b, nullptr);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(static_cast<double>(t) / iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Row {
+  std::string name;
+  double bytes;
+  double ms;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t n = 1LL << 28;
+  bool csv = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--csv") == 0) csv = true;
+    else n = std::stoll(argv[i]);
+  }
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 77;
+  }
+  const Device dev = Device::cuda(0);
+  Generator gen(1);
+  const Tensor x = rand({n}, gen, {DType::f32, dev});
+  const Tensor y = rand({n}, gen, {DType::f32, dev});
+  const Tensor xb = x.to(DType::bf16), yb = y.to(DType::bf16);
+  const Tensor m = rand({n / 4096, 4096}, gen, {DType::f32, dev});
+  const double f4 = 4.0 * static_cast<double>(n), f2 = 2.0 * static_cast<double>(n);
+  std::vector<Row> rows;
+  Tensor keep;
+  rows.push_back({"copy f32 (clone)", 2 * f4, time_ms([&] { keep = x.clone(); })});
+  rows.push_back({"add f32", 3 * f4, time_ms([&] { keep = add(x, y); })});
+  rows.push_back({"mul f32 by scalar", 2 * f4, time_ms([&] { keep = mul(x, 1.5); })});
+  rows.push_back({"add bf16", 3 * f2, time_ms([&] { keep = add(xb, yb); })});
+  rows.push_back({"relu f32", 2 * f4, time_ms([&] { keep = relu(x); })});
+  rows.push_back({"gelu (erf) bf16", 2 * f2, time_ms([&] { keep = gelu(xb); })});
+  rows.push_back({"convert f32->bf16", f4 + f2, time_ms([&] { keep = x.to(DType::bf16); })});
+  rows.push_back({"convert f32->f8e4m3", f4 + n, time_ms([&] { keep = x.to(DType::f8e4m3); })});
+  rows.push_back({"sum f32 (all)", f4, time_ms([&] { keep = sum(x); })});
+  rows.push_back({"sum f32 rows (.., 4096)", f4, time_ms([&] { keep = sum(m, {1}); })});
+  rows.push_back({"sum f32 cols (4096 of ..)", f4, time_ms([&] { keep = sum(m, {0}); })});
+  rows.push_back({"transpose copy f32 (.., 4096)^T", 2 * f4, time_ms([&] { keep = m.transpose(0, 1).contiguous(); })});
+  const double floor_gbs = rows[0].bytes / rows[0].ms * 1e-6;
+  if (csv) std::printf("kernel,elements,ms,GB/s,ratio_to_copy\n");
+  else std::printf("%-34s %12s %10s %10s %8s\n", "kernel", "elements", "ms", "GB/s", "vs copy");
+  for (const auto& r : rows) {
+    const double gbs = r.bytes / r.ms * 1e-6;
+    if (csv) std::printf("%s,%lld,%.4f,%.1f,%.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
+    else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
+  }
+  return 0;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""The PyTorch side of bench_kernels: the same ops and sizes, timed the same way (CUDA events, median)."""
+import sys
+
+import torch
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 28
+torch.manual_seed(1)
+x = torch.rand(n, device="cuda")
+y = torch.rand(n, device="cuda")
+xb, yb = x.bfloat16(), y.bfloat16()
+m = torch.rand(n // 4096, 4096, device="cuda")
+
+
+def time_ms(fn, iters=10, reps=7):
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / iters)
+    return sorted(out)[len(out) // 2]
+
+
+f4, f2 = 4.0 * n, 2.0 * n
+rows = [
+    ("copy f32 (clone)", 2 * f4, lambda: x.clone()),
+    ("add f32", 3 * f4, lambda: x + y),
+    ("mul f32 by scalar", 2 * f4, lambda: x * 1.5),
+    ("add bf16", 3 * f2, lambda: xb + yb),
+    ("relu f32", 2 * f4, lambda: torch.relu(x)),
+    ("gelu (erf) bf16", 2 * f2, lambda: torch.nn.functional.gelu(xb)),
+    ("convert f32->bf16", f4 + f2, lambda: x.bfloat16()),
+    ("convert f32->f8e4m3", f4 + n, lambda: x.to(torch.float8_e4m3fn)),
+    ("sum f32 (all)", f4, lambda: x.sum()),
+    ("sum f32 rows (.., 4096)", f4, lambda: m.sum(1)),
+    ("sum f32 cols (4096 of ..)", f4, lambda: m.sum(0)),
+    ("transpose copy f32 (.., 4096)^T", 2 * f4, lambda: m.t().contiguous()),
+]
+print(f"{'kernel':34s} {'torch ms':>10s} {'GB/s':>10s}")
+for name, nbytes, fn in rows:
+    ms = time_ms(fn)
+    print(f"{name:34s} {ms:10.4f} {nbytes / ms * 1e-6:10.1f}")
