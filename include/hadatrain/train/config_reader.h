@@ -5,7 +5,7 @@
 //
 //   configs/x.yaml:7:5: optim.lr: expected a number > 0, got -1
 //
-// Usage (see train/job_config.cpp):
+// Usage (see train/trainer_config.cpp):
 //   ConfigReader root = ConfigReader::load_file(path, overrides);   // overrides: {"optim.lr=0.1", ...}
 //   ConfigReader optim = root.child("optim");
 //   double lr = optim.get("lr", 0.1, Range::positive());
