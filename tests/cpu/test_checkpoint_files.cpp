@@ -13,21 +13,9 @@ using namespace ht;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
+using ht::test::TempDir;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("ht_{}_{}_{}", tag, ::getpid(), counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+namespace {
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

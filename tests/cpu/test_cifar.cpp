@@ -6,22 +6,15 @@
 
 #include "hadatrain/data/cifar.h"
 #include "support/catch.h"
+#include "support/testing.h"
 
 using namespace ht;
 using namespace ht::data;
 namespace fs = std::filesystem;
 
-namespace {
+using ht::test::TempDir;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("ht_test_cifar_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+namespace {
 
 // Pixel (c, y, x) of record r of file f, as written below.
 uint8_t pixel(int f, int r, int c, int y, int x) { return static_cast<uint8_t>((f * 101 + r * 7 + c * 50 + y * 3 + x) % 256); }

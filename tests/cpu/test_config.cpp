@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "support/catch.h"
+#include "support/testing.h"
 
 #include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/trainer_config.h"
@@ -14,20 +15,9 @@ using namespace ht;
 using namespace ht::train;
 namespace fs = std::filesystem;
 
-namespace {
+using ht::test::TempDir;
 
-// A fresh directory for this test process's config files, removed at exit.
-struct TempDir {
-  fs::path path;
-  TempDir() : path(fs::temp_directory_path() / ("ht_test_config_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+namespace {
 
 fs::path temp_dir() {
   static const TempDir dir;

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "support/catch.h"
+#include "support/testing.h"
 
 #include "hadatrain/data/idx.h"
 #include "hadatrain/data/loader.h"
@@ -18,20 +19,9 @@ using namespace ht;
 using namespace ht::data;
 namespace fs = std::filesystem;
 
-namespace {
+using ht::test::TempDir;
 
-// A fresh directory for this test process's files, removed at exit.
-struct TempDir {
-  fs::path path;
-  TempDir() : path(fs::temp_directory_path() / ("ht_test_idx_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+namespace {
 
 fs::path temp_dir() {
   static const TempDir dir;

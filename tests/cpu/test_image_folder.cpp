@@ -8,22 +8,15 @@
 #include "hadatrain/data/image_folder.h"
 #include "hadatrain/data/loader.h"
 #include "support/catch.h"
+#include "support/testing.h"
 
 using namespace ht;
 using namespace ht::data;
 namespace fs = std::filesystem;
 
-namespace {
+using ht::test::TempDir;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("ht_test_imgfolder_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+namespace {
 
 void write_file(const fs::path& file, const std::vector<uint8_t>& bytes) {
   fs::create_directories(file.parent_path());

@@ -16,25 +16,9 @@
 using namespace ht;
 namespace fs = std::filesystem;
 
-namespace {
+using ht::test::TempDir;
 
-// A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / fmt::format("ht_{}_{}_{}", tag, ::getpid(), counter()++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
+namespace {
 
 std::vector<uint8_t> bytes_of(const Tensor& t) {
   const Tensor c = t.contiguous();

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/catch.h"
+#include "support/testing.h"
 
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
@@ -29,21 +30,9 @@ using namespace ht::train;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
+using ht::test::TempDir;
 
-// A fresh directory for this test process's files, removed at exit.
-struct TempDir {
-  fs::path path;
-  TempDir() : path(fs::temp_directory_path() / ("ht_test_trainer_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-    ht::logging::set_level("warn");  // the trainer's progress lines would drown the test output
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+namespace {
 
 fs::path temp_dir() {
   static const TempDir dir;

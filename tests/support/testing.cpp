@@ -1,9 +1,22 @@
 // Test helpers: random tensors and comparisons.
 #include "testing.h"
 
+#include <stdlib.h>
+
 #include <cmath>
 
 namespace ht::test {
+
+TempDir::TempDir(const std::string& tag) {
+  std::string pattern = (std::filesystem::temp_directory_path() / ("ht_" + tag + "_XXXXXX")).string();
+  HT_CHECK(::mkdtemp(pattern.data()) != nullptr, "TempDir: mkdtemp({}) failed", pattern);
+  path = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, double lo, double hi) {
   Generator gen(seed);

@@ -1,11 +1,22 @@
 // Test helpers: random tensors (Philox, never all zeros) and tolerant comparisons with useful messages.
 #pragma once
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "hadatrain/ops/ops.h"
 
 namespace ht::test {
+
+// A fresh, uniquely named directory under the system temp dir ("ht_<tag>_XXXXXX", made by mkdtemp), removed
+// with everything in it on destruction.
+struct TempDir {
+  explicit TempDir(const std::string& tag = "test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path path;
+};
 
 // Uniform values in [lo, hi) from a Philox generator seeded with `seed`.
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
