@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev                                        # CPU matrix products
   zlib1g-dev libjpeg-dev libpng-dev                      # gzipped IDX files, image folders
   dataset-fashion-mnist                                  # the main job's data (/usr/share/datasets/fashion-mnist)
+  python3-matplotlib                                     # tools/plot_metrics.py (PNG curves from metrics.jsonl)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
