@@ -18,6 +18,9 @@
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/conv_pool_bn.h"
+#endif
 
 namespace ht {
 namespace {
@@ -75,6 +78,9 @@ class BatchNormBackward final : public Node {
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& g = grads[0];  // (N, C, ...)
     if (!g.defined()) return {Tensor{}, Tensor{}, Tensor{}};
+#ifdef HADATRAIN_CUDA
+    if (g.is_cuda()) return cuda_backward(g);
+#endif
     const bool train = mode_ == BatchNormMode::train;
     const Tensor invstd = reshape(saved(invstd_slot), g_.stat_shape);  // (1, C, 1, ...)
     Tensor x_hat;  // (N, C, ...), only when a formula needs it
@@ -100,6 +106,27 @@ class BatchNormBackward final : public Node {
   }
 
  private:
+#ifdef HADATRAIN_CUDA
+  // The same formulas in fused kernels (kernels/batchnorm.cu), in double.
+  std::vector<Tensor> cuda_backward(const Tensor& g) {
+    cuda_ops::BnBackwardArgs a;
+    a.mode = mode_;
+    if (x_slot != kNone) {
+      a.x = saved(x_slot);
+      a.mean = saved(mean_slot);
+    }
+    a.invstd = saved(invstd_slot);
+    if (weight_slot != kNone) a.weight = saved(weight_slot);
+    a.x_dtype = x_dt_;
+    a.weight_dtype = w_dt_;
+    a.bias_dtype = b_dt_;
+    a.x_shape = g.shape();
+    const cuda_ops::BnGrads r =
+        cuda_ops::batch_norm_backward(g, a, {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+    return {r.gx, r.gw, r.gb};
+  }
+#endif
+
   BatchNormMode mode_;
   BnGeom g_;
   DType x_dt_, w_dt_, b_dt_;
@@ -140,7 +167,36 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   }
 
   Tensor out = empty(x.shape(), {x.dtype(), dev});  // (N, C, ...)
-  if (x.is_cuda()) no_cuda_kernel(op);
+
+  // Connects the backward node; mean_t / invstd_t are the statistics used, (C) in any floating dtype.
+  auto record_backward = [&](const Tensor& mean_t, const Tensor& invstd_t) {
+    if (!needs_grad({&x, &weight, &bias})) return;
+    auto node = std::make_shared<BatchNormBackward>(opts.mode, geom, x.dtype(),
+                                                    weight.defined() ? weight.dtype() : x.dtype(),
+                                                    bias.defined() ? bias.dtype() : x.dtype());
+    // Saved statistics are copies, so later in-place updates of the running stats do not change them.
+    const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    const bool x_grad = needs_grad({&x}), w_grad = needs_grad({&weight});
+    if (w_grad || (train && x_grad)) {
+      node->x_slot = node->save(x);
+      node->mean_slot = node->save(to_dtype(mean_t, stat_dt));
+    }
+    node->invstd_slot = node->save(to_dtype(invstd_t, stat_dt));
+    if (weight.defined() && x_grad) node->weight_slot = node->save(weight);
+    connect(node, {&x, &weight, &bias}, {&out});
+  };
+
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    const cuda_ops::BnStats st = cuda_ops::batch_norm_forward(x.detach(), weight.defined() ? weight.detach() : Tensor(),
+                                                              bias.defined() ? bias.detach() : Tensor(), running_mean,
+                                                              running_var, opts, out);
+    record_backward(st.mean, st.invstd);
+    return out;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
 
   // Per-channel statistics (C), in double.
   std::vector<double> mean(static_cast<std::size_t>(C), 0.0), invstd(static_cast<std::size_t>(C), 0.0);
@@ -195,21 +251,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     });
   });
 
-  if (needs_grad({&x, &weight, &bias})) {
-    auto node = std::make_shared<BatchNormBackward>(opts.mode, geom, x.dtype(),
-                                                    weight.defined() ? weight.dtype() : x.dtype(),
-                                                    bias.defined() ? bias.dtype() : x.dtype());
-    // Saved statistics are copies, so later in-place updates of the running stats do not change them.
-    const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    const bool x_grad = needs_grad({&x}), w_grad = needs_grad({&weight});
-    if (w_grad || (train && x_grad)) {
-      node->x_slot = node->save(x);
-      node->mean_slot = node->save(from_vector(mean, {C}, {stat_dt, dev}));
-    }
-    node->invstd_slot = node->save(from_vector(invstd, {C}, {stat_dt, dev}));
-    if (weight.defined() && x_grad) node->weight_slot = node->save(weight);
-    connect(node, {&x, &weight, &bias}, {&out});
-  }
+  const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  record_backward(from_vector(mean, {C}, {stat_dt, dev}), from_vector(invstd, {C}, {stat_dt, dev}));
   return out;
 }
 

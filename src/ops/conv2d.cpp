@@ -17,6 +17,9 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/conv_pool_bn.h"
+#endif
 
 namespace ht {
 namespace {
@@ -92,13 +95,45 @@ cpu::ConvGeometry geometry(const ConvShapes& s, const Conv2dParams& p) {
   return g;
 }
 
+#ifdef HADATRAIN_CUDA
+// The cuDNN problem of these shapes and params (CUDA: conv2d runs through cuDNN, src/cuda/cudnn.cpp).
+cuda::ConvProblem cudnn_problem(const ConvShapes& s, const Conv2dParams& p, DType dtype) {
+  cuda::ConvProblem c;
+  c.dtype = dtype;
+  c.N = s.N;
+  c.C = s.C;
+  c.H = s.H;
+  c.W = s.W;
+  c.O = s.O;
+  c.KH = s.KH;
+  c.KW = s.KW;
+  c.OH = s.OH;
+  c.OW = s.OW;
+  c.stride_h = p.stride_h;
+  c.stride_w = p.stride_w;
+  c.pad_h = p.pad_h;
+  c.pad_w = p.pad_w;
+  c.dilation_h = p.dilation_h;
+  c.dilation_w = p.dilation_w;
+  c.groups = p.groups;
+  return c;
+}
+#endif
+
 cpu::ImageStrides image_strides(const Tensor& x) { return {x.strides()[1], x.strides()[2], x.strides()[3]}; }
 
 // out (N, O, OH, OW) from detached x (any strides), weight and bias.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                       const ConvShapes& s) {
   Tensor out = empty({s.N, s.O, s.OH, s.OW}, {x.dtype(), x.device()});
-  if (x.is_cuda()) no_cuda_kernel("conv2d");
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::conv2d_forward(cudnn_problem(s, p, x.dtype()), x, w, bias, out);
+    return out;
+#else
+    no_cuda_kernel("conv2d");
+#endif
+  }
   const Tensor wc = contiguous(w);  // (O, Cg·KH·KW) as a matrix
   const Tensor bc = bias.defined() ? contiguous(bias) : Tensor();
   const cpu::ConvGeometry geo = geometry(s, p);
@@ -212,9 +247,18 @@ class Conv2dBackward final : public Node {
     Tensor gx, gw, gb;
     if (needs_input_grad(0)) gx = empty(x.shape(), {g.dtype(), g.device()});
     if (needs_input_grad(1)) gw = empty(w.shape(), {g.dtype(), g.device()});
-    if (g.is_cuda()) no_cuda_kernel("conv2d backward");
-    if (gx.defined()) conv2d_grad_input(g, w, p_, s, gx);
-    if (gw.defined()) conv2d_grad_weight(g, x, p_, s, gw);
+    if (g.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+      const cuda::ConvProblem cp = cudnn_problem(s, p_, g.dtype());
+      if (gx.defined()) cuda_ops::conv2d_backward_data(cp, g, w, gx);
+      if (gw.defined()) cuda_ops::conv2d_backward_filter(cp, x, g, gw);
+#else
+      no_cuda_kernel("conv2d backward");
+#endif
+    } else {
+      if (gx.defined()) conv2d_grad_input(g, w, p_, s, gx);
+      if (gw.defined()) conv2d_grad_weight(g, x, p_, s, gw);
+    }
     if (needs_input_grad(2)) gb = sum(g, {0, 2, 3});  // (O)
     return {gx, gw, gb};
   }

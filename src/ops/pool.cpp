@@ -18,6 +18,9 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/conv_pool_bn.h"
+#endif
 
 namespace ht {
 namespace {
@@ -53,6 +56,26 @@ PoolGeom pool_geom(const Tensor& x, const Pool2dParams& p, const char* op) {
   return g;
 }
 
+#ifdef HADATRAIN_CUDA
+// The kernels' view of a pool (kernels/pool.h); p is unused by adaptive pools.
+kernels::PoolShape kernel_shape(const PoolGeom& g, const Pool2dParams& p) {
+  kernels::PoolShape s;
+  s.N = g.N;
+  s.C = g.C;
+  s.H = g.H;
+  s.W = g.W;
+  s.OH = g.OH;
+  s.OW = g.OW;
+  s.kh = static_cast<int>(p.kernel_h);
+  s.kw = static_cast<int>(p.kernel_w);
+  s.sh = static_cast<int>(p.stride_h);
+  s.sw = static_cast<int>(p.stride_w);
+  s.ph = static_cast<int>(p.pad_h);
+  s.pw = static_cast<int>(p.pad_w);
+  return s;
+}
+#endif
+
 // The rows [h0, h1) x cols [w0, w1) of the unpadded input that output (oh, ow) averages, and the divisor.
 struct AvgWindow {
   int64_t h0, h1, w0, w1;
@@ -82,11 +105,24 @@ struct AvgWindows {
 // ---------------------------------------------------------------------------------------------------
 // Averaging pools
 
+#ifdef HADATRAIN_CUDA
+kernels::AvgKind avg_kind(const AvgWindows& win) {
+  return win.kind == AvgWindows::Kind::adaptive ? kernels::AvgKind::adaptive : kernels::AvgKind::fixed;
+}
+#endif
+
 // out (N, C, OH, OW) = mean of each window of x (N, C, H, W), accumulated in double.
 Tensor avg_forward(const Tensor& x, const AvgWindows& win, const char* op) {
   const PoolGeom& g = win.g;
   Tensor out = empty({g.N, g.C, g.OH, g.OW}, {x.dtype(), x.device()});
-  if (x.is_cuda()) no_cuda_kernel(op);
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::avg_pool2d(avg_kind(win), x, kernel_shape(g, win.p), out);
+    return out;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
   visit_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = cpu::ptr<T>(x);
@@ -112,7 +148,14 @@ Tensor avg_forward(const Tensor& x, const AvgWindows& win, const char* op) {
 Tensor avg_backward(const Tensor& grad_out, const AvgWindows& win, DType dtype, const char* op) {
   const PoolGeom& g = win.g;
   Tensor gx = empty({g.N, g.C, g.H, g.W}, {dtype, grad_out.device()});
-  if (grad_out.is_cuda()) no_cuda_kernel(op);
+  if (grad_out.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::avg_pool2d_backward(avg_kind(win), grad_out, kernel_shape(g, win.p), gx);
+    return gx;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
   const Tensor go = to_dtype(grad_out, dtype).contiguous();  // (N, C, OH, OW)
   visit_floating(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -157,7 +200,14 @@ struct MaxPoolResult {
 MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom& g) {
   MaxPoolResult r{empty({g.N, g.C, g.OH, g.OW}, {x.dtype(), x.device()}),
                   empty({g.N, g.C, g.OH, g.OW}, {DType::i64, x.device()})};
-  if (x.is_cuda()) no_cuda_kernel("max_pool2d");
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::max_pool2d(x, kernel_shape(g, p), r.out, r.indices);
+    return r;
+#else
+    no_cuda_kernel("max_pool2d");
+#endif
+  }
   visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = cpu::ptr<T>(x);
@@ -197,9 +247,18 @@ MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom
 
 // grad_x (N, C, H, W): each output gradient goes to the element its window selected (summed where windows
 // overlap and select the same element).
-Tensor max_backward(const Tensor& grad_out, const Tensor& indices, const PoolGeom& g, DType dtype) {
+Tensor max_backward(const Tensor& grad_out, const Tensor& indices, const PoolGeom& g, const Pool2dParams& p,
+                    DType dtype) {
   Tensor gx = empty({g.N, g.C, g.H, g.W}, {dtype, grad_out.device()});
-  if (grad_out.is_cuda()) no_cuda_kernel("max_pool2d backward");
+  if (grad_out.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::max_pool2d_backward(grad_out, indices, kernel_shape(g, p), gx);
+    return gx;
+#else
+    (void)p;
+    no_cuda_kernel("max_pool2d backward");
+#endif
+  }
   const Tensor go = to_dtype(grad_out, dtype).contiguous();  // (N, C, OH, OW)
   HT_ASSERT(indices.is_contiguous() && indices.dtype() == DType::i64, "max_pool2d: bad saved indices {}",
             indices.describe());
@@ -220,16 +279,17 @@ Tensor max_backward(const Tensor& grad_out, const Tensor& indices, const PoolGeo
 
 class MaxPool2dBackward final : public Node {
  public:
-  MaxPool2dBackward(PoolGeom g, DType dtype) : g_(g), dtype_(dtype) {}
+  MaxPool2dBackward(PoolGeom g, const Pool2dParams& p, DType dtype) : g_(g), p_(p), dtype_(dtype) {}
   std::string name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     if (!needs_input_grad(0) || !grads[0].defined()) return {Tensor{}};
-    return {max_backward(grads[0], saved(indices_slot), g_, dtype_)};
+    return {max_backward(grads[0], saved(indices_slot), g_, p_, dtype_)};
   }
   std::size_t indices_slot = 0;
 
  private:
   PoolGeom g_;
+  Pool2dParams p_;  // the windows (the CUDA backward gathers over them)
   DType dtype_;
 };
 
@@ -239,7 +299,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const PoolGeom g = pool_geom(x, p, "max_pool2d");
   MaxPoolResult r = max_forward(x, p, g);
   if (needs_grad({&x})) {
-    auto node = std::make_shared<MaxPool2dBackward>(g, x.dtype());
+    auto node = std::make_shared<MaxPool2dBackward>(g, p, x.dtype());
     node->indices_slot = node->save(r.indices);
     connect(node, {&x}, {&r.out});
   }

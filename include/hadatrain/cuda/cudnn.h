@@ -1,0 +1,98 @@
+// cuDNN for hadatrain: a per-thread handle per device bound to the current stream, HT_CUDNN_CHECK, RAII
+// descriptors, and 2-D convolution (forward, backward data, backward filter) on raw device pointers for
+// dense NCHW tensors. CUDA builds only.
+//
+// Note [cuDNN math and algorithms]
+// f32 runs with CUDNN_FMA_MATH (no TF32, so results stay within fp32 rounding of the CPU reference); f64
+// and bf16/f16 use CUDNN_DEFAULT_MATH (compute type f64 for f64, f32 for bf16/f16: tensor cores with fp32
+// accumulation). Algorithms come from the cudnnGet*Algorithm_v7 heuristics (no benchmarking run): the
+// first candidate whose workspace query and execution do not report NOT_SUPPORTED is used and cached, with
+// its workspace size, per (pass, dtype, device, shapes, params) for the life of the process.
+// Workspaces come from the caching allocator (a u8 tensor on the device, freed in stream order).
+#pragma once
+#ifdef HADATRAIN_CUDA
+#include <cudnn.h>
+
+#include <cstdint>
+
+#include "hadatrain/cuda/check.h"
+#include "hadatrain/tensor/dtype_enum.h"
+
+namespace ht::cuda {
+
+[[noreturn]] void throw_cudnn_error(const char* file, int line, const char* expr, cudnnStatus_t status);
+
+// cuDNN handle of this thread for the current device, created on first use, with its stream set to the
+// current stream (Note [Current stream] in context.h) on every call.
+cudnnHandle_t cudnn_handle();
+
+// cuDNN's data type for a hadatrain dtype (f32, f64, bf16, f16); throws ht::Error naming `op` otherwise.
+cudnnDataType_t cudnn_dtype(DType dt, const char* op);
+
+// ---- RAII descriptors ------------------------------------------------------------------------------------
+class TensorDesc {
+ public:
+  TensorDesc();
+  ~TensorDesc();
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  // A dense NCHW tensor (n, c, h, w).
+  void set_nchw(cudnnDataType_t dt, int64_t n, int64_t c, int64_t h, int64_t w);
+  cudnnTensorDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+class FilterDesc {
+ public:
+  FilterDesc();
+  ~FilterDesc();
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+  // A dense (o, c_per_group, kh, kw) filter.
+  void set(cudnnDataType_t dt, int64_t o, int64_t c, int64_t kh, int64_t kw);
+  cudnnFilterDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnFilterDescriptor_t d_ = nullptr;
+};
+
+class ConvDesc {
+ public:
+  ConvDesc();
+  ~ConvDesc();
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+  cudnnConvolutionDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnConvolutionDescriptor_t d_ = nullptr;
+};
+
+// ---- convolution -----------------------------------------------------------------------------------------
+struct ConvProblem {
+  DType dtype = DType::f32;             // of x, weight, y and their gradients (f32, f64, bf16, f16)
+  int64_t N = 0, C = 0, H = 0, W = 0;   // x (N, C, H, W)
+  int64_t O = 0, KH = 0, KW = 0;        // weight (O, C/groups, KH, KW)
+  int64_t OH = 0, OW = 0;               // y (N, O, OH, OW)
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
+};
+
+// All pointers are dense NCHW device buffers of problem.dtype on the current device; work is queued on the
+// current stream. Outputs are overwritten (beta = 0).
+void conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y);
+void conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx);
+void conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw);
+
+}  // namespace ht::cuda
+
+// HT_CUDNN_CHECK(cudnnConvolutionForward(...)): throws ht::CudaError naming the expression and status.
+#define HT_CUDNN_CHECK(expr)                                                        \
+  do {                                                                              \
+    const cudnnStatus_t ht_cudnn_st_ = (expr);                                      \
+    if (ht_cudnn_st_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                          \
+      ::ht::cuda::throw_cudnn_error(__FILE__, __LINE__, #expr, ht_cudnn_st_);       \
+  } while (0)
+
+#endif  // HADATRAIN_CUDA

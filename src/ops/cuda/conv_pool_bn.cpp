@@ -1,0 +1,214 @@
+// Tensor-level CUDA glue of conv2d (cuDNN), pooling and batch norm (see conv_pool_bn.h). CUDA builds only.
+#ifdef HADATRAIN_CUDA
+#include "conv_pool_bn.h"
+
+#include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/cuda/context.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "kernels/batchnorm.h"
+#include "launch.h"
+
+namespace ht::cuda_ops {
+namespace {
+
+// The device of a launch made current for its duration, and that device's current stream.
+struct OnDevice {
+  explicit OnDevice(const Tensor& t) : guard(t.device().index), stream(cuda::current_stream(t.device().index)) {}
+  cuda::DeviceGuard guard;
+  cudaStream_t stream;
+};
+
+// Pools and batch norm have kernels for these; other floating dtypes (fp8) compute in f32.
+bool has_kernel(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16; }
+
+kernels::PoolStrides pool_strides(const Tensor& x) {
+  return {x.strides()[0], x.strides()[1], x.strides()[2], x.strides()[3]};
+}
+
+// f64 dense copy of a per-channel tensor on the device, or undefined.
+Tensor channel_f64(const Tensor& t) { return t.defined() ? contiguous(to_dtype(t, DType::f64)) : Tensor(); }
+const double* dptr(const Tensor& t) { return t.defined() ? static_cast<const double*>(t.data_ptr()) : nullptr; }
+double* dptr_mut(const Tensor& t) { return t.defined() ? static_cast<double*>(t.data_ptr()) : nullptr; }
+
+kernels::BnShape bn_shape(const Shape& shape) {
+  kernels::BnShape s;
+  s.N = shape[0];
+  s.C = shape[1];
+  s.S = 1;
+  for (int d = 2; d < static_cast<int>(shape.size()); ++d) s.S *= shape[d];
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// conv2d
+
+void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                    const Tensor& out) {
+  NoGradGuard no_grad;
+  OnDevice on(out);
+  const Tensor xc = contiguous(to_dtype(x, p.dtype)), wc = contiguous(to_dtype(w, p.dtype));
+  cuda::conv2d_forward(p, xc.data_ptr(), wc.data_ptr(), out.data_ptr());
+  if (bias.defined())  // out += bias (1, O, 1, 1), rounded once more in out's dtype
+    binary(kernels::BinaryOp::add, 1.0, out, out, reshape(bias, {1, p.O, 1, 1}));
+}
+
+void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& w, const Tensor& gx) {
+  NoGradGuard no_grad;
+  OnDevice on(gx);
+  const Tensor gc = contiguous(to_dtype(g, p.dtype)), wc = contiguous(to_dtype(w, p.dtype));
+  cuda::conv2d_backward_data(p, gc.data_ptr(), wc.data_ptr(), gx.data_ptr());
+}
+
+void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g, const Tensor& gw) {
+  NoGradGuard no_grad;
+  OnDevice on(gw);
+  const Tensor xc = contiguous(to_dtype(x, p.dtype)), gc = contiguous(to_dtype(g, p.dtype));
+  cuda::conv2d_backward_filter(p, xc.data_ptr(), gc.data_ptr(), gw.data_ptr());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// pools
+
+void max_pool2d(const Tensor& x, const kernels::PoolShape& s, const Tensor& out, const Tensor& indices) {
+  NoGradGuard no_grad;
+  if (!has_kernel(x.dtype())) {  // fp8: the max of exact f32 values is the same element
+    Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
+    max_pool2d(to_dtype(x, DType::f32), s, tmp, indices);
+    copy_(out, tmp);
+    return;
+  }
+  OnDevice on(out);
+  kernels::launch_max_pool2d(x.dtype(), x.data_ptr(), pool_strides(x), s, out.data_ptr(),
+                             static_cast<int64_t*>(indices.data_ptr()), on.stream);
+}
+
+void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const kernels::PoolShape& s,
+                         const Tensor& gx) {
+  NoGradGuard no_grad;
+  if (!has_kernel(gx.dtype())) {
+    Tensor tmp = empty(gx.shape(), {DType::f32, gx.device()});
+    max_pool2d_backward(to_dtype(grad_out, DType::f32), indices, s, tmp);
+    copy_(gx, tmp);
+    return;
+  }
+  OnDevice on(gx);
+  const Tensor go = contiguous(to_dtype(grad_out, gx.dtype()));
+  const Tensor ic = contiguous(indices);
+  kernels::launch_max_pool2d_backward(gx.dtype(), go.data_ptr(), static_cast<const int64_t*>(ic.data_ptr()), s,
+                                      gx.data_ptr(), on.stream);
+}
+
+void avg_pool2d(kernels::AvgKind kind, const Tensor& x, const kernels::PoolShape& s, const Tensor& out) {
+  NoGradGuard no_grad;
+  if (!has_kernel(x.dtype())) {
+    Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
+    avg_pool2d(kind, to_dtype(x, DType::f32), s, tmp);
+    copy_(out, tmp);
+    return;
+  }
+  OnDevice on(out);
+  kernels::launch_avg_pool2d(x.dtype(), kind, x.data_ptr(), pool_strides(x), s, out.data_ptr(), on.stream);
+}
+
+void avg_pool2d_backward(kernels::AvgKind kind, const Tensor& grad_out, const kernels::PoolShape& s,
+                         const Tensor& gx) {
+  NoGradGuard no_grad;
+  if (!has_kernel(gx.dtype())) {
+    Tensor tmp = empty(gx.shape(), {DType::f32, gx.device()});
+    avg_pool2d_backward(kind, to_dtype(grad_out, DType::f32), s, tmp);
+    copy_(gx, tmp);
+    return;
+  }
+  OnDevice on(gx);
+  const Tensor go = contiguous(to_dtype(grad_out, gx.dtype()));
+  kernels::launch_avg_pool2d_backward(gx.dtype(), kind, go.data_ptr(), s, gx.data_ptr(), on.stream);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// batch norm
+
+BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                           const Tensor& running_var, const BatchNormOptions& opts, const Tensor& out) {
+  NoGradGuard no_grad;
+  if (!has_kernel(x.dtype())) {
+    Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
+    BnStats st = batch_norm_forward(to_dtype(x, DType::f32), weight, bias, running_mean, running_var, opts, tmp);
+    copy_(out, tmp);
+    return st;
+  }
+  OnDevice on(out);
+  const Tensor xc = contiguous(x);
+  const kernels::BnShape s = bn_shape(x.shape());
+  const TensorOptions f64{DType::f64, x.device()};
+  BnStats st;
+  st.invstd = empty({s.C}, f64);
+  if (opts.mode == BatchNormMode::train) {
+    st.mean = empty({s.C}, f64);
+    kernels::BnRunning run;
+    Tensor rm, rv;  // f64 dense working copies of the running stats (or the stats themselves when f64 dense)
+    if (running_mean.defined()) {
+      rm = channel_f64(running_mean);
+      rv = channel_f64(running_var);
+      run.mean = dptr_mut(rm);
+      run.var = dptr_mut(rv);
+      run.momentum = opts.momentum;
+    }
+    kernels::launch_bn_stats(x.dtype(), xc.data_ptr(), s, opts.eps, run, dptr_mut(st.mean), dptr_mut(st.invstd),
+                             on.stream);
+    if (running_mean.defined()) {
+      if (rm.data_ptr() != running_mean.data_ptr()) copy_(running_mean, rm);
+      if (rv.data_ptr() != running_var.data_ptr()) copy_(running_var, rv);
+    }
+  } else {
+    st.mean = channel_f64(running_mean);
+    if (st.mean.data_ptr() == running_mean.data_ptr()) st.mean = st.mean.clone();  // a snapshot, as on the CPU
+    const Tensor rv = channel_f64(running_var);
+    kernels::launch_bn_invstd(dptr(rv), s.C, opts.eps, dptr_mut(st.invstd), on.stream);
+  }
+  const Tensor w = channel_f64(weight), b = channel_f64(bias);
+  kernels::launch_bn_normalize(x.dtype(), xc.data_ptr(), s, {dptr(st.mean), dptr(st.invstd), dptr(w), dptr(b)},
+                               out.data_ptr(), on.stream);
+  return st;
+}
+
+BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std::array<bool, 3>& need) {
+  NoGradGuard no_grad;
+  const DType dt = has_kernel(a.x_dtype) ? a.x_dtype : DType::f32;  // fp8 computes in f32
+  OnDevice on(g);
+  const kernels::BnShape s = bn_shape(a.x_shape);
+  const bool train = a.mode == BatchNormMode::train;
+  const Tensor gc = contiguous(to_dtype(g, dt));
+  const Tensor mean = channel_f64(a.mean), invstd = channel_f64(a.invstd), w = channel_f64(a.weight);
+  const kernels::BnChannels ch{dptr(mean), dptr(invstd), dptr(w), nullptr};
+  const TensorOptions f64{DType::f64, g.device()};
+  const bool need_xhat_sum = need[1] || (train && need[0]);
+  Tensor xc;
+  if (need_xhat_sum) {
+    HT_ASSERT(a.x.defined() && a.mean.defined(), "batch_norm backward: x and mean were not saved");
+    xc = contiguous(to_dtype(a.x, dt));
+  }
+  Tensor sum_g, sum_gxhat;
+  if (need_xhat_sum || need[2]) {
+    sum_g = empty({s.C}, f64);
+    if (need_xhat_sum) sum_gxhat = empty({s.C}, f64);
+    kernels::launch_bn_backward_reduce(dt, gc.data_ptr(), xc.defined() ? xc.data_ptr() : nullptr, s, ch,
+                                       dptr_mut(sum_g), dptr_mut(sum_gxhat), on.stream);
+  }
+  BnGrads r;
+  if (need[0]) {
+    Tensor gx = empty(a.x_shape, {dt, g.device()});
+    kernels::launch_bn_backward_dx(dt, train ? kernels::BnMode::train : kernels::BnMode::eval, gc.data_ptr(),
+                                   train ? xc.data_ptr() : nullptr, s, ch, dptr(sum_g), dptr(sum_gxhat),
+                                   gx.data_ptr(), on.stream);
+    r.gx = to_dtype(gx, a.x_dtype);
+  }
+  if (need[1]) r.gw = to_dtype(sum_gxhat, a.weight_dtype);
+  if (need[2]) r.gb = to_dtype(sum_g, a.bias_dtype);
+  return r;
+}
+
+}  // namespace ht::cuda_ops
+#endif

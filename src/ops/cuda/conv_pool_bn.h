@@ -1,0 +1,53 @@
+// Tensor-level CUDA entry points of conv2d (cuDNN), the 2-D pools and batch norm (kernels/pool.cu,
+// kernels/batchnorm.cu). Internal to src/ops; CUDA builds only. The op files check shapes and dtypes and
+// allocate outputs; these functions make inputs dense, pick the device and stream and launch.
+#pragma once
+#ifdef HADATRAIN_CUDA
+#include "hadatrain/cuda/cudnn.h"
+#include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/tensor/tensor.h"
+#include "kernels/pool.h"
+
+namespace ht::cuda_ops {
+
+// ---- conv2d (p.dtype, sizes and params filled by the op; tensors on one CUDA device) ----
+// out (N, O, OH, OW), contiguous = conv(x, w) [+ bias (O)]; x and w of any strides.
+void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                    const Tensor& out);
+// gx (N, C, H, W), contiguous, from g (N, O, OH, OW) and w.
+void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& w, const Tensor& gx);
+// gw (O, C/groups, KH, KW), contiguous, from x and g.
+void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g, const Tensor& gw);
+
+// ---- pools (shape filled by the op; outputs contiguous; x of any strides) ----
+void max_pool2d(const Tensor& x, const kernels::PoolShape& s, const Tensor& out, const Tensor& indices);
+void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const kernels::PoolShape& s, const Tensor& gx);
+void avg_pool2d(kernels::AvgKind kind, const Tensor& x, const kernels::PoolShape& s, const Tensor& out);
+void avg_pool2d_backward(kernels::AvgKind kind, const Tensor& grad_out, const kernels::PoolShape& s, const Tensor& gx);
+
+// ---- batch norm ----
+struct BnStats {
+  Tensor mean;    // (C) f64: batch mean (train) or running mean (eval)
+  Tensor invstd;  // (C) f64
+};
+// out (N, C, ...) contiguous; running stats are updated in place on the device in train mode.
+BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                           const Tensor& running_var, const BatchNormOptions& opts, const Tensor& out);
+
+struct BnBackwardArgs {
+  BatchNormMode mode = BatchNormMode::train;
+  Tensor x;       // (N, C, ...) saved input; undefined when no formula needs it (eval dx, bias only)
+  Tensor mean;    // (C), defined with x
+  Tensor invstd;  // (C)
+  Tensor weight;  // (C) or undefined (no affine)
+  DType x_dtype = DType::f32, weight_dtype = DType::f32, bias_dtype = DType::f32;
+  Shape x_shape;
+};
+struct BnGrads {
+  Tensor gx, gw, gb;
+};
+// Gradients the caller needs (need[0..2]: x, weight, bias), undefined otherwise.
+BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std::array<bool, 3>& need);
+
+}  // namespace ht::cuda_ops
+#endif
