@@ -18,6 +18,9 @@
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/rows.h"
+#endif
 
 namespace ht {
 namespace {
@@ -26,8 +29,14 @@ namespace {
 Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target, const Tensor& lse,
                               const CrossEntropyOptions& opts, int64_t count) {
   const int64_t n = logits.size(0), c = logits.size(1);
+  if (logits.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    return cuda_ops::cross_entropy_backward(g, logits, target, lse, opts, count);  // one fused kernel
+#else
+    no_cuda_kernel("cross_entropy_backward");
+#endif
+  }
   Tensor gx = empty(logits.shape(), {logits.dtype(), logits.device()});  // (N, C)
-  if (logits.is_cuda()) no_cuda_kernel("cross_entropy_backward");
   const std::vector<double> gv = g.to_vector<double>();        // (N) or (1)
   const std::vector<int64_t> tv = target.to_vector<int64_t>();  // (N)
   const std::vector<double> lv = lse.to_vector<double>();       // (N)
@@ -76,30 +85,11 @@ class CrossEntropyBackward final : public Node {
   int64_t count_;
 };
 
-void check_inputs(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts) {
-  common_device("cross_entropy", {&logits, &target});
-  check_floating("cross_entropy", {&logits});
-  HT_CHECK(logits.dim() == 2, "cross_entropy: expected logits of shape (N, C), got {}", logits.describe());
-  HT_CHECK(logits.size(1) > 0, "cross_entropy: logits {} have no classes (C = 0)", logits.describe());
-  HT_CHECK(target.dtype() == DType::i32 || target.dtype() == DType::i64,
-           "cross_entropy: expected integer class ids (i32 or i64) as target, got {}", target.describe());
-  HT_CHECK(target.dim() == 1 && target.size(0) == logits.size(0),
-           "cross_entropy: expected target of shape ({}) to match logits {}, got {}", logits.size(0),
-           logits.describe(), target.describe());
-  HT_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0,
-           "cross_entropy: label_smoothing must be in [0, 1], got {}", opts.label_smoothing);
-}
-
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts) {
-  check_inputs(logits, target, opts);
+// The CPU reference: fills lse and out, returns the number of counted rows.
+int64_t cross_entropy_cpu(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                          const CrossEntropyOptions& opts) {
   const int64_t n = logits.size(0), c = logits.size(1);
-  const DType loss_dt = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor lse = empty({n}, {loss_dt, logits.device()});  // (N)
-  Tensor out = empty(opts.reduction == Reduction::none ? Shape{n} : Shape{}, {loss_dt, logits.device()});
-  if (logits.is_cuda()) no_cuda_kernel("cross_entropy");
-
+  const DType loss_dt = lse.dtype();
   const std::vector<int64_t> tv = target.to_vector<int64_t>();
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -150,6 +140,41 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     for (double v : loss) total += v;
     po[0] = cpu::convert<L>(opts.reduction == Reduction::mean ? total / static_cast<double>(count) : total);
   });
+  return count;
+}
+
+void check_inputs(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts) {
+  common_device("cross_entropy", {&logits, &target});
+  check_floating("cross_entropy", {&logits});
+  HT_CHECK(logits.dim() == 2, "cross_entropy: expected logits of shape (N, C), got {}", logits.describe());
+  HT_CHECK(logits.size(1) > 0, "cross_entropy: logits {} have no classes (C = 0)", logits.describe());
+  HT_CHECK(target.dtype() == DType::i32 || target.dtype() == DType::i64,
+           "cross_entropy: expected integer class ids (i32 or i64) as target, got {}", target.describe());
+  HT_CHECK(target.dim() == 1 && target.size(0) == logits.size(0),
+           "cross_entropy: expected target of shape ({}) to match logits {}, got {}", logits.size(0),
+           logits.describe(), target.describe());
+  HT_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0,
+           "cross_entropy: label_smoothing must be in [0, 1], got {}", opts.label_smoothing);
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts) {
+  check_inputs(logits, target, opts);
+  const int64_t n = logits.size(0);
+  const DType loss_dt = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor lse = empty({n}, {loss_dt, logits.device()});  // (N)
+  Tensor out = empty(opts.reduction == Reduction::none ? Shape{n} : Shape{}, {loss_dt, logits.device()});
+  int64_t count = 0;
+  if (logits.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    count = cuda_ops::cross_entropy(out, lse, logits, target, opts);  // targets checked on the device
+#else
+    no_cuda_kernel("cross_entropy");
+#endif
+  } else {
+    count = cross_entropy_cpu(out, lse, logits, target, opts);
+  }
 
   if (needs_grad({&logits})) {
     auto node = std::make_shared<CrossEntropyBackward>(opts, count);

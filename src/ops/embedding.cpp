@@ -1,6 +1,8 @@
 // embedding(weight (V, D), ids (*) of i32/i64) -> (*, D): out[..., :] = weight[ids[...], :].
 // Backward scatter-adds the gradient rows into a zero (V, D) gradient, so repeated ids accumulate; the CPU
-// reference accumulates in double and converts once to the weight dtype.
+// reference accumulates in double and converts once to the weight dtype. CUDA: the forward checks ids on the
+// device (Note [Device-side target check] in src/ops/cuda/rows.cpp); the backward scatter-adds with atomicAdd
+// into an f32 (f64) buffer, so the summation order of repeated ids, and the last bits, vary between runs.
 #include <vector>
 
 #include "cpu/convert.h"
@@ -8,6 +10,9 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/rows.h"
+#endif
 
 namespace ht {
 namespace {
@@ -22,8 +27,14 @@ void check_ids(const std::vector<int64_t>& ids, int64_t v, const char* op) {
 // g: (*ids.shape, D) -> (V, D) in `dtype`.
 Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t v, DType dtype) {
   const int64_t d = g.shape().back();
+  if (g.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    return cuda_ops::embedding_backward(g, ids, v, dtype);
+#else
+    no_cuda_kernel("embedding_backward");
+#endif
+  }
   Tensor gw = empty({v, d}, {dtype, g.device()});  // (V, D)
-  if (g.is_cuda()) no_cuda_kernel("embedding_backward");
   const std::vector<int64_t> idv = ids.to_vector<int64_t>();
   const std::vector<double> gv = g.to_vector<double>();  // row-major (*ids.shape, D)
   std::vector<double> acc(static_cast<std::size_t>(v * d), 0.0);
@@ -51,6 +62,23 @@ class EmbeddingBackward final : public Node {
   DType dtype_;
 };
 
+// The CPU reference: out (*ids.shape, D) = weight[ids].
+void embedding_cpu(const Tensor& out, const Tensor& weight, const Tensor& ids) {
+  const int64_t v = weight.size(0), d = weight.size(1);
+  const std::vector<int64_t> idv = ids.to_vector<int64_t>();  // row-major order of ids
+  check_ids(idv, v, "embedding");
+  const int64_t s0 = weight.stride(0), s1 = weight.stride(1);
+  visit_dtype(weight.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, int4x2>) {
+      const T* pw = cpu::ptr<T>(weight);
+      T* po = cpu::ptr<T>(out);
+      for (std::size_t k = 0; k < idv.size(); ++k)
+        for (int64_t j = 0; j < d; ++j) po[static_cast<int64_t>(k) * d + j] = pw[idv[k] * s0 + j * s1];
+    }
+  });
+}
+
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
@@ -65,20 +93,15 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   HT_CHECK(out_shape.size() < kMaxDims, "embedding: ids {} have too many dims to append D", ids.describe());
   out_shape.push_back(d);
   Tensor out = empty(out_shape, {weight.dtype(), dev});
-  if (dev.is_cuda()) no_cuda_kernel("embedding");
-
-  const std::vector<int64_t> idv = ids.to_vector<int64_t>();  // row-major order of ids
-  check_ids(idv, v, "embedding");
-  const int64_t s0 = weight.stride(0), s1 = weight.stride(1);
-  visit_dtype(weight.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<T, int4x2>) {
-      const T* pw = cpu::ptr<T>(weight);
-      T* po = cpu::ptr<T>(out);
-      for (std::size_t k = 0; k < idv.size(); ++k)
-        for (int64_t j = 0; j < d; ++j) po[static_cast<int64_t>(k) * d + j] = pw[idv[k] * s0 + j * s1];
-    }
-  });
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::embedding(out, weight, ids);
+#else
+    no_cuda_kernel("embedding");
+#endif
+  } else {
+    embedding_cpu(out, weight, ids);
+  }
 
   if (needs_grad({&weight})) {
     auto node = std::make_shared<EmbeddingBackward>(v, weight.dtype());

@@ -17,6 +17,9 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/rows.h"
+#endif
 
 namespace ht {
 namespace {
@@ -61,24 +64,11 @@ class LayerNormBackward final : public Node {
   DType x_dtype_, w_dtype_, b_dtype_;
 };
 
-}  // namespace
-
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  const Device dev = common_device("layer_norm", {&x, &weight, &bias});
-  check_floating("layer_norm", {&x});
-  HT_CHECK(x.dim() >= 1 && x.shape().back() > 0, "layer_norm: expected x of shape (..., D) with D > 0, got {}",
-           x.describe());
-  check_affine(weight, "weight", x);
-  check_affine(bias, "bias", x);
-  HT_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got {}", eps);
+// The CPU reference: fills out, mu and rstd.
+void layer_norm_cpu(const Tensor& out, const Tensor& mu, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                    const Tensor& bias, double eps) {
   const int last = x.dim() - 1;
   const int64_t d = x.shape().back();
-  const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor out = empty(x.shape(), {x.dtype(), dev});
-  Tensor mu = empty(cpu::keepdim_shape(x.shape(), last), {stat_dt, dev});    // (..., 1)
-  Tensor rstd = empty(cpu::keepdim_shape(x.shape(), last), {stat_dt, dev});  // (..., 1)
-  if (dev.is_cuda()) no_cuda_kernel("layer_norm");
-
   const std::vector<double> w = weight.defined() ? weight.to_vector<double>() : std::vector<double>(static_cast<std::size_t>(d), 1.0);
   const std::vector<double> b = bias.defined() ? bias.to_vector<double>() : std::vector<double>(static_cast<std::size_t>(d), 0.0);
   const int64_t sx = x.stride(last), so = out.stride(last);
@@ -109,6 +99,32 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                             pr[base[3]] = static_cast<S>(r);
                           });
   });
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const Device dev = common_device("layer_norm", {&x, &weight, &bias});
+  check_floating("layer_norm", {&x});
+  HT_CHECK(x.dim() >= 1 && x.shape().back() > 0, "layer_norm: expected x of shape (..., D) with D > 0, got {}",
+           x.describe());
+  check_affine(weight, "weight", x);
+  check_affine(bias, "bias", x);
+  HT_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got {}", eps);
+  const int last = x.dim() - 1;
+  const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor out = empty(x.shape(), {x.dtype(), dev});
+  Tensor mu = empty(cpu::keepdim_shape(x.shape(), last), {stat_dt, dev});    // (..., 1)
+  Tensor rstd = empty(cpu::keepdim_shape(x.shape(), last), {stat_dt, dev});  // (..., 1)
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::norm(kernels::NormKind::layer, {out, mu, rstd}, x, weight, bias, eps);
+#else
+    no_cuda_kernel("layer_norm");
+#endif
+  } else {
+    layer_norm_cpu(out, mu, rstd, x, weight, bias, eps);
+  }
 
   if (needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LayerNormBackward>(x, weight, bias);

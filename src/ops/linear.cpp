@@ -11,6 +11,9 @@
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/gemm.h"
+#endif
 
 namespace ht {
 namespace {
@@ -47,7 +50,14 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape[x.dim() - 1] = out_f;
   Tensor y = empty({R, out_f}, {x.dtype(), x.device()});  // (R, out)
-  if (x.is_cuda()) no_cuda_kernel("linear");
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::linear(y, x2, w, bias);  // cuBLASLt, the bias in its epilogue where it applies
+    return reshape(y, out_shape);
+#else
+    no_cuda_kernel("linear");
+#endif
+  }
   const cpu::GemmOperand xo = cpu::gemm_operand(x2);
   const cpu::GemmOperand wt = cpu::gemm_operand(w.transpose(0, 1));  // Wᵀ (in, out): a transposed view
   cpu::GemmDims d;

@@ -12,6 +12,9 @@
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/gemm.h"
+#endif
 
 namespace ht {
 namespace {
@@ -73,7 +76,14 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
   out_shape.push_back(M);
   out_shape.push_back(N);
   Tensor out = empty(out_shape, {a.dtype(), a.device()});  // (..., M, N)
-  if (a.is_cuda()) no_cuda_kernel("matmul");
+  if (a.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::matmul(out, a, b);  // cuBLASLt; strided batches, transposed views as trans flags
+    return out;
+#else
+    no_cuda_kernel("matmul");
+#endif
+  }
   const cpu::GemmOperand ao = cpu::gemm_operand(a), bo = cpu::gemm_operand(b);
   cpu::GemmDims d;
   d.m = M;

@@ -15,6 +15,9 @@
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/rows.h"
+#endif
 
 namespace ht {
 namespace {
@@ -41,30 +44,37 @@ MaxResult max_lines(const Tensor& x, int d, WantValues want, const char* op) {
   MaxResult r;
   r.indices = empty(ks, {DType::i64, x.device()});
   r.values = empty(ks, {x.dtype(), x.device()});
-  if (x.is_cuda()) no_cuda_kernel(op);
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<T, int4x2>) {
-      using A = acc_t<T>;
-      const T* px = cpu::ptr<T>(x);
-      T* pv = cpu::ptr<T>(r.values);
-      int64_t* pi = cpu::ptr<int64_t>(r.indices);
-      cpu::for_each_line<3>(x.shape(), d, {x.strides(), r.values.strides(), r.indices.strides()},
-                            [&](const std::array<int64_t, 3>& base) {
-                              int64_t best = 0;
-                              A best_v = cpu::convert<A>(px[base[0]]);
-                              for (int64_t j = 1; j < len && !is_nan(best_v); ++j) {
-                                const A v = cpu::convert<A>(px[base[0] + j * sx]);
-                                if (is_nan(v) || v > best_v) {
-                                  best = j;
-                                  best_v = v;
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::max(want == WantValues::yes ? r.values : Tensor(), r.indices, x, d);
+#else
+    no_cuda_kernel(op);
+#endif
+  } else {
+    visit_dtype(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (!std::is_same_v<T, int4x2>) {
+        using A = acc_t<T>;
+        const T* px = cpu::ptr<T>(x);
+        T* pv = cpu::ptr<T>(r.values);
+        int64_t* pi = cpu::ptr<int64_t>(r.indices);
+        cpu::for_each_line<3>(x.shape(), d, {x.strides(), r.values.strides(), r.indices.strides()},
+                              [&](const std::array<int64_t, 3>& base) {
+                                int64_t best = 0;
+                                A best_v = cpu::convert<A>(px[base[0]]);
+                                for (int64_t j = 1; j < len && !is_nan(best_v); ++j) {
+                                  const A v = cpu::convert<A>(px[base[0] + j * sx]);
+                                  if (is_nan(v) || v > best_v) {
+                                    best = j;
+                                    best_v = v;
+                                  }
                                 }
-                              }
-                              pi[base[2]] = best;
-                              pv[base[1]] = px[base[0] + best * sx];
-                            });
-    }
-  });
+                                pi[base[2]] = best;
+                                pv[base[1]] = px[base[0] + best * sx];
+                              });
+      }
+    });
+  }
   if (want == WantValues::no) r.values = Tensor();
   return r;
 }

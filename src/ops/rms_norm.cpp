@@ -17,6 +17,9 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/rows.h"
+#endif
 
 namespace ht {
 namespace {
@@ -47,24 +50,10 @@ class RmsNormBackward final : public Node {
   DType x_dtype_, w_dtype_;
 };
 
-}  // namespace
-
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  const Device dev = common_device("rms_norm", {&x, &weight});
-  check_floating("rms_norm", {&x, &weight});
-  HT_CHECK(x.dim() >= 1 && x.shape().back() > 0, "rms_norm: expected x of shape (..., D) with D > 0, got {}",
-           x.describe());
-  HT_CHECK(!weight.defined() || (weight.dim() == 1 && weight.size(0) == x.shape().back()),
-           "rms_norm: expected weight of shape ({}) to match the last dim of x {}, got {}", x.shape().back(),
-           x.describe(), weight.describe());
-  HT_CHECK(eps >= 0.0, "rms_norm: eps must be >= 0, got {}", eps);
+// The CPU reference: fills out and rstd.
+void rms_norm_cpu(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, double eps) {
   const int last = x.dim() - 1;
   const int64_t d = x.shape().back();
-  const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor out = empty(x.shape(), {x.dtype(), dev});
-  Tensor rstd = empty(cpu::keepdim_shape(x.shape(), last), {stat_dt, dev});  // (..., 1)
-  if (dev.is_cuda()) no_cuda_kernel("rms_norm");
-
   const std::vector<double> w =
       weight.defined() ? weight.to_vector<double>() : std::vector<double>(static_cast<std::size_t>(d), 1.0);
   const int64_t sx = x.stride(last), so = out.stride(last);
@@ -88,6 +77,32 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                             pr[base[2]] = static_cast<S>(r);
                           });
   });
+}
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const Device dev = common_device("rms_norm", {&x, &weight});
+  check_floating("rms_norm", {&x, &weight});
+  HT_CHECK(x.dim() >= 1 && x.shape().back() > 0, "rms_norm: expected x of shape (..., D) with D > 0, got {}",
+           x.describe());
+  HT_CHECK(!weight.defined() || (weight.dim() == 1 && weight.size(0) == x.shape().back()),
+           "rms_norm: expected weight of shape ({}) to match the last dim of x {}, got {}", x.shape().back(),
+           x.describe(), weight.describe());
+  HT_CHECK(eps >= 0.0, "rms_norm: eps must be >= 0, got {}", eps);
+  const int last = x.dim() - 1;
+  const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor out = empty(x.shape(), {x.dtype(), dev});
+  Tensor rstd = empty(cpu::keepdim_shape(x.shape(), last), {stat_dt, dev});  // (..., 1)
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::norm(kernels::NormKind::rms, {out, Tensor(), rstd}, x, weight, Tensor(), eps);
+#else
+    no_cuda_kernel("rms_norm");
+#endif
+  } else {
+    rms_norm_cpu(out, rstd, x, weight, eps);
+  }
 
   if (needs_grad({&x, &weight})) {
     auto node = std::make_shared<RmsNormBackward>(x, weight);

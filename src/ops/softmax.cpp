@@ -14,6 +14,9 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/rows.h"
+#endif
 
 namespace ht {
 namespace {
@@ -28,7 +31,15 @@ DType compute_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f3
 Tensor softmax_forward(SoftmaxKind kind, const Tensor& x, int d) {
   const char* name = kind_name(kind);
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-  if (x.is_cuda()) no_cuda_kernel(name);
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::softmax(kind == SoftmaxKind::softmax ? kernels::SoftmaxKind::softmax : kernels::SoftmaxKind::log_softmax,
+                      out, x, d);
+    return out;
+#else
+    no_cuda_kernel(name);
+#endif
+  }
   const int64_t len = cpu::line_length(x, d), sx = cpu::line_stride(x, d), so = cpu::line_stride(out, d);
   visit_floating(x.dtype(), name, [&](auto tag) {
     using T = typename decltype(tag)::type;

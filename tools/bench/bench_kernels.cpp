@@ -1,7 +1,7 @@
-// Kernel benchmark (CUDA builds): times the elementwise, conversion and reduction kernels through the op
+// Kernel benchmark (CUDA builds): times the elementwise, conversion, reduction and row kernels through the op
 // API on large tensors and reports achieved bandwidth and its ratio to the measured copy bandwidth (the
 // floor: a same-dtype clone reads and writes every byte once). Timing: CUDA events around `iters`
-// back-to-back launches after a warm-up, median of `reps` such batches.
+// back-to-back launches after a warm-up, median of `reps` such batches. GEMM rows (bench_gemm) report TFLOP/s.
 // Usage: bench_kernels [elements = 268435456] [--csv]
 #include <cuda_runtime.h>
 
@@ -47,6 +47,31 @@ struct Row {
   double ms;
 };
 
+// Matrix products through matmul (cuBLASLt), reported in TFLOP/s (2·M·N·K per product). f32 runs without
+// TF32 (the default), as the PyTorch side does with allow_tf32 = False.
+void bench_gemm(bool csv) {
+  struct Shape3 {
+    DType dt;
+    int64_t m, k, n;
+  };
+  const Shape3 shapes[] = {{DType::bf16, 8192, 4096, 11008}, {DType::bf16, 8192, 4096, 4096}, {DType::f32, 4096, 4096, 4096}};
+  Generator gen(2);
+  if (csv) std::printf("gemm,dtype,M,N,K,ms,TFLOP/s\n");
+  else std::printf("\n%-34s %10s %10s\n", "gemm (M x K @ K x N)", "ms", "TFLOP/s");
+  for (const Shape3& s : shapes) {
+    const Tensor a = rand({s.m, s.k}, gen, {DType::f32, Device::cuda(0)}).to(s.dt);
+    const Tensor b = rand({s.k, s.n}, gen, {DType::f32, Device::cuda(0)}).to(s.dt);
+    Tensor c;
+    const double ms = time_ms([&] { c = matmul(a, b); });
+    const double tflops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) / ms * 1e-9;
+    const std::string name = std::string("matmul ") + std::string(dtype_name(s.dt)) + " " + std::to_string(s.m) + "x" +
+                             std::to_string(s.k) + " @ " + std::to_string(s.k) + "x" + std::to_string(s.n);
+    if (csv) std::printf("%s,%s,%lld,%lld,%lld,%.4f,%.1f\n", name.c_str(), std::string(dtype_name(s.dt)).c_str(),
+                         static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), ms, tflops);
+    else std::printf("%-34s %10.4f %10.1f\n", name.c_str(), ms, tflops);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,6 +106,12 @@ int main(int argc, char** argv) {
   rows.push_back({"sum f32 rows (.., 4096)", f4, time_ms([&] { keep = sum(m, {1}); })});
   rows.push_back({"sum f32 cols (4096 of ..)", f4, time_ms([&] { keep = sum(m, {0}); })});
   rows.push_back({"transpose copy f32 (.., 4096)^T", 2 * f4, time_ms([&] { keep = m.transpose(0, 1).contiguous(); })});
+  // row kernels (kernels/rows.cu): read x and write y once each; bf16 (n / 4096, 4096), 65536 x 4096 by default
+  const Tensor mb = m.to(DType::bf16);
+  const Tensor lw = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
+  const Tensor lb = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
+  rows.push_back({"softmax bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = softmax(mb, 1); })});
+  rows.push_back({"layer_norm bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = layer_norm(mb, lw, lb); })});
   const double floor_gbs = rows[0].bytes / rows[0].ms * 1e-6;
   if (csv) std::printf("kernel,elements,ms,GB/s,ratio_to_copy\n");
   else std::printf("%-34s %12s %10s %10s %8s\n", "kernel", "elements", "ms", "GB/s", "vs copy");
@@ -89,5 +120,6 @@ int main(int argc, char** argv) {
     if (csv) std::printf("%s,%lld,%.4f,%.1f,%.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
     else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
   }
+  bench_gemm(csv);
   return 0;
 }

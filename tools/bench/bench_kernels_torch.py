@@ -10,6 +10,9 @@ x = torch.rand(n, device="cuda")
 y = torch.rand(n, device="cuda")
 xb, yb = x.bfloat16(), y.bfloat16()
 m = torch.rand(n // 4096, 4096, device="cuda")
+mb = m.bfloat16()
+lw = torch.rand(4096, device="cuda").bfloat16()
+lb = torch.rand(4096, device="cuda").bfloat16()
 
 
 def time_ms(fn, iters=10, reps=7):
@@ -41,8 +44,21 @@ rows = [
     ("sum f32 rows (.., 4096)", f4, lambda: m.sum(1)),
     ("sum f32 cols (4096 of ..)", f4, lambda: m.sum(0)),
     ("transpose copy f32 (.., 4096)^T", 2 * f4, lambda: m.t().contiguous()),
+    ("softmax bf16 (.., 4096)", 2 * f2, lambda: torch.softmax(mb, 1)),
+    ("layer_norm bf16 (.., 4096)", 2 * f2, lambda: torch.nn.functional.layer_norm(mb, (4096,), lw, lb)),
 ]
 print(f"{'kernel':34s} {'torch ms':>10s} {'GB/s':>10s}")
 for name, nbytes, fn in rows:
     ms = time_ms(fn)
     print(f"{name:34s} {ms:10.4f} {nbytes / ms * 1e-6:10.1f}")
+
+# Matrix products (the GEMM rows of bench_kernels): torch.matmul, TF32 off for f32.
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+print(f"\n{'gemm (M x K @ K x N)':34s} {'torch ms':>10s} {'TFLOP/s':>10s}")
+for dt, gm, gk, gn in [(torch.bfloat16, 8192, 4096, 11008), (torch.bfloat16, 8192, 4096, 4096), (torch.float32, 4096, 4096, 4096)]:
+    ga = torch.rand(gm, gk, device="cuda").to(dt)
+    gb = torch.rand(gk, gn, device="cuda").to(dt)
+    ms = time_ms(lambda: torch.matmul(ga, gb))
+    name = f"matmul {'bf16' if dt == torch.bfloat16 else 'f32'} {gm}x{gk} @ {gk}x{gn}"
+    print(f"{name:34s} {ms:10.4f} {2.0 * gm * gn * gk / ms * 1e-9:10.1f}")

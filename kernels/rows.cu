@@ -1,0 +1,399 @@
+// Row kernels (see rows.h): a group of `tpr` threads per row, tpr = 32 (a warp, 8 rows per 256-thread block)
+// for rows of at most 256 elements and 256 (the whole block) otherwise. Every thread of a block runs the same
+// number of row-group iterations, so the block-wide reductions may synchronise; threads past the last row
+// reduce neutral values. Reductions combine the threads in a fixed order (deterministic), except the
+// embedding scatter-add, which uses atomicAdd.
+#include <limits>
+
+#include "kernels/map.cuh"
+#include "kernels/rows.h"
+
+namespace ht::kernels {
+namespace {
+
+constexpr int kRowBlock = 256;
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+HT_DEV float d_exp(float x) { return expf(x); }
+HT_DEV double d_exp(double x) { return exp(x); }
+HT_DEV float d_log(float x) { return logf(x); }
+HT_DEV double d_log(double x) { return log(x); }
+HT_DEV float d_sqrt(float x) { return sqrtf(x); }
+HT_DEV double d_sqrt(double x) { return sqrt(x); }
+HT_DEV float d_max(float a, float b) { return fmaxf(a, b); }  // ignores NaN, as std::max(m, NaN) on the CPU
+HT_DEV double d_max(double a, double b) { return fmax(a, b); }
+
+template <class A>
+HT_DEV A shfl_xor(A v, int o) {
+  return __shfl_xor_sync(kFull, v, o);
+}
+
+// Value and index of a max candidate; i = INT64_MAX marks "no element".
+template <class A>
+struct Best {
+  A v;
+  long long i;
+};
+template <class A>
+HT_DEV Best<A> shfl_xor(Best<A> b, int o) {
+  return {__shfl_xor_sync(kFull, b.v, o), __shfl_xor_sync(kFull, b.i, o)};
+}
+
+template <class A>
+HT_DEV bool is_nan(A v) {
+  if constexpr (std::is_floating_point_v<A>) return v != v;
+  else return false;
+}
+
+// The preferred of two candidates: NaN first, then the larger value, ties to the lower index.
+template <class A>
+HT_DEV Best<A> better(Best<A> a, Best<A> b) {
+  const bool an = is_nan(a.v), bn = is_nan(b.v);
+  if (an || bn) {
+    if (an && bn) return a.i <= b.i ? a : b;
+    return an ? a : b;
+  }
+  if (a.v != b.v) return a.v > b.v ? a : b;
+  return a.i <= b.i ? a : b;
+}
+
+// Combines v over the tpr threads of a row group with f; every thread of the group gets the result.
+// smem holds one value per warp of the block.
+template <class V, class F>
+HT_DEV V group_reduce(V v, int tpr, V* smem, F f) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = f(v, shfl_xor(v, o));
+  if (tpr > 32) {
+    if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = smem[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) v = f(v, smem[w]);
+    __syncthreads();
+  }
+  return v;
+}
+
+struct Sum {
+  template <class A>
+  HT_DEV A operator()(A a, A b) const { return a + b; }
+};
+struct Max {
+  template <class A>
+  HT_DEV A operator()(A a, A b) const { return d_max(a, b); }
+};
+struct Better {
+  template <class A>
+  HT_DEV Best<A> operator()(Best<A> a, Best<A> b) const { return better(a, b); }
+};
+
+// Row-group geometry of a launch: threads per row and the grid.
+struct RowGrid {
+  int tpr;
+  unsigned blocks;
+};
+RowGrid row_grid(int64_t rows, int64_t len) {
+  const int tpr = len <= 256 ? 32 : kRowBlock;
+  const int64_t per_block = kRowBlock / tpr;
+  const int64_t groups = (rows + per_block - 1) / per_block;
+  constexpr int64_t kMaxBlocks = 132 * 64;
+  return {tpr, static_cast<unsigned>(groups < 1 ? 1 : (groups > kMaxBlocks ? kMaxBlocks : groups))};
+}
+
+// Iterates the row groups of this block: body(row, lane, valid) with every thread taking part.
+template <class F>
+HT_DEV void for_each_row(int64_t rows, int tpr, F&& body) {
+  const int per_block = kRowBlock / tpr;
+  const int lane = static_cast<int>(threadIdx.x) % tpr;
+  const int64_t groups = (rows + per_block - 1) / per_block;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t row = g * per_block + static_cast<int>(threadIdx.x) / tpr;
+    body(row < rows ? row : rows - 1, lane, row < rows);
+  }
+}
+
+// ---- softmax / log_softmax -------------------------------------------------------------------------------
+
+template <class T>
+__global__ void softmax_kernel(T* out, const T* in, int64_t rows, int64_t len, int tpr, SoftmaxKind kind) {
+  using A = acc_t<T>;
+  __shared__ A smem[kRowBlock / 32];
+  for_each_row(rows, tpr, [&](int64_t row, int lane, bool valid) {
+    const T* x = in + row * len;
+    A m = -std::numeric_limits<A>::infinity();
+    if (valid)
+      for (int64_t j = lane; j < len; j += tpr) m = d_max(m, convert<A>(x[j]));
+    m = group_reduce(m, tpr, smem, Max{});
+    A s = A(0);
+    if (valid)
+      for (int64_t j = lane; j < len; j += tpr) s += d_exp(convert<A>(x[j]) - m);
+    s = group_reduce(s, tpr, smem, Sum{});
+    if (!valid) return;
+    const A log_s = d_log(s);
+    T* y = out + row * len;
+    for (int64_t j = lane; j < len; j += tpr) {
+      const A z = convert<A>(x[j]) - m;
+      y[j] = convert<T>(kind == SoftmaxKind::softmax ? d_exp(z) / s : z - log_s);
+    }
+  });
+}
+
+// ---- cross-entropy ---------------------------------------------------------------------------------------
+
+template <class T>
+__global__ void cross_entropy_kernel(CrossEntropyArgs a, int tpr) {
+  using A = acc_t<T>;
+  __shared__ A smem[kRowBlock / 32];
+  const T* logits = static_cast<const T*>(a.logits);
+  const int64_t c = a.classes;
+  for_each_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
+    const T* x = logits + row * c;
+    A m = -std::numeric_limits<A>::infinity(), total = A(0);
+    if (valid)
+      for (int64_t j = lane; j < c; j += tpr) {
+        const A v = convert<A>(x[j]);
+        m = d_max(m, v);
+        total += v;
+      }
+    m = group_reduce(m, tpr, smem, Max{});
+    total = group_reduce(total, tpr, smem, Sum{});
+    A s = A(0);
+    if (valid)
+      for (int64_t j = lane; j < c; j += tpr) s += d_exp(convert<A>(x[j]) - m);
+    s = group_reduce(s, tpr, smem, Sum{});
+    if (!valid || lane != 0) return;
+    const A lse = m + d_log(s);
+    static_cast<A*>(a.lse)[row] = lse;
+    const int64_t t = a.target[row];
+    A loss = A(0);
+    if (t != a.ignore_index) {
+      if (t < 0 || t >= c) {
+        atomicMax(&a.status[1], static_cast<unsigned long long>(a.rows - row));
+      } else {
+        atomicAdd(&a.status[0], 1ull);
+        const A ls = static_cast<A>(a.label_smoothing);
+        const A nll = lse - convert<A>(x[t]);
+        const A smooth = lse - total / static_cast<A>(c);
+        loss = (A(1) - ls) * nll + (ls > A(0) ? ls * smooth : A(0));
+      }
+    }
+    static_cast<A*>(a.loss)[row] = loss;
+  });
+}
+
+template <class T>
+__global__ void cross_entropy_backward_kernel(CrossEntropyBackwardArgs a, int tpr) {
+  using A = acc_t<T>;
+  const int64_t c = a.classes;
+  const A ls = static_cast<A>(a.label_smoothing);
+  const A uniform = ls / static_cast<A>(c);
+  for_each_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
+    if (!valid) return;
+    T* gx = static_cast<T*>(a.g_logits) + row * c;
+    const T* x = static_cast<const T*>(a.logits) + row * c;
+    const int64_t t = a.target[row];
+    if (t == a.ignore_index) {
+      for (int64_t j = lane; j < c; j += tpr) gx[j] = convert<T>(A(0));
+      return;
+    }
+    const A scale = static_cast<const A*>(a.g)[row * a.g_stride] * static_cast<A>(a.g_scale);
+    const A lse = static_cast<const A*>(a.lse)[row];
+    for (int64_t j = lane; j < c; j += tpr) {
+      const A p = d_exp(convert<A>(x[j]) - lse);
+      const A q = (j == t ? A(1) - ls : A(0)) + uniform;
+      gx[j] = convert<T>(scale * (p - q));
+    }
+  });
+}
+
+// ---- layer_norm / rms_norm -------------------------------------------------------------------------------
+
+template <class T>
+__global__ void norm_kernel(NormArgs a, int tpr) {
+  using A = acc_t<T>;
+  __shared__ A smem[kRowBlock / 32];
+  const int64_t d = a.dim;
+  const A* w = static_cast<const A*>(a.weight);
+  const A* b = static_cast<const A*>(a.bias);
+  const bool layer = a.kind == NormKind::layer;
+  for_each_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
+    const T* x = static_cast<const T*>(a.x) + row * d;
+    A m = A(0);
+    if (layer) {  // uniform across the block: every thread reduces
+      A s = A(0);
+      if (valid)
+        for (int64_t j = lane; j < d; j += tpr) s += convert<A>(x[j]);
+      m = group_reduce(s, tpr, smem, Sum{}) / static_cast<A>(d);
+    }
+    A ss = A(0);
+    if (valid)
+      for (int64_t j = lane; j < d; j += tpr) {
+        const A cx = convert<A>(x[j]) - m;
+        ss += cx * cx;
+      }
+    ss = group_reduce(ss, tpr, smem, Sum{});
+    if (!valid) return;
+    const A r = A(1) / d_sqrt(ss / static_cast<A>(d) + static_cast<A>(a.eps));
+    T* y = static_cast<T*>(a.out) + row * d;
+    for (int64_t j = lane; j < d; j += tpr) {
+      const A xh = (convert<A>(x[j]) - m) * r;
+      y[j] = convert<T>((w ? xh * w[j] : xh) + (b ? b[j] : A(0)));
+    }
+    if (lane == 0) {
+      if (a.mean) static_cast<A*>(a.mean)[row] = m;
+      static_cast<A*>(a.rstd)[row] = r;
+    }
+  });
+}
+
+// ---- embedding -------------------------------------------------------------------------------------------
+
+template <class U>
+__global__ void embedding_kernel(EmbeddingArgs a) {
+  U* out = static_cast<U*>(a.out);
+  const U* w = static_cast<const U*>(a.weight);
+  for (int64_t k = blockIdx.x; k < a.n; k += gridDim.x) {
+    const int64_t id = a.ids[k];
+    const bool ok = id >= 0 && id < a.vocab;
+    if (!ok && threadIdx.x == 0) atomicMax(&a.status[1], static_cast<unsigned long long>(a.n - k));
+    for (int64_t j = threadIdx.x; j < a.dim; j += blockDim.x) out[k * a.dim + j] = ok ? w[id * a.s0 + j * a.s1] : U(0);
+  }
+}
+
+template <class T>
+__global__ void embedding_backward_kernel(acc_t<T>* acc, const T* g, const int64_t* ids, int64_t n, int64_t dim) {
+  for (int64_t k = blockIdx.x; k < n; k += gridDim.x) {
+    acc_t<T>* row = acc + ids[k] * dim;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) atomicAdd(row + j, convert<acc_t<T>>(g[k * dim + j]));
+  }
+}
+
+// ---- max / argmax ----------------------------------------------------------------------------------------
+
+template <class T>
+__global__ void max_kernel(T* values, int64_t* indices, const T* in, int64_t rows, int64_t len, int tpr) {
+  using A = acc_t<T>;
+  __shared__ Best<A> smem[kRowBlock / 32];
+  for_each_row(rows, tpr, [&](int64_t row, int lane, bool valid) {
+    const T* x = in + row * len;
+    // -inf (not lowest()) for floats, so that a row of -inf still picks its first element
+    Best<A> best{std::is_floating_point_v<A> ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest(),
+                 std::numeric_limits<long long>::max()};
+    if (valid)
+      for (int64_t j = lane; j < len; j += tpr) best = better(best, Best<A>{convert<A>(x[j]), static_cast<long long>(j)});
+    best = group_reduce(best, tpr, smem, Better{});
+    if (!valid || lane != 0) return;
+    indices[row] = best.i;
+    if (values) values[row] = x[best.i];
+  });
+}
+
+template <class F>
+bool visit_floating_kernel(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f32: f(float{}); return true;
+    case DType::f64: f(double{}); return true;
+    case DType::bf16: f(bf16{}); return true;
+    case DType::f16: f(f16{}); return true;
+    default: return false;
+  }
+}
+
+unsigned blocks_for_rows(int64_t n) {
+  constexpr int64_t kMaxBlocks = 132 * 64;
+  return static_cast<unsigned>(n < 1 ? 1 : (n > kMaxBlocks ? kMaxBlocks : n));
+}
+
+// Threads per block for a loop over D elements of a row: a multiple of 32, at most 256.
+unsigned threads_for(int64_t dim) {
+  const int64_t t = (dim + 31) / 32 * 32;
+  return static_cast<unsigned>(t < 32 ? 32 : (t > 256 ? 256 : t));
+}
+
+}  // namespace
+
+void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64_t rows, int64_t len,
+                    cudaStream_t stream) {
+  if (rows == 0 || len == 0) return;
+  const RowGrid g = row_grid(rows, len);
+  const bool ok = visit_floating_kernel(dt, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len,
+                                                         g.tpr, kind);
+    HT_CHECK_LAUNCH("softmax_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_softmax", dt);
+}
+
+void launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  const RowGrid g = row_grid(a.rows, a.classes);
+  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    cross_entropy_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
+    HT_CHECK_LAUNCH("cross_entropy_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_cross_entropy", a.dtype);
+}
+
+void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  const RowGrid g = row_grid(a.rows, a.classes);
+  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    cross_entropy_backward_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
+    HT_CHECK_LAUNCH("cross_entropy_backward_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_cross_entropy_backward", a.dtype);
+}
+
+void launch_norm(const NormArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  const RowGrid g = row_grid(a.rows, a.dim);
+  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    norm_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
+    HT_CHECK_LAUNCH("norm_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_norm", a.dtype);
+}
+
+void launch_embedding(const EmbeddingArgs& a, cudaStream_t stream) {
+  if (a.n == 0 || a.dim == 0) return;
+  const unsigned blocks = blocks_for_rows(a.n), threads = threads_for(a.dim);
+  switch (a.itemsize) {
+    case 1: embedding_kernel<uint8_t><<<blocks, threads, 0, stream>>>(a); break;
+    case 2: embedding_kernel<uint16_t><<<blocks, threads, 0, stream>>>(a); break;
+    case 4: embedding_kernel<uint32_t><<<blocks, threads, 0, stream>>>(a); break;
+    case 8: embedding_kernel<unsigned long long><<<blocks, threads, 0, stream>>>(a); break;
+    default: HT_UNSUPPORTED_DTYPE("launch_embedding (itemsize)", static_cast<DType>(a.itemsize));
+  }
+  HT_CHECK_LAUNCH("embedding_kernel");
+}
+
+void launch_embedding_backward(DType g_dtype, void* acc, const void* g, const int64_t* ids, int64_t n, int64_t dim,
+                               cudaStream_t stream) {
+  if (n == 0 || dim == 0) return;
+  const unsigned blocks = blocks_for_rows(n), threads = threads_for(dim);
+  const bool ok = visit_floating_kernel(g_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    embedding_backward_kernel<T><<<blocks, threads, 0, stream>>>(static_cast<acc_t<T>*>(acc),
+                                                                 static_cast<const T*>(g), ids, n, dim);
+    HT_CHECK_LAUNCH("embedding_backward_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_embedding_backward", g_dtype);
+}
+
+void launch_max(DType dt, void* values, int64_t* indices, const void* x, int64_t rows, int64_t len,
+                cudaStream_t stream) {
+  if (rows == 0 || len == 0) return;
+  const RowGrid g = row_grid(rows, len);
+  const bool ok = visit_compute_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    max_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(static_cast<T*>(values), indices, static_cast<const T*>(x), rows,
+                                                     len, g.tpr);
+    HT_CHECK_LAUNCH("max_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_max", dt);
+}
+
+}  // namespace ht::kernels

@@ -1,0 +1,97 @@
+// Launchers of the "row" kernels: softmax / log_softmax, cross-entropy (forward and fused backward),
+// layer_norm / rms_norm forward, embedding gather and scatter-add, max / argmax. Every row kernel works on
+// R contiguous rows of length L (the op files move the reduced dim last and make it dense first) with a
+// warp per row for short rows (L <= 256) and a 256-thread block per row otherwise. Accumulation: float for
+// f32/bf16/f16, double for f64 (S below is that type; statistics and losses are stored in it). Formulas are
+// those of the CPU reference in src/ops/{softmax,cross_entropy,layer_norm,rms_norm,embedding,max}.cpp.
+// Floating dtypes: f32 f64 bf16 f16. Max also takes i8 u8 i32 i64 (the op file handles fp8 and bool).
+// Pointers without a dtype of their own: S is float (double for f64); ids and targets are int64.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hadatrain/tensor/dtype_enum.h"
+
+namespace ht::kernels {
+
+enum class SoftmaxKind : uint8_t { softmax, log_softmax };
+
+// out (R, L) = softmax or log_softmax of in (R, L) along L.
+void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64_t rows, int64_t len,
+                    cudaStream_t stream);
+
+// status (2 x uint64, zeroed by the caller) after a cross-entropy or embedding launch:
+//   status[0]: number of counted rows (cross-entropy: targets not equal to ignore_index and in range);
+//   status[1]: 0, or (n - first offending index) when some target / id was out of range.
+struct CrossEntropyArgs {
+  DType dtype;              // logits dtype
+  const void* logits;       // (R, C)
+  const int64_t* target;    // (R)
+  int64_t rows, classes;
+  int64_t ignore_index;
+  double label_smoothing;
+  void* lse;                // (R) S: log-sum-exp of each row
+  void* loss;               // (R) S: per-row loss, 0 for ignored (and out-of-range) rows
+  unsigned long long* status;
+};
+void launch_cross_entropy(const CrossEntropyArgs& args, cudaStream_t stream);
+
+// g_logits = scale_i * (softmax - q) with q the (label-smoothed) target distribution; rows whose target is
+// ignore_index get 0. scale_i = g[i * g_stride] * g_scale (g_stride 1: reduction none, 0: sum / mean).
+struct CrossEntropyBackwardArgs {
+  DType dtype;             // logits dtype (and g_logits dtype)
+  void* g_logits;          // (R, C)
+  const void* logits;      // (R, C)
+  const int64_t* target;   // (R)
+  const void* lse;         // (R) S
+  const void* g;           // S: (R) or one element
+  int64_t g_stride;
+  double g_scale;
+  int64_t rows, classes;
+  int64_t ignore_index;
+  double label_smoothing;
+};
+void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& args, cudaStream_t stream);
+
+enum class NormKind : uint8_t { layer, rms };
+// y = (x - mean) * rstd * weight + bias (layer) or x * rstd * weight (rms) along rows of length D.
+struct NormArgs {
+  DType dtype;
+  NormKind kind;
+  void* out;            // (R, D)
+  void* mean;           // (R) S, layer only (may be null for rms)
+  void* rstd;           // (R) S
+  const void* x;        // (R, D)
+  const void* weight;   // (D) S or null
+  const void* bias;     // (D) S or null
+  int64_t rows, dim;
+  double eps;
+};
+void launch_norm(const NormArgs& args, cudaStream_t stream);
+
+// out (n, D) = weight[ids[k], :], a bit copy of elements of `itemsize` bytes; weight (V, D) has element
+// strides (s0, s1). Out-of-range ids set status[1] (their output rows are zero).
+struct EmbeddingArgs {
+  std::size_t itemsize;
+  void* out;
+  const void* weight;
+  const int64_t* ids;
+  int64_t n, vocab, dim, s0, s1;
+  unsigned long long* status;
+};
+void launch_embedding(const EmbeddingArgs& args, cudaStream_t stream);
+
+// acc (V, D) S, zero-initialised by the caller, += g (n, D) scattered to rows ids[k], with atomicAdd: the
+// order of the additions into one row is not fixed, so repeated ids give results that may differ in the last
+// bits from run to run (not deterministic).
+void launch_embedding_backward(DType g_dtype, void* acc, const void* g, const int64_t* ids, int64_t n, int64_t dim,
+                               cudaStream_t stream);
+
+// values (R) (may be null) and indices (R) of the first maximal element of each row of x (R, L); NaN is
+// larger than everything.
+void launch_max(DType dt, void* values, int64_t* indices, const void* x, int64_t rows, int64_t len,
+                cudaStream_t stream);
+
+}  // namespace ht::kernels

@@ -1,0 +1,181 @@
+// Tensor-level glue of the row kernels (see rows.h). CUDA builds only.
+//
+// Note [Device-side target check]
+// Targets (cross_entropy) and ids (embedding) live on the device with the logits / table, so the range check
+// runs in the kernel: an out-of-range value sets status[1] = n - (its index) with atomicMax (so the first
+// bad index wins), and the op reads the 2-element status back with one small copy after the launch, then
+// throws the CPU path's message. That copy synchronises the host with the stream once per call; the
+// alternative (no check) would turn a wrong label into a silent out-of-bounds read. Cross-entropy needs the
+// copy anyway: status[0] is the number of counted rows, which mean reduction and the backward divide by.
+#ifdef HADATRAIN_CUDA
+#include "rows.h"
+
+#include <vector>
+
+#include "hadatrain/cuda/context.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/tensor/factory.h"
+#include "launch.h"
+
+namespace ht::cuda_ops {
+namespace {
+
+struct OnDevice {
+  explicit OnDevice(const Tensor& t) : guard(t.device().index), stream(cuda::current_stream(t.device().index)) {}
+  cuda::DeviceGuard guard;
+  cudaStream_t stream;
+};
+
+// Statistic / loss dtype: f64 for f64, f32 otherwise.
+DType stat_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+// The dims of an n-dim tensor with d moved last.
+Dims dim_last_order(int n, int d) {
+  Dims order;
+  for (int i = 0; i < n; ++i)
+    if (i != d) order.push_back(i);
+  order.push_back(d);
+  return order;
+}
+
+// x dense with dim d last (a copy only when x is not already so).
+Tensor rows_of(const Tensor& x, int d) {
+  if (x.dim() == 0 || d == x.dim() - 1) return x.contiguous();
+  return x.permute(dim_last_order(x.dim(), d)).contiguous();
+}
+
+unsigned long long* status_ptr(const Tensor& status) { return static_cast<unsigned long long*>(status.data_ptr()); }
+
+// The first bad index recorded in a status read back from the device, or -1.
+int64_t first_bad(const std::vector<int64_t>& st, int64_t n) { return st[1] == 0 ? -1 : n - st[1]; }
+
+}  // namespace
+
+void softmax(kernels::SoftmaxKind kind, const Tensor& out, const Tensor& x, int d) {
+  const int64_t len = x.dim() == 0 ? 1 : x.size(d);
+  const int64_t rows = len == 0 ? 0 : x.numel() / len;
+  const Tensor in = rows_of(x, d);
+  const bool direct = x.dim() == 0 || d == x.dim() - 1;
+  const Tensor dst = direct ? out : empty(in.shape(), {out.dtype(), out.device()});
+  OnDevice on(out);
+  kernels::launch_softmax(x.dtype(), kind, dst.data_ptr(), in.data_ptr(), rows, len, on.stream);
+  if (!direct) copy_(out.permute(dim_last_order(x.dim(), d)), dst);
+}
+
+int64_t cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                      const CrossEntropyOptions& opts) {
+  const int64_t n = logits.size(0), c = logits.size(1);
+  const Tensor x = logits.contiguous();                        // (N, C)
+  const Tensor t = to_dtype(target, DType::i64).contiguous();  // (N)
+  const bool none = opts.reduction == Reduction::none;
+  const Tensor loss = none ? out : empty({n}, {lse.dtype(), lse.device()});  // (N)
+  const Tensor status = zeros({2}, {DType::i64, logits.device()});
+  {
+    OnDevice on(out);
+    kernels::launch_cross_entropy({logits.dtype(), x.data_ptr(), static_cast<const int64_t*>(t.data_ptr()), n, c,
+                                   opts.ignore_index, opts.label_smoothing, lse.data_ptr(), loss.data_ptr(),
+                                   status_ptr(status)},
+                                  on.stream);
+  }
+  const std::vector<int64_t> st = status.to_vector<int64_t>();  // the one small copy
+  const int64_t bad = first_bad(st, n);
+  if (bad >= 0) {
+    const int64_t value = t.to_vector<int64_t>()[static_cast<std::size_t>(bad)];
+    HT_CHECK(false, "cross_entropy: target[{}] = {} is out of range for {} classes (expected 0..{}, or ignore_index {})",
+             bad, value, c, c - 1, opts.ignore_index);
+  }
+  const int64_t count = st[0];
+  if (!none) {
+    const double scale = opts.reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
+    cuda_ops::sum(out, loss, {true}, scale);  // mean over no counted rows: 0 * inf = NaN, as on the CPU
+  }
+  return count;
+}
+
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                              const CrossEntropyOptions& opts, int64_t count) {
+  const int64_t n = logits.size(0), c = logits.size(1);
+  Tensor gx = empty(logits.shape(), {logits.dtype(), logits.device()});  // (N, C)
+  const Tensor x = logits.contiguous();
+  const Tensor t = to_dtype(target, DType::i64).contiguous();
+  const Tensor gs = to_dtype(g, lse.dtype()).contiguous();  // (N) or ()
+  const Tensor l = lse.contiguous();
+  const bool none = opts.reduction == Reduction::none;
+  const double g_scale = opts.reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
+  OnDevice on(gx);
+  kernels::launch_cross_entropy_backward({logits.dtype(), gx.data_ptr(), x.data_ptr(),
+                                          static_cast<const int64_t*>(t.data_ptr()), l.data_ptr(), gs.data_ptr(),
+                                          none ? 1 : 0, g_scale, n, c, opts.ignore_index, opts.label_smoothing},
+                                         on.stream);
+  return gx;
+}
+
+void norm(kernels::NormKind kind, const NormOutputs& o, const Tensor& x, const Tensor& weight, const Tensor& bias,
+          double eps) {
+  const int64_t d = x.shape().back();
+  const int64_t rows = x.numel() / d;
+  const DType sd = stat_dtype(x.dtype());
+  const Tensor xc = x.contiguous();                                            // (R, D)
+  const Tensor w = weight.defined() ? to_dtype(weight, sd).contiguous() : Tensor();  // (D)
+  const Tensor b = bias.defined() ? to_dtype(bias, sd).contiguous() : Tensor();      // (D)
+  OnDevice on(o.out);
+  kernels::launch_norm({x.dtype(), kind, o.out.data_ptr(), o.mean.defined() ? o.mean.data_ptr() : nullptr,
+                        o.rstd.data_ptr(), xc.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
+                        b.defined() ? b.data_ptr() : nullptr, rows, d, eps},
+                       on.stream);
+}
+
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
+  const int64_t n = ids.numel(), v = weight.size(0), d = weight.size(1);
+  const Tensor idc = to_dtype(ids, DType::i64).contiguous();  // (n)
+  const Tensor status = zeros({2}, {DType::i64, weight.device()});
+  {
+    OnDevice on(out);
+    kernels::launch_embedding({itemsize(weight.dtype()), out.data_ptr(), weight.data_ptr(),
+                               static_cast<const int64_t*>(idc.data_ptr()), n, v, d, weight.stride(0),
+                               weight.stride(1), status_ptr(status)},
+                              on.stream);
+  }
+  if (n == 0 || d == 0) return;
+  const std::vector<int64_t> st = status.to_vector<int64_t>();  // the one small copy
+  const int64_t bad = first_bad(st, n);
+  if (bad >= 0) {
+    const int64_t id = idc.to_vector<int64_t>()[static_cast<std::size_t>(bad)];
+    HT_CHECK(false, "embedding: id {} (at flat position {}) is out of range for a table of V = {} rows (expected 0..{})",
+             id, bad, v, v - 1);
+  }
+}
+
+Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t v, DType dtype) {
+  const int64_t d = g.shape().back();
+  const int64_t n = ids.numel();
+  const Tensor gc = g.contiguous();                           // (n, D)
+  const Tensor idc = to_dtype(ids, DType::i64).contiguous();  // (n)
+  Tensor acc = zeros({v, d}, {stat_dtype(g.dtype()), g.device()});  // (V, D) f32 (f64 for f64)
+  {
+    OnDevice on(acc);
+    kernels::launch_embedding_backward(g.dtype(), acc.data_ptr(), gc.data_ptr(),
+                                       static_cast<const int64_t*>(idc.data_ptr()), n, d, on.stream);
+  }
+  return to_dtype(acc, dtype);
+}
+
+void max(const Tensor& values, const Tensor& indices, const Tensor& x, int d) {
+  const int64_t len = x.dim() == 0 ? 1 : x.size(d);
+  const int64_t rows = x.numel() / len;  // len > 0 (checked by the op)
+  // fp8 compares exactly in f32, bool in u8; the chosen values convert back exactly.
+  DType ct = x.dtype();
+  if (ct == DType::f8e4m3 || ct == DType::f8e5m2) ct = DType::f32;
+  if (ct == DType::b8) ct = DType::u8;
+  const Tensor in = rows_of(ct == x.dtype() ? x : to_dtype(x, ct), d);
+  const Tensor vals = !values.defined() || ct == values.dtype() ? values : empty(values.shape(), {ct, values.device()});
+  {
+    OnDevice on(indices);
+    kernels::launch_max(ct, vals.defined() ? vals.data_ptr() : nullptr, static_cast<int64_t*>(indices.data_ptr()),
+                        in.data_ptr(), rows, len, on.stream);
+  }
+  if (values.defined() && vals.data_ptr() != values.data_ptr()) copy_(values, vals);
+}
+
+}  // namespace ht::cuda_ops
+#endif

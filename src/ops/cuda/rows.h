@@ -1,0 +1,47 @@
+// Tensor-level entry points to the row kernels (kernels/rows.h): softmax, cross-entropy, layer/rms norm,
+// embedding and max. They make inputs dense with the reduced dim last (permute + contiguous when needed),
+// pick the device and stream, and check ids / targets with a device-side flag read back by one small copy.
+// Internal to src/ops; CUDA builds only.
+#pragma once
+#ifdef HADATRAIN_CUDA
+#include <cstdint>
+
+#include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/tensor/tensor.h"
+#include "kernels/rows.h"
+
+namespace ht::cuda_ops {
+
+// out (x's shape, contiguous) = softmax or log_softmax of x along dim d.
+void softmax(kernels::SoftmaxKind kind, const Tensor& out, const Tensor& x, int d);
+
+// Cross-entropy forward. logits (N, C), target (N) i32/i64 on the same device; lse (N) and out ((N) for
+// Reduction::none, () otherwise) contiguous of the loss dtype. Returns the number of counted rows.
+// Target range check (Note [Device-side target check]): the kernel sets a flag in device memory and this
+// function reads it back with one small copy (a host synchronisation) and throws naming the first bad row.
+int64_t cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                      const CrossEntropyOptions& opts);
+// g_logits (N, C) in the logits dtype; g (N) or () of the loss dtype.
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                              const CrossEntropyOptions& opts, int64_t count);
+
+struct NormOutputs {
+  Tensor out;   // x's shape, contiguous
+  Tensor mean;  // (..., 1) contiguous, loss dtype; undefined for rms_norm
+  Tensor rstd;  // (..., 1) contiguous
+};
+// layer_norm (kind layer) or rms_norm over the last dim; weight / bias (D) may be undefined.
+void norm(kernels::NormKind kind, const NormOutputs& outs, const Tensor& x, const Tensor& weight, const Tensor& bias,
+          double eps);
+
+// out (*ids.shape, D) contiguous = weight[ids]; throws for out-of-range ids (device flag, one small copy).
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids);
+// (V, D) in `dtype`: rows of g (*ids.shape, D) summed into the rows ids pick (atomicAdd: not deterministic).
+Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t v, DType dtype);
+
+// values (may be undefined) and indices (i64), both keepdim-shaped and contiguous: the first maximal element
+// of every line of x along dim d (NaN maximal).
+void max(const Tensor& values, const Tensor& indices, const Tensor& x, int d);
+
+}  // namespace ht::cuda_ops
+#endif

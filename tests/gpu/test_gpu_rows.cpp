@@ -1,0 +1,291 @@
+// CUDA row ops against the CPU reference: softmax / log_softmax (any dim), cross_entropy (label smoothing,
+// ignore_index, every reduction, device-side target check), layer_norm, rms_norm, embedding (repeated ids,
+// device-side id check) and max / argmax (ties, NaN), forward and backward, for f32, bf16 and f64, with row
+// lengths 1, 7, 1000 and 4097, non-contiguous inputs and poisoned CUDA allocations.
+//
+// Tolerances: the shared table, widened where the GPU reduces a row in float while the CPU reference works
+// in double (f32: 10x the table, a float sum over 4097 elements carries about 1e-6 relative error), and for
+// narrow dtypes 2x, because a backward reads the forward output, which may already differ by one ulp.
+#include "support/catch.h"
+#include "support/gpu_testing.h"
+#include "support/testing.h"
+
+#include <cmath>
+#include <functional>
+
+using namespace ht;
+
+namespace {
+
+using Graph = std::function<Tensor(const std::vector<Tensor>&)>;
+
+const std::vector<DType> kDTypes = {DType::f32, DType::bf16, DType::f64};
+const std::vector<int64_t> kLens = {1, 7, 1000, 4097};
+
+test::Tolerance row_tol(DType dt) {
+  test::Tolerance t = test::tolerance(dt);
+  const double k = dt == DType::f32 ? 10.0 : (dt == DType::bf16 || dt == DType::f16 ? 2.0 : 1.0);
+  return {t.rtol * k, t.atol * k};
+}
+
+// Leaves with the same values on `dev`; floating ones require grad.
+std::vector<Tensor> leaves(const std::vector<Tensor>& values, Device dev) {
+  std::vector<Tensor> out;
+  for (const Tensor& v : values) {
+    if (!v.defined()) {
+      out.push_back(Tensor());
+      continue;
+    }
+    Tensor t = v.to(dev).detach();
+    if (is_floating(t.dtype())) t.set_requires_grad(true);
+    out.push_back(t);
+  }
+  return out;
+}
+
+// Runs f on both devices, then backward of sum(f(..) * r) with a random r (so that the gradient of a
+// softmax is not identically zero); "" when the outputs and every gradient agree.
+std::string check_op(const Graph& f, const std::vector<Tensor>& values, test::Tolerance fwd_tol,
+                     test::Tolerance grad_tol, uint64_t seed = 99) {
+  auto cpu = leaves(values, Device::cpu());
+  Tensor yc = f(cpu);
+  const Tensor r = test::random_input(yc.shape(), seed, yc.dtype(), 0.5, 1.5);
+  Tensor yg;
+  std::vector<Tensor> gpu;
+  {
+    test::PoisonGuard poison;
+    gpu = leaves(values, test::kCuda);
+    yg = f(gpu);
+    if (yg.requires_grad()) sum(mul(yg, r.to(test::kCuda))).backward();
+  }
+  std::string msg = test::compare_to_cpu(yg, yc, fwd_tol);
+  if (!msg.empty()) return "forward: " + msg;
+  if (!yc.requires_grad()) return {};
+  sum(mul(yc, r)).backward();
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    if (!cpu[i].defined() || !cpu[i].requires_grad()) continue;
+    if (!cpu[i].grad().defined()) {
+      if (gpu[i].grad().defined()) return fmt::format("input {}: a gradient on CUDA but none on the CPU", i);
+      continue;
+    }
+    if (!gpu[i].grad().defined()) return fmt::format("input {}: no gradient on CUDA", i);
+    msg = test::compare_to_cpu(gpu[i].grad(), cpu[i].grad(), grad_tol);
+    if (!msg.empty()) return fmt::format("gradient of input {}: {}", i, msg);
+  }
+  return {};
+}
+
+std::string check_op(const Graph& f, const std::vector<Tensor>& values, DType dt) {
+  return check_op(f, values, row_tol(dt), row_tol(dt));
+}
+
+Tensor ids_tensor(const std::vector<int64_t>& v, const Shape& shape, DType dt) {
+  return from_vector(v, shape).to(dt);
+}
+
+}  // namespace
+
+TEST_CASE("softmax and log_softmax on CUDA match the CPU, forward and backward", "[gpu][rows][softmax]") {
+  uint64_t seed = 1;
+  for (DType dt : kDTypes) {
+    for (int64_t len : kLens) {
+      const Tensor x = test::random_input({5, len}, ++seed, dt, -4.0, 4.0);
+      INFO(dtype_name(dt) << " len " << len);
+      CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], -1); }, {x}, dt) == "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return log_softmax(in[0], 1); }, {x}, dt) == "");
+      // a non-contiguous input: the rows of the transposed view are strided
+      const Tensor xt = test::random_input({len, 3}, ++seed, dt, -4.0, 4.0);
+      CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0].transpose(0, 1), -1); }, {xt}, dt) == "");
+    }
+    // over a non-last dim (middle and first), of a 3-D tensor
+    const Tensor x3 = test::random_input({4, 1000, 3}, ++seed, dt, -4.0, 4.0);
+    INFO(dtype_name(dt) << " non-last dims");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], 1); }, {x3}, dt) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return log_softmax(in[0], 0); }, {x3}, dt) == "");
+  }
+  // many short rows: more row groups than blocks in the grid (the grid-stride loop) and a 0-d input
+  const Tensor many = test::random_input({70001, 3}, 7, DType::f32, -4.0, 4.0);
+  CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], 1); }, {many}, DType::f32) == "");
+  const Tensor scalar = test::random_input({}, 8, DType::f32);
+  CHECK(test::compare_to_cpu(log_softmax(scalar.to(test::kCuda), 0), log_softmax(scalar, 0)) == "");
+  CHECK(test::compare_to_cpu(softmax(scalar.to(test::kCuda), -1), softmax(scalar, -1)) == "");
+}
+
+TEST_CASE("softmax on CUDA: -inf entries and NaN rows as on the CPU", "[gpu][rows][softmax]") {
+  const double inf = INFINITY, nan = NAN;
+  const Tensor x = from_vector(std::vector<double>{1, -inf, 2, 0, nan, 1, -inf, -inf, -inf}, {3, 3});
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor xd = x.to(dt);
+    CHECK(test::compare_to_cpu(softmax(xd.to(test::kCuda), 1), softmax(xd, 1), row_tol(dt)) == "");
+    CHECK(test::compare_to_cpu(log_softmax(xd.to(test::kCuda), 1), log_softmax(xd, 1), row_tol(dt)) == "");
+  }
+}
+
+TEST_CASE("cross_entropy on CUDA matches the CPU for every reduction, label smoothing and ignore_index",
+          "[gpu][rows][cross_entropy]") {
+  uint64_t seed = 100;
+  const int64_t n = 37;
+  for (DType dt : kDTypes) {
+    for (int64_t c : kLens) {
+      const Tensor logits = test::random_input({n, c}, ++seed, dt, -3.0, 3.0);
+      std::vector<int64_t> t = test::random_input({n}, ++seed, DType::i64, 0, static_cast<double>(c - 1)).to_vector<int64_t>();
+      t[3] = -100;  // the default ignore_index
+      t[10] = -100;
+      for (DType tdt : {DType::i64, DType::i32}) {
+        const Tensor target = ids_tensor(t, {n}, tdt);
+        for (Reduction red : {Reduction::none, Reduction::mean, Reduction::sum}) {
+          for (double ls : {0.0, 0.1}) {
+            INFO(dtype_name(dt) << " C " << c << " target " << dtype_name(tdt) << " reduction "
+                                << static_cast<int>(red) << " smoothing " << ls);
+            const CrossEntropyOptions opts{-100, ls, red};
+            CHECK(check_op([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], opts); },
+                           {logits, target}, dt) == "");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cross_entropy on CUDA: custom ignore_index, all rows ignored, strided logits", "[gpu][rows][cross_entropy]") {
+  const Tensor logits = test::random_input({9, 7}, 200, DType::f32, -3.0, 3.0);
+  const Tensor target = ids_tensor({0, 3, 6, 3, 2, 3, 1, 5, 4}, {9}, DType::i64);
+  const CrossEntropyOptions custom{3, 0.2, Reduction::mean};
+  CHECK(check_op([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], custom); }, {logits, target},
+                 DType::f32) == "");
+  // every row ignored: mean is NaN on both devices, and the gradient is zero
+  const Tensor all_ignored = ids_tensor(std::vector<int64_t>(9, -100), {9}, DType::i64);
+  for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    const CrossEntropyOptions opts{-100, 0.0, red};
+    CHECK(check_op([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], opts); },
+                   {logits, all_ignored}, DType::f32) == "");
+  }
+  // non-contiguous logits: the transpose of a (C, N) tensor
+  const Tensor lt = test::random_input({7, 9}, 201, DType::f64, -3.0, 3.0);
+  CHECK(check_op([&](const std::vector<Tensor>& in) { return cross_entropy(in[0].transpose(0, 1), in[1]); },
+                 {lt, target}, DType::f64) == "");
+}
+
+TEST_CASE("cross_entropy on CUDA rejects out-of-range targets (checked on the device)", "[gpu][rows][cross_entropy]") {
+  const Tensor logits = test::random_input({4, 5}, 300, DType::f32).to(test::kCuda);
+  for (int64_t bad : {5, -1, 1000}) {
+    const Tensor target = ids_tensor({0, 1, bad, 7}, {4}, DType::i64).to(test::kCuda);
+    CHECK_THROWS_WITH(cross_entropy(logits, target),
+                      Catch::Matchers::Contains("target[2] = " + std::to_string(bad) + " is out of range for 5 classes"));
+  }
+  // the same tensors without the bad value work (the status buffer is per call)
+  CHECK(std::isfinite(cross_entropy(logits, ids_tensor({0, 1, 2, 4}, {4}, DType::i32).to(test::kCuda)).item()));
+}
+
+TEST_CASE("layer_norm and rms_norm on CUDA match the CPU, with and without affine parameters",
+          "[gpu][rows][norm]") {
+  uint64_t seed = 400;
+  for (DType dt : kDTypes) {
+    for (int64_t d : kLens) {
+      const Tensor x = test::random_input({2, 3, d}, ++seed, dt, -2.0, 3.0);
+      const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+      const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+      INFO(dtype_name(dt) << " D " << d);
+      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b}, dt) ==
+            "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {x}, dt) ==
+            "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3); }, {x, w},
+                     dt) == "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, dt) == "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], Tensor(), 1e-5); }, {x}, dt) == "");
+    }
+  }
+  // bf16 activations with f32 parameters (mixed precision), and a non-contiguous x (transposed)
+  const Tensor xb = test::random_input({6, 1000}, 450, DType::bf16);
+  const Tensor wf = test::random_input({1000}, 451, DType::f32, 0.5, 1.5);
+  const Tensor bf = test::random_input({1000}, 452, DType::f32);
+  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {xb, wf, bf},
+                 DType::bf16) == "");
+  CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {xb, wf}, DType::bf16) == "");
+  const Tensor xt = test::random_input({1000, 6}, 453, DType::f32);
+  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0].transpose(0, 1), in[1], in[2]); },
+                 {xt, wf, bf}, DType::f32) == "");
+  CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0].transpose(0, 1), in[1]); }, {xt, wf},
+                 DType::f32) == "");
+}
+
+TEST_CASE("embedding on CUDA gathers rows and sums the gradients of repeated ids", "[gpu][rows][embedding]") {
+  uint64_t seed = 500;
+  // ids drawn from 0..9 of a 50-row table: every used id repeats
+  const std::vector<int64_t> idv = test::random_input({4 * 33}, 501, DType::i64, 0, 9).to_vector<int64_t>();
+  for (DType dt : kDTypes) {
+    for (int64_t d : {int64_t{1}, int64_t{7}, int64_t{1000}}) {
+      const Tensor w = test::random_input({50, d}, ++seed, dt);
+      for (DType idt : {DType::i64, DType::i32}) {
+        INFO(dtype_name(dt) << " D " << d << " ids " << dtype_name(idt));
+        const Tensor ids = ids_tensor(idv, {4, 33}, idt);
+        // the gradient sums up to ~13 rows per id in f32 in a varying order (atomicAdd): not bit-stable
+        CHECK(check_op([](const std::vector<Tensor>& in) { return embedding(in[0], in[1]); }, {w, ids}, dt) == "");
+      }
+    }
+  }
+  // a non-contiguous table (the transpose of a (D, V) tensor) and integer tables (bit copies)
+  const Tensor wt = test::random_input({7, 50}, 550, DType::f32);
+  const Tensor ids = ids_tensor(idv, {4, 33}, DType::i64);
+  CHECK(check_op([](const std::vector<Tensor>& in) { return embedding(in[0].transpose(0, 1), in[1]); }, {wt, ids},
+                 DType::f32) == "");
+  for (DType dt : {DType::i64, DType::u8, DType::b8, DType::f8e4m3}) {
+    INFO(dtype_name(dt));
+    const Tensor w = test::random_input({50, 5}, 551, dt);
+    CHECK(test::compare_bits(embedding(w.to(test::kCuda), ids.to(test::kCuda)), embedding(w, ids)) == "");
+  }
+}
+
+TEST_CASE("embedding on CUDA rejects out-of-range ids (checked on the device)", "[gpu][rows][embedding]") {
+  const Tensor w = test::random_input({10, 4}, 600, DType::f32).to(test::kCuda);
+  for (int64_t bad : {10, -1}) {
+    const Tensor ids = ids_tensor({1, 2, 3, bad, 4, bad}, {2, 3}, DType::i64).to(test::kCuda);
+    CHECK_THROWS_WITH(embedding(w, ids), Catch::Matchers::Contains("id " + std::to_string(bad) +
+                                                                   " (at flat position 3) is out of range"));
+  }
+}
+
+TEST_CASE("max and argmax on CUDA pick the first maximal element, NaN first", "[gpu][rows][max]") {
+  uint64_t seed = 700;
+  for (DType dt : test::all_dtypes()) {
+    for (int64_t len : kLens) {
+      // small integers: many ties per row
+      const Tensor x = test::random_input({5, len}, ++seed, DType::i32, -3, 3).to(dt);
+      for (int64_t dim : {int64_t{0}, int64_t{1}}) {
+        INFO(dtype_name(dt) << " len " << len << " dim " << dim);
+        const Tensor xc = x.to(test::kCuda);
+        test::PoisonGuard poison;
+        CHECK(test::compare_bits(argmax(xc, dim), argmax(x, dim)) == "");
+        CHECK(test::compare_bits(max(xc, dim, KeepDim::yes), max(x, dim, KeepDim::yes)) == "");
+        CHECK(test::compare_bits(argmax(xc.transpose(0, 1), 1 - dim), argmax(x.transpose(0, 1), 1 - dim)) == "");
+      }
+    }
+  }
+  // NaN wins over everything and the first NaN is chosen; -inf rows pick their first element
+  const double nan = NAN, inf = INFINITY;
+  const Tensor x = from_vector(std::vector<double>{1, nan, 3, nan, 2, 5, 5, 1, -inf, -inf, -inf, -inf, inf, 0, inf, 1},
+                               {4, 4});
+  for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::f16, DType::f8e5m2}) {
+    INFO(dtype_name(dt));
+    const Tensor xd = x.to(dt);
+    CHECK(test::compare_bits(argmax(xd.to(test::kCuda), 1), argmax(xd, 1)) == "");
+    // values as values: a NaN may come back as another NaN code through the f32 compute dtype of fp8
+    CHECK(test::compare_to_cpu(max(xd.to(test::kCuda), 1), max(xd, 1)) == "");
+    CHECK(argmax(xd.to(test::kCuda), 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 0, 0});
+  }
+  // many rows (the grid-stride loop) and the all-element max
+  const Tensor many = test::random_input({70001, 3}, 710, DType::i32, -3, 3).to(DType::f32);
+  CHECK(test::compare_bits(argmax(many.to(test::kCuda), 1), argmax(many, 1)) == "");
+  CHECK(test::compare_bits(max(many.to(test::kCuda)), max(many)) == "");
+}
+
+TEST_CASE("max on CUDA: the gradient goes to the first maximal element", "[gpu][rows][max]") {
+  for (DType dt : kDTypes) {
+    const Tensor x = test::random_input({6, 1000}, 800, DType::i32, -5, 5).to(dt);
+    INFO(dtype_name(dt));
+    CHECK(check_op([](const std::vector<Tensor>& in) { return max(in[0], 1); }, {x}, dt) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return max(in[0], 0, KeepDim::yes); }, {x}, dt) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return max(in[0]); }, {x}, dt) == "");
+  }
+}
