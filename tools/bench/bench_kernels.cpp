@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 
@@ -72,6 +73,58 @@ void bench_gemm(bool csv) {
   }
 }
 
+// conv2d and batch norm of a ResNet-18 CIFAR layer in bf16 (N = 256, C = 128, 16x16, 3x3 pad 1, no bias):
+// conv through cuDNN, forward alone and forward + backward (data and filter gradients), reported in
+// TFLOP/s (forward 2·N·O·OH·OW·C·KH·KW FLOPs, backward twice that); batch norm in train mode with f32
+// weight, bias and running stats, forward + backward, reported in GB/s of its minimum traffic (forward
+// reads x and writes y, backward reads g and x and writes dx). The PyTorch side runs the same calls.
+void bench_conv_bn(bool csv) {
+  const Device dev = Device::cuda(0);
+  Generator gen(3);
+  const int64_t N = 256, C = 128, H = 16, W = 16;
+  Tensor x = rand({N, C, H, W}, gen, {DType::f32, dev}).to(DType::bf16);
+  Tensor w = mul(rand({C, C, 3, 3}, gen, {DType::f32, dev}), 0.05).to(DType::bf16);
+  const Tensor g = rand({N, C, H, W}, gen, {DType::f32, dev}).to(DType::bf16);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  const double flops = 2.0 * static_cast<double>(N * C * H * W * C * 9);
+  Tensor keep;
+  const double fwd_ms = time_ms([&] {
+    NoGradGuard no_grad;
+    keep = conv2d(x, w, Tensor(), p);
+  });
+  const double fb_ms = time_ms([&] {
+    x.zero_grad();
+    w.zero_grad();
+    conv2d(x, w, Tensor(), p).backward(g);
+  });
+  Tensor bw = rand({C}, gen, {DType::f32, dev}), bb = rand({C}, gen, {DType::f32, dev});
+  bw.set_requires_grad(true);
+  bb.set_requires_grad(true);
+  const Tensor rm = zeros({C}, {DType::f32, dev}), rv = ones({C}, {DType::f32, dev});
+  const double bn_ms = time_ms([&] {
+    x.zero_grad();
+    bw.zero_grad();
+    bb.zero_grad();
+    batch_norm(x, bw, bb, rm, rv).backward(g);
+  });
+  const double bn_bytes = 5.0 * 2.0 * static_cast<double>(N * C * H * W);
+  if (csv) {
+    std::printf("layer,ms,TFLOP/s or GB/s\n");
+    std::printf("conv2d bf16 fwd (256x128x16x16 3x3),%.4f,%.1f\n", fwd_ms, flops / fwd_ms * 1e-9);
+    std::printf("conv2d bf16 fwd+bwd (256x128x16x16 3x3),%.4f,%.1f\n", fb_ms, 3 * flops / fb_ms * 1e-9);
+    std::printf("batch_norm bf16 fwd+bwd (256x128x16x16),%.4f,%.1f\n", bn_ms, bn_bytes / bn_ms * 1e-6);
+  } else {
+    std::printf("\n%-42s %10s %10s\n", "layer (ResNet-18 CIFAR, bf16)", "ms", "TFLOP/s");
+    std::printf("%-42s %10.4f %10.1f\n", "conv2d fwd 256x128x16x16 3x3", fwd_ms, flops / fwd_ms * 1e-9);
+    std::printf("%-42s %10.4f %10.1f\n", "conv2d fwd+bwd 256x128x16x16 3x3", fb_ms, 3 * flops / fb_ms * 1e-9);
+    std::printf("%-42s %10s %10s\n", "", "ms", "GB/s");
+    std::printf("%-42s %10.4f %10.1f\n", "batch_norm fwd+bwd 256x128x16x16", bn_ms, bn_bytes / bn_ms * 1e-6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,5 +174,6 @@ int main(int argc, char** argv) {
     else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
   }
   bench_gemm(csv);
+  bench_conv_bn(csv);
   return 0;
 }

@@ -62,3 +62,43 @@ for dt, gm, gk, gn in [(torch.bfloat16, 8192, 4096, 11008), (torch.bfloat16, 819
     ms = time_ms(lambda: torch.matmul(ga, gb))
     name = f"matmul {'bf16' if dt == torch.bfloat16 else 'f32'} {gm}x{gk} @ {gk}x{gn}"
     print(f"{name:34s} {ms:10.4f} {2.0 * gm * gn * gk / ms * 1e-9:10.1f}")
+
+# conv2d and batch norm of a ResNet-18 CIFAR layer in bf16 (bench_conv_bn): cuDNN conv (TF32 off, as
+# above; bf16 uses tensor cores either way), forward alone and forward + backward; batch norm in train
+# mode with f32 weight, bias and running stats, forward + backward.
+cn, cc, ch, cw = 256, 128, 16, 16
+cx = torch.rand(cn, cc, ch, cw, device="cuda").bfloat16().requires_grad_()
+cwt = (torch.rand(cc, cc, 3, 3, device="cuda") * 0.05).bfloat16().requires_grad_()
+cg = torch.rand(cn, cc, ch, cw, device="cuda").bfloat16()
+bw = torch.rand(cc, device="cuda").requires_grad_()
+bb = torch.rand(cc, device="cuda").requires_grad_()
+rm, rv = torch.zeros(cc, device="cuda"), torch.ones(cc, device="cuda")
+conv_flops = 2.0 * cn * cc * ch * cw * cc * 9
+
+
+def conv_fwd():
+    with torch.no_grad():
+        torch.nn.functional.conv2d(cx, cwt, padding=1)
+
+
+def conv_fwd_bwd():
+    cx.grad = None
+    cwt.grad = None
+    torch.nn.functional.conv2d(cx, cwt, padding=1).backward(cg)
+
+
+def bn_fwd_bwd():
+    cx.grad = None
+    bw.grad = None
+    bb.grad = None
+    torch.nn.functional.batch_norm(cx, rm, rv, bw, bb, training=True).backward(cg)
+
+
+print(f"\n{'layer (ResNet-18 CIFAR, bf16)':42s} {'torch ms':>10s} {'TFLOP/s':>10s}")
+ms = time_ms(conv_fwd)
+print(f"{'conv2d fwd 256x128x16x16 3x3':42s} {ms:10.4f} {conv_flops / ms * 1e-9:10.1f}")
+ms = time_ms(conv_fwd_bwd)
+print(f"{'conv2d fwd+bwd 256x128x16x16 3x3':42s} {ms:10.4f} {3 * conv_flops / ms * 1e-9:10.1f}")
+print(f"{'':42s} {'torch ms':>10s} {'GB/s':>10s}")
+ms = time_ms(bn_fwd_bwd)
+print(f"{'batch_norm fwd+bwd 256x128x16x16':42s} {ms:10.4f} {5 * 2.0 * cn * cc * ch * cw / ms * 1e-6:10.1f}")
