@@ -23,6 +23,9 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/attention.h"
+#endif
 
 namespace ht {
 namespace {
@@ -41,6 +44,9 @@ struct AttnDims {
   std::size_t vi(int64_t b, int64_t h, int64_t s) const { return static_cast<std::size_t>(((b * Hkv + h) * S + s) * Dv); }
   std::size_t oi(int64_t b, int64_t h, int64_t t) const { return static_cast<std::size_t>(((b * Hq + h) * T + t) * Dv); }
   std::size_t li(int64_t b, int64_t h, int64_t t) const { return static_cast<std::size_t>((b * Hq + h) * T + t); }
+#ifdef HADATRAIN_CUDA
+  kernels::AttnShape cuda_shape() const { return {B, Hq, Hkv, T, S, D, Dv, scale, mask == AttnMask::causal ? 1 : 0}; }
+#endif
 };
 
 // scale * q[b, h, t] . k[b, h / group, s]
@@ -69,7 +75,16 @@ class AttentionBackward final : public Node {
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const AttnDims& d = d_;
     if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
-    if (grads[0].is_cuda()) no_cuda_kernel("scaled_dot_product_attention backward");
+    if (grads[0].is_cuda()) {
+#ifdef HADATRAIN_CUDA
+      auto g = cuda_ops::attention_backward(saved(0), saved(1), saved(2), saved(3), grads[0], d.cuda_shape());
+      for (std::size_t i = 0; i < 3; ++i)
+        if (!needs_input_grad(i)) g[i] = Tensor();
+      return {g[0], g[1], g[2]};
+#else
+      no_cuda_kernel("scaled_dot_product_attention backward");
+#endif
+    }
     const std::vector<double> q = saved(0).to_vector<double>(), k = saved(1).to_vector<double>(),
                               v = saved(2).to_vector<double>(), lse = saved(3).to_vector<double>();
     const std::vector<double> dout = grads[0].to_vector<double>();  // (B, Hq, T, Dv)
@@ -145,7 +160,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const int64_t D = q.size(3);
   const AttnDims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), D, v.size(3),
                    opts.scale != 0.0 ? opts.scale : 1.0 / std::sqrt(static_cast<double>(D)), opts.mask};
-  if (dev.is_cuda()) no_cuda_kernel(op);
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    auto [result, lse_t] = cuda_ops::attention_forward(q.detach(), k.detach(), v.detach(), d.cuda_shape());
+    if (needs_grad({&q, &k, &v}))
+      connect(std::make_shared<AttentionBackward>(d, q, k, v, lse_t), {&q, &k, &v}, {&result});
+    return result;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
 
   const std::vector<double> qd = q.detach().to_vector<double>(), kd = k.detach().to_vector<double>(),
                             vd = v.detach().to_vector<double>();

@@ -16,6 +16,9 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/dropout_rope.h"
+#endif
 
 namespace ht {
 namespace {
@@ -34,7 +37,14 @@ struct DropoutMask {
 // out = mask(x) * 1/(1-p), for x of any layout; the mask index is the row-major position in x's shape.
 Tensor apply_mask(const Tensor& x, const DropoutMask& m) {
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-  if (x.is_cuda()) no_cuda_kernel("dropout");
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::dropout(out, x, m.p, m.seed, m.stream);
+    return out;
+#else
+    no_cuda_kernel("dropout");
+#endif
+  }
   visit_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;

@@ -12,6 +12,9 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/dropout_rope.h"
+#endif
 
 namespace ht {
 namespace {
@@ -21,7 +24,15 @@ enum class Direction { forward, inverse };  // inverse rotates by the negative a
 // out = R(direction * angle) x, for x of any layout; out is contiguous (B, H, T, D).
 Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-  if (x.is_cuda()) no_cuda_kernel("rotary_embedding");
+  if (x.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::rope(out, x, {p.theta, p.position_offset, p.style == RopeStyle::interleaved,
+                            dir == Direction::forward ? 1.0 : -1.0});
+    return out;
+#else
+    no_cuda_kernel("rotary_embedding");
+#endif
+  }
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
   const double sign = dir == Direction::forward ? 1.0 : -1.0;
   std::vector<double> cos_t(static_cast<std::size_t>(T * half)), sin_t(cos_t.size());  // (T, D/2)

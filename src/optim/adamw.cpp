@@ -6,6 +6,9 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda_step.h"
+#endif
 
 namespace ht::optim {
 namespace {
@@ -25,6 +28,9 @@ class AdamW final : public Optimizer {
     ++steps_;
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(steps_));
+#ifdef HADATRAIN_CUDA
+    std::vector<cuda_step::AdamWItem> on_cuda;  // one fused launch per (device, dtype) after the loop
+#endif
     for (std::size_t i = 0; i < params_.size(); ++i) {
       Tensor& p = *params_[i].param;
       const Tensor& g = p.grad();
@@ -33,8 +39,15 @@ class AdamW final : public Optimizer {
         m_[i] = zeros_like(p);
         v_[i] = zeros_like(p);
       }
-      if (p.is_cuda()) no_cuda_kernel("adamw step");
       const double decay = params_[i].decay ? 1.0 - lr * o_.weight_decay : 1.0;
+      if (p.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+        on_cuda.push_back({p, g, m_[i], v_[i], decay});
+        continue;
+#else
+        no_cuda_kernel("adamw step");
+#endif
+      }
       const Tensor gc = g.contiguous();
       visit_floating(p.dtype(), "adamw", [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -54,6 +67,9 @@ class AdamW final : public Optimizer {
         }
       });
     }
+#ifdef HADATRAIN_CUDA
+    cuda_step::adamw(on_cuda, {lr, o_.beta1, o_.beta2, o_.eps, bc1, bc2});
+#endif
   }
 
   std::map<std::string, Tensor> state_tensors() const override {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/reduce.h"
@@ -38,13 +39,19 @@ void Optimizer::zero_grad() {
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm) {
   HT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
   NoGradGuard ng;
-  double total = 0;
+  // Squared norms are summed on each gradient's device (f64, in parameter order) and read back once per
+  // device, so CUDA gradients cost one host synchronisation, not one per parameter.
+  std::vector<std::pair<Device, Tensor>> partial;
   for (const auto& p : params) {
     const Tensor& g = p.param->grad();
     if (!g.defined()) continue;
-    const double n = sum(mul(g, g)).item();
-    total += n;
+    const Tensor sq = to_dtype(sum(mul(g, g)), DType::f64);
+    auto it = std::find_if(partial.begin(), partial.end(), [&](const auto& e) { return e.first == g.device(); });
+    if (it == partial.end()) partial.emplace_back(g.device(), sq);
+    else it->second = add(it->second, sq);
   }
+  double total = 0;
+  for (const auto& [dev, sq] : partial) total += sq.item();
   total = std::sqrt(total);
   if (total > max_norm && std::isfinite(total)) {
     const double scale = max_norm / (total + 1e-6);

@@ -4,6 +4,9 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/factory.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda_step.h"
+#endif
 
 namespace ht::optim {
 namespace {
@@ -19,6 +22,9 @@ class Sgd final : public Optimizer {
   std::string name() const override { return "sgd"; }
 
   void step(double lr) override {
+#ifdef HADATRAIN_CUDA
+    std::vector<cuda_step::SgdItem> on_cuda;  // one fused launch per (device, dtype) after the loop
+#endif
     for (std::size_t i = 0; i < params_.size(); ++i) {
       Tensor& p = *params_[i].param;
       const Tensor& g = p.grad();
@@ -26,7 +32,14 @@ class Sgd final : public Optimizer {
       const bool first = !bufs_[i].defined();
       if (o_.momentum > 0 && first) bufs_[i] = zeros_like(p);
       const double wd = params_[i].decay ? o_.weight_decay : 0.0;
-      if (p.is_cuda()) no_cuda_kernel("sgd step");
+      if (p.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+        on_cuda.push_back({p, g, o_.momentum > 0 ? bufs_[i] : Tensor(), wd, first});
+        continue;
+#else
+        no_cuda_kernel("sgd step");
+#endif
+      }
       const Tensor gc = g.contiguous();
       HT_CHECK(p.is_contiguous(), "SGD: parameter '{}' must be contiguous", params_[i].name);
       visit_floating(p.dtype(), "sgd", [&](auto tag) {
@@ -48,6 +61,9 @@ class Sgd final : public Optimizer {
         }
       });
     }
+#ifdef HADATRAIN_CUDA
+    cuda_step::sgd(on_cuda, {lr, o_.momentum, o_.dampening, o_.nesterov ? 1 : 0});
+#endif
     ++steps_;
   }
 

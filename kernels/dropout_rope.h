@@ -1,0 +1,32 @@
+// Launchers of the dropout and rotary-embedding kernels. Dtypes f32 f64 bf16 f16 (the op files compute
+// fp8 in f32); contiguous row-major buffers.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "hadatrain/tensor/dtype_enum.h"
+
+namespace ht::kernels {
+
+// out[i] = keep(i) ? in[i] * 1/(1-p) : 0 with keep(i) = uniform_from_word(philox_word(seed, stream, i)) >= p
+// (src/ops/dropout.cpp; the same Philox bits as the CPU). n elements; in and out may alias.
+struct DropoutArgs {
+  double p;
+  uint64_t seed, stream;
+  int64_t n;
+};
+void launch_dropout(DType dt, void* out, const void* in, const DropoutArgs& a, cudaStream_t stream);
+
+// Rotary embedding of x (rows, T, D) into out (same shape): pair j of position t rotates by
+// angle = (offset + t) * inv_freq[j] (double), times `sign` (+1 forward, -1 the inverse rotation).
+// inv_freq: a device array of D/2 doubles computed on the host like the CPU path.
+struct RopeArgs {
+  int64_t rows, T, D, offset;
+  double sign;
+  int32_t interleaved;  // pairs (2j, 2j+1) instead of (j, j + D/2)
+  const double* inv_freq;
+};
+void launch_rope(DType dt, void* out, const void* in, const RopeArgs& a, cudaStream_t stream);
+
+}  // namespace ht::kernels
