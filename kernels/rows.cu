@@ -245,6 +245,70 @@ __global__ void norm_kernel(NormArgs a, int tpr) {
   });
 }
 
+template <class T>
+__global__ void norm_backward_kernel(NormBackwardArgs a, int tpr) {
+  using A = acc_t<T>;
+  __shared__ A smem[kRowBlock / 32];
+  const int64_t d = a.dim;
+  const A* w = static_cast<const A*>(a.weight);
+  const bool layer = a.kind == NormKind::layer;
+  for_each_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
+    const T* x = static_cast<const T*>(a.x) + row * d;
+    const T* g = static_cast<const T*>(a.g) + row * d;
+    const A m = layer ? static_cast<const A*>(a.mean)[row] : A(0);
+    const A r = static_cast<const A*>(a.rstd)[row];
+    A s_gh = A(0), s_ghx = A(0);
+    if (valid)
+      for (int64_t j = lane; j < d; j += tpr) {
+        const A gh = w ? convert<A>(g[j]) * w[j] : convert<A>(g[j]);
+        s_gh += gh;
+        s_ghx += gh * ((convert<A>(x[j]) - m) * r);
+      }
+    if (layer) s_gh = group_reduce(s_gh, tpr, smem, Sum{});  // uniform across the block
+    s_ghx = group_reduce(s_ghx, tpr, smem, Sum{});
+    if (!valid) return;
+    const A mean_gh = layer ? s_gh / static_cast<A>(d) : A(0), mean_ghx = s_ghx / static_cast<A>(d);
+    T* gx = static_cast<T*>(a.gx) + row * d;
+    for (int64_t j = lane; j < d; j += tpr) {
+      const A gh = w ? convert<A>(g[j]) * w[j] : convert<A>(g[j]);
+      const A xh = (convert<A>(x[j]) - m) * r;
+      gx[j] = convert<T>(r * ((gh - mean_gh) - xh * mean_ghx));
+    }
+  });
+}
+
+// 32 x 8 block: threadIdx.x picks a column, threadIdx.y a lane over the rows of split blockIdx.y.
+template <class T>
+__global__ void norm_param_grad_kernel(NormParamGradArgs a, int64_t chunk) {
+  using A = acc_t<T>;
+  __shared__ A part_w[8][33], part_b[8][33];
+  const int64_t d = a.dim;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk, r1 = r0 + chunk < a.rows ? r0 + chunk : a.rows;
+  const bool layer = a.kind == NormKind::layer;
+  A sw = A(0), sb = A(0);
+  if (j < d)
+    for (int64_t row = r0 + threadIdx.y; row < r1; row += 8) {
+      const A g = convert<A>(static_cast<const T*>(a.g)[row * d + j]);
+      const A m = layer ? static_cast<const A*>(a.mean)[row] : A(0);
+      const A xh = (convert<A>(static_cast<const T*>(a.x)[row * d + j]) - m) * static_cast<const A*>(a.rstd)[row];
+      sw += g * xh;
+      sb += g;
+    }
+  part_w[threadIdx.y][threadIdx.x] = sw;
+  part_b[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= d) return;
+#pragma unroll
+  for (int y = 1; y < 8; ++y) {
+    sw += part_w[y][threadIdx.x];
+    sb += part_b[y][threadIdx.x];
+  }
+  const int64_t at = static_cast<int64_t>(blockIdx.y) * d + j;
+  if (a.gw_partial) static_cast<A*>(a.gw_partial)[at] = sw;
+  if (a.gb_partial) static_cast<A*>(a.gb_partial)[at] = sb;
+}
+
 // ---- embedding -------------------------------------------------------------------------------------------
 
 template <class U>
@@ -355,6 +419,38 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
     HT_CHECK_LAUNCH("norm_kernel");
   });
   if (!ok) HT_UNSUPPORTED_DTYPE("launch_norm", a.dtype);
+}
+
+void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  const RowGrid g = row_grid(a.rows, a.dim);
+  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    norm_backward_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
+    HT_CHECK_LAUNCH("norm_backward_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_norm_backward", a.dtype);
+}
+
+int norm_param_splits(int64_t rows, int64_t dim) {
+  const int64_t tiles = (dim + 31) / 32;
+  const int64_t want = (132 * 8 + tiles - 1) / tiles;  // about 8 blocks per SM in all
+  const int64_t most = (rows + 63) / 64;               // at least 64 rows per split
+  const int64_t s = want < most ? want : most;
+  return static_cast<int>(s < 1 ? 1 : (s > 65535 ? 65535 : s));
+}
+
+void launch_norm_param_grad(const NormParamGradArgs& a, cudaStream_t stream) {
+  if (a.dim == 0) return;
+  const int splits = norm_param_splits(a.rows, a.dim);
+  const int64_t chunk = (a.rows + splits - 1) / splits;
+  const dim3 grid(static_cast<unsigned>((a.dim + 31) / 32), static_cast<unsigned>(splits));
+  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    norm_param_grad_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(a, chunk);
+    HT_CHECK_LAUNCH("norm_param_grad_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_norm_param_grad", a.dtype);
 }
 
 void launch_embedding(const EmbeddingArgs& a, cudaStream_t stream) {

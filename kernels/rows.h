@@ -71,6 +71,38 @@ struct NormArgs {
 };
 void launch_norm(const NormArgs& args, cudaStream_t stream);
 
+// Backward of layer_norm / rms_norm, per row (xhat = (x - mean) * rstd, gh = g * weight, means over D):
+//   gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat))   (layer; rms drops the mean(gh) term)
+struct NormBackwardArgs {
+  DType dtype;           // x, g and gx dtype
+  NormKind kind;
+  void* gx;              // (R, D)
+  const void* g;         // (R, D)
+  const void* x;         // (R, D)
+  const void* mean;      // (R) S, layer only
+  const void* rstd;      // (R) S
+  const void* weight;    // (D) S or null
+  int64_t rows, dim;
+};
+void launch_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
+
+// Parameter gradients as a column reduction in two passes: this kernel writes per-split partial sums
+// (splits, D) in S of g * xhat (weight) and g (bias) over `chunk` rows each; the caller adds the splits
+// (a deterministic sum over dim 0). norm_param_splits gives the split count the launcher uses.
+struct NormParamGradArgs {
+  DType dtype;
+  NormKind kind;
+  void* gw_partial;      // (splits, D) S or null
+  void* gb_partial;      // (splits, D) S or null
+  const void* g;         // (R, D)
+  const void* x;         // (R, D)
+  const void* mean;      // (R) S, layer only
+  const void* rstd;      // (R) S
+  int64_t rows, dim;
+};
+int norm_param_splits(int64_t rows, int64_t dim);
+void launch_norm_param_grad(const NormParamGradArgs& args, cudaStream_t stream);
+
 // out (n, D) = weight[ids[k], :], a bit copy of elements of `itemsize` bytes; weight (V, D) has element
 // strides (s0, s1). Out-of-range ids set status[1] (their output rows are zero).
 struct EmbeddingArgs {

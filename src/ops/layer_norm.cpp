@@ -5,6 +5,8 @@
 //   xhat = (x - mean) * rstd,   gh = g * weight
 //   gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat))          (means over the last dim)
 //   gweight = sum over rows of g * xhat,   gbias = sum over rows of g
+// CUDA: forward and backward are row kernels (kernels/rows.cu); the parameter gradients are a column
+// reduction with per-split partial sums added in a fixed order (deterministic).
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -44,6 +46,15 @@ class LayerNormBackward final : public Node {
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& mu = saved(2);    // (..., 1)
     const Tensor& rstd = saved(3);  // (..., 1)
+    if (mu.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+      const cuda_ops::NormGrads r = cuda_ops::norm_backward(
+          kernels::NormKind::layer, grads[0], saved(0), saved(1), mu, rstd,
+          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+      return {r.gx, r.gw.defined() ? to_dtype(r.gw, w_dtype_) : Tensor(),
+              r.gb.defined() ? to_dtype(r.gb, b_dtype_) : Tensor()};
+#endif
+    }
     const DType cd = mu.dtype();
     const Tensor g = to_dtype(grads[0], cd);
     const Tensor xhat = mul(sub(to_dtype(saved(0), cd), mu), rstd);  // (..., D)

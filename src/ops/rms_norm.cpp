@@ -5,6 +5,8 @@
 //   xhat = x * rstd,   gh = g * weight
 //   gx = rstd * (gh - xhat * mean(gh * xhat))          (mean over the last dim)
 //   gweight = sum over rows of g * xhat
+// CUDA: forward and backward are row kernels (kernels/rows.cu); the weight gradient is a column reduction
+// with per-split partial sums added in a fixed order (deterministic).
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -32,6 +34,13 @@ class RmsNormBackward final : public Node {
   // saved: x (0), weight (1, may be undefined), rstd (2)
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& rstd = saved(2);  // (..., 1)
+    if (rstd.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+      const cuda_ops::NormGrads r = cuda_ops::norm_backward(kernels::NormKind::rms, grads[0], saved(0), saved(1),
+                                                            Tensor(), rstd, {needs_input_grad(0), needs_input_grad(1), false});
+      return {r.gx, r.gw.defined() ? to_dtype(r.gw, w_dtype_) : Tensor()};
+#endif
+    }
     const DType cd = rstd.dtype();
     const Tensor g = to_dtype(grads[0], cd);
     const Tensor xhat = mul(to_dtype(saved(0), cd), rstd);  // (..., D)

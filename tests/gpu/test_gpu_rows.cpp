@@ -210,6 +210,30 @@ TEST_CASE("layer_norm and rms_norm on CUDA match the CPU, with and without affin
                  DType::f32) == "");
 }
 
+TEST_CASE("layer_norm and rms_norm backward on CUDA: many rows (split column sums), parameter-only gradients",
+          "[gpu][rows][norm]") {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const Shape& shape : {Shape{3001, 7}, Shape{700, 1000}, Shape{257, 4097}}) {
+      const int64_t d = shape[1];
+      const Tensor x = test::random_input(shape, 900 + d, dt, -2.0, 3.0);
+      const Tensor w = test::random_input({d}, 901 + d, dt, 0.5, 1.5);
+      const Tensor b = test::random_input({d}, 902 + d, dt, -1.0, 1.0);
+      INFO(dtype_name(dt) << " " << to_string(shape));
+      // the parameter gradients sum thousands of rows: f32 accumulation against the CPU's double
+      const test::Tolerance tol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
+      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                     row_tol(dt), tol) == "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, row_tol(dt), tol) ==
+            "");
+      // x as a constant: only the parameters need gradients
+      CHECK(check_op([&](const std::vector<Tensor>& in) { return layer_norm(x.to(in[0].device()), in[0], in[1]); },
+                     {w, b}, row_tol(dt), tol) == "");
+      CHECK(check_op([&](const std::vector<Tensor>& in) { return rms_norm(x.to(in[0].device()), in[0]); }, {w},
+                     row_tol(dt), tol) == "");
+    }
+  }
+}
+
 TEST_CASE("embedding on CUDA gathers rows and sums the gradients of repeated ids", "[gpu][rows][embedding]") {
   uint64_t seed = 500;
   // ids drawn from 0..9 of a 50-row table: every used id repeats

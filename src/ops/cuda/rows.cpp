@@ -125,6 +125,45 @@ void norm(kernels::NormKind kind, const NormOutputs& o, const Tensor& x, const T
                        on.stream);
 }
 
+NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want) {
+  const int64_t d = x.shape().back();
+  const int64_t rows = x.numel() / d;
+  const DType sd = rstd.dtype();
+  const Tensor xc = x.contiguous();                        // (R, D)
+  const Tensor gc = to_dtype(g, x.dtype()).contiguous();   // (R, D)
+  const Tensor mc = mean.defined() ? mean.contiguous() : Tensor();  // (R)
+  const Tensor rc = rstd.contiguous();                     // (R)
+  NormGrads out;
+  OnDevice on(x);
+  if (want.x) {
+    const Tensor w = weight.defined() ? to_dtype(weight, sd).contiguous() : Tensor();  // (D)
+    out.gx = empty(x.shape(), {x.dtype(), x.device()});
+    kernels::launch_norm_backward({x.dtype(), kind, out.gx.data_ptr(), gc.data_ptr(), xc.data_ptr(),
+                                   mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(),
+                                   w.defined() ? w.data_ptr() : nullptr, rows, d},
+                                  on.stream);
+  }
+  if (want.weight || want.bias) {
+    const int64_t splits = kernels::norm_param_splits(rows, d);
+    const Tensor pw = want.weight ? empty({splits, d}, {sd, x.device()}) : Tensor();  // (splits, D)
+    const Tensor pb = want.bias ? empty({splits, d}, {sd, x.device()}) : Tensor();    // (splits, D)
+    kernels::launch_norm_param_grad({x.dtype(), kind, pw.defined() ? pw.data_ptr() : nullptr,
+                                     pb.defined() ? pb.data_ptr() : nullptr, gc.data_ptr(), xc.data_ptr(),
+                                     mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(), rows, d},
+                                    on.stream);
+    if (want.weight) {
+      out.gw = empty({d}, {sd, x.device()});
+      cuda_ops::sum(out.gw, pw, {true, false}, 1.0);
+    }
+    if (want.bias) {
+      out.gb = empty({d}, {sd, x.device()});
+      cuda_ops::sum(out.gb, pb, {true, false}, 1.0);
+    }
+  }
+  return out;
+}
+
 void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
   const int64_t n = ids.numel(), v = weight.size(0), d = weight.size(1);
   const Tensor idc = to_dtype(ids, DType::i64).contiguous();  // (n)

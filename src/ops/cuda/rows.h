@@ -34,6 +34,20 @@ struct NormOutputs {
 void norm(kernels::NormKind kind, const NormOutputs& outs, const Tensor& x, const Tensor& weight, const Tensor& bias,
           double eps);
 
+// Which gradients a norm backward computes.
+struct NormGradsWanted {
+  bool x = true, weight = false, bias = false;
+};
+struct NormGrads {
+  Tensor gx;  // x's shape and dtype
+  Tensor gw;  // (D) in the statistics dtype (f32, f64 for f64), summed over rows deterministically
+  Tensor gb;  // (D) likewise
+};
+// Backward of layer_norm (kind layer, mean defined) or rms_norm: one row kernel for gx, one column-reduction
+// kernel (per-split partial sums, then a fixed-order sum) for gw and gb. weight (D) may be undefined.
+NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want);
+
 // out (*ids.shape, D) contiguous = weight[ids]; throws for out-of-range ids (device flag, one small copy).
 void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids);
 // (V, D) in `dtype`: rows of g (*ids.shape, D) summed into the rows ids pick (atomicAdd: not deterministic).
