@@ -137,6 +137,28 @@ __global__ void softmax_kernel(T* out, const T* in, int64_t rows, int64_t len, i
   });
 }
 
+template <class T>
+__global__ void softmax_backward_kernel(T* gx, const T* g, const T* y, int64_t rows, int64_t len, int tpr,
+                                        SoftmaxKind kind) {
+  using A = acc_t<T>;
+  __shared__ A smem[kRowBlock / 32];
+  const bool soft = kind == SoftmaxKind::softmax;
+  for_each_row(rows, tpr, [&](int64_t row, int lane, bool valid) {
+    const T* gr = g + row * len;
+    const T* yr = y + row * len;
+    A s = A(0);
+    if (valid)
+      for (int64_t j = lane; j < len; j += tpr) s += soft ? convert<A>(gr[j]) * convert<A>(yr[j]) : convert<A>(gr[j]);
+    s = group_reduce(s, tpr, smem, Sum{});
+    if (!valid) return;
+    T* out = gx + row * len;
+    for (int64_t j = lane; j < len; j += tpr) {
+      const A gj = convert<A>(gr[j]), yj = convert<A>(yr[j]);
+      out[j] = convert<T>(soft ? yj * (gj - s) : gj - d_exp(yj) * s);
+    }
+  });
+}
+
 // ---- cross-entropy ---------------------------------------------------------------------------------------
 
 template <class T>
@@ -386,6 +408,19 @@ void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64
     HT_CHECK_LAUNCH("softmax_kernel");
   });
   if (!ok) HT_UNSUPPORTED_DTYPE("launch_softmax", dt);
+}
+
+void launch_softmax_backward(DType dt, SoftmaxKind kind, void* gx, const void* g, const void* y, int64_t rows,
+                             int64_t len, cudaStream_t stream) {
+  if (rows == 0 || len == 0) return;
+  const RowGrid grid = row_grid(rows, len);
+  const bool ok = visit_floating_kernel(dt, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_backward_kernel<T><<<grid.blocks, kRowBlock, 0, stream>>>(
+        static_cast<T*>(gx), static_cast<const T*>(g), static_cast<const T*>(y), rows, len, grid.tpr, kind);
+    HT_CHECK_LAUNCH("softmax_backward_kernel");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("launch_softmax_backward", dt);
 }
 
 void launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {

@@ -22,6 +22,11 @@ enum class SoftmaxKind : uint8_t { softmax, log_softmax };
 void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64_t rows, int64_t len,
                     cudaStream_t stream);
 
+// Backward along L: gx = y * (g - sum(g * y)) (softmax) or g - exp(y) * sum(g) (log_softmax), y the forward
+// output; gx, g and y are (R, L) of dtype dt.
+void launch_softmax_backward(DType dt, SoftmaxKind kind, void* gx, const void* g, const void* y, int64_t rows,
+                             int64_t len, cudaStream_t stream);
+
 // status (2 x uint64, zeroed by the caller) after a cross-entropy or embedding launch:
 //   status[0]: number of counted rows (cross-entropy: targets not equal to ignore_index and in range);
 //   status[1]: 0, or (n - first offending index) when some target / id was out of range.

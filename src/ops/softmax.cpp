@@ -3,6 +3,7 @@
 // Backward (y = the saved output, sums run along dim):
 //   softmax:     gx = y * (g - sum(g * y))
 //   log_softmax: gx = g - exp(y) * sum(g)
+// CUDA: forward and backward are one row kernel each (kernels/rows.cu), computed in f32 (f64 for f64).
 #include <cmath>
 #include <vector>
 
@@ -72,6 +73,13 @@ class SoftmaxBackward final : public Node {
     return kind_ == SoftmaxKind::softmax ? "SoftmaxBackward" : "LogSoftmaxBackward";
   }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    if (saved(0).is_cuda()) {
+#ifdef HADATRAIN_CUDA
+      return {cuda_ops::softmax_backward(kind_ == SoftmaxKind::softmax ? kernels::SoftmaxKind::softmax
+                                                                       : kernels::SoftmaxKind::log_softmax,
+                                         grads[0], saved(0), dim_)};  // one fused row kernel
+#endif
+    }
     const DType cd = compute_dtype(dtype_);
     const Tensor y = to_dtype(saved(0), cd);
     const Tensor g = to_dtype(grads[0], cd);

@@ -102,6 +102,9 @@ TEST_CASE("softmax and log_softmax on CUDA match the CPU, forward and backward",
     INFO(dtype_name(dt) << " non-last dims");
     CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], 1); }, {x3}, dt) == "");
     CHECK(check_op([](const std::vector<Tensor>& in) { return log_softmax(in[0], 0); }, {x3}, dt) == "");
+    // a non-contiguous incoming gradient (through a transpose after the softmax)
+    CHECK(check_op([](const std::vector<Tensor>& in) { return log_softmax(in[0], 2).transpose(0, 1); }, {x3}, dt) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], 1).transpose(1, 2); }, {x3}, dt) == "");
   }
   // many short rows: more row groups than blocks in the grid (the grid-stride loop) and a 0-d input
   const Tensor many = test::random_input({70001, 3}, 7, DType::f32, -4.0, 4.0);

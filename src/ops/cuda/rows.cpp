@@ -62,6 +62,19 @@ void softmax(kernels::SoftmaxKind kind, const Tensor& out, const Tensor& x, int 
   if (!direct) copy_(out.permute(dim_last_order(x.dim(), d)), dst);
 }
 
+Tensor softmax_backward(kernels::SoftmaxKind kind, const Tensor& g, const Tensor& y, int d) {
+  const int64_t len = y.dim() == 0 ? 1 : y.size(d);
+  const int64_t rows = len == 0 ? 0 : y.numel() / len;
+  const Tensor yr = rows_of(y, d), gr = rows_of(to_dtype(g, y.dtype()), d);
+  const bool direct = y.dim() == 0 || d == y.dim() - 1;
+  Tensor gx = empty(y.shape(), {y.dtype(), y.device()});
+  const Tensor dst = direct ? gx : empty(yr.shape(), {y.dtype(), y.device()});
+  OnDevice on(gx);
+  kernels::launch_softmax_backward(y.dtype(), kind, dst.data_ptr(), gr.data_ptr(), yr.data_ptr(), rows, len, on.stream);
+  if (!direct) copy_(gx.permute(dim_last_order(y.dim(), d)), dst);
+  return gx;
+}
+
 int64_t cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
                       const CrossEntropyOptions& opts) {
   const int64_t n = logits.size(0), c = logits.size(1);

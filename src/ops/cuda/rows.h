@@ -15,6 +15,10 @@ namespace ht::cuda_ops {
 // out (x's shape, contiguous) = softmax or log_softmax of x along dim d.
 void softmax(kernels::SoftmaxKind kind, const Tensor& out, const Tensor& x, int d);
 
+// The gradient (y's shape, contiguous, y's dtype) of softmax / log_softmax along dim d from g and the
+// forward output y (both of y's dtype), in one row kernel.
+Tensor softmax_backward(kernels::SoftmaxKind kind, const Tensor& g, const Tensor& y, int d);
+
 // Cross-entropy forward. logits (N, C), target (N) i32/i64 on the same device; lse (N) and out ((N) for
 // Reduction::none, () otherwise) contiguous of the loss dtype. Returns the number of counted rows.
 // Target range check (Note [Device-side target check]): the kernel sets a flag in device memory and this
