@@ -174,7 +174,7 @@ TEST_CASE("cross_entropy on CUDA rejects out-of-range targets (checked on the de
   for (int64_t bad : {5, -1, 1000}) {
     const Tensor target = ids_tensor({0, 1, bad, 7}, {4}, DType::i64).to(test::kCuda);
     CHECK_THROWS_WITH(cross_entropy(logits, target),
-                      Catch::Matchers::Contains("target[2] = " + std::to_string(bad) + " is out of range for 5 classes"));
+                      HasSubstr("target[2] = " + std::to_string(bad) + " is out of range for 5 classes"));
   }
   // the same tensors without the bad value work (the status buffer is per call)
   CHECK(std::isfinite(cross_entropy(logits, ids_tensor({0, 1, 2, 4}, {4}, DType::i32).to(test::kCuda)).item()));
@@ -268,7 +268,7 @@ TEST_CASE("embedding on CUDA rejects out-of-range ids (checked on the device)", 
   const Tensor w = test::random_input({10, 4}, 600, DType::f32).to(test::kCuda);
   for (int64_t bad : {10, -1}) {
     const Tensor ids = ids_tensor({1, 2, 3, bad, 4, bad}, {2, 3}, DType::i64).to(test::kCuda);
-    CHECK_THROWS_WITH(embedding(w, ids), Catch::Matchers::Contains("id " + std::to_string(bad) +
+    CHECK_THROWS_WITH(embedding(w, ids), HasSubstr("id " + std::to_string(bad) +
                                                                    " (at flat position 3) is out of range"));
   }
 }
