@@ -119,9 +119,13 @@ const std::vector<ConvCase> kConvCases = {
 };
 
 const Tols kConvF32{{1e-4, 1e-4}, {1e-4, 2e-4}};  // TF32 (10-bit mantissa) would exceed these
+// For larger layers cuDNN's heuristics may pick FFT or Winograd weight-gradient algorithms, whose f32 error
+// is about 1e-4 relative (3e-4 measured on the H200); still well below what a wrong convolution gives.
+const Tols kConvF32Large{{1e-4, 1e-4}, {2e-3, 2e-3}};
 const Tols kConvF64{{1e-10, 1e-10}, {1e-10, 1e-10}};
 
-std::string check_conv(const ConvCase& cc, DType dt, bool channels_last_input, uint64_t seed) {
+std::string check_conv(const ConvCase& cc, DType dt, bool channels_last_input, uint64_t seed,
+                       const Tols* f32_tols = nullptr) {
   // x is stored (N, H, W, C) and viewed as (N, C, H, W) when channels_last_input: a non-contiguous leaf.
   const Shape xs = channels_last_input ? Shape{cc.N, cc.H, cc.W, cc.C} : Shape{cc.N, cc.C, cc.H, cc.W};
   std::vector<Tensor> values = {test::random_input(xs, seed, DType::f64, -1, 1),
@@ -133,7 +137,7 @@ std::string check_conv(const ConvCase& cc, DType dt, bool channels_last_input, u
     const Tensor x = channels_last_input ? in[0].permute({0, 3, 1, 2}) : in[0];
     return conv2d(x, in[1], has_bias ? in[2] : Tensor(), p);
   };
-  return check_graph(f, values, dt, dt == DType::f64 ? kConvF64 : kConvF32, seed + 3);
+  return check_graph(f, values, dt, dt == DType::f64 ? kConvF64 : (f32_tols ? *f32_tols : kConvF32), seed + 3);
 }
 
 }  // namespace
@@ -160,8 +164,8 @@ TEST_CASE("conv2d in bf16 and f16 on CUDA is close to the f64 CPU result", "[gpu
 TEST_CASE("conv2d on CUDA: a ResNet-sized layer and repeated calls reuse the cached algorithm", "[gpu][conv]") {
   // 3x3, 64 -> 64 channels on 16x16: large enough for cuDNN to pick its fast algorithms.
   const ConvCase cc{"resnet 3x3", 8, 64, 16, 16, 64, 3, 3, conv_params(1, 1, 1, 1, 1, 1, 1), false};
-  CHECK(check_conv(cc, DType::f32, false, 900) == "");
-  CHECK(check_conv(cc, DType::f32, false, 910) == "");  // second call: cached choice, fresh values
+  CHECK(check_conv(cc, DType::f32, false, 900, &kConvF32Large) == "");
+  CHECK(check_conv(cc, DType::f32, false, 910, &kConvF32Large) == "");  // cached choice, fresh values
   CHECK(check_conv(cc, DType::bf16, false, 920) == "");
 }
 
