@@ -176,24 +176,13 @@ __global__ void __launch_bounds__(kAttnBlock)
   for (int64_t e = threadIdx.x; e < s.D; e += blockDim.x) dqrow[e] = convert<T>(dq_s[e]);
 }
 
-template <class F>
-bool visit_float(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: f(float{}); return true;
-    case DType::f64: f(double{}); return true;
-    case DType::bf16: f(bf16{}); return true;
-    case DType::f16: f(f16{}); return true;
-    default: return false;
-  }
-}
-
 }  // namespace
 
 void launch_attention_forward(DType dt, void* out, void* lse, const void* q, const void* k, const void* v,
                               const AttnShape& s, cudaStream_t stream) {
   const int64_t rows = s.B * s.Hq * s.T;
   if (rows == 0) return;
-  const bool ok = visit_float(dt, [&](auto tag) {
+  const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     using A = typename AttnAcc<T>::type;
     const std::size_t smem = static_cast<std::size_t>(s.D + kAttnBlock + s.Dv) * sizeof(A);
@@ -209,7 +198,7 @@ void launch_attention_backward(DType dt, const AttnGrads& g, const void* q, cons
                                const void* lse, const void* dout, const AttnShape& s, cudaStream_t stream) {
   const int64_t rows = s.B * s.Hq * s.T;
   if (rows == 0) return;
-  const bool ok = visit_float(dt, [&](auto tag) {
+  const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     using A = typename AttnAcc<T>::type;
     const std::size_t smem = static_cast<std::size_t>(2 * s.D + s.Dv + 2 * kAttnBlock) * sizeof(A);

@@ -10,17 +10,6 @@ namespace {
 
 constexpr int kStatBlock = 512;
 
-template <class F>
-bool visit_bn_dtype(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: f(float{}); return true;
-    case DType::f64: f(double{}); return true;
-    case DType::bf16: f(bf16{}); return true;
-    case DType::f16: f(f16{}); return true;
-    default: return false;
-  }
-}
-
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 __device__ double block_sum(double v) {
   __shared__ double partial[32];
@@ -135,7 +124,7 @@ unsigned channel_grid(int64_t C) { return static_cast<unsigned>(C); }
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream) {
   if (s.C == 0) return;
-  if (!visit_bn_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         bn_stats_kernel<T><<<channel_grid(s.C), kStatBlock, 0, stream>>>(static_cast<const T*>(x), s, eps, running,
                                                                          mean, invstd);
@@ -153,7 +142,7 @@ void launch_bn_invstd(const double* running_var, int64_t C, double eps, double* 
 void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void* y, cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.S;
   if (total == 0) return;
-  if (!visit_bn_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         bn_normalize_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(x), s, ch,
                                                                                    static_cast<T*>(y));
@@ -165,7 +154,7 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
 void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, double* sum_g,
                                double* sum_gxhat, cudaStream_t stream) {
   if (s.C == 0) return;
-  if (!visit_bn_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         bn_backward_reduce_kernel<T><<<channel_grid(s.C), kStatBlock, 0, stream>>>(
             static_cast<const T*>(g), static_cast<const T*>(x), s, ch, sum_g, sum_gxhat);
@@ -178,7 +167,7 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
                            const double* sum_g, const double* sum_gxhat, void* gx, cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.S;
   if (total == 0) return;
-  if (!visit_bn_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         bn_backward_dx_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(
             mode, static_cast<const T*>(g), static_cast<const T*>(x), s, ch, sum_g, sum_gxhat, static_cast<T*>(gx));

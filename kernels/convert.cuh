@@ -102,4 +102,18 @@ struct alignas(sizeof(T) * V) Pack {
 
 inline bool aligned_to(const void* p, unsigned bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// Host-side dispatch for kernels that exist for the floating storage types: calls f(T{}) with float, double,
+// bf16 or f16 and returns true, or returns false for any other dtype (the caller computes it in a wider
+// type or rejects it).
+template <class F>
+bool visit_kernel_float(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f32: f(float{}); return true;
+    case DType::f64: f(double{}); return true;
+    case DType::bf16: f(bf16{}); return true;
+    case DType::f16: f(f16{}); return true;
+    default: return false;
+  }
+}
+
 }  // namespace ht::kernels

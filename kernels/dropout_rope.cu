@@ -39,22 +39,11 @@ __global__ void rope_kernel(T* out, const T* in, RopeArgs a) {
   }
 }
 
-template <class F>
-bool visit_float(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: f(float{}); return true;
-    case DType::f64: f(double{}); return true;
-    case DType::bf16: f(bf16{}); return true;
-    case DType::f16: f(f16{}); return true;
-    default: return false;
-  }
-}
-
 }  // namespace
 
 void launch_dropout(DType dt, void* out, const void* in, const DropoutArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  const bool ok = visit_float(dt, [&](auto tag) {
+  const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     dropout_kernel<T><<<cuda::grid_for(a.n), cuda::kBlock, 0, stream>>>(static_cast<T*>(out),
                                                                          static_cast<const T*>(in), a);
@@ -66,7 +55,7 @@ void launch_dropout(DType dt, void* out, const void* in, const DropoutArgs& a, c
 void launch_rope(DType dt, void* out, const void* in, const RopeArgs& a, cudaStream_t stream) {
   const int64_t pairs = a.rows * a.T * (a.D / 2);
   if (pairs == 0) return;
-  const bool ok = visit_float(dt, [&](auto tag) {
+  const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     rope_kernel<T><<<cuda::grid_for(pairs), cuda::kBlock, 0, stream>>>(static_cast<T*>(out),
                                                                         static_cast<const T*>(in), a);

@@ -10,18 +10,6 @@
 namespace ht::kernels {
 namespace {
 
-// Calls f(T{}) for the floating dtypes pooling kernels exist for.
-template <class F>
-bool visit_pool_dtype(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: f(float{}); return true;
-    case DType::f64: f(double{}); return true;
-    case DType::bf16: f(bf16{}); return true;
-    case DType::f16: f(f16{}); return true;
-    default: return false;
-  }
-}
-
 // The rows [h0, h1) x cols [w0, w1) of the input that output (oh, ow) reads, and the averaging divisor.
 struct Window {
   int64_t h0, h1, w0, w1;
@@ -141,7 +129,7 @@ void launch_max_pool2d(DType dt, const void* x, PoolStrides xs, const PoolShape&
                        cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.OH * s.OW;
   if (total == 0) return;
-  if (!visit_pool_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         max_pool_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(x), xs, s,
                                                                                static_cast<T*>(out), indices);
@@ -154,7 +142,7 @@ void launch_max_pool2d_backward(DType dt, const void* grad_out, const int64_t* i
                                 cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
-  if (!visit_pool_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         max_pool_backward_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(
             static_cast<const T*>(grad_out), indices, s, static_cast<T*>(gx));
@@ -167,7 +155,7 @@ void launch_avg_pool2d(DType dt, AvgKind kind, const void* x, PoolStrides xs, co
                        cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.OH * s.OW;
   if (total == 0) return;
-  if (!visit_pool_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         avg_pool_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(x), xs, s, kind,
                                                                                static_cast<T*>(out));
@@ -180,7 +168,7 @@ void launch_avg_pool2d_backward(DType dt, AvgKind kind, const void* grad_out, co
                                 cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
-  if (!visit_pool_dtype(dt, [&](auto tag) {
+  if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         avg_pool_backward_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(
             static_cast<const T*>(grad_out), s, kind, static_cast<T*>(gx));

@@ -448,17 +448,6 @@ __global__ void max_kernel(T* values, int64_t* indices, const T* in, int64_t row
   });
 }
 
-template <class F>
-bool visit_floating_kernel(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: f(float{}); return true;
-    case DType::f64: f(double{}); return true;
-    case DType::bf16: f(bf16{}); return true;
-    case DType::f16: f(f16{}); return true;
-    default: return false;
-  }
-}
-
 unsigned blocks_for_rows(int64_t n) {
   constexpr int64_t kMaxBlocks = 132 * 64;
   return static_cast<unsigned>(n < 1 ? 1 : (n > kMaxBlocks ? kMaxBlocks : n));
@@ -476,7 +465,7 @@ void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64
                     cudaStream_t stream) {
   if (rows == 0 || len == 0) return;
   const RowGrid g = row_grid(rows, len);
-  const bool ok = visit_floating_kernel(dt, [&](auto tag) {
+  const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     softmax_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len,
                                                          g.tpr, kind);
@@ -489,7 +478,7 @@ void launch_softmax_backward(DType dt, SoftmaxKind kind, void* gx, const void* g
                              int64_t len, cudaStream_t stream) {
   if (rows == 0 || len == 0) return;
   const RowGrid grid = row_grid(rows, len);
-  const bool ok = visit_floating_kernel(dt, [&](auto tag) {
+  const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     softmax_backward_kernel<T><<<grid.blocks, kRowBlock, 0, stream>>>(
         static_cast<T*>(gx), static_cast<const T*>(g), static_cast<const T*>(y), rows, len, grid.tpr, kind);
@@ -501,7 +490,7 @@ void launch_softmax_backward(DType dt, SoftmaxKind kind, void* gx, const void* g
 void launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.classes);
-  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+  const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     cross_entropy_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
     HT_CHECK_LAUNCH("cross_entropy_kernel");
@@ -512,7 +501,7 @@ void launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
 void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.classes);
-  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+  const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     cross_entropy_backward_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
     HT_CHECK_LAUNCH("cross_entropy_backward_kernel");
@@ -523,7 +512,7 @@ void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& a, cudaStream
 void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.dim);
-  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+  const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     norm_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
     HT_CHECK_LAUNCH("norm_kernel");
@@ -534,7 +523,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
 void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.dim);
-  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+  const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     norm_backward_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
     HT_CHECK_LAUNCH("norm_backward_kernel");
@@ -555,7 +544,7 @@ void launch_norm_param_grad(const NormParamGradArgs& a, cudaStream_t stream) {
   const int splits = norm_param_splits(a.rows, a.dim);
   const int64_t chunk = (a.rows + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>((a.dim + 31) / 32), static_cast<unsigned>(splits));
-  const bool ok = visit_floating_kernel(a.dtype, [&](auto tag) {
+  const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     norm_param_grad_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(a, chunk);
     HT_CHECK_LAUNCH("norm_param_grad_kernel");
@@ -580,7 +569,7 @@ void launch_embedding_backward(DType g_dtype, void* acc, const void* g, const in
                                cudaStream_t stream) {
   if (n == 0 || dim == 0) return;
   const unsigned blocks = blocks_for_rows(n), threads = threads_for(dim);
-  const bool ok = visit_floating_kernel(g_dtype, [&](auto tag) {
+  const bool ok = visit_kernel_float(g_dtype, [&](auto tag) {
     using T = decltype(tag);
     embedding_backward_kernel<T><<<blocks, threads, 0, stream>>>(static_cast<acc_t<T>*>(acc),
                                                                  static_cast<const T*>(g), ids, n, dim);
