@@ -105,7 +105,9 @@ struct ConvDescs {
                                                    to_int(p.dilation_w, "dilation_w"), CUDNN_CROSS_CORRELATION,
                                                    compute));
     HT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), to_int(p.groups, "groups")));
-    math = p.dtype == DType::f32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+    math = p.dtype == DType::f32   ? CUDNN_FMA_MATH
+           : p.dtype == DType::f64 ? CUDNN_DEFAULT_MATH
+                                   : CUDNN_TENSOR_OP_MATH;
     HT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), math));
   }
 };

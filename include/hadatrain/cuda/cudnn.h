@@ -3,9 +3,9 @@
 // dense NCHW tensors. CUDA builds only.
 //
 // Note [cuDNN math and algorithms]
-// f32 runs with CUDNN_FMA_MATH (no TF32, so results stay within fp32 rounding of the CPU reference); f64
-// and bf16/f16 use CUDNN_DEFAULT_MATH (compute type f64 for f64, f32 for bf16/f16: tensor cores with fp32
-// accumulation). Algorithms come from the cudnnGet*Algorithm_v7 heuristics (no benchmarking run): the
+// f32 runs with CUDNN_FMA_MATH (no TF32, so results stay within fp32 rounding of the CPU reference); f64 uses
+// CUDNN_DEFAULT_MATH (compute type f64); bf16/f16 use CUDNN_TENSOR_OP_MATH with compute type f32 (tensor
+// cores with fp32 accumulation: DEFAULT_MATH does not promise tensor cores for them). Algorithms come from the cudnnGet*Algorithm_v7 heuristics (no benchmarking run): the
 // first candidate whose workspace query and execution do not report NOT_SUPPORTED is used and cached, with
 // its workspace size, per (pass, dtype, device, shapes, params) for the life of the process.
 // Workspaces come from the caching allocator (a u8 tensor on the device, freed in stream order).
