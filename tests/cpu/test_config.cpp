@@ -16,6 +16,7 @@ using namespace ht::train;
 namespace fs = std::filesystem;
 
 using ht::test::TempDir;
+using ht::test::error_of;
 
 namespace {
 
@@ -31,16 +32,6 @@ std::string write_config(const std::string& name, const std::string& text) {
 }
 
 // The message of the ht::Error thrown by f, or "" when nothing was thrown.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Line numbers matter below: optim.lr's value is at line 6, column 7.
 const char* const kConfig =
     "run:\n"                 // 1

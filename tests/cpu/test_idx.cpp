@@ -20,6 +20,7 @@ using namespace ht::data;
 namespace fs = std::filesystem;
 
 using ht::test::TempDir;
+using ht::test::error_of;
 
 namespace {
 
@@ -74,16 +75,6 @@ std::vector<uint8_t> label_data(int n) {
   std::vector<uint8_t> d;
   for (int i = 0; i < n; ++i) d.push_back(static_cast<uint8_t>((i * 3) % 10));
   return d;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

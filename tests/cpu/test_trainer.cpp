@@ -31,6 +31,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 using ht::test::TempDir;
+using ht::test::error_of;
 
 namespace {
 
@@ -180,16 +181,6 @@ json last_eval(const fs::path& out_dir) {
 }
 
 fs::path out_of(const TrainerConfig& c) { return c.run.out_dir; }
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -26,6 +26,17 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64
 std::string compare(const Tensor& actual, const Tensor& expected, double rtol, double atol);
 std::string compare(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol);
 
+// The message of the ht::Error that f() throws, or "" when it throws none (for exact-message assertions).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Shorthand: shape, dtype and device checks fused with compare.
 inline bool close(const Tensor& a, const Tensor& e, double rtol = 1e-6, double atol = 1e-8) {
   return compare(a, e, rtol, atol).empty();
