@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/cuda/gemm.h"
+#include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 
@@ -72,6 +74,78 @@ void bench_gemm(bool csv) {
     else std::printf("%-34s %10.4f %10.1f\n", name.c_str(), ms, tflops);
   }
 }
+
+// ---- bench_lowp_gemm (helper lowp) ----
+// Low-precision products out (M, N) = a (M, K) · b (N, K)ᵀ: int8 -> int32 (int8_matmul_nt) and fp8 e4m3 ->
+// bf16 with device scales (fp8_matmul_nt, precise accumulation; one extra row with cuBLASLt's fast fp8
+// accumulation through the raw API), in T(FL)OP/s (2·M·N·K per product) and as a ratio to the bf16 GEMM of
+// the same shape and layout (matmul(a, bᵀ view)) measured here. "path" says how cuda::gemm_lowp_nt ran
+// (cublaslt = in place, no padding copies). Target: fp8 >= 1.6x bf16 on 8192x4096x11008.
+void bench_lowp_gemm(bool csv) {
+  struct Mkn {
+    int64_t m, k, n;
+  };
+  const Mkn shapes[] = {{8192, 4096, 11008}, {8192, 4096, 4096}, {8192, 11008, 4096}};
+  const Device dev = Device::cuda(0);
+  Generator gen(4);
+  if (csv) std::printf("lowp gemm,M,K,N,ms,TOP/s,ratio_to_bf16,path\n");
+  else std::printf("\n%-44s %10s %10s %8s  %s\n", "lowp gemm (M x K . (N x K)^T)", "ms", "T(FL)OP/s", "vs bf16", "path");
+  for (const Mkn& s : shapes) {
+    const double ops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    const Tensor af = sub(mul(rand({s.m, s.k}, gen, {DType::f32, dev}), 2.0), 1.0);
+    const Tensor bf = sub(mul(rand({s.n, s.k}, gen, {DType::f32, dev}), 2.0), 1.0);
+    const Tensor a16 = af.to(DType::bf16), b16 = bf.to(DType::bf16);
+    const Tensor a8 = mul(af, 127.0).to(DType::i8), b8 = mul(bf, 127.0).to(DType::i8);
+    const Tensor af8 = mul(af, 4.0).to(DType::f8e4m3), bf8 = mul(bf, 4.0).to(DType::f8e4m3);
+    const Tensor sa = full({1}, 0.25, {DType::f32, dev}), sb = full({1}, 0.25, {DType::f32, dev});
+    Tensor keep;
+    const double bf16_ms = time_ms([&] { keep = matmul(a16, b16.transpose(0, 1)); });
+    const double i8_ms = time_ms([&] { keep = int8_matmul_nt(a8, b8); });
+    const double f8_ms = time_ms([&] { keep = fp8_matmul_nt(af8, bf8, sa, sb, DType::bf16); });
+    // The raw API: which path each product takes, and fp8 with fast accumulation.
+    const Tensor out16 = empty({s.m, s.n}, {DType::bf16, dev}), out32 = empty({s.m, s.n}, {DType::i32, dev});
+    auto raw = [&](bool fp8, cuda::Fp8Accum accum) {
+      cuda::LowpGemmArgs g;
+      g.a_dtype = g.b_dtype = fp8 ? DType::f8e4m3 : DType::i8;
+      g.c_dtype = fp8 ? DType::bf16 : DType::i32;
+      g.m = s.m;
+      g.n = s.n;
+      g.k = s.k;
+      g.a = fp8 ? af8.data_ptr() : a8.data_ptr();
+      g.b = fp8 ? bf8.data_ptr() : b8.data_ptr();
+      g.c = fp8 ? out16.data_ptr() : out32.data_ptr();
+      g.lda = g.ldb = s.k;
+      g.ldc = s.n;
+      if (fp8) {
+        g.scale_a = static_cast<const float*>(sa.data_ptr());
+        g.scale_b = static_cast<const float*>(sb.data_ptr());
+        g.accum = accum;
+      }
+      return cuda::gemm_lowp_nt(g);
+    };
+    const cuda::LowpPath i8_path = raw(false, cuda::Fp8Accum::precise);
+    const cuda::LowpPath f8_path = raw(true, cuda::Fp8Accum::precise);
+    const cuda::LowpPath fast_path = raw(true, cuda::Fp8Accum::fast);
+    const double fast_ms = time_ms([&] { raw(true, cuda::Fp8Accum::fast); });
+    const std::string dims = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+    struct R {
+      std::string name;
+      double ms;
+      const char* path;
+    };
+    const R rows[] = {{"bf16 matmul(a, b^T) " + dims, bf16_ms, "-"},
+                      {"int8 -> i32 " + dims, i8_ms, cuda::lowp_path_name(i8_path)},
+                      {"fp8 e4m3 -> bf16 " + dims, f8_ms, cuda::lowp_path_name(f8_path)},
+                      {"fp8 e4m3 -> bf16 fast-accum " + dims, fast_ms, cuda::lowp_path_name(fast_path)}};
+    for (const R& r : rows) {
+      const double tops = ops / r.ms * 1e-9, ratio = bf16_ms / r.ms;
+      if (csv) std::printf("%s,%lld,%lld,%lld,%.4f,%.1f,%.3f,%s\n", r.name.c_str(), static_cast<long long>(s.m),
+                           static_cast<long long>(s.k), static_cast<long long>(s.n), r.ms, tops, ratio, r.path);
+      else std::printf("%-44s %10.4f %10.1f %8.3f  %s\n", r.name.c_str(), r.ms, tops, ratio, r.path);
+    }
+  }
+}
+// ---- end bench_lowp_gemm ----
 
 // conv2d and batch norm of a ResNet-18 CIFAR layer in bf16 (N = 256, C = 128, 16x16, 3x3 pad 1, no bias):
 // conv through cuDNN, forward alone and forward + backward (data and filter gradients), reported in
@@ -174,6 +248,7 @@ int main(int argc, char** argv) {
     else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
   }
   bench_gemm(csv);
+  bench_lowp_gemm(csv);
   bench_conv_bn(csv);
   return 0;
 }

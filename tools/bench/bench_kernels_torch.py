@@ -63,6 +63,35 @@ for dt, gm, gk, gn in [(torch.bfloat16, 8192, 4096, 11008), (torch.bfloat16, 819
     name = f"matmul {'bf16' if dt == torch.bfloat16 else 'f32'} {gm}x{gk} @ {gk}x{gn}"
     print(f"{name:34s} {ms:10.4f} {2.0 * gm * gn * gk / ms * 1e-9:10.1f}")
 
+# ---- lowp gemm (helper lowp; bench_lowp_gemm of bench_kernels) ----
+# out (M, N) = a (M, K) · b (N, K)ᵀ: bf16 matmul with the same layout, torch._int_mm (int8 -> int32) and
+# torch._scaled_mm (fp8 e4m3 -> bf16, per-tensor f32 scales on the device, use_fast_accum False, then True).
+print(f"\n{'lowp gemm (M x K . (N x K)^T)':44s} {'torch ms':>10s} {'T(FL)OP/s':>10s} {'vs bf16':>8s}")
+for lm, lk, ln in [(8192, 4096, 11008), (8192, 4096, 4096), (8192, 11008, 4096)]:
+    laf = torch.rand(lm, lk, device="cuda") * 2 - 1
+    lbf = torch.rand(ln, lk, device="cuda") * 2 - 1
+    la16, lb16 = laf.bfloat16(), lbf.bfloat16()
+    la8, lb8 = (laf * 127).to(torch.int8), (lbf * 127).to(torch.int8)
+    laf8, lbf8 = (laf * 4).to(torch.float8_e4m3fn), (lbf * 4).to(torch.float8_e4m3fn)
+    lsa = torch.tensor(0.25, device="cuda")
+    lsb = torch.tensor(0.25, device="cuda")
+    lops = 2.0 * lm * ln * lk
+    dims = f"{lm}x{lk}x{ln}"
+    bf16_ms = time_ms(lambda: torch.matmul(la16, lb16.t()))
+    lrows = [
+        (f"bf16 matmul(a, b^T) {dims}", bf16_ms),
+        (f"int8 -> i32 {dims}", time_ms(lambda: torch._int_mm(la8, lb8.t()))),
+        (f"fp8 e4m3 -> bf16 {dims}",
+         time_ms(lambda: torch._scaled_mm(laf8, lbf8.t(), scale_a=lsa, scale_b=lsb, out_dtype=torch.bfloat16))),
+        (f"fp8 e4m3 -> bf16 fast-accum {dims}",
+         time_ms(lambda: torch._scaled_mm(laf8, lbf8.t(), scale_a=lsa, scale_b=lsb, out_dtype=torch.bfloat16,
+                                          use_fast_accum=True))),
+    ]
+    for name, ms in lrows:
+        print(f"{name:44s} {ms:10.4f} {lops / ms * 1e-9:10.1f} {bf16_ms / ms:8.3f}")
+    del laf, lbf, la16, lb16, la8, lb8, laf8, lbf8
+# ---- end lowp gemm ----
+
 # conv2d and batch norm of a ResNet-18 CIFAR layer in bf16 (bench_conv_bn): cuDNN conv (TF32 off, as
 # above; bf16 uses tensor cores either way), forward alone and forward + backward; batch norm in train
 # mode with f32 weight, bias and running stats, forward + backward.

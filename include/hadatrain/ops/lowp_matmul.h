@@ -1,0 +1,22 @@
+// Low-precision matrix products: building blocks for quantized gradient pipelines. Not differentiable (the
+// results carry no autograd history). Both operands are "NT": K is the last dim of a AND of b, so
+// out = a · bᵀ. CUDA runs them on cuBLASLt's int8 / fp8 tensor-core kernels (cuda/gemm.h, gemm_lowp_nt;
+// any sizes, unaligned ones through zero-padded copies); the CPU has plain reference loops.
+#pragma once
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht {
+
+// a (..., M, K) i8, b (..., N, K) i8 -> (..., M, N) i32 = a · bᵀ, exact (int32 accumulation, wrapping like
+// two's complement if a sum leaves the int32 range). The leading batch dims of a and b are equal, or b is
+// 2-D and shared by every batch of a.
+Tensor int8_matmul_nt(const Tensor& a, const Tensor& b);
+
+// a (..., M, K) f8e4m3 or f8e5m2, b (..., N, K) f8e4m3 or f8e5m2 (not both f8e5m2: cuBLASLt has no such
+// kernel); batch dims as for int8_matmul_nt. scale_a, scale_b: one-element f32 tensors on the device of a
+// and b (on CUDA they are read by the GPU when the product runs, never by the host). Returns
+// (..., M, N) of out_dtype (f32 or bf16) = scale_a · scale_b · (a · bᵀ): fp32 accumulation on CUDA
+// (exact fp8 products), double on the CPU; one rounding at the end (CPU: to f32, then to out_dtype).
+Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, DType out_dtype);
+
+}  // namespace ht

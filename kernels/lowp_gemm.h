@@ -1,0 +1,46 @@
+// Launchers for the low-precision GEMM helpers (src/cuda/gemm.cpp, Note [Low-precision GEMM]):
+//  * a batched, zero-padding 2-D copy, used to bring operands that miss cuBLASLt's int8/fp8 alignment
+//    requirements into padded buffers (zeros along K add nothing to a dot product) and to copy the padded
+//    result back;
+//  * simple, correct "NT" product kernels (one thread per output element), the last resort when cuBLASLt
+//    offers no algorithm even for the padded problem: int8 x int8 -> int32 (exact, int32 accumulation) and
+//    fp8 x fp8 -> f32/bf16 (fp32 products and accumulation, scales read from device memory).
+// All matrices are row-major with the given leading dims (elements) and batch strides (elements; 0 = one
+// matrix shared by every batch).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "hadatrain/tensor/dtype_enum.h"
+
+namespace ht::kernels {
+
+// dst (batch, dst_rows, dst_cols) with row stride dst_ld = src (batch, rows, cols) with row stride src_ld,
+// zero outside (rows <= dst_rows, cols <= dst_cols). elem_bytes is 1, 2 or 4.
+struct PadCopyArgs {
+  const void* src = nullptr;
+  int64_t src_ld = 0, src_batch_stride = 0, rows = 0, cols = 0;
+  void* dst = nullptr;
+  int64_t dst_ld = 0, dst_batch_stride = 0, dst_rows = 0, dst_cols = 0;
+  int64_t batch = 1;
+  int elem_bytes = 1;
+};
+void launch_pad_copy_2d(const PadCopyArgs& args, cudaStream_t stream);
+
+// c (batch, m, n) = a (batch, m, k) · b (batch, n, k)ᵀ.
+struct LowpKernelArgs {
+  DType a_dtype = DType::i8, b_dtype = DType::i8, c_dtype = DType::i32;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  const float* scale_a = nullptr;  // fp8 only, device pointers (nullptr = 1)
+  const float* scale_b = nullptr;
+};
+// i8 x i8 -> i32, or f8e4m3/f8e5m2 x f8e4m3/f8e5m2 -> f32/bf16 (c = scale_a·scale_b·sum, rounded once).
+void launch_lowp_gemm_nt(const LowpKernelArgs& args, cudaStream_t stream);
+
+}  // namespace ht::kernels
