@@ -1,0 +1,57 @@
+// Launchers of the quantisation kernels of the gradient pipelines (include/hadatrain/grad/quant.h,
+// docs/gradient_pipelines_quant.md): blockwise Hadamard rotation (T <= 16 in registers, larger blocks by
+// extra in-place stages), symmetric b-bit quantisation with absmax / SAWB scales and nearest / stochastic
+// rounding, LUQ, and int4 packing. Inputs are dense, row-major, f32 / bf16 / f16 (the glue converts other
+// dtypes to f32 first, exactly as the CPU reference does). Every result equals the CPU reference bit for bit
+// (Note [Bit-identical quantisation]): fp32 math with explicit _rn intrinsics, SAWB sums in double.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hadatrain/tensor/dtype_enum.h"
+
+namespace ht::kernels {
+
+enum class QuantKind : uint8_t {
+  uniform,  // symmetric levels −qmax..qmax, int8 values, scale m / qmax
+  luq,      // levels 0, ±2^0..±2^top as e4m3 codes, scale α = m / 2^top
+};
+
+// Groups of `group_len` consecutive elements share one scale. The launcher picks a fused kernel (one block
+// per group: load, rotate, reduce, quantise, store) when a group is at most 16384 elements and there are
+// enough groups to fill the GPU, else a partial-reduction kernel, a per-group finalisation kernel that
+// writes the group's m and scale to device memory, and a quantisation kernel. No host synchronisation.
+struct GradQuantArgs {
+  DType dtype = DType::f32;  // of x: f32, bf16 or f16
+  const void* x = nullptr;   // (numel) dense
+  int64_t numel = 0;
+  int64_t group_len = 0;     // >= 1; divides numel; hadamard divides it
+  int hadamard = 1;          // T in {1, 2, 4, 8, 16} (blocks aligned to multiples of T in the flat index)
+  QuantKind kind = QuantKind::uniform;
+  int qmax = 7;              // uniform: 2^(bits−1) − 1; luq: the top exponent (bits 4: 7)
+  bool sawb = false;         // uniform only: SAWB scale (else absmax)
+  bool stochastic = true;    // uniform only (LUQ is always stochastic)
+  uint64_t seed = 0, stream = 0;  // Philox noise key; element i draws philox_word(seed, stream, i)
+  uint8_t* values = nullptr;      // (numel) int8 levels (uniform) or e4m3 codes (luq)
+  float* scale = nullptr;         // (numel / group_len)
+  void* workspace = nullptr;      // grad_quant_workspace_bytes(args) bytes of device memory (may be 0)
+};
+
+// Device scratch the launch needs for these arguments (0 on the fused path).
+std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args);
+void launch_grad_quant(const GradQuantArgs& args, cudaStream_t stream);
+
+// out (numel, f32) = x (numel, dtype f32 / bf16 / f16, dense) times blockwise H_block along runs of `block`
+// consecutive elements (block a power of two; blocks start at multiples of block). Stages h = 1..8 run in
+// registers, h >= 16 as in-place passes over out.
+void launch_hadamard_blocks(DType dtype, float* out, const void* x, int64_t numel, int64_t block,
+                            cudaStream_t stream);
+
+// out[k] = (in[2k] & 0xF) | (in[2k+1] << 4) for k < numel / 2 (numel even; values in −8..7 by precondition).
+void launch_pack_int4(uint8_t* out, const int8_t* in, int64_t numel, cudaStream_t stream);
+// out[2k], out[2k+1] = sign-extended low and high nibbles of in[k].
+void launch_unpack_int4(int8_t* out, const uint8_t* in, int64_t numel, cudaStream_t stream);
+
+}  // namespace ht::kernels

@@ -1,0 +1,116 @@
+// Tensor-level glue of the quantisation kernels (src/grad/cuda_quant.h, kernels/grad_quant.h). Inputs
+// become dense f32 / bf16 / f16 (other floating dtypes are converted to f32 first, which is step 1 of
+// Note [Bit-identical quantisation]); Hadamard blocks larger than 16, or blocks that would straddle a scale
+// group (sample granularity of a 1-D tensor), are rotated by a separate pass into an f32 buffer that is then
+// quantised with T = 1. Scales go to device memory; nothing here synchronises with the host. CUDA builds only.
+#ifdef HADATRAIN_CUDA
+#include "grad/cuda_quant.h"
+
+#include "grad/quant_groups.h"
+#include "hadatrain/cuda/context.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/tensor/factory.h"
+#include "kernels/grad_quant.h"
+
+namespace ht::cuda_ops {
+namespace {
+
+struct OnDevice {
+  explicit OnDevice(const Tensor& t) : guard(t.device().index), stream(cuda::current_stream(t.device().index)) {}
+  cuda::DeviceGuard guard;
+  cudaStream_t stream;
+};
+
+// x dense in a dtype the kernels take.
+Tensor kernel_input(const Tensor& x) {
+  const DType dt = x.dtype();
+  if (dt == DType::f32 || dt == DType::bf16 || dt == DType::f16) return x.contiguous();
+  return to_dtype(x, DType::f32).contiguous();
+}
+
+// Runs one quantisation launch: args has everything but the input, workspace and the Hadamard block.
+void run_quant(kernels::GradQuantArgs args, const Tensor& x, int64_t block, const OnDevice& on) {
+  Tensor in = kernel_input(x);
+  if (block > 16 || args.group_len % block != 0) {
+    Tensor rotated = empty(in.shape(), {DType::f32, in.device()});
+    kernels::launch_hadamard_blocks(in.dtype(), static_cast<float*>(rotated.data_ptr()), in.data_ptr(), in.numel(),
+                                    block, on.stream);
+    in = rotated;
+    block = 1;
+  }
+  args.dtype = in.dtype();
+  args.x = in.data_ptr();
+  args.hadamard = static_cast<int>(block);
+  const std::size_t bytes = kernels::grad_quant_workspace_bytes(args);
+  // Stream-ordered allocation: freed after the launch in stream order (Note [Stream-ordered frees]).
+  const Tensor ws = bytes > 0 ? empty({static_cast<int64_t>(bytes)}, {DType::u8, in.device()}) : Tensor();
+  args.workspace = ws.defined() ? ws.data_ptr() : nullptr;
+  kernels::launch_grad_quant(args, on.stream);
+}
+
+}  // namespace
+
+void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec) {
+  const grad::detail::Groups groups = grad::detail::groups_of(x, spec.granularity);
+  if (x.numel() == 0 || groups.len == 0) {
+    if (q.scale.numel() > 0) fill_(q.scale, 0.0);
+    return;
+  }
+  OnDevice on(x);
+  kernels::GradQuantArgs args;
+  args.numel = x.numel();
+  args.group_len = groups.len;
+  args.kind = kernels::QuantKind::uniform;
+  args.qmax = grad::qmax_of(spec.bits);
+  args.sawb = spec.scale_rule == grad::ScaleRule::sawb;
+  args.stochastic = spec.rounding == grad::Rounding::stochastic;
+  args.seed = spec.noise.seed;
+  args.stream = spec.noise.stream;
+  args.values = static_cast<uint8_t*>(q.values.data_ptr());
+  args.scale = static_cast<float*>(q.scale.data_ptr());
+  run_quant(args, x, spec.hadamard_block, on);
+}
+
+void grad_luq(const grad::Quantized& q, const Tensor& x, const grad::LuqSpec& spec) {
+  const grad::detail::Groups groups = grad::detail::groups_of(x, spec.granularity);
+  if (x.numel() == 0 || groups.len == 0) {
+    if (q.scale.numel() > 0) fill_(q.scale, 0.0);
+    return;
+  }
+  OnDevice on(x);
+  kernels::GradQuantArgs args;
+  args.numel = x.numel();
+  args.group_len = groups.len;
+  args.kind = kernels::QuantKind::luq;
+  args.qmax = (1 << (spec.bits - 1)) - 1;
+  args.sawb = false;
+  args.stochastic = true;
+  args.seed = spec.noise.seed;
+  args.stream = spec.noise.stream;
+  args.values = static_cast<uint8_t*>(q.values.data_ptr());
+  args.scale = static_cast<float*>(q.scale.data_ptr());
+  run_quant(args, x, 1, on);
+}
+
+void grad_hadamard(const Tensor& out, const Tensor& x, int64_t block) {
+  if (x.numel() == 0) return;
+  OnDevice on(out);
+  const Tensor in = kernel_input(x);
+  kernels::launch_hadamard_blocks(in.dtype(), static_cast<float*>(out.data_ptr()), in.data_ptr(), in.numel(), block,
+                                  on.stream);
+}
+
+void grad_pack_int4(const Tensor& out, const Tensor& values) {
+  OnDevice on(out);
+  kernels::launch_pack_int4(static_cast<uint8_t*>(out.data_ptr()), static_cast<const int8_t*>(values.data_ptr()),
+                            values.numel(), on.stream);
+}
+
+void grad_unpack_int4(const Tensor& out, const Tensor& packed) {
+  OnDevice on(out);
+  kernels::launch_unpack_int4(static_cast<int8_t*>(out.data_ptr()), static_cast<const uint8_t*>(packed.data_ptr()),
+                              packed.numel(), on.stream);
+}
+
+}  // namespace ht::cuda_ops
+#endif

@@ -1,0 +1,25 @@
+// Tensor-level entry points to the quantisation kernels (kernels/grad_quant.h). Outputs are allocated by the
+// caller (src/grad/quant.cpp, luq.cpp) with their final shapes; inputs are checked there. Internal to
+// src/grad; CUDA builds only.
+#pragma once
+#ifdef HADATRAIN_CUDA
+#include <cstdint>
+
+#include "hadatrain/grad/quant.h"
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht::cuda_ops {
+
+// q.values (x's shape, i8) and q.scale (f32, one per group) for x on the same device, any floating dtype
+// and strides.
+void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec);
+// q.values (x's shape, f8e4m3) and q.scale (α, f32).
+void grad_luq(const grad::Quantized& q, const Tensor& x, const grad::LuqSpec& spec);
+// out (x's shape, f32, contiguous) = x rotated by blockwise H_block along the last dim.
+void grad_hadamard(const Tensor& out, const Tensor& x, int64_t block);
+// out (i4x2, contiguous) from values (i8, contiguous, values in -8..7 by precondition); and back.
+void grad_pack_int4(const Tensor& out, const Tensor& values);
+void grad_unpack_int4(const Tensor& out, const Tensor& packed);
+
+}  // namespace ht::cuda_ops
+#endif

@@ -1,0 +1,414 @@
+// Quantisation primitives of the gradient pipelines (include/hadatrain/grad/quant.h), CPU reference:
+// block Hadamard against the closed form (−1)^popcount(i&j), quantize (granularities, absmax / SAWB, nearest /
+// stochastic) against naive loops and hand-computed cases, SR unbiasedness over noise streams, LUQ levels and
+// unbiasedness (max |x|, not the signed max: hlq.md §7 #10), dequantize, pack / unpack int4 and the errors.
+#include "support/catch.h"
+#include "support/testing.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "hadatrain/grad/quant.h"
+
+using namespace ht;
+using namespace ht::grad;
+
+namespace {
+
+std::vector<double> values_of(const Tensor& t) { return t.to_vector<double>(); }
+
+// x·H_T per run of T values along the last dim, by the closed form, in double.
+std::vector<double> hadamard_naive(const std::vector<double>& x, int64_t block) {
+  std::vector<double> y(x.size(), 0.0);
+  for (std::size_t base = 0; base < x.size(); base += static_cast<std::size_t>(block))
+    for (int64_t j = 0; j < block; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < block; ++i) {
+        const double sign = (std::popcount(static_cast<uint64_t>(i & j)) % 2) ? -1.0 : 1.0;
+        acc += sign * x[base + static_cast<std::size_t>(i)];
+      }
+      y[base + static_cast<std::size_t>(j)] = acc;
+    }
+  return y;
+}
+
+// Integer-valued inputs in [-20, 20]: every butterfly result is exact in f32.
+Tensor integer_input(const Shape& shape, uint64_t seed) {
+  std::vector<double> v = values_of(test::random_tensor(shape, seed, DType::f64, -20.0, 20.0));
+  for (double& e : v) e = std::round(e);
+  return from_vector(v, shape, {DType::f32});
+}
+
+QuantSpec spec_of(int bits, Granularity g, ScaleRule rule, Rounding r, int64_t block = 1, Noise noise = {}) {
+  QuantSpec s;
+  s.bits = bits;
+  s.granularity = g;
+  s.scale_rule = rule;
+  s.rounding = r;
+  s.hadamard_block = block;
+  s.noise = noise;
+  return s;
+}
+
+bool same_quantized(const Quantized& a, const Quantized& b) {
+  return a.values.shape() == b.values.shape() && values_of(a.values) == values_of(b.values) &&
+         a.scale.shape() == b.scale.shape() && values_of(a.scale) == values_of(b.scale);
+}
+
+// Naive absmax + nearest quantisation of one group, in the fp32 steps of the Note.
+std::vector<double> naive_nearest(const std::vector<float>& g, int qmax, float* scale_out) {
+  float m = 0;
+  for (float v : g) m = std::max(m, std::fabs(v));
+  *scale_out = m == 0 ? 0.0f : m / static_cast<float>(qmax);
+  std::vector<double> q;
+  for (float v : g) q.push_back(m == 0 ? 0.0 : std::nearbyint(v / *scale_out));
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE("hadamard_blocks equals the closed-form Sylvester product", "[grad_quant]") {
+  for (int64_t block : {1, 2, 4, 16, 32}) {
+    CAPTURE(block);
+    const Shape shape{3, 5, 64};
+    // Integer inputs: exact.
+    const Tensor xi = integer_input(shape, 11 + static_cast<uint64_t>(block));
+    CHECK(values_of(hadamard_blocks(xi, block)) == hadamard_naive(values_of(xi), block));
+    // Random f32: within f32 rounding of the exact sums (log2(T) roundings of values up to T·max|x|).
+    const Tensor xf = test::random_tensor(shape, 21, DType::f32);
+    const Tensor y = hadamard_blocks(xf, block);
+    CHECK(y.dtype() == DType::f32);
+    CHECK(y.shape() == shape);
+    CHECK(test::compare(y, hadamard_naive(values_of(xf), block), 0.0, 1e-6 * static_cast<double>(block)) == "");
+  }
+  // H_T·H_T = T·I: rotating twice gives T·x exactly for integer inputs.
+  const Tensor xi = integer_input({7, 16}, 3);
+  const auto twice = values_of(hadamard_blocks(hadamard_blocks(xi, 16), 16));
+  const auto x = values_of(xi);
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(twice[i] == 16.0 * x[i]);
+}
+
+TEST_CASE("hadamard_blocks takes non-contiguous, bf16 and f64 inputs", "[grad_quant]") {
+  const Tensor x = integer_input({16, 6}, 5);
+  const Tensor xt = x.transpose(0, 1);  // (6, 16), non-contiguous
+  CHECK(values_of(hadamard_blocks(xt, 8)) == values_of(hadamard_blocks(xt.contiguous(), 8)));
+  CHECK(values_of(hadamard_blocks(xt, 8)) == hadamard_naive(values_of(xt.contiguous()), 8));
+  CHECK(values_of(hadamard_blocks(x.to(DType::bf16), 2)) == hadamard_naive(values_of(x), 2));
+  CHECK(values_of(hadamard_blocks(x.to(DType::f64), 2)) == hadamard_naive(values_of(x), 2));
+}
+
+TEST_CASE("quantize with nearest rounding: a hand-computed case", "[grad_quant]") {
+  // bits 3: qmax 3; max |x| = 3 so s = 1 and v = x exactly; ties go to even.
+  const Tensor x = from_vector(std::vector<float>{0.5f, -1.5f, 2.5f, -3.0f, 0.49f, 1.2f, 0.0f, -2.6f}, {2, 4});
+  const Quantized q = quantize(x, spec_of(3, Granularity::tensor, ScaleRule::absmax, Rounding::nearest));
+  CHECK(q.values.dtype() == DType::i8);
+  CHECK(q.values.shape() == Shape{2, 4});
+  CHECK(values_of(q.values) == std::vector<double>{0, -2, 2, -3, 0, 1, 0, -3});
+  CHECK(q.scale.shape() == Shape{1});
+  CHECK(values_of(q.scale) == std::vector<double>{1.0});
+  // Row granularity: row 0 has m = 3 (s = 1), row 1 m = 2.6 (s = 2.6f / 3).
+  const Quantized r = quantize(x, spec_of(3, Granularity::row, ScaleRule::absmax, Rounding::nearest));
+  const float s1 = 2.6f / 3.0f;
+  CHECK(values_of(r.scale) == std::vector<double>{1.0, s1});
+  CHECK(values_of(r.values) == std::vector<double>{0, -2, 2, -3, std::nearbyint(0.49f / s1), std::nearbyint(1.2f / s1),
+                                                   0, -3});
+}
+
+TEST_CASE("quantize: granularities give the right scale shapes and values", "[grad_quant]") {
+  const Shape shape{3, 4, 8};
+  const Tensor x = test::random_tensor(shape, 7, DType::f32, -3.0, 3.0);
+  const auto xv = x.to_vector<float>();
+  struct Case {
+    Granularity g;
+    int64_t groups;
+  };
+  for (const Case c : {Case{Granularity::tensor, 1}, Case{Granularity::sample, 3}, Case{Granularity::row, 12}}) {
+    for (int bits : {2, 4, 8}) {
+      CAPTURE(static_cast<int>(c.g), bits);
+      const Quantized q = quantize(x, spec_of(bits, c.g, ScaleRule::absmax, Rounding::nearest));
+      REQUIRE(q.scale.shape() == Shape{c.groups});
+      const int64_t len = 96 / c.groups;
+      const auto qv = values_of(q.values);
+      const auto sv = values_of(q.scale);
+      for (int64_t g = 0; g < c.groups; ++g) {
+        std::vector<float> grp(xv.begin() + g * len, xv.begin() + (g + 1) * len);
+        float s = 0;
+        const auto expect = naive_nearest(grp, qmax_of(bits), &s);
+        CHECK(sv[static_cast<std::size_t>(g)] == static_cast<double>(s));
+        for (int64_t i = 0; i < len; ++i) CHECK(qv[static_cast<std::size_t>(g * len + i)] == expect[static_cast<std::size_t>(i)]);
+      }
+      // The group maximum maps to ±qmax.
+      double biggest = 0;
+      for (double v : qv) biggest = std::max(biggest, std::fabs(v));
+      CHECK(biggest == qmax_of(bits));
+    }
+  }
+}
+
+TEST_CASE("quantize rotates before scaling (T > 1) and keys noise by row-major index", "[grad_quant]") {
+  const Tensor x = test::random_tensor({5, 32}, 9, DType::f32);
+  const QuantSpec plain = spec_of(4, Granularity::row, ScaleRule::absmax, Rounding::stochastic, 1, {42, 7});
+  QuantSpec rot = plain;
+  rot.hadamard_block = 16;
+  CHECK(same_quantized(quantize(x, rot), quantize(hadamard_blocks(x, 16), plain)));
+  // Non-contiguous input: same result as its dense copy (noise index = logical row-major index).
+  const Tensor big = test::random_tensor({32, 5}, 10, DType::f32);
+  const Tensor xt = big.transpose(0, 1);
+  CHECK(same_quantized(quantize(xt, rot), quantize(xt.contiguous(), rot)));
+  // Same noise, same result; another stream or seed, a different one.
+  CHECK(same_quantized(quantize(x, rot), quantize(x, rot)));
+  QuantSpec other = rot;
+  other.noise.stream = 8;
+  CHECK(!same_quantized(quantize(x, rot), quantize(x, other)));
+  other = rot;
+  other.noise.seed = 43;
+  CHECK(!same_quantized(quantize(x, rot), quantize(x, other)));
+}
+
+TEST_CASE("quantize takes bf16, f16 and f64 inputs as their f32 values", "[grad_quant]") {
+  const Tensor x = test::random_tensor({4, 16}, 12, DType::bf16);
+  const QuantSpec s = spec_of(4, Granularity::sample, ScaleRule::sawb, Rounding::stochastic, 4, {1, 2});
+  CHECK(same_quantized(quantize(x, s), quantize(x.to(DType::f32), s)));
+  CHECK(same_quantized(quantize(x.to(DType::f16), s), quantize(x.to(DType::f32), s)));
+  const Tensor x64 = test::random_tensor({4, 16}, 13, DType::f64);
+  CHECK(same_quantized(quantize(x64, s), quantize(x64.to(DType::f32), s)));
+}
+
+TEST_CASE("stochastic rounding is unbiased over noise streams", "[grad_quant]") {
+  const int64_t n = 64;
+  const Tensor x = test::random_tensor({n}, 14, DType::f32, -1.0, 1.0);
+  const auto xv = values_of(x);
+  const int draws = 4000;
+  std::vector<double> mean(static_cast<std::size_t>(n), 0.0);
+  float scale = 0;
+  for (int d = 0; d < draws; ++d) {
+    const Quantized q =
+        quantize(x, spec_of(4, Granularity::tensor, ScaleRule::absmax, Rounding::stochastic, 1, {5, static_cast<uint64_t>(d)}));
+    scale = static_cast<float>(q.scale.item());
+    const auto qv = values_of(q.values);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = xv[static_cast<std::size_t>(i)] / scale;
+      const double f = std::floor(v);
+      REQUIRE((qv[static_cast<std::size_t>(i)] == f || qv[static_cast<std::size_t>(i)] == f + 1));  // neighbours only
+      mean[static_cast<std::size_t>(i)] += qv[static_cast<std::size_t>(i)] * scale / draws;
+    }
+  }
+  // A Bernoulli mean of `draws` samples has σ <= 0.5 / sqrt(draws) levels: allow 6 σ (plus fp32 slack).
+  const double bound = 6.0 * 0.5 / std::sqrt(static_cast<double>(draws)) * scale + 1e-6;
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(mean[static_cast<std::size_t>(i)] - xv[static_cast<std::size_t>(i)]));
+  CHECK(worst < bound);
+  // Not trivially unbiased: single draws differ from x.
+  const Quantized one = quantize(x, spec_of(4, Granularity::tensor, ScaleRule::absmax, Rounding::stochastic));
+  CHECK(test::compare(dequantize(one, Granularity::tensor), x, 0.0, 1e-3) != "");
+}
+
+TEST_CASE("SAWB scale follows its formula and falls back to absmax when α <= 0", "[grad_quant]") {
+  // Gaussian-like data: α = 12.1 sqrt(E x²) − 12.2 E|x| in double, m = float(α), s = m / qmax.
+  Generator gen(17);
+  const Tensor x = randn({2, 300}, gen);
+  const auto xv = x.to_vector<float>();
+  const Quantized q = quantize(x, spec_of(4, Granularity::sample, ScaleRule::sawb, Rounding::nearest));
+  for (int g = 0; g < 2; ++g) {
+    double s1 = 0, s2 = 0;
+    float amax = 0;
+    for (int i = 0; i < 300; ++i) {
+      const double d = xv[static_cast<std::size_t>(g * 300 + i)];
+      s1 += std::fabs(d);
+      s2 += d * d;
+      amax = std::max(amax, static_cast<float>(std::fabs(d)));
+    }
+    const float m = static_cast<float>(12.1 * std::sqrt(s2 / 300) - 12.2 * (s1 / 300));
+    REQUIRE(m > 0);
+    CHECK(m < amax);  // SAWB clips Gaussian data below its maximum
+    CHECK(values_of(q.scale)[static_cast<std::size_t>(g)] == static_cast<double>(m / 7.0f));
+    // Clipped elements map to ±qmax.
+    const auto qv = values_of(q.values);
+    for (int i = 0; i < 300; ++i)
+      if (std::fabs(xv[static_cast<std::size_t>(g * 300 + i)]) >= m) CHECK(std::fabs(qv[static_cast<std::size_t>(g * 300 + i)]) == 7);
+  }
+  // All |x| equal: α = 12.1 − 12.2 < 0, so the scale is the absmax one (1 / 7) and values are ±7.
+  const Tensor flat = from_vector(std::vector<float>{1, -1, 1, -1, -1, 1}, {6});
+  const Quantized f = quantize(flat, spec_of(4, Granularity::tensor, ScaleRule::sawb, Rounding::nearest));
+  CHECK(values_of(f.scale) == std::vector<double>{1.0f / 7.0f});
+  CHECK(values_of(f.values) == std::vector<double>{7, -7, 7, -7, -7, 7});
+}
+
+TEST_CASE("quantize: zero groups give zeros and scale 0; empty tensors work", "[grad_quant]") {
+  for (Rounding r : {Rounding::nearest, Rounding::stochastic})
+    for (ScaleRule rule : {ScaleRule::absmax, ScaleRule::sawb}) {
+      const Quantized z = quantize(zeros({3, 8}), spec_of(4, Granularity::tensor, rule, r, 8));
+      CHECK(values_of(z.values) == std::vector<double>(24, 0.0));
+      CHECK(values_of(z.scale) == std::vector<double>{0.0});
+    }
+  // One zero row among non-zero rows.
+  Tensor x = test::random_tensor({3, 8}, 2, DType::f32);
+  fill_(x.narrow(0, 1, 1), 0.0);
+  const Quantized r = quantize(x, spec_of(4, Granularity::row, ScaleRule::absmax, Rounding::stochastic));
+  const auto sv = values_of(r.scale);
+  CHECK(sv[0] > 0);
+  CHECK(sv[1] == 0);
+  CHECK(sv[2] > 0);
+  const auto qv = values_of(r.values);
+  for (int i = 8; i < 16; ++i) CHECK(qv[static_cast<std::size_t>(i)] == 0);
+  // Empty: tensor granularity has one (zero) scale, sample none.
+  const Quantized e = quantize(zeros({0, 4}), spec_of(4, Granularity::tensor, ScaleRule::absmax, Rounding::nearest));
+  CHECK(e.values.numel() == 0);
+  CHECK(values_of(e.scale) == std::vector<double>{0.0});
+  CHECK(quantize(zeros({0, 4}), spec_of(4, Granularity::sample, ScaleRule::absmax, Rounding::nearest)).scale.numel() == 0);
+}
+
+TEST_CASE("dequantize multiplies each value by its group's scale", "[grad_quant]") {
+  const Tensor x = test::random_tensor({3, 4, 8}, 8, DType::f32);
+  for (Granularity g : {Granularity::tensor, Granularity::sample, Granularity::row}) {
+    const Quantized q = quantize(x, spec_of(8, g, ScaleRule::absmax, Rounding::nearest));
+    const Tensor d = dequantize(q, g);
+    CHECK(d.dtype() == DType::f32);
+    CHECK(d.shape() == x.shape());
+    const auto qv = values_of(q.values), sv = values_of(q.scale), dv = values_of(d);
+    const std::size_t len = 96 / sv.size();
+    for (std::size_t i = 0; i < 96; ++i) CHECK(dv[i] == static_cast<double>(static_cast<float>(qv[i]) * static_cast<float>(sv[i / len])));
+    // 8 bits, nearest: within half a level of x.
+    CHECK(test::compare(d, x, 0.0, 0.5 * *std::max_element(sv.begin(), sv.end()) + 1e-7) == "");
+  }
+  const Quantized q = quantize(x, spec_of(4, Granularity::row, ScaleRule::absmax, Rounding::nearest));
+  CHECK_THROWS_WITH(dequantize(q, Granularity::sample), HasSubstr("scales"));
+}
+
+TEST_CASE("LUQ: levels are 0 or ±2^k (k <= 7) and match the definition on crafted inputs", "[grad_quant]") {
+  // One group with max |x| = 1: α = 1/128, a = |x| · 128.
+  const std::vector<float> xs{1.0f, 0.25f / 128, -3.0f / 128, 0.0f, -1.0f / 128, 5.5f / 128};
+  const Tensor x = from_vector(xs, {6});
+  LuqSpec spec;
+  spec.granularity = Granularity::tensor;
+  int ones = 0, fours = 0, fours_b = 0;
+  const int draws = 2000;
+  for (int d = 0; d < draws; ++d) {
+    spec.noise = {3, static_cast<uint64_t>(d)};
+    const Quantized q = luq_quantize(x, spec);
+    REQUIRE(q.values.dtype() == DType::f8e4m3);
+    REQUIRE(values_of(q.scale) == std::vector<double>{1.0 / 128});
+    const auto v = values_of(q.values);
+    REQUIRE(v[0] == 128);                       // the maximum stays exactly 2^7
+    REQUIRE((v[1] == 0 || v[1] == 1));          // a = 0.25: stochastic underflow
+    REQUIRE((v[2] == -2 || v[2] == -4));        // a = 3: between 2 and 4, sign kept
+    REQUIRE(v[3] == 0);
+    REQUIRE(v[4] == -1);                        // a = 1 exactly: 2^0
+    REQUIRE((v[5] == 4 || v[5] == 8));          // a = 5.5: p = 5.5/4 − 1 = 0.375
+    ones += v[1] == 1;
+    fours += v[2] == -4;
+    fours_b += v[5] == 8;
+  }
+  // P(1) = 0.25, P(4 | a = 3) = 0.5, P(8 | a = 5.5) = 0.375; σ <= 0.5/sqrt(draws), allow 6 σ.
+  const double tol = 6 * 0.5 / std::sqrt(static_cast<double>(draws));
+  CHECK(std::fabs(ones / double(draws) - 0.25) < tol);
+  CHECK(std::fabs(fours / double(draws) - 0.5) < tol);
+  CHECK(std::fabs(fours_b / double(draws) - 0.375) < tol);
+  // Random inputs: every value is 0 or ±2^k with k <= 7; bits 2 and 3 cap at 2^1 and 2^3.
+  const Tensor r = test::random_tensor({4, 50}, 15, DType::f32, -5.0, 5.0);
+  for (int bits : {2, 3, 4}) {
+    LuqSpec s;
+    s.bits = bits;
+    s.noise = {9, 1};
+    const Quantized q = luq_quantize(r, s);
+    CHECK(q.scale.shape() == Shape{4});
+    const int top = (1 << (bits - 1)) - 1;
+    for (double v : values_of(q.values)) {
+      const double a = std::fabs(v);
+      bool ok = a == 0;
+      for (int k = 0; k <= top; ++k) ok = ok || a == std::ldexp(1.0, k);
+      CHECK(ok);
+    }
+  }
+}
+
+TEST_CASE("LUQ is unbiased over noise streams and uses max |x| (all-negative input)", "[grad_quant]") {
+  // All negative: the signed max (-0.05) would give α < 0 (hlq.md §7 #10); max |x| = 2 gives α = 2/128.
+  const Tensor x = test::random_tensor({2, 40}, 16, DType::f32, -2.0, -0.05);
+  Tensor xx = x.clone();
+  fill_(xx.narrow(1, 0, 1), -2.0);
+  const auto xv = values_of(xx);
+  LuqSpec spec;
+  spec.granularity = Granularity::sample;
+  const int draws = 3000;
+  std::vector<double> mean(xv.size(), 0.0);
+  for (int d = 0; d < draws; ++d) {
+    spec.noise = {77, static_cast<uint64_t>(d)};
+    const Quantized q = luq_quantize(xx, spec);
+    const auto sv = values_of(q.scale);
+    REQUIRE(sv == std::vector<double>{2.0 / 128, 2.0 / 128});
+    const auto v = values_of(q.values);
+    REQUIRE(v[0] == -128);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      REQUIRE(v[i] <= 0);
+      mean[i] += v[i] * sv[i / 40] / draws;
+    }
+  }
+  // Per element the two levels are 2^k and 2^(k+1) (or 0 and 1) apart: σ <= 2^k·α/2/sqrt(draws) <= |x|/2/sqrt(draws).
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    const double bound = 6.0 * std::max(std::fabs(xv[i]), 2.0 / 128) * 0.5 / std::sqrt(double(draws)) + 1e-7;
+    CHECK(std::fabs(mean[i] - xv[i]) < bound);
+  }
+  // Zero groups: zeros and α = 0.
+  const Quantized z = luq_quantize(zeros({2, 3}), spec);
+  CHECK(values_of(z.values) == std::vector<double>(6, 0.0));
+  CHECK(values_of(z.scale) == std::vector<double>{0.0, 0.0});
+  // dequantize takes the e4m3 values.
+  const Quantized q = luq_quantize(xx, spec);
+  CHECK(values_of(dequantize(q, Granularity::sample))[0] == -2.0);
+}
+
+TEST_CASE("pack_int4 / unpack_int4 round trip, nibble order and range check", "[grad_quant]") {
+  std::vector<int64_t> all;
+  for (int i = 0; i < 3; ++i)
+    for (int v = -8; v <= 7; ++v) all.push_back(v);  // 48 values
+  const Tensor values = from_vector(all, {3, 16}, {DType::i8});
+  const Tensor packed = pack_int4(values);
+  CHECK(packed.dtype() == DType::i4x2);
+  CHECK(packed.shape() == Shape{3, 16});
+  CHECK(packed.nbytes() == 24);
+  const Tensor back = unpack_int4(packed);
+  CHECK(back.dtype() == DType::i8);
+  CHECK(values_of(back) == values_of(values));
+  // Element 0 in the low nibble, element 1 in the high nibble, two's complement.
+  const Tensor two = pack_int4(from_vector(std::vector<int64_t>{1, -2, -8, 7}, {4}, {DType::i8}));
+  const auto* bytes = static_cast<const uint8_t*>(two.data_ptr());
+  CHECK(bytes[0] == 0xE1);
+  CHECK(bytes[1] == 0x78);
+  // Non-contiguous values are packed in row-major order.
+  const Tensor t = values.reshape({6, 8}).transpose(0, 1);  // (8, 6)
+  CHECK(values_of(unpack_int4(pack_int4(t))) == values_of(t.contiguous()));
+  // Quantised 4-bit values fit.
+  const Quantized q = quantize(test::random_tensor({4, 8}, 3, DType::f32), QuantSpec{});
+  CHECK(values_of(unpack_int4(pack_int4(q.values))) == values_of(q.values));
+  // Errors.
+  CHECK_THROWS_WITH(pack_int4(from_vector(std::vector<int64_t>{1, 8}, {2}, {DType::i8})),
+                    HasSubstr("value 8 at flat index 1"));
+  CHECK_THROWS_WITH(pack_int4(from_vector(std::vector<int64_t>{1, 2, 3}, {3}, {DType::i8})), HasSubstr("even"));
+  CHECK_THROWS_WITH(pack_int4(zeros({2, 4})), HasSubstr("expected i8"));
+  CHECK_THROWS_WITH(unpack_int4(values), HasSubstr("expected i4x2"));
+}
+
+TEST_CASE("quantize and friends reject bad bits, blocks and dtypes", "[grad_quant]") {
+  const Tensor x = test::random_tensor({2, 48}, 1, DType::f32);
+  QuantSpec s;
+  s.bits = 1;
+  CHECK_THROWS_WITH(quantize(x, s), HasSubstr("bits must be in 2..8, got 1"));
+  s.bits = 9;
+  CHECK_THROWS_WITH(quantize(x, s), HasSubstr("bits must be in 2..8, got 9"));
+  s.bits = 4;
+  s.hadamard_block = 3;
+  CHECK_THROWS_WITH(quantize(x, s), HasSubstr("power of two"));
+  s.hadamard_block = 32;
+  CHECK_THROWS_WITH(quantize(x, s), HasSubstr("hadamard_block 32 does not divide the last dim 48 of f32 (2, 48)"));
+  CHECK_THROWS_WITH(hadamard_blocks(x, 0), HasSubstr("power of two"));
+  CHECK_THROWS_WITH(hadamard_blocks(x, 64), HasSubstr("does not divide"));
+  CHECK_THROWS_WITH(quantize(x.to(DType::i32), QuantSpec{}), HasSubstr("floating"));
+  CHECK_THROWS_WITH(quantize(scalar_tensor(1.0), QuantSpec{}), HasSubstr("at least one dim"));
+  LuqSpec l;
+  l.bits = 5;
+  CHECK_THROWS_WITH(luq_quantize(x, l), HasSubstr("bits must be in 2..4"));
+}

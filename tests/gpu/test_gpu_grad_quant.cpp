@@ -1,0 +1,203 @@
+// CUDA quantisation primitives (kernels/grad_quant.cu) against the CPU reference, bit for bit
+// (Note [Bit-identical quantisation]): quantize for every granularity × scale rule × rounding × Hadamard
+// block T in {1, 2, 16} on odd-sized random inputs (fused one-block-per-group path, two-pass path, block
+// mode for last dims that are not a multiple of 16, pre-rotation for T > 16 and for 1-D sample groups),
+// non-contiguous inputs and every floating input dtype; LUQ codes; hadamard_blocks; dequantize;
+// pack / unpack int4. CUDA outputs are poisoned (0xFF) so an element a kernel forgot to write fails.
+#include "support/catch.h"
+#include "support/gpu_testing.h"
+#include "support/testing.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hadatrain/grad/quant.h"
+
+using namespace ht;
+using namespace ht::grad;
+
+namespace {
+
+const std::vector<Granularity> kGranularities = {Granularity::tensor, Granularity::sample, Granularity::row};
+
+std::string name_of(Granularity g) {
+  return g == Granularity::tensor ? "tensor" : (g == Granularity::sample ? "sample" : "row");
+}
+
+// "" when values and scales of the CUDA result equal the CPU result bit for bit.
+std::string same_bits(const Quantized& gpu, const Quantized& cpu) {
+  std::string msg = test::compare_bits(gpu.values, cpu.values);
+  if (!msg.empty()) return "values: " + msg;
+  msg = test::compare_bits(gpu.scale, cpu.scale);
+  if (!msg.empty()) return "scale: " + msg;
+  return {};
+}
+
+// Quantises xc (CPU) and xg (the same values on CUDA, possibly another layout) with every combination.
+void check_all_specs(const Tensor& xc, const Tensor& xg, const std::vector<int64_t>& blocks, int bits = 4) {
+  const int64_t last = xc.size(xc.dim() - 1);
+  for (int64_t block : blocks) {
+    if (last % block != 0) continue;
+    for (Granularity g : kGranularities)
+      for (ScaleRule rule : {ScaleRule::absmax, ScaleRule::sawb})
+        for (Rounding r : {Rounding::nearest, Rounding::stochastic}) {
+          QuantSpec spec;
+          spec.bits = bits;
+          spec.granularity = g;
+          spec.scale_rule = rule;
+          spec.rounding = r;
+          spec.hadamard_block = block;
+          spec.noise = {0x5eedull, 0xabcdef12345ull};
+          CAPTURE(xc.describe(), block, name_of(g), rule == ScaleRule::sawb, r == Rounding::stochastic, bits);
+          const Quantized qc = quantize(xc, spec);
+          Quantized qg;
+          {
+            test::PoisonGuard poison;
+            qg = quantize(xg, spec);
+          }
+          CHECK(same_bits(qg, qc) == "");
+          CHECK(test::compare_bits(dequantize(qg, g), dequantize(qc, g)) == "");
+        }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA quantize equals the CPU bit for bit on odd-sized random inputs", "[gpu][grad_quant]") {
+  // (3, 37, 48): 111 rows (fused), tensor / sample groups (two-pass); (257, 768): 257 rows and samples (fused);
+  // (3, 20000): rows longer than one fused block (two-pass rows); (7, 13, 10): block mode (10 % 16 != 0).
+  const std::vector<Shape> shapes = {{3, 37, 48}, {257, 768}, {3, 20000}, {7, 13, 10}};
+  uint64_t seed = 100;
+  for (const Shape& shape : shapes)
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const Tensor x = test::random_input(shape, ++seed, dt);
+      check_all_specs(x, x.to(test::kCuda), {1, 2, 16});
+    }
+  // 8 bits and 2 bits on one shape.
+  const Tensor x = test::random_input({5, 9, 32}, 7, DType::f32);
+  check_all_specs(x, x.to(test::kCuda), {1, 16}, 8);
+  check_all_specs(x, x.to(test::kCuda), {2}, 2);
+}
+
+TEST_CASE("CUDA quantize: non-contiguous inputs, f16 / f64 / fp8 inputs, large blocks, 1-D inputs",
+          "[gpu][grad_quant]") {
+  // Non-contiguous: a permuted view on both devices.
+  const Tensor base = test::random_input({48, 3, 37}, 21, DType::bf16);
+  check_all_specs(base.permute({1, 2, 0}), base.to(test::kCuda).permute({1, 2, 0}), {1, 2, 16});
+  const Tensor base2 = test::random_input({64, 17}, 22, DType::f32);
+  check_all_specs(base2.transpose(0, 1), base2.to(test::kCuda).transpose(0, 1), {1, 16});
+  // Other input dtypes (f64 and fp8 are converted to f32 first on both sides).
+  for (DType dt : {DType::f16, DType::f64, DType::f8e4m3}) {
+    const Tensor x = test::random_input({11, 64}, 23, dt);
+    check_all_specs(x, x.to(test::kCuda), {1, 16});
+  }
+  // T > 16: rotated by a separate pass first.
+  const Tensor big = test::random_input({9, 256}, 24, DType::bf16);
+  check_all_specs(big, big.to(test::kCuda), {32, 256});
+  // 1-D: sample groups of one element straddle the Hadamard blocks (pre-rotation path).
+  const Tensor one = test::random_input({96}, 25, DType::f32);
+  check_all_specs(one, one.to(test::kCuda), {1, 4, 16});
+}
+
+TEST_CASE("CUDA quantize at pipeline sizes (fused rows, two-pass samples)", "[gpu][grad_quant]") {
+  const Tensor rows = test::random_input({1001, 3072}, 31, DType::bf16);
+  const Tensor samples = test::random_input({5, 197 * 768}, 32, DType::bf16);
+  for (const Tensor& x : {rows, samples}) {
+    const Tensor xg = x.to(test::kCuda);
+    for (Granularity g : kGranularities) {
+      QuantSpec spec;
+      spec.granularity = g;
+      spec.hadamard_block = 16;
+      spec.noise = {1, 2};
+      CAPTURE(x.describe(), name_of(g));
+      const Quantized qc = quantize(x, spec);
+      Quantized qg;
+      {
+        test::PoisonGuard poison;
+        qg = quantize(xg, spec);
+      }
+      CHECK(same_bits(qg, qc) == "");
+    }
+  }
+}
+
+TEST_CASE("CUDA quantize handles zero groups and empty tensors", "[gpu][grad_quant]") {
+  Tensor x = test::random_input({6, 32}, 41, DType::f32);
+  fill_(x.narrow(0, 2, 1), 0.0);
+  check_all_specs(x, x.to(test::kCuda), {1, 16});
+  const Tensor z = zeros({4, 16});
+  check_all_specs(z, z.to(test::kCuda), {1, 16});
+  test::PoisonGuard poison;
+  const Quantized e = quantize(zeros({0, 16}, {DType::f32, test::kCuda}), QuantSpec{});
+  CHECK(e.values.numel() == 0);
+  CHECK(e.scale.to_vector<double>() == std::vector<double>{0.0});
+}
+
+TEST_CASE("CUDA luq_quantize gives the CPU's e4m3 codes and scales", "[gpu][grad_quant]") {
+  uint64_t seed = 50;
+  for (const Shape& shape : std::vector<Shape>{{3, 37, 48}, {257, 768}, {7, 13, 10}, {2, 40000}})
+    for (DType dt : {DType::f32, DType::bf16})
+      for (Granularity g : kGranularities)
+        for (int bits : {2, 4}) {
+          const Tensor x = test::random_input(shape, ++seed, dt, -3.0, 1.0);  // mostly negative
+          LuqSpec spec;
+          spec.bits = bits;
+          spec.granularity = g;
+          spec.noise = {seed, 9};
+          CAPTURE(x.describe(), name_of(g), bits);
+          const Quantized qc = luq_quantize(x, spec);
+          Quantized qg;
+          {
+            test::PoisonGuard poison;
+            qg = luq_quantize(x.to(test::kCuda), spec);
+          }
+          CHECK(same_bits(qg, qc) == "");
+        }
+  // Non-contiguous.
+  const Tensor base = test::random_input({48, 21}, 60, DType::f32);
+  LuqSpec spec;
+  spec.noise = {4, 4};
+  test::PoisonGuard poison;
+  CHECK(same_bits(luq_quantize(base.to(test::kCuda).transpose(0, 1), spec), luq_quantize(base.transpose(0, 1), spec)) ==
+        "");
+}
+
+TEST_CASE("CUDA hadamard_blocks equals the CPU butterfly bit for bit", "[gpu][grad_quant]") {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64})
+    for (int64_t block : {1, 2, 4, 8, 16, 32, 128}) {
+      const Tensor x = test::random_input({5, 7, 128}, 70 + static_cast<uint64_t>(block), dt);
+      CAPTURE(x.describe(), block);
+      test::PoisonGuard poison;
+      CHECK(test::compare_bits(hadamard_blocks(x.to(test::kCuda), block), hadamard_blocks(x, block)) == "");
+    }
+  // Block mode (last dim not a multiple of 16) and a non-contiguous input.
+  const Tensor x = test::random_input({9, 6}, 80, DType::f32);
+  test::PoisonGuard poison;
+  CHECK(test::compare_bits(hadamard_blocks(x.to(test::kCuda), 2), hadamard_blocks(x, 2)) == "");
+  const Tensor y = test::random_input({32, 9}, 81, DType::bf16);
+  CHECK(test::compare_bits(hadamard_blocks(y.to(test::kCuda).transpose(0, 1), 16), hadamard_blocks(y.transpose(0, 1), 16)) ==
+        "");
+}
+
+TEST_CASE("CUDA pack_int4 / unpack_int4 equal the CPU", "[gpu][grad_quant]") {
+  const Tensor v = to_dtype(test::random_input({37, 66}, 90, DType::i32, -8, 7), DType::i8);
+  test::PoisonGuard poison;
+  const Tensor pg = pack_int4(v.to(test::kCuda));
+  const Tensor pc = pack_int4(v);
+  CHECK(pg.dtype() == DType::i4x2);
+  CHECK(pg.is_cuda());
+  // Raw packed bytes, read back without conversion.
+  std::vector<uint8_t> host(static_cast<std::size_t>(pg.nbytes()));
+  const Tensor back = pg.to(Device::cpu());
+  std::memcpy(host.data(), back.data_ptr(), host.size());
+  CHECK(std::memcmp(host.data(), pc.data_ptr(), host.size()) == 0);
+  CHECK(test::compare_bits(unpack_int4(pg), unpack_int4(pc)) == "");
+  CHECK(test::compare_bits(unpack_int4(pg), v) == "");
+  // Non-contiguous values.
+  const Tensor t = v.to(test::kCuda).transpose(0, 1);  // (66, 37)
+  CHECK(test::compare_bits(unpack_int4(pack_int4(t.narrow(1, 0, 36))), v.transpose(0, 1).narrow(1, 0, 36).contiguous()) ==
+        "");
+}
