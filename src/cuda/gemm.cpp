@@ -539,7 +539,7 @@ const char* lowp_path_name(LowpPath p) {
 LowpPath gemm_lowp_nt(const LowpGemmArgs& g) {
   check_lowp(g);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return LowpPath::trivial;
-  HT_CHECK(g.a && g.b && g.c, "gemm_lowp_nt: null operand pointer in {}", describe(g));
+  HT_CHECK(g.c && (g.k == 0 || (g.a && g.b)), "gemm_lowp_nt: null operand pointer in {}", describe(g));
   const cudaStream_t stream = current_stream();
   LowpPath path = LowpPath::trivial;
   with_shape(g, [&] {
