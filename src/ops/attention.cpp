@@ -14,6 +14,11 @@
 // probabilities; backward recomputes P = exp(score - lse) and applies
 //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P * (dP - rowsum(dP * P)),  dQ = scale dS K,  dK = scale dSᵀ Q,
 // summing dK and dV over the query heads that share a kv head.
+//
+// On CUDA, bf16/f16 inputs with D == Dv in {64, 128} take the fused FlashAttention-2 style kernels
+// (kernels/flash_attention.cu, cuda_ops::flash_attention_applies); their backward also needs the output
+// (dsum = rowsum(dO * O) replaces rowsum(dP * P)), which the node then saves. Everything else takes the
+// straightforward kernels of kernels/attention.cu.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,6 +30,7 @@
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
 #include "cuda/attention.h"
+#include "cuda/flash_attention.h"
 #endif
 
 namespace ht {
@@ -61,14 +67,20 @@ double score(const AttnDims& d, const std::vector<double>& q, const std::vector<
 
 DType lse_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
+// Which kernels the forward ran (the backward runs the matching ones).
+enum class AttnPath { reference, fused };
+
 class AttentionBackward final : public Node {
  public:
-  AttentionBackward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse)
-      : d_(d) {
+  // `out` is saved only for the fused path (AttnPath::fused), whose backward reads it.
+  AttentionBackward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                    AttnPath path = AttnPath::reference, const Tensor& out = Tensor())
+      : d_(d), path_(path) {
     save(q);
     save(k);
     save(v);
     save(lse);
+    if (path_ == AttnPath::fused) save(out);
   }
   std::string name() const override { return "ScaledDotProductAttentionBackward"; }
 
@@ -77,7 +89,10 @@ class AttentionBackward final : public Node {
     if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
     if (grads[0].is_cuda()) {
 #ifdef HADATRAIN_CUDA
-      auto g = cuda_ops::attention_backward(saved(0), saved(1), saved(2), saved(3), grads[0], d.cuda_shape());
+      auto g = path_ == AttnPath::fused
+                   ? cuda_ops::flash_attention_backward(saved(0), saved(1), saved(2), saved(4), saved(3), grads[0],
+                                                        d.cuda_shape())
+                   : cuda_ops::attention_backward(saved(0), saved(1), saved(2), saved(3), grads[0], d.cuda_shape());
       for (std::size_t i = 0; i < 3; ++i)
         if (!needs_input_grad(i)) g[i] = Tensor();
       return {g[0], g[1], g[2]};
@@ -130,6 +145,7 @@ class AttentionBackward final : public Node {
 
  private:
   AttnDims d_;
+  AttnPath path_;
 };
 
 }  // namespace
@@ -162,6 +178,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                    opts.scale != 0.0 ? opts.scale : 1.0 / std::sqrt(static_cast<double>(D)), opts.mask};
   if (dev.is_cuda()) {
 #ifdef HADATRAIN_CUDA
+    if (cuda_ops::flash_attention_applies(q.dtype(), d.cuda_shape())) {
+      auto [result, lse_t] = cuda_ops::flash_attention_forward(q.detach(), k.detach(), v.detach(), d.cuda_shape());
+      if (needs_grad({&q, &k, &v}))
+        connect(std::make_shared<AttentionBackward>(d, q, k, v, lse_t, AttnPath::fused, result), {&q, &k, &v},
+                {&result});
+      return result;
+    }
     auto [result, lse_t] = cuda_ops::attention_forward(q.detach(), k.detach(), v.detach(), d.cuda_shape());
     if (needs_grad({&q, &k, &v}))
       connect(std::make_shared<AttentionBackward>(d, q, k, v, lse_t), {&q, &k, &v}, {&result});

@@ -1,0 +1,659 @@
+// Fused attention for bf16 / f16, head dim 64 or 128 (see flash_attention.h), FlashAttention-2 structure:
+//
+// Forward: one CTA of 8 warps per (128-query block, b, query head); each warp owns 16 query rows. K/V
+// tiles of 64 keys stream through shared memory (cp.async, two stages); S = Q Kᵀ and O += P V run on
+// mma.sync m16n8k16 (fp32 accumulate) with ldmatrix fragment loads; the softmax is online in fp32
+// registers (running max and sum per row, exp2 of log2-scaled scores); causal CTAs stop at the last key
+// their last row sees and mask only the tiles crossing the diagonal. Later query blocks (more work under
+// the causal mask) are scheduled first.
+//
+// Backward: a preprocess kernel dsum[t] = rowsum(dO ∘ O)[t]; then one CTA of 4 warps per (64-key block,
+// b, kv head), each warp owning 16 keys. It loops over the query heads of its kv group and over the
+// query blocks that see its keys, recomputes Sᵀ = K Qᵀ and Pᵀ = exp(Sᵀ - lse), dPᵀ = V dOᵀ and
+// dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
+// computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
+// bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
+//
+// Shared-memory rows are padded by 8 elements (16 bytes) so that the 8 row addresses of an ldmatrix hit
+// distinct banks. Rows past T or S are zero-filled by cp.async and masked out of the softmax.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with 16-bit A/B): lane = 4 g + tq.
+//   A (16x16, row-major): a0 (g, 2tq..+1), a1 (g+8, 2tq..), a2 (g, 2tq+8..), a3 (g+8, 2tq+8..)
+//   B (16x8, k x n):      b0 (k 2tq..+1, n g), b1 (k 2tq+8..+1, n g)
+//   C (16x8, fp32):       c0 c1 (g, 2tq..+1), c2 c3 (g+8, 2tq..+1)
+// ldmatrix.x4 loads four 8x8 matrices whose row addresses come from lanes 8i..8i+7; lane holds row g,
+// columns 2tq..+1 of each (with .trans: column g, rows 2tq..+1). A C tile pair (n-tiles 2j, 2j+1) in
+// bf16 is exactly the A fragment of k-step j, which is how P feeds P V without shared memory.
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/flash_attention.h"
+#include "kernels/launch.h"
+
+namespace ht::kernels {
+namespace {
+
+std::atomic<int64_t> g_forward_calls{0}, g_backward_calls{0};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- element types: raw 16-bit storage, float conversions, the mma instruction ----
+
+struct Bf16 {
+  __device__ static float to_float(uint16_t x) { return __uint_as_float(static_cast<uint32_t>(x) << 16); }
+  // Two floats as one 32-bit register: lo in the low half (the lower column / address).
+  __device__ static uint32_t pack(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+  }
+  __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+struct F16 {
+  __device__ static float to_float(uint16_t x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(x));
+    return f;
+  }
+  __device__ static uint32_t pack(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+  }
+  __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// ---- shared memory, cp.async, ldmatrix ----
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; zero-filled when !valid (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+// Rows [r0, r0 + kRows) of a (rows, D) row-major matrix into shared memory with row stride kStride;
+// rows >= `rows` become zeros.
+template <int kRows, int D, int kStride, int kThreads>
+__device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, int r0, int rows) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  for (int i = static_cast<int>(threadIdx.x); i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = r0 + r < rows;
+    cp_async16(dst + r * kStride + c * 8, src + static_cast<int64_t>(valid ? r0 + r : 0) * D + c * 8, valid);
+  }
+}
+
+// The A fragment (16 rows x 16 columns at (row0, col0)) of a row-major shared tile.
+template <int kStride>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, int row0, int col0, int lane) {
+  ldsm_x4(a, tile + (row0 + (lane & 15)) * kStride + col0 + (lane >> 4) * 8);
+}
+// B fragments of two n-tiles (n0, n0 + 8) for k-step k0 when the shared tile is stored (n, k) row-major
+// (Kᵀ from K): b[0], b[1] for n-tile n0 and b[2], b[3] for n-tile n0 + 8.
+template <int kStride>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const uint16_t* tile, int n0, int k0, int lane) {
+  ldsm_x4(b, tile + (n0 + (lane & 7) + ((lane >> 4) << 3)) * kStride + k0 + ((lane >> 3) & 1) * 8);
+}
+// The same when the tile is stored (k, n) row-major (V in P V): transposing ldmatrix.
+template <int kStride>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const uint16_t* tile, int k0, int n0, int lane) {
+  ldsm_x4_t(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + n0 + (lane >> 4) * 8);
+}
+
+// Problem sizes as the kernels use them.
+struct FlashParams {
+  int B, Hq, Hkv, T, S;
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e)
+  int causal;        // query t sees keys s <= t + (S - T)
+};
+
+// ---- forward ----
+
+template <int D>
+struct FwdCfg {
+  static constexpr int kWarps = 8, kThreads = 32 * kWarps;
+  static constexpr int kBr = 16 * kWarps;  // query rows per CTA
+  static constexpr int kBc = 64;           // keys per tile
+  static constexpr int kStride = D + 8;
+  static constexpr int kSmemElems = (kBr + 4 * kBc) * kStride;  // Q, then K and V of two stages
+  static constexpr std::size_t kSmemBytes = kSmemElems * sizeof(uint16_t);
+};
+
+// out (B, Hq, T, D), lse (B, Hq, T); grid (query blocks, B * Hq).
+template <class E, int D>
+__global__ void __launch_bounds__(FwdCfg<D>::kThreads)
+    flash_forward_kernel(uint16_t* __restrict__ out, float* __restrict__ lse, const uint16_t* __restrict__ q,
+                         const uint16_t* __restrict__ k, const uint16_t* __restrict__ v, FlashParams p) {
+  using C = FwdCfg<D>;
+  constexpr int kStride = C::kStride, kBr = C::kBr, kBc = C::kBc;
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* q_s = smem;                       // (kBr, D)
+  uint16_t* kv_s = smem + kBr * kStride;      // stage i: K at 2 i kBc rows, V after it
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, tq = lane & 3;
+
+  const int bh = static_cast<int>(blockIdx.y);
+  const int b = bh / p.Hq, h = bh % p.Hq;
+  const int kvh = b * p.Hkv + h / (p.Hq / p.Hkv);
+  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBr;  // heavy blocks first
+  const uint16_t* qh = q + static_cast<int64_t>(bh) * p.T * D;
+  const uint16_t* kh = k + static_cast<int64_t>(kvh) * p.S * D;
+  const uint16_t* vh = v + static_cast<int64_t>(kvh) * p.S * D;
+  uint16_t* oh = out + static_cast<int64_t>(bh) * p.T * D;
+  float* lh = lse + static_cast<int64_t>(bh) * p.T;
+  const int shift = p.S - p.T;  // causal: row t sees keys <= t + shift
+
+  int key_end = p.S;
+  if (p.causal) key_end = min(p.S, q0 + kBr + shift);
+  const int n_tiles = key_end > 0 ? (key_end + kBc - 1) / kBc : 0;
+
+  if (n_tiles > 0) {
+    load_tile<kBr, D, kStride, C::kThreads>(q_s, qh, q0, p.T);
+    load_tile<kBc, D, kStride, C::kThreads>(kv_s, kh, 0, p.S);
+    load_tile<kBc, D, kStride, C::kThreads>(kv_s + kBc * kStride, vh, 0, p.S);
+    cp_async_commit();
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY};  // running max of the log2-scaled scores, rows g and g + 8
+  float l_run[2] = {0.f, 0.f};              // this thread's part of the running sum of exp2(x - m)
+  const int row_base = q0 + warp * 16 + g;  // rows row_base and row_base + 8
+
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j + 1 < n_tiles) {
+      uint16_t* next = kv_s + ((j + 1) & 1) * 2 * kBc * kStride;
+      load_tile<kBc, D, kStride, C::kThreads>(next, kh, (j + 1) * kBc, p.S);
+      load_tile<kBc, D, kStride, C::kThreads>(next + kBc * kStride, vh, (j + 1) * kBc, p.S);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* k_s = kv_s + (j & 1) * 2 * kBc * kStride;
+    const uint16_t* v_s = k_s + kBc * kStride;
+
+    // S = Q Kᵀ for this warp's 16 rows x kBc keys
+    float sc[kBc / 8][4];
+#pragma unroll
+    for (int n = 0; n < kBc / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      load_a<kStride>(a, q_s, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int nn = 0; nn < kBc / 16; ++nn) {
+        uint32_t bf[4];
+        load_b_nk<kStride>(bf, k_s, nn * 16, kk * 16, lane);
+        E::mma(sc[2 * nn], a, bf[0], bf[1]);
+        E::mma(sc[2 * nn + 1], a, bf[2], bf[3]);
+      }
+    }
+
+    // log2-scaled scores, masked: keys past S, and (causal) keys past the row's diagonal
+    const int key0 = j * kBc;
+    const bool need_mask = key0 + kBc > p.S || (p.causal && key0 + kBc - 1 > q0 + shift);
+#pragma unroll
+    for (int n = 0; n < kBc / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float x = sc[n][c] * p.scale_log2;
+        if (need_mask) {
+          const int key = key0 + n * 8 + 2 * tq + (c & 1);
+          const int row = row_base + (c >> 1) * 8;
+          if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
+        }
+        sc[n][c] = x;
+      }
+
+    // online softmax, per row r (elements c = 2r, 2r + 1)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m_run[r];
+#pragma unroll
+      for (int n = 0; n < kBc / 8; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_use = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
+      const float alpha = exp2f(m_run[r] - m_use);     // 0 when m_run is -inf
+      m_run[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < kBc / 8; ++n) {
+        sc[n][2 * r] = exp2f(sc[n][2 * r] - m_use);
+        sc[n][2 * r + 1] = exp2f(sc[n][2 * r + 1] - m_use);
+        sum += sc[n][2 * r] + sc[n][2 * r + 1];
+      }
+      l_run[r] = l_run[r] * alpha + sum;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[i][2 * r] *= alpha;
+        o[i][2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V (P from registers, rounded to the input dtype)
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk) {
+      const uint32_t a[4] = {E::pack(sc[2 * kk][0], sc[2 * kk][1]), E::pack(sc[2 * kk][2], sc[2 * kk][3]),
+                             E::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                             E::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t bf[4];
+        load_b_kn<kStride>(bf, v_s, kk * 16, dn * 16, lane);
+        E::mma(o[2 * dn], a, bf[0], bf[1]);
+        E::mma(o[2 * dn + 1], a, bf[2], bf[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+
+  // normalise, stage this warp's 16 rows in its own part of q_s, store 16-byte chunks
+  uint16_t* o_s = q_s + warp * 16 * kStride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: output 0
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<uint32_t*>(o_s + (g + 8 * r) * kStride + i * 8 + 2 * tq) =
+          E::pack(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+    const int row = row_base + 8 * r;
+    if (tq == 0 && row < p.T) lh[row] = l > 0.f ? (m_run[r] + log2f(l)) * kLn2 : -INFINITY;
+  }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int row = q0 + warp * 16 + r;
+    if (row < p.T)
+      *reinterpret_cast<uint4*>(oh + static_cast<int64_t>(row) * D + c * 8) =
+          *reinterpret_cast<const uint4*>(o_s + r * kStride + c * 8);
+  }
+}
+
+// ---- backward ----
+
+// dsum[row] = sum_e dout[row, e] * out[row, e] (fp32); one warp per row.
+template <class E, int D>
+__global__ void flash_dsum_kernel(float* __restrict__ dsum, const uint16_t* __restrict__ out,
+                                  const uint16_t* __restrict__ dout, int64_t rows) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const uint16_t* o = out + row * D;
+  const uint16_t* d = dout + row * D;
+  float acc = 0.f;
+#pragma unroll
+  for (int e = lane; e < D; e += 32) acc += E::to_float(o[e]) * E::to_float(d[e]);
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) dsum[row] = acc;
+}
+
+template <int D>
+struct BwdCfg {
+  static constexpr int kWarps = 4, kThreads = 32 * kWarps;
+  static constexpr int kBc = 16 * kWarps;        // keys per CTA
+  static constexpr int kBq = D == 128 ? 32 : 64;  // query rows per iteration (register budget)
+  static constexpr int kStride = D + 8;
+  static constexpr int kSStride = kBq + 8;  // dSᵀ tile (kBc, kBq)
+  // dQ tile (kBq, D) over the warps: kWm row blocks of 16 x kWn column groups
+  static constexpr int kWm = kBq / 16, kWn = kWarps / kWm, kDqCols = D / kWn;
+  static constexpr int kSmemElems = (2 * kBc + 4 * kBq) * kStride + kBc * kSStride;
+  static constexpr std::size_t kSmemBytes = kSmemElems * sizeof(uint16_t);
+  static_assert(kWm * kWn == kWarps && kDqCols % 16 == 0);
+};
+
+// dk, dv (B, Hkv, S, D) in the input dtype (unscaled sums written once); dq_acc (B, Hq, T, D) fp32 gets
+// atomic adds of dS K (without the scale). grid (key blocks, B * Hkv).
+template <class E, int D>
+__global__ void __launch_bounds__(BwdCfg<D>::kThreads)
+    flash_backward_kernel(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, float* __restrict__ dq_acc,
+                          const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                          const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
+                          const float* __restrict__ lse, const float* __restrict__ dsum, FlashParams p) {
+  using C = BwdCfg<D>;
+  constexpr int kStride = C::kStride, kBc = C::kBc, kBq = C::kBq, kSStride = C::kSStride;
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* k_s = smem;                          // (kBc, D)
+  uint16_t* v_s = k_s + kBc * kStride;           // (kBc, D)
+  uint16_t* qd_s = v_s + kBc * kStride;          // stage i: Q at 2 i kBq rows, dO after it
+  uint16_t* ds_s = qd_s + 4 * kBq * kStride;     // dSᵀ (kBc, kBq)
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, tq = lane & 3;
+
+  const int bkv = static_cast<int>(blockIdx.y);  // b * Hkv + kv head
+  const int b = bkv / p.Hkv, hkv = bkv % p.Hkv;
+  const int group = p.Hq / p.Hkv;
+  const int k0 = static_cast<int>(blockIdx.x) * kBc;
+  const int shift = p.S - p.T;
+  const uint16_t* kh = k + static_cast<int64_t>(bkv) * p.S * D;
+  const uint16_t* vh = v + static_cast<int64_t>(bkv) * p.S * D;
+
+  // query blocks that see a key of this block: t >= k0 - shift under the causal mask
+  const int q_first = p.causal ? max(0, k0 - shift) : 0;
+  const int i_start = q_first / kBq;
+  const int n_qb = q_first < p.T ? (p.T + kBq - 1) / kBq - i_start : 0;
+  const int total = group * n_qb;  // iterations: (head in group, query block)
+  auto head_of = [&](int it) { return b * p.Hq + hkv * group + it / n_qb; };  // flat (b, query head)
+  auto q0_of = [&](int it) { return (i_start + it % n_qb) * kBq; };
+  auto load_q_do = [&](int it) {
+    const int bh = head_of(it), q0 = q0_of(it);
+    uint16_t* dst = qd_s + (it & 1) * 2 * kBq * kStride;
+    load_tile<kBq, D, kStride, C::kThreads>(dst, q + static_cast<int64_t>(bh) * p.T * D, q0, p.T);
+    load_tile<kBq, D, kStride, C::kThreads>(dst + kBq * kStride, dout + static_cast<int64_t>(bh) * p.T * D, q0,
+                                            p.T);
+  };
+
+  float dk_acc[D / 8][4], dv_acc[D / 8][4];  // this warp's 16 keys x D
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dk_acc[i][c] = dv_acc[i][c] = 0.f;
+
+  if (total > 0) {
+    load_tile<kBc, D, kStride, C::kThreads>(k_s, kh, k0, p.S);
+    load_tile<kBc, D, kStride, C::kThreads>(v_s, vh, k0, p.S);
+    load_q_do(0);
+    cp_async_commit();
+  }
+  const int key_base = k0 + warp * 16 + g;  // this thread's keys: key_base and key_base + 8
+
+  for (int it = 0; it < total; ++it) {
+    if (it + 1 < total) {
+      load_q_do(it + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int bh = head_of(it), q0 = q0_of(it);
+    const uint16_t* q_s = qd_s + (it & 1) * 2 * kBq * kStride;
+    const uint16_t* do_s = q_s + kBq * kStride;
+
+    // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: this warp's 16 keys x kBq queries
+    float st[kBq / 8][4], dpt[kBq / 8][4];
+#pragma unroll
+    for (int n = 0; n < kBq / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ak[4], av[4];
+      load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
+      load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int nn = 0; nn < kBq / 16; ++nn) {
+        uint32_t bq[4], bd[4];
+        load_b_nk<kStride>(bq, q_s, nn * 16, kk * 16, lane);
+        load_b_nk<kStride>(bd, do_s, nn * 16, kk * 16, lane);
+        E::mma(st[2 * nn], ak, bq[0], bq[1]);
+        E::mma(st[2 * nn + 1], ak, bq[2], bq[3]);
+        E::mma(dpt[2 * nn], av, bd[0], bd[1]);
+        E::mma(dpt[2 * nn + 1], av, bd[2], bd[3]);
+      }
+    }
+
+    // Pᵀ = exp(scale s - lse) (0 where masked), dSᵀ = Pᵀ (dPᵀ - dsum)
+    const float* lse_h = lse + static_cast<int64_t>(bh) * p.T;
+    const float* dsum_h = dsum + static_cast<int64_t>(bh) * p.T;
+#pragma unroll
+    for (int n = 0; n < kBq / 8; ++n)
+#pragma unroll
+      for (int cc = 0; cc < 2; ++cc) {
+        const int row = q0 + n * 8 + 2 * tq + cc;  // query
+        float l2 = INFINITY, ds = 0.f;             // rows past T: P = 0
+        if (row < p.T) {
+          const float l = __ldg(lse_h + row);
+          l2 = l == -INFINITY ? INFINITY : l * kLog2e;  // rows that see no key pass no gradient
+          ds = __ldg(dsum_h + row);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int c = 2 * r + cc;
+          const int key = key_base + 8 * r;
+          float x = st[n][c] * p.scale_log2 - l2;
+          if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
+          const float pr = exp2f(x);
+          st[n][c] = pr;
+          dpt[n][c] = pr * (dpt[n][c] - ds);
+        }
+      }
+
+    // dV += Pᵀ dO and dK += dSᵀ Q (A from registers, k = query)
+#pragma unroll
+    for (int kk = 0; kk < kBq / 16; ++kk) {
+      const uint32_t ap[4] = {E::pack(st[2 * kk][0], st[2 * kk][1]), E::pack(st[2 * kk][2], st[2 * kk][3]),
+                              E::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                              E::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      const uint32_t as[4] = {E::pack(dpt[2 * kk][0], dpt[2 * kk][1]), E::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                              E::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                              E::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+      // dSᵀ to shared memory for dQ: rows = keys (g, g + 8 of this warp), columns = queries
+      uint16_t* ds_w = ds_s + (warp * 16 + g) * kSStride + kk * 16 + 2 * tq;
+      *reinterpret_cast<uint32_t*>(ds_w) = as[0];
+      *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride) = as[1];
+      *reinterpret_cast<uint32_t*>(ds_w + 8) = as[2];
+      *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride + 8) = as[3];
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t bd[4], bq[4];
+        load_b_kn<kStride>(bd, do_s, kk * 16, dn * 16, lane);
+        load_b_kn<kStride>(bq, q_s, kk * 16, dn * 16, lane);
+        E::mma(dv_acc[2 * dn], ap, bd[0], bd[1]);
+        E::mma(dv_acc[2 * dn + 1], ap, bd[2], bd[3]);
+        E::mma(dk_acc[2 * dn], as, bq[0], bq[1]);
+        E::mma(dk_acc[2 * dn + 1], as, bq[2], bq[3]);
+      }
+    }
+    __syncthreads();  // dSᵀ complete
+
+    // dQ (kBq x D) += dS K: this warp's 16 rows x kDqCols columns, k = the kBc keys
+    {
+      const int wm = warp % C::kWm, wn = warp / C::kWm;
+      float dq[C::kDqCols / 8][4];
+#pragma unroll
+      for (int i = 0; i < C::kDqCols / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) {
+        // A = dS (query rows wm*16.., key columns kk*16..) from dSᵀ stored (key, query): transposing loads
+        uint32_t a[4];
+        const int mi = lane >> 3;
+        ldsm_x4_t(a, ds_s + (kk * 16 + (lane & 7) + (mi >> 1) * 8) * kSStride + wm * 16 + (mi & 1) * 8);
+#pragma unroll
+        for (int dn = 0; dn < C::kDqCols / 16; ++dn) {
+          uint32_t bk[4];
+          load_b_kn<kStride>(bk, k_s, kk * 16, wn * C::kDqCols + dn * 16, lane);
+          E::mma(dq[2 * dn], a, bk[0], bk[1]);
+          E::mma(dq[2 * dn + 1], a, bk[2], bk[3]);
+        }
+      }
+      float* dq_h = dq_acc + static_cast<int64_t>(bh) * p.T * D;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = q0 + wm * 16 + g + 8 * r;
+        if (row < p.T) {
+          float* dst = dq_h + static_cast<int64_t>(row) * D + wn * C::kDqCols + 2 * tq;
+#pragma unroll
+          for (int i = 0; i < C::kDqCols / 8; ++i) {
+            atomicAdd(dst + i * 8, dq[i][2 * r]);
+            atomicAdd(dst + i * 8 + 1, dq[i][2 * r + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // stage and dSᵀ buffers are free again
+  }
+
+  // dK = scale dSᵀ Q summed, dV = Pᵀ dO summed: stage this warp's rows in its own rows of k_s / v_s
+  uint16_t* dk_s = k_s + warp * 16 * kStride;
+  uint16_t* dv_s = v_s + warp * 16 * kStride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const int off = (g + 8 * r) * kStride + i * 8 + 2 * tq;
+      *reinterpret_cast<uint32_t*>(dk_s + off) = E::pack(dk_acc[i][2 * r] * p.scale, dk_acc[i][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_s + off) = E::pack(dv_acc[i][2 * r], dv_acc[i][2 * r + 1]);
+    }
+  __syncwarp();
+  uint16_t* dkh = dk + static_cast<int64_t>(bkv) * p.S * D;
+  uint16_t* dvh = dv + static_cast<int64_t>(bkv) * p.S * D;
+  constexpr int kChunks = D / 8;
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int key = k0 + warp * 16 + r;
+    if (key < p.S) {
+      *reinterpret_cast<uint4*>(dkh + static_cast<int64_t>(key) * D + c * 8) =
+          *reinterpret_cast<const uint4*>(dk_s + r * kStride + c * 8);
+      *reinterpret_cast<uint4*>(dvh + static_cast<int64_t>(key) * D + c * 8) =
+          *reinterpret_cast<const uint4*>(dv_s + r * kStride + c * 8);
+    }
+  }
+}
+
+// dq = scale * dq_acc in the input dtype; n is even (D is).
+template <class E>
+__global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* __restrict__ acc, float scale,
+                                        int64_t n) {
+  const int64_t pairs = n / 2;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float2 x = reinterpret_cast<const float2*>(acc)[i];
+    reinterpret_cast<uint32_t*>(dq)[i] = E::pack(x.x * scale, x.y * scale);
+  }
+}
+
+// ---- host side ----
+
+FlashParams make_params(const AttnShape& s) {
+  FlashParams p;
+  p.B = static_cast<int>(s.B);
+  p.Hq = static_cast<int>(s.Hq);
+  p.Hkv = static_cast<int>(s.Hkv);
+  p.T = static_cast<int>(s.T);
+  p.S = static_cast<int>(s.S);
+  p.scale = static_cast<float>(s.scale);
+  p.scale_log2 = static_cast<float>(s.scale * 1.4426950408889634);
+  p.causal = s.causal;
+  return p;
+}
+
+// Calls f(E{}, std::integral_constant<int, D>{}) for the element type and head dim.
+template <class F>
+void dispatch(DType dt, int64_t d, const char* kernel, F&& f) {
+  const bool bf = dt == DType::bf16;
+  if (!bf && dt != DType::f16) HT_UNSUPPORTED_DTYPE(kernel, dt);
+  if (d == 64) {
+    if (bf) f(Bf16{}, std::integral_constant<int, 64>{});
+    else f(F16{}, std::integral_constant<int, 64>{});
+  } else {
+    if (bf) f(Bf16{}, std::integral_constant<int, 128>{});
+    else f(F16{}, std::integral_constant<int, 128>{});
+  }
+}
+
+}  // namespace
+
+bool flash_attention_supported(DType dt, const AttnShape& s) {
+  constexpr int64_t kMaxGridY = 65535, kMaxLen = int64_t{1} << 24;
+  return (dt == DType::bf16 || dt == DType::f16) && s.D == s.Dv && (s.D == 64 || s.D == 128) && s.B > 0 &&
+         s.Hkv > 0 && s.Hq % s.Hkv == 0 && s.T > 0 && s.S > 0 && s.T < kMaxLen && s.S < kMaxLen &&
+         s.B * s.Hq <= kMaxGridY && s.B * s.Hkv <= kMaxGridY;
+}
+
+FlashAttentionCounts flash_attention_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
+
+void launch_flash_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k, const void* v,
+                                    const AttnShape& s, cudaStream_t stream) {
+  const FlashParams p = make_params(s);
+  dispatch(dt, s.D, "flash_attention_forward", [&](auto e, auto dc) {
+    using E = decltype(e);
+    constexpr int D = decltype(dc)::value;
+    using C = FwdCfg<D>;
+    auto kernel = flash_forward_kernel<E, D>;
+    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(C::kSmemBytes)));
+    const dim3 grid(static_cast<unsigned>((p.T + C::kBr - 1) / C::kBr), static_cast<unsigned>(p.B * p.Hq));
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(static_cast<uint16_t*>(out), lse,
+                                                         static_cast<const uint16_t*>(q),
+                                                         static_cast<const uint16_t*>(k),
+                                                         static_cast<const uint16_t*>(v), p);
+  });
+  HT_CHECK_LAUNCH("flash_attention_forward");
+  ++g_forward_calls;
+}
+
+void launch_flash_attention_backward(DType dt, const FlashGrads& g, const void* q, const void* k, const void* v,
+                                     const void* out, const float* lse, const void* dout, const AttnShape& s,
+                                     cudaStream_t stream) {
+  const FlashParams p = make_params(s);
+  const int64_t rows = s.B * s.Hq * s.T;
+  HT_CUDA_CHECK(cudaMemsetAsync(g.dq_acc, 0, static_cast<std::size_t>(rows * s.D) * sizeof(float), stream));
+  dispatch(dt, s.D, "flash_attention_backward", [&](auto e, auto dc) {
+    using E = decltype(e);
+    constexpr int D = decltype(dc)::value;
+    using C = BwdCfg<D>;
+    flash_dsum_kernel<E, D><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
+        g.dsum, static_cast<const uint16_t*>(out), static_cast<const uint16_t*>(dout), rows);
+    HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
+    auto kernel = flash_backward_kernel<E, D>;
+    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(C::kSmemBytes)));
+    const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+        static_cast<uint16_t*>(g.dk), static_cast<uint16_t*>(g.dv), g.dq_acc, static_cast<const uint16_t*>(q),
+        static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), static_cast<const uint16_t*>(dout), lse,
+        g.dsum, p);
+    HT_CHECK_LAUNCH("flash_attention_backward");
+    flash_dq_convert_kernel<E><<<cuda::grid_for(rows * D / 2), cuda::kBlock, 0, stream>>>(
+        static_cast<uint16_t*>(g.dq), g.dq_acc, p.scale, rows * D);
+    HT_CHECK_LAUNCH("flash_attention_backward (dq)");
+  });
+  ++g_backward_calls;
+}
+
+}  // namespace ht::kernels

@@ -1,0 +1,191 @@
+// The fused (FlashAttention-2 style) attention kernels on CUDA against the CPU reference: the CPU op runs
+// in double on the same bf16/f16 inputs (converted exactly to f64), and the fused results (out, lse, dq,
+// dk, dv) must agree within a tolerance derived from the shared table. Cases: odd lengths (partial tiles),
+// T != S under the causal alignment (T < S, and T > S with empty rows and whole empty query blocks), D 64
+// and 128, grouped kv heads, a negative custom scale, a non-contiguous q. Every case asserts that the fused
+// kernels ran (kernels::flash_attention_counts), so a silent fallback fails the test.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ops/cuda/flash_attention.h"
+#include "support/catch.h"
+#include "support/gpu_testing.h"
+
+using namespace ht;
+
+namespace {
+
+Tensor leaf(const Tensor& x, Device dev) {
+  Tensor t = x.to(dev).detach();
+  t.set_requires_grad(true);
+  return t;
+}
+
+struct FlashCase {
+  const char* name;
+  int64_t B, Hq, Hkv, T, S, D;
+  AttentionOptions opts;
+  bool permuted_q;  // the op gets q as a (B, Hq, T, D) view of a (B, T, Hq, D) tensor
+};
+
+// Fused-vs-reference tolerance for results of dtype dt: the kernels round P and dS to dt before their
+// tensor-core products (as FlashAttention does), so the error is a few units in the last place of dt
+// relative to the tensor's magnitude, not one ulp per element: |a - e| <= 2 r max|e| + 2 r |e| with r the
+// table's rtol (bf16: 8e-3, f16: 1e-3). A wrong layout, mask or scale gives errors of order max|e|.
+std::string close_to(const Tensor& actual, const Tensor& expected, DType dt) {
+  if (!actual.is_cuda()) return "the fused result is not on CUDA: " + actual.describe();
+  if (actual.dtype() != dt) return "the fused result has dtype " + actual.describe();
+  if (!(actual.shape() == expected.shape()))
+    return "shape mismatch: " + actual.describe() + " vs " + expected.describe();
+  const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>();
+  const std::vector<double> e = expected.to_vector<double>();
+  double emax = 0;
+  for (double x : e) emax = std::max(emax, std::abs(x));
+  const double r = test::tolerance(dt).rtol;
+  const double atol = 2 * r * emax, rtol = 2 * r;
+  int bad = 0;
+  std::string msg;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::abs(a[i] - e[i]) <= atol + rtol * std::abs(e[i])) continue;  // NaN fails here too
+    if (++bad <= 5) msg += fmt::format("[{}] fused {} reference {}; ", i, a[i], e[i]);
+  }
+  if (bad == 0) return {};
+  return fmt::format("{} of {} elements differ (max |ref| {}): {}", bad, a.size(), emax, msg);
+}
+
+// lse[b, h, t] = log sum over visible keys of exp(scale q . k) in double; -inf for rows that see no key.
+std::vector<double> reference_lse(const Tensor& q, const Tensor& k, const FlashCase& c, double scale) {
+  const std::vector<double> qv = q.contiguous().to_vector<double>(), kv = k.contiguous().to_vector<double>();
+  std::vector<double> out;
+  const int64_t group = c.Hq / c.Hkv;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t t = 0; t < c.T; ++t) {
+        const int64_t n = c.opts.mask == AttnMask::causal ? std::clamp<int64_t>(t + c.S - c.T + 1, 0, c.S) : c.S;
+        std::vector<double> sc(static_cast<std::size_t>(n));
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t s = 0; s < n; ++s) {
+          double acc = 0;
+          for (int64_t e = 0; e < c.D; ++e)
+            acc += qv[static_cast<std::size_t>(((b * c.Hq + h) * c.T + t) * c.D + e)] *
+                   kv[static_cast<std::size_t>(((b * c.Hkv + h / group) * c.S + s) * c.D + e)];
+          sc[static_cast<std::size_t>(s)] = scale * acc;
+          mx = std::max(mx, scale * acc);
+        }
+        if (n == 0) {
+          out.push_back(-std::numeric_limits<double>::infinity());
+          continue;
+        }
+        double sum = 0;
+        for (double x : sc) sum += std::exp(x - mx);
+        out.push_back(mx + std::log(sum));
+      }
+  return out;
+}
+
+std::string lse_close(const Tensor& actual, const std::vector<double>& expected) {
+  if (!actual.is_cuda() || actual.dtype() != DType::f32) return "lse is not a CUDA f32 tensor: " + actual.describe();
+  const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>();
+  if (a.size() != expected.size()) return fmt::format("lse has {} elements, expected {}", a.size(), expected.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double e = expected[i];
+    if (std::isinf(e) ? a[i] == e : std::abs(a[i] - e) <= 1e-4 + 1e-5 * std::abs(e)) continue;
+    return fmt::format("lse[{}]: fused {} reference {}", i, a[i], e);
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("flash_attention_applies picks the fused kernels only where they apply", "[gpu][attention][flash]") {
+  const kernels::AttnShape ok{2, 4, 2, 77, 77, 64, 64, 0.125, 1};
+  CHECK(cuda_ops::flash_attention_applies(DType::bf16, ok));
+  CHECK(cuda_ops::flash_attention_applies(DType::f16, ok));
+  CHECK_FALSE(cuda_ops::flash_attention_applies(DType::f32, ok));
+  CHECK_FALSE(cuda_ops::flash_attention_applies(DType::f64, ok));
+  kernels::AttnShape s = ok;
+  s.D = s.Dv = 96;
+  CHECK_FALSE(cuda_ops::flash_attention_applies(DType::bf16, s));
+  s = ok;
+  s.Dv = 128;
+  CHECK_FALSE(cuda_ops::flash_attention_applies(DType::bf16, s));
+  s = ok;
+  s.D = s.Dv = 128;
+  CHECK(cuda_ops::flash_attention_applies(DType::bf16, s));
+
+  // D = 32 runs the fallback: the fused counters do not move, and the result is still right
+  const auto before = kernels::flash_attention_counts();
+  const Tensor q = test::random_input({1, 2, 9, 32}, 1, DType::bf16), k = test::random_input({1, 2, 9, 32}, 2, DType::bf16);
+  const Tensor v = test::random_input({1, 2, 9, 32}, 3, DType::bf16);
+  const Tensor og = scaled_dot_product_attention(q.to(test::kCuda), k.to(test::kCuda), v.to(test::kCuda), {});
+  const Tensor oc = scaled_dot_product_attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), {});
+  CHECK(close_to(og, oc, DType::bf16) == "");
+  CHECK(kernels::flash_attention_counts().forward == before.forward);
+}
+
+TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, dk, dv", "[gpu][attention][flash]") {
+  const std::vector<FlashCase> cases = {
+      {"causal T = S = 77, D 64, 2 q heads per kv head", 1, 4, 2, 77, 77, 64, {AttnMask::causal, 0.0}, false},
+      {"no mask T = S = 130, D 128, non-contiguous q", 2, 4, 2, 130, 130, 128, {AttnMask::none, 0.0}, true},
+      {"causal T = S = 257, D 128", 1, 4, 2, 257, 257, 128, {AttnMask::causal, 0.0}, false},
+      {"no mask T = S = 257, D 64", 1, 4, 2, 257, 257, 64, {AttnMask::none, 0.0}, false},
+      {"causal T = 100 < S = 257 (aligned to the end), D 64", 2, 4, 2, 100, 257, 64, {AttnMask::causal, 0.0}, true},
+      {"causal T = 300 > S = 40 (empty rows and query blocks), D 128", 1, 4, 2, 300, 40, 128,
+       {AttnMask::causal, 0.0}, false},
+      {"no mask T = 65, S = 131, negative custom scale, D 128", 1, 2, 1, 65, 131, 128, {AttnMask::none, -0.07}, false},
+      {"causal one row one key, D 64", 1, 2, 2, 1, 1, 64, {AttnMask::causal, 0.0}, false},
+  };
+  uint64_t seed = 9100;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+      const FlashCase& c = cases[ci];
+      if (dt == DType::f16 && ci % 2 == 1) continue;  // f16 on half of the cases keeps the test short
+      INFO(dtype_name(dt) << ": " << c.name);
+      const Tensor q = test::random_input({c.B, c.Hq, c.T, c.D}, ++seed, dt);
+      const Tensor k = test::random_input({c.B, c.Hkv, c.S, c.D}, ++seed, dt);
+      const Tensor v = test::random_input({c.B, c.Hkv, c.S, c.D}, ++seed, dt);
+      const double scale = c.opts.scale != 0.0 ? c.opts.scale : 1.0 / std::sqrt(static_cast<double>(c.D));
+      REQUIRE(cuda_ops::flash_attention_applies(
+          dt, kernels::AttnShape{c.B, c.Hq, c.Hkv, c.T, c.S, c.D, c.D, scale, c.opts.mask == AttnMask::causal}));
+
+      // reference: the CPU op in double on the same values
+      Tensor qc = leaf(q.to(DType::f64), Device::cpu()), kc = leaf(k.to(DType::f64), Device::cpu()),
+             vc = leaf(v.to(DType::f64), Device::cpu());
+      const Tensor oc = scaled_dot_product_attention(qc, kc, vc, c.opts);
+      const Tensor go = test::random_input(oc.shape(), ++seed, dt);
+      oc.backward(go.to(DType::f64));
+
+      Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
+      const auto before = kernels::flash_attention_counts();
+      Tensor og;
+      {
+        test::PoisonGuard poison;
+        const Tensor qin = c.permuted_q ? qg.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3}) : qg;
+        if (c.permuted_q) REQUIRE_FALSE(qin.is_contiguous());
+        og = scaled_dot_product_attention(qin, kg, vg, c.opts);
+      }
+      CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
+      CHECK(close_to(og, oc, dt) == "");
+      {
+        test::PoisonGuard poison;
+        og.backward(go.to(test::kCuda));
+      }
+      CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
+      CHECK(close_to(qg.grad(), qc.grad(), dt) == "");
+      CHECK(close_to(kg.grad(), kc.grad(), dt) == "");
+      CHECK(close_to(vg.grad(), vc.grad(), dt) == "");
+
+      // lse through the glue (the op keeps it inside its backward node)
+      const kernels::AttnShape s{c.B, c.Hq, c.Hkv, c.T, c.S, c.D, c.D, scale, c.opts.mask == AttnMask::causal};
+      const auto [out2, lse] = cuda_ops::flash_attention_forward(q.to(test::kCuda), k.to(test::kCuda),
+                                                                 v.to(test::kCuda), s);
+      CHECK(lse_close(lse, reference_lse(q.to(DType::f64), k.to(DType::f64), c, scale)) == "");
+      CHECK(test::compare_bits(out2, og.detach().to(Device::cpu())) == "");  // deterministic forward
+    }
+  }
+}
