@@ -44,6 +44,25 @@ HT_DEV float f64_to_f32(double x) {
                          static_cast<uint32_t>((b >> 29) & 0x003FFFFFu));
 }
 
+// float -> fp8 with the hardware's cvt.rn.satfinite (sm_89 and newer): round to nearest even, finite
+// overflow and +-Inf saturate to +-max, exactly Note [Narrow-float conversion]; only the NaN code differs
+// (the hardware gives 0x7F whatever the sign), so NaN is patched to keep the input's sign like the CPU.
+// Older architectures use the CPU's software encoder.
+template <class To>
+HT_DEV To float_to_fp8(float f) {
+  To r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short h;
+  if constexpr (std::is_same_v<To, f8e4m3>) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(h) : "f"(f), "f"(0.0f));
+  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(h) : "f"(f), "f"(0.0f));
+  const uint8_t sign = static_cast<uint8_t>((__float_as_uint(f) >> 24) & 0x80u);
+  r.bits = f != f ? static_cast<uint8_t>(sign | 0x7Fu) : static_cast<uint8_t>(h & 0xFFu);
+#else
+  r = To(f);
+#endif
+  return r;
+}
+
 template <class T>
 HT_DEV double to_double(T x) {
   if constexpr (is_narrow_float_v<T>) return f32_to_f64(static_cast<float>(x));
@@ -61,6 +80,11 @@ HT_DEV To convert(From x) {
     return to_double(x) != 0.0;
   } else if constexpr (is_float_like_v<To>) {
     if constexpr (std::is_same_v<To, double>) return to_double(x);
+    else if constexpr (std::is_same_v<To, f8e4m3> || std::is_same_v<To, f8e5m2>) {  // fp8: rounds from float too
+      if constexpr (std::is_same_v<From, double>) return float_to_fp8<To>(f64_to_f32(x));
+      else if constexpr (std::is_integral_v<From>) return float_to_fp8<To>(static_cast<float>(to_double(x)));
+      else return float_to_fp8<To>(static_cast<float>(x));
+    }
     else if constexpr (std::is_same_v<From, double>) return To(f64_to_f32(x));  // narrow types round from float
     else if constexpr (std::is_integral_v<From>) return To(static_cast<float>(to_double(x)));
     else return To(static_cast<float>(x));
@@ -100,7 +124,7 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
-inline bool aligned_to(const void* p, unsigned bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+HT_HD inline bool aligned_to(const void* p, unsigned bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // Host-side dispatch for kernels that exist for the floating storage types: calls f(T{}) with float, double,
 // bf16 or f16 and returns true, or returns false for any other dtype (the caller computes it in a wider

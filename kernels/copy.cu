@@ -1,4 +1,5 @@
-// Copy kernels: same-dtype strided copies move bits (one kernel per element size); converting copies
+// Copy kernels: same-dtype strided copies move bits (one kernel per element size, and a shared-memory
+// tiled kernel per element size for transposes); converting copies
 // load the source as double and store the destination from double with the runtime dtypes switched in
 // the kernel (one kernel for all 110 dtype pairs) plus typed flat kernels for the hot f32 <-> bf16/f16
 // pairs.
@@ -82,7 +83,7 @@ struct ConvertF {  // typed conversion for the flat fast path (float -> narrow o
   HT_DEV D operator()(S x) const { return convert<D>(x); }
 };
 
-// Flat, aligned f32 <-> bf16/f16 conversions; false when not applicable.
+// Flat, aligned f32 <-> bf16/f16 and f32/bf16 -> fp8 conversions; false when not applicable.
 bool launch_fast_convert(const CopyArgs& c, cudaStream_t stream) {
   if (!c.layout.flat()) return false;
   const Layout<2>& l = c.layout;
@@ -96,11 +97,92 @@ bool launch_fast_convert(const CopyArgs& c, cudaStream_t stream) {
   if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f16) return run(f16{}, float{});
   if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f32) return run(float{}, bf16{});
   if (c.src_dtype == DType::f16 && c.dst_dtype == DType::f32) return run(float{}, f16{});
+  // into fp8 (hardware cvt on sm_89+, see float_to_fp8): 16-byte loads, 4- or 8-byte stores
+  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f8e4m3) return run(f8e4m3{}, float{});
+  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f8e5m2) return run(f8e5m2{}, float{});
+  if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e4m3) return run(f8e4m3{}, bf16{});
+  if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e5m2) return run(f8e5m2{}, bf16{});
   return false;
+}
+
+// ---- tiled transpose ----
+// A same-dtype copy whose source is contiguous along one dim r and whose destination is contiguous along
+// another dim c (a transpose or a permute made contiguous) reads and writes through a 64 x 64 tile in
+// shared memory, so both the loads and the stores of a warp are coalesced. Index space (b, r, c):
+// dst offset b * dst_bs + r * dst_rs + c, src offset b * src_bs + r + c * src_cs.
+struct TransposeShape {
+  int64_t batch, rows, cols;
+  int64_t dst_bs, dst_rs, src_bs, src_cs;
+};
+
+constexpr int kTile = 64;
+
+template <class U>
+__global__ void __launch_bounds__(256) transpose_kernel(U* dst, const U* src, TransposeShape t) {
+  __shared__ U tile[kTile][kTile + 1];  // tile[c][r]; the +1 column keeps the column reads conflict-free
+  const int64_t tiles_r = (t.rows + kTile - 1) / kTile, tiles_c = (t.cols + kTile - 1) / kTile;
+  const int64_t per_batch = tiles_r * tiles_c, total = per_batch * t.batch;
+  const int tx = threadIdx.x, ty = threadIdx.y;  // 32 x 8
+  for (int64_t tile_id = blockIdx.x; tile_id < total; tile_id += gridDim.x) {
+    const int64_t b = tile_id / per_batch, rest = tile_id - b * per_batch;
+    const int64_t r0 = (rest / tiles_c) * kTile, c0 = (rest % tiles_c) * kTile;
+    const U* s = src + b * t.src_bs;
+    U* d = dst + b * t.dst_bs;
+#pragma unroll
+    for (int i = 0; i < kTile / 8; ++i) {
+      const int cc = ty + 8 * i;
+      const int64_t c = c0 + cc;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rr = tx + 32 * h;
+        const int64_t r = r0 + rr;
+        if (r < t.rows && c < t.cols) tile[cc][rr] = s[r + c * t.src_cs];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kTile / 8; ++i) {
+      const int rr = ty + 8 * i;
+      const int64_t r = r0 + rr;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int cc = tx + 32 * h;
+        const int64_t c = c0 + cc;
+        if (r < t.rows && c < t.cols) d[r * t.dst_rs + c] = tile[cc][rr];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The tiled shape of a same-dtype copy when it is a (batched) transpose; false otherwise.
+bool transpose_shape(const Layout<2>& l, TransposeShape& t) {
+  const int n = l.ndim;
+  if (n != 2 && n != 3) return false;
+  if (l.stride[0][n - 1] != 1 || l.stride[1][n - 2] != 1) return false;
+  t.batch = n == 3 ? l.size[0] : 1;
+  t.rows = l.size[n - 2];
+  t.cols = l.size[n - 1];
+  t.dst_bs = n == 3 ? l.stride[0][0] : 0;
+  t.src_bs = n == 3 ? l.stride[1][0] : 0;
+  t.dst_rs = l.stride[0][n - 2];
+  t.src_cs = l.stride[1][n - 1];
+  return t.rows > 1 && t.cols > 1;
+}
+
+template <class U>
+void transpose_bits(const CopyArgs& c, const TransposeShape& t, cudaStream_t stream) {
+  const int64_t tiles = ((t.rows + kTile - 1) / kTile) * ((t.cols + kTile - 1) / kTile) * t.batch;
+  constexpr int64_t kMaxBlocks = 132 * 16;
+  const unsigned grid = static_cast<unsigned>(tiles < kMaxBlocks ? tiles : kMaxBlocks);
+  transpose_kernel<U><<<grid, dim3(32, 8), 0, stream>>>(static_cast<U*>(c.dst), static_cast<const U*>(c.src), t);
+  HT_CHECK_LAUNCH("transpose_kernel");
 }
 
 template <class U>
 void copy_bits(const CopyArgs& c, cudaStream_t stream) {
+  TransposeShape t;
+  if (transpose_shape(c.layout, t)) return transpose_bits<U>(c, t, stream);
   copy_bits_kernel<U><<<cuda::grid_for(c.layout.numel), cuda::kBlock, 0, stream>>>(
       static_cast<U*>(c.dst), static_cast<const U*>(c.src), c.layout);
   HT_CHECK_LAUNCH("copy_bits_kernel");

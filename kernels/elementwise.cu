@@ -167,6 +167,45 @@ struct UnaryF {
   }
 };
 
+// The hot unary ops with the op fixed at compile time (forward value, floating types only): the switch in
+// forward_value folds away, so the per-element work is the formula itself. Same formulas as UnaryF.
+template <class T, UnaryOp U>
+struct FixedUnaryF {
+  using A = acc_t<T>;
+  A s0;
+  HT_DEV T operator()(T tx) const {
+    const A x = convert<A>(tx);
+    if constexpr (U == UnaryOp::add_scalar) return convert<T>(x + s0);
+    else if constexpr (U == UnaryOp::mul_scalar) return convert<T>(x * s0);
+    else return convert<T>(forward_value<A>(U, x, A(0), A(0)));
+  }
+};
+
+// Launches the fixed-op kernel when args is a flat, aligned forward launch of a hot op; false otherwise.
+template <class T>
+bool launch_fixed_unary(const UnaryArgs& args, cudaStream_t stream) {
+  constexpr int V = kVec<T>;
+  if (args.mode != UnaryMode::value || !args.layout.flat() || !aligned_to(args.out, sizeof(T) * V) ||
+      !aligned_to(args.in, sizeof(T) * V))
+    return false;
+  T* out = static_cast<T*>(args.out);
+  const T* in = static_cast<const T*>(args.in);
+  const acc_t<T> s0 = static_cast<acc_t<T>>(args.s0);
+  auto run = [&](auto f) {
+    launch_map1(out, in, args.layout, f, stream, "unary_fixed_kernel");
+    return true;
+  };
+  switch (args.op) {
+    case UnaryOp::relu: return run(FixedUnaryF<T, UnaryOp::relu>{s0});
+    case UnaryOp::gelu_erf: return run(FixedUnaryF<T, UnaryOp::gelu_erf>{s0});
+    case UnaryOp::gelu_tanh: return run(FixedUnaryF<T, UnaryOp::gelu_tanh>{s0});
+    case UnaryOp::silu: return run(FixedUnaryF<T, UnaryOp::silu>{s0});
+    case UnaryOp::add_scalar: return run(FixedUnaryF<T, UnaryOp::add_scalar>{s0});
+    case UnaryOp::mul_scalar: return run(FixedUnaryF<T, UnaryOp::mul_scalar>{s0});
+    default: return false;
+  }
+}
+
 // ---- where --------------------------------------------------------------------------------------------
 
 template <class U>  // an unsigned integer of the element's size: where copies bits
@@ -209,6 +248,9 @@ void launch_compare(DType dt, CompareOp op, const BinaryArgs& args, cudaStream_t
 void launch_unary(DType dt, const UnaryArgs& args, cudaStream_t stream) {
   const bool ok = visit_compute_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
+      if (launch_fixed_unary<T>(args, stream)) return;
+    }
     launch_map1(static_cast<T*>(args.out), static_cast<const T*>(args.in), args.layout,
                 UnaryF<T>{args.op, args.mode, args.s0, args.s1}, stream, "unary_kernel");
   });

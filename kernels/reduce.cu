@@ -1,5 +1,6 @@
 // Sum/mean reduction kernels (see reduce.h). Rows mode: each output element is reduced by one warp
-// (short rows) or one 256-thread block (long rows) walking the reduced index; columns mode: a 32x8
+// (short rows) or one 256-thread block (long rows) walking the reduced index, with 16-byte loads and four
+// loads in flight per thread when the reduced dim is contiguous and aligned; columns mode: a 32x8
 // block covers 32 neighbouring outputs and 8 lanes of the reduced index, so loads stay coalesced when
 // the kept dim is the contiguous one (e.g. the bias gradient, a sum over the batch). When there are too
 // few outputs to fill the GPU, the reduced range is split over blockIdx.y, partial sums go to a
@@ -28,9 +29,41 @@ HT_DEV void store_result(A acc, int64_t m, int split, int splits, int64_t M, A s
   else partial[static_cast<int64_t>(split) * M + m] = acc;
 }
 
+// This lane's share of the contiguous range x[0, len) (x 16-byte aligned) with 16-byte loads, four packs in
+// flight per iteration, four accumulators combined in a fixed order.
+template <class T>
+HT_DEV acc_t<T> sum_contiguous(const T* x, int64_t len, int lane, int tpr) {
+  using A = acc_t<T>;
+  constexpr int V = kVec<T>;
+  using P = Pack<T, V>;
+  const P* xv = reinterpret_cast<const P*>(x);
+  const int64_t nv = len / V;
+  A a0 = A(0), a1 = A(0), a2 = A(0), a3 = A(0);
+  int64_t j = lane;
+  for (; j + 3 * tpr < nv; j += 4 * tpr) {
+    const P p0 = xv[j], p1 = xv[j + tpr], p2 = xv[j + 2 * tpr], p3 = xv[j + 3 * tpr];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      a0 += convert<A>(p0.v[k]);
+      a1 += convert<A>(p1.v[k]);
+      a2 += convert<A>(p2.v[k]);
+      a3 += convert<A>(p3.v[k]);
+    }
+  }
+  for (; j < nv; j += tpr) {
+    const P p0 = xv[j];
+#pragma unroll
+    for (int k = 0; k < V; ++k) a0 += convert<A>(p0.v[k]);
+  }
+  for (int64_t k = nv * V + lane; k < len; k += tpr) a1 += convert<A>(x[k]);
+  return (a0 + a1) + (a2 + a3);
+}
+
+// vec: every row of the reduced range is contiguous and 16-byte aligned at its start and at every split's
+// start (checked on the host), so lanes read 16-byte packs.
 template <class T>
 __global__ void sum_rows_kernel(const T* in, ReduceLayout l, int tpr, int splits, int64_t chunk, acc_t<T> scale,
-                                out_t<T>* out, acc_t<T>* partial) {
+                                out_t<T>* out, acc_t<T>* partial, bool vec) {
   using A = acc_t<T>;
   __shared__ A warp_part[8];
   const int rows_per_block = blockDim.x / tpr;
@@ -44,7 +77,9 @@ __global__ void sum_rows_kernel(const T* in, ReduceLayout l, int tpr, int splits
     A acc = A(0);
     if (m < M) {
       const T* base = in + offset_in(l.kept, m);
-      if (l.reduced.ndim <= 1) {
+      if (vec) {
+        acc = sum_contiguous(base + k0, k1 - k0, lane, tpr);
+      } else if (l.reduced.ndim <= 1) {
         const int64_t st = l.reduced.ndim == 1 ? l.reduced.stride[0] : 0;
 #pragma unroll 4
         for (int64_t k = k0 + lane; k < k1; k += tpr) acc += convert<A>(base[k * st]);
@@ -108,6 +143,17 @@ __global__ void sum_finalize_kernel(const acc_t<T>* partial, int64_t M, int spli
   }
 }
 
+// Rows mode may read 16-byte packs: the reduced range is one contiguous dim, the input pointer, every kept
+// position and every split start are multiples of a pack.
+template <class T>
+bool rows_vectorizable(const ReduceLayout& l, const SumPlan& p, const T* in) {
+  constexpr int V = kVec<T>;
+  if (l.reduced.ndim != 1 || l.reduced.stride[0] != 1 || !aligned_to(in, 16)) return false;
+  for (int d = 0; d < l.kept.ndim; ++d)
+    if (l.kept.stride[d] % V != 0) return false;
+  return p.splits == 1 || p.chunk % V == 0;
+}
+
 template <class F>
 bool visit_reduce_dtype(DType dt, F&& f) {
   switch (dt) {
@@ -145,7 +191,7 @@ void launch_sum(const SumArgs& a, const SumPlan& p, void* workspace, cudaStream_
       const int64_t groups = (M + (256 / p.threads_per_row) - 1) / (256 / p.threads_per_row);
       const dim3 grid(static_cast<unsigned>(groups < 65535 * 4 ? groups : 65535 * 4), static_cast<unsigned>(p.splits));
       sum_rows_kernel<T><<<grid, 256, 0, stream>>>(in, a.layout, p.threads_per_row, p.splits, p.chunk, scale, out,
-                                                   partial);
+                                                   partial, rows_vectorizable(a.layout, p, in));
       HT_CHECK_LAUNCH("sum_rows_kernel");
     } else {
       const dim3 grid(static_cast<unsigned>((M + 31) / 32), static_cast<unsigned>(p.splits));

@@ -135,6 +135,7 @@ inline SumPlan plan_sum(DType dtype, const ReduceLayout& l) {
     if (splits < 1) splits = 1;
   }
   p.chunk = K > 0 ? (K + splits - 1) / splits : 0;
+  if (splits > 1) p.chunk = (p.chunk + 15) / 16 * 16;  // split starts stay 16-byte aligned (vectorized loads)
   p.splits = K > 0 ? static_cast<int>((K + p.chunk - 1) / p.chunk) : 1;
   p.workspace_bytes = p.splits > 1 ? static_cast<std::size_t>(p.splits) * static_cast<std::size_t>(M) * sum_acc_bytes(dtype) : 0;
   return p;

@@ -3,6 +3,7 @@
 // number of row-group iterations, so the block-wide reductions may synchronise; threads past the last row
 // reduce neutral values. Reductions combine the threads in a fixed order (deterministic), except the
 // embedding scatter-add, which uses atomicAdd.
+#include <initializer_list>
 #include <limits>
 
 #include "kernels/map.cuh"
@@ -231,6 +232,204 @@ __global__ void softmax_backward_kernel(T* gx, const T* g, const T* y, int64_t r
       const A gj = convert<A>(gv), yj = convert<A>(yv);
       return soft ? yj * (gj - s) : gj - d_exp(yj) * s;
     });
+  });
+}
+
+// ---- register-resident rows: softmax / log_softmax and layer_norm / rms_norm forward --------------------
+// A group of tpr threads (a power of two, 32..512) holds a whole row in registers, up to kCachePacks
+// 16-byte packs per thread (NP = 4, or 8 for rows longer than 512 x 4 packs): the row is read from global
+// memory once, reduced, and written once (the multi-pass kernels above re-read it for every statistic).
+// Lane l holds packs l, l + tpr, ... Used when every row is packable (the length a multiple of a pack, the
+// base pointers 16-byte aligned: the host checks, so the kernels have no scalar path) and at most 512 x 8
+// packs long; other rows use the multi-pass kernels. Row-internal indices fit in 32 bits. Four packs per
+// thread keep the kernels near 64 registers (the compiler keeps the converted floats too), so three or four
+// 256-thread blocks share an SM and one block's loads overlap another's reductions.
+constexpr int kCacheMaxTpr = 512;
+
+template <class T, int NP>
+struct RowCache {
+  static constexpr int V = kVec<T>;
+  Pack<T, V> p[NP];
+
+  HT_DEV void load(const T* x, int packs, int lane, int tpr) {
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const int q = lane + i * tpr;
+      if (q < packs) p[i] = reinterpret_cast<const Pack<T, V>*>(x)[q];
+    }
+  }
+  // f(value) for every element of the row this lane holds.
+  template <class F>
+  HT_DEV void each(int packs, int lane, int tpr, F&& f) const {
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      if (lane + i * tpr >= packs) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) f(p[i].v[k]);
+    }
+  }
+  // y[j] = f(j, value) (f returns the accumulation type) for every element this lane holds.
+  template <class F>
+  HT_DEV void store(T* y, int packs, int lane, int tpr, F&& f) const {
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const int q = lane + i * tpr;
+      if (q >= packs) continue;
+      Pack<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = convert<T>(f(q * V + k, p[i].v[k]));
+      reinterpret_cast<Pack<T, V>*>(y)[q] = o;
+    }
+  }
+};
+
+// Combines v over the tpr threads (a multiple of 32, groups aligned to warps) of a row group with f, in a
+// fixed order; every thread of the group gets the result. Every thread of the block must call it.
+template <class V, class F>
+HT_DEV V tile_reduce(V v, int tpr, V* smem, F f) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = f(v, shfl_xor(v, o));
+  if (tpr > 32) {
+    const int first = static_cast<int>(threadIdx.x) / tpr * (tpr / 32);
+    if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = smem[first];
+    for (int w = 1; w < tpr / 32; ++w) v = f(v, smem[first + w]);
+    __syncthreads();
+  }
+  return v;
+}
+
+// Launch shape of the register-resident kernels: packs per thread (4 or 8; 0 when they do not apply: the
+// rows are not packable, i.e. len not a multiple of the pack or a pointer not 16-byte aligned, or are
+// longer than 512 x 8 packs), threads per row, block and grid.
+struct CacheGrid {
+  int np = 0, tpr = 0;
+  unsigned block = 0, blocks = 0;
+};
+CacheGrid cache_grid(int64_t rows, int64_t len, int vec, std::initializer_list<const void*> ptrs) {
+  CacheGrid g;
+  if (len <= 0 || len % vec != 0) return g;
+  for (const void* p : ptrs)
+    if (!aligned_to(p, 16)) return g;
+  const int64_t packs = len / vec;
+  g.np = packs <= 4 * kCacheMaxTpr ? 4 : 8;
+  if (packs > static_cast<int64_t>(g.np) * kCacheMaxTpr) return CacheGrid{};
+  g.tpr = 32;
+  while (static_cast<int64_t>(g.tpr) * g.np < packs) g.tpr *= 2;
+  const int block = g.tpr < kRowBlock ? kRowBlock : g.tpr;
+  const int64_t per_block = block / g.tpr;
+  const int64_t groups = (rows + per_block - 1) / per_block;
+  constexpr int64_t kMaxBlocks = 132 * 64;
+  g.block = static_cast<unsigned>(block);
+  g.blocks = static_cast<unsigned>(groups < 1 ? 1 : (groups > kMaxBlocks ? kMaxBlocks : groups));
+  return g;
+}
+
+// Iterates the row groups of this block for the register-resident kernels: body(row, lane, valid), every
+// thread of the block running the same number of iterations (the reductions synchronise).
+template <class F>
+HT_DEV void for_each_cached_row(int64_t rows, int tpr, F&& body) {
+  const int per_block = static_cast<int>(blockDim.x) / tpr;
+  const int lane = static_cast<int>(threadIdx.x) % tpr;
+  const int64_t groups = (rows + per_block - 1) / per_block;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t row = g * per_block + static_cast<int>(threadIdx.x) / tpr;
+    body(row < rows ? row : rows - 1, lane, row < rows);
+  }
+}
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) softmax_cached_kernel(T* out, const T* in, int64_t rows, int64_t len,
+                                                                      int tpr, SoftmaxKind kind) {
+  using A = acc_t<T>;
+  __shared__ A smem[kCacheMaxTpr / 32];
+  const int packs = static_cast<int>(len / kVec<T>);
+  for_each_cached_row(rows, tpr, [&](int64_t row, int lane, bool valid) {
+    RowCache<T, NP> c;
+    c.load(in + row * len, packs, lane, tpr);
+    A m = -std::numeric_limits<A>::infinity();
+    c.each(packs, lane, tpr, [&](T v) { m = d_max(m, convert<A>(v)); });
+    m = tile_reduce(m, tpr, smem, Max{});
+    A s = A(0);
+    c.each(packs, lane, tpr, [&](T v) { s += d_exp(convert<A>(v) - m); });
+    s = tile_reduce(s, tpr, smem, Sum{});
+    if (!valid) return;
+    T* y = out + row * len;
+    if (kind == SoftmaxKind::softmax) {
+      const A inv = A(1) / s;
+      c.store(y, packs, lane, tpr, [&](int, T v) { return d_exp(convert<A>(v) - m) * inv; });
+    } else {
+      const A log_s = d_log(s);
+      c.store(y, packs, lane, tpr, [&](int, T v) { return (convert<A>(v) - m) - log_s; });
+    }
+  });
+}
+
+// out[k] = w[j + k] for k < V (A = float or double, w 16-byte aligned, j a multiple of V) with 16-byte loads
+// through the read-only cache (every row reads them), or `none` without parameters. Scalar loads would cost
+// the L1 more wavefronts than the row's own traffic (a lane's V values are 32 bytes apart from the next lane's).
+template <class A, int V>
+HT_DEV void load_params(const A* w, int j, A none, A (&out)[V]) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(A));
+  static_assert(V % kPer == 0, "parameter pack");
+  if (!w) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = none;
+    return;
+  }
+#pragma unroll
+  for (int c = 0; c < V / kPer; ++c) {
+    const Pack<A, kPer> pw = reinterpret_cast<const Pack<A, kPer>*>(w + j)[c];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) out[c * kPer + k] = pw.v[k];
+  }
+}
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_kernel(NormArgs a, int tpr) {
+  using A = acc_t<T>;
+  __shared__ A smem[kCacheMaxTpr / 32];
+  const int64_t d = a.dim;
+  const int packs = static_cast<int>(d / kVec<T>);
+  const A* w = static_cast<const A*>(a.weight);
+  const A* b = static_cast<const A*>(a.bias);
+  const bool layer = a.kind == NormKind::layer;
+  for_each_cached_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
+    RowCache<T, NP> c;
+    c.load(static_cast<const T*>(a.x) + row * d, packs, lane, tpr);
+    A m = A(0);
+    if (layer) {  // uniform across the block: every thread reduces
+      A s = A(0);
+      c.each(packs, lane, tpr, [&](T v) { s += convert<A>(v); });
+      m = tile_reduce(s, tpr, smem, Sum{}) / static_cast<A>(d);
+    }
+    A ss = A(0);
+    c.each(packs, lane, tpr, [&](T v) {
+      const A cx = convert<A>(v) - m;
+      ss += cx * cx;
+    });
+    ss = tile_reduce(ss, tpr, smem, Sum{});
+    if (!valid) return;
+    const A r = A(1) / d_sqrt(ss / static_cast<A>(d) + static_cast<A>(a.eps));
+    constexpr int V = kVec<T>;
+    T* y = static_cast<T*>(a.out) + row * d;
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {  // y = xh * w + b; without parameters w = 1 and b = 0 leave xh exact
+      const int q = lane + i * tpr;
+      if (q >= packs) continue;
+      A wv[V], bv[V];
+      load_params<A, V>(w, q * V, A(1), wv);
+      load_params<A, V>(b, q * V, A(0), bv);
+      Pack<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = convert<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
+      reinterpret_cast<Pack<T, V>*>(y)[q] = o;
+    }
+    if (lane == 0) {
+      if (a.mean) static_cast<A*>(a.mean)[row] = m;
+      static_cast<A*>(a.rstd)[row] = r;
+    }
   });
 }
 
@@ -467,6 +666,13 @@ void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64
   const RowGrid g = row_grid(rows, len);
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
+    if (const CacheGrid cg = cache_grid(rows, len, kVec<T>, {out, in}); cg.np > 0) {
+      auto* kernel = cg.np == 4 ? softmax_cached_kernel<T, 4> : softmax_cached_kernel<T, 8>;
+      kernel<<<cg.blocks, cg.block, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len, cg.tpr,
+                                                 kind);
+      HT_CHECK_LAUNCH("softmax_cached_kernel");
+      return;
+    }
     softmax_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len,
                                                          g.tpr, kind);
     HT_CHECK_LAUNCH("softmax_kernel");
@@ -514,6 +720,12 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
   const RowGrid g = row_grid(a.rows, a.dim);
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    if (const CacheGrid cg = cache_grid(a.rows, a.dim, kVec<T>, {a.out, a.x, a.weight, a.bias}); cg.np > 0) {
+      auto* kernel = cg.np == 4 ? norm_cached_kernel<T, 4> : norm_cached_kernel<T, 8>;
+      kernel<<<cg.blocks, cg.block, 0, stream>>>(a, cg.tpr);
+      HT_CHECK_LAUNCH("norm_cached_kernel");
+      return;
+    }
     norm_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
     HT_CHECK_LAUNCH("norm_kernel");
   });

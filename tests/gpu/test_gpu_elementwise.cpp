@@ -306,3 +306,35 @@ TEST_CASE("in-place add_ and mul_ update CUDA tensors like the CPU", "[gpu][elem
   Tensor ints = test::random_input({4}, 1, DType::i32).to(test::kCuda);
   CHECK_THROWS_WITH(mul_(ints, 2.0), HasSubstr("mul_"));
 }
+
+// The fixed-op unary kernels (relu, gelu, gelu_tanh, silu, add / mul by a scalar compiled per op for f32,
+// bf16 and f16) on sizes where every thread of the capped grid handles two or more 16-byte packs and a
+// tail remains, and on a view starting one element in (not 16-byte aligned: the generic strided kernel).
+TEST_CASE("hot unary ops on large and unaligned inputs match the CPU", "[gpu][elementwise]") {
+  const std::vector<std::pair<const char*, UnaryFn>> ops = {
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::tanh); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"add 2.5", [](const Tensor& x) { return add(x, 2.5); }},
+      {"mul -1.75", [](const Tensor& x) { return mul(x, -1.75); }},
+      {"exp (generic kernel)", [](const Tensor& x) { return exp(x); }},
+  };
+  uint64_t seed = 900;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const int64_t n = dt == DType::f32 ? 9000011 : 17300003;  // > 2 packs per thread of 132 * 32 * 256
+    const Tensor x = test::random_input({n}, ++seed, dt, -5, 5);
+    const Tensor xc = x.to(test::kCuda);
+    for (const auto& [name, f] : ops) {
+      INFO(name << " " << dtype_name(dt));
+      Tensor actual, actual_sliced;
+      {
+        test::PoisonGuard poison;
+        actual = f(xc);
+        actual_sliced = f(slice(xc, 0, 1, n, 1));
+      }
+      CHECK(test::compare_to_cpu(actual, f(x)) == "");
+      CHECK(test::compare_to_cpu(actual_sliced, f(slice(x, 0, 1, n, 1))) == "");
+    }
+  }
+}

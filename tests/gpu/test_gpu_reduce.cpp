@@ -133,3 +133,36 @@ TEST_CASE("reductions of empty tensors and integer results", "[gpu][reduce]") {
   CHECK(s.item() == 100000.0);
   CHECK_THROWS_WITH(mean(big), HasSubstr("mean: expected a floating tensor"));
 }
+
+// The vectorized rows path (16-byte loads when the reduced dim is contiguous and every row and split start
+// is aligned) against the scalar one: a warp per row (K < 2048, many rows) and a block per row (K >= 2048),
+// whole-tensor sums split over many blocks, lengths that leave a tail after the last pack, and views whose
+// rows start one element in (not aligned, scalar loads). Integer-valued data: exact in every dtype.
+TEST_CASE("contiguous row sums with 16-byte loads are exact on integer-valued data", "[gpu][reduce]") {
+  struct Case {
+    const char* name;
+    Shape shape;
+    ReduceSpec r;
+  };
+  const std::vector<Case> cases = {
+      {"rows of 4096 (block per row)", {1031, 4096}, {"dim 1", {1}}},
+      {"rows of 1000 (warp per row)", {2051, 1000}, {"dim 1", {1}, KeepDim::yes}},
+      {"rows of 4099 (tail)", {37, 4099}, {"dim 1", {1}}},
+      {"all of 4194319", {4194319}, {"all", {}}},
+      {"all of (2048, 2048)", {2048, 2048}, {"all", {}}},
+      {"inner dims of (5, 64, 65)", {5, 64, 65}, {"dims 1,2", {1, 2}}},
+  };
+  uint64_t seed = 700;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::u8, DType::b8, DType::f8e4m3}) {
+    for (const Case& c : cases) {
+      const Tensor x = test::random_input(c.shape, ++seed, DType::i32, 0, 3).to(dt);
+      INFO(c.name << " " << dtype_name(dt));
+      CHECK(check_reduction(x, same, c.r, false, test::tolerance(dt)) == "");
+      if (is_floating(dt)) CHECK(check_reduction(x, same, c.r, true, test::tolerance(dt)) == "");  // mean: floats only
+      if (c.shape.size() >= 2) {
+        const View drop_first = [](const Tensor& t) { return slice(t, -1, 1, t.shape().back(), 1); };
+        CHECK(check_reduction(x, drop_first, c.r, false, test::tolerance(dt)) == "");
+      }
+    }
+  }
+}

@@ -319,3 +319,47 @@ TEST_CASE("max on CUDA: the gradient goes to the first maximal element", "[gpu][
     CHECK(check_op([](const std::vector<Tensor>& in) { return max(in[0]); }, {x}, dt) == "");
   }
 }
+
+// Register-resident row kernels (rows.cu: a row of up to 512 x 8 16-byte packs is held in registers by a
+// group of 32..512 threads) and the multi-pass kernels beyond that: long rows (transformer widths 4096, 8192,
+// 11008), rows that are not a multiple of a 16-byte pack (unaligned row starts), several rows per block with
+// a partial last block, and rows too long for registers (40000 elements in every dtype; 32768 bf16 is the
+// largest register-resident row). Forward results against the CPU; one width also through backward.
+TEST_CASE("softmax, log_softmax, layer_norm and rms_norm on CUDA: long and odd rows", "[gpu][rows][long]") {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{301, 4096}, {3, 8192}, {5, 11008}, {7, 4095},
+                                                           {129, 2048}, {33, 520},  {2, 40000}, {1, 32768},
+                                                           {4, 16385}};
+  uint64_t seed = 1200;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (const auto& [rows, len] : shapes) {
+      const Tensor x = test::random_input({rows, len}, ++seed, dt, -4.0, 4.0);
+      const Tensor w = test::random_input({len}, ++seed, DType::f32, 0.5, 1.5);
+      const Tensor b = test::random_input({len}, ++seed, DType::f32, -1.0, 1.0);
+      const Tensor xc = x.to(test::kCuda), wc = w.to(test::kCuda), bc = b.to(test::kCuda);
+      INFO(dtype_name(dt) << " " << rows << " x " << len);
+      const test::Tolerance tol = row_tol(dt);
+      auto check = [&](const Tensor& actual, const Tensor& expected, const char* what) {
+        INFO(what);
+        CHECK(test::compare_to_cpu(actual, expected, tol) == "");
+      };
+      test::PoisonGuard poison;
+      check(softmax(xc, 1), softmax(x, 1), "softmax");
+      check(log_softmax(xc, -1), log_softmax(x, -1), "log_softmax");
+      check(layer_norm(xc, wc, bc), layer_norm(x, w, b), "layer_norm");
+      check(layer_norm(xc, Tensor(), Tensor()), layer_norm(x, Tensor(), Tensor()), "layer_norm without affine");
+      check(rms_norm(xc, wc), rms_norm(x, w), "rms_norm");
+      // a row view that starts one element in: every row start is misaligned for 16-byte packs
+      const Tensor xs = slice(x, 1, 1, len, 1), xsc = slice(xc, 1, 1, len, 1);
+      check(softmax(xsc, 1), softmax(xs, 1), "softmax of a sliced view");
+      check(layer_norm(xsc, Tensor(), Tensor()), layer_norm(xs, Tensor(), Tensor()), "layer_norm of a sliced view");
+    }
+  }
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = test::random_input({9, 4096}, 1300, dt, -4.0, 4.0);
+    const Tensor w = test::random_input({4096}, 1301, dt, 0.5, 1.5);
+    const Tensor b = test::random_input({4096}, 1302, dt, -1.0, 1.0);
+    INFO(dtype_name(dt) << " backward, rows of 4096");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], 1); }, {x}, dt) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b}, dt) == "");
+  }
+}
