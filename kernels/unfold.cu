@@ -6,36 +6,53 @@
 namespace ht::kernels {
 namespace {
 
+// One CTA per column row (n, l): the threads walk its C·kh·kw entries (coalesced writes), 32-bit index math
+// inside a row.
 template <class T>
 __global__ void unfold_kernel(const T* __restrict__ x, UnfoldStrides4 xs, UnfoldGeometry g, T* __restrict__ cols) {
-  const int64_t K = g.C * g.kh * g.kw, L = g.OH * g.OW, total = g.N * L * K;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = e % K, l = (e / K) % L, n = e / (K * L);
-    const int64_t j = k % g.kw, i = (k / g.kw) % g.kh, c = k / (g.kw * g.kh);
-    const int64_t oh = l / g.OW, ow = l % g.OW;
-    const int64_t ih = oh * g.sh - g.ph + i * g.dh, iw = ow * g.sw - g.pw + j * g.dw;
-    const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-    cols[e] = inside ? x[n * xs.n + c * xs.c + ih * xs.h + iw * xs.w] : convert<T>(0.0f);
+  const int K = static_cast<int>(g.C * g.kh * g.kw), khw = static_cast<int>(g.kh * g.kw), kw = static_cast<int>(g.kw);
+  const int H = static_cast<int>(g.H), W = static_cast<int>(g.W), OW = static_cast<int>(g.OW);
+  const int dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
+  const int64_t L = g.OH * g.OW, rows = g.N * L;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t n = row / L;
+    const int l = static_cast<int>(row - n * L);
+    const int oh = l / OW, ow = l - oh * OW;
+    const int h0 = oh * static_cast<int>(g.sh) - static_cast<int>(g.ph);
+    const int w0 = ow * static_cast<int>(g.sw) - static_cast<int>(g.pw);
+    const T* xn = x + n * xs.n;
+    T* dst = cols + row * K;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      const int c = k / khw, rem = k - c * khw, i = rem / kw, j = rem - i * kw;
+      const int ih = h0 + i * dh, iw = w0 + j * dw;
+      const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+      dst[k] = inside ? xn[c * xs.c + ih * xs.h + iw * xs.w] : convert<T>(0.0f);
+    }
   }
 }
 
+// One thread per image element, gathering its column entries in ascending (i, j) order (the CPU's order).
 template <class T>
 __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, T* __restrict__ x) {
   using A = acc_t<T>;
-  const int64_t total = g.N * g.C * g.H * g.W;
+  const int W = static_cast<int>(g.W), OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
+  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sh = static_cast<int>(g.sh), sw = static_cast<int>(g.sw);
+  const int ph = static_cast<int>(g.ph), pw = static_cast<int>(g.pw), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
+  const int64_t HW = g.H * g.W, total = g.N * g.C * HW;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t w = e % g.W, h = (e / g.W) % g.H, c = (e / (g.W * g.H)) % g.C, n = e / (g.W * g.H * g.C);
+    const int64_t plane = e / HW, n = plane / g.C, c = plane - n * g.C;
+    const int hw = static_cast<int>(e - plane * HW), h = hw / W, w = hw - h * W;
     const T* base = cols + n * cs.n;
     A acc = A(0);
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t th = h + g.ph - i * g.dh;  // = oh·sh
-      if (th < 0 || th % g.sh != 0 || th / g.sh >= g.OH) continue;
-      const int64_t oh = th / g.sh;
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const int64_t tw = w + g.pw - j * g.dw;
-        if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.OW) continue;
-        const int64_t ow = tw / g.sw;
-        acc = acc + convert<A>(base[(oh * g.OW + ow) * cs.l + ((c * g.kh + i) * g.kw + j) * cs.k]);
+    for (int i = 0; i < kh; ++i) {
+      const int th = h + ph - i * dh;  // = oh·sh
+      if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
+      const int oh = th / sh;
+      for (int j = 0; j < kw; ++j) {
+        const int tw = w + pw - j * dw;
+        if (tw < 0 || tw % sw != 0 || tw / sw >= OW) continue;
+        const int ow = tw / sw;
+        acc = acc + convert<A>(base[(int64_t(oh) * OW + ow) * cs.l + ((c * kh + i) * kw + j) * cs.k]);
       }
     }
     x[e] = convert<T>(acc);
@@ -50,7 +67,8 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
   if (total == 0) return;
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
-    unfold_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(x), xs, g,
+    const int64_t rows = g.N * g.OH * g.OW;
+    unfold_kernel<T><<<cuda::grid_for(rows * cuda::kBlock), cuda::kBlock, 0, stream>>>(static_cast<const T*>(x), xs, g,
                                                                         static_cast<T*>(cols));
     HT_CHECK_LAUNCH("unfold2d");
   });

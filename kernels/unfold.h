@@ -1,5 +1,5 @@
 // Launchers of the unfold (token-major im2col) and fold (col2im) kernels; CPU reference and contract:
-// src/ops/unfold.cpp, include/hadatrain/ops/unfold.h. unfold: one thread per column entry (writes coalesced).
+// src/ops/unfold.cpp, include/hadatrain/ops/unfold.h. unfold: one CTA per column row (n, l), its threads over the entries (coalesced writes).
 // fold: one thread per image element gathering its contributions in ascending (i, j) order in fp32 (fp64 for
 // f64) and rounding once, as the CPU does: deterministic, no atomics, bit-identical. Dtypes f32 f64 bf16 f16.
 #pragma once
