@@ -1,5 +1,6 @@
 // Tensor-level glue of the HLA projection kernel (kernels/hla.h): fp8 inputs are widened to f32 first (exact,
-// as the CPU reference converts them), the kept rows travel by value in the launch, x keeps its strides.
+// as the CPU reference converts them), the kept rows travel by value in the launch, x keeps its strides. The
+// identity plan (n = 1) is a plain conversion through copy_.
 // CUDA builds only.
 #ifdef HADATRAIN_CUDA
 #include "grad/cuda_hla.h"
@@ -17,6 +18,10 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
            "hla_project: the CUDA kernel supports blocks n <= {} with r <= {} kept rows, got plan {}",
            kernels::kHlaMaxBlock, kernels::kHlaMaxRows, plan.describe());
   HT_ASSERT(out.is_contiguous() && out.dtype() == DType::f32, "hla_project: bad output {}", out.describe());
+  if (plan.block == 1) {  // identity plan (odd L): a conversion to f32 (the same rounding), transposed for channels
+    copy_(layout == grad::HlaLayout::rows ? out : out.transpose(1, 2), x);
+    return;
+  }
   const bool wide = x.dtype() == DType::f32 || x.dtype() == DType::f64 || x.dtype() == DType::bf16 ||
                     x.dtype() == DType::f16;
   const Tensor in = wide ? x : to_dtype(x, DType::f32);  // fp8: exact in f32
