@@ -32,8 +32,12 @@ int log2_of(int64_t v) {
 HlaGeometry hla_geometry(const HlaProjectArgs& a) {
   HlaGeometry g;
   g.n_log = log2_of(a.block);
+  // Up to 32 channels for n >= 64; small blocks take more channels (2048 / n, at most 256) so that a CTA has
+  // at least 2048 elements to work on; at most kHlaSlabFloats / n (at least 1) for large n.
+  int64_t cap = 2048 / a.block;
+  cap = cap < 32 ? 32 : (cap > 256 ? 256 : cap);
   int64_t tile = kHlaSlabFloats / a.block;
-  tile = tile < 1 ? 1 : (tile > 32 ? 32 : tile);
+  tile = tile < 1 ? 1 : (tile > cap ? cap : tile);
   int64_t c_pow2 = int64_t{1} << log2_of(a.C);
   if (tile > c_pow2) tile = c_pow2;
   g.tile_log = log2_of(tile);

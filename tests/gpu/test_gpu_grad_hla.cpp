@@ -80,7 +80,7 @@ TEST_CASE("hla_project on CUDA reads non-contiguous inputs and every floating dt
   }
 }
 
-TEST_CASE("hla_project on CUDA handles blocks beyond 1024 and tiny channel counts", "[gpu][hla]") {
+TEST_CASE("hla_project on CUDA handles blocks beyond 1024, wide tiles and tiny channel counts", "[gpu][hla]") {
   // n = 2048: eight channels per CTA, 73 KiB of shared memory; full rank keeps all 2048 rows.
   const Tensor x = test::random_input({1, 2048, 19}, 7, DType::bf16, -2, 2);
   CHECK(check_project(x, grad::hla_plan(2048, pct_rank(50))) == "");
@@ -90,6 +90,11 @@ TEST_CASE("hla_project on CUDA handles blocks beyond 1024 and tiny channel count
   CHECK(check_project(y, grad::hla_plan(8192, pct_rank(25))) == "");
   const Tensor z = test::random_input({3, 96, 1}, 9, DType::f32, -2, 2);
   CHECK(check_project(z, grad::hla_plan(96, pct_rank(50))) == "");
+  // Small blocks take wide channel tiles (n 4: 256 channels per CTA, n 16: 128): several tiles plus a partial one.
+  const Tensor w4 = test::random_input({3, 196, 601}, 10, DType::bf16, -2, 2);
+  CHECK(check_project(w4, grad::hla_plan(196, pct_rank(50))) == "");
+  const Tensor w16 = test::random_input({3, 48, 333}, 11, DType::f32, -2, 2);
+  CHECK(check_project(w16, grad::hla_plan(48, full_rank())) == "");
   // Empty batch: nothing to write, right shape.
   const Tensor e = grad::hla_project(zeros({0, 64, 5}, {DType::f32, test::kCuda}), grad::hla_plan(64, pct_rank(50)));
   CHECK(e.shape() == Shape{0, 36, 5});
