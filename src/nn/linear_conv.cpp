@@ -3,6 +3,9 @@
 #include "hadatrain/nn/init.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/ops/unfold.h"
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/tensor/factory.h"
 
@@ -30,7 +33,23 @@ Linear::Linear(int64_t in, int64_t out, Bias b, Generator& gen) : in_features(in
 Tensor Linear::forward(const Tensor& x) {
   HT_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear({}, {}): input {} has last dim {} (expected {})",
            in_features, out_features, x.describe(), x.dim() ? x.size(-1) : 0, in_features);
-  return linear(x, cast_like(weight, x), cast_like(bias, x));
+  if (!grad_pipeline.active()) return linear(x, cast_like(weight, x), cast_like(bias, x));
+  // Through the layer's gradient pipeline (Note [Product geometry]): (N, I) is (1, N, I); (B, ..., I) is
+  // (B, L, I); the bias is added outside so every pipeline agrees on its gradient.
+  grad::ProductInfo info;
+  Tensor x3;
+  if (x.dim() <= 2) {
+    x3 = reshape(x, {1, x.dim() == 2 ? x.size(0) : 1, in_features});
+    info.batch_rows = x.dim() == 2;
+  } else {
+    x3 = reshape(x, {x.size(0), -1, in_features});
+  }
+  const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
+                               is_training() ? &grad_pipeline.saved_bytes : nullptr};
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out_features;
+  Tensor y = reshape(grad::product(x3, cast_like(weight, x), call), out_shape);
+  return bias.defined() ? add(y, cast_like(bias, x)) : y;
 }
 
 Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen) : options(o) {
@@ -56,7 +75,27 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.pad_h = p.pad_w = options.padding;
   p.dilation_h = p.dilation_w = options.dilation;
   p.groups = options.groups;
-  return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
+  if (!grad_pipeline.active()) return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
+  // Through the layer's gradient pipeline: the im2col view (Note [Product geometry]) x_col (N, L, C·k·k)
+  // times W (O, C·k·k)ᵀ; fold2d (unfold2d's backward) maps g_x back to the image. groups == 1 here.
+  HT_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "Conv2d({} -> {}): input must be (N, {}, H, W), got {}",
+           options.in_channels, options.out_channels, options.in_channels, x.describe());
+  Unfold2dParams u;
+  u.kernel_h = u.kernel_w = options.kernel;
+  u.stride_h = u.stride_w = options.stride;
+  u.pad_h = u.pad_w = options.padding;
+  u.dilation_h = u.dilation_w = options.dilation;
+  const int64_t N = x.size(0), O = options.out_channels;
+  const int64_t span = options.dilation * (options.kernel - 1) + 1;
+  grad::ProductInfo info;
+  info.grid_h = (x.size(2) + 2 * options.padding - span) / options.stride + 1;
+  info.grid_w = (x.size(3) + 2 * options.padding - span) / options.stride + 1;
+  const Tensor cols = unfold2d(x, u);  // (N, L, C·k·k)
+  const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
+                               is_training() ? &grad_pipeline.saved_bytes : nullptr};
+  const Tensor y3 = grad::product(cols, reshape(cast_like(weight, x), {O, -1}), call);  // (N, L, O)
+  Tensor y = reshape(y3.transpose(1, 2), {N, O, info.grid_h, info.grid_w});
+  return bias.defined() ? add(y, reshape(cast_like(bias, x), {1, O, 1, 1})) : y;
 }
 
 }  // namespace ht::nn

@@ -401,6 +401,15 @@ ConfigReader ConfigReader::child(const std::string& key) {
   return ConfigReader(c);
 }
 
+std::vector<std::string> ConfigReader::keys() const {
+  std::vector<std::string> out;
+  const Section& s = *s_;
+  if (s.node.IsDefined() && s.node.IsMap())
+    for (auto it = s.node.begin(); it != s.node.end(); ++it)
+      if (it->first.IsScalar()) out.push_back(it->first.Scalar());
+  return out;
+}
+
 bool ConfigReader::has(const std::string& key) {
   s_->remember(key);
   const auto [k, v] = s_->find(key);

@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include "hadatrain/data/loader.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/train/metrics.h"
@@ -37,35 +39,12 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void check_device(Device device) {
-  if (!device.is_cuda()) return;
-  const std::string what = fmt::format("train.device={}", to_string(device));
-  require_cuda(what.c_str());
-  const int count = cuda_device_count();
-  HT_CHECK(device.index < count, "{}: only {} CUDA device(s) are visible", what, count);
-}
-
-DType compute_dtype(const TrainerConfig& cfg) {
-  return cfg.train.precision == Precision::bf16 ? DType::bf16 : cfg.train.dtype;
-}
-
 double peak_host_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split) {
-  data::LoaderOptions o;
-  o.batch_size = split == Split::train ? cfg.data.batch_size : cfg.data.eval_batch_size;
-  o.num_workers = cfg.data.num_workers;
-  o.prefetch = std::max(4, 2 * cfg.data.num_workers);
-  o.seed = cfg.run.seed;
-  o.shuffle = split == Split::train ? data::Shuffle::on : data::Shuffle::off;
-  o.drop_last = data::DropLast::no;
-  o.normalize = make_normalize(cfg.data, ds.channels);
-  return o;
-}
 
 EvalResult evaluate(nn::Module& model, const std::shared_ptr<const data::Dataset>& set, const data::LoaderOptions& o,
                     DType dtype, Device device) {
@@ -140,6 +119,18 @@ io::TensorList to_list(const std::map<std::string, Tensor>& m) {
 }
 
 
+// One line per distinct pipeline with the number of layers using it; the layer list at debug level.
+void log_pipelines(const std::vector<nn::BoundLayer>& layers) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& l : layers) {
+    spdlog::debug("grad pipeline: {} {} -> {}", l.type, l.name, l.pipeline);
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == l.pipeline; });
+    if (it == counts.end()) counts.emplace_back(l.pipeline, 1);
+    else ++it->second;
+  }
+  for (const auto& [p, n] : counts) spdlog::info("grad pipeline: {} layer(s) {}", n, p);
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
@@ -161,6 +152,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   model->to(cfg.train.dtype);
   model->to(device);
   auto optimizer = make_optimizer(cfg, *model);
+  auto clock = std::make_shared<grad::StepClock>();  // Note [Pipeline noise]: the step keys stochastic rounding
+  log_pipelines(nn::bind_pipelines(*model, cfg.grad_pipeline, clock));
 
   data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
   const data::LoaderOptions eval_opts = loader_options(cfg, ds, Split::test);
@@ -235,6 +228,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
       const double lr = optim::learning_rate(schedule, st.step);
       const Tensor x = batch->images.to(device).to(dtype);  // (B, C, H, W)
       const Tensor y = batch->labels.to(device);            // (B)
+      clock->step = st.step;
       const Tensor loss = cross_entropy(model->forward(x), y, ce_opts);
       optimizer->zero_grad();
       loss.backward();

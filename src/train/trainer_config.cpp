@@ -1,6 +1,7 @@
 // Section readers of the trainer config: defaults depend on the dataset (normalisation, augmentation,
 // classes) so a short config is complete; every value is range-checked with file:line:key errors.
 #include "hadatrain/train/trainer_config.h"
+#include "hadatrain/train/pipeline_config.h"
 
 #include <filesystem>
 
@@ -194,6 +195,7 @@ TrainerConfig read_trainer_config(ConfigReader root) {
   c.schedule = read_schedule(root.child("schedule"));
   c.train = read_train(root.child("train"));
   c.checkpoint = read_checkpoint(root.child("checkpoint"), c.run.out_dir);
+  c.grad_pipeline = read_grad_pipeline(root.child("grad_pipeline"), c.run.seed);
   root.finish();
   c.resolved_yaml = root.resolved_yaml();
   return c;

@@ -2,8 +2,11 @@
 // with its weight-decay groups, and the schedule converted from epochs to steps.
 #include "trainer_setup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "hadatrain/data/cifar.h"
 #include "hadatrain/data/image_folder.h"
@@ -11,6 +14,7 @@
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/layers.h"
+#include "hadatrain/tensor/cuda_hooks.h"
 
 namespace ht::train {
 namespace {
@@ -215,6 +219,30 @@ optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t spe) {
     case ScheduleName::cosine: c.kind = optim::ScheduleKind::cosine; break;
   }
   return c;
+}
+
+void check_device(Device device) {
+  if (!device.is_cuda()) return;
+  const std::string what = fmt::format("train.device={}", to_string(device));
+  require_cuda(what.c_str());
+  const int count = cuda_device_count();
+  HT_CHECK(device.index < count, "{}: only {} CUDA device(s) are visible", what, count);
+}
+
+DType compute_dtype(const TrainerConfig& cfg) {
+  return cfg.train.precision == Precision::bf16 ? DType::bf16 : cfg.train.dtype;
+}
+
+data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split) {
+  data::LoaderOptions o;
+  o.batch_size = split == Split::train ? cfg.data.batch_size : cfg.data.eval_batch_size;
+  o.num_workers = cfg.data.num_workers;
+  o.prefetch = std::max(4, 2 * cfg.data.num_workers);
+  o.seed = cfg.run.seed;
+  o.shuffle = split == Split::train ? data::Shuffle::on : data::Shuffle::off;
+  o.drop_last = data::DropLast::no;
+  o.normalize = make_normalize(cfg.data, ds.channels);
+  return o;
 }
 
 }  // namespace ht::train

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "hadatrain/data/dataset.h"
+#include "hadatrain/data/loader.h"
 #include "hadatrain/data/transforms.h"
 #include "hadatrain/nn/module.h"
 #include "hadatrain/optim/optimizer.h"
@@ -24,5 +25,10 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
                                        std::shared_ptr<Generator> dropout_gen);
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model);
 optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t steps_per_epoch);
+data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split);
+// The forward compute dtype: bf16 with precision bf16, else the master dtype.
+DType compute_dtype(const TrainerConfig& cfg);
+// Throws a clear error when train.device names a CUDA device that is not there.
+void check_device(Device device);
 
 }  // namespace ht::train

@@ -1,7 +1,10 @@
-// Training-step benchmark (CUDA builds): ResNet-18/34 with the CIFAR stem on random 32x32 inputs, 100
-// classes, SGD momentum 0.9, cross-entropy; forward in f32 or bf16 (f32 master weights). Median of 20 timed
-// steps after 5 warm-up steps, CUDA events. Compare with tools/bench/bench_train_torch.py in the same run.
-//   bench_train [resnet18|resnet34] [batch] [f32|bf16]
+// Training-step benchmark (CUDA builds): ResNet-18/34 with the CIFAR stem on random 32x32 inputs, ViT-S/4
+// (32x32) or ViT-B/16 (224x224), 100 classes, SGD momentum 0.9, cross-entropy; forward in f32 or bf16 (f32
+// master weights); every Linear / Conv2d through one gradient pipeline (exact: the plain ops). Median of 20
+// timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
+// tools/bench/bench_train_torch.py in the same run.
+//   bench_train [resnet18|resnet34|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_fast|lbp_wht|luq]
+// hlq_fast is hlq with per-tensor g_w scales (one integer product) and the split_extra fallback.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +14,8 @@
 
 #include "hadatrain/cuda/allocator.h"
 #include "hadatrain/models/resnet.h"
+#include "hadatrain/models/vit.h"
+#include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/cuda_hooks.h"
@@ -21,19 +26,36 @@ int main(int argc, char** argv) {
   const std::string name = argc > 1 ? argv[1] : "resnet18";
   const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 256;
   const DType dt = (argc > 3 && std::string(argv[3]) == "f32") ? DType::f32 : DType::bf16;
+  const std::string pipeline = argc > 4 ? argv[4] : "exact";
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 77;
   }
   const Device dev = Device::cuda(0);
   Generator gen(0);
-  models::ResNet model({models::resnet_depth_from_name(name), models::ResNetStem::cifar, 100, 3, false}, gen);
-  model.to(dev);
-  auto opt = optim::make_sgd(optim::make_param_refs(model.named_parameters()), {.momentum = 0.9});
-  const Tensor x = randn({batch, 3, 32, 32}, gen, {DType::f32, dev}).to(dt);
+  std::shared_ptr<nn::Module> model;
+  int64_t image = 32;
+  if (name == "vit_s4" || name == "vit_b16") {
+    const auto cfg = name == "vit_s4" ? models::VitConfig::vit_s4(100) : models::VitConfig::vit_b16(100);
+    image = cfg.image_size;
+    model = std::make_shared<models::VisionTransformer>(cfg, gen, std::make_shared<Generator>(1));
+  } else {
+    model = std::make_shared<models::ResNet>(
+        models::ResNetConfig{models::resnet_depth_from_name(name), models::ResNetStem::cifar, 100, 3, false}, gen);
+  }
+  model->to(dev);
+  grad::PipelineConfig pc;
+  pc.default_spec.name = pipeline == "hlq_fast" ? "hlq" : pipeline;
+  if (pipeline == "hlq_fast") {
+    pc.default_spec.hlq.gw_scale = grad::ScaleGranularity::tensor;
+    pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
+  }
+  nn::bind_pipelines(*model, pc, std::make_shared<grad::StepClock>());
+  auto opt = optim::make_sgd(optim::make_param_refs(model->named_parameters()), {.momentum = 0.9});
+  const Tensor x = randn({batch, 3, image, image}, gen, {DType::f32, dev}).to(dt);
   const Tensor y = from_vector(std::vector<int64_t>(static_cast<std::size_t>(batch), 7), {batch}, {DType::i64, dev});
   auto step = [&] {
-    const Tensor loss = cross_entropy(model.forward(x), y);
+    const Tensor loss = cross_entropy(model->forward(x), y);
     opt->zero_grad();
     loss.backward();
     opt->step(0.1);
@@ -57,8 +79,9 @@ int main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   const auto mem = cuda::memory_stats();
-  std::printf("hadatrain %s batch %lld %s forward: %.2f ms/step, %.0f img/s, peak allocated %.2f GiB\n", name.c_str(),
-              static_cast<long long>(batch), dtype_name(dt).data(), med, batch / med * 1000.0,
+  std::printf("hadatrain %s batch %lld %s forward, %s: %.2f ms/step, %.0f img/s, peak allocated %.2f GiB\n",
+              name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(), med,
+              batch / med * 1000.0,
               static_cast<double>(mem.peak_allocated_bytes) / (1 << 30));
   return 0;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch side of the training-step benchmark: torchvision ResNet-18/34 with the CIFAR stem (3x3 stride-1
-conv, no max-pool) on 32x32 inputs, batch 256, SGD momentum 0.9, cross-entropy; fp32, bf16 autocast, and bf16
-autocast + channels_last. Median step time of 20 timed steps after 5 warm-up steps (CUDA events).
-    python3 tools/bench/bench_train_torch.py [resnet18|resnet34] [batch]
+conv, no max-pool) on 32x32 inputs, or timm ViT-S/4 (32x32, 384 dim, 12 x 6 heads) / ViT-B/16 (224x224),
+batch 256, 100 classes, SGD momentum 0.9, cross-entropy; fp32, bf16 autocast, and bf16 autocast +
+channels_last. Median step time of 20 timed steps after 5 warm-up steps (CUDA events), peak allocated memory.
+    python3 tools/bench/bench_train_torch.py [resnet18|resnet34|vit_s4|vit_b16] [batch]
 """
 import sys
 
@@ -17,7 +18,17 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
 
+image = 224 if name == "vit_b16" else 32
+
+
 def model():
+    if name.startswith("vit"):
+        import timm.models.vision_transformer as tv
+        if name == "vit_s4":
+            m = tv.VisionTransformer(img_size=32, patch_size=4, embed_dim=384, depth=12, num_heads=6, num_classes=100)
+        else:
+            m = tv.VisionTransformer(img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12, num_classes=100)
+        return m.cuda()
     m = getattr(torchvision.models, name)(num_classes=100)
     m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
     m.maxpool = nn.Identity()
@@ -29,7 +40,7 @@ def bench(amp, channels_last):
     if channels_last:
         m = m.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(batch, 3, 32, 32, device="cuda")
+    x = torch.randn(batch, 3, image, image, device="cuda")
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
     y = torch.randint(0, 100, (batch,), device="cuda")
@@ -44,6 +55,7 @@ def bench(amp, channels_last):
     for _ in range(5):
         step()
     torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(20):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -53,9 +65,14 @@ def bench(amp, channels_last):
         b.synchronize()
         times.append(a.elapsed_time(b))
     ms = sorted(times)[len(times) // 2]
-    return ms, batch / ms * 1000
+    return ms, batch / ms * 1000, torch.cuda.max_memory_allocated() / 2**30
 
 
-for label, amp, cl in (("fp32", False, False), ("bf16", True, False), ("bf16 + channels_last", True, True)):
-    ms, ips = bench(amp, cl)
-    print(f"torch {name} batch {batch} {label:22s} {ms:8.2f} ms/step {ips:10.0f} img/s")
+variants = [("fp32", False, False), ("bf16", True, False)]
+if not name.startswith("vit"):
+    variants.append(("bf16 + channels_last", True, True))
+if len(sys.argv) > 3:
+    variants = [v for v in variants if v[0] == sys.argv[3]]
+for label, amp, cl in variants:
+    ms, ips, gib = bench(amp, cl)
+    print(f"torch {name} batch {batch} {label:22s} {ms:8.2f} ms/step {ips:10.0f} img/s peak {gib:.2f} GiB")

@@ -15,5 +15,6 @@ struct Command {
 Command add_version_command(CLI::App& app);  // version.cpp
 Command add_train_command(CLI::App& app);    // train.cpp
 Command add_eval_command(CLI::App& app);     // train.cpp
+Command add_inspect_command(CLI::App& app);  // inspect.cpp
 
 }  // namespace ht::cli

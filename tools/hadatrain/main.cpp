@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<ht::cli::Command> commands = {ht::cli::add_version_command(app),
                                                   ht::cli::add_train_command(app),
-                                                  ht::cli::add_eval_command(app)};
+                                                  ht::cli::add_eval_command(app),
+                                                  ht::cli::add_inspect_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

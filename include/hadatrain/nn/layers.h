@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "hadatrain/nn/module.h"
+#include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/nn_ops.h"
 
 namespace ht::nn {
@@ -18,6 +19,7 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) override;  // x (..., in) -> (..., out)
   Tensor weight, bias;
   int64_t in_features, out_features;
+  PipelineBinding grad_pipeline;  // nn/pipelines.h; inactive by default (exact)
 };
 
 struct Conv2dOptions {
@@ -35,6 +37,7 @@ class Conv2d : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
   Conv2dOptions options;
+  PipelineBinding grad_pipeline;  // nn/pipelines.h; inactive by default (exact through cuDNN / im2col)
 };
 
 // Batch norm over (N, C, H, W) or (N, C); buffers running_mean, running_var (f32) and num_batches_tracked (i64).

@@ -94,6 +94,9 @@ class ConfigReader {
   ConfigReader child(const std::string& key);
   // True when `key` is present in this section (also marks it as known to the schema).
   bool has(const std::string& key);
+  // The keys present in this section, in document order (for sections whose keys are user data, such as
+  // module-name patterns). Does not mark them known: read each with child()/get().
+  std::vector<std::string> keys() const;
 
   // Throws the error for every key in this section and the sections reached through child() that no
   // get()/child()/has() asked for: "<where>: optim.lrr: unknown key (optim accepts: lr, ...; did you mean

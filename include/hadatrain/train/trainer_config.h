@@ -8,6 +8,7 @@
 
 #include "hadatrain/tensor/device.h"
 #include "hadatrain/tensor/dtype.h"
+#include "hadatrain/grad/pipeline.h"
 #include "hadatrain/train/config_reader.h"
 
 namespace ht::train {
@@ -110,6 +111,7 @@ struct TrainerConfig {
   ScheduleSection schedule;
   TrainSection train;
   CheckpointSection checkpoint;
+  grad::PipelineConfig grad_pipeline;  // train/pipeline_config.h; exact everywhere by default
   std::string source;
   std::string resolved_yaml;
 };

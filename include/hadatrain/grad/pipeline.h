@@ -1,0 +1,156 @@
+// Gradient pipelines: how the matrix products of a Linear (and of a Conv2d through its im2col view) run
+// forward and backward (docs/gradient_pipelines.md). A pipeline owns the forward product, what is saved
+// for backward and the two backward products g_x = g_y·W and g_w = Σ_b g_y[b]ᵀ·x[b]; the bias gradient
+// stays outside. Pipelines: exact, hlq, lbp_wht, luq (PipelineSpec::name).
+//
+// Note [Product geometry]
+// Every product is seen as x (B, L, I) · Wᵀ (I, O) -> y (B, L, O): B samples of L tokens / pixels. A 2-D
+// Linear input (N, I) is (1, N, I) (HLA then projects along the batch axis, as the specification says); a
+// Linear input (B, d1, ..., I) is (B, d1·...·dk, I); a Conv2d is its unfolded input (B, OH·OW, C·kh·kw)
+// with W viewed as (O, C·kh·kw) and ProductInfo carrying the output grid (OH, OW).
+//
+// Note [Pipeline noise]
+// Stochastic rounding draws from Philox keyed by (seed, layer, step, role) (DESIGN.md rule 9). The layer id
+// and seed are fixed when pipelines are bound to a model; the step is read from a StepClock shared with the
+// trainer when the forward runs, and kept in the autograd node, so backward uses the forward's key. The
+// trainer sets the clock to its count of forward/backward passes, so a resumed run repeats the noise.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hadatrain/grad/hla.h"
+#include "hadatrain/grad/quant.h"
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht::grad {
+
+// ---- options -----------------------------------------------------------------------------------------
+
+enum class ScaleGranularity { tensor, sample, token };
+enum class WeightQuant { sawb, absmax, absmax_sr };
+enum class HlaFallback { ref, split_extra, pad };
+enum class Carrier { fp8, int8 };  // tensor cores that run the 4-bit values (CUDA); the CPU computes exactly
+
+struct HlqOptions {
+  // g_x path (HQ)
+  int gx_bits = 4;             // 0: no quantisation (rotation only, for tests)
+  int64_t block = 16;          // largest Hadamard block T; the layer uses min(block, largest 2^k dividing O)
+  ScaleGranularity gy_scale = ScaleGranularity::token;
+  WeightQuant w_quant = WeightQuant::sawb;
+  Carrier carrier = Carrier::fp8;
+  // g_w path (HLA)
+  int gw_bits = 8;             // 0: no quantisation of either HLA operand
+  // Scales of both HLA operands: one per sample (reference; one integer product per sample) or one per
+  // tensor (one integer product with K = B·R, much faster on the GPU) [hadatrain option].
+  ScaleGranularity gw_scale = ScaleGranularity::sample;
+  HlaRank rank;                // percentile 50 by default
+  HlaFallback fallback = HlaFallback::ref;
+  int64_t extra_tokens = 1;    // split_extra: the first E tokens take the exact path
+  int64_t pad_to = 16;         // pad: each sample's axis is zero-padded to a multiple of this power of two
+  ScaleRule x_scale = ScaleRule::sawb;  // forward quantiser of the projected activation (round to nearest)
+  // ACBP: bits of the saved projected activation: 8 (int8), 4 (packed int4) or 0 (keep f32, no compression)
+  int acbp_bits = 8;
+};
+
+struct LbpWhtOptions {
+  int64_t order = 6;           // k: keeps the k(k+1)/2 lowest 2-D Walsh bases of each 8×8 patch
+  int64_t extra_tokens = -1;   // leading tokens outside the grid (-1: 0 if L is a square, 1 if L−1 is)
+};
+
+struct LuqOptions {
+  int bits = 4;
+  WeightQuant w_quant = WeightQuant::sawb;  // W and the saved x: 4-bit INT, round to nearest
+  int x_bits = 4;
+};
+
+struct PipelineSpec {
+  std::string name = "exact";  // exact | hlq | lbp_wht | luq
+  HlqOptions hlq;
+  LbpWhtOptions lbp_wht;
+  LuqOptions luq;
+};
+
+// ---- per-layer context ---------------------------------------------------------------------------------
+
+struct StepClock {
+  int64_t step = 0;
+};
+
+struct NoiseKey {
+  uint64_t seed = 0;
+  uint32_t layer = 0;
+  int64_t step = 0;
+  Noise noise(uint32_t role) const;  // philox_stream(layer, step, role) under seed
+};
+
+// What a product knows about its layer besides the operands (Note [Product geometry]).
+struct ProductInfo {
+  int64_t grid_h = 0, grid_w = 0;  // output grid of a conv (L = grid_h·grid_w); 0 when unknown
+  bool batch_rows = false;         // L is the batch axis (a 2-D Linear input (N, I) seen as (1, N, I))
+};
+
+// ---- the interface -------------------------------------------------------------------------------------
+
+// State kept by the forward for backward. `bytes` counts the activation memory it holds (not weights).
+struct SavedState {
+  virtual ~SavedState() = default;
+  int64_t bytes = 0;
+};
+
+struct ForwardResult {
+  Tensor y;                             // (B, L, O), x's dtype
+  std::unique_ptr<SavedState> saved;    // null when no gradient is needed
+};
+
+struct Wanted {
+  bool x = true, w = true;
+};
+
+struct Grads {
+  Tensor x;  // (B, L, I) of x's dtype, or undefined
+  Tensor w;  // (O, I) of w's dtype, or undefined
+};
+
+class Pipeline {
+ public:
+  virtual ~Pipeline() = default;
+  virtual std::string name() const = 0;
+  // x (B, L, I) and w (O, I) of one floating dtype, detached. save: whether backward will run.
+  virtual ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
+                                bool save) = 0;
+  virtual Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) = 0;
+};
+
+// A new pipeline for one layer. Throws for an unknown name.
+std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec);
+
+// y (B, L, O) = x (B, L, I) · wᵀ through `pipeline`, recording an autograd node whose backward asks the
+// pipeline for g_x and g_w. `saved_bytes`, if given, receives the bytes the forward kept.
+struct ProductCall {
+  std::shared_ptr<Pipeline> pipeline;
+  ProductInfo info;
+  NoiseKey key;
+  int64_t* saved_bytes = nullptr;
+};
+Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call);
+
+// ---- per-layer selection -------------------------------------------------------------------------------
+
+// The config's `grad_pipeline` section: a default and ordered (pattern, spec) overrides; the first pattern
+// that matches a module's full name wins. Patterns are globs over the dotted name: `*` matches any run of
+// characters (dots included), `?` one character; "fc", "layer4.*", "*.attn.qkv".
+struct PipelineConfig {
+  PipelineSpec default_spec;
+  std::vector<std::pair<std::string, PipelineSpec>> overrides;
+  uint64_t seed = 0;
+};
+
+bool glob_match(const std::string& pattern, const std::string& name);
+const PipelineSpec& select_spec(const PipelineConfig& config, const std::string& module_name);
+
+// One line describing a spec's options ("hlq gx_bits 4 block 16 ...").
+std::string describe(const PipelineSpec& spec);
+
+}  // namespace ht::grad

@@ -1,0 +1,38 @@
+// Binding gradient pipelines to a model's layers (DESIGN.md, "The gradient-pipeline plug-in point"): each
+// Linear and each Conv2d with groups = 1 gets its own pipeline object, chosen by the first matching
+// module-name pattern of the config. A layer captures its binding when its forward runs; backward never
+// looks anything up globally.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hadatrain/grad/pipeline.h"
+
+namespace ht::nn {
+
+class Module;
+
+struct PipelineBinding {
+  std::shared_ptr<grad::Pipeline> pipeline;  // null (or exact): the plain linear / conv2d ops
+  grad::NoiseKey key;                         // seed and layer id; the step is read from `clock` per forward
+  std::shared_ptr<const grad::StepClock> clock;
+  int64_t saved_bytes = 0;                    // activation bytes the latest training forward kept
+  bool active() const { return pipeline != nullptr && pipeline->name() != "exact"; }
+  grad::NoiseKey key_now() const;
+};
+
+struct BoundLayer {
+  std::string name;      // module name, e.g. "layer1.0.conv1"
+  std::string type;      // Linear / Conv2d
+  std::string pipeline;  // describe() of the spec
+  PipelineBinding* binding = nullptr;
+};
+
+// Binds every Linear and every Conv2d with groups = 1 below `root` (layer ids in module order). Grouped
+// convolutions stay exact. Returns one entry per bound layer.
+std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig& config,
+                                       std::shared_ptr<const grad::StepClock> clock);
+
+}  // namespace ht::nn

@@ -1,0 +1,200 @@
+// The pipeline plug-in point: the factory, the autograd op that routes a product's backward through a
+// pipeline, per-layer selection by module-name globs, and the helpers the pipelines share.
+#include "hadatrain/grad/pipeline.h"
+
+#include <fmt/format.h>
+
+#include "hadatrain/autograd/function.h"
+#include "hadatrain/core/error.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/linalg.h"
+#include "hadatrain/ops/lowp_matmul.h"
+#include "hadatrain/ops/reduce.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/tensor/factory.h"
+#include "hadatrain/tensor/philox.h"
+#include "pipelines.h"
+
+namespace ht::grad {
+
+Noise NoiseKey::noise(uint32_t role) const {
+  return Noise{seed, philox_stream(layer, static_cast<uint64_t>(step), role)};
+}
+
+std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec) {
+  if (spec.name == "exact") return make_exact_pipeline();
+  if (spec.name == "hlq") return make_hlq_pipeline(spec.hlq);
+  if (spec.name == "lbp_wht") return make_lbp_wht_pipeline(spec.lbp_wht);
+  if (spec.name == "luq") return make_luq_pipeline(spec.luq);
+  HT_CHECK(false, "unknown gradient pipeline '{}' (expected exact, hlq, lbp_wht or luq)", spec.name);
+  return nullptr;
+}
+
+// ---- the autograd op -----------------------------------------------------------------------------------
+
+namespace {
+
+class PipelineProductBackward final : public Node {
+ public:
+  PipelineProductBackward(std::shared_ptr<Pipeline> p, std::unique_ptr<SavedState> s)
+      : pipeline_(std::move(p)), saved_(std::move(s)) {}
+  std::string name() const override { return "PipelineProductBackward(" + pipeline_->name() + ")"; }
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    HT_CHECK(saved_ != nullptr,
+             "{}: the saved state was already released by an earlier backward; pass retain_graph to run "
+             "backward twice",
+             name());
+    std::vector<Tensor> out(2);
+    if (!grads[0].defined()) return out;
+    Wanted wanted{needs_input_grad(0), needs_input_grad(1)};
+    Grads g = pipeline_->backward(*saved_, grads[0].contiguous(), wanted);
+    if (wanted.x) out[0] = g.x;
+    if (wanted.w) out[1] = g.w;
+    return out;
+  }
+
+  void release_saved() override {
+    Node::release_saved();
+    saved_.reset();
+  }
+
+ private:
+  std::shared_ptr<Pipeline> pipeline_;
+  std::unique_ptr<SavedState> saved_;
+};
+
+}  // namespace
+
+Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
+  HT_CHECK(call.pipeline != nullptr, "grad::product: no pipeline given");
+  HT_CHECK(x.dim() == 3, "grad::product ({}): x must be (B, L, I), got {}", call.pipeline->name(), x.describe());
+  HT_CHECK(w.dim() == 2 && w.size(1) == x.size(2),
+           "grad::product ({}): weight must be (O, I) with I = {} (x {}), got {}", call.pipeline->name(),
+           x.size(2), x.describe(), w.describe());
+  HT_CHECK(x.dtype() == w.dtype(), "grad::product ({}): x {} and weight {} have different dtypes",
+           call.pipeline->name(), x.describe(), w.describe());
+  HT_CHECK(x.device() == w.device(), "grad::product ({}): x {} and weight {} are on different devices",
+           call.pipeline->name(), x.describe(), w.describe());
+  const bool grad = needs_grad({&x, &w});
+  ForwardResult r;
+  {
+    NoGradGuard no_grad;
+    r = call.pipeline->forward(x.detach(), w.detach(), call.info, call.key, grad);
+  }
+  if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
+  if (grad) {
+    HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", call.pipeline->name());
+    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved));
+    connect(node, {&x, &w}, {&r.y});
+  }
+  return r.y;
+}
+
+// ---- selection -----------------------------------------------------------------------------------------
+
+bool glob_match(const std::string& pattern, const std::string& name) {
+  // Iterative glob with backtracking to the last '*'.
+  std::size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+const PipelineSpec& select_spec(const PipelineConfig& config, const std::string& module_name) {
+  for (const auto& [pattern, spec] : config.overrides)
+    if (glob_match(pattern, module_name)) return spec;
+  return config.default_spec;
+}
+
+std::string describe(const PipelineSpec& s) {
+  if (s.name == "hlq") {
+    const HlqOptions& o = s.hlq;
+    static const char* gran[] = {"tensor", "sample", "token"};
+    static const char* wq[] = {"sawb", "absmax", "absmax_sr"};
+    static const char* fb[] = {"ref", "split_extra", "pad"};
+    std::string rank = o.rank.kind == HlaRank::Kind::full   ? "full"
+                       : o.rank.kind == HlaRank::Kind::rows ? fmt::format("{} rows", o.rank.rows)
+                                                            : fmt::format("pct {}", o.rank.pct);
+    return fmt::format("hlq (g_x: {} bit, T {}, g_y scale {}, W {}, {} carrier; g_w: {} bit, rank {}, fallback {}, "
+                       "ACBP {} bit)",
+                       o.gx_bits, o.block, gran[static_cast<int>(o.gy_scale)], wq[static_cast<int>(o.w_quant)],
+                       o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank,
+                       fb[static_cast<int>(o.fallback)], o.acbp_bits);
+  }
+  if (s.name == "lbp_wht") return fmt::format("lbp_wht (order {}, {} of 64 bases)", s.lbp_wht.order,
+                                              s.lbp_wht.order * (s.lbp_wht.order + 1) / 2);
+  if (s.name == "luq") return fmt::format("luq ({} bit g_y, {} bit W and x)", s.luq.bits, s.luq.x_bits);
+  return s.name;
+}
+
+// ---- shared helpers ------------------------------------------------------------------------------------
+
+int64_t tensor_bytes(const Tensor& t) {
+  if (!t.defined()) return 0;
+  return static_cast<int64_t>(storage_bytes(t.dtype(), t.numel()));
+}
+
+Tensor forward_product(const Tensor& x, const Tensor& w) { return linear(x, w); }
+
+Tensor exact_grad_x(const Tensor& g_y, const Tensor& w) { return matmul(g_y, w); }
+
+Tensor exact_grad_w(const Tensor& g_y, const Tensor& x) {
+  const Tensor g2 = reshape(g_y, {-1, g_y.size(-1)});  // (B·L, O)
+  const Tensor x2 = reshape(x, {-1, x.size(-1)});      // (B·L, I)
+  return matmul(g2.transpose(0, 1), x2);               // (O, I)
+}
+
+Tensor lowp_product_nt(const Tensor& a, const Tensor& b) {
+  if (a.dtype() == DType::i8) return int8_matmul_nt(a, b).to(DType::f32);
+  HT_ASSERT(a.dtype() == DType::f8e4m3, "lowp_product_nt: unexpected dtype {}", dtype_name(a.dtype()));
+  const Tensor one = ones({1}, {DType::f32, a.device()});
+  return fp8_matmul_nt(a, b, one, one, DType::f32);
+}
+
+Tensor to_carrier(const Tensor& q, Carrier carrier) { return carrier == Carrier::fp8 ? q.to(DType::f8e4m3) : q; }
+
+Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale) {
+  const int64_t B = a.size(0), M = a.size(1), N = b.size(1);
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{256} << 20) / std::max<int64_t>(1, M * N * 4));
+  Tensor out;
+  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+    const int64_t c = std::min(chunk, B - b0);
+    const Tensor acc = lowp_product_nt(narrow(a, 0, b0, c), narrow(b, 0, b0, c));  // (c, M, N)
+    const Tensor part = sum(scale_dim0(acc, narrow(scale, 0, b0, c)), {0});
+    out = out.defined() ? add(out, part) : part;
+  }
+  return out;
+}
+
+Tensor pack_int4_any(const Tensor& q) {
+  Tensor flat = reshape(q, {-1});
+  if (flat.numel() % 2) flat = cat({flat, zeros({1}, {DType::i8, flat.device()})}, 0);
+  return pack_int4(flat);
+}
+
+Tensor unpack_int4_any(const Tensor& packed, const Shape& shape) {
+  return reshape(narrow(unpack_int4(packed), 0, 0, numel_of(shape)), shape);
+}
+
+Tensor scale_dim0(const Tensor& t, const Tensor& scale) {
+  std::vector<int64_t> s(static_cast<std::size_t>(t.dim()), 1);  // (G, 1, ..., 1)
+  s[0] = scale.numel();
+  return mul(t, reshape(scale, Shape(s)));
+}
+
+}  // namespace ht::grad

@@ -1,0 +1,43 @@
+// The `exact` pipeline: the forward dtype's products with fp32 accumulation, saving x. Models use the
+// plain linear / conv2d ops for exact layers (same math, fused bias, cuDNN); this class is the reference
+// the other pipelines are measured against (inspect-grads, tests).
+#include "pipelines.h"
+
+namespace ht::grad {
+namespace {
+
+struct ExactSaved final : SavedState {
+  Tensor x, w;
+};
+
+class ExactPipeline final : public Pipeline {
+ public:
+  std::string name() const override { return "exact"; }
+
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey&, bool save) override {
+    ForwardResult r;
+    r.y = forward_product(x, w);  // (B, L, O)
+    if (save) {
+      auto s = std::make_unique<ExactSaved>();
+      s->x = x;
+      s->w = w;
+      s->bytes = tensor_bytes(x);
+      r.saved = std::move(s);
+    }
+    return r;
+  }
+
+  Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
+    auto& s = static_cast<ExactSaved&>(saved);
+    Grads g;
+    if (wanted.x) g.x = exact_grad_x(g_y, s.w);  // (B, L, I)
+    if (wanted.w) g.w = exact_grad_w(g_y, s.x);  // (O, I)
+    return g;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Pipeline> make_exact_pipeline() { return std::make_shared<ExactPipeline>(); }
+
+}  // namespace ht::grad

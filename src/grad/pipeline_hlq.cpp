@@ -1,0 +1,244 @@
+// The `hlq` pipeline (docs/gradient_pipelines.md; specification hlq.md §3–§5):
+//   g_x (HQ): g_y and W rotated by block-T Hadamard along O, 4-bit symmetric (g_y stochastic per token /
+//             sample / tensor, W SAWB or absmax per tensor), integer product, rescaled by s_g·s_w/T.
+//   g_w (HLA): g_y and the saved x projected per sample onto the low-sequency Walsh rows along the token
+//             axis, 8-bit, integer product over the reduced axis, rescaled by s_g·s_x/n.
+//   ACBP: the forward saves only the projected, quantised x (int8, packed int4 or f32), never x itself.
+// Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
+#include <atomic>
+
+#include <fmt/format.h>
+
+#include "hadatrain/core/error.h"
+#include "hadatrain/core/logging.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/linalg.h"
+#include "hadatrain/ops/reduce.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/tensor/factory.h"
+#include "pipelines.h"
+
+namespace ht::grad {
+namespace {
+
+int64_t largest_pow2_divisor(int64_t v) { return v > 0 ? (v & -v) : 1; }
+
+// The activation the g_w path works on, after the fallback of hlq.md §4.7 for lengths without a
+// power-of-two factor (Note [HLA fallbacks] in docs/gradient_pipelines.md).
+struct HlaAxis {
+  HlaPlan plan;
+  int64_t extra = 0;  // split_extra: leading tokens on the exact path
+  int64_t pad = 0;    // pad: zero positions appended to each sample
+};
+
+// The quantised (or plain) projected activation kept by the forward: (B, I, R).
+struct CompressedX {
+  Tensor values;  // int8 (B, I, R), packed int4 (flat), or f32 (B, I, R) when not quantised
+  Tensor scale;   // f32 (B), undefined when not quantised
+  Shape shape;    // (B, I, R)
+  int bits = 0;   // 8, 4 or 0
+};
+
+struct HlqSaved final : SavedState {
+  Tensor w;        // (O, I), compute dtype (the parameter or its bf16 cast)
+  DType x_dtype = DType::f32;
+  int64_t L = 0;
+  HlaAxis axis;
+  CompressedX xc;
+  Tensor x_extra;  // (B, E, I) for split_extra
+  NoiseKey key;
+};
+
+Tensor pad_tokens(const Tensor& t, int64_t pad) {  // (B, L, C) -> (B, L + pad, C), zeros appended
+  if (pad == 0) return t;
+  Tensor z = zeros({t.size(0), pad, t.size(2)}, {t.dtype(), t.device()});
+  return cat({t, z}, 1);
+}
+
+class HlqPipeline final : public Pipeline {
+ public:
+  explicit HlqPipeline(const HlqOptions& o) : o_(o) {
+    HT_CHECK(o.gx_bits == 0 || (o.gx_bits >= 2 && o.gx_bits <= 8), "hlq: gx_bits must be 0 or 2..8, got {}",
+             o.gx_bits);
+    HT_CHECK(o.gw_bits == 0 || (o.gw_bits >= 2 && o.gw_bits <= 8), "hlq: gw_bits must be 0 or 2..8, got {}",
+             o.gw_bits);
+    HT_CHECK(o.acbp_bits == 0 || o.acbp_bits == 4 || o.acbp_bits == 8, "hlq: acbp_bits must be 0, 4 or 8, got {}",
+             o.acbp_bits);
+    HT_CHECK(o.gw_bits > 0 || o.acbp_bits == 0,
+             "hlq: acbp_bits {} needs a quantised g_w path (gw_bits > 0); set acbp_bits 0 with gw_bits 0",
+             o.acbp_bits);
+    HT_CHECK(o.block >= 1 && (o.block & (o.block - 1)) == 0, "hlq: block must be a power of two, got {}", o.block);
+    HT_CHECK(o.pad_to >= 2 && (o.pad_to & (o.pad_to - 1)) == 0, "hlq: pad_to must be a power of two >= 2, got {}",
+             o.pad_to);
+    HT_CHECK(o.gw_scale != ScaleGranularity::token, "hlq: gw_scale must be sample or tensor");
+    HT_CHECK(o.extra_tokens >= 1, "hlq: extra_tokens must be >= 1, got {}", o.extra_tokens);
+  }
+  std::string name() const override { return "hlq"; }
+
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
+                        bool save) override {
+    ForwardResult r;
+    r.y = forward_product(x, w);  // (B, L, O), high precision
+    if (!save) return r;
+    auto s = std::make_unique<HlqSaved>();
+    s->w = w;
+    s->x_dtype = x.dtype();
+    s->L = x.size(1);
+    s->key = key;
+    s->axis = choose_axis(s->L);
+    Tensor xm = x;  // (B, L', I): the part of x that is projected
+    if (s->axis.extra > 0) {
+      s->x_extra = narrow(x, 1, 0, s->axis.extra).contiguous();  // (B, E, I)
+      xm = narrow(x, 1, s->axis.extra, s->L - s->axis.extra);
+    }
+    xm = pad_tokens(xm, s->axis.pad);
+    s->xc = compress(hla_project(xm, s->axis.plan, HlaLayout::channels), o_.acbp_bits);  // (B, I, R)
+    s->bytes = tensor_bytes(s->xc.values) + tensor_bytes(s->xc.scale) + tensor_bytes(s->x_extra);
+    r.saved = std::move(s);
+    return r;
+  }
+
+  Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
+    auto& s = static_cast<HlqSaved&>(saved);
+    Grads g;
+    if (wanted.x) g.x = grad_x(s, g_y).to(s.x_dtype);
+    if (wanted.w) g.w = grad_w(s, g_y).to(s.w.dtype());
+    return g;
+  }
+
+ private:
+  HlaAxis choose_axis(int64_t L) {
+    HlaAxis a;
+    if (hla_block_for(L) > 1 || o_.fallback == HlaFallback::ref) {
+      static std::atomic<bool> warned{false};  // once per process: every layer of a ViT would repeat it
+      if (hla_block_for(L) == 1 && !warned.exchange(true)) {
+        logging::warn("hlq: {} tokens per sample have no power-of-two factor, so HLA keeps every row (fallback ref, as "
+                  "the reference code); fallback split_extra or pad compresses them",
+                  L);
+      }
+      a.plan = hla_plan(L, o_.rank);
+      return a;
+    }
+    if (o_.fallback == HlaFallback::split_extra) {
+      HT_CHECK(o_.extra_tokens < L, "hlq: extra_tokens {} must be smaller than the {} tokens per sample",
+               o_.extra_tokens, L);
+      a.extra = o_.extra_tokens;
+      a.plan = hla_plan(L - a.extra, o_.rank);
+    } else {
+      a.pad = (L + o_.pad_to - 1) / o_.pad_to * o_.pad_to - L;
+      a.plan = hla_plan(L + a.pad, o_.rank);
+    }
+    return a;
+  }
+
+  // x̃ (B, I, R) f32 -> what the forward keeps (ACBP).
+  CompressedX compress(const Tensor& xp, int bits) const {
+    CompressedX c;
+    c.shape = xp.shape();
+    c.bits = bits;
+    if (c.bits == 0) {
+      c.values = xp;
+      return c;
+    }
+    QuantSpec q;
+    q.bits = c.bits;
+    q.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
+    q.scale_rule = o_.x_scale;
+    q.rounding = Rounding::nearest;
+    Quantized qx = quantize(xp, q);
+    c.scale = qx.scale;
+    c.values = c.bits == 4 ? pack_int4_any(qx.values) : qx.values;
+    return c;
+  }
+
+  // The saved projection as int8 (B, I, R) (or f32 when it was not quantised).
+  static Tensor decompress(const CompressedX& c) {
+    return c.bits == 4 ? unpack_int4_any(c.values, c.shape) : c.values;
+  }
+
+  Tensor grad_x(const HlqSaved& s, const Tensor& g_y) const {  // (B, L, I) f32
+    const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
+    const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
+    const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
+    if (o_.gx_bits == 0) {  // rotation only: (g_y H)(H W) / T = g_y W up to rounding
+      const Tensor gh = hadamard_blocks(g_y, T);  // (B, L, O)
+      const Tensor wh = hadamard_blocks(wt, T);   // (I, O)
+      return div(matmul(gh, wh.transpose(0, 1)), static_cast<double>(T));
+    }
+    QuantSpec qg;
+    qg.bits = o_.gx_bits;
+    qg.granularity = o_.gy_scale == ScaleGranularity::token    ? Granularity::row
+                     : o_.gy_scale == ScaleGranularity::sample ? Granularity::sample
+                                                               : Granularity::tensor;
+    qg.rounding = Rounding::stochastic;
+    qg.noise = s.key.noise(role_gx_gy);
+    qg.hadamard_block = T;
+    const Quantized q_g = quantize(g_y, qg);  // (B, L, O) int8
+    QuantSpec qw;
+    qw.bits = o_.gx_bits;
+    qw.granularity = Granularity::tensor;
+    qw.scale_rule = o_.w_quant == WeightQuant::sawb ? ScaleRule::sawb : ScaleRule::absmax;
+    qw.rounding = o_.w_quant == WeightQuant::absmax_sr ? Rounding::stochastic : Rounding::nearest;
+    qw.noise = s.key.noise(role_gx_w);
+    qw.hadamard_block = T;
+    const Quantized q_w = quantize(wt, qw);  // (I, O) int8 = (H W)ᵀ quantised
+    const Carrier carrier = o_.gx_bits <= 5 ? o_.carrier : Carrier::int8;  // e4m3 holds integers up to 16
+    Tensor acc = lowp_product_nt(to_carrier(reshape(q_g.values, {B * L, O}), carrier), to_carrier(q_w.values, carrier));
+    // acc (B·L, I) f32 = q_g · q_wᵀ; rescale by the g_y scale of each row / sample / tensor and s_w / T.
+    if (qg.granularity == Granularity::row) {
+      acc = scale_dim0(acc, q_g.scale);
+    } else if (qg.granularity == Granularity::sample) {
+      acc = reshape(scale_dim0(reshape(acc, {B, L * I}), q_g.scale), {B * L, I});
+    } else {
+      acc = mul(acc, q_g.scale);
+    }
+    acc = mul(acc, div(q_w.scale, static_cast<double>(T)));
+    return reshape(acc, {B, L, I});
+  }
+
+  Tensor grad_w(const HlqSaved& s, const Tensor& g_y) const {  // (O, I) f32
+    const int64_t B = g_y.size(0), O = g_y.size(2), I = s.w.size(1);
+    Tensor gm = g_y;
+    if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);
+    gm = pad_tokens(gm, s.axis.pad);
+    const Tensor gp = hla_project(gm, s.axis.plan, HlaLayout::channels);  // (B, O, R) f32
+    Tensor gw;
+    if (o_.gw_bits == 0) {  // acbp_bits is 0 too: x̃ was kept in f32
+      gw = sum(matmul(gp, s.xc.values.transpose(1, 2)), {0});  // Σ_b g̃[b]·x̃[b]ᵀ (O, I)
+    } else {  // without ACBP the projection was kept in f32 and is quantised now
+      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, B, O, I);
+    }
+    gw = mul(gw, 1.0 / static_cast<double>(s.axis.plan.block));
+    if (s.axis.extra > 0)
+      gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, s.axis.extra).to(DType::f32), s.x_extra.to(DType::f32)));
+    return gw;
+  }
+
+  // Σ_b s_g[b]·s_x[b]·q_g[b]·q_x[b]ᵀ for gp (B, O, R) f32 and the saved q_x (B, I, R) int8.
+  Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, int64_t B, int64_t O,
+                          int64_t I) const {
+    const Tensor xq = decompress(xc);  // (B, I, R) int8
+    QuantSpec qs;
+    qs.bits = o_.gw_bits;
+    qs.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
+    qs.rounding = Rounding::stochastic;
+    qs.noise = s.key.noise(role_gw_gy);
+    const Quantized q_g = quantize(gp, qs);             // (B, O, R) int8, scale (B) or (1)
+    const Tensor scale = mul(q_g.scale, xc.scale);      // (B) or (1): s_g·s_x
+    if (qs.granularity == Granularity::tensor) {        // one product over K = B·R
+      const int64_t R = gp.size(2);
+      const Tensor a = reshape(permute(q_g.values, {1, 0, 2}), {O, B * R});
+      const Tensor b = reshape(permute(xq, {1, 0, 2}), {I, B * R});
+      return mul(lowp_product_nt(a, b), scale);
+    }
+    return scaled_batch_sum_nt(q_g.values, xq, scale);  // per-sample scales: one product per sample
+  }
+
+  HlqOptions o_;
+};
+
+}  // namespace
+
+std::shared_ptr<Pipeline> make_hlq_pipeline(const HlqOptions& o) { return std::make_shared<HlqPipeline>(o); }
+
+}  // namespace ht::grad

@@ -1,0 +1,184 @@
+// The `lbp_wht` baseline (hlq.md §11; Yang et al., NeurIPS 2023): the token axis is laid out on its H×W
+// grid, zero-padded to multiples of 8 and cut into 8×8 patches; each patch keeps the k(k+1)/2 lowest 2-D
+// sequency Walsh coefficients (u + v < k). The forward saves the coefficients of x (r/64 of x); backward
+// projects g_y the same way (mean over the patch), then
+//   g_w = Σ_{p,b} g_p,bᵀ·x_p,b      g_x,t = Σ_b b(t)·(g_p(t),b·W)   (back-projection).
+// All 64 bases (order >= 15) give exact gradients: the bases are orthogonal with Σ_b b bᵀ = 64·I.
+// Leading tokens outside the grid (a class token) take the exact path. Layers without a grid (a 2-D
+// Linear input, lengths that are not a square) run exact, with a warning.
+// Deviation: the reference reflect-pads; we zero-pad both operands, which keeps the full-basis case exact
+// and is defined for maps smaller than the padding (a 4×4 map). Shapes: x (B, L, I), w (O, I), g_y (B, L, O).
+#include <atomic>
+#include <cmath>
+
+#include "hadatrain/core/error.h"
+#include "hadatrain/core/logging.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/linalg.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/tensor/factory.h"
+#include "pipelines.h"
+
+namespace ht::grad {
+namespace {
+
+constexpr int64_t kPatch = 8;
+
+// Sequency-ordered 8-point Walsh function u at position i: row bitrev3(u ^ (u >> 1)) of H_8.
+int walsh8(int u, int i) {
+  const int g = u ^ (u >> 1);
+  const int h = ((g & 1) << 2) | (g & 2) | ((g >> 2) & 1);  // bit-reverse of 3 bits
+  return (__builtin_popcount(h & i) & 1) ? -1 : 1;
+}
+
+// (r, 64) f32 basis of the kept (u, v), u + v < order, ordered by (u + v, u).
+Tensor basis(int64_t order, Device device) {
+  std::vector<float> rows;
+  int64_t r = 0;
+  for (int d = 0; d < 15; ++d)
+    for (int u = 0; u <= d; ++u) {
+      const int v = d - u;
+      if (u >= kPatch || v >= kPatch || d >= order) continue;
+      for (int i = 0; i < kPatch; ++i)
+        for (int j = 0; j < kPatch; ++j) rows.push_back(static_cast<float>(walsh8(u, i) * walsh8(v, j)));
+      ++r;
+    }
+  return from_vector(rows, {r, kPatch * kPatch}).to(device);
+}
+
+struct Grid {
+  int64_t extra = 0, h = 0, w = 0;
+  bool valid() const { return h > 0; }
+};
+
+// (B, L_grid, C) on an h×w grid -> (B·P, 64, C) patches of the zero-padded grid.
+Tensor to_patches(const Tensor& t, const Grid& g) {
+  const int64_t B = t.size(0), C = t.size(2);
+  const int64_t hp = (g.h + kPatch - 1) / kPatch * kPatch, wp = (g.w + kPatch - 1) / kPatch * kPatch;
+  Tensor m = reshape(t, {B, g.h, g.w, C});
+  if (hp > g.h) m = cat({m, zeros({B, hp - g.h, g.w, C}, {t.dtype(), t.device()})}, 1);
+  if (wp > g.w) m = cat({m, zeros({B, hp, wp - g.w, C}, {t.dtype(), t.device()})}, 2);
+  m = reshape(m, {B, hp / kPatch, kPatch, wp / kPatch, kPatch, C});
+  m = permute(m, {0, 1, 3, 2, 4, 5});  // (B, Ph, Pw, 8, 8, C)
+  return reshape(m, {-1, kPatch * kPatch, C});
+}
+
+// Inverse of to_patches: (B·P, 64, C) -> (B, h·w, C), cropping the padding.
+Tensor from_patches(const Tensor& p, const Grid& g, int64_t B) {
+  const int64_t C = p.size(2);
+  const int64_t hp = (g.h + kPatch - 1) / kPatch * kPatch, wp = (g.w + kPatch - 1) / kPatch * kPatch;
+  Tensor m = reshape(p, {B, hp / kPatch, wp / kPatch, kPatch, kPatch, C});
+  m = reshape(permute(m, {0, 1, 3, 2, 4, 5}), {B, hp, wp, C});
+  m = narrow(narrow(m, 1, 0, g.h), 2, 0, g.w);
+  return reshape(m, {B, g.h * g.w, C});
+}
+
+struct LbpSaved final : SavedState {
+  Tensor w;        // (O, I)
+  DType x_dtype = DType::f32;
+  Grid grid;
+  Tensor xp;       // (B·P, r, I) coefficients, x's dtype; or the whole x when the layer runs exact
+  Tensor x_extra;  // (B, E, I)
+};
+
+class LbpWhtPipeline final : public Pipeline {
+ public:
+  explicit LbpWhtPipeline(const LbpWhtOptions& o) : o_(o) {
+    HT_CHECK(o.order >= 1 && o.order <= 15, "lbp_wht: order must be 1..15 (15 keeps all 64 bases), got {}",
+             o.order);
+    HT_CHECK(o.extra_tokens >= -1, "lbp_wht: extra_tokens must be >= 0 (or -1 for automatic), got {}",
+             o.extra_tokens);
+  }
+  std::string name() const override { return "lbp_wht"; }
+
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey&,
+                        bool save) override {
+    ForwardResult r;
+    r.y = forward_product(x, w);
+    if (!save) return r;
+    auto s = std::make_unique<LbpSaved>();
+    s->w = w;
+    s->x_dtype = x.dtype();
+    s->grid = grid_of(x.size(1), info);
+    if (!s->grid.valid()) {
+      s->xp = x;  // exact fallback
+    } else {
+      const int64_t E = s->grid.extra, L = x.size(1);
+      if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
+      const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (B·P, 64, I)
+      s->xp = matmul(basis(o_.order, x.device()), patches).to(x.dtype());                   // (B·P, r, I)
+    }
+    s->bytes = tensor_bytes(s->xp) + tensor_bytes(s->x_extra);
+    r.saved = std::move(s);
+    return r;
+  }
+
+  Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
+    auto& s = static_cast<LbpSaved&>(saved);
+    Grads g;
+    if (!s.grid.valid()) {
+      if (wanted.x) g.x = exact_grad_x(g_y, s.w);
+      if (wanted.w) g.w = exact_grad_w(g_y, s.xp);
+      return g;
+    }
+    const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), E = s.grid.extra;
+    const Tensor bm = basis(o_.order, g_y.device());  // (r, 64)
+    const Tensor gp = div(matmul(bm, to_patches(narrow(g_y, 1, E, L - E).to(DType::f32), s.grid)), 64.0);  // (B·P, r, O)
+    const Tensor wf = s.w.to(DType::f32);
+    if (wanted.w) {
+      const int64_t I = s.xp.size(2);
+      Tensor gw = matmul(reshape(gp, {-1, O}).transpose(0, 1), reshape(s.xp.to(DType::f32), {-1, I}));  // (O, I)
+      if (E > 0) gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, E).to(DType::f32), s.x_extra.to(DType::f32)));
+      g.w = gw.to(s.w.dtype());
+    }
+    if (wanted.x) {
+      const Tensor back = matmul(bm.transpose(0, 1), matmul(gp, wf));  // (B·P, 64, I)
+      Tensor gx = from_patches(back, s.grid, B);                         // (B, h·w, I)
+      if (E > 0) gx = cat({exact_grad_x(narrow(g_y, 1, 0, E).to(DType::f32), wf), gx}, 1);
+      g.x = gx.to(s.x_dtype);
+    }
+    return g;
+  }
+
+ private:
+  Grid grid_of(int64_t L, const ProductInfo& info) {
+    Grid g;
+    if (info.grid_h > 0 && info.grid_w > 0) {
+      g.h = info.grid_h;
+      g.w = info.grid_w;
+      g.extra = L - g.h * g.w;
+      HT_CHECK(g.extra >= 0, "lbp_wht: grid {}x{} has more positions than the {} tokens", g.h, g.w, L);
+      return g;
+    }
+    if (!info.batch_rows) {
+      const auto square = [](int64_t n) {
+        const auto s = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+        return n > 0 && s * s == n ? s : int64_t{0};
+      };
+      const std::vector<int64_t> extras = o_.extra_tokens >= 0 ? std::vector<int64_t>{o_.extra_tokens}
+                                                               : std::vector<int64_t>{0, 1};
+      for (int64_t e : extras)
+        if (const int64_t side = square(L - e); side > 0) {
+          g.extra = e;
+          g.h = g.w = side;
+          return g;
+        }
+    }
+    static std::atomic<bool> warned{false};  // once per process, not once per layer
+    if (!warned.exchange(true)) {
+      logging::warn("lbp_wht: a product with {} rows has no token grid ({}); it runs exact", L,
+                info.batch_rows ? "a 2-D input: rows are samples" : "not a square (plus extra tokens)");
+    }
+    return g;
+  }
+
+  LbpWhtOptions o_;
+};
+
+}  // namespace
+
+std::shared_ptr<Pipeline> make_lbp_wht_pipeline(const LbpWhtOptions& o) {
+  return std::make_shared<LbpWhtPipeline>(o);
+}
+
+}  // namespace ht::grad

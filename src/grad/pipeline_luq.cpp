@@ -1,0 +1,94 @@
+// The `luq` baseline (hlq.md §10; Chmiel et al., ICLR 2023): both backward products full rank, no
+// Hadamard; g_y -> LUQ 4-bit (logarithmic, unbiased, per-sample α), W and the saved x -> 4-bit INT
+// (SAWB or absmax, round to nearest). Every LUQ value ±2^k (k <= 7) and every integer −7..7 is exact in
+// e4m3, so both products run on fp8 tensor cores without error beyond fp32 accumulation.
+// Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
+#include "hadatrain/core/error.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "pipelines.h"
+
+namespace ht::grad {
+namespace {
+
+struct LuqSaved final : SavedState {
+  Tensor w;          // (O, I) compute dtype
+  DType x_dtype = DType::f32;
+  Tensor xq;         // packed int4 (or int8 for x_bits > 4) of x (B, L, I)
+  Tensor xs;         // (B) f32
+  Shape x_shape;
+  NoiseKey key;
+};
+
+ScaleRule rule_of(WeightQuant q) { return q == WeightQuant::sawb ? ScaleRule::sawb : ScaleRule::absmax; }
+
+class LuqPipeline final : public Pipeline {
+ public:
+  explicit LuqPipeline(const LuqOptions& o) : o_(o) {
+    HT_CHECK(o.bits >= 2 && o.bits <= 4, "luq: bits must be 2..4, got {}", o.bits);
+    HT_CHECK(o.x_bits >= 2 && o.x_bits <= 5, "luq: x_bits must be 2..5 (integers exact in e4m3), got {}", o.x_bits);
+  }
+  std::string name() const override { return "luq"; }
+
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
+                        bool save) override {
+    ForwardResult r;
+    r.y = forward_product(x, w);
+    if (!save) return r;
+    auto s = std::make_unique<LuqSaved>();
+    s->w = w;
+    s->x_dtype = x.dtype();
+    s->x_shape = x.shape();
+    s->key = key;
+    QuantSpec q;
+    q.bits = o_.x_bits;
+    q.granularity = Granularity::sample;
+    q.scale_rule = rule_of(o_.w_quant);
+    q.rounding = Rounding::nearest;
+    Quantized qx = quantize(x, q);
+    s->xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
+    s->xs = qx.scale;
+    s->bytes = tensor_bytes(s->xq) + tensor_bytes(s->xs);
+    r.saved = std::move(s);
+    return r;
+  }
+
+  Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
+    auto& s = static_cast<LuqSaved&>(saved);
+    const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
+    LuqSpec ls;
+    ls.bits = o_.bits;
+    ls.granularity = Granularity::sample;
+    ls.noise = s.key.noise(role_luq_gy);
+    const Quantized gq = luq_quantize(g_y, ls);  // (B, L, O) e4m3 ±2^k, α (B)
+    Grads g;
+    if (wanted.x) {
+      QuantSpec qw;
+      qw.bits = o_.x_bits;
+      qw.granularity = Granularity::tensor;
+      qw.scale_rule = rule_of(o_.w_quant);
+      qw.rounding = o_.w_quant == WeightQuant::absmax_sr ? Rounding::stochastic : Rounding::nearest;
+      qw.noise = s.key.noise(role_gx_w);
+      const Quantized wq = quantize(s.w.transpose(0, 1), qw);  // (I, O)
+      Tensor acc = lowp_product_nt(reshape(gq.values, {B * L, O}), wq.values.to(DType::f8e4m3));  // (B·L, I)
+      acc = scale_dim0(reshape(acc, {B, L * I}), gq.scale);
+      g.x = reshape(mul(acc, wq.scale), {B, L, I}).to(s.x_dtype);
+    }
+    if (wanted.w) {
+      const Tensor xq = o_.x_bits <= 4 ? unpack_int4_any(s.xq, s.x_shape) : s.xq;  // (B, L, I) int8
+      const Tensor a = permute(gq.values, {0, 2, 1}).contiguous();                  // (B, O, L) e4m3
+      const Tensor b = permute(xq.to(DType::f8e4m3), {0, 2, 1}).contiguous();       // (B, I, L) e4m3
+      g.w = scaled_batch_sum_nt(a, b, mul(gq.scale, s.xs)).to(s.w.dtype());
+    }
+    return g;
+  }
+
+ private:
+  LuqOptions o_;
+};
+
+}  // namespace
+
+std::shared_ptr<Pipeline> make_luq_pipeline(const LuqOptions& o) { return std::make_shared<LuqPipeline>(o); }
+
+}  // namespace ht::grad

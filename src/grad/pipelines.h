@@ -1,0 +1,51 @@
+// Internal to src/grad: the constructors of each pipeline (one file each) and the small tensor helpers
+// they share.
+#pragma once
+#include <memory>
+
+#include "hadatrain/grad/pipeline.h"
+
+namespace ht::grad {
+
+std::shared_ptr<Pipeline> make_exact_pipeline();
+std::shared_ptr<Pipeline> make_hlq_pipeline(const HlqOptions& o);
+std::shared_ptr<Pipeline> make_lbp_wht_pipeline(const LbpWhtOptions& o);
+std::shared_ptr<Pipeline> make_luq_pipeline(const LuqOptions& o);
+
+// Noise roles (the 8-bit purpose field of philox_stream), one per quantised operand.
+enum Role : uint32_t {
+  role_gx_gy = 1,  // HQ: g_y of the g_x product
+  role_gx_w = 2,   // HQ: W when quantised with stochastic rounding
+  role_gw_gy = 3,  // HLA: projected g_y of the g_w product
+  role_luq_gy = 4, // LUQ: g_y
+};
+
+// Bytes of a tensor's elements (packed int4 counts half a byte each).
+int64_t tensor_bytes(const Tensor& t);
+
+// x (B, L, I), w (O, I) -> y (B, L, O) = x·wᵀ in x's dtype (the high-precision forward every pipeline uses).
+Tensor forward_product(const Tensor& x, const Tensor& w);
+
+// Exact backward products in f32 (B, L, O) g, (B, L, I) x, (O, I) w:
+Tensor exact_grad_x(const Tensor& g_y, const Tensor& w);  // (B, L, I) in g's dtype
+Tensor exact_grad_w(const Tensor& g_y, const Tensor& x);  // (O, I) in g's dtype
+
+// a (..., M, K), b (..., N, K), both int8 or both f8e4m3 -> (..., M, N) f32 = a·bᵀ on the low-precision
+// GEMM path (int8: exact int32 accumulation; fp8: fp32 accumulation). CPU: the reference loops.
+Tensor lowp_product_nt(const Tensor& a, const Tensor& b);
+// int8 values for a 4-bit carrier: converted to e4m3 (exact for |v| <= 16) when carrier is fp8.
+Tensor to_carrier(const Tensor& q, Carrier carrier);
+
+// Σ_b scale[b]·a[b]·b[b]ᵀ for a (B, M, K), b (B, N, K) (both int8 or both e4m3) and scale (B) f32
+// -> (M, N) f32. Per-sample scales sit on the contraction axis, so each sample is its own product; samples
+// run in chunks that bound the (chunk, M, N) f32 intermediate to about 256 MB.
+Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale);
+
+// int8 values in −8..7 of any shape <-> packed int4 storage (a zero nibble pads an odd count).
+Tensor pack_int4_any(const Tensor& q);
+Tensor unpack_int4_any(const Tensor& packed, const Shape& shape);
+
+// Per-group scale (f32, shape (G)) broadcast against t (G, ...): t · scale[g] along dim 0.
+Tensor scale_dim0(const Tensor& t, const Tensor& scale);
+
+}  // namespace ht::grad

@@ -1,0 +1,165 @@
+// inspect_grads: per-layer error of each gradient pipeline against exact on one batch (train/inspect.h).
+#include "hadatrain/train/inspect.h"
+
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "hadatrain/data/loader.h"
+#include "hadatrain/nn/layers.h"
+#include "hadatrain/nn/pipelines.h"
+#include "hadatrain/ops/ops.h"
+#include "trainer_setup.h"
+
+namespace ht::train {
+namespace {
+
+// What one layer's product saw during the exact pass.
+struct Capture {
+  Tensor x, w, g_y, g_x, g_w;  // x (B, L, I), w (O, I), g_y (B, L, O), exact g_x, g_w
+  grad::ProductInfo info;
+};
+
+// An exact pipeline that records its operands and gradients (named "capture" so layers route through it).
+class CapturePipeline final : public grad::Pipeline {
+ public:
+  explicit CapturePipeline(std::shared_ptr<Capture> c) : c_(std::move(c)), exact_(grad::make_pipeline({})) {}
+  std::string name() const override { return "capture"; }
+  grad::ForwardResult forward(const Tensor& x, const Tensor& w, const grad::ProductInfo& info,
+                              const grad::NoiseKey& key, bool save) override {
+    c_->x = x;
+    c_->w = w;
+    c_->info = info;
+    return exact_->forward(x, w, info, key, save);
+  }
+  grad::Grads backward(grad::SavedState& s, const Tensor& g_y, grad::Wanted) override {
+    c_->g_y = g_y;
+    grad::Grads g = exact_->backward(s, g_y, {true, true});
+    c_->g_x = g.x;
+    c_->g_w = g.w;
+    return g;
+  }
+
+ private:
+  std::shared_ptr<Capture> c_;
+  std::shared_ptr<grad::Pipeline> exact_;
+};
+
+// (relative error, cosine) of a against the reference r, in f64.
+std::pair<double, double> compare(const Tensor& a, const Tensor& r) {
+  const Tensor a64 = a.to(DType::f64), r64 = r.to(DType::f64);
+  const double rr = sum(mul(r64, r64)).item(), aa = sum(mul(a64, a64)).item(), ar = sum(mul(a64, r64)).item();
+  const Tensor d = sub(a64, r64);
+  const double dd = sum(mul(d, d)).item();
+  const double rel = rr > 0 ? std::sqrt(dd / rr) : std::sqrt(dd);
+  const double cosine = aa > 0 && rr > 0 ? ar / std::sqrt(aa * rr) : (aa == rr ? 1.0 : 0.0);
+  return {rel, cosine};
+}
+
+grad::PipelineSpec spec_for(const TrainerConfig& cfg, const std::string& name) {
+  if (cfg.grad_pipeline.default_spec.name == name) return cfg.grad_pipeline.default_spec;
+  grad::PipelineSpec s;
+  s.name = name;
+  return s;
+}
+
+}  // namespace
+
+std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const InspectOptions& opts) {
+  HT_CHECK(!opts.pipelines.empty(), "inspect-grads: no pipelines given");
+  for (const std::string& p : opts.pipelines) grad::make_pipeline(spec_for(cfg, p));  // unknown names throw here
+  const Device device = cfg.train.device;
+  check_device(device);
+  const Datasets ds = make_datasets(cfg);
+  Generator init_gen(cfg.run.seed);
+  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(cfg.run.seed ^ 0xD50F'0000'0000'0000ull));
+  model->to(cfg.train.dtype);
+  model->to(device);
+  model->train();
+
+  // Every Linear / Conv2d records through a capture pipeline.
+  auto clock = std::make_shared<grad::StepClock>();
+  clock->step = static_cast<int64_t>(opts.step);
+  std::vector<nn::BoundLayer> layers = nn::bind_pipelines(*model, cfg.grad_pipeline, clock);
+  std::vector<std::shared_ptr<Capture>> captures;
+  for (auto& l : layers) {
+    captures.push_back(std::make_shared<Capture>());
+    l.binding->pipeline = std::make_shared<CapturePipeline>(captures.back());
+  }
+
+  data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
+  const auto batch = loader.next();
+  HT_CHECK(batch.has_value(), "inspect-grads: the training set of {} is empty", dataset_name(cfg.data.dataset));
+  const Tensor x = batch->images.to(device).to(compute_dtype(cfg));  // (B, C, H, W)
+  const Tensor y = batch->labels.to(device);
+  CrossEntropyOptions ce;
+  ce.label_smoothing = cfg.train.label_smoothing;
+  cross_entropy(model->forward(x), y, ce).backward();
+
+  std::vector<LayerGradReport> report;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const Capture& c = *captures[i];
+    if (!c.g_y.defined()) continue;  // a layer the batch did not reach
+    LayerGradReport r;
+    r.name = layers[i].name;
+    r.type = layers[i].type;
+    r.B = c.x.size(0);
+    r.L = c.x.size(1);
+    r.I = c.x.size(2);
+    r.O = c.w.size(0);
+    for (const std::string& name : opts.pipelines) {
+      auto p = grad::make_pipeline(spec_for(cfg, name));
+      const grad::NoiseKey key = layers[i].binding->key_now();
+      grad::ForwardResult f = p->forward(c.x, c.w, c.info, key, true);
+      const grad::Grads g = p->backward(*f.saved, c.g_y, {true, true});
+      PipelineGradError e;
+      e.pipeline = name;
+      std::tie(e.gx_rel_err, e.gx_cosine) = compare(g.x, c.g_x);
+      std::tie(e.gw_rel_err, e.gw_cosine) = compare(g.w, c.g_w);
+      e.saved_bytes = f.saved->bytes;
+      r.results.push_back(e);
+    }
+    report.push_back(std::move(r));
+  }
+  return report;
+}
+
+std::string format_grad_report(const std::vector<LayerGradReport>& report) {
+  std::string out = fmt::format("{:<28} {:<7} {:>22} {:<8} {:>10} {:>9} {:>10} {:>9} {:>11}\n", "layer", "type",
+                                "B x L x I -> O", "pipeline", "g_x relerr", "g_x cos", "g_w relerr", "g_w cos",
+                                "saved KiB");
+  for (const auto& r : report) {
+    const std::string shape = fmt::format("{}x{}x{} -> {}", r.B, r.L, r.I, r.O);
+    bool first = true;
+    for (const auto& e : r.results) {
+      out += fmt::format("{:<28} {:<7} {:>22} {:<8} {:>10.4f} {:>9.5f} {:>10.4f} {:>9.5f} {:>11.1f}\n",
+                         first ? r.name : "", first ? r.type : "", first ? shape : "", e.pipeline, e.gx_rel_err,
+                         e.gx_cosine, e.gw_rel_err, e.gw_cosine, static_cast<double>(e.saved_bytes) / 1024.0);
+      first = false;
+    }
+  }
+  return out;
+}
+
+std::string grad_report_json(const std::vector<LayerGradReport>& report) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& r : report) {
+    nlohmann::json layer{{"layer", r.name}, {"type", r.type}, {"B", r.B}, {"L", r.L}, {"I", r.I}, {"O", r.O}};
+    nlohmann::json res = nlohmann::json::array();
+    for (const auto& e : r.results)
+      res.push_back({{"pipeline", e.pipeline},
+                     {"gx_rel_err", e.gx_rel_err},
+                     {"gx_cosine", e.gx_cosine},
+                     {"gw_rel_err", e.gw_rel_err},
+                     {"gw_cosine", e.gw_cosine},
+                     {"saved_bytes", e.saved_bytes}});
+    layer["results"] = res;
+    j.push_back(layer);
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace ht::train

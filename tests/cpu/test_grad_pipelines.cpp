@@ -1,0 +1,332 @@
+// Gradient pipelines (grad/pipeline.h): exactness with quantisation and rank reduction off, documented
+// error bounds on random data, unbiasedness of the stochastic g_x path, saved bytes (ACBP), noise keying,
+// the autograd op, module binding and config selection.
+#include <cmath>
+
+#include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/grad/pipeline.h"
+#include "hadatrain/nn/layers.h"
+#include "hadatrain/nn/pipelines.h"
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/factory.h"
+#include "hadatrain/train/config_reader.h"
+#include "hadatrain/train/pipeline_config.h"
+#include "support/catch.h"
+#include "support/gradcheck.h"
+#include "support/testing.h"
+
+using namespace ht;
+
+namespace {
+
+struct Problem {
+  Tensor x, w, g_y, g_x, g_w;  // exact g_x (B, L, I), g_w (O, I) in f64
+};
+
+// Random x (B, L, I), w (O, I), g_y (B, L, O) in f32 and the exact gradients in f64.
+Problem make_problem(int64_t B, int64_t L, int64_t I, int64_t O, uint64_t seed) {
+  Problem p;
+  p.x = test::random_tensor({B, L, I}, seed, DType::f32);
+  p.w = test::random_tensor({O, I}, seed + 1, DType::f32);
+  p.g_y = test::random_tensor({B, L, O}, seed + 2, DType::f32);
+  const Tensor g64 = p.g_y.to(DType::f64);
+  p.g_x = matmul(g64, p.w.to(DType::f64));
+  p.g_w = matmul(reshape(g64, {B * L, O}).transpose(0, 1), reshape(p.x.to(DType::f64), {B * L, I}));
+  return p;
+}
+
+double rel_err(const Tensor& a, const Tensor& ref) {
+  const Tensor d = sub(a.to(DType::f64), ref.to(DType::f64));
+  const Tensor r = ref.to(DType::f64);
+  return std::sqrt(sum(mul(d, d)).item() / sum(mul(r, r)).item());
+}
+
+grad::Grads run(grad::Pipeline& p, const Problem& pr, int64_t step = 0, grad::ProductInfo info = {}) {
+  grad::ForwardResult f = p.forward(pr.x, pr.w, info, grad::NoiseKey{7, 3, step}, true);
+  // The forward product is the plain high-precision one for every pipeline.
+  CHECK(rel_err(f.y, matmul(pr.x.to(DType::f64), pr.w.to(DType::f64).transpose(0, 1))) < 1e-6);
+  return p.backward(*f.saved, pr.g_y, {true, true});
+}
+
+grad::PipelineSpec hlq_spec() {
+  grad::PipelineSpec s;
+  s.name = "hlq";
+  return s;
+}
+
+grad::PipelineSpec hlq_lossless() {
+  grad::PipelineSpec s = hlq_spec();
+  s.hlq.gx_bits = 0;
+  s.hlq.gw_bits = 0;
+  s.hlq.acbp_bits = 0;
+  s.hlq.rank.kind = grad::HlaRank::Kind::full;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("hlq with quantisation off and full rank reproduces exact gradients", "[grad]") {
+  // O = 48 (T 16), 12 (T 4), 7 (T 1); L = 64 (n 64), 48 (n 16), 13 (n 1).
+  for (auto [L, O] : {std::pair<int64_t, int64_t>{64, 48}, {48, 12}, {13, 7}}) {
+    const Problem pr = make_problem(3, L, 20, O, 100 + L);
+    auto p = grad::make_pipeline(hlq_lossless());
+    const grad::Grads g = run(*p, pr);
+    INFO("L " << L << " O " << O);
+    CHECK(rel_err(g.x, pr.g_x) < 1e-5);  // checks the 1/T of the rotated product
+    CHECK(rel_err(g.w, pr.g_w) < 1e-5);  // checks the 1/n of the projection
+  }
+}
+
+TEST_CASE("hlq fallbacks keep exactness at full rank", "[grad]") {
+  const Problem pr = make_problem(2, 17, 12, 16, 5);  // 17 tokens: no power-of-two factor
+  for (auto fb : {grad::HlaFallback::ref, grad::HlaFallback::split_extra, grad::HlaFallback::pad}) {
+    grad::PipelineSpec s = hlq_lossless();
+    s.hlq.fallback = fb;
+    auto p = grad::make_pipeline(s);
+    const grad::Grads g = run(*p, pr);
+    CHECK(rel_err(g.w, pr.g_w) < 1e-5);
+  }
+}
+
+TEST_CASE("hlq low rank without quantisation is the projected gradient", "[grad]") {
+  // With rank reduction only, g_w = Σ_b g_y[b]ᵀ Π x[b]: exact when x lies in the kept subspace. A
+  // constant-along-L x lies in the lowest-sequency row, so g_w stays exact; random x does not.
+  grad::PipelineSpec s = hlq_lossless();
+  s.hlq.rank = grad::HlaRank{};  // percentile 50
+  auto p = grad::make_pipeline(s);
+  Problem pr = make_problem(2, 64, 8, 16, 9);
+  const grad::Grads g_random = run(*p, pr);
+  CHECK(rel_err(g_random.w, pr.g_w) > 0.05);
+  CHECK(rel_err(g_random.x, pr.g_x) < 1e-5);  // the g_x path has no rank reduction
+  pr.x = expand(test::random_tensor({2, 1, 8}, 10, DType::f32), {2, 64, 8}).contiguous();
+  pr.g_w = matmul(reshape(pr.g_y.to(DType::f64), {128, 16}).transpose(0, 1), reshape(pr.x.to(DType::f64), {128, 8}));
+  CHECK(rel_err(run(*p, pr).w, pr.g_w) < 1e-5);
+}
+
+TEST_CASE("hlq default options stay within the documented error bound", "[grad]") {
+  // docs/gradient_pipelines.md: on uniform random data (B 4, L 64, I 64, O 64) the 4-bit g_x has a relative error
+  // below 0.35 with cosine above 0.94; g_w at pct 50 (r/n = 36/64) loses the high-sequency half of a white
+  // signal, relative error below 0.8, cosine above 0.6.
+  const Problem pr = make_problem(4, 64, 64, 64, 11);
+  auto p = grad::make_pipeline(hlq_spec());
+  const grad::Grads g = run(*p, pr);
+  const double ex = rel_err(g.x, pr.g_x), ew = rel_err(g.w, pr.g_w);
+  INFO("g_x rel err " << ex << ", g_w rel err " << ew);
+  CHECK(ex > 0.01);  // it really quantised
+  CHECK(ex < 0.35);
+  CHECK(ew < 0.8);
+}
+
+TEST_CASE("hlq g_x path is unbiased with stochastic rounding on both operands", "[grad]") {
+  grad::PipelineSpec s = hlq_spec();
+  s.hlq.w_quant = grad::WeightQuant::absmax_sr;
+  s.hlq.gy_scale = grad::ScaleGranularity::tensor;
+  auto p = grad::make_pipeline(s);
+  const Problem pr = make_problem(1, 16, 16, 32, 21);
+  const int runs = 400;
+  Tensor mean = zeros({1, 16, 16}, {DType::f64});
+  double single = 0;
+  for (int k = 0; k < runs; ++k) {
+    const grad::Grads g = run(*p, pr, k);
+    if (k == 0) single = rel_err(g.x, pr.g_x);
+    mean = add(mean, g.x.to(DType::f64));
+  }
+  mean = div(mean, static_cast<double>(runs));
+  INFO("single-draw error " << single << ", mean of " << runs << " draws " << rel_err(mean, pr.g_x));
+  // The mean's error shrinks like 1/sqrt(runs): 20x below a single draw, with margin.
+  CHECK(rel_err(mean, pr.g_x) < single / 8);
+}
+
+TEST_CASE("hlq noise is keyed by (seed, layer, step)", "[grad]") {
+  auto p = grad::make_pipeline(hlq_spec());
+  const Problem pr = make_problem(2, 16, 8, 16, 31);
+  const grad::Grads a = run(*p, pr, 5), b = run(*p, pr, 5), c = run(*p, pr, 6);
+  CHECK(test::compare(a.x, b.x, 0.0, 0.0) == "");
+  CHECK(test::compare(a.w, b.w, 0.0, 0.0) == "");
+  CHECK(rel_err(a.x, c.x) > 0);
+}
+
+TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
+  const int64_t B = 2, L = 1024, I = 16, O = 16;
+  const Problem pr = make_problem(B, L, I, O, 41);
+  for (int bits : {8, 4, 0}) {
+    grad::PipelineSpec s = hlq_spec();
+    s.hlq.acbp_bits = bits;
+    if (bits == 0) s.hlq.gw_bits = 0;
+    auto p = grad::make_pipeline(s);
+    grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
+    // n = 1024 keeps r = 528 rows: B·I·528 values, plus one f32 scale per sample when quantised.
+    const int64_t values = B * I * 528;
+    const int64_t expected = bits == 8 ? values + 4 * B : bits == 4 ? values / 2 + 4 * B : values * 4;
+    INFO("acbp_bits " << bits);
+    CHECK(f.saved->bytes == expected);
+    const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
+    CHECK(rel_err(g.w, pr.g_w) < 0.8);
+  }
+}
+
+TEST_CASE("lbp_wht with all 64 bases reproduces exact gradients", "[grad]") {
+  grad::PipelineSpec s;
+  s.name = "lbp_wht";
+  s.lbp_wht.order = 15;
+  auto p = grad::make_pipeline(s);
+  for (int64_t L : {64, 65, 36, 256}) {  // 8×8; 8×8 plus a class token; 6×6 (padded); 16×16 (4 patches)
+    const Problem pr = make_problem(2, L, 12, 10, 50 + L);
+    const grad::Grads g = run(*p, pr);
+    INFO("L " << L);
+    CHECK(rel_err(g.x, pr.g_x) < 1e-5);
+    CHECK(rel_err(g.w, pr.g_w) < 1e-5);
+  }
+}
+
+TEST_CASE("lbp_wht order 6 keeps 21 of 64 bases and saves r/64 of x", "[grad]") {
+  grad::PipelineSpec s;
+  s.name = "lbp_wht";
+  auto p = grad::make_pipeline(s);
+  const Problem pr = make_problem(2, 256, 12, 10, 60);
+  grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
+  CHECK(f.saved->bytes == 2 * 4 * 21 * 12 * 4);  // B·P·r·I f32
+  const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
+  CHECK(rel_err(g.x, pr.g_x) > 0.1);  // low rank on white noise
+  CHECK(rel_err(g.x, pr.g_x) < 1.0);
+  // A layer without a token grid (2-D input) runs exact.
+  grad::ProductInfo rows;
+  rows.batch_rows = true;
+  const Problem p2 = make_problem(1, 10, 6, 5, 61);
+  const grad::Grads g2 = run(*p, p2, 0, rows);
+  CHECK(rel_err(g2.x, p2.g_x) < 1e-6);
+}
+
+TEST_CASE("luq gradients are close to exact and its saved x is packed 4-bit", "[grad]") {
+  grad::PipelineSpec s;
+  s.name = "luq";
+  auto p = grad::make_pipeline(s);
+  const Problem pr = make_problem(2, 32, 16, 24, 70);
+  grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
+  CHECK(f.saved->bytes == 2 * 32 * 16 / 2 + 2 * 4);
+  const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
+  const double ex = rel_err(g.x, pr.g_x), ew = rel_err(g.w, pr.g_w);
+  INFO("luq g_x " << ex << " g_w " << ew);
+  CHECK(ex > 0.01);
+  CHECK(ex < 0.6);
+  CHECK(ew < 0.6);
+}
+
+TEST_CASE("grad::product routes autograd through the pipeline", "[grad]") {
+  grad::ProductCall call;
+  call.pipeline = grad::make_pipeline({});  // exact
+  Tensor x = test::random_tensor({2, 3, 4}, 1, DType::f64);
+  Tensor w = test::random_tensor({5, 4}, 2, DType::f64);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  CHECK(test::gradcheck([&](const std::vector<Tensor>& in) { return grad::product(in[0], in[1], call); }, {x, w}) ==
+        "");
+  CHECK_THROWS_WITH(grad::product(reshape(x, {6, 4}), w, call), HasSubstr("x must be (B, L, I)"));
+}
+
+TEST_CASE("Linear with a bound pipeline matches the plain layer when lossless", "[grad]") {
+  Generator gen(3);
+  auto lin = std::make_shared<nn::Linear>(12, 16, nn::Bias::yes, gen);
+  const Tensor x = test::random_tensor({2, 64, 12}, 4, DType::f32);
+  const Tensor gy = test::random_tensor({2, 64, 16}, 5, DType::f32);
+  lin->zero_grad();
+  const Tensor y0 = lin->forward(x);
+  sum(mul(y0, gy)).backward();
+  const Tensor gw0 = lin->weight.grad().clone(), gb0 = lin->bias.grad().clone();
+
+  grad::PipelineConfig cfg;
+  cfg.default_spec = hlq_lossless();
+  const auto bound = nn::bind_pipelines(*lin, cfg, std::make_shared<grad::StepClock>());
+  REQUIRE(bound.size() == 1);
+  CHECK(bound[0].type == "Linear");
+  lin->zero_grad();
+  const Tensor y1 = lin->forward(x);
+  sum(mul(y1, gy)).backward();
+  CHECK(test::compare(y1, y0, 1e-6, 1e-6) == "");
+  CHECK(rel_err(lin->weight.grad(), gw0) < 1e-5);
+  CHECK(test::compare(lin->bias.grad(), gb0, 1e-5, 1e-5) == "");
+  CHECK(lin->grad_pipeline.saved_bytes == 2 * 64 * 12 * 4);  // full rank, f32 projection
+}
+
+TEST_CASE("pipeline selection by module-name globs, first match wins", "[grad]") {
+  CHECK(grad::glob_match("fc", "fc"));
+  CHECK_FALSE(grad::glob_match("fc", "fc2"));
+  CHECK(grad::glob_match("layer4.*", "layer4.1.conv2"));
+  CHECK(grad::glob_match("*.attn.qkv", "blocks.3.attn.qkv"));
+  CHECK_FALSE(grad::glob_match("*.attn.qkv", "blocks.3.attn.proj"));
+  CHECK(grad::glob_match("blocks.?.mlp.*", "blocks.7.mlp.fc1"));
+  CHECK_FALSE(grad::glob_match("blocks.?.mlp.*", "blocks.10.mlp.fc1"));
+
+  auto r = train::ConfigReader::from_string(R"(
+grad_pipeline:
+  default: {name: hlq, gy_scale: sample, rank_pct: 25, acbp_bits: 4}
+  layers:
+    head: {name: exact}
+    "blocks.*": {name: lbp_wht, order: 4}
+    "*": {name: luq}
+)",
+                                            "test.yaml");
+  const grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 9);
+  r.finish();
+  CHECK(c.default_spec.name == "hlq");
+  CHECK(c.default_spec.hlq.gy_scale == grad::ScaleGranularity::sample);
+  CHECK(c.default_spec.hlq.rank.pct == 25.0);
+  CHECK(c.default_spec.hlq.acbp_bits == 4);
+  CHECK(grad::select_spec(c, "head").name == "exact");
+  CHECK(grad::select_spec(c, "blocks.0.attn.qkv").name == "lbp_wht");
+  CHECK(grad::select_spec(c, "blocks.0.attn.qkv").lbp_wht.order == 4);
+  CHECK(grad::select_spec(c, "patch_embed").name == "luq");
+}
+
+TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
+  auto parse = [](const std::string& yaml) {
+    auto r = train::ConfigReader::from_string(yaml, "bad.yaml");
+    train::read_grad_pipeline(r.child("grad_pipeline"), 0);
+    r.finish();
+  };
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, rank_pct: 75}}"),
+                    HasSubstr("grad_pipeline.default.rank_pct"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, order: 4}}"), HasSubstr("unknown key"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo}}"), HasSubstr("grad_pipeline.default.name"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, gw_bits: 0, acbp_bits: 8}}"),
+                    HasSubstr("acbp_bits"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {layers: {fc: {name: luq, bits: 9}}}"),
+                    HasSubstr("grad_pipeline.layers.fc.bits"));
+}
+
+TEST_CASE("Conv2d with a bound lossless pipeline matches the plain convolution", "[grad]") {
+  Generator gen(5);
+  nn::Conv2dOptions o;
+  o.in_channels = 3;
+  o.out_channels = 16;
+  o.kernel = 3;
+  o.stride = 2;
+  o.padding = 1;
+  auto conv = std::make_shared<nn::Conv2d>(o, gen);
+  const Tensor x = test::random_tensor({2, 3, 16, 16}, 6, DType::f32);  // output 8×8: L = 64
+  const Tensor gy = test::random_tensor({2, 16, 8, 8}, 7, DType::f32);
+  auto run_conv = [&] {
+    Tensor xg = x.clone();
+    xg.set_requires_grad(true);
+    conv->zero_grad();
+    const Tensor y = conv->forward(xg);
+    sum(mul(y, gy)).backward();
+    return std::make_tuple(y, xg.grad().clone(), conv->weight.grad().clone(), conv->bias.grad().clone());
+  };
+  const auto [y0, gx0, gw0, gb0] = run_conv();
+  for (const std::string name : {"hlq", "lbp_wht"}) {
+    grad::PipelineConfig cfg;
+    cfg.default_spec = hlq_lossless();
+    cfg.default_spec.name = name;
+    cfg.default_spec.lbp_wht.order = 15;
+    const auto bound = nn::bind_pipelines(*conv, cfg, std::make_shared<grad::StepClock>());
+    REQUIRE(bound.size() == 1);
+    CHECK(bound[0].type == "Conv2d");
+    const auto [y1, gx1, gw1, gb1] = run_conv();
+    INFO(name);
+    CHECK(rel_err(y1, y0) < 1e-6);
+    CHECK(rel_err(gx1, gx0) < 1e-5);
+    CHECK(rel_err(gw1, gw0) < 1e-5);
+    CHECK(rel_err(gb1, gb0) < 1e-6);
+  }
+}
