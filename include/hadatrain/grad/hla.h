@@ -1,0 +1,56 @@
+// HLA, the Hadamard low-rank approximation of the g_w path (docs/gradient_pipelines.md; specification
+// hlq.md §4): a per-sample projection of the token/pixel axis onto the lowest-sequency Walsh–Hadamard
+// rows, block by block. Tensor level, not differentiable, CPU reference and CUDA, bit-identical.
+//
+// Note [HLA projection]
+// x (B, L, C) is cut along L into L/n blocks of n consecutive positions (n a power of two dividing L).
+// Each block, per channel, is transformed with the unnormalised Sylvester H_n by the butterfly of
+// Note [Bit-identical quantisation] (f32, stages h = 1, 2, ..., n/2), giving natural-order coefficients
+// c[k] = Σ_t H_n[k][t]·x[t]. Sequency row j of the Walsh matrix S_n is natural row bitrev_m(j XOR (j >> 1))
+// (n = 2^m). The plan lists the kept sequency rows (ascending) as natural indices; the projection writes,
+// for block p and kept row i, out row p·r + i = c[plan.rows[i]]. Because P_r = kept rows of S_n satisfies
+// P_r·P_rᵀ = n·I, Π = P_rᵀP_r / n is an orthogonal projector, and
+//   g_w ≈ (1/n) Σ_b project(g_y)[b]ᵀ · project(x)[b].
+// All n rows kept gives exactly g_yᵀx (up to f32 rounding).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht::grad {
+
+// How many rows per block to keep.
+struct HlaRank {
+  enum class Kind { percentile, full, rows };
+  Kind kind = Kind::percentile;
+  double pct = 50.0;  // percentile rule of the reference (hlq.md §4.4); 0 < pct <= 50
+  int64_t rows = 0;   // Kind::rows: the r lowest rows of the 2-D triangle order (u+v, then u), r <= s²
+};
+
+struct HlaPlan {
+  int64_t length = 0;          // L
+  int64_t block = 1;           // n (1: identity, nothing compressed)
+  std::vector<int32_t> rows;   // r kept natural Hadamard indices in ascending sequency order
+  int64_t kept() const { return static_cast<int64_t>(rows.size()); }       // r
+  int64_t projected_length() const { return length / block * kept(); }     // R = (L/n)·r
+  std::string describe() const;  // e.g. "L 1024: n 1024, r 528 (51.6 %)"
+};
+
+// The largest power of two dividing L (no cap).
+int64_t hla_block_for(int64_t length);
+// The plan for L positions (hlq.md §4.2–4.6). Throws for pct outside (0, 50] (reference bug #3) or rows
+// outside 1..s². n == 1 gives the identity plan (r = 1).
+HlaPlan hla_plan(int64_t length, const HlaRank& rank);
+// The kept sequency indices (not natural indices) of the percentile rule, for tests against hlq.md's table.
+std::vector<int32_t> hla_sequency_rows(int64_t block, const HlaRank& rank);
+
+// Output layout of hla_project: rows (B, R, C) or channels (B, C, R) (R contiguous, the K-major operand
+// the int8 / fp8 GEMMs want).
+enum class HlaLayout { rows, channels };
+
+// x (B, L, C) any floating dtype and strides, L == plan.length -> f32 projection (Note [HLA projection]).
+Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout = HlaLayout::rows);
+
+}  // namespace ht::grad

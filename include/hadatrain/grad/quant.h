@@ -1,0 +1,96 @@
+// Quantisation primitives of the gradient pipelines (docs/gradient_pipelines.md): block Hadamard
+// rotation, symmetric b-bit quantisation (absmax or SAWB scale; nearest or stochastic rounding from
+// Philox), LUQ (logarithmic unbiased 4-bit) and packed int4 storage. Tensor level, not differentiable,
+// CPU reference and CUDA. For the same inputs and noise key the CPU and CUDA paths produce bit-identical
+// quantised values and scales (Note [Bit-identical quantisation]).
+//
+// Note [Bit-identical quantisation]
+// Every step is defined as a fixed sequence of IEEE fp32 operations with round-to-nearest, no FMA
+// contraction, so both backends compute the same bits:
+//  1. Inputs of any floating dtype are converted to f32 first (exact for bf16/f16/fp8).
+//  2. Rotation (hadamard_block T > 1): each run of T consecutive values along the last dim is multiplied
+//     by the unnormalised Sylvester H_T with the butterfly: for h = 1, 2, 4, ..., T/2 (in this order), for
+//     every pair (j, j + h) with (j / h) even: (a, b) <- (a + b, a - b). The result is x·H_T (H_T symmetric).
+//  3. Scale value m per group (Granularity): absmax: m = max |x| (exact in any order). SAWB: with sums
+//     S1 = Σ|x| and S2 = Σx² accumulated in double and n the group size,
+//     α = 12.1·sqrt(S2/n) − 12.2·(S1/n) in double, m = float(α); if m is not finite or m <= 0, absmax.
+//     (Double sums can differ in the last bits between summation orders; the f32 rounding of α hides that
+//     except in astronomically rare ties.)
+//  4. If m == 0 (or the group is empty): all values 0, scale 0. Else s = m / qmax (f32 division),
+//     v = min(max(x, −m), m) / s (f32 division), a = |v|, f = floor(a), frac = a − f.
+//     nearest: q = rint(a) (ties to even). stochastic: u = uniform_from_word(philox_word(noise.seed,
+//     noise.stream, i)) with i the row-major index of the element in the (rotated) input, q = f + (u < frac).
+//     Then q = min(q, qmax), value = sign(v)·q as int8. E[q·s] = clamp(x, −m, m) for stochastic rounding.
+//  5. LUQ (luq_quantize): see the function comment; exponents are taken from the f32 bit pattern (frexp
+//     semantics), never from log2f.
+#pragma once
+#include <cstdint>
+
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht::grad {
+
+// Where stochastic rounding draws its bits: element i of a quantised tensor uses
+// philox_word(seed, stream, i) (Note [Philox stream layout]); `stream` is usually
+// philox_stream(layer, step, role) (Noise roles are chosen by the pipelines).
+struct Noise {
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+};
+
+// Which elements share one scale. tensor: all; sample: each index of dim 0; row: each index of all dims
+// but the last (one scale per row of the last dim, "per token").
+enum class Granularity { tensor, sample, row };
+enum class ScaleRule { absmax, sawb };
+enum class Rounding { nearest, stochastic };
+
+struct QuantSpec {
+  int bits = 4;                 // symmetric levels −qmax..qmax, qmax = 2^(bits−1) − 1; 2 <= bits <= 8
+  Granularity granularity = Granularity::tensor;
+  ScaleRule scale_rule = ScaleRule::absmax;
+  Rounding rounding = Rounding::stochastic;
+  Noise noise;                  // used when rounding == stochastic
+  int64_t hadamard_block = 1;   // T: 1 (no rotation) or a power of two dividing the last dim
+};
+
+inline int qmax_of(int bits) { return (1 << (bits - 1)) - 1; }
+
+struct Quantized {
+  Tensor values;  // int8, the input's shape, contiguous, |value| <= qmax
+  Tensor scale;   // f32, contiguous: (1) for tensor, (x.size(0)) for sample, (numel / last dim) for row;
+                  // dequantised element = value · scale of its group (rotated domain when T > 1)
+};
+
+// Rotates (optionally), picks the scale and quantises in one call (one fused pass per group on CUDA
+// where the group fits, else a reduction pass then a quantisation pass). x: any floating dtype, >= 1 dim,
+// any strides. Throws naming the shape when T does not divide the last dim or bits is out of range.
+Quantized quantize(const Tensor& x, const QuantSpec& spec);
+
+// x rotated by blockwise H_T along the last dim, as f32 (Note [Bit-identical quantisation] step 2).
+// For tests and fake-quantisation; quantize() fuses it.
+Tensor hadamard_blocks(const Tensor& x, int64_t block);
+
+// values (int8) · scale broadcast per group, as f32 (inverse of quantize without the rotation).
+Tensor dequantize(const Quantized& q, Granularity granularity);
+
+// LUQ, logarithmic unbiased quantisation (Chmiel et al. 2023) with `bits` (default 4): per group,
+// m = max |x|, α = m / 2^(2^(bits−1)−1) (bits 4: m/128); a = |x| / α (f32).
+//   a < 1 (stochastic underflow): q = 1 with probability a (u < a), else 0.
+//   a >= 1: e = exponent with 2^e <= a < 2^(e+1) (from the f32 bits), p = a / 2^e − 1 (exact),
+//           q = 2^(e+1) if u < p else 2^e; q = min(q, 2^(2^(bits−1)−1)).
+//   value = sign(x)·q; E[value·α] = x. m == 0 gives zeros and α = 0. u as in quantize(), from `noise`.
+// values are returned as f8e4m3 (every ±2^k, k <= 7, and 0 are exact there), scale (α) f32 as for quantize.
+struct LuqSpec {
+  int bits = 4;  // 2..4 (2^(2^(bits−1)−1) must fit e4m3 exactly)
+  Granularity granularity = Granularity::sample;
+  Noise noise;
+};
+Quantized luq_quantize(const Tensor& x, const LuqSpec& spec);
+
+// Packed int4 storage (DType::i4x2): element 2k in the low nibble, 2k+1 in the high nibble, two's
+// complement. pack_int4 takes int8 values in −8..7 (throws naming the first bad value on CPU; on CUDA
+// out-of-range values are a documented precondition) with an even last dim; unpack_int4 inverts it.
+Tensor pack_int4(const Tensor& values);
+Tensor unpack_int4(const Tensor& packed);
+
+}  // namespace ht::grad
