@@ -14,6 +14,7 @@
 
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/cuda/gemm.h"
+#include "hadatrain/grad/quant.h"  // bench_grad_quant
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
@@ -199,6 +200,45 @@ void bench_conv_bn(bool csv) {
   }
 }
 
+// ---- bench_grad_quant (helper quant) ----
+// grad::quantize of a gradient as the HLQ g_x path runs it: bf16 input, T = 16 Hadamard blocks, absmax,
+// 4 bits, stochastic rounding. (12608, 3072) = ViT-B fc1 g_y at batch 64 (64·197 tokens) with per-token (row)
+// scales: the fused one-block-per-row kernel; (64, 197·3072) with per-sample scales: the two-pass path
+// (partial reduction, per-group finalisation, quantisation; x is read twice). GB/s counts the minimum
+// traffic, bf16 read once (2 B/element) + int8 written (1 B/element) + f32 scales, and is compared with the
+// copy bandwidth measured in main().
+void bench_grad_quant(bool csv, double copy_gbs) {
+  struct Case {
+    const char* name;
+    int64_t rows, cols;
+    grad::Granularity granularity;
+  };
+  const Case cases[] = {{"quantize bf16 (12608, 3072) row T16 SR4", 12608, 3072, grad::Granularity::row},
+                        {"quantize bf16 (64, 197*3072) sample T16 SR4", 64, 197 * 3072, grad::Granularity::sample}};
+  const Device dev = Device::cuda(0);
+  Generator gen(5);
+  if (csv) std::printf("grad quant,ms,GB/s,ratio_to_copy\n");
+  else std::printf("\n%-46s %10s %10s %8s\n", "grad quant", "ms", "GB/s", "vs copy");
+  for (const Case& c : cases) {
+    const Tensor x = rand({c.rows, c.cols}, gen, {DType::f32, dev}).to(DType::bf16);
+    grad::QuantSpec spec;
+    spec.bits = 4;
+    spec.granularity = c.granularity;
+    spec.scale_rule = grad::ScaleRule::absmax;
+    spec.rounding = grad::Rounding::stochastic;
+    spec.hadamard_block = 16;
+    spec.noise = {7, 1};
+    grad::Quantized keep;
+    const double ms = time_ms([&] { keep = grad::quantize(x, spec); });
+    const double elems = static_cast<double>(c.rows) * static_cast<double>(c.cols);
+    const double bytes = 3.0 * elems + 4.0 * static_cast<double>(keep.scale.numel());
+    const double gbs = bytes / ms * 1e-6;
+    if (csv) std::printf("%s,%.4f,%.1f,%.3f\n", c.name, ms, gbs, gbs / copy_gbs);
+    else std::printf("%-46s %10.4f %10.1f %8.3f\n", c.name, ms, gbs, gbs / copy_gbs);
+  }
+}
+// ---- end bench_grad_quant ----
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,5 +290,6 @@ int main(int argc, char** argv) {
   bench_gemm(csv);
   bench_lowp_gemm(csv);
   bench_conv_bn(csv);
+  bench_grad_quant(csv, floor_gbs);
   return 0;
 }

@@ -131,3 +131,29 @@ print(f"{'conv2d fwd+bwd 256x128x16x16 3x3':42s} {ms:10.4f} {3 * conv_flops / ms
 print(f"{'':42s} {'torch ms':>10s} {'GB/s':>10s}")
 ms = time_ms(bn_fwd_bwd)
 print(f"{'batch_norm fwd+bwd 256x128x16x16':42s} {ms:10.4f} {5 * 2.0 * cn * cc * ch * cw / ms * 1e-6:10.1f}")
+
+# ---- grad quant (helper quant; bench_grad_quant of bench_kernels) ----
+# The same quantisation in eager PyTorch (what the HLQ reference does): 16-point Hadamard per block as a
+# matmul with H16, absmax per row / sample, stochastic rounding with torch.rand, int8 output. GB/s counts the
+# same minimum traffic as bench_grad_quant (bf16 read once, int8 written once, f32 scales).
+qh = torch.ones(1, 1, device="cuda")
+while qh.shape[0] < 16:
+    qh = torch.cat([torch.cat([qh, qh], 1), torch.cat([qh, -qh], 1)], 0)
+
+
+def torch_quant(g):  # one scale per row of the 2-D view: per token for (12608, 3072), per sample for (64, ..)
+    r = (g.float().view(g.shape[0], -1, 16) @ qh).view(g.shape[0], -1)
+    m = r.abs().amax(1, keepdim=True)
+    s = m / 7
+    v = r / s.clamp_min(1e-30)
+    q = torch.floor(v.abs() + torch.rand_like(v)).clamp_max(7) * v.sign()
+    return q.to(torch.int8), s
+
+
+print(f"\n{'grad quant':46s} {'torch ms':>10s} {'GB/s':>10s}")
+for qname, qr, qc in [("quantize bf16 (12608, 3072) row T16 SR4", 12608, 3072),
+                      ("quantize bf16 (64, 197*3072) sample T16 SR4", 64, 197 * 3072)]:
+    qx = torch.rand(qr, qc, device="cuda").bfloat16()
+    ms = time_ms(lambda: torch_quant(qx))
+    print(f"{qname:46s} {ms:10.4f} {(3.0 * qr * qc + 4.0 * qr) / ms * 1e-6:10.1f}")
+# ---- end grad quant ----
