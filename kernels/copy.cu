@@ -97,11 +97,20 @@ bool launch_fast_convert(const CopyArgs& c, cudaStream_t stream) {
   if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f16) return run(f16{}, float{});
   if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f32) return run(float{}, bf16{});
   if (c.src_dtype == DType::f16 && c.dst_dtype == DType::f32) return run(float{}, f16{});
-  // into fp8 (hardware cvt on sm_89+, see float_to_fp8): 16-byte loads, 4- or 8-byte stores
-  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f8e4m3) return run(f8e4m3{}, float{});
-  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f8e5m2) return run(f8e5m2{}, float{});
-  if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e4m3) return run(f8e4m3{}, bf16{});
-  if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e5m2) return run(f8e5m2{}, bf16{});
+  // into fp8 (hardware cvt on sm_89+, see float_to_fp8): 16-byte loads, 4- or 8-byte stores; flat kernel
+  // only (unaligned pointers take the generic kernel)
+  auto run_flat = [&](auto dst_tag, auto src_tag) {
+    using D = decltype(dst_tag);
+    using S = decltype(src_tag);
+    if (!aligned_to(c.src, 16) || !aligned_to(c.dst, sizeof(D) * kVec<S>)) return false;
+    launch_map1_flat(static_cast<D*>(c.dst), static_cast<const S*>(c.src), l.numel, ConvertF<D>{}, stream,
+                     "convert_fp8_flat");
+    return true;
+  };
+  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f8e4m3) return run_flat(f8e4m3{}, float{});
+  if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f8e5m2) return run_flat(f8e5m2{}, float{});
+  if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e4m3) return run_flat(f8e4m3{}, bf16{});
+  if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e5m2) return run_flat(f8e5m2{}, bf16{});
   return false;
 }
 

@@ -84,6 +84,15 @@ __global__ void map2_strided(O* out, const T* a, const T* b, Layout<3> l, F f) {
   }
 }
 
+// map1_flat alone, for callers that checked flatness and alignment themselves (no strided instantiation).
+template <class O, class T, class F>
+void launch_map1_flat(O* out, const T* a, int64_t n, F f, cudaStream_t stream, const char* name) {
+  if (n == 0) return;
+  constexpr int V = kVec<T>;
+  map1_flat<O, T, F><<<cuda::grid_for((n + V - 1) / V), cuda::kBlock, 0, stream>>>(out, a, n, f);
+  HT_CHECK_LAUNCH(name);
+}
+
 // The flat kernels may be used when the layout is flat and every pointer is aligned to its pack.
 // In-place use (out == a) is fine: each element is read and written by the same thread.
 template <class O, class T, class F>

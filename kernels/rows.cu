@@ -236,14 +236,15 @@ __global__ void softmax_backward_kernel(T* gx, const T* g, const T* y, int64_t r
 }
 
 // ---- register-resident rows: softmax / log_softmax and layer_norm / rms_norm forward --------------------
-// A group of tpr threads (a power of two, 32..512) holds a whole row in registers, up to kCachePacks
-// 16-byte packs per thread (NP = 4, or 8 for rows longer than 512 x 4 packs): the row is read from global
-// memory once, reduced, and written once (the multi-pass kernels above re-read it for every statistic).
-// Lane l holds packs l, l + tpr, ... Used when every row is packable (the length a multiple of a pack, the
-// base pointers 16-byte aligned: the host checks, so the kernels have no scalar path) and at most 512 x 8
-// packs long; other rows use the multi-pass kernels. Row-internal indices fit in 32 bits. Four packs per
-// thread keep the kernels near 64 registers (the compiler keeps the converted floats too), so three or four
-// 256-thread blocks share an SM and one block's loads overlap another's reductions.
+// A group of tpr threads (a power of two, 32..512) holds a whole row in registers, NP 16-byte packs per
+// thread (NP = 4, or 8 for rows longer than 512 x 4 packs): the row is read from global memory once,
+// reduced, and written once (the multi-pass kernels above re-read it for every statistic). Lane l holds
+// packs l, l + tpr, ... Used when every row is packable (the length a multiple of a pack, the base pointers
+// 16-byte aligned: the host checks, so the kernels have no scalar path) and at most 512 x 8 packs long;
+// other rows use the multi-pass kernels. Row-internal indices fit in 32 bits. bf16 / f16 results are
+// rounded by the hardware cvt (store_cast). Four packs per thread keep the kernels at 64 registers (the
+// compiler keeps the converted floats too), so four 256-thread blocks share an SM and one block's loads
+// overlap another's reductions.
 constexpr int kCacheMaxTpr = 512;
 
 template <class T, int NP>
@@ -277,7 +278,7 @@ struct RowCache {
       if (q >= packs) continue;
       Pack<T, V> o;
 #pragma unroll
-      for (int k = 0; k < V; ++k) o.v[k] = convert<T>(f(q * V + k, p[i].v[k]));
+      for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>(f(q * V + k, p[i].v[k]));
       reinterpret_cast<Pack<T, V>*>(y)[q] = o;
     }
   }
@@ -423,7 +424,7 @@ __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_ker
       load_params<A, V>(b, q * V, A(0), bv);
       Pack<T, V> o;
 #pragma unroll
-      for (int k = 0; k < V; ++k) o.v[k] = convert<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
+      for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
       reinterpret_cast<Pack<T, V>*>(y)[q] = o;
     }
     if (lane == 0) {
