@@ -1,8 +1,9 @@
 // Fused attention for bf16 / f16, head dim 64 or 128 (see flash_attention.h), FlashAttention-2 structure:
 //
-// Forward: one CTA of 8 warps per (128-query block, b, query head); each warp owns 16 query rows. K/V
-// tiles of 64 keys stream through shared memory (cp.async, two stages); S = Q Kᵀ and O += P V run on
-// mma.sync m16n8k16 (fp32 accumulate) with ldmatrix fragment loads; the softmax is online in fp32
+// Forward: one CTA of 4 warps per (128-query block, b, query head); each warp owns 32 query rows (two
+// m-tiles, so every K/V fragment loaded from shared memory feeds two mma). K/V tiles of 64 keys (32 for
+// D = 128, to fit the registers) stream through shared memory (cp.async, two stages); S = Q Kᵀ and
+// O += P V run on mma.sync m16n8k16 (fp32 accumulate) with ldmatrix fragment loads; the softmax is online in fp32
 // registers (running max and sum per row, exp2 of log2-scaled scores); causal CTAs stop at the last key
 // their last row sees and mask only the tiles crossing the diagonal. Later query blocks (more work under
 // the causal mask) are scheduled first.
@@ -148,9 +149,11 @@ struct FlashParams {
 
 template <int D>
 struct FwdCfg {
-  static constexpr int kWarps = 8, kThreads = 32 * kWarps;
-  static constexpr int kBr = 16 * kWarps;  // query rows per CTA
-  static constexpr int kBc = 64;           // keys per tile
+  static constexpr int kWarps = 4, kThreads = 32 * kWarps;
+  static constexpr int kM = 2;                  // 16-row m-tiles per warp: each K/V fragment feeds kM mma
+  static constexpr int kWarpRows = 16 * kM;
+  static constexpr int kBr = kWarpRows * kWarps;  // query rows per CTA
+  static constexpr int kBc = D == 128 ? 32 : 64;  // keys per tile (D 128: the registers of S fit)
   static constexpr int kStride = D + 8;
   static constexpr int kSmemElems = (kBr + 4 * kBc) * kStride;  // Q, then K and V of two stages
   static constexpr std::size_t kSmemBytes = kSmemElems * sizeof(uint16_t);
@@ -162,10 +165,10 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
     flash_forward_kernel(uint16_t* __restrict__ out, float* __restrict__ lse, const uint16_t* __restrict__ q,
                          const uint16_t* __restrict__ k, const uint16_t* __restrict__ v, FlashParams p) {
   using C = FwdCfg<D>;
-  constexpr int kStride = C::kStride, kBr = C::kBr, kBc = C::kBc;
+  constexpr int kStride = C::kStride, kBr = C::kBr, kBc = C::kBc, kM = C::kM;
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* q_s = smem;                       // (kBr, D)
-  uint16_t* kv_s = smem + kBr * kStride;      // stage i: K at 2 i kBc rows, V after it
+  uint16_t* q_s = smem;                   // (kBr, D)
+  uint16_t* kv_s = smem + kBr * kStride;  // stage i: K at 2 i kBc rows, V after it
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
 
@@ -191,12 +194,19 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
     cp_async_commit();
   }
 
-  float o[D / 8][4];
+  // this warp's rows: m-tile mi covers warp_row0 + 16 mi + [0, 16); a thread holds rows g and g + 8 of each
+  const int warp_row0 = warp * C::kWarpRows;
+  float o[kM][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY};  // running max of the log2-scaled scores, rows g and g + 8
-  float l_run[2] = {0.f, 0.f};              // this thread's part of the running sum of exp2(x - m)
-  const int row_base = q0 + warp * 16 + g;  // rows row_base and row_base + 8
+  for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.f;
+  float m_run[kM][2], l_run[kM][2];  // running max of the log2-scaled scores; this thread's part of the sum
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+    m_run[mi][0] = m_run[mi][1] = -INFINITY;
+    l_run[mi][0] = l_run[mi][1] = 0.f;
+  }
 
   for (int j = 0; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) {
@@ -212,20 +222,26 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
     const uint16_t* k_s = kv_s + (j & 1) * 2 * kBc * kStride;
     const uint16_t* v_s = k_s + kBc * kStride;
 
-    // S = Q Kᵀ for this warp's 16 rows x kBc keys
-    float sc[kBc / 8][4];
+    // S = Q Kᵀ for this warp's kM x 16 rows x kBc keys
+    float sc[kM][kBc / 8][4];
 #pragma unroll
-    for (int n = 0; n < kBc / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+    for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+      for (int n = 0; n < kBc / 8; ++n) sc[mi][n][0] = sc[mi][n][1] = sc[mi][n][2] = sc[mi][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      load_a<kStride>(a, q_s, warp * 16, kk * 16, lane);
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) load_a<kStride>(a[mi], q_s, warp_row0 + 16 * mi, kk * 16, lane);
 #pragma unroll
       for (int nn = 0; nn < kBc / 16; ++nn) {
         uint32_t bf[4];
         load_b_nk<kStride>(bf, k_s, nn * 16, kk * 16, lane);
-        E::mma(sc[2 * nn], a, bf[0], bf[1]);
-        E::mma(sc[2 * nn + 1], a, bf[2], bf[3]);
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          E::mma(sc[mi][2 * nn], a[mi], bf[0], bf[1]);
+          E::mma(sc[mi][2 * nn + 1], a[mi], bf[2], bf[3]);
+        }
       }
     }
 
@@ -233,81 +249,96 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
     const int key0 = j * kBc;
     const bool need_mask = key0 + kBc > p.S || (p.causal && key0 + kBc - 1 > q0 + shift);
 #pragma unroll
-    for (int n = 0; n < kBc / 8; ++n)
+    for (int mi = 0; mi < kM; ++mi)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float x = sc[n][c] * p.scale_log2;
-        if (need_mask) {
-          const int key = key0 + n * 8 + 2 * tq + (c & 1);
-          const int row = row_base + (c >> 1) * 8;
-          if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
+      for (int n = 0; n < kBc / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float x = sc[mi][n][c] * p.scale_log2;
+          if (need_mask) {
+            const int key = key0 + n * 8 + 2 * tq + (c & 1);
+            const int row = q0 + warp_row0 + 16 * mi + g + (c >> 1) * 8;
+            if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
+          }
+          sc[mi][n][c] = x;
         }
-        sc[n][c] = x;
-      }
 
-    // online softmax, per row r (elements c = 2r, 2r + 1)
+    // online softmax, per row (mi, r) (elements c = 2r, 2r + 1)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m_run[r];
+    for (int mi = 0; mi < kM; ++mi)
 #pragma unroll
-      for (int n = 0; n < kBc / 8; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_use = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
-      const float alpha = exp2f(m_run[r] - m_use);     // 0 when m_run is -inf
-      m_run[r] = mx;
-      float sum = 0.f;
+      for (int r = 0; r < 2; ++r) {
+        float mx = m_run[mi][r];
 #pragma unroll
-      for (int n = 0; n < kBc / 8; ++n) {
-        sc[n][2 * r] = exp2f(sc[n][2 * r] - m_use);
-        sc[n][2 * r + 1] = exp2f(sc[n][2 * r + 1] - m_use);
-        sum += sc[n][2 * r] + sc[n][2 * r + 1];
+        for (int n = 0; n < kBc / 8; ++n) mx = fmaxf(mx, fmaxf(sc[mi][n][2 * r], sc[mi][n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_use = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
+        const float alpha = exp2f(m_run[mi][r] - m_use);  // 0 when m_run is -inf
+        m_run[mi][r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < kBc / 8; ++n) {
+          sc[mi][n][2 * r] = exp2f(sc[mi][n][2 * r] - m_use);
+          sc[mi][n][2 * r + 1] = exp2f(sc[mi][n][2 * r + 1] - m_use);
+          sum += sc[mi][n][2 * r] + sc[mi][n][2 * r + 1];
+        }
+        l_run[mi][r] = l_run[mi][r] * alpha + sum;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[mi][i][2 * r] *= alpha;
+          o[mi][i][2 * r + 1] *= alpha;
+        }
       }
-      l_run[r] = l_run[r] * alpha + sum;
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[i][2 * r] *= alpha;
-        o[i][2 * r + 1] *= alpha;
-      }
-    }
 
     // O += P V (P from registers, rounded to the input dtype)
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {
-      const uint32_t a[4] = {E::pack(sc[2 * kk][0], sc[2 * kk][1]), E::pack(sc[2 * kk][2], sc[2 * kk][3]),
-                             E::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                             E::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+        a[mi][0] = E::pack(sc[mi][2 * kk][0], sc[mi][2 * kk][1]);
+        a[mi][1] = E::pack(sc[mi][2 * kk][2], sc[mi][2 * kk][3]);
+        a[mi][2] = E::pack(sc[mi][2 * kk + 1][0], sc[mi][2 * kk + 1][1]);
+        a[mi][3] = E::pack(sc[mi][2 * kk + 1][2], sc[mi][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dn = 0; dn < D / 16; ++dn) {
         uint32_t bf[4];
         load_b_kn<kStride>(bf, v_s, kk * 16, dn * 16, lane);
-        E::mma(o[2 * dn], a, bf[0], bf[1]);
-        E::mma(o[2 * dn + 1], a, bf[2], bf[3]);
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          E::mma(o[mi][2 * dn], a[mi], bf[0], bf[1]);
+          E::mma(o[mi][2 * dn + 1], a[mi], bf[2], bf[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
-  // normalise, stage this warp's 16 rows in its own part of q_s, store 16-byte chunks
-  uint16_t* o_s = q_s + warp * 16 * kStride;
+  // normalise, stage this warp's rows in its own rows of q_s, store 16-byte chunks
+  uint16_t* o_s = q_s + warp_row0 * kStride;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: output 0
+  for (int mi = 0; mi < kM; ++mi)
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-      *reinterpret_cast<uint32_t*>(o_s + (g + 8 * r) * kStride + i * 8 + 2 * tq) =
-          E::pack(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
-    const int row = row_base + 8 * r;
-    if (tq == 0 && row < p.T) lh[row] = l > 0.f ? (m_run[r] + log2f(l)) * kLn2 : -INFINITY;
-  }
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[mi][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: output 0
+      const int rl = 16 * mi + g + 8 * r;         // row within the warp's rows
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i)
+        *reinterpret_cast<uint32_t*>(o_s + rl * kStride + i * 8 + 2 * tq) =
+            E::pack(o[mi][i][2 * r] * inv, o[mi][i][2 * r + 1] * inv);
+      const int row = q0 + warp_row0 + rl;
+      if (tq == 0 && row < p.T) lh[row] = l > 0.f ? (m_run[mi][r] + log2f(l)) * kLn2 : -INFINITY;
+    }
   __syncwarp();
   constexpr int kChunks = D / 8;
-  for (int i = lane; i < 16 * kChunks; i += 32) {
+  for (int i = lane; i < C::kWarpRows * kChunks; i += 32) {
     const int r = i / kChunks, c = i % kChunks;
-    const int row = q0 + warp * 16 + r;
+    const int row = q0 + warp_row0 + r;
     if (row < p.T)
       *reinterpret_cast<uint4*>(oh + static_cast<int64_t>(row) * D + c * 8) =
           *reinterpret_cast<const uint4*>(o_s + r * kStride + c * 8);
