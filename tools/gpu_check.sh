@@ -2,7 +2,9 @@
 # GPU check, run on the GPU machine from the repository root: configures a Release build with the CUDA
 # backend for Hopper (sm_90a) in build-gpu/, builds everything with all cores, runs the `gpu` test label,
 # then the `cpu` label, copies the logs into $OUT (default ./gpu_out) and prints a per-label summary table
-# last (the device tool returns only the tail of the output). Exit code: 0 when nothing failed.
+# last (the device tool returns only the tail of the output), then runs the kernel benchmarks
+# (tools/bench/run_benchmarks.sh, group `kernels`; GPU_CHECK_BENCH lists other groups, "" skips them).
+# Exit code: 0 when no test failed.
 # Usage: tools/gpu_check.sh [extra ctest args, e.g. -R test_gpu_copy]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,6 +58,12 @@ if [ "$rc_gpu" -ne 0 ] || [ "$rc_cpu" -ne 0 ]; then
   echo "== first failures (full output in $OUT/ctest-gpu.log and ctest-cpu.log) =="
   grep -hE -A4 "FAILED:|due to unexpected exception|\*\*\*(Failed|Timeout|Exception)" "$OUT/ctest-gpu.log" \
     "$OUT/ctest-cpu.log" | head -40
+fi
+bench_groups=${GPU_CHECK_BENCH-kernels}
+if [ -n "$bench_groups" ]; then
+  # shellcheck disable=SC2086
+  tools/bench/run_benchmarks.sh build-gpu "$OUT/bench" $bench_groups >"$OUT/bench.log" 2>&1
+  echo "benchmarks ($bench_groups): logs in $OUT/bench"
 fi
 echo
 echo "== gpu_check summary ($(head -1 "$OUT/gpu.txt"); tests $((t2 - t1)) s) =="

@@ -13,6 +13,7 @@
 #include "hadatrain/core/logging.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/linalg.h"
+#include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
@@ -183,16 +184,27 @@ class HlqPipeline final : public Pipeline {
     qw.hadamard_block = T;
     const Quantized q_w = quantize(wt, qw);  // (I, O) int8 = (H W)ᵀ quantised
     const Carrier carrier = o_.gx_bits <= 5 ? o_.carrier : Carrier::int8;  // e4m3 holds integers up to 16
-    Tensor acc = lowp_product_nt(to_carrier(reshape(q_g.values, {B * L, O}), carrier), to_carrier(q_w.values, carrier));
-    // acc (B·L, I) f32 = q_g · q_wᵀ; rescale by the g_y scale of each row / sample / tensor and s_w / T.
-    if (qg.granularity == Granularity::row) {
-      acc = scale_dim0(acc, q_g.scale);
-    } else if (qg.granularity == Granularity::sample) {
-      acc = reshape(scale_dim0(reshape(acc, {B, L * I}), q_g.scale), {B * L, I});
+    const Tensor a = reshape(q_g.values, {B * L, O});                     // (B·L, O) int8
+    const Tensor sw = div(q_w.scale, static_cast<double>(T));              // (1): s_w / T, on the device
+    Tensor acc;                                                            // (B·L, I)
+    if (carrier == Carrier::fp8) {
+      // The scalar scales go into the fp8 product (read from device memory); the result comes out in the
+      // compute dtype (bf16 stays bf16; other dtypes f32), so a per-row / per-sample scale is one more pass.
+      const DType out = s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+      const bool scalar = qg.granularity == Granularity::tensor;
+      const Tensor one = ones({1}, {DType::f32, g_y.device()});
+      acc = fp8_matmul_nt(to_carrier(a, carrier), to_carrier(q_w.values, carrier), scalar ? q_g.scale : one, sw, out);
+      if (qg.granularity == Granularity::row) acc = scale_dim0(acc, q_g.scale.to(out));
+      if (qg.granularity == Granularity::sample)
+        acc = reshape(scale_dim0(reshape(acc, {B, L * I}), q_g.scale.to(out)), {B * L, I});
     } else {
-      acc = mul(acc, q_g.scale);
+      // int32 -> f32, then one multiply by the combined per-row / per-sample / scalar scale.
+      acc = lowp_product_nt(a, q_w.values);
+      if (qg.granularity == Granularity::row) acc = scale_dim0(acc, mul(q_g.scale, sw));
+      if (qg.granularity == Granularity::sample)
+        acc = reshape(scale_dim0(reshape(acc, {B, L * I}), mul(q_g.scale, sw)), {B * L, I});
+      if (qg.granularity == Granularity::tensor) acc = mul(acc, mul(q_g.scale, sw));
     }
-    acc = mul(acc, div(q_w.scale, static_cast<double>(T)));
     return reshape(acc, {B, L, I});
   }
 

@@ -40,7 +40,7 @@ grad::HlqOptions read_hlq(ConfigReader& r) {
   o.w_quant = read_weight_quant(r, "w_quant");
   o.carrier = r.get_choice("carrier", grad::Carrier::fp8, {{"fp8", grad::Carrier::fp8}, {"int8", grad::Carrier::int8}});
   o.gw_bits = read_bits(r, "gw_bits", 8, {0, 2, 3, 4, 5, 6, 7, 8});
-  o.gw_scale = read_granularity(r, "gw_scale", grad::ScaleGranularity::sample, false);
+  o.gw_scale = read_granularity(r, "gw_scale", grad::ScaleGranularity::tensor, false);
   const std::string rank = r.get("rank", "pct");
   if (rank == "pct") {
     o.rank.kind = grad::HlaRank::Kind::percentile;

@@ -152,12 +152,13 @@ TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
   for (int bits : {8, 4, 0}) {
     grad::PipelineSpec s = hlq_spec();
     s.hlq.acbp_bits = bits;
+    if (bits == 4) s.hlq.gw_scale = grad::ScaleGranularity::sample;  // one scale per sample: 4·B bytes
     if (bits == 0) s.hlq.gw_bits = 0;
     auto p = grad::make_pipeline(s);
     grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
-    // n = 1024 keeps r = 528 rows: B·I·528 values, plus one f32 scale per sample when quantised.
+    // n = 1024 keeps r = 528 rows: B·I·528 values, plus one f32 scale (gw_scale tensor) when quantised.
     const int64_t values = B * I * 528;
-    const int64_t expected = bits == 8 ? values + 4 * B : bits == 4 ? values / 2 + 4 * B : values * 4;
+    const int64_t expected = bits == 8 ? values + 4 : bits == 4 ? values / 2 + 4 * B : values * 4;
     INFO("acbp_bits " << bits);
     CHECK(f.saved->bytes == expected);
     const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});

@@ -76,10 +76,12 @@ int main(int argc, char** argv) {
   grad::PipelineSpec hlq;
   hlq.name = "hlq";
   variants.push_back({"hlq", hlq, DType::bf16});
-  grad::PipelineSpec hlq_fast = hlq;
-  hlq_fast.hlq.gw_scale = grad::ScaleGranularity::tensor;
-  hlq_fast.hlq.fallback = grad::HlaFallback::split_extra;
-  variants.push_back({"hlq tensor+split", hlq_fast, DType::bf16});
+  grad::PipelineSpec hlq_split = hlq;
+  hlq_split.hlq.fallback = grad::HlaFallback::split_extra;
+  variants.push_back({"hlq split_extra", hlq_split, DType::bf16});
+  grad::PipelineSpec hlq_ref = hlq;
+  hlq_ref.hlq.gw_scale = grad::ScaleGranularity::sample;
+  variants.push_back({"hlq sample scales", hlq_ref, DType::bf16});
   grad::PipelineSpec lbp;
   lbp.name = "lbp_wht";
   variants.push_back({"lbp_wht", lbp, DType::bf16});

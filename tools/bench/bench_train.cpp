@@ -3,8 +3,8 @@
 // master weights); every Linear / Conv2d through one gradient pipeline (exact: the plain ops). Median of 20
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
-//   bench_train [resnet18|resnet34|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_fast|lbp_wht|luq]
-// hlq_fast is hlq with per-tensor g_w scales (one integer product) and the split_extra fallback.
+//   bench_train [resnet18|resnet34|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_split|lbp_wht|luq]
+// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,9 +45,8 @@ int main(int argc, char** argv) {
   }
   model->to(dev);
   grad::PipelineConfig pc;
-  pc.default_spec.name = pipeline == "hlq_fast" ? "hlq" : pipeline;
-  if (pipeline == "hlq_fast") {
-    pc.default_spec.hlq.gw_scale = grad::ScaleGranularity::tensor;
+  pc.default_spec.name = pipeline == "hlq_split" ? "hlq" : pipeline;
+  if (pipeline == "hlq_split") {
     pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
   }
   nn::bind_pipelines(*model, pc, std::make_shared<grad::StepClock>());

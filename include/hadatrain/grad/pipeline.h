@@ -42,9 +42,10 @@ struct HlqOptions {
   Carrier carrier = Carrier::fp8;
   // g_w path (HLA)
   int gw_bits = 8;             // 0: no quantisation of either HLA operand
-  // Scales of both HLA operands: one per sample (reference; one integer product per sample) or one per
-  // tensor (one integer product with K = B·R, much faster on the GPU) [hadatrain option].
-  ScaleGranularity gw_scale = ScaleGranularity::sample;
+  // Scales of both HLA operands: one per tensor (one integer product with K = B·R) or one per sample (the
+  // reference: one integer product per sample, whose B·O·I int32 results are then scaled and summed — more
+  // memory traffic than the whole exact backward on ViT-B). Note [HLA scale granularity].
+  ScaleGranularity gw_scale = ScaleGranularity::tensor;
   HlaRank rank;                // percentile 50 by default
   HlaFallback fallback = HlaFallback::ref;
   int64_t extra_tokens = 1;    // split_extra: the first E tokens take the exact path

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs the benchmark suite on the GPU machine and writes one log per benchmark into OUT; prints the short
+# result lines last. Groups (default: all): kernels (bench_kernels + PyTorch), grad (per-layer pipeline
+# backward), train (training steps, exact and HLQ, + PyTorch), memory (ViT-B/16 batch 256 peak memory),
+# data (loader and JPEG decode). Numbers go to docs/BENCHMARKS.md with the date, machine and command.
+# Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
+set -uo pipefail
+build=${1:?usage: run_benchmarks.sh BUILD_DIR OUT [group...]}
+out=${2:?usage: run_benchmarks.sh BUILD_DIR OUT [group...]}
+shift 2
+groups=("$@")
+[ ${#groups[@]} -eq 0 ] && groups=(kernels grad train memory data)
+mkdir -p "$out"
+has() { local g; for g in "${groups[@]}"; do [ "$g" = "$1" ] && return 0; done; return 1; }
+run() {  # log-name command...
+  local log="$out/$1.txt"
+  shift
+  echo "\$ $*" >"$log"
+  "$@" >>"$log" 2>&1 || echo "(exit $?)" >>"$log"
+}
+torch_ok=0
+python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && torch_ok=1
+
+if has kernels; then
+  run bench_kernels "$build/tools/bench_kernels"
+  [ $torch_ok = 1 ] && run bench_kernels_torch python3 tools/bench/bench_kernels_torch.py
+fi
+if has grad; then
+  run bench_grad "$build/tools/bench_grad" 64
+fi
+if has train; then
+  for m in resnet18 resnet34 vit_s4; do
+    for p in exact hlq hlq_split; do run "bench_train_${m}_${p}" "$build/tools/bench_train" "$m" 256 bf16 "$p"; done
+    [ $torch_ok = 1 ] && run "bench_train_torch_${m}" python3 tools/bench/bench_train_torch.py "$m" 256
+  done
+fi
+if has memory; then
+  for p in exact hlq hlq_split; do run "bench_train_vit_b16_${p}" "$build/tools/bench_train" vit_b16 256 bf16 "$p"; done
+  [ $torch_ok = 1 ] && run bench_train_torch_vit_b16 python3 tools/bench/bench_train_torch.py vit_b16 256 bf16
+fi
+if has data && [ -x "$build/tools/bench_data" ]; then
+  run bench_data "$build/tools/bench_data"
+fi
+
+echo "== benchmark results (full logs in $out) =="
+grep -h -E "^(hadatrain|torch) " "$out"/bench_train*.txt 2>/dev/null
+grep -h -A12 "layer (B=64)" "$out/bench_grad.txt" 2>/dev/null | head -70
+exit 0
