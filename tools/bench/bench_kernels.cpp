@@ -239,6 +239,54 @@ void bench_grad_quant(bool csv, double copy_gbs) {
 }
 // ---- end bench_grad_quant ----
 
+// ---- bench_attention (helper flash) ----
+// scaled_dot_product_attention in bf16 with the causal mask, B = 4, H = 16 (no grouping), D 64 and 128,
+// T = S in {1024, 2048, 4096}, through the op (the fused kernels of kernels/flash_attention.cu): forward
+// alone (no grad) and forward + backward through autograd. FLOPs: forward 4·B·H·T²·D / 2 (the causal half),
+// backward 2.5x the forward, so forward + backward counts 3.5x.
+void bench_attention(bool csv) {
+  const Device dev = Device::cuda(0);
+  Generator gen(6);
+  if (csv) std::printf("attention bf16 causal,B,H,T,D,fwd_ms,fwd_TFLOP/s,fwd+bwd_ms,fwd+bwd_TFLOP/s\n");
+  else
+    std::printf("\n%-42s %10s %10s %12s %10s\n", "attention bf16 causal (B=4, H=16)", "fwd ms", "TFLOP/s",
+                "fwd+bwd ms", "TFLOP/s");
+  const int64_t B = 4, H = 16;
+  for (int64_t D : {int64_t{64}, int64_t{128}})
+    for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
+      auto make = [&] {
+        Tensor t = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
+        t.set_requires_grad(true);
+        return t;
+      };
+      Tensor q = make(), k = make(), v = make();
+      const Tensor g = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
+      const AttentionOptions opts{AttnMask::causal, 0.0};
+      Tensor keep;
+      const double fwd_ms = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = scaled_dot_product_attention(q, k, v, opts);
+      });
+      const double fb_ms = time_ms([&] {
+        q.zero_grad();
+        k.zero_grad();
+        v.zero_grad();
+        scaled_dot_product_attention(q, k, v, opts).backward(g);
+      });
+      const double fwd_flops = 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) *
+                               static_cast<double>(D) * 0.5;
+      const double fwd_tf = fwd_flops / fwd_ms * 1e-9, fb_tf = 3.5 * fwd_flops / fb_ms * 1e-9;
+      if (csv)
+        std::printf("attention,%lld,%lld,%lld,%lld,%.4f,%.1f,%.4f,%.1f\n", static_cast<long long>(B),
+                    static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), fwd_ms, fwd_tf,
+                    fb_ms, fb_tf);
+      else
+        std::printf("%-42s %10.4f %10.1f %12.4f %10.1f\n",
+                    ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(), fwd_ms, fwd_tf, fb_ms, fb_tf);
+    }
+}
+// ---- end bench_attention ----
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -290,6 +338,7 @@ int main(int argc, char** argv) {
   bench_gemm(csv);
   bench_lowp_gemm(csv);
   bench_conv_bn(csv);
+  bench_attention(csv);
   bench_grad_quant(csv, floor_gbs);
   return 0;
 }

@@ -157,3 +157,31 @@ for qname, qr, qc in [("quantize bf16 (12608, 3072) row T16 SR4", 12608, 3072),
     ms = time_ms(lambda: torch_quant(qx))
     print(f"{qname:46s} {ms:10.4f} {(3.0 * qr * qc + 4.0 * qr) / ms * 1e-6:10.1f}")
 # ---- end grad quant ----
+
+# ---- attention (bench_attention of bench_kernels) ----
+# torch SDPA with the flash backend, bf16, causal, B = 4, H = 16, D 64 / 128, T = S in {1024, 2048, 4096}:
+# forward alone (no grad) and forward + backward; FLOPs 4·B·H·T²·D / 2 forward, 3.5x that forward + backward.
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+print(f"\n{'attention bf16 causal (B=4, H=16)':42s} {'torch fwd':>10s} {'TFLOP/s':>10s} {'fwd+bwd ms':>12s} "
+      f"{'TFLOP/s':>10s}")
+for ad in (64, 128):
+    for at in (1024, 2048, 4096):
+        aq, ak, av = (torch.empty(4, 16, at, ad, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+                      .requires_grad_() for _ in range(3))
+        ag = torch.empty(4, 16, at, ad, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+
+        def attn_fwd():
+            with torch.no_grad():
+                torch.nn.functional.scaled_dot_product_attention(aq, ak, av, is_causal=True)
+
+        def attn_fwd_bwd():
+            aq.grad = ak.grad = av.grad = None
+            torch.nn.functional.scaled_dot_product_attention(aq, ak, av, is_causal=True).backward(ag)
+
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            fms, bms = time_ms(attn_fwd), time_ms(attn_fwd_bwd)
+        aflops = 4.0 * 4 * 16 * at * at * ad * 0.5
+        print(f"{f'T=S={at} D={ad}':42s} {fms:10.4f} {aflops / fms * 1e-9:10.1f} {bms:12.4f} "
+              f"{3.5 * aflops / bms * 1e-9:10.1f}")
+# ---- end attention ----
