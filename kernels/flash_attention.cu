@@ -550,8 +550,12 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
           float* dst = dq_h + static_cast<int64_t>(row) * D + wn * C::kDqCols + 2 * tq;
 #pragma unroll
           for (int i = 0; i < C::kDqCols / 8; ++i) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            atomicAdd(reinterpret_cast<float2*>(dst + i * 8), make_float2(dq[i][2 * r], dq[i][2 * r + 1]));
+#else
             atomicAdd(dst + i * 8, dq[i][2 * r]);
             atomicAdd(dst + i * 8 + 1, dq[i][2 * r + 1]);
+#endif
           }
         }
       }
