@@ -14,6 +14,7 @@
 
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/cuda/gemm.h"
+#include "hadatrain/grad/hla.h"    // bench_hla
 #include "hadatrain/grad/quant.h"  // bench_grad_quant
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
@@ -239,6 +240,37 @@ void bench_grad_quant(bool csv, double copy_gbs) {
 }
 // ---- end bench_grad_quant ----
 
+// ---- bench_hla (helper hla) ----
+// grad::hla_project of a bf16 activation / gradient (B, L, C) as the HLQ g_w path runs it, percentile 50,
+// ResNet shapes: (64, 1024, 256) is a 32x32 map (n = 1024, r = 528), (64, 3136, 64) a 56x56 map (n = 64,
+// r = 36); both output layouts. GB/s counts the minimum traffic, bf16 read once (2 B/element) + the f32
+// projection written once (4 B per output element), and is compared with the copy bandwidth from main().
+void bench_hla(bool csv, double copy_gbs) {
+  struct Case {
+    const char* name;
+    int64_t B, L, C;
+  };
+  const Case cases[] = {{"hla_project bf16 (64, 1024, 256)", 64, 1024, 256}, {"hla_project bf16 (64, 3136, 64)", 64, 3136, 64}};
+  const Device dev = Device::cuda(0);
+  Generator gen(8);
+  if (csv) std::printf("hla,layout,plan,ms,GB/s,ratio_to_copy\n");
+  else std::printf("\n%-36s %-9s %-30s %10s %10s %8s\n", "hla", "layout", "plan", "ms", "GB/s", "vs copy");
+  for (const Case& c : cases) {
+    const Tensor x = rand({c.B, c.L, c.C}, gen, {DType::f32, dev}).to(DType::bf16);
+    const grad::HlaPlan plan = grad::hla_plan(c.L, grad::HlaRank{});
+    for (grad::HlaLayout layout : {grad::HlaLayout::rows, grad::HlaLayout::channels}) {
+      Tensor keep;
+      const double ms = time_ms([&] { keep = grad::hla_project(x, plan, layout); });
+      const double bytes = 2.0 * static_cast<double>(x.numel()) + 4.0 * static_cast<double>(keep.numel());
+      const double gbs = bytes / ms * 1e-6;
+      const char* lname = layout == grad::HlaLayout::rows ? "rows" : "channels";
+      if (csv) std::printf("%s,%s,%s,%.4f,%.1f,%.3f\n", c.name, lname, plan.describe().c_str(), ms, gbs, gbs / copy_gbs);
+      else std::printf("%-36s %-9s %-30s %10.4f %10.1f %8.3f\n", c.name, lname, plan.describe().c_str(), ms, gbs, gbs / copy_gbs);
+    }
+  }
+}
+// ---- end bench_hla ----
+
 // ---- bench_attention (helper flash) ----
 // scaled_dot_product_attention in bf16 with the causal mask, B = 4, H = 16 (no grouping), D 64 and 128,
 // T = S in {1024, 2048, 4096}, through the op (the fused kernels of kernels/flash_attention.cu): forward
@@ -340,5 +372,6 @@ int main(int argc, char** argv) {
   bench_conv_bn(csv);
   bench_attention(csv);
   bench_grad_quant(csv, floor_gbs);
+  bench_hla(csv, floor_gbs);
   return 0;
 }

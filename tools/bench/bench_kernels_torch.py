@@ -185,3 +185,32 @@ for ad in (64, 128):
         print(f"{f'T=S={at} D={ad}':42s} {fms:10.4f} {aflops / fms * 1e-9:10.1f} {bms:12.4f} "
               f"{3.5 * aflops / bms * 1e-9:10.1f}")
 # ---- end attention ----
+
+# ---- hla (helper hla; bench_hla of bench_kernels) ----
+# The HLA projection as the HLQ reference computes it: the kept rows P_r (r x n) of the sequency-ordered
+# Walsh matrix (percentile 50) times each block of n positions, in f32 (B, L/n, n, C) -> (B, R, C). Same
+# shapes and the same minimum traffic as bench_hla (bf16 read once, f32 projection written once).
+def hla_rows(n):
+    m = n.bit_length() - 1
+    s = 1 << (m // 2)
+    seq = [i * s + (j if i % 2 == 0 else s - 1 - j) for i in range(s) for j in range(s - i)]
+    return sorted(int(format(j ^ (j >> 1), f"0{m}b")[::-1], 2) if m else 0 for j in seq)
+
+
+def hadamard(n):
+    h = torch.ones(1, 1, device="cuda")
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+print(f"\n{'hla':36s} {'torch ms':>10s} {'GB/s':>10s}")
+for hname, hb, hl, hc in [("hla_project bf16 (64, 1024, 256)", 64, 1024, 256),
+                          ("hla_project bf16 (64, 3136, 64)", 64, 3136, 64)]:
+    hn = hl & -hl
+    pr = hadamard(hn)[hla_rows(hn)]  # (r, n)
+    hx = torch.rand(hb, hl, hc, device="cuda").bfloat16()
+    ms = time_ms(lambda: (pr @ hx.float().view(hb, hl // hn, hn, hc)).view(hb, -1, hc))
+    out_elems = hb * (hl // hn) * pr.shape[0] * hc
+    print(f"{hname:36s} {ms:10.4f} {(2.0 * hb * hl * hc + 4.0 * out_elems) / ms * 1e-6:10.1f}")
+# ---- end hla ----
