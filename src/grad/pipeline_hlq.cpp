@@ -32,11 +32,11 @@ struct HlaAxis {
   int64_t pad = 0;    // pad: zero positions appended to each sample
 };
 
-// The quantised (or plain) projected activation kept by the forward: (B, I, R).
+// The quantised (or plain) projected activation kept by the forward: (B, R, I), R = (L/n)·r.
 struct CompressedX {
-  Tensor values;  // int8 (B, I, R), packed int4 (flat), or f32 (B, I, R) when not quantised
-  Tensor scale;   // f32 (B), undefined when not quantised
-  Shape shape;    // (B, I, R)
+  Tensor values;  // int8 (B, R, I), packed int4 (flat), or the projection itself when not quantised
+  Tensor scale;   // f32 (1) or (B), undefined when not quantised
+  Shape shape;    // (B, R, I)
   int bits = 0;   // 8, 4 or 0
 };
 
@@ -49,6 +49,15 @@ struct HlqSaved final : SavedState {
   Tensor x_extra;  // (B, E, I) for split_extra
   NoiseKey key;
 };
+
+// t (B, L, C) -> (B, R, C): the HLA projection, or t itself for the identity plan (n = 1: nothing to
+// project, and the quantiser reads the compute dtype directly).
+Tensor project(const Tensor& t, const HlaPlan& plan) {
+  return plan.block == 1 ? t : hla_project(t, plan, HlaLayout::rows);
+}
+
+// (B, R, C) -> (C, B·R) contiguous: the K-major operand of one integer product over all samples.
+Tensor k_major_all(const Tensor& t) { return reshape(t, {-1, t.size(2)}).transpose(0, 1).contiguous(); }
 
 Tensor pad_tokens(const Tensor& t, int64_t pad) {  // (B, L, C) -> (B, L + pad, C), zeros appended
   if (pad == 0) return t;
@@ -93,7 +102,7 @@ class HlqPipeline final : public Pipeline {
       xm = narrow(x, 1, s->axis.extra, s->L - s->axis.extra);
     }
     xm = pad_tokens(xm, s->axis.pad);
-    s->xc = compress(hla_project(xm, s->axis.plan, HlaLayout::channels), o_.acbp_bits);  // (B, I, R)
+    s->xc = compress(project(xm, s->axis.plan), o_.acbp_bits);  // (B, R, I)
     s->bytes = tensor_bytes(s->xc.values) + tensor_bytes(s->xc.scale) + tensor_bytes(s->x_extra);
     r.saved = std::move(s);
     return r;
@@ -132,7 +141,7 @@ class HlqPipeline final : public Pipeline {
     return a;
   }
 
-  // x̃ (B, I, R) f32 -> what the forward keeps (ACBP).
+  // x̃ (B, R, I) -> what the forward keeps (ACBP).
   CompressedX compress(const Tensor& xp, int bits) const {
     CompressedX c;
     c.shape = xp.shape();
@@ -152,7 +161,7 @@ class HlqPipeline final : public Pipeline {
     return c;
   }
 
-  // The saved projection as int8 (B, I, R) (or f32 when it was not quantised).
+  // The saved projection as int8 (B, R, I) (or unquantised when acbp_bits is 0).
   static Tensor decompress(const CompressedX& c) {
     return c.bits == 4 ? unpack_int4_any(c.values, c.shape) : c.values;
   }
@@ -209,16 +218,16 @@ class HlqPipeline final : public Pipeline {
   }
 
   Tensor grad_w(const HlqSaved& s, const Tensor& g_y) const {  // (O, I) f32
-    const int64_t B = g_y.size(0), O = g_y.size(2), I = s.w.size(1);
     Tensor gm = g_y;
     if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);
     gm = pad_tokens(gm, s.axis.pad);
-    const Tensor gp = hla_project(gm, s.axis.plan, HlaLayout::channels);  // (B, O, R) f32
+    const Tensor gp = project(gm, s.axis.plan);  // (B, R, O)
     Tensor gw;
-    if (o_.gw_bits == 0) {  // acbp_bits is 0 too: x̃ was kept in f32
-      gw = sum(matmul(gp, s.xc.values.transpose(1, 2)), {0});  // Σ_b g̃[b]·x̃[b]ᵀ (O, I)
-    } else {  // without ACBP the projection was kept in f32 and is quantised now
-      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, B, O, I);
+    if (o_.gw_bits == 0) {  // acbp_bits is 0 too: x̃ was kept unquantised; Σ_b g̃[b]ᵀ·x̃[b] (O, I)
+      gw = matmul(reshape(gp.to(DType::f32), {-1, gp.size(2)}).transpose(0, 1),
+                  reshape(s.xc.values.to(DType::f32), {-1, s.xc.values.size(2)}));
+    } else {  // without ACBP the projection was kept unquantised and is quantised now
+      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc);
     }
     gw = mul(gw, 1.0 / static_cast<double>(s.axis.plan.block));
     if (s.axis.extra > 0)
@@ -226,24 +235,20 @@ class HlqPipeline final : public Pipeline {
     return gw;
   }
 
-  // Σ_b s_g[b]·s_x[b]·q_g[b]·q_x[b]ᵀ for gp (B, O, R) f32 and the saved q_x (B, I, R) int8.
-  Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, int64_t B, int64_t O,
-                          int64_t I) const {
-    const Tensor xq = decompress(xc);  // (B, I, R) int8
+  // s_g·s_x·Σ_b q_g[b]ᵀ·q_x[b] for the projected g̃ (B, R, O) and the saved q_x (B, R, I) int8.
+  Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc) const {
+    const Tensor xq = decompress(xc);  // (B, R, I) int8
     QuantSpec qs;
     qs.bits = o_.gw_bits;
     qs.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
     qs.rounding = Rounding::stochastic;
     qs.noise = s.key.noise(role_gw_gy);
-    const Quantized q_g = quantize(gp, qs);             // (B, O, R) int8, scale (B) or (1)
-    const Tensor scale = mul(q_g.scale, xc.scale);      // (B) or (1): s_g·s_x
-    if (qs.granularity == Granularity::tensor) {        // one product over K = B·R
-      const int64_t R = gp.size(2);
-      const Tensor a = reshape(permute(q_g.values, {1, 0, 2}), {O, B * R});
-      const Tensor b = reshape(permute(xq, {1, 0, 2}), {I, B * R});
-      return mul(lowp_product_nt(a, b), scale);
-    }
-    return scaled_batch_sum_nt(q_g.values, xq, scale);  // per-sample scales: one product per sample
+    const Quantized q_g = quantize(gp, qs);           // (B, R, O) int8, scale (1) or (B)
+    const Tensor scale = mul(q_g.scale, xc.scale);    // s_g·s_x
+    if (qs.granularity == Granularity::tensor)        // one product over K = B·R
+      return mul(lowp_product_nt(k_major_all(q_g.values), k_major_all(xq)), scale);
+    // per-sample scales: one product per sample (B, O, R)·(B, I, R)ᵀ, then the scaled sum
+    return scaled_batch_sum_nt(q_g.values.transpose(1, 2).contiguous(), xq.transpose(1, 2).contiguous(), scale);
   }
 
   HlqOptions o_;

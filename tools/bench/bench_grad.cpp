@@ -3,7 +3,8 @@
 // forward runs once (saving what the pipeline keeps), then backward (g_x and g_w) is timed: median of 20
 // after 3 warm-ups, CUDA events. The baseline is our exact bf16 backward (two cuBLASLt GEMMs); exact f32 is
 // the paper's baseline. Prints ms per layer and the speed-up over exact bf16.
-//   bench_grad [batch = 64]
+//   bench_grad [batch = 64] [layer filter] [pipeline filter]   (filters: substrings of the names; the
+//   exact bf16 baseline always runs)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ double median_ms(F&& f) {
 
 int main(int argc, char** argv) {
   const int64_t B = argc > 1 ? std::stoll(argv[1]) : 64;
+  const std::string layer_filter = argc > 2 ? argv[2] : "", variant_filter = argc > 3 ? argv[3] : "";
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 77;
@@ -92,11 +94,13 @@ int main(int argc, char** argv) {
   std::printf("%-18s %-18s %10s %10s\n", "layer (B=64)", "pipeline", "bwd ms", "vs bf16");
   Generator gen(0);
   for (const LayerShape& l : layers) {
+    if (std::string(l.name).find(layer_filter) == std::string::npos) continue;
     const Tensor x32 = randn({B, l.L, l.I}, gen, {DType::f32, dev});
     const Tensor w32 = mul(randn({l.O, l.I}, gen, {DType::f32, dev}), 0.02);
     const Tensor g32 = mul(randn({B, l.L, l.O}, gen, {DType::f32, dev}), 1e-3);
     double base = 0;
     for (const Variant& v : variants) {
+      if (base != 0 && std::string(v.label).find(variant_filter) == std::string::npos) continue;
       const Tensor x = x32.to(v.dtype), w = w32.to(v.dtype), g = g32.to(v.dtype);
       auto p = grad::make_pipeline(v.spec);
       grad::ProductInfo info;
