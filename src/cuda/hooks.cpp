@@ -1,4 +1,5 @@
-// The CUDA build's CudaHooks: device count, copies between host and device memory, synchronisation.
+// The CUDA build's CudaHooks: device count, copies between host and device memory, synchronisation,
+// pinned host memory.
 // The first call of cuda_hooks() installs the caching allocator for DeviceType::CUDA.
 #include "hadatrain/tensor/cuda_hooks.h"
 
@@ -31,7 +32,9 @@ class CudaHooksImpl final : public CudaHooks {
       cuda::DeviceGuard g(d);
       const cudaStream_t s = cuda::current_stream(d);
       HT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
-      if (!cuda::is_pinned(to_device ? src : dst)) HT_CUDA_CHECK(cudaStreamSynchronize(s));
+      const void* host = to_device ? src : dst;
+      if (cuda::is_pinned(host)) cuda::record_pinned_use(host, s);  // Note [Pinned host memory]
+      else HT_CUDA_CHECK(cudaStreamSynchronize(s));
       return;
     }
     cuda::check_device(src_dev.index, "copy_bytes");
@@ -58,6 +61,14 @@ class CudaHooksImpl final : public CudaHooks {
     }
     copied->wait(s_src);
   }
+
+  DataPtr allocate_pinned(std::size_t nbytes, Device device) const override {
+    HT_CHECK(device.is_cuda(), "pinned host memory is allocated for a CUDA device, got {}", to_string(device));
+    cuda::check_device(device.index, "allocating pinned host memory");
+    cuda::DeviceGuard g(device.index);  // every CUDA call of the cache (alloc, event queries) on that device
+    return cuda::allocate_pinned_host(nbytes);
+  }
+  bool is_pinned(const void* ptr) const override { return cuda::is_pinned(ptr); }
 
   void synchronize(Device dev) const override {
     if (dev.is_cpu()) return;

@@ -25,6 +25,18 @@ namespace ht::data {
 // A failure while building batch s is stored in its slot and thrown by the consumer when s is due, so
 // every batch before it is still delivered, in order.
 
+// Note [Pinned batches]
+// With LoaderOptions::pin_memory the workers allocate each batch's images and labels with empty_pinned
+// (page-locked host memory from the CUDA backend's pinned-host cache, allocated with pin_device current so a
+// worker thread touches no other GPU) and fill them exactly as they fill
+// pageable tensors, so the values are identical. The consumer's `images.to(cuda)` is then one
+// cudaMemcpyAsync on the current stream that returns at once (ops/copy.cpp). Lifetime rule: the consumer may
+// drop the batch as soon as it has issued the copy; the memory is not reused until the copy has completed,
+// because every copy records an event against its pinned block and a freed block is handed out again only
+// after its events have fired (Note [Pinned host memory] in src/cuda/pinned.cpp). What the consumer must not
+// do is write into a batch's host tensors after starting its copy. Fresh blocks are only allocated while
+// the cache warms up (prefetch + a few batches in flight); after that, batches recycle the same blocks.
+
 Batch Batch::to(Device device) const {
   return {to_device(images, device), to_device(labels, device), indices, position};
 }
@@ -96,7 +108,10 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
   Batch b;
   b.position = pos;
   b.indices.assign(order->begin() + begin, order->begin() + begin + count);
-  b.labels = empty({count}, {DType::i64});  // (B)
+  auto host_tensor = [&](const Shape& shape, DType dtype) {
+    return opts_.pin_memory ? empty_pinned(shape, dtype, opts_.pin_device) : empty(shape, {dtype, Device::cpu()});
+  };
+  b.labels = host_tensor({count}, DType::i64);  // (B)
   int64_t* labels = b.labels.data<int64_t>();
   int64_t C = 0, H = 0, W = 0;  // geometry of row 0
   for (int64_t k = 0; k < count; ++k) {
@@ -111,7 +126,7 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
       if (k == 0) {
         C = s.image.channels, H = s.image.height, W = s.image.width;
         opts_.normalize.check(C);
-        b.images = empty({count, C, H, W}, {DType::f32});  // (B, C, H, W)
+        b.images = host_tensor({count, C, H, W}, DType::f32);  // (B, C, H, W)
       }
       HT_CHECK(s.image.channels == C && s.image.height == H && s.image.width == W,
                "the image is {} but the first image of the batch is {}x{}x{}: give the dataset a transform that "

@@ -92,8 +92,15 @@ Tensor dense_on_device(const Tensor& t) {
 // when the destination is host memory, or for packed int4, which has no CUDA kernels).
 void cuda_copy(const Tensor& dst, const Tensor& src) {
   const CudaHooks& hooks = require_cuda("copy_ to/from a CUDA tensor");
-  if (dense_same_layout(dst, src))
-    return hooks.copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
+  if (dense_same_layout(dst, src)) {
+    // Host -> device from pinned memory (empty_pinned, pinned loader batches) is one cudaMemcpyAsync on the
+    // current stream with no host synchronisation; the pinned-host cache keeps the source block from reuse
+    // until the copy has run (Note [Pinned host memory] in src/cuda/pinned.cpp). From pageable memory the
+    // copy has finished on return. A pinned host destination is made readable on return, like a pageable one.
+    hooks.copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
+    if (dst.is_cpu() && is_pinned(dst)) hooks.synchronize(src.device());
+    return;
+  }
   const bool int4 = dst.dtype() == DType::i4x2 || src.dtype() == DType::i4x2;
   if (dst.is_cpu()) {  // device -> host: transfer, then convert on the host
     const Tensor dense = dense_on_device(src);

@@ -223,8 +223,15 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     const auto epoch_start = Clock::now();
     auto window_start = epoch_start;
     double window_loss = 0.0, epoch_loss = 0.0;
+    double window_wait = 0.0;  // seconds of this logging window spent waiting in loader.next() (data_wait)
     int64_t window_steps = 0, window_images = 0, epoch_steps = 0;
-    while (const auto batch = loader.next()) {
+    auto timed_next = [&] {
+      const auto t0 = Clock::now();
+      auto b = loader.next();
+      window_wait += seconds_since(t0);
+      return b;
+    };
+    while (const auto batch = timed_next()) {
       const double lr = optim::learning_rate(schedule, st.step);
       const Tensor x = batch->images.to(device).to(dtype);  // (B, C, H, W)
       const Tensor y = batch->labels.to(device);            // (B)
@@ -249,15 +256,20 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
       if (st.step == 1 || st.step % cfg.train.log_every == 0) {
         bar.clear();
         const double mean_loss = window_loss / static_cast<double>(window_steps);
-        spdlog::info("epoch {}/{} step {} ({}/{}) loss {:.4f} lr {:.4g} {:.0f} img/s", epoch + 1, cfg.train.epochs,
-                     st.step, batch->position.batch + 1, spe, mean_loss, lr, ips);
+        // The share of the window the loop waited for batches: near 0 when the loader keeps up, near 1 when
+        // training is starved for data (more data.num_workers, or a faster data path).
+        const double data_wait = std::clamp(window_wait / std::max(seconds_since(window_start), 1e-9), 0.0, 1.0);
+        spdlog::info("epoch {}/{} step {} ({}/{}) loss {:.4f} lr {:.4g} {:.0f} img/s data_wait {:.2f}", epoch + 1,
+                     cfg.train.epochs, st.step, batch->position.batch + 1, spe, mean_loss, lr, ips, data_wait);
         MetricsRecord rec("train");
         rec.add("step", st.step).add("epoch", epoch + 1).add("loss", mean_loss).add("lr", lr).add("img_per_s", ips);
+        rec.add("data_wait", data_wait);
         rec.add("host_peak_mb", peak_host_mb());
         if (cfg.optim.clip_grad_norm > 0) rec.add("grad_norm", grad_norm);
         metrics.write(rec);
         window_loss = 0.0;
         window_steps = window_images = 0;
+        window_wait = 0.0;
         window_start = Clock::now();
       }
       const bool last_step = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;

@@ -40,6 +40,7 @@ DataSection read_data(ConfigReader r) {
   s.batch_size = r.get<int64_t>("batch_size", is_mnist(s.dataset) ? 64 : 128, Range::at_least(1));
   s.eval_batch_size = r.get<int64_t>("eval_batch_size", is_mnist(s.dataset) ? 1000 : 256, Range::at_least(1));
   s.num_workers = r.get("num_workers", is_mnist(s.dataset) ? 1 : 2, Range::closed(0, 64));
+  s.pin_memory = r.get("pin_memory", true);
   s.train_limit = r.get<int64_t>("train_limit", 0, Range::non_negative());
   s.test_limit = r.get<int64_t>("test_limit", 0, Range::non_negative());
   s.label = r.get_choice("label", CifarLabelKind::fine, {{"fine", CifarLabelKind::fine}, {"coarse", CifarLabelKind::coarse}});

@@ -242,6 +242,8 @@ data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds,
   o.shuffle = split == Split::train ? data::Shuffle::on : data::Shuffle::off;
   o.drop_last = data::DropLast::no;
   o.normalize = make_normalize(cfg.data, ds.channels);
+  o.pin_memory = cfg.data.pin_memory && cfg.train.device.is_cuda();  // Note [Pinned batches]
+  if (o.pin_memory) o.pin_device = cfg.train.device;
   return o;
 }
 

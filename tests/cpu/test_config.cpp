@@ -76,6 +76,8 @@ TEST_CASE("an empty config is all defaults and the run is named after the file",
   CHECK(c.model.hidden == std::vector<int64_t>{256, 128});
   CHECK(c.optim.momentum == 0.9);
   CHECK(c.train.epochs == 3);
+  CHECK(c.data.pin_memory);
+  CHECK_FALSE(load_trainer_config(write_config("nopin.yaml", ""), {"data.pin_memory=false"}).data.pin_memory);
 }
 
 TEST_CASE("malformed YAML is reported with file:line:column", "[config]") {

@@ -10,6 +10,7 @@
 
 #include "hadatrain/data/cifar.h"
 #include "hadatrain/data/loader.h"
+#include "hadatrain/tensor/cuda_hooks.h"
 #include "support/catch.h"
 
 using namespace ht;
@@ -115,6 +116,34 @@ TEST_CASE("batches are identical for 0, 1 and 3 workers", "[data][loader]") {
   LoaderOptions many = options(3, 8);
   many.prefetch = 1;  // workers mostly wait: still the same stream
   CHECK(run(ds, many, 3) == ref);
+}
+
+TEST_CASE("pin_memory gives the same batches; without a CUDA device it is a no-op", "[data][loader]") {
+  // In a CPU-only build (or with no visible GPU) pinned batches are ordinary host tensors; with a GPU they
+  // are page-locked. Either way every batch holds the same values as the pageable loader's.
+  const CudaHooks* hooks = cuda_hooks();
+  const bool can_pin = hooks != nullptr && hooks->device_count() > 0;
+  auto ds = std::make_shared<IndexDataset>(53);
+  for (int workers : {0, 2}) {
+    LoaderOptions pinned = options(workers, 8);
+    pinned.pin_memory = true;
+    CHECK(run(ds, pinned, 2) == run(ds, options(workers, 8), 2));
+    DataLoader loader(ds, pinned, {1, 3});
+    const auto b = loader.next();
+    REQUIRE(b.has_value());
+    CHECK(b->position == LoaderPosition{1, 3});
+    CHECK(b->images.is_cpu());
+    CHECK(b->images.is_contiguous());
+    CHECK(is_pinned(b->images) == can_pin);
+    CHECK(is_pinned(b->labels) == can_pin);
+  }
+  CHECK_FALSE(is_pinned(empty({4}, {DType::f32})));
+  const Tensor p = empty_pinned({2, 3}, DType::f64);
+  CHECK(p.is_cpu());
+  CHECK(p.shape() == Shape{2, 3});
+  CHECK(p.dtype() == DType::f64);
+  CHECK(is_pinned(p) == can_pin);
+  CHECK(empty_pinned({0}, DType::f32).numel() == 0);
 }
 
 TEST_CASE("shuffles differ across epochs and seeds; Shuffle::off is the identity", "[data][loader]") {

@@ -308,6 +308,11 @@ TEST_CASE("max_steps stops the run, evaluates and checkpoints; eval_every picks 
     const auto train = read_metrics(out_of(c), "train");
     REQUIRE(train.size() == 6);
     CHECK(train.back().at("step") == 6);
+    for (const json& t : train) {  // the share of each logging window spent waiting in loader.next()
+      REQUIRE(t.contains("data_wait"));
+      CHECK(t.at("data_wait").get<double>() >= 0.0);
+      CHECK(t.at("data_wait").get<double>() <= 1.0);
+    }
     const auto evals = read_metrics(out_of(c), "eval");
     REQUIRE(evals.size() == 2);  // end of epoch 1, and the stop
     CHECK(evals[0].at("step") == 4);

@@ -2,7 +2,11 @@
 // A copy from or to pinned memory returns before the transfer is done: synchronise the stream (or an
 // event recorded after the copy) before reading the destination or reusing the source.
 #pragma once
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
+
+#include "hadatrain/tensor/allocator.h"
 
 namespace ht::cuda {
 
@@ -26,5 +30,18 @@ class PinnedBuffer {
 
 // True when `ptr` points into page-locked host memory (cudaHostAlloc or cudaHostRegister).
 bool is_pinned(const void* ptr);
+
+// The pinned-host cache behind empty_pinned (Note [Pinned host memory] in pinned.cpp): a CPU DataPtr whose
+// deleter returns the block to the cache. Throws ht::Error when page-locked memory runs out.
+DataPtr allocate_pinned_host(std::size_t nbytes);
+// Marks the cached block holding `ptr` as used by work queued on `stream` (a stream of the current device):
+// the block is not handed out again before that work has finished. No-op for memory outside the cache.
+void record_pinned_use(const void* ptr, cudaStream_t stream);
+// Blocks held by the cache (in use or free) and their total size, for tests and diagnostics.
+struct PinnedCacheStats {
+  std::size_t blocks = 0;
+  std::size_t bytes = 0;
+};
+PinnedCacheStats pinned_cache_stats();
 
 }  // namespace ht::cuda

@@ -32,6 +32,11 @@ struct LoaderOptions {
   Shuffle shuffle = Shuffle::on;
   DropLast drop_last = DropLast::no;
   Normalize normalize = Normalize::unit();
+  // Assemble batches in page-locked host memory (empty_pinned), so that copying them to a CUDA device is
+  // asynchronous (Note [Pinned batches] in loader.cpp). The batches hold the same values either way; a no-op
+  // in a CPU-only build or without a visible CUDA device. The trainer sets it when training on CUDA.
+  bool pin_memory = false;
+  Device pin_device = Device::cuda(0);  // with pin_memory: the CUDA device the batches will be copied to
 };
 
 // Where the loader stands: the next batch next() returns is batch `batch` of epoch `epoch`. This is what a
@@ -42,8 +47,8 @@ struct LoaderPosition {
   friend bool operator==(const LoaderPosition&, const LoaderPosition&) = default;
 };
 
-// One batch in host memory. The consumer moves it to the device (Batch::to); pinned buffers and
-// asynchronous copies arrive with the CUDA backend behind this same seam.
+// One batch in host memory (page-locked with LoaderOptions::pin_memory). The consumer moves it to the
+// device (Batch::to, or images.to(device)); from pinned memory that copy is asynchronous.
 struct Batch {
   Tensor images;                 // (B, C, H, W) f32, normalised
   Tensor labels;                 // (B) i64

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 
+#include "hadatrain/tensor/allocator.h"
 #include "hadatrain/tensor/device.h"
 
 namespace ht {
@@ -16,6 +17,13 @@ class CudaHooks {
   virtual void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, std::size_t nbytes) const = 0;
   // Waits for all work queued on the current stream of `dev`.
   virtual void synchronize(Device dev) const = 0;
+  // Page-locked host memory (a CPU DataPtr) from the pinned-host cache, allocated with `device` (the CUDA
+  // device the memory is meant for) current, so a worker thread creates no context on another GPU; its
+  // deleter returns the block to the cache, which reuses it only after every copy that used it has finished
+  // (Note [Pinned host memory]).
+  virtual DataPtr allocate_pinned(std::size_t nbytes, Device device) const = 0;
+  // True when `ptr` points into page-locked host memory.
+  virtual bool is_pinned(const void* ptr) const = 0;
 };
 
 // The CUDA backend's hooks, or nullptr in a CPU-only build.

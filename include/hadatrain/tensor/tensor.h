@@ -131,6 +131,13 @@ class Tensor {
 Tensor empty(const Shape& shape, TensorOptions opts = {});
 Tensor empty_like(const Tensor& t);
 Tensor empty_like(const Tensor& t, DType dtype);
+// A contiguous CPU tensor in page-locked (pinned) host memory, so that its copies to a CUDA device are
+// asynchronous (Note [Pinned host memory] in src/cuda/pinned.cpp). `device`: the CUDA device it will be
+// copied to (the allocation runs with it current; the memory is usable from every device). Without the CUDA
+// backend or a visible device it is an ordinary CPU tensor (src/tensor/pinned.cpp).
+Tensor empty_pinned(const Shape& shape, DType dtype, Device device = Device::cuda(0));
+// True when t is a CPU tensor whose storage is page-locked host memory (always false without CUDA).
+bool is_pinned(const Tensor& t);
 // A new view over t's storage (no autograd history; view ops attach it).
 Tensor make_view(const Tensor& t, const Shape& shape, const Strides& strides, int64_t offset);
 

@@ -30,6 +30,7 @@ struct DataSection {
   int64_t batch_size = 64;
   int64_t eval_batch_size = 1000;
   int num_workers = 1;
+  bool pin_memory = true;   // CUDA training: batches in page-locked memory, asynchronous copies
   int64_t train_limit = 0;  // first N training samples only (0 = all)
   int64_t test_limit = 0;
   CifarLabelKind label = CifarLabelKind::fine;
