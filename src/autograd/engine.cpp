@@ -2,16 +2,44 @@
 #include "hadatrain/autograd/engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/autograd/meta.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/tensor/factory.h"
 
 namespace ht {
 namespace {
+
+// Note [Backward profile]
+// With HADATRAIN_PROFILE_BACKWARD set in the environment, every node's apply() is timed between two device
+// synchronisations (CUDA device 0 when present) and summed by node name; backward_profile_report() returns
+// the table. Synchronising serialises the GPU, so the totals are for finding where time goes, not for
+// step times. Off (one getenv at start-up) it costs nothing.
+struct Profile {
+  std::mutex mu;
+  std::map<std::string, std::pair<double, int64_t>> by_name;  // seconds, calls
+};
+Profile& profile() {
+  static Profile p;
+  return p;
+}
+bool profiling() {
+  static const bool on = std::getenv("HADATRAIN_PROFILE_BACKWARD") != nullptr;
+  return on;
+}
+void device_sync() {
+  if (const CudaHooks* h = cuda_hooks(); h != nullptr && h->device_count() > 0) h->synchronize(Device::cuda(0));
+}
 
 struct Capture {
   Node* fn;
@@ -73,7 +101,20 @@ std::vector<Tensor> execute(const std::vector<Edge>& root_edges, std::vector<Ten
       run = dynamic_cast<AccumulateGrad*>(n) == nullptr;
     }
     if (run) {
+      std::chrono::steady_clock::time_point t0;
+      if (profiling()) {
+        device_sync();
+        t0 = std::chrono::steady_clock::now();
+      }
       outs = n->apply(std::move(grads));
+      if (profiling()) {
+        device_sync();
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(profile().mu);
+        auto& e = profile().by_name[n->name()];
+        e.first += sec;
+        ++e.second;
+      }
       HT_ASSERT(outs.empty() || outs.size() == n->next_edges().size(),
                 "{} returned {} gradients for {} inputs", n->name(), outs.size(), n->next_edges().size());
       if (!opts.retain_graph) n->release_saved();
@@ -134,6 +175,25 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     keep.push_back(e);
   }
   return execute(root_edges_of(outputs), default_root_grads(outputs, grad_outputs), opts, &caps);
+}
+
+std::string backward_profile_report() {
+  std::lock_guard<std::mutex> lock(profile().mu);
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(profile().by_name.begin(),
+                                                                       profile().by_name.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.first;
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-44s %10s %8s %7s\n", "backward node", "total ms", "calls", "share");
+  out += line;
+  for (const auto& [name, v] : rows) {
+    std::snprintf(line, sizeof line, "%-44s %10.2f %8lld %6.1f%%\n", name.c_str(), v.first * 1e3,
+                  static_cast<long long>(v.second), total > 0 ? 100.0 * v.first / total : 0.0);
+    out += line;
+  }
+  return out;
 }
 
 }  // namespace ht
