@@ -1,5 +1,6 @@
 // The backward engine. Iterative: a dependency count per node, a ready stack, per-node input buffers.
 #include "hadatrain/autograd/engine.h"
+#include "hadatrain/autograd/profile.h"
 
 #include <algorithm>
 #include <chrono>

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "hadatrain/autograd/engine.h"
+#include "hadatrain/autograd/profile.h"
 #include "hadatrain/cuda/allocator.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"

@@ -1,6 +1,5 @@
 // The backward engine: an iterative (non-recursive) walk of the graph in dependency order.
 #pragma once
-#include <string>
 #include <vector>
 
 #include "hadatrain/tensor/tensor.h"
@@ -14,9 +13,5 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 // (undefined where an input is unreachable). Leaves' .grad are left untouched.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, BackwardOptions opts = {});
-
-// The per-node-name backward time table collected when HADATRAIN_PROFILE_BACKWARD is set (Note [Backward
-// profile] in engine.cpp); empty otherwise.
-std::string backward_profile_report();
 
 }  // namespace ht
