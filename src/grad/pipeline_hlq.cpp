@@ -117,6 +117,21 @@ class HlqPipeline final : public Pipeline {
   }
 
  private:
+  // The plan for `length` positions. An explicit row count is per block and capped at the s² rows a block
+  // of n = hla_block_for(length) offers (s = 2^⌊log₄ n⌋), so one setting serves every layer of a network whose
+  // maps shrink (a ResNet's 32×32 … 4×4 stages).
+  HlaPlan plan_for(int64_t length) const {
+    HlaRank rank = o_.rank;
+    if (rank.kind == HlaRank::Kind::rows) {
+      const int64_t n = hla_block_for(length);
+      int log2n = 0;
+      while ((int64_t{1} << (log2n + 1)) <= n) ++log2n;
+      const int64_t s = int64_t{1} << (log2n / 2);
+      rank.rows = std::min(rank.rows, s * s);
+    }
+    return hla_plan(length, rank);
+  }
+
   HlaAxis choose_axis(int64_t L) {
     HlaAxis a;
     if (hla_block_for(L) > 1 || o_.fallback == HlaFallback::ref) {
@@ -126,17 +141,17 @@ class HlqPipeline final : public Pipeline {
                   "the reference code); fallback split_extra or pad compresses them",
                   L);
       }
-      a.plan = hla_plan(L, o_.rank);
+      a.plan = plan_for(L);
       return a;
     }
     if (o_.fallback == HlaFallback::split_extra) {
       HT_CHECK(o_.extra_tokens < L, "hlq: extra_tokens {} must be smaller than the {} tokens per sample",
                o_.extra_tokens, L);
       a.extra = o_.extra_tokens;
-      a.plan = hla_plan(L - a.extra, o_.rank);
+      a.plan = plan_for(L - a.extra);
     } else {
       a.pad = (L + o_.pad_to - 1) / o_.pad_to * o_.pad_to - L;
-      a.plan = hla_plan(L + a.pad, o_.rank);
+      a.plan = plan_for(L + a.pad);
     }
     return a;
   }

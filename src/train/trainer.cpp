@@ -18,11 +18,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/autograd/grad_mode.h"
+#ifdef HADATRAIN_CUDA
+#include "hadatrain/cuda/gemm.h"
+#endif
 #include "hadatrain/data/loader.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
@@ -215,6 +219,11 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
 
   TrainResult result;
   result.out_dir = cfg.run.out_dir;
+#ifdef HADATRAIN_CUDA
+  // train.tf32: f32 products on TF32 tensor cores for this thread (the one that runs forward and backward).
+  std::optional<cuda::Tf32Guard> tf32;
+  if (cfg.train.tf32 && device.is_cuda()) tf32.emplace(cuda::Tf32::on);
+#endif
   ProgressBar bar;
   bool stop = false;
   CrossEntropyOptions ce_opts;

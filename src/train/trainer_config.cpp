@@ -149,6 +149,7 @@ TrainSection read_train(ConfigReader r) {
   s.precision = r.get_choice("precision", Precision::fp32, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}});
   s.label_smoothing = r.get("label_smoothing", 0.0, Range::half_open(0.0, 1.0));
   s.eval_every = r.get<int64_t>("eval_every", 1, Range::at_least(1));
+  s.tf32 = r.get("tf32", false);
   return s;
 }
 

@@ -78,6 +78,10 @@ TEST_CASE("an empty config is all defaults and the run is named after the file",
   CHECK(c.train.epochs == 3);
   CHECK(c.data.pin_memory);
   CHECK_FALSE(load_trainer_config(write_config("nopin.yaml", ""), {"data.pin_memory=false"}).data.pin_memory);
+  CHECK_FALSE(c.train.tf32);
+  CHECK(load_trainer_config(write_config("tf32.yaml", ""), {"train.tf32=true"}).train.tf32);
+  CHECK(c.grad_pipeline.default_spec.name == "exact");
+  CHECK(c.grad_pipeline.overrides.empty());
 }
 
 TEST_CASE("malformed YAML is reported with file:line:column", "[config]") {

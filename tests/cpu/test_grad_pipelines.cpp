@@ -103,6 +103,20 @@ TEST_CASE("hlq low rank without quantisation is the projected gradient", "[grad]
   CHECK(rel_err(run(*p, pr).w, pr.g_w) < 1e-5);
 }
 
+TEST_CASE("hlq explicit rank rows are capped per block size", "[grad]") {
+  // rank_rows 36 is the pct-50 rank of n = 64; a 16-position layer (n 16, s² = 16) keeps all 16 rows instead
+  // of failing, so one setting serves every stage of a network.
+  grad::PipelineSpec s = hlq_lossless();
+  s.hlq.rank.kind = grad::HlaRank::Kind::rows;
+  s.hlq.rank.rows = 36;
+  auto p = grad::make_pipeline(s);
+  const Problem small = make_problem(2, 16, 8, 16, 12);
+  CHECK(rel_err(run(*p, small).w, small.g_w) < 1e-5);  // 16 of 16 rows: exact
+  const Problem big = make_problem(2, 64, 8, 16, 13);
+  grad::ForwardResult f = p->forward(big.x, big.w, {}, {}, true);
+  CHECK(f.saved->bytes == 2 * 36 * 8 * 4);  // 36 of 64 rows kept, f32
+}
+
 TEST_CASE("hlq default options stay within the documented error bound", "[grad]") {
   // docs/gradient_pipelines.md: on uniform random data (B 4, L 64, I 64, O 64) the 4-bit g_x has a relative error
   // below 0.35 with cosine above 0.94; g_w at pct 50 (r/n = 36/64) loses the high-sequency half of a white

@@ -94,6 +94,7 @@ struct TrainSection {
   Precision precision = Precision::fp32;  // forward compute dtype (bf16 casts activations and weights)
   double label_smoothing = 0.0;
   int64_t eval_every = 1;  // epochs between evaluations (the last epoch is always evaluated)
+  bool tf32 = false;       // f32 matrix products on CUDA may use TF32 tensor cores (cuBLASLt)
 };
 
 struct CheckpointSection {
