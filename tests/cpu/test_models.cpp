@@ -96,6 +96,15 @@ TEST_CASE("small ResNet and ViT run forward/backward with a gradient for every p
     INFO(n);
     REQUIRE(p->grad().defined());
   }
+  // A bf16 forward stays bf16 to the logits with f32 master parameters (the class token and position
+  // embedding are cast like the weights; a promoting cat/add would run every block in f32), and the
+  // master gradients stay f32.
+  v.zero_grad();
+  const Tensor yb = v.forward(test::random_tensor({3, 3, 8, 8}, 7, DType::f32).to(DType::bf16));
+  CHECK(yb.dtype() == DType::bf16);
+  sum(yb).backward();
+  CHECK(v.cls_token.grad().dtype() == DType::f32);
+  CHECK(v.pos_embed.grad().dtype() == DType::f32);
 }
 
 TEST_CASE("state dicts round trip and strict loading names what is wrong", "[models]") {
