@@ -16,6 +16,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/tensor/factory.h"
+#include "timing.h"
 
 using namespace ht;
 
@@ -32,28 +33,6 @@ struct Variant {
   DType dtype;
 };
 
-template <class F>
-double median_ms(F&& f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaDeviceSynchronize();
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(a, nullptr);
-    f();
-    cudaEventRecord(b, nullptr);
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 }  // namespace
 
@@ -106,7 +85,7 @@ int main(int argc, char** argv) {
       grad::ProductInfo info;
       info.grid_h = info.grid_w = l.grid;
       grad::ForwardResult f = p->forward(x, w, info, grad::NoiseKey{1, 0, 0}, true);
-      const double ms = median_ms([&] { p->backward(*f.saved, g, {true, true}); });
+      const double ms = bench::median_ms([&] { p->backward(*f.saved, g, {true, true}); });
       if (base == 0) base = ms;
       std::printf("%-18s %-18s %10.3f %9.2fx\n", l.name, v.label, ms, base / ms);
     }

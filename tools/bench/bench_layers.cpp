@@ -16,38 +16,20 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/tensor/factory.h"
+#include "timing.h"
 
 using namespace ht;
 
 namespace {
 
-double median_ms(const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaDeviceSynchronize();
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(a, nullptr);
-    f();
-    cudaEventRecord(b, nullptr);
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 // forward alone and forward + backward (sum of the output times a fixed gradient-like tensor).
 void row(const char* name, const std::function<Tensor()>& fwd) {
-  const double f = median_ms([&] {
+  const double f = bench::median_ms([&] {
     NoGradGuard g;
     fwd();
   });
-  const double fb = median_ms([&] {
+  const double fb = bench::median_ms([&] {
     const Tensor y = fwd();
     sum(y).backward();
   });

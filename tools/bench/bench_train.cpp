@@ -21,6 +21,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "timing.h"
 
 using namespace ht;
 
@@ -61,24 +62,7 @@ int main(int argc, char** argv) {
     loss.backward();
     opt->step(0.1);
   };
-  for (int i = 0; i < 5; ++i) step();
-  cudaDeviceSynchronize();
-  cuda::reset_peak();
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(a, nullptr);
-    step();
-    cudaEventRecord(b, nullptr);
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  const double med = bench::median_ms(step, 5, 20, [] { cuda::reset_peak(); });
   const auto mem = cuda::memory_stats();
   std::printf("hadatrain %s batch %lld %s forward, %s: %.2f ms/step, %.0f img/s, peak allocated %.2f GiB\n",
               name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(), med,

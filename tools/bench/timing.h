@@ -1,0 +1,36 @@
+// Timing shared by the CUDA benchmark programs (bench_grad, bench_layers, bench_train): the median of `reps`
+// runs of f, each between two CUDA events on the default stream, after `warmup` untimed runs and a device
+// synchronisation (then `after_warmup`, e.g. to reset the peak-memory counter).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace ht::bench {
+
+template <class F>
+double median_ms(F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = nullptr) {
+  for (int i = 0; i < warmup; ++i) f();
+  cudaDeviceSynchronize();
+  if (after_warmup) after_warmup();
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, nullptr);
+    f();
+    cudaEventRecord(b, nullptr);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace ht::bench
