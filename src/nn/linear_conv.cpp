@@ -1,5 +1,6 @@
 // Linear and Conv2d modules. Their products are where gradient pipelines plug in (a later issue):
 // forward captures the pipeline, backward never looks it up globally.
+#include "hadatrain/autograd/function.h"
 #include "hadatrain/nn/init.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/ops/copy.h"
@@ -33,7 +34,7 @@ Linear::Linear(int64_t in, int64_t out, Bias b, Generator& gen) : in_features(in
 Tensor Linear::forward(const Tensor& x) {
   HT_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear({}, {}): input {} has last dim {} (expected {})",
            in_features, out_features, x.describe(), x.dim() ? x.size(-1) : 0, in_features);
-  if (!grad_pipeline.active()) return linear(x, cast_like(weight, x), cast_like(bias, x));
+  if (!grad_pipeline.routes(needs_grad({&x, &weight}))) return linear(x, cast_like(weight, x), cast_like(bias, x));
   // Through the layer's gradient pipeline (Note [Product geometry]): (N, I) is (1, N, I); (B, ..., I) is
   // (B, L, I); the bias is added outside so every pipeline agrees on its gradient.
   grad::ProductInfo info;
@@ -75,7 +76,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.pad_h = p.pad_w = options.padding;
   p.dilation_h = p.dilation_w = options.dilation;
   p.groups = options.groups;
-  if (!grad_pipeline.active()) return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
+  if (!grad_pipeline.routes(needs_grad({&x, &weight}))) return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
   // Through the layer's gradient pipeline: the im2col view (Note [Product geometry]) x_col (N, L, C·k·k)
   // times W (O, C·k·k)ᵀ; fold2d (unfold2d's backward) maps g_x back to the image. groups == 1 here.
   HT_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "Conv2d({} -> {}): input must be (N, {}, H, W), got {}",

@@ -262,6 +262,14 @@ TEST_CASE("Linear with a bound pipeline matches the plain layer when lossless", 
   CHECK(rel_err(lin->weight.grad(), gw0) < 1e-5);
   CHECK(test::compare(lin->bias.grad(), gb0, 1e-5, 1e-5) == "");
   CHECK(lin->grad_pipeline.saved_bytes == 2 * 64 * 12 * 4);  // full rank, f32 projection
+
+  // Without a gradient (evaluation) the layer takes its plain op: same output, nothing saved or projected.
+  lin->grad_pipeline.saved_bytes = -1;
+  {
+    NoGradGuard no_grad;
+    CHECK(test::compare(lin->forward(x), y0, 0.0, 0.0) == "");
+  }
+  CHECK(lin->grad_pipeline.saved_bytes == -1);
 }
 
 TEST_CASE("pipeline selection by module-name globs, first match wins", "[grad]") {

@@ -122,6 +122,10 @@ class Pipeline {
   virtual ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                                 bool save) = 0;
   virtual Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) = 0;
+  // Whether forward's y is the plain high-precision product (true for every pipeline here; HALO's quantised
+  // forward will say false). Layers then take their plain op (cuDNN, fused bias) when no gradient is needed,
+  // e.g. in evaluation.
+  virtual bool exact_forward() const { return true; }
 };
 
 // A new pipeline for one layer. Throws for an unknown name.

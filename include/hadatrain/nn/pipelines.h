@@ -20,6 +20,8 @@ struct PipelineBinding {
   std::shared_ptr<const grad::StepClock> clock;
   int64_t saved_bytes = 0;                    // activation bytes the latest training forward kept
   bool active() const { return pipeline != nullptr && pipeline->name() != "exact"; }
+  // Whether a forward whose inputs need (`grad`) or do not need a gradient goes through the pipeline.
+  bool routes(bool grad) const { return active() && (grad || !pipeline->exact_forward()); }
   grad::NoiseKey key_now() const;
 };
 
