@@ -1,6 +1,7 @@
 // inspect_grads: per-layer error of each gradient pipeline against exact on one batch (train/inspect.h).
 #include "hadatrain/train/inspect.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -141,6 +142,23 @@ std::string format_grad_report(const std::vector<LayerGradReport>& report) {
       first = false;
     }
   }
+  // Totals over the layers: the activation memory each pipeline's saved state needs for this batch.
+  std::vector<std::pair<std::string, int64_t>> totals;
+  for (const auto& r : report)
+    for (const auto& e : r.results) {
+      auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.first == e.pipeline; });
+      if (it == totals.end()) totals.emplace_back(e.pipeline, e.saved_bytes);
+      else it->second += e.saved_bytes;
+    }
+  const auto exact = std::find_if(totals.begin(), totals.end(), [](const auto& t) { return t.first == "exact"; });
+  out += "saved by the Linear/Conv2d products of this batch:";
+  for (const auto& [name, bytes] : totals) {
+    out += fmt::format(" {} {:.2f} MiB", name, static_cast<double>(bytes) / (1 << 20));
+    if (exact != totals.end() && exact->second > 0 && name != "exact")
+      out += fmt::format(" ({:.0f} % of exact)", 100.0 * static_cast<double>(bytes) / static_cast<double>(exact->second));
+    out += ";";
+  }
+  out.back() = '\n';
   return out;
 }
 
