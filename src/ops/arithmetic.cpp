@@ -49,6 +49,20 @@ A apply_arith(Arith op, A x, A y) {
   return x;
 }
 
+// Calls run(f) with f(x, y) = apply_arith(op, x, y) for a fixed op, so the op is chosen once per tensor
+// and the element loop inlines the arithmetic.
+template <class Run>
+void with_arith(Arith op, Run&& run) {
+  switch (op) {
+    case Arith::add: return run([](auto x, auto y) { return apply_arith(Arith::add, x, y); });
+    case Arith::sub: return run([](auto x, auto y) { return apply_arith(Arith::sub, x, y); });
+    case Arith::mul: return run([](auto x, auto y) { return apply_arith(Arith::mul, x, y); });
+    case Arith::div: return run([](auto x, auto y) { return apply_arith(Arith::div, x, y); });
+    case Arith::max: return run([](auto x, auto y) { return apply_arith(Arith::max, x, y); });
+    case Arith::min: return run([](auto x, auto y) { return apply_arith(Arith::min, x, y); });
+  }
+}
+
 #ifdef HADATRAIN_CUDA
 kernels::BinaryOp kernel_op(Arith op) {
   switch (op) {
@@ -83,7 +97,7 @@ Tensor arith_forward(Arith op, const Tensor& a, const Tensor& b) {
   visit_dtype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, int4x2>) HT_FAIL("{}: packed int4 takes part in no arithmetic", name);
-    else cpu::binary_map<T, T>(out, ac, bc, [op](auto x, auto y) { return apply_arith(op, x, y); });
+    else with_arith(op, [&](auto f) { cpu::binary_map<T, T>(out, ac, bc, f); });
   });
   return out;
 }

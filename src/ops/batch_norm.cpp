@@ -51,8 +51,18 @@ void check_channel_tensor(const Tensor& t, const char* what, const Tensor& x, in
 }
 
 // Calls f(offset_in_x, offset_in_out, channel) for every element of x; out is contiguous with x's shape.
+// Elements are visited in row-major order of x, so per-channel sums add in the same order either way.
 template <class F>
 void for_each_channel_element(const Tensor& x, const Tensor& out, F&& f) {
+  if (x.is_contiguous() && out.is_contiguous()) {  // (N, C, inner): plain loops, no offset bookkeeping
+    const int64_t N = x.size(0), C = x.size(1), inner = N * C > 0 ? x.numel() / (N * C) : 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t base = (n * C + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) f(base + i, base + i, c);
+      }
+    return;
+  }
   Strides chan;
   chan.resize(x.dim());
   chan[1] = 1;  // the "offset" of this operand is the channel index

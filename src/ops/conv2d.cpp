@@ -1,9 +1,10 @@
 // conv2d: x (N, C, H, W) * weight (O, C/groups, KH, KW) [+ bias (O)] -> (N, O, OH, OW), with stride, zero
 // padding, dilation and groups, where OH = (H + 2·pad_h - dilation_h·(KH - 1) - 1) / stride_h + 1 (same for W).
-// CPU path per sample and group: col = im2col(x) (C/g·KH·KW, OH·OW), then out = W_g (O/g, C/g·KH·KW) · col
-// through the GEMM helper, with the bias pre-loaded into the output. Backward:
+// CPU path per chunk of samples and group: col = im2col(x) (C/g·KH·KW, S·OH·OW) with the chunk's S samples
+// side by side, then out = W_g (O/g, C/g·KH·KW) · col through the GEMM helper (one large product per chunk),
+// with the bias pre-loaded into the output. Backward, with the same chunks:
 //   grad input  = col2im(W_gᵀ · g)          (overlapping windows summed in fp32 / fp64)
-//   grad weight = sum over samples of g · colᵀ  (accumulated in fp32 / fp64, rounded once)
+//   grad weight = sum over chunks of g · colᵀ  (accumulated in fp32 / fp64, rounded once)
 //   grad bias   = sum of g over N, OH, OW.
 #include <algorithm>
 #include <vector>
@@ -122,6 +123,37 @@ cuda::ConvProblem cudnn_problem(const ConvShapes& s, const Conv2dParams& p, DTyp
 
 cpu::ImageStrides image_strides(const Tensor& x) { return {x.strides()[1], x.strides()[2], x.strides()[3]}; }
 
+// Samples per GEMM. The CPU path puts a chunk of S samples side by side into one wide column matrix
+// (C/g·KH·KW, S·OH·OW), so each group runs one large product per chunk instead of S small ones (BLAS is
+// far faster on the large one, and its threads start once). S depends only on the shapes (never on the
+// thread count or the machine), so results are reproducible; the buffers stay below ~kChunkElems elements.
+constexpr int64_t kChunkElems = int64_t{1} << 22;
+int64_t samples_per_chunk(const ConvShapes& s, int64_t rows) {
+  const int64_t per_sample = std::max<int64_t>(1, rows * s.OH * s.OW);
+  return std::clamp<int64_t>(kChunkElems / per_sample, 1, std::max<int64_t>(1, s.N));
+}
+
+// A chunk's (rows, S·OH·OW) matrix <-> the (rows, OH·OW) blocks of its samples in an (N, ·, OH, OW) tensor:
+// wide[r, i·OH·OW + j] = t[n0 + i, row0 + r, j], where t has `planes` channels of OH·OW each.
+template <class T>
+void gather_chunk(const T* t, int64_t planes, int64_t row0, int64_t rows, int64_t ohw, int64_t n0, int64_t S,
+                  T* wide) {
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* src = t + ((n0 + i) * planes + row0 + r) * ohw;
+      std::copy(src, src + ohw, wide + r * S * ohw + i * ohw);
+    }
+}
+template <class T>
+void scatter_chunk(const T* wide, int64_t planes, int64_t row0, int64_t rows, int64_t ohw, int64_t n0, int64_t S,
+                   T* t) {
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* src = wide + r * S * ohw + i * ohw;
+      std::copy(src, src + ohw, t + ((n0 + i) * planes + row0 + r) * ohw);
+    }
+}
+
 // out (N, O, OH, OW) from detached x (any strides), weight and bias.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                       const ConvShapes& s) {
@@ -138,32 +170,36 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
   const Tensor bc = bias.defined() ? contiguous(bias) : Tensor();
   const cpu::ConvGeometry geo = geometry(s, p);
   const int64_t ohw = geo.col_cols(), ckk = geo.col_rows();
-  cpu::GemmDims d;  // out_g (Og, OH·OW) = W_g (Og, Cg·KH·KW) · col (Cg·KH·KW, OH·OW)
-  d.m = s.Og;
-  d.n = ohw;
-  d.k = ckk;
-  d.lda = std::max<int64_t>(1, ckk);
-  d.ldb = std::max<int64_t>(1, ohw);
-  d.ldc = std::max<int64_t>(1, ohw);
-  d.beta = bias.defined() ? 1.0 : 0.0;
+  const int64_t chunk = samples_per_chunk(s, std::max(ckk, s.Og));
   visit_floating(x.dtype(), "conv2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    std::vector<T> col(static_cast<std::size_t>(ckk * ohw));
+    std::vector<T> col(static_cast<std::size_t>(ckk * chunk * ohw));    // (Cg·KH·KW, S·OH·OW)
+    std::vector<T> wide(static_cast<std::size_t>(s.Og * chunk * ohw));  // (Og, S·OH·OW)
     const T* px = cpu::ptr<T>(x);
     const T* pw = cpu::ptr<T>(wc);
     T* po = cpu::ptr<T>(out);
     const cpu::ImageStrides is = image_strides(x);
-    for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t n0 = 0; n0 < s.N; n0 += chunk) {
+      const int64_t S = std::min(chunk, s.N - n0), cols = S * ohw;
+      cpu::GemmDims d;  // wide (Og, S·OH·OW) = W_g (Og, Cg·KH·KW) · col (Cg·KH·KW, S·OH·OW) [+ bias]
+      d.m = s.Og;
+      d.n = cols;
+      d.k = ckk;
+      d.lda = std::max<int64_t>(1, ckk);
+      d.ldb = std::max<int64_t>(1, cols);
+      d.ldc = std::max<int64_t>(1, cols);
+      d.beta = bias.defined() ? 1.0 : 0.0;
       for (int64_t gi = 0; gi < s.groups; ++gi) {
-        cpu::im2col(px + n * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data());
-        T* o = po + (n * s.O + gi * s.Og) * ohw;  // (Og, OH·OW)
+        for (int64_t i = 0; i < S; ++i)
+          cpu::im2col(px + (n0 + i) * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data() + i * ohw, cols);
         if (bias.defined()) {
           const T* pb = cpu::ptr<T>(bc) + gi * s.Og;
-          for (int64_t r = 0; r < s.Og; ++r)
-            for (int64_t j = 0; j < ohw; ++j) o[r * ohw + j] = pb[r];
+          for (int64_t r = 0; r < s.Og; ++r) std::fill_n(wide.data() + r * cols, cols, pb[r]);
         }
-        cpu::gemm<T>(d, pw + gi * s.Og * ckk, col.data(), o);
+        cpu::gemm<T>(d, pw + gi * s.Og * ckk, col.data(), wide.data());
+        scatter_chunk(wide.data(), s.O, gi * s.Og, s.Og, ohw, n0, S, po);
       }
+    }
   });
   return out;
 }
@@ -173,30 +209,37 @@ void conv2d_grad_input(const Tensor& g, const Tensor& w, const Conv2dParams& p, 
   const Tensor wc = contiguous(w);
   const cpu::ConvGeometry geo = geometry(s, p);
   const int64_t ohw = geo.col_cols(), ckk = geo.col_rows(), chw = s.Cg * s.H * s.W;
-  cpu::GemmDims d;  // gcol (Cg·KH·KW, OH·OW) = W_gᵀ · g_g (Og, OH·OW)
-  d.m = ckk;
-  d.n = ohw;
-  d.k = s.Og;
-  d.trans_a = cpu::Trans::yes;
-  d.lda = std::max<int64_t>(1, ckk);
-  d.ldb = std::max<int64_t>(1, ohw);
-  d.ldc = std::max<int64_t>(1, ohw);
+  const int64_t chunk = samples_per_chunk(s, std::max(ckk, s.Og));
   visit_floating(g.dtype(), "conv2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    std::vector<T> gcol(static_cast<std::size_t>(ckk * ohw));
-    std::vector<A> image(static_cast<std::size_t>(chw));  // one group's (Cg, H, W) gradient
+    std::vector<T> gcol(static_cast<std::size_t>(ckk * chunk * ohw));  // (Cg·KH·KW, S·OH·OW)
+    std::vector<T> gw(static_cast<std::size_t>(s.Og * chunk * ohw));   // (Og, S·OH·OW)
+    std::vector<A> image(static_cast<std::size_t>(chw));                // one sample's (Cg, H, W) gradient
     const T* pg = cpu::ptr<T>(g);
     const T* pw = cpu::ptr<T>(wc);
     T* px = cpu::ptr<T>(gx);
-    for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t n0 = 0; n0 < s.N; n0 += chunk) {
+      const int64_t S = std::min(chunk, s.N - n0), cols = S * ohw;
+      cpu::GemmDims d;  // gcol (Cg·KH·KW, S·OH·OW) = W_gᵀ · g_g (Og, S·OH·OW)
+      d.m = ckk;
+      d.n = cols;
+      d.k = s.Og;
+      d.trans_a = cpu::Trans::yes;
+      d.lda = std::max<int64_t>(1, ckk);
+      d.ldb = std::max<int64_t>(1, cols);
+      d.ldc = std::max<int64_t>(1, cols);
       for (int64_t gi = 0; gi < s.groups; ++gi) {
-        cpu::gemm<T>(d, pw + gi * s.Og * ckk, pg + (n * s.O + gi * s.Og) * ohw, gcol.data());
-        std::fill(image.begin(), image.end(), A(0));
-        cpu::col2im(gcol.data(), geo, image.data());
-        T* dst = px + (n * s.C + gi * s.Cg) * s.H * s.W;
-        for (int64_t i = 0; i < chw; ++i) dst[i] = cpu::convert<T>(image[static_cast<std::size_t>(i)]);
+        gather_chunk(pg, s.O, gi * s.Og, s.Og, ohw, n0, S, gw.data());
+        cpu::gemm<T>(d, pw + gi * s.Og * ckk, gw.data(), gcol.data());
+        for (int64_t i = 0; i < S; ++i) {
+          std::fill(image.begin(), image.end(), A(0));
+          cpu::col2im(gcol.data() + i * ohw, cols, geo, image.data());
+          T* dst = px + ((n0 + i) * s.C + gi * s.Cg) * s.H * s.W;
+          for (int64_t e = 0; e < chw; ++e) dst[e] = cpu::convert<T>(image[static_cast<std::size_t>(e)]);
+        }
       }
+    }
   });
 }
 
@@ -205,28 +248,34 @@ void conv2d_grad_weight(const Tensor& g, const Tensor& x, const Conv2dParams& p,
                         const Tensor& gw) {
   const cpu::ConvGeometry geo = geometry(s, p);
   const int64_t ohw = geo.col_cols(), ckk = geo.col_rows();
-  cpu::GemmDims d;  // gw_g (Og, Cg·KH·KW) += g_g (Og, OH·OW) · colᵀ (OH·OW, Cg·KH·KW)
-  d.m = s.Og;
-  d.n = ckk;
-  d.k = ohw;
-  d.trans_b = cpu::Trans::yes;
-  d.lda = std::max<int64_t>(1, ohw);
-  d.ldb = std::max<int64_t>(1, ohw);
-  d.ldc = std::max<int64_t>(1, ckk);
-  d.beta = 1.0;
+  const int64_t chunk = samples_per_chunk(s, std::max(ckk, s.Og));
   visit_floating(g.dtype(), "conv2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    std::vector<T> col(static_cast<std::size_t>(ckk * ohw));
-    std::vector<A> acc(static_cast<std::size_t>(s.O * ckk), A(0));  // (O, Cg·KH·KW), summed over samples
+    std::vector<T> col(static_cast<std::size_t>(ckk * chunk * ohw));   // (Cg·KH·KW, S·OH·OW)
+    std::vector<T> gwide(static_cast<std::size_t>(s.Og * chunk * ohw));  // (Og, S·OH·OW)
+    std::vector<A> acc(static_cast<std::size_t>(s.O * ckk), A(0));      // (O, Cg·KH·KW), summed over samples
     const T* pg = cpu::ptr<T>(g);
     const T* px = cpu::ptr<T>(x);
     const cpu::ImageStrides is = image_strides(x);
-    for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t n0 = 0; n0 < s.N; n0 += chunk) {
+      const int64_t S = std::min(chunk, s.N - n0), cols = S * ohw;
+      cpu::GemmDims d;  // gw_g (Og, Cg·KH·KW) += g_g (Og, S·OH·OW) · colᵀ (S·OH·OW, Cg·KH·KW)
+      d.m = s.Og;
+      d.n = ckk;
+      d.k = cols;
+      d.trans_b = cpu::Trans::yes;
+      d.lda = std::max<int64_t>(1, cols);
+      d.ldb = std::max<int64_t>(1, cols);
+      d.ldc = std::max<int64_t>(1, ckk);
+      d.beta = 1.0;
       for (int64_t gi = 0; gi < s.groups; ++gi) {
-        cpu::im2col(px + n * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data());
-        cpu::gemm_acc<T>(d, pg + (n * s.O + gi * s.Og) * ohw, col.data(), acc.data() + gi * s.Og * ckk);
+        for (int64_t i = 0; i < S; ++i)
+          cpu::im2col(px + (n0 + i) * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data() + i * ohw, cols);
+        gather_chunk(pg, s.O, gi * s.Og, s.Og, ohw, n0, S, gwide.data());
+        cpu::gemm_acc<T>(d, gwide.data(), col.data(), acc.data() + gi * s.Og * ckk);
       }
+    }
     T* pgw = cpu::ptr<T>(gw);
     for (std::size_t i = 0; i < acc.size(); ++i) pgw[i] = cpu::convert<T>(acc[i]);
   });
