@@ -7,6 +7,7 @@
 //   grad weight = sum over chunks of g · colᵀ  (accumulated in fp32 / fp64, rounded once)
 //   grad bias   = sum of g over N, OH, OW.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cpu/convert.h"
@@ -133,6 +134,12 @@ int64_t samples_per_chunk(const ConvShapes& s, int64_t rows) {
   return std::clamp<int64_t>(kChunkElems / per_sample, 1, std::max<int64_t>(1, s.N));
 }
 
+// A work buffer of n elements that every use fully overwrites before reading (so it is not zero-filled).
+template <class T>
+std::unique_ptr<T[]> scratch(int64_t n) {
+  return std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(std::max<int64_t>(1, n)));
+}
+
 // A chunk's (rows, S·OH·OW) matrix <-> the (rows, OH·OW) blocks of its samples in an (N, ·, OH, OW) tensor:
 // wide[r, i·OH·OW + j] = t[n0 + i, row0 + r, j], where t has `planes` channels of OH·OW each.
 template <class T>
@@ -173,8 +180,8 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
   const int64_t chunk = samples_per_chunk(s, std::max(ckk, s.Og));
   visit_floating(x.dtype(), "conv2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    std::vector<T> col(static_cast<std::size_t>(ckk * chunk * ohw));    // (Cg·KH·KW, S·OH·OW)
-    std::vector<T> wide(static_cast<std::size_t>(s.Og * chunk * ohw));  // (Og, S·OH·OW)
+    auto col = scratch<T>(ckk * chunk * ohw);     // (Cg·KH·KW, S·OH·OW)
+    auto wide = scratch<T>(s.Og * chunk * ohw);   // (Og, S·OH·OW)
     const T* px = cpu::ptr<T>(x);
     const T* pw = cpu::ptr<T>(wc);
     T* po = cpu::ptr<T>(out);
@@ -191,13 +198,13 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
       d.beta = bias.defined() ? 1.0 : 0.0;
       for (int64_t gi = 0; gi < s.groups; ++gi) {
         for (int64_t i = 0; i < S; ++i)
-          cpu::im2col(px + (n0 + i) * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data() + i * ohw, cols);
+          cpu::im2col(px + (n0 + i) * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.get() + i * ohw, cols);
         if (bias.defined()) {
           const T* pb = cpu::ptr<T>(bc) + gi * s.Og;
-          for (int64_t r = 0; r < s.Og; ++r) std::fill_n(wide.data() + r * cols, cols, pb[r]);
+          for (int64_t r = 0; r < s.Og; ++r) std::fill_n(wide.get() + r * cols, cols, pb[r]);
         }
-        cpu::gemm<T>(d, pw + gi * s.Og * ckk, col.data(), wide.data());
-        scatter_chunk(wide.data(), s.O, gi * s.Og, s.Og, ohw, n0, S, po);
+        cpu::gemm<T>(d, pw + gi * s.Og * ckk, col.get(), wide.get());
+        scatter_chunk(wide.get(), s.O, gi * s.Og, s.Og, ohw, n0, S, po);
       }
     }
   });
@@ -213,8 +220,8 @@ void conv2d_grad_input(const Tensor& g, const Tensor& w, const Conv2dParams& p, 
   visit_floating(g.dtype(), "conv2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    std::vector<T> gcol(static_cast<std::size_t>(ckk * chunk * ohw));  // (Cg·KH·KW, S·OH·OW)
-    std::vector<T> gw(static_cast<std::size_t>(s.Og * chunk * ohw));   // (Og, S·OH·OW)
+    auto gcol = scratch<T>(ckk * chunk * ohw);  // (Cg·KH·KW, S·OH·OW)
+    auto gw = scratch<T>(s.Og * chunk * ohw);   // (Og, S·OH·OW)
     std::vector<A> image(static_cast<std::size_t>(chw));                // one sample's (Cg, H, W) gradient
     const T* pg = cpu::ptr<T>(g);
     const T* pw = cpu::ptr<T>(wc);
@@ -230,11 +237,11 @@ void conv2d_grad_input(const Tensor& g, const Tensor& w, const Conv2dParams& p, 
       d.ldb = std::max<int64_t>(1, cols);
       d.ldc = std::max<int64_t>(1, cols);
       for (int64_t gi = 0; gi < s.groups; ++gi) {
-        gather_chunk(pg, s.O, gi * s.Og, s.Og, ohw, n0, S, gw.data());
-        cpu::gemm<T>(d, pw + gi * s.Og * ckk, gw.data(), gcol.data());
+        gather_chunk(pg, s.O, gi * s.Og, s.Og, ohw, n0, S, gw.get());
+        cpu::gemm<T>(d, pw + gi * s.Og * ckk, gw.get(), gcol.get());
         for (int64_t i = 0; i < S; ++i) {
           std::fill(image.begin(), image.end(), A(0));
-          cpu::col2im(gcol.data() + i * ohw, cols, geo, image.data());
+          cpu::col2im(gcol.get() + i * ohw, cols, geo, image.data());
           T* dst = px + ((n0 + i) * s.C + gi * s.Cg) * s.H * s.W;
           for (int64_t e = 0; e < chw; ++e) dst[e] = cpu::convert<T>(image[static_cast<std::size_t>(e)]);
         }
@@ -252,8 +259,8 @@ void conv2d_grad_weight(const Tensor& g, const Tensor& x, const Conv2dParams& p,
   visit_floating(g.dtype(), "conv2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    std::vector<T> col(static_cast<std::size_t>(ckk * chunk * ohw));   // (Cg·KH·KW, S·OH·OW)
-    std::vector<T> gwide(static_cast<std::size_t>(s.Og * chunk * ohw));  // (Og, S·OH·OW)
+    auto col = scratch<T>(ckk * chunk * ohw);     // (Cg·KH·KW, S·OH·OW)
+    auto gwide = scratch<T>(s.Og * chunk * ohw);  // (Og, S·OH·OW)
     std::vector<A> acc(static_cast<std::size_t>(s.O * ckk), A(0));      // (O, Cg·KH·KW), summed over samples
     const T* pg = cpu::ptr<T>(g);
     const T* px = cpu::ptr<T>(x);
@@ -271,9 +278,9 @@ void conv2d_grad_weight(const Tensor& g, const Tensor& x, const Conv2dParams& p,
       d.beta = 1.0;
       for (int64_t gi = 0; gi < s.groups; ++gi) {
         for (int64_t i = 0; i < S; ++i)
-          cpu::im2col(px + (n0 + i) * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.data() + i * ohw, cols);
-        gather_chunk(pg, s.O, gi * s.Og, s.Og, ohw, n0, S, gwide.data());
-        cpu::gemm_acc<T>(d, gwide.data(), col.data(), acc.data() + gi * s.Og * ckk);
+          cpu::im2col(px + (n0 + i) * x.strides()[0] + gi * s.Cg * is.c, is, geo, col.get() + i * ohw, cols);
+        gather_chunk(pg, s.O, gi * s.Og, s.Og, ohw, n0, S, gwide.get());
+        cpu::gemm_acc<T>(d, gwide.get(), col.get(), acc.data() + gi * s.Og * ckk);
       }
     }
     T* pgw = cpu::ptr<T>(gw);
