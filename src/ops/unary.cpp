@@ -2,6 +2,7 @@
 // Each has a forward formula and a derivative formula side by side (UNARY_OPS table below); backward
 // multiplies the incoming gradient by the derivative evaluated at the saved input (or output).
 #include <cmath>
+#include <type_traits>
 
 #include "cpu/elementwise.h"
 #include "hadatrain/autograd/function.h"
@@ -131,6 +132,29 @@ kernels::UnaryOp kernel_op(Unary u) {
 }
 #endif
 
+// Calls run(op) with op a std::integral_constant for u, so a loop over elements sees a fixed op.
+template <class Run>
+void with_unary(Unary u, Run&& run) {
+  switch (u) {
+#define HT_UNARY_CASE(U) \
+  case Unary::U: return run(std::integral_constant<Unary, Unary::U>{});
+    HT_UNARY_CASE(neg)
+    HT_UNARY_CASE(abs)
+    HT_UNARY_CASE(exp)
+    HT_UNARY_CASE(log)
+    HT_UNARY_CASE(sqrt)
+    HT_UNARY_CASE(rsqrt)
+    HT_UNARY_CASE(tanh)
+    HT_UNARY_CASE(sigmoid)
+    HT_UNARY_CASE(relu)
+    HT_UNARY_CASE(gelu_erf)
+    HT_UNARY_CASE(gelu_tanh)
+    HT_UNARY_CASE(silu)
+    HT_UNARY_CASE(clamp)
+#undef HT_UNARY_CASE
+  }
+}
+
 // Applies forward_value (or derivative) elementwise (the CPU loop is the reference; see kernels/elementwise.cu).
 Tensor map(Unary u, const Tensor& x, ClampRange r, bool deriv) {
   const UnaryInfo in = info(u);
@@ -158,7 +182,10 @@ Tensor map(Unary u, const Tensor& x, ClampRange r, bool deriv) {
                                       : forward_value<double>(u, static_cast<double>(v), r));
         });
       } else {
-        cpu::unary_map<T>(out, x, [&](A v) { return deriv ? derivative<A>(u, v, r) : forward_value<A>(u, v, r); });
+        with_unary(u, [&](auto op) {  // op is a compile-time constant, so the switch folds away in the loop
+          if (deriv) cpu::unary_map<T>(out, x, [&](A v) { return derivative<A>(op, v, r); });
+          else cpu::unary_map<T>(out, x, [&](A v) { return forward_value<A>(op, v, r); });
+        });
       }
     }
   });

@@ -26,9 +26,28 @@ void reduce_visit(const Tensor& x, const std::vector<bool>& mask, F&& f) {
     if constexpr (std::is_same_v<T, int4x2>) {
       HT_FAIL("reductions do not take packed int4");
     } else {
+      // Row-major order, line by line along the (coalesced) last dim; a line that sums into one slot is
+      // its own loop, so the compiler can keep that slot in a register (same order of additions).
+      if (x.numel() == 0) return;
       const T* p = ptr<T>(x);
-      for_each_offset<2>(x.shape(), {x.strides(), os},
-                         [&](const std::array<int64_t, 2>& o) { f(o[1], to_double(p[o[0]])); });
+      Shape shape = x.shape();
+      std::array<Strides, 2> st{x.strides(), os};
+      coalesce_dims<2>(shape, st);
+      if (shape.size() == 0) {
+        f(int64_t{0}, to_double(p[0]));
+        return;
+      }
+      const int last = shape.size() - 1;
+      const int64_t inner = shape[last], x_step = st[0][last], slot_step = st[1][last];
+      Shape outer = shape;
+      outer[last] = 1;
+      for_each_offset<2>(outer, st, [&](const std::array<int64_t, 2>& o) {
+        const T* line = p + o[0];
+        if (slot_step == 0)
+          for (int64_t i = 0; i < inner; ++i) f(o[1], to_double(line[i * x_step]));
+        else
+          for (int64_t i = 0; i < inner; ++i) f(o[1] + i * slot_step, to_double(line[i * x_step]));
+      });
     }
   });
 }
