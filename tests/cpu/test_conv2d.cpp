@@ -1,5 +1,5 @@
 // conv2d against a naive 7-loop direct convolution: stride, padding, dilation, groups, depthwise, odd
-// sizes, a channels-last input viewed as NCHW; gradchecks for x, weight and bias; bf16 forward and backward
+// sizes, a channels-last input viewed as NCHW, a batch split into several GEMM chunks; gradchecks for x, weight and bias; bf16 forward and backward
 // against f64; shape-validation errors.
 #include <cmath>
 
@@ -109,6 +109,30 @@ TEST_CASE("conv2d reads non-contiguous inputs in place (channels-last viewed as 
   Tensor xs = slice(rand_t({cc.N, cc.C, cc.H, 2 * cc.W}, 8), 3, 0, 2 * cc.W, 2);
   CHECK(test::compare(conv2d(xs, wt, b, cc.p), naive_conv(xs.contiguous(), wt.contiguous(), b, cc), 1e-12, 1e-12) ==
         "");
+}
+
+TEST_CASE("conv2d over several sample chunks matches per-sample convolutions", "[conv2d]") {
+  // The CPU path runs chunks of samples as one GEMM, chunk size set by a ~4 M element buffer budget: with
+  // C/groups·KH·KW = 288 rows and 48·48 outputs per sample, 7 samples split into chunks of 6 and 1.
+  const ConvCase cc{7, 64, 48, 48, 4, 3, 3, params(1, 1, 1, 2)};
+  Tensor x = rand_t({cc.N, cc.C, cc.H, cc.W}, 31).set_requires_grad(true);
+  Tensor w = rand_t({cc.O, cc.C / 2, cc.KH, cc.KW}, 32).set_requires_grad(true);
+  Tensor b = rand_t({cc.O}, 33).set_requires_grad(true);
+  Tensor y = conv2d(x, w, b, cc.p);
+  CHECK(test::compare(y, naive_conv(x.detach(), w.detach(), b.detach(), cc), 1e-12, 1e-12) == "");
+  Tensor gy = rand_t(y.shape(), 34);
+  auto g = grad({y}, {x, w, b}, {gy});
+  std::vector<double> gw_sum(static_cast<std::size_t>(w.numel()), 0.0);
+  for (int64_t n = 0; n < cc.N; ++n) {
+    INFO("sample " << n);
+    Tensor xn = slice(x.detach(), 0, n, n + 1, 1).contiguous().set_requires_grad(true);
+    Tensor wn = w.detach().set_requires_grad(true);
+    auto gn = grad({conv2d(xn, wn, b.detach(), cc.p)}, {xn, wn}, {slice(gy, 0, n, n + 1, 1).contiguous()});
+    CHECK(test::compare(slice(g[0], 0, n, n + 1, 1), gn[0], 1e-12, 1e-12) == "");
+    const std::vector<double> gwn = gn[1].to_vector<double>();
+    for (std::size_t i = 0; i < gw_sum.size(); ++i) gw_sum[i] += gwn[i];
+  }
+  CHECK(test::compare(g[1], gw_sum, 1e-10, 1e-10) == "");
 }
 
 TEST_CASE("conv2d gradients pass the finite-difference check", "[conv2d][gradcheck]") {
