@@ -1,6 +1,6 @@
 // conv2d against a naive 7-loop direct convolution: stride, padding, dilation, groups, depthwise, odd
-// sizes, a channels-last input viewed as NCHW, a batch split into several GEMM chunks; gradchecks for x, weight and bias; bf16 forward and backward
-// against f64; shape-validation errors.
+// sizes, a channels-last input viewed as NCHW, a batch split into several GEMM chunks; gradchecks for x,
+// weight and bias; bf16 forward and backward against f64; shape-validation errors.
 #include <cmath>
 
 #include "support/catch.h"
