@@ -8,28 +8,14 @@
 #include "support/catch.h"
 #include "support/gradcheck.h"
 #include "support/testing.h"
+#include "support/unfold_cases.h"
 
 using namespace ht;
 
 namespace {
 
-struct Case {
-  int64_t N, C, H, W;
-  Unfold2dParams p;
-};
-
-Unfold2dParams window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw) {
-  Unfold2dParams p;
-  p.kernel_h = kh;
-  p.kernel_w = kw;
-  p.stride_h = sh;
-  p.stride_w = sw;
-  p.pad_h = ph;
-  p.pad_w = pw;
-  p.dilation_h = dh;
-  p.dilation_w = dw;
-  return p;
-}
+using Case = test::UnfoldCase;
+using test::window;
 
 int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t dil) {
   return (in + 2 * pad - dil * (k - 1) - 1) / s + 1;

@@ -5,6 +5,7 @@
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
+#include "support/unfold_cases.h"
 
 #include "hadatrain/ops/unfold.h"
 
@@ -12,23 +13,8 @@ using namespace ht;
 
 namespace {
 
-struct Case {
-  int64_t N, C, H, W;
-  Unfold2dParams p;
-};
-
-Unfold2dParams window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw) {
-  Unfold2dParams p;
-  p.kernel_h = kh;
-  p.kernel_w = kw;
-  p.stride_h = sh;
-  p.stride_w = sw;
-  p.pad_h = ph;
-  p.pad_w = pw;
-  p.dilation_h = dh;
-  p.dilation_w = dw;
-  return p;
-}
+using Case = test::UnfoldCase;
+using test::window;
 
 const std::vector<Case> kCases = {
     {3, 5, 13, 11, window(3, 3, 1, 1, 1, 1, 1, 1)},  {2, 3, 17, 15, window(3, 3, 2, 2, 1, 1, 1, 1)},
