@@ -51,7 +51,8 @@ struct Grid {
   bool valid() const { return h > 0; }
 };
 
-// (B, L_grid, C) on an h×w grid -> (B·P, 64, C) patches of the zero-padded grid.
+// (B, L_grid, C) on an h×w grid -> (64, B·P·C): the zero-padded grid cut into 8×8 patches, patch position
+// first, so that projecting every patch onto the bases is one (r, 64)·(64, B·P·C) product.
 Tensor to_patches(const Tensor& t, const Grid& g) {
   const int64_t B = t.size(0), C = t.size(2);
   const int64_t hp = (g.h + kPatch - 1) / kPatch * kPatch, wp = (g.w + kPatch - 1) / kPatch * kPatch;
@@ -59,16 +60,15 @@ Tensor to_patches(const Tensor& t, const Grid& g) {
   if (hp > g.h) m = cat({m, zeros({B, hp - g.h, g.w, C}, {t.dtype(), t.device()})}, 1);
   if (wp > g.w) m = cat({m, zeros({B, hp, wp - g.w, C}, {t.dtype(), t.device()})}, 2);
   m = reshape(m, {B, hp / kPatch, kPatch, wp / kPatch, kPatch, C});
-  m = permute(m, {0, 1, 3, 2, 4, 5});  // (B, Ph, Pw, 8, 8, C)
-  return reshape(m, {-1, kPatch * kPatch, C});
+  m = permute(m, {2, 4, 0, 1, 3, 5});  // (8, 8, B, Ph, Pw, C)
+  return reshape(m, {kPatch * kPatch, -1});
 }
 
-// Inverse of to_patches: (B·P, 64, C) -> (B, h·w, C), cropping the padding.
-Tensor from_patches(const Tensor& p, const Grid& g, int64_t B) {
-  const int64_t C = p.size(2);
+// Inverse of to_patches: (64, B·P·C) -> (B, h·w, C), cropping the padding.
+Tensor from_patches(const Tensor& p, const Grid& g, int64_t B, int64_t C) {
   const int64_t hp = (g.h + kPatch - 1) / kPatch * kPatch, wp = (g.w + kPatch - 1) / kPatch * kPatch;
-  Tensor m = reshape(p, {B, hp / kPatch, wp / kPatch, kPatch, kPatch, C});
-  m = reshape(permute(m, {0, 1, 3, 2, 4, 5}), {B, hp, wp, C});
+  Tensor m = reshape(p, {kPatch, kPatch, B, hp / kPatch, wp / kPatch, C});
+  m = reshape(permute(m, {2, 3, 0, 4, 1, 5}), {B, hp, wp, C});  // (B, Ph, 8, Pw, 8, C)
   m = narrow(narrow(m, 1, 0, g.h), 2, 0, g.w);
   return reshape(m, {B, g.h * g.w, C});
 }
@@ -77,7 +77,7 @@ struct LbpSaved final : SavedState {
   Tensor w;        // (O, I)
   DType x_dtype = DType::f32;
   Grid grid;
-  Tensor xp;       // (B·P, r, I) coefficients, x's dtype; or the whole x when the layer runs exact
+  Tensor xp;       // (r·B·P, I) coefficients, x's dtype; or the whole x when the layer runs exact
   Tensor x_extra;  // (B, E, I)
 };
 
@@ -105,8 +105,9 @@ class LbpWhtPipeline final : public Pipeline {
     } else {
       const int64_t E = s->grid.extra, L = x.size(1);
       if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
-      const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (B·P, 64, I)
-      s->xp = matmul(basis(o_.order, x.device()), patches).to(x.dtype());                   // (B·P, r, I)
+      const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (64, B·P·I)
+      const Tensor coef = matmul(basis(o_.order, x.device()), patches);                    // (r, B·P·I)
+      s->xp = reshape(coef, {-1, x.size(2)}).to(x.dtype());                                 // (r·B·P, I)
     }
     s->bytes = tensor_bytes(s->xp) + tensor_bytes(s->x_extra);
     r.saved = std::move(s);
@@ -122,18 +123,22 @@ class LbpWhtPipeline final : public Pipeline {
       return g;
     }
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), E = s.grid.extra;
+    const int64_t I = s.xp.size(1);
     const Tensor bm = basis(o_.order, g_y.device());  // (r, 64)
-    const Tensor gp = div(matmul(bm, to_patches(narrow(g_y, 1, E, L - E).to(DType::f32), s.grid)), 64.0);  // (B·P, r, O)
+    // g_p (r·B·P, O): the patch means of g_y on every kept basis, one product over all patches.
+    const Tensor gp = reshape(div(matmul(bm, to_patches(narrow(g_y, 1, E, L - E).to(DType::f32), s.grid)), 64.0),
+                              {-1, O});
     const Tensor wf = s.w.to(DType::f32);
     if (wanted.w) {
-      const int64_t I = s.xp.size(2);
-      Tensor gw = matmul(reshape(gp, {-1, O}).transpose(0, 1), reshape(s.xp.to(DType::f32), {-1, I}));  // (O, I)
+      Tensor gw = matmul(gp.transpose(0, 1), s.xp.to(DType::f32));  // Σ_{p,b} g_p,bᵀ·x_p,b (O, I)
       if (E > 0) gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, E).to(DType::f32), s.x_extra.to(DType::f32)));
       g.w = gw.to(s.w.dtype());
     }
     if (wanted.x) {
-      const Tensor back = matmul(bm.transpose(0, 1), matmul(gp, wf));  // (B·P, 64, I)
-      Tensor gx = from_patches(back, s.grid, B);                         // (B, h·w, I)
+      const int64_t r = bm.size(0);
+      const Tensor h = reshape(matmul(gp, wf), {r, -1});               // (r, B·P·I): g_p,b·W
+      const Tensor back = matmul(bm.transpose(0, 1), h);              // (64, B·P·I): Σ_b b(t)·(g_p,b·W)
+      Tensor gx = from_patches(back, s.grid, B, I);                    // (B, h·w, I)
       if (E > 0) gx = cat({exact_grad_x(narrow(g_y, 1, 0, E).to(DType::f32), wf), gx}, 1);
       g.x = gx.to(s.x_dtype);
     }
