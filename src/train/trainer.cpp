@@ -25,6 +25,7 @@
 
 #include "hadatrain/autograd/grad_mode.h"
 #ifdef HADATRAIN_CUDA
+#include "hadatrain/cuda/allocator.h"
 #include "hadatrain/cuda/gemm.h"
 #endif
 #include "hadatrain/data/loader.h"
@@ -42,6 +43,16 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Peak GPU memory allocated through the caching allocator on `device` (MiB), or a negative value when the
+// run is not on CUDA (the field is then left out).
+double peak_gpu_mb(Device device) {
+#ifdef HADATRAIN_CUDA
+  if (device.is_cuda()) return static_cast<double>(cuda::memory_stats(device.index).peak_allocated_bytes) / (1 << 20);
+#endif
+  (void)device;
+  return -1.0;
+}
 
 double peak_host_mb() {
   rusage u{};
@@ -274,6 +285,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
         rec.add("step", st.step).add("epoch", epoch + 1).add("loss", mean_loss).add("lr", lr).add("img_per_s", ips);
         rec.add("data_wait", data_wait);
         rec.add("host_peak_mb", peak_host_mb());
+        if (const double gpu = peak_gpu_mb(device); gpu >= 0) rec.add("gpu_peak_mb", gpu);
         if (cfg.optim.clip_grad_norm > 0) rec.add("grad_norm", grad_norm);
         metrics.write(rec);
         window_loss = 0.0;
