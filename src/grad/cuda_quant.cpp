@@ -50,46 +50,45 @@ void run_quant(kernels::GradQuantArgs args, const Tensor& x, int64_t block, cons
 
 }  // namespace
 
-void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec) {
-  const grad::detail::Groups groups = grad::detail::groups_of(x, spec.granularity);
+namespace {
+
+// The launch both quantisers share: groups, noise and output pointers; `kind`, `qmax`, `sawb` and
+// `stochastic` differ. Empty inputs or groups only zero the scales.
+void quantise(const grad::Quantized& q, const Tensor& x, grad::Granularity granularity, const grad::Noise& noise,
+              kernels::GradQuantArgs args, int64_t hadamard_block) {
+  const grad::detail::Groups groups = grad::detail::groups_of(x, granularity);
   if (x.numel() == 0 || groups.len == 0) {
     if (q.scale.numel() > 0) fill_(q.scale, 0.0);
     return;
   }
   OnDevice on(x);
-  kernels::GradQuantArgs args;
   args.numel = x.numel();
   args.group_len = groups.len;
+  args.seed = noise.seed;
+  args.stream = noise.stream;
+  args.values = static_cast<uint8_t*>(q.values.data_ptr());
+  args.scale = static_cast<float*>(q.scale.data_ptr());
+  run_quant(args, x, hadamard_block, on);
+}
+
+}  // namespace
+
+void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec) {
+  kernels::GradQuantArgs args;
   args.kind = kernels::QuantKind::uniform;
   args.qmax = grad::qmax_of(spec.bits);
   args.sawb = spec.scale_rule == grad::ScaleRule::sawb;
   args.stochastic = spec.rounding == grad::Rounding::stochastic;
-  args.seed = spec.noise.seed;
-  args.stream = spec.noise.stream;
-  args.values = static_cast<uint8_t*>(q.values.data_ptr());
-  args.scale = static_cast<float*>(q.scale.data_ptr());
-  run_quant(args, x, spec.hadamard_block, on);
+  quantise(q, x, spec.granularity, spec.noise, args, spec.hadamard_block);
 }
 
 void grad_luq(const grad::Quantized& q, const Tensor& x, const grad::LuqSpec& spec) {
-  const grad::detail::Groups groups = grad::detail::groups_of(x, spec.granularity);
-  if (x.numel() == 0 || groups.len == 0) {
-    if (q.scale.numel() > 0) fill_(q.scale, 0.0);
-    return;
-  }
-  OnDevice on(x);
   kernels::GradQuantArgs args;
-  args.numel = x.numel();
-  args.group_len = groups.len;
   args.kind = kernels::QuantKind::luq;
   args.qmax = (1 << (spec.bits - 1)) - 1;
   args.sawb = false;
   args.stochastic = true;
-  args.seed = spec.noise.seed;
-  args.stream = spec.noise.stream;
-  args.values = static_cast<uint8_t*>(q.values.data_ptr());
-  args.scale = static_cast<float*>(q.scale.data_ptr());
-  run_quant(args, x, 1, on);
+  quantise(q, x, spec.granularity, spec.noise, args, 1);
 }
 
 void grad_hadamard(const Tensor& out, const Tensor& x, int64_t block) {
