@@ -31,7 +31,14 @@ fi
 if has train; then
   for m in resnet18 resnet34 vit_s4; do
     for p in exact hlq hlq_split; do run "bench_train_${m}_${p}" "$build/tools/bench_train" "$m" 256 bf16 "$p"; done
-    [ $torch_ok = 1 ] && run "bench_train_torch_${m}" python3 tools/bench/bench_train_torch.py "$m" 256
+    # Each PyTorch variant in its own process: its times depend on what ran before it in the same process.
+    if [ $torch_ok = 1 ]; then
+      variants=(fp32 bf16)
+      [ "${m#vit}" = "$m" ] && variants+=("bf16 + channels_last")
+      for v in "${variants[@]}"; do
+        run "bench_train_torch_${m}_${v// /_}" python3 tools/bench/bench_train_torch.py "$m" 256 "$v"
+      done
+    fi
   done
 fi
 if has memory; then
