@@ -3,6 +3,7 @@
 #include "hadatrain/cuda/cudnn.h"
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -68,15 +69,20 @@ cudnnDataType_t cudnn_dtype(DType dt, const char* op) {
 TensorDesc::TensorDesc() { HT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
 TensorDesc::~TensorDesc() { (void)cudnnDestroyTensorDescriptor(d_); }
 void TensorDesc::set_nchw(cudnnDataType_t dt, int64_t n, int64_t c, int64_t h, int64_t w) {
-  HT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, dt, to_int(n, "N"), to_int(c, "C"),
-                                            to_int(h, "H"), to_int(w, "W")));
+  set_4d(dt, TensorFormat::nchw, n, c, h, w);
+}
+void TensorDesc::set_4d(cudnnDataType_t dt, TensorFormat f, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const cudnnTensorFormat_t fmt = f == TensorFormat::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  HT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d_, fmt, dt, to_int(n, "N"), to_int(c, "C"), to_int(h, "H"),
+                                            to_int(w, "W")));
 }
 
 FilterDesc::FilterDesc() { HT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d_)); }
 FilterDesc::~FilterDesc() { (void)cudnnDestroyFilterDescriptor(d_); }
-void FilterDesc::set(cudnnDataType_t dt, int64_t o, int64_t c, int64_t kh, int64_t kw) {
-  HT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d_, dt, CUDNN_TENSOR_NCHW, to_int(o, "O"), to_int(c, "C/groups"),
-                                            to_int(kh, "KH"), to_int(kw, "KW")));
+void FilterDesc::set(cudnnDataType_t dt, int64_t o, int64_t c, int64_t kh, int64_t kw, TensorFormat f) {
+  const cudnnTensorFormat_t fmt = f == TensorFormat::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  HT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d_, dt, fmt, to_int(o, "O"), to_int(c, "C/groups"), to_int(kh, "KH"),
+                                            to_int(kw, "KW")));
 }
 
 ConvDesc::ConvDesc() { HT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d_)); }
@@ -95,9 +101,9 @@ struct ConvDescs {
 
   explicit ConvDescs(const ConvProblem& p) {
     const cudnnDataType_t dt = cudnn_dtype(p.dtype, "conv2d");
-    x.set_nchw(dt, p.N, p.C, p.H, p.W);
-    y.set_nchw(dt, p.N, p.O, p.OH, p.OW);
-    w.set(dt, p.O, p.C / p.groups, p.KH, p.KW);
+    x.set_4d(dt, p.format, p.N, p.C, p.H, p.W);
+    y.set_4d(dt, p.format, p.N, p.O, p.OH, p.OW);
+    w.set(dt, p.O, p.C / p.groups, p.KH, p.KW, p.format);
     const cudnnDataType_t compute = p.dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     HT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv.get(), to_int(p.pad_h, "pad_h"), to_int(p.pad_w, "pad_w"),
                                                    to_int(p.stride_h, "stride_h"), to_int(p.stride_w, "stride_w"),
@@ -110,20 +116,39 @@ struct ConvDescs {
                                    : CUDNN_TENSOR_OP_MATH;
     HT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), math));
   }
+  // The math type an algorithm was chosen with (Find may report another than the one requested).
+  void use_math(cudnnMathType_t m) {
+    if (m != math) HT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), m));
+    math = m;
+  }
 };
 
-// The algorithm chosen for one (pass, problem, device) and its workspace size.
+// The algorithm chosen for one (pass, problem, device), its workspace size and math type.
 struct AlgoChoice {
   int algo = 0;
   std::size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
 
-using ConvKey = std::array<int64_t, 19>;
+using ConvKey = std::array<int64_t, 20>;
 
 ConvKey key_of(ConvPass pass, const ConvProblem& p, int device) {
-  return {static_cast<int64_t>(pass), static_cast<int64_t>(p.dtype), device, p.N, p.C, p.H, p.W, p.O, p.KH, p.KW,
-          p.OH, p.OW, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups};
+  return {static_cast<int64_t>(pass), static_cast<int64_t>(p.dtype), static_cast<int64_t>(p.format), device,
+          p.N, p.C, p.H, p.W, p.O, p.KH, p.KW, p.OH, p.OW, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+          p.dilation_h, p.dilation_w, p.groups};
 }
+
+// cuDNN 9 groups its statuses in thousands: 2xxx bad parameter, 3xxx not supported. Either, for one
+// algorithm, means "try another one" (an NHWC layout or a dtype that this algorithm does not take).
+bool unsupported(cudnnStatus_t st) {
+  const int family = static_cast<int>(st) / 1000;
+  return family == 2 || family == 3;
+}
+
+// Workspace for a Find pass: up to 1 GiB, less when the caching allocator cannot give that much (down to
+// 4 MiB, then none: algorithms that need a workspace are then skipped by Find).
+constexpr std::size_t kFindWorkspaceMax = std::size_t{1} << 30;
+constexpr std::size_t kFindWorkspaceMin = std::size_t{4} << 20;
 
 std::mutex g_algo_mutex;
 std::map<ConvKey, AlgoChoice>& algo_cache() {
@@ -147,13 +172,35 @@ struct Scaling {
   const void* zero() const { return dbl ? static_cast<const void*>(&d0) : static_cast<const void*>(&f0); }
 };
 
-// Runs one pass: with the cached algorithm, or else with the heuristic's candidates in order (those that
-// succeeded in the heuristic), skipping any whose workspace query or execution reports NOT_SUPPORTED; the
-// first that runs is cached. `heuristic(perfs_out, count_out)` fills cuDNN's perf structs;
-// `workspace_of(algo, bytes*)` and `run(algo, ws, bytes)` return the cuDNN status.
-template <class Perf, int kCount, class Heuristic, class WorkspaceOf, class Run>
-void run_pass(ConvPass pass, const ConvProblem& p, const char* what, Heuristic&& heuristic,
-              WorkspaceOf&& workspace_of, Run&& run) {
+Tensor find_workspace(std::size_t* bytes) {
+  for (std::size_t b = kFindWorkspaceMax; b >= kFindWorkspaceMin; b /= 4) {
+    try {
+      Tensor ws = workspace(b);
+      *bytes = b;
+      return ws;
+    } catch (const Error&) {  // out of memory: ask for less
+    }
+  }
+  *bytes = 0;
+  return Tensor();
+}
+
+void remember(const ConvKey& key, const AlgoChoice& c) {
+  std::lock_guard<std::mutex> lock(g_algo_mutex);
+  algo_cache()[key] = c;
+}
+
+// Runs one pass: with the cached algorithm; or else measures every algorithm once with
+// `find(perfs_out, count_out, ws, bytes)` (cudnnFind*AlgorithmEx, fastest first) and runs and caches the
+// fastest that succeeded (f32 kept on FMA math, Note [cuDNN math and algorithms]); or, when Find is off or
+// fails or offers nothing usable, takes the heuristic's candidates in order (those that succeeded in the
+// heuristic), skipping any whose workspace query or execution reports an unsupported configuration, and
+// caches the first that runs. `heuristic(perfs_out, count_out)` fills cuDNN's perf structs;
+// `workspace_of(algo, bytes*)` and `run(algo, ws, bytes)` return the cuDNN status. Returns false when no
+// algorithm ran an nhwc problem (nchw throws).
+template <class Perf, int kCount, class Heuristic, class WorkspaceOf, class Run, class Find>
+bool run_pass(ConvPass pass, const ConvProblem& p, const char* what, ConvDescs& d, Heuristic&& heuristic,
+              WorkspaceOf&& workspace_of, Run&& run, Find&& find) {
   using Algo = decltype(Perf{}.algo);
   const ConvKey key = key_of(pass, p, current_device());
   AlgoChoice cached;
@@ -167,13 +214,45 @@ void run_pass(ConvPass pass, const ConvProblem& p, const char* what, Heuristic&&
     }
   }
   if (hit) {
+    d.use_math(cached.math);
     const Tensor ws = workspace(cached.workspace);
     HT_CUDNN_CHECK(run(static_cast<Algo>(cached.algo), ws.defined() ? ws.data_ptr() : nullptr, cached.workspace));
-    return;
+    return true;
+  }
+  const cudnnMathType_t requested = d.math;
+  if (cudnn_find_enabled()) {
+    std::vector<Perf> found(kCount);
+    int n = 0;
+    std::size_t find_bytes = 0;
+    cudnnStatus_t st;
+    {
+      const Tensor ws = find_workspace(&find_bytes);
+      st = find(found.data(), &n, ws.defined() ? ws.data_ptr() : nullptr, find_bytes);
+    }
+    if (st == CUDNN_STATUS_SUCCESS) {
+      for (int i = 0; i < n; ++i) {
+        const Perf& pf = found[static_cast<std::size_t>(i)];
+        if (pf.status != CUDNN_STATUS_SUCCESS || pf.memory > find_bytes) continue;
+        // f32 keeps FMA math whatever Find reports (it measured with FMA math set; as PyTorch does without TF32).
+        const cudnnMathType_t math = p.dtype == DType::f32 ? CUDNN_FMA_MATH : pf.mathType;
+        d.use_math(math);
+        const Tensor ws = workspace(pf.memory);
+        const cudnnStatus_t rs = run(pf.algo, ws.defined() ? ws.data_ptr() : nullptr, pf.memory);
+        if (unsupported(rs)) continue;
+        HT_CUDNN_CHECK(rs);
+        remember(key, {static_cast<int>(pf.algo), pf.memory, math});
+        return true;
+      }
+    } else if (!unsupported(st)) {
+      HT_CUDNN_CHECK(st);  // a real failure (e.g. an illegal address), not "this layout is unsupported"
+    }
+    d.use_math(requested);
   }
   std::vector<Perf> perfs(kCount);
   int n = 0;
-  HT_CUDNN_CHECK(heuristic(perfs.data(), &n));
+  const cudnnStatus_t hs = heuristic(perfs.data(), &n);
+  if (unsupported(hs) && p.format == TensorFormat::nhwc) return false;
+  HT_CUDNN_CHECK(hs);
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   for (int i = 0; i < n; ++i) {
     const Perf& pf = perfs[static_cast<std::size_t>(i)];
@@ -183,12 +262,12 @@ void run_pass(ConvPass pass, const ConvProblem& p, const char* what, Heuristic&&
     if (last != CUDNN_STATUS_SUCCESS) continue;
     const Tensor ws = workspace(bytes);
     last = run(pf.algo, ws.defined() ? ws.data_ptr() : nullptr, bytes);
-    if (last == CUDNN_STATUS_NOT_SUPPORTED) continue;
+    if (unsupported(last)) continue;
     HT_CUDNN_CHECK(last);
-    std::lock_guard<std::mutex> lock(g_algo_mutex);
-    algo_cache()[key] = {static_cast<int>(pf.algo), bytes};
-    return;
+    remember(key, {static_cast<int>(pf.algo), bytes, requested});
+    return true;
   }
+  if (p.format == TensorFormat::nhwc) return false;
   HT_FAIL("conv2d: cuDNN ran none of its {} heuristic {} algorithms for {} x ({}, {}, {}, {}) with weight ({}, {}, "
           "{}, {}), groups {} (last status: {})",
           n, what, dtype_name(p.dtype), p.N, p.C, p.H, p.W, p.O, p.C / p.groups, p.KH, p.KW, p.groups,
@@ -197,12 +276,20 @@ void run_pass(ConvPass pass, const ConvProblem& p, const char* what, Heuristic&&
 
 }  // namespace
 
-void conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y) {
+bool cudnn_find_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("HADATRAIN_CUDNN_FIND");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+bool conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y) {
   cudnnHandle_t h = cudnn_handle();
-  const ConvDescs d(p);
+  ConvDescs d(p);
   const Scaling s(p.dtype);
-  run_pass<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-      ConvPass::forward, p, "forward",
+  return run_pass<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+      ConvPass::forward, p, "forward", d,
       [&](cudnnConvolutionFwdAlgoPerf_t* perfs, int* n) {
         return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, perfs);
@@ -213,15 +300,19 @@ void conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y)
       [&](cudnnConvolutionFwdAlgo_t a, void* ws, std::size_t bytes) {
         return cudnnConvolutionForward(h, s.one(), d.x.get(), x, d.w.get(), w, d.conv.get(), a, ws, bytes, s.zero(),
                                        d.y.get(), y);
+      },
+      [&](cudnnConvolutionFwdAlgoPerf_t* perfs, int* n, void* ws, std::size_t bytes) {
+        return cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), x, d.w.get(), w, d.conv.get(), d.y.get(), y,
+                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, perfs, ws, bytes);
       });
 }
 
-void conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx) {
+bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx) {
   cudnnHandle_t h = cudnn_handle();
-  const ConvDescs d(p);
+  ConvDescs d(p);
   const Scaling s(p.dtype);
-  run_pass<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-      ConvPass::backward_data, p, "backward-data",
+  return run_pass<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+      ConvPass::backward_data, p, "backward-data", d,
       [&](cudnnConvolutionBwdDataAlgoPerf_t* perfs, int* n) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perfs);
@@ -232,15 +323,20 @@ void conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, v
       [&](cudnnConvolutionBwdDataAlgo_t a, void* ws, std::size_t bytes) {
         return cudnnConvolutionBackwardData(h, s.one(), d.w.get(), w, d.y.get(), dy, d.conv.get(), a, ws, bytes,
                                             s.zero(), d.x.get(), dx);
+      },
+      [&](cudnnConvolutionBwdDataAlgoPerf_t* perfs, int* n, void* ws, std::size_t bytes) {
+        return cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), w, d.y.get(), dy, d.conv.get(), d.x.get(),
+                                                           dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perfs, ws,
+                                                           bytes);
       });
 }
 
-void conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw) {
+bool conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw) {
   cudnnHandle_t h = cudnn_handle();
-  const ConvDescs d(p);
+  ConvDescs d(p);
   const Scaling s(p.dtype);
-  run_pass<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
-      ConvPass::backward_filter, p, "backward-filter",
+  return run_pass<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+      ConvPass::backward_filter, p, "backward-filter", d,
       [&](cudnnConvolutionBwdFilterAlgoPerf_t* perfs, int* n) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, perfs);
@@ -252,6 +348,11 @@ void conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy,
       [&](cudnnConvolutionBwdFilterAlgo_t a, void* ws, std::size_t bytes) {
         return cudnnConvolutionBackwardFilter(h, s.one(), d.x.get(), x, d.y.get(), dy, d.conv.get(), a, ws, bytes,
                                               s.zero(), d.w.get(), dw);
+      },
+      [&](cudnnConvolutionBwdFilterAlgoPerf_t* perfs, int* n, void* ws, std::size_t bytes) {
+        return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), x, d.y.get(), dy, d.conv.get(),
+                                                             d.w.get(), dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                             n, perfs, ws, bytes);
       });
 }
 

@@ -1,19 +1,26 @@
 // ResNet (He et al. 2016) as torchvision builds it: BasicBlock (18/34) or Bottleneck (50, stride on the
 // 3x3 conv, "ResNet v1.5"), downsample = 1x1 conv + BN when the shape changes, kaiming-normal(fan_out) conv
-// init, BN weight 1 / bias 0, default Linear init for fc.
+// init, BN weight 1 / bias 0, default Linear init for fc. With ResNetConfig::layout nhwc the activations are
+// channels last (N, H, W, C) from the stem on: convs and batch norms run in that layout, residual adds and
+// ReLU do not care, the max-pool runs on the NCHW view, the global average pool is a mean over (H, W).
 #include "hadatrain/models/resnet.h"
 
 #include "hadatrain/nn/init.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/ops/reduce.h"
+#include "hadatrain/ops/shape_ops.h"
 
 namespace ht::models {
 namespace {
 
 using nn::Bias;
 
-std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride, Generator& gen) {
+std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride, ConvLayout layout,
+                                 Generator& gen) {
   nn::Conv2dOptions o;
+  o.layout = layout;
   o.in_channels = in;
   o.out_channels = out;
   o.kernel = k;
@@ -25,29 +32,36 @@ std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t str
   return c;
 }
 
+std::shared_ptr<nn::BatchNorm2d> bn(int64_t channels, ConvLayout layout) {
+  auto b = std::make_shared<nn::BatchNorm2d>(channels);
+  b->layout = layout;
+  return b;
+}
+
 class Block : public nn::Module {
  public:
-  Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, bool zero_init, Generator& gen)
+  Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, bool zero_init, ConvLayout layout,
+        Generator& gen)
       : bottleneck_(bottleneck) {
     const int64_t expansion = bottleneck ? 4 : 1, out = planes * expansion;
     if (bottleneck) {
-      conv1_ = register_module("conv1", conv(in, planes, 1, 1, gen));
-      bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
-      conv2_ = register_module("conv2", conv(planes, planes, 3, stride, gen));
-      bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
-      conv3_ = register_module("conv3", conv(planes, out, 1, 1, gen));
-      bn3_ = register_module("bn3", std::make_shared<nn::BatchNorm2d>(out));
+      conv1_ = register_module("conv1", conv(in, planes, 1, 1, layout, gen));
+      bn1_ = register_module("bn1", bn(planes, layout));
+      conv2_ = register_module("conv2", conv(planes, planes, 3, stride, layout, gen));
+      bn2_ = register_module("bn2", bn(planes, layout));
+      conv3_ = register_module("conv3", conv(planes, out, 1, 1, layout, gen));
+      bn3_ = register_module("bn3", bn(out, layout));
     } else {
-      conv1_ = register_module("conv1", conv(in, planes, 3, stride, gen));
-      bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
-      conv2_ = register_module("conv2", conv(planes, planes, 3, 1, gen));
-      bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+      conv1_ = register_module("conv1", conv(in, planes, 3, stride, layout, gen));
+      bn1_ = register_module("bn1", bn(planes, layout));
+      conv2_ = register_module("conv2", conv(planes, planes, 3, 1, layout, gen));
+      bn2_ = register_module("bn2", bn(planes, layout));
     }
     if (zero_init) nn::init::constant_((bottleneck ? bn3_ : bn2_)->weight, 0.0);
     if (stride != 1 || in != out) {
       downsample_ = std::make_shared<nn::Sequential>();
-      downsample_->push_back(conv(in, out, 1, stride, gen));
-      downsample_->push_back(std::make_shared<nn::BatchNorm2d>(out));
+      downsample_->push_back(conv(in, out, 1, stride, layout, gen));
+      downsample_->push_back(bn(out, layout));
       register_module("downsample", downsample_);
     }
   }
@@ -85,11 +99,11 @@ ResNet::ResNet(const ResNetConfig& cfg, Generator& gen) : config(cfg) {
   const int64_t blocks[3][4] = {{2, 2, 2, 2}, {3, 4, 6, 3}, {3, 4, 6, 3}};
   const auto& counts = blocks[static_cast<int>(cfg.depth)];
   if (cfg.stem == ResNetStem::imagenet) {
-    conv1_ = register_module("conv1", conv(cfg.in_channels, 64, 7, 2, gen));
+    conv1_ = register_module("conv1", conv(cfg.in_channels, 64, 7, 2, cfg.layout, gen));
   } else {
-    conv1_ = register_module("conv1", conv(cfg.in_channels, 64, 3, 1, gen));
+    conv1_ = register_module("conv1", conv(cfg.in_channels, 64, 3, 1, cfg.layout, gen));
   }
-  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(64));
+  bn1_ = register_module("bn1", bn(64, cfg.layout));
   if (cfg.stem == ResNetStem::imagenet) {
     Pool2dParams p;
     p.kernel_h = p.kernel_w = 3;
@@ -103,7 +117,8 @@ ResNet::ResNet(const ResNetConfig& cfg, Generator& gen) : config(cfg) {
     layers_[l] = std::make_shared<nn::Sequential>();
     for (int64_t b = 0; b < counts[l]; ++b) {
       const int64_t stride = (b == 0 && l > 0) ? 2 : 1;
-      layers_[l]->push_back(std::make_shared<Block>(in, planes, stride, bottleneck, cfg.zero_init_residual, gen));
+      layers_[l]->push_back(std::make_shared<Block>(in, planes, stride, bottleneck, cfg.zero_init_residual,
+                                                        cfg.layout, gen));
       in = planes * (bottleneck ? 4 : 1);
     }
     register_module("layer" + std::to_string(l + 1), layers_[l]);
@@ -114,10 +129,13 @@ ResNet::ResNet(const ResNetConfig& cfg, Generator& gen) : config(cfg) {
 Tensor ResNet::forward(const Tensor& x) {
   HT_CHECK(x.dim() == 4 && x.size(1) == config.in_channels, "ResNet: expected (N, {}, H, W), got {}",
            config.in_channels, x.describe());
-  Tensor y = relu(bn1_->forward(conv1_->forward(x)));
-  if (maxpool_) y = maxpool_->forward(y);
+  const bool nhwc = config.layout == ConvLayout::nhwc;
+  Tensor y = nhwc ? contiguous(permute(x, {0, 2, 3, 1})) : x;  // (N, H, W, C) once, at the stem
+  y = relu(bn1_->forward(conv1_->forward(y)));
+  if (maxpool_)
+    y = nhwc ? contiguous(permute(maxpool_->forward(permute(y, {0, 3, 1, 2})), {0, 2, 3, 1})) : maxpool_->forward(y);
   for (auto& l : layers_) y = l->forward(y);
-  y = adaptive_avg_pool2d(y, 1, 1).flatten(1);  // (N, C)
+  y = nhwc ? mean(y, {1, 2}) : adaptive_avg_pool2d(y, 1, 1).flatten(1);  // (N, C)
   return fc_->forward(y);
 }
 

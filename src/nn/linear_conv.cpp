@@ -76,11 +76,19 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.pad_h = p.pad_w = options.padding;
   p.dilation_h = p.dilation_w = options.dilation;
   p.groups = options.groups;
+  p.layout = options.layout;
   if (!grad_pipeline.routes(needs_grad({&x, &weight}))) return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
   // Through the layer's gradient pipeline: the im2col view (Note [Product geometry]) x_col (N, L, C·k·k)
   // times W (O, C·k·k)ᵀ; fold2d (unfold2d's backward) maps g_x back to the image. groups == 1 here.
-  HT_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "Conv2d({} -> {}): input must be (N, {}, H, W), got {}",
-           options.in_channels, options.out_channels, options.in_channels, x.describe());
+  // Channels last: unfold2d reads the (N, C, H, W) permuted view of x (any strides), and the product's
+  // (N, L, O) rows are already the (N, OH, OW, O) output.
+  const bool nhwc = options.layout == ConvLayout::nhwc;
+  HT_CHECK(x.dim() == 4 && x.size(nhwc ? 3 : 1) == options.in_channels,
+           "Conv2d({} -> {}): input must be {}, got {}", options.in_channels, options.out_channels,
+           nhwc ? fmt::format("(N, H, W, {}) (layout nhwc)", options.in_channels)
+                : fmt::format("(N, {}, H, W)", options.in_channels),
+           x.describe());
+  const Tensor xn = nhwc ? permute(x, {0, 3, 1, 2}) : x;  // (N, C, H, W)
   Unfold2dParams u;
   u.kernel_h = u.kernel_w = options.kernel;
   u.stride_h = u.stride_w = options.stride;
@@ -89,12 +97,16 @@ Tensor Conv2d::forward(const Tensor& x) {
   const int64_t N = x.size(0), O = options.out_channels;
   const int64_t span = options.dilation * (options.kernel - 1) + 1;
   grad::ProductInfo info;
-  info.grid_h = (x.size(2) + 2 * options.padding - span) / options.stride + 1;
-  info.grid_w = (x.size(3) + 2 * options.padding - span) / options.stride + 1;
-  const Tensor cols = unfold2d(x, u);  // (N, L, C·k·k)
+  info.grid_h = (xn.size(2) + 2 * options.padding - span) / options.stride + 1;
+  info.grid_w = (xn.size(3) + 2 * options.padding - span) / options.stride + 1;
+  const Tensor cols = unfold2d(xn, u);  // (N, L, C·k·k)
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
   const Tensor y3 = grad::product(cols, reshape(cast_like(weight, x), {O, -1}), call);  // (N, L, O)
+  if (nhwc) {
+    Tensor y = reshape(y3, {N, info.grid_h, info.grid_w, O});
+    return bias.defined() ? add(y, reshape(cast_like(bias, x), {1, 1, 1, O})) : y;
+  }
   Tensor y = reshape(y3.transpose(1, 2), {N, O, info.grid_h, info.grid_w});
   return bias.defined() ? add(y, reshape(cast_like(bias, x), {1, O, 1, 1})) : y;
 }

@@ -3,6 +3,7 @@
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 
 namespace ht::nn {
@@ -30,7 +31,12 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     NoGradGuard ng;
     copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
   }
-  return batch_norm(x, weight, bias, running_mean, running_var, o);
+  if (layout == ConvLayout::nchw) return batch_norm(x, weight, bias, running_mean, running_var, o);
+  // Channels last: (N, H, W, C) -> (N·H·W, C) -> batch_norm over the rows -> back.
+  const int64_t C = weight.size(0);
+  HT_CHECK(x.dim() >= 2 && x.size(-1) == C, "BatchNorm2d({}) with layout nhwc: expected x (N, H, W, {}), got {}", C,
+           C, x.describe());
+  return reshape(batch_norm(reshape(x, {-1, C}), weight, bias, running_mean, running_var, o), x.shape());
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps_) : eps(eps_) {

@@ -6,6 +6,9 @@
 //   grad input  = col2im(W_gᵀ · g)          (overlapping windows summed in fp32 / fp64)
 //   grad weight = sum over chunks of g · colᵀ  (accumulated in fp32 / fp64, rounded once)
 //   grad bias   = sum of g over N, OH, OW.
+// Channels last (p.layout == nhwc: x (N, H, W, C) -> (N, OH, OW, O), same weight): the CPU permutes to NCHW,
+// runs the path above and permutes back (the reference; autograd flows through the permutes); CUDA runs cuDNN
+// on the NHWC buffers directly (src/ops/cuda/conv_pool_bn.cpp).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
+#include "hadatrain/ops/shape_ops.h"
 #ifdef HADATRAIN_CUDA
 #include "cuda/conv_pool_bn.h"
 #endif
@@ -35,7 +39,9 @@ struct ConvShapes {
 
 // Validates every shape relation and returns the sizes. Messages name the op, the tensors and the params.
 ConvShapes conv_shapes(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
-  HT_CHECK(x.dim() == 4, "conv2d: input x must be (N, C, H, W), got {}", x.describe());
+  const bool nhwc = p.layout == ConvLayout::nhwc;
+  HT_CHECK(x.dim() == 4, "conv2d: input x must be {}, got {}", nhwc ? "(N, H, W, C) (layout nhwc)" : "(N, C, H, W)",
+           x.describe());
   HT_CHECK(w.dim() == 4, "conv2d: weight must be (O, C/groups, KH, KW), got {}", w.describe());
   HT_CHECK(p.stride_h >= 1 && p.stride_w >= 1, "conv2d: stride must be >= 1, got ({}, {})", p.stride_h, p.stride_w);
   HT_CHECK(p.dilation_h >= 1 && p.dilation_w >= 1, "conv2d: dilation must be >= 1, got ({}, {})", p.dilation_h,
@@ -44,9 +50,9 @@ ConvShapes conv_shapes(const Tensor& x, const Tensor& w, const Tensor& bias, con
   HT_CHECK(p.groups >= 1, "conv2d: groups must be >= 1, got {}", p.groups);
   ConvShapes s;
   s.N = x.shape()[0];
-  s.C = x.shape()[1];
-  s.H = x.shape()[2];
-  s.W = x.shape()[3];
+  s.C = x.shape()[nhwc ? 3 : 1];
+  s.H = x.shape()[nhwc ? 1 : 2];
+  s.W = x.shape()[nhwc ? 2 : 3];
   s.O = w.shape()[0];
   s.KH = w.shape()[2];
   s.KW = w.shape()[3];
@@ -118,6 +124,7 @@ cuda::ConvProblem cudnn_problem(const ConvShapes& s, const Conv2dParams& p, DTyp
   c.dilation_h = p.dilation_h;
   c.dilation_w = p.dilation_w;
   c.groups = p.groups;
+  c.format = p.layout == ConvLayout::nhwc ? cuda::TensorFormat::nhwc : cuda::TensorFormat::nchw;
   return c;
 }
 #endif
@@ -161,10 +168,11 @@ void scatter_chunk(const T* wide, int64_t planes, int64_t row0, int64_t rows, in
     }
 }
 
-// out (N, O, OH, OW) from detached x (any strides), weight and bias.
+// out (N, O, OH, OW) (nhwc, CUDA only: (N, OH, OW, O)) from detached x (any strides), weight and bias.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                       const ConvShapes& s) {
-  Tensor out = empty({s.N, s.O, s.OH, s.OW}, {x.dtype(), x.device()});
+  const bool nhwc = p.layout == ConvLayout::nhwc;
+  Tensor out = empty(nhwc ? Shape{s.N, s.OH, s.OW, s.O} : Shape{s.N, s.O, s.OH, s.OW}, {x.dtype(), x.device()});
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::conv2d_forward(cudnn_problem(s, p, x.dtype()), x, w, bias, out);
@@ -173,6 +181,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
     no_cuda_kernel("conv2d");
 #endif
   }
+  HT_ASSERT(!nhwc, "conv2d: the CPU path takes NCHW (channels-last inputs are permuted by conv2d())");
   const Tensor wc = contiguous(w);  // (O, Cg·KH·KW) as a matrix
   const Tensor bc = bias.defined() ? contiguous(bias) : Tensor();
   const cpu::ConvGeometry geo = geometry(s, p);
@@ -296,9 +305,10 @@ class Conv2dBackward final : public Node {
   }
   std::string name() const override { return "Conv2dBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    const Tensor& x = saved(0);  // (N, C, H, W)
+    const Tensor& x = saved(0);  // (N, C, H, W) or nhwc (N, H, W, C)
     const Tensor& w = saved(1);  // (O, C/groups, KH, KW)
-    const Tensor g = contiguous(grads[0]);  // (N, O, OH, OW)
+    const Tensor g = contiguous(grads[0]);  // (N, O, OH, OW) or nhwc (N, OH, OW, O)
+    const bool nhwc = p_.layout == ConvLayout::nhwc;
     const ConvShapes s = conv_shapes(x, w, Tensor(), p_);
     Tensor gx, gw, gb;
     if (needs_input_grad(0)) gx = empty(x.shape(), {g.dtype(), g.device()});
@@ -312,10 +322,11 @@ class Conv2dBackward final : public Node {
       no_cuda_kernel("conv2d backward");
 #endif
     } else {
+      HT_ASSERT(!nhwc, "conv2d backward: the CPU path takes NCHW");
       if (gx.defined()) conv2d_grad_input(g, w, p_, s, gx);
       if (gw.defined()) conv2d_grad_weight(g, x, p_, s, gw);
     }
-    if (needs_input_grad(2)) gb = sum(g, {0, 2, 3});  // (O)
+    if (needs_input_grad(2)) gb = nhwc ? sum(g, {0, 1, 2}) : sum(g, {0, 2, 3});  // (O)
     return {gx, gw, gb};
   }
 
@@ -328,6 +339,11 @@ class Conv2dBackward final : public Node {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
   common_device("conv2d", {&x, &weight, &bias});
   const ConvShapes s = conv_shapes(x, weight, bias, p);
+  if (p.layout == ConvLayout::nhwc && !x.is_cuda()) {  // the CPU reference: through NCHW and back
+    Conv2dParams q = p;
+    q.layout = ConvLayout::nchw;
+    return contiguous(permute(conv2d(permute(x, {0, 3, 1, 2}), weight, bias, q), {0, 2, 3, 1}));  // (N, OH, OW, O)
+  }
   Tensor out = conv2d_forward(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor(), p, s);
   if (needs_grad({&x, &weight, &bias}))
     connect(std::make_shared<Conv2dBackward>(x, weight, p), {&x, &weight, &bias}, {&out});

@@ -94,6 +94,7 @@ ModelSection read_model(ConfigReader r) {
   } else {
     s.stem = r.get_enum("stem", "auto", {"auto", "cifar", "imagenet"});
     s.zero_init_residual = r.get("zero_init_residual", false);
+    s.channels_last = r.get_enum("channels_last", "auto", {"auto", "true", "false"});
   }
   return s;
 }

@@ -163,6 +163,9 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
       rc.num_classes = ds.num_classes;
       rc.in_channels = ds.channels;
       rc.zero_init_residual = m.zero_init_residual;
+      const bool channels_last =
+          m.channels_last == "true" || (m.channels_last == "auto" && cfg.train.device.is_cuda());
+      rc.layout = channels_last ? ConvLayout::nhwc : ConvLayout::nchw;
       return std::make_shared<models::ResNet>(rc, gen);
     }
     case ModelKind::vit: {

@@ -3,8 +3,9 @@
 // master weights); every Linear / Conv2d through one gradient pipeline (exact: the plain ops). Median of 20
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
-//   bench_train [resnet18|resnet34|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_split|lbp_wht|luq]
-// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection).
+//   bench_train [resnet18|resnet34|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_split|lbp_wht|luq] [nhwc|nchw]
+// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection). The ResNets use
+// the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 256;
   const DType dt = (argc > 3 && std::string(argv[3]) == "f32") ? DType::f32 : DType::bf16;
   const std::string pipeline = argc > 4 ? argv[4] : "exact";
+  const ConvLayout layout = (argc > 5 && std::string(argv[5]) == "nchw") ? ConvLayout::nchw : ConvLayout::nhwc;
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 77;
@@ -43,8 +45,13 @@ int main(int argc, char** argv) {
     image = cfg.image_size;
     model = std::make_shared<models::VisionTransformer>(cfg, gen, std::make_shared<Generator>(1));
   } else {
-    model = std::make_shared<models::ResNet>(
-        models::ResNetConfig{models::resnet_depth_from_name(name), models::ResNetStem::cifar, 100, 3, false}, gen);
+    models::ResNetConfig rc;
+    rc.depth = models::resnet_depth_from_name(name);
+    rc.stem = models::ResNetStem::cifar;
+    rc.num_classes = 100;
+    rc.in_channels = 3;
+    rc.layout = layout;
+    model = std::make_shared<models::ResNet>(rc, gen);
   }
   model->to(dev);
   grad::PipelineConfig pc;
@@ -64,8 +71,10 @@ int main(int argc, char** argv) {
   };
   const double med = bench::median_ms(step, 5, 20, [] { cuda::reset_peak(); });
   const auto mem = cuda::memory_stats();
-  std::printf("hadatrain %s batch %lld %s forward, %s: %.2f ms/step, %.0f img/s, peak allocated %.2f GiB\n",
-              name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(), med,
+  const bool is_vit = name == "vit_s4" || name == "vit_b16";
+  std::printf("hadatrain %s batch %lld %s forward, %s, %s: %.2f ms/step, %.0f img/s, peak allocated %.2f GiB\n",
+              name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(),
+              is_vit ? "tokens" : (layout == ConvLayout::nhwc ? "nhwc" : "nchw"), med,
               batch / med * 1000.0,
               static_cast<double>(mem.peak_allocated_bytes) / (1 << 30));
   // Where a step's time goes: forward, backward and optimiser phases between device synchronisations

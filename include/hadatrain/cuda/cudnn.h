@@ -1,13 +1,20 @@
 // cuDNN for hadatrain: a per-thread handle per device bound to the current stream, HT_CUDNN_CHECK, RAII
 // descriptors, and 2-D convolution (forward, backward data, backward filter) on raw device pointers for
-// dense NCHW tensors. CUDA builds only.
+// dense NCHW or NHWC (channels-last) tensors. CUDA builds only.
 //
 // Note [cuDNN math and algorithms]
 // f32 runs with CUDNN_FMA_MATH (no TF32, so results stay within fp32 rounding of the CPU reference); f64 uses
 // CUDNN_DEFAULT_MATH (compute type f64); bf16/f16 use CUDNN_TENSOR_OP_MATH with compute type f32 (tensor
-// cores with fp32 accumulation: DEFAULT_MATH does not promise tensor cores for them). Algorithms come from the cudnnGet*Algorithm_v7 heuristics (no benchmarking run): the
-// first candidate whose workspace query and execution do not report NOT_SUPPORTED is used and cached, with
-// its workspace size, per (pass, dtype, device, shapes, params) for the life of the process.
+// cores with fp32 accumulation: DEFAULT_MATH does not promise tensor cores for them).
+// Algorithms are measured: the first call of a (pass, dtype, layout, device, shapes, params) runs
+// cudnnFind*AlgorithmEx (every algorithm timed on the call's own buffers, with a workspace of up to 1 GiB from
+// the caching allocator, less when it cannot give that much) and keeps the fastest that succeeded, under
+// the math rule above (f32 always runs with FMA math, so never TF32), with its workspace size and math type, for the
+// life of the process. Outputs are computed again with the chosen algorithm afterwards, so the find pass
+// never leaves a user-visible result. When Find fails, or with HADATRAIN_CUDNN_FIND=0 in the environment, the
+// cudnnGet*Algorithm_v7 heuristics decide instead (no benchmarking): the first candidate whose workspace
+// query and execution do not report NOT_SUPPORTED is used and cached. The measured choice may be a
+// non-deterministic algorithm (atomics in backward filter), as with torch.backends.cudnn.benchmark.
 // Workspaces come from the caching allocator (a u8 tensor on the device, freed in stream order).
 #pragma once
 #ifdef HADATRAIN_CUDA
@@ -29,6 +36,10 @@ cudnnHandle_t cudnn_handle();
 // cuDNN's data type for a hadatrain dtype (f32, f64, bf16, f16); throws ht::Error naming `op` otherwise.
 cudnnDataType_t cudnn_dtype(DType dt, const char* op);
 
+// Memory layout of a convolution's activations: nchw, or nhwc (channels last: x (N, H, W, C), y (N, OH, OW, O),
+// filter (O, KH, KW, C/groups), cuDNN's KRSC).
+enum class TensorFormat { nchw, nhwc };
+
 // ---- RAII descriptors ------------------------------------------------------------------------------------
 class TensorDesc {
  public:
@@ -38,6 +49,8 @@ class TensorDesc {
   TensorDesc& operator=(const TensorDesc&) = delete;
   // A dense NCHW tensor (n, c, h, w).
   void set_nchw(cudnnDataType_t dt, int64_t n, int64_t c, int64_t h, int64_t w);
+  // A dense tensor of logical sizes (n, c, h, w) stored as `f` says (nhwc: memory order n, h, w, c).
+  void set_4d(cudnnDataType_t dt, TensorFormat f, int64_t n, int64_t c, int64_t h, int64_t w);
   cudnnTensorDescriptor_t get() const { return d_; }
 
  private:
@@ -50,8 +63,8 @@ class FilterDesc {
   ~FilterDesc();
   FilterDesc(const FilterDesc&) = delete;
   FilterDesc& operator=(const FilterDesc&) = delete;
-  // A dense (o, c_per_group, kh, kw) filter.
-  void set(cudnnDataType_t dt, int64_t o, int64_t c, int64_t kh, int64_t kw);
+  // A dense (o, c_per_group, kh, kw) filter (nchw), or (o, kh, kw, c_per_group) in memory (nhwc, KRSC).
+  void set(cudnnDataType_t dt, int64_t o, int64_t c, int64_t kh, int64_t kw, TensorFormat f = TensorFormat::nchw);
   cudnnFilterDescriptor_t get() const { return d_; }
 
  private:
@@ -77,13 +90,20 @@ struct ConvProblem {
   int64_t O = 0, KH = 0, KW = 0;        // weight (O, C/groups, KH, KW)
   int64_t OH = 0, OW = 0;               // y (N, O, OH, OW)
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
+  TensorFormat format = TensorFormat::nchw;  // nhwc: x, y and the filter are channels last (see TensorFormat)
 };
 
-// All pointers are dense NCHW device buffers of problem.dtype on the current device; work is queued on the
-// current stream. Outputs are overwritten (beta = 0).
-void conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y);
-void conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx);
-void conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw);
+// All pointers are dense device buffers of problem.dtype on the current device, laid out as problem.format
+// says; work is queued on the current stream. Outputs are overwritten (beta = 0). Each returns true when it
+// ran; false only for an nhwc problem that no cuDNN algorithm supports (nothing was written; the caller
+// permutes to NCHW instead). An nchw problem that nothing supports throws.
+[[nodiscard]] bool conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y);
+[[nodiscard]] bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx);
+[[nodiscard]] bool conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw);
+
+// Whether the first call of each problem measures algorithms with cudnnFind*AlgorithmEx (default) or takes
+// the heuristics' choice: false when the environment sets HADATRAIN_CUDNN_FIND=0 (read once).
+bool cudnn_find_enabled();
 
 }  // namespace ht::cuda
 

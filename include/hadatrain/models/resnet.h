@@ -1,5 +1,7 @@
 // ResNet-18/34/50 with torchvision's parameter names and initialisation, and a choice of stem:
-// ImageNet (7x7 stride-2 conv + 3x3 max-pool) or CIFAR (3x3 stride-1 conv, no max-pool).
+// ImageNet (7x7 stride-2 conv + 3x3 max-pool) or CIFAR (3x3 stride-1 conv, no max-pool), and a choice of
+// activation layout: NCHW, or channels last (NHWC: the input is permuted once at the stem, every conv and
+// batch norm runs channels last; parameter names, shapes and state dicts are the same in both).
 #pragma once
 #include <memory>
 
@@ -16,6 +18,7 @@ struct ResNetConfig {
   int64_t num_classes = 10;
   int64_t in_channels = 3;
   bool zero_init_residual = false;  // torchvision option: last BN of each block starts at 0
+  ConvLayout layout = ConvLayout::nchw;  // nhwc: channels-last activations (faster with cuDNN on tensor cores)
 };
 
 ResNetDepth resnet_depth_from_name(const std::string& name);  // "resnet18", "resnet34", "resnet50"
@@ -24,7 +27,7 @@ class ResNet : public nn::Module {
  public:
   ResNet(const ResNetConfig& cfg, Generator& gen);
   std::string type_name() const override { return "ResNet"; }
-  Tensor forward(const Tensor& x) override;  // (N, C, H, W) -> (N, num_classes)
+  Tensor forward(const Tensor& x) override;  // (N, C, H, W) -> (N, num_classes), in either layout
   ResNetConfig config;
 
  private:

@@ -27,9 +27,11 @@ struct Conv2dOptions {
   int64_t kernel = 3;
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
   Bias bias = Bias::yes;
+  ConvLayout layout = ConvLayout::nchw;  // nhwc: channels-last activations (ops/nn_ops.h); same weight
 };
 
-// x (N, C, H, W) -> (N, O, OH, OW); weight (O, C/groups, k, k). Default init as torch.nn.Conv2d.
+// x (N, C, H, W) -> (N, O, OH, OW), or with layout nhwc x (N, H, W, C) -> (N, OH, OW, O);
+// weight (O, C/groups, k, k) in both. Default init as torch.nn.Conv2d.
 class Conv2d : public Module {
  public:
   Conv2d(const Conv2dOptions& o, Generator& gen);
@@ -41,6 +43,7 @@ class Conv2d : public Module {
 };
 
 // Batch norm over (N, C, H, W) or (N, C); buffers running_mean, running_var (f32) and num_batches_tracked (i64).
+// With layout nhwc the channels are the last dim: x (N, H, W, C) is normalised as the (N·H·W, C) matrix.
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
@@ -48,6 +51,7 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double eps, momentum;
+  ConvLayout layout = ConvLayout::nchw;  // nhwc: channels last (same parameters and buffers)
 };
 
 // Layer norm over the last dim; weight 1, bias 0.

@@ -37,13 +37,19 @@ struct BatchNormOptions {
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormOptions& opts = {});
 
+// Memory layout of conv2d's activations. nhwc ("channels last") tensors are plain contiguous tensors with the
+// logical shape (N, H, W, C); the weight is (O, C/groups, KH, KW) in both layouts (as in PyTorch state dicts).
+enum class ConvLayout { nchw, nhwc };
+
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t groups = 1;
+  ConvLayout layout = ConvLayout::nchw;
 };
-// x (N, C, H, W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N, O, OH, OW).
+// nchw: x (N, C, H, W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N, O, OH, OW).
+// nhwc: x (N, H, W, C), same weight and bias -> (N, OH, OW, O).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p = {});
 
 struct Pool2dParams {
@@ -75,7 +81,15 @@ struct AttentionOptions {
 };
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv), Hq a multiple of Hkv (grouped KV heads).
 // Causal masks position s > t + (S - T) (queries aligned to the end of the keys).
+// Any strides: on CUDA the fused kernels read views whose D is contiguous and whose rows start on 16-byte
+// boundaries in place (e.g. transpose(1, 2) of a (B, T, H, D) tensor); other layouts are copied first.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& opts = {});
+
+// Self-attention on a packed projection: qkv (B, N, 3 dim) laid out [q | k | v], each part (H, D) with
+// dim = heads * D  ->  (B, N, dim) laid out (B, N, H, D). Equals scaled_dot_product_attention of the
+// (B, H, N, D) views of the three parts, transposed back to (B, N, dim); on CUDA with the fused kernels it
+// copies nothing and its backward writes one (B, N, 3 dim) gradient (src/ops/attention_qkv_packed.cpp).
+Tensor attention_qkv_packed(const Tensor& qkv, int64_t heads, const AttentionOptions& opts = {});
 
 }  // namespace ht

@@ -45,28 +45,74 @@ kernels::BnShape bn_shape(const Shape& shape) {
 // ---------------------------------------------------------------------------------------------------
 // conv2d
 
+namespace {
+
+bool is_nhwc(const cuda::ConvProblem& p) { return p.format == cuda::TensorFormat::nhwc; }
+
+// The dense filter cuDNN reads for p: (O, C/groups, KH, KW) for nchw, (O, KH, KW, C/groups) (KRSC) for nhwc.
+Tensor filter_for(const cuda::ConvProblem& p, const Tensor& w) {
+  const Tensor wt = to_dtype(w, p.dtype);
+  return contiguous(is_nhwc(p) ? permute(wt, {0, 2, 3, 1}) : wt);
+}
+
+// Fallback for an NHWC problem that no cuDNN algorithm supports: the same problem in NCHW buffers.
+cuda::ConvProblem as_nchw(const cuda::ConvProblem& p) {
+  cuda::ConvProblem q = p;
+  q.format = cuda::TensorFormat::nchw;
+  return q;
+}
+Tensor nhwc_to_nchw(const Tensor& t) { return contiguous(permute(t, {0, 3, 1, 2})); }
+Tensor nchw_to_nhwc(const Tensor& t) { return permute(t, {0, 2, 3, 1}); }
+
+void check_ran(bool ran, const char* what) {
+  HT_ASSERT(ran, "conv2d: cuDNN returned 'unsupported' for an NCHW {} problem instead of throwing", what);
+}
+
+}  // namespace
+
 void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const Tensor& out) {
   NoGradGuard no_grad;
   OnDevice on(out);
-  const Tensor xc = contiguous(to_dtype(x, p.dtype)), wc = contiguous(to_dtype(w, p.dtype));
-  cuda::conv2d_forward(p, xc.data_ptr(), wc.data_ptr(), out.data_ptr());
-  if (bias.defined())  // out += bias (1, O, 1, 1), rounded once more in out's dtype
-    binary(kernels::BinaryOp::add, 1.0, out, out, reshape(bias, {1, p.O, 1, 1}));
+  const Tensor xc = contiguous(to_dtype(x, p.dtype)), wc = filter_for(p, w);
+  if (!cuda::conv2d_forward(p, xc.data_ptr(), wc.data_ptr(), out.data_ptr())) {  // nhwc unsupported
+    const Tensor xn = nhwc_to_nchw(xc), wn = filter_for(as_nchw(p), w);
+    Tensor yn = empty({p.N, p.O, p.OH, p.OW}, {p.dtype, out.device()});
+    check_ran(cuda::conv2d_forward(as_nchw(p), xn.data_ptr(), wn.data_ptr(), yn.data_ptr()), "forward");
+    copy_(out, nchw_to_nhwc(yn));
+  }
+  if (bias.defined())  // out += bias (1, O, 1, 1) or nhwc (1, 1, 1, O), rounded once more in out's dtype
+    binary(kernels::BinaryOp::add, 1.0, out, out, reshape(bias, is_nhwc(p) ? Shape{1, 1, 1, p.O} : Shape{1, p.O, 1, 1}));
 }
 
 void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& w, const Tensor& gx) {
   NoGradGuard no_grad;
   OnDevice on(gx);
-  const Tensor gc = contiguous(to_dtype(g, p.dtype)), wc = contiguous(to_dtype(w, p.dtype));
-  cuda::conv2d_backward_data(p, gc.data_ptr(), wc.data_ptr(), gx.data_ptr());
+  const Tensor gc = contiguous(to_dtype(g, p.dtype)), wc = filter_for(p, w);
+  if (!cuda::conv2d_backward_data(p, gc.data_ptr(), wc.data_ptr(), gx.data_ptr())) {  // nhwc unsupported
+    const Tensor gn = nhwc_to_nchw(gc), wn = filter_for(as_nchw(p), w);
+    Tensor gxn = empty({p.N, p.C, p.H, p.W}, {p.dtype, gx.device()});
+    check_ran(cuda::conv2d_backward_data(as_nchw(p), gn.data_ptr(), wn.data_ptr(), gxn.data_ptr()), "backward-data");
+    copy_(gx, nchw_to_nhwc(gxn));
+  }
 }
 
 void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g, const Tensor& gw) {
   NoGradGuard no_grad;
   OnDevice on(gw);
   const Tensor xc = contiguous(to_dtype(x, p.dtype)), gc = contiguous(to_dtype(g, p.dtype));
-  cuda::conv2d_backward_filter(p, xc.data_ptr(), gc.data_ptr(), gw.data_ptr());
+  if (!is_nhwc(p)) {
+    check_ran(cuda::conv2d_backward_filter(p, xc.data_ptr(), gc.data_ptr(), gw.data_ptr()), "backward-filter");
+    return;
+  }
+  // cuDNN writes the KRSC gradient (O, KH, KW, C/groups); gw is (O, C/groups, KH, KW).
+  Tensor gw_krsc = empty({p.O, p.KH, p.KW, p.C / p.groups}, {p.dtype, gw.device()});
+  if (cuda::conv2d_backward_filter(p, xc.data_ptr(), gc.data_ptr(), gw_krsc.data_ptr())) {
+    copy_(gw, permute(gw_krsc, {0, 3, 1, 2}));
+    return;
+  }
+  const Tensor xn = nhwc_to_nchw(xc), gn = nhwc_to_nchw(gc);  // nhwc unsupported: through NCHW
+  check_ran(cuda::conv2d_backward_filter(as_nchw(p), xn.data_ptr(), gn.data_ptr(), gw.data_ptr()), "backward-filter");
 }
 
 // ---------------------------------------------------------------------------------------------------
