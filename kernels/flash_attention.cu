@@ -8,15 +8,27 @@
 // their last row sees and mask only the tiles crossing the diagonal. Later query blocks (more work under
 // the causal mask) are scheduled first.
 //
-// Backward: a preprocess kernel dsum[t] = rowsum(dO ∘ O)[t]; then one CTA of 4 warps per (64-key block,
-// b, kv head), each warp owning 16 keys. It loops over the query heads of its kv group and over the
+// Backward: a preprocess kernel dsum[t] = rowsum(dO ∘ O)[t] (which also zeroes dq_acc); then one CTA of
+// 4 warps per (64-key block, b, kv head), each warp owning 16 keys. It loops over the query heads of its kv group and over the
 // query blocks that see its keys, recomputes Sᵀ = K Qᵀ and Pᵀ = exp(Sᵀ - lse), dPᵀ = V dOᵀ and
 // dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
 //
+// Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
+// k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
+// dq_acc are contiguous workspaces. The backward's first kernel computes dsum and zeroes dq_acc; the last
+// scales dq_acc into the strided dq.
+//
 // Shared-memory rows are padded by 8 elements (16 bytes) so that the 8 row addresses of an ldmatrix hit
 // distinct banks. Rows past T or S are zero-filled by cp.async and masked out of the softmax.
+//
+// Note [Ragged tiles]
+// 16-row slices past T or S (zero in shared memory, P = dS = 0 there) skip their products, and warps whose
+// rows all lie past the end skip their work: the results are those of computing them (the products would
+// add exact zeros or be masked to -inf). This matters for short odd lengths (a ViT's N = 65 or 197), where
+// much of a 64- or 128-row block is padding. Every such condition is warp-uniform. The backward's per-element
+// mask is evaluated only in blocks that cross S or the causal diagonal.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 with 16-bit A/B): lane = 4 g + tq.
 //   A (16x16, row-major): a0 (g, 2tq..+1), a1 (g+8, 2tq..), a2 (g, 2tq+8..), a3 (g+8, 2tq+8..)
@@ -108,15 +120,17 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
                : "memory");
 }
 
-// Rows [r0, r0 + kRows) of a (rows, D) row-major matrix into shared memory with row stride kStride;
-// rows >= `rows` become zeros.
+// Rows [r0, r0 + kRows) of a (rows, D) matrix with row stride `ld` elements (a multiple of 8, D contiguous)
+// into shared memory with row stride kStride; rows >= `rows` become zeros.
 template <int kRows, int D, int kStride, int kThreads>
-__device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, int r0, int rows) {
+__device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, int ld, int r0, int rows) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  const uint16_t* tile = src + static_cast<int64_t>(r0) * ld;
   for (int i = static_cast<int>(threadIdx.x); i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = r0 + r < rows;
-    cp_async16(dst + r * kStride + c * 8, src + static_cast<int64_t>(valid ? r0 + r : 0) * D + c * 8, valid);
+    // r ld fits in 32 bits: |ld| < 2^23 (flash_layout_ok) and r < 128
+    cp_async16(dst + r * kStride + c * 8, valid ? tile + (r * ld + c * 8) : src, valid);
   }
 }
 
@@ -137,13 +151,28 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const uint16_t* tile
   ldsm_x4_t(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + n0 + (lane >> 4) * 8);
 }
 
+// AttnStrides on the device: the token stride in 32 bits (flash_layout_ok keeps it below 2^23) so that row
+// offsets within a tile are 32-bit products.
+struct OperandStrides {
+  int64_t b, h;
+  int t;
+};
+
 // Problem sizes as the kernels use them.
 struct FlashParams {
   int B, Hq, Hkv, T, S;
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
   int causal;        // query t sees keys s <= t + (S - T)
+  // element strides of every (B, H, T, D) operand; D has stride 1
+  OperandStrides q, k, v, o, dout, dq, dk, dv;
 };
+
+// The first element of head h of batch b of an operand.
+template <class P>
+__device__ __forceinline__ P* head_ptr(P* base, const OperandStrides& st, int b, int h) {
+  return base + static_cast<int64_t>(b) * st.b + static_cast<int64_t>(h) * st.h;
+}
 
 // ---- forward ----
 
@@ -174,13 +203,13 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
 
   const int bh = static_cast<int>(blockIdx.y);
   const int b = bh / p.Hq, h = bh % p.Hq;
-  const int kvh = b * p.Hkv + h / (p.Hq / p.Hkv);
+  const int hk = h / (p.Hq / p.Hkv);
   const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBr;  // heavy blocks first
-  const uint16_t* qh = q + static_cast<int64_t>(bh) * p.T * D;
-  const uint16_t* kh = k + static_cast<int64_t>(kvh) * p.S * D;
-  const uint16_t* vh = v + static_cast<int64_t>(kvh) * p.S * D;
-  uint16_t* oh = out + static_cast<int64_t>(bh) * p.T * D;
-  float* lh = lse + static_cast<int64_t>(bh) * p.T;
+  const uint16_t* qh = head_ptr(q, p.q, b, h);
+  const uint16_t* kh = head_ptr(k, p.k, b, hk);
+  const uint16_t* vh = head_ptr(v, p.v, b, hk);
+  uint16_t* oh = head_ptr(out, p.o, b, h);
+  float* lh = lse + static_cast<int64_t>(bh) * p.T;  // lse is contiguous (B, Hq, T)
   const int shift = p.S - p.T;  // causal: row t sees keys <= t + shift
 
   int key_end = p.S;
@@ -188,9 +217,9 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
   const int n_tiles = key_end > 0 ? (key_end + kBc - 1) / kBc : 0;
 
   if (n_tiles > 0) {
-    load_tile<kBr, D, kStride, C::kThreads>(q_s, qh, q0, p.T);
-    load_tile<kBc, D, kStride, C::kThreads>(kv_s, kh, 0, p.S);
-    load_tile<kBc, D, kStride, C::kThreads>(kv_s + kBc * kStride, vh, 0, p.S);
+    load_tile<kBr, D, kStride, C::kThreads>(q_s, qh, p.q.t, q0, p.T);
+    load_tile<kBc, D, kStride, C::kThreads>(kv_s, kh, p.k.t, 0, p.S);
+    load_tile<kBc, D, kStride, C::kThreads>(kv_s + kBc * kStride, vh, p.v.t, 0, p.S);
     cp_async_commit();
   }
 
@@ -211,8 +240,8 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
   for (int j = 0; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) {
       uint16_t* next = kv_s + ((j + 1) & 1) * 2 * kBc * kStride;
-      load_tile<kBc, D, kStride, C::kThreads>(next, kh, (j + 1) * kBc, p.S);
-      load_tile<kBc, D, kStride, C::kThreads>(next + kBc * kStride, vh, (j + 1) * kBc, p.S);
+      load_tile<kBc, D, kStride, C::kThreads>(next, kh, p.k.t, (j + 1) * kBc, p.S);
+      load_tile<kBc, D, kStride, C::kThreads>(next + kBc * kStride, vh, p.v.t, (j + 1) * kBc, p.S);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -222,94 +251,99 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
     const uint16_t* k_s = kv_s + (j & 1) * 2 * kBc * kStride;
     const uint16_t* v_s = k_s + kBc * kStride;
 
-    // S = Q Kᵀ for this warp's kM x 16 rows x kBc keys
-    float sc[kM][kBc / 8][4];
-#pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-      for (int n = 0; n < kBc / 8; ++n) sc[mi][n][0] = sc[mi][n][1] = sc[mi][n][2] = sc[mi][n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[kM][4];
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi) load_a<kStride>(a[mi], q_s, warp_row0 + 16 * mi, kk * 16, lane);
-#pragma unroll
-      for (int nn = 0; nn < kBc / 16; ++nn) {
-        uint32_t bf[4];
-        load_b_nk<kStride>(bf, k_s, nn * 16, kk * 16, lane);
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi) {
-          E::mma(sc[mi][2 * nn], a[mi], bf[0], bf[1]);
-          E::mma(sc[mi][2 * nn + 1], a[mi], bf[2], bf[3]);
-        }
-      }
-    }
-
-    // log2-scaled scores, masked: keys past S, and (causal) keys past the row's diagonal
     const int key0 = j * kBc;
-    const bool need_mask = key0 + kBc > p.S || (p.causal && key0 + kBc - 1 > q0 + shift);
+    // Warps whose rows all lie past T have nothing to compute (they still share the loads and barriers).
+    if (q0 + warp_row0 < p.T) {
+      // S = Q Kᵀ for this warp's kM x 16 rows x kBc keys
+      float sc[kM][kBc / 8][4];
 #pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
+      for (int mi = 0; mi < kM; ++mi)
 #pragma unroll
-      for (int n = 0; n < kBc / 8; ++n)
+        for (int n = 0; n < kBc / 8; ++n) sc[mi][n][0] = sc[mi][n][1] = sc[mi][n][2] = sc[mi][n][3] = 0.f;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float x = sc[mi][n][c] * p.scale_log2;
-          if (need_mask) {
-            const int key = key0 + n * 8 + 2 * tq + (c & 1);
-            const int row = q0 + warp_row0 + 16 * mi + g + (c >> 1) * 8;
-            if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[kM][4];
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) load_a<kStride>(a[mi], q_s, warp_row0 + 16 * mi, kk * 16, lane);
+#pragma unroll
+        for (int nn = 0; nn < kBc / 16; ++nn) {
+          if (key0 + nn * 16 >= p.S) continue;  // keys past S: masked below (Note [Ragged tiles])
+          uint32_t bf[4];
+          load_b_nk<kStride>(bf, k_s, nn * 16, kk * 16, lane);
+#pragma unroll
+          for (int mi = 0; mi < kM; ++mi) {
+            E::mma(sc[mi][2 * nn], a[mi], bf[0], bf[1]);
+            E::mma(sc[mi][2 * nn + 1], a[mi], bf[2], bf[3]);
           }
-          sc[mi][n][c] = x;
-        }
-
-    // online softmax, per row (mi, r) (elements c = 2r, 2r + 1)
-#pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = m_run[mi][r];
-#pragma unroll
-        for (int n = 0; n < kBc / 8; ++n) mx = fmaxf(mx, fmaxf(sc[mi][n][2 * r], sc[mi][n][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_use = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
-        const float alpha = exp2f(m_run[mi][r] - m_use);  // 0 when m_run is -inf
-        m_run[mi][r] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < kBc / 8; ++n) {
-          sc[mi][n][2 * r] = exp2f(sc[mi][n][2 * r] - m_use);
-          sc[mi][n][2 * r + 1] = exp2f(sc[mi][n][2 * r + 1] - m_use);
-          sum += sc[mi][n][2 * r] + sc[mi][n][2 * r + 1];
-        }
-        l_run[mi][r] = l_run[mi][r] * alpha + sum;
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          o[mi][i][2 * r] *= alpha;
-          o[mi][i][2 * r + 1] *= alpha;
         }
       }
 
-    // O += P V (P from registers, rounded to the input dtype)
+      // log2-scaled scores, masked: keys past S, and (causal) keys past the row's diagonal
+      const bool need_mask = key0 + kBc > p.S || (p.causal && key0 + kBc - 1 > q0 + shift);
 #pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk) {
-      uint32_t a[kM][4];
+      for (int mi = 0; mi < kM; ++mi)
 #pragma unroll
-      for (int mi = 0; mi < kM; ++mi) {
-        a[mi][0] = E::pack(sc[mi][2 * kk][0], sc[mi][2 * kk][1]);
-        a[mi][1] = E::pack(sc[mi][2 * kk][2], sc[mi][2 * kk][3]);
-        a[mi][2] = E::pack(sc[mi][2 * kk + 1][0], sc[mi][2 * kk + 1][1]);
-        a[mi][3] = E::pack(sc[mi][2 * kk + 1][2], sc[mi][2 * kk + 1][3]);
-      }
+        for (int n = 0; n < kBc / 8; ++n)
 #pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t bf[4];
-        load_b_kn<kStride>(bf, v_s, kk * 16, dn * 16, lane);
+          for (int c = 0; c < 4; ++c) {
+            float x = sc[mi][n][c] * p.scale_log2;
+            if (need_mask) {
+              const int key = key0 + n * 8 + 2 * tq + (c & 1);
+              const int row = q0 + warp_row0 + 16 * mi + g + (c >> 1) * 8;
+              if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
+            }
+            sc[mi][n][c] = x;
+          }
+
+      // online softmax, per row (mi, r) (elements c = 2r, 2r + 1)
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = m_run[mi][r];
+#pragma unroll
+          for (int n = 0; n < kBc / 8; ++n) mx = fmaxf(mx, fmaxf(sc[mi][n][2 * r], sc[mi][n][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_use = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
+          const float alpha = exp2f(m_run[mi][r] - m_use);  // 0 when m_run is -inf
+          m_run[mi][r] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < kBc / 8; ++n) {
+            sc[mi][n][2 * r] = exp2f(sc[mi][n][2 * r] - m_use);
+            sc[mi][n][2 * r + 1] = exp2f(sc[mi][n][2 * r + 1] - m_use);
+            sum += sc[mi][n][2 * r] + sc[mi][n][2 * r + 1];
+          }
+          l_run[mi][r] = l_run[mi][r] * alpha + sum;
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i) {
+            o[mi][i][2 * r] *= alpha;
+            o[mi][i][2 * r + 1] *= alpha;
+          }
+        }
+
+      // O += P V (P from registers, rounded to the input dtype)
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) {
+        if (key0 + kk * 16 >= p.S) continue;  // P = 0 for keys past S (Note [Ragged tiles])
+        uint32_t a[kM][4];
 #pragma unroll
         for (int mi = 0; mi < kM; ++mi) {
-          E::mma(o[mi][2 * dn], a[mi], bf[0], bf[1]);
-          E::mma(o[mi][2 * dn + 1], a[mi], bf[2], bf[3]);
+          a[mi][0] = E::pack(sc[mi][2 * kk][0], sc[mi][2 * kk][1]);
+          a[mi][1] = E::pack(sc[mi][2 * kk][2], sc[mi][2 * kk][3]);
+          a[mi][2] = E::pack(sc[mi][2 * kk + 1][0], sc[mi][2 * kk + 1][1]);
+          a[mi][3] = E::pack(sc[mi][2 * kk + 1][2], sc[mi][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dn = 0; dn < D / 16; ++dn) {
+          uint32_t bf[4];
+          load_b_kn<kStride>(bf, v_s, kk * 16, dn * 16, lane);
+#pragma unroll
+          for (int mi = 0; mi < kM; ++mi) {
+            E::mma(o[mi][2 * dn], a[mi], bf[0], bf[1]);
+            E::mma(o[mi][2 * dn + 1], a[mi], bf[2], bf[3]);
+          }
         }
       }
     }
@@ -340,27 +374,59 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads)
     const int r = i / kChunks, c = i % kChunks;
     const int row = q0 + warp_row0 + r;
     if (row < p.T)
-      *reinterpret_cast<uint4*>(oh + static_cast<int64_t>(row) * D + c * 8) =
+      *reinterpret_cast<uint4*>(oh + static_cast<int64_t>(row) * p.o.t + c * 8) =
           *reinterpret_cast<const uint4*>(o_s + r * kStride + c * 8);
   }
 }
 
 // ---- backward ----
 
-// dsum[row] = sum_e dout[row, e] * out[row, e] (fp32); one warp per row.
-template <class E, int D>
-__global__ void flash_dsum_kernel(float* __restrict__ dsum, const uint16_t* __restrict__ out,
-                                  const uint16_t* __restrict__ dout, int64_t rows) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const uint16_t* o = out + row * D;
-  const uint16_t* d = dout + row * D;
-  float acc = 0.f;
+// The 8 16-bit values of a 16-byte chunk as floats.
+template <class E>
+__device__ __forceinline__ void unpack8(float (&f)[8], const uint4& x) {
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-  for (int e = lane; e < D; e += 32) acc += E::to_float(o[e]) * E::to_float(d[e]);
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) dsum[row] = acc;
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = E::to_float(static_cast<uint16_t>(w[i] & 0xffffu));
+    f[2 * i + 1] = E::to_float(static_cast<uint16_t>(w[i] >> 16));
+  }
+}
+
+// Flat query row (b, h, t) of the contiguous (B, Hq, T) workspaces -> (b, h, t).
+__device__ __forceinline__ void split_row(int64_t row, int T, int Hq, int& b, int& h, int& t) {
+  t = static_cast<int>(row % T);
+  const int64_t bh = row / T;
+  b = static_cast<int>(bh / Hq);
+  h = static_cast<int>(bh % Hq);
+}
+
+// Backward preprocessing: dsum[row] = sum_e dout[row, e] * out[row, e] (fp32) and dq_acc[row, :] = 0.
+// D / 8 consecutive threads own a row, one 16-byte chunk each; the block size is a multiple of 32.
+template <class E, int D>
+__global__ void flash_bwd_prep_kernel(float* __restrict__ dsum, float* __restrict__ dq_acc,
+                                      const uint16_t* __restrict__ out, const uint16_t* __restrict__ dout,
+                                      FlashParams p, int64_t rows) {
+  constexpr int kTpr = D / 8;  // threads per row (8 or 16: a power of two dividing 32)
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = i / kTpr;
+  const int c = static_cast<int>(i % kTpr);
+  float acc = 0.f;  // rows past the end take part in the shuffles with 0
+  if (row < rows) {
+    int b, h, t;
+    split_row(row, p.T, p.Hq, b, h, t);
+    float o[8], d[8];
+    unpack8<E>(o, *reinterpret_cast<const uint4*>(head_ptr(out, p.o, b, h) + static_cast<int64_t>(t) * p.o.t + c * 8));
+    unpack8<E>(d, *reinterpret_cast<const uint4*>(head_ptr(dout, p.dout, b, h) + static_cast<int64_t>(t) * p.dout.t +
+                                                  c * 8));
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc += o[e] * d[e];
+    float4* z = reinterpret_cast<float4*>(dq_acc + row * D + c * 8);
+    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int off = kTpr / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (row < rows && c == 0) dsum[row] = acc;
 }
 
 template <int D>
@@ -400,22 +466,22 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
   const int group = p.Hq / p.Hkv;
   const int k0 = static_cast<int>(blockIdx.x) * kBc;
   const int shift = p.S - p.T;
-  const uint16_t* kh = k + static_cast<int64_t>(bkv) * p.S * D;
-  const uint16_t* vh = v + static_cast<int64_t>(bkv) * p.S * D;
+  const uint16_t* kh = head_ptr(k, p.k, b, hkv);
+  const uint16_t* vh = head_ptr(v, p.v, b, hkv);
 
   // query blocks that see a key of this block: t >= k0 - shift under the causal mask
   const int q_first = p.causal ? max(0, k0 - shift) : 0;
   const int i_start = q_first / kBq;
   const int n_qb = q_first < p.T ? (p.T + kBq - 1) / kBq - i_start : 0;
   const int total = group * n_qb;  // iterations: (head in group, query block)
-  auto head_of = [&](int it) { return b * p.Hq + hkv * group + it / n_qb; };  // flat (b, query head)
+  auto qhead_of = [&](int it) { return hkv * group + it / n_qb; };  // query head
+  auto head_of = [&](int it) { return b * p.Hq + qhead_of(it); };    // flat (b, query head) of the workspaces
   auto q0_of = [&](int it) { return (i_start + it % n_qb) * kBq; };
   auto load_q_do = [&](int it) {
-    const int bh = head_of(it), q0 = q0_of(it);
+    const int h = qhead_of(it), q0 = q0_of(it);
     uint16_t* dst = qd_s + (it & 1) * 2 * kBq * kStride;
-    load_tile<kBq, D, kStride, C::kThreads>(dst, q + static_cast<int64_t>(bh) * p.T * D, q0, p.T);
-    load_tile<kBq, D, kStride, C::kThreads>(dst + kBq * kStride, dout + static_cast<int64_t>(bh) * p.T * D, q0,
-                                            p.T);
+    load_tile<kBq, D, kStride, C::kThreads>(dst, head_ptr(q, p.q, b, h), p.q.t, q0, p.T);
+    load_tile<kBq, D, kStride, C::kThreads>(dst + kBq * kStride, head_ptr(dout, p.dout, b, h), p.dout.t, q0, p.T);
   };
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];  // this warp's 16 keys x D
@@ -425,8 +491,8 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
     for (int c = 0; c < 4; ++c) dk_acc[i][c] = dv_acc[i][c] = 0.f;
 
   if (total > 0) {
-    load_tile<kBc, D, kStride, C::kThreads>(k_s, kh, k0, p.S);
-    load_tile<kBc, D, kStride, C::kThreads>(v_s, vh, k0, p.S);
+    load_tile<kBc, D, kStride, C::kThreads>(k_s, kh, p.k.t, k0, p.S);
+    load_tile<kBc, D, kStride, C::kThreads>(v_s, vh, p.v.t, k0, p.S);
     load_q_do(0);
     cp_async_commit();
   }
@@ -444,6 +510,8 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
     const int bh = head_of(it), q0 = q0_of(it);
     const uint16_t* q_s = qd_s + (it & 1) * 2 * kBq * kStride;
     const uint16_t* do_s = q_s + kBq * kStride;
+    const int q_rows = p.T - q0;                  // valid query rows of this block (>= 1)
+    const bool warp_keys = k0 + warp * 16 < p.S;  // this warp has at least one valid key
 
     // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: this warp's 16 keys x kBq queries
     float st[kBq / 8][4], dpt[kBq / 8][4];
@@ -451,22 +519,27 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
     for (int n = 0; n < kBq / 8; ++n)
 #pragma unroll
       for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
+    if (warp_keys) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
-      load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ak[4], av[4];
+        load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
+        load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int nn = 0; nn < kBq / 16; ++nn) {
-        uint32_t bq[4], bd[4];
-        load_b_nk<kStride>(bq, q_s, nn * 16, kk * 16, lane);
-        load_b_nk<kStride>(bd, do_s, nn * 16, kk * 16, lane);
-        E::mma(st[2 * nn], ak, bq[0], bq[1]);
-        E::mma(st[2 * nn + 1], ak, bq[2], bq[3]);
-        E::mma(dpt[2 * nn], av, bd[0], bd[1]);
-        E::mma(dpt[2 * nn + 1], av, bd[2], bd[3]);
+        for (int nn = 0; nn < kBq / 16; ++nn) {
+          if (nn * 16 >= q_rows) continue;  // queries past T (Note [Ragged tiles])
+          uint32_t bq[4], bd[4];
+          load_b_nk<kStride>(bq, q_s, nn * 16, kk * 16, lane);
+          load_b_nk<kStride>(bd, do_s, nn * 16, kk * 16, lane);
+          E::mma(st[2 * nn], ak, bq[0], bq[1]);
+          E::mma(st[2 * nn + 1], ak, bq[2], bq[3]);
+          E::mma(dpt[2 * nn], av, bd[0], bd[1]);
+          E::mma(dpt[2 * nn + 1], av, bd[2], bd[3]);
+        }
       }
     }
+    // keys past S, or (causal) a key after some row's diagonal: the per-element mask is needed
+    const bool need_mask = k0 + kBc > p.S || (p.causal && k0 + kBc - 1 > q0 + shift);
 
     // Pᵀ = exp(scale s - lse) (0 where masked), dSᵀ = Pᵀ (dPᵀ - dsum)
     const float* lse_h = lse + static_cast<int64_t>(bh) * p.T;
@@ -487,7 +560,7 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
           const int c = 2 * r + cc;
           const int key = key_base + 8 * r;
           float x = st[n][c] * p.scale_log2 - l2;
-          if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
+          if (need_mask && (key >= p.S || (p.causal && key > row + shift))) x = -INFINITY;
           const float pr = exp2f(x);
           st[n][c] = pr;
           dpt[n][c] = pr * (dpt[n][c] - ds);
@@ -509,6 +582,7 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
       *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride) = as[1];
       *reinterpret_cast<uint32_t*>(ds_w + 8) = as[2];
       *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride + 8) = as[3];
+      if (!warp_keys || kk * 16 >= q_rows) continue;  // P = dS = 0 (Note [Ragged tiles])
 #pragma unroll
       for (int dn = 0; dn < D / 16; ++dn) {
         uint32_t bd[4], bq[4];
@@ -523,13 +597,13 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
     __syncthreads();  // dSᵀ complete
 
     // dQ (kBq x D) += dS K: this warp's 16 rows x kDqCols columns, k = the kBc keys
-    {
-      const int wm = warp % C::kWm, wn = warp / C::kWm;
+    if (const int wm = warp % C::kWm, wn = warp / C::kWm; wm * 16 < q_rows) {  // rows past T: nothing to add
       float dq[C::kDqCols / 8][4];
 #pragma unroll
       for (int i = 0; i < C::kDqCols / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) {
+        if (k0 + kk * 16 >= p.S) continue;  // keys past S: dS = 0 (Note [Ragged tiles])
         // A = dS (query rows wm*16.., key columns kk*16..) from dSᵀ stored (key, query): transposing loads
         uint32_t a[4];
         const int mi = lane >> 3;
@@ -575,37 +649,47 @@ __global__ void __launch_bounds__(BwdCfg<D>::kThreads)
       *reinterpret_cast<uint32_t*>(dv_s + off) = E::pack(dv_acc[i][2 * r], dv_acc[i][2 * r + 1]);
     }
   __syncwarp();
-  uint16_t* dkh = dk + static_cast<int64_t>(bkv) * p.S * D;
-  uint16_t* dvh = dv + static_cast<int64_t>(bkv) * p.S * D;
+  uint16_t* dkh = head_ptr(dk, p.dk, b, hkv);
+  uint16_t* dvh = head_ptr(dv, p.dv, b, hkv);
   constexpr int kChunks = D / 8;
   for (int i = lane; i < 16 * kChunks; i += 32) {
     const int r = i / kChunks, c = i % kChunks;
     const int key = k0 + warp * 16 + r;
     if (key < p.S) {
-      *reinterpret_cast<uint4*>(dkh + static_cast<int64_t>(key) * D + c * 8) =
+      *reinterpret_cast<uint4*>(dkh + static_cast<int64_t>(key) * p.dk.t + c * 8) =
           *reinterpret_cast<const uint4*>(dk_s + r * kStride + c * 8);
-      *reinterpret_cast<uint4*>(dvh + static_cast<int64_t>(key) * D + c * 8) =
+      *reinterpret_cast<uint4*>(dvh + static_cast<int64_t>(key) * p.dv.t + c * 8) =
           *reinterpret_cast<const uint4*>(dv_s + r * kStride + c * 8);
     }
   }
 }
 
-// dq = scale * dq_acc in the input dtype; n is even (D is).
-template <class E>
-__global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* __restrict__ acc, float scale,
-                                        int64_t n) {
-  const int64_t pairs = n / 2;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+// dq[b, h, t, :] = scale * dq_acc[row, :] in the input dtype (dq strided, dq_acc contiguous); a thread per
+// 16-byte chunk of dq.
+template <class E, int D>
+__global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* __restrict__ acc, FlashParams p,
+                                        int64_t rows) {
+  constexpr int kTpr = D / 8;
+  const int64_t n = rows * kTpr;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float2 x = reinterpret_cast<const float2*>(acc)[i];
-    reinterpret_cast<uint32_t*>(dq)[i] = E::pack(x.x * scale, x.y * scale);
+    const int64_t row = i / kTpr;
+    const int c = static_cast<int>(i % kTpr);
+    int b, h, t;
+    split_row(row, p.T, p.Hq, b, h, t);
+    const float4* src = reinterpret_cast<const float4*>(acc + row * D + c * 8);
+    const float4 x0 = src[0], x1 = src[1];
+    const float sc = p.scale;
+    const uint4 y = make_uint4(E::pack(x0.x * sc, x0.y * sc), E::pack(x0.z * sc, x0.w * sc),
+                               E::pack(x1.x * sc, x1.y * sc), E::pack(x1.z * sc, x1.w * sc));
+    *reinterpret_cast<uint4*>(head_ptr(dq, p.dq, b, h) + static_cast<int64_t>(t) * p.dq.t + c * 8) = y;
   }
 }
 
 // ---- host side ----
 
 FlashParams make_params(const AttnShape& s) {
-  FlashParams p;
+  FlashParams p{};
   p.B = static_cast<int>(s.B);
   p.Hq = static_cast<int>(s.Hq);
   p.Hkv = static_cast<int>(s.Hkv);
@@ -616,6 +700,8 @@ FlashParams make_params(const AttnShape& s) {
   p.causal = s.causal;
   return p;
 }
+
+OperandStrides dev_strides(const AttnStrides& st) { return {st.b, st.h, static_cast<int>(st.t)}; }
 
 // Calls f(E{}, std::integral_constant<int, D>{}) for the element type and head dim.
 template <class F>
@@ -640,11 +726,22 @@ bool flash_attention_supported(DType dt, const AttnShape& s) {
          s.B * s.Hq <= kMaxGridY && s.B * s.Hkv <= kMaxGridY;
 }
 
+bool flash_layout_ok(const void* data, const AttnStrides& st) {
+  constexpr int64_t kVec = 8;  // 16 bytes of 16-bit elements
+  constexpr int64_t kMaxT = int64_t{1} << 23;  // load_tile's offsets (row < 128) times it fit in 32 bits
+  return reinterpret_cast<std::uintptr_t>(data) % 16 == 0 && st.b % kVec == 0 && st.h % kVec == 0 &&
+         st.t % kVec == 0 && st.t > -kMaxT && st.t < kMaxT;
+}
+
 FlashAttentionCounts flash_attention_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
 
-void launch_flash_attention_forward(DType dt, void* out, float* lse, const void* q, const void* k, const void* v,
-                                    const AttnShape& s, cudaStream_t stream) {
-  const FlashParams p = make_params(s);
+// The glue (src/ops/cuda/flash_attention.cpp) checks every operand with flash_layout_ok before launching.
+void launch_flash_attention_forward(DType dt, const FlashForwardArgs& a, const AttnShape& s, cudaStream_t stream) {
+  FlashParams p = make_params(s);
+  p.q = dev_strides(a.q.st);
+  p.k = dev_strides(a.k.st);
+  p.v = dev_strides(a.v.st);
+  p.o = dev_strides(a.out.st);
   dispatch(dt, s.D, "flash_attention_forward", [&](auto e, auto dc) {
     using E = decltype(e);
     constexpr int D = decltype(dc)::value;
@@ -653,39 +750,46 @@ void launch_flash_attention_forward(DType dt, void* out, float* lse, const void*
     HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(C::kSmemBytes)));
     const dim3 grid(static_cast<unsigned>((p.T + C::kBr - 1) / C::kBr), static_cast<unsigned>(p.B * p.Hq));
-    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(static_cast<uint16_t*>(out), lse,
-                                                         static_cast<const uint16_t*>(q),
-                                                         static_cast<const uint16_t*>(k),
-                                                         static_cast<const uint16_t*>(v), p);
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+        static_cast<uint16_t*>(a.out.data), a.lse, static_cast<const uint16_t*>(a.q.data),
+        static_cast<const uint16_t*>(a.k.data), static_cast<const uint16_t*>(a.v.data), p);
   });
   HT_CHECK_LAUNCH("flash_attention_forward");
   ++g_forward_calls;
 }
 
-void launch_flash_attention_backward(DType dt, const FlashGrads& g, const void* q, const void* k, const void* v,
-                                     const void* out, const float* lse, const void* dout, const AttnShape& s,
-                                     cudaStream_t stream) {
-  const FlashParams p = make_params(s);
+void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const AttnShape& s, cudaStream_t stream) {
+  FlashParams p = make_params(s);
+  p.q = dev_strides(a.q.st);
+  p.k = dev_strides(a.k.st);
+  p.v = dev_strides(a.v.st);
+  p.o = dev_strides(a.out.st);
+  p.dout = dev_strides(a.dout.st);
+  p.dq = dev_strides(a.dq.st);
+  p.dk = dev_strides(a.dk.st);
+  p.dv = dev_strides(a.dv.st);
   const int64_t rows = s.B * s.Hq * s.T;
-  HT_CUDA_CHECK(cudaMemsetAsync(g.dq_acc, 0, static_cast<std::size_t>(rows * s.D) * sizeof(float), stream));
   dispatch(dt, s.D, "flash_attention_backward", [&](auto e, auto dc) {
     using E = decltype(e);
     constexpr int D = decltype(dc)::value;
     using C = BwdCfg<D>;
-    flash_dsum_kernel<E, D><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
-        g.dsum, static_cast<const uint16_t*>(out), static_cast<const uint16_t*>(dout), rows);
+    constexpr int kPrepBlock = 256;
+    const int64_t chunks = rows * (D / 8);
+    flash_bwd_prep_kernel<E, D><<<static_cast<unsigned>((chunks + kPrepBlock - 1) / kPrepBlock), kPrepBlock, 0,
+                                  stream>>>(a.dsum, a.dq_acc, static_cast<const uint16_t*>(a.out.data),
+                                            static_cast<const uint16_t*>(a.dout.data), p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
     auto kernel = flash_backward_kernel<E, D>;
     HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(C::kSmemBytes)));
     const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
     kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
-        static_cast<uint16_t*>(g.dk), static_cast<uint16_t*>(g.dv), g.dq_acc, static_cast<const uint16_t*>(q),
-        static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), static_cast<const uint16_t*>(dout), lse,
-        g.dsum, p);
+        static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
+        static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
+        static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
     HT_CHECK_LAUNCH("flash_attention_backward");
-    flash_dq_convert_kernel<E><<<cuda::grid_for(rows * D / 2), cuda::kBlock, 0, stream>>>(
-        static_cast<uint16_t*>(g.dq), g.dq_acc, p.scale, rows * D);
+    flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(
+        static_cast<uint16_t*>(a.dq.data), a.dq_acc, p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dq)");
   });
   ++g_backward_calls;

@@ -67,12 +67,8 @@ SelfAttention::SelfAttention(int64_t dim_, int64_t heads_, Bias qkv_bias, double
 
 Tensor SelfAttention::forward(const Tensor& x) {
   HT_CHECK(x.dim() == 3 && x.size(2) == dim, "SelfAttention: expected (B, N, {}), got {}", dim, x.describe());
-  const int64_t B = x.size(0), N = x.size(1), D = dim / heads;
-  // (B, N, 3 dim) -> (3, B, H, N, D)
-  const Tensor t = qkv->forward(x).reshape({B, N, 3, heads, D}).permute({2, 0, 3, 1, 4});
-  const Tensor q = select(t, 0, 0), k = select(t, 0, 1), v = select(t, 0, 2);
-  const Tensor o = scaled_dot_product_attention(q, k, v);     // (B, H, N, D)
-  const Tensor merged = o.transpose(1, 2).reshape({B, N, dim});  // (B, N, dim)
+  // (B, N, 3 dim) [q | k | v] -> (B, N, dim): heads split and merged without copies on the fused CUDA path
+  const Tensor merged = attention_qkv_packed(qkv->forward(x), heads);
   return proj_drop->forward(proj->forward(merged));
 }
 

@@ -1,5 +1,6 @@
-// scaled_dot_product_attention: a naive reference built from plain loops, causal masks with T != S (including
-// rows that see no key), grouped KV heads, Dv != D, non-contiguous inputs, bf16, gradients and errors.
+// scaled_dot_product_attention and attention_qkv_packed: a naive reference built from plain loops, causal
+// masks with T != S (including rows that see no key), grouped KV heads, Dv != D, non-contiguous inputs, bf16,
+// gradients and errors; the packed op against the reference and against the unpacked composition.
 #include <cmath>
 #include <limits>
 
@@ -195,5 +196,121 @@ TEST_CASE("attention rejects mismatched shapes, dtypes and head counts", "[atten
   CHECK_THROWS_WITH(scaled_dot_product_attention(q.to(DType::i32), k.to(DType::i32), v.to(DType::i32)),
                     HasSubstr("floating"));
   CHECK_THROWS_WITH(scaled_dot_product_attention(q, k, v, {AttnMask::none, std::nan("")}),
+                    HasSubstr("scale must be finite"));
+}
+
+// ---- attention_qkv_packed: qkv (B, N, 3 dim) laid out [q | k | v], each (H, D) -> (B, N, dim) as (B, N, H, D)
+
+namespace {
+
+// Reference: gathers q, k, v (B, H, N, D) from the packed layout with plain index arithmetic, runs
+// reference_attention, and scatters the result to (B, N, H, D).
+std::vector<double> reference_packed(const Tensor& qkv, int64_t H, AttnMask mask, double scale = 0.0) {
+  const int64_t B = qkv.size(0), N = qkv.size(1), dim = qkv.size(2) / 3, D = dim / H;
+  const auto x = qkv.to_vector<double>();
+  std::vector<double> part[3];
+  for (int64_t j = 0; j < 3; ++j) {
+    part[j].resize(static_cast<std::size_t>(B * H * N * D));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t d = 0; d < D; ++d)
+            part[j][static_cast<std::size_t>(((b * H + h) * N + n) * D + d)] =
+                x[static_cast<std::size_t>((b * N + n) * 3 * dim + j * dim + h * D + d)];
+  }
+  const Shape s{B, H, N, D};
+  const auto o = reference_attention(from_vector(part[0], s), from_vector(part[1], s), from_vector(part[2], s), mask,
+                                     scale);  // (B, H, N, D)
+  std::vector<double> out(o.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t d = 0; d < D; ++d)
+          out[static_cast<std::size_t>((b * N + n) * dim + h * D + d)] =
+              o[static_cast<std::size_t>(((b * H + h) * N + n) * D + d)];
+  return out;
+}
+
+// The computation SelfAttention ran before the packed op existed.
+Tensor unpacked(const Tensor& qkv, int64_t H, const AttentionOptions& opts) {
+  const int64_t B = qkv.size(0), N = qkv.size(1), dim = qkv.size(2) / 3;
+  const Tensor t = qkv.reshape({B, N, 3, H, dim / H}).permute({2, 0, 3, 1, 4});
+  return scaled_dot_product_attention(select(t, 0, 0), select(t, 0, 1), select(t, 0, 2), opts)
+      .transpose(1, 2)
+      .reshape({B, N, dim});
+}
+
+struct PackedCase {
+  int64_t B, N, H, D;
+};
+
+}  // namespace
+
+TEST_CASE("attention_qkv_packed matches the reference and the unpacked computation", "[attention][packed]") {
+  const PackedCase cases[] = {{1, 1, 1, 1}, {2, 5, 2, 3}, {1, 7, 3, 4}, {3, 4, 1, 6}};
+  uint64_t seed = 500;
+  for (const PackedCase& c : cases) {
+    const Tensor qkv = test::random_tensor({c.B, c.N, 3 * c.H * c.D}, ++seed, DType::f64, -2.0, 2.0);
+    for (AttnMask mask : {AttnMask::none, AttnMask::causal}) {
+      INFO("B " << c.B << " N " << c.N << " H " << c.H << " D " << c.D << " causal " << (mask == AttnMask::causal));
+      const Tensor out = attention_qkv_packed(qkv, c.H, {mask});
+      CHECK(out.shape() == Shape{c.B, c.N, c.H * c.D});
+      CHECK(test::compare(out, reference_packed(qkv, c.H, mask), 1e-12, 1e-13) == "");
+      // SelfAttention's numerics are unchanged: the same values as the composition it used before
+      CHECK(test::compare(out, unpacked(qkv, c.H, {mask}), 0, 0) == "");
+    }
+  }
+  // explicit scale, and a non-contiguous qkv (a transposed (B, 3 dim, N) buffer)
+  const Tensor qkv_t = test::random_tensor({2, 12, 5}, 520).transpose(1, 2);  // (2, 5, 12), H 2, D 2
+  REQUIRE_FALSE(qkv_t.is_contiguous());
+  const Tensor out = attention_qkv_packed(qkv_t, 2, {AttnMask::causal, 0.6});
+  CHECK(test::compare(out, reference_packed(qkv_t, 2, AttnMask::causal, 0.6), 1e-12, 1e-13) == "");
+}
+
+TEST_CASE("attention_qkv_packed gradients: finite differences and the unpacked gradient",
+          "[attention][packed][gradcheck]") {
+  uint64_t seed = 600;
+  for (const PackedCase& c : {PackedCase{2, 3, 2, 2}, PackedCase{1, 5, 3, 3}}) {
+    Tensor qkv = test::random_tensor({c.B, c.N, 3 * c.H * c.D}, ++seed, DType::f64, -1.5, 1.5).set_requires_grad(true);
+    for (AttnMask mask : {AttnMask::none, AttnMask::causal}) {
+      INFO("N " << c.N << " H " << c.H << " D " << c.D << " causal " << (mask == AttnMask::causal));
+      const int64_t H = c.H;
+      CHECK(test::gradcheck([H, mask](const std::vector<Tensor>& x) { return attention_qkv_packed(x[0], H, {mask}); },
+                            {qkv}) == "");
+      // the gradient equals the unpacked computation's
+      Tensor a = qkv.detach().clone().set_requires_grad(true), b = qkv.detach().clone().set_requires_grad(true);
+      const Tensor w = test::random_tensor({c.B, c.N, c.H * c.D}, ++seed);
+      sum(mul(attention_qkv_packed(a, H, {mask}), w)).backward();
+      sum(mul(unpacked(b, H, {mask}), w)).backward();
+      REQUIRE(a.grad().defined());
+      CHECK(a.grad().shape() == qkv.shape());
+      CHECK(test::compare(a.grad(), b.grad(), 1e-12, 1e-13) == "");
+    }
+  }
+  // through a non-contiguous view, with an explicit scale
+  Tensor base = test::random_tensor({1, 12, 4}, 650).set_requires_grad(true);  // (B, 3 dim, N) storage
+  CHECK(test::gradcheck(
+            [](const std::vector<Tensor>& x) {
+              return attention_qkv_packed(x[0].transpose(1, 2), 2, {AttnMask::none, 0.9});
+            },
+            {base}) == "");
+}
+
+TEST_CASE("attention_qkv_packed in bf16 is close to f64", "[attention][packed]") {
+  const Tensor qkv = test::random_tensor({2, 9, 3 * 2 * 8}, 700);
+  const Tensor ref = attention_qkv_packed(qkv, 2, {AttnMask::causal});
+  const Tensor o16 = attention_qkv_packed(qkv.to(DType::bf16), 2, {AttnMask::causal});
+  CHECK(o16.dtype() == DType::bf16);
+  CHECK(test::compare(o16, ref, 2e-2, 2e-2) == "");
+}
+
+TEST_CASE("attention_qkv_packed rejects bad shapes, head counts and dtypes", "[attention][packed]") {
+  CHECK(attention_qkv_packed(zeros({2, 3, 12}), 2).shape() == Shape{2, 3, 4});
+  CHECK_THROWS_WITH(attention_qkv_packed(zeros({3, 12}), 2), HasSubstr("expected qkv (B, N, 3 dim)"));
+  CHECK_THROWS_WITH(attention_qkv_packed(zeros({2, 3, 10}), 2), HasSubstr("multiple of 3"));
+  CHECK_THROWS_WITH(attention_qkv_packed(zeros({2, 3, 12}), 3), HasSubstr("heads (3) must divide dim"));
+  CHECK_THROWS_WITH(attention_qkv_packed(zeros({2, 3, 12}), 0), HasSubstr("heads must be positive"));
+  CHECK_THROWS_WITH(attention_qkv_packed(zeros({2, 3, 12}).to(DType::i32), 2), HasSubstr("floating"));
+  CHECK_THROWS_WITH(attention_qkv_packed(zeros({2, 3, 12}), 2, {AttnMask::none, std::nan("")}),
                     HasSubstr("scale must be finite"));
 }

@@ -5,9 +5,11 @@
 // and 128, grouped kv heads, a negative custom scale, a non-contiguous q. Every case asserts that the fused
 // kernels ran (kernels::flash_attention_counts), so a silent fallback fails the test.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -189,4 +191,132 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
       CHECK(test::compare_bits(out2, og.detach().to(Device::cpu())) == "");  // deterministic forward
     }
   }
+}
+
+// ---- strided operands and the packed op (attention_qkv_packed) ----
+
+namespace {
+
+// The three (B, N, dim) slots [q | k | v] of a (B, N, 3 dim) tensor (views; close_to reads them strided).
+std::array<Tensor, 3> slots(const Tensor& t) {
+  const int64_t dim = t.size(2) / 3;
+  return {narrow(t, 2, 0, dim), narrow(t, 2, dim, dim), narrow(t, 2, 2 * dim, dim)};
+}
+
+struct PackedCase {
+  const char* name;
+  int64_t B, N, H, D;
+  AttentionOptions opts;
+};
+
+}  // namespace
+
+TEST_CASE("packed attention on CUDA matches the f64 CPU reference, forward and backward",
+          "[gpu][attention][flash][packed]") {
+  const std::vector<PackedCase> cases = {
+      {"ViT-S/4 shape: N = 65, 6 heads of 64", 2, 65, 6, 64, {AttnMask::none, 0.0}},
+      {"ViT-B/16 shape: N = 197, 3 heads of 64", 1, 197, 3, 64, {AttnMask::none, 0.0}},
+      {"causal N = 130, 2 heads of 128", 2, 130, 2, 128, {AttnMask::causal, 0.0}},
+      {"N = 33, 1 head of 128, custom scale", 3, 33, 1, 128, {AttnMask::none, 0.05}},
+  };
+  uint64_t seed = 9500;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+      const PackedCase& c = cases[ci];
+      if (dt == DType::f16 && ci % 2 == 1) continue;
+      INFO(dtype_name(dt) << ": " << c.name);
+      const int64_t dim = c.H * c.D;
+      const Tensor qkv = test::random_input({c.B, c.N, 3 * dim}, ++seed, dt);
+
+      Tensor xc = leaf(qkv.to(DType::f64), Device::cpu());
+      const Tensor oc = attention_qkv_packed(xc, c.H, c.opts);
+      const Tensor go = test::random_input(oc.shape(), ++seed, dt);
+      oc.backward(go.to(DType::f64));
+
+      Tensor xg = leaf(qkv, test::kCuda);
+      const auto before = kernels::flash_attention_counts();
+      Tensor og;
+      {
+        test::PoisonGuard poison;  // an element the kernels forget to write is NaN
+        og = attention_qkv_packed(xg, c.H, c.opts);
+      }
+      CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
+      CHECK(og.shape() == Shape{c.B, c.N, dim});
+      CHECK(og.is_contiguous());
+      CHECK(close_to(og, oc, dt) == "");
+      {
+        test::PoisonGuard poison;
+        og.backward(go.to(test::kCuda));
+      }
+      CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
+      REQUIRE(xg.grad().defined());
+      CHECK(xg.grad().shape() == qkv.shape());
+      const auto gg = slots(xg.grad()), gc = slots(xc.grad());
+      CHECK(close_to(gg[0], gc[0], dt) == "");  // dq
+      CHECK(close_to(gg[1], gc[1], dt) == "");  // dk
+      CHECK(close_to(gg[2], gc[2], dt) == "");  // dv
+    }
+  }
+}
+
+TEST_CASE("packed attention without fused kernels on CUDA takes the generic path", "[gpu][attention][packed]") {
+  // f32 and D = 32: the composition of views and the straightforward kernels; the fused counters stay put
+  const std::tuple<DType, int64_t, int64_t> cases[] = {{DType::f32, 2, 64}, {DType::bf16, 3, 32}};
+  for (const auto& [dt, H, D] : cases) {
+    INFO(dtype_name(dt) << " D " << D);
+    const Tensor qkv = test::random_input({2, 17, 3 * H * D}, 9600 + static_cast<uint64_t>(D), dt);
+    Tensor xc = leaf(qkv.to(DType::f64), Device::cpu());
+    const Tensor oc = attention_qkv_packed(xc, H, {AttnMask::causal});
+    const Tensor go = test::random_input(oc.shape(), 9610, dt);
+    oc.backward(go.to(DType::f64));
+    Tensor xg = leaf(qkv, test::kCuda);
+    const auto before = kernels::flash_attention_counts();
+    const Tensor og = attention_qkv_packed(xg, H, {AttnMask::causal});
+    og.backward(go.to(test::kCuda));
+    CHECK(kernels::flash_attention_counts().forward == before.forward);
+    CHECK(close_to(og, oc, dt) == "");
+    CHECK(close_to(xg.grad(), xc.grad(), dt) == "");
+  }
+}
+
+TEST_CASE("strided scaled_dot_product_attention inputs are read in place and give the contiguous results",
+          "[gpu][attention][flash]") {
+  const int64_t B = 2, T = 97, H = 4, D = 64;
+  for (AttnMask mask : {AttnMask::none, AttnMask::causal}) {
+    INFO("causal " << (mask == AttnMask::causal));
+    // projections laid out (B, T, H, D), attended as (B, H, T, D) views
+    const Tensor qb = test::random_input({B, T, H, D}, 9700, DType::bf16).to(test::kCuda);
+    const Tensor kb = test::random_input({B, T, H, D}, 9701, DType::bf16).to(test::kCuda);
+    const Tensor vb = test::random_input({B, T, H, D}, 9702, DType::bf16).to(test::kCuda);
+    Tensor qs = leaf(qb, test::kCuda), ks = leaf(kb, test::kCuda), vs = leaf(vb, test::kCuda);
+    const Tensor qv = qs.transpose(1, 2), kv = ks.transpose(1, 2), vv = vs.transpose(1, 2);
+    REQUIRE_FALSE(qv.is_contiguous());
+    CHECK(cuda_ops::flash_strides(qv.detach()).has_value());  // no copy needed
+    Tensor qc = leaf(qv.contiguous(), test::kCuda), kc = leaf(kv.contiguous(), test::kCuda),
+           vc = leaf(vv.contiguous(), test::kCuda);
+    const Tensor go = test::random_input({B, H, T, D}, 9703, DType::bf16).to(test::kCuda);
+
+    const auto before = kernels::flash_attention_counts();
+    const Tensor os = scaled_dot_product_attention(qv, kv, vv, {mask});
+    const Tensor oc = scaled_dot_product_attention(qc, kc, vc, {mask});
+    CHECK(kernels::flash_attention_counts().forward == before.forward + 2);
+    CHECK(test::compare_bits(os, oc.to(Device::cpu())) == "");  // same values, same order: same bits
+    os.backward(go);
+    oc.backward(go);
+    CHECK(kernels::flash_attention_counts().backward == before.backward + 2);
+    // dk, dv are deterministic; dq goes through fp32 atomics (the order of the adds varies)
+    CHECK(test::compare_bits(ks.grad().transpose(1, 2).contiguous(), kc.grad().to(Device::cpu())) == "");
+    CHECK(test::compare_bits(vs.grad().transpose(1, 2).contiguous(), vc.grad().to(Device::cpu())) == "");
+    CHECK(close_to(qs.grad().transpose(1, 2), qc.grad().to(Device::cpu()), DType::bf16) == "");
+  }
+
+  // A view whose rows are not 16-byte aligned (offset of 4 elements) is copied first: same results.
+  const Tensor buf = test::random_input({1, 2, 40, 72}, 9710, DType::bf16).to(test::kCuda);
+  const Tensor q = narrow(buf, 3, 4, 64);  // (1, 2, 40, 64), row stride 72, starts 8 bytes into a row
+  CHECK_FALSE(cuda_ops::flash_strides(q).has_value());
+  const Tensor k = test::random_input({1, 2, 40, 64}, 9711, DType::bf16).to(test::kCuda);
+  const auto before = kernels::flash_attention_counts();
+  const Tensor o1 = scaled_dot_product_attention(q, k, k, {});
+  CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
+  CHECK(test::compare_bits(o1, scaled_dot_product_attention(q.contiguous(), k, k, {}).to(Device::cpu())) == "");
 }

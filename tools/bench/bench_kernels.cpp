@@ -319,6 +319,46 @@ void bench_attention(bool csv) {
 }
 // ---- end bench_attention ----
 
+// ---- bench_attention_packed (helper attn) ----
+// ViT self-attention from a packed projection qkv (B, N, 3 dim) in bf16, forward + backward through
+// autograd: attention_qkv_packed (strided fused kernels, one (B, N, 3 dim) gradient) against the composition
+// SelfAttention ran before (reshape/permute, three selects, scaled_dot_product_attention, transpose/reshape).
+void bench_attention_packed(bool csv) {
+  const Device dev = Device::cuda(0);
+  Generator gen(7);
+  struct Case {
+    const char* name;
+    int64_t B, N, H, D;
+  };
+  if (csv) std::printf("attention packed bf16,B,N,H,D,unpacked_ms,packed_ms\n");
+  else std::printf("\n%-42s %14s %12s\n", "attention from qkv bf16, fwd+bwd", "unpacked ms", "packed ms");
+  const Case cases[] = {{"ViT-S/4 (B=256, N=65, 6x64)", 256, 65, 6, 64}, {"ViT-B/16 (B=64, N=197, 12x64)", 64, 197, 12, 64}};
+  for (const Case& c : cases) {
+    const int64_t dim = c.H * c.D;
+    Tensor qkv = uniform({c.B, c.N, 3 * dim}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
+    qkv.set_requires_grad(true);
+    const Tensor g = uniform({c.B, c.N, dim}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
+    const double unpacked_ms = time_ms([&] {
+      qkv.zero_grad();
+      const Tensor t = qkv.reshape({c.B, c.N, 3, c.H, c.D}).permute({2, 0, 3, 1, 4});
+      scaled_dot_product_attention(select(t, 0, 0), select(t, 0, 1), select(t, 0, 2))
+          .transpose(1, 2)
+          .reshape({c.B, c.N, dim})
+          .backward(g);
+    });
+    const double packed_ms = time_ms([&] {
+      qkv.zero_grad();
+      attention_qkv_packed(qkv, c.H).backward(g);
+    });
+    if (csv)
+      std::printf("attention_packed,%lld,%lld,%lld,%lld,%.4f,%.4f\n", static_cast<long long>(c.B),
+                  static_cast<long long>(c.N), static_cast<long long>(c.H), static_cast<long long>(c.D), unpacked_ms,
+                  packed_ms);
+    else std::printf("%-42s %14.4f %12.4f\n", c.name, unpacked_ms, packed_ms);
+  }
+}
+// ---- end bench_attention_packed ----
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -371,6 +411,7 @@ int main(int argc, char** argv) {
   bench_lowp_gemm(csv);
   bench_conv_bn(csv);
   bench_attention(csv);
+  bench_attention_packed(csv);
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
   return 0;
