@@ -4,12 +4,15 @@
 // loads and stores when the pointers allow; otherwise ("block mode") a unit is one Hadamard block of T
 // elements (T <= 8 then), element by element. A unit never straddles a Hadamard block or a scale group.
 // Per unit: load → f32 → butterflies h = 1, 2, 4, 8 (h < T) in registers → statistics or quantisation.
-// fp32 arithmetic uses __fadd_rn / __fsub_rn / __fdiv_rn (no FMA contraction); SAWB sums use
+// Quantisation multiplies by the group's reciprocal r = qmax / m (one __fdiv_rn per group or unit, never one
+// per element) and draws 16 noise bits per element, eight elements per Philox call (Note [SR noise layout]).
+// fp32 arithmetic uses __fadd_rn / __fsub_rn / __fmul_rn / __fdiv_rn (no FMA contraction); SAWB sums use
 // __dadd_rn / __dmul_rn in double. Block reductions combine threads in a fixed order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "hadatrain/grad/sr_noise.h"
 #include "hadatrain/tensor/philox.h"
 #include "hadatrain/tensor/scalar_types.h"
 #include "kernels/grad_quant.h"
@@ -21,7 +24,8 @@ namespace {
 
 constexpr int kU = 16;              // register slots per unit
 constexpr int kFusedUnits = 2;      // units per thread in the fused kernel
-constexpr int kFusedThreads = 512;  // at most this many threads per group in the fused kernel
+constexpr int kFusedTeam = 512;     // at most this many threads per group in the fused kernel
+constexpr int kFusedBlock = 256;    // target threads per block of the fused kernel (several groups per block)
 constexpr int kThreads = 256;
 constexpr unsigned kFull = 0xFFFFFFFFu;
 
@@ -32,24 +36,43 @@ struct Geo {
   int64_t groups = 0;
   int64_t units = 0;  // units per group
   bool fused = false;
+  int team = 32;      // fused: threads per group (a power of two <= 32, else a multiple of 32)
+  int teams = 1;      // fused: groups per block (block = team · teams threads)
   int64_t parts = 1;  // two-pass: blocks per group in the partial reduction
 };
 
 HT_DEV int64_t thread_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 HT_DEV int64_t thread_count() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// The raw bytes of one unit in flight: vector mode keeps 16 elements as 16-byte words so that the loads of
+// several units (and the Philox work) can be issued before the first conversion waits for memory.
+template <class T>
+struct RawUnit {
+  static constexpr int W = kU * static_cast<int>(sizeof(T)) / 16;
+  uint4 raw[W];
+};
+
+template <class T>
+HT_DEV void issue_unit(const T* x, int64_t base, RawUnit<T>& r) {
+  const uint4* p = reinterpret_cast<const uint4*>(x + base);
+#pragma unroll
+  for (int w = 0; w < RawUnit<T>::W; ++w) r.raw[w] = __ldg(p + w);
+}
+
+template <class T>
+HT_DEV void convert_unit(const RawUnit<T>& r, float v[kU]) {
+  const T* e = reinterpret_cast<const T*>(r.raw);
+#pragma unroll
+  for (int k = 0; k < kU; ++k) v[k] = static_cast<float>(e[k]);
+}
+
 // Loads n (<= 16) elements from x + base into v[0..n) as f32 (exact for bf16 / f16); other slots 0.
 template <class T>
 HT_DEV void load_unit(const T* x, int64_t base, int n, bool vec, float v[kU]) {
   if (vec) {
-    constexpr int W = kU * static_cast<int>(sizeof(T)) / 16;
-    uint4 raw[W];
-    const uint4* p = reinterpret_cast<const uint4*>(x + base);
-#pragma unroll
-    for (int w = 0; w < W; ++w) raw[w] = p[w];
-    const T* e = reinterpret_cast<const T*>(raw);
-#pragma unroll
-    for (int k = 0; k < kU; ++k) v[k] = static_cast<float>(e[k]);
+    RawUnit<T> r;
+    issue_unit(x, base, r);
+    convert_unit(r, v);
   } else {
 #pragma unroll
     for (int k = 0; k < kU; ++k) v[k] = k < n ? static_cast<float>(x[base + k]) : 0.0f;
@@ -78,12 +101,13 @@ struct Stats {
   double s1, s2;
 };
 
-HT_DEV void add_stats(Stats& st, const float v[kU], int n, bool sawb) {
+template <bool kSawb>
+HT_DEV void add_stats(Stats& st, const float v[kU], int n) {
 #pragma unroll
   for (int k = 0; k < kU; ++k) {
     if (k < n) {
       st.amax = fmaxf(st.amax, fabsf(v[k]));
-      if (sawb) {
+      if (kSawb) {
         const double d = static_cast<double>(v[k]);
         st.s1 = __dadd_rn(st.s1, fabs(d));
         st.s2 = __dadd_rn(st.s2, __dmul_rn(d, d));
@@ -92,34 +116,59 @@ HT_DEV void add_stats(Stats& st, const float v[kU], int n, bool sawb) {
   }
 }
 
+template <bool kSawb>
 HT_DEV Stats combine(Stats a, const Stats& b) {
+  if (!kSawb) return {fmaxf(a.amax, b.amax), 0.0, 0.0};
   return {fmaxf(a.amax, b.amax), __dadd_rn(a.s1, b.s1), __dadd_rn(a.s2, b.s2)};
 }
 
+template <bool kSawb>
+HT_DEV Stats shfl_xor(const Stats& s, int o) {
+  if (!kSawb) return {__shfl_xor_sync(kFull, s.amax, o), 0.0, 0.0};
+  return {__shfl_xor_sync(kFull, s.amax, o), __shfl_xor_sync(kFull, s.s1, o), __shfl_xor_sync(kFull, s.s2, o)};
+}
+
+template <bool kSawb>
 HT_DEV Stats warp_reduce(Stats s) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const Stats t{__shfl_xor_sync(kFull, s.amax, o), __shfl_xor_sync(kFull, s.s1, o), __shfl_xor_sync(kFull, s.s2, o)};
-    s = combine(s, t);
-  }
+  for (int o = 16; o > 0; o >>= 1) s = combine<kSawb>(s, shfl_xor<kSawb>(s, o));
   return s;
 }
 
 // Every thread of the block (blockDim a multiple of 32) gets the block's combined statistics.
+template <bool kSawb>
 HT_DEV Stats block_reduce(Stats s, Stats* smem) {
-  s = warp_reduce(s);
+  s = warp_reduce<kSawb>(s);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   if (lane == 0) smem[warp] = s;
   __syncthreads();
   Stats t = lane < static_cast<int>(blockDim.x / 32) ? smem[lane] : Stats{0.0f, 0.0, 0.0};
-  t = warp_reduce(t);
+  t = warp_reduce<kSawb>(t);
+  __syncthreads();  // smem may be reused
+  return t;
+}
+
+// Every thread of a team (`team` consecutive threads: a power of two <= 32 inside one warp, or whole warps)
+// gets its team's combined statistics. Called by every thread of the block (it may synchronise the block).
+template <bool kSawb>
+HT_DEV Stats team_reduce(Stats s, Stats* smem, int team) {
+  const int width = team < 32 ? team : 32;
+  for (int o = width / 2; o > 0; o >>= 1) s = combine<kSawb>(s, shfl_xor<kSawb>(s, o));
+  if (team <= 32) return s;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  if (lane == 0) smem[warp] = s;
+  __syncthreads();
+  const int per = team / 32, first = warp / per * per;
+  Stats t = smem[first];
+  for (int k = 1; k < per; ++k) t = combine<kSawb>(t, smem[first + k]);  // fixed order
   __syncthreads();  // smem may be reused
   return t;
 }
 
 // Note step 3: m of a group of n elements from its statistics.
-HT_DEV float group_m(const Stats& st, int64_t n, bool sawb) {
-  if (!sawb || n == 0) return st.amax;
+template <bool kSawb>
+HT_DEV float group_m(const Stats& st, int64_t n) {
+  if (!kSawb || n == 0) return st.amax;
   const double dn = static_cast<double>(n);
   const double alpha =
       __dsub_rn(__dmul_rn(12.1, sqrt(__ddiv_rn(st.s2, dn))), __dmul_rn(12.2, __ddiv_rn(st.s1, dn)));
@@ -135,9 +184,19 @@ HT_DEV float scale_of(const GradQuantArgs& a, float m) {
   return m == 0.0f ? 0.0f : __fdiv_rn(m, static_cast<float>(a.qmax));
 }
 
-// Note step 4 for one element (m > 0).
-HT_DEV int uniform_level(float x, float m, float s, int qmax, bool stochastic, uint32_t word) {
-  const float v = __fdiv_rn(fminf(fmaxf(x, -m), m), s);
+// What quantising with a group's m needs: m, the reciprocal r = qmax / m (uniform) and the scale.
+struct Level {
+  float m, r, s;
+};
+HT_DEV Level level_of(const GradQuantArgs& a, float m) {
+  const float s = scale_of(a, m);
+  const float r = (a.kind == QuantKind::uniform && m != 0.0f) ? __fdiv_rn(static_cast<float>(a.qmax), m) : 0.0f;
+  return {m, r, s};
+}
+
+// Note step 4 for one element (m > 0): the int8 level or its e4m3 code. h: the 16 noise bits.
+HT_DEV uint8_t uniform_code(float x, const Level& l, float qmaxf, bool stochastic, bool fp8, uint32_t h) {
+  const float v = __fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r);
   const float a = fabsf(v);
   float q;
   if (!stochastic) {
@@ -145,12 +204,17 @@ HT_DEV int uniform_level(float x, float m, float s, int qmax, bool stochastic, u
   } else {
     const float f = floorf(a);
     const float frac = __fsub_rn(a, f);
-    q = __fadd_rn(f, uniform_from_word(word) < frac ? 1.0f : 0.0f);
+    q = __fadd_rn(f, ht::grad::sr_uniform(h) < frac ? 1.0f : 0.0f);
   }
-  q = fminf(q, static_cast<float>(qmax));
+  q = fminf(q, qmaxf);
   if (!(q >= 0.0f)) q = 0.0f;
-  const int iq = static_cast<int>(q);
-  return v < 0.0f ? -iq : iq;
+  const bool neg = v < 0.0f;
+  if (fp8) {  // e4m3 of the integer q <= 15: f32 exponent rebiased (127 -> 7), top 3 mantissa bits; +0 for 0
+    if (q == 0.0f) return 0;
+    return static_cast<uint8_t>(((__float_as_uint(q) >> 20) - (120u << 3)) | (neg ? 0x80u : 0u));
+  }
+  const uint32_t iq = __float_as_uint(__fadd_rn(q, 8388608.0f)) & 0xFFu;  // q + 2^23 is exact: low bits = q
+  return static_cast<uint8_t>(neg ? 0u - iq : iq);
 }
 
 // LUQ (quant.h): the e4m3 code of sign(x)·q, q = 0 or 2^k (k <= top); +0 for zero levels. alpha > 0.
@@ -174,11 +238,35 @@ HT_DEV uint8_t luq_code(float x, float alpha, int top, uint32_t word) {
   return static_cast<uint8_t>((x < 0.0f ? 0x80u : 0u) | (static_cast<unsigned>(k + 7) << 3));
 }
 
-// Quantises one unit (n elements starting at flat index base) of rotated values with the group's m.
-HT_DEV void quant_unit(const float v[kU], int64_t base, int n, float m, const GradQuantArgs& a, uint8_t q[kU]) {
-  uint32_t w[kU];
-  if (a.kind == QuantKind::luq || a.stochastic) {
-    if (n == kU) {  // base is a multiple of 16: four whole Philox blocks
+// The noise words of one unit of n elements starting at flat index base (uniform: Note [SR noise layout],
+// 16 bits per element, two Philox calls per 16-element unit; a block-mode unit of T <= 8 elements at a
+// multiple of T lies inside one aligned run of 8, so one call). w8[0..3] serve elements base/8*8 ...
+struct UnitNoise {
+  uint32_t w[8];
+};
+HT_DEV void uniform_noise(const GradQuantArgs& a, int64_t base, int n, UnitNoise& nz) {
+  const uint64_t blk = static_cast<uint64_t>(base) >> 3;
+  ht::grad::sr_block(a.seed, a.stream, blk, nz.w);
+  if (n > 8) ht::grad::sr_block(a.seed, a.stream, blk + 1, nz.w + 4);
+}
+// The 16 bits of element k (a compile-time index after unrolling) of the unit starting at base. Chunk mode
+// (n == 16, base % 16 == 0): a constant index into the two blocks. Block mode (n <= 8): element base + k is
+// element (base % 8) + k < 8 of the first block; the word is picked with selects so that the register array
+// is never indexed dynamically (which would put it in local memory).
+HT_DEV uint32_t unit_bits(const UnitNoise& nz, int64_t base, int n, int k) {
+  if (n == kU) return ht::grad::sr_bits(nz.w + 4 * (k >> 3), k & 7);
+  const int off = static_cast<int>(base & 7) + k;
+  const uint32_t word = off < 4 ? (off < 2 ? nz.w[0] : nz.w[1]) : (off < 6 ? nz.w[2] : nz.w[3]);
+  return (word >> (16 * (off & 1))) & 0xFFFFu;
+}
+
+// Quantises one unit (n elements starting at flat index base) of rotated values with the group's level
+// parameters. nz: the unit's noise (uniform stochastic only).
+HT_DEV void quant_unit(const float v[kU], int64_t base, int n, const Level& l, const GradQuantArgs& a,
+                       const UnitNoise& nz, uint8_t q[kU]) {
+  if (a.kind == QuantKind::luq) {
+    uint32_t w[kU];
+    if (n == kU) {  // base is a multiple of 16: four whole Philox blocks of philox_word
       const uint32_t key[2] = {static_cast<uint32_t>(a.seed), static_cast<uint32_t>(a.seed >> 32)};
 #pragma unroll
       for (int b = 0; b < kU / 4; ++b) {
@@ -192,20 +280,16 @@ HT_DEV void quant_unit(const float v[kU], int64_t base, int n, float m, const Gr
       for (int k = 0; k < kU; ++k)
         w[k] = k < n ? philox_word(a.seed, a.stream, static_cast<uint64_t>(base + k)) : 0u;
     }
-  } else {
 #pragma unroll
-    for (int k = 0; k < kU; ++k) w[k] = 0u;
+    for (int k = 0; k < kU; ++k) q[k] = l.s == 0.0f ? uint8_t{0} : luq_code(v[k], l.s, a.qmax, w[k]);
+    return;
   }
-  const float s = scale_of(a, m);
-  if (a.kind == QuantKind::luq) {
+  const float qmaxf = static_cast<float>(a.qmax);
 #pragma unroll
-    for (int k = 0; k < kU; ++k) q[k] = s == 0.0f ? uint8_t{0} : luq_code(v[k], s, a.qmax, w[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < kU; ++k)
-      q[k] = m == 0.0f ? uint8_t{0}
-                       : static_cast<uint8_t>(static_cast<int8_t>(uniform_level(v[k], m, s, a.qmax, a.stochastic, w[k])));
-  }
+  for (int k = 0; k < kU; ++k)
+    q[k] = l.m == 0.0f ? uint8_t{0}
+                       : uniform_code(v[k], l, qmaxf, a.stochastic, a.fp8_values,
+                                      a.stochastic && k < n ? unit_bits(nz, base, n, k) : 0u);
 }
 
 HT_DEV void store_unit(uint8_t* out, int64_t base, int n, bool vec, const uint8_t q[kU]) {
@@ -223,56 +307,89 @@ HT_DEV void store_unit(uint8_t* out, int64_t base, int n, bool vec, const uint8_
   }
 }
 
-// One block per group: every thread keeps up to kFusedUnits units in registers between the reduction and
-// the quantisation, so x is read once.
-template <class T>
-__global__ void __launch_bounds__(kFusedThreads) quant_fused_kernel(GradQuantArgs a, Geo g) {
-  __shared__ Stats smem[32];
+HT_DEV bool wants_uniform_noise(const GradQuantArgs& a) { return a.kind == QuantKind::uniform && a.stochastic; }
+
+// Fused path: a team of g.team threads per group, g.teams groups per block. Each thread keeps up to
+// kFusedUnits units (unit u of its group goes to thread u % team, slot u / team) in registers between the
+// team's reduction and the quantisation, so x is read once. The loads of both units and their Philox noise
+// are issued before the first conversion waits for memory.
+template <class T, bool kSawb>
+__global__ void __launch_bounds__(kFusedTeam) quant_fused_kernel(GradQuantArgs a, Geo g) {
+  __shared__ Stats smem[kFusedTeam / 32];
   const T* x = static_cast<const T*>(a.x);
-  for (int64_t grp = blockIdx.x; grp < g.groups; grp += gridDim.x) {
+  const int team = g.team, t = static_cast<int>(threadIdx.x) % team, sub = static_cast<int>(threadIdx.x) / team;
+  const bool noise = wants_uniform_noise(a);
+  for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * g.teams; g0 < g.groups;
+       g0 += static_cast<int64_t>(gridDim.x) * g.teams) {
+    const int64_t grp = g0 + sub;
+    bool has[kFusedUnits];
+    int64_t base[kFusedUnits];
+#pragma unroll
+    for (int r = 0; r < kFusedUnits; ++r) {
+      const int64_t u = t + static_cast<int64_t>(r) * team;
+      has[r] = grp < g.groups && u < g.units;
+      base[r] = grp * a.group_len + u * g.unit;
+    }
     float v[kFusedUnits][kU];
+    UnitNoise nz[kFusedUnits];
+    if (g.vec) {
+      RawUnit<T> raw[kFusedUnits];
+#pragma unroll
+      for (int r = 0; r < kFusedUnits; ++r)
+        if (has[r]) issue_unit(x, base[r], raw[r]);
+#pragma unroll
+      for (int r = 0; r < kFusedUnits; ++r)
+        if (has[r] && noise) uniform_noise(a, base[r], g.unit, nz[r]);
+#pragma unroll
+      for (int r = 0; r < kFusedUnits; ++r)
+        if (has[r]) convert_unit(raw[r], v[r]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kFusedUnits; ++r)
+        if (has[r]) {
+          load_unit(x, base[r], g.unit, false, v[r]);
+          if (noise) uniform_noise(a, base[r], g.unit, nz[r]);
+        }
+    }
     Stats st{0.0f, 0.0, 0.0};
 #pragma unroll
-    for (int r = 0; r < kFusedUnits; ++r) {
-      const int64_t u = threadIdx.x + static_cast<int64_t>(r) * blockDim.x;
-      if (u < g.units) {
-        load_unit(x, grp * a.group_len + u * g.unit, g.unit, g.vec, v[r]);
+    for (int r = 0; r < kFusedUnits; ++r)
+      if (has[r]) {
         rotate_unit(v[r], a.hadamard);
-        add_stats(st, v[r], g.unit, a.sawb);
+        add_stats<kSawb>(st, v[r], g.unit);
       }
-    }
-    st = block_reduce(st, smem);
-    const float m = group_m(st, a.group_len, a.sawb);
-    if (threadIdx.x == 0) a.scale[grp] = scale_of(a, m);
+    st = team_reduce<kSawb>(st, smem, team);
+    if (grp >= g.groups) continue;  // after the (block-wide) reduction
+    const Level l = level_of(a, group_m<kSawb>(st, a.group_len));
+    if (t == 0) a.scale[grp] = l.s;
 #pragma unroll
-    for (int r = 0; r < kFusedUnits; ++r) {
-      const int64_t u = threadIdx.x + static_cast<int64_t>(r) * blockDim.x;
-      if (u < g.units) {
-        const int64_t base = grp * a.group_len + u * g.unit;
+    for (int r = 0; r < kFusedUnits; ++r)
+      if (has[r]) {
         uint8_t q[kU];
-        quant_unit(v[r], base, g.unit, m, a, q);
-        store_unit(a.values, base, g.unit, g.vec, q);
+        quant_unit(v[r], base[r], g.unit, l, a, nz[r], q);
+        store_unit(a.values, base[r], g.unit, g.vec, q);
       }
-    }
   }
 }
 
-// Workspace layout of the two-pass path: per (group, part) partial statistics, then m per group.
+// Workspace layout of the two-pass path: per (group, part) partial statistics, then m and r = qmax / m
+// per group.
 struct Workspace {
   double* s1;
   double* s2;
   float* amax;
   float* m;
+  float* r;
 };
 Workspace workspace_of(void* base, const Geo& g) {
   const int64_t np = g.groups * g.parts;
   auto* d = static_cast<double*>(base);
   auto* f = reinterpret_cast<float*>(d + 2 * np);
-  return {d, d + np, f, f + np};
+  return {d, d + np, f, f + np, f + np + g.groups};
 }
 
 // Pass 1: block b reduces part b % parts of group b / parts (units part·blockDim + tid, stride parts·blockDim).
-template <class T>
+template <class T, bool kSawb>
 __global__ void __launch_bounds__(kThreads) quant_partial_kernel(GradQuantArgs a, Geo g, Workspace ws) {
   __shared__ Stats smem[32];
   const T* x = static_cast<const T*>(a.x);
@@ -283,9 +400,9 @@ __global__ void __launch_bounds__(kThreads) quant_partial_kernel(GradQuantArgs a
       float v[kU];
       load_unit(x, grp * a.group_len + u * g.unit, g.unit, g.vec, v);
       rotate_unit(v, a.hadamard);
-      add_stats(st, v, g.unit, a.sawb);
+      add_stats<kSawb>(st, v, g.unit);
     }
-    st = block_reduce(st, smem);
+    st = block_reduce<kSawb>(st, smem);
     if (threadIdx.x == 0) {
       ws.amax[b] = st.amax;
       ws.s1[b] = st.s1;
@@ -294,37 +411,122 @@ __global__ void __launch_bounds__(kThreads) quant_partial_kernel(GradQuantArgs a
   }
 }
 
-// Pass 2: one block per group combines its parts in a fixed order, writes m and the scale.
+// Pass 2: one block per group combines its parts in a fixed order, writes m, r and the scale.
+template <bool kSawb>
 __global__ void __launch_bounds__(kThreads) quant_finalize_kernel(GradQuantArgs a, Geo g, Workspace ws) {
   __shared__ Stats smem[32];
   for (int64_t grp = blockIdx.x; grp < g.groups; grp += gridDim.x) {
     Stats st{0.0f, 0.0, 0.0};
     for (int64_t p = threadIdx.x; p < g.parts; p += blockDim.x) {
       const int64_t i = grp * g.parts + p;
-      st = combine(st, Stats{ws.amax[i], ws.s1[i], ws.s2[i]});
+      st = combine<kSawb>(st, Stats{ws.amax[i], ws.s1[i], ws.s2[i]});
     }
-    st = block_reduce(st, smem);
+    st = block_reduce<kSawb>(st, smem);
     if (threadIdx.x == 0) {
-      const float m = group_m(st, a.group_len, a.sawb);
-      ws.m[grp] = m;
-      a.scale[grp] = scale_of(a, m);
+      const Level l = level_of(a, group_m<kSawb>(st, a.group_len));
+      ws.m[grp] = l.m;
+      ws.r[grp] = l.r;
+      a.scale[grp] = l.s;
     }
   }
 }
 
-// Pass 3: every unit again (load, rotate), quantised with its group's m.
+// Pass 3: every unit again (load, rotate), quantised with its group's m and r.
 template <class T>
 __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, Geo g, Workspace ws) {
   const T* x = static_cast<const T*>(a.x);
   const int64_t total = g.groups * g.units;
+  const bool noise = wants_uniform_noise(a);
   for (int64_t u = thread_index(); u < total; u += thread_count()) {
-    const int64_t base = u * g.unit;
+    const int64_t base = u * g.unit, grp = base / a.group_len;
     float v[kU];
-    load_unit(x, base, g.unit, g.vec, v);
+    UnitNoise nz;
+    if (g.vec) {
+      RawUnit<T> raw;
+      issue_unit(x, base, raw);
+      if (noise) uniform_noise(a, base, g.unit, nz);
+      convert_unit(raw, v);
+    } else {
+      load_unit(x, base, g.unit, false, v);
+      if (noise) uniform_noise(a, base, g.unit, nz);
+    }
     rotate_unit(v, a.hadamard);
+    const float m = ws.m[grp];
+    const Level l{m, ws.r[grp], a.kind == QuantKind::luq ? scale_of(a, m) : 0.0f};
     uint8_t q[kU];
-    quant_unit(v, base, g.unit, ws.m[base / a.group_len], a, q);
+    quant_unit(v, base, g.unit, l, a, nz, q);
     store_unit(a.values, base, g.unit, g.vec, q);
+  }
+}
+
+// Pass 3 for transposed values (one group, T = 1, cols % 8 == 0): tiles of 64 rows × 64 columns of x seen as
+// (N, C). Each item of 8 consecutive columns (a multiple of 8 in the flat index: exactly one Philox block of
+// Note [SR noise layout]) is loaded, quantised and written into a shared-memory tile laid out (column, row);
+// the tile is then written out as 4-byte words along the rows of the (C, N) result.
+constexpr int kTileN = 64, kTileC = 64;
+constexpr int kTileStride = kTileN + 4;  // bytes per tile row: 17 words, spreads the column writes over banks
+
+template <class T>
+HT_DEV void load8(const T* x, int64_t i, bool vec, float v[8]) {
+  if (vec) {
+    constexpr int W = 8 * static_cast<int>(sizeof(T)) / 16;
+    uint4 raw[W];
+    const uint4* p = reinterpret_cast<const uint4*>(x + i);
+#pragma unroll
+    for (int w = 0; w < W; ++w) raw[w] = __ldg(p + w);
+    const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = static_cast<float>(e[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = static_cast<float>(x[i + k]);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a, Workspace ws, bool vec) {
+  __shared__ uint32_t tile_w[kTileC * kTileStride / 4];
+  uint8_t* tile = reinterpret_cast<uint8_t*>(tile_w);
+  const T* x = static_cast<const T*>(a.x);
+  const int64_t C = a.cols, N = a.numel / a.cols;
+  const int64_t tiles_c = (C + kTileC - 1) / kTileC, tiles = (N + kTileN - 1) / kTileN * tiles_c;
+  const Level l{ws.m[0], ws.r[0], 0.0f};
+  const float qmaxf = static_cast<float>(a.qmax);
+  const bool noise = wants_uniform_noise(a);
+  const bool words = N % 4 == 0 && reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t n0 = t / tiles_c * kTileN, c0 = t % tiles_c * kTileC;
+    for (int item = threadIdx.x; item < kTileN * kTileC / 8; item += blockDim.x) {
+      const int row = item / (kTileC / 8), cg = item % (kTileC / 8);
+      const int64_t n = n0 + row, c = c0 + 8 * cg;
+      uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (n < N && c < C && l.m != 0.0f) {
+        const int64_t i = n * C + c;  // a multiple of 8
+        float v[8];
+        load8(x, i, vec, v);
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (noise) ht::grad::sr_block(a.seed, a.stream, static_cast<uint64_t>(i) >> 3, w);
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          q[k] = uniform_code(v[k], l, qmaxf, a.stochastic, a.fp8_values, noise ? ht::grad::sr_bits(w, k) : 0u);
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) tile[(8 * cg + k) * kTileStride + row] = q[k];
+    }
+    __syncthreads();
+    for (int item = threadIdx.x; item < kTileC * (kTileN / 4); item += blockDim.x) {
+      const int cr = item / (kTileN / 4), part = item % (kTileN / 4);
+      const int64_t c = c0 + cr, n = n0 + 4 * part;
+      if (c >= C || n >= N) continue;
+      const uint32_t word = tile_w[cr * (kTileStride / 4) + part];
+      uint8_t* dst = a.values + c * N + n;
+      if (words) {  // N % 4 == 0: the word lies inside the row and is aligned
+        *reinterpret_cast<uint32_t*>(dst) = word;
+      } else {
+        for (int k = 0; k < 4 && n + k < N; ++k) dst[k] = static_cast<uint8_t>(word >> (8 * k));
+      }
+    }
+    __syncthreads();  // the tile is reused
   }
 }
 
@@ -380,9 +582,19 @@ Geo plan(const GradQuantArgs& a) {
   g.vec = g.unit == kU && aligned16(a.x) && aligned16(a.values);
   g.groups = a.numel / a.group_len;
   g.units = a.group_len / g.unit;
-  // Fused when a group fits the registers of one block and there are enough groups (or little work).
-  g.fused = g.units <= static_cast<int64_t>(kFusedUnits) * kFusedThreads && (g.groups >= 66 || g.units <= 128);
-  if (!g.fused) {
+  // Fused when a group fits the registers of one team and there are enough groups (or little work).
+  g.fused = g.units <= static_cast<int64_t>(kFusedUnits) * kFusedTeam && (g.groups >= 66 || g.units <= 128) &&
+            !a.transposed;
+  if (g.fused) {
+    const int64_t need = (g.units + kFusedUnits - 1) / kFusedUnits;  // threads for kFusedUnits units each
+    int team = 1;
+    while (team < need && team < 32) team *= 2;                      // a power of two inside one warp
+    if (need > 32) team = static_cast<int>((need + 31) / 32 * 32);   // or whole warps
+    g.team = team;
+    g.teams = team >= kFusedBlock ? 1 : kFusedBlock / team;
+    if (g.teams > g.groups) g.teams = static_cast<int>(g.groups < 1 ? 1 : g.groups);
+    while (g.team * g.teams % 32 != 0) ++g.teams;  // whole warps per block (team < 32 divides 32)
+  } else {
     const int64_t want = (132 * 8 + g.groups - 1) / g.groups;     // about 8 blocks per SM in total
     const int64_t most = (g.units + kThreads - 1) / kThreads;     // at least one unit per thread
     g.parts = want < 1 ? 1 : (want > most ? most : want);
@@ -414,7 +626,7 @@ std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args) {
   if (g.fused) return 0;
   const int64_t np = g.groups * g.parts;
   return static_cast<std::size_t>(np) * (2 * sizeof(double) + sizeof(float)) +
-         static_cast<std::size_t>(g.groups) * sizeof(float);
+         static_cast<std::size_t>(g.groups) * 2 * sizeof(float);
 }
 
 void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
@@ -423,17 +635,31 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
     using T = decltype(tag);
     if (g.fused) {
-      const int64_t per_thread = (g.units + kFusedUnits - 1) / kFusedUnits;
-      const int threads = static_cast<int>((per_thread + 31) / 32 * 32);
-      quant_fused_kernel<T><<<grid_cap(g.groups), threads, 0, stream>>>(a, g);
+      const int64_t blocks = (g.groups + g.teams - 1) / g.teams;
+      const unsigned grid = static_cast<unsigned>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
+      const int threads = g.team * g.teams;
+      if (a.sawb) quant_fused_kernel<T, true><<<grid, threads, 0, stream>>>(a, g);
+      else quant_fused_kernel<T, false><<<grid, threads, 0, stream>>>(a, g);
       HT_CHECK_LAUNCH("grad_quant_fused");
       return;
     }
     const Workspace ws = workspace_of(a.workspace, g);
-    quant_partial_kernel<T><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
-    HT_CHECK_LAUNCH("grad_quant_partial");
-    quant_finalize_kernel<<<grid_cap(g.groups), kThreads, 0, stream>>>(a, g, ws);
+    if (a.sawb) {
+      quant_partial_kernel<T, true><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
+      HT_CHECK_LAUNCH("grad_quant_partial");
+      quant_finalize_kernel<true><<<grid_cap(g.groups), kThreads, 0, stream>>>(a, g, ws);
+    } else {
+      quant_partial_kernel<T, false><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
+      HT_CHECK_LAUNCH("grad_quant_partial");
+      quant_finalize_kernel<false><<<grid_cap(g.groups), kThreads, 0, stream>>>(a, g, ws);
+    }
     HT_CHECK_LAUNCH("grad_quant_finalize");
+    if (a.transposed) {
+      const int64_t tiles = (a.numel / a.cols + kTileN - 1) / kTileN * ((a.cols + kTileC - 1) / kTileC);
+      quant_apply_t_kernel<T><<<grid_cap(tiles), kThreads, 0, stream>>>(a, ws, aligned16(a.x));
+      HT_CHECK_LAUNCH("grad_quant_apply_transposed");
+      return;
+    }
     quant_apply_kernel<T><<<cuda::grid_for(g.groups * g.units, kThreads), kThreads, 0, stream>>>(a, g, ws);
     HT_CHECK_LAUNCH("grad_quant_apply");
   });

@@ -19,10 +19,12 @@ enum class QuantKind : uint8_t {
   luq,      // levels 0, ±2^0..±2^top as e4m3 codes, scale α = m / 2^top
 };
 
-// Groups of `group_len` consecutive elements share one scale. The launcher picks a fused kernel (one block
-// per group: load, rotate, reduce, quantise, store) when a group is at most 16384 elements and there are
-// enough groups to fill the GPU, else a partial-reduction kernel, a per-group finalisation kernel that
-// writes the group's m and scale to device memory, and a quantisation kernel. No host synchronisation.
+// Groups of `group_len` consecutive elements share one scale. The launcher picks a fused kernel (a team of
+// threads per group, several groups per block: load, rotate, reduce, quantise, store; x read once) when a
+// group is at most 16384 elements and there are enough groups to fill the GPU, else a partial-reduction
+// kernel, a per-group finalisation kernel that writes the group's m and scale to device memory, and a
+// quantisation kernel. No host synchronisation. Stochastic rounding of `uniform` draws 16 bits per element
+// (Note [SR noise layout], include/hadatrain/grad/sr_noise.h); LUQ 32 bits (philox_word).
 struct GradQuantArgs {
   DType dtype = DType::f32;  // of x: f32, bf16 or f16
   const void* x = nullptr;   // (numel) dense
@@ -34,7 +36,13 @@ struct GradQuantArgs {
   bool sawb = false;         // uniform only: SAWB scale (else absmax)
   bool stochastic = true;    // uniform only (LUQ is always stochastic)
   uint64_t seed = 0, stream = 0;  // Philox noise key; element i draws philox_word(seed, stream, i)
-  uint8_t* values = nullptr;      // (numel) int8 levels (uniform) or e4m3 codes (luq)
+  bool fp8_values = false;        // uniform only: e4m3 codes of the levels instead of int8 (qmax <= 15)
+  // uniform, one group (group_len == numel), hadamard 1, cols % 8 == 0 only: values stored transposed, as
+  // (cols, numel / cols) for x seen as (numel / cols, cols) (QuantSpec's ValuesLayout::transposed). Runs the
+  // two-pass path with a tiled quantise-and-transpose kernel.
+  bool transposed = false;
+  int64_t cols = 0;
+  uint8_t* values = nullptr;      // (numel) int8 levels (uniform) or e4m3 codes (luq, or fp8_values)
   float* scale = nullptr;         // (numel / group_len)
   void* workspace = nullptr;      // grad_quant_workspace_bytes(args) bytes of device memory (may be 0)
 };

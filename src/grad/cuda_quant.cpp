@@ -9,8 +9,10 @@
 #include "grad/quant_groups.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "kernels/grad_quant.h"
+#include "kernels/lowp_gemm.h"
 
 namespace ht::cuda_ops {
 namespace {
@@ -79,6 +81,18 @@ void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantS
   args.qmax = grad::qmax_of(spec.bits);
   args.sawb = spec.scale_rule == grad::ScaleRule::sawb;
   args.stochastic = spec.rounding == grad::Rounding::stochastic;
+  args.fp8_values = spec.values_dtype == DType::f8e4m3;  // quantize() checked bits <= 5
+  if (spec.layout == grad::ValuesLayout::transposed) {  // q.values (C, N); tensor granularity, T = 1 (checked)
+    const int64_t cols = x.size(x.dim() - 1), rows = cols == 0 ? 0 : x.numel() / cols;
+    if (cols % 8 != 0) {  // the tiled kernel needs runs of 8 columns: quantise, then transpose
+      const grad::Quantized tmp{empty(x.shape(), {q.values.dtype(), x.device()}), q.scale};
+      quantise(tmp, x, spec.granularity, spec.noise, args, 1);
+      if (rows > 0) copy_(q.values, reshape(tmp.values, {rows, cols}).transpose(0, 1));
+      return;
+    }
+    args.transposed = true;
+    args.cols = cols;
+  }
   quantise(q, x, spec.granularity, spec.noise, args, spec.hadamard_block);
 }
 
@@ -109,6 +123,19 @@ void grad_unpack_int4(const Tensor& out, const Tensor& packed) {
   OnDevice on(out);
   kernels::launch_unpack_int4(static_cast<int8_t*>(out.data_ptr()), static_cast<const uint8_t*>(packed.data_ptr()),
                               packed.numel(), on.stream);
+}
+
+void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult) {
+  OnDevice on(out);
+  kernels::ScaleI32Args a;
+  a.acc = static_cast<const int32_t*>(acc.data_ptr());
+  a.n = acc.numel();
+  a.scale_a = static_cast<const float*>(scale_a.data_ptr());
+  a.scale_b = static_cast<const float*>(scale_b.data_ptr());
+  a.mult = static_cast<float>(mult);
+  a.out_dtype = out.dtype();
+  a.out = out.data_ptr();
+  kernels::launch_scale_i32(a, on.stream);
 }
 
 }  // namespace ht::cuda_ops

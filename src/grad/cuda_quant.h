@@ -20,6 +20,9 @@ void grad_hadamard(const Tensor& out, const Tensor& x, int64_t block);
 // out (i4x2, contiguous) from values (i8, contiguous, values in -8..7 by precondition); and back.
 void grad_pack_int4(const Tensor& out, const Tensor& values);
 void grad_unpack_int4(const Tensor& out, const Tensor& packed);
+// out (f32 or bf16, contiguous, acc's numel) = f32(acc) · (scale_a · scale_b · mult) in one pass; acc i32
+// contiguous, scale_a / scale_b one-element f32 tensors on the device (read by the kernel).
+void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult);
 
 }  // namespace ht::cuda_ops
 #endif

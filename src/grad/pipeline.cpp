@@ -15,6 +15,9 @@
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
 #include "pipelines.h"
+#ifdef HADATRAIN_CUDA
+#include "grad/cuda_quant.h"
+#endif
 
 namespace ht::grad {
 
@@ -166,7 +169,21 @@ Tensor lowp_product_nt(const Tensor& a, const Tensor& b) {
   return fp8_matmul_nt(a, b, one, one, DType::f32);
 }
 
-Tensor to_carrier(const Tensor& q, Carrier carrier) { return carrier == Carrier::fp8 ? q.to(DType::f8e4m3) : q; }
+Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype) {
+  HT_ASSERT(acc.dtype() == DType::i32 && scale_a.numel() == 1 && scale_b.numel() == 1,
+            "scale_i32: expected i32 values and one-element scales, got {}, {}, {}", acc.describe(), scale_a.describe(),
+            scale_b.describe());
+  if (acc.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    HT_ASSERT(out_dtype == DType::f32 || out_dtype == DType::bf16, "scale_i32: out dtype {}", dtype_name(out_dtype));
+    const Tensor a = acc.contiguous();
+    Tensor out = empty(acc.shape(), {out_dtype, acc.device()});
+    cuda_ops::grad_scale_i32(out, a, scale_a.to(DType::f32).contiguous(), scale_b.to(DType::f32).contiguous(), mult);
+    return out;
+#endif
+  }
+  return mul(mul(acc.to(DType::f32), mul(scale_a, scale_b)), mult).to(out_dtype);
+}
 
 Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale) {
   const int64_t B = a.size(0), M = a.size(1), N = b.size(1);

@@ -32,11 +32,12 @@ struct HlaAxis {
   int64_t pad = 0;    // pad: zero positions appended to each sample
 };
 
-// The quantised (or plain) projected activation kept by the forward: (B, R, I), R = (L/n)·r.
+// The quantised (or plain) projected activation kept by the forward, R = (L/n)·r: with one scale per tensor
+// the quantiser writes it K-major, (I, B·R), ready for the g_w product; with per-sample scales (B, R, I).
 struct CompressedX {
-  Tensor values;  // int8 (B, R, I), packed int4 (flat), or the projection itself when not quantised
+  Tensor values;  // int8 (I, B·R) or (B, R, I), packed int4 (flat), or the projection itself when not quantised
   Tensor scale;   // f32 (1) or (B), undefined when not quantised
-  Shape shape;    // (B, R, I)
+  Shape shape;    // of the int8 values: (I, B·R) or (B, R, I); (B, R, I) when not quantised
   int bits = 0;   // 8, 4 or 0
 };
 
@@ -55,9 +56,6 @@ struct HlqSaved final : SavedState {
 Tensor project(const Tensor& t, const HlaPlan& plan) {
   return plan.block == 1 ? t : hla_project(t, plan, HlaLayout::rows);
 }
-
-// (B, R, C) -> (C, B·R) contiguous: the K-major operand of one integer product over all samples.
-Tensor k_major_all(const Tensor& t) { return reshape(t, {-1, t.size(2)}).transpose(0, 1).contiguous(); }
 
 Tensor pad_tokens(const Tensor& t, int64_t pad) {  // (B, L, C) -> (B, L + pad, C), zeros appended
   if (pad == 0) return t;
@@ -170,13 +168,15 @@ class HlqPipeline final : public Pipeline {
     q.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
     q.scale_rule = o_.x_scale;
     q.rounding = Rounding::nearest;
+    if (q.granularity == Granularity::tensor) q.layout = ValuesLayout::transposed;  // (I, B·R)
     Quantized qx = quantize(xp, q);
+    c.shape = qx.values.shape();
     c.scale = qx.scale;
     c.values = c.bits == 4 ? pack_int4_any(qx.values) : qx.values;
     return c;
   }
 
-  // The saved projection as int8 (B, R, I) (or unquantised when acbp_bits is 0).
+  // The saved projection as int8 in its stored layout (or unquantised when acbp_bits is 0).
   static Tensor decompress(const CompressedX& c) {
     return c.bits == 4 ? unpack_int4_any(c.values, c.shape) : c.values;
   }
@@ -198,7 +198,10 @@ class HlqPipeline final : public Pipeline {
     qg.rounding = Rounding::stochastic;
     qg.noise = s.key.noise(role_gx_gy);
     qg.hadamard_block = T;
-    const Quantized q_g = quantize(g_y, qg);  // (B, L, O) int8
+    const Carrier carrier = o_.gx_bits <= 5 ? o_.carrier : Carrier::int8;  // e4m3 holds integers up to 16
+    // The quantiser writes the carrier's dtype directly (e4m3 codes of the levels), no conversion pass.
+    qg.values_dtype = carrier == Carrier::fp8 ? DType::f8e4m3 : DType::i8;
+    const Quantized q_g = quantize(g_y, qg);  // (B, L, O) int8 or e4m3
     QuantSpec qw;
     qw.bits = o_.gx_bits;
     qw.granularity = Granularity::tensor;
@@ -206,9 +209,9 @@ class HlqPipeline final : public Pipeline {
     qw.rounding = o_.w_quant == WeightQuant::absmax_sr ? Rounding::stochastic : Rounding::nearest;
     qw.noise = s.key.noise(role_gx_w);
     qw.hadamard_block = T;
-    const Quantized q_w = quantize(wt, qw);  // (I, O) int8 = (H W)ᵀ quantised
-    const Carrier carrier = o_.gx_bits <= 5 ? o_.carrier : Carrier::int8;  // e4m3 holds integers up to 16
-    const Tensor a = reshape(q_g.values, {B * L, O});                     // (B·L, O) int8
+    qw.values_dtype = qg.values_dtype;
+    const Quantized q_w = quantize(wt, qw);  // (I, O) int8 / e4m3 = (H W)ᵀ quantised
+    const Tensor a = reshape(q_g.values, {B * L, O});                     // (B·L, O) int8 / e4m3
     const Tensor sw = div(q_w.scale, static_cast<double>(T));              // (1): s_w / T, on the device
     Tensor acc;                                                            // (B·L, I)
     if (carrier == Carrier::fp8) {
@@ -217,7 +220,7 @@ class HlqPipeline final : public Pipeline {
       const DType out = s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
       const bool scalar = qg.granularity == Granularity::tensor;
       const Tensor one = ones({1}, {DType::f32, g_y.device()});
-      acc = fp8_matmul_nt(to_carrier(a, carrier), to_carrier(q_w.values, carrier), scalar ? q_g.scale : one, sw, out);
+      acc = fp8_matmul_nt(a, q_w.values, scalar ? q_g.scale : one, sw, out);
       if (qg.granularity == Granularity::row) acc = scale_dim0(acc, q_g.scale.to(out));
       if (qg.granularity == Granularity::sample)
         acc = reshape(scale_dim0(reshape(acc, {B, L * I}), q_g.scale.to(out)), {B * L, I});
@@ -237,33 +240,43 @@ class HlqPipeline final : public Pipeline {
     if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);
     gm = pad_tokens(gm, s.axis.pad);
     const Tensor gp = project(gm, s.axis.plan);  // (B, R, O)
+    const double inv_n = 1.0 / static_cast<double>(s.axis.plan.block);
+    // Without an exact part to add, the quantised product's epilogue writes the weight's dtype directly.
+    const DType wdt = s.w.dtype();
+    const DType out = s.axis.extra == 0 && (wdt == DType::f32 || wdt == DType::bf16) ? wdt : DType::f32;
     Tensor gw;
     if (o_.gw_bits == 0) {  // acbp_bits is 0 too: x̃ was kept unquantised; Σ_b g̃[b]ᵀ·x̃[b] (O, I)
       gw = matmul(reshape(gp.to(DType::f32), {-1, gp.size(2)}).transpose(0, 1),
                   reshape(s.xc.values.to(DType::f32), {-1, s.xc.values.size(2)}));
+      gw = mul(gw, inv_n);
     } else {  // without ACBP the projection was kept unquantised and is quantised now
-      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc);
+      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, inv_n, out);
     }
-    gw = mul(gw, 1.0 / static_cast<double>(s.axis.plan.block));
     if (s.axis.extra > 0)
       gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, s.axis.extra).to(DType::f32), s.x_extra.to(DType::f32)));
     return gw;
   }
 
-  // s_g·s_x·Σ_b q_g[b]ᵀ·q_x[b] for the projected g̃ (B, R, O) and the saved q_x (B, R, I) int8.
-  Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc) const {
-    const Tensor xq = decompress(xc);  // (B, R, I) int8
+  // mult·s_g·s_x·Σ_b q_g[b]ᵀ·q_x[b] (O, I) for the projected g̃ (B, R, O) and the saved q_x (int8, (I, B·R)
+  // for tensor scales, else (B, R, I)); in `out` (f32 or bf16) for tensor scales (one epilogue pass over the
+  // int32 product), else f32.
+  Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, double mult, DType out) const {
+    const Tensor xq = decompress(xc);
     QuantSpec qs;
     qs.bits = o_.gw_bits;
     qs.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
     qs.rounding = Rounding::stochastic;
     qs.noise = s.key.noise(role_gw_gy);
-    const Quantized q_g = quantize(gp, qs);           // (B, R, O) int8, scale (1) or (B)
-    const Tensor scale = mul(q_g.scale, xc.scale);    // s_g·s_x
-    if (qs.granularity == Granularity::tensor)        // one product over K = B·R
-      return mul(lowp_product_nt(k_major_all(q_g.values), k_major_all(xq)), scale);
+    if (qs.granularity == Granularity::tensor) {  // one product over K = B·R, int32 (O, I)
+      qs.layout = ValuesLayout::transposed;         // the quantiser writes q_g K-major: (O, B·R)
+      const Quantized q_g = quantize(gp, qs);
+      return scale_i32(int8_matmul_nt(q_g.values, xq), q_g.scale, xc.scale, mult, out);
+    }
+    const Quantized q_g = quantize(gp, qs);           // (B, R, O) int8, scale (B)
     // per-sample scales: one product per sample (B, O, R)·(B, I, R)ᵀ, then the scaled sum
-    return scaled_batch_sum_nt(q_g.values.transpose(1, 2).contiguous(), xq.transpose(1, 2).contiguous(), scale);
+    const Tensor scale = mul(q_g.scale, xc.scale);    // s_g·s_x (B)
+    return mul(scaled_batch_sum_nt(q_g.values.transpose(1, 2).contiguous(), xq.transpose(1, 2).contiguous(), scale),
+               mult);
   }
 
   HlqOptions o_;

@@ -69,6 +69,7 @@ class LuqPipeline final : public Pipeline {
       qw.scale_rule = rule_of(o_.w_quant);
       qw.rounding = o_.w_quant == WeightQuant::absmax_sr ? Rounding::stochastic : Rounding::nearest;
       qw.noise = s.key.noise(role_gx_w);
+      if (o_.x_bits <= 5) qw.values_dtype = DType::f8e4m3;  // written as e4m3 directly (the .to below is a no-op)
       const Quantized wq = quantize(s.w.transpose(0, 1), qw);  // (I, O)
       Tensor acc = lowp_product_nt(reshape(gq.values, {B * L, O}), wq.values.to(DType::f8e4m3));  // (B·L, I)
       acc = scale_dim0(reshape(acc, {B, L * I}), gq.scale);

@@ -33,8 +33,6 @@ Tensor exact_grad_w(const Tensor& g_y, const Tensor& x);  // (O, I) in g's dtype
 // a (..., M, K), b (..., N, K), both int8 or both f8e4m3 -> (..., M, N) f32 = a·bᵀ on the low-precision
 // GEMM path (int8: exact int32 accumulation; fp8: fp32 accumulation). CPU: the reference loops.
 Tensor lowp_product_nt(const Tensor& a, const Tensor& b);
-// int8 values for a 4-bit carrier: converted to e4m3 (exact for |v| <= 16) when carrier is fp8.
-Tensor to_carrier(const Tensor& q, Carrier carrier);
 
 // Σ_b scale[b]·a[b]·b[b]ᵀ for a (B, M, K), b (B, N, K) (both int8 or both e4m3) and scale (B) f32
 // -> (M, N) f32. Per-sample scales sit on the contraction axis, so each sample is its own product; samples
@@ -44,6 +42,10 @@ Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale
 // int8 values in −8..7 of any shape <-> packed int4 storage (a zero nibble pads an odd count).
 Tensor pack_int4_any(const Tensor& q);
 Tensor unpack_int4_any(const Tensor& packed, const Shape& shape);
+
+// The epilogue of an integer product: f32(acc) · (scale_a · scale_b · mult) as out_dtype (f32 or bf16), for
+// acc i32 and one-element f32 scales on acc's device. One pass on CUDA (kernels/lowp_gemm.h, scale_i32).
+Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype);
 
 // Per-group scale (f32, shape (G)) broadcast against t (G, ...): t · scale[g] along dim 0.
 Tensor scale_dim0(const Tensor& t, const Tensor& scale);

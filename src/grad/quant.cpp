@@ -4,6 +4,7 @@
 // step by step; the CUDA branch (src/grad/cuda_quant.cpp, kernels/grad_quant.cu) computes the same bits.
 // LUQ is in luq.cpp.
 #include "hadatrain/grad/quant.h"
+#include "hadatrain/grad/sr_noise.h"
 
 #include <cmath>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
 #ifdef HADATRAIN_CUDA
@@ -83,9 +85,10 @@ float group_m(const float* p, int64_t n, ScaleRule rule) {
   return (std::isfinite(m) && m > 0.0f) ? m : amax;  // SAWB guard (hlq.md §3.5, §7 #11)
 }
 
-// Step 4 for one element (m > 0, s = m / qmax): the signed level.
-int8_t level_of(float x, float m, float s, int qmax, Rounding rounding, const Noise& noise, int64_t i) {
-  const float v = std::fmin(std::fmax(x, -m), m) / s;
+// Step 4 for one element (m > 0, r = qmax / m): the signed level. `h` is the element's 16 noise bits
+// (Note [SR noise layout]); unused for nearest rounding.
+int8_t level_of(float x, float m, float r, int qmax, Rounding rounding, uint32_t h) {
+  const float v = std::fmin(std::fmax(x, -m), m) * r;
   const float a = std::fabs(v);
   float q;
   if (rounding == Rounding::nearest) {
@@ -93,8 +96,7 @@ int8_t level_of(float x, float m, float s, int qmax, Rounding rounding, const No
   } else {
     const float f = std::floor(a);
     const float frac = a - f;
-    const float u = uniform_from_word(philox_word(noise.seed, noise.stream, static_cast<uint64_t>(i)));
-    q = f + (u < frac ? 1.0f : 0.0f);
+    q = f + (sr_uniform(h) < frac ? 1.0f : 0.0f);
   }
   q = std::fmin(q, static_cast<float>(qmax));
   if (!(q >= 0.0f)) q = 0.0f;
@@ -106,6 +108,12 @@ void check_spec(const char* op, const Tensor& x, const QuantSpec& spec) {
   detail::check_quant_input(op, x);
   HT_CHECK(spec.bits >= 2 && spec.bits <= 8, "{}: bits must be in 2..8, got {} (input {})", op, spec.bits,
            x.describe());
+  HT_CHECK(spec.layout == ValuesLayout::natural ||
+               (spec.granularity == Granularity::tensor && spec.hadamard_block == 1),
+           "{}: transposed values need tensor granularity and hadamard_block 1 (input {})", op, x.describe());
+  HT_CHECK(spec.values_dtype == DType::i8 || (spec.values_dtype == DType::f8e4m3 && spec.bits <= 5),
+           "{}: values_dtype must be i8, or f8e4m3 with bits <= 5 (levels exact in e4m3), got {} with bits {}", op,
+           dtype_name(spec.values_dtype), spec.bits);
   detail::check_hadamard_block(op, x, spec.hadamard_block);
 }
 
@@ -131,7 +139,13 @@ Tensor hadamard_blocks(const Tensor& x, int64_t block) {
 Quantized quantize(const Tensor& x, const QuantSpec& spec) {
   check_spec("quantize", x, spec);
   const Groups groups = detail::groups_of(x, spec.granularity);
-  Quantized q{empty(x.shape(), {DType::i8, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()})};
+  // CUDA writes the requested dtype and layout directly; the CPU computes int8 levels in the input's layout
+  // and converts / transposes at the end.
+  const DType vdt = x.is_cuda() ? spec.values_dtype : DType::i8;
+  const int64_t cols = x.size(x.dim() - 1), rows = cols == 0 ? 0 : x.numel() / cols;
+  const bool transposed = spec.layout == ValuesLayout::transposed;
+  const Shape vshape = x.is_cuda() && transposed ? Shape{cols, rows} : x.shape();
+  Quantized q{empty(vshape, {vdt, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()})};
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::grad_quantize(q, x, spec);
@@ -153,11 +167,18 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
       for (int64_t i = begin; i < begin + groups.len; ++i) values[i] = 0;
       continue;
     }
-    const float s = m / static_cast<float>(qmax);
-    scale[g] = s;
-    for (int64_t i = begin; i < begin + groups.len; ++i)
-      values[i] = level_of(v[static_cast<std::size_t>(i)], m, s, qmax, spec.rounding, spec.noise, i);
+    scale[g] = m / static_cast<float>(qmax);
+    const float r = static_cast<float>(qmax) / m;  // the only division: once per group
+    uint32_t w[4] = {0, 0, 0, 0};  // the Philox block of elements 8·(i / 8) ..., refreshed when i / 8 changes
+    for (int64_t i = begin; i < begin + groups.len; ++i) {
+      const bool sr = spec.rounding == Rounding::stochastic;
+      if (sr && (i == begin || i % 8 == 0)) sr_block(spec.noise.seed, spec.noise.stream, static_cast<uint64_t>(i) >> 3, w);
+      const uint32_t h = sr ? sr_bits(w, static_cast<int>(i & 7)) : 0u;  // = sr_noise(seed, stream, i)
+      values[i] = level_of(v[static_cast<std::size_t>(i)], m, r, qmax, spec.rounding, h);
+    }
   }
+  if (spec.values_dtype == DType::f8e4m3) q.values = to_dtype(q.values, DType::f8e4m3);  // exact: |q| <= 15
+  if (transposed) q.values = reshape(q.values, {rows, cols}).transpose(0, 1).contiguous();  // (C, N)
   return q;
 }
 

@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "hadatrain/grad/quant.h"
+#include "hadatrain/grad/sr_noise.h"
+#include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/tensor/philox.h"
 
 using namespace ht;
 using namespace ht::grad;
@@ -58,14 +61,27 @@ bool same_quantized(const Quantized& a, const Quantized& b) {
          a.scale.shape() == b.scale.shape() && values_of(a.scale) == values_of(b.scale);
 }
 
-// Naive absmax + nearest quantisation of one group, in the fp32 steps of the Note.
+// Naive absmax + nearest quantisation of one group, in the fp32 steps of the Note (the reciprocal
+// r = qmax / m once per group, then one multiply per element).
 std::vector<double> naive_nearest(const std::vector<float>& g, int qmax, float* scale_out) {
   float m = 0;
   for (float v : g) m = std::max(m, std::fabs(v));
   *scale_out = m == 0 ? 0.0f : m / static_cast<float>(qmax);
+  const float r = m == 0 ? 0.0f : static_cast<float>(qmax) / m;
   std::vector<double> q;
-  for (float v : g) q.push_back(m == 0 ? 0.0 : std::nearbyint(v / *scale_out));
+  for (float v : g) q.push_back(m == 0 ? 0.0 : std::nearbyint(v * r));
   return q;
+}
+
+// The 16 noise bits of element i, written out from Note [SR noise layout] with the generic Philox call:
+// block i / 8 of the stream, word (i % 8) / 2, low half for even i, high half for odd i.
+uint32_t naive_noise16(uint64_t seed, uint64_t stream, uint64_t i) {
+  const uint64_t blk = i / 8;
+  const PhiloxCounter ctr = {static_cast<uint32_t>(blk), static_cast<uint32_t>(blk >> 32),
+                             static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
+  const PhiloxKey key = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  const uint32_t word = philox4x32_10(ctr, key)[(i % 8) / 2];
+  return i % 2 == 0 ? (word & 0xFFFFu) : (word >> 16);
 }
 
 }  // namespace
@@ -196,14 +212,98 @@ TEST_CASE("stochastic rounding is unbiased over noise streams", "[grad_quant]") 
       mean[static_cast<std::size_t>(i)] += qv[static_cast<std::size_t>(i)] * scale / draws;
     }
   }
-  // A Bernoulli mean of `draws` samples has σ <= 0.5 / sqrt(draws) levels: allow 6 σ (plus fp32 slack).
-  const double bound = 6.0 * 0.5 / std::sqrt(static_cast<double>(draws)) * scale + 1e-6;
+  // A Bernoulli mean of `draws` samples has σ <= 0.5 / sqrt(draws) levels: allow 6 σ, plus the bias of the
+  // 16-bit uniform (at most 2^−17 of a level, Note [SR noise layout]) and fp32 slack.
+  const double bound = (6.0 * 0.5 / std::sqrt(static_cast<double>(draws)) + std::ldexp(1.0, -17)) * scale + 1e-6;
   double worst = 0;
   for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(mean[static_cast<std::size_t>(i)] - xv[static_cast<std::size_t>(i)]));
   CHECK(worst < bound);
   // Not trivially unbiased: single draws differ from x.
   const Quantized one = quantize(x, spec_of(4, Granularity::tensor, ScaleRule::absmax, Rounding::stochastic));
   CHECK(test::compare(dequantize(one, Granularity::tensor), x, 0.0, 1e-3) != "");
+}
+
+TEST_CASE("stochastic rounding follows Note [SR noise layout] and the reciprocal definition exactly",
+          "[grad_quant]") {
+  // The shared helpers equal the layout written out by hand (eight elements per Philox block).
+  for (uint64_t i : {0ull, 1ull, 6ull, 7ull, 8ull, 13ull, 1000001ull, (1ull << 35) + 3})
+    CHECK(sr_noise(0x1234567890ull, 0xfeedull, i) == naive_noise16(0x1234567890ull, 0xfeedull, i));
+  CHECK(sr_uniform(0) == std::ldexp(1.0f, -17));
+  CHECK(sr_uniform(0xFFFF) == 1.0f - std::ldexp(1.0f, -17));
+  CHECK(sr_uniform(12345) == static_cast<float>(2 * 12345 + 1) * std::ldexp(1.0f, -17));
+  // quantize() against a naive implementation of step 4 on odd-sized groups (row starts not multiples of 8).
+  const Tensor x = test::random_tensor({7, 21}, 31, DType::f32, -2.0, 2.0);
+  const auto xv = x.to_vector<float>();
+  const Noise noise{99, 0xabcdef};
+  for (int bits : {2, 4, 8}) {
+    const int qmax = qmax_of(bits);
+    const Quantized q = quantize(x, spec_of(bits, Granularity::row, ScaleRule::absmax, Rounding::stochastic, 1, noise));
+    const auto qv = values_of(q.values);
+    for (int64_t row = 0; row < 7; ++row) {
+      float m = 0;
+      for (int64_t j = 0; j < 21; ++j) m = std::max(m, std::fabs(xv[static_cast<std::size_t>(row * 21 + j)]));
+      const float r = static_cast<float>(qmax) / m;
+      CHECK(values_of(q.scale)[static_cast<std::size_t>(row)] == static_cast<double>(m / static_cast<float>(qmax)));
+      for (int64_t j = 0; j < 21; ++j) {
+        const int64_t i = row * 21 + j;
+        const float v = xv[static_cast<std::size_t>(i)] * r;
+        const float a = std::fabs(v), f = std::floor(a);
+        const float u = static_cast<float>(2 * naive_noise16(noise.seed, noise.stream, static_cast<uint64_t>(i)) + 1) *
+                        std::ldexp(1.0f, -17);
+        const float lvl = std::min(f + (u < a - f ? 1.0f : 0.0f), static_cast<float>(qmax));
+        CAPTURE(bits, i);
+        CHECK(qv[static_cast<std::size_t>(i)] == (v < 0 ? -lvl : lvl));
+      }
+    }
+  }
+}
+
+TEST_CASE("quantize writes e4m3 codes of the levels when asked (fp8 carrier)", "[grad_quant]") {
+  const Tensor x = test::random_tensor({6, 48}, 33, DType::bf16, -3.0, 3.0);
+  for (int bits : {2, 4, 5}) {
+    QuantSpec s = spec_of(bits, Granularity::row, ScaleRule::absmax, Rounding::stochastic, 16, {3, 4});
+    const Quantized qi = quantize(x, s);
+    s.values_dtype = DType::f8e4m3;
+    const Quantized qf = quantize(x, s);
+    CAPTURE(bits);
+    CHECK(qf.values.dtype() == DType::f8e4m3);
+    CHECK(values_of(qf.values) == values_of(qi.values));  // exact: every level −15..15 is an e4m3 value
+    CHECK(values_of(qf.scale) == values_of(qi.scale));
+    CHECK(test::compare(dequantize(qf, Granularity::row), dequantize(qi, Granularity::row), 0.0, 0.0) == "");
+  }
+  // Zero levels are +0 (the code an int8 0 converts to).
+  QuantSpec z = spec_of(4, Granularity::tensor, ScaleRule::absmax, Rounding::nearest);
+  z.values_dtype = DType::f8e4m3;
+  const Quantized qz = quantize(from_vector(std::vector<float>{-0.01f, 0.0f, -7.0f, 7.0f}, {4}), z);
+  const Tensor codes = qz.values.contiguous();
+  const auto* c = static_cast<const uint8_t*>(codes.data_ptr());
+  CHECK(c[0] == 0x00);
+  CHECK(c[1] == 0x00);
+  CHECK(c[2] == 0xCE);  // −7 = −1.75·2^2
+  CHECK(c[3] == 0x4E);
+  // More than 5 bits cannot be carried exactly.
+  z.bits = 6;
+  CHECK_THROWS_WITH(quantize(x, z), HasSubstr("f8e4m3 with bits <= 5"));
+}
+
+TEST_CASE("quantize with transposed values stores the (N, C) levels as (C, N)", "[grad_quant]") {
+  const Tensor x = test::random_tensor({3, 5, 24}, 34, DType::f32);
+  for (Rounding r : {Rounding::nearest, Rounding::stochastic}) {
+    QuantSpec s = spec_of(8, Granularity::tensor, ScaleRule::sawb, r, 1, {8, 9});
+    const Quantized nat = quantize(x, s);
+    s.layout = ValuesLayout::transposed;
+    const Quantized tr = quantize(x, s);
+    CHECK(tr.values.shape() == Shape{24, 15});
+    CHECK(tr.values.is_contiguous());
+    CHECK(values_of(tr.values) == values_of(reshape(nat.values, {15, 24}).transpose(0, 1).contiguous()));
+    CHECK(values_of(tr.scale) == values_of(nat.scale));
+  }
+  QuantSpec bad = spec_of(8, Granularity::row, ScaleRule::absmax, Rounding::nearest);
+  bad.layout = ValuesLayout::transposed;
+  CHECK_THROWS_WITH(quantize(x, bad), HasSubstr("transposed values need tensor granularity"));
+  bad.granularity = Granularity::tensor;
+  bad.hadamard_block = 8;
+  CHECK_THROWS_WITH(quantize(x, bad), HasSubstr("hadamard_block 1"));
 }
 
 TEST_CASE("SAWB scale follows its formula and falls back to absmax when α <= 0", "[grad_quant]") {

@@ -3,13 +3,14 @@
 // block T in {1, 2, 16} on odd-sized random inputs (fused one-block-per-group path, two-pass path, block
 // mode for last dims that are not a multiple of 16, pre-rotation for T > 16 and for 1-D sample groups),
 // non-contiguous inputs and every floating input dtype; LUQ codes; hadamard_blocks; dequantize;
-// pack / unpack int4. CUDA outputs are poisoned (0xFF) so an element a kernel forgot to write fails.
+// pack / unpack int4; int8 and e4m3 level outputs; every team size of the fused kernel. CUDA outputs are poisoned (0xFF) so an element a kernel forgot to write fails.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -43,25 +44,50 @@ void check_all_specs(const Tensor& xc, const Tensor& xg, const std::vector<int64
     if (last % block != 0) continue;
     for (Granularity g : kGranularities)
       for (ScaleRule rule : {ScaleRule::absmax, ScaleRule::sawb})
-        for (Rounding r : {Rounding::nearest, Rounding::stochastic}) {
-          QuantSpec spec;
-          spec.bits = bits;
-          spec.granularity = g;
-          spec.scale_rule = rule;
-          spec.rounding = r;
-          spec.hadamard_block = block;
-          spec.noise = {0x5eedull, 0xabcdef12345ull};
-          CAPTURE(xc.describe(), block, name_of(g), rule == ScaleRule::sawb, r == Rounding::stochastic, bits);
-          const Quantized qc = quantize(xc, spec);
-          Quantized qg;
-          {
-            test::PoisonGuard poison;
-            qg = quantize(xg, spec);
+        for (Rounding r : {Rounding::nearest, Rounding::stochastic})
+          for (DType vdt : {DType::i8, DType::f8e4m3}) {
+            if (vdt == DType::f8e4m3 && bits > 5) continue;
+            QuantSpec spec;
+            spec.bits = bits;
+            spec.granularity = g;
+            spec.scale_rule = rule;
+            spec.rounding = r;
+            spec.hadamard_block = block;
+            spec.noise = {0x5eedull, 0xabcdef12345ull};
+            spec.values_dtype = vdt;
+            CAPTURE(xc.describe(), block, name_of(g), rule == ScaleRule::sawb, r == Rounding::stochastic, bits,
+                    dtype_name(vdt));
+            const Quantized qc = quantize(xc, spec);
+            Quantized qg;
+            {
+              test::PoisonGuard poison;
+              qg = quantize(xg, spec);
+            }
+            CHECK(qg.values.dtype() == vdt);
+            CHECK(same_bits(qg, qc) == "");
+            CHECK(test::compare_bits(dequantize(qg, g), dequantize(qc, g)) == "");
           }
-          CHECK(same_bits(qg, qc) == "");
-          CHECK(test::compare_bits(dequantize(qg, g), dequantize(qc, g)) == "");
-        }
   }
+}
+
+// Row-granularity quantisation (the fused kernel) of x on both devices, stochastic, T = the largest power of
+// two <= 16 dividing the rows, e4m3 or int8 values: "" when CUDA equals the CPU bit for bit.
+std::string check_rows(const Tensor& xc, const Tensor& xg, int bits, DType vdt) {
+  const int64_t last = xc.size(xc.dim() - 1);
+  QuantSpec spec;
+  spec.bits = bits;
+  spec.granularity = Granularity::row;
+  spec.rounding = Rounding::stochastic;
+  spec.hadamard_block = std::min<int64_t>(16, last & -last);  // the largest power of two <= 16 dividing the rows
+  spec.noise = {77, 0x123456789ull};
+  spec.values_dtype = vdt;
+  const Quantized qc = quantize(xc, spec);
+  Quantized qg;
+  {
+    test::PoisonGuard poison;
+    qg = quantize(xg, spec);
+  }
+  return same_bits(qg, qc);
 }
 
 }  // namespace
@@ -122,6 +148,84 @@ TEST_CASE("CUDA quantize at pipeline sizes (fused rows, two-pass samples)", "[gp
       CHECK(same_bits(qg, qc) == "");
     }
   }
+}
+
+TEST_CASE("CUDA fused quantiser: every team size, partial last blocks, unaligned inputs", "[gpu][grad_quant]") {
+  // Row lengths -> units of 16 -> threads per group (team): 16 -> 1 unit (team 1), 48 (team 2), 160 (team 8),
+  // 768 (48 units, team 32), 1040 (65 units, team 64), 2304 (144 units, team 96), 3072 (team 96),
+  // 16384 (1024 units, team 512); row counts that leave the last block of teams partly empty.
+  struct Case {
+    int64_t rows, len;
+  };
+  uint64_t seed = 300;
+  for (const Case c : {Case{70, 16}, Case{67, 48}, Case{99, 160}, Case{131, 768}, Case{67, 1040}, Case{69, 2304},
+                       Case{67, 3072}, Case{66, 16384}})
+    for (DType dt : {DType::bf16, DType::f32}) {
+      const Tensor x = test::random_input({c.rows, c.len}, ++seed, dt);
+      const Tensor xg = x.to(test::kCuda);
+      CAPTURE(x.describe());
+      CHECK(check_rows(x, xg, 4, DType::f8e4m3) == "");
+      CHECK(check_rows(x, xg, 4, DType::i8) == "");
+      CHECK(check_rows(x, xg, 8, DType::i8) == "");
+    }
+  // An input whose data pointer is not 16-byte aligned (a view 3 elements into its storage): the kernels
+  // fall back to element-wise loads in chunk mode; the noise index is still the logical one.
+  const Tensor flat = test::random_input({3 + 40 * 64}, 320, DType::bf16);
+  const Tensor xc = flat.narrow(0, 3, 40 * 64).reshape({40, 64});
+  const Tensor xg = flat.to(test::kCuda).narrow(0, 3, 40 * 64).reshape({40, 64});
+  CHECK(check_rows(xc, xg, 4, DType::f8e4m3) == "");
+  check_all_specs(xc, xg, {1, 16});
+  // Block mode (rows not a multiple of 16) with 8-element Hadamard blocks at odd noise offsets.
+  const Tensor odd = test::random_input({101, 24}, 321, DType::f32);
+  CHECK(check_rows(odd, odd.to(test::kCuda), 4, DType::f8e4m3) == "");
+}
+
+TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", "[gpu][grad_quant]") {
+  // (N, C): tiles of 64 × 64 with partial edges; N % 4 != 0 (byte stores); C % 8 != 0 (quantise, then
+  // transpose); an unaligned input (element loads); the ViT-B-like (64·197, 768) in bf16.
+  struct Case {
+    Shape shape;
+    DType dtype;
+    int64_t offset;  // elements the input view starts into its storage
+  };
+  const std::vector<Case> cases = {{{2, 100, 136}, DType::bf16, 0}, {{129, 64}, DType::f32, 0},
+                                   {{67, 40}, DType::bf16, 0},      {{50, 20}, DType::f32, 0},
+                                   {{97, 72}, DType::f16, 3},       {{64 * 197, 768}, DType::bf16, 0}};
+  uint64_t seed = 400;
+  for (const Case& c : cases) {
+    const int64_t n = numel_of(c.shape);
+    const Tensor flat = test::random_input({n + c.offset}, ++seed, c.dtype);
+    const Tensor xc = flat.narrow(0, c.offset, n).reshape(c.shape);
+    const Tensor xg = flat.to(test::kCuda).narrow(0, c.offset, n).reshape(c.shape);
+    for (ScaleRule rule : {ScaleRule::absmax, ScaleRule::sawb})
+      for (Rounding r : {Rounding::nearest, Rounding::stochastic})
+        for (int bits : {8, 4}) {
+          QuantSpec spec;
+          spec.bits = bits;
+          spec.granularity = Granularity::tensor;
+          spec.scale_rule = rule;
+          spec.rounding = r;
+          spec.noise = {5, 6};
+          spec.layout = ValuesLayout::transposed;
+          if (bits == 4) spec.values_dtype = DType::f8e4m3;
+          CAPTURE(xc.describe(), rule == ScaleRule::sawb, r == Rounding::stochastic, bits);
+          const Quantized qc = quantize(xc, spec);
+          Quantized qg;
+          {
+            test::PoisonGuard poison;
+            qg = quantize(xg, spec);
+          }
+          CHECK(qg.values.shape() == qc.values.shape());
+          CHECK(same_bits(qg, qc) == "");
+        }
+  }
+  // A zero tensor: zeros and scale 0.
+  const Tensor z = zeros({70, 16});
+  QuantSpec spec;
+  spec.bits = 8;
+  spec.layout = ValuesLayout::transposed;
+  test::PoisonGuard poison;
+  CHECK(same_bits(quantize(z.to(test::kCuda), spec), quantize(z, spec)) == "");
 }
 
 TEST_CASE("CUDA quantize handles zero groups and empty tensors", "[gpu][grad_quant]") {

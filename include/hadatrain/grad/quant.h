@@ -16,11 +16,15 @@
 //     α = 12.1·sqrt(S2/n) − 12.2·(S1/n) in double, m = float(α); if m is not finite or m <= 0, absmax.
 //     (Double sums can differ in the last bits between summation orders; the f32 rounding of α hides that
 //     except in astronomically rare ties.)
-//  4. If m == 0 (or the group is empty): all values 0, scale 0. Else s = m / qmax (f32 division),
-//     v = min(max(x, −m), m) / s (f32 division), a = |v|, f = floor(a), frac = a − f.
-//     nearest: q = rint(a) (ties to even). stochastic: u = uniform_from_word(philox_word(noise.seed,
-//     noise.stream, i)) with i the row-major index of the element in the (rotated) input, q = f + (u < frac).
-//     Then q = min(q, qmax), value = sign(v)·q as int8. E[q·s] = clamp(x, −m, m) for stochastic rounding.
+//  4. If m == 0 (or the group is empty): all values 0, scale 0. Else, once per group, s = m / qmax and
+//     r = qmax / m (two f32 divisions); per element v = min(max(x, −m), m) · r (f32 multiply, no division),
+//     a = |v|, f = floor(a), frac = a − f.
+//     nearest: q = rint(a) (ties to even). stochastic: u = the 16-bit uniform of element i (Note [SR noise
+//     layout] in sr_noise.h: u = (2h + 1)·2^−17, eight elements per Philox block), i the row-major index of
+//     the element in the (rotated) input, q = f + (u < frac).
+//     Then q = min(q, qmax), value = sign(v)·q as int8 (or its e4m3 code: values_dtype f8e4m3, bits <= 5).
+//     E[q·s] = clamp(x, −m, m) for stochastic rounding up to 2^−17 of a step (16-bit u) and the f32
+//     rounding of r·s ≈ 1 (relative 2^−23).
 //  5. LUQ (luq_quantize): see the function comment; exponents are taken from the f32 bit pattern (frexp
 //     semantics), never from log2f.
 #pragma once
@@ -43,6 +47,11 @@ struct Noise {
 enum class Granularity { tensor, sample, row };
 enum class ScaleRule { absmax, sawb };
 enum class Rounding { nearest, stochastic };
+// Where the values go. natural: the input's shape. transposed: the input seen as (N, C) (C = its last dim,
+// N = numel / C) is stored as values (C, N) contiguous — the K-major operand of a product that contracts
+// over N (HLA's g_w = g̃ᵀ·x̃), written by the quantiser instead of a separate transpose. Tensor granularity
+// and hadamard_block 1 only. The noise index of an element stays its row-major index in the input.
+enum class ValuesLayout { natural, transposed };
 
 struct QuantSpec {
   int bits = 4;                 // symmetric levels −qmax..qmax, qmax = 2^(bits−1) − 1; 2 <= bits <= 8
@@ -51,12 +60,17 @@ struct QuantSpec {
   Rounding rounding = Rounding::stochastic;
   Noise noise;                  // used when rounding == stochastic
   int64_t hadamard_block = 1;   // T: 1 (no rotation) or a power of two dividing the last dim
+  // i8, or f8e4m3 (bits <= 5: every level −15..15 is exact in e4m3) to feed fp8 tensor cores directly;
+  // a level of 0 is +0.
+  DType values_dtype = DType::i8;
+  ValuesLayout layout = ValuesLayout::natural;
 };
 
 inline int qmax_of(int bits) { return (1 << (bits - 1)) - 1; }
 
 struct Quantized {
-  Tensor values;  // int8, the input's shape, contiguous, |value| <= qmax
+  Tensor values;  // int8 (or e4m3, QuantSpec::values_dtype), the input's shape (or (C, N): ValuesLayout),
+                  // contiguous, |value| <= qmax
   Tensor scale;   // f32, contiguous: (1) for tensor, (x.size(0)) for sample, (numel / last dim) for row;
                   // dequantised element = value · scale of its group (rotated domain when T > 1)
 };
