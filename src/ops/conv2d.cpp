@@ -169,13 +169,16 @@ void scatter_chunk(const T* wide, int64_t planes, int64_t row0, int64_t rows, in
 }
 
 // out (N, O, OH, OW) (nhwc, CUDA only: (N, OH, OW, O)) from detached x (any strides), weight and bias.
+// CUDA: *filter receives the dense filter cuDNN read (cuda_ops::conv2d_filter), kept for backward data.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
-                      const ConvShapes& s) {
+                      const ConvShapes& s, Tensor* filter) {
   const bool nhwc = p.layout == ConvLayout::nhwc;
   Tensor out = empty(nhwc ? Shape{s.N, s.OH, s.OW, s.O} : Shape{s.N, s.O, s.OH, s.OW}, {x.dtype(), x.device()});
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    cuda_ops::conv2d_forward(cudnn_problem(s, p, x.dtype()), x, w, bias, out);
+    const cuda::ConvProblem cp = cudnn_problem(s, p, x.dtype());
+    *filter = cuda_ops::conv2d_filter(cp, w);
+    cuda_ops::conv2d_forward(cp, x, *filter, bias, out);
     return out;
 #else
     no_cuda_kernel("conv2d");
@@ -299,9 +302,12 @@ void conv2d_grad_weight(const Tensor& g, const Tensor& x, const Conv2dParams& p,
 
 class Conv2dBackward final : public Node {
  public:
-  Conv2dBackward(const Tensor& x, const Tensor& w, const Conv2dParams& p) : p_(p) {
+  // filter: CUDA only, the filter the forward gave cuDNN (reused by backward data), else undefined.
+  Conv2dBackward(const Tensor& x, const Tensor& w, const Tensor& filter, const Conv2dParams& p)
+      : p_(p), has_filter_(filter.defined()) {
     save(x);
     save(w);
+    if (has_filter_) save(filter);
   }
   std::string name() const override { return "Conv2dBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
@@ -316,7 +322,10 @@ class Conv2dBackward final : public Node {
     if (g.is_cuda()) {
 #ifdef HADATRAIN_CUDA
       const cuda::ConvProblem cp = cudnn_problem(s, p_, g.dtype());
-      if (gx.defined()) cuda_ops::conv2d_backward_data(cp, g, w, gx);
+      if (gx.defined()) {
+        const bool reuse = has_filter_ && saved(2).dtype() == cp.dtype;
+        cuda_ops::conv2d_backward_data(cp, g, reuse ? saved(2) : cuda_ops::conv2d_filter(cp, w), gx);
+      }
       if (gw.defined()) cuda_ops::conv2d_backward_filter(cp, x, g, gw);
 #else
       no_cuda_kernel("conv2d backward");
@@ -332,6 +341,7 @@ class Conv2dBackward final : public Node {
 
  private:
   Conv2dParams p_;
+  bool has_filter_;
 };
 
 }  // namespace
@@ -344,9 +354,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     q.layout = ConvLayout::nchw;
     return contiguous(permute(conv2d(permute(x, {0, 3, 1, 2}), weight, bias, q), {0, 2, 3, 1}));  // (N, OH, OW, O)
   }
-  Tensor out = conv2d_forward(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor(), p, s);
+  Tensor filter;
+  Tensor out =
+      conv2d_forward(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor(), p, s, &filter);
   if (needs_grad({&x, &weight, &bias}))
-    connect(std::make_shared<Conv2dBackward>(x, weight, p), {&x, &weight, &bias}, {&out});
+    connect(std::make_shared<Conv2dBackward>(x, weight, filter, p), {&x, &weight, &bias}, {&out});
   return out;
 }
 

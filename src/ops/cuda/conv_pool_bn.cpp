@@ -49,12 +49,6 @@ namespace {
 
 bool is_nhwc(const cuda::ConvProblem& p) { return p.format == cuda::TensorFormat::nhwc; }
 
-// The dense filter cuDNN reads for p: (O, C/groups, KH, KW) for nchw, (O, KH, KW, C/groups) (KRSC) for nhwc.
-Tensor filter_for(const cuda::ConvProblem& p, const Tensor& w) {
-  const Tensor wt = to_dtype(w, p.dtype);
-  return contiguous(is_nhwc(p) ? permute(wt, {0, 2, 3, 1}) : wt);
-}
-
 // Fallback for an NHWC problem that no cuDNN algorithm supports: the same problem in NCHW buffers.
 cuda::ConvProblem as_nchw(const cuda::ConvProblem& p) {
   cuda::ConvProblem q = p;
@@ -63,6 +57,10 @@ cuda::ConvProblem as_nchw(const cuda::ConvProblem& p) {
 }
 Tensor nhwc_to_nchw(const Tensor& t) { return contiguous(permute(t, {0, 3, 1, 2})); }
 Tensor nchw_to_nhwc(const Tensor& t) { return permute(t, {0, 2, 3, 1}); }
+// The NCHW filter (O, C/groups, KH, KW) of a filter made by conv2d_filter for p.
+Tensor nchw_filter(const cuda::ConvProblem& p, const Tensor& filter) {
+  return is_nhwc(p) ? contiguous(permute(filter, {0, 3, 1, 2})) : filter;
+}
 
 void check_ran(bool ran, const char* what) {
   HT_ASSERT(ran, "conv2d: cuDNN returned 'unsupported' for an NCHW {} problem instead of throwing", what);
@@ -70,13 +68,20 @@ void check_ran(bool ran, const char* what) {
 
 }  // namespace
 
-void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+Tensor conv2d_filter(const cuda::ConvProblem& p, const Tensor& w) {
+  NoGradGuard no_grad;
+  const Tensor wt = to_dtype(w, p.dtype);
+  return contiguous(is_nhwc(p) ? permute(wt, {0, 2, 3, 1}) : wt);
+}
+
+void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& filter, const Tensor& bias,
                     const Tensor& out) {
   NoGradGuard no_grad;
   OnDevice on(out);
-  const Tensor xc = contiguous(to_dtype(x, p.dtype)), wc = filter_for(p, w);
+  const Tensor xc = contiguous(to_dtype(x, p.dtype)), wc = filter;
+  HT_ASSERT(wc.is_contiguous() && wc.dtype() == p.dtype, "conv2d: the filter must come from conv2d_filter");
   if (!cuda::conv2d_forward(p, xc.data_ptr(), wc.data_ptr(), out.data_ptr())) {  // nhwc unsupported
-    const Tensor xn = nhwc_to_nchw(xc), wn = filter_for(as_nchw(p), w);
+    const Tensor xn = nhwc_to_nchw(xc), wn = nchw_filter(p, filter);
     Tensor yn = empty({p.N, p.O, p.OH, p.OW}, {p.dtype, out.device()});
     check_ran(cuda::conv2d_forward(as_nchw(p), xn.data_ptr(), wn.data_ptr(), yn.data_ptr()), "forward");
     copy_(out, nchw_to_nhwc(yn));
@@ -85,12 +90,13 @@ void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& w
     binary(kernels::BinaryOp::add, 1.0, out, out, reshape(bias, is_nhwc(p) ? Shape{1, 1, 1, p.O} : Shape{1, p.O, 1, 1}));
 }
 
-void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& w, const Tensor& gx) {
+void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& filter, const Tensor& gx) {
   NoGradGuard no_grad;
   OnDevice on(gx);
-  const Tensor gc = contiguous(to_dtype(g, p.dtype)), wc = filter_for(p, w);
+  const Tensor gc = contiguous(to_dtype(g, p.dtype)), wc = filter;
+  HT_ASSERT(wc.is_contiguous() && wc.dtype() == p.dtype, "conv2d backward: the filter must come from conv2d_filter");
   if (!cuda::conv2d_backward_data(p, gc.data_ptr(), wc.data_ptr(), gx.data_ptr())) {  // nhwc unsupported
-    const Tensor gn = nhwc_to_nchw(gc), wn = filter_for(as_nchw(p), w);
+    const Tensor gn = nhwc_to_nchw(gc), wn = nchw_filter(p, filter);
     Tensor gxn = empty({p.N, p.C, p.H, p.W}, {p.dtype, gx.device()});
     check_ran(cuda::conv2d_backward_data(as_nchw(p), gn.data_ptr(), wn.data_ptr(), gxn.data_ptr()), "backward-data");
     copy_(gx, nchw_to_nhwc(gxn));

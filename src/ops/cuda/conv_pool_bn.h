@@ -12,12 +12,16 @@ namespace ht::cuda_ops {
 
 // ---- conv2d (p.dtype, sizes, params and format filled by the op; tensors on one CUDA device) ----
 // Activations are (N, C, H, W) for p.format nchw and (N, H, W, C) for nhwc (channels last); the weight and
-// its gradient are (O, C/groups, KH, KW) in both (permuted to cuDNN's KRSC filter per call for nhwc).
-// out (N, O, OH, OW) or nhwc (N, OH, OW, O), contiguous = conv(x, w) [+ bias (O)]; x and w of any strides.
-void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+// its gradient are (O, C/groups, KH, KW) in both.
+// The dense filter cuDNN reads, from the weight w (any strides and floating dtype): w itself when already
+// dense in p.dtype, else a copy; for nhwc the (O, KH, KW, C/groups) (KRSC) permuted copy. The op makes it
+// once in forward and keeps it for backward data.
+Tensor conv2d_filter(const cuda::ConvProblem& p, const Tensor& w);
+// out (N, O, OH, OW) or nhwc (N, OH, OW, O), contiguous = conv(x, filter) [+ bias (O)]; x of any strides.
+void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& filter, const Tensor& bias,
                     const Tensor& out);
-// gx (N, C, H, W) or nhwc (N, H, W, C), contiguous, from g (output layout) and w.
-void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& w, const Tensor& gx);
+// gx (N, C, H, W) or nhwc (N, H, W, C), contiguous, from g (output layout) and the filter.
+void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& filter, const Tensor& gx);
 // gw (O, C/groups, KH, KW), contiguous, from x and g.
 void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g, const Tensor& gw);
 
