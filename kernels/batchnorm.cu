@@ -1,61 +1,313 @@
 // Batch-norm kernels: train statistics with the running-stat update, eval invstd, normalise + affine, and
-// the backward (per-channel sums of g and g * x_hat, then dx). Formulas and double precision follow the
-// CPU reference (src/ops/batch_norm.cpp) and its op-based backward node.
+// the backward (per-channel sums of g and g * x_hat, then dx). Formulas follow the CPU reference
+// (src/ops/batch_norm.cpp) and its op-based backward node.
+//
+// Two layouts of x (N, C, S), each with its own grid so that every access is coalesced and no element
+// needs a 64-bit division:
+//  - channels last (S == 1, x is an (M, C) matrix, e.g. an NHWC activation viewed as (N*H*W, C)): a 2-D
+//    block, threadIdx.x along C (one 16-byte pack of V channels per thread), threadIdx.y along rows;
+//    blockIdx.x tiles C, blockIdx.y splits the rows. A thread keeps its channels' constants (or sums) in
+//    registers.
+//  - channels first (S > 1): blockIdx.x is the channel, blockIdx.y splits the channel's N*S values; a
+//    block walks (n, s) with 16-byte packs along s (when S is a multiple of the pack) and a 32-bit
+//    multiply-shift division by S/V.
+// Reductions (statistics and the backward sums) write per-block partial sums in double to a scratch
+// buffer ((splits, 2, C)); a finalize kernel adds them in a fixed order (one warp per channel), so results
+// are deterministic. Statistics are one pass: sums of (x - K) and (x - K)^2 with K = the channel's first
+// value (a sample of the data, so the shifted sums do not cancel), var = E[(x-K)^2] - E[x-K]^2.
+// Arithmetic: per-thread sums (and the in-block column sums of the channels-last kernels) and the elementwise
+// maps run in float for bf16/f16 and in double for f32/f64; per-block partial sums, statistics and
+// per-channel constants are double.
+#include <algorithm>
+#include <type_traits>
+
 #include "kernels/batchnorm.h"
-#include "kernels/convert.cuh"
-#include "kernels/launch.h"
+#include "kernels/map.cuh"  // Pack, kVec, convert
 
 namespace ht::kernels {
 namespace {
 
-constexpr int kStatBlock = 512;
+constexpr int kThreads = 256;
+constexpr int64_t kTargetBlocks = 132 * 8;  // about one wave of resident 256-thread blocks on an H200
 
-// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ double block_sum(double v) {
-  __shared__ double partial[32];
-  __shared__ double total;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();  // partial/total may still be read by a previous call
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    if (lane == 0) total = v;
-  }
-  __syncthreads();
-  return total;
-}
-
-// Offset of the i-th of channel c's M = N*S values in x (N, C, S).
-HT_DEV int64_t channel_offset(const BnShape& s, int64_t c, int64_t i) {
-  const int64_t n = i / s.S;
-  return (n * s.C + c) * s.S + (i - n * s.S);
-}
-
-// One block per channel.
+// Arithmetic type of the per-element work: float for the 16-bit types, double otherwise.
 template <class T>
-__global__ void bn_stats_kernel(const T* __restrict__ x, BnShape s, double eps, BnRunning running,
-                                double* __restrict__ mean, double* __restrict__ invstd) {
-  const int64_t c = blockIdx.x, M = s.N * s.S;
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < M; i += blockDim.x) acc += to_double(x[channel_offset(s, c, i)]);
-  const double mu = block_sum(acc) / static_cast<double>(M);
-  acc = 0.0;
-  for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-    const double d = to_double(x[channel_offset(s, c, i)]) - mu;
-    acc += d * d;
+using bn_t = std::conditional_t<sizeof(T) == 2, float, double>;
+
+template <class T, int V>
+HT_DEV Pack<T, V> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+template <class T, int V>
+HT_DEV void store_pack(T* p, const Pack<T, V>& v) {
+  *reinterpret_cast<Pack<T, V>*>(p) = v;
+}
+template <class T, class A>
+HT_DEV T bn_store(A v) {
+  return store_cast<T>(v);
+}
+
+HT_DEV double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over a 1-D block of kThreads threads; thread 0 gets the result.
+HT_DEV double block_sum(double v, double* scratch /* 32 */) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = 0.0;
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? scratch[lane] : 0.0;
+    v = warp_sum(v);
   }
-  const double var = block_sum(acc) / static_cast<double>(M);  // biased
-  if (threadIdx.x == 0) {
-    mean[c] = mu;
-    invstd[c] = 1.0 / sqrt(var + eps);
-    if (running.mean) {
-      const double m = running.momentum, unbias = static_cast<double>(M) / static_cast<double>(M - 1);
-      running.mean[c] = (1.0 - m) * running.mean[c] + m * mu;
-      running.var[c] = (1.0 - m) * running.var[c] + m * var * unbias;
+  return v;
+}
+
+// Channels-last column sums: adds s1 and s2 (V values each) over the blockDim.y threads of every column
+// (a fixed tree over threadIdx.y, all V values per step) and writes them as double to part (splits, 2, C)
+// at split blockIdx.y, channels cv * V ... Every thread of the block must call it.
+template <class A, int V>
+HT_DEV void column_sums_to(const A (&s1)[V], const A (&s2)[V], A* red /* [2][V][kThreads] */, int64_t cv,
+                           int64_t CV, int64_t C, double* part) {
+  const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
+  const int tid = ty * TX + tx;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    red[(0 * V + j) * kThreads + tid] = s1[j];
+    red[(1 * V + j) * kThreads + tid] = s2[j];
+  }
+  __syncthreads();
+  int top = 1;
+  while (top < TY) top <<= 1;
+  for (int st = top / 2; st > 0; st >>= 1) {
+    if (ty < st && ty + st < TY) {
+#pragma unroll
+      for (int j = 0; j < 2 * V; ++j) red[j * kThreads + tid] += red[j * kThreads + tid + st * TX];
     }
+    __syncthreads();
+  }
+  if (ty == 0 && cv < CV) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t c = cv * V + j;
+      part[(static_cast<int64_t>(blockIdx.y) * 2) * C + c] = static_cast<double>(red[(0 * V + j) * kThreads + tx]);
+      part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * C + c] = static_cast<double>(red[(1 * V + j) * kThreads + tx]);
+    }
+  }
+}
+
+// ---- launch geometry ------------------------------------------------------------------------------------
+
+// Channels last: x (M, C), C = CV packs of V.
+struct ClGrid {
+  int64_t CV = 0;
+  int64_t rows_per_block = 0;
+  dim3 block, grid;
+};
+
+ClGrid cl_grid(int64_t M, int64_t C, int V) {
+  ClGrid g;
+  g.CV = C / V;
+  const int tx = static_cast<int>(std::min<int64_t>(g.CV, kThreads));
+  const int ty = kThreads / tx;
+  g.block = dim3(tx, ty);
+  const int64_t gx = (g.CV + tx - 1) / tx;
+  const int64_t target = std::max<int64_t>(1, kTargetBlocks / gx);
+  int64_t rpb = std::max<int64_t>((M + target - 1) / target, 2 * ty);  // at least two rows per thread
+  rpb = std::max<int64_t>(rpb, (M + 65534) / 65535);
+  const int64_t gy = std::max<int64_t>(1, (M + rpb - 1) / rpb);
+  g.rows_per_block = rpb;
+  g.grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  return g;
+}
+
+// Channels first: channel c's values are N planes of S; SV = S / V packs per plane.
+struct CfGrid {
+  int64_t SV = 0, per_channel = 0, chunk = 0;  // packs per plane, per channel, per block
+  FastDiv div_sv;
+  bool fast = false;  // per_channel < 2^31: FastDiv applies
+  dim3 grid;
+};
+
+CfGrid cf_grid(const BnShape& s, int V) {
+  CfGrid g;
+  g.SV = s.S / V;
+  g.per_channel = s.N * g.SV;
+  g.fast = g.per_channel < (int64_t{1} << 31) && g.SV < (int64_t{1} << 31);
+  if (g.fast) g.div_sv = FastDiv(static_cast<uint32_t>(std::max<int64_t>(g.SV, 1)));
+  int64_t splits = std::max<int64_t>(1, kTargetBlocks / std::max<int64_t>(s.C, 1));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.per_channel / (kThreads * 4)));  // >= 4 packs a thread
+  splits = std::min<int64_t>(splits, 65535);
+  g.chunk = std::max<int64_t>(1, (g.per_channel + splits - 1) / splits);
+  const int64_t gy = std::max<int64_t>(1, (g.per_channel + g.chunk - 1) / g.chunk);
+  g.grid = dim3(static_cast<unsigned>(s.C), static_cast<unsigned>(gy));
+  return g;
+}
+
+// Element offset of pack j (of channel c) in x (N, C, S).
+HT_DEV int64_t cf_offset(const BnShape& s, const CfGrid& g, int64_t c, int64_t j, int V) {
+  int64_t n, sv;
+  if (g.fast) {
+    const uint32_t q = g.div_sv.div(static_cast<uint32_t>(j));
+    n = q;
+    sv = j - static_cast<int64_t>(q) * g.SV;
+  } else {
+    n = j / g.SV;
+    sv = j - n * g.SV;
+  }
+  return (n * s.C + c) * s.S + sv * V;
+}
+
+// ---- per-channel constants ------------------------------------------------------------------------------
+
+// y = x * scale + shift.
+HT_DEV void affine_of(const BnChannels& ch, int64_t c, double& scale, double& shift) {
+  const double w = ch.weight ? ch.weight[c] : 1.0, b = ch.bias ? ch.bias[c] : 0.0;
+  scale = ch.invstd[c] * w;
+  shift = b - ch.mean[c] * scale;
+}
+
+// gx = g * a + (x - m) * b + k (train) or g * a (eval; b = k = 0).
+struct DxCoef {
+  double a, b, k, m;
+};
+HT_DEV DxCoef dx_coef_of(BnMode mode, const BnChannels& ch, const double* sum_g, const double* sum_gxhat,
+                         double inv_m, int64_t c) {
+  const double w = ch.weight ? ch.weight[c] : 1.0, is = ch.invstd[c];
+  DxCoef r{w * is, 0.0, 0.0, 0.0};
+  if (mode == BnMode::train) {
+    r.b = -w * is * is * sum_gxhat[c] * inv_m;
+    r.k = -w * is * sum_g[c] * inv_m;
+    r.m = ch.mean[c];
+  }
+  return r;
+}
+
+// ---- statistics -----------------------------------------------------------------------------------------
+
+// Channels last. part (gridDim.y, 2, C): sums of (x - K) and (x - K)^2, K = x[0, c].
+template <class T, int V>
+__global__ void bn_stats_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
+  using A = bn_t<T>;
+  __shared__ A red[2 * V * kThreads];
+  const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int ty = threadIdx.y, TY = blockDim.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
+  const int64_t r1 = std::min(M, r0 + g.rows_per_block);
+  A s1[V], s2[V], k[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = k[j] = A(0);
+  if (cv < g.CV) {
+    const T* col = x + cv * V;
+    const Pack<T, V> p0 = load_pack<T, V>(col);
+#pragma unroll
+    for (int j = 0; j < V; ++j) k[j] = convert<A>(p0.v[j]);
+    int64_t r = r0 + ty;
+    for (; r + 3 * TY < r1; r += 4 * TY) {
+      Pack<T, V> p[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) p[u] = load_pack<T, V>(col + (r + u * TY) * C);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A d = convert<A>(p[u].v[j]) - k[j];
+          s1[j] += d;
+          s2[j] += d * d;
+        }
+    }
+    for (; r < r1; r += TY) {
+      const Pack<T, V> p = load_pack<T, V>(col + r * C);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const A d = convert<A>(p.v[j]) - k[j];
+        s1[j] += d;
+        s2[j] += d * d;
+      }
+    }
+  }
+  column_sums_to<A, V>(s1, s2, red, cv, g.CV, C, part);
+}
+
+// Channels first. Same partial sums, K = x[0, c, 0].
+template <class T, int V>
+__global__ void bn_stats_cf(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part) {
+  using A = bn_t<T>;
+  __shared__ double scratch[32];
+  const int64_t c = blockIdx.x;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
+  const A k = convert<A>(x[c * s.S]);
+  A s1 = A(0), s2 = A(0), t1 = A(0), t2 = A(0);
+  int64_t j = j0 + threadIdx.x;
+  for (; j + kThreads < j1; j += 2 * kThreads) {
+    const Pack<T, V> p = load_pack<T, V>(x + cf_offset(s, g, c, j, V));
+    const Pack<T, V> q = load_pack<T, V>(x + cf_offset(s, g, c, j + kThreads, V));
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      const A d = convert<A>(p.v[u]) - k, e = convert<A>(q.v[u]) - k;
+      s1 += d;
+      s2 += d * d;
+      t1 += e;
+      t2 += e * e;
+    }
+  }
+  if (j < j1) {
+    const Pack<T, V> p = load_pack<T, V>(x + cf_offset(s, g, c, j, V));
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      const A d = convert<A>(p.v[u]) - k;
+      s1 += d;
+      s2 += d * d;
+    }
+  }
+  const double a1 = block_sum(static_cast<double>(s1) + static_cast<double>(t1), scratch);
+  const double a2 = block_sum(static_cast<double>(s2) + static_cast<double>(t2), scratch);
+  if (threadIdx.x == 0) {
+    part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
+    part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
+  }
+}
+
+// Adds the partial sums of channel c (one warp per channel, lanes over the splits, a fixed order).
+HT_DEV void finalize_sums(const double* part, int splits, int64_t C, int64_t c, double& a1, double& a2) {
+  const int lane = threadIdx.x % 32;
+  a1 = 0.0;
+  a2 = 0.0;
+  for (int y = lane; y < splits; y += 32) {
+    a1 += part[(static_cast<int64_t>(y) * 2) * C + c];
+    a2 += part[(static_cast<int64_t>(y) * 2 + 1) * C + c];
+  }
+  a1 = warp_sum(a1);
+  a2 = warp_sum(a2);
+}
+
+// kstride: element distance between the channels' first values (1 channels last, S channels first).
+template <class T>
+__global__ void bn_stats_finalize(const double* __restrict__ part, int splits, const T* __restrict__ x,
+                                  int64_t kstride, int64_t C, int64_t M, double eps, BnRunning running,
+                                  double* __restrict__ mean, double* __restrict__ invstd) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (c >= C) return;
+  double a1, a2;
+  finalize_sums(part, splits, C, c, a1, a2);
+  if (threadIdx.x % 32 != 0) return;
+  const double m = static_cast<double>(M);
+  const double k = M > 0 ? to_double(x[c * kstride]) : 0.0;
+  const double d = a1 / m;
+  double var = a2 / m - d * d;  // biased
+  if (var < 0.0) var = 0.0;
+  const double mu = k + d;
+  mean[c] = mu;
+  invstd[c] = 1.0 / sqrt(var + eps);
+  if (running.mean) {
+    const double mo = running.momentum, unbias = m / (m - 1.0);
+    running.mean[c] = (1.0 - mo) * running.mean[c] + mo * mu;
+    running.var[c] = (1.0 - mo) * running.var[c] + mo * var * unbias;
   }
 }
 
@@ -65,69 +317,410 @@ __global__ void bn_invstd_kernel(const double* __restrict__ running_var, int64_t
     invstd[c] = 1.0 / sqrt(running_var[c] + eps);
 }
 
-template <class T>
-__global__ void bn_normalize_kernel(const T* __restrict__ x, BnShape s, BnChannels ch, T* __restrict__ y) {
-  const int64_t total = s.N * s.C * s.S;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = (i / s.S) % s.C;
-    const double w = ch.weight ? ch.weight[c] : 1.0, b = ch.bias ? ch.bias[c] : 0.0;
-    y[i] = convert<T>((to_double(x[i]) - ch.mean[c]) * ch.invstd[c] * w + b);
-  }
-}
+// ---- normalize ------------------------------------------------------------------------------------------
 
-// One block per channel.
-template <class T>
-__global__ void bn_backward_reduce_kernel(const T* __restrict__ g, const T* __restrict__ x, BnShape s, BnChannels ch,
-                                          double* __restrict__ sum_g, double* __restrict__ sum_gxhat) {
-  const int64_t c = blockIdx.x, M = s.N * s.S;
-  const double mu = x ? ch.mean[c] : 0.0, is = x ? ch.invstd[c] : 0.0;
-  double ag = 0.0, agx = 0.0;
-  for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-    const int64_t o = channel_offset(s, c, i);
-    const double gv = to_double(g[o]);
-    ag += gv;
-    if (x) agx += gv * ((to_double(x[o]) - mu) * is);
+template <class T, int V>
+__global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch,
+                                T* __restrict__ y) {
+  using A = bn_t<T>;
+  const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (cv >= g.CV) return;
+  A sc[V], sh[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    double a, b;
+    affine_of(ch, cv * V + j, a, b);
+    sc[j] = static_cast<A>(a);
+    sh[j] = static_cast<A>(b);
   }
-  ag = block_sum(ag);
-  agx = block_sum(agx);
-  if (threadIdx.x == 0) {
-    sum_g[c] = ag;
-    if (x) sum_gxhat[c] = agx;
-  }
-}
-
-template <class T>
-__global__ void bn_backward_dx_kernel(BnMode mode, const T* __restrict__ g, const T* __restrict__ x, BnShape s,
-                                      BnChannels ch, const double* __restrict__ sum_g,
-                                      const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
-  const int64_t total = s.N * s.C * s.S;
-  const double inv_m = 1.0 / static_cast<double>(s.N * s.S);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = (i / s.S) % s.C;
-    const double w = ch.weight ? ch.weight[c] : 1.0;
-    const double g_hat = to_double(g[i]) * w;
-    double r;
-    if (mode == BnMode::train) {
-      const double x_hat = (to_double(x[i]) - ch.mean[c]) * ch.invstd[c];
-      r = (g_hat - w * sum_g[c] * inv_m - x_hat * (w * sum_gxhat[c] * inv_m)) * ch.invstd[c];
-    } else {
-      r = g_hat * ch.invstd[c];
+  const int TY = blockDim.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
+  const int64_t r1 = std::min(M, r0 + g.rows_per_block);
+  const T* xc = x + cv * V;
+  T* yc = y + cv * V;
+  int64_t r = r0 + threadIdx.y;
+  for (; r + TY < r1; r += 2 * TY) {
+    const Pack<T, V> p = load_pack<T, V>(xc + r * C), q = load_pack<T, V>(xc + (r + TY) * C);
+    Pack<T, V> o, u;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      o.v[j] = bn_store<T>(convert<A>(p.v[j]) * sc[j] + sh[j]);
+      u.v[j] = bn_store<T>(convert<A>(q.v[j]) * sc[j] + sh[j]);
     }
-    gx[i] = convert<T>(r);
+    store_pack<T, V>(yc + r * C, o);
+    store_pack<T, V>(yc + (r + TY) * C, u);
+  }
+  if (r < r1) {
+    const Pack<T, V> p = load_pack<T, V>(xc + r * C);
+    Pack<T, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = bn_store<T>(convert<A>(p.v[j]) * sc[j] + sh[j]);
+    store_pack<T, V>(yc + r * C, o);
   }
 }
 
-unsigned channel_grid(int64_t C) { return static_cast<unsigned>(C); }
+template <class T, int V>
+__global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
+  using A = bn_t<T>;
+  const int64_t c = blockIdx.x;
+  double a, b;
+  affine_of(ch, c, a, b);
+  const A sc = static_cast<A>(a), sh = static_cast<A>(b);
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
+  int64_t j = j0 + threadIdx.x;
+  for (; j + kThreads < j1; j += 2 * kThreads) {
+    const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
+    const Pack<T, V> p = load_pack<T, V>(x + o0), q = load_pack<T, V>(x + o1);
+    Pack<T, V> o, u;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      o.v[k] = bn_store<T>(convert<A>(p.v[k]) * sc + sh);
+      u.v[k] = bn_store<T>(convert<A>(q.v[k]) * sc + sh);
+    }
+    store_pack<T, V>(y + o0, o);
+    store_pack<T, V>(y + o1, u);
+  }
+  if (j < j1) {
+    const int64_t o0 = cf_offset(s, g, c, j, V);
+    const Pack<T, V> p = load_pack<T, V>(x + o0);
+    Pack<T, V> o;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = bn_store<T>(convert<A>(p.v[k]) * sc + sh);
+    store_pack<T, V>(y + o0, o);
+  }
+}
+
+// ---- backward sums --------------------------------------------------------------------------------------
+
+// part (gridDim.y, 2, C): sums of g and of g * (x - mean) (the latter only when x is given).
+template <class T, int V>
+__global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
+                                 BnChannels ch, double* __restrict__ part) {
+  using A = bn_t<T>;
+  __shared__ A red[2 * V * kThreads];
+  const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int ty = threadIdx.y, TY = blockDim.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
+  const int64_t r1 = std::min(M, r0 + g.rows_per_block);
+  A s1[V], s2[V], mu[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = mu[j] = A(0);
+  if (cv < g.CV) {
+    const int64_t col = cv * V;
+    if (x) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) mu[j] = static_cast<A>(ch.mean[col + j]);
+      int64_t r = r0 + ty;
+      for (; r + TY < r1; r += 2 * TY) {
+        const Pack<T, V> g0 = load_pack<T, V>(gr + col + r * C), g1 = load_pack<T, V>(gr + col + (r + TY) * C);
+        const Pack<T, V> x0 = load_pack<T, V>(x + col + r * C), x1 = load_pack<T, V>(x + col + (r + TY) * C);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A ga = convert<A>(g0.v[j]), gb = convert<A>(g1.v[j]);
+          s1[j] += ga + gb;
+          s2[j] += ga * (convert<A>(x0.v[j]) - mu[j]) + gb * (convert<A>(x1.v[j]) - mu[j]);
+        }
+      }
+      if (r < r1) {
+        const Pack<T, V> g0 = load_pack<T, V>(gr + col + r * C), x0 = load_pack<T, V>(x + col + r * C);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A ga = convert<A>(g0.v[j]);
+          s1[j] += ga;
+          s2[j] += ga * (convert<A>(x0.v[j]) - mu[j]);
+        }
+      }
+    } else {
+      int64_t r = r0 + ty;
+      for (; r + 3 * TY < r1; r += 4 * TY) {
+        Pack<T, V> p[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) p[u] = load_pack<T, V>(gr + col + (r + u * TY) * C);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int j = 0; j < V; ++j) s1[j] += convert<A>(p[u].v[j]);
+      }
+      for (; r < r1; r += TY) {
+        const Pack<T, V> p = load_pack<T, V>(gr + col + r * C);
+#pragma unroll
+        for (int j = 0; j < V; ++j) s1[j] += convert<A>(p.v[j]);
+      }
+    }
+  }
+  column_sums_to<A, V>(s1, s2, red, cv, g.CV, C, part);
+}
+
+template <class T, int V>
+__global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
+                                 BnChannels ch, double* __restrict__ part) {
+  using A = bn_t<T>;
+  __shared__ double scratch[32];
+  const int64_t c = blockIdx.x;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
+  const A mu = x ? static_cast<A>(ch.mean[c]) : A(0);
+  A s1 = A(0), s2 = A(0);
+  int64_t j = j0 + threadIdx.x;
+  if (x) {
+    for (; j + kThreads < j1; j += 2 * kThreads) {
+      const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+      const Pack<T, V> x0 = load_pack<T, V>(x + o0), x1 = load_pack<T, V>(x + o1);
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        const A ga = convert<A>(g0.v[u]), gb = convert<A>(g1.v[u]);
+        s1 += ga + gb;
+        s2 += ga * (convert<A>(x0.v[u]) - mu) + gb * (convert<A>(x1.v[u]) - mu);
+      }
+    }
+    if (j < j1) {
+      const int64_t o0 = cf_offset(s, g, c, j, V);
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), x0 = load_pack<T, V>(x + o0);
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        const A ga = convert<A>(g0.v[u]);
+        s1 += ga;
+        s2 += ga * (convert<A>(x0.v[u]) - mu);
+      }
+    }
+  } else {
+    for (; j + kThreads < j1; j += 2 * kThreads) {
+      const Pack<T, V> g0 = load_pack<T, V>(gr + cf_offset(s, g, c, j, V));
+      const Pack<T, V> g1 = load_pack<T, V>(gr + cf_offset(s, g, c, j + kThreads, V));
+#pragma unroll
+      for (int u = 0; u < V; ++u) s1 += convert<A>(g0.v[u]) + convert<A>(g1.v[u]);
+    }
+    if (j < j1) {
+      const Pack<T, V> g0 = load_pack<T, V>(gr + cf_offset(s, g, c, j, V));
+#pragma unroll
+      for (int u = 0; u < V; ++u) s1 += convert<A>(g0.v[u]);
+    }
+  }
+  const double a1 = block_sum(static_cast<double>(s1), scratch);
+  const double a2 = block_sum(static_cast<double>(s2), scratch);
+  if (threadIdx.x == 0) {
+    part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
+    part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
+  }
+}
+
+__global__ void bn_bwd_finalize(const double* __restrict__ part, int splits, int64_t C,
+                                const double* __restrict__ invstd, double* __restrict__ sum_g,
+                                double* __restrict__ sum_gxhat) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (c >= C) return;
+  double a1, a2;
+  finalize_sums(part, splits, C, c, a1, a2);
+  if (threadIdx.x % 32 != 0) return;
+  sum_g[c] = a1;
+  if (sum_gxhat) sum_gxhat[c] = a2 * invstd[c];
+}
+
+// ---- dx -------------------------------------------------------------------------------------------------
+
+template <class T, int V>
+__global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C,
+                         ClGrid g, BnChannels ch, const double* __restrict__ sum_g,
+                         const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
+  using A = bn_t<T>;
+  const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (cv >= g.CV) return;
+  const int64_t col = cv * V;
+  const double inv_m = 1.0 / static_cast<double>(M);
+  A ca[V], cb[V], ck[V], cm[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const DxCoef d = dx_coef_of(mode, ch, sum_g, sum_gxhat, inv_m, col + j);
+    ca[j] = static_cast<A>(d.a);
+    cb[j] = static_cast<A>(d.b);
+    ck[j] = static_cast<A>(d.k);
+    cm[j] = static_cast<A>(d.m);
+  }
+  const int TY = blockDim.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
+  const int64_t r1 = std::min(M, r0 + g.rows_per_block);
+  if (mode == BnMode::train) {
+    int64_t r = r0 + threadIdx.y;
+    for (; r + TY < r1; r += 2 * TY) {
+      const int64_t o0 = col + r * C, o1 = col + (r + TY) * C;
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+      const Pack<T, V> x0 = load_pack<T, V>(x + o0), x1 = load_pack<T, V>(x + o1);
+      Pack<T, V> y0, y1;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j] + ((convert<A>(x0.v[j]) - cm[j]) * cb[j] + ck[j]));
+        y1.v[j] = bn_store<T>(convert<A>(g1.v[j]) * ca[j] + ((convert<A>(x1.v[j]) - cm[j]) * cb[j] + ck[j]));
+      }
+      store_pack<T, V>(gx + o0, y0);
+      store_pack<T, V>(gx + o1, y1);
+    }
+    if (r < r1) {
+      const int64_t o0 = col + r * C;
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), x0 = load_pack<T, V>(x + o0);
+      Pack<T, V> y0;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j] + ((convert<A>(x0.v[j]) - cm[j]) * cb[j] + ck[j]));
+      store_pack<T, V>(gx + o0, y0);
+    }
+  } else {
+    int64_t r = r0 + threadIdx.y;
+    for (; r + TY < r1; r += 2 * TY) {
+      const int64_t o0 = col + r * C, o1 = col + (r + TY) * C;
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+      Pack<T, V> y0, y1;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j]);
+        y1.v[j] = bn_store<T>(convert<A>(g1.v[j]) * ca[j]);
+      }
+      store_pack<T, V>(gx + o0, y0);
+      store_pack<T, V>(gx + o1, y1);
+    }
+    if (r < r1) {
+      const int64_t o0 = col + r * C;
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
+      Pack<T, V> y0;
+#pragma unroll
+      for (int j = 0; j < V; ++j) y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j]);
+      store_pack<T, V>(gx + o0, y0);
+    }
+  }
+}
+
+template <class T, int V>
+__global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
+                         BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
+                         T* __restrict__ gx) {
+  using A = bn_t<T>;
+  const int64_t c = blockIdx.x;
+  const DxCoef d = dx_coef_of(mode, ch, sum_g, sum_gxhat, 1.0 / static_cast<double>(s.N * s.S), c);
+  const A ca = static_cast<A>(d.a), cb = static_cast<A>(d.b), ck = static_cast<A>(d.k), cm = static_cast<A>(d.m);
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
+  int64_t j = j0 + threadIdx.x;
+  if (mode == BnMode::train) {
+    for (; j + kThreads < j1; j += 2 * kThreads) {
+      const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+      const Pack<T, V> x0 = load_pack<T, V>(x + o0), x1 = load_pack<T, V>(x + o1);
+      Pack<T, V> y0, y1;
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca + ((convert<A>(x0.v[u]) - cm) * cb + ck));
+        y1.v[u] = bn_store<T>(convert<A>(g1.v[u]) * ca + ((convert<A>(x1.v[u]) - cm) * cb + ck));
+      }
+      store_pack<T, V>(gx + o0, y0);
+      store_pack<T, V>(gx + o1, y1);
+    }
+    if (j < j1) {
+      const int64_t o0 = cf_offset(s, g, c, j, V);
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), x0 = load_pack<T, V>(x + o0);
+      Pack<T, V> y0;
+#pragma unroll
+      for (int u = 0; u < V; ++u)
+        y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca + ((convert<A>(x0.v[u]) - cm) * cb + ck));
+      store_pack<T, V>(gx + o0, y0);
+    }
+  } else {
+    for (; j + kThreads < j1; j += 2 * kThreads) {
+      const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+      Pack<T, V> y0, y1;
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca);
+        y1.v[u] = bn_store<T>(convert<A>(g1.v[u]) * ca);
+      }
+      store_pack<T, V>(gx + o0, y0);
+      store_pack<T, V>(gx + o1, y1);
+    }
+    if (j < j1) {
+      const int64_t o0 = cf_offset(s, g, c, j, V);
+      const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
+      Pack<T, V> y0;
+#pragma unroll
+      for (int u = 0; u < V; ++u) y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca);
+      store_pack<T, V>(gx + o0, y0);
+    }
+  }
+}
+
+// ---- host helpers ---------------------------------------------------------------------------------------
+
+// Device scratch memory in `stream`'s order from the device's default memory pool (the pool the caching
+// allocator draws from, so freed blocks are cached and reused); freed in the same order at scope exit.
+class Scratch {
+ public:
+  Scratch(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (bytes > 0) HT_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+  }
+  ~Scratch() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);  // errors here surface at the next checked call
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  double* get() const { return static_cast<double*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+// The pack width to use: kVec<T> when the layout's contiguous run (C channels last, S channels first) is a
+// multiple of it and every pointer is 16-byte aligned; 1 otherwise.
+template <class T>
+bool vectorizable(const BnShape& s, std::initializer_list<const void*> ptrs) {
+  constexpr int V = kVec<T>;
+  const int64_t run = s.S == 1 ? s.C : s.S;
+  if (run % V != 0) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned_to(p, 16)) return false;
+  return true;
+}
+
+// Calls f(T{}, std::integral_constant<int, V>{}) with the pack width chosen by vectorizable.
+template <class F>
+bool visit_bn(DType dt, const BnShape& s, std::initializer_list<const void*> ptrs, F&& f) {
+  return visit_kernel_float(dt, [&](auto tag) {
+    using T = decltype(tag);
+    if (vectorizable<T>(s, ptrs)) f(tag, std::integral_constant<int, kVec<T>>{});
+    else f(tag, std::integral_constant<int, 1>{});
+  });
+}
+
+unsigned finalize_blocks(int64_t C) { return static_cast<unsigned>((C + 7) / 8); }  // 8 warps a block
+
+// Bytes of the partial sums (splits, 2, C).
+std::size_t part_bytes(unsigned splits, int64_t C) { return static_cast<std::size_t>(splits) * 2 * C * sizeof(double); }
 
 }  // namespace
 
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream) {
   if (s.C == 0) return;
-  if (!visit_kernel_float(dt, [&](auto tag) {
+  const int64_t M = s.N * s.S;
+  if (!visit_bn(dt, s, {x}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
-        bn_stats_kernel<T><<<channel_grid(s.C), kStatBlock, 0, stream>>>(static_cast<const T*>(x), s, eps, running,
-                                                                         mean, invstd);
+        constexpr int V = decltype(vtag)::value;
+        const T* xp = static_cast<const T*>(x);
+        const unsigned fb = finalize_blocks(s.C);
+        if (M == 0) {  // no values: NaN statistics, as on the CPU
+          bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(nullptr, 0, xp, 1, s.C, 0, eps, running, mean, invstd);
+        } else if (s.S == 1) {
+          const ClGrid g = cl_grid(M, s.C, V);
+          const Scratch part(part_bytes(g.grid.y, s.C), stream);
+          bn_stats_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
+          HT_CHECK_LAUNCH("bn_stats_cl");
+          bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(g.grid.y), xp, 1, s.C, M,
+                                                            eps, running, mean, invstd);
+        } else {
+          const CfGrid g = cf_grid(s, V);
+          const Scratch part(part_bytes(g.grid.y, s.C), stream);
+          bn_stats_cf<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get());
+          HT_CHECK_LAUNCH("bn_stats_cf");
+          bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(g.grid.y), xp, s.S, s.C, M,
+                                                            eps, running, mean, invstd);
+        }
       }))
     HT_UNSUPPORTED_DTYPE("batch_norm stats", dt);
   HT_CHECK_LAUNCH("batch_norm stats");
@@ -140,12 +733,20 @@ void launch_bn_invstd(const double* running_var, int64_t C, double eps, double* 
 }
 
 void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void* y, cudaStream_t stream) {
-  const int64_t total = s.N * s.C * s.S;
-  if (total == 0) return;
-  if (!visit_kernel_float(dt, [&](auto tag) {
+  const int64_t M = s.N * s.S;
+  if (M * s.C == 0) return;
+  if (!visit_bn(dt, s, {x, y}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
-        bn_normalize_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(x), s, ch,
-                                                                                   static_cast<T*>(y));
+        constexpr int V = decltype(vtag)::value;
+        const T* xp = static_cast<const T*>(x);
+        T* yp = static_cast<T*>(y);
+        if (s.S == 1) {
+          const ClGrid g = cl_grid(M, s.C, V);
+          bn_normalize_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
+        } else {
+          const CfGrid g = cf_grid(s, V);
+          bn_normalize_cf<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
+        }
       }))
     HT_UNSUPPORTED_DTYPE("batch_norm", dt);
   HT_CHECK_LAUNCH("batch_norm");
@@ -154,10 +755,31 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
 void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, double* sum_g,
                                double* sum_gxhat, cudaStream_t stream) {
   if (s.C == 0) return;
-  if (!visit_kernel_float(dt, [&](auto tag) {
+  const int64_t M = s.N * s.S;
+  if (!x) sum_gxhat = nullptr;
+  if (!visit_bn(dt, s, {g, x}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
-        bn_backward_reduce_kernel<T><<<channel_grid(s.C), kStatBlock, 0, stream>>>(
-            static_cast<const T*>(g), static_cast<const T*>(x), s, ch, sum_g, sum_gxhat);
+        constexpr int V = decltype(vtag)::value;
+        const T* gp = static_cast<const T*>(g);
+        const T* xp = static_cast<const T*>(x);
+        const unsigned fb = finalize_blocks(s.C);
+        if (M == 0) {  // empty sums are 0
+          bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(nullptr, 0, s.C, ch.invstd, sum_g, sum_gxhat);
+        } else if (s.S == 1) {
+          const ClGrid cg = cl_grid(M, s.C, V);
+          const Scratch part(part_bytes(cg.grid.y, s.C), stream);
+          bn_bwd_reduce_cl<T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
+          HT_CHECK_LAUNCH("bn_bwd_reduce_cl");
+          bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, sum_g,
+                                                       sum_gxhat);
+        } else {
+          const CfGrid cg = cf_grid(s, V);
+          const Scratch part(part_bytes(cg.grid.y, s.C), stream);
+          bn_bwd_reduce_cf<T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get());
+          HT_CHECK_LAUNCH("bn_bwd_reduce_cf");
+          bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, sum_g,
+                                                       sum_gxhat);
+        }
       }))
     HT_UNSUPPORTED_DTYPE("batch_norm backward", dt);
   HT_CHECK_LAUNCH("batch_norm backward reduce");
@@ -165,12 +787,22 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
 
 void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, BnShape s, BnChannels ch,
                            const double* sum_g, const double* sum_gxhat, void* gx, cudaStream_t stream) {
-  const int64_t total = s.N * s.C * s.S;
-  if (total == 0) return;
-  if (!visit_kernel_float(dt, [&](auto tag) {
+  const int64_t M = s.N * s.S;
+  if (M * s.C == 0) return;
+  if (mode == BnMode::eval) x = nullptr;
+  if (!visit_bn(dt, s, {g, x, gx}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
-        bn_backward_dx_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(
-            mode, static_cast<const T*>(g), static_cast<const T*>(x), s, ch, sum_g, sum_gxhat, static_cast<T*>(gx));
+        constexpr int V = decltype(vtag)::value;
+        const T* gp = static_cast<const T*>(g);
+        const T* xp = static_cast<const T*>(x);
+        T* out = static_cast<T*>(gx);
+        if (s.S == 1) {
+          const ClGrid cg = cl_grid(M, s.C, V);
+          bn_dx_cl<T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g, sum_gxhat, out);
+        } else {
+          const CfGrid cg = cf_grid(s, V);
+          bn_dx_cf<T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat, out);
+        }
       }))
     HT_UNSUPPORTED_DTYPE("batch_norm backward", dt);
   HT_CHECK_LAUNCH("batch_norm backward dx");

@@ -1,8 +1,10 @@
 // Launchers of the batch-norm kernels (CPU reference: src/ops/batch_norm.cpp). x is dense (N, C, S) with S
-// the product of the spatial dims; per-channel values (statistics, weight, bias, running stats) are dense
-// double arrays of C, so every statistic and affine map is computed in double as on the CPU. Channel
-// reductions run one block per channel in a fixed order: deterministic, no atomics. Supported x dtypes:
-// f32, f64, bf16, f16.
+// the product of the spatial dims (S == 1: an (M, C) matrix, e.g. a channels-last activation viewed as
+// (N*H*W, C), has its own coalesced kernels); per-channel values (statistics, weight, bias, running stats)
+// are dense double arrays of C. Statistics and per-channel constants are computed in double; the per-element
+// work in float for bf16/f16 and double for f32/f64. Channel reductions split the values over many blocks
+// and add the partial sums in a fixed order: deterministic, no atomics. The reductions take a small scratch
+// buffer from the device's memory pool in `stream`'s order. Supported x dtypes: f32, f64, bf16, f16.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -25,7 +27,7 @@ struct BnRunning {
 };
 
 // Train-mode statistics over M = N*S values per channel: mean (C), invstd (C) = 1/sqrt(var_B + eps) with the
-// biased variance (two passes, as the CPU does), and the running-stat update.
+// biased variance (one pass of shifted sums; the CPU takes two), and the running-stat update.
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream);
 // Eval-mode invstd (C) = 1/sqrt(running_var + eps).
@@ -38,7 +40,7 @@ struct BnChannels {
   const double* weight = nullptr;
   const double* bias = nullptr;
 };
-// y (N, C, S) = (x - mean) * invstd * weight + bias, in double, rounded once.
+// y (N, C, S) = (x - mean) * invstd * weight + bias, as x * scale + shift with per-channel constants.
 void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void* y, cudaStream_t stream);
 
 // sum_g (C) = sum of g; sum_gxhat (C) = sum of g * (x - mean) * invstd (skipped when x is null).

@@ -52,6 +52,11 @@ struct UnaryArgs {
 // out = f(in), both of dtype dt (integers compute through double and saturate, like the CPU path).
 void launch_unary(DType dt, const UnaryArgs& args, cudaStream_t stream);
 
+// Fused backward of a unary math op: out = g * f'(x), computed in float (double for f64) and rounded once
+// (the op-based composition rounds f'(x) first). args: out, a = g, b = x, all of dtype dt (f32 f64 bf16 f16).
+// s0, s1: clamp bounds. bf16 / f16 GELU and SiLU use the fast forms (Note [Fast GELU / SiLU for bf16 and f16]).
+void launch_unary_backward(DType dt, UnaryOp op, double s0, double s1, const BinaryArgs& args, cudaStream_t stream);
+
 struct WhereArgs {
   void* out;
   const bool* cond;

@@ -60,19 +60,36 @@ __global__ void map1_strided(O* out, const T* a, Layout<2> l, F f) {
   }
 }
 
+// Two input streams, two packs of each in flight per iteration (see map1_flat).
 template <class O, class T, class F>
 __global__ void map2_flat(O* out, const T* a, const T* b, int64_t n, F f) {
   constexpr int V = kVec<T>;
-  const int64_t nv = n / V;
-  for (int64_t i = global_thread(); i < nv; i += grid_threads()) {
-    const Pack<T, V> pa = reinterpret_cast<const Pack<T, V>*>(a)[i];
-    const Pack<T, V> pb = reinterpret_cast<const Pack<T, V>*>(b)[i];
-    Pack<O, V> po;
+  using PI = Pack<T, V>;
+  using PO = Pack<O, V>;
+  const int64_t nv = n / V, step = grid_threads();
+  const PI* pa = reinterpret_cast<const PI*>(a);
+  const PI* pb = reinterpret_cast<const PI*>(b);
+  PO* po = reinterpret_cast<PO*>(out);
+  int64_t i = global_thread();
+  for (; i + step < nv; i += 2 * step) {
+    const PI a0 = pa[i], a1 = pa[i + step], b0 = pb[i], b1 = pb[i + step];
+    PO y0, y1;
 #pragma unroll
-    for (int j = 0; j < V; ++j) po.v[j] = f(pa.v[j], pb.v[j]);
-    reinterpret_cast<Pack<O, V>*>(out)[i] = po;
+    for (int j = 0; j < V; ++j) {
+      y0.v[j] = f(a0.v[j], b0.v[j]);
+      y1.v[j] = f(a1.v[j], b1.v[j]);
+    }
+    po[i] = y0;
+    po[i + step] = y1;
   }
-  for (int64_t i = nv * V + global_thread(); i < n; i += grid_threads()) out[i] = f(a[i], b[i]);
+  if (i < nv) {
+    const PI a0 = pa[i], b0 = pb[i];
+    PO y0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) y0.v[j] = f(a0.v[j], b0.v[j]);
+    po[i] = y0;
+  }
+  for (int64_t k = nv * V + global_thread(); k < n; k += step) out[k] = f(a[k], b[k]);
 }
 
 template <class O, class T, class F>
@@ -104,6 +121,15 @@ void launch_map1(O* out, const T* a, const Layout<2>& l, F f, cudaStream_t strea
   } else {
     map1_strided<O, T, F><<<cuda::grid_for(l.numel), cuda::kBlock, 0, stream>>>(out, a, l, f);
   }
+  HT_CHECK_LAUNCH(name);
+}
+
+// map2_flat alone (the caller checked flatness and alignment).
+template <class O, class T, class F>
+void launch_map2_flat(O* out, const T* a, const T* b, int64_t n, F f, cudaStream_t stream, const char* name) {
+  if (n == 0) return;
+  constexpr int V = kVec<T>;
+  map2_flat<O, T, F><<<cuda::grid_for((n + V - 1) / V), cuda::kBlock, 0, stream>>>(out, a, b, n, f);
   HT_CHECK_LAUNCH(name);
 }
 

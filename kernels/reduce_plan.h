@@ -119,7 +119,10 @@ inline SumPlan plan_sum(DType dtype, const ReduceLayout& l) {
   p.mode = kept_fast && !reduced_fast ? ReduceMode::columns : ReduceMode::rows;
   int64_t blocks = 0, per_split_min = 0;
   if (p.mode == ReduceMode::rows) {
-    p.threads_per_row = (K >= 2048 || M < 1024) ? 256 : 32;
+    // A block per row only when there are too few rows to keep the GPU busy with a warp per row: many
+    // short-lived blocks (one 16 KB row each) stalled on their block-wide reduction left the row sums at
+    // about 0.67 of copy bandwidth; a warp streaming its row with four 16-byte loads in flight does not.
+    p.threads_per_row = (M < 1024 || (K >= 2048 && M < 8 * kSumTargetBlocks)) ? 256 : 32;
     blocks = (M + (256 / p.threads_per_row) - 1) / (256 / p.threads_per_row);
     per_split_min = static_cast<int64_t>(p.threads_per_row) * 8;  // at least 8 elements per thread
   } else {

@@ -21,6 +21,14 @@ HT_DEV float d_log(float x) { return logf(x); }
 HT_DEV double d_log(double x) { return log(x); }
 HT_DEV float d_sqrt(float x) { return sqrtf(x); }
 HT_DEV double d_sqrt(double x) { return sqrt(x); }
+// exp in the softmax kernels: for bf16 / f16 results the hardware ex2 (__expf, relative error about 1e-6 for
+// the arguments x - max <= 0 that occur) instead of the full-precision expf, which made the bf16 softmax
+// compute-bound; f32 / f64 keep expf / exp.
+template <class T, class A>
+HT_DEV A soft_exp(A x) {
+  if constexpr ((std::is_same_v<T, bf16> || std::is_same_v<T, f16>) && std::is_same_v<A, float>) return __expf(x);
+  else return d_exp(x);
+}
 HT_DEV float d_max(float a, float b) { return fmaxf(a, b); }  // ignores NaN, as std::max(m, NaN) on the CPU
 HT_DEV double d_max(double a, double b) { return fmax(a, b); }
 
@@ -200,14 +208,14 @@ __global__ void softmax_kernel(T* out, const T* in, int64_t rows, int64_t len, i
     m = group_reduce(m, tpr, smem, Max{});
     A s = A(0);
     if (valid)
-      row_read(x, len, lane, tpr, [&](int64_t, T v) { s += d_exp(convert<A>(v) - m); });
+      row_read(x, len, lane, tpr, [&](int64_t, T v) { s += soft_exp<T>(convert<A>(v) - m); });
     s = group_reduce(s, tpr, smem, Sum{});
     if (!valid) return;
     const A log_s = d_log(s);
     T* y = out + row * len;
     row_write(y, x, len, lane, tpr, [&](int64_t, T v) {
       const A z = convert<A>(v) - m;
-      return kind == SoftmaxKind::softmax ? d_exp(z) / s : z - log_s;
+      return kind == SoftmaxKind::softmax ? soft_exp<T>(z) / s : z - log_s;
     });
   });
 }
@@ -230,7 +238,7 @@ __global__ void softmax_backward_kernel(T* gx, const T* g, const T* y, int64_t r
     T* out = gx + row * len;
     row_write2(out, gr, yr, len, lane, tpr, [&](int64_t, T gv, T yv) {
       const A gj = convert<A>(gv), yj = convert<A>(yv);
-      return soft ? yj * (gj - s) : gj - d_exp(yj) * s;
+      return soft ? yj * (gj - s) : gj - soft_exp<T>(yj) * s;
     });
   });
 }
@@ -353,13 +361,13 @@ __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) softmax_cached_
     c.each(packs, lane, tpr, [&](T v) { m = d_max(m, convert<A>(v)); });
     m = tile_reduce(m, tpr, smem, Max{});
     A s = A(0);
-    c.each(packs, lane, tpr, [&](T v) { s += d_exp(convert<A>(v) - m); });
+    c.each(packs, lane, tpr, [&](T v) { s += soft_exp<T>(convert<A>(v) - m); });
     s = tile_reduce(s, tpr, smem, Sum{});
     if (!valid) return;
     T* y = out + row * len;
     if (kind == SoftmaxKind::softmax) {
       const A inv = A(1) / s;
-      c.store(y, packs, lane, tpr, [&](int, T v) { return d_exp(convert<A>(v) - m) * inv; });
+      c.store(y, packs, lane, tpr, [&](int, T v) { return soft_exp<T>(convert<A>(v) - m) * inv; });
     } else {
       const A log_s = d_log(s);
       c.store(y, packs, lane, tpr, [&](int, T v) { return (convert<A>(v) - m) - log_s; });
@@ -432,6 +440,164 @@ __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_ker
       static_cast<A*>(a.rstd)[row] = r;
     }
   });
+}
+
+// ---- register-resident backward rows: softmax / log_softmax and layer_norm / rms_norm ----------------------
+// Two rows (g and y, or g and x) held in registers: both are read once, reduced, and gx written once (the
+// multi-pass kernels read them twice). A group of tpr threads (32..256, a power of two) per row, NP packs per
+// thread and row, 256-thread blocks. The norm kernel also accumulates the parameter gradients (sums over rows
+// of g * xhat and g) per column in registers: a lane keeps the same columns for every row it visits, so the
+// block adds its row groups' sums in shared memory and writes one partial row (D) per block; the caller
+// adds the blocks' rows (no second pass over g and x).
+struct BwdGrid {
+  int np = 0, tpr = 0;
+  unsigned blocks = 0;
+};
+constexpr int64_t kBwdMaxBlocks = 132 * 4;  // bounds the (blocks, D) partial sums of the norm kernel
+BwdGrid bwd_grid(int64_t rows, int64_t len, int vec, std::initializer_list<const void*> ptrs, int64_t max_blocks) {
+  BwdGrid g;
+  if (len <= 0 || len % vec != 0) return g;
+  for (const void* p : ptrs)
+    if (p && !aligned_to(p, 16)) return g;
+  const int64_t packs = len / vec;
+  const int np = packs <= 64 ? 2 : 4;
+  int tpr = 32;
+  while (static_cast<int64_t>(tpr) * np < packs && tpr < kRowBlock) tpr *= 2;
+  if (static_cast<int64_t>(tpr) * np < packs) return g;
+  const int64_t per_block = kRowBlock / tpr;
+  const int64_t groups = (rows + per_block - 1) / per_block;
+  g.np = np;
+  g.tpr = tpr;
+  g.blocks = static_cast<unsigned>(groups < 1 ? 1 : (groups > max_blocks ? max_blocks : groups));
+  return g;
+}
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kRowBlock) softmax_backward_cached_kernel(T* gx, const T* g, const T* y,
+                                                                           int64_t rows, int64_t len, int tpr,
+                                                                           SoftmaxKind kind) {
+  using A = acc_t<T>;
+  constexpr int V = kVec<T>;
+  __shared__ A smem[kRowBlock / 32];
+  const int packs = static_cast<int>(len / V);
+  const bool soft = kind == SoftmaxKind::softmax;
+  for_each_cached_row(rows, tpr, [&](int64_t row, int lane, bool valid) {
+    RowCache<T, NP> cg, cy;
+    cg.load(g + row * len, packs, lane, tpr);
+    cy.load(y + row * len, packs, lane, tpr);
+    A s = A(0);
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      if (lane + i * tpr >= packs) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) s += soft ? convert<A>(cg.p[i].v[k]) * convert<A>(cy.p[i].v[k]) : convert<A>(cg.p[i].v[k]);
+    }
+    s = tile_reduce(s, tpr, smem, Sum{});
+    if (!valid) return;
+    T* out = gx + row * len;
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const int q = lane + i * tpr;
+      if (q >= packs) continue;
+      Pack<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A gj = convert<A>(cg.p[i].v[k]), yj = convert<A>(cy.p[i].v[k]);
+        o.v[k] = store_cast<T>(soft ? yj * (gj - s) : gj - soft_exp<T>(yj) * s);
+      }
+      reinterpret_cast<Pack<T, V>*>(out)[q] = o;
+    }
+  });
+}
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kRowBlock) norm_backward_cached_kernel(NormBackwardArgs a, int tpr) {
+  using A = acc_t<T>;
+  constexpr int V = kVec<T>;
+  __shared__ A smem[kRowBlock / 32];
+  __shared__ A colsum[kRowBlock * V];
+  const int64_t d = a.dim;
+  const int packs = static_cast<int>(d / V);
+  const A* w = static_cast<const A*>(a.weight);
+  const bool layer = a.kind == NormKind::layer;
+  const bool params = a.gw_partial || a.gb_partial;
+  A accw[NP][V], accb[NP][V];
+#pragma unroll
+  for (int i = 0; i < NP; ++i)
+#pragma unroll
+    for (int k = 0; k < V; ++k) accw[i][k] = accb[i][k] = A(0);
+  for_each_cached_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
+    RowCache<T, NP> cg, cx;
+    cg.load(static_cast<const T*>(a.g) + row * d, packs, lane, tpr);
+    cx.load(static_cast<const T*>(a.x) + row * d, packs, lane, tpr);
+    const A m = layer ? static_cast<const A*>(a.mean)[row] : A(0);
+    const A r = static_cast<const A*>(a.rstd)[row];
+    A s_gh = A(0), s_ghx = A(0);
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const int q = lane + i * tpr;
+      if (q >= packs) continue;
+      A wv[V];
+      load_params<A, V>(w, q * V, A(1), wv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A gv = convert<A>(cg.p[i].v[k]);
+        const A xh = (convert<A>(cx.p[i].v[k]) - m) * r;
+        const A gh = w ? gv * wv[k] : gv;
+        s_gh += gh;
+        s_ghx += gh * xh;
+        if (valid) {
+          accw[i][k] += gv * xh;
+          accb[i][k] += gv;
+        }
+      }
+    }
+    if (layer) s_gh = tile_reduce(s_gh, tpr, smem, Sum{});  // uniform across the block
+    s_ghx = tile_reduce(s_ghx, tpr, smem, Sum{});
+    if (!valid) return;
+    const A mean_gh = layer ? s_gh / static_cast<A>(d) : A(0), mean_ghx = s_ghx / static_cast<A>(d);
+    T* gx = static_cast<T*>(a.gx) + row * d;
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const int q = lane + i * tpr;
+      if (q >= packs) continue;
+      A wv[V];
+      load_params<A, V>(w, q * V, A(1), wv);
+      Pack<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A gv = convert<A>(cg.p[i].v[k]);
+        const A xh = (convert<A>(cx.p[i].v[k]) - m) * r;
+        const A gh = w ? gv * wv[k] : gv;
+        o.v[k] = store_cast<T>(r * ((gh - mean_gh) - xh * mean_ghx));
+      }
+      reinterpret_cast<Pack<T, V>*>(gx)[q] = o;
+    }
+  });
+  if (!params) return;
+  // Add the row groups' column sums (groups in order) and write this block's partial row.
+  const int lane = static_cast<int>(threadIdx.x) % tpr, groups = kRowBlock / tpr;
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    A* dst = static_cast<A*>(which == 0 ? a.gw_partial : a.gb_partial);
+    if (!dst) continue;  // uniform
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < V; ++k) colsum[threadIdx.x * V + k] = which == 0 ? accw[i][k] : accb[i][k];
+      __syncthreads();
+      const int q = lane + i * tpr;
+      if (static_cast<int>(threadIdx.x) < tpr && q < packs) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          A t = colsum[lane * V + k];
+          for (int gi = 1; gi < groups; ++gi) t += colsum[(gi * tpr + lane) * V + k];
+          dst[static_cast<int64_t>(blockIdx.x) * d + q * V + k] = t;
+        }
+      }
+    }
+  }
 }
 
 // ---- cross-entropy ---------------------------------------------------------------------------------------
@@ -687,6 +853,13 @@ void launch_softmax_backward(DType dt, SoftmaxKind kind, void* gx, const void* g
   const RowGrid grid = row_grid(rows, len);
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
+    if (const BwdGrid bg = bwd_grid(rows, len, kVec<T>, {gx, g, y}, 132 * 64); bg.np > 0) {
+      auto* kernel = bg.np == 2 ? softmax_backward_cached_kernel<T, 2> : softmax_backward_cached_kernel<T, 4>;
+      kernel<<<bg.blocks, kRowBlock, 0, stream>>>(static_cast<T*>(gx), static_cast<const T*>(g),
+                                                  static_cast<const T*>(y), rows, len, bg.tpr, kind);
+      HT_CHECK_LAUNCH("softmax_backward_cached_kernel");
+      return;
+    }
     softmax_backward_kernel<T><<<grid.blocks, kRowBlock, 0, stream>>>(
         static_cast<T*>(gx), static_cast<const T*>(g), static_cast<const T*>(y), rows, len, grid.tpr, kind);
     HT_CHECK_LAUNCH("softmax_backward_kernel");
@@ -733,11 +906,35 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (!ok) HT_UNSUPPORTED_DTYPE("launch_norm", a.dtype);
 }
 
+namespace {
+BwdGrid norm_bwd_grid(const NormBackwardArgs& a) {
+  BwdGrid g;
+  visit_kernel_float(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    g = bwd_grid(a.rows, a.dim, kVec<T>, {a.gx, a.g, a.x, a.weight}, kBwdMaxBlocks);
+  });
+  return g;
+}
+}  // namespace
+
+int norm_backward_partials(const NormBackwardArgs& a) {
+  if (a.rows == 0) return 0;
+  return static_cast<int>(norm_bwd_grid(a).blocks);
+}
+
 void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.dim);
+  const BwdGrid bg = norm_bwd_grid(a);
+  // gw_partial / gb_partial are only given when norm_backward_partials(a) > 0, i.e. bg.np > 0.
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    if (bg.np > 0) {
+      auto* kernel = bg.np == 2 ? norm_backward_cached_kernel<T, 2> : norm_backward_cached_kernel<T, 4>;
+      kernel<<<bg.blocks, kRowBlock, 0, stream>>>(a, bg.tpr);
+      HT_CHECK_LAUNCH("norm_backward_cached_kernel");
+      return;
+    }
     norm_backward_kernel<T><<<g.blocks, kRowBlock, 0, stream>>>(a, g.tpr);
     HT_CHECK_LAUNCH("norm_backward_kernel");
   });

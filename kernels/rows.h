@@ -88,8 +88,16 @@ struct NormBackwardArgs {
   const void* rstd;      // (R) S
   const void* weight;    // (D) S or null
   int64_t rows, dim;
+  // Optional, for the fused parameter gradients (see norm_backward_partials): (partials, D) S each, per-block
+  // partial sums of g * xhat (weight) and g (bias), for the caller to add over dim 0.
+  void* gw_partial = nullptr;
+  void* gb_partial = nullptr;
 };
 void launch_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
+// Rows of the parameter-gradient partial sums that launch_norm_backward writes alongside gx when args has
+// gw_partial / gb_partial (the register-resident kernel: packable rows of at most 256 x 4 packs), or 0 when
+// it cannot for these args (then use launch_norm_param_grad). Pointers of args are only checked for alignment.
+int norm_backward_partials(const NormBackwardArgs& args);
 
 // Parameter gradients as a column reduction in two passes: this kernel writes per-split partial sums
 // (splits, D) in S of g * xhat (weight) and g (bias) over `chunk` rows each; the caller adds the splits

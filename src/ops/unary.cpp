@@ -192,12 +192,27 @@ Tensor map(Unary u, const Tensor& x, ClampRange r, bool deriv) {
   return out;
 }
 
+// g * f'(x): on CUDA one fused kernel (rounded once) when g and x match in shape and floating dtype and no
+// graph of the backward is being built; otherwise composed of ops (differentiable again).
+Tensor grad_of(Unary u, const Tensor& g, const Tensor& x, ClampRange r) {
+#ifdef HADATRAIN_CUDA
+  const DType dt = x.dtype();
+  if (x.is_cuda() && g.device() == x.device() && g.dtype() == dt && g.shape() == x.shape() &&
+      (dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16) && !needs_grad({&g, &x})) {
+    Tensor gx = empty(x.shape(), {dt, x.device()});
+    cuda_ops::unary_backward({kernel_op(u), kernels::UnaryMode::derivative, r.lo, r.hi}, gx, g, x);
+    return gx;
+  }
+#endif
+  return mul(g, map(u, x, r, true));
+}
+
 Tensor unary(Unary u, const Tensor& x, ClampRange r = {}) {
   Tensor out = map(u, x.detach(), r, false);
   if (needs_grad({&x})) {
     auto node = std::make_shared<FunctionNode>(std::string(info(u).name) + "Backward",
                                                [u, r](FunctionNode& self, std::vector<Tensor>&& g) {
-                                                 return std::vector<Tensor>{mul(g[0], map(u, self.saved(0), r, true))};
+                                                 return std::vector<Tensor>{grad_of(u, g[0], self.saved(0), r)};
                                                });
     node->save(x);
     connect(node, {&x}, {&out});

@@ -338,3 +338,46 @@ TEST_CASE("hot unary ops on large and unaligned inputs match the CPU", "[gpu][el
     }
   }
 }
+
+// The fused unary backward (gx = g * f'(x) in one kernel, kernels/elementwise.cu launch_unary_backward):
+// fixed-op kernels (relu, gelu, gelu_tanh, silu; bf16 / f16 GELU and SiLU in their fast forms) on a large
+// flat input, the generic kernel for the other ops, and the strided kernel through a permuted view, against
+// the f64 CPU gradient of the same values (the GPU rounds once; the op composition on the CPU rounds twice).
+TEST_CASE("fused unary backward matches the f64 CPU gradient", "[gpu][elementwise]") {
+  const std::vector<std::pair<const char*, UnaryFn>> ops = {
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::tanh); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.75); }},
+  };
+  uint64_t seed = 1300;
+  for (DType dt : {DType::bf16, DType::f16, DType::f32, DType::f64}) {
+    for (const auto& [name, f] : ops) {
+      for (const Shape& s : {Shape{1000003}, Shape{33, 17, 9}}) {
+        const bool strided = s.size() == 3;
+        const View v = strided ? View([](const Tensor& t) { return t.permute({2, 0, 1}); })
+                               : View([](const Tensor& t) { return t; });
+        const Tensor x = test::random_input(s, ++seed, dt, -5, 5);
+        const Tensor g = test::random_input(v(x).shape(), ++seed, dt, -2, 2);
+        auto grad = [&](Device dev, DType t) {
+          Tensor leaf = x.to(t).to(dev).detach();
+          leaf.set_requires_grad(true);
+          f(v(leaf)).backward(g.to(t).to(dev));
+          return leaf.grad();
+        };
+        const Tensor expected = grad(Device::cpu(), DType::f64);
+        Tensor actual;
+        {
+          test::PoisonGuard poison;
+          actual = grad(test::kCuda, dt);
+        }
+        INFO(name << " " << dtype_name(dt) << " " << to_string(s));
+        const test::Tolerance tol = dt == DType::f32 ? test::Tolerance{1e-5, 1e-6} : test::tolerance(dt);
+        CHECK(test::compare_to_cpu(actual, expected.to(dt), tol) == "");
+      }
+    }
+  }
+}

@@ -91,6 +91,13 @@ void unary(const UnaryCall& call, const Tensor& out, const Tensor& x) {
   kernels::launch_unary(out.dtype(), args, on.stream);
 }
 
+void unary_backward(const UnaryCall& call, const Tensor& gx, const Tensor& g, const Tensor& x) {
+  OnDevice on(gx);
+  kernels::launch_unary_backward(gx.dtype(), call.op, call.s0, call.s1,
+                                 {gx.data_ptr(), g.data_ptr(), x.data_ptr(), layout_of<3>(gx.shape(), {&gx, &g, &x})},
+                                 on.stream);
+}
+
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   HT_CHECK(out.dtype() != DType::i4x2, "where: packed int4 is not supported");
   OnDevice on(out);

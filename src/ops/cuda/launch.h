@@ -26,6 +26,10 @@ struct UnaryCall {
 // out = f(x); x has out's dtype and broadcasts to out's shape (out may be x itself: in place).
 void unary(const UnaryCall& call, const Tensor& out, const Tensor& x);
 
+// gx = g * f'(x) in one pass (call.op a unary math op; call.s0 / s1 the clamp bounds); gx, g and x have one
+// floating dtype with a kernel (f32 f64 bf16 f16) and g, x broadcast to gx's shape.
+void unary_backward(const UnaryCall& call, const Tensor& gx, const Tensor& g, const Tensor& x);
+
 // out = cond ? a : b; a and b have out's dtype; all broadcast to out's shape.
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
 

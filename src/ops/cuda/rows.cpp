@@ -149,22 +149,36 @@ NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x
   const Tensor rc = rstd.contiguous();                     // (R)
   NormGrads out;
   OnDevice on(x);
+  const bool want_params = want.weight || want.bias;
+  bool fused = false;  // the parameter-gradient partial sums came with gx
+  Tensor pw, pb;       // (splits, D) partial sums of g * xhat and g
   if (want.x) {
     const Tensor w = weight.defined() ? to_dtype(weight, sd).contiguous() : Tensor();  // (D)
     out.gx = empty(x.shape(), {x.dtype(), x.device()});
-    kernels::launch_norm_backward({x.dtype(), kind, out.gx.data_ptr(), gc.data_ptr(), xc.data_ptr(),
+    kernels::NormBackwardArgs args{x.dtype(), kind, out.gx.data_ptr(), gc.data_ptr(), xc.data_ptr(),
                                    mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(),
-                                   w.defined() ? w.data_ptr() : nullptr, rows, d},
-                                  on.stream);
+                                   w.defined() ? w.data_ptr() : nullptr, rows, d};
+    if (want_params) {
+      if (const int parts = kernels::norm_backward_partials(args); parts > 0) {
+        fused = true;
+        if (want.weight) pw = empty({parts, d}, {sd, x.device()});
+        if (want.bias) pb = empty({parts, d}, {sd, x.device()});
+        args.gw_partial = pw.defined() ? pw.data_ptr() : nullptr;
+        args.gb_partial = pb.defined() ? pb.data_ptr() : nullptr;
+      }
+    }
+    kernels::launch_norm_backward(args, on.stream);
   }
-  if (want.weight || want.bias) {
-    const int64_t splits = kernels::norm_param_splits(rows, d);
-    const Tensor pw = want.weight ? empty({splits, d}, {sd, x.device()}) : Tensor();  // (splits, D)
-    const Tensor pb = want.bias ? empty({splits, d}, {sd, x.device()}) : Tensor();    // (splits, D)
-    kernels::launch_norm_param_grad({x.dtype(), kind, pw.defined() ? pw.data_ptr() : nullptr,
-                                     pb.defined() ? pb.data_ptr() : nullptr, gc.data_ptr(), xc.data_ptr(),
-                                     mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(), rows, d},
-                                    on.stream);
+  if (want_params) {
+    if (!fused) {
+      const int64_t splits = kernels::norm_param_splits(rows, d);
+      pw = want.weight ? empty({splits, d}, {sd, x.device()}) : Tensor();
+      pb = want.bias ? empty({splits, d}, {sd, x.device()}) : Tensor();
+      kernels::launch_norm_param_grad({x.dtype(), kind, pw.defined() ? pw.data_ptr() : nullptr,
+                                       pb.defined() ? pb.data_ptr() : nullptr, gc.data_ptr(), xc.data_ptr(),
+                                       mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(), rows, d},
+                                      on.stream);
+    }
     if (want.weight) {
       out.gw = empty({d}, {sd, x.device()});
       cuda_ops::sum(out.gw, pw, {true, false}, 1.0);

@@ -47,8 +47,9 @@ struct NormGrads {
   Tensor gw;  // (D) in the statistics dtype (f32, f64 for f64), summed over rows deterministically
   Tensor gb;  // (D) likewise
 };
-// Backward of layer_norm (kind layer, mean defined) or rms_norm: one row kernel for gx, one column-reduction
-// kernel (per-split partial sums, then a fixed-order sum) for gw and gb. weight (D) may be undefined.
+// Backward of layer_norm (kind layer, mean defined) or rms_norm: one row kernel for gx that also writes
+// per-block partial sums of gw and gb when its register-resident form applies (else a column-reduction
+// kernel writes per-split partial sums), then a fixed-order sum over the partials. weight (D) may be undefined.
 NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want);
 

@@ -1,0 +1,126 @@
+// Batch norm on CUDA on large inputs of both kernel layouts (kernels/batchnorm.cu): (M, C) matrices with the
+// channel fastest (the channels-last case: an NHWC activation viewed as (N*H*W, C)) and (N, C, H, W) with
+// many blocks per channel, vectorized and scalar (odd C or S, an unaligned start) variants, train and eval,
+// forward, every gradient and the running statistics, against the CPU in f64 on the same values.
+#include "support/catch.h"
+#include "support/gpu_testing.h"
+#include "support/testing.h"
+
+#include <cmath>
+
+using namespace ht;
+
+namespace {
+
+// ||a - ref|| / ||ref|| in double (a on any device, ref on the CPU).
+double rel_error(const Tensor& a, const Tensor& ref) {
+  const auto av = a.to(Device::cpu()).to_vector<double>(), rv = ref.to_vector<double>();
+  if (av.size() != rv.size()) return 1e300;
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < av.size(); ++i) {
+    num += (av[i] - rv[i]) * (av[i] - rv[i]);
+    den += rv[i] * rv[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+struct BnRun {
+  Tensor y, gx, gw, gb, rm, rv;
+};
+
+// batch_norm of x (a view made by `view` of the leaf) with affine weight / bias and running stats, then the
+// backward of sum(y * r); every tensor on `dev` in dtype dt (running stats f32).
+template <class View>
+BnRun run_bn(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& r0, const Tensor& rm0,
+             const Tensor& rv0, const BatchNormOptions& opts, Device dev, DType dt, View view) {
+  Tensor x = x0.to(dt).to(dev).detach(), w = w0.to(dt).to(dev).detach(), b = b0.to(dt).to(dev).detach();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  BnRun out;
+  out.rm = rm0.to(dev).clone();
+  out.rv = rv0.to(dev).clone();
+  out.y = batch_norm(view(x), w, b, out.rm, out.rv, opts);
+  sum(mul(out.y, r0.to(dt).to(dev))).backward();
+  out.gx = x.grad();
+  out.gw = w.grad();
+  out.gb = b.grad();
+  return out;
+}
+
+// CUDA in dt against the CPU in f64 on the dt-rounded values.
+template <class View>
+void check_bn(const Shape& xshape, int64_t C, DType dt, BatchNormMode mode, uint64_t seed, View view) {
+  const Tensor x = test::random_input(xshape, seed, dt, -1, 4).to(DType::f64);  // mean far from 0
+  const Tensor w = test::random_input({C}, seed + 1, dt, 0.5, 1.5).to(DType::f64);
+  const Tensor b = test::random_input({C}, seed + 2, dt, -1, 1).to(DType::f64);
+  const Tensor rm = test::random_input({C}, seed + 3, DType::f32, -0.5, 0.5);
+  const Tensor rv = test::random_input({C}, seed + 4, DType::f32, 0.5, 1.5);
+  BatchNormOptions opts;
+  opts.mode = mode;
+  opts.momentum = 0.3;
+  const Tensor r = test::random_input(view(x).shape(), seed + 5, dt, 0.5, 1.5).to(DType::f64);
+  const BnRun ref = run_bn(x, w, b, r, rm, rv, opts, Device::cpu(), DType::f64, view);
+  BnRun got;
+  {
+    test::PoisonGuard poison;
+    got = run_bn(x, w, b, r, rm, rv, opts, test::kCuda, dt, view);
+  }
+  const double tol = dt == DType::f64 ? 1e-12 : (dt == DType::f32 ? 2e-6 : 5e-3);
+  const double gtol = dt == DType::f64 ? 1e-11 : (dt == DType::f32 ? 2e-5 : 1e-2);
+  CHECK(rel_error(got.y, ref.y) <= tol);
+  CHECK(rel_error(got.gx, ref.gx) <= gtol);
+  CHECK(rel_error(got.gw, ref.gw) <= gtol);
+  CHECK(rel_error(got.gb, ref.gb) <= gtol);
+  // The running stats: f32 on both sides, updated from the batch statistics of the same values.
+  CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
+  CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm on a large (M, C) input (channels last) matches the CPU", "[gpu][batch_norm]") {
+  uint64_t seed = 7000;
+  auto same = [](const Tensor& t) { return t; };
+  for (DType dt : {DType::bf16, DType::f32, DType::f64})
+    for (int64_t C : {64, 128, 18})  // 18: not a multiple of the bf16 or f32 pack (scalar kernels)
+      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+        INFO(dtype_name(dt) << " C " << C << (mode == BatchNormMode::train ? " train" : " eval"));
+        check_bn({256 * 16 * 16, C}, C, dt, mode, seed += 10, same);
+      }
+}
+
+TEST_CASE("batch_norm on (M, C) starting one element in (unaligned) and on a few rows", "[gpu][batch_norm]") {
+  uint64_t seed = 7500;
+  // A dense (4099, 64) view starting at element 1 of its storage: contiguous but not 16-byte aligned.
+  constexpr int64_t M = 4099, C = 64;
+  auto skip_one = [=](const Tensor& t) { return reshape(slice(t, 0, 1, M * C + 1, 1), {M, C}); };
+  for (DType dt : {DType::bf16, DType::f32}) {
+    INFO(dtype_name(dt) << " unaligned");
+    check_bn({M * C + 1}, C, dt, BatchNormMode::train, seed += 10, skip_one);
+  }
+  auto same = [](const Tensor& t) { return t; };
+  for (DType dt : {DType::bf16, DType::f32}) {
+    INFO(dtype_name(dt) << " 3 rows");
+    check_bn({3, 64}, 64, dt, BatchNormMode::train, seed += 10, same);
+  }
+}
+
+TEST_CASE("batch_norm on large (N, C, H, W) inputs matches the CPU", "[gpu][batch_norm]") {
+  uint64_t seed = 8000;
+  auto same = [](const Tensor& t) { return t; };
+  const std::vector<Shape> shapes = {{64, 16, 16, 16},  // S = 256: 16-byte packs, several blocks per channel
+                                     {48, 8, 7, 7}};    // S = 49: scalar kernels
+  for (DType dt : {DType::bf16, DType::f32, DType::f64})
+    for (const Shape& s : shapes)
+      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+        INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
+        check_bn(s, s[1], dt, mode, seed += 10, same);
+      }
+  // A channels-last tensor (N, H, W, C) viewed as (N, C, H, W).
+  auto nhwc = [](const Tensor& t) { return t.permute({0, 3, 1, 2}); };
+  for (DType dt : {DType::bf16, DType::f32}) {
+    INFO(dtype_name(dt) << " NHWC view");
+    check_bn({32, 8, 8, 32}, 32, dt, BatchNormMode::train, seed += 10, nhwc);
+  }
+}
