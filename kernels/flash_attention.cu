@@ -39,6 +39,9 @@
 // bf16 is exactly the A fragment of k-step j, which is how P feeds P V without shared memory.
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
+#include <type_traits>
 
 #include "kernels/flash_attention.h"
 #include "kernels/launch.h"
@@ -429,9 +432,11 @@ __global__ void flash_bwd_prep_kernel(float* __restrict__ dsum, float* __restric
   if (row < rows && c == 0) dsum[row] = acc;
 }
 
-template <int D>
+// W warps per CTA, each owning 16 keys. 4 is the default; 8 halves the dQ atomics and the Q/dO tile loads
+// per key at the cost of one CTA per SM (HADATRAIN_FLASH_BWD_WARPS=8 selects it; Note in docs/cuda_backend.md).
+template <int D, int W = 4>
 struct BwdCfg {
-  static constexpr int kWarps = 4, kThreads = 32 * kWarps;
+  static constexpr int kWarps = W, kThreads = 32 * kWarps;
   static constexpr int kBc = 16 * kWarps;        // keys per CTA
   static constexpr int kBq = D == 128 ? 32 : 64;  // query rows per iteration (register budget)
   static constexpr int kStride = D + 8;
@@ -445,13 +450,13 @@ struct BwdCfg {
 
 // dk, dv (B, Hkv, S, D) in the input dtype (unscaled sums written once); dq_acc (B, Hq, T, D) fp32 gets
 // atomic adds of dS K (without the scale). grid (key blocks, B * Hkv).
-template <class E, int D>
-__global__ void __launch_bounds__(BwdCfg<D>::kThreads)
+template <class E, int D, int W>
+__global__ void __launch_bounds__(BwdCfg<D, W>::kThreads)
     flash_backward_kernel(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, float* __restrict__ dq_acc,
                           const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                           const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
                           const float* __restrict__ lse, const float* __restrict__ dsum, FlashParams p) {
-  using C = BwdCfg<D>;
+  using C = BwdCfg<D, W>;
   constexpr int kStride = C::kStride, kBc = C::kBc, kBq = C::kBq, kSStride = C::kSStride;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* k_s = smem;                          // (kBc, D)
@@ -758,6 +763,17 @@ void launch_flash_attention_forward(DType dt, const FlashForwardArgs& a, const A
   ++g_forward_calls;
 }
 
+namespace {
+// Warps per backward CTA: HADATRAIN_FLASH_BWD_WARPS (4 or 8; default 4), read once.
+int backward_warps() {
+  static const int warps = [] {
+    const char* v = std::getenv("HADATRAIN_FLASH_BWD_WARPS");
+    return v != nullptr && std::string_view(v) == "8" ? 8 : 4;
+  }();
+  return warps;
+}
+}  // namespace
+
 void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const AttnShape& s, cudaStream_t stream) {
   FlashParams p = make_params(s);
   p.q = dev_strides(a.q.st);
@@ -772,21 +788,28 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
   dispatch(dt, s.D, "flash_attention_backward", [&](auto e, auto dc) {
     using E = decltype(e);
     constexpr int D = decltype(dc)::value;
-    using C = BwdCfg<D>;
     constexpr int kPrepBlock = 256;
     const int64_t chunks = rows * (D / 8);
     flash_bwd_prep_kernel<E, D><<<static_cast<unsigned>((chunks + kPrepBlock - 1) / kPrepBlock), kPrepBlock, 0,
                                   stream>>>(a.dsum, a.dq_acc, static_cast<const uint16_t*>(a.out.data),
                                             static_cast<const uint16_t*>(a.dout.data), p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
-    auto kernel = flash_backward_kernel<E, D>;
-    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(C::kSmemBytes)));
-    const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
-    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
-        static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
-        static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
-        static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
+    auto run = [&](auto wc) {
+      constexpr int W = decltype(wc)::value;
+      using C = BwdCfg<D, W>;
+      auto kernel = flash_backward_kernel<E, D, W>;
+      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(C::kSmemBytes)));
+      const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
+      kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+          static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
+          static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
+          static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
+    };
+    if (backward_warps() == 8)
+      run(std::integral_constant<int, 8>{});
+    else
+      run(std::integral_constant<int, 4>{});
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(
         static_cast<uint16_t*>(a.dq.data), a.dq_acc, p, rows);
