@@ -319,6 +319,102 @@ void bench_attention(bool csv) {
 }
 // ---- end bench_attention ----
 
+// ---- bench_norm_gelu (helper kernels) ----
+// Batch norm (train, f32 weight / bias / running stats), GELU, layer_norm and softmax backward in bf16 through
+// the op API, in the main table's format (ratio to the copy bandwidth). Backward times are (forward +
+// backward) - forward, autograd bookkeeping included. Bytes count the passes over the activation that the
+// kernels must make: batch_norm forward 3 (statistics read, normalize read + write), backward 5 (the
+// per-channel sums read g and x; dx reads g and x, writes dx); gelu, layer_norm and softmax backward 3 (read
+// g and x or y, write gx); gelu forward 2.
+void bench_norm_gelu(bool csv, double copy_gbs) {
+  const Device dev = Device::cuda(0);
+  Generator gen(11);
+  auto bf16_rand = [&](const Shape& s) { return rand(s, gen, {DType::f32, dev}).to(DType::bf16); };
+  auto row = [&](const char* name, int64_t numel, double passes, double ms) {
+    const double gbs = passes * 2.0 * static_cast<double>(numel) / ms * 1e-6;
+    if (csv) std::printf("%s,%lld,%.4f,%.1f,%.3f\n", name, static_cast<long long>(numel), ms, gbs, gbs / copy_gbs);
+    else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", name, static_cast<long long>(numel), ms, gbs, gbs / copy_gbs);
+  };
+  if (!csv) std::printf("\n%-34s %12s %10s %10s %8s\n", "norm / gelu kernels (bf16)", "elements", "ms", "GB/s", "vs copy");
+  Tensor keep;
+  struct BnCase {
+    const char *fwd, *bwd;
+    Shape shape;
+  };
+  for (const BnCase& c : {BnCase{"bn fwd train 256x64x32x32", "bn bwd 256x64x32x32", {256, 64, 32, 32}},
+                          BnCase{"bn fwd train NHWC [262144,64]", "bn bwd NHWC [262144,64]", {262144, 64}}}) {
+    const int64_t C = c.shape[1];
+    Tensor x = bf16_rand(c.shape);
+    const Tensor g = bf16_rand(c.shape);
+    Tensor w = rand({C}, gen, {DType::f32, dev}), b = rand({C}, gen, {DType::f32, dev});
+    const Tensor rm = zeros({C}, {DType::f32, dev}), rv = ones({C}, {DType::f32, dev});
+    const double fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = batch_norm(x, w, b, rm, rv);
+    });
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    const double fb = time_ms([&] {
+      x.zero_grad();
+      w.zero_grad();
+      b.zero_grad();
+      batch_norm(x, w, b, rm, rv).backward(g);
+    });
+    row(c.fwd, x.numel(), 3, fwd);
+    row(c.bwd, x.numel(), 5, fb - fwd);
+  }
+  {  // GELU of a ViT-S/4 MLP activation
+    Tensor x = bf16_rand({256 * 65, 1536});
+    const Tensor g = bf16_rand({256 * 65, 1536});
+    const double fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = gelu(x);
+    });
+    x.set_requires_grad(true);
+    const double fb = time_ms([&] {
+      x.zero_grad();
+      gelu(x).backward(g);
+    });
+    row("gelu fwd 16640x1536", x.numel(), 2, fwd);
+    row("gelu bwd 16640x1536", x.numel(), 3, fb - fwd);
+  }
+  for (const Shape& s : {Shape{16640, 384}, Shape{50432, 768}}) {  // ViT-S/4 and ViT-B-like rows
+    Tensor x = bf16_rand(s), w = bf16_rand({s[1]}), b = bf16_rand({s[1]});
+    const Tensor g = bf16_rand(s);
+    const double fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = layer_norm(x, w, b);
+    });
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    const double fb = time_ms([&] {
+      x.zero_grad();
+      w.zero_grad();
+      b.zero_grad();
+      layer_norm(x, w, b).backward(g);
+    });
+    const std::string name = "layer_norm bwd " + std::to_string(s[0]) + "x" + std::to_string(s[1]);
+    row(name.c_str(), x.numel(), 3, fb - fwd);
+  }
+  {
+    Tensor x = bf16_rand({16384, 4096});
+    const Tensor g = bf16_rand({16384, 4096});
+    const double fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = softmax(x, 1);
+    });
+    x.set_requires_grad(true);
+    const double fb = time_ms([&] {
+      x.zero_grad();
+      softmax(x, 1).backward(g);
+    });
+    row("softmax bwd 16384x4096", x.numel(), 3, fb - fwd);
+  }
+}
+// ---- end bench_norm_gelu ----
+
 // ---- bench_attention_packed (helper attn) ----
 // ViT self-attention from a packed projection qkv (B, N, 3 dim) in bf16, forward + backward through
 // autograd: attention_qkv_packed (strided fused kernels, one (B, N, 3 dim) gradient) against the composition
@@ -414,5 +510,6 @@ int main(int argc, char** argv) {
   bench_attention_packed(csv);
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
+  bench_norm_gelu(csv, floor_gbs);
   return 0;
 }
