@@ -444,8 +444,8 @@ __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_ker
 
 // ---- register-resident backward rows: softmax / log_softmax and layer_norm / rms_norm ----------------------
 // Two rows (g and y, or g and x) held in registers: both are read once, reduced, and gx written once (the
-// multi-pass kernels read them twice). A group of tpr threads (32..256, a power of two) per row, NP packs per
-// thread and row, 256-thread blocks. The norm kernel also accumulates the parameter gradients (sums over rows
+// multi-pass kernels read them twice). A group of tpr threads (32..256, a power of two) per row, NP (2 or 4)
+// packs per thread and row, 256-thread blocks. The norm kernel also accumulates the parameter gradients (sums over rows
 // of g * xhat and g) per column in registers: a lane keeps the same columns for every row it visits, so the
 // block adds its row groups' sums in shared memory and writes one partial row (D) per block; the caller
 // adds the blocks' rows (no second pass over g and x).
@@ -459,10 +459,12 @@ BwdGrid bwd_grid(int64_t rows, int64_t len, int vec, std::initializer_list<const
   if (len <= 0 || len % vec != 0) return g;
   for (const void* p : ptrs)
     if (p && !aligned_to(p, 16)) return g;
+  // Two packs per thread while 256 threads cover the row (the bf16 norm kernel keeps about 100 registers:
+  // two blocks per SM); four packs per thread (about 170 registers, one block per SM) only beyond that.
   const int64_t packs = len / vec;
-  const int np = packs <= 64 ? 2 : 4;
-  int tpr = 32;
+  int np = 2, tpr = 32;
   while (static_cast<int64_t>(tpr) * np < packs && tpr < kRowBlock) tpr *= 2;
+  if (static_cast<int64_t>(tpr) * np < packs) np = 4;
   if (static_cast<int64_t>(tpr) * np < packs) return g;
   const int64_t per_block = kRowBlock / tpr;
   const int64_t groups = (rows + per_block - 1) / per_block;
