@@ -219,7 +219,9 @@ TEST_CASE("layer_norm and rms_norm on CUDA match the CPU, with and without affin
 TEST_CASE("layer_norm and rms_norm backward on CUDA: many rows (split column sums), parameter-only gradients",
           "[gpu][rows][norm]") {
   for (DType dt : {DType::f32, DType::bf16}) {
-    for (const Shape& shape : {Shape{3001, 7}, Shape{700, 1000}, Shape{257, 4097}}) {
+    // (16643, 384): the register-resident backward with fused parameter sums, several row groups per block,
+    // several iterations per block and a last group with rows past the end
+    for (const Shape& shape : {Shape{3001, 7}, Shape{700, 1000}, Shape{257, 4097}, Shape{16643, 384}}) {
       const int64_t d = shape[1];
       const Tensor x = test::random_input(shape, 900 + d, dt, -2.0, 3.0);
       const Tensor w = test::random_input({d}, 901 + d, dt, 0.5, 1.5);
@@ -237,6 +239,17 @@ TEST_CASE("layer_norm and rms_norm backward on CUDA: many rows (split column sum
       CHECK(check_op([&](const std::vector<Tensor>& in) { return rms_norm(x.to(in[0].device()), in[0]); }, {w},
                      row_tol(dt), tol) == "");
     }
+  }
+}
+
+// The register-resident softmax backward on many short rows: more row groups than blocks (grid-stride
+// iterations) and a last group with rows past the end.
+TEST_CASE("softmax and log_softmax backward on CUDA: many short rows", "[gpu][rows][softmax]") {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = test::random_input({70001, 16}, 970, dt, -3.0, 3.0);
+    INFO(dtype_name(dt));
+    CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], -1); }, {x}, dt) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return log_softmax(in[0], -1); }, {x}, dt) == "");
   }
 }
 
