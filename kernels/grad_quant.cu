@@ -261,10 +261,12 @@ HT_DEV uint32_t unit_bits(const UnitNoise& nz, int64_t base, int n, int k) {
 }
 
 // Quantises one unit (n elements starting at flat index base) of rotated values with the group's level
-// parameters. nz: the unit's noise (uniform stochastic only).
+// parameters. nz: the unit's noise (uniform stochastic only). kLuq == (a.kind == luq): a template parameter
+// so that each kernel holds only one quantiser's registers.
+template <bool kLuq>
 HT_DEV void quant_unit(const float v[kU], int64_t base, int n, const Level& l, const GradQuantArgs& a,
                        const UnitNoise& nz, uint8_t q[kU]) {
-  if (a.kind == QuantKind::luq) {
+  if (kLuq) {
     uint32_t w[kU];
     if (n == kU) {  // base is a multiple of 16: four whole Philox blocks of philox_word
       const uint32_t key[2] = {static_cast<uint32_t>(a.seed), static_cast<uint32_t>(a.seed >> 32)};
@@ -309,11 +311,30 @@ HT_DEV void store_unit(uint8_t* out, int64_t base, int n, bool vec, const uint8_
 
 HT_DEV bool wants_uniform_noise(const GradQuantArgs& a) { return a.kind == QuantKind::uniform && a.stochastic; }
 
+// max |v[k]| over the unit's n elements (fmaxf: NaN never wins).
+HT_DEV float unit_absmax(const float v[kU], int n) {
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kU; ++k)
+    if (k < n) m = fmaxf(m, fabsf(v[k]));
+  return m;
+}
+
+// Folds each thread's m into *out: a warp maximum, then one atomicMax on the f32 bits per warp (non-negative
+// floats order like their bit patterns). Called by every lane of the warp.
+HT_DEV void fold_absmax(float* out, float m) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
+  if (threadIdx.x % 32 == 0 && m > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
+}
+
+// Kernel variants: kLuq selects the quantiser at compile time (LUQ never uses SAWB).
+
 // Fused path: a team of g.team threads per group, g.teams groups per block. Each thread keeps up to
 // kFusedUnits units (unit u of its group goes to thread u % team, slot u / team) in registers between the
 // team's reduction and the quantisation, so x is read once. The loads of both units and their Philox noise
 // are issued before the first conversion waits for memory.
-template <class T, bool kSawb>
+template <class T, bool kSawb, bool kLuq>
 __global__ void __launch_bounds__(kFusedTeam) quant_fused_kernel(GradQuantArgs a, Geo g) {
   __shared__ Stats smem[kFusedTeam / 32];
   const T* x = static_cast<const T*>(a.x);
@@ -351,6 +372,13 @@ __global__ void __launch_bounds__(kFusedTeam) quant_fused_kernel(GradQuantArgs a
           if (noise) uniform_noise(a, base[r], g.unit, nz[r]);
         }
     }
+    if (a.input_absmax) {  // max |x| before rotation (block-uniform branch)
+      float raw = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kFusedUnits; ++r)
+        if (has[r]) raw = fmaxf(raw, unit_absmax(v[r], g.unit));
+      fold_absmax(a.input_absmax, raw);
+    }
     Stats st{0.0f, 0.0, 0.0};
 #pragma unroll
     for (int r = 0; r < kFusedUnits; ++r)
@@ -366,7 +394,7 @@ __global__ void __launch_bounds__(kFusedTeam) quant_fused_kernel(GradQuantArgs a
     for (int r = 0; r < kFusedUnits; ++r)
       if (has[r]) {
         uint8_t q[kU];
-        quant_unit(v[r], base[r], g.unit, l, a, nz[r], q);
+        quant_unit<kLuq>(v[r], base[r], g.unit, l, a, nz[r], q);
         store_unit(a.values, base[r], g.unit, g.vec, q);
       }
   }
@@ -396,12 +424,15 @@ __global__ void __launch_bounds__(kThreads) quant_partial_kernel(GradQuantArgs a
   for (int64_t b = blockIdx.x; b < g.groups * g.parts; b += gridDim.x) {
     const int64_t grp = b / g.parts, part = b % g.parts;
     Stats st{0.0f, 0.0, 0.0};
+    float raw = 0.0f;  // max |x| before rotation (input_absmax)
     for (int64_t u = part * blockDim.x + threadIdx.x; u < g.units; u += g.parts * blockDim.x) {
       float v[kU];
       load_unit(x, grp * a.group_len + u * g.unit, g.unit, g.vec, v);
+      if (a.input_absmax) raw = fmaxf(raw, unit_absmax(v, g.unit));
       rotate_unit(v, a.hadamard);
       add_stats<kSawb>(st, v, g.unit);
     }
+    if (a.input_absmax) fold_absmax(a.input_absmax, raw);
     st = block_reduce<kSawb>(st, smem);
     if (threadIdx.x == 0) {
       ws.amax[b] = st.amax;
@@ -431,8 +462,23 @@ __global__ void __launch_bounds__(kThreads) quant_finalize_kernel(GradQuantArgs 
   }
 }
 
-// Pass 3: every unit again (load, rotate), quantised with its group's m and r.
+// Pass 2 when m is given (known_m, one group): m, r and the scale from device memory, one thread.
+__global__ void quant_known_kernel(GradQuantArgs a, Workspace ws) {
+  const Level l = level_of(a, *a.known_m);
+  ws.m[0] = l.m;
+  ws.r[0] = l.r;
+  a.scale[0] = l.s;
+}
+
 template <class T>
+__global__ void __launch_bounds__(kThreads) absmax_kernel(float* out, const T* x, int64_t numel) {
+  float m = 0.0f;
+  for (int64_t i = thread_index(); i < numel; i += thread_count()) m = fmaxf(m, fabsf(static_cast<float>(x[i])));
+  fold_absmax(out, m);
+}
+
+// Pass 3: every unit again (load, rotate), quantised with its group's m and r.
+template <class T, bool kLuq>
 __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, Geo g, Workspace ws) {
   const T* x = static_cast<const T*>(a.x);
   const int64_t total = g.groups * g.units;
@@ -452,9 +498,9 @@ __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, 
     }
     rotate_unit(v, a.hadamard);
     const float m = ws.m[grp];
-    const Level l{m, ws.r[grp], a.kind == QuantKind::luq ? scale_of(a, m) : 0.0f};
+    const Level l{m, ws.r[grp], kLuq ? scale_of(a, m) : 0.0f};
     uint8_t q[kU];
-    quant_unit(v, base, g.unit, l, a, nz, q);
+    quant_unit<kLuq>(v, base, g.unit, l, a, nz, q);
     store_unit(a.values, base, g.unit, g.vec, q);
   }
 }
@@ -584,7 +630,7 @@ Geo plan(const GradQuantArgs& a) {
   g.units = a.group_len / g.unit;
   // Fused when a group fits the registers of one team and there are enough groups (or little work).
   g.fused = g.units <= static_cast<int64_t>(kFusedUnits) * kFusedTeam && (g.groups >= 66 || g.units <= 128) &&
-            !a.transposed;
+            !a.transposed && a.known_m == nullptr;
   if (g.fused) {
     const int64_t need = (g.units + kFusedUnits - 1) / kFusedUnits;  // threads for kFusedUnits units each
     int team = 1;
@@ -632,19 +678,29 @@ std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args) {
 void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
   if (a.numel == 0) return;
   const Geo g = plan(a);
+  const bool luq = a.kind == QuantKind::luq;
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
     using T = decltype(tag);
     if (g.fused) {
       const int64_t blocks = (g.groups + g.teams - 1) / g.teams;
       const unsigned grid = static_cast<unsigned>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
       const int threads = g.team * g.teams;
-      if (a.sawb) quant_fused_kernel<T, true><<<grid, threads, 0, stream>>>(a, g);
-      else quant_fused_kernel<T, false><<<grid, threads, 0, stream>>>(a, g);
+      if (luq) quant_fused_kernel<T, false, true><<<grid, threads, 0, stream>>>(a, g);
+      else if (a.sawb) quant_fused_kernel<T, true, false><<<grid, threads, 0, stream>>>(a, g);
+      else quant_fused_kernel<T, false, false><<<grid, threads, 0, stream>>>(a, g);
       HT_CHECK_LAUNCH("grad_quant_fused");
       return;
     }
     const Workspace ws = workspace_of(a.workspace, g);
-    if (a.sawb) {
+    if (a.known_m != nullptr) {  // one group with a given m: no statistics pass
+      quant_known_kernel<<<1, 1, 0, stream>>>(a, ws);
+      HT_CHECK_LAUNCH("grad_quant_known");
+      if (a.input_absmax) {  // no pass reads x before the quantisation: a separate maximum
+        absmax_kernel<T><<<cuda::grid_for(a.numel, kThreads), kThreads, 0, stream>>>(
+            a.input_absmax, static_cast<const T*>(a.x), a.numel);
+        HT_CHECK_LAUNCH("grad_quant_absmax");
+      }
+    } else if (a.sawb && !luq) {
       quant_partial_kernel<T, true><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
       HT_CHECK_LAUNCH("grad_quant_partial");
       quant_finalize_kernel<true><<<grid_cap(g.groups), kThreads, 0, stream>>>(a, g, ws);
@@ -660,8 +716,19 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
       HT_CHECK_LAUNCH("grad_quant_apply_transposed");
       return;
     }
-    quant_apply_kernel<T><<<cuda::grid_for(g.groups * g.units, kThreads), kThreads, 0, stream>>>(a, g, ws);
+    const unsigned grid = cuda::grid_for(g.groups * g.units, kThreads);
+    if (luq) quant_apply_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, g, ws);
+    else quant_apply_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, g, ws);
     HT_CHECK_LAUNCH("grad_quant_apply");
+  });
+}
+
+void launch_absmax(DType dtype, float* out, const void* x, int64_t numel, cudaStream_t stream) {
+  if (numel == 0) return;
+  visit_quant_dtype(dtype, "absmax", [&](auto tag) {
+    using T = decltype(tag);
+    absmax_kernel<T><<<cuda::grid_for(numel, kThreads), kThreads, 0, stream>>>(out, static_cast<const T*>(x), numel);
+    HT_CHECK_LAUNCH("absmax");
   });
 }
 

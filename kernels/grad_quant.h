@@ -42,6 +42,12 @@ struct GradQuantArgs {
   // two-pass path with a tiled quantise-and-transpose kernel.
   bool transposed = false;
   int64_t cols = 0;
+  // Optional: max |x| of the (unrotated) input is folded into *input_absmax with atomicMax on the f32 bits
+  // (the caller zeroes it; NaN never wins). Computed by the kernel that first reads x (fused or partial);
+  // the input must not be pre-rotated (the glue computes it separately then, launch_absmax).
+  float* input_absmax = nullptr;
+  // Optional (one group, uniform, absmax rule): m is read from device memory; the statistics pass is skipped.
+  const float* known_m = nullptr;
   uint8_t* values = nullptr;      // (numel) int8 levels (uniform) or e4m3 codes (luq, or fp8_values)
   float* scale = nullptr;         // (numel / group_len)
   void* workspace = nullptr;      // grad_quant_workspace_bytes(args) bytes of device memory (may be 0)
@@ -50,6 +56,10 @@ struct GradQuantArgs {
 // Device scratch the launch needs for these arguments (0 on the fused path).
 std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args);
 void launch_grad_quant(const GradQuantArgs& args, cudaStream_t stream);
+
+// *out = max(*out, max |x|) over x (numel, dtype f32 / bf16 / f16, dense) by atomicMax on the f32 bits (NaN
+// never wins); *out must hold a non-negative value (e.g. 0) before.
+void launch_absmax(DType dtype, float* out, const void* x, int64_t numel, cudaStream_t stream);
 
 // out (numel, f32) = x (numel, dtype f32 / bf16 / f16, dense) times blockwise H_block along runs of `block`
 // consecutive elements (block a power of two; blocks start at multiples of block). Stages h = 1..8 run in

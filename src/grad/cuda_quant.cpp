@@ -34,6 +34,10 @@ Tensor kernel_input(const Tensor& x) {
 void run_quant(kernels::GradQuantArgs args, const Tensor& x, int64_t block, const OnDevice& on) {
   Tensor in = kernel_input(x);
   if (block > 16 || args.group_len % block != 0) {
+    if (args.input_absmax) {  // max |x| of the unrotated input, before the kernels see the rotated copy
+      kernels::launch_absmax(in.dtype(), args.input_absmax, in.data_ptr(), in.numel(), on.stream);
+      args.input_absmax = nullptr;
+    }
     Tensor rotated = empty(in.shape(), {DType::f32, in.device()});
     kernels::launch_hadamard_blocks(in.dtype(), static_cast<float*>(rotated.data_ptr()), in.data_ptr(), in.numel(),
                                     block, on.stream);
@@ -70,6 +74,7 @@ void quantise(const grad::Quantized& q, const Tensor& x, grad::Granularity granu
   args.stream = noise.stream;
   args.values = static_cast<uint8_t*>(q.values.data_ptr());
   args.scale = static_cast<float*>(q.scale.data_ptr());
+  args.input_absmax = q.input_absmax.defined() ? static_cast<float*>(q.input_absmax.data_ptr()) : nullptr;
   run_quant(args, x, hadamard_block, on);
 }
 
@@ -82,10 +87,12 @@ void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantS
   args.sawb = spec.scale_rule == grad::ScaleRule::sawb;
   args.stochastic = spec.rounding == grad::Rounding::stochastic;
   args.fp8_values = spec.values_dtype == DType::f8e4m3;  // quantize() checked bits <= 5
+  // quantize() checked: one f32 element on x's device, tensor granularity, absmax rule.
+  args.known_m = spec.known_absmax.defined() ? static_cast<const float*>(spec.known_absmax.data_ptr()) : nullptr;
   if (spec.layout == grad::ValuesLayout::transposed) {  // q.values (C, N); tensor granularity, T = 1 (checked)
     const int64_t cols = x.size(x.dim() - 1), rows = cols == 0 ? 0 : x.numel() / cols;
     if (cols % 8 != 0) {  // the tiled kernel needs runs of 8 columns: quantise, then transpose
-      const grad::Quantized tmp{empty(x.shape(), {q.values.dtype(), x.device()}), q.scale};
+      const grad::Quantized tmp{empty(x.shape(), {q.values.dtype(), x.device()}), q.scale, q.input_absmax};
       quantise(tmp, x, spec.granularity, spec.noise, args, 1);
       if (rows > 0) copy_(q.values, reshape(tmp.values, {rows, cols}).transpose(0, 1));
       return;

@@ -109,8 +109,12 @@ class HlqPipeline final : public Pipeline {
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<HlqSaved&>(saved);
     Grads g;
-    if (wanted.x) g.x = grad_x(s, g_y).to(s.x_dtype);
-    if (wanted.w) g.w = grad_w(s, g_y).to(s.w.dtype());
+    // When HLA quantises g_y itself (identity plan) with one absmax scale, the g_x quantiser's pass over g_y
+    // also yields max |g_y|, and the g_w quantiser skips its statistics pass (one read of g_y less).
+    const bool share = wanted.x && wanted.w && gw_quantises_raw_gy(s);
+    Tensor gy_absmax;
+    if (wanted.x) g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr).to(s.x_dtype);
+    if (wanted.w) g.w = grad_w(s, g_y, gy_absmax).to(s.w.dtype());
     return g;
   }
 
@@ -181,7 +185,15 @@ class HlqPipeline final : public Pipeline {
     return c.bits == 4 ? unpack_int4_any(c.values, c.shape) : c.values;
   }
 
-  Tensor grad_x(const HlqSaved& s, const Tensor& g_y) const {  // (B, L, I) f32
+  // True when the g_w path quantises g_y unchanged (identity HLA plan, nothing split off or padded) with one
+  // absmax scale per tensor: then m = max |g_y|.
+  bool gw_quantises_raw_gy(const HlqSaved& s) const {
+    return o_.gw_bits > 0 && o_.gw_scale == ScaleGranularity::tensor && s.axis.plan.block == 1 && s.axis.extra == 0 &&
+           s.axis.pad == 0 && o_.gx_bits > 0;
+  }
+
+  // gy_absmax: when not null, receives max |g_y| (f32 (1)) from the g_y quantiser's pass.
+  Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (B, L, I)
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
     const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
     const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
@@ -201,7 +213,9 @@ class HlqPipeline final : public Pipeline {
     const Carrier carrier = o_.gx_bits <= 5 ? o_.carrier : Carrier::int8;  // e4m3 holds integers up to 16
     // The quantiser writes the carrier's dtype directly (e4m3 codes of the levels), no conversion pass.
     qg.values_dtype = carrier == Carrier::fp8 ? DType::f8e4m3 : DType::i8;
+    qg.report_input_absmax = gy_absmax != nullptr;
     const Quantized q_g = quantize(g_y, qg);  // (B, L, O) int8 or e4m3
+    if (gy_absmax) *gy_absmax = q_g.input_absmax;
     QuantSpec qw;
     qw.bits = o_.gx_bits;
     qw.granularity = Granularity::tensor;
@@ -235,7 +249,8 @@ class HlqPipeline final : public Pipeline {
     return reshape(acc, {B, L, I});
   }
 
-  Tensor grad_w(const HlqSaved& s, const Tensor& g_y) const {  // (O, I) f32
+  // gy_absmax: max |g_y| when grad_x computed it (then the identity plan's g̃ = g_y needs no statistics pass).
+  Tensor grad_w(const HlqSaved& s, const Tensor& g_y, const Tensor& gy_absmax) const {  // (O, I)
     Tensor gm = g_y;
     if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);
     gm = pad_tokens(gm, s.axis.pad);
@@ -250,7 +265,7 @@ class HlqPipeline final : public Pipeline {
                   reshape(s.xc.values.to(DType::f32), {-1, s.xc.values.size(2)}));
       gw = mul(gw, inv_n);
     } else {  // without ACBP the projection was kept unquantised and is quantised now
-      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, inv_n, out);
+      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, inv_n, out, gy_absmax);
     }
     if (s.axis.extra > 0)
       gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, s.axis.extra).to(DType::f32), s.x_extra.to(DType::f32)));
@@ -259,8 +274,9 @@ class HlqPipeline final : public Pipeline {
 
   // mult·s_g·s_x·Σ_b q_g[b]ᵀ·q_x[b] (O, I) for the projected g̃ (B, R, O) and the saved q_x (int8, (I, B·R)
   // for tensor scales, else (B, R, I)); in `out` (f32 or bf16) for tensor scales (one epilogue pass over the
-  // int32 product), else f32.
-  Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, double mult, DType out) const {
+  // int32 product), else f32. gp_absmax: max |g̃| if already known (else undefined).
+  Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, double mult, DType out,
+                          const Tensor& gp_absmax) const {
     const Tensor xq = decompress(xc);
     QuantSpec qs;
     qs.bits = o_.gw_bits;
@@ -269,6 +285,7 @@ class HlqPipeline final : public Pipeline {
     qs.noise = s.key.noise(role_gw_gy);
     if (qs.granularity == Granularity::tensor) {  // one product over K = B·R, int32 (O, I)
       qs.layout = ValuesLayout::transposed;         // the quantiser writes q_g K-major: (O, B·R)
+      qs.known_absmax = gp_absmax;                  // skips the statistics pass when defined
       const Quantized q_g = quantize(gp, qs);
       return scale_i32(int8_matmul_nt(q_g.values, xq), q_g.scale, xc.scale, mult, out);
     }

@@ -108,6 +108,14 @@ void check_spec(const char* op, const Tensor& x, const QuantSpec& spec) {
   detail::check_quant_input(op, x);
   HT_CHECK(spec.bits >= 2 && spec.bits <= 8, "{}: bits must be in 2..8, got {} (input {})", op, spec.bits,
            x.describe());
+  if (spec.known_absmax.defined()) {
+    HT_CHECK(spec.granularity == Granularity::tensor && spec.scale_rule == ScaleRule::absmax,
+             "{}: known_absmax needs tensor granularity and the absmax scale rule (input {})", op, x.describe());
+    HT_CHECK(spec.known_absmax.numel() == 1 && spec.known_absmax.dtype() == DType::f32 &&
+                 spec.known_absmax.device() == x.device(),
+             "{}: known_absmax must be one f32 element on the input's device, got {} for input {}", op,
+             spec.known_absmax.describe(), x.describe());
+  }
   HT_CHECK(spec.layout == ValuesLayout::natural ||
                (spec.granularity == Granularity::tensor && spec.hadamard_block == 1),
            "{}: transposed values need tensor granularity and hadamard_block 1 (input {})", op, x.describe());
@@ -148,6 +156,7 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
   Quantized q{empty(vshape, {vdt, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()})};
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
+    if (spec.report_input_absmax) q.input_absmax = zeros({1}, {DType::f32, x.device()});  // atomic maxima start at 0
     cuda_ops::grad_quantize(q, x, spec);
     return q;
 #else
@@ -155,13 +164,16 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
 #endif
   }
   std::vector<float> v = f32_values(x);  // (numel) row-major
+  if (spec.report_input_absmax)
+    q.input_absmax = from_vector(std::vector<float>{absmax_of(v.data(), static_cast<int64_t>(v.size()))}, {1});
   if (spec.hadamard_block > 1) rotate_blocks(v, spec.hadamard_block);
   const int qmax = qmax_of(spec.bits);
   int8_t* values = q.values.data<int8_t>();
   float* scale = q.scale.data<float>();
   for (int64_t g = 0; g < groups.count; ++g) {
     const int64_t begin = g * groups.len;
-    const float m = group_m(v.data() + begin, groups.len, spec.scale_rule);
+    const float m = spec.known_absmax.defined() && groups.len > 0 ? spec.known_absmax.to_vector<float>()[0]
+                                                : group_m(v.data() + begin, groups.len, spec.scale_rule);
     if (m == 0.0f) {  // all-zero (or empty) group: zeros and scale 0, no division
       scale[g] = 0.0f;
       for (int64_t i = begin; i < begin + groups.len; ++i) values[i] = 0;

@@ -306,6 +306,41 @@ TEST_CASE("quantize with transposed values stores the (N, C) levels as (C, N)", 
   CHECK_THROWS_WITH(quantize(x, bad), HasSubstr("hadamard_block 1"));
 }
 
+TEST_CASE("quantize reports max |x| before rotation and accepts a known absmax", "[grad_quant]") {
+  Tensor x = test::random_tensor({4, 32}, 35, DType::f32);
+  fill_(x.narrow(0, 2, 1).narrow(1, 5, 1), -9.5);  // the largest magnitude, negative
+  QuantSpec rows = spec_of(4, Granularity::row, ScaleRule::absmax, Rounding::stochastic, 16, {1, 1});
+  CHECK(!quantize(x, rows).input_absmax.defined());
+  rows.report_input_absmax = true;
+  const Quantized qr = quantize(x, rows);
+  REQUIRE(qr.input_absmax.defined());
+  CHECK(values_of(qr.input_absmax) == std::vector<double>{9.5});  // unrotated (the rotated maximum is larger)
+  CHECK(same_quantized(qr, quantize(x, spec_of(4, Granularity::row, ScaleRule::absmax, Rounding::stochastic, 16, {1, 1}))));
+  // The same x quantised again with that m: identical to computing it.
+  QuantSpec t = spec_of(8, Granularity::tensor, ScaleRule::absmax, Rounding::stochastic, 1, {2, 3});
+  const Quantized plain = quantize(x, t);
+  t.known_absmax = qr.input_absmax;
+  CHECK(same_quantized(quantize(x, t), plain));
+  t.layout = ValuesLayout::transposed;
+  QuantSpec tt = spec_of(8, Granularity::tensor, ScaleRule::absmax, Rounding::stochastic, 1, {2, 3});
+  tt.layout = ValuesLayout::transposed;
+  CHECK(same_quantized(quantize(x, t), quantize(x, tt)));
+  // A different m is used as given.
+  t.layout = ValuesLayout::natural;
+  t.known_absmax = from_vector(std::vector<float>{19.0f}, {1});
+  const Quantized half = quantize(x, t);
+  CHECK(values_of(half.scale) == std::vector<double>{static_cast<double>(19.0f / 127.0f)});
+  // Errors: only tensor granularity with absmax, one f32 element.
+  t.granularity = Granularity::row;
+  CHECK_THROWS_WITH(quantize(x, t), HasSubstr("known_absmax needs tensor granularity and the absmax scale rule"));
+  t.granularity = Granularity::tensor;
+  t.scale_rule = ScaleRule::sawb;
+  CHECK_THROWS_WITH(quantize(x, t), HasSubstr("known_absmax needs tensor granularity"));
+  t.scale_rule = ScaleRule::absmax;
+  t.known_absmax = from_vector(std::vector<float>{1.0f, 2.0f}, {2});
+  CHECK_THROWS_WITH(quantize(x, t), HasSubstr("one f32 element"));
+}
+
 TEST_CASE("SAWB scale follows its formula and falls back to absmax when α <= 0", "[grad_quant]") {
   // Gaussian-like data: α = 12.1 sqrt(E x²) − 12.2 E|x| in double, m = float(α), s = m / qmax.
   Generator gen(17);

@@ -228,6 +228,52 @@ TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", 
   CHECK(same_bits(quantize(z.to(test::kCuda), spec), quantize(z, spec)) == "");
 }
 
+TEST_CASE("CUDA quantize reports max |x| and takes a known absmax like the CPU", "[gpu][grad_quant]") {
+  // Fused rows (T 16), two-pass samples, pre-rotation (T 32), transposed values; bf16 and f32; a NaN-free
+  // input whose largest magnitude is negative.
+  uint64_t seed = 500;
+  for (const Shape& shape : std::vector<Shape>{{3, 37, 64}, {2, 20000}, {64 * 7, 768}})
+    for (DType dt : {DType::bf16, DType::f32}) {
+      Tensor x = test::random_input(shape, ++seed, dt);
+      fill_(x.narrow(0, 1, 1), -7.25);
+      const Tensor xg = x.to(test::kCuda);
+      for (Granularity g : kGranularities)
+        for (int64_t block : {1, 16, 32}) {
+          QuantSpec spec;
+          spec.granularity = g;
+          spec.hadamard_block = block;
+          spec.noise = {3, 4};
+          spec.report_input_absmax = true;
+          CAPTURE(x.describe(), name_of(g), block);
+          const Quantized qc = quantize(x, spec);
+          Quantized qg;
+          {
+            test::PoisonGuard poison;
+            qg = quantize(xg, spec);
+          }
+          CHECK(same_bits(qg, qc) == "");
+          CHECK(test::compare_bits(qg.input_absmax, qc.input_absmax) == "");
+          CHECK(qc.input_absmax.item() == 7.25);
+          // The HLA use: the same x, tensor absmax scale, given m, transposed values.
+          QuantSpec known;
+          known.bits = 8;
+          known.noise = {5, 6};
+          known.layout = ValuesLayout::transposed;
+          known.known_absmax = qc.input_absmax;
+          const Quantized kc = quantize(x, known);
+          known.known_absmax = qg.input_absmax;
+          known.report_input_absmax = block == 16;  // also reported without a statistics pass (separate maximum)
+          Quantized kg;
+          {
+            test::PoisonGuard poison;
+            kg = quantize(xg, known);
+          }
+          CHECK(same_bits(kg, kc) == "");
+          if (known.report_input_absmax) CHECK(test::compare_bits(kg.input_absmax, qc.input_absmax) == "");
+        }
+    }
+}
+
 TEST_CASE("CUDA quantize handles zero groups and empty tensors", "[gpu][grad_quant]") {
   Tensor x = test::random_input({6, 32}, 41, DType::f32);
   fill_(x.narrow(0, 2, 1), 0.0);

@@ -64,6 +64,14 @@ struct QuantSpec {
   // a level of 0 is +0.
   DType values_dtype = DType::i8;
   ValuesLayout layout = ValuesLayout::natural;
+  // Also return max |x| of the input before any rotation (Quantized::input_absmax, f32 (1), fmax semantics:
+  // NaN never wins), computed in the same pass over x on CUDA. Lets a second quantisation of the same x
+  // (HLA's g_y, tensor absmax scale) skip its statistics pass through known_absmax.
+  bool report_input_absmax = false;
+  // Tensor granularity with the absmax rule only: a one-element f32 tensor on x's device that holds m = max |x|
+  // (e.g. input_absmax of an earlier quantisation of the same x). The scale pass is skipped and m is used as
+  // given; with any other value the result is that of quantising with m.
+  Tensor known_absmax;
 };
 
 inline int qmax_of(int bits) { return (1 << (bits - 1)) - 1; }
@@ -73,6 +81,7 @@ struct Quantized {
                   // contiguous, |value| <= qmax
   Tensor scale;   // f32, contiguous: (1) for tensor, (x.size(0)) for sample, (numel / last dim) for row;
                   // dequantised element = value · scale of its group (rotated domain when T > 1)
+  Tensor input_absmax;  // f32 (1): max |x| before rotation, when QuantSpec::report_input_absmax
 };
 
 // Rotates (optionally), picks the scale and quantises in one call (one fused pass per group on CUDA
