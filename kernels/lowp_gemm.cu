@@ -60,8 +60,12 @@ __global__ void lowp_gemm_nt_kernel(LowpKernelArgs g) {
   }
 }
 
-// Four elements per thread and iteration with 16-byte loads when both pointers are aligned (vec); the rest
-// element by element.
+// Four elements per thread and iteration with 16-byte loads when both pointers are aligned and cols % 4 == 0
+// (vec: the four share a row); the rest element by element.
+__device__ __forceinline__ float row_factor(const ScaleI32Args& g, float s, int64_t i) {
+  return g.row_scale ? __fmul_rn(s, g.row_scale[i / g.cols / g.rows_per_scale]) : s;
+}
+
 __global__ void scale_i32_kernel(ScaleI32Args g, bool vec) {
   const float s = __fmul_rn(__fmul_rn(g.scale_a ? *g.scale_a : 1.0f, g.scale_b ? *g.scale_b : 1.0f), g.mult);
   const int64_t quads = vec ? g.n / 4 : 0;
@@ -69,8 +73,9 @@ __global__ void scale_i32_kernel(ScaleI32Args g, bool vec) {
   const bool bf = g.out_dtype == DType::bf16;
   for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads; q += stride) {
     const int4 a = reinterpret_cast<const int4*>(g.acc)[q];
-    const float v[4] = {__fmul_rn(static_cast<float>(a.x), s), __fmul_rn(static_cast<float>(a.y), s),
-                        __fmul_rn(static_cast<float>(a.z), s), __fmul_rn(static_cast<float>(a.w), s)};
+    const float f = row_factor(g, s, 4 * q);
+    const float v[4] = {__fmul_rn(static_cast<float>(a.x), f), __fmul_rn(static_cast<float>(a.y), f),
+                        __fmul_rn(static_cast<float>(a.z), f), __fmul_rn(static_cast<float>(a.w), f)};
     if (bf) {
       bf16* o = static_cast<bf16*>(g.out) + 4 * q;
 #pragma unroll
@@ -80,9 +85,23 @@ __global__ void scale_i32_kernel(ScaleI32Args g, bool vec) {
     }
   }
   for (int64_t i = 4 * quads + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.n; i += stride) {
-    const float v = __fmul_rn(static_cast<float>(g.acc[i]), s);
+    const float v = __fmul_rn(static_cast<float>(g.acc[i]), row_factor(g, s, i));
     if (bf) static_cast<bf16*>(g.out)[i] = bf16(v);
     else static_cast<float*>(g.out)[i] = v;
+  }
+}
+
+__global__ void scale_rows_kernel(ScaleRowsArgs g) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.n; i += stride) {
+    const float f = g.row_scale[i / g.cols / g.rows_per_scale];
+    if (g.dtype == DType::bf16) {
+      bf16* p = static_cast<bf16*>(g.data) + i;
+      *p = bf16(__fmul_rn(static_cast<float>(*p), f));
+    } else {
+      float* p = static_cast<float*>(g.data) + i;
+      *p = __fmul_rn(*p, f);
+    }
   }
 }
 
@@ -91,9 +110,17 @@ __global__ void scale_i32_kernel(ScaleI32Args g, bool vec) {
 void launch_scale_i32(const ScaleI32Args& g, cudaStream_t stream) {
   if (g.n == 0) return;
   if (g.out_dtype != DType::f32 && g.out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("scale_i32", g.out_dtype);
-  const bool vec = reinterpret_cast<uintptr_t>(g.acc) % 16 == 0 && reinterpret_cast<uintptr_t>(g.out) % 16 == 0;
+  const bool vec = reinterpret_cast<uintptr_t>(g.acc) % 16 == 0 && reinterpret_cast<uintptr_t>(g.out) % 16 == 0 &&
+                   g.cols % 4 == 0;
   scale_i32_kernel<<<ht::cuda::grid_for(g.n / 4 + 1), ht::cuda::kBlock, 0, stream>>>(g, vec);
   HT_CHECK_LAUNCH("scale_i32");
+}
+
+void launch_scale_rows(const ScaleRowsArgs& g, cudaStream_t stream) {
+  if (g.n == 0) return;
+  if (g.dtype != DType::f32 && g.dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("scale_rows", g.dtype);
+  scale_rows_kernel<<<ht::cuda::grid_for(g.n), ht::cuda::kBlock, 0, stream>>>(g);
+  HT_CHECK_LAUNCH("scale_rows");
 }
 
 void launch_pad_copy_2d(const PadCopyArgs& p, cudaStream_t stream) {

@@ -43,18 +43,32 @@ struct LowpKernelArgs {
 // i8 x i8 -> i32, or f8e4m3/f8e5m2 x f8e4m3/f8e5m2 -> f32/bf16 (c = scale_a·scale_b·sum, rounded once).
 void launch_lowp_gemm_nt(const LowpKernelArgs& args, cudaStream_t stream);
 
-// The epilogue of an integer product in one pass: out[i] = f32(acc[i]) · ((scale_a · scale_b) · mult), f32
-// arithmetic (__fmul_rn), stored as f32 or bf16 (rounded once). scale_a / scale_b: device pointers to one f32
-// each (nullptr = 1), read by the kernel; mult: a host constant (e.g. HLA's 1/n).
+// The epilogue of an integer product in one pass: out[i] = f32(acc[i]) · (s · row_scale[(i / cols) /
+// rows_per_scale]) with s = (scale_a · scale_b) · mult, f32 arithmetic (__fmul_rn), stored as f32 or bf16
+// (rounded once). scale_a / scale_b: device pointers to one f32 each (nullptr = 1), read by the kernel;
+// mult: a host constant (e.g. HLA's 1/n); row_scale: optional per-row-group f32 scales (HQ's per-token or
+// per-sample s_g), nullptr = 1.
 struct ScaleI32Args {
-  const int32_t* acc = nullptr;  // (n)
+  const int32_t* acc = nullptr;  // (n) = (rows, cols)
   int64_t n = 0;
   const float* scale_a = nullptr;
   const float* scale_b = nullptr;
   float mult = 1.0f;
+  const float* row_scale = nullptr;  // (rows / rows_per_scale)
+  int64_t cols = 1, rows_per_scale = 1;
   DType out_dtype = DType::f32;  // f32 or bf16
   void* out = nullptr;           // (n)
 };
 void launch_scale_i32(const ScaleI32Args& args, cudaStream_t stream);
+
+// In place: data[i] = round(f32(data[i]) · row_scale[(i / cols) / rows_per_scale]) for data f32 or bf16
+// (n elements, (rows, cols) row-major): the per-row scale of a product whose scalar scales went into the GEMM.
+struct ScaleRowsArgs {
+  void* data = nullptr;
+  DType dtype = DType::f32;  // f32 or bf16
+  int64_t n = 0, cols = 1, rows_per_scale = 1;
+  const float* row_scale = nullptr;
+};
+void launch_scale_rows(const ScaleRowsArgs& args, cudaStream_t stream);
 
 }  // namespace ht::kernels

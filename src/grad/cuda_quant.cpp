@@ -132,9 +132,13 @@ void grad_unpack_int4(const Tensor& out, const Tensor& packed) {
                               packed.numel(), on.stream);
 }
 
-void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult) {
+void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult,
+                    const Tensor& row_scale, int64_t rows_per_scale) {
   OnDevice on(out);
   kernels::ScaleI32Args a;
+  a.row_scale = row_scale.defined() ? static_cast<const float*>(row_scale.data_ptr()) : nullptr;
+  a.cols = acc.dim() > 0 ? acc.size(acc.dim() - 1) : 1;
+  a.rows_per_scale = rows_per_scale;
   a.acc = static_cast<const int32_t*>(acc.data_ptr());
   a.n = acc.numel();
   a.scale_a = static_cast<const float*>(scale_a.data_ptr());
@@ -143,6 +147,18 @@ void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a,
   a.out_dtype = out.dtype();
   a.out = out.data_ptr();
   kernels::launch_scale_i32(a, on.stream);
+}
+
+void grad_scale_rows(const Tensor& t, const Tensor& row_scale, int64_t rows_per_scale) {
+  OnDevice on(t);
+  kernels::ScaleRowsArgs a;
+  a.data = t.data_ptr();
+  a.dtype = t.dtype();
+  a.n = t.numel();
+  a.cols = t.dim() > 0 ? t.size(t.dim() - 1) : 1;
+  a.rows_per_scale = rows_per_scale;
+  a.row_scale = static_cast<const float*>(row_scale.data_ptr());
+  kernels::launch_scale_rows(a, on.stream);
 }
 
 }  // namespace ht::cuda_ops

@@ -20,9 +20,13 @@ void grad_hadamard(const Tensor& out, const Tensor& x, int64_t block);
 // out (i4x2, contiguous) from values (i8, contiguous, values in -8..7 by precondition); and back.
 void grad_pack_int4(const Tensor& out, const Tensor& values);
 void grad_unpack_int4(const Tensor& out, const Tensor& packed);
-// out (f32 or bf16, contiguous, acc's numel) = f32(acc) · (scale_a · scale_b · mult) in one pass; acc i32
-// contiguous, scale_a / scale_b one-element f32 tensors on the device (read by the kernel).
-void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult);
+// out (f32 or bf16, contiguous, acc's numel) = f32(acc) · (scale_a · scale_b · mult · row_scale[row group])
+// in one pass; acc i32 contiguous (rows, last dim), scale_a / scale_b one-element f32 tensors on the device
+// (read by the kernel), row_scale (rows / rows_per_scale) f32 contiguous or undefined.
+void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult,
+                    const Tensor& row_scale, int64_t rows_per_scale);
+// In place: t (f32 or bf16, contiguous, (rows, last dim)) · row_scale[row / rows_per_scale] (f32, contiguous).
+void grad_scale_rows(const Tensor& t, const Tensor& row_scale, int64_t rows_per_scale);
 
 }  // namespace ht::cuda_ops
 #endif

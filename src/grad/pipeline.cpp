@@ -169,20 +169,45 @@ Tensor lowp_product_nt(const Tensor& a, const Tensor& b) {
   return fp8_matmul_nt(a, b, one, one, DType::f32);
 }
 
-Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype) {
-  HT_ASSERT(acc.dtype() == DType::i32 && scale_a.numel() == 1 && scale_b.numel() == 1,
-            "scale_i32: expected i32 values and one-element scales, got {}, {}, {}", acc.describe(), scale_a.describe(),
-            scale_b.describe());
+// (rows, C) -> (rows / k, k·C): rows grouped by their scale, for scale_dim0.
+static Tensor by_row_group(const Tensor& t, int64_t k) { return reshape(t, {t.size(0) / k, k * t.size(1)}); }
+
+Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype,
+                 const Tensor& row_scale, int64_t rows_per_scale) {
+  HT_ASSERT(acc.dtype() == DType::i32 && acc.dim() == 2 && scale_a.numel() == 1 && scale_b.numel() == 1,
+            "scale_i32: expected 2-D i32 values and one-element scales, got {}, {}, {}", acc.describe(),
+            scale_a.describe(), scale_b.describe());
+  HT_ASSERT(!row_scale.defined() || row_scale.numel() * rows_per_scale == acc.size(0),
+            "scale_i32: {} row scales for {} rows in groups of {}", row_scale.numel(), acc.size(0), rows_per_scale);
   if (acc.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    HT_ASSERT(out_dtype == DType::f32 || out_dtype == DType::bf16, "scale_i32: out dtype {}", dtype_name(out_dtype));
-    const Tensor a = acc.contiguous();
-    Tensor out = empty(acc.shape(), {out_dtype, acc.device()});
-    cuda_ops::grad_scale_i32(out, a, scale_a.to(DType::f32).contiguous(), scale_b.to(DType::f32).contiguous(), mult);
-    return out;
+    if (out_dtype == DType::f32 || out_dtype == DType::bf16) {
+      const Tensor a = acc.contiguous();
+      Tensor out = empty(acc.shape(), {out_dtype, acc.device()});
+      cuda_ops::grad_scale_i32(out, a, scale_a.to(DType::f32).contiguous(), scale_b.to(DType::f32).contiguous(), mult,
+                               row_scale.defined() ? row_scale.to(DType::f32).contiguous() : Tensor(), rows_per_scale);
+      return out;
+    }
 #endif
   }
-  return mul(mul(acc.to(DType::f32), mul(scale_a, scale_b)), mult).to(out_dtype);
+  Tensor v = mul(mul(acc.to(DType::f32), mul(scale_a, scale_b)), mult);
+  if (row_scale.defined()) v = reshape(scale_dim0(by_row_group(v, rows_per_scale), row_scale), v.shape());
+  return v.to(out_dtype);
+}
+
+Tensor scale_rows(const Tensor& t, const Tensor& row_scale, int64_t rows_per_scale) {
+  HT_ASSERT(t.dim() == 2 && row_scale.numel() * rows_per_scale == t.size(0),
+            "scale_rows: {} row scales for {} in groups of {}", row_scale.numel(), t.describe(), rows_per_scale);
+  if (t.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    if ((t.dtype() == DType::f32 || t.dtype() == DType::bf16) && t.is_contiguous()) {
+      cuda_ops::grad_scale_rows(t, row_scale.to(DType::f32).contiguous(), rows_per_scale);
+      return t;
+    }
+#endif
+  }
+  const Tensor v = scale_dim0(by_row_group(t.to(DType::f32), rows_per_scale), row_scale.to(DType::f32));
+  return reshape(v, t.shape()).to(t.dtype());
 }
 
 Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale) {

@@ -227,24 +227,22 @@ class HlqPipeline final : public Pipeline {
     const Quantized q_w = quantize(wt, qw);  // (I, O) int8 / e4m3 = (H W)ᵀ quantised
     const Tensor a = reshape(q_g.values, {B * L, O});                     // (B·L, O) int8 / e4m3
     const Tensor sw = div(q_w.scale, static_cast<double>(T));              // (1): s_w / T, on the device
-    Tensor acc;                                                            // (B·L, I)
+    // Out in the compute dtype (bf16 stays bf16; other dtypes f32). Per-row / per-sample s_g: rows of the
+    // product, in groups of `per` rows (1 per token, L per sample).
+    const DType out = s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+    const bool scalar = qg.granularity == Granularity::tensor;
+    const int64_t per = qg.granularity == Granularity::row ? 1 : L;
+    const Tensor one = ones({1}, {DType::f32, g_y.device()});
+    Tensor acc;  // (B·L, I)
     if (carrier == Carrier::fp8) {
-      // The scalar scales go into the fp8 product (read from device memory); the result comes out in the
-      // compute dtype (bf16 stays bf16; other dtypes f32), so a per-row / per-sample scale is one more pass.
-      const DType out = s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
-      const bool scalar = qg.granularity == Granularity::tensor;
-      const Tensor one = ones({1}, {DType::f32, g_y.device()});
+      // The scalar scales go into the fp8 product (read from device memory); a per-row / per-sample scale is
+      // one more in-place pass over the product (f32 scales, one rounding).
       acc = fp8_matmul_nt(a, q_w.values, scalar ? q_g.scale : one, sw, out);
-      if (qg.granularity == Granularity::row) acc = scale_dim0(acc, q_g.scale.to(out));
-      if (qg.granularity == Granularity::sample)
-        acc = reshape(scale_dim0(reshape(acc, {B, L * I}), q_g.scale.to(out)), {B * L, I});
+      if (!scalar) acc = scale_rows(acc, q_g.scale, per);
     } else {
-      // int32 -> f32, then one multiply by the combined per-row / per-sample / scalar scale.
-      acc = lowp_product_nt(a, q_w.values);
-      if (qg.granularity == Granularity::row) acc = scale_dim0(acc, mul(q_g.scale, sw));
-      if (qg.granularity == Granularity::sample)
-        acc = reshape(scale_dim0(reshape(acc, {B, L * I}), mul(q_g.scale, sw)), {B * L, I});
-      if (qg.granularity == Granularity::tensor) acc = mul(acc, mul(q_g.scale, sw));
+      // One pass over the int32 product: s_w/T (and a tensor s_g) as scalars, per-row / per-sample s_g by row.
+      const Tensor prod = int8_matmul_nt(a, q_w.values);  // (B·L, I) i32
+      acc = scalar ? scale_i32(prod, q_g.scale, sw, 1.0, out) : scale_i32(prod, one, sw, 1.0, out, q_g.scale, per);
     }
     return reshape(acc, {B, L, I});
   }

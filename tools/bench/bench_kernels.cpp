@@ -202,20 +202,37 @@ void bench_conv_bn(bool csv) {
 }
 
 // ---- bench_grad_quant (helper quant) ----
-// grad::quantize of a gradient as the HLQ g_x path runs it: bf16 input, T = 16 Hadamard blocks, absmax,
-// 4 bits, stochastic rounding. (12608, 3072) = ViT-B fc1 g_y at batch 64 (64·197 tokens) with per-token (row)
-// scales: the fused one-block-per-row kernel; (64, 197·3072) with per-sample scales: the two-pass path
-// (partial reduction, per-group finalisation, quantisation; x is read twice). GB/s counts the minimum
-// traffic, bf16 read once (2 B/element) + int8 written (1 B/element) + f32 scales, and is compared with the
-// copy bandwidth measured in main().
+// grad::quantize of a gradient as the HLQ paths run it, bf16 input. g_x path: T = 16 Hadamard blocks, absmax,
+// 4 bits, stochastic rounding: (12608, 3072) = ViT-B fc1 g_y at batch 64 (64·197 tokens) with per-token (row)
+// scales is the fused kernel (int8 and e4m3 values, and with max |g_y| reported for the g_w path); (64,
+// 197·3072) with per-sample scales the two-pass path (x read twice). g_w path (identity HLA plan): 8 bits,
+// one absmax scale, stochastic, values written K-major (3072, 12608): two-pass, and with the maximum given
+// (one read). GB/s counts the minimum traffic, bf16 read once (2 B/element) + 1 B/element written + f32
+// scales, and is compared with the copy bandwidth measured in main().
 void bench_grad_quant(bool csv, double copy_gbs) {
   struct Case {
     const char* name;
     int64_t rows, cols;
     grad::Granularity granularity;
+    int bits;
+    int64_t block;
+    DType values;
+    grad::ValuesLayout layout;
+    bool report, known;
   };
-  const Case cases[] = {{"quantize bf16 (12608, 3072) row T16 SR4", 12608, 3072, grad::Granularity::row},
-                        {"quantize bf16 (64, 197*3072) sample T16 SR4", 64, 197 * 3072, grad::Granularity::sample}};
+  using grad::Granularity;
+  using grad::ValuesLayout;
+  const Case cases[] = {
+      {"quantize bf16 (12608, 3072) row T16 SR4", 12608, 3072, Granularity::row, 4, 16, DType::i8,
+       ValuesLayout::natural, false, false},
+      {"  e4m3 values", 12608, 3072, Granularity::row, 4, 16, DType::f8e4m3, ValuesLayout::natural, false, false},
+      {"  e4m3 values + max |x|", 12608, 3072, Granularity::row, 4, 16, DType::f8e4m3, ValuesLayout::natural, true,
+       false},
+      {"quantize bf16 (64, 197*3072) sample T16 SR4", 64, 197 * 3072, Granularity::sample, 4, 16, DType::i8,
+       ValuesLayout::natural, false, false},
+      {"quantize bf16 (12608, 3072) tensor SR8 K-major", 12608, 3072, Granularity::tensor, 8, 1, DType::i8,
+       ValuesLayout::transposed, false, false},
+      {"  known max |x|", 12608, 3072, Granularity::tensor, 8, 1, DType::i8, ValuesLayout::transposed, false, true}};
   const Device dev = Device::cuda(0);
   Generator gen(5);
   if (csv) std::printf("grad quant,ms,GB/s,ratio_to_copy\n");
@@ -223,12 +240,20 @@ void bench_grad_quant(bool csv, double copy_gbs) {
   for (const Case& c : cases) {
     const Tensor x = rand({c.rows, c.cols}, gen, {DType::f32, dev}).to(DType::bf16);
     grad::QuantSpec spec;
-    spec.bits = 4;
+    spec.bits = c.bits;
     spec.granularity = c.granularity;
     spec.scale_rule = grad::ScaleRule::absmax;
     spec.rounding = grad::Rounding::stochastic;
-    spec.hadamard_block = 16;
+    spec.hadamard_block = c.block;
     spec.noise = {7, 1};
+    spec.values_dtype = c.values;
+    spec.layout = c.layout;
+    spec.report_input_absmax = c.report;
+    if (c.known) {
+      grad::QuantSpec r;
+      r.report_input_absmax = true;
+      spec.known_absmax = grad::quantize(x, r).input_absmax;
+    }
     grad::Quantized keep;
     const double ms = time_ms([&] { keep = grad::quantize(x, spec); });
     const double elems = static_cast<double>(c.rows) * static_cast<double>(c.cols);
