@@ -40,7 +40,8 @@ Quantized luq_quantize(const Tensor& x, const LuqSpec& spec) {
            "(input {})",
            spec.bits, x.describe());
   const detail::Groups groups = detail::groups_of(x, spec.granularity);
-  Quantized q{empty(x.shape(), {DType::f8e4m3, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()})};
+  Quantized q{empty(x.shape(), {DType::f8e4m3, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()}),
+              Tensor()};
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::grad_luq(q, x, spec);

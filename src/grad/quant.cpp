@@ -153,7 +153,7 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
   const int64_t cols = x.size(x.dim() - 1), rows = cols == 0 ? 0 : x.numel() / cols;
   const bool transposed = spec.layout == ValuesLayout::transposed;
   const Shape vshape = x.is_cuda() && transposed ? Shape{cols, rows} : x.shape();
-  Quantized q{empty(vshape, {vdt, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()})};
+  Quantized q{empty(vshape, {vdt, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()}), Tensor()};
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     if (spec.report_input_absmax) q.input_absmax = zeros({1}, {DType::f32, x.device()});  // atomic maxima start at 0
