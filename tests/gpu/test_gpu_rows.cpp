@@ -249,7 +249,12 @@ TEST_CASE("softmax and log_softmax backward on CUDA: many short rows", "[gpu][ro
     const Tensor x = test::random_input({70001, 16}, 970, dt, -3.0, 3.0);
     INFO(dtype_name(dt));
     CHECK(check_op([](const std::vector<Tensor>& in) { return softmax(in[0], -1); }, {x}, dt) == "");
-    CHECK(check_op([](const std::vector<Tensor>& in) { return log_softmax(in[0], -1); }, {x}, dt) == "");
+    // log_softmax's backward g - exp(y) sum(g) amplifies a one-ulp difference of the saved bf16 y (the fast
+    // exp of the forward may round the other way at a tie): 2^-6 relative at y ~ -3, times sum(g) ~ 16 and
+    // exp(y) ~ 0.04 is ~0.01 absolute, so the gradient gets an absolute tolerance of that size in bf16.
+    test::Tolerance gtol = row_tol(dt);
+    if (dt == DType::bf16) gtol.atol = 0.02;
+    CHECK(check_op([](const std::vector<Tensor>& in) { return log_softmax(in[0], -1); }, {x}, row_tol(dt), gtol) == "");
   }
 }
 
