@@ -197,4 +197,9 @@ std::string backward_profile_report() {
   return out;
 }
 
+void backward_profile_reset() {
+  std::lock_guard<std::mutex> lock(profile().mu);
+  profile().by_name.clear();
+}
+
 }  // namespace ht

@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   // (median of 5 steps), and with HADATRAIN_PROFILE_BACKWARD set the backward time per node type
   // (Note [Backward profile]; the step time above is then distorted by the synchronisations).
   std::vector<double> fw, bw, op;
+  backward_profile_reset();  // the table covers the 5 phase steps below, after every one-off first call
   auto now = [] {
     cudaDeviceSynchronize();
     return std::chrono::steady_clock::now();

@@ -9,4 +9,8 @@ namespace ht {
 // alone otherwise.
 std::string backward_profile_report();
 
+// Drops what the profile collected so far (e.g. warm-up steps, whose first calls include one-off costs such
+// as cuDNN's algorithm search).
+void backward_profile_reset();
+
 }  // namespace ht
