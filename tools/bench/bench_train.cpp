@@ -102,6 +102,17 @@ int main(int argc, char** argv) {
   }
   for (auto* v : {&fw, &bw, &op}) std::sort(v->begin(), v->end());
   std::printf("  phases: forward %.2f ms, backward %.2f ms, optimiser %.2f ms\n", fw[2], bw[2], op[2]);
+  // Host time to issue one whole step (no synchronisation inside; the device drained before): when it is
+  // close to the step time, the GPU waits for the CPU (launch and dispatch overhead), not for kernels.
+  std::vector<double> host;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = now();
+    step();
+    host.push_back(ms_between(t0, std::chrono::steady_clock::now()));
+    now();
+  }
+  std::sort(host.begin(), host.end());
+  std::printf("  host issue time per step: %.2f ms (vs %.2f ms step)\n", host[2], med);
   const std::string prof = backward_profile_report();
   if (!prof.empty() && prof.find('\n') != prof.size() - 1) std::printf("%s", prof.c_str());
   return 0;
