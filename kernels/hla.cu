@@ -127,18 +127,31 @@ __global__ void __launch_bounds__(kHlaThreads)
     h_log += stages;
   }
   __syncthreads();
+  float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
   if (!a.channels) {  // out (B, R, C): rows of `width` contiguous floats
     float* o = a.out + (b * R + p * r) * a.C + c0;
     for (int e = threadIdx.x; e < (r << g.tile_log); e += blockDim.x) {
       const int i = e >> g.tile_log, c = e & (tile - 1);
-      if (c < width) o[i * a.C + c] = slab[kept[i] * g.stride + c];
+      if (c < width) {
+        const float v = slab[kept[i] * g.stride + c];
+        o[i * a.C + c] = v;
+        amax = fmaxf(amax, fabsf(v));
+      }
     }
   } else {  // out (B, C, R): runs of r contiguous floats per channel
     float* o = a.out + (b * a.C + c0) * R + p * r;
     for (int e = threadIdx.x; e < r * width; e += blockDim.x) {
       const int c = e / r, i = e - c * r;
-      o[c * R + i] = slab[kept[i] * g.stride + c];
+      const float v = slab[kept[i] * g.stride + c];
+      o[c * R + i] = v;
+      amax = fmaxf(amax, fabsf(v));
     }
+  }
+  if (a.absmax) {  // a warp maximum, then one atomicMax on the bits (non-negative floats order like them)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    if (threadIdx.x % 32 == 0 && amax > 0.0f)
+      atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
   }
 }
 

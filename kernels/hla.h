@@ -29,6 +29,7 @@ struct HlaProjectArgs {
   int64_t kept = 1;                // r, <= kHlaMaxRows
   bool channels = false;           // out (B, C, R) instead of (B, R, C), R = (L / n)·r
   float* out;                      // contiguous
+  float* absmax = nullptr;         // optional: max(*absmax, max |out|) by atomicMax on the f32 bits
 };
 void launch_hla_project(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
 

@@ -8,11 +8,13 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/ops/copy.h"
+#include "kernels/grad_quant.h"
 #include "kernels/hla.h"
 
 namespace ht::cuda_ops {
 
-void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, grad::HlaLayout layout) {
+void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, grad::HlaLayout layout,
+                 float* absmax) {
   if (out.numel() == 0) return;
   HT_CHECK(plan.block <= kernels::kHlaMaxBlock && plan.kept() <= kernels::kHlaMaxRows,
            "hla_project: the CUDA kernel supports blocks n <= {} with r <= {} kept rows, got plan {}",
@@ -20,6 +22,10 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
   HT_ASSERT(out.is_contiguous() && out.dtype() == DType::f32, "hla_project: bad output {}", out.describe());
   if (plan.block == 1) {  // identity plan (odd L): a conversion to f32 (the same rounding), transposed for channels
     copy_(layout == grad::HlaLayout::rows ? out : out.transpose(1, 2), x);
+    if (absmax) {
+      cuda::DeviceGuard guard(out.device().index);
+      kernels::launch_absmax(DType::f32, absmax, out.data_ptr(), out.numel(), cuda::current_stream(out.device().index));
+    }
     return;
   }
   const bool wide = x.dtype() == DType::f32 || x.dtype() == DType::f64 || x.dtype() == DType::bf16 ||
@@ -40,6 +46,7 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
   a.kept = plan.kept();
   a.channels = layout == grad::HlaLayout::channels;
   a.out = static_cast<float*>(out.data_ptr());
+  a.absmax = absmax;
   cuda::DeviceGuard guard(out.device().index);
   kernels::launch_hla_project(a, rows, cuda::current_stream(out.device().index));
 }

@@ -12,6 +12,7 @@
 
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/dispatch.h"
+#include "hadatrain/tensor/factory.h"
 #include "ops/cpu/convert.h"
 #include "ops/cpu/loops.h"
 #ifdef HADATRAIN_CUDA
@@ -121,7 +122,7 @@ HlaPlan hla_plan(int64_t length, const HlaRank& rank) {
   return plan;
 }
 
-Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout) {
+Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout, Tensor* absmax) {
   HT_CHECK(x.dim() == 3, "hla_project: x must be (B, L, C), got {}", x.describe());
   check_floating("hla_project", {&x});
   const int64_t B = x.size(0), L = x.size(1), C = x.size(2);
@@ -136,12 +137,14 @@ Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout) {
   Tensor out = empty(layout == HlaLayout::rows ? Shape{B, R, C} : Shape{B, C, R}, {DType::f32, x.device()});
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    cuda_ops::hla_project(out, x, plan, layout);
+    if (absmax) *absmax = zeros({1}, {DType::f32, x.device()});  // the kernel's atomic maxima start at 0
+    cuda_ops::hla_project(out, x, plan, layout, absmax ? static_cast<float*>(absmax->data_ptr()) : nullptr);
     return out;
 #else
     no_cuda_kernel("hla_project");
 #endif
   }
+  if (absmax) *absmax = zeros({1});
   if (out.numel() == 0) return out;
   const int64_t sb = x.strides()[0], sl = x.strides()[1], sc = x.strides()[2];
   float* po = cpu::ptr<float>(out);
@@ -178,6 +181,11 @@ Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout) {
         }
       }
   });
+  if (absmax) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < out.numel(); ++i) m = std::fmax(m, std::fabs(po[i]));
+    *absmax = from_vector(std::vector<float>{m}, {1});
+  }
   return out;
 }
 

@@ -52,9 +52,10 @@ struct HlqSaved final : SavedState {
 };
 
 // t (B, L, C) -> (B, R, C): the HLA projection, or t itself for the identity plan (n = 1: nothing to
-// project, and the quantiser reads the compute dtype directly).
-Tensor project(const Tensor& t, const HlaPlan& plan) {
-  return plan.block == 1 ? t : hla_project(t, plan, HlaLayout::rows);
+// project, and the quantiser reads the compute dtype directly). absmax (projections only): receives
+// max |projection| from the projection kernel.
+Tensor project(const Tensor& t, const HlaPlan& plan, Tensor* absmax = nullptr) {
+  return plan.block == 1 ? t : hla_project(t, plan, HlaLayout::rows, absmax);
 }
 
 Tensor pad_tokens(const Tensor& t, int64_t pad) {  // (B, L, C) -> (B, L + pad, C), zeros appended
@@ -252,7 +253,11 @@ class HlqPipeline final : public Pipeline {
     Tensor gm = g_y;
     if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);
     gm = pad_tokens(gm, s.axis.pad);
-    const Tensor gp = project(gm, s.axis.plan);  // (B, R, O)
+    // The 8-bit quantiser's m (one absmax scale): from the g_x quantiser's pass (identity plan, gy_absmax) or
+    // from the projection kernel, so that it needs no statistics pass of its own.
+    Tensor gp_absmax = gy_absmax;
+    const bool want_max = o_.gw_bits > 0 && o_.gw_scale == ScaleGranularity::tensor && s.axis.plan.block > 1;
+    const Tensor gp = project(gm, s.axis.plan, want_max ? &gp_absmax : nullptr);  // (B, R, O)
     const double inv_n = 1.0 / static_cast<double>(s.axis.plan.block);
     // Without an exact part to add, the quantised product's epilogue writes the weight's dtype directly.
     const DType wdt = s.w.dtype();
@@ -263,7 +268,7 @@ class HlqPipeline final : public Pipeline {
                   reshape(s.xc.values.to(DType::f32), {-1, s.xc.values.size(2)}));
       gw = mul(gw, inv_n);
     } else {  // without ACBP the projection was kept unquantised and is quantised now
-      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, inv_n, out, gy_absmax);
+      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, inv_n, out, gp_absmax);
     }
     if (s.axis.extra > 0)
       gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, s.axis.extra).to(DType::f32), s.x_extra.to(DType::f32)));

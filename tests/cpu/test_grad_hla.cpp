@@ -265,6 +265,25 @@ TEST_CASE("hla identity plan for odd L copies x as f32", "[hla]") {
                       x.to(DType::f32).transpose(1, 2).contiguous().to_vector<double>(), 0, 0) == "");
 }
 
+TEST_CASE("hla_project reports the largest magnitude it wrote", "[hla]") {
+  for (int64_t L : {64, 197}) {
+    const Tensor x = test::random_tensor({3, L, 7}, 9, DType::f32, -3.0, 3.0);
+    const HlaPlan plan = grad::hla_plan(L, pct_rank(50));
+    for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
+      Tensor m;
+      const Tensor y = grad::hla_project(x, plan, layout, &m);
+      REQUIRE(m.defined());
+      double want = 0;
+      for (double v : y.to_vector<double>()) want = std::max(want, std::fabs(v));
+      CHECK(m.shape() == Shape{1});
+      CHECK(m.dtype() == DType::f32);
+      CHECK(m.item() == want);
+      CHECK(want > 0);
+      CHECK(test::compare(y, grad::hla_project(x, plan, layout).to_vector<double>(), 0, 0) == "");
+    }
+  }
+}
+
 TEST_CASE("hla_project rejects bad inputs", "[hla]") {
   const HlaPlan plan = grad::hla_plan(64, pct_rank(50));
   CHECK_THROWS_WITH(grad::hla_project(test::random_tensor({64, 3}, 1), plan), HasSubstr("must be (B, L, C)"));

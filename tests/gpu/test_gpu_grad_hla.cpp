@@ -1,7 +1,7 @@
 // HLA projection on CUDA against the CPU reference, bit for bit (include/hadatrain/grad/hla.h: both sides
 // convert to f32 and run the same butterfly with round-to-nearest adds): L in {16, 64, 196 (n 4), 784 (n 16),
 // 1024, 197 (n 1), 2048 (n > 1024, large shared memory)}, odd B and C, f32 / bf16 / f16 / f64 / fp8 inputs,
-// both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations.
+// both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -37,11 +37,14 @@ std::string check_project(const Tensor& x_cpu, const HlaPlan& plan) {
   test::PoisonGuard poison;
   const Tensor x_gpu = x_cpu.to(test::kCuda);
   for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
-    const Tensor expected = grad::hla_project(x_cpu, plan, layout);
-    const Tensor actual = grad::hla_project(x_gpu, plan, layout);
+    Tensor max_cpu, max_gpu;  // max |projection|, reported by the projection (HLQ's 8-bit quantiser uses it)
+    const Tensor expected = grad::hla_project(x_cpu, plan, layout, &max_cpu);
+    const Tensor actual = grad::hla_project(x_gpu, plan, layout, &max_gpu);
     if (actual.device() != test::kCuda) return "result not on CUDA";
     const std::string err = test::compare_bits(actual, expected);
     if (!err.empty()) return std::string(layout == HlaLayout::rows ? "rows: " : "channels: ") + err;
+    const std::string merr = test::compare_bits(max_gpu, max_cpu);
+    if (!merr.empty()) return "absmax: " + merr;
   }
   return "";
 }

@@ -51,6 +51,10 @@ std::vector<int32_t> hla_sequency_rows(int64_t block, const HlaRank& rank);
 enum class HlaLayout { rows, channels };
 
 // x (B, L, C) any floating dtype and strides, L == plan.length -> f32 projection (Note [HLA projection]).
-Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout = HlaLayout::rows);
+// absmax: when not null, receives max |projection| (f32 (1) on x's device; fmax semantics, NaN never wins),
+// computed while the projection is written (CUDA: one atomicMax per warp), so that a tensor-absmax
+// quantisation of the projection (QuantSpec::known_absmax) needs no statistics pass.
+Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout = HlaLayout::rows,
+                   Tensor* absmax = nullptr);
 
 }  // namespace ht::grad
