@@ -1,6 +1,7 @@
 // `hadatrain inspect-grads --config FILE [--pipelines exact,hlq,lbp_wht,luq] [--json FILE] [--set k=v]...`:
 // per layer, the relative error and cosine similarity of g_x and g_w of each pipeline against exact on one
 // training batch, and the activation bytes each pipeline saves (train/inspect.h).
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -55,6 +56,8 @@ Command add_inspect_command(CLI::App& app) {
     const auto report = train::inspect_grads(cfg, o);
     fmt::print("{}", train::format_grad_report(report));
     if (!a->json.empty()) {
+      const std::filesystem::path dir = std::filesystem::path(a->json).parent_path();
+      if (!dir.empty()) std::filesystem::create_directories(dir);  // as the trainer does for run.out_dir
       io::write_file_atomic(a->json, train::grad_report_json(report));
       fmt::print("report written to {}\n", a->json);
     }
