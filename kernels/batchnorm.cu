@@ -17,7 +17,10 @@
 // value (a sample of the data, so the shifted sums do not cancel), var = E[(x-K)^2] - E[x-K]^2.
 // Arithmetic: per-thread sums (and the in-block column sums of the channels-last kernels) and the elementwise
 // maps run in float for bf16/f16 and in double for f32/f64; per-block partial sums, statistics and
-// per-channel constants are double.
+// per-channel constants are double. Weight, bias and running stats are read in their own dtype (BnParam).
+// Fused ReLU (BnAct::relu): the forward writes relu(round(x * scale + shift)); the backward recomputes the
+// same value from x with the same per-channel constants and the same fma (bn_affine), so its mask
+// (round(v) > 0) is exactly the forward's, and masks g before the sums and dx.
 #include <algorithm>
 #include <type_traits>
 
@@ -165,11 +168,55 @@ HT_DEV int64_t cf_offset(const BnShape& s, const CfGrid& g, int64_t c, int64_t j
 
 // ---- per-channel constants ------------------------------------------------------------------------------
 
+// Value c of a per-channel parameter as double, or dflt when absent.
+HT_DEV double param_at(const BnParam& p, int64_t c, double dflt) {
+  if (!p.data) return dflt;
+  switch (p.dtype) {
+    case DType::f64: return static_cast<const double*>(p.data)[c];
+    case DType::bf16: return to_double(static_cast<const bf16*>(p.data)[c]);
+    case DType::f16: return to_double(static_cast<const f16*>(p.data)[c]);
+    default: return to_double(static_cast<const float*>(p.data)[c]);
+  }
+}
+HT_DEV void param_store(void* data, DType dt, int64_t c, double v) {
+  switch (dt) {
+    case DType::f64: static_cast<double*>(data)[c] = v; break;
+    case DType::bf16: static_cast<bf16*>(data)[c] = convert<bf16>(v); break;
+    case DType::f16: static_cast<f16*>(data)[c] = convert<f16>(v); break;
+    default: static_cast<float*>(data)[c] = convert<float>(v); break;
+  }
+}
+
 // y = x * scale + shift.
 HT_DEV void affine_of(const BnChannels& ch, int64_t c, double& scale, double& shift) {
-  const double w = ch.weight ? ch.weight[c] : 1.0, b = ch.bias ? ch.bias[c] : 0.0;
+  const double w = param_at(ch.weight, c, 1.0), b = param_at(ch.bias, c, 0.0);
   scale = ch.invstd[c] * w;
   shift = b - ch.mean[c] * scale;
+}
+
+// The forward's per-element map before the activation, one explicit fma so that forward and backward (which
+// recomputes it for the ReLU mask) round identically.
+template <class A>
+HT_DEV A bn_affine(A x, A scale, A shift) {
+  if constexpr (std::is_same_v<A, float>) return __fmaf_rn(x, scale, shift);
+  else return __fma_rn(x, scale, shift);
+}
+// The forward's output element: act(round(x * scale + shift)).
+template <BnAct Act, class T, class A>
+HT_DEV T bn_out(A x, A scale, A shift) {
+  const T y = bn_store<T>(bn_affine(x, scale, shift));
+  if constexpr (Act == BnAct::relu) {
+    const A v = convert<A>(y);
+    return (v > A(0) || v != v) ? y : T(0.0f);  // NaN propagates, as relu does
+  } else {
+    return y;
+  }
+}
+// g, or 0 where the fused activation's derivative is 0: relu masks by (round(x * scale + shift) > 0).
+template <BnAct Act, class T, class A>
+HT_DEV A bn_masked_g(A g, A x, A scale, A shift) {
+  if constexpr (Act == BnAct::relu) return convert<A>(bn_store<T>(bn_affine(x, scale, shift))) > A(0) ? g : A(0);
+  else return g;
 }
 
 // gx = g * a + (x - m) * b + k (train) or g * a (eval; b = k = 0).
@@ -178,7 +225,7 @@ struct DxCoef {
 };
 HT_DEV DxCoef dx_coef_of(BnMode mode, const BnChannels& ch, const double* sum_g, const double* sum_gxhat,
                          double inv_m, int64_t c) {
-  const double w = ch.weight ? ch.weight[c] : 1.0, is = ch.invstd[c];
+  const double w = param_at(ch.weight, c, 1.0), is = ch.invstd[c];
   DxCoef r{w * is, 0.0, 0.0, 0.0};
   if (mode == BnMode::train) {
     r.b = -w * is * is * sum_gxhat[c] * inv_m;
@@ -306,20 +353,24 @@ __global__ void bn_stats_finalize(const double* __restrict__ part, int splits, c
   invstd[c] = 1.0 / sqrt(var + eps);
   if (running.mean) {
     const double mo = running.momentum, unbias = m / (m - 1.0);
-    running.mean[c] = (1.0 - mo) * running.mean[c] + mo * mu;
-    running.var[c] = (1.0 - mo) * running.var[c] + mo * var * unbias;
+    const double rm = param_at(BnParam{running.mean, running.dtype}, c, 0.0);
+    const double rv = param_at(BnParam{running.var, running.dtype}, c, 0.0);
+    param_store(running.mean, running.dtype, c, (1.0 - mo) * rm + mo * mu);
+    param_store(running.var, running.dtype, c, (1.0 - mo) * rv + mo * var * unbias);
   }
 }
 
-__global__ void bn_invstd_kernel(const double* __restrict__ running_var, int64_t C, double eps,
-                                 double* __restrict__ invstd) {
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x)
-    invstd[c] = 1.0 / sqrt(running_var[c] + eps);
+__global__ void bn_eval_stats_kernel(BnParam running_mean, BnParam running_var, int64_t C, double eps,
+                                     double* __restrict__ mean, double* __restrict__ invstd) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    mean[c] = param_at(running_mean, c, 0.0);
+    invstd[c] = 1.0 / sqrt(param_at(running_var, c, 1.0) + eps);
+  }
 }
 
 // ---- normalize ------------------------------------------------------------------------------------------
 
-template <class T, int V>
+template <BnAct Act, class T, int V>
 __global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch,
                                 T* __restrict__ y) {
   using A = bn_t<T>;
@@ -344,8 +395,8 @@ __global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, C
     Pack<T, V> o, u;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      o.v[j] = bn_store<T>(convert<A>(p.v[j]) * sc[j] + sh[j]);
-      u.v[j] = bn_store<T>(convert<A>(q.v[j]) * sc[j] + sh[j]);
+      o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j]);
+      u.v[j] = bn_out<Act, T>(convert<A>(q.v[j]), sc[j], sh[j]);
     }
     store_pack<T, V>(yc + r * C, o);
     store_pack<T, V>(yc + (r + TY) * C, u);
@@ -354,12 +405,12 @@ __global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, C
     const Pack<T, V> p = load_pack<T, V>(xc + r * C);
     Pack<T, V> o;
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = bn_store<T>(convert<A>(p.v[j]) * sc[j] + sh[j]);
+    for (int j = 0; j < V; ++j) o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j]);
     store_pack<T, V>(yc + r * C, o);
   }
 }
 
-template <class T, int V>
+template <BnAct Act, class T, int V>
 __global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
   using A = bn_t<T>;
   const int64_t c = blockIdx.x;
@@ -374,8 +425,8 @@ __global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, Bn
     Pack<T, V> o, u;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      o.v[k] = bn_store<T>(convert<A>(p.v[k]) * sc + sh);
-      u.v[k] = bn_store<T>(convert<A>(q.v[k]) * sc + sh);
+      o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh);
+      u.v[k] = bn_out<Act, T>(convert<A>(q.v[k]), sc, sh);
     }
     store_pack<T, V>(y + o0, o);
     store_pack<T, V>(y + o1, u);
@@ -385,15 +436,16 @@ __global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, Bn
     const Pack<T, V> p = load_pack<T, V>(x + o0);
     Pack<T, V> o;
 #pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = bn_store<T>(convert<A>(p.v[k]) * sc + sh);
+    for (int k = 0; k < V; ++k) o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh);
     store_pack<T, V>(y + o0, o);
   }
 }
 
 // ---- backward sums --------------------------------------------------------------------------------------
 
-// part (gridDim.y, 2, C): sums of g and of g * (x - mean) (the latter only when x is given).
-template <class T, int V>
+// part (gridDim.y, 2, C): sums of g' and of g' * (x - mean) (the latter only when x is given; x is given when
+// Act masks g).
+template <BnAct Act, class T, int V>
 __global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
                                  BnChannels ch, double* __restrict__ part) {
   using A = bn_t<T>;
@@ -402,30 +454,40 @@ __global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__
   const int ty = threadIdx.y, TY = blockDim.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
   const int64_t r1 = std::min(M, r0 + g.rows_per_block);
-  A s1[V], s2[V], mu[V];
+  A s1[V], s2[V], mu[V], sc[V], sh[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) s1[j] = s2[j] = mu[j] = A(0);
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = mu[j] = sc[j] = sh[j] = A(0);
   if (cv < g.CV) {
     const int64_t col = cv * V;
     if (x) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) mu[j] = static_cast<A>(ch.mean[col + j]);
+      for (int j = 0; j < V; ++j) {
+        mu[j] = static_cast<A>(ch.mean[col + j]);
+        if constexpr (Act != BnAct::none) {
+          double a, b;
+          affine_of(ch, col + j, a, b);
+          sc[j] = static_cast<A>(a);
+          sh[j] = static_cast<A>(b);
+        }
+      }
       int64_t r = r0 + ty;
       for (; r + TY < r1; r += 2 * TY) {
         const Pack<T, V> g0 = load_pack<T, V>(gr + col + r * C), g1 = load_pack<T, V>(gr + col + (r + TY) * C);
         const Pack<T, V> x0 = load_pack<T, V>(x + col + r * C), x1 = load_pack<T, V>(x + col + (r + TY) * C);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const A ga = convert<A>(g0.v[j]), gb = convert<A>(g1.v[j]);
+          const A xa = convert<A>(x0.v[j]), xb = convert<A>(x1.v[j]);
+          const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[j]), xa, sc[j], sh[j]);
+          const A gb = bn_masked_g<Act, T>(convert<A>(g1.v[j]), xb, sc[j], sh[j]);
           s1[j] += ga + gb;
-          s2[j] += ga * (convert<A>(x0.v[j]) - mu[j]) + gb * (convert<A>(x1.v[j]) - mu[j]);
+          s2[j] += ga * (xa - mu[j]) + gb * (xb - mu[j]);
         }
       }
       if (r < r1) {
         const Pack<T, V> g0 = load_pack<T, V>(gr + col + r * C), x0 = load_pack<T, V>(x + col + r * C);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const A ga = convert<A>(g0.v[j]);
+          const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[j]), convert<A>(x0.v[j]), sc[j], sh[j]);
           s1[j] += ga;
           s2[j] += ga * (convert<A>(x0.v[j]) - mu[j]);
         }
@@ -451,7 +513,7 @@ __global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__
   column_sums_to<A, V>(s1, s2, red, cv, g.CV, C, part);
 }
 
-template <class T, int V>
+template <BnAct Act, class T, int V>
 __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
                                  BnChannels ch, double* __restrict__ part) {
   using A = bn_t<T>;
@@ -459,6 +521,13 @@ __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__
   const int64_t c = blockIdx.x;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
   const A mu = x ? static_cast<A>(ch.mean[c]) : A(0);
+  A sc = A(0), sh = A(0);
+  if constexpr (Act != BnAct::none) {
+    double a, b;
+    affine_of(ch, c, a, b);
+    sc = static_cast<A>(a);
+    sh = static_cast<A>(b);
+  }
   A s1 = A(0), s2 = A(0);
   int64_t j = j0 + threadIdx.x;
   if (x) {
@@ -468,9 +537,11 @@ __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__
       const Pack<T, V> x0 = load_pack<T, V>(x + o0), x1 = load_pack<T, V>(x + o1);
 #pragma unroll
       for (int u = 0; u < V; ++u) {
-        const A ga = convert<A>(g0.v[u]), gb = convert<A>(g1.v[u]);
+        const A xa = convert<A>(x0.v[u]), xb = convert<A>(x1.v[u]);
+        const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[u]), xa, sc, sh);
+        const A gb = bn_masked_g<Act, T>(convert<A>(g1.v[u]), xb, sc, sh);
         s1 += ga + gb;
-        s2 += ga * (convert<A>(x0.v[u]) - mu) + gb * (convert<A>(x1.v[u]) - mu);
+        s2 += ga * (xa - mu) + gb * (xb - mu);
       }
     }
     if (j < j1) {
@@ -478,7 +549,7 @@ __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__
       const Pack<T, V> g0 = load_pack<T, V>(gr + o0), x0 = load_pack<T, V>(x + o0);
 #pragma unroll
       for (int u = 0; u < V; ++u) {
-        const A ga = convert<A>(g0.v[u]);
+        const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[u]), convert<A>(x0.v[u]), sc, sh);
         s1 += ga;
         s2 += ga * (convert<A>(x0.v[u]) - mu);
       }
@@ -505,20 +576,34 @@ __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__
 }
 
 __global__ void bn_bwd_finalize(const double* __restrict__ part, int splits, int64_t C,
-                                const double* __restrict__ invstd, double* __restrict__ sum_g,
-                                double* __restrict__ sum_gxhat) {
+                                const double* __restrict__ invstd, BnBackwardSums out) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= C) return;
   double a1, a2;
   finalize_sums(part, splits, C, c, a1, a2);
   if (threadIdx.x % 32 != 0) return;
-  sum_g[c] = a1;
-  if (sum_gxhat) sum_gxhat[c] = a2 * invstd[c];
+  const double sgx = a2 * invstd[c];
+  if (out.sum_g) out.sum_g[c] = a1;
+  if (out.sum_gxhat) out.sum_gxhat[c] = sgx;
+  if (out.grad_bias.data) param_store(out.grad_bias.data, out.grad_bias.dtype, c, a1);
+  if (out.grad_weight.data) param_store(out.grad_weight.data, out.grad_weight.dtype, c, sgx);
 }
 
 // ---- dx -------------------------------------------------------------------------------------------------
 
-template <class T, int V>
+// One element of gx: with g' = the masked g, train g' * a + ((x - m) * b + k), eval g' * a.
+template <BnAct Act, class T, class A>
+HT_DEV T dx_elem(BnMode mode, T gv, T xv, A ca, A cb, A ck, A cm, A sc, A sh) {
+  if (mode == BnMode::train) {
+    const A x = convert<A>(xv);
+    return bn_store<T>(bn_masked_g<Act, T>(convert<A>(gv), x, sc, sh) * ca + ((x - cm) * cb + ck));
+  }
+  if constexpr (Act != BnAct::none) return bn_store<T>(bn_masked_g<Act, T>(convert<A>(gv), convert<A>(xv), sc, sh) * ca);
+  else return bn_store<T>(convert<A>(gv) * ca);
+}
+
+// x is read in train mode and whenever Act masks g; otherwise it may be null.
+template <BnAct Act, class T, int V>
 __global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C,
                          ClGrid g, BnChannels ch, const double* __restrict__ sum_g,
                          const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
@@ -527,7 +612,7 @@ __global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restr
   if (cv >= g.CV) return;
   const int64_t col = cv * V;
   const double inv_m = 1.0 / static_cast<double>(M);
-  A ca[V], cb[V], ck[V], cm[V];
+  A ca[V], cb[V], ck[V], cm[V], sc[V], sh[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const DxCoef d = dx_coef_of(mode, ch, sum_g, sum_gxhat, inv_m, col + j);
@@ -535,60 +620,50 @@ __global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restr
     cb[j] = static_cast<A>(d.b);
     ck[j] = static_cast<A>(d.k);
     cm[j] = static_cast<A>(d.m);
+    sc[j] = sh[j] = A(0);
+    if constexpr (Act != BnAct::none) {
+      double a, b;
+      affine_of(ch, col + j, a, b);
+      sc[j] = static_cast<A>(a);
+      sh[j] = static_cast<A>(b);
+    }
   }
+  const bool read_x = mode == BnMode::train || Act != BnAct::none;
   const int TY = blockDim.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
   const int64_t r1 = std::min(M, r0 + g.rows_per_block);
-  if (mode == BnMode::train) {
-    int64_t r = r0 + threadIdx.y;
-    for (; r + TY < r1; r += 2 * TY) {
-      const int64_t o0 = col + r * C, o1 = col + (r + TY) * C;
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
-      const Pack<T, V> x0 = load_pack<T, V>(x + o0), x1 = load_pack<T, V>(x + o1);
-      Pack<T, V> y0, y1;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j] + ((convert<A>(x0.v[j]) - cm[j]) * cb[j] + ck[j]));
-        y1.v[j] = bn_store<T>(convert<A>(g1.v[j]) * ca[j] + ((convert<A>(x1.v[j]) - cm[j]) * cb[j] + ck[j]));
-      }
-      store_pack<T, V>(gx + o0, y0);
-      store_pack<T, V>(gx + o1, y1);
+  int64_t r = r0 + threadIdx.y;
+  for (; r + TY < r1; r += 2 * TY) {
+    const int64_t o0 = col + r * C, o1 = col + (r + TY) * C;
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+    Pack<T, V> x0{}, x1{};
+    if (read_x) {
+      x0 = load_pack<T, V>(x + o0);
+      x1 = load_pack<T, V>(x + o1);
     }
-    if (r < r1) {
-      const int64_t o0 = col + r * C;
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), x0 = load_pack<T, V>(x + o0);
-      Pack<T, V> y0;
+    Pack<T, V> y0, y1;
 #pragma unroll
-      for (int j = 0; j < V; ++j)
-        y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j] + ((convert<A>(x0.v[j]) - cm[j]) * cb[j] + ck[j]));
-      store_pack<T, V>(gx + o0, y0);
+    for (int j = 0; j < V; ++j) {
+      y0.v[j] = dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j]);
+      y1.v[j] = dx_elem<Act, T, A>(mode, g1.v[j], x1.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j]);
     }
-  } else {
-    int64_t r = r0 + threadIdx.y;
-    for (; r + TY < r1; r += 2 * TY) {
-      const int64_t o0 = col + r * C, o1 = col + (r + TY) * C;
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
-      Pack<T, V> y0, y1;
+    store_pack<T, V>(gx + o0, y0);
+    store_pack<T, V>(gx + o1, y1);
+  }
+  if (r < r1) {
+    const int64_t o0 = col + r * C;
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
+    Pack<T, V> x0{};
+    if (read_x) x0 = load_pack<T, V>(x + o0);
+    Pack<T, V> y0;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j]);
-        y1.v[j] = bn_store<T>(convert<A>(g1.v[j]) * ca[j]);
-      }
-      store_pack<T, V>(gx + o0, y0);
-      store_pack<T, V>(gx + o1, y1);
-    }
-    if (r < r1) {
-      const int64_t o0 = col + r * C;
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
-      Pack<T, V> y0;
-#pragma unroll
-      for (int j = 0; j < V; ++j) y0.v[j] = bn_store<T>(convert<A>(g0.v[j]) * ca[j]);
-      store_pack<T, V>(gx + o0, y0);
-    }
+    for (int j = 0; j < V; ++j)
+      y0.v[j] = dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j]);
+    store_pack<T, V>(gx + o0, y0);
   }
 }
 
-template <class T, int V>
+template <BnAct Act, class T, int V>
 __global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
                          BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
                          T* __restrict__ gx) {
@@ -596,52 +671,42 @@ __global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restr
   const int64_t c = blockIdx.x;
   const DxCoef d = dx_coef_of(mode, ch, sum_g, sum_gxhat, 1.0 / static_cast<double>(s.N * s.S), c);
   const A ca = static_cast<A>(d.a), cb = static_cast<A>(d.b), ck = static_cast<A>(d.k), cm = static_cast<A>(d.m);
+  A sc = A(0), sh = A(0);
+  if constexpr (Act != BnAct::none) {
+    double a, b;
+    affine_of(ch, c, a, b);
+    sc = static_cast<A>(a);
+    sh = static_cast<A>(b);
+  }
+  const bool read_x = mode == BnMode::train || Act != BnAct::none;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
   int64_t j = j0 + threadIdx.x;
-  if (mode == BnMode::train) {
-    for (; j + kThreads < j1; j += 2 * kThreads) {
-      const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
-      const Pack<T, V> x0 = load_pack<T, V>(x + o0), x1 = load_pack<T, V>(x + o1);
-      Pack<T, V> y0, y1;
-#pragma unroll
-      for (int u = 0; u < V; ++u) {
-        y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca + ((convert<A>(x0.v[u]) - cm) * cb + ck));
-        y1.v[u] = bn_store<T>(convert<A>(g1.v[u]) * ca + ((convert<A>(x1.v[u]) - cm) * cb + ck));
-      }
-      store_pack<T, V>(gx + o0, y0);
-      store_pack<T, V>(gx + o1, y1);
+  for (; j + kThreads < j1; j += 2 * kThreads) {
+    const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+    Pack<T, V> x0{}, x1{};
+    if (read_x) {
+      x0 = load_pack<T, V>(x + o0);
+      x1 = load_pack<T, V>(x + o1);
     }
-    if (j < j1) {
-      const int64_t o0 = cf_offset(s, g, c, j, V);
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), x0 = load_pack<T, V>(x + o0);
-      Pack<T, V> y0;
+    Pack<T, V> y0, y1;
 #pragma unroll
-      for (int u = 0; u < V; ++u)
-        y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca + ((convert<A>(x0.v[u]) - cm) * cb + ck));
-      store_pack<T, V>(gx + o0, y0);
+    for (int u = 0; u < V; ++u) {
+      y0.v[u] = dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], ca, cb, ck, cm, sc, sh);
+      y1.v[u] = dx_elem<Act, T, A>(mode, g1.v[u], x1.v[u], ca, cb, ck, cm, sc, sh);
     }
-  } else {
-    for (; j + kThreads < j1; j += 2 * kThreads) {
-      const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
-      Pack<T, V> y0, y1;
+    store_pack<T, V>(gx + o0, y0);
+    store_pack<T, V>(gx + o1, y1);
+  }
+  if (j < j1) {
+    const int64_t o0 = cf_offset(s, g, c, j, V);
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
+    Pack<T, V> x0{};
+    if (read_x) x0 = load_pack<T, V>(x + o0);
+    Pack<T, V> y0;
 #pragma unroll
-      for (int u = 0; u < V; ++u) {
-        y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca);
-        y1.v[u] = bn_store<T>(convert<A>(g1.v[u]) * ca);
-      }
-      store_pack<T, V>(gx + o0, y0);
-      store_pack<T, V>(gx + o1, y1);
-    }
-    if (j < j1) {
-      const int64_t o0 = cf_offset(s, g, c, j, V);
-      const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
-      Pack<T, V> y0;
-#pragma unroll
-      for (int u = 0; u < V; ++u) y0.v[u] = bn_store<T>(convert<A>(g0.v[u]) * ca);
-      store_pack<T, V>(gx + o0, y0);
-    }
+    for (int u = 0; u < V; ++u) y0.v[u] = dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], ca, cb, ck, cm, sc, sh);
+    store_pack<T, V>(gx + o0, y0);
   }
 }
 
@@ -688,6 +753,13 @@ bool visit_bn(DType dt, const BnShape& s, std::initializer_list<const void*> ptr
   });
 }
 
+// Calls f(std::integral_constant<BnAct, act>{}).
+template <class F>
+void visit_act(BnAct act, F&& f) {
+  if (act == BnAct::relu) f(std::integral_constant<BnAct, BnAct::relu>{});
+  else f(std::integral_constant<BnAct, BnAct::none>{});
+}
+
 unsigned finalize_blocks(int64_t C) { return static_cast<unsigned>((C + 7) / 8); }  // 8 warps a block
 
 // Bytes of the partial sums (splits, 2, C).
@@ -726,10 +798,12 @@ void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning r
   HT_CHECK_LAUNCH("batch_norm stats");
 }
 
-void launch_bn_invstd(const double* running_var, int64_t C, double eps, double* invstd, cudaStream_t stream) {
+void launch_bn_eval_stats(BnParam running_mean, BnParam running_var, int64_t C, double eps, double* mean,
+                          double* invstd, cudaStream_t stream) {
   if (C == 0) return;
-  bn_invstd_kernel<<<cuda::grid_for(C), cuda::kBlock, 0, stream>>>(running_var, C, eps, invstd);
-  HT_CHECK_LAUNCH("batch_norm invstd");
+  bn_eval_stats_kernel<<<cuda::grid_for(C), cuda::kBlock, 0, stream>>>(running_mean, running_var, C, eps, mean,
+                                                                         invstd);
+  HT_CHECK_LAUNCH("batch_norm eval stats");
 }
 
 void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void* y, cudaStream_t stream) {
@@ -740,23 +814,30 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
         constexpr int V = decltype(vtag)::value;
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
-        if (s.S == 1) {
-          const ClGrid g = cl_grid(M, s.C, V);
-          bn_normalize_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
-        } else {
-          const CfGrid g = cf_grid(s, V);
-          bn_normalize_cf<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
-        }
+        visit_act(ch.act, [&](auto atag) {
+          constexpr BnAct Act = decltype(atag)::value;
+          if (s.S == 1) {
+            const ClGrid g = cl_grid(M, s.C, V);
+            bn_normalize_cl<Act, T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
+          } else {
+            const CfGrid g = cf_grid(s, V);
+            bn_normalize_cf<Act, T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
+          }
+        });
       }))
     HT_UNSUPPORTED_DTYPE("batch_norm", dt);
   HT_CHECK_LAUNCH("batch_norm");
 }
 
-void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, double* sum_g,
-                               double* sum_gxhat, cudaStream_t stream) {
+void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, BnBackwardSums out,
+                               cudaStream_t stream) {
   if (s.C == 0) return;
   const int64_t M = s.N * s.S;
-  if (!x) sum_gxhat = nullptr;
+  if (!x) {  // (the caller passes x whenever ch.act masks g)
+    out.sum_gxhat = nullptr;
+    out.grad_weight = {};
+    ch.act = BnAct::none;
+  }
   if (!visit_bn(dt, s, {g, x}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
         constexpr int V = decltype(vtag)::value;
@@ -764,22 +845,25 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
         const T* xp = static_cast<const T*>(x);
         const unsigned fb = finalize_blocks(s.C);
         if (M == 0) {  // empty sums are 0
-          bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(nullptr, 0, s.C, ch.invstd, sum_g, sum_gxhat);
-        } else if (s.S == 1) {
-          const ClGrid cg = cl_grid(M, s.C, V);
-          const Scratch part(part_bytes(cg.grid.y, s.C), stream);
-          bn_bwd_reduce_cl<T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
-          HT_CHECK_LAUNCH("bn_bwd_reduce_cl");
-          bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, sum_g,
-                                                       sum_gxhat);
-        } else {
-          const CfGrid cg = cf_grid(s, V);
-          const Scratch part(part_bytes(cg.grid.y, s.C), stream);
-          bn_bwd_reduce_cf<T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get());
-          HT_CHECK_LAUNCH("bn_bwd_reduce_cf");
-          bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, sum_g,
-                                                       sum_gxhat);
+          bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(nullptr, 0, s.C, ch.invstd, out);
+          return;
         }
+        visit_act(ch.act, [&](auto atag) {
+          constexpr BnAct Act = decltype(atag)::value;
+          if (s.S == 1) {
+            const ClGrid cg = cl_grid(M, s.C, V);
+            const Scratch part(part_bytes(cg.grid.y, s.C), stream);
+            bn_bwd_reduce_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
+            HT_CHECK_LAUNCH("bn_bwd_reduce_cl");
+            bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, out);
+          } else {
+            const CfGrid cg = cf_grid(s, V);
+            const Scratch part(part_bytes(cg.grid.y, s.C), stream);
+            bn_bwd_reduce_cf<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get());
+            HT_CHECK_LAUNCH("bn_bwd_reduce_cf");
+            bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, out);
+          }
+        });
       }))
     HT_UNSUPPORTED_DTYPE("batch_norm backward", dt);
   HT_CHECK_LAUNCH("batch_norm backward reduce");
@@ -789,20 +873,23 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
                            const double* sum_g, const double* sum_gxhat, void* gx, cudaStream_t stream) {
   const int64_t M = s.N * s.S;
   if (M * s.C == 0) return;
-  if (mode == BnMode::eval) x = nullptr;
+  if (mode == BnMode::eval && ch.act == BnAct::none) x = nullptr;
   if (!visit_bn(dt, s, {g, x, gx}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
         constexpr int V = decltype(vtag)::value;
         const T* gp = static_cast<const T*>(g);
         const T* xp = static_cast<const T*>(x);
         T* out = static_cast<T*>(gx);
-        if (s.S == 1) {
-          const ClGrid cg = cl_grid(M, s.C, V);
-          bn_dx_cl<T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g, sum_gxhat, out);
-        } else {
-          const CfGrid cg = cf_grid(s, V);
-          bn_dx_cf<T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat, out);
-        }
+        visit_act(ch.act, [&](auto atag) {
+          constexpr BnAct Act = decltype(atag)::value;
+          if (s.S == 1) {
+            const ClGrid cg = cl_grid(M, s.C, V);
+            bn_dx_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g, sum_gxhat, out);
+          } else {
+            const CfGrid cg = cf_grid(s, V);
+            bn_dx_cf<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat, out);
+          }
+        });
       }))
     HT_UNSUPPORTED_DTYPE("batch_norm backward", dt);
   HT_CHECK_LAUNCH("batch_norm backward dx");

@@ -1,7 +1,9 @@
 // Launchers of the batch-norm kernels (CPU reference: src/ops/batch_norm.cpp). x is dense (N, C, S) with S
 // the product of the spatial dims (S == 1: an (M, C) matrix, e.g. a channels-last activation viewed as
-// (N*H*W, C), has its own coalesced kernels); per-channel values (statistics, weight, bias, running stats)
-// are dense double arrays of C. Statistics and per-channel constants are computed in double; the per-element
+// (N*H*W, C), has its own coalesced kernels); statistics (mean, invstd) and backward sums are dense double
+// arrays of C; weight, bias and the running stats are dense arrays of C in their own floating dtype (f32,
+// f64, bf16 or f16), read (and, for the running stats, updated in place) without conversion kernels.
+// Statistics and per-channel constants are computed in double; the per-element
 // work in float for bf16/f16 and double for f32/f64. Channel reductions split the values over many blocks
 // and add the partial sums in a fixed order: deterministic, no atomics. The reductions take a small scratch
 // buffer from the device's memory pool in `stream`'s order. Supported x dtypes: f32, f64, bf16, f16.
@@ -18,11 +20,24 @@ struct BnShape {
   int64_t N = 0, C = 0, S = 1;  // x (N, C, S)
 };
 
-// Running statistics updated in place (train mode), or null pointers for none:
+// A dense per-channel array of C values in a floating dtype (f32, f64, bf16, f16), or null (absent).
+struct BnParam {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+};
+// The same, written by a kernel.
+struct BnParamOut {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+};
+
+// Running statistics updated in place (train mode) in their own dtype, or null pointers for none:
 //   mean = (1 - momentum) * mean + momentum * batch_mean,  var = (1 - momentum) * var + momentum * var_B * M/(M-1)
+// computed in double and rounded once to the stats' dtype (as the CPU reference does).
 struct BnRunning {
-  double* mean = nullptr;
-  double* var = nullptr;
+  void* mean = nullptr;
+  void* var = nullptr;
+  DType dtype = DType::f32;  // of both
   double momentum = 0.1;
 };
 
@@ -30,27 +45,40 @@ struct BnRunning {
 // biased variance (one pass of shifted sums; the CPU takes two), and the running-stat update.
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream);
-// Eval-mode invstd (C) = 1/sqrt(running_var + eps).
-void launch_bn_invstd(const double* running_var, int64_t C, double eps, double* invstd, cudaStream_t stream);
+// Eval-mode statistics: mean (C) = running_mean (a snapshot in double), invstd (C) = 1/sqrt(running_var + eps).
+void launch_bn_eval_stats(BnParam running_mean, BnParam running_var, int64_t C, double eps, double* mean,
+                          double* invstd, cudaStream_t stream);
 
-// Per-channel values of the affine map; weight / bias may be null (1 and 0).
+// Activation applied to the affine map's output (fused into the normalize kernel; its backward masks g).
+enum class BnAct { none, relu };
+
+// Per-channel values of the affine map; weight / bias may be absent (1 and 0).
 struct BnChannels {
   const double* mean = nullptr;
   const double* invstd = nullptr;
-  const double* weight = nullptr;
-  const double* bias = nullptr;
+  BnParam weight, bias;
+  BnAct act = BnAct::none;
 };
-// y (N, C, S) = (x - mean) * invstd * weight + bias, as x * scale + shift with per-channel constants.
+// y (N, C, S) = act((x - mean) * invstd * weight + bias), as x * scale + shift (one fma in the compute type)
+// with per-channel constants, rounded to the x dtype, then the activation: relu(round(v)) == round(relu(v)).
 void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void* y, cudaStream_t stream);
 
-// sum_g (C) = sum of g; sum_gxhat (C) = sum of g * (x - mean) * invstd (skipped when x is null).
-void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, double* sum_g,
-                               double* sum_gxhat, cudaStream_t stream);
+// Outputs of the backward sums; any pointer may be null (not wanted).
+struct BnBackwardSums {
+  double* sum_g = nullptr;      // (C) sum of g'
+  double* sum_gxhat = nullptr;  // (C) sum of g' * x_hat; needs x
+  BnParamOut grad_weight;       // (C) sum_gxhat in the weight's dtype
+  BnParamOut grad_bias;         // (C) sum_g in the bias's dtype
+};
+// g' = g, or with ch.act == relu g masked by (y > 0) where y is the forward output recomputed from x with
+// the forward's arithmetic (x must then be given). Sums over the M rows of every channel.
+void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, BnBackwardSums out,
+                               cudaStream_t stream);
 
 enum class BnMode { train, eval };
-// gx (N, C, S), with g_hat = g * weight and x_hat = (x - mean) * invstd:
+// gx (N, C, S), with g_hat = g' * weight (g' as in launch_bn_backward_reduce) and x_hat = (x - mean) * invstd:
 //   train: gx = (g_hat - w * sum_g / M - x_hat * w * sum_gxhat / M) * invstd
-//   eval:  gx = g_hat * invstd          (x, sum_g, sum_gxhat unused; may be null)
+//   eval:  gx = g_hat * invstd          (sum_g, sum_gxhat unused; x too unless ch.act masks g)
 void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, BnShape s, BnChannels ch,
                            const double* sum_g, const double* sum_gxhat, void* gx, cudaStream_t stream);
 

@@ -38,22 +38,34 @@ std::shared_ptr<nn::BatchNorm2d> bn(int64_t channels, ConvLayout layout) {
   return b;
 }
 
+// relu(bn(x)): the batch norm's fused activation when it has one, else a separate relu.
+Tensor bn_relu(nn::BatchNorm2d& b, const Tensor& x) {
+  const Tensor y = b.forward(x);
+  return b.activation == BatchNormActivation::relu ? y : relu(y);
+}
+// A batch norm followed by relu: fused into it with ResNetFusion::bn_relu.
+std::shared_ptr<nn::BatchNorm2d> bn_then_relu(int64_t channels, ConvLayout layout, ResNetFusion fusion) {
+  auto b = bn(channels, layout);
+  if (fusion == ResNetFusion::bn_relu) b->activation = BatchNormActivation::relu;
+  return b;
+}
+
 class Block : public nn::Module {
  public:
   Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, bool zero_init, ConvLayout layout,
-        Generator& gen)
+        ResNetFusion fusion, Generator& gen)
       : bottleneck_(bottleneck) {
     const int64_t expansion = bottleneck ? 4 : 1, out = planes * expansion;
     if (bottleneck) {
       conv1_ = register_module("conv1", conv(in, planes, 1, 1, layout, gen));
-      bn1_ = register_module("bn1", bn(planes, layout));
+      bn1_ = register_module("bn1", bn_then_relu(planes, layout, fusion));
       conv2_ = register_module("conv2", conv(planes, planes, 3, stride, layout, gen));
-      bn2_ = register_module("bn2", bn(planes, layout));
+      bn2_ = register_module("bn2", bn_then_relu(planes, layout, fusion));
       conv3_ = register_module("conv3", conv(planes, out, 1, 1, layout, gen));
       bn3_ = register_module("bn3", bn(out, layout));
     } else {
       conv1_ = register_module("conv1", conv(in, planes, 3, stride, layout, gen));
-      bn1_ = register_module("bn1", bn(planes, layout));
+      bn1_ = register_module("bn1", bn_then_relu(planes, layout, fusion));
       conv2_ = register_module("conv2", conv(planes, planes, 3, 1, layout, gen));
       bn2_ = register_module("bn2", bn(planes, layout));
     }
@@ -67,9 +79,9 @@ class Block : public nn::Module {
   }
   std::string type_name() const override { return bottleneck_ ? "Bottleneck" : "BasicBlock"; }
   Tensor forward(const Tensor& x) override {
-    Tensor y = relu(bn1_->forward(conv1_->forward(x)));
+    Tensor y = bn_relu(*bn1_, conv1_->forward(x));
     if (bottleneck_) {
-      y = relu(bn2_->forward(conv2_->forward(y)));
+      y = bn_relu(*bn2_, conv2_->forward(y));
       y = bn3_->forward(conv3_->forward(y));
     } else {
       y = bn2_->forward(conv2_->forward(y));
@@ -103,7 +115,7 @@ ResNet::ResNet(const ResNetConfig& cfg, Generator& gen) : config(cfg) {
   } else {
     conv1_ = register_module("conv1", conv(cfg.in_channels, 64, 3, 1, cfg.layout, gen));
   }
-  bn1_ = register_module("bn1", bn(64, cfg.layout));
+  bn1_ = register_module("bn1", bn_then_relu(64, cfg.layout, cfg.fusion));
   if (cfg.stem == ResNetStem::imagenet) {
     Pool2dParams p;
     p.kernel_h = p.kernel_w = 3;
@@ -118,7 +130,7 @@ ResNet::ResNet(const ResNetConfig& cfg, Generator& gen) : config(cfg) {
     for (int64_t b = 0; b < counts[l]; ++b) {
       const int64_t stride = (b == 0 && l > 0) ? 2 : 1;
       layers_[l]->push_back(std::make_shared<Block>(in, planes, stride, bottleneck, cfg.zero_init_residual,
-                                                        cfg.layout, gen));
+                                                        cfg.layout, cfg.fusion, gen));
       in = planes * (bottleneck ? 4 : 1);
     }
     register_module("layer" + std::to_string(l + 1), layers_[l]);
@@ -131,7 +143,7 @@ Tensor ResNet::forward(const Tensor& x) {
            config.in_channels, x.describe());
   const bool nhwc = config.layout == ConvLayout::nhwc;
   Tensor y = nhwc ? contiguous(permute(x, {0, 2, 3, 1})) : x;  // (N, H, W, C) once, at the stem
-  y = relu(bn1_->forward(conv1_->forward(y)));
+  y = bn_relu(*bn1_, conv1_->forward(y));
   if (maxpool_)
     y = nhwc ? contiguous(permute(maxpool_->forward(permute(y, {0, 3, 1, 2})), {0, 2, 3, 1})) : maxpool_->forward(y);
   for (auto& l : layers_) y = l->forward(y);

@@ -27,6 +27,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   o.mode = is_training() ? BatchNormMode::train : BatchNormMode::eval;
   o.momentum = momentum;
   o.eps = eps;
+  o.activation = activation;
   if (is_training()) {
     NoGradGuard ng;
     copy_(num_batches_tracked, add(num_batches_tracked, 1.0));

@@ -3,8 +3,12 @@
 //          running stats are updated in place, running = (1 - m) * running + m * batch, where the running
 //          variance takes the UNBIASED batch variance (var_B * M / (M - 1)), as PyTorch does.
 //   eval:  the same map with running_mean / running_var instead of batch statistics (an affine map of x).
+//   activation relu (BatchNormOptions::activation): y = relu(batch_norm(x)) exactly, rounding included (the
+//          CPU rounds the affine map to x's dtype, then applies relu); its backward first masks g by (y > 0).
 // Statistics accumulate in double on the CPU. One backward Node serves both modes; it is written with ops
-// from the saved x, mean and invstd (see BatchNormBackward::apply for the formulas).
+// from the saved x, mean and invstd (see BatchNormBackward::apply for the formulas). The CPU saves the fused
+// output (detached) for the ReLU mask; the CUDA kernels recompute the mask from x with the forward's
+// arithmetic instead (no extra tensor saved), so the CUDA node saves the bias.
 #include <cmath>
 #include <vector>
 
@@ -76,21 +80,25 @@ void for_each_channel_element(const Tensor& x, const Tensor& out, F&& f) {
 //   dweight = sum(g * x_hat), dbias = sum(g), sums over every dim but 1.
 class BatchNormBackward final : public Node {
  public:
-  BatchNormBackward(BatchNormMode mode, BnGeom g, DType x_dt, DType w_dt, DType b_dt)
-      : mode_(mode), g_(std::move(g)), x_dt_(x_dt), w_dt_(w_dt), b_dt_(b_dt) {}
+  BatchNormBackward(const BatchNormOptions& opts, BnGeom g, DType x_dt, DType w_dt, DType b_dt)
+      : mode_(opts.mode), act_(opts.activation), g_(std::move(g)), x_dt_(x_dt), w_dt_(w_dt), b_dt_(b_dt) {}
   std::string name() const override {
-    return mode_ == BatchNormMode::train ? "BatchNormBackward" : "BatchNormEvalBackward";
+    const bool relu = act_ == BatchNormActivation::relu;
+    if (mode_ == BatchNormMode::train) return relu ? "BatchNormReluBackward" : "BatchNormBackward";
+    return relu ? "BatchNormReluEvalBackward" : "BatchNormEvalBackward";
   }
 
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  std::size_t x_slot = kNone, weight_slot = kNone, mean_slot = kNone, invstd_slot = kNone;
+  std::size_t x_slot = kNone, weight_slot = kNone, bias_slot = kNone, mean_slot = kNone, invstd_slot = kNone;
+  std::size_t y_slot = kNone;  // CPU with a fused activation: the output (detached), for the mask
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    const Tensor& g = grads[0];  // (N, C, ...)
-    if (!g.defined()) return {Tensor{}, Tensor{}, Tensor{}};
+    if (!grads[0].defined()) return {Tensor{}, Tensor{}, Tensor{}};
 #ifdef HADATRAIN_CUDA
-    if (g.is_cuda()) return cuda_backward(g);
+    if (grads[0].is_cuda()) return cuda_backward(grads[0]);
 #endif
+    // (N, C, ...): relu's backward first, exactly as relu's own node computes it (g * (y > 0)).
+    const Tensor g = y_slot == kNone ? grads[0] : mul(grads[0], to_dtype(gt(saved(y_slot), 0.0), grads[0].dtype()));
     const bool train = mode_ == BatchNormMode::train;
     const Tensor invstd = reshape(saved(invstd_slot), g_.stat_shape);  // (1, C, 1, ...)
     Tensor x_hat;  // (N, C, ...), only when a formula needs it
@@ -127,6 +135,8 @@ class BatchNormBackward final : public Node {
     }
     a.invstd = saved(invstd_slot);
     if (weight_slot != kNone) a.weight = saved(weight_slot);
+    if (bias_slot != kNone) a.bias = saved(bias_slot);
+    a.activation = act_;
     a.x_dtype = x_dt_;
     a.weight_dtype = w_dt_;
     a.bias_dtype = b_dt_;
@@ -138,6 +148,7 @@ class BatchNormBackward final : public Node {
 #endif
 
   BatchNormMode mode_;
+  BatchNormActivation act_;
   BnGeom g_;
   DType x_dt_, w_dt_, b_dt_;
 };
@@ -178,21 +189,27 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 
   Tensor out = empty(x.shape(), {x.dtype(), dev});  // (N, C, ...)
 
-  // Connects the backward node; mean_t / invstd_t are the statistics used, (C) in any floating dtype.
+  const bool fused = opts.activation != BatchNormActivation::none;
+
+  // Connects the backward node; mean_t / invstd_t are the statistics used, (C) in any floating dtype, never
+  // views of the running stats (later in-place updates must not change them). CUDA: the f64 tensors of the
+  // forward as they are (C values; no conversion launches); CPU: in stat_dt.
   auto record_backward = [&](const Tensor& mean_t, const Tensor& invstd_t) {
     if (!needs_grad({&x, &weight, &bias})) return;
-    auto node = std::make_shared<BatchNormBackward>(opts.mode, geom, x.dtype(),
+    auto node = std::make_shared<BatchNormBackward>(opts, geom, x.dtype(),
                                                     weight.defined() ? weight.dtype() : x.dtype(),
                                                     bias.defined() ? bias.dtype() : x.dtype());
-    // Saved statistics are copies, so later in-place updates of the running stats do not change them.
-    const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    const DType stat_dt = x.is_cuda() ? mean_t.dtype() : (x.dtype() == DType::f64 ? DType::f64 : DType::f32);
     const bool x_grad = needs_grad({&x}), w_grad = needs_grad({&weight});
-    if (w_grad || (train && x_grad)) {
+    const bool cuda_mask = fused && x.is_cuda();  // the CUDA backward recomputes the mask from x
+    if (w_grad || (train && x_grad) || cuda_mask) {
       node->x_slot = node->save(x);
       node->mean_slot = node->save(to_dtype(mean_t, stat_dt));
     }
     node->invstd_slot = node->save(to_dtype(invstd_t, stat_dt));
-    if (weight.defined() && x_grad) node->weight_slot = node->save(weight);
+    if (weight.defined() && (x_grad || cuda_mask)) node->weight_slot = node->save(weight);
+    if (bias.defined() && cuda_mask) node->bias_slot = node->save(bias);
+    if (fused && !x.is_cuda()) node->y_slot = node->save(out.detach());
     connect(node, {&x, &weight, &bias}, {&out});
   };
 
@@ -248,7 +265,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     }
   }
 
-  // y = (x - mean) * invstd * weight + bias
+  // y = act((x - mean) * invstd * weight + bias), the activation applied to the value rounded to T
   const std::vector<double> w = weight.defined() ? weight.to_vector<double>() : std::vector<double>(mean.size(), 1.0);
   const std::vector<double> b = bias.defined() ? bias.to_vector<double>() : std::vector<double>(mean.size(), 0.0);
   visit_floating(x.dtype(), op, [&](auto tag) {
@@ -258,6 +275,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     for_each_channel_element(x, out, [&](int64_t ix, int64_t io, int64_t c) {
       const auto k = static_cast<std::size_t>(c);
       po[io] = cpu::convert<T>((cpu::to_double(px[ix]) - mean[k]) * invstd[k] * w[k] + b[k]);
+      if (fused) {  // relu, as the relu op computes it: NaN propagates
+        const double v = cpu::to_double(po[io]);
+        if (!(v > 0 || v != v)) po[io] = cpu::convert<T>(0.0);
+      }
     });
   });
 

@@ -1,7 +1,8 @@
 // Batch norm on CUDA on large inputs of both kernel layouts (kernels/batchnorm.cu): (M, C) matrices with the
 // channel fastest (the channels-last case: an NHWC activation viewed as (N*H*W, C)) and (N, C, H, W) with
 // many blocks per channel, vectorized and scalar (odd C or S, an unaligned start) variants, train and eval,
-// forward, every gradient and the running statistics, against the CPU in f64 on the same values.
+// forward, every gradient and the running statistics, against the CPU in f64 on the same values; the fused
+// batch norm + ReLU against the CUDA composition and the CPU.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -125,4 +126,101 @@ TEST_CASE("batch_norm on large (N, C, H, W) inputs matches the CPU", "[gpu][batc
     INFO(dtype_name(dt) << " NHWC view");
     check_bn({32, 8, 8, 32}, 32, dt, BatchNormMode::train, seed += 10, nhwc);
   }
+}
+
+// ---- fused batch norm + ReLU ------------------------------------------------------------------------------
+// On CUDA in dt: the fused op (BatchNormActivation::relu) against the composition batch_norm -> relu on CUDA
+// (same kernels: the forward is bit-identical, the gradients agree to rounding) and against the CPU in f64
+// on the same values, the CPU's gradient taken through the CUDA output's mask (y > 0): that is relu's
+// derivative wherever the two agree on the sign, and keeps the comparison meaningful for the few values
+// within rounding of zero, whose sign may differ between the two.
+
+namespace {
+
+struct FusedRun {
+  Tensor y, gx, gw, gb, rm, rv;
+};
+
+enum class BnFusion { fused, composed };
+
+// act(batch_norm(x)) on dev in dt (running stats f32), then the backward of sum(y * r * extra) where extra is a
+// constant mask (or undefined).
+FusedRun run_fused(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& r0, const Tensor& rm0,
+                   const Tensor& rv0, BatchNormOptions opts, BnFusion fusion, Device dev, DType dt,
+                   const Tensor& extra) {
+  Tensor x = x0.to(dt).to(dev).detach(), w = w0.to(dt).to(dev).detach(), b = b0.to(dt).to(dev).detach();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  FusedRun out;
+  out.rm = rm0.to(dev).clone();
+  out.rv = rv0.to(dev).clone();
+  opts.activation = fusion == BnFusion::fused ? BatchNormActivation::relu : BatchNormActivation::none;
+  Tensor y = batch_norm(x, w, b, out.rm, out.rv, opts);
+  if (fusion == BnFusion::composed && !extra.defined()) y = relu(y);
+  out.y = y;
+  Tensor r = r0.to(dt).to(dev);
+  if (extra.defined()) r = mul(r, extra.to(dt).to(dev));
+  sum(mul(y, r)).backward();
+  out.gx = x.grad();
+  out.gw = w.grad();
+  out.gb = b.grad();
+  return out;
+}
+
+void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t seed) {
+  const int64_t C = xshape[1];
+  const Tensor x = test::random_input(xshape, seed, dt, -1, 4).to(DType::f64);
+  const Tensor w = test::random_input({C}, seed + 1, dt, 0.5, 1.5).to(DType::f64);
+  const Tensor b = test::random_input({C}, seed + 2, dt, -1, 1).to(DType::f64);
+  const Tensor rm = test::random_input({C}, seed + 3, DType::f32, 1.0, 2.0);  // eval: about half negative
+  const Tensor rv = test::random_input({C}, seed + 4, DType::f32, 0.5, 1.5);
+  const Tensor r = test::random_input(xshape, seed + 5, dt, -1.5, 1.5).to(DType::f64);
+  BatchNormOptions opts;
+  opts.mode = mode;
+  opts.momentum = 0.3;
+  FusedRun got;
+  {
+    test::PoisonGuard poison;
+    got = run_fused(x, w, b, r, rm, rv, opts, BnFusion::fused, test::kCuda, dt, Tensor());
+  }
+  const FusedRun comp = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, test::kCuda, dt, Tensor());
+  REQUIRE(got.y.dtype() == dt);
+  CHECK(test::compare_bits(got.y, comp.y.to(Device::cpu())) == "");
+  const double ctol = dt == DType::f32 ? 1e-6 : 4e-3;
+  CHECK(rel_error(got.gx, comp.gx.to(Device::cpu())) <= ctol);
+  CHECK(rel_error(got.gw, comp.gw.to(Device::cpu())) <= ctol);
+  CHECK(rel_error(got.gb, comp.gb.to(Device::cpu())) <= ctol);
+  CHECK(test::compare_bits(got.rm, comp.rm.to(Device::cpu())) == "");
+  CHECK(test::compare_bits(got.rv, comp.rv.to(Device::cpu())) == "");
+
+  const Tensor yc = got.y.to(Device::cpu()).to(DType::f64);
+  const Tensor mask = gt(yc, 0.0).to(DType::f64);
+  const double zeros_frac = 1.0 - sum(mask).item() / static_cast<double>(mask.numel());
+  CHECK(zeros_frac > 0.05);
+  CHECK(zeros_frac < 0.95);
+  const FusedRun ref = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, Device::cpu(), DType::f64, mask);
+  const double tol = dt == DType::f32 ? 2e-6 : 5e-3, gtol = dt == DType::f32 ? 1e-4 : 1e-2;
+  CHECK(rel_error(got.y, relu(ref.y)) <= tol);
+  CHECK(rel_error(got.gx, ref.gx) <= gtol);
+  CHECK(rel_error(got.gw, ref.gw) <= gtol);
+  CHECK(rel_error(got.gb, ref.gb) <= gtol);
+  CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
+  CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm with a fused relu on CUDA matches the composition and the CPU", "[gpu][batch_norm][fused]") {
+  uint64_t seed = 9000;
+  const std::vector<Shape> shapes = {{256 * 8 * 8, 64},  // (M, C) channels last, 16-byte packs
+                                     {4099, 18},         // (M, C) scalar kernels
+                                     {64, 16, 16, 16},   // NCHW, S = 256
+                                     {48, 8, 7, 7}};     // NCHW, scalar kernels
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Shape& s : shapes)
+      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+        INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
+        check_fused(s, dt, mode, seed += 10);
+      }
 }

@@ -440,6 +440,61 @@ void bench_norm_gelu(bool csv, double copy_gbs) {
 }
 // ---- end bench_norm_gelu ----
 
+// ---- bench_bn_relu (helper bnfuse) ----
+// Batch norm + ReLU in bf16 (train, f32 weight / bias / running stats) through the op API: batch_norm then a
+// separate relu against batch_norm with BatchNormActivation::relu (one normalize pass; the backward masks g
+// inside the batch-norm kernels). Backward = (forward + backward) - forward, autograd bookkeeping included.
+void bench_bn_relu(bool csv) {
+  const Device dev = Device::cuda(0);
+  Generator gen(13);
+  Tensor keep;
+  if (csv) std::printf("bn+relu bf16,shape,separate_fwd_ms,fused_fwd_ms,separate_bwd_ms,fused_bwd_ms\n");
+  else std::printf("\n%-34s %12s %10s %12s %10s\n", "bn+relu bf16 (train)", "sep fwd ms", "fused fwd", "sep bwd ms",
+                   "fused bwd");
+  struct Case {
+    const char* name;
+    Shape shape;
+  };
+  for (const Case& c : {Case{"NCHW 256x64x32x32", {256, 64, 32, 32}}, Case{"NHWC [262144,64]", {262144, 64}},
+                        Case{"NHWC [16384,256]", {16384, 256}}}) {
+    const int64_t C = c.shape[1];
+    Tensor x = uniform(c.shape, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
+    const Tensor g = uniform(c.shape, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
+    Tensor w = rand({C}, gen, {DType::f32, dev}), b = uniform({C}, -0.5, 0.5, gen, {DType::f32, dev});
+    const Tensor rm = zeros({C}, {DType::f32, dev}), rv = ones({C}, {DType::f32, dev});
+    BatchNormOptions fused;
+    fused.activation = BatchNormActivation::relu;
+    auto separate = [&] { return relu(batch_norm(x, w, b, rm, rv)); };
+    auto one = [&] { return batch_norm(x, w, b, rm, rv, fused); };
+    const double sep_fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = separate();
+    });
+    const double fus_fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = one();
+    });
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    auto fb = [&](const std::function<Tensor()>& f) {
+      return time_ms([&] {
+        x.zero_grad();
+        w.zero_grad();
+        b.zero_grad();
+        f().backward(g);
+      });
+    };
+    const double sep_bwd = fb(separate) - sep_fwd, fus_bwd = fb(one) - fus_fwd;
+    x.set_requires_grad(false);
+    w.set_requires_grad(false);
+    b.set_requires_grad(false);
+    if (csv) std::printf("bn+relu,%s,%.4f,%.4f,%.4f,%.4f\n", c.name, sep_fwd, fus_fwd, sep_bwd, fus_bwd);
+    else std::printf("%-34s %12.4f %10.4f %12.4f %10.4f\n", c.name, sep_fwd, fus_fwd, sep_bwd, fus_bwd);
+  }
+}
+// ---- end bench_bn_relu ----
+
 // ---- bench_attention_packed (helper attn) ----
 // ViT self-attention from a packed projection qkv (B, N, 3 dim) in bf16, forward + backward through
 // autograd: attention_qkv_packed (strided fused kernels, one (B, N, 3 dim) gradient) against the composition
@@ -536,5 +591,6 @@ int main(int argc, char** argv) {
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
   bench_norm_gelu(csv, floor_gbs);
+  bench_bn_relu(csv);
   return 0;
 }

@@ -11,6 +11,10 @@ namespace ht::models {
 
 enum class ResNetDepth { r18, r34, r50 };
 enum class ResNetStem { imagenet, cifar };
+// Which elementwise steps run fused into the batch norms: bn_relu computes every bn -> relu pair (stem and
+// blocks) with one batch_norm op (BatchNormActivation::relu); none runs them as separate ops (the reference
+// composition; same parameters, same results).
+enum class ResNetFusion { none, bn_relu };
 
 struct ResNetConfig {
   ResNetDepth depth = ResNetDepth::r18;
@@ -19,6 +23,7 @@ struct ResNetConfig {
   int64_t in_channels = 3;
   bool zero_init_residual = false;  // torchvision option: last BN of each block starts at 0
   ConvLayout layout = ConvLayout::nchw;  // nhwc: channels-last activations (faster with cuDNN on tensor cores)
+  ResNetFusion fusion = ResNetFusion::bn_relu;
 };
 
 ResNetDepth resnet_depth_from_name(const std::string& name);  // "resnet18", "resnet34", "resnet50"

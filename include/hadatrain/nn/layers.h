@@ -52,6 +52,8 @@ class BatchNorm2d : public Module {
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double eps, momentum;
   ConvLayout layout = ConvLayout::nchw;  // nhwc: channels last (same parameters and buffers)
+  // relu: forward returns relu(bn(x)) from one fused op (BatchNormOptions::activation); same state dict.
+  BatchNormActivation activation = BatchNormActivation::none;
 };
 
 // Layer norm over the last dim; weight 1, bias 0.

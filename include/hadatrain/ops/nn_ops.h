@@ -28,10 +28,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 
 enum class BatchNormMode { train, eval };
+// Activation fused into batch_norm: relu gives exactly relu(batch_norm(x, ...)) (forward and gradients) in
+// one pass over x, and its backward masks g inside the batch-norm backward.
+enum class BatchNormActivation { none, relu };
 struct BatchNormOptions {
   BatchNormMode mode = BatchNormMode::train;
   double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch (unbiased var)
   double eps = 1e-5;
+  BatchNormActivation activation = BatchNormActivation::none;
 };
 // x (N, C, ...) ; weight/bias (C) may be undefined; running_mean/var (C) f32, updated in place in train mode.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,

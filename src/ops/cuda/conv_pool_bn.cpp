@@ -26,11 +26,6 @@ kernels::PoolStrides pool_strides(const Tensor& x) {
   return {x.strides()[0], x.strides()[1], x.strides()[2], x.strides()[3]};
 }
 
-// f64 dense copy of a per-channel tensor on the device, or undefined.
-Tensor channel_f64(const Tensor& t) { return t.defined() ? contiguous(to_dtype(t, DType::f64)) : Tensor(); }
-const double* dptr(const Tensor& t) { return t.defined() ? static_cast<const double*>(t.data_ptr()) : nullptr; }
-double* dptr_mut(const Tensor& t) { return t.defined() ? static_cast<double*>(t.data_ptr()) : nullptr; }
-
 kernels::BnShape bn_shape(const Shape& shape) {
   kernels::BnShape s;
   s.N = shape[0];
@@ -182,6 +177,27 @@ void avg_pool2d_backward(kernels::AvgKind kind, const Tensor& grad_out, const ke
 // ---------------------------------------------------------------------------------------------------
 // batch norm
 
+namespace {
+
+const double* dptr(const Tensor& t) { return t.defined() ? static_cast<const double*>(t.data_ptr()) : nullptr; }
+double* dptr_mut(const Tensor& t) { return t.defined() ? static_cast<double*>(t.data_ptr()) : nullptr; }
+
+bool dense_kernel_param(const Tensor& t) { return t.is_contiguous() && has_kernel(t.dtype()); }
+
+// A per-channel tensor as the kernels read it: the tensor itself when dense in a kernel dtype (the usual
+// case: no copy, no launch), else a dense f32 copy kept alive in `keep`. Absent for an undefined tensor.
+kernels::BnParam bn_param(const Tensor& t, Tensor& keep) {
+  if (!t.defined()) return {};
+  keep = dense_kernel_param(t) ? t : contiguous(to_dtype(t, DType::f32));
+  return {keep.data_ptr(), keep.dtype()};
+}
+
+kernels::BnAct bn_act(BatchNormActivation a) {
+  return a == BatchNormActivation::relu ? kernels::BnAct::relu : kernels::BnAct::none;
+}
+
+}  // namespace
+
 BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                            const Tensor& running_var, const BatchNormOptions& opts, const Tensor& out) {
   NoGradGuard no_grad;
@@ -196,33 +212,40 @@ BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& 
   const kernels::BnShape s = bn_shape(x.shape());
   const TensorOptions f64{DType::f64, x.device()};
   BnStats st;
+  st.mean = empty({s.C}, f64);
   st.invstd = empty({s.C}, f64);
   if (opts.mode == BatchNormMode::train) {
-    st.mean = empty({s.C}, f64);
     kernels::BnRunning run;
-    Tensor rm, rv;  // f64 dense working copies of the running stats (or the stats themselves when f64 dense)
+    Tensor rm, rv;  // the running stats themselves (updated in place), or f64 working copies copied back
     if (running_mean.defined()) {
-      rm = channel_f64(running_mean);
-      rv = channel_f64(running_var);
-      run.mean = dptr_mut(rm);
-      run.var = dptr_mut(rv);
+      const bool in_place = dense_kernel_param(running_mean) && dense_kernel_param(running_var) &&
+                            running_mean.dtype() == running_var.dtype();
+      rm = in_place ? running_mean : contiguous(to_dtype(running_mean, DType::f64));
+      rv = in_place ? running_var : contiguous(to_dtype(running_var, DType::f64));
+      run.mean = rm.data_ptr();
+      run.var = rv.data_ptr();
+      run.dtype = rm.dtype();
       run.momentum = opts.momentum;
     }
     kernels::launch_bn_stats(x.dtype(), xc.data_ptr(), s, opts.eps, run, dptr_mut(st.mean), dptr_mut(st.invstd),
                              on.stream);
-    if (running_mean.defined()) {
-      if (rm.data_ptr() != running_mean.data_ptr()) copy_(running_mean, rm);
-      if (rv.data_ptr() != running_var.data_ptr()) copy_(running_var, rv);
+    if (running_mean.defined() && rm.data_ptr() != running_mean.data_ptr()) {
+      copy_(running_mean, rm);
+      copy_(running_var, rv);
     }
   } else {
-    st.mean = channel_f64(running_mean);
-    if (st.mean.data_ptr() == running_mean.data_ptr()) st.mean = st.mean.clone();  // a snapshot, as on the CPU
-    const Tensor rv = channel_f64(running_var);
-    kernels::launch_bn_invstd(dptr(rv), s.C, opts.eps, dptr_mut(st.invstd), on.stream);
+    Tensor keep_m, keep_v;
+    kernels::launch_bn_eval_stats(bn_param(running_mean, keep_m), bn_param(running_var, keep_v), s.C, opts.eps,
+                                  dptr_mut(st.mean), dptr_mut(st.invstd), on.stream);
   }
-  const Tensor w = channel_f64(weight), b = channel_f64(bias);
-  kernels::launch_bn_normalize(x.dtype(), xc.data_ptr(), s, {dptr(st.mean), dptr(st.invstd), dptr(w), dptr(b)},
-                               out.data_ptr(), on.stream);
+  Tensor keep_w, keep_b;
+  kernels::BnChannels ch;
+  ch.mean = dptr(st.mean);
+  ch.invstd = dptr(st.invstd);
+  ch.weight = bn_param(weight, keep_w);
+  ch.bias = bn_param(bias, keep_b);
+  ch.act = bn_act(opts.activation);
+  kernels::launch_bn_normalize(x.dtype(), xc.data_ptr(), s, ch, out.data_ptr(), on.stream);
   return st;
 }
 
@@ -232,33 +255,53 @@ BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std:
   OnDevice on(g);
   const kernels::BnShape s = bn_shape(a.x_shape);
   const bool train = a.mode == BatchNormMode::train;
+  const bool fused = a.activation != BatchNormActivation::none;
   const Tensor gc = contiguous(to_dtype(g, dt));
-  const Tensor mean = channel_f64(a.mean), invstd = channel_f64(a.invstd), w = channel_f64(a.weight);
-  const kernels::BnChannels ch{dptr(mean), dptr(invstd), dptr(w), nullptr};
+  Tensor mean, invstd, keep_w, keep_b;  // statistics as f64 (they are f64 already when saved by the CUDA forward)
+  if (a.mean.defined()) mean = contiguous(to_dtype(a.mean, DType::f64));
+  invstd = contiguous(to_dtype(a.invstd, DType::f64));
+  kernels::BnChannels ch;
+  ch.mean = dptr(mean);
+  ch.invstd = dptr(invstd);
+  ch.weight = bn_param(a.weight, keep_w);
+  if (fused) ch.bias = bn_param(a.bias, keep_b);
+  ch.act = bn_act(a.activation);
   const TensorOptions f64{DType::f64, g.device()};
   const bool need_xhat_sum = need[1] || (train && need[0]);
   Tensor xc;
-  if (need_xhat_sum) {
+  if (need_xhat_sum || fused) {
     HT_ASSERT(a.x.defined() && a.mean.defined(), "batch_norm backward: x and mean were not saved");
     xc = contiguous(to_dtype(a.x, dt));
   }
-  Tensor sum_g, sum_gxhat;
-  if (need_xhat_sum || need[2]) {
-    sum_g = empty({s.C}, f64);
-    if (need_xhat_sum) sum_gxhat = empty({s.C}, f64);
-    kernels::launch_bn_backward_reduce(dt, gc.data_ptr(), xc.defined() ? xc.data_ptr() : nullptr, s, ch,
-                                       dptr_mut(sum_g), dptr_mut(sum_gxhat), on.stream);
-  }
   BnGrads r;
+  kernels::BnBackwardSums sums;
+  Tensor sum_g, sum_gxhat;  // (C) f64, only for dx in train mode
+  if (train && need[0]) {
+    sum_g = empty({s.C}, f64);
+    sum_gxhat = empty({s.C}, f64);
+    sums.sum_g = dptr_mut(sum_g);
+    sums.sum_gxhat = dptr_mut(sum_gxhat);
+  }
+  if (need[1]) {
+    r.gw = empty({s.C}, {has_kernel(a.weight_dtype) ? a.weight_dtype : DType::f32, g.device()});
+    sums.grad_weight = {r.gw.data_ptr(), r.gw.dtype()};
+  }
+  if (need[2]) {
+    r.gb = empty({s.C}, {has_kernel(a.bias_dtype) ? a.bias_dtype : DType::f32, g.device()});
+    sums.grad_bias = {r.gb.data_ptr(), r.gb.dtype()};
+  }
+  if (sums.sum_g || sums.grad_weight.data || sums.grad_bias.data)
+    kernels::launch_bn_backward_reduce(dt, gc.data_ptr(), xc.defined() ? xc.data_ptr() : nullptr, s, ch, sums,
+                                       on.stream);
   if (need[0]) {
     Tensor gx = empty(a.x_shape, {dt, g.device()});
     kernels::launch_bn_backward_dx(dt, train ? kernels::BnMode::train : kernels::BnMode::eval, gc.data_ptr(),
-                                   train ? xc.data_ptr() : nullptr, s, ch, dptr(sum_g), dptr(sum_gxhat),
+                                   xc.defined() ? xc.data_ptr() : nullptr, s, ch, dptr(sum_g), dptr(sum_gxhat),
                                    gx.data_ptr(), on.stream);
     r.gx = to_dtype(gx, a.x_dtype);
   }
-  if (need[1]) r.gw = to_dtype(sum_gxhat, a.weight_dtype);
-  if (need[2]) r.gb = to_dtype(sum_g, a.bias_dtype);
+  if (r.gw.defined()) r.gw = to_dtype(r.gw, a.weight_dtype);  // no-op unless fp8
+  if (r.gb.defined()) r.gb = to_dtype(r.gb, a.bias_dtype);
   return r;
 }
 

@@ -33,10 +33,12 @@ void avg_pool2d_backward(kernels::AvgKind kind, const Tensor& grad_out, const ke
 
 // ---- batch norm ----
 struct BnStats {
-  Tensor mean;    // (C) f64: batch mean (train) or running mean (eval)
+  Tensor mean;    // (C) f64: batch mean (train) or a snapshot of the running mean (eval)
   Tensor invstd;  // (C) f64
 };
-// out (N, C, ...) contiguous; running stats are updated in place on the device in train mode.
+// out (N, C, ...) contiguous = act(bn(x)) with opts.activation; running stats are updated in place on the
+// device in train mode. Weight, bias and running stats are read in their own dtype (no conversion kernels when
+// they are dense f32/f64/bf16/f16), x is used as is when dense.
 BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                            const Tensor& running_var, const BatchNormOptions& opts, const Tensor& out);
 
@@ -46,6 +48,8 @@ struct BnBackwardArgs {
   Tensor mean;    // (C), defined with x
   Tensor invstd;  // (C)
   Tensor weight;  // (C) or undefined (no affine)
+  Tensor bias;    // (C) or undefined; only read with a fused activation (its mask needs the forward's shift)
+  BatchNormActivation activation = BatchNormActivation::none;  // with relu, x and mean are defined
   DType x_dtype = DType::f32, weight_dtype = DType::f32, bias_dtype = DType::f32;
   Shape x_shape;
 };
