@@ -3,6 +3,7 @@
 // number of row-group iterations, so the block-wide reductions may synchronise; threads past the last row
 // reduce neutral values. Reductions combine the threads in a fixed order (deterministic), except the
 // embedding scatter-add, which uses atomicAdd.
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 
@@ -395,6 +396,173 @@ HT_DEV void load_params(const A* w, int j, A none, A (&out)[V]) {
   }
 }
 
+// ---- prefetching register-resident rows: softmax / log_softmax and layer_norm / rms_norm forward ----------
+// The kernels above load a row, reduce it and store it with nothing in flight between two rows of a block;
+// measured at 0.75 (softmax) and 0.80 (layer_norm) of copy bandwidth on 65536 x 4096 bf16. These walk the
+// block's row groups with the next group's row loaded into a second RowCache before the current one is
+// reduced (loads stay in flight through the reductions, the exps and the stores), in one wave of blocks
+// (occupancy x SMs). Used for four packs per thread and 256-thread blocks (rows of 128 .. 256 x 4 packs:
+// 1024 .. 8192 bf16); HADATRAIN_ROWS_PREFETCH=0 selects the kernels above (for measurement).
+// The softmax combines the row maximum and the exp sum in one reduction (online softmax: each thread sums
+// exp(x - its own max), pairs combine as s1 e^(m1 - m) + s2 e^(m2 - m)), one pair of barriers per row instead
+// of two; bf16 / f16 take exp(x - m) as ex2(x log2e - m log2e) (one FFMA and the hardware ex2).
+constexpr float kLog2e = 1.4426950408889634f;
+
+HT_DEV float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// exp(v - m) in the softmax kernels (soft_exp's precision choice per dtype).
+template <class T, class A>
+struct ExpShift {
+  static constexpr bool kFast = (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) && std::is_same_v<A, float>;
+  A m, ml;  // m and -m log2e
+  HT_DEV explicit ExpShift(A m_) : m(m_), ml(kFast ? -m_ * static_cast<A>(kLog2e) : A(0)) {}
+  HT_DEV A operator()(A v) const {
+    if constexpr (kFast) return ex2_ftz(fmaf(v, kLog2e, ml));
+    else return d_exp(v - m);
+  }
+};
+
+// e^(d) for the combination of two (max, sum) pairs; d <= 0 or NaN.
+template <class T, class A>
+HT_DEV A combine_exp(A d) {
+  if constexpr (ExpShift<T, A>::kFast) return ex2_ftz(d * kLog2e);
+  else return d_exp(d);
+}
+
+// (m, s) <- the combination of the pairs of the tpr threads of a row group (a multiple of 32, groups aligned
+// to warps): m the maximum, s the sum of each pair's s e^(its m - m). Symmetric, so every thread of the group
+// gets the same bits. Every thread of the block must call it. smem holds two values per warp.
+template <class T, class A>
+HT_DEV void tile_max_sum(A& m, A& s, int tpr, A* smem) {
+  auto combine = [](A& m1, A& s1, A m2, A s2) {
+    const A mm = d_max(m1, m2);
+    s1 = s1 * combine_exp<T>(m1 - mm) + s2 * combine_exp<T>(m2 - mm);
+    m1 = mm;
+  };
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) combine(m, s, shfl_xor(m, o), shfl_xor(s, o));
+  if (tpr > 32) {
+    constexpr int kWarps = kRowBlock / 32;
+    const int first = static_cast<int>(threadIdx.x) / tpr * (tpr / 32);
+    if (threadIdx.x % 32 == 0) {
+      smem[threadIdx.x / 32] = m;
+      smem[kWarps + threadIdx.x / 32] = s;
+    }
+    __syncthreads();
+    m = smem[first];
+    s = smem[kWarps + first];
+    for (int w = 1; w < tpr / 32; ++w) combine(m, s, smem[first + w], smem[kWarps + first + w]);
+    __syncthreads();
+  }
+}
+
+// Walks this block's row groups (256-thread blocks) with the next group's row prefetched:
+// body(cache, row, lane, valid) on every thread, every thread running the same number of iterations.
+template <class T, int NP, class F>
+HT_DEV void for_each_prefetched_row(const T* in, int64_t rows, int64_t len, int tpr, F&& body) {
+  const int packs = static_cast<int>(len / kVec<T>);
+  const int per_block = kRowBlock / tpr;
+  const int lane = static_cast<int>(threadIdx.x) % tpr, slot = static_cast<int>(threadIdx.x) / tpr;
+  const int64_t groups = (rows + per_block - 1) / per_block;
+  auto row_of = [&](int64_t grp) {
+    const int64_t r = grp * per_block + slot;
+    return r < rows ? r : rows - 1;
+  };
+  RowCache<T, NP> c;
+  int64_t grp = blockIdx.x;
+  if (grp < groups) c.load(in + row_of(grp) * len, packs, lane, tpr);
+  for (; grp < groups; grp += gridDim.x) {
+    RowCache<T, NP> next;
+    if (grp + gridDim.x < groups) next.load(in + row_of(grp + gridDim.x) * len, packs, lane, tpr);  // uniform
+    const int64_t row = grp * per_block + slot;
+    body(c, row < rows ? row : rows - 1, lane, row < rows);
+    c = next;
+  }
+}
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kRowBlock, 3) softmax_prefetch_kernel(T* out, const T* in, int64_t rows, int64_t len,
+                                                                      int tpr, SoftmaxKind kind) {
+  using A = acc_t<T>;
+  __shared__ A smem[2 * (kRowBlock / 32)];
+  const int packs = static_cast<int>(len / kVec<T>);
+  for_each_prefetched_row<T, NP>(in, rows, len, tpr, [&](const RowCache<T, NP>& c, int64_t row, int lane, bool valid) {
+    A m = -std::numeric_limits<A>::infinity();
+    c.each(packs, lane, tpr, [&](T v) { m = d_max(m, convert<A>(v)); });
+    A s = A(0);
+    if (m == -std::numeric_limits<A>::infinity()) {
+      // no finite maximum here: this thread's e^(x - m) are 0 for every other thread's m (NaN stays NaN)
+      c.each(packs, lane, tpr, [&](T v) {
+        if (convert<A>(v) != convert<A>(v)) s = convert<A>(v);
+      });
+    } else {
+      const ExpShift<T, A> e(m);
+      c.each(packs, lane, tpr, [&](T v) { s += e(convert<A>(v)); });
+    }
+    tile_max_sum<T>(m, s, tpr, smem);
+    if (!valid) return;
+    T* y = out + row * len;
+    if (kind == SoftmaxKind::softmax) {
+      const A inv = A(1) / s;
+      const ExpShift<T, A> e(m);
+      c.store(y, packs, lane, tpr, [&](int, T v) { return e(convert<A>(v)) * inv; });
+    } else {
+      const A log_s = d_log(s);
+      c.store(y, packs, lane, tpr, [&](int, T v) { return (convert<A>(v) - m) - log_s; });
+    }
+  });
+}
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kRowBlock, 3) norm_prefetch_kernel(NormArgs a, int tpr) {
+  using A = acc_t<T>;
+  constexpr int V = kVec<T>;
+  __shared__ A smem[kRowBlock / 32];
+  const int64_t d = a.dim;
+  const int packs = static_cast<int>(d / V);
+  const A* w = static_cast<const A*>(a.weight);
+  const A* b = static_cast<const A*>(a.bias);
+  const bool layer = a.kind == NormKind::layer;
+  for_each_prefetched_row<T, NP>(static_cast<const T*>(a.x), a.rows, d, tpr,
+                                 [&](const RowCache<T, NP>& c, int64_t row, int lane, bool valid) {
+    A m = A(0);
+    if (layer) {  // uniform across the block: every thread reduces
+      A s = A(0);
+      c.each(packs, lane, tpr, [&](T v) { s += convert<A>(v); });
+      m = tile_reduce(s, tpr, smem, Sum{}) / static_cast<A>(d);
+    }
+    A ss = A(0);
+    c.each(packs, lane, tpr, [&](T v) {
+      const A cx = convert<A>(v) - m;
+      ss += cx * cx;
+    });
+    ss = tile_reduce(ss, tpr, smem, Sum{});
+    if (!valid) return;
+    const A r = A(1) / d_sqrt(ss / static_cast<A>(d) + static_cast<A>(a.eps));
+    T* y = static_cast<T*>(a.out) + row * d;
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {  // y = xh * w + b; without parameters w = 1 and b = 0 leave xh exact
+      const int q = lane + i * tpr;
+      if (q >= packs) continue;
+      A wv[V], bv[V];
+      load_params<A, V>(w, q * V, A(1), wv);
+      load_params<A, V>(b, q * V, A(0), bv);
+      Pack<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
+      reinterpret_cast<Pack<T, V>*>(y)[q] = o;
+    }
+    if (lane == 0) {
+      if (a.mean) static_cast<A*>(a.mean)[row] = m;
+      static_cast<A*>(a.rstd)[row] = r;
+    }
+  });
+}
+
 template <class T, int NP>
 __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_kernel(NormArgs a, int tpr) {
   using A = acc_t<T>;
@@ -512,28 +680,78 @@ __global__ void __launch_bounds__(kRowBlock) softmax_backward_cached_kernel(T* g
   });
 }
 
+// Combines (u, v) over the tpr threads of a row group with a sum, like tile_reduce but both values in one
+// pass (one pair of barriers instead of two). smem holds two values per warp.
+template <class A>
+HT_DEV void tile_sum2(A& u, A& v, int tpr, A* smem) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    u += shfl_xor(u, o);
+    v += shfl_xor(v, o);
+  }
+  if (tpr > 32) {
+    constexpr int kWarps = kRowBlock / 32;
+    const int first = static_cast<int>(threadIdx.x) / tpr * (tpr / 32);
+    if (threadIdx.x % 32 == 0) {
+      smem[threadIdx.x / 32] = u;
+      smem[kWarps + threadIdx.x / 32] = v;
+    }
+    __syncthreads();
+    u = smem[first];
+    v = smem[kWarps + first];
+    for (int w = 1; w < tpr / 32; ++w) {
+      u += smem[first + w];
+      v += smem[kWarps + first + w];
+    }
+    __syncthreads();
+  }
+}
+
+// One block per resident slot (the host sizes the grid to the occupancy: one wave), each walking its row
+// groups with the next group's g, x, mean and rstd loaded before the current one is reduced, so every
+// thread keeps loads in flight through its reductions and stores (the kernel was latency-bound: about 0.4
+// of copy bandwidth at 50432 x 768 bf16).
 template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock) norm_backward_cached_kernel(NormBackwardArgs a, int tpr) {
+__global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cached_kernel(NormBackwardArgs a, int tpr) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
-  __shared__ A smem[kRowBlock / 32];
+  __shared__ A smem[2 * (kRowBlock / 32)];
   __shared__ A colsum[kRowBlock * V];
   const int64_t d = a.dim;
   const int packs = static_cast<int>(d / V);
   const A* w = static_cast<const A*>(a.weight);
+  const T* gp = static_cast<const T*>(a.g);
+  const T* xp = static_cast<const T*>(a.x);
+  const A* meanp = static_cast<const A*>(a.mean);
+  const A* rstdp = static_cast<const A*>(a.rstd);
   const bool layer = a.kind == NormKind::layer;
   const bool params = a.gw_partial || a.gb_partial;
+  const int per_block = kRowBlock / tpr;
+  const int lane = static_cast<int>(threadIdx.x) % tpr, slot = static_cast<int>(threadIdx.x) / tpr;
+  const int64_t groups = (a.rows + per_block - 1) / per_block;
   A accw[NP][V], accb[NP][V];
 #pragma unroll
   for (int i = 0; i < NP; ++i)
 #pragma unroll
     for (int k = 0; k < V; ++k) accw[i][k] = accb[i][k] = A(0);
-  for_each_cached_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
-    RowCache<T, NP> cg, cx;
-    cg.load(static_cast<const T*>(a.g) + row * d, packs, lane, tpr);
-    cx.load(static_cast<const T*>(a.x) + row * d, packs, lane, tpr);
-    const A m = layer ? static_cast<const A*>(a.mean)[row] : A(0);
-    const A r = static_cast<const A*>(a.rstd)[row];
+  RowCache<T, NP> cg, cx;
+  A m = A(0), r = A(0);
+  auto fetch = [&](int64_t grp, RowCache<T, NP>& fg, RowCache<T, NP>& fx, A& fm, A& fr) {
+    const int64_t row0 = grp * per_block + slot;
+    const int64_t row = row0 < a.rows ? row0 : a.rows - 1;
+    fg.load(gp + row * d, packs, lane, tpr);
+    fx.load(xp + row * d, packs, lane, tpr);
+    fm = layer ? meanp[row] : A(0);
+    fr = rstdp[row];
+  };
+  int64_t grp = blockIdx.x;
+  if (grp < groups) fetch(grp, cg, cx, m, r);
+  for (; grp < groups; grp += gridDim.x) {
+    const int64_t row = grp * per_block + slot;
+    const bool valid = row < a.rows;
+    RowCache<T, NP> ng, nx;
+    A nm = A(0), nr = A(0);
+    if (grp + gridDim.x < groups) fetch(grp + gridDim.x, ng, nx, nm, nr);  // uniform across the block
     A s_gh = A(0), s_ghx = A(0);
 #pragma unroll
     for (int i = 0; i < NP; ++i) {
@@ -554,31 +772,35 @@ __global__ void __launch_bounds__(kRowBlock) norm_backward_cached_kernel(NormBac
         }
       }
     }
-    if (layer) s_gh = tile_reduce(s_gh, tpr, smem, Sum{});  // uniform across the block
-    s_ghx = tile_reduce(s_ghx, tpr, smem, Sum{});
-    if (!valid) return;
-    const A mean_gh = layer ? s_gh / static_cast<A>(d) : A(0), mean_ghx = s_ghx / static_cast<A>(d);
-    T* gx = static_cast<T*>(a.gx) + row * d;
+    tile_sum2(s_gh, s_ghx, tpr, smem);  // uniform across the block
+    if (valid) {
+      const A mean_gh = layer ? s_gh / static_cast<A>(d) : A(0), mean_ghx = s_ghx / static_cast<A>(d);
+      T* gx = static_cast<T*>(a.gx) + row * d;
 #pragma unroll
-    for (int i = 0; i < NP; ++i) {
-      const int q = lane + i * tpr;
-      if (q >= packs) continue;
-      A wv[V];
-      load_params<A, V>(w, q * V, A(1), wv);
-      Pack<T, V> o;
+      for (int i = 0; i < NP; ++i) {
+        const int q = lane + i * tpr;
+        if (q >= packs) continue;
+        A wv[V];
+        load_params<A, V>(w, q * V, A(1), wv);
+        Pack<T, V> o;
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const A gv = convert<A>(cg.p[i].v[k]);
-        const A xh = (convert<A>(cx.p[i].v[k]) - m) * r;
-        const A gh = w ? gv * wv[k] : gv;
-        o.v[k] = store_cast<T>(r * ((gh - mean_gh) - xh * mean_ghx));
+        for (int k = 0; k < V; ++k) {
+          const A gv = convert<A>(cg.p[i].v[k]);
+          const A xh = (convert<A>(cx.p[i].v[k]) - m) * r;
+          const A gh = w ? gv * wv[k] : gv;
+          o.v[k] = store_cast<T>(r * ((gh - mean_gh) - xh * mean_ghx));
+        }
+        reinterpret_cast<Pack<T, V>*>(gx)[q] = o;
       }
-      reinterpret_cast<Pack<T, V>*>(gx)[q] = o;
     }
-  });
+    cg = ng;
+    cx = nx;
+    m = nm;
+    r = nr;
+  }
   if (!params) return;
   // Add the row groups' column sums (groups in order) and write this block's partial row.
-  const int lane = static_cast<int>(threadIdx.x) % tpr, groups = kRowBlock / tpr;
+  const int groups_in_block = kRowBlock / tpr;
 #pragma unroll
   for (int which = 0; which < 2; ++which) {
     A* dst = static_cast<A*>(which == 0 ? a.gw_partial : a.gb_partial);
@@ -594,7 +816,7 @@ __global__ void __launch_bounds__(kRowBlock) norm_backward_cached_kernel(NormBac
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           A t = colsum[lane * V + k];
-          for (int gi = 1; gi < groups; ++gi) t += colsum[(gi * tpr + lane) * V + k];
+          for (int gi = 1; gi < groups_in_block; ++gi) t += colsum[(gi * tpr + lane) * V + k];
           dst[static_cast<int64_t>(blockIdx.x) * d + q * V + k] = t;
         }
       }
@@ -774,6 +996,39 @@ __global__ void norm_param_grad_kernel(NormParamGradArgs a, int64_t chunk) {
   if (a.gb_partial) static_cast<A*>(a.gb_partial)[at] = sb;
 }
 
+// Adds the (parts, D) partial sums of the parameter gradients in part order (blockIdx.y: 0 weight, 1 bias)
+// and stores the totals in their own dtypes. 32 x 8 block: threadIdx.x picks a column, threadIdx.y a lane
+// over the parts; the 8 lanes' sums are combined in order (deterministic).
+template <class A>
+HT_DEV void store_as(void* dst, DType dt, int64_t j, A v) {
+  switch (dt) {
+    case DType::f32: static_cast<float*>(dst)[j] = convert<float>(v); break;
+    case DType::f64: static_cast<double*>(dst)[j] = convert<double>(v); break;
+    case DType::bf16: static_cast<bf16*>(dst)[j] = convert<bf16>(v); break;
+    case DType::f16: static_cast<f16*>(dst)[j] = convert<f16>(v); break;
+    default: break;  // excluded on the host
+  }
+}
+
+template <class A>
+__global__ void norm_param_finalize_kernel(NormParamFinalizeArgs a) {
+  __shared__ A part[8][33];
+  const A* src = static_cast<const A*>(blockIdx.y == 0 ? a.gw_partial : a.gb_partial);
+  void* dst = blockIdx.y == 0 ? a.gw : a.gb;
+  if (!src || !dst) return;  // uniform across the block
+  const int64_t d = a.dim;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  A acc = A(0);
+  if (j < d)
+    for (int64_t s = threadIdx.y; s < a.parts; s += 8) acc += src[s * d + j];
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= d) return;
+#pragma unroll
+  for (int y = 1; y < 8; ++y) acc += part[y][threadIdx.x];
+  store_as(dst, blockIdx.y == 0 ? a.gw_dtype : a.gb_dtype, j, acc);
+}
+
 // ---- embedding -------------------------------------------------------------------------------------------
 
 template <class U>
@@ -827,6 +1082,33 @@ unsigned threads_for(int64_t dim) {
   return static_cast<unsigned>(t < 32 ? 32 : (t > 256 ? 256 : t));
 }
 
+// Blocks of a 256-thread row kernel resident at once on the device (occupancy x SMs; 3 x 132 if the queries
+// fail). Callers cache it per kernel.
+template <class K>
+int64_t wave_blocks(K* kernel) {
+  int per_sm = 0, dev = 0, sms = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRowBlock, 0) != cudaSuccess ||
+      cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 3 * 132;
+  }
+  return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
+}
+
+// The prefetching forward kernels apply to four packs per thread in 256-thread blocks (see there), unless
+// HADATRAIN_ROWS_PREFETCH=0.
+bool use_prefetch(const CacheGrid& cg) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("HADATRAIN_ROWS_PREFETCH");
+    return !(v && v[0] == '0');
+  }();
+  return enabled && cg.np == 4 && cg.block == static_cast<unsigned>(kRowBlock);
+}
+
+unsigned prefetch_blocks(const CacheGrid& cg, int64_t wave) {
+  return static_cast<unsigned>(static_cast<int64_t>(cg.blocks) < wave ? static_cast<int64_t>(cg.blocks) : wave);
+}
+
 }  // namespace
 
 void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64_t rows, int64_t len,
@@ -836,6 +1118,13 @@ void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     if (const CacheGrid cg = cache_grid(rows, len, kVec<T>, {out, in}); cg.np > 0) {
+      if (use_prefetch(cg)) {
+        static const int64_t wave = wave_blocks(softmax_prefetch_kernel<T, 4>);
+        softmax_prefetch_kernel<T, 4><<<prefetch_blocks(cg, wave), kRowBlock, 0, stream>>>(
+            static_cast<T*>(out), static_cast<const T*>(in), rows, len, cg.tpr, kind);
+        HT_CHECK_LAUNCH("softmax_prefetch_kernel");
+        return;
+      }
       auto* kernel = cg.np == 4 ? softmax_cached_kernel<T, 4> : softmax_cached_kernel<T, 8>;
       kernel<<<cg.blocks, cg.block, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len, cg.tpr,
                                                  kind);
@@ -897,6 +1186,12 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (const CacheGrid cg = cache_grid(a.rows, a.dim, kVec<T>, {a.out, a.x, a.weight, a.bias}); cg.np > 0) {
+      if (use_prefetch(cg)) {
+        static const int64_t wave = wave_blocks(norm_prefetch_kernel<T, 4>);
+        norm_prefetch_kernel<T, 4><<<prefetch_blocks(cg, wave), kRowBlock, 0, stream>>>(a, cg.tpr);
+        HT_CHECK_LAUNCH("norm_prefetch_kernel");
+        return;
+      }
       auto* kernel = cg.np == 4 ? norm_cached_kernel<T, 4> : norm_cached_kernel<T, 8>;
       kernel<<<cg.blocks, cg.block, 0, stream>>>(a, cg.tpr);
       HT_CHECK_LAUNCH("norm_cached_kernel");
@@ -909,11 +1204,32 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
 }
 
 namespace {
+// Blocks of norm_backward_cached_kernel<T, NP> resident at once on the whole device (occupancy x SMs,
+// queried once; 2 x 132 if the queries fail).
+template <class T, int NP>
+int64_t norm_bwd_resident() {
+  static const int64_t n = [] {
+    int per_sm = 0, dev = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_backward_cached_kernel<T, NP>, kRowBlock, 0) !=
+            cudaSuccess ||
+        cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return int64_t{2 * 132};
+    }
+    return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
+  }();
+  return n;
+}
+
+// One wave of blocks (each walks several row groups, prefetching the next), at most kBwdMaxBlocks.
 BwdGrid norm_bwd_grid(const NormBackwardArgs& a) {
   BwdGrid g;
   visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     g = bwd_grid(a.rows, a.dim, kVec<T>, {a.gx, a.g, a.x, a.weight}, kBwdMaxBlocks);
+    if (g.np == 0) return;
+    const int64_t wave = g.np == 2 ? norm_bwd_resident<T, 2>() : norm_bwd_resident<T, 4>();
+    if (static_cast<int64_t>(g.blocks) > wave) g.blocks = static_cast<unsigned>(wave);
   });
   return g;
 }
@@ -962,6 +1278,18 @@ void launch_norm_param_grad(const NormParamGradArgs& a, cudaStream_t stream) {
     HT_CHECK_LAUNCH("norm_param_grad_kernel");
   });
   if (!ok) HT_UNSUPPORTED_DTYPE("launch_norm_param_grad", a.dtype);
+}
+
+bool norm_param_dtype_ok(DType dt) {
+  return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16;
+}
+
+void launch_norm_param_finalize(const NormParamFinalizeArgs& a, cudaStream_t stream) {
+  if (a.dim == 0) return;
+  const dim3 grid(static_cast<unsigned>((a.dim + 31) / 32), 2);
+  if (a.stat_dtype == DType::f64) norm_param_finalize_kernel<double><<<grid, dim3(32, 8), 0, stream>>>(a);
+  else norm_param_finalize_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(a);
+  HT_CHECK_LAUNCH("norm_param_finalize_kernel");
 }
 
 void launch_embedding(const EmbeddingArgs& a, cudaStream_t stream) {

@@ -116,6 +116,23 @@ struct NormParamGradArgs {
 int norm_param_splits(int64_t rows, int64_t dim);
 void launch_norm_param_grad(const NormParamGradArgs& args, cudaStream_t stream);
 
+// Second step of both forms: gw / gb (D) = the sums over the `parts` rows of the (parts, D) partial sums
+// (S) that launch_norm_backward or launch_norm_param_grad wrote, added in row order (deterministic), each
+// stored in its own dtype (norm_param_dtype_ok: f32 f64 bf16 f16; the parameter's dtype, so no conversion
+// follows). One launch for both; a null partial or output skips that gradient.
+struct NormParamFinalizeArgs {
+  DType stat_dtype;          // S: f32 or f64
+  const void* gw_partial;    // (parts, D) S or null
+  const void* gb_partial;    // (parts, D) S or null
+  void* gw;                  // (D) gw_dtype or null
+  DType gw_dtype;
+  void* gb;                  // (D) gb_dtype or null
+  DType gb_dtype;
+  int64_t parts, dim;
+};
+bool norm_param_dtype_ok(DType dt);
+void launch_norm_param_finalize(const NormParamFinalizeArgs& args, cudaStream_t stream);
+
 // out (n, D) = weight[ids[k], :], a bit copy of elements of `itemsize` bytes; weight (V, D) has element
 // strides (s0, s1). Out-of-range ids set status[1] (their output rows are zero).
 struct EmbeddingArgs {

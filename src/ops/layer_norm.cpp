@@ -50,7 +50,7 @@ class LayerNormBackward final : public Node {
 #ifdef HADATRAIN_CUDA
       const cuda_ops::NormGrads r = cuda_ops::norm_backward(
           kernels::NormKind::layer, grads[0], saved(0), saved(1), mu, rstd,
-          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2), w_dtype_, b_dtype_});
       return {r.gx, r.gw.defined() ? to_dtype(r.gw, w_dtype_) : Tensor(),
               r.gb.defined() ? to_dtype(r.gb, b_dtype_) : Tensor()};
 #endif

@@ -37,7 +37,7 @@ class RmsNormBackward final : public Node {
     if (rstd.is_cuda()) {
 #ifdef HADATRAIN_CUDA
       const cuda_ops::NormGrads r = cuda_ops::norm_backward(kernels::NormKind::rms, grads[0], saved(0), saved(1),
-                                                            Tensor(), rstd, {needs_input_grad(0), needs_input_grad(1), false});
+                                                            Tensor(), rstd, {needs_input_grad(0), needs_input_grad(1), false, w_dtype_, x_dtype_});
       return {r.gx, r.gw.defined() ? to_dtype(r.gw, w_dtype_) : Tensor()};
 #endif
     }

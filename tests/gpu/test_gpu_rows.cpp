@@ -124,6 +124,43 @@ TEST_CASE("softmax on CUDA: -inf entries and NaN rows as on the CPU", "[gpu][row
   }
 }
 
+// The prefetching forward kernels (packable rows of up to 256 x 4 packs; softmax with one combined
+// max / exp-sum reduction): -inf and NaN entries in rows whose lanes see only -inf, rows of -inf, and many
+// rows (more row groups than the one-wave grid has blocks, a partial last group) of several widths.
+TEST_CASE("softmax and layer_norm on CUDA: prefetching row kernels, -inf / NaN in packable rows, many rows",
+          "[gpu][rows][softmax]") {
+  const double inf = INFINITY, nan = NAN;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    const int64_t len = 1024;
+    std::vector<double> v(4 * len, -inf);
+    v[5] = 2.0;                                        // row 0: one finite value, every other lane only -inf
+    for (int64_t j = 0; j < len; ++j) v[len + j] = 0.001 * static_cast<double>(j % 97);  // row 1: finite
+    v[len + 700] = -inf;
+    v[2 * len + 3] = 1.0;                              // row 2: a NaN in another lane than the finite values
+    v[2 * len + 900] = nan;
+    // row 3: all -inf
+    const Tensor x = from_vector(v, {4, len}).to(dt);
+    INFO(dtype_name(dt));
+    CHECK(test::compare_to_cpu(softmax(x.to(test::kCuda), 1), softmax(x, 1), row_tol(dt)) == "");
+    CHECK(test::compare_to_cpu(log_softmax(x.to(test::kCuda), 1), log_softmax(x, 1), row_tol(dt)) == "");
+  }
+  uint64_t seed = 5200;
+  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+    for (const Shape& shape : {Shape{20003, 64}, Shape{4001, 520}, Shape{3001, 1024}, Shape{2001, 4096}, Shape{301, 8192}}) {
+      const Tensor x = test::random_input(shape, ++seed, dt, -4.0, 4.0);
+      const Tensor w = test::random_input({shape[1]}, ++seed, DType::f32, 0.5, 1.5);
+      const Tensor b = test::random_input({shape[1]}, ++seed, DType::f32, -1.0, 1.0);
+      const Tensor xc = x.to(test::kCuda), wc = w.to(test::kCuda), bc = b.to(test::kCuda);
+      INFO(dtype_name(dt) << " " << to_string(shape));
+      test::PoisonGuard poison;
+      CHECK(test::compare_to_cpu(softmax(xc, 1), softmax(x, 1), row_tol(dt)) == "");
+      CHECK(test::compare_to_cpu(log_softmax(xc, 1), log_softmax(x, 1), row_tol(dt)) == "");
+      CHECK(test::compare_to_cpu(layer_norm(xc, wc, bc), layer_norm(x, w, b), row_tol(dt)) == "");
+      CHECK(test::compare_to_cpu(rms_norm(xc, Tensor()), rms_norm(x, Tensor()), row_tol(dt)) == "");
+    }
+  }
+}
+
 TEST_CASE("cross_entropy on CUDA matches the CPU for every reduction, label smoothing and ignore_index",
           "[gpu][rows][cross_entropy]") {
   uint64_t seed = 100;
@@ -240,6 +277,44 @@ TEST_CASE("layer_norm and rms_norm backward on CUDA: many rows (split column sum
                      row_tol(dt), tol) == "");
     }
   }
+}
+
+// The norm backward's one-wave grid (blocks walk several row groups, loading the next group before reducing
+// the current one) and the one-launch parameter-gradient sum that stores gw / gb in the parameters' own
+// dtypes: ViT-like widths with few rows (fewer groups than blocks), many rows (many groups per block, a
+// partial last group), f16, parameters of two different dtypes, and the non-fused column-sum path (odd D).
+TEST_CASE("layer_norm and rms_norm backward on CUDA: prefetching grid, parameter gradients in their dtypes",
+          "[gpu][rows][norm]") {
+  uint64_t seed = 5000;
+  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+    for (const Shape& shape : {Shape{3, 384}, Shape{9, 768}, Shape{5003, 768}, Shape{20001, 384}, Shape{1001, 385}}) {
+      const int64_t d = shape[1];
+      const Tensor x = test::random_input(shape, ++seed, dt, -2.0, 3.0);
+      const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+      const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+      INFO(dtype_name(dt) << " " << to_string(shape));
+      const test::Tolerance tol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
+      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                     row_tol(dt), tol) == "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, row_tol(dt), tol) ==
+            "");
+      // only the bias needs a gradient (weight a constant)
+      CHECK(check_op([&](const std::vector<Tensor>& in) { return layer_norm(in[0], w.to(in[0].device()), in[1]); },
+                     {x, b}, row_tol(dt), tol) == "");
+    }
+  }
+  // bf16 activations, f32 weight and bf16 bias: gw and gb stored in different dtypes by one launch
+  const Tensor x = test::random_input({4099, 384}, 5100, DType::bf16, -2.0, 3.0);
+  const Tensor w = test::random_input({384}, 5101, DType::f32, 0.5, 1.5);
+  const Tensor b = test::random_input({384}, 5102, DType::bf16, -1.0, 1.0);
+  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                 row_tol(DType::bf16), row_tol(DType::bf16)) == "");
+  // f64: double partial sums and outputs
+  const Tensor xd = test::random_input({2049, 768}, 5103, DType::f64, -2.0, 3.0);
+  const Tensor wd = test::random_input({768}, 5104, DType::f64, 0.5, 1.5);
+  const Tensor bd = test::random_input({768}, 5105, DType::f64, -1.0, 1.0);
+  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {xd, wd, bd},
+                 DType::f64) == "");
 }
 
 // The register-resident softmax backward on many short rows: more row groups than blocks (grid-stride

@@ -170,23 +170,29 @@ NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x
     kernels::launch_norm_backward(args, on.stream);
   }
   if (want_params) {
-    if (!fused) {
-      const int64_t splits = kernels::norm_param_splits(rows, d);
-      pw = want.weight ? empty({splits, d}, {sd, x.device()}) : Tensor();
-      pb = want.bias ? empty({splits, d}, {sd, x.device()}) : Tensor();
+    int64_t parts = 0;
+    if (fused) {
+      parts = pw.defined() ? pw.size(0) : pb.size(0);
+    } else {
+      parts = kernels::norm_param_splits(rows, d);
+      pw = want.weight ? empty({parts, d}, {sd, x.device()}) : Tensor();
+      pb = want.bias ? empty({parts, d}, {sd, x.device()}) : Tensor();
       kernels::launch_norm_param_grad({x.dtype(), kind, pw.defined() ? pw.data_ptr() : nullptr,
                                        pb.defined() ? pb.data_ptr() : nullptr, gc.data_ptr(), xc.data_ptr(),
                                        mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(), rows, d},
                                       on.stream);
     }
-    if (want.weight) {
-      out.gw = empty({d}, {sd, x.device()});
-      cuda_ops::sum(out.gw, pw, {true, false}, 1.0);
-    }
-    if (want.bias) {
-      out.gb = empty({d}, {sd, x.device()});
-      cuda_ops::sum(out.gb, pb, {true, false}, 1.0);
-    }
+    // Gradients in the parameters' dtypes straight from the partial sums (one launch), else in S and converted.
+    const DType wd = kernels::norm_param_dtype_ok(want.weight_dtype) ? want.weight_dtype : sd;
+    const DType bd = kernels::norm_param_dtype_ok(want.bias_dtype) ? want.bias_dtype : sd;
+    if (want.weight) out.gw = empty({d}, {wd, x.device()});
+    if (want.bias) out.gb = empty({d}, {bd, x.device()});
+    kernels::launch_norm_param_finalize({sd, pw.defined() ? pw.data_ptr() : nullptr, pb.defined() ? pb.data_ptr() : nullptr,
+                                         out.gw.defined() ? out.gw.data_ptr() : nullptr, wd,
+                                         out.gb.defined() ? out.gb.data_ptr() : nullptr, bd, parts, d},
+                                        on.stream);
+    if (out.gw.defined() && wd != want.weight_dtype) out.gw = to_dtype(out.gw, want.weight_dtype);
+    if (out.gb.defined() && bd != want.bias_dtype) out.gb = to_dtype(out.gb, want.bias_dtype);
   }
   return out;
 }

@@ -39,17 +39,21 @@ void norm(kernels::NormKind kind, const NormOutputs& outs, const Tensor& x, cons
           double eps);
 
 // Which gradients a norm backward computes.
+// weight_dtype / bias_dtype: the dtypes gw / gb are returned in (the parameters' own, so the op needs no
+// conversion after).
 struct NormGradsWanted {
   bool x = true, weight = false, bias = false;
+  DType weight_dtype = DType::f32, bias_dtype = DType::f32;
 };
 struct NormGrads {
   Tensor gx;  // x's shape and dtype
-  Tensor gw;  // (D) in the statistics dtype (f32, f64 for f64), summed over rows deterministically
-  Tensor gb;  // (D) likewise
+  Tensor gw;  // (D) in want.weight_dtype, summed over rows deterministically (in f32, f64 for f64 x)
+  Tensor gb;  // (D) in want.bias_dtype, likewise
 };
 // Backward of layer_norm (kind layer, mean defined) or rms_norm: one row kernel for gx that also writes
 // per-block partial sums of gw and gb when its register-resident form applies (else a column-reduction
-// kernel writes per-split partial sums), then a fixed-order sum over the partials. weight (D) may be undefined.
+// kernel writes per-split partial sums), then one launch adds the partials in a fixed order and stores gw
+// and gb in their dtypes. weight (D) may be undefined.
 NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want);
 
