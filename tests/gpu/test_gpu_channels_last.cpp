@@ -154,7 +154,7 @@ TEST_CASE("a ResNet-18 bf16 training step channels last matches NCHW on the GPU"
   const Tensor y = from_vector(labels, {16}, {DType::i64, test::kCuda});
   // The f32 gradients at a model's current weights (c takes the weights; each model is compared with the
   // reference at its own weights, since after the first step a and b have taken different steps).
-  auto reference = [&](const models::ResNet& m) {
+  auto reference = [&](models::ResNet& m) {
     c->load_state_dict(m.state_dict());
     for (auto& [name, p] : c->named_parameters()) p->zero_grad();
     cross_entropy(c->forward(x32), y).backward();
