@@ -14,9 +14,11 @@ namespace ht::optim::cuda_step {
 namespace {
 
 // Copies `descs` to a device array on `dev` (a u8 tensor; its stream-ordered free follows the launch).
+// Staged in pinned host memory so that the copy is asynchronous: from pageable memory it would
+// synchronise the stream, i.e. wait every step for the whole forward and backward to finish.
 template <class Desc>
 Tensor to_device(const std::vector<Desc>& descs, Device dev) {
-  Tensor host = empty({static_cast<int64_t>(descs.size() * sizeof(Desc))}, {DType::u8, Device::cpu()});
+  Tensor host = empty_pinned({static_cast<int64_t>(descs.size() * sizeof(Desc))}, DType::u8, dev);
   std::memcpy(host.data_ptr(), descs.data(), descs.size() * sizeof(Desc));
   return host.to(dev);
 }
