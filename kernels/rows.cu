@@ -396,6 +396,31 @@ HT_DEV void load_params(const A* w, int j, A none, A (&out)[V]) {
   }
 }
 
+// A norm parameter (weight or bias, D elements) stored in S (float, double for f64) or, `narrow`, in the row
+// dtype T (bf16 / f16 parameters of bf16 / f16 rows are read as they are: no conversion launch per call).
+template <class T, class A>
+struct Param {
+  const void* p;
+  bool narrow;
+  HT_DEV explicit operator bool() const { return p != nullptr; }
+  HT_DEV A operator[](int64_t j) const {
+    return narrow ? convert<A>(static_cast<const T*>(p)[j]) : static_cast<const A*>(p)[j];
+  }
+};
+
+// out[k] = w[j + k] for k < V = kVec<T> (one 16-byte load when narrow), or `none` without the parameter.
+template <class T, class A, int V>
+HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
+  static_assert(V == kVec<T>, "a pack of the row dtype");
+  if (w.p && w.narrow) {
+    const Pack<T, V> pw = *reinterpret_cast<const Pack<T, V>*>(static_cast<const T*>(w.p) + j);
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = convert<A>(pw.v[k]);
+    return;
+  }
+  load_params<A, V>(static_cast<const A*>(w.p), j, none, out);
+}
+
 // ---- prefetching register-resident rows: softmax / log_softmax and layer_norm / rms_norm forward ----------
 // The kernels above load a row, reduce it and store it with nothing in flight between two rows of a block;
 // measured at 0.75 (softmax) and 0.80 (layer_norm) of copy bandwidth on 65536 x 4096 bf16. These walk the
@@ -524,8 +549,8 @@ __global__ void __launch_bounds__(kRowBlock, 3) norm_prefetch_kernel(NormArgs a,
   __shared__ A smem[kRowBlock / 32];
   const int64_t d = a.dim;
   const int packs = static_cast<int>(d / V);
-  const A* w = static_cast<const A*>(a.weight);
-  const A* b = static_cast<const A*>(a.bias);
+  const Param<T, A> w{a.weight, a.weight_narrow};
+  const Param<T, A> b{a.bias, a.bias_narrow};
   const bool layer = a.kind == NormKind::layer;
   for_each_prefetched_row<T, NP>(static_cast<const T*>(a.x), a.rows, d, tpr,
                                  [&](const RowCache<T, NP>& c, int64_t row, int lane, bool valid) {
@@ -549,8 +574,8 @@ __global__ void __launch_bounds__(kRowBlock, 3) norm_prefetch_kernel(NormArgs a,
       const int q = lane + i * tpr;
       if (q >= packs) continue;
       A wv[V], bv[V];
-      load_params<A, V>(w, q * V, A(1), wv);
-      load_params<A, V>(b, q * V, A(0), bv);
+      load_param(w, q * V, A(1), wv);
+      load_param(b, q * V, A(0), bv);
       Pack<T, V> o;
 #pragma unroll
       for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
@@ -569,8 +594,8 @@ __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_ker
   __shared__ A smem[kCacheMaxTpr / 32];
   const int64_t d = a.dim;
   const int packs = static_cast<int>(d / kVec<T>);
-  const A* w = static_cast<const A*>(a.weight);
-  const A* b = static_cast<const A*>(a.bias);
+  const Param<T, A> w{a.weight, a.weight_narrow};
+  const Param<T, A> b{a.bias, a.bias_narrow};
   const bool layer = a.kind == NormKind::layer;
   for_each_cached_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
     RowCache<T, NP> c;
@@ -596,8 +621,8 @@ __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_ker
       const int q = lane + i * tpr;
       if (q >= packs) continue;
       A wv[V], bv[V];
-      load_params<A, V>(w, q * V, A(1), wv);
-      load_params<A, V>(b, q * V, A(0), bv);
+      load_param(w, q * V, A(1), wv);
+      load_param(b, q * V, A(0), bv);
       Pack<T, V> o;
 #pragma unroll
       for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
@@ -719,7 +744,7 @@ __global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cach
   __shared__ A colsum[kRowBlock * V];
   const int64_t d = a.dim;
   const int packs = static_cast<int>(d / V);
-  const A* w = static_cast<const A*>(a.weight);
+  const Param<T, A> w{a.weight, a.weight_narrow};
   const T* gp = static_cast<const T*>(a.g);
   const T* xp = static_cast<const T*>(a.x);
   const A* meanp = static_cast<const A*>(a.mean);
@@ -758,7 +783,7 @@ __global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cach
       const int q = lane + i * tpr;
       if (q >= packs) continue;
       A wv[V];
-      load_params<A, V>(w, q * V, A(1), wv);
+      load_param(w, q * V, A(1), wv);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const A gv = convert<A>(cg.p[i].v[k]);
@@ -781,7 +806,7 @@ __global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cach
         const int q = lane + i * tpr;
         if (q >= packs) continue;
         A wv[V];
-        load_params<A, V>(w, q * V, A(1), wv);
+        load_param(w, q * V, A(1), wv);
         Pack<T, V> o;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
@@ -899,8 +924,8 @@ __global__ void norm_kernel(NormArgs a, int tpr) {
   using A = acc_t<T>;
   __shared__ A smem[kRowBlock / 32];
   const int64_t d = a.dim;
-  const A* w = static_cast<const A*>(a.weight);
-  const A* b = static_cast<const A*>(a.bias);
+  const Param<T, A> w{a.weight, a.weight_narrow};
+  const Param<T, A> b{a.bias, a.bias_narrow};
   const bool layer = a.kind == NormKind::layer;
   for_each_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
     const T* x = static_cast<const T*>(a.x) + row * d;
@@ -937,7 +962,7 @@ __global__ void norm_backward_kernel(NormBackwardArgs a, int tpr) {
   using A = acc_t<T>;
   __shared__ A smem[kRowBlock / 32];
   const int64_t d = a.dim;
-  const A* w = static_cast<const A*>(a.weight);
+  const Param<T, A> w{a.weight, a.weight_narrow};
   const bool layer = a.kind == NormKind::layer;
   for_each_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
     const T* x = static_cast<const T*>(a.x) + row * d;

@@ -69,10 +69,11 @@ struct NormArgs {
   void* mean;           // (R) S, layer only (may be null for rms)
   void* rstd;           // (R) S
   const void* x;        // (R, D)
-  const void* weight;   // (D) S or null
-  const void* bias;     // (D) S or null
+  const void* weight;   // (D) S (or dtype when weight_narrow) or null
+  const void* bias;     // (D) S (or dtype when bias_narrow) or null
   int64_t rows, dim;
   double eps;
+  bool weight_narrow = false, bias_narrow = false;  // the parameter is stored in dtype (bf16 / f16), not S
 };
 void launch_norm(const NormArgs& args, cudaStream_t stream);
 
@@ -86,12 +87,13 @@ struct NormBackwardArgs {
   const void* x;         // (R, D)
   const void* mean;      // (R) S, layer only
   const void* rstd;      // (R) S
-  const void* weight;    // (D) S or null
+  const void* weight;    // (D) S (or dtype when weight_narrow) or null
   int64_t rows, dim;
   // Optional, for the fused parameter gradients (see norm_backward_partials): (partials, D) S each, per-block
   // partial sums of g * xhat (weight) and g (bias), for the caller to add over dim 0.
   void* gw_partial = nullptr;
   void* gb_partial = nullptr;
+  bool weight_narrow = false;  // the weight is stored in dtype (bf16 / f16), not S
 };
 void launch_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
 // Rows of the parameter-gradient partial sums that launch_norm_backward writes alongside gx when args has

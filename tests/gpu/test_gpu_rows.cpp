@@ -309,6 +309,17 @@ TEST_CASE("layer_norm and rms_norm backward on CUDA: prefetching grid, parameter
   const Tensor b = test::random_input({384}, 5102, DType::bf16, -1.0, 1.0);
   CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
                  row_tol(DType::bf16), row_tol(DType::bf16)) == "");
+  // bf16 parameters read as they are by the kernels: here views that start one element in (contiguous but
+  // not 16-byte aligned, so the multi-pass kernels read them element by element)
+  {
+    const Tensor wl = test::random_input({385}, 5106, DType::bf16, 0.5, 1.5);
+    const Tensor bl = test::random_input({385}, 5107, DType::bf16, -1.0, 1.0);
+    CHECK(check_op([](const std::vector<Tensor>& in) {
+            return layer_norm(in[0], slice(in[1], 0, 1, 385, 1), slice(in[2], 0, 1, 385, 1));
+          }, {x, wl, bl}, row_tol(DType::bf16), row_tol(DType::bf16)) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], slice(in[1], 0, 1, 385, 1)); }, {x, wl},
+                   row_tol(DType::bf16), row_tol(DType::bf16)) == "");
+  }
   // f64: double partial sums and outputs
   const Tensor xd = test::random_input({2049, 768}, 5103, DType::f64, -2.0, 3.0);
   const Tensor wd = test::random_input({768}, 5104, DType::f64, 0.5, 1.5);

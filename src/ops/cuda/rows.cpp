@@ -46,6 +46,18 @@ Tensor rows_of(const Tensor& x, int d) {
 
 unsigned long long* status_ptr(const Tensor& status) { return static_cast<unsigned long long*>(status.data_ptr()); }
 
+// A norm parameter (D) for the row kernels: as it is when it is dense and of the rows' narrow dtype (bf16 /
+// f16: the kernels read it directly, `narrow`), else converted to the statistics dtype sd.
+Tensor norm_param(const Tensor& p, DType x_dtype, DType sd, bool& narrow) {
+  narrow = false;
+  if (!p.defined()) return Tensor();
+  if (p.dtype() == x_dtype && (x_dtype == DType::bf16 || x_dtype == DType::f16) && p.is_contiguous()) {
+    narrow = true;
+    return p;
+  }
+  return to_dtype(p, sd).contiguous();
+}
+
 // The first bad index recorded in a status read back from the device, or -1.
 int64_t first_bad(const std::vector<int64_t>& st, int64_t n) { return st[1] == 0 ? -1 : n - st[1]; }
 
@@ -129,12 +141,13 @@ void norm(kernels::NormKind kind, const NormOutputs& o, const Tensor& x, const T
   const int64_t rows = x.numel() / d;
   const DType sd = stat_dtype(x.dtype());
   const Tensor xc = x.contiguous();                                            // (R, D)
-  const Tensor w = weight.defined() ? to_dtype(weight, sd).contiguous() : Tensor();  // (D)
-  const Tensor b = bias.defined() ? to_dtype(bias, sd).contiguous() : Tensor();      // (D)
+  bool w_narrow = false, b_narrow = false;
+  const Tensor w = norm_param(weight, x.dtype(), sd, w_narrow);  // (D)
+  const Tensor b = norm_param(bias, x.dtype(), sd, b_narrow);    // (D)
   OnDevice on(o.out);
   kernels::launch_norm({x.dtype(), kind, o.out.data_ptr(), o.mean.defined() ? o.mean.data_ptr() : nullptr,
                         o.rstd.data_ptr(), xc.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
-                        b.defined() ? b.data_ptr() : nullptr, rows, d, eps},
+                        b.defined() ? b.data_ptr() : nullptr, rows, d, eps, w_narrow, b_narrow},
                        on.stream);
 }
 
@@ -153,11 +166,13 @@ NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x
   bool fused = false;  // the parameter-gradient partial sums came with gx
   Tensor pw, pb;       // (splits, D) partial sums of g * xhat and g
   if (want.x) {
-    const Tensor w = weight.defined() ? to_dtype(weight, sd).contiguous() : Tensor();  // (D)
+    bool w_narrow = false;
+    const Tensor w = norm_param(weight, x.dtype(), sd, w_narrow);  // (D)
     out.gx = empty(x.shape(), {x.dtype(), x.device()});
     kernels::NormBackwardArgs args{x.dtype(), kind, out.gx.data_ptr(), gc.data_ptr(), xc.data_ptr(),
                                    mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(),
                                    w.defined() ? w.data_ptr() : nullptr, rows, d};
+    args.weight_narrow = w_narrow;
     if (want_params) {
       if (const int parts = kernels::norm_backward_partials(args); parts > 0) {
         fused = true;
