@@ -465,7 +465,10 @@ template <class T, class A>
 HT_DEV void tile_max_sum(A& m, A& s, int tpr, A* smem) {
   auto combine = [](A& m1, A& s1, A m2, A s2) {
     const A mm = d_max(m1, m2);
-    s1 = s1 * combine_exp<T>(m1 - mm) + s2 * combine_exp<T>(m2 - mm);
+    // Both maxima -inf (threads or rows without a finite value, e.g. lanes past the row's end): the sums are
+    // 0 or NaN as they are; e^(m - mm) would be e^(-inf + inf) = NaN.
+    if (mm == -std::numeric_limits<A>::infinity()) s1 = s1 + s2;
+    else s1 = s1 * combine_exp<T>(m1 - mm) + s2 * combine_exp<T>(m2 - mm);
     m1 = mm;
   };
 #pragma unroll
