@@ -20,7 +20,9 @@
 // per-channel constants are double. Weight, bias and running stats are read in their own dtype (BnParam).
 // Fused ReLU (BnAct::relu): the forward writes relu(round(x * scale + shift)); the backward recomputes the
 // same value from x with the same per-channel constants and the same fma (bn_affine), so its mask
-// (round(v) > 0) is exactly the forward's, and masks g before the sums and dx.
+// (round(v) > 0) is exactly the forward's, and masks g before the sums and dx. BnAct::add_relu adds a
+// residual r (x's layout) before the relu, as the add op rounds it; its backward reads r for the mask and
+// writes r's gradient (the masked g) next to dx.
 #include <algorithm>
 #include <type_traits>
 
@@ -201,22 +203,40 @@ HT_DEV A bn_affine(A x, A scale, A shift) {
   if constexpr (std::is_same_v<A, float>) return __fmaf_rn(x, scale, shift);
   else return __fma_rn(x, scale, shift);
 }
-// The forward's output element: act(round(x * scale + shift)).
+// The value the activation sees: round(x * scale + shift), plus the residual r (add_relu) added as the add op
+// does (in acc_t<T>, rounded to T).
 template <BnAct Act, class T, class A>
-HT_DEV T bn_out(A x, A scale, A shift) {
+HT_DEV T bn_pre(A x, A scale, A shift, T r) {
   const T y = bn_store<T>(bn_affine(x, scale, shift));
-  if constexpr (Act == BnAct::relu) {
+  if constexpr (Act == BnAct::add_relu) {
+    using R = acc_t<T>;
+    return store_cast<T>(convert<R>(y) + convert<R>(r));
+  } else {
+    return y;
+  }
+}
+// The forward's output element: act(bn_pre).
+template <BnAct Act, class T, class A>
+HT_DEV T bn_out(A x, A scale, A shift, T r) {
+  const T y = bn_pre<Act, T>(x, scale, shift, r);
+  if constexpr (Act != BnAct::none) {
     const A v = convert<A>(y);
     return (v > A(0) || v != v) ? y : T(0.0f);  // NaN propagates, as relu does
   } else {
     return y;
   }
 }
-// g, or 0 where the fused activation's derivative is 0: relu masks by (round(x * scale + shift) > 0).
+// g, or 0 where the fused activation's derivative is 0: relu masks by (bn_pre > 0).
 template <BnAct Act, class T, class A>
-HT_DEV A bn_masked_g(A g, A x, A scale, A shift) {
-  if constexpr (Act == BnAct::relu) return convert<A>(bn_store<T>(bn_affine(x, scale, shift))) > A(0) ? g : A(0);
+HT_DEV A bn_masked_g(A g, A x, A scale, A shift, T r) {
+  if constexpr (Act != BnAct::none) return convert<A>(bn_pre<Act, T>(x, scale, shift, r)) > A(0) ? g : A(0);
   else return g;
+}
+// The residual's pack at element offset o (add_relu), or zeros.
+template <BnAct Act, class T, int V>
+HT_DEV Pack<T, V> load_res(const BnChannels& ch, int64_t o) {
+  if constexpr (Act == BnAct::add_relu) return load_pack<T, V>(static_cast<const T*>(ch.residual) + o);
+  else return Pack<T, V>{};
 }
 
 // gx = g * a + (x - m) * b + k (train) or g * a (eval; b = k = 0).
@@ -392,20 +412,21 @@ __global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, C
   int64_t r = r0 + threadIdx.y;
   for (; r + TY < r1; r += 2 * TY) {
     const Pack<T, V> p = load_pack<T, V>(xc + r * C), q = load_pack<T, V>(xc + (r + TY) * C);
+    const Pack<T, V> rp = load_res<Act, T, V>(ch, cv * V + r * C), rq = load_res<Act, T, V>(ch, cv * V + (r + TY) * C);
     Pack<T, V> o, u;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j]);
-      u.v[j] = bn_out<Act, T>(convert<A>(q.v[j]), sc[j], sh[j]);
+      o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j], rp.v[j]);
+      u.v[j] = bn_out<Act, T>(convert<A>(q.v[j]), sc[j], sh[j], rq.v[j]);
     }
     store_pack<T, V>(yc + r * C, o);
     store_pack<T, V>(yc + (r + TY) * C, u);
   }
   if (r < r1) {
-    const Pack<T, V> p = load_pack<T, V>(xc + r * C);
+    const Pack<T, V> p = load_pack<T, V>(xc + r * C), rp = load_res<Act, T, V>(ch, cv * V + r * C);
     Pack<T, V> o;
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j]);
+    for (int j = 0; j < V; ++j) o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j], rp.v[j]);
     store_pack<T, V>(yc + r * C, o);
   }
 }
@@ -422,21 +443,22 @@ __global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, Bn
   for (; j + kThreads < j1; j += 2 * kThreads) {
     const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
     const Pack<T, V> p = load_pack<T, V>(x + o0), q = load_pack<T, V>(x + o1);
+    const Pack<T, V> rp = load_res<Act, T, V>(ch, o0), rq = load_res<Act, T, V>(ch, o1);
     Pack<T, V> o, u;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh);
-      u.v[k] = bn_out<Act, T>(convert<A>(q.v[k]), sc, sh);
+      o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh, rp.v[k]);
+      u.v[k] = bn_out<Act, T>(convert<A>(q.v[k]), sc, sh, rq.v[k]);
     }
     store_pack<T, V>(y + o0, o);
     store_pack<T, V>(y + o1, u);
   }
   if (j < j1) {
     const int64_t o0 = cf_offset(s, g, c, j, V);
-    const Pack<T, V> p = load_pack<T, V>(x + o0);
+    const Pack<T, V> p = load_pack<T, V>(x + o0), rp = load_res<Act, T, V>(ch, o0);
     Pack<T, V> o;
 #pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh);
+    for (int k = 0; k < V; ++k) o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh, rp.v[k]);
     store_pack<T, V>(y + o0, o);
   }
 }
@@ -474,20 +496,22 @@ __global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__
       for (; r + TY < r1; r += 2 * TY) {
         const Pack<T, V> g0 = load_pack<T, V>(gr + col + r * C), g1 = load_pack<T, V>(gr + col + (r + TY) * C);
         const Pack<T, V> x0 = load_pack<T, V>(x + col + r * C), x1 = load_pack<T, V>(x + col + (r + TY) * C);
+        const Pack<T, V> q0 = load_res<Act, T, V>(ch, col + r * C), q1 = load_res<Act, T, V>(ch, col + (r + TY) * C);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const A xa = convert<A>(x0.v[j]), xb = convert<A>(x1.v[j]);
-          const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[j]), xa, sc[j], sh[j]);
-          const A gb = bn_masked_g<Act, T>(convert<A>(g1.v[j]), xb, sc[j], sh[j]);
+          const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[j]), xa, sc[j], sh[j], q0.v[j]);
+          const A gb = bn_masked_g<Act, T>(convert<A>(g1.v[j]), xb, sc[j], sh[j], q1.v[j]);
           s1[j] += ga + gb;
           s2[j] += ga * (xa - mu[j]) + gb * (xb - mu[j]);
         }
       }
       if (r < r1) {
         const Pack<T, V> g0 = load_pack<T, V>(gr + col + r * C), x0 = load_pack<T, V>(x + col + r * C);
+        const Pack<T, V> q0 = load_res<Act, T, V>(ch, col + r * C);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[j]), convert<A>(x0.v[j]), sc[j], sh[j]);
+          const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[j]), convert<A>(x0.v[j]), sc[j], sh[j], q0.v[j]);
           s1[j] += ga;
           s2[j] += ga * (convert<A>(x0.v[j]) - mu[j]);
         }
@@ -535,11 +559,12 @@ __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__
       const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
       const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
       const Pack<T, V> x0 = load_pack<T, V>(x + o0), x1 = load_pack<T, V>(x + o1);
+      const Pack<T, V> q0 = load_res<Act, T, V>(ch, o0), q1 = load_res<Act, T, V>(ch, o1);
 #pragma unroll
       for (int u = 0; u < V; ++u) {
         const A xa = convert<A>(x0.v[u]), xb = convert<A>(x1.v[u]);
-        const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[u]), xa, sc, sh);
-        const A gb = bn_masked_g<Act, T>(convert<A>(g1.v[u]), xb, sc, sh);
+        const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[u]), xa, sc, sh, q0.v[u]);
+        const A gb = bn_masked_g<Act, T>(convert<A>(g1.v[u]), xb, sc, sh, q1.v[u]);
         s1 += ga + gb;
         s2 += ga * (xa - mu) + gb * (xb - mu);
       }
@@ -547,9 +572,10 @@ __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__
     if (j < j1) {
       const int64_t o0 = cf_offset(s, g, c, j, V);
       const Pack<T, V> g0 = load_pack<T, V>(gr + o0), x0 = load_pack<T, V>(x + o0);
+      const Pack<T, V> q0 = load_res<Act, T, V>(ch, o0);
 #pragma unroll
       for (int u = 0; u < V; ++u) {
-        const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[u]), convert<A>(x0.v[u]), sc, sh);
+        const A ga = bn_masked_g<Act, T>(convert<A>(g0.v[u]), convert<A>(x0.v[u]), sc, sh, q0.v[u]);
         s1 += ga;
         s2 += ga * (convert<A>(x0.v[u]) - mu);
       }
@@ -591,15 +617,19 @@ __global__ void bn_bwd_finalize(const double* __restrict__ part, int splits, int
 
 // ---- dx -------------------------------------------------------------------------------------------------
 
-// One element of gx: with g' = the masked g, train g' * a + ((x - m) * b + k), eval g' * a.
+// One element: with g' = the masked g, gx = g' * a + ((x - m) * b + k) (train) or g' * a (eval); the
+// residual's gradient (add_relu) is g'.
 template <BnAct Act, class T, class A>
-HT_DEV T dx_elem(BnMode mode, T gv, T xv, A ca, A cb, A ck, A cm, A sc, A sh) {
-  if (mode == BnMode::train) {
-    const A x = convert<A>(xv);
-    return bn_store<T>(bn_masked_g<Act, T>(convert<A>(gv), x, sc, sh) * ca + ((x - cm) * cb + ck));
-  }
-  if constexpr (Act != BnAct::none) return bn_store<T>(bn_masked_g<Act, T>(convert<A>(gv), convert<A>(xv), sc, sh) * ca);
-  else return bn_store<T>(convert<A>(gv) * ca);
+HT_DEV void dx_elem(BnMode mode, T gv, T xv, T rv, A ca, A cb, A ck, A cm, A sc, A sh, T& gx, T& gres) {
+  const A x = convert<A>(xv);
+  const A gm = bn_masked_g<Act, T>(convert<A>(gv), x, sc, sh, rv);
+  gx = mode == BnMode::train ? bn_store<T>(gm * ca + ((x - cm) * cb + ck)) : bn_store<T>(gm * ca);
+  if constexpr (Act == BnAct::add_relu) gres = bn_store<T>(gm);
+}
+
+template <BnAct Act, class T, int V>
+HT_DEV void store_res_grad(const BnChannels& ch, int64_t o, const Pack<T, V>& v) {
+  if constexpr (Act == BnAct::add_relu) store_pack<T, V>(static_cast<T*>(ch.residual_grad) + o, v);
 }
 
 // x is read in train mode and whenever Act masks g; otherwise it may be null.
@@ -636,30 +666,34 @@ __global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restr
   for (; r + TY < r1; r += 2 * TY) {
     const int64_t o0 = col + r * C, o1 = col + (r + TY) * C;
     const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+    const Pack<T, V> q0 = load_res<Act, T, V>(ch, o0), q1 = load_res<Act, T, V>(ch, o1);
     Pack<T, V> x0{}, x1{};
     if (read_x) {
       x0 = load_pack<T, V>(x + o0);
       x1 = load_pack<T, V>(x + o1);
     }
-    Pack<T, V> y0, y1;
+    Pack<T, V> y0, y1, e0, e1;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      y0.v[j] = dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j]);
-      y1.v[j] = dx_elem<Act, T, A>(mode, g1.v[j], x1.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j]);
+      dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], q0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j], y0.v[j], e0.v[j]);
+      dx_elem<Act, T, A>(mode, g1.v[j], x1.v[j], q1.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j], y1.v[j], e1.v[j]);
     }
     store_pack<T, V>(gx + o0, y0);
     store_pack<T, V>(gx + o1, y1);
+    store_res_grad<Act, T, V>(ch, o0, e0);
+    store_res_grad<Act, T, V>(ch, o1, e1);
   }
   if (r < r1) {
     const int64_t o0 = col + r * C;
-    const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), q0 = load_res<Act, T, V>(ch, o0);
     Pack<T, V> x0{};
     if (read_x) x0 = load_pack<T, V>(x + o0);
-    Pack<T, V> y0;
+    Pack<T, V> y0, e0;
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      y0.v[j] = dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j]);
+      dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], q0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j], y0.v[j], e0.v[j]);
     store_pack<T, V>(gx + o0, y0);
+    store_res_grad<Act, T, V>(ch, o0, e0);
   }
 }
 
@@ -684,29 +718,34 @@ __global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restr
   for (; j + kThreads < j1; j += 2 * kThreads) {
     const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
     const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+    const Pack<T, V> q0 = load_res<Act, T, V>(ch, o0), q1 = load_res<Act, T, V>(ch, o1);
     Pack<T, V> x0{}, x1{};
     if (read_x) {
       x0 = load_pack<T, V>(x + o0);
       x1 = load_pack<T, V>(x + o1);
     }
-    Pack<T, V> y0, y1;
+    Pack<T, V> y0, y1, e0, e1;
 #pragma unroll
     for (int u = 0; u < V; ++u) {
-      y0.v[u] = dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], ca, cb, ck, cm, sc, sh);
-      y1.v[u] = dx_elem<Act, T, A>(mode, g1.v[u], x1.v[u], ca, cb, ck, cm, sc, sh);
+      dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], q0.v[u], ca, cb, ck, cm, sc, sh, y0.v[u], e0.v[u]);
+      dx_elem<Act, T, A>(mode, g1.v[u], x1.v[u], q1.v[u], ca, cb, ck, cm, sc, sh, y1.v[u], e1.v[u]);
     }
     store_pack<T, V>(gx + o0, y0);
     store_pack<T, V>(gx + o1, y1);
+    store_res_grad<Act, T, V>(ch, o0, e0);
+    store_res_grad<Act, T, V>(ch, o1, e1);
   }
   if (j < j1) {
     const int64_t o0 = cf_offset(s, g, c, j, V);
-    const Pack<T, V> g0 = load_pack<T, V>(gr + o0);
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), q0 = load_res<Act, T, V>(ch, o0);
     Pack<T, V> x0{};
     if (read_x) x0 = load_pack<T, V>(x + o0);
-    Pack<T, V> y0;
+    Pack<T, V> y0, e0;
 #pragma unroll
-    for (int u = 0; u < V; ++u) y0.v[u] = dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], ca, cb, ck, cm, sc, sh);
+    for (int u = 0; u < V; ++u)
+      dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], q0.v[u], ca, cb, ck, cm, sc, sh, y0.v[u], e0.v[u]);
     store_pack<T, V>(gx + o0, y0);
+    store_res_grad<Act, T, V>(ch, o0, e0);
   }
 }
 
@@ -757,6 +796,7 @@ bool visit_bn(DType dt, const BnShape& s, std::initializer_list<const void*> ptr
 template <class F>
 void visit_act(BnAct act, F&& f) {
   if (act == BnAct::relu) f(std::integral_constant<BnAct, BnAct::relu>{});
+  else if (act == BnAct::add_relu) f(std::integral_constant<BnAct, BnAct::add_relu>{});
   else f(std::integral_constant<BnAct, BnAct::none>{});
 }
 
@@ -809,7 +849,7 @@ void launch_bn_eval_stats(BnParam running_mean, BnParam running_var, int64_t C, 
 void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void* y, cudaStream_t stream) {
   const int64_t M = s.N * s.S;
   if (M * s.C == 0) return;
-  if (!visit_bn(dt, s, {x, y}, [&](auto tag, auto vtag) {
+  if (!visit_bn(dt, s, {x, y, ch.residual}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
         constexpr int V = decltype(vtag)::value;
         const T* xp = static_cast<const T*>(x);
@@ -838,7 +878,7 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
     out.grad_weight = {};
     ch.act = BnAct::none;
   }
-  if (!visit_bn(dt, s, {g, x}, [&](auto tag, auto vtag) {
+  if (!visit_bn(dt, s, {g, x, ch.residual}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
         constexpr int V = decltype(vtag)::value;
         const T* gp = static_cast<const T*>(g);
@@ -874,7 +914,7 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
   const int64_t M = s.N * s.S;
   if (M * s.C == 0) return;
   if (mode == BnMode::eval && ch.act == BnAct::none) x = nullptr;
-  if (!visit_bn(dt, s, {g, x, gx}, [&](auto tag, auto vtag) {
+  if (!visit_bn(dt, s, {g, x, gx, ch.residual, ch.residual_grad}, [&](auto tag, auto vtag) {
         using T = decltype(tag);
         constexpr int V = decltype(vtag)::value;
         const T* gp = static_cast<const T*>(g);

@@ -50,7 +50,8 @@ void launch_bn_eval_stats(BnParam running_mean, BnParam running_var, int64_t C, 
                           double* invstd, cudaStream_t stream);
 
 // Activation applied to the affine map's output (fused into the normalize kernel; its backward masks g).
-enum class BnAct { none, relu };
+// add_relu: relu(round(affine) + residual), the residual added in acc_t of the dtype and rounded, as add does.
+enum class BnAct { none, relu, add_relu };
 
 // Per-channel values of the affine map; weight / bias may be absent (1 and 0).
 struct BnChannels {
@@ -58,6 +59,8 @@ struct BnChannels {
   const double* invstd = nullptr;
   BnParam weight, bias;
   BnAct act = BnAct::none;
+  const void* residual = nullptr;  // (N, C, S) dense like x, in x's dtype: add_relu only
+  void* residual_grad = nullptr;   // (N, C, S): the residual's gradient, written by the dx kernel (add_relu)
 };
 // y (N, C, S) = act((x - mean) * invstd * weight + bias), as x * scale + shift (one fma in the compute type)
 // with per-channel constants, rounded to the x dtype, then the activation: relu(round(v)) == round(relu(v)).
@@ -79,6 +82,7 @@ enum class BnMode { train, eval };
 // gx (N, C, S), with g_hat = g' * weight (g' as in launch_bn_backward_reduce) and x_hat = (x - mean) * invstd:
 //   train: gx = (g_hat - w * sum_g / M - x_hat * w * sum_gxhat / M) * invstd
 //   eval:  gx = g_hat * invstd          (sum_g, sum_gxhat unused; x too unless ch.act masks g)
+// With ch.act == add_relu the kernel also writes ch.residual_grad = g'.
 void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, BnShape s, BnChannels ch,
                            const double* sum_g, const double* sum_gxhat, void* gx, cudaStream_t stream);
 

@@ -46,7 +46,7 @@ Tensor bn_relu(nn::BatchNorm2d& b, const Tensor& x) {
 // A batch norm followed by relu: fused into it with ResNetFusion::bn_relu.
 std::shared_ptr<nn::BatchNorm2d> bn_then_relu(int64_t channels, ConvLayout layout, ResNetFusion fusion) {
   auto b = bn(channels, layout);
-  if (fusion == ResNetFusion::bn_relu) b->activation = BatchNormActivation::relu;
+  if (fusion != ResNetFusion::none) b->activation = BatchNormActivation::relu;
   return b;
 }
 
@@ -54,7 +54,7 @@ class Block : public nn::Module {
  public:
   Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, bool zero_init, ConvLayout layout,
         ResNetFusion fusion, Generator& gen)
-      : bottleneck_(bottleneck) {
+      : bottleneck_(bottleneck), fuse_add_(fusion == ResNetFusion::bn_add_relu) {
     const int64_t expansion = bottleneck ? 4 : 1, out = planes * expansion;
     if (bottleneck) {
       conv1_ = register_module("conv1", conv(in, planes, 1, 1, layout, gen));
@@ -80,17 +80,16 @@ class Block : public nn::Module {
   std::string type_name() const override { return bottleneck_ ? "Bottleneck" : "BasicBlock"; }
   Tensor forward(const Tensor& x) override {
     Tensor y = bn_relu(*bn1_, conv1_->forward(x));
-    if (bottleneck_) {
-      y = bn_relu(*bn2_, conv2_->forward(y));
-      y = bn3_->forward(conv3_->forward(y));
-    } else {
-      y = bn2_->forward(conv2_->forward(y));
-    }
-    return relu(add(y, downsample_ ? downsample_->forward(x) : x));
+    const Tensor last = bottleneck_ ? conv3_->forward(bn_relu(*bn2_, conv2_->forward(y))) : conv2_->forward(y);
+    nn::BatchNorm2d& bn_last = bottleneck_ ? *bn3_ : *bn2_;
+    const Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
+    if (fuse_add_) return bn_last.forward_add_relu(last, shortcut);
+    return relu(add(bn_last.forward(last), shortcut));
   }
 
  private:
   bool bottleneck_;
+  bool fuse_add_;  // relu(bn(last) + shortcut) as one op (ResNetFusion::bn_add_relu)
   std::shared_ptr<nn::Conv2d> conv1_, conv2_, conv3_;
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_, bn3_;
   std::shared_ptr<nn::Sequential> downsample_;

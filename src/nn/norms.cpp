@@ -22,12 +22,21 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(
   register_buffer("num_batches_tracked", &num_batches_tracked);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+namespace {
+
+BatchNormOptions bn_options(const BatchNorm2d& m) {
   BatchNormOptions o;
-  o.mode = is_training() ? BatchNormMode::train : BatchNormMode::eval;
-  o.momentum = momentum;
-  o.eps = eps;
-  o.activation = activation;
+  o.mode = m.is_training() ? BatchNormMode::train : BatchNormMode::eval;
+  o.momentum = m.momentum;
+  o.eps = m.eps;
+  o.activation = m.activation;
+  return o;
+}
+
+}  // namespace
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  const BatchNormOptions o = bn_options(*this);
   if (is_training()) {
     NoGradGuard ng;
     copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
@@ -38,6 +47,22 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   HT_CHECK(x.dim() >= 2 && x.size(-1) == C, "BatchNorm2d({}) with layout nhwc: expected x (N, H, W, {}), got {}", C,
            C, x.describe());
   return reshape(batch_norm(reshape(x, {-1, C}), weight, bias, running_mean, running_var, o), x.shape());
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  const BatchNormOptions o = bn_options(*this);
+  if (is_training()) {
+    NoGradGuard ng;
+    copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
+  }
+  const BatchNormParams p{weight, bias, running_mean, running_var};
+  if (layout == ConvLayout::nchw) return batch_norm_add_relu(x, residual, p, o);
+  const int64_t C = weight.size(0);
+  HT_CHECK(x.dim() >= 2 && x.size(-1) == C, "BatchNorm2d({}) with layout nhwc: expected x (N, H, W, {}), got {}", C,
+           C, x.describe());
+  HT_CHECK(residual.shape() == x.shape(), "BatchNorm2d::forward_add_relu: residual {} must have x's shape {}",
+           residual.describe(), x.describe());
+  return reshape(batch_norm_add_relu(reshape(x, {-1, C}), reshape(residual, {-1, C}), p, o), x.shape());
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps_) : eps(eps_) {

@@ -5,6 +5,8 @@
 //   eval:  the same map with running_mean / running_var instead of batch statistics (an affine map of x).
 //   activation relu (BatchNormOptions::activation): y = relu(batch_norm(x)) exactly, rounding included (the
 //          CPU rounds the affine map to x's dtype, then applies relu); its backward first masks g by (y > 0).
+//   batch_norm_add_relu: relu(batch_norm(x) + residual) exactly (the add rounds as add does); the residual's
+//          gradient is the masked g.
 // Statistics accumulate in double on the CPU. One backward Node serves both modes; it is written with ops
 // from the saved x, mean and invstd (see BatchNormBackward::apply for the formulas). The CPU saves the fused
 // output (detached) for the ReLU mask; the CUDA kernels recompute the mask from x with the forward's
@@ -80,20 +82,22 @@ void for_each_channel_element(const Tensor& x, const Tensor& out, F&& f) {
 //   dweight = sum(g * x_hat), dbias = sum(g), sums over every dim but 1.
 class BatchNormBackward final : public Node {
  public:
-  BatchNormBackward(const BatchNormOptions& opts, BnGeom g, DType x_dt, DType w_dt, DType b_dt)
-      : mode_(opts.mode), act_(opts.activation), g_(std::move(g)), x_dt_(x_dt), w_dt_(w_dt), b_dt_(b_dt) {}
+  BatchNormBackward(const BatchNormOptions& opts, BnGeom g, DType x_dt, DType w_dt, DType b_dt, bool residual)
+      : mode_(opts.mode), act_(opts.activation), g_(std::move(g)), x_dt_(x_dt), w_dt_(w_dt), b_dt_(b_dt),
+        residual_(residual) {}
   std::string name() const override {
     const bool relu = act_ == BatchNormActivation::relu;
-    if (mode_ == BatchNormMode::train) return relu ? "BatchNormReluBackward" : "BatchNormBackward";
-    return relu ? "BatchNormReluEvalBackward" : "BatchNormEvalBackward";
+    const std::string kind = residual_ ? "BatchNormAddRelu" : (relu ? "BatchNormRelu" : "BatchNorm");
+    return kind + (mode_ == BatchNormMode::train ? "Backward" : "EvalBackward");
   }
+  std::size_t residual_slot = static_cast<std::size_t>(-1);  // CUDA with a residual: for the mask
 
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   std::size_t x_slot = kNone, weight_slot = kNone, bias_slot = kNone, mean_slot = kNone, invstd_slot = kNone;
   std::size_t y_slot = kNone;  // CPU with a fused activation: the output (detached), for the mask
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    if (!grads[0].defined()) return {Tensor{}, Tensor{}, Tensor{}};
+    if (!grads[0].defined()) return std::vector<Tensor>(residual_ ? 4 : 3);
 #ifdef HADATRAIN_CUDA
     if (grads[0].is_cuda()) return cuda_backward(grads[0]);
 #endif
@@ -120,6 +124,7 @@ class BatchNormBackward final : public Node {
     }
     if (needs_input_grad(1)) gw = to_dtype(reshape(sum(mul(g, x_hat), g_.reduce_dims), {g_.C}), w_dt_);
     if (needs_input_grad(2)) gb = to_dtype(reshape(sum(g, g_.reduce_dims), {g_.C}), b_dt_);
+    if (residual_) return {gx, gw, gb, needs_input_grad(3) ? g : Tensor()};  // add's backward: g' itself
     return {gx, gw, gb};
   }
 
@@ -136,13 +141,15 @@ class BatchNormBackward final : public Node {
     a.invstd = saved(invstd_slot);
     if (weight_slot != kNone) a.weight = saved(weight_slot);
     if (bias_slot != kNone) a.bias = saved(bias_slot);
+    if (residual_slot != kNone) a.residual = saved(residual_slot);
     a.activation = act_;
     a.x_dtype = x_dt_;
     a.weight_dtype = w_dt_;
     a.bias_dtype = b_dt_;
     a.x_shape = g.shape();
-    const cuda_ops::BnGrads r =
-        cuda_ops::batch_norm_backward(g, a, {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+    const cuda_ops::BnGrads r = cuda_ops::batch_norm_backward(
+        g, a, {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2), residual_ && needs_input_grad(3)});
+    if (residual_) return {r.gx, r.gw, r.gb, r.gr};
     return {r.gx, r.gw, r.gb};
   }
 #endif
@@ -151,16 +158,26 @@ class BatchNormBackward final : public Node {
   BatchNormActivation act_;
   BnGeom g_;
   DType x_dt_, w_dt_, b_dt_;
+  bool residual_;  // a fourth input (batch_norm_add_relu)
 };
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, const BatchNormOptions& opts) {
-  const char* op = "batch_norm";
-  const Device dev = common_device(op, {&x, &weight, &bias, &running_mean, &running_var});
-  HT_CHECK(x.dim() >= 2, "batch_norm: expected x of shape (N, C, ...) with at least 2 dims, got {}", x.describe());
+namespace {
+
+// batch_norm with an optional residual (undefined: none) added before the activation.
+Tensor batch_norm_impl(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                       const Tensor& running_mean, const Tensor& running_var, const BatchNormOptions& opts) {
+  const char* op = residual.defined() ? "batch_norm_add_relu" : "batch_norm";
+  const Device dev = common_device(op, {&x, &residual, &weight, &bias, &running_mean, &running_var});
+  HT_CHECK(x.dim() >= 2, "{}: expected x of shape (N, C, ...) with at least 2 dims, got {}", op, x.describe());
   check_floating(op, {&x});
+  if (residual.defined()) {
+    HT_CHECK(residual.shape() == x.shape() && residual.dtype() == x.dtype(),
+             "batch_norm_add_relu: residual must have x's shape and dtype, got x {} and residual {}", x.describe(),
+             residual.describe());
+    HT_CHECK(opts.activation == BatchNormActivation::relu, "batch_norm_add_relu: expected activation relu");
+  }
   const BnGeom geom = bn_geom(x);
   const int64_t C = geom.C, M = geom.M;
   check_channel_tensor(weight, "weight", x, C);
@@ -195,10 +212,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   // views of the running stats (later in-place updates must not change them). CUDA: the f64 tensors of the
   // forward as they are (C values; no conversion launches); CPU: in stat_dt.
   auto record_backward = [&](const Tensor& mean_t, const Tensor& invstd_t) {
-    if (!needs_grad({&x, &weight, &bias})) return;
+    if (!needs_grad({&x, &weight, &bias, &residual})) return;
     auto node = std::make_shared<BatchNormBackward>(opts, geom, x.dtype(),
                                                     weight.defined() ? weight.dtype() : x.dtype(),
-                                                    bias.defined() ? bias.dtype() : x.dtype());
+                                                    bias.defined() ? bias.dtype() : x.dtype(), residual.defined());
     const DType stat_dt = x.is_cuda() ? mean_t.dtype() : (x.dtype() == DType::f64 ? DType::f64 : DType::f32);
     const bool x_grad = needs_grad({&x}), w_grad = needs_grad({&weight});
     const bool cuda_mask = fused && x.is_cuda();  // the CUDA backward recomputes the mask from x
@@ -209,15 +226,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     node->invstd_slot = node->save(to_dtype(invstd_t, stat_dt));
     if (weight.defined() && (x_grad || cuda_mask)) node->weight_slot = node->save(weight);
     if (bias.defined() && cuda_mask) node->bias_slot = node->save(bias);
+    if (residual.defined() && cuda_mask) node->residual_slot = node->save(residual.detach());
     if (fused && !x.is_cuda()) node->y_slot = node->save(out.detach());
-    connect(node, {&x, &weight, &bias}, {&out});
+    if (residual.defined()) connect(node, {&x, &weight, &bias, &residual}, {&out});
+    else connect(node, {&x, &weight, &bias}, {&out});
   };
 
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     const cuda_ops::BnStats st = cuda_ops::batch_norm_forward(x.detach(), weight.defined() ? weight.detach() : Tensor(),
                                                               bias.defined() ? bias.detach() : Tensor(), running_mean,
-                                                              running_var, opts, out);
+                                                              running_var, opts, residual.defined() ? residual.detach() : Tensor(), out);
     record_backward(st.mean, st.invstd);
     return out;
 #else
@@ -265,16 +284,20 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     }
   }
 
-  // y = act((x - mean) * invstd * weight + bias), the activation applied to the value rounded to T
+  // y = act((x - mean) * invstd * weight + bias [+ residual]), each step rounded to T as the separate ops do
+  const Tensor rc = residual.defined() ? contiguous(residual) : Tensor();  // offsets as in out
   const std::vector<double> w = weight.defined() ? weight.to_vector<double>() : std::vector<double>(mean.size(), 1.0);
   const std::vector<double> b = bias.defined() ? bias.to_vector<double>() : std::vector<double>(mean.size(), 0.0);
   visit_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using A = acc_t<T>;  // the add op's arithmetic type
     const T* px = cpu::ptr<T>(x);
+    const T* pr = rc.defined() ? cpu::ptr<T>(rc) : nullptr;
     T* po = cpu::ptr<T>(out);
     for_each_channel_element(x, out, [&](int64_t ix, int64_t io, int64_t c) {
       const auto k = static_cast<std::size_t>(c);
       po[io] = cpu::convert<T>((cpu::to_double(px[ix]) - mean[k]) * invstd[k] * w[k] + b[k]);
+      if (pr) po[io] = cpu::convert<T>(cpu::convert<A>(po[io]) + cpu::convert<A>(pr[io]));
       if (fused) {  // relu, as the relu op computes it: NaN propagates
         const double v = cpu::to_double(po[io]);
         if (!(v > 0 || v != v)) po[io] = cpu::convert<T>(0.0);
@@ -285,6 +308,21 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   record_backward(from_vector(mean, {C}, {stat_dt, dev}), from_vector(invstd, {C}, {stat_dt, dev}));
   return out;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, const BatchNormOptions& opts) {
+  return batch_norm_impl(x, Tensor(), weight, bias, running_mean, running_var, opts);
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const BatchNormParams& p,
+                           const BatchNormOptions& opts) {
+  HT_CHECK(residual.defined(), "batch_norm_add_relu: residual is undefined");
+  BatchNormOptions o = opts;
+  o.activation = BatchNormActivation::relu;
+  return batch_norm_impl(x, residual, p.weight, p.bias, p.running_mean, p.running_var, o);
 }
 
 }  // namespace ht

@@ -129,7 +129,8 @@ TEST_CASE("batch_norm on large (N, C, H, W) inputs matches the CPU", "[gpu][batc
 }
 
 // ---- fused batch norm + ReLU ------------------------------------------------------------------------------
-// On CUDA in dt: the fused op (BatchNormActivation::relu) against the composition batch_norm -> relu on CUDA
+// On CUDA in dt: the fused op (BatchNormActivation::relu; batch_norm_add_relu with a residual) against the
+// composition batch_norm -> relu (relu(batch_norm + residual)) on CUDA
 // (same kernels: the forward is bit-identical, the gradients agree to rounding) and against the CPU in f64
 // on the same values, the CPU's gradient taken through the CUDA output's mask (y > 0): that is relu's
 // derivative wherever the two agree on the sign, and keeps the comparison meaningful for the few values
@@ -138,26 +139,37 @@ TEST_CASE("batch_norm on large (N, C, H, W) inputs matches the CPU", "[gpu][batc
 namespace {
 
 struct FusedRun {
-  Tensor y, gx, gw, gb, rm, rv;
+  Tensor y, gx, gw, gb, gr, rm, rv;
 };
 
 enum class BnFusion { fused, composed };
 
-// act(batch_norm(x)) on dev in dt (running stats f32), then the backward of sum(y * r * extra) where extra is a
-// constant mask (or undefined).
+// relu(batch_norm(x) [+ res]) on dev in dt (running stats f32), then the backward of sum(y * r * extra) where
+// extra is a constant mask (or undefined); with extra the relu is left out (its derivative is the mask).
 FusedRun run_fused(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& r0, const Tensor& rm0,
                    const Tensor& rv0, BatchNormOptions opts, BnFusion fusion, Device dev, DType dt,
-                   const Tensor& extra) {
+                   const Tensor& extra, const Tensor& res0) {
   Tensor x = x0.to(dt).to(dev).detach(), w = w0.to(dt).to(dev).detach(), b = b0.to(dt).to(dev).detach();
   x.set_requires_grad(true);
   w.set_requires_grad(true);
   b.set_requires_grad(true);
+  Tensor res;
+  if (res0.defined()) {
+    res = res0.to(dt).to(dev).detach();
+    res.set_requires_grad(true);
+  }
   FusedRun out;
   out.rm = rm0.to(dev).clone();
   out.rv = rv0.to(dev).clone();
   opts.activation = fusion == BnFusion::fused ? BatchNormActivation::relu : BatchNormActivation::none;
-  Tensor y = batch_norm(x, w, b, out.rm, out.rv, opts);
-  if (fusion == BnFusion::composed && !extra.defined()) y = relu(y);
+  Tensor y;
+  if (fusion == BnFusion::fused && res.defined()) {
+    y = batch_norm_add_relu(x, res, {w, b, out.rm, out.rv}, opts);
+  } else {
+    y = batch_norm(x, w, b, out.rm, out.rv, opts);
+    if (fusion == BnFusion::composed && res.defined()) y = add(y, res);
+    if (fusion == BnFusion::composed && !extra.defined()) y = relu(y);
+  }
   out.y = y;
   Tensor r = r0.to(dt).to(dev);
   if (extra.defined()) r = mul(r, extra.to(dt).to(dev));
@@ -165,10 +177,11 @@ FusedRun run_fused(const Tensor& x0, const Tensor& w0, const Tensor& b0, const T
   out.gx = x.grad();
   out.gw = w.grad();
   out.gb = b.grad();
+  if (res.defined()) out.gr = res.grad();
   return out;
 }
 
-void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t seed) {
+void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t seed, bool with_residual) {
   const int64_t C = xshape[1];
   const Tensor x = test::random_input(xshape, seed, dt, -1, 4).to(DType::f64);
   const Tensor w = test::random_input({C}, seed + 1, dt, 0.5, 1.5).to(DType::f64);
@@ -176,21 +189,27 @@ void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t see
   const Tensor rm = test::random_input({C}, seed + 3, DType::f32, 1.0, 2.0);  // eval: about half negative
   const Tensor rv = test::random_input({C}, seed + 4, DType::f32, 0.5, 1.5);
   const Tensor r = test::random_input(xshape, seed + 5, dt, -1.5, 1.5).to(DType::f64);
+  const Tensor res = with_residual ? test::random_input(xshape, seed + 6, dt, -1, 1).to(DType::f64) : Tensor();
   BatchNormOptions opts;
   opts.mode = mode;
   opts.momentum = 0.3;
   FusedRun got;
   {
     test::PoisonGuard poison;
-    got = run_fused(x, w, b, r, rm, rv, opts, BnFusion::fused, test::kCuda, dt, Tensor());
+    got = run_fused(x, w, b, r, rm, rv, opts, BnFusion::fused, test::kCuda, dt, Tensor(), res);
   }
-  const FusedRun comp = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, test::kCuda, dt, Tensor());
+  const FusedRun comp = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, test::kCuda, dt, Tensor(), res);
   REQUIRE(got.y.dtype() == dt);
   CHECK(test::compare_bits(got.y, comp.y.to(Device::cpu())) == "");
   const double ctol = dt == DType::f32 ? 1e-6 : 4e-3;
   CHECK(rel_error(got.gx, comp.gx.to(Device::cpu())) <= ctol);
   CHECK(rel_error(got.gw, comp.gw.to(Device::cpu())) <= ctol);
   CHECK(rel_error(got.gb, comp.gb.to(Device::cpu())) <= ctol);
+  if (with_residual) {
+    REQUIRE(got.gr.defined());
+    CHECK(got.gr.dtype() == dt);
+    CHECK(test::compare_bits(got.gr, comp.gr.to(Device::cpu())) == "");
+  }
   CHECK(test::compare_bits(got.rm, comp.rm.to(Device::cpu())) == "");
   CHECK(test::compare_bits(got.rv, comp.rv.to(Device::cpu())) == "");
 
@@ -199,19 +218,21 @@ void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t see
   const double zeros_frac = 1.0 - sum(mask).item() / static_cast<double>(mask.numel());
   CHECK(zeros_frac > 0.05);
   CHECK(zeros_frac < 0.95);
-  const FusedRun ref = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, Device::cpu(), DType::f64, mask);
+  const FusedRun ref = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, Device::cpu(), DType::f64, mask, res);
   const double tol = dt == DType::f32 ? 2e-6 : 5e-3, gtol = dt == DType::f32 ? 1e-4 : 1e-2;
   CHECK(rel_error(got.y, relu(ref.y)) <= tol);
   CHECK(rel_error(got.gx, ref.gx) <= gtol);
   CHECK(rel_error(got.gw, ref.gw) <= gtol);
   CHECK(rel_error(got.gb, ref.gb) <= gtol);
+  if (with_residual) CHECK(rel_error(got.gr, ref.gr) <= tol);  // r * mask, rounded once
   CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
   CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
 }
 
 }  // namespace
 
-TEST_CASE("batch_norm with a fused relu on CUDA matches the composition and the CPU", "[gpu][batch_norm][fused]") {
+TEST_CASE("batch_norm with a fused relu (and residual) on CUDA matches the composition and the CPU",
+          "[gpu][batch_norm][fused]") {
   uint64_t seed = 9000;
   const std::vector<Shape> shapes = {{256 * 8 * 8, 64},  // (M, C) channels last, 16-byte packs
                                      {4099, 18},         // (M, C) scalar kernels
@@ -219,8 +240,10 @@ TEST_CASE("batch_norm with a fused relu on CUDA matches the composition and the 
                                      {48, 8, 7, 7}};     // NCHW, scalar kernels
   for (DType dt : {DType::bf16, DType::f32})
     for (const Shape& s : shapes)
-      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
-        INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
-        check_fused(s, dt, mode, seed += 10);
-      }
+      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval})
+        for (bool res : {false, true}) {
+          INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval")
+                              << (res ? " + residual" : ""));
+          check_fused(s, dt, mode, seed += 10, res);
+        }
 }

@@ -443,7 +443,8 @@ void bench_norm_gelu(bool csv, double copy_gbs) {
 // ---- bench_bn_relu (helper bnfuse) ----
 // Batch norm + ReLU in bf16 (train, f32 weight / bias / running stats) through the op API: batch_norm then a
 // separate relu against batch_norm with BatchNormActivation::relu (one normalize pass; the backward masks g
-// inside the batch-norm kernels). Backward = (forward + backward) - forward, autograd bookkeeping included.
+// inside the batch-norm kernels), and relu(batch_norm + residual) against batch_norm_add_relu (rows "+ add").
+// Backward = (forward + backward) - forward, autograd bookkeeping included.
 void bench_bn_relu(bool csv) {
   const Device dev = Device::cuda(0);
   Generator gen(13);
@@ -462,35 +463,37 @@ void bench_bn_relu(bool csv) {
     const Tensor g = uniform(c.shape, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
     Tensor w = rand({C}, gen, {DType::f32, dev}), b = uniform({C}, -0.5, 0.5, gen, {DType::f32, dev});
     const Tensor rm = zeros({C}, {DType::f32, dev}), rv = ones({C}, {DType::f32, dev});
+    Tensor res = uniform(c.shape, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
     BatchNormOptions fused;
     fused.activation = BatchNormActivation::relu;
-    auto separate = [&] { return relu(batch_norm(x, w, b, rm, rv)); };
-    auto one = [&] { return batch_norm(x, w, b, rm, rv, fused); };
-    const double sep_fwd = time_ms([&] {
-      NoGradGuard no_grad;
-      keep = separate();
-    });
-    const double fus_fwd = time_ms([&] {
-      NoGradGuard no_grad;
-      keep = one();
-    });
-    x.set_requires_grad(true);
-    w.set_requires_grad(true);
-    b.set_requires_grad(true);
-    auto fb = [&](const std::function<Tensor()>& f) {
-      return time_ms([&] {
-        x.zero_grad();
-        w.zero_grad();
-        b.zero_grad();
-        f().backward(g);
+    for (const bool add_res : {false, true}) {
+      const std::function<Tensor()> separate = [&] {
+        return add_res ? relu(add(batch_norm(x, w, b, rm, rv), res)) : relu(batch_norm(x, w, b, rm, rv));
+      };
+      const std::function<Tensor()> one = [&] {
+        return add_res ? batch_norm_add_relu(x, res, {w, b, rm, rv}, fused) : batch_norm(x, w, b, rm, rv, fused);
+      };
+      const double sep_fwd = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = separate();
       });
-    };
-    const double sep_bwd = fb(separate) - sep_fwd, fus_bwd = fb(one) - fus_fwd;
-    x.set_requires_grad(false);
-    w.set_requires_grad(false);
-    b.set_requires_grad(false);
-    if (csv) std::printf("bn+relu,%s,%.4f,%.4f,%.4f,%.4f\n", c.name, sep_fwd, fus_fwd, sep_bwd, fus_bwd);
-    else std::printf("%-34s %12.4f %10.4f %12.4f %10.4f\n", c.name, sep_fwd, fus_fwd, sep_bwd, fus_bwd);
+      const double fus_fwd = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = one();
+      });
+      for (Tensor* t : {&x, &w, &b, &res}) t->set_requires_grad(true);
+      auto fb = [&](const std::function<Tensor()>& f) {
+        return time_ms([&] {
+          for (Tensor* t : {&x, &w, &b, &res}) t->zero_grad();
+          f().backward(g);
+        });
+      };
+      const double sep_bwd = fb(separate) - sep_fwd, fus_bwd = fb(one) - fus_fwd;
+      for (Tensor* t : {&x, &w, &b, &res}) t->set_requires_grad(false);
+      const std::string name = std::string(add_res ? "+ add " : "") + c.name;
+      if (csv) std::printf("bn+relu,%s,%.4f,%.4f,%.4f,%.4f\n", name.c_str(), sep_fwd, fus_fwd, sep_bwd, fus_bwd);
+      else std::printf("%-34s %12.4f %10.4f %12.4f %10.4f\n", name.c_str(), sep_fwd, fus_fwd, sep_bwd, fus_bwd);
+    }
   }
 }
 // ---- end bench_bn_relu ----

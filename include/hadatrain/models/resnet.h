@@ -12,9 +12,10 @@ namespace ht::models {
 enum class ResNetDepth { r18, r34, r50 };
 enum class ResNetStem { imagenet, cifar };
 // Which elementwise steps run fused into the batch norms: bn_relu computes every bn -> relu pair (stem and
-// blocks) with one batch_norm op (BatchNormActivation::relu); none runs them as separate ops (the reference
+// blocks) with one batch_norm op (BatchNormActivation::relu); bn_add_relu also each block's end,
+// relu(bn(conv(y)) + shortcut), with batch_norm_add_relu; none runs them as separate ops (the reference
 // composition; same parameters, same results).
-enum class ResNetFusion { none, bn_relu };
+enum class ResNetFusion { none, bn_relu, bn_add_relu };
 
 struct ResNetConfig {
   ResNetDepth depth = ResNetDepth::r18;
@@ -23,7 +24,7 @@ struct ResNetConfig {
   int64_t in_channels = 3;
   bool zero_init_residual = false;  // torchvision option: last BN of each block starts at 0
   ConvLayout layout = ConvLayout::nchw;  // nhwc: channels-last activations (faster with cuDNN on tensor cores)
-  ResNetFusion fusion = ResNetFusion::bn_relu;
+  ResNetFusion fusion = ResNetFusion::bn_add_relu;
 };
 
 ResNetDepth resnet_depth_from_name(const std::string& name);  // "resnet18", "resnet34", "resnet50"

@@ -49,6 +49,8 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
   std::string type_name() const override { return "BatchNorm2d"; }
   Tensor forward(const Tensor& x) override;
+  // relu(bn(x) + residual) from one fused op (batch_norm_add_relu); residual in x's layout, shape and dtype.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double eps, momentum;
   ConvLayout layout = ConvLayout::nchw;  // nhwc: channels last (same parameters and buffers)

@@ -40,6 +40,14 @@ struct BatchNormOptions {
 // x (N, C, ...) ; weight/bias (C) may be undefined; running_mean/var (C) f32, updated in place in train mode.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormOptions& opts = {});
+// The per-channel tensors of batch_norm (each may be undefined as there).
+struct BatchNormParams {
+  Tensor weight, bias, running_mean, running_var;
+};
+// relu(batch_norm(x, ...) + residual) exactly, in one op (the end of a ResNet block): residual has x's shape
+// and dtype and gets the gradient g masked by (out > 0). opts.activation is taken as relu.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const BatchNormParams& p,
+                           const BatchNormOptions& opts = {});
 
 // Memory layout of conv2d's activations. nhwc ("channels last") tensors are plain contiguous tensors with the
 // logical shape (N, H, W, C); the weight is (O, C/groups, KH, KW) in both layouts (as in PyTorch state dicts).

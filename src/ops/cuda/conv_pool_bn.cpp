@@ -199,11 +199,13 @@ kernels::BnAct bn_act(BatchNormActivation a) {
 }  // namespace
 
 BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                           const Tensor& running_var, const BatchNormOptions& opts, const Tensor& out) {
+                           const Tensor& running_var, const BatchNormOptions& opts, const Tensor& residual,
+                           const Tensor& out) {
   NoGradGuard no_grad;
   if (!has_kernel(x.dtype())) {
     Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
-    BnStats st = batch_norm_forward(to_dtype(x, DType::f32), weight, bias, running_mean, running_var, opts, tmp);
+    BnStats st = batch_norm_forward(to_dtype(x, DType::f32), weight, bias, running_mean, running_var, opts,
+                                    residual.defined() ? to_dtype(residual, DType::f32) : Tensor(), tmp);
     copy_(out, tmp);
     return st;
   }
@@ -245,11 +247,19 @@ BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& 
   ch.weight = bn_param(weight, keep_w);
   ch.bias = bn_param(bias, keep_b);
   ch.act = bn_act(opts.activation);
+  Tensor rc;
+  if (residual.defined()) {
+    rc = contiguous(residual);
+    ch.act = kernels::BnAct::add_relu;
+    ch.residual = rc.data_ptr();
+  }
   kernels::launch_bn_normalize(x.dtype(), xc.data_ptr(), s, ch, out.data_ptr(), on.stream);
   return st;
 }
 
-BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std::array<bool, 3>& need) {
+BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std::array<bool, 4>& in_need) {
+  std::array<bool, 4> need = in_need;
+  if (need[3]) need[0] = true;  // the dx kernel writes the residual's gradient next to dx
   NoGradGuard no_grad;
   const DType dt = has_kernel(a.x_dtype) ? a.x_dtype : DType::f32;  // fp8 computes in f32
   OnDevice on(g);
@@ -266,6 +276,13 @@ BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std:
   ch.weight = bn_param(a.weight, keep_w);
   if (fused) ch.bias = bn_param(a.bias, keep_b);
   ch.act = bn_act(a.activation);
+  Tensor rc;
+  if (a.residual.defined()) {
+    HT_ASSERT(fused, "batch_norm backward: a residual comes with the fused relu");
+    rc = contiguous(to_dtype(a.residual, dt));
+    ch.act = kernels::BnAct::add_relu;
+    ch.residual = rc.data_ptr();
+  }
   const TensorOptions f64{DType::f64, g.device()};
   const bool need_xhat_sum = need[1] || (train && need[0]);
   Tensor xc;
@@ -294,11 +311,16 @@ BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std:
     kernels::launch_bn_backward_reduce(dt, gc.data_ptr(), xc.defined() ? xc.data_ptr() : nullptr, s, ch, sums,
                                        on.stream);
   if (need[0]) {
-    Tensor gx = empty(a.x_shape, {dt, g.device()});
+    Tensor gx = empty(a.x_shape, {dt, g.device()}), gres;
+    if (a.residual.defined()) {  // written by the dx kernel (always launched with a residual)
+      gres = empty(a.x_shape, {dt, g.device()});
+      ch.residual_grad = gres.data_ptr();
+    }
     kernels::launch_bn_backward_dx(dt, train ? kernels::BnMode::train : kernels::BnMode::eval, gc.data_ptr(),
                                    xc.defined() ? xc.data_ptr() : nullptr, s, ch, dptr(sum_g), dptr(sum_gxhat),
                                    gx.data_ptr(), on.stream);
-    r.gx = to_dtype(gx, a.x_dtype);
+    if (in_need[0]) r.gx = to_dtype(gx, a.x_dtype);
+    if (in_need[3]) r.gr = to_dtype(gres, a.x_dtype);
   }
   if (r.gw.defined()) r.gw = to_dtype(r.gw, a.weight_dtype);  // no-op unless fp8
   if (r.gb.defined()) r.gb = to_dtype(r.gb, a.bias_dtype);

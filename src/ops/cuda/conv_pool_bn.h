@@ -36,11 +36,13 @@ struct BnStats {
   Tensor mean;    // (C) f64: batch mean (train) or a snapshot of the running mean (eval)
   Tensor invstd;  // (C) f64
 };
-// out (N, C, ...) contiguous = act(bn(x)) with opts.activation; running stats are updated in place on the
+// out (N, C, ...) contiguous = act(bn(x) [+ residual]) with opts.activation (residual: x's shape and dtype, or
+// undefined; relu with it); running stats are updated in place on the
 // device in train mode. Weight, bias and running stats are read in their own dtype (no conversion kernels when
 // they are dense f32/f64/bf16/f16), x is used as is when dense.
 BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                           const Tensor& running_var, const BatchNormOptions& opts, const Tensor& out);
+                           const Tensor& running_var, const BatchNormOptions& opts, const Tensor& residual,
+                           const Tensor& out);
 
 struct BnBackwardArgs {
   BatchNormMode mode = BatchNormMode::train;
@@ -50,14 +52,15 @@ struct BnBackwardArgs {
   Tensor weight;  // (C) or undefined (no affine)
   Tensor bias;    // (C) or undefined; only read with a fused activation (its mask needs the forward's shift)
   BatchNormActivation activation = BatchNormActivation::none;  // with relu, x and mean are defined
+  Tensor residual;  // (N, C, ...) the residual added before the relu (batch_norm_add_relu), or undefined
   DType x_dtype = DType::f32, weight_dtype = DType::f32, bias_dtype = DType::f32;
   Shape x_shape;
 };
 struct BnGrads {
-  Tensor gx, gw, gb;
+  Tensor gx, gw, gb, gr;  // gr: the residual's
 };
-// Gradients the caller needs (need[0..2]: x, weight, bias), undefined otherwise.
-BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std::array<bool, 3>& need);
+// Gradients the caller needs (need[0..3]: x, weight, bias, residual), undefined otherwise.
+BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std::array<bool, 4>& need);
 
 }  // namespace ht::cuda_ops
 #endif
