@@ -2,7 +2,8 @@
 # Runs the benchmark suite on the GPU machine and writes one log per benchmark into OUT; prints the short
 # result lines last. Groups (default: all): kernels (bench_kernels + PyTorch), grad (per-layer pipeline
 # backward), train (training steps, exact and HLQ, + PyTorch), memory (ViT-B/16 batch 256 peak memory),
-# data (loader and JPEG decode). Numbers go to docs/BENCHMARKS.md with the date, machine and command.
+# data (loader and JPEG decode). BENCH_PIPELINES (default "exact hlq hlq_split") and BENCH_TORCH_VARIANTS
+# (default "fp32 bf16"; ResNets add "bf16 + channels_last") narrow the train and memory groups. Numbers go to docs/BENCHMARKS.md with the date, machine and command.
 # Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
 set -uo pipefail
 build=${1:?usage: run_benchmarks.sh BUILD_DIR OUT [group...]}
@@ -30,10 +31,10 @@ if has grad; then
 fi
 if has train; then
   for m in resnet18 resnet34 vit_s4; do
-    for p in exact hlq hlq_split; do run "bench_train_${m}_${p}" "$build/tools/bench_train" "$m" 256 bf16 "$p"; done
+    for p in ${BENCH_PIPELINES:-exact hlq hlq_split}; do run "bench_train_${m}_${p}" "$build/tools/bench_train" "$m" 256 bf16 "$p"; done
     # Each PyTorch variant in its own process: its times depend on what ran before it in the same process.
     if [ $torch_ok = 1 ]; then
-      variants=(fp32 bf16)
+      read -r -a variants <<<"${BENCH_TORCH_VARIANTS:-fp32 bf16}"
       [ "${m#vit}" = "$m" ] && variants+=("bf16 + channels_last")
       for v in "${variants[@]}"; do
         run "bench_train_torch_${m}_${v// /_}" python3 tools/bench/bench_train_torch.py "$m" 256 "$v"
@@ -42,7 +43,7 @@ if has train; then
   done
 fi
 if has memory; then
-  for p in exact hlq hlq_split; do run "bench_train_vit_b16_${p}" "$build/tools/bench_train" vit_b16 256 bf16 "$p"; done
+  for p in ${BENCH_PIPELINES:-exact hlq hlq_split}; do run "bench_train_vit_b16_${p}" "$build/tools/bench_train" vit_b16 256 bf16 "$p"; done
   [ $torch_ok = 1 ] && run bench_train_torch_vit_b16 python3 tools/bench/bench_train_torch.py vit_b16 256 bf16
 fi
 if has data && [ -x "$build/tools/bench_data" ]; then
