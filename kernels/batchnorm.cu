@@ -226,10 +226,11 @@ HT_DEV T bn_out(A x, A scale, A shift, T r) {
     return y;
   }
 }
-// g, or 0 where the fused activation's derivative is 0: relu masks by (bn_pre > 0).
+// g times the fused relu's derivative (bn_pre > 0 ? 1 : 0), a product as relu's own backward forms it (so a
+// non-finite g gives the same NaN).
 template <BnAct Act, class T, class A>
 HT_DEV A bn_masked_g(A g, A x, A scale, A shift, T r) {
-  if constexpr (Act != BnAct::none) return convert<A>(bn_pre<Act, T>(x, scale, shift, r)) > A(0) ? g : A(0);
+  if constexpr (Act != BnAct::none) return g * (convert<A>(bn_pre<Act, T>(x, scale, shift, r)) > A(0) ? A(1) : A(0));
   else return g;
 }
 // The residual's pack at element offset o (add_relu), or zeros.
