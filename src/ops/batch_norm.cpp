@@ -234,9 +234,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& residual, const Tensor& we
 
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    const cuda_ops::BnStats st = cuda_ops::batch_norm_forward(x.detach(), weight.defined() ? weight.detach() : Tensor(),
-                                                              bias.defined() ? bias.detach() : Tensor(), running_mean,
-                                                              running_var, opts, residual.defined() ? residual.detach() : Tensor(), out);
+    auto detached = [](const Tensor& t) { return t.defined() ? t.detach() : Tensor(); };
+    const cuda_ops::BnStats st = cuda_ops::batch_norm_forward(x.detach(), detached(weight), detached(bias), running_mean,
+                                                              running_var, opts, detached(residual), out);
     record_backward(st.mean, st.invstd);
     return out;
 #else

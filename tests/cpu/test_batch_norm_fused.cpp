@@ -125,7 +125,9 @@ TEST_CASE("batch_norm with a fused relu passes the finite-difference check", "[b
   Tensor r2t = test::random_tensor({3, 7}, 231).set_requires_grad(true);
   check([&](const std::vector<Tensor>& in) { return batch_norm_add_relu(in[0], in[1], {in[2], in[3], rm, rv}, train); },
         {x4, r4, w2, b2});
-  check([&](const std::vector<Tensor>& in) { return batch_norm_add_relu(in[0], in[1], {in[2], in[3], rm2, rv2}, eval); },
+  check([&](const std::vector<Tensor>& in) {
+          return batch_norm_add_relu(in[0], in[1], {in[2], in[3], rm2, rv2}, eval);
+        },
         {x4, r4, w2, b2});
   check([&](const std::vector<Tensor>& in) {
           return batch_norm_add_relu(in[0], in[1].transpose(0, 1), {in[2], in[3], rm3, rv3}, train);
