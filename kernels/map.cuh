@@ -101,35 +101,14 @@ __global__ void map2_strided(O* out, const T* a, const T* b, Layout<3> l, F f) {
   }
 }
 
-// Blocks of `kernel` (cuda::kBlock threads) resident at once on the device: occupancy x SMs, or 8 x 132 when
-// the queries fail. Callers cache it per kernel.
-template <class K>
-int64_t resident_blocks(K* kernel) {
-  int per_sm = 0, dev = 0, sms = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cuda::kBlock, 0) != cudaSuccess ||
-      cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 8 * 132;
-  }
-  return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
-}
-
-// Grid of the flat kernels launched by launch_map1_flat / launch_map2_flat: at most one wave of resident
-// blocks, each thread walking many packs two at a time. A fixed 4 waves of short-lived blocks (cuda::grid_for)
-// left a mid-size map (GELU of 16640 x 1536 bf16: about 3 packs per thread, two then one) with a tail in every
-// wave and only one pack in flight in its last step: 0.64 of copy bandwidth against 0.8 for 268M elements.
-inline unsigned flat_grid(int64_t packs, int64_t wave) {
-  const int64_t blocks = (packs + cuda::kBlock - 1) / cuda::kBlock;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > wave ? wave : blocks));
-}
-
 // map1_flat alone, for callers that checked flatness and alignment themselves (no strided instantiation).
 template <class O, class T, class F>
 void launch_map1_flat(O* out, const T* a, int64_t n, F f, cudaStream_t stream, const char* name) {
   if (n == 0) return;
   constexpr int V = kVec<T>;
-  static const int64_t wave = resident_blocks(map1_flat<O, T, F>);
-  map1_flat<O, T, F><<<flat_grid((n + V - 1) / V, wave), cuda::kBlock, 0, stream>>>(out, a, n, f);
+  // cuda::grid_for's four waves: measured 0.805 of copy for GELU on 268M bf16 elements against 0.751 with one
+  // wave of long-lived blocks (docs/BENCHMARKS.md, fourth slice).
+  map1_flat<O, T, F><<<cuda::grid_for((n + V - 1) / V), cuda::kBlock, 0, stream>>>(out, a, n, f);
   HT_CHECK_LAUNCH(name);
 }
 
@@ -152,8 +131,7 @@ template <class O, class T, class F>
 void launch_map2_flat(O* out, const T* a, const T* b, int64_t n, F f, cudaStream_t stream, const char* name) {
   if (n == 0) return;
   constexpr int V = kVec<T>;
-  static const int64_t wave = resident_blocks(map2_flat<O, T, F>);
-  map2_flat<O, T, F><<<flat_grid((n + V - 1) / V, wave), cuda::kBlock, 0, stream>>>(out, a, b, n, f);
+  map2_flat<O, T, F><<<cuda::grid_for((n + V - 1) / V), cuda::kBlock, 0, stream>>>(out, a, b, n, f);
   HT_CHECK_LAUNCH(name);
 }
 

@@ -427,7 +427,8 @@ HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
 // block's row groups with the next group's row loaded into a second RowCache before the current one is
 // reduced (loads stay in flight through the reductions, the exps and the stores), in one wave of blocks
 // (occupancy x SMs). Used for four packs per thread and 256-thread blocks (rows of 128 .. 256 x 4 packs:
-// 1024 .. 8192 bf16); HADATRAIN_ROWS_PREFETCH=0 selects the kernels above (for measurement).
+// 1024 .. 8192 bf16) when HADATRAIN_ROWS_PREFETCH=1. Off by default: on the H200 they measured slower than
+// the kernels above (softmax bf16 (.., 4096) 0.648 of copy vs 0.744, layer_norm 0.616 vs 0.755; BENCHMARKS.md).
 // The softmax combines the row maximum and the exp sum in one reduction (online softmax: each thread sums
 // exp(x - its own max), pairs combine as s1 e^(m1 - m) + s2 e^(m2 - m)), one pair of barriers per row instead
 // of two; bf16 / f16 take exp(x - m) as ex2(x log2e - m log2e) (one FFMA and the hardware ex2).
@@ -1123,12 +1124,12 @@ int64_t wave_blocks(K* kernel) {
   return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
 }
 
-// The prefetching forward kernels apply to four packs per thread in 256-thread blocks (see there), unless
-// HADATRAIN_ROWS_PREFETCH=0.
+// The prefetching forward kernels apply to four packs per thread in 256-thread blocks (see there), with
+// HADATRAIN_ROWS_PREFETCH=1 (measured slower, so opt-in).
 bool use_prefetch(const CacheGrid& cg) {
   static const bool enabled = [] {
     const char* v = std::getenv("HADATRAIN_ROWS_PREFETCH");
-    return !(v && v[0] == '0');
+    return v && v[0] == '1';
   }();
   return enabled && cg.np == 4 && cg.block == static_cast<unsigned>(kRowBlock);
 }
