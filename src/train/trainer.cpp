@@ -243,6 +243,23 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     const auto epoch_start = Clock::now();
     auto window_start = epoch_start;
     double window_loss = 0.0, epoch_loss = 0.0;
+    // Note [Deferred loss reads]: reading a step's loss (item()) synchronises the device, so the host could
+    // not issue step k+1 while the GPU runs step k. The losses are summed on the device in f64 (the same
+    // sequential f64 sum as on the host, so logged values are unchanged) and read only where they are
+    // needed: a logged record, a checkpoint (never written after an unseen non-finite loss), the epoch's end.
+    Tensor unread_loss;          // f64 scalar on the device: the sum of the unread steps' losses
+    int64_t unread_first = 0;    // the first unread step
+    double shown_loss = std::nan("");  // the progress bar shows the latest read window mean
+    auto read_losses = [&] {
+      if (!unread_loss.defined()) return;
+      const double v = unread_loss.item();
+      HT_CHECK(std::isfinite(v),
+               "training diverged between steps {} and {} (epoch {}): the loss sum is {}; lower optim.lr",
+               unread_first, st.step, epoch + 1, v);
+      window_loss += v;
+      epoch_loss += v;
+      unread_loss = Tensor();
+    };
     double window_wait = 0.0;  // seconds of this logging window spent waiting in loader.next() (data_wait)
     int64_t window_steps = 0, window_images = 0, epoch_steps = 0;
     auto timed_next = [&] {
@@ -264,18 +281,19 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
       optimizer->step(lr);
       ++st.step;
       ++epoch_steps;
-      const double loss_value = loss.item();
-      HT_CHECK(std::isfinite(loss_value), "training diverged at step {} (epoch {}): the loss is {}; lower optim.lr",
-               st.step, epoch + 1, loss_value);
-      window_loss += loss_value;
-      epoch_loss += loss_value;
+      {
+        const Tensor l = loss.detach().to(DType::f64);
+        if (!unread_loss.defined()) unread_first = st.step;
+        unread_loss = unread_loss.defined() ? add(unread_loss, l) : l;
+      }
       ++window_steps;
       window_images += batch->size();
       const double ips = static_cast<double>(window_images) / std::max(seconds_since(window_start), 1e-9);
-      bar.update(epoch + 1, cfg.train.epochs, batch->position.batch + 1, spe, loss_value, ips);
       if (st.step == 1 || st.step % cfg.train.log_every == 0) {
         bar.clear();
+        read_losses();
         const double mean_loss = window_loss / static_cast<double>(window_steps);
+        shown_loss = mean_loss;
         // The share of the window the loop waited for batches: near 0 when the loader keeps up, near 1 when
         // training is starved for data (more data.num_workers, or a faster data path).
         const double data_wait = std::clamp(window_wait / std::max(seconds_since(window_start), 1e-9), 0.0, 1.0);
@@ -293,16 +311,20 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
         window_wait = 0.0;
         window_start = Clock::now();
       }
+      bar.update(epoch + 1, cfg.train.epochs, batch->position.batch + 1, spe, shown_loss, ips);
       const bool last_step = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
       if ((cfg.checkpoint.every_steps > 0 && st.step % cfg.checkpoint.every_steps == 0) ||
-          (last_step && (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0)))
+          (last_step && (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0))) {
+        read_losses();
         save(loader.position(), false);
+      }
       if (last_step) {
         stop = true;
         break;
       }
     }
     bar.clear();
+    read_losses();
     const bool epoch_done = !stop;  // a max_steps stop still evaluates, so short runs report accuracy
     const double secs = seconds_since(epoch_start);
     const bool do_eval = (epoch + 1) % cfg.train.eval_every == 0 || epoch + 1 == cfg.train.epochs || stop;
