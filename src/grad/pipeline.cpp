@@ -95,6 +95,21 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
   return r.y;
 }
 
+Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call) {
+  HT_CHECK(call.pipeline != nullptr, "grad::conv_product: no pipeline given");
+  HT_CHECK(image.dim() == 4, "grad::conv_product ({}): the image must be (N, C, H, W), got {}", call.pipeline->name(),
+           image.describe());
+  const Tensor cols = unfold2d(image, window);  // (N, L, C·kh·kw); its backward is fold2d
+  ProductCall c = call;
+  const int64_t span_h = window.dilation_h * (window.kernel_h - 1) + 1;
+  const int64_t span_w = window.dilation_w * (window.kernel_w - 1) + 1;
+  c.info.grid_h = (image.size(2) + 2 * window.pad_h - span_h) / window.stride_h + 1;
+  c.info.grid_w = (image.size(3) + 2 * window.pad_w - span_w) / window.stride_w + 1;
+  c.info.image = image.detach();
+  c.info.window = window;
+  return product(cols, w, c);
+}
+
 // ---- selection -----------------------------------------------------------------------------------------
 
 bool glob_match(const std::string& pattern, const std::string& name) {
@@ -134,10 +149,11 @@ std::string describe(const PipelineSpec& s) {
                        : o.rank.kind == HlaRank::Kind::rows ? fmt::format("{} rows", o.rank.rows)
                                                             : fmt::format("pct {}", o.rank.pct);
     return fmt::format("hlq (g_x: {} bit, T {}, g_y scale {}, W {}, {} carrier; g_w: {} bit, rank {}, fallback {}, "
-                       "ACBP {} bit)",
+                       "ACBP {} bit{})",
                        o.gx_bits, o.block, gran[static_cast<int>(o.gy_scale)], wq[static_cast<int>(o.w_quant)],
                        o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank,
-                       fb[static_cast<int>(o.fallback)], o.acbp_bits);
+                       fb[static_cast<int>(o.fallback)], o.acbp_bits,
+                       o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "");
   }
   if (s.name == "lbp_wht") return fmt::format("lbp_wht (order {}, {} of 64 bases)", s.lbp_wht.order,
                                               s.lbp_wht.order * (s.lbp_wht.order + 1) / 2);

@@ -4,6 +4,8 @@
 //   g_w (HLA): g_y and the saved x projected per sample onto the low-sequency Walsh rows along the token
 //             axis, 8-bit, integer product over the reduced axis, rescaled by s_g·s_x/n.
 //   ACBP: the forward saves only the projected, quantised x (int8, packed int4 or f32), never x itself.
+//         A Conv2d with acbp_conv input_map saves its input map instead (int8, one scale per sample) and
+//         backward re-runs im2col and the projection (Note [ACBP of a convolution], docs/gradient_pipelines.md).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
 #include <atomic>
 
@@ -41,13 +43,28 @@ struct CompressedX {
   int bits = 0;   // 8, 4 or 0
 };
 
+// What the g_w product reads of x: the compressed projection and the exactly kept leading tokens.
+struct SavedColumns {
+  CompressedX xc;
+  Tensor x_extra;  // (B, E, I) for split_extra
+};
+
+// acbp_conv input_map: the conv's input map, from which backward rebuilds the columns x = unfold2d(map).
+struct SavedMap {
+  Tensor values;              // int8 (N, C, H, W), or (N, H, W, C) when channels_last; the map itself when
+                              // not quantised (acbp_bits 0); undefined when the columns were saved
+  Tensor scale;               // f32 (N), undefined when not quantised
+  bool channels_last = false;
+  Unfold2dParams window;
+};
+
 struct HlqSaved final : SavedState {
   Tensor w;        // (O, I), compute dtype (the parameter or its bf16 cast)
   DType x_dtype = DType::f32;
   int64_t L = 0;
   HlaAxis axis;
-  CompressedX xc;
-  Tensor x_extra;  // (B, E, I) for split_extra
+  SavedColumns cols;  // unless map.values is defined
+  SavedMap map;
   NoiseKey key;
 };
 
@@ -84,7 +101,7 @@ class HlqPipeline final : public Pipeline {
   }
   std::string name() const override { return "hlq"; }
 
-  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                         bool save) override {
     ForwardResult r;
     r.y = forward_product(x, w);  // (B, L, O), high precision
@@ -95,14 +112,13 @@ class HlqPipeline final : public Pipeline {
     s->L = x.size(1);
     s->key = key;
     s->axis = choose_axis(s->L);
-    Tensor xm = x;  // (B, L', I): the part of x that is projected
-    if (s->axis.extra > 0) {
-      s->x_extra = narrow(x, 1, 0, s->axis.extra).contiguous();  // (B, E, I)
-      xm = narrow(x, 1, s->axis.extra, s->L - s->axis.extra);
+    if (o_.acbp_conv == AcbpConv::input_map && info.image.defined() && map_is_smaller(s->axis, x, info.image)) {
+      s->map = save_map(info, x);
+      s->bytes = tensor_bytes(s->map.values) + tensor_bytes(s->map.scale);
+    } else {
+      s->cols = save_columns(x, s->axis, s->L);
+      s->bytes = tensor_bytes(s->cols.xc.values) + tensor_bytes(s->cols.xc.scale) + tensor_bytes(s->cols.x_extra);
     }
-    xm = pad_tokens(xm, s->axis.pad);
-    s->xc = compress(project(xm, s->axis.plan), o_.acbp_bits);  // (B, R, I)
-    s->bytes = tensor_bytes(s->xc.values) + tensor_bytes(s->xc.scale) + tensor_bytes(s->x_extra);
     r.saved = std::move(s);
     return r;
   }
@@ -157,6 +173,76 @@ class HlqPipeline final : public Pipeline {
       a.plan = plan_for(L + a.pad);
     }
     return a;
+  }
+
+  // x (B, L, I) -> what the g_w product reads (ACBP): the projected, compressed tokens and the exact extra ones.
+  SavedColumns save_columns(const Tensor& x, const HlaAxis& axis, int64_t L) const {
+    SavedColumns c;
+    Tensor xm = x;  // (B, L', I): the part of x that is projected
+    if (axis.extra > 0) {
+      c.x_extra = narrow(x, 1, 0, axis.extra).contiguous();  // (B, E, I)
+      xm = narrow(x, 1, axis.extra, L - axis.extra);
+    }
+    xm = pad_tokens(xm, axis.pad);
+    c.xc = compress(project(xm, axis.plan), o_.acbp_bits);  // (B, R, I)
+    return c;
+  }
+
+  // acbp_conv input_map: whether the saved map (N·C·H·W values, 1 byte each, or the compute dtype's bytes at
+  // acbp_bits 0) is smaller than the saved columns (B·R·I values at acbp_bits / 8 bytes each, plus the exact
+  // leading tokens). Not so for 1×1 convolutions (their columns are a subset of the map, then projected) and
+  // some strided ones; those keep the columns (scales are ignored in the comparison).
+  bool map_is_smaller(const HlaAxis& axis, const Tensor& x, const Tensor& image) const {
+    const int64_t B = x.size(0), I = x.size(2), R = axis.plan.projected_length();
+    const auto item = static_cast<int64_t>(itemsize(x.dtype()));
+    const int64_t cols = (o_.acbp_bits == 0 ? B * R * I * item : B * R * I * o_.acbp_bits / 8) + B * axis.extra * I * item;
+    const int64_t map = image.numel() * (o_.acbp_bits == 0 ? item : 1);
+    return map < cols;
+  }
+
+  // acbp_conv input_map (Note [ACBP of a convolution]): the input map of x = unfold2d(image, window), 8-bit
+  // with one scale per sample (the x̃ quantiser's scale rule, round to nearest), or kept as it is when
+  // acbp_bits is 0. A channels-last map (the (N, C, H, W) view of a contiguous (N, H, W, C) tensor) is
+  // quantised in its memory order.
+  SavedMap save_map(const ProductInfo& info, const Tensor& x) const {
+    const Tensor& image = info.image;  // (N, C, H, W)
+    const Unfold2dParams& u = info.window;
+    HT_ASSERT(image.dim() == 4 && image.size(0) == x.size(0) && image.size(1) * u.kernel_h * u.kernel_w == x.size(2) &&
+                  info.grid_h * info.grid_w == x.size(1) && image.device() == x.device(),
+              "hlq: the conv input map {} does not match its columns {} (grid {}×{})", image.describe(), x.describe(),
+              info.grid_h, info.grid_w);
+    SavedMap m;
+    m.window = u;
+    const Tensor nhwc = permute(image, {0, 2, 3, 1});
+    m.channels_last = !image.is_contiguous() && nhwc.is_contiguous();
+    const Tensor phys = m.channels_last ? nhwc : image;
+    if (o_.acbp_bits == 0) {
+      m.values = phys.to(x.dtype());
+      return m;
+    }
+    QuantSpec q;
+    q.bits = 8;
+    q.granularity = Granularity::sample;
+    q.scale_rule = o_.x_scale;
+    q.rounding = Rounding::nearest;
+    const Quantized qm = quantize(phys, q);  // int8, phys's shape, scale (N)
+    m.values = qm.values;
+    m.scale = qm.scale;
+    return m;
+  }
+
+  // The columns (B, L, I) of the saved map, in the compute dtype: dequantised (one f32 product per element,
+  // rounded once to the compute dtype), then unfolded.
+  static Tensor map_columns(const SavedMap& m, DType dtype) {
+    Tensor image = m.values;
+    if (m.scale.defined()) {
+      Quantized q;
+      q.values = m.values;
+      q.scale = m.scale;
+      image = dequantize(q, Granularity::sample).to(dtype);
+    }
+    if (m.channels_last) image = permute(image, {0, 3, 1, 2});  // (N, C, H, W) view
+    return unfold2d(image, m.window);
   }
 
   // x̃ (B, R, I) -> what the forward keeps (ACBP).
@@ -250,6 +336,10 @@ class HlqPipeline final : public Pipeline {
 
   // gy_absmax: max |g_y| when grad_x computed it (then the identity plan's g̃ = g_y needs no statistics pass).
   Tensor grad_w(const HlqSaved& s, const Tensor& g_y, const Tensor& gy_absmax) const {  // (O, I)
+    // acbp_conv input_map: the columns, projected and compressed as the forward would have done.
+    const SavedColumns rebuilt =
+        s.map.values.defined() ? save_columns(map_columns(s.map, s.x_dtype), s.axis, s.L) : SavedColumns{};
+    const SavedColumns& c = s.map.values.defined() ? rebuilt : s.cols;
     Tensor gm = g_y;
     if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);
     gm = pad_tokens(gm, s.axis.pad);
@@ -265,13 +355,13 @@ class HlqPipeline final : public Pipeline {
     Tensor gw;
     if (o_.gw_bits == 0) {  // acbp_bits is 0 too: x̃ was kept unquantised; Σ_b g̃[b]ᵀ·x̃[b] (O, I)
       gw = matmul(reshape(gp.to(DType::f32), {-1, gp.size(2)}).transpose(0, 1),
-                  reshape(s.xc.values.to(DType::f32), {-1, s.xc.values.size(2)}));
+                  reshape(c.xc.values.to(DType::f32), {-1, c.xc.values.size(2)}));
       gw = mul(gw, inv_n);
     } else {  // without ACBP the projection was kept unquantised and is quantised now
-      gw = quantized_grad_w(s, gp, s.xc.bits == 0 ? compress(s.xc.values, o_.gw_bits) : s.xc, inv_n, out, gp_absmax);
+      gw = quantized_grad_w(s, gp, c.xc.bits == 0 ? compress(c.xc.values, o_.gw_bits) : c.xc, inv_n, out, gp_absmax);
     }
     if (s.axis.extra > 0)
-      gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, s.axis.extra).to(DType::f32), s.x_extra.to(DType::f32)));
+      gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, s.axis.extra).to(DType::f32), c.x_extra.to(DType::f32)));
     return gw;
   }
 

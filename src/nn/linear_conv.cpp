@@ -79,7 +79,8 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.layout = options.layout;
   if (!grad_pipeline.routes(needs_grad({&x, &weight}))) return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
   // Through the layer's gradient pipeline: the im2col view (Note [Product geometry]) x_col (N, L, C·k·k)
-  // times W (O, C·k·k)ᵀ; fold2d (unfold2d's backward) maps g_x back to the image. groups == 1 here.
+  // times W (O, C·k·k)ᵀ, by grad::conv_product, which also hands the pipeline the input map (HLQ may save it
+  // instead of the columns); fold2d (unfold2d's backward) maps g_x back to the image. groups == 1 here.
   // Channels last: unfold2d reads the (N, C, H, W) permuted view of x (any strides), and the product's
   // (N, L, O) rows are already the (N, OH, OW, O) output.
   const bool nhwc = options.layout == ConvLayout::nhwc;
@@ -99,10 +100,9 @@ Tensor Conv2d::forward(const Tensor& x) {
   grad::ProductInfo info;
   info.grid_h = (xn.size(2) + 2 * options.padding - span) / options.stride + 1;
   info.grid_w = (xn.size(3) + 2 * options.padding - span) / options.stride + 1;
-  const Tensor cols = unfold2d(xn, u);  // (N, L, C·k·k)
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
-  const Tensor y3 = grad::product(cols, reshape(cast_like(weight, x), {O, -1}), call);  // (N, L, O)
+  const Tensor y3 = grad::conv_product(xn, reshape(cast_like(weight, x), {O, -1}), u, call);  // (N, L, O)
   if (nhwc) {
     Tensor y = reshape(y3, {N, info.grid_h, info.grid_w, O});
     return bias.defined() ? add(y, reshape(cast_like(bias, x), {1, 1, 1, O})) : y;

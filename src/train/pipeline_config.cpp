@@ -67,6 +67,8 @@ grad::HlqOptions read_hlq(ConfigReader& r) {
   o.acbp_bits = read_bits(r, "acbp_bits", o.gw_bits == 0 ? 0 : 8, {0, 4, 8});
   if (o.gw_bits == 0 && o.acbp_bits != 0)
     r.fail("acbp_bits", "a compressed saved activation needs a quantised g_w path: use acbp_bits 0 with gw_bits 0");
+  o.acbp_conv = r.get_choice("acbp_conv", grad::AcbpConv::columns,
+                             {{"columns", grad::AcbpConv::columns}, {"input_map", grad::AcbpConv::input_map}});
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -129,5 +130,86 @@ TEST_CASE("bound pipelines train a Linear + Conv2d step on CUDA like on the CPU"
     }
     INFO(name);
     for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(rel_err(grads[1][i], grads[0][i]) < 1e-4);
+  }
+}
+
+TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv layouts", "[gpu][grad]") {
+  // docs/gradient_pipelines.md, Note [ACBP of a convolution]: the forward keeps the int8 input map (one scale
+  // per sample), backward dequantises, unfolds and projects it. The saved integers are bit-identical on both
+  // backends (checked through quantize on the map the pipeline quantises), so the gradients differ only as in
+  // the test above.
+  test::PoisonGuard poison;
+  grad::PipelineSpec base;
+  base.name = "hlq";
+  base.hlq.acbp_conv = grad::AcbpConv::input_map;
+  std::vector<Case> specs{{"input_map default", base}};
+  grad::PipelineSpec t = base;
+  t.hlq.gw_scale = grad::ScaleGranularity::sample;
+  t.hlq.acbp_bits = 4;
+  t.hlq.x_scale = grad::ScaleRule::absmax;
+  specs.push_back({"input_map sample acbp4 absmax", t});
+  t = base;
+  t.hlq.acbp_bits = 0;
+  specs.push_back({"input_map unquantised map", t});
+  const int64_t N = 3, C = 5, H = 16, O = 24;
+  for (const int64_t stride : {int64_t{1}, int64_t{2}}) {  // 16×16 grid (n 256) / 8×8 grid (n 64)
+    Unfold2dParams u;
+    u.kernel_h = u.kernel_w = 3;
+    u.stride_h = u.stride_w = stride;
+    u.pad_h = u.pad_w = 1;
+    const int64_t OH = (H - 1) / stride + 1;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const Tensor x = test::random_input({N, C, H, H}, 21, DType::f32).to(dt);
+      const Tensor w = mul(test::random_input({O, C * 9}, 22, DType::f32), 0.1).to(dt);
+      const Tensor g = mul(test::random_input({N, OH * OH, O}, 23, DType::f32), 0.01).to(dt);
+      for (const bool nhwc : {false, true}) {
+        // The map the pipeline quantises (memory order of the layout): identical integers and scales.
+        const Tensor phys = nhwc ? permute(x, {0, 2, 3, 1}).contiguous() : x;
+        grad::QuantSpec q;
+        q.bits = 8;
+        q.granularity = grad::Granularity::sample;
+        q.scale_rule = grad::ScaleRule::sawb;
+        q.rounding = grad::Rounding::nearest;
+        const grad::Quantized qc = grad::quantize(phys, q);
+        const grad::Quantized qg = grad::quantize(phys.to(test::kCuda), q);
+        CHECK(test::compare_bits(qg.values, qc.values) == "");
+        CHECK(test::compare_bits(qg.scale, qc.scale) == "");
+        for (const Case& c : specs) {
+          struct Out {
+            Tensor y, gx, gw;
+            int64_t bytes = 0;
+          } out[2];
+          for (int dev = 0; dev < 2; ++dev) {
+            Tensor xs = dev ? phys.to(test::kCuda) : phys.clone();
+            xs.set_requires_grad(true);
+            Tensor ws = dev ? w.to(test::kCuda) : w.clone();
+            ws.set_requires_grad(true);
+            const Tensor image = nhwc ? permute(xs, {0, 3, 1, 2}) : xs;  // (N, C, H, W)
+            const grad::ProductCall call{grad::make_pipeline(c.spec), {}, grad::NoiseKey{11, 2, 5}, &out[dev].bytes};
+            out[dev].y = grad::conv_product(image, ws, u, call);  // (N, L, O)
+            sum(mul(out[dev].y, dev ? g.to(test::kCuda) : g)).backward();
+            out[dev].gx = xs.grad();
+            out[dev].gw = ws.grad();
+          }
+          INFO(c.label << ", " << dtype_name(dt) << ", stride " << stride << (nhwc ? ", nhwc" : ", nchw"));
+          CHECK(out[1].bytes == out[0].bytes);
+          // The map, unless the columns are smaller (acbp_bits 4 at stride 2: 3·36·45 / 2 < 3·5·16·16).
+          const int bits = c.spec.hlq.acbp_bits;
+          const auto item = static_cast<int64_t>(itemsize(dt));
+          const int64_t R = stride == 1 ? 136 : 36;  // n 256: r 136; n 64: r 36
+          const int64_t map_bytes = bits == 0 ? x.numel() * item : x.numel() + 4 * N;
+          const int64_t col_bytes = bits == 0 ? N * R * C * 9 * item
+                                              : N * R * C * 9 * bits / 8 + (c.spec.hlq.gw_scale == grad::ScaleGranularity::sample ? 4 * N : 4);
+          CHECK(out[0].bytes == std::min(map_bytes, col_bytes));
+          CHECK(out[1].gw.is_cuda());
+          CHECK(out[1].gw.dtype() == dt);
+          CHECK(out[1].gx.dtype() == dt);
+          const double tol = dt == DType::f32 ? 1e-4 : 1.5e-2;
+          CHECK(rel_err(out[1].y, out[0].y) < tol);
+          CHECK(rel_err(out[1].gx, out[0].gx) < tol);
+          CHECK(rel_err(out[1].gw, out[0].gw) < tol);
+        }
+      }
+    }
   }
 }

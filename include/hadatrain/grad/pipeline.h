@@ -7,7 +7,9 @@
 // Every product is seen as x (B, L, I) · Wᵀ (I, O) -> y (B, L, O): B samples of L tokens / pixels. A 2-D
 // Linear input (N, I) is (1, N, I) (HLA then projects along the batch axis, as the specification says); a
 // Linear input (B, d1, ..., I) is (B, d1·...·dk, I); a Conv2d is its unfolded input (B, OH·OW, C·kh·kw)
-// with W viewed as (O, C·kh·kw) and ProductInfo carrying the output grid (OH, OW).
+// with W viewed as (O, C·kh·kw) and ProductInfo carrying the output grid (OH, OW). A Conv2d enters through
+// conv_product, which also hands the pipeline the input map and the window (ProductInfo::image, ::window):
+// a pipeline may save that instead of the columns (HLQ acbp_conv input_map); every other pipeline ignores it.
 //
 // Note [Pipeline noise]
 // Stochastic rounding draws from Philox keyed by (seed, layer, step, role) (DESIGN.md rule 9). The layer id
@@ -22,6 +24,7 @@
 
 #include "hadatrain/grad/hla.h"
 #include "hadatrain/grad/quant.h"
+#include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/tensor.h"
 
 namespace ht::grad {
@@ -32,6 +35,10 @@ enum class ScaleGranularity { tensor, sample, token };
 enum class WeightQuant { sawb, absmax, absmax_sr };
 enum class HlaFallback { ref, split_extra, pad };
 enum class Carrier { fp8, int8 };  // tensor cores that run the 4-bit values (CUDA); the CPU computes exactly
+// What HLQ's ACBP saves for a Conv2d (Note [ACBP of a convolution] in docs/gradient_pipelines.md): the
+// projected, quantised im2col columns (the reference) or the input map, 8-bit with one scale per sample, from
+// which backward re-runs im2col and the projection (a deviation that keeps the memory saving).
+enum class AcbpConv { columns, input_map };
 
 struct HlqOptions {
   // g_x path (HQ)
@@ -53,6 +60,9 @@ struct HlqOptions {
   ScaleRule x_scale = ScaleRule::sawb;  // forward quantiser of the projected activation (round to nearest)
   // ACBP: bits of the saved projected activation: 8 (int8), 4 (packed int4) or 0 (keep f32, no compression)
   int acbp_bits = 8;
+  // Conv2d products (conv_product): save the columns (reference) or the input map (int8, or unquantised
+  // when acbp_bits is 0); other products always save the columns.
+  AcbpConv acbp_conv = AcbpConv::columns;
 };
 
 struct LbpWhtOptions {
@@ -90,6 +100,10 @@ struct NoiseKey {
 struct ProductInfo {
   int64_t grid_h = 0, grid_w = 0;  // output grid of a conv (L = grid_h·grid_w); 0 when unknown
   bool batch_rows = false;         // L is the batch axis (a 2-D Linear input (N, I) seen as (1, N, I))
+  // conv_product only: the input map (N, C, H, W) (any strides, detached) that x = unfold2d(image, window)
+  // was unfolded from; undefined for other products.
+  Tensor image;
+  Unfold2dParams window;
 };
 
 // ---- the interface -------------------------------------------------------------------------------------
@@ -140,6 +154,12 @@ struct ProductCall {
   int64_t* saved_bytes = nullptr;
 };
 Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call);
+
+// A Conv2d (groups 1) as a product: image (N, C, H, W) (any strides, e.g. the permuted view of a channels-last
+// map), w (O, C·kh·kw) -> y (N, L, O), L = OH·OW. Runs product(unfold2d(image, window), w, call) with
+// call.info's grid, image and window filled in, so g_x reaches the image through fold2d (unfold2d's
+// backward) and a pipeline may save the image instead of the columns (HlqOptions::acbp_conv).
+Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call);
 
 // ---- per-layer selection -------------------------------------------------------------------------------
 
