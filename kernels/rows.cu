@@ -421,177 +421,6 @@ HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
   load_params<A, V>(static_cast<const A*>(w.p), j, none, out);
 }
 
-// ---- prefetching register-resident rows: softmax / log_softmax and layer_norm / rms_norm forward ----------
-// The kernels above load a row, reduce it and store it with nothing in flight between two rows of a block;
-// measured at 0.75 (softmax) and 0.80 (layer_norm) of copy bandwidth on 65536 x 4096 bf16. These walk the
-// block's row groups with the next group's row loaded into a second RowCache before the current one is
-// reduced (loads stay in flight through the reductions, the exps and the stores), in one wave of blocks
-// (occupancy x SMs). Used for four packs per thread and 256-thread blocks (rows of 128 .. 256 x 4 packs:
-// 1024 .. 8192 bf16) when HADATRAIN_ROWS_PREFETCH=1. Off by default: on the H200 they measured slower than
-// the kernels above (softmax bf16 (.., 4096) 0.648 of copy vs 0.744, layer_norm 0.616 vs 0.755; BENCHMARKS.md).
-// The softmax combines the row maximum and the exp sum in one reduction (online softmax: each thread sums
-// exp(x - its own max), pairs combine as s1 e^(m1 - m) + s2 e^(m2 - m)), one pair of barriers per row instead
-// of two; bf16 / f16 take exp(x - m) as ex2(x log2e - m log2e) (one FFMA and the hardware ex2).
-constexpr float kLog2e = 1.4426950408889634f;
-
-HT_DEV float ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// exp(v - m) in the softmax kernels (soft_exp's precision choice per dtype).
-template <class T, class A>
-struct ExpShift {
-  static constexpr bool kFast = (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) && std::is_same_v<A, float>;
-  A m, ml;  // m and -m log2e
-  HT_DEV explicit ExpShift(A m_) : m(m_), ml(kFast ? -m_ * static_cast<A>(kLog2e) : A(0)) {}
-  HT_DEV A operator()(A v) const {
-    if constexpr (kFast) return ex2_ftz(fmaf(v, kLog2e, ml));
-    else return d_exp(v - m);
-  }
-};
-
-// e^(d) for the combination of two (max, sum) pairs; d <= 0 or NaN.
-template <class T, class A>
-HT_DEV A combine_exp(A d) {
-  if constexpr (ExpShift<T, A>::kFast) return ex2_ftz(d * kLog2e);
-  else return d_exp(d);
-}
-
-// (m, s) <- the combination of the pairs of the tpr threads of a row group (a multiple of 32, groups aligned
-// to warps): m the maximum, s the sum of each pair's s e^(its m - m). Symmetric, so every thread of the group
-// gets the same bits. Every thread of the block must call it. smem holds two values per warp.
-template <class T, class A>
-HT_DEV void tile_max_sum(A& m, A& s, int tpr, A* smem) {
-  auto combine = [](A& m1, A& s1, A m2, A s2) {
-    const A mm = d_max(m1, m2);
-    // Both maxima -inf (threads or rows without a finite value, e.g. lanes past the row's end): the sums are
-    // 0 or NaN as they are; e^(m - mm) would be e^(-inf + inf) = NaN.
-    if (mm == -std::numeric_limits<A>::infinity()) s1 = s1 + s2;
-    else s1 = s1 * combine_exp<T>(m1 - mm) + s2 * combine_exp<T>(m2 - mm);
-    m1 = mm;
-  };
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) combine(m, s, shfl_xor(m, o), shfl_xor(s, o));
-  if (tpr > 32) {
-    constexpr int kWarps = kRowBlock / 32;
-    const int first = static_cast<int>(threadIdx.x) / tpr * (tpr / 32);
-    if (threadIdx.x % 32 == 0) {
-      smem[threadIdx.x / 32] = m;
-      smem[kWarps + threadIdx.x / 32] = s;
-    }
-    __syncthreads();
-    m = smem[first];
-    s = smem[kWarps + first];
-    for (int w = 1; w < tpr / 32; ++w) combine(m, s, smem[first + w], smem[kWarps + first + w]);
-    __syncthreads();
-  }
-}
-
-// Walks this block's row groups (256-thread blocks) with the next group's row prefetched:
-// body(cache, row, lane, valid) on every thread, every thread running the same number of iterations.
-template <class T, int NP, class F>
-HT_DEV void for_each_prefetched_row(const T* in, int64_t rows, int64_t len, int tpr, F&& body) {
-  const int packs = static_cast<int>(len / kVec<T>);
-  const int per_block = kRowBlock / tpr;
-  const int lane = static_cast<int>(threadIdx.x) % tpr, slot = static_cast<int>(threadIdx.x) / tpr;
-  const int64_t groups = (rows + per_block - 1) / per_block;
-  auto row_of = [&](int64_t grp) {
-    const int64_t r = grp * per_block + slot;
-    return r < rows ? r : rows - 1;
-  };
-  RowCache<T, NP> c;
-  int64_t grp = blockIdx.x;
-  if (grp < groups) c.load(in + row_of(grp) * len, packs, lane, tpr);
-  for (; grp < groups; grp += gridDim.x) {
-    RowCache<T, NP> next;
-    if (grp + gridDim.x < groups) next.load(in + row_of(grp + gridDim.x) * len, packs, lane, tpr);  // uniform
-    const int64_t row = grp * per_block + slot;
-    body(c, row < rows ? row : rows - 1, lane, row < rows);
-    c = next;
-  }
-}
-
-template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 3) softmax_prefetch_kernel(T* out, const T* in, int64_t rows, int64_t len,
-                                                                      int tpr, SoftmaxKind kind) {
-  using A = acc_t<T>;
-  __shared__ A smem[2 * (kRowBlock / 32)];
-  const int packs = static_cast<int>(len / kVec<T>);
-  for_each_prefetched_row<T, NP>(in, rows, len, tpr, [&](const RowCache<T, NP>& c, int64_t row, int lane, bool valid) {
-    A m = -std::numeric_limits<A>::infinity();
-    c.each(packs, lane, tpr, [&](T v) { m = d_max(m, convert<A>(v)); });
-    A s = A(0);
-    if (m == -std::numeric_limits<A>::infinity()) {
-      // no finite maximum here: this thread's e^(x - m) are 0 for every other thread's m (NaN stays NaN)
-      c.each(packs, lane, tpr, [&](T v) {
-        if (convert<A>(v) != convert<A>(v)) s = convert<A>(v);
-      });
-    } else {
-      const ExpShift<T, A> e(m);
-      c.each(packs, lane, tpr, [&](T v) { s += e(convert<A>(v)); });
-    }
-    tile_max_sum<T>(m, s, tpr, smem);
-    if (!valid) return;
-    T* y = out + row * len;
-    if (kind == SoftmaxKind::softmax) {
-      const A inv = A(1) / s;
-      const ExpShift<T, A> e(m);
-      c.store(y, packs, lane, tpr, [&](int, T v) { return e(convert<A>(v)) * inv; });
-    } else {
-      const A log_s = d_log(s);
-      c.store(y, packs, lane, tpr, [&](int, T v) { return (convert<A>(v) - m) - log_s; });
-    }
-  });
-}
-
-template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 3) norm_prefetch_kernel(NormArgs a, int tpr) {
-  using A = acc_t<T>;
-  constexpr int V = kVec<T>;
-  __shared__ A smem[kRowBlock / 32];
-  const int64_t d = a.dim;
-  const int packs = static_cast<int>(d / V);
-  const Param<T, A> w{a.weight, a.weight_narrow};
-  const Param<T, A> b{a.bias, a.bias_narrow};
-  const bool layer = a.kind == NormKind::layer;
-  for_each_prefetched_row<T, NP>(static_cast<const T*>(a.x), a.rows, d, tpr,
-                                 [&](const RowCache<T, NP>& c, int64_t row, int lane, bool valid) {
-    A m = A(0);
-    if (layer) {  // uniform across the block: every thread reduces
-      A s = A(0);
-      c.each(packs, lane, tpr, [&](T v) { s += convert<A>(v); });
-      m = tile_reduce(s, tpr, smem, Sum{}) / static_cast<A>(d);
-    }
-    A ss = A(0);
-    c.each(packs, lane, tpr, [&](T v) {
-      const A cx = convert<A>(v) - m;
-      ss += cx * cx;
-    });
-    ss = tile_reduce(ss, tpr, smem, Sum{});
-    if (!valid) return;
-    const A r = A(1) / d_sqrt(ss / static_cast<A>(d) + static_cast<A>(a.eps));
-    T* y = static_cast<T*>(a.out) + row * d;
-#pragma unroll
-    for (int i = 0; i < NP; ++i) {  // y = xh * w + b; without parameters w = 1 and b = 0 leave xh exact
-      const int q = lane + i * tpr;
-      if (q >= packs) continue;
-      A wv[V], bv[V];
-      load_param(w, q * V, A(1), wv);
-      load_param(b, q * V, A(0), bv);
-      Pack<T, V> o;
-#pragma unroll
-      for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
-      reinterpret_cast<Pack<T, V>*>(y)[q] = o;
-    }
-    if (lane == 0) {
-      if (a.mean) static_cast<A*>(a.mean)[row] = m;
-      static_cast<A*>(a.rstd)[row] = r;
-    }
-  });
-}
-
 template <class T, int NP>
 __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_kernel(NormArgs a, int tpr) {
   using A = acc_t<T>;
@@ -1111,33 +940,6 @@ unsigned threads_for(int64_t dim) {
   return static_cast<unsigned>(t < 32 ? 32 : (t > 256 ? 256 : t));
 }
 
-// Blocks of a 256-thread row kernel resident at once on the device (occupancy x SMs; 3 x 132 if the queries
-// fail). Callers cache it per kernel.
-template <class K>
-int64_t wave_blocks(K* kernel) {
-  int per_sm = 0, dev = 0, sms = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRowBlock, 0) != cudaSuccess ||
-      cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 3 * 132;
-  }
-  return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
-}
-
-// The prefetching forward kernels apply to four packs per thread in 256-thread blocks (see there), with
-// HADATRAIN_ROWS_PREFETCH=1 (measured slower, so opt-in).
-bool use_prefetch(const CacheGrid& cg) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("HADATRAIN_ROWS_PREFETCH");
-    return v && v[0] == '1';
-  }();
-  return enabled && cg.np == 4 && cg.block == static_cast<unsigned>(kRowBlock);
-}
-
-unsigned prefetch_blocks(const CacheGrid& cg, int64_t wave) {
-  return static_cast<unsigned>(static_cast<int64_t>(cg.blocks) < wave ? static_cast<int64_t>(cg.blocks) : wave);
-}
-
 }  // namespace
 
 void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64_t rows, int64_t len,
@@ -1147,13 +949,6 @@ void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     if (const CacheGrid cg = cache_grid(rows, len, kVec<T>, {out, in}); cg.np > 0) {
-      if (use_prefetch(cg)) {
-        static const int64_t wave = wave_blocks(softmax_prefetch_kernel<T, 4>);
-        softmax_prefetch_kernel<T, 4><<<prefetch_blocks(cg, wave), kRowBlock, 0, stream>>>(
-            static_cast<T*>(out), static_cast<const T*>(in), rows, len, cg.tpr, kind);
-        HT_CHECK_LAUNCH("softmax_prefetch_kernel");
-        return;
-      }
       auto* kernel = cg.np == 4 ? softmax_cached_kernel<T, 4> : softmax_cached_kernel<T, 8>;
       kernel<<<cg.blocks, cg.block, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len, cg.tpr,
                                                  kind);
@@ -1215,12 +1010,6 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (const CacheGrid cg = cache_grid(a.rows, a.dim, kVec<T>, {a.out, a.x, a.weight, a.bias}); cg.np > 0) {
-      if (use_prefetch(cg)) {
-        static const int64_t wave = wave_blocks(norm_prefetch_kernel<T, 4>);
-        norm_prefetch_kernel<T, 4><<<prefetch_blocks(cg, wave), kRowBlock, 0, stream>>>(a, cg.tpr);
-        HT_CHECK_LAUNCH("norm_prefetch_kernel");
-        return;
-      }
       auto* kernel = cg.np == 4 ? norm_cached_kernel<T, 4> : norm_cached_kernel<T, 8>;
       kernel<<<cg.blocks, cg.block, 0, stream>>>(a, cg.tpr);
       HT_CHECK_LAUNCH("norm_cached_kernel");

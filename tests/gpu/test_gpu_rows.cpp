@@ -124,10 +124,9 @@ TEST_CASE("softmax on CUDA: -inf entries and NaN rows as on the CPU", "[gpu][row
   }
 }
 
-// The prefetching forward kernels (packable rows of up to 256 x 4 packs; softmax with one combined
-// max / exp-sum reduction): -inf and NaN entries in rows whose lanes see only -inf, rows of -inf, and many
-// rows (more row groups than the one-wave grid has blocks, a partial last group) of several widths.
-TEST_CASE("softmax and layer_norm on CUDA: prefetching row kernels, -inf / NaN in packable rows, many rows",
+// The register-cached forward kernels (packable rows): -inf and NaN entries in rows whose lanes see only
+// -inf, rows of -inf, and many rows (more row groups than blocks, a partial last group) of several widths.
+TEST_CASE("softmax and layer_norm on CUDA: cached row kernels, -inf / NaN in packable rows, many rows",
           "[gpu][rows][softmax]") {
   const double inf = INFINITY, nan = NAN;
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
