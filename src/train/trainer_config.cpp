@@ -95,6 +95,7 @@ ModelSection read_model(ConfigReader r) {
     s.stem = r.get_enum("stem", "auto", {"auto", "cifar", "imagenet"});
     s.zero_init_residual = r.get("zero_init_residual", false);
     s.channels_last = r.get_enum("channels_last", "auto", {"auto", "true", "false"});
+    s.fusion = r.get_enum("fusion", "bn_add_relu", {"none", "bn_relu", "bn_add_relu"});
   }
   return s;
 }

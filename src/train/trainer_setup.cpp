@@ -166,6 +166,9 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
       const bool channels_last =
           m.channels_last == "true" || (m.channels_last == "auto" && cfg.train.device.is_cuda());
       rc.layout = channels_last ? ConvLayout::nhwc : ConvLayout::nchw;
+      rc.fusion = m.fusion == "none"      ? models::ResNetFusion::none
+                  : m.fusion == "bn_relu" ? models::ResNetFusion::bn_relu
+                                          : models::ResNetFusion::bn_add_relu;
       return std::make_shared<models::ResNet>(rc, gen);
     }
     case ModelKind::vit: {

@@ -21,6 +21,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/train/trainer_config.h"
+#include "src/train/trainer_setup.h"
 
 using namespace ht;
 
@@ -267,4 +268,33 @@ TEST_CASE("model.channels_last accepts auto, true and false and rejects anything
   const std::string bad = write("d.yaml", "model:\n  name: resnet18\n  channels_last: sometimes\n");
   CHECK_THROWS_WITH(train::load_trainer_config(bad),
                     HasSubstr("model.channels_last: expected one of auto, true, false, got sometimes"));
+}
+
+TEST_CASE("model.fusion picks the ResNet's batch-norm fusion and rejects anything else", "[channels_last][config]") {
+  const test::TempDir dir("fusion");
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string p = (dir.path / name).string();
+    std::ofstream(p) << text;
+    return p;
+  };
+  const std::string path = write("a.yaml", "model:\n  name: resnet18\n");
+  train::Datasets ds;
+  ds.num_classes = 10;
+  ds.channels = 3;
+  ds.height = ds.width = 16;
+  const std::map<std::string, models::ResNetFusion> want{{"none", models::ResNetFusion::none},
+                                                         {"bn_relu", models::ResNetFusion::bn_relu},
+                                                         {"bn_add_relu", models::ResNetFusion::bn_add_relu}};
+  CHECK(train::load_trainer_config(path).model.fusion == "bn_add_relu");
+  for (const auto& [value, fusion] : want) {
+    INFO(value);
+    const train::TrainerConfig cfg = train::load_trainer_config(path, {"model.fusion=" + value});
+    Generator gen(1);
+    const auto model = train::make_model(cfg, ds, gen, std::make_shared<Generator>(0));
+    const auto* resnet = dynamic_cast<const models::ResNet*>(model.get());
+    REQUIRE(resnet != nullptr);
+    CHECK(resnet->config.fusion == fusion);
+  }
+  CHECK_THROWS_WITH(train::load_trainer_config(path, {"model.fusion=all"}),
+                    HasSubstr("model.fusion: expected one of none, bn_relu, bn_add_relu, got all"));
 }

@@ -52,6 +52,7 @@ struct ModelSection {
   std::string stem = "auto";  // cifar (3x3, no max-pool), imagenet (7x7 + max-pool), auto: by image size
   bool zero_init_residual = false;
   std::string channels_last = "auto";  // auto (channels last on CUDA, NCHW on the CPU), true, false
+  std::string fusion = "bn_add_relu";  // none | bn_relu | bn_add_relu (models::ResNetFusion)
   // vit
   int64_t patch_size = 4, dim = 384, depth = 12, heads = 6;
   double mlp_ratio = 4.0;
