@@ -58,12 +58,6 @@ std::vector<ConvCase> conv_cases() {
   return cs;
 }
 
-double rel_err(const Tensor& a, const Tensor& ref) {
-  const Tensor d = sub(a.to(DType::f64), ref.to(DType::f64));
-  const Tensor r = ref.to(DType::f64);
-  return std::sqrt(sum(mul(d, d)).item() / std::max(1e-300, sum(mul(r, r)).item()));
-}
-
 }  // namespace
 
 TEST_CASE("conv2d nhwc equals the permuted NCHW result exactly in f64", "[channels_last]") {
@@ -86,7 +80,7 @@ TEST_CASE("conv2d nhwc equals the permuted NCHW result exactly in f64", "[channe
     const Tensor y32 = conv2d(to_nhwc(x).to(DType::f32), w.to(DType::f32),
                               c.bias ? b.to(DType::f32) : Tensor(), q);
     CHECK(y32.dtype() == DType::f32);
-    CHECK(rel_err(y32, y) < 1e-6);
+    CHECK(test::rel_error(y32, y) < 1e-6);
   }
 }
 
@@ -214,7 +208,7 @@ TEST_CASE("a channels-last ResNet-18 gives the NCHW model's logits and gradients
   a.eval();
   b.eval();
   const Tensor x = test::random_tensor({2, 3, 16, 16}, 33, DType::f32);
-  CHECK(rel_err(b.forward(x), a.forward(x)) < 1e-5);
+  CHECK(test::rel_error(b.forward(x), a.forward(x)) < 1e-5);
 }
 
 TEST_CASE("pipeline-routed convs give the NCHW results in channels-last layout", "[channels_last]") {
@@ -242,13 +236,13 @@ TEST_CASE("pipeline-routed convs give the NCHW results in channels-last layout",
     xb.set_requires_grad(true);
     const Tensor ya = a->forward(xa), yb = b->forward(xb);
     REQUIRE(yb.shape() == Shape{2, 8, 8, 8});
-    CHECK(rel_err(yb, to_nhwc(ya)) < 1e-6);
+    CHECK(test::rel_error(yb, to_nhwc(ya)) < 1e-6);
     sum(mul(ya, gy)).backward();
     sum(mul(yb, to_nhwc(gy))).backward();
     // Same columns, same noise key (seed, layer, step): the same (lossy) gradients.
-    CHECK(rel_err(xb.grad(), to_nhwc(xa.grad())) < 1e-5);
-    CHECK(rel_err(b->weight.grad(), a->weight.grad()) < 1e-5);
-    CHECK(rel_err(b->bias.grad(), a->bias.grad()) < 1e-6);
+    CHECK(test::rel_error(xb.grad(), to_nhwc(xa.grad())) < 1e-5);
+    CHECK(test::rel_error(b->weight.grad(), a->weight.grad()) < 1e-5);
+    CHECK(test::rel_error(b->bias.grad(), a->bias.grad()) < 1e-6);
     CHECK(b->grad_pipeline.saved_bytes == a->grad_pipeline.saved_bytes);
   }
 }

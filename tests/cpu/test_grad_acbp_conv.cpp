@@ -17,12 +17,6 @@ using namespace ht;
 
 namespace {
 
-double rel_err(const Tensor& a, const Tensor& ref) {
-  const Tensor d = sub(a.to(DType::f64), ref.to(DType::f64));
-  const Tensor r = ref.to(DType::f64);
-  return std::sqrt(sum(mul(d, d)).item() / sum(mul(r, r)).item());
-}
-
 // One 3×3 convolution (C -> O channels) of x (N, C, H, W), run through grad::conv_product.
 struct ConvCase {
   Tensor x;   // (N, C, H, W)
@@ -93,18 +87,18 @@ TEST_CASE("hlq acbp_conv input_map reproduces exact conv gradients without quant
     p.stride_h = p.stride_w = stride;
     p.pad_h = p.pad_w = 1;
     const Tensor yconv = conv2d(c.x, c.w, Tensor(), p);  // (N, O, OH, OW)
-    CHECK(rel_err(reshape(ref.y.transpose(1, 2), yconv.shape()), yconv) < 1e-12);
+    CHECK(test::rel_error(reshape(ref.y.transpose(1, 2), yconv.shape()), yconv) < 1e-12);
     // The lossless hlq rounds its rotation and projection through f32: 1e-7 of exact; the input_map columns
     // are the f64 map's own, so both modes agree to f64 rounding.
     const ConvGrads col = run(hlq_lossless(grad::AcbpConv::columns), c, false);
     for (bool nhwc : {false, true}) {
       const ConvGrads g = run(hlq_lossless(grad::AcbpConv::input_map), c, nhwc);
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
-      CHECK(rel_err(g.y, ref.y) < 1e-12);
-      CHECK(rel_err(g.gx, ref.gx) < 1e-6);
-      CHECK(rel_err(g.gw, ref.gw) < 1e-6);
-      CHECK(rel_err(g.gx, col.gx) < 1e-12);
-      CHECK(rel_err(g.gw, col.gw) < 1e-12);
+      CHECK(test::rel_error(g.y, ref.y) < 1e-12);
+      CHECK(test::rel_error(g.gx, ref.gx) < 1e-6);
+      CHECK(test::rel_error(g.gw, ref.gw) < 1e-6);
+      CHECK(test::rel_error(g.gx, col.gx) < 1e-12);
+      CHECK(test::rel_error(g.gw, col.gw) < 1e-12);
       CHECK(g.bytes == c.x.numel() * 8);  // the unquantised f64 map
     }
   }
@@ -120,7 +114,7 @@ TEST_CASE("hlq acbp_conv input_map with the defaults: g_w near columns and exact
   const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
   const ConvGrads col = run(hlq(grad::AcbpConv::columns), c, false);
   const ConvGrads map = run(hlq(grad::AcbpConv::input_map), c, false);
-  const double e_col = rel_err(col.gw, ex.gw), e_map = rel_err(map.gw, ex.gw), d = rel_err(map.gw, col.gw);
+  const double e_col = test::rel_error(col.gw, ex.gw), e_map = test::rel_error(map.gw, ex.gw), d = test::rel_error(map.gw, col.gw);
   INFO("g_w error columns " << e_col << ", input_map " << e_map << ", input_map vs columns " << d);
   CHECK(e_map > 0.1);  // it really projected
   CHECK(e_map < 0.8);
@@ -128,12 +122,12 @@ TEST_CASE("hlq acbp_conv input_map with the defaults: g_w near columns and exact
   CHECK(d > 0.0);      // it really took the other path
   CHECK(d < 0.1);
   // g_x does not read x: identical in both modes (same noise key).
-  CHECK(rel_err(map.gx, col.gx) == 0.0);
-  CHECK(rel_err(map.y, ex.y) < 1e-6);
+  CHECK(test::rel_error(map.gx, col.gx) == 0.0);
+  CHECK(test::rel_error(map.y, ex.y) < 1e-6);
   // Channels last: the same per-sample int8 map in another memory order, the same columns.
   const ConvGrads map_nhwc = run(hlq(grad::AcbpConv::input_map), c, true);
-  CHECK(rel_err(map_nhwc.gw, map.gw) < 1e-6);
-  CHECK(rel_err(map_nhwc.gx, map.gx) < 1e-6);
+  CHECK(test::rel_error(map_nhwc.gw, map.gw) < 1e-6);
+  CHECK(test::rel_error(map_nhwc.gx, map.gx) < 1e-6);
   // bf16 compute: close to the f32 run.
   ConvCase cb = c;
   cb.x = c.x.to(DType::bf16);
@@ -141,7 +135,7 @@ TEST_CASE("hlq acbp_conv input_map with the defaults: g_w near columns and exact
   cb.gy = c.gy.to(DType::bf16);
   const ConvGrads map_bf16 = run(hlq(grad::AcbpConv::input_map), cb, true);
   CHECK(map_bf16.gw.dtype() == DType::bf16);
-  CHECK(rel_err(map_bf16.gw, map.gw) < 0.05);
+  CHECK(test::rel_error(map_bf16.gw, map.gw) < 0.05);
 }
 
 TEST_CASE("hlq acbp_conv input_map saves about one byte per input element", "[grad]") {
@@ -164,7 +158,7 @@ TEST_CASE("hlq acbp_conv input_map saves about one byte per input element", "[gr
   const ConvCase c = make_case(N, C, H, 16, 1, DType::f32, 43);
   const ConvGrads g = run(s, c, false);
   CHECK(g.bytes == N * C * H * H + 4 * N);
-  CHECK(rel_err(g.gw, run(grad::PipelineSpec{}, c, false).gw) < 0.8);
+  CHECK(test::rel_error(g.gw, run(grad::PipelineSpec{}, c, false).gw) < 0.8);
   // A 1×1 stride-2 conv (a ResNet shortcut): its columns (2·36·8 int8 at n 64, r 36) are smaller than the map
   // (2·8·16·16), so input_map keeps the columns — the same bytes and g_w as columns.
   ConvCase d;
@@ -175,7 +169,7 @@ TEST_CASE("hlq acbp_conv input_map saves about one byte per input element", "[gr
   const ConvGrads dc = run(hlq(grad::AcbpConv::columns), d, false), dm = run(hlq(grad::AcbpConv::input_map), d, false);
   CHECK(dc.bytes == 2 * 36 * 8 + 4);
   CHECK(dm.bytes == dc.bytes);
-  CHECK(rel_err(dm.gw, dc.gw) == 0.0);
+  CHECK(test::rel_error(dm.gw, dc.gw) == 0.0);
   // A product without an input map (a Linear) saves the columns whatever acbp_conv says.
   auto p = grad::make_pipeline(hlq(grad::AcbpConv::input_map));
   const Tensor x = test::random_tensor({2, 256, 36}, 5, DType::f32);

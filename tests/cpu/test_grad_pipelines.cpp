@@ -36,16 +36,10 @@ Problem make_problem(int64_t B, int64_t L, int64_t I, int64_t O, uint64_t seed) 
   return p;
 }
 
-double rel_err(const Tensor& a, const Tensor& ref) {
-  const Tensor d = sub(a.to(DType::f64), ref.to(DType::f64));
-  const Tensor r = ref.to(DType::f64);
-  return std::sqrt(sum(mul(d, d)).item() / sum(mul(r, r)).item());
-}
-
 grad::Grads run(grad::Pipeline& p, const Problem& pr, int64_t step = 0, grad::ProductInfo info = {}) {
   grad::ForwardResult f = p.forward(pr.x, pr.w, info, grad::NoiseKey{7, 3, step}, true);
   // The forward product is the plain high-precision one for every pipeline.
-  CHECK(rel_err(f.y, matmul(pr.x.to(DType::f64), pr.w.to(DType::f64).transpose(0, 1))) < 1e-6);
+  CHECK(test::rel_error(f.y, matmul(pr.x.to(DType::f64), pr.w.to(DType::f64).transpose(0, 1))) < 1e-6);
   return p.backward(*f.saved, pr.g_y, {true, true});
 }
 
@@ -73,8 +67,8 @@ TEST_CASE("hlq with quantisation off and full rank reproduces exact gradients", 
     auto p = grad::make_pipeline(hlq_lossless());
     const grad::Grads g = run(*p, pr);
     INFO("L " << L << " O " << O);
-    CHECK(rel_err(g.x, pr.g_x) < 1e-5);  // checks the 1/T of the rotated product
-    CHECK(rel_err(g.w, pr.g_w) < 1e-5);  // checks the 1/n of the projection
+    CHECK(test::rel_error(g.x, pr.g_x) < 1e-5);  // checks the 1/T of the rotated product
+    CHECK(test::rel_error(g.w, pr.g_w) < 1e-5);  // checks the 1/n of the projection
   }
 }
 
@@ -85,7 +79,7 @@ TEST_CASE("hlq fallbacks keep exactness at full rank", "[grad]") {
     s.hlq.fallback = fb;
     auto p = grad::make_pipeline(s);
     const grad::Grads g = run(*p, pr);
-    CHECK(rel_err(g.w, pr.g_w) < 1e-5);
+    CHECK(test::rel_error(g.w, pr.g_w) < 1e-5);
   }
 }
 
@@ -97,11 +91,11 @@ TEST_CASE("hlq low rank without quantisation is the projected gradient", "[grad]
   auto p = grad::make_pipeline(s);
   Problem pr = make_problem(2, 64, 8, 16, 9);
   const grad::Grads g_random = run(*p, pr);
-  CHECK(rel_err(g_random.w, pr.g_w) > 0.05);
-  CHECK(rel_err(g_random.x, pr.g_x) < 1e-5);  // the g_x path has no rank reduction
+  CHECK(test::rel_error(g_random.w, pr.g_w) > 0.05);
+  CHECK(test::rel_error(g_random.x, pr.g_x) < 1e-5);  // the g_x path has no rank reduction
   pr.x = expand(test::random_tensor({2, 1, 8}, 10, DType::f32), {2, 64, 8}).contiguous();
   pr.g_w = matmul(reshape(pr.g_y.to(DType::f64), {128, 16}).transpose(0, 1), reshape(pr.x.to(DType::f64), {128, 8}));
-  CHECK(rel_err(run(*p, pr).w, pr.g_w) < 1e-5);
+  CHECK(test::rel_error(run(*p, pr).w, pr.g_w) < 1e-5);
 }
 
 TEST_CASE("hlq explicit rank rows are capped per block size", "[grad]") {
@@ -112,7 +106,7 @@ TEST_CASE("hlq explicit rank rows are capped per block size", "[grad]") {
   s.hlq.rank.rows = 36;
   auto p = grad::make_pipeline(s);
   const Problem small = make_problem(2, 16, 8, 16, 12);
-  CHECK(rel_err(run(*p, small).w, small.g_w) < 1e-5);  // 16 of 16 rows: exact
+  CHECK(test::rel_error(run(*p, small).w, small.g_w) < 1e-5);  // 16 of 16 rows: exact
   const Problem big = make_problem(2, 64, 8, 16, 13);
   grad::ForwardResult f = p->forward(big.x, big.w, {}, {}, true);
   CHECK(f.saved->bytes == 2 * 36 * 8 * 4);  // 36 of 64 rows kept, f32
@@ -125,7 +119,7 @@ TEST_CASE("hlq default options stay within the documented error bound", "[grad]"
   const Problem pr = make_problem(4, 64, 64, 64, 11);
   auto p = grad::make_pipeline(hlq_spec());
   const grad::Grads g = run(*p, pr);
-  const double ex = rel_err(g.x, pr.g_x), ew = rel_err(g.w, pr.g_w);
+  const double ex = test::rel_error(g.x, pr.g_x), ew = test::rel_error(g.w, pr.g_w);
   INFO("g_x rel err " << ex << ", g_w rel err " << ew);
   CHECK(ex > 0.01);  // it really quantised
   CHECK(ex < 0.35);
@@ -143,13 +137,13 @@ TEST_CASE("hlq g_x path is unbiased with stochastic rounding on both operands", 
   double single = 0;
   for (int k = 0; k < runs; ++k) {
     const grad::Grads g = run(*p, pr, k);
-    if (k == 0) single = rel_err(g.x, pr.g_x);
+    if (k == 0) single = test::rel_error(g.x, pr.g_x);
     mean = add(mean, g.x.to(DType::f64));
   }
   mean = div(mean, static_cast<double>(runs));
-  INFO("single-draw error " << single << ", mean of " << runs << " draws " << rel_err(mean, pr.g_x));
+  INFO("single-draw error " << single << ", mean of " << runs << " draws " << test::rel_error(mean, pr.g_x));
   // The mean's error shrinks like 1/sqrt(runs): 20x below a single draw, with margin.
-  CHECK(rel_err(mean, pr.g_x) < single / 8);
+  CHECK(test::rel_error(mean, pr.g_x) < single / 8);
 }
 
 TEST_CASE("hlq noise is keyed by (seed, layer, step)", "[grad]") {
@@ -158,7 +152,7 @@ TEST_CASE("hlq noise is keyed by (seed, layer, step)", "[grad]") {
   const grad::Grads a = run(*p, pr, 5), b = run(*p, pr, 5), c = run(*p, pr, 6);
   CHECK(test::compare(a.x, b.x, 0.0, 0.0) == "");
   CHECK(test::compare(a.w, b.w, 0.0, 0.0) == "");
-  CHECK(rel_err(a.x, c.x) > 0);
+  CHECK(test::rel_error(a.x, c.x) > 0);
 }
 
 TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
@@ -177,7 +171,7 @@ TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
     INFO("acbp_bits " << bits);
     CHECK(f.saved->bytes == expected);
     const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
-    CHECK(rel_err(g.w, pr.g_w) < 0.8);
+    CHECK(test::rel_error(g.w, pr.g_w) < 0.8);
   }
 }
 
@@ -190,8 +184,8 @@ TEST_CASE("lbp_wht with all 64 bases reproduces exact gradients", "[grad]") {
     const Problem pr = make_problem(2, L, 12, 10, 50 + L);
     const grad::Grads g = run(*p, pr);
     INFO("L " << L);
-    CHECK(rel_err(g.x, pr.g_x) < 1e-5);
-    CHECK(rel_err(g.w, pr.g_w) < 1e-5);
+    CHECK(test::rel_error(g.x, pr.g_x) < 1e-5);
+    CHECK(test::rel_error(g.w, pr.g_w) < 1e-5);
   }
 }
 
@@ -203,14 +197,14 @@ TEST_CASE("lbp_wht order 6 keeps 21 of 64 bases and saves r/64 of x", "[grad]") 
   grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
   CHECK(f.saved->bytes == 2 * 4 * 21 * 12 * 4);  // B·P·r·I f32
   const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
-  CHECK(rel_err(g.x, pr.g_x) > 0.1);  // low rank on white noise
-  CHECK(rel_err(g.x, pr.g_x) < 1.0);
+  CHECK(test::rel_error(g.x, pr.g_x) > 0.1);  // low rank on white noise
+  CHECK(test::rel_error(g.x, pr.g_x) < 1.0);
   // A layer without a token grid (2-D input) runs exact.
   grad::ProductInfo rows;
   rows.batch_rows = true;
   const Problem p2 = make_problem(1, 10, 6, 5, 61);
   const grad::Grads g2 = run(*p, p2, 0, rows);
-  CHECK(rel_err(g2.x, p2.g_x) < 1e-6);
+  CHECK(test::rel_error(g2.x, p2.g_x) < 1e-6);
 }
 
 TEST_CASE("luq gradients are close to exact and its saved x is packed 4-bit", "[grad]") {
@@ -221,7 +215,7 @@ TEST_CASE("luq gradients are close to exact and its saved x is packed 4-bit", "[
   grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
   CHECK(f.saved->bytes == 2 * 32 * 16 / 2 + 2 * 4);
   const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
-  const double ex = rel_err(g.x, pr.g_x), ew = rel_err(g.w, pr.g_w);
+  const double ex = test::rel_error(g.x, pr.g_x), ew = test::rel_error(g.w, pr.g_w);
   INFO("luq g_x " << ex << " g_w " << ew);
   CHECK(ex > 0.01);
   CHECK(ex < 0.6);
@@ -259,7 +253,7 @@ TEST_CASE("Linear with a bound pipeline matches the plain layer when lossless", 
   const Tensor y1 = lin->forward(x);
   sum(mul(y1, gy)).backward();
   CHECK(test::compare(y1, y0, 1e-6, 1e-6) == "");
-  CHECK(rel_err(lin->weight.grad(), gw0) < 1e-5);
+  CHECK(test::rel_error(lin->weight.grad(), gw0) < 1e-5);
   CHECK(test::compare(lin->bias.grad(), gb0, 1e-5, 1e-5) == "");
   CHECK(lin->grad_pipeline.saved_bytes == 2 * 64 * 12 * 4);  // full rank, f32 projection
 
@@ -348,10 +342,10 @@ TEST_CASE("Conv2d with a bound lossless pipeline matches the plain convolution",
     CHECK(bound[0].type == "Conv2d");
     const auto [y1, gx1, gw1, gb1] = run_conv();
     INFO(name);
-    CHECK(rel_err(y1, y0) < 1e-6);
-    CHECK(rel_err(gx1, gx0) < 1e-5);
-    CHECK(rel_err(gw1, gw0) < 1e-5);
-    CHECK(rel_err(gb1, gb0) < 1e-6);
+    CHECK(test::rel_error(y1, y0) < 1e-6);
+    CHECK(test::rel_error(gx1, gx0) < 1e-5);
+    CHECK(test::rel_error(gw1, gw0) < 1e-5);
+    CHECK(test::rel_error(gb1, gb0) < 1e-6);
   }
 }
 
@@ -388,9 +382,9 @@ TEST_CASE("Linear and Conv2d under every pipeline stay within the documented err
     nn::bind_pipelines(*conv, cfg, clock);
     nn::bind_pipelines(*lin, cfg, clock);
     const auto [cw1, lw1] = grads();
-    INFO(name << ": conv g_w error " << rel_err(cw1, cw0) << ", linear g_w error " << rel_err(lw1, lw0));
-    CHECK(rel_err(cw1, cw0) > 1e-3);  // the pipeline really ran
-    CHECK(rel_err(cw1, cw0) < max_err);
-    CHECK(rel_err(lw1, lw0) < max_err);
+    INFO(name << ": conv g_w error " << test::rel_error(cw1, cw0) << ", linear g_w error " << test::rel_error(lw1, lw0));
+    CHECK(test::rel_error(cw1, cw0) > 1e-3);  // the pipeline really ran
+    CHECK(test::rel_error(cw1, cw0) < max_err);
+    CHECK(test::rel_error(lw1, lw0) < max_err);
   }
 }

@@ -13,18 +13,6 @@ using namespace ht;
 
 namespace {
 
-// ||a - ref|| / ||ref|| in double (a on any device, ref on the CPU).
-double rel_error(const Tensor& a, const Tensor& ref) {
-  const auto av = a.to(Device::cpu()).to_vector<double>(), rv = ref.to_vector<double>();
-  if (av.size() != rv.size()) return 1e300;
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < av.size(); ++i) {
-    num += (av[i] - rv[i]) * (av[i] - rv[i]);
-    den += rv[i] * rv[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1.0));
-}
-
 struct BnRun {
   Tensor y, gx, gw, gb, rm, rv;
 };
@@ -71,10 +59,10 @@ void check_bn(const Shape& xshape, int64_t C, DType dt, BatchNormMode mode, uint
   // f32 accumulates per thread in f32 (as PyTorch does) before the double partials: over 65536 rows with
   // the cancellation in sum(g x_hat) that leaves a few 1e-5 relative.
   const double gtol = dt == DType::f64 ? 1e-11 : (dt == DType::f32 ? 1e-4 : 1e-2);
-  CHECK(rel_error(got.y, ref.y) <= tol);
-  CHECK(rel_error(got.gx, ref.gx) <= gtol);
-  CHECK(rel_error(got.gw, ref.gw) <= gtol);
-  CHECK(rel_error(got.gb, ref.gb) <= gtol);
+  CHECK(test::rel_error(got.y, ref.y) <= tol);
+  CHECK(test::rel_error(got.gx, ref.gx) <= gtol);
+  CHECK(test::rel_error(got.gw, ref.gw) <= gtol);
+  CHECK(test::rel_error(got.gb, ref.gb) <= gtol);
   // The running stats: f32 on both sides, updated from the batch statistics of the same values.
   CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
   CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
@@ -202,9 +190,9 @@ void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t see
   REQUIRE(got.y.dtype() == dt);
   CHECK(test::compare_bits(got.y, comp.y.to(Device::cpu())) == "");
   const double ctol = dt == DType::f32 ? 1e-6 : 4e-3;
-  CHECK(rel_error(got.gx, comp.gx.to(Device::cpu())) <= ctol);
-  CHECK(rel_error(got.gw, comp.gw.to(Device::cpu())) <= ctol);
-  CHECK(rel_error(got.gb, comp.gb.to(Device::cpu())) <= ctol);
+  CHECK(test::rel_error(got.gx, comp.gx.to(Device::cpu())) <= ctol);
+  CHECK(test::rel_error(got.gw, comp.gw.to(Device::cpu())) <= ctol);
+  CHECK(test::rel_error(got.gb, comp.gb.to(Device::cpu())) <= ctol);
   if (with_residual) {
     REQUIRE(got.gr.defined());
     CHECK(got.gr.dtype() == dt);
@@ -220,11 +208,11 @@ void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t see
   CHECK(zeros_frac < 0.95);
   const FusedRun ref = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, Device::cpu(), DType::f64, mask, res);
   const double tol = dt == DType::f32 ? 2e-6 : 5e-3, gtol = dt == DType::f32 ? 1e-4 : 1e-2;
-  CHECK(rel_error(got.y, relu(ref.y)) <= tol);
-  CHECK(rel_error(got.gx, ref.gx) <= gtol);
-  CHECK(rel_error(got.gw, ref.gw) <= gtol);
-  CHECK(rel_error(got.gb, ref.gb) <= gtol);
-  if (with_residual) CHECK(rel_error(got.gr, ref.gr) <= tol);  // r * mask, rounded once
+  CHECK(test::rel_error(got.y, relu(ref.y)) <= tol);
+  CHECK(test::rel_error(got.gx, ref.gx) <= gtol);
+  CHECK(test::rel_error(got.gw, ref.gw) <= gtol);
+  CHECK(test::rel_error(got.gb, ref.gb) <= gtol);
+  if (with_residual) CHECK(test::rel_error(got.gr, ref.gr) <= tol);  // r * mask, rounded once
   CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
   CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
 }

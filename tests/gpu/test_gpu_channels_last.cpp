@@ -17,19 +17,6 @@ using namespace ht;
 
 namespace {
 
-// ||a - ref|| / ||ref|| over all elements (a on any device, ref on any device), in double.
-double rel_error(const Tensor& a, const Tensor& ref) {
-  const auto av = a.to(Device::cpu()).to_vector<double>(), rv = ref.to(Device::cpu()).to_vector<double>();
-  if (av.size() != rv.size()) return 1e300;
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < av.size(); ++i) {
-    if (std::isnan(av[i])) return 1e300;
-    num += (av[i] - rv[i]) * (av[i] - rv[i]);
-    den += rv[i] * rv[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1.0));
-}
-
 struct Case {
   const char* name;
   int64_t N, C, H, W, O, K;
@@ -114,17 +101,17 @@ TEST_CASE("conv2d channels last on CUDA matches the CPU reference and the CUDA N
       CHECK(nhwc.gx.shape() == Shape{c.N, c.H, c.W, c.C});
       CHECK(nhwc.gw.shape() == w.shape());
       const double tol = tolerance(dt);
-      CHECK(rel_error(nhwc.y, ref.y) <= tol);
-      CHECK(rel_error(nhwc.gx, ref.gx) <= tol);
-      CHECK(rel_error(nhwc.gw, ref.gw) <= tol);
-      if (c.bias) CHECK(rel_error(nhwc.gb, ref.gb) <= tol);
-      CHECK(rel_error(nhwc.y, nchw.y) <= tol);
-      CHECK(rel_error(nhwc.gx, nchw.gx) <= tol);
-      CHECK(rel_error(nhwc.gw, nchw.gw) <= tol);
+      CHECK(test::rel_error(nhwc.y, ref.y) <= tol);
+      CHECK(test::rel_error(nhwc.gx, ref.gx) <= tol);
+      CHECK(test::rel_error(nhwc.gw, ref.gw) <= tol);
+      if (c.bias) CHECK(test::rel_error(nhwc.gb, ref.gb) <= tol);
+      CHECK(test::rel_error(nhwc.y, nchw.y) <= tol);
+      CHECK(test::rel_error(nhwc.gx, nchw.gx) <= tol);
+      CHECK(test::rel_error(nhwc.gw, nchw.gw) <= tol);
       // Again: the cached algorithm choice gives the same result.
       const Result again = run(c, x, w, b, r, test::kCuda, dt, ConvLayout::nhwc);
-      CHECK(rel_error(again.y, ref.y) <= tol);
-      CHECK(rel_error(again.gw, ref.gw) <= tol);
+      CHECK(test::rel_error(again.y, ref.y) <= tol);
+      CHECK(test::rel_error(again.gw, ref.gw) <= tol);
     }
 }
 
@@ -180,8 +167,8 @@ TEST_CASE("a ResNet-18 bf16 training step channels last matches NCHW on the GPU"
       INFO(pa[i].first);
       REQUIRE(pb[i].first == pa[i].first);
       REQUIRE(pb[i].second->grad().defined());
-      const double ea = rel_error(pa[i].second->grad(), ref_a[i]);
-      const double eb = rel_error(pb[i].second->grad(), ref_b[i]);
+      const double ea = test::rel_error(pa[i].second->grad(), ref_a[i]);
+      const double eb = test::rel_error(pb[i].second->grad(), ref_b[i]);
       INFO("NCHW bf16 error " << ea << ", NHWC bf16 error " << eb);
       CHECK(eb <= 1.5 * ea + 0.02);
       ++compared;

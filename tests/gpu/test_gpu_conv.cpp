@@ -27,18 +27,6 @@ std::vector<Tensor> leaves(const std::vector<Tensor>& values, Device dev, DType 
   return out;
 }
 
-// ||a - ref|| / ||ref|| over all elements (a on any device, ref on the CPU), in double.
-double rel_error(const Tensor& a, const Tensor& ref) {
-  const auto av = a.to(Device::cpu()).to_vector<double>(), rv = ref.to_vector<double>();
-  if (av.size() != rv.size()) return 1e300;
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < av.size(); ++i) {
-    num += (av[i] - rv[i]) * (av[i] - rv[i]);
-    den += rv[i] * rv[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1.0));
-}
-
 struct Tols {
   test::Tolerance fwd, grad;
 };
@@ -69,7 +57,7 @@ std::string check_graph(const Graph& f, const std::vector<Tensor>& values, DType
   auto compare = [&](const Tensor& a, const Tensor& e, test::Tolerance t) -> std::string {
     if (!narrow) return test::compare_to_cpu(a, e, t);
     if (a.dtype() != dt) return fmt::format("dtype {} instead of {}", dtype_name(a.dtype()), dtype_name(dt));
-    const double err = rel_error(a, e);
+    const double err = test::rel_error(a, e);
     return err <= narrow_tol ? std::string() : fmt::format("relative error {} > {}", err, narrow_tol);
   };
   std::string msg = compare(og, oc, tol.fwd);

@@ -20,13 +20,6 @@ using namespace ht;
 
 namespace {
 
-double rel_err(const Tensor& a, const Tensor& ref) {
-  const Tensor d = sub(a.to(Device::cpu()).to(DType::f64), ref.to(Device::cpu()).to(DType::f64));
-  const Tensor r = ref.to(Device::cpu()).to(DType::f64);
-  const double rr = sum(mul(r, r)).item();
-  return std::sqrt(sum(mul(d, d)).item() / (rr > 0 ? rr : 1.0));
-}
-
 struct Case {
   std::string label;
   grad::PipelineSpec spec;
@@ -92,9 +85,9 @@ TEST_CASE("every pipeline: CUDA gradients match the CPU reference with the same 
         CHECK(gg.w.dtype() == dt);
         // f32: the products differ in accumulation order only; bf16: plus one rounding of the result.
         const double tol = dt == DType::f32 ? 1e-4 : 1.5e-2;
-        CHECK(rel_err(fg.y, fc.y) < tol);
-        CHECK(rel_err(gg.x, gc.x) < tol);
-        CHECK(rel_err(gg.w, gc.w) < tol);
+        CHECK(test::rel_error(fg.y, fc.y) < tol);
+        CHECK(test::rel_error(gg.x, gc.x) < tol);
+        CHECK(test::rel_error(gg.w, gc.w) < tol);
       }
     }
   }
@@ -129,7 +122,7 @@ TEST_CASE("bound pipelines train a Linear + Conv2d step on CUDA like on the CPU"
       grads[dev] = {conv->weight.grad(), conv->bias.grad(), lin->weight.grad(), lin->bias.grad()};
     }
     INFO(name);
-    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(rel_err(grads[1][i], grads[0][i]) < 1e-4);
+    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(test::rel_error(grads[1][i], grads[0][i]) < 1e-4);
   }
 }
 
@@ -205,9 +198,9 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
           CHECK(out[1].gw.dtype() == dt);
           CHECK(out[1].gx.dtype() == dt);
           const double tol = dt == DType::f32 ? 1e-4 : 1.5e-2;
-          CHECK(rel_err(out[1].y, out[0].y) < tol);
-          CHECK(rel_err(out[1].gx, out[0].gx) < tol);
-          CHECK(rel_err(out[1].gw, out[0].gw) < tol);
+          CHECK(test::rel_error(out[1].y, out[0].y) < tol);
+          CHECK(test::rel_error(out[1].gx, out[0].gx) < tol);
+          CHECK(test::rel_error(out[1].gw, out[0].gw) < tol);
         }
       }
     }

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 namespace ht::test {
 
@@ -53,6 +55,19 @@ std::string compare(const Tensor& actual, const Tensor& expected, double rtol, d
   if (!(actual.shape() == expected.shape()))
     return fmt::format("shape mismatch: actual {} vs expected {}", actual.describe(), expected.describe());
   return compare(actual, expected.to_vector<double>(), rtol, atol);
+}
+
+double rel_error(const Tensor& actual, const Tensor& reference) {
+  const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>();
+  const std::vector<double> r = reference.to(Device::cpu()).to_vector<double>();
+  if (a.size() != r.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return std::numeric_limits<double>::infinity();
+    num += (a[i] - r[i]) * (a[i] - r[i]);
+    den += r[i] * r[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1.0));
 }
 
 }  // namespace ht::test

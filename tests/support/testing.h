@@ -37,6 +37,10 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// ||actual - reference|| / ||reference|| over all elements, in double, tensors on any devices (the norm of
+// the difference alone when the reference is all zeros); +infinity when the sizes differ or actual has a NaN.
+double rel_error(const Tensor& actual, const Tensor& reference);
+
 // Shorthand: shape, dtype and device checks fused with compare.
 inline bool close(const Tensor& a, const Tensor& e, double rtol = 1e-6, double atol = 1e-8) {
   return compare(a, e, rtol, atol).empty();
