@@ -39,8 +39,6 @@
 // bf16 is exactly the A fragment of k-step j, which is how P feeds P V without shared memory.
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "kernels/flash_attention.h"
@@ -432,8 +430,8 @@ __global__ void flash_bwd_prep_kernel(float* __restrict__ dsum, float* __restric
   if (row < rows && c == 0) dsum[row] = acc;
 }
 
-// W warps per CTA, each owning 16 keys. 4 is the default; 8 halves the dQ atomics and the Q/dO tile loads
-// per key at the cost of one CTA per SM (HADATRAIN_FLASH_BWD_WARPS=8 selects it; Note in docs/cuda_backend.md).
+// W warps per CTA, each owning 16 keys. The launcher uses 4; 8 (half the dQ atomics and Q/dO tile loads per
+// key, one CTA per SM) compiles without spills but measured 2-8 % slower on the H200 (docs/cuda_backend.md).
 template <int D, int W = 4>
 struct BwdCfg {
   static constexpr int kWarps = W, kThreads = 32 * kWarps;
@@ -763,16 +761,6 @@ void launch_flash_attention_forward(DType dt, const FlashForwardArgs& a, const A
   ++g_forward_calls;
 }
 
-namespace {
-// Warps per backward CTA: HADATRAIN_FLASH_BWD_WARPS (4 or 8; default 4), read once.
-int backward_warps() {
-  static const int warps = [] {
-    const char* v = std::getenv("HADATRAIN_FLASH_BWD_WARPS");
-    return v != nullptr && std::string_view(v) == "8" ? 8 : 4;
-  }();
-  return warps;
-}
-}  // namespace
 
 void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const AttnShape& s, cudaStream_t stream) {
   FlashParams p = make_params(s);
@@ -806,10 +794,7 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
           static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
           static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
     };
-    if (backward_warps() == 8)
-      run(std::integral_constant<int, 8>{});
-    else
-      run(std::integral_constant<int, 4>{});
+    run(std::integral_constant<int, 4>{});
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(
         static_cast<uint16_t*>(a.dq.data), a.dq_acc, p, rows);
