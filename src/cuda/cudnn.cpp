@@ -279,7 +279,7 @@ bool run_pass(ConvPass pass, const ConvProblem& p, const char* what, ConvDescs& 
 bool cudnn_find_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("HADATRAIN_CUDNN_FIND");
-    return !(v && std::strcmp(v, "0") == 0);
+    return v && std::strcmp(v, "1") == 0;
   }();
   return on;
 }

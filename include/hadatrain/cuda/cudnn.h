@@ -6,14 +6,16 @@
 // f32 runs with CUDNN_FMA_MATH (no TF32, so results stay within fp32 rounding of the CPU reference); f64 uses
 // CUDNN_DEFAULT_MATH (compute type f64); bf16/f16 use CUDNN_TENSOR_OP_MATH with compute type f32 (tensor
 // cores with fp32 accumulation: DEFAULT_MATH does not promise tensor cores for them).
-// Algorithms are measured: the first call of a (pass, dtype, layout, device, shapes, params) runs
+// By default the cudnnGet*Algorithm_v7 heuristics choose (no benchmarking): the first candidate whose workspace
+// query and execution do not report NOT_SUPPORTED is used and cached. With HADATRAIN_CUDNN_FIND=1 in the
+// environment algorithms are measured instead (measured slower end to end: ResNet-18 bf16 NHWC training step
+// 8.30 ms with Find against 6.72 ms with the heuristics, H200, docs/BENCHMARKS.md session 4): the first call
+// of a (pass, dtype, layout, device, shapes, params) runs
 // cudnnFind*AlgorithmEx (every algorithm timed on the call's own buffers, with a workspace of up to 1 GiB from
 // the caching allocator, less when it cannot give that much) and keeps the fastest that succeeded, under
 // the math rule above (f32 always runs with FMA math, so never TF32), with its workspace size and math type, for the
 // life of the process. Outputs are computed again with the chosen algorithm afterwards, so the find pass
-// never leaves a user-visible result. When Find fails, or with HADATRAIN_CUDNN_FIND=0 in the environment, the
-// cudnnGet*Algorithm_v7 heuristics decide instead (no benchmarking): the first candidate whose workspace
-// query and execution do not report NOT_SUPPORTED is used and cached. The measured choice may be a
+// never leaves a user-visible result. When Find fails the heuristics decide. The measured choice may be a
 // non-deterministic algorithm (atomics in backward filter), as with torch.backends.cudnn.benchmark.
 // Workspaces come from the caching allocator (a u8 tensor on the device, freed in stream order).
 #pragma once
@@ -101,8 +103,8 @@ struct ConvProblem {
 [[nodiscard]] bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx);
 [[nodiscard]] bool conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw);
 
-// Whether the first call of each problem measures algorithms with cudnnFind*AlgorithmEx (default) or takes
-// the heuristics' choice: false when the environment sets HADATRAIN_CUDNN_FIND=0 (read once).
+// Whether the first call of each problem measures algorithms with cudnnFind*AlgorithmEx or takes the
+// heuristics' choice (default): true only when the environment sets HADATRAIN_CUDNN_FIND=1 (read once).
 bool cudnn_find_enabled();
 
 }  // namespace ht::cuda
