@@ -1,6 +1,9 @@
-// Launchers of the fused multi-tensor optimiser steps (SGD, AdamW): one launch updates every parameter
-// of one dtype (f32 or f64 master weights). The per-tensor descriptors live in a device array; the grid
-// is (blocks per tensor, tensors) and each block walks its tensor with a grid stride. Formulas are the
+// Launchers of the fused multi-tensor optimiser steps (SGD, AdamW): one launch updates up to kOptimBatch
+// parameters of one dtype (f32 or f64 master weights). The per-tensor descriptors travel by value as a
+// kernel argument, the step's hyper-parameters (learning rate, bias corrections) are read from device
+// memory, staged before the step by launch_store_hyper: so a recorded step graph replays with the current
+// learning rate and nothing is uploaded from the host per step (Note [Step graphs]). The grid is
+// (blocks per tensor, tensors) and each block walks its tensor with a grid stride. Formulas are the
 // CPU reference's in src/optim/{sgd,adamw}.cpp, evaluated in double with the same operation order and
 // no FMA contraction (explicit _rn intrinsics), so f64 results are bit-identical and f32 ones round the
 // same double value.
@@ -28,8 +31,16 @@ struct SgdHyper {
   double lr, momentum, dampening;
   int32_t nesterov;
 };
-// tensors: a device array of `count` descriptors.
-void launch_sgd_step(DType dt, const SgdTensor* tensors, int count, int64_t max_n, const SgdHyper& h,
+
+// Descriptors per launch: 64 x 48 bytes keeps the kernel argument under the classic 4 KiB limit.
+inline constexpr int kOptimBatch = 64;
+template <class D>
+struct OptimBatch {
+  D t[kOptimBatch];
+};
+
+// One launch for `count` <= kOptimBatch descriptors; `h` points to device memory.
+void launch_sgd_step(DType dt, const OptimBatch<SgdTensor>& tensors, int count, int64_t max_n, const SgdHyper* h,
                      cudaStream_t stream);
 
 struct AdamWTensor {
@@ -38,13 +49,17 @@ struct AdamWTensor {
   void* m;
   void* v;
   int64_t n;
-  double decay;  // 1 - lr * wd (1 for parameters without decay)
+  double weight_decay;  // decoupled: p *= 1 - lr * weight_decay (0 for parameters without decay)
 };
 struct AdamWHyper {
   double lr, beta1, beta2, eps;
   double bc1, bc2;  // 1 - beta^t, computed on the host with std::pow like the CPU path
 };
-void launch_adamw_step(DType dt, const AdamWTensor* tensors, int count, int64_t max_n, const AdamWHyper& h,
-                       cudaStream_t stream);
+void launch_adamw_step(DType dt, const OptimBatch<AdamWTensor>& tensors, int count, int64_t max_n,
+                       const AdamWHyper* h, cudaStream_t stream);
+
+// Writes `bytes` (<= 64) bytes of `src` (host memory, passed by value in the launch) to device memory `dst`
+// in stream order.
+void launch_store_hyper(void* dst, const void* src, int bytes, cudaStream_t stream);
 
 }  // namespace ht::kernels

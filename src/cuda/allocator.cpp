@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <vector>
 
+#include "hadatrain/core/capture.h"
 #include "hadatrain/cuda/context.h"
 
 namespace ht::cuda {
@@ -25,12 +27,32 @@ struct DeviceState {
 std::array<DeviceState, kMaxDevices> g_state;
 std::atomic<int> g_poison_byte{-1};
 
-// What a DataPtr's context records about its block: where and on which stream it was allocated.
+// What a DataPtr's context records about its block: where and on which stream it was allocated, and
+// whether it was allocated while a step graph was recorded (then it is the graph's memory: cuda/graph.h).
 struct Block {
   int device;
   cudaStream_t stream;
   std::size_t nbytes;
+  bool graph;
 };
+
+// Step-graph bookkeeping (Note [Step graphs]): recordings in progress in the process, graph blocks alive,
+// and frees of older blocks that arrived during a recording (held back until it ends).
+std::atomic<int> g_recordings{0};
+std::atomic<int64_t> g_graph_blocks{0};
+std::mutex g_deferred_mutex;
+std::vector<std::pair<void*, Block*>> g_deferred;
+
+void release(void* ptr, Block* b) {
+  int prev = -1;
+  if (cudaGetDevice(&prev) == cudaSuccess && prev != b->device) (void)cudaSetDevice(b->device);
+  if (cudaFreeAsync(ptr, b->stream) != cudaSuccess) (void)cudaGetLastError();  // e.g. runtime shutting down
+  if (prev >= 0 && prev != b->device) (void)cudaSetDevice(prev);
+  DeviceState& st = g_state[static_cast<std::size_t>(b->device)];
+  st.allocated.fetch_sub(b->nbytes, std::memory_order_relaxed);
+  st.frees.fetch_add(1, std::memory_order_relaxed);
+  delete b;
+}
 
 DeviceState& state(int device, const char* what) {
   check_device(device, what);
@@ -60,16 +82,22 @@ void update_peak(DeviceState& st, std::size_t now) {
 
 // DataPtr deleter: frees on the allocation stream (Note [Stream-ordered frees]). Never throws; it touches
 // neither the thread context nor anything that may already be destroyed at process exit.
+// A block allocated before a recording and dropped during it on the recording stream is held back: the
+// recorded work may still read it at replay, and a free node may only release the graph's own memory.
 void free_block(void* ptr, void* ctx) {
-  const Block* b = static_cast<const Block*>(ctx);
-  int prev = -1;
-  if (cudaGetDevice(&prev) == cudaSuccess && prev != b->device) (void)cudaSetDevice(b->device);
-  if (cudaFreeAsync(ptr, b->stream) != cudaSuccess) (void)cudaGetLastError();  // e.g. runtime shutting down
-  if (prev >= 0 && prev != b->device) (void)cudaSetDevice(prev);
-  DeviceState& st = g_state[static_cast<std::size_t>(b->device)];
-  st.allocated.fetch_sub(b->nbytes, std::memory_order_relaxed);
-  st.frees.fetch_add(1, std::memory_order_relaxed);
-  delete b;
+  Block* b = static_cast<Block*>(ctx);
+  if (b->graph) {
+    g_graph_blocks.fetch_sub(1, std::memory_order_relaxed);
+  } else if (g_recordings.load(std::memory_order_relaxed) > 0) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(b->stream, &cs) != cudaSuccess) (void)cudaGetLastError();
+    if (cs != cudaStreamCaptureStatusNone) {
+      std::lock_guard<std::mutex> lock(g_deferred_mutex);
+      g_deferred.emplace_back(ptr, b);
+      return;
+    }
+  }
+  release(ptr, b);
 }
 
 [[noreturn]] void throw_oom(DeviceState& st, int device, std::size_t nbytes) {
@@ -114,7 +142,9 @@ class CachingAllocator final : public Allocator {
     const std::size_t now = st.allocated.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
     update_peak(st, now);
     st.allocs.fetch_add(1, std::memory_order_relaxed);
-    return DataPtr(p, new Block{device.index, stream, nbytes}, &free_block, device);
+    const bool graph = step_capture_active();
+    if (graph) g_graph_blocks.fetch_add(1, std::memory_order_relaxed);
+    return DataPtr(p, new Block{device.index, stream, nbytes, graph}, &free_block, device);
   }
 };
 
@@ -158,6 +188,21 @@ void empty_cache(int device) {
   HT_CUDA_CHECK(cudaDeviceSynchronize());
   HT_CUDA_CHECK(cudaMemPoolTrimTo(st.pool, 0));
 }
+
+void recording_started() { g_recordings.fetch_add(1); }
+
+std::size_t recording_finished() {
+  g_recordings.fetch_sub(1);
+  std::vector<std::pair<void*, Block*>> held;
+  {
+    std::lock_guard<std::mutex> lock(g_deferred_mutex);
+    held.swap(g_deferred);
+  }
+  for (auto& [ptr, b] : held) release(ptr, b);
+  return held.size();
+}
+
+int64_t live_graph_blocks() { return g_graph_blocks.load(); }
 
 void set_poison_byte(int byte) { g_poison_byte.store(byte >= 0 && byte <= 255 ? byte : -1); }
 

@@ -22,6 +22,8 @@
 namespace ht::grad {
 
 Noise NoiseKey::noise(uint32_t role) const {
+  // The step number is a kernel argument of the noise: a recorded step graph would replay one step's noise.
+  note_step_capture_unsafe("a gradient pipeline draws stochastic-rounding noise per step");
   return Noise{seed, philox_stream(layer, static_cast<uint64_t>(step), role)};
 }
 

@@ -24,10 +24,18 @@ class AdamW final : public Optimizer {
   }
   std::string name() const override { return "adamw"; }
 
-  void step(double lr) override {
+  void begin_step(double lr) override {
     ++steps_;
-    const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(steps_));
-    const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(steps_));
+    lr_ = lr;
+    bc1_ = 1.0 - std::pow(o_.beta1, static_cast<double>(steps_));
+    bc2_ = 1.0 - std::pow(o_.beta2, static_cast<double>(steps_));
+#ifdef HADATRAIN_CUDA
+    for (int d : cuda_devices()) hyper_.stage(d, kernels::AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, bc1_, bc2_});
+#endif
+  }
+
+  void apply() override {
+    const double lr = lr_, bc1 = bc1_, bc2 = bc2_;
 #ifdef HADATRAIN_CUDA
     std::vector<cuda_step::AdamWItem> on_cuda;  // one fused launch per (device, dtype) after the loop
 #endif
@@ -39,15 +47,16 @@ class AdamW final : public Optimizer {
         m_[i] = zeros_like(p);
         v_[i] = zeros_like(p);
       }
-      const double decay = params_[i].decay ? 1.0 - lr * o_.weight_decay : 1.0;
+      const double wd = params_[i].decay ? o_.weight_decay : 0.0;
       if (p.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-        on_cuda.push_back({p, g, m_[i], v_[i], decay});
+        on_cuda.push_back({p, g, m_[i], v_[i], wd});
         continue;
 #else
         no_cuda_kernel("adamw step");
 #endif
       }
+      const double decay = params_[i].decay ? 1.0 - lr * o_.weight_decay : 1.0;
       const Tensor gc = g.contiguous();
       visit_floating(p.dtype(), "adamw", [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -68,7 +77,7 @@ class AdamW final : public Optimizer {
       });
     }
 #ifdef HADATRAIN_CUDA
-    cuda_step::adamw(on_cuda, {lr, o_.beta1, o_.beta2, o_.eps, bc1, bc2});
+    cuda_step::adamw(on_cuda, hyper_);
 #endif
   }
 
@@ -98,6 +107,10 @@ class AdamW final : public Optimizer {
  private:
   AdamWOptions o_;
   std::vector<Tensor> m_, v_;
+  double lr_ = 0.0, bc1_ = 1.0, bc2_ = 1.0;  // staged by begin_step
+#ifdef HADATRAIN_CUDA
+  cuda_step::DeviceHyper hyper_;
+#endif
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 // CUDA glue of the optimiser steps: gathers the CUDA parameters of one step into per-dtype descriptor
-// arrays and runs the fused multi-tensor kernels of kernels/optim.h. CUDA builds only; the optimisers
-// call it from their `#ifdef HADATRAIN_CUDA` branch.
+// batches (kernel arguments) and runs the fused multi-tensor kernels of kernels/optim.h, which read the
+// step's hyper-parameters from a small device buffer (DeviceHyper) staged by Optimizer::begin_step. CUDA
+// builds only; the optimisers call it from their `#ifdef HADATRAIN_CUDA` branch.
 #pragma once
 #ifdef HADATRAIN_CUDA
+#include <map>
 #include <vector>
 
 #include "hadatrain/tensor/tensor.h"
@@ -18,12 +20,28 @@ struct SgdItem {
 };
 struct AdamWItem {
   Tensor p, g, m, v;
-  double decay;
+  double weight_decay;  // 0 for parameters without decay
 };
 
-// Runs one launch per (device, dtype) group over all items (empty: nothing).
-void sgd(const std::vector<SgdItem>& items, const kernels::SgdHyper& h);
-void adamw(const std::vector<AdamWItem>& items, const kernels::AdamWHyper& h);
+// The hyper-parameters of the current step on each device (one 64-byte buffer per device, kept for the
+// optimiser's life): stage() writes them in the device's current stream order, the step kernels read them.
+class DeviceHyper {
+ public:
+  template <class H>
+  void stage(int device, const H& h) {
+    static_assert(sizeof(H) <= 64, "hyper-parameters of at most 64 bytes");
+    stage_bytes(device, &h, static_cast<int>(sizeof(H)));
+  }
+  const void* get(int device) const;
+
+ private:
+  void stage_bytes(int device, const void* h, int bytes);
+  std::map<int, Tensor> bufs_;
+};
+
+// Runs one launch per (device, dtype) group and kOptimBatch items (empty: nothing).
+void sgd(const std::vector<SgdItem>& items, const DeviceHyper& h);
+void adamw(const std::vector<AdamWItem>& items, const DeviceHyper& h);
 
 }  // namespace ht::optim::cuda_step
 #endif

@@ -32,6 +32,15 @@ Optimizer::Optimizer(std::vector<ParamRef> params) : params_(std::move(params)) 
   }
 }
 
+std::vector<int> Optimizer::cuda_devices() const {
+  std::vector<int> out;
+  for (const auto& p : params_)
+    if (p.param->is_cuda() && std::find(out.begin(), out.end(), p.param->device().index) == out.end())
+      out.push_back(p.param->device().index);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void Optimizer::zero_grad() {
   for (auto& p : params_) p.param->zero_grad();
 }

@@ -21,7 +21,16 @@ class Sgd final : public Optimizer {
   }
   std::string name() const override { return "sgd"; }
 
-  void step(double lr) override {
+  void begin_step(double lr) override {
+    lr_ = lr;
+    ++steps_;
+#ifdef HADATRAIN_CUDA
+    for (int d : cuda_devices()) hyper_.stage(d, kernels::SgdHyper{lr, o_.momentum, o_.dampening, o_.nesterov ? 1 : 0});
+#endif
+  }
+
+  void apply() override {
+    const double lr = lr_;
 #ifdef HADATRAIN_CUDA
     std::vector<cuda_step::SgdItem> on_cuda;  // one fused launch per (device, dtype) after the loop
 #endif
@@ -62,9 +71,8 @@ class Sgd final : public Optimizer {
       });
     }
 #ifdef HADATRAIN_CUDA
-    cuda_step::sgd(on_cuda, {lr, o_.momentum, o_.dampening, o_.nesterov ? 1 : 0});
+    cuda_step::sgd(on_cuda, hyper_);
 #endif
-    ++steps_;
   }
 
   std::map<std::string, Tensor> state_tensors() const override {
@@ -85,6 +93,10 @@ class Sgd final : public Optimizer {
  private:
   SgdOptions o_;
   std::vector<Tensor> bufs_;
+  double lr_ = 0.0;  // staged by begin_step
+#ifdef HADATRAIN_CUDA
+  cuda_step::DeviceHyper hyper_;
+#endif
 };
 
 }  // namespace

@@ -27,6 +27,7 @@
 #ifdef HADATRAIN_CUDA
 #include "hadatrain/cuda/allocator.h"
 #include "hadatrain/cuda/gemm.h"
+#include "hadatrain/cuda/graph.h"
 #endif
 #include "hadatrain/data/loader.h"
 #include "hadatrain/io/atomic_file.h"
@@ -146,6 +147,21 @@ void log_pipelines(const std::vector<nn::BoundLayer>& layers) {
   for (const auto& [p, n] : counts) spdlog::info("grad pipeline: {} layer(s) {}", n, p);
 }
 
+#ifdef HADATRAIN_CUDA
+// train.cuda_graph: the training step recorded into a CUDA graph after kGraphWarmup eager steps and replayed
+// for every batch of the recorded shape (a smaller last batch runs eagerly). The recorded step reads the
+// batch from fixed device tensors (x, y: copied into before each replay), the learning rate from the
+// optimiser's staged buffer (Optimizer::begin_step) and adds its loss to the run's loss accumulator.
+struct GraphedStep {
+  static constexpr int kGraphWarmup = 3;  // eager steps first: algorithm choice, optimiser state, workspaces
+  explicit GraphedStep(int device) : graph(device) {}
+  cuda::StepGraph graph;
+  Tensor x, y;
+  int eager_steps = 0;
+  bool off = false;  // recording was refused: every step eager from then on
+};
+#endif
+
 }  // namespace
 
 TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
@@ -161,6 +177,17 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
                                     cfg.run.name, cfg.source, cfg.resolved_yaml));
 
   const Datasets ds = make_datasets(cfg);
+#ifdef HADATRAIN_CUDA
+  // train.cuda_graph (Note [Step graphs]): every device operation of the run goes to the step graph's
+  // stream, so eager steps, recorded steps and evaluation stay in one order. Declared before the model and
+  // optimiser: the stream must outlive the tensors allocated on it.
+  std::optional<GraphedStep> graphed;
+  std::optional<cuda::StreamGuard> on_graph_stream;
+  if (device.is_cuda() && cfg.train.cuda_graph != "false") {
+    graphed.emplace(device.index);
+    on_graph_stream.emplace(graphed->graph.stream(), device.index);
+  }
+#endif
   Generator init_gen(cfg.run.seed);
   auto dropout_gen = std::make_shared<Generator>(cfg.run.seed ^ 0xD50F'0000'0000'0000ull);
   auto model = make_model(cfg, ds, init_gen, dropout_gen);
@@ -239,6 +266,10 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   bool stop = false;
   CrossEntropyOptions ce_opts;
   ce_opts.label_smoothing = cfg.train.label_smoothing;
+  // f64 sum of the losses not read yet; updated in place, so a recorded step graph adds to the same tensor
+  // at every replay.
+  const Tensor loss_zero = zeros({}, {DType::f64, device});
+  const Tensor unread_loss = zeros({}, {DType::f64, device});
   for (int64_t epoch = loader.position().epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
     auto window_start = epoch_start;
@@ -247,18 +278,18 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     // not issue step k+1 while the GPU runs step k. The losses are summed on the device in f64 (the same
     // sequential f64 sum as on the host, so logged values are unchanged) and read only where they are
     // needed: a logged record, a checkpoint (never written after an unseen non-finite loss), the epoch's end.
-    Tensor unread_loss;          // f64 scalar on the device: the sum of the unread steps' losses
-    int64_t unread_first = 0;    // the first unread step
+    int64_t unread_steps = 0;  // steps whose loss is in unread_loss
     double shown_loss = std::nan("");  // the progress bar shows the latest read window mean
     auto read_losses = [&] {
-      if (!unread_loss.defined()) return;
+      if (unread_steps == 0) return;
       const double v = unread_loss.item();
       HT_CHECK(std::isfinite(v),
                "training diverged between steps {} and {} (epoch {}): the loss sum is {}; lower optim.lr",
-               unread_first, st.step, epoch + 1, v);
+               st.step - unread_steps + 1, st.step, epoch + 1, v);
       window_loss += v;
       epoch_loss += v;
-      unread_loss = Tensor();
+      copy_(unread_loss, loss_zero);
+      unread_steps = 0;
     };
     double window_wait = 0.0;  // seconds of this logging window spent waiting in loader.next() (data_wait)
     int64_t window_steps = 0, window_images = 0, epoch_steps = 0;
@@ -270,22 +301,67 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     };
     while (const auto batch = timed_next()) {
       const double lr = optim::learning_rate(schedule, st.step);
-      const Tensor x = batch->images.to(device).to(dtype);  // (B, C, H, W)
-      const Tensor y = batch->labels.to(device);            // (B)
       clock->step = st.step;
-      const Tensor loss = cross_entropy(model->forward(x), y, ce_opts);
-      optimizer->zero_grad();
-      loss.backward();
       double grad_norm = 0.0;
-      if (cfg.optim.clip_grad_norm > 0) grad_norm = optim::clip_grad_norm(optimizer->params(), cfg.optim.clip_grad_norm);
-      optimizer->step(lr);
+      bool done = false;
+#ifdef HADATRAIN_CUDA
+      // Graph-eligible: no clipping (it reads the norm on the host) and the recorded batch shape.
+      if (graphed && !graphed->off && cfg.optim.clip_grad_norm <= 0) {
+        GraphedStep& gs = *graphed;
+        if (!gs.x.defined()) {
+          gs.x = empty(batch->images.shape(), {batch->images.dtype(), device});
+          gs.y = empty(batch->labels.shape(), {batch->labels.dtype(), device});
+        }
+        if (gs.x.shape() == batch->images.shape() && gs.y.shape() == batch->labels.shape()) {
+          copy_(gs.x, batch->images);
+          copy_(gs.y, batch->labels);
+          optimizer->begin_step(lr);
+          auto body = [&] {
+            const Tensor loss = cross_entropy(model->forward(gs.x.to(dtype)), gs.y, ce_opts);
+            loss.backward();
+            optimizer->apply();
+            optimizer->zero_grad();
+            add_(unread_loss, loss.detach().to(DType::f64));
+          };
+          if (gs.graph.ready()) {
+            gs.graph.replay();
+          } else if (gs.eager_steps < GraphedStep::kGraphWarmup) {
+            optimizer->zero_grad();
+            body();
+            ++gs.eager_steps;
+          } else {
+            const uint64_t dropout_state = dropout_gen->state();
+            const std::string why = gs.graph.record(body);
+            if (why.empty()) {
+              spdlog::info("train.cuda_graph: step recorded into a CUDA graph at step {} (batch {})", st.step + 1,
+                           to_string(gs.x.shape()));
+              gs.graph.replay();
+            } else {
+              HT_CHECK(cfg.train.cuda_graph != "true", "train.cuda_graph is true, but {}", why);
+              spdlog::info("train.cuda_graph: steps run without a graph: {}", why);
+              dropout_gen->set_state(dropout_state);  // the refused recording drew nothing that ran
+              gs.off = true;
+              body();
+            }
+          }
+          done = true;
+        }
+      }
+#endif
+      if (!done) {
+        const Tensor x = batch->images.to(device).to(dtype);  // (B, C, H, W)
+        const Tensor y = batch->labels.to(device);            // (B)
+        const Tensor loss = cross_entropy(model->forward(x), y, ce_opts);
+        optimizer->zero_grad();
+        loss.backward();
+        if (cfg.optim.clip_grad_norm > 0)
+          grad_norm = optim::clip_grad_norm(optimizer->params(), cfg.optim.clip_grad_norm);
+        optimizer->step(lr);
+        add_(unread_loss, loss.detach().to(DType::f64));
+      }
       ++st.step;
       ++epoch_steps;
-      {
-        const Tensor l = loss.detach().to(DType::f64);
-        if (!unread_loss.defined()) unread_first = st.step;
-        unread_loss = unread_loss.defined() ? add(unread_loss, l) : l;
-      }
+      ++unread_steps;
       ++window_steps;
       window_images += batch->size();
       const double ips = static_cast<double>(window_images) / std::max(seconds_since(window_start), 1e-9);

@@ -152,6 +152,7 @@ TrainSection read_train(ConfigReader r) {
   s.label_smoothing = r.get("label_smoothing", 0.0, Range::half_open(0.0, 1.0));
   s.eval_every = r.get<int64_t>("eval_every", 1, Range::at_least(1));
   s.tf32 = r.get("tf32", false);
+  s.cuda_graph = r.get_enum("cuda_graph", "auto", {"auto", "true", "false"});
   return s;
 }
 

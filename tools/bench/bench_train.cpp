@@ -16,6 +16,7 @@
 
 #include "hadatrain/autograd/profile.h"
 #include "hadatrain/cuda/allocator.h"
+#include "hadatrain/cuda/graph.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/pipelines.h"
@@ -115,5 +116,48 @@ int main(int argc, char** argv) {
   std::printf("  host issue time per step: %.2f ms (vs %.2f ms step)\n", host[2], med);
   const std::string prof = backward_profile_report();
   if (!prof.empty() && prof.find('\n') != prof.size() - 1) std::printf("%s", prof.c_str());
+
+  // The same step recorded once into a CUDA graph and replayed (cuda/graph.h): what the trainer runs with
+  // train.cuda_graph. Warm-up steps on the graph's stream first (workspaces there, buffers exist).
+  {
+    cuda::StepGraph graph(0);
+    cuda::StreamGuard on(graph.stream(), 0);
+    auto body = [&] {
+      const Tensor loss = cross_entropy(model->forward(x), y);
+      loss.backward();
+      opt->apply();
+      opt->zero_grad();
+    };
+    opt->zero_grad();
+    for (int i = 0; i < 3; ++i) {
+      opt->begin_step(0.1);
+      body();
+    }
+    const std::string why = graph.record(body);
+    if (!why.empty()) {
+      std::printf("  step graph: not used: %s\n", why.c_str());
+    } else {
+      cuda::empty_cache(0);  // the eager steps' cached blocks: the graph has its own memory
+      auto replay = [&] {
+        opt->begin_step(0.1);
+        graph.replay();
+      };
+      const double gmed = bench::median_ms_on(graph.stream(), replay, 5, 20);
+      size_t graph_mem = 0;
+      cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_mem);
+      std::vector<double> ghost;
+      for (int i = 0; i < 5; ++i) {
+        const auto t0 = now();
+        replay();
+        ghost.push_back(ms_between(t0, std::chrono::steady_clock::now()));
+        now();
+      }
+      std::sort(ghost.begin(), ghost.end());
+      std::printf("hadatrain %s batch %lld %s forward, %s, step graph: %.2f ms/step, %.0f img/s, graph memory %.2f GiB, "
+                  "host issue %.3f ms\n",
+                  name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(), gmed,
+                  batch / gmed * 1000.0, static_cast<double>(graph_mem) / (1 << 30), ghost[2]);
+    }
+  }
   return 0;
 }

@@ -1,6 +1,7 @@
 // Timing shared by the CUDA benchmark programs (bench_grad, bench_layers, bench_train): the median of `reps`
-// runs of f, each between two CUDA events on the default stream, after `warmup` untimed runs and a device
-// synchronisation (then `after_warmup`, e.g. to reset the peak-memory counter).
+// runs of f, each between two CUDA events on the default stream (median_ms_on: on `stream`, for work issued
+// there, e.g. a step graph's replays), after `warmup` untimed runs and a device synchronisation (then
+// `after_warmup`, e.g. to reset the peak-memory counter).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,7 +11,7 @@
 namespace ht::bench {
 
 template <class F>
-double median_ms(F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = nullptr) {
+double median_ms_on(cudaStream_t stream, F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = nullptr) {
   for (int i = 0; i < warmup; ++i) f();
   cudaDeviceSynchronize();
   if (after_warmup) after_warmup();
@@ -19,9 +20,9 @@ double median_ms(F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = 
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a, nullptr);
+    cudaEventRecord(a, stream);
     f();
-    cudaEventRecord(b, nullptr);
+    cudaEventRecord(b, stream);
     cudaEventSynchronize(b);
     float t = 0;
     cudaEventElapsedTime(&t, a, b);
@@ -31,6 +32,11 @@ double median_ms(F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = 
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+template <class F>
+double median_ms(F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = nullptr) {
+  return median_ms_on(nullptr, f, warmup, reps, after_warmup);
 }
 
 }  // namespace ht::bench

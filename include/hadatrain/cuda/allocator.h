@@ -40,6 +40,15 @@ void reset_peak(int device = -1);
 // Returns cached, unused memory of `device`'s pool to the driver (after synchronising the device).
 void empty_cache(int device = -1);
 
+// Step-graph support (cuda/graph.h, Note [Step graphs]). Blocks allocated while this thread records a step
+// are the graph's memory (allocation nodes); live_graph_blocks() counts those still alive. Between
+// recording_started() and recording_finished(), a block allocated earlier and dropped on a stream that is
+// recording is not freed but held back; recording_finished() frees the held blocks (in their streams'
+// order, after the recording ended) and returns how many there were.
+void recording_started();
+std::size_t recording_finished();
+int64_t live_graph_blocks();
+
 // Debugging aid for tests: while `byte` is in [0, 255], every new allocation is filled with it on its
 // stream (0xFF is NaN in every floating dtype), so reading memory an op never wrote shows up. -1 = off.
 void set_poison_byte(int byte);

@@ -25,8 +25,18 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
-  // Updates every parameter that has a gradient with learning rate `lr`.
-  virtual void step(double lr) = 0;
+  // Updates every parameter that has a gradient with learning rate `lr`: begin_step(lr), then apply().
+  void step(double lr) {
+    begin_step(lr);
+    apply();
+  }
+  // The host half of a step: counts it and stages its hyper-parameters (learning rate, bias corrections)
+  // where apply() reads them; for CUDA parameters a small device buffer written in stream order.
+  virtual void begin_step(double lr) = 0;
+  // The device half: updates every parameter that has a gradient with the staged hyper-parameters. It
+  // passes no per-step host value to the device, so a step graph may record it (cuda/graph.h); momentum
+  // and moment buffers are created on the first apply() that sees a parameter's gradient.
+  virtual void apply() = 0;
   void zero_grad();
   int64_t steps() const { return steps_; }
   // State for checkpoints: tensors by "<param name>.<slot>", plus the step counter.
@@ -36,6 +46,8 @@ class Optimizer {
 
  protected:
   explicit Optimizer(std::vector<ParamRef> params);
+  // Indices of the CUDA devices that hold parameters (ascending).
+  std::vector<int> cuda_devices() const;
   std::vector<ParamRef> params_;
   int64_t steps_ = 0;
 };

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 
+#include "hadatrain/core/capture.h"
 #include "hadatrain/tensor/scalar_types.h"  // HT_HD
 
 namespace ht {
@@ -73,12 +74,16 @@ HT_HD inline uint64_t philox_stream(uint32_t layer, uint64_t step, uint32_t purp
 }
 
 // A seeded generator handle passed explicitly to random ops (never global). `next_stream()` hands out
-// fresh stream ids so successive calls (e.g. two dropout layers) draw independent numbers.
+// fresh stream ids so successive calls (e.g. two dropout layers) draw independent numbers. A stream id
+// drawn while a step graph is recorded would be replayed unchanged every step (Note [Step graphs]).
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
-  uint64_t next_stream() { return counter_++; }
+  uint64_t next_stream() {
+    note_step_capture_unsafe("it draws a random stream (dropout or another random op)");
+    return counter_++;
+  }
   uint64_t state() const { return counter_; }  // for checkpoints
   void set_state(uint64_t s) { counter_ = s; }
 

@@ -97,6 +97,9 @@ struct TrainSection {
   double label_smoothing = 0.0;
   int64_t eval_every = 1;  // epochs between evaluations (the last epoch is always evaluated)
   bool tf32 = false;       // f32 matrix products on CUDA may use TF32 tensor cores (cuBLASLt)
+  // Record the training step into a CUDA graph and replay it (cuda/graph.h): "auto" (on CUDA; steps run
+  // eagerly when a step cannot be recorded), "true" (a refused recording is an error), "false".
+  std::string cuda_graph = "auto";
 };
 
 struct CheckpointSection {

@@ -1,0 +1,124 @@
+// Step graphs (cuda/graph.h, Note [Step graphs]): a ResNet training step recorded once and replayed with a
+// changing learning rate ends where the same eager steps end (parameters, batch-norm statistics, summed
+// losses); and every kind of step that cannot be replayed is refused with its reason, leaving the device
+// usable: a random stream drawn (dropout), a synchronising call (item()), a tensor that outlives the step,
+// a tensor from before the step freed inside it.
+#include "support/catch.h"
+#include "support/gpu_testing.h"
+#include "support/testing.h"
+
+#include <memory>
+#include <vector>
+
+#include "hadatrain/cuda/graph.h"
+#include "hadatrain/models/resnet.h"
+#include "hadatrain/nn/layers.h"
+#include "hadatrain/optim/optimizer.h"
+
+using namespace ht;
+
+namespace {
+
+double lr_at(int step) { return 0.2 / (1 + step); }  // changes every step: a frozen lr would show
+
+}  // namespace
+
+TEST_CASE("a recorded ResNet step replays like eager steps", "[gpu][graph]") {
+  models::ResNetConfig rc{models::ResNetDepth::r18, models::ResNetStem::cifar, 10, 3, false};
+  rc.layout = ConvLayout::nhwc;
+  Generator ga(5), gb(5);
+  auto a = std::make_shared<models::ResNet>(rc, ga);
+  auto b = std::make_shared<models::ResNet>(rc, gb);
+  b->load_state_dict(a->state_dict());
+  a->to(test::kCuda);
+  const Tensor x = test::random_input({8, 3, 32, 32}, 41, DType::f32, -2, 2).to(test::kCuda);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 8; ++i) labels.push_back((i * 3) % 10);
+  const Tensor y = from_vector(labels, {8}, {DType::i64, test::kCuda});
+  constexpr int kSteps = 6;
+
+  auto oa = optim::make_sgd(optim::make_param_refs(a->named_parameters()), {.momentum = 0.9, .weight_decay = 5e-4});
+  double eager_loss_sum = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    const Tensor loss = cross_entropy(a->forward(x), y);
+    oa->zero_grad();
+    loss.backward();
+    oa->step(lr_at(s));
+    eager_loss_sum += loss.item();
+  }
+
+  cuda::StepGraph graph(0);
+  cuda::StreamGuard on(graph.stream(), 0);
+  b->to(test::kCuda);
+  auto ob = optim::make_sgd(optim::make_param_refs(b->named_parameters()), {.momentum = 0.9, .weight_decay = 5e-4});
+  const Tensor xb = x.clone(), yb = y.clone();
+  const Tensor loss_sum = zeros({}, {DType::f64, test::kCuda});
+  auto body = [&] {
+    const Tensor loss = cross_entropy(b->forward(xb), yb);
+    loss.backward();
+    ob->apply();
+    ob->zero_grad();
+    add_(loss_sum, loss.detach().to(DType::f64));
+  };
+  for (int s = 0; s < kSteps; ++s) {
+    ob->begin_step(lr_at(s));
+    if (s < 2) {
+      body();
+    } else if (s == 2) {
+      REQUIRE(graph.record(body) == "");
+      REQUIRE(graph.ready());
+      graph.replay();
+    } else {
+      graph.replay();
+    }
+  }
+  CHECK(loss_sum.item() == Approx(eager_loss_sum).epsilon(1e-5));
+  const auto sa = a->state_dict(), sb = b->state_dict();
+  REQUIRE(sa.size() == sb.size());
+  int compared = 0;
+  for (const auto& [name, ta] : sa) {
+    INFO(name);
+    const Tensor tb = sb.at(name);
+    if (!is_floating(ta.dtype())) {
+      CHECK(ta.to(DType::i64).to_vector<int64_t>() == tb.to(DType::i64).to_vector<int64_t>());
+      continue;
+    }
+    CHECK(test::rel_error(tb, ta) < 1e-4);  // cuDNN may sum in a different order; a wrong lr gives ~1e-2
+    ++compared;
+  }
+  CHECK(compared > 60);
+}
+
+TEST_CASE("steps that cannot be replayed are refused with the reason", "[gpu][graph]") {
+  cuda::StepGraph graph(0);
+  cuda::StreamGuard on(graph.stream(), 0);
+  const Tensor x = test::random_input({64, 33}, 7, DType::f32).to(test::kCuda);
+  const Tensor expected = mul(x, 3.0).to(Device::cpu());
+
+  SECTION("dropout draws a random stream per call") {
+    nn::Dropout drop(0.5, std::make_shared<Generator>(1));
+    const std::string why = graph.record([&] { (void)sum(drop.forward(x)); });
+    CHECK_THAT(why, HasSubstr("random stream"));
+  }
+  SECTION("a synchronising read") {
+    const std::string why = graph.record([&] { (void)sum(x).item(); });
+    CHECK_THAT(why, HasSubstr("failed while being recorded"));
+  }
+  SECTION("a tensor created in the step outlives it") {
+    Tensor kept;
+    const std::string why = graph.record([&] { kept = mul(x, 2.0); });
+    CHECK_THAT(why, HasSubstr("outlive"));
+    kept = Tensor();
+  }
+  SECTION("a tensor from before the step is freed inside it") {
+    Tensor old = mul(x, 2.0);
+    const std::string why = graph.record([&] {
+      old = Tensor();
+      (void)sum(x);
+    });
+    CHECK_THAT(why, HasSubstr("freed during"));
+  }
+  CHECK_FALSE(graph.ready());
+  // The device keeps working after a refusal.
+  CHECK(test::rel_error(mul(x, 3.0).to(Device::cpu()), expected) == 0.0);
+}
