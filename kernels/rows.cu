@@ -4,6 +4,7 @@
 // reduce neutral values. Reductions combine the threads in a fixed order (deterministic), except the
 // embedding scatter-add, which uses atomicAdd.
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 
@@ -251,9 +252,9 @@ __global__ void softmax_backward_kernel(T* gx, const T* g, const T* y, int64_t r
 // packs l, l + tpr, ... Used when every row is packable (the length a multiple of a pack, the base pointers
 // 16-byte aligned: the host checks, so the kernels have no scalar path) and at most 512 x 8 packs long;
 // other rows use the multi-pass kernels. Row-internal indices fit in 32 bits. bf16 / f16 results are
-// rounded by the hardware cvt (store_cast). Four packs per thread keep the kernels at 64 registers (the
-// compiler keeps the converted floats too), so four 256-thread blocks share an SM and one block's loads
-// overlap another's reductions.
+// rounded by the hardware cvt (pack_cast below). Four packs per thread keep the forward kernels at 64
+// registers (with the row's floats, or a softmax's exponentials), so four 256-thread blocks share an SM and
+// one block's loads overlap another's reductions.
 constexpr int kCacheMaxTpr = 512;
 
 template <class T, int NP>
@@ -276,19 +277,6 @@ struct RowCache {
       if (lane + i * tpr >= packs) continue;
 #pragma unroll
       for (int k = 0; k < V; ++k) f(p[i].v[k]);
-    }
-  }
-  // y[j] = f(j, value) (f returns the accumulation type) for every element this lane holds.
-  template <class F>
-  HT_DEV void store(T* y, int packs, int lane, int tpr, F&& f) const {
-#pragma unroll
-    for (int i = 0; i < NP; ++i) {
-      const int q = lane + i * tpr;
-      if (q >= packs) continue;
-      Pack<T, V> o;
-#pragma unroll
-      for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>(f(q * V + k, p[i].v[k]));
-      reinterpret_cast<Pack<T, V>*>(y)[q] = o;
     }
   }
 };
@@ -349,29 +337,231 @@ HT_DEV void for_each_cached_row(int64_t rows, int tpr, F&& body) {
   }
 }
 
+// ---- pack arithmetic of the register-resident forward kernels ------------------------------------------------
+// The forward kernels below are issue-bound when every element costs a dozen instructions (a 4096-wide bf16
+// row at 0.75 of copy bandwidth, Nsight: 83 % SM throughput, 51 % DRAM), so bf16 / f16 packs are handled as
+// four 32-bit words of two elements (element 2j in the low half of word j): the row max with max.bf16x2 /
+// max.f16x2, the conversion to float with a shift or mask (bf16) or cvt.f32.f16, the results rounded two at a
+// time. sm_80 and newer; older architectures take the element-wise path.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr bool kHalf2Ops = false;
+#else
+constexpr bool kHalf2Ops = true;
+#endif
+template <class T>
+inline constexpr bool kHalfPack = kHalf2Ops && (std::is_same_v<T, bf16> || std::is_same_v<T, f16>);
+
+template <class T, int V>
+HT_DEV void pack_words(const Pack<T, V>& p, uint32_t (&w)[V / 2]) {
+  memcpy(w, &p, sizeof w);
+}
+
+// The elements of a pack in the accumulation type. f16 uses the hardware cvt.f32.f16, which is exact and gives
+// the CPU decoder's value for every non-NaN input (a NaN may get another payload; every use below is
+// arithmetic, whose NaN results are the GPU's canonical NaN either way).
+template <class T, int V>
+HT_DEV void unpack(const Pack<T, V>& p, acc_t<T> (&f)[V]) {
+  if constexpr (kHalfPack<T>) {
+    uint32_t w[V / 2];
+    pack_words(p, w);
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        f[2 * j] = __uint_as_float(w[j] << 16);
+        f[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+      } else {
+        asm("{ .reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+            : "=f"(f[2 * j]), "=f"(f[2 * j + 1])
+            : "r"(w[j]));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = convert<acc_t<T>>(p.v[k]);
+  }
+}
+
+// Per half: max ignoring a NaN operand (like fmaxf), or max.NaN (a NaN operand gives NaN).
+template <class T, bool kNaN = false>
+HT_DEV uint32_t max2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if constexpr (kNaN) asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    else asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else {
+    if constexpr (kNaN) asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    else asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+}
+
+// The largest element of the packs this lane holds (NaN ignored, as d_max; -inf without packs).
 template <class T, int NP>
-__global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) softmax_cached_kernel(T* out, const T* in, int64_t rows, int64_t len,
-                                                                      int tpr, SoftmaxKind kind) {
+HT_DEV acc_t<T> lane_max(const RowCache<T, NP>& c, int packs, int lane, int tpr) {
   using A = acc_t<T>;
-  __shared__ A smem[kCacheMaxTpr / 32];
-  const int packs = static_cast<int>(len / kVec<T>);
+  if constexpr (kHalfPack<T>) {
+    uint32_t m = std::is_same_v<T, bf16> ? 0xFF80FF80u : 0xFC00FC00u;  // (-inf, -inf)
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      if (lane + i * tpr >= packs) continue;
+      uint32_t w[4];
+      pack_words(c.p[i], w);
+      m = max2<T>(m, max2<T>(max2<T>(w[0], w[1]), max2<T>(w[2], w[3])));
+    }
+    Pack<T, 2> two;
+    memcpy(&two, &m, sizeof m);
+    A f[2];
+    unpack(two, f);
+    return d_max(f[0], f[1]);
+  } else {
+    A m = -std::numeric_limits<A>::infinity();
+    c.each(packs, lane, tpr, [&](T v) { m = d_max(m, convert<A>(v)); });
+    return m;
+  }
+}
+
+// store_cast<T> of V values as one pack. bf16 / f16 are rounded two at a time (cvt.rn.bf16x2.f32 /
+// cvt.rn.f16x2.f32: the same rounding as store_cast's cvt.rn, whose NaN code it then patches to the CPU's).
+// kCheck: a NaN among the results (found with max.NaN over the rounded words) sends the pack through
+// store_cast; without kCheck the caller guarantees that there is none.
+template <bool kCheck, class T, int V>
+HT_DEV Pack<T, V> pack_cast(const acc_t<T> (&y)[V]) {
+  Pack<T, V> o;
+  if constexpr (kHalfPack<T>) {
+    uint32_t w[V / 2];
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      if constexpr (std::is_same_v<T, bf16>)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
+      else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
+    }
+    if constexpr (kCheck) {
+      uint32_t any = w[0];
+#pragma unroll
+      for (int j = 1; j < V / 2; ++j) any = max2<T, true>(any, w[j]);
+      constexpr uint32_t inf = std::is_same_v<T, bf16> ? 0x7F80u : 0x7C00u;
+      if ((any & 0x7FFFu) > inf || ((any >> 16) & 0x7FFFu) > inf) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>(y[k]);
+        return o;
+      }
+    }
+    memcpy(&o, w, sizeof w);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>(y[k]);
+  }
+  return o;
+}
+
+// y's packs of this lane from f(i, out) (out: the V results of the lane's pack i in A), rounded by pack_cast.
+template <bool kCheck, class T, int NP, class F>
+HT_DEV void store_packs(T* y, int packs, int lane, int tpr, F&& f) {
+  constexpr int V = kVec<T>;
+#pragma unroll
+  for (int i = 0; i < NP; ++i) {
+    const int q = lane + i * tpr;
+    if (q >= packs) continue;
+    acc_t<T> o[V];
+    f(i, o);
+    reinterpret_cast<Pack<T, V>*>(y)[q] = pack_cast<kCheck, T, V>(o);
+  }
+}
+
+// e^x in the cached softmax: ex2.approx.ftz(x * log2 e) for bf16 / f16 (one MUFU; soft_exp's __expf adds
+// three instructions for results below 2^-126, which only the flush to zero changes: far below the
+// tolerance of a bf16 / f16 probability); soft_exp (expf / exp) for f32 / f64.
+template <class T, class A>
+HT_DEV A fwd_exp(A x) {
+  if constexpr (kHalfPack<T>) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    return r;
+  } else {
+    return soft_exp<T>(x);
+  }
+}
+
+// tile_reduce with one barrier instead of two: consecutive calls alternate between the two buffers of smem
+// (phase flips per call, the same sequence in every thread of the block), so a buffer is written again only
+// after the barrier of the call in between, which every thread reaches after its reads of that buffer.
+template <class V, class F>
+HT_DEV V tile_reduce1(V v, int tpr, V (*smem)[kCacheMaxTpr / 32], int& phase, F f) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = f(v, shfl_xor(v, o));
+  if (tpr > 32) {
+    V* buf = smem[phase];
+    phase ^= 1;
+    const int first = static_cast<int>(threadIdx.x) / tpr * (tpr / 32);
+    if (threadIdx.x % 32 == 0) buf[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = buf[first];
+    for (int w = 1; w < tpr / 32; ++w) v = f(v, buf[first + w]);
+  }
+  return v;
+}
+
+// The kind is a template parameter: a softmax keeps the exponentials (not the row) over the sum's reduction, a
+// log_softmax the row (not the exponentials), which keeps either within 64 registers.
+template <class T, int NP, SoftmaxKind K>
+__global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) softmax_cached_kernel(T* out, const T* in, int64_t rows,
+                                                                                      int64_t len, int tpr) {
+  using A = acc_t<T>;
+  constexpr int V = kVec<T>;
+  __shared__ A smem[2][kCacheMaxTpr / 32];
+  const int packs = static_cast<int>(len / V);
+  // Keeping e^(x - m) costs NP x V registers (bf16, NP = 4: 64 registers, four 256-thread blocks per SM;
+  // recomputing them: 48 registers, five blocks, four more instructions per element). f64's exp needs the
+  // registers itself: recomputed.
+  constexpr bool kKeepExp = !std::is_same_v<T, double>;
+  int phase = 0;
   for_each_cached_row(rows, tpr, [&](int64_t row, int lane, bool valid) {
     RowCache<T, NP> c;
     c.load(in + row * len, packs, lane, tpr);
-    A m = -std::numeric_limits<A>::infinity();
-    c.each(packs, lane, tpr, [&](T v) { m = d_max(m, convert<A>(v)); });
-    m = tile_reduce(m, tpr, smem, Max{});
+    const A m = tile_reduce1(lane_max(c, packs, lane, tpr), tpr, smem, phase, Max{});
+    A e[NP][V];  // e^(x - m), computed once for the sum and the softmax results (f64: twice, see kKeepExp)
     A s = A(0);
-    c.each(packs, lane, tpr, [&](T v) { s += soft_exp<T>(convert<A>(v) - m); });
-    s = tile_reduce(s, tpr, smem, Sum{});
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      if (lane + i * tpr >= packs) continue;
+      A x[V];
+      unpack(c.p[i], x);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        e[i][k] = fwd_exp<T>(x[k] - m);
+        s += e[i][k];
+      }
+    }
+    s = tile_reduce1(s, tpr, smem, phase, Sum{});
     if (!valid) return;
     T* y = out + row * len;
-    if (kind == SoftmaxKind::softmax) {
+    // Every e is in [0, 1] and the max's is 1, so s >= 1 and every result is finite, unless a NaN or +inf
+    // entry (or a row of -inf) made some e, hence s, NaN: only such rows need pack_cast's NaN check.
+    const bool finite = s == s;
+    if constexpr (K == SoftmaxKind::softmax) {
       const A inv = A(1) / s;
-      c.store(y, packs, lane, tpr, [&](int, T v) { return soft_exp<T>(convert<A>(v) - m) * inv; });
+      auto f = [&](int i, A(&o)[V]) {
+        if constexpr (kKeepExp) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) o[k] = e[i][k] * inv;
+        } else {
+          unpack(c.p[i], o);
+#pragma unroll
+          for (int k = 0; k < V; ++k) o[k] = fwd_exp<T>(o[k] - m) * inv;
+        }
+      };
+      if (finite || !kHalfPack<T>) store_packs<false, T, NP>(y, packs, lane, tpr, f);
+      else store_packs<true, T, NP>(y, packs, lane, tpr, f);
     } else {
       const A log_s = d_log(s);
-      c.store(y, packs, lane, tpr, [&](int, T v) { return (convert<A>(v) - m) - log_s; });
+      auto f = [&](int i, A(&o)[V]) {
+        unpack(c.p[i], o);
+#pragma unroll
+        for (int k = 0; k < V; ++k) o[k] = (o[k] - m) - log_s;
+      };
+      if (finite || !kHalfPack<T>) store_packs<false, T, NP>(y, packs, lane, tpr, f);
+      else store_packs<true, T, NP>(y, packs, lane, tpr, f);
     }
   });
 }
@@ -414,8 +604,7 @@ HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
   static_assert(V == kVec<T>, "a pack of the row dtype");
   if (w.p && w.narrow) {
     const Pack<T, V> pw = *reinterpret_cast<const Pack<T, V>*>(static_cast<const T*>(w.p) + j);
-#pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = convert<A>(pw.v[k]);
+    unpack(pw, out);
     return;
   }
   load_params<A, V>(static_cast<const A*>(w.p), j, none, out);
@@ -424,47 +613,60 @@ HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
 template <class T, int NP>
 __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) norm_cached_kernel(NormArgs a, int tpr) {
   using A = acc_t<T>;
-  __shared__ A smem[kCacheMaxTpr / 32];
+  constexpr int V = kVec<T>;
+  __shared__ A smem[2][kCacheMaxTpr / 32];
   const int64_t d = a.dim;
-  const int packs = static_cast<int>(d / kVec<T>);
+  const int packs = static_cast<int>(d / V);
   const Param<T, A> w{a.weight, a.weight_narrow};
   const Param<T, A> b{a.bias, a.bias_narrow};
   const bool layer = a.kind == NormKind::layer;
+  int phase = 0;
   for_each_cached_row(a.rows, tpr, [&](int64_t row, int lane, bool valid) {
     RowCache<T, NP> c;
     c.load(static_cast<const T*>(a.x) + row * d, packs, lane, tpr);
+    A x[NP][V];  // the row in A, converted once; x - mean after the second pass
+#pragma unroll
+    for (int i = 0; i < NP; ++i)
+      if (lane + i * tpr < packs) unpack(c.p[i], x[i]);
     A m = A(0);
     if (layer) {  // uniform across the block: every thread reduces
       A s = A(0);
-      c.each(packs, lane, tpr, [&](T v) { s += convert<A>(v); });
-      m = tile_reduce(s, tpr, smem, Sum{}) / static_cast<A>(d);
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        if (lane + i * tpr >= packs) continue;
+#pragma unroll
+        for (int k = 0; k < V; ++k) s += x[i][k];
+      }
+      m = tile_reduce1(s, tpr, smem, phase, Sum{}) / static_cast<A>(d);
     }
     A ss = A(0);
-    c.each(packs, lane, tpr, [&](T v) {
-      const A cx = convert<A>(v) - m;
-      ss += cx * cx;
-    });
-    ss = tile_reduce(ss, tpr, smem, Sum{});
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      if (lane + i * tpr >= packs) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        x[i][k] -= m;
+        ss += x[i][k] * x[i][k];
+      }
+    }
+    ss = tile_reduce1(ss, tpr, smem, phase, Sum{});
     if (!valid) return;
     const A r = A(1) / d_sqrt(ss / static_cast<A>(d) + static_cast<A>(a.eps));
-    constexpr int V = kVec<T>;
-    T* y = static_cast<T*>(a.out) + row * d;
-#pragma unroll
-    for (int i = 0; i < NP; ++i) {  // y = xh * w + b; without parameters w = 1 and b = 0 leave xh exact
-      const int q = lane + i * tpr;
-      if (q >= packs) continue;
-      A wv[V], bv[V];
-      load_param(w, q * V, A(1), wv);
-      load_param(b, q * V, A(0), bv);
-      Pack<T, V> o;
-#pragma unroll
-      for (int k = 0; k < V; ++k) o.v[k] = store_cast<T>((convert<A>(c.p[i].v[k]) - m) * r * wv[k] + bv[k]);
-      reinterpret_cast<Pack<T, V>*>(y)[q] = o;
-    }
     if (lane == 0) {
       if (a.mean) static_cast<A*>(a.mean)[row] = m;
       static_cast<A*>(a.rstd)[row] = r;
     }
+    T* y = static_cast<T*>(a.out) + row * d;
+    // y = xh * w + b; without parameters w = 1 and b = 0 leave xh exact. A NaN / inf entry or parameter can
+    // make single results NaN: pack_cast checks.
+    store_packs<true, T, NP>(y, packs, lane, tpr, [&](int i, A(&o)[V]) {
+      const int j = (lane + i * tpr) * V;
+      A wv[V], bv[V];
+      load_param(w, j, A(1), wv);
+      load_param(b, j, A(0), bv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) o[k] = x[i][k] * r * wv[k] + bv[k];
+    });
   });
 }
 
@@ -949,9 +1151,10 @@ void launch_softmax(DType dt, SoftmaxKind kind, void* out, const void* in, int64
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     if (const CacheGrid cg = cache_grid(rows, len, kVec<T>, {out, in}); cg.np > 0) {
-      auto* kernel = cg.np == 4 ? softmax_cached_kernel<T, 4> : softmax_cached_kernel<T, 8>;
-      kernel<<<cg.blocks, cg.block, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len, cg.tpr,
-                                                 kind);
+      constexpr SoftmaxKind kSoft = SoftmaxKind::softmax, kLog = SoftmaxKind::log_softmax;
+      auto* kernel = kind == kSoft ? (cg.np == 4 ? softmax_cached_kernel<T, 4, kSoft> : softmax_cached_kernel<T, 8, kSoft>)
+                                   : (cg.np == 4 ? softmax_cached_kernel<T, 4, kLog> : softmax_cached_kernel<T, 8, kLog>);
+      kernel<<<cg.blocks, cg.block, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), rows, len, cg.tpr);
       HT_CHECK_LAUNCH("softmax_cached_kernel");
       return;
     }
