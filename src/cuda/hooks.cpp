@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "hadatrain/cuda/allocator.h"
+#include "hadatrain/core/capture.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/cuda/pinned.h"
 
@@ -28,6 +29,10 @@ class CudaHooksImpl final : public CudaHooks {
     if (src_dev.is_cpu() || dst_dev.is_cpu()) {
       const bool to_device = src_dev.is_cpu();
       const int d = to_device ? dst_dev.index : src_dev.index;
+      HT_CHECK(!step_capture_active() || cuda::is_pinned(to_device ? src : dst),
+               "a {} copy of {} bytes through pageable host memory (item(), to_vector(), a CPU tensor used on the GPU) "
+               "waits for the device, which a recorded step graph cannot do",
+               to_device ? "host-to-device" : "device-to-host", nbytes);
       cuda::check_device(d, "copy_bytes");
       cuda::DeviceGuard g(d);
       const cudaStream_t s = cuda::current_stream(d);

@@ -10,6 +10,7 @@
 //   scale_i = g_i (none), g (sum), g / count (mean); 0 for ignored rows.
 // The forward saves the logits, the targets and lse (N), so the backward needs no second reduction.
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "cpu/convert.h"
@@ -18,6 +19,7 @@
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
 #include "cuda/rows.h"
 #endif
@@ -26,8 +28,9 @@ namespace ht {
 namespace {
 
 // g_logits (N, C) in the logits dtype. g: (N) for Reduction::none, () otherwise. lse (N).
+// count: the number of counted rows, an f64 scalar on the logits' device.
 Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target, const Tensor& lse,
-                              const CrossEntropyOptions& opts, int64_t count) {
+                              const CrossEntropyOptions& opts, const Tensor& count) {
   const int64_t n = logits.size(0), c = logits.size(1);
   if (logits.is_cuda()) {
 #ifdef HADATRAIN_CUDA
@@ -41,7 +44,7 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
   const std::vector<int64_t> tv = target.to_vector<int64_t>();  // (N)
   const std::vector<double> lv = lse.to_vector<double>();       // (N)
   const double ls = opts.label_smoothing;
-  const double inv_count = 1.0 / static_cast<double>(count);
+  const double inv_count = 1.0 / count.item();
   const int64_t s0 = logits.stride(0), s1 = logits.stride(1);
   visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -73,7 +76,7 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
 
 class CrossEntropyBackward final : public Node {
  public:
-  CrossEntropyBackward(const CrossEntropyOptions& opts, int64_t count) : opts_(opts), count_(count) {}
+  CrossEntropyBackward(const CrossEntropyOptions& opts, Tensor count) : opts_(opts), count_(std::move(count)) {}
   std::string name() const override { return "CrossEntropyBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     if (!needs_input_grad(0)) return {Tensor()};
@@ -82,7 +85,7 @@ class CrossEntropyBackward final : public Node {
 
  private:
   CrossEntropyOptions opts_;
-  int64_t count_;
+  Tensor count_;  // () f64 on the logits' device
 };
 
 // The CPU reference: fills lse and out, returns the number of counted rows.
@@ -165,7 +168,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   const DType loss_dt = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor lse = empty({n}, {loss_dt, logits.device()});  // (N)
   Tensor out = empty(opts.reduction == Reduction::none ? Shape{n} : Shape{}, {loss_dt, logits.device()});
-  int64_t count = 0;
+  Tensor count;  // () f64: the rows mean divides by
   if (logits.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     count = cuda_ops::cross_entropy(out, lse, logits, target, opts);  // targets checked on the device
@@ -173,7 +176,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     no_cuda_kernel("cross_entropy");
 #endif
   } else {
-    count = cross_entropy_cpu(out, lse, logits, target, opts);
+    count = full({}, static_cast<double>(cross_entropy_cpu(out, lse, logits, target, opts)), {DType::f64});
   }
 
   if (needs_grad({&logits})) {
@@ -184,6 +187,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     connect(node, {&logits}, {&out});
   }
   return out;
+}
+
+void check_deferred_targets(Device device) {
+  if (!device.is_cuda()) return;
+#ifdef HADATRAIN_CUDA
+  cuda_ops::check_deferred_targets(device.index);
+#endif
 }
 
 }  // namespace ht

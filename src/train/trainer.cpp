@@ -266,6 +266,9 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   bool stop = false;
   CrossEntropyOptions ce_opts;
   ce_opts.label_smoothing = cfg.train.label_smoothing;
+  // Targets are checked on the device and read back with the losses (check_deferred_targets below): a step
+  // never waits for the device, and it can be recorded into a step graph.
+  ce_opts.target_check = TargetCheck::deferred;
   // f64 sum of the losses not read yet; updated in place, so a recorded step graph adds to the same tensor
   // at every replay.
   const Tensor loss_zero = zeros({}, {DType::f64, device});
@@ -283,6 +286,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     auto read_losses = [&] {
       if (unread_steps == 0) return;
       const double v = unread_loss.item();
+      check_deferred_targets(device);
       HT_CHECK(std::isfinite(v),
                "training diverged between steps {} and {} (epoch {}): the loss sum is {}; lower optim.lr",
                st.step - unread_steps + 1, st.step, epoch + 1, v);

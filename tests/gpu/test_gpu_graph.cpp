@@ -7,6 +7,8 @@
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
 #include <vector>
 
@@ -47,14 +49,18 @@ TEST_CASE("a recorded ResNet step replays like eager steps", "[gpu][graph]") {
     eager_loss_sum += loss.item();
   }
 
+  // b's parameters are allocated before the graph's stream exists (tensors allocated on a stream must die
+  // before it: cuda::Stream), and the device is idle before work moves to that stream.
+  b->to(test::kCuda);
+  cudaDeviceSynchronize();
   cuda::StepGraph graph(0);
   cuda::StreamGuard on(graph.stream(), 0);
-  b->to(test::kCuda);
   auto ob = optim::make_sgd(optim::make_param_refs(b->named_parameters()), {.momentum = 0.9, .weight_decay = 5e-4});
   const Tensor xb = x.clone(), yb = y.clone();
   const Tensor loss_sum = zeros({}, {DType::f64, test::kCuda});
+  const CrossEntropyOptions ce{.target_check = TargetCheck::deferred};
   auto body = [&] {
-    const Tensor loss = cross_entropy(b->forward(xb), yb);
+    const Tensor loss = cross_entropy(b->forward(xb), yb, ce);
     loss.backward();
     ob->apply();
     ob->zero_grad();
@@ -121,4 +127,26 @@ TEST_CASE("steps that cannot be replayed are refused with the reason", "[gpu][gr
   CHECK_FALSE(graph.ready());
   // The device keeps working after a refusal.
   CHECK(test::rel_error(mul(x, 3.0).to(Device::cpu()), expected) == 0.0);
+}
+
+TEST_CASE("cross_entropy with deferred target checks reports a bad target at the check", "[gpu][graph]") {
+  const Tensor logits = test::random_input({6, 10}, 3, DType::f32).to(test::kCuda);
+  const Tensor good = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, -100}, {6}, {DType::i64, test::kCuda});
+  const Tensor bad = from_vector(std::vector<int64_t>{1, 2, 13, 4, 5, 6}, {6}, {DType::i64, test::kCuda});
+  const CrossEntropyOptions deferred{.target_check = TargetCheck::deferred};
+  // Same loss and gradient as the synchronous check (mean over the 5 counted rows, divided on the device).
+  Tensor la = logits.clone().set_requires_grad(true), lb = logits.clone().set_requires_grad(true);
+  const Tensor sync_loss = cross_entropy(la, good), def_loss = cross_entropy(lb, good, deferred);
+  CHECK(def_loss.item() == Approx(sync_loss.item()).epsilon(1e-6));
+  sync_loss.backward();
+  def_loss.backward();
+  CHECK(test::rel_error(lb.grad(), la.grad()) < 1e-6);
+  const Tensor expected = cross_entropy(logits.to(Device::cpu()), good.to(Device::cpu()));
+  CHECK(def_loss.item() == Approx(expected.item()).epsilon(1e-5));
+  CHECK_NOTHROW(check_deferred_targets(test::kCuda));
+  // A bad target: the call returns, the check throws naming the class count, then the record is clear.
+  CHECK_THROWS_WITH(cross_entropy(logits, bad), HasSubstr("target[2] = 13 is out of range"));
+  CHECK_NOTHROW(cross_entropy(logits, bad, deferred));
+  CHECK_THROWS_WITH(check_deferred_targets(test::kCuda), HasSubstr("out of range for 10 classes"));
+  CHECK_NOTHROW(check_deferred_targets(test::kCuda));
 }

@@ -12,13 +12,24 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
 enum class Reduction { none, mean, sum };
+// When an out-of-range target (not in [0, C) and not ignore_index) is reported on CUDA, where the targets
+// are checked on the device: `sync` reads the check back in the call (one host synchronisation per call)
+// and throws there naming the row; `deferred` keeps the first failure in a per-device record that
+// check_deferred_targets() reads (the trainer does at every loss read), so the call never waits for the
+// device and can be recorded into a step graph. The CPU always checks in the call.
+enum class TargetCheck { sync, deferred };
+
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;  // targets equal to this contribute nothing (and are not counted by mean)
   double label_smoothing = 0.0;
   Reduction reduction = Reduction::mean;
+  TargetCheck target_check = TargetCheck::sync;
 };
 // logits (N, C) floating, target (N) integer class ids. Loss in fp32 (f64 for f64 logits).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts = {});
+// Throws ht::Error when a cross_entropy call with TargetCheck::deferred on `device` saw an out-of-range
+// target since the last check (then clears the record). Synchronises with the device; no-op on the CPU.
+void check_deferred_targets(Device device);
 
 // weight (V, D), ids of any shape (i32/i64) -> (*ids.shape, D). Out-of-range ids throw.
 Tensor embedding(const Tensor& weight, const Tensor& ids);

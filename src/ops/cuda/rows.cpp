@@ -5,15 +5,21 @@
 // runs in the kernel: an out-of-range value sets status[1] = n - (its index) with atomicMax (so the first
 // bad index wins), and the op reads the 2-element status back with one small copy after the launch, then
 // throws the CPU path's message. That copy synchronises the host with the stream once per call; the
-// alternative (no check) would turn a wrong label into a silent out-of-bounds read. Cross-entropy needs the
-// copy anyway: status[0] is the number of counted rows, which mean reduction and the backward divide by.
+// alternative (no check) would turn a wrong label into a silent out-of-bounds read. Cross-entropy can defer
+// it (TargetCheck::deferred: the flag is folded into a per-device record read by check_deferred_targets),
+// so a training step never waits for the device; status[0], the number of counted rows that mean
+// reduction and the backward divide by, stays on the device.
 #ifdef HADATRAIN_CUDA
 #include "rows.h"
 
+#include <array>
+#include <mutex>
 #include <vector>
 
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "launch.h"
 
@@ -87,8 +93,23 @@ Tensor softmax_backward(kernels::SoftmaxKind kind, const Tensor& g, const Tensor
   return gx;
 }
 
-int64_t cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
-                      const CrossEntropyOptions& opts) {
+namespace {
+
+// Per device: the largest status[1] (n - first bad row) of the deferred cross-entropy checks since the last
+// check_deferred_targets, and the class count of that call's logits (an i64 pair on the device).
+struct DeferredTargets {
+  std::mutex mutex;
+  std::array<Tensor, cuda::kMaxDevices> record;
+};
+DeferredTargets& deferred_targets() {
+  static DeferredTargets d;
+  return d;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                     const CrossEntropyOptions& opts) {
   const int64_t n = logits.size(0), c = logits.size(1);
   const Tensor x = logits.contiguous();                        // (N, C)
   const Tensor t = to_dtype(target, DType::i64).contiguous();  // (N)
@@ -102,35 +123,66 @@ int64_t cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits
                                    status_ptr(status)},
                                   on.stream);
   }
-  const std::vector<int64_t> st = status.to_vector<int64_t>();  // the one small copy
-  const int64_t bad = first_bad(st, n);
-  if (bad >= 0) {
-    const int64_t value = t.to_vector<int64_t>()[static_cast<std::size_t>(bad)];
-    HT_CHECK(false, "cross_entropy: target[{}] = {} is out of range for {} classes (expected 0..{}, or ignore_index {})",
-             bad, value, c, c - 1, opts.ignore_index);
+  if (opts.target_check == TargetCheck::sync) {
+    const std::vector<int64_t> st = status.to_vector<int64_t>();  // the one small copy
+    const int64_t bad = first_bad(st, n);
+    if (bad >= 0) {
+      const int64_t value = t.to_vector<int64_t>()[static_cast<std::size_t>(bad)];
+      HT_CHECK(false,
+               "cross_entropy: target[{}] = {} is out of range for {} classes (expected 0..{}, or ignore_index {})", bad,
+               value, c, c - 1, opts.ignore_index);
+    }
+  } else {
+    DeferredTargets& d = deferred_targets();
+    std::lock_guard<std::mutex> lock(d.mutex);
+    Tensor& rec = d.record[static_cast<std::size_t>(logits.device().index)];
+    if (!rec.defined()) rec = zeros({2}, {DType::i64, logits.device()});
+    // rec = (max(rec[0], status[1]), C of the call that set it); status[1] > 0 only on a failure.
+    const Tensor bad = ht::select(status, 0, 1), prev = ht::select(rec, 0, 0);
+    const Tensor classes = ht::full({}, static_cast<double>(c), {DType::i64, logits.device()});
+    ht::copy_(rec, ht::where(ht::gt(bad, prev), ht::stack({bad, classes}, 0), rec));
   }
-  const int64_t count = st[0];
+  const Tensor count = ht::to_dtype(ht::select(status, 0, 0), DType::f64);  // () f64
   if (!none) {
-    const double scale = opts.reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
-    cuda_ops::sum(out, loss, {true}, scale);  // mean over no counted rows: 0 * inf = NaN, as on the CPU
+    // mean over no counted rows: 0 / 0 = NaN, as on the CPU
+    cuda_ops::sum(out, loss, {true}, 1.0);
+    if (opts.reduction == Reduction::mean) ht::copy_(out, ht::div(out, ht::to_dtype(count, out.dtype())));
   }
   return count;
 }
 
+void check_deferred_targets(int device) {
+  DeferredTargets& d = deferred_targets();
+  std::vector<int64_t> rec;
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    const Tensor& r = d.record[static_cast<std::size_t>(device)];
+    if (!r.defined()) return;
+    rec = r.to_vector<int64_t>();
+    if (rec[0] != 0) ht::copy_(r, ht::zeros({2}, {DType::i64, r.device()}));
+  }
+  HT_CHECK(rec[0] == 0,
+           "cross_entropy on cuda:{}: a target was out of range for {} classes (expected 0..{}, or ignore_index) in a "
+           "step since the last check; its row was {} from the end of the batch",
+           device, rec[1], rec[1] - 1, rec[0]);
+}
+
 Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target, const Tensor& lse,
-                              const CrossEntropyOptions& opts, int64_t count) {
+                              const CrossEntropyOptions& opts, const Tensor& count) {
   const int64_t n = logits.size(0), c = logits.size(1);
   Tensor gx = empty(logits.shape(), {logits.dtype(), logits.device()});  // (N, C)
   const Tensor x = logits.contiguous();
   const Tensor t = to_dtype(target, DType::i64).contiguous();
-  const Tensor gs = to_dtype(g, lse.dtype()).contiguous();  // (N) or ()
+  // mean: the 1 / count factor is applied on the device (count is a device scalar, no host read)
+  Tensor gs = ht::to_dtype(g, lse.dtype());  // (N) or ()
+  if (opts.reduction == Reduction::mean) gs = ht::div(gs, ht::to_dtype(count, lse.dtype()));
+  gs = gs.contiguous();
   const Tensor l = lse.contiguous();
   const bool none = opts.reduction == Reduction::none;
-  const double g_scale = opts.reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
   OnDevice on(gx);
   kernels::launch_cross_entropy_backward({logits.dtype(), gx.data_ptr(), x.data_ptr(),
                                           static_cast<const int64_t*>(t.data_ptr()), l.data_ptr(), gs.data_ptr(),
-                                          none ? 1 : 0, g_scale, n, c, opts.ignore_index, opts.label_smoothing},
+                                          none ? 1 : 0, 1.0, n, c, opts.ignore_index, opts.label_smoothing},
                                          on.stream);
   return gx;
 }

@@ -20,14 +20,18 @@ void softmax(kernels::SoftmaxKind kind, const Tensor& out, const Tensor& x, int 
 Tensor softmax_backward(kernels::SoftmaxKind kind, const Tensor& g, const Tensor& y, int d);
 
 // Cross-entropy forward. logits (N, C), target (N) i32/i64 on the same device; lse (N) and out ((N) for
-// Reduction::none, () otherwise) contiguous of the loss dtype. Returns the number of counted rows.
-// Target range check (Note [Device-side target check]): the kernel sets a flag in device memory and this
-// function reads it back with one small copy (a host synchronisation) and throws naming the first bad row.
-int64_t cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
-                      const CrossEntropyOptions& opts);
-// g_logits (N, C) in the logits dtype; g (N) or () of the loss dtype.
+// Reduction::none, () otherwise) contiguous of the loss dtype. Returns the number of counted rows as an
+// f64 scalar on the device (the mean divides by it there: no host value per call).
+// Target range check (Note [Device-side target check]): the kernel sets a flag in device memory; with
+// TargetCheck::sync this function reads it back with one small copy (a host synchronisation) and throws
+// naming the first bad row, with TargetCheck::deferred it folds the flag into the device's record that
+// check_deferred_targets reads.
+Tensor cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                     const CrossEntropyOptions& opts);
+// g_logits (N, C) in the logits dtype; g (N) or () of the loss dtype; count as returned by cross_entropy.
 Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target, const Tensor& lse,
-                              const CrossEntropyOptions& opts, int64_t count);
+                              const CrossEntropyOptions& opts, const Tensor& count);
+void check_deferred_targets(int device);
 
 struct NormOutputs {
   Tensor out;   // x's shape, contiguous
