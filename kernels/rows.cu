@@ -469,18 +469,20 @@ HT_DEV void store_packs(T* y, int packs, int lane, int tpr, F&& f) {
   }
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+HT_DEV float ex2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // e^x in the cached softmax: ex2.approx.ftz(x * log2 e) for bf16 / f16 (one MUFU; soft_exp's __expf adds
 // three instructions for results below 2^-126, which only the flush to zero changes: far below the
 // tolerance of a bf16 / f16 probability); soft_exp (expf / exp) for f32 / f64.
 template <class T, class A>
 HT_DEV A fwd_exp(A x) {
-  if constexpr (kHalfPack<T>) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
-    return r;
-  } else {
-    return soft_exp<T>(x);
-  }
+  if constexpr (kHalfPack<T>) return ex2_ftz(x * kLog2e);
+  else return soft_exp<T>(x);
 }
 
 // tile_reduce with one barrier instead of two: consecutive calls alternate between the two buffers of smem
@@ -522,22 +524,38 @@ __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) softmax_cached_
     const A m = tile_reduce1(lane_max(c, packs, lane, tpr), tpr, smem, phase, Max{});
     A e[NP][V];  // e^(x - m), computed once for the sum and the softmax results (f64: twice, see kKeepExp)
     A s = A(0);
+    auto exps = [&](auto&& ex) {
 #pragma unroll
-    for (int i = 0; i < NP; ++i) {
-      if (lane + i * tpr >= packs) continue;
-      A x[V];
-      unpack(c.p[i], x);
+      for (int i = 0; i < NP; ++i) {
+        if (lane + i * tpr >= packs) continue;
+        A x[V];
+        unpack(c.p[i], x);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        e[i][k] = fwd_exp<T>(x[k] - m);
-        s += e[i][k];
+        for (int k = 0; k < V; ++k) {
+          e[i][k] = ex(x[k]);
+          s += e[i][k];
+        }
       }
+    };
+    // bf16 / f16 softmax with |m| < 2^23: e^(x - m) = 2^(x log2e - m log2e), one FFMA instead of a subtraction
+    // and a multiplication. The rounding error d of m log2e (|d| <= 0.5: m log2e < 2^24) scales every e of the
+    // row by the same 2^-d, which cancels in e / s, and keeps the max's e within [0.70, 1.42]; log_softmax uses
+    // s itself and keeps (x - m) log2e.
+    if constexpr (kHalfPack<T> && K == SoftmaxKind::softmax) {
+      if (fabsf(m) < 8388608.0f) {
+        const float ml = m * kLog2e;
+        exps([&](float x) { return ex2_ftz(fmaf(x, kLog2e, -ml)); });
+      } else {
+        exps([&](float x) { return fwd_exp<T>(x - m); });
+      }
+    } else {
+      exps([&](A x) { return fwd_exp<T>(x - m); });
     }
     s = tile_reduce1(s, tpr, smem, phase, Sum{});
     if (!valid) return;
     T* y = out + row * len;
-    // Every e is in [0, 1] and the max's is 1, so s >= 1 and every result is finite, unless a NaN or +inf
-    // entry (or a row of -inf) made some e, hence s, NaN: only such rows need pack_cast's NaN check.
+    // Every e is in [0, 1.42] and the max's at least 0.70, so s > 0 and every result is finite, unless a NaN
+    // or +inf entry (or a row of -inf) made some e, hence s, NaN: only such rows need pack_cast's NaN check.
     const bool finite = s == s;
     if constexpr (K == SoftmaxKind::softmax) {
       const A inv = A(1) / s;
