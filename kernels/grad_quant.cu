@@ -8,6 +8,10 @@
 // per element) and draws 16 noise bits per element, eight elements per Philox call (Note [SR noise layout]).
 // fp32 arithmetic uses __fadd_rn / __fsub_rn / __fmul_rn / __fdiv_rn (no FMA contraction); SAWB sums use
 // __dadd_rn / __dmul_rn in double. Block reductions combine threads in a fixed order.
+// The fused path of the uniform quantiser (the HLQ g_x rows) uses items of 8 elements instead of units, so
+// that the lanes of a warp read consecutive 16-byte words and the registers stay few (quant_items_kernel);
+// its stochastic rounding takes the level as ceil(|v| − u) with one round-up add (sr_code), which equals
+// uniform_code's floor(|v|) + (u < frac) bit for bit.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -36,6 +40,7 @@ struct Geo {
   int64_t groups = 0;
   int64_t units = 0;  // units per group
   bool fused = false;
+  bool items = false; // fused item path (quant_items_kernel): units are items of kItem elements
   int team = 32;      // fused: threads per group (a power of two <= 32, else a multiple of 32)
   int teams = 1;      // fused: groups per block (block = team · teams threads)
   int64_t parts = 1;  // two-pass: blocks per group in the partial reduction
@@ -400,6 +405,169 @@ __global__ void __launch_bounds__(kFusedTeam) quant_fused_kernel(GradQuantArgs a
   }
 }
 
+// Item path of the fused quantiser (uniform kind, group_len % 8 == 0, x 16-byte and values 8-byte aligned;
+// plan() picks it before the unit path above, which then serves LUQ, unaligned pointers and group lengths
+// that are not a multiple of 8). Work is cut into items of 8 consecutive elements at multiples of 8: exactly
+// one Philox block of Note [SR noise layout]. Item j of a group goes to thread j % team, slot j / team, so
+// the lanes of a warp load consecutive 16-byte words (bf16 / f16; an f32 item is two words) and store
+// consecutive 8-byte words: whole 32-byte sectors. Butterfly stages h = 1, 2, 4 (h < T) run in registers;
+// h = 8 (T = 16) pairs item j (elements 0..7 of the Hadamard block) with item j ^ 1 (elements 8..15), which
+// sits in the neighbouring lane because team is even: each lane gets the other's values by __shfl_xor_sync
+// and computes fma(±1, own, other) = other ± own with one rounding, i.e. a + b in the even lane and a − b in
+// the odd lane, the same roundings as rotate_unit. Only the converted values live across the team reduction:
+// the noise is drawn afterwards, item by item, to keep the registers (and so the occupancy) low.
+constexpr int kItem = 8;                                 // elements per item
+constexpr int kItemSlots = 2;                            // items per thread
+constexpr int kItemTeam = 16384 / (kItem * kItemSlots);  // threads for the longest fused group
+constexpr uint32_t kMagicBits = 0x4B400000u;             // bits of 1.5·2^23: [2^23, 2^24) has ulp 1
+
+template <class T>
+HT_DEV void load_item(const T* x, int64_t base, float v[kItem]) {
+  constexpr int W = kItem * static_cast<int>(sizeof(T)) / 16;
+  uint4 raw[W];
+  const uint4* p = reinterpret_cast<const uint4*>(x + base);
+#pragma unroll
+  for (int w = 0; w < W; ++w) raw[w] = __ldg(p + w);
+  const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+  for (int k = 0; k < kItem; ++k) v[k] = static_cast<float>(e[k]);
+}
+
+// Stages h = 1, 2, 4 (h < t) of the butterfly in registers, then h = 8 across the lane pair when t == 16.
+// Called by every lane of the warp (the shuffle), also for empty slots (zeros).
+HT_DEV void rotate_item(float v[kItem], int t, float sign) {
+#pragma unroll
+  for (int h = 1; h < kItem; h *= 2) {
+    if (h < t) {
+#pragma unroll
+      for (int j = 0; j < kItem; ++j) {
+        if ((j / h) % 2 == 0) {
+          const float a = v[j], b = v[j + h];
+          v[j] = __fadd_rn(a, b);
+          v[j + h] = __fsub_rn(a, b);
+        }
+      }
+    }
+  }
+  if (t > kItem) {
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) v[k] = __fmaf_rn(sign, v[k], __shfl_xor_sync(kFull, v[k], 1));
+  }
+}
+
+// Stochastic uniform code of one element (m > 0), equal to uniform_code(x, l, qmax, true, fp8, h):
+// with a = |v|, f = floor(a) and u in (0, 1), f + (u < frac) = ceil(a − u) for finite a >= 0 (frac > u:
+// a − u in (f, f + 1); else in (f − 1, f]). fl(a − u) has the same ceiling: a − u is exact when a >= 1 (both
+// on a's grid, |a − u| <= a), and for a < 1 rounding keeps its sign and zero (a − u in (−1, 1)). The
+// round-up add of 1.5·2^23 gives the bits of 1.5·2^23 + ceil, whose low byte is the level (the ulp there is
+// 1); an unsigned min with 1.5·2^23 + qmax is fminf(q, qmax), which also sends NaN and inf (m or r not
+// finite) to qmax as fminf does. q >= 0 always, so uniform_code's !(q >= 0) guard has nothing to do.
+// Returns the int8 level or e4m3 code in the low byte.
+template <bool kFp8>
+HT_DEV uint32_t sr_code(float x, const Level& l, uint32_t cap, uint32_t h) {
+  const float v = __fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r);
+  const float y = __fsub_rn(fabsf(v), ht::grad::sr_uniform(h));
+  const uint32_t b = min(__float_as_uint(__fadd_ru(y, 12582912.0f)), cap);
+  const bool neg = v < 0.0f;
+  if (!kFp8) return neg ? 0u - b : b;  // the low byte of −(1.5·2^23 + q) is −q
+  if (b == kMagicBits) return 0u;       // +0 for level 0
+  const float q = __fsub_rn(__uint_as_float(b), 12582912.0f);  // exact: the integer level
+  return ((__float_as_uint(q) >> 20) - (120u << 3)) | (neg ? 0x80u : 0u);
+}
+
+HT_DEV uint32_t pack4(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
+  return __byte_perm(__byte_perm(b0, b1, 0x0040u), __byte_perm(b2, b3, 0x0040u), 0x5410u);
+}
+
+// The 8 codes of one item (elements base .. base + 7, base a multiple of 8) as two little-endian words.
+template <bool kSR, bool kFp8>
+HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l, const GradQuantArgs& a) {
+  uint32_t c[kItem];
+  if (kSR) {
+    uint32_t w[4];
+    ht::grad::sr_block(a.seed, a.stream, static_cast<uint64_t>(base) >> 3, w);
+    const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) c[k] = sr_code<kFp8>(v[k], l, cap, ht::grad::sr_bits(w, k));
+  } else {
+    const float qmaxf = static_cast<float>(a.qmax);
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) c[k] = uniform_code(v[k], l, qmaxf, false, kFp8, 0u);
+  }
+  return make_uint2(pack4(c[0], c[1], c[2], c[3]), pack4(c[4], c[5], c[6], c[7]));
+}
+
+template <bool kSR>
+HT_DEV uint2 quant_item(const float v[kItem], int64_t base, const Level& l, const GradQuantArgs& a) {
+  return a.fp8_values ? quant_item_codes<kSR, true>(v, base, l, a) : quant_item_codes<kSR, false>(v, base, l, a);
+}
+
+// Fused item kernel: a team of g.team threads per group (a power of two <= 32, at least 2 when T == 16, or
+// whole warps), g.teams groups per block (up to kItemTeam threads), kItemSlots items per thread. Registers
+// are capped at 48 (no spills with ptxas -v; SAWB's double sums need 64): 42 resident warps per SM, 7 blocks
+// of the 192-thread row blocks of (12608, 3072) — 65% occupancy, against 116 registers and 19% for the
+// unit kernel. __maxnreg__ rather than __launch_bounds__, which cannot ask for 48 with 1024-thread blocks.
+template <class T, bool kSawb, bool kSR>
+__global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a, Geo g) {
+  __shared__ Stats smem[kItemTeam / 32];
+  const T* x = static_cast<const T*>(a.x);
+  const int team = g.team, t = static_cast<int>(threadIdx.x) % team, sub = static_cast<int>(threadIdx.x) / team;
+  const float sign = (threadIdx.x & 1u) ? -1.0f : 1.0f;  // the h = 8 stage: odd lanes hold the b of (a, b)
+  for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * g.teams; g0 < g.groups;
+       g0 += static_cast<int64_t>(gridDim.x) * g.teams) {
+    const int64_t grp = g0 + sub;
+    const int64_t first = grp * a.group_len;
+    float v[kItemSlots][kItem];
+    bool has[kItemSlots];
+#pragma unroll
+    for (int r = 0; r < kItemSlots; ++r) {
+      const int64_t j = t + static_cast<int64_t>(r) * team;
+      has[r] = grp < g.groups && j < g.units;
+      if (has[r]) {
+        load_item(x, first + j * kItem, v[r]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kItem; ++k) v[r][k] = 0.0f;
+      }
+    }
+    if (a.input_absmax) {  // max |x| before rotation (block-uniform branch)
+      float raw = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kItemSlots; ++r)
+#pragma unroll
+        for (int k = 0; k < kItem; ++k) raw = fmaxf(raw, fabsf(v[r][k]));
+      fold_absmax(a.input_absmax, raw);
+    }
+    Stats st{0.0f, 0.0, 0.0};
+#pragma unroll
+    for (int r = 0; r < kItemSlots; ++r) {
+      rotate_item(v[r], a.hadamard, sign);
+      if (has[r]) {
+#pragma unroll
+        for (int k = 0; k < kItem; ++k) {
+          st.amax = fmaxf(st.amax, fabsf(v[r][k]));
+          if (kSawb) {
+            const double d = static_cast<double>(v[r][k]);
+            st.s1 = __dadd_rn(st.s1, fabs(d));
+            st.s2 = __dadd_rn(st.s2, __dmul_rn(d, d));
+          }
+        }
+      }
+    }
+    st = team_reduce<kSawb>(st, smem, team);
+    if (grp >= g.groups) continue;  // after the (block-wide) reduction
+    const Level l = level_of(a, group_m<kSawb>(st, a.group_len));
+    if (t == 0) a.scale[grp] = l.s;
+#pragma unroll
+    for (int r = 0; r < kItemSlots; ++r) {
+      if (!has[r]) continue;
+      const int64_t base = first + (t + static_cast<int64_t>(r) * team) * kItem;
+      const uint2 q = l.m == 0.0f ? make_uint2(0u, 0u) : quant_item<kSR>(v[r], base, l, a);
+      *reinterpret_cast<uint2*>(a.values + base) = q;
+    }
+  }
+}
+
 // Workspace layout of the two-pass path: per (group, part) partial statistics, then m and r = qmax / m
 // per group.
 struct Workspace {
@@ -624,6 +792,27 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 Geo plan(const GradQuantArgs& a) {
   Geo g;
+  // The item path (fused, see quant_items_kernel) when its alignment holds, for the groups that the unit
+  // path below would fuse (at most 16384 elements, and enough groups or short ones).
+  g.items = a.kind == QuantKind::uniform && a.group_len % kItem == 0 && a.group_len <= 16384 &&
+            (a.numel / a.group_len >= 66 || a.group_len <= 2048) && aligned16(a.x) &&
+            reinterpret_cast<uintptr_t>(a.values) % 8 == 0 && !a.transposed && a.known_m == nullptr;
+  if (g.items) {
+    g.fused = true;
+    g.unit = kItem;
+    g.vec = true;
+    g.groups = a.numel / a.group_len;
+    g.units = a.group_len / kItem;
+    const int64_t need = (g.units + kItemSlots - 1) / kItemSlots;  // threads for kItemSlots items each
+    int team = a.hadamard > kItem ? 2 : 1;                          // T = 16 pairs neighbouring lanes
+    while (team < need && team < 32) team *= 2;                     // a power of two inside one warp
+    if (need > 32) team = static_cast<int>((need + 31) / 32 * 32);  // or whole warps
+    g.team = team;
+    g.teams = team >= kFusedBlock ? 1 : kFusedBlock / team;
+    if (g.teams > g.groups) g.teams = static_cast<int>(g.groups < 1 ? 1 : g.groups);
+    while (g.team * g.teams % 32 != 0) ++g.teams;  // whole warps per block (team < 32 divides 32)
+    return g;
+  }
   g.unit = a.group_len % kU == 0 ? kU : a.hadamard;
   g.vec = g.unit == kU && aligned16(a.x) && aligned16(a.values);
   g.groups = a.numel / a.group_len;
@@ -681,6 +870,20 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
   const bool luq = a.kind == QuantKind::luq;
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
     using T = decltype(tag);
+    if (g.items) {
+      const int64_t blocks = (g.groups + g.teams - 1) / g.teams;
+      const unsigned grid = static_cast<unsigned>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
+      const int threads = g.team * g.teams;
+      if (a.sawb) {
+        if (a.stochastic) quant_items_kernel<T, true, true><<<grid, threads, 0, stream>>>(a, g);
+        else quant_items_kernel<T, true, false><<<grid, threads, 0, stream>>>(a, g);
+      } else {
+        if (a.stochastic) quant_items_kernel<T, false, true><<<grid, threads, 0, stream>>>(a, g);
+        else quant_items_kernel<T, false, false><<<grid, threads, 0, stream>>>(a, g);
+      }
+      HT_CHECK_LAUNCH("grad_quant_items");
+      return;
+    }
     if (g.fused) {
       const int64_t blocks = (g.groups + g.teams - 1) / g.teams;
       const unsigned grid = static_cast<unsigned>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
