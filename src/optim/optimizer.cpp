@@ -8,6 +8,7 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/optim/optimizer.h"
+#include "hadatrain/tensor/factory.h"
 
 namespace ht::optim {
 
@@ -66,6 +67,30 @@ double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm) {
     const double scale = max_norm / (total + 1e-6);
     for (const auto& p : params)
       if (p.param->grad().defined()) mul_(p.param->grad(), scale);
+  }
+  return total;
+}
+
+Tensor clip_grad_norm_on_device(const std::vector<ParamRef>& params, double max_norm) {
+  HT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
+  NoGradGuard ng;
+  Tensor sq;  // () f64: the sum of squares, in parameter order
+  for (const auto& p : params) {
+    const Tensor& g = p.param->grad();
+    if (!g.defined()) continue;
+    const Tensor s = to_dtype(sum(mul(g, g)), DType::f64);
+    sq = sq.defined() ? add(sq, s.to(sq.device())) : s;
+  }
+  if (!sq.defined()) return Tensor();
+  const Tensor total = sqrt(sq);
+  // Scale only when the norm is above max_norm and finite (as clip_grad_norm): NaN and inf compare false.
+  const Tensor one = full({}, 1.0, {DType::f64, total.device()});
+  const Tensor clip = full({}, max_norm, {DType::f64, total.device()});
+  const Tensor scale = where(gt(total, max_norm), where(lt(total, INFINITY), div(clip, add(total, 1e-6)), one), one);
+  for (const auto& p : params) {
+    const Tensor& g = p.param->grad();
+    if (!g.defined()) continue;
+    copy_(g, mul(g, to_dtype(scale.to(g.device()), g.dtype())));
   }
   return total;
 }

@@ -273,6 +273,17 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   // at every replay.
   const Tensor loss_zero = zeros({}, {DType::f64, device});
   const Tensor unread_loss = zeros({}, {DType::f64, device});
+  const Tensor last_grad_norm = zeros({}, {DType::f64, device});  // optim.clip_grad_norm: read when logged
+  // Clipping on the device (no host read, so a step graph can record it) on CUDA; on the host on the CPU.
+  auto clip_gradients = [&] {
+    if (cfg.optim.clip_grad_norm <= 0) return;
+    if (device.is_cuda()) {
+      const Tensor norm = optim::clip_grad_norm_on_device(optimizer->params(), cfg.optim.clip_grad_norm);
+      if (norm.defined()) copy_(last_grad_norm, norm);
+    } else {
+      fill_(last_grad_norm, optim::clip_grad_norm(optimizer->params(), cfg.optim.clip_grad_norm));
+    }
+  };
   for (int64_t epoch = loader.position().epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
     auto window_start = epoch_start;
@@ -306,11 +317,10 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     while (const auto batch = timed_next()) {
       const double lr = optim::learning_rate(schedule, st.step);
       clock->step = st.step;
-      double grad_norm = 0.0;
       bool done = false;
 #ifdef HADATRAIN_CUDA
-      // Graph-eligible: no clipping (it reads the norm on the host) and the recorded batch shape.
-      if (graphed && !graphed->off && cfg.optim.clip_grad_norm <= 0) {
+      // Graph-eligible: batches of the recorded shape.
+      if (graphed && !graphed->off) {
         GraphedStep& gs = *graphed;
         if (!gs.x.defined()) {
           gs.x = empty(batch->images.shape(), {batch->images.dtype(), device});
@@ -323,6 +333,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
           auto body = [&] {
             const Tensor loss = cross_entropy(model->forward(gs.x.to(dtype)), gs.y, ce_opts);
             loss.backward();
+            clip_gradients();
             optimizer->apply();
             optimizer->zero_grad();
             add_(unread_loss, loss.detach().to(DType::f64));
@@ -358,8 +369,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
         const Tensor loss = cross_entropy(model->forward(x), y, ce_opts);
         optimizer->zero_grad();
         loss.backward();
-        if (cfg.optim.clip_grad_norm > 0)
-          grad_norm = optim::clip_grad_norm(optimizer->params(), cfg.optim.clip_grad_norm);
+        clip_gradients();
         optimizer->step(lr);
         add_(unread_loss, loss.detach().to(DType::f64));
       }
@@ -384,7 +394,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
         rec.add("data_wait", data_wait);
         rec.add("host_peak_mb", peak_host_mb());
         if (const double gpu = peak_gpu_mb(device); gpu >= 0) rec.add("gpu_peak_mb", gpu);
-        if (cfg.optim.clip_grad_norm > 0) rec.add("grad_norm", grad_norm);
+        if (cfg.optim.clip_grad_norm > 0) rec.add("grad_norm", last_grad_norm.item());
         metrics.write(rec);
         window_loss = 0.0;
         window_steps = window_images = 0;

@@ -2,6 +2,9 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
+#include <cmath>
+#include <limits>
+
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/optim/schedule.h"
 
@@ -99,6 +102,25 @@ TEST_CASE("global-norm clipping scales gradients to max_norm", "[optim]") {
   CHECK(b.grad().item() == Approx(0.8).epsilon(1e-5));
   CHECK(clip_grad_norm(refs, 10.0) == Approx(1.0).epsilon(1e-5));  // below the limit: unchanged
   CHECK(b.grad().item() == Approx(0.8).epsilon(1e-5));
+}
+
+TEST_CASE("global-norm clipping on the device matches the host version", "[optim]") {
+  Tensor a = param({0, 0}), b = param({0});
+  std::vector<ParamRef> refs{{"a", &a, true}, {"b", &b, true}};
+  set_grad(a, {3.0, 0.0});
+  set_grad(b, {4.0});
+  CHECK(clip_grad_norm_on_device(refs, 1.0).item() == Approx(5.0));
+  CHECK(a.grad().to_vector<double>()[0] == Approx(0.6).epsilon(1e-5));
+  CHECK(b.grad().item() == Approx(0.8).epsilon(1e-5));
+  CHECK(clip_grad_norm_on_device(refs, 10.0).item() == Approx(1.0).epsilon(1e-5));  // below: unchanged
+  CHECK(b.grad().item() == Approx(0.8).epsilon(1e-5));
+  set_grad(b, {std::numeric_limits<double>::infinity()});  // a non-finite norm leaves the gradients alone
+  CHECK(std::isinf(clip_grad_norm_on_device(refs, 1.0).item()));
+  CHECK(a.grad().to_vector<double>()[0] == Approx(0.6).epsilon(1e-5));
+  Tensor c = param({0});
+  std::vector<ParamRef> none{{"c", &c, true}};
+  CHECK_FALSE(clip_grad_norm_on_device(none, 1.0).defined());
+  CHECK_THROWS_WITH(clip_grad_norm_on_device(refs, 0.0), HasSubstr("max_norm must be positive"));
 }
 
 TEST_CASE("learning-rate schedules", "[optim]") {

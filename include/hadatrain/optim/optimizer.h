@@ -69,5 +69,9 @@ std::unique_ptr<Optimizer> make_adamw(std::vector<ParamRef> params, const AdamWO
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm);
+// The same without reading anything on the host: the norm is summed, compared and applied on the device of
+// the first gradient (others' partial sums are copied there), so a step graph can record it. Returns the
+// norm before clipping as an f64 scalar on that device (undefined when no parameter has a gradient).
+Tensor clip_grad_norm_on_device(const std::vector<ParamRef>& params, double max_norm);
 
 }  // namespace ht::optim
