@@ -160,6 +160,51 @@ TEST_CASE("softmax and layer_norm on CUDA: cached row kernels, -inf / NaN in pac
   }
 }
 
+// The bf16 / f16 paths of the register-cached forward kernels (rows.cu): a softmax row maximum of large
+// magnitude (e^(x - m) as 2^(x log2e - m log2e) below |m| = 2^23, (x - m) log2e above), and NaN / inf
+// parameters of layer_norm, whose NaN results the pack-wise rounding must detect and patch like store_cast.
+TEST_CASE("softmax and layer_norm on CUDA: cached row kernels with large logits and non-finite parameters",
+          "[gpu][rows][softmax]") {
+  uint64_t seed = 5300;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const std::vector<double> scales =
+        dt == DType::f16 ? std::vector<double>{1e3, 6e4} : std::vector<double>{1e3, 6e6, 8.5e6, 1e9, 1e30};
+    for (double scale : scales) {
+      const Tensor x = test::random_input({7, 1024}, ++seed, dt, -scale, scale);
+      INFO(dtype_name(dt) << " scale " << scale);
+      CHECK(test::compare_to_cpu(softmax(x.to(test::kCuda), 1), softmax(x, 1), row_tol(dt)) == "");
+      CHECK(test::compare_to_cpu(log_softmax(x.to(test::kCuda), 1), log_softmax(x, 1), row_tol(dt)) == "");
+    }
+    // ties at the maximum just below 2^23 (bf16; f16 saturates at 65504, its -1e6 is -inf): e of the max
+    // scaled by the rounding of m log2e, which cancels in e / s
+    std::vector<double> v(3 * 512, -1e6);
+    v[10] = v[300] = dt == DType::f16 ? 6e4 : 8.3e6;
+    v[512 + 7] = 4096.0;
+    v[1024 + 100] = -5e6;
+    const Tensor t = from_vector(v, {3, 512}).to(dt);
+    INFO(dtype_name(dt) << " ties");
+    CHECK(test::compare_to_cpu(softmax(t.to(test::kCuda), 1), softmax(t, 1), row_tol(dt)) == "");
+  }
+  const double inf = INFINITY, nan = NAN;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (DType pdt : {dt, DType::f32}) {  // parameters in the row dtype (read as they are) or f32
+      Tensor x = test::random_input({5, 1024}, ++seed, dt, -2.0, 2.0);
+      std::vector<double> xv = x.to_vector<double>();
+      xv[3 * 1024 + 17] = nan;  // row 3: NaN everywhere
+      x = from_vector(xv, {5, 1024}).to(dt);
+      std::vector<double> wv = test::random_input({1024}, ++seed, DType::f64, 0.5, 1.5).to_vector<double>();
+      std::vector<double> bv = test::random_input({1024}, ++seed, DType::f64, -1.0, 1.0).to_vector<double>();
+      wv[3] = nan;    // column 3: NaN
+      bv[700] = inf;  // column 700: +inf
+      wv[701] = inf;  // column 701: +-inf (or NaN where x - mean is 0)
+      const Tensor w = from_vector(wv, {1024}).to(pdt), b = from_vector(bv, {1024}).to(pdt);
+      INFO(dtype_name(dt) << " x, " << dtype_name(pdt) << " parameters");
+      CHECK(test::compare_to_cpu(layer_norm(x.to(test::kCuda), w.to(test::kCuda), b.to(test::kCuda)), layer_norm(x, w, b),
+                                 row_tol(dt)) == "");
+    }
+  }
+}
+
 TEST_CASE("cross_entropy on CUDA matches the CPU for every reduction, label smoothing and ignore_index",
           "[gpu][rows][cross_entropy]") {
   uint64_t seed = 100;
