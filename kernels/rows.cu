@@ -527,8 +527,8 @@ HT_DEV V tile_reduce1(V v, int tpr, V (*smem)[kCacheMaxTpr / 32], int& phase, F 
   return v;
 }
 
-// The kind is a template parameter: a softmax keeps the exponentials (not the row) over the sum's reduction, a
-// log_softmax the row (not the exponentials), which keeps either within 64 registers.
+// The kind is a template parameter: a softmax keeps the exponentials (f64: the row) over the sum's reduction, a
+// log_softmax the row (not the exponentials), which keeps either within 64 registers at NP = 4.
 template <class T, int NP, SoftmaxKind K>
 __global__ void __launch_bounds__(kCacheMaxTpr, NP == 4 ? 2 : 1) softmax_cached_kernel(T* out, const T* in, int64_t rows,
                                                                                       int64_t len, int tpr) {
