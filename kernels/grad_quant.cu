@@ -673,6 +673,108 @@ __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, 
   }
 }
 
+// Passes 1 and 3 on items (the item layout of quant_items_kernel: lane-order 16-byte loads, the h = 8 stage
+// by lane-pair shuffle), when group_len % 8 == 0 and x is 16-byte aligned (pass 3 also: uniform kind, values
+// 8-byte aligned, natural layout). Loops run per warp (the shuffle needs all 32 lanes): lane l takes item
+// j0 + l, and lanes past the end carry zeros. Item pairs (j, j ^ 1) of a 16-element Hadamard block share a
+// warp and an iteration because the strides are even and the item counts even when T == 16. Each iteration
+// takes two items per thread (one stride apart), both loads issued before either is used.
+constexpr int kPassSlots = 2;
+
+template <class T>
+HT_DEV void load_item_or_zero(const T* x, int64_t base, bool has, float v[kItem]) {
+  if (has) {
+    load_item(x, base, v);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) v[k] = 0.0f;
+  }
+}
+
+template <class T, bool kSawb>
+__global__ void __launch_bounds__(kThreads) quant_partial_items_kernel(GradQuantArgs a, Geo g, Workspace ws) {
+  __shared__ Stats smem[32];
+  const T* x = static_cast<const T*>(a.x);
+  const int64_t items = a.group_len / kItem;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const float sign = (lane & 1) ? -1.0f : 1.0f;
+  for (int64_t b = blockIdx.x; b < g.groups * g.parts; b += gridDim.x) {
+    const int64_t grp = b / g.parts, part = b % g.parts, stride = g.parts * blockDim.x;
+    Stats st{0.0f, 0.0, 0.0};
+    float raw = 0.0f;  // max |x| before rotation (input_absmax)
+    for (int64_t j0 = part * blockDim.x + (threadIdx.x - lane); j0 < items; j0 += kPassSlots * stride) {
+      float v[kPassSlots][kItem];
+      bool has[kPassSlots];
+#pragma unroll
+      for (int r = 0; r < kPassSlots; ++r) {
+        const int64_t j = j0 + r * stride + lane;
+        has[r] = j < items;
+        load_item_or_zero(x, grp * a.group_len + j * kItem, has[r], v[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < kPassSlots; ++r) {
+        if (a.input_absmax) {
+#pragma unroll
+          for (int k = 0; k < kItem; ++k) raw = fmaxf(raw, fabsf(v[r][k]));
+        }
+        rotate_item(v[r], a.hadamard, sign);
+        if (has[r]) {
+#pragma unroll
+          for (int k = 0; k < kItem; ++k) {
+            st.amax = fmaxf(st.amax, fabsf(v[r][k]));
+            if (kSawb) {
+              const double d = static_cast<double>(v[r][k]);
+              st.s1 = __dadd_rn(st.s1, fabs(d));
+              st.s2 = __dadd_rn(st.s2, __dmul_rn(d, d));
+            }
+          }
+        }
+      }
+    }
+    if (a.input_absmax) fold_absmax(a.input_absmax, raw);
+    st = block_reduce<kSawb>(st, smem);
+    if (threadIdx.x == 0) {
+      ws.amax[b] = st.amax;
+      ws.s1[b] = st.s1;
+      ws.s2[b] = st.s2;
+    }
+  }
+}
+
+// Pass 3 on items: thread i takes items i, i + n, i + 2n, ... (n threads in all); its group index advances
+// by the constant quotient and remainder of n / items (no division per item).
+template <class T, bool kSR>
+__global__ void __launch_bounds__(kThreads) quant_apply_items_kernel(GradQuantArgs a, Workspace ws) {
+  const T* x = static_cast<const T*>(a.x);
+  const int64_t total = a.numel / kItem, items = a.group_len / kItem, n = thread_count();
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const float sign = (lane & 1) ? -1.0f : 1.0f;
+  const int64_t i = thread_index(), dq = n / items, dr = n % items;
+  int64_t grp = i / items, rem = i % items;  // of item j
+  for (int64_t j0 = i; j0 - lane < total; j0 += kPassSlots * n) {  // j0 - lane: the warp's first item
+    float v[kPassSlots][kItem];
+#pragma unroll
+    for (int r = 0; r < kPassSlots; ++r) load_item_or_zero(x, (j0 + r * n) * kItem, j0 + r * n < total, v[r]);
+#pragma unroll
+    for (int r = 0; r < kPassSlots; ++r) {
+      const int64_t j = j0 + r * n;
+      rotate_item(v[r], a.hadamard, sign);
+      if (j < total) {
+        const float m = ws.m[grp];
+        const Level l{m, ws.r[grp], 0.0f};
+        const uint2 q = m == 0.0f ? make_uint2(0u, 0u) : quant_item<kSR>(v[r], j * kItem, l, a);
+        *reinterpret_cast<uint2*>(a.values + j * kItem) = q;
+      }
+      grp += dq;  // to item j + n
+      rem += dr;
+      if (rem >= items) {
+        rem -= items;
+        ++grp;
+      }
+    }
+  }
+}
+
 // Pass 3 for transposed values (one group, T = 1, cols % 8 == 0): tiles of 64 rows × 64 columns of x seen as
 // (N, C). Each item of 8 consecutive columns (a multiple of 8 in the flat index: exactly one Philox block of
 // Note [SR noise layout]) is loaded, quantised and written into a shared-memory tile laid out (column, row);
@@ -718,11 +820,21 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
         const int64_t i = n * C + c;  // a multiple of 8
         float v[8];
         load8(x, i, vec, v);
-        uint32_t w[4] = {0u, 0u, 0u, 0u};
-        if (noise) ht::grad::sr_block(a.seed, a.stream, static_cast<uint64_t>(i) >> 3, w);
+        if (noise) {  // sr_code: uniform_code's stochastic rounding in fewer instructions
+          uint32_t w[4];
+          ht::grad::sr_block(a.seed, a.stream, static_cast<uint64_t>(i) >> 3, w);
+          const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
+          if (a.fp8_values) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k)
-          q[k] = uniform_code(v[k], l, qmaxf, a.stochastic, a.fp8_values, noise ? ht::grad::sr_bits(w, k) : 0u);
+            for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<true>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+          } else {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) q[k] = uniform_code(v[k], l, qmaxf, false, a.fp8_values, 0u);
+        }
       }
 #pragma unroll
       for (int k = 0; k < 8; ++k) tile[(8 * cg + k) * kTileStride + row] = q[k];
@@ -895,6 +1007,7 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
       return;
     }
     const Workspace ws = workspace_of(a.workspace, g);
+    const bool item_x = a.group_len % kItem == 0 && aligned16(a.x);  // passes 1 and 3 on items
     if (a.known_m != nullptr) {  // one group with a given m: no statistics pass
       quant_known_kernel<<<1, 1, 0, stream>>>(a, ws);
       HT_CHECK_LAUNCH("grad_quant_known");
@@ -904,11 +1017,13 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
         HT_CHECK_LAUNCH("grad_quant_absmax");
       }
     } else if (a.sawb && !luq) {
-      quant_partial_kernel<T, true><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
+      if (item_x) quant_partial_items_kernel<T, true><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
+      else quant_partial_kernel<T, true><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
       HT_CHECK_LAUNCH("grad_quant_partial");
       quant_finalize_kernel<true><<<grid_cap(g.groups), kThreads, 0, stream>>>(a, g, ws);
     } else {
-      quant_partial_kernel<T, false><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
+      if (item_x) quant_partial_items_kernel<T, false><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
+      else quant_partial_kernel<T, false><<<grid_cap(g.groups * g.parts), kThreads, 0, stream>>>(a, g, ws);
       HT_CHECK_LAUNCH("grad_quant_partial");
       quant_finalize_kernel<false><<<grid_cap(g.groups), kThreads, 0, stream>>>(a, g, ws);
     }
@@ -917,6 +1032,13 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
       const int64_t tiles = (a.numel / a.cols + kTileN - 1) / kTileN * ((a.cols + kTileC - 1) / kTileC);
       quant_apply_t_kernel<T><<<grid_cap(tiles), kThreads, 0, stream>>>(a, ws, aligned16(a.x));
       HT_CHECK_LAUNCH("grad_quant_apply_transposed");
+      return;
+    }
+    if (item_x && !luq && reinterpret_cast<uintptr_t>(a.values) % 8 == 0) {
+      const unsigned grid = cuda::grid_for(a.numel / kItem, kThreads);
+      if (a.stochastic) quant_apply_items_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws);
+      else quant_apply_items_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws);
+      HT_CHECK_LAUNCH("grad_quant_apply");
       return;
     }
     const unsigned grid = cuda::grid_for(g.groups * g.units, kThreads);
