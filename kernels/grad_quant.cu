@@ -826,10 +826,12 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
           const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
           if (a.fp8_values) {
 #pragma unroll
-            for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<true>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+            for (int k = 0; k < 8; ++k)
+              q[k] = static_cast<uint8_t>(sr_code<true>(v[k], l, cap, ht::grad::sr_bits(w, k)));
           } else {
 #pragma unroll
-            for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+            for (int k = 0; k < 8; ++k)
+              q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
           }
         } else {
 #pragma unroll

@@ -151,15 +151,16 @@ TEST_CASE("CUDA quantize at pipeline sizes (fused rows, two-pass samples)", "[gp
 }
 
 TEST_CASE("CUDA fused quantiser: every team size, partial last blocks, unaligned inputs", "[gpu][grad_quant]") {
-  // Row lengths -> units of 16 -> threads per group (team): 16 -> 1 unit (team 1), 48 (team 2), 160 (team 8),
-  // 768 (48 units, team 32), 1040 (65 units, team 64), 2304 (144 units, team 96), 3072 (team 96),
-  // 16384 (1024 units, team 512); row counts that leave the last block of teams partly empty.
+  // Row lengths -> items of 8 -> threads per group (team, two items each, at least 2 for T = 16): 8 (T = 8,
+  // team 1), 16 (team 2), 48 (team 4), 160 (team 16), 768 (96 items, team 64), 1040 (130 items, team 96),
+  // 2304 (288 items, team 160), 3072 (team 192), 16384 (2048 items, team 1024); the unaligned input below
+  // (and LUQ) runs the unit kernel. Row counts that leave the last block of teams partly empty.
   struct Case {
     int64_t rows, len;
   };
   uint64_t seed = 300;
-  for (const Case c : {Case{70, 16}, Case{67, 48}, Case{99, 160}, Case{131, 768}, Case{67, 1040}, Case{69, 2304},
-                       Case{67, 3072}, Case{66, 16384}})
+  for (const Case c : {Case{70, 8}, Case{70, 16}, Case{67, 48}, Case{99, 160}, Case{131, 768}, Case{67, 1040},
+                       Case{69, 2304}, Case{67, 3072}, Case{66, 16384}})
     for (DType dt : {DType::bf16, DType::f32}) {
       const Tensor x = test::random_input({c.rows, c.len}, ++seed, dt);
       const Tensor xg = x.to(test::kCuda);
