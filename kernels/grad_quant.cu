@@ -243,6 +243,33 @@ HT_DEV uint8_t luq_code(float x, float alpha, int top, uint32_t word) {
   return static_cast<uint8_t>((x < 0.0f ? 0x80u : 0u) | (static_cast<unsigned>(k + 7) << 3));
 }
 
+// ht::grad::sr_block (Philox4x32-10 of philox.h, counter (blk, stream), key seed) in 32-bit operations:
+// __umulhi and the low product instead of philox_round's 64-bit products and masks, which nvcc's front end
+// leaves as 64-bit multiplies and xors. Same words (integer arithmetic; checked against philox4x32_10 on
+// the host).
+HT_DEV void sr_block32(uint64_t seed, uint64_t stream, uint64_t blk, uint32_t w[4]) {
+  uint32_t c0 = static_cast<uint32_t>(blk), c1 = static_cast<uint32_t>(blk >> 32);
+  uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(stream >> 32);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  w[0] = c0;
+  w[1] = c1;
+  w[2] = c2;
+  w[3] = c3;
+}
+
 // The noise words of one unit of n elements starting at flat index base (uniform: Note [SR noise layout],
 // 16 bits per element, two Philox calls per 16-element unit; a block-mode unit of T <= 8 elements at a
 // multiple of T lies inside one aligned run of 8, so one call). w8[0..3] serve elements base/8*8 ...
@@ -251,8 +278,8 @@ struct UnitNoise {
 };
 HT_DEV void uniform_noise(const GradQuantArgs& a, int64_t base, int n, UnitNoise& nz) {
   const uint64_t blk = static_cast<uint64_t>(base) >> 3;
-  ht::grad::sr_block(a.seed, a.stream, blk, nz.w);
-  if (n > 8) ht::grad::sr_block(a.seed, a.stream, blk + 1, nz.w + 4);
+  sr_block32(a.seed, a.stream, blk, nz.w);
+  if (n > 8) sr_block32(a.seed, a.stream, blk + 1, nz.w + 4);
 }
 // The 16 bits of element k (a compile-time index after unrolling) of the unit starting at base. Chunk mode
 // (n == 16, base % 16 == 0): a constant index into the two blocks. Block mode (n <= 8): element base + k is
@@ -485,7 +512,7 @@ HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l
   uint32_t c[kItem];
   if (kSR) {
     uint32_t w[4];
-    ht::grad::sr_block(a.seed, a.stream, static_cast<uint64_t>(base) >> 3, w);
+    sr_block32(a.seed, a.stream, static_cast<uint64_t>(base) >> 3, w);
     const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
 #pragma unroll
     for (int k = 0; k < kItem; ++k) c[k] = sr_code<kFp8>(v[k], l, cap, ht::grad::sr_bits(w, k));
@@ -822,7 +849,7 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
         load8(x, i, vec, v);
         if (noise) {  // sr_code: uniform_code's stochastic rounding in fewer instructions
           uint32_t w[4];
-          ht::grad::sr_block(a.seed, a.stream, static_cast<uint64_t>(i) >> 3, w);
+          sr_block32(a.seed, a.stream, static_cast<uint64_t>(i) >> 3, w);
           const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
           if (a.fp8_values) {
 #pragma unroll
