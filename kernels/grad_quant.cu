@@ -719,7 +719,8 @@ HT_DEV void load_item_or_zero(const T* x, int64_t base, bool has, float v[kItem]
 }
 
 template <class T, bool kSawb>
-__global__ void __launch_bounds__(kThreads) quant_partial_items_kernel(GradQuantArgs a, Geo g, Workspace ws) {
+__global__ void __launch_bounds__(kThreads, kSawb ? 5 : 6) quant_partial_items_kernel(GradQuantArgs a, Geo g,
+                                                                                       Workspace ws) {
   __shared__ Stats smem[32];
   const T* x = static_cast<const T*>(a.x);
   const int64_t items = a.group_len / kItem;
@@ -971,10 +972,21 @@ Geo plan(const GradQuantArgs& a) {
     if (g.teams > g.groups) g.teams = static_cast<int>(g.groups < 1 ? 1 : g.groups);
     while (g.team * g.teams % 32 != 0) ++g.teams;  // whole warps per block (team < 32 divides 32)
   } else {
-    const int64_t want = (132 * 8 + g.groups - 1) / g.groups;     // about 8 blocks per SM in total
-    const int64_t most = (g.units + kThreads - 1) / kThreads;     // at least one unit per thread
-    g.parts = want < 1 ? 1 : (want > most ? most : want);
-    if (g.parts < 1) g.parts = 1;
+    // Blocks per group of the partial kernel: the count whose groups · parts blocks fill whole waves of
+    // resident blocks best (132 SMs × 6 blocks of 256 threads at <= 40 registers, 5 for SAWB), at most
+    // 4 waves, at least one unit per thread. A last wave of a few blocks would leave the GPU mostly idle.
+    const int64_t wave = 132 * (a.sawb ? 5 : 6);
+    const int64_t most = (g.units + kThreads - 1) / kThreads;
+    g.parts = 1;
+    double best = 0.0;
+    for (int64_t p = 1; p <= most && (p == 1 || p * g.groups <= 4 * wave); ++p) {
+      const int64_t blocks = p * g.groups;
+      const double fill = static_cast<double>(blocks) / static_cast<double>((blocks + wave - 1) / wave * wave);
+      if (fill > best + 1e-9) {
+        best = fill;
+        g.parts = p;
+      }
+    }
   }
   return g;
 }
