@@ -92,6 +92,15 @@ Tensor dense_on_device(const Tensor& t) {
 // when the destination is host memory, or for packed int4, which has no CUDA kernels).
 void cuda_copy(const Tensor& dst, const Tensor& src) {
   const CudaHooks& hooks = require_cuda("copy_ to/from a CUDA tensor");
+  const bool int4 = dst.dtype() == DType::i4x2 || src.dtype() == DType::i4x2;
+  if (dst.is_cuda() && src.is_cpu() && src.numel() == 1 && !int4) {
+    // A host scalar (fill_, full, zeros of any shape, also a 0-dim f64 into a 0-dim f64): the value travels as
+    // a kernel argument. A pageable one-element copy would synchronise the stream, and a recorded step graph
+    // could not contain it.
+    Tensor value = empty({}, {dst.dtype(), Device::cpu()});
+    cpu_copy(value, make_view(src, {}, {}, src.offset()));
+    return cuda_ops::fill(dst, value);
+  }
   if (dense_same_layout(dst, src)) {
     // Host -> device from pinned memory (empty_pinned, pinned loader batches) is one cudaMemcpyAsync on the
     // current stream with no host synchronisation; the pinned-host cache keeps the source block from reuse
@@ -101,7 +110,6 @@ void cuda_copy(const Tensor& dst, const Tensor& src) {
     if (dst.is_cpu() && is_pinned(dst)) hooks.synchronize(src.device());
     return;
   }
-  const bool int4 = dst.dtype() == DType::i4x2 || src.dtype() == DType::i4x2;
   if (dst.is_cpu()) {  // device -> host: transfer, then convert on the host
     const Tensor dense = dense_on_device(src);
     Tensor staged = empty(src.shape(), {src.dtype(), Device::cpu()});
@@ -114,11 +122,6 @@ void cuda_copy(const Tensor& dst, const Tensor& src) {
     Tensor staged = empty(dst.shape(), {dst.dtype(), Device::cpu()});
     cpu_copy(staged, host);
     return hooks.copy_bytes(dst.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), staged.nbytes());
-  }
-  if (src.is_cpu() && src.numel() == 1) {  // a host scalar broadcast (fill_, full): convert once, fill
-    Tensor value = empty({}, {dst.dtype(), Device::cpu()});
-    cpu_copy(value, make_view(src, {}, {}, src.offset()));
-    return cuda_ops::fill(dst, value);
   }
   Tensor on_dst = src;
   if (src.device() != dst.device()) {  // host or another GPU -> dst's device, dense in the source dtype

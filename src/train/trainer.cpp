@@ -356,6 +356,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
               spdlog::info("train.cuda_graph: steps run without a graph: {}", why);
               dropout_gen->set_state(dropout_state);  // the refused recording drew nothing that ran
               gs.off = true;
+              optimizer->zero_grad();  // gradients made while recording point to the discarded graph's memory
               body();
             }
           }

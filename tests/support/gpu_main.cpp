@@ -7,14 +7,37 @@
 #include <catch2/catch.hpp>
 #endif
 
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 
 #include "hadatrain/tensor/device.h"
+
+namespace {
+
+// A crash in a GPU test (often inside the CUDA libraries) prints the native stack to stderr: Catch reports
+// the signal, restores this handler and re-raises, so this runs last. Symbol names need -rdynamic (set in
+// tests/CMakeLists.txt for the GPU tests).
+void print_stack(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char msg[] = "\n--- native stack at the fatal signal ---\n";
+  (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (ht::cuda_device_count() == 0) {
     std::puts("no CUDA device: skipping");
     return 77;
   }
+  std::signal(SIGSEGV, print_stack);
+  std::signal(SIGABRT, print_stack);
   return Catch::Session().run(argc, argv);
 }

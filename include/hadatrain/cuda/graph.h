@@ -16,7 +16,8 @@
 // notes a per-step host value (note_step_capture_unsafe: random streams, stochastic-rounding noise), when a
 // tensor allocated in body() is still alive after it (a graph's memory must be freed by the graph), or
 // when a tensor from before the recording was freed during it. The host side effects of a refused body()
-// stay done (e.g. a generator's counter), its device work does not happen.
+// stay done (e.g. a generator's counter), its device work does not happen, and tensors it created and kept
+// (e.g. parameter gradients) belong to the discarded recording: drop them (zero_grad) before running eagerly.
 #pragma once
 #ifdef HADATRAIN_CUDA
 #include <cuda_runtime_api.h>
