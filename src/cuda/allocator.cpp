@@ -43,10 +43,24 @@ std::atomic<int64_t> g_graph_blocks{0};
 std::mutex g_deferred_mutex;
 std::vector<std::pair<void*, Block*>> g_deferred;
 
+// Owned streams (cuda::Stream) destroyed while blocks allocated on them were still alive: such a block is
+// freed in the legacy default stream's order (the destroyed stream was synchronised first, so every use of
+// the block queued there has run). A new stream that reuses a handle takes it off the list.
+std::mutex g_retired_mutex;
+std::vector<cudaStream_t> g_retired;
+std::atomic<int> g_retired_count{0};
+
+// The stream to free `b` in: its allocation stream, or the legacy default stream once that was destroyed.
+cudaStream_t free_stream(const Block* b) {
+  if (b->stream == nullptr || g_retired_count.load(std::memory_order_acquire) == 0) return b->stream;
+  std::lock_guard<std::mutex> lock(g_retired_mutex);
+  return std::find(g_retired.begin(), g_retired.end(), b->stream) == g_retired.end() ? b->stream : nullptr;
+}
+
 void release(void* ptr, Block* b) {
   int prev = -1;
   if (cudaGetDevice(&prev) == cudaSuccess && prev != b->device) (void)cudaSetDevice(b->device);
-  if (cudaFreeAsync(ptr, b->stream) != cudaSuccess) (void)cudaGetLastError();  // e.g. runtime shutting down
+  if (cudaFreeAsync(ptr, free_stream(b)) != cudaSuccess) (void)cudaGetLastError();  // e.g. runtime shutting down
   if (prev >= 0 && prev != b->device) (void)cudaSetDevice(prev);
   DeviceState& st = g_state[static_cast<std::size_t>(b->device)];
   st.allocated.fetch_sub(b->nbytes, std::memory_order_relaxed);
@@ -90,7 +104,8 @@ void free_block(void* ptr, void* ctx) {
     g_graph_blocks.fetch_sub(1, std::memory_order_relaxed);
   } else if (g_recordings.load(std::memory_order_relaxed) > 0) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(b->stream, &cs) != cudaSuccess) (void)cudaGetLastError();
+    const cudaStream_t stream = free_stream(b);
+    if (stream != nullptr && cudaStreamIsCapturing(stream, &cs) != cudaSuccess) (void)cudaGetLastError();
     if (cs != cudaStreamCaptureStatusNone) {
       std::lock_guard<std::mutex> lock(g_deferred_mutex);
       g_deferred.emplace_back(ptr, b);
@@ -203,6 +218,22 @@ std::size_t recording_finished() {
 }
 
 int64_t live_graph_blocks() { return g_graph_blocks.load(); }
+
+void note_stream_created(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_retired_mutex);
+  const auto it = std::find(g_retired.begin(), g_retired.end(), stream);
+  if (it != g_retired.end()) {
+    g_retired.erase(it);
+    g_retired_count.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void note_stream_destroyed(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_retired_mutex);
+  if (std::find(g_retired.begin(), g_retired.end(), stream) != g_retired.end()) return;
+  g_retired.push_back(stream);
+  g_retired_count.fetch_add(1, std::memory_order_release);
+}
 
 void set_poison_byte(int byte) { g_poison_byte.store(byte >= 0 && byte <= 255 ? byte : -1); }
 

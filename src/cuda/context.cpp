@@ -100,12 +100,14 @@ StreamGuard::~StreamGuard() { tctx().stream[static_cast<std::size_t>(device_)] =
 Stream::Stream(int device, int priority) : device_(resolve(device)) {
   DeviceGuard g(device_);
   HT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+  note_stream_created(stream_);
 }
 
 Stream::~Stream() {
   if (!stream_) return;
   (void)cudaStreamSynchronize(stream_);
   tctx().workspaces.erase({device_, stream_});  // freed in this stream's order while it still exists
+  note_stream_destroyed(stream_);  // tensors allocated here and still alive are freed on the legacy stream
   (void)cudaStreamDestroy(stream_);
 }
 

@@ -144,6 +144,9 @@ TEST_CASE("a recorded ResNet step replays like an eager step from the same state
     }
     CHECK(compared > 60);
   }
+  // a's gradients were allocated on the graph's stream and outlive it (a is destroyed after `graph`): the
+  // allocator frees them in the legacy stream's order (note_stream_destroyed); a free on the destroyed
+  // handle crashed in cuMemFreeAsync before.
 }
 
 TEST_CASE("steps that cannot be replayed are refused with the reason", "[gpu][graph]") {

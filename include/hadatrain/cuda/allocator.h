@@ -12,6 +12,8 @@
 // throws ht::Error "CUDA out of memory on cuda:N: tried to allocate X; allocated Y, reserved Z, free F of
 // total T" (sizes human-readable).
 #pragma once
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -48,6 +50,12 @@ void empty_cache(int device = -1);
 void recording_started();
 std::size_t recording_finished();
 int64_t live_graph_blocks();
+
+// Owned streams (cuda::Stream) report their creation and destruction (after synchronising): a block still
+// alive when its allocation stream is destroyed is later freed in the legacy default stream's order instead
+// of on the dead handle.
+void note_stream_created(cudaStream_t stream);
+void note_stream_destroyed(cudaStream_t stream);
 
 // Debugging aid for tests: while `byte` is in [0, 255], every new allocation is filled with it on its
 // stream (0xFF is NaN in every floating dtype), so reading memory an op never wrote shows up. -1 = off.

@@ -55,8 +55,9 @@ class StreamGuard {
 };
 
 // An owned, non-blocking stream on one device. Memory allocated while it was current is freed in its
-// order (Note [Stream-ordered frees]), so such tensors must be dropped before the stream is destroyed;
-// the destructor synchronises the stream and releases this thread's cuBLASLt workspace for it.
+// order (Note [Stream-ordered frees]); the destructor synchronises the stream, releases this thread's
+// cuBLASLt workspace for it and tells the allocator, which frees tensors that outlive the stream in the
+// legacy default stream's order (a free on the destroyed handle crashed inside the driver).
 class Stream {
  public:
   explicit Stream(int device = -1, int priority = 0);
