@@ -253,8 +253,8 @@ __global__ void softmax_backward_kernel(T* gx, const T* g, const T* y, int64_t r
 // 16-byte aligned: the host checks, so the kernels have no scalar path) and at most 512 x 8 packs long;
 // other rows use the multi-pass kernels. Row-internal indices fit in 32 bits. bf16 / f16 results are
 // rounded by the hardware cvt (pack_cast below). Four packs per thread keep the forward kernels at 64
-// registers (with the row's floats, or a softmax's exponentials), so 1024 threads share an SM (eight blocks of
-// one 128-thread row group for 4096-wide bf16 rows) and one block's loads overlap another's reductions.
+// registers (with the row's floats, or a softmax's exponentials), so four 256-thread blocks share an SM and
+// one block's loads overlap another's reductions.
 constexpr int kCacheMaxTpr = 512;
 
 template <class T, int NP>
@@ -315,9 +315,7 @@ CacheGrid cache_grid(int64_t rows, int64_t len, int vec, std::initializer_list<c
   if (packs > static_cast<int64_t>(g.np) * kCacheMaxTpr) return CacheGrid{};
   g.tpr = 32;
   while (static_cast<int64_t>(g.tpr) * g.np < packs) g.tpr *= 2;
-  // One row group per block when a row needs more than a warp, so that a reduction's barrier waits for that
-  // row's warps only (not for another row's loads); 8 one-warp rows per block otherwise (no barriers).
-  const int block = g.tpr == 32 ? kRowBlock : g.tpr;
+  const int block = g.tpr < kRowBlock ? kRowBlock : g.tpr;
   const int64_t per_block = block / g.tpr;
   const int64_t groups = (rows + per_block - 1) / per_block;
   constexpr int64_t kMaxBlocks = 132 * 64;
