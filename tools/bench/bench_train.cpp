@@ -106,15 +106,19 @@ int main(int argc, char** argv) {
   std::printf("  phases: forward %.2f ms, backward %.2f ms, optimiser %.2f ms\n", fw[2], bw[2], op[2]);
   // Host time to issue one whole step (no synchronisation inside; the device drained before): when it is
   // close to the step time, the GPU waits for the CPU (launch and dispatch overhead), not for kernels.
-  std::vector<double> host;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = now();
-    step();
-    host.push_back(ms_between(t0, std::chrono::steady_clock::now()));
-    now();
-  }
-  std::sort(host.begin(), host.end());
-  std::printf("  host issue time per step: %.2f ms (vs %.2f ms step)\n", host[2], med);
+  // Median host time of 5 calls of f, each issued on a drained device.
+  auto host_ms = [&](auto&& f) {
+    std::vector<double> host;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = now();
+      f();
+      host.push_back(ms_between(t0, std::chrono::steady_clock::now()));
+      now();
+    }
+    std::sort(host.begin(), host.end());
+    return host[2];
+  };
+  std::printf("  host issue time per step: %.2f ms (vs %.2f ms step)\n", host_ms(step), med);
   const std::string prof = backward_profile_report();
   if (!prof.empty() && prof.find('\n') != prof.size() - 1) std::printf("%s", prof.c_str());
 
@@ -146,18 +150,11 @@ int main(int argc, char** argv) {
       const double gmed = bench::median_ms_on(graph.stream(), replay, 5, 20);
       size_t graph_mem = 0;
       cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_mem);
-      std::vector<double> ghost;
-      for (int i = 0; i < 5; ++i) {
-        const auto t0 = now();
-        replay();
-        ghost.push_back(ms_between(t0, std::chrono::steady_clock::now()));
-        now();
-      }
-      std::sort(ghost.begin(), ghost.end());
+      const double ghost = host_ms(replay);
       std::printf("hadatrain %s batch %lld %s forward, %s, step graph: %.2f ms/step, %.0f img/s, graph memory %.2f GiB, "
                   "host issue %.3f ms\n",
                   name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(), gmed,
-                  batch / gmed * 1000.0, static_cast<double>(graph_mem) / (1 << 30), ghost[2]);
+                  batch / gmed * 1000.0, static_cast<double>(graph_mem) / (1 << 30), ghost);
     }
   }
   return 0;
