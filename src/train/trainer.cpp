@@ -346,6 +346,9 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
             ++gs.eager_steps;
           } else {
             const uint64_t dropout_state = dropout_gen->state();
+            // The graph allocates its own memory (graph allocation nodes): hand the eager steps' cached,
+            // unused blocks back to the driver first, so a model that fills most of the device still fits.
+            cuda::empty_cache(device.index);
             const std::string why = gs.graph.record(body);
             if (why.empty()) {
               spdlog::info("train.cuda_graph: step recorded into a CUDA graph at step {} (batch {})", st.step + 1,
