@@ -65,6 +65,7 @@ TEST_CASE("a config file fills the typed sections; absent keys take their defaul
   CHECK_FALSE(c.optim.nesterov);
   CHECK(c.train.device == Device::cpu());
   CHECK(c.train.dtype == DType::f32);
+  CHECK(c.train.cuda_graph == "auto");
   CHECK(c.source == path);
 }
 
@@ -186,6 +187,10 @@ TEST_CASE("--set overrides values before typed parsing, and creates sections", "
   // --set on a file without the section.
   const TrainerConfig e = load_trainer_config(write_config("empty.yaml", ""), {"data.normalize.std=[0.5]"});
   CHECK(e.data.normalize_std == std::vector<double>{0.5});
+  CHECK(load_trainer_config(path, {"train.cuda_graph=false"}).train.cuda_graph == "false");
+  CHECK(load_trainer_config(path, {"train.cuda_graph=true"}).train.cuda_graph == "true");
+  CHECK(error_of([&] { load_trainer_config(path, {"train.cuda_graph=sometimes"}); }) ==
+        "--set train.cuda_graph=sometimes: train.cuda_graph: expected one of auto, true, false, got sometimes");
 }
 
 TEST_CASE("errors in --set values name the --set as their source", "[config]") {
