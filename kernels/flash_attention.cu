@@ -14,6 +14,8 @@
 // dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
+// HADATRAIN_FLASH_BWD=2 or 3 (environment, read once per process) runs the same backward in a configuration
+// with more CTAs per SM instead (Note [Backward variants]); the default is unchanged.
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -39,6 +41,8 @@
 // bf16 is exactly the A fragment of k-step j, which is how P feeds P V without shared memory.
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/flash_attention.h"
@@ -432,11 +436,12 @@ __global__ void flash_bwd_prep_kernel(float* __restrict__ dsum, float* __restric
 
 // W warps per CTA, each owning 16 keys. The launcher uses 4; 8 (half the dQ atomics and Q/dO tile loads per
 // key, one CTA per SM) compiles without spills but measured 2-8 % slower on the H200 (docs/cuda_backend.md).
-template <int D, int W = 4>
+// Bq: query rows per iteration (default: the register budget of 2 CTAs per SM; Note [Backward variants]).
+template <int D, int W = 4, int Bq = (D == 128 ? 32 : 64)>
 struct BwdCfg {
   static constexpr int kWarps = W, kThreads = 32 * kWarps;
-  static constexpr int kBc = 16 * kWarps;        // keys per CTA
-  static constexpr int kBq = D == 128 ? 32 : 64;  // query rows per iteration (register budget)
+  static constexpr int kBc = 16 * kWarps;  // keys per CTA
+  static constexpr int kBq = Bq;           // query rows per iteration
   static constexpr int kStride = D + 8;
   static constexpr int kSStride = kBq + 8;  // dSᵀ tile (kBc, kBq)
   // dQ tile (kBq, D) over the warps: kWm row blocks of 16 x kWn column groups
@@ -448,13 +453,15 @@ struct BwdCfg {
 
 // dk, dv (B, Hkv, S, D) in the input dtype (unscaled sums written once); dq_acc (B, Hq, T, D) fp32 gets
 // atomic adds of dS K (without the scale). grid (key blocks, B * Hkv).
-template <class E, int D, int W>
-__global__ void __launch_bounds__(BwdCfg<D, W>::kThreads)
-    flash_backward_kernel(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, float* __restrict__ dq_acc,
-                          const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                          const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
-                          const float* __restrict__ lse, const float* __restrict__ dsum, FlashParams p) {
-  using C = BwdCfg<D, W>;
+// The body is shared by two kernels: flash_backward_kernel (the default, __launch_bounds__ without a minimum)
+// and flash_backward_kernel_min (the variants with a CTAs-per-SM minimum; Note [Backward variants]).
+template <class E, int D, int W, int Bq, bool KvRegs>
+__device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv,
+                                                    float* __restrict__ dq_acc, const uint16_t* __restrict__ q,
+                                                    const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                                                    const uint16_t* __restrict__ dout, const float* __restrict__ lse,
+                                                    const float* __restrict__ dsum, const FlashParams& p) {
+  using C = BwdCfg<D, W, Bq>;
   constexpr int kStride = C::kStride, kBc = C::kBc, kBq = C::kBq, kSStride = C::kSStride;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* k_s = smem;                          // (kBc, D)
@@ -500,6 +507,8 @@ __global__ void __launch_bounds__(BwdCfg<D, W>::kThreads)
     cp_async_commit();
   }
   const int key_base = k0 + warp * 16 + g;  // this thread's keys: key_base and key_base + 8
+  // KvRegs: the A fragments of this warp's K and V rows (the same in every iteration), loaded once
+  uint32_t kv_frag[KvRegs ? D / 16 : 1][2][4];
 
   for (int it = 0; it < total; ++it) {
     if (it + 1 < total) {
@@ -515,6 +524,15 @@ __global__ void __launch_bounds__(BwdCfg<D, W>::kThreads)
     const uint16_t* do_s = q_s + kBq * kStride;
     const int q_rows = p.T - q0;                  // valid query rows of this block (>= 1)
     const bool warp_keys = k0 + warp * 16 < p.S;  // this warp has at least one valid key
+    if constexpr (KvRegs) {
+      if (it == 0 && warp_keys) {  // k_s, v_s arrived with the first stage
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          load_a<kStride>(kv_frag[kk][0], k_s, warp * 16, kk * 16, lane);
+          load_a<kStride>(kv_frag[kk][1], v_s, warp * 16, kk * 16, lane);
+        }
+      }
+    }
 
     // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: this warp's 16 keys x kBq queries
     float st[kBq / 8][4], dpt[kBq / 8][4];
@@ -526,8 +544,16 @@ __global__ void __launch_bounds__(BwdCfg<D, W>::kThreads)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t ak[4], av[4];
-        load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
-        load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
+        if constexpr (KvRegs) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            ak[c] = kv_frag[kk][0][c];
+            av[c] = kv_frag[kk][1][c];
+          }
+        } else {
+          load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
+          load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
+        }
 #pragma unroll
         for (int nn = 0; nn < kBq / 16; ++nn) {
           if (nn * 16 >= q_rows) continue;  // queries past T (Note [Ragged tiles])
@@ -667,6 +693,21 @@ __global__ void __launch_bounds__(BwdCfg<D, W>::kThreads)
   }
 }
 
+#define HT_FLASH_BWD_PARAMS                                                                                      \
+  uint16_t *__restrict__ dk, uint16_t *__restrict__ dv, float *__restrict__ dq_acc, const uint16_t *__restrict__ q, \
+      const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, const uint16_t *__restrict__ dout,           \
+      const float *__restrict__ lse, const float *__restrict__ dsum, FlashParams p
+template <class E, int D, int W, int Bq>
+__global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads) flash_backward_kernel(HT_FLASH_BWD_PARAMS) {
+  flash_backward_body<E, D, W, Bq, false>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
+}
+template <class E, int D, int W, int Bq, int MinBlocks, bool KvRegs>
+__global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads, MinBlocks)
+    flash_backward_kernel_min(HT_FLASH_BWD_PARAMS) {
+  flash_backward_body<E, D, W, Bq, KvRegs>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
+}
+#undef HT_FLASH_BWD_PARAMS
+
 // dq[b, h, t, :] = scale * dq_acc[row, :] in the input dtype (dq strided, dq_acc contiguous); a thread per
 // 16-byte chunk of dq.
 template <class E, int D>
@@ -690,6 +731,49 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 }
 
 // ---- host side ----
+
+// Note [Backward variants]
+// The backward kernel's body in other tile / occupancy configurations, chosen per process by the environment
+// variable HADATRAIN_FLASH_BWD (read once, at the first backward; "2" or "3", anything else the default;
+// set_flash_backward_variant overrides it, which the GPU tests use to run every variant). The default is
+// latency-bound at 2 CTAs (8 warps) per SM (Nsight Compute, D 64, T 1024: 216 registers, 63 KiB of shared
+// memory, 12.5 % occupancy, 5.9 cycles per issued instruction), so the variants trade per-warp reuse for
+// resident warps (ptxas, sm_90a; registers / spill bytes; shared memory per CTA; CTAs per SM):
+//   default  D 64: Bq 64                    216 / 0   63 KiB    2      D 128: Bq 32  242 / 0   73 KiB    2
+//   2        D 64: Bq 32, K/V in registers  168 / 4   41 KiB    3      D 128: Bq 16  168 / 16  54 KiB    3
+//   3        D 64: Bq 16                    128 / 0   30 KiB    4      D 128: as 2
+// (Bq: query rows per iteration.) "K/V in registers": a warp's K and V A fragments are the same in every
+// iteration, so variant 2 loads them once (32 registers for D 64) instead of 8 ldmatrix per iteration. The
+// variants run with the largest shared-memory carveout so that 3 or 4 CTAs fit. Every variant computes the same
+// sums; dk, dv are deterministic for each, and a smaller Bq only regroups dq's atomic adds.
+
+// A launch configuration: the tiles, the CTAs per SM that __launch_bounds__ asks ptxas to fit (a register cap of
+// 65536 / (threads MinBlocks)), and whether the K / V fragments stay in registers.
+template <class C, int MinBlocks, bool KvRegs>
+struct BwdVariant {
+  using Cfg = C;
+  static constexpr int kMinBlocks = MinBlocks;
+  static constexpr bool kKvRegs = KvRegs;
+};
+template <int D>
+using BwdV2 =
+    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 32>, 3, true>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
+template <int D>
+using BwdV3 =
+    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 16>, 4, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
+
+std::atomic<int> g_bwd_variant_override{0};
+
+int env_backward_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("HADATRAIN_FLASH_BWD");
+    if (e == nullptr) return 1;
+    if (std::strcmp(e, "2") == 0) return 2;
+    if (std::strcmp(e, "3") == 0) return 3;
+    return 1;
+  }();
+  return v;
+}
 
 FlashParams make_params(const AttnShape& s) {
   FlashParams p{};
@@ -735,6 +819,12 @@ bool flash_layout_ok(const void* data, const AttnStrides& st) {
   return reinterpret_cast<std::uintptr_t>(data) % 16 == 0 && st.b % kVec == 0 && st.h % kVec == 0 &&
          st.t % kVec == 0 && st.t > -kMaxT && st.t < kMaxT;
 }
+
+int flash_backward_variant() {
+  const int o = g_bwd_variant_override.load(std::memory_order_relaxed);
+  return o >= 1 && o <= kFlashBackwardVariants ? o : env_backward_variant();
+}
+void set_flash_backward_variant(int variant) { g_bwd_variant_override.store(variant, std::memory_order_relaxed); }
 
 FlashAttentionCounts flash_attention_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
 
@@ -782,19 +872,32 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
                                   stream>>>(a.dsum, a.dq_acc, static_cast<const uint16_t*>(a.out.data),
                                             static_cast<const uint16_t*>(a.dout.data), p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
-    auto run = [&](auto wc) {
-      constexpr int W = decltype(wc)::value;
-      using C = BwdCfg<D, W>;
-      auto kernel = flash_backward_kernel<E, D, W>;
+    auto run = [&](auto variant) {
+      using V = decltype(variant);
+      using C = typename V::Cfg;
+      auto kernel = [] {
+        if constexpr (V::kMinBlocks > 1 || V::kKvRegs)
+          return flash_backward_kernel_min<E, D, C::kWarps, C::kBq, V::kMinBlocks, V::kKvRegs>;
+        else return flash_backward_kernel<E, D, C::kWarps, C::kBq>;
+      }();
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(C::kSmemBytes)));
+      if constexpr (V::kMinBlocks > 2) {
+        // 3 or 4 CTAs per SM: ask for the largest carveout (the driver's choice may leave room for fewer)
+        HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+      }
       const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
       kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
           static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
           static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
           static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
     };
-    run(std::integral_constant<int, 4>{});
+    switch (flash_backward_variant()) {  // Note [Backward variants]
+      case 2: run(BwdV2<D>{}); break;
+      case 3: run(BwdV3<D>{}); break;
+      default: run(BwdVariant<BwdCfg<D>, 1, false>{}); break;
+    }
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(
         static_cast<uint16_t*>(a.dq.data), a.dq_acc, p, rows);
