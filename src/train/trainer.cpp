@@ -322,11 +322,11 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
       // Graph-eligible: batches of the recorded shape.
       if (graphed && !graphed->off) {
         GraphedStep& gs = *graphed;
-        if (!gs.x.defined()) {
+        if (!gs.x.defined() && batch->size() == cfg.data.batch_size) {  // a full batch (not a resumed tail)
           gs.x = empty(batch->images.shape(), {batch->images.dtype(), device});
           gs.y = empty(batch->labels.shape(), {batch->labels.dtype(), device});
         }
-        if (gs.x.shape() == batch->images.shape() && gs.y.shape() == batch->labels.shape()) {
+        if (gs.x.defined() && gs.x.shape() == batch->images.shape() && gs.y.shape() == batch->labels.shape()) {
           copy_(gs.x, batch->images);
           copy_(gs.y, batch->labels);
           optimizer->begin_step(lr);
