@@ -14,7 +14,7 @@
 // dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
-// HADATRAIN_FLASH_BWD=2 or 3 (environment, read once per process) runs the same backward in a configuration
+// HADATRAIN_FLASH_BWD=2..5 (environment, read once per process) runs the same backward in a configuration
 // with more CTAs per SM instead (Note [Backward variants]); the default is unchanged.
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
@@ -42,7 +42,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels/flash_attention.h"
@@ -734,7 +733,7 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 
 // Note [Backward variants]
 // The backward kernel's body in other tile / occupancy configurations, chosen per process by the environment
-// variable HADATRAIN_FLASH_BWD (read once, at the first backward; "2" or "3", anything else the default;
+// variable HADATRAIN_FLASH_BWD (read once, at the first backward; "2" to "5", anything else the default;
 // set_flash_backward_variant overrides it, which the GPU tests use to run every variant). The default is
 // latency-bound at 2 CTAs (8 warps) per SM (Nsight Compute, D 64, T 1024: 216 registers, 63 KiB of shared
 // memory, 12.5 % occupancy, 5.9 cycles per issued instruction), so the variants trade per-warp reuse for
@@ -742,8 +741,11 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 //   default  D 64: Bq 64                    216 / 0   63 KiB    2      D 128: Bq 32  242 / 0   73 KiB    2
 //   2        D 64: Bq 32, K/V in registers  168 / 4   41 KiB    3      D 128: Bq 16  168 / 16  54 KiB    3
 //   3        D 64: Bq 16                    128 / 0   30 KiB    4      D 128: as 2
+//   4        D 64: Bq 64                    168 / 52  63 KiB    3      D 128: as 2
+//   5        D 64: Bq 32                    167 / 0   41 KiB    3      D 128: as 2
 // (Bq: query rows per iteration.) "K/V in registers": a warp's K and V A fragments are the same in every
-// iteration, so variant 2 loads them once (32 registers for D 64) instead of 8 ldmatrix per iteration. The
+// iteration, so variant 2 loads them once (32 registers for D 64) instead of 8 ldmatrix per iteration (5 is 2
+// without it; 4 is the default's tiles squeezed to 3 CTAs per SM, with some spills: pure occupancy). The
 // variants run with the largest shared-memory carveout so that 3 or 4 CTAs fit. Every variant computes the same
 // sums; dk, dv are deterministic for each, and a smaller Bq only regroups dq's atomic adds.
 
@@ -761,16 +763,20 @@ using BwdV2 =
 template <int D>
 using BwdV3 =
     std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 16>, 4, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
+template <int D>
+using BwdV4 =
+    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 64>, 3, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
+template <int D>
+using BwdV5 =
+    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 32>, 3, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
 
 std::atomic<int> g_bwd_variant_override{0};
 
 int env_backward_variant() {
   static const int v = [] {
     const char* e = std::getenv("HADATRAIN_FLASH_BWD");
-    if (e == nullptr) return 1;
-    if (std::strcmp(e, "2") == 0) return 2;
-    if (std::strcmp(e, "3") == 0) return 3;
-    return 1;
+    const bool digit = e != nullptr && e[0] >= '1' && e[0] <= '9' && e[1] == '\0';
+    return digit && e[0] - '0' <= kFlashBackwardVariants ? e[0] - '0' : 1;
   }();
   return v;
 }
@@ -896,6 +902,8 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
     switch (flash_backward_variant()) {  // Note [Backward variants]
       case 2: run(BwdV2<D>{}); break;
       case 3: run(BwdV3<D>{}); break;
+      case 4: run(BwdV4<D>{}); break;
+      case 5: run(BwdV5<D>{}); break;
       default: run(BwdVariant<BwdCfg<D>, 1, false>{}); break;
     }
     HT_CHECK_LAUNCH("flash_attention_backward");

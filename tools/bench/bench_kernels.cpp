@@ -19,6 +19,7 @@
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "kernels/flash_attention.h"  // bench_attention_bwd_variants
 
 using namespace ht;
 
@@ -344,6 +345,45 @@ void bench_attention(bool csv) {
 }
 // ---- end bench_attention ----
 
+// ---- bench_attention_bwd_variants (helper attn7) ----
+// The fused backward's kernel variants (Note [Backward variants] in kernels/flash_attention.cu; the process
+// default comes from HADATRAIN_FLASH_BWD) on bench_attention's shapes: bf16 causal, B = 4, H = 16, forward +
+// backward through the op, each variant selected with kernels::set_flash_backward_variant.
+void bench_attention_bwd_variants(bool csv) {
+  const Device dev = Device::cuda(0);
+  Generator gen(7);
+  if (csv) std::printf("attention bwd variant,B,H,T,D,variant,fwd+bwd_ms\n");
+  else std::printf("\n%-42s %8s %12s\n", "attention bf16 causal bwd variants", "variant", "fwd+bwd ms");
+  const int64_t B = 4, H = 16;
+  for (int64_t D : {int64_t{64}, int64_t{128}})
+    for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
+      auto make = [&] {
+        Tensor t = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
+        t.set_requires_grad(true);
+        return t;
+      };
+      Tensor q = make(), k = make(), v = make();
+      const Tensor g = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
+      for (int variant = 1; variant <= kernels::kFlashBackwardVariants; ++variant) {
+        kernels::set_flash_backward_variant(variant);
+        const double ms = time_ms([&] {
+          q.zero_grad();
+          k.zero_grad();
+          v.zero_grad();
+          scaled_dot_product_attention(q, k, v, {AttnMask::causal, 0.0}).backward(g);
+        });
+        if (csv)
+          std::printf("attention_bwd_variant,%lld,%lld,%lld,%lld,%d,%.4f\n", static_cast<long long>(B),
+                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, ms);
+        else
+          std::printf("%-42s %8d %12.4f\n", ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(),
+                      variant, ms);
+      }
+      kernels::set_flash_backward_variant(0);
+    }
+}
+// ---- end bench_attention_bwd_variants ----
+
 // ---- bench_norm_gelu (helper kernels) ----
 // Batch norm (train, f32 weight / bias / running stats), GELU, layer_norm and softmax backward in bf16 through
 // the op API, in the main table's format (ratio to the copy bandwidth). Backward times are (forward +
@@ -590,6 +630,7 @@ int main(int argc, char** argv) {
   bench_lowp_gemm(csv);
   bench_conv_bn(csv);
   bench_attention(csv);
+  bench_attention_bwd_variants(csv);
   bench_attention_packed(csv);
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
