@@ -14,8 +14,8 @@
 // dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
-// HADATRAIN_FLASH_BWD=2..5 (environment, read once per process) runs the same backward in a configuration
-// with more CTAs per SM instead (Note [Backward variants]); the default is unchanged.
+// HADATRAIN_FLASH_BWD=2..6 (environment, read once per process) runs the same backward in another configuration
+// (more CTAs per SM, lse / dsum staged in shared memory: Note [Backward variants]); the default is unchanged.
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -104,6 +104,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+// 4 bytes global -> shared (through L1); zero-filled when !valid (src must still be a valid address).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -454,7 +459,7 @@ struct BwdCfg {
 // atomic adds of dS K (without the scale). grid (key blocks, B * Hkv).
 // The body is shared by two kernels: flash_backward_kernel (the default, __launch_bounds__ without a minimum)
 // and flash_backward_kernel_min (the variants with a CTAs-per-SM minimum; Note [Backward variants]).
-template <class E, int D, int W, int Bq, bool KvRegs>
+template <class E, int D, int W, int Bq, bool KvRegs, bool StageRows>
 __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv,
                                                     float* __restrict__ dq_acc, const uint16_t* __restrict__ q,
                                                     const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
@@ -467,6 +472,8 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
   uint16_t* v_s = k_s + kBc * kStride;           // (kBc, D)
   uint16_t* qd_s = v_s + kBc * kStride;          // stage i: Q at 2 i kBq rows, dO after it
   uint16_t* ds_s = qd_s + 4 * kBq * kStride;     // dSᵀ (kBc, kBq)
+  // StageRows: stage i's lse at rs_s[2 i kBq], its dsum after it (BwdVariant::kSmemBytes counts them)
+  float* rs_s = reinterpret_cast<float*>(ds_s + kBc * kSStride);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
 
@@ -491,6 +498,16 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
     uint16_t* dst = qd_s + (it & 1) * 2 * kBq * kStride;
     load_tile<kBq, D, kStride, C::kThreads>(dst, head_ptr(q, p.q, b, h), p.q.t, q0, p.T);
     load_tile<kBq, D, kStride, C::kThreads>(dst + kBq * kStride, head_ptr(dout, p.dout, b, h), p.dout.t, q0, p.T);
+    if constexpr (StageRows) {  // lse and dsum of the block's rows, in the same group as its tiles
+      float* rs = rs_s + (it & 1) * 2 * kBq;
+      const int64_t row0 = static_cast<int64_t>(b * p.Hq + h) * p.T;
+      for (int i = tid; i < 2 * kBq; i += C::kThreads) {
+        const int r = i % kBq;
+        const float* src = (i < kBq ? lse : dsum) + row0;
+        const bool valid = q0 + r < p.T;
+        cp_async4(rs + i, valid ? src + q0 + r : src, valid);
+      }
+    }
   };
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];  // this warp's 16 keys x D
@@ -579,9 +596,16 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
         const int row = q0 + n * 8 + 2 * tq + cc;  // query
         float l2 = INFINITY, ds = 0.f;             // rows past T: P = 0
         if (row < p.T) {
-          const float l = __ldg(lse_h + row);
+          float l;
+          if constexpr (StageRows) {  // the values at lse_h[row], dsum_h[row], from this stage's copy
+            const float* rs = rs_s + (it & 1) * 2 * kBq + (row - q0);
+            l = rs[0];
+            ds = rs[kBq];
+          } else {
+            l = __ldg(lse_h + row);
+            ds = __ldg(dsum_h + row);
+          }
           l2 = l == -INFINITY ? INFINITY : l * kLog2e;  // rows that see no key pass no gradient
-          ds = __ldg(dsum_h + row);
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -698,12 +722,12 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
       const float *__restrict__ lse, const float *__restrict__ dsum, FlashParams p
 template <class E, int D, int W, int Bq>
 __global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads) flash_backward_kernel(HT_FLASH_BWD_PARAMS) {
-  flash_backward_body<E, D, W, Bq, false>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
+  flash_backward_body<E, D, W, Bq, false, false>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
 }
-template <class E, int D, int W, int Bq, int MinBlocks, bool KvRegs>
+template <class E, int D, int W, int Bq, int MinBlocks, bool KvRegs, bool StageRows>
 __global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads, MinBlocks)
     flash_backward_kernel_min(HT_FLASH_BWD_PARAMS) {
-  flash_backward_body<E, D, W, Bq, KvRegs>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
+  flash_backward_body<E, D, W, Bq, KvRegs, StageRows>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
 }
 #undef HT_FLASH_BWD_PARAMS
 
@@ -733,29 +757,36 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 
 // Note [Backward variants]
 // The backward kernel's body in other tile / occupancy configurations, chosen per process by the environment
-// variable HADATRAIN_FLASH_BWD (read once, at the first backward; "2" to "5", anything else the default;
+// variable HADATRAIN_FLASH_BWD (read once, at the first backward; "2" to "6", anything else the default;
 // set_flash_backward_variant overrides it, which the GPU tests use to run every variant). The default is
 // latency-bound at 2 CTAs (8 warps) per SM (Nsight Compute, D 64, T 1024: 216 registers, 63 KiB of shared
 // memory, 12.5 % occupancy, 5.9 cycles per issued instruction), so the variants trade per-warp reuse for
-// resident warps (ptxas, sm_90a; registers / spill bytes; shared memory per CTA; CTAs per SM):
+// resident warps, and all of them stage lse / dsum (ptxas, sm_90a; registers / spill bytes; shared memory per
+// CTA; CTAs per SM):
 //   default  D 64: Bq 64                    216 / 0   63 KiB    2      D 128: Bq 32  242 / 0   73 KiB    2
-//   2        D 64: Bq 32, K/V in registers  168 / 4   41 KiB    3      D 128: Bq 16  168 / 16  54 KiB    3
-//   3        D 64: Bq 16                    128 / 0   30 KiB    4      D 128: as 2
-//   4        D 64: Bq 64                    168 / 52  63 KiB    3      D 128: as 2
-//   5        D 64: Bq 32                    167 / 0   41 KiB    3      D 128: as 2
+//   2        D 64: Bq 32, K/V in registers  168 / 4   41.5 KiB  3      D 128: Bq 16  168 / 12  54.3 KiB  3
+//   3        D 64: Bq 16                    126 / 0   30.3 KiB  4      D 128: as 2
+//   4        D 64: Bq 64                    168 / 40  64 KiB    3      D 128: as 2
+//   5        D 64: Bq 32                    160 / 0   41.5 KiB  3      D 128: as 2
+//   6        D 64: Bq 64                    214 / 0   64 KiB    2      D 128: Bq 32  248 / 0   73.5 KiB  2
 // (Bq: query rows per iteration.) "K/V in registers": a warp's K and V A fragments are the same in every
 // iteration, so variant 2 loads them once (32 registers for D 64) instead of 8 ldmatrix per iteration (5 is 2
-// without it; 4 is the default's tiles squeezed to 3 CTAs per SM, with some spills: pure occupancy). The
-// variants run with the largest shared-memory carveout so that 3 or 4 CTAs fit. Every variant computes the same
-// sums; dk, dv are deterministic for each, and a smaller Bq only regroups dq's atomic adds.
+// without it; 4 is the default's tiles squeezed to 3 CTAs per SM, with some spills: occupancy alone; 6 is the
+// default plus the staging alone). "Staged lse / dsum": the default reads a query block's lse and dsum with
+// __ldg after its Sᵀ / dPᵀ products, an L2 round trip in every iteration's critical path that only 2 warps
+// per scheduler cannot hide; the variants copy them (cp.async, 4 bytes per row) into shared memory together
+// with the block's Q / dO tiles, one iteration ahead. The variants run with the largest shared-memory carveout
+// so that 3 or 4 CTAs fit. Every variant computes the same sums (the staged values are the same floats); dk,
+// dv are deterministic for each, and a smaller Bq only regroups their sums and dq's atomic adds.
 
 // A launch configuration: the tiles, the CTAs per SM that __launch_bounds__ asks ptxas to fit (a register cap of
-// 65536 / (threads MinBlocks)), and whether the K / V fragments stay in registers.
-template <class C, int MinBlocks, bool KvRegs>
+// 65536 / (threads MinBlocks)), whether the K / V fragments stay in registers and whether lse / dsum are staged.
+template <class C, int MinBlocks, bool KvRegs, bool StageRows = true>
 struct BwdVariant {
   using Cfg = C;
   static constexpr int kMinBlocks = MinBlocks;
-  static constexpr bool kKvRegs = KvRegs;
+  static constexpr bool kKvRegs = KvRegs, kStageRows = StageRows;
+  static constexpr std::size_t kSmemBytes = C::kSmemBytes + (StageRows ? 4 * C::kBq * sizeof(float) : 0);
 };
 template <int D>
 using BwdV2 =
@@ -769,6 +800,8 @@ using BwdV4 =
 template <int D>
 using BwdV5 =
     std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 32>, 3, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
+template <int D>
+using BwdV6 = BwdVariant<BwdCfg<D>, 1, false>;  // the default's tiles and occupancy, lse / dsum staged
 
 std::atomic<int> g_bwd_variant_override{0};
 
@@ -882,19 +915,19 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
       using V = decltype(variant);
       using C = typename V::Cfg;
       auto kernel = [] {
-        if constexpr (V::kMinBlocks > 1 || V::kKvRegs)
-          return flash_backward_kernel_min<E, D, C::kWarps, C::kBq, V::kMinBlocks, V::kKvRegs>;
+        if constexpr (V::kMinBlocks > 1 || V::kKvRegs || V::kStageRows)
+          return flash_backward_kernel_min<E, D, C::kWarps, C::kBq, V::kMinBlocks, V::kKvRegs, V::kStageRows>;
         else return flash_backward_kernel<E, D, C::kWarps, C::kBq>;
       }();
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(C::kSmemBytes)));
+                                         static_cast<int>(V::kSmemBytes)));
       if constexpr (V::kMinBlocks > 2) {
         // 3 or 4 CTAs per SM: ask for the largest carveout (the driver's choice may leave room for fewer)
         HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
       }
       const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
-      kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+      kernel<<<grid, C::kThreads, V::kSmemBytes, stream>>>(
           static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
           static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
           static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
@@ -904,7 +937,8 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
       case 3: run(BwdV3<D>{}); break;
       case 4: run(BwdV4<D>{}); break;
       case 5: run(BwdV5<D>{}); break;
-      default: run(BwdVariant<BwdCfg<D>, 1, false>{}); break;
+      case 6: run(BwdV6<D>{}); break;
+      default: run(BwdVariant<BwdCfg<D>, 1, false, false>{}); break;
     }
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(
