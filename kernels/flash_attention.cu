@@ -15,7 +15,7 @@
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
 // HADATRAIN_FLASH_BWD=2..6 (environment, read once per process) runs the same backward in another configuration
-// (more CTAs per SM, lse / dsum staged in shared memory: Note [Backward variants]); the default is unchanged.
+// (more CTAs per SM, more overlap between iterations: Note [Backward variants]); the default is unchanged.
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -459,7 +459,7 @@ struct BwdCfg {
 // atomic adds of dS K (without the scale). grid (key blocks, B * Hkv).
 // The body is shared by two kernels: flash_backward_kernel (the default, __launch_bounds__ without a minimum)
 // and flash_backward_kernel_min (the variants with a CTAs-per-SM minimum; Note [Backward variants]).
-template <class E, int D, int W, int Bq, bool KvRegs, bool StageRows>
+template <class E, int D, int W, int Bq, bool KvRegs, bool Overlap>
 __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv,
                                                     float* __restrict__ dq_acc, const uint16_t* __restrict__ q,
                                                     const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
@@ -471,9 +471,9 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
   uint16_t* k_s = smem;                          // (kBc, D)
   uint16_t* v_s = k_s + kBc * kStride;           // (kBc, D)
   uint16_t* qd_s = v_s + kBc * kStride;          // stage i: Q at 2 i kBq rows, dO after it
-  uint16_t* ds_s = qd_s + 4 * kBq * kStride;     // dSᵀ (kBc, kBq)
-  // StageRows: stage i's lse at rs_s[2 i kBq], its dsum after it (BwdVariant::kSmemBytes counts them)
-  float* rs_s = reinterpret_cast<float*>(ds_s + kBc * kSStride);
+  uint16_t* ds_s = qd_s + 4 * kBq * kStride;     // dSᵀ (kBc, kBq); Overlap: two, for even and odd iterations
+  // Overlap: stage i's lse at rs_s[2 i kBq], its dsum after it (BwdVariant::kSmemBytes counts the extra)
+  float* rs_s = reinterpret_cast<float*>(ds_s + 2 * kBc * kSStride);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
 
@@ -498,7 +498,7 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
     uint16_t* dst = qd_s + (it & 1) * 2 * kBq * kStride;
     load_tile<kBq, D, kStride, C::kThreads>(dst, head_ptr(q, p.q, b, h), p.q.t, q0, p.T);
     load_tile<kBq, D, kStride, C::kThreads>(dst + kBq * kStride, head_ptr(dout, p.dout, b, h), p.dout.t, q0, p.T);
-    if constexpr (StageRows) {  // lse and dsum of the block's rows, in the same group as its tiles
+    if constexpr (Overlap) {  // lse and dsum of the block's rows, in the same group as its tiles
       float* rs = rs_s + (it & 1) * 2 * kBq;
       const int64_t row0 = static_cast<int64_t>(b * p.Hq + h) * p.T;
       for (int i = tid; i < 2 * kBq; i += C::kThreads) {
@@ -597,7 +597,7 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
         float l2 = INFINITY, ds = 0.f;             // rows past T: P = 0
         if (row < p.T) {
           float l;
-          if constexpr (StageRows) {  // the values at lse_h[row], dsum_h[row], from this stage's copy
+          if constexpr (Overlap) {  // the values at lse_h[row], dsum_h[row], from this stage's copy
             const float* rs = rs_s + (it & 1) * 2 * kBq + (row - q0);
             l = rs[0];
             ds = rs[kBq];
@@ -620,6 +620,7 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
       }
 
     // dV += Pᵀ dO and dK += dSᵀ Q (A from registers, k = query)
+    uint16_t* ds_cur = Overlap ? ds_s + (it & 1) * kBc * kSStride : ds_s;
 #pragma unroll
     for (int kk = 0; kk < kBq / 16; ++kk) {
       const uint32_t ap[4] = {E::pack(st[2 * kk][0], st[2 * kk][1]), E::pack(st[2 * kk][2], st[2 * kk][3]),
@@ -629,7 +630,7 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
                               E::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                               E::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
       // dSᵀ to shared memory for dQ: rows = keys (g, g + 8 of this warp), columns = queries
-      uint16_t* ds_w = ds_s + (warp * 16 + g) * kSStride + kk * 16 + 2 * tq;
+      uint16_t* ds_w = ds_cur + (warp * 16 + g) * kSStride + kk * 16 + 2 * tq;
       *reinterpret_cast<uint32_t*>(ds_w) = as[0];
       *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride) = as[1];
       *reinterpret_cast<uint32_t*>(ds_w + 8) = as[2];
@@ -659,7 +660,7 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
         // A = dS (query rows wm*16.., key columns kk*16..) from dSᵀ stored (key, query): transposing loads
         uint32_t a[4];
         const int mi = lane >> 3;
-        ldsm_x4_t(a, ds_s + (kk * 16 + (lane & 7) + (mi >> 1) * 8) * kSStride + wm * 16 + (mi & 1) * 8);
+        ldsm_x4_t(a, ds_cur + (kk * 16 + (lane & 7) + (mi >> 1) * 8) * kSStride + wm * 16 + (mi & 1) * 8);
 #pragma unroll
         for (int dn = 0; dn < C::kDqCols / 16; ++dn) {
           uint32_t bk[4];
@@ -686,8 +687,14 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
         }
       }
     }
-    __syncthreads();  // stage and dSᵀ buffers are free again
+    // Without Overlap: the stage and dSᵀ buffers are free again. With it, no barrier is needed here: the next
+    // iteration writes the other dSᵀ buffer (and a warp can only get to the one after it, which writes this
+    // one, through the next iteration's first barrier, i.e. after every warp's dQ here); this stage's Q, dO,
+    // lse and dsum were last read before the dSᵀ barrier above, which every warp has passed before any thread
+    // refills the stage (at the top of the next iteration, with the iteration after it).
+    if constexpr (!Overlap) __syncthreads();
   }
+  if constexpr (Overlap) __syncthreads();  // every warp is done with k_s (dQ) before it is overwritten below
 
   // dK = scale dSᵀ Q summed, dV = Pᵀ dO summed: stage this warp's rows in its own rows of k_s / v_s
   uint16_t* dk_s = k_s + warp * 16 * kStride;
@@ -724,10 +731,10 @@ template <class E, int D, int W, int Bq>
 __global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads) flash_backward_kernel(HT_FLASH_BWD_PARAMS) {
   flash_backward_body<E, D, W, Bq, false, false>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
 }
-template <class E, int D, int W, int Bq, int MinBlocks, bool KvRegs, bool StageRows>
+template <class E, int D, int W, int Bq, int MinBlocks, bool KvRegs, bool Overlap>
 __global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads, MinBlocks)
     flash_backward_kernel_min(HT_FLASH_BWD_PARAMS) {
-  flash_backward_body<E, D, W, Bq, KvRegs, StageRows>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
+  flash_backward_body<E, D, W, Bq, KvRegs, Overlap>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
 }
 #undef HT_FLASH_BWD_PARAMS
 
@@ -761,32 +768,36 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 // set_flash_backward_variant overrides it, which the GPU tests use to run every variant). The default is
 // latency-bound at 2 CTAs (8 warps) per SM (Nsight Compute, D 64, T 1024: 216 registers, 63 KiB of shared
 // memory, 12.5 % occupancy, 5.9 cycles per issued instruction), so the variants trade per-warp reuse for
-// resident warps, and all of them stage lse / dsum (ptxas, sm_90a; registers / spill bytes; shared memory per
-// CTA; CTAs per SM):
+// resident warps, and all of them overlap iterations better (below). ptxas, sm_90a: registers / spill bytes;
+// shared memory per CTA; CTAs per SM:
 //   default  D 64: Bq 64                    216 / 0   63 KiB    2      D 128: Bq 32  242 / 0   73 KiB    2
-//   2        D 64: Bq 32, K/V in registers  168 / 4   41.5 KiB  3      D 128: Bq 16  168 / 12  54.3 KiB  3
-//   3        D 64: Bq 16                    126 / 0   30.3 KiB  4      D 128: as 2
-//   4        D 64: Bq 64                    168 / 40  64 KiB    3      D 128: as 2
-//   5        D 64: Bq 32                    160 / 0   41.5 KiB  3      D 128: as 2
-//   6        D 64: Bq 64                    214 / 0   64 KiB    2      D 128: Bq 32  248 / 0   73.5 KiB  2
+//   2        D 64: Bq 32, K/V in registers  168 / 4   46.5 KiB  3      D 128: Bq 16  168 / 12  57.3 KiB  3
+//   3        D 64: Bq 16                    126 / 0   33.3 KiB  4      D 128: as 2
+//   4        D 64: Bq 64                    168 / 52  73 KiB    3      D 128: as 2
+//   5        D 64: Bq 32                    165 / 0   46.5 KiB  3      D 128: as 2
+//   6        D 64: Bq 64                    215 / 0   73 KiB    2      D 128: Bq 32  248 / 0   78.5 KiB  2
 // (Bq: query rows per iteration.) "K/V in registers": a warp's K and V A fragments are the same in every
 // iteration, so variant 2 loads them once (32 registers for D 64) instead of 8 ldmatrix per iteration (5 is 2
 // without it; 4 is the default's tiles squeezed to 3 CTAs per SM, with some spills: occupancy alone; 6 is the
-// default plus the staging alone). "Staged lse / dsum": the default reads a query block's lse and dsum with
-// __ldg after its Sᵀ / dPᵀ products, an L2 round trip in every iteration's critical path that only 2 warps
-// per scheduler cannot hide; the variants copy them (cp.async, 4 bytes per row) into shared memory together
-// with the block's Q / dO tiles, one iteration ahead. The variants run with the largest shared-memory carveout
-// so that 3 or 4 CTAs fit. Every variant computes the same sums (the staged values are the same floats); dk,
-// dv are deterministic for each, and a smaller Bq only regroups their sums and dq's atomic adds.
+// default's tiles with the overlap alone). The overlap ("Overlap" in the code): (1) the default reads a query
+// block's lse and dsum with __ldg after its Sᵀ / dPᵀ products, an L2 round trip in every iteration's critical
+// path that 2 warps per scheduler cannot hide; the variants copy them (cp.async, 4 bytes per row) into shared
+// memory with the block's Q / dO tiles, one iteration ahead; (2) two dSᵀ buffers (even / odd iterations)
+// remove the barrier at the end of each iteration, so warps done with their dQ products and atomics start the
+// next block while others finish. The variants run with the largest shared-memory carveout so that 3 or 4
+// CTAs fit. Every variant computes the same sums (the staged values are the same floats); dk, dv are
+// deterministic for each, and a smaller Bq only regroups their sums and dq's atomic adds.
 
 // A launch configuration: the tiles, the CTAs per SM that __launch_bounds__ asks ptxas to fit (a register cap of
-// 65536 / (threads MinBlocks)), whether the K / V fragments stay in registers and whether lse / dsum are staged.
-template <class C, int MinBlocks, bool KvRegs, bool StageRows = true>
+// 65536 / (threads MinBlocks)), whether the K / V fragments stay in registers, and the overlap.
+template <class C, int MinBlocks, bool KvRegs, bool Overlap = true>
 struct BwdVariant {
   using Cfg = C;
   static constexpr int kMinBlocks = MinBlocks;
-  static constexpr bool kKvRegs = KvRegs, kStageRows = StageRows;
-  static constexpr std::size_t kSmemBytes = C::kSmemBytes + (StageRows ? 4 * C::kBq * sizeof(float) : 0);
+  static constexpr bool kKvRegs = KvRegs, kOverlap = Overlap;
+  // Overlap: a second dSᵀ buffer and the staged lse / dsum of two stages
+  static constexpr std::size_t kSmemBytes =
+      C::kSmemBytes + (Overlap ? C::kBc * C::kSStride * sizeof(uint16_t) + 4 * C::kBq * sizeof(float) : 0);
 };
 template <int D>
 using BwdV2 =
@@ -915,8 +926,8 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
       using V = decltype(variant);
       using C = typename V::Cfg;
       auto kernel = [] {
-        if constexpr (V::kMinBlocks > 1 || V::kKvRegs || V::kStageRows)
-          return flash_backward_kernel_min<E, D, C::kWarps, C::kBq, V::kMinBlocks, V::kKvRegs, V::kStageRows>;
+        if constexpr (V::kMinBlocks > 1 || V::kKvRegs || V::kOverlap)
+          return flash_backward_kernel_min<E, D, C::kWarps, C::kBq, V::kMinBlocks, V::kKvRegs, V::kOverlap>;
         else return flash_backward_kernel<E, D, C::kWarps, C::kBq>;
       }();
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
