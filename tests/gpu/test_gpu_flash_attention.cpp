@@ -1,11 +1,12 @@
 // The fused (FlashAttention-2 style) attention kernels on CUDA against the CPU reference: the CPU op runs
 // in double on the same bf16/f16 inputs (converted exactly to f64), and the fused results (out, lse, dq,
 // dk, dv) must agree within a tolerance derived from the shared table. Cases: odd lengths (partial tiles),
-// T != S under the causal alignment (T < S, and T > S with empty rows and whole empty query blocks), D 64
-// and 128, grouped kv heads, a negative custom scale, a non-contiguous q. Every case asserts that the fused
-// kernels ran (kernels::flash_attention_counts), so a silent fallback fails the test. Every backward case runs
-// with each backward kernel variant (kernels::set_flash_backward_variant, Note [Backward variants] in
-// kernels/flash_attention.cu), whatever HADATRAIN_FLASH_BWD says.
+// T != S under the causal alignment (T < S, and T > S with empty rows and whole empty query blocks), long
+// causal sequences (many query blocks per key block), D 64 and 128, grouped kv heads, a negative custom
+// scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
+// so a silent fallback fails the test. Every backward case runs with each backward kernel variant
+// (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu), whatever
+// HADATRAIN_FLASH_BWD says.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -165,6 +166,9 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
        {AttnMask::causal, 0.0}, false},
       {"no mask T = 65, S = 131, negative custom scale, D 128", 1, 2, 1, 65, 131, 128, {AttnMask::none, -0.07}, false},
       {"causal one row one key, D 64", 1, 2, 2, 1, 1, 64, {AttnMask::causal, 0.0}, false},
+      // long enough for many iterations per key block (both parities of every double buffer, many key blocks)
+      {"causal T = S = 1024, D 64, 2 q heads per kv head", 1, 2, 1, 1024, 1024, 64, {AttnMask::causal, 0.0}, false},
+      {"causal T = S = 640, D 128", 1, 2, 2, 640, 640, 128, {AttnMask::causal, 0.0}, false},
   };
   uint64_t seed = 9100;
   for (DType dt : {DType::bf16, DType::f16}) {
