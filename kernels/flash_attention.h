@@ -63,7 +63,7 @@ struct FlashBackwardArgs {
 };
 void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const AttnShape& s, cudaStream_t stream);
 
-// Which backward kernel configuration runs: 1 (the default), 2 to 6 (more CTAs per SM and more; Note [Backward
+// Which backward kernel configuration runs: 1 (the default), 2 to 6 (more CTAs per SM, more overlap; Note [Backward
 // variants] in kernels/flash_attention.cu). The environment variable HADATRAIN_FLASH_BWD (read once per
 // process) picks it unless set_flash_backward_variant gave 1..kFlashBackwardVariants (0 or anything else:
 // back to the environment's choice). Every variant computes the same gradients within rounding (dq's atomic
