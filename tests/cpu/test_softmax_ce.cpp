@@ -264,6 +264,13 @@ TEST_CASE("cross_entropy reports bad targets and shapes", "[cross_entropy][error
   CrossEntropyOptions o;
   o.ignore_index = 9;  // -100 is no longer ignored
   CHECK_THROWS_WITH(cross_entropy(logits, targets({0, -100, 2}), o), HasSubstr("target[1] = -100"));
+  // On the CPU a deferred check still throws in the call (only CUDA defers), and the check is a no-op.
+  CrossEntropyOptions deferred;
+  deferred.target_check = TargetCheck::deferred;
+  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 7}), deferred), HasSubstr("target[2] = 7"));
+  CHECK_NOTHROW(check_deferred_targets(Device::cpu()));
+  CHECK(cross_entropy(logits, targets({0, 1, 2}), deferred).item() ==
+        cross_entropy(logits, targets({0, 1, 2})).item());
   CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1})), HasSubstr("expected target of shape (3)"));
   CHECK_THROWS_WITH(cross_entropy(logits, test::random_tensor({3}, 1)), HasSubstr("i32 or i64"));
   CHECK_THROWS_WITH(cross_entropy(test::random_tensor({3, 7, 2}, 1), targets({0, 1, 2})),
