@@ -30,12 +30,15 @@ std::string StepGraph::record(const std::function<void()>& body) {
   {
     StepCaptureScope scope;
     HT_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+    std::string thrown;
     try {
       body();
     } catch (const std::exception& e) {
-      why = fmt::format("the step failed while being recorded: {}", e.what());
+      thrown = e.what();
     }
-    if (why.empty() && !scope.reason().empty()) why = fmt::format("the step cannot be replayed: {}", scope.reason());
+    // A noted reason came before any exception (which ends the body): report the first thing that went wrong.
+    if (!scope.reason().empty()) why = fmt::format("the step cannot be replayed: {}", scope.reason());
+    else if (!thrown.empty()) why = fmt::format("the step failed while being recorded: {}", thrown);
     const cudaError_t end = cudaStreamEndCapture(stream(), &graph);
     if (end != cudaSuccess) {
       (void)cudaGetLastError();

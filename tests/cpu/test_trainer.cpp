@@ -40,45 +40,15 @@ fs::path temp_dir() {
   return dir.path;
 }
 
-// ---- a small MNIST-layout dataset: 8x8 images, 10 classes (label = index % 10) ----
+// ---- a small MNIST-layout dataset: 8x8 images, 10 classes (label = index % 10; test::write_idx_dataset) ----
 
 constexpr int kSide = 8;
 constexpr int kTrain = 64, kTest = 32;
 
-void put_u32(std::ofstream& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.put(static_cast<char>((v >> shift) & 0xFF));
-}
-
-// Image i of a split: the class lights a row and a column; a hash adds noise so no two images are equal.
-uint8_t pixel(int split, int i, int y, int x) {
-  const int label = i % 10;
-  const uint32_t h = static_cast<uint32_t>((split * 7919 + i) * 2654435761u + static_cast<uint32_t>(y * kSide + x) * 40503u);
-  const int noise = static_cast<int>((h >> 13) % 160);
-  const bool lit = y == label % kSide || x == (label * 3 + label / kSide) % kSide;  // distinct per class
-  return static_cast<uint8_t>((lit ? 90 : 0) + noise);
-}
-
-void write_idx_split(const fs::path& dir, const std::string& prefix, int split, int n) {
-  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
-  put_u32(images, 0x00000803);
-  put_u32(images, static_cast<uint32_t>(n));
-  put_u32(images, kSide);
-  put_u32(images, kSide);
-  for (int i = 0; i < n; ++i)
-    for (int y = 0; y < kSide; ++y)
-      for (int x = 0; x < kSide; ++x) images.put(static_cast<char>(pixel(split, i, y, x)));
-  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
-  put_u32(labels, 0x00000801);
-  put_u32(labels, static_cast<uint32_t>(n));
-  for (int i = 0; i < n; ++i) labels.put(static_cast<char>(i % 10));
-}
-
 fs::path data_dir() {
   static const fs::path dir = [] {
     const fs::path d = temp_dir() / "idx8";
-    fs::create_directories(d);
-    write_idx_split(d, "train", 0, kTrain);
-    write_idx_split(d, "t10k", 1, kTest);
+    test::write_idx_dataset(d, kSide, kTrain, kTest);
     return d;
   }();
   return dir;

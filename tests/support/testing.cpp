@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstdint>
+#include <fstream>
 #include <limits>
 #include <vector>
 
@@ -18,6 +20,46 @@ TempDir::TempDir(const std::string& tag) {
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
+}
+
+namespace {
+
+void put_u32(std::ofstream& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.put(static_cast<char>((v >> shift) & 0xFF));
+}
+
+// Pixel (y, x) of image i of a split: the class lights a row and a column; the hash adds noise.
+uint8_t idx_pixel(int side, int split, int i, int y, int x) {
+  const int label = i % 10;
+  const uint32_t h =
+      static_cast<uint32_t>((split * 7919 + i) * 2654435761u + static_cast<uint32_t>(y * side + x) * 40503u);
+  const int noise = static_cast<int>((h >> 13) % 160);
+  const bool lit = y == label % side || x == (label * 3 + label / side) % side;  // distinct per class
+  return static_cast<uint8_t>((lit ? 90 : 0) + noise);
+}
+
+void write_idx_split(const std::filesystem::path& dir, const std::string& prefix, int side, int split, int n) {
+  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
+  put_u32(images, 0x00000803);
+  put_u32(images, static_cast<uint32_t>(n));
+  put_u32(images, static_cast<uint32_t>(side));
+  put_u32(images, static_cast<uint32_t>(side));
+  for (int i = 0; i < n; ++i)
+    for (int y = 0; y < side; ++y)
+      for (int x = 0; x < side; ++x) images.put(static_cast<char>(idx_pixel(side, split, i, y, x)));
+  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
+  put_u32(labels, 0x00000801);
+  put_u32(labels, static_cast<uint32_t>(n));
+  for (int i = 0; i < n; ++i) labels.put(static_cast<char>(i % 10));
+  HT_CHECK(images.good() && labels.good(), "write_idx_dataset: writing {} failed", dir.string());
+}
+
+}  // namespace
+
+void write_idx_dataset(const std::filesystem::path& dir, int side, int n_train, int n_test) {
+  std::filesystem::create_directories(dir);
+  write_idx_split(dir, "train", side, 0, n_train);
+  write_idx_split(dir, "t10k", side, 1, n_test);
 }
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, double lo, double hi) {

@@ -18,6 +18,11 @@ struct TempDir {
   std::filesystem::path path;
 };
 
+// A small MNIST-layout (IDX) dataset in `dir`: train-images/labels (n_train) and t10k-images/labels (n_test)
+// of side x side u8 images, label = index % 10. Each class lights one row and one column of the image, and
+// a hash adds noise, so no two images are equal and a model can learn the classes.
+void write_idx_dataset(const std::filesystem::path& dir, int side, int n_train, int n_test);
+
 // Uniform values in [lo, hi) from a Philox generator seeded with `seed`.
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
 
