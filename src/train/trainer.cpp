@@ -317,6 +317,15 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     while (const auto batch = timed_next()) {
       const double lr = optim::learning_rate(schedule, st.step);
       clock->step = st.step;
+      // The step's device work on a batch already on the device (the optimiser's begin_step is the caller's):
+      // eager steps and the recorded graph run the same code.
+      auto device_step = [&](const Tensor& x, const Tensor& y) {  // x (B, C, H, W), y (B)
+        const Tensor loss = cross_entropy(model->forward(x.to(dtype)), y, ce_opts);
+        loss.backward();
+        clip_gradients();
+        optimizer->apply();
+        add_(unread_loss, loss.detach().to(DType::f64));
+      };
       bool done = false;
 #ifdef HADATRAIN_CUDA
       // Graph-eligible: batches of the recorded shape.
@@ -331,12 +340,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
           copy_(gs.y, batch->labels);
           optimizer->begin_step(lr);
           auto body = [&] {
-            const Tensor loss = cross_entropy(model->forward(gs.x.to(dtype)), gs.y, ce_opts);
-            loss.backward();
-            clip_gradients();
-            optimizer->apply();
-            optimizer->zero_grad();
-            add_(unread_loss, loss.detach().to(DType::f64));
+            device_step(gs.x, gs.y);
+            optimizer->zero_grad();  // a recorded step frees the gradients it allocated
           };
           if (gs.graph.ready()) {
             gs.graph.replay();
@@ -368,14 +373,9 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
       }
 #endif
       if (!done) {
-        const Tensor x = batch->images.to(device).to(dtype);  // (B, C, H, W)
-        const Tensor y = batch->labels.to(device);            // (B)
-        const Tensor loss = cross_entropy(model->forward(x), y, ce_opts);
         optimizer->zero_grad();
-        loss.backward();
-        clip_gradients();
-        optimizer->step(lr);
-        add_(unread_loss, loss.detach().to(DType::f64));
+        optimizer->begin_step(lr);
+        device_step(batch->images.to(device), batch->labels.to(device));
       }
       ++st.step;
       ++epoch_steps;

@@ -302,8 +302,33 @@ void bench_hla(bool csv, double copy_gbs) {
 // T = S in {1024, 2048, 4096}, through the op (the fused kernels of kernels/flash_attention.cu): forward
 // alone (no grad) and forward + backward through autograd. FLOPs: forward 4·B·H·T²·D / 2 (the causal half),
 // backward 2.5x the forward, so forward + backward counts 3.5x.
-void bench_attention(bool csv) {
+// bf16 q, k, v (B, H, T, D) requiring gradients and an upstream gradient g, uniform in [-1, 1).
+struct AttentionCase {
+  Tensor q, k, v, g;
+};
+AttentionCase attention_case(Generator& gen, int64_t B, int64_t H, int64_t T, int64_t D) {
   const Device dev = Device::cuda(0);
+  auto make = [&] {
+    Tensor t = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
+    t.set_requires_grad(true);
+    return t;
+  };
+  AttentionCase c{make(), make(), make(), Tensor()};
+  c.g = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
+  return c;
+}
+
+// Causal forward + backward through autograd.
+double attention_fwd_bwd_ms(AttentionCase& c) {
+  return time_ms([&] {
+    c.q.zero_grad();
+    c.k.zero_grad();
+    c.v.zero_grad();
+    scaled_dot_product_attention(c.q, c.k, c.v, {AttnMask::causal, 0.0}).backward(c.g);
+  });
+}
+
+void bench_attention(bool csv) {
   Generator gen(6);
   if (csv) std::printf("attention bf16 causal,B,H,T,D,fwd_ms,fwd_TFLOP/s,fwd+bwd_ms,fwd+bwd_TFLOP/s\n");
   else
@@ -312,25 +337,13 @@ void bench_attention(bool csv) {
   const int64_t B = 4, H = 16;
   for (int64_t D : {int64_t{64}, int64_t{128}})
     for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
-      auto make = [&] {
-        Tensor t = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
-        t.set_requires_grad(true);
-        return t;
-      };
-      Tensor q = make(), k = make(), v = make();
-      const Tensor g = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
-      const AttentionOptions opts{AttnMask::causal, 0.0};
+      AttentionCase c = attention_case(gen, B, H, T, D);
       Tensor keep;
       const double fwd_ms = time_ms([&] {
         NoGradGuard no_grad;
-        keep = scaled_dot_product_attention(q, k, v, opts);
+        keep = scaled_dot_product_attention(c.q, c.k, c.v, {AttnMask::causal, 0.0});
       });
-      const double fb_ms = time_ms([&] {
-        q.zero_grad();
-        k.zero_grad();
-        v.zero_grad();
-        scaled_dot_product_attention(q, k, v, opts).backward(g);
-      });
+      const double fb_ms = attention_fwd_bwd_ms(c);
       const double fwd_flops = 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) *
                                static_cast<double>(D) * 0.5;
       const double fwd_tf = fwd_flops / fwd_ms * 1e-9, fb_tf = 3.5 * fwd_flops / fb_ms * 1e-9;
@@ -350,28 +363,16 @@ void bench_attention(bool csv) {
 // default comes from HADATRAIN_FLASH_BWD) on bench_attention's shapes: bf16 causal, B = 4, H = 16, forward +
 // backward through the op, each variant selected with kernels::set_flash_backward_variant.
 void bench_attention_bwd_variants(bool csv) {
-  const Device dev = Device::cuda(0);
   Generator gen(7);
   if (csv) std::printf("attention bwd variant,B,H,T,D,variant,fwd+bwd_ms\n");
   else std::printf("\n%-42s %8s %12s\n", "attention bf16 causal bwd variants", "variant", "fwd+bwd ms");
   const int64_t B = 4, H = 16;
   for (int64_t D : {int64_t{64}, int64_t{128}})
     for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
-      auto make = [&] {
-        Tensor t = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
-        t.set_requires_grad(true);
-        return t;
-      };
-      Tensor q = make(), k = make(), v = make();
-      const Tensor g = uniform({B, H, T, D}, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16);
+      AttentionCase c = attention_case(gen, B, H, T, D);
       for (int variant = 1; variant <= kernels::kFlashBackwardVariants; ++variant) {
         kernels::set_flash_backward_variant(variant);
-        const double ms = time_ms([&] {
-          q.zero_grad();
-          k.zero_grad();
-          v.zero_grad();
-          scaled_dot_product_attention(q, k, v, {AttnMask::causal, 0.0}).backward(g);
-        });
+        const double ms = attention_fwd_bwd_ms(c);
         if (csv)
           std::printf("attention_bwd_variant,%lld,%lld,%lld,%lld,%d,%.4f\n", static_cast<long long>(B),
                       static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, ms);

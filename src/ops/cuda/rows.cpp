@@ -136,13 +136,8 @@ Tensor cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits,
     DeferredTargets& d = deferred_targets();
     std::lock_guard<std::mutex> lock(d.mutex);
     Tensor& rec = d.record[static_cast<std::size_t>(logits.device().index)];
-    if (!rec.defined()) {
-      // Process lifetime: allocated on the legacy default stream (which outlives every owned stream, e.g. a
-      // step graph's), ready before any stream uses it.
-      cuda::StreamGuard legacy(nullptr, logits.device().index);
-      rec = ht::zeros({2}, {DType::i64, logits.device()});
-      cuda::synchronize_stream(logits.device().index);
-    }
+    // Process lifetime; if its stream is destroyed first, the allocator frees it on the legacy stream.
+    if (!rec.defined()) rec = ht::zeros({2}, {DType::i64, logits.device()});
     // rec = (max(rec[0], status[1]), C of the call that set it); status[1] > 0 only on a failure.
     const Tensor bad = ht::select(status, 0, 1), prev = ht::select(rec, 0, 0);
     const Tensor classes = ht::full({}, static_cast<double>(c), {DType::i64, logits.device()});
