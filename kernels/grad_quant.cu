@@ -247,6 +247,12 @@ HT_DEV uint8_t luq_code(float x, float alpha, int top, uint32_t word) {
 // __umulhi and the low product instead of philox_round's 64-bit products and masks, which nvcc's front end
 // leaves as 64-bit multiplies and xors. Same words (integer arithmetic; checked against philox4x32_10 on
 // the host).
+// The noise stream of a launch: a.stream plus, when a.stream_add is set (a recorded step graph, Note [Step
+// graphs]), the step field read from device memory at run time.
+HT_DEV uint64_t noise_stream(const GradQuantArgs& a) {
+  return a.stream_add == nullptr ? a.stream : a.stream + static_cast<uint64_t>(__ldg(a.stream_add));
+}
+
 HT_DEV void sr_block32(uint64_t seed, uint64_t stream, uint64_t blk, uint32_t w[4]) {
   uint32_t c0 = static_cast<uint32_t>(blk), c1 = static_cast<uint32_t>(blk >> 32);
   uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(stream >> 32);
@@ -278,8 +284,8 @@ struct UnitNoise {
 };
 HT_DEV void uniform_noise(const GradQuantArgs& a, int64_t base, int n, UnitNoise& nz) {
   const uint64_t blk = static_cast<uint64_t>(base) >> 3;
-  sr_block32(a.seed, a.stream, blk, nz.w);
-  if (n > 8) sr_block32(a.seed, a.stream, blk + 1, nz.w + 4);
+  sr_block32(a.seed, noise_stream(a), blk, nz.w);
+  if (n > 8) sr_block32(a.seed, noise_stream(a), blk + 1, nz.w + 4);
 }
 // The 16 bits of element k (a compile-time index after unrolling) of the unit starting at base. Chunk mode
 // (n == 16, base % 16 == 0): a constant index into the two blocks. Block mode (n <= 8): element base + k is
@@ -302,17 +308,18 @@ HT_DEV void quant_unit(const float v[kU], int64_t base, int n, const Level& l, c
     uint32_t w[kU];
     if (n == kU) {  // base is a multiple of 16: four whole Philox blocks of philox_word
       const uint32_t key[2] = {static_cast<uint32_t>(a.seed), static_cast<uint32_t>(a.seed >> 32)};
+      const uint64_t stream = noise_stream(a);
 #pragma unroll
       for (int b = 0; b < kU / 4; ++b) {
         const uint64_t blk = (static_cast<uint64_t>(base) >> 2) + static_cast<uint64_t>(b);
         const uint32_t ctr[4] = {static_cast<uint32_t>(blk), static_cast<uint32_t>(blk >> 32),
-                                 static_cast<uint32_t>(a.stream), static_cast<uint32_t>(a.stream >> 32)};
+                                 static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
         philox4x32_10(ctr, key, &w[4 * b]);
       }
     } else {
 #pragma unroll
       for (int k = 0; k < kU; ++k)
-        w[k] = k < n ? philox_word(a.seed, a.stream, static_cast<uint64_t>(base + k)) : 0u;
+        w[k] = k < n ? philox_word(a.seed, noise_stream(a), static_cast<uint64_t>(base + k)) : 0u;
     }
 #pragma unroll
     for (int k = 0; k < kU; ++k) q[k] = l.s == 0.0f ? uint8_t{0} : luq_code(v[k], l.s, a.qmax, w[k]);
@@ -512,7 +519,7 @@ HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l
   uint32_t c[kItem];
   if (kSR) {
     uint32_t w[4];
-    sr_block32(a.seed, a.stream, static_cast<uint64_t>(base) >> 3, w);
+    sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(base) >> 3, w);
     const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
 #pragma unroll
     for (int k = 0; k < kItem; ++k) c[k] = sr_code<kFp8>(v[k], l, cap, ht::grad::sr_bits(w, k));
@@ -850,7 +857,7 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
         load8(x, i, vec, v);
         if (noise) {  // sr_code: uniform_code's stochastic rounding in fewer instructions
           uint32_t w[4];
-          sr_block32(a.seed, a.stream, static_cast<uint64_t>(i) >> 3, w);
+          sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(i) >> 3, w);
           const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
           if (a.fp8_values) {
 #pragma unroll

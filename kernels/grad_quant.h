@@ -36,6 +36,9 @@ struct GradQuantArgs {
   bool sawb = false;         // uniform only: SAWB scale (else absmax)
   bool stochastic = true;    // uniform only (LUQ is always stochastic)
   uint64_t seed = 0, stream = 0;  // Philox noise key; element i draws philox_word(seed, stream, i)
+  // Optional (grad::Noise::step_word): device int64 added to `stream` when the kernel runs, so that a recorded
+  // step graph draws each replay's step (Note [Step graphs]).
+  const int64_t* stream_add = nullptr;
   bool fp8_values = false;        // uniform only: e4m3 codes of the levels instead of int8 (qmax <= 15)
   // uniform, one group (group_len == numel), hadamard 1, cols % 8 == 0 only: values stored transposed, as
   // (cols, numel / cols) for x seen as (numel / cols, cols) (QuantSpec's ValuesLayout::transposed). Runs the

@@ -72,6 +72,7 @@ void quantise(const grad::Quantized& q, const Tensor& x, grad::Granularity granu
   args.group_len = groups.len;
   args.seed = noise.seed;
   args.stream = noise.stream;
+  args.stream_add = noise.step_word;
   args.values = static_cast<uint8_t*>(q.values.data_ptr());
   args.scale = static_cast<float*>(q.scale.data_ptr());
   args.input_absmax = q.input_absmax.defined() ? static_cast<float*>(q.input_absmax.data_ptr()) : nullptr;

@@ -39,6 +39,8 @@ Quantized luq_quantize(const Tensor& x, const LuqSpec& spec) {
            "luq_quantize: bits must be in 2..4 (levels up to 2^(2^(bits-1)-1) must be exact in e4m3), got {} "
            "(input {})",
            spec.bits, x.describe());
+  HT_CHECK(spec.noise.step_word == nullptr || x.is_cuda(),
+           "luq_quantize: a device step word for the noise needs a CUDA input, got {}", x.describe());
   const detail::Groups groups = detail::groups_of(x, spec.granularity);
   Quantized q{empty(x.shape(), {DType::f8e4m3, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()}),
               Tensor()};

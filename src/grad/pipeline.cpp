@@ -22,9 +22,21 @@
 namespace ht::grad {
 
 Noise NoiseKey::noise(uint32_t role) const {
+  if (step_word != nullptr) return Noise{seed, philox_stream(layer, 0, role), step_word};
   // The step number is a kernel argument of the noise: a recorded step graph would replay one step's noise.
-  note_step_capture_unsafe("a gradient pipeline draws stochastic-rounding noise per step");
+  note_step_capture_unsafe("a gradient pipeline draws stochastic-rounding noise per step (host step clock)");
   return Noise{seed, philox_stream(layer, static_cast<uint64_t>(step), role)};
+}
+
+void StepClock::keep_on_device(Device device) {
+  word = device.is_cuda() ? zeros({}, {DType::i64, device}) : Tensor();
+  set(step);
+}
+
+void StepClock::set(int64_t s) {
+  step = s;
+  // philox_stream's step field: bits 8..47. Exact through fill_'s double (< 2^48).
+  if (word.defined()) fill_(word, static_cast<double>((static_cast<uint64_t>(s) & 0xFFFFFFFFFFull) << 8));
 }
 
 std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec) {

@@ -123,6 +123,8 @@ void check_spec(const char* op, const Tensor& x, const QuantSpec& spec) {
            "{}: values_dtype must be i8, or f8e4m3 with bits <= 5 (levels exact in e4m3), got {} with bits {}", op,
            dtype_name(spec.values_dtype), spec.bits);
   detail::check_hadamard_block(op, x, spec.hadamard_block);
+  HT_CHECK(spec.noise.step_word == nullptr || x.is_cuda(),
+           "{}: a device step word for the noise needs a CUDA input, got {}", op, x.describe());
 }
 
 }  // namespace

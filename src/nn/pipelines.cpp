@@ -7,7 +7,10 @@ namespace ht::nn {
 
 grad::NoiseKey PipelineBinding::key_now() const {
   grad::NoiseKey k = key;
-  if (clock) k.step = clock->step;
+  if (clock) {
+    k.step = clock->step;
+    if (clock->word.defined()) k.step_word = clock->word.data<int64_t>();
+  }
   return k;
 }
 

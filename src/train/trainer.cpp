@@ -195,6 +195,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   model->to(device);
   auto optimizer = make_optimizer(cfg, *model);
   auto clock = std::make_shared<grad::StepClock>();  // Note [Pipeline noise]: the step keys stochastic rounding
+  clock->keep_on_device(device);  // CUDA: the quantisers read the step from the device (recordable steps)
   log_pipelines(nn::bind_pipelines(*model, cfg.grad_pipeline, clock));
 
   data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
@@ -316,7 +317,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     };
     while (const auto batch = timed_next()) {
       const double lr = optim::learning_rate(schedule, st.step);
-      clock->step = st.step;
+      clock->set(st.step);  // before the step's device work, on the run's stream
       // The step's device work on a batch already on the device (the optimiser's begin_step is the caller's):
       // eager steps and the recorded graph run the same code.
       auto device_step = [&](const Tensor& x, const Tensor& y) {  // x (B, C, H, W), y (B)

@@ -5,11 +5,13 @@
 #include <map>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/core/capture.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/tensor/philox.h"
 #include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
@@ -387,4 +389,33 @@ TEST_CASE("Linear and Conv2d under every pipeline stay within the documented err
     CHECK(test::rel_error(cw1, cw0) < max_err);
     CHECK(test::rel_error(lw1, lw0) < max_err);
   }
+}
+
+TEST_CASE("noise keys: a host step is baked into the stream and stops a step recording; a device word is not",
+          "[grad]") {
+  // Note [Pipeline noise]: with a step word the key hands the kernels the step-0 stream and the word.
+  const int64_t word = 0;  // stands for StepClock::word's device pointer (never dereferenced here)
+  const grad::NoiseKey host{5, 3, 42}, device{5, 3, 42, &word};
+  {
+    StepCaptureScope recording;
+    const grad::Noise n = device.noise(2);
+    CHECK(n.seed == 5);
+    CHECK(n.stream == philox_stream(3, 0, 2));
+    CHECK(n.step_word == &word);
+    CHECK(recording.reason().empty());
+    const grad::Noise h = host.noise(2);
+    CHECK(h.stream == philox_stream(3, 42, 2));
+    CHECK(h.step_word == nullptr);
+    CHECK_THAT(recording.reason(), HasSubstr("stochastic-rounding noise"));
+  }
+  // The step field the device word holds: philox_stream's bits 8..47, so adding it to the step-0 stream
+  // gives the host-step stream.
+  for (uint64_t step : {uint64_t{1}, uint64_t{42}, (uint64_t{1} << 40) - 1})
+    CHECK(philox_stream(3, 0, 2) + (step << 8) == philox_stream(3, step, 2));
+  // On the CPU the clock keeps the host step only, and the bound layers' keys carry no word.
+  grad::StepClock clock;
+  clock.keep_on_device(Device::cpu());
+  clock.set(9);
+  CHECK(!clock.word.defined());
+  CHECK(clock.step == 9);
 }

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/quant.h"
+#include "hadatrain/tensor/philox.h"
 
 using namespace ht;
 using namespace ht::grad;
@@ -351,4 +353,61 @@ TEST_CASE("CUDA pack_int4 / unpack_int4 equal the CPU", "[gpu][grad_quant]") {
   const Tensor t = v.to(test::kCuda).transpose(0, 1);  // (66, 37)
   CHECK(test::compare_bits(unpack_int4(pack_int4(t.narrow(1, 0, 36))), v.transpose(0, 1).narrow(1, 0, 36).contiguous()) ==
         "");
+}
+
+TEST_CASE("CUDA quantisers with a device step word draw the host-step stream's bits", "[gpu][grad_quant][graph]") {
+  // Note [Pipeline noise]: StepClock::word holds (step mod 2^40) << 8 and the kernels add it to the step-0
+  // stream; the bits must equal the CPU's with philox_stream(layer, step, role) itself.
+  const uint32_t layer = 5, role = 2;
+  for (int64_t step : {int64_t{1}, int64_t{3}, int64_t{1} << 39}) {
+    grad::StepClock clock;
+    clock.keep_on_device(test::kCuda);
+    clock.set(step);
+    REQUIRE(clock.word.defined());
+    CHECK(clock.word.to(Device::cpu()).item() == static_cast<double>(static_cast<uint64_t>(step) << 8));
+    grad::NoiseKey device_key{11, layer, step, clock.word.data<int64_t>()};
+    grad::NoiseKey host_key{11, layer, step};
+    const Noise dn = device_key.noise(role), hn = host_key.noise(role);
+    CHECK(dn.stream == philox_stream(layer, 0, role));
+    CHECK(hn.stream == philox_stream(layer, static_cast<uint64_t>(step), role));
+    CAPTURE(step);
+    const Tensor x = test::random_input({64, 197, 48}, 900 + static_cast<uint64_t>(step & 0xFF), DType::bf16);
+    const Tensor xg = x.to(test::kCuda);
+    for (Granularity g : kGranularities) {
+      QuantSpec spec;
+      spec.granularity = g;
+      spec.rounding = Rounding::stochastic;
+      spec.hadamard_block = 16;
+      spec.noise = hn;
+      const Quantized qc = quantize(x, spec);
+      spec.noise = dn;
+      Quantized qg;
+      {
+        test::PoisonGuard poison;
+        qg = quantize(xg, spec);
+      }
+      CHECK(same_bits(qg, qc) == "");
+    }
+    // 8 bits, tensor scale, transposed values (the HLA g_w quantiser).
+    QuantSpec t;
+    t.bits = 8;
+    t.granularity = Granularity::tensor;
+    t.rounding = Rounding::stochastic;
+    t.layout = ValuesLayout::transposed;
+    t.noise = hn;
+    const Quantized tc = quantize(x, t);
+    t.noise = dn;
+    CHECK(same_bits(quantize(xg, t), tc) == "");
+    LuqSpec l;
+    l.noise = hn;
+    const Quantized lc = luq_quantize(x, l);
+    l.noise = dn;
+    CHECK(same_bits(luq_quantize(xg, l), lc) == "");
+  }
+  // The CPU quantisers cannot read a device word.
+  int64_t host_word = 0;
+  QuantSpec spec;
+  spec.noise = {1, 2, &host_word};
+  CHECK_THROWS_WITH(quantize(test::random_input({4, 16}, 3, DType::f32), spec),
+                    HasSubstr("a device step word for the noise needs a CUDA input"));
 }

@@ -138,3 +138,29 @@ TEST_CASE("trainer: a step with dropout is refused by cuda_graph: true and runs 
   REQUIRE(l.size() == 8);
   for (const auto& [step, v] : l) CHECK(std::isfinite(v.first));
 }
+
+TEST_CASE("trainer: HLQ steps are recorded and replay the eager run's noise", "[gpu][trainer][graph]") {
+  // The quantisers read the step from the clock's device word (Note [Pipeline noise]), so the recorded step
+  // draws each step's own stochastic-rounding noise: the losses equal the eager run's to rounding. A graph
+  // that replayed one step's noise, or a wrong step, changes the 4-bit g_x and the 8-bit g_w quantisation
+  // and moves the losses by far more than 1e-5.
+  const std::vector<std::string> mlp = {"model.name=mlp", "model.hidden=[64]", "optim.name=sgd", "optim.lr=0.05",
+                                        "optim.momentum=0.9", "grad_pipeline.default.name=hlq"};
+  auto with = [&](const std::string& g) {
+    auto s = mlp;
+    s.push_back("train.cuda_graph=" + g);
+    return s;
+  };
+  const TrainerConfig graph = make_config("hlq_graph", with("true"));  // a refused recording would throw
+  const TrainerConfig eager = make_config("hlq_eager", with("false"));
+  REQUIRE(run_training(graph).steps == 12);
+  REQUIRE(run_training(eager).steps == 12);
+  const auto la = losses(graph), lb = losses(eager);
+  REQUIRE(la.size() == 12);
+  REQUIRE(lb.size() == 12);
+  CHECK(la.at(1).first != la.at(12).first);
+  for (int64_t s = 1; s <= 12; ++s) {
+    INFO("step " << s << ": graph " << la.at(s).first << ", eager " << lb.at(s).first);
+    CHECK(la.at(s).first == Approx(lb.at(s).first).epsilon(1e-6));
+  }
+}

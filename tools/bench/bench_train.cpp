@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
   if (pipeline == "hlq_split") {
     pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
   }
-  nn::bind_pipelines(*model, pc, std::make_shared<grad::StepClock>());
+  auto clock = std::make_shared<grad::StepClock>();
+  clock->keep_on_device(dev);  // as the trainer: the noise's step is read on the device (recordable HLQ steps)
+  nn::bind_pipelines(*model, pc, clock);
   auto opt = optim::make_sgd(optim::make_param_refs(model->named_parameters()), {.momentum = 0.9});
   const Tensor x = randn({batch, 3, image, image}, gen, {DType::f32, dev}).to(dt);
   const Tensor y = from_vector(std::vector<int64_t>(static_cast<std::size_t>(batch), 7), {batch}, {DType::i64, dev});
@@ -143,7 +145,9 @@ int main(int argc, char** argv) {
     if (!why.empty()) {
       std::printf("  step graph: not used: %s\n", why.c_str());
     } else {
+      int64_t replays = 0;
       auto replay = [&] {
+        clock->set(++replays);  // each replay draws its own noise, as in training
         opt->begin_step(0.1);
         graph.replay();
       };

@@ -16,6 +16,10 @@
 // and seed are fixed when pipelines are bound to a model; the step is read from a StepClock shared with the
 // trainer when the forward runs, and kept in the autograd node, so backward uses the forward's key. The
 // trainer sets the clock to its count of forward/backward passes, so a resumed run repeats the noise.
+// On a CUDA model the clock also holds the step in device memory (StepClock::word) and the key carries
+// that pointer instead of the number: the quantiser kernels add the word to the step-0 stream when they run.
+// The streams are the same as the host-step ones (philox_stream's fields are disjoint), so CPU and CUDA
+// still draw the same bits, and a recorded step graph draws each replayed step's own noise.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -85,15 +89,25 @@ struct PipelineSpec {
 
 // ---- per-layer context ---------------------------------------------------------------------------------
 
+// The training step that keys the pipelines' noise (Note [Pipeline noise]). On a CUDA model the clock also
+// keeps the step in device memory (`word`, int64 (step mod 2^40) << 8, the step field of philox_stream):
+// the quantisers then read the step when they run, so a recorded step graph draws fresh noise at every
+// replay (Note [Step graphs]). set() writes it on the current stream, before the step's work.
 struct StepClock {
   int64_t step = 0;
+  Tensor word;  // int64 scalar on the model's device, or undefined (host step only)
+  void keep_on_device(Device device);  // CUDA: allocates `word`; the CPU keeps the host step only
+  void set(int64_t s);
 };
 
 struct NoiseKey {
   uint64_t seed = 0;
   uint32_t layer = 0;
   int64_t step = 0;
-  Noise noise(uint32_t role) const;  // philox_stream(layer, step, role) under seed
+  const int64_t* step_word = nullptr;  // StepClock::word's device pointer when the clock keeps one
+  // philox_stream(layer, step, role) under seed; with a step word, the step-0 stream plus the word read by
+  // the kernel (no host step baked in, nothing that stops a step graph recording).
+  Noise noise(uint32_t role) const;
 };
 
 // What a product knows about its layer besides the operands (Note [Product geometry]).

@@ -40,6 +40,10 @@ namespace ht::grad {
 struct Noise {
   uint64_t seed = 0;
   uint64_t stream = 0;
+  // CUDA only, optional: a device int64 holding the step field of the stream ((step mod 2^40) << 8, see
+  // philox_stream), added to `stream` when the kernel runs. A recorded step graph then draws the noise of
+  // the step it replays (Note [Step graphs]); `stream` carries the step-0 stream. Never set on the CPU.
+  const int64_t* step_word = nullptr;
 };
 
 // Which elements share one scale. tensor: all; sample: each index of dim 0; row: each index of all dims
