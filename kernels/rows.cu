@@ -3,10 +3,15 @@
 // number of row-group iterations, so the block-wide reductions may synchronise; threads past the last row
 // reduce neutral values. Reductions combine the threads in a fixed order (deterministic), except the
 // embedding scatter-add, which uses atomicAdd.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
 
 #include "kernels/map.cuh"
 #include "kernels/rows.h"
@@ -934,6 +939,415 @@ __global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cach
   }
 }
 
+// ---- layer_norm / rms_norm, staged rows (norm kernel variant 2, the default) ---------------------------------
+// Note [Staged norm kernels]
+// The register-resident norm kernels above load a row, wait for it, reduce and store, with the next row's
+// loads issued only by other blocks (forward: 0.68 of copy bandwidth at 4096-wide bf16 rows on the H200,
+// where the softmax kernel of the same shape reaches 0.95) or by a register prefetch of one row group
+// (backward: 0.43 at 50432 x 768, 0.26 at 16640 x 384). These kernels instead stage the rows through shared
+// memory with cp.async, `stages` (2..4) row groups deep: at the top of every iteration a thread issues the
+// copies of the row group stages - 1 iterations ahead, then waits for the current one. A thread copies and
+// later reads only its own 16-byte slots (slot i of thread t at [stage][i][t], conflict-free), so the stages
+// need no barrier. One wave of persistent blocks walks the row groups (the grid comes from the occupancy).
+// Other changes against the register-resident kernels:
+// - threads per row tpr: the smallest power of two (1..256) with at most four packs per thread, so a
+//   768-wide bf16 row (96 packs) is one warp with three packs per lane and a 384-wide row half a warp (no
+//   idle lanes, no barrier: groups up to a warp reduce with shuffles only);
+// - forward: one reduction of the pair (sum of x - K, sum of (x - K)^2) with K the row's first element (a
+//   shifted one-pass variance: no cancellation beyond (mean - K)^2 / var, which stays small for any row
+//   whose first element is not a far outlier) instead of two reductions; rms_norm reduces sum x^2 alone;
+// - the parameters are converted once per block into shared memory (float, double for f64), and checked
+//   there for NaN / inf: rows whose statistics and parameters are finite skip pack_cast's NaN check;
+// - backward: the weight in shared memory, g and x staged; the gradients of weight and bias summed per
+//   column in registers over the block's rows, then over the block's row slots in a fixed order, one partial
+//   row per block (norm_param_finalize_kernel adds the blocks' rows in order: deterministic).
+// bf16 / f16 rows use the fused-multiply forms of xhat and gx (x r - mean r; gh r + c1 + xhat c2) and the
+// MUFU rsqrt; f32 / f64 keep (x - mean) r and r ((gh - mean gh) - xhat mean(gh xhat)).
+// Rows that are not packable, or longer than 256 x 4 packs, take the register-resident / multi-pass kernels.
+HT_DEV void cp_async16(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+#else
+  *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
+#endif
+}
+// 4 or 8 bytes (a row statistic).
+template <int kBytes>
+HT_DEV void cp_async_small(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "n"(kBytes)
+               : "memory");
+#else
+  if constexpr (kBytes == 8) *static_cast<unsigned long long*>(dst) = *static_cast<const unsigned long long*>(src);
+  else *static_cast<unsigned*>(dst) = *static_cast<const unsigned*>(src);
+#endif
+}
+HT_DEV void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most `pending` (0..3) of this thread's committed copy groups are still in flight.
+HT_DEV void cp_async_wait(int pending) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+  }
+#endif
+}
+
+HT_DEV bool d_finite(float v) { return isfinite(v); }
+HT_DEV bool d_finite(double v) { return isfinite(v); }
+HT_DEV float d_fma(float a, float b, float c) { return fmaf(a, b, c); }
+HT_DEV double d_fma(double a, double b, double c) { return fma(a, b, c); }
+
+// Sums (u, v) over the tpr threads (a power of two, 1..256; groups of more than a warp aligned to warps) of a
+// row group in a fixed order; every thread of the group gets the totals. Every thread of the block calls it.
+// Groups of more than a warp combine their warps through red, whose two buffers alternate (phase) so that
+// one barrier per call suffices (as tile_reduce1).
+template <class A>
+HT_DEV void group_sum2(A& u, A& v, int tpr, A (*red)[2][kRowBlock / 32], int& phase) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    if (o < tpr) {
+      u += shfl_xor(u, o);
+      v += shfl_xor(v, o);
+    }
+  }
+  if (tpr > 32) {
+    A(*buf)[kRowBlock / 32] = red[phase];
+    phase ^= 1;
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int first = static_cast<int>(threadIdx.x) / tpr * (tpr / 32);
+    if (threadIdx.x % 32 == 0) {
+      buf[0][warp] = u;
+      buf[1][warp] = v;
+    }
+    __syncthreads();
+    u = buf[0][first];
+    v = buf[1][first];
+    for (int w = 1; w < tpr / 32; ++w) {
+      u += buf[0][first + w];
+      v += buf[1][first + w];
+    }
+  }
+}
+
+// Row-group bookkeeping shared by the two staged kernels.
+struct StagedRows {
+  int tpr, per_block, lane, slot;
+  int64_t groups;
+  HT_DEV StagedRows(int64_t rows, int tpr_) : tpr(tpr_) {
+    per_block = kRowBlock / tpr;
+    lane = static_cast<int>(threadIdx.x) % tpr;
+    slot = static_cast<int>(threadIdx.x) / tpr;
+    groups = (rows + per_block - 1) / per_block;
+  }
+  HT_DEV int64_t row_of(int64_t grp) const { return grp * per_block + slot; }
+};
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages) {
+  using A = acc_t<T>;
+  constexpr int V = kVec<T>;
+  using P = Pack<T, V>;
+  constexpr int kSlots = NP + 1;  // the thread's packs of the row, then the row's first pack (the shift)
+  extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
+  __shared__ A red[2][2][kRowBlock / 32];
+  const int64_t d = a.dim;
+  const int packs = static_cast<int>(d / V);
+  const bool layer = a.kind == NormKind::layer;
+  A* ws = reinterpret_cast<A*>(norm_dyn_smem);  // (D) weight (1 without one), then (D) bias (0 without)
+  A* bs = ws + d;
+  P* stage = reinterpret_cast<P*>(norm_dyn_smem + 2 * d * static_cast<int64_t>(sizeof(A)));  // [stages][kSlots][block]
+  const StagedRows sr(a.rows, tpr);
+  const int tid = static_cast<int>(threadIdx.x);
+  const T* xp = static_cast<const T*>(a.x);
+  auto issue = [&](int64_t grp, int st) {
+    if (grp < sr.groups) {
+      const int64_t r0 = sr.row_of(grp);
+      const T* src = xp + (r0 < a.rows ? r0 : a.rows - 1) * d;
+      P* dst = stage + st * kSlots * kRowBlock + tid;
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        const int q = sr.lane + i * tpr;
+        if (q < packs) cp_async16(dst + i * kRowBlock, src + static_cast<int64_t>(q) * V);
+      }
+      if (kHalfPack<T> && layer) cp_async16(dst + NP * kRowBlock, src);
+    }
+    cp_async_commit();
+  };
+  for (int s = 0; s + 1 < stages; ++s) issue(blockIdx.x + static_cast<int64_t>(s) * gridDim.x, s);
+  // the parameters, while the first row groups load
+  const Param<T, A> w{a.weight, a.weight_narrow};
+  const Param<T, A> b{a.bias, a.bias_narrow};
+  bool fin = true;
+  for (int64_t j = tid; j < d; j += kRowBlock) {
+    const A wv = w ? w[j] : A(1), bv = b ? b[j] : A(0);
+    ws[j] = wv;
+    bs[j] = bv;
+    fin = fin && d_finite(wv) && d_finite(bv);
+  }
+  const bool params_finite = __syncthreads_and(fin) != 0;
+  A inv_d;
+  if constexpr (kHalfPack<T>) inv_d = A(1) / static_cast<A>(d);
+  auto over_d = [&](A v) {
+    if constexpr (kHalfPack<T>) return v * inv_d;
+    else return v / static_cast<A>(d);
+  };
+  int phase = 0, st = 0;
+  for (int64_t grp = blockIdx.x; grp < sr.groups; grp += gridDim.x) {
+    issue(grp + static_cast<int64_t>(stages - 1) * gridDim.x, st == 0 ? stages - 1 : st - 1);
+    cp_async_wait(stages - 1);
+    const int64_t row = sr.row_of(grp);
+    const bool valid = row < a.rows;
+    const P* src = stage + st * kSlots * kRowBlock + tid;
+    st = st + 1 == stages ? 0 : st + 1;
+    A x[NP][V];
+#pragma unroll
+    for (int i = 0; i < NP; ++i)
+      if (sr.lane + i * tpr < packs) unpack(src[i * kRowBlock], x[i]);
+    A m = A(0), var, s1 = A(0), s2 = A(0);
+    if constexpr (kHalfPack<T>) {
+      // one reduction of the sums shifted by the row's first element (see the note)
+      const A shift = layer ? convert<A>(src[NP * kRowBlock].v[0]) : A(0);
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        if (sr.lane + i * tpr >= packs) continue;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const A t = x[i][k] - shift;
+          s1 += t;
+          s2 = d_fma(t, t, s2);
+        }
+      }
+      group_sum2(s1, s2, tpr, red, phase);  // uniform across the block
+      if (layer) {
+        const A ms = over_d(s1);
+        m = shift + ms;
+        var = over_d(s2) - ms * ms;
+        var = var < A(0) ? A(0) : var;  // keeps NaN
+      } else {
+        var = over_d(s2);
+      }
+    } else {
+      // f32 / f64: the mean, then the sum of squares about it (two reductions, as the CPU reference)
+      A unused = A(0);
+      if (layer) {  // uniform across the block
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          if (sr.lane + i * tpr >= packs) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) s1 += x[i][k];
+        }
+        group_sum2(s1, unused, tpr, red, phase);
+        m = over_d(s1);
+      }
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        if (sr.lane + i * tpr >= packs) continue;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const A t = x[i][k] - m;
+          s2 = d_fma(t, t, s2);
+        }
+      }
+      group_sum2(s2, unused, tpr, red, phase);
+      var = over_d(s2);
+    }
+    if (!valid) continue;
+    A r;
+    if constexpr (kHalfPack<T>) r = fast_rsqrt(var + static_cast<A>(a.eps));
+    else r = A(1) / d_sqrt(var + static_cast<A>(a.eps));
+    if (sr.lane == 0) {
+      if (a.mean) static_cast<A*>(a.mean)[row] = m;
+      static_cast<A*>(a.rstd)[row] = r;
+    }
+    // Finite sums, statistics and parameters: every x is finite, so no result is NaN (pack_cast unchecked).
+    const bool finite = params_finite && d_finite(s2) && d_finite(s1) && d_finite(r);
+    const A mr = m * r;
+    auto f = [&](int i, A(&o)[V]) {
+      const int j = (sr.lane + i * tpr) * V;
+      A wv[V], bv[V];
+      load_params<A, V>(ws, j, A(1), wv);
+      load_params<A, V>(bs, j, A(0), bv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        A xh;
+        if constexpr (kHalfPack<T>) xh = d_fma(x[i][k], r, -mr);
+        else xh = (x[i][k] - m) * r;
+        o[k] = d_fma(xh, wv[k], bv[k]);
+      }
+    };
+    T* y = static_cast<T*>(a.out) + row * d;
+    if (finite) store_packs<false, T, NP>(y, packs, sr.lane, tpr, f);
+    else store_packs<true, T, NP>(y, packs, sr.lane, tpr, f);
+  }
+  cp_async_wait(0);
+}
+
+template <class T, int NP>
+__global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages) {
+  using A = acc_t<T>;
+  constexpr int V = kVec<T>;
+  using P = Pack<T, V>;
+  constexpr int kSlots = 2 * NP + 1;  // the thread's packs of g, of x, then (mean, rstd) of the row
+  static_assert(2 * sizeof(A) <= sizeof(P), "row statistics in one slot");
+  extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
+  __shared__ A red[2][2][kRowBlock / 32];
+  const int64_t d = a.dim;
+  const int packs = static_cast<int>(d / V);
+  const bool layer = a.kind == NormKind::layer;
+  const bool params = a.gw_partial || a.gb_partial;
+  // (D) weight (1 without one), padded to 16 bytes, then the stages [stages][kSlots][block]
+  A* ws = reinterpret_cast<A*>(norm_dyn_smem);
+  const int64_t ws_bytes = (d * static_cast<int64_t>(sizeof(A)) + 15) / 16 * 16;
+  P* stage = reinterpret_cast<P*>(norm_dyn_smem + ws_bytes);
+  const StagedRows sr(a.rows, tpr);
+  const int tid = static_cast<int>(threadIdx.x);
+  const T* gp = static_cast<const T*>(a.g);
+  const T* xp = static_cast<const T*>(a.x);
+  const A* meanp = static_cast<const A*>(a.mean);
+  const A* rstdp = static_cast<const A*>(a.rstd);
+  auto issue = [&](int64_t grp, int st) {
+    if (grp < sr.groups) {
+      const int64_t r0 = sr.row_of(grp);
+      const int64_t row = r0 < a.rows ? r0 : a.rows - 1;
+      P* dst = stage + st * kSlots * kRowBlock + tid;
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        const int q = sr.lane + i * tpr;
+        if (q >= packs) continue;
+        cp_async16(dst + i * kRowBlock, gp + row * d + static_cast<int64_t>(q) * V);
+        cp_async16(dst + (NP + i) * kRowBlock, xp + row * d + static_cast<int64_t>(q) * V);
+      }
+      A* stats = reinterpret_cast<A*>(dst + 2 * NP * kRowBlock);
+      if (layer) cp_async_small<sizeof(A)>(stats, meanp + row);
+      cp_async_small<sizeof(A)>(stats + 1, rstdp + row);
+    }
+    cp_async_commit();
+  };
+  for (int s = 0; s + 1 < stages; ++s) issue(blockIdx.x + static_cast<int64_t>(s) * gridDim.x, s);
+  const Param<T, A> w{a.weight, a.weight_narrow};
+  for (int64_t j = tid; j < d; j += kRowBlock) ws[j] = w ? w[j] : A(1);
+  __syncthreads();
+  A accw[NP][V], accb[NP][V];
+#pragma unroll
+  for (int i = 0; i < NP; ++i)
+#pragma unroll
+    for (int k = 0; k < V; ++k) accw[i][k] = accb[i][k] = A(0);
+  A inv_d;
+  if constexpr (kHalfPack<T>) inv_d = A(1) / static_cast<A>(d);
+  auto over_d = [&](A v) {
+    if constexpr (kHalfPack<T>) return v * inv_d;
+    else return v / static_cast<A>(d);
+  };
+  int phase = 0, st = 0;
+  for (int64_t grp = blockIdx.x; grp < sr.groups; grp += gridDim.x) {
+    issue(grp + static_cast<int64_t>(stages - 1) * gridDim.x, st == 0 ? stages - 1 : st - 1);
+    cp_async_wait(stages - 1);
+    const int64_t row = sr.row_of(grp);
+    const bool valid = row < a.rows;
+    const P* src = stage + st * kSlots * kRowBlock + tid;
+    st = st + 1 == stages ? 0 : st + 1;
+    const A* stats = reinterpret_cast<const A*>(src + 2 * NP * kRowBlock);
+    const A m = layer ? stats[0] : A(0), r = stats[1];
+    const A mr = m * r;
+    auto xhat = [&](A xv) {
+      if constexpr (kHalfPack<T>) return d_fma(xv, r, -mr);
+      else return (xv - m) * r;
+    };
+    A s_gh = A(0), s_ghx = A(0);
+    // kAcc: a row of the tensor (not past the end), whose g * xhat and g go into the column sums
+    auto pass1 = [&](auto acc) {
+      constexpr bool kAcc = decltype(acc)::value;
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        const int q = sr.lane + i * tpr;
+        if (q >= packs) continue;
+        A gf[V], xf[V], wv[V];
+        unpack(src[i * kRowBlock], gf);
+        unpack(src[(NP + i) * kRowBlock], xf);
+        load_params<A, V>(ws, q * V, A(1), wv);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const A xh = xhat(xf[k]);
+          const A gh = gf[k] * wv[k];
+          s_gh += gh;
+          s_ghx = d_fma(gh, xh, s_ghx);
+          if constexpr (kAcc) {
+            accw[i][k] = d_fma(gf[k], xh, accw[i][k]);
+            accb[i][k] += gf[k];
+          }
+        }
+      }
+    };
+    if (valid) pass1(std::true_type{});
+    else pass1(std::false_type{});
+    group_sum2(s_gh, s_ghx, tpr, red, phase);  // uniform across the block
+    if (!valid) continue;
+    const A mean_gh = layer ? over_d(s_gh) : A(0), mean_ghx = over_d(s_ghx);
+    const A c1 = -r * mean_gh, c2 = -r * mean_ghx;
+    // Finite sums and statistics: every g * weight and xhat is finite (a NaN or inf one makes s_ghx NaN or
+    // inf), so no result is NaN short of a float overflow (pack_cast unchecked).
+    const bool finite = d_finite(s_gh) && d_finite(s_ghx) && d_finite(r) && d_finite(m);
+    auto f = [&](int i, A(&o)[V]) {
+      const int q = sr.lane + i * tpr;
+      A gf[V], xf[V], wv[V];
+      unpack(src[i * kRowBlock], gf);
+      unpack(src[(NP + i) * kRowBlock], xf);
+      load_params<A, V>(ws, q * V, A(1), wv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A xh = xhat(xf[k]);
+        const A gh = gf[k] * wv[k];
+        if constexpr (kHalfPack<T>) o[k] = d_fma(xh, c2, d_fma(gh, r, c1));
+        else o[k] = r * ((gh - mean_gh) - xh * mean_ghx);
+      }
+    };
+    T* gx = static_cast<T*>(a.gx) + row * d;
+    if (finite) store_packs<false, T, NP>(gx, packs, sr.lane, tpr, f);
+    else store_packs<true, T, NP>(gx, packs, sr.lane, tpr, f);
+  }
+  cp_async_wait(0);
+  if (!params) return;  // uniform
+  // The row slots' column sums, added in slot order into this block's partial row. The stages are free now.
+  __syncthreads();
+  A* cs = reinterpret_cast<A*>(stage);  // [2][NP][V][block]
+  auto at = [&](int which, int i, int k, int t) { return ((which * NP + i) * V + k) * kRowBlock + t; };
+#pragma unroll
+  for (int i = 0; i < NP; ++i)
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      cs[at(0, i, k, tid)] = accw[i][k];
+      cs[at(1, i, k, tid)] = accb[i][k];
+    }
+  __syncthreads();
+  if (sr.slot != 0) return;
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    A* dst = static_cast<A*>(which == 0 ? a.gw_partial : a.gb_partial);
+    if (!dst) continue;
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const int q = sr.lane + i * tpr;
+      if (q >= packs) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        A t = cs[at(which, i, k, sr.lane)];
+        for (int s = 1; s < sr.per_block; ++s) t += cs[at(which, i, k, s * tpr + sr.lane)];
+        dst[static_cast<int64_t>(blockIdx.x) * d + q * V + k] = t;
+      }
+    }
+  }
+}
+
 // ---- cross-entropy ---------------------------------------------------------------------------------------
 
 template <class T>
@@ -1139,6 +1553,38 @@ __global__ void norm_param_finalize_kernel(NormParamFinalizeArgs a) {
   store_as(dst, blockIdx.y == 0 ? a.gw_dtype : a.gb_dtype, j, acc);
 }
 
+// The same sums for norm kernel variant 2 with more threads in flight: a 32 x 32 block per 32 columns, lane y
+// adding parts y, y + 32, ... (two interleaved accumulators, so two loads are in flight per step), then the 32
+// lanes' sums in a fixed tree order (deterministic). For (264, 768) partial sums the 32 x 8 kernel above keeps
+// only 48 blocks of 8 lanes, each walking 33 parts one load at a time.
+template <class A>
+__global__ void __launch_bounds__(1024) norm_param_finalize_wide_kernel(NormParamFinalizeArgs a) {
+  __shared__ A part[32][33];
+  const A* src = static_cast<const A*>(blockIdx.y == 0 ? a.gw_partial : a.gb_partial);
+  void* dst = blockIdx.y == 0 ? a.gw : a.gb;
+  if (!src || !dst) return;  // uniform across the block
+  const int64_t d = a.dim;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  A acc0 = A(0), acc1 = A(0);
+  if (j < d) {
+    int64_t s = threadIdx.y;
+#pragma unroll 4
+    for (; s + 32 < a.parts; s += 64) {
+      acc0 += src[s * d + j];
+      acc1 += src[(s + 32) * d + j];
+    }
+    if (s < a.parts) acc0 += src[s * d + j];
+  }
+  part[threadIdx.y][threadIdx.x] = acc0 + acc1;
+  __syncthreads();
+#pragma unroll
+  for (int h = 16; h > 0; h >>= 1) {
+    if (static_cast<int>(threadIdx.y) < h) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && j < d) store_as(dst, blockIdx.y == 0 ? a.gw_dtype : a.gb_dtype, j, part[0][threadIdx.x]);
+}
+
 // ---- embedding -------------------------------------------------------------------------------------------
 
 template <class U>
@@ -1257,11 +1703,181 @@ void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& a, cudaStream
   if (!ok) HT_UNSUPPORTED_DTYPE("launch_cross_entropy_backward", a.dtype);
 }
 
+namespace {
+// Note [Norm kernel variants]
+// 1: the register-resident kernels (norm_cached_kernel, norm_backward_cached_kernel); 2 (the default): the
+// staged kernels (Note [Staged norm kernels]). HADATRAIN_NORM_KERNEL=old (or 1) in the environment, read once
+// per process, picks 1; set_norm_kernel_variant overrides the environment (the GPU tests and bench_kernels
+// run both). Rows the chosen kernel does not take fall back as before (multi-pass kernels).
+std::atomic<int> g_norm_variant_override{0};
+
+int env_norm_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("HADATRAIN_NORM_KERNEL");
+    return e != nullptr && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0) ? 1 : 2;
+  }();
+  return v;
+}
+
+// Launch shape of a staged kernel: packs per thread (1..4; 0: the kernel does not apply), threads per row,
+// stages, dynamic shared memory and grid (one wave of resident blocks, at most one block per row group).
+struct StagedGrid {
+  int np = 0, tpr = 0, stages = 0;
+  std::size_t smem = 0;
+  unsigned blocks = 0;
+};
+
+struct DeviceLimits {
+  std::size_t optin = 0, per_sm = 0, reserved = 0;
+  int sms = 0;
+};
+
+// Per-device limits and per-(kernel, device, shared memory) occupancies, queried once each. The first query
+// of a kernel on a device also raises its dynamic shared memory limit to the opt-in maximum.
+std::mutex g_staged_mutex;
+std::map<int, DeviceLimits> g_limits;
+std::map<std::tuple<const void*, int, std::size_t>, int> g_occupancy;
+
+bool device_limits(int dev, DeviceLimits& out) {
+  std::lock_guard<std::mutex> lock(g_staged_mutex);
+  if (auto it = g_limits.find(dev); it != g_limits.end()) {
+    out = it->second;
+    return out.sms > 0;
+  }
+  int optin = 0, per_sm = 0, reserved = 0, sms = 0;
+  DeviceLimits l;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess) {
+    l = {static_cast<std::size_t>(optin), static_cast<std::size_t>(per_sm), static_cast<std::size_t>(reserved), sms};
+  } else {
+    (void)cudaGetLastError();
+  }
+  g_limits[dev] = l;
+  out = l;
+  return l.sms > 0;
+}
+
+// Resident blocks per SM of kernel with `smem` bytes of dynamic shared memory (0 when it cannot run). The
+// first query of a kernel on a device raises its dynamic shared memory limit to the opt-in maximum less its
+// static shared memory (g_max_dynamic; 0 when that failed).
+std::map<std::pair<const void*, int>, std::size_t> g_max_dynamic;
+
+int staged_occupancy(const void* kernel, int dev, std::size_t smem, std::size_t optin) {
+  std::lock_guard<std::mutex> lock(g_staged_mutex);
+  const auto key = std::make_tuple(kernel, dev, smem);
+  if (auto it = g_occupancy.find(key); it != g_occupancy.end()) return it->second;
+  auto raised = g_max_dynamic.find({kernel, dev});
+  if (raised == g_max_dynamic.end()) {
+    std::size_t max_dynamic = 0;
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && optin > fa.sharedSizeBytes &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(optin - fa.sharedSizeBytes)) == cudaSuccess)
+      max_dynamic = optin - fa.sharedSizeBytes;
+    else
+      (void)cudaGetLastError();
+    raised = g_max_dynamic.emplace(std::make_pair(kernel, dev), max_dynamic).first;
+  }
+  int n = 0;
+  if (smem > raised->second || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kRowBlock, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  g_occupancy[key] = n;
+  return n;
+}
+
+// kernels[np - 1] is the instantiation for np packs per thread. acc: sizeof(S); backward: the backward kernel's
+// shared-memory layout (weight, g / x / statistics slots) instead of the forward's (weight and bias, x slots).
+StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool backward,
+                       std::initializer_list<const void*> ptrs, const void* const (&kernels)[4]) {
+  StagedGrid g;
+  if (len <= 0 || len % vec != 0) return g;
+  for (const void* p : ptrs)
+    if (p && !aligned_to(p, 16)) return g;
+  const int64_t packs = len / vec;
+  if (packs > 4 * kRowBlock) return g;
+  int tpr = 1;
+  while (static_cast<int64_t>(tpr) * 4 < packs) tpr *= 2;
+  const int np = static_cast<int>((packs + tpr - 1) / tpr);
+  int dev = 0;
+  DeviceLimits lim;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return g;
+  }
+  if (!device_limits(dev, lim)) return g;
+  const std::size_t slots = backward ? 2 * np + 1 : np + 1;
+  const std::size_t fixed = backward ? (static_cast<std::size_t>(len) * acc + 15) / 16 * 16
+                                     : 2 * static_cast<std::size_t>(len) * acc;
+  const std::size_t static_smem = 2 * 2 * (kRowBlock / 32) * acc;
+  auto smem_of = [&](int s) { return fixed + static_cast<std::size_t>(s) * slots * kRowBlock * 16; };
+  // the most stages (2..4) that leave room for two blocks per SM; two when not even those fit twice
+  int stages = 2;
+  for (int s = 4; s > 2; --s)
+    if (2 * (smem_of(s) + static_smem + lim.reserved) <= lim.per_sm) {
+      stages = s;
+      break;
+    }
+  if (smem_of(stages) + static_smem > lim.optin) return g;
+  const void* kernel = kernels[np - 1];
+  const int per_sm = staged_occupancy(kernel, dev, smem_of(stages), lim.optin);
+  if (per_sm < 1) return g;
+  const int64_t per_block = kRowBlock / tpr;
+  const int64_t groups = (rows + per_block - 1) / per_block;
+  const int64_t wave = static_cast<int64_t>(per_sm) * lim.sms;
+  g.np = np;
+  g.tpr = tpr;
+  g.stages = stages;
+  g.smem = smem_of(stages);
+  g.blocks = static_cast<unsigned>(groups < 1 ? 1 : (groups > wave ? wave : groups));
+  return g;
+}
+
+template <class T>
+StagedGrid norm_fwd_staged_grid(const NormArgs& a) {
+  static const void* const kernels[4] = {reinterpret_cast<const void*>(norm_staged_kernel<T, 1>),
+                                         reinterpret_cast<const void*>(norm_staged_kernel<T, 2>),
+                                         reinterpret_cast<const void*>(norm_staged_kernel<T, 3>),
+                                         reinterpret_cast<const void*>(norm_staged_kernel<T, 4>)};
+  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), false, {a.out, a.x}, kernels);
+}
+
+template <class T>
+StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a) {
+  static const void* const kernels[4] = {reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 1>),
+                                         reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2>),
+                                         reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3>),
+                                         reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4>)};
+  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), true, {a.gx, a.g, a.x}, kernels);
+}
+}  // namespace
+
+int norm_kernel_variant() {
+  const int o = g_norm_variant_override.load(std::memory_order_relaxed);
+  return o == 1 || o == 2 ? o : env_norm_variant();
+}
+void set_norm_kernel_variant(int variant) { g_norm_variant_override.store(variant, std::memory_order_relaxed); }
+
 void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.dim);
+  const bool staged = norm_kernel_variant() == 2;
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    if (staged) {
+      if (const StagedGrid sg = norm_fwd_staged_grid<T>(a); sg.np > 0) {
+        auto* kernel = sg.np == 1   ? norm_staged_kernel<T, 1>
+                       : sg.np == 2 ? norm_staged_kernel<T, 2>
+                       : sg.np == 3 ? norm_staged_kernel<T, 3>
+                                    : norm_staged_kernel<T, 4>;
+        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
+        HT_CHECK_LAUNCH("norm_staged_kernel");
+        return;
+      }
+    }
     if (const CacheGrid cg = cache_grid(a.rows, a.dim, kVec<T>, {a.out, a.x, a.weight, a.bias}); cg.np > 0) {
       auto* kernel = cg.np == 4 ? norm_cached_kernel<T, 4> : norm_cached_kernel<T, 8>;
       kernel<<<cg.blocks, cg.block, 0, stream>>>(a, cg.tpr);
@@ -1304,21 +1920,47 @@ BwdGrid norm_bwd_grid(const NormBackwardArgs& a) {
   });
   return g;
 }
+
+// The backward kernel that launch_norm_backward runs for a (variant, row shape, alignment): staged (np > 0 in
+// staged), register-resident (np > 0 in cached) or neither (the multi-pass kernel, no fused partial sums).
+struct NormBwdPlan {
+  StagedGrid staged;
+  BwdGrid cached;
+  int partials() const {
+    return static_cast<int>(staged.np > 0 ? staged.blocks : (cached.np > 0 ? cached.blocks : 0));
+  }
+};
+NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
+  NormBwdPlan p;
+  if (norm_kernel_variant() == 2)
+    visit_kernel_float(a.dtype, [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a); });
+  if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
+  return p;
+}
 }  // namespace
 
 int norm_backward_partials(const NormBackwardArgs& a) {
   if (a.rows == 0) return 0;
-  return static_cast<int>(norm_bwd_grid(a).blocks);
+  return norm_bwd_plan(a).partials();
 }
 
 void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.dim);
-  const BwdGrid bg = norm_bwd_grid(a);
-  // gw_partial / gb_partial are only given when norm_backward_partials(a) > 0, i.e. bg.np > 0.
+  const NormBwdPlan plan = norm_bwd_plan(a);
+  // gw_partial / gb_partial are only given when norm_backward_partials(a) > 0 (the same plan).
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (bg.np > 0) {
+    if (const StagedGrid& sg = plan.staged; sg.np > 0) {
+      auto* kernel = sg.np == 1   ? norm_backward_staged_kernel<T, 1>
+                     : sg.np == 2 ? norm_backward_staged_kernel<T, 2>
+                     : sg.np == 3 ? norm_backward_staged_kernel<T, 3>
+                                  : norm_backward_staged_kernel<T, 4>;
+      kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
+      HT_CHECK_LAUNCH("norm_backward_staged_kernel");
+      return;
+    }
+    if (const BwdGrid& bg = plan.cached; bg.np > 0) {
       auto* kernel = bg.np == 2 ? norm_backward_cached_kernel<T, 2> : norm_backward_cached_kernel<T, 4>;
       kernel<<<bg.blocks, kRowBlock, 0, stream>>>(a, bg.tpr);
       HT_CHECK_LAUNCH("norm_backward_cached_kernel");
@@ -1358,6 +2000,12 @@ bool norm_param_dtype_ok(DType dt) {
 void launch_norm_param_finalize(const NormParamFinalizeArgs& a, cudaStream_t stream) {
   if (a.dim == 0) return;
   const dim3 grid(static_cast<unsigned>((a.dim + 31) / 32), 2);
+  if (norm_kernel_variant() == 2) {
+    if (a.stat_dtype == DType::f64) norm_param_finalize_wide_kernel<double><<<grid, dim3(32, 32), 0, stream>>>(a);
+    else norm_param_finalize_wide_kernel<float><<<grid, dim3(32, 32), 0, stream>>>(a);
+    HT_CHECK_LAUNCH("norm_param_finalize_wide_kernel");
+    return;
+  }
   if (a.stat_dtype == DType::f64) norm_param_finalize_kernel<double><<<grid, dim3(32, 8), 0, stream>>>(a);
   else norm_param_finalize_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(a);
   HT_CHECK_LAUNCH("norm_param_finalize_kernel");

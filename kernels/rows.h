@@ -77,6 +77,15 @@ struct NormArgs {
 };
 void launch_norm(const NormArgs& args, cudaStream_t stream);
 
+// Which layer_norm / rms_norm kernels launch_norm, launch_norm_backward and norm_backward_partials use
+// (Note [Norm kernel variants] in rows.cu): 1, the register-resident kernels; 2 (the default), the staged
+// kernels (cp.async pipeline, one reduction per row). HADATRAIN_NORM_KERNEL=old (or 1), read once per process,
+// picks 1 unless set_norm_kernel_variant gave 1 or 2 (0 or anything else: back to the environment's choice).
+// Both compute the same results within rounding; each is deterministic.
+inline constexpr int kNormKernelVariants = 2;
+int norm_kernel_variant();
+void set_norm_kernel_variant(int variant);
+
 // Backward of layer_norm / rms_norm, per row (xhat = (x - mean) * rstd, gh = g * weight, means over D):
 //   gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat))   (layer; rms drops the mean(gh) term)
 struct NormBackwardArgs {

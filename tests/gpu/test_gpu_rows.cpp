@@ -13,6 +13,8 @@
 #include <cmath>
 #include <functional>
 
+#include "kernels/rows.h"  // set_norm_kernel_variant
+
 using namespace ht;
 
 namespace {
@@ -77,6 +79,24 @@ std::string check_op(const Graph& f, const std::vector<Tensor>& values, test::To
 
 std::string check_op(const Graph& f, const std::vector<Tensor>& values, DType dt) {
   return check_op(f, values, row_tol(dt), row_tol(dt));
+}
+
+// Runs body once per layer_norm / rms_norm kernel variant (kernels::set_norm_kernel_variant: 1 the
+// register-resident kernels, 2 the staged ones), whatever HADATRAIN_NORM_KERNEL says; the environment's choice
+// is restored after.
+struct NormVariant {
+  explicit NormVariant(int v) { kernels::set_norm_kernel_variant(v); }
+  ~NormVariant() { kernels::set_norm_kernel_variant(0); }
+  NormVariant(const NormVariant&) = delete;
+  NormVariant& operator=(const NormVariant&) = delete;
+};
+template <class F>
+void each_norm_variant(F&& body) {
+  for (int v = 1; v <= kernels::kNormKernelVariants; ++v) {
+    NormVariant guard(v);
+    INFO("norm kernel variant " << v);
+    body();
+  }
 }
 
 Tensor ids_tensor(const std::vector<int64_t>& v, const Shape& shape, DType dt) {
@@ -263,64 +283,68 @@ TEST_CASE("cross_entropy on CUDA rejects out-of-range targets (checked on the de
 
 TEST_CASE("layer_norm and rms_norm on CUDA match the CPU, with and without affine parameters",
           "[gpu][rows][norm]") {
-  uint64_t seed = 400;
-  for (DType dt : kDTypes) {
-    for (int64_t d : kLens) {
-      const Tensor x = test::random_input({2, 3, d}, ++seed, dt, -2.0, 3.0);
-      const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
-      const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
-      INFO(dtype_name(dt) << " D " << d);
-      // D = 1: x - mean is exactly 0 and the x-gradient is 0 in exact arithmetic; rstd = 1/sqrt(eps) ~ 316
-      // amplifies the rounding of the row sums, so that case gets an absolute tolerance of 1e-4.
-      const test::Tolerance t = d == 1 ? test::Tolerance{row_tol(dt).rtol, 1e-4} : row_tol(dt);
-      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b}, t, t) ==
-            "");
-      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {x}, dt) ==
-            "");
-      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3); }, {x, w},
-                     dt) == "");
-      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, dt) == "");
-      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], Tensor(), 1e-5); }, {x}, dt) == "");
+  each_norm_variant([&] {
+    uint64_t seed = 400;
+    for (DType dt : kDTypes) {
+      for (int64_t d : kLens) {
+        const Tensor x = test::random_input({2, 3, d}, ++seed, dt, -2.0, 3.0);
+        const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+        const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+        INFO(dtype_name(dt) << " D " << d);
+        // D = 1: x - mean is exactly 0 and the x-gradient is 0 in exact arithmetic; rstd = 1/sqrt(eps) ~ 316
+        // amplifies the rounding of the row sums, so that case gets an absolute tolerance of 1e-4.
+        const test::Tolerance t = d == 1 ? test::Tolerance{row_tol(dt).rtol, 1e-4} : row_tol(dt);
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b}, t, t) ==
+              "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {x}, dt) ==
+              "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3); }, {x, w},
+                       dt) == "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, dt) == "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], Tensor(), 1e-5); }, {x}, dt) == "");
+      }
     }
-  }
-  // bf16 activations with f32 parameters (mixed precision), and a non-contiguous x (transposed)
-  const Tensor xb = test::random_input({6, 1000}, 450, DType::bf16);
-  const Tensor wf = test::random_input({1000}, 451, DType::f32, 0.5, 1.5);
-  const Tensor bf = test::random_input({1000}, 452, DType::f32);
-  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {xb, wf, bf},
-                 DType::bf16) == "");
-  CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {xb, wf}, DType::bf16) == "");
-  const Tensor xt = test::random_input({1000, 6}, 453, DType::f32);
-  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0].transpose(0, 1), in[1], in[2]); },
-                 {xt, wf, bf}, DType::f32) == "");
-  CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0].transpose(0, 1), in[1]); }, {xt, wf},
-                 DType::f32) == "");
+    // bf16 activations with f32 parameters (mixed precision), and a non-contiguous x (transposed)
+    const Tensor xb = test::random_input({6, 1000}, 450, DType::bf16);
+    const Tensor wf = test::random_input({1000}, 451, DType::f32, 0.5, 1.5);
+    const Tensor bf = test::random_input({1000}, 452, DType::f32);
+    CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {xb, wf, bf},
+                   DType::bf16) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {xb, wf}, DType::bf16) == "");
+    const Tensor xt = test::random_input({1000, 6}, 453, DType::f32);
+    CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0].transpose(0, 1), in[1], in[2]); },
+                   {xt, wf, bf}, DType::f32) == "");
+    CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0].transpose(0, 1), in[1]); }, {xt, wf},
+                   DType::f32) == "");
+  });
 }
 
 TEST_CASE("layer_norm and rms_norm backward on CUDA: many rows (split column sums), parameter-only gradients",
           "[gpu][rows][norm]") {
-  for (DType dt : {DType::f32, DType::bf16}) {
-    // (16643, 384): the register-resident backward with fused parameter sums, several row groups per block,
-    // several iterations per block and a last group with rows past the end
-    for (const Shape& shape : {Shape{3001, 7}, Shape{700, 1000}, Shape{257, 4097}, Shape{16643, 384}}) {
-      const int64_t d = shape[1];
-      const Tensor x = test::random_input(shape, 900 + d, dt, -2.0, 3.0);
-      const Tensor w = test::random_input({d}, 901 + d, dt, 0.5, 1.5);
-      const Tensor b = test::random_input({d}, 902 + d, dt, -1.0, 1.0);
-      INFO(dtype_name(dt) << " " << to_string(shape));
-      // the parameter gradients sum thousands of rows: f32 accumulation against the CPU's double
-      const test::Tolerance tol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
-      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
-                     row_tol(dt), tol) == "");
-      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, row_tol(dt), tol) ==
-            "");
-      // x as a constant: only the parameters need gradients
-      CHECK(check_op([&](const std::vector<Tensor>& in) { return layer_norm(x.to(in[0].device()), in[0], in[1]); },
-                     {w, b}, row_tol(dt), tol) == "");
-      CHECK(check_op([&](const std::vector<Tensor>& in) { return rms_norm(x.to(in[0].device()), in[0]); }, {w},
-                     row_tol(dt), tol) == "");
+  each_norm_variant([&] {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      // (16643, 384): the register-resident backward with fused parameter sums, several row groups per block,
+      // several iterations per block and a last group with rows past the end
+      for (const Shape& shape : {Shape{3001, 7}, Shape{700, 1000}, Shape{257, 4097}, Shape{16643, 384}}) {
+        const int64_t d = shape[1];
+        const Tensor x = test::random_input(shape, 900 + d, dt, -2.0, 3.0);
+        const Tensor w = test::random_input({d}, 901 + d, dt, 0.5, 1.5);
+        const Tensor b = test::random_input({d}, 902 + d, dt, -1.0, 1.0);
+        INFO(dtype_name(dt) << " " << to_string(shape));
+        // the parameter gradients sum thousands of rows: f32 accumulation against the CPU's double
+        const test::Tolerance tol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                       row_tol(dt), tol) == "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, row_tol(dt), tol) ==
+              "");
+        // x as a constant: only the parameters need gradients
+        CHECK(check_op([&](const std::vector<Tensor>& in) { return layer_norm(x.to(in[0].device()), in[0], in[1]); },
+                       {w, b}, row_tol(dt), tol) == "");
+        CHECK(check_op([&](const std::vector<Tensor>& in) { return rms_norm(x.to(in[0].device()), in[0]); }, {w},
+                       row_tol(dt), tol) == "");
+      }
     }
-  }
+  });
 }
 
 // The norm backward's one-wave grid (blocks walk several row groups, loading the next group before reducing
@@ -329,47 +353,173 @@ TEST_CASE("layer_norm and rms_norm backward on CUDA: many rows (split column sum
 // partial last group), f16, parameters of two different dtypes, and the non-fused column-sum path (odd D).
 TEST_CASE("layer_norm and rms_norm backward on CUDA: prefetching grid, parameter gradients in their dtypes",
           "[gpu][rows][norm]") {
-  uint64_t seed = 5000;
-  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
-    for (const Shape& shape : {Shape{3, 384}, Shape{9, 768}, Shape{5003, 768}, Shape{20001, 384}, Shape{1001, 385}}) {
-      const int64_t d = shape[1];
-      const Tensor x = test::random_input(shape, ++seed, dt, -2.0, 3.0);
-      const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
-      const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
-      INFO(dtype_name(dt) << " " << to_string(shape));
-      const test::Tolerance tol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
-      CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
-                     row_tol(dt), tol) == "");
-      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, row_tol(dt), tol) ==
-            "");
-      // only the bias needs a gradient (weight a constant)
-      CHECK(check_op([&](const std::vector<Tensor>& in) { return layer_norm(in[0], w.to(in[0].device()), in[1]); },
-                     {x, b}, row_tol(dt), tol) == "");
+  each_norm_variant([&] {
+    uint64_t seed = 5000;
+    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+      for (const Shape& shape : {Shape{3, 384}, Shape{9, 768}, Shape{5003, 768}, Shape{20001, 384}, Shape{1001, 385}}) {
+        const int64_t d = shape[1];
+        const Tensor x = test::random_input(shape, ++seed, dt, -2.0, 3.0);
+        const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+        const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+        INFO(dtype_name(dt) << " " << to_string(shape));
+        const test::Tolerance tol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                       row_tol(dt), tol) == "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, row_tol(dt), tol) ==
+              "");
+        // only the bias needs a gradient (weight a constant)
+        CHECK(check_op([&](const std::vector<Tensor>& in) { return layer_norm(in[0], w.to(in[0].device()), in[1]); },
+                       {x, b}, row_tol(dt), tol) == "");
+      }
     }
-  }
-  // bf16 activations, f32 weight and bf16 bias: gw and gb stored in different dtypes by one launch
-  const Tensor x = test::random_input({4099, 384}, 5100, DType::bf16, -2.0, 3.0);
-  const Tensor w = test::random_input({384}, 5101, DType::f32, 0.5, 1.5);
-  const Tensor b = test::random_input({384}, 5102, DType::bf16, -1.0, 1.0);
-  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
-                 row_tol(DType::bf16), row_tol(DType::bf16)) == "");
-  // bf16 parameters read as they are by the kernels: here views that start one element in (contiguous but
-  // not 16-byte aligned, so the multi-pass kernels read them element by element)
-  {
-    const Tensor wl = test::random_input({385}, 5106, DType::bf16, 0.5, 1.5);
-    const Tensor bl = test::random_input({385}, 5107, DType::bf16, -1.0, 1.0);
-    CHECK(check_op([](const std::vector<Tensor>& in) {
-            return layer_norm(in[0], slice(in[1], 0, 1, 385, 1), slice(in[2], 0, 1, 385, 1));
-          }, {x, wl, bl}, row_tol(DType::bf16), row_tol(DType::bf16)) == "");
-    CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], slice(in[1], 0, 1, 385, 1)); }, {x, wl},
+    // bf16 activations, f32 weight and bf16 bias: gw and gb stored in different dtypes by one launch
+    const Tensor x = test::random_input({4099, 384}, 5100, DType::bf16, -2.0, 3.0);
+    const Tensor w = test::random_input({384}, 5101, DType::f32, 0.5, 1.5);
+    const Tensor b = test::random_input({384}, 5102, DType::bf16, -1.0, 1.0);
+    CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
                    row_tol(DType::bf16), row_tol(DType::bf16)) == "");
+    // bf16 parameters read as they are by the kernels: here views that start one element in (contiguous but
+    // not 16-byte aligned, so the multi-pass kernels read them element by element)
+    {
+      const Tensor wl = test::random_input({385}, 5106, DType::bf16, 0.5, 1.5);
+      const Tensor bl = test::random_input({385}, 5107, DType::bf16, -1.0, 1.0);
+      CHECK(check_op([](const std::vector<Tensor>& in) {
+              return layer_norm(in[0], slice(in[1], 0, 1, 385, 1), slice(in[2], 0, 1, 385, 1));
+            }, {x, wl, bl}, row_tol(DType::bf16), row_tol(DType::bf16)) == "");
+      CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], slice(in[1], 0, 1, 385, 1)); }, {x, wl},
+                     row_tol(DType::bf16), row_tol(DType::bf16)) == "");
+    }
+    // f64: double partial sums and outputs
+    const Tensor xd = test::random_input({2049, 768}, 5103, DType::f64, -2.0, 3.0);
+    const Tensor wd = test::random_input({768}, 5104, DType::f64, 0.5, 1.5);
+    const Tensor bd = test::random_input({768}, 5105, DType::f64, -1.0, 1.0);
+    CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {xd, wd, bd},
+                   DType::f64) == "");
+  });
+}
+
+// Both norm kernel variants (Note [Staged norm kernels] in kernels/rows.cu) on the row shapes that pick their
+// geometry: threads per row 1..256 with 1..4 packs per thread (bf16 D = 8, 16, 64, 72, 384, 520, 768, 1024,
+// 4096, 8192; f32 / f64 likewise with their packs), several stages of row groups per block, rows past the end
+// in the last group; widths that are not a multiple of a pack (1004 bf16, 4095, 385) or too long for the
+// staged kernels (11008 bf16) fall back. Forward with and without parameters, rms_norm, and the backward with
+// the parameter gradients; rows with a large common offset (the bf16 / f16 statistics are sums shifted by
+// the row's first element) and with a far outlier in the first element (f32 / f64: two-pass statistics).
+TEST_CASE("layer_norm and rms_norm on CUDA: old and staged kernels, every row geometry", "[gpu][rows][norm]") {
+  each_norm_variant([&] {
+    uint64_t seed = 7000;
+    const std::vector<Shape> shapes = {{1037, 8},   {513, 16},   {301, 64},   {77, 72},  {2003, 384}, {1001, 385},
+                                       {257, 520},  {1031, 768}, {129, 1004}, {65, 1024}, {33, 4095}, {41, 4096},
+                                       {9, 8192},   {3, 11008}};
+    for (DType dt : {DType::bf16, DType::f16, DType::f32, DType::f64}) {
+      for (const Shape& shape : shapes) {
+        const int64_t d = shape[1];
+        const Tensor x = test::random_input(shape, ++seed, dt, -4.0, 4.0);
+        const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+        const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+        const Tensor wf = test::random_input({d}, ++seed, DType::f32, 0.5, 1.5);
+        const Tensor bf = test::random_input({d}, ++seed, DType::f32, -1.0, 1.0);
+        const Tensor xc = x.to(test::kCuda);
+        INFO(dtype_name(dt) << " " << to_string(shape));
+        const test::Tolerance tol = row_tol(dt);
+        auto check = [&](const Tensor& actual, const Tensor& expected, const char* what) {
+          INFO(what);
+          CHECK(test::compare_to_cpu(actual, expected, tol) == "");
+        };
+        {
+          test::PoisonGuard poison;
+          check(layer_norm(xc, w.to(test::kCuda), b.to(test::kCuda)), layer_norm(x, w, b), "layer_norm");
+          check(layer_norm(xc, wf.to(test::kCuda), bf.to(test::kCuda)), layer_norm(x, wf, bf), "layer_norm, f32 parameters");
+          check(layer_norm(xc, Tensor(), Tensor()), layer_norm(x, Tensor(), Tensor()), "layer_norm without affine");
+          check(layer_norm(xc, w.to(test::kCuda), Tensor()), layer_norm(x, w, Tensor()), "layer_norm, weight only");
+          check(rms_norm(xc, w.to(test::kCuda)), rms_norm(x, w), "rms_norm");
+          check(rms_norm(xc, Tensor()), rms_norm(x, Tensor()), "rms_norm without weight");
+        }
+        if (shape[0] * d > 2'000'000) continue;  // the backward on the smaller shapes
+        const test::Tolerance gtol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : tol;
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b}, tol,
+                       gtol) == "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], Tensor(), in[1]); }, {x, b}, tol,
+                       gtol) == "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); }, {x, w}, tol, gtol) == "");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return rms_norm(in[0], Tensor()); }, {x}, tol, gtol) == "");
+      }
+      // a large common offset in every row
+      {
+        // (100 for bf16 / f16, whose statistics use the shifted sums; 10 for f32 / f64, whose float mean of
+        // values near 100 would carry more rounding than the f32 tolerance)
+        const double offset = dt == DType::bf16 || dt == DType::f16 ? 100.0 : 10.0;
+        const Tensor x = add(test::random_input({300, 768}, ++seed, DType::f64, -1.0, 1.0), offset).to(dt);
+        const Tensor w = test::random_input({768}, ++seed, dt, 0.5, 1.5);
+        const Tensor b = test::random_input({768}, ++seed, dt, -1.0, 1.0);
+        INFO(dtype_name(dt) << " offset rows");
+        CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                       row_tol(dt), dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt)) == "");
+      }
+      // an outlier as the first element of every row
+      {
+        std::vector<double> v = test::random_input({50, 4096}, ++seed, DType::f64, -1.0, 1.0).to_vector<double>();
+        for (int64_t r = 0; r < 50; ++r) v[static_cast<std::size_t>(r * 4096)] = dt == DType::f16 ? 300.0 : 1000.0;
+        const Tensor x = from_vector(v, {50, 4096}).to(dt);
+        INFO(dtype_name(dt) << " outlier first");
+        CHECK(test::compare_to_cpu(layer_norm(x.to(test::kCuda), Tensor(), Tensor()), layer_norm(x, Tensor(), Tensor()),
+                                   row_tol(dt)) == "");
+      }
+    }
+    // NaN / inf in x and in the parameters (rows and columns of NaN results, pack_cast's check), both parameter
+    // dtypes
+    const double inf = INFINITY, nan = NAN;
+    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+      for (DType pdt : {dt, DType::f32}) {
+        Tensor x = test::random_input({9, 768}, ++seed, dt, -2.0, 2.0);
+        std::vector<double> xv = x.to_vector<double>();
+        xv[3 * 768 + 17] = nan;  // row 3: NaN everywhere
+        xv[5 * 768 + 700] = inf;  // row 5: NaN everywhere (inf - mean)
+        x = from_vector(xv, {9, 768}).to(dt);
+        std::vector<double> wv = test::random_input({768}, ++seed, DType::f64, 0.5, 1.5).to_vector<double>();
+        std::vector<double> bv = test::random_input({768}, ++seed, DType::f64, -1.0, 1.0).to_vector<double>();
+        wv[3] = nan;
+        bv[700] = inf;
+        wv[701] = inf;
+        const Tensor w = from_vector(wv, {768}).to(pdt), b = from_vector(bv, {768}).to(pdt);
+        INFO(dtype_name(dt) << " x, " << dtype_name(pdt) << " parameters, NaN / inf");
+        CHECK(test::compare_to_cpu(layer_norm(x.to(test::kCuda), w.to(test::kCuda), b.to(test::kCuda)),
+                                   layer_norm(x, w, b), row_tol(dt)) == "");
+        CHECK(test::compare_to_cpu(rms_norm(x.to(test::kCuda), w.to(test::kCuda)), rms_norm(x, w), row_tol(dt)) == "");
+      }
+    }
+  });
+}
+
+// The same inputs through both variants give results within rounding of each other, and each variant is
+// deterministic (two runs bit-identical, parameter gradients included).
+TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu][rows][norm]") {
+  const Tensor x0 = test::random_input({20001, 384}, 7500, DType::bf16, -2.0, 3.0).to(test::kCuda);
+  const Tensor w0 = test::random_input({384}, 7501, DType::bf16, 0.5, 1.5).to(test::kCuda);
+  const Tensor b0 = test::random_input({384}, 7502, DType::bf16, -1.0, 1.0).to(test::kCuda);
+  const Tensor g = test::random_input({20001, 384}, 7503, DType::bf16, -1.0, 1.0).to(test::kCuda);
+  auto run = [&] {
+    Tensor x = x0.detach(), w = w0.detach(), b = b0.detach();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    Tensor y = layer_norm(x, w, b);
+    y.backward(g);
+    return std::vector<Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+  };
+  std::vector<std::vector<Tensor>> per_variant;
+  each_norm_variant([&] {
+    const std::vector<Tensor> a = run(), c = run();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO("result " << i);
+      CHECK(test::compare_bits(a[i], c[i].to(Device::cpu())) == "");
+    }
+    per_variant.push_back(a);
+  });
+  for (std::size_t i = 0; i < per_variant[0].size(); ++i) {
+    INFO("result " << i << ", variant 1 against 2");
+    CHECK(test::compare_to_cpu(per_variant[1][i], per_variant[0][i].to(Device::cpu()), row_tol(DType::bf16)) == "");
   }
-  // f64: double partial sums and outputs
-  const Tensor xd = test::random_input({2049, 768}, 5103, DType::f64, -2.0, 3.0);
-  const Tensor wd = test::random_input({768}, 5104, DType::f64, 0.5, 1.5);
-  const Tensor bd = test::random_input({768}, 5105, DType::f64, -1.0, 1.0);
-  CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {xd, wd, bd},
-                 DType::f64) == "");
 }
 
 // The register-resident softmax backward on many short rows: more row groups than blocks (grid-stride
