@@ -20,6 +20,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "kernels/flash_attention.h"  // bench_attention_bwd_variants
+#include "kernels/rows.h"             // bench_norm_variants
 
 using namespace ht;
 
@@ -581,6 +582,71 @@ void bench_attention_packed(bool csv) {
 
 }  // namespace
 
+// ---- bench_norm_variants (helper rows8) ----
+// layer_norm / rms_norm in bf16 (bf16 weight and bias) with each norm kernel variant (kernels::
+// set_norm_kernel_variant: 1 the register-resident kernels, 2 the staged ones; Note [Norm kernel variants] in
+// kernels/rows.cu), side by side. Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes
+// (read x and g, write gx) over (forward + backward) - forward, as bench_norm_gelu counts them (the parameter
+// gradients' partial sums and their finalize launch are inside that time).
+void bench_norm_variants(bool csv, double copy_gbs) {
+  const Device dev = Device::cuda(0);
+  Generator gen(12);
+  auto bf16_rand = [&](const Shape& s) { return rand(s, gen, {DType::f32, dev}).to(DType::bf16); };
+  if (csv) std::printf("norm variant,elements,old ms,old ratio_to_copy,new ms,new ratio_to_copy\n");
+  else
+    std::printf("\n%-34s %12s %10s %8s %10s %8s\n", "norm kernels (bf16): old vs staged", "elements", "old ms", "vs copy",
+                "new ms", "vs copy");
+  auto print = [&](const std::string& name, int64_t numel, double passes, const double (&ms)[2]) {
+    double ratio[2];
+    for (int v = 0; v < 2; ++v) ratio[v] = passes * 2.0 * static_cast<double>(numel) / ms[v] * 1e-6 / copy_gbs;
+    if (csv)
+      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0], ratio[0], ms[1],
+                  ratio[1]);
+    else
+      std::printf("%-34s %12lld %10.4f %8.3f %10.4f %8.3f\n", name.c_str(), static_cast<long long>(numel), ms[0],
+                  ratio[0], ms[1], ratio[1]);
+  };
+  struct Case {
+    const char* op;
+    Shape shape;
+    bool rms;
+  };
+  for (const Case& c : {Case{"layer_norm", {16384, 4096}, false}, Case{"layer_norm", {50432, 768}, false},
+                        Case{"layer_norm", {16640, 384}, false}, Case{"rms_norm", {16384, 4096}, true},
+                        Case{"rms_norm", {50432, 768}, true}}) {
+    Tensor x = bf16_rand(c.shape), w = bf16_rand({c.shape[1]}), b = bf16_rand({c.shape[1]});
+    const Tensor g = bf16_rand(c.shape);
+    auto fwd_op = [&] { return c.rms ? rms_norm(x, w) : layer_norm(x, w, b); };
+    double fwd[2], bwd[2];
+    for (int v = 1; v <= 2; ++v) {
+      kernels::set_norm_kernel_variant(v);
+      x.set_requires_grad(false);
+      w.set_requires_grad(false);
+      b.set_requires_grad(false);
+      Tensor keep;
+      fwd[v - 1] = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = fwd_op();
+      });
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      b.set_requires_grad(!c.rms);
+      const double fb = time_ms([&] {
+        x.zero_grad();
+        w.zero_grad();
+        b.zero_grad();
+        fwd_op().backward(g);
+      });
+      bwd[v - 1] = fb - fwd[v - 1];
+    }
+    kernels::set_norm_kernel_variant(0);
+    const std::string shape = std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]);
+    print(std::string(c.op) + " fwd " + shape, c.shape[0] * c.shape[1], 2, fwd);
+    print(std::string(c.op) + " bwd " + shape, c.shape[0] * c.shape[1], 3, bwd);
+  }
+}
+// ---- end bench_norm_variants ----
+
 int main(int argc, char** argv) {
   int64_t n = 1LL << 28;
   bool csv = false;
@@ -636,6 +702,7 @@ int main(int argc, char** argv) {
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
   bench_norm_gelu(csv, floor_gbs);
+  bench_norm_variants(csv, floor_gbs);
   bench_bn_relu(csv);
   return 0;
 }
