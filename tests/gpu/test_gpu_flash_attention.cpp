@@ -6,7 +6,9 @@
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
 // so a silent fallback fails the test. Every backward case runs with each backward kernel variant
 // (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu), whatever
-// HADATRAIN_FLASH_BWD says.
+// HADATRAIN_FLASH_BWD says. Every forward kernel variant (kernels::set_flash_forward_variant, Note [Forward
+// variants]) runs on its own set of cases: out and lse against the reference, bitwise repeatable, and the
+// backward through its lse.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -17,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "hadatrain/autograd/grad_mode.h"
 #include "ops/cuda/flash_attention.h"
 #include "support/catch.h"
 #include "support/gpu_testing.h"
@@ -102,6 +105,14 @@ struct BackwardVariant {
   BackwardVariant& operator=(const BackwardVariant&) = delete;
 };
 
+// Runs the fused forward with kernel variant `v` while alive (0 afterwards: the environment's choice).
+struct ForwardVariant {
+  explicit ForwardVariant(int v) { kernels::set_flash_forward_variant(v); }
+  ~ForwardVariant() { kernels::set_flash_forward_variant(0); }
+  ForwardVariant(const ForwardVariant&) = delete;
+  ForwardVariant& operator=(const ForwardVariant&) = delete;
+};
+
 std::string lse_close(const Tensor& actual, const std::vector<double>& expected) {
   if (!actual.is_cuda() || actual.dtype() != DType::f32) return "lse is not a CUDA f32 tensor: " + actual.describe();
   const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>();
@@ -153,6 +164,116 @@ TEST_CASE("the fused backward's kernel variant can be chosen for the process", "
   kernels::set_flash_backward_variant(kernels::kFlashBackwardVariants + 1);  // out of range: the environment's
   CHECK(kernels::flash_backward_variant() == from_env);
   kernels::set_flash_backward_variant(0);
+}
+
+TEST_CASE("the fused forward's kernel variant can be chosen for the process", "[gpu][attention][flash]") {
+  for (int v = 1; v <= kernels::kFlashForwardVariants; ++v) {
+    ForwardVariant use(v);
+    CHECK(kernels::flash_forward_variant() == v);
+  }
+  const int from_env = kernels::flash_forward_variant();  // HADATRAIN_FLASH_FWD's choice, 1 when unset
+  CHECK(from_env >= 1);
+  CHECK(from_env <= kernels::kFlashForwardVariants);
+  kernels::set_flash_forward_variant(kernels::kFlashForwardVariants + 1);  // out of range: the environment's
+  CHECK(kernels::flash_forward_variant() == from_env);
+  kernels::set_flash_forward_variant(0);
+}
+
+TEST_CASE("every fused forward variant matches the f64 CPU reference: out, lse, and the backward from its lse",
+          "[gpu][attention][flash]") {
+  struct FwdCase {
+    FlashCase c;
+    bool backward;  // also run the backward (default backward variant) from this forward's out and lse
+  };
+  // Key tiles are 32, 64 or 128 keys and query blocks 128 rows: lengths around and across those, the causal
+  // diagonal inside and at the edge of tiles, tiles with no mask at all (S a multiple of every tile, no causal
+  // mask), empty rows (causal T > S), negative scales (q negated in shared memory) with and without the mask.
+  const std::vector<FwdCase> cases = {
+      {{"causal T = S = 77, D 64, 2 q heads per kv head", 1, 4, 2, 77, 77, 64, {AttnMask::causal, 0.0}, false}, true},
+      {{"no mask T = S = 130, D 128, non-contiguous q", 2, 2, 2, 130, 130, 128, {AttnMask::none, 0.0}, true}, true},
+      {{"causal T = S = 257, D 128", 1, 2, 1, 257, 257, 128, {AttnMask::causal, 0.0}, false}, false},
+      {{"no mask T = S = 257, D 64", 1, 2, 2, 257, 257, 64, {AttnMask::none, 0.0}, false}, false},
+      {{"causal T = 100 < S = 257 (aligned to the end), D 64", 2, 2, 1, 100, 257, 64, {AttnMask::causal, 0.0}, true},
+       false},
+      {{"causal T = 300 > S = 40 (empty rows and query blocks), D 128", 1, 2, 2, 300, 40, 128,
+        {AttnMask::causal, 0.0}, false},
+       true},
+      {{"no mask T = 65, S = 131, negative custom scale, D 128", 1, 2, 1, 65, 131, 128, {AttnMask::none, -0.07}, false},
+       true},
+      {{"causal T = S = 384, negative custom scale, D 64", 1, 2, 2, 384, 384, 64, {AttnMask::causal, -0.1}, false},
+       false},
+      {{"causal one row one key, D 64", 1, 2, 2, 1, 1, 64, {AttnMask::causal, 0.0}, false}, false},
+      {{"no mask T = 200, S = 256 (no masked key tile), D 64", 1, 2, 2, 200, 256, 64, {AttnMask::none, 0.0}, false},
+       false},
+      {{"no mask T = 129, S = 256 (no masked key tile), D 128", 1, 2, 2, 129, 256, 128, {AttnMask::none, 0.0}, false},
+       false},
+      {{"causal T = S = 1024, D 64", 1, 2, 1, 1024, 1024, 64, {AttnMask::causal, 0.0}, false}, true},
+      {{"causal T = S = 640, D 128", 1, 2, 2, 640, 640, 128, {AttnMask::causal, 0.0}, false}, false},
+      {{"causal T = 129 < S = 700, D 128", 1, 2, 2, 129, 700, 128, {AttnMask::causal, 0.0}, false}, false},
+      {{"causal T = 700 > S = 450, D 64", 1, 2, 2, 700, 450, 64, {AttnMask::causal, 0.0}, false}, false},
+      {{"no mask T = S = 513, D 128", 1, 2, 2, 513, 513, 128, {AttnMask::none, 0.0}, false}, false},
+  };
+  uint64_t seed = 9300;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+      const FlashCase& c = cases[ci].c;
+      if (dt == DType::f16 && ci % 2 == 1) continue;  // f16 on half of the cases keeps the test short
+      INFO(dtype_name(dt) << ": " << c.name);
+      const Tensor q = test::random_input({c.B, c.Hq, c.T, c.D}, ++seed, dt);
+      const Tensor k = test::random_input({c.B, c.Hkv, c.S, c.D}, ++seed, dt);
+      const Tensor v = test::random_input({c.B, c.Hkv, c.S, c.D}, ++seed, dt);
+      const double scale = c.opts.scale != 0.0 ? c.opts.scale : 1.0 / std::sqrt(static_cast<double>(c.D));
+      const kernels::AttnShape s{c.B, c.Hq, c.Hkv, c.T, c.S, c.D, c.D, scale, c.opts.mask == AttnMask::causal};
+      REQUIRE(cuda_ops::flash_attention_applies(dt, s));
+
+      // reference: the CPU op in double on the same values (with gradients only where the case asks)
+      Tensor qc = leaf(q.to(DType::f64), Device::cpu()), kc = leaf(k.to(DType::f64), Device::cpu()),
+             vc = leaf(v.to(DType::f64), Device::cpu());
+      Tensor oc, go;
+      if (cases[ci].backward) {
+        oc = scaled_dot_product_attention(qc, kc, vc, c.opts);
+        go = test::random_input(oc.shape(), ++seed, dt);
+        oc.backward(go.to(DType::f64));
+      } else {
+        NoGradGuard no_grad;
+        oc = scaled_dot_product_attention(qc, kc, vc, c.opts);
+      }
+      const std::vector<double> lse_ref = reference_lse(q.to(DType::f64), k.to(DType::f64), c, scale);
+
+      for (int variant = 1; variant <= kernels::kFlashForwardVariants; ++variant) {
+        INFO("forward variant " << variant);
+        ForwardVariant use(variant);
+        Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
+        const auto before = kernels::flash_attention_counts();
+        Tensor og;
+        {
+          test::PoisonGuard poison;  // an element the kernel forgets to write is NaN
+          const Tensor qin = c.permuted_q ? qg.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3}) : qg;
+          if (c.permuted_q) REQUIRE_FALSE(qin.is_contiguous());
+          og = scaled_dot_product_attention(qin, kg, vg, c.opts);
+        }
+        CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
+        CHECK(close_to(og, oc, dt) == "");
+
+        // lse through the glue; the same out bit for bit (each variant is deterministic)
+        const auto [out2, lse] = cuda_ops::flash_attention_forward(q.to(test::kCuda), k.to(test::kCuda),
+                                                                   v.to(test::kCuda), s);
+        CHECK(lse_close(lse, lse_ref) == "");
+        CHECK(test::compare_bits(out2, og.detach().to(Device::cpu())) == "");
+
+        if (cases[ci].backward) {  // the backward recomputes P from this forward's lse
+          {
+            test::PoisonGuard poison;
+            og.backward(go.to(test::kCuda));
+          }
+          CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
+          CHECK(close_to(qg.grad(), qc.grad(), dt) == "");
+          CHECK(close_to(kg.grad(), kc.grad(), dt) == "");
+          CHECK(close_to(vg.grad(), vc.grad(), dt) == "");
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, dk, dv", "[gpu][attention][flash]") {

@@ -19,7 +19,7 @@
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
-#include "kernels/flash_attention.h"  // bench_attention_bwd_variants
+#include "kernels/flash_attention.h"  // bench_attention_bwd_variants, bench_attention_fwd_variants
 #include "kernels/rows.h"             // bench_norm_variants
 
 using namespace ht;
@@ -386,6 +386,45 @@ void bench_attention_bwd_variants(bool csv) {
 }
 // ---- end bench_attention_bwd_variants ----
 
+// ---- bench_attention_fwd_variants (helper attn8) ----
+// The fused forward's kernel variants (Note [Forward variants] in kernels/flash_attention.cu; the process
+// default comes from HADATRAIN_FLASH_FWD) on bench_attention's shapes: bf16 causal, B = 4, H = 16, forward
+// alone (no grad) and forward + backward through the op (the process's backward variant), each forward
+// variant selected with kernels::set_flash_forward_variant. TFLOP/s of the forward as in bench_attention.
+void bench_attention_fwd_variants(bool csv) {
+  Generator gen(8);
+  if (csv) std::printf("attention fwd variant,B,H,T,D,variant,fwd_ms,fwd_TFLOP/s,fwd+bwd_ms\n");
+  else
+    std::printf("\n%-42s %8s %10s %10s %12s\n", "attention bf16 causal fwd variants", "variant", "fwd ms", "TFLOP/s",
+                "fwd+bwd ms");
+  const int64_t B = 4, H = 16;
+  for (int64_t D : {int64_t{64}, int64_t{128}})
+    for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
+      AttentionCase c = attention_case(gen, B, H, T, D);
+      const double flops = 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) *
+                           static_cast<double>(D) * 0.5;
+      for (int variant = 1; variant <= kernels::kFlashForwardVariants; ++variant) {
+        kernels::set_flash_forward_variant(variant);
+        Tensor keep;
+        const double fwd_ms = time_ms([&] {
+          NoGradGuard no_grad;
+          keep = scaled_dot_product_attention(c.q, c.k, c.v, {AttnMask::causal, 0.0});
+        });
+        const double fb_ms = attention_fwd_bwd_ms(c);
+        const double tf = flops / fwd_ms * 1e-9;
+        if (csv)
+          std::printf("attention_fwd_variant,%lld,%lld,%lld,%lld,%d,%.4f,%.1f,%.4f\n", static_cast<long long>(B),
+                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, fwd_ms,
+                      tf, fb_ms);
+        else
+          std::printf("%-42s %8d %10.4f %10.1f %12.4f\n",
+                      ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(), variant, fwd_ms, tf, fb_ms);
+      }
+      kernels::set_flash_forward_variant(0);
+    }
+}
+// ---- end bench_attention_fwd_variants ----
+
 // ---- bench_norm_gelu (helper kernels) ----
 // Batch norm (train, f32 weight / bias / running stats), GELU, layer_norm and softmax backward in bf16 through
 // the op API, in the main table's format (ratio to the copy bandwidth). Backward times are (forward +
@@ -584,27 +623,32 @@ void bench_attention_packed(bool csv) {
 
 // ---- bench_norm_variants (helper rows8) ----
 // layer_norm / rms_norm in bf16 (bf16 weight and bias) with each norm kernel variant (kernels::
-// set_norm_kernel_variant: 1 the register-resident kernels, 2 the staged ones; Note [Norm kernel variants] in
-// kernels/rows.cu), side by side. Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes
-// (read x and g, write gx) over (forward + backward) - forward, as bench_norm_gelu counts them (the parameter
-// gradients' partial sums and their finalize launch are inside that time).
+// set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged", the staged ones; 3 "2-pass", the
+// staged ones with two-pass bf16 statistics; Note [Norm kernel variants] in kernels/rows.cu), side by side.
+// Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes (read x and g, write gx) over
+// (forward + backward) - forward, as bench_norm_gelu counts them (the parameter gradients' partial sums and
+// their finalize launch are inside that time).
 void bench_norm_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(12);
   auto bf16_rand = [&](const Shape& s) { return rand(s, gen, {DType::f32, dev}).to(DType::bf16); };
-  if (csv) std::printf("norm variant,elements,old ms,old ratio_to_copy,new ms,new ratio_to_copy\n");
+  constexpr int kV = kernels::kNormKernelVariants;
+  static_assert(kV == 3, "one column pair per variant");
+  if (csv)
+    std::printf("norm variant,elements,old ms,old ratio_to_copy,staged ms,staged ratio_to_copy,2-pass ms,"
+                "2-pass ratio_to_copy\n");
   else
-    std::printf("\n%-34s %12s %10s %8s %10s %8s\n", "norm kernels (bf16): old vs staged", "elements", "old ms", "vs copy",
-                "new ms", "vs copy");
-  auto print = [&](const std::string& name, int64_t numel, double passes, const double (&ms)[2]) {
-    double ratio[2];
-    for (int v = 0; v < 2; ++v) ratio[v] = passes * 2.0 * static_cast<double>(numel) / ms[v] * 1e-6 / copy_gbs;
+    std::printf("\n%-34s %12s %9s %7s %9s %7s %9s %7s\n", "norm kernels (bf16): variants 1-3", "elements", "old ms",
+                "vs copy", "staged ms", "vs copy", "2-pass ms", "vs copy");
+  auto print = [&](const std::string& name, int64_t numel, double passes, const double (&ms)[kV]) {
+    double ratio[kV];
+    for (int v = 0; v < kV; ++v) ratio[v] = passes * 2.0 * static_cast<double>(numel) / ms[v] * 1e-6 / copy_gbs;
     if (csv)
-      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0], ratio[0], ms[1],
-                  ratio[1]);
+      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0],
+                  ratio[0], ms[1], ratio[1], ms[2], ratio[2]);
     else
-      std::printf("%-34s %12lld %10.4f %8.3f %10.4f %8.3f\n", name.c_str(), static_cast<long long>(numel), ms[0],
-                  ratio[0], ms[1], ratio[1]);
+      std::printf("%-34s %12lld %9.4f %7.3f %9.4f %7.3f %9.4f %7.3f\n", name.c_str(), static_cast<long long>(numel),
+                  ms[0], ratio[0], ms[1], ratio[1], ms[2], ratio[2]);
   };
   struct Case {
     const char* op;
@@ -617,8 +661,8 @@ void bench_norm_variants(bool csv, double copy_gbs) {
     Tensor x = bf16_rand(c.shape), w = bf16_rand({c.shape[1]}), b = bf16_rand({c.shape[1]});
     const Tensor g = bf16_rand(c.shape);
     auto fwd_op = [&] { return c.rms ? rms_norm(x, w) : layer_norm(x, w, b); };
-    double fwd[2], bwd[2];
-    for (int v = 1; v <= 2; ++v) {
+    double fwd[kV], bwd[kV];
+    for (int v = 1; v <= kV; ++v) {
       kernels::set_norm_kernel_variant(v);
       x.set_requires_grad(false);
       w.set_requires_grad(false);
@@ -698,6 +742,7 @@ int main(int argc, char** argv) {
   bench_conv_bn(csv);
   bench_attention(csv);
   bench_attention_bwd_variants(csv);
+  bench_attention_fwd_variants(csv);
   bench_attention_packed(csv);
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
