@@ -5,6 +5,7 @@
 // and the CPU reference, without signed-overflow undefined behaviour.
 #include "kernels/lowp_gemm.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "hadatrain/tensor/scalar_types.h"
@@ -60,49 +61,106 @@ __global__ void lowp_gemm_nt_kernel(LowpKernelArgs g) {
   }
 }
 
-// Four elements per thread and iteration with 16-byte loads when both pointers are aligned and cols % 4 == 0
-// (vec: the four share a row); the rest element by element.
-__device__ __forceinline__ float row_factor(const ScaleI32Args& g, float s, int64_t i) {
-  return g.row_scale ? __fmul_rn(s, g.row_scale[i / g.cols / g.rows_per_scale]) : s;
+// Rows on blockIdx.y / threadIdx.y (a grid-stride loop over rows), column chunks of kVec elements on
+// blockIdx.x / threadIdx.x: the row's scale is read once per chunk, without per-element index divisions
+// (the 64-bit divisions of a flat index cost more than the pass's memory traffic). vec: 16-byte chunks
+// (the pointers aligned, cols a multiple of kVec); otherwise element by element within the chunk.
+constexpr int kVec = 8;           // elements per thread and chunk
+constexpr int kRowThreads = 8;    // threadIdx.y
+constexpr int kColThreads = 32;   // threadIdx.x
+
+struct RowChunk {
+  int64_t row, rows, col, cols;
+};
+
+template <class F>
+__device__ __forceinline__ void for_row_chunks(int64_t rows, int64_t cols, F&& f) {
+  const int64_t chunks = (cols + kVec - 1) / kVec;
+  for (int64_t r = blockIdx.y * static_cast<int64_t>(kRowThreads) + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.y) * kRowThreads)
+    for (int64_t c = blockIdx.x * static_cast<int64_t>(kColThreads) + threadIdx.x; c < chunks;
+         c += static_cast<int64_t>(gridDim.x) * kColThreads)
+      f(r, c * kVec, cols - c * kVec < kVec ? static_cast<int>(cols - c * kVec) : kVec);
 }
 
-__global__ void scale_i32_kernel(ScaleI32Args g, bool vec) {
-  const float s = __fmul_rn(__fmul_rn(g.scale_a ? *g.scale_a : 1.0f, g.scale_b ? *g.scale_b : 1.0f), g.mult);
-  const int64_t quads = vec ? g.n / 4 : 0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const bool bf = g.out_dtype == DType::bf16;
-  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads; q += stride) {
-    const int4 a = reinterpret_cast<const int4*>(g.acc)[q];
-    const float f = row_factor(g, s, 4 * q);
-    const float v[4] = {__fmul_rn(static_cast<float>(a.x), f), __fmul_rn(static_cast<float>(a.y), f),
-                        __fmul_rn(static_cast<float>(a.z), f), __fmul_rn(static_cast<float>(a.w), f)};
-    if (bf) {
-      bf16* o = static_cast<bf16*>(g.out) + 4 * q;
+dim3 row_chunk_grid(int64_t rows, int64_t cols) {
+  const int64_t chunks = (cols + kVec - 1) / kVec;
+  const int64_t gx = std::min<int64_t>((chunks + kColThreads - 1) / kColThreads, 1024);
+  const int64_t gy = std::min<int64_t>((rows + kRowThreads - 1) / kRowThreads, 65535);
+  return dim3(static_cast<unsigned>(std::max<int64_t>(gx, 1)), static_cast<unsigned>(std::max<int64_t>(gy, 1)));
+}
+
+__device__ __forceinline__ void store_scaled(void* out, DType dt, int64_t i, const float* v, int n, bool vec) {
+  if (dt == DType::bf16) {
+    bf16* o = static_cast<bf16*>(out) + i;
+    if (vec) {
+      alignas(16) bf16 b[kVec];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) o[k] = bf16(v[k]);
+      for (int k = 0; k < kVec; ++k) b[k] = bf16(v[k]);
+      *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(b);
     } else {
-      reinterpret_cast<float4*>(g.out)[q] = make_float4(v[0], v[1], v[2], v[3]);
+      for (int k = 0; k < n; ++k) o[k] = bf16(v[k]);
     }
-  }
-  for (int64_t i = 4 * quads + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.n; i += stride) {
-    const float v = __fmul_rn(static_cast<float>(g.acc[i]), row_factor(g, s, i));
-    if (bf) static_cast<bf16*>(g.out)[i] = bf16(v);
-    else static_cast<float*>(g.out)[i] = v;
+  } else {
+    float* o = static_cast<float*>(out) + i;
+    if (vec) {
+      reinterpret_cast<float4*>(o)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(o)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      for (int k = 0; k < n; ++k) o[k] = v[k];
+    }
   }
 }
 
-__global__ void scale_rows_kernel(ScaleRowsArgs g) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.n; i += stride) {
-    const float f = g.row_scale[i / g.cols / g.rows_per_scale];
-    if (g.dtype == DType::bf16) {
-      bf16* p = static_cast<bf16*>(g.data) + i;
-      *p = bf16(__fmul_rn(static_cast<float>(*p), f));
+__global__ void __launch_bounds__(kColThreads * kRowThreads) scale_i32_kernel(ScaleI32Args g, bool vec) {
+  const float s = __fmul_rn(__fmul_rn(g.scale_a ? *g.scale_a : 1.0f, g.scale_b ? *g.scale_b : 1.0f), g.mult);
+  const int64_t rows = g.n / g.cols;
+  for_row_chunks(rows, g.cols, [&](int64_t r, int64_t c, int n) {
+    const float f = g.row_scale ? __fmul_rn(s, g.row_scale[r / g.rows_per_scale]) : s;
+    const int64_t i = r * g.cols + c;
+    float v[kVec];
+    if (vec) {
+      const int4 a = reinterpret_cast<const int4*>(g.acc + i)[0], b = reinterpret_cast<const int4*>(g.acc + i)[1];
+      const int q[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = __fmul_rn(static_cast<float>(q[k]), f);
     } else {
-      float* p = static_cast<float*>(g.data) + i;
-      *p = __fmul_rn(*p, f);
+      for (int k = 0; k < n; ++k) v[k] = __fmul_rn(static_cast<float>(g.acc[i + k]), f);
     }
-  }
+    store_scaled(g.out, g.out_dtype, i, v, n, vec);
+  });
+}
+
+__global__ void __launch_bounds__(kColThreads * kRowThreads) scale_rows_kernel(ScaleRowsArgs g, bool vec) {
+  const int64_t rows = g.n / g.cols;
+  const bool bf = g.dtype == DType::bf16;
+  for_row_chunks(rows, g.cols, [&](int64_t r, int64_t c, int n) {
+    const float f = g.row_scale[r / g.rows_per_scale];
+    const int64_t i = r * g.cols + c;
+    float v[kVec];
+    if (bf) {
+      const bf16* p = static_cast<const bf16*>(g.data) + i;
+      if (vec) {
+        alignas(16) bf16 b[kVec];
+        *reinterpret_cast<uint4*>(b) = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = __fmul_rn(static_cast<float>(b[k]), f);
+      } else {
+        for (int k = 0; k < n; ++k) v[k] = __fmul_rn(static_cast<float>(p[k]), f);
+      }
+    } else {
+      const float* p = static_cast<const float*>(g.data) + i;
+      if (vec) {
+        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+        const float q[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = __fmul_rn(q[k], f);
+      } else {
+        for (int k = 0; k < n; ++k) v[k] = __fmul_rn(p[k], f);
+      }
+    }
+    store_scaled(g.data, g.dtype, i, v, n, vec);
+  });
 }
 
 }  // namespace
@@ -111,15 +169,16 @@ void launch_scale_i32(const ScaleI32Args& g, cudaStream_t stream) {
   if (g.n == 0) return;
   if (g.out_dtype != DType::f32 && g.out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("scale_i32", g.out_dtype);
   const bool vec = reinterpret_cast<uintptr_t>(g.acc) % 16 == 0 && reinterpret_cast<uintptr_t>(g.out) % 16 == 0 &&
-                   g.cols % 4 == 0;
-  scale_i32_kernel<<<ht::cuda::grid_for(g.n / 4 + 1), ht::cuda::kBlock, 0, stream>>>(g, vec);
+                   g.cols % kVec == 0;
+  scale_i32_kernel<<<row_chunk_grid(g.n / g.cols, g.cols), dim3(kColThreads, kRowThreads), 0, stream>>>(g, vec);
   HT_CHECK_LAUNCH("scale_i32");
 }
 
 void launch_scale_rows(const ScaleRowsArgs& g, cudaStream_t stream) {
   if (g.n == 0) return;
   if (g.dtype != DType::f32 && g.dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("scale_rows", g.dtype);
-  scale_rows_kernel<<<ht::cuda::grid_for(g.n), ht::cuda::kBlock, 0, stream>>>(g);
+  const bool vec = reinterpret_cast<uintptr_t>(g.data) % 16 == 0 && g.cols % kVec == 0;
+  scale_rows_kernel<<<row_chunk_grid(g.n / g.cols, g.cols), dim3(kColThreads, kRowThreads), 0, stream>>>(g, vec);
   HT_CHECK_LAUNCH("scale_rows");
 }
 

@@ -57,6 +57,12 @@ int main(int argc, char** argv) {
   grad::PipelineSpec hlq;
   hlq.name = "hlq";
   variants.push_back({"hlq", hlq, DType::bf16});
+  grad::PipelineSpec hlq_int8 = hlq;  // the 4-bit g_x product on int8 tensor cores instead of fp8
+  hlq_int8.hlq.carrier = grad::Carrier::int8;
+  variants.push_back({"hlq int8 carrier", hlq_int8, DType::bf16});
+  grad::PipelineSpec hlq_pad = hlq;  // 197 tokens padded to 256: HLA rank reduction on the ViT layers
+  hlq_pad.hlq.fallback = grad::HlaFallback::pad;
+  variants.push_back({"hlq pad", hlq_pad, DType::bf16});
   grad::PipelineSpec hlq_split = hlq;
   hlq_split.hlq.fallback = grad::HlaFallback::split_extra;
   variants.push_back({"hlq split_extra", hlq_split, DType::bf16});
