@@ -1053,11 +1053,15 @@ struct StagedRows {
 };
 
 template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages) {
+__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages, bool shifted) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
   constexpr int kSlots = NP + 1;  // the thread's packs of the row, then the row's first pack (the shift)
+  // shifted (variant 2): bf16 / f16 layer_norm statistics from one reduction of sums shifted by the row's
+  // first element; otherwise (variant 3, and f32 / f64 always) two reductions, the mean then the sum of squares
+  // about it
+  const bool one_pass = kHalfPack<T> && shifted;
   extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
   __shared__ A red[2][2][kRowBlock / 32];
   const int64_t d = a.dim;
@@ -1079,7 +1083,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
         const int q = sr.lane + i * tpr;
         if (q < packs) cp_async16(dst + i * kRowBlock, src + static_cast<int64_t>(q) * V);
       }
-      if (kHalfPack<T> && layer) cp_async16(dst + NP * kRowBlock, src);
+      if (one_pass && layer) cp_async16(dst + NP * kRowBlock, src);
     }
     cp_async_commit();
   };
@@ -1114,7 +1118,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
     for (int i = 0; i < NP; ++i)
       if (sr.lane + i * tpr < packs) unpack(src[i * kRowBlock], x[i]);
     A m = A(0), var, s1 = A(0), s2 = A(0);
-    if constexpr (kHalfPack<T>) {
+    if (one_pass) {  // uniform across the grid
       // one reduction of the sums shifted by the row's first element (see the note)
       const A shift = layer ? convert<A>(src[NP * kRowBlock].v[0]) : A(0);
 #pragma unroll
@@ -1137,7 +1141,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
         var = over_d(s2);
       }
     } else {
-      // f32 / f64: the mean, then the sum of squares about it (two reductions, as the CPU reference)
+      // the mean, then the sum of squares about it (two reductions, as the CPU reference)
       A unused = A(0);
       if (layer) {  // uniform across the block
 #pragma unroll
@@ -1705,16 +1709,21 @@ void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& a, cudaStream
 
 namespace {
 // Note [Norm kernel variants]
-// 1: the register-resident kernels (norm_cached_kernel, norm_backward_cached_kernel); 2 (the default): the
-// staged kernels (Note [Staged norm kernels]). HADATRAIN_NORM_KERNEL=old (or 1) in the environment, read once
-// per process, picks 1; set_norm_kernel_variant overrides the environment (the GPU tests and bench_kernels
-// run both). Rows the chosen kernel does not take fall back as before (multi-pass kernels).
+// 1: the register-resident kernels (norm_cached_kernel, norm_backward_cached_kernel) and the 32 x 8 finalize;
+// 2 (the default): the staged kernels (Note [Staged norm kernels]) and the wide finalize; 3: as 2, but the bf16
+// / f16 forward statistics in two reductions (mean, then the sum of squares about it, as f32 / f64 always do)
+// instead of one shifted reduction: the same instructions per element, one more reduction (a barrier for rows
+// of more than a warp) per row. HADATRAIN_NORM_KERNEL=old (or 1) / twopass (or 3) in the environment, read
+// once per process, picks 1 / 3; set_norm_kernel_variant overrides the environment (the GPU tests and
+// bench_kernels run every variant). Rows the chosen kernel does not take fall back as before.
 std::atomic<int> g_norm_variant_override{0};
 
 int env_norm_variant() {
   static const int v = [] {
     const char* e = std::getenv("HADATRAIN_NORM_KERNEL");
-    return e != nullptr && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0) ? 1 : 2;
+    if (e != nullptr && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
+    if (e != nullptr && (std::strcmp(e, "twopass") == 0 || std::strcmp(e, "3") == 0)) return 3;
+    return 2;
   }();
   return v;
 }
@@ -1857,14 +1866,15 @@ StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a) {
 
 int norm_kernel_variant() {
   const int o = g_norm_variant_override.load(std::memory_order_relaxed);
-  return o == 1 || o == 2 ? o : env_norm_variant();
+  return o >= 1 && o <= kNormKernelVariants ? o : env_norm_variant();
 }
 void set_norm_kernel_variant(int variant) { g_norm_variant_override.store(variant, std::memory_order_relaxed); }
 
 void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.dim);
-  const bool staged = norm_kernel_variant() == 2;
+  const int variant = norm_kernel_variant();
+  const bool staged = variant >= 2;
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (staged) {
@@ -1873,7 +1883,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
                        : sg.np == 2 ? norm_staged_kernel<T, 2>
                        : sg.np == 3 ? norm_staged_kernel<T, 3>
                                     : norm_staged_kernel<T, 4>;
-        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
+        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, variant == 2);
         HT_CHECK_LAUNCH("norm_staged_kernel");
         return;
       }
@@ -1932,7 +1942,7 @@ struct NormBwdPlan {
 };
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
-  if (norm_kernel_variant() == 2)
+  if (norm_kernel_variant() >= 2)
     visit_kernel_float(a.dtype, [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a); });
   if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
   return p;
@@ -2000,7 +2010,7 @@ bool norm_param_dtype_ok(DType dt) {
 void launch_norm_param_finalize(const NormParamFinalizeArgs& a, cudaStream_t stream) {
   if (a.dim == 0) return;
   const dim3 grid(static_cast<unsigned>((a.dim + 31) / 32), 2);
-  if (norm_kernel_variant() == 2) {
+  if (norm_kernel_variant() >= 2) {
     if (a.stat_dtype == DType::f64) norm_param_finalize_wide_kernel<double><<<grid, dim3(32, 32), 0, stream>>>(a);
     else norm_param_finalize_wide_kernel<float><<<grid, dim3(32, 32), 0, stream>>>(a);
     HT_CHECK_LAUNCH("norm_param_finalize_wide_kernel");

@@ -82,8 +82,8 @@ std::string check_op(const Graph& f, const std::vector<Tensor>& values, DType dt
 }
 
 // Runs body once per layer_norm / rms_norm kernel variant (kernels::set_norm_kernel_variant: 1 the
-// register-resident kernels, 2 the staged ones), whatever HADATRAIN_NORM_KERNEL says; the environment's choice
-// is restored after.
+// register-resident kernels, 2 the staged ones, 3 the staged ones with two-pass bf16 / f16 statistics),
+// whatever HADATRAIN_NORM_KERNEL says; the environment's choice is restored after.
 struct NormVariant {
   explicit NormVariant(int v) { kernels::set_norm_kernel_variant(v); }
   ~NormVariant() { kernels::set_norm_kernel_variant(0); }
@@ -398,7 +398,7 @@ TEST_CASE("layer_norm and rms_norm backward on CUDA: prefetching grid, parameter
   });
 }
 
-// Both norm kernel variants (Note [Staged norm kernels] in kernels/rows.cu) on the row shapes that pick their
+// Every norm kernel variant (Note [Staged norm kernels] in kernels/rows.cu) on the row shapes that pick their
 // geometry: threads per row 1..256 with 1..4 packs per thread (bf16 D = 8, 16, 64, 72, 384, 520, 768, 1024,
 // 4096, 8192; f32 / f64 likewise with their packs), several stages of row groups per block, rows past the end
 // in the last group; widths that are not a multiple of a pack (1004 bf16, 4095, 385) or too long for the
@@ -491,7 +491,7 @@ TEST_CASE("layer_norm and rms_norm on CUDA: old and staged kernels, every row ge
   });
 }
 
-// The same inputs through both variants give results within rounding of each other, and each variant is
+// The same inputs through every variant give results within rounding of each other, and each variant is
 // deterministic (two runs bit-identical, parameter gradients included).
 TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu][rows][norm]") {
   const Tensor x0 = test::random_input({20001, 384}, 7500, DType::bf16, -2.0, 3.0).to(test::kCuda);
@@ -516,10 +516,11 @@ TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu
     }
     per_variant.push_back(a);
   });
-  for (std::size_t i = 0; i < per_variant[0].size(); ++i) {
-    INFO("result " << i << ", variant 1 against 2");
-    CHECK(test::compare_to_cpu(per_variant[1][i], per_variant[0][i].to(Device::cpu()), row_tol(DType::bf16)) == "");
-  }
+  for (std::size_t v = 1; v < per_variant.size(); ++v)
+    for (std::size_t i = 0; i < per_variant[0].size(); ++i) {
+      INFO("result " << i << ", variant 1 against " << v + 1);
+      CHECK(test::compare_to_cpu(per_variant[v][i], per_variant[0][i].to(Device::cpu()), row_tol(DType::bf16)) == "");
+    }
 }
 
 // The register-resident softmax backward on many short rows: more row groups than blocks (grid-stride
