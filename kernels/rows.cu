@@ -1717,6 +1717,7 @@ namespace {
 // once per process, picks 1 / 3; set_norm_kernel_variant overrides the environment (the GPU tests and
 // bench_kernels run every variant). Rows the chosen kernel does not take fall back as before.
 std::atomic<int> g_norm_variant_override{0};
+std::atomic<int64_t> g_staged_forward{0}, g_staged_backward{0};
 
 int env_norm_variant() {
   static const int v = [] {
@@ -1869,6 +1870,7 @@ int norm_kernel_variant() {
   return o >= 1 && o <= kNormKernelVariants ? o : env_norm_variant();
 }
 void set_norm_kernel_variant(int variant) { g_norm_variant_override.store(variant, std::memory_order_relaxed); }
+NormStagedCounts norm_staged_counts() { return {g_staged_forward.load(), g_staged_backward.load()}; }
 
 void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
@@ -1885,6 +1887,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
                                     : norm_staged_kernel<T, 4>;
         kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, variant == 2);
         HT_CHECK_LAUNCH("norm_staged_kernel");
+        g_staged_forward.fetch_add(1, std::memory_order_relaxed);
         return;
       }
     }
@@ -1968,6 +1971,7 @@ void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
                                   : norm_backward_staged_kernel<T, 4>;
       kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
       HT_CHECK_LAUNCH("norm_backward_staged_kernel");
+      g_staged_backward.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     if (const BwdGrid& bg = plan.cached; bg.np > 0) {

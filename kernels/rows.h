@@ -87,6 +87,12 @@ void launch_norm(const NormArgs& args, cudaStream_t stream);
 inline constexpr int kNormKernelVariants = 3;
 int norm_kernel_variant();
 void set_norm_kernel_variant(int variant);
+// Launches of the staged forward / backward kernels in this process (tests assert that variants 2 and 3 take
+// them for packable rows rather than falling back).
+struct NormStagedCounts {
+  int64_t forward = 0, backward = 0;
+};
+NormStagedCounts norm_staged_counts();
 
 // Backward of layer_norm / rms_norm, per row (xhat = (x - mean) * rstd, gh = g * weight, means over D):
 //   gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat))   (layer; rms drops the mean(gh) term)
@@ -108,8 +114,10 @@ struct NormBackwardArgs {
 };
 void launch_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
 // Rows of the parameter-gradient partial sums that launch_norm_backward writes alongside gx when args has
-// gw_partial / gb_partial (the register-resident kernel: packable rows of at most 256 x 4 packs), or 0 when
-// it cannot for these args (then use launch_norm_param_grad). Pointers of args are only checked for alignment.
+// gw_partial / gb_partial (the staged or the register-resident kernel, by norm_kernel_variant: packable rows of
+// at most 256 x 4 packs; one partial row per block), or 0 when it cannot for these args (then use
+// launch_norm_param_grad). Pointers of args are only checked for alignment. The answer depends on the variant:
+// call it and launch_norm_backward under the same one.
 int norm_backward_partials(const NormBackwardArgs& args);
 
 // Parameter gradients as a column reduction in two passes: this kernel writes per-split partial sums

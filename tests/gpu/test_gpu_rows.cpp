@@ -491,6 +491,30 @@ TEST_CASE("layer_norm and rms_norm on CUDA: old and staged kernels, every row ge
   });
 }
 
+// Variants 2 and 3 run the staged kernels for packable rows (no silent fallback, e.g. a failed shared-memory
+// or occupancy query), variant 1 never does; unpackable rows fall back under every variant.
+TEST_CASE("layer_norm on CUDA: variants 2 and 3 launch the staged kernels", "[gpu][rows][norm]") {
+  const Tensor x = test::random_input({1000, 768}, 7600, DType::bf16, -2.0, 3.0);
+  const Tensor w = test::random_input({768}, 7601, DType::bf16, 0.5, 1.5);
+  const Tensor b = test::random_input({768}, 7602, DType::bf16, -1.0, 1.0);
+  const Tensor xo = test::random_input({1000, 767}, 7603, DType::bf16, -2.0, 3.0);  // not a multiple of a pack
+  for (int v = 1; v <= kernels::kNormKernelVariants; ++v) {
+    NormVariant guard(v);
+    INFO("norm kernel variant " << v);
+    const kernels::NormStagedCounts before = kernels::norm_staged_counts();
+    CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                   DType::bf16) == "");
+    const kernels::NormStagedCounts mid = kernels::norm_staged_counts();
+    CHECK(mid.forward - before.forward == (v == 1 ? 0 : 1));
+    CHECK(mid.backward - before.backward == (v == 1 ? 0 : 1));
+    CHECK(check_op([](const std::vector<Tensor>& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {xo},
+                   DType::bf16) == "");
+    const kernels::NormStagedCounts after = kernels::norm_staged_counts();
+    CHECK(after.forward == mid.forward);
+    CHECK(after.backward == mid.backward);
+  }
+}
+
 // The same inputs through every variant give results within rounding of each other, and each variant is
 // deterministic (two runs bit-identical, parameter gradients included).
 TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu][rows][norm]") {
