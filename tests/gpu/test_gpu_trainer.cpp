@@ -66,6 +66,12 @@ std::map<int64_t, std::pair<double, double>> losses(const TrainerConfig& c) {
   return out;
 }
 
+// The run's --set list plus train.cuda_graph=g.
+std::vector<std::string> with_graph(std::vector<std::string> sets, const std::string& g) {
+  sets.push_back("train.cuda_graph=" + g);
+  return sets;
+}
+
 }  // namespace
 
 TEST_CASE("trainer: replayed MLP steps (AdamW, clipping, multistep) log the eager losses", "[gpu][trainer][graph]") {
@@ -73,11 +79,7 @@ TEST_CASE("trainer: replayed MLP steps (AdamW, clipping, multistep) log the eage
                                         "optim.lr=3e-3",         "optim.weight_decay=0.05",
                                         "optim.clip_grad_norm=0.5", "schedule.name=multistep",
                                         "schedule.milestones=[1.5, 2.25]", "schedule.gamma=0.5"};
-  auto with = [&](const std::string& g) {
-    auto s = mlp;
-    s.push_back("train.cuda_graph=" + g);
-    return s;
-  };
+  auto with = [&](const std::string& g) { return with_graph(mlp, g); };
   const TrainerConfig graph = make_config("mlp_graph", with("true"));  // a refused recording would throw
   const TrainerConfig eager = make_config("mlp_eager", with("false"));
   const TrainResult a = run_training(graph), b = run_training(eager);
@@ -99,11 +101,7 @@ TEST_CASE("trainer: replayed ResNet-18 steps (bf16, batch norm, channels last) t
           "[gpu][trainer][graph]") {
   const std::vector<std::string> resnet = {"model.name=resnet18", "model.stem=cifar", "train.precision=bf16",
                                            "optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=5e-4"};
-  auto with = [&](const std::string& g) {
-    auto s = resnet;
-    s.push_back("train.cuda_graph=" + g);
-    return s;
-  };
+  auto with = [&](const std::string& g) { return with_graph(resnet, g); };
   const TrainerConfig graph = make_config("resnet_graph", with("true"));
   const TrainerConfig eager = make_config("resnet_eager", with("false"));
   REQUIRE(run_training(graph).steps == 12);
@@ -124,11 +122,7 @@ TEST_CASE("trainer: a step with dropout is refused by cuda_graph: true and runs 
   const std::vector<std::string> vit = {"model.name=vit", "model.patch_size=4", "model.dim=16", "model.depth=1",
                                         "model.heads=2",  "model.mlp_ratio=2",  "model.dropout=0.2",
                                         "train.epochs=2"};
-  auto with = [&](const std::string& g) {
-    auto s = vit;
-    s.push_back("train.cuda_graph=" + g);
-    return s;
-  };
+  auto with = [&](const std::string& g) { return with_graph(vit, g); };
   const std::string err = test::error_of([&] { run_training(make_config("vit_true", with("true"))); });
   CHECK_THAT(err, HasSubstr("train.cuda_graph is true, but"));
   CHECK_THAT(err, HasSubstr("random stream"));
@@ -146,11 +140,7 @@ TEST_CASE("trainer: HLQ steps are recorded and replay the eager run's noise", "[
   // and moves the losses by far more than 1e-5.
   const std::vector<std::string> mlp = {"model.name=mlp", "model.hidden=[64]", "optim.name=sgd", "optim.lr=0.05",
                                         "optim.momentum=0.9", "grad_pipeline.default.name=hlq"};
-  auto with = [&](const std::string& g) {
-    auto s = mlp;
-    s.push_back("train.cuda_graph=" + g);
-    return s;
-  };
+  auto with = [&](const std::string& g) { return with_graph(mlp, g); };
   const TrainerConfig graph = make_config("hlq_graph", with("true"));  // a refused recording would throw
   const TrainerConfig eager = make_config("hlq_eager", with("false"));
   REQUIRE(run_training(graph).steps == 12);
