@@ -1824,16 +1824,20 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
                                      : 2 * static_cast<std::size_t>(len) * acc;
   const std::size_t static_smem = 2 * 2 * (kRowBlock / 32) * acc;
   auto smem_of = [&](int s) { return fixed + static_cast<std::size_t>(s) * slots * kRowBlock * 16; };
-  // the most stages (2..4) that leave room for two blocks per SM; two when not even those fit twice
-  int stages = 2;
-  for (int s = 4; s > 2; --s)
-    if (2 * (smem_of(s) + static_smem + lim.reserved) <= lim.per_sm) {
+  // the most stages (2..4) with which two blocks are resident per SM (by the shared-memory arithmetic and then
+  // the occupancy query); two stages when none is
+  const void* kernel = kernels[np - 1];
+  int stages = 2, per_sm = 0;
+  for (int s = 4; s >= 2; --s) {
+    if (s > 2 && 2 * (smem_of(s) + static_smem + lim.reserved) > lim.per_sm) continue;
+    if (smem_of(s) + static_smem > lim.optin) continue;
+    const int n = staged_occupancy(kernel, dev, smem_of(s), lim.optin);
+    if (n >= 2 || s == 2) {
       stages = s;
+      per_sm = n;
       break;
     }
-  if (smem_of(stages) + static_smem > lim.optin) return g;
-  const void* kernel = kernels[np - 1];
-  const int per_sm = staged_occupancy(kernel, dev, smem_of(stages), lim.optin);
+  }
   if (per_sm < 1) return g;
   const int64_t per_block = kRowBlock / tpr;
   const int64_t groups = (rows + per_block - 1) / per_block;
