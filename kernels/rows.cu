@@ -953,14 +953,16 @@ __global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cach
 // - threads per row tpr: the smallest power of two (1..256) with at most four packs per thread, so a
 //   768-wide bf16 row (96 packs) is one warp with three packs per lane and a 384-wide row half a warp (no
 //   idle lanes, no barrier: groups up to a warp reduce with shuffles only);
-// - forward: one reduction of the pair (sum of x - K, sum of (x - K)^2) with K the row's first element (a
-//   shifted one-pass variance: no cancellation beyond (mean - K)^2 / var, which stays small for any row
-//   whose first element is not a far outlier) instead of two reductions; rms_norm reduces sum x^2 alone;
+// - forward, bf16 / f16 in variant 2: one reduction of the pair (sum of x - K, sum of (x - K)^2) with K the
+//   row's first element (a shifted one-pass variance: the relative error of the variance grows with
+//   (mean - K)^2 / var, small unless the first element is a far outlier of its row) instead of two
+//   reductions; variant 3 and f32 / f64 keep two (the mean, then the sum of squares about it); rms_norm
+//   reduces sum x^2 alone;
 // - the parameters are converted once per block into shared memory (float, double for f64), and checked
 //   there for NaN / inf: rows whose statistics and parameters are finite skip pack_cast's NaN check;
 // - backward: the weight in shared memory, g and x staged; the gradients of weight and bias summed per
 //   column in registers over the block's rows, then over the block's row slots in a fixed order, one partial
-//   row per block (norm_param_finalize_kernel adds the blocks' rows in order: deterministic).
+//   row per block (norm_param_finalize_wide_kernel adds the blocks' rows in a fixed order: deterministic).
 // bf16 / f16 rows use the fused-multiply forms of xhat and gx (x r - mean r; gh r + c1 + xhat c2) and the
 // MUFU rsqrt; f32 / f64 keep (x - mean) r and r ((gh - mean gh) - xhat mean(gh xhat)).
 // Rows that are not packable, or longer than 256 x 4 packs, take the register-resident / multi-pass kernels.
