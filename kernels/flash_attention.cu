@@ -421,12 +421,13 @@ struct FwdAcc {
 };
 
 // One key tile for one warp: S = Q Kᵀ, (kMask: keys past S and past the causal diagonal to -inf), the online
-// softmax update, O += P V. row0: the warp's first query row; key0: the tile's first key; sl = |scale| log2 e
-// (q was negated in shared memory when the scale is negative).
+// softmax update, O += P V. row0: the warp's first query row; key0: the tile's first key; key_lim: no row
+// of the warp sees a key >= key_lim (kMask: 16-key slices from there on skip their products, as P = 0 for
+// them); sl = |scale| log2 e (q was negated in shared memory when the scale is negative).
 template <class E, class C, bool kMask>
 __device__ __forceinline__ void fwd_tile(FwdAcc<C>& acc, const uint16_t* q_s, const uint16_t* k_s,
-                                         const uint16_t* v_s, int warp_row0, int row0, int key0, float sl,
-                                         const FlashParams& p, int shift, int lane) {
+                                         const uint16_t* v_s, int warp_row0, int row0, int key0, int key_lim,
+                                         float sl, const FlashParams& p, int shift, int lane) {
   constexpr int D = C::kD, kM = C::kM, kBc = C::kBc, kStride = C::kStride;
   const int g = lane >> 2, tq = lane & 3;
   float sc[kM][kBc / 8][4];
@@ -442,7 +443,7 @@ __device__ __forceinline__ void fwd_tile(FwdAcc<C>& acc, const uint16_t* q_s, co
 #pragma unroll
     for (int nn = 0; nn < kBc / 16; ++nn) {
       if constexpr (kMask) {
-        if (key0 + nn * 16 >= p.S) continue;  // keys past S: masked below (Note [Ragged tiles])
+        if (key0 + nn * 16 >= key_lim) continue;  // keys past S or the warp's diagonal: masked below
       }
       uint32_t bf[4];
       load_b_nk<kStride>(bf, k_s, nn * 16, kk * 16, lane);
@@ -525,7 +526,7 @@ __device__ __forceinline__ void fwd_tile(FwdAcc<C>& acc, const uint16_t* q_s, co
 #pragma unroll
   for (int kk = 0; kk < kBc / 16; ++kk) {
     if constexpr (kMask) {
-      if (key0 + kk * 16 >= p.S) continue;  // P = 0 for keys past S (Note [Ragged tiles])
+      if (key0 + kk * 16 >= key_lim) continue;  // P = 0 there (Note [Ragged tiles])
     }
     uint32_t a[kM][4];
 #pragma unroll
@@ -569,17 +570,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const uint16_t* qh = head_ptr(q, p.q, b, h);
   const uint16_t* kh = head_ptr(k, p.k, b, hk);
   const uint16_t* vh = head_ptr(v, p.v, b, hk);
-  uint16_t* oh = head_ptr(out, p.o, b, h);
-  float* lh = lse + static_cast<int64_t>(bh) * p.T;  // lse is contiguous (B, Hq, T)
   const int shift = p.S - p.T;                        // causal: row t sees keys <= t + shift
 
   int key_end = p.S;
   if (p.causal) key_end = min(p.S, q0 + kBr + shift);
   const int n_tiles = key_end > 0 ? (key_end + kBc - 1) / kBc : 0;
-  // tiles [0, n_full) hold no key past S and (causal) none past the diagonal of the CTA's first row: no mask
-  int n_full = p.S / kBc;
-  if (p.causal) n_full = min(n_full, max(0, q0 + shift + 1) / kBc);
-  n_full = min(n_full, n_tiles);
 
   // A negative scale: q is negated in shared memory (exact) and the softmax runs with |scale|, so that the
   // running max of the raw scores is the max of the scaled ones.
@@ -609,6 +604,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   const int warp_row0 = warp * C::kWarpRows;  // within the CTA
   const int row0 = q0 + warp_row0;             // the warp's first query row
+  // No row of this warp sees a key >= key_lim; every row sees all keys < full_end (causal: up to the
+  // diagonal of its first row). Tiles below full_end run without mask code; tiles from key_lim on are
+  // skipped by the warp (their P would be 0); the tiles between are masked per element.
+  const int key_lim = p.causal ? min(p.S, row0 + C::kWarpRows + shift) : p.S;
+  const int full_end = p.causal ? min(p.S, row0 + shift + 1) : p.S;
   FwdAcc<C> acc;
 #pragma unroll
   for (int mi = 0; mi < kM; ++mi) {
@@ -632,13 +632,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     const uint16_t* k_s = kv_s + (j & 1) * 2 * kBc * kStride;
     const uint16_t* v_s = k_s + kBc * kStride;
     // Warps whose rows all lie past T have nothing to compute (they still share the loads and barriers).
+    const int key0 = j * kBc;
     if (row0 < p.T) {
-      if (j < n_full) fwd_tile<E, C, false>(acc, q_s, k_s, v_s, warp_row0, row0, j * kBc, sl, p, shift, lane);
-      else fwd_tile<E, C, true>(acc, q_s, k_s, v_s, warp_row0, row0, j * kBc, sl, p, shift, lane);
+      if (key0 + kBc <= full_end)
+        fwd_tile<E, C, false>(acc, q_s, k_s, v_s, warp_row0, row0, key0, key_lim, sl, p, shift, lane);
+      else if (key0 < key_lim)
+        fwd_tile<E, C, true>(acc, q_s, k_s, v_s, warp_row0, row0, key0, key_lim, sl, p, shift, lane);
     }
   }
 
   // normalise, stage this warp's rows in its own rows of q_s (only this warp reads them), store 16-byte chunks
+  // (the output pointers are formed here, not kept in registers through the loop)
+  uint16_t* oh = head_ptr(out, p.o, b, h);
+  float* lh = lse + static_cast<int64_t>(bh) * p.T;  // lse is contiguous (B, Hq, T)
   uint16_t* o_s = q_s + warp_row0 * kStride;
 #pragma unroll
   for (int mi = 0; mi < kM; ++mi)
@@ -1096,26 +1102,33 @@ using BwdV6 = BwdVariant<BwdCfg<D>, 1, false>;  // the default's tiles and occup
 std::atomic<int> g_bwd_variant_override{0};
 
 // Note [Forward variants]
-// HADATRAIN_FLASH_FWD (read once, at the first forward; "2" to "4", anything else the default 1) picks the
+// HADATRAIN_FLASH_FWD (read once, at the first forward; "2" to "5", anything else the default 1) picks the
 // forward kernel; set_flash_forward_variant overrides it (the GPU tests run every variant). 1 is
-// flash_forward_kernel (4 warps of 32 rows, keys per tile 64 for D 64 and 32 for D 128). 2 to 4 are
+// flash_forward_kernel (4 warps of 32 rows, keys per tile 64 for D 64 and 32 for D 128). 2 to 5 are
 // flash_forward_kernel_v, the same algorithm with:
-//   - no masking code in the tiles that need none: the tiles before the first one crossing S or the
-//     causal diagonal of the CTA's first row run a body without per-element compares and without the
-//     ragged-tile branches between the mma (which split the unrolled products into basic blocks);
+//   - no masking code in the tiles that need none: per warp, the tiles below S and below the causal
+//     diagonal of the warp's first row run a body without per-element compares and without the
+//     ragged-tile branches between the mma (which split the unrolled products into basic blocks); in the
+//     masked tiles a warp skips the 16-key slices that none of its rows sees (past S or past the diagonal
+//     of its last row), and the tiles wholly past them (variant 1 computes a causal CTA's diagonal tiles
+//     for all its warps, then masks them);
 //   - the softmax in the exp2 domain with the scale folded into one FFMA per score (max over raw scores,
-//     exp2(s sl - max sl); a negative scale negates q in shared memory once) and ex2.approx.ftz instead of
-//     exp2f's range fix-up;
+//     exp2(s sl - max sl); a negative scale negates q in shared memory once), ex2.approx.ftz instead of
+//     exp2f's range fix-up, and P packed to 16 bits as soon as it is computed (the fp32 scores die early);
 //   - the O rescale skipped when no row of the warp has a new max (a warp vote per tile);
 //   - one barrier per key tile instead of two (the next tile's cp.async is issued after the barrier that
 //     frees its stage, and overlaps the current tile's products);
 //   - causal grids ordered heaviest query block first across all heads (grid (B H, query blocks)), not per
 //     head, so that the last wave holds the shortest blocks.
-// Tiles (rows per CTA = 16 M warps; Bc keys per tile; ptxas sm_90a registers / spill bytes, shared memory):
-//   2  4 warps, M 2, Bc 128 (D 64) / 64 (D 128): FlashAttention-2's forward tiles (128 x 128, 128 x 64)
-//   3  4 warps, M 2, Bc 64 / 32: variant 1's tiles, to separate the code changes from the tile change
-//   4  8 warps, M 1, Bc 64: 16 rows per warp, twice the warps per SM (16), each K/V fragment feeds half as many mma
-// (numbers in docs/cuda_backend.md). A problem of more than 65535 query blocks (T > 8.3 M) runs variant 1.
+// Tiles (rows per CTA = 16 M warps, Bc keys per tile for D 64 / D 128), all for 2 CTAs per SM; ptxas sm_90a
+// (registers / spill bytes, bf16 and f16 alike) and dynamic shared memory per CTA:
+//   2  4 warps, M 2, Bc 128 / 64: FlashAttention-2's forward tiles     D 64 255 / 0,  90 KiB   D 128 255 / 112, 102 KiB
+//   3  4 warps, M 2, Bc 64 / 32: variant 1's tiles (the code alone)     D 64 233 / 0,  54 KiB   D 128 244 / 0,  68 KiB
+//   4  8 warps, M 1, Bc 64 / 48: 16 warps per SM, half the K/V reuse    D 64 128 / 0,  54 KiB   D 128 128 / 0,  85 KiB
+//   5  4 warps, M 2, Bc 96 / 48: 2's tiles cut to fit the registers     D 64 255 / 0,  72 KiB   D 128 255 / 0,  85 KiB
+// (variant 1: D 64 204 / 0, 54 KiB; D 128 243 / 0, 68 KiB.) ptxas's spills at 255 registers move by tens of
+// bytes with small code changes; 2's are loop-invariant values or not, unknown without the SASS. A problem
+// of more than 65535 query blocks (T > 8.3 M) runs variant 1.
 std::atomic<int> g_fwd_variant_override{0};
 
 int env_forward_variant() {
@@ -1132,7 +1145,9 @@ using FwdV2 = FwdTiles<D, 4, 2, D == 64 ? 128 : 64, 2>;
 template <int D>
 using FwdV3 = FwdTiles<D, 4, 2, D == 64 ? 64 : 32, 2>;
 template <int D>
-using FwdV4 = FwdTiles<D, 8, 1, 64, 2>;
+using FwdV4 = FwdTiles<D, 8, 1, D == 64 ? 64 : 48, 2>;
+template <int D>
+using FwdV5 = FwdTiles<D, 4, 2, D == 64 ? 96 : 48, 2>;
 
 int env_backward_variant() {
   static const int v = [] {
@@ -1240,6 +1255,7 @@ void launch_flash_attention_forward(DType dt, const FlashForwardArgs& a, const A
       case 2: run(FwdV2<D>{}); break;
       case 3: run(FwdV3<D>{}); break;
       case 4: run(FwdV4<D>{}); break;
+      case 5: run(FwdV5<D>{}); break;
       default: run_default(); break;
     }
   });

@@ -72,11 +72,11 @@ inline constexpr int kFlashBackwardVariants = 6;
 int flash_backward_variant();
 void set_flash_backward_variant(int variant);
 
-// Which forward kernel runs: 1 (the default) or 2 to 4 (other tiles and a leaner inner loop: Note [Forward
+// Which forward kernel runs: 1 (the default) or 2 to 5 (other tiles and a leaner inner loop: Note [Forward
 // variants] in kernels/flash_attention.cu), from the environment variable HADATRAIN_FLASH_FWD (read once per
 // process) unless set_flash_forward_variant gave 1..kFlashForwardVariants (0 or anything else: back to the
 // environment's choice). Every variant computes out and lse within rounding; each is deterministic.
-inline constexpr int kFlashForwardVariants = 4;
+inline constexpr int kFlashForwardVariants = 5;
 int flash_forward_variant();
 void set_flash_forward_variant(int variant);
 

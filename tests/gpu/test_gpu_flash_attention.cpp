@@ -185,9 +185,10 @@ TEST_CASE("every fused forward variant matches the f64 CPU reference: out, lse, 
     FlashCase c;
     bool backward;  // also run the backward (default backward variant) from this forward's out and lse
   };
-  // Key tiles are 32, 64 or 128 keys and query blocks 128 rows: lengths around and across those, the causal
-  // diagonal inside and at the edge of tiles, tiles with no mask at all (S a multiple of every tile, no causal
-  // mask), empty rows (causal T > S), negative scales (q negated in shared memory) with and without the mask.
+  // Key tiles are 32, 48, 64, 96 or 128 keys and query blocks 128 rows: lengths around and across those, the
+  // causal diagonal inside and at the edge of tiles, tiles with no mask at all (S = 384, a multiple of every
+  // tile, no causal mask), empty rows (causal T > S), negative scales (q negated in shared memory) with and
+  // without the mask.
   const std::vector<FwdCase> cases = {
       {{"causal T = S = 77, D 64, 2 q heads per kv head", 1, 4, 2, 77, 77, 64, {AttnMask::causal, 0.0}, false}, true},
       {{"no mask T = S = 130, D 128, non-contiguous q", 2, 2, 2, 130, 130, 128, {AttnMask::none, 0.0}, true}, true},
@@ -203,9 +204,9 @@ TEST_CASE("every fused forward variant matches the f64 CPU reference: out, lse, 
       {{"causal T = S = 384, negative custom scale, D 64", 1, 2, 2, 384, 384, 64, {AttnMask::causal, -0.1}, false},
        false},
       {{"causal one row one key, D 64", 1, 2, 2, 1, 1, 64, {AttnMask::causal, 0.0}, false}, false},
-      {{"no mask T = 200, S = 256 (no masked key tile), D 64", 1, 2, 2, 200, 256, 64, {AttnMask::none, 0.0}, false},
+      {{"no mask T = 200, S = 384 (no masked key tile), D 64", 1, 2, 2, 200, 384, 64, {AttnMask::none, 0.0}, false},
        false},
-      {{"no mask T = 129, S = 256 (no masked key tile), D 128", 1, 2, 2, 129, 256, 128, {AttnMask::none, 0.0}, false},
+      {{"no mask T = 129, S = 384 (no masked key tile), D 128", 1, 2, 2, 129, 384, 128, {AttnMask::none, 0.0}, false},
        false},
       {{"causal T = S = 1024, D 64", 1, 2, 1, 1024, 1024, 64, {AttnMask::causal, 0.0}, false}, true},
       {{"causal T = S = 640, D 128", 1, 2, 2, 640, 640, 128, {AttnMask::causal, 0.0}, false}, false},
