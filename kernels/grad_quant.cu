@@ -84,13 +84,14 @@ HT_DEV void load_unit(const T* x, int64_t base, int n, bool vec, float v[kU]) {
   }
 }
 
-// The butterfly stages h = 1, 2, 4, 8 with h < t, in this order (Note step 2).
-HT_DEV void rotate_unit(float v[kU], int t) {
+// The butterfly stages h = 1, 2, 4, ... < N with h < t on N registers, in this order (Note step 2).
+template <int N>
+HT_DEV void butterfly_stages(float* v, int t) {
 #pragma unroll
-  for (int h = 1; h < kU; h *= 2) {
+  for (int h = 1; h < N; h *= 2) {
     if (h < t) {
 #pragma unroll
-      for (int j = 0; j < kU; ++j) {
+      for (int j = 0; j < N; ++j) {
         if ((j / h) % 2 == 0) {
           const float a = v[j], b = v[j + h];
           v[j] = __fadd_rn(a, b);
@@ -100,6 +101,9 @@ HT_DEV void rotate_unit(float v[kU], int t) {
     }
   }
 }
+
+// The butterfly stages h = 1, 2, 4, 8 with h < t on one 16-element unit.
+HT_DEV void rotate_unit(float v[kU], int t) { butterfly_stages<kU>(v, t); }
 
 struct Stats {
   float amax;
@@ -470,19 +474,7 @@ HT_DEV void load_item(const T* x, int64_t base, float v[kItem]) {
 // Stages h = 1, 2, 4 (h < t) of the butterfly in registers, then h = 8 across the lane pair when t == 16.
 // Called by every lane of the warp (the shuffle), also for empty slots (zeros).
 HT_DEV void rotate_item(float v[kItem], int t, float sign) {
-#pragma unroll
-  for (int h = 1; h < kItem; h *= 2) {
-    if (h < t) {
-#pragma unroll
-      for (int j = 0; j < kItem; ++j) {
-        if ((j / h) % 2 == 0) {
-          const float a = v[j], b = v[j + h];
-          v[j] = __fadd_rn(a, b);
-          v[j + h] = __fsub_rn(a, b);
-        }
-      }
-    }
-  }
+  butterfly_stages<kItem>(v, t);
   if (t > kItem) {
 #pragma unroll
     for (int k = 0; k < kItem; ++k) v[k] = __fmaf_rn(sign, v[k], __shfl_xor_sync(kFull, v[k], 1));
