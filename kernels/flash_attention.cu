@@ -1,24 +1,20 @@
 // Fused attention for bf16 / f16, head dim 64 or 128 (see flash_attention.h), FlashAttention-2 structure:
 //
-// Forward: one CTA of 4 warps per (128-query block, b, query head); each warp owns 32 query rows (two
-// m-tiles, so every K/V fragment loaded from shared memory feeds two mma). K/V tiles of 64 keys (32 for
-// D = 128, to fit the registers) stream through shared memory (cp.async, two stages); S = Q Kᵀ and
-// O += P V run on mma.sync m16n8k16 (fp32 accumulate) with ldmatrix fragment loads; the softmax is online in fp32
-// registers (running max and sum per row, exp2 of log2-scaled scores); causal CTAs stop at the last key
-// their last row sees and mask only the tiles crossing the diagonal. Later query blocks (more work under
-// the causal mask) are scheduled first.
-// HADATRAIN_FLASH_FWD=2..4 (environment, read once per process) runs flash_forward_kernel_v instead: other
-// tiles, no mask code in unmasked tiles, the scale folded into the exp2 FFMA, one barrier per key tile
-// (Note [Forward variants]); the default is unchanged.
+// Forward: one CTA of 4 warps per (b, query head, 128-query block), each warp owning 32 query rows (two
+// m-tiles, so every K/V fragment loaded from shared memory feeds two mma). K/V tiles of 128 keys (64 for
+// D = 128) stream through shared memory (cp.async, two stages, one barrier per tile); S = Q Kᵀ and O += P V
+// run on mma.sync m16n8k16 (fp32 accumulate) with ldmatrix fragment loads; the softmax is online in fp32
+// registers in the exp2 domain; only the tiles crossing S or the causal diagonal run mask code, per warp.
+// Causal grids take the heaviest query blocks of all heads first (Note [Forward kernel]).
 //
 // Backward: a preprocess kernel dsum[t] = rowsum(dO ∘ O)[t] (which also zeroes dq_acc); then one CTA of
-// 4 warps per (64-key block, b, kv head), each warp owning 16 keys. It loops over the query heads of its kv group and over the
-// query blocks that see its keys, recomputes Sᵀ = K Qᵀ and Pᵀ = exp(Sᵀ - lse), dPᵀ = V dOᵀ and
-// dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
+// 4 warps per (64-key block, b, kv head), each warp owning 16 keys. It loops over the query heads of its kv
+// group and over the query blocks that see its keys, recomputes Sᵀ = K Qᵀ and Pᵀ = exp(Sᵀ - lse), dPᵀ = V dOᵀ
+// and dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
-// HADATRAIN_FLASH_BWD=2..6 (environment, read once per process) runs the same backward in another configuration
-// (more CTAs per SM, more overlap between iterations: Note [Backward variants]); the default is unchanged.
+// The tiles depend on the head dim (Note [Backward variants]); HADATRAIN_FLASH_BWD selects other backward
+// kernels for measurement.
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -186,212 +182,7 @@ __device__ __forceinline__ P* head_ptr(P* base, const OperandStrides& st, int b,
   return base + static_cast<int64_t>(b) * st.b + static_cast<int64_t>(h) * st.h;
 }
 
-// ---- forward ----
-
-template <int D>
-struct FwdCfg {
-  static constexpr int kWarps = 4, kThreads = 32 * kWarps;
-  static constexpr int kM = 2;                  // 16-row m-tiles per warp: each K/V fragment feeds kM mma
-  static constexpr int kWarpRows = 16 * kM;
-  static constexpr int kBr = kWarpRows * kWarps;  // query rows per CTA
-  static constexpr int kBc = D == 128 ? 32 : 64;  // keys per tile (D 128: the registers of S fit)
-  static constexpr int kStride = D + 8;
-  static constexpr int kSmemElems = (kBr + 4 * kBc) * kStride;  // Q, then K and V of two stages
-  static constexpr std::size_t kSmemBytes = kSmemElems * sizeof(uint16_t);
-};
-
-// out (B, Hq, T, D), lse (B, Hq, T); grid (query blocks, B * Hq).
-template <class E, int D>
-__global__ void __launch_bounds__(FwdCfg<D>::kThreads)
-    flash_forward_kernel(uint16_t* __restrict__ out, float* __restrict__ lse, const uint16_t* __restrict__ q,
-                         const uint16_t* __restrict__ k, const uint16_t* __restrict__ v, FlashParams p) {
-  using C = FwdCfg<D>;
-  constexpr int kStride = C::kStride, kBr = C::kBr, kBc = C::kBc, kM = C::kM;
-  extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* q_s = smem;                   // (kBr, D)
-  uint16_t* kv_s = smem + kBr * kStride;  // stage i: K at 2 i kBc rows, V after it
-  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  const int g = lane >> 2, tq = lane & 3;
-
-  const int bh = static_cast<int>(blockIdx.y);
-  const int b = bh / p.Hq, h = bh % p.Hq;
-  const int hk = h / (p.Hq / p.Hkv);
-  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBr;  // heavy blocks first
-  const uint16_t* qh = head_ptr(q, p.q, b, h);
-  const uint16_t* kh = head_ptr(k, p.k, b, hk);
-  const uint16_t* vh = head_ptr(v, p.v, b, hk);
-  uint16_t* oh = head_ptr(out, p.o, b, h);
-  float* lh = lse + static_cast<int64_t>(bh) * p.T;  // lse is contiguous (B, Hq, T)
-  const int shift = p.S - p.T;  // causal: row t sees keys <= t + shift
-
-  int key_end = p.S;
-  if (p.causal) key_end = min(p.S, q0 + kBr + shift);
-  const int n_tiles = key_end > 0 ? (key_end + kBc - 1) / kBc : 0;
-
-  if (n_tiles > 0) {
-    load_tile<kBr, D, kStride, C::kThreads>(q_s, qh, p.q.t, q0, p.T);
-    load_tile<kBc, D, kStride, C::kThreads>(kv_s, kh, p.k.t, 0, p.S);
-    load_tile<kBc, D, kStride, C::kThreads>(kv_s + kBc * kStride, vh, p.v.t, 0, p.S);
-    cp_async_commit();
-  }
-
-  // this warp's rows: m-tile mi covers warp_row0 + 16 mi + [0, 16); a thread holds rows g and g + 8 of each
-  const int warp_row0 = warp * C::kWarpRows;
-  float o[kM][D / 8][4];
-#pragma unroll
-  for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.f;
-  float m_run[kM][2], l_run[kM][2];  // running max of the log2-scaled scores; this thread's part of the sum
-#pragma unroll
-  for (int mi = 0; mi < kM; ++mi) {
-    m_run[mi][0] = m_run[mi][1] = -INFINITY;
-    l_run[mi][0] = l_run[mi][1] = 0.f;
-  }
-
-  for (int j = 0; j < n_tiles; ++j) {
-    if (j + 1 < n_tiles) {
-      uint16_t* next = kv_s + ((j + 1) & 1) * 2 * kBc * kStride;
-      load_tile<kBc, D, kStride, C::kThreads>(next, kh, p.k.t, (j + 1) * kBc, p.S);
-      load_tile<kBc, D, kStride, C::kThreads>(next + kBc * kStride, vh, p.v.t, (j + 1) * kBc, p.S);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const uint16_t* k_s = kv_s + (j & 1) * 2 * kBc * kStride;
-    const uint16_t* v_s = k_s + kBc * kStride;
-
-    const int key0 = j * kBc;
-    // Warps whose rows all lie past T have nothing to compute (they still share the loads and barriers).
-    if (q0 + warp_row0 < p.T) {
-      // S = Q Kᵀ for this warp's kM x 16 rows x kBc keys
-      float sc[kM][kBc / 8][4];
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-        for (int n = 0; n < kBc / 8; ++n) sc[mi][n][0] = sc[mi][n][1] = sc[mi][n][2] = sc[mi][n][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[kM][4];
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi) load_a<kStride>(a[mi], q_s, warp_row0 + 16 * mi, kk * 16, lane);
-#pragma unroll
-        for (int nn = 0; nn < kBc / 16; ++nn) {
-          if (key0 + nn * 16 >= p.S) continue;  // keys past S: masked below (Note [Ragged tiles])
-          uint32_t bf[4];
-          load_b_nk<kStride>(bf, k_s, nn * 16, kk * 16, lane);
-#pragma unroll
-          for (int mi = 0; mi < kM; ++mi) {
-            E::mma(sc[mi][2 * nn], a[mi], bf[0], bf[1]);
-            E::mma(sc[mi][2 * nn + 1], a[mi], bf[2], bf[3]);
-          }
-        }
-      }
-
-      // log2-scaled scores, masked: keys past S, and (causal) keys past the row's diagonal
-      const bool need_mask = key0 + kBc > p.S || (p.causal && key0 + kBc - 1 > q0 + shift);
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-        for (int n = 0; n < kBc / 8; ++n)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            float x = sc[mi][n][c] * p.scale_log2;
-            if (need_mask) {
-              const int key = key0 + n * 8 + 2 * tq + (c & 1);
-              const int row = q0 + warp_row0 + 16 * mi + g + (c >> 1) * 8;
-              if (key >= p.S || (p.causal && key > row + shift)) x = -INFINITY;
-            }
-            sc[mi][n][c] = x;
-          }
-
-      // online softmax, per row (mi, r) (elements c = 2r, 2r + 1)
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx = m_run[mi][r];
-#pragma unroll
-          for (int n = 0; n < kBc / 8; ++n) mx = fmaxf(mx, fmaxf(sc[mi][n][2 * r], sc[mi][n][2 * r + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_use = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
-          const float alpha = exp2f(m_run[mi][r] - m_use);  // 0 when m_run is -inf
-          m_run[mi][r] = mx;
-          float sum = 0.f;
-#pragma unroll
-          for (int n = 0; n < kBc / 8; ++n) {
-            sc[mi][n][2 * r] = exp2f(sc[mi][n][2 * r] - m_use);
-            sc[mi][n][2 * r + 1] = exp2f(sc[mi][n][2 * r + 1] - m_use);
-            sum += sc[mi][n][2 * r] + sc[mi][n][2 * r + 1];
-          }
-          l_run[mi][r] = l_run[mi][r] * alpha + sum;
-#pragma unroll
-          for (int i = 0; i < D / 8; ++i) {
-            o[mi][i][2 * r] *= alpha;
-            o[mi][i][2 * r + 1] *= alpha;
-          }
-        }
-
-      // O += P V (P from registers, rounded to the input dtype)
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) {
-        if (key0 + kk * 16 >= p.S) continue;  // P = 0 for keys past S (Note [Ragged tiles])
-        uint32_t a[kM][4];
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi) {
-          a[mi][0] = E::pack(sc[mi][2 * kk][0], sc[mi][2 * kk][1]);
-          a[mi][1] = E::pack(sc[mi][2 * kk][2], sc[mi][2 * kk][3]);
-          a[mi][2] = E::pack(sc[mi][2 * kk + 1][0], sc[mi][2 * kk + 1][1]);
-          a[mi][3] = E::pack(sc[mi][2 * kk + 1][2], sc[mi][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dn = 0; dn < D / 16; ++dn) {
-          uint32_t bf[4];
-          load_b_kn<kStride>(bf, v_s, kk * 16, dn * 16, lane);
-#pragma unroll
-          for (int mi = 0; mi < kM; ++mi) {
-            E::mma(o[mi][2 * dn], a[mi], bf[0], bf[1]);
-            E::mma(o[mi][2 * dn + 1], a[mi], bf[2], bf[3]);
-          }
-        }
-      }
-    }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
-
-  // normalise, stage this warp's rows in its own rows of q_s, store 16-byte chunks
-  uint16_t* o_s = q_s + warp_row0 * kStride;
-#pragma unroll
-  for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = l_run[mi][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: output 0
-      const int rl = 16 * mi + g + 8 * r;         // row within the warp's rows
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i)
-        *reinterpret_cast<uint32_t*>(o_s + rl * kStride + i * 8 + 2 * tq) =
-            E::pack(o[mi][i][2 * r] * inv, o[mi][i][2 * r + 1] * inv);
-      const int row = q0 + warp_row0 + rl;
-      if (tq == 0 && row < p.T) lh[row] = l > 0.f ? (m_run[mi][r] + log2f(l)) * kLn2 : -INFINITY;
-    }
-  __syncwarp();
-  constexpr int kChunks = D / 8;
-  for (int i = lane; i < C::kWarpRows * kChunks; i += 32) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int row = q0 + warp_row0 + r;
-    if (row < p.T)
-      *reinterpret_cast<uint4*>(oh + static_cast<int64_t>(row) * p.o.t + c * 8) =
-          *reinterpret_cast<const uint4*>(o_s + r * kStride + c * 8);
-  }
-}
-
-// ---- forward variants 2..4 (Note [Forward variants]) ----
+// ---- forward (Note [Forward kernel]) ----
 
 // 2^x on the MUFU unit, denormal results flushed to 0 (exp2f without -ftz adds a range fix-up around it);
 // ex2(-inf) = 0.
@@ -553,7 +344,7 @@ __device__ __forceinline__ void fwd_tile(FwdAcc<C>& acc, const uint16_t* q_s, co
 // the most key tiles first across all heads (blockIdx.y 0 is the last query block).
 template <class E, class C>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
-    flash_forward_kernel_v(uint16_t* __restrict__ out, float* __restrict__ lse, const uint16_t* __restrict__ q,
+    flash_forward_kernel(uint16_t* __restrict__ out, float* __restrict__ lse, const uint16_t* __restrict__ q,
                            const uint16_t* __restrict__ k, const uint16_t* __restrict__ v, FlashParams p) {
   constexpr int D = C::kD, kStride = C::kStride, kBr = C::kBr, kBc = C::kBc, kM = C::kM;
   extern __shared__ __align__(16) uint16_t smem[];
@@ -723,41 +514,40 @@ __global__ void flash_bwd_prep_kernel(float* __restrict__ dsum, float* __restric
   if (row < rows && c == 0) dsum[row] = acc;
 }
 
-// W warps per CTA, each owning 16 keys. The launcher uses 4; 8 (half the dQ atomics and Q/dO tile loads per
-// key, one CTA per SM) compiles without spills but measured 2-8 % slower on the H200 (docs/cuda_backend.md).
-// Bq: query rows per iteration (default: the register budget of 2 CTAs per SM; Note [Backward variants]).
-template <int D, int W = 4, int Bq = (D == 128 ? 32 : 64)>
+// A backward configuration: W warps per CTA, each owning 16 keys (8 warps, half the dQ atomics and Q/dO tile
+// loads per key, measured 2-8 % slower on the H200 in an earlier version: docs/cuda_backend.md); Bq query rows
+// per iteration; __launch_bounds__ asking for MinBlocks CTAs per SM (Note [Backward variants]).
+template <int D, int W, int Bq, int MinBlocks>
 struct BwdCfg {
-  static constexpr int kWarps = W, kThreads = 32 * kWarps;
+  static constexpr int kD = D, kWarps = W, kThreads = 32 * kWarps, kMinBlocks = MinBlocks;
   static constexpr int kBc = 16 * kWarps;  // keys per CTA
   static constexpr int kBq = Bq;           // query rows per iteration
   static constexpr int kStride = D + 8;
   static constexpr int kSStride = kBq + 8;  // dSᵀ tile (kBc, kBq)
   // dQ tile (kBq, D) over the warps: kWm row blocks of 16 x kWn column groups
   static constexpr int kWm = kBq / 16, kWn = kWarps / kWm, kDqCols = D / kWn;
-  static constexpr int kSmemElems = (2 * kBc + 4 * kBq) * kStride + kBc * kSStride;
-  static constexpr std::size_t kSmemBytes = kSmemElems * sizeof(uint16_t);
+  // K, V; two stages of Q and dO; two dSᵀ buffers (even / odd iterations); then two stages of lse and dsum
+  static constexpr int kSmemElems = (2 * kBc + 4 * kBq) * kStride + 2 * kBc * kSStride;
+  static constexpr std::size_t kSmemBytes = kSmemElems * sizeof(uint16_t) + 4 * kBq * sizeof(float);
   static_assert(kWm * kWn == kWarps && kDqCols % 16 == 0);
 };
 
 // dk, dv (B, Hkv, S, D) in the input dtype (unscaled sums written once); dq_acc (B, Hq, T, D) fp32 gets
 // atomic adds of dS K (without the scale). grid (key blocks, B * Hkv).
-// The body is shared by two kernels: flash_backward_kernel (the default, __launch_bounds__ without a minimum)
-// and flash_backward_kernel_min (the variants with a CTAs-per-SM minimum; Note [Backward variants]).
-template <class E, int D, int W, int Bq, bool KvRegs, bool Overlap>
-__device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv,
-                                                    float* __restrict__ dq_acc, const uint16_t* __restrict__ q,
-                                                    const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
-                                                    const uint16_t* __restrict__ dout, const float* __restrict__ lse,
-                                                    const float* __restrict__ dsum, const FlashParams& p) {
-  using C = BwdCfg<D, W, Bq>;
+template <class E, class C>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+    flash_backward_kernel(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, float* __restrict__ dq_acc,
+                          const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                          const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
+                          const float* __restrict__ lse, const float* __restrict__ dsum, FlashParams p) {
+  constexpr int D = C::kD;
   constexpr int kStride = C::kStride, kBc = C::kBc, kBq = C::kBq, kSStride = C::kSStride;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* k_s = smem;                          // (kBc, D)
   uint16_t* v_s = k_s + kBc * kStride;           // (kBc, D)
   uint16_t* qd_s = v_s + kBc * kStride;          // stage i: Q at 2 i kBq rows, dO after it
-  uint16_t* ds_s = qd_s + 4 * kBq * kStride;     // dSᵀ (kBc, kBq); Overlap: two, for even and odd iterations
-  // Overlap: stage i's lse at rs_s[2 i kBq], its dsum after it (BwdVariant::kSmemBytes counts the extra)
+  uint16_t* ds_s = qd_s + 4 * kBq * kStride;     // two dSᵀ (kBc, kBq), for even and odd iterations
+  // stage i's lse at rs_s[2 i kBq], its dsum after it
   float* rs_s = reinterpret_cast<float*>(ds_s + 2 * kBc * kSStride);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
@@ -783,7 +573,7 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
     uint16_t* dst = qd_s + (it & 1) * 2 * kBq * kStride;
     load_tile<kBq, D, kStride, C::kThreads>(dst, head_ptr(q, p.q, b, h), p.q.t, q0, p.T);
     load_tile<kBq, D, kStride, C::kThreads>(dst + kBq * kStride, head_ptr(dout, p.dout, b, h), p.dout.t, q0, p.T);
-    if constexpr (Overlap) {  // lse and dsum of the block's rows, in the same group as its tiles
+    {  // lse and dsum of the block's rows, in the same group as its tiles
       float* rs = rs_s + (it & 1) * 2 * kBq;
       const int64_t row0 = static_cast<int64_t>(b * p.Hq + h) * p.T;
       for (int i = tid; i < 2 * kBq; i += C::kThreads) {
@@ -808,8 +598,6 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
     cp_async_commit();
   }
   const int key_base = k0 + warp * 16 + g;  // this thread's keys: key_base and key_base + 8
-  // KvRegs: the A fragments of this warp's K and V rows (the same in every iteration), loaded once
-  uint32_t kv_frag[KvRegs ? D / 16 : 1][2][4];
 
   for (int it = 0; it < total; ++it) {
     if (it + 1 < total) {
@@ -825,15 +613,6 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
     const uint16_t* do_s = q_s + kBq * kStride;
     const int q_rows = p.T - q0;                  // valid query rows of this block (>= 1)
     const bool warp_keys = k0 + warp * 16 < p.S;  // this warp has at least one valid key
-    if constexpr (KvRegs) {
-      if (it == 0 && warp_keys) {  // k_s, v_s arrived with the first stage
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          load_a<kStride>(kv_frag[kk][0], k_s, warp * 16, kk * 16, lane);
-          load_a<kStride>(kv_frag[kk][1], v_s, warp * 16, kk * 16, lane);
-        }
-      }
-    }
 
     // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: this warp's 16 keys x kBq queries
     float st[kBq / 8][4], dpt[kBq / 8][4];
@@ -845,16 +624,8 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t ak[4], av[4];
-        if constexpr (KvRegs) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            ak[c] = kv_frag[kk][0][c];
-            av[c] = kv_frag[kk][1][c];
-          }
-        } else {
-          load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
-          load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
-        }
+        load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
+        load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
 #pragma unroll
         for (int nn = 0; nn < kBq / 16; ++nn) {
           if (nn * 16 >= q_rows) continue;  // queries past T (Note [Ragged tiles])
@@ -872,8 +643,6 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
     const bool need_mask = k0 + kBc > p.S || (p.causal && k0 + kBc - 1 > q0 + shift);
 
     // Pᵀ = exp(scale s - lse) (0 where masked), dSᵀ = Pᵀ (dPᵀ - dsum)
-    const float* lse_h = lse + static_cast<int64_t>(bh) * p.T;
-    const float* dsum_h = dsum + static_cast<int64_t>(bh) * p.T;
 #pragma unroll
     for (int n = 0; n < kBq / 8; ++n)
 #pragma unroll
@@ -881,15 +650,9 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
         const int row = q0 + n * 8 + 2 * tq + cc;  // query
         float l2 = INFINITY, ds = 0.f;             // rows past T: P = 0
         if (row < p.T) {
-          float l;
-          if constexpr (Overlap) {  // the values at lse_h[row], dsum_h[row], from this stage's copy
-            const float* rs = rs_s + (it & 1) * 2 * kBq + (row - q0);
-            l = rs[0];
-            ds = rs[kBq];
-          } else {
-            l = __ldg(lse_h + row);
-            ds = __ldg(dsum_h + row);
-          }
+          const float* rs = rs_s + (it & 1) * 2 * kBq + (row - q0);  // lse[row], dsum[row] of this stage
+          const float l = rs[0];
+          ds = rs[kBq];
           l2 = l == -INFINITY ? INFINITY : l * kLog2e;  // rows that see no key pass no gradient
         }
 #pragma unroll
@@ -905,7 +668,7 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
       }
 
     // dV += Pᵀ dO and dK += dSᵀ Q (A from registers, k = query)
-    uint16_t* ds_cur = Overlap ? ds_s + (it & 1) * kBc * kSStride : ds_s;
+    uint16_t* ds_cur = ds_s + (it & 1) * kBc * kSStride;
 #pragma unroll
     for (int kk = 0; kk < kBq / 16; ++kk) {
       const uint32_t ap[4] = {E::pack(st[2 * kk][0], st[2 * kk][1]), E::pack(st[2 * kk][2], st[2 * kk][3]),
@@ -972,14 +735,13 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
         }
       }
     }
-    // Without Overlap: the stage and dSᵀ buffers are free again. With it, no barrier is needed here: the next
-    // iteration writes the other dSᵀ buffer (and a warp can only get to the one after it, which writes this
-    // one, through the next iteration's first barrier, i.e. after every warp's dQ here); this stage's Q, dO,
-    // lse and dsum were last read before the dSᵀ barrier above, which every warp has passed before any thread
-    // refills the stage (at the top of the next iteration, with the iteration after it).
-    if constexpr (!Overlap) __syncthreads();
+    // No barrier is needed here: the next iteration writes the other dSᵀ buffer (and a warp can only get to
+    // the one after it, which writes this one, through the next iteration's first barrier, i.e. after every
+    // warp's dQ here); this stage's Q, dO, lse and dsum were last read before the dSᵀ barrier above, which
+    // every warp has passed before any thread refills the stage (at the top of the next iteration, with the
+    // iteration after it).
   }
-  if constexpr (Overlap) __syncthreads();  // every warp is done with k_s (dQ) before it is overwritten below
+  __syncthreads();  // every warp is done with k_s (dQ) before it is overwritten below
 
   // dK = scale dSᵀ Q summed, dV = Pᵀ dO summed: stage this warp's rows in its own rows of k_s / v_s
   uint16_t* dk_s = k_s + warp * 16 * kStride;
@@ -1008,20 +770,6 @@ __device__ __forceinline__ void flash_backward_body(uint16_t* __restrict__ dk, u
   }
 }
 
-#define HT_FLASH_BWD_PARAMS                                                                                      \
-  uint16_t *__restrict__ dk, uint16_t *__restrict__ dv, float *__restrict__ dq_acc, const uint16_t *__restrict__ q, \
-      const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, const uint16_t *__restrict__ dout,           \
-      const float *__restrict__ lse, const float *__restrict__ dsum, FlashParams p
-template <class E, int D, int W, int Bq>
-__global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads) flash_backward_kernel(HT_FLASH_BWD_PARAMS) {
-  flash_backward_body<E, D, W, Bq, false, false>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
-}
-template <class E, int D, int W, int Bq, int MinBlocks, bool KvRegs, bool Overlap>
-__global__ void __launch_bounds__(BwdCfg<D, W, Bq>::kThreads, MinBlocks)
-    flash_backward_kernel_min(HT_FLASH_BWD_PARAMS) {
-  flash_backward_body<E, D, W, Bq, KvRegs, Overlap>(dk, dv, dq_acc, q, k, v, dout, lse, dsum, p);
-}
-#undef HT_FLASH_BWD_PARAMS
 
 // dq[b, h, t, :] = scale * dq_acc[row, :] in the input dtype (dq strided, dq_acc contiguous); a thread per
 // 16-byte chunk of dq.
@@ -1048,106 +796,46 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 // ---- host side ----
 
 // Note [Backward variants]
-// The backward kernel's body in other tile / occupancy configurations, chosen per process by the environment
-// variable HADATRAIN_FLASH_BWD (read once, at the first backward; "2" to "6", anything else the default;
-// set_flash_backward_variant overrides it, which the GPU tests use to run every variant). The default is
-// latency-bound at 2 CTAs (8 warps) per SM (Nsight Compute, D 64, T 1024: 216 registers, 63 KiB of shared
-// memory, 12.5 % occupancy, 5.9 cycles per issued instruction), so the variants trade per-warp reuse for
-// resident warps, and all of them overlap iterations better (below). ptxas, sm_90a: registers / spill bytes;
-// shared memory per CTA; CTAs per SM:
-//   default  D 64: Bq 64                    216 / 0   63 KiB    2      D 128: Bq 32  242 / 0   73 KiB    2
-//   2        D 64: Bq 32, K/V in registers  168 / 4   46.5 KiB  3      D 128: Bq 16  168 / 12  57.3 KiB  3
-//   3        D 64: Bq 16                    126 / 0   33.3 KiB  4      D 128: as 2
-//   4        D 64: Bq 64                    168 / 52  73 KiB    3      D 128: as 2
-//   5        D 64: Bq 32                    165 / 0   46.5 KiB  3      D 128: as 2
-//   6        D 64: Bq 64                    215 / 0   73 KiB    2      D 128: Bq 32  248 / 0   78.5 KiB  2
-// (Bq: query rows per iteration.) "K/V in registers": a warp's K and V A fragments are the same in every
-// iteration, so variant 2 loads them once (32 registers for D 64) instead of 8 ldmatrix per iteration (5 is 2
-// without it; 4 is the default's tiles squeezed to 3 CTAs per SM, with some spills: occupancy alone; 6 is the
-// default's tiles with the overlap alone). The overlap ("Overlap" in the code): (1) the default reads a query
-// block's lse and dsum with __ldg after its Sᵀ / dPᵀ products, an L2 round trip in every iteration's critical
-// path that 2 warps per scheduler cannot hide; the variants copy them (cp.async, 4 bytes per row) into shared
-// memory with the block's Q / dO tiles, one iteration ahead; (2) two dSᵀ buffers (even / odd iterations)
-// remove the barrier at the end of each iteration, so warps done with their dQ products and atomics start the
-// next block while others finish. The variants run with the largest shared-memory carveout so that 3 or 4
-// CTAs fit. Every variant computes the same sums (the staged values are the same floats); dk, dv are
-// deterministic for each, and a smaller Bq only regroups their sums and dq's atomic adds.
-
-// A launch configuration: the tiles, the CTAs per SM that __launch_bounds__ asks ptxas to fit (a register cap of
-// 65536 / (threads MinBlocks)), whether the K / V fragments stay in registers, and the overlap.
-template <class C, int MinBlocks, bool KvRegs, bool Overlap = true>
-struct BwdVariant {
-  using Cfg = C;
-  static constexpr int kMinBlocks = MinBlocks;
-  static constexpr bool kKvRegs = KvRegs, kOverlap = Overlap;
-  // Overlap: a second dSᵀ buffer and the staged lse / dsum of two stages
-  static constexpr std::size_t kSmemBytes =
-      C::kSmemBytes + (Overlap ? C::kBc * C::kSStride * sizeof(uint16_t) + 4 * C::kBq * sizeof(float) : 0);
-};
+// Measured on the H200 (run 18, B 4, H 16, causal bf16, T 1024..4096), six configurations of this kernel were
+// compared (docs/cuda_backend.md has the table); the two kept are the defaults, picked per head dim:
+//   D 64:  Bq 64, 3 CTAs per SM (was variant 4)    ptxas sm_90a: 168 registers / 48 spill bytes, 73 KiB
+//   D 128: Bq 32, 2 CTAs per SM (was variant 6)    248 registers / 0 spill bytes, 78.5 KiB
+// (64 and 128 are the only head dims the fused kernels support: flash_attention_supported.) Both overlap
+// consecutive iterations: (1) a query block's lse and dsum are copied (cp.async, 4 bytes per row) into shared
+// memory with its Q / dO tiles, one iteration ahead, instead of an __ldg round trip in the critical path;
+// (2) two dSᵀ buffers (even / odd iterations) remove the barrier at the end of each iteration. The removed
+// configurations (smaller Bq for 3 or 4 CTAs per SM, K/V fragments kept in registers, no overlap) measured
+// 3-15 % slower. The configurations asking for 3 CTAs per SM take the largest shared-memory carveout.
+// HADATRAIN_FLASH_BWD (read once, at the first backward; set_flash_backward_variant overrides it, which the GPU
+// tests use to run every variant) selects other backward kernels next to the default "1".
 template <int D>
-using BwdV2 =
-    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 32>, 3, true>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
-template <int D>
-using BwdV3 =
-    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 16>, 4, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
-template <int D>
-using BwdV4 =
-    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 64>, 3, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
-template <int D>
-using BwdV5 =
-    std::conditional_t<D == 64, BwdVariant<BwdCfg<64, 4, 32>, 3, false>, BwdVariant<BwdCfg<D, 4, 16>, 3, false>>;
-template <int D>
-using BwdV6 = BwdVariant<BwdCfg<D>, 1, false>;  // the default's tiles and occupancy, lse / dsum staged
+using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 3>, BwdCfg<D, 4, 32, 1>>;
 
 std::atomic<int> g_bwd_variant_override{0};
 
-// Note [Forward variants]
-// HADATRAIN_FLASH_FWD (read once, at the first forward; "2" to "5", anything else the default 1) picks the
-// forward kernel; set_flash_forward_variant overrides it (the GPU tests run every variant). 1 is
-// flash_forward_kernel (4 warps of 32 rows, keys per tile 64 for D 64 and 32 for D 128). 2 to 5 are
-// flash_forward_kernel_v, the same algorithm with:
+// Note [Forward kernel]
+// flash_forward_kernel is FlashAttention-2's forward with:
 //   - no masking code in the tiles that need none: per warp, the tiles below S and below the causal
 //     diagonal of the warp's first row run a body without per-element compares and without the
 //     ragged-tile branches between the mma (which split the unrolled products into basic blocks); in the
 //     masked tiles a warp skips the 16-key slices that none of its rows sees (past S or past the diagonal
-//     of its last row), and the tiles wholly past them (variant 1 computes a causal CTA's diagonal tiles
-//     for all its warps, then masks them);
+//     of its last row), and the tiles wholly past them;
 //   - the softmax in the exp2 domain with the scale folded into one FFMA per score (max over raw scores,
 //     exp2(s sl - max sl); a negative scale negates q in shared memory once), ex2.approx.ftz instead of
 //     exp2f's range fix-up, and P packed to 16 bits as soon as it is computed (the fp32 scores die early);
 //   - the O rescale skipped when no row of the warp has a new max (a warp vote per tile);
-//   - one barrier per key tile instead of two (the next tile's cp.async is issued after the barrier that
-//     frees its stage, and overlaps the current tile's products);
+//   - one barrier per key tile (the next tile's cp.async is issued after the barrier that frees its stage,
+//     and overlaps the current tile's products);
 //   - causal grids ordered heaviest query block first across all heads (grid (B H, query blocks)), not per
 //     head, so that the last wave holds the shortest blocks.
-// Tiles (rows per CTA = 16 M warps, Bc keys per tile for D 64 / D 128), all for 2 CTAs per SM; ptxas sm_90a
-// (registers / spill bytes, bf16 and f16 alike) and dynamic shared memory per CTA:
-//   2  4 warps, M 2, Bc 128 / 64: FlashAttention-2's forward tiles     D 64 255 / 0,  90 KiB   D 128 255 / 112, 102 KiB
-//   3  4 warps, M 2, Bc 64 / 32: variant 1's tiles (the code alone)     D 64 233 / 0,  54 KiB   D 128 244 / 0,  68 KiB
-//   4  8 warps, M 1, Bc 64 / 48: 16 warps per SM, half the K/V reuse    D 64 128 / 0,  54 KiB   D 128 128 / 0,  85 KiB
-//   5  4 warps, M 2, Bc 96 / 48: 2's tiles cut to fit the registers     D 64 255 / 0,  72 KiB   D 128 255 / 0,  85 KiB
-// (variant 1: D 64 204 / 0, 54 KiB; D 128 243 / 0, 68 KiB.) ptxas's spills at 255 registers move by tens of
-// bytes with small code changes; 2's are loop-invariant values or not, unknown without the SASS. A problem
-// of more than 65535 query blocks (T > 8.3 M) runs variant 1.
-std::atomic<int> g_fwd_variant_override{0};
-
-int env_forward_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_FLASH_FWD");
-    const bool digit = e != nullptr && e[0] >= '1' && e[0] <= '9' && e[1] == '\0';
-    return digit && e[0] - '0' <= kFlashForwardVariants ? e[0] - '0' : 1;
-  }();
-  return v;
-}
-
+// Tiles: 4 warps of 2 m-tiles (128 query rows per CTA), 128 keys per tile for D 64 and 64 for D 128, for 2 CTAs
+// per SM; ptxas sm_90a (bf16 and f16 alike): D 64 255 registers / 0 spill bytes, 90 KiB of shared memory;
+// D 128 255 / 112 spill bytes, 102 KiB. Measured on the H200 (run 18) against four other configurations
+// (the previous kernel with FlashAttention-1-style masking and two barriers per tile; this code with 64 / 32-key
+// tiles; 8 warps of 16 rows; 96 / 48-key tiles without spills): these tiles were fastest or within 4 %
+// everywhere (docs/cuda_backend.md), and the others were removed.
 template <int D>
-using FwdV2 = FwdTiles<D, 4, 2, D == 64 ? 128 : 64, 2>;
-template <int D>
-using FwdV3 = FwdTiles<D, 4, 2, D == 64 ? 64 : 32, 2>;
-template <int D>
-using FwdV4 = FwdTiles<D, 8, 1, D == 64 ? 64 : 48, 2>;
-template <int D>
-using FwdV5 = FwdTiles<D, 4, 2, D == 64 ? 96 : 48, 2>;
+using FwdDefault = FwdTiles<D, 4, 2, D == 64 ? 128 : 64, 2>;
 
 int env_backward_variant() {
   static const int v = [] {
@@ -1190,9 +878,10 @@ void dispatch(DType dt, int64_t d, const char* kernel, F&& f) {
 }  // namespace
 
 bool flash_attention_supported(DType dt, const AttnShape& s) {
-  constexpr int64_t kMaxGridY = 65535, kMaxLen = int64_t{1} << 24;
+  // the forward's grid.y holds the query blocks of 128 rows (FwdDefault's kBr), at most 65535
+  constexpr int64_t kMaxGridY = 65535, kMaxLen = int64_t{1} << 24, kMaxT = kMaxGridY * 128;
   return (dt == DType::bf16 || dt == DType::f16) && s.D == s.Dv && (s.D == 64 || s.D == 128) && s.B > 0 &&
-         s.Hkv > 0 && s.Hq % s.Hkv == 0 && s.T > 0 && s.S > 0 && s.T < kMaxLen && s.S < kMaxLen &&
+         s.Hkv > 0 && s.Hq % s.Hkv == 0 && s.T > 0 && s.S > 0 && s.T <= kMaxT && s.S < kMaxLen &&
          s.B * s.Hq <= kMaxGridY && s.B * s.Hkv <= kMaxGridY;
 }
 
@@ -1208,12 +897,6 @@ int flash_backward_variant() {
   return o >= 1 && o <= kFlashBackwardVariants ? o : env_backward_variant();
 }
 void set_flash_backward_variant(int variant) { g_bwd_variant_override.store(variant, std::memory_order_relaxed); }
-
-int flash_forward_variant() {
-  const int o = g_fwd_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kFlashForwardVariants ? o : env_forward_variant();
-}
-void set_flash_forward_variant(int variant) { g_fwd_variant_override.store(variant, std::memory_order_relaxed); }
 
 FlashAttentionCounts flash_attention_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
 
@@ -1231,33 +914,15 @@ void launch_flash_attention_forward(DType dt, const FlashForwardArgs& a, const A
     const uint16_t* q = static_cast<const uint16_t*>(a.q.data);
     const uint16_t* k = static_cast<const uint16_t*>(a.k.data);
     const uint16_t* v = static_cast<const uint16_t*>(a.v.data);
-    auto run_default = [&] {
-      using C = FwdCfg<D>;
-      auto kernel = flash_forward_kernel<E, D>;
-      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(C::kSmemBytes)));
-      const dim3 grid(static_cast<unsigned>((p.T + C::kBr - 1) / C::kBr), static_cast<unsigned>(p.B * p.Hq));
-      kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(out, a.lse, q, k, v, p);
-    };
-    auto run = [&](auto tiles) {  // Note [Forward variants]
-      using C = decltype(tiles);
-      const int64_t blocks = (s.T + C::kBr - 1) / C::kBr;
-      if (blocks > 65535) return run_default();  // grid.y holds the query blocks
-      auto kernel = flash_forward_kernel_v<E, C>;
-      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(C::kSmemBytes)));
-      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared));
-      const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>(blocks));
-      kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(out, a.lse, q, k, v, p);
-    };
-    switch (flash_forward_variant()) {
-      case 2: run(FwdV2<D>{}); break;
-      case 3: run(FwdV3<D>{}); break;
-      case 4: run(FwdV4<D>{}); break;
-      case 5: run(FwdV5<D>{}); break;
-      default: run_default(); break;
-    }
+    using C = FwdDefault<D>;  // Note [Forward kernel]
+    auto kernel = flash_forward_kernel<E, C>;
+    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(C::kSmemBytes)));
+    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+    // flash_attention_supported keeps the query blocks within grid.y's 65535
+    const dim3 grid(static_cast<unsigned>(p.B * p.Hq), static_cast<unsigned>((p.T + C::kBr - 1) / C::kBr));
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(out, a.lse, q, k, v, p);
   });
   HT_CHECK_LAUNCH("flash_attention_forward");
   ++g_forward_calls;
@@ -1284,34 +949,24 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
                                   stream>>>(a.dsum, a.dq_acc, static_cast<const uint16_t*>(a.out.data),
                                             static_cast<const uint16_t*>(a.dout.data), p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
-    auto run = [&](auto variant) {
-      using V = decltype(variant);
-      using C = typename V::Cfg;
-      auto kernel = [] {
-        if constexpr (V::kMinBlocks > 1 || V::kKvRegs || V::kOverlap)
-          return flash_backward_kernel_min<E, D, C::kWarps, C::kBq, V::kMinBlocks, V::kKvRegs, V::kOverlap>;
-        else return flash_backward_kernel<E, D, C::kWarps, C::kBq>;
-      }();
+    auto run = [&](auto cfg) {
+      using C = decltype(cfg);
+      auto kernel = flash_backward_kernel<E, C>;
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(V::kSmemBytes)));
-      if constexpr (V::kMinBlocks > 2) {
-        // 3 or 4 CTAs per SM: ask for the largest carveout (the driver's choice may leave room for fewer)
+                                         static_cast<int>(C::kSmemBytes)));
+      if constexpr (C::kMinBlocks > 2) {
+        // 3 CTAs per SM: ask for the largest carveout (the driver's choice may leave room for fewer)
         HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
       }
       const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
-      kernel<<<grid, C::kThreads, V::kSmemBytes, stream>>>(
+      kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
           static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
           static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
           static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
     };
     switch (flash_backward_variant()) {  // Note [Backward variants]
-      case 2: run(BwdV2<D>{}); break;
-      case 3: run(BwdV3<D>{}); break;
-      case 4: run(BwdV4<D>{}); break;
-      case 5: run(BwdV5<D>{}); break;
-      case 6: run(BwdV6<D>{}); break;
-      default: run(BwdVariant<BwdCfg<D>, 1, false, false>{}); break;
+      default: run(BwdDefault<D>{}); break;
     }
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(

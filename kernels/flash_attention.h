@@ -16,7 +16,7 @@
 namespace ht::kernels {
 
 // True when the fused kernels handle this problem: dtype bf16 or f16, D == Dv in {64, 128}, Hq a multiple
-// of Hkv, and at least one query row and one key.
+// of Hkv, at least one query row and one key, and T <= 65535 * 128 (the forward's grid).
 bool flash_attention_supported(DType dt, const AttnShape& s);
 
 // Element strides of the batch, head and token dims of one (B, H, T, D) operand; D is contiguous (stride
@@ -63,22 +63,14 @@ struct FlashBackwardArgs {
 };
 void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const AttnShape& s, cudaStream_t stream);
 
-// Which backward kernel configuration runs: 1 (the default), 2 to 6 (more CTAs per SM, more overlap; Note [Backward
-// variants] in kernels/flash_attention.cu). The environment variable HADATRAIN_FLASH_BWD (read once per
-// process) picks it unless set_flash_backward_variant gave 1..kFlashBackwardVariants (0 or anything else:
-// back to the environment's choice). Every variant computes the same gradients within rounding (dq's atomic
-// order aside; dk and dv are deterministic per variant).
-inline constexpr int kFlashBackwardVariants = 6;
+// Which backward kernel runs: 1 (the default, whose tiles depend on the head dim) or 2..kFlashBackwardVariants
+// (Note [Backward variants] in kernels/flash_attention.cu). The environment variable HADATRAIN_FLASH_BWD (read
+// once per process) picks it unless set_flash_backward_variant gave 1..kFlashBackwardVariants (0 or anything
+// else: back to the environment's choice). Every variant computes the same gradients within rounding (dq's
+// atomic order aside; dk and dv are deterministic per variant).
+inline constexpr int kFlashBackwardVariants = 1;
 int flash_backward_variant();
 void set_flash_backward_variant(int variant);
-
-// Which forward kernel runs: 1 (the default) or 2 to 5 (other tiles and a leaner inner loop: Note [Forward
-// variants] in kernels/flash_attention.cu), from the environment variable HADATRAIN_FLASH_FWD (read once per
-// process) unless set_flash_forward_variant gave 1..kFlashForwardVariants (0 or anything else: back to the
-// environment's choice). Every variant computes out and lse within rounding; each is deterministic.
-inline constexpr int kFlashForwardVariants = 5;
-int flash_forward_variant();
-void set_flash_forward_variant(int variant);
 
 // How many forward and backward passes the fused kernels ran in this process (tests assert that the fused
 // path was taken rather than the fallback).

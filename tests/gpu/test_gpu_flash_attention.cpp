@@ -6,9 +6,9 @@
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
 // so a silent fallback fails the test. Every backward case runs with each backward kernel variant
 // (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu), whatever
-// HADATRAIN_FLASH_BWD says. Every forward kernel variant (kernels::set_flash_forward_variant, Note [Forward
-// variants]) runs on its own set of cases: out and lse against the reference, bitwise repeatable, and the
-// backward through its lse.
+// HADATRAIN_FLASH_BWD says. The forward kernel (Note [Forward kernel]) also runs on its own set of cases
+// around its tile edges: out and lse against the reference, bitwise repeatable, and the backward through its
+// lse.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -105,14 +105,6 @@ struct BackwardVariant {
   BackwardVariant& operator=(const BackwardVariant&) = delete;
 };
 
-// Runs the fused forward with kernel variant `v` while alive (0 afterwards: the environment's choice).
-struct ForwardVariant {
-  explicit ForwardVariant(int v) { kernels::set_flash_forward_variant(v); }
-  ~ForwardVariant() { kernels::set_flash_forward_variant(0); }
-  ForwardVariant(const ForwardVariant&) = delete;
-  ForwardVariant& operator=(const ForwardVariant&) = delete;
-};
-
 std::string lse_close(const Tensor& actual, const std::vector<double>& expected) {
   if (!actual.is_cuda() || actual.dtype() != DType::f32) return "lse is not a CUDA f32 tensor: " + actual.describe();
   const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>();
@@ -142,6 +134,13 @@ TEST_CASE("flash_attention_applies picks the fused kernels only where they apply
   s = ok;
   s.D = s.Dv = 128;
   CHECK(cuda_ops::flash_attention_applies(DType::bf16, s));
+  // the forward's grid holds at most 65535 query blocks of 128 rows
+  s = ok;
+  s.B = s.Hq = s.Hkv = 1;
+  s.T = s.S = 65535 * 128;
+  CHECK(kernels::flash_attention_supported(DType::bf16, s));
+  s.T = s.S = 65535 * 128 + 1;
+  CHECK_FALSE(kernels::flash_attention_supported(DType::bf16, s));
 
   // D = 32 runs the fallback: the fused counters do not move, and the result is still right
   const auto before = kernels::flash_attention_counts();
@@ -166,26 +165,14 @@ TEST_CASE("the fused backward's kernel variant can be chosen for the process", "
   kernels::set_flash_backward_variant(0);
 }
 
-TEST_CASE("the fused forward's kernel variant can be chosen for the process", "[gpu][attention][flash]") {
-  for (int v = 1; v <= kernels::kFlashForwardVariants; ++v) {
-    ForwardVariant use(v);
-    CHECK(kernels::flash_forward_variant() == v);
-  }
-  const int from_env = kernels::flash_forward_variant();  // HADATRAIN_FLASH_FWD's choice, 1 when unset
-  CHECK(from_env >= 1);
-  CHECK(from_env <= kernels::kFlashForwardVariants);
-  kernels::set_flash_forward_variant(kernels::kFlashForwardVariants + 1);  // out of range: the environment's
-  CHECK(kernels::flash_forward_variant() == from_env);
-  kernels::set_flash_forward_variant(0);
-}
-
-TEST_CASE("every fused forward variant matches the f64 CPU reference: out, lse, and the backward from its lse",
+TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges: out, lse, the backward from its lse",
           "[gpu][attention][flash]") {
   struct FwdCase {
     FlashCase c;
     bool backward;  // also run the backward (default backward variant) from this forward's out and lse
   };
-  // Key tiles are 32, 48, 64, 96 or 128 keys and query blocks 128 rows: lengths around and across those, the
+  // Key tiles are 128 (D 64) or 64 (D 128) keys, query blocks 128 rows, warps 32 rows: lengths around and
+  // across those (and the 32-, 48- and 96-key tiles of the removed forward variants), the
   // causal diagonal inside and at the edge of tiles, tiles with no mask at all (S = 384, a multiple of every
   // tile, no causal mask), empty rows (causal T > S), negative scales (q negated in shared memory) with and
   // without the mask.
@@ -241,9 +228,7 @@ TEST_CASE("every fused forward variant matches the f64 CPU reference: out, lse, 
       }
       const std::vector<double> lse_ref = reference_lse(q.to(DType::f64), k.to(DType::f64), c, scale);
 
-      for (int variant = 1; variant <= kernels::kFlashForwardVariants; ++variant) {
-        INFO("forward variant " << variant);
-        ForwardVariant use(variant);
+      {
         Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
         const auto before = kernels::flash_attention_counts();
         Tensor og;
@@ -256,7 +241,7 @@ TEST_CASE("every fused forward variant matches the f64 CPU reference: out, lse, 
         CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
         CHECK(close_to(og, oc, dt) == "");
 
-        // lse through the glue; the same out bit for bit (each variant is deterministic)
+        // lse through the glue; the same out bit for bit (the forward is deterministic)
         const auto [out2, lse] = cuda_ops::flash_attention_forward(q.to(test::kCuda), k.to(test::kCuda),
                                                                    v.to(test::kCuda), s);
         CHECK(lse_close(lse, lse_ref) == "");

@@ -19,7 +19,7 @@
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
-#include "kernels/flash_attention.h"  // bench_attention_bwd_variants, bench_attention_fwd_variants
+#include "kernels/flash_attention.h"  // bench_attention_bwd_variants
 #include "kernels/rows.h"             // bench_norm_variants
 
 using namespace ht;
@@ -360,9 +360,10 @@ void bench_attention(bool csv) {
 // ---- end bench_attention ----
 
 // ---- bench_attention_bwd_variants (helper attn7) ----
-// The fused backward's kernel variants (Note [Backward variants] in kernels/flash_attention.cu; the process
-// default comes from HADATRAIN_FLASH_BWD) on bench_attention's shapes: bf16 causal, B = 4, H = 16, forward +
-// backward through the op, each variant selected with kernels::set_flash_backward_variant.
+// The fused backward's kernel variants (Note [Backward variants] in kernels/flash_attention.cu: 1 is the
+// default; the process default comes from HADATRAIN_FLASH_BWD) on bench_attention's shapes: bf16 causal,
+// B = 4, H = 16, forward + backward through the op, each variant selected with
+// kernels::set_flash_backward_variant.
 void bench_attention_bwd_variants(bool csv) {
   Generator gen(7);
   if (csv) std::printf("attention bwd variant,B,H,T,D,variant,fwd+bwd_ms\n");
@@ -385,45 +386,6 @@ void bench_attention_bwd_variants(bool csv) {
     }
 }
 // ---- end bench_attention_bwd_variants ----
-
-// ---- bench_attention_fwd_variants (helper attn8) ----
-// The fused forward's kernel variants (Note [Forward variants] in kernels/flash_attention.cu; the process
-// default comes from HADATRAIN_FLASH_FWD) on bench_attention's shapes: bf16 causal, B = 4, H = 16, forward
-// alone (no grad) and forward + backward through the op (the process's backward variant), each forward
-// variant selected with kernels::set_flash_forward_variant. TFLOP/s of the forward as in bench_attention.
-void bench_attention_fwd_variants(bool csv) {
-  Generator gen(8);
-  if (csv) std::printf("attention fwd variant,B,H,T,D,variant,fwd_ms,fwd_TFLOP/s,fwd+bwd_ms\n");
-  else
-    std::printf("\n%-42s %8s %10s %10s %12s\n", "attention bf16 causal fwd variants", "variant", "fwd ms", "TFLOP/s",
-                "fwd+bwd ms");
-  const int64_t B = 4, H = 16;
-  for (int64_t D : {int64_t{64}, int64_t{128}})
-    for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
-      AttentionCase c = attention_case(gen, B, H, T, D);
-      const double flops = 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) *
-                           static_cast<double>(D) * 0.5;
-      for (int variant = 1; variant <= kernels::kFlashForwardVariants; ++variant) {
-        kernels::set_flash_forward_variant(variant);
-        Tensor keep;
-        const double fwd_ms = time_ms([&] {
-          NoGradGuard no_grad;
-          keep = scaled_dot_product_attention(c.q, c.k, c.v, {AttnMask::causal, 0.0});
-        });
-        const double fb_ms = attention_fwd_bwd_ms(c);
-        const double tf = flops / fwd_ms * 1e-9;
-        if (csv)
-          std::printf("attention_fwd_variant,%lld,%lld,%lld,%lld,%d,%.4f,%.1f,%.4f\n", static_cast<long long>(B),
-                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, fwd_ms,
-                      tf, fb_ms);
-        else
-          std::printf("%-42s %8d %10.4f %10.1f %12.4f\n",
-                      ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(), variant, fwd_ms, tf, fb_ms);
-      }
-      kernels::set_flash_forward_variant(0);
-    }
-}
-// ---- end bench_attention_fwd_variants ----
 
 // ---- bench_norm_gelu (helper kernels) ----
 // Batch norm (train, f32 weight / bias / running stats), GELU, layer_norm and softmax backward in bf16 through
@@ -742,7 +704,6 @@ int main(int argc, char** argv) {
   bench_conv_bn(csv);
   bench_attention(csv);
   bench_attention_bwd_variants(csv);
-  bench_attention_fwd_variants(csv);
   bench_attention_packed(csv);
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
