@@ -23,7 +23,13 @@
 // (round(v) > 0) is exactly the forward's, and masks g before the sums and dx. BnAct::add_relu adds a
 // residual r (x's layout) before the relu, as the add op rounds it; its backward reads r for the mask and
 // writes r's gradient (the masked g) next to dx.
+// Two variants (Note [Batch-norm kernel variants] in batchnorm.h): the *_v2 kernels, the tickets and the
+// backward-walking passes (walk<true>) are variant 2's; variant 1 runs the kernels exactly as before.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <type_traits>
 
 #include "kernels/batchnorm.h"
@@ -34,6 +40,14 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kTargetBlocks = 132 * 8;  // about one wave of resident 256-thread blocks on an H200
+// Variant 2's channels-last grids: one wave of the 4 blocks per SM their launch bounds allow (half the partial
+// rows of kTargetBlocks for the finalize kernel to add).
+constexpr int64_t kTargetBlocksCl = 132 * 4;
+// Resident blocks per SM of variant 2's channels-last backward kernels (fewer registers would spill): dx 3,
+// the sums 4 (3 with a fused activation, which needs the forward's constants too).
+template <BnAct Act>
+inline constexpr int kClBlocks = Act == BnAct::none ? 4 : 3;
+constexpr int64_t kTargetBlocksClDx = 132 * 3;
 
 // Arithmetic type of the per-element work: float for the 16-bit types, double otherwise.
 template <class T>
@@ -115,14 +129,14 @@ struct ClGrid {
   dim3 block, grid;
 };
 
-ClGrid cl_grid(int64_t M, int64_t C, int V) {
+ClGrid cl_grid(int64_t M, int64_t C, int V, int64_t target_blocks = kTargetBlocks) {
   ClGrid g;
   g.CV = C / V;
   const int tx = static_cast<int>(std::min<int64_t>(g.CV, kThreads));
   const int ty = kThreads / tx;
   g.block = dim3(tx, ty);
   const int64_t gx = (g.CV + tx - 1) / tx;
-  const int64_t target = std::max<int64_t>(1, kTargetBlocks / gx);
+  const int64_t target = std::max<int64_t>(1, target_blocks / gx);
   int64_t rpb = std::max<int64_t>((M + target - 1) / target, 2 * ty);  // at least two rows per thread
   rpb = std::max<int64_t>(rpb, (M + 65534) / 65535);
   const int64_t gy = std::max<int64_t>(1, (M + rpb - 1) / rpb);
@@ -166,6 +180,27 @@ HT_DEV int64_t cf_offset(const BnShape& s, const CfGrid& g, int64_t c, int64_t j
     sv = j - n * g.SV;
   }
   return (n * s.C + c) * s.S + sv * V;
+}
+
+// The items first + k * step (k >= 0) below hi of one thread, two at a time (two(i, j) loads both before
+// computing) and a last single one. Forward (variant 1): increasing k. Rev (variant 2): the block's units of
+// `step` items (unit u = [lo + u * step, lo + (u + 1) * step), first - lo < step) from the top down, so that
+// an elementwise pass after a reduction over the same range first reads what the reduction read last.
+template <bool Rev, class Two, class One>
+HT_DEV void walk(int64_t lo, int64_t first, int64_t hi, int64_t step, Two two, One one) {
+  if constexpr (!Rev) {
+    int64_t i = first;
+    for (; i + step < hi; i += 2 * step) two(i, i + step);
+    if (i < hi) one(i);
+  } else {
+    int64_t u = (hi - lo + step - 1) / step - 1;  // the top unit (possibly partial)
+    for (; u >= 1; u -= 2) {
+      const int64_t i = first + u * step;
+      if (i < hi) two(i, i - step);
+      else one(i - step);
+    }
+    if (u == 0 && first < hi) one(first);
+  }
 }
 
 // ---- per-channel constants ------------------------------------------------------------------------------
@@ -260,7 +295,7 @@ HT_DEV DxCoef dx_coef_of(BnMode mode, const BnChannels& ch, const double* sum_g,
 
 // Channels last. part (gridDim.y, 2, C): sums of (x - K) and (x - K)^2, K = x[0, c].
 template <class T, int V>
-__global__ void bn_stats_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
+HT_DEV void bn_stats_cl_body(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
   using A = bn_t<T>;
   __shared__ A red[2 * V * kThreads];
   const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -301,10 +336,29 @@ __global__ void bn_stats_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGri
   }
   column_sums_to<A, V>(s1, s2, red, cv, g.CV, C, part);
 }
-
-// Channels first. Same partial sums, K = x[0, c, 0].
+// Variant 1: as before (no launch bounds).
 template <class T, int V>
-__global__ void bn_stats_cf(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part) {
+__global__ void bn_stats_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
+  bn_stats_cl_body<T, V>(x, M, C, g, part);
+}
+// Variant 2: compiled for 4 resident blocks per SM (its grid: one wave of them, cl_grid's kTargetBlocksCl).
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads, 4)
+    bn_stats_cl_v2(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
+  bn_stats_cl_body<T, V>(x, M, C, g, part);
+}
+
+HT_DEV void stats_finalize_channel(const double* part, int splits, double k, int64_t C, int64_t M, double eps,
+                                   const BnRunning& running, double* mean, double* invstd, int64_t c);
+HT_DEV bool last_block_of_channel(unsigned* tickets, int64_t c);
+
+// Channels first. Same partial sums, K = x[0, c, 0]. Fin (variant 2): the last block of channel c to finish
+// (an atomic ticket per channel, tickets[c], reset to 0 by that block) adds the channel's partial sums as
+// bn_stats_finalize does and writes mean, invstd and the running stats.
+template <class T, int V, bool Fin>
+HT_DEV void bn_stats_cf_body(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
+                             unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
+                             double* __restrict__ invstd) {
   using A = bn_t<T>;
   __shared__ double scratch[32];
   const int64_t c = blockIdx.x;
@@ -339,6 +393,26 @@ __global__ void bn_stats_cf(const T* __restrict__ x, BnShape s, CfGrid g, double
     part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
     part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
   }
+  if constexpr (Fin) {
+    if (last_block_of_channel(tickets, c) && threadIdx.x < 32)
+      stats_finalize_channel(part, static_cast<int>(gridDim.y), to_double(x[c * s.S]), s.C, s.N * s.S, eps, running,
+                             mean, invstd, c);
+  }
+}
+// Variant 1: as before (no launch bounds).
+template <class T, int V, bool Fin>
+__global__ void bn_stats_cf(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
+                            unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
+                            double* __restrict__ invstd) {
+  bn_stats_cf_body<T, V, Fin>(x, s, g, part, tickets, eps, running, mean, invstd);
+}
+// Variant 2: compiled for 8 resident blocks per SM.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads, 8)
+    bn_stats_cf_v2(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
+                   unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
+                   double* __restrict__ invstd) {
+  bn_stats_cf_body<T, V, true>(x, s, g, part, tickets, eps, running, mean, invstd);
 }
 
 // Adds the partial sums of channel c (one warp per channel, lanes over the splits, a fixed order).
@@ -346,12 +420,31 @@ HT_DEV void finalize_sums(const double* part, int splits, int64_t C, int64_t c, 
   const int lane = threadIdx.x % 32;
   a1 = 0.0;
   a2 = 0.0;
-  for (int y = lane; y < splits; y += 32) {
-    a1 += part[(static_cast<int64_t>(y) * 2) * C + c];
-    a2 += part[(static_cast<int64_t>(y) * 2 + 1) * C + c];
+  for (int y = lane; y < splits; y += 32) {  // __ldcg: written by other blocks of the same kernel (variant 2)
+    a1 += __ldcg(part + (static_cast<int64_t>(y) * 2) * C + c);
+    a2 += __ldcg(part + (static_cast<int64_t>(y) * 2 + 1) * C + c);
   }
   a1 = warp_sum(a1);
   a2 = warp_sum(a2);
+}
+
+// Variant 2's ticket: called by every thread of a block after thread 0 wrote the block's partial sums of
+// channel c; true in every thread of the last block of the channel to get here, which has reset the ticket
+// for the next launch. The fences order the partial-sum stores before the ticket and the last block's reads
+// after it (the threadFenceReduction pattern).
+HT_DEV bool last_block_of_channel(unsigned* tickets, int64_t c) {
+  __shared__ bool last;
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    __threadfence();
+    const unsigned t = atomicAdd(tickets + c, 1u);
+    last = t == gridDim.y - 1;
+    if (last) {
+      tickets[c] = 0u;  // every block of this launch has taken its ticket
+      __threadfence();
+    }
+  }
+  __syncthreads();
+  return last;
 }
 
 // kstride: element distance between the channels' first values (1 channels last, S channels first).
@@ -361,11 +454,16 @@ __global__ void bn_stats_finalize(const double* __restrict__ part, int splits, c
                                   double* __restrict__ mean, double* __restrict__ invstd) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= C) return;
+  stats_finalize_channel(part, splits, M > 0 ? to_double(x[c * kstride]) : 0.0, C, M, eps, running, mean, invstd, c);
+}
+
+// One warp: channel c's statistics from the partial sums of (x - k) and (x - k)^2 (lane 0 writes).
+HT_DEV void stats_finalize_channel(const double* part, int splits, double k, int64_t C, int64_t M, double eps,
+                                   const BnRunning& running, double* mean, double* invstd, int64_t c) {
   double a1, a2;
   finalize_sums(part, splits, C, c, a1, a2);
   if (threadIdx.x % 32 != 0) return;
   const double m = static_cast<double>(M);
-  const double k = M > 0 ? to_double(x[c * kstride]) : 0.0;
   const double d = a1 / m;
   double var = a2 / m - d * d;  // biased
   if (var < 0.0) var = 0.0;
@@ -391,8 +489,8 @@ __global__ void bn_eval_stats_kernel(BnParam running_mean, BnParam running_var, 
 
 // ---- normalize ------------------------------------------------------------------------------------------
 
-template <BnAct Act, class T, int V>
-__global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch,
+template <BnAct Act, class T, int V, bool Rev>
+HT_DEV void bn_normalize_cl_body(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch,
                                 T* __restrict__ y) {
   using A = bn_t<T>;
   const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -410,58 +508,83 @@ __global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, C
   const int64_t r1 = std::min(M, r0 + g.rows_per_block);
   const T* xc = x + cv * V;
   T* yc = y + cv * V;
-  int64_t r = r0 + threadIdx.y;
-  for (; r + TY < r1; r += 2 * TY) {
-    const Pack<T, V> p = load_pack<T, V>(xc + r * C), q = load_pack<T, V>(xc + (r + TY) * C);
-    const Pack<T, V> rp = load_res<Act, T, V>(ch, cv * V + r * C), rq = load_res<Act, T, V>(ch, cv * V + (r + TY) * C);
-    Pack<T, V> o, u;
+  walk<Rev>(
+      r0, r0 + threadIdx.y, r1, TY,
+      [&](int64_t r, int64_t q2) {
+        const Pack<T, V> p = load_pack<T, V>(xc + r * C), q = load_pack<T, V>(xc + q2 * C);
+        const Pack<T, V> rp = load_res<Act, T, V>(ch, cv * V + r * C), rq = load_res<Act, T, V>(ch, cv * V + q2 * C);
+        Pack<T, V> o, u;
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j], rp.v[j]);
-      u.v[j] = bn_out<Act, T>(convert<A>(q.v[j]), sc[j], sh[j], rq.v[j]);
-    }
-    store_pack<T, V>(yc + r * C, o);
-    store_pack<T, V>(yc + (r + TY) * C, u);
-  }
-  if (r < r1) {
-    const Pack<T, V> p = load_pack<T, V>(xc + r * C), rp = load_res<Act, T, V>(ch, cv * V + r * C);
-    Pack<T, V> o;
+        for (int j = 0; j < V; ++j) {
+          o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j], rp.v[j]);
+          u.v[j] = bn_out<Act, T>(convert<A>(q.v[j]), sc[j], sh[j], rq.v[j]);
+        }
+        store_pack<T, V>(yc + r * C, o);
+        store_pack<T, V>(yc + q2 * C, u);
+      },
+      [&](int64_t r) {
+        const Pack<T, V> p = load_pack<T, V>(xc + r * C), rp = load_res<Act, T, V>(ch, cv * V + r * C);
+        Pack<T, V> o;
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j], rp.v[j]);
-    store_pack<T, V>(yc + r * C, o);
-  }
+        for (int j = 0; j < V; ++j) o.v[j] = bn_out<Act, T>(convert<A>(p.v[j]), sc[j], sh[j], rp.v[j]);
+        store_pack<T, V>(yc + r * C, o);
+      });
+}
+// Variant 1: as before (no launch bounds).
+template <BnAct Act, class T, int V, bool Rev>
+__global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch,
+                                T* __restrict__ y) {
+  bn_normalize_cl_body<Act, T, V, Rev>(x, M, C, g, ch, y);
+}
+// Variant 2: compiled for 4 resident blocks per SM (its grid: one wave of them, cl_grid's kTargetBlocksCl).
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, 4)
+    bn_normalize_cl_v2(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch, T* __restrict__ y) {
+  bn_normalize_cl_body<Act, T, V, true>(x, M, C, g, ch, y);
 }
 
-template <BnAct Act, class T, int V>
-__global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
+template <BnAct Act, class T, int V, bool Rev>
+HT_DEV void bn_normalize_cf_body(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
   using A = bn_t<T>;
   const int64_t c = blockIdx.x;
   double a, b;
   affine_of(ch, c, a, b);
   const A sc = static_cast<A>(a), sh = static_cast<A>(b);
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
-  int64_t j = j0 + threadIdx.x;
-  for (; j + kThreads < j1; j += 2 * kThreads) {
-    const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
-    const Pack<T, V> p = load_pack<T, V>(x + o0), q = load_pack<T, V>(x + o1);
-    const Pack<T, V> rp = load_res<Act, T, V>(ch, o0), rq = load_res<Act, T, V>(ch, o1);
-    Pack<T, V> o, u;
+  walk<Rev>(
+      j0, j0 + threadIdx.x, j1, kThreads,
+      [&](int64_t ja, int64_t jb) {
+        const int64_t o0 = cf_offset(s, g, c, ja, V), o1 = cf_offset(s, g, c, jb, V);
+        const Pack<T, V> p = load_pack<T, V>(x + o0), q = load_pack<T, V>(x + o1);
+        const Pack<T, V> rp = load_res<Act, T, V>(ch, o0), rq = load_res<Act, T, V>(ch, o1);
+        Pack<T, V> o, u;
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh, rp.v[k]);
-      u.v[k] = bn_out<Act, T>(convert<A>(q.v[k]), sc, sh, rq.v[k]);
-    }
-    store_pack<T, V>(y + o0, o);
-    store_pack<T, V>(y + o1, u);
-  }
-  if (j < j1) {
-    const int64_t o0 = cf_offset(s, g, c, j, V);
-    const Pack<T, V> p = load_pack<T, V>(x + o0), rp = load_res<Act, T, V>(ch, o0);
-    Pack<T, V> o;
+        for (int k = 0; k < V; ++k) {
+          o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh, rp.v[k]);
+          u.v[k] = bn_out<Act, T>(convert<A>(q.v[k]), sc, sh, rq.v[k]);
+        }
+        store_pack<T, V>(y + o0, o);
+        store_pack<T, V>(y + o1, u);
+      },
+      [&](int64_t ja) {
+        const int64_t o0 = cf_offset(s, g, c, ja, V);
+        const Pack<T, V> p = load_pack<T, V>(x + o0), rp = load_res<Act, T, V>(ch, o0);
+        Pack<T, V> o;
 #pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh, rp.v[k]);
-    store_pack<T, V>(y + o0, o);
-  }
+        for (int k = 0; k < V; ++k) o.v[k] = bn_out<Act, T>(convert<A>(p.v[k]), sc, sh, rp.v[k]);
+        store_pack<T, V>(y + o0, o);
+      });
+}
+// Variant 1: as before (no launch bounds).
+template <BnAct Act, class T, int V, bool Rev>
+__global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
+  bn_normalize_cf_body<Act, T, V, Rev>(x, s, g, ch, y);
+}
+// Variant 2: compiled for 8 resident blocks per SM.
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, 8)
+    bn_normalize_cf_v2(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
+  bn_normalize_cf_body<Act, T, V, true>(x, s, g, ch, y);
 }
 
 // ---- backward sums --------------------------------------------------------------------------------------
@@ -469,7 +592,7 @@ __global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, Bn
 // part (gridDim.y, 2, C): sums of g' and of g' * (x - mean) (the latter only when x is given; x is given when
 // Act masks g).
 template <BnAct Act, class T, int V>
-__global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
+HT_DEV void bn_bwd_reduce_cl_body(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
                                  BnChannels ch, double* __restrict__ part) {
   using A = bn_t<T>;
   __shared__ A red[2 * V * kThreads];
@@ -537,10 +660,27 @@ __global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__
   }
   column_sums_to<A, V>(s1, s2, red, cv, g.CV, C, part);
 }
-
+// Variant 1: as before (no launch bounds).
 template <BnAct Act, class T, int V>
-__global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
+__global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
                                  BnChannels ch, double* __restrict__ part) {
+  bn_bwd_reduce_cl_body<Act, T, V>(gr, x, M, C, g, ch, part);
+}
+// Variant 2: compiled for kClBlocks<Act> resident blocks per SM (its grid: one wave of them).
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, kClBlocks<Act>)
+    bn_bwd_reduce_cl_v2(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
+                        BnChannels ch, double* __restrict__ part) {
+  bn_bwd_reduce_cl_body<Act, T, V>(gr, x, M, C, g, ch, part);
+}
+
+HT_DEV void bwd_finalize_channel(const double* part, int splits, int64_t C, const double* invstd,
+                                 const BnBackwardSums& out, int64_t c);
+
+// Fin (variant 2): the last block of channel c adds the channel's partial sums as bn_bwd_finalize does.
+template <BnAct Act, class T, int V, bool Fin>
+HT_DEV void bn_bwd_reduce_cf_body(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
+                                  double* __restrict__ part, unsigned* __restrict__ tickets, BnBackwardSums out) {
   using A = bn_t<T>;
   __shared__ double scratch[32];
   const int64_t c = blockIdx.x;
@@ -600,12 +740,36 @@ __global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__
     part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
     part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
   }
+  if constexpr (Fin) {
+    if (last_block_of_channel(tickets, c) && threadIdx.x < 32)
+      bwd_finalize_channel(part, static_cast<int>(gridDim.y), s.C, ch.invstd, out, c);
+  }
+}
+// Variant 1: as before (no launch bounds).
+template <BnAct Act, class T, int V, bool Fin>
+__global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
+                                 BnChannels ch, double* __restrict__ part, unsigned* __restrict__ tickets,
+                                 BnBackwardSums out) {
+  bn_bwd_reduce_cf_body<Act, T, V, Fin>(gr, x, s, g, ch, part, tickets, out);
+}
+// Variant 2: compiled for 8 (6 with a fused activation) resident blocks per SM.
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, (Act == BnAct::none ? 8 : 6))
+    bn_bwd_reduce_cf_v2(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
+                        double* __restrict__ part, unsigned* __restrict__ tickets, BnBackwardSums out) {
+  bn_bwd_reduce_cf_body<Act, T, V, true>(gr, x, s, g, ch, part, tickets, out);
 }
 
 __global__ void bn_bwd_finalize(const double* __restrict__ part, int splits, int64_t C,
                                 const double* __restrict__ invstd, BnBackwardSums out) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= C) return;
+  bwd_finalize_channel(part, splits, C, invstd, out, c);
+}
+
+// One warp: channel c's backward sums (lane 0 writes).
+HT_DEV void bwd_finalize_channel(const double* part, int splits, int64_t C, const double* invstd,
+                                 const BnBackwardSums& out, int64_t c) {
   double a1, a2;
   finalize_sums(part, splits, C, c, a1, a2);
   if (threadIdx.x % 32 != 0) return;
@@ -633,9 +797,55 @@ HT_DEV void store_res_grad(const BnChannels& ch, int64_t o, const Pack<T, V>& v)
   if constexpr (Act == BnAct::add_relu) store_pack<T, V>(static_cast<T*>(ch.residual_grad) + o, v);
 }
 
+// Two element offsets o0, o1 (pair) or one (single) of dx: loads, dx_elem, stores.
+template <BnAct Act, class T, int V, class A>
+struct DxPacks {
+  BnMode mode;
+  bool read_x;
+  const T* __restrict__ gr;
+  const T* __restrict__ x;
+  T* __restrict__ gx;
+  const BnChannels& ch;
+  HT_DEV void pair(int64_t o0, int64_t o1, const A* ca, const A* cb, const A* ck, const A* cm, const A* sc,
+                   const A* sh, int cs /* 1: per-element constants (channels last), 0: one set */) const {
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
+    const Pack<T, V> q0 = load_res<Act, T, V>(ch, o0), q1 = load_res<Act, T, V>(ch, o1);
+    Pack<T, V> x0{}, x1{};
+    if (read_x) {
+      x0 = load_pack<T, V>(x + o0);
+      x1 = load_pack<T, V>(x + o1);
+    }
+    Pack<T, V> y0, y1, e0, e1;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int k = j * cs;
+      dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], q0.v[j], ca[k], cb[k], ck[k], cm[k], sc[k], sh[k], y0.v[j], e0.v[j]);
+      dx_elem<Act, T, A>(mode, g1.v[j], x1.v[j], q1.v[j], ca[k], cb[k], ck[k], cm[k], sc[k], sh[k], y1.v[j], e1.v[j]);
+    }
+    store_pack<T, V>(gx + o0, y0);
+    store_pack<T, V>(gx + o1, y1);
+    store_res_grad<Act, T, V>(ch, o0, e0);
+    store_res_grad<Act, T, V>(ch, o1, e1);
+  }
+  HT_DEV void single(int64_t o0, const A* ca, const A* cb, const A* ck, const A* cm, const A* sc, const A* sh,
+                     int cs) const {
+    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), q0 = load_res<Act, T, V>(ch, o0);
+    Pack<T, V> x0{};
+    if (read_x) x0 = load_pack<T, V>(x + o0);
+    Pack<T, V> y0, e0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int k = j * cs;
+      dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], q0.v[j], ca[k], cb[k], ck[k], cm[k], sc[k], sh[k], y0.v[j], e0.v[j]);
+    }
+    store_pack<T, V>(gx + o0, y0);
+    store_res_grad<Act, T, V>(ch, o0, e0);
+  }
+};
+
 // x is read in train mode and whenever Act masks g; otherwise it may be null.
-template <BnAct Act, class T, int V>
-__global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C,
+template <BnAct Act, class T, int V, bool Rev>
+HT_DEV void bn_dx_cl_body(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C,
                          ClGrid g, BnChannels ch, const double* __restrict__ sum_g,
                          const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
   using A = bn_t<T>;
@@ -659,53 +869,38 @@ __global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restr
       sh[j] = static_cast<A>(b);
     }
   }
-  const bool read_x = mode == BnMode::train || Act != BnAct::none;
-  const int TY = blockDim.y;
+  const DxPacks<Act, T, V, A> d{mode, mode == BnMode::train || Act != BnAct::none, gr, x, gx, ch};
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
   const int64_t r1 = std::min(M, r0 + g.rows_per_block);
-  int64_t r = r0 + threadIdx.y;
-  for (; r + TY < r1; r += 2 * TY) {
-    const int64_t o0 = col + r * C, o1 = col + (r + TY) * C;
-    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
-    const Pack<T, V> q0 = load_res<Act, T, V>(ch, o0), q1 = load_res<Act, T, V>(ch, o1);
-    Pack<T, V> x0{}, x1{};
-    if (read_x) {
-      x0 = load_pack<T, V>(x + o0);
-      x1 = load_pack<T, V>(x + o1);
-    }
-    Pack<T, V> y0, y1, e0, e1;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], q0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j], y0.v[j], e0.v[j]);
-      dx_elem<Act, T, A>(mode, g1.v[j], x1.v[j], q1.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j], y1.v[j], e1.v[j]);
-    }
-    store_pack<T, V>(gx + o0, y0);
-    store_pack<T, V>(gx + o1, y1);
-    store_res_grad<Act, T, V>(ch, o0, e0);
-    store_res_grad<Act, T, V>(ch, o1, e1);
-  }
-  if (r < r1) {
-    const int64_t o0 = col + r * C;
-    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), q0 = load_res<Act, T, V>(ch, o0);
-    Pack<T, V> x0{};
-    if (read_x) x0 = load_pack<T, V>(x + o0);
-    Pack<T, V> y0, e0;
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-      dx_elem<Act, T, A>(mode, g0.v[j], x0.v[j], q0.v[j], ca[j], cb[j], ck[j], cm[j], sc[j], sh[j], y0.v[j], e0.v[j]);
-    store_pack<T, V>(gx + o0, y0);
-    store_res_grad<Act, T, V>(ch, o0, e0);
-  }
+  walk<Rev>(
+      r0, r0 + threadIdx.y, r1, blockDim.y,
+      [&](int64_t ra, int64_t rb) { d.pair(col + ra * C, col + rb * C, ca, cb, ck, cm, sc, sh, 1); },
+      [&](int64_t ra) { d.single(col + ra * C, ca, cb, ck, cm, sc, sh, 1); });
+}
+// Variant 1: as before (no launch bounds).
+template <BnAct Act, class T, int V, bool Rev>
+__global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C,
+                         ClGrid g, BnChannels ch, const double* __restrict__ sum_g,
+                         const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
+  bn_dx_cl_body<Act, T, V, Rev>(mode, gr, x, M, C, g, ch, sum_g, sum_gxhat, gx);
+}
+// Variant 2: compiled for 3 resident blocks per SM (its grid: one wave of them, kTargetBlocksClDx).
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, 3)
+    bn_dx_cl_v2(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
+                BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
+                T* __restrict__ gx) {
+  bn_dx_cl_body<Act, T, V, true>(mode, gr, x, M, C, g, ch, sum_g, sum_gxhat, gx);
 }
 
-template <BnAct Act, class T, int V>
-__global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
-                         BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
-                         T* __restrict__ gx) {
+template <BnAct Act, class T, int V, bool Rev>
+HT_DEV void bn_dx_cf_body(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
+                          BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
+                          T* __restrict__ gx) {
   using A = bn_t<T>;
   const int64_t c = blockIdx.x;
-  const DxCoef d = dx_coef_of(mode, ch, sum_g, sum_gxhat, 1.0 / static_cast<double>(s.N * s.S), c);
-  const A ca = static_cast<A>(d.a), cb = static_cast<A>(d.b), ck = static_cast<A>(d.k), cm = static_cast<A>(d.m);
+  const DxCoef dc = dx_coef_of(mode, ch, sum_g, sum_gxhat, 1.0 / static_cast<double>(s.N * s.S), c);
+  const A ca = static_cast<A>(dc.a), cb = static_cast<A>(dc.b), ck = static_cast<A>(dc.k), cm = static_cast<A>(dc.m);
   A sc = A(0), sh = A(0);
   if constexpr (Act != BnAct::none) {
     double a, b;
@@ -713,41 +908,28 @@ __global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restr
     sc = static_cast<A>(a);
     sh = static_cast<A>(b);
   }
-  const bool read_x = mode == BnMode::train || Act != BnAct::none;
+  const DxPacks<Act, T, V, A> d{mode, mode == BnMode::train || Act != BnAct::none, gr, x, gx, ch};
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
-  int64_t j = j0 + threadIdx.x;
-  for (; j + kThreads < j1; j += 2 * kThreads) {
-    const int64_t o0 = cf_offset(s, g, c, j, V), o1 = cf_offset(s, g, c, j + kThreads, V);
-    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), g1 = load_pack<T, V>(gr + o1);
-    const Pack<T, V> q0 = load_res<Act, T, V>(ch, o0), q1 = load_res<Act, T, V>(ch, o1);
-    Pack<T, V> x0{}, x1{};
-    if (read_x) {
-      x0 = load_pack<T, V>(x + o0);
-      x1 = load_pack<T, V>(x + o1);
-    }
-    Pack<T, V> y0, y1, e0, e1;
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-      dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], q0.v[u], ca, cb, ck, cm, sc, sh, y0.v[u], e0.v[u]);
-      dx_elem<Act, T, A>(mode, g1.v[u], x1.v[u], q1.v[u], ca, cb, ck, cm, sc, sh, y1.v[u], e1.v[u]);
-    }
-    store_pack<T, V>(gx + o0, y0);
-    store_pack<T, V>(gx + o1, y1);
-    store_res_grad<Act, T, V>(ch, o0, e0);
-    store_res_grad<Act, T, V>(ch, o1, e1);
-  }
-  if (j < j1) {
-    const int64_t o0 = cf_offset(s, g, c, j, V);
-    const Pack<T, V> g0 = load_pack<T, V>(gr + o0), q0 = load_res<Act, T, V>(ch, o0);
-    Pack<T, V> x0{};
-    if (read_x) x0 = load_pack<T, V>(x + o0);
-    Pack<T, V> y0, e0;
-#pragma unroll
-    for (int u = 0; u < V; ++u)
-      dx_elem<Act, T, A>(mode, g0.v[u], x0.v[u], q0.v[u], ca, cb, ck, cm, sc, sh, y0.v[u], e0.v[u]);
-    store_pack<T, V>(gx + o0, y0);
-    store_res_grad<Act, T, V>(ch, o0, e0);
-  }
+  walk<Rev>(
+      j0, j0 + threadIdx.x, j1, kThreads,
+      [&](int64_t ja, int64_t jb) {
+        d.pair(cf_offset(s, g, c, ja, V), cf_offset(s, g, c, jb, V), &ca, &cb, &ck, &cm, &sc, &sh, 0);
+      },
+      [&](int64_t ja) { d.single(cf_offset(s, g, c, ja, V), &ca, &cb, &ck, &cm, &sc, &sh, 0); });
+}
+// Variant 1: as before (no launch bounds).
+template <BnAct Act, class T, int V, bool Rev>
+__global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
+                         BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
+                         T* __restrict__ gx) {
+  bn_dx_cf_body<Act, T, V, Rev>(mode, gr, x, s, g, ch, sum_g, sum_gxhat, gx);
+}
+// Variant 2: compiled for 8 (6 with a fused activation) resident blocks per SM.
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, (Act == BnAct::none ? 8 : 6))
+    bn_dx_cf_v2(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
+                const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
+  bn_dx_cf_body<Act, T, V, true>(mode, gr, x, s, g, ch, sum_g, sum_gxhat, gx);
 }
 
 // ---- host helpers ---------------------------------------------------------------------------------------
@@ -806,7 +988,63 @@ unsigned finalize_blocks(int64_t C) { return static_cast<unsigned>((C + 7) / 8);
 // Bytes of the partial sums (splits, 2, C).
 std::size_t part_bytes(unsigned splits, int64_t C) { return static_cast<std::size_t>(splits) * 2 * C * sizeof(double); }
 
+// ---- variant 2's tickets (Note [Batch-norm kernel variants]) ----
+// Every device has one zeroed buffer of kTicketRing * kTicketSlot counters, allocated at its first use; a
+// launch takes the next slot of the ring (round robin) and its last blocks leave every counter they used at
+// 0. Launches in one stream are ordered, so a slot is free again when its turn comes; a slot is only shared
+// by two running kernels when kTicketRing batch-norm reductions run at once on different streams of one
+// device (not done by this framework). Null (use variant 1) when C exceeds a slot, or when the buffer does
+// not exist yet and `stream` is being captured into a graph (allocating there is not allowed).
+constexpr int64_t kTicketSlot = 4096, kTicketRing = 32;
+constexpr int kMaxDevices = 64;
+
+unsigned* bn_tickets(int64_t n, cudaStream_t stream) {
+  static std::mutex mu;
+  static unsigned* buffers[kMaxDevices] = {};
+  static std::atomic<uint32_t> next[kMaxDevices] = {};
+  if (n > kTicketSlot) return nullptr;
+  int dev = 0;
+  HT_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kMaxDevices) return nullptr;
+  unsigned* buf = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!buffers[dev]) {
+      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      HT_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
+      if (cs != cudaStreamCaptureStatusNone) return nullptr;
+      void* p = nullptr;
+      const std::size_t bytes = static_cast<std::size_t>(kTicketSlot * kTicketRing) * sizeof(unsigned);
+      HT_CUDA_CHECK(cudaMalloc(&p, bytes));  // kept for the process's lifetime
+      HT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+      HT_CUDA_CHECK(cudaStreamSynchronize(stream));  // zero before any other stream can take a slot
+      buffers[dev] = static_cast<unsigned*>(p);
+    }
+    buf = buffers[dev];
+  }
+  const uint32_t slot = next[dev].fetch_add(1, std::memory_order_relaxed) % kTicketRing;
+  return buf + static_cast<int64_t>(slot) * kTicketSlot;
+}
+
+// Note [Batch-norm kernel variants]: see batchnorm.h. 0 = no override.
+std::atomic<int> g_bn_variant_override{0};
+
+int env_bn_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("HADATRAIN_BN_KERNEL");
+    if (e && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
+    return 2;  // "new", "2", unset or anything else
+  }();
+  return v;
+}
+
 }  // namespace
+
+int bn_kernel_variant() {
+  const int o = g_bn_variant_override.load(std::memory_order_relaxed);
+  return o >= 1 && o <= kBnKernelVariants ? o : env_bn_variant();
+}
+void set_bn_kernel_variant(int variant) { g_bn_variant_override.store(variant, std::memory_order_relaxed); }
 
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream) {
@@ -820,16 +1058,25 @@ void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning r
         if (M == 0) {  // no values: NaN statistics, as on the CPU
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(nullptr, 0, xp, 1, s.C, 0, eps, running, mean, invstd);
         } else if (s.S == 1) {
-          const ClGrid g = cl_grid(M, s.C, V);
+          const bool v2 = bn_kernel_variant() == 2;
+          const ClGrid g = cl_grid(M, s.C, V, v2 ? kTargetBlocksCl : kTargetBlocks);
           const Scratch part(part_bytes(g.grid.y, s.C), stream);
-          bn_stats_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
+          if (v2) bn_stats_cl_v2<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
+          else bn_stats_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
           HT_CHECK_LAUNCH("bn_stats_cl");
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(g.grid.y), xp, 1, s.C, M,
                                                             eps, running, mean, invstd);
         } else {
           const CfGrid g = cf_grid(s, V);
           const Scratch part(part_bytes(g.grid.y, s.C), stream);
-          bn_stats_cf<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get());
+          if (unsigned* tickets = bn_kernel_variant() == 2 ? bn_tickets(s.C, stream) : nullptr) {
+            bn_stats_cf_v2<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get(), tickets, eps, running,
+                                                                     mean, invstd);
+            HT_CHECK_LAUNCH("bn_stats_cf (variant 2)");
+            return;
+          }
+          bn_stats_cf<T, V, false><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get(), nullptr, eps, running,
+                                                                    mean, invstd);
           HT_CHECK_LAUNCH("bn_stats_cf");
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(g.grid.y), xp, s.S, s.C, M,
                                                             eps, running, mean, invstd);
@@ -855,14 +1102,17 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
         constexpr int V = decltype(vtag)::value;
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
+        const bool rev = bn_kernel_variant() == 2;
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
-            const ClGrid g = cl_grid(M, s.C, V);
-            bn_normalize_cl<Act, T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
+            const ClGrid g = cl_grid(M, s.C, V, rev ? kTargetBlocksCl : kTargetBlocks);
+            if (rev) bn_normalize_cl_v2<Act, T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
+            else bn_normalize_cl<Act, T, V, false><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
           } else {
             const CfGrid g = cf_grid(s, V);
-            bn_normalize_cf<Act, T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
+            if (rev) bn_normalize_cf_v2<Act, T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
+            else bn_normalize_cf<Act, T, V, false><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
           }
         });
       }))
@@ -892,15 +1142,26 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
-            const ClGrid cg = cl_grid(M, s.C, V);
+            const bool v2 = bn_kernel_variant() == 2;
+            const ClGrid cg = cl_grid(M, s.C, V, v2 ? 132 * kClBlocks<Act> : kTargetBlocks);
             const Scratch part(part_bytes(cg.grid.y, s.C), stream);
-            bn_bwd_reduce_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
+            if (v2)
+              bn_bwd_reduce_cl_v2<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
+            else
+              bn_bwd_reduce_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
             HT_CHECK_LAUNCH("bn_bwd_reduce_cl");
             bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, out);
           } else {
             const CfGrid cg = cf_grid(s, V);
             const Scratch part(part_bytes(cg.grid.y, s.C), stream);
-            bn_bwd_reduce_cf<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get());
+            if (unsigned* tickets = bn_kernel_variant() == 2 ? bn_tickets(s.C, stream) : nullptr) {
+              bn_bwd_reduce_cf_v2<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get(),
+                                                                                 tickets, out);
+              HT_CHECK_LAUNCH("bn_bwd_reduce_cf (variant 2)");
+              return;
+            }
+            bn_bwd_reduce_cf<Act, T, V, false><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get(),
+                                                                                nullptr, out);
             HT_CHECK_LAUNCH("bn_bwd_reduce_cf");
             bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, out);
           }
@@ -921,14 +1182,25 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
         const T* gp = static_cast<const T*>(g);
         const T* xp = static_cast<const T*>(x);
         T* out = static_cast<T*>(gx);
+        const bool rev = bn_kernel_variant() == 2;
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
-            const ClGrid cg = cl_grid(M, s.C, V);
-            bn_dx_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g, sum_gxhat, out);
+            const ClGrid cg = cl_grid(M, s.C, V, rev ? kTargetBlocksClDx : kTargetBlocks);
+            if (rev)
+              bn_dx_cl_v2<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g,
+                                                                          sum_gxhat, out);
+            else
+              bn_dx_cl<Act, T, V, false><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g,
+                                                                           sum_gxhat, out);
           } else {
             const CfGrid cg = cf_grid(s, V);
-            bn_dx_cf<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat, out);
+            if (rev)
+              bn_dx_cf_v2<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat,
+                                                                         out);
+            else
+              bn_dx_cf<Act, T, V, false><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g,
+                                                                          sum_gxhat, out);
           }
         });
       }))

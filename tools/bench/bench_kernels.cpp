@@ -19,6 +19,8 @@
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "kernels/batchnorm.h"        // bench_bn_gelu_variants
+#include "kernels/elementwise.h"      // bench_bn_gelu_variants
 #include "kernels/flash_attention.h"  // bench_attention_bwd_variants
 #include "kernels/rows.h"             // bench_norm_variants
 
@@ -541,6 +543,101 @@ void bench_bn_relu(bool csv) {
 }
 // ---- end bench_bn_relu ----
 
+// ---- bench_bn_gelu_variants (helper bn9) ----
+// The norm / gelu rows of bench_norm_gelu (bf16, train, f32 weight / bias / running stats; same byte counts:
+// bn forward 3 passes, backward 5, gelu forward 2) and the fused bn+relu rows of bench_bn_relu, once per
+// kernel variant side by side: kernels::set_bn_kernel_variant / set_gelu_kernel_variant 1 "old" and 2 "new"
+// (Note [Batch-norm kernel variants] in kernels/batchnorm.h, Note [GELU forward variants] in
+// kernels/elementwise.cu). Backward = (forward + backward) - forward, autograd bookkeeping included.
+void bench_bn_gelu_variants(bool csv, double copy_gbs) {
+  const Device dev = Device::cuda(0);
+  Generator gen(17);
+  auto bf16_rand = [&](const Shape& s) {
+    return uniform(s, -1.0, 1.0, gen, {DType::f32, dev}).to(DType::bf16).detach();
+  };
+  auto ratio = [&](int64_t numel, double passes, double ms) {
+    return passes * 2.0 * static_cast<double>(numel) / ms * 1e-6 / copy_gbs;
+  };
+  if (csv) std::printf("bn/gelu variant,elements,old ms,old ratio_to_copy,new ms,new ratio_to_copy\n");
+  else
+    std::printf("\n%-36s %12s %9s %7s %9s %7s\n", "bn / gelu kernels (bf16): old vs new", "elements", "old ms",
+                "vs copy", "new ms", "vs copy");
+  auto print = [&](const std::string& name, int64_t numel, double passes, const double (&ms)[2]) {
+    const double r0 = ratio(numel, passes, ms[0]), r1 = ratio(numel, passes, ms[1]);
+    if (csv)
+      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0], r0, ms[1], r1);
+    else
+      std::printf("%-36s %12lld %9.4f %7.3f %9.4f %7.3f\n", name.c_str(), static_cast<long long>(numel), ms[0], r0,
+                  ms[1], r1);
+  };
+  auto set_variant = [](int v) {
+    kernels::set_bn_kernel_variant(v);
+    kernels::set_gelu_kernel_variant(v);
+  };
+  Tensor keep;
+  struct BnCase {
+    const char* name;
+    Shape shape;
+    BatchNormActivation act;
+    bool residual;
+  };
+  const BnCase cases[] = {
+      {"bn 256x64x32x32", {256, 64, 32, 32}, BatchNormActivation::none, false},
+      {"bn NHWC [262144,64]", {262144, 64}, BatchNormActivation::none, false},
+      {"bn+relu 256x64x32x32", {256, 64, 32, 32}, BatchNormActivation::relu, false},
+      {"bn+relu NHWC [262144,64]", {262144, 64}, BatchNormActivation::relu, false},
+      {"bn+relu NHWC [16384,256]", {16384, 256}, BatchNormActivation::relu, false},
+      {"bn+add+relu 256x64x32x32", {256, 64, 32, 32}, BatchNormActivation::relu, true},
+      {"bn+add+relu NHWC [262144,64]", {262144, 64}, BatchNormActivation::relu, true},
+  };
+  for (const BnCase& c : cases) {
+    const int64_t C = c.shape[1];
+    Tensor x = bf16_rand(c.shape), res = bf16_rand(c.shape);
+    const Tensor g = bf16_rand(c.shape);
+    Tensor w = rand({C}, gen, {DType::f32, dev}), b = uniform({C}, -0.5, 0.5, gen, {DType::f32, dev});
+    const Tensor rm = zeros({C}, {DType::f32, dev}), rv = ones({C}, {DType::f32, dev});
+    BatchNormOptions opts;
+    opts.activation = c.act;
+    auto fwd_op = [&] {
+      return c.residual ? batch_norm_add_relu(x, res, {w, b, rm, rv}, opts) : batch_norm(x, w, b, rm, rv, opts);
+    };
+    double fwd[2], bwd[2];
+    for (int v = 0; v < 2; ++v) {
+      set_variant(v + 1);
+      for (Tensor* t : {&x, &w, &b, &res}) t->set_requires_grad(false);
+      fwd[v] = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = fwd_op();
+      });
+      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+      res.set_requires_grad(c.residual);
+      const double fb = time_ms([&] {
+        for (Tensor* t : {&x, &w, &b, &res}) t->zero_grad();
+        fwd_op().backward(g);
+      });
+      bwd[v] = fb - fwd[v];
+    }
+    set_variant(0);
+    // passes: fwd 3 (+1 residual read), bwd 5 (+1 residual read, +1 residual gradient write)
+    print(std::string(c.name) + " fwd train", x.numel(), c.residual ? 4 : 3, fwd);
+    print(std::string(c.name) + " bwd", x.numel(), c.residual ? 7 : 5, bwd);
+  }
+  {  // GELU of a ViT-S/4 MLP activation, as bench_norm_gelu
+    const Tensor x = bf16_rand({256 * 65, 1536});
+    double fwd[2];
+    for (int v = 0; v < 2; ++v) {
+      set_variant(v + 1);
+      fwd[v] = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = gelu(x);
+      });
+    }
+    set_variant(0);
+    print("gelu fwd 16640x1536", x.numel(), 2, fwd);
+  }
+}
+// ---- end bench_bn_gelu_variants ----
+
 // ---- bench_attention_packed (helper attn) ----
 // ViT self-attention from a packed projection qkv (B, N, 3 dim) in bf16, forward + backward through
 // autograd: attention_qkv_packed (strided fused kernels, one (B, N, 3 dim) gradient) against the composition
@@ -710,5 +807,6 @@ int main(int argc, char** argv) {
   bench_norm_gelu(csv, floor_gbs);
   bench_norm_variants(csv, floor_gbs);
   bench_bn_relu(csv);
+  bench_bn_gelu_variants(csv, floor_gbs);
   return 0;
 }
