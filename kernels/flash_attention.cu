@@ -514,6 +514,148 @@ __global__ void flash_bwd_prep_kernel(float* __restrict__ dsum, float* __restric
   if (row < rows && c == 0) dsum[row] = acc;
 }
 
+// One query block for one warp of the lean backward (Note [Lean backward]): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for the
+// warp's 16 keys (from kw) x kBq queries (from q0), Pᵀ = exp2(s sl - lse log2 e) in one FFMA and ex2.approx,
+// dSᵀ = Pᵀ (dPᵀ - dsum) into the warp's rows of ds_cur, dV += Pᵀ dO and dK += dSᵀ Q. rs: the block's lse
+// (rs[0, kBq)) and dsum (rs[kBq, 2 kBq)). kMask: the per-element mask (keys past S, rows past T, keys after a
+// row's diagonal), and the 16-query slices outside [nn_lo, nn_hi) skip their products (none of their rows
+// sees a key of the warp, or they lie past T); without kMask every row of the block sees every key of the warp.
+template <class E, class C, bool kMask>
+__device__ __forceinline__ void bwd_lean_block(float (&dk_acc)[C::kD / 8][4], float (&dv_acc)[C::kD / 8][4],
+                                               const uint16_t* k_s, const uint16_t* v_s, const uint16_t* q_s,
+                                               const uint16_t* do_s, const float* rs, uint16_t* ds_cur, int warp,
+                                               int kw, int q0, int nn_lo, int nn_hi, const FlashParams& p,
+                                               int shift, int lane) {
+  constexpr int D = C::kD, kBq = C::kBq, kStride = C::kStride, kSStride = C::kSStride;
+  const int g = lane >> 2, tq = lane & 3;
+  float st[kBq / 8][4], dpt[kBq / 8][4];
+#pragma unroll
+  for (int n = 0; n < kBq / 8; ++n)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t ak[4], av[4];
+    load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
+    load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
+#pragma unroll
+    for (int nn = 0; nn < kBq / 16; ++nn) {
+      if constexpr (kMask) {
+        if (nn < nn_lo || nn >= nn_hi) continue;  // P = 0 there: masked below
+      }
+      uint32_t bq[4], bd[4];
+      load_b_nk<kStride>(bq, q_s, nn * 16, kk * 16, lane);
+      load_b_nk<kStride>(bd, do_s, nn * 16, kk * 16, lane);
+      E::mma(st[2 * nn], ak, bq[0], bq[1]);
+      E::mma(st[2 * nn + 1], ak, bq[2], bq[3]);
+      E::mma(dpt[2 * nn], av, bd[0], bd[1]);
+      E::mma(dpt[2 * nn + 1], av, bd[2], bd[3]);
+    }
+  }
+
+  // Pᵀ and dSᵀ; element (n, c) is key kw + g + 8 (c >> 1), query q0 + 8 n + 2 tq + (c & 1)
+#pragma unroll
+  for (int n = 0; n < kBq / 8; ++n)
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) {
+      const int rl = n * 8 + 2 * tq + cc;  // query row within the block
+      const float l = rs[rl], ds = rs[kBq + rl];
+      const float nl2 = l == -INFINITY ? -INFINITY : -l * kLog2e;  // rows that see no key pass no gradient
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int c = 2 * r + cc;
+        float x = fmaf(st[n][c], p.scale_log2, nl2);
+        if constexpr (kMask) {
+          const int key = kw + g + 8 * r, row = q0 + rl;
+          if (key >= p.S || row >= p.T || (p.causal && key > row + shift)) x = -INFINITY;
+        }
+        const float pr = fast_ex2(x);
+        st[n][c] = pr;
+        dpt[n][c] = pr * (dpt[n][c] - ds);
+      }
+    }
+
+#pragma unroll
+  for (int kk = 0; kk < kBq / 16; ++kk) {
+    const uint32_t ap[4] = {E::pack(st[2 * kk][0], st[2 * kk][1]), E::pack(st[2 * kk][2], st[2 * kk][3]),
+                            E::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                            E::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+    const uint32_t as[4] = {E::pack(dpt[2 * kk][0], dpt[2 * kk][1]), E::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                            E::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                            E::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+    // dSᵀ to shared memory for dQ (zeros included): rows = keys (g, g + 8 of this warp), columns = queries
+    uint16_t* ds_w = ds_cur + (warp * 16 + g) * kSStride + kk * 16 + 2 * tq;
+    *reinterpret_cast<uint32_t*>(ds_w) = as[0];
+    *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride) = as[1];
+    *reinterpret_cast<uint32_t*>(ds_w + 8) = as[2];
+    *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride + 8) = as[3];
+    if constexpr (kMask) {
+      if (kk < nn_lo || kk >= nn_hi) continue;  // P = dS = 0
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t bd[4], bq[4];
+      load_b_kn<kStride>(bd, do_s, kk * 16, dn * 16, lane);
+      load_b_kn<kStride>(bq, q_s, kk * 16, dn * 16, lane);
+      E::mma(dv_acc[2 * dn], ap, bd[0], bd[1]);
+      E::mma(dv_acc[2 * dn + 1], ap, bd[2], bd[3]);
+      E::mma(dk_acc[2 * dn], as, bq[0], bq[1]);
+      E::mma(dk_acc[2 * dn + 1], as, bq[2], bq[3]);
+    }
+  }
+}
+
+// dQ (kBq x D) += dS K for the query block at q0 (q_rows valid rows) of flat head bh, from dSᵀ (ds_cur) and the
+// key block's K (k_s): warp w adds its 16 rows x kDqCols columns into dq_acc with fp32 atomics. Key slices
+// whose dS is 0 for every row of the warp's 16 (past S; causal: after the diagonal of its last row) are
+// skipped.
+template <class E, class C>
+__device__ __forceinline__ void bwd_dq(float* __restrict__ dq_acc, const uint16_t* ds_cur, const uint16_t* k_s,
+                                       int bh, int q0, int q_rows, int k0, int warp, const FlashParams& p,
+                                       int shift, int lane) {
+  constexpr int D = C::kD, kBc = C::kBc, kStride = C::kStride, kSStride = C::kSStride;
+  const int g = lane >> 2, tq = lane & 3;
+  const int wm = warp % C::kWm, wn = warp / C::kWm;
+  if (wm * 16 >= q_rows) return;  // rows past T: nothing to add
+  // keys < key_end have a nonzero dS for some row of the warp's 16
+  const int key_end = p.causal ? min(p.S, q0 + wm * 16 + 16 + shift) : p.S;
+  float dq[C::kDqCols / 8][4];
+#pragma unroll
+  for (int i = 0; i < C::kDqCols / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kBc / 16; ++kk) {
+    if (k0 + kk * 16 >= key_end) continue;  // dS = 0 (Note [Ragged tiles])
+    // A = dS (query rows wm*16.., key columns kk*16..) from dSᵀ stored (key, query): transposing loads
+    uint32_t a[4];
+    const int mi = lane >> 3;
+    ldsm_x4_t(a, ds_cur + (kk * 16 + (lane & 7) + (mi >> 1) * 8) * kSStride + wm * 16 + (mi & 1) * 8);
+#pragma unroll
+    for (int dn = 0; dn < C::kDqCols / 16; ++dn) {
+      uint32_t bk[4];
+      load_b_kn<kStride>(bk, k_s, kk * 16, wn * C::kDqCols + dn * 16, lane);
+      E::mma(dq[2 * dn], a, bk[0], bk[1]);
+      E::mma(dq[2 * dn + 1], a, bk[2], bk[3]);
+    }
+  }
+  float* dq_h = dq_acc + static_cast<int64_t>(bh) * p.T * D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + wm * 16 + g + 8 * r;
+    if (row < p.T) {
+      float* dst = dq_h + static_cast<int64_t>(row) * D + wn * C::kDqCols + 2 * tq;
+#pragma unroll
+      for (int i = 0; i < C::kDqCols / 8; ++i) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float2*>(dst + i * 8), make_float2(dq[i][2 * r], dq[i][2 * r + 1]));
+#else
+        atomicAdd(dst + i * 8, dq[i][2 * r]);
+        atomicAdd(dst + i * 8 + 1, dq[i][2 * r + 1]);
+#endif
+      }
+    }
+  }
+}
+
 // A backward configuration: W warps per CTA, each owning 16 keys (8 warps, half the dQ atomics and Q/dO tile
 // loads per key, measured 2-8 % slower on the H200 in an earlier version: docs/cuda_backend.md); Bq query rows
 // per iteration; __launch_bounds__ asking for MinBlocks CTAs per SM (Note [Backward variants]).
@@ -533,8 +675,9 @@ struct BwdCfg {
 };
 
 // dk, dv (B, Hkv, S, D) in the input dtype (unscaled sums written once); dq_acc (B, Hq, T, D) fp32 gets
-// atomic adds of dS K (without the scale). grid (key blocks, B * Hkv).
-template <class E, class C>
+// atomic adds of dS K (without the scale). grid (key blocks, B * Hkv); Lean (Note [Lean backward]): grid
+// (B * Hkv, key blocks), and the iteration body of bwd_lean_block with one barrier per iteration.
+template <class E, class C, bool Lean>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     flash_backward_kernel(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, float* __restrict__ dq_acc,
                           const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
@@ -552,10 +695,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
 
-  const int bkv = static_cast<int>(blockIdx.y);  // b * Hkv + kv head
+  // b * Hkv + kv head; Lean: blockIdx.y is the key block, so that every head's first (causal: heaviest) key
+  // blocks are launched first
+  const int bkv = static_cast<int>(Lean ? blockIdx.x : blockIdx.y);
   const int b = bkv / p.Hkv, hkv = bkv % p.Hkv;
   const int group = p.Hq / p.Hkv;
-  const int k0 = static_cast<int>(blockIdx.x) * kBc;
+  const int k0 = static_cast<int>(Lean ? blockIdx.y : blockIdx.x) * kBc;
   const int shift = p.S - p.T;
   const uint16_t* kh = head_ptr(k, p.k, b, hkv);
   const uint16_t* vh = head_ptr(v, p.v, b, hkv);
@@ -596,10 +741,53 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     load_tile<kBc, D, kStride, C::kThreads>(v_s, vh, p.v.t, k0, p.S);
     load_q_do(0);
     cp_async_commit();
+    if constexpr (Lean) {
+      cp_async_wait<0>();
+      __syncthreads();
+      if (total > 1) {
+        load_q_do(1);
+        cp_async_commit();
+      }
+    }
   }
   const int key_base = k0 + warp * 16 + g;  // this thread's keys: key_base and key_base + 8
 
   for (int it = 0; it < total; ++it) {
+    if constexpr (Lean) {
+      // One barrier per iteration: stage it (K, V with it) is visible; the iteration writes the dSᵀ buffer of
+      // its parity, then waits for its own copies of stage it + 1 (issued after the previous barrier) and
+      // meets the others at the barrier, after which dSᵀ is complete, stage it + 1 is visible and stage it is
+      // free for it + 2. A warp can write this dSᵀ buffer again (iteration it + 2) only after passing the
+      // barrier of it + 1, i.e. after every warp's dQ of iteration it.
+      const int bh = head_of(it), q0 = q0_of(it);
+      const uint16_t* q_s = qd_s + (it & 1) * 2 * kBq * kStride;
+      const uint16_t* do_s = q_s + kBq * kStride;
+      const float* rs = rs_s + (it & 1) * 2 * kBq;
+      uint16_t* ds_cur = ds_s + (it & 1) * kBc * kSStride;
+      const int kw = k0 + warp * 16;  // the warp's first key
+      // the warp's 16-query slices [nn_lo, nn_hi) that see one of its keys (causal: slices whose last row is
+      // before the diagonal of the warp's first key see none; slices past T; none when the warp is past S)
+      const int nn_hi = kw < p.S ? min(kBq / 16, (p.T - q0 + 15) / 16) : 0;
+      const int before = p.causal ? kw - shift - q0 : 0;
+      const int nn_lo = before > 0 ? before / 16 : 0;
+      // every row of the block sees every key of the warp: no mask code
+      const bool full = q0 + kBq <= p.T && kw + 16 <= p.S && (!p.causal || kw + 15 <= q0 + shift);
+      if (full)
+        bwd_lean_block<E, C, false>(dk_acc, dv_acc, k_s, v_s, q_s, do_s, rs, ds_cur, warp, kw, q0, nn_lo, nn_hi, p,
+                                    shift, lane);
+      else
+        bwd_lean_block<E, C, true>(dk_acc, dv_acc, k_s, v_s, q_s, do_s, rs, ds_cur, warp, kw, q0, nn_lo, nn_hi, p,
+                                   shift, lane);
+      cp_async_wait<0>();
+      __syncthreads();
+      if (it + 2 < total) {
+        load_q_do(it + 2);
+        cp_async_commit();
+      }
+      const int q_rows = p.T - q0;
+      bwd_dq<E, C>(dq_acc, ds_cur, k_s, bh, q0, q_rows, k0, warp, p, shift, lane);
+      continue;
+    }
     if (it + 1 < total) {
       load_q_do(it + 1);
       cp_async_commit();
@@ -697,44 +885,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
     __syncthreads();  // dSᵀ complete
 
-    // dQ (kBq x D) += dS K: this warp's 16 rows x kDqCols columns, k = the kBc keys
-    if (const int wm = warp % C::kWm, wn = warp / C::kWm; wm * 16 < q_rows) {  // rows past T: nothing to add
-      float dq[C::kDqCols / 8][4];
-#pragma unroll
-      for (int i = 0; i < C::kDqCols / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) {
-        if (k0 + kk * 16 >= p.S) continue;  // keys past S: dS = 0 (Note [Ragged tiles])
-        // A = dS (query rows wm*16.., key columns kk*16..) from dSᵀ stored (key, query): transposing loads
-        uint32_t a[4];
-        const int mi = lane >> 3;
-        ldsm_x4_t(a, ds_cur + (kk * 16 + (lane & 7) + (mi >> 1) * 8) * kSStride + wm * 16 + (mi & 1) * 8);
-#pragma unroll
-        for (int dn = 0; dn < C::kDqCols / 16; ++dn) {
-          uint32_t bk[4];
-          load_b_kn<kStride>(bk, k_s, kk * 16, wn * C::kDqCols + dn * 16, lane);
-          E::mma(dq[2 * dn], a, bk[0], bk[1]);
-          E::mma(dq[2 * dn + 1], a, bk[2], bk[3]);
-        }
-      }
-      float* dq_h = dq_acc + static_cast<int64_t>(bh) * p.T * D;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = q0 + wm * 16 + g + 8 * r;
-        if (row < p.T) {
-          float* dst = dq_h + static_cast<int64_t>(row) * D + wn * C::kDqCols + 2 * tq;
-#pragma unroll
-          for (int i = 0; i < C::kDqCols / 8; ++i) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float2*>(dst + i * 8), make_float2(dq[i][2 * r], dq[i][2 * r + 1]));
-#else
-            atomicAdd(dst + i * 8, dq[i][2 * r]);
-            atomicAdd(dst + i * 8 + 1, dq[i][2 * r + 1]);
-#endif
-          }
-        }
-      }
-    }
+    bwd_dq<E, C>(dq_acc, ds_cur, k_s, bh, q0, q_rows, k0, warp, p, shift, lane);
     // No barrier is needed here: the next iteration writes the other dSᵀ buffer (and a warp can only get to
     // the one after it, which writes this one, through the next iteration's first barrier, i.e. after every
     // warp's dQ here); this stage's Q, dO, lse and dsum were last read before the dSᵀ barrier above, which
@@ -807,9 +958,41 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 // configurations (smaller Bq for 3 or 4 CTAs per SM, K/V fragments kept in registers, no overlap) measured
 // 3-15 % slower. The configurations asking for 3 CTAs per SM take the largest shared-memory carveout.
 // HADATRAIN_FLASH_BWD (read once, at the first backward; set_flash_backward_variant overrides it, which the GPU
-// tests use to run every variant) selects other backward kernels next to the default "1".
+// tests use to run every variant) selects other backward kernels next to the default "1": "2" to "4" are the
+// lean kernels (Note [Lean backward]).
 template <int D>
 using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 3>, BwdCfg<D, 4, 32, 1>>;
+
+// Note [Lean backward]
+// HADATRAIN_FLASH_BWD=2..4 runs flash_backward_kernel<E, C, Lean = true>: the backward with what made the
+// forward 2x faster (Note [Forward kernel]), the defaults staying the default until measured:
+//   - mask code only where needed, per warp (bwd_lean_block<kMask>): a warp whose 16 keys are seen by every row
+//     of the query block (below S and T, before the diagonal of the block's first row) runs a body without
+//     per-element compares and without the ragged-slice branches between the mma; in the other blocks the
+//     warp skips the 16-query slices that see none of its keys (causal: rows before the diagonal of its first
+//     key; rows past T), and a warp past S skips all; dQ skips the key slices whose dS is zero for all of a
+//     warp's 16 rows (past S, after the diagonal of its last row; bwd_dq, shared with the default);
+//   - Pᵀ = exp2(s sl - lse log2 e) in one FFMA per score and ex2.approx.ftz instead of exp2f's range fix-up;
+//   - one barrier per iteration instead of two: the next-but-one stage's copies are issued after the dSᵀ
+//     barrier (which also publishes the next stage), so the barrier at the top of each iteration goes;
+//   - causal grids heaviest first across all heads: grid (B Hkv, key blocks), key block 0 (which every query
+//     block sees) of every head first, the diagonal-only last key blocks in the last wave.
+// Tiles (W warps of 16 keys, Bq query rows per iteration, CTAs per SM asked of ptxas) and ptxas sm_90a
+// (registers / spill store bytes, bf16 and f16 alike; shared memory per CTA):
+//   2  the defaults' tiles        D 64: 4 w, Bq 64, 3 CTAs  168 / 44, 73 KiB  D 128: 4 w, Bq 32, 1  248 / 0, 78.5 KiB
+//   3  no register cap / Bq 64    D 64: 4 w, Bq 64, 2 CTAs  238 / 0,  73 KiB  D 128: 4 w, Bq 64, 1  255 / 24, 121 KiB
+//   4  8 warps (128 keys per CTA) D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB  D 128: 8 w, Bq 32, 1  250 / 0, 122.5 KiB
+// ("1" in the CTA column: no register cap; 2 CTAs of 4 warps fit per SM where the shared memory allows, i.e.
+// not for 3's D 128 tiles: 4 warps per SM, more K/V reuse per iteration.) The 8-warp tiles halve the dQ atomics
+// and the Q / dO tile loads per key. dQ stays with fp32 atomics per
+// key block: a separate dQ pass (a CTA per query block looping over the key blocks) would recompute Sᵀ and dPᵀ,
+// two of the backward's five products (+40 % mma work), to save atomics that are 1/kBc-th of the products' data
+// volume; FlashAttention-2 and -3 keep the atomics too. A problem of more than 65535 key blocks (S > 4 M) runs the
+// default.
+template <int D>
+using BwdLean3 = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 2>, BwdCfg<D, 4, 64, 1>>;
+template <int D>
+using BwdLean4 = std::conditional_t<D == 64, BwdCfg<64, 8, 64, 1>, BwdCfg<D, 8, 32, 1>>;
 
 std::atomic<int> g_bwd_variant_override{0};
 
@@ -949,9 +1132,10 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
                                   stream>>>(a.dsum, a.dq_acc, static_cast<const uint16_t*>(a.out.data),
                                             static_cast<const uint16_t*>(a.dout.data), p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
-    auto run = [&](auto cfg) {
+    auto run = [&](auto cfg, auto lean) {
       using C = decltype(cfg);
-      auto kernel = flash_backward_kernel<E, C>;
+      constexpr bool kLean = decltype(lean)::value;
+      auto kernel = flash_backward_kernel<E, C, kLean>;
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(C::kSmemBytes)));
       if constexpr (C::kMinBlocks > 2) {
@@ -959,14 +1143,23 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
         HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
       }
-      const dim3 grid(static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc), static_cast<unsigned>(p.B * p.Hkv));
+      const unsigned key_blocks = static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc);
+      const unsigned heads = static_cast<unsigned>(p.B * p.Hkv);
+      const dim3 grid = kLean ? dim3(heads, key_blocks) : dim3(key_blocks, heads);
       kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
           static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
           static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
           static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
     };
-    switch (flash_backward_variant()) {  // Note [Backward variants]
-      default: run(BwdDefault<D>{}); break;
+    using Lean = std::true_type;
+    using Plain = std::false_type;
+    // the lean kernels' grid.y holds the key blocks: past 65535 of them (S > 4 M) the default runs
+    const int variant = (p.S + 63) / 64 > 65535 ? 1 : flash_backward_variant();
+    switch (variant) {  // Note [Backward variants], Note [Lean backward]
+      case 2: run(BwdDefault<D>{}, Lean{}); break;
+      case 3: run(BwdLean3<D>{}, Lean{}); break;
+      case 4: run(BwdLean4<D>{}, Lean{}); break;
+      default: run(BwdDefault<D>{}, Plain{}); break;
     }
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(

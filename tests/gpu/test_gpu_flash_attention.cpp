@@ -5,8 +5,8 @@
 // causal sequences (many query blocks per key block), D 64 and 128, grouped kv heads, a negative custom
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
 // so a silent fallback fails the test. Every backward case runs with each backward kernel variant
-// (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu), whatever
-// HADATRAIN_FLASH_BWD says. The forward kernel (Note [Forward kernel]) also runs on its own set of cases
+// (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu: the default
+// and the lean kernels of Note [Lean backward]), whatever HADATRAIN_FLASH_BWD says. The forward kernel (Note [Forward kernel]) also runs on its own set of cases
 // around its tile edges: out and lse against the reference, bitwise repeatable, and the backward through its
 // lse.
 #include <algorithm>
@@ -276,6 +276,10 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
       // long enough for many iterations per key block (both parities of every double buffer, many key blocks)
       {"causal T = S = 1024, D 64, 2 q heads per kv head", 1, 2, 1, 1024, 1024, 64, {AttnMask::causal, 0.0}, false},
       {"causal T = S = 640, D 128", 1, 2, 2, 640, 640, 128, {AttnMask::causal, 0.0}, false},
+      // T < S by more than a key block: whole key blocks every row sees next to the diagonal ones
+      {"causal T = 200 < S = 600, D 128, 2 q heads per kv head", 1, 4, 2, 200, 600, 128, {AttnMask::causal, 0.0},
+       false},
+      {"causal T = 160 < S = 700, D 64", 1, 2, 2, 160, 700, 64, {AttnMask::causal, 0.0}, false},
   };
   uint64_t seed = 9100;
   for (DType dt : {DType::bf16, DType::f16}) {

@@ -363,26 +363,33 @@ void bench_attention(bool csv) {
 
 // ---- bench_attention_bwd_variants (helper attn7) ----
 // The fused backward's kernel variants (Note [Backward variants] in kernels/flash_attention.cu: 1 is the
-// default; the process default comes from HADATRAIN_FLASH_BWD) on bench_attention's shapes: bf16 causal,
-// B = 4, H = 16, forward + backward through the op, each variant selected with
-// kernels::set_flash_backward_variant.
+// default, 2..4 the lean kernels of Note [Lean backward]; the process default comes from HADATRAIN_FLASH_BWD) on
+// bench_attention's shapes: bf16 causal, B = 4, H = 16, forward + backward through the op, each variant
+// selected with kernels::set_flash_backward_variant, and the backward alone estimated as that minus the
+// forward (no grad) of the same shape.
 void bench_attention_bwd_variants(bool csv) {
   Generator gen(7);
-  if (csv) std::printf("attention bwd variant,B,H,T,D,variant,fwd+bwd_ms\n");
-  else std::printf("\n%-42s %8s %12s\n", "attention bf16 causal bwd variants", "variant", "fwd+bwd ms");
+  if (csv) std::printf("attention bwd variant,B,H,T,D,variant,fwd+bwd_ms,bwd_ms\n");
+  else std::printf("\n%-42s %8s %12s %10s\n", "attention bf16 causal bwd variants", "variant", "fwd+bwd ms", "bwd ms");
   const int64_t B = 4, H = 16;
   for (int64_t D : {int64_t{64}, int64_t{128}})
     for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
       AttentionCase c = attention_case(gen, B, H, T, D);
+      Tensor keep;
+      const double fwd_ms = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = scaled_dot_product_attention(c.q, c.k, c.v, {AttnMask::causal, 0.0});
+      });
       for (int variant = 1; variant <= kernels::kFlashBackwardVariants; ++variant) {
         kernels::set_flash_backward_variant(variant);
         const double ms = attention_fwd_bwd_ms(c);
         if (csv)
-          std::printf("attention_bwd_variant,%lld,%lld,%lld,%lld,%d,%.4f\n", static_cast<long long>(B),
-                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, ms);
+          std::printf("attention_bwd_variant,%lld,%lld,%lld,%lld,%d,%.4f,%.4f\n", static_cast<long long>(B),
+                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, ms,
+                      ms - fwd_ms);
         else
-          std::printf("%-42s %8d %12.4f\n", ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(),
-                      variant, ms);
+          std::printf("%-42s %8d %12.4f %10.4f\n", ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(),
+                      variant, ms, ms - fwd_ms);
       }
       kernels::set_flash_backward_variant(0);
     }
