@@ -555,7 +555,8 @@ void bench_bn_relu(bool csv) {
 // bn forward 3 passes, backward 5, gelu forward 2) and the fused bn+relu rows of bench_bn_relu, once per
 // kernel variant side by side: kernels::set_bn_kernel_variant / set_gelu_kernel_variant 1 "old" and 2 "new"
 // (Note [Batch-norm kernel variants] in kernels/batchnorm.h, Note [GELU forward variants] in
-// kernels/elementwise.cu). Backward = (forward + backward) - forward, autograd bookkeeping included.
+// kernels/elementwise.cu). Backward = (forward + backward) - forward, autograd bookkeeping included. Rows
+// "bn kernels ...": the batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer.
 void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(17);
@@ -641,6 +642,53 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     }
     set_variant(0);
     print("gelu fwd 16640x1536", x.numel(), 2, fwd);
+  }
+  // The batch-norm launchers alone on preallocated buffers (no op, allocation or autograd work; the legacy
+  // stream, as time_ms's events): forward = statistics + normalize, backward = sums + dx. Against the rows
+  // above, the difference is the op layer's host and allocation cost.
+  struct KCase {
+    const char* name;
+    Shape shape;
+    kernels::BnShape s;
+  };
+  const KCase kcases[] = {{"bn kernels 256x64x32x32", {256, 64, 32, 32}, {256, 64, 1024}},
+                          {"bn kernels NHWC [262144,64]", {262144, 64}, {262144, 64, 1}}};
+  for (const KCase& c : kcases) {
+    const int64_t C = c.s.C;
+    const Tensor x = bf16_rand(c.shape), g = bf16_rand(c.shape);
+    const Tensor y = empty(c.shape, {DType::bf16, dev}), gx = empty(c.shape, {DType::bf16, dev});
+    const Tensor w = rand({C}, gen, {DType::f32, dev}), b = uniform({C}, -0.5, 0.5, gen, {DType::f32, dev});
+    const Tensor rm = zeros({C}, {DType::f32, dev}), rv = ones({C}, {DType::f32, dev});
+    const Tensor gw = empty({C}, {DType::f32, dev}), gb = empty({C}, {DType::f32, dev});
+    const Tensor stats = empty({4, C}, {DType::f64, dev});  // mean, invstd, sum_g, sum_gxhat
+    auto* st = static_cast<double*>(stats.data_ptr());
+    kernels::BnChannels ch;
+    ch.mean = st;
+    ch.invstd = st + C;
+    ch.weight = {w.data_ptr(), DType::f32};
+    ch.bias = {b.data_ptr(), DType::f32};
+    const kernels::BnRunning run{rm.data_ptr(), rv.data_ptr(), DType::f32, 0.1};
+    kernels::BnBackwardSums sums;
+    sums.sum_g = st + 2 * C;
+    sums.sum_gxhat = st + 3 * C;
+    sums.grad_weight = {gw.data_ptr(), DType::f32};
+    sums.grad_bias = {gb.data_ptr(), DType::f32};
+    double fwd[2], bwd[2];
+    for (int v = 0; v < 2; ++v) {
+      set_variant(v + 1);
+      fwd[v] = time_ms([&] {
+        kernels::launch_bn_stats(DType::bf16, x.data_ptr(), c.s, 1e-5, run, st, st + C, nullptr);
+        kernels::launch_bn_normalize(DType::bf16, x.data_ptr(), c.s, ch, y.data_ptr(), nullptr);
+      });
+      bwd[v] = time_ms([&] {
+        kernels::launch_bn_backward_reduce(DType::bf16, g.data_ptr(), x.data_ptr(), c.s, ch, sums, nullptr);
+        kernels::launch_bn_backward_dx(DType::bf16, kernels::BnMode::train, g.data_ptr(), x.data_ptr(), c.s, ch,
+                                       sums.sum_g, sums.sum_gxhat, gx.data_ptr(), nullptr);
+      });
+    }
+    set_variant(0);
+    print(std::string(c.name) + " fwd", x.numel(), 3, fwd);
+    print(std::string(c.name) + " bwd", x.numel(), 5, bwd);
   }
 }
 // ---- end bench_bn_gelu_variants ----
