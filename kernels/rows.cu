@@ -1080,11 +1080,13 @@ struct StagedRows {
 };
 
 template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages) {
+__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages, bool shfl_shift) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
-  constexpr int kSlots = NP + 1;  // the thread's packs of the row, then the row's first pack (the shift)
+  // the thread's packs of the row, then the row's first pack (the shift), unless shfl_shift (variant 3, rows of
+  // at most a warp: lane 0 of the row group holds the first pack and shuffles it to the group)
+  const int slots = NP + (shfl_shift ? 0 : 1);
   // bf16 / f16: the statistics from one reduction of sums shifted by the row's first element; f32 / f64: two
   // reductions, the mean then the sum of squares about it
   constexpr bool one_pass = kHalfPack<T>;
@@ -1095,7 +1097,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
   const bool layer = a.kind == NormKind::layer;
   A* ws = reinterpret_cast<A*>(norm_dyn_smem);  // (D) weight (1 without one), then (D) bias (0 without)
   A* bs = ws + d;
-  P* stage = reinterpret_cast<P*>(norm_dyn_smem + 2 * d * static_cast<int64_t>(sizeof(A)));  // [stages][kSlots][block]
+  P* stage = reinterpret_cast<P*>(norm_dyn_smem + 2 * d * static_cast<int64_t>(sizeof(A)));  // [stages][slots][block]
   const StagedRows sr(a.rows, tpr);
   const int tid = static_cast<int>(threadIdx.x);
   const T* xp = static_cast<const T*>(a.x);
@@ -1103,13 +1105,13 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
     if (grp < sr.groups) {
       const int64_t r0 = sr.row_of(grp);
       const T* src = xp + (r0 < a.rows ? r0 : a.rows - 1) * d;
-      P* dst = stage + st * kSlots * kRowBlock + tid;
+      P* dst = stage + st * slots * kRowBlock + tid;
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
         const int q = sr.lane + i * tpr;
         if (q < packs) cp_async16(dst + i * kRowBlock, src + static_cast<int64_t>(q) * V);
       }
-      if (one_pass && layer) cp_async16(dst + NP * kRowBlock, src);
+      if (one_pass && layer && !shfl_shift) cp_async16(dst + NP * kRowBlock, src);
     }
     cp_async_commit();
   };
@@ -1137,7 +1139,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
     cp_async_wait(stages - 1);
     const int64_t row = sr.row_of(grp);
     const bool valid = row < a.rows;
-    const P* src = stage + st * kSlots * kRowBlock + tid;
+    const P* src = stage + st * slots * kRowBlock + tid;
     st = st + 1 == stages ? 0 : st + 1;
     A x[NP][V];
 #pragma unroll
@@ -1146,7 +1148,11 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
     A m = A(0), var, s1 = A(0), s2 = A(0);
     if constexpr (one_pass) {
       // one reduction of the sums shifted by the row's first element (see the note)
-      const A shift = layer ? convert<A>(src[NP * kRowBlock].v[0]) : A(0);
+      A shift = A(0);
+      if (layer) {  // uniform across the block
+        if (shfl_shift) shift = __shfl_sync(kFull, x[0][0], 0, tpr);  // lane 0 holds pack 0 of the row
+        else shift = convert<A>(src[NP * kRowBlock].v[0]);
+      }
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
         if (sr.lane + i * tpr >= packs) continue;
@@ -1223,7 +1229,8 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
 }
 
 template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages) {
+__global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages,
+                                                                          bool tree) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
@@ -1347,8 +1354,54 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   }
   cp_async_wait(0);
   if (!params) return;  // uniform
-  // The row slots' column sums, added in slot order into this block's partial row. The stages are free now.
-  __syncthreads();
+  __syncthreads();  // the stages are free now
+  if (tree) {  // uniform
+    // Variant 3: the row slots' column sums added pairwise, slot s + h into slot s for h = per_block / 2, ..., 1,
+    // every thread of the upper half handing its 2 NP V sums over at once (a fixed order: deterministic). The
+    // slot-order loop below is one dependent chain of per_block shared-memory loads and adds per column, run by
+    // the tpr threads of slot 0 alone: at 384-wide bf16 rows 16 threads each run 48 chains of 16 (up to about
+    // 25000 cycles, 13 us, if every load waits for the previous add; less as far as the compiler overlaps them).
+    A* ts = reinterpret_cast<A*>(stage);  // [2][NP][V][block / 2]
+    auto tat = [&](int which, int i, int k, int t) { return ((which * NP + i) * V + k) * (kRowBlock / 2) + t; };
+    for (int h = sr.per_block / 2; h >= 1; h /= 2) {
+      if (sr.slot >= h && sr.slot < 2 * h) {
+        const int t = (sr.slot - h) * tpr + sr.lane;
+#pragma unroll
+        for (int i = 0; i < NP; ++i)
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            ts[tat(0, i, k, t)] = accw[i][k];
+            ts[tat(1, i, k, t)] = accb[i][k];
+          }
+      }
+      __syncthreads();
+      if (sr.slot < h) {
+        const int t = sr.slot * tpr + sr.lane;
+#pragma unroll
+        for (int i = 0; i < NP; ++i)
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            accw[i][k] += ts[tat(0, i, k, t)];
+            accb[i][k] += ts[tat(1, i, k, t)];
+          }
+      }
+      __syncthreads();
+    }
+    if (sr.slot != 0) return;
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const int q = sr.lane + i * tpr;
+      if (q >= packs) continue;
+      const int64_t at0 = static_cast<int64_t>(blockIdx.x) * d + q * V;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        if (a.gw_partial) static_cast<A*>(a.gw_partial)[at0 + k] = accw[i][k];
+        if (a.gb_partial) static_cast<A*>(a.gb_partial)[at0 + k] = accb[i][k];
+      }
+    }
+    return;
+  }
+  // The row slots' column sums, added in slot order into this block's partial row.
   A* cs = reinterpret_cast<A*>(stage);  // [2][NP][V][block]
   auto at = [&](int which, int i, int k, int t) { return ((which * NP + i) * V + k) * kRowBlock + t; };
 #pragma unroll
@@ -1738,11 +1791,22 @@ void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& a, cudaStream
 namespace {
 // Note [Norm kernel variants]
 // 1 ("old"): the register-resident kernels (norm_cached_kernel, norm_backward_cached_kernel) and the 32 x 8
-// finalize; 2 (the default): the staged kernels (Note [Staged norm kernels]) and the wide finalize.
-// HADATRAIN_NORM_KERNEL=old (or 1) in the environment, read once per process, picks 1 (for measuring the old
-// kernels next to the staged ones); set_norm_kernel_variant overrides the environment (the GPU tests and
-// bench_kernels run both). Rows the staged kernels do not take (not packable, longer than 256 x 4 packs) use
-// the register-resident or multi-pass kernels under either variant.
+// finalize; 2 (the default): the staged kernels (Note [Staged norm kernels]) and the wide finalize; 3
+// ("tuned", not yet measured): as 2, with
+// - the backward's per-block column sums added over the row slots in a tree (every thread of the block takes
+//   part, log2(rows per block) barrier steps) instead of tpr threads walking per_block slots in a dependent
+//   chain per column: a likely cause of the staged backward's loss at 16640 x 384 (0.0466 ms against the old
+//   kernel's 0.0344, run 18), where 16 threads each run 48 chains of 16 loads at the end of every block (up
+//   to about 13 us if nothing overlaps); it also shortens the 768-wide backward's epilogue (32 threads, 48
+//   chains of 8 loads);
+// - the forward's shift (bf16 / f16 layer_norm) shuffled from lane 0 of the row group for rows of at most a
+//   warp (D <= 1024 bf16) instead of a cp.async of the row's first pack into an extra slot per thread (one
+//   16-byte copy and one shared-memory read fewer per thread and row, and a smaller stage).
+// Results differ from variant 2 only in the rounding of the parameter-gradient partial sums (another fixed
+// order). HADATRAIN_NORM_KERNEL=old (or 1) / tuned (or 3) in the environment, read once per process, picks
+// 1 / 3; set_norm_kernel_variant overrides the environment (the GPU tests and bench_kernels run every variant).
+// Rows the staged kernels do not take (not packable, longer than 256 x 4 packs) use the register-resident or
+// multi-pass kernels under every variant.
 std::atomic<int> g_norm_variant_override{0};
 std::atomic<int64_t> g_staged_forward{0}, g_staged_backward{0};
 
@@ -1750,6 +1814,7 @@ int env_norm_variant() {
   static const int v = [] {
     const char* e = std::getenv("HADATRAIN_NORM_KERNEL");
     if (e != nullptr && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
+    if (e != nullptr && (std::strcmp(e, "tuned") == 0 || std::strcmp(e, "3") == 0)) return 3;
     return 2;
   }();
   return v;
@@ -1759,6 +1824,7 @@ int env_norm_variant() {
 // stages, dynamic shared memory and grid (one wave of resident blocks, at most one block per row group).
 struct StagedGrid {
   int np = 0, tpr = 0, stages = 0;
+  bool shfl_shift = false;  // forward: the shift shuffled from lane 0 (no shift slot)
   std::size_t smem = 0;
   unsigned blocks = 0;
 };
@@ -1826,8 +1892,9 @@ int staged_occupancy(const void* kernel, int dev, std::size_t smem, std::size_t 
 }
 
 // kernels[np - 1] is the instantiation for np packs per thread. acc: sizeof(S); backward: the backward kernel's
-// shared-memory layout (weight, g / x / statistics slots) instead of the forward's (weight and bias, x slots).
-StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool backward,
+// shared-memory layout (weight, g / x / statistics slots) instead of the forward's (weight and bias, x slots,
+// the shift slot unless tuned and the row group is at most a warp).
+StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool backward, bool tuned,
                        std::initializer_list<const void*> ptrs, const void* const (&kernels)[4]) {
   StagedGrid g;
   if (len <= 0 || len % vec != 0) return g;
@@ -1845,7 +1912,8 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
     return g;
   }
   if (!device_limits(dev, lim)) return g;
-  const std::size_t slots = backward ? 2 * np + 1 : np + 1;
+  const bool shfl_shift = !backward && tuned && tpr <= 32;
+  const std::size_t slots = backward ? 2 * np + 1 : np + (shfl_shift ? 0 : 1);
   const std::size_t fixed = backward ? (static_cast<std::size_t>(len) * acc + 15) / 16 * 16
                                      : 2 * static_cast<std::size_t>(len) * acc;
   const std::size_t static_smem = 2 * 2 * (kRowBlock / 32) * acc;
@@ -1871,6 +1939,7 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
   g.np = np;
   g.tpr = tpr;
   g.stages = stages;
+  g.shfl_shift = shfl_shift;
   g.smem = smem_of(stages);
   g.blocks = static_cast<unsigned>(groups < 1 ? 1 : (groups > wave ? wave : groups));
   return g;
@@ -1882,7 +1951,8 @@ StagedGrid norm_fwd_staged_grid(const NormArgs& a) {
                                          reinterpret_cast<const void*>(norm_staged_kernel<T, 2>),
                                          reinterpret_cast<const void*>(norm_staged_kernel<T, 3>),
                                          reinterpret_cast<const void*>(norm_staged_kernel<T, 4>)};
-  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), false, {a.out, a.x}, kernels);
+  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), false, norm_kernel_variant() == 3, {a.out, a.x},
+                     kernels);
 }
 
 template <class T>
@@ -1891,7 +1961,7 @@ StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a) {
                                          reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2>),
                                          reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3>),
                                          reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4>)};
-  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), true, {a.gx, a.g, a.x}, kernels);
+  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), true, false, {a.gx, a.g, a.x}, kernels);
 }
 }  // namespace
 
@@ -1915,7 +1985,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
                        : sg.np == 2 ? norm_staged_kernel<T, 2>
                        : sg.np == 3 ? norm_staged_kernel<T, 3>
                                     : norm_staged_kernel<T, 4>;
-        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
+        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, sg.shfl_shift);
         HT_CHECK_LAUNCH("norm_staged_kernel");
         g_staged_forward.fetch_add(1, std::memory_order_relaxed);
         return;
@@ -1969,12 +2039,14 @@ BwdGrid norm_bwd_grid(const NormBackwardArgs& a) {
 struct NormBwdPlan {
   StagedGrid staged;
   BwdGrid cached;
+  bool tree = false;  // variant 3: the staged kernel's tree epilogue
   int partials() const {
     return static_cast<int>(staged.np > 0 ? staged.blocks : (cached.np > 0 ? cached.blocks : 0));
   }
 };
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
+  p.tree = norm_kernel_variant() == 3;
   if (norm_kernel_variant() >= 2)
     visit_kernel_float(a.dtype, [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a); });
   if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
@@ -1999,7 +2071,7 @@ void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
                      : sg.np == 2 ? norm_backward_staged_kernel<T, 2>
                      : sg.np == 3 ? norm_backward_staged_kernel<T, 3>
                                   : norm_backward_staged_kernel<T, 4>;
-      kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
+      kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, plan.tree);
       HT_CHECK_LAUNCH("norm_backward_staged_kernel");
       g_staged_backward.fetch_add(1, std::memory_order_relaxed);
       return;

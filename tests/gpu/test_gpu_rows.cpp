@@ -82,8 +82,8 @@ std::string check_op(const Graph& f, const std::vector<Tensor>& values, DType dt
 }
 
 // Runs body once per layer_norm / rms_norm kernel variant (kernels::set_norm_kernel_variant: 1 the
-// register-resident kernels, 2 the staged ones), whatever HADATRAIN_NORM_KERNEL says; the environment's choice
-// is restored after.
+// register-resident kernels, 2 the staged ones, 3 the staged ones with the tree-summed parameter gradients and
+// the shuffled shift), whatever HADATRAIN_NORM_KERNEL says; the environment's choice is restored after.
 struct NormVariant {
   explicit NormVariant(int v) { kernels::set_norm_kernel_variant(v); }
   ~NormVariant() { kernels::set_norm_kernel_variant(0); }
@@ -495,9 +495,9 @@ TEST_CASE("layer_norm and rms_norm on CUDA: old and staged kernels, every row ge
   });
 }
 
-// Variant 2 runs the staged kernels for packable rows (no silent fallback, e.g. a failed shared-memory or
-// occupancy query), variant 1 never does; unpackable rows fall back under every variant.
-TEST_CASE("layer_norm on CUDA: variant 2 launches the staged kernels", "[gpu][rows][norm]") {
+// Variants 2 and 3 run the staged kernels for packable rows (no silent fallback, e.g. a failed shared-memory
+// or occupancy query), variant 1 never does; unpackable rows fall back under every variant.
+TEST_CASE("layer_norm on CUDA: variants 2 and 3 launch the staged kernels", "[gpu][rows][norm]") {
   const Tensor x = test::random_input({1000, 768}, 7600, DType::bf16, -2.0, 3.0);
   const Tensor w = test::random_input({768}, 7601, DType::bf16, 0.5, 1.5);
   const Tensor b = test::random_input({768}, 7602, DType::bf16, -1.0, 1.0);

@@ -737,8 +737,9 @@ void bench_attention_packed(bool csv) {
 
 // ---- bench_norm_variants (helper rows8) ----
 // layer_norm / rms_norm in bf16 (bf16 weight and bias) with each norm kernel variant (kernels::
-// set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged", the staged ones; Note [Norm
-// kernel variants] in kernels/rows.cu), side by side.
+// set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged", the staged ones; 3 "tuned", the
+// staged ones with the tree epilogue and the shuffled shift; Note [Norm kernel variants] in kernels/rows.cu),
+// side by side.
 // Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes (read x and g, write gx) over
 // (forward + backward) - forward, as bench_norm_gelu counts them (the parameter gradients' partial sums and
 // their finalize launch are inside that time).
@@ -747,21 +748,22 @@ void bench_norm_variants(bool csv, double copy_gbs) {
   Generator gen(12);
   auto bf16_rand = [&](const Shape& s) { return rand(s, gen, {DType::f32, dev}).to(DType::bf16); };
   constexpr int kV = kernels::kNormKernelVariants;
-  static_assert(kV == 2, "one column pair per variant");
+  static_assert(kV == 3, "one column pair per variant");
   if (csv)
-    std::printf("norm variant,elements,old ms,old ratio_to_copy,staged ms,staged ratio_to_copy\n");
+    std::printf("norm variant,elements,old ms,old ratio_to_copy,staged ms,staged ratio_to_copy,tuned ms,"
+                "tuned ratio_to_copy\n");
   else
-    std::printf("\n%-34s %12s %9s %7s %9s %7s\n", "norm kernels (bf16): variants 1-2", "elements", "old ms",
-                "vs copy", "staged ms", "vs copy");
+    std::printf("\n%-34s %12s %9s %7s %9s %7s %9s %7s\n", "norm kernels (bf16): variants 1-3", "elements", "old ms",
+                "vs copy", "staged ms", "vs copy", "tuned ms", "vs copy");
   auto print = [&](const std::string& name, int64_t numel, double passes, const double (&ms)[kV]) {
     double ratio[kV];
     for (int v = 0; v < kV; ++v) ratio[v] = passes * 2.0 * static_cast<double>(numel) / ms[v] * 1e-6 / copy_gbs;
     if (csv)
-      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0], ratio[0],
-                  ms[1], ratio[1]);
+      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0],
+                  ratio[0], ms[1], ratio[1], ms[2], ratio[2]);
     else
-      std::printf("%-34s %12lld %9.4f %7.3f %9.4f %7.3f\n", name.c_str(), static_cast<long long>(numel), ms[0],
-                  ratio[0], ms[1], ratio[1]);
+      std::printf("%-34s %12lld %9.4f %7.3f %9.4f %7.3f %9.4f %7.3f\n", name.c_str(), static_cast<long long>(numel),
+                  ms[0], ratio[0], ms[1], ratio[1], ms[2], ratio[2]);
   };
   struct Case {
     const char* op;
