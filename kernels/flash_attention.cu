@@ -958,13 +958,13 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 // configurations (smaller Bq for 3 or 4 CTAs per SM, K/V fragments kept in registers, no overlap) measured
 // 3-15 % slower. The configurations asking for 3 CTAs per SM take the largest shared-memory carveout.
 // HADATRAIN_FLASH_BWD (read once, at the first backward; set_flash_backward_variant overrides it, which the GPU
-// tests use to run every variant) selects other backward kernels next to the default "1": "2" to "4" are the
+// tests use to run every variant) selects other backward kernels next to the default "1": "2" to "5" are the
 // lean kernels (Note [Lean backward]).
 template <int D>
 using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 3>, BwdCfg<D, 4, 32, 1>>;
 
 // Note [Lean backward]
-// HADATRAIN_FLASH_BWD=2..4 runs flash_backward_kernel<E, C, Lean = true>: the backward with what made the
+// HADATRAIN_FLASH_BWD=2..5 runs flash_backward_kernel<E, C, Lean = true>: the backward with what made the
 // forward 2x faster (Note [Forward kernel]), the defaults staying the default until measured:
 //   - mask code only where needed, per warp (bwd_lean_block<kMask>): a warp whose 16 keys are seen by every row
 //     of the query block (below S and T, before the diagonal of the block's first row) runs a body without
@@ -982,17 +982,19 @@ using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 3>, BwdCfg<D, 4
 //   2  the defaults' tiles        D 64: 4 w, Bq 64, 3 CTAs  168 / 44, 73 KiB  D 128: 4 w, Bq 32, 1  248 / 0, 78.5 KiB
 //   3  no register cap / Bq 64    D 64: 4 w, Bq 64, 2 CTAs  238 / 0,  73 KiB  D 128: 4 w, Bq 64, 1  255 / 24, 121 KiB
 //   4  8 warps (128 keys per CTA) D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB  D 128: 8 w, Bq 32, 1  250 / 0, 122.5 KiB
+//   5  fewer rows, more CTAs      D 64: 4 w, Bq 32, 3 CTAs  168 / 8, 47 KiB   D 128: 4 w, Bq 16, 3  168 / 8, 57 KiB
 // ("1" in the CTA column: no register cap; 2 CTAs of 4 warps fit per SM where the shared memory allows, i.e.
-// not for 3's D 128 tiles: 4 warps per SM, more K/V reuse per iteration.) The 8-warp tiles halve the dQ atomics
-// and the Q / dO tile loads per key. dQ stays with fp32 atomics per
-// key block: a separate dQ pass (a CTA per query block looping over the key blocks) would recompute Sᵀ and dPᵀ,
-// two of the backward's five products (+40 % mma work), to save atomics that are 1/kBc-th of the products' data
-// volume; FlashAttention-2 and -3 keep the atomics too. A problem of more than 65535 key blocks (S > 4 M) runs the
-// default.
+// not for 3's D 128 tiles: 4 warps per SM, more K/V reuse per iteration.) The 8-warp tiles halve the dQ
+// atomics and the Q / dO tile loads per key. dQ stays with fp32 atomics per key block: a separate dQ pass (a
+// CTA per query block looping over the key blocks) would recompute Sᵀ and dPᵀ, two of the backward's five
+// products (+40 % mma work), to save atomics that are 1/kBc-th of the products' data volume; FlashAttention-2
+// and -3 keep the atomics too. A problem of more than 65535 key blocks (S > 4 M) runs the default.
 template <int D>
 using BwdLean3 = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 2>, BwdCfg<D, 4, 64, 1>>;
 template <int D>
 using BwdLean4 = std::conditional_t<D == 64, BwdCfg<64, 8, 64, 1>, BwdCfg<D, 8, 32, 1>>;
+template <int D>
+using BwdLean5 = std::conditional_t<D == 64, BwdCfg<64, 4, 32, 3>, BwdCfg<D, 4, 16, 3>>;
 
 std::atomic<int> g_bwd_variant_override{0};
 
@@ -1159,6 +1161,7 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
       case 2: run(BwdDefault<D>{}, Lean{}); break;
       case 3: run(BwdLean3<D>{}, Lean{}); break;
       case 4: run(BwdLean4<D>{}, Lean{}); break;
+      case 5: run(BwdLean5<D>{}, Lean{}); break;
       default: run(BwdDefault<D>{}, Plain{}); break;
     }
     HT_CHECK_LAUNCH("flash_attention_backward");

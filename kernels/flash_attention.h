@@ -69,7 +69,7 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
 // once per process) picks it unless set_flash_backward_variant gave 1..kFlashBackwardVariants (0 or anything
 // else: back to the environment's choice). Every variant computes the same gradients within rounding (dq's
 // atomic order aside; dk and dv are deterministic per variant).
-inline constexpr int kFlashBackwardVariants = 4;
+inline constexpr int kFlashBackwardVariants = 5;
 int flash_backward_variant();
 void set_flash_backward_variant(int variant);
 

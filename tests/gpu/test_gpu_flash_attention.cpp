@@ -6,9 +6,9 @@
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
 // so a silent fallback fails the test. Every backward case runs with each backward kernel variant
 // (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu: the default
-// and the lean kernels of Note [Lean backward]), whatever HADATRAIN_FLASH_BWD says. The forward kernel (Note [Forward kernel]) also runs on its own set of cases
-// around its tile edges: out and lse against the reference, bitwise repeatable, and the backward through its
-// lse.
+// and the lean kernels of Note [Lean backward]), whatever HADATRAIN_FLASH_BWD says. The forward kernel
+// (Note [Forward kernel]) also runs on its own set of cases around its tile edges: out and lse against the
+// reference, bitwise repeatable, and the backward through its lse.
 #include <algorithm>
 #include <array>
 #include <cmath>
