@@ -1066,6 +1066,54 @@ HT_DEV void group_sum2(A& u, A& v, int tpr, A (*red)[2][kRowBlock / 32], int& ph
   }
 }
 
+// Variant 3: a norm parameter (D) into shared memory as A (`none` without it), by 16-byte packs when it starts
+// 16-byte aligned and D is a multiple of the pack, else element by element (as variant 2 always does: at
+// 4096-wide bf16 rows 16 iterations of 2-byte loads per thread before a block's first row); true when every
+// value is finite. dst is 16-byte aligned.
+template <class T, class A>
+HT_DEV bool stage_param(A* dst, const Param<T, A>& p, int64_t d, A none) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(A));  // A values per 16-byte shared-memory store
+  const int tid = static_cast<int>(threadIdx.x);
+  bool fin = true;
+  if (p.p && p.narrow && aligned_to(p.p, 16) && d % kVec<T> == 0) {
+    constexpr int V = kVec<T>;
+    static_assert(V % kPer == 0, "whole shared-memory packs");
+    for (int64_t q = tid; q < d / V; q += kRowBlock) {
+      A v[V];
+      unpack(reinterpret_cast<const Pack<T, V>*>(p.p)[q], v);
+#pragma unroll
+      for (int c = 0; c < V / kPer; ++c) {
+        Pack<A, kPer> o;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          o.v[k] = v[c * kPer + k];
+          fin = fin && d_finite(o.v[k]);
+        }
+        reinterpret_cast<Pack<A, kPer>*>(dst + q * V)[c] = o;
+      }
+    }
+    return fin;
+  }
+  if (p.p && !p.narrow && aligned_to(p.p, 16) && d % kPer == 0) {
+    for (int64_t q = tid; q < d / kPer; q += kRowBlock) {
+      const Pack<A, kPer> o = reinterpret_cast<const Pack<A, kPer>*>(p.p)[q];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) fin = fin && d_finite(o.v[k]);
+      reinterpret_cast<Pack<A, kPer>*>(dst)[q] = o;
+    }
+    return fin;
+  }
+  for (int64_t j = tid; j < d; j += kRowBlock) {
+    const A v = p ? p[j] : none;
+    dst[j] = v;
+    fin = fin && d_finite(v);
+  }
+  return fin;
+}
+
+// Variant 3's forward takes the shift by a shuffle from lane 0 (no shift slot) when a row group is at most a warp.
+HT_HD inline bool staged_shfl_shift(bool tuned, int tpr) { return tuned && tpr <= 32; }
+
 // Row-group bookkeeping shared by the two staged kernels.
 struct StagedRows {
   int tpr, per_block, lane, slot;
@@ -1080,12 +1128,13 @@ struct StagedRows {
 };
 
 template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages, bool shfl_shift) {
+__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages, bool tuned) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
-  // the thread's packs of the row, then the row's first pack (the shift), unless shfl_shift (variant 3, rows of
-  // at most a warp: lane 0 of the row group holds the first pack and shuffles it to the group)
+  // tuned: variant 3 (Note [Norm kernel variants]). The thread's packs of the row, then the row's first pack
+  // (the shift), unless shfl_shift (rows of at most a warp: lane 0 holds the first pack and shuffles it)
+  const bool shfl_shift = staged_shfl_shift(tuned, tpr);
   const int slots = NP + (shfl_shift ? 0 : 1);
   // bf16 / f16: the statistics from one reduction of sums shifted by the row's first element; f32 / f64: two
   // reductions, the mean then the sum of squares about it
@@ -1120,11 +1169,16 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
   const Param<T, A> w{a.weight, a.weight_narrow};
   const Param<T, A> b{a.bias, a.bias_narrow};
   bool fin = true;
-  for (int64_t j = tid; j < d; j += kRowBlock) {
-    const A wv = w ? w[j] : A(1), bv = b ? b[j] : A(0);
-    ws[j] = wv;
-    bs[j] = bv;
-    fin = fin && d_finite(wv) && d_finite(bv);
+  if (tuned) {
+    fin = stage_param(ws, w, d, A(1));
+    fin = stage_param(bs, b, d, A(0)) && fin;
+  } else {
+    for (int64_t j = tid; j < d; j += kRowBlock) {
+      const A wv = w ? w[j] : A(1), bv = b ? b[j] : A(0);
+      ws[j] = wv;
+      bs[j] = bv;
+      fin = fin && d_finite(wv) && d_finite(bv);
+    }
   }
   const bool params_finite = __syncthreads_and(fin) != 0;
   A inv_d;
@@ -1230,7 +1284,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
 
 template <class T, int NP>
 __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages,
-                                                                          bool tree) {
+                                                                          bool tuned) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
@@ -1272,7 +1326,11 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   };
   for (int s = 0; s + 1 < stages; ++s) issue(blockIdx.x + static_cast<int64_t>(s) * gridDim.x, s);
   const Param<T, A> w{a.weight, a.weight_narrow};
-  for (int64_t j = tid; j < d; j += kRowBlock) ws[j] = w ? w[j] : A(1);
+  if (tuned) {  // variant 3 (Note [Norm kernel variants])
+    (void)stage_param(ws, w, d, A(1));
+  } else {
+    for (int64_t j = tid; j < d; j += kRowBlock) ws[j] = w ? w[j] : A(1);
+  }
   __syncthreads();
   A accw[NP][V], accb[NP][V];
 #pragma unroll
@@ -1355,12 +1413,13 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   cp_async_wait(0);
   if (!params) return;  // uniform
   __syncthreads();  // the stages are free now
-  if (tree) {  // uniform
+  if (tuned) {  // uniform
     // Variant 3: the row slots' column sums added pairwise, slot s + h into slot s for h = per_block / 2, ..., 1,
     // every thread of the upper half handing its 2 NP V sums over at once (a fixed order: deterministic). The
     // slot-order loop below is one dependent chain of per_block shared-memory loads and adds per column, run by
-    // the tpr threads of slot 0 alone: at 384-wide bf16 rows 16 threads each run 48 chains of 16 (up to about
-    // 25000 cycles, 13 us, if every load waits for the previous add; less as far as the compiler overlaps them).
+    // the tpr threads of slot 0 alone: at 384-wide bf16 rows 16 threads each run 48 chains of 16. The PTX has one
+    // runtime loop per column (unrolled by 4, a global store after each), 48 loops one after the other: about
+    // 10000 cycles (5 us) per block if a 4-load step costs 40 cycles, 25000 if no load overlaps an add.
     A* ts = reinterpret_cast<A*>(stage);  // [2][NP][V][block / 2]
     auto tat = [&](int which, int i, int k, int t) { return ((which * NP + i) * V + k) * (kRowBlock / 2) + t; };
     for (int h = sr.per_block / 2; h >= 1; h /= 2) {
@@ -1796,12 +1855,16 @@ namespace {
 // - the backward's per-block column sums added over the row slots in a tree (every thread of the block takes
 //   part, log2(rows per block) barrier steps) instead of tpr threads walking per_block slots in a dependent
 //   chain per column: a likely cause of the staged backward's loss at 16640 x 384 (0.0466 ms against the old
-//   kernel's 0.0344, run 18), where 16 threads each run 48 chains of 16 loads at the end of every block (up
-//   to about 13 us if nothing overlaps); it also shortens the 768-wide backward's epilogue (32 threads, 48
+//   kernel's 0.0344, run 18), where 16 threads each run 48 chains of 16 loads at the end of every block (5 to
+//   13 us by the PTX's loop structure); it also shortens the 768-wide backward's epilogue (32 threads, 48
 //   chains of 8 loads);
 // - the forward's shift (bf16 / f16 layer_norm) shuffled from lane 0 of the row group for rows of at most a
 //   warp (D <= 1024 bf16) instead of a cp.async of the row's first pack into an extra slot per thread (one
-//   16-byte copy and one shared-memory read fewer per thread and row, and a smaller stage).
+//   16-byte copy and one shared-memory read fewer per thread and row, and a smaller stage);
+// - the parameters staged into shared memory by 16-byte loads (stage_param) instead of element by element:
+//   a fixed cost per block before its first row. Run 18's forward at 16384 x 4096 (0.704 of copy) against
+//   the 4x larger bench row (0.803) suggests about 11 us of fixed cost per call; at 4096-wide bf16 rows the
+//   scalar parameter loads are 16 iterations of two 2-byte loads per thread (2 of one 16-byte load each).
 // Results differ from variant 2 only in the rounding of the parameter-gradient partial sums (another fixed
 // order). HADATRAIN_NORM_KERNEL=old (or 1) / tuned (or 3) in the environment, read once per process, picks
 // 1 / 3; set_norm_kernel_variant overrides the environment (the GPU tests and bench_kernels run every variant).
@@ -1824,7 +1887,6 @@ int env_norm_variant() {
 // stages, dynamic shared memory and grid (one wave of resident blocks, at most one block per row group).
 struct StagedGrid {
   int np = 0, tpr = 0, stages = 0;
-  bool shfl_shift = false;  // forward: the shift shuffled from lane 0 (no shift slot)
   std::size_t smem = 0;
   unsigned blocks = 0;
 };
@@ -1912,7 +1974,7 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
     return g;
   }
   if (!device_limits(dev, lim)) return g;
-  const bool shfl_shift = !backward && tuned && tpr <= 32;
+  const bool shfl_shift = !backward && staged_shfl_shift(tuned, tpr);
   const std::size_t slots = backward ? 2 * np + 1 : np + (shfl_shift ? 0 : 1);
   const std::size_t fixed = backward ? (static_cast<std::size_t>(len) * acc + 15) / 16 * 16
                                      : 2 * static_cast<std::size_t>(len) * acc;
@@ -1939,7 +2001,6 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
   g.np = np;
   g.tpr = tpr;
   g.stages = stages;
-  g.shfl_shift = shfl_shift;
   g.smem = smem_of(stages);
   g.blocks = static_cast<unsigned>(groups < 1 ? 1 : (groups > wave ? wave : groups));
   return g;
@@ -1985,7 +2046,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
                        : sg.np == 2 ? norm_staged_kernel<T, 2>
                        : sg.np == 3 ? norm_staged_kernel<T, 3>
                                     : norm_staged_kernel<T, 4>;
-        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, sg.shfl_shift);
+        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, variant == 3);
         HT_CHECK_LAUNCH("norm_staged_kernel");
         g_staged_forward.fetch_add(1, std::memory_order_relaxed);
         return;
@@ -2039,14 +2100,14 @@ BwdGrid norm_bwd_grid(const NormBackwardArgs& a) {
 struct NormBwdPlan {
   StagedGrid staged;
   BwdGrid cached;
-  bool tree = false;  // variant 3: the staged kernel's tree epilogue
+  bool tuned = false;  // variant 3 (the staged kernel's tree epilogue and vector parameter loads)
   int partials() const {
     return static_cast<int>(staged.np > 0 ? staged.blocks : (cached.np > 0 ? cached.blocks : 0));
   }
 };
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
-  p.tree = norm_kernel_variant() == 3;
+  p.tuned = norm_kernel_variant() == 3;
   if (norm_kernel_variant() >= 2)
     visit_kernel_float(a.dtype, [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a); });
   if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
@@ -2071,7 +2132,7 @@ void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
                      : sg.np == 2 ? norm_backward_staged_kernel<T, 2>
                      : sg.np == 3 ? norm_backward_staged_kernel<T, 3>
                                   : norm_backward_staged_kernel<T, 4>;
-      kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, plan.tree);
+      kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, plan.tuned);
       HT_CHECK_LAUNCH("norm_backward_staged_kernel");
       g_staged_backward.fetch_add(1, std::memory_order_relaxed);
       return;
