@@ -8,13 +8,13 @@
 // Causal grids take the heaviest query blocks of all heads first (Note [Forward kernel]).
 //
 // Backward: a preprocess kernel dsum[t] = rowsum(dO ∘ O)[t] (which also zeroes dq_acc); then one CTA of
-// 4 warps per (64-key block, b, kv head), each warp owning 16 keys. It loops over the query heads of its kv
+// 8 warps per (b, kv head, 128-key block), each warp owning 16 keys. It loops over the query heads of its kv
 // group and over the query blocks that see its keys, recomputes Sᵀ = K Qᵀ and Pᵀ = exp(Sᵀ - lse), dPᵀ = V dOᵀ
 // and dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
-// The tiles depend on the head dim (Note [Backward variants]); HADATRAIN_FLASH_BWD selects other backward
-// kernels for measurement.
+// The query rows per iteration depend on the head dim (Note [Backward variants], Note [Lean backward]);
+// HADATRAIN_FLASH_BWD=2 selects the other tiles kept for measurement.
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -514,7 +514,7 @@ __global__ void flash_bwd_prep_kernel(float* __restrict__ dsum, float* __restric
   if (row < rows && c == 0) dsum[row] = acc;
 }
 
-// One query block for one warp of the lean backward (Note [Lean backward]): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for the
+// One query block for one warp of the backward (Note [Lean backward]): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for the
 // warp's 16 keys (from kw) x kBq queries (from q0), Pᵀ = exp2(s sl - lse log2 e) in one FFMA and ex2.approx,
 // dSᵀ = Pᵀ (dPᵀ - dsum) into the warp's rows of ds_cur, dV += Pᵀ dO and dK += dSᵀ Q. rs: the block's lse
 // (rs[0, kBq)) and dsum (rs[kBq, 2 kBq)). kMask: the per-element mask (keys past S, rows past T, keys after a
@@ -656,9 +656,8 @@ __device__ __forceinline__ void bwd_dq(float* __restrict__ dq_acc, const uint16_
   }
 }
 
-// A backward configuration: W warps per CTA, each owning 16 keys (8 warps, half the dQ atomics and Q/dO tile
-// loads per key, measured 2-8 % slower on the H200 in an earlier version: docs/cuda_backend.md); Bq query rows
-// per iteration; __launch_bounds__ asking for MinBlocks CTAs per SM (Note [Backward variants]).
+// A backward configuration: W warps per CTA, each owning 16 keys; Bq query rows per iteration;
+// __launch_bounds__ asking for MinBlocks CTAs per SM (Note [Backward variants]).
 template <int D, int W, int Bq, int MinBlocks>
 struct BwdCfg {
   static constexpr int kD = D, kWarps = W, kThreads = 32 * kWarps, kMinBlocks = MinBlocks;
@@ -675,9 +674,10 @@ struct BwdCfg {
 };
 
 // dk, dv (B, Hkv, S, D) in the input dtype (unscaled sums written once); dq_acc (B, Hq, T, D) fp32 gets
-// atomic adds of dS K (without the scale). grid (key blocks, B * Hkv); Lean (Note [Lean backward]): grid
-// (B * Hkv, key blocks), and the iteration body of bwd_lean_block with one barrier per iteration.
-template <class E, class C, bool Lean>
+// atomic adds of dS K (without the scale). grid (B * Hkv, key blocks) when there are at most 65535 key blocks,
+// else (B * Hkv, 65535, z) with key block y + 65535 z (the CTAs past the last one return at once); the
+// iteration body is bwd_lean_block with one barrier per iteration (Note [Lean backward]).
+template <class E, class C>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     flash_backward_kernel(uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, float* __restrict__ dq_acc,
                           const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
@@ -695,12 +695,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
 
-  // b * Hkv + kv head; Lean: blockIdx.y is the key block, so that every head's first (causal: heaviest) key
-  // blocks are launched first
-  const int bkv = static_cast<int>(Lean ? blockIdx.x : blockIdx.y);
+  // b * Hkv + kv head; the key block in y (and z), so that every head's first (causal: heaviest) key blocks are
+  // launched first
+  const int bkv = static_cast<int>(blockIdx.x);
   const int b = bkv / p.Hkv, hkv = bkv % p.Hkv;
   const int group = p.Hq / p.Hkv;
-  const int k0 = static_cast<int>(Lean ? blockIdx.y : blockIdx.x) * kBc;
+  const int k0 = static_cast<int>(blockIdx.z * gridDim.y + blockIdx.y) * kBc;
+  if (k0 >= p.S) return;  // past the last key block (grids split over z): the whole CTA, before any barrier
   const int shift = p.S - p.T;
   const uint16_t* kh = head_ptr(k, p.k, b, hkv);
   const uint16_t* vh = head_ptr(v, p.v, b, hkv);
@@ -741,156 +742,47 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     load_tile<kBc, D, kStride, C::kThreads>(v_s, vh, p.v.t, k0, p.S);
     load_q_do(0);
     cp_async_commit();
-    if constexpr (Lean) {
-      cp_async_wait<0>();
-      __syncthreads();
-      if (total > 1) {
-        load_q_do(1);
-        cp_async_commit();
-      }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (total > 1) {
+      load_q_do(1);
+      cp_async_commit();
     }
   }
-  const int key_base = k0 + warp * 16 + g;  // this thread's keys: key_base and key_base + 8
 
   for (int it = 0; it < total; ++it) {
-    if constexpr (Lean) {
-      // One barrier per iteration: stage it (K, V with it) is visible; the iteration writes the dSᵀ buffer of
-      // its parity, then waits for its own copies of stage it + 1 (issued after the previous barrier) and
-      // meets the others at the barrier, after which dSᵀ is complete, stage it + 1 is visible and stage it is
-      // free for it + 2. A warp can write this dSᵀ buffer again (iteration it + 2) only after passing the
-      // barrier of it + 1, i.e. after every warp's dQ of iteration it.
-      const int bh = head_of(it), q0 = q0_of(it);
-      const uint16_t* q_s = qd_s + (it & 1) * 2 * kBq * kStride;
-      const uint16_t* do_s = q_s + kBq * kStride;
-      const float* rs = rs_s + (it & 1) * 2 * kBq;
-      uint16_t* ds_cur = ds_s + (it & 1) * kBc * kSStride;
-      const int kw = k0 + warp * 16;  // the warp's first key
-      // the warp's 16-query slices [nn_lo, nn_hi) that see one of its keys (causal: slices whose last row is
-      // before the diagonal of the warp's first key see none; slices past T; none when the warp is past S)
-      const int nn_hi = kw < p.S ? min(kBq / 16, (p.T - q0 + 15) / 16) : 0;
-      const int before = p.causal ? kw - shift - q0 : 0;
-      const int nn_lo = before > 0 ? before / 16 : 0;
-      // every row of the block sees every key of the warp: no mask code
-      const bool full = q0 + kBq <= p.T && kw + 16 <= p.S && (!p.causal || kw + 15 <= q0 + shift);
-      if (full)
-        bwd_lean_block<E, C, false>(dk_acc, dv_acc, k_s, v_s, q_s, do_s, rs, ds_cur, warp, kw, q0, nn_lo, nn_hi, p,
-                                    shift, lane);
-      else
-        bwd_lean_block<E, C, true>(dk_acc, dv_acc, k_s, v_s, q_s, do_s, rs, ds_cur, warp, kw, q0, nn_lo, nn_hi, p,
-                                   shift, lane);
-      cp_async_wait<0>();
-      __syncthreads();
-      if (it + 2 < total) {
-        load_q_do(it + 2);
-        cp_async_commit();
-      }
-      const int q_rows = p.T - q0;
-      bwd_dq<E, C>(dq_acc, ds_cur, k_s, bh, q0, q_rows, k0, warp, p, shift, lane);
-      continue;
-    }
-    if (it + 1 < total) {
-      load_q_do(it + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    // One barrier per iteration: stage it (K, V with it) is visible; the iteration writes the dSᵀ buffer of
+    // its parity, then waits for its own copies of stage it + 1 (issued after the previous barrier) and
+    // meets the others at the barrier, after which dSᵀ is complete, stage it + 1 is visible and stage it is
+    // free for it + 2. A warp can write this dSᵀ buffer again (iteration it + 2) only after passing the
+    // barrier of it + 1, i.e. after every warp's dQ of iteration it.
     const int bh = head_of(it), q0 = q0_of(it);
     const uint16_t* q_s = qd_s + (it & 1) * 2 * kBq * kStride;
     const uint16_t* do_s = q_s + kBq * kStride;
-    const int q_rows = p.T - q0;                  // valid query rows of this block (>= 1)
-    const bool warp_keys = k0 + warp * 16 < p.S;  // this warp has at least one valid key
-
-    // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: this warp's 16 keys x kBq queries
-    float st[kBq / 8][4], dpt[kBq / 8][4];
-#pragma unroll
-    for (int n = 0; n < kBq / 8; ++n)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
-    if (warp_keys) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t ak[4], av[4];
-        load_a<kStride>(ak, k_s, warp * 16, kk * 16, lane);
-        load_a<kStride>(av, v_s, warp * 16, kk * 16, lane);
-#pragma unroll
-        for (int nn = 0; nn < kBq / 16; ++nn) {
-          if (nn * 16 >= q_rows) continue;  // queries past T (Note [Ragged tiles])
-          uint32_t bq[4], bd[4];
-          load_b_nk<kStride>(bq, q_s, nn * 16, kk * 16, lane);
-          load_b_nk<kStride>(bd, do_s, nn * 16, kk * 16, lane);
-          E::mma(st[2 * nn], ak, bq[0], bq[1]);
-          E::mma(st[2 * nn + 1], ak, bq[2], bq[3]);
-          E::mma(dpt[2 * nn], av, bd[0], bd[1]);
-          E::mma(dpt[2 * nn + 1], av, bd[2], bd[3]);
-        }
-      }
-    }
-    // keys past S, or (causal) a key after some row's diagonal: the per-element mask is needed
-    const bool need_mask = k0 + kBc > p.S || (p.causal && k0 + kBc - 1 > q0 + shift);
-
-    // Pᵀ = exp(scale s - lse) (0 where masked), dSᵀ = Pᵀ (dPᵀ - dsum)
-#pragma unroll
-    for (int n = 0; n < kBq / 8; ++n)
-#pragma unroll
-      for (int cc = 0; cc < 2; ++cc) {
-        const int row = q0 + n * 8 + 2 * tq + cc;  // query
-        float l2 = INFINITY, ds = 0.f;             // rows past T: P = 0
-        if (row < p.T) {
-          const float* rs = rs_s + (it & 1) * 2 * kBq + (row - q0);  // lse[row], dsum[row] of this stage
-          const float l = rs[0];
-          ds = rs[kBq];
-          l2 = l == -INFINITY ? INFINITY : l * kLog2e;  // rows that see no key pass no gradient
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int c = 2 * r + cc;
-          const int key = key_base + 8 * r;
-          float x = st[n][c] * p.scale_log2 - l2;
-          if (need_mask && (key >= p.S || (p.causal && key > row + shift))) x = -INFINITY;
-          const float pr = exp2f(x);
-          st[n][c] = pr;
-          dpt[n][c] = pr * (dpt[n][c] - ds);
-        }
-      }
-
-    // dV += Pᵀ dO and dK += dSᵀ Q (A from registers, k = query)
+    const float* rs = rs_s + (it & 1) * 2 * kBq;
     uint16_t* ds_cur = ds_s + (it & 1) * kBc * kSStride;
-#pragma unroll
-    for (int kk = 0; kk < kBq / 16; ++kk) {
-      const uint32_t ap[4] = {E::pack(st[2 * kk][0], st[2 * kk][1]), E::pack(st[2 * kk][2], st[2 * kk][3]),
-                              E::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                              E::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-      const uint32_t as[4] = {E::pack(dpt[2 * kk][0], dpt[2 * kk][1]), E::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
-                              E::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                              E::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
-      // dSᵀ to shared memory for dQ: rows = keys (g, g + 8 of this warp), columns = queries
-      uint16_t* ds_w = ds_cur + (warp * 16 + g) * kSStride + kk * 16 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(ds_w) = as[0];
-      *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride) = as[1];
-      *reinterpret_cast<uint32_t*>(ds_w + 8) = as[2];
-      *reinterpret_cast<uint32_t*>(ds_w + 8 * kSStride + 8) = as[3];
-      if (!warp_keys || kk * 16 >= q_rows) continue;  // P = dS = 0 (Note [Ragged tiles])
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t bd[4], bq[4];
-        load_b_kn<kStride>(bd, do_s, kk * 16, dn * 16, lane);
-        load_b_kn<kStride>(bq, q_s, kk * 16, dn * 16, lane);
-        E::mma(dv_acc[2 * dn], ap, bd[0], bd[1]);
-        E::mma(dv_acc[2 * dn + 1], ap, bd[2], bd[3]);
-        E::mma(dk_acc[2 * dn], as, bq[0], bq[1]);
-        E::mma(dk_acc[2 * dn + 1], as, bq[2], bq[3]);
-      }
+    const int kw = k0 + warp * 16;  // the warp's first key
+    // the warp's 16-query slices [nn_lo, nn_hi) that see one of its keys (causal: slices whose last row is
+    // before the diagonal of the warp's first key see none; slices past T; none when the warp is past S)
+    const int nn_hi = kw < p.S ? min(kBq / 16, (p.T - q0 + 15) / 16) : 0;
+    const int before = p.causal ? kw - shift - q0 : 0;
+    const int nn_lo = before > 0 ? before / 16 : 0;
+    // every row of the block sees every key of the warp: no mask code
+    const bool full = q0 + kBq <= p.T && kw + 16 <= p.S && (!p.causal || kw + 15 <= q0 + shift);
+    if (full)
+      bwd_lean_block<E, C, false>(dk_acc, dv_acc, k_s, v_s, q_s, do_s, rs, ds_cur, warp, kw, q0, nn_lo, nn_hi, p,
+                                  shift, lane);
+    else
+      bwd_lean_block<E, C, true>(dk_acc, dv_acc, k_s, v_s, q_s, do_s, rs, ds_cur, warp, kw, q0, nn_lo, nn_hi, p,
+                                 shift, lane);
+    cp_async_wait<0>();
+    __syncthreads();
+    if (it + 2 < total) {
+      load_q_do(it + 2);
+      cp_async_commit();
     }
-    __syncthreads();  // dSᵀ complete
-
+    const int q_rows = p.T - q0;
     bwd_dq<E, C>(dq_acc, ds_cur, k_s, bh, q0, q_rows, k0, warp, p, shift, lane);
-    // No barrier is needed here: the next iteration writes the other dSᵀ buffer (and a warp can only get to
-    // the one after it, which writes this one, through the next iteration's first barrier, i.e. after every
-    // warp's dQ here); this stage's Q, dO, lse and dsum were last read before the dSᵀ barrier above, which
-    // every warp has passed before any thread refills the stage (at the top of the next iteration, with the
-    // iteration after it).
   }
   __syncthreads();  // every warp is done with k_s (dQ) before it is overwritten below
 
@@ -947,54 +839,54 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 // ---- host side ----
 
 // Note [Backward variants]
-// Measured on the H200 (run 18, B 4, H 16, causal bf16, T 1024..4096), six configurations of this kernel were
-// compared (docs/cuda_backend.md has the table); the two kept are the defaults, picked per head dim:
-//   D 64:  Bq 64, 3 CTAs per SM (was variant 4)    ptxas sm_90a: 168 registers / 48 spill bytes, 73 KiB
-//   D 128: Bq 32, 2 CTAs per SM (was variant 6)    248 registers / 0 spill bytes, 78.5 KiB
-// (64 and 128 are the only head dims the fused kernels support: flash_attention_supported.) Both overlap
-// consecutive iterations: (1) a query block's lse and dsum are copied (cp.async, 4 bytes per row) into shared
-// memory with its Q / dO tiles, one iteration ahead, instead of an __ldg round trip in the critical path;
-// (2) two dSᵀ buffers (even / odd iterations) remove the barrier at the end of each iteration. The removed
-// configurations (smaller Bq for 3 or 4 CTAs per SM, K/V fragments kept in registers, no overlap) measured
-// 3-15 % slower. The configurations asking for 3 CTAs per SM take the largest shared-memory carveout.
+// Run 18 (H200, B 4, H 16, causal bf16, T 1024..4096) picked per-head-dim tiles for the first backward kernel
+// (4 warps; D 64: Bq 64, 3 CTAs per SM; D 128: Bq 32) out of six; run 19 measured it against the lean
+// kernels of Note [Lean backward] with the same tiles (2), without the register cap / Bq 64 (3), with 8 warps
+// (4) (fwd+bwd ms; the backward alone is that minus the forward):
+//   T, D       old default  lean, same tiles  lean, Bq 64  lean, 8 warps  torch SDPA
+//   1024, 64      0.3017        0.2044           0.2005        0.2044        0.2502
+//   2048, 64      0.9436        0.6416           0.6449        0.6369        0.6600
+//   4096, 64      3.2561        2.3361           2.3742        2.2563        2.0589
+//   1024, 128     0.5416        0.3662           0.4499        0.3795        0.4145
+//   2048, 128     1.7672        1.2185           1.5145        1.2485        1.1226
+//   4096, 128     6.3411        4.6036           5.5341        4.4880        3.6171
+// The lean kernel with 8 warps was best or within 3 % everywhere and best on the longest shapes: it is the
+// default ("1") for both head dims, and the old kernel (its code was this kernel's non-lean body) and the
+// other two tile sets were removed. "2" (HADATRAIN_FLASH_BWD=2, the former variant 5: 4 warps, fewer query
+// rows, 3 CTAs per SM) was not in run 19's build and stays selectable until measured; making it the default
+// for one head dim is a change of BwdDefault / BwdAlt below.
 // HADATRAIN_FLASH_BWD (read once, at the first backward; set_flash_backward_variant overrides it, which the GPU
-// tests use to run every variant) selects other backward kernels next to the default "1": "2" to "5" are the
-// lean kernels (Note [Lean backward]).
-template <int D>
-using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 3>, BwdCfg<D, 4, 32, 1>>;
+// tests and the bench use to run both) selects "1" (default) or "2".
 
 // Note [Lean backward]
-// HADATRAIN_FLASH_BWD=2..5 runs flash_backward_kernel<E, C, Lean = true>: the backward with what made the
-// forward 2x faster (Note [Forward kernel]), the defaults staying the default until measured:
+// flash_backward_kernel is the backward with what made the forward 2x faster (Note [Forward kernel]):
 //   - mask code only where needed, per warp (bwd_lean_block<kMask>): a warp whose 16 keys are seen by every row
 //     of the query block (below S and T, before the diagonal of the block's first row) runs a body without
 //     per-element compares and without the ragged-slice branches between the mma; in the other blocks the
 //     warp skips the 16-query slices that see none of its keys (causal: rows before the diagonal of its first
 //     key; rows past T), and a warp past S skips all; dQ skips the key slices whose dS is zero for all of a
-//     warp's 16 rows (past S, after the diagonal of its last row; bwd_dq, shared with the default);
+//     warp's 16 rows (past S, after the diagonal of its last row; bwd_dq);
 //   - Pᵀ = exp2(s sl - lse log2 e) in one FFMA per score and ex2.approx.ftz instead of exp2f's range fix-up;
-//   - one barrier per iteration instead of two: the next-but-one stage's copies are issued after the dSᵀ
-//     barrier (which also publishes the next stage), so the barrier at the top of each iteration goes;
+//   - one barrier per iteration: the next-but-one stage's copies are issued after the dSᵀ barrier (which also
+//     publishes the next stage); two stages of Q / dO / lse / dsum (cp.async, one iteration ahead) and two dSᵀ
+//     buffers (even / odd iterations);
 //   - causal grids heaviest first across all heads: grid (B Hkv, key blocks), key block 0 (which every query
-//     block sees) of every head first, the diagonal-only last key blocks in the last wave.
+//     block sees) of every head first, the diagonal-only last key blocks in the last wave. More than 65535 key
+//     blocks (S > 8 M keys with 128 per CTA, > 4 M with 64; flash_attention_supported allows S < 16 M) go
+//     over grid.z, the CTAs past the last key block returning at once.
 // Tiles (W warps of 16 keys, Bq query rows per iteration, CTAs per SM asked of ptxas) and ptxas sm_90a
 // (registers / spill store bytes, bf16 and f16 alike; shared memory per CTA):
-//   2  the defaults' tiles        D 64: 4 w, Bq 64, 3 CTAs  168 / 44, 73 KiB  D 128: 4 w, Bq 32, 1  248 / 0, 78.5 KiB
-//   3  no register cap / Bq 64    D 64: 4 w, Bq 64, 2 CTAs  238 / 0,  73 KiB  D 128: 4 w, Bq 64, 1  255 / 24, 121 KiB
-//   4  8 warps (128 keys per CTA) D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB  D 128: 8 w, Bq 32, 1  250 / 0, 122.5 KiB
-//   5  fewer rows, more CTAs      D 64: 4 w, Bq 32, 3 CTAs  168 / 8, 47 KiB   D 128: 4 w, Bq 16, 3  168 / 8, 57 KiB
-// ("1" in the CTA column: no register cap; 2 CTAs of 4 warps fit per SM where the shared memory allows, i.e.
-// not for 3's D 128 tiles: 4 warps per SM, more K/V reuse per iteration.) The 8-warp tiles halve the dQ
-// atomics and the Q / dO tile loads per key. dQ stays with fp32 atomics per key block: a separate dQ pass (a
+//   1 (default)  D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB   D 128: 8 w, Bq 32, 1  251 / 0, 122.5 KiB
+//   2            D 64: 4 w, Bq 32, 3 CTAs  168 / 0, 46.5 KiB  D 128: 4 w, Bq 16, 3  168 / 12, 57 KiB
+// ("1" in the CTA column: no register cap.) The 8-warp tiles (128 keys per CTA) halve the dQ atomics and the
+// Q / dO tile loads per key against 4 warps. dQ stays with fp32 atomics per key block: a separate dQ pass (a
 // CTA per query block looping over the key blocks) would recompute Sᵀ and dPᵀ, two of the backward's five
 // products (+40 % mma work), to save atomics that are 1/kBc-th of the products' data volume; FlashAttention-2
-// and -3 keep the atomics too. A problem of more than 65535 key blocks (S > 4 M) runs the default.
+// and -3 keep the atomics too.
 template <int D>
-using BwdLean3 = std::conditional_t<D == 64, BwdCfg<64, 4, 64, 2>, BwdCfg<D, 4, 64, 1>>;
+using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 8, 64, 1>, BwdCfg<D, 8, 32, 1>>;
 template <int D>
-using BwdLean4 = std::conditional_t<D == 64, BwdCfg<64, 8, 64, 1>, BwdCfg<D, 8, 32, 1>>;
-template <int D>
-using BwdLean5 = std::conditional_t<D == 64, BwdCfg<64, 4, 32, 3>, BwdCfg<D, 4, 16, 3>>;
+using BwdAlt = std::conditional_t<D == 64, BwdCfg<64, 4, 32, 3>, BwdCfg<D, 4, 16, 3>>;
 
 std::atomic<int> g_bwd_variant_override{0};
 
@@ -1134,10 +1026,9 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
                                   stream>>>(a.dsum, a.dq_acc, static_cast<const uint16_t*>(a.out.data),
                                             static_cast<const uint16_t*>(a.dout.data), p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
-    auto run = [&](auto cfg, auto lean) {
+    auto run = [&](auto cfg) {
       using C = decltype(cfg);
-      constexpr bool kLean = decltype(lean)::value;
-      auto kernel = flash_backward_kernel<E, C, kLean>;
+      auto kernel = flash_backward_kernel<E, C>;
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(C::kSmemBytes)));
       if constexpr (C::kMinBlocks > 2) {
@@ -1145,24 +1036,19 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
         HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
       }
+      // key blocks in grid.y, past 65535 of them continued in grid.z (Note [Lean backward])
+      constexpr unsigned kMaxGridY = 65535;
       const unsigned key_blocks = static_cast<unsigned>((p.S + C::kBc - 1) / C::kBc);
-      const unsigned heads = static_cast<unsigned>(p.B * p.Hkv);
-      const dim3 grid = kLean ? dim3(heads, key_blocks) : dim3(key_blocks, heads);
+      const unsigned gy = key_blocks < kMaxGridY ? key_blocks : kMaxGridY;
+      const dim3 grid(static_cast<unsigned>(p.B * p.Hkv), gy, (key_blocks + gy - 1) / gy);
       kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
           static_cast<uint16_t*>(a.dk.data), static_cast<uint16_t*>(a.dv.data), a.dq_acc,
           static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
           static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
     };
-    using Lean = std::true_type;
-    using Plain = std::false_type;
-    // the lean kernels' grid.y holds the key blocks: past 65535 of them (S > 4 M) the default runs
-    const int variant = (p.S + 63) / 64 > 65535 ? 1 : flash_backward_variant();
-    switch (variant) {  // Note [Backward variants], Note [Lean backward]
-      case 2: run(BwdDefault<D>{}, Lean{}); break;
-      case 3: run(BwdLean3<D>{}, Lean{}); break;
-      case 4: run(BwdLean4<D>{}, Lean{}); break;
-      case 5: run(BwdLean5<D>{}, Lean{}); break;
-      default: run(BwdDefault<D>{}, Plain{}); break;
+    switch (flash_backward_variant()) {  // Note [Backward variants]
+      case 2: run(BwdAlt<D>{}); break;
+      default: run(BwdDefault<D>{}); break;
     }
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(

@@ -4,9 +4,9 @@
 // T != S under the causal alignment (T < S, and T > S with empty rows and whole empty query blocks), long
 // causal sequences (many query blocks per key block), D 64 and 128, grouped kv heads, a negative custom
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
-// so a silent fallback fails the test. Every backward case runs with each backward kernel variant
-// (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu: the default
-// and the lean kernels of Note [Lean backward]), whatever HADATRAIN_FLASH_BWD says. The forward kernel
+// so a silent fallback fails the test. Every backward case runs with both backward kernel variants
+// (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu: the default's
+// 8-warp tiles and the 4-warp tiles kept for measurement), whatever HADATRAIN_FLASH_BWD says. The forward kernel
 // (Note [Forward kernel]) also runs on its own set of cases around its tile edges: out and lse against the
 // reference, bitwise repeatable, and the backward through its lse.
 #include <algorithm>

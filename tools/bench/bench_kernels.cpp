@@ -363,7 +363,7 @@ void bench_attention(bool csv) {
 
 // ---- bench_attention_bwd_variants (helper attn7) ----
 // The fused backward's kernel variants (Note [Backward variants] in kernels/flash_attention.cu: 1 is the
-// default, 2..5 the lean kernels of Note [Lean backward]; the process default comes from HADATRAIN_FLASH_BWD) on
+// default, 8 warps; 2 the 4-warp tiles kept until measured; the process default comes from HADATRAIN_FLASH_BWD) on
 // bench_attention's shapes: bf16 causal, B = 4, H = 16, forward + backward through the op, each variant
 // selected with kernels::set_flash_backward_variant, and the backward alone estimated as that minus the
 // forward (no grad) of the same shape.
