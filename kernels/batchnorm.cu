@@ -23,12 +23,16 @@
 // (round(v) > 0) is exactly the forward's, and masks g before the sums and dx. BnAct::add_relu adds a
 // residual r (x's layout) before the relu, as the add op rounds it; its backward reads r for the mask and
 // writes r's gradient (the masked g) next to dx.
-// Two variants (Note [Batch-norm kernel variants] in batchnorm.h): the *_v2 kernels, the tickets and the
-// backward-walking passes (walk<true>) are variant 2's; variant 1 runs the kernels exactly as before.
+// Note [Batch-norm kernels]: the channels-first reductions are finalised by their last block (an atomic
+// ticket per channel, bn_tickets; no finalize launch), with bn_*_cf_split + the finalize kernel as the
+// fallback when there are no tickets (C > kTicketSlot, or the first use inside a graph capture); both add the
+// same partial sums in the same order. The normalize / dx passes walk each block's range backwards (walk: they
+// first read what the reduction just read, still in L2). Channels-first kernels are compiled for 8 resident
+// 256-thread blocks per SM (6 for dx and sums with a fused activation), channels-last ones for 4 (3 for dx
+// and for sums with a fused activation), channels-last grids being one wave of those. (Measured against the
+// previous kernels on an H200, bf16: equal or faster on every benchmarked shape; docs/cuda_backend.md.)
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <type_traits>
 
@@ -40,10 +44,10 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kTargetBlocks = 132 * 8;  // about one wave of resident 256-thread blocks on an H200
-// Variant 2's channels-last grids: one wave of the 4 blocks per SM their launch bounds allow (half the partial
-// rows of kTargetBlocks for the finalize kernel to add).
+// Channels-last grids: one wave of the 4 blocks per SM their launch bounds allow (half the partial
+// rows of kTargetBlocks, the channels-first target, for the finalize kernel to add).
 constexpr int64_t kTargetBlocksCl = 132 * 4;
-// Resident blocks per SM of variant 2's channels-last backward kernels (fewer registers would spill): dx 3,
+// Resident blocks per SM of the channels-last backward kernels (fewer registers would spill): dx 3,
 // the sums 4 (3 with a fused activation, which needs the forward's constants too).
 template <BnAct Act>
 inline constexpr int kClBlocks = Act == BnAct::none ? 4 : 3;
@@ -129,7 +133,7 @@ struct ClGrid {
   dim3 block, grid;
 };
 
-ClGrid cl_grid(int64_t M, int64_t C, int V, int64_t target_blocks = kTargetBlocks) {
+ClGrid cl_grid(int64_t M, int64_t C, int V, int64_t target_blocks) {
   ClGrid g;
   g.CV = C / V;
   const int tx = static_cast<int>(std::min<int64_t>(g.CV, kThreads));
@@ -183,24 +187,18 @@ HT_DEV int64_t cf_offset(const BnShape& s, const CfGrid& g, int64_t c, int64_t j
 }
 
 // The items first + k * step (k >= 0) below hi of one thread, two at a time (two(i, j) loads both before
-// computing) and a last single one. Forward (variant 1): increasing k. Rev (variant 2): the block's units of
-// `step` items (unit u = [lo + u * step, lo + (u + 1) * step), first - lo < step) from the top down, so that
-// an elementwise pass after a reduction over the same range first reads what the reduction read last.
-template <bool Rev, class Two, class One>
+// computing) and a last single one, walking the block's units of `step` items (unit u = [lo + u * step,
+// lo + (u + 1) * step), first - lo < step) from the top down, so that an elementwise pass after a reduction
+// over the same range first reads what the reduction read last (still in L2).
+template <class Two, class One>
 HT_DEV void walk(int64_t lo, int64_t first, int64_t hi, int64_t step, Two two, One one) {
-  if constexpr (!Rev) {
-    int64_t i = first;
-    for (; i + step < hi; i += 2 * step) two(i, i + step);
-    if (i < hi) one(i);
-  } else {
-    int64_t u = (hi - lo + step - 1) / step - 1;  // the top unit (possibly partial)
-    for (; u >= 1; u -= 2) {
-      const int64_t i = first + u * step;
-      if (i < hi) two(i, i - step);
-      else one(i - step);
-    }
-    if (u == 0 && first < hi) one(first);
+  int64_t u = (hi - lo + step - 1) / step - 1;  // the top unit (possibly partial)
+  for (; u >= 1; u -= 2) {
+    const int64_t i = first + u * step;
+    if (i < hi) two(i, i - step);
+    else one(i - step);
   }
+  if (u == 0 && first < hi) one(first);
 }
 
 // ---- per-channel constants ------------------------------------------------------------------------------
@@ -336,15 +334,10 @@ HT_DEV void bn_stats_cl_body(const T* __restrict__ x, int64_t M, int64_t C, ClGr
   }
   column_sums_to<A, V>(s1, s2, red, cv, g.CV, C, part);
 }
-// Variant 1: as before (no launch bounds).
-template <class T, int V>
-__global__ void bn_stats_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
-  bn_stats_cl_body<T, V>(x, M, C, g, part);
-}
-// Variant 2: compiled for 4 resident blocks per SM (its grid: one wave of them, cl_grid's kTargetBlocksCl).
+// Compiled for 4 resident blocks per SM (its grid: one wave of them, cl_grid's kTargetBlocksCl).
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads, 4)
-    bn_stats_cl_v2(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
+    bn_stats_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, double* __restrict__ part) {
   bn_stats_cl_body<T, V>(x, M, C, g, part);
 }
 
@@ -352,7 +345,7 @@ HT_DEV void stats_finalize_channel(const double* part, int splits, double k, int
                                    const BnRunning& running, double* mean, double* invstd, int64_t c);
 HT_DEV bool last_block_of_channel(unsigned* tickets, int64_t c);
 
-// Channels first. Same partial sums, K = x[0, c, 0]. Fin (variant 2): the last block of channel c to finish
+// Channels first. Same partial sums, K = x[0, c, 0]. Fin: the last block of channel c to finish
 // (an atomic ticket per channel, tickets[c], reset to 0 by that block) adds the channel's partial sums as
 // bn_stats_finalize does and writes mean, invstd and the running stats.
 template <class T, int V, bool Fin>
@@ -399,19 +392,18 @@ HT_DEV void bn_stats_cf_body(const T* __restrict__ x, BnShape s, CfGrid g, doubl
                              mean, invstd, c);
   }
 }
-// Variant 1: as before (no launch bounds).
-template <class T, int V, bool Fin>
-__global__ void bn_stats_cf(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
-                            unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
-                            double* __restrict__ invstd) {
-  bn_stats_cf_body<T, V, Fin>(x, s, g, part, tickets, eps, running, mean, invstd);
+// Fallback without tickets (C > kTicketSlot, or the first use inside a graph capture): partial sums only,
+// added by bn_stats_finalize (no launch bounds).
+template <class T, int V>
+__global__ void bn_stats_cf_split(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part) {
+  bn_stats_cf_body<T, V, false>(x, s, g, part, nullptr, 0.0, BnRunning{}, nullptr, nullptr);
 }
-// Variant 2: compiled for 8 resident blocks per SM.
+// Compiled for 8 resident blocks per SM.
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads, 8)
-    bn_stats_cf_v2(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
-                   unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
-                   double* __restrict__ invstd) {
+    bn_stats_cf(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
+                unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
+                double* __restrict__ invstd) {
   bn_stats_cf_body<T, V, true>(x, s, g, part, tickets, eps, running, mean, invstd);
 }
 
@@ -420,7 +412,7 @@ HT_DEV void finalize_sums(const double* part, int splits, int64_t C, int64_t c, 
   const int lane = threadIdx.x % 32;
   a1 = 0.0;
   a2 = 0.0;
-  for (int y = lane; y < splits; y += 32) {  // __ldcg: written by other blocks of the same kernel (variant 2)
+  for (int y = lane; y < splits; y += 32) {  // __ldcg: written by other blocks of the same kernel (Fin)
     a1 += __ldcg(part + (static_cast<int64_t>(y) * 2) * C + c);
     a2 += __ldcg(part + (static_cast<int64_t>(y) * 2 + 1) * C + c);
   }
@@ -428,7 +420,7 @@ HT_DEV void finalize_sums(const double* part, int splits, int64_t C, int64_t c, 
   a2 = warp_sum(a2);
 }
 
-// Variant 2's ticket: called by every thread of a block after thread 0 wrote the block's partial sums of
+// The ticket: called by every thread of a block after thread 0 wrote the block's partial sums of
 // channel c; true in every thread of the last block of the channel to get here, which has reset the ticket
 // for the next launch. The fences order the partial-sum stores before the ticket and the last block's reads
 // after it (the threadFenceReduction pattern).
@@ -489,7 +481,7 @@ __global__ void bn_eval_stats_kernel(BnParam running_mean, BnParam running_var, 
 
 // ---- normalize ------------------------------------------------------------------------------------------
 
-template <BnAct Act, class T, int V, bool Rev>
+template <BnAct Act, class T, int V>
 HT_DEV void bn_normalize_cl_body(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch,
                                 T* __restrict__ y) {
   using A = bn_t<T>;
@@ -508,7 +500,7 @@ HT_DEV void bn_normalize_cl_body(const T* __restrict__ x, int64_t M, int64_t C, 
   const int64_t r1 = std::min(M, r0 + g.rows_per_block);
   const T* xc = x + cv * V;
   T* yc = y + cv * V;
-  walk<Rev>(
+  walk(
       r0, r0 + threadIdx.y, r1, TY,
       [&](int64_t r, int64_t q2) {
         const Pack<T, V> p = load_pack<T, V>(xc + r * C), q = load_pack<T, V>(xc + q2 * C);
@@ -530,20 +522,14 @@ HT_DEV void bn_normalize_cl_body(const T* __restrict__ x, int64_t M, int64_t C, 
         store_pack<T, V>(yc + r * C, o);
       });
 }
-// Variant 1: as before (no launch bounds).
-template <BnAct Act, class T, int V, bool Rev>
-__global__ void bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch,
-                                T* __restrict__ y) {
-  bn_normalize_cl_body<Act, T, V, Rev>(x, M, C, g, ch, y);
-}
-// Variant 2: compiled for 4 resident blocks per SM (its grid: one wave of them, cl_grid's kTargetBlocksCl).
+// Compiled for 4 resident blocks per SM (its grid: one wave of them, cl_grid's kTargetBlocksCl).
 template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, 4)
-    bn_normalize_cl_v2(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch, T* __restrict__ y) {
-  bn_normalize_cl_body<Act, T, V, true>(x, M, C, g, ch, y);
+    bn_normalize_cl(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, BnChannels ch, T* __restrict__ y) {
+  bn_normalize_cl_body<Act, T, V>(x, M, C, g, ch, y);
 }
 
-template <BnAct Act, class T, int V, bool Rev>
+template <BnAct Act, class T, int V>
 HT_DEV void bn_normalize_cf_body(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
   using A = bn_t<T>;
   const int64_t c = blockIdx.x;
@@ -551,7 +537,7 @@ HT_DEV void bn_normalize_cf_body(const T* __restrict__ x, BnShape s, CfGrid g, B
   affine_of(ch, c, a, b);
   const A sc = static_cast<A>(a), sh = static_cast<A>(b);
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
-  walk<Rev>(
+  walk(
       j0, j0 + threadIdx.x, j1, kThreads,
       [&](int64_t ja, int64_t jb) {
         const int64_t o0 = cf_offset(s, g, c, ja, V), o1 = cf_offset(s, g, c, jb, V);
@@ -575,16 +561,11 @@ HT_DEV void bn_normalize_cf_body(const T* __restrict__ x, BnShape s, CfGrid g, B
         store_pack<T, V>(y + o0, o);
       });
 }
-// Variant 1: as before (no launch bounds).
-template <BnAct Act, class T, int V, bool Rev>
-__global__ void bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
-  bn_normalize_cf_body<Act, T, V, Rev>(x, s, g, ch, y);
-}
-// Variant 2: compiled for 8 resident blocks per SM.
+// Compiled for 8 resident blocks per SM.
 template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, 8)
-    bn_normalize_cf_v2(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
-  bn_normalize_cf_body<Act, T, V, true>(x, s, g, ch, y);
+    bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
+  bn_normalize_cf_body<Act, T, V>(x, s, g, ch, y);
 }
 
 // ---- backward sums --------------------------------------------------------------------------------------
@@ -660,24 +641,18 @@ HT_DEV void bn_bwd_reduce_cl_body(const T* __restrict__ gr, const T* __restrict_
   }
   column_sums_to<A, V>(s1, s2, red, cv, g.CV, C, part);
 }
-// Variant 1: as before (no launch bounds).
-template <BnAct Act, class T, int V>
-__global__ void bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
-                                 BnChannels ch, double* __restrict__ part) {
-  bn_bwd_reduce_cl_body<Act, T, V>(gr, x, M, C, g, ch, part);
-}
-// Variant 2: compiled for kClBlocks<Act> resident blocks per SM (its grid: one wave of them).
+// Compiled for kClBlocks<Act> resident blocks per SM (its grid: one wave of them).
 template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, kClBlocks<Act>)
-    bn_bwd_reduce_cl_v2(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
-                        BnChannels ch, double* __restrict__ part) {
+    bn_bwd_reduce_cl(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
+                     BnChannels ch, double* __restrict__ part) {
   bn_bwd_reduce_cl_body<Act, T, V>(gr, x, M, C, g, ch, part);
 }
 
 HT_DEV void bwd_finalize_channel(const double* part, int splits, int64_t C, const double* invstd,
                                  const BnBackwardSums& out, int64_t c);
 
-// Fin (variant 2): the last block of channel c adds the channel's partial sums as bn_bwd_finalize does.
+// Fin: the last block of channel c adds the channel's partial sums as bn_bwd_finalize does.
 template <BnAct Act, class T, int V, bool Fin>
 HT_DEV void bn_bwd_reduce_cf_body(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
                                   double* __restrict__ part, unsigned* __restrict__ tickets, BnBackwardSums out) {
@@ -745,18 +720,17 @@ HT_DEV void bn_bwd_reduce_cf_body(const T* __restrict__ gr, const T* __restrict_
       bwd_finalize_channel(part, static_cast<int>(gridDim.y), s.C, ch.invstd, out, c);
   }
 }
-// Variant 1: as before (no launch bounds).
-template <BnAct Act, class T, int V, bool Fin>
-__global__ void bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
-                                 BnChannels ch, double* __restrict__ part, unsigned* __restrict__ tickets,
-                                 BnBackwardSums out) {
-  bn_bwd_reduce_cf_body<Act, T, V, Fin>(gr, x, s, g, ch, part, tickets, out);
+// Fallback without tickets (as bn_stats_cf_split): partial sums only, added by bn_bwd_finalize.
+template <BnAct Act, class T, int V>
+__global__ void bn_bwd_reduce_cf_split(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
+                                       BnChannels ch, double* __restrict__ part) {
+  bn_bwd_reduce_cf_body<Act, T, V, false>(gr, x, s, g, ch, part, nullptr, BnBackwardSums{});
 }
-// Variant 2: compiled for 8 (6 with a fused activation) resident blocks per SM.
+// Compiled for 8 (6 with a fused activation) resident blocks per SM.
 template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, (Act == BnAct::none ? 8 : 6))
-    bn_bwd_reduce_cf_v2(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
-                        double* __restrict__ part, unsigned* __restrict__ tickets, BnBackwardSums out) {
+    bn_bwd_reduce_cf(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
+                     double* __restrict__ part, unsigned* __restrict__ tickets, BnBackwardSums out) {
   bn_bwd_reduce_cf_body<Act, T, V, true>(gr, x, s, g, ch, part, tickets, out);
 }
 
@@ -844,7 +818,7 @@ struct DxPacks {
 };
 
 // x is read in train mode and whenever Act masks g; otherwise it may be null.
-template <BnAct Act, class T, int V, bool Rev>
+template <BnAct Act, class T, int V>
 HT_DEV void bn_dx_cl_body(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C,
                          ClGrid g, BnChannels ch, const double* __restrict__ sum_g,
                          const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
@@ -872,28 +846,21 @@ HT_DEV void bn_dx_cl_body(BnMode mode, const T* __restrict__ gr, const T* __rest
   const DxPacks<Act, T, V, A> d{mode, mode == BnMode::train || Act != BnAct::none, gr, x, gx, ch};
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
   const int64_t r1 = std::min(M, r0 + g.rows_per_block);
-  walk<Rev>(
+  walk(
       r0, r0 + threadIdx.y, r1, blockDim.y,
       [&](int64_t ra, int64_t rb) { d.pair(col + ra * C, col + rb * C, ca, cb, ck, cm, sc, sh, 1); },
       [&](int64_t ra) { d.single(col + ra * C, ca, cb, ck, cm, sc, sh, 1); });
 }
-// Variant 1: as before (no launch bounds).
-template <BnAct Act, class T, int V, bool Rev>
-__global__ void bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C,
-                         ClGrid g, BnChannels ch, const double* __restrict__ sum_g,
-                         const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
-  bn_dx_cl_body<Act, T, V, Rev>(mode, gr, x, M, C, g, ch, sum_g, sum_gxhat, gx);
-}
-// Variant 2: compiled for 3 resident blocks per SM (its grid: one wave of them, kTargetBlocksClDx).
+// Compiled for 3 resident blocks per SM (its grid: one wave of them, kTargetBlocksClDx).
 template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, 3)
-    bn_dx_cl_v2(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
+    bn_dx_cl(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
                 BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
                 T* __restrict__ gx) {
-  bn_dx_cl_body<Act, T, V, true>(mode, gr, x, M, C, g, ch, sum_g, sum_gxhat, gx);
+  bn_dx_cl_body<Act, T, V>(mode, gr, x, M, C, g, ch, sum_g, sum_gxhat, gx);
 }
 
-template <BnAct Act, class T, int V, bool Rev>
+template <BnAct Act, class T, int V>
 HT_DEV void bn_dx_cf_body(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
                           BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
                           T* __restrict__ gx) {
@@ -910,26 +877,19 @@ HT_DEV void bn_dx_cf_body(BnMode mode, const T* __restrict__ gr, const T* __rest
   }
   const DxPacks<Act, T, V, A> d{mode, mode == BnMode::train || Act != BnAct::none, gr, x, gx, ch};
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
-  walk<Rev>(
+  walk(
       j0, j0 + threadIdx.x, j1, kThreads,
       [&](int64_t ja, int64_t jb) {
         d.pair(cf_offset(s, g, c, ja, V), cf_offset(s, g, c, jb, V), &ca, &cb, &ck, &cm, &sc, &sh, 0);
       },
       [&](int64_t ja) { d.single(cf_offset(s, g, c, ja, V), &ca, &cb, &ck, &cm, &sc, &sh, 0); });
 }
-// Variant 1: as before (no launch bounds).
-template <BnAct Act, class T, int V, bool Rev>
-__global__ void bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g,
-                         BnChannels ch, const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat,
-                         T* __restrict__ gx) {
-  bn_dx_cf_body<Act, T, V, Rev>(mode, gr, x, s, g, ch, sum_g, sum_gxhat, gx);
-}
-// Variant 2: compiled for 8 (6 with a fused activation) resident blocks per SM.
+// Compiled for 8 (6 with a fused activation) resident blocks per SM.
 template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, (Act == BnAct::none ? 8 : 6))
-    bn_dx_cf_v2(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
+    bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
                 const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
-  bn_dx_cf_body<Act, T, V, true>(mode, gr, x, s, g, ch, sum_g, sum_gxhat, gx);
+  bn_dx_cf_body<Act, T, V>(mode, gr, x, s, g, ch, sum_g, sum_gxhat, gx);
 }
 
 // ---- host helpers ---------------------------------------------------------------------------------------
@@ -988,12 +948,12 @@ unsigned finalize_blocks(int64_t C) { return static_cast<unsigned>((C + 7) / 8);
 // Bytes of the partial sums (splits, 2, C).
 std::size_t part_bytes(unsigned splits, int64_t C) { return static_cast<std::size_t>(splits) * 2 * C * sizeof(double); }
 
-// ---- variant 2's tickets (Note [Batch-norm kernel variants]) ----
+// ---- the tickets (Note [Batch-norm kernels]) ----
 // Every device has one zeroed buffer of kTicketRing * kTicketSlot counters, allocated at its first use; a
 // launch takes the next slot of the ring (round robin) and its last blocks leave every counter they used at
 // 0. Launches in one stream are ordered, so a slot is free again when its turn comes; a slot is only shared
 // by two running kernels when kTicketRing batch-norm reductions run at once on different streams of one
-// device (not done by this framework). Null (use variant 1) when C exceeds a slot, or when the buffer does
+// device (not done by this framework). Null (use the *_split kernels and a finalize launch) when C exceeds a slot, or when the buffer does
 // not exist yet and `stream` is being captured into a graph (allocating there is not allowed).
 constexpr int64_t kTicketSlot = 4096, kTicketRing = 32;
 constexpr int kMaxDevices = 64;
@@ -1026,25 +986,7 @@ unsigned* bn_tickets(int64_t n, cudaStream_t stream) {
   return buf + static_cast<int64_t>(slot) * kTicketSlot;
 }
 
-// Note [Batch-norm kernel variants]: see batchnorm.h. 0 = no override.
-std::atomic<int> g_bn_variant_override{0};
-
-int env_bn_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_BN_KERNEL");
-    if (e && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
-    return 2;  // "new", "2", unset or anything else
-  }();
-  return v;
-}
-
 }  // namespace
-
-int bn_kernel_variant() {
-  const int o = g_bn_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kBnKernelVariants ? o : env_bn_variant();
-}
-void set_bn_kernel_variant(int variant) { g_bn_variant_override.store(variant, std::memory_order_relaxed); }
 
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream) {
@@ -1058,26 +1000,23 @@ void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning r
         if (M == 0) {  // no values: NaN statistics, as on the CPU
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(nullptr, 0, xp, 1, s.C, 0, eps, running, mean, invstd);
         } else if (s.S == 1) {
-          const bool v2 = bn_kernel_variant() == 2;
-          const ClGrid g = cl_grid(M, s.C, V, v2 ? kTargetBlocksCl : kTargetBlocks);
+          const ClGrid g = cl_grid(M, s.C, V, kTargetBlocksCl);
           const Scratch part(part_bytes(g.grid.y, s.C), stream);
-          if (v2) bn_stats_cl_v2<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
-          else bn_stats_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
+          bn_stats_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
           HT_CHECK_LAUNCH("bn_stats_cl");
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(g.grid.y), xp, 1, s.C, M,
                                                             eps, running, mean, invstd);
         } else {
           const CfGrid g = cf_grid(s, V);
           const Scratch part(part_bytes(g.grid.y, s.C), stream);
-          if (unsigned* tickets = bn_kernel_variant() == 2 ? bn_tickets(s.C, stream) : nullptr) {
-            bn_stats_cf_v2<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get(), tickets, eps, running,
+          if (unsigned* tickets = bn_tickets(s.C, stream)) {
+            bn_stats_cf<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get(), tickets, eps, running,
                                                                      mean, invstd);
-            HT_CHECK_LAUNCH("bn_stats_cf (variant 2)");
+            HT_CHECK_LAUNCH("bn_stats_cf");
             return;
           }
-          bn_stats_cf<T, V, false><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get(), nullptr, eps, running,
-                                                                    mean, invstd);
-          HT_CHECK_LAUNCH("bn_stats_cf");
+          bn_stats_cf_split<T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, part.get());
+          HT_CHECK_LAUNCH("bn_stats_cf_split");
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(g.grid.y), xp, s.S, s.C, M,
                                                             eps, running, mean, invstd);
         }
@@ -1102,17 +1041,14 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
         constexpr int V = decltype(vtag)::value;
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
-        const bool rev = bn_kernel_variant() == 2;
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
-            const ClGrid g = cl_grid(M, s.C, V, rev ? kTargetBlocksCl : kTargetBlocks);
-            if (rev) bn_normalize_cl_v2<Act, T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
-            else bn_normalize_cl<Act, T, V, false><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
+            const ClGrid g = cl_grid(M, s.C, V, kTargetBlocksCl);
+            bn_normalize_cl<Act, T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
           } else {
             const CfGrid g = cf_grid(s, V);
-            if (rev) bn_normalize_cf_v2<Act, T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
-            else bn_normalize_cf<Act, T, V, false><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
+            bn_normalize_cf<Act, T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
           }
         });
       }))
@@ -1142,27 +1078,22 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
-            const bool v2 = bn_kernel_variant() == 2;
-            const ClGrid cg = cl_grid(M, s.C, V, v2 ? 132 * kClBlocks<Act> : kTargetBlocks);
+            const ClGrid cg = cl_grid(M, s.C, V, 132 * kClBlocks<Act>);
             const Scratch part(part_bytes(cg.grid.y, s.C), stream);
-            if (v2)
-              bn_bwd_reduce_cl_v2<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
-            else
-              bn_bwd_reduce_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
+            bn_bwd_reduce_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
             HT_CHECK_LAUNCH("bn_bwd_reduce_cl");
             bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, out);
           } else {
             const CfGrid cg = cf_grid(s, V);
             const Scratch part(part_bytes(cg.grid.y, s.C), stream);
-            if (unsigned* tickets = bn_kernel_variant() == 2 ? bn_tickets(s.C, stream) : nullptr) {
-              bn_bwd_reduce_cf_v2<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get(),
+            if (unsigned* tickets = bn_tickets(s.C, stream)) {
+              bn_bwd_reduce_cf<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get(),
                                                                                  tickets, out);
-              HT_CHECK_LAUNCH("bn_bwd_reduce_cf (variant 2)");
+              HT_CHECK_LAUNCH("bn_bwd_reduce_cf");
               return;
             }
-            bn_bwd_reduce_cf<Act, T, V, false><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get(),
-                                                                                nullptr, out);
-            HT_CHECK_LAUNCH("bn_bwd_reduce_cf");
+            bn_bwd_reduce_cf_split<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(gp, xp, s, cg, ch, part.get());
+            HT_CHECK_LAUNCH("bn_bwd_reduce_cf_split");
             bn_bwd_finalize<<<fb, kThreads, 0, stream>>>(part.get(), static_cast<int>(cg.grid.y), s.C, ch.invstd, out);
           }
         });
@@ -1182,25 +1113,15 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
         const T* gp = static_cast<const T*>(g);
         const T* xp = static_cast<const T*>(x);
         T* out = static_cast<T*>(gx);
-        const bool rev = bn_kernel_variant() == 2;
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
-            const ClGrid cg = cl_grid(M, s.C, V, rev ? kTargetBlocksClDx : kTargetBlocks);
-            if (rev)
-              bn_dx_cl_v2<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g,
-                                                                          sum_gxhat, out);
-            else
-              bn_dx_cl<Act, T, V, false><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g,
-                                                                           sum_gxhat, out);
+            const ClGrid cg = cl_grid(M, s.C, V, kTargetBlocksClDx);
+            bn_dx_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g, sum_gxhat,
+                                                                   out);
           } else {
             const CfGrid cg = cf_grid(s, V);
-            if (rev)
-              bn_dx_cf_v2<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat,
-                                                                         out);
-            else
-              bn_dx_cf<Act, T, V, false><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g,
-                                                                          sum_gxhat, out);
+            bn_dx_cf<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat, out);
           }
         });
       }))

@@ -5,7 +5,8 @@
 // f64, bf16 or f16), read (and, for the running stats, updated in place) without conversion kernels.
 // Statistics and per-channel constants are computed in double; the per-element
 // work in float for bf16/f16 and double for f32/f64. Channel reductions split the values over many blocks
-// and add the partial sums in a fixed order: deterministic, no atomics. The reductions take a small scratch
+// and add the partial sums in a fixed order: deterministic (an atomic
+// ticket only picks which block adds them). The reductions take a small scratch
 // buffer from the device's memory pool in `stream`'s order. Supported x dtypes: f32, f64, bf16, f16.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -78,20 +79,9 @@ struct BnBackwardSums {
 void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, BnBackwardSums out,
                                cudaStream_t stream);
 
-// Note [Batch-norm kernel variants] (kernels/batchnorm.cu): 1 "old", the kernels as they were; 2 "new" (the
-// default): the channels-first reductions finalised by their last block (an atomic ticket per channel, no
-// finalize launch); the normalize / dx passes walking each block's range backwards (they first read what the
-// reduction just read, still in L2); channels-first kernels compiled for 8 resident 256-thread blocks per SM
-// (6 for dx and sums with a fused activation) and channels-last ones for 4 (3 for dx and for sums with a
-// fused activation), with channels-last grids of one wave of those (about half the partial sums of variant 1
-// for the finalize kernel).
-// HADATRAIN_BN_KERNEL=old (or 1) / new (or 2), read once per process, picks the variant unless
-// set_bn_kernel_variant gave 1 or 2 (0 returns to the environment's choice; the GPU tests and bench_kernels
-// run both). Channels first, both variants add the same partial sums in the same order (bit-identical
-// results); channels last, the partial sums cover other rows (results differ by rounding).
-inline constexpr int kBnKernelVariants = 2;
-int bn_kernel_variant();
-void set_bn_kernel_variant(int variant);
+// (Note [Batch-norm kernels] in kernels/batchnorm.cu: the channels-first reductions are finalised by their
+// last block through per-channel atomic tickets, with a separate finalize launch as the fallback; results are
+// the same either way.)
 
 enum class BnMode { train, eval };
 // gx (N, C, S), with g_hat = g' * weight (g' as in launch_bn_backward_reduce) and x_hat = (x - mean) * invstd:

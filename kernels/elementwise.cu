@@ -3,9 +3,6 @@
 // side by side; the op is runtime data in the functor, so each dtype instantiates one flat and one
 // strided kernel per family.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/elementwise.h"
 #include "kernels/map.cuh"
@@ -251,20 +248,17 @@ struct FixedUnaryF {
   }
 };
 
-// ---- GELU (erf) forward, variant 2 (Note [GELU forward variants]) ---------------------------------------
-// Note [GELU forward variants]
-// bf16 / f16 gelu (erf) forward, flat and aligned (f32 / f64 and other launches are not affected):
-//  1 "old": map1_flat with fast_forward<gelu_erf> (cuda::grid_for's capped grid, two packs a thread in flight,
-//    then a grid-stride tail).
-//  2 "new" (the default): gelu_erf_fwd_v2, one block per kGeluPacks * 256 packs with all of a thread's packs
-//    loaded before any is computed (no grid-stride loop: the whole tensor in one launch of short blocks), and
-//    gelu_erf_lean: the same Abramowitz & Stegun 7.1.26 form with the constants folded (0.5 into the
-//    polynomial, -1/2 log2(e) into the exponent) and single-instruction rcp.approx / ex2.approx, about 12
-//    FP32 instructions and 2 MUFU per element instead of about 16 and 2; it differs from variant 1 by a few
-//    float ulps (results rounded to bf16 / f16 nearly always agree bit for bit).
-// HADATRAIN_GELU_KERNEL=old (or 1) / new (or 2), read once, unless set_gelu_kernel_variant gave 1 or 2.
+// ---- GELU (erf) forward, bf16 / f16 (Note [GELU forward kernel]) ----------------------------------------
+// Note [GELU forward kernel]
+// bf16 / f16 gelu (erf) forward, flat and aligned (f32 / f64, unaligned or strided launches take the generic
+// kernels with fast_forward): gelu_erf_fwd, one block per kGeluPacks * 256 packs with all of a thread's packs
+// loaded before any is computed (no grid-stride loop: the whole tensor in one launch of short blocks), and
+// gelu_erf_lean: the same Abramowitz & Stegun 7.1.26 form as fast_forward with the constants folded (0.5 into
+// the polynomial, -1/2 log2(e) into the exponent) and single-instruction rcp.approx / ex2.approx, about 12
+// FP32 instructions and 2 MUFU per element instead of about 16 and 2; it differs from fast_forward by a few
+// float ulps (results rounded to bf16 / f16 nearly always agree bit for bit). It replaced map1_flat with
+// fast_forward<gelu_erf> (0.66 -> 0.78 of copy bandwidth on an H200, bf16 16640 x 1536).
 constexpr int kGeluPacks = 4;
-std::atomic<int> g_gelu_variant_override{0};
 
 HT_DEV float rcp_approx(float v) {
   float r;
@@ -290,7 +284,7 @@ HT_DEV float gelu_erf_lean(float x) {
 }
 
 template <class T>
-__global__ void gelu_erf_fwd_v2(T* __restrict__ out, const T* __restrict__ in, int64_t nv, int64_t n) {
+__global__ void gelu_erf_fwd(T* __restrict__ out, const T* __restrict__ in, int64_t nv, int64_t n) {
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
   const P* pin = reinterpret_cast<const P*>(in);
@@ -313,23 +307,14 @@ __global__ void gelu_erf_fwd_v2(T* __restrict__ out, const T* __restrict__ in, i
   if (r < n) out[r] = store_cast<T>(gelu_erf_lean(convert<float>(in[r])));
 }
 
-int env_gelu_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_GELU_KERNEL");
-    if (e && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
-    return 2;
-  }();
-  return v;
-}
-
 template <class T>
-void launch_gelu_erf_v2(T* out, const T* in, int64_t n, cudaStream_t stream) {
+void launch_gelu_erf(T* out, const T* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   constexpr int V = kVec<T>;
   const int64_t nv = n / V;
   const int64_t blocks = std::max<int64_t>(1, (nv + kGeluPacks * 256 - 1) / (kGeluPacks * 256));
-  gelu_erf_fwd_v2<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, in, nv, n);
-  HT_CHECK_LAUNCH("gelu_erf_fwd_v2");
+  gelu_erf_fwd<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, in, nv, n);
+  HT_CHECK_LAUNCH("gelu_erf_fwd");
 }
 
 // Launches the fixed-op kernel when args is a flat, aligned forward launch of a hot op; false otherwise.
@@ -350,10 +335,8 @@ bool launch_fixed_unary(const UnaryArgs& args, cudaStream_t stream) {
     case UnaryOp::relu: return run(FixedUnaryF<T, UnaryOp::relu>{s0});
     case UnaryOp::gelu_erf:
       if constexpr (is_16bit_float_v<T>) {
-        if (gelu_kernel_variant() == 2) {
-          launch_gelu_erf_v2<T>(out, in, args.layout.numel, stream);
-          return true;
-        }
+        launch_gelu_erf<T>(out, in, args.layout.numel, stream);
+        return true;
       }
       return run(FixedUnaryF<T, UnaryOp::gelu_erf>{s0});
     case UnaryOp::gelu_tanh: return run(FixedUnaryF<T, UnaryOp::gelu_tanh>{s0});
@@ -427,12 +410,6 @@ void where_as(const WhereArgs& w, cudaStream_t stream) {
 }
 
 }  // namespace
-
-int gelu_kernel_variant() {
-  const int o = g_gelu_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= 2 ? o : env_gelu_variant();
-}
-void set_gelu_kernel_variant(int variant) { g_gelu_variant_override.store(variant, std::memory_order_relaxed); }
 
 void launch_binary(DType dt, BinaryOp op, double alpha, const BinaryArgs& args, cudaStream_t stream) {
   const bool ok = visit_compute_dtype(dt, [&](auto tag) {

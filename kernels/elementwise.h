@@ -51,11 +51,6 @@ struct UnaryArgs {
 
 // out = f(in), both of dtype dt (integers compute through double and saturate, like the CPU path).
 void launch_unary(DType dt, const UnaryArgs& args, cudaStream_t stream);
-// The bf16 / f16 gelu (erf) forward kernel (Note [GELU forward variants] in elementwise.cu): 1 "old", 2 "new"
-// (the default); HADATRAIN_GELU_KERNEL=old|new read once, overridden by set_gelu_kernel_variant(1 or 2) (0: the
-// environment's choice again; the GPU tests and bench_kernels run both).
-int gelu_kernel_variant();
-void set_gelu_kernel_variant(int variant);
 
 // Fused backward of a unary math op: out = g * f'(x), computed in float (double for f64) and rounded once
 // (the op-based composition rounds f'(x) first). args: out, a = g, b = x, all of dtype dt (f32 f64 bf16 f16).

@@ -2,29 +2,17 @@
 // channel fastest (the channels-last case: an NHWC activation viewed as (N*H*W, C)) and (N, C, H, W) with
 // many blocks per channel, vectorized and scalar (odd C or S, an unaligned start) variants, train and eval,
 // forward, every gradient and the running statistics, against the CPU in f64 on the same values; the fused
-// batch norm + ReLU against the CUDA composition and the CPU. Every case runs with both kernel variants
-// (kernels::set_bn_kernel_variant: 1 "old", 2 "new"; Note [Batch-norm kernel variants]), and the variants are
-// checked to give bit-identical results.
+// batch norm + ReLU against the CUDA composition and the CPU; C > 4096 channels first (no ticket slot: the
+// separate finalize kernels, Note [Batch-norm kernels]); repeated launches give bit-identical results.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
 #include <cmath>
 
-#include "kernels/batchnorm.h"  // set_bn_kernel_variant
-
 using namespace ht;
 
 namespace {
-
-// Selects a batch-norm kernel variant for its scope (0 afterwards: the environment's choice).
-struct BnVariant {
-  explicit BnVariant(int v) { kernels::set_bn_kernel_variant(v); }
-  ~BnVariant() { kernels::set_bn_kernel_variant(0); }
-  BnVariant(const BnVariant&) = delete;
-  BnVariant& operator=(const BnVariant&) = delete;
-};
-constexpr int kVariants[] = {1, 2};
 
 struct BnRun {
   Tensor y, gx, gw, gb, rm, rv;
@@ -63,26 +51,22 @@ void check_bn(const Shape& xshape, int64_t C, DType dt, BatchNormMode mode, uint
   opts.momentum = 0.3;
   const Tensor r = test::random_input(view(x).shape(), seed + 5, dt, 0.5, 1.5).to(DType::f64);
   const BnRun ref = run_bn(x, w, b, r, rm, rv, opts, Device::cpu(), DType::f64, view);
-  for (int variant : kVariants) {
-    INFO("kernel variant " << variant);
-    const BnVariant use(variant);
-    BnRun got;
-    {
-      test::PoisonGuard poison;
-      got = run_bn(x, w, b, r, rm, rv, opts, test::kCuda, dt, view);
-    }
-    const double tol = dt == DType::f64 ? 1e-12 : (dt == DType::f32 ? 2e-6 : 5e-3);
-    // f32 accumulates per thread in f32 (as PyTorch does) before the double partials: over 65536 rows with
-    // the cancellation in sum(g x_hat) that leaves a few 1e-5 relative.
-    const double gtol = dt == DType::f64 ? 1e-11 : (dt == DType::f32 ? 1e-4 : 1e-2);
-    CHECK(test::rel_error(got.y, ref.y) <= tol);
-    CHECK(test::rel_error(got.gx, ref.gx) <= gtol);
-    CHECK(test::rel_error(got.gw, ref.gw) <= gtol);
-    CHECK(test::rel_error(got.gb, ref.gb) <= gtol);
-    // The running stats: f32 on both sides, updated from the batch statistics of the same values.
-    CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
-    CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
+  BnRun got;
+  {
+    test::PoisonGuard poison;
+    got = run_bn(x, w, b, r, rm, rv, opts, test::kCuda, dt, view);
   }
+  const double tol = dt == DType::f64 ? 1e-12 : (dt == DType::f32 ? 2e-6 : 5e-3);
+  // f32 accumulates per thread in f32 (as PyTorch does) before the double partials: over 65536 rows with
+  // the cancellation in sum(g x_hat) that leaves a few 1e-5 relative.
+  const double gtol = dt == DType::f64 ? 1e-11 : (dt == DType::f32 ? 1e-4 : 1e-2);
+  CHECK(test::rel_error(got.y, ref.y) <= tol);
+  CHECK(test::rel_error(got.gx, ref.gx) <= gtol);
+  CHECK(test::rel_error(got.gw, ref.gw) <= gtol);
+  CHECK(test::rel_error(got.gb, ref.gb) <= gtol);
+  // The running stats: f32 on both sides, updated from the batch statistics of the same values.
+  CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
+  CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
 }
 
 }  // namespace
@@ -199,44 +183,40 @@ void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t see
   BatchNormOptions opts;
   opts.mode = mode;
   opts.momentum = 0.3;
-  for (int variant : kVariants) {
-    INFO("kernel variant " << variant);
-    const BnVariant use(variant);
-    FusedRun got;
-    {
-      test::PoisonGuard poison;
-      got = run_fused(x, w, b, r, rm, rv, opts, BnFusion::fused, test::kCuda, dt, Tensor(), res);
-    }
-    const FusedRun comp = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, test::kCuda, dt, Tensor(), res);
-    REQUIRE(got.y.dtype() == dt);
-    CHECK(test::compare_bits(got.y, comp.y.to(Device::cpu())) == "");
-    const double ctol = dt == DType::f32 ? 1e-6 : 4e-3;
-    CHECK(test::rel_error(got.gx, comp.gx.to(Device::cpu())) <= ctol);
-    CHECK(test::rel_error(got.gw, comp.gw.to(Device::cpu())) <= ctol);
-    CHECK(test::rel_error(got.gb, comp.gb.to(Device::cpu())) <= ctol);
-    if (with_residual) {
-      REQUIRE(got.gr.defined());
-      CHECK(got.gr.dtype() == dt);
-      CHECK(test::compare_bits(got.gr, comp.gr.to(Device::cpu())) == "");
-    }
-    CHECK(test::compare_bits(got.rm, comp.rm.to(Device::cpu())) == "");
-    CHECK(test::compare_bits(got.rv, comp.rv.to(Device::cpu())) == "");
-
-    const Tensor yc = got.y.to(Device::cpu()).to(DType::f64);
-    const Tensor mask = gt(yc, 0.0).to(DType::f64);
-    const double zeros_frac = 1.0 - sum(mask).item() / static_cast<double>(mask.numel());
-    CHECK(zeros_frac > 0.05);
-    CHECK(zeros_frac < 0.95);
-    const FusedRun ref = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, Device::cpu(), DType::f64, mask, res);
-    const double tol = dt == DType::f32 ? 2e-6 : 5e-3, gtol = dt == DType::f32 ? 1e-4 : 1e-2;
-    CHECK(test::rel_error(got.y, relu(ref.y)) <= tol);
-    CHECK(test::rel_error(got.gx, ref.gx) <= gtol);
-    CHECK(test::rel_error(got.gw, ref.gw) <= gtol);
-    CHECK(test::rel_error(got.gb, ref.gb) <= gtol);
-    if (with_residual) CHECK(test::rel_error(got.gr, ref.gr) <= tol);  // r * mask, rounded once
-    CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
-    CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
+  FusedRun got;
+  {
+    test::PoisonGuard poison;
+    got = run_fused(x, w, b, r, rm, rv, opts, BnFusion::fused, test::kCuda, dt, Tensor(), res);
   }
+  const FusedRun comp = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, test::kCuda, dt, Tensor(), res);
+  REQUIRE(got.y.dtype() == dt);
+  CHECK(test::compare_bits(got.y, comp.y.to(Device::cpu())) == "");
+  const double ctol = dt == DType::f32 ? 1e-6 : 4e-3;
+  CHECK(test::rel_error(got.gx, comp.gx.to(Device::cpu())) <= ctol);
+  CHECK(test::rel_error(got.gw, comp.gw.to(Device::cpu())) <= ctol);
+  CHECK(test::rel_error(got.gb, comp.gb.to(Device::cpu())) <= ctol);
+  if (with_residual) {
+    REQUIRE(got.gr.defined());
+    CHECK(got.gr.dtype() == dt);
+    CHECK(test::compare_bits(got.gr, comp.gr.to(Device::cpu())) == "");
+  }
+  CHECK(test::compare_bits(got.rm, comp.rm.to(Device::cpu())) == "");
+  CHECK(test::compare_bits(got.rv, comp.rv.to(Device::cpu())) == "");
+
+  const Tensor yc = got.y.to(Device::cpu()).to(DType::f64);
+  const Tensor mask = gt(yc, 0.0).to(DType::f64);
+  const double zeros_frac = 1.0 - sum(mask).item() / static_cast<double>(mask.numel());
+  CHECK(zeros_frac > 0.05);
+  CHECK(zeros_frac < 0.95);
+  const FusedRun ref = run_fused(x, w, b, r, rm, rv, opts, BnFusion::composed, Device::cpu(), DType::f64, mask, res);
+  const double tol = dt == DType::f32 ? 2e-6 : 5e-3, gtol = dt == DType::f32 ? 1e-4 : 1e-2;
+  CHECK(test::rel_error(got.y, relu(ref.y)) <= tol);
+  CHECK(test::rel_error(got.gx, ref.gx) <= gtol);
+  CHECK(test::rel_error(got.gw, ref.gw) <= gtol);
+  CHECK(test::rel_error(got.gb, ref.gb) <= gtol);
+  if (with_residual) CHECK(test::rel_error(got.gr, ref.gr) <= tol);  // r * mask, rounded once
+  CHECK(test::compare_to_cpu(got.rm, ref.rm, {1e-5, 1e-6}) == "");
+  CHECK(test::compare_to_cpu(got.rv, ref.rv, {1e-5, 1e-6}) == "");
 }
 
 }  // namespace
@@ -259,12 +239,30 @@ TEST_CASE("batch_norm with a fused relu (and residual) on CUDA matches the compo
         }
 }
 
-// Variant 2 against variant 1, every output and gradient and the running stats: channels first bit for bit
-// (the same partial sums added in the same order, by the tickets' last blocks instead of the finalize
-// kernels), channels last within the dtype's tolerance (variant 2 splits the rows into fewer partial sums).
-// Several launches in a row (every slot of the ticket ring is used more than once), with and without the
-// fused relu; C = 4100 channels first exceeds a ticket slot (variant 2 falls back to the finalize kernels).
-TEST_CASE("batch_norm kernel variants 1 and 2 agree", "[gpu][batch_norm]") {
+// More channels than a ticket slot (C > 4096, channels first: the statistics and backward sums fall back to
+// the separate finalize kernels) against the CPU, plain and with the fused relu (and residual).
+TEST_CASE("batch_norm with C > 4096 channels first (finalize-kernel fallback) matches the CPU", "[gpu][batch_norm]") {
+  uint64_t seed = 9400;
+  auto same = [](const Tensor& t) { return t; };
+  const std::vector<Shape> shapes = {{2, 4100, 4, 4},   // S = 16: 16-byte packs
+                                     {3, 4100, 5, 7}};  // S = 35: scalar kernels
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Shape& s : shapes)
+      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+        INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
+        check_bn(s, s[1], dt, mode, seed += 10, same);
+        for (bool res : {false, true}) {
+          INFO((res ? "fused relu + residual" : "fused relu"));
+          check_fused(s, dt, mode, seed += 10, res);
+        }
+      }
+}
+
+// Repeated launches give bit-identical results (every output and gradient and the running stats): the
+// partial sums are added in a fixed order whichever block takes the last ticket, and every slot of the
+// ticket ring is reused several times (its counters must come back to 0); with and without the fused relu,
+// both layouts, C = 4100 channels first on the fallback.
+TEST_CASE("batch_norm kernels are deterministic across repeated launches", "[gpu][batch_norm]") {
   uint64_t seed = 9500;
   struct Case {
     Shape shape;
@@ -274,38 +272,32 @@ TEST_CASE("batch_norm kernel variants 1 and 2 agree", "[gpu][batch_norm]") {
   const std::vector<Case> cases = {{{32, 64, 16, 16}, DType::bf16, false}, {{32, 64, 16, 16}, DType::bf16, true},
                                    {{16, 24, 8, 8}, DType::f32, false},    {{24, 7, 5, 3}, DType::f32, true},
                                    {{4096, 64}, DType::bf16, false},       {{2, 4100, 3, 1}, DType::f32, false}};
-  for (const Case& c : cases)
+  for (const Case& c : cases) {
+    const int64_t C = c.shape[1];
+    const Tensor x = test::random_input(c.shape, seed, c.dt, -1, 4).to(test::kCuda);
+    const Tensor w = test::random_input({C}, seed + 1, c.dt, 0.5, 1.5).to(test::kCuda);
+    const Tensor b = test::random_input({C}, seed + 2, c.dt, -1, 1).to(test::kCuda);
+    const Tensor g = test::random_input(c.shape, seed + 3, c.dt, -1, 1).to(test::kCuda);
+    seed += 10;
+    BatchNormOptions opts;
+    opts.activation = c.relu ? BatchNormActivation::relu : BatchNormActivation::none;
+    Tensor first[6];
     for (int rep = 0; rep < 12; ++rep) {
       INFO(to_string(c.shape) << " " << dtype_name(c.dt) << (c.relu ? " relu" : "") << " repetition " << rep);
-      const int64_t C = c.shape[1];
-      const Tensor x = test::random_input(c.shape, seed, c.dt, -1, 4).to(test::kCuda);
-      const Tensor w = test::random_input({C}, seed + 1, c.dt, 0.5, 1.5).to(test::kCuda);
-      const Tensor b = test::random_input({C}, seed + 2, c.dt, -1, 1).to(test::kCuda);
-      const Tensor g = test::random_input(c.shape, seed + 3, c.dt, -1, 1).to(test::kCuda);
-      seed += 10;
-      BatchNormOptions opts;
-      opts.activation = c.relu ? BatchNormActivation::relu : BatchNormActivation::none;
-      Tensor out[2][6];
-      for (int v = 0; v < 2; ++v) {
-        const BnVariant use(kVariants[v]);
-        Tensor xl = x.detach(), wl = w.detach(), bl = b.detach();
-        for (Tensor* t : {&xl, &wl, &bl}) t->set_requires_grad(true);
-        Tensor rm = zeros({C}, {DType::f32, test::kCuda}), rv = ones({C}, {DType::f32, test::kCuda});
-        const Tensor y = batch_norm(xl, wl, bl, rm, rv, opts);
-        y.backward(g);
-        const Device keep_on = v == 0 ? Device::cpu() : test::kCuda;  // the comparisons take (CUDA, CPU)
-        out[v][0] = y.detach().to(keep_on);
-        out[v][1] = xl.grad().to(keep_on);
-        out[v][2] = wl.grad().to(keep_on);
-        out[v][3] = bl.grad().to(keep_on);
-        out[v][4] = rm.to(keep_on);
-        out[v][5] = rv.to(keep_on);
-      }
-      const bool channels_last = c.shape.size() == 2;
+      Tensor xl = x.detach(), wl = w.detach(), bl = b.detach();
+      for (Tensor* t : {&xl, &wl, &bl}) t->set_requires_grad(true);
+      Tensor rm = zeros({C}, {DType::f32, test::kCuda}), rv = ones({C}, {DType::f32, test::kCuda});
+      const Tensor y = batch_norm(xl, wl, bl, rm, rv, opts);
+      y.backward(g);
+      const Tensor out[6] = {y.detach(), xl.grad(), wl.grad(), bl.grad(), rm, rv};
       for (int k = 0; k < 6; ++k) {
+        if (rep == 0) {
+          first[k] = out[k].to(Device::cpu());  // the comparisons take (CUDA, CPU)
+          continue;
+        }
         INFO("output " << k << " (y, gx, gw, gb, running mean, running var)");
-        if (channels_last) CHECK(test::compare_to_cpu(out[1][k], out[0][k], test::tolerance(out[0][k].dtype())) == "");
-        else CHECK(test::compare_bits(out[1][k], out[0][k]) == "");
+        CHECK(test::compare_bits(out[k], first[k]) == "");
       }
     }
+  }
 }

@@ -20,7 +20,6 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "kernels/batchnorm.h"        // bench_bn_gelu_variants
-#include "kernels/elementwise.h"      // bench_bn_gelu_variants
 #include "kernels/flash_attention.h"  // bench_attention_bwd_variants
 #include "kernels/rows.h"             // bench_norm_variants
 
@@ -552,11 +551,11 @@ void bench_bn_relu(bool csv) {
 
 // ---- bench_bn_gelu_variants (helper bn9) ----
 // The norm / gelu rows of bench_norm_gelu (bf16, train, f32 weight / bias / running stats; same byte counts:
-// bn forward 3 passes, backward 5, gelu forward 2) and the fused bn+relu rows of bench_bn_relu, once per
-// kernel variant side by side: kernels::set_bn_kernel_variant / set_gelu_kernel_variant 1 "old" and 2 "new"
-// (Note [Batch-norm kernel variants] in kernels/batchnorm.h, Note [GELU forward variants] in
-// kernels/elementwise.cu). Backward = (forward + backward) - forward, autograd bookkeeping included. Rows
-// "bn kernels ...": the batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer.
+// bn forward 3 passes, backward 5, gelu forward 2) and the fused bn+relu rows of bench_bn_relu, on the kept
+// batch-norm and GELU forward kernels (Note [Batch-norm kernels] in kernels/batchnorm.cu, Note [GELU forward
+// kernel] in kernels/elementwise.cu; the old/new variant switch is gone, old numbers in docs/cuda_backend.md).
+// Backward = (forward + backward) - forward, autograd bookkeeping included. Rows "bn kernels ...": the
+// batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer.
 void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(17);
@@ -566,21 +565,12 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   auto ratio = [&](int64_t numel, double passes, double ms) {
     return passes * 2.0 * static_cast<double>(numel) / ms * 1e-6 / copy_gbs;
   };
-  if (csv) std::printf("bn/gelu variant,elements,old ms,old ratio_to_copy,new ms,new ratio_to_copy\n");
-  else
-    std::printf("\n%-36s %12s %9s %7s %9s %7s\n", "bn / gelu kernels (bf16): old vs new", "elements", "old ms",
-                "vs copy", "new ms", "vs copy");
-  auto print = [&](const std::string& name, int64_t numel, double passes, const double (&ms)[2]) {
-    const double r0 = ratio(numel, passes, ms[0]), r1 = ratio(numel, passes, ms[1]);
-    if (csv)
-      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0], r0, ms[1], r1);
-    else
-      std::printf("%-36s %12lld %9.4f %7.3f %9.4f %7.3f\n", name.c_str(), static_cast<long long>(numel), ms[0], r0,
-                  ms[1], r1);
-  };
-  auto set_variant = [](int v) {
-    kernels::set_bn_kernel_variant(v);
-    kernels::set_gelu_kernel_variant(v);
+  if (csv) std::printf("bn/gelu kernels,elements,ms,ratio_to_copy\n");
+  else std::printf("\n%-36s %12s %9s %7s\n", "bn / gelu kernels (bf16)", "elements", "ms", "vs copy");
+  auto print = [&](const std::string& name, int64_t numel, double passes, double ms) {
+    const double r = ratio(numel, passes, ms);
+    if (csv) std::printf("%s,%lld,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms, r);
+    else std::printf("%-36s %12lld %9.4f %7.3f\n", name.c_str(), static_cast<long long>(numel), ms, r);
   };
   Tensor keep;
   struct BnCase {
@@ -609,38 +599,28 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     auto fwd_op = [&] {
       return c.residual ? batch_norm_add_relu(x, res, {w, b, rm, rv}, opts) : batch_norm(x, w, b, rm, rv, opts);
     };
-    double fwd[2], bwd[2];
-    for (int v = 0; v < 2; ++v) {
-      set_variant(v + 1);
-      for (Tensor* t : {&x, &w, &b, &res}) t->set_requires_grad(false);
-      fwd[v] = time_ms([&] {
-        NoGradGuard no_grad;
-        keep = fwd_op();
-      });
-      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
-      res.set_requires_grad(c.residual);
-      const double fb = time_ms([&] {
-        for (Tensor* t : {&x, &w, &b, &res}) t->zero_grad();
-        fwd_op().backward(g);
-      });
-      bwd[v] = fb - fwd[v];
-    }
-    set_variant(0);
+    for (Tensor* t : {&x, &w, &b, &res}) t->set_requires_grad(false);
+    const double fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = fwd_op();
+    });
+    for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+    res.set_requires_grad(c.residual);
+    const double fb = time_ms([&] {
+      for (Tensor* t : {&x, &w, &b, &res}) t->zero_grad();
+      fwd_op().backward(g);
+    });
+    const double bwd = fb - fwd;
     // passes: fwd 3 (+1 residual read), bwd 5 (+1 residual read, +1 residual gradient write)
     print(std::string(c.name) + " fwd train", x.numel(), c.residual ? 4 : 3, fwd);
     print(std::string(c.name) + " bwd", x.numel(), c.residual ? 7 : 5, bwd);
   }
   {  // GELU of a ViT-S/4 MLP activation, as bench_norm_gelu
     const Tensor x = bf16_rand({256 * 65, 1536});
-    double fwd[2];
-    for (int v = 0; v < 2; ++v) {
-      set_variant(v + 1);
-      fwd[v] = time_ms([&] {
-        NoGradGuard no_grad;
-        keep = gelu(x);
-      });
-    }
-    set_variant(0);
+    const double fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = gelu(x);
+    });
     print("gelu fwd 16640x1536", x.numel(), 2, fwd);
   }
   // The batch-norm launchers alone on preallocated buffers (no op, allocation or autograd work; the legacy
@@ -673,20 +653,15 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     sums.sum_gxhat = st + 3 * C;
     sums.grad_weight = {gw.data_ptr(), DType::f32};
     sums.grad_bias = {gb.data_ptr(), DType::f32};
-    double fwd[2], bwd[2];
-    for (int v = 0; v < 2; ++v) {
-      set_variant(v + 1);
-      fwd[v] = time_ms([&] {
-        kernels::launch_bn_stats(DType::bf16, x.data_ptr(), c.s, 1e-5, run, st, st + C, nullptr);
-        kernels::launch_bn_normalize(DType::bf16, x.data_ptr(), c.s, ch, y.data_ptr(), nullptr);
-      });
-      bwd[v] = time_ms([&] {
-        kernels::launch_bn_backward_reduce(DType::bf16, g.data_ptr(), x.data_ptr(), c.s, ch, sums, nullptr);
-        kernels::launch_bn_backward_dx(DType::bf16, kernels::BnMode::train, g.data_ptr(), x.data_ptr(), c.s, ch,
-                                       sums.sum_g, sums.sum_gxhat, gx.data_ptr(), nullptr);
-      });
-    }
-    set_variant(0);
+    const double fwd = time_ms([&] {
+      kernels::launch_bn_stats(DType::bf16, x.data_ptr(), c.s, 1e-5, run, st, st + C, nullptr);
+      kernels::launch_bn_normalize(DType::bf16, x.data_ptr(), c.s, ch, y.data_ptr(), nullptr);
+    });
+    const double bwd = time_ms([&] {
+      kernels::launch_bn_backward_reduce(DType::bf16, g.data_ptr(), x.data_ptr(), c.s, ch, sums, nullptr);
+      kernels::launch_bn_backward_dx(DType::bf16, kernels::BnMode::train, g.data_ptr(), x.data_ptr(), c.s, ch,
+                                     sums.sum_g, sums.sum_gxhat, gx.data_ptr(), nullptr);
+    });
     print(std::string(c.name) + " fwd", x.numel(), 3, fwd);
     print(std::string(c.name) + " bwd", x.numel(), 5, bwd);
   }
