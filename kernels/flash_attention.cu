@@ -14,7 +14,7 @@
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
 // The query rows per iteration depend on the head dim (Note [Backward variants], Note [Lean backward]);
-// HADATRAIN_FLASH_BWD=2 selects the other tiles kept for measurement.
+// HADATRAIN_FLASH_BWD=2 selects the other tiles kept for comparison (slower in run 20).
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -853,8 +853,9 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 // The lean kernel with 8 warps was best or within 3 % everywhere and best on the longest shapes: it is the
 // default ("1") for both head dims, and the old kernel (its code was this kernel's non-lean body) and the
 // other two tile sets were removed. "2" (HADATRAIN_FLASH_BWD=2, the former variant 5: 4 warps, fewer query
-// rows, 3 CTAs per SM) was not in run 19's build and stays selectable until measured; making it the default
-// for one head dim is a change of BwdDefault / BwdAlt below.
+// rows, 3 CTAs per SM) measured slower than "1" on every shape in run 20 (fwd+bwd 0.2072 / 0.6585 / 2.3934 ms
+// at D 64 and 0.4278 / 1.4168 / 5.1918 at D 128, against 0.2058 / 0.6465 / 2.2545 and 0.3788 / 1.2449 /
+// 4.4964); it is kept only as a comparison point, and removing it with the switch is the next clean-up.
 // HADATRAIN_FLASH_BWD (read once, at the first backward; set_flash_backward_variant overrides it, which the GPU
 // tests and the bench use to run both) selects "1" (default) or "2".
 
