@@ -13,8 +13,7 @@
 // and dSᵀ = Pᵀ ∘ (dPᵀ - dsum), and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers; dQ += dS K is
 // computed from dSᵀ staged in shared memory and added into an fp32 buffer with atomics (so dq is not
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
-// The query rows per iteration depend on the head dim (Note [Backward variants], Note [Lean backward]);
-// HADATRAIN_FLASH_BWD=2 selects the other tiles kept for comparison (slower in run 20).
+// The query rows per iteration depend on the head dim (Note [Backward variants], Note [Lean backward]).
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -852,12 +851,10 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 //   4096, 128     6.3411        4.6036           5.5341        4.4880        3.6171
 // The lean kernel with 8 warps was best or within 3 % everywhere and best on the longest shapes: it is the
 // default ("1") for both head dims, and the old kernel (its code was this kernel's non-lean body) and the
-// other two tile sets were removed. "2" (HADATRAIN_FLASH_BWD=2, the former variant 5: 4 warps, fewer query
-// rows, 3 CTAs per SM) measured slower than "1" on every shape in run 20 (fwd+bwd 0.2072 / 0.6585 / 2.3934 ms
-// at D 64 and 0.4278 / 1.4168 / 5.1918 at D 128, against 0.2058 / 0.6465 / 2.2545 and 0.3788 / 1.2449 /
-// 4.4964); it is kept only as a comparison point, and removing it with the switch is the next clean-up.
-// HADATRAIN_FLASH_BWD (read once, at the first backward; set_flash_backward_variant overrides it, which the GPU
-// tests and the bench use to run both) selects "1" (default) or "2".
+// other two tile sets were removed. The last alternative (attn9's variant 5: 4 warps, fewer query rows, 3
+// CTAs per SM) measured slower on every shape in run 20 (fwd+bwd 0.2072 / 0.6585 / 2.3934 ms at D 64 and
+// 0.4278 / 1.4168 / 5.1918 at D 128, against 0.2058 / 0.6465 / 2.2545 and 0.3788 / 1.2449 / 4.4964) and was
+// removed with the HADATRAIN_FLASH_BWD switch: one backward kernel configuration per head dim remains.
 
 // Note [Lean backward]
 // flash_backward_kernel is the backward with what made the forward 2x faster (Note [Forward kernel]):
@@ -877,8 +874,7 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 //     over grid.z, the CTAs past the last key block returning at once.
 // Tiles (W warps of 16 keys, Bq query rows per iteration, CTAs per SM asked of ptxas) and ptxas sm_90a
 // (registers / spill store bytes, bf16 and f16 alike; shared memory per CTA):
-//   1 (default)  D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB   D 128: 8 w, Bq 32, 1  251 / 0, 122.5 KiB
-//   2            D 64: 4 w, Bq 32, 3 CTAs  168 / 0, 46.5 KiB  D 128: 4 w, Bq 16, 3  168 / 12, 57 KiB
+//   D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB   D 128: 8 w, Bq 32, 1  251 / 0, 122.5 KiB
 // ("1" in the CTA column: no register cap.) The 8-warp tiles (128 keys per CTA) halve the dQ atomics and the
 // Q / dO tile loads per key against 4 warps. dQ stays with fp32 atomics per key block: a separate dQ pass (a
 // CTA per query block looping over the key blocks) would recompute Sᵀ and dPᵀ, two of the backward's five
@@ -886,10 +882,6 @@ __global__ void flash_dq_convert_kernel(uint16_t* __restrict__ dq, const float* 
 // and -3 keep the atomics too.
 template <int D>
 using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 8, 64, 1>, BwdCfg<D, 8, 32, 1>>;
-template <int D>
-using BwdAlt = std::conditional_t<D == 64, BwdCfg<64, 4, 32, 3>, BwdCfg<D, 4, 16, 3>>;
-
-std::atomic<int> g_bwd_variant_override{0};
 
 // Note [Forward kernel]
 // flash_forward_kernel is FlashAttention-2's forward with:
@@ -914,15 +906,6 @@ std::atomic<int> g_bwd_variant_override{0};
 // everywhere (docs/cuda_backend.md), and the others were removed.
 template <int D>
 using FwdDefault = FwdTiles<D, 4, 2, D == 64 ? 128 : 64, 2>;
-
-int env_backward_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_FLASH_BWD");
-    const bool digit = e != nullptr && e[0] >= '1' && e[0] <= '9' && e[1] == '\0';
-    return digit && e[0] - '0' <= kFlashBackwardVariants ? e[0] - '0' : 1;
-  }();
-  return v;
-}
 
 FlashParams make_params(const AttnShape& s) {
   FlashParams p{};
@@ -969,12 +952,6 @@ bool flash_layout_ok(const void* data, const AttnStrides& st) {
   return reinterpret_cast<std::uintptr_t>(data) % 16 == 0 && st.b % kVec == 0 && st.h % kVec == 0 &&
          st.t % kVec == 0 && st.t > -kMaxT && st.t < kMaxT;
 }
-
-int flash_backward_variant() {
-  const int o = g_bwd_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kFlashBackwardVariants ? o : env_backward_variant();
-}
-void set_flash_backward_variant(int variant) { g_bwd_variant_override.store(variant, std::memory_order_relaxed); }
 
 FlashAttentionCounts flash_attention_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
 
@@ -1047,10 +1024,7 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
           static_cast<const uint16_t*>(a.q.data), static_cast<const uint16_t*>(a.k.data),
           static_cast<const uint16_t*>(a.v.data), static_cast<const uint16_t*>(a.dout.data), a.lse, a.dsum, p);
     };
-    switch (flash_backward_variant()) {  // Note [Backward variants]
-      case 2: run(BwdAlt<D>{}); break;
-      default: run(BwdDefault<D>{}); break;
-    }
+    run(BwdDefault<D>{});  // Note [Backward variants]
     HT_CHECK_LAUNCH("flash_attention_backward");
     flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(
         static_cast<uint16_t*>(a.dq.data), a.dq_acc, p, rows);

@@ -63,16 +63,6 @@ struct FlashBackwardArgs {
 };
 void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const AttnShape& s, cudaStream_t stream);
 
-// Which backward kernel runs: 1 (the default: 8 warps, 128 keys per CTA) or 2 (4 warps, fewer query rows, 3
-// CTAs per SM; slower on every shape in run 20, kept as a comparison point: Note [Backward variants] and
-// Note [Lean backward] in kernels/flash_attention.cu). The environment variable HADATRAIN_FLASH_BWD (read once per process) picks it
-// unless set_flash_backward_variant gave 1..kFlashBackwardVariants (0 or anything else: back to the
-// environment's choice). Both compute the same gradients within rounding (dq's atomic order aside; dk and dv
-// are deterministic per variant).
-inline constexpr int kFlashBackwardVariants = 2;
-int flash_backward_variant();
-void set_flash_backward_variant(int variant);
-
 // How many forward and backward passes the fused kernels ran in this process (tests assert that the fused
 // path was taken rather than the fallback).
 struct FlashAttentionCounts {

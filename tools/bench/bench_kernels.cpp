@@ -20,7 +20,6 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "kernels/batchnorm.h"        // bench_bn_gelu_variants
-#include "kernels/flash_attention.h"  // bench_attention_bwd_variants
 #include "kernels/rows.h"             // bench_norm_variants
 
 using namespace ht;
@@ -359,41 +358,6 @@ void bench_attention(bool csv) {
     }
 }
 // ---- end bench_attention ----
-
-// ---- bench_attention_bwd_variants (helper attn7) ----
-// The fused backward's kernel variants (Note [Backward variants] in kernels/flash_attention.cu: 1 is the
-// default, 8 warps; 2 the 4-warp tiles kept until measured; the process default comes from HADATRAIN_FLASH_BWD) on
-// bench_attention's shapes: bf16 causal, B = 4, H = 16, forward + backward through the op, each variant
-// selected with kernels::set_flash_backward_variant, and the backward alone estimated as that minus the
-// forward (no grad) of the same shape.
-void bench_attention_bwd_variants(bool csv) {
-  Generator gen(7);
-  if (csv) std::printf("attention bwd variant,B,H,T,D,variant,fwd+bwd_ms,bwd_ms\n");
-  else std::printf("\n%-42s %8s %12s %10s\n", "attention bf16 causal bwd variants", "variant", "fwd+bwd ms", "bwd ms");
-  const int64_t B = 4, H = 16;
-  for (int64_t D : {int64_t{64}, int64_t{128}})
-    for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
-      AttentionCase c = attention_case(gen, B, H, T, D);
-      Tensor keep;
-      const double fwd_ms = time_ms([&] {
-        NoGradGuard no_grad;
-        keep = scaled_dot_product_attention(c.q, c.k, c.v, {AttnMask::causal, 0.0});
-      });
-      for (int variant = 1; variant <= kernels::kFlashBackwardVariants; ++variant) {
-        kernels::set_flash_backward_variant(variant);
-        const double ms = attention_fwd_bwd_ms(c);
-        if (csv)
-          std::printf("attention_bwd_variant,%lld,%lld,%lld,%lld,%d,%.4f,%.4f\n", static_cast<long long>(B),
-                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, ms,
-                      ms - fwd_ms);
-        else
-          std::printf("%-42s %8d %12.4f %10.4f\n", ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(),
-                      variant, ms, ms - fwd_ms);
-      }
-      kernels::set_flash_backward_variant(0);
-    }
-}
-// ---- end bench_attention_bwd_variants ----
 
 // ---- bench_norm_gelu (helper kernels) ----
 // Batch norm (train, f32 weight / bias / running stats), GELU, layer_norm and softmax backward in bf16 through
@@ -831,7 +795,6 @@ int main(int argc, char** argv) {
   bench_lowp_gemm(csv);
   bench_conv_bn(csv);
   bench_attention(csv);
-  bench_attention_bwd_variants(csv);
   bench_attention_packed(csv);
   bench_grad_quant(csv, floor_gbs);
   bench_hla(csv, floor_gbs);
