@@ -110,10 +110,11 @@ struct Stats {
   double s1, s2;
 };
 
-template <bool kSawb>
-HT_DEV void add_stats(Stats& st, const float v[kU], int n) {
+// Folds the first n of N values into st (max |v|; with SAWB the sums of |v| and v², in index order).
+template <bool kSawb, int N = kU>
+HT_DEV void add_stats(Stats& st, const float* v, int n) {
 #pragma unroll
-  for (int k = 0; k < kU; ++k) {
+  for (int k = 0; k < N; ++k) {
     if (k < n) {
       st.amax = fmaxf(st.amax, fabsf(v[k]));
       if (kSawb) {
@@ -569,15 +570,7 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
     for (int r = 0; r < kItemSlots; ++r) {
       rotate_item(v[r], a.hadamard, sign);
       if (has[r]) {
-#pragma unroll
-        for (int k = 0; k < kItem; ++k) {
-          st.amax = fmaxf(st.amax, fabsf(v[r][k]));
-          if (kSawb) {
-            const double d = static_cast<double>(v[r][k]);
-            st.s1 = __dadd_rn(st.s1, fabs(d));
-            st.s2 = __dadd_rn(st.s2, __dmul_rn(d, d));
-          }
-        }
+        add_stats<kSawb, kItem>(st, v[r], kItem);
       }
     }
     st = team_reduce<kSawb>(st, smem, team);
@@ -746,15 +739,7 @@ __global__ void __launch_bounds__(kThreads, kSawb ? 5 : 6) quant_partial_items_k
         }
         rotate_item(v[r], a.hadamard, sign);
         if (has[r]) {
-#pragma unroll
-          for (int k = 0; k < kItem; ++k) {
-            st.amax = fmaxf(st.amax, fabsf(v[r][k]));
-            if (kSawb) {
-              const double d = static_cast<double>(v[r][k]);
-              st.s1 = __dadd_rn(st.s1, fabs(d));
-              st.s2 = __dadd_rn(st.s2, __dmul_rn(d, d));
-            }
-          }
+          add_stats<kSawb, kItem>(st, v[r], kItem);
         }
       }
     }

@@ -100,6 +100,7 @@ class HlqPipeline final : public Pipeline {
     HT_CHECK(o.extra_tokens >= 1, "hlq: extra_tokens must be >= 1, got {}", o.extra_tokens);
   }
   std::string name() const override { return "hlq"; }
+  bool draws_noise() const override { return true; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                         bool save) override {

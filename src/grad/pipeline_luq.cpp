@@ -29,6 +29,7 @@ class LuqPipeline final : public Pipeline {
     HT_CHECK(o.x_bits >= 2 && o.x_bits <= 5, "luq: x_bits must be 2..5 (integers exact in e4m3), got {}", o.x_bits);
   }
   std::string name() const override { return "luq"; }
+  bool draws_noise() const override { return true; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
                         bool save) override {

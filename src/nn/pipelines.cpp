@@ -1,6 +1,8 @@
 // bind_pipelines: one pipeline object per Linear / Conv2d, chosen by module-name pattern.
 #include "hadatrain/nn/pipelines.h"
 
+#include <algorithm>
+
 #include "hadatrain/nn/layers.h"
 
 namespace ht::nn {
@@ -37,6 +39,11 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
     out.push_back({name, type, grad::describe(spec), b});
   }
   return out;
+}
+
+bool any_draws_noise(const std::vector<BoundLayer>& layers) {
+  return std::any_of(layers.begin(), layers.end(),
+                     [](const BoundLayer& l) { return l.binding->pipeline && l.binding->pipeline->draws_noise(); });
 }
 
 }  // namespace ht::nn

@@ -195,8 +195,10 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   model->to(device);
   auto optimizer = make_optimizer(cfg, *model);
   auto clock = std::make_shared<grad::StepClock>();  // Note [Pipeline noise]: the step keys stochastic rounding
-  clock->keep_on_device(device);  // CUDA: the quantisers read the step from the device (recordable steps)
-  log_pipelines(nn::bind_pipelines(*model, cfg.grad_pipeline, clock));
+  const std::vector<nn::BoundLayer> bound = nn::bind_pipelines(*model, cfg.grad_pipeline, clock);
+  log_pipelines(bound);
+  // CUDA: the quantisers read the step from the device (recordable steps); a run without noise writes nothing.
+  if (nn::any_draws_noise(bound)) clock->keep_on_device(device);
 
   data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
   const data::LoaderOptions eval_opts = loader_options(cfg, ds, Split::test);

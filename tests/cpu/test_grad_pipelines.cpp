@@ -419,3 +419,18 @@ TEST_CASE("noise keys: a host step is baked into the stream and stops a step rec
   CHECK(!clock.word.defined());
   CHECK(clock.step == 9);
 }
+
+TEST_CASE("pipelines say whether they draw noise; a bound model needs a device step clock only then", "[grad]") {
+  for (const char* name : {"exact", "hlq", "lbp_wht", "luq"}) {
+    grad::PipelineSpec s;
+    s.name = name;
+    INFO(name);
+    const bool noisy = std::string(name) == "hlq" || std::string(name) == "luq";
+    CHECK(grad::make_pipeline(s)->draws_noise() == noisy);
+    Generator gen(1);
+    nn::Linear lin(8, 4, nn::Bias::no, gen);
+    grad::PipelineConfig cfg;
+    cfg.default_spec = s;
+    CHECK(nn::any_draws_noise(nn::bind_pipelines(lin, cfg, std::make_shared<grad::StepClock>())) == noisy);
+  }
+}

@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
     pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
   }
   auto clock = std::make_shared<grad::StepClock>();
-  clock->keep_on_device(dev);  // as the trainer: the noise's step is read on the device (recordable HLQ steps)
-  nn::bind_pipelines(*model, pc, clock);
+  // as the trainer: a pipeline's noise step is read on the device (recordable HLQ steps)
+  if (nn::any_draws_noise(nn::bind_pipelines(*model, pc, clock))) clock->keep_on_device(dev);
   auto opt = optim::make_sgd(optim::make_param_refs(model->named_parameters()), {.momentum = 0.9});
   const Tensor x = randn({batch, 3, image, image}, gen, {DType::f32, dev}).to(dt);
   const Tensor y = from_vector(std::vector<int64_t>(static_cast<std::size_t>(batch), 7), {batch}, {DType::i64, dev});

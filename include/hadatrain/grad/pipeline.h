@@ -154,6 +154,9 @@ class Pipeline {
   // forward will say false). Layers then take their plain op (cuDNN, fused bias) when no gradient is needed,
   // e.g. in evaluation.
   virtual bool exact_forward() const { return true; }
+  // Whether backward draws stochastic-rounding noise keyed by the step (NoiseKey::noise): then a CUDA run
+  // keeps the step clock on the device (StepClock::keep_on_device) so that its steps can be recorded.
+  virtual bool draws_noise() const { return false; }
 };
 
 // A new pipeline for one layer. Throws for an unknown name.

@@ -37,4 +37,7 @@ struct BoundLayer {
 std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig& config,
                                        std::shared_ptr<const grad::StepClock> clock);
 
+// Whether any bound layer's pipeline draws stochastic-rounding noise (grad::Pipeline::draws_noise).
+bool any_draws_noise(const std::vector<BoundLayer>& layers);
+
 }  // namespace ht::nn
