@@ -2,13 +2,18 @@
 // API on large tensors and reports achieved bandwidth and its ratio to the measured copy bandwidth (the
 // floor: a same-dtype clone reads and writes every byte once). Timing: CUDA events around `iters`
 // back-to-back launches after a warm-up, median of `reps` such batches. GEMM rows (bench_gemm) report TFLOP/s.
-// Usage: bench_kernels [elements = 268435456] [--csv]
+// Usage: bench_kernels [elements = 268435456] [--csv] [--only BLOCK[,BLOCK...]]
+// Blocks: main (the table above), gemm, lowp, conv, attention, attention_packed, grad_quant, hla, norm_gelu,
+// norm_variants, bn_relu, bn_gelu; --only (or env HADATRAIN_BENCH_ONLY) runs the listed ones, e.g. to profile
+// one block under Nsight Compute. HADATRAIN_BENCH_ATTN="D:T" restricts the attention block to one case.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -336,8 +341,10 @@ void bench_attention(bool csv) {
     std::printf("\n%-42s %10s %10s %12s %10s\n", "attention bf16 causal (B=4, H=16)", "fwd ms", "TFLOP/s",
                 "fwd+bwd ms", "TFLOP/s");
   const int64_t B = 4, H = 16;
+  const char* only_case = std::getenv("HADATRAIN_BENCH_ATTN");  // "D:T", e.g. "128:4096"
   for (int64_t D : {int64_t{64}, int64_t{128}})
     for (int64_t T : {int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
+      if (only_case && *only_case && std::to_string(D) + ":" + std::to_string(T) != only_case) continue;
       AttentionCase c = attention_case(gen, B, H, T, D);
       Tensor keep;
       const double fwd_ms = time_ms([&] {
@@ -748,10 +755,27 @@ void bench_norm_variants(bool csv, double copy_gbs) {
 int main(int argc, char** argv) {
   int64_t n = 1LL << 28;
   bool csv = false;
+  std::string only = std::getenv("HADATRAIN_BENCH_ONLY") ? std::getenv("HADATRAIN_BENCH_ONLY") : "";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0) csv = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else n = std::stoll(argv[i]);
   }
+  const char* const blocks[] = {"main",       "gemm", "lowp",      "conv",          "attention", "attention_packed",
+                                "grad_quant", "hla",  "norm_gelu", "norm_variants", "bn_relu",   "bn_gelu"};
+  std::vector<std::string> selected;
+  {
+    std::istringstream in(only);
+    for (std::string b; std::getline(in, b, ',');) {
+      if (b.empty()) continue;
+      if (std::find(std::begin(blocks), std::end(blocks), b) == std::end(blocks)) {
+        std::fprintf(stderr, "bench_kernels: unknown block '%s' in --only / HADATRAIN_BENCH_ONLY\n", b.c_str());
+        return 2;
+      }
+      selected.push_back(b);
+    }
+  }
+  auto want = [&](const char* b) { return selected.empty() || std::find(selected.begin(), selected.end(), b) != selected.end(); };
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 77;
@@ -766,23 +790,26 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   Tensor keep;
   rows.push_back({"copy f32 (clone)", 2 * f4, time_ms([&] { keep = x.clone(); })});
-  rows.push_back({"add f32", 3 * f4, time_ms([&] { keep = add(x, y); })});
-  rows.push_back({"mul f32 by scalar", 2 * f4, time_ms([&] { keep = mul(x, 1.5); })});
-  rows.push_back({"add bf16", 3 * f2, time_ms([&] { keep = add(xb, yb); })});
-  rows.push_back({"relu f32", 2 * f4, time_ms([&] { keep = relu(x); })});
-  rows.push_back({"gelu (erf) bf16", 2 * f2, time_ms([&] { keep = gelu(xb); })});
-  rows.push_back({"convert f32->bf16", f4 + f2, time_ms([&] { keep = x.to(DType::bf16); })});
-  rows.push_back({"convert f32->f8e4m3", f4 + n, time_ms([&] { keep = x.to(DType::f8e4m3); })});
-  rows.push_back({"sum f32 (all)", f4, time_ms([&] { keep = sum(x); })});
-  rows.push_back({"sum f32 rows (.., 4096)", f4, time_ms([&] { keep = sum(m, {1}); })});
-  rows.push_back({"sum f32 cols (4096 of ..)", f4, time_ms([&] { keep = sum(m, {0}); })});
-  rows.push_back({"transpose copy f32 (.., 4096)^T", 2 * f4, time_ms([&] { keep = m.transpose(0, 1).contiguous(); })});
-  // row kernels (kernels/rows.cu): read x and write y once each; bf16 (n / 4096, 4096), 65536 x 4096 by default
-  const Tensor mb = m.to(DType::bf16);
-  const Tensor lw = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
-  const Tensor lb = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
-  rows.push_back({"softmax bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = softmax(mb, 1); })});
-  rows.push_back({"layer_norm bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = layer_norm(mb, lw, lb); })});
+  // the copy row is the floor every block divides by, so it is always measured
+  if (want("main")) {
+    rows.push_back({"add f32", 3 * f4, time_ms([&] { keep = add(x, y); })});
+    rows.push_back({"mul f32 by scalar", 2 * f4, time_ms([&] { keep = mul(x, 1.5); })});
+    rows.push_back({"add bf16", 3 * f2, time_ms([&] { keep = add(xb, yb); })});
+    rows.push_back({"relu f32", 2 * f4, time_ms([&] { keep = relu(x); })});
+    rows.push_back({"gelu (erf) bf16", 2 * f2, time_ms([&] { keep = gelu(xb); })});
+    rows.push_back({"convert f32->bf16", f4 + f2, time_ms([&] { keep = x.to(DType::bf16); })});
+    rows.push_back({"convert f32->f8e4m3", f4 + n, time_ms([&] { keep = x.to(DType::f8e4m3); })});
+    rows.push_back({"sum f32 (all)", f4, time_ms([&] { keep = sum(x); })});
+    rows.push_back({"sum f32 rows (.., 4096)", f4, time_ms([&] { keep = sum(m, {1}); })});
+    rows.push_back({"sum f32 cols (4096 of ..)", f4, time_ms([&] { keep = sum(m, {0}); })});
+    rows.push_back({"transpose copy f32 (.., 4096)^T", 2 * f4, time_ms([&] { keep = m.transpose(0, 1).contiguous(); })});
+    // row kernels (kernels/rows.cu): read x and write y once each; bf16 (n / 4096, 4096), 65536 x 4096 by default
+    const Tensor mb = m.to(DType::bf16);
+    const Tensor lw = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
+    const Tensor lb = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
+    rows.push_back({"softmax bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = softmax(mb, 1); })});
+    rows.push_back({"layer_norm bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = layer_norm(mb, lw, lb); })});
+  }
   const double floor_gbs = rows[0].bytes / rows[0].ms * 1e-6;
   if (csv) std::printf("kernel,elements,ms,GB/s,ratio_to_copy\n");
   else std::printf("%-34s %12s %10s %10s %8s\n", "kernel", "elements", "ms", "GB/s", "vs copy");
@@ -791,16 +818,16 @@ int main(int argc, char** argv) {
     if (csv) std::printf("%s,%lld,%.4f,%.1f,%.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
     else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
   }
-  bench_gemm(csv);
-  bench_lowp_gemm(csv);
-  bench_conv_bn(csv);
-  bench_attention(csv);
-  bench_attention_packed(csv);
-  bench_grad_quant(csv, floor_gbs);
-  bench_hla(csv, floor_gbs);
-  bench_norm_gelu(csv, floor_gbs);
-  bench_norm_variants(csv, floor_gbs);
-  bench_bn_relu(csv);
-  bench_bn_gelu_variants(csv, floor_gbs);
+  if (want("gemm")) bench_gemm(csv);
+  if (want("lowp")) bench_lowp_gemm(csv);
+  if (want("conv")) bench_conv_bn(csv);
+  if (want("attention")) bench_attention(csv);
+  if (want("attention_packed")) bench_attention_packed(csv);
+  if (want("grad_quant")) bench_grad_quant(csv, floor_gbs);
+  if (want("hla")) bench_hla(csv, floor_gbs);
+  if (want("norm_gelu")) bench_norm_gelu(csv, floor_gbs);
+  if (want("norm_variants")) bench_norm_variants(csv, floor_gbs);
+  if (want("bn_relu")) bench_bn_relu(csv);
+  if (want("bn_gelu")) bench_bn_gelu_variants(csv, floor_gbs);
   return 0;
 }
