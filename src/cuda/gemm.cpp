@@ -31,15 +31,33 @@
 // (m, round16(k)) and (round16(n), round16(k)) padded with zeros: zeros along k add exact zeros to every
 // dot product and the extra rows of b only produce extra columns of a padded result, of which the (m, n)
 // part is copied out. If cuBLASLt offers no algorithm even then, a simple one-thread-per-output kernel of
-// ours runs instead (correct, slow). Nothing here synchronises with the host.
+// ours runs instead (correct, slow). Nothing here synchronises with the host, except the one-time
+// timing of Note [GEMM algorithm tuning].
+//
+// Note [GEMM algorithm tuning]
+// cuBLASLt's heuristic ranks algorithms by a model, and its first choice is not always the fastest: on
+// the H200 its fp8 pick for 8192x4096x11008 ran 8 % slower than PyTorch's _scaled_mm on the same cuBLASLt,
+// and its fast-accumulation pick was slower than the precise one. So a plan asks the heuristic for up to
+// kTuneCandidates algorithms, and the first time the plan runs outside a CUDA graph capture (on the
+// real operands, beta = 0 only: the timing runs overwrite C) each candidate runs once untimed and
+// kTuneReps times between two events; the fastest is kept in the plan for every later call. That costs one
+// host synchronisation per plan (the first call) and a few products' time. Which products are tuned is
+// HADATRAIN_GEMM_TUNE (read once per process): `lowp` (the default: the fp8 and int8 products of
+// gemm_lowp_nt), `all` (also gemm()'s f32/bf16/f16 products with beta = 0), `off` (the heuristic's first
+// choice everywhere). A plan first made during a graph capture keeps the heuristic's choice, so a step
+// graph and the eager steps before it run the same algorithm. Timing can pick different algorithms in
+// different processes, whose results may differ in the last bits (different tile or split-k sums).
 #include "hadatrain/cuda/gemm.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "hadatrain/cuda/allocator.h"
 #include "hadatrain/cuda/check.h"
@@ -51,6 +69,22 @@ namespace ht::cuda {
 namespace {
 
 thread_local Tf32 t_tf32 = Tf32::off;
+
+// Note [GEMM algorithm tuning]
+enum class Tune { off, lowp, all };
+constexpr int kTuneCandidates = 8;
+constexpr int kTuneReps = 3;
+
+Tune tune_mode() {
+  static const Tune mode = [] {
+    const char* v = std::getenv("HADATRAIN_GEMM_TUNE");
+    if (!v || !*v || std::strcmp(v, "lowp") == 0) return Tune::lowp;
+    if (std::strcmp(v, "all") == 0) return Tune::all;
+    if (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0) return Tune::off;
+    HT_FAIL("HADATRAIN_GEMM_TUNE={} is not a tuning mode (lowp, all or off)", v);
+  }();
+  return mode;
+}
 
 std::string describe(const GemmArgs& g) {
   return fmt::format("gemm {} -> {}: m {} n {} k {}, trans_a {} trans_b {}, lda {} ldb {} ldc {}, batch {} (strides {} {} {}){}",
@@ -119,6 +153,9 @@ struct Plan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;  // cuBLAS's A (our B), B (our A), C = D
   cublasLtMatmulAlgo_t algo{};
   bool has_algo = false;
+  // The heuristic's other candidates, to be timed on the first call (Note [GEMM algorithm tuning]);
+  // empty once tuned, or when tuning is off for this product.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
   ~Plan() {
     if (la) (void)cublasLtMatrixLayoutDestroy(la);
     if (lb) (void)cublasLtMatrixLayoutDestroy(lb);
@@ -162,8 +199,9 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 }
 
 // Asks the heuristic for the best algorithm of p's descriptors with these pointer alignments (cuBLAS's
-// A, B, C, D); leaves p.has_algo false when there is none.
-void find_algo(Plan& plan, const std::array<uint32_t, 4>& align) {
+// A, B, C, D); leaves p.has_algo false when there is none. With `tune`, and outside a graph capture, the
+// heuristic's next candidates go into p.candidates (Note [GEMM algorithm tuning]).
+void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune) {
   Plan* p = &plan;
   cublasLtMatmulPreference_t pref = nullptr;
   HT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -179,13 +217,21 @@ void find_algo(Plan& plan, const std::array<uint32_t, 4>& align) {
   for (int i = 0; i < 4; ++i)
     HT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[static_cast<std::size_t>(i)],
                                                          sizeof(uint32_t)));
-  cublasLtMatmulHeuristicResult_t result{};
+  if (tune) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    HT_CUDA_CHECK(cudaStreamIsCapturing(current_stream(), &capture));
+    tune = capture == cudaStreamCaptureStatusNone;
+  }
+  std::array<cublasLtMatmulHeuristicResult_t, kTuneCandidates> results{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p->desc, p->la, p->lb, p->lc, p->lc,
-                                                           pref, 1, &result, &found);
+                                                           pref, tune ? kTuneCandidates : 1, results.data(), &found);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-    p->algo = result.algo;
+    p->algo = results[0].algo;
     p->has_algo = true;
+    for (int i = 1; i < found; ++i)
+      if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+        p->candidates.push_back(results[static_cast<std::size_t>(i)].algo);
   } else if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_SUCCESS) {
     HT_CUBLAS_CHECK(st);  // a real failure (not "no algorithm")
   }
@@ -214,7 +260,7 @@ std::unique_ptr<Plan> make_plan(const GemmArgs& g, const std::array<uint32_t, 4>
                                  : make_layout(in, g.m, g.k, g.lda, g.batch, g.stride_a);
   p->lc = make_layout(out, g.n, g.m, g.ldc, g.batch, g.stride_c);
 
-  find_algo(*p, align);
+  find_algo(*p, align, tune_mode() == Tune::all && g.beta == 0.0);
   return p;
 }
 
@@ -236,6 +282,41 @@ Plan& plan_for(const GemmArgs& g) {
   if (it != plans.end()) return *it->second;
   if (plans.size() >= kMaxPlans) plans.clear();
   return *plans.emplace(key, make_plan(g, align)).first->second;
+}
+
+// Note [GEMM algorithm tuning]: run(algo) issues the product with that algorithm on `stream` and returns
+// cuBLASLt's status. Times the heuristic's first choice and every candidate, keeps the fastest in
+// p.algo and clears p.candidates. A candidate that fails to launch is skipped.
+template <class Run>
+void tune_plan(Plan& p, cudaStream_t stream, Run&& run) {
+  std::vector<cublasLtMatmulAlgo_t> all{p.algo};
+  all.insert(all.end(), p.candidates.begin(), p.candidates.end());
+  p.candidates.clear();
+  cudaEvent_t start = nullptr, stop = nullptr;
+  HT_CUDA_CHECK(cudaEventCreate(&start));
+  struct EventGuard {
+    cudaEvent_t& a;
+    cudaEvent_t& b;
+    ~EventGuard() {
+      if (a) (void)cudaEventDestroy(a);
+      if (b) (void)cudaEventDestroy(b);
+    }
+  } guard{start, stop};
+  HT_CUDA_CHECK(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (run(all[i]) != CUBLAS_STATUS_SUCCESS) continue;  // untimed warm-up; a candidate that cannot run drops out
+    HT_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < kTuneReps; ++r) HT_CUBLAS_CHECK(run(all[i]));
+    HT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    HT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    HT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i == 0 || ms < best_ms) {
+      best_ms = ms;
+      p.algo = all[i];
+    }
+  }
 }
 
 cublasHandle_t blas_handle(cudaStream_t stream) {
@@ -292,8 +373,12 @@ void gemm(const GemmArgs& g) {
     const void* alpha = g.dtype == DType::f64 ? static_cast<const void*>(&g.alpha) : &af;
     const void* beta = g.dtype == DType::f64 ? static_cast<const void*>(&g.beta) : &bf;
     const Workspace ws = cublas_workspace();
-    HT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.desc, alpha, g.b, p.la, g.a, p.lb, beta, g.c, p.lc, g.c, p.lc,
-                                   &p.algo, ws.ptr, ws.bytes, stream));
+    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(cublaslt_handle(), p.desc, alpha, g.b, p.la, g.a, p.lb, beta, g.c, p.lc, g.c, p.lc, &algo,
+                            ws.ptr, ws.bytes, stream);
+    };
+    if (!p.candidates.empty()) tune_plan(p, stream, run);
+    HT_CUBLAS_CHECK(run(p.algo));
   });
 }
 
@@ -380,7 +465,7 @@ std::unique_ptr<Plan> make_lowp_plan(const LowpGemmArgs& g, const std::array<uin
   p->la = make_layout(lowp_type(g.b_dtype), g.k, g.n, g.ldb, g.batch, g.stride_b);
   p->lb = make_layout(lowp_type(g.a_dtype), g.k, g.m, g.lda, g.batch, g.stride_a);
   p->lc = make_layout(lowp_type(g.c_dtype), g.n, g.m, g.ldc, g.batch, g.stride_c);
-  find_algo(*p, align);
+  find_algo(*p, align, tune_mode() != Tune::off);
   return p;
 }
 
@@ -416,8 +501,12 @@ void run_lowp(Plan& p, const LowpGemmArgs& g, cudaStream_t stream) {
   const void* alpha = fp8 ? static_cast<const void*>(&af) : &ai;
   const void* beta = fp8 ? static_cast<const void*>(&bf) : &bi;
   const Workspace ws = cublas_workspace();
-  HT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.desc, alpha, g.b, p.la, g.a, p.lb, beta, g.c, p.lc, g.c, p.lc,
-                                 &p.algo, ws.ptr, ws.bytes, stream));
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(cublaslt_handle(), p.desc, alpha, g.b, p.la, g.a, p.lb, beta, g.c, p.lc, g.c, p.lc, &algo,
+                          ws.ptr, ws.bytes, stream);
+  };
+  if (!p.candidates.empty()) tune_plan(p, stream, run);
+  HT_CUBLAS_CHECK(run(p.algo));
 }
 
 kernels::LowpKernelArgs kernel_args(const LowpGemmArgs& g) {

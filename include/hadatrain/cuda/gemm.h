@@ -50,7 +50,9 @@ void gemm(const GemmArgs& args);
 // product runs (the host never reads them; the plan cache does not depend on them or their values).
 // Any sizes and alignments work: when cuBLASLt's int8/fp8 requirements are not met, the operands are
 // copied into zero-padded, aligned buffers; if cuBLASLt still has no algorithm, a simple kernel runs.
-// No host synchronisation anywhere. Throws ht::Error on bad arguments or unsupported dtypes.
+// No host synchronisation, except once per new plan (shape) while HADATRAIN_GEMM_TUNE (default `lowp`)
+// times the heuristic's candidate algorithms (Note [GEMM algorithm tuning] in src/cuda/gemm.cpp).
+// Throws ht::Error on bad arguments or unsupported dtypes.
 enum class Fp8Accum { precise, fast };  // fast = CUBLASLT_MATMUL_DESC_FAST_ACCUM (less accurate)
 enum class LowpImpl { automatic, fallback_kernel };  // fallback_kernel: always our simple kernel (tests)
 struct LowpGemmArgs {
