@@ -79,6 +79,23 @@ struct BnBackwardSums {
 void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, BnBackwardSums out,
                                cudaStream_t stream);
 
+// Channels-first (S > 1) kernel variant (Note [Batch-norm plane kernels] in kernels/batchnorm.cu):
+//   1 (split): blockIdx = (channel, split of its N*S values), per-block partial sums;
+//   2 (planes): a warp per (n, c) plane of S contiguous values, grids of one wave striding over the planes
+//     (normalize / dx from the last plane down), per-plane partial sums finalised by the channel's last warp.
+//     Taken when 2048 <= N*C <= 67584 planes, S >= 32 and C <= 4096; other shapes use variant 1's kernels.
+//   3 (vstore): variant 1 with the normalize and dx kernels storing 16-byte packs as one 16-byte store
+//     (variant 1's bf16 / f16 stores compile to 2-byte stores); results bit-identical to variant 1. The
+//     default (fastest in run 22).
+// HADATRAIN_BN_CF_KERNEL = split | planes | vstore (or 1 | 2 | 3) in the environment, read once per process,
+// picks the variant (unset: 3); set_bn_cf_variant(v) overrides it (0: back to the environment; the GPU tests and
+// bench_kernels run every variant). All agree within rounding (variant 2 groups the partial sums differently).
+int bn_cf_variant();
+void set_bn_cf_variant(int variant);
+inline constexpr int kBnCfVariants = 3;
+// Launches of the plane kernels in this process (the GPU tests assert that variant 2 takes them).
+int64_t bn_plane_launches();
+
 // (Note [Batch-norm kernels] in kernels/batchnorm.cu: the channels-first reductions are finalised by their
 // last block through per-channel atomic tickets, with a separate finalize launch as the fallback; results are
 // the same either way.)

@@ -1029,6 +1029,21 @@ HT_DEV void cp_async_wait(int pending) {
 #endif
 }
 
+// Programmatic dependent launch (sm_90): the dependent grid (launched with the programmatic stream
+// serialization attribute) may start once every block of this one has called grid_dependents_launch (or
+// exited); grid_dependency_wait returns once the preceding grid has completed and its writes are visible (at
+// once when the grid was launched without the attribute).
+HT_DEV void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+HT_DEV void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 HT_DEV bool d_finite(float v) { return isfinite(v); }
 HT_DEV bool d_finite(double v) { return isfinite(v); }
 HT_DEV float d_fma(float a, float b, float c) { return fmaf(a, b, c); }
@@ -1111,8 +1126,60 @@ HT_DEV bool stage_param(A* dst, const Param<T, A>& p, int64_t d, A none) {
   return fin;
 }
 
-// Variant 3's forward takes the shift by a shuffle from lane 0 (no shift slot) when a row group is at most a warp.
-HT_HD inline bool staged_shfl_shift(bool tuned, int tpr) { return tuned && tpr <= 32; }
+// NormParamsAt::reg_narrow: the thread's packs of a bf16 / f16 parameter (or nothing without it) into
+// registers; true when every value is finite.
+template <class T, int NP>
+HT_DEV bool reg_params_narrow(Pack<T, kVec<T>> (&out)[NP], const Param<T, acc_t<T>>& p, int64_t d, int lane, int tpr) {
+  constexpr int V = kVec<T>;
+  if (!p.p) return true;
+  const int packs = static_cast<int>(d / V);
+  const T* pt = static_cast<const T*>(p.p);
+  const bool vec = aligned_to(p.p, 16);
+  bool fin = true;
+#pragma unroll
+  for (int i = 0; i < NP; ++i) {
+    const int q = lane + i * tpr;
+    if (q >= packs) continue;
+    if (vec) {
+      out[i] = reinterpret_cast<const Pack<T, V>*>(pt)[q];
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) out[i].v[k] = pt[static_cast<int64_t>(q) * V + k];
+    }
+    acc_t<T> f[V];
+    unpack(out[i], f);
+#pragma unroll
+    for (int k = 0; k < V; ++k) fin = fin && d_finite(f[k]);
+  }
+  return fin;
+}
+
+// The staged forward takes the shift by a shuffle from lane 0 (no shift slot) when a row group is at most a warp.
+HT_HD inline bool staged_shfl_shift(int tpr) { return tpr <= 32; }
+
+// kReg (variant 3, Note [Norm kernel variants]): the thread's own parameter values (the columns of its packs,
+// the same in every row) into registers, straight from global memory (16-byte loads when aligned, else element
+// by element); true when every one is finite.
+template <class T, class A, int NP, int V>
+HT_DEV bool reg_params(A (&out)[NP][V], const Param<T, A>& p, int64_t d, int lane, int tpr, A none) {
+  const int packs = static_cast<int>(d / V);
+  const bool vec = p.p && aligned_to(p.p, 16);
+  bool fin = true;
+#pragma unroll
+  for (int i = 0; i < NP; ++i) {
+    const int q = lane + i * tpr;
+    if (q >= packs) continue;
+    if (vec || !p.p) {
+      load_param<T, A, V>(p, q * V, none, out[i]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) out[i][k] = p[static_cast<int64_t>(q) * V + k];
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) fin = fin && d_finite(out[i][k]);
+  }
+  return fin;
+}
 
 // Row-group bookkeeping shared by the two staged kernels.
 struct StagedRows {
@@ -1127,14 +1194,26 @@ struct StagedRows {
   HT_DEV int64_t row_of(int64_t grp) const { return grp * per_block + slot; }
 };
 
-template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, int tpr, int stages, bool tuned) {
+// Where the staged forward keeps the norm parameters: shared memory (variant 2), or (variant 3) registers as
+// S, or as packs of the row dtype (bf16 / f16 rows whose parameters are bf16 / f16 or absent: half the
+// registers, so 4096-wide rows, 4 packs per thread, do not spill).
+enum class NormParamsAt : int { smem = 0, reg = 1, reg_narrow = 2 };
+
+// Blocks per SM the register bound of norm_staged_kernel aims at: 3 for bf16 / f16 packs of parameters at 3
+// packs per thread (80 registers, as the shared-memory kernel; the 384- and 768-wide rows), else 2.
+template <int NP, int kPm>
+inline constexpr int kStagedMinBlocks = kPm == 2 && NP == 3 ? 3 : 2;
+
+template <class T, int NP, int kPm>
+__global__ void __launch_bounds__(kRowBlock, (kStagedMinBlocks<NP, kPm>)) norm_staged_kernel(NormArgs a, int tpr, int stages) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
-  // tuned: variant 3 (Note [Norm kernel variants]). The thread's packs of the row, then the row's first pack
-  // (the shift), unless shfl_shift (rows of at most a warp: lane 0 holds the first pack and shuffles it)
-  const bool shfl_shift = staged_shfl_shift(tuned, tpr);
+  constexpr bool kReg = kPm != static_cast<int>(NormParamsAt::smem);
+  constexpr bool kNarrowReg = kPm == static_cast<int>(NormParamsAt::reg_narrow);
+  // The thread's packs of the row, then the row's first pack (the shift), unless shfl_shift (rows of at most a
+  // warp: lane 0 holds the first pack and shuffles it).
+  const bool shfl_shift = staged_shfl_shift(tpr);
   const int slots = NP + (shfl_shift ? 0 : 1);
   // bf16 / f16: the statistics from one reduction of sums shifted by the row's first element; f32 / f64: two
   // reductions, the mean then the sum of squares about it
@@ -1144,9 +1223,10 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
   const int64_t d = a.dim;
   const int packs = static_cast<int>(d / V);
   const bool layer = a.kind == NormKind::layer;
-  A* ws = reinterpret_cast<A*>(norm_dyn_smem);  // (D) weight (1 without one), then (D) bias (0 without)
+  // (D) weight (1 without one), then (D) bias (0 without), unless kReg; then the stages [stages][slots][block]
+  A* ws = reinterpret_cast<A*>(norm_dyn_smem);
   A* bs = ws + d;
-  P* stage = reinterpret_cast<P*>(norm_dyn_smem + 2 * d * static_cast<int64_t>(sizeof(A)));  // [stages][slots][block]
+  P* stage = reinterpret_cast<P*>(norm_dyn_smem + (kReg ? 0 : 2 * d * static_cast<int64_t>(sizeof(A))));
   const StagedRows sr(a.rows, tpr);
   const int tid = static_cast<int>(threadIdx.x);
   const T* xp = static_cast<const T*>(a.x);
@@ -1160,7 +1240,8 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
         const int q = sr.lane + i * tpr;
         if (q < packs) cp_async16(dst + i * kRowBlock, src + static_cast<int64_t>(q) * V);
       }
-      if (one_pass && layer && !shfl_shift) cp_async16(dst + NP * kRowBlock, src);
+      // (variant 3: lane 0 of each warp only; it shuffles the shift to its warp, groups being whole warps here)
+      if (one_pass && layer && !shfl_shift && (!kReg || tid % 32 == 0)) cp_async16(dst + NP * kRowBlock, src);
     }
     cp_async_commit();
   };
@@ -1168,19 +1249,22 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
   // the parameters, while the first row groups load
   const Param<T, A> w{a.weight, a.weight_narrow};
   const Param<T, A> b{a.bias, a.bias_narrow};
-  bool fin = true;
-  if (tuned) {
-    fin = stage_param(ws, w, d, A(1));
-    fin = stage_param(bs, b, d, A(0)) && fin;
+  A wr[kReg && !kNarrowReg ? NP : 1][V], br[kReg && !kNarrowReg ? NP : 1][V];
+  P wn[kNarrowReg ? NP : 1], bn[kNarrowReg ? NP : 1];
+  bool params_finite;
+  if constexpr (kNarrowReg) {
+    // the parameters' own bf16 / f16 packs (the host checks that every given one is narrow), widened per row
+    params_finite = reg_params_narrow<T, NP>(wn, w, d, sr.lane, tpr);
+    params_finite = reg_params_narrow<T, NP>(bn, b, d, sr.lane, tpr) && params_finite;
+  } else if constexpr (kReg) {
+    // per thread: a thread's results use its own parameter values only (no barrier before the first row)
+    params_finite = reg_params<T, A, NP, V>(wr, w, d, sr.lane, tpr, A(1));
+    params_finite = reg_params<T, A, NP, V>(br, b, d, sr.lane, tpr, A(0)) && params_finite;
   } else {
-    for (int64_t j = tid; j < d; j += kRowBlock) {
-      const A wv = w ? w[j] : A(1), bv = b ? b[j] : A(0);
-      ws[j] = wv;
-      bs[j] = bv;
-      fin = fin && d_finite(wv) && d_finite(bv);
-    }
+    bool fin = stage_param(ws, w, d, A(1));
+    fin = stage_param(bs, b, d, A(0)) && fin;
+    params_finite = __syncthreads_and(fin) != 0;
   }
-  const bool params_finite = __syncthreads_and(fin) != 0;
   A inv_d;
   if constexpr (kHalfPack<T>) inv_d = A(1) / static_cast<A>(d);
   auto over_d = [&](A v) {
@@ -1195,24 +1279,43 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
     const bool valid = row < a.rows;
     const P* src = stage + st * slots * kRowBlock + tid;
     st = st + 1 == stages ? 0 : st + 1;
-    A x[NP][V];
+    // The row's values of pack i: variant 2 unpacks them once into registers, variant 3 (whose registers hold
+    // the parameters) from the stage at every use.
+    A x[kReg ? 1 : NP][V];
+    if constexpr (!kReg) {
 #pragma unroll
-    for (int i = 0; i < NP; ++i)
-      if (sr.lane + i * tpr < packs) unpack(src[i * kRowBlock], x[i]);
+      for (int i = 0; i < NP; ++i)
+        if (sr.lane + i * tpr < packs) unpack(src[i * kRowBlock], x[i]);
+    }
+    auto xpack = [&](int i, A(&xv)[V]) {
+      if constexpr (kReg) {
+        unpack(src[i * kRowBlock], xv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) xv[k] = x[i][k];
+      }
+    };
     A m = A(0), var, s1 = A(0), s2 = A(0);
     if constexpr (one_pass) {
       // one reduction of the sums shifted by the row's first element (see the note)
       A shift = A(0);
       if (layer) {  // uniform across the block
-        if (shfl_shift) shift = __shfl_sync(kFull, x[0][0], 0, tpr);  // lane 0 holds pack 0 of the row
+        if (shfl_shift) {  // lane 0 holds pack 0 of the row
+          A x0[V];
+          xpack(0, x0);
+          shift = __shfl_sync(kFull, x0[0], 0, tpr);
+        }
+        else if (kReg) shift = __shfl_sync(kFull, tid % 32 == 0 ? convert<A>(src[NP * kRowBlock].v[0]) : A(0), 0);
         else shift = convert<A>(src[NP * kRowBlock].v[0]);
       }
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
         if (sr.lane + i * tpr >= packs) continue;
+        A xv[V];
+        xpack(i, xv);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          const A t = x[i][k] - shift;
+          const A t = xv[k] - shift;
           s1 += t;
           s2 = d_fma(t, t, s2);
         }
@@ -1233,8 +1336,10 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
 #pragma unroll
         for (int i = 0; i < NP; ++i) {
           if (sr.lane + i * tpr >= packs) continue;
+          A xv[V];
+          xpack(i, xv);
 #pragma unroll
-          for (int k = 0; k < V; ++k) s1 += x[i][k];
+          for (int k = 0; k < V; ++k) s1 += xv[k];
         }
         group_sum2(s1, unused, tpr, red, phase);
         m = over_d(s1);
@@ -1242,9 +1347,11 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
         if (sr.lane + i * tpr >= packs) continue;
+        A xv[V];
+        xpack(i, xv);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          const A t = x[i][k] - m;
+          const A t = xv[k] - m;
           s2 = d_fma(t, t, s2);
         }
       }
@@ -1263,15 +1370,38 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
     const bool finite = params_finite && d_finite(s2) && d_finite(s1) && d_finite(r);
     const A mr = m * r;
     auto f = [&](int i, A(&o)[V]) {
-      const int j = (sr.lane + i * tpr) * V;
       A wv[V], bv[V];
-      load_params<A, V>(ws, j, A(1), wv);
-      load_params<A, V>(bs, j, A(0), bv);
+      if constexpr (kNarrowReg) {
+        if (w) {
+          unpack(wn[i], wv);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) wv[k] = A(1);
+        }
+        if (b) {
+          unpack(bn[i], bv);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) bv[k] = A(0);
+        }
+      } else if constexpr (kReg) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          wv[k] = wr[i][k];
+          bv[k] = br[i][k];
+        }
+      } else {
+        const int j = (sr.lane + i * tpr) * V;
+        load_params<A, V>(ws, j, A(1), wv);
+        load_params<A, V>(bs, j, A(0), bv);
+      }
+      A xv[V];
+      xpack(i, xv);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         A xh;
-        if constexpr (kHalfPack<T>) xh = d_fma(x[i][k], r, -mr);
-        else xh = (x[i][k] - m) * r;
+        if constexpr (kHalfPack<T>) xh = d_fma(xv[k], r, -mr);
+        else xh = (xv[k] - m) * r;
         o[k] = d_fma(xh, wv[k], bv[k]);
       }
     };
@@ -1282,9 +1412,8 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_staged_kernel(NormArgs a, i
   cp_async_wait(0);
 }
 
-template <class T, int NP>
-__global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages,
-                                                                          bool tuned) {
+template <class T, int NP, bool kReg>
+__global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
@@ -1296,9 +1425,10 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   const int packs = static_cast<int>(d / V);
   const bool layer = a.kind == NormKind::layer;
   const bool params = a.gw_partial || a.gb_partial;
-  // (D) weight (1 without one), padded to 16 bytes, then the stages [stages][kSlots][block]
+  // (D) weight (1 without one), padded to 16 bytes, unless kReg (variant 3: the weight in registers); then the
+  // stages [stages][kSlots][block]
   A* ws = reinterpret_cast<A*>(norm_dyn_smem);
-  const int64_t ws_bytes = (d * static_cast<int64_t>(sizeof(A)) + 15) / 16 * 16;
+  const int64_t ws_bytes = kReg ? 0 : (d * static_cast<int64_t>(sizeof(A)) + 15) / 16 * 16;
   P* stage = reinterpret_cast<P*>(norm_dyn_smem + ws_bytes);
   const StagedRows sr(a.rows, tpr);
   const int tid = static_cast<int>(threadIdx.x);
@@ -1326,12 +1456,13 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   };
   for (int s = 0; s + 1 < stages; ++s) issue(blockIdx.x + static_cast<int64_t>(s) * gridDim.x, s);
   const Param<T, A> w{a.weight, a.weight_narrow};
-  if (tuned) {  // variant 3 (Note [Norm kernel variants])
-    (void)stage_param(ws, w, d, A(1));
+  A wr[kReg ? NP : 1][V];
+  if constexpr (kReg) {
+    (void)reg_params<T, A, NP, V>(wr, w, d, sr.lane, tpr, A(1));
   } else {
-    for (int64_t j = tid; j < d; j += kRowBlock) ws[j] = w ? w[j] : A(1);
+    (void)stage_param(ws, w, d, A(1));
+    __syncthreads();
   }
-  __syncthreads();
   A accw[NP][V], accb[NP][V];
 #pragma unroll
   for (int i = 0; i < NP; ++i)
@@ -1359,6 +1490,14 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
       else return (xv - m) * r;
     };
     A s_gh = A(0), s_ghx = A(0);
+    auto weight_of = [&](int i, int q, A(&wv)[V]) {
+      if constexpr (kReg) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) wv[k] = wr[i][k];
+      } else {
+        load_params<A, V>(ws, q * V, A(1), wv);
+      }
+    };
     // kAcc: a row of the tensor (not past the end), whose g * xhat and g go into the column sums
     auto pass1 = [&](auto acc) {
       constexpr bool kAcc = decltype(acc)::value;
@@ -1369,7 +1508,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
         A gf[V], xf[V], wv[V];
         unpack(src[i * kRowBlock], gf);
         unpack(src[(NP + i) * kRowBlock], xf);
-        load_params<A, V>(ws, q * V, A(1), wv);
+        weight_of(i, q, wv);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           const A xh = xhat(xf[k]);
@@ -1397,7 +1536,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
       A gf[V], xf[V], wv[V];
       unpack(src[i * kRowBlock], gf);
       unpack(src[(NP + i) * kRowBlock], xf);
-      load_params<A, V>(ws, q * V, A(1), wv);
+      weight_of(i, q, wv);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const A xh = xhat(xf[k]);
@@ -1411,15 +1550,15 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
     else store_packs<true, T, NP>(gx, packs, sr.lane, tpr, f);
   }
   cp_async_wait(0);
+  // variant 3: the finalize launch (programmatic, see launch_norm_param_finalize) may begin now
+  if constexpr (kReg) grid_dependents_launch();
   if (!params) return;  // uniform
   __syncthreads();  // the stages are free now
-  if (tuned) {  // uniform
-    // Variant 3: the row slots' column sums added pairwise, slot s + h into slot s for h = per_block / 2, ..., 1,
-    // every thread of the upper half handing its 2 NP V sums over at once (a fixed order: deterministic). The
-    // slot-order loop below is one dependent chain of per_block shared-memory loads and adds per column, run by
-    // the tpr threads of slot 0 alone: at 384-wide bf16 rows 16 threads each run 48 chains of 16. The PTX has one
-    // runtime loop per column (unrolled by 4, a global store after each), 48 loops one after the other: about
-    // 10000 cycles (5 us) per block if a 4-load step costs 40 cycles, 25000 if no load overlaps an add.
+  {
+    // The row slots' column sums added pairwise, slot s + h into slot s for h = per_block / 2, ..., 1, every
+    // thread of the upper half handing its 2 NP V sums over at once (a fixed order: deterministic), then slot 0
+    // stores the block's partial row. (Until run 20 variant 2 had tpr threads of slot 0 walk the per_block slots
+    // in one dependent chain per column: 0.173 of copy at 16640 x 384 against 0.461 for this tree.)
     A* ts = reinterpret_cast<A*>(stage);  // [2][NP][V][block / 2]
     auto tat = [&](int which, int i, int k, int t) { return ((which * NP + i) * V + k) * (kRowBlock / 2) + t; };
     for (int h = sr.per_block / 2; h >= 1; h /= 2) {
@@ -1456,35 +1595,6 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
       for (int k = 0; k < V; ++k) {
         if (a.gw_partial) static_cast<A*>(a.gw_partial)[at0 + k] = accw[i][k];
         if (a.gb_partial) static_cast<A*>(a.gb_partial)[at0 + k] = accb[i][k];
-      }
-    }
-    return;
-  }
-  // The row slots' column sums, added in slot order into this block's partial row.
-  A* cs = reinterpret_cast<A*>(stage);  // [2][NP][V][block]
-  auto at = [&](int which, int i, int k, int t) { return ((which * NP + i) * V + k) * kRowBlock + t; };
-#pragma unroll
-  for (int i = 0; i < NP; ++i)
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      cs[at(0, i, k, tid)] = accw[i][k];
-      cs[at(1, i, k, tid)] = accb[i][k];
-    }
-  __syncthreads();
-  if (sr.slot != 0) return;
-#pragma unroll
-  for (int which = 0; which < 2; ++which) {
-    A* dst = static_cast<A*>(which == 0 ? a.gw_partial : a.gb_partial);
-    if (!dst) continue;
-#pragma unroll
-    for (int i = 0; i < NP; ++i) {
-      const int q = sr.lane + i * tpr;
-      if (q >= packs) continue;
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        A t = cs[at(which, i, k, sr.lane)];
-        for (int s = 1; s < sr.per_block; ++s) t += cs[at(which, i, k, s * tpr + sr.lane)];
-        dst[static_cast<int64_t>(blockIdx.x) * d + q * V + k] = t;
       }
     }
   }
@@ -1704,6 +1814,7 @@ __global__ void norm_param_finalize_kernel(NormParamFinalizeArgs a) {
 template <class A>
 __global__ void __launch_bounds__(1024) norm_param_finalize_wide_kernel(NormParamFinalizeArgs a) {
   __shared__ A part[32][33];
+  grid_dependency_wait();  // the partial sums (a no-op unless launched programmatically: variant 3)
   const A* src = static_cast<const A*>(blockIdx.y == 0 ? a.gw_partial : a.gb_partial);
   void* dst = blockIdx.y == 0 ? a.gw : a.gb;
   if (!src || !dst) return;  // uniform across the block
@@ -1850,27 +1961,42 @@ void launch_cross_entropy_backward(const CrossEntropyBackwardArgs& a, cudaStream
 namespace {
 // Note [Norm kernel variants]
 // 1 ("old"): the register-resident kernels (norm_cached_kernel, norm_backward_cached_kernel) and the 32 x 8
-// finalize; 2 ("staged"): the staged kernels (Note [Staged norm kernels]) and the wide finalize; 3 ("tuned",
-// the default since run 20, where it measured fastest on every row: layer_norm bwd 50432 x 768 0.803 of copy
-// against 0.560 staged and 0.429 old, 16640 x 384 0.461 against 0.173 / 0.263, fwd 0.72-0.77): as 2, with
+// finalize; 2 ("staged", the default): the staged kernels (Note [Staged norm kernels]) with the parameters in
+// shared memory, and the wide finalize; 3 ("reg"): as 2 with the parameters in registers.
+// Variant 2 is run 20's variant 3 ("tuned", fastest there on every row: layer_norm bwd 50432 x 768 0.803 of copy
+// against 0.560 for the staged kernels of then and 0.429 old, 16640 x 384 0.461 against 0.173 / 0.263, fwd
+// 0.72-0.77), folded into the staged kernels (the `tuned` flag and run 20's variant 2 are gone):
 // - the backward's per-block column sums added over the row slots in a tree (every thread of the block takes
 //   part, log2(rows per block) barrier steps) instead of tpr threads walking per_block slots in a dependent
-//   chain per column: a likely cause of the staged backward's loss at 16640 x 384 (0.0466 ms against the old
-//   kernel's 0.0344, run 18), where 16 threads each run 48 chains of 16 loads at the end of every block (5 to
-//   13 us by the PTX's loop structure); it also shortens the 768-wide backward's epilogue (32 threads, 48
-//   chains of 8 loads);
+//   chain per column (at 16640 x 384, 16 threads each ran 48 chains of 16 loads at the end of every block);
 // - the forward's shift (bf16 / f16 layer_norm) shuffled from lane 0 of the row group for rows of at most a
-//   warp (D <= 1024 bf16) instead of a cp.async of the row's first pack into an extra slot per thread (one
-//   16-byte copy and one shared-memory read fewer per thread and row, and a smaller stage);
-// - the parameters staged into shared memory by 16-byte loads (stage_param) instead of element by element:
-//   a fixed cost per block before its first row. Run 18's forward at 16384 x 4096 (0.704 of copy) against
-//   the 4x larger bench row (0.803) suggests about 11 us of fixed cost per call; at 4096-wide bf16 rows the
-//   scalar parameter loads are 16 iterations of two 2-byte loads per thread (2 of one 16-byte load each).
-// Results differ from variant 2 only in the rounding of the parameter-gradient partial sums (another fixed
-// order). HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2) in the environment, read once per process, picks
-// 1 / 2; set_norm_kernel_variant overrides the environment (the GPU tests and bench_kernels run every variant).
-// Variants 1 and 2 stay only as measured baselines; folding the tuned paths into the staged kernels (dropping
-// the `tuned` flag) is the next clean-up.
+//   warp (D <= 1024 bf16) instead of a cp.async of the row's first pack into an extra slot per thread;
+// - the parameters staged into shared memory by 16-byte loads (stage_param) instead of element by element.
+// Variant 3 (new, unmeasured at the time of writing) removes the parameters from shared memory: a thread's
+// columns are the same in every row (packs lane, lane + tpr, ...), so it loads its own parameter values once,
+// straight from global memory, into registers: as packs of the row dtype for bf16 / f16 rows with bf16 / f16
+// (or no) parameters (NormParamsAt::reg_narrow, 4 registers a pack and parameter), else as S for rows of up to
+// kFwdRegNp packs per thread; the backward its weight as S (up to kBwdRegNp). What it removes, per element
+// of a bf16 row: the forward's 8 bytes of shared-memory parameter reads (two float loads per element, against
+// 2 bytes of staged x; 12 bytes of shared-memory traffic per element become 4) and the backward's 4 of 12;
+// per block, the staging of the parameters before the first row and the barrier after it (the forward needs no
+// barrier before its first row: a thread's NaN check covers its own parameters only); per SM, 2 D S of
+// shared memory (32 KB at 4096-wide rows), which leaves room for more stages. Also, for bf16 / f16 layer_norm
+// rows of more than a warp (D > 1024 bf16), only lane 0 of each warp copies the row's first pack (the shift)
+// and shuffles it to its warp, instead of every thread copying the same 16 bytes (at 4096-wide rows 128 copies
+// per row, a quarter of the row's cp.async requests, become 4); and the finalize after its backward is a
+// programmatic dependent launch (the backward blocks signal after their last row, the finalize waits in
+// griddepcontrol.wait), hiding the launch gap that weighs at 13 MB shapes. ptxas (sm_90a, 256 threads, two
+// blocks per SM, no spills in any instantiation), registers at 1 / 2 / 3 / 4 packs per thread, bf16: forward
+// with the parameters in shared memory 62 / 79 / 80 / 95, in registers as bf16 packs 72 / 80 / 79 / 124 (the
+// 3-pack kernel bounded to three blocks per SM, kStagedMinBlocks: 94 registers, two blocks, without), as
+// float 77 / 95 / 120 / 125; backward 89 / 91 / 111 / 123 and (weight in registers) 76 / 110 / 126 / 128.
+// All variants compute the same results within rounding (2 and 3 bit for bit when their backward grids match,
+// as they do where both get two blocks per SM: the same arithmetic in the same order, the parameter-gradient
+// partial sums being per block); each is deterministic. HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2; also "tuned") / reg (or
+// 3), read once per process, picks the variant; unset, variant 2 runs except for forwards of rows of at least
+// 2048 elements, which take variant 3's forward (forward_variant; run 22). set_norm_kernel_variant overrides
+// the environment (the GPU tests and bench_kernels run every variant).
 // Rows the staged kernels do not take (not packable, longer than 256 x 4 packs) use the register-resident or
 // multi-pass kernels under every variant.
 std::atomic<int> g_norm_variant_override{0};
@@ -1880,8 +2006,9 @@ int env_norm_variant() {
   static const int v = [] {
     const char* e = std::getenv("HADATRAIN_NORM_KERNEL");
     if (e != nullptr && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
-    if (e != nullptr && (std::strcmp(e, "staged") == 0 || std::strcmp(e, "2") == 0)) return 2;
-    return 3;
+    if (e != nullptr && (std::strcmp(e, "reg") == 0 || std::strcmp(e, "3") == 0)) return 3;
+    if (e != nullptr && *e != '\0') return 2;  // "staged", "tuned" (variant 3 until run 20, now folded into 2)
+    return 0;  // unset: by direction and width (forward_variant)
   }();
   return v;
 }
@@ -1890,6 +2017,7 @@ int env_norm_variant() {
 // stages, dynamic shared memory and grid (one wave of resident blocks, at most one block per row group).
 struct StagedGrid {
   int np = 0, tpr = 0, stages = 0;
+  NormParamsAt pm = NormParamsAt::smem;  // where the kernel keeps the parameters (variant 3: registers)
   std::size_t smem = 0;
   unsigned blocks = 0;
 };
@@ -1958,8 +2086,9 @@ int staged_occupancy(const void* kernel, int dev, std::size_t smem, std::size_t 
 
 // kernels[np - 1] is the instantiation for np packs per thread. acc: sizeof(S); backward: the backward kernel's
 // shared-memory layout (weight, g / x / statistics slots) instead of the forward's (weight and bias, x slots,
-// the shift slot unless tuned and the row group is at most a warp).
-StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool backward, bool tuned,
+// the shift slot unless the row group is at most a warp); kernels[np - 1] for np <= reg_np keep no parameters
+// in shared memory (variant 3).
+StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool backward, int reg_np,
                        std::initializer_list<const void*> ptrs, const void* const (&kernels)[4]) {
   StagedGrid g;
   if (len <= 0 || len % vec != 0) return g;
@@ -1977,10 +2106,11 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
     return g;
   }
   if (!device_limits(dev, lim)) return g;
-  const bool shfl_shift = !backward && staged_shfl_shift(tuned, tpr);
+  const bool shfl_shift = !backward && staged_shfl_shift(tpr);
   const std::size_t slots = backward ? 2 * np + 1 : np + (shfl_shift ? 0 : 1);
-  const std::size_t fixed = backward ? (static_cast<std::size_t>(len) * acc + 15) / 16 * 16
-                                     : 2 * static_cast<std::size_t>(len) * acc;
+  const std::size_t fixed = np <= reg_np ? 0
+                            : backward   ? (static_cast<std::size_t>(len) * acc + 15) / 16 * 16
+                                         : 2 * static_cast<std::size_t>(len) * acc;
   const std::size_t static_smem = 2 * 2 * (kRowBlock / 32) * acc;
   auto smem_of = [&](int s) { return fixed + static_cast<std::size_t>(s) * slots * kRowBlock * 16; };
   // the most stages (2..4) with which two blocks are resident per SM (by the shared-memory arithmetic and then
@@ -2009,47 +2139,112 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
   return g;
 }
 
+// Variant 3 keeps the parameters in registers: the forward as packs of the row dtype when the rows are bf16 /
+// f16 and the given parameters too, else as S; the backward the weight as S; for up to kRegNp packs per
+// thread (every staged row: ptxas, sm_90a, shows no spills under the kernels' two-blocks-per-SM bound of 128
+// registers; the counts are in Note [Norm kernel variants]). Lower it to keep wider rows' parameters in shared
+// memory if a register count ever spills.
+constexpr int kRegNp = 4;
+
+using NormFwdKernel = void (*)(NormArgs, int, int);
+template <class T, int kPm>
+NormFwdKernel norm_fwd_kernel(int np) {
+  return np == 1   ? norm_staged_kernel<T, 1, kPm>
+         : np == 2 ? norm_staged_kernel<T, 2, kPm>
+         : np == 3 ? norm_staged_kernel<T, 3, kPm>
+                   : norm_staged_kernel<T, 4, kPm>;
+}
+template <class T, bool kReg>
+const void* const (&norm_bwd_kernels())[4] {
+  static const void* const k[4] = {reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 1, kReg>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2, kReg>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3, kReg>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4, kReg>)};
+  return k;
+}
+
+// Where the forward with np packs per thread keeps the parameters (reg: variant 3).
 template <class T>
-StagedGrid norm_fwd_staged_grid(const NormArgs& a) {
-  static const void* const kernels[4] = {reinterpret_cast<const void*>(norm_staged_kernel<T, 1>),
-                                         reinterpret_cast<const void*>(norm_staged_kernel<T, 2>),
-                                         reinterpret_cast<const void*>(norm_staged_kernel<T, 3>),
-                                         reinterpret_cast<const void*>(norm_staged_kernel<T, 4>)};
-  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), false, norm_kernel_variant() == 3, {a.out, a.x},
-                     kernels);
+NormParamsAt fwd_params_at(const NormArgs& a, int np, bool reg) {
+  if (!reg) return NormParamsAt::smem;
+  if (np > kRegNp) return NormParamsAt::smem;
+  if constexpr (sizeof(T) == 2) {
+    if ((!a.weight || a.weight_narrow) && (!a.bias || a.bias_narrow)) return NormParamsAt::reg_narrow;
+  }
+  return NormParamsAt::reg;
 }
 
 template <class T>
-StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a) {
-  static const void* const kernels[4] = {reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 1>),
-                                         reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2>),
-                                         reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3>),
-                                         reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4>)};
-  return staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), true, false, {a.gx, a.g, a.x}, kernels);
+NormFwdKernel fwd_kernel_of(NormParamsAt pm, int np) {
+  switch (pm) {
+    case NormParamsAt::reg: return norm_fwd_kernel<T, 1>(np);
+    case NormParamsAt::reg_narrow:
+      if constexpr (sizeof(T) == 2) return norm_fwd_kernel<T, 2>(np);
+      break;
+    default: break;
+  }
+  return norm_fwd_kernel<T, 0>(np);
+}
+
+// The staged launch for variant 2 or 3 (reg). The grid is sized with the kernel that will run.
+template <class T>
+StagedGrid norm_fwd_staged_grid(const NormArgs& a, bool reg) {
+  const void* k[4];
+  int reg_np = 0;  // the np up to which the parameters are not in shared memory
+  for (int np = 1; np <= 4; ++np) {
+    const NormParamsAt pm = fwd_params_at<T>(a, np, reg);
+    k[np - 1] = reinterpret_cast<const void*>(fwd_kernel_of<T>(pm, np));
+    if (pm != NormParamsAt::smem) reg_np = np;
+  }
+  StagedGrid g = staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), false, reg_np, {a.out, a.x}, k);
+  if (g.np > 0) g.pm = fwd_params_at<T>(a, g.np, reg);
+  return g;
+}
+
+template <class T>
+StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, bool reg) {
+  const int reg_np = reg ? kRegNp : 0;
+  const void* k[4];
+  for (int i = 0; i < 4; ++i) k[i] = i + 1 <= reg_np ? norm_bwd_kernels<T, true>()[i] : norm_bwd_kernels<T, false>()[i];
+  StagedGrid g = staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), true, reg_np, {a.gx, a.g, a.x}, k);
+  if (g.np > 0 && g.np <= reg_np) g.pm = NormParamsAt::reg;
+  return g;
 }
 }  // namespace
 
 int norm_kernel_variant() {
   const int o = g_norm_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kNormKernelVariants ? o : env_norm_variant();
+  if (o >= 1 && o <= kNormKernelVariants) return o;
+  const int e = env_norm_variant();
+  return e != 0 ? e : 2;
 }
+
+namespace {
+// The forward's variant: norm_kernel_variant(), except that with neither an override nor
+// HADATRAIN_NORM_KERNEL rows of at least kRegForwardMinDim elements take variant 3's forward (parameters in
+// registers), the faster one there in run 22 (layer_norm 16384x4096 0.0806 against 0.0850 ms, rms_norm 0.0797
+// against 0.0811), while variant 2 stays faster at 768 wide (0.0467 against 0.0480) and in the backward.
+constexpr int64_t kRegForwardMinDim = 2048;
+int forward_variant(int64_t dim) {
+  const int o = g_norm_variant_override.load(std::memory_order_relaxed);
+  if ((o < 1 || o > kNormKernelVariants) && env_norm_variant() == 0 && dim >= kRegForwardMinDim) return 3;
+  return norm_kernel_variant();
+}
+}  // namespace
 void set_norm_kernel_variant(int variant) { g_norm_variant_override.store(variant, std::memory_order_relaxed); }
 NormStagedCounts norm_staged_counts() { return {g_staged_forward.load(), g_staged_backward.load()}; }
 
 void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const RowGrid g = row_grid(a.rows, a.dim);
-  const int variant = norm_kernel_variant();
+  const int variant = forward_variant(a.dim);
   const bool staged = variant >= 2;
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (staged) {
-      if (const StagedGrid sg = norm_fwd_staged_grid<T>(a); sg.np > 0) {
-        auto* kernel = sg.np == 1   ? norm_staged_kernel<T, 1>
-                       : sg.np == 2 ? norm_staged_kernel<T, 2>
-                       : sg.np == 3 ? norm_staged_kernel<T, 3>
-                                    : norm_staged_kernel<T, 4>;
-        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, variant == 3);
+      if (const StagedGrid sg = norm_fwd_staged_grid<T>(a, variant == 3); sg.np > 0) {
+        const NormFwdKernel kernel = fwd_kernel_of<T>(sg.pm, sg.np);
+        kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
         HT_CHECK_LAUNCH("norm_staged_kernel");
         g_staged_forward.fetch_add(1, std::memory_order_relaxed);
         return;
@@ -2103,16 +2298,15 @@ BwdGrid norm_bwd_grid(const NormBackwardArgs& a) {
 struct NormBwdPlan {
   StagedGrid staged;
   BwdGrid cached;
-  bool tuned = false;  // variant 3 (the staged kernel's tree epilogue and vector parameter loads)
   int partials() const {
     return static_cast<int>(staged.np > 0 ? staged.blocks : (cached.np > 0 ? cached.blocks : 0));
   }
 };
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
-  p.tuned = norm_kernel_variant() == 3;
-  if (norm_kernel_variant() >= 2)
-    visit_kernel_float(a.dtype, [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a); });
+  const int variant = norm_kernel_variant();
+  if (variant >= 2)
+    visit_kernel_float(a.dtype, [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a, variant == 3); });
   if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
   return p;
 }
@@ -2131,11 +2325,15 @@ void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (const StagedGrid& sg = plan.staged; sg.np > 0) {
-      auto* kernel = sg.np == 1   ? norm_backward_staged_kernel<T, 1>
-                     : sg.np == 2 ? norm_backward_staged_kernel<T, 2>
-                     : sg.np == 3 ? norm_backward_staged_kernel<T, 3>
-                                  : norm_backward_staged_kernel<T, 4>;
-      kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages, plan.tuned);
+      auto pick = [&](auto reg) {
+        constexpr bool kReg = decltype(reg)::value;
+        return sg.np == 1   ? norm_backward_staged_kernel<T, 1, kReg>
+               : sg.np == 2 ? norm_backward_staged_kernel<T, 2, kReg>
+               : sg.np == 3 ? norm_backward_staged_kernel<T, 3, kReg>
+                            : norm_backward_staged_kernel<T, 4, kReg>;
+      };
+      auto* kernel = sg.pm == NormParamsAt::reg ? pick(std::true_type{}) : pick(std::false_type{});
+      kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
       HT_CHECK_LAUNCH("norm_backward_staged_kernel");
       g_staged_backward.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -2180,7 +2378,26 @@ bool norm_param_dtype_ok(DType dt) {
 void launch_norm_param_finalize(const NormParamFinalizeArgs& a, cudaStream_t stream) {
   if (a.dim == 0) return;
   const dim3 grid(static_cast<unsigned>((a.dim + 31) / 32), 2);
-  if (norm_kernel_variant() >= 2) {
+  const int variant = norm_kernel_variant();
+  if (variant == 3) {
+    // A programmatic dependent launch: its blocks may be placed while the backward kernel's last blocks run
+    // its epilogue, and wait in grid_dependency_wait (Note [Norm kernel variants]). A normal launch if refused.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(32, 32);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t e = a.stat_dtype == DType::f64 ? cudaLaunchKernelEx(&cfg, norm_param_finalize_wide_kernel<double>, a)
+                                                     : cudaLaunchKernelEx(&cfg, norm_param_finalize_wide_kernel<float>, a);
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();
+  }
+  if (variant >= 2) {
     if (a.stat_dtype == DType::f64) norm_param_finalize_wide_kernel<double><<<grid, dim3(32, 32), 0, stream>>>(a);
     else norm_param_finalize_wide_kernel<float><<<grid, dim3(32, 32), 0, stream>>>(a);
     HT_CHECK_LAUNCH("norm_param_finalize_wide_kernel");

@@ -79,12 +79,13 @@ void launch_norm(const NormArgs& args, cudaStream_t stream);
 
 // Which layer_norm / rms_norm kernels launch_norm, launch_norm_backward, norm_backward_partials and
 // launch_norm_param_finalize use (Note [Norm kernel variants] in rows.cu): 1, the register-resident kernels;
-// 2, the staged kernels (cp.async pipeline; bf16 / f16 forward statistics in one shifted reduction); 3 (the
-// default, fastest in run 20), as 2 with a tree sum of the backward's per-block parameter-gradient sums, the
-// forward's shift shuffled for rows of at most a warp and 16-byte parameter loads. HADATRAIN_NORM_KERNEL=old
-// (or 1) / staged (or 2), read once per process, picks 1 / 2 unless set_norm_kernel_variant gave 1..3 (0 or
-// anything else: back to the environment's choice). All compute the same results within rounding; each is
-// deterministic.
+// 2 (the default), the staged kernels (cp.async pipeline; bf16 / f16 forward statistics in one shifted
+// reduction; the parameters in shared memory; run 20's "tuned" variant 3 folded in); 3, the staged kernels with
+// the parameters in registers. HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2, or tuned) / reg (or 3), read
+// once per process, picks the variant (unset: 2, except forwards of rows of >= 2048 elements, which
+// take variant 3's: the fastest in run 22) unless set_norm_kernel_variant gave 1..3 (0 or anything
+// else: back to the environment's choice). All compute the same results within rounding (2 and 3 bit for
+// bit where their backward grids match); each is deterministic.
 inline constexpr int kNormKernelVariants = 3;
 int norm_kernel_variant();
 void set_norm_kernel_variant(int variant);

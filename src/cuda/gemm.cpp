@@ -73,7 +73,7 @@ thread_local Tf32 t_tf32 = Tf32::off;
 // Note [GEMM algorithm tuning]
 enum class Tune { off, lowp, all };
 constexpr int kTuneCandidates = 8;
-constexpr int kTuneReps = 3;
+constexpr int kTuneReps = 5;
 
 Tune tune_mode() {
   static const Tune mode = [] {

@@ -3,16 +3,35 @@
 // many blocks per channel, vectorized and scalar (odd C or S, an unaligned start) variants, train and eval,
 // forward, every gradient and the running statistics, against the CPU in f64 on the same values; the fused
 // batch norm + ReLU against the CUDA composition and the CPU; C > 4096 channels first (no ticket slot: the
-// separate finalize kernels, Note [Batch-norm kernels]); repeated launches give bit-identical results.
+// separate finalize kernels, Note [Batch-norm kernels]); repeated launches give bit-identical results. The
+// channels-first cases run under every channels-first kernel variant (split grids, plane kernels, split grids
+// with 16-byte stores); variant 3 gives variant 1's bits.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
 #include <cmath>
 
+#include "kernels/batchnorm.h"  // set_bn_cf_variant, bn_plane_launches
+
 using namespace ht;
 
 namespace {
+
+// Runs f() under every channels-first kernel variant (kernels/batchnorm.h: 1 split grids, 2 plane kernels,
+// 3 split grids with 16-byte stores), then gives the choice back to the environment.
+struct CfVariantReset {
+  ~CfVariantReset() { kernels::set_bn_cf_variant(0); }
+};
+template <class F>
+void for_each_cf_variant(F&& f) {
+  const CfVariantReset reset;
+  for (int v = 1; v <= kernels::kBnCfVariants; ++v) {
+    INFO("channels-first kernel variant " << v);
+    kernels::set_bn_cf_variant(v);
+    f(v);
+  }
+}
 
 struct BnRun {
   Tensor y, gx, gw, gb, rm, rv;
@@ -101,21 +120,35 @@ TEST_CASE("batch_norm on (M, C) starting one element in (unaligned) and on a few
 TEST_CASE("batch_norm on large (N, C, H, W) inputs matches the CPU", "[gpu][batch_norm]") {
   uint64_t seed = 8000;
   auto same = [](const Tensor& t) { return t; };
-  const std::vector<Shape> shapes = {{64, 16, 16, 16},  // S = 256: 16-byte packs, several blocks per channel
-                                     {48, 8, 7, 7},     // S = 49: scalar kernels
-                                     {40, 5, 9, 13}};   // odd C and S (117): scalar kernels, several splits
-  for (DType dt : {DType::bf16, DType::f32, DType::f64})
-    for (const Shape& s : shapes)
-      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
-        INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
-        check_bn(s, s[1], dt, mode, seed += 10, same);
-      }
-  // A channels-last tensor (N, H, W, C) viewed as (N, C, H, W).
+  // The last five have N*C >= 2048 planes of S >= 32: the plane kernels under variant 2 (grids of 2112
+  // warps, 4224 for normalize: one plane a warp for the first three).
+  const std::vector<Shape> shapes = {{64, 16, 16, 16},   // S = 256: 16-byte packs, several blocks per channel
+                                     {48, 8, 7, 7},      // S = 49: scalar kernels
+                                     {40, 5, 9, 13},     // odd C and S (117): scalar kernels, several splits
+                                     {64, 32, 16, 16},   // planes, S = 256: 16-byte packs
+                                     {48, 48, 7, 9},     // planes, S = 63: scalar, lanes past the plane's end
+                                     {41, 51, 9, 13},    // planes, odd N, C and S (117 = 3 * 32 + 21)
+                                     {128, 96, 8, 8},    // planes, 12288 > 2 * 2112: two planes at once, then one
+                                     {32, 64, 13, 11}};  // planes, S = 143 scalar: more than 4 packs a lane
   auto nhwc = [](const Tensor& t) { return t.permute({0, 3, 1, 2}); };
-  for (DType dt : {DType::bf16, DType::f32}) {
-    INFO(dtype_name(dt) << " NHWC view");
-    check_bn({32, 8, 8, 32}, 32, dt, BatchNormMode::train, seed += 10, nhwc);
-  }
+  for_each_cf_variant([&](int variant) {
+    const int64_t planes0 = kernels::bn_plane_launches();
+    for (DType dt : {DType::bf16, DType::f32, DType::f64})
+      for (const Shape& s : shapes)
+        for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+          INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
+          check_bn(s, s[1], dt, mode, seed += 10, same);
+        }
+    // Variant 2 took the plane kernels (normalize, sums, dx and in train mode the statistics; 3 dtypes x 5
+    // shapes x 2 modes).
+    if (variant == 2) CHECK(kernels::bn_plane_launches() - planes0 >= 3 * 5 * 2 * 3);
+    else CHECK(kernels::bn_plane_launches() == planes0);
+    // A channels-last tensor (N, H, W, C) viewed as (N, C, H, W).
+    for (DType dt : {DType::bf16, DType::f32}) {
+      INFO(dtype_name(dt) << " NHWC view");
+      check_bn({32, 8, 8, 32}, 32, dt, BatchNormMode::train, seed += 10, nhwc);
+    }
+  });
 }
 
 // ---- fused batch norm + ReLU ------------------------------------------------------------------------------
@@ -228,15 +261,20 @@ TEST_CASE("batch_norm with a fused relu (and residual) on CUDA matches the compo
                                      {4099, 18},         // (M, C) scalar kernels
                                      {64, 16, 16, 16},   // NCHW, S = 256
                                      {48, 8, 7, 7},      // NCHW, scalar kernels
-                                     {24, 5, 9, 13}};    // NCHW, odd C and S
-  for (DType dt : {DType::bf16, DType::f32})
-    for (const Shape& s : shapes)
-      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval})
-        for (bool res : {false, true}) {
-          INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval")
-                              << (res ? " + residual" : ""));
-          check_fused(s, dt, mode, seed += 10, res);
-        }
+                                     {24, 5, 9, 13},     // NCHW, odd C and S
+                                     {64, 32, 16, 16},   // NCHW, plane kernels under variant 2
+                                     {48, 48, 7, 9},     // NCHW, scalar plane kernels under variant 2
+                                     {128, 96, 8, 8}};   // NCHW, several planes a warp under variant 2
+  for_each_cf_variant([&](int) {
+    for (DType dt : {DType::bf16, DType::f32})
+      for (const Shape& s : shapes)
+        for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval})
+          for (bool res : {false, true}) {
+            INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval")
+                                << (res ? " + residual" : ""));
+            check_fused(s, dt, mode, seed += 10, res);
+          }
+  });
 }
 
 // More channels than a ticket slot (C > 4096, channels first: the statistics and backward sums fall back to
@@ -246,16 +284,18 @@ TEST_CASE("batch_norm with C > 4096 channels first (finalize-kernel fallback) ma
   auto same = [](const Tensor& t) { return t; };
   const std::vector<Shape> shapes = {{2, 4100, 4, 4},   // S = 16: 16-byte packs
                                      {3, 4100, 5, 7}};  // S = 35: scalar kernels
-  for (DType dt : {DType::bf16, DType::f32})
-    for (const Shape& s : shapes)
-      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
-        INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
-        check_bn(s, s[1], dt, mode, seed += 10, same);
-        for (bool res : {false, true}) {
-          INFO((res ? "fused relu + residual" : "fused relu"));
-          check_fused(s, dt, mode, seed += 10, res);
+  for_each_cf_variant([&](int) {  // variant 2 falls back to variant 1's kernels here (C > 4096)
+    for (DType dt : {DType::bf16, DType::f32})
+      for (const Shape& s : shapes)
+        for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+          INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
+          check_bn(s, s[1], dt, mode, seed += 10, same);
+          for (bool res : {false, true}) {
+            INFO((res ? "fused relu + residual" : "fused relu"));
+            check_fused(s, dt, mode, seed += 10, res);
+          }
         }
-      }
+  });
 }
 
 // Repeated launches give bit-identical results (every output and gradient and the running stats): the
@@ -271,33 +311,74 @@ TEST_CASE("batch_norm kernels are deterministic across repeated launches", "[gpu
   };
   const std::vector<Case> cases = {{{32, 64, 16, 16}, DType::bf16, false}, {{32, 64, 16, 16}, DType::bf16, true},
                                    {{16, 24, 8, 8}, DType::f32, false},    {{24, 7, 5, 3}, DType::f32, true},
-                                   {{4096, 64}, DType::bf16, false},       {{2, 4100, 3, 1}, DType::f32, false}};
-  for (const Case& c : cases) {
-    const int64_t C = c.shape[1];
-    const Tensor x = test::random_input(c.shape, seed, c.dt, -1, 4).to(test::kCuda);
-    const Tensor w = test::random_input({C}, seed + 1, c.dt, 0.5, 1.5).to(test::kCuda);
-    const Tensor b = test::random_input({C}, seed + 2, c.dt, -1, 1).to(test::kCuda);
-    const Tensor g = test::random_input(c.shape, seed + 3, c.dt, -1, 1).to(test::kCuda);
-    seed += 10;
-    BatchNormOptions opts;
-    opts.activation = c.relu ? BatchNormActivation::relu : BatchNormActivation::none;
-    Tensor first[6];
-    for (int rep = 0; rep < 12; ++rep) {
-      INFO(to_string(c.shape) << " " << dtype_name(c.dt) << (c.relu ? " relu" : "") << " repetition " << rep);
-      Tensor xl = x.detach(), wl = w.detach(), bl = b.detach();
-      for (Tensor* t : {&xl, &wl, &bl}) t->set_requires_grad(true);
-      Tensor rm = zeros({C}, {DType::f32, test::kCuda}), rv = ones({C}, {DType::f32, test::kCuda});
-      const Tensor y = batch_norm(xl, wl, bl, rm, rv, opts);
-      y.backward(g);
-      const Tensor out[6] = {y.detach(), xl.grad(), wl.grad(), bl.grad(), rm, rv};
-      for (int k = 0; k < 6; ++k) {
-        if (rep == 0) {
-          first[k] = out[k].to(Device::cpu());  // the comparisons take (CUDA, CPU)
-          continue;
+                                   {{4096, 64}, DType::bf16, false},       {{2, 4100, 3, 1}, DType::f32, false},
+                                   {{48, 48, 7, 9}, DType::f32, true},     {{128, 96, 8, 8}, DType::bf16, false}};
+  // (the first two and the last two: plane kernels under variant 2)
+  for_each_cf_variant([&](int) {
+    for (const Case& c : cases) {
+      const int64_t C = c.shape[1];
+      const Tensor x = test::random_input(c.shape, seed, c.dt, -1, 4).to(test::kCuda);
+      const Tensor w = test::random_input({C}, seed + 1, c.dt, 0.5, 1.5).to(test::kCuda);
+      const Tensor b = test::random_input({C}, seed + 2, c.dt, -1, 1).to(test::kCuda);
+      const Tensor g = test::random_input(c.shape, seed + 3, c.dt, -1, 1).to(test::kCuda);
+      seed += 10;
+      BatchNormOptions opts;
+      opts.activation = c.relu ? BatchNormActivation::relu : BatchNormActivation::none;
+      Tensor first[6];
+      for (int rep = 0; rep < 12; ++rep) {
+        INFO(to_string(c.shape) << " " << dtype_name(c.dt) << (c.relu ? " relu" : "") << " repetition " << rep);
+        Tensor xl = x.detach(), wl = w.detach(), bl = b.detach();
+        for (Tensor* t : {&xl, &wl, &bl}) t->set_requires_grad(true);
+        Tensor rm = zeros({C}, {DType::f32, test::kCuda}), rv = ones({C}, {DType::f32, test::kCuda});
+        const Tensor y = batch_norm(xl, wl, bl, rm, rv, opts);
+        y.backward(g);
+        const Tensor out[6] = {y.detach(), xl.grad(), wl.grad(), bl.grad(), rm, rv};
+        for (int k = 0; k < 6; ++k) {
+          if (rep == 0) {
+            first[k] = out[k].to(Device::cpu());  // the comparisons take (CUDA, CPU)
+            continue;
+          }
+          INFO("output " << k << " (y, gx, gw, gb, running mean, running var)");
+          CHECK(test::compare_bits(out[k], first[k]) == "");
         }
-        INFO("output " << k << " (y, gx, gw, gb, running mean, running var)");
-        CHECK(test::compare_bits(out[k], first[k]) == "");
       }
+    }
+  });
+}
+
+// Variant 3 is variant 1 with 16-byte stores (kernels/batchnorm.h): the same bits in every output and
+// gradient, bf16 with 16-byte packs, plain and with the fused relu + residual.
+TEST_CASE("batch_norm channels-first variant 3 (16-byte stores) gives variant 1's bits", "[gpu][batch_norm]") {
+  const CfVariantReset reset;
+  const Shape shape{32, 64, 16, 16};
+  const int64_t C = shape[1];
+  const Tensor x = test::random_input(shape, 9700, DType::bf16, -1, 4).to(test::kCuda);
+  const Tensor w = test::random_input({C}, 9701, DType::bf16, 0.5, 1.5).to(test::kCuda);
+  const Tensor b = test::random_input({C}, 9702, DType::bf16, -1, 1).to(test::kCuda);
+  const Tensor g = test::random_input(shape, 9703, DType::bf16, -1, 1).to(test::kCuda);
+  const Tensor res = test::random_input(shape, 9704, DType::bf16, -1, 1).to(test::kCuda);
+  for (bool fused : {false, true}) {
+    INFO((fused ? "relu + residual" : "plain"));
+    Tensor out[2][5];
+    for (int k = 0; k < 2; ++k) {
+      kernels::set_bn_cf_variant(k == 0 ? 1 : 3);
+      Tensor xl = x.detach(), wl = w.detach(), bl = b.detach(), rl = res.detach();
+      for (Tensor* t : {&xl, &wl, &bl, &rl}) t->set_requires_grad(true);
+      Tensor rm = zeros({C}, {DType::f32, test::kCuda}), rv = ones({C}, {DType::f32, test::kCuda});
+      BatchNormOptions opts;
+      opts.activation = fused ? BatchNormActivation::relu : BatchNormActivation::none;
+      const Tensor y =
+          fused ? batch_norm_add_relu(xl, rl, {wl, bl, rm, rv}, opts) : batch_norm(xl, wl, bl, rm, rv, opts);
+      y.backward(g);
+      out[k][0] = y.detach().to(Device::cpu());
+      out[k][1] = xl.grad().to(Device::cpu());
+      out[k][2] = wl.grad().to(Device::cpu());
+      out[k][3] = bl.grad().to(Device::cpu());
+      out[k][4] = fused ? rl.grad().to(Device::cpu()) : rm.to(Device::cpu());
+    }
+    for (int i = 0; i < 5; ++i) {
+      INFO("output " << i << " (y, gx, gw, gb, residual gradient or running mean)");
+      CHECK(test::compare_bits(out[1][i].to(test::kCuda), out[0][i]) == "");
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "kernels/elementwise.h"  // set_gelu_fwd_variant
 
 using namespace ht;
 
@@ -423,4 +424,39 @@ TEST_CASE("gelu forward kernel matches the CPU", "[gpu][elementwise]") {
       CHECK(std::isnan(select(yc, 0, 1).item()));  // the CPU agrees on -inf
       for (int i = 5; i < 8; ++i) CHECK(select(yh, 0, i).item() == Approx(select(yc, 0, i).item()).epsilon(8e-3));
     }
+}
+
+// Both bf16 / f16 GELU (erf) forward kernels (kernels::set_gelu_fwd_variant: 1 rounds element by element, 2 two
+// at a time; Note [GELU forward kernel] in kernels/elementwise.cu) match the CPU on finite inputs and give the
+// same bits as each other with NaN / inf scattered through the input (packs with a NaN result take the per-element
+// path, whose NaN code is the CPU's).
+TEST_CASE("gelu forward kernel variants give the same bits", "[gpu][elementwise]") {
+  struct Restore {
+    ~Restore() { kernels::set_gelu_fwd_variant(0); }
+  } restore;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  uint64_t seed = 1900;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t n : {int64_t{8}, int64_t{8 * 1024 + 3}, int64_t{1000003}})
+      for (const bool special : {false, true}) {
+        std::vector<double> v = test::random_input({n}, ++seed, DType::f64, -12.0, 12.0).to_vector<double>();
+        if (special)
+          for (int64_t i = 5; i < n; i += 977) v[static_cast<std::size_t>(i)] = (i / 977) % 3 == 0 ? nan : ((i / 977) % 3 == 1 ? inf : -inf);
+        const Tensor x = from_vector(v, {n}).to(dt);
+        const Tensor xc = x.to(test::kCuda);
+        std::vector<Tensor> per_variant;
+        for (int var = 1; var <= kernels::kGeluFwdVariants; ++var) {
+          kernels::set_gelu_fwd_variant(var);
+          INFO(dtype_name(dt) << " n " << n << (special ? " with NaN / inf" : "") << ", variant " << var);
+          Tensor y;
+          {
+            test::PoisonGuard poison;
+            y = gelu(xc);
+          }
+          if (!special) CHECK(test::compare_to_cpu(y, gelu(x)) == "");
+          per_variant.push_back(y);
+        }
+        INFO(dtype_name(dt) << " n " << n << (special ? " with NaN / inf" : "") << ", variant 2 against 1");
+        CHECK(test::compare_bits(per_variant[1], per_variant[0].to(Device::cpu())) == "");
+      }
 }

@@ -4,12 +4,15 @@
 // T != S under the causal alignment (T < S, and T > S with empty rows and whole empty query blocks), long
 // causal sequences (many query blocks per key block), D 64 and 128, grouped kv heads, a negative custom
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
-// so a silent fallback fails the test. The forward kernel
+// so a silent fallback fails the test. Every backward case runs with every backward kernel variant
+// (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu: 0 the lean
+// default, 1 the split-tile kernel), whatever HADATRAIN_FLASH_BWD says. The forward kernel
 // (Note [Forward kernel]) also runs on its own set of cases around its tile edges: out and lse against the
 // reference, bitwise repeatable, and the backward through its lse.
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -95,6 +98,14 @@ std::vector<double> reference_lse(const Tensor& q, const Tensor& k, const FlashC
   return out;
 }
 
+// Runs the fused backward with kernel variant `v` while alive (-1 afterwards: the environment's choice).
+struct BackwardVariant {
+  explicit BackwardVariant(int v) { kernels::set_flash_backward_variant(v); }
+  ~BackwardVariant() { kernels::set_flash_backward_variant(-1); }
+  BackwardVariant(const BackwardVariant&) = delete;
+  BackwardVariant& operator=(const BackwardVariant&) = delete;
+};
+
 std::string lse_close(const Tensor& actual, const std::vector<double>& expected) {
   if (!actual.is_cuda() || actual.dtype() != DType::f32) return "lse is not a CUDA f32 tensor: " + actual.describe();
   const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>();
@@ -142,11 +153,28 @@ TEST_CASE("flash_attention_applies picks the fused kernels only where they apply
   CHECK(kernels::flash_attention_counts().forward == before.forward);
 }
 
+TEST_CASE("the fused backward's kernel variant can be chosen for the process", "[gpu][attention][flash]") {
+  for (int v = 0; v < kernels::kFlashBackwardVariants; ++v) {
+    BackwardVariant use(v);
+    CHECK(kernels::flash_backward_variant(64) == v);
+    CHECK(kernels::flash_backward_variant(128) == v);
+  }
+  kernels::set_flash_backward_variant(kernels::kFlashBackwardVariants);  // out of range: the environment's
+  const char* env = std::getenv("HADATRAIN_FLASH_BWD");
+  if (env == nullptr || *env == '\0') {  // unset: the split kernel at head dim 128, the lean one below
+    CHECK(kernels::flash_backward_variant(64) == 0);
+    CHECK(kernels::flash_backward_variant(128) == 1);
+  } else {  // forced for every head dim
+    CHECK(kernels::flash_backward_variant(64) == kernels::flash_backward_variant(128));
+  }
+  kernels::set_flash_backward_variant(-1);
+}
+
 TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges: out, lse, the backward from its lse",
           "[gpu][attention][flash]") {
   struct FwdCase {
     FlashCase c;
-    bool backward;  // also run the backward from this forward's out and lse
+    bool backward;  // also run the backward (every variant) from this forward's out and lse
   };
   // Key tiles are 128 (D 64) or 64 (D 128) keys, query blocks 128 rows, warps 32 rows: lengths around and
   // across those (and the 32-, 48- and 96-key tiles of the removed forward variants), the
@@ -233,6 +261,20 @@ TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges
           CHECK(close_to(qg.grad(), qc.grad(), dt) == "");
           CHECK(close_to(kg.grad(), kc.grad(), dt) == "");
           CHECK(close_to(vg.grad(), vc.grad(), dt) == "");
+          // every backward variant through the glue from the same out and lse
+          for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
+            INFO("backward variant " << variant);
+            BackwardVariant use(variant);
+            std::array<Tensor, 3> grads;
+            {
+              test::PoisonGuard poison;
+              grads = cuda_ops::flash_attention_backward(q.to(test::kCuda), k.to(test::kCuda), v.to(test::kCuda),
+                                                         out2, lse, go.to(test::kCuda), s);
+            }
+            CHECK(close_to(grads[0], qc.grad(), dt) == "");
+            CHECK(close_to(grads[1], kc.grad(), dt) == "");
+            CHECK(close_to(grads[2], vc.grad(), dt) == "");
+          }
         }
       }
     }
@@ -257,6 +299,12 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
       {"causal T = 200 < S = 600, D 128, 2 q heads per kv head", 1, 4, 2, 200, 600, 128, {AttnMask::causal, 0.0},
        false},
       {"causal T = 160 < S = 700, D 64", 1, 2, 2, 160, 700, 64, {AttnMask::causal, 0.0}, false},
+      // the split-tile backward's edges (64-query blocks, 32 x 32 warp tiles, 128-key blocks): whole tiles
+      // without mask code, a diagonal through odd positions with 3 q heads per kv head, T just past a block
+      {"no mask T = 64, S = 256 (no ragged tile), D 128", 1, 2, 2, 64, 256, 128, {AttnMask::none, 0.0}, false},
+      {"causal T = S = 191, D 128, 3 q heads per kv head", 1, 3, 1, 191, 191, 128, {AttnMask::causal, 0.0}, false},
+      {"causal T = 65 < S = 333, D 64", 1, 2, 1, 65, 333, 64, {AttnMask::causal, 0.0}, false},
+      {"causal T = S = 97, D 128", 2, 2, 2, 97, 97, 128, {AttnMask::causal, 0.0}, false},
   };
   uint64_t seed = 9100;
   for (DType dt : {DType::bf16, DType::f16}) {
@@ -280,32 +328,36 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
 
       const std::vector<double> lse_ref = reference_lse(q.to(DType::f64), k.to(DType::f64), c, scale);
 
-      Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
-      const auto before = kernels::flash_attention_counts();
-      Tensor og;
-      {
-        test::PoisonGuard poison;
-        const Tensor qin = c.permuted_q ? qg.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3}) : qg;
-        if (c.permuted_q) REQUIRE_FALSE(qin.is_contiguous());
-        og = scaled_dot_product_attention(qin, kg, vg, c.opts);
-      }
-      CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
-      CHECK(close_to(og, oc, dt) == "");
-      {
-        test::PoisonGuard poison;
-        og.backward(go.to(test::kCuda));
-      }
-      CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
-      CHECK(close_to(qg.grad(), qc.grad(), dt) == "");
-      CHECK(close_to(kg.grad(), kc.grad(), dt) == "");
-      CHECK(close_to(vg.grad(), vc.grad(), dt) == "");
+      for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
+        INFO("backward variant " << variant);
+        BackwardVariant use(variant);
+        Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
+        const auto before = kernels::flash_attention_counts();
+        Tensor og;
+        {
+          test::PoisonGuard poison;
+          const Tensor qin = c.permuted_q ? qg.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3}) : qg;
+          if (c.permuted_q) REQUIRE_FALSE(qin.is_contiguous());
+          og = scaled_dot_product_attention(qin, kg, vg, c.opts);
+        }
+        CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
+        CHECK(close_to(og, oc, dt) == "");
+        {
+          test::PoisonGuard poison;
+          og.backward(go.to(test::kCuda));
+        }
+        CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
+        CHECK(close_to(qg.grad(), qc.grad(), dt) == "");
+        CHECK(close_to(kg.grad(), kc.grad(), dt) == "");
+        CHECK(close_to(vg.grad(), vc.grad(), dt) == "");
 
-      // lse through the glue (the op keeps it inside its backward node)
-      const kernels::AttnShape s{c.B, c.Hq, c.Hkv, c.T, c.S, c.D, c.D, scale, c.opts.mask == AttnMask::causal};
-      const auto [out2, lse] = cuda_ops::flash_attention_forward(q.to(test::kCuda), k.to(test::kCuda),
-                                                                 v.to(test::kCuda), s);
-      CHECK(lse_close(lse, lse_ref) == "");
-      CHECK(test::compare_bits(out2, og.detach().to(Device::cpu())) == "");  // deterministic forward
+        // lse through the glue (the op keeps it inside its backward node)
+        const kernels::AttnShape s{c.B, c.Hq, c.Hkv, c.T, c.S, c.D, c.D, scale, c.opts.mask == AttnMask::causal};
+        const auto [out2, lse] = cuda_ops::flash_attention_forward(q.to(test::kCuda), k.to(test::kCuda),
+                                                                   v.to(test::kCuda), s);
+        CHECK(lse_close(lse, lse_ref) == "");
+        CHECK(test::compare_bits(out2, og.detach().to(Device::cpu())) == "");  // deterministic forward
+      }
     }
   }
 }
@@ -350,28 +402,32 @@ TEST_CASE("packed attention on CUDA matches the f64 CPU reference, forward and b
       const Tensor go = test::random_input(oc.shape(), ++seed, dt);
       oc.backward(go.to(DType::f64));
 
-      Tensor xg = leaf(qkv, test::kCuda);
-      const auto before = kernels::flash_attention_counts();
-      Tensor og;
-      {
-        test::PoisonGuard poison;  // an element the kernels forget to write is NaN
-        og = attention_qkv_packed(xg, c.H, c.opts);
+      for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
+        INFO("backward variant " << variant);
+        BackwardVariant use(variant);
+        Tensor xg = leaf(qkv, test::kCuda);
+        const auto before = kernels::flash_attention_counts();
+        Tensor og;
+        {
+          test::PoisonGuard poison;  // an element the kernels forget to write is NaN
+          og = attention_qkv_packed(xg, c.H, c.opts);
+        }
+        CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
+        CHECK(og.shape() == Shape{c.B, c.N, dim});
+        CHECK(og.is_contiguous());
+        CHECK(close_to(og, oc, dt) == "");
+        {
+          test::PoisonGuard poison;
+          og.backward(go.to(test::kCuda));
+        }
+        CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
+        REQUIRE(xg.grad().defined());
+        CHECK(xg.grad().shape() == qkv.shape());
+        const auto gg = slots(xg.grad()), gc = slots(xc.grad());
+        CHECK(close_to(gg[0], gc[0], dt) == "");  // dq
+        CHECK(close_to(gg[1], gc[1], dt) == "");  // dk
+        CHECK(close_to(gg[2], gc[2], dt) == "");  // dv
       }
-      CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
-      CHECK(og.shape() == Shape{c.B, c.N, dim});
-      CHECK(og.is_contiguous());
-      CHECK(close_to(og, oc, dt) == "");
-      {
-        test::PoisonGuard poison;
-        og.backward(go.to(test::kCuda));
-      }
-      CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
-      REQUIRE(xg.grad().defined());
-      CHECK(xg.grad().shape() == qkv.shape());
-      const auto gg = slots(xg.grad()), gc = slots(xc.grad());
-      CHECK(close_to(gg[0], gc[0], dt) == "");  // dq
-      CHECK(close_to(gg[1], gc[1], dt) == "");  // dk
-      CHECK(close_to(gg[2], gc[2], dt) == "");  // dv
     }
   }
 }
@@ -399,33 +455,37 @@ TEST_CASE("packed attention without fused kernels on CUDA takes the generic path
 TEST_CASE("strided scaled_dot_product_attention inputs are read in place and give the contiguous results",
           "[gpu][attention][flash]") {
   const int64_t B = 2, T = 97, H = 4, D = 64;
-  // dk, dv bit-identical between the two layouts
-  for (AttnMask mask : {AttnMask::none, AttnMask::causal}) {
-    INFO("causal " << (mask == AttnMask::causal));
-    // projections laid out (B, T, H, D), attended as (B, H, T, D) views
-    const Tensor qb = test::random_input({B, T, H, D}, 9700, DType::bf16).to(test::kCuda);
-    const Tensor kb = test::random_input({B, T, H, D}, 9701, DType::bf16).to(test::kCuda);
-    const Tensor vb = test::random_input({B, T, H, D}, 9702, DType::bf16).to(test::kCuda);
-    Tensor qs = leaf(qb, test::kCuda), ks = leaf(kb, test::kCuda), vs = leaf(vb, test::kCuda);
-    const Tensor qv = qs.transpose(1, 2), kv = ks.transpose(1, 2), vv = vs.transpose(1, 2);
-    REQUIRE_FALSE(qv.is_contiguous());
-    CHECK(cuda_ops::flash_strides(qv.detach()).has_value());  // no copy needed
-    Tensor qc = leaf(qv.contiguous(), test::kCuda), kc = leaf(kv.contiguous(), test::kCuda),
-           vc = leaf(vv.contiguous(), test::kCuda);
-    const Tensor go = test::random_input({B, H, T, D}, 9703, DType::bf16).to(test::kCuda);
+  // with every backward variant: dk, dv bit-identical between the two layouts for each
+  for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
+    INFO("backward variant " << variant);
+    BackwardVariant use(variant);
+    for (AttnMask mask : {AttnMask::none, AttnMask::causal}) {
+      INFO("causal " << (mask == AttnMask::causal));
+      // projections laid out (B, T, H, D), attended as (B, H, T, D) views
+      const Tensor qb = test::random_input({B, T, H, D}, 9700, DType::bf16).to(test::kCuda);
+      const Tensor kb = test::random_input({B, T, H, D}, 9701, DType::bf16).to(test::kCuda);
+      const Tensor vb = test::random_input({B, T, H, D}, 9702, DType::bf16).to(test::kCuda);
+      Tensor qs = leaf(qb, test::kCuda), ks = leaf(kb, test::kCuda), vs = leaf(vb, test::kCuda);
+      const Tensor qv = qs.transpose(1, 2), kv = ks.transpose(1, 2), vv = vs.transpose(1, 2);
+      REQUIRE_FALSE(qv.is_contiguous());
+      CHECK(cuda_ops::flash_strides(qv.detach()).has_value());  // no copy needed
+      Tensor qc = leaf(qv.contiguous(), test::kCuda), kc = leaf(kv.contiguous(), test::kCuda),
+             vc = leaf(vv.contiguous(), test::kCuda);
+      const Tensor go = test::random_input({B, H, T, D}, 9703, DType::bf16).to(test::kCuda);
 
-    const auto before = kernels::flash_attention_counts();
-    const Tensor os = scaled_dot_product_attention(qv, kv, vv, {mask});
-    const Tensor oc = scaled_dot_product_attention(qc, kc, vc, {mask});
-    CHECK(kernels::flash_attention_counts().forward == before.forward + 2);
-    CHECK(test::compare_bits(os, oc.to(Device::cpu())) == "");  // same values, same order: same bits
-    os.backward(go);
-    oc.backward(go);
-    CHECK(kernels::flash_attention_counts().backward == before.backward + 2);
-    // dk, dv are deterministic; dq goes through fp32 atomics (the order of the adds varies)
-    CHECK(test::compare_bits(ks.grad().transpose(1, 2).contiguous(), kc.grad().to(Device::cpu())) == "");
-    CHECK(test::compare_bits(vs.grad().transpose(1, 2).contiguous(), vc.grad().to(Device::cpu())) == "");
-    CHECK(close_to(qs.grad().transpose(1, 2), qc.grad().to(Device::cpu()), DType::bf16) == "");
+      const auto before = kernels::flash_attention_counts();
+      const Tensor os = scaled_dot_product_attention(qv, kv, vv, {mask});
+      const Tensor oc = scaled_dot_product_attention(qc, kc, vc, {mask});
+      CHECK(kernels::flash_attention_counts().forward == before.forward + 2);
+      CHECK(test::compare_bits(os, oc.to(Device::cpu())) == "");  // same values, same order: same bits
+      os.backward(go);
+      oc.backward(go);
+      CHECK(kernels::flash_attention_counts().backward == before.backward + 2);
+      // dk, dv are deterministic; dq goes through fp32 atomics (the order of the adds varies)
+      CHECK(test::compare_bits(ks.grad().transpose(1, 2).contiguous(), kc.grad().to(Device::cpu())) == "");
+      CHECK(test::compare_bits(vs.grad().transpose(1, 2).contiguous(), vc.grad().to(Device::cpu())) == "");
+      CHECK(close_to(qs.grad().transpose(1, 2), qc.grad().to(Device::cpu()), DType::bf16) == "");
+    }
   }
 
   // A view whose rows are not 16-byte aligned (offset of 4 elements) is copied first: same results.

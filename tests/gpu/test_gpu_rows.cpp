@@ -82,8 +82,8 @@ std::string check_op(const Graph& f, const std::vector<Tensor>& values, DType dt
 }
 
 // Runs body once per layer_norm / rms_norm kernel variant (kernels::set_norm_kernel_variant: 1 the
-// register-resident kernels, 2 the staged ones, 3 the staged ones with the tree-summed parameter gradients and
-// the shuffled shift), whatever HADATRAIN_NORM_KERNEL says; the environment's choice is restored after.
+// register-resident kernels, 2 the staged ones with the parameters in shared memory, 3 the staged ones with
+// the parameters in registers), whatever HADATRAIN_NORM_KERNEL says; the environment's choice is restored after.
 struct NormVariant {
   explicit NormVariant(int v) { kernels::set_norm_kernel_variant(v); }
   ~NormVariant() { kernels::set_norm_kernel_variant(0); }
@@ -549,6 +549,95 @@ TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu
       INFO("result " << i << ", variant 1 against " << v + 1);
       CHECK(test::compare_to_cpu(per_variant[v][i], per_variant[0][i].to(Device::cpu()), row_tol(DType::bf16)) == "");
     }
+  // variants 2 and 3 differ only in where the parameters are kept: the same arithmetic in the same order, and
+  // here the same backward grid (both two blocks per SM: the per-block dgamma / dbeta partial sums match)
+  REQUIRE(per_variant.size() == 3);
+  for (std::size_t i = 0; i < per_variant[1].size(); ++i) {
+    INFO("result " << i << ", variant 2 against 3");
+    CHECK(test::compare_bits(per_variant[2][i], per_variant[1][i].to(Device::cpu())) == "");
+  }
+}
+
+// Rows that start at an offset in their storage: 16-byte aligned (the staged kernels) and not (one element
+// further: the multi-pass kernels), forward and backward with parameter gradients, every variant and dtype.
+TEST_CASE("layer_norm and rms_norm on CUDA: rows at an offset in their storage", "[gpu][rows][norm]") {
+  each_norm_variant([&] {
+    uint64_t seed = 7700;
+    for (DType dt : {DType::bf16, DType::f16, DType::f32, DType::f64}) {
+      for (const int64_t d : {int64_t{384}, int64_t{768}, int64_t{4096}}) {
+        const int64_t rows = 37;
+        for (const int64_t at : {int64_t{5} * d, int64_t{5} * d + 1}) {
+          // the rows are elements [at, at + rows d) of a larger flat tensor (a view with a storage offset)
+          const Tensor flat = test::random_input({at + rows * d + 3}, ++seed, dt, -3.0, 3.0);
+          const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+          const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+          INFO(dtype_name(dt) << " D " << d << ", offset " << at);
+          const Tensor gy = test::random_input({rows, d}, ++seed, dt, -1.0, 1.0);
+          const test::Tolerance gtol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
+          // the same graph on both devices: leaves flat, w, b; y = layer_norm(flat[at : at + rows d] as (rows, d))
+          auto run = [&](Device dv, bool rms) {
+            std::vector<Tensor> in = {flat.to(dv).detach(), w.to(dv).detach(), b.to(dv).detach()};
+            for (Tensor& t : in) t.set_requires_grad(true);
+            const Tensor x = in[0].narrow(0, at, rows * d).view({rows, d});
+            const Tensor y = rms ? rms_norm(x, in[1]) : layer_norm(x, in[1], in[2]);
+            y.backward(gy.to(dv));
+            return std::vector<Tensor>{y.detach(), in[0].grad(), in[1].grad(), rms ? Tensor() : in[2].grad()};
+          };
+          for (const bool rms : {false, true}) {
+            INFO((rms ? "rms_norm" : "layer_norm"));
+            const std::vector<Tensor> cpu = run(Device::cpu(), rms);
+            std::vector<Tensor> gpu;
+            {
+              test::PoisonGuard poison;
+              gpu = run(test::kCuda, rms);
+            }
+            for (std::size_t i = 0; i < cpu.size(); ++i) {
+              if (!cpu[i].defined()) continue;
+              INFO("result " << i << " (y, flat's gradient, weight's, bias's)");
+              CHECK(test::compare_to_cpu(gpu[i], cpu[i], i == 0 ? row_tol(dt) : gtol) == "");
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// Element indices past 2^31: 2^31 / D + 5 rows (bf16, D 768: the staged kernels with a warp per row; 4096: a
+// block-wide reduction per row). All rows but the last five are zero (var 0, results = bias; their g is zero),
+// so the last five rows, the x gradient there and the parameter gradients match the CPU reference of those
+// five rows alone. About 17 GB of device memory.
+TEST_CASE("layer_norm on CUDA: element indices past 2^31", "[gpu][rows][norm]") {
+  for (const int64_t d : {int64_t{768}, int64_t{4096}}) {
+    const int64_t rows = (int64_t{1} << 31) / d + 5, tail = 5;
+    const Tensor xt = test::random_input({tail, d}, 7800 + d, DType::bf16, -2.0, 3.0);
+    const Tensor gt = test::random_input({tail, d}, 7801 + d, DType::bf16, -1.0, 1.0);
+    const Tensor w = test::random_input({d}, 7802 + d, DType::bf16, 0.5, 1.5);
+    const Tensor b = test::random_input({d}, 7803 + d, DType::bf16, -1.0, 1.0);
+    // the CPU reference of the last rows
+    Tensor xr = xt.detach(), wr = w.detach(), br = b.detach();
+    for (Tensor* t : {&xr, &wr, &br}) t->set_requires_grad(true);
+    const Tensor yr = layer_norm(xr, wr, br);
+    yr.backward(gt);
+    each_norm_variant([&] {
+      INFO("D " << d << ", rows " << rows);
+      Tensor x = zeros({rows, d}, {DType::bf16, test::kCuda});
+      copy_(x.narrow(0, rows - tail, tail), xt.to(test::kCuda));
+      const Tensor g = zeros({rows, d}, {DType::bf16, test::kCuda});
+      copy_(g.narrow(0, rows - tail, tail), gt.to(test::kCuda));
+      Tensor wc = w.to(test::kCuda).detach(), bc = b.to(test::kCuda).detach();
+      for (Tensor* t : {&x, &wc, &bc}) t->set_requires_grad(true);
+      const Tensor y = layer_norm(x, wc, bc);
+      y.backward(g);
+      const test::Tolerance tol = row_tol(DType::bf16);
+      CHECK(test::compare_to_cpu(y.detach().narrow(0, rows - tail, tail).contiguous(), yr.detach(), tol) == "");
+      CHECK(test::compare_to_cpu(x.grad().narrow(0, rows - tail, tail).contiguous(), xr.grad(), tol) == "");
+      CHECK(test::compare_to_cpu(wc.grad(), wr.grad(), tol) == "");
+      CHECK(test::compare_to_cpu(bc.grad(), br.grad(), tol) == "");
+      // a zero row: var 0, so y = bias there
+      CHECK(test::compare_to_cpu(y.detach().narrow(0, 0, 1).view({d}).contiguous(), b, tol) == "");
+    });
+  }
 }
 
 // The register-resident softmax backward on many short rows: more row groups than blocks (grid-stride

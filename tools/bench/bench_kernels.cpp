@@ -25,7 +25,9 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "kernels/batchnorm.h"        // bench_bn_gelu_variants
+#include "kernels/flash_attention.h"  // bench_attention (backward variants)
 #include "kernels/rows.h"             // bench_norm_variants
+#include "kernels/elementwise.h"      // bench_norm_variants (GELU forward variants)
 
 using namespace ht;
 
@@ -307,7 +309,8 @@ void bench_hla(bool csv, double copy_gbs) {
 // scaled_dot_product_attention in bf16 with the causal mask, B = 4, H = 16 (no grouping), D 64 and 128,
 // T = S in {1024, 2048, 4096}, through the op (the fused kernels of kernels/flash_attention.cu): forward
 // alone (no grad) and forward + backward through autograd. FLOPs: forward 4·B·H·T²·D / 2 (the causal half),
-// backward 2.5x the forward, so forward + backward counts 3.5x.
+// backward 2.5x the forward, so forward + backward counts 3.5x. Each shape then times forward + backward with
+// every backward kernel variant (rows "bwd variant N"; the backward alone is that minus the forward).
 // bf16 q, k, v (B, H, T, D) requiring gradients and an upstream gradient g, uniform in [-1, 1).
 struct AttentionCase {
   Tensor q, k, v, g;
@@ -362,6 +365,22 @@ void bench_attention(bool csv) {
       else
         std::printf("%-42s %10.4f %10.1f %12.4f %10.1f\n",
                     ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(), fwd_ms, fwd_tf, fb_ms, fb_tf);
+      // every backward kernel variant side by side (kernels::set_flash_backward_variant; 0 lean, 1 split
+      // tiles: Note [Backward variants] in kernels/flash_attention.cu); bwd = (fwd + bwd) - fwd
+      for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
+        kernels::set_flash_backward_variant(variant);
+        const double v_ms = attention_fwd_bwd_ms(c);
+        const char* vname = variant == 0 ? "lean" : "split";
+        if (csv)
+          std::printf("attention_bwd_variant,%lld,%lld,%lld,%lld,%d,%.4f,%.4f\n", static_cast<long long>(B),
+                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, v_ms,
+                      v_ms - fwd_ms);
+        else
+          std::printf("  %-40s %10s %10s %12.4f %10.1f   bwd %.4f ms\n",
+                      ("bwd variant " + std::to_string(variant) + " (" + vname + ")").c_str(), "", "", v_ms,
+                      3.5 * fwd_flops / v_ms * 1e-9, v_ms - fwd_ms);
+      }
+      kernels::set_flash_backward_variant(-1);
     }
 }
 // ---- end bench_attention ----
@@ -526,7 +545,9 @@ void bench_bn_relu(bool csv) {
 // batch-norm and GELU forward kernels (Note [Batch-norm kernels] in kernels/batchnorm.cu, Note [GELU forward
 // kernel] in kernels/elementwise.cu; the old/new variant switch is gone, old numbers in docs/cuda_backend.md).
 // Backward = (forward + backward) - forward, autograd bookkeeping included. Rows "bn kernels ...": the
-// batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer.
+// batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer. Channels-first rows are
+// printed once per channels-first kernel variant (set_bn_cf_variant: "[split]" / "[planes]" / "[vstore]",
+// helper bn11).
 void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(17);
@@ -559,7 +580,14 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
       {"bn+add+relu 256x64x32x32", {256, 64, 32, 32}, BatchNormActivation::relu, true},
       {"bn+add+relu NHWC [262144,64]", {262144, 64}, BatchNormActivation::relu, true},
   };
-  for (const BnCase& c : cases) {
+  // Channels-first shapes run once per channels-first kernel variant (kernels/batchnorm.h; row suffix
+  // "[split]" / "[planes]" / "[vstore]"), the others once.
+  const char* const cf_names[] = {"", " [split]", " [planes]", " [vstore]"};
+  static_assert(sizeof(cf_names) / sizeof(cf_names[0]) == kernels::kBnCfVariants + 1);
+  for (const BnCase& c : cases)
+  for (int cfv = 1; cfv <= (c.shape.size() == 4 ? kernels::kBnCfVariants : 1); ++cfv) {
+    kernels::set_bn_cf_variant(c.shape.size() == 4 ? cfv : 0);
+    const std::string suffix = c.shape.size() == 4 ? cf_names[cfv] : "";
     const int64_t C = c.shape[1];
     Tensor x = bf16_rand(c.shape), res = bf16_rand(c.shape);
     const Tensor g = bf16_rand(c.shape);
@@ -583,9 +611,10 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     });
     const double bwd = fb - fwd;
     // passes: fwd 3 (+1 residual read), bwd 5 (+1 residual read, +1 residual gradient write)
-    print(std::string(c.name) + " fwd train", x.numel(), c.residual ? 4 : 3, fwd);
-    print(std::string(c.name) + " bwd", x.numel(), c.residual ? 7 : 5, bwd);
+    print(std::string(c.name) + " fwd train" + suffix, x.numel(), c.residual ? 4 : 3, fwd);
+    print(std::string(c.name) + " bwd" + suffix, x.numel(), c.residual ? 7 : 5, bwd);
   }
+  kernels::set_bn_cf_variant(0);
   {  // GELU of a ViT-S/4 MLP activation, as bench_norm_gelu
     const Tensor x = bf16_rand({256 * 65, 1536});
     const double fwd = time_ms([&] {
@@ -604,7 +633,10 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   };
   const KCase kcases[] = {{"bn kernels 256x64x32x32", {256, 64, 32, 32}, {256, 64, 1024}},
                           {"bn kernels NHWC [262144,64]", {262144, 64}, {262144, 64, 1}}};
-  for (const KCase& c : kcases) {
+  for (const KCase& c : kcases)
+  for (int cfv = 1; cfv <= (c.s.S > 1 ? kernels::kBnCfVariants : 1); ++cfv) {
+    kernels::set_bn_cf_variant(c.s.S > 1 ? cfv : 0);
+    const std::string suffix = c.s.S > 1 ? cf_names[cfv] : "";
     const int64_t C = c.s.C;
     const Tensor x = bf16_rand(c.shape), g = bf16_rand(c.shape);
     const Tensor y = empty(c.shape, {DType::bf16, dev}), gx = empty(c.shape, {DType::bf16, dev});
@@ -633,9 +665,27 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
       kernels::launch_bn_backward_dx(DType::bf16, kernels::BnMode::train, g.data_ptr(), x.data_ptr(), c.s, ch,
                                      sums.sum_g, sums.sum_gxhat, gx.data_ptr(), nullptr);
     });
-    print(std::string(c.name) + " fwd", x.numel(), 3, fwd);
-    print(std::string(c.name) + " bwd", x.numel(), 5, bwd);
+    print(std::string(c.name) + " fwd" + suffix, x.numel(), 3, fwd);
+    print(std::string(c.name) + " bwd" + suffix, x.numel(), 5, bwd);
+    // Each launcher alone (passes: statistics 1, normalize 2, sums 2, dx 3; the elementwise passes then read
+    // x from DRAM, not from the L2 the reduction left it in).
+    const double t_stats = time_ms(
+        [&] { kernels::launch_bn_stats(DType::bf16, x.data_ptr(), c.s, 1e-5, run, st, st + C, nullptr); });
+    const double t_norm =
+        time_ms([&] { kernels::launch_bn_normalize(DType::bf16, x.data_ptr(), c.s, ch, y.data_ptr(), nullptr); });
+    const double t_sums = time_ms([&] {
+      kernels::launch_bn_backward_reduce(DType::bf16, g.data_ptr(), x.data_ptr(), c.s, ch, sums, nullptr);
+    });
+    const double t_dx = time_ms([&] {
+      kernels::launch_bn_backward_dx(DType::bf16, kernels::BnMode::train, g.data_ptr(), x.data_ptr(), c.s, ch,
+                                     sums.sum_g, sums.sum_gxhat, gx.data_ptr(), nullptr);
+    });
+    print(std::string(c.name) + "  stats only" + suffix, x.numel(), 1, t_stats);
+    print(std::string(c.name) + "  normalize only" + suffix, x.numel(), 2, t_norm);
+    print(std::string(c.name) + "  bwd sums only" + suffix, x.numel(), 2, t_sums);
+    print(std::string(c.name) + "  dx only" + suffix, x.numel(), 3, t_dx);
   }
+  kernels::set_bn_cf_variant(0);
 }
 // ---- end bench_bn_gelu_variants ----
 
@@ -681,44 +731,87 @@ void bench_attention_packed(bool csv) {
 
 }  // namespace
 
-// ---- bench_norm_variants (helper rows8) ----
+// ---- bench_norm_variants (helpers rows8, rows11) ----
 // layer_norm / rms_norm in bf16 (bf16 weight and bias) with each norm kernel variant (kernels::
-// set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged", the staged ones; 3 "tuned", the
-// staged ones with the tree epilogue and the shuffled shift; Note [Norm kernel variants] in kernels/rows.cu),
-// side by side.
-// Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes (read x and g, write gx) over
-// (forward + backward) - forward, as bench_norm_gelu counts them (the parameter gradients' partial sums and
-// their finalize launch are inside that time).
+// set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged" (the default), the staged ones,
+// parameters in shared memory; 3 "reg", the staged ones with the parameters in registers; Note [Norm kernel
+// variants] in kernels/rows.cu), side by side.
+// Op rows: through the op API. Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes
+// (read x and g, write gx) over (forward + backward) - forward, as bench_norm_gelu counts them: that time also
+// holds the parameter gradients' partial sums and finalize launch, autograd's bookkeeping, the output and
+// gradient allocations and zero_grad's memsets, which weigh at the smaller shapes.
+// "kernels" rows: the launchers alone on preallocated buffers (forward: launch_norm; backward:
+// launch_norm_backward with the fused partial sums, or launch_norm_param_grad where there are none, then
+// launch_norm_param_finalize), the legacy stream, as time_ms's events.
+// Columns: per variant the time, the ratio to the copy floor (the 1 GB clone of the main table) and "vs same":
+// the ratio to a device-to-device copy (cudaMemcpyAsync) of the same traffic (bytes read + written: forward
+// D elements per row, backward 1.5 D), timed the same way; "copy ms" is that copy's time. At these sizes the
+// L2 (50 MB on the H200) holds part of the data between back-to-back launches, for the copy as for the norm:
+// "vs same" compares like with like, "vs copy" against HBM streaming.
+// Last row: the bf16 GELU forward at 16640 x 1536 with GELU forward kernel 1 and 2 (set_gelu_fwd_variant).
+// HADATRAIN_BENCH_NORM=S runs only the cases whose "op RxD" name contains S (e.g. 16640x384; "gelu");
+// HADATRAIN_BENCH_NORM_PROFILE=1 (for Nsight Compute) skips the op rows and times nothing: per case and variant
+// the launchers run once each (forward, forward again for the statistics, backward, finalize).
 void bench_norm_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(12);
   auto bf16_rand = [&](const Shape& s) { return rand(s, gen, {DType::f32, dev}).to(DType::bf16); };
   constexpr int kV = kernels::kNormKernelVariants;
-  static_assert(kV == 3, "one column pair per variant");
-  if (csv)
-    std::printf("norm variant,elements,old ms,old ratio_to_copy,staged ms,staged ratio_to_copy,tuned ms,"
-                "tuned ratio_to_copy\n");
-  else
-    std::printf("\n%-34s %12s %9s %7s %9s %7s %9s %7s\n", "norm kernels (bf16): variants 1-3", "elements", "old ms",
-                "vs copy", "staged ms", "vs copy", "tuned ms", "vs copy");
-  auto print = [&](const std::string& name, int64_t numel, double passes, const double (&ms)[kV]) {
-    double ratio[kV];
-    for (int v = 0; v < kV; ++v) ratio[v] = passes * 2.0 * static_cast<double>(numel) / ms[v] * 1e-6 / copy_gbs;
-    if (csv)
-      std::printf("%s,%lld,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f\n", name.c_str(), static_cast<long long>(numel), ms[0],
-                  ratio[0], ms[1], ratio[1], ms[2], ratio[2]);
-    else
-      std::printf("%-34s %12lld %9.4f %7.3f %9.4f %7.3f %9.4f %7.3f\n", name.c_str(), static_cast<long long>(numel),
-                  ms[0], ratio[0], ms[1], ratio[1], ms[2], ratio[2]);
+  static_assert(kV == 3, "one column triple per variant");
+  const char* const names[kV] = {"old", "staged", "reg"};
+  if (csv) {
+    std::printf("norm variant,elements,copy ms");
+    for (const char* v : names) std::printf(",%s ms,%s ratio_to_copy,%s ratio_to_same_size_copy", v, v, v);
+    std::printf("\n");
+  } else {
+    std::printf("\n%-38s %10s %8s", "norm kernels (bf16): variants 1-3", "elements", "copy ms");
+    for (const char* v : names) std::printf(" %7s ms %7s %7s", v, "vs copy", "vs same");
+    std::printf("\n");
+  }
+  // bytes: traffic of the row (read + write); same_ms: the same-size copy's time
+  auto print = [&](const std::string& name, int64_t numel, double passes, double same_ms, const double (&ms)[kV]) {
+    const double bytes = passes * 2.0 * static_cast<double>(numel);
+    if (csv) std::printf("%s,%lld,%.4f", name.c_str(), static_cast<long long>(numel), same_ms);
+    else std::printf("%-38s %10lld %8.4f", name.c_str(), static_cast<long long>(numel), same_ms);
+    for (int v = 0; v < kV; ++v) {
+      const double ratio = bytes / ms[v] * 1e-6 / copy_gbs, same = same_ms / ms[v];
+      if (csv) std::printf(",%.4f,%.3f,%.3f", ms[v], ratio, same);
+      else std::printf(" %10.4f %7.3f %7.3f", ms[v], ratio, same);
+    }
+    std::printf("\n");
+  };
+  // a device-to-device copy moving `bytes` in all (bytes / 2 read, bytes / 2 written)
+  auto copy_ms = [&](double bytes) {
+    const int64_t half = static_cast<int64_t>(bytes / 2);
+    const Tensor src = empty({half}, {DType::u8, dev}), dst = empty({half}, {DType::u8, dev});
+    cudaMemsetAsync(src.data_ptr(), 0, static_cast<std::size_t>(half), nullptr);
+    return time_ms([&] {
+      cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<std::size_t>(half), cudaMemcpyDeviceToDevice, nullptr);
+    });
   };
   struct Case {
     const char* op;
     Shape shape;
     bool rms;
   };
+  const char* const only = std::getenv("HADATRAIN_BENCH_NORM");
+  const bool profile = std::getenv("HADATRAIN_BENCH_NORM_PROFILE") != nullptr;
+  std::vector<Case> cases;
   for (const Case& c : {Case{"layer_norm", {16384, 4096}, false}, Case{"layer_norm", {50432, 768}, false},
                         Case{"layer_norm", {16640, 384}, false}, Case{"rms_norm", {16384, 4096}, true},
                         Case{"rms_norm", {50432, 768}, true}}) {
+    const std::string name = std::string(c.op) + " " + std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]);
+    if (only == nullptr || name.find(only) != std::string::npos) cases.push_back(c);
+  }
+  // time_ms, or (profile) one run
+  auto timed = [&](const std::function<void()>& fn) {
+    if (!profile) return time_ms(fn);
+    fn();
+    cudaDeviceSynchronize();
+    return 0.0;
+  };
+  for (const Case& c : cases) {
+    if (profile) break;
     Tensor x = bf16_rand(c.shape), w = bf16_rand({c.shape[1]}), b = bf16_rand({c.shape[1]});
     const Tensor g = bf16_rand(c.shape);
     auto fwd_op = [&] { return c.rms ? rms_norm(x, w) : layer_norm(x, w, b); };
@@ -745,9 +838,84 @@ void bench_norm_variants(bool csv, double copy_gbs) {
       bwd[v - 1] = fb - fwd[v - 1];
     }
     kernels::set_norm_kernel_variant(0);
+    const int64_t numel = c.shape[0] * c.shape[1];
     const std::string shape = std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]);
-    print(std::string(c.op) + " fwd " + shape, c.shape[0] * c.shape[1], 2, fwd);
-    print(std::string(c.op) + " bwd " + shape, c.shape[0] * c.shape[1], 3, bwd);
+    print(std::string(c.op) + " fwd " + shape, numel, 2, copy_ms(2 * 2.0 * numel), fwd);
+    print(std::string(c.op) + " bwd " + shape, numel, 3, copy_ms(3 * 2.0 * numel), bwd);
+  }
+  // The launchers alone on preallocated buffers.
+  for (const Case& c : cases) {
+    const int64_t rows = c.shape[0], d = c.shape[1], numel = rows * d;
+    const kernels::NormKind kind = c.rms ? kernels::NormKind::rms : kernels::NormKind::layer;
+    const Tensor x = bf16_rand(c.shape), g = bf16_rand(c.shape), w = bf16_rand({d}), b = bf16_rand({d});
+    const Tensor y = empty(c.shape, {DType::bf16, dev}), gx = empty(c.shape, {DType::bf16, dev});
+    const Tensor mean = empty({rows}, {DType::f32, dev}), rstd = empty({rows}, {DType::f32, dev});
+    const Tensor gw = empty({d}, {DType::bf16, dev}), gb = empty({d}, {DType::bf16, dev});
+    kernels::NormArgs fa{DType::bf16, kind, y.data_ptr(), c.rms ? nullptr : mean.data_ptr(), rstd.data_ptr(),
+                         x.data_ptr(), w.data_ptr(), c.rms ? nullptr : b.data_ptr(), rows, d, 1e-5};
+    fa.weight_narrow = true;
+    fa.bias_narrow = !c.rms;
+    double fwd[kV], bwd[kV];
+    for (int v = 1; v <= kV; ++v) {
+      kernels::set_norm_kernel_variant(v);
+      fwd[v - 1] = timed([&] { kernels::launch_norm(fa, nullptr); });
+      kernels::launch_norm(fa, nullptr);  // the statistics for the backward
+      kernels::NormBackwardArgs ba{DType::bf16, kind, gx.data_ptr(), g.data_ptr(), x.data_ptr(),
+                                   c.rms ? nullptr : mean.data_ptr(), rstd.data_ptr(), w.data_ptr(), rows, d};
+      ba.weight_narrow = true;
+      const int fused = kernels::norm_backward_partials(ba);
+      const int64_t parts = fused > 0 ? fused : kernels::norm_param_splits(rows, d);
+      const Tensor pw = empty({parts, d}, {DType::f32, dev});
+      const Tensor pb = c.rms ? Tensor() : empty({parts, d}, {DType::f32, dev});
+      if (fused > 0) {
+        ba.gw_partial = pw.data_ptr();
+        ba.gb_partial = pb.defined() ? pb.data_ptr() : nullptr;
+      }
+      const kernels::NormParamFinalizeArgs fin{DType::f32, pw.data_ptr(), pb.defined() ? pb.data_ptr() : nullptr,
+                                               gw.data_ptr(), DType::bf16, pb.defined() ? gb.data_ptr() : nullptr,
+                                               DType::bf16, parts, d};
+      bwd[v - 1] = timed([&] {
+        kernels::launch_norm_backward(ba, nullptr);
+        if (fused == 0)
+          kernels::launch_norm_param_grad({DType::bf16, kind, pw.data_ptr(), pb.defined() ? pb.data_ptr() : nullptr,
+                                           g.data_ptr(), x.data_ptr(), c.rms ? nullptr : mean.data_ptr(),
+                                           rstd.data_ptr(), rows, d},
+                                          nullptr);
+        kernels::launch_norm_param_finalize(fin, nullptr);
+      });
+    }
+    kernels::set_norm_kernel_variant(0);
+    if (profile) continue;
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(d);
+    print(std::string("kernels ") + c.op + " fwd " + shape, numel, 2, copy_ms(2 * 2.0 * numel), fwd);
+    print(std::string("kernels ") + c.op + " bwd " + shape, numel, 3, copy_ms(3 * 2.0 * numel), bwd);
+  }
+  // The bf16 GELU (erf) forward of a ViT-S/4 MLP activation with each GELU forward kernel (kernels::
+  // set_gelu_fwd_variant: 1 rounds per element, the default; 2 per pair; Note [GELU forward kernel] in
+  // kernels/elementwise.cu), through the op API; 2 passes.
+  if (profile || (only != nullptr && std::string("gelu 16640x1536").find(only) == std::string::npos)) return;
+  {
+    constexpr int kG = kernels::kGeluFwdVariants;
+    const Tensor x = bf16_rand({256 * 65, 1536});
+    double ms[kG];
+    for (int v = 1; v <= kG; ++v) {
+      kernels::set_gelu_fwd_variant(v);
+      Tensor keep;
+      ms[v - 1] = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = gelu(x);
+      });
+    }
+    kernels::set_gelu_fwd_variant(0);
+    const double numel = static_cast<double>(x.numel()), same = copy_ms(2 * 2.0 * numel);
+    if (csv) std::printf("gelu fwd 16640x1536,%lld,%.4f", static_cast<long long>(x.numel()), same);
+    else std::printf("%-38s %10lld %8.4f", "gelu fwd 16640x1536 (1 / 2)", static_cast<long long>(x.numel()), same);
+    for (int v = 0; v < kG; ++v) {
+      const double ratio = 2 * 2.0 * numel / ms[v] * 1e-6 / copy_gbs;
+      if (csv) std::printf(",%.4f,%.3f,%.3f", ms[v], ratio, same / ms[v]);
+      else std::printf(" %10.4f %7.3f %7.3f", ms[v], ratio, same / ms[v]);
+    }
+    std::printf("\n");
   }
 }
 // ---- end bench_norm_variants ----
