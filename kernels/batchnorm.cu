@@ -51,6 +51,9 @@
 // stores as plane_store (cf_store<true>), bit-identical results. Run 22 (H200, bf16 256x64x32x32, ms fwd / bwd):
 // split 0.1026 / 0.1037, planes 0.0512 / 0.0734, vstore 0.0351 / 0.0515 (0.674 / 0.765 of copy); with relu and
 // add+relu vstore is also the fastest, so it became the default.
+// Opt-in reduction variants (helper bn12, not yet measured): channels-first variant 4 (deep; Note [Batch-norm
+// deep channels-first reductions]) and channels-last variant 2 (bn_cl_variant(), HADATRAIN_BN_CL_KERNEL =
+// tickets; Note [Batch-norm channels-last tickets]).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -217,13 +220,13 @@ struct CfGrid {
   dim3 grid;
 };
 
-CfGrid cf_grid(const BnShape& s, int V) {
+CfGrid cf_grid(const BnShape& s, int V, int64_t target_blocks = kTargetBlocks) {
   CfGrid g;
   g.SV = s.S / V;
   g.per_channel = s.N * g.SV;
   g.fast = g.per_channel < (int64_t{1} << 31) && g.SV < (int64_t{1} << 31);
   if (g.fast) g.div_sv = FastDiv(static_cast<uint32_t>(std::max<int64_t>(g.SV, 1)));
-  int64_t splits = std::max<int64_t>(1, kTargetBlocks / std::max<int64_t>(s.C, 1));
+  int64_t splits = std::max<int64_t>(1, target_blocks / std::max<int64_t>(s.C, 1));
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.per_channel / (kThreads * 4)));  // >= 4 packs a thread
   splits = std::min<int64_t>(splits, 65535);
   g.chunk = std::max<int64_t>(1, (g.per_channel + splits - 1) / splits);
@@ -403,6 +406,8 @@ __global__ void __launch_bounds__(kThreads, 4)
 
 HT_DEV void stats_finalize_channel(const double* part, int splits, double k, int64_t C, int64_t M, double eps,
                                    const BnRunning& running, double* mean, double* invstd, int64_t c);
+HT_DEV void stats_write(double a1, double a2, double k, int64_t M, double eps, const BnRunning& running, double* mean,
+                        double* invstd, int64_t c);
 HT_DEV bool last_block_of_channel(unsigned* tickets, int64_t c);
 
 // Channels first. Same partial sums, K = x[0, c, 0]. Fin: the last block of channel c to finish
@@ -518,6 +523,12 @@ HT_DEV void stats_finalize_channel(const double* part, int splits, double k, int
   double a1, a2;
   finalize_sums(part, splits, C, c, a1, a2);
   if (threadIdx.x % 32 != 0) return;
+  stats_write(a1, a2, k, M, eps, running, mean, invstd, c);
+}
+
+// Channel c's statistics from its sums a1, a2 of (x - k) and (x - k)^2 (one thread).
+HT_DEV void stats_write(double a1, double a2, double k, int64_t M, double eps, const BnRunning& running, double* mean,
+                        double* invstd, int64_t c) {
   const double m = static_cast<double>(M);
   const double d = a1 / m;
   double var = a2 / m - d * d;  // biased
@@ -715,6 +726,7 @@ __global__ void __launch_bounds__(kThreads, kClBlocks<Act>)
 
 HT_DEV void bwd_finalize_channel(const double* part, int splits, int64_t C, const double* invstd,
                                  const BnBackwardSums& out, int64_t c);
+HT_DEV void bwd_write(double a1, double a2, const double* invstd, const BnBackwardSums& out, int64_t c);
 
 // Fin: the last block of channel c adds the channel's partial sums as bn_bwd_finalize does.
 template <BnAct Act, class T, int V, bool Fin>
@@ -811,11 +823,379 @@ HT_DEV void bwd_finalize_channel(const double* part, int splits, int64_t C, cons
   double a1, a2;
   finalize_sums(part, splits, C, c, a1, a2);
   if (threadIdx.x % 32 != 0) return;
+  bwd_write(a1, a2, invstd, out, c);
+}
+
+// Channel c's backward sums from a1 = sum g', a2 = sum g' * (x - mean) (one thread).
+HT_DEV void bwd_write(double a1, double a2, const double* invstd, const BnBackwardSums& out, int64_t c) {
   const double sgx = a2 * invstd[c];
   if (out.sum_g) out.sum_g[c] = a1;
   if (out.sum_gxhat) out.sum_gxhat[c] = sgx;
   if (out.grad_bias.data) param_store(out.grad_bias.data, out.grad_bias.dtype, c, a1);
   if (out.grad_weight.data) param_store(out.grad_weight.data, out.grad_weight.dtype, c, sgx);
+}
+
+// ---- channels-first reductions, variant 4 (Note [Batch-norm deep channels-first reductions]) -----------
+// Note [Batch-norm deep channels-first reductions]: variant 4 is variant 3 (split grids, 16-byte stores) with
+// reductions that keep kCf4U packs of a thread in flight (the statistics: 8 packs of x; the sums: 4 packs of
+// g and 4 of x, 2 + 2 + 2 with a residual) instead of 2 (run 22: statistics 0.564 of copy; bn11: too few bytes
+// in flight), at 3 resident blocks a SM instead of 8 (8 packs spilled at 32 and 64 registers) and a grid of one
+// wave of those (cf_grid with 132 * 3 target blocks: on 256x64x32x32 bf16 6 blocks a channel, 5462 packs, 22
+// a thread in three rounds of up to 8 instead of four rounds of 2 (8 packs); 96 KB of loads in flight a SM
+// instead of 64). A thread's packs are added in order into one pair of sums (variant 1 kept two), so the
+// results differ from variant 1's by rounding; the per-block partials and the last block's finalize are
+// variant 1's (a ticket per channel).
+constexpr int kCf4U = 8;
+constexpr int kCf4Blocks = 3;  // resident blocks a SM (at 8 and 4, 32 / 64 registers, the bf16 packs and their
+                               // 64-bit offsets spilled); grids: cf_grid for one wave of them
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads, kCf4Blocks)
+    bn_stats_cf4(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
+                 unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
+                 double* __restrict__ invstd) {
+  using A = bn_t<T>;
+  __shared__ double scratch[32];
+  const int64_t c = blockIdx.x;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
+  const A k = convert<A>(x[c * s.S]);
+  A s1 = A(0), s2 = A(0);
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += kCf4U * kThreads) {
+    Pack<T, V> p[kCf4U];
+#pragma unroll
+    for (int u = 0; u < kCf4U; ++u)
+      if (j + u * kThreads < j1) p[u] = plane_load<T, V>(x + cf_offset(s, g, c, j + u * kThreads, V));
+#pragma unroll
+    for (int u = 0; u < kCf4U; ++u)
+      if (j + u * kThreads < j1) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const A d = convert<A>(p[u].v[e]) - k;
+          s1 += d;
+          s2 += d * d;
+        }
+      }
+  }
+  const double a1 = block_sum(static_cast<double>(s1), scratch);
+  const double a2 = block_sum(static_cast<double>(s2), scratch);
+  if (threadIdx.x == 0) {
+    part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
+    part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
+  }
+  if (last_block_of_channel(tickets, c) && threadIdx.x < 32)
+    stats_finalize_channel(part, static_cast<int>(gridDim.y), to_double(x[c * s.S]), s.C, s.N * s.S, eps, running,
+                           mean, invstd, c);
+}
+
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, kCf4Blocks)
+    bn_bwd_reduce_cf4(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
+                      double* __restrict__ part, unsigned* __restrict__ tickets, BnBackwardSums out) {
+  using A = bn_t<T>;
+  constexpr int U = Act == BnAct::add_relu ? kCf4U / 4 : kCf4U / 2;  // packs of g (and of x, r) in flight
+  __shared__ double scratch[32];
+  const int64_t c = blockIdx.x;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
+  const A mu = x ? static_cast<A>(ch.mean[c]) : A(0);
+  A sc = A(0), sh = A(0);
+  if constexpr (Act != BnAct::none) {
+    double a, b;
+    affine_of(ch, c, a, b);
+    sc = static_cast<A>(a);
+    sh = static_cast<A>(b);
+  }
+  A s1 = A(0), s2 = A(0);
+  if (x) {
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += U * kThreads) {
+      Pack<T, V> gp[U], xp[U], rp[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (j + u * kThreads < j1) {
+          const int64_t o = cf_offset(s, g, c, j + u * kThreads, V);
+          gp[u] = plane_load<T, V>(gr + o);
+          xp[u] = plane_load<T, V>(x + o);
+          rp[u] = plane_res<Act, T, V>(ch, o);
+        }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (j + u * kThreads < j1) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            const A xa = convert<A>(xp[u].v[e]);
+            const A ga = bn_masked_g<Act, T>(convert<A>(gp[u].v[e]), xa, sc, sh, rp[u].v[e]);
+            s1 += ga;
+            s2 += ga * (xa - mu);
+          }
+        }
+    }
+  } else {
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += kCf4U * kThreads) {
+      Pack<T, V> gp[kCf4U];
+#pragma unroll
+      for (int u = 0; u < kCf4U; ++u)
+        if (j + u * kThreads < j1) gp[u] = plane_load<T, V>(gr + cf_offset(s, g, c, j + u * kThreads, V));
+#pragma unroll
+      for (int u = 0; u < kCf4U; ++u)
+        if (j + u * kThreads < j1) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) s1 += convert<A>(gp[u].v[e]);
+        }
+    }
+  }
+  const double a1 = block_sum(static_cast<double>(s1), scratch);
+  const double a2 = block_sum(static_cast<double>(s2), scratch);
+  if (threadIdx.x == 0) {
+    part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
+    part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
+  }
+  if (last_block_of_channel(tickets, c) && threadIdx.x < 32)
+    bwd_finalize_channel(part, static_cast<int>(gridDim.y), s.C, ch.invstd, out, c);
+}
+
+// ---- channels-last reductions, variant 2 (Note [Batch-norm channels-last tickets]) ---------------------
+// Note [Batch-norm channels-last tickets]: bn_stats_cl2 / bn_bwd_reduce_cl2 read x (M, C) in variant 1's block
+// shape (threadIdx.x along C, one pack of V channels a thread; threadIdx.y along rows) with a grid of one wave
+// of kCl2Blocks blocks a SM, and kCl2U 16-byte packs of a thread in flight (the sums: kCl2U / 2 rows of g and
+// x; variant 1 had 4 packs of x, 2 rows of g and x, at 4 blocks a SM: 64 B a thread, 2x less). The tail rows
+// of a thread go through the same guarded batch. The block's rows are added with shuffles inside each warp
+// (when blockDim.x is a power of two below 32: 32 / blockDim.x rows a warp), then over the warps in shared
+// memory in a fixed order (variant 1: a shared-memory tree with a barrier per level), and written as one
+// double partial row (gy, 2, C). No finalize launch: the partial rows of a column of blocks (blockIdx.x) are
+// added in two ticket levels: the last block of each group of `group` consecutive rows (about sqrt(gy)) adds
+// them (a thread a channel, all loads in flight) to a group row (groups, 2, C); the last group to finish adds
+// the group rows and writes the statistics / sums. Variant 1's finalize kernel instead read all 2 * gy * C
+// partials with a warp a channel (a 32-byte sector per 8-byte load). Fixed order at both levels:
+// deterministic. Tickets: bn_tickets' slot, counters [bx * (groups + 1) + group] and [bx * (groups + 1) +
+// groups]; reset to 0 by the blocks that take the last ticket.
+constexpr int kCl2Blocks = 2;  // resident 256-thread blocks a SM (launch bounds; the grid is one wave)
+constexpr int kCl2U = 8;       // packs of a thread in flight
+
+struct Cl2Grid {
+  ClGrid g;
+  int group = 1, groups = 1;  // partial rows a group, groups
+  int64_t tickets = 0;        // counters used
+};
+
+Cl2Grid cl2_grid(int64_t M, int64_t C, int V) {
+  Cl2Grid r;
+  r.g = cl_grid(M, C, V, int64_t{132} * kCl2Blocks);
+  const int gy = static_cast<int>(r.g.grid.y);
+  int group = 1;
+  while (group * group < gy) ++group;
+  r.group = group;
+  r.groups = (gy + group - 1) / group;
+  r.tickets = static_cast<int64_t>(r.g.grid.x) * (r.groups + 1);
+  return r;
+}
+
+// The block's column sums of s1, s2 (V values a thread) over its rows, written as double to part row
+// blockIdx.y: part[(blockIdx.y * 2 + {0, 1}) * C + c]. red: 2 * V * kThreads values. Every thread calls it.
+template <class A, int V>
+HT_DEV void cl2_column_sums(const A (&s1)[V], const A (&s2)[V], A* red, int64_t CV, int64_t C, double* part) {
+  const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
+  A v1[V], v2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    v1[j] = s1[j];
+    v2[j] = s2[j];
+  }
+  // Rows of one warp (blockDim.x * blockDim.y == kThreads: every warp is full): lanes tx, tx + TX, ...
+  const bool shfl = TX < 32 && (TX & (TX - 1)) == 0;
+  const int rg = shfl ? 32 / TX : 1;
+  if (shfl) {
+    for (int o = TX; o < 32; o <<= 1) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        v1[j] += __shfl_xor_sync(0xffffffffu, v1[j], o);
+        v2[j] += __shfl_xor_sync(0xffffffffu, v2[j], o);
+      }
+    }
+  }
+  const int R = TY / rg, grp = ty / rg;  // row groups (warps when shfl)
+  if (ty % rg == 0) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      red[(j * R + grp) * TX + tx] = v1[j];
+      red[((V + j) * R + grp) * TX + tx] = v2[j];
+    }
+  }
+  __syncthreads();
+  for (int q = ty * TX + tx; q < 2 * V * TX; q += TX * TY) {
+    const int j = q / TX, x = q - j * TX;  // value j of pack x: sum j / V, channel j % V
+    A a = A(0);
+    for (int k = 0; k < R; ++k) a += red[(j * R + k) * TX + x];
+    const int64_t cv = static_cast<int64_t>(blockIdx.x) * TX + x;
+    if (cv < CV)
+      part[(static_cast<int64_t>(blockIdx.y) * 2 + j / V) * C + cv * V + j % V] = static_cast<double>(a);
+  }
+}
+
+// After cl2_column_sums: the two ticket levels (the Note). fin(c, a1, a2) runs once per channel c of the
+// block's column, in the block that finishes the column, with the channel's sums.
+template <class Fin>
+HT_DEV void cl2_finish(const double* part, double* part2, unsigned* tickets, int group, int groups, int64_t C,
+                       int64_t c0, int64_t nc, Fin&& fin) {
+  __shared__ bool last;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+  unsigned* t = tickets + static_cast<int64_t>(blockIdx.x) * (groups + 1);
+  const int gy = static_cast<int>(gridDim.y), grp = static_cast<int>(blockIdx.y) / group;
+  const int y0 = grp * group, y1 = min(gy, y0 + group);
+  __threadfence();  // every thread's partial stores before the ticket
+  __syncthreads();
+  if (tid == 0) {
+    const unsigned k = atomicAdd(t + grp, 1u);
+    last = k == static_cast<unsigned>(y1 - y0 - 1);
+    if (last) t[grp] = 0u;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int64_t c = c0 + tid; c < c0 + nc; c += nt) {
+    double a1 = 0.0, a2 = 0.0;
+#pragma unroll 8
+    for (int y = y0; y < y1; ++y) {
+      a1 += __ldcg(part + (static_cast<int64_t>(y) * 2) * C + c);
+      a2 += __ldcg(part + (static_cast<int64_t>(y) * 2 + 1) * C + c);
+    }
+    part2[(static_cast<int64_t>(grp) * 2) * C + c] = a1;
+    part2[(static_cast<int64_t>(grp) * 2 + 1) * C + c] = a2;
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const unsigned k = atomicAdd(t + groups, 1u);
+    last = k == static_cast<unsigned>(groups - 1);
+    if (last) t[groups] = 0u;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int64_t c = c0 + tid; c < c0 + nc; c += nt) {
+    double a1 = 0.0, a2 = 0.0;
+#pragma unroll 8
+    for (int q = 0; q < groups; ++q) {
+      a1 += __ldcg(part2 + (static_cast<int64_t>(q) * 2) * C + c);
+      a2 += __ldcg(part2 + (static_cast<int64_t>(q) * 2 + 1) * C + c);
+    }
+    fin(c, a1, a2);
+  }
+}
+
+// Statistics, as bn_stats_cl + bn_stats_finalize (K = x[0, c]).
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads, kCl2Blocks)
+    bn_stats_cl2(const T* __restrict__ x, int64_t M, int64_t C, ClGrid g, int group, int groups,
+                 double* __restrict__ part, double* __restrict__ part2, unsigned* __restrict__ tickets, double eps,
+                 BnRunning running, double* __restrict__ mean, double* __restrict__ invstd) {
+  using A = bn_t<T>;
+  __shared__ A red[2 * V * kThreads];
+  const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int TY = blockDim.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
+  const int64_t r1 = std::min(M, r0 + g.rows_per_block);
+  A s1[V], s2[V], k[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = k[j] = A(0);
+  if (cv < g.CV) {
+    const T* col = x + cv * V;
+    const Pack<T, V> p0 = plane_load<T, V>(col);
+#pragma unroll
+    for (int j = 0; j < V; ++j) k[j] = convert<A>(p0.v[j]);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kCl2U * TY) {
+      Pack<T, V> p[kCl2U];
+#pragma unroll
+      for (int u = 0; u < kCl2U; ++u)
+        if (r + u * TY < r1) p[u] = plane_load<T, V>(col + (r + u * TY) * C);
+#pragma unroll
+      for (int u = 0; u < kCl2U; ++u)
+        if (r + u * TY < r1) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const A d = convert<A>(p[u].v[j]) - k[j];
+            s1[j] += d;
+            s2[j] += d * d;
+          }
+        }
+    }
+  }
+  cl2_column_sums<A, V>(s1, s2, red, g.CV, C, part);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * blockDim.x * V;
+  cl2_finish(part, part2, tickets, group, groups, C, c0, std::min<int64_t>(C - c0, int64_t{blockDim.x} * V),
+             [&](int64_t c, double a1, double a2) {
+               stats_write(a1, a2, to_double(x[c]), M, eps, running, mean, invstd, c);
+             });
+}
+
+// Backward sums, as bn_bwd_reduce_cl + bn_bwd_finalize.
+template <BnAct Act, class T, int V>
+__global__ void __launch_bounds__(kThreads, kCl2Blocks)
+    bn_bwd_reduce_cl2(const T* __restrict__ gr, const T* __restrict__ x, int64_t M, int64_t C, ClGrid g,
+                      BnChannels ch, int group, int groups, double* __restrict__ part, double* __restrict__ part2,
+                      unsigned* __restrict__ tickets, BnBackwardSums out) {
+  using A = bn_t<T>;
+  constexpr int U = Act == BnAct::add_relu ? 3 : kCl2U / 2;  // rows of g and x (and r) in flight (4: r spilled)
+  __shared__ A red[2 * V * kThreads];
+  const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int TY = blockDim.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * g.rows_per_block;
+  const int64_t r1 = std::min(M, r0 + g.rows_per_block);
+  A s1[V], s2[V], mu[V], sc[V], sh[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = mu[j] = sc[j] = sh[j] = A(0);
+  if (cv < g.CV) {
+    const int64_t col = cv * V;
+    if (x) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        mu[j] = static_cast<A>(ch.mean[col + j]);
+        if constexpr (Act != BnAct::none) {
+          double a, b;
+          affine_of(ch, col + j, a, b);
+          sc[j] = static_cast<A>(a);
+          sh[j] = static_cast<A>(b);
+        }
+      }
+      for (int64_t r = r0 + threadIdx.y; r < r1; r += U * TY) {
+        Pack<T, V> gp[U], xp[U], rp[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (r + u * TY < r1) {
+            const int64_t o = col + (r + u * TY) * C;
+            gp[u] = plane_load<T, V>(gr + o);
+            xp[u] = plane_load<T, V>(x + o);
+            rp[u] = plane_res<Act, T, V>(ch, o);
+          }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (r + u * TY < r1) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              const A xa = convert<A>(xp[u].v[j]);
+              const A ga = bn_masked_g<Act, T>(convert<A>(gp[u].v[j]), xa, sc[j], sh[j], rp[u].v[j]);
+              s1[j] += ga;
+              s2[j] += ga * (xa - mu[j]);
+            }
+          }
+      }
+    } else {
+      for (int64_t r = r0 + threadIdx.y; r < r1; r += kCl2U * TY) {
+        Pack<T, V> p[kCl2U];
+#pragma unroll
+        for (int u = 0; u < kCl2U; ++u)
+          if (r + u * TY < r1) p[u] = plane_load<T, V>(gr + col + (r + u * TY) * C);
+#pragma unroll
+        for (int u = 0; u < kCl2U; ++u)
+          if (r + u * TY < r1) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) s1[j] += convert<A>(p[u].v[j]);
+          }
+      }
+    }
+  }
+  cl2_column_sums<A, V>(s1, s2, red, g.CV, C, part);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * blockDim.x * V;
+  cl2_finish(part, part2, tickets, group, groups, C, c0, std::min<int64_t>(C - c0, int64_t{blockDim.x} * V),
+             [&](int64_t c, double a1, double a2) { bwd_write(a1, a2, ch.invstd, out, c); });
 }
 
 // ---- dx -------------------------------------------------------------------------------------------------
@@ -1356,10 +1736,27 @@ int env_cf_variant() {
     const char* e = std::getenv("HADATRAIN_BN_CF_KERNEL");
     if (e != nullptr && (std::strcmp(e, "planes") == 0 || std::strcmp(e, "2") == 0)) return 2;
     if (e != nullptr && (std::strcmp(e, "split") == 0 || std::strcmp(e, "1") == 0)) return 1;
+    if (e != nullptr && (std::strcmp(e, "deep") == 0 || std::strcmp(e, "4") == 0)) return 4;
     return 3;  // vstore: the default since run 22 (Note [Batch-norm plane kernels])
   }();
   return v;
 }
+
+// The channels-last variant (batchnorm.h): HADATRAIN_BN_CL_KERNEL read once, set_bn_cl_variant's override.
+std::atomic<int> g_cl_variant_override{0};
+std::atomic<int64_t> g_cl_ticket_launches{0};
+
+int env_cl_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("HADATRAIN_BN_CL_KERNEL");
+    if (e != nullptr && (std::strcmp(e, "tickets") == 0 || std::strcmp(e, "2") == 0)) return 2;
+    return 1;  // split: the default (variant 2 is not measured yet)
+  }();
+  return v;
+}
+
+// Variant 2's geometry and ticket slot for x (M, C), or null tickets (then variant 1 runs): counts the launch.
+unsigned* cl2_tickets(const Cl2Grid& g, cudaStream_t stream);
 
 // Whether the plane kernels take x (N, C, S > 1) under the current variant (tickets are taken separately).
 bool use_planes(const BnShape& s) {
@@ -1384,6 +1781,22 @@ int bn_cf_variant() {
 void set_bn_cf_variant(int variant) { g_cf_variant_override.store(variant, std::memory_order_relaxed); }
 int64_t bn_plane_launches() { return g_plane_launches.load(std::memory_order_relaxed); }
 
+int bn_cl_variant() {
+  const int o = g_cl_variant_override.load(std::memory_order_relaxed);
+  return o >= 1 && o <= kBnClVariants ? o : env_cl_variant();
+}
+void set_bn_cl_variant(int variant) { g_cl_variant_override.store(variant, std::memory_order_relaxed); }
+int64_t bn_cl_ticket_launches() { return g_cl_ticket_launches.load(std::memory_order_relaxed); }
+
+namespace {
+unsigned* cl2_tickets(const Cl2Grid& g, cudaStream_t stream) {
+  if (bn_cl_variant() != 2 || g.tickets > kTicketSlot) return nullptr;
+  unsigned* t = bn_tickets(g.tickets, stream);
+  if (t) g_cl_ticket_launches.fetch_add(1, std::memory_order_relaxed);
+  return t;
+}
+}  // namespace
+
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream) {
   if (s.C == 0) return;
@@ -1396,6 +1809,18 @@ void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning r
         if (M == 0) {  // no values: NaN statistics, as on the CPU
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(nullptr, 0, xp, 1, s.C, 0, eps, running, mean, invstd);
         } else if (s.S == 1) {
+          if (bn_cl_variant() == 2) {
+            const Cl2Grid g2 = cl2_grid(M, s.C, V);
+            if (unsigned* tickets = cl2_tickets(g2, stream)) {
+              const Scratch part(part_bytes(g2.g.grid.y + static_cast<unsigned>(g2.groups), s.C), stream);
+              double* part2 = part.get() + static_cast<int64_t>(g2.g.grid.y) * 2 * s.C;
+              bn_stats_cl2<T, V><<<g2.g.grid, g2.g.block, 0, stream>>>(xp, M, s.C, g2.g, g2.group, g2.groups,
+                                                                       part.get(), part2, tickets, eps, running,
+                                                                       mean, invstd);
+              HT_CHECK_LAUNCH("bn_stats_cl2");
+              return;
+            }
+          }
           const ClGrid g = cl_grid(M, s.C, V, kTargetBlocksCl);
           const Scratch part(part_bytes(g.grid.y, s.C), stream);
           bn_stats_cl<T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, part.get());
@@ -1410,6 +1835,16 @@ void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning r
               bn_stats_planes<T, V><<<blocks, kPlaneThreads, 0, stream>>>(xp, s, part.get(), tickets, eps, running,
                                                                           mean, invstd);
               HT_CHECK_LAUNCH("bn_stats_planes");
+              return;
+            }
+          }
+          if (bn_cf_variant() == 4) {
+            if (unsigned* tickets = bn_tickets(s.C, stream)) {
+              const CfGrid g4 = cf_grid(s, V, int64_t{132} * kCf4Blocks);
+              const Scratch part(part_bytes(g4.grid.y, s.C), stream);
+              bn_stats_cf4<T, V><<<g4.grid, kThreads, 0, stream>>>(xp, s, g4, part.get(), tickets, eps, running,
+                                                                   mean, invstd);
+              HT_CHECK_LAUNCH("bn_stats_cf4");
               return;
             }
           }
@@ -1455,7 +1890,7 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
           } else if (use_planes(s)) {
             const unsigned blocks = plane_grid(s, kPlaneBlocksNorm);
             bn_normalize_planes<Act, T, V><<<blocks, kPlaneThreads, 0, stream>>>(xp, s, ch, yp);
-          } else if (bn_cf_variant() == 3) {
+          } else if (bn_cf_variant() >= 3) {  // 3 and 4: 16-byte stores
             const CfGrid g = cf_grid(s, V);
             bn_normalize_cf<Act, T, V, true><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
           } else {
@@ -1490,6 +1925,17 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
+            if (bn_cl_variant() == 2) {
+              const Cl2Grid g2 = cl2_grid(M, s.C, V);
+              if (unsigned* tickets = cl2_tickets(g2, stream)) {
+                const Scratch part(part_bytes(g2.g.grid.y + static_cast<unsigned>(g2.groups), s.C), stream);
+                double* part2 = part.get() + static_cast<int64_t>(g2.g.grid.y) * 2 * s.C;
+                bn_bwd_reduce_cl2<Act, T, V><<<g2.g.grid, g2.g.block, 0, stream>>>(
+                    gp, xp, M, s.C, g2.g, ch, g2.group, g2.groups, part.get(), part2, tickets, out);
+                HT_CHECK_LAUNCH("bn_bwd_reduce_cl2");
+                return;
+              }
+            }
             const ClGrid cg = cl_grid(M, s.C, V, 132 * kClBlocks<Act>);
             const Scratch part(part_bytes(cg.grid.y, s.C), stream);
             bn_bwd_reduce_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(gp, xp, M, s.C, cg, ch, part.get());
@@ -1503,6 +1949,16 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
                 bn_bwd_reduce_planes<Act, T, V><<<blocks, kPlaneThreads, 0, stream>>>(gp, xp, s, ch, part.get(),
                                                                                        tickets, out);
                 HT_CHECK_LAUNCH("bn_bwd_reduce_planes");
+                return;
+              }
+            }
+            if (bn_cf_variant() == 4) {
+              if (unsigned* tickets = bn_tickets(s.C, stream)) {
+                const CfGrid g4 = cf_grid(s, V, int64_t{132} * kCf4Blocks);
+                const Scratch part(part_bytes(g4.grid.y, s.C), stream);
+                bn_bwd_reduce_cf4<Act, T, V><<<g4.grid, kThreads, 0, stream>>>(gp, xp, s, g4, ch, part.get(),
+                                                                               tickets, out);
+                HT_CHECK_LAUNCH("bn_bwd_reduce_cf4");
                 return;
               }
             }
@@ -1545,7 +2001,7 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
             const unsigned blocks = plane_grid(s, kPlaneBlocksRed);
             bn_dx_planes<Act, T, V><<<blocks, kPlaneThreads, 0, stream>>>(mode, gp, xp, s, ch, sum_g, sum_gxhat,
                                                                            out);
-          } else if (bn_cf_variant() == 3) {
+          } else if (bn_cf_variant() >= 3) {  // 3 and 4: 16-byte stores
             const CfGrid cg = cf_grid(s, V);
             bn_dx_cf<Act, T, V, true><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat,
                                                                         out);

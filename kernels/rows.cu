@@ -1081,6 +1081,82 @@ HT_DEV void group_sum2(A& u, A& v, int tpr, A (*red)[2][kRowBlock / 32], int& ph
   }
 }
 
+// Variant 4 (Note [Norm backward, cluster variant]): group_sum2 (the same sums in the same order) with the warps
+// of a row group of more than a warp meeting at their own named barrier (1 + the row slot, tpr threads) instead
+// of the block-wide one, so the block's row groups do not wait for each other. Every thread of the group calls
+// it; a group's buffer entries (its own warps) alternate as in group_sum2, which keeps one barrier per call safe
+// per group. (The barrier ids are immediates: a register id makes ptxas reserve all 16 barriers.)
+HT_DEV void bar_sync_row(int slot, int threads) {
+  switch (slot) {  // row slots 0..3: groups of more than a warp, at most 4 per block
+    case 0: asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory"); break;
+    case 1: asm volatile("bar.sync 2, %0;\n" ::"r"(threads) : "memory"); break;
+    case 2: asm volatile("bar.sync 3, %0;\n" ::"r"(threads) : "memory"); break;
+    default: asm volatile("bar.sync 4, %0;\n" ::"r"(threads) : "memory"); break;
+  }
+}
+template <class A>
+HT_DEV void group_sum2_rows(A& u, A& v, int tpr, int slot, A (*red)[2][kRowBlock / 32], int& phase) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    if (o < tpr) {
+      u += shfl_xor(u, o);
+      v += shfl_xor(v, o);
+    }
+  }
+  if (tpr > 32) {
+    A(*buf)[kRowBlock / 32] = red[phase];
+    phase ^= 1;
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    const int first = slot * (tpr / 32);
+    if (threadIdx.x % 32 == 0) {
+      buf[0][warp] = u;
+      buf[1][warp] = v;
+    }
+    bar_sync_row(slot, tpr);
+    u = buf[0][first];
+    v = buf[1][first];
+    for (int w = 1; w < tpr / 32; ++w) {
+      u += buf[0][first + w];
+      v += buf[1][first + w];
+    }
+  }
+}
+
+// Thread block clusters (sm_90; a launch without a cluster dimension is a cluster of one block).
+HT_DEV unsigned cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return __clusterRelativeBlockRank();
+#else
+  return 0;
+#endif
+}
+HT_DEV unsigned cluster_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return __clusterSizeInBlocks();
+#else
+  return 1;
+#endif
+}
+// Every thread of every block of the cluster; shared-memory writes before it are visible cluster-wide after.
+HT_DEV void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+#else
+  __syncthreads();
+#endif
+}
+// The address of p (this block's shared memory) in block `rank` of the cluster.
+template <class A>
+HT_DEV const A* cluster_peer(const A* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<const A*>(__cluster_map_shared_rank(p, rank));
+#else
+  (void)rank;
+  return p;
+#endif
+}
+
 // Variant 3: a norm parameter (D) into shared memory as A (`none` without it), by 16-byte packs when it starts
 // 16-byte aligned and D is a multiple of the pack, else element by element (as variant 2 always does: at
 // 4096-wide bf16 rows 16 iterations of 2-byte loads per thread before a block's first row); true when every
@@ -1412,13 +1488,15 @@ __global__ void __launch_bounds__(kRowBlock, (kStagedMinBlocks<NP, kPm>)) norm_s
   cp_async_wait(0);
 }
 
-template <class T, int NP, bool kReg>
+// kCl: variant 4 (Note [Norm backward, cluster variant]; kReg false).
+template <class T, int NP, bool kReg, bool kCl = false>
 __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
   constexpr int kSlots = 2 * NP + 1;  // the thread's packs of g, of x, then (mean, rstd) of the row
   static_assert(2 * sizeof(A) <= sizeof(P), "row statistics in one slot");
+  static_assert(kRowBlock / 64 <= 4, "variant 4: one named barrier per row group of more than a warp (ids 1..4)");
   extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
   __shared__ A red[2][2][kRowBlock / 32];
   const int64_t d = a.dim;
@@ -1436,6 +1514,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   const T* xp = static_cast<const T*>(a.x);
   const A* meanp = static_cast<const A*>(a.mean);
   const A* rstdp = static_cast<const A*>(a.rstd);
+  const int stat_width = tpr < 32 ? tpr : 32;  // variant 4: threads of a warp sharing one copy of the statistics
   auto issue = [&](int64_t grp, int st) {
     if (grp < sr.groups) {
       const int64_t r0 = sr.row_of(grp);
@@ -1449,8 +1528,11 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
         cp_async16(dst + (NP + i) * kRowBlock, xp + row * d + static_cast<int64_t>(q) * V);
       }
       A* stats = reinterpret_cast<A*>(dst + 2 * NP * kRowBlock);
-      if (layer) cp_async_small<sizeof(A)>(stats, meanp + row);
-      cp_async_small<sizeof(A)>(stats + 1, rstdp + row);
+      // (variant 4: the first thread of each warp's share of the row group only; it shuffles them)
+      if (!kCl || sr.lane % stat_width == 0) {
+        if (layer) cp_async_small<sizeof(A)>(stats, meanp + row);
+        cp_async_small<sizeof(A)>(stats + 1, rstdp + row);
+      }
     }
     cp_async_commit();
   };
@@ -1483,7 +1565,19 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
     const P* src = stage + st * kSlots * kRowBlock + tid;
     st = st + 1 == stages ? 0 : st + 1;
     const A* stats = reinterpret_cast<const A*>(src + 2 * NP * kRowBlock);
-    const A m = layer ? stats[0] : A(0), r = stats[1];
+    A m, r;
+    if constexpr (kCl) {
+      A m0 = A(0), r0 = A(0);
+      if (sr.lane % stat_width == 0) {
+        m0 = layer ? stats[0] : A(0);
+        r0 = stats[1];
+      }
+      m = __shfl_sync(kFull, m0, 0, stat_width);
+      r = __shfl_sync(kFull, r0, 0, stat_width);
+    } else {
+      m = layer ? stats[0] : A(0);
+      r = stats[1];
+    }
     const A mr = m * r;
     auto xhat = [&](A xv) {
       if constexpr (kHalfPack<T>) return d_fma(xv, r, -mr);
@@ -1524,7 +1618,8 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
     };
     if (valid) pass1(std::true_type{});
     else pass1(std::false_type{});
-    group_sum2(s_gh, s_ghx, tpr, red, phase);  // uniform across the block
+    if constexpr (kCl) group_sum2_rows(s_gh, s_ghx, tpr, sr.slot, red, phase);  // uniform across the row group
+    else group_sum2(s_gh, s_ghx, tpr, red, phase);  // uniform across the block
     if (!valid) continue;
     const A mean_gh = layer ? over_d(s_gh) : A(0), mean_ghx = over_d(s_ghx);
     const A c1 = -r * mean_gh, c2 = -r * mean_ghx;
@@ -1584,6 +1679,70 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
           }
       }
       __syncthreads();
+    }
+    if constexpr (kCl) {
+      // Variant 4: the cluster's blocks (row slot 0 of each holds the block's sums now) add up into block 0 of
+      // the cluster in rank order (deterministic) through distributed shared memory, and only it stores a
+      // partial row (row blockIdx.x / cluster size): cluster-size times fewer rows to write and to finalize.
+      const unsigned rank = cluster_rank(), nblocks = cluster_blocks();
+      if (nblocks > 1) {  // uniform across the cluster
+        A* xs = reinterpret_cast<A*>(stage);  // [2][NP][V][tpr]; the tree above has finished with the stages
+        auto xat = [&](int which, int i, int k) { return ((which * NP + i) * V + k) * tpr + sr.lane; };
+        if (rank != 0 && sr.slot == 0) {
+#pragma unroll
+          for (int i = 0; i < NP; ++i)
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+              xs[xat(0, i, k)] = accw[i][k];
+              xs[xat(1, i, k)] = accb[i][k];
+            }
+        }
+        cluster_sync_all();
+        if (rank == 0 && sr.slot == 0) {
+          for (unsigned c = 1; c < nblocks; ++c) {
+            const A* peer = cluster_peer(static_cast<const A*>(xs), c);
+#pragma unroll
+            for (int i = 0; i < NP; ++i)
+#pragma unroll
+              for (int k = 0; k < V; ++k) {
+                accw[i][k] += peer[xat(0, i, k)];
+                accb[i][k] += peer[xat(1, i, k)];
+              }
+          }
+        }
+        cluster_sync_all();  // the peers' shared memory stays until block 0 has read it
+      }
+      if (sr.slot != 0 || rank != 0) return;
+      // 16-byte stores (a pack's V sums are 16 or 32 bytes, rows of D sums start 16-byte aligned when the
+      // buffer does)
+      constexpr int kPer = 16 / static_cast<int>(sizeof(A));
+      static_assert(V % kPer == 0, "whole 16-byte stores");
+      const int64_t prow = static_cast<int64_t>(blockIdx.x / nblocks) * d;
+      auto store_row = [&](void* base, const A(&acc)[NP][V]) {
+        if (!base) return;
+        A* dst = static_cast<A*>(base) + prow;
+        const bool vec = aligned_to(base, 16);
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          const int q = sr.lane + i * tpr;
+          if (q >= packs) continue;
+          if (vec) {
+#pragma unroll
+            for (int c = 0; c < V / kPer; ++c) {
+              Pack<A, kPer> o;
+#pragma unroll
+              for (int k = 0; k < kPer; ++k) o.v[k] = acc[i][c * kPer + k];
+              reinterpret_cast<Pack<A, kPer>*>(dst + static_cast<int64_t>(q) * V)[c] = o;
+            }
+          } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) dst[static_cast<int64_t>(q) * V + k] = acc[i][k];
+          }
+        }
+      };
+      store_row(a.gw_partial, accw);
+      store_row(a.gb_partial, accb);
+      return;
     }
     if (sr.slot != 0) return;
 #pragma unroll
@@ -1996,9 +2155,35 @@ namespace {
 // partial sums being per block); each is deterministic. HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2; also "tuned") / reg (or
 // 3), read once per process, picks the variant; unset, variant 2 runs except for forwards of rows of at least
 // 2048 elements, which take variant 3's forward (forward_variant; run 22). set_norm_kernel_variant overrides
-// the environment (the GPU tests and bench_kernels run every variant).
+// the environment (the GPU tests and bench_kernels run every variant). Variant 4: Note [Norm backward, cluster
+// variant].
 // Rows the staged kernels do not take (not packable, longer than 256 x 4 packs) use the register-resident or
 // multi-pass kernels under every variant.
+//
+// Note [Norm backward, cluster variant]
+// Variant 4 ("cluster", HADATRAIN_NORM_KERNEL=cluster or 4; opt-in, not yet measured) runs the default's
+// forward (forward_variant) and variant 2's staged backward (weight in shared memory) with three changes, aimed
+// at the 16384 x 4096 bf16 layer_norm backward (run 22: 0.766 of copy; rms_norm, which writes and finalizes
+// half the partial sums, 0.823 on the same rows):
+// - the dgamma / dbeta partial sums: variant 2 writes one (2, D) float row per block, 264 blocks x 2 x 4096 x 4
+//   bytes = 8.7 MB at the end of the kernel (all blocks finish together: nothing overlaps that burst), which the
+//   finalize reads back: 17 MB, 4 % of the 403 MB the backward streams, plus a finalize over 264 parts. Here
+//   the grid is launched in thread block clusters of 4 (or 2, whichever the device holds in one wave with no
+//   block lost: pick_cluster, cudaOccupancyMaxActiveClusters) and the blocks of a cluster add their sums into
+//   block 0 of the cluster through distributed shared memory (rank order: deterministic) before it stores one
+//   row: 4 (or 2) times fewer rows to write and finalize. norm_backward_partials reports the cluster count.
+// - the row groups of more than a warp (D > 1024 bf16) reduce their two row sums at a named barrier of their
+//   own (bar.sync 1 + row slot, tpr threads) instead of the block-wide __syncthreads, so the two 4096-wide rows
+//   of a block do not wait for each other every iteration (at 2 blocks per SM, 16 warps, a block-wide barrier
+//   stalls half the SM's warps until the slowest warp of the block has reduced);
+// - the row statistics (mean, rstd) are copied once per warp (lane 0 of each row group of up to a warp) and
+//   shuffled, instead of two 4- or 8-byte cp.async per thread (at 4096-wide rows, 2 of the 10 copy
+//   instructions per warp and row group; the 8 others are the 16-byte g and x packs); the partial row is
+//   stored with 16-byte stores.
+// gx is bit-identical to variant 2's (the same sums in the same order; the GPU test compares the bits), the
+// parameter gradients differ in rounding (another order of the block sums). ptxas (sm_90a): no spills; bf16
+// 94 / 96 / 128 / 128 registers at 1 / 2 / 3 / 4 packs per thread (variant 2: 89 / 91 / 111 / 123), 5
+// barriers; two blocks per SM as variant 2 (launch bound and shared memory: 2 stages at 4096-wide rows).
 std::atomic<int> g_norm_variant_override{0};
 std::atomic<int64_t> g_staged_forward{0}, g_staged_backward{0};
 
@@ -2007,6 +2192,7 @@ int env_norm_variant() {
     const char* e = std::getenv("HADATRAIN_NORM_KERNEL");
     if (e != nullptr && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
     if (e != nullptr && (std::strcmp(e, "reg") == 0 || std::strcmp(e, "3") == 0)) return 3;
+    if (e != nullptr && (std::strcmp(e, "cluster") == 0 || std::strcmp(e, "4") == 0)) return 4;
     if (e != nullptr && *e != '\0') return 2;  // "staged", "tuned" (variant 3 until run 20, now folded into 2)
     return 0;  // unset: by direction and width (forward_variant)
   }();
@@ -2020,6 +2206,9 @@ struct StagedGrid {
   NormParamsAt pm = NormParamsAt::smem;  // where the kernel keeps the parameters (variant 3: registers)
   std::size_t smem = 0;
   unsigned blocks = 0;
+  bool cluster_kernel = false;  // variant 4's backward kernel (kCl)
+  unsigned cluster = 1;  // blocks per thread block cluster (variant 4's backward; blocks is a multiple of it)
+  int64_t wave = 0;      // blocks resident at once on the device (occupancy x SMs)
 };
 
 struct DeviceLimits {
@@ -2136,6 +2325,7 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
   g.stages = stages;
   g.smem = smem_of(stages);
   g.blocks = static_cast<unsigned>(groups < 1 ? 1 : (groups > wave ? wave : groups));
+  g.wave = wave;
   return g;
 }
 
@@ -2154,12 +2344,12 @@ NormFwdKernel norm_fwd_kernel(int np) {
          : np == 3 ? norm_staged_kernel<T, 3, kPm>
                    : norm_staged_kernel<T, 4, kPm>;
 }
-template <class T, bool kReg>
+template <class T, bool kReg, bool kCl = false>
 const void* const (&norm_bwd_kernels())[4] {
-  static const void* const k[4] = {reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 1, kReg>),
-                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2, kReg>),
-                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3, kReg>),
-                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4, kReg>)};
+  static const void* const k[4] = {reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 1, kReg, kCl>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2, kReg, kCl>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3, kReg, kCl>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4, kReg, kCl>)};
   return k;
 }
 
@@ -2201,13 +2391,68 @@ StagedGrid norm_fwd_staged_grid(const NormArgs& a, bool reg) {
   return g;
 }
 
+// Variant 4's cluster size for a staged backward grid g of kernel (Note [Norm backward, cluster variant]): the
+// largest of 4 and 2 whose clusters, as many as the device holds at once, take the whole grid (g.blocks
+// rounded up to the cluster size, at most the wave rounded down); 1 (a plain launch) when neither does or the
+// query fails. Sets g.cluster and rounds g.blocks to a multiple of it (the extra blocks get no rows and add
+// zero sums).
+std::map<std::tuple<const void*, int, std::size_t, unsigned>, int> g_cluster_occupancy;
+void pick_cluster(StagedGrid& g, const void* kernel) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  for (const unsigned c : {4u, 2u}) {
+    int clusters = 0;
+    {
+      std::lock_guard<std::mutex> lock(g_staged_mutex);
+      const auto key = std::make_tuple(kernel, dev, g.smem, c);
+      if (auto it = g_cluster_occupancy.find(key); it != g_cluster_occupancy.end()) {
+        clusters = it->second;
+      } else {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(c, 1, 1);
+        cfg.blockDim = dim3(kRowBlock, 1, 1);
+        cfg.dynamicSmemBytes = g.smem;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = c;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+          (void)cudaGetLastError();
+          clusters = 0;
+        }
+        g_cluster_occupancy[key] = clusters;
+      }
+    }
+    const int64_t want = (static_cast<int64_t>(g.blocks) + c - 1) / c * c;  // the grid in whole clusters
+    const int64_t fit = g.wave / c * c;                                        // the most resident at once
+    const int64_t need = want < fit ? want : fit;
+    if (need < c || static_cast<int64_t>(clusters) * c < need) continue;
+    g.cluster = c;
+    g.blocks = static_cast<unsigned>(need);
+    return;
+  }
+}
+
 template <class T>
-StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, bool reg) {
+StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, bool reg, bool cluster) {
   const int reg_np = reg ? kRegNp : 0;
   const void* k[4];
-  for (int i = 0; i < 4; ++i) k[i] = i + 1 <= reg_np ? norm_bwd_kernels<T, true>()[i] : norm_bwd_kernels<T, false>()[i];
+  for (int i = 0; i < 4; ++i)
+    k[i] = i + 1 <= reg_np ? norm_bwd_kernels<T, true>()[i]
+           : cluster       ? norm_bwd_kernels<T, false, true>()[i]
+                           : norm_bwd_kernels<T, false>()[i];
   StagedGrid g = staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), true, reg_np, {a.gx, a.g, a.x}, k);
   if (g.np > 0 && g.np <= reg_np) g.pm = NormParamsAt::reg;
+  if (g.np > 0 && cluster) {
+    g.cluster_kernel = true;
+    pick_cluster(g, k[g.np - 1]);
+  }
   return g;
 }
 }  // namespace
@@ -2228,7 +2473,10 @@ constexpr int64_t kRegForwardMinDim = 2048;
 int forward_variant(int64_t dim) {
   const int o = g_norm_variant_override.load(std::memory_order_relaxed);
   if ((o < 1 || o > kNormKernelVariants) && env_norm_variant() == 0 && dim >= kRegForwardMinDim) return 3;
-  return norm_kernel_variant();
+  const int v = norm_kernel_variant();
+  // variant 4 changes the backward only; its forward is the default's (the rule above)
+  if (v == 4) return dim >= kRegForwardMinDim ? 3 : 2;
+  return v;
 }
 }  // namespace
 void set_norm_kernel_variant(int variant) { g_norm_variant_override.store(variant, std::memory_order_relaxed); }
@@ -2299,14 +2547,15 @@ struct NormBwdPlan {
   StagedGrid staged;
   BwdGrid cached;
   int partials() const {
-    return static_cast<int>(staged.np > 0 ? staged.blocks : (cached.np > 0 ? cached.blocks : 0));
+    return static_cast<int>(staged.np > 0 ? staged.blocks / staged.cluster : (cached.np > 0 ? cached.blocks : 0));
   }
 };
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
   const int variant = norm_kernel_variant();
   if (variant >= 2)
-    visit_kernel_float(a.dtype, [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a, variant == 3); });
+    visit_kernel_float(a.dtype,
+                       [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a, variant == 3, variant == 4); });
   if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
   return p;
 }
@@ -2332,6 +2581,33 @@ void launch_norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
                : sg.np == 3 ? norm_backward_staged_kernel<T, 3, kReg>
                             : norm_backward_staged_kernel<T, 4, kReg>;
       };
+      if (sg.cluster_kernel) {
+        // variant 4: the cluster kernels, in clusters of sg.cluster blocks (a plain launch when 1)
+        auto* kernel = sg.np == 1   ? norm_backward_staged_kernel<T, 1, false, true>
+                       : sg.np == 2 ? norm_backward_staged_kernel<T, 2, false, true>
+                       : sg.np == 3 ? norm_backward_staged_kernel<T, 3, false, true>
+                                    : norm_backward_staged_kernel<T, 4, false, true>;
+        if (sg.cluster > 1) {
+          cudaLaunchConfig_t cfg{};
+          cfg.gridDim = dim3(sg.blocks, 1, 1);
+          cfg.blockDim = dim3(kRowBlock, 1, 1);
+          cfg.dynamicSmemBytes = sg.smem;
+          cfg.stream = stream;
+          cudaLaunchAttribute attr[1];
+          attr[0].id = cudaLaunchAttributeClusterDimension;
+          attr[0].val.clusterDim.x = sg.cluster;
+          attr[0].val.clusterDim.y = 1;
+          attr[0].val.clusterDim.z = 1;
+          cfg.attrs = attr;
+          cfg.numAttrs = 1;
+          HT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, sg.tpr, sg.stages));
+        } else {
+          kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
+        }
+        HT_CHECK_LAUNCH("norm_backward_staged_kernel (cluster)");
+        g_staged_backward.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       auto* kernel = sg.pm == NormParamsAt::reg ? pick(std::true_type{}) : pick(std::false_type{});
       kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
       HT_CHECK_LAUNCH("norm_backward_staged_kernel");

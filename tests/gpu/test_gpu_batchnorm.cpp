@@ -5,37 +5,63 @@
 // batch norm + ReLU against the CUDA composition and the CPU; C > 4096 channels first (no ticket slot: the
 // separate finalize kernels, Note [Batch-norm kernels]); repeated launches give bit-identical results. The
 // channels-first cases run under every channels-first kernel variant (split grids, plane kernels, split grids
-// with 16-byte stores); variant 3 gives variant 1's bits.
+// with 16-byte stores, deep reductions); variant 3 gives variant 1's bits. The channels-last cases run under
+// both channels-last reduction variants (split + finalize, two-level tickets).
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "kernels/batchnorm.h"  // set_bn_cf_variant, bn_plane_launches
+#include "kernels/batchnorm.h"  // set_bn_cf_variant, set_bn_cl_variant, bn_plane_launches
 
 using namespace ht;
 
 namespace {
 
-// Runs f() under every channels-first kernel variant (kernels/batchnorm.h: 1 split grids, 2 plane kernels,
-// 3 split grids with 16-byte stores), then gives the choice back to the environment.
+// Runs f(v) under every channels-first kernel variant v (kernels/batchnorm.h: 1 split grids, 2 plane kernels,
+// 3 split grids with 16-byte stores, 4 deep reductions), with channels-last reduction variant min(v, 2) (1
+// split + finalize, 2 tickets: both run in every test using it), then gives the choices back to the
+// environment.
 struct CfVariantReset {
-  ~CfVariantReset() { kernels::set_bn_cf_variant(0); }
+  ~CfVariantReset() {
+    kernels::set_bn_cf_variant(0);
+    kernels::set_bn_cl_variant(0);
+  }
 };
 template <class F>
 void for_each_cf_variant(F&& f) {
   const CfVariantReset reset;
   for (int v = 1; v <= kernels::kBnCfVariants; ++v) {
-    INFO("channels-first kernel variant " << v);
+    const int cl = std::min(v, kernels::kBnClVariants);
+    INFO("channels-first kernel variant " << v << ", channels-last variant " << cl);
     kernels::set_bn_cf_variant(v);
+    kernels::set_bn_cl_variant(cl);
     f(v);
+  }
+}
+// Runs f(v) under every channels-last reduction variant v, then gives the choice back to the environment; checks
+// that variant 2 took its ticket kernels (f runs at least one train-mode batch norm on (M, C)).
+template <class F>
+void for_each_cl_variant(F&& f) {
+  const CfVariantReset reset;
+  for (int v = 1; v <= kernels::kBnClVariants; ++v) {
+    INFO("channels-last reduction variant " << v);
+    kernels::set_bn_cl_variant(v);
+    const int64_t launches0 = kernels::bn_cl_ticket_launches();
+    f(v);
+    if (v == 2) CHECK(kernels::bn_cl_ticket_launches() > launches0);
+    else CHECK(kernels::bn_cl_ticket_launches() == launches0);
   }
 }
 
 struct BnRun {
   Tensor y, gx, gw, gb, rm, rv;
 };
+
+// The fused op on CUDA against the composition and the CPU (defined with the fused tests below).
+void check_fused(const Shape& xshape, DType dt, BatchNormMode mode, uint64_t seed, bool with_residual);
 
 // batch_norm of x (a view made by `view` of the leaf) with affine weight / bias and running stats, then the
 // backward of sum(y * r); every tensor on `dev` in dtype dt (running stats f32).
@@ -93,12 +119,14 @@ void check_bn(const Shape& xshape, int64_t C, DType dt, BatchNormMode mode, uint
 TEST_CASE("batch_norm on a large (M, C) input (channels last) matches the CPU", "[gpu][batch_norm]") {
   uint64_t seed = 7000;
   auto same = [](const Tensor& t) { return t; };
-  for (DType dt : {DType::bf16, DType::f32, DType::f64})
-    for (int64_t C : {64, 128, 18})  // 18: not a multiple of the bf16 or f32 pack (scalar kernels)
-      for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
-        INFO(dtype_name(dt) << " C " << C << (mode == BatchNormMode::train ? " train" : " eval"));
-        check_bn({256 * 16 * 16, C}, C, dt, mode, seed += 10, same);
-      }
+  for_each_cl_variant([&](int) {
+    for (DType dt : {DType::bf16, DType::f32, DType::f64})
+      for (int64_t C : {64, 128, 18})  // 18: not a multiple of the bf16 or f32 pack (scalar kernels)
+        for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+          INFO(dtype_name(dt) << " C " << C << (mode == BatchNormMode::train ? " train" : " eval"));
+          check_bn({256 * 16 * 16, C}, C, dt, mode, seed += 10, same);
+        }
+  });
 }
 
 TEST_CASE("batch_norm on (M, C) starting one element in (unaligned) and on a few rows", "[gpu][batch_norm]") {
@@ -106,15 +134,40 @@ TEST_CASE("batch_norm on (M, C) starting one element in (unaligned) and on a few
   // A dense (4099, 64) view starting at element 1 of its storage: contiguous but not 16-byte aligned.
   constexpr int64_t M = 4099, C = 64;
   auto skip_one = [=](const Tensor& t) { return reshape(slice(t, 0, 1, M * C + 1, 1), {M, C}); };
-  for (DType dt : {DType::bf16, DType::f32}) {
-    INFO(dtype_name(dt) << " unaligned");
-    check_bn({M * C + 1}, C, dt, BatchNormMode::train, seed += 10, skip_one);
-  }
   auto same = [](const Tensor& t) { return t; };
-  for (DType dt : {DType::bf16, DType::f32}) {
-    INFO(dtype_name(dt) << " 3 rows");
-    check_bn({3, 64}, 64, dt, BatchNormMode::train, seed += 10, same);
-  }
+  for_each_cl_variant([&](int) {
+    for (DType dt : {DType::bf16, DType::f32}) {
+      INFO(dtype_name(dt) << " unaligned");
+      check_bn({M * C + 1}, C, dt, BatchNormMode::train, seed += 10, skip_one);
+    }
+    for (DType dt : {DType::bf16, DType::f32}) {
+      INFO(dtype_name(dt) << " 3 rows");
+      check_bn({3, 64}, 64, dt, BatchNormMode::train, seed += 10, same);
+    }
+  });
+}
+
+// The channels-last reduction variants on block shapes other than the bench's (kernels/batchnorm.cu, Note
+// [Batch-norm channels-last tickets]): one pack column a block (C = 8 bf16: 32 rows a warp, added by
+// shuffles), 3 and 18 columns (no shuffles), C = 4104 bf16 (513 packs: 3 blocks across C, the last with one
+// pack), odd M with one or many ticket groups, 2 rows; plain, fused relu and relu + residual, train and eval.
+TEST_CASE("batch_norm channels-last reduction variants on odd shapes match the CPU", "[gpu][batch_norm]") {
+  uint64_t seed = 7700;
+  auto same = [](const Tensor& t) { return t; };
+  const std::vector<Shape> shapes = {{50001, 8}, {3001, 24}, {20011, 18}, {777, 4104}, {2, 64}};
+  for_each_cl_variant([&](int) {
+    for (DType dt : {DType::bf16, DType::f32})
+      for (const Shape& s : shapes)
+        for (BatchNormMode mode : {BatchNormMode::train, BatchNormMode::eval}) {
+          INFO(dtype_name(dt) << " " << to_string(s) << (mode == BatchNormMode::train ? " train" : " eval"));
+          check_bn(s, s[1], dt, mode, seed += 10, same);
+          if (s[0] < 100) continue;  // the fused checks want both signs in bulk
+          for (bool res : {false, true}) {
+            INFO((res ? "fused relu + residual" : "fused relu"));
+            check_fused(s, dt, mode, seed += 10, res);
+          }
+        }
+  });
 }
 
 TEST_CASE("batch_norm on large (N, C, H, W) inputs matches the CPU", "[gpu][batch_norm]") {
@@ -312,8 +365,10 @@ TEST_CASE("batch_norm kernels are deterministic across repeated launches", "[gpu
   const std::vector<Case> cases = {{{32, 64, 16, 16}, DType::bf16, false}, {{32, 64, 16, 16}, DType::bf16, true},
                                    {{16, 24, 8, 8}, DType::f32, false},    {{24, 7, 5, 3}, DType::f32, true},
                                    {{4096, 64}, DType::bf16, false},       {{2, 4100, 3, 1}, DType::f32, false},
-                                   {{48, 48, 7, 9}, DType::f32, true},     {{128, 96, 8, 8}, DType::bf16, false}};
-  // (the first two and the last two: plane kernels under variant 2)
+                                   {{48, 48, 7, 9}, DType::f32, true},     {{128, 96, 8, 8}, DType::bf16, false},
+                                   {{20011, 24}, DType::bf16, true},       {{30001, 64}, DType::f32, false}};
+  // (the first two and two after {2, 4100, 3, 1}: plane kernels under variant 2; the (M, C) ones run both
+  // channels-last variants)
   for_each_cf_variant([&](int) {
     for (const Case& c : cases) {
       const int64_t C = c.shape[1];

@@ -83,7 +83,8 @@ std::string check_op(const Graph& f, const std::vector<Tensor>& values, DType dt
 
 // Runs body once per layer_norm / rms_norm kernel variant (kernels::set_norm_kernel_variant: 1 the
 // register-resident kernels, 2 the staged ones with the parameters in shared memory, 3 the staged ones with
-// the parameters in registers), whatever HADATRAIN_NORM_KERNEL says; the environment's choice is restored after.
+// the parameters in registers, 4 the staged backward adding its parameter-gradient partial sums in thread block
+// clusters), whatever HADATRAIN_NORM_KERNEL says; the environment's choice is restored after.
 struct NormVariant {
   explicit NormVariant(int v) { kernels::set_norm_kernel_variant(v); }
   ~NormVariant() { kernels::set_norm_kernel_variant(0); }
@@ -495,7 +496,7 @@ TEST_CASE("layer_norm and rms_norm on CUDA: old and staged kernels, every row ge
   });
 }
 
-// Variants 2 and 3 run the staged kernels for packable rows (no silent fallback, e.g. a failed shared-memory
+// Variants 2, 3 and 4 run the staged kernels for packable rows (no silent fallback, e.g. a failed shared-memory
 // or occupancy query), variant 1 never does; unpackable rows fall back under every variant.
 TEST_CASE("layer_norm on CUDA: variants 2 and 3 launch the staged kernels", "[gpu][rows][norm]") {
   const Tensor x = test::random_input({1000, 768}, 7600, DType::bf16, -2.0, 3.0);
@@ -551,11 +552,86 @@ TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu
     }
   // variants 2 and 3 differ only in where the parameters are kept: the same arithmetic in the same order, and
   // here the same backward grid (both two blocks per SM: the per-block dgamma / dbeta partial sums match)
-  REQUIRE(per_variant.size() == 3);
+  REQUIRE(per_variant.size() == 4);
   for (std::size_t i = 0; i < per_variant[1].size(); ++i) {
     INFO("result " << i << ", variant 2 against 3");
     CHECK(test::compare_bits(per_variant[2][i], per_variant[1][i].to(Device::cpu())) == "");
   }
+  // variant 4 has variant 2's forward here (384 wide) and the same x gradient arithmetic; only the order in
+  // which the parameter gradients' per-block sums are added differs (checked against variant 1 above)
+  for (std::size_t i = 0; i < 2; ++i) {
+    INFO("result " << i << ", variant 2 against 4");
+    CHECK(test::compare_bits(per_variant[3][i], per_variant[1][i].to(Device::cpu())) == "");
+  }
+}
+
+// Variant 4 (Note [Norm backward, cluster variant] in kernels/rows.cu) against variant 2 on the row groups of
+// more than a warp (its named barriers per row group: 64, 128 and 256 threads per row) and of less (its
+// shuffled row statistics): the x gradient bit for bit (the same arithmetic in the same order), the parameter
+// gradients within rounding (another order of the per-block sums) and against the CPU reference; and on the
+// 16384 x 4096 bf16 rows of the benchmark it writes fewer parameter-gradient partial rows (clusters of 2 or 4
+// blocks: a failed cluster occupancy query would leave one per block).
+TEST_CASE("layer_norm and rms_norm on CUDA: norm kernel variant 4 against variant 2", "[gpu][rows][norm]") {
+  uint64_t seed = 7900;
+  const std::vector<std::pair<DType, Shape>> cases = {
+      {DType::bf16, {2003, 4096}}, {DType::bf16, {1001, 8192}}, {DType::bf16, {3001, 2048}}, {DType::f16, {777, 4096}},
+      {DType::bf16, {5003, 768}},  {DType::f32, {1003, 1024}},  {DType::f32, {501, 4096}},   {DType::f64, {301, 2048}},
+      {DType::bf16, {3, 4096}}};
+  for (const auto& [dt, shape] : cases) {
+    const int64_t d = shape[1];
+    const Tensor x = test::random_input(shape, ++seed, dt, -3.0, 3.0);
+    const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+    const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+    const Tensor gy = test::random_input(shape, ++seed, dt, -1.0, 1.0);
+    INFO(dtype_name(dt) << " " << to_string(shape));
+    for (const bool rms : {false, true}) {
+      INFO((rms ? "rms_norm" : "layer_norm"));
+      // the forward under variant 4 (the default's forward), the backward under bwd_variant
+      auto run = [&](Device dv, int bwd_variant) {
+        std::vector<Tensor> in = {x.to(dv).detach(), w.to(dv).detach(), b.to(dv).detach()};
+        for (Tensor& t : in) t.set_requires_grad(true);
+        Tensor y;
+        {
+          NormVariant guard(4);
+          y = rms ? rms_norm(in[0], in[1]) : layer_norm(in[0], in[1], in[2]);
+        }
+        NormVariant guard(bwd_variant);
+        y.backward(gy.to(dv));
+        return std::vector<Tensor>{y.detach(), in[0].grad(), in[1].grad(), rms ? Tensor() : in[2].grad()};
+      };
+      const std::vector<Tensor> v2 = run(test::kCuda, 2);
+      std::vector<Tensor> v4;
+      {
+        test::PoisonGuard poison;
+        v4 = run(test::kCuda, 4);
+      }
+      const std::vector<Tensor> cpu = run(Device::cpu(), 4);
+      const test::Tolerance gtol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
+      for (std::size_t i = 0; i < cpu.size(); ++i) {
+        if (!cpu[i].defined()) continue;
+        INFO("result " << i << " (y, x's gradient, weight's, bias's)");
+        CHECK(test::compare_to_cpu(v4[i], cpu[i], i == 0 ? row_tol(dt) : gtol) == "");
+        if (i <= 1) CHECK(test::compare_bits(v4[i], v2[i].to(Device::cpu())) == "");
+        if (i >= 2) CHECK(test::compare_to_cpu(v4[i], v2[i].to(Device::cpu()), gtol) == "");
+      }
+    }
+  }
+  // the partial rows of the benchmark's shape (only the pointers' alignment is looked at: small buffers)
+  const Tensor buf = zeros({64}, {DType::bf16, test::kCuda});
+  const Tensor stat = zeros({64}, {DType::f32, test::kCuda});
+  kernels::NormBackwardArgs ba{DType::bf16, kernels::NormKind::layer, buf.data_ptr(), buf.data_ptr(), buf.data_ptr(),
+                               stat.data_ptr(), stat.data_ptr(), buf.data_ptr(), 16384, 4096};
+  ba.weight_narrow = true;
+  int parts[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    NormVariant guard(k == 0 ? 2 : 4);
+    parts[k] = kernels::norm_backward_partials(ba);
+  }
+  INFO("partial rows: variant 2 " << parts[0] << ", variant 4 " << parts[1]);
+  CHECK(parts[0] > 0);
+  CHECK(parts[1] > 0);
+  CHECK(parts[1] < parts[0]);
+  CHECK(parts[1] * 4 >= parts[0]);
 }
 
 // Rows that start at an offset in their storage: 16-byte aligned (the staged kernels) and not (one element

@@ -547,7 +547,8 @@ void bench_bn_relu(bool csv) {
 // Backward = (forward + backward) - forward, autograd bookkeeping included. Rows "bn kernels ...": the
 // batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer. Channels-first rows are
 // printed once per channels-first kernel variant (set_bn_cf_variant: "[split]" / "[planes]" / "[vstore]",
-// helper bn11).
+// helper bn11; "[deep]", helper bn12), channels-last rows once per channels-last reduction variant
+// (set_bn_cl_variant: "[split]" / "[tickets]", helper bn12).
 void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(17);
@@ -582,12 +583,19 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   };
   // Channels-first shapes run once per channels-first kernel variant (kernels/batchnorm.h; row suffix
   // "[split]" / "[planes]" / "[vstore]"), the others once.
-  const char* const cf_names[] = {"", " [split]", " [planes]", " [vstore]"};
+  const char* const cf_names[] = {"", " [split]", " [planes]", " [vstore]", " [deep]"};
   static_assert(sizeof(cf_names) / sizeof(cf_names[0]) == kernels::kBnCfVariants + 1);
+  const char* const cl_names[] = {"", " [split]", " [tickets]"};
+  static_assert(sizeof(cl_names) / sizeof(cl_names[0]) == kernels::kBnClVariants + 1);
+  // Sets variant v of the layout's switch (the other back to its default); the row suffix.
+  auto set_variant = [&](bool cf, int v) -> std::string {
+    kernels::set_bn_cf_variant(cf ? v : 0);
+    kernels::set_bn_cl_variant(cf ? 0 : v);
+    return cf ? cf_names[v] : cl_names[v];
+  };
   for (const BnCase& c : cases)
-  for (int cfv = 1; cfv <= (c.shape.size() == 4 ? kernels::kBnCfVariants : 1); ++cfv) {
-    kernels::set_bn_cf_variant(c.shape.size() == 4 ? cfv : 0);
-    const std::string suffix = c.shape.size() == 4 ? cf_names[cfv] : "";
+  for (int cfv = 1; cfv <= (c.shape.size() == 4 ? kernels::kBnCfVariants : kernels::kBnClVariants); ++cfv) {
+    const std::string suffix = set_variant(c.shape.size() == 4, cfv);
     const int64_t C = c.shape[1];
     Tensor x = bf16_rand(c.shape), res = bf16_rand(c.shape);
     const Tensor g = bf16_rand(c.shape);
@@ -615,6 +623,7 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     print(std::string(c.name) + " bwd" + suffix, x.numel(), c.residual ? 7 : 5, bwd);
   }
   kernels::set_bn_cf_variant(0);
+  kernels::set_bn_cl_variant(0);
   {  // GELU of a ViT-S/4 MLP activation, as bench_norm_gelu
     const Tensor x = bf16_rand({256 * 65, 1536});
     const double fwd = time_ms([&] {
@@ -634,9 +643,8 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   const KCase kcases[] = {{"bn kernels 256x64x32x32", {256, 64, 32, 32}, {256, 64, 1024}},
                           {"bn kernels NHWC [262144,64]", {262144, 64}, {262144, 64, 1}}};
   for (const KCase& c : kcases)
-  for (int cfv = 1; cfv <= (c.s.S > 1 ? kernels::kBnCfVariants : 1); ++cfv) {
-    kernels::set_bn_cf_variant(c.s.S > 1 ? cfv : 0);
-    const std::string suffix = c.s.S > 1 ? cf_names[cfv] : "";
+  for (int cfv = 1; cfv <= (c.s.S > 1 ? kernels::kBnCfVariants : kernels::kBnClVariants); ++cfv) {
+    const std::string suffix = set_variant(c.s.S > 1, cfv);
     const int64_t C = c.s.C;
     const Tensor x = bf16_rand(c.shape), g = bf16_rand(c.shape);
     const Tensor y = empty(c.shape, {DType::bf16, dev}), gx = empty(c.shape, {DType::bf16, dev});
@@ -686,6 +694,7 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     print(std::string(c.name) + "  dx only" + suffix, x.numel(), 3, t_dx);
   }
   kernels::set_bn_cf_variant(0);
+  kernels::set_bn_cl_variant(0);
 }
 // ---- end bench_bn_gelu_variants ----
 
@@ -731,11 +740,12 @@ void bench_attention_packed(bool csv) {
 
 }  // namespace
 
-// ---- bench_norm_variants (helpers rows8, rows11) ----
+// ---- bench_norm_variants (helpers rows8, rows11, rows12) ----
 // layer_norm / rms_norm in bf16 (bf16 weight and bias) with each norm kernel variant (kernels::
 // set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged" (the default), the staged ones,
-// parameters in shared memory; 3 "reg", the staged ones with the parameters in registers; Note [Norm kernel
-// variants] in kernels/rows.cu), side by side.
+// parameters in shared memory; 3 "reg", the staged ones with the parameters in registers; 4 "cluster", the
+// default's forward and a staged backward adding its dgamma / dbeta partial sums in thread block clusters;
+// Note [Norm kernel variants] in kernels/rows.cu), side by side.
 // Op rows: through the op API. Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes
 // (read x and g, write gx) over (forward + backward) - forward, as bench_norm_gelu counts them: that time also
 // holds the parameter gradients' partial sums and finalize launch, autograd's bookkeeping, the output and
@@ -757,14 +767,14 @@ void bench_norm_variants(bool csv, double copy_gbs) {
   Generator gen(12);
   auto bf16_rand = [&](const Shape& s) { return rand(s, gen, {DType::f32, dev}).to(DType::bf16); };
   constexpr int kV = kernels::kNormKernelVariants;
-  static_assert(kV == 3, "one column triple per variant");
-  const char* const names[kV] = {"old", "staged", "reg"};
+  static_assert(kV == 4, "one column triple per variant");
+  const char* const names[kV] = {"old", "staged", "reg", "cluster"};
   if (csv) {
     std::printf("norm variant,elements,copy ms");
     for (const char* v : names) std::printf(",%s ms,%s ratio_to_copy,%s ratio_to_same_size_copy", v, v, v);
     std::printf("\n");
   } else {
-    std::printf("\n%-38s %10s %8s", "norm kernels (bf16): variants 1-3", "elements", "copy ms");
+    std::printf("\n%-38s %10s %8s", "norm kernels (bf16): variants 1-4", "elements", "copy ms");
     for (const char* v : names) std::printf(" %7s ms %7s %7s", v, "vs copy", "vs same");
     std::printf("\n");
   }
@@ -920,6 +930,97 @@ void bench_norm_variants(bool csv, double copy_gbs) {
 }
 // ---- end bench_norm_variants ----
 
+// ---- bench_fold (helper fold12) ----
+#include "kernels/unfold.h"  // bench_fold: launch_fold2d / launch_unfold2d, set_fold_variant
+
+// fold2d (col2im, unfold2d's backward) and unfold2d (im2col) kernels on ResNet / ViT shapes at batch 256, bf16,
+// through the launchers on preallocated buffers (legacy stream, time_ms's events). fold: contiguous (N, L, C·kh·kw)
+// columns -> (N, C, H, W) with each fold variant (kernels::set_fold_variant; 1 old, 2 staged, 3 staged one row
+// ahead: Note [Fold, staged kernel] in kernels/unfold.cu); unfold with each unfold variant (set_unfold_variant; 1 old, 2 staged) from an
+// (N, C, H, W) contiguous image and from a channels-last (N, H, W, C) image viewed as NCHW (the HLQ convolutions'
+// layout) -> columns. Bytes: columns + image, each once (the ideal traffic); "vs copy"
+// is the ratio of that rate to the copy floor (the 1 GB clone of the main table). HADATRAIN_BENCH_FOLD=S runs only
+// the cases whose name contains S.
+void bench_fold(bool csv, double copy_gbs) {
+  const Device dev = Device::cuda(0);
+  Generator gen(21);
+  constexpr int kV = kernels::kFoldVariants;
+  constexpr int kU = kernels::kUnfoldVariants;
+  static_assert(kV == 3 && kU == 2, "one column pair per variant");
+  struct Case {
+    const char* name;
+    int64_t C, H, W, k, s, p;
+  };
+  const Case cases[] = {
+      {"C64 32x32 3x3 s1 p1", 64, 32, 32, 3, 1, 1},  {"C128 16x16 3x3 s1 p1", 128, 16, 16, 3, 1, 1},
+      {"C256 8x8 3x3 s1 p1", 256, 8, 8, 3, 1, 1},    {"C512 4x4 3x3 s1 p1", 512, 4, 4, 3, 1, 1},
+      {"C64 32x32 3x3 s2 p1", 64, 32, 32, 3, 2, 1},  {"C128 16x16 1x1 s2", 128, 16, 16, 1, 2, 0},
+      {"C3 32x32 4x4 s4 (ViT-S/4)", 3, 32, 32, 4, 4, 0},
+  };
+  const char* const only = std::getenv("HADATRAIN_BENCH_FOLD");
+  const int64_t N = 256;
+  if (csv) {
+    std::printf("fold case (bf16 N 256),MB");
+    for (const char* c : {"fold old", "fold staged", "fold ahead", "unfold nchw old", "unfold nchw staged", "unfold nhwc-view old",
+                          "unfold nhwc-view staged"})
+      std::printf(",%s ms,%s ratio_to_copy", c, c);
+    std::printf("\n");
+  } else {
+    std::printf("\n%-30s %8s", "fold / unfold (bf16, N 256)", "MB");
+    for (const char* c : {"fold v1", "fold v2", "fold v3", "unf-nchw v1", "unf-nchw v2", "unf-nhwc v1", "unf-nhwc v2"})
+      std::printf(" %11s %7s", c, "vs copy");
+    std::printf("\n");
+  }
+  for (const Case& c : cases) {
+    if (only != nullptr && std::string(c.name).find(only) == std::string::npos) continue;
+    kernels::UnfoldGeometry g;
+    g.N = N;
+    g.C = c.C;
+    g.H = c.H;
+    g.W = c.W;
+    g.kh = g.kw = c.k;
+    g.sh = g.sw = c.s;
+    g.ph = g.pw = c.p;
+    g.OH = (c.H + 2 * c.p - c.k) / c.s + 1;
+    g.OW = (c.W + 2 * c.p - c.k) / c.s + 1;
+    const int64_t L = g.OH * g.OW, K = c.C * c.k * c.k;
+    const Tensor cols = rand({N, L, K}, gen, {DType::f32, dev}).to(DType::bf16);
+    const Tensor img = rand({N, c.C, c.H, c.W}, gen, {DType::f32, dev}).to(DType::bf16);
+    const Tensor nhwc = rand({N, c.H, c.W, c.C}, gen, {DType::f32, dev}).to(DType::bf16);
+    const Tensor out_img = empty({N, c.C, c.H, c.W}, {DType::bf16, dev});
+    const Tensor out_cols = empty({N, L, K}, {DType::bf16, dev});
+    const kernels::FoldStrides3 cs{L * K, K, 1};
+    double ms[kV + 2 * kU];
+    for (int v = 1; v <= kV; ++v) {
+      kernels::set_fold_variant(v);
+      ms[v - 1] = time_ms([&] {
+        kernels::launch_fold2d(DType::bf16, cols.data_ptr(), cs, g, out_img.data_ptr(), nullptr);
+      });
+    }
+    kernels::set_fold_variant(0);
+    const kernels::UnfoldStrides4 xs{c.C * c.H * c.W, c.H * c.W, c.W, 1};
+    const kernels::UnfoldStrides4 xl{c.H * c.W * c.C, 1, c.W * c.C, c.C};  // (n, c, h, w) strides of NHWC storage
+    for (int v = 1; v <= kU; ++v) {
+      kernels::set_unfold_variant(v);
+      ms[kV + v - 1] =
+          time_ms([&] { kernels::launch_unfold2d(DType::bf16, img.data_ptr(), xs, g, out_cols.data_ptr(), nullptr); });
+      ms[kV + kU + v - 1] =
+          time_ms([&] { kernels::launch_unfold2d(DType::bf16, nhwc.data_ptr(), xl, g, out_cols.data_ptr(), nullptr); });
+    }
+    kernels::set_unfold_variant(0);
+    const double bytes = 2.0 * static_cast<double>(N * L * K + N * c.C * c.H * c.W);
+    if (csv) std::printf("%s,%.1f", c.name, bytes * 1e-6);
+    else std::printf("%-30s %8.1f", c.name, bytes * 1e-6);
+    for (double t : ms) {
+      const double ratio = bytes / t * 1e-6 / copy_gbs;
+      if (csv) std::printf(",%.4f,%.3f", t, ratio);
+      else std::printf(" %11.4f %7.3f", t, ratio);
+    }
+    std::printf("\n");
+  }
+}
+// ---- end bench_fold ----
+
 int main(int argc, char** argv) {
   int64_t n = 1LL << 28;
   bool csv = false;
@@ -930,7 +1031,8 @@ int main(int argc, char** argv) {
     else n = std::stoll(argv[i]);
   }
   const char* const blocks[] = {"main",       "gemm", "lowp",      "conv",          "attention", "attention_packed",
-                                "grad_quant", "hla",  "norm_gelu", "norm_variants", "bn_relu",   "bn_gelu"};
+                                "grad_quant", "hla",  "norm_gelu", "norm_variants", "bn_relu",   "bn_gelu",
+                                "fold"};
   std::vector<std::string> selected;
   {
     std::istringstream in(only);
@@ -997,5 +1099,6 @@ int main(int argc, char** argv) {
   if (want("norm_variants")) bench_norm_variants(csv, floor_gbs);
   if (want("bn_relu")) bench_bn_relu(csv);
   if (want("bn_gelu")) bench_bn_gelu_variants(csv, floor_gbs);
+  if (want("fold")) bench_fold(csv, floor_gbs);
   return 0;
 }
