@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -125,8 +126,11 @@ int main(int argc, char** argv) {
   if (!prof.empty() && prof.find('\n') != prof.size() - 1) std::printf("%s", prof.c_str());
 
   // The same step recorded once into a CUDA graph and replayed (cuda/graph.h): what the trainer runs with
-  // train.cuda_graph. Warm-up steps on the graph's stream first (workspaces there, buffers exist).
-  {
+  // train.cuda_graph. Warm-up steps on the graph's stream first (workspaces there, buffers exist). Not with
+  // HADATRAIN_PROFILE_BACKWARD: its per-node synchronisations cannot be recorded.
+  if (std::getenv("HADATRAIN_PROFILE_BACKWARD") != nullptr) {
+    std::printf("  step graph: not recorded (HADATRAIN_PROFILE_BACKWARD synchronises after every backward node)\n");
+  } else {
     cuda::StepGraph graph(0);
     cuda::StreamGuard on(graph.stream(), 0);
     auto body = [&] {
