@@ -62,6 +62,7 @@
 #include <type_traits>
 
 #include "kernels/batchnorm.h"
+#include "kernels/variant.h"
 #include "kernels/map.cuh"  // Pack, kVec, convert
 
 namespace ht::kernels {
@@ -1732,13 +1733,9 @@ std::atomic<int> g_cf_variant_override{0};
 std::atomic<int64_t> g_plane_launches{0};
 
 int env_cf_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_BN_CF_KERNEL");
-    if (e != nullptr && (std::strcmp(e, "planes") == 0 || std::strcmp(e, "2") == 0)) return 2;
-    if (e != nullptr && (std::strcmp(e, "split") == 0 || std::strcmp(e, "1") == 0)) return 1;
-    if (e != nullptr && (std::strcmp(e, "deep") == 0 || std::strcmp(e, "4") == 0)) return 4;
-    return 3;  // vstore: the default since run 22 (Note [Batch-norm plane kernels])
-  }();
+  // vstore (3): the default since run 22 (Note [Batch-norm plane kernels])
+  static const int v = env_variant("HADATRAIN_BN_CF_KERNEL", {{"split", 1}, {"planes", 2}, {"vstore", 3}, {"deep", 4}},
+                                   3, 3);
   return v;
 }
 
@@ -1747,11 +1744,8 @@ std::atomic<int> g_cl_variant_override{0};
 std::atomic<int64_t> g_cl_ticket_launches{0};
 
 int env_cl_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_BN_CL_KERNEL");
-    if (e != nullptr && (std::strcmp(e, "tickets") == 0 || std::strcmp(e, "2") == 0)) return 2;
-    return 1;  // split: the default (variant 2 is not measured yet)
-  }();
+  // split (1): the default (variant 2 is not measured yet)
+  static const int v = env_variant("HADATRAIN_BN_CL_KERNEL", {{"split", 1}, {"tickets", 2}}, 1, 1);
   return v;
 }
 

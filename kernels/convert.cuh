@@ -134,6 +134,23 @@ HT_DEV T store_cast(A v) {
     return convert<T>(v);
 }
 
+// Rounds V floats to bf16 / f16 two at a time (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32: store_cast's rounding,
+// without its NaN code), w[j] holding elements 2j (low half) and 2j + 1. Callers deal with NaN results. Device
+// code for sm_80 and newer only (the callers' paths for older architectures do not call it).
+template <class T, int V>
+HT_DEV void cvt_pairs(const float (&y)[V], uint32_t (&w)[V / 2]) {
+  static_assert(V % 2 == 0 && (std::is_same_v<T, bf16> || std::is_same_v<T, f16>), "pairs of bf16 / f16");
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+  for (int j = 0; j < V / 2; ++j) {
+    if constexpr (std::is_same_v<T, bf16>)
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
+    else
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
+  }
+#endif
+}
+
 // Calls f(T{}) with the C++ type of dt for the dtypes elementwise kernels compute in (floating and
 // integer types without fp8, bool and packed int4; the op files convert those first). Returns false
 // when dt is not one of them.

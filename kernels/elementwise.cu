@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/elementwise.h"
+#include "kernels/variant.h"
 #include "kernels/map.cuh"
 
 namespace ht::kernels {
@@ -299,15 +300,8 @@ HT_DEV Pack<T, V> round_pack(const float (&y)[V]) {
 #pragma unroll
   for (int k = 0; k < V; ++k) nan = nan || y[k] != y[k];
   if (!nan) {
-    static_assert(V % 2 == 0, "pairs");
     uint32_t w[V / 2];
-#pragma unroll
-    for (int j = 0; j < V / 2; ++j) {
-      if constexpr (std::is_same_v<T, bf16>)
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
-      else
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
-    }
+    cvt_pairs<T>(y, w);
     memcpy(&o, w, sizeof w);
     return o;
   }
@@ -456,11 +450,8 @@ void where_as(const WhereArgs& w, cudaStream_t stream) {
 namespace {
 std::atomic<int> g_gelu_variant_override{0};
 int env_gelu_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_GELU_KERNEL");
-    if (e != nullptr && (std::strcmp(e, "1") == 0 || std::strcmp(e, "element") == 0)) return 1;
-    return 2;  // pairs: the default since run 22 (Note [GELU forward kernel])
-  }();
+  // pairs (2): the default since run 22 (Note [GELU forward kernel])
+  static const int v = env_variant("HADATRAIN_GELU_KERNEL", {{"element", 1}, {"pack", 2}}, 2, 2);
   return v;
 }
 }  // namespace

@@ -46,6 +46,7 @@
 #include <type_traits>
 
 #include "kernels/flash_attention.h"
+#include "kernels/variant.h"
 #include "kernels/launch.h"
 
 namespace ht::kernels {
@@ -1302,11 +1303,9 @@ using BwdSplit = BwdSplitCfg<D, 64, 1>;
 std::atomic<int> g_bwd_variant_override{-1};
 
 int env_backward_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_FLASH_BWD");
-    const bool digit = e != nullptr && e[0] >= '0' && e[0] <= '9' && e[1] == '\0';
-    return digit && e[0] - '0' < kFlashBackwardVariants ? e[0] - '0' : -1;  // -1: by head dim
-  }();
+  static_assert(kFlashBackwardVariants == 2, "one name per variant");
+  // -1: by head dim
+  static const int v = env_variant("HADATRAIN_FLASH_BWD", {{"0", 0}, {"1", 1}}, -1, -1);
   return v;
 }
 

@@ -15,6 +15,7 @@
 
 #include "kernels/map.cuh"
 #include "kernels/rows.h"
+#include "kernels/variant.h"
 
 namespace ht::kernels {
 namespace {
@@ -434,13 +435,7 @@ HT_DEV Pack<T, V> pack_cast(const acc_t<T> (&y)[V]) {
   Pack<T, V> o;
   if constexpr (kHalfPack<T>) {
     uint32_t w[V / 2];
-#pragma unroll
-    for (int j = 0; j < V / 2; ++j) {
-      if constexpr (std::is_same_v<T, bf16>)
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
-      else
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(y[2 * j + 1]), "f"(y[2 * j]));
-    }
+    cvt_pairs<T>(y, w);
     if constexpr (kCheck) {
       uint32_t any = w[0];
 #pragma unroll
@@ -2188,14 +2183,10 @@ std::atomic<int> g_norm_variant_override{0};
 std::atomic<int64_t> g_staged_forward{0}, g_staged_backward{0};
 
 int env_norm_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_NORM_KERNEL");
-    if (e != nullptr && (std::strcmp(e, "old") == 0 || std::strcmp(e, "1") == 0)) return 1;
-    if (e != nullptr && (std::strcmp(e, "reg") == 0 || std::strcmp(e, "3") == 0)) return 3;
-    if (e != nullptr && (std::strcmp(e, "cluster") == 0 || std::strcmp(e, "4") == 0)) return 4;
-    if (e != nullptr && *e != '\0') return 2;  // "staged", "tuned" (variant 3 until run 20, now folded into 2)
-    return 0;  // unset: by direction and width (forward_variant)
-  }();
+  // unset: 0, by direction and width (forward_variant); "tuned" was variant 3 until run 20, now folded into 2,
+  // as is any other value
+  static const int v = env_variant("HADATRAIN_NORM_KERNEL",
+                                   {{"old", 1}, {"staged", 2}, {"tuned", 2}, {"reg", 3}, {"cluster", 4}}, 0, 2);
   return v;
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/convert.cuh"
 #include "kernels/launch.h"
+#include "kernels/variant.h"
 #include "kernels/unfold.h"
 
 namespace ht::kernels {
@@ -379,11 +380,8 @@ std::atomic<int> g_unfold_variant_override{0};
 std::atomic<int64_t> g_unfold_staged_launches{0};
 
 int env_unfold_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_UNFOLD_KERNEL");
-    if (e != nullptr && (std::strcmp(e, "staged") == 0 || std::strcmp(e, "2") == 0)) return 2;
-    return 1;  // old: the default until variant 2 is measured
-  }();
+  // old (1): the default until variant 2 is measured
+  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}}, 1, 1);
   return v;
 }
 
@@ -391,12 +389,8 @@ std::atomic<int> g_fold_variant_override{0};
 std::atomic<int64_t> g_fold_staged_launches{0};
 
 int env_fold_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("HADATRAIN_FOLD_KERNEL");
-    if (e != nullptr && (std::strcmp(e, "staged") == 0 || std::strcmp(e, "2") == 0)) return 2;
-    if (e != nullptr && (std::strcmp(e, "ahead") == 0 || std::strcmp(e, "3") == 0)) return 3;
-    return 1;  // old: the default until variants 2 and 3 are measured
-  }();
+  // old (1): the default until variants 2 and 3 are measured
+  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"staged", 2}, {"ahead", 3}}, 1, 1);
   return v;
 }
 
