@@ -51,9 +51,9 @@
 // stores as plane_store (cf_store<true>), bit-identical results. Run 22 (H200, bf16 256x64x32x32, ms fwd / bwd):
 // split 0.1026 / 0.1037, planes 0.0512 / 0.0734, vstore 0.0351 / 0.0515 (0.674 / 0.765 of copy); with relu and
 // add+relu vstore is also the fastest, so it became the default.
-// Opt-in reduction variants (helper bn12, not yet measured): channels-first variant 4 (deep; Note [Batch-norm
-// deep channels-first reductions]) and channels-last variant 2 (bn_cl_variant(), HADATRAIN_BN_CL_KERNEL =
-// tickets; Note [Batch-norm channels-last tickets]).
+// Channels-last reduction variant 2 (tickets; Note [Batch-norm channels-last tickets]) is the default from 128
+// channels up (cl_variant_for; run 24). Helper bn12's channels-first variant 4 (deeper reductions) lost to
+// variant 3 in run 24 and was deleted.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -221,13 +221,13 @@ struct CfGrid {
   dim3 grid;
 };
 
-CfGrid cf_grid(const BnShape& s, int V, int64_t target_blocks = kTargetBlocks) {
+CfGrid cf_grid(const BnShape& s, int V) {
   CfGrid g;
   g.SV = s.S / V;
   g.per_channel = s.N * g.SV;
   g.fast = g.per_channel < (int64_t{1} << 31) && g.SV < (int64_t{1} << 31);
   if (g.fast) g.div_sv = FastDiv(static_cast<uint32_t>(std::max<int64_t>(g.SV, 1)));
-  int64_t splits = std::max<int64_t>(1, target_blocks / std::max<int64_t>(s.C, 1));
+  int64_t splits = std::max<int64_t>(1, kTargetBlocks / std::max<int64_t>(s.C, 1));
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.per_channel / (kThreads * 4)));  // >= 4 packs a thread
   splits = std::min<int64_t>(splits, 65535);
   g.chunk = std::max<int64_t>(1, (g.per_channel + splits - 1) / splits);
@@ -834,123 +834,6 @@ HT_DEV void bwd_write(double a1, double a2, const double* invstd, const BnBackwa
   if (out.sum_gxhat) out.sum_gxhat[c] = sgx;
   if (out.grad_bias.data) param_store(out.grad_bias.data, out.grad_bias.dtype, c, a1);
   if (out.grad_weight.data) param_store(out.grad_weight.data, out.grad_weight.dtype, c, sgx);
-}
-
-// ---- channels-first reductions, variant 4 (Note [Batch-norm deep channels-first reductions]) -----------
-// Note [Batch-norm deep channels-first reductions]: variant 4 is variant 3 (split grids, 16-byte stores) with
-// reductions that keep kCf4U packs of a thread in flight (the statistics: 8 packs of x; the sums: 4 packs of
-// g and 4 of x, 2 + 2 + 2 with a residual) instead of 2 (run 22: statistics 0.564 of copy; bn11: too few bytes
-// in flight), at 3 resident blocks a SM instead of 8 (8 packs spilled at 32 and 64 registers) and a grid of one
-// wave of those (cf_grid with 132 * 3 target blocks: on 256x64x32x32 bf16 6 blocks a channel, 5462 packs, 22
-// a thread in three rounds of up to 8 instead of four rounds of 2 (8 packs); 96 KB of loads in flight a SM
-// instead of 64). A thread's packs are added in order into one pair of sums (variant 1 kept two), so the
-// results differ from variant 1's by rounding; the per-block partials and the last block's finalize are
-// variant 1's (a ticket per channel).
-constexpr int kCf4U = 8;
-constexpr int kCf4Blocks = 3;  // resident blocks a SM (at 8 and 4, 32 / 64 registers, the bf16 packs and their
-                               // 64-bit offsets spilled); grids: cf_grid for one wave of them
-
-template <class T, int V>
-__global__ void __launch_bounds__(kThreads, kCf4Blocks)
-    bn_stats_cf4(const T* __restrict__ x, BnShape s, CfGrid g, double* __restrict__ part,
-                 unsigned* __restrict__ tickets, double eps, BnRunning running, double* __restrict__ mean,
-                 double* __restrict__ invstd) {
-  using A = bn_t<T>;
-  __shared__ double scratch[32];
-  const int64_t c = blockIdx.x;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
-  const A k = convert<A>(x[c * s.S]);
-  A s1 = A(0), s2 = A(0);
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += kCf4U * kThreads) {
-    Pack<T, V> p[kCf4U];
-#pragma unroll
-    for (int u = 0; u < kCf4U; ++u)
-      if (j + u * kThreads < j1) p[u] = plane_load<T, V>(x + cf_offset(s, g, c, j + u * kThreads, V));
-#pragma unroll
-    for (int u = 0; u < kCf4U; ++u)
-      if (j + u * kThreads < j1) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const A d = convert<A>(p[u].v[e]) - k;
-          s1 += d;
-          s2 += d * d;
-        }
-      }
-  }
-  const double a1 = block_sum(static_cast<double>(s1), scratch);
-  const double a2 = block_sum(static_cast<double>(s2), scratch);
-  if (threadIdx.x == 0) {
-    part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
-    part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
-  }
-  if (last_block_of_channel(tickets, c) && threadIdx.x < 32)
-    stats_finalize_channel(part, static_cast<int>(gridDim.y), to_double(x[c * s.S]), s.C, s.N * s.S, eps, running,
-                           mean, invstd, c);
-}
-
-template <BnAct Act, class T, int V>
-__global__ void __launch_bounds__(kThreads, kCf4Blocks)
-    bn_bwd_reduce_cf4(const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
-                      double* __restrict__ part, unsigned* __restrict__ tickets, BnBackwardSums out) {
-  using A = bn_t<T>;
-  constexpr int U = Act == BnAct::add_relu ? kCf4U / 4 : kCf4U / 2;  // packs of g (and of x, r) in flight
-  __shared__ double scratch[32];
-  const int64_t c = blockIdx.x;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * g.chunk, j1 = std::min(g.per_channel, j0 + g.chunk);
-  const A mu = x ? static_cast<A>(ch.mean[c]) : A(0);
-  A sc = A(0), sh = A(0);
-  if constexpr (Act != BnAct::none) {
-    double a, b;
-    affine_of(ch, c, a, b);
-    sc = static_cast<A>(a);
-    sh = static_cast<A>(b);
-  }
-  A s1 = A(0), s2 = A(0);
-  if (x) {
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += U * kThreads) {
-      Pack<T, V> gp[U], xp[U], rp[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (j + u * kThreads < j1) {
-          const int64_t o = cf_offset(s, g, c, j + u * kThreads, V);
-          gp[u] = plane_load<T, V>(gr + o);
-          xp[u] = plane_load<T, V>(x + o);
-          rp[u] = plane_res<Act, T, V>(ch, o);
-        }
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (j + u * kThreads < j1) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            const A xa = convert<A>(xp[u].v[e]);
-            const A ga = bn_masked_g<Act, T>(convert<A>(gp[u].v[e]), xa, sc, sh, rp[u].v[e]);
-            s1 += ga;
-            s2 += ga * (xa - mu);
-          }
-        }
-    }
-  } else {
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += kCf4U * kThreads) {
-      Pack<T, V> gp[kCf4U];
-#pragma unroll
-      for (int u = 0; u < kCf4U; ++u)
-        if (j + u * kThreads < j1) gp[u] = plane_load<T, V>(gr + cf_offset(s, g, c, j + u * kThreads, V));
-#pragma unroll
-      for (int u = 0; u < kCf4U; ++u)
-        if (j + u * kThreads < j1) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) s1 += convert<A>(gp[u].v[e]);
-        }
-    }
-  }
-  const double a1 = block_sum(static_cast<double>(s1), scratch);
-  const double a2 = block_sum(static_cast<double>(s2), scratch);
-  if (threadIdx.x == 0) {
-    part[(static_cast<int64_t>(blockIdx.y) * 2) * s.C + c] = a1;
-    part[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * s.C + c] = a2;
-  }
-  if (last_block_of_channel(tickets, c) && threadIdx.x < 32)
-    bwd_finalize_channel(part, static_cast<int>(gridDim.y), s.C, ch.invstd, out, c);
 }
 
 // ---- channels-last reductions, variant 2 (Note [Batch-norm channels-last tickets]) ---------------------
@@ -1734,7 +1617,7 @@ std::atomic<int64_t> g_plane_launches{0};
 
 int env_cf_variant() {
   // vstore (3): the default since run 22 (Note [Batch-norm plane kernels])
-  static const int v = env_variant("HADATRAIN_BN_CF_KERNEL", {{"split", 1}, {"planes", 2}, {"vstore", 3}, {"deep", 4}},
+  static const int v = env_variant("HADATRAIN_BN_CF_KERNEL", {{"split", 1}, {"planes", 2}, {"vstore", 3}},
                                    3, 3);
   return v;
 }
@@ -1744,9 +1627,21 @@ std::atomic<int> g_cl_variant_override{0};
 std::atomic<int64_t> g_cl_ticket_launches{0};
 
 int env_cl_variant() {
-  // split (1): the default (variant 2 is not measured yet)
-  static const int v = env_variant("HADATRAIN_BN_CL_KERNEL", {{"split", 1}, {"tickets", 2}}, 1, 1);
+  // unset: 0, by channel count (cl_variant_for)
+  static const int v = env_variant("HADATRAIN_BN_CL_KERNEL", {{"split", 1}, {"tickets", 2}}, 0, 1);
   return v;
+}
+
+// The channels-last reduction variant for C channels: bn_cl_variant() when set (override or environment), else
+// tickets (2) from kClTicketsMinC channels up, split (1) below. Run 24 (H200, bf16, ms split / tickets): on
+// [16384, 256] with relu, forward 0.0301 / 0.0258, backward 0.0412 / 0.0395; on [262144, 64], statistics
+// 0.0183 / 0.0171 but backward sums 0.0310 / 0.0326 (whole backward 0.0649 / 0.0677).
+constexpr int64_t kClTicketsMinC = 128;
+int cl_variant_for(int64_t C) {
+  const int o = g_cl_variant_override.load(std::memory_order_relaxed);
+  if (o >= 1 && o <= kBnClVariants) return o;
+  if (const int e = env_cl_variant(); e != 0) return e;
+  return C >= kClTicketsMinC ? 2 : 1;
 }
 
 // Variant 2's geometry and ticket slot for x (M, C), or null tickets (then variant 1 runs): counts the launch.
@@ -1777,14 +1672,16 @@ int64_t bn_plane_launches() { return g_plane_launches.load(std::memory_order_rel
 
 int bn_cl_variant() {
   const int o = g_cl_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kBnClVariants ? o : env_cl_variant();
+  if (o >= 1 && o <= kBnClVariants) return o;
+  const int e = env_cl_variant();
+  return e != 0 ? e : 1;
 }
 void set_bn_cl_variant(int variant) { g_cl_variant_override.store(variant, std::memory_order_relaxed); }
 int64_t bn_cl_ticket_launches() { return g_cl_ticket_launches.load(std::memory_order_relaxed); }
 
 namespace {
 unsigned* cl2_tickets(const Cl2Grid& g, cudaStream_t stream) {
-  if (bn_cl_variant() != 2 || g.tickets > kTicketSlot) return nullptr;
+  if (g.tickets > kTicketSlot) return nullptr;  // callers check the variant (cl_variant_for)
   unsigned* t = bn_tickets(g.tickets, stream);
   if (t) g_cl_ticket_launches.fetch_add(1, std::memory_order_relaxed);
   return t;
@@ -1803,7 +1700,7 @@ void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning r
         if (M == 0) {  // no values: NaN statistics, as on the CPU
           bn_stats_finalize<T><<<fb, kThreads, 0, stream>>>(nullptr, 0, xp, 1, s.C, 0, eps, running, mean, invstd);
         } else if (s.S == 1) {
-          if (bn_cl_variant() == 2) {
+          if (cl_variant_for(s.C) == 2) {
             const Cl2Grid g2 = cl2_grid(M, s.C, V);
             if (unsigned* tickets = cl2_tickets(g2, stream)) {
               const Scratch part(part_bytes(g2.g.grid.y + static_cast<unsigned>(g2.groups), s.C), stream);
@@ -1829,16 +1726,6 @@ void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning r
               bn_stats_planes<T, V><<<blocks, kPlaneThreads, 0, stream>>>(xp, s, part.get(), tickets, eps, running,
                                                                           mean, invstd);
               HT_CHECK_LAUNCH("bn_stats_planes");
-              return;
-            }
-          }
-          if (bn_cf_variant() == 4) {
-            if (unsigned* tickets = bn_tickets(s.C, stream)) {
-              const CfGrid g4 = cf_grid(s, V, int64_t{132} * kCf4Blocks);
-              const Scratch part(part_bytes(g4.grid.y, s.C), stream);
-              bn_stats_cf4<T, V><<<g4.grid, kThreads, 0, stream>>>(xp, s, g4, part.get(), tickets, eps, running,
-                                                                   mean, invstd);
-              HT_CHECK_LAUNCH("bn_stats_cf4");
               return;
             }
           }
@@ -1884,7 +1771,7 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
           } else if (use_planes(s)) {
             const unsigned blocks = plane_grid(s, kPlaneBlocksNorm);
             bn_normalize_planes<Act, T, V><<<blocks, kPlaneThreads, 0, stream>>>(xp, s, ch, yp);
-          } else if (bn_cf_variant() >= 3) {  // 3 and 4: 16-byte stores
+          } else if (bn_cf_variant() == 3) {  // 16-byte stores
             const CfGrid g = cf_grid(s, V);
             bn_normalize_cf<Act, T, V, true><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
           } else {
@@ -1919,7 +1806,7 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
         visit_act(ch.act, [&](auto atag) {
           constexpr BnAct Act = decltype(atag)::value;
           if (s.S == 1) {
-            if (bn_cl_variant() == 2) {
+            if (cl_variant_for(s.C) == 2) {
               const Cl2Grid g2 = cl2_grid(M, s.C, V);
               if (unsigned* tickets = cl2_tickets(g2, stream)) {
                 const Scratch part(part_bytes(g2.g.grid.y + static_cast<unsigned>(g2.groups), s.C), stream);
@@ -1943,16 +1830,6 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
                 bn_bwd_reduce_planes<Act, T, V><<<blocks, kPlaneThreads, 0, stream>>>(gp, xp, s, ch, part.get(),
                                                                                        tickets, out);
                 HT_CHECK_LAUNCH("bn_bwd_reduce_planes");
-                return;
-              }
-            }
-            if (bn_cf_variant() == 4) {
-              if (unsigned* tickets = bn_tickets(s.C, stream)) {
-                const CfGrid g4 = cf_grid(s, V, int64_t{132} * kCf4Blocks);
-                const Scratch part(part_bytes(g4.grid.y, s.C), stream);
-                bn_bwd_reduce_cf4<Act, T, V><<<g4.grid, kThreads, 0, stream>>>(gp, xp, s, g4, ch, part.get(),
-                                                                               tickets, out);
-                HT_CHECK_LAUNCH("bn_bwd_reduce_cf4");
                 return;
               }
             }
@@ -1995,7 +1872,7 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
             const unsigned blocks = plane_grid(s, kPlaneBlocksRed);
             bn_dx_planes<Act, T, V><<<blocks, kPlaneThreads, 0, stream>>>(mode, gp, xp, s, ch, sum_g, sum_gxhat,
                                                                            out);
-          } else if (bn_cf_variant() >= 3) {  // 3 and 4: 16-byte stores
+          } else if (bn_cf_variant() == 3) {  // 16-byte stores
             const CfGrid cg = cf_grid(s, V);
             bn_dx_cf<Act, T, V, true><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat,
                                                                         out);

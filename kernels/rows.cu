@@ -2148,15 +2148,17 @@ namespace {
 // All variants compute the same results within rounding (2 and 3 bit for bit when their backward grids match,
 // as they do where both get two blocks per SM: the same arithmetic in the same order, the parameter-gradient
 // partial sums being per block); each is deterministic. HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2; also "tuned") / reg (or
-// 3), read once per process, picks the variant; unset, variant 2 runs except for forwards of rows of at least
-// 2048 elements, which take variant 3's forward (forward_variant; run 22). set_norm_kernel_variant overrides
+// 3), read once per process, picks the variant; unset, variant 2 runs except for rows of at least 2048
+// elements, whose forward is variant 3's (forward_variant; run 22) and backward variant 4's (backward_variant;
+// run 24). set_norm_kernel_variant overrides
 // the environment (the GPU tests and bench_kernels run every variant). Variant 4: Note [Norm backward, cluster
 // variant].
 // Rows the staged kernels do not take (not packable, longer than 256 x 4 packs) use the register-resident or
 // multi-pass kernels under every variant.
 //
 // Note [Norm backward, cluster variant]
-// Variant 4 ("cluster", HADATRAIN_NORM_KERNEL=cluster or 4; opt-in, not yet measured) runs the default's
+// Variant 4 ("cluster", HADATRAIN_NORM_KERNEL=cluster or 4; the default backward of rows >= 2048 wide since
+// run 24: layer_norm 16384x4096 0.1142 against variant 2's 0.1235 ms, 0.85 of a same-size copy) runs the default's
 // forward (forward_variant) and variant 2's staged backward (weight in shared memory) with three changes, aimed
 // at the 16384 x 4096 bf16 layer_norm backward (run 22: 0.766 of copy; rms_norm, which writes and finalizes
 // half the partial sums, 0.823 on the same rows):
@@ -2469,6 +2471,18 @@ int forward_variant(int64_t dim) {
   if (v == 4) return dim >= kRegForwardMinDim ? 3 : 2;
   return v;
 }
+
+// The backward's variant: norm_kernel_variant(), except that with neither an override nor
+// HADATRAIN_NORM_KERNEL rows of at least kClusterBackwardMinDim elements take variant 4's backward (thread
+// block clusters), the faster one there in run 24 (layer_norm 16384x4096 0.1142 against 0.1235 ms, rms_norm
+// 0.1145 against 0.1167), while at 768 wide the two are within 1.5 % either way (layer_norm 0.0677 against
+// 0.0668, rms_norm 0.0669 against 0.0679) and at 384 wide variant 2 is faster (0.0196 against 0.0214).
+constexpr int64_t kClusterBackwardMinDim = 2048;
+int backward_variant(int64_t dim) {
+  const int o = g_norm_variant_override.load(std::memory_order_relaxed);
+  if ((o < 1 || o > kNormKernelVariants) && env_norm_variant() == 0 && dim >= kClusterBackwardMinDim) return 4;
+  return norm_kernel_variant();
+}
 }  // namespace
 void set_norm_kernel_variant(int variant) { g_norm_variant_override.store(variant, std::memory_order_relaxed); }
 NormStagedCounts norm_staged_counts() { return {g_staged_forward.load(), g_staged_backward.load()}; }
@@ -2543,7 +2557,7 @@ struct NormBwdPlan {
 };
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
-  const int variant = norm_kernel_variant();
+  const int variant = backward_variant(a.dim);
   if (variant >= 2)
     visit_kernel_float(a.dtype,
                        [&](auto tag) { p.staged = norm_bwd_staged_grid<decltype(tag)>(a, variant == 3, variant == 4); });

@@ -81,11 +81,11 @@ void launch_norm(const NormArgs& args, cudaStream_t stream);
 // launch_norm_param_finalize use (Note [Norm kernel variants] in rows.cu): 1, the register-resident kernels;
 // 2 (the default), the staged kernels (cp.async pipeline; bf16 / f16 forward statistics in one shifted
 // reduction; the parameters in shared memory; run 20's "tuned" variant 3 folded in); 3, the staged kernels with
-// the parameters in registers; 4 (opt-in, not yet measured), the default's forward and a staged backward whose
+// the parameters in registers; 4, the default's forward and a staged backward whose
 // blocks add their parameter-gradient partial sums in thread block clusters (fewer partial rows; Note [Norm
 // backward, cluster variant]). HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2, or tuned) / reg (or 3) /
-// cluster (or 4), read once per process, picks the variant (unset: 2, except forwards of rows of >= 2048
-// elements, which take variant 3's: the fastest in run 22) unless set_norm_kernel_variant gave 1..4 (0 or
+// cluster (or 4), read once per process, picks the variant (unset: 2, except rows of >= 2048 elements, whose
+// forward takes variant 3's and backward variant 4's: the fastest there in runs 22 and 24) unless set_norm_kernel_variant gave 1..4 (0 or
 // anything else: back to the environment's choice). All compute the same results within rounding (2 and 3 bit
 // for bit where their backward grids match; 2 and 4 bit for bit except the parameter gradients); each is
 // deterministic.

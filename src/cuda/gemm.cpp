@@ -198,30 +198,10 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return l;
 }
 
-// The workspace the heuristic may plan for in low-precision products: the whole per-stream workspace unless
-// HADATRAIN_GEMM_LOWP_WORKSPACE_MIB (read once) asks for less. An experiment switch: PyTorch's _scaled_mm
-// ran the precise fp8 product of 8192x4096x11008 6 % faster than ours on the same cuBLASLt with the same
-// descriptor attributes (run 23), and the workspace preference is the one input we know to differ.
-uint64_t lowp_workspace_bytes() {
-  static const uint64_t bytes = [] {
-    const char* v = std::getenv("HADATRAIN_GEMM_LOWP_WORKSPACE_MIB");
-    if (!v || !*v) return static_cast<uint64_t>(kCublasWorkspaceBytes);
-    char* end = nullptr;
-    const long mib = std::strtol(v, &end, 10);
-    HT_CHECK(end != v && *end == '\0' && mib >= 0 && (static_cast<uint64_t>(mib) << 20) <= kCublasWorkspaceBytes,
-             "HADATRAIN_GEMM_LOWP_WORKSPACE_MIB={} is not a whole number of MiB from 0 to {}", v,
-             kCublasWorkspaceBytes >> 20);
-    return static_cast<uint64_t>(mib) << 20;
-  }();
-  return bytes;
-}
-
 // Asks the heuristic for the best algorithm of p's descriptors with these pointer alignments (cuBLAS's
-// A, B, C, D), planning for at most `workspace` bytes; leaves p.has_algo false when there is none. With
-// `tune`, and outside a graph capture, the heuristic's next candidates go into p.candidates
-// (Note [GEMM algorithm tuning]).
-void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune,
-               uint64_t workspace = kCublasWorkspaceBytes) {
+// A, B, C, D); leaves p.has_algo false when there is none. With `tune`, and outside a graph capture, the
+// heuristic's next candidates go into p.candidates (Note [GEMM algorithm tuning]).
+void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune) {
   Plan* p = &plan;
   cublasLtMatmulPreference_t pref = nullptr;
   HT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -229,8 +209,8 @@ void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune,
     cublasLtMatmulPreference_t p;
     ~PrefGuard() { (void)cublasLtMatmulPreferenceDestroy(p); }
   } pref_guard{pref};
-  HT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                       sizeof(workspace)));
+  const uint64_t ws = kCublasWorkspaceBytes;
+  HT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -485,7 +465,7 @@ std::unique_ptr<Plan> make_lowp_plan(const LowpGemmArgs& g, const std::array<uin
   p->la = make_layout(lowp_type(g.b_dtype), g.k, g.n, g.ldb, g.batch, g.stride_b);
   p->lb = make_layout(lowp_type(g.a_dtype), g.k, g.m, g.lda, g.batch, g.stride_a);
   p->lc = make_layout(lowp_type(g.c_dtype), g.n, g.m, g.ldc, g.batch, g.stride_c);
-  find_algo(*p, align, tune_mode() != Tune::off, lowp_workspace_bytes());
+  find_algo(*p, align, tune_mode() != Tune::off);
   return p;
 }
 

@@ -5,7 +5,7 @@
 // batch norm + ReLU against the CUDA composition and the CPU; C > 4096 channels first (no ticket slot: the
 // separate finalize kernels, Note [Batch-norm kernels]); repeated launches give bit-identical results. The
 // channels-first cases run under every channels-first kernel variant (split grids, plane kernels, split grids
-// with 16-byte stores, deep reductions); variant 3 gives variant 1's bits. The channels-last cases run under
+// with 16-byte stores); variant 3 gives variant 1's bits. The channels-last cases run under
 // both channels-last reduction variants (split + finalize, two-level tickets).
 #include "support/catch.h"
 #include "support/gpu_testing.h"
@@ -21,7 +21,7 @@ using namespace ht;
 namespace {
 
 // Runs f(v) under every channels-first kernel variant v (kernels/batchnorm.h: 1 split grids, 2 plane kernels,
-// 3 split grids with 16-byte stores, 4 deep reductions), with channels-last reduction variant min(v, 2) (1
+// 3 split grids with 16-byte stores), with channels-last reduction variant min(v, 2) (1
 // split + finalize, 2 tickets: both run in every test using it), then gives the choices back to the
 // environment.
 struct CfVariantReset {

@@ -547,7 +547,7 @@ void bench_bn_relu(bool csv) {
 // Backward = (forward + backward) - forward, autograd bookkeeping included. Rows "bn kernels ...": the
 // batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer. Channels-first rows are
 // printed once per channels-first kernel variant (set_bn_cf_variant: "[split]" / "[planes]" / "[vstore]",
-// helper bn11; "[deep]", helper bn12), channels-last rows once per channels-last reduction variant
+// helper bn11), channels-last rows once per channels-last reduction variant
 // (set_bn_cl_variant: "[split]" / "[tickets]", helper bn12).
 void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
@@ -583,7 +583,7 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   };
   // Channels-first shapes run once per channels-first kernel variant (kernels/batchnorm.h; row suffix
   // "[split]" / "[planes]" / "[vstore]"), the others once.
-  const char* const cf_names[] = {"", " [split]", " [planes]", " [vstore]", " [deep]"};
+  const char* const cf_names[] = {"", " [split]", " [planes]", " [vstore]"};
   static_assert(sizeof(cf_names) / sizeof(cf_names[0]) == kernels::kBnCfVariants + 1);
   const char* const cl_names[] = {"", " [split]", " [tickets]"};
   static_assert(sizeof(cl_names) / sizeof(cl_names[0]) == kernels::kBnClVariants + 1);
@@ -640,8 +640,12 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     Shape shape;
     kernels::BnShape s;
   };
+  // channels-last: the four stages of a ResNet-34 CIFAR at batch 256 (the tickets threshold, kClTicketsMinC)
   const KCase kcases[] = {{"bn kernels 256x64x32x32", {256, 64, 32, 32}, {256, 64, 1024}},
-                          {"bn kernels NHWC [262144,64]", {262144, 64}, {262144, 64, 1}}};
+                          {"bn kernels NHWC [262144,64]", {262144, 64}, {262144, 64, 1}},
+                          {"bn kernels NHWC [65536,128]", {65536, 128}, {65536, 128, 1}},
+                          {"bn kernels NHWC [16384,256]", {16384, 256}, {16384, 256, 1}},
+                          {"bn kernels NHWC [4096,512]", {4096, 512}, {4096, 512, 1}}};
   for (const KCase& c : kcases)
   for (int cfv = 1; cfv <= (c.s.S > 1 ? kernels::kBnCfVariants : kernels::kBnClVariants); ++cfv) {
     const std::string suffix = set_variant(c.s.S > 1, cfv);
