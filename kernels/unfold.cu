@@ -67,7 +67,7 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
 }
 
 // Note [Fold, staged kernel]
-// Variant 2 of fold2d (kernels/unfold.h). Variant 1 (fold_kernel) gives a thread one image element and reads its
+// Variant 2 ("ahead") of fold2d (kernels/unfold.h). Variant 1 (fold_kernel) gives a thread one image element and reads its
 // kh·kw column entries directly: neighbouring threads (w, w+1) read addresses C·kh·kw elements apart, so every
 // 2-byte read costs a 32-byte sector (~16x read amplification on (N, L, C·3·3) bf16 columns). Here a block owns
 // (n, a group of cb channels, a tile of tw image columns w0..w0+tw) and walks the image rows h = 0..H-1 top to
@@ -83,9 +83,10 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
 // words for 4-byte accumulators), so a warp over 32 consecutive w reads 32 banks. Stride 1 (both dims) has its
 // own instantiation without divisions. Staging (fold_stage_rows) is one loop over (row, position, entry) with
 // incremental indices (no division per element) and kFoldLoads loads in flight per thread; contiguous 2-byte
-// columns whose runs start at even entries and have even length load entry pairs (4 bytes). Variant 3 stages
-// one column row ahead of need (the ring gets a slot more): it stages every other image row, twice the rows at
-// once, so twice the loads are in flight per barrier pair and there are half the barriers. Ring invariant: at
+// columns whose runs start at even entries and have even length load entry pairs (4 bytes). It stages one column
+// row ahead of need (the ring gets a slot more): it stages every other image row, twice the rows at once, so
+// twice the loads are in flight per barrier pair and there are half the barriers (run 24 measured the version
+// without the extra row, the former variant 2 "staged", slower on every shape; it was removed). Ring invariant: at
 // row h the ring holds the rb latest staged rows (rb = rows a row needs + ahead); the rows h needs are the
 // latest ones, since hi(h) - lo(h) + 1 <= rb - ahead and staged <= hi(h) + ahead.
 constexpr int kFoldThreads = 256;
@@ -98,7 +99,7 @@ struct FoldTile {
   int ckp = 1;         // shared-memory stride of one staged position, >= cb·kh·kw, odd
   int cchunks = 1, wtiles = 1;
   bool pairs = false;  // 2-byte T, entries contiguous (stride 1), even row / image strides, 4-byte aligned
-  int ahead = 0;       // rows staged ahead of need (variant 3: 1; the ring has rb = rows needed + ahead slots)
+  int ahead = 0;       // rows staged ahead of need (variant 2: 1; the ring has rb = rows needed + ahead slots)
 };
 
 // Stages column rows first..first+nrows-1 of the block (positions ow_lo.. of cn, rw per row, `ent` load units of
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
     const int lo = hl <= 0 ? 0 : (S1 ? hl : (hl + sh - 1) / sh);
     const int hi = min(S1 ? h + ph : (h + ph) / sh, OH - 1);
     const int first = max(staged + 1, lo);
-    const int last = min(hi + t.ahead, OH - 1);  // variant 3 stages one row ahead
+    const int last = min(hi + t.ahead, OH - 1);  // staged one row ahead
     if (first <= hi) {
       if (rw > 0) {
         __syncthreads();  // the previous rows' reads of the slots reused below are done
@@ -246,8 +247,8 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   }
 }
 
-// Variant 2's tile for g and accumulators of `acc_bytes`, or false when its ring does not fit (or the grid is
-// too large): variant 1 runs then.
+// Variant 2's tile for g and accumulators of `acc_bytes` (`ahead` rows staged ahead), or false when its ring does
+// not fit (or the grid is too large): variant 1 runs then.
 bool fold_tile(const UnfoldGeometry& g, int64_t acc_bytes, int ahead, FoldTile& t) {
   const int64_t khw = g.kh * g.kw;
   const int64_t rb = (g.kh - 1) * g.dh / g.sh + 1 + ahead;  // unclamped: the stride-1 slot walk needs dh < rb
@@ -268,6 +269,215 @@ bool fold_tile(const UnfoldGeometry& g, int64_t acc_bytes, int ahead, FoldTile& 
   t.cchunks = static_cast<int>(cchunks);
   t.wtiles = static_cast<int>(wtiles);
   t.ahead = ahead;
+  return true;
+}
+
+// Note [Fold, tiles kernel]
+// Variant 3 ("tiles") of fold2d (kernels/unfold.h). The staged kernel above walks the image rows serially with a
+// barrier pair per staged step and few loads in flight (run 24: ~0.1 of the copy rate). Here a block owns (n, a
+// group of cb channels, a chunk of R image rows h0..h0+R-1, a tile of tw image columns w0..w0+tw-1) and has no
+// walk:
+// 1. it stages, in one pass, every column row oh its rows need (oh·sh = h + ph - i·dh for some h of the chunk and
+//    some i: at most rr = (R-1 + (kh-1)·dh) / sh + 1 rows) x the positions ow its tile reaches (halo included, at
+//    most rw) x the cb·kh·kw entries of its channels, into shared memory in the column dtype (bf16 stays 2 bytes).
+//    With contiguous columns the entries of a position are one run of cb·kh·kw elements; the host picks the
+//    widest load unit (16 bytes, 4 bytes, one element) that every run's start and length and the row / image
+//    strides allow (C 64 3x3 bf16, cb 8: 144-byte runs at 144-byte aligned offsets, 9 loads of 16 bytes). The
+//    loop over (row, position, unit) steps its indices without divisions and issues its loads in batches (6 of
+//    16 bytes, 8 of 8, 12 narrower: the most that fit 64 registers without spills) back to back before storing
+//    them; one batch or two cover a thread's share on the ResNet shapes;
+// 2. one __syncthreads();
+// 3. its threads sum the cb·R·tw image elements (w fastest: a warp's stores are contiguous; several elements a
+//    thread), each from shared memory in ascending (i, j) order in fp32 (fp64 for f64, the conversions are exact)
+//    and rounded once: the same additions in the same order as fold_kernel and the CPU, so the bits are the same.
+// A staged position's stride ckp (elements) is an odd number of 4-byte words (of 8-byte elements for f64), so a
+// warp over 32 consecutive w reads 32 banks; 16-byte units are therefore stored as 4 words (a position is only
+// 4-byte aligned). Blocks are numbered w tile fastest, then row chunk, then channel group, then n: the blocks that
+// share halo column rows (adjacent row chunks) and the partial sectors between channel groups run close together
+// and the repeats come from L2.
+// Tile rule (fold_tiles_plan): tw = min(W, 32) (rows of the image written 64 bytes or more at a time in bf16);
+// cb = the smallest count (<= C) whose run is >= 128 bytes and a multiple of 16 (C 64 3x3: bf16 8, f32 4, f64 2);
+// cb, then tw, halved while one row (R = 1) does not fit 48 KB (no opt-in; the shape falls back to old when
+// nothing fits); R = the most rows that fit (<= H, <= 64, <= 16 elements a thread); cb doubled while a block
+// has fewer elements than threads (small images); R halved (not below 4) while there are fewer than 1024 blocks
+// (several waves of 132 SMs at 4 blocks each). Run-24 shapes (bf16, N 256): C 64 32x32 3x3 cb 8, tw 32, R 8
+// (46 KB, 8192 blocks, 4 an SM); C 128 16x16 cb 8, tw 16, R 16 (37 KB, 4096 blocks); C 512 4x4 cb 16, R 4
+// (8192 blocks); C 64 56x56 (N 64) cb 8, tw 32, R 7 (44 KB, 8192 blocks).
+constexpr int kTilesMinBlocks = 1024;
+constexpr int kTilesMinRows = 4;
+constexpr int kTilesMaxPerThread = 16;  // image elements a thread sums at most (caps R)
+constexpr int kTilesRunBytes = 128;     // the channel group's run per position, at least (when C allows)
+
+struct FoldTiles {
+  int cb = 1, tw = 1, R = 1;  // channels, image columns, image rows per block
+  int rr = 1, rw = 1;         // staged column rows and positions per row (bounds over every block)
+  int ckp = 1;                // shared-memory stride of a staged position, in elements of T
+  int cchunks = 1, rchunks = 1, wtiles = 1;
+  int vb = 1;  // bytes of a load unit: 16, 4 or sizeof(T)
+};
+
+// Stride of a staged position holding `cbk` entries of `sz` bytes: an odd number of 4-byte words (8-byte
+// elements for f64), so that 32 consecutive positions fall in 32 banks.
+int64_t tiles_ckp(int64_t cbk, int64_t sz) {
+  if (sz == 8) return cbk | 1;
+  int64_t words = (cbk * sz + 3) / 4;
+  if (words % 2 == 0) ++words;
+  return words * 4 / sz;
+}
+
+template <class T, int VB, bool S1>
+__global__ void __launch_bounds__(kFoldThreads, 4)
+    fold_tiles_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, FoldTiles t, T* __restrict__ x) {
+  using A = acc_t<T>;
+  constexpr int kSz = static_cast<int>(sizeof(T));
+  static_assert(VB == kSz || VB == 16 || (VB == 4 && kSz == 2), "load unit");
+  // a 16-byte unit as 4 words, a pair of 2-byte elements as one word, else one element
+  using U = std::conditional_t<VB == 16, uint4, std::conditional_t<VB == 4 && kSz == 2, uint32_t, T>>;
+  constexpr int kLoads = VB == 16 ? 6 : VB == 8 ? 8 : 12;  // loads a thread issues back to back
+  extern __shared__ __align__(16) unsigned char tiles_smem[];
+  const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
+  const int OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
+  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sh = static_cast<int>(g.sh), sw = static_cast<int>(g.sw);
+  const int ph = static_cast<int>(g.ph), pw = static_cast<int>(g.pw), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
+  const int khw = kh * kw;
+  int64_t b = blockIdx.x;
+  const int wt = static_cast<int>(b % t.wtiles);
+  b /= t.wtiles;
+  const int rc = static_cast<int>(b % t.rchunks);
+  b /= t.rchunks;
+  const int cc = static_cast<int>(b % t.cchunks);
+  const int64_t n = b / t.cchunks;
+  const int c0 = cc * t.cb, cb = min(t.cb, C - c0);
+  const int h0 = rc * t.R, R = min(t.R, H - h0);
+  const int w0 = wt * t.tw, tw = min(t.tw, W - w0);
+  const int cbk = cb * khw;
+  const int hl = h0 + ph - (kh - 1) * dh, wl = w0 + pw - (kw - 1) * dw;
+  const int oh_lo = hl <= 0 ? 0 : (S1 ? hl : (hl + sh - 1) / sh);
+  const int oh_hi = min(S1 ? h0 + R - 1 + ph : (h0 + R - 1 + ph) / sh, OH - 1);
+  const int ow_lo = wl <= 0 ? 0 : (S1 ? wl : (wl + sw - 1) / sw);
+  const int ow_hi = min(S1 ? w0 + tw - 1 + pw : (w0 + tw - 1 + pw) / sw, OW - 1);
+  const int nr = oh_hi - oh_lo + 1, rw = ow_hi - ow_lo + 1;  // <= 0: nothing reaches the block (zeros)
+  const int tid = threadIdx.x;
+  const int pos_bytes = t.ckp * kSz, row_bytes = t.rw * pos_bytes;
+  if (nr > 0 && rw > 0) {
+    const T* cn = cols + n * cs.n + (int64_t(oh_lo) * OW + ow_lo) * cs.l + int64_t(c0) * khw * cs.k;
+    constexpr int kUnitElems = VB / kSz;
+    const int ent = cbk / kUnitElems;  // units per position (the host checked cbk·sizeof(T) % VB == 0)
+    const int per = nr * rw * ent;
+    const int dp = kFoldThreads / ent, dk = kFoldThreads - dp * ent;
+    const int q0 = tid / ent;
+    int r = q0 / rw, p = q0 - (q0 / rw) * rw, k = tid - q0 * ent;  // row, position, unit of the next store
+    auto step = [&](int& sr, int& sp, int& sk) {
+      sp += dp;
+      sk += dk;
+      if (sk >= ent) {
+        sk -= ent;
+        ++sp;
+      }
+      if (sp >= rw) {
+        const int q = sp / rw;
+        sr += q;
+        sp -= q * rw;
+      }
+    };
+    for (int e = tid; e < per; e += kLoads * kFoldThreads) {
+      U v[kLoads];
+      int lr = r, lp = p, lk = k;
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (e + u * kFoldThreads < per)
+          v[u] = *reinterpret_cast<const U*>(cn + (int64_t(lr) * OW + lp) * cs.l + int64_t(lk * kUnitElems) * cs.k);
+        step(lr, lp, lk);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (e + u * kFoldThreads < per) {
+          unsigned char* d = tiles_smem + r * row_bytes + p * pos_bytes + k * VB;
+          if constexpr (VB == 16) {  // a position is 4-byte aligned: four word stores
+            uint32_t* dw4 = reinterpret_cast<uint32_t*>(d);
+            dw4[0] = v[u].x;
+            dw4[1] = v[u].y;
+            dw4[2] = v[u].z;
+            dw4[3] = v[u].w;
+          } else {
+            *reinterpret_cast<U*>(d) = v[u];
+          }
+        }
+        step(r, p, k);
+      }
+    }
+  }
+  __syncthreads();
+  const T* sm = reinterpret_cast<const T*>(tiles_smem);
+  const int total = cb * R * tw;
+  T* xb = x + ((n * C + c0) * H + h0) * int64_t(W) + w0;
+  for (int e = tid; e < total; e += kFoldThreads) {
+    const int q = e / tw, wi = e - q * tw, c = q / R, ri = q - c * R;
+    const int h = h0 + ri, w = w0 + wi;
+    const int cbase = c * khw - ow_lo * t.ckp;  // + ((oh - oh_lo)·rw + ow)·ckp + i·kw + j >= 0
+    A acc = A(0);
+    for (int i = 0; i < kh; ++i) {
+      int oh;
+      if constexpr (S1) {
+        oh = h + ph - i * dh;
+        if (oh < 0 || oh >= OH) continue;
+      } else {
+        const int th = h + ph - i * dh;  // = oh·sh
+        if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
+        oh = th / sh;
+      }
+      const int row = cbase + (oh - oh_lo) * t.rw * t.ckp + i * kw;
+      for (int j = 0; j < kw; ++j) {
+        int ow;
+        if constexpr (S1) {
+          ow = w + pw - j * dw;
+          if (ow < 0 || ow >= OW) continue;
+        } else {
+          const int tw2 = w + pw - j * dw;
+          if (tw2 < 0 || tw2 % sw != 0 || tw2 / sw >= OW) continue;
+          ow = tw2 / sw;
+        }
+        acc = acc + convert<A>(sm[row + ow * t.ckp + j]);
+      }
+    }
+    xb[(int64_t(c) * H + ri) * W + wi] = convert<T>(acc);
+  }
+}
+
+// Variant 3's tiles for g and column elements of `sz` bytes (Note [Fold, tiles kernel]), or false when one
+// image row of one channel and column does not fit in 48 KB (or the grid is too large): variant 1 runs then.
+// The load unit t.vb is the launcher's (it depends on the column pointer and strides).
+bool fold_tiles_plan(const UnfoldGeometry& g, int64_t sz, FoldTiles& t) {
+  const int64_t khw = g.kh * g.kw;
+  auto rw_of = [&](int64_t tw) { return std::min<int64_t>(g.OW, (tw - 1 + (g.kw - 1) * g.dw) / g.sw + 1); };
+  auto rr_of = [&](int64_t R) { return std::min<int64_t>(g.OH, (R - 1 + (g.kh - 1) * g.dh) / g.sh + 1); };
+  auto smem = [&](int64_t cb, int64_t tw, int64_t R) { return rr_of(R) * rw_of(tw) * tiles_ckp(cb * khw, sz) * sz; };
+  auto blocks = [&](int64_t cb, int64_t tw, int64_t R) {
+    return g.N * ((g.C + cb - 1) / cb) * ((g.H + R - 1) / R) * ((g.W + tw - 1) / tw);
+  };
+  int64_t tw = std::min<int64_t>(g.W, 32), cb = 1;
+  while (cb < g.C && (cb * khw * sz < kTilesRunBytes || cb * khw * sz % 16 != 0)) ++cb;
+  while (smem(cb, tw, 1) > kFoldSmemMax && cb > 1) cb = (cb + 1) / 2;
+  while (smem(cb, tw, 1) > kFoldSmemMax && tw > 1) tw = (tw + 1) / 2;
+  if (smem(cb, tw, 1) > kFoldSmemMax) return false;
+  const int64_t rmax =
+      std::min<int64_t>({g.H, 64, std::max<int64_t>(1, kFoldThreads * kTilesMaxPerThread / (cb * tw))});
+  int64_t R = 1;
+  while (R < rmax && smem(cb, tw, R + 1) <= kFoldSmemMax) ++R;
+  while (cb * R * tw < kFoldThreads && cb < g.C && smem(std::min(g.C, 2 * cb), tw, R) <= kFoldSmemMax)
+    cb = std::min(g.C, 2 * cb);
+  while (blocks(cb, tw, R) < kTilesMinBlocks && R > kTilesMinRows) R = std::max<int64_t>(kTilesMinRows, R / 2);
+  if (blocks(cb, tw, R) > int64_t(0x7fffffff)) return false;
+  t.cb = static_cast<int>(cb);
+  t.tw = static_cast<int>(tw);
+  t.R = static_cast<int>(R);
+  t.rr = static_cast<int>(rr_of(R));
+  t.rw = static_cast<int>(rw_of(tw));
+  t.ckp = static_cast<int>(tiles_ckp(cb * khw, sz));
+  t.cchunks = static_cast<int>((g.C + cb - 1) / cb);
+  t.rchunks = static_cast<int>((g.H + R - 1) / R);
+  t.wtiles = static_cast<int>((g.W + tw - 1) / tw);
+  t.vb = static_cast<int>(sz);
   return true;
 }
 
@@ -380,17 +590,18 @@ std::atomic<int> g_unfold_variant_override{0};
 std::atomic<int64_t> g_unfold_staged_launches{0};
 
 int env_unfold_variant() {
-  // old (1): the default until variant 2 is measured
-  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}}, 1, 1);
+  // staged (2) unset: run 24 measured it faster on every shape but 1x1 s2 (0.0233 vs 0.0212 ms)
+  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}}, 2, 1);
   return v;
 }
 
 std::atomic<int> g_fold_variant_override{0};
 std::atomic<int64_t> g_fold_staged_launches{0};
+std::atomic<int64_t> g_fold_tiles_launches{0};
 
 int env_fold_variant() {
-  // old (1): the default until variants 2 and 3 are measured
-  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"staged", 2}, {"ahead", 3}}, 1, 1);
+  // unset: 0, fold_default_variant per shape
+  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"ahead", 2}, {"tiles", 3}}, 0, 1);
   return v;
 }
 
@@ -409,6 +620,13 @@ int fold_variant() {
 }
 void set_fold_variant(int variant) { g_fold_variant_override.store(variant, std::memory_order_relaxed); }
 int64_t fold_staged_launches() { return g_fold_staged_launches.load(std::memory_order_relaxed); }
+int64_t fold_tiles_launches() { return g_fold_tiles_launches.load(std::memory_order_relaxed); }
+
+int fold_default_variant(const UnfoldGeometry& g) {
+  // run 24 (bf16, N 256): ahead beat old on every stride-1 row (0.67 vs 0.74 ms at C 64 32x32 3x3) and lost on
+  // every strided one; tiles (3) has not run on a GPU yet
+  return g.sh == 1 && g.sw == 1 ? 2 : 1;
+}
 
 void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeometry& g, void* cols,
                      cudaStream_t stream) {
@@ -440,9 +658,40 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
   if (total == 0) return;
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
+    int variant = fold_variant();
+    if (variant == 0) variant = fold_default_variant(g);
+    FoldTiles tt;
+    if (variant == 3 && fold_tiles_plan(g, int64_t(sizeof(T)), tt)) {
+      const int64_t khw = g.kh * g.kw, sz = int64_t(sizeof(T));
+      // the widest load unit that every run's start and length and the strides allow
+      auto unit_ok = [&](int64_t vb) {
+        return vb > sz && cs.k == 1 && aligned_to(cols, static_cast<unsigned>(vb)) && cs.n * sz % vb == 0 &&
+               cs.l * sz % vb == 0 && tt.cb * khw * sz % vb == 0 && g.C * khw * sz % vb == 0;
+      };
+      tt.vb = unit_ok(16) ? 16 : unit_ok(4) ? 4 : static_cast<int>(sz);
+      const size_t smem = size_t(tt.rr) * tt.rw * tt.ckp * sizeof(T);
+      const unsigned blocks = static_cast<unsigned>(g.N * tt.cchunks * tt.rchunks * tt.wtiles);
+      const T* c = static_cast<const T*>(cols);
+      T* o = static_cast<T*>(x);
+      const bool s1 = g.sh == 1 && g.sw == 1;
+      auto go = [&](auto vb_tag) {
+        constexpr int VB = decltype(vb_tag)::value;
+        if (s1) fold_tiles_kernel<T, VB, true><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        else fold_tiles_kernel<T, VB, false><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+      };
+      if (tt.vb == 16) go(std::integral_constant<int, 16>{});
+      else if constexpr (sizeof(T) == 2) {
+        if (tt.vb == 4) go(std::integral_constant<int, 4>{});
+        else go(std::integral_constant<int, 2>{});
+      } else {
+        go(std::integral_constant<int, int(sizeof(T))>{});
+      }
+      HT_CHECK_LAUNCH("fold2d (tiles)");
+      g_fold_tiles_launches.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     FoldTile t;
-    const int variant = fold_variant();
-    if (variant >= 2 && fold_tile(g, int64_t(sizeof(acc_t<T>)), variant == 3 ? 1 : 0, t)) {
+    if (variant == 2 && fold_tile(g, int64_t(sizeof(acc_t<T>)), 1, t)) {
       t.pairs = sizeof(T) == 2 && cs.k == 1 && cs.l % 2 == 0 && cs.n % 2 == 0 && aligned_to(cols, 4);
       const size_t smem = size_t(t.rb) * t.rw * t.ckp * sizeof(acc_t<T>);
       const unsigned blocks = static_cast<unsigned>(g.N * t.cchunks * t.wtiles);
@@ -452,7 +701,7 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
       else
         fold_staged_kernel<T, false><<<blocks, kFoldThreads, smem, stream>>>(static_cast<const T*>(cols), cs, g, t,
                                                                            static_cast<T*>(x));
-      HT_CHECK_LAUNCH("fold2d (staged)");
+      HT_CHECK_LAUNCH("fold2d (ahead)");
       g_fold_staged_launches.fetch_add(1, std::memory_order_relaxed);
       return;
     }

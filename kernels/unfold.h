@@ -30,8 +30,9 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
 // columns, zero padding included) in shared memory with reads along the image's contiguous dimension (w for
 // NCHW, c for channels-last views), then writes its column entries contiguously from a per-entry offset table.
 // A copy either way: the bits are the same. Shapes whose patch does not fit in 48 KB take variant 1.
-// HADATRAIN_UNFOLD_KERNEL = old | staged (or 1 | 2), read once per process (unset: 1, until measured);
-// set_unfold_variant(v) overrides it (0: back to the environment).
+// HADATRAIN_UNFOLD_KERNEL = old | staged (or 1 | 2), read once per process (unset: 2, measured faster than 1 on
+// every run-24 shape but 1x1 s2, 0.0233 vs 0.0212 ms); set_unfold_variant(v) overrides it (0: back to the
+// environment).
 inline constexpr int kUnfoldVariants = 2;
 int unfold_variant();
 void set_unfold_variant(int variant);
@@ -45,20 +46,26 @@ struct FoldStrides3 {
 void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeometry& g, void* x,
                    cudaStream_t stream);
 
-// Fold kernel variant (Note [Fold, staged kernel] in kernels/unfold.cu): 1 (old), the thread-per-element gather
-// above (its column reads are strided: ~16x sector amplification on (N, L, C·3·3) bf16 columns); 2 (staged), a
-// block per (n, channel group, w tile) walks the image rows top to bottom, staging the column rows it needs
-// (read once, K-contiguous runs) in a ring of shared-memory rows, and gathers every element's contributions in
-// the same ascending (i, j) order in fp32 (fp64 for f64): bit-identical to variant 1 and the CPU. Shapes whose
-// ring does not fit in 48 KB (huge dilations) take variant 1 under every variant. 3 (ahead): variant 2 staging
-// each time one column row more than needed (a ring slot more), so it stages twice the rows half as often (twice
-// the loads in flight, half the barriers); bit-identical too. HADATRAIN_FOLD_KERNEL = old | staged | ahead (or
-// 1 | 2 | 3), read once per process (unset: 1, until measured); set_fold_variant(v) overrides it (0: back to the
-// environment; the GPU tests and bench_kernels run every variant).
+// Fold kernel variant: 1 (old), the thread-per-element gather above (its column reads are strided: ~16x sector
+// amplification on (N, L, C·3·3) bf16 columns); 2 (ahead; Note [Fold, staged kernel] in kernels/unfold.cu), a
+// block per (n, channel group, w tile) walks the image rows top to bottom, staging the column rows it needs (read
+// once, K-contiguous runs, one row ahead of need) in a ring of shared-memory rows; 3 (tiles; Note [Fold, tiles
+// kernel]), a block per (n, channel group, chunk of image rows, w tile) stages every column entry its elements
+// need in one pass (16-byte loads where the runs allow, kept in the column dtype), one barrier, then sums its
+// elements. 2 and 3 sum every element's contributions in the same ascending (i, j) order in fp32 (fp64 for f64)
+// as 1 and the CPU: bit-identical. Shapes whose stage does not fit in 48 KB (huge dilations) take variant 1.
+// HADATRAIN_FOLD_KERNEL = old | ahead | tiles (or 1 | 2 | 3), read once per process; unset, fold_variant() is 0
+// and the launcher runs fold_default_variant(g) (run 24: ahead for stride-1 windows, old otherwise; tiles has not
+// run on a GPU). set_fold_variant(v) overrides it (0: back to the environment; the GPU tests and bench_kernels run
+// every variant).
 inline constexpr int kFoldVariants = 3;
 int fold_variant();
 void set_fold_variant(int variant);
-// Launches of the staged kernel (variants 2 and 3) in this process (the GPU tests assert that they take it).
+// The variant the launcher runs for g when no variant is set (fold_variant() == 0).
+int fold_default_variant(const UnfoldGeometry& g);
+// Launches of the ahead kernel (variant 2) and of the tiles kernel (variant 3) in this process (the GPU tests
+// assert that they take them).
 int64_t fold_staged_launches();
+int64_t fold_tiles_launches();
 
 }  // namespace ht::kernels

@@ -1,10 +1,11 @@
 // unfold2d / fold2d on CUDA against the CPU reference, forward and backward (each is the other's backward):
 // unfold is a copy and fold sums in the same order in fp32 (fp64 for f64) on both sides, so results are
 // compared bit for bit. Odd sizes, stride, padding, dilation, non-square kernels, f32 / bf16 / f16 / f64 / fp8,
-// non-contiguous inputs, poisoned CUDA allocations. Every fold kernel variant (kernels/unfold.h: 1 old, 2 staged,
-// 3 staged one row ahead) and unfold kernel variant (1 old, 2 staged) runs against the CPU, and the variants are
-// compared bit for bit with each other.
+// non-contiguous inputs, poisoned CUDA allocations. Every fold kernel variant (kernels/unfold.h: 1 old, 2 ahead,
+// 3 tiles) and unfold kernel variant (1 old, 2 staged) runs against the CPU, and the variants are compared bit
+// for bit with each other.
 #include <algorithm>
+#include <cstdlib>
 
 #include "support/catch.h"
 #include "support/gpu_testing.h"
@@ -33,6 +34,10 @@ const std::vector<Case> kCases = {
     {3, 16, 9, 9, window(1, 1, 2, 2, 0, 0, 1, 1)},   {2, 3, 32, 32, window(4, 4, 4, 4, 0, 0, 1, 1)},
     {1, 5, 20, 45, window(7, 7, 1, 1, 3, 3, 1, 1)},  {1, 9, 14, 40, window(3, 5, 2, 3, 2, 1, 2, 3)},
     {1, 2, 64, 64, window(3, 3, 1, 1, 30, 30, 30, 30)},
+    // fold variant 3's tiling: a partial last row chunk (R 4), row chunks under stride 2 (odd H and W), row
+    // dilation with a w stride, 1x1 s2 with 64-channel groups (16-byte units of 2-byte columns)
+    {2, 24, 23, 20, window(3, 3, 1, 1, 1, 1, 1, 1)}, {2, 16, 29, 35, window(3, 3, 2, 2, 1, 1, 1, 1)},
+    {1, 12, 26, 19, window(5, 3, 1, 2, 4, 1, 2, 1)}, {2, 136, 10, 10, window(1, 1, 2, 2, 0, 0, 1, 1)},
 };
 
 // Restores the environment's fold / unfold kernel variants when a test ends.
@@ -95,8 +100,8 @@ TEST_CASE("unfold2d and fold2d on CUDA equal the CPU, forward and backward", "[g
 }
 
 // fold2d of contiguous columns (the layout the im2col convolutions' backward folds) and of channels-last-like
-// strided columns, every variant against the CPU and against each other bit for bit; variants 2 and 3 take the
-// staged kernel except where its ring does not fit.
+// strided columns, every variant against the CPU and against each other bit for bit; variant 2 takes the ahead
+// kernel and variant 3 the tiles kernel except where their stage does not fit (the 30-dilation case).
 TEST_CASE("fold2d kernel variants agree bit for bit with the CPU and each other", "[gpu][unfold]") {
   FoldVariantGuard restore;
   uint64_t seed = 100;
@@ -121,14 +126,26 @@ TEST_CASE("fold2d kernel variants agree bit for bit with the CPU and each other"
         for (int variant = 1; variant <= kernels::kFoldVariants; ++variant) {
           INFO("fold variant " << variant << (layout == 0 ? " contiguous" : " strided") << " columns");
           kernels::set_fold_variant(variant);
-          const int64_t staged0 = kernels::fold_staged_launches();
+          const int64_t staged0 = kernels::fold_staged_launches(), tiles0 = kernels::fold_tiles_launches();
           const Tensor out = fold2d(cg, fp);
-          const bool huge_ring = cs.p.dilation_h >= 30;  // the one case whose ring exceeds 48 KB
-          if (variant >= 2 && !huge_ring) CHECK(kernels::fold_staged_launches() == staged0 + 1);
-          else CHECK(kernels::fold_staged_launches() == staged0);
+          const bool huge = cs.p.dilation_h >= 30;  // the one case whose stage exceeds 48 KB (variant 1 runs)
+          CHECK(kernels::fold_staged_launches() == staged0 + (variant == 2 && !huge ? 1 : 0));
+          CHECK(kernels::fold_tiles_launches() == tiles0 + (variant == 3 && !huge ? 1 : 0));
           CHECK(test::compare_bits(out, ref) == "");
           if (variant == 1) first = out.to(Device::cpu());
           else CHECK(test::compare_bits(out, first) == "");
+        }
+        // no variant set: fold_default_variant (ahead for stride-1 windows, old otherwise)
+        const char* env = std::getenv("HADATRAIN_FOLD_KERNEL");
+        if (env == nullptr || *env == '\0') {
+          INFO("default fold variant" << (layout == 0 ? " contiguous" : " strided") << " columns");
+          kernels::set_fold_variant(0);
+          const int64_t staged0 = kernels::fold_staged_launches(), tiles0 = kernels::fold_tiles_launches();
+          const Tensor out = fold2d(cg, fp);
+          const bool ahead = cs.p.stride_h == 1 && cs.p.stride_w == 1 && cs.p.dilation_h < 30;
+          CHECK(kernels::fold_staged_launches() == staged0 + (ahead ? 1 : 0));
+          CHECK(kernels::fold_tiles_launches() == tiles0);
+          CHECK(test::compare_bits(out, ref) == "");
         }
       }
     }

@@ -937,10 +937,11 @@ void bench_norm_variants(bool csv, double copy_gbs) {
 // ---- bench_fold (helper fold12) ----
 #include "kernels/unfold.h"  // bench_fold: launch_fold2d / launch_unfold2d, set_fold_variant
 
-// fold2d (col2im, unfold2d's backward) and unfold2d (im2col) kernels on ResNet / ViT shapes at batch 256, bf16,
-// through the launchers on preallocated buffers (legacy stream, time_ms's events). fold: contiguous (N, L, C·kh·kw)
-// columns -> (N, C, H, W) with each fold variant (kernels::set_fold_variant; 1 old, 2 staged, 3 staged one row
-// ahead: Note [Fold, staged kernel] in kernels/unfold.cu); unfold with each unfold variant (set_unfold_variant; 1 old, 2 staged) from an
+// fold2d (col2im, unfold2d's backward) and unfold2d (im2col) kernels on ResNet / ViT shapes at batch 256 (one
+// ImageNet-like stage-1 shape at batch 64), bf16, through the launchers on preallocated buffers (legacy stream,
+// time_ms's events). fold: contiguous (N, L, C·kh·kw) columns -> (N, C, H, W) with each fold variant
+// (kernels::set_fold_variant; 1 old, 2 ahead: Note [Fold, staged kernel], 3 tiles: Note [Fold, tiles kernel] in
+// kernels/unfold.cu); unfold with each unfold variant (set_unfold_variant; 1 old, 2 staged) from an
 // (N, C, H, W) contiguous image and from a channels-last (N, H, W, C) image viewed as NCHW (the HLQ convolutions'
 // layout) -> columns. Bytes: columns + image, each once (the ideal traffic); "vs copy"
 // is the ratio of that rate to the copy floor (the 1 GB clone of the main table). HADATRAIN_BENCH_FOLD=S runs only
@@ -953,30 +954,31 @@ void bench_fold(bool csv, double copy_gbs) {
   static_assert(kV == 3 && kU == 2, "one column pair per variant");
   struct Case {
     const char* name;
-    int64_t C, H, W, k, s, p;
+    int64_t N, C, H, W, k, s, p;
   };
   const Case cases[] = {
-      {"C64 32x32 3x3 s1 p1", 64, 32, 32, 3, 1, 1},  {"C128 16x16 3x3 s1 p1", 128, 16, 16, 3, 1, 1},
-      {"C256 8x8 3x3 s1 p1", 256, 8, 8, 3, 1, 1},    {"C512 4x4 3x3 s1 p1", 512, 4, 4, 3, 1, 1},
-      {"C64 32x32 3x3 s2 p1", 64, 32, 32, 3, 2, 1},  {"C128 16x16 1x1 s2", 128, 16, 16, 1, 2, 0},
-      {"C3 32x32 4x4 s4 (ViT-S/4)", 3, 32, 32, 4, 4, 0},
+      {"C64 32x32 3x3 s1 p1", 256, 64, 32, 32, 3, 1, 1},    {"C128 16x16 3x3 s1 p1", 256, 128, 16, 16, 3, 1, 1},
+      {"C256 8x8 3x3 s1 p1", 256, 256, 8, 8, 3, 1, 1},      {"C512 4x4 3x3 s1 p1", 256, 512, 4, 4, 3, 1, 1},
+      {"C64 32x32 3x3 s2 p1", 256, 64, 32, 32, 3, 2, 1},    {"C128 16x16 1x1 s2", 256, 128, 16, 16, 1, 2, 0},
+      {"C3 32x32 4x4 s4 (ViT-S/4)", 256, 3, 32, 32, 4, 4, 0}, {"C64 56x56 3x3 s1 p1 N64", 64, 64, 56, 56, 3, 1, 1},
   };
   const char* const only = std::getenv("HADATRAIN_BENCH_FOLD");
-  const int64_t N = 256;
   if (csv) {
-    std::printf("fold case (bf16 N 256),MB");
-    for (const char* c : {"fold old", "fold staged", "fold ahead", "unfold nchw old", "unfold nchw staged", "unfold nhwc-view old",
-                          "unfold nhwc-view staged"})
+    std::printf("fold case (bf16 N 256 unless named),MB");
+    for (const char* c : {"fold old", "fold ahead", "fold tiles", "unfold nchw old", "unfold nchw staged",
+                          "unfold nhwc-view old", "unfold nhwc-view staged"})
       std::printf(",%s ms,%s ratio_to_copy", c, c);
     std::printf("\n");
   } else {
     std::printf("\n%-30s %8s", "fold / unfold (bf16, N 256)", "MB");
-    for (const char* c : {"fold v1", "fold v2", "fold v3", "unf-nchw v1", "unf-nchw v2", "unf-nhwc v1", "unf-nhwc v2"})
+    for (const char* c : {"fold old", "fold ahead", "fold tiles", "unf-nchw v1", "unf-nchw v2", "unf-nhwc v1",
+                          "unf-nhwc v2"})
       std::printf(" %11s %7s", c, "vs copy");
     std::printf("\n");
   }
   for (const Case& c : cases) {
     if (only != nullptr && std::string(c.name).find(only) == std::string::npos) continue;
+    const int64_t N = c.N;
     kernels::UnfoldGeometry g;
     g.N = N;
     g.C = c.C;
