@@ -325,7 +325,9 @@ int64_t tiles_ckp(int64_t cbk, int64_t sz) {
   return words * 4 / sz;
 }
 
-template <class T, int VB, bool S1>
+// K3: a 3x3 window with stride and dilation 1 (S1 too; the ResNet convolutions): the sum unrolled with
+// compile-time offsets, the same additions in the same order.
+template <class T, int VB, bool S1, bool K3>
 __global__ void __launch_bounds__(kFoldThreads, 4)
     fold_tiles_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, FoldTiles t, T* __restrict__ x) {
   using A = acc_t<T>;
@@ -411,36 +413,64 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   const T* sm = reinterpret_cast<const T*>(tiles_smem);
   const int total = cb * R * tw;
   T* xb = x + ((n * C + c0) * H + h0) * int64_t(W) + w0;
+  const int rstride = t.rw * t.ckp;  // elements between staged column rows
+  // element e = (c·R + ri)·tw + wi, stepped by the block size without divisions
+  const int dq = kFoldThreads / tw, dwi = kFoldThreads - dq * tw;
+  int wi = tid % tw, ri = tid / tw, c = ri / R;
+  ri -= c * R;
   for (int e = tid; e < total; e += kFoldThreads) {
-    const int q = e / tw, wi = e - q * tw, c = q / R, ri = q - c * R;
     const int h = h0 + ri, w = w0 + wi;
-    const int cbase = c * khw - ow_lo * t.ckp;  // + ((oh - oh_lo)·rw + ow)·ckp + i·kw + j >= 0
+    const int cbase = c * khw - ow_lo * t.ckp;  // + (oh - oh_lo)·rstride + ow·ckp + i·kw + j >= 0
     A acc = A(0);
-    for (int i = 0; i < kh; ++i) {
-      int oh;
-      if constexpr (S1) {
-        oh = h + ph - i * dh;
-        if (oh < 0 || oh >= OH) continue;
-      } else {
-        const int th = h + ph - i * dh;  // = oh·sh
-        if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
-        oh = th / sh;
-      }
-      const int row = cbase + (oh - oh_lo) * t.rw * t.ckp + i * kw;
-      for (int j = 0; j < kw; ++j) {
-        int ow;
-        if constexpr (S1) {
-          ow = w + pw - j * dw;
-          if (ow < 0 || ow >= OW) continue;
-        } else {
-          const int tw2 = w + pw - j * dw;
-          if (tw2 < 0 || tw2 % sw != 0 || tw2 / sw >= OW) continue;
-          ow = tw2 / sw;
+    if constexpr (K3) {
+      const int ohb = h + ph, owb = w + pw;
+      const T* base = sm + cbase + (ohb - oh_lo) * rstride + owb * t.ckp;
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const bool row_in = ohb - i >= 0 && ohb - i < OH;
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          if (row_in && owb - j >= 0 && owb - j < OW) acc = acc + convert<A>(base[i * (3 - rstride) + j * (1 - t.ckp)]);
         }
-        acc = acc + convert<A>(sm[row + ow * t.ckp + j]);
+      }
+    } else {
+      for (int i = 0; i < kh; ++i) {
+        int oh;
+        if constexpr (S1) {
+          oh = h + ph - i * dh;
+          if (oh < 0 || oh >= OH) continue;
+        } else {
+          const int th = h + ph - i * dh;  // = oh·sh
+          if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
+          oh = th / sh;
+        }
+        const int row = cbase + (oh - oh_lo) * rstride + i * kw;
+        for (int j = 0; j < kw; ++j) {
+          int ow;
+          if constexpr (S1) {
+            ow = w + pw - j * dw;
+            if (ow < 0 || ow >= OW) continue;
+          } else {
+            const int tw2 = w + pw - j * dw;
+            if (tw2 < 0 || tw2 % sw != 0 || tw2 / sw >= OW) continue;
+            ow = tw2 / sw;
+          }
+          acc = acc + convert<A>(sm[row + ow * t.ckp + j]);
+        }
       }
     }
     xb[(int64_t(c) * H + ri) * W + wi] = convert<T>(acc);
+    wi += dwi;
+    ri += dq;
+    if (wi >= tw) {
+      wi -= tw;
+      ++ri;
+    }
+    if (ri >= R) {  // one division only when the step crosses channels
+      const int qc = ri / R;
+      c += qc;
+      ri -= qc * R;
+    }
   }
 }
 
@@ -623,8 +653,12 @@ int64_t fold_staged_launches() { return g_fold_staged_launches.load(std::memory_
 int64_t fold_tiles_launches() { return g_fold_tiles_launches.load(std::memory_order_relaxed); }
 
 int fold_default_variant(const UnfoldGeometry& g) {
-  // run 24 (bf16, N 256): ahead beat old on every stride-1 row (0.67 vs 0.74 ms at C 64 32x32 3x3) and lost on
-  // every strided one; tiles (3) has not run on a GPU yet
+  // run 25 (bf16, ms old / ahead / tiles): tiles is the fastest on images of 8x8 and up, stride 1 or not (C 64
+  // 32x32 3x3 N 256 0.743 / 0.671 / 0.342; C 64 56x56 N 64 0.573 / 0.597 / 0.293; C 64 32x32 s2 0.470 / 0.499 /
+  // 0.411; C 128 16x16 1x1 s2 0.105 / 0.117 / 0.092); on 4x4 images ahead wins at stride 1 (C 512: 0.092 /
+  // 0.077 / 0.093) and old otherwise; old is also 7 % ahead on the ViT-S/4 patch fold (4x4 s4 on 32x32: 0.0242
+  // against tiles' 0.0260, 2 us), left to tiles by this rule
+  if (g.H * g.W >= 64) return 3;
   return g.sh == 1 && g.sw == 1 ? 2 : 1;
 }
 
@@ -674,10 +708,17 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
       const T* c = static_cast<const T*>(cols);
       T* o = static_cast<T*>(x);
       const bool s1 = g.sh == 1 && g.sw == 1;
+      const bool k3 = s1 && g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1;
       auto go = [&](auto vb_tag) {
         constexpr int VB = decltype(vb_tag)::value;
-        if (s1) fold_tiles_kernel<T, VB, true><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
-        else fold_tiles_kernel<T, VB, false><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        if constexpr (sizeof(T) < 8) {  // f64 keeps the generic loop (the unrolled one spills 12 bytes there)
+          if (k3) {
+            fold_tiles_kernel<T, VB, true, true><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+            return;
+          }
+        }
+        if (s1) fold_tiles_kernel<T, VB, true, false><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        else fold_tiles_kernel<T, VB, false, false><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
       };
       if (tt.vb == 16) go(std::integral_constant<int, 16>{});
       else if constexpr (sizeof(T) == 2) {

@@ -55,8 +55,8 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
 // elements. 2 and 3 sum every element's contributions in the same ascending (i, j) order in fp32 (fp64 for f64)
 // as 1 and the CPU: bit-identical. Shapes whose stage does not fit in 48 KB (huge dilations) take variant 1.
 // HADATRAIN_FOLD_KERNEL = old | ahead | tiles (or 1 | 2 | 3), read once per process; unset, fold_variant() is 0
-// and the launcher runs fold_default_variant(g) (run 24: ahead for stride-1 windows, old otherwise; tiles has not
-// run on a GPU). set_fold_variant(v) overrides it (0: back to the environment; the GPU tests and bench_kernels run
+// and the launcher runs fold_default_variant(g) (run 25: tiles on images of 8x8 and up, 2x the others on the
+// ResNet shapes; below, ahead for stride-1 windows and old otherwise). set_fold_variant(v) overrides it (0: back to the environment; the GPU tests and bench_kernels run
 // every variant).
 inline constexpr int kFoldVariants = 3;
 int fold_variant();

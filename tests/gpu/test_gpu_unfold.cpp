@@ -135,16 +135,19 @@ TEST_CASE("fold2d kernel variants agree bit for bit with the CPU and each other"
           if (variant == 1) first = out.to(Device::cpu());
           else CHECK(test::compare_bits(out, first) == "");
         }
-        // no variant set: fold_default_variant (ahead for stride-1 windows, old otherwise)
+        // no variant set: fold_default_variant (run 25: tiles on images of 8x8 and up; below, ahead for
+        // stride-1 windows and old otherwise; the 30-dilation case's tiles do not fit, so old runs)
         const char* env = std::getenv("HADATRAIN_FOLD_KERNEL");
         if (env == nullptr || *env == '\0') {
           INFO("default fold variant" << (layout == 0 ? " contiguous" : " strided") << " columns");
           kernels::set_fold_variant(0);
           const int64_t staged0 = kernels::fold_staged_launches(), tiles0 = kernels::fold_tiles_launches();
           const Tensor out = fold2d(cg, fp);
-          const bool ahead = cs.p.stride_h == 1 && cs.p.stride_w == 1 && cs.p.dilation_h < 30;
+          const bool huge = cs.p.dilation_h >= 30;
+          const bool tiles = cs.H * cs.W >= 64 && !huge;
+          const bool ahead = cs.H * cs.W < 64 && cs.p.stride_h == 1 && cs.p.stride_w == 1;
           CHECK(kernels::fold_staged_launches() == staged0 + (ahead ? 1 : 0));
-          CHECK(kernels::fold_tiles_launches() == tiles0);
+          CHECK(kernels::fold_tiles_launches() == tiles0 + (tiles ? 1 : 0));
           CHECK(test::compare_bits(out, ref) == "");
         }
       }
