@@ -66,217 +66,16 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
   }
 }
 
-// Note [Fold, staged kernel]
-// Variant 2 ("ahead") of fold2d (kernels/unfold.h). Variant 1 (fold_kernel) gives a thread one image element and reads its
-// kh·kw column entries directly: neighbouring threads (w, w+1) read addresses C·kh·kw elements apart, so every
-// 2-byte read costs a 32-byte sector (~16x read amplification on (N, L, C·3·3) bf16 columns). Here a block owns
-// (n, a group of cb channels, a tile of tw image columns w0..w0+tw) and walks the image rows h = 0..H-1 top to
-// bottom; its thread t < cb·tw owns the element (c0 + t / tw, w0 + t % tw) of every row, so the stores of a row
-// are tw-contiguous. Before row h the block stages the column rows oh that h needs and that are not staged yet
-// (oh·sh = h + ph - i·dh for some i; at most rb = (kh-1)·dh / sh + 1 of them at a time) in a ring of rb
-// shared-memory rows (slot oh % rb): for every output column ow the tile reaches (ow_lo..ow_hi, halo included)
-// the cb·kh·kw entries of its channels, a contiguous run of the column row when the columns are contiguous,
-// converted to the accumulation type (exact). Every column entry is read from global memory once per w tile
-// (the tile halo, (kw-1)·dw / sw columns, is read by both neighbours). Each element then sums its entries from
-// shared memory in ascending (i, j) order in fp32 (fp64 for f64) and rounds once: the same additions in the
-// same order as fold_kernel and the CPU, so the bits are the same. A staged position has an odd stride (ckp
-// words for 4-byte accumulators), so a warp over 32 consecutive w reads 32 banks. Stride 1 (both dims) has its
-// own instantiation without divisions. Staging (fold_stage_rows) is one loop over (row, position, entry) with
-// incremental indices (no division per element) and kFoldLoads loads in flight per thread; contiguous 2-byte
-// columns whose runs start at even entries and have even length load entry pairs (4 bytes). It stages one column
-// row ahead of need (the ring gets a slot more): it stages every other image row, twice the rows at once, so
-// twice the loads are in flight per barrier pair and there are half the barriers (run 24 measured the version
-// without the extra row, the former variant 2 "staged", slower on every shape; it was removed). Ring invariant: at
-// row h the ring holds the rb latest staged rows (rb = rows a row needs + ahead); the rows h needs are the
-// latest ones, since hi(h) - lo(h) + 1 <= rb - ahead and staged <= hi(h) + ahead.
 constexpr int kFoldThreads = 256;
-constexpr int kFoldLoads = 8;                // column loads a thread keeps in flight while staging
 constexpr int64_t kFoldSmemMax = 48 * 1024;  // no opt-in; leaves room for several blocks per SM
 
-struct FoldTile {
-  int cb = 1, tw = 1;  // channels and image columns per block (cb·tw <= kFoldThreads)
-  int rw = 1, rb = 1;  // staged positions per ring row (>= any tile's ow_hi - ow_lo + 1), ring slots
-  int ckp = 1;         // shared-memory stride of one staged position, >= cb·kh·kw, odd
-  int cchunks = 1, wtiles = 1;
-  bool pairs = false;  // 2-byte T, entries contiguous (stride 1), even row / image strides, 4-byte aligned
-  int ahead = 0;       // rows staged ahead of need (variant 2: 1; the ring has rb = rows needed + ahead slots)
-};
-
-// Stages column rows first..first+nrows-1 of the block (positions ow_lo.. of cn, rw per row, `ent` load units of
-// U = T or a pair of T per position) into ring slots slot0, slot0+1, .. (mod slots) as A: one flattened loop over
-// (row, position, unit), kFoldLoads loads in flight per thread, indices stepped without divisions.
-template <class T, class A, int UNITS>
-__device__ __forceinline__ void fold_stage_rows(const T* __restrict__ cn, FoldStrides3 cs, int OW, int first, int nrows,
-                                                int rw, int ent, int slot0, int slots, int row_stride, int ckp,
-                                                A* __restrict__ sm) {
-  using U = std::conditional_t<UNITS == 2, Pack<T, 2>, T>;
-  const int tid = threadIdx.x, per = nrows * rw * ent;
-  const int dp = kFoldThreads / ent, dk = kFoldThreads - dp * ent;
-  const int q0 = tid / ent, r0 = q0 / rw;
-  int r = r0, pr = q0 - r0 * rw, k = tid - q0 * ent;  // row, position in the row, unit of the next store
-  int s = (slot0 + r0) % slots;                       // its ring slot
-  for (int e = tid; e < per; e += kFoldLoads * kFoldThreads) {
-    U v[kFoldLoads];
-    int lr = r, lp = pr, lk = k;
-#pragma unroll
-    for (int u = 0; u < kFoldLoads; ++u) {
-      if (e + u * kFoldThreads < per)
-        v[u] = *reinterpret_cast<const U*>(cn + (int64_t(first + lr) * OW + lp) * cs.l + int64_t(UNITS * lk) * cs.k);
-      lp += dp;
-      lk += dk;
-      if (lk >= ent) {
-        lk -= ent;
-        ++lp;
-      }
-      while (lp >= rw) {
-        lp -= rw;
-        ++lr;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kFoldLoads; ++u) {
-      if (e + u * kFoldThreads < per) {
-        A* d = sm + s * row_stride + pr * ckp + UNITS * k;
-        if constexpr (UNITS == 2) {
-          d[0] = convert<A>(v[u].v[0]);
-          d[1] = convert<A>(v[u].v[1]);
-        } else {
-          d[0] = convert<A>(v[u]);
-        }
-      }
-      pr += dp;
-      k += dk;
-      if (k >= ent) {
-        k -= ent;
-        ++pr;
-      }
-      while (pr >= rw) {
-        pr -= rw;
-        ++r;
-        if (++s == slots) s = 0;
-      }
-    }
-  }
-}
-
-template <class T, bool S1>
-__global__ void __launch_bounds__(kFoldThreads, 4)
-    fold_staged_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, FoldTile t, T* __restrict__ x) {
-  using A = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char fold_smem[];
-  A* sm = reinterpret_cast<A*>(fold_smem);
-  const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
-  const int OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
-  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sh = static_cast<int>(g.sh), sw = static_cast<int>(g.sw);
-  const int ph = static_cast<int>(g.ph), pw = static_cast<int>(g.pw), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
-  const int khw = kh * kw;
-  int64_t b = blockIdx.x;
-  const int wt = static_cast<int>(b % t.wtiles);
-  b /= t.wtiles;
-  const int cc = static_cast<int>(b % t.cchunks);
-  const int64_t n = b / t.cchunks;
-  const int c0 = cc * t.cb, cb = min(t.cb, C - c0);
-  const int w0 = wt * t.tw, tw = min(t.tw, W - w0);
-  const int cbk = cb * khw;  // staged entries per position
-  const int wl = w0 + pw - (kw - 1) * dw;
-  const int ow_lo = wl <= 0 ? 0 : (wl + sw - 1) / sw;
-  const int ow_hi = min((w0 + tw - 1 + pw) / sw, OW - 1);
-  const int rw = ow_hi - ow_lo + 1;  // <= 0: no column reaches the tile (its elements are 0)
-  const int tid = threadIdx.x;
-  const bool active = tid < cb * tw;
-  const int oc = active ? tid / tw : 0;
-  const int w = w0 + (active ? tid - oc * tw : 0);
-  T* xo = x + ((n * C + c0 + oc) * H) * int64_t(W) + w;
-  const T* cn = cols + n * cs.n + int64_t(c0) * khw * cs.k + int64_t(ow_lo) * cs.l;
-  // pairs of 2-byte entries loaded as one 4-byte word when every run starts at an even entry and is even long
-  const bool pairs = t.pairs && cbk % 2 == 0 && (c0 * khw) % 2 == 0;
-  const int row_stride = t.rw * t.ckp;
-  int staged = -1;  // the highest column row staged (or skipped) so far
-  for (int h = 0; h < H; ++h) {
-    const int hl = h + ph - (kh - 1) * dh;
-    const int lo = hl <= 0 ? 0 : (S1 ? hl : (hl + sh - 1) / sh);
-    const int hi = min(S1 ? h + ph : (h + ph) / sh, OH - 1);
-    const int first = max(staged + 1, lo);
-    const int last = min(hi + t.ahead, OH - 1);  // staged one row ahead
-    if (first <= hi) {
-      if (rw > 0) {
-        __syncthreads();  // the previous rows' reads of the slots reused below are done
-        const int nrows = last - first + 1, slot0 = first % t.rb;
-        bool done = false;
-        if constexpr (sizeof(T) == 2) {
-          if (pairs) {  // pairs of 2-byte entries as one 4-byte load
-            fold_stage_rows<T, A, 2>(cn, cs, OW, first, nrows, rw, cbk / 2, slot0, t.rb, row_stride, t.ckp, sm);
-            done = true;
-          }
-        }
-        if (!done) fold_stage_rows<T, A, 1>(cn, cs, OW, first, nrows, rw, cbk, slot0, t.rb, row_stride, t.ckp, sm);
-        __syncthreads();
-      }
-      staged = last;
-    }
-    if (!active) continue;
-    A acc = A(0);
-    const int cbase = oc * khw - ow_lo * t.ckp;
-    if constexpr (S1) {
-      int slot = (h + ph) % t.rb;  // slot of oh = h + ph - i·dh, walked down (dh < rb when kh > 1)
-      for (int i = 0; i < kh; ++i) {
-        const int oh = h + ph - i * dh;
-        if (oh >= 0 && oh < OH) {
-          const int row = slot * row_stride + cbase + i * kw;  // + ow·ckp + j >= 0 (ow >= ow_lo)
-          for (int j = 0; j < kw; ++j) {
-            const int ow = w + pw - j * dw;
-            if (ow >= 0 && ow < OW) acc = acc + sm[row + ow * t.ckp + j];
-          }
-        }
-        slot -= dh;
-        if (slot < 0) slot += t.rb;
-      }
-    } else {
-      for (int i = 0; i < kh; ++i) {
-        const int th = h + ph - i * dh;  // = oh·sh
-        if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
-        const int row = ((th / sh) % t.rb) * row_stride + cbase + i * kw;
-        for (int j = 0; j < kw; ++j) {
-          const int tw2 = w + pw - j * dw;
-          if (tw2 < 0 || tw2 % sw != 0 || tw2 / sw >= OW) continue;
-          acc = acc + sm[row + (tw2 / sw) * t.ckp + j];
-        }
-      }
-    }
-    xo[int64_t(h) * W] = convert<T>(acc);
-  }
-}
-
-// Variant 2's tile for g and accumulators of `acc_bytes` (`ahead` rows staged ahead), or false when its ring does
-// not fit (or the grid is too large): variant 1 runs then.
-bool fold_tile(const UnfoldGeometry& g, int64_t acc_bytes, int ahead, FoldTile& t) {
-  const int64_t khw = g.kh * g.kw;
-  const int64_t rb = (g.kh - 1) * g.dh / g.sh + 1 + ahead;  // unclamped: the stride-1 slot walk needs dh < rb
-  auto rw_of = [&](int64_t tw) { return std::min<int64_t>(g.OW, (tw - 1 + (g.kw - 1) * g.dw) / g.sw + 1); };
-  auto smem = [&](int64_t cb, int64_t tw) { return rb * rw_of(tw) * ((cb * khw) | 1) * acc_bytes; };
-  int64_t tw = std::min<int64_t>(g.W, 32);
-  int64_t cb = std::min<int64_t>(g.C, std::max<int64_t>(1, kFoldThreads / tw));
-  while (smem(cb, tw) > kFoldSmemMax && cb > 1) cb = (cb + 1) / 2;
-  while (smem(cb, tw) > kFoldSmemMax && tw > 1) tw = (tw + 1) / 2;
-  if (smem(cb, tw) > kFoldSmemMax) return false;
-  const int64_t cchunks = (g.C + cb - 1) / cb, wtiles = (g.W + tw - 1) / tw;
-  if (g.N * cchunks * wtiles > int64_t(0x7fffffff)) return false;
-  t.cb = static_cast<int>(cb);
-  t.tw = static_cast<int>(tw);
-  t.rw = static_cast<int>(rw_of(tw));
-  t.rb = static_cast<int>(rb);
-  t.ckp = static_cast<int>((cb * khw) | 1);
-  t.cchunks = static_cast<int>(cchunks);
-  t.wtiles = static_cast<int>(wtiles);
-  t.ahead = ahead;
-  return true;
-}
-
 // Note [Fold, tiles kernel]
-// Variant 3 ("tiles") of fold2d (kernels/unfold.h). The staged kernel above walks the image rows serially with a
-// barrier pair per staged step and few loads in flight (run 24: ~0.1 of the copy rate). Here a block owns (n, a
-// group of cb channels, a chunk of R image rows h0..h0+R-1, a tile of tw image columns w0..w0+tw-1) and has no
-// walk:
+// Variant 2 ("tiles", the default) of fold2d (kernels/unfold.h). fold_kernel gives a thread one image element
+// and reads its kh·kw column entries directly: neighbouring threads (w, w+1) read addresses C·kh·kw elements
+// apart, so every 2-byte read costs a 32-byte sector (~16x read amplification on (N, L, C·3·3) bf16 columns;
+// ~0.1 of the copy rate in run 24, as was a staged kernel that walked the image rows serially with a ring of
+// staged column rows, deleted after run 26). Here a block owns (n, a group of cb channels, a chunk of R image
+// rows h0..h0+R-1, a tile of tw image columns w0..w0+tw-1) and has no walk:
 // 1. it stages, in one pass, every column row oh its rows need (oh·sh = h + ph - i·dh for some h of the chunk and
 //    some i: at most rr = (R-1 + (kh-1)·dh) / sh + 1 rows) x the positions ow its tile reaches (halo included, at
 //    most rw) x the cb·kh·kw entries of its channels, into shared memory in the column dtype (bf16 stays 2 bytes).
@@ -474,7 +273,7 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   }
 }
 
-// Variant 3's tiles for g and column elements of `sz` bytes (Note [Fold, tiles kernel]), or false when one
+// Variant 2's tiles for g and column elements of `sz` bytes (Note [Fold, tiles kernel]), or false when one
 // image row of one channel and column does not fit in 48 KB (or the grid is too large): variant 1 runs then.
 // The load unit t.vb is the launcher's (it depends on the column pointer and strides).
 bool fold_tiles_plan(const UnfoldGeometry& g, int64_t sz, FoldTiles& t) {
@@ -626,12 +425,11 @@ int env_unfold_variant() {
 }
 
 std::atomic<int> g_fold_variant_override{0};
-std::atomic<int64_t> g_fold_staged_launches{0};
 std::atomic<int64_t> g_fold_tiles_launches{0};
 
 int env_fold_variant() {
-  // unset: 0, fold_default_variant per shape
-  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"ahead", 2}, {"tiles", 3}}, 0, 1);
+  // unset: tiles (2), the fastest on every ResNet shape in runs 25-26 (Note [Fold, tiles kernel])
+  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"tiles", 2}}, 2, 1);
   return v;
 }
 
@@ -649,18 +447,7 @@ int fold_variant() {
   return o >= 1 && o <= kFoldVariants ? o : env_fold_variant();
 }
 void set_fold_variant(int variant) { g_fold_variant_override.store(variant, std::memory_order_relaxed); }
-int64_t fold_staged_launches() { return g_fold_staged_launches.load(std::memory_order_relaxed); }
 int64_t fold_tiles_launches() { return g_fold_tiles_launches.load(std::memory_order_relaxed); }
-
-int fold_default_variant(const UnfoldGeometry& g) {
-  // run 25 (bf16, ms old / ahead / tiles): tiles is the fastest on images of 8x8 and up, stride 1 or not (C 64
-  // 32x32 3x3 N 256 0.743 / 0.671 / 0.342; C 64 56x56 N 64 0.573 / 0.597 / 0.293; C 64 32x32 s2 0.470 / 0.499 /
-  // 0.411; C 128 16x16 1x1 s2 0.105 / 0.117 / 0.092); on 4x4 images ahead wins at stride 1 (C 512: 0.092 /
-  // 0.077 / 0.093) and old otherwise; old is also 7 % ahead on the ViT-S/4 patch fold (4x4 s4 on 32x32: 0.0242
-  // against tiles' 0.0260, 2 us), left to tiles by this rule
-  if (g.H * g.W >= 64) return 3;
-  return g.sh == 1 && g.sw == 1 ? 2 : 1;
-}
 
 void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeometry& g, void* cols,
                      cudaStream_t stream) {
@@ -692,10 +479,8 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
   if (total == 0) return;
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
-    int variant = fold_variant();
-    if (variant == 0) variant = fold_default_variant(g);
     FoldTiles tt;
-    if (variant == 3 && fold_tiles_plan(g, int64_t(sizeof(T)), tt)) {
+    if (fold_variant() == 2 && fold_tiles_plan(g, int64_t(sizeof(T)), tt)) {
       const int64_t khw = g.kh * g.kw, sz = int64_t(sizeof(T));
       // the widest load unit that every run's start and length and the strides allow
       auto unit_ok = [&](int64_t vb) {
@@ -729,21 +514,6 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
       }
       HT_CHECK_LAUNCH("fold2d (tiles)");
       g_fold_tiles_launches.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    FoldTile t;
-    if (variant == 2 && fold_tile(g, int64_t(sizeof(acc_t<T>)), 1, t)) {
-      t.pairs = sizeof(T) == 2 && cs.k == 1 && cs.l % 2 == 0 && cs.n % 2 == 0 && aligned_to(cols, 4);
-      const size_t smem = size_t(t.rb) * t.rw * t.ckp * sizeof(acc_t<T>);
-      const unsigned blocks = static_cast<unsigned>(g.N * t.cchunks * t.wtiles);
-      if (g.sh == 1 && g.sw == 1)
-        fold_staged_kernel<T, true><<<blocks, kFoldThreads, smem, stream>>>(static_cast<const T*>(cols), cs, g, t,
-                                                                          static_cast<T*>(x));
-      else
-        fold_staged_kernel<T, false><<<blocks, kFoldThreads, smem, stream>>>(static_cast<const T*>(cols), cs, g, t,
-                                                                           static_cast<T*>(x));
-      HT_CHECK_LAUNCH("fold2d (ahead)");
-      g_fold_staged_launches.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     fold_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(cols), cs, g,

@@ -47,25 +47,18 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
                    cudaStream_t stream);
 
 // Fold kernel variant: 1 (old), the thread-per-element gather above (its column reads are strided: ~16x sector
-// amplification on (N, L, C·3·3) bf16 columns); 2 (ahead; Note [Fold, staged kernel] in kernels/unfold.cu), a
-// block per (n, channel group, w tile) walks the image rows top to bottom, staging the column rows it needs (read
-// once, K-contiguous runs, one row ahead of need) in a ring of shared-memory rows; 3 (tiles; Note [Fold, tiles
-// kernel]), a block per (n, channel group, chunk of image rows, w tile) stages every column entry its elements
-// need in one pass (16-byte loads where the runs allow, kept in the column dtype), one barrier, then sums its
-// elements. 2 and 3 sum every element's contributions in the same ascending (i, j) order in fp32 (fp64 for f64)
-// as 1 and the CPU: bit-identical. Shapes whose stage does not fit in 48 KB (huge dilations) take variant 1.
-// HADATRAIN_FOLD_KERNEL = old | ahead | tiles (or 1 | 2 | 3), read once per process; unset, fold_variant() is 0
-// and the launcher runs fold_default_variant(g) (run 25: tiles on images of 8x8 and up, 2x the others on the
-// ResNet shapes; below, ahead for stride-1 windows and old otherwise). set_fold_variant(v) overrides it (0: back to the environment; the GPU tests and bench_kernels run
-// every variant).
-inline constexpr int kFoldVariants = 3;
+// amplification on (N, L, C·3·3) bf16 columns); 2 (tiles, the default; Note [Fold, tiles kernel] in
+// kernels/unfold.cu), a block per (n, channel group, chunk of image rows, w tile) stages every column entry its
+// elements need in one pass (16-byte loads where the runs allow, kept in the column dtype), one barrier, then sums
+// its elements in the same ascending (i, j) order in fp32 (fp64 for f64) as 1 and the CPU: bit-identical. Shapes
+// whose stage does not fit in 48 KB (huge dilations) take variant 1. Run 26 (bf16, N 256, ms old / tiles): C 64
+// 32x32 3x3 0.744 / 0.240, C 128 16x16 0.382 / 0.124, C 64 32x32 stride 2 0.471 / 0.390. HADATRAIN_FOLD_KERNEL =
+// old | tiles (or 1 | 2), read once per process (unset: tiles; unknown: old); set_fold_variant(v) overrides it
+// (0: back to the environment; the GPU tests and bench_kernels run every variant).
+inline constexpr int kFoldVariants = 2;
 int fold_variant();
 void set_fold_variant(int variant);
-// The variant the launcher runs for g when no variant is set (fold_variant() == 0).
-int fold_default_variant(const UnfoldGeometry& g);
-// Launches of the ahead kernel (variant 2) and of the tiles kernel (variant 3) in this process (the GPU tests
-// assert that they take them).
-int64_t fold_staged_launches();
+// Launches of the tiles kernel in this process (the GPU tests assert that variant 2 takes it).
 int64_t fold_tiles_launches();
 
 }  // namespace ht::kernels

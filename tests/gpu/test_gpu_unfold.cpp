@@ -1,8 +1,8 @@
 // unfold2d / fold2d on CUDA against the CPU reference, forward and backward (each is the other's backward):
 // unfold is a copy and fold sums in the same order in fp32 (fp64 for f64) on both sides, so results are
 // compared bit for bit. Odd sizes, stride, padding, dilation, non-square kernels, f32 / bf16 / f16 / f64 / fp8,
-// non-contiguous inputs, poisoned CUDA allocations. Every fold kernel variant (kernels/unfold.h: 1 old, 2 ahead,
-// 3 tiles) and unfold kernel variant (1 old, 2 staged) runs against the CPU, and the variants are compared bit
+// non-contiguous inputs, poisoned CUDA allocations. Every fold kernel variant (kernels/unfold.h: 1 old, 2 tiles)
+// and unfold kernel variant (1 old, 2 staged) runs against the CPU, and the variants are compared bit
 // for bit with each other.
 #include <algorithm>
 #include <cstdlib>
@@ -13,7 +13,7 @@
 #include "support/unfold_cases.h"
 
 #include "hadatrain/ops/unfold.h"
-#include "kernels/unfold.h"  // set_fold_variant, fold_staged_launches
+#include "kernels/unfold.h"  // set_fold_variant, fold_tiles_launches
 
 using namespace ht;
 
@@ -100,8 +100,8 @@ TEST_CASE("unfold2d and fold2d on CUDA equal the CPU, forward and backward", "[g
 }
 
 // fold2d of contiguous columns (the layout the im2col convolutions' backward folds) and of channels-last-like
-// strided columns, every variant against the CPU and against each other bit for bit; variant 2 takes the ahead
-// kernel and variant 3 the tiles kernel except where their stage does not fit (the 30-dilation case).
+// strided columns, every variant against the CPU and against each other bit for bit; variant 2 takes the tiles
+// kernel except where its stage does not fit (the 30-dilation case), with and without the variant set.
 TEST_CASE("fold2d kernel variants agree bit for bit with the CPU and each other", "[gpu][unfold]") {
   FoldVariantGuard restore;
   uint64_t seed = 100;
@@ -126,28 +126,22 @@ TEST_CASE("fold2d kernel variants agree bit for bit with the CPU and each other"
         for (int variant = 1; variant <= kernels::kFoldVariants; ++variant) {
           INFO("fold variant " << variant << (layout == 0 ? " contiguous" : " strided") << " columns");
           kernels::set_fold_variant(variant);
-          const int64_t staged0 = kernels::fold_staged_launches(), tiles0 = kernels::fold_tiles_launches();
+          const int64_t tiles0 = kernels::fold_tiles_launches();
           const Tensor out = fold2d(cg, fp);
           const bool huge = cs.p.dilation_h >= 30;  // the one case whose stage exceeds 48 KB (variant 1 runs)
-          CHECK(kernels::fold_staged_launches() == staged0 + (variant == 2 && !huge ? 1 : 0));
-          CHECK(kernels::fold_tiles_launches() == tiles0 + (variant == 3 && !huge ? 1 : 0));
+          CHECK(kernels::fold_tiles_launches() == tiles0 + (variant == 2 && !huge ? 1 : 0));
           CHECK(test::compare_bits(out, ref) == "");
           if (variant == 1) first = out.to(Device::cpu());
           else CHECK(test::compare_bits(out, first) == "");
         }
-        // no variant set: fold_default_variant (run 25: tiles on images of 8x8 and up; below, ahead for
-        // stride-1 windows and old otherwise; the 30-dilation case's tiles do not fit, so old runs)
+        // no variant set: tiles, the default
         const char* env = std::getenv("HADATRAIN_FOLD_KERNEL");
         if (env == nullptr || *env == '\0') {
           INFO("default fold variant" << (layout == 0 ? " contiguous" : " strided") << " columns");
           kernels::set_fold_variant(0);
-          const int64_t staged0 = kernels::fold_staged_launches(), tiles0 = kernels::fold_tiles_launches();
+          const int64_t tiles0 = kernels::fold_tiles_launches();
           const Tensor out = fold2d(cg, fp);
-          const bool huge = cs.p.dilation_h >= 30;
-          const bool tiles = cs.H * cs.W >= 64 && !huge;
-          const bool ahead = cs.H * cs.W < 64 && cs.p.stride_h == 1 && cs.p.stride_w == 1;
-          CHECK(kernels::fold_staged_launches() == staged0 + (ahead ? 1 : 0));
-          CHECK(kernels::fold_tiles_launches() == tiles0 + (tiles ? 1 : 0));
+          CHECK(kernels::fold_tiles_launches() == tiles0 + (cs.p.dilation_h >= 30 ? 0 : 1));
           CHECK(test::compare_bits(out, ref) == "");
         }
       }
