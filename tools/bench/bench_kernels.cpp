@@ -1026,6 +1026,61 @@ void bench_fold(bool csv, double copy_gbs) {
 }
 // ---- end bench_fold ----
 
+// ---- bench_pool ----
+// Pooling through the ops (forward without autograd; forward + backward through autograd), bf16, on the
+// ResNet shapes PyTorch is compared with (tools/bench/bench_kernels_torch.py, block "pool", same names): the
+// ImageNet stem's 3x3 stride-2 max pool and the heads' global average pools, each on an NCHW tensor and on a
+// channels-last one (an (N, H, W, C) tensor viewed as (N, C, H, W), as the channels-last ResNets call it).
+// Issue 3 asks for pooling through cuDNN or own kernels, whichever is faster; ours are own kernels
+// (kernels/pool.cu). Bytes: input + output once each (forward); "GB/s" is that over the forward time.
+void bench_pool(bool csv) {
+  const Device dev = Device::cuda(0);
+  Generator gen(23);
+  struct Case {
+    const char* name;
+    int64_t N, C, H, W;
+    bool max;  // 3x3 s2 p1 max pool; else adaptive average pool to 1x1
+  };
+  const Case cases[] = {{"max_pool 3x3 s2 64x64x112x112", 64, 64, 112, 112, true},
+                        {"avg_pool global 64x2048x7x7", 64, 2048, 7, 7, false},
+                        {"avg_pool global 256x512x4x4", 256, 512, 4, 4, false}};
+  if (csv) std::printf("pool bf16,layout,fwd_ms,fwd_bwd_ms,fwd_GB/s\n");
+  else std::printf("\n%-34s %-8s %10s %12s %10s\n", "pool (bf16)", "layout", "fwd ms", "fwd+bwd ms", "fwd GB/s");
+  Tensor keep;
+  for (const Case& c : cases) {
+    for (const bool cl : {false, true}) {
+      Tensor x = cl ? permute(rand({c.N, c.H, c.W, c.C}, gen, {DType::f32, dev}).to(DType::bf16), {0, 3, 1, 2})
+                    : rand({c.N, c.C, c.H, c.W}, gen, {DType::f32, dev}).to(DType::bf16);
+      x = x.detach();
+      Pool2dParams p;
+      p.kernel_h = p.kernel_w = 3;
+      p.stride_h = p.stride_w = 2;
+      p.pad_h = p.pad_w = 1;
+      auto run = [&] { return c.max ? max_pool2d(x, p) : adaptive_avg_pool2d(x, 1, 1); };
+      Tensor y;
+      {
+        NoGradGuard no_grad;
+        y = run();
+      }
+      const Tensor g = rand(y.shape(), gen, {DType::f32, dev}).to(DType::bf16);
+      const double fwd = time_ms([&] {
+        NoGradGuard no_grad;
+        keep = run();
+      });
+      x.set_requires_grad(true);
+      const double both = time_ms([&] {
+        x.zero_grad();
+        run().backward(g);
+      });
+      x.set_requires_grad(false);
+      const double bytes = 2.0 * static_cast<double>(x.numel() + y.numel());
+      if (csv) std::printf("%s,%s,%.4f,%.4f,%.1f\n", c.name, cl ? "nhwc" : "nchw", fwd, both, bytes / fwd * 1e-6);
+      else std::printf("%-34s %-8s %10.4f %12.4f %10.1f\n", c.name, cl ? "nhwc" : "nchw", fwd, both, bytes / fwd * 1e-6);
+    }
+  }
+}
+// ---- end bench_pool ----
+
 int main(int argc, char** argv) {
   int64_t n = 1LL << 28;
   bool csv = false;
@@ -1037,7 +1092,7 @@ int main(int argc, char** argv) {
   }
   const char* const blocks[] = {"main",       "gemm", "lowp",      "conv",          "attention", "attention_packed",
                                 "grad_quant", "hla",  "norm_gelu", "norm_variants", "bn_relu",   "bn_gelu",
-                                "fold"};
+                                "fold",       "pool"};
   std::vector<std::string> selected;
   {
     std::istringstream in(only);
@@ -1105,5 +1160,6 @@ int main(int argc, char** argv) {
   if (want("bn_relu")) bench_bn_relu(csv);
   if (want("bn_gelu")) bench_bn_gelu_variants(csv, floor_gbs);
   if (want("fold")) bench_fold(csv, floor_gbs);
+  if (want("pool")) bench_pool(csv);
   return 0;
 }

@@ -214,3 +214,37 @@ for hname, hb, hl, hc in [("hla_project bf16 (64, 1024, 256)", 64, 1024, 256),
     out_elems = hb * (hl // hn) * pr.shape[0] * hc
     print(f"{hname:36s} {ms:10.4f} {(2.0 * hb * hl * hc + 4.0 * out_elems) / ms * 1e-6:10.1f}")
 # ---- end hla ----
+
+# ---- pool (bench_pool of bench_kernels: same cases and names) ----
+# Forward under no_grad, and forward + backward through autograd, bf16, NCHW and channels_last.
+print(f"\n{'pool (bf16)':34s} {'layout':8s} {'fwd ms':>10s} {'fwd+bwd ms':>12s} {'fwd GB/s':>10s}")
+for pname, pn, pc, ph, pw, pmax in [("max_pool 3x3 s2 64x64x112x112", 64, 64, 112, 112, True),
+                                    ("avg_pool global 64x2048x7x7", 64, 2048, 7, 7, False),
+                                    ("avg_pool global 256x512x4x4", 256, 512, 4, 4, False)]:
+    for layout in ("nchw", "nhwc"):
+        px = torch.rand(pn, pc, ph, pw, device="cuda").bfloat16()
+        if layout == "nhwc":
+            px = px.contiguous(memory_format=torch.channels_last)
+        px.requires_grad_()
+
+        def pool(t=px, m=pmax):
+            if m:
+                return torch.nn.functional.max_pool2d(t, 3, 2, 1)
+            return torch.nn.functional.adaptive_avg_pool2d(t, 1)
+
+        with torch.no_grad():
+            py = pool()
+        pg = torch.rand_like(py)
+
+        def fwd():
+            with torch.no_grad():
+                pool()
+
+        def fwd_bwd():
+            px.grad = None
+            pool().backward(pg)
+
+        fms = time_ms(fwd)
+        bms = time_ms(fwd_bwd)
+        print(f"{pname:34s} {layout:8s} {fms:10.4f} {bms:12.4f} {2.0 * (px.numel() + py.numel()) / fms * 1e-6:10.1f}")
+# ---- end pool ----
