@@ -102,6 +102,20 @@ constexpr int64_t kFoldSmemMax = 48 * 1024;  // no opt-in; leaves room for sever
 // (several waves of 132 SMs at 4 blocks each). Run-24 shapes (bf16, N 256): C 64 32x32 3x3 cb 8, tw 32, R 8
 // (46 KB, 8192 blocks, 4 an SM); C 128 16x16 cb 8, tw 16, R 16 (37 KB, 4096 blocks); C 512 4x4 cb 16, R 4
 // (8192 blocks); C 64 56x56 (N 64) cb 8, tw 32, R 7 (44 KB, 8192 blocks).
+// Note [Fold, tiles2]
+// Variant 3 of fold2d (opt-in, HADATRAIN_FOLD_KERNEL=tiles2): the tiles kernel with HALO for 3x3 windows at
+// stride and dilation 1 in f32 / bf16 / f16 (the K3 sum; other shapes and f64 run variant 2). Session 7's profile
+// found the tiles kernel issue-bound; in K3's unrolled sum about half the instructions per element are the
+// bounds checks of its nine entries (row and column inside the column grid: compares, predicate ANDs, branches),
+// and a warp over 32 image columns always holds border elements, so an "interior elements skip the checks"
+// branch would diverge in every warp. Instead the stage is padded: a block stages the R + 2 column rows
+// h0 + ph - 2 .. h0 + R - 1 + ph and the tw + 2 positions w0 + pw - 2 .. w0 + tw - 1 + pw without clipping them
+// to the column grid, zeros where a row or position lies outside it (no load), and every element sums its nine
+// staged entries unconditionally in the same ascending (i, j) order. The bits are the same: the sum starts at +0
+// and adds in round-to-nearest, so it is never -0 (+0 + -0 = +0), and x + (+0) = x for every other x (a NaN stays
+// a NaN of the same bits: it came from an add, as in variant 2). Costs: the stage holds 2 more positions a row
+// (fold_tiles_plan's halo bounds, still <= 48 KB: C 64 32x32 bf16 cb 8 gets R 7 instead of 8) and stores zeros
+// for the outside ones (on 4x4 images 36 staged positions for 16 elements: measure before using it there).
 constexpr int kTilesMinBlocks = 1024;
 constexpr int kTilesMinRows = 4;
 constexpr int kTilesMaxPerThread = 16;  // image elements a thread sums at most (caps R)
@@ -126,7 +140,9 @@ int64_t tiles_ckp(int64_t cbk, int64_t sz) {
 
 // K3: a 3x3 window with stride and dilation 1 (S1 too; the ResNet convolutions): the sum unrolled with
 // compile-time offsets, the same additions in the same order.
-template <class T, int VB, bool S1, bool K3>
+// HALO (K3 only; variant 3, Note [Fold, tiles2]): the stage spans every column row and position the 3x3 windows
+// of the block's elements name, out-of-range ones as zeros, and the sum has no bounds checks.
+template <class T, int VB, bool S1, bool K3, bool HALO = false>
 __global__ void __launch_bounds__(kFoldThreads, 4)
     fold_tiles_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, FoldTiles t, T* __restrict__ x) {
   using A = acc_t<T>;
@@ -153,15 +169,18 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   const int w0 = wt * t.tw, tw = min(t.tw, W - w0);
   const int cbk = cb * khw;
   const int hl = h0 + ph - (kh - 1) * dh, wl = w0 + pw - (kw - 1) * dw;
-  const int oh_lo = hl <= 0 ? 0 : (S1 ? hl : (hl + sh - 1) / sh);
-  const int oh_hi = min(S1 ? h0 + R - 1 + ph : (h0 + R - 1 + ph) / sh, OH - 1);
-  const int ow_lo = wl <= 0 ? 0 : (S1 ? wl : (wl + sw - 1) / sw);
-  const int ow_hi = min(S1 ? w0 + tw - 1 + pw : (w0 + tw - 1 + pw) / sw, OW - 1);
+  static_assert(!HALO || (S1 && K3), "the halo stage is for 3x3 windows at stride and dilation 1");
+  // HALO: unclipped (R + 2 rows, tw + 2 positions, some outside the column grid)
+  const int oh_lo = HALO ? hl : hl <= 0 ? 0 : (S1 ? hl : (hl + sh - 1) / sh);
+  const int oh_hi = HALO ? h0 + R - 1 + ph : min(S1 ? h0 + R - 1 + ph : (h0 + R - 1 + ph) / sh, OH - 1);
+  const int ow_lo = HALO ? wl : wl <= 0 ? 0 : (S1 ? wl : (wl + sw - 1) / sw);
+  const int ow_hi = HALO ? w0 + tw - 1 + pw : min(S1 ? w0 + tw - 1 + pw : (w0 + tw - 1 + pw) / sw, OW - 1);
   const int nr = oh_hi - oh_lo + 1, rw = ow_hi - ow_lo + 1;  // <= 0: nothing reaches the block (zeros)
   const int tid = threadIdx.x;
   const int pos_bytes = t.ckp * kSz, row_bytes = t.rw * pos_bytes;
   if (nr > 0 && rw > 0) {
-    const T* cn = cols + n * cs.n + (int64_t(oh_lo) * OW + ow_lo) * cs.l + int64_t(c0) * khw * cs.k;
+    const T* cn = cols + n * cs.n + int64_t(c0) * khw * cs.k;  // + the staged row's and position's offset
+    if constexpr (!HALO) cn += (int64_t(oh_lo) * OW + ow_lo) * cs.l;
     constexpr int kUnitElems = VB / kSz;
     const int ent = cbk / kUnitElems;  // units per position (the host checked cbk·sizeof(T) % VB == 0)
     const int per = nr * rw * ent;
@@ -186,8 +205,17 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
       int lr = r, lp = p, lk = k;
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
-        if (e + u * kFoldThreads < per)
-          v[u] = *reinterpret_cast<const U*>(cn + (int64_t(lr) * OW + lp) * cs.l + int64_t(lk * kUnitElems) * cs.k);
+        if (e + u * kFoldThreads < per) {
+          if constexpr (HALO) {  // zeros outside the column grid (Note [Fold, tiles2]: adding +0 changes no sum)
+            const int oh = oh_lo + lr, ow = ow_lo + lp;
+            if (oh >= 0 && oh < OH && ow >= 0 && ow < OW)
+              v[u] = *reinterpret_cast<const U*>(cn + (int64_t(oh) * OW + ow) * cs.l + int64_t(lk * kUnitElems) * cs.k);
+            else
+              v[u] = U{};
+          } else {
+            v[u] = *reinterpret_cast<const U*>(cn + (int64_t(lr) * OW + lp) * cs.l + int64_t(lk * kUnitElems) * cs.k);
+          }
+        }
         step(lr, lp, lk);
       }
 #pragma unroll
@@ -226,10 +254,11 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
       const T* base = sm + cbase + (ohb - oh_lo) * rstride + owb * t.ckp;
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
-        const bool row_in = ohb - i >= 0 && ohb - i < OH;
+        const bool row_in = HALO || (ohb - i >= 0 && ohb - i < OH);
 #pragma unroll
         for (int j = 0; j < 3; ++j) {
-          if (row_in && owb - j >= 0 && owb - j < OW) acc = acc + convert<A>(base[i * (3 - rstride) + j * (1 - t.ckp)]);
+          if (row_in && (HALO || (owb - j >= 0 && owb - j < OW)))
+            acc = acc + convert<A>(base[i * (3 - rstride) + j * (1 - t.ckp)]);
         }
       }
     } else {
@@ -276,10 +305,13 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
 // Variant 2's tiles for g and column elements of `sz` bytes (Note [Fold, tiles kernel]), or false when one
 // image row of one channel and column does not fit in 48 KB (or the grid is too large): variant 1 runs then.
 // The load unit t.vb is the launcher's (it depends on the column pointer and strides).
-bool fold_tiles_plan(const UnfoldGeometry& g, int64_t sz, FoldTiles& t) {
+// halo (variant 3's 3x3 stride-1 windows, Note [Fold, tiles2]): the staged rows and positions are not clipped to
+// the column grid (R + 2 rows x tw + 2 positions).
+bool fold_tiles_plan(const UnfoldGeometry& g, int64_t sz, FoldTiles& t, bool halo = false) {
   const int64_t khw = g.kh * g.kw;
-  auto rw_of = [&](int64_t tw) { return std::min<int64_t>(g.OW, (tw - 1 + (g.kw - 1) * g.dw) / g.sw + 1); };
-  auto rr_of = [&](int64_t R) { return std::min<int64_t>(g.OH, (R - 1 + (g.kh - 1) * g.dh) / g.sh + 1); };
+  const int64_t ow_cap = halo ? INT64_MAX : g.OW, oh_cap = halo ? INT64_MAX : g.OH;
+  auto rw_of = [&](int64_t tw) { return std::min<int64_t>(ow_cap, (tw - 1 + (g.kw - 1) * g.dw) / g.sw + 1); };
+  auto rr_of = [&](int64_t R) { return std::min<int64_t>(oh_cap, (R - 1 + (g.kh - 1) * g.dh) / g.sh + 1); };
   auto smem = [&](int64_t cb, int64_t tw, int64_t R) { return rr_of(R) * rw_of(tw) * tiles_ckp(cb * khw, sz) * sz; };
   auto blocks = [&](int64_t cb, int64_t tw, int64_t R) {
     return g.N * ((g.C + cb - 1) / cb) * ((g.H + R - 1) / R) * ((g.W + tw - 1) / tw);
@@ -415,21 +447,241 @@ bool unfold_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
   return true;
 }
 
+// Note [Unfold, vec kernel]
+// Variant 3 of unfold2d ("vec", opt-in; kernels/unfold.h). The staged kernel's output phase (Note [Unfold, staged
+// kernel]) writes one 2-byte element per thread per iteration, with a 4-byte offset-table load and a 2-byte patch
+// load each: about 300 M store instructions for one C 64 32x32 3x3 bf16 layer at N 256, the likely bound (session
+// 7: 0.23 of the copy rate). This kernel keeps the staged kernel's tiles and patch layout and changes:
+// 1. the offset table: 2-byte byte offsets offs[k] = ((c·PH + i·dh)·PW + j·dw)·sizeof(T) (a patch is at most
+//    48 KB, so every byte offset fits 16 bits), so the kV = 16 / sizeof(T) offsets of one pack of consecutive
+//    entries are ONE shared-memory load of 2·kV bytes (16 for 2-byte T, 8 for f32, 4 for f64);
+// 2. the staging: the same walk along the image's contiguous dimension, its (c, row, column) indices stepped by
+//    the block size without divisions (two per element before), the elements moved as raw bits; channels-last
+//    images whose channels come in aligned 16-byte units (CL16: x, its n / h / w strides, C and the channel
+//    group multiples of 16 bytes; C 64 bf16 NHWC) load 16 bytes of channels at a time and scatter them into
+//    the patch's channel planes;
+// 3. the output: a thread writes a pack of kV consecutive column entries (16 bytes) with one explicit
+//    st.global.v4.u32 (as plane_store in batchnorm.cu: NVVM may split a plain bf16 pack store into 2-byte
+//    stores), gathering its kV entries from the patch at p·sw·sizeof(T) + offs[k..k+kV-1]; consecutive threads
+//    write consecutive packs of a position's run (512 contiguous bytes a warp), (p, pack) stepped without
+//    divisions. C 64 32x32 3x3 bf16: 9 packs a thread instead of 72 elements.
+// A pack never straddles two positions' runs: the launcher takes this kernel only when K·sizeof(T) and the
+// channel group's run cb·kh·kw·sizeof(T) are multiples of 16 bytes (unfold_vec_tile rounds a partial cb down to
+// such a count) and the column pointer is 16-byte aligned; else variant 2 runs in the same launcher. A copy of
+// the same bits: bit-identical to variants 1 and 2.
+template <int Sz>
+struct RawBits;
+template <>
+struct RawBits<2> {
+  using type = uint16_t;
+};
+template <>
+struct RawBits<4> {
+  using type = uint32_t;
+};
+template <>
+struct RawBits<8> {
+  using type = unsigned long long;
+};
+
+template <class T, bool CL16>
+__global__ void __launch_bounds__(kFoldThreads)
+    unfold_vec_kernel(const T* __restrict__ x, UnfoldStrides4 xs, UnfoldGeometry g, UnfoldTile t,
+                      T* __restrict__ cols) {
+  using R = typename RawBits<sizeof(T)>::type;
+  constexpr int kSz = static_cast<int>(sizeof(T));
+  constexpr int kV = 16 / kSz;      // entries of a pack
+  constexpr int kOffWords = kV / 2;  // 4-byte words of a pack's offsets (2 bytes each)
+  extern __shared__ __align__(16) unsigned char unfold_vec_smem[];
+  uint16_t* offs = reinterpret_cast<uint16_t*>(unfold_vec_smem);
+  unsigned char* patch = unfold_vec_smem + t.offs_bytes;
+  R* patch_r = reinterpret_cast<R*>(patch);
+  const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
+  const int OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
+  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sw = static_cast<int>(g.sw);
+  const int dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
+  const int khw = kh * kw;
+  int64_t b = blockIdx.x;
+  const int wt = static_cast<int>(b % t.wtiles);
+  b /= t.wtiles;
+  const int cc = static_cast<int>(b % t.cchunks);
+  b /= t.cchunks;
+  const int oh = static_cast<int>(b % OH);
+  const int64_t n = b / OH;
+  const int c0 = cc * t.cb, cb = min(t.cb, C - c0);
+  const int ow0 = wt * t.tw, tw = min(t.tw, OW - ow0);
+  const int PH = t.prow, PW = t.pcol, pw_used = (tw - 1) * sw + (kw - 1) * dw + 1;
+  const int h0 = oh * static_cast<int>(g.sh) - static_cast<int>(g.ph), w0 = ow0 * sw - static_cast<int>(g.pw);
+  const int cbk = cb * khw, tid = threadIdx.x;
+  for (int k = tid; k < cbk; k += kFoldThreads) {
+    const int c = k / khw, r = k - c * khw, i = r / kw, j = r - i * kw;
+    offs[k] = static_cast<uint16_t>(((c * PH + i * dh) * PW + j * dw) * kSz);
+  }
+  const R* xn = reinterpret_cast<const R*>(x) + n * xs.n + int64_t(c0) * xs.c;
+  const int staged = cb * PH * pw_used;
+  if constexpr (CL16) {  // channels-last, 16-byte units of kV channels: unit fastest, then q, then r
+    const int cbv = cb / kV, plane = PH * PW;  // the launcher checked cb % kV == 0
+    const int dc = kFoldThreads % cbv, dq = (kFoldThreads / cbv) % pw_used, dr = kFoldThreads / cbv / pw_used;
+    int cv = tid % cbv, q = (tid / cbv) % pw_used, r = tid / cbv / pw_used;
+    for (int e = tid; e < staged / kV; e += kFoldThreads) {
+      const int ih = h0 + r, iw = w0 + q;
+      uint4 u4 = make_uint4(0u, 0u, 0u, 0u);
+      if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+        u4 = *reinterpret_cast<const uint4*>(xn + (cv * kV + ih * xs.h + iw * xs.w));
+      const uint32_t w4[4] = {u4.x, u4.y, u4.z, u4.w};
+      R* dp0 = patch_r + (cv * kV * PH + r) * PW + q;
+#pragma unroll
+      for (int u = 0; u < kV; ++u) {
+        R v;
+        if constexpr (kSz == 2) v = static_cast<R>(u % 2 == 0 ? w4[u / 2] & 0xffffu : w4[u / 2] >> 16);
+        else if constexpr (kSz == 4) v = w4[u];
+        else v = (static_cast<R>(w4[2 * u + 1]) << 32) | w4[2 * u];
+        dp0[u * plane] = v;
+      }
+      cv += dc;
+      if (cv >= cbv) {
+        cv -= cbv;
+        ++q;
+      }
+      q += dq;
+      if (q >= pw_used) {
+        q -= pw_used;
+        ++r;
+      }
+      r += dr;
+    }
+  } else if (xs.c < xs.w) {  // channels-last: c fastest, then the patch column q, then the row r
+    const int dc = kFoldThreads % cb, dq = (kFoldThreads / cb) % pw_used, dr = kFoldThreads / cb / pw_used;
+    int c = tid % cb, q = (tid / cb) % pw_used, r = tid / cb / pw_used;
+    for (int e = tid; e < staged; e += kFoldThreads) {
+      const int ih = h0 + r, iw = w0 + q;
+      const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+      patch_r[(c * PH + r) * PW + q] = inside ? xn[c * xs.c + ih * xs.h + iw * xs.w] : R(0);
+      c += dc;
+      if (c >= cb) {
+        c -= cb;
+        ++q;
+      }
+      q += dq;
+      if (q >= pw_used) {
+        q -= pw_used;
+        ++r;
+      }
+      r += dr;
+    }
+  } else {  // w fastest: the patch column q, then the row r, then c
+    const int dq = kFoldThreads % pw_used, dr = (kFoldThreads / pw_used) % PH, dc = kFoldThreads / pw_used / PH;
+    int q = tid % pw_used, r = (tid / pw_used) % PH, c = tid / pw_used / PH;
+    for (int e = tid; e < staged; e += kFoldThreads) {
+      const int ih = h0 + r, iw = w0 + q;
+      const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+      patch_r[(c * PH + r) * PW + q] = inside ? xn[c * xs.c + ih * xs.h + iw * xs.w] : R(0);
+      q += dq;
+      if (q >= pw_used) {
+        q -= pw_used;
+        ++r;
+      }
+      r += dr;
+      if (r >= PH) {
+        r -= PH;
+        ++c;
+      }
+      c += dc;
+    }
+  }
+  __syncthreads();
+  const int64_t K = int64_t(C) * khw;
+  const int Kb = static_cast<int>(K * kSz);  // bytes between positions' runs (tw·Kb < 2^31: the host checked)
+  unsigned char* dst = reinterpret_cast<unsigned char*>(cols + ((n * OH + oh) * OW + ow0) * K + int64_t(c0) * khw);
+  const int npk = cbk / kV;  // packs per position (the launcher checked cbk·sizeof(T) % 16 == 0)
+  const int total = tw * npk, pstep = sw * kSz;
+  const int dp = kFoldThreads / npk, dk = kFoldThreads - dp * npk;
+  int p = tid / npk, kp = tid - (tid / npk) * npk;
+  for (int e = tid; e < total; e += kFoldThreads) {
+    uint32_t ofw[kOffWords];  // the pack's kV offsets, two a word
+    if constexpr (kOffWords == 4) {
+      const uint4 o = reinterpret_cast<const uint4*>(offs)[kp];
+      ofw[0] = o.x;
+      ofw[1] = o.y;
+      ofw[2] = o.z;
+      ofw[3] = o.w;
+    } else if constexpr (kOffWords == 2) {
+      const uint2 o = reinterpret_cast<const uint2*>(offs)[kp];
+      ofw[0] = o.x;
+      ofw[1] = o.y;
+    } else {
+      ofw[0] = reinterpret_cast<const uint32_t*>(offs)[kp];
+    }
+    const unsigned char* src = patch + p * pstep;
+    R v[kV];
+#pragma unroll
+    for (int u = 0; u < kV; ++u) {
+      const uint32_t off = u % 2 == 0 ? ofw[u / 2] & 0xffffu : ofw[u / 2] >> 16;
+      v[u] = *reinterpret_cast<const R*>(src + off);
+    }
+    uint32_t w4[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if constexpr (kSz == 2) w4[u] = uint32_t(v[2 * u]) | (uint32_t(v[2 * u + 1]) << 16);
+      else if constexpr (kSz == 4) w4[u] = v[u];
+      else w4[u] = u % 2 == 0 ? uint32_t(v[u / 2]) : uint32_t(v[u / 2] >> 32);
+    }
+    unsigned char* d = dst + (p * Kb + kp * 16);
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(d), "r"(w4[0]), "r"(w4[1]), "r"(w4[2]),
+                 "r"(w4[3])
+                 : "memory");
+    p += dp;
+    kp += dk;
+    if (kp >= npk) {
+      kp -= npk;
+      ++p;
+    }
+  }
+}
+
+// Variant 3's tile for g and elements of `elem` bytes (Note [Unfold, vec kernel]): variant 2's, with a partial
+// channel group rounded down to a count whose run is a multiple of 16 bytes; false when the packs do not fit the
+// runs (K·elem % 16 != 0, or no such count fits): the launcher runs variant 2 then. The column pointer's
+// alignment is the launcher's check.
+bool unfold_vec_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
+  if (!unfold_tile(g, elem, t)) return false;
+  const int64_t khw = g.kh * g.kw;
+  if (g.C * khw * elem % 16 != 0) return false;
+  int64_t unit = 1;  // the fewest channels whose run is a multiple of 16 bytes (<= 8)
+  while (unit * khw * elem % 16 != 0) ++unit;
+  int64_t cb = t.cb;
+  if (cb < g.C) {
+    if (cb < unit) return false;
+    cb = cb / unit * unit;
+  }
+  const int64_t cchunks = (g.C + cb - 1) / cb;
+  if (g.N * g.OH * cchunks * t.wtiles > int64_t(0x7fffffff)) return false;
+  if (t.tw * g.C * khw * elem > int64_t(0x7fffffff)) return false;  // the kernel's 32-bit offsets in a block's rows
+  // 2-byte byte offsets: the patch must stay below 64 KB (it is below 48 KB: unfold_tile's bound)
+  if (cb * t.prow * t.pcol * elem >= 65536) return false;
+  t.cb = static_cast<int>(cb);
+  t.cchunks = static_cast<int>(cchunks);
+  t.offs_bytes = static_cast<int>((cb * khw * 2 + 15) / 16 * 16);
+  return true;
+}
+
 std::atomic<int> g_unfold_variant_override{0};
 std::atomic<int64_t> g_unfold_staged_launches{0};
+std::atomic<int64_t> g_unfold_vec_launches{0};
 
 int env_unfold_variant() {
-  // staged (2) unset: run 24 measured it faster on every shape but 1x1 s2 (0.0233 vs 0.0212 ms)
-  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}}, 2, 1);
+  // staged (2) unset: run 24 measured it faster on every shape but 1x1 s2 (0.0233 vs 0.0212 ms); vec (3) opt-in
+  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}, {"vec", 3}}, 2, 1);
   return v;
 }
 
 std::atomic<int> g_fold_variant_override{0};
 std::atomic<int64_t> g_fold_tiles_launches{0};
+std::atomic<int64_t> g_fold_tiles2_launches{0};
 
 int env_fold_variant() {
-  // unset: tiles (2), the fastest on every ResNet shape in runs 25-26 (Note [Fold, tiles kernel])
-  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"tiles", 2}}, 2, 1);
+  // unset: tiles (2), the fastest on every ResNet shape in runs 25-26 (Note [Fold, tiles kernel]); tiles2 (3) opt-in
+  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"tiles", 2}, {"tiles2", 3}}, 2, 1);
   return v;
 }
 
@@ -441,6 +693,7 @@ int unfold_variant() {
 }
 void set_unfold_variant(int variant) { g_unfold_variant_override.store(variant, std::memory_order_relaxed); }
 int64_t unfold_staged_launches() { return g_unfold_staged_launches.load(std::memory_order_relaxed); }
+int64_t unfold_vec_launches() { return g_unfold_vec_launches.load(std::memory_order_relaxed); }
 
 int fold_variant() {
   const int o = g_fold_variant_override.load(std::memory_order_relaxed);
@@ -448,6 +701,7 @@ int fold_variant() {
 }
 void set_fold_variant(int variant) { g_fold_variant_override.store(variant, std::memory_order_relaxed); }
 int64_t fold_tiles_launches() { return g_fold_tiles_launches.load(std::memory_order_relaxed); }
+int64_t fold_tiles2_launches() { return g_fold_tiles2_launches.load(std::memory_order_relaxed); }
 
 void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeometry& g, void* cols,
                      cudaStream_t stream) {
@@ -456,7 +710,23 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     UnfoldTile t;
-    if (unfold_variant() == 2 && unfold_tile(g, int64_t(sizeof(T)), t)) {
+    const int variant = unfold_variant();
+    if (variant == 3 && aligned_to(cols, 16) && unfold_vec_tile(g, int64_t(sizeof(T)), t)) {
+      const size_t smem = size_t(t.offs_bytes) + size_t(t.cb) * t.prow * t.pcol * sizeof(T);
+      const unsigned blocks = static_cast<unsigned>(g.N * g.OH * t.cchunks * t.wtiles);
+      // channels-last images staged in 16-byte units of channels where every unit is aligned
+      const int64_t sz = int64_t(sizeof(T));
+      const bool cl16 = xs.c == 1 && g.C * sz % 16 == 0 && t.cb * sz % 16 == 0 && xs.n * sz % 16 == 0 &&
+                        xs.h * sz % 16 == 0 && xs.w * sz % 16 == 0 && aligned_to(x, 16);
+      const T* xt = static_cast<const T*>(x);
+      T* ct = static_cast<T*>(cols);
+      if (cl16) unfold_vec_kernel<T, true><<<blocks, kFoldThreads, smem, stream>>>(xt, xs, g, t, ct);
+      else unfold_vec_kernel<T, false><<<blocks, kFoldThreads, smem, stream>>>(xt, xs, g, t, ct);
+      HT_CHECK_LAUNCH("unfold2d (vec)");
+      g_unfold_vec_launches.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (variant >= 2 && unfold_tile(g, int64_t(sizeof(T)), t)) {  // variant 3 falls back here
       const size_t smem = size_t(t.offs_bytes) + size_t(t.cb) * t.prow * t.pcol * sizeof(T);
       const unsigned blocks = static_cast<unsigned>(g.N * g.OH * t.cchunks * t.wtiles);
       unfold_staged_kernel<T><<<blocks, kFoldThreads, smem, stream>>>(static_cast<const T*>(x), xs, g, t,
@@ -480,7 +750,17 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     FoldTiles tt;
-    if (fold_variant() == 2 && fold_tiles_plan(g, int64_t(sizeof(T)), tt)) {
+    const int variant = fold_variant();
+    const bool s1 = g.sh == 1 && g.sw == 1;
+    const bool k3 = s1 && g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1;
+    // variant 3: the halo stage for the unrolled 3x3 sum (not f64, which keeps the generic loop), else tiles
+    bool halo = variant == 3 && k3 && sizeof(T) < 8;
+    bool planned = variant >= 2 && fold_tiles_plan(g, int64_t(sizeof(T)), tt, halo);
+    if (!planned && halo) {
+      halo = false;
+      planned = fold_tiles_plan(g, int64_t(sizeof(T)), tt);
+    }
+    if (planned) {
       const int64_t khw = g.kh * g.kw, sz = int64_t(sizeof(T));
       // the widest load unit that every run's start and length and the strides allow
       auto unit_ok = [&](int64_t vb) {
@@ -492,11 +772,13 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
       const unsigned blocks = static_cast<unsigned>(g.N * tt.cchunks * tt.rchunks * tt.wtiles);
       const T* c = static_cast<const T*>(cols);
       T* o = static_cast<T*>(x);
-      const bool s1 = g.sh == 1 && g.sw == 1;
-      const bool k3 = s1 && g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1;
       auto go = [&](auto vb_tag) {
         constexpr int VB = decltype(vb_tag)::value;
         if constexpr (sizeof(T) < 8) {  // f64 keeps the generic loop (the unrolled one spills 12 bytes there)
+          if (halo) {
+            fold_tiles_kernel<T, VB, true, true, true><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+            return;
+          }
           if (k3) {
             fold_tiles_kernel<T, VB, true, true><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
             return;
@@ -514,6 +796,7 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
       }
       HT_CHECK_LAUNCH("fold2d (tiles)");
       g_fold_tiles_launches.fetch_add(1, std::memory_order_relaxed);
+      if (halo) g_fold_tiles2_launches.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     fold_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(cols), cs, g,

@@ -29,15 +29,22 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
 // stages the image patch its positions read (cb channels x the dilated kernel's rows x the tile's input
 // columns, zero padding included) in shared memory with reads along the image's contiguous dimension (w for
 // NCHW, c for channels-last views), then writes its column entries contiguously from a per-entry offset table.
-// A copy either way: the bits are the same. Shapes whose patch does not fit in 48 KB take variant 1.
-// HADATRAIN_UNFOLD_KERNEL = old | staged (or 1 | 2), read once per process (unset: 2, measured faster than 1 on
-// every run-24 shape but 1x1 s2, 0.0233 vs 0.0212 ms); set_unfold_variant(v) overrides it (0: back to the
-// environment).
-inline constexpr int kUnfoldVariants = 2;
+// 3 (vec, opt-in; Note [Unfold, vec kernel]): variant 2's tiles and staging (indices stepped without divisions),
+// then each thread writes a pack of 16 / sizeof(T) consecutive column entries with one 16-byte store, gathered
+// from the patch through a table of 2-byte offsets (one shared-memory load a pack); taken when K·sizeof(T) and
+// the channel group's run are multiples of 16 bytes and the columns 16-byte aligned, else variant 2 runs (not
+// yet run on a GPU: session 8 measures it). A copy every way: the bits are the same. Shapes whose patch does
+// not fit in 48 KB take variant 1.
+// HADATRAIN_UNFOLD_KERNEL = old | staged | vec (or 1 | 2 | 3), read once per process (unset: 2, measured faster
+// than 1 on every run-24 shape but 1x1 s2, 0.0233 vs 0.0212 ms; unknown: 1); set_unfold_variant(v) overrides it
+// (0: back to the environment).
+inline constexpr int kUnfoldVariants = 3;
 int unfold_variant();
 void set_unfold_variant(int variant);
-// Launches of variant 2's staged unfold kernel in this process.
+// Launches of variant 2's staged unfold kernel in this process (variant 3's fallbacks included).
 int64_t unfold_staged_launches();
+// Launches of variant 3's vec unfold kernel in this process.
+int64_t unfold_vec_launches();
 
 // x (N, C, H, W) contiguous <- fold of cols with element strides (n, l, k).
 struct FoldStrides3 {
@@ -52,13 +59,19 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
 // elements need in one pass (16-byte loads where the runs allow, kept in the column dtype), one barrier, then sums
 // its elements in the same ascending (i, j) order in fp32 (fp64 for f64) as 1 and the CPU: bit-identical. Shapes
 // whose stage does not fit in 48 KB (huge dilations) take variant 1. Run 26 (bf16, N 256, ms old / tiles): C 64
-// 32x32 3x3 0.744 / 0.240, C 128 16x16 0.382 / 0.124, C 64 32x32 stride 2 0.471 / 0.390. HADATRAIN_FOLD_KERNEL =
-// old | tiles (or 1 | 2), read once per process (unset: tiles; unknown: old); set_fold_variant(v) overrides it
-// (0: back to the environment; the GPU tests and bench_kernels run every variant).
-inline constexpr int kFoldVariants = 2;
+// 32x32 3x3 0.744 / 0.240, C 128 16x16 0.382 / 0.124, C 64 32x32 stride 2 0.471 / 0.390. 3 (tiles2, opt-in; Note
+// [Fold, tiles2]): variant 2, but 3x3 windows at stride and dilation 1 in f32 / bf16 / f16 stage a halo (R + 2
+// rows x tw + 2 positions, zeros outside the column grid) and sum without bounds checks: the same bits (adding +0
+// to a sum that starts at +0 changes nothing); other shapes run variant 2 (not yet run on a GPU: session 8
+// measures it). HADATRAIN_FOLD_KERNEL = old | tiles | tiles2 (or 1 | 2 | 3), read once per process (unset: tiles;
+// unknown: old); set_fold_variant(v) overrides it (0: back to the environment; the GPU tests and bench_kernels run
+// every variant).
+inline constexpr int kFoldVariants = 3;
 int fold_variant();
 void set_fold_variant(int variant);
-// Launches of the tiles kernel in this process (the GPU tests assert that variant 2 takes it).
+// Launches of the tiles kernel in this process, variant 3's included (the GPU tests assert that variant 2 takes it).
 int64_t fold_tiles_launches();
+// Launches of variant 3's halo tiles kernel in this process.
+int64_t fold_tiles2_launches();
 
 }  // namespace ht::kernels

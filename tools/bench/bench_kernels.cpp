@@ -940,17 +940,19 @@ void bench_norm_variants(bool csv, double copy_gbs) {
 // fold2d (col2im, unfold2d's backward) and unfold2d (im2col) kernels on ResNet / ViT shapes at batch 256 (one
 // ImageNet-like stage-1 shape at batch 64), bf16, through the launchers on preallocated buffers (legacy stream,
 // time_ms's events). fold: contiguous (N, L, C·kh·kw) columns -> (N, C, H, W) with each fold variant
-// (kernels::set_fold_variant; 1 old, 2 tiles: Note [Fold, tiles kernel] in kernels/unfold.cu); unfold with each unfold variant (set_unfold_variant; 1 old, 2 staged) from an
+// (kernels::set_fold_variant; 1 old, 2 tiles: Note [Fold, tiles kernel] in kernels/unfold.cu; 3 tiles2: Note
+// [Fold, tiles2], the halo stage on the 3x3 stride-1 rows, tiles on the others); unfold with each unfold variant
+// (set_unfold_variant; 1 old, 2 staged, 3 vec: Note [Unfold, vec kernel]; vec takes every row here) from an
 // (N, C, H, W) contiguous image and from a channels-last (N, H, W, C) image viewed as NCHW (the HLQ convolutions'
-// layout) -> columns. Bytes: columns + image, each once (the ideal traffic); "vs copy"
-// is the ratio of that rate to the copy floor (the 1 GB clone of the main table). HADATRAIN_BENCH_FOLD=S runs only
-// the cases whose name contains S.
+// layout) -> columns. Bytes: columns + image, each once (the ideal traffic); "vs copy" is the ratio of that rate
+// to the copy floor (the 1 GB clone of the main table). HADATRAIN_BENCH_FOLD=S runs only the cases whose name
+// contains S.
 void bench_fold(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(21);
   constexpr int kV = kernels::kFoldVariants;
   constexpr int kU = kernels::kUnfoldVariants;
-  static_assert(kV == 2 && kU == 2, "one column pair per variant");
+  static_assert(kV == 3 && kU == 3, "one column pair per variant");
   struct Case {
     const char* name;
     int64_t N, C, H, W, k, s, p;
@@ -964,14 +966,14 @@ void bench_fold(bool csv, double copy_gbs) {
   const char* const only = std::getenv("HADATRAIN_BENCH_FOLD");
   if (csv) {
     std::printf("fold case (bf16 N 256 unless named),MB");
-    for (const char* c : {"fold old", "fold tiles", "unfold nchw old", "unfold nchw staged",
-                          "unfold nhwc-view old", "unfold nhwc-view staged"})
+    for (const char* c : {"fold old", "fold tiles", "fold tiles2", "unfold nchw old", "unfold nchw staged",
+                          "unfold nchw vec", "unfold nhwc-view old", "unfold nhwc-view staged", "unfold nhwc-view vec"})
       std::printf(",%s ms,%s ratio_to_copy", c, c);
     std::printf("\n");
   } else {
     std::printf("\n%-30s %8s", "fold / unfold (bf16, N 256)", "MB");
-    for (const char* c : {"fold old", "fold tiles", "unf-nchw v1", "unf-nchw v2", "unf-nhwc v1",
-                          "unf-nhwc v2"})
+    for (const char* c : {"fold old", "fold tiles", "fold tiles2", "unf-nchw v1", "unf-nchw v2", "unf-nchw v3",
+                          "unf-nhwc v1", "unf-nhwc v2", "unf-nhwc v3"})
       std::printf(" %11s %7s", c, "vs copy");
     std::printf("\n");
   }
