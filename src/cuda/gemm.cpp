@@ -411,12 +411,16 @@ void check_lowp(const LowpGemmArgs& g) {
   if (int8) {
     HT_CHECK(g.c_dtype == DType::i32, "gemm_lowp_nt: i8 x i8 products are i32, not {} ({})", dtype_name(g.c_dtype),
              describe(g));
-    HT_CHECK(!g.scale_a && !g.scale_b && g.accum == Fp8Accum::precise,
+    HT_CHECK(!g.scale_a && !g.scale_b && !g.row_scale_a && !g.col_scale_b && g.accum == Fp8Accum::precise,
              "gemm_lowp_nt: scales and accumulation modes are for fp8 products only ({})", describe(g));
   } else {
     HT_CHECK(g.c_dtype == DType::f32 || g.c_dtype == DType::bf16,
              "gemm_lowp_nt: fp8 products are written as f32 or bf16, not {} ({})", dtype_name(g.c_dtype), describe(g));
   }
+  HT_CHECK((g.row_scale_a == nullptr) == (g.col_scale_b == nullptr),
+           "gemm_lowp_nt: outer-vector scales come in pairs (row_scale_a and col_scale_b) in {}", describe(g));
+  HT_CHECK(!g.row_scale_a || (!g.scale_a && !g.scale_b),
+           "gemm_lowp_nt: scalar scales and outer-vector scales exclude each other in {}", describe(g));
   HT_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, "gemm_lowp_nt: negative size in {}", describe(g));
   HT_CHECK(g.lda >= std::max<int64_t>(1, g.k) && g.ldb >= std::max<int64_t>(1, g.k) &&
                g.ldc >= std::max<int64_t>(1, g.n),
@@ -456,10 +460,17 @@ std::unique_ptr<Plan> make_lowp_plan(const LowpGemmArgs& g, const std::array<uin
     const int8_t fast = g.accum == Fp8Accum::fast ? 1 : 0;
     HT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
     // The heuristic sees whether scales are present; the pointers themselves are set before every call.
-    HT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.scale_b, sizeof(g.scale_b)));
-    HT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.scale_a, sizeof(g.scale_a)));
+    // Outer-vector scales (Note [Low-precision GEMM]): cuBLAS's A is our b, so its A vector is our col_scale_b
+    // (n values: cuBLAS's M) and its B vector our row_scale_a (m values: cuBLAS's N).
+    const float* sa = g.row_scale_a ? g.col_scale_b : g.scale_b;
+    const float* sb = g.row_scale_a ? g.row_scale_a : g.scale_a;
+    if (g.row_scale_a) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      HT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+      HT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    }
+    HT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)));
+    HT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb)));
   }
   // cuBLAS's A = our b: col-major (k, n) with ld ldb, transposed; its B = our a: col-major (k, m), ld lda.
   p->la = make_layout(lowp_type(g.b_dtype), g.k, g.n, g.ldb, g.batch, g.stride_b);
@@ -479,7 +490,7 @@ Plan& lowp_plan_for(const LowpGemmArgs& g) {
                    static_cast<int64_t>(g.c_dtype),
                    static_cast<int64_t>(g.accum),
                    g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c,
-                   (g.scale_a ? 1 : 0) + (g.scale_b ? 2 : 0),
+                   (g.scale_a ? 1 : 0) + (g.scale_b ? 2 : 0) + (g.row_scale_a ? 4 : 0),
                    align[0], align[1], align[2], 0, 0};
   auto& plans = state().lowp_plans;
   auto it = plans.find(key);
@@ -490,11 +501,11 @@ Plan& lowp_plan_for(const LowpGemmArgs& g) {
 
 void run_lowp(Plan& p, const LowpGemmArgs& g, cudaStream_t stream) {
   const bool fp8 = is_fp8(g.a_dtype);
-  if (fp8) {  // scales: device pointers, read by the kernel (never by the host)
-    HT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.scale_b, sizeof(g.scale_b)));
-    HT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.scale_a, sizeof(g.scale_a)));
+  if (fp8) {  // scales: device pointers, read by the kernel (never by the host); vectors as in make_lowp_plan
+    const float* sa = g.row_scale_a ? g.col_scale_b : g.scale_b;
+    const float* sb = g.row_scale_a ? g.row_scale_a : g.scale_a;
+    HT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)));
+    HT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb)));
   }
   const int32_t ai = 1, bi = 0;
   const float af = 1.0f, bf = 0.0f;
@@ -621,6 +632,7 @@ const char* lowp_path_name(LowpPath p) {
     case LowpPath::cublaslt_padded: return "cublaslt_padded";
     case LowpPath::kernel: return "kernel";
     case LowpPath::trivial: return "trivial";
+    case LowpPath::unsupported: return "unsupported";
   }
   return "?";
 }
@@ -637,6 +649,17 @@ LowpPath gemm_lowp_nt(const LowpGemmArgs& g) {
       for (int64_t i = 0; i < g.batch; ++i)
         HT_CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(g.c) + i * g.stride_c * static_cast<int64_t>(item),
                                         g.ldc * item, 0, g.n * item, g.m, stream));
+      return;
+    }
+    if (g.row_scale_a) {  // outer-vector scales: cuBLASLt in place, or nothing (the caller falls back)
+      path = LowpPath::unsupported;
+      if (g.impl == LowpImpl::fallback_kernel || g.batch != 1 || !a_in_place(g) || !b_in_place(g) || !c_in_place(g))
+        return;
+      Plan& p = lowp_plan_for(g);
+      if (p.has_algo) {
+        run_lowp(p, g, stream);
+        path = LowpPath::cublaslt;
+      }
       return;
     }
     if (g.impl == LowpImpl::fallback_kernel) {

@@ -10,6 +10,7 @@
 #include "cpu/loops.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/lowp_matmul.h"
+#include "hadatrain/ops/ops.h"  // mul, reshape (the outer-scale fallback)
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/scalar_types.h"
 #ifdef HADATRAIN_CUDA
@@ -79,7 +80,9 @@ std::vector<double> fp8_table(DType dt) {
   return v;
 }
 
-void fp8_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double scale, const NtDims& d) {
+// row / col: optional outer-vector scales (M and N f32 values; null = 1).
+void fp8_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double scale, const NtDims& d,
+             const float* row = nullptr, const float* col = nullptr) {
   const std::vector<double> ta = fp8_table(a.dtype()), tb = fp8_table(b.dtype());
   const uint8_t* pa = static_cast<const uint8_t*>(a.data_ptr());
   const uint8_t* pb = static_cast<const uint8_t*>(b.data_ptr());
@@ -91,7 +94,9 @@ void fp8_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double scale, 
         const uint8_t* rb = pb + ((d.b_shared ? 0 : t) * d.n + j) * d.k;
         double acc = 0.0;
         for (int64_t k = 0; k < d.k; ++k) acc += ta[ra[k]] * tb[rb[k]];
-        const auto v = static_cast<float>(scale * acc);
+        double sc = scale;
+        if (row) sc *= static_cast<double>(row[i]) * static_cast<double>(col[j]);
+        const auto v = static_cast<float>(sc * acc);
         const int64_t o = (t * d.m + i) * d.n + j;
         if (to_bf16) static_cast<bf16*>(out.data_ptr())[o] = bf16(v);
         else static_cast<float*>(out.data_ptr())[o] = v;
@@ -99,8 +104,9 @@ void fp8_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double scale, 
 }
 
 #ifdef HADATRAIN_CUDA
-void lowp_cuda(const Tensor& out, const Tensor& a, const Tensor& b, const float* scale_a, const float* scale_b,
-               const NtDims& d) {
+cuda::LowpPath lowp_cuda(const Tensor& out, const Tensor& a, const Tensor& b, const float* scale_a,
+                         const float* scale_b, const NtDims& d, const float* row_scale = nullptr,
+                         const float* col_scale = nullptr) {
   cuda::DeviceGuard guard(out.device().index);
   cuda::LowpGemmArgs g;
   g.a_dtype = a.dtype();
@@ -121,13 +127,21 @@ void lowp_cuda(const Tensor& out, const Tensor& a, const Tensor& b, const float*
   g.stride_c = d.m * d.n;
   g.scale_a = scale_a;
   g.scale_b = scale_b;
-  cuda::gemm_lowp_nt(g);
+  g.row_scale_a = row_scale;
+  g.col_scale_b = col_scale;
+  return cuda::gemm_lowp_nt(g);
 }
 #endif
 
 void check_scale(const char* op, const char* name, const Tensor& s, Device dev) {
   HT_CHECK(s.defined() && s.dtype() == DType::f32 && s.numel() == 1,
            "{}: {} must be a one-element f32 tensor, got {}", op, name, s.defined() ? s.describe() : "undefined");
+  HT_CHECK(s.device() == dev, "{}: {} must be on {} like a and b, got {}", op, name, to_string(dev), s.describe());
+}
+
+void check_vector(const char* op, const char* name, const Tensor& s, int64_t n, Device dev) {
+  HT_CHECK(s.defined() && s.dtype() == DType::f32 && s.dim() == 1 && s.numel() == n,
+           "{}: {} must be an f32 vector of {} values, got {}", op, name, n, s.defined() ? s.describe() : "undefined");
   HT_CHECK(s.device() == dev, "{}: {} must be on {} like a and b, got {}", op, name, to_string(dev), s.describe());
 }
 
@@ -181,6 +195,41 @@ Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
   }
   const double scale = scale_a.item() * scale_b.item();
   fp8_cpu(out, ac, bc, scale, d);
+  return out;
+}
+
+Tensor fp8_matmul_nt_outer(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                           DType out_dtype) {
+  constexpr const char* op = "fp8_matmul_nt_outer";
+  HT_CHECK(a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2,
+           "{}: a (M, K) and b (N, K) must be 2-D, got a {} and b {}", op, a.defined() ? a.describe() : "undefined",
+           b.defined() ? b.describe() : "undefined");
+  const NtDims d = nt_dims(op, a, b);
+  HT_CHECK(is_fp8(a.dtype()) && is_fp8(b.dtype()) && !(a.dtype() == DType::f8e5m2 && b.dtype() == DType::f8e5m2),
+           "{}: a and b must be f8e4m3 or f8e5m2, not both f8e5m2, got a {} and b {}", op, a.describe(), b.describe());
+  HT_CHECK(out_dtype == DType::f32 || out_dtype == DType::bf16, "{}: out_dtype must be f32 or bf16, got {}", op,
+           dtype_name(out_dtype));
+  const Device dev = common_device(op, {&a, &b});
+  check_vector(op, "row_scale", row_scale, d.m, dev);
+  check_vector(op, "col_scale", col_scale, d.n, dev);
+  const Tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
+  const Tensor rs = row_scale.detach().contiguous(), cs = col_scale.detach().contiguous();
+  Tensor out = empty(d.out, {out_dtype, dev});
+  if (out.numel() == 0) return out;
+  if (dev.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    if (lowp_cuda(out, ac, bc, nullptr, nullptr, d, static_cast<const float*>(rs.data_ptr()),
+                  static_cast<const float*>(cs.data_ptr())) != cuda::LowpPath::unsupported)
+      return out;
+    // cuBLASLt cannot take the vectors here: the unscaled f32 product, scaled by the outer product in f32
+    Tensor acc = empty(d.out, {DType::f32, dev});
+    lowp_cuda(acc, ac, bc, nullptr, nullptr, d);
+    return mul(acc, mul(reshape(rs, {d.m, 1}), reshape(cs, {1, d.n}))).to(out_dtype);
+#else
+    no_cuda_kernel(op);
+#endif
+  }
+  fp8_cpu(out, ac, bc, 1.0, d, static_cast<const float*>(rs.data_ptr()), static_cast<const float*>(cs.data_ptr()));
   return out;
 }
 

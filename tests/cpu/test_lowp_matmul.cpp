@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hadatrain/ops/lowp_matmul.h"
+#include "hadatrain/ops/ops.h"
 
 using namespace ht;
 
@@ -108,6 +109,30 @@ TEST_CASE("fp8_matmul_nt matches double sums of the fp8 values, scaled", "[lowp]
         const double rtol = out_dt == DType::f32 ? 1e-7 : 1.0 / 256;
         CHECK(test::compare(out, ref_nt(a, b, 0.75 * -1.5), rtol, 1e-30) == "");
       }
+}
+
+TEST_CASE("fp8_matmul_nt_outer scales each element by its row and column scale", "[lowp]") {
+  uint64_t seed = 300;
+  for (DType out_dt : {DType::f32, DType::bf16})
+    for (const Mnk& s : kSizes) {
+      INFO(dtype_name(out_dt) << " m " << s.m << " n " << s.n << " k " << s.k);
+      const Tensor a = rand_fp8({s.m, s.k}, ++seed, DType::f8e4m3), b = rand_fp8({s.n, s.k}, ++seed, DType::f8e4m3);
+      const Tensor row = test::random_tensor({s.m}, ++seed, DType::f32, 0.1, 4.0);
+      const Tensor col = test::random_tensor({s.n}, ++seed, DType::f32, -2.0, 2.0);
+      const Tensor out = fp8_matmul_nt_outer(a, b, row, col, out_dt);
+      CHECK(out.dtype() == out_dt);
+      CHECK(out.shape() == Shape{s.m, s.n});
+      std::vector<double> ref = ref_nt(a, b);
+      const auto rv = row.to_vector<double>(), cv = col.to_vector<double>();
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) ref[static_cast<std::size_t>(i * s.n + j)] *= rv[i] * cv[j];
+      CHECK(test::compare(out, ref, out_dt == DType::f32 ? 1e-7 : 1.0 / 256, 1e-30) == "");
+    }
+  const Tensor a = rand_fp8({3, 8}, 1, DType::f8e4m3), b = rand_fp8({4, 8}, 2, DType::f8e4m3);
+  const Tensor r3 = from_vector(std::vector<float>{1, 2, 3}, {3}), c4 = from_vector(std::vector<float>{1, 1, 1, 1}, {4});
+  CHECK_THROWS_WITH(fp8_matmul_nt_outer(a, b, c4, c4, DType::f32), HasSubstr("row_scale must be an f32 vector of 3"));
+  CHECK_THROWS_WITH(fp8_matmul_nt_outer(a, b, r3, r3, DType::f32), HasSubstr("col_scale must be an f32 vector of 4"));
+  CHECK_THROWS_WITH(fp8_matmul_nt_outer(reshape(a, {1, 3, 8}), b, r3, c4, DType::f32), HasSubstr("must be 2-D"));
 }
 
 TEST_CASE("fp8_matmul_nt: batches, shared b, non-contiguous operands, K = 0", "[lowp]") {

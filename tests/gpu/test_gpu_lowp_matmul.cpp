@@ -151,6 +151,29 @@ TEST_CASE("fp8_matmul_nt on CUDA agrees with the CPU within the fp8 accumulation
                   DType::bf16) == "");
 }
 
+// fp8_matmul_nt_outer: cuBLASLt's outer-vector scales on aligned shapes (m, n, k multiples of 16), the f32
+// fallback on the others, both against the CPU within the fp8 bound (scaled by each element's row · col).
+TEST_CASE("fp8_matmul_nt_outer on CUDA agrees with the CPU, aligned and unaligned", "[gpu][lowp]") {
+  uint64_t seed = 500;
+  for (DType out_dt : {DType::f32, DType::bf16})
+    for (const Mnk& s : std::vector<Mnk>{{256, 576, 64}, {1024, 64, 576}, {64, 48, 4096}, {33, 17, 37}, {7, 5, 13}}) {
+      INFO(dtype_name(out_dt) << " m " << s.m << " n " << s.n << " k " << s.k);
+      const Tensor a = rand_fp8({s.m, s.k}, ++seed, DType::f8e4m3), b = rand_fp8({s.n, s.k}, ++seed, DType::f8e4m3);
+      const Tensor row = test::random_tensor({s.m}, ++seed, DType::f32, 0.1, 4.0);
+      const Tensor col = test::random_tensor({s.n}, ++seed, DType::f32, 0.1, 2.0);
+      const Tensor expected = fp8_matmul_nt_outer(a, b, row, col, out_dt);
+      Tensor actual;
+      {
+        test::PoisonGuard poison;
+        actual = fp8_matmul_nt_outer(a.to(test::kCuda), b.to(test::kCuda), row.to(test::kCuda), col.to(test::kCuda),
+                                     out_dt);
+      }
+      // the bound of fp8_agrees with the largest row · col as the scale (a looser bound for the other elements)
+      const double scale = 4.0 * 2.0;
+      CHECK(fp8_agrees(actual, expected, abs_sums(a, b), scale) == "");
+    }
+}
+
 TEST_CASE("fp8 scales are read from device memory when the product runs", "[gpu][lowp]") {
   for (const Mnk& s : std::vector<Mnk>{{64, 48, 256}, {33, 17, 37}}) {  // in place, and padded
     INFO("m " << s.m << " n " << s.n << " k " << s.k);

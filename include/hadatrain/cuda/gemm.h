@@ -67,13 +67,21 @@ struct LowpGemmArgs {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch matrices
   const float* scale_a = nullptr;  // fp8 only: device pointers to one f32 each
   const float* scale_b = nullptr;
+  // fp8 only, instead of scale_a / scale_b: outer-vector scales, f32 device vectors of m (one per row of a and
+  // of C) and n (one per row of b, a column of C) values: C[i][j] = row_scale_a[i] · col_scale_b[j] ·
+  // (a · bᵀ)[i][j], with one rounding (cuBLASLt's CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F). Only the cuBLASLt
+  // path on operands in place takes them: when it cannot run (alignment, no algorithm, batch > 1),
+  // gemm_lowp_nt computes nothing and returns LowpPath::unsupported, and the caller falls back.
+  const float* row_scale_a = nullptr;
+  const float* col_scale_b = nullptr;
   Fp8Accum accum = Fp8Accum::precise;
   LowpImpl impl = LowpImpl::automatic;
 };
 
 // How a low-precision product ran: cuBLASLt on the operands in place, cuBLASLt on zero-padded copies,
-// the fallback kernel (kernels/lowp_gemm.cu), or nothing to multiply (empty output, or k = 0: zeros).
-enum class LowpPath { cublaslt, cublaslt_padded, kernel, trivial };
+// the fallback kernel (kernels/lowp_gemm.cu), nothing to multiply (empty output, or k = 0: zeros), or not at
+// all (outer-vector scales that cuBLASLt cannot take here; nothing was written).
+enum class LowpPath { cublaslt, cublaslt_padded, kernel, trivial, unsupported };
 const char* lowp_path_name(LowpPath p);
 
 LowpPath gemm_lowp_nt(const LowpGemmArgs& args);

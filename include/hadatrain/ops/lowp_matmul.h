@@ -19,4 +19,13 @@ Tensor int8_matmul_nt(const Tensor& a, const Tensor& b);
 // (exact fp8 products), double on the CPU; one rounding at the end (CPU: to f32, then to out_dtype).
 Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, DType out_dtype);
 
+// 2-D a (M, K), b (N, K) fp8 as above, with outer-vector scales: row_scale (M) and col_scale (N) f32 tensors on
+// the device of a and b. Returns (M, N) of out_dtype = row_scale[i] · col_scale[j] · (a · bᵀ)[i][j] with one
+// rounding. On CUDA the scales go into cuBLASLt's product (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) when it
+// can take them in place (16-byte alignment of K, N and the pointers, an algorithm for the shape); otherwise
+// the unscaled f32 product is scaled by the outer product of the vectors and rounded (the same values; slower).
+// The CPU computes fp32(row · col · acc) in double and rounds once to f32, then to out_dtype.
+Tensor fp8_matmul_nt_outer(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                           DType out_dtype);
+
 }  // namespace ht
