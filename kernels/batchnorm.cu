@@ -646,6 +646,22 @@ __global__ void __launch_bounds__(kThreads, 8)
 
 // ---- backward sums --------------------------------------------------------------------------------------
 
+// The mean (mu) and, with a fused activation, the forward's per-channel scale / shift (sc, sh: what
+// bn_masked_g recomputes y from) of the V channels col.. , in the compute type A (the channels-last reductions).
+template <BnAct Act, class A, int V>
+HT_DEV void bn_channel_consts(const BnChannels& ch, int64_t col, A (&mu)[V], A (&sc)[V], A (&sh)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    mu[j] = static_cast<A>(ch.mean[col + j]);
+    if constexpr (Act != BnAct::none) {
+      double a, b;
+      affine_of(ch, col + j, a, b);
+      sc[j] = static_cast<A>(a);
+      sh[j] = static_cast<A>(b);
+    }
+  }
+}
+
 // part (gridDim.y, 2, C): sums of g' and of g' * (x - mean) (the latter only when x is given; x is given when
 // Act masks g).
 template <BnAct Act, class T, int V>
@@ -663,16 +679,7 @@ HT_DEV void bn_bwd_reduce_cl_body(const T* __restrict__ gr, const T* __restrict_
   if (cv < g.CV) {
     const int64_t col = cv * V;
     if (x) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        mu[j] = static_cast<A>(ch.mean[col + j]);
-        if constexpr (Act != BnAct::none) {
-          double a, b;
-          affine_of(ch, col + j, a, b);
-          sc[j] = static_cast<A>(a);
-          sh[j] = static_cast<A>(b);
-        }
-      }
+      bn_channel_consts<Act, A, V>(ch, col, mu, sc, sh);
       int64_t r = r0 + ty;
       for (; r + TY < r1; r += 2 * TY) {
         const Pack<T, V> g0 = load_pack<T, V>(gr + col + r * C), g1 = load_pack<T, V>(gr + col + (r + TY) * C);
@@ -1029,16 +1036,7 @@ __global__ void __launch_bounds__(kThreads, kCl2Blocks)
   if (cv < g.CV) {
     const int64_t col = cv * V;
     if (x) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        mu[j] = static_cast<A>(ch.mean[col + j]);
-        if constexpr (Act != BnAct::none) {
-          double a, b;
-          affine_of(ch, col + j, a, b);
-          sc[j] = static_cast<A>(a);
-          sh[j] = static_cast<A>(b);
-        }
-      }
+      bn_channel_consts<Act, A, V>(ch, col, mu, sc, sh);
       for (int64_t r = r0 + threadIdx.y; r < r1; r += U * TY) {
         Pack<T, V> gp[U], xp[U], rp[U];
 #pragma unroll
@@ -1670,12 +1668,8 @@ int bn_cf_variant() {
 void set_bn_cf_variant(int variant) { g_cf_variant_override.store(variant, std::memory_order_relaxed); }
 int64_t bn_plane_launches() { return g_plane_launches.load(std::memory_order_relaxed); }
 
-int bn_cl_variant() {
-  const int o = g_cl_variant_override.load(std::memory_order_relaxed);
-  if (o >= 1 && o <= kBnClVariants) return o;
-  const int e = env_cl_variant();
-  return e != 0 ? e : 1;
-}
+// The override or the environment's choice; unset, split (1): the rule's answer below kClTicketsMinC channels.
+int bn_cl_variant() { return cl_variant_for(0); }
 void set_bn_cl_variant(int variant) { g_cl_variant_override.store(variant, std::memory_order_relaxed); }
 int64_t bn_cl_ticket_launches() { return g_cl_ticket_launches.load(std::memory_order_relaxed); }
 

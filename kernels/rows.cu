@@ -1044,11 +1044,25 @@ HT_DEV bool d_finite(double v) { return isfinite(v); }
 HT_DEV float d_fma(float a, float b, float c) { return fmaf(a, b, c); }
 HT_DEV double d_fma(double a, double b, double c) { return fma(a, b, c); }
 
+// Variant 4 (Note [Norm backward, cluster variant]): the warps of a row group of more than a warp meet at their
+// own named barrier (1 + the row slot, tpr threads) instead of the block-wide one, so the block's row groups do
+// not wait for each other (group_sum2<true>). (The barrier ids are immediates: a register id makes ptxas reserve
+// all 16 barriers.)
+HT_DEV void bar_sync_row(int slot, int threads) {
+  switch (slot) {  // row slots 0..3: groups of more than a warp, at most 4 per block
+    case 0: asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory"); break;
+    case 1: asm volatile("bar.sync 2, %0;\n" ::"r"(threads) : "memory"); break;
+    case 2: asm volatile("bar.sync 3, %0;\n" ::"r"(threads) : "memory"); break;
+    default: asm volatile("bar.sync 4, %0;\n" ::"r"(threads) : "memory"); break;
+  }
+}
 // Sums (u, v) over the tpr threads (a power of two, 1..256; groups of more than a warp aligned to warps) of a
-// row group in a fixed order; every thread of the group gets the totals. Every thread of the block calls it.
-// Groups of more than a warp combine their warps through red, whose two buffers alternate (phase) so that
-// one barrier per call suffices (as tile_reduce1).
-template <class A>
+// row group in a fixed order; every thread of the group gets the totals. Every thread of the block calls it,
+// or with kRowBarrier (variant 4) every thread of the group: the group's warps then meet at its named barrier
+// (bar_sync_row) instead of __syncthreads, with the same sums in the same order. Groups of more than a warp
+// combine their warps through red, whose two buffers alternate (phase) so that one barrier per call suffices
+// (as tile_reduce1; a group's entries are its own warps, so this holds per group too).
+template <bool kRowBarrier = false, class A>
 HT_DEV void group_sum2(A& u, A& v, int tpr, A (*red)[2][kRowBlock / 32], int& phase) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -1066,48 +1080,8 @@ HT_DEV void group_sum2(A& u, A& v, int tpr, A (*red)[2][kRowBlock / 32], int& ph
       buf[0][warp] = u;
       buf[1][warp] = v;
     }
-    __syncthreads();
-    u = buf[0][first];
-    v = buf[1][first];
-    for (int w = 1; w < tpr / 32; ++w) {
-      u += buf[0][first + w];
-      v += buf[1][first + w];
-    }
-  }
-}
-
-// Variant 4 (Note [Norm backward, cluster variant]): group_sum2 (the same sums in the same order) with the warps
-// of a row group of more than a warp meeting at their own named barrier (1 + the row slot, tpr threads) instead
-// of the block-wide one, so the block's row groups do not wait for each other. Every thread of the group calls
-// it; a group's buffer entries (its own warps) alternate as in group_sum2, which keeps one barrier per call safe
-// per group. (The barrier ids are immediates: a register id makes ptxas reserve all 16 barriers.)
-HT_DEV void bar_sync_row(int slot, int threads) {
-  switch (slot) {  // row slots 0..3: groups of more than a warp, at most 4 per block
-    case 0: asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory"); break;
-    case 1: asm volatile("bar.sync 2, %0;\n" ::"r"(threads) : "memory"); break;
-    case 2: asm volatile("bar.sync 3, %0;\n" ::"r"(threads) : "memory"); break;
-    default: asm volatile("bar.sync 4, %0;\n" ::"r"(threads) : "memory"); break;
-  }
-}
-template <class A>
-HT_DEV void group_sum2_rows(A& u, A& v, int tpr, int slot, A (*red)[2][kRowBlock / 32], int& phase) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    if (o < tpr) {
-      u += shfl_xor(u, o);
-      v += shfl_xor(v, o);
-    }
-  }
-  if (tpr > 32) {
-    A(*buf)[kRowBlock / 32] = red[phase];
-    phase ^= 1;
-    const int warp = static_cast<int>(threadIdx.x) / 32;
-    const int first = slot * (tpr / 32);
-    if (threadIdx.x % 32 == 0) {
-      buf[0][warp] = u;
-      buf[1][warp] = v;
-    }
-    bar_sync_row(slot, tpr);
+    if constexpr (kRowBarrier) bar_sync_row(static_cast<int>(threadIdx.x) / tpr, tpr);
+    else __syncthreads();
     u = buf[0][first];
     v = buf[1][first];
     for (int w = 1; w < tpr / 32; ++w) {
@@ -1613,8 +1587,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
     };
     if (valid) pass1(std::true_type{});
     else pass1(std::false_type{});
-    if constexpr (kCl) group_sum2_rows(s_gh, s_ghx, tpr, sr.slot, red, phase);  // uniform across the row group
-    else group_sum2(s_gh, s_ghx, tpr, red, phase);  // uniform across the block
+    group_sum2<kCl>(s_gh, s_ghx, tpr, red, phase);  // uniform across the row group (kCl) / the block
     if (!valid) continue;
     const A mean_gh = layer ? over_d(s_gh) : A(0), mean_ghx = over_d(s_ghx);
     const A c1 = -r * mean_gh, c2 = -r * mean_ghx;

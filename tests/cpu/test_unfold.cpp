@@ -91,8 +91,7 @@ Shape cols_shape(const Case& cs) {
 TEST_CASE("unfold2d and fold2d match the definition", "[unfold]") {
   uint64_t seed = 1;
   for (const Case& cs : cases()) {
-    INFO("N " << cs.N << " C " << cs.C << " H " << cs.H << " W " << cs.W << " k " << cs.p.kernel_h << "x"
-              << cs.p.kernel_w);
+    INFO(test::describe(cs));
     const Tensor x = test::random_tensor({cs.N, cs.C, cs.H, cs.W}, seed++);
     const Tensor cols = unfold2d(x, cs.p);
     CHECK(cols.shape() == cols_shape(cs));

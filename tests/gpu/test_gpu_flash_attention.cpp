@@ -118,6 +118,26 @@ std::string lse_close(const Tensor& actual, const std::vector<double>& expected)
   return {};
 }
 
+// The op on the CUDA leaves qg, kg, vg in poisoned memory (an element the kernel forgets to write is NaN), q
+// through a non-contiguous (B, Hq, T, D) view of a (B, T, Hq, D) tensor when the case asks for one.
+Tensor fused_sdpa(const FlashCase& c, const Tensor& qg, const Tensor& kg, const Tensor& vg) {
+  test::PoisonGuard poison;
+  const Tensor qin = c.permuted_q ? qg.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3}) : qg;
+  if (c.permuted_q) REQUIRE_FALSE(qin.is_contiguous());
+  return scaled_dot_product_attention(qin, kg, vg, c.opts);
+}
+
+// "" when the fused dq, dk, dv agree with the reference gradients (close_to), else the first disagreement.
+std::string grads_close(const std::array<Tensor, 3>& fused, const Tensor& qc, const Tensor& kc, const Tensor& vc,
+                        DType dt) {
+  const Tensor* ref[3] = {&qc, &kc, &vc};
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; ++i)
+    if (std::string e = close_to(fused[static_cast<std::size_t>(i)], *ref[i], dt); !e.empty())
+      return std::string(names[i]) + ": " + e;
+  return {};
+}
+
 }  // namespace
 
 TEST_CASE("flash_attention_applies picks the fused kernels only where they apply", "[gpu][attention][flash]") {
@@ -236,13 +256,7 @@ TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges
       {
         Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
         const auto before = kernels::flash_attention_counts();
-        Tensor og;
-        {
-          test::PoisonGuard poison;  // an element the kernel forgets to write is NaN
-          const Tensor qin = c.permuted_q ? qg.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3}) : qg;
-          if (c.permuted_q) REQUIRE_FALSE(qin.is_contiguous());
-          og = scaled_dot_product_attention(qin, kg, vg, c.opts);
-        }
+        const Tensor og = fused_sdpa(c, qg, kg, vg);
         CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
         CHECK(close_to(og, oc, dt) == "");
 
@@ -258,9 +272,8 @@ TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges
             og.backward(go.to(test::kCuda));
           }
           CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
-          CHECK(close_to(qg.grad(), qc.grad(), dt) == "");
-          CHECK(close_to(kg.grad(), kc.grad(), dt) == "");
-          CHECK(close_to(vg.grad(), vc.grad(), dt) == "");
+          const std::array<Tensor, 3> fused{qg.grad(), kg.grad(), vg.grad()};
+          CHECK(grads_close(fused, qc.grad(), kc.grad(), vc.grad(), dt) == "");
           // every backward variant through the glue from the same out and lse
           for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
             INFO("backward variant " << variant);
@@ -271,9 +284,7 @@ TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges
               grads = cuda_ops::flash_attention_backward(q.to(test::kCuda), k.to(test::kCuda), v.to(test::kCuda),
                                                          out2, lse, go.to(test::kCuda), s);
             }
-            CHECK(close_to(grads[0], qc.grad(), dt) == "");
-            CHECK(close_to(grads[1], kc.grad(), dt) == "");
-            CHECK(close_to(grads[2], vc.grad(), dt) == "");
+            CHECK(grads_close(grads, qc.grad(), kc.grad(), vc.grad(), dt) == "");
           }
         }
       }
@@ -333,13 +344,7 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
         BackwardVariant use(variant);
         Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
         const auto before = kernels::flash_attention_counts();
-        Tensor og;
-        {
-          test::PoisonGuard poison;
-          const Tensor qin = c.permuted_q ? qg.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3}) : qg;
-          if (c.permuted_q) REQUIRE_FALSE(qin.is_contiguous());
-          og = scaled_dot_product_attention(qin, kg, vg, c.opts);
-        }
+        const Tensor og = fused_sdpa(c, qg, kg, vg);
         CHECK(kernels::flash_attention_counts().forward == before.forward + 1);
         CHECK(close_to(og, oc, dt) == "");
         {
@@ -347,9 +352,8 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
           og.backward(go.to(test::kCuda));
         }
         CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
-        CHECK(close_to(qg.grad(), qc.grad(), dt) == "");
-        CHECK(close_to(kg.grad(), kc.grad(), dt) == "");
-        CHECK(close_to(vg.grad(), vc.grad(), dt) == "");
+        const std::array<Tensor, 3> fused{qg.grad(), kg.grad(), vg.grad()};
+        CHECK(grads_close(fused, qc.grad(), kc.grad(), vc.grad(), dt) == "");
 
         // lse through the glue (the op keeps it inside its backward node)
         const kernels::AttnShape s{c.B, c.Hq, c.Hkv, c.T, c.S, c.D, c.D, scale, c.opts.mask == AttnMask::causal};

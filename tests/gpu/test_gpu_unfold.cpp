@@ -78,9 +78,7 @@ TEST_CASE("unfold2d and fold2d on CUDA equal the CPU, forward and backward", "[g
     uint64_t seed = 1;
     for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::f8e4m3}) {
       for (const Case& cs : kCases) {
-        INFO("fold / unfold variant " << variant << " " << dtype_name(dt) << " N " << cs.N << " C " << cs.C << " H "
-                                      << cs.H << " W " << cs.W << " k " << cs.p.kernel_h << "x" << cs.p.kernel_w
-                                      << " s " << cs.p.stride_h << " d " << cs.p.dilation_h);
+        INFO("fold / unfold variant " << variant << " " << dtype_name(dt) << " " << test::describe(cs));
         test::PoisonGuard poison;
         const Fold2dParams fp{cs.C, cs.H, cs.W, cs.p};
         const bool grads = dt != DType::f8e4m3;  // fp8: forward only (the loss ops are not the subject here)
@@ -127,9 +125,7 @@ TEST_CASE("fold2d kernel variants agree bit for bit with the CPU and each other"
   uint64_t seed = 100;
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
     for (const Case& cs : kCases) {
-      INFO(dtype_name(dt) << " N " << cs.N << " C " << cs.C << " H " << cs.H << " W " << cs.W << " k "
-                          << cs.p.kernel_h << "x" << cs.p.kernel_w << " s " << cs.p.stride_h << " p " << cs.p.pad_h
-                          << " d " << cs.p.dilation_h);
+      INFO(dtype_name(dt) << " " << test::describe(cs));
       test::PoisonGuard poison;
       const Fold2dParams fp{cs.C, cs.H, cs.W, cs.p};
       const Tensor probe = unfold2d(test::random_input({1, cs.C, cs.H, cs.W}, seed, DType::f32), cs.p);
@@ -181,9 +177,7 @@ TEST_CASE("unfold2d kernel variants agree bit for bit with the CPU and each othe
   uint64_t seed = 200;
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
     for (const Case& cs : kCases) {
-      INFO(dtype_name(dt) << " N " << cs.N << " C " << cs.C << " H " << cs.H << " W " << cs.W << " k "
-                          << cs.p.kernel_h << "x" << cs.p.kernel_w << " s " << cs.p.stride_h << " p " << cs.p.pad_h
-                          << " d " << cs.p.dilation_h);
+      INFO(dtype_name(dt) << " " << test::describe(cs));
       test::PoisonGuard poison;
       const Tensor nchw = test::random_input({cs.N, cs.C, cs.H, cs.W}, seed++, dt);
       const Tensor nhwc = test::random_input({cs.N, cs.H, cs.W, cs.C}, seed++, dt);

@@ -2,6 +2,8 @@
 // constructor for the window parameters.
 #pragma once
 #include <cstdint>
+#include <sstream>
+#include <string>
 
 #include "hadatrain/ops/unfold.h"
 
@@ -25,6 +27,14 @@ inline Unfold2dParams window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int
   p.dilation_h = dh;
   p.dilation_w = dw;
   return p;
+}
+
+// "N 2 C 3 H 17 W 15 k 3x3 s 2 p 1 d 1": the case in a test's INFO line.
+inline std::string describe(const UnfoldCase& c) {
+  std::ostringstream o;
+  o << "N " << c.N << " C " << c.C << " H " << c.H << " W " << c.W << " k " << c.p.kernel_h << "x" << c.p.kernel_w
+    << " s " << c.p.stride_h << " p " << c.p.pad_h << " d " << c.p.dilation_h;
+  return o.str();
 }
 
 }  // namespace ht::test
