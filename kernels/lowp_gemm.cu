@@ -131,38 +131,6 @@ __global__ void __launch_bounds__(kColThreads * kRowThreads) scale_i32_kernel(Sc
   });
 }
 
-__global__ void __launch_bounds__(kColThreads * kRowThreads) scale_rows_kernel(ScaleRowsArgs g, bool vec) {
-  const int64_t rows = g.n / g.cols;
-  const bool bf = g.dtype == DType::bf16;
-  for_row_chunks(rows, g.cols, [&](int64_t r, int64_t c, int n) {
-    const float f = g.row_scale[r / g.rows_per_scale];
-    const int64_t i = r * g.cols + c;
-    float v[kVec];
-    if (bf) {
-      const bf16* p = static_cast<const bf16*>(g.data) + i;
-      if (vec) {
-        alignas(16) bf16 b[kVec];
-        *reinterpret_cast<uint4*>(b) = *reinterpret_cast<const uint4*>(p);
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) v[k] = __fmul_rn(static_cast<float>(b[k]), f);
-      } else {
-        for (int k = 0; k < n; ++k) v[k] = __fmul_rn(static_cast<float>(p[k]), f);
-      }
-    } else {
-      const float* p = static_cast<const float*>(g.data) + i;
-      if (vec) {
-        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-        const float q[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) v[k] = __fmul_rn(q[k], f);
-      } else {
-        for (int k = 0; k < n; ++k) v[k] = __fmul_rn(p[k], f);
-      }
-    }
-    store_scaled(g.data, g.dtype, i, v, n, vec);
-  });
-}
-
 }  // namespace
 
 void launch_scale_i32(const ScaleI32Args& g, cudaStream_t stream) {
@@ -172,14 +140,6 @@ void launch_scale_i32(const ScaleI32Args& g, cudaStream_t stream) {
                    g.cols % kVec == 0;
   scale_i32_kernel<<<row_chunk_grid(g.n / g.cols, g.cols), dim3(kColThreads, kRowThreads), 0, stream>>>(g, vec);
   HT_CHECK_LAUNCH("scale_i32");
-}
-
-void launch_scale_rows(const ScaleRowsArgs& g, cudaStream_t stream) {
-  if (g.n == 0) return;
-  if (g.dtype != DType::f32 && g.dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("scale_rows", g.dtype);
-  const bool vec = reinterpret_cast<uintptr_t>(g.data) % 16 == 0 && g.cols % kVec == 0;
-  scale_rows_kernel<<<row_chunk_grid(g.n / g.cols, g.cols), dim3(kColThreads, kRowThreads), 0, stream>>>(g, vec);
-  HT_CHECK_LAUNCH("scale_rows");
 }
 
 void launch_pad_copy_2d(const PadCopyArgs& p, cudaStream_t stream) {

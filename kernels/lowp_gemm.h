@@ -61,14 +61,5 @@ struct ScaleI32Args {
 };
 void launch_scale_i32(const ScaleI32Args& args, cudaStream_t stream);
 
-// In place: data[i] = round(f32(data[i]) · row_scale[(i / cols) / rows_per_scale]) for data f32 or bf16
-// (n elements, (rows, cols) row-major): the per-row scale of a product whose scalar scales went into the GEMM.
-struct ScaleRowsArgs {
-  void* data = nullptr;
-  DType dtype = DType::f32;  // f32 or bf16
-  int64_t n = 0, cols = 1, rows_per_scale = 1;
-  const float* row_scale = nullptr;
-};
-void launch_scale_rows(const ScaleRowsArgs& args, cudaStream_t stream);
 
 }  // namespace ht::kernels

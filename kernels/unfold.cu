@@ -70,7 +70,7 @@ constexpr int kFoldThreads = 256;
 constexpr int64_t kFoldSmemMax = 48 * 1024;  // no opt-in; leaves room for several blocks per SM
 
 // Note [Fold, tiles kernel]
-// Variant 2 ("tiles", the default) of fold2d (kernels/unfold.h). fold_kernel gives a thread one image element
+// Variant 2 ("tiles") of fold2d (kernels/unfold.h). fold_kernel gives a thread one image element
 // and reads its kh·kw column entries directly: neighbouring threads (w, w+1) read addresses C·kh·kw elements
 // apart, so every 2-byte read costs a 32-byte sector (~16x read amplification on (N, L, C·3·3) bf16 columns;
 // ~0.1 of the copy rate in run 24, as was a staged kernel that walked the image rows serially with a ring of
@@ -103,7 +103,7 @@ constexpr int64_t kFoldSmemMax = 48 * 1024;  // no opt-in; leaves room for sever
 // (46 KB, 8192 blocks, 4 an SM); C 128 16x16 cb 8, tw 16, R 16 (37 KB, 4096 blocks); C 512 4x4 cb 16, R 4
 // (8192 blocks); C 64 56x56 (N 64) cb 8, tw 32, R 7 (44 KB, 8192 blocks).
 // Note [Fold, tiles2]
-// Variant 3 of fold2d (opt-in, HADATRAIN_FOLD_KERNEL=tiles2): the tiles kernel with HALO for 3x3 windows at
+// Variant 3 of fold2d (tiles2, the default since run 31): the tiles kernel with HALO for 3x3 windows at
 // stride and dilation 1 in f32 / bf16 / f16 (the K3 sum; other shapes and f64 run variant 2). Session 7's profile
 // found the tiles kernel issue-bound; in K3's unrolled sum about half the instructions per element are the
 // bounds checks of its nine entries (row and column inside the column grid: compares, predicate ANDs, branches),
@@ -115,7 +115,9 @@ constexpr int64_t kFoldSmemMax = 48 * 1024;  // no opt-in; leaves room for sever
 // and adds in round-to-nearest, so it is never -0 (+0 + -0 = +0), and x + (+0) = x for every other x (a NaN stays
 // a NaN of the same bits: it came from an add, as in variant 2). Costs: the stage holds 2 more positions a row
 // (fold_tiles_plan's halo bounds, still <= 48 KB: C 64 32x32 bf16 cb 8 gets R 7 instead of 8) and stores zeros
-// for the outside ones (on 4x4 images 36 staged positions for 16 elements: measure before using it there).
+// for the outside ones (on 4x4 images 36 staged positions for 16 elements). Run 31 (bf16, N 256, ms tiles / tiles2):
+// C 64 32x32 0.2406 / 0.2399, C 128 16x16 0.1248 / 0.1110, C 256 8x8 0.1014 / 0.0967, C 512 4x4 0.0853 / 0.0843,
+// C 64 56x56 (N 64) 0.2157 / 0.1914: level or faster on every shape.
 constexpr int kTilesMinBlocks = 1024;
 constexpr int kTilesMinRows = 4;
 constexpr int kTilesMaxPerThread = 16;  // image elements a thread sums at most (caps R)
@@ -448,7 +450,7 @@ bool unfold_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
 }
 
 // Note [Unfold, vec kernel]
-// Variant 3 of unfold2d ("vec", opt-in; kernels/unfold.h). The staged kernel's output phase (Note [Unfold, staged
+// Variant 3 of unfold2d ("vec", the default since run 31; kernels/unfold.h). The staged kernel's output phase (Note [Unfold, staged
 // kernel]) writes one 2-byte element per thread per iteration, with a 4-byte offset-table load and a 2-byte patch
 // load each: about 300 M store instructions for one C 64 32x32 3x3 bf16 layer at N 256, the likely bound (session
 // 7: 0.23 of the copy rate). This kernel keeps the staged kernel's tiles and patch layout and changes:
@@ -670,8 +672,8 @@ std::atomic<int64_t> g_unfold_staged_launches{0};
 std::atomic<int64_t> g_unfold_vec_launches{0};
 
 int env_unfold_variant() {
-  // staged (2) unset: run 24 measured it faster on every shape but 1x1 s2 (0.0233 vs 0.0212 ms); vec (3) opt-in
-  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}, {"vec", 3}}, 2, 1);
+  // unset: vec (3), the fastest on every run-31 shape (C 64 32x32 3x3 NHWC 0.1038 ms, staged 0.3394, old 0.7273)
+  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}, {"vec", 3}}, 3, 1);
   return v;
 }
 
@@ -680,8 +682,8 @@ std::atomic<int64_t> g_fold_tiles_launches{0};
 std::atomic<int64_t> g_fold_tiles2_launches{0};
 
 int env_fold_variant() {
-  // unset: tiles (2), the fastest on every ResNet shape in runs 25-26 (Note [Fold, tiles kernel]); tiles2 (3) opt-in
-  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"tiles", 2}, {"tiles2", 3}}, 2, 1);
+  // unset: tiles2 (3), level with or faster than tiles (2) on every run-31 shape (Note [Fold, tiles2])
+  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"tiles", 2}, {"tiles2", 3}}, 3, 1);
   return v;
 }
 

@@ -150,17 +150,5 @@ void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a,
   kernels::launch_scale_i32(a, on.stream);
 }
 
-void grad_scale_rows(const Tensor& t, const Tensor& row_scale, int64_t rows_per_scale) {
-  OnDevice on(t);
-  kernels::ScaleRowsArgs a;
-  a.data = t.data_ptr();
-  a.dtype = t.dtype();
-  a.n = t.numel();
-  a.cols = t.dim() > 0 ? t.size(t.dim() - 1) : 1;
-  a.rows_per_scale = rows_per_scale;
-  a.row_scale = static_cast<const float*>(row_scale.data_ptr());
-  kernels::launch_scale_rows(a, on.stream);
-}
-
 }  // namespace ht::cuda_ops
 #endif

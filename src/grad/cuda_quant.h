@@ -25,8 +25,6 @@ void grad_unpack_int4(const Tensor& out, const Tensor& packed);
 // (read by the kernel), row_scale (rows / rows_per_scale) f32 contiguous or undefined.
 void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult,
                     const Tensor& row_scale, int64_t rows_per_scale);
-// In place: t (f32 or bf16, contiguous, (rows, last dim)) · row_scale[row / rows_per_scale] (f32, contiguous).
-void grad_scale_rows(const Tensor& t, const Tensor& row_scale, int64_t rows_per_scale);
 
 }  // namespace ht::cuda_ops
 #endif

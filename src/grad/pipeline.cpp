@@ -225,21 +225,6 @@ Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b
   return v.to(out_dtype);
 }
 
-Tensor scale_rows(const Tensor& t, const Tensor& row_scale, int64_t rows_per_scale) {
-  HT_ASSERT(t.dim() == 2 && row_scale.numel() * rows_per_scale == t.size(0),
-            "scale_rows: {} row scales for {} in groups of {}", row_scale.numel(), t.describe(), rows_per_scale);
-  if (t.is_cuda()) {
-#ifdef HADATRAIN_CUDA
-    if ((t.dtype() == DType::f32 || t.dtype() == DType::bf16) && t.is_contiguous()) {
-      cuda_ops::grad_scale_rows(t, row_scale.to(DType::f32).contiguous(), rows_per_scale);
-      return t;
-    }
-#endif
-  }
-  const Tensor v = scale_dim0(by_row_group(t.to(DType::f32), rows_per_scale), row_scale.to(DType::f32));
-  return reshape(v, t.shape()).to(t.dtype());
-}
-
 Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale) {
   const int64_t B = a.size(0), M = a.size(1), N = b.size(1);
   const int64_t chunk = std::max<int64_t>(1, (int64_t{256} << 20) / std::max<int64_t>(1, M * N * 4));

@@ -8,8 +8,6 @@
 //         backward re-runs im2col and the projection (Note [ACBP of a convolution], docs/gradient_pipelines.md).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
 #include <atomic>
-#include <cstdlib>
-#include <string>
 
 #include <fmt/format.h>
 
@@ -78,21 +76,14 @@ Tensor project(const Tensor& t, const HlaPlan& plan, Tensor* absmax = nullptr) {
 }
 
 // Note [HLQ outer-scale product]
-// With per-token (or per-sample) g_y scales and the fp8 carrier, g_x = s_g[row] · (s_w / T) · (q_g · q_wᵀ) was
-// an fp8 product scaled by s_w / T and rounded to the compute dtype, then a scale_rows pass multiplying every
-// row by its s_g and rounding again: the product written once and read and written once more (on a ResNet-34
-// CIFAR HLQ step, scale_rows was 11 % of the GPU time: BENCHMARKS.md run 28). HADATRAIN_HLQ_OUTER_SCALE=1 (read
-// once per process; opt-in until measured) gives the two scales to cuBLASLt as outer vectors instead
-// (fp8_matmul_nt_outer: s_g per row, s_w / T repeated per column), one rounding and no extra pass. The integers
-// are the same; the result differs from the default path by the default's second rounding (one bf16 ulp at
-// most). Where cuBLASLt cannot take the vectors, fp8_matmul_nt_outer scales the f32 product itself.
-bool outer_scale_product() {
-  static const bool on = [] {
-    const char* v = std::getenv("HADATRAIN_HLQ_OUTER_SCALE");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
-}
+// With per-token (or per-sample) g_y scales and the fp8 carrier, g_x = s_g[row] · (s_w / T) · (q_g · q_wᵀ). Until
+// session 8 this was an fp8 product scaled by s_w / T and rounded to the compute dtype, then a scale_rows pass
+// multiplying every row by its s_g and rounding again: the product written once, then read and written once
+// more (11 % of a ResNet-34 CIFAR HLQ step's GPU time, BENCHMARKS.md run 28). Now both scales go into the fp8
+// product as outer vectors (fp8_matmul_nt_outer: s_g per row, s_w / T repeated per column; on CUDA cuBLASLt's
+// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): one rounding, no extra pass. Run 31: ResNet-34 HLQ step 40.09 ->
+// 37.49 ms (backward 18.82 -> 16.82), ViT-S/4 19.17 -> 18.64 ms. The quantised integers are unchanged; the result
+// differs from the old path by its second rounding (one ulp of the compute dtype at most).
 
 Tensor pad_tokens(const Tensor& t, int64_t pad) {  // (B, L, C) -> (B, L + pad, C), zeros appended
   if (pad == 0) return t;
@@ -339,24 +330,22 @@ class HlqPipeline final : public Pipeline {
     const DType out = s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
     const bool scalar = qg.granularity == Granularity::tensor;
     const int64_t per = qg.granularity == Granularity::row ? 1 : L;
-    const Tensor one = ones({1}, {DType::f32, g_y.device()});
     Tensor acc;  // (B·L, I)
-    if (carrier == Carrier::fp8 && !scalar && outer_scale_product() && g_y.is_cuda()) {
-      // HADATRAIN_HLQ_OUTER_SCALE=1 (opt-in, Note [HLQ outer-scale product]): the per-row / per-sample s_g and
-      // s_w/T go into the fp8 product as outer-vector scales, one rounding, no rescale pass.
-      const Tensor sg = q_g.scale.to(DType::f32).contiguous();
-      const Tensor row = per == 1 ? reshape(sg, {-1}) : reshape(mul(reshape(sg, {-1, 1}), ones({1, per}, {DType::f32, g_y.device()})), {-1});
+    if (carrier == Carrier::fp8 && !scalar) {
+      // Per-row / per-sample s_g and s_w / T as outer-vector scales (Note [HLQ outer-scale product]).
+      const Tensor sg = reshape(q_g.scale.to(DType::f32), {-1});  // (B·L / per)
+      const Tensor row =
+          per == 1 ? sg : reshape(mul(reshape(sg, {-1, 1}), ones({1, per}, {DType::f32, g_y.device()})), {-1});
       HT_ASSERT(row.numel() == B * L, "hlq: {} row scales for {} rows", row.numel(), B * L);
-      const Tensor col = mul(ones({I}, {DType::f32, g_y.device()}), sw.to(DType::f32));
+      const Tensor col = mul(ones({I}, {DType::f32, g_y.device()}), sw.to(DType::f32));  // (I)
       acc = fp8_matmul_nt_outer(a, q_w.values, row, col, out);
     } else if (carrier == Carrier::fp8) {
-      // The scalar scales go into the fp8 product (read from device memory); a per-row / per-sample scale is
-      // one more in-place pass over the product (f32 scales, one rounding).
-      acc = fp8_matmul_nt(a, q_w.values, scalar ? q_g.scale : one, sw, out);
-      if (!scalar) acc = scale_rows(acc, q_g.scale, per);
+      // A tensor scale: both scalars go into the fp8 product (read from device memory).
+      acc = fp8_matmul_nt(a, q_w.values, q_g.scale, sw, out);
     } else {
       // One pass over the int32 product: s_w/T (and a tensor s_g) as scalars, per-row / per-sample s_g by row.
       const Tensor prod = int8_matmul_nt(a, q_w.values);  // (B·L, I) i32
+      const Tensor one = ones({1}, {DType::f32, g_y.device()});
       acc = scalar ? scale_i32(prod, q_g.scale, sw, 1.0, out) : scale_i32(prod, one, sw, 1.0, out, q_g.scale, per);
     }
     return reshape(acc, {B, L, I});

@@ -48,9 +48,6 @@ Tensor unpack_int4_any(const Tensor& packed, const Shape& shape);
 // f32 row_scale (rows / rows_per_scale). One pass on CUDA (kernels/lowp_gemm.h, scale_i32).
 Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype,
                  const Tensor& row_scale = Tensor(), int64_t rows_per_scale = 1);
-// t (rows, C), f32 or bf16, contiguous: every row times row_scale[row / rows_per_scale] (f32), rounded once
-// to t's dtype. In place on CUDA (one pass); the CPU returns a new tensor. Returns the result.
-Tensor scale_rows(const Tensor& t, const Tensor& row_scale, int64_t rows_per_scale);
 
 // Per-group scale (f32, shape (G)) broadcast against t (G, ...): t · scale[g] along dim 0.
 Tensor scale_dim0(const Tensor& t, const Tensor& scale);

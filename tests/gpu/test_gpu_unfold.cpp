@@ -151,14 +151,15 @@ TEST_CASE("fold2d kernel variants agree bit for bit with the CPU and each other"
           if (variant == 1) first = out.to(Device::cpu());
           else CHECK(test::compare_bits(out, first) == "");
         }
-        // no variant set: tiles, the default
+        // no variant set: tiles2, the default (tiles where the halo form does not apply)
         const char* env = std::getenv("HADATRAIN_FOLD_KERNEL");
         if (env == nullptr || *env == '\0') {
           INFO("default fold variant" << (layout == 0 ? " contiguous" : " strided") << " columns");
           kernels::set_fold_variant(0);
-          const int64_t tiles0 = kernels::fold_tiles_launches();
+          const int64_t tiles0 = kernels::fold_tiles_launches(), halo0 = kernels::fold_tiles2_launches();
           const Tensor out = fold2d(cg, fp);
           CHECK(kernels::fold_tiles_launches() == tiles0 + (cs.p.dilation_h >= 30 ? 0 : 1));
+          CHECK(kernels::fold_tiles2_launches() == halo0 + (fold_halo_fits(cs, dt) ? 1 : 0));
           CHECK(test::compare_bits(out, ref) == "");
         }
       }
@@ -206,6 +207,18 @@ TEST_CASE("unfold2d kernel variants agree bit for bit with the CPU and each othe
           CHECK(test::compare_bits(out, ref) == "");
           if (variant == 1) first = out.to(Device::cpu());
           else CHECK(test::compare_bits(out, first) == "");
+        }
+        // no variant set: vec, the default (staged where its packs do not fit)
+        const char* env = std::getenv("HADATRAIN_UNFOLD_KERNEL");
+        if (env == nullptr || *env == '\0') {
+          INFO("default unfold variant " << layouts[li]);
+          kernels::set_unfold_variant(0);
+          const int64_t staged0 = kernels::unfold_staged_launches(), vec0 = kernels::unfold_vec_launches();
+          const Tensor out = unfold2d(xg, cs.p);
+          const bool vec = unfold_vec_fits(cs, dt);
+          CHECK(kernels::unfold_vec_launches() == vec0 + (vec ? 1 : 0));
+          CHECK(kernels::unfold_staged_launches() == staged0 + (vec ? 0 : 1));
+          CHECK(test::compare_bits(out, ref) == "");
         }
       }
     }
