@@ -1,9 +1,10 @@
-// Training-step benchmark (CUDA builds): ResNet-18/34 with the CIFAR stem on random 32x32 inputs, ViT-S/4
-// (32x32) or ViT-B/16 (224x224), 100 classes, SGD momentum 0.9, cross-entropy; forward in f32 or bf16 (f32
+// Training-step benchmark (CUDA builds): ResNet-18/34 with the CIFAR stem on random 32x32 inputs, ResNet-50 with
+// the ImageNet stem (7x7 stride-2 conv, 3x3 stride-2 max pool) on 224x224 inputs and 1000 classes, ViT-S/4
+// (32x32) or ViT-B/16 (224x224); 100 classes but for ResNet-50, SGD momentum 0.9, cross-entropy; forward in f32 or bf16 (f32
 // master weights); every Linear / Conv2d through one gradient pipeline (exact: the plain ops). Median of 20
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
-//   bench_train [resnet18|resnet34|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_split|lbp_wht|luq] [nhwc|nchw]
+//   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_split|lbp_wht|luq] [nhwc|nchw]
 // hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection). The ResNets use
 // the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
@@ -49,8 +50,10 @@ int main(int argc, char** argv) {
   } else {
     models::ResNetConfig rc;
     rc.depth = models::resnet_depth_from_name(name);
-    rc.stem = models::ResNetStem::cifar;
-    rc.num_classes = 100;
+    const bool imagenet = name == "resnet50";
+    rc.stem = imagenet ? models::ResNetStem::imagenet : models::ResNetStem::cifar;
+    rc.num_classes = imagenet ? 1000 : 100;
+    if (imagenet) image = 224;
     rc.in_channels = 3;
     rc.layout = layout;
     model = std::make_shared<models::ResNet>(rc, gen);

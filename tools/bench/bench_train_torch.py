@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch side of the training-step benchmark: torchvision ResNet-18/34 with the CIFAR stem (3x3 stride-1
-conv, no max-pool) on 32x32 inputs, or timm ViT-S/4 (32x32, 384 dim, 12 x 6 heads) / ViT-B/16 (224x224),
-batch 256, 100 classes, SGD momentum 0.9, cross-entropy; fp32, bf16 autocast, and bf16 autocast +
+conv, no max-pool) on 32x32 inputs, torchvision ResNet-50 (ImageNet stem, 224x224, 1000 classes), or timm ViT-S/4 (32x32, 384 dim, 12 x 6 heads) / ViT-B/16 (224x224),
+batch 256, 100 classes (ResNet-50: 1000), SGD momentum 0.9, cross-entropy; fp32, bf16 autocast, and bf16 autocast +
 channels_last. Median step time of 20 timed steps after 5 warm-up steps (CUDA events), peak allocated memory.
-    python3 tools/bench/bench_train_torch.py [resnet18|resnet34|vit_s4|vit_b16] [batch]
+    python3 tools/bench/bench_train_torch.py [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [variant]
 """
 import sys
 
@@ -18,7 +18,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
 
-image = 224 if name == "vit_b16" else 32
+image = 224 if name in ("vit_b16", "resnet50") else 32
 
 
 def model():
@@ -29,6 +29,8 @@ def model():
         else:
             m = tv.VisionTransformer(img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12, num_classes=100)
         return m.cuda()
+    if name == "resnet50":
+        return torchvision.models.resnet50(num_classes=1000).cuda()
     m = getattr(torchvision.models, name)(num_classes=100)
     m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
     m.maxpool = nn.Identity()
@@ -43,7 +45,7 @@ def bench(amp, channels_last):
     x = torch.randn(batch, 3, image, image, device="cuda")
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-    y = torch.randint(0, 100, (batch,), device="cuda")
+    y = torch.randint(0, 1000 if name == "resnet50" else 100, (batch,), device="cuda")
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
