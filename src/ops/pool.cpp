@@ -2,6 +2,14 @@
 // (padding counts in the divisor, PyTorch's count_include_pad=True) and adaptive_avg_pool2d (PyTorch's bins
 // start = floor(i*H/out), end = ceil((i+1)*H/out)). Output sizes use floor mode: (H + 2*pad - k) / stride + 1.
 // CPU reference loops read x through its strides; backward scatters the gradient into the input plane.
+// Max pool saves the argmax of every window as i32 h * W + w within its plane (so H * W < 2^31), and only
+// when a backward will need it.
+//
+// Note [Pool layouts]
+// A channels-last input (an (N, H, W, C)-contiguous buffer viewed as (N, C, H, W), as the channels-last
+// ResNets call the pools) gets its output, saved indices and input gradient in the same layout (NHWC
+// buffers returned as (N, C, H, W) views), so the network pays no transposes around a pool; any other
+// input gets contiguous NCHW ones. The choice is the same on every device; the values never depend on it.
 //
 // Note [Pool windows are never empty]
 // With 0 <= pad <= kernel/2 and floor-mode output sizes, every max/avg window holds at least one real
@@ -9,6 +17,7 @@
 // max of a window always exists. Adaptive bins are non-empty whenever out >= 1 and the input is non-empty.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "cpu/convert.h"
@@ -17,6 +26,7 @@
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
 #include "cuda/conv_pool_bn.h"
@@ -28,7 +38,46 @@ namespace {
 struct PoolGeom {
   int64_t N = 0, C = 0, H = 0, W = 0;  // input (N, C, H, W)
   int64_t OH = 0, OW = 0;              // output (N, C, OH, OW)
+  bool channels_last = false;          // x, and so out and grad_x, channels last (Note [Pool layouts])
 };
+
+// x is an (N, H, W, C)-contiguous buffer viewed as (N, C, H, W), and not also NCHW-contiguous (C == 1 or
+// a 1x1 plane): the strides (H*W*C, 1, W*C, C), size-1 dims' strides ignored as is_contiguous() does.
+bool is_channels_last(const Tensor& x) {
+  if (x.is_contiguous()) return false;
+  const Shape& s = x.shape();
+  const Strides& st = x.strides();
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (s[d] == 1) continue;
+    if (st[d] != expected) return false;
+    expected *= s[d];
+  }
+  return true;
+}
+
+// An uninitialised (N, C, h, w) tensor in the pool's layout: contiguous, or an (N, h, w, C) buffer viewed
+// as (N, C, h, w) when channels_last.
+Tensor pool_empty(const PoolGeom& g, int64_t h, int64_t w, DType dtype, Device device) {
+  if (!g.channels_last) return empty({g.N, g.C, h, w}, {dtype, device});
+  return permute(empty({g.N, h, w, g.C}, {dtype, device}), {0, 3, 1, 2});
+}
+
+// Element offset of (n, c, h, w) in a 4-d tensor of strides st.
+int64_t offset4(const Strides& st, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return n * st[0] + c * st[1] + h * st[2] + w * st[3];
+}
+
+// Stores the (H, W) plane `plane` = n * C + c of the gradient gx (any layout) from row-major sums.
+template <class T>
+void write_plane(const Tensor& gx, const PoolGeom& g, int64_t plane, const std::vector<double>& acc) {
+  T* px = cpu::ptr<T>(gx);
+  const Strides& st = gx.strides();
+  const int64_t n = plane / g.C, c = plane % g.C;
+  for (int64_t h = 0; h < g.H; ++h)
+    for (int64_t w = 0; w < g.W; ++w)
+      px[offset4(st, n, c, h, w)] = cpu::convert<T>(acc[static_cast<std::size_t>(h * g.W + w)]);
+}
 
 void check_pool_input(const Tensor& x, const char* op) {
   HT_CHECK(x.dim() == 4, "{}: expected x of shape (N, C, H, W), got {}", op, x.describe());
@@ -50,7 +99,7 @@ int64_t pooled_size(const char* op, const char* axis, int64_t in, int64_t k, int
 
 PoolGeom pool_geom(const Tensor& x, const Pool2dParams& p, const char* op) {
   check_pool_input(x, op);
-  PoolGeom g{x.size(0), x.size(1), x.size(2), x.size(3), 0, 0};
+  PoolGeom g{x.size(0), x.size(1), x.size(2), x.size(3), 0, 0, is_channels_last(x)};
   g.OH = pooled_size(op, "h", g.H, p.kernel_h, p.stride_h, p.pad_h);
   g.OW = pooled_size(op, "w", g.W, p.kernel_w, p.stride_w, p.pad_w);
   return g;
@@ -72,6 +121,7 @@ kernels::PoolShape kernel_shape(const PoolGeom& g, const Pool2dParams& p) {
   s.sw = static_cast<int>(p.stride_w);
   s.ph = static_cast<int>(p.pad_h);
   s.pw = static_cast<int>(p.pad_w);
+  s.layout = g.channels_last ? kernels::PoolLayout::nhwc : kernels::PoolLayout::nchw;
   return s;
 }
 #endif
@@ -114,7 +164,7 @@ kernels::AvgKind avg_kind(const AvgWindows& win) {
 // out (N, C, OH, OW) = mean of each window of x (N, C, H, W), accumulated in double.
 Tensor avg_forward(const Tensor& x, const AvgWindows& win, const char* op) {
   const PoolGeom& g = win.g;
-  Tensor out = empty({g.N, g.C, g.OH, g.OW}, {x.dtype(), x.device()});
+  Tensor out = pool_empty(g, g.OH, g.OW, x.dtype(), x.device());
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::avg_pool2d(avg_kind(win), x, kernel_shape(g, win.p), out);
@@ -128,6 +178,7 @@ Tensor avg_forward(const Tensor& x, const AvgWindows& win, const char* op) {
     const T* px = cpu::ptr<T>(x);
     T* po = cpu::ptr<T>(out);
     const Strides& st = x.strides();
+    const Strides& os = out.strides();
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t c = 0; c < g.C; ++c) {
         const T* plane = px + n * st[0] + c * st[1];
@@ -137,7 +188,7 @@ Tensor avg_forward(const Tensor& x, const AvgWindows& win, const char* op) {
             double acc = 0.0;
             for (int64_t h = w.h0; h < w.h1; ++h)
               for (int64_t v = w.w0; v < w.w1; ++v) acc += cpu::to_double(plane[h * st[2] + v * st[3]]);
-            *po++ = cpu::convert<T>(acc / w.divisor);
+            po[offset4(os, n, c, oh, ow)] = cpu::convert<T>(acc / w.divisor);
           }
       }
   });
@@ -147,7 +198,7 @@ Tensor avg_forward(const Tensor& x, const AvgWindows& win, const char* op) {
 // grad_x (N, C, H, W): every output gradient spread evenly over its window.
 Tensor avg_backward(const Tensor& grad_out, const AvgWindows& win, DType dtype, const char* op) {
   const PoolGeom& g = win.g;
-  Tensor gx = empty({g.N, g.C, g.H, g.W}, {dtype, grad_out.device()});
+  Tensor gx = pool_empty(g, g.H, g.W, dtype, grad_out.device());
   if (grad_out.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::avg_pool2d_backward(avg_kind(win), grad_out, kernel_shape(g, win.p), gx);
@@ -160,7 +211,6 @@ Tensor avg_backward(const Tensor& grad_out, const AvgWindows& win, DType dtype, 
   visit_floating(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pg = cpu::ptr<T>(go);
-    T* px = cpu::ptr<T>(gx);
     std::vector<double> acc(static_cast<std::size_t>(g.H * g.W));
     for (int64_t plane = 0; plane < g.N * g.C; ++plane) {
       std::fill(acc.begin(), acc.end(), 0.0);
@@ -171,7 +221,7 @@ Tensor avg_backward(const Tensor& grad_out, const AvgWindows& win, DType dtype, 
           for (int64_t h = w.h0; h < w.h1; ++h)
             for (int64_t v = w.w0; v < w.w1; ++v) acc[static_cast<std::size_t>(h * g.W + v)] += share;
         }
-      for (double a : acc) *px++ = cpu::convert<T>(a);
+      write_plane<T>(gx, g, plane, acc);
     }
   });
   return gx;
@@ -194,12 +244,20 @@ Tensor avg_pool_op(const Tensor& x, const AvgWindows& win, const char* op, const
 
 struct MaxPoolResult {
   Tensor out;      // (N, C, OH, OW), x's dtype
-  Tensor indices;  // (N, C, OH, OW) i64: h * W + w of the selected element within its (H, W) plane
+  Tensor indices;  // (N, C, OH, OW) i32: h * W + w of the selected element within its (H, W) plane; undefined
+                   // when no backward needs it
 };
 
-MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom& g) {
-  MaxPoolResult r{empty({g.N, g.C, g.OH, g.OW}, {x.dtype(), x.device()}),
-                  empty({g.N, g.C, g.OH, g.OW}, {DType::i64, x.device()})};
+// H * W < 2^31, so that the saved argmax h * W + w fits in i32.
+void check_plane_fits_i32(const PoolGeom& g, const Tensor& x) {
+  HT_CHECK(g.H * g.W <= int64_t{INT32_MAX},
+           "max_pool2d: plane H x W = {} x {} = {} exceeds the i32 argmax indices' limit 2^31 - 1, for {}", g.H, g.W,
+           g.H * g.W, x.describe());
+}
+
+MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom& g, bool with_indices) {
+  MaxPoolResult r{pool_empty(g, g.OH, g.OW, x.dtype(), x.device()),
+                  with_indices ? pool_empty(g, g.OH, g.OW, DType::i32, x.device()) : Tensor()};
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::max_pool2d(x, kernel_shape(g, p), r.out, r.indices);
@@ -212,8 +270,9 @@ MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom
     using T = typename decltype(tag)::type;
     const T* px = cpu::ptr<T>(x);
     T* po = cpu::ptr<T>(r.out);
-    int64_t* pi = cpu::ptr<int64_t>(r.indices);
+    int32_t* pi = with_indices ? cpu::ptr<int32_t>(r.indices) : nullptr;
     const Strides& st = x.strides();
+    const Strides& os = r.out.strides();
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t c = 0; c < g.C; ++c) {
         const T* plane = px + n * st[0] + c * st[1];
@@ -237,8 +296,9 @@ MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom
                   best_i = h * g.W + w;
                 }
               }
-            *po++ = best;
-            *pi++ = best_i;
+            const int64_t o = offset4(os, n, c, oh, ow);  // indices: out's layout, so the same strides
+            po[o] = best;
+            if (pi) pi[o] = static_cast<int32_t>(best_i);
           }
       }
   });
@@ -249,7 +309,7 @@ MaxPoolResult max_forward(const Tensor& x, const Pool2dParams& p, const PoolGeom
 // overlap and select the same element).
 Tensor max_backward(const Tensor& grad_out, const Tensor& indices, const PoolGeom& g, const Pool2dParams& p,
                     DType dtype) {
-  Tensor gx = empty({g.N, g.C, g.H, g.W}, {dtype, grad_out.device()});
+  Tensor gx = pool_empty(g, g.H, g.W, dtype, grad_out.device());
   if (grad_out.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::max_pool2d_backward(grad_out, indices, kernel_shape(g, p), gx);
@@ -260,18 +320,17 @@ Tensor max_backward(const Tensor& grad_out, const Tensor& indices, const PoolGeo
 #endif
   }
   const Tensor go = to_dtype(grad_out, dtype).contiguous();  // (N, C, OH, OW)
-  HT_ASSERT(indices.is_contiguous() && indices.dtype() == DType::i64, "max_pool2d: bad saved indices {}",
-            indices.describe());
+  HT_ASSERT(indices.dtype() == DType::i32, "max_pool2d: bad saved indices {}", indices.describe());
+  const Tensor ic = indices.contiguous();
   visit_floating(dtype, "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pg = cpu::ptr<T>(go);
-    const int64_t* pi = cpu::ptr<int64_t>(indices);
-    T* px = cpu::ptr<T>(gx);
+    const int32_t* pi = cpu::ptr<int32_t>(ic);
     std::vector<double> acc(static_cast<std::size_t>(g.H * g.W));
     for (int64_t plane = 0; plane < g.N * g.C; ++plane) {
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t o = 0; o < g.OH * g.OW; ++o) acc[static_cast<std::size_t>(*pi++)] += cpu::to_double(*pg++);
-      for (double a : acc) *px++ = cpu::convert<T>(a);
+      write_plane<T>(gx, g, plane, acc);
     }
   });
   return gx;
@@ -297,8 +356,10 @@ class MaxPool2dBackward final : public Node {
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const PoolGeom g = pool_geom(x, p, "max_pool2d");
-  MaxPoolResult r = max_forward(x, p, g);
-  if (needs_grad({&x})) {
+  check_plane_fits_i32(g, x);
+  const bool grad = needs_grad({&x});
+  MaxPoolResult r = max_forward(x, p, g, grad);
+  if (grad) {
     auto node = std::make_shared<MaxPool2dBackward>(g, p, x.dtype());
     node->indices_slot = node->save(r.indices);
     connect(node, {&x}, {&r.out});
@@ -316,7 +377,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   check_pool_input(x, op);
   HT_CHECK(out_h > 0 && out_w > 0, "{}: output size must be positive, got ({}, {}) for {}", op, out_h, out_w,
            x.describe());
-  AvgWindows win{AvgWindows::Kind::adaptive, Pool2dParams{}, {x.size(0), x.size(1), x.size(2), x.size(3), out_h, out_w}};
+  AvgWindows win{AvgWindows::Kind::adaptive, Pool2dParams{},
+                 {x.size(0), x.size(1), x.size(2), x.size(3), out_h, out_w, is_channels_last(x)}};
   return avg_pool_op(x, win, op, "AdaptiveAvgPool2dBackward");
 }
 

@@ -1,6 +1,8 @@
 // Pooling: max_pool2d, avg_pool2d and adaptive_avg_pool2d against naive references (odd sizes, padding,
-// non-divisible adaptive bins, non-contiguous inputs), gradient routing and gradchecks, errors, f32 vs f64.
+// non-divisible adaptive bins, non-contiguous inputs), gradient routing and gradchecks, errors, f32 vs f64,
+// the channels-last layout contract and the i32 argmax limit.
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "support/catch.h"
@@ -248,4 +250,42 @@ TEST_CASE("f32 pools agree with f64 within f32 tolerance", "[pool][dtype]") {
   // bf16 max pool is exact (it selects an element).
   Tensor xb = x.to(DType::bf16);
   CHECK(test::compare(max_pool2d(xb, asym), max_pool2d(xb.to(DType::f64), asym), 0, 0) == "");
+}
+
+TEST_CASE("pools keep a channels-last input's layout in the output and the gradient", "[pool][layout]") {
+  // Note [Pool layouts]: an (N, H, W, C) buffer viewed as (N, C, H, W) gets (N, OH, OW, C) outputs and an
+  // (N, H, W, C) gradient; values are those of the contiguous input.
+  Tensor nhwc = test::random_tensor({2, 7, 5, 3}, 23);
+  Tensor x = nhwc.permute({0, 3, 1, 2}).detach().set_requires_grad(true);
+  Tensor xc = x.contiguous().detach().set_requires_grad(true);
+  auto channels_last = [](const Tensor& t) { return !t.is_contiguous() && t.permute({0, 2, 3, 1}).is_contiguous(); };
+  const std::vector<std::function<Tensor(const Tensor&)>> pools = {
+      [](const Tensor& t) { return max_pool2d(t, k3s2p1); }, [](const Tensor& t) { return avg_pool2d(t, asym); },
+      [](const Tensor& t) { return adaptive_avg_pool2d(t, 3, 2); }};
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    INFO("pool " << i);
+    const Tensor y = pools[i](x), yc = pools[i](xc);
+    CHECK(channels_last(y));
+    CHECK(yc.is_contiguous());
+    CHECK(test::compare(y, yc, 0, 0) == "");
+    const Tensor gy = test::random_tensor(y.shape(), 24 + i);
+    const Tensor gx = grad({y}, {x}, {gy})[0], gxc = grad({yc}, {xc}, {gy})[0];
+    CHECK(channels_last(gx));
+    CHECK(gxc.is_contiguous());
+    CHECK(test::compare(gx, gxc, 0, 0) == "");
+    // a channels-last grad_out gives the same gradient
+    const Tensor gx2 = grad({pools[i](x)}, {x}, {gy.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2})})[0];
+    CHECK(test::compare(gx2, gxc, 0, 0) == "");
+  }
+  // Other strides give contiguous NCHW results.
+  Tensor other = test::random_tensor({2, 7, 3, 5}, 25).permute({0, 2, 1, 3});
+  CHECK(max_pool2d(other, k3s2p1).is_contiguous());
+  CHECK(adaptive_avg_pool2d(other, 1, 1).is_contiguous());
+}
+
+TEST_CASE("max_pool2d rejects a plane too large for its i32 argmax indices", "[pool][errors]") {
+  // An expanded (stride 0) view: no memory behind the 2^31 elements; the check comes before any allocation.
+  const Tensor x = ones({1, 1, 1, 1}).expand({1, 1, 65536, 32768});
+  CHECK_THROWS_WITH(max_pool2d(x, params(1, 1, 1, 1, 0, 0)),
+                    HasSubstr("max_pool2d: plane H x W = 65536 x 32768 = 2147483648 exceeds the i32 argmax"));
 }

@@ -1032,28 +1032,105 @@ void bench_fold(bool csv, double copy_gbs) {
 // Pooling through the ops (forward without autograd; forward + backward through autograd), bf16, on the
 // ResNet shapes PyTorch is compared with (tools/bench/bench_kernels_torch.py, block "pool", same names): the
 // ImageNet stem's 3x3 stride-2 max pool and the heads' global average pools, each on an NCHW tensor and on a
-// channels-last one (an (N, H, W, C) tensor viewed as (N, C, H, W), as the channels-last ResNets call it).
-// Issue 3 asks for pooling through cuDNN or own kernels, whichever is faster; ours are own kernels
-// (kernels/pool.cu). Bytes: input + output once each (forward); "GB/s" is that over the forward time.
+// channels-last one (an (N, H, W, C) tensor viewed as (N, C, H, W), as the channels-last ResNets call it; its
+// output and gradient stay channels last, and grad_out is made in the output's layout, as torch.rand_like).
+// Issue 3 asks for pooling through cuDNN or own kernels, whichever is faster: ours are own kernels
+// (kernels/pool.cu); the cuDNN columns time cudnnPoolingForward and cudnnPoolingForward + cudnnPoolingBackward
+// (which needs x, y and dy) on dense buffers of the same shapes and layout (CUDNN_POOLING_MAX 3x3 s2 p1;
+// CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING with the whole plane as the window for the global pools), bare
+// calls without autograd or allocation. cuDNN runs bf16 when it accepts it, else f16 (the "cuDNN dt" column).
+// "max|diff|" compares cuDNN's forward output with ours (0 for max; one bf16 rounding for average).
+// Bytes: input + output once each (forward); "GB/s" is ours over the forward time.
+#include "hadatrain/cuda/cudnn.h"  // bench_pool only
+
+namespace {
+
+struct PoolBenchCase {
+  const char* name;
+  int64_t N, C, H, W;
+  bool max;  // 3x3 s2 p1 max pool; else adaptive average pool to 1x1
+};
+
+struct CudnnPoolTimes {
+  double fwd = 0, both = 0, max_diff = 0;
+  DType dtype = DType::bf16;
+};
+
+// Times cuDNN's pooling of x (logical (N, C, H, W), dense in its layout: NCHW, or channels last when cl) in
+// x's dtype. Throws when cuDNN rejects the problem.
+CudnnPoolTimes cudnn_pool_times(const PoolBenchCase& c, bool cl, const Tensor& x, const Tensor& ours, Generator& gen) {
+  const cuda::TensorFormat fmt = cl ? cuda::TensorFormat::nhwc : cuda::TensorFormat::nchw;
+  const cudnnDataType_t cdt = cuda::cudnn_dtype(x.dtype(), "bench_pool");
+  const int64_t OH = ours.size(2), OW = ours.size(3);
+  const int kh = c.max ? 3 : static_cast<int>(c.H), kw = c.max ? 3 : static_cast<int>(c.W);
+  const int sh = c.max ? 2 : kh, sw = c.max ? 2 : kw, pad = c.max ? 1 : 0;
+  cudnnPoolingDescriptor_t pd = nullptr;
+  HT_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pd));
+  CudnnPoolTimes r;
+  r.dtype = x.dtype();
+  try {
+    HT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+        pd, c.max ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN, kh, kw, pad,
+        pad, sh, sw));
+    cuda::TensorDesc xd, yd;
+    xd.set_4d(cdt, fmt, c.N, c.C, c.H, c.W);
+    yd.set_4d(cdt, fmt, c.N, c.C, OH, OW);
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    HT_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(pd, xd.get(), &on, &oc, &oh, &ow));
+    HT_CHECK(oh == OH && ow == OW, "bench_pool: cuDNN output {}x{}, ours {}x{}", oh, ow, OH, OW);
+    // Dense buffers in the layout: y, dy (N, OH, OW, C) or (N, C, OH, OW); dx like x.
+    const Shape ys = cl ? Shape{c.N, OH, OW, c.C} : Shape{c.N, c.C, OH, OW};
+    const Shape xs = cl ? Shape{c.N, c.H, c.W, c.C} : Shape{c.N, c.C, c.H, c.W};
+    Tensor y = empty(ys, {x.dtype(), x.device()}), dx = empty(xs, {x.dtype(), x.device()});
+    const Tensor dy = rand(ys, gen, {DType::f32, x.device()}).to(x.dtype());
+    const float alpha = 1.0f, beta = 0.0f;
+    cudnnHandle_t h = cuda::cudnn_handle();
+    auto fwd = [&] {
+      HT_CUDNN_CHECK(cudnnPoolingForward(h, pd, &alpha, xd.get(), x.data_ptr(), &beta, yd.get(), y.data_ptr()));
+    };
+    auto bwd = [&] {
+      HT_CUDNN_CHECK(cudnnPoolingBackward(h, pd, &alpha, yd.get(), y.data_ptr(), yd.get(), dy.data_ptr(), xd.get(),
+                                          x.data_ptr(), &beta, xd.get(), dx.data_ptr()));
+    };
+    r.fwd = time_ms(fwd);
+    r.both = time_ms([&] {
+      fwd();
+      bwd();
+    });
+    fwd();
+    const Tensor yl = cl ? y.permute({0, 3, 1, 2}) : y;  // (N, C, OH, OW)
+    const std::vector<float> a = yl.to(DType::f32).to_vector<float>(), b = ours.to(DType::f32).to_vector<float>();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+      r.max_diff = std::max(r.max_diff, d < 0 ? -d : d);
+    }
+  } catch (...) {
+    cudnnDestroyPoolingDescriptor(pd);
+    throw;
+  }
+  cudnnDestroyPoolingDescriptor(pd);
+  return r;
+}
+
+}  // namespace
+
 void bench_pool(bool csv) {
   const Device dev = Device::cuda(0);
   Generator gen(23);
-  struct Case {
-    const char* name;
-    int64_t N, C, H, W;
-    bool max;  // 3x3 s2 p1 max pool; else adaptive average pool to 1x1
-  };
-  const Case cases[] = {{"max_pool 3x3 s2 64x64x112x112", 64, 64, 112, 112, true},
-                        {"avg_pool global 64x2048x7x7", 64, 2048, 7, 7, false},
-                        {"avg_pool global 256x512x4x4", 256, 512, 4, 4, false}};
-  if (csv) std::printf("pool bf16,layout,fwd_ms,fwd_bwd_ms,fwd_GB/s\n");
-  else std::printf("\n%-34s %-8s %10s %12s %10s\n", "pool (bf16)", "layout", "fwd ms", "fwd+bwd ms", "fwd GB/s");
+  const PoolBenchCase cases[] = {{"max_pool 3x3 s2 64x64x112x112", 64, 64, 112, 112, true},
+                                 {"avg_pool global 64x2048x7x7", 64, 2048, 7, 7, false},
+                                 {"avg_pool global 256x512x4x4", 256, 512, 4, 4, false}};
+  if (csv)
+    std::printf("pool bf16,layout,fwd_ms,fwd_bwd_ms,cudnn_fwd_ms,cudnn_fwd_bwd_ms,fwd_GB/s,cudnn_dtype,max_diff\n");
+  else
+    std::printf("\n%-34s %-8s %10s %12s %11s %15s %10s %9s %9s\n", "pool (bf16)", "layout", "fwd ms", "fwd+bwd ms",
+                "cuDNN fwd", "cuDNN fwd+bwd", "fwd GB/s", "cuDNN dt", "max|diff|");
   Tensor keep;
-  for (const Case& c : cases) {
+  for (const PoolBenchCase& c : cases) {
     for (const bool cl : {false, true}) {
-      Tensor x = cl ? permute(rand({c.N, c.H, c.W, c.C}, gen, {DType::f32, dev}).to(DType::bf16), {0, 3, 1, 2})
-                    : rand({c.N, c.C, c.H, c.W}, gen, {DType::f32, dev}).to(DType::bf16);
-      x = x.detach();
+      const Tensor xbuf = cl ? rand({c.N, c.H, c.W, c.C}, gen, {DType::f32, dev}).to(DType::bf16)
+                             : rand({c.N, c.C, c.H, c.W}, gen, {DType::f32, dev}).to(DType::bf16);
+      Tensor x = (cl ? permute(xbuf, {0, 3, 1, 2}) : xbuf).detach();
       Pool2dParams p;
       p.kernel_h = p.kernel_w = 3;
       p.stride_h = p.stride_w = 2;
@@ -1064,7 +1141,10 @@ void bench_pool(bool csv) {
         NoGradGuard no_grad;
         y = run();
       }
-      const Tensor g = rand(y.shape(), gen, {DType::f32, dev}).to(DType::bf16);
+      // grad_out in the output's layout (torch.rand_like keeps channels_last)
+      const Tensor g = cl ? permute(rand({c.N, y.size(2), y.size(3), c.C}, gen, {DType::f32, dev}).to(DType::bf16),
+                                    {0, 3, 1, 2})
+                          : rand(y.shape(), gen, {DType::f32, dev}).to(DType::bf16);
       const double fwd = time_ms([&] {
         NoGradGuard no_grad;
         keep = run();
@@ -1075,9 +1155,26 @@ void bench_pool(bool csv) {
         run().backward(g);
       });
       x.set_requires_grad(false);
+      CudnnPoolTimes cd;
+      bool cudnn_ok = true;
+      try {
+        cd = cudnn_pool_times(c, cl, xbuf, y, gen);
+      } catch (const std::exception& e) {
+        try {  // cuDNN without bf16 pooling: f16, labelled
+          cd = cudnn_pool_times(c, cl, xbuf.to(DType::f16), y, gen);
+        } catch (const std::exception& e2) {
+          std::fprintf(stderr, "bench_pool: cuDNN failed: %s / %s\n", e.what(), e2.what());
+          cudnn_ok = false;
+        }
+      }
       const double bytes = 2.0 * static_cast<double>(x.numel() + y.numel());
-      if (csv) std::printf("%s,%s,%.4f,%.4f,%.1f\n", c.name, cl ? "nhwc" : "nchw", fwd, both, bytes / fwd * 1e-6);
-      else std::printf("%-34s %-8s %10.4f %12.4f %10.1f\n", c.name, cl ? "nhwc" : "nchw", fwd, both, bytes / fwd * 1e-6);
+      const std::string cdt = cudnn_ok ? std::string(dtype_name(cd.dtype)) : std::string("failed");
+      if (csv)
+        std::printf("%s,%s,%.4f,%.4f,%.4f,%.4f,%.1f,%s,%.3g\n", c.name, cl ? "nhwc" : "nchw", fwd, both, cd.fwd,
+                    cd.both, bytes / fwd * 1e-6, cdt.c_str(), cd.max_diff);
+      else
+        std::printf("%-34s %-8s %10.4f %12.4f %11.4f %15.4f %10.1f %9s %9.3g\n", c.name, cl ? "nhwc" : "nchw", fwd,
+                    both, cd.fwd, cd.both, bytes / fwd * 1e-6, cdt.c_str(), cd.max_diff);
     }
   }
 }

@@ -26,6 +26,21 @@ kernels::PoolStrides pool_strides(const Tensor& x) {
   return {x.strides()[0], x.strides()[1], x.strides()[2], x.strides()[3]};
 }
 
+// t (N, C, H, W) dense in `layout`: t itself when it already is, else a copy (NHWC: an (N, H, W, C)
+// contiguous buffer viewed as (N, C, H, W)).
+Tensor pool_dense(const Tensor& t, kernels::PoolLayout layout) {
+  if (layout == kernels::PoolLayout::nchw) return contiguous(t);
+  const Tensor nhwc = permute(t, {0, 2, 3, 1});
+  return nhwc.is_contiguous() ? t : permute(contiguous(nhwc), {0, 3, 1, 2});
+}
+
+// An uninitialised (N, C, H, W) tensor like `like` (shape, device), dense in `layout`, of dtype dt.
+Tensor pool_empty(const Tensor& like, DType dt, kernels::PoolLayout layout) {
+  const Shape& s = like.shape();
+  if (layout == kernels::PoolLayout::nchw) return empty(s, {dt, like.device()});
+  return permute(empty({s[0], s[2], s[3], s[1]}, {dt, like.device()}), {0, 3, 1, 2});
+}
+
 kernels::BnShape bn_shape(const Shape& shape) {
   kernels::BnShape s;
   s.N = shape[0];
@@ -122,55 +137,61 @@ void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const T
 void max_pool2d(const Tensor& x, const kernels::PoolShape& s, const Tensor& out, const Tensor& indices) {
   NoGradGuard no_grad;
   if (!has_kernel(x.dtype())) {  // fp8: the max of exact f32 values is the same element
-    Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
+    Tensor tmp = pool_empty(out, DType::f32, s.layout);
     max_pool2d(to_dtype(x, DType::f32), s, tmp, indices);
     copy_(out, tmp);
     return;
   }
   OnDevice on(out);
-  kernels::launch_max_pool2d(x.dtype(), x.data_ptr(), pool_strides(x), s, out.data_ptr(),
-                             static_cast<int64_t*>(indices.data_ptr()), on.stream);
+  // nhwc: x is channels-last dense from the op; a converted fp8 input above may not be (a copy then).
+  const Tensor xd = s.layout == kernels::PoolLayout::nhwc ? pool_dense(x, s.layout) : x;
+  HT_ASSERT(!indices.defined() || indices.dtype() == DType::i32, "max_pool2d: indices must be i32, got {}",
+            indices.describe());
+  kernels::launch_max_pool2d(x.dtype(), xd.data_ptr(), pool_strides(xd), s, out.data_ptr(),
+                             indices.defined() ? static_cast<int32_t*>(indices.data_ptr()) : nullptr, on.stream);
 }
 
 void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const kernels::PoolShape& s,
                          const Tensor& gx) {
   NoGradGuard no_grad;
   if (!has_kernel(gx.dtype())) {
-    Tensor tmp = empty(gx.shape(), {DType::f32, gx.device()});
+    Tensor tmp = pool_empty(gx, DType::f32, s.layout);
     max_pool2d_backward(to_dtype(grad_out, DType::f32), indices, s, tmp);
     copy_(gx, tmp);
     return;
   }
   OnDevice on(gx);
-  const Tensor go = contiguous(to_dtype(grad_out, gx.dtype()));
-  const Tensor ic = contiguous(indices);
-  kernels::launch_max_pool2d_backward(gx.dtype(), go.data_ptr(), static_cast<const int64_t*>(ic.data_ptr()), s,
+  const Tensor go = pool_dense(to_dtype(grad_out, gx.dtype()), s.layout);
+  const Tensor ic = pool_dense(indices, s.layout);
+  HT_ASSERT(ic.dtype() == DType::i32, "max_pool2d backward: indices must be i32, got {}", ic.describe());
+  kernels::launch_max_pool2d_backward(gx.dtype(), go.data_ptr(), static_cast<const int32_t*>(ic.data_ptr()), s,
                                       gx.data_ptr(), on.stream);
 }
 
 void avg_pool2d(kernels::AvgKind kind, const Tensor& x, const kernels::PoolShape& s, const Tensor& out) {
   NoGradGuard no_grad;
   if (!has_kernel(x.dtype())) {
-    Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
+    Tensor tmp = pool_empty(out, DType::f32, s.layout);
     avg_pool2d(kind, to_dtype(x, DType::f32), s, tmp);
     copy_(out, tmp);
     return;
   }
   OnDevice on(out);
-  kernels::launch_avg_pool2d(x.dtype(), kind, x.data_ptr(), pool_strides(x), s, out.data_ptr(), on.stream);
+  const Tensor xd = s.layout == kernels::PoolLayout::nhwc ? pool_dense(x, s.layout) : x;
+  kernels::launch_avg_pool2d(x.dtype(), kind, xd.data_ptr(), pool_strides(xd), s, out.data_ptr(), on.stream);
 }
 
 void avg_pool2d_backward(kernels::AvgKind kind, const Tensor& grad_out, const kernels::PoolShape& s,
                          const Tensor& gx) {
   NoGradGuard no_grad;
   if (!has_kernel(gx.dtype())) {
-    Tensor tmp = empty(gx.shape(), {DType::f32, gx.device()});
+    Tensor tmp = pool_empty(gx, DType::f32, s.layout);
     avg_pool2d_backward(kind, to_dtype(grad_out, DType::f32), s, tmp);
     copy_(gx, tmp);
     return;
   }
   OnDevice on(gx);
-  const Tensor go = contiguous(to_dtype(grad_out, gx.dtype()));
+  const Tensor go = pool_dense(to_dtype(grad_out, gx.dtype()), s.layout);
   kernels::launch_avg_pool2d_backward(gx.dtype(), kind, go.data_ptr(), s, gx.data_ptr(), on.stream);
 }
 

@@ -25,7 +25,11 @@ void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Ten
 // gw (O, C/groups, KH, KW), contiguous, from x and g.
 void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g, const Tensor& gw);
 
-// ---- pools (shape filled by the op; outputs contiguous; x of any strides) ----
+// ---- pools (shape and layout filled by the op) ----
+// Outputs (out, indices, gx) are allocated by the op in s.layout: dense NCHW, or NHWC buffers viewed as
+// (N, C, H, W). With nchw x may have any strides; with nhwc x is channels-last dense (the op's choice).
+// grad_out and saved indices of any strides are made dense in s.layout first (no copy when they are).
+// indices (i32) may be undefined in max_pool2d: a forward no backward needs writes none.
 void max_pool2d(const Tensor& x, const kernels::PoolShape& s, const Tensor& out, const Tensor& indices);
 void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const kernels::PoolShape& s, const Tensor& gx);
 void avg_pool2d(kernels::AvgKind kind, const Tensor& x, const kernels::PoolShape& s, const Tensor& out);
