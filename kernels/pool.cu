@@ -14,6 +14,7 @@
 // The global average pool (one window = the whole plane, output 1x1: the ResNet head) has its own kernels:
 // NCHW forward stages a block of planes in shared memory with 16-byte loads and lets each thread sum one
 // plane sequentially; NHWC forward and backward give a thread V channels of one sample and walk the pixels.
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <type_traits>
@@ -463,39 +464,37 @@ __global__ void global_avg_fwd_nchw(const T* __restrict__ x, int64_t planes, int
   }
 }
 
-// NHWC dense: one thread per sample n and V channels, summing the pixels in order (loads issued 8 pixels
-// ahead of the adds, so enough bytes are in flight with few threads).
+// NHWC dense: a block per (sample n, chunk of kBlock channels; grid y strides over the samples). The block
+// stages E pixels of its channels at a time in shared memory, (E, kBlock) elements, with loads of V channels
+// spread over every thread of the block (all in flight at once), then thread t adds channel c0 + t's E
+// values in pixel order in double. E (launcher: the most pixels whose chunk fits 48 KiB, at most hw) lets
+// any plane size run here. The CPU's order (row-major h, w = pixel order): the same bits.
 template <class T, int V>
 __global__ void __launch_bounds__(cuda::kBlock) global_avg_fwd_nhwc(const T* __restrict__ x, int64_t N, int64_t C,
-                                                                    int64_t hw, double divisor, T* __restrict__ out) {
-  const int64_t CV = C / V, total = N * CV;
-  for (int64_t i = thread_index<int64_t>(); i < total; i += grid_step<int64_t>()) {
-    const int64_t n = i / CV, c = (i - n * CV) * V;
-    const T* p = x + n * hw * C + c;
-    double acc[V];
-HT_UNROLL
-    for (int j = 0; j < V; ++j) acc[j] = 0.0;
-    constexpr int kAhead = 8;
-    int64_t e = 0;
-    for (; e + kAhead <= hw; e += kAhead) {
-      Pack<T, V> v[kAhead];
-HT_UNROLL
-      for (int k = 0; k < kAhead; ++k) v[k] = load_pack<T, V>(p + (e + k) * C);
-HT_UNROLL
-      for (int k = 0; k < kAhead; ++k) {
-HT_UNROLL
-        for (int j = 0; j < V; ++j) acc[j] += to_double(v[k].v[j]);
+                                                                    int64_t hw, int E, double divisor,
+                                                                    T* __restrict__ out) {
+  extern __shared__ uint4 smem_words[];
+  T* sm = reinterpret_cast<T*>(smem_words);  // (E, B): pixel e's channel t at e * B + t
+  constexpr int B = cuda::kBlock;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * B;
+  const int nc = static_cast<int>(C - c0 < B ? C - c0 : B);  // this chunk's channels, a multiple of V
+  const int packs = nc / V;
+  const int t = static_cast<int>(threadIdx.x);
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+    const T* src = x + n * hw * C + c0;
+    double acc = 0.0;
+    for (int64_t e0 = 0; e0 < hw; e0 += E) {
+      const int ne = static_cast<int>(hw - e0 < E ? hw - e0 : E);
+      for (int k = t; k < ne * packs; k += B) {
+        const int e = k / packs, j = k - e * packs;
+        store_pack<T, V>(sm + e * B + j * V, load_pack<T, V>(src + (e0 + e) * C + j * V));
       }
+      __syncthreads();
+      if (t < nc)
+        for (int e = 0; e < ne; ++e) acc += to_double(sm[e * B + t]);
+      __syncthreads();  // the next chunk (or sample) overwrites the stage
     }
-    for (; e < hw; ++e) {
-      const Pack<T, V> v = load_pack<T, V>(p + e * C);
-HT_UNROLL
-      for (int j = 0; j < V; ++j) acc[j] += to_double(v.v[j]);
-    }
-    Pack<T, V> res;
-HT_UNROLL
-    for (int j = 0; j < V; ++j) res.v[j] = convert<T>(acc[j] / divisor);
-    store_pack<T, V>(out + n * C + c, res);
+    if (t < nc) out[n * C + c0 + t] = convert<T>(acc / divisor);
   }
 }
 
@@ -531,20 +530,22 @@ HT_UNROLL
   }
 }
 
-// NHWC dense: one thread per sample n and V channels, writing the same V values at every pixel.
-template <class T, int V>
+// NHWC dense: gx (N, hw, C); a thread per V consecutive channels of one pixel (grid y strides over the
+// samples), reading its V output gradients (16 bytes when V > 1; a sample's hw pixels share them in cache).
+template <class T, int V, class I>
 __global__ void __launch_bounds__(cuda::kBlock) global_avg_bwd_nhwc(const T* __restrict__ gout, int64_t N, int64_t C,
-                                                                    int64_t hw, double divisor, T* __restrict__ gx) {
-  const int64_t CV = C / V, total = N * CV;
-  for (int64_t i = thread_index<int64_t>(); i < total; i += grid_step<int64_t>()) {
-    const int64_t n = i / CV, c = (i - n * CV) * V;
-    const Pack<T, V> gv = load_pack<T, V>(gout + n * C + c);
-    Pack<T, V> res;
+                                                                    I per, IndexDiv<I> by_CV, double divisor,
+                                                                    T* __restrict__ gx) {
+  const I CV = static_cast<I>(C / V);  // per = hw * CV packs a sample
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y)
+    for (I i = thread_index<I>(); i < per; i += grid_step<I>()) {
+      const I c = (i - by_CV(i) * CV) * V;
+      const Pack<T, V> gv = load_pack<T, V>(gout + n * C + c);
+      Pack<T, V> res;
 HT_UNROLL
-    for (int j = 0; j < V; ++j) res.v[j] = global_share(gv.v[j], divisor);
-    T* p = gx + n * hw * C + c;
-    for (int64_t e = 0; e < hw; ++e) store_pack<T, V>(p + e * C, res);
-  }
+      for (int j = 0; j < V; ++j) res.v[j] = global_share(gv.v[j], divisor);
+      store_pack<T, V>(gx + n * static_cast<int64_t>(per) * V + static_cast<int64_t>(i) * V, res);
+    }
 }
 
 // ---- dispatch ------------------------------------------------------------------------------------------
@@ -597,11 +598,15 @@ bool launch_global_avg_fwd(AvgKind kind, const T* x, PoolStrides xs, const PoolS
   const double divisor = global_divisor(kind, s);
   const int64_t hw = s.H * s.W;
   if (s.layout == PoolLayout::nhwc) {
-    if (vec_ok<T>(s.C, {x, out}))
-      global_avg_fwd_nhwc<T, kVec<T>><<<cuda::grid_for(s.N * s.C / kVec<T>), cuda::kBlock, 0, stream>>>(x, s.N, s.C, hw,
-                                                                                                      divisor, out);
+    constexpr int64_t kStage = 48 * 1024;  // bytes of shared memory a block stages at most
+    const int E = static_cast<int>(std::min<int64_t>(hw, kStage / (cuda::kBlock * static_cast<int64_t>(sizeof(T)))));
+    const std::size_t smem = static_cast<std::size_t>(E) * cuda::kBlock * sizeof(T);
+    const dim3 grid(static_cast<unsigned>((s.C + cuda::kBlock - 1) / cuda::kBlock),
+                    static_cast<unsigned>(std::min<int64_t>(s.N, 65535)));
+    if (vec_ok<T>(s.C, {x}))
+      global_avg_fwd_nhwc<T, kVec<T>><<<grid, cuda::kBlock, smem, stream>>>(x, s.N, s.C, hw, E, divisor, out);
     else
-      global_avg_fwd_nhwc<T, 1><<<cuda::grid_for(s.N * s.C), cuda::kBlock, 0, stream>>>(x, s.N, s.C, hw, divisor, out);
+      global_avg_fwd_nhwc<T, 1><<<grid, cuda::kBlock, smem, stream>>>(x, s.N, s.C, hw, E, divisor, out);
     return true;
   }
   const int P = global_block(hw, sizeof(T));
@@ -619,11 +624,21 @@ bool launch_global_avg_bwd(AvgKind kind, const T* g, const PoolShape& s, T* gx, 
   const double divisor = global_divisor(kind, s);
   const int64_t hw = s.H * s.W, total = s.N * s.C * hw;
   if (s.layout == PoolLayout::nhwc) {
-    if (vec_ok<T>(s.C, {g, gx}))
-      global_avg_bwd_nhwc<T, kVec<T>><<<cuda::grid_for(s.N * s.C / kVec<T>), cuda::kBlock, 0, stream>>>(g, s.N, s.C, hw,
-                                                                                                      divisor, gx);
-    else
-      global_avg_bwd_nhwc<T, 1><<<cuda::grid_for(s.N * s.C), cuda::kBlock, 0, stream>>>(g, s.N, s.C, hw, divisor, gx);
+    const bool vec = vec_ok<T>(s.C, {g, gx});
+    const int V = vec ? kVec<T> : 1;
+    const int64_t per = hw * (s.C / V);  // packs of one sample
+    const dim3 grid(cuda::grid_for(per), static_cast<unsigned>(std::min<int64_t>(s.N, 65535)));
+    constexpr int64_t kLimit = (int64_t{1} << 31) - (int64_t{1} << 24);  // grid-stride overshoot margin
+    with_index(per <= kLimit, [&](auto itag) {
+      using I = decltype(itag);
+      const IndexDiv<I> by_CV(s.C / V);
+      if (vec)
+        global_avg_bwd_nhwc<T, kVec<T>, I><<<grid, cuda::kBlock, 0, stream>>>(g, s.N, s.C, static_cast<I>(per), by_CV,
+                                                                              divisor, gx);
+      else
+        global_avg_bwd_nhwc<T, 1, I><<<grid, cuda::kBlock, 0, stream>>>(g, s.N, s.C, static_cast<I>(per), by_CV,
+                                                                        divisor, gx);
+    });
     return true;
   }
   const bool vec = total % kVec<T> == 0 && aligned_to(gx, 16);

@@ -173,6 +173,10 @@ TEST_CASE("adaptive_avg_pool2d on CUDA is bit-identical to the CPU: global (1x1)
       {{2, 9, 13, 5}, 1, 1},   // odd plane and channels
       {{3, 50, 7, 7}, 1, 1},   // 150 planes: several shared-memory blocks, the last one partial
       {{1, 4, 70, 60}, 1, 1},  // a plane too large for the shared-memory kernel
+      // channels-last global kernels: 264 channels are two channel chunks of 256, the second partial; 121
+      // pixels are two staged pixel chunks in bf16 / f16 (96 a chunk), 6 in f64 (24), with 16-byte loads
+      {{2, 264, 3, 3}, 1, 1},
+      {{2, 16, 11, 11}, 1, 1},
       {{2, 16, 7, 7}, 3, 2},
       {{2, 5, 9, 11}, 4, 5},
       {{1, 8, 5, 4}, 9, 11},   // more bins than rows: overlapping one-row bins
