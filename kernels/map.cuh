@@ -101,6 +101,41 @@ __global__ void map2_strided(O* out, const T* a, const T* b, Layout<3> l, F f) {
   }
 }
 
+// out (rows, P) = f(a, b) where one operand is dense (rows, P) like out and the other is one row of P
+// elements repeated over the rows (a bias: strides (0, 1)); BRow: b is the row, else a. 16-byte packs of
+// both (P a multiple of the pack; the row's pack is pack i mod P/V, which stays in cache), two dense packs
+// in flight per thread as in map2_flat. The same f per element as map2_strided: the same bits.
+template <class O, class T, class F, bool BRow>
+__global__ void map2_rows(O* out, const T* a, const T* b, int64_t n_packs, FastDiv by_row_packs, uint32_t row_packs,
+                          F f) {
+  constexpr int V = kVec<T>;
+  using PI = Pack<T, V>;
+  using PO = Pack<O, V>;
+  const PI* pa = reinterpret_cast<const PI*>(a);
+  const PI* pb = reinterpret_cast<const PI*>(b);
+  PO* po = reinterpret_cast<PO*>(out);
+  auto col = [&](int64_t i) {  // n_packs < 2^31: 32-bit division
+    const uint32_t u = static_cast<uint32_t>(i);
+    return u - by_row_packs.div(u) * row_packs;
+  };
+  auto one = [&](int64_t i, const PI& dense, uint32_t c) {
+    const PI r = BRow ? pb[c] : pa[c];
+    PO y;
+#pragma unroll
+    for (int j = 0; j < V; ++j) y.v[j] = BRow ? f(dense.v[j], r.v[j]) : f(r.v[j], dense.v[j]);
+    po[i] = y;
+  };
+  const PI* pd = BRow ? pa : pb;
+  const int64_t step = grid_threads();
+  int64_t i = global_thread();
+  for (; i + step < n_packs; i += 2 * step) {
+    const PI d0 = pd[i], d1 = pd[i + step];
+    one(i, d0, col(i));
+    one(i + step, d1, col(i + step));
+  }
+  if (i < n_packs) one(i, pd[i], col(i));
+}
+
 // map1_flat alone, for callers that checked flatness and alignment themselves (no strided instantiation).
 template <class O, class T, class F>
 void launch_map1_flat(O* out, const T* a, int64_t n, F f, cudaStream_t stream, const char* name) {
@@ -139,8 +174,23 @@ template <class O, class T, class F>
 void launch_map2(O* out, const T* a, const T* b, const Layout<3>& l, F f, cudaStream_t stream, const char* name) {
   if (l.numel == 0) return;
   constexpr int V = kVec<T>;
-  if (l.flat() && aligned_to(out, sizeof(O) * V) && aligned_to(a, sizeof(T) * V) && aligned_to(b, sizeof(T) * V)) {
+  const bool aligned = aligned_to(out, sizeof(O) * V) && aligned_to(a, sizeof(T) * V) && aligned_to(b, sizeof(T) * V);
+  // A bias-like row broadcast: out and one operand dense (rows, P), the other (0, 1)-strided (map2_rows).
+  auto dense2 = [&](int k) { return l.stride[k][1] == 1 && l.stride[k][0] == l.size[1]; };
+  auto row2 = [&](int k) { return l.stride[k][1] == 1 && l.stride[k][0] == 0; };
+  const bool rows = l.ndim == 2 && aligned && l.size[1] % V == 0 && l.numel / V < (int64_t{1} << 31) && dense2(0) &&
+                    ((dense2(1) && row2(2)) || (row2(1) && dense2(2)));
+  if (l.flat() && aligned) {
     map2_flat<O, T, F><<<cuda::grid_for((l.numel + V - 1) / V), cuda::kBlock, 0, stream>>>(out, a, b, l.numel, f);
+  } else if (rows) {
+    const int64_t n_packs = l.numel / V;
+    const auto row_packs = static_cast<uint32_t>(l.size[1] / V);
+    if (row2(2))
+      map2_rows<O, T, F, true><<<cuda::grid_for(n_packs), cuda::kBlock, 0, stream>>>(out, a, b, n_packs,
+                                                                                     FastDiv(row_packs), row_packs, f);
+    else
+      map2_rows<O, T, F, false><<<cuda::grid_for(n_packs), cuda::kBlock, 0, stream>>>(out, a, b, n_packs,
+                                                                                      FastDiv(row_packs), row_packs, f);
   } else {
     map2_strided<O, T, F><<<cuda::grid_for(l.numel), cuda::kBlock, 0, stream>>>(out, a, b, l, f);
   }

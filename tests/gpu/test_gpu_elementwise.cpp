@@ -36,6 +36,9 @@ std::vector<Case> binary_cases() {
       {"7 elements", {7}, {7}},
       {"1000003 elements", {1000003}, {1000003}},
       {"broadcast (7,1,5) with (3,5)", {7, 1, 5}, {3, 5}},
+      // a bias row (kernels/map.cuh map2_rows: 64 and 32 are whole 16-byte packs in every dtype), either side
+      {"bias row (33,64) + (64)", {33, 64}, {64}},
+      {"bias row (32) + (5,3,32)", {32}, {5, 3, 32}},
       {"scalar operand", {4, 9}, {}},
       {"transposed and step-sliced views", {5, 7}, {7, 10},
        [](const Tensor& t) { return t.transpose(0, 1); }, [](const Tensor& t) { return slice(t, 1, 0, 10, 2); }},
