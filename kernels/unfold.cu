@@ -364,6 +364,47 @@ struct UnfoldTile {
   int cchunks = 1, wtiles = 1;
 };
 
+// The tile a block of the staged and vec unfold kernels owns, from blockIdx.x = ((n · OH + oh) · cchunks + cc) ·
+// wtiles + wt: channels [c0, c0 + cb), output columns [ow0, ow0 + tw) of output row oh of image n, and the
+// patch it stages (rows from h0, pw_used of its PW columns from w0; Note [Unfold, staged kernel]).
+struct UnfoldBlock {
+  int C, H, W, OH, OW, kw, sw, dh, dw, khw;
+  int64_t n;
+  int oh, c0, cb, ow0, tw, PH, PW, pw_used, h0, w0, cbk;
+};
+__device__ __forceinline__ UnfoldBlock unfold_block(const UnfoldGeometry& g, const UnfoldTile& t) {
+  UnfoldBlock u;
+  u.C = static_cast<int>(g.C);
+  u.H = static_cast<int>(g.H);
+  u.W = static_cast<int>(g.W);
+  u.OH = static_cast<int>(g.OH);
+  u.OW = static_cast<int>(g.OW);
+  const int kh = static_cast<int>(g.kh);
+  u.kw = static_cast<int>(g.kw);
+  u.sw = static_cast<int>(g.sw);
+  u.dh = static_cast<int>(g.dh);
+  u.dw = static_cast<int>(g.dw);
+  u.khw = kh * u.kw;
+  int64_t b = blockIdx.x;
+  const int wt = static_cast<int>(b % t.wtiles);
+  b /= t.wtiles;
+  const int cc = static_cast<int>(b % t.cchunks);
+  b /= t.cchunks;
+  u.oh = static_cast<int>(b % u.OH);
+  u.n = b / u.OH;
+  u.c0 = cc * t.cb;
+  u.cb = min(t.cb, u.C - u.c0);
+  u.ow0 = wt * t.tw;
+  u.tw = min(t.tw, u.OW - u.ow0);
+  u.PH = t.prow;
+  u.PW = t.pcol;
+  u.pw_used = (u.tw - 1) * u.sw + (u.kw - 1) * u.dw + 1;
+  u.h0 = u.oh * static_cast<int>(g.sh) - static_cast<int>(g.ph);
+  u.w0 = u.ow0 * u.sw - static_cast<int>(g.pw);
+  u.cbk = u.cb * u.khw;
+  return u;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kFoldThreads)
     unfold_staged_kernel(const T* __restrict__ x, UnfoldStrides4 xs, UnfoldGeometry g, UnfoldTile t,
@@ -371,23 +412,12 @@ __global__ void __launch_bounds__(kFoldThreads)
   extern __shared__ __align__(16) unsigned char unfold_smem[];
   int* offs = reinterpret_cast<int*>(unfold_smem);
   T* patch = reinterpret_cast<T*>(unfold_smem + t.offs_bytes);
-  const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
-  const int OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
-  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sw = static_cast<int>(g.sw);
-  const int dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
-  const int khw = kh * kw;
-  int64_t b = blockIdx.x;
-  const int wt = static_cast<int>(b % t.wtiles);
-  b /= t.wtiles;
-  const int cc = static_cast<int>(b % t.cchunks);
-  b /= t.cchunks;
-  const int oh = static_cast<int>(b % OH);
-  const int64_t n = b / OH;
-  const int c0 = cc * t.cb, cb = min(t.cb, C - c0);
-  const int ow0 = wt * t.tw, tw = min(t.tw, OW - ow0);
-  const int PH = t.prow, PW = t.pcol, pw_used = (tw - 1) * sw + (kw - 1) * dw + 1;
-  const int h0 = oh * static_cast<int>(g.sh) - static_cast<int>(g.ph), w0 = ow0 * sw - static_cast<int>(g.pw);
-  const int cbk = cb * khw, tid = threadIdx.x;
+  const UnfoldBlock u = unfold_block(g, t);
+  const int C = u.C, H = u.H, W = u.W, OH = u.OH, OW = u.OW, kw = u.kw, sw = u.sw, dh = u.dh, dw = u.dw;
+  const int khw = u.khw;
+  const int64_t n = u.n;
+  const int oh = u.oh, c0 = u.c0, cb = u.cb, ow0 = u.ow0, tw = u.tw, PH = u.PH, PW = u.PW, pw_used = u.pw_used;
+  const int h0 = u.h0, w0 = u.w0, cbk = u.cbk, tid = threadIdx.x;
   for (int k = tid; k < cbk; k += kFoldThreads) {
     const int c = k / khw, r = k - c * khw, i = r / kw, j = r - i * kw;
     offs[k] = (c * PH + i * dh) * PW + j * dw;
@@ -498,23 +528,12 @@ __global__ void __launch_bounds__(kFoldThreads)
   uint16_t* offs = reinterpret_cast<uint16_t*>(unfold_vec_smem);
   unsigned char* patch = unfold_vec_smem + t.offs_bytes;
   R* patch_r = reinterpret_cast<R*>(patch);
-  const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
-  const int OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
-  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sw = static_cast<int>(g.sw);
-  const int dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
-  const int khw = kh * kw;
-  int64_t b = blockIdx.x;
-  const int wt = static_cast<int>(b % t.wtiles);
-  b /= t.wtiles;
-  const int cc = static_cast<int>(b % t.cchunks);
-  b /= t.cchunks;
-  const int oh = static_cast<int>(b % OH);
-  const int64_t n = b / OH;
-  const int c0 = cc * t.cb, cb = min(t.cb, C - c0);
-  const int ow0 = wt * t.tw, tw = min(t.tw, OW - ow0);
-  const int PH = t.prow, PW = t.pcol, pw_used = (tw - 1) * sw + (kw - 1) * dw + 1;
-  const int h0 = oh * static_cast<int>(g.sh) - static_cast<int>(g.ph), w0 = ow0 * sw - static_cast<int>(g.pw);
-  const int cbk = cb * khw, tid = threadIdx.x;
+  const UnfoldBlock u = unfold_block(g, t);
+  const int C = u.C, H = u.H, W = u.W, OH = u.OH, OW = u.OW, kw = u.kw, sw = u.sw, dh = u.dh, dw = u.dw;
+  const int khw = u.khw;
+  const int64_t n = u.n;
+  const int oh = u.oh, c0 = u.c0, cb = u.cb, ow0 = u.ow0, tw = u.tw, PH = u.PH, PW = u.PW, pw_used = u.pw_used;
+  const int h0 = u.h0, w0 = u.w0, cbk = u.cbk, tid = threadIdx.x;
   for (int k = tid; k < cbk; k += kFoldThreads) {
     const int c = k / khw, r = k - c * khw, i = r / kw, j = r - i * kw;
     offs[k] = static_cast<uint16_t>(((c * PH + i * dh) * PW + j * dw) * kSz);
