@@ -676,6 +676,30 @@ struct BwdCfg {
   static_assert(kWm * kWn == kWarps && kDqCols % 16 == 0);
 };
 
+// The CTA of a backward kernel (lean and split): x = b * Hkv + kv head, the key block in y (and z, y + 65535 z
+// past 65535 key blocks), so that every head's first (causal: heaviest) key blocks are launched first. k0 may
+// be past the last key (grids split over z): the kernel then returns before any barrier.
+struct BwdKeyBlock {
+  int b, hkv, group, k0;
+};
+template <int kBc>
+__device__ __forceinline__ BwdKeyBlock bwd_key_block(const FlashParams& p) {
+  const int bkv = static_cast<int>(blockIdx.x);
+  return {bkv / p.Hkv, bkv % p.Hkv, p.Hq / p.Hkv, static_cast<int>(blockIdx.z * gridDim.y + blockIdx.y) * kBc};
+}
+// The query blocks that see a key of the block at k0 (t >= k0 - shift, shift = S - T, under the causal mask): blocks
+// i_start .. i_start + n_qb - 1 of every query head of the group, total = group · n_qb iterations.
+struct BwdQueryBlocks {
+  int i_start, n_qb, total;
+};
+template <int kBq>
+__device__ __forceinline__ BwdQueryBlocks bwd_query_blocks(const FlashParams& p, int k0, int shift, int group) {
+  const int q_first = p.causal ? max(0, k0 - shift) : 0;
+  const int i_start = q_first / kBq;
+  const int n_qb = q_first < p.T ? (p.T + kBq - 1) / kBq - i_start : 0;
+  return {i_start, n_qb, group * n_qb};
+}
+
 // dk, dv (B, Hkv, S, D) in the input dtype (unscaled sums written once); dq_acc (B, Hq, T, D) fp32 gets
 // atomic adds of dS K (without the scale). grid (B * Hkv, key blocks) when there are at most 65535 key blocks,
 // else (B * Hkv, 65535, z) with key block y + 65535 z (the CTAs past the last one return at once); the
@@ -698,22 +722,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
 
-  // b * Hkv + kv head; the key block in y (and z), so that every head's first (causal: heaviest) key blocks are
-  // launched first
-  const int bkv = static_cast<int>(blockIdx.x);
-  const int b = bkv / p.Hkv, hkv = bkv % p.Hkv;
-  const int group = p.Hq / p.Hkv;
-  const int k0 = static_cast<int>(blockIdx.z * gridDim.y + blockIdx.y) * kBc;
-  if (k0 >= p.S) return;  // past the last key block (grids split over z): the whole CTA, before any barrier
-  const int shift = p.S - p.T;
+  const BwdKeyBlock kb = bwd_key_block<kBc>(p);
+  if (kb.k0 >= p.S) return;  // past the last key block (grids split over z): the whole CTA, before any barrier
+  const int b = kb.b, hkv = kb.hkv, group = kb.group, k0 = kb.k0, shift = p.S - p.T;
   const uint16_t* kh = head_ptr(k, p.k, b, hkv);
   const uint16_t* vh = head_ptr(v, p.v, b, hkv);
-
-  // query blocks that see a key of this block: t >= k0 - shift under the causal mask
-  const int q_first = p.causal ? max(0, k0 - shift) : 0;
-  const int i_start = q_first / kBq;
-  const int n_qb = q_first < p.T ? (p.T + kBq - 1) / kBq - i_start : 0;
-  const int total = group * n_qb;  // iterations: (head in group, query block)
+  const BwdQueryBlocks qb = bwd_query_blocks<kBq>(p, k0, shift, group);
+  const int i_start = qb.i_start, n_qb = qb.n_qb, total = qb.total;
   auto qhead_of = [&](int it) { return hkv * group + it / n_qb; };  // query head
   auto head_of = [&](int it) { return b * p.Hq + qhead_of(it); };    // flat (b, query head) of the workspaces
   auto q0_of = [&](int it) { return (i_start + it % n_qb) * kBq; };
@@ -1023,19 +1038,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, tq = lane & 3;
 
-  const int bkv = static_cast<int>(blockIdx.x);
-  const int b = bkv / p.Hkv, hkv = bkv % p.Hkv;
-  const int group = p.Hq / p.Hkv;
-  const int k0 = static_cast<int>(blockIdx.z * gridDim.y + blockIdx.y) * kBc;
-  if (k0 >= p.S) return;  // past the last key block (grids split over z): the whole CTA, before any barrier
-  const int shift = p.S - p.T;
+  const BwdKeyBlock kb = bwd_key_block<kBc>(p);
+  if (kb.k0 >= p.S) return;  // past the last key block (grids split over z): the whole CTA, before any barrier
+  const int b = kb.b, hkv = kb.hkv, group = kb.group, k0 = kb.k0, shift = p.S - p.T;
   const uint16_t* kh = head_ptr(k, p.k, b, hkv);
   const uint16_t* vh = head_ptr(v, p.v, b, hkv);
-
-  const int q_first = p.causal ? max(0, k0 - shift) : 0;
-  const int i_start = q_first / kBq;
-  const int n_qb = q_first < p.T ? (p.T + kBq - 1) / kBq - i_start : 0;
-  const int total = group * n_qb;
+  const BwdQueryBlocks qb = bwd_query_blocks<kBq>(p, k0, shift, group);
+  const int i_start = qb.i_start, n_qb = qb.n_qb, total = qb.total;
   auto qhead_of = [&](int it) { return hkv * group + it / n_qb; };
   auto q0_of = [&](int it) { return (i_start + it % n_qb) * kBq; };
   auto load_q_do = [&](int it) {
