@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/ops/unfold.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/tensor/factory.h"
 #include "ops/cpu/convert.h"
@@ -187,6 +188,12 @@ Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout, Tenso
     *absmax = from_vector(std::vector<float>{m}, {1});
   }
   return out;
+}
+
+Tensor hla_project_unfolded(const Tensor& image, const Unfold2dParams& window, const HlaPlan& plan, HlaLayout layout,
+                            Tensor* absmax) {
+  HT_CHECK(image.dim() == 4, "hla_project_unfolded: image must be (N, C, H, W), got {}", image.describe());
+  return hla_project(unfold2d(image, window), plan, layout, absmax);
 }
 
 }  // namespace ht::grad

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/tensor.h"
 
 namespace ht::grad {
@@ -56,5 +57,12 @@ enum class HlaLayout { rows, channels };
 // quantisation of the projection (QuantSpec::known_absmax) needs no statistics pass.
 Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout = HlaLayout::rows,
                    Tensor* absmax = nullptr);
+
+// hla_project(unfold2d(image, window), plan, layout, absmax) without materialising the columns: image
+// (N, C, H, W) any floating dtype and strides (e.g. the permuted view of a channels-last map), plan for
+// L = OH·OW. Bit-identical to the composition on both backends (the CPU runs the composition; CUDA reads the
+// image through the im2col index map of include/hadatrain/ops/unfold.h). What HLQ's ACBP of a Conv2d uses.
+Tensor hla_project_unfolded(const Tensor& image, const Unfold2dParams& window, const HlaPlan& plan,
+                            HlaLayout layout = HlaLayout::rows, Tensor* absmax = nullptr);
 
 }  // namespace ht::grad
