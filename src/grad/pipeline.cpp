@@ -2,6 +2,8 @@
 // pipeline, per-layer selection by module-name globs, and the helpers the pipelines share.
 #include "hadatrain/grad/pipeline.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/function.h"
@@ -12,6 +14,7 @@
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
 #include "pipelines.h"
@@ -52,11 +55,15 @@ std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec) {
 
 namespace {
 
+// Inputs (x, w), or (image, w) for a conv product, whose columns' gradient is folded back to the image.
 class PipelineProductBackward final : public Node {
  public:
-  PipelineProductBackward(std::shared_ptr<Pipeline> p, std::unique_ptr<SavedState> s)
-      : pipeline_(std::move(p)), saved_(std::move(s)) {}
-  std::string name() const override { return "PipelineProductBackward(" + pipeline_->name() + ")"; }
+  PipelineProductBackward(std::shared_ptr<Pipeline> p, std::unique_ptr<SavedState> s,
+                          std::optional<Fold2dParams> fold = std::nullopt)
+      : pipeline_(std::move(p)), saved_(std::move(s)), fold_(fold) {}
+  std::string name() const override {
+    return std::string(fold_ ? "PipelineConvBackward(" : "PipelineProductBackward(") + pipeline_->name() + ")";
+  }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     HT_CHECK(saved_ != nullptr,
@@ -67,7 +74,7 @@ class PipelineProductBackward final : public Node {
     if (!grads[0].defined()) return out;
     Wanted wanted{needs_input_grad(0), needs_input_grad(1)};
     Grads g = pipeline_->backward(*saved_, grads[0].contiguous(), wanted);
-    if (wanted.x) out[0] = g.x;
+    if (wanted.x) out[0] = fold_ && !g.x_is_image ? fold2d(g.x, *fold_) : g.x;
     if (wanted.w) out[1] = g.w;
     return out;
   }
@@ -80,9 +87,14 @@ class PipelineProductBackward final : public Node {
  private:
   std::shared_ptr<Pipeline> pipeline_;
   std::unique_ptr<SavedState> saved_;
+  std::optional<Fold2dParams> fold_;
 };
 
 }  // namespace
+
+ForwardResult Pipeline::forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) {
+  return forward(unfold2d(info.image, info.window), w, info, key, save);
+}
 
 Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
   HT_CHECK(call.pipeline != nullptr, "grad::product: no pipeline given");
@@ -111,17 +123,46 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
 
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call) {
   HT_CHECK(call.pipeline != nullptr, "grad::conv_product: no pipeline given");
-  HT_CHECK(image.dim() == 4, "grad::conv_product ({}): the image must be (N, C, H, W), got {}", call.pipeline->name(),
-           image.describe());
-  const Tensor cols = unfold2d(image, window);  // (N, L, C·kh·kw); its backward is fold2d
+  const std::string& name = call.pipeline->name();
+  HT_CHECK(image.dim() == 4, "grad::conv_product ({}): the image must be (N, C, H, W), got {}", name, image.describe());
+  const int64_t C = image.size(1), H = image.size(2), W = image.size(3);
+  const int64_t I = C * window.kernel_h * window.kernel_w;
+  HT_CHECK(w.dim() == 2 && w.size(1) == I,
+           "grad::conv_product ({}): weight must be (O, C·kh·kw) with C·kh·kw = {} for image {} and a {}x{} window, "
+           "got {}",
+           name, I, image.describe(), window.kernel_h, window.kernel_w, w.describe());
+  HT_CHECK(image.dtype() == w.dtype(), "grad::conv_product ({}): image {} and weight {} have different dtypes", name,
+           image.describe(), w.describe());
+  HT_CHECK(image.device() == w.device(), "grad::conv_product ({}): image {} and weight {} are on different devices",
+           name, image.describe(), w.describe());
   ProductCall c = call;
   const int64_t span_h = window.dilation_h * (window.kernel_h - 1) + 1;
   const int64_t span_w = window.dilation_w * (window.kernel_w - 1) + 1;
-  c.info.grid_h = (image.size(2) + 2 * window.pad_h - span_h) / window.stride_h + 1;
-  c.info.grid_w = (image.size(3) + 2 * window.pad_w - span_w) / window.stride_w + 1;
+  c.info.grid_h = (H + 2 * window.pad_h - span_h) / window.stride_h + 1;
+  c.info.grid_w = (W + 2 * window.pad_w - span_w) / window.stride_w + 1;
+  HT_CHECK(c.info.grid_h >= 1 && c.info.grid_w >= 1,
+           "grad::conv_product ({}): a {}x{} window (stride {}, pad {}, dilation {}) does not fit image {}", name,
+           window.kernel_h, window.kernel_w, window.stride_h, window.pad_h, window.dilation_h, image.describe());
   c.info.image = image.detach();
   c.info.window = window;
-  return product(cols, w, c);
+  const bool grad = needs_grad({&image, &w});
+  ForwardResult r;
+  {
+    NoGradGuard no_grad;
+    r = call.pipeline->forward_conv(w.detach(), c.info, c.key, grad);
+  }
+  HT_ASSERT(r.y.dim() == 3 && r.y.size(0) == image.size(0) && r.y.size(1) == c.info.grid_h * c.info.grid_w &&
+                r.y.size(2) == w.size(0),
+            "pipeline {}: conv forward gave {} for image {} and weight {}", name, r.y.describe(), image.describe(),
+            w.describe());
+  if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
+  if (grad) {
+    HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", name);
+    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved),
+                                                          Fold2dParams{C, H, W, window});
+    connect(node, {&image, &w}, {&r.y});
+  }
+  return r.y;
 }
 
 // ---- selection -----------------------------------------------------------------------------------------
@@ -163,11 +204,12 @@ std::string describe(const PipelineSpec& s) {
                        : o.rank.kind == HlaRank::Kind::rows ? fmt::format("{} rows", o.rank.rows)
                                                             : fmt::format("pct {}", o.rank.pct);
     return fmt::format("hlq (g_x: {} bit, T {}, g_y scale {}, W {}, {} carrier; g_w: {} bit, rank {}, fallback {}, "
-                       "ACBP {} bit{})",
+                       "ACBP {} bit{}{})",
                        o.gx_bits, o.block, gran[static_cast<int>(o.gy_scale)], wq[static_cast<int>(o.w_quant)],
                        o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank,
                        fb[static_cast<int>(o.fallback)], o.acbp_bits,
-                       o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "");
+                       o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "",
+                       o.conv_gx == ConvGx::columns ? ", conv g_x on columns" : "");
   }
   if (s.name == "lbp_wht") return fmt::format("lbp_wht (order {}, {} of 64 bases)", s.lbp_wht.order,
                                               s.lbp_wht.order * (s.lbp_wht.order + 1) / 2);

@@ -5,7 +5,8 @@
 //             axis, 8-bit, integer product over the reduced axis, rescaled by s_g·s_x/n.
 //   ACBP: the forward saves only the projected, quantised x (int8, packed int4 or f32), never x itself.
 //         A Conv2d with acbp_conv input_map saves its input map instead (int8, one scale per sample) and
-//         backward re-runs im2col and the projection (Note [ACBP of a convolution], docs/gradient_pipelines.md).
+//         backward re-runs the projection from it (Note [ACBP of a convolution], docs/gradient_pipelines.md).
+//   Conv2d forward: the convolution itself, ACBP projected from the input map (Note [HLQ conv forward]).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
 #include <atomic>
 
@@ -16,8 +17,10 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/ops/lowp_matmul.h"
+#include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/factory.h"
 #include "pipelines.h"
 
@@ -66,7 +69,31 @@ struct HlqSaved final : SavedState {
   SavedColumns cols;  // unless map.values is defined
   SavedMap map;
   NoiseKey key;
+  // Conv products (forward_conv): the image's geometry, for the dgrad g_x product (Note [HLQ conv g_x]).
+  struct Conv {
+    bool defined = false;
+    bool channels_last = false;  // the image was the (N, C, H, W) view of a contiguous (N, H, W, C) map
+    int64_t C = 0, H = 0, W = 0, grid_h = 0, grid_w = 0;
+    Unfold2dParams window;
+  } conv;
 };
+
+// The conv2d params of an unfold window (groups 1, NCHW).
+Conv2dParams conv_params(const Unfold2dParams& u) {
+  Conv2dParams p;
+  p.stride_h = u.stride_h;
+  p.stride_w = u.stride_w;
+  p.pad_h = u.pad_h;
+  p.pad_w = u.pad_w;
+  p.dilation_h = u.dilation_h;
+  p.dilation_w = u.dilation_w;
+  return p;
+}
+
+// Whether image (N, C, H, W) is the permuted view of a contiguous channels-last (N, H, W, C) map.
+bool is_channels_last(const Tensor& image) {
+  return !image.is_contiguous() && permute(image, {0, 2, 3, 1}).is_contiguous();
+}
 
 // t (B, L, C) -> (B, R, C): the HLA projection, or t itself for the identity plan (n = 1: nothing to
 // project, and the quantiser reads the compute dtype directly). absmax (projections only): receives
@@ -112,23 +139,45 @@ class HlqPipeline final : public Pipeline {
   std::string name() const override { return "hlq"; }
   bool draws_noise() const override { return true; }
 
-  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
                         bool save) override {
     ForwardResult r;
     r.y = forward_product(x, w);  // (B, L, O), high precision
     if (!save) return r;
-    auto s = std::make_unique<HlqSaved>();
-    s->w = w;
-    s->x_dtype = x.dtype();
-    s->L = x.size(1);
-    s->key = key;
-    s->axis = choose_axis(s->L);
-    if (o_.acbp_conv == AcbpConv::input_map && info.image.defined() && map_is_smaller(s->axis, x, info.image)) {
-      s->map = save_map(info, x);
+    auto s = new_saved(w, x.dtype(), x.size(1), key);
+    s->cols = save_columns(x, s->axis, s->L);
+    s->bytes = columns_bytes(s->cols);
+    r.saved = std::move(s);
+    return r;
+  }
+
+  // Note [HLQ conv forward]
+  // A Conv2d product never materialises its im2col columns in the forward: y is the convolution itself (the
+  // conv2d op: cuDNN on CUDA, the same high-precision product up to summation order), and ACBP projects the
+  // columns straight from the input map (hla_project_unfolded; the CUDA kernel reads the map through the
+  // im2col index map), or saves the map (acbp_conv input_map). Only the split_extra / pad fallbacks and the
+  // identity plan (no power-of-two factor in L) still unfold. Until session 9 the forward unfolded the map
+  // (9× its size for a 3×3 window), ran a bf16 GEMM over the columns and projected them from memory.
+  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) override {
+    const Tensor& image = info.image;  // (N, C, H, W), any strides
+    ForwardResult r;
+    r.y = convolve(image, w, info.window);  // (B, L, O)
+    if (!save) return r;
+    auto s = new_saved(w, image.dtype(), info.grid_h * info.grid_w, key);
+    s->conv.defined = true;
+    s->conv.channels_last = is_channels_last(image);
+    s->conv.C = image.size(1);
+    s->conv.H = image.size(2);
+    s->conv.W = image.size(3);
+    s->conv.grid_h = info.grid_h;
+    s->conv.grid_w = info.grid_w;
+    s->conv.window = info.window;
+    if (o_.acbp_conv == AcbpConv::input_map && map_is_smaller(s->axis, image.size(0), w.size(1), image)) {
+      s->map = save_map(image, info.window);
       s->bytes = tensor_bytes(s->map.values) + tensor_bytes(s->map.scale);
     } else {
-      s->cols = save_columns(x, s->axis, s->L);
-      s->bytes = tensor_bytes(s->cols.xc.values) + tensor_bytes(s->cols.xc.scale) + tensor_bytes(s->cols.x_extra);
+      s->cols = save_image_columns(image, info.window, s->axis, s->L);
+      s->bytes = columns_bytes(s->cols);
     }
     r.saved = std::move(s);
     return r;
@@ -141,7 +190,12 @@ class HlqPipeline final : public Pipeline {
     // also yields max |g_y|, and the g_w quantiser skips its statistics pass (one read of g_y less).
     const bool share = wanted.x && wanted.w && gw_quantises_raw_gy(s);
     Tensor gy_absmax;
-    if (wanted.x) g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr).to(s.x_dtype);
+    if (wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad) {
+      g.x = grad_x_dgrad(s, g_y, share ? &gy_absmax : nullptr);
+      g.x_is_image = true;
+    } else if (wanted.x) {
+      g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr).to(s.x_dtype);
+    }
     if (wanted.w) g.w = grad_w(s, g_y, gy_absmax).to(s.w.dtype());
     return g;
   }
@@ -186,6 +240,43 @@ class HlqPipeline final : public Pipeline {
     return a;
   }
 
+  std::unique_ptr<HlqSaved> new_saved(const Tensor& w, DType x_dtype, int64_t L, const NoiseKey& key) {
+    auto s = std::make_unique<HlqSaved>();
+    s->w = w;
+    s->x_dtype = x_dtype;
+    s->L = L;
+    s->key = key;
+    s->axis = choose_axis(L);
+    return s;
+  }
+
+  static int64_t columns_bytes(const SavedColumns& c) {
+    return tensor_bytes(c.xc.values) + tensor_bytes(c.xc.scale) + tensor_bytes(c.x_extra);
+  }
+
+  // y (B, L, O) of the convolution of image (N, C, H, W) with w (O, C·kh·kw) (Note [HLQ conv forward]): a
+  // channels-last image (the permuted view of a contiguous (N, H, W, C) map) gives contiguous (N, OH·OW, O)
+  // rows, any other the (N, O, OH·OW) result viewed transposed.
+  static Tensor convolve(const Tensor& image, const Tensor& w, const Unfold2dParams& u) {
+    Conv2dParams p = conv_params(u);
+    const int64_t N = image.size(0), O = w.size(0);
+    const Tensor w4 = reshape(w, {O, image.size(1), u.kernel_h, u.kernel_w});
+    if (is_channels_last(image)) {
+      p.layout = ConvLayout::nhwc;
+      return reshape(conv2d(permute(image, {0, 2, 3, 1}), w4, Tensor(), p), {N, -1, O});  // (N, OH, OW, O) rows
+    }
+    return reshape(conv2d(image, w4, Tensor(), p), {N, O, -1}).transpose(1, 2);
+  }
+
+  // The saved columns of a conv product from its input map (Note [HLQ conv forward]): projected from the map
+  // directly unless a fallback splits or pads the token axis or the plan is the identity.
+  SavedColumns save_image_columns(const Tensor& image, const Unfold2dParams& u, const HlaAxis& axis, int64_t L) const {
+    if (axis.extra > 0 || axis.pad > 0 || axis.plan.block == 1) return save_columns(unfold2d(image, u), axis, L);
+    SavedColumns c;
+    c.xc = compress(hla_project_unfolded(image, u, axis.plan), o_.acbp_bits);  // (B, R, I)
+    return c;
+  }
+
   // x (B, L, I) -> what the g_w product reads (ACBP): the projected, compressed tokens and the exact extra ones.
   SavedColumns save_columns(const Tensor& x, const HlaAxis& axis, int64_t L) const {
     SavedColumns c;
@@ -203,9 +294,9 @@ class HlqPipeline final : public Pipeline {
   // acbp_bits 0) is smaller than the saved columns (B·R·I values at acbp_bits / 8 bytes each, plus the exact
   // leading tokens). Not so for 1×1 convolutions (their columns are a subset of the map, then projected) and
   // some strided ones; those keep the columns (scales are ignored in the comparison).
-  bool map_is_smaller(const HlaAxis& axis, const Tensor& x, const Tensor& image) const {
-    const int64_t B = x.size(0), I = x.size(2), R = axis.plan.projected_length();
-    const auto item = static_cast<int64_t>(itemsize(x.dtype()));
+  bool map_is_smaller(const HlaAxis& axis, int64_t B, int64_t I, const Tensor& image) const {
+    const int64_t R = axis.plan.projected_length();
+    const auto item = static_cast<int64_t>(itemsize(image.dtype()));
     const int64_t cols = (o_.acbp_bits == 0 ? B * R * I * item : B * R * I * o_.acbp_bits / 8) + B * axis.extra * I * item;
     const int64_t map = image.numel() * (o_.acbp_bits == 0 ? item : 1);
     return map < cols;
@@ -215,20 +306,13 @@ class HlqPipeline final : public Pipeline {
   // with one scale per sample (the x̃ quantiser's scale rule, round to nearest), or kept as it is when
   // acbp_bits is 0. A channels-last map (the (N, C, H, W) view of a contiguous (N, H, W, C) tensor) is
   // quantised in its memory order.
-  SavedMap save_map(const ProductInfo& info, const Tensor& x) const {
-    const Tensor& image = info.image;  // (N, C, H, W)
-    const Unfold2dParams& u = info.window;
-    HT_ASSERT(image.dim() == 4 && image.size(0) == x.size(0) && image.size(1) * u.kernel_h * u.kernel_w == x.size(2) &&
-                  info.grid_h * info.grid_w == x.size(1) && image.device() == x.device(),
-              "hlq: the conv input map {} does not match its columns {} (grid {}×{})", image.describe(), x.describe(),
-              info.grid_h, info.grid_w);
+  SavedMap save_map(const Tensor& image, const Unfold2dParams& u) const {  // image (N, C, H, W)
     SavedMap m;
     m.window = u;
-    const Tensor nhwc = permute(image, {0, 2, 3, 1});
-    m.channels_last = !image.is_contiguous() && nhwc.is_contiguous();
-    const Tensor phys = m.channels_last ? nhwc : image;
+    m.channels_last = is_channels_last(image);
+    const Tensor phys = m.channels_last ? permute(image, {0, 2, 3, 1}) : image;
     if (o_.acbp_bits == 0) {
-      m.values = phys.to(x.dtype());
+      m.values = phys;
       return m;
     }
     QuantSpec q;
@@ -242,9 +326,9 @@ class HlqPipeline final : public Pipeline {
     return m;
   }
 
-  // The columns (B, L, I) of the saved map, in the compute dtype: dequantised (one f32 product per element,
-  // rounded once to the compute dtype), then unfolded.
-  static Tensor map_columns(const SavedMap& m, DType dtype) {
+  // The saved map as an image (N, C, H, W) in the compute dtype: dequantised (one f32 product per element,
+  // rounded once to the compute dtype).
+  static Tensor map_image(const SavedMap& m, DType dtype) {
     Tensor image = m.values;
     if (m.scale.defined()) {
       Quantized q;
@@ -252,8 +336,7 @@ class HlqPipeline final : public Pipeline {
       q.scale = m.scale;
       image = dequantize(q, Granularity::sample).to(dtype);
     }
-    if (m.channels_last) image = permute(image, {0, 3, 1, 2});  // (N, C, H, W) view
-    return unfold2d(image, m.window);
+    return m.channels_last ? permute(image, {0, 3, 1, 2}) : image;  // (N, C, H, W) view
   }
 
   // x̃ (B, R, I) -> what the forward keeps (ACBP).
@@ -290,6 +373,74 @@ class HlqPipeline final : public Pipeline {
            s.axis.pad == 0 && o_.gx_bits > 0;
   }
 
+  // HQ's quantiser of g_y (stochastic, per token / sample / tensor, block-T Hadamard) and of W (I, O).
+  QuantSpec gy_spec(const HlqSaved& s, int64_t T) const {
+    QuantSpec q;
+    q.bits = o_.gx_bits;
+    q.granularity = o_.gy_scale == ScaleGranularity::token    ? Granularity::row
+                    : o_.gy_scale == ScaleGranularity::sample ? Granularity::sample
+                                                              : Granularity::tensor;
+    q.rounding = Rounding::stochastic;
+    q.noise = s.key.noise(role_gx_gy);
+    q.hadamard_block = T;
+    return q;
+  }
+  QuantSpec w_spec(const HlqSaved& s, int64_t T) const {
+    QuantSpec q;
+    q.bits = o_.gx_bits;
+    q.granularity = Granularity::tensor;
+    q.scale_rule = o_.w_quant == WeightQuant::sawb ? ScaleRule::sawb : ScaleRule::absmax;
+    q.rounding = o_.w_quant == WeightQuant::absmax_sr ? Rounding::stochastic : Rounding::nearest;
+    q.noise = s.key.noise(role_gx_w);
+    q.hadamard_block = T;
+    return q;
+  }
+
+  // The dequantised levels of x under q, in dtype: level · scale as one f32 product, rounded once to dtype.
+  static Tensor dequantized(const Tensor& x, const QuantSpec& q, DType dtype, Tensor* input_absmax = nullptr) {
+    QuantSpec spec = q;
+    spec.report_input_absmax = input_absmax != nullptr;
+    const Quantized qx = quantize(x, spec);
+    if (input_absmax) *input_absmax = qx.input_absmax;
+    return dequantize(qx, spec.granularity).to(dtype);
+  }
+
+  // Note [HLQ conv g_x]
+  // The g_x product of a Conv2d as the convolution backward (dgrad) of the compute dtype over dequantised
+  // operands: d_g = s_g·q_g (B, L, O) and d_w = (s_w / T)·q_w (O, C, kh, kw), both in the rotated domain and
+  // each rounded once to the compute dtype, then g_x = dgrad(d_g, d_w) (cuDNN on CUDA, f32 accumulation), the
+  // image gradient without columns or fold. Σ_o (g_y H)_o (H W)_o = T·(g_y W) per pixel and tap, so the
+  // rotation cancels as in the GEMM form. The levels are the same integers as the columns path (same noise);
+  // what differs is where the scales enter: the GEMM form scales the exact integer product once, this form
+  // rounds each scaled level to the compute dtype first (bf16 keeps 8 significant bits: a relative error of at
+  // most 2^-9 per operand, far below the 4-bit step). Per-token scales cannot be taken out of a convolution
+  // (neighbouring pixels mix), which is why the scales go into the operands. Measured faster than the columns
+  // form (docs/BENCHMARKS.md, session 9): no 9×-expanded g_cols product, no fold, and no transposes for a
+  // channels-last image, whose gradient comes out channels-last.
+  Tensor grad_x_dgrad(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (N, C, H, W)
+    const int64_t B = g_y.size(0), O = g_y.size(2);
+    const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
+    const DType dt = s.x_dtype;
+    const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
+    Tensor gd, wd;  // (B, L, O) and (I, O) in the compute dtype, rotated, W divided by T
+    if (o_.gx_bits == 0) {  // rotation only
+      gd = hadamard_blocks(g_y, T).to(dt);
+      wd = div(hadamard_blocks(wt, T), static_cast<double>(T)).to(dt);
+    } else {
+      gd = dequantized(g_y, gy_spec(s, T), dt, gy_absmax);
+      wd = mul(dequantized(wt, w_spec(s, T), DType::f32), 1.0 / static_cast<double>(T)).to(dt);  // T: a power of 2
+    }
+    const auto& c = s.conv;
+    const Tensor w4 = reshape(wd.transpose(0, 1).contiguous(), {O, c.C, c.window.kernel_h, c.window.kernel_w});
+    Conv2dParams p = conv_params(c.window);
+    const Tensor g4 = reshape(gd, {B, c.grid_h, c.grid_w, O});  // (N, OH, OW, O)
+    if (c.channels_last) {
+      p.layout = ConvLayout::nhwc;
+      return permute(conv2d_input_grad(g4, w4, c.H, c.W, p), {0, 3, 1, 2});  // channels-last (N, C, H, W) view
+    }
+    return conv2d_input_grad(permute(g4, {0, 3, 1, 2}), w4, c.H, c.W, p);
+  }
+
   // gy_absmax: when not null, receives max |g_y| (f32 (1)) from the g_y quantiser's pass.
   Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (B, L, I)
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
@@ -300,27 +451,14 @@ class HlqPipeline final : public Pipeline {
       const Tensor wh = hadamard_blocks(wt, T);   // (I, O)
       return div(matmul(gh, wh.transpose(0, 1)), static_cast<double>(T));
     }
-    QuantSpec qg;
-    qg.bits = o_.gx_bits;
-    qg.granularity = o_.gy_scale == ScaleGranularity::token    ? Granularity::row
-                     : o_.gy_scale == ScaleGranularity::sample ? Granularity::sample
-                                                               : Granularity::tensor;
-    qg.rounding = Rounding::stochastic;
-    qg.noise = s.key.noise(role_gx_gy);
-    qg.hadamard_block = T;
     const Carrier carrier = o_.gx_bits <= 5 ? o_.carrier : Carrier::int8;  // e4m3 holds integers up to 16
     // The quantiser writes the carrier's dtype directly (e4m3 codes of the levels), no conversion pass.
+    QuantSpec qg = gy_spec(s, T);
     qg.values_dtype = carrier == Carrier::fp8 ? DType::f8e4m3 : DType::i8;
     qg.report_input_absmax = gy_absmax != nullptr;
     const Quantized q_g = quantize(g_y, qg);  // (B, L, O) int8 or e4m3
     if (gy_absmax) *gy_absmax = q_g.input_absmax;
-    QuantSpec qw;
-    qw.bits = o_.gx_bits;
-    qw.granularity = Granularity::tensor;
-    qw.scale_rule = o_.w_quant == WeightQuant::sawb ? ScaleRule::sawb : ScaleRule::absmax;
-    qw.rounding = o_.w_quant == WeightQuant::absmax_sr ? Rounding::stochastic : Rounding::nearest;
-    qw.noise = s.key.noise(role_gx_w);
-    qw.hadamard_block = T;
+    QuantSpec qw = w_spec(s, T);
     qw.values_dtype = qg.values_dtype;
     const Quantized q_w = quantize(wt, qw);  // (I, O) int8 / e4m3 = (H W)ᵀ quantised
     const Tensor a = reshape(q_g.values, {B * L, O});                     // (B·L, O) int8 / e4m3
@@ -354,8 +492,9 @@ class HlqPipeline final : public Pipeline {
   // gy_absmax: max |g_y| when grad_x computed it (then the identity plan's g̃ = g_y needs no statistics pass).
   Tensor grad_w(const HlqSaved& s, const Tensor& g_y, const Tensor& gy_absmax) const {  // (O, I)
     // acbp_conv input_map: the columns, projected and compressed as the forward would have done.
-    const SavedColumns rebuilt =
-        s.map.values.defined() ? save_columns(map_columns(s.map, s.x_dtype), s.axis, s.L) : SavedColumns{};
+    const SavedColumns rebuilt = s.map.values.defined()
+                                     ? save_image_columns(map_image(s.map, s.x_dtype), s.map.window, s.axis, s.L)
+                                     : SavedColumns{};
     const SavedColumns& c = s.map.values.defined() ? rebuilt : s.cols;
     Tensor gm = g_y;
     if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);

@@ -362,4 +362,43 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   return out;
 }
 
+Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, int64_t height, int64_t width, const Conv2dParams& p) {
+  common_device("conv2d_input_grad", {&g, &weight});
+  const bool nhwc = p.layout == ConvLayout::nhwc;
+  HT_CHECK(g.dim() == 4, "conv2d_input_grad: g must be {}, got {}", nhwc ? "(N, OH, OW, O) (layout nhwc)" : "(N, O, OH, OW)",
+           g.describe());
+  HT_CHECK(weight.dim() == 4, "conv2d_input_grad: weight must be (O, C/groups, KH, KW), got {}", weight.describe());
+  HT_CHECK(height >= 1 && width >= 1, "conv2d_input_grad: input size must be positive, got {}x{}", height, width);
+  // The input's shape in the layout, as a zero-stride view of no elements (never read), so that conv_shapes
+  // checks every relation.
+  const int64_t N = g.size(0), C = weight.size(1) * p.groups;
+  const Tensor like = empty(Shape{0}, {g.dtype(), g.device()});
+  const Shape xs = nhwc ? Shape{N, height, width, C} : Shape{N, C, height, width};
+  const ConvShapes s = conv_shapes(make_view(like, xs, Strides{0, 0, 0, 0}, 0), weight, Tensor(), p);
+  const int64_t OH = g.size(nhwc ? 1 : 2), OW = g.size(nhwc ? 2 : 3), O = g.size(nhwc ? 3 : 1);
+  HT_CHECK(O == s.O && OH == s.OH && OW == s.OW,
+           "conv2d_input_grad: g {} does not match the output of a {}x{} input with weight {} (expected {} channels on "
+           "a {}x{} grid)",
+           g.describe(), height, width, weight.describe(), s.O, s.OH, s.OW);
+  if (!g.is_cuda() && nhwc) {  // the CPU reference: through NCHW and back
+    Conv2dParams q = p;
+    q.layout = ConvLayout::nchw;
+    return contiguous(permute(conv2d_input_grad(permute(g, {0, 3, 1, 2}), weight, height, width, q), {0, 2, 3, 1}));
+  }
+  const Tensor gc = contiguous(g.detach());
+  Tensor gx = empty(xs, {g.dtype(), g.device()});
+  if (gx.numel() == 0) return gx;
+  if (g.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    const cuda::ConvProblem cp = cudnn_problem(s, p, g.dtype());
+    cuda_ops::conv2d_backward_data(cp, gc, cuda_ops::conv2d_filter(cp, weight.detach()), gx);
+#else
+    no_cuda_kernel("conv2d_input_grad");
+#endif
+  } else {
+    conv2d_grad_input(gc, weight.detach(), p, s, gx);
+  }
+  return gx;
+}
+
 }  // namespace ht

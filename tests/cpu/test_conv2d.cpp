@@ -1,6 +1,7 @@
 // conv2d against a naive 7-loop direct convolution: stride, padding, dilation, groups, depthwise, odd
 // sizes, a channels-last input viewed as NCHW, a batch split into several GEMM chunks; gradchecks for x,
-// weight and bias; bf16 forward and backward against f64; shape-validation errors.
+// weight and bias; bf16 forward and backward against f64; conv2d_input_grad against the autograd input
+// gradient; shape-validation errors.
 #include <cmath>
 
 #include "support/catch.h"
@@ -184,6 +185,37 @@ TEST_CASE("bf16 conv2d forward and backward stay close to f64", "[conv2d][dtype]
     CHECK(g[i].dtype() == DType::bf16);
     CHECK(test::compare(g[i], g64[i], 1e-2, 1e-2) == "");
   }
+}
+
+TEST_CASE("conv2d_input_grad equals conv2d's input gradient in both layouts", "[conv2d]") {
+  const std::vector<ConvCase> cases = {{2, 3, 7, 9, 5, 3, 3, params(2, 1, 1, 1)},   // stride 2: H not implied by OH
+                                       {2, 4, 8, 8, 6, 3, 3, params(1, 1, 1, 2)},   // groups 2
+                                       {1, 3, 9, 7, 4, 3, 3, params(1, 2, 2, 1)}};  // dilation 2
+  uint64_t seed = 60;
+  for (const ConvCase& cc : cases) {
+    Tensor x = rand_t({cc.N, cc.C, cc.H, cc.W}, ++seed), w = rand_t({cc.O, cc.C / cc.p.groups, cc.KH, cc.KW}, ++seed);
+    x.set_requires_grad(true);
+    const Tensor y = conv2d(x, w, Tensor(), cc.p);
+    const Tensor g = rand_t(y.shape(), ++seed);
+    sum(mul(y, g)).backward();
+    const Tensor gx = conv2d_input_grad(g, w, cc.H, cc.W, cc.p);
+    CHECK(gx.shape() == x.shape());
+    CHECK(test::rel_error(gx, x.grad()) == 0.0);  // the same computation
+    CHECK_FALSE(gx.requires_grad());
+    Conv2dParams q = cc.p;  // channels last: (N, OH, OW, O) in, (N, H, W, C) out
+    q.layout = ConvLayout::nhwc;
+    const Tensor gx_nhwc = conv2d_input_grad(permute(g, {0, 2, 3, 1}), w, cc.H, cc.W, q);
+    CHECK(gx_nhwc.is_contiguous());
+    CHECK(test::rel_error(permute(gx_nhwc, {0, 3, 1, 2}), x.grad()) == 0.0);
+  }
+  const Tensor w = rand_t({6, 4, 3, 3}, 70);
+  CHECK_THROWS_WITH(conv2d_input_grad(rand_t({1, 5, 5, 5}, 71), w, 5, 5, params(1, 1, 1, 1)),
+                    HasSubstr("(1, 5, 5, 5) on cpu does not match"));  // 5 channels for a 6-output weight
+  CHECK_THROWS_WITH(conv2d_input_grad(rand_t({1, 6, 4, 4}, 72), w, 5, 5, params(1, 1, 1, 1)),
+                    HasSubstr("expected 6 channels on a 5x5 grid"));
+  CHECK_THROWS_WITH(conv2d_input_grad(rand_t({1, 6, 5}, 73), w, 5, 5, params(1, 1, 1, 1)), HasSubstr("g must be"));
+  CHECK_THROWS_WITH(conv2d_input_grad(rand_t({1, 6, 5, 5}, 74), w, 0, 5, params(1, 1, 1, 1)),
+                    HasSubstr("input size must be positive"));
 }
 
 TEST_CASE("conv2d validates shapes and parameters with clear messages", "[conv2d][errors]") {

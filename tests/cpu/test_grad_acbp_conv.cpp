@@ -2,7 +2,7 @@
 // (the reference: the projected, quantised im2col columns) against input_map (the int8 input map, im2col and
 // projection re-run in backward, where the map is the smaller), through grad::conv_product in both layouts: exactness with quantisation
 // and rank reduction off, the error bound and closeness to columns with the defaults, unchanged g_x, saved
-// bytes and the config key.
+// bytes and the config keys; and the conv_gx dgrad form of g_x against the columns form.
 #include <cmath>
 
 #include "hadatrain/grad/pipeline.h"
@@ -39,6 +39,7 @@ ConvCase make_case(int64_t N, int64_t C, int64_t H, int64_t O, int64_t stride, D
 
 struct ConvGrads {
   Tensor y, gx, gw;  // y (N, L, O), gx (N, C, H, W), gw (O, C, k, k)
+  Tensor gx_leaf;    // the gradient of the stored input ((N, H, W, C) for nhwc)
   int64_t bytes = 0;
 };
 
@@ -54,6 +55,7 @@ ConvGrads run(const grad::PipelineSpec& spec, const ConvCase& c, bool nhwc, int6
   const grad::ProductCall call{grad::make_pipeline(spec), {}, grad::NoiseKey{7, 3, step}, &g.bytes};
   g.y = grad::conv_product(image, reshape(w, {w.size(0), -1}), c.window, call);  // (N, L, O)
   sum(mul(g.y, c.gy)).backward();
+  g.gx_leaf = xs.grad();
   g.gx = nhwc ? permute(xs.grad(), {0, 3, 1, 2}) : xs.grad();
   g.gw = w.grad();
   return g;
@@ -177,6 +179,37 @@ TEST_CASE("hlq acbp_conv input_map saves about one byte per input element", "[gr
   CHECK(p->forward(x, w, {}, {}, true).saved->bytes == N * 136 * C * 9 + 4);
 }
 
+TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to rounding", "[grad]") {
+  // Note [HLQ conv g_x]: the same 4-bit levels (same noise), scales applied to the operands of a convolution
+  // backward instead of to the integer product; g_w untouched. Lossless (gx_bits 0): exact g_x.
+  for (const auto& [H, stride] : {std::pair<int64_t, int64_t>{16, 1}, {16, 2}, {7, 1}}) {
+    const ConvCase c = make_case(2, 4, H, 16, stride, DType::f32, 50 + H + stride);
+    const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
+    for (bool nhwc : {false, true}) {
+      INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
+      grad::PipelineSpec cols = hlq(grad::AcbpConv::columns), lossless = hlq_lossless(grad::AcbpConv::columns);
+      cols.hlq.conv_gx = grad::ConvGx::columns;
+      const ConvGrads dg = run(hlq(grad::AcbpConv::columns), c, nhwc), cg = run(cols, c, nhwc);
+      const double d = test::rel_error(dg.gx, cg.gx), e = test::rel_error(dg.gx, ex.gx);
+      INFO("dgrad vs columns " << d << ", vs exact " << e);
+      CHECK(d > 0.0);   // really another computation
+      CHECK(d < 1e-5);  // f32 roundings of the scaled levels and of the sums only
+      CHECK(e > 0.05);  // really quantised (4-bit g_y: about 0.1–0.2 of exact on white data)
+      CHECK(e < 0.5);
+      CHECK(test::rel_error(dg.gw, cg.gw) == 0.0);
+      CHECK(dg.gx_leaf.is_contiguous());  // channels-last in, channels-last out: no transposed copy
+      CHECK(test::rel_error(run(lossless, c, nhwc).gx, ex.gx) < 1e-6);
+    }
+  }
+  // bf16: each scaled level rounded to 8 significant bits.
+  ConvCase cb = make_case(2, 4, 16, 16, 1, DType::bf16, 77);
+  grad::PipelineSpec cols = hlq(grad::AcbpConv::columns);
+  cols.hlq.conv_gx = grad::ConvGx::columns;
+  const ConvGrads dg = run(hlq(grad::AcbpConv::columns), cb, true), cg = run(cols, cb, true);
+  CHECK(dg.gx.dtype() == DType::bf16);
+  CHECK(test::rel_error(dg.gx, cg.gx) < 2e-2);
+}
+
 TEST_CASE("hlq acbp_conv config key", "[grad]") {
   auto parse = [](const std::string& yaml) {
     auto r = train::ConfigReader::from_string(yaml, "acbp.yaml");
@@ -192,4 +225,11 @@ TEST_CASE("hlq acbp_conv config key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_conv: input_map}}"), HasSubstr("unknown key"));
   grad::PipelineSpec s = hlq(grad::AcbpConv::input_map);
   CHECK(grad::describe(s).find("conv input map") != std::string::npos);
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.conv_gx == grad::ConvGx::dgrad);
+  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gx: columns}}").default_spec.hlq.conv_gx ==
+        grad::ConvGx::columns);
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gx: fold}}"),
+                    HasSubstr("grad_pipeline.default.conv_gx"));
+  s.hlq.conv_gx = grad::ConvGx::columns;
+  CHECK(grad::describe(s).find("conv g_x on columns") != std::string::npos);
 }

@@ -159,6 +159,31 @@ TEST_CASE("conv2d on CUDA: a ResNet-sized layer and repeated calls reuse the cac
   CHECK(check_conv(cc, DType::bf16, false, 920) == "");
 }
 
+TEST_CASE("conv2d_input_grad on CUDA matches the CPU in both layouts", "[gpu][conv]") {
+  uint64_t seed = 950;
+  for (const ConvCase& cc : kConvCases)
+    for (bool nhwc : {false, true}) {
+      INFO(cc.name << (nhwc ? " nhwc" : " nchw"));
+      Conv2dParams p = cc.p;
+      const Tensor w = test::random_input({cc.O, cc.C / p.groups, cc.KH, cc.KW}, ++seed, DType::f32);
+      const Tensor y = conv2d(test::random_input({cc.N, cc.C, cc.H, cc.W}, ++seed, DType::f32), w, Tensor(), p);
+      Tensor g = test::random_input(y.shape(), ++seed, DType::f32);  // (N, O, OH, OW)
+      if (nhwc) {
+        p.layout = ConvLayout::nhwc;
+        g = permute(g, {0, 2, 3, 1}).contiguous();
+      }
+      const Tensor expect = conv2d_input_grad(g, w, cc.H, cc.W, p);
+      Tensor got;
+      {
+        test::PoisonGuard poison;
+        got = conv2d_input_grad(g.to(test::kCuda), w.to(test::kCuda), cc.H, cc.W, p);
+      }
+      REQUIRE(got.is_cuda());
+      CHECK(got.shape() == expect.shape());
+      CHECK(test::rel_error(got.to(Device::cpu()), expect) < 1e-5);
+    }
+}
+
 TEST_CASE("conv2d on CUDA rejects a mixed-device call", "[gpu][conv]") {
   const Tensor x = test::random_input({1, 2, 5, 5}, 1, DType::f32).to(test::kCuda);
   const Tensor w = test::random_input({3, 2, 3, 3}, 2, DType::f32);

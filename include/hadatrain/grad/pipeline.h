@@ -43,6 +43,10 @@ enum class Carrier { fp8, int8 };  // tensor cores that run the 4-bit values (CU
 // projected, quantised im2col columns (the reference) or the input map, 8-bit with one scale per sample, from
 // which backward re-runs im2col and the projection (a deviation that keeps the memory saving).
 enum class AcbpConv { columns, input_map };
+// How HLQ's g_x product of a Conv2d runs (Note [HLQ conv g_x] in docs/gradient_pipelines.md): dgrad, the
+// compute-dtype convolution backward (cuDNN) over the dequantised 4-bit g_y and W; columns, the low-precision
+// GEMM (int8 / fp8 tensor cores) over the im2col columns, folded back to the image.
+enum class ConvGx { dgrad, columns };
 
 struct HlqOptions {
   // g_x path (HQ)
@@ -67,6 +71,8 @@ struct HlqOptions {
   // Conv2d products (conv_product): save the columns (reference) or the input map (int8, or unquantised
   // when acbp_bits is 0); other products always save the columns.
   AcbpConv acbp_conv = AcbpConv::columns;
+  // Conv2d products: the g_x product (dequantised levels through the convolution backward, or the columns).
+  ConvGx conv_gx = ConvGx::dgrad;
 };
 
 struct LbpWhtOptions {
@@ -140,6 +146,9 @@ struct Wanted {
 struct Grads {
   Tensor x;  // (B, L, I) of x's dtype, or undefined
   Tensor w;  // (O, I) of w's dtype, or undefined
+  // Conv products (forward_conv) only: x is the image's gradient (N, C, H, W) (any strides) rather than the
+  // columns', so conv_product passes it on without folding (HLQ's conv_gx dgrad).
+  bool x_is_image = false;
 };
 
 class Pipeline {
@@ -150,6 +159,12 @@ class Pipeline {
   virtual ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                                 bool save) = 0;
   virtual Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) = 0;
+  // The forward of a Conv2d product (conv_product): w (O, C·kh·kw) and info.image / info.window set, the
+  // columns x = unfold2d(info.image, info.window) (B, L, I) implied. Same contract as forward for that x (y
+  // (B, L, O), possibly a non-contiguous view; backward's g.x is the columns' gradient, which conv_product
+  // folds back to the image). The default unfolds the columns and calls forward; a pipeline may instead run
+  // the product as a convolution and compute what it saves from the image (HLQ: Note [HLQ conv forward]).
+  virtual ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save);
   // Whether forward's y is the plain high-precision product (true for every pipeline here; HALO's quantised
   // forward will say false). Layers then take their plain op (cuDNN, fused bias) when no gradient is needed,
   // e.g. in evaluation.
@@ -173,9 +188,10 @@ struct ProductCall {
 Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call);
 
 // A Conv2d (groups 1) as a product: image (N, C, H, W) (any strides, e.g. the permuted view of a channels-last
-// map), w (O, C·kh·kw) -> y (N, L, O), L = OH·OW. Runs product(unfold2d(image, window), w, call) with
-// call.info's grid, image and window filled in, so g_x reaches the image through fold2d (unfold2d's
-// backward) and a pipeline may save the image instead of the columns (HlqOptions::acbp_conv).
+// map), w (O, C·kh·kw) -> y (N, L, O), L = OH·OW (possibly a non-contiguous view: a pipeline may run it as a
+// convolution, whose NCHW output is (N, O, L)). Calls the pipeline's forward_conv with call.info's grid, image
+// and window filled in, records one autograd node over (image, w) whose backward asks the pipeline for the
+// columns' gradient and folds it back to the image (fold2d, unfold2d's adjoint).
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call);
 
 // ---- per-layer selection -------------------------------------------------------------------------------

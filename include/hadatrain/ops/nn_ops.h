@@ -74,6 +74,12 @@ struct Conv2dParams {
 // nchw: x (N, C, H, W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N, O, OH, OW).
 // nhwc: x (N, H, W, C), same weight and bias -> (N, OH, OW, O).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p = {});
+// The gradient of conv2d's input for an output gradient g ((N, O, OH, OW); nhwc: (N, OH, OW, O), any strides)
+// and the weight, outside autograd (the result records no node): (N, C, H, W) (nhwc: (N, H, W, C)),
+// contiguous, g's dtype; height and width are the input's (strides > 1 leave them ambiguous). The same
+// computation as conv2d's backward: cuDNN backward data on CUDA, col2im of Wᵀ·g on the CPU.
+Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, int64_t height, int64_t width,
+                         const Conv2dParams& p = {});
 
 struct Pool2dParams {
   int64_t kernel_h = 2, kernel_w = 2;
