@@ -4,8 +4,10 @@
 // master weights); every Linear / Conv2d through one gradient pipeline (exact: the plain ops). Median of 20
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
-//   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16] [exact|hlq|hlq_split|lbp_wht|luq] [nhwc|nchw]
-// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection). The ResNets use
+//   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
+//               [exact|hlq|hlq_split|hlq_cols|hlq_map|lbp_wht|luq] [nhwc|nchw]
+// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_cols with
+// conv_gx columns (the conv g_x product on the im2col columns), hlq_map with acbp_conv input_map. The ResNets use
 // the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
 
@@ -60,10 +62,16 @@ int main(int argc, char** argv) {
   }
   model->to(dev);
   grad::PipelineConfig pc;
-  pc.default_spec.name = pipeline == "hlq_split" ? "hlq" : pipeline;
-  if (pipeline == "hlq_split") {
-    pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
+  pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline;
+  if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_cols" &&
+      pipeline != "hlq_map") {
+    std::fprintf(stderr, "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_map)\n",
+                 pipeline.c_str());
+    return 2;
   }
+  if (pipeline == "hlq_split") pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
+  if (pipeline == "hlq_cols") pc.default_spec.hlq.conv_gx = grad::ConvGx::columns;
+  if (pipeline == "hlq_map") pc.default_spec.hlq.acbp_conv = grad::AcbpConv::input_map;
   auto clock = std::make_shared<grad::StepClock>();
   // as the trainer: a pipeline's noise step is read on the device (recordable HLQ steps)
   if (nn::any_draws_noise(nn::bind_pipelines(*model, pc, clock))) clock->keep_on_device(dev);
