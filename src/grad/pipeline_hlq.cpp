@@ -414,9 +414,10 @@ class HlqPipeline final : public Pipeline {
   // what differs is where the scales enter: the GEMM form scales the exact integer product once, this form
   // rounds each scaled level to the compute dtype first (bf16 keeps 8 significant bits: a relative error of at
   // most 2^-9 per operand, far below the 4-bit step). Per-token scales cannot be taken out of a convolution
-  // (neighbouring pixels mix), which is why the scales go into the operands. Measured faster than the columns
-  // form (docs/BENCHMARKS.md, session 9): no 9×-expanded g_cols product, no fold, and no transposes for a
-  // channels-last image, whose gradient comes out channels-last.
+  // (neighbouring pixels mix), which is why the scales go into the operands. Against the columns form it
+  // skips the 9×-expanded g_cols product (written once, read by the fold), the fold, and for a channels-last
+  // image the transposes (its gradient comes out channels-last); it adds a dequantisation pass over g_y.
+  // Opt-in (conv_gx: dgrad) until timed on a GPU: session 9 had no device time left.
   Tensor grad_x_dgrad(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (N, C, H, W)
     const int64_t B = g_y.size(0), O = g_y.size(2);
     const int64_t T = std::min(o_.block, largest_pow2_divisor(O));

@@ -43,10 +43,11 @@ enum class Carrier { fp8, int8 };  // tensor cores that run the 4-bit values (CU
 // projected, quantised im2col columns (the reference) or the input map, 8-bit with one scale per sample, from
 // which backward re-runs im2col and the projection (a deviation that keeps the memory saving).
 enum class AcbpConv { columns, input_map };
-// How HLQ's g_x product of a Conv2d runs (Note [HLQ conv g_x] in docs/gradient_pipelines.md): dgrad, the
-// compute-dtype convolution backward (cuDNN) over the dequantised 4-bit g_y and W; columns, the low-precision
-// GEMM (int8 / fp8 tensor cores) over the im2col columns, folded back to the image.
-enum class ConvGx { dgrad, columns };
+// How HLQ's g_x product of a Conv2d runs (Note [HLQ conv g_x] in src/grad/pipeline_hlq.cpp): columns, the
+// low-precision GEMM (int8 / fp8 tensor cores) over the im2col columns, folded back to the image (the
+// specification's integer product); dgrad, the compute-dtype convolution backward (cuDNN) over the
+// dequantised 4-bit g_y and W.
+enum class ConvGx { columns, dgrad };
 
 struct HlqOptions {
   // g_x path (HQ)
@@ -71,8 +72,9 @@ struct HlqOptions {
   // Conv2d products (conv_product): save the columns (reference) or the input map (int8, or unquantised
   // when acbp_bits is 0); other products always save the columns.
   AcbpConv acbp_conv = AcbpConv::columns;
-  // Conv2d products: the g_x product (dequantised levels through the convolution backward, or the columns).
-  ConvGx conv_gx = ConvGx::dgrad;
+  // Conv2d products: the g_x product (the columns, or the dequantised levels through the convolution backward;
+  // dgrad has not been timed on a GPU yet, so it is not the default).
+  ConvGx conv_gx = ConvGx::columns;
 };
 
 struct LbpWhtOptions {
