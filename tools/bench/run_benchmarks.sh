@@ -3,7 +3,10 @@
 # result lines last. Groups (default: all): kernels (bench_kernels + PyTorch), grad (per-layer pipeline
 # backward), train (training steps, exact and HLQ, + PyTorch), memory (ViT-B/16 batch 256 peak memory),
 # data (loader and JPEG decode). BENCH_PIPELINES (default "exact hlq hlq_split") and BENCH_TORCH_VARIANTS
-# (default "fp32 bf16"; ResNets add "bf16 + channels_last") narrow the train and memory groups. Numbers go to docs/BENCHMARKS.md with the date, machine and command.
+# (default "fp32 bf16"; ResNets add "bf16 + channels_last") narrow the train and memory groups. hlq_conv (not in
+# the default set): HLQ's convolution options on ResNet training steps (conv_gx columns / dgrad, acbp_conv
+# input_map; the HLA projection kernel variants of HADATRAIN_HLA_KERNEL when HLQ_CONV_HLA_KERNELS lists them) and
+# bench_kernels' hla block. Numbers go to docs/BENCHMARKS.md with the date, machine and command.
 # Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
 set -uo pipefail
 build=${1:?usage: run_benchmarks.sh BUILD_DIR OUT [group...]}
@@ -45,6 +48,16 @@ fi
 if has memory; then
   for p in ${BENCH_PIPELINES:-exact hlq hlq_split}; do run "bench_train_vit_b16_${p}" "$build/tools/bench_train" vit_b16 256 bf16 "$p"; done
   [ $torch_ok = 1 ] && run bench_train_torch_vit_b16 python3 tools/bench/bench_train_torch.py vit_b16 256 bf16
+fi
+if has hlq_conv; then
+  run bench_kernels_hla "$build/tools/bench_kernels" --only hla
+  for m in resnet34 resnet18; do
+    for p in exact hlq hlq_dgrad hlq_map; do run "bench_train_${m}_${p}" "$build/tools/bench_train" "$m" 256 bf16 "$p"; done
+  done
+  for p in exact hlq hlq_dgrad; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
+  for k in ${HLQ_CONV_HLA_KERNELS:-}; do
+    HADATRAIN_HLA_KERNEL=$k run "bench_train_resnet34_hlq_hla_${k}" "$build/tools/bench_train" resnet34 256 bf16 hlq
+  done
 fi
 if has data && [ -x "$build/tools/bench_data" ]; then
   run bench_data "$build/tools/bench_data"
