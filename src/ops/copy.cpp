@@ -73,11 +73,11 @@ void cpu_copy(const Tensor& dst, const Tensor& src) {
   });
 }
 
+#ifdef HADATRAIN_CUDA
 bool dense_same_layout(const Tensor& dst, const Tensor& src) {
   return dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
 }
 
-#ifdef HADATRAIN_CUDA
 // A dense copy of t (same dtype) on its own device.
 Tensor dense_on_device(const Tensor& t) {
   if (t.is_contiguous()) return t;

@@ -47,10 +47,9 @@ class AdamW final : public Optimizer {
         m_[i] = zeros_like(p);
         v_[i] = zeros_like(p);
       }
-      const double wd = params_[i].decay ? o_.weight_decay : 0.0;
       if (p.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-        on_cuda.push_back({p, g, m_[i], v_[i], wd});
+        on_cuda.push_back({p, g, m_[i], v_[i], params_[i].decay ? o_.weight_decay : 0.0});
         continue;
 #else
         no_cuda_kernel("adamw step");
