@@ -1,4 +1,5 @@
-// HLA projection kernel (see hla.h). The slab of one (sample, block p, channel tile) lives in shared memory as
+// HLA projection kernel, the classic variant (see hla.h; the default, measured on the H200; the session-9
+// variants and the fused im2col path are in kernels/hla_variants.cu). The slab of one (sample, block p, channel tile) lives in shared memory as
 // f32 rows of `stride` = tile + 1 floats (the pad spreads the column reads of the channels layout over the
 // banks). The butterfly runs up to three stages per pass in registers (radix 8): the first pass is fused with
 // the load from global memory, the others read and write the slab, separated by __syncthreads. Every element
@@ -7,6 +8,7 @@
 #include "kernels/convert.cuh"
 #include "kernels/hla.h"
 #include "kernels/launch.h"
+#include "kernels/variant.h"
 
 namespace ht::kernels {
 namespace {
@@ -157,8 +159,25 @@ __global__ void __launch_bounds__(kHlaThreads)
 
 }  // namespace
 
+HlaKernel hla_kernel_default() {
+  static const int v = env_variant("HADATRAIN_HLA_KERNEL", {{"slab", 1}, {"reg32", 2}, {"reg16", 3}, {"classic", 4}}, 4, 4);
+  return static_cast<HlaKernel>(v);
+}
+
+bool hla_im2col_enabled() {
+  static const bool on = env_variant("HADATRAIN_HLA_IM2COL", {{"runs", 1}, {"taps", 2}, {"auto", 3}}, 0, 0) != 0;
+  return on;
+}
+
 void launch_hla_project(const HlaProjectArgs& a, const HlaRows& rows, cudaStream_t stream) {
   if (a.B == 0 || a.L == 0 || a.C == 0) return;
+  const HlaKernel variant = a.variant == HlaKernel::automatic ? hla_kernel_default() : a.variant;
+  if (variant != HlaKernel::classic) {  // the session-9 variants (kernels/hla_variants.cu)
+    HlaProjectArgs v = a;
+    v.variant = variant;
+    launch_hla_project_variant(v, rows, stream);
+    return;
+  }
   const HlaGeometry g = hla_geometry(a);
   const int64_t ctas = a.B * (a.L / a.block) * g.tiles;
   const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {

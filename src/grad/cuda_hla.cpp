@@ -1,6 +1,9 @@
-// Tensor-level glue of the HLA projection kernel (kernels/hla.h): fp8 inputs are widened to f32 first (exact,
+// Tensor-level glue of the HLA projection kernels (kernels/hla.h): fp8 inputs are widened to f32 first (exact,
 // as the CPU reference converts them), the kept rows travel by value in the launch, x keeps its strides. The
-// identity plan (n = 1) is a plain conversion through copy_.
+// identity plan (n = 1) of hla_project is a plain conversion through copy_; hla_project_unfolded's fused kernel
+// runs it too (a gather of the columns converted to f32). hla_project_unfolded runs the composition unfold2d +
+// hla_project unless the fused kernel is asked for (HADATRAIN_HLA_IM2COL, kernels/hla.h), and for an image
+// whose offsets do not fit the fused kernel's int32 indexing (or with negative strides).
 // CUDA builds only.
 #ifdef HADATRAIN_CUDA
 #include "grad/cuda_hla.h"
@@ -8,17 +11,32 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/unfold.h"
 #include "kernels/grad_quant.h"
 #include "kernels/hla.h"
 
 namespace ht::cuda_ops {
 
-void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, grad::HlaLayout layout,
-                 float* absmax) {
-  if (out.numel() == 0) return;
+namespace {
+
+void check_plan_fits(const char* op, const grad::HlaPlan& plan) {
   HT_CHECK(plan.block <= kernels::kHlaMaxBlock && plan.kept() <= kernels::kHlaMaxRows,
-           "hla_project: the CUDA kernel supports blocks n <= {} with r <= {} kept rows, got plan {}",
+           "{}: the CUDA kernel supports blocks n <= {} with r <= {} kept rows, got plan {}", op,
            kernels::kHlaMaxBlock, kernels::kHlaMaxRows, plan.describe());
+}
+
+kernels::HlaRows rows_of(const grad::HlaPlan& plan) {
+  kernels::HlaRows rows{};
+  for (int64_t i = 0; i < plan.kept(); ++i) rows.idx[i] = static_cast<int16_t>(plan.rows[static_cast<std::size_t>(i)]);
+  return rows;
+}
+
+}  // namespace
+
+void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, grad::HlaLayout layout,
+                 float* absmax, const HlaKernelChoice& choice) {
+  if (out.numel() == 0) return;
+  check_plan_fits("hla_project", plan);
   HT_ASSERT(out.is_contiguous() && out.dtype() == DType::f32, "hla_project: bad output {}", out.describe());
   if (plan.block == 1) {  // identity plan (odd L): a conversion to f32 (the same rounding), transposed for channels
     copy_(layout == grad::HlaLayout::rows ? out : out.transpose(1, 2), x);
@@ -31,8 +49,7 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
   const bool wide = x.dtype() == DType::f32 || x.dtype() == DType::f64 || x.dtype() == DType::bf16 ||
                     x.dtype() == DType::f16;
   const Tensor in = wide ? x : to_dtype(x, DType::f32);  // fp8: exact in f32
-  kernels::HlaRows rows{};
-  for (int64_t i = 0; i < plan.kept(); ++i) rows.idx[i] = static_cast<int16_t>(plan.rows[static_cast<std::size_t>(i)]);
+  const kernels::HlaRows rows = rows_of(plan);
   kernels::HlaProjectArgs a;
   a.dtype = in.dtype();
   a.x = in.data_ptr();
@@ -47,8 +64,64 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
   a.channels = layout == grad::HlaLayout::channels;
   a.out = static_cast<float*>(out.data_ptr());
   a.absmax = absmax;
+  a.variant = choice.kernel;
   cuda::DeviceGuard guard(out.device().index);
   kernels::launch_hla_project(a, rows, cuda::current_stream(out.device().index));
+}
+
+void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2dParams& window,
+                          const grad::HlaPlan& plan, grad::HlaLayout layout, float* absmax,
+                          const HlaKernelChoice& choice) {
+  if (out.numel() == 0) return;
+  check_plan_fits("hla_project_unfolded", plan);
+  HT_ASSERT(out.is_contiguous() && out.dtype() == DType::f32 && image.dim() == 4,
+            "hla_project_unfolded: bad output {} or image {}", out.describe(), image.describe());
+  const bool wide = image.dtype() == DType::f32 || image.dtype() == DType::f64 || image.dtype() == DType::bf16 ||
+                    image.dtype() == DType::f16;
+  const Tensor in = wide ? image : to_dtype(image, DType::f32);  // fp8: exact in f32
+  const auto& st = in.strides();
+  const int64_t C = in.size(1), H = in.size(2), W = in.size(3);
+  const bool fits = st[0] >= 0 && st[1] >= 0 && st[2] >= 0 && st[3] >= 0 &&
+                    (C - 1) * st[1] + (H - 1) * st[2] + (W - 1) * st[3] < (int64_t{1} << 31);
+  // The fused kernel only when asked for (kernels::hla_im2col_enabled, or a test's explicit tile mapping) and
+  // when the kernel indexes one sample's image with int32 offsets; else the composition.
+  const bool fused = choice.tiles != kernels::HlaIm2colTiles::automatic || kernels::hla_im2col_enabled();
+  if (!fits || !fused) {
+    hla_project(out, unfold2d(in, window), plan, layout, absmax, choice);
+    return;
+  }
+  kernels::HlaUnfoldedArgs a;
+  a.dtype = in.dtype();
+  a.x = in.data_ptr();
+  a.N = in.size(0);
+  a.C = C;
+  a.H = H;
+  a.W = W;
+  a.sn = st[0];
+  a.sc = st[1];
+  a.sh = st[2];
+  a.sw = st[3];
+  a.kh = window.kernel_h;
+  a.kw = window.kernel_w;
+  a.stride_h = window.stride_h;
+  a.stride_w = window.stride_w;
+  a.pad_h = window.pad_h;
+  a.pad_w = window.pad_w;
+  a.dil_h = window.dilation_h;
+  a.dil_w = window.dilation_w;
+  a.OH = (H + 2 * window.pad_h - window.dilation_h * (window.kernel_h - 1) - 1) / window.stride_h + 1;
+  a.OW = (W + 2 * window.pad_w - window.dilation_w * (window.kernel_w - 1) - 1) / window.stride_w + 1;
+  HT_ASSERT(a.OH * a.OW == plan.length, "hla_project_unfolded: the plan {} is not for the {}x{} output grid",
+            plan.describe(), a.OH, a.OW);
+  a.block = plan.block;
+  a.kept = plan.kept();
+  a.channels = layout == grad::HlaLayout::channels;
+  a.out = static_cast<float*>(out.data_ptr());
+  a.absmax = absmax;
+  a.variant = choice.kernel;
+  a.tiles = choice.tiles;
+  cuda::DeviceGuard guard(out.device().index);
+  kernels::launch_hla_project_unfolded(a, rows_of(plan), cuda::current_stream(out.device().index));
 }
 
 }  // namespace ht::cuda_ops

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -95,6 +97,37 @@ std::vector<int32_t> sequency_rows(int64_t n, const HlaRank& rank) {
   return seq;
 }
 
+// The plan checks hla_project and hla_project_unfolded share: x (what) has L positions.
+void check_plan(const char* op, const std::string& what, int64_t L, const HlaPlan& plan) {
+  const int64_t n = plan.block, r = plan.kept();
+  HT_CHECK(L == plan.length, "{}: {} has L = {}, but the plan is for L = {} ({})", op, what, L, plan.length,
+           plan.describe());
+  HT_CHECK(n >= 1 && (n & (n - 1)) == 0 && L % n == 0 && r >= 1 && r <= n,
+           "{}: invalid plan {} (block must be a power of two dividing L, 1 <= r <= n)", op, plan.describe());
+  for (int32_t k : plan.rows)
+    HT_CHECK(k >= 0 && k < n, "{}: plan {} lists natural row {} outside [0, {})", op, plan.describe(), k, n);
+}
+
+// unfold2d's output grid (OH, OW) for image (N, C, H, W), with unfold2d's checks of the window.
+[[maybe_unused]] std::pair<int64_t, int64_t> unfold_grid(const Tensor& image, const Unfold2dParams& p) {
+  HT_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1, "hla_project_unfolded: kernel size must be >= 1, got ({}, {})",
+           p.kernel_h, p.kernel_w);
+  HT_CHECK(p.stride_h >= 1 && p.stride_w >= 1, "hla_project_unfolded: stride must be >= 1, got ({}, {})", p.stride_h,
+           p.stride_w);
+  HT_CHECK(p.dilation_h >= 1 && p.dilation_w >= 1, "hla_project_unfolded: dilation must be >= 1, got ({}, {})",
+           p.dilation_h, p.dilation_w);
+  HT_CHECK(p.pad_h >= 0 && p.pad_w >= 0, "hla_project_unfolded: padding must be >= 0, got ({}, {})", p.pad_h, p.pad_w);
+  const int64_t H = image.size(2), W = image.size(3);
+  HT_CHECK(H >= 1 && W >= 1, "hla_project_unfolded: image must have H >= 1, W >= 1, got {}", image.describe());
+  const int64_t eff_h = p.dilation_h * (p.kernel_h - 1) + 1, eff_w = p.dilation_w * (p.kernel_w - 1) + 1;
+  const int64_t in_h = H + 2 * p.pad_h, in_w = W + 2 * p.pad_w;
+  HT_CHECK(in_h >= eff_h && in_w >= eff_w,
+           "hla_project_unfolded: the dilated kernel {}x{} is larger than the padded image {}x{} (image {}, padding "
+           "({}, {}))",
+           eff_h, eff_w, in_h, in_w, image.describe(), p.pad_h, p.pad_w);
+  return {(in_h - eff_h) / p.stride_h + 1, (in_w - eff_w) / p.stride_w + 1};
+}
+
 }  // namespace
 
 std::string HlaPlan::describe() const {
@@ -128,12 +161,7 @@ Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout, Tenso
   check_floating("hla_project", {&x});
   const int64_t B = x.size(0), L = x.size(1), C = x.size(2);
   const int64_t n = plan.block, r = plan.kept();
-  HT_CHECK(L == plan.length, "hla_project: x {} has L = {}, but the plan is for L = {} ({})", x.describe(), L,
-           plan.length, plan.describe());
-  HT_CHECK(n >= 1 && (n & (n - 1)) == 0 && L % n == 0 && r >= 1 && r <= n,
-           "hla_project: invalid plan {} (block must be a power of two dividing L, 1 <= r <= n)", plan.describe());
-  for (int32_t k : plan.rows)
-    HT_CHECK(k >= 0 && k < n, "hla_project: plan {} lists natural row {} outside [0, {})", plan.describe(), k, n);
+  check_plan("hla_project", "x " + x.describe(), L, plan);
   const int64_t P = L / n, R = P * r;
   Tensor out = empty(layout == HlaLayout::rows ? Shape{B, R, C} : Shape{B, C, R}, {DType::f32, x.device()});
   if (x.is_cuda()) {
@@ -193,6 +221,23 @@ Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout, Tenso
 Tensor hla_project_unfolded(const Tensor& image, const Unfold2dParams& window, const HlaPlan& plan, HlaLayout layout,
                             Tensor* absmax) {
   HT_CHECK(image.dim() == 4, "hla_project_unfolded: image must be (N, C, H, W), got {}", image.describe());
+  if (image.is_cuda()) {  // read through the im2col index map, never materialising the columns
+#ifdef HADATRAIN_CUDA
+    check_floating("hla_project_unfolded", {&image});
+    const auto [OH, OW] = unfold_grid(image, window);
+    check_plan("hla_project_unfolded", fmt::format("image {} ({}x{} output grid)", image.describe(), OH, OW), OH * OW,
+               plan);
+    const int64_t N = image.size(0), K = image.size(1) * window.kernel_h * window.kernel_w;
+    const int64_t R = OH * OW / plan.block * plan.kept();
+    Tensor out = empty(layout == HlaLayout::rows ? Shape{N, R, K} : Shape{N, K, R}, {DType::f32, image.device()});
+    if (absmax) *absmax = zeros({1}, {DType::f32, image.device()});  // the kernel's atomic maxima start at 0
+    cuda_ops::hla_project_unfolded(out, image.detach(), window, plan, layout,
+                                   absmax ? static_cast<float*>(absmax->data_ptr()) : nullptr);
+    return out;
+#else
+    no_cuda_kernel("hla_project_unfolded");
+#endif
+  }
   return hla_project(unfold2d(image, window), plan, layout, absmax);
 }
 

@@ -1,7 +1,7 @@
 // HLA (include/hadatrain/grad/hla.h, hlq.md §4): the plan rule against the rank table of hlq.md §4.6, the
 // sequency ordering against the Walsh matrix built from the closed form, the triangle equivalence, the
 // projector properties (Π² = Π, Πᵀ = Π), exactness at full rank, both layouts, the identity plan for odd L,
-// and the rejected ranks (reference bug #3).
+// the rejected ranks (reference bug #3), and hla_project_unfolded against hla_project(unfold2d(...)).
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -292,4 +292,67 @@ TEST_CASE("hla_project rejects bad inputs", "[hla]") {
   HlaPlan bad = plan;
   bad.rows.push_back(64);
   CHECK_THROWS_WITH(grad::hla_project(test::random_tensor({2, 64, 3}, 1), bad), HasSubstr("natural row 64"));
+}
+
+namespace {
+
+Unfold2dParams conv_window(int64_t k, int64_t stride, int64_t pad, int64_t dilation = 1) {
+  Unfold2dParams w;
+  w.kernel_h = w.kernel_w = k;
+  w.stride_h = w.stride_w = stride;
+  w.pad_h = w.pad_w = pad;
+  w.dilation_h = w.dilation_w = dilation;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("hla_project_unfolded equals hla_project of the unfolded columns", "[hla]") {
+  struct Case {
+    int64_t C, H, W;
+    Unfold2dParams window;
+  };
+  // 3x3 s1 p1 on 8x8 (L 64), 3x3 s2 p1 on 8x8 (L 16), 1x1 s2 on 6x6 (L 9: identity plan), 2x2 dilation 2 on
+  // 10x10 (L 64), 4x4 stride 4 patches of 16x16 (L 16).
+  const Case cases[] = {{3, 8, 8, conv_window(3, 1, 1)},
+                        {5, 8, 8, conv_window(3, 2, 1)},
+                        {4, 6, 6, conv_window(1, 2, 0)},
+                        {2, 10, 10, conv_window(2, 1, 0, 2)},
+                        {3, 16, 16, conv_window(4, 4, 0)}};
+  uint64_t seed = 40;
+  for (const Case& c : cases) {
+    for (bool channels_last : {false, true}) {
+      // channels-last: an (N, H, W, C) tensor viewed as (N, C, H, W)
+      const Tensor image = channels_last
+                               ? test::random_tensor({2, c.H, c.W, c.C}, seed++, DType::bf16).permute({0, 3, 1, 2})
+                               : test::random_tensor({2, c.C, c.H, c.W}, seed++, DType::bf16);
+      const Tensor cols = unfold2d(image, c.window);
+      for (const HlaRank& rank : {pct_rank(50), full_rank()}) {
+        const HlaPlan plan = grad::hla_plan(cols.size(1), rank);
+        for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
+          INFO("C " << c.C << " " << c.H << "x" << c.W << " k " << c.window.kernel_h << " s " << c.window.stride_h
+                    << (channels_last ? " channels-last " : " NCHW ") << plan.describe()
+                    << (layout == HlaLayout::rows ? " rows" : " channels"));
+          Tensor m_fused, m_comp;
+          const Tensor fused = grad::hla_project_unfolded(image, c.window, plan, layout, &m_fused);
+          const Tensor comp = grad::hla_project(cols, plan, layout, &m_comp);
+          CHECK(fused.shape() == comp.shape());
+          CHECK(test::compare(fused, comp.to_vector<double>(), 0, 0) == "");
+          CHECK(m_fused.item() == m_comp.item());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("hla_project_unfolded rejects bad inputs", "[hla]") {
+  const HlaPlan plan = grad::hla_plan(64, pct_rank(50));
+  const Tensor flat = test::random_tensor({2, 3, 64}, 1);
+  CHECK_THROWS_WITH(grad::hla_project_unfolded(flat, conv_window(3, 1, 1), plan),
+                    HasSubstr("image must be (N, C, H, W), got " + flat.describe()));
+  // A plan for another length: 8x8 with 3x3 stride 2 padding 1 has L = 16.
+  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 8, 8}, 1), conv_window(3, 2, 1), plan),
+                    HasSubstr("plan is for L = 64"));
+  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 2, 2}, 1), conv_window(3, 1, 0), plan),
+                    HasSubstr("larger than the padded image"));
 }

@@ -1,17 +1,27 @@
 // HLA projection on CUDA against the CPU reference, bit for bit (include/hadatrain/grad/hla.h: both sides
 // convert to f32 and run the same butterfly with round-to-nearest adds): L in {16, 64, 196 (n 4), 784 (n 16),
 // 1024, 197 (n 1), 2048 (n > 1024, large shared memory)}, odd B and C, f32 / bf16 / f16 / f64 / fp8 inputs,
-// both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|.
+// both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|; every
+// kernel variant (classic, slab, reg32, reg16, named explicitly through cuda_ops::HlaKernelChoice). The fused
+// im2col path of hla_project_unfolded (an explicit tile mapping; the op's default is the composition) against the CPU composition hla_project(unfold2d(...)), bit for bit: NCHW and
+// channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2 dilation 2, 4x4 stride-4 patches, C 3 and 37, maps 32x32
+// (n 1024), 16x16, 14x14 (n 4) and 7x7 (n 1), bf16 / f32 (f16 / f64 / fp8 through the op), both layouts, absmax,
+// rank 50 % and full, every variant with both im2col tile mappings (runs, taps); the op itself (composition by
+// default) for every dtype.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
+#include "grad/cuda_hla.h"
 #include "hadatrain/grad/hla.h"
+#include "hadatrain/ops/ops.h"
 
 using namespace ht;
 using grad::HlaLayout;
 using grad::HlaPlan;
 using grad::HlaRank;
+using kernels::HlaIm2colTiles;
+using kernels::HlaKernel;
 
 namespace {
 
@@ -47,6 +57,50 @@ std::string check_project(const Tensor& x_cpu, const HlaPlan& plan) {
     if (!merr.empty()) return "absmax: " + merr;
   }
   return "";
+}
+
+// Output of the projection of x (B, L, K) as f32 (B, R, K) or (B, K, R) on CUDA.
+Tensor empty_projection(int64_t B, int64_t K, const HlaPlan& plan, HlaLayout layout) {
+  const int64_t R = plan.projected_length();
+  return empty(layout == HlaLayout::rows ? Shape{B, R, K} : Shape{B, K, R}, {DType::f32, test::kCuda});
+}
+
+// The CUDA projection of x_gpu with an explicit kernel choice against `expected` (and its absmax); "" when the
+// bits agree.
+std::string check_variant(const Tensor& x_gpu, const HlaPlan& plan, HlaLayout layout, const Tensor& expected,
+                          const Tensor& max_expected, cuda_ops::HlaKernelChoice choice) {
+  const Tensor out = empty_projection(x_gpu.size(0), x_gpu.size(2), plan, layout);
+  const Tensor m = zeros({1}, {DType::f32, test::kCuda});
+  cuda_ops::hla_project(out, x_gpu, plan, layout, static_cast<float*>(m.data_ptr()), choice);
+  const std::string err = test::compare_bits(out, expected);
+  if (!err.empty()) return err;
+  const std::string merr = test::compare_bits(m, max_expected);
+  return merr.empty() ? "" : "absmax: " + merr;
+}
+
+// Every variant of the strided kernel against the CPU, both layouts.
+std::string check_variants(const Tensor& x_cpu, const HlaPlan& plan) {
+  test::PoisonGuard poison;
+  const Tensor x_gpu = x_cpu.to(test::kCuda);
+  for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
+    Tensor max_cpu;
+    const Tensor expected = grad::hla_project(x_cpu, plan, layout, &max_cpu);
+    for (HlaKernel v : {HlaKernel::classic, HlaKernel::slab, HlaKernel::reg32, HlaKernel::reg16}) {
+      const std::string err = check_variant(x_gpu, plan, layout, expected, max_cpu, {v, HlaIm2colTiles::automatic});
+      if (!err.empty())
+        return std::string(kernels::hla_kernel_name(v)) + (layout == HlaLayout::rows ? " rows: " : " channels: ") + err;
+    }
+  }
+  return "";
+}
+
+Unfold2dParams conv_window(int64_t k, int64_t stride, int64_t pad, int64_t dilation = 1) {
+  Unfold2dParams w;
+  w.kernel_h = w.kernel_w = k;
+  w.stride_h = w.stride_w = stride;
+  w.pad_h = w.pad_w = pad;
+  w.dilation_h = w.dilation_w = dilation;
+  return w;
 }
 
 }  // namespace
@@ -101,4 +155,105 @@ TEST_CASE("hla_project on CUDA handles blocks beyond 1024, wide tiles and tiny c
   // Empty batch: nothing to write, right shape.
   const Tensor e = grad::hla_project(zeros({0, 64, 5}, {DType::f32, test::kCuda}), grad::hla_plan(64, pct_rank(50)));
   CHECK(e.shape() == Shape{0, 36, 5});
+}
+
+TEST_CASE("every hla_project kernel variant equals the CPU bit for bit", "[gpu][hla]") {
+  // n 4, 16, 64 (3 + 3 register stages), 1024 (5 + 5; 4 + 3 + 3), 2048 (4 + 4 + 3), 8192 (5 + 4 + 4); odd C, a
+  // partial channel tile, strided (transposed) inputs.
+  uint64_t seed = 300;
+  struct Case {
+    int64_t B, L, C;
+    HlaRank rank;
+  };
+  const Case cases[] = {{3, 196, 37, pct_rank(50)},  {2, 48, 333, full_rank()},   {3, 64, 67, pct_rank(50)},
+                        {2, 1024, 37, pct_rank(50)}, {2, 1024, 19, full_rank()},  {1, 2048, 19, pct_rank(50)},
+                        {1, 8192, 3, pct_rank(25)},  {3, 96, 1, pct_rank(50)},    {2, 32, 300, full_rank()}};
+  for (const Case& c : cases)
+    for (DType dt : {DType::bf16, DType::f32}) {
+      const Tensor x = test::random_input({c.B, c.L, c.C}, seed++, dt, -4, 4);
+      const HlaPlan plan = grad::hla_plan(c.L, c.rank);
+      INFO(dtype_name(dt) << " B " << c.B << " C " << c.C << " " << plan.describe());
+      CHECK(check_variants(x, plan) == "");
+    }
+  // Channels strided (a transposed (B, C, L) tensor).
+  const Tensor xt = test::random_input({2, 37, 1024}, seed++, DType::bf16, -3, 3).transpose(1, 2);
+  CHECK(check_variants(xt, grad::hla_plan(1024, pct_rank(50))) == "");
+}
+
+TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, every variant", "[gpu][hla]") {
+  struct Window {
+    const char* name;
+    Unfold2dParams p;
+  };
+  const Window windows[] = {{"3x3 s1 p1", conv_window(3, 1, 1)}, {"3x3 s2 p1", conv_window(3, 2, 1)},
+                            {"1x1 s1", conv_window(1, 1, 0)},    {"1x1 s2", conv_window(1, 2, 0)},
+                            {"2x2 d2", conv_window(2, 1, 0, 2)}, {"4x4 s4", conv_window(4, 4, 0)}};
+  uint64_t seed = 500;
+  for (int64_t side : {32, 16, 14, 7}) {
+    for (int64_t C : {3, 37}) {
+      for (DType dt : {DType::bf16, DType::f32}) {
+        for (bool channels_last : {false, true}) {
+          test::PoisonGuard poison;
+          // channels-last: an (N, H, W, C) tensor viewed as (N, C, H, W), on both sides
+          const Tensor stored = channels_last ? test::random_input({2, side, side, C}, seed++, dt, -4, 4)
+                                              : test::random_input({2, C, side, side}, seed++, dt, -4, 4);
+          const Tensor image = channels_last ? stored.permute({0, 3, 1, 2}) : stored;
+          const Tensor image_gpu =
+              channels_last ? stored.to(test::kCuda).permute({0, 3, 1, 2}) : stored.to(test::kCuda);
+          REQUIRE(image_gpu.strides() == image.strides());
+          for (const Window& w : windows) {
+            const Tensor cols = unfold2d(image, w.p);  // (N, L, C·kh·kw) on the CPU
+            const int64_t K = cols.size(2);
+            for (const HlaRank& rank : {pct_rank(50), full_rank()}) {
+              const HlaPlan plan = grad::hla_plan(cols.size(1), rank);
+              for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
+                Tensor max_cpu;
+                const Tensor expected = grad::hla_project(cols, plan, layout, &max_cpu);
+                for (HlaKernel v : kernels::kHlaKernels)
+                  for (HlaIm2colTiles tiles : {HlaIm2colTiles::runs, HlaIm2colTiles::taps}) {
+                    INFO(side << "x" << side << " C " << C << " " << dtype_name(dt)
+                              << (channels_last ? " channels-last " : " NCHW ") << w.name << " " << plan.describe()
+                              << (layout == HlaLayout::rows ? " rows " : " channels ") << kernels::hla_kernel_name(v)
+                              << (tiles == HlaIm2colTiles::runs ? " runs" : " taps"));
+                    const Tensor out = empty_projection(2, K, plan, layout);
+                    const Tensor m = zeros({1}, {DType::f32, test::kCuda});
+                    cuda_ops::hla_project_unfolded(out, image_gpu, w.p, plan, layout, static_cast<float*>(m.data_ptr()),
+                                                   {v, tiles});
+                    CHECK(test::compare_bits(out, expected) == "");
+                    CHECK(test::compare_bits(m, max_cpu) == "");
+                  }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, the default variant, absmax", "[gpu][hla]") {
+  uint64_t seed = 900;
+  for (DType dt : {DType::f16, DType::f64, DType::f8e4m3, DType::bf16}) {
+    test::PoisonGuard poison;
+    const Tensor stored = test::random_input({3, 16, 16, 37}, seed++, dt, -3, 3);  // channels-last storage
+    const Tensor image = stored.permute({0, 3, 1, 2});
+    const Tensor image_gpu = stored.to(test::kCuda).permute({0, 3, 1, 2});
+    for (const Unfold2dParams& w : {conv_window(3, 1, 1), conv_window(3, 2, 1)}) {
+      const HlaPlan plan = grad::hla_plan(unfold2d(image, w).size(1), pct_rank(50));
+      for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
+        INFO(dtype_name(dt) << " k 3 s " << w.stride_h << " " << plan.describe());
+        Tensor max_cpu, max_gpu;
+        const Tensor expected = grad::hla_project_unfolded(image, w, plan, layout, &max_cpu);
+        const Tensor actual = grad::hla_project_unfolded(image_gpu, w, plan, layout, &max_gpu);
+        REQUIRE(actual.device() == test::kCuda);
+        CHECK(test::compare_bits(actual, expected) == "");
+        CHECK(test::compare_bits(max_gpu, max_cpu) == "");
+        CHECK(max_cpu.item() > 0);
+      }
+    }
+  }
+  // An empty batch: nothing to write, the right shape.
+  const Tensor e = grad::hla_project_unfolded(zeros({0, 4, 8, 8}, {DType::f32, test::kCuda}), conv_window(3, 1, 1),
+                                              grad::hla_plan(64, pct_rank(50)));
+  CHECK(e.shape() == Shape{0, 36, 36});
 }

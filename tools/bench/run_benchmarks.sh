@@ -5,8 +5,8 @@
 # data (loader and JPEG decode). BENCH_PIPELINES (default "exact hlq hlq_split") and BENCH_TORCH_VARIANTS
 # (default "fp32 bf16"; ResNets add "bf16 + channels_last") narrow the train and memory groups. hlq_conv (not in
 # the default set): HLQ's convolution options on ResNet training steps (conv_gx columns / dgrad, acbp_conv
-# input_map; the HLA projection kernel variants of HADATRAIN_HLA_KERNEL when HLQ_CONV_HLA_KERNELS lists them) and
-# bench_kernels' hla block. Numbers go to docs/BENCHMARKS.md with the date, machine and command.
+# input_map; the HLA kernel variants and the fused im2col projection, HLQ_CONV_HLA) and bench_kernels' hla
+# block. Numbers go to docs/BENCHMARKS.md with the date, machine and command.
 # Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
 set -uo pipefail
 build=${1:?usage: run_benchmarks.sh BUILD_DIR OUT [group...]}
@@ -55,8 +55,11 @@ if has hlq_conv; then
     for p in exact hlq hlq_dgrad hlq_map; do run "bench_train_${m}_${p}" "$build/tools/bench_train" "$m" 256 bf16 "$p"; done
   done
   for p in exact hlq hlq_dgrad; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
-  for k in ${HLQ_CONV_HLA_KERNELS:-}; do
-    HADATRAIN_HLA_KERNEL=$k run "bench_train_resnet34_hlq_hla_${k}" "$build/tools/bench_train" resnet34 256 bf16 hlq
+  # The session-9 HLA kernels (kernels/hla.h): each entry is "KERNEL:IM2COL" for HADATRAIN_HLA_KERNEL and
+  # HADATRAIN_HLA_IM2COL (off = unfold2d + projection, the default path).
+  for kv in ${HLQ_CONV_HLA:-classic:auto slab:off reg16:off reg32:off reg16:auto reg32:auto reg32:runs}; do
+    run "bench_train_resnet34_hlq_hla_${kv/:/_}" env HADATRAIN_HLA_KERNEL="${kv%%:*}" HADATRAIN_HLA_IM2COL="${kv##*:}" \
+      "$build/tools/bench_train" resnet34 256 bf16 hlq
   done
 fi
 if has data && [ -x "$build/tools/bench_data" ]; then

@@ -1,0 +1,512 @@
+// HLA projection kernels of session 9 (see hla.h): the slab, reg32 and reg16 variants and the fused im2col
+// path, opt-in until they have run on a GPU (the default is the classic kernel of kernels/hla.cu). The slab of
+// one (sample, block p, channel tile) lives in shared memory as f32 rows of `stride` = tile + 1 floats (the
+// pad spreads the column reads of the channels layout over the banks). The butterfly runs several stages per pass in registers: the first pass is fused with the load from
+// global memory, the others read and write the slab, separated by __syncthreads. Every element sees the same
+// adds and subtracts in the same stage order as the CPU (__fadd_rn / __fsub_rn, no contraction), so the bits
+// equal the CPU reference's, for every variant, loader and tile mapping below.
+//
+// Note [HLA register butterfly]
+// A pass of G stages h = 2^h_log ... 2^(h_log + G − 1) gives each thread item (k, c) the 2^G rows
+// j0 + m·2^h_log (m < 2^G) of column c, j0 = (k >> h_log) << (h_log + G) | (k & (2^h_log − 1)); the items are
+// disjoint and closed under those stages, so the pass needs no barrier inside, and each element sees stage h
+// before stage 2h exactly as in the stage-by-stage definition (the pair (a, b) at stage h depends only on the
+// values that stage h/2 left in a and b). Any split of the n_log stages into consecutive passes therefore
+// gives the same bits. slab: first pass min(3, n_log) stages fused with the load, then passes of up to 3 stages
+// over the slab, then the kept rows are read from the slab (n = 1024: 3 + 3 + 3 + 1, four slab writes and four
+// reads). reg32: ceil(n_log / 5) passes of at most 5 stages split evenly (n = 1024: 5 + 5), the last one,
+// for the rows layout, writing every row it holds whose natural index has an output slot (a shared table
+// natural row -> kept position, −1 when dropped) straight to global memory: one slab write and one read.
+// reg16 is the same with at most 4 stages a pass (n = 1024: 4 + 3 + 3, two slab writes and two reads) and
+// fewer registers (3 CTAs per SM instead of 2; see kMinBlocks). The channels layout (R contiguous per column)
+// would scatter the direct writes over columns R floats apart, so there the register variants' last pass
+// writes the slab and the kept rows are read as in slab. The pass plans were checked for every n_log <= 12
+// against the stage-by-stage butterfly in f32 (a host simulation of the item map, same bits).
+//
+// Note [HLA loaders]
+// The first pass loads rows j0 ... j0 + 2^G − 1 (consecutive positions l = p·n + j) of one column of the CTA's
+// tile through a loader: StridedColumns reads x (B, L, C) with element strides; Im2colColumns reads the image
+// through unfold2d's index map (include/hadatrain/ops/unfold.h): column k = ch·kh·kw + i·kw + j at position
+// l = oh·OW + ow is x[n, ch, oh·sh − ph + i·dh, ow·sw − pw + j·dw], +0 in the padding. The composition
+// hla_project(unfold2d(x)) copies those very values (dtype T, +0 in the padding) into the columns and converts
+// them to f32 before the butterfly; the fused loader converts the same T values at the same (position,
+// column): the butterfly inputs are the same floats, hence the same bits.
+//
+// Note [HLA im2col tiles]
+// The slab bounds a CTA to 16 columns at n = 1024 (64 KiB), fewer than the kh·kw taps of two input channels
+// of a 3x3 conv. runs: consecutive columns k0 ... k0 + tile − 1 (1–3 channels, their taps), so each kept row
+// is written as one contiguous run of the output row (rows layout), but a warp's loads of a channels-last
+// image touch ~9 different pixels (~18 sectors for 32 values; mostly L1 hits, since the taps of neighbouring
+// positions overlap). taps: one tap t of channels c0 ... c0 + tile − 1: a warp's loads are 2 sectors per 32
+// values for a channels-last image (lanes read consecutive channels), and the kh·kw CTAs of one channel tile
+// (consecutive in the grid, tap fastest) read the same image sectors from L2; but the rows layout's output
+// columns c·kh·kw + t are kh·kw floats apart, so each 4-byte store is its own sector (the kh·kw CTAs write
+// the interleaved columns at about the same time and L2 merges them before DRAM). Which is faster depends on
+// the L1 wavefronts of the scattered loads versus the L2 transactions of the scattered stores; bench_hla times
+// both (HADATRAIN_HLA_IM2COL). For an NCHW image runs is the natural choice (its taps share image rows).
+#include <type_traits>
+
+#include "kernels/convert.cuh"
+#include "kernels/hla.h"
+#include "kernels/launch.h"
+#include "kernels/variant.h"
+
+namespace ht::kernels {
+namespace {
+
+constexpr int kHlaThreads = 256;
+constexpr int64_t kHlaSlabFloats = 16384;  // n · tile target: 64 KiB of f32
+constexpr int kSlabRadix = 3;              // slab variant: stages in registers per shared-memory pass
+
+// CTAs per SM the registers must allow (ptxas -v, sm_90a, CUDA 12). slab: 6 for the strided loader (40
+// registers, as many CTAs as before the loaders: 6 for small n, where shared memory allows more), 5 for the
+// im2col loader (48; at 6 it spilled 8 bytes); without a bound they took 45–61. Register variants (at most
+// 2^kRadix rows per thread item): reg16 at 3 CTAs, what a 64 KiB slab allows (68–80 registers, no spill);
+// reg32 takes ~122–128 registers without spills, so 2 CTAs per SM (at 3 it spilled 30–120 bytes).
+template <int kRadix, class Loader>
+inline constexpr int kMinBlocks = kRadix == 0 ? Loader::kSlabMinBlocks : (kRadix == 4 ? 3 : 2);
+int radix_of(HlaKernel v) { return v == HlaKernel::reg32 ? 5 : (v == HlaKernel::reg16 ? 4 : 0); }
+
+struct HlaGeometry {
+  int tile_log;     // columns per CTA: tile = 2^tile_log (the last tile may hold fewer real columns)
+  int n_log;        // n = 2^n_log
+  int stride;       // floats per slab row in shared memory
+  int group_log;    // register variants: rows come in groups of 2^group_log (the first pass's rows per item), and
+  int group_pad;    // each group starts group_pad floats later (Note [HLA slab bank groups]); slab: 0
+  int64_t slab_floats;  // (n, stride) plus the group pads
+  int64_t tiles;    // CTAs per (sample, block): column tiles (times kh·kw taps for the im2col taps mapping)
+  int passes;       // reg16 / reg32: ceil(n_log / radix) passes (1 for n = 1), the first n_log % passes of them
+                    // one stage longer
+  __host__ __device__ int pass_stages(int s) const { return n_log / passes + (s < n_log % passes ? 1 : 0); }
+  bool slot_table;  // register variants, rows layout: the natural row -> slot table follows the kept rows
+  size_t smem;      // bytes: slab + kept indices (+ slot table)
+  // Slab offset of (row, column c); kPad: the group pads apply (register variants).
+  template <bool kPad>
+  __device__ __forceinline__ int at(int row, int c) const {
+    return kPad ? row * stride + (row >> group_log) * group_pad + c : row * stride + c;
+  }
+};
+
+// Note [HLA slab bank groups]
+// A register variant's first pass gives each thread item 2^G0 consecutive rows of one column; with tile < 32
+// columns, a warp holds 32 / tile items whose rows are 2^G0 apart, and 2^G0·stride is a multiple of 32 for
+// large G0: they would all hit the same banks (n = 1024, reg32, tile 16: a 2-way conflict on every store of
+// the load pass). So each group of 2^G0 rows starts group_pad floats later, the least group_pad that makes the
+// step between groups an odd multiple of tile modulo 32 banks: the warp's 32 / tile items then start on
+// distinct multiples of tile and cover disjoint banks. The later passes give a warp's items consecutive rows
+// (j0 = k for consecutive k within a group), disjoint when the row stride is exactly tile (stride tile + 1
+// collides lane 31 with lane 0 for tile 16), so the register variants drop the + 1 pad when they write the
+// rows layout directly (the channels layout reads kept rows column-wise and keeps it). A host simulation of
+// every pass's shared-memory addresses (this geometry, n = 1 ... 32768, >= 16 columns) found no bank conflict
+// in reg32 and reg16 except reg16 at n >= 16384 (2-way in its last two passes), against 2-way conflicts in
+// each pass after the first with stride tile + 1. n = 1024, tile 16: reg32 pads 16 floats per 32 rows
+// (2 KiB), reg16 16 per 16 rows (4 KiB); the largest slab (n = 32768, reg32, rows) takes 208 KiB with its
+// tables. The offsets increase with (row, c), so rows never overlap.
+
+int log2_of(int64_t v) {
+  int l = 0;
+  while ((int64_t{1} << l) < v) ++l;
+  return l;
+}
+
+// columns: how many columns one tile's index runs over (C, or the image's channels for the taps mapping);
+// taps: tiles are repeated for each of them (1 unless the taps mapping).
+HlaGeometry hla_geometry(int64_t block, int64_t kept, int64_t columns, int64_t taps, HlaKernel variant,
+                         bool channels) {
+  HlaGeometry g{};
+  g.n_log = log2_of(block);
+  const int radix = radix_of(variant);
+  // Up to 32 channels for n >= 64; small blocks take more channels (2048 / n, at most 256) so that a CTA has
+  // at least 2048 elements to work on; at most kHlaSlabFloats / n (at least 1) for large n. A register variant
+  // with n <= 2^radix runs one pass of n rows per item: 256 columns keep all 256 threads busy.
+  int64_t cap = 2048 / block;
+  cap = cap < 32 ? 32 : (cap > 256 ? 256 : cap);
+  if (radix > 0 && block <= (int64_t{1} << radix)) cap = 256;
+  int64_t tile = kHlaSlabFloats / block;
+  tile = tile < 1 ? 1 : (tile > cap ? cap : tile);
+  const int64_t c_pow2 = int64_t{1} << log2_of(columns);
+  if (tile > c_pow2) tile = c_pow2;
+  g.tile_log = log2_of(tile);
+  g.tiles = (columns + tile - 1) / tile * taps;
+  g.passes = g.n_log == 0 || radix == 0 ? 1 : (g.n_log + radix - 1) / radix;
+  g.slot_table = radix > 0 && !channels;
+  // The + 1 pad serves the kept-row reads of the channels layout; without them (Note [HLA slab bank groups])
+  // rows of exactly `tile` floats keep the warps of the register passes on disjoint banks.
+  g.stride = static_cast<int>(g.slot_table || tile == 1 ? tile : tile + 1);
+  g.group_log = radix > 0 ? g.pass_stages(0) : 0;
+  g.group_pad = 0;
+  if (radix > 0 && tile < 32 && g.group_log < g.n_log) {  // the least pad making the group step an odd multiple of tile
+    const int64_t base = ((int64_t{1} << g.group_log) * g.stride) % 32;
+    while (((base + g.group_pad) % 32) % tile != 0 || ((base + g.group_pad) % 32 / tile) % 2 == 0) ++g.group_pad;
+  }
+  g.slab_floats = block * g.stride + (block >> g.group_log) * g.group_pad;
+  g.smem = static_cast<size_t>(g.slab_floats) * sizeof(float) + static_cast<size_t>(kept) * sizeof(int16_t) +
+           (g.slot_table ? static_cast<size_t>(block) * sizeof(int16_t) : 0);
+  return g;
+}
+
+// What every CTA writes: out (B, R, K) rows or (B, K, R) channels, R = (L / n)·r.
+struct HlaOutput {
+  int64_t B = 0, L = 0, K = 0;  // samples, positions, output columns
+  int64_t block = 1, kept = 1;  // n, r
+  bool channels = false;
+  float* out;
+  float* absmax;
+};
+
+// The 2^G-point butterfly on registers: stages 1, 2, ..., 2^(G-1) in order, (a, b) <- (a + b, a - b).
+template <int G>
+__device__ __forceinline__ void butterfly(float* v) {
+#pragma unroll
+  for (int s = 0; s < G; ++s)
+#pragma unroll
+    for (int m = 0; m < (1 << G); ++m)
+      if (((m >> s) & 1) == 0) {
+        const float a = v[m], b = v[m + (1 << s)];
+        v[m] = __fadd_rn(a, b);
+        v[m + (1 << s)] = __fsub_rn(a, b);
+      }
+}
+
+// ---- loaders (Note [HLA loaders]) ----
+// Each is built per CTA from its parameters and (sample b, first position l0 = p·n, tile index ti); it knows
+// the tile's real width and where its columns go in the output: column c of the tile is output column
+// out_base + c·out_step.
+
+struct StridedParams {
+  const void* x;  // (B, L, C), element strides sb, sl, sc
+  int64_t sb, sl, sc, C;
+};
+
+template <class T>
+struct StridedColumns {
+  using Params = StridedParams;
+  static constexpr int kSlabMinBlocks = 6;
+  const T* x;  // at (b, l0, c0)
+  int64_t sl, sc;
+  int width;
+  int64_t out_base, out_step;
+
+  __device__ StridedColumns(const Params& q, const HlaGeometry& g, int64_t b, int64_t l0, int64_t ti) {
+    const int64_t tile = int64_t{1} << g.tile_log, c0 = ti * tile;
+    x = static_cast<const T*>(q.x) + b * q.sb + l0 * q.sl + c0 * q.sc;
+    sl = q.sl;
+    sc = q.sc;
+    width = static_cast<int>(q.C - c0 < tile ? q.C - c0 : tile);
+    out_base = c0;
+    out_step = 1;
+  }
+  // v[m] = x at position l0 + j0 + m, column c of the tile (0 past the tile's width).
+  template <int M>
+  __device__ __forceinline__ void load(float* v, int j0, int c) const {
+#pragma unroll
+    for (int m = 0; m < M; ++m) v[m] = c < width ? convert<float>(x[(j0 + m) * sl + c * sc]) : 0.0f;
+  }
+};
+
+struct Im2colParams {
+  const void* x;  // (N, C, H, W), element strides sn, sc, sh, sw; offsets inside one sample fit int32
+  int64_t sn;
+  int sc, sh, sw;
+  int C, H, W, OW, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  bool taps;      // Note [HLA im2col tiles]: true for taps, false for runs
+};
+
+template <class T>
+struct Im2colColumns {
+  using Params = Im2colParams;
+  static constexpr int kSlabMinBlocks = 5;
+  const T* x;  // image of sample b
+  Params q;  // by value (kernel parameters: the compiler reads them from the parameter space)
+  int64_t l0;
+  int kk;                 // kh·kw
+  int ch0, k0, tap;       // taps: first channel and the tap; runs: first column
+  int width;
+  int64_t out_base, out_step;
+
+  __device__ Im2colColumns(const Params& p, const HlaGeometry& g, int64_t b, int64_t l0_, int64_t ti) : q(p) {
+    const int tile = 1 << g.tile_log;
+    x = static_cast<const T*>(p.x) + b * p.sn;
+    l0 = l0_;
+    kk = p.kh * p.kw;
+    if (p.taps) {  // tile index = channel tile · kk + tap (tap fastest: the kk CTAs of a channel tile run together)
+      tap = static_cast<int>(ti % kk);
+      ch0 = static_cast<int>(ti / kk) * tile;
+      k0 = 0;
+      width = p.C - ch0 < tile ? p.C - ch0 : tile;
+      out_base = static_cast<int64_t>(ch0) * kk + tap;
+      out_step = kk;
+    } else {
+      tap = ch0 = 0;
+      k0 = static_cast<int>(ti) * tile;
+      width = p.C * kk - k0 < tile ? p.C * kk - k0 : tile;
+      out_base = k0;
+      out_step = 1;
+    }
+  }
+  template <int M>
+  __device__ __forceinline__ void load(float* v, int j0, int c) const {
+    if (c >= width) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) v[m] = 0.0f;
+      return;
+    }
+    int ch, t;
+    if (q.taps) {
+      ch = ch0 + c;
+      t = tap;
+    } else {
+      ch = (k0 + c) / kk;
+      t = k0 + c - ch * kk;
+    }
+    const int i = t / q.kw, j = t - i * q.kw;
+    const int dy = i * q.dil_h - q.pad_h, dx = j * q.dil_w - q.pad_w;
+    const T* xc = x + ch * q.sc;
+    const int l = static_cast<int>(l0) + j0;  // L = OH·OW < 2^31
+    int oh = l / q.OW, ow = l - oh * q.OW;
+    int iy = oh * q.stride_h + dy, ix = ow * q.stride_w + dx;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const bool in = iy >= 0 && iy < q.H && ix >= 0 && ix < q.W;
+      v[m] = in ? convert<float>(xc[iy * q.sh + ix * q.sw]) : 0.0f;  // 32-bit offsets: see Im2colParams
+      if (++ow == q.OW) {  // next output row
+        ow = 0;
+        ix = dx;
+        iy += q.stride_h;
+      } else {
+        ix += q.stride_w;
+      }
+    }
+  }
+};
+
+// Where the CTA's kept rows go (HlaOutput's layout, the loader's columns).
+struct CtaOutput {
+  float* o;        // rows: out + (b·R + p·r)·K + out_base; channels: out + (b·K + out_base)·R + p·r
+  int64_t row;     // rows: K (the next kept row); channels: 1
+  int64_t col;     // rows: out_step; channels: out_step·R
+  __device__ void put(int i, int c, float v, float& amax) const {
+    o[i * row + c * col] = v;
+    amax = fmaxf(amax, fabsf(v));
+  }
+};
+
+// One pass of G stages from h = 2^h_log (Note [HLA register butterfly]). kLoad: the rows come from the loader
+// (h_log = 0, the first pass), else from the slab. kDirect: the rows with an output slot go to global memory
+// (the last pass of reg32, rows layout), else back to the slab.
+template <int G, bool kLoad, bool kDirect, bool kPad, class Loader>
+__device__ __forceinline__ void hla_pass(float* slab, const HlaGeometry& g, int h_log, const Loader& ld,
+                                         const int16_t* slot, const CtaOutput& out, float& amax) {
+  const int tile_mask = (1 << g.tile_log) - 1, items = (1 << (g.n_log - G)) << g.tile_log;
+  for (int q = threadIdx.x; q < items; q += blockDim.x) {
+    const int c = q & tile_mask, k = q >> g.tile_log;
+    const int j0 = ((k >> h_log) << (h_log + G)) | (k & ((1 << h_log) - 1));
+    float v[1 << G];
+    if constexpr (kLoad) {
+      ld.template load<(1 << G)>(v, j0, c);
+    } else {
+#pragma unroll
+      for (int m = 0; m < (1 << G); ++m) v[m] = slab[g.template at<kPad>(j0 + (m << h_log), c)];
+    }
+    butterfly<G>(v);
+    if constexpr (kDirect) {
+      if (c < ld.width) {
+        float* oc = out.o + c * out.col;  // rows layout: column c of kept row s at oc[s·K]
+#pragma unroll
+        for (int m = 0; m < (1 << G); ++m) {
+          const int s = slot[j0 + (m << h_log)];
+          if (s >= 0) {
+            oc[s * out.row] = v[m];
+            amax = fmaxf(amax, fabsf(v[m]));
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < (1 << G); ++m) slab[g.template at<kPad>(j0 + (m << h_log), c)] = v[m];
+    }
+  }
+}
+
+// Runs f(std::integral_constant<int, G>) for the runtime G in [kMin, kMax] (only those are instantiated).
+template <int kMin, int kMax, class F>
+__device__ __forceinline__ void with_stages(int G, F&& f) {
+  static_assert(kMin >= 0 && kMax <= 5 && kMin <= kMax);
+  switch (G) {
+    case 0: if constexpr (kMin <= 0) f(std::integral_constant<int, 0>{}); break;
+    case 1: if constexpr (kMin <= 1 && kMax >= 1) f(std::integral_constant<int, 1>{}); break;
+    case 2: if constexpr (kMin <= 2 && kMax >= 2) f(std::integral_constant<int, 2>{}); break;
+    case 3: if constexpr (kMax >= 3) f(std::integral_constant<int, 3>{}); break;
+    case 4: if constexpr (kMax >= 4) f(std::integral_constant<int, 4>{}); break;
+    default: if constexpr (kMax >= 5) f(std::integral_constant<int, 5>{}); break;
+  }
+}
+
+// kRadix 0: slab; else the register variant with at most kRadix stages a pass.
+template <class T, class Loader, int kRadix>
+__global__ void __launch_bounds__(kHlaThreads, kMinBlocks<kRadix, Loader>)
+    hla_project_kernel(HlaOutput a, typename Loader::Params lp, HlaGeometry g, const __grid_constant__ HlaRows rows) {
+  constexpr bool kPad = kRadix != 0;  // Note [HLA slab bank groups]
+  extern __shared__ float slab[];     // (n, stride) plus the group pads
+  int16_t* kept = reinterpret_cast<int16_t*>(slab + g.slab_floats);  // (r)
+  int16_t* slot = kept + a.kept;                                          // (n) when g.slot_table
+  const int n = static_cast<int>(a.block), r = static_cast<int>(a.kept), tile = 1 << g.tile_log;
+  const int64_t P = a.L / n, R = P * r;
+  const int64_t cta = blockIdx.x;
+  const int64_t ti = cta % g.tiles, p = (cta / g.tiles) % P, b = cta / (g.tiles * P);
+  const Loader ld(lp, g, b, p * n, ti);
+  CtaOutput out;
+  if (!a.channels) {
+    out.o = a.out + (b * R + p * r) * a.K + ld.out_base;
+    out.row = a.K;
+    out.col = ld.out_step;
+  } else {
+    out.o = a.out + (b * a.K + ld.out_base) * R + p * r;
+    out.row = 1;
+    out.col = ld.out_step * R;
+  }
+  float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
+
+  for (int k = threadIdx.x; k < r; k += blockDim.x) kept[k] = rows.idx[k];
+  bool read_kept = true;  // the kept rows are read from the slab at the end
+  if constexpr (kRadix == 0) {
+    const int first = g.n_log < kSlabRadix ? g.n_log : kSlabRadix;
+    with_stages<0, kSlabRadix>(first, [&](auto gc) {
+      hla_pass<decltype(gc)::value, true, false, kPad>(slab, g, 0, ld, slot, out, amax);
+    });
+    for (int h_log = first; h_log < g.n_log;) {
+      const int stages = g.n_log - h_log < kSlabRadix ? g.n_log - h_log : kSlabRadix;
+      __syncthreads();
+      with_stages<1, kSlabRadix>(stages, [&](auto gc) {
+        hla_pass<decltype(gc)::value, false, false, kPad>(slab, g, h_log, ld, slot, out, amax);
+      });
+      h_log += stages;
+    }
+  } else {
+    if (g.slot_table) {  // natural row -> kept position, −1 when dropped
+      for (int j = threadIdx.x; j < n; j += blockDim.x) slot[j] = -1;
+      __syncthreads();
+      for (int i = threadIdx.x; i < r; i += blockDim.x) slot[rows.idx[i]] = static_cast<int16_t>(i);
+      __syncthreads();
+      read_kept = false;
+    }
+    const bool one = g.passes == 1;
+    if (one && g.slot_table)
+      with_stages<0, kRadix>(g.pass_stages(0), [&](auto gc) {
+        hla_pass<decltype(gc)::value, true, true, kPad>(slab, g, 0, ld, slot, out, amax);
+      });
+    else
+      with_stages<0, kRadix>(g.pass_stages(0), [&](auto gc) {
+        hla_pass<decltype(gc)::value, true, false, kPad>(slab, g, 0, ld, slot, out, amax);
+      });
+    int h_log = g.pass_stages(0);
+    for (int s = 1; s < g.passes; ++s) {
+      __syncthreads();
+      if (s == g.passes - 1 && g.slot_table)
+        with_stages<1, kRadix>(g.pass_stages(s), [&](auto gc) {
+          hla_pass<decltype(gc)::value, false, true, kPad>(slab, g, h_log, ld, slot, out, amax);
+        });
+      else
+        with_stages<1, kRadix>(g.pass_stages(s), [&](auto gc) {
+          hla_pass<decltype(gc)::value, false, false, kPad>(slab, g, h_log, ld, slot, out, amax);
+        });
+      h_log += g.pass_stages(s);
+    }
+  }
+  if (read_kept) {
+    __syncthreads();
+    const int width = ld.width;
+    if (!a.channels) {  // out (B, R, K): row i's columns; contiguous when out_step is 1
+      for (int e = threadIdx.x; e < (r << g.tile_log); e += blockDim.x) {
+        const int i = e >> g.tile_log, c = e & (tile - 1);
+        if (c < width) out.put(i, c, slab[g.template at<kPad>(kept[i], c)], amax);
+      }
+    } else {  // out (B, K, R): runs of r contiguous floats per column
+      for (int e = threadIdx.x; e < r * width; e += blockDim.x) {
+        const int c = e / r, i = e - c * r;
+        out.put(i, c, slab[g.template at<kPad>(kept[i], c)], amax);
+      }
+    }
+  }
+  if (a.absmax) {  // a warp maximum, then one atomicMax on the bits (non-negative floats order like them)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    if (threadIdx.x % 32 == 0 && amax > 0.0f)
+      atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
+  }
+}
+
+// automatic takes the environment's default; classic (kernels/hla.cu) has no counterpart here: slab.
+HlaKernel resolve(HlaKernel v) {
+  if (v == HlaKernel::automatic) v = hla_kernel_default();
+  return v == HlaKernel::classic ? HlaKernel::slab : v;
+}
+
+// Launches hla_project_kernel<T, Loader<T>, reg> for x's dtype.
+template <template <class> class Loader, class Params>
+void launch(const char* name, DType dtype, const HlaOutput& a, const Params& lp, const HlaGeometry& g,
+            HlaKernel variant, const HlaRows& rows, cudaStream_t stream) {
+  const int64_t ctas = a.B * (a.L / a.block) * g.tiles;
+  const bool ok = visit_kernel_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto kernel = variant == HlaKernel::reg32   ? hla_project_kernel<T, Loader<T>, 5>
+                  : variant == HlaKernel::reg16 ? hla_project_kernel<T, Loader<T>, 4>
+                                                : hla_project_kernel<T, Loader<T>, 0>;
+    if (g.smem > 48 * 1024)
+      HT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(g.smem)));
+    kernel<<<static_cast<unsigned>(ctas), kHlaThreads, g.smem, stream>>>(a, lp, g, rows);
+    HT_CHECK_LAUNCH(name);
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE(name, dtype);
+}
+
+}  // namespace
+
+void launch_hla_project_variant(const HlaProjectArgs& a, const HlaRows& rows, cudaStream_t stream) {
+  if (a.B == 0 || a.L == 0 || a.C == 0) return;
+  const HlaKernel variant = resolve(a.variant);
+  const HlaGeometry g = hla_geometry(a.block, a.kept, a.C, 1, variant, a.channels);
+  const HlaOutput o{a.B, a.L, a.C, a.block, a.kept, a.channels, a.out, a.absmax};
+  const StridedParams lp{a.x, a.sb, a.sl, a.sc, a.C};
+  launch<StridedColumns>("hla_project", a.dtype, o, lp, g, variant, rows, stream);
+}
+
+void launch_hla_project_unfolded(const HlaUnfoldedArgs& a, const HlaRows& rows, cudaStream_t stream) {
+  const int64_t kk = a.kh * a.kw, K = a.C * kk, L = a.OH * a.OW;
+  if (a.N == 0 || L == 0 || K == 0) return;
+  const HlaKernel variant = resolve(a.variant);
+  HlaIm2colTiles tiles = a.tiles;
+  if (tiles == HlaIm2colTiles::automatic) {
+    static const int env = env_variant("HADATRAIN_HLA_IM2COL", {{"runs", 1}, {"taps", 2}, {"auto", 3}}, 0, 0);
+    tiles = env == 1 || env == 2 ? static_cast<HlaIm2colTiles>(env) : HlaIm2colTiles::automatic;
+    if (tiles == HlaIm2colTiles::automatic)
+      tiles = a.sc == 1 && a.C >= 16 ? HlaIm2colTiles::taps : HlaIm2colTiles::runs;
+  }
+  const bool taps = tiles == HlaIm2colTiles::taps && kk > 1;
+  const HlaGeometry g = taps ? hla_geometry(a.block, a.kept, a.C, kk, variant, a.channels)
+                             : hla_geometry(a.block, a.kept, K, 1, variant, a.channels);
+  const HlaOutput o{a.N, L, K, a.block, a.kept, a.channels, a.out, a.absmax};
+  Im2colParams lp{};
+  lp.x = a.x;
+  lp.sn = a.sn;
+  lp.sc = static_cast<int>(a.sc);
+  lp.sh = static_cast<int>(a.sh);
+  lp.sw = static_cast<int>(a.sw);
+  lp.C = static_cast<int>(a.C);
+  lp.H = static_cast<int>(a.H);
+  lp.W = static_cast<int>(a.W);
+  lp.OW = static_cast<int>(a.OW);
+  lp.kh = static_cast<int>(a.kh);
+  lp.kw = static_cast<int>(a.kw);
+  lp.stride_h = static_cast<int>(a.stride_h);
+  lp.stride_w = static_cast<int>(a.stride_w);
+  lp.pad_h = static_cast<int>(a.pad_h);
+  lp.pad_w = static_cast<int>(a.pad_w);
+  lp.dil_h = static_cast<int>(a.dil_h);
+  lp.dil_w = static_cast<int>(a.dil_w);
+  lp.taps = taps;
+  launch<Im2colColumns>("hla_project_unfolded", a.dtype, o, lp, g, variant, rows, stream);
+}
+
+}  // namespace ht::kernels
