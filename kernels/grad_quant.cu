@@ -12,13 +12,20 @@
 // that the lanes of a warp read consecutive 16-byte words and the registers stay few (quant_items_kernel);
 // its stochastic rounding takes the level as ceil(|v| − u) with one round-up add (sr_code), which equals
 // uniform_code's floor(|v|) + (u < frac) bit for bit.
+// Every kernel that stores levels takes the stored type Out as a template parameter: uint8_t stores int8
+// levels or e4m3 codes (GradQuantArgs::store codes, fp8_values), float / bf16 / f16 the dequantised values
+// d = convert(float(level) · s) (Note [Bit-identical quantisation] step 4, dequant_value). The level is
+// computed by the same operations either way (uniform_signed / sr_signed repeat uniform_code / sr_code);
+// only the store differs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hadatrain/grad/sr_noise.h"
 #include "hadatrain/tensor/philox.h"
 #include "hadatrain/tensor/scalar_types.h"
+#include "kernels/convert.cuh"
 #include "kernels/grad_quant.h"
 #include "kernels/launch.h"
 #include "kernels/layout.h"
@@ -227,6 +234,44 @@ HT_DEV uint8_t uniform_code(float x, const Level& l, float qmaxf, bool stochasti
   return static_cast<uint8_t>(neg ? 0u - iq : iq);
 }
 
+// uniform_code's level as a signed exact float (+0 for level 0: 0 − 0 is +0), for dequantised values. The
+// same operations as uniform_code, written out again so that uniform_code compiles exactly as before.
+HT_DEV float uniform_signed(float x, const Level& l, float qmaxf, bool stochastic, uint32_t h) {
+  const float v = __fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r);
+  const float a = fabsf(v);
+  float q;
+  if (!stochastic) {
+    q = rintf(a);
+  } else {
+    const float f = floorf(a);
+    const float frac = __fsub_rn(a, f);
+    q = __fadd_rn(f, ht::grad::sr_uniform(h) < frac ? 1.0f : 0.0f);
+  }
+  q = fminf(q, qmaxf);
+  if (!(q >= 0.0f)) q = 0.0f;
+  return v < 0.0f ? __fsub_rn(0.0f, q) : q;
+}
+
+// Out = uint8_t: codes; float / bf16 / f16: dequantised values.
+template <class Out>
+inline constexpr bool kDequant = !std::is_same_v<Out, uint8_t>;
+
+// A dequantised value d as stored: rounded to nearest even to Out; NaN (a NaN scale, or an infinite one
+// times level 0) as the quiet NaN 0x7FC00000 (bf16 0x7FC0, f16 0x7E00), as on the CPU (the hardware's and
+// the CPU's NaN bits would differ otherwise).
+template <class Out>
+HT_DEV Out stored_value(float d) {
+  if (d != d) d = __uint_as_float(0x7FC00000u);
+  if constexpr (std::is_same_v<Out, float>) return d;
+  else return narrow_from_float<Out>(d);
+}
+
+// The product of a level and its group's scale as stored (Note step 4): one f32 product, then stored_value.
+template <class Out>
+HT_DEV Out dequant_value(float level, float s) {
+  return stored_value<Out>(__fmul_rn(level, s));
+}
+
 // LUQ (quant.h): the e4m3 code of sign(x)·q, q = 0 or 2^k (k <= top); +0 for zero levels. alpha > 0.
 HT_DEV uint8_t luq_code(float x, float alpha, int top, uint32_t word) {
   const float a = __fdiv_rn(fabsf(x), alpha);
@@ -338,7 +383,50 @@ HT_DEV void quant_unit(const float v[kU], int64_t base, int n, const Level& l, c
                                       a.stochastic && k < n ? unit_bits(nz, base, n, k) : 0u);
 }
 
-HT_DEV void store_unit(uint8_t* out, int64_t base, int n, bool vec, const uint8_t q[kU]) {
+// Dequantised values of one uniform unit (quant_unit's levels times l.s, dequant_value).
+template <class Out>
+HT_DEV void dequant_unit(const float v[kU], int64_t base, int n, const Level& l, const GradQuantArgs& a,
+                         const UnitNoise& nz, Out q[kU]) {
+  const float qmaxf = static_cast<float>(a.qmax);
+#pragma unroll
+  for (int k = 0; k < kU; ++k) {
+    const float level = l.m == 0.0f ? 0.0f
+                                    : uniform_signed(v[k], l, qmaxf, a.stochastic,
+                                                     a.stochastic && k < n ? unit_bits(nz, base, n, k) : 0u);
+    q[k] = dequant_value<Out>(level, l.s);
+  }
+}
+
+// Quantises one unit into q: codes (quant_unit) or dequantised values (dequant_unit).
+template <bool kLuq, class Out>
+HT_DEV void quant_unit_to(const float v[kU], int64_t base, int n, const Level& l, const GradQuantArgs& a,
+                          const UnitNoise& nz, Out q[kU]) {
+  if constexpr (kDequant<Out>) dequant_unit<Out>(v, base, n, l, a, nz, q);
+  else quant_unit<kLuq>(v, base, n, l, a, nz, q);
+}
+
+// Stores one unit of n elements at element offset base: vec (n == 16, 16-byte aligned) as 16-byte words.
+template <class Out>
+HT_DEV void store_unit(uint8_t* values, int64_t base, int n, bool vec, const Out q[kU]) {
+  if constexpr (kDequant<Out>) {
+    Out* out = reinterpret_cast<Out*>(values);
+    constexpr int V = 16 / static_cast<int>(sizeof(Out));
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < kU / V; ++i) {
+        Pack<Out, V> p;
+#pragma unroll
+        for (int j = 0; j < V; ++j) p.v[j] = q[V * i + j];
+        *reinterpret_cast<Pack<Out, V>*>(out + base + V * i) = p;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kU; ++k)
+        if (k < n) out[base + k] = q[k];
+    }
+    return;
+  }
+  uint8_t* out = values;
   if (vec) {
     uint32_t word[4];
 #pragma unroll
@@ -377,8 +465,8 @@ HT_DEV void fold_absmax(float* out, float m) {
 // Fused path: a team of g.team threads per group, g.teams groups per block. Each thread keeps up to
 // kFusedUnits units (unit u of its group goes to thread u % team, slot u / team) in registers between the
 // team's reduction and the quantisation, so x is read once. The loads of both units and their Philox noise
-// are issued before the first conversion waits for memory.
-template <class T, bool kSawb, bool kLuq>
+// are issued before the first conversion waits for memory. Out: what is stored (codes or dequantised values).
+template <class T, bool kSawb, bool kLuq, class Out>
 __global__ void __launch_bounds__(kFusedTeam) quant_fused_kernel(GradQuantArgs a, Geo g) {
   __shared__ Stats smem[kFusedTeam / 32];
   const T* x = static_cast<const T*>(a.x);
@@ -437,24 +525,25 @@ __global__ void __launch_bounds__(kFusedTeam) quant_fused_kernel(GradQuantArgs a
 #pragma unroll
     for (int r = 0; r < kFusedUnits; ++r)
       if (has[r]) {
-        uint8_t q[kU];
-        quant_unit<kLuq>(v[r], base[r], g.unit, l, a, nz[r], q);
+        Out q[kU];
+        quant_unit_to<kLuq>(v[r], base[r], g.unit, l, a, nz[r], q);
         store_unit(a.values, base[r], g.unit, g.vec, q);
       }
   }
 }
 
-// Item path of the fused quantiser (uniform kind, group_len % 8 == 0, x 16-byte and values 8-byte aligned;
-// plan() picks it before the unit path above, which then serves LUQ, unaligned pointers and group lengths
-// that are not a multiple of 8). Work is cut into items of 8 consecutive elements at multiples of 8: exactly
-// one Philox block of Note [SR noise layout]. Item j of a group goes to thread j % team, slot j / team, so
-// the lanes of a warp load consecutive 16-byte words (bf16 / f16; an f32 item is two words) and store
-// consecutive 8-byte words: whole 32-byte sectors. Butterfly stages h = 1, 2, 4 (h < T) run in registers;
-// h = 8 (T = 16) pairs item j (elements 0..7 of the Hadamard block) with item j ^ 1 (elements 8..15), which
-// sits in the neighbouring lane because team is even: each lane gets the other's values by __shfl_xor_sync
-// and computes fma(±1, own, other) = other ± own with one rounding, i.e. a + b in the even lane and a − b in
-// the odd lane, the same roundings as rotate_unit. Only the converted values live across the team reduction:
-// the noise is drawn afterwards, item by item, to keep the registers (and so the occupancy) low.
+// Item path of the fused quantiser (uniform kind, group_len % 8 == 0, x 16-byte and values 8-byte aligned,
+// 16-byte for dequantised values; plan() picks it before the unit path above, which then serves LUQ,
+// unaligned pointers and group lengths that are not a multiple of 8). Work is cut into items of 8
+// consecutive elements at multiples of 8: exactly one Philox block of Note [SR noise layout]. Item j of a
+// group goes to thread j % team, slot j / team, so the lanes of a warp load consecutive 16-byte words (bf16 /
+// f16; an f32 item is two words) and store consecutive 8-byte words (16 or 32 bytes of dequantised values):
+// whole 32-byte sectors. Butterfly stages h = 1, 2, 4 (h < T) run in registers; h = 8 (T = 16) pairs item j
+// (elements 0..7 of the Hadamard block) with item j ^ 1 (elements 8..15), which sits in the neighbouring lane
+// because team is even: each lane gets the other's values by __shfl_xor_sync and computes
+// fma(±1, own, other) = other ± own with one rounding, i.e. a + b in the even lane and a − b in the odd lane,
+// the same roundings as rotate_unit. Only the converted values live across the team reduction: the noise is
+// drawn afterwards, item by item, to keep the registers (and so the occupancy) low.
 constexpr int kItem = 8;                                 // elements per item
 constexpr int kItemSlots = 2;                            // items per thread
 constexpr int kItemTeam = 16384 / (kItem * kItemSlots);  // threads for the longest fused group
@@ -502,6 +591,16 @@ HT_DEV uint32_t sr_code(float x, const Level& l, uint32_t cap, uint32_t h) {
   return ((__float_as_uint(q) >> 20) - (120u << 3)) | (neg ? 0x80u : 0u);
 }
 
+// sr_code's level as a signed exact float, for dequantised values (the same operations, written out again so
+// that sr_code compiles exactly as before). For v < 0 the bits 2·kMagicBits − b are those of 1.5·2^23 − q
+// (same binade, ulp 1), so the subtraction gives −q exactly, and +0 for q = 0.
+HT_DEV float sr_signed(float x, const Level& l, uint32_t cap, uint32_t h) {
+  const float v = __fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r);
+  const float y = __fsub_rn(fabsf(v), ht::grad::sr_uniform(h));
+  const uint32_t b = min(__float_as_uint(__fadd_ru(y, 12582912.0f)), cap);
+  return __fsub_rn(__uint_as_float(v < 0.0f ? 2u * kMagicBits - b : b), 12582912.0f);
+}
+
 HT_DEV uint32_t pack4(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
   return __byte_perm(__byte_perm(b0, b1, 0x0040u), __byte_perm(b2, b3, 0x0040u), 0x5410u);
 }
@@ -529,12 +628,63 @@ HT_DEV uint2 quant_item(const float v[kItem], int64_t base, const Level& l, cons
   return a.fp8_values ? quant_item_codes<kSR, true>(v, base, l, a) : quant_item_codes<kSR, false>(v, base, l, a);
 }
 
+// The dequantised values of one item into out + base (16 bytes for bf16 / f16, 32 for f32; 16-byte aligned).
+// With a finite scale no product is NaN, so bf16 / f16 round two at a time (cvt_pairs); otherwise
+// element by element with dequant_value's NaN code.
+template <bool kSR, class Out>
+HT_DEV void dequant_item(const float v[kItem], int64_t base, const Level& l, const GradQuantArgs& a) {
+  float d[kItem];
+  if (l.m == 0.0f) {  // zero levels, scale 0
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) d[k] = 0.0f;
+  } else if (kSR) {
+    uint32_t w[4];
+    sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(base) >> 3, w);
+    const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) d[k] = __fmul_rn(sr_signed(v[k], l, cap, ht::grad::sr_bits(w, k)), l.s);
+  } else {
+    const float qmaxf = static_cast<float>(a.qmax);
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) d[k] = __fmul_rn(uniform_signed(v[k], l, qmaxf, false, 0u), l.s);
+  }
+  Out* out = reinterpret_cast<Out*>(a.values) + base;
+  if constexpr (std::is_same_v<Out, float>) {
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) d[k] = stored_value<float>(d[k]);
+    reinterpret_cast<float4*>(out)[0] = make_float4(d[0], d[1], d[2], d[3]);
+    reinterpret_cast<float4*>(out)[1] = make_float4(d[4], d[5], d[6], d[7]);
+  } else {
+    uint32_t w[kItem / 2];
+    if (isfinite(l.s)) {
+      cvt_pairs<Out, kItem>(d, w);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kItem / 2; ++j)
+        w[j] = static_cast<uint32_t>(stored_value<Out>(d[2 * j]).bits) |
+               (static_cast<uint32_t>(stored_value<Out>(d[2 * j + 1]).bits) << 16);
+    }
+    *reinterpret_cast<uint4*>(out) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// Quantises one item and stores it: codes (two little-endian words) or dequantised values.
+template <bool kSR, class Out>
+HT_DEV void store_item(const float v[kItem], int64_t base, const Level& l, const GradQuantArgs& a) {
+  if constexpr (kDequant<Out>) {
+    dequant_item<kSR, Out>(v, base, l, a);
+  } else {
+    const uint2 q = l.m == 0.0f ? make_uint2(0u, 0u) : quant_item<kSR>(v, base, l, a);
+    *reinterpret_cast<uint2*>(a.values + base) = q;
+  }
+}
+
 // Fused item kernel: a team of g.team threads per group (a power of two <= 32, at least 2 when T == 16, or
 // whole warps), g.teams groups per block (up to kItemTeam threads), kItemSlots items per thread. Registers
 // are capped at 48 (no spills with ptxas -v; SAWB's double sums need 64): 42 resident warps per SM, 7 blocks
 // of the 192-thread row blocks of (12608, 3072) — 65% occupancy, against 116 registers and 19% for the
 // unit kernel. __maxnreg__ rather than __launch_bounds__, which cannot ask for 48 with 1024-thread blocks.
-template <class T, bool kSawb, bool kSR>
+template <class T, bool kSawb, bool kSR, class Out>
 __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a, Geo g) {
   __shared__ Stats smem[kItemTeam / 32];
   const T* x = static_cast<const T*>(a.x);
@@ -581,8 +731,7 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
     for (int r = 0; r < kItemSlots; ++r) {
       if (!has[r]) continue;
       const int64_t base = first + (t + static_cast<int64_t>(r) * team) * kItem;
-      const uint2 q = l.m == 0.0f ? make_uint2(0u, 0u) : quant_item<kSR>(v[r], base, l, a);
-      *reinterpret_cast<uint2*>(a.values + base) = q;
+      store_item<kSR, Out>(v[r], base, l, a);
     }
   }
 }
@@ -664,8 +813,9 @@ __global__ void __launch_bounds__(kThreads) absmax_kernel(float* out, const T* x
   fold_absmax(out, m);
 }
 
-// Pass 3: every unit again (load, rotate), quantised with its group's m and r.
-template <class T, bool kLuq>
+// Pass 3: every unit again (load, rotate), quantised with its group's m and r (and the scale that pass 2
+// wrote, for LUQ and dequantised values).
+template <class T, bool kLuq, class Out>
 __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, Geo g, Workspace ws) {
   const T* x = static_cast<const T*>(a.x);
   const int64_t total = g.groups * g.units;
@@ -685,19 +835,20 @@ __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, 
     }
     rotate_unit(v, a.hadamard);
     const float m = ws.m[grp];
-    const Level l{m, ws.r[grp], kLuq ? scale_of(a, m) : 0.0f};
-    uint8_t q[kU];
-    quant_unit<kLuq>(v, base, g.unit, l, a, nz, q);
+    const Level l{m, ws.r[grp], kLuq ? scale_of(a, m) : (kDequant<Out> ? a.scale[grp] : 0.0f)};
+    Out q[kU];
+    quant_unit_to<kLuq>(v, base, g.unit, l, a, nz, q);
     store_unit(a.values, base, g.unit, g.vec, q);
   }
 }
 
 // Passes 1 and 3 on items (the item layout of quant_items_kernel: lane-order 16-byte loads, the h = 8 stage
 // by lane-pair shuffle), when group_len % 8 == 0 and x is 16-byte aligned (pass 3 also: uniform kind, values
-// 8-byte aligned, natural layout). Loops run per warp (the shuffle needs all 32 lanes): lane l takes item
-// j0 + l, and lanes past the end carry zeros. Item pairs (j, j ^ 1) of a 16-element Hadamard block share a
-// warp and an iteration because the strides are even and the item counts even when T == 16. Each iteration
-// takes two items per thread (one stride apart), both loads issued before either is used.
+// 8-byte aligned (16-byte for dequantised values), natural layout). Loops run per warp (the shuffle needs all
+// 32 lanes): lane l takes item j0 + l, and lanes past the end carry zeros. Item pairs (j, j ^ 1) of a
+// 16-element Hadamard block share a warp and an iteration because the strides are even and the item counts
+// even when T == 16. Each iteration takes two items per thread (one stride apart), both loads issued before
+// either is used.
 constexpr int kPassSlots = 2;
 
 template <class T>
@@ -755,7 +906,7 @@ __global__ void __launch_bounds__(kThreads, kSawb ? 5 : 6) quant_partial_items_k
 
 // Pass 3 on items: thread i takes items i, i + n, i + 2n, ... (n threads in all); its group index advances
 // by the constant quotient and remainder of n / items (no division per item).
-template <class T, bool kSR>
+template <class T, bool kSR, class Out>
 __global__ void __launch_bounds__(kThreads) quant_apply_items_kernel(GradQuantArgs a, Workspace ws) {
   const T* x = static_cast<const T*>(a.x);
   const int64_t total = a.numel / kItem, items = a.group_len / kItem, n = thread_count();
@@ -772,10 +923,14 @@ __global__ void __launch_bounds__(kThreads) quant_apply_items_kernel(GradQuantAr
       const int64_t j = j0 + r * n;
       rotate_item(v[r], a.hadamard, sign);
       if (j < total) {
-        const float m = ws.m[grp];
-        const Level l{m, ws.r[grp], 0.0f};
-        const uint2 q = m == 0.0f ? make_uint2(0u, 0u) : quant_item<kSR>(v[r], j * kItem, l, a);
-        *reinterpret_cast<uint2*>(a.values + j * kItem) = q;
+        if constexpr (kDequant<Out>) {
+          dequant_item<kSR, Out>(v[r], j * kItem, Level{ws.m[grp], ws.r[grp], a.scale[grp]}, a);
+        } else {
+          const float m = ws.m[grp];
+          const Level l{m, ws.r[grp], 0.0f};
+          const uint2 q = m == 0.0f ? make_uint2(0u, 0u) : quant_item<kSR>(v[r], j * kItem, l, a);
+          *reinterpret_cast<uint2*>(a.values + j * kItem) = q;
+        }
       }
       grp += dq;  // to item j + n
       rem += dr;
@@ -916,13 +1071,21 @@ __global__ void __launch_bounds__(kThreads) unpack_int4_kernel(int8_t* out, cons
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether the item kernels can store to a.values: one item is 8 code bytes (one 8-byte word) or 16 / 32 bytes
+// of dequantised values (16-byte words).
+bool item_values_aligned(const GradQuantArgs& a) {
+  return reinterpret_cast<uintptr_t>(a.values) % (a.store == QuantStore::codes ? 8 : 16) == 0;
+}
+
+static_assert(sizeof(GradQuantArgs) == 128, "GradQuantArgs grew: the kernels' parameter block changes (see store)");
+
 Geo plan(const GradQuantArgs& a) {
   Geo g;
   // The item path (fused, see quant_items_kernel) when its alignment holds, for the groups that the unit
   // path below would fuse (at most 16384 elements, and enough groups or short ones).
   g.items = a.kind == QuantKind::uniform && a.group_len % kItem == 0 && a.group_len <= 16384 &&
-            (a.numel / a.group_len >= 66 || a.group_len <= 2048) && aligned16(a.x) &&
-            reinterpret_cast<uintptr_t>(a.values) % 8 == 0 && !a.transposed && a.known_m == nullptr;
+            (a.numel / a.group_len >= 66 || a.group_len <= 2048) && aligned16(a.x) && item_values_aligned(a) &&
+            !a.transposed && a.known_m == nullptr;
   if (g.items) {
     g.fused = true;
     g.unit = kItem;
@@ -975,6 +1138,17 @@ Geo plan(const GradQuantArgs& a) {
   return g;
 }
 
+// Calls f(Out{}) with the stored type of the uniform quantiser's values (Out of the kernels).
+template <class F>
+void visit_store(QuantStore store, F&& f) {
+  switch (store) {
+    case QuantStore::codes: return f(uint8_t{});
+    case QuantStore::f32: return f(float{});
+    case QuantStore::bf16: return f(bf16{});
+    case QuantStore::f16: return f(f16{});
+  }
+}
+
 template <class F>
 void visit_quant_dtype(DType dt, const char* kernel, F&& f) {
   switch (dt) {
@@ -1003,21 +1177,26 @@ std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args) {
 
 void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
   if (a.numel == 0) return;
-  const Geo g = plan(a);
   const bool luq = a.kind == QuantKind::luq;
+  if (a.store != QuantStore::codes && (luq || a.transposed))  // quantize() rejects these: a hadatrain bug
+    HT_UNSUPPORTED_DTYPE("grad_quant (dequantised values need the uniform kind and the natural layout)", a.dtype);
+  const Geo g = plan(a);
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
     using T = decltype(tag);
     if (g.items) {
       const int64_t blocks = (g.groups + g.teams - 1) / g.teams;
       const unsigned grid = static_cast<unsigned>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
       const int threads = g.team * g.teams;
-      if (a.sawb) {
-        if (a.stochastic) quant_items_kernel<T, true, true><<<grid, threads, 0, stream>>>(a, g);
-        else quant_items_kernel<T, true, false><<<grid, threads, 0, stream>>>(a, g);
-      } else {
-        if (a.stochastic) quant_items_kernel<T, false, true><<<grid, threads, 0, stream>>>(a, g);
-        else quant_items_kernel<T, false, false><<<grid, threads, 0, stream>>>(a, g);
-      }
+      visit_store(a.store, [&](auto out) {
+        using Out = decltype(out);
+        if (a.sawb) {
+          if (a.stochastic) quant_items_kernel<T, true, true, Out><<<grid, threads, 0, stream>>>(a, g);
+          else quant_items_kernel<T, true, false, Out><<<grid, threads, 0, stream>>>(a, g);
+        } else {
+          if (a.stochastic) quant_items_kernel<T, false, true, Out><<<grid, threads, 0, stream>>>(a, g);
+          else quant_items_kernel<T, false, false, Out><<<grid, threads, 0, stream>>>(a, g);
+        }
+      });
       HT_CHECK_LAUNCH("grad_quant_items");
       return;
     }
@@ -1025,9 +1204,15 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
       const int64_t blocks = (g.groups + g.teams - 1) / g.teams;
       const unsigned grid = static_cast<unsigned>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
       const int threads = g.team * g.teams;
-      if (luq) quant_fused_kernel<T, false, true><<<grid, threads, 0, stream>>>(a, g);
-      else if (a.sawb) quant_fused_kernel<T, true, false><<<grid, threads, 0, stream>>>(a, g);
-      else quant_fused_kernel<T, false, false><<<grid, threads, 0, stream>>>(a, g);
+      if (luq) {
+        quant_fused_kernel<T, false, true, uint8_t><<<grid, threads, 0, stream>>>(a, g);
+      } else {
+        visit_store(a.store, [&](auto out) {
+          using Out = decltype(out);
+          if (a.sawb) quant_fused_kernel<T, true, false, Out><<<grid, threads, 0, stream>>>(a, g);
+          else quant_fused_kernel<T, false, false, Out><<<grid, threads, 0, stream>>>(a, g);
+        });
+      }
       HT_CHECK_LAUNCH("grad_quant_fused");
       return;
     }
@@ -1059,16 +1244,25 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
       HT_CHECK_LAUNCH("grad_quant_apply_transposed");
       return;
     }
-    if (item_x && !luq && reinterpret_cast<uintptr_t>(a.values) % 8 == 0) {
+    if (item_x && !luq && item_values_aligned(a)) {
       const unsigned grid = cuda::grid_for(a.numel / kItem, kThreads);
-      if (a.stochastic) quant_apply_items_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws);
-      else quant_apply_items_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws);
+      visit_store(a.store, [&](auto out) {
+        using Out = decltype(out);
+        if (a.stochastic) quant_apply_items_kernel<T, true, Out><<<grid, kThreads, 0, stream>>>(a, ws);
+        else quant_apply_items_kernel<T, false, Out><<<grid, kThreads, 0, stream>>>(a, ws);
+      });
       HT_CHECK_LAUNCH("grad_quant_apply");
       return;
     }
     const unsigned grid = cuda::grid_for(g.groups * g.units, kThreads);
-    if (luq) quant_apply_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, g, ws);
-    else quant_apply_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, g, ws);
+    if (luq) {
+      quant_apply_kernel<T, true, uint8_t><<<grid, kThreads, 0, stream>>>(a, g, ws);
+    } else {
+      visit_store(a.store, [&](auto out) {
+        using Out = decltype(out);
+        quant_apply_kernel<T, false, Out><<<grid, kThreads, 0, stream>>>(a, g, ws);
+      });
+    }
     HT_CHECK_LAUNCH("grad_quant_apply");
   });
 }

@@ -19,12 +19,18 @@ enum class QuantKind : uint8_t {
   luq,      // levels 0, ±2^0..±2^top as e4m3 codes, scale α = m / 2^top
 };
 
+// What the uniform quantiser stores: codes (int8 levels, or e4m3 codes with fp8_values), or the dequantised
+// values convert(float(level) · scale) in f32 / bf16 / f16 (Note [Bit-identical quantisation] step 4).
+enum class QuantStore : uint8_t { codes, f32, bf16, f16 };
+
 // Groups of `group_len` consecutive elements share one scale. The launcher picks a fused kernel (a team of
 // threads per group, several groups per block: load, rotate, reduce, quantise, store; x read once) when a
 // group is at most 16384 elements and there are enough groups to fill the GPU, else a partial-reduction
 // kernel, a per-group finalisation kernel that writes the group's m and scale to device memory, and a
 // quantisation kernel. No host synchronisation. Stochastic rounding of `uniform` draws 16 bits per element
-// (Note [SR noise layout], include/hadatrain/grad/sr_noise.h); LUQ 32 bits (philox_word).
+// (Note [SR noise layout], include/hadatrain/grad/sr_noise.h); LUQ 32 bits (philox_word). Every kernel that
+// stores levels is templated on what it stores (codes, or dequantised f32 / bf16 / f16 values), so each
+// output compiles to its own kernels and the int8 / e4m3 ones carry no code of the dequantised ones.
 struct GradQuantArgs {
   DType dtype = DType::f32;  // of x: f32, bf16 or f16
   const void* x = nullptr;   // (numel) dense
@@ -44,6 +50,9 @@ struct GradQuantArgs {
   // (cols, numel / cols) for x seen as (numel / cols, cols) (QuantSpec's ValuesLayout::transposed). Runs the
   // two-pass path with a tiled quantise-and-transpose kernel.
   bool transposed = false;
+  // Uniform kind, natural layout only: what `values` holds. Here it fills padding: the struct stays 128 bytes
+  // and the other fields keep their offsets, so the code-storing kernels compile as before.
+  QuantStore store = QuantStore::codes;
   int64_t cols = 0;
   // Optional: max |x| of the (unrotated) input is folded into *input_absmax with atomicMax on the f32 bits
   // (the caller zeroes it; NaN never wins). Computed by the kernel that first reads x (fused or partial);
@@ -51,7 +60,8 @@ struct GradQuantArgs {
   float* input_absmax = nullptr;
   // Optional (one group, uniform, absmax rule): m is read from device memory; the statistics pass is skipped.
   const float* known_m = nullptr;
-  uint8_t* values = nullptr;      // (numel) int8 levels (uniform) or e4m3 codes (luq, or fp8_values)
+  uint8_t* values = nullptr;      // (numel) int8 levels (uniform) or e4m3 codes (luq, or fp8_values); or, with
+                                  // `store`, dequantised values (f32 / bf16 / f16 elements)
   float* scale = nullptr;         // (numel / group_len)
   void* workspace = nullptr;      // grad_quant_workspace_bytes(args) bytes of device memory (may be 0)
 };

@@ -88,6 +88,13 @@ void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantS
   args.sawb = spec.scale_rule == grad::ScaleRule::sawb;
   args.stochastic = spec.rounding == grad::Rounding::stochastic;
   args.fp8_values = spec.values_dtype == DType::f8e4m3;  // quantize() checked bits <= 5
+  // quantize() checked: dequantised values only in the natural layout.
+  switch (spec.values_dtype) {
+    case DType::f32: args.store = kernels::QuantStore::f32; break;
+    case DType::bf16: args.store = kernels::QuantStore::bf16; break;
+    case DType::f16: args.store = kernels::QuantStore::f16; break;
+    default: args.store = kernels::QuantStore::codes;
+  }
   // quantize() checked: one f32 element on x's device, tensor granularity, absmax rule.
   args.known_m = spec.known_absmax.defined() ? static_cast<const float*>(spec.known_absmax.data_ptr()) : nullptr;
   if (spec.layout == grad::ValuesLayout::transposed) {  // q.values (C, N); tensor granularity, T = 1 (checked)

@@ -10,8 +10,8 @@
 
 namespace ht::cuda_ops {
 
-// q.values (x's shape, i8) and q.scale (f32, one per group) for x on the same device, any floating dtype
-// and strides.
+// q.values (x's shape, spec.values_dtype: levels, e4m3 codes or dequantised values; (C, N) for the transposed
+// layout) and q.scale (f32, one per group) for x on the same device, any floating dtype and strides.
 void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec);
 // q.values (x's shape, f8e4m3) and q.scale (α, f32).
 void grad_luq(const grad::Quantized& q, const Tensor& x, const grad::LuqSpec& spec);

@@ -396,13 +396,17 @@ class HlqPipeline final : public Pipeline {
     return q;
   }
 
-  // The dequantised levels of x under q, in dtype: level · scale as one f32 product, rounded once to dtype.
+  // The dequantised levels of x under q, in dtype: level · scale as one f32 product, rounded once to dtype,
+  // written by the quantiser itself (QuantSpec::values_dtype) for bf16 / f16 / f32; f64 through dequantize
+  // (the same f32 product).
   static Tensor dequantized(const Tensor& x, const QuantSpec& q, DType dtype, Tensor* input_absmax = nullptr) {
     QuantSpec spec = q;
     spec.report_input_absmax = input_absmax != nullptr;
+    const bool direct = dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32;
+    if (direct) spec.values_dtype = dtype;
     const Quantized qx = quantize(x, spec);
     if (input_absmax) *input_absmax = qx.input_absmax;
-    return dequantize(qx, spec.granularity).to(dtype);
+    return direct ? qx.values : dequantize(qx, spec.granularity).to(dtype);
   }
 
   // Note [HLQ conv g_x]

@@ -7,6 +7,7 @@
 #include "hadatrain/grad/sr_noise.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -104,6 +105,9 @@ int8_t level_of(float x, float m, float r, int qmax, Rounding rounding, uint32_t
   return static_cast<int8_t>(v < 0.0f ? -iq : iq);
 }
 
+// values_dtype asks for level · scale instead of the level (Note [Bit-identical quantisation] step 4).
+bool is_dequantised(DType dt) { return dt == DType::bf16 || dt == DType::f16 || dt == DType::f32; }
+
 void check_spec(const char* op, const Tensor& x, const QuantSpec& spec) {
   detail::check_quant_input(op, x);
   HT_CHECK(spec.bits >= 2 && spec.bits <= 8, "{}: bits must be in 2..8, got {} (input {})", op, spec.bits,
@@ -119,9 +123,15 @@ void check_spec(const char* op, const Tensor& x, const QuantSpec& spec) {
   HT_CHECK(spec.layout == ValuesLayout::natural ||
                (spec.granularity == Granularity::tensor && spec.hadamard_block == 1),
            "{}: transposed values need tensor granularity and hadamard_block 1 (input {})", op, x.describe());
-  HT_CHECK(spec.values_dtype == DType::i8 || (spec.values_dtype == DType::f8e4m3 && spec.bits <= 5),
-           "{}: values_dtype must be i8, or f8e4m3 with bits <= 5 (levels exact in e4m3), got {} with bits {}", op,
-           dtype_name(spec.values_dtype), spec.bits);
+  const DType vdt = spec.values_dtype;
+  HT_CHECK(vdt == DType::i8 || (vdt == DType::f8e4m3 && spec.bits <= 5) || is_dequantised(vdt),
+           "{}: values_dtype must be i8, f8e4m3 with bits <= 5 (levels exact in e4m3), or bf16 / f16 / f32 "
+           "(dequantised values), got {} with bits {} (input {})",
+           op, dtype_name(vdt), spec.bits, x.describe());
+  HT_CHECK(!is_dequantised(vdt) || spec.layout == ValuesLayout::natural,
+           "{}: dequantised values (values_dtype {}) need the natural layout, got the transposed layout (input {}); "
+           "quantise to i8 / f8e4m3 for transposed values",
+           op, dtype_name(vdt), x.describe());
   detail::check_hadamard_block(op, x, spec.hadamard_block);
   HT_CHECK(spec.noise.step_word == nullptr || x.is_cuda(),
            "{}: a device step word for the noise needs a CUDA input, got {}", op, x.describe());
@@ -192,6 +202,16 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
     }
   }
   if (spec.values_dtype == DType::f8e4m3) q.values = to_dtype(q.values, DType::f8e4m3);  // exact: |q| <= 15
+  if (is_dequantised(spec.values_dtype)) {  // d = convert(float(level) · s): one f32 product, one rounding
+    std::vector<float> d(static_cast<std::size_t>(q.values.numel()));  // (numel) row-major
+    for (int64_t g = 0; g < groups.count; ++g)
+      for (int64_t i = g * groups.len; i < (g + 1) * groups.len; ++i) {
+        const float p = static_cast<float>(values[i]) * scale[g];  // +0 for level 0 (s > 0)
+        // NaN (s NaN, or inf times level 0) as the quiet NaN 0x7FC00000, as the CUDA kernels store it.
+        d[static_cast<std::size_t>(i)] = std::isnan(p) ? std::numeric_limits<float>::quiet_NaN() : p;
+      }
+    q.values = to_dtype(from_vector(d, x.shape(), {DType::f32, Device::cpu()}), spec.values_dtype);
+  }
   if (transposed) q.values = reshape(q.values, {rows, cols}).transpose(0, 1).contiguous();  // (C, N)
   return q;
 }
@@ -199,7 +219,8 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
 Tensor dequantize(const Quantized& q, Granularity granularity) {
   HT_CHECK(q.values.defined() && q.scale.defined(), "dequantize: values and scale must be defined");
   HT_CHECK(q.values.dtype() == DType::i8 || q.values.dtype() == DType::f8e4m3,
-           "dequantize: values must be i8 (quantize) or f8e4m3 (luq_quantize), got {}", q.values.describe());
+           "dequantize: values must be i8 (quantize) or f8e4m3 (luq_quantize), got {}{}", q.values.describe(),
+           is_dequantised(q.values.dtype()) ? " (already dequantised by quantize: use the values as they are)" : "");
   HT_CHECK(q.values.dim() >= 1, "dequantize: values need at least one dim, got {}", q.values.describe());
   HT_CHECK(q.scale.dtype() == DType::f32, "dequantize: scale must be f32, got {}", q.scale.describe());
   const Groups groups = detail::groups_of(q.values, granularity);

@@ -1,7 +1,8 @@
 // Quantisation primitives of the gradient pipelines (include/hadatrain/grad/quant.h), CPU reference:
 // block Hadamard against the closed form (−1)^popcount(i&j), quantize (granularities, absmax / SAWB, nearest /
 // stochastic) against naive loops and hand-computed cases, SR unbiasedness over noise streams, LUQ levels and
-// unbiasedness (max |x|, not the signed max: hlq.md §7 #10), dequantize, pack / unpack int4 and the errors.
+// unbiasedness (max |x|, not the signed max: hlq.md §7 #10), dequantize, dequantised outputs (values_dtype
+// bf16 / f16 / f32), pack / unpack int4 and the errors.
 #include "support/catch.h"
 #include "support/testing.h"
 
@@ -9,10 +10,14 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "hadatrain/grad/quant.h"
 #include "hadatrain/grad/sr_noise.h"
+#include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/philox.h"
 
@@ -284,6 +289,127 @@ TEST_CASE("quantize writes e4m3 codes of the levels when asked (fp8 carrier)", "
   // More than 5 bits cannot be carried exactly.
   z.bits = 6;
   CHECK_THROWS_WITH(quantize(x, z), HasSubstr("f8e4m3 with bits <= 5"));
+}
+
+namespace {
+
+// The raw bytes of a tensor (contiguous copy on the CPU).
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<uint8_t> b(static_cast<std::size_t>(c.nbytes()));
+  if (!b.empty()) std::memcpy(b.data(), c.data_ptr(), b.size());
+  return b;
+}
+
+// What values_dtype dt must hold, from the int8 run qi: convert(float(level) · scale of its group) (one f32
+// product, one rounding to dt), a NaN product as the quiet NaN 0x7FC00000.
+Tensor expected_dequantised(const Quantized& qi, DType dt) {
+  const std::vector<float> level = qi.values.to_vector<float>(), scale = qi.scale.to_vector<float>();
+  const std::size_t len = scale.empty() ? 0 : level.size() / scale.size();
+  std::vector<float> d(level.size());
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    d[i] = level[i] * scale[i / len];
+    if (std::isnan(d[i])) d[i] = std::bit_cast<float>(0x7FC00000u);
+  }
+  return to_dtype(from_vector(d, qi.values.shape(), {DType::f32}), dt);
+}
+
+}  // namespace
+
+TEST_CASE("quantize writes dequantised bf16 / f16 / f32 values: the int8 run's levels times its scales",
+          "[grad_quant]") {
+  uint64_t seed = 40;
+  for (DType in : {DType::bf16, DType::f32}) {
+    const Tensor x = test::random_tensor({3, 5, 48}, ++seed, in, -3.0, 3.0);
+    for (Granularity g : {Granularity::tensor, Granularity::sample, Granularity::row})
+      for (int64_t block : {1, 4, 16})
+        for (int bits : {2, 4, 8})
+          for (ScaleRule rule : {ScaleRule::absmax, ScaleRule::sawb})
+            for (Rounding r : {Rounding::nearest, Rounding::stochastic}) {
+              QuantSpec s = spec_of(bits, g, rule, r, block, {seed, 0x77});
+              s.report_input_absmax = true;
+              const Quantized qi = quantize(x, s);
+              for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+                CAPTURE(dtype_name(in), static_cast<int>(g), block, bits, rule == ScaleRule::sawb,
+                        r == Rounding::stochastic, dtype_name(dt));
+                s.values_dtype = dt;
+                const Quantized qd = quantize(x, s);
+                CHECK(qd.values.dtype() == dt);
+                CHECK(qd.values.shape() == x.shape());
+                CHECK(qd.values.is_contiguous());
+                CHECK(bytes_of(qd.values) == bytes_of(expected_dequantised(qi, dt)));
+                CHECK(bytes_of(qd.scale) == bytes_of(qi.scale));
+                CHECK(bytes_of(qd.input_absmax) == bytes_of(qi.input_absmax));
+              }
+            }
+  }
+  // A known absmax (tensor granularity) and 1-D inputs take the same route.
+  const Tensor x = test::random_tensor({96}, 49, DType::f32);
+  QuantSpec t = spec_of(4, Granularity::tensor, ScaleRule::absmax, Rounding::stochastic, 16, {1, 2});
+  t.known_absmax = from_vector(std::vector<float>{0.75f}, {1});  // clips the larger values
+  const Quantized ti = quantize(x, t);
+  t.values_dtype = DType::bf16;
+  CHECK(bytes_of(quantize(x, t).values) == bytes_of(expected_dequantised(ti, DType::bf16)));
+}
+
+TEST_CASE("dequantised values: hand-computed cases, +0 for zero levels, the product rounded once", "[grad_quant]") {
+  // bits 3 (qmax 3), tensor absmax 3: s = 1, levels 0, −2, 2, −3 (ties to even), −0.01 -> level 0 stored +0.
+  const Tensor x = from_vector(std::vector<float>{0.5f, -1.5f, 2.5f, -3.0f, -0.01f, 0.0f}, {6});
+  QuantSpec s = spec_of(3, Granularity::tensor, ScaleRule::absmax, Rounding::nearest);
+  s.values_dtype = DType::bf16;
+  const Quantized q = quantize(x, s);
+  CHECK(values_of(q.values) == std::vector<double>{0, -2, 2, -3, 0, 0});
+  const std::vector<uint8_t> b = bytes_of(q.values);
+  CHECK(b[8] == 0x00);  // element 4 (level 0 of a negative input): +0, not −0 (0x8000)
+  CHECK(b[9] == 0x00);
+  CHECK(values_of(q.scale) == std::vector<double>{1.0});
+  // Row scale s = 2.6f / 7 (4 bits): the stored values are the f32 products level · s (f32 output), and those
+  // products rounded to nearest even (bf16 output).
+  const Tensor y = from_vector(std::vector<float>{2.6f, -1.0f, 0.3f, 1.9f}, {1, 4});
+  QuantSpec r = spec_of(4, Granularity::row, ScaleRule::absmax, Rounding::nearest);
+  r.values_dtype = DType::f32;
+  const Quantized qf = quantize(y, r);
+  const float sc = 2.6f / 7.0f;
+  const std::vector<float> want = {7.0f * sc, -3.0f * sc, 1.0f * sc, 5.0f * sc};  // levels 7, −3, 1, 5
+  CHECK(qf.values.to_vector<float>() == want);
+  r.values_dtype = DType::bf16;
+  CHECK(bytes_of(quantize(y, r).values) == bytes_of(to_dtype(from_vector(want, {1, 4}), DType::bf16)));
+  // An infinite input: m = inf, s = inf; the inf element gets level qmax (inf) and the others level 0, whose
+  // product 0 · inf is stored as the quiet NaN 0x7FC00000 (bf16 0x7FC0).
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor z = from_vector(std::vector<float>{1.0f, inf, -2.0f, 0.0f}, {1, 4});
+  r.values_dtype = DType::f32;
+  const std::vector<float> zf = quantize(z, r).values.to_vector<float>();
+  CHECK(std::bit_cast<uint32_t>(zf[0]) == 0x7FC00000u);
+  CHECK(zf[1] == inf);
+  CHECK(std::bit_cast<uint32_t>(zf[2]) == 0x7FC00000u);
+  r.values_dtype = DType::bf16;
+  const std::vector<uint8_t> zb = bytes_of(quantize(z, r).values);
+  CHECK((zb[0] == 0xC0 && zb[1] == 0x7F));
+  // Zero groups: zeros and scale 0.
+  const Quantized q0 = quantize(zeros({2, 16}), r);
+  CHECK(bytes_of(q0.values) == std::vector<uint8_t>(64, 0));
+  CHECK(values_of(q0.scale) == std::vector<double>{0.0, 0.0});
+}
+
+TEST_CASE("dequantised values: invalid combinations are rejected by name", "[grad_quant]") {
+  const Tensor x = test::random_tensor({4, 32}, 50, DType::f32);
+  QuantSpec s = spec_of(4, Granularity::tensor, ScaleRule::absmax, Rounding::stochastic, 1, {1, 2});
+  s.values_dtype = DType::bf16;
+  s.layout = ValuesLayout::transposed;
+  CHECK_THROWS_WITH(quantize(x, s), HasSubstr("dequantised values (values_dtype bf16) need the natural layout"));
+  s.layout = ValuesLayout::natural;
+  for (DType bad : {DType::f64, DType::f8e5m2, DType::i32, DType::u8}) {
+    s.values_dtype = bad;
+    CAPTURE(dtype_name(bad));
+    CHECK_THROWS_WITH(quantize(x, s), HasSubstr(fmt::format("values_dtype must be i8, f8e4m3 with bits <= 5 (levels "
+                                                            "exact in e4m3), or bf16 / f16 / f32 (dequantised values), "
+                                                            "got {}",
+                                                            dtype_name(bad))));
+  }
+  // dequantize() of values that are already dequantised says so.
+  s.values_dtype = DType::f32;
+  CHECK_THROWS_WITH(dequantize(quantize(x, s), Granularity::tensor), HasSubstr("already dequantised"));
 }
 
 TEST_CASE("quantize with transposed values stores the (N, C) levels as (C, N)", "[grad_quant]") {

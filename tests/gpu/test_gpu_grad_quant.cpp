@@ -3,7 +3,8 @@
 // block T in {1, 2, 16} on odd-sized random inputs (fused one-block-per-group path, two-pass path, block
 // mode for last dims that are not a multiple of 16, pre-rotation for T > 16 and for 1-D sample groups),
 // non-contiguous inputs and every floating input dtype; LUQ codes; hadamard_blocks; dequantize;
-// pack / unpack int4; int8 and e4m3 level outputs; every team size of the fused kernel. CUDA outputs are poisoned (0xFF) so an element a kernel forgot to write fails.
+// pack / unpack int4; int8 and e4m3 level outputs and dequantised bf16 / f16 / f32 outputs; every team size
+// of the fused kernel. CUDA outputs are poisoned (0xFF) so an element a kernel forgot to write fails.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -181,6 +183,93 @@ TEST_CASE("CUDA fused quantiser: every team size, partial last blocks, unaligned
   // Block mode (rows not a multiple of 16) with 8-element Hadamard blocks at odd noise offsets.
   const Tensor odd = test::random_input({101, 24}, 321, DType::f32);
   CHECK(check_rows(odd, odd.to(test::kCuda), 4, DType::f8e4m3) == "");
+}
+
+TEST_CASE("CUDA quantize writes the CPU's dequantised bf16 / f16 / f32 values bit for bit", "[gpu][grad_quant]") {
+  // (37, 48): fused item kernel for row / sample / tensor groups (T 16, 4, 1); (37, 64) with T 32: pre-rotated;
+  // (3, 20000): rows too long to fuse, two passes with the item apply kernel; (2, 20002) with T 2: two passes
+  // with the unit apply kernel (20002 % 8 != 0); (7, 13, 10): the fused unit kernel in block mode; (448, 768)
+  // tensor-wide: one huge group (partial reduction, then apply). A zero row, and a row with an infinite element
+  // (scale inf: NaN products, stored as the quiet NaN on both devices).
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> blocks;
+  };
+  const std::vector<Case> cases = {{{37, 48}, {1, 4, 16}},
+                                   {{37, 64}, {32}},
+                                   {{3, 20000}, {1, 16}},
+                                   {{2, 20002}, {2}},
+                                   {{7, 13, 10}, {1, 2}},
+                                   {{448, 768}, {16}}};
+  uint64_t seed = 600;
+  for (const Case& c : cases)
+    for (DType in : {DType::bf16, DType::f32}) {
+      Tensor x = test::random_input(c.shape, ++seed, in);
+      if (c.shape[0] > 2) {
+        fill_(x.narrow(0, 1, 1), 0.0);
+        if (c.shape.size() == 2 && c.shape[0] == 37)
+          fill_(x.narrow(0, 2, 1).narrow(1, 3, 1), std::numeric_limits<double>::infinity());
+      }
+      const Tensor xg = x.to(test::kCuda);
+      for (int64_t block : c.blocks)
+        for (Granularity g : kGranularities)
+          for (ScaleRule rule : {ScaleRule::absmax, ScaleRule::sawb})
+            for (Rounding r : {Rounding::nearest, Rounding::stochastic})
+              for (DType vdt : {DType::bf16, DType::f16, DType::f32}) {
+                QuantSpec spec;
+                spec.bits = vdt == DType::f16 ? 8 : 4;
+                spec.granularity = g;
+                spec.scale_rule = rule;
+                spec.rounding = r;
+                spec.hadamard_block = block;
+                spec.noise = {0x5eedull, seed};
+                spec.values_dtype = vdt;
+                spec.report_input_absmax = block == 16;
+                CAPTURE(x.describe(), block, name_of(g), rule == ScaleRule::sawb, r == Rounding::stochastic,
+                        dtype_name(vdt));
+                const Quantized qc = quantize(x, spec);
+                Quantized qg;
+                {
+                  test::PoisonGuard poison;
+                  qg = quantize(xg, spec);
+                }
+                CHECK(qg.values.dtype() == vdt);
+                CHECK(qg.values.shape() == c.shape);
+                CHECK(same_bits(qg, qc) == "");
+                if (spec.report_input_absmax) CHECK(test::compare_bits(qg.input_absmax, qc.input_absmax) == "");
+              }
+    }
+  // A known absmax (tensor granularity: the given-m kernel, then the apply kernels), and an input that is not
+  // 16-byte aligned (the fused unit kernel in chunk mode, element loads).
+  const Tensor x = test::random_input({64, 96}, 650, DType::bf16);
+  const Tensor flat = test::random_input({3 + 40 * 64}, 651, DType::bf16);
+  const Tensor uc = flat.narrow(0, 3, 40 * 64).reshape({40, 64});
+  const Tensor ug = flat.to(test::kCuda).narrow(0, 3, 40 * 64).reshape({40, 64});
+  for (DType vdt : {DType::bf16, DType::f16, DType::f32}) {
+    QuantSpec known;
+    known.noise = {9, 10};
+    known.values_dtype = vdt;
+    known.known_absmax = from_vector(std::vector<float>{1.5f}, {1});
+    known.report_input_absmax = true;
+    const Quantized kc = quantize(x, known);
+    known.known_absmax = known.known_absmax.to(test::kCuda);
+    Quantized kg;
+    {
+      test::PoisonGuard poison;
+      kg = quantize(x.to(test::kCuda), known);
+    }
+    CAPTURE(dtype_name(vdt));
+    CHECK(same_bits(kg, kc) == "");
+    CHECK(test::compare_bits(kg.input_absmax, kc.input_absmax) == "");
+    QuantSpec rows;
+    rows.granularity = Granularity::row;
+    rows.hadamard_block = 16;
+    rows.noise = {11, 12};
+    rows.values_dtype = vdt;
+    const Quantized rc = quantize(uc, rows);
+    test::PoisonGuard poison;
+    CHECK(same_bits(quantize(ug, rows), rc) == "");
+  }
 }
 
 TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", "[gpu][grad_quant]") {

@@ -216,8 +216,11 @@ void bench_conv_bn(bool csv) {
 // scales is the fused kernel (int8 and e4m3 values, and with max |g_y| reported for the g_w path); (64,
 // 197·3072) with per-sample scales the two-pass path (x read twice). g_w path (identity HLA plan): 8 bits,
 // one absmax scale, stochastic, values written K-major (3072, 12608): two-pass, and with the maximum given
-// (one read). GB/s counts the minimum traffic, bf16 read once (2 B/element) + 1 B/element written + f32
-// scales, and is compared with the copy bandwidth measured in main().
+// (one read). Conv g_x path: (256·1024, 64) g_y, T 16, per-row scales, 4 bits, stochastic: e4m3 levels, then
+// the dequantised bf16 values level · scale written directly (values_dtype bf16), then the three passes it
+// replaces (e4m3 levels, dequantize to f32, conversion to bf16). GB/s counts the minimum traffic, bf16 read
+// once (2 B/element) + the values written once (1 B/element, 2 for bf16) + f32 scales, and is compared with
+// the copy bandwidth measured in main().
 void bench_grad_quant(bool csv, double copy_gbs) {
   struct Case {
     const char* name;
@@ -241,7 +244,11 @@ void bench_grad_quant(bool csv, double copy_gbs) {
        ValuesLayout::natural, false, false},
       {"quantize bf16 (12608, 3072) tensor SR8 K-major", 12608, 3072, Granularity::tensor, 8, 1, DType::i8,
        ValuesLayout::transposed, false, false},
-      {"  known max |x|", 12608, 3072, Granularity::tensor, 8, 1, DType::i8, ValuesLayout::transposed, false, true}};
+      {"  known max |x|", 12608, 3072, Granularity::tensor, 8, 1, DType::i8, ValuesLayout::transposed, false, true},
+      {"quantize bf16 (262144, 64) row T16 SR4 e4m3", 256 * 1024, 64, Granularity::row, 4, 16, DType::f8e4m3,
+       ValuesLayout::natural, false, false},
+      {"  bf16 dequantised values", 256 * 1024, 64, Granularity::row, 4, 16, DType::bf16, ValuesLayout::natural,
+       false, false}};
   const Device dev = Device::cuda(0);
   Generator gen(5);
   if (csv) std::printf("grad quant,ms,GB/s,ratio_to_copy\n");
@@ -266,40 +273,178 @@ void bench_grad_quant(bool csv, double copy_gbs) {
     grad::Quantized keep;
     const double ms = time_ms([&] { keep = grad::quantize(x, spec); });
     const double elems = static_cast<double>(c.rows) * static_cast<double>(c.cols);
-    const double bytes = 3.0 * elems + 4.0 * static_cast<double>(keep.scale.numel());
+    const double bytes = (2.0 + static_cast<double>(itemsize(c.values))) * elems +
+                         4.0 * static_cast<double>(keep.scale.numel());
     const double gbs = bytes / ms * 1e-6;
     if (csv) std::printf("%s,%.4f,%.1f,%.3f\n", c.name, ms, gbs, gbs / copy_gbs);
     else std::printf("%-46s %10.4f %10.1f %8.3f\n", c.name, ms, gbs, gbs / copy_gbs);
+    if (c.values != DType::bf16) continue;
+    // What values_dtype bf16 replaces: e4m3 levels, dequantize (f32), conversion to bf16. Same minimum traffic.
+    spec.values_dtype = DType::f8e4m3;
+    Tensor d;
+    const double ms3 = time_ms([&] { d = grad::dequantize(grad::quantize(x, spec), c.granularity).to(DType::bf16); });
+    const double gbs3 = bytes / ms3 * 1e-6;
+    const char* name3 = "  e4m3 + dequantize + to bf16 (3 passes)";
+    if (csv) std::printf("%s,%.4f,%.1f,%.3f\n", name3, ms3, gbs3, gbs3 / copy_gbs);
+    else std::printf("%-46s %10.4f %10.1f %8.3f\n", name3, ms3, gbs3, gbs3 / copy_gbs);
   }
 }
 // ---- end bench_grad_quant ----
 
 // ---- bench_hla (helper hla) ----
-// grad::hla_project of a bf16 activation / gradient (B, L, C) as the HLQ g_w path runs it, percentile 50,
-// ResNet shapes: (64, 1024, 256) is a 32x32 map (n = 1024, r = 528), (64, 3136, 64) a 56x56 map (n = 64,
-// r = 36); both output layouts. GB/s counts the minimum traffic, bf16 read once (2 B/element) + the f32
-// projection written once (4 B per output element), and is compared with the copy bandwidth from main().
+}  // namespace (the kernel headers below are included at namespace scope)
+#include "kernels/hla.h"     // bench_hla: launch_hla_project / launch_hla_project_unfolded and their variants
+#include "kernels/unfold.h"  // bench_hla: launch_unfold2d for the composition (bench_fold includes it too)
+namespace {
+
+kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
+  kernels::HlaRows rows{};
+  for (int64_t i = 0; i < plan.kept(); ++i) rows.idx[i] = static_cast<int16_t>(plan.rows[static_cast<std::size_t>(i)]);
+  return rows;
+}
+
+// HLA projection kernels through their launchers on preallocated buffers (legacy stream, time_ms's events),
+// percentile 50, one row per kernel variant (kernels/hla.h: classic, the default, then slab, reg32, reg16).
+// 1. hla_project of a bf16 activation / gradient (B, L, C) as the HLQ g_w path runs it, ResNet shapes:
+//    (64, 1024, 256) is a 32x32 map (n = 1024, r = 528), (64, 3136, 64) a 56x56 map (n = 64, r = 36); both
+//    output layouts. GB/s counts the minimum traffic, bf16 read once (2 B/element) + the f32 projection written
+//    once (4 B per output element).
+// 2. hla_project_unfolded (ACBP's projection of a conv's im2col columns) on ResNet-34 CIFAR conv inputs, bf16,
+//    channels-last (an (N, H, W, C) buffer read as (N, C, H, W)), batch 256, rows layout (what HLQ uses):
+//    "compose" is launch_unfold2d (default unfold variant) + launch_hla_project, "runs" / "taps" the fused kernel
+//    with each im2col tile mapping (Note [HLA im2col tiles]). GB/s counts the image read once + the f32
+//    projection written once (the fused path's floor; the composition also writes and reads the columns).
+// "vs copy" compares with the copy bandwidth from main(). HADATRAIN_BENCH_HLA=S runs only the cases whose name
+// contains S.
+constexpr kernels::HlaKernel kHlaBenchKernels[] = {kernels::HlaKernel::classic, kernels::HlaKernel::slab,
+                                                   kernels::HlaKernel::reg32, kernels::HlaKernel::reg16};
 void bench_hla(bool csv, double copy_gbs) {
+  const Device dev = Device::cuda(0);
+  Generator gen(8);
+  const char* const only = std::getenv("HADATRAIN_BENCH_HLA");
+  auto wanted = [&](const std::string& name) { return only == nullptr || name.find(only) != std::string::npos; };
+  auto print_row = [&](const std::string& name, const char* layout, const char* path, const std::string& plan,
+                       double ms, double bytes) {
+    const double gbs = bytes / ms * 1e-6;
+    if (csv) std::printf("%s,%s,%s,%s,%.4f,%.1f,%.3f\n", name.c_str(), layout, path, plan.c_str(), ms, gbs, gbs / copy_gbs);
+    else std::printf("%-40s %-9s %-14s %-28s %10.4f %10.1f %8.3f\n", name.c_str(), layout, path, plan.c_str(), ms, gbs,
+                     gbs / copy_gbs);
+  };
+  if (csv) std::printf("hla,layout,path,plan,ms,GB/s,ratio_to_copy\n");
+  else std::printf("\n%-40s %-9s %-14s %-28s %10s %10s %8s\n", "hla", "layout", "path", "plan", "ms", "GB/s", "vs copy");
+
   struct Case {
     const char* name;
     int64_t B, L, C;
   };
   const Case cases[] = {{"hla_project bf16 (64, 1024, 256)", 64, 1024, 256}, {"hla_project bf16 (64, 3136, 64)", 64, 3136, 64}};
-  const Device dev = Device::cuda(0);
-  Generator gen(8);
-  if (csv) std::printf("hla,layout,plan,ms,GB/s,ratio_to_copy\n");
-  else std::printf("\n%-36s %-9s %-30s %10s %10s %8s\n", "hla", "layout", "plan", "ms", "GB/s", "vs copy");
   for (const Case& c : cases) {
+    if (!wanted(c.name)) continue;
     const Tensor x = rand({c.B, c.L, c.C}, gen, {DType::f32, dev}).to(DType::bf16);
     const grad::HlaPlan plan = grad::hla_plan(c.L, grad::HlaRank{});
+    const kernels::HlaRows rows = hla_rows_of(plan);
+    const Tensor out = empty({c.B, plan.projected_length(), c.C}, {DType::f32, dev});
     for (grad::HlaLayout layout : {grad::HlaLayout::rows, grad::HlaLayout::channels}) {
-      Tensor keep;
-      const double ms = time_ms([&] { keep = grad::hla_project(x, plan, layout); });
-      const double bytes = 2.0 * static_cast<double>(x.numel()) + 4.0 * static_cast<double>(keep.numel());
-      const double gbs = bytes / ms * 1e-6;
-      const char* lname = layout == grad::HlaLayout::rows ? "rows" : "channels";
-      if (csv) std::printf("%s,%s,%s,%.4f,%.1f,%.3f\n", c.name, lname, plan.describe().c_str(), ms, gbs, gbs / copy_gbs);
-      else std::printf("%-36s %-9s %-30s %10.4f %10.1f %8.3f\n", c.name, lname, plan.describe().c_str(), ms, gbs, gbs / copy_gbs);
+      for (kernels::HlaKernel v : kHlaBenchKernels) {
+        kernels::HlaProjectArgs a;
+        a.dtype = DType::bf16;
+        a.x = x.data_ptr();
+        a.B = c.B;
+        a.L = c.L;
+        a.C = c.C;
+        a.sb = c.L * c.C;
+        a.sl = c.C;
+        a.sc = 1;
+        a.block = plan.block;
+        a.kept = plan.kept();
+        a.channels = layout == grad::HlaLayout::channels;
+        a.out = static_cast<float*>(out.data_ptr());
+        a.variant = v;
+        const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
+        const double bytes = 2.0 * static_cast<double>(x.numel()) + 4.0 * static_cast<double>(out.numel());
+        print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels", kernels::hla_kernel_name(v),
+                  plan.describe(), ms, bytes);
+      }
+    }
+  }
+
+  struct ConvCase {
+    const char* name;
+    int64_t N, C, H, W, k, s, p;
+  };
+  const ConvCase convs[] = {{"unfolded C64 32x32 3x3 s1 p1", 256, 64, 32, 32, 3, 1, 1},
+                            {"unfolded C128 16x16 3x3 s1 p1", 256, 128, 16, 16, 3, 1, 1},
+                            {"unfolded C256 8x8 3x3 s1 p1", 256, 256, 8, 8, 3, 1, 1},
+                            {"unfolded C512 4x4 3x3 s1 p1", 256, 512, 4, 4, 3, 1, 1},
+                            {"unfolded C64 32x32 3x3 s2 p1", 256, 64, 32, 32, 3, 2, 1}};
+  for (const ConvCase& c : convs) {
+    if (!wanted(c.name)) continue;
+    kernels::UnfoldGeometry ug;
+    ug.N = c.N;
+    ug.C = c.C;
+    ug.H = c.H;
+    ug.W = c.W;
+    ug.kh = ug.kw = c.k;
+    ug.sh = ug.sw = c.s;
+    ug.ph = ug.pw = c.p;
+    ug.OH = (c.H + 2 * c.p - c.k) / c.s + 1;
+    ug.OW = (c.W + 2 * c.p - c.k) / c.s + 1;
+    const int64_t L = ug.OH * ug.OW, K = c.C * c.k * c.k;
+    const grad::HlaPlan plan = grad::hla_plan(L, grad::HlaRank{});
+    const kernels::HlaRows rows = hla_rows_of(plan);
+    const Tensor nhwc = rand({c.N, c.H, c.W, c.C}, gen, {DType::f32, dev}).to(DType::bf16);
+    const Tensor cols = empty({c.N, L, K}, {DType::bf16, dev});
+    const Tensor out = empty({c.N, plan.projected_length(), K}, {DType::f32, dev});
+    const double bytes = 2.0 * static_cast<double>(nhwc.numel()) + 4.0 * static_cast<double>(out.numel());
+    const kernels::UnfoldStrides4 xl{c.H * c.W * c.C, 1, c.W * c.C, c.C};  // (n, c, h, w) strides of NHWC storage
+    for (kernels::HlaKernel v : kHlaBenchKernels) {
+      kernels::HlaProjectArgs a;  // the composition's projection of the materialised columns
+      a.dtype = DType::bf16;
+      a.x = cols.data_ptr();
+      a.B = c.N;
+      a.L = L;
+      a.C = K;
+      a.sb = L * K;
+      a.sl = K;
+      a.sc = 1;
+      a.block = plan.block;
+      a.kept = plan.kept();
+      a.out = static_cast<float*>(out.data_ptr());
+      a.variant = v;
+      const double ms_comp = time_ms([&] {
+        kernels::launch_unfold2d(DType::bf16, nhwc.data_ptr(), xl, ug, cols.data_ptr(), nullptr);
+        kernels::launch_hla_project(a, rows, nullptr);
+      });
+      print_row(c.name, "rows", (std::string("compose ") + kernels::hla_kernel_name(v)).c_str(), plan.describe(),
+                ms_comp, bytes);
+      for (kernels::HlaIm2colTiles tiles : {kernels::HlaIm2colTiles::runs, kernels::HlaIm2colTiles::taps}) {
+        if (v == kernels::HlaKernel::classic) break;  // the fused path has no classic kernel (it runs slab)
+        kernels::HlaUnfoldedArgs u;
+        u.dtype = DType::bf16;
+        u.x = nhwc.data_ptr();
+        u.N = c.N;
+        u.C = c.C;
+        u.H = c.H;
+        u.W = c.W;
+        u.sn = xl.n;
+        u.sc = xl.c;
+        u.sh = xl.h;
+        u.sw = xl.w;
+        u.OH = ug.OH;
+        u.OW = ug.OW;
+        u.kh = u.kw = c.k;
+        u.stride_h = u.stride_w = c.s;
+        u.pad_h = u.pad_w = c.p;
+        u.block = plan.block;
+        u.kept = plan.kept();
+        u.out = static_cast<float*>(out.data_ptr());
+        u.variant = v;
+        u.tiles = tiles;
+        const double ms = time_ms([&] { kernels::launch_hla_project_unfolded(u, rows, nullptr); });
+        const std::string path = std::string(tiles == kernels::HlaIm2colTiles::runs ? "runs " : "taps ") +
+                                 kernels::hla_kernel_name(v);
+        print_row(c.name, "rows", path.c_str(), plan.describe(), ms, bytes);
+      }
     }
   }
 }

@@ -25,6 +25,13 @@
 //     Then q = min(q, qmax), value = sign(v)·q as int8 (or its e4m3 code: values_dtype f8e4m3, bits <= 5).
 //     E[q·s] = clamp(x, −m, m) for stochastic rounding up to 2^−17 of a step (16-bit u) and the f32
 //     rounding of r·s ≈ 1 (relative 2^−23).
+//     Dequantised values (values_dtype bf16 / f16 / f32): the element is d = convert(float(l) · s), l the
+//     signed integer level above (+0 for level 0, never −0) and s the group's scale: one f32 product
+//     (float(l) is exact, so this is the only f32 rounding; __fmul_rn on CUDA, no contraction), then one
+//     round-to-nearest-even conversion to the target dtype (Note [Narrow-float conversion]; none for f32).
+//     A NaN product (an input with an infinite element gives s = inf, and inf · 0 for its level-0
+//     elements) is stored as the quiet NaN 0x7FC00000 (bf16 0x7FC0, f16 0x7E00) on both backends. The same
+//     levels, noise and scales as the int8 output, just stored differently.
 //  5. LUQ (luq_quantize): see the function comment; exponents are taken from the f32 bit pattern (frexp
 //     semantics), never from log2f.
 #pragma once
@@ -65,7 +72,10 @@ struct QuantSpec {
   Noise noise;                  // used when rounding == stochastic
   int64_t hadamard_block = 1;   // T: 1 (no rotation) or a power of two dividing the last dim
   // i8, or f8e4m3 (bits <= 5: every level −15..15 is exact in e4m3) to feed fp8 tensor cores directly;
-  // a level of 0 is +0.
+  // a level of 0 is +0. Or bf16 / f16 / f32: the dequantised values level · scale rounded once to that dtype
+  // (Note [Bit-identical quantisation] step 4), the operand of a compute-dtype product (cuDNN dgrad over the
+  // dequantised g_y) written in the quantiser's one pass instead of quantize + dequantize + a conversion.
+  // Natural layout only; any bits, granularity, scale rule, rounding and hadamard_block.
   DType values_dtype = DType::i8;
   ValuesLayout layout = ValuesLayout::natural;
   // Also return max |x| of the input before any rotation (Quantized::input_absmax, f32 (1), fmax semantics:
@@ -82,9 +92,11 @@ inline int qmax_of(int bits) { return (1 << (bits - 1)) - 1; }
 
 struct Quantized {
   Tensor values;  // int8 (or e4m3, QuantSpec::values_dtype), the input's shape (or (C, N): ValuesLayout),
-                  // contiguous, |value| <= qmax
+                  // contiguous, |value| <= qmax; or, for values_dtype bf16 / f16 / f32, the dequantised
+                  // values level · scale in that dtype (the input's shape, contiguous)
   Tensor scale;   // f32, contiguous: (1) for tensor, (x.size(0)) for sample, (numel / last dim) for row;
-                  // dequantised element = value · scale of its group (rotated domain when T > 1)
+                  // dequantised element = value · scale of its group (rotated domain when T > 1); returned
+                  // for dequantised values too
   Tensor input_absmax;  // f32 (1): max |x| before rotation, when QuantSpec::report_input_absmax
 };
 
@@ -97,7 +109,8 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec);
 // For tests and fake-quantisation; quantize() fuses it.
 Tensor hadamard_blocks(const Tensor& x, int64_t block);
 
-// values (int8) · scale broadcast per group, as f32 (inverse of quantize without the rotation).
+// values (int8 or e4m3 levels) · scale broadcast per group, as f32 (inverse of quantize without the
+// rotation). Throws for values that quantize already dequantised (values_dtype bf16 / f16 / f32).
 Tensor dequantize(const Quantized& q, Granularity granularity);
 
 // LUQ, logarithmic unbiased quantisation (Chmiel et al. 2023) with `bits` (default 4): per group,
