@@ -146,6 +146,12 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
   t = base;
   t.hlq.acbp_bits = 0;
   specs.push_back({"input_map unquantised map", t});
+  // g_x as cuDNN backward data over the dequantised levels (Note [HLQ conv g_x]), with each saved form.
+  t = base;
+  t.hlq.conv_gx = grad::ConvGx::dgrad;
+  specs.push_back({"input_map conv_gx dgrad", t});
+  t.hlq.acbp_conv = grad::AcbpConv::columns;
+  specs.push_back({"columns conv_gx dgrad", t});
   const int64_t N = 3, C = 5, H = 16, O = 24;
   for (const int64_t stride : {int64_t{1}, int64_t{2}}) {  // 16×16 grid (n 256) / 8×8 grid (n 64)
     Unfold2dParams u;
@@ -195,7 +201,8 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
           const int64_t map_bytes = bits == 0 ? x.numel() * item : x.numel() + 4 * N;
           const int64_t col_bytes = bits == 0 ? N * R * C * 9 * item
                                               : N * R * C * 9 * bits / 8 + (c.spec.hlq.gw_scale == grad::ScaleGranularity::sample ? 4 * N : 4);
-          CHECK(out[0].bytes == std::min(map_bytes, col_bytes));
+          CHECK(out[0].bytes == (c.spec.hlq.acbp_conv == grad::AcbpConv::input_map ? std::min(map_bytes, col_bytes)
+                                                                                    : col_bytes));
           CHECK(out[1].gw.is_cuda());
           CHECK(out[1].gw.dtype() == dt);
           CHECK(out[1].gx.dtype() == dt);
