@@ -13,6 +13,7 @@
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
+#include "hadatrain/ops/unfold.h"
 #include "trainer_setup.h"
 
 namespace ht::train {
@@ -114,11 +115,19 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
     for (const std::string& name : opts.pipelines) {
       auto p = grad::make_pipeline(spec_for(cfg, name));
       const grad::NoiseKey key = layers[i].binding->key_now();
-      grad::ForwardResult f = p->forward(c.x, c.w, c.info, key, true);
+      // A conv product enters as the layer did (forward_conv with its input map), so that what the pipeline
+      // saves and computes is what training would (HLQ's acbp_conv, conv_gx).
+      grad::ForwardResult f = c.info.image.defined() ? p->forward_conv(c.w, c.info, key, true)
+                                                     : p->forward(c.x, c.w, c.info, key, true);
       const grad::Grads g = p->backward(*f.saved, c.g_y, {true, true});
       PipelineGradError e;
       e.pipeline = name;
-      std::tie(e.gx_rel_err, e.gx_cosine) = compare(g.x, c.g_x);
+      // g_x in the columns' space, or in the image's when the pipeline returns that (conv_gx: dgrad).
+      const Tensor gx_ref =
+          g.x_is_image ? fold2d(c.g_x, Fold2dParams{c.info.image.size(1), c.info.image.size(2), c.info.image.size(3),
+                                                    c.info.window})
+                       : c.g_x;
+      std::tie(e.gx_rel_err, e.gx_cosine) = compare(g.x, gx_ref);
       std::tie(e.gw_rel_err, e.gw_cosine) = compare(g.w, c.g_w);
       e.saved_bytes = f.saved->bytes;
       r.results.push_back(e);
