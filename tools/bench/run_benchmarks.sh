@@ -51,13 +51,11 @@ if has memory; then
 fi
 if has hlq_conv; then
   run bench_kernels_hla "$build/tools/bench_kernels" --only hla
-  for m in resnet34 resnet18; do
-    for p in exact hlq hlq_dgrad hlq_map; do run "bench_train_${m}_${p}" "$build/tools/bench_train" "$m" 256 bf16 "$p"; done
-  done
-  for p in exact hlq hlq_dgrad; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
+  for p in exact hlq hlq_dgrad hlq_map; do run "bench_train_resnet34_${p}" "$build/tools/bench_train" resnet34 256 bf16 "$p"; done
+  for p in hlq hlq_dgrad; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
   # The session-9 HLA kernels (kernels/hla.h): each entry is "KERNEL:IM2COL" for HADATRAIN_HLA_KERNEL and
   # HADATRAIN_HLA_IM2COL (off = unfold2d + projection, the default path).
-  for kv in ${HLQ_CONV_HLA:-classic:auto slab:off reg16:off reg32:off reg16:auto reg32:auto reg32:runs}; do
+  for kv in ${HLQ_CONV_HLA:-slab:auto reg16:off reg32:off reg32:auto}; do
     run "bench_train_resnet34_hlq_hla_${kv/:/_}" env HADATRAIN_HLA_KERNEL="${kv%%:*}" HADATRAIN_HLA_IM2COL="${kv##*:}" \
       "$build/tools/bench_train" resnet34 256 bf16 hlq
   done
