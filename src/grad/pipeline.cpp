@@ -226,6 +226,34 @@ int64_t tensor_bytes(const Tensor& t) {
 
 Tensor forward_product(const Tensor& x, const Tensor& w) { return linear(x, w); }
 
+Conv2dParams conv_params(const Unfold2dParams& u) {
+  Conv2dParams p;
+  p.stride_h = u.stride_h;
+  p.stride_w = u.stride_w;
+  p.pad_h = u.pad_h;
+  p.pad_w = u.pad_w;
+  p.dilation_h = u.dilation_h;
+  p.dilation_w = u.dilation_w;
+  return p;
+}
+
+bool is_channels_last(const Tensor& image) {
+  return !image.is_contiguous() && permute(image, {0, 2, 3, 1}).is_contiguous();
+}
+
+Tensor conv_forward_product(const ProductInfo& info, const Tensor& w) {
+  const Tensor& image = info.image;
+  const Unfold2dParams& u = info.window;
+  Conv2dParams p = conv_params(u);
+  const int64_t N = image.size(0), O = w.size(0);
+  const Tensor w4 = reshape(w, {O, image.size(1), u.kernel_h, u.kernel_w});
+  if (is_channels_last(image)) {
+    p.layout = ConvLayout::nhwc;
+    return reshape(conv2d(permute(image, {0, 2, 3, 1}), w4, Tensor(), p), {N, -1, O});  // (N, OH, OW, O) rows
+  }
+  return reshape(conv2d(image, w4, Tensor(), p), {N, O, -1}).transpose(1, 2);
+}
+
 Tensor exact_grad_x(const Tensor& g_y, const Tensor& w) { return matmul(g_y, w); }
 
 Tensor exact_grad_w(const Tensor& g_y, const Tensor& x) {

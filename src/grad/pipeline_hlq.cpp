@@ -78,23 +78,6 @@ struct HlqSaved final : SavedState {
   } conv;
 };
 
-// The conv2d params of an unfold window (groups 1, NCHW).
-Conv2dParams conv_params(const Unfold2dParams& u) {
-  Conv2dParams p;
-  p.stride_h = u.stride_h;
-  p.stride_w = u.stride_w;
-  p.pad_h = u.pad_h;
-  p.pad_w = u.pad_w;
-  p.dilation_h = u.dilation_h;
-  p.dilation_w = u.dilation_w;
-  return p;
-}
-
-// Whether image (N, C, H, W) is the permuted view of a contiguous channels-last (N, H, W, C) map.
-bool is_channels_last(const Tensor& image) {
-  return !image.is_contiguous() && permute(image, {0, 2, 3, 1}).is_contiguous();
-}
-
 // t (B, L, C) -> (B, R, C): the HLA projection, or t itself for the identity plan (n = 1: nothing to
 // project, and the quantiser reads the compute dtype directly). absmax (projections only): receives
 // max |projection| from the projection kernel.
@@ -161,7 +144,7 @@ class HlqPipeline final : public Pipeline {
   ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) override {
     const Tensor& image = info.image;  // (N, C, H, W), any strides
     ForwardResult r;
-    r.y = convolve(image, w, info.window);  // (B, L, O)
+    r.y = conv_forward_product(info, w);  // (B, L, O)
     if (!save) return r;
     auto s = new_saved(w, image.dtype(), info.grid_h * info.grid_w, key);
     s->conv.defined = true;
@@ -252,20 +235,6 @@ class HlqPipeline final : public Pipeline {
 
   static int64_t columns_bytes(const SavedColumns& c) {
     return tensor_bytes(c.xc.values) + tensor_bytes(c.xc.scale) + tensor_bytes(c.x_extra);
-  }
-
-  // y (B, L, O) of the convolution of image (N, C, H, W) with w (O, C·kh·kw) (Note [HLQ conv forward]): a
-  // channels-last image (the permuted view of a contiguous (N, H, W, C) map) gives contiguous (N, OH·OW, O)
-  // rows, any other the (N, O, OH·OW) result viewed transposed.
-  static Tensor convolve(const Tensor& image, const Tensor& w, const Unfold2dParams& u) {
-    Conv2dParams p = conv_params(u);
-    const int64_t N = image.size(0), O = w.size(0);
-    const Tensor w4 = reshape(w, {O, image.size(1), u.kernel_h, u.kernel_w});
-    if (is_channels_last(image)) {
-      p.layout = ConvLayout::nhwc;
-      return reshape(conv2d(permute(image, {0, 2, 3, 1}), w4, Tensor(), p), {N, -1, O});  // (N, OH, OW, O) rows
-    }
-    return reshape(conv2d(image, w4, Tensor(), p), {N, O, -1}).transpose(1, 2);
   }
 
   // The saved columns of a conv product from its input map (Note [HLQ conv forward]): projected from the map

@@ -17,6 +17,7 @@
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/ops/unfold.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -95,22 +96,15 @@ class LbpWhtPipeline final : public Pipeline {
                         bool save) override {
     ForwardResult r;
     r.y = forward_product(x, w);
-    if (!save) return r;
-    auto s = std::make_unique<LbpSaved>();
-    s->w = w;
-    s->x_dtype = x.dtype();
-    s->grid = grid_of(x.size(1), info);
-    if (!s->grid.valid()) {
-      s->xp = x;  // exact fallback
-    } else {
-      const int64_t E = s->grid.extra, L = x.size(1);
-      if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
-      const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (64, B·P·I)
-      const Tensor coef = matmul(basis(o_.order, x.device()), patches);                    // (r, B·P·I)
-      s->xp = reshape(coef, {-1, x.size(2)}).to(x.dtype());                                 // (r·B·P, I)
-    }
-    s->bytes = tensor_bytes(s->xp) + tensor_bytes(s->x_extra);
-    r.saved = std::move(s);
+    if (save) r.saved = save_state(x, w, info);
+    return r;
+  }
+
+  // A conv product: y is the convolution itself (no GEMM over the columns); the saved x are the columns.
+  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey&, bool save) override {
+    ForwardResult r;
+    r.y = conv_forward_product(info, w);
+    if (save) r.saved = save_state(unfold2d(info.image, info.window), w, info);
     return r;
   }
 
@@ -146,6 +140,24 @@ class LbpWhtPipeline final : public Pipeline {
   }
 
  private:
+  std::unique_ptr<SavedState> save_state(const Tensor& x, const Tensor& w, const ProductInfo& info) {
+    auto s = std::make_unique<LbpSaved>();
+    s->w = w;
+    s->x_dtype = x.dtype();
+    s->grid = grid_of(x.size(1), info);
+    if (!s->grid.valid()) {
+      s->xp = x;  // exact fallback
+    } else {
+      const int64_t E = s->grid.extra, L = x.size(1);
+      if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
+      const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (64, B·P·I)
+      const Tensor coef = matmul(basis(o_.order, x.device()), patches);                    // (r, B·P·I)
+      s->xp = reshape(coef, {-1, x.size(2)}).to(x.dtype());                                 // (r·B·P, I)
+    }
+    s->bytes = tensor_bytes(s->xp) + tensor_bytes(s->x_extra);
+    return s;
+  }
+
   Grid grid_of(int64_t L, const ProductInfo& info) {
     Grid g;
     if (info.grid_h > 0 && info.grid_w > 0) {

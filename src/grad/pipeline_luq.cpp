@@ -6,6 +6,7 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/ops/unfold.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -35,22 +36,15 @@ class LuqPipeline final : public Pipeline {
                         bool save) override {
     ForwardResult r;
     r.y = forward_product(x, w);
-    if (!save) return r;
-    auto s = std::make_unique<LuqSaved>();
-    s->w = w;
-    s->x_dtype = x.dtype();
-    s->x_shape = x.shape();
-    s->key = key;
-    QuantSpec q;
-    q.bits = o_.x_bits;
-    q.granularity = Granularity::sample;
-    q.scale_rule = rule_of(o_.w_quant);
-    q.rounding = Rounding::nearest;
-    Quantized qx = quantize(x, q);
-    s->xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
-    s->xs = qx.scale;
-    s->bytes = tensor_bytes(s->xq) + tensor_bytes(s->xs);
-    r.saved = std::move(s);
+    if (save) r.saved = save_state(x, w, key);
+    return r;
+  }
+
+  // A conv product: y is the convolution itself (no GEMM over the columns); the saved x are the columns.
+  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) override {
+    ForwardResult r;
+    r.y = conv_forward_product(info, w);
+    if (save) r.saved = save_state(unfold2d(info.image, info.window), w, key);
     return r;
   }
 
@@ -86,6 +80,24 @@ class LuqPipeline final : public Pipeline {
   }
 
  private:
+  std::unique_ptr<SavedState> save_state(const Tensor& x, const Tensor& w, const NoiseKey& key) const {
+    auto s = std::make_unique<LuqSaved>();
+    s->w = w;
+    s->x_dtype = x.dtype();
+    s->x_shape = x.shape();
+    s->key = key;
+    QuantSpec q;
+    q.bits = o_.x_bits;
+    q.granularity = Granularity::sample;
+    q.scale_rule = rule_of(o_.w_quant);
+    q.rounding = Rounding::nearest;
+    Quantized qx = quantize(x, q);
+    s->xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
+    s->xs = qx.scale;
+    s->bytes = tensor_bytes(s->xq) + tensor_bytes(s->xs);
+    return s;
+  }
+
   LuqOptions o_;
 };
 

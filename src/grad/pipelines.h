@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/ops/nn_ops.h"
 
 namespace ht::grad {
 
@@ -25,6 +26,16 @@ int64_t tensor_bytes(const Tensor& t);
 
 // x (B, L, I), w (O, I) -> y (B, L, O) = x·wᵀ in x's dtype (the high-precision forward every pipeline uses).
 Tensor forward_product(const Tensor& x, const Tensor& w);
+
+// The same product for a conv product (forward_conv): y (B, L, O) of the convolution of info.image (N, C, H, W)
+// with w (O, C·kh·kw) through the conv2d op (cuDNN on CUDA), without the im2col columns. A channels-last image
+// (the permuted view of a contiguous (N, H, W, C) map) gives contiguous (N, OH·OW, O) rows, any other the
+// (N, O, OH·OW) result viewed transposed. Equal to forward_product(unfold2d(image), w) up to summation order.
+Tensor conv_forward_product(const ProductInfo& info, const Tensor& w);
+// The conv2d params of an unfold window (groups 1, NCHW).
+Conv2dParams conv_params(const Unfold2dParams& u);
+// Whether image (N, C, H, W) is the permuted view of a contiguous channels-last (N, H, W, C) map.
+bool is_channels_last(const Tensor& image);
 
 // Exact backward products in f32 (B, L, O) g, (B, L, I) x, (O, I) w:
 Tensor exact_grad_x(const Tensor& g_y, const Tensor& w);  // (B, L, I) in g's dtype
