@@ -210,6 +210,48 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
   CHECK(test::rel_error(dg.gx, cg.gx) < 2e-2);
 }
 
+TEST_CASE("conv products on odd windows: every pipeline's forward is the convolution, lossless HLQ is exact", "[grad]") {
+  // 1×1 stride 2, 3×3 dilation 2, 3×1 stride (2, 1) with padding (1, 0), on a 9×7 map with 3 channels (odd
+  // grids: L 20, 15, 35 -> n 4, 1, 1), both layouts, both conv_gx forms.
+  struct Win {
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  };
+  uint64_t seed = 300;
+  for (const Win& v : {Win{1, 1, 2, 2, 0, 0, 1, 1}, Win{3, 3, 1, 1, 2, 2, 2, 2}, Win{3, 1, 2, 1, 1, 0, 1, 1}}) {
+    ConvCase c;
+    c.window = Unfold2dParams{v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, v.dh, v.dw};
+    const int64_t OH = (9 + 2 * v.ph - v.dh * (v.kh - 1) - 1) / v.sh + 1, OW = (7 + 2 * v.pw - v.dw * (v.kw - 1) - 1) / v.sw + 1;
+    c.x = test::random_tensor({2, 3, 9, 7}, ++seed, DType::f64);
+    c.w = test::random_tensor({5, 3, v.kh, v.kw}, ++seed, DType::f64);
+    c.gy = test::random_tensor({2, OH * OW, 5}, ++seed, DType::f64);
+    Conv2dParams p;
+    p.stride_h = v.sh;
+    p.stride_w = v.sw;
+    p.pad_h = v.ph;
+    p.pad_w = v.pw;
+    p.dilation_h = v.dh;
+    p.dilation_w = v.dw;
+    const Tensor yconv = conv2d(c.x, c.w, Tensor(), p);  // (N, O, OH, OW)
+    const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
+    for (bool nhwc : {false, true}) {
+      INFO("window " << v.kh << "x" << v.kw << " stride " << v.sh << "," << v.sw << " dilation " << v.dh
+                     << (nhwc ? " nhwc" : " nchw"));
+      for (const char* name : {"hlq", "lbp_wht", "luq"}) {
+        grad::PipelineSpec spec;
+        spec.name = name;
+        CHECK(test::rel_error(reshape(run(spec, c, nhwc).y.transpose(1, 2), yconv.shape()), yconv) < 1e-12);
+      }
+      for (grad::ConvGx form : {grad::ConvGx::columns, grad::ConvGx::dgrad}) {
+        grad::PipelineSpec s = hlq_lossless(grad::AcbpConv::columns);
+        s.hlq.conv_gx = form;
+        const ConvGrads g = run(s, c, nhwc);
+        CHECK(test::rel_error(g.gx, ex.gx) < 1e-6);
+        CHECK(test::rel_error(g.gw, ex.gw) < 1e-6);
+      }
+    }
+  }
+}
+
 TEST_CASE("hlq acbp_conv config key", "[grad]") {
   auto parse = [](const std::string& yaml) {
     auto r = train::ConfigReader::from_string(yaml, "acbp.yaml");
