@@ -11,6 +11,7 @@
 #include "hadatrain/ops/ops.h"
 #include "support/catch.h"
 #include "support/testing.h"
+#include "support/unfold_cases.h"
 
 using namespace ht;
 using grad::HlaLayout;
@@ -294,19 +295,6 @@ TEST_CASE("hla_project rejects bad inputs", "[hla]") {
   CHECK_THROWS_WITH(grad::hla_project(test::random_tensor({2, 64, 3}, 1), bad), HasSubstr("natural row 64"));
 }
 
-namespace {
-
-Unfold2dParams conv_window(int64_t k, int64_t stride, int64_t pad, int64_t dilation = 1) {
-  Unfold2dParams w;
-  w.kernel_h = w.kernel_w = k;
-  w.stride_h = w.stride_w = stride;
-  w.pad_h = w.pad_w = pad;
-  w.dilation_h = w.dilation_w = dilation;
-  return w;
-}
-
-}  // namespace
-
 TEST_CASE("hla_project_unfolded equals hla_project of the unfolded columns", "[hla]") {
   struct Case {
     int64_t C, H, W;
@@ -314,11 +302,11 @@ TEST_CASE("hla_project_unfolded equals hla_project of the unfolded columns", "[h
   };
   // 3x3 s1 p1 on 8x8 (L 64), 3x3 s2 p1 on 8x8 (L 16), 1x1 s2 on 6x6 (L 9: identity plan), 2x2 dilation 2 on
   // 10x10 (L 64), 4x4 stride 4 patches of 16x16 (L 16).
-  const Case cases[] = {{3, 8, 8, conv_window(3, 1, 1)},
-                        {5, 8, 8, conv_window(3, 2, 1)},
-                        {4, 6, 6, conv_window(1, 2, 0)},
-                        {2, 10, 10, conv_window(2, 1, 0, 2)},
-                        {3, 16, 16, conv_window(4, 4, 0)}};
+  const Case cases[] = {{3, 8, 8, test::square_window(3, 1, 1)},
+                        {5, 8, 8, test::square_window(3, 2, 1)},
+                        {4, 6, 6, test::square_window(1, 2, 0)},
+                        {2, 10, 10, test::square_window(2, 1, 0, 2)},
+                        {3, 16, 16, test::square_window(4, 4, 0)}};
   uint64_t seed = 40;
   for (const Case& c : cases) {
     for (bool channels_last : {false, true}) {
@@ -348,11 +336,11 @@ TEST_CASE("hla_project_unfolded equals hla_project of the unfolded columns", "[h
 TEST_CASE("hla_project_unfolded rejects bad inputs", "[hla]") {
   const HlaPlan plan = grad::hla_plan(64, pct_rank(50));
   const Tensor flat = test::random_tensor({2, 3, 64}, 1);
-  CHECK_THROWS_WITH(grad::hla_project_unfolded(flat, conv_window(3, 1, 1), plan),
+  CHECK_THROWS_WITH(grad::hla_project_unfolded(flat, test::square_window(3, 1, 1), plan),
                     HasSubstr("image must be (N, C, H, W), got " + flat.describe()));
   // A plan for another length: 8x8 with 3x3 stride 2 padding 1 has L = 16.
-  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 8, 8}, 1), conv_window(3, 2, 1), plan),
+  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 8, 8}, 1), test::square_window(3, 2, 1), plan),
                     HasSubstr("plan is for L = 64"));
-  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 2, 2}, 1), conv_window(3, 1, 0), plan),
+  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 2, 2}, 1), test::square_window(3, 1, 0), plan),
                     HasSubstr("larger than the padded image"));
 }

@@ -11,6 +11,7 @@
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
+#include "support/unfold_cases.h"
 
 #include "grad/cuda_hla.h"
 #include "hadatrain/grad/hla.h"
@@ -92,15 +93,6 @@ std::string check_variants(const Tensor& x_cpu, const HlaPlan& plan) {
     }
   }
   return "";
-}
-
-Unfold2dParams conv_window(int64_t k, int64_t stride, int64_t pad, int64_t dilation = 1) {
-  Unfold2dParams w;
-  w.kernel_h = w.kernel_w = k;
-  w.stride_h = w.stride_w = stride;
-  w.pad_h = w.pad_w = pad;
-  w.dilation_h = w.dilation_w = dilation;
-  return w;
 }
 
 }  // namespace
@@ -185,9 +177,9 @@ TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, 
     const char* name;
     Unfold2dParams p;
   };
-  const Window windows[] = {{"3x3 s1 p1", conv_window(3, 1, 1)}, {"3x3 s2 p1", conv_window(3, 2, 1)},
-                            {"1x1 s1", conv_window(1, 1, 0)},    {"1x1 s2", conv_window(1, 2, 0)},
-                            {"2x2 d2", conv_window(2, 1, 0, 2)}, {"4x4 s4", conv_window(4, 4, 0)}};
+  const Window windows[] = {{"3x3 s1 p1", test::square_window(3, 1, 1)}, {"3x3 s2 p1", test::square_window(3, 2, 1)},
+                            {"1x1 s1", test::square_window(1, 1, 0)},    {"1x1 s2", test::square_window(1, 2, 0)},
+                            {"2x2 d2", test::square_window(2, 1, 0, 2)}, {"4x4 s4", test::square_window(4, 4, 0)}};
   uint64_t seed = 500;
   for (int64_t side : {32, 16, 14, 7}) {
     for (int64_t C : {3, 37}) {
@@ -238,7 +230,7 @@ TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, the default
     const Tensor stored = test::random_input({3, 16, 16, 37}, seed++, dt, -3, 3);  // channels-last storage
     const Tensor image = stored.permute({0, 3, 1, 2});
     const Tensor image_gpu = stored.to(test::kCuda).permute({0, 3, 1, 2});
-    for (const Unfold2dParams& w : {conv_window(3, 1, 1), conv_window(3, 2, 1)}) {
+    for (const Unfold2dParams& w : {test::square_window(3, 1, 1), test::square_window(3, 2, 1)}) {
       const HlaPlan plan = grad::hla_plan(unfold2d(image, w).size(1), pct_rank(50));
       for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
         INFO(dtype_name(dt) << " k 3 s " << w.stride_h << " " << plan.describe());
@@ -253,7 +245,7 @@ TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, the default
     }
   }
   // An empty batch: nothing to write, the right shape.
-  const Tensor e = grad::hla_project_unfolded(zeros({0, 4, 8, 8}, {DType::f32, test::kCuda}), conv_window(3, 1, 1),
+  const Tensor e = grad::hla_project_unfolded(zeros({0, 4, 8, 8}, {DType::f32, test::kCuda}), test::square_window(3, 1, 1),
                                               grad::hla_plan(64, pct_rank(50)));
   CHECK(e.shape() == Shape{0, 36, 36});
 }

@@ -1,5 +1,5 @@
-// Shared by the CPU and GPU unfold2d / fold2d tests: one test case (input shape and window) and a compact
-// constructor for the window parameters.
+// Shared by the CPU and GPU unfold2d / fold2d and HLA tests: one test case (input shape and window) and compact
+// constructors for the window parameters.
 #pragma once
 #include <cstdint>
 #include <sstream>
@@ -27,6 +27,11 @@ inline Unfold2dParams window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int
   p.dilation_h = dh;
   p.dilation_w = dw;
   return p;
+}
+
+// A square window: kernel k×k, the same stride, padding and dilation along both axes.
+inline Unfold2dParams square_window(int64_t k, int64_t stride, int64_t pad, int64_t dilation = 1) {
+  return window(k, k, stride, stride, pad, pad, dilation, dilation);
 }
 
 // "N 2 C 3 H 17 W 15 k 3x3 s 2 p 1 d 1": the case in a test's INFO line.
