@@ -211,9 +211,10 @@ HT_DEV Level level_of(const GradQuantArgs& a, float m) {
   return {m, r, s};
 }
 
-// Note step 4 for one element (m > 0): the int8 level or its e4m3 code. h: the 16 noise bits.
-HT_DEV uint8_t uniform_code(float x, const Level& l, float qmaxf, bool stochastic, bool fp8, uint32_t h) {
-  const float v = __fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r);
+// Note step 4 for one element (m > 0): the level's magnitude q (an exact integer in f32, at most qmax) and, in
+// v, the scaled input whose sign the level takes. h: the 16 noise bits.
+HT_DEV float level_magnitude(float x, const Level& l, float qmaxf, bool stochastic, uint32_t h, float& v) {
+  v = __fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r);
   const float a = fabsf(v);
   float q;
   if (!stochastic) {
@@ -225,6 +226,13 @@ HT_DEV uint8_t uniform_code(float x, const Level& l, float qmaxf, bool stochasti
   }
   q = fminf(q, qmaxf);
   if (!(q >= 0.0f)) q = 0.0f;
+  return q;
+}
+
+// The int8 level or its e4m3 code.
+HT_DEV uint8_t uniform_code(float x, const Level& l, float qmaxf, bool stochastic, bool fp8, uint32_t h) {
+  float v;
+  const float q = level_magnitude(x, l, qmaxf, stochastic, h, v);
   const bool neg = v < 0.0f;
   if (fp8) {  // e4m3 of the integer q <= 15: f32 exponent rebiased (127 -> 7), top 3 mantissa bits; +0 for 0
     if (q == 0.0f) return 0;
@@ -234,21 +242,10 @@ HT_DEV uint8_t uniform_code(float x, const Level& l, float qmaxf, bool stochasti
   return static_cast<uint8_t>(neg ? 0u - iq : iq);
 }
 
-// uniform_code's level as a signed exact float (+0 for level 0: 0 − 0 is +0), for dequantised values. The
-// same operations as uniform_code, written out again so that uniform_code compiles exactly as before.
+// uniform_code's level as a signed exact float (+0 for level 0: 0 − 0 is +0), for dequantised values.
 HT_DEV float uniform_signed(float x, const Level& l, float qmaxf, bool stochastic, uint32_t h) {
-  const float v = __fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r);
-  const float a = fabsf(v);
-  float q;
-  if (!stochastic) {
-    q = rintf(a);
-  } else {
-    const float f = floorf(a);
-    const float frac = __fsub_rn(a, f);
-    q = __fadd_rn(f, ht::grad::sr_uniform(h) < frac ? 1.0f : 0.0f);
-  }
-  q = fminf(q, qmaxf);
-  if (!(q >= 0.0f)) q = 0.0f;
+  float v;
+  const float q = level_magnitude(x, l, qmaxf, stochastic, h, v);
   return v < 0.0f ? __fsub_rn(0.0f, q) : q;
 }
 
