@@ -59,7 +59,7 @@ namespace {
 class PipelineProductBackward final : public Node {
  public:
   PipelineProductBackward(std::shared_ptr<Pipeline> p, std::unique_ptr<SavedState> s,
-                          std::optional<Fold2dParams> fold = std::nullopt)
+                          std::optional<Fold2dParams> fold)
       : pipeline_(std::move(p)), saved_(std::move(s)), fold_(fold) {}
   std::string name() const override {
     return std::string(fold_ ? "PipelineConvBackward(" : "PipelineProductBackward(") + pipeline_->name() + ")";
@@ -90,6 +90,19 @@ class PipelineProductBackward final : public Node {
   std::optional<Fold2dParams> fold_;
 };
 
+// The forward's result as the op's output: reports the saved bytes and, when a gradient is needed, records
+// the node over (a, w) — a = x, or the image of a conv product (whose columns' gradient `fold` folds back).
+Tensor record_product(ForwardResult r, const ProductCall& call, const Tensor& a, const Tensor& w, bool grad,
+                      std::optional<Fold2dParams> fold = std::nullopt) {
+  if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
+  if (grad) {
+    HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", call.pipeline->name());
+    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved), fold);
+    connect(node, {&a, &w}, {&r.y});
+  }
+  return r.y;
+}
+
 }  // namespace
 
 ForwardResult Pipeline::forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) {
@@ -112,13 +125,7 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
     NoGradGuard no_grad;
     r = call.pipeline->forward(x.detach(), w.detach(), call.info, call.key, grad);
   }
-  if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
-  if (grad) {
-    HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", call.pipeline->name());
-    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved));
-    connect(node, {&x, &w}, {&r.y});
-  }
-  return r.y;
+  return record_product(std::move(r), call, x, w, grad);
 }
 
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call) {
@@ -155,14 +162,7 @@ Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& 
                 r.y.size(2) == w.size(0),
             "pipeline {}: conv forward gave {} for image {} and weight {}", name, r.y.describe(), image.describe(),
             w.describe());
-  if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
-  if (grad) {
-    HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", name);
-    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved),
-                                                          Fold2dParams{C, H, W, window});
-    connect(node, {&image, &w}, {&r.y});
-  }
-  return r.y;
+  return record_product(std::move(r), call, image, w, grad, Fold2dParams{C, H, W, window});
 }
 
 // ---- selection -----------------------------------------------------------------------------------------

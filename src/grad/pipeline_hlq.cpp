@@ -53,12 +53,11 @@ struct SavedColumns {
 };
 
 // acbp_conv input_map: the conv's input map, from which backward rebuilds the columns x = unfold2d(map).
+// (Its layout and window are the product's: HlqSaved::conv.)
 struct SavedMap {
-  Tensor values;              // int8 (N, C, H, W), or (N, H, W, C) when channels_last; the map itself when
+  Tensor values;              // int8 (N, C, H, W), or (N, H, W, C) when conv.channels_last; the map itself when
                               // not quantised (acbp_bits 0); undefined when the columns were saved
   Tensor scale;               // f32 (N), undefined when not quantised
-  bool channels_last = false;
-  Unfold2dParams window;
 };
 
 struct HlqSaved final : SavedState {
@@ -69,7 +68,8 @@ struct HlqSaved final : SavedState {
   SavedColumns cols;  // unless map.values is defined
   SavedMap map;
   NoiseKey key;
-  // Conv products (forward_conv): the image's geometry, for the dgrad g_x product (Note [HLQ conv g_x]).
+  // Conv products (forward_conv): the image's geometry and window, for the dgrad g_x product (Note [HLQ conv
+  // g_x]) and for rebuilding the columns from a saved map.
   struct Conv {
     bool defined = false;
     bool channels_last = false;  // the image was the (N, C, H, W) view of a contiguous (N, H, W, C) map
@@ -156,7 +156,7 @@ class HlqPipeline final : public Pipeline {
     s->conv.grid_w = info.grid_w;
     s->conv.window = info.window;
     if (o_.acbp_conv == AcbpConv::input_map && map_is_smaller(s->axis, image.size(0), w.size(1), image)) {
-      s->map = save_map(image, info.window);
+      s->map = save_map(image);
       s->bytes = tensor_bytes(s->map.values) + tensor_bytes(s->map.scale);
     } else {
       s->cols = save_image_columns(image, info.window, s->axis, s->L);
@@ -275,11 +275,9 @@ class HlqPipeline final : public Pipeline {
   // with one scale per sample (the x̃ quantiser's scale rule, round to nearest), or kept as it is when
   // acbp_bits is 0. A channels-last map (the (N, C, H, W) view of a contiguous (N, H, W, C) tensor) is
   // quantised in its memory order.
-  SavedMap save_map(const Tensor& image, const Unfold2dParams& u) const {  // image (N, C, H, W)
+  SavedMap save_map(const Tensor& image) const {  // image (N, C, H, W)
     SavedMap m;
-    m.window = u;
-    m.channels_last = is_channels_last(image);
-    const Tensor phys = m.channels_last ? permute(image, {0, 2, 3, 1}) : image;
+    const Tensor phys = is_channels_last(image) ? permute(image, {0, 2, 3, 1}) : image;
     if (o_.acbp_bits == 0) {
       m.values = phys;
       return m;
@@ -297,15 +295,16 @@ class HlqPipeline final : public Pipeline {
 
   // The saved map as an image (N, C, H, W) in the compute dtype: dequantised (one f32 product per element,
   // rounded once to the compute dtype).
-  static Tensor map_image(const SavedMap& m, DType dtype) {
+  static Tensor map_image(const HlqSaved& s) {
+    const SavedMap& m = s.map;
     Tensor image = m.values;
     if (m.scale.defined()) {
       Quantized q;
       q.values = m.values;
       q.scale = m.scale;
-      image = dequantize(q, Granularity::sample).to(dtype);
+      image = dequantize(q, Granularity::sample).to(s.x_dtype);
     }
-    return m.channels_last ? permute(image, {0, 3, 1, 2}) : image;  // (N, C, H, W) view
+    return s.conv.channels_last ? permute(image, {0, 3, 1, 2}) : image;  // (N, C, H, W) view
   }
 
   // x̃ (B, R, I) -> what the forward keeps (ACBP).
@@ -467,7 +466,7 @@ class HlqPipeline final : public Pipeline {
   Tensor grad_w(const HlqSaved& s, const Tensor& g_y, const Tensor& gy_absmax) const {  // (O, I)
     // acbp_conv input_map: the columns, projected and compressed as the forward would have done.
     const SavedColumns rebuilt = s.map.values.defined()
-                                     ? save_image_columns(map_image(s.map, s.x_dtype), s.map.window, s.axis, s.L)
+                                     ? save_image_columns(map_image(s), s.conv.window, s.axis, s.L)
                                      : SavedColumns{};
     const SavedColumns& c = s.map.values.defined() ? rebuilt : s.cols;
     Tensor gm = g_y;
