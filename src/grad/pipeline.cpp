@@ -209,7 +209,7 @@ std::string describe(const PipelineSpec& s) {
                        o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank,
                        fb[static_cast<int>(o.fallback)], o.acbp_bits,
                        o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "",
-                       o.conv_gx == ConvGx::dgrad ? ", conv g_x by dgrad" : "");
+                       o.conv_gx == ConvGx::columns ? ", conv g_x over columns" : "");
   }
   if (s.name == "lbp_wht") return fmt::format("lbp_wht (order {}, {} of 64 bases)", s.lbp_wht.order,
                                               s.lbp_wht.order * (s.lbp_wht.order + 1) / 2);

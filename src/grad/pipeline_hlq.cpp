@@ -389,7 +389,8 @@ class HlqPipeline final : public Pipeline {
   // (neighbouring pixels mix), which is why the scales go into the operands. Against the columns form it
   // skips the 9×-expanded g_cols product (written once, read by the fold), the fold, and for a channels-last
   // image the transposes (its gradient comes out channels-last); it adds a dequantisation pass over g_y.
-  // Opt-in (conv_gx: dgrad) until timed on a GPU: session 9 had no device time left.
+  // The default since session 10: a ResNet-34 HLQ step (batch 256, bf16, H200) takes 26.07 ms against 32.19 with
+  // the columns form, ResNet-50 (batch 128) 53.85 against 73.07 (docs/BENCHMARKS.md, eleventh slice).
   Tensor grad_x_dgrad(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (N, C, H, W)
     const int64_t B = g_y.size(0), O = g_y.size(2);
     const int64_t T = std::min(o_.block, largest_pow2_divisor(O));

@@ -69,7 +69,7 @@ grad::HlqOptions read_hlq(ConfigReader& r) {
     r.fail("acbp_bits", "a compressed saved activation needs a quantised g_w path: use acbp_bits 0 with gw_bits 0");
   o.acbp_conv = r.get_choice("acbp_conv", grad::AcbpConv::columns,
                              {{"columns", grad::AcbpConv::columns}, {"input_map", grad::AcbpConv::input_map}});
-  o.conv_gx = r.get_choice("conv_gx", grad::ConvGx::columns,
+  o.conv_gx = r.get_choice("conv_gx", grad::ConvGx::dgrad,
                            {{"columns", grad::ConvGx::columns}, {"dgrad", grad::ConvGx::dgrad}});
   return o;
 }

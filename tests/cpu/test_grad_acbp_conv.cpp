@@ -187,9 +187,11 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
     const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
     for (bool nhwc : {false, true}) {
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
-      grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns), lossless = hlq_lossless(grad::AcbpConv::columns);
+      grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns), lossless = hlq_lossless(grad::AcbpConv::columns),
+                         cols = hlq(grad::AcbpConv::columns);
       dgrad.hlq.conv_gx = lossless.hlq.conv_gx = grad::ConvGx::dgrad;
-      const ConvGrads dg = run(dgrad, c, nhwc), cg = run(hlq(grad::AcbpConv::columns), c, nhwc);
+      cols.hlq.conv_gx = grad::ConvGx::columns;
+      const ConvGrads dg = run(dgrad, c, nhwc), cg = run(cols, c, nhwc);
       const double d = test::rel_error(dg.gx, cg.gx), e = test::rel_error(dg.gx, ex.gx);
       INFO("dgrad vs columns " << d << ", vs exact " << e);
       CHECK(d > 0.0);   // really another computation
@@ -203,9 +205,10 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
   }
   // bf16: each scaled level rounded to 8 significant bits.
   ConvCase cb = make_case(2, 4, 16, 16, 1, DType::bf16, 77);
-  grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns);
+  grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns), cols = hlq(grad::AcbpConv::columns);
   dgrad.hlq.conv_gx = grad::ConvGx::dgrad;
-  const ConvGrads dg = run(dgrad, cb, true), cg = run(hlq(grad::AcbpConv::columns), cb, true);
+  cols.hlq.conv_gx = grad::ConvGx::columns;
+  const ConvGrads dg = run(dgrad, cb, true), cg = run(cols, cb, true);
   CHECK(dg.gx.dtype() == DType::bf16);
   CHECK(test::rel_error(dg.gx, cg.gx) < 2e-2);
 }
@@ -267,12 +270,12 @@ TEST_CASE("hlq acbp_conv config key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_conv: input_map}}"), HasSubstr("unknown key"));
   grad::PipelineSpec s = hlq(grad::AcbpConv::input_map);
   CHECK(grad::describe(s).find("conv input map") != std::string::npos);
-  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.conv_gx == grad::ConvGx::columns);
-  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gx: dgrad}}").default_spec.hlq.conv_gx ==
-        grad::ConvGx::dgrad);
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.conv_gx == grad::ConvGx::dgrad);
+  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gx: columns}}").default_spec.hlq.conv_gx ==
+        grad::ConvGx::columns);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gx: fold}}"),
                     HasSubstr("grad_pipeline.default.conv_gx"));
-  CHECK(grad::describe(s).find("dgrad") == std::string::npos);
-  s.hlq.conv_gx = grad::ConvGx::dgrad;
-  CHECK(grad::describe(s).find("conv g_x by dgrad") != std::string::npos);
+  CHECK(grad::describe(s).find("columns") == std::string::npos);
+  s.hlq.conv_gx = grad::ConvGx::columns;
+  CHECK(grad::describe(s).find("conv g_x over columns") != std::string::npos);
 }

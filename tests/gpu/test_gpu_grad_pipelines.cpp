@@ -146,10 +146,12 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
   t = base;
   t.hlq.acbp_bits = 0;
   specs.push_back({"input_map unquantised map", t});
-  // g_x as cuDNN backward data over the dequantised levels (Note [HLQ conv g_x]), with each saved form.
+  // g_x as the integer product over the im2col columns, folded (conv_gx columns; the default dgrad is cuDNN
+  // backward data over the dequantised levels, Note [HLQ conv g_x]), and the default with the saved columns.
   t = base;
-  t.hlq.conv_gx = grad::ConvGx::dgrad;
-  specs.push_back({"input_map conv_gx dgrad", t});
+  t.hlq.conv_gx = grad::ConvGx::columns;
+  specs.push_back({"input_map conv_gx columns", t});
+  t = base;
   t.hlq.acbp_conv = grad::AcbpConv::columns;
   specs.push_back({"columns conv_gx dgrad", t});
   const int64_t N = 3, C = 5, H = 16, O = 24;

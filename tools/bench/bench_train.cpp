@@ -5,9 +5,10 @@
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
 //   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
-//               [exact|hlq|hlq_split|hlq_dgrad|hlq_map|lbp_wht|luq] [nhwc|nchw]
-// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_dgrad with
-// conv_gx dgrad (the conv g_x product as a convolution backward), hlq_map with acbp_conv input_map. The ResNets use
+//               [exact|hlq|hlq_split|hlq_cols|hlq_map|lbp_wht|luq] [nhwc|nchw]
+// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_cols with
+// conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_map with
+// acbp_conv input_map. The ResNets use
 // the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
 
@@ -63,14 +64,14 @@ int main(int argc, char** argv) {
   model->to(dev);
   grad::PipelineConfig pc;
   pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline;
-  if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_dgrad" &&
+  if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_cols" &&
       pipeline != "hlq_map") {
-    std::fprintf(stderr, "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_dgrad, hlq_map)\n",
+    std::fprintf(stderr, "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_map)\n",
                  pipeline.c_str());
     return 2;
   }
   if (pipeline == "hlq_split") pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
-  if (pipeline == "hlq_dgrad") pc.default_spec.hlq.conv_gx = grad::ConvGx::dgrad;
+  if (pipeline == "hlq_cols") pc.default_spec.hlq.conv_gx = grad::ConvGx::columns;
   if (pipeline == "hlq_map") pc.default_spec.hlq.acbp_conv = grad::AcbpConv::input_map;
   auto clock = std::make_shared<grad::StepClock>();
   // as the trainer: a pipeline's noise step is read on the device (recordable HLQ steps)

@@ -72,9 +72,10 @@ struct HlqOptions {
   // Conv2d products (conv_product): save the columns (reference) or the input map (int8, or unquantised
   // when acbp_bits is 0); other products always save the columns.
   AcbpConv acbp_conv = AcbpConv::columns;
-  // Conv2d products: the g_x product (the columns, or the dequantised levels through the convolution backward;
-  // dgrad has not been timed on a GPU yet, so it is not the default).
-  ConvGx conv_gx = ConvGx::columns;
+  // Conv2d products: the g_x product: the dequantised levels through the convolution backward (dgrad, the
+  // default: measured faster on the H200, Note [HLQ conv g_x]) or the integer product over the im2col columns,
+  // folded (columns, the reference's form).
+  ConvGx conv_gx = ConvGx::dgrad;
 };
 
 struct LbpWhtOptions {
