@@ -1,10 +1,47 @@
-// HLA projection kernel, the classic variant (see hla.h; the default, measured on the H200; the session-9
-// variants and the fused im2col path are in kernels/hla_variants.cu). The slab of one (sample, block p, channel tile) lives in shared memory as
+// HLA projection kernel (see hla.h). The slab of one (sample, block p, column tile) lives in shared memory as
 // f32 rows of `stride` = tile + 1 floats (the pad spreads the column reads of the channels layout over the
-// banks). The butterfly runs up to three stages per pass in registers (radix 8): the first pass is fused with
-// the load from global memory, the others read and write the slab, separated by __syncthreads. Every element
-// sees the same adds and subtracts in the same stage order as the CPU (__fadd_rn / __fsub_rn, no
-// contraction), so the bits equal the CPU reference's.
+// banks). The butterfly runs up to three stages per pass in registers (Note [HLA butterfly passes]): the first
+// pass is fused with the load from global memory through a loader (strided columns, or the im2col columns of
+// an image: Note [HLA loaders]), the others read and write the slab, separated by __syncthreads. Every element
+// sees the same adds and subtracts in the same stage order as the CPU (__fadd_rn / __fsub_rn, no contraction),
+// so the bits equal the CPU reference's, for every loader and tile mapping below.
+//
+// Note [HLA butterfly passes]
+// A pass of G stages h = 2^h_log ... 2^(h_log + G − 1) gives each thread item (k, c) the 2^G rows
+// j0 + m·2^h_log (m < 2^G) of column c, j0 = (k >> h_log) << (h_log + G) | (k & (2^h_log − 1)); the items are
+// disjoint and closed under those stages, so the pass needs no barrier inside, and each element sees stage h
+// before stage 2h exactly as in the stage-by-stage definition (the pair (a, b) at stage h depends only on the
+// values that stage h/2 left in a and b). Any split of the n_log stages into consecutive passes therefore
+// gives the same bits. Here: the first pass, min(3, n_log) stages, fused with the load, then passes of up to 3
+// stages over the slab, then the kept rows are read from the slab (n = 1024: 3 + 3 + 3 + 1, four slab writes
+// and four reads). Session 10 measured this kernel (`slab`) against session 8's kernel with the same passes
+// without a loader (`classic`) and two register variants with up to 5 or 4 stages a pass that wrote the kept
+// rows from registers (`reg32`, `reg16`): the same bits, slab the fastest; the others were deleted
+// (docs/gradient_pipelines.md, "CUDA kernel").
+//
+// Note [HLA loaders]
+// The first pass loads rows j0 ... j0 + 2^G − 1 (consecutive positions l = p·n + j) of one column of the CTA's
+// tile through a loader: StridedColumns reads x (B, L, C) with element strides; Im2colColumns reads the image
+// through unfold2d's index map (include/hadatrain/ops/unfold.h): column k = ch·kh·kw + i·kw + j at position
+// l = oh·OW + ow is x[n, ch, oh·sh − ph + i·dh, ow·sw − pw + j·dw], +0 in the padding. The composition
+// hla_project(unfold2d(x)) copies those very values (dtype T, +0 in the padding) into the columns and converts
+// them to f32 before the butterfly; the fused loader converts the same T values at the same (position,
+// column): the butterfly inputs are the same floats, hence the same bits.
+//
+// Note [HLA im2col tiles]
+// The slab bounds a CTA to 16 columns at n = 1024 (64 KiB), fewer than the kh·kw taps of two input channels
+// of a 3x3 conv. runs: consecutive columns k0 ... k0 + tile − 1 (1–3 channels, their taps), so each kept row
+// is written as one contiguous run of the output row (rows layout), but a warp's loads of a channels-last
+// image touch ~9 different pixels (~18 sectors for 32 values; mostly L1 hits, since the taps of neighbouring
+// positions overlap). taps: one tap t of channels c0 ... c0 + tile − 1: a warp's loads are 2 sectors per 32
+// values for a channels-last image (lanes read consecutive channels), and the kh·kw CTAs of one channel tile
+// (consecutive in the grid, tap fastest) read the same image sectors from L2; but the rows layout's output
+// columns c·kh·kw + t are kh·kw floats apart, so each 4-byte store is its own sector (the kh·kw CTAs write
+// the interleaved columns at about the same time and L2 merges them before DRAM). Which is faster depends on
+// the L1 wavefronts of the scattered loads versus the L2 transactions of the scattered stores; bench_hla times
+// both (HADATRAIN_HLA_IM2COL). For an NCHW image runs is the natural choice (its taps share image rows).
+#include <type_traits>
+
 #include "kernels/convert.cuh"
 #include "kernels/hla.h"
 #include "kernels/launch.h"
@@ -15,14 +52,17 @@ namespace {
 
 constexpr int kHlaThreads = 256;
 constexpr int64_t kHlaSlabFloats = 16384;  // n · tile target: 64 KiB of f32
-constexpr int kRadix = 3;                  // butterfly stages done in registers per shared-memory pass
+constexpr int kRadix = 3;                  // butterfly stages in registers per shared-memory pass
 
 struct HlaGeometry {
-  int tile_log;     // channels per CTA: tile = 2^tile_log (the last tile may hold fewer real channels)
-  int n_log;        // n = 2^n_log
-  int stride;       // floats per slab row in shared memory
-  int64_t tiles;    // ceil(C / tile)
-  size_t smem;      // bytes: slab + kept indices
+  int tile_log;         // columns per CTA: tile = 2^tile_log (the last tile may hold fewer real columns)
+  int n_log;            // n = 2^n_log
+  int stride;           // floats per slab row in shared memory
+  size_t smem;          // bytes: slab + kept indices
+  int64_t slab_floats;  // (n, stride)
+  int64_t tiles;        // CTAs per (sample, block): column tiles (times kh·kw taps for the im2col taps mapping)
+  // Slab offset of (row, column c).
+  __device__ __forceinline__ int at(int row, int c) const { return row * stride + c; }
 };
 
 int log2_of(int64_t v) {
@@ -31,23 +71,35 @@ int log2_of(int64_t v) {
   return l;
 }
 
-HlaGeometry hla_geometry(const HlaProjectArgs& a) {
-  HlaGeometry g;
-  g.n_log = log2_of(a.block);
-  // Up to 32 channels for n >= 64; small blocks take more channels (2048 / n, at most 256) so that a CTA has
+// columns: how many columns one tile's index runs over (C, or the image's channels for the taps mapping);
+// taps: tiles are repeated for each of them (1 unless the taps mapping).
+HlaGeometry hla_geometry(int64_t block, int64_t kept, int64_t columns, int64_t taps) {
+  HlaGeometry g{};
+  g.n_log = log2_of(block);
+  // Up to 32 columns for n >= 64; small blocks take more columns (2048 / n, at most 256) so that a CTA has
   // at least 2048 elements to work on; at most kHlaSlabFloats / n (at least 1) for large n.
-  int64_t cap = 2048 / a.block;
+  int64_t cap = 2048 / block;
   cap = cap < 32 ? 32 : (cap > 256 ? 256 : cap);
-  int64_t tile = kHlaSlabFloats / a.block;
+  int64_t tile = kHlaSlabFloats / block;
   tile = tile < 1 ? 1 : (tile > cap ? cap : tile);
-  int64_t c_pow2 = int64_t{1} << log2_of(a.C);
+  const int64_t c_pow2 = int64_t{1} << log2_of(columns);
   if (tile > c_pow2) tile = c_pow2;
   g.tile_log = log2_of(tile);
-  g.tiles = (a.C + tile - 1) / tile;
+  g.tiles = (columns + tile - 1) / tile * taps;
   g.stride = static_cast<int>(tile > 1 ? tile + 1 : 1);
-  g.smem = static_cast<size_t>(a.block * g.stride) * sizeof(float) + static_cast<size_t>(a.kept) * sizeof(int16_t);
+  g.slab_floats = block * g.stride;
+  g.smem = static_cast<size_t>(g.slab_floats) * sizeof(float) + static_cast<size_t>(kept) * sizeof(int16_t);
   return g;
 }
+
+// What every CTA writes: out (B, R, K) rows or (B, K, R) channels, R = (L / n)·r.
+struct HlaOutput {
+  int64_t B = 0, L = 0, K = 0;  // samples, positions, output columns
+  int64_t block = 1, kept = 1;  // n, r
+  bool channels = false;
+  float* out;
+  float* absmax;
+};
 
 // The 2^G-point butterfly on registers: stages 1, 2, ..., 2^(G-1) in order, (a, b) <- (a + b, a - b).
 template <int G>
@@ -63,90 +115,206 @@ __device__ __forceinline__ void butterfly(float* v) {
       }
 }
 
-// Stages h = 2^h_log ... 2^(h_log + G - 1) on the slab. Thread item (k, c): the 2^G rows j0 + m·h (m < 2^G)
-// of channel c, j0 = (k >> h_log) << (h_log + G) | (k & (h - 1)); the items are disjoint, so no barrier is
-// needed inside a pass. Same operations, same order per element as the stage-by-stage definition.
-template <int G>
-__device__ void radix_pass(float* slab, const HlaGeometry& g, int h_log) {
+// ---- loaders (Note [HLA loaders]) ----
+// Each is built per CTA from its parameters and (sample b, first position l0 = p·n, tile index ti); it knows
+// the tile's real width and where its columns go in the output: column c of the tile is output column
+// out_base + c·out_step. kMinBlocks: the CTAs per SM its kernel's registers must allow (ptxas -v, sm_90a,
+// CUDA 12): 6 for the strided loader (40 registers; 6 for small n, where shared memory allows more), 5 for the
+// im2col loader (48; at 6 it spilled 8 bytes); without a bound they took 45–61.
+
+struct StridedParams {
+  const void* x;  // (B, L, C), element strides sb, sl, sc
+  int64_t sb, sl, sc, C;
+};
+
+template <class T>
+struct StridedColumns {
+  using Params = StridedParams;
+  static constexpr int kMinBlocks = 6;
+  const T* x;  // at (b, l0, c0)
+  int64_t sl, sc;
+  int width;
+  int64_t out_base, out_step;
+
+  __device__ StridedColumns(const Params& q, const HlaGeometry& g, int64_t b, int64_t l0, int64_t ti) {
+    const int64_t tile = int64_t{1} << g.tile_log, c0 = ti * tile;
+    x = static_cast<const T*>(q.x) + b * q.sb + l0 * q.sl + c0 * q.sc;
+    sl = q.sl;
+    sc = q.sc;
+    width = static_cast<int>(q.C - c0 < tile ? q.C - c0 : tile);
+    out_base = c0;
+    out_step = 1;
+  }
+  // v[m] = x at position l0 + j0 + m, column c of the tile (0 past the tile's width).
+  template <int M>
+  __device__ __forceinline__ void load(float* v, int j0, int c) const {
+#pragma unroll
+    for (int m = 0; m < M; ++m) v[m] = c < width ? convert<float>(x[(j0 + m) * sl + c * sc]) : 0.0f;
+  }
+};
+
+struct Im2colParams {
+  const void* x;  // (N, C, H, W), element strides sn, sc, sh, sw; offsets inside one sample fit int32
+  int64_t sn;
+  int sc, sh, sw;
+  int C, H, W, OW, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  bool taps;      // Note [HLA im2col tiles]: true for taps, false for runs
+};
+
+template <class T>
+struct Im2colColumns {
+  using Params = Im2colParams;
+  static constexpr int kMinBlocks = 5;
+  const T* x;  // image of sample b
+  Params q;  // by value (kernel parameters: the compiler reads them from the parameter space)
+  int64_t l0;
+  int kk;                 // kh·kw
+  int ch0, k0, tap;       // taps: first channel and the tap; runs: first column
+  int width;
+  int64_t out_base, out_step;
+
+  __device__ Im2colColumns(const Params& p, const HlaGeometry& g, int64_t b, int64_t l0_, int64_t ti) : q(p) {
+    const int tile = 1 << g.tile_log;
+    x = static_cast<const T*>(p.x) + b * p.sn;
+    l0 = l0_;
+    kk = p.kh * p.kw;
+    if (p.taps) {  // tile index = channel tile · kk + tap (tap fastest: the kk CTAs of a channel tile run together)
+      tap = static_cast<int>(ti % kk);
+      ch0 = static_cast<int>(ti / kk) * tile;
+      k0 = 0;
+      width = p.C - ch0 < tile ? p.C - ch0 : tile;
+      out_base = static_cast<int64_t>(ch0) * kk + tap;
+      out_step = kk;
+    } else {
+      tap = ch0 = 0;
+      k0 = static_cast<int>(ti) * tile;
+      width = p.C * kk - k0 < tile ? p.C * kk - k0 : tile;
+      out_base = k0;
+      out_step = 1;
+    }
+  }
+  template <int M>
+  __device__ __forceinline__ void load(float* v, int j0, int c) const {
+    if (c >= width) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) v[m] = 0.0f;
+      return;
+    }
+    int ch, t;
+    if (q.taps) {
+      ch = ch0 + c;
+      t = tap;
+    } else {
+      ch = (k0 + c) / kk;
+      t = k0 + c - ch * kk;
+    }
+    const int i = t / q.kw, j = t - i * q.kw;
+    const int dy = i * q.dil_h - q.pad_h, dx = j * q.dil_w - q.pad_w;
+    const T* xc = x + ch * q.sc;
+    const int l = static_cast<int>(l0) + j0;  // L = OH·OW < 2^31
+    int oh = l / q.OW, ow = l - oh * q.OW;
+    int iy = oh * q.stride_h + dy, ix = ow * q.stride_w + dx;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const bool in = iy >= 0 && iy < q.H && ix >= 0 && ix < q.W;
+      v[m] = in ? convert<float>(xc[iy * q.sh + ix * q.sw]) : 0.0f;  // 32-bit offsets: see Im2colParams
+      if (++ow == q.OW) {  // next output row
+        ow = 0;
+        ix = dx;
+        iy += q.stride_h;
+      } else {
+        ix += q.stride_w;
+      }
+    }
+  }
+};
+
+// Where the CTA's kept rows go (HlaOutput's layout, the loader's columns).
+struct CtaOutput {
+  float* o;        // rows: out + (b·R + p·r)·K + out_base; channels: out + (b·K + out_base)·R + p·r
+  int64_t row;     // rows: K (the next kept row); channels: 1
+  int64_t col;     // rows: out_step; channels: out_step·R
+  __device__ void put(int i, int c, float v, float& amax) const {
+    o[i * row + c * col] = v;
+    amax = fmaxf(amax, fabsf(v));
+  }
+};
+
+// One pass of G stages from h = 2^h_log (Note [HLA butterfly passes]). kLoad: the rows come from the loader
+// (h_log = 0, the first pass), else from the slab; they go back to the slab.
+template <int G, bool kLoad, class Loader>
+__device__ __forceinline__ void hla_pass(float* slab, const HlaGeometry& g, int h_log, const Loader& ld) {
   const int tile_mask = (1 << g.tile_log) - 1, items = (1 << (g.n_log - G)) << g.tile_log;
   for (int q = threadIdx.x; q < items; q += blockDim.x) {
     const int c = q & tile_mask, k = q >> g.tile_log;
     const int j0 = ((k >> h_log) << (h_log + G)) | (k & ((1 << h_log) - 1));
     float v[1 << G];
+    if constexpr (kLoad) {
+      ld.template load<(1 << G)>(v, j0, c);
+    } else {
 #pragma unroll
-    for (int m = 0; m < (1 << G); ++m) v[m] = slab[(j0 + (m << h_log)) * g.stride + c];
+      for (int m = 0; m < (1 << G); ++m) v[m] = slab[g.at(j0 + (m << h_log), c)];
+    }
     butterfly<G>(v);
 #pragma unroll
-    for (int m = 0; m < (1 << G); ++m) slab[(j0 + (m << h_log)) * g.stride + c] = v[m];
+    for (int m = 0; m < (1 << G); ++m) slab[g.at(j0 + (m << h_log), c)] = v[m];
   }
 }
 
-// The first pass, fused with the load: rows k·2^G ... k·2^G + 2^G − 1 of channel c read from x (strided,
-// converted to f32; channels past the tile's width read 0), stages 1 ... 2^(G-1), stored to the slab.
-template <int G, class T>
-__device__ void load_pass(float* slab, const HlaGeometry& g, const T* x, int64_t sl, int64_t sc, int width) {
-  const int tile_mask = (1 << g.tile_log) - 1, items = (1 << (g.n_log - G)) << g.tile_log;
-  for (int q = threadIdx.x; q < items; q += blockDim.x) {
-    const int c = q & tile_mask, j0 = (q >> g.tile_log) << G;
-    float v[1 << G];
-#pragma unroll
-    for (int m = 0; m < (1 << G); ++m) v[m] = c < width ? convert<float>(x[(j0 + m) * sl + c * sc]) : 0.0f;
-    butterfly<G>(v);
-#pragma unroll
-    for (int m = 0; m < (1 << G); ++m) slab[(j0 + m) * g.stride + c] = v[m];
+// Runs f(std::integral_constant<int, G>) for the runtime G in [kMin, kRadix] (only those are instantiated).
+template <int kMin, class F>
+__device__ __forceinline__ void with_stages(int G, F&& f) {
+  static_assert(kMin == 0 || kMin == 1);
+  switch (G) {
+    case 0: if constexpr (kMin == 0) f(std::integral_constant<int, 0>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
   }
 }
 
-template <class T>
-__global__ void __launch_bounds__(kHlaThreads)
-    hla_project_kernel(HlaProjectArgs a, HlaGeometry g, const __grid_constant__ HlaRows rows) {
-  extern __shared__ float slab[];  // (n, stride)
-  int16_t* kept = reinterpret_cast<int16_t*>(slab + a.block * g.stride);
+template <class T, class Loader>
+__global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
+    hla_project_kernel(HlaOutput a, typename Loader::Params lp, HlaGeometry g, const __grid_constant__ HlaRows rows) {
+  extern __shared__ float slab[];                                      // (n, stride)
+  int16_t* kept = reinterpret_cast<int16_t*>(slab + g.slab_floats);  // (r)
   const int n = static_cast<int>(a.block), r = static_cast<int>(a.kept), tile = 1 << g.tile_log;
   const int64_t P = a.L / n, R = P * r;
   const int64_t cta = blockIdx.x;
   const int64_t ti = cta % g.tiles, p = (cta / g.tiles) % P, b = cta / (g.tiles * P);
-  const int64_t c0 = ti * tile;
-  const int width = static_cast<int>((a.C - c0) < tile ? (a.C - c0) : tile);  // real channels of this tile
-  const T* x = static_cast<const T*>(a.x) + b * a.sb + p * n * a.sl + c0 * a.sc;
+  const Loader ld(lp, g, b, p * n, ti);
+  CtaOutput out;
+  if (!a.channels) {
+    out.o = a.out + (b * R + p * r) * a.K + ld.out_base;
+    out.row = a.K;
+    out.col = ld.out_step;
+  } else {
+    out.o = a.out + (b * a.K + ld.out_base) * R + p * r;
+    out.row = 1;
+    out.col = ld.out_step * R;
+  }
+  float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
 
   for (int k = threadIdx.x; k < r; k += blockDim.x) kept[k] = rows.idx[k];
   const int first = g.n_log < kRadix ? g.n_log : kRadix;
-  switch (first) {
-    case 0: load_pass<0>(slab, g, x, a.sl, a.sc, width); break;
-    case 1: load_pass<1>(slab, g, x, a.sl, a.sc, width); break;
-    case 2: load_pass<2>(slab, g, x, a.sl, a.sc, width); break;
-    default: load_pass<3>(slab, g, x, a.sl, a.sc, width); break;
-  }
+  with_stages<0>(first, [&](auto gc) { hla_pass<decltype(gc)::value, true>(slab, g, 0, ld); });
   for (int h_log = first; h_log < g.n_log;) {
     const int stages = g.n_log - h_log < kRadix ? g.n_log - h_log : kRadix;
     __syncthreads();
-    switch (stages) {
-      case 1: radix_pass<1>(slab, g, h_log); break;
-      case 2: radix_pass<2>(slab, g, h_log); break;
-      default: radix_pass<3>(slab, g, h_log); break;
-    }
+    with_stages<1>(stages, [&](auto gc) { hla_pass<decltype(gc)::value, false>(slab, g, h_log, ld); });
     h_log += stages;
   }
   __syncthreads();
-  float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
-  if (!a.channels) {  // out (B, R, C): rows of `width` contiguous floats
-    float* o = a.out + (b * R + p * r) * a.C + c0;
+  const int width = ld.width;
+  if (!a.channels) {  // out (B, R, K): row i's columns; contiguous when out_step is 1
     for (int e = threadIdx.x; e < (r << g.tile_log); e += blockDim.x) {
       const int i = e >> g.tile_log, c = e & (tile - 1);
-      if (c < width) {
-        const float v = slab[kept[i] * g.stride + c];
-        o[i * a.C + c] = v;
-        amax = fmaxf(amax, fabsf(v));
-      }
+      if (c < width) out.put(i, c, slab[g.at(kept[i], c)], amax);
     }
-  } else {  // out (B, C, R): runs of r contiguous floats per channel
-    float* o = a.out + (b * a.C + c0) * R + p * r;
+  } else {  // out (B, K, R): runs of r contiguous floats per column
     for (int e = threadIdx.x; e < r * width; e += blockDim.x) {
       const int c = e / r, i = e - c * r;
-      const float v = slab[kept[i] * g.stride + c];
-      o[c * R + i] = v;
-      amax = fmaxf(amax, fabsf(v));
+      out.put(i, c, slab[g.at(kept[i], c)], amax);
     }
   }
   if (a.absmax) {  // a warp maximum, then one atomicMax on the bits (non-negative floats order like them)
@@ -157,38 +325,74 @@ __global__ void __launch_bounds__(kHlaThreads)
   }
 }
 
+// Launches hla_project_kernel<T, Loader<T>> for x's dtype.
+template <template <class> class Loader, class Params>
+void launch(const char* name, DType dtype, const HlaOutput& a, const Params& lp, const HlaGeometry& g,
+            const HlaRows& rows, cudaStream_t stream) {
+  const int64_t ctas = a.B * (a.L / a.block) * g.tiles;
+  const bool ok = visit_kernel_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto kernel = hla_project_kernel<T, Loader<T>>;
+    if (g.smem > 48 * 1024)
+      HT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(g.smem)));
+    kernel<<<static_cast<unsigned>(ctas), kHlaThreads, g.smem, stream>>>(a, lp, g, rows);
+    HT_CHECK_LAUNCH(name);
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE(name, dtype);
+}
+
+// HADATRAIN_HLA_IM2COL, read once per process: 0 unset or unknown, 1 runs, 2 taps, 3 auto.
+int hla_im2col_env() {
+  static const int v = env_variant("HADATRAIN_HLA_IM2COL", {{"runs", 1}, {"taps", 2}, {"auto", 3}}, 0, 0);
+  return v;
+}
+
 }  // namespace
 
-HlaKernel hla_kernel_default() {
-  static const int v = env_variant("HADATRAIN_HLA_KERNEL", {{"slab", 1}, {"reg32", 2}, {"reg16", 3}, {"classic", 4}}, 4, 4);
-  return static_cast<HlaKernel>(v);
-}
-
-bool hla_im2col_enabled() {
-  static const bool on = env_variant("HADATRAIN_HLA_IM2COL", {{"runs", 1}, {"taps", 2}, {"auto", 3}}, 0, 0) != 0;
-  return on;
-}
+bool hla_im2col_enabled() { return hla_im2col_env() != 0; }
 
 void launch_hla_project(const HlaProjectArgs& a, const HlaRows& rows, cudaStream_t stream) {
   if (a.B == 0 || a.L == 0 || a.C == 0) return;
-  const HlaKernel variant = a.variant == HlaKernel::automatic ? hla_kernel_default() : a.variant;
-  if (variant != HlaKernel::classic) {  // the session-9 variants (kernels/hla_variants.cu)
-    HlaProjectArgs v = a;
-    v.variant = variant;
-    launch_hla_project_variant(v, rows, stream);
-    return;
+  const HlaGeometry g = hla_geometry(a.block, a.kept, a.C, 1);
+  const HlaOutput o{a.B, a.L, a.C, a.block, a.kept, a.channels, a.out, a.absmax};
+  const StridedParams lp{a.x, a.sb, a.sl, a.sc, a.C};
+  launch<StridedColumns>("hla_project", a.dtype, o, lp, g, rows, stream);
+}
+
+void launch_hla_project_unfolded(const HlaUnfoldedArgs& a, const HlaRows& rows, cudaStream_t stream) {
+  const int64_t kk = a.kh * a.kw, K = a.C * kk, L = a.OH * a.OW;
+  if (a.N == 0 || L == 0 || K == 0) return;
+  HlaIm2colTiles tiles = a.tiles;
+  if (tiles == HlaIm2colTiles::automatic) {
+    const int env = hla_im2col_env();
+    tiles = env == 1 || env == 2 ? static_cast<HlaIm2colTiles>(env) : HlaIm2colTiles::automatic;
+    if (tiles == HlaIm2colTiles::automatic)
+      tiles = a.sc == 1 && a.C >= 16 ? HlaIm2colTiles::taps : HlaIm2colTiles::runs;
   }
-  const HlaGeometry g = hla_geometry(a);
-  const int64_t ctas = a.B * (a.L / a.block) * g.tiles;
-  const bool ok = visit_kernel_float(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    auto kernel = hla_project_kernel<T>;
-    if (g.smem > 48 * 1024)
-      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(g.smem)));
-    kernel<<<static_cast<unsigned>(ctas), kHlaThreads, g.smem, stream>>>(a, g, rows);
-    HT_CHECK_LAUNCH("hla_project");
-  });
-  if (!ok) HT_UNSUPPORTED_DTYPE("hla_project", a.dtype);
+  const bool taps = tiles == HlaIm2colTiles::taps && kk > 1;
+  const HlaGeometry g = taps ? hla_geometry(a.block, a.kept, a.C, kk) : hla_geometry(a.block, a.kept, K, 1);
+  const HlaOutput o{a.N, L, K, a.block, a.kept, a.channels, a.out, a.absmax};
+  Im2colParams lp{};
+  lp.x = a.x;
+  lp.sn = a.sn;
+  lp.sc = static_cast<int>(a.sc);
+  lp.sh = static_cast<int>(a.sh);
+  lp.sw = static_cast<int>(a.sw);
+  lp.C = static_cast<int>(a.C);
+  lp.H = static_cast<int>(a.H);
+  lp.W = static_cast<int>(a.W);
+  lp.OW = static_cast<int>(a.OW);
+  lp.kh = static_cast<int>(a.kh);
+  lp.kw = static_cast<int>(a.kw);
+  lp.stride_h = static_cast<int>(a.stride_h);
+  lp.stride_w = static_cast<int>(a.stride_w);
+  lp.pad_h = static_cast<int>(a.pad_h);
+  lp.pad_w = static_cast<int>(a.pad_w);
+  lp.dil_h = static_cast<int>(a.dil_h);
+  lp.dil_w = static_cast<int>(a.dil_w);
+  lp.taps = taps;
+  launch<Im2colColumns>("hla_project_unfolded", a.dtype, o, lp, g, rows, stream);
 }
 
 }  // namespace ht::kernels

@@ -1,12 +1,12 @@
 // Launchers of the HLA projection kernel (CPU reference and contract: src/grad/hla.cpp,
-// include/hadatrain/grad/hla.h Note [HLA projection]). One CTA per (sample, block, channel tile): the n × tile
+// include/hadatrain/grad/hla.h Note [HLA projection]). One CTA per (sample, block, column tile): the n × tile
 // slab is loaded into shared memory as f32, transformed with the butterfly of Note [Bit-identical
 // quantisation] (__fadd_rn / __fsub_rn, stages h = 1, 2, ..., n/2), and the kept rows are written as f32 in
 // the rows (B, R, C) or channels (B, C, R) layout. Bit-identical to the CPU. Input dtypes: f32 f64 bf16 f16.
-// The variants of kernels/hla_variants.cu: two sources share one kernel body (a loader template parameter, Note
-// [HLA loaders] there): strided
-// columns x (B, L, C), and the im2col columns of an image read through the index map of
-// include/hadatrain/ops/unfold.h without materialising them (launch_hla_project_unfolded).
+// One kernel body (kernels/hla.cu, Note [HLA butterfly passes]) serves two sources through a loader (Note
+// [HLA loaders] there): strided columns x (B, L, C) (launch_hla_project), and the im2col columns of an image
+// read through the index map of include/hadatrain/ops/unfold.h without materialising them
+// (launch_hla_project_unfolded).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -24,31 +24,7 @@ struct HlaRows {
   int16_t idx[kHlaMaxRows];
 };
 
-// Kernel variant. classic (4, the default): the session-8 kernel in kernels/hla.cu, radix-8 passes over the
-// shared-memory slab, measured on the H200. The others are in kernels/hla_variants.cu (Note [HLA register
-// butterfly] there; written in session 9 and not yet run on a GPU, so opt-in until measured):
-//   slab (1): the classic algorithm through a loader template (strided columns or the im2col index map) with
-//             launch bounds;
-//   reg32 (2): radix up to 32 in registers (ceil(log2 n / 5) passes: n = 1024 is the load pass and one more),
-//             the last pass writing the kept rows of the rows layout straight to global memory through a
-//             natural row -> output slot table (the channels layout writes the slab back and reads it as slab).
-//   reg16 (3): the same with at most 16 rows per item (n = 1024: 4 + 3 + 3 stages, two slab writes and reads),
-//             for 3 CTAs per SM within 80 registers (reg32 takes ~128 registers: 2 CTAs per SM).
-// automatic (0) takes HADATRAIN_HLA_KERNEL = classic | slab | reg32 | reg16 (or 4 | 1 | 2 | 3), read once per
-// process; unset or unknown: classic. The same bits every way. The fused im2col path
-// (launch_hla_project_unfolded) has no classic kernel and runs slab in its place.
-enum class HlaKernel : int { automatic = 0, slab = 1, reg32 = 2, reg16 = 3, classic = 4 };
-inline constexpr HlaKernel kHlaKernels[] = {HlaKernel::slab, HlaKernel::reg32, HlaKernel::reg16};  // the new ones
-inline const char* hla_kernel_name(HlaKernel v) {
-  return v == HlaKernel::slab      ? "slab"
-         : v == HlaKernel::reg32   ? "reg32"
-         : v == HlaKernel::reg16   ? "reg16"
-         : v == HlaKernel::classic ? "classic"
-                                   : "auto";
-}
-HlaKernel hla_kernel_default();
-
-// Which columns one CTA of the im2col path owns (Note [HLA im2col tiles] in kernels/hla_variants.cu):
+// Which columns one CTA of the im2col path owns (Note [HLA im2col tiles] in kernels/hla.cu):
 //   runs (1): `tile` consecutive columns k = c·kh·kw + t (as the strided path): output rows written contiguously,
 //             image reads scattered over the kh·kw taps of 1–3 channels;
 //   taps (2): one tap t of `tile` consecutive input channels: lanes read consecutive c (coalesced for a
@@ -57,8 +33,8 @@ HlaKernel hla_kernel_default();
 //             caller's explicit automatic: taps when the image's channel stride is 1 and C >= 16, else runs.
 enum class HlaIm2colTiles : int { automatic = 0, runs = 1, taps = 2 };
 // Whether grad::hla_project_unfolded runs the fused im2col kernel on CUDA: HADATRAIN_HLA_IM2COL set to runs,
-// taps or auto (read once per process). Unset (or off): it runs unfold2d + hla_project, the path measured on
-// the H200, until the fused kernel has run on a GPU.
+// taps or auto (read once per process). Unset (or off): it runs unfold2d + hla_project, the path measured end
+// to end on the H200; the fused kernel stays opt-in until its step timings decide.
 bool hla_im2col_enabled();
 
 struct HlaProjectArgs {
@@ -71,12 +47,8 @@ struct HlaProjectArgs {
   bool channels = false;           // out (B, C, R) instead of (B, R, C), R = (L / n)·r
   float* out;                      // contiguous
   float* absmax = nullptr;         // optional: max(*absmax, max |out|) by atomicMax on the f32 bits
-  HlaKernel variant = HlaKernel::automatic;
 };
 void launch_hla_project(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
-// The kernels of kernels/hla_variants.cu (slab, reg32, reg16; classic and automatic run slab there):
-// launch_hla_project forwards every variant but classic to it.
-void launch_hla_project_variant(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
 
 // The projection of cols = unfold2d(x, window) (N, L, C·kh·kw), L = OH·OW, read from the image x.
 struct HlaUnfoldedArgs {
@@ -92,7 +64,6 @@ struct HlaUnfoldedArgs {
   bool channels = false;                // out (N, C·kh·kw, R) instead of (N, R, C·kh·kw)
   float* out;                           // contiguous
   float* absmax = nullptr;              // as HlaProjectArgs::absmax
-  HlaKernel variant = HlaKernel::automatic;
   HlaIm2colTiles tiles = HlaIm2colTiles::automatic;
 };
 void launch_hla_project_unfolded(const HlaUnfoldedArgs& args, const HlaRows& rows, cudaStream_t stream);

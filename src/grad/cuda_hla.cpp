@@ -1,4 +1,4 @@
-// Tensor-level glue of the HLA projection kernels (kernels/hla.h): fp8 inputs are widened to f32 first (exact,
+// Tensor-level glue of the HLA projection kernel (kernels/hla.h): fp8 inputs are widened to f32 first (exact,
 // as the CPU reference converts them), the kept rows travel by value in the launch, x keeps its strides. The
 // identity plan (n = 1) of hla_project is a plain conversion through copy_; hla_project_unfolded's fused kernel
 // runs it too (a gather of the columns converted to f32). hla_project_unfolded runs the composition unfold2d +
@@ -34,7 +34,7 @@ kernels::HlaRows rows_of(const grad::HlaPlan& plan) {
 }  // namespace
 
 void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, grad::HlaLayout layout,
-                 float* absmax, const HlaKernelChoice& choice) {
+                 float* absmax) {
   if (out.numel() == 0) return;
   check_plan_fits("hla_project", plan);
   HT_ASSERT(out.is_contiguous() && out.dtype() == DType::f32, "hla_project: bad output {}", out.describe());
@@ -64,7 +64,6 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
   a.channels = layout == grad::HlaLayout::channels;
   a.out = static_cast<float*>(out.data_ptr());
   a.absmax = absmax;
-  a.variant = choice.kernel;
   cuda::DeviceGuard guard(out.device().index);
   kernels::launch_hla_project(a, rows, cuda::current_stream(out.device().index));
 }
@@ -87,7 +86,7 @@ void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2d
   // when the kernel indexes one sample's image with int32 offsets; else the composition.
   const bool fused = choice.tiles != kernels::HlaIm2colTiles::automatic || kernels::hla_im2col_enabled();
   if (!fits || !fused) {
-    hla_project(out, unfold2d(in, window), plan, layout, absmax, choice);
+    hla_project(out, unfold2d(in, window), plan, layout, absmax);
     return;
   }
   kernels::HlaUnfoldedArgs a;
@@ -118,7 +117,6 @@ void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2d
   a.channels = layout == grad::HlaLayout::channels;
   a.out = static_cast<float*>(out.data_ptr());
   a.absmax = absmax;
-  a.variant = choice.kernel;
   a.tiles = choice.tiles;
   cuda::DeviceGuard guard(out.device().index);
   kernels::launch_hla_project_unfolded(a, rows_of(plan), cuda::current_stream(out.device().index));

@@ -2,12 +2,13 @@
 // convert to f32 and run the same butterfly with round-to-nearest adds): L in {16, 64, 196 (n 4), 784 (n 16),
 // 1024, 197 (n 1), 2048 (n > 1024, large shared memory)}, odd B and C, f32 / bf16 / f16 / f64 / fp8 inputs,
 // both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|; every
-// kernel variant (classic, slab, reg32, reg16, named explicitly through cuda_ops::HlaKernelChoice). The fused
-// im2col path of hla_project_unfolded (an explicit tile mapping; the op's default is the composition) against the CPU composition hla_project(unfold2d(...)), bit for bit: NCHW and
-// channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2 dilation 2, 4x4 stride-4 patches, C 3 and 37, maps 32x32
-// (n 1024), 16x16, 14x14 (n 4) and 7x7 (n 1), bf16 / f32 (f16 / f64 / fp8 through the op), both layouts, absmax,
-// rank 50 % and full, every variant with both im2col tile mappings (runs, taps); the op itself (composition by
-// default) for every dtype.
+// pass count of the butterfly, 1 to 5 (Note [HLA butterfly passes] in kernels/hla.cu), and partial column tiles.
+// The fused im2col path of hla_project_unfolded (an explicit tile mapping through cuda_ops::HlaKernelChoice; the
+// op's default is the composition) against the CPU composition hla_project(unfold2d(...)), bit for bit: NCHW
+// and channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2 dilation 2, 4x4 stride-4 patches, C 3 and 37, maps
+// 32x32 (n 1024), 16x16, 14x14 (n 4) and 7x7 (n 1), bf16 / f32 (f16 / f64 / fp8 through the op), both layouts,
+// absmax, rank 50 % and full, both im2col tile mappings (runs, taps); the op itself (composition by default)
+// for every dtype.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -22,7 +23,6 @@ using grad::HlaLayout;
 using grad::HlaPlan;
 using grad::HlaRank;
 using kernels::HlaIm2colTiles;
-using kernels::HlaKernel;
 
 namespace {
 
@@ -64,35 +64,6 @@ std::string check_project(const Tensor& x_cpu, const HlaPlan& plan) {
 Tensor empty_projection(int64_t B, int64_t K, const HlaPlan& plan, HlaLayout layout) {
   const int64_t R = plan.projected_length();
   return empty(layout == HlaLayout::rows ? Shape{B, R, K} : Shape{B, K, R}, {DType::f32, test::kCuda});
-}
-
-// The CUDA projection of x_gpu with an explicit kernel choice against `expected` (and its absmax); "" when the
-// bits agree.
-std::string check_variant(const Tensor& x_gpu, const HlaPlan& plan, HlaLayout layout, const Tensor& expected,
-                          const Tensor& max_expected, cuda_ops::HlaKernelChoice choice) {
-  const Tensor out = empty_projection(x_gpu.size(0), x_gpu.size(2), plan, layout);
-  const Tensor m = zeros({1}, {DType::f32, test::kCuda});
-  cuda_ops::hla_project(out, x_gpu, plan, layout, static_cast<float*>(m.data_ptr()), choice);
-  const std::string err = test::compare_bits(out, expected);
-  if (!err.empty()) return err;
-  const std::string merr = test::compare_bits(m, max_expected);
-  return merr.empty() ? "" : "absmax: " + merr;
-}
-
-// Every variant of the strided kernel against the CPU, both layouts.
-std::string check_variants(const Tensor& x_cpu, const HlaPlan& plan) {
-  test::PoisonGuard poison;
-  const Tensor x_gpu = x_cpu.to(test::kCuda);
-  for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
-    Tensor max_cpu;
-    const Tensor expected = grad::hla_project(x_cpu, plan, layout, &max_cpu);
-    for (HlaKernel v : {HlaKernel::classic, HlaKernel::slab, HlaKernel::reg32, HlaKernel::reg16}) {
-      const std::string err = check_variant(x_gpu, plan, layout, expected, max_cpu, {v, HlaIm2colTiles::automatic});
-      if (!err.empty())
-        return std::string(kernels::hla_kernel_name(v)) + (layout == HlaLayout::rows ? " rows: " : " channels: ") + err;
-    }
-  }
-  return "";
 }
 
 }  // namespace
@@ -149,9 +120,10 @@ TEST_CASE("hla_project on CUDA handles blocks beyond 1024, wide tiles and tiny c
   CHECK(e.shape() == Shape{0, 36, 5});
 }
 
-TEST_CASE("every hla_project kernel variant equals the CPU bit for bit", "[gpu][hla]") {
-  // n 4, 16, 64 (3 + 3 register stages), 1024 (5 + 5; 4 + 3 + 3), 2048 (4 + 4 + 3), 8192 (5 + 4 + 4); odd C, a
-  // partial channel tile, strided (transposed) inputs.
+TEST_CASE("hla_project on CUDA equals the CPU bit for bit for 1 to 5 butterfly passes", "[gpu][hla]") {
+  // Butterfly passes of at most 3 stages, the first fused with the load: n 4 (L 196: 2), 16 (L 48: 3 + 1), 32
+  // (L 96 and 32: 3 + 2), 64 (3 + 3), 1024 (3 + 3 + 3 + 1), 2048 (3 + 3 + 3 + 2), 8192 (3 + 3 + 3 + 3 + 1); odd C,
+  // a partial channel tile, strided (transposed) inputs.
   uint64_t seed = 300;
   struct Case {
     int64_t B, L, C;
@@ -165,14 +137,14 @@ TEST_CASE("every hla_project kernel variant equals the CPU bit for bit", "[gpu][
       const Tensor x = test::random_input({c.B, c.L, c.C}, seed++, dt, -4, 4);
       const HlaPlan plan = grad::hla_plan(c.L, c.rank);
       INFO(dtype_name(dt) << " B " << c.B << " C " << c.C << " " << plan.describe());
-      CHECK(check_variants(x, plan) == "");
+      CHECK(check_project(x, plan) == "");
     }
   // Channels strided (a transposed (B, C, L) tensor).
   const Tensor xt = test::random_input({2, 37, 1024}, seed++, DType::bf16, -3, 3).transpose(1, 2);
-  CHECK(check_variants(xt, grad::hla_plan(1024, pct_rank(50))) == "");
+  CHECK(check_project(xt, grad::hla_plan(1024, pct_rank(50))) == "");
 }
 
-TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, every variant", "[gpu][hla]") {
+TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, both tile mappings", "[gpu][hla]") {
   struct Window {
     const char* name;
     Unfold2dParams p;
@@ -201,19 +173,18 @@ TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, 
               for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
                 Tensor max_cpu;
                 const Tensor expected = grad::hla_project(cols, plan, layout, &max_cpu);
-                for (HlaKernel v : kernels::kHlaKernels)
-                  for (HlaIm2colTiles tiles : {HlaIm2colTiles::runs, HlaIm2colTiles::taps}) {
-                    INFO(side << "x" << side << " C " << C << " " << dtype_name(dt)
-                              << (channels_last ? " channels-last " : " NCHW ") << w.name << " " << plan.describe()
-                              << (layout == HlaLayout::rows ? " rows " : " channels ") << kernels::hla_kernel_name(v)
-                              << (tiles == HlaIm2colTiles::runs ? " runs" : " taps"));
-                    const Tensor out = empty_projection(2, K, plan, layout);
-                    const Tensor m = zeros({1}, {DType::f32, test::kCuda});
-                    cuda_ops::hla_project_unfolded(out, image_gpu, w.p, plan, layout, static_cast<float*>(m.data_ptr()),
-                                                   {v, tiles});
-                    CHECK(test::compare_bits(out, expected) == "");
-                    CHECK(test::compare_bits(m, max_cpu) == "");
-                  }
+                for (HlaIm2colTiles tiles : {HlaIm2colTiles::runs, HlaIm2colTiles::taps}) {
+                  INFO(side << "x" << side << " C " << C << " " << dtype_name(dt)
+                            << (channels_last ? " channels-last " : " NCHW ") << w.name << " " << plan.describe()
+                            << (layout == HlaLayout::rows ? " rows" : " channels")
+                            << (tiles == HlaIm2colTiles::runs ? " runs" : " taps"));
+                  const Tensor out = empty_projection(2, K, plan, layout);
+                  const Tensor m = zeros({1}, {DType::f32, test::kCuda});
+                  cuda_ops::hla_project_unfolded(out, image_gpu, w.p, plan, layout, static_cast<float*>(m.data_ptr()),
+                                                 {tiles});
+                  CHECK(test::compare_bits(out, expected) == "");
+                  CHECK(test::compare_bits(m, max_cpu) == "");
+                }
               }
             }
           }
@@ -223,7 +194,7 @@ TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, 
   }
 }
 
-TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, the default variant, absmax", "[gpu][hla]") {
+TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, the default path, absmax", "[gpu][hla]") {
   uint64_t seed = 900;
   for (DType dt : {DType::f16, DType::f64, DType::f8e4m3, DType::bf16}) {
     test::PoisonGuard poison;

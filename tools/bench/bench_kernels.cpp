@@ -293,7 +293,7 @@ void bench_grad_quant(bool csv, double copy_gbs) {
 
 // ---- bench_hla (helper hla) ----
 }  // namespace (the kernel headers below are included at namespace scope)
-#include "kernels/hla.h"     // bench_hla: launch_hla_project / launch_hla_project_unfolded and their variants
+#include "kernels/hla.h"     // bench_hla: launch_hla_project / launch_hla_project_unfolded
 #include "kernels/unfold.h"  // bench_hla: launch_unfold2d for the composition (bench_fold includes it too)
 namespace {
 
@@ -303,12 +303,12 @@ kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
   return rows;
 }
 
-// HLA projection kernels through their launchers on preallocated buffers (legacy stream, time_ms's events),
-// percentile 50, one row per kernel variant (kernels/hla.h: classic, the default, then slab, reg32, reg16).
+// The HLA projection kernel (kernels/hla.h) through its launchers on preallocated buffers (legacy stream,
+// time_ms's events), percentile 50.
 // 1. hla_project of a bf16 activation / gradient (B, L, C) as the HLQ g_w path runs it, ResNet shapes:
 //    (64, 1024, 256) is a 32x32 map (n = 1024, r = 528), (64, 3136, 64) a 56x56 map (n = 64, r = 36); both
 //    output layouts. GB/s counts the minimum traffic, bf16 read once (2 B/element) + the f32 projection written
-//    once (4 B per output element).
+//    once (4 B per output element). Path "strided" (launch_hla_project).
 // 2. hla_project_unfolded (ACBP's projection of a conv's im2col columns) on ResNet-34 CIFAR conv inputs, bf16,
 //    channels-last (an (N, H, W, C) buffer read as (N, C, H, W)), batch 256, rows layout (what HLQ uses):
 //    "compose" is launch_unfold2d (default unfold variant) + launch_hla_project, "runs" / "taps" the fused kernel
@@ -316,8 +316,6 @@ kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
 //    projection written once (the fused path's floor; the composition also writes and reads the columns).
 // "vs copy" compares with the copy bandwidth from main(). HADATRAIN_BENCH_HLA=S runs only the cases whose name
 // contains S.
-constexpr kernels::HlaKernel kHlaBenchKernels[] = {kernels::HlaKernel::classic, kernels::HlaKernel::slab,
-                                                   kernels::HlaKernel::reg32, kernels::HlaKernel::reg16};
 void bench_hla(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(8);
@@ -345,26 +343,22 @@ void bench_hla(bool csv, double copy_gbs) {
     const kernels::HlaRows rows = hla_rows_of(plan);
     const Tensor out = empty({c.B, plan.projected_length(), c.C}, {DType::f32, dev});
     for (grad::HlaLayout layout : {grad::HlaLayout::rows, grad::HlaLayout::channels}) {
-      for (kernels::HlaKernel v : kHlaBenchKernels) {
-        kernels::HlaProjectArgs a;
-        a.dtype = DType::bf16;
-        a.x = x.data_ptr();
-        a.B = c.B;
-        a.L = c.L;
-        a.C = c.C;
-        a.sb = c.L * c.C;
-        a.sl = c.C;
-        a.sc = 1;
-        a.block = plan.block;
-        a.kept = plan.kept();
-        a.channels = layout == grad::HlaLayout::channels;
-        a.out = static_cast<float*>(out.data_ptr());
-        a.variant = v;
-        const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
-        const double bytes = 2.0 * static_cast<double>(x.numel()) + 4.0 * static_cast<double>(out.numel());
-        print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels", kernels::hla_kernel_name(v),
-                  plan.describe(), ms, bytes);
-      }
+      kernels::HlaProjectArgs a;
+      a.dtype = DType::bf16;
+      a.x = x.data_ptr();
+      a.B = c.B;
+      a.L = c.L;
+      a.C = c.C;
+      a.sb = c.L * c.C;
+      a.sl = c.C;
+      a.sc = 1;
+      a.block = plan.block;
+      a.kept = plan.kept();
+      a.channels = layout == grad::HlaLayout::channels;
+      a.out = static_cast<float*>(out.data_ptr());
+      const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
+      const double bytes = 2.0 * static_cast<double>(x.numel()) + 4.0 * static_cast<double>(out.numel());
+      print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels", "strided", plan.describe(), ms, bytes);
     }
   }
 
@@ -397,54 +391,46 @@ void bench_hla(bool csv, double copy_gbs) {
     const Tensor out = empty({c.N, plan.projected_length(), K}, {DType::f32, dev});
     const double bytes = 2.0 * static_cast<double>(nhwc.numel()) + 4.0 * static_cast<double>(out.numel());
     const kernels::UnfoldStrides4 xl{c.H * c.W * c.C, 1, c.W * c.C, c.C};  // (n, c, h, w) strides of NHWC storage
-    for (kernels::HlaKernel v : kHlaBenchKernels) {
-      kernels::HlaProjectArgs a;  // the composition's projection of the materialised columns
-      a.dtype = DType::bf16;
-      a.x = cols.data_ptr();
-      a.B = c.N;
-      a.L = L;
-      a.C = K;
-      a.sb = L * K;
-      a.sl = K;
-      a.sc = 1;
-      a.block = plan.block;
-      a.kept = plan.kept();
-      a.out = static_cast<float*>(out.data_ptr());
-      a.variant = v;
-      const double ms_comp = time_ms([&] {
-        kernels::launch_unfold2d(DType::bf16, nhwc.data_ptr(), xl, ug, cols.data_ptr(), nullptr);
-        kernels::launch_hla_project(a, rows, nullptr);
-      });
-      print_row(c.name, "rows", (std::string("compose ") + kernels::hla_kernel_name(v)).c_str(), plan.describe(),
-                ms_comp, bytes);
-      for (kernels::HlaIm2colTiles tiles : {kernels::HlaIm2colTiles::runs, kernels::HlaIm2colTiles::taps}) {
-        if (v == kernels::HlaKernel::classic) break;  // the fused path has no classic kernel (it runs slab)
-        kernels::HlaUnfoldedArgs u;
-        u.dtype = DType::bf16;
-        u.x = nhwc.data_ptr();
-        u.N = c.N;
-        u.C = c.C;
-        u.H = c.H;
-        u.W = c.W;
-        u.sn = xl.n;
-        u.sc = xl.c;
-        u.sh = xl.h;
-        u.sw = xl.w;
-        u.OH = ug.OH;
-        u.OW = ug.OW;
-        u.kh = u.kw = c.k;
-        u.stride_h = u.stride_w = c.s;
-        u.pad_h = u.pad_w = c.p;
-        u.block = plan.block;
-        u.kept = plan.kept();
-        u.out = static_cast<float*>(out.data_ptr());
-        u.variant = v;
-        u.tiles = tiles;
-        const double ms = time_ms([&] { kernels::launch_hla_project_unfolded(u, rows, nullptr); });
-        const std::string path = std::string(tiles == kernels::HlaIm2colTiles::runs ? "runs " : "taps ") +
-                                 kernels::hla_kernel_name(v);
-        print_row(c.name, "rows", path.c_str(), plan.describe(), ms, bytes);
-      }
+    kernels::HlaProjectArgs a;  // the composition's projection of the materialised columns
+    a.dtype = DType::bf16;
+    a.x = cols.data_ptr();
+    a.B = c.N;
+    a.L = L;
+    a.C = K;
+    a.sb = L * K;
+    a.sl = K;
+    a.sc = 1;
+    a.block = plan.block;
+    a.kept = plan.kept();
+    a.out = static_cast<float*>(out.data_ptr());
+    const double ms_comp = time_ms([&] {
+      kernels::launch_unfold2d(DType::bf16, nhwc.data_ptr(), xl, ug, cols.data_ptr(), nullptr);
+      kernels::launch_hla_project(a, rows, nullptr);
+    });
+    print_row(c.name, "rows", "compose", plan.describe(), ms_comp, bytes);
+    for (kernels::HlaIm2colTiles tiles : {kernels::HlaIm2colTiles::runs, kernels::HlaIm2colTiles::taps}) {
+      kernels::HlaUnfoldedArgs u;
+      u.dtype = DType::bf16;
+      u.x = nhwc.data_ptr();
+      u.N = c.N;
+      u.C = c.C;
+      u.H = c.H;
+      u.W = c.W;
+      u.sn = xl.n;
+      u.sc = xl.c;
+      u.sh = xl.h;
+      u.sw = xl.w;
+      u.OH = ug.OH;
+      u.OW = ug.OW;
+      u.kh = u.kw = c.k;
+      u.stride_h = u.stride_w = c.s;
+      u.pad_h = u.pad_w = c.p;
+      u.block = plan.block;
+      u.kept = plan.kept();
+      u.out = static_cast<float*>(out.data_ptr());
+      u.tiles = tiles;
+      const double ms = time_ms([&] { kernels::launch_hla_project_unfolded(u, rows, nullptr); });
+      print_row(c.name, "rows", tiles == kernels::HlaIm2colTiles::runs ? "runs" : "taps", plan.describe(), ms, bytes);
     }
   }
 }
