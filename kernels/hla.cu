@@ -4,7 +4,7 @@
 // pass is fused with the load from global memory through a loader (strided columns, or the im2col columns of
 // an image: Note [HLA loaders]), the others read and write the slab, separated by __syncthreads. Every element
 // sees the same adds and subtracts in the same stage order as the CPU (__fadd_rn / __fsub_rn, no contraction),
-// so the bits equal the CPU reference's, for every loader and tile mapping below.
+// so the bits equal the CPU reference's, for every loader below.
 //
 // Note [HLA butterfly passes]
 // A pass of G stages h = 2^h_log ... 2^(h_log + G − 1) gives each thread item (k, c) the 2^G rows
@@ -29,23 +29,19 @@
 // column): the butterfly inputs are the same floats, hence the same bits.
 //
 // Note [HLA im2col tiles]
-// The slab bounds a CTA to 16 columns at n = 1024 (64 KiB), fewer than the kh·kw taps of two input channels
-// of a 3x3 conv. runs: consecutive columns k0 ... k0 + tile − 1 (1–3 channels, their taps), so each kept row
-// is written as one contiguous run of the output row (rows layout), but a warp's loads of a channels-last
-// image touch ~9 different pixels (~18 sectors for 32 values; mostly L1 hits, since the taps of neighbouring
-// positions overlap). taps: one tap t of channels c0 ... c0 + tile − 1: a warp's loads are 2 sectors per 32
-// values for a channels-last image (lanes read consecutive channels), and the kh·kw CTAs of one channel tile
-// (consecutive in the grid, tap fastest) read the same image sectors from L2; but the rows layout's output
-// columns c·kh·kw + t are kh·kw floats apart, so each 4-byte store is its own sector (the kh·kw CTAs write
-// the interleaved columns at about the same time and L2 merges them before DRAM). Which is faster depends on
-// the L1 wavefronts of the scattered loads versus the L2 transactions of the scattered stores; bench_hla times
-// both (HADATRAIN_HLA_IM2COL). For an NCHW image runs is the natural choice (its taps share image rows).
+// A CTA of the im2col loader owns `tile` consecutive columns k0 ... k0 + tile − 1 (the strided loader's
+// mapping; at n = 1024 the slab bounds tile to 16, the taps of 1–3 channels of a 3x3 conv): each kept row is
+// written as one contiguous run of the output row, and a warp's image reads are spread over those taps (for a
+// channels-last image ~9 pixels, mostly L1 hits since neighbouring positions' taps overlap). The other mapping,
+// `taps` (one tap of 16+ consecutive channels a CTA: coalesced channels-last reads, output columns kh·kw floats
+// apart), was timed on one H200 (run 38; bench_hla unfolded rows, bf16 channels-last, batch 256, ms unfold2d +
+// projection / runs / taps: C64 32x32 0.679 / 0.739 / 0.763, C128 16x16 0.244 / 0.234 / 0.369, C512 4x4
+// 0.094 / 0.0745 / 0.1065; ResNet-34 HLQ step 21.44 / 21.55 / 23.31): it lost everywhere and was deleted.
 #include <type_traits>
 
 #include "kernels/convert.cuh"
 #include "kernels/hla.h"
 #include "kernels/launch.h"
-#include "kernels/variant.h"
 
 namespace ht::kernels {
 namespace {
@@ -60,7 +56,7 @@ struct HlaGeometry {
   int stride;           // floats per slab row in shared memory
   size_t smem;          // bytes: slab + kept indices
   int64_t slab_floats;  // (n, stride)
-  int64_t tiles;        // CTAs per (sample, block): column tiles (times kh·kw taps for the im2col taps mapping)
+  int64_t tiles;        // CTAs per (sample, block): column tiles
   // Slab offset of (row, column c).
   __device__ __forceinline__ int at(int row, int c) const { return row * stride + c; }
 };
@@ -71,9 +67,8 @@ int log2_of(int64_t v) {
   return l;
 }
 
-// columns: how many columns one tile's index runs over (C, or the image's channels for the taps mapping);
-// taps: tiles are repeated for each of them (1 unless the taps mapping).
-HlaGeometry hla_geometry(int64_t block, int64_t kept, int64_t columns, int64_t taps) {
+// columns: the output columns the tiles cover (C, or C·kh·kw for the im2col loader).
+HlaGeometry hla_geometry(int64_t block, int64_t kept, int64_t columns) {
   HlaGeometry g{};
   g.n_log = log2_of(block);
   // Up to 32 columns for n >= 64; small blocks take more columns (2048 / n, at most 256) so that a CTA has
@@ -85,7 +80,7 @@ HlaGeometry hla_geometry(int64_t block, int64_t kept, int64_t columns, int64_t t
   const int64_t c_pow2 = int64_t{1} << log2_of(columns);
   if (tile > c_pow2) tile = c_pow2;
   g.tile_log = log2_of(tile);
-  g.tiles = (columns + tile - 1) / tile * taps;
+  g.tiles = (columns + tile - 1) / tile;
   g.stride = static_cast<int>(tile > 1 ? tile + 1 : 1);
   g.slab_floats = block * g.stride;
   g.smem = static_cast<size_t>(g.slab_floats) * sizeof(float) + static_cast<size_t>(kept) * sizeof(int16_t);
@@ -118,9 +113,10 @@ __device__ __forceinline__ void butterfly(float* v) {
 // ---- loaders (Note [HLA loaders]) ----
 // Each is built per CTA from its parameters and (sample b, first position l0 = p·n, tile index ti); it knows
 // the tile's real width and where its columns go in the output: column c of the tile is output column
-// out_base + c·out_step. kMinBlocks: the CTAs per SM its kernel's registers must allow (ptxas -v, sm_90a,
+// out_base + c. kMinBlocks: the CTAs per SM its kernel's registers must allow (ptxas -v, sm_90a,
 // CUDA 12): 6 for the strided loader (40 registers; 6 for small n, where shared memory allows more), 5 for the
-// im2col loader (48; at 6 it spilled 8 bytes); without a bound they took 45–61.
+// im2col loader (45–48; with the taps mapping, at 6 it spilled 8 bytes; without it, 6 fits 40 registers with
+// no spill, not yet timed); without a bound they took 45–61.
 
 struct StridedParams {
   const void* x;  // (B, L, C), element strides sb, sl, sc
@@ -134,7 +130,7 @@ struct StridedColumns {
   const T* x;  // at (b, l0, c0)
   int64_t sl, sc;
   int width;
-  int64_t out_base, out_step;
+  int64_t out_base;
 
   __device__ StridedColumns(const Params& q, const HlaGeometry& g, int64_t b, int64_t l0, int64_t ti) {
     const int64_t tile = int64_t{1} << g.tile_log, c0 = ti * tile;
@@ -143,7 +139,6 @@ struct StridedColumns {
     sc = q.sc;
     width = static_cast<int>(q.C - c0 < tile ? q.C - c0 : tile);
     out_base = c0;
-    out_step = 1;
   }
   // v[m] = x at position l0 + j0 + m, column c of the tile (0 past the tile's width).
   template <int M>
@@ -158,7 +153,6 @@ struct Im2colParams {
   int64_t sn;
   int sc, sh, sw;
   int C, H, W, OW, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-  bool taps;      // Note [HLA im2col tiles]: true for taps, false for runs
 };
 
 template <class T>
@@ -168,30 +162,19 @@ struct Im2colColumns {
   const T* x;  // image of sample b
   Params q;  // by value (kernel parameters: the compiler reads them from the parameter space)
   int64_t l0;
-  int kk;                 // kh·kw
-  int ch0, k0, tap;       // taps: first channel and the tap; runs: first column
+  int kk;  // kh·kw
+  int k0;  // first column (Note [HLA im2col tiles])
   int width;
-  int64_t out_base, out_step;
+  int64_t out_base;
 
   __device__ Im2colColumns(const Params& p, const HlaGeometry& g, int64_t b, int64_t l0_, int64_t ti) : q(p) {
     const int tile = 1 << g.tile_log;
     x = static_cast<const T*>(p.x) + b * p.sn;
     l0 = l0_;
     kk = p.kh * p.kw;
-    if (p.taps) {  // tile index = channel tile · kk + tap (tap fastest: the kk CTAs of a channel tile run together)
-      tap = static_cast<int>(ti % kk);
-      ch0 = static_cast<int>(ti / kk) * tile;
-      k0 = 0;
-      width = p.C - ch0 < tile ? p.C - ch0 : tile;
-      out_base = static_cast<int64_t>(ch0) * kk + tap;
-      out_step = kk;
-    } else {
-      tap = ch0 = 0;
-      k0 = static_cast<int>(ti) * tile;
-      width = p.C * kk - k0 < tile ? p.C * kk - k0 : tile;
-      out_base = k0;
-      out_step = 1;
-    }
+    k0 = static_cast<int>(ti) * tile;
+    width = p.C * kk - k0 < tile ? p.C * kk - k0 : tile;
+    out_base = k0;
   }
   template <int M>
   __device__ __forceinline__ void load(float* v, int j0, int c) const {
@@ -200,14 +183,7 @@ struct Im2colColumns {
       for (int m = 0; m < M; ++m) v[m] = 0.0f;
       return;
     }
-    int ch, t;
-    if (q.taps) {
-      ch = ch0 + c;
-      t = tap;
-    } else {
-      ch = (k0 + c) / kk;
-      t = k0 + c - ch * kk;
-    }
+    const int ch = (k0 + c) / kk, t = k0 + c - ch * kk;
     const int i = t / q.kw, j = t - i * q.kw;
     const int dy = i * q.dil_h - q.pad_h, dx = j * q.dil_w - q.pad_w;
     const T* xc = x + ch * q.sc;
@@ -233,7 +209,7 @@ struct Im2colColumns {
 struct CtaOutput {
   float* o;        // rows: out + (b·R + p·r)·K + out_base; channels: out + (b·K + out_base)·R + p·r
   int64_t row;     // rows: K (the next kept row); channels: 1
-  int64_t col;     // rows: out_step; channels: out_step·R
+  int64_t col;     // rows: 1; channels: R
   __device__ void put(int i, int c, float v, float& amax) const {
     o[i * row + c * col] = v;
     amax = fmaxf(amax, fabsf(v));
@@ -287,11 +263,11 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
   if (!a.channels) {
     out.o = a.out + (b * R + p * r) * a.K + ld.out_base;
     out.row = a.K;
-    out.col = ld.out_step;
+    out.col = 1;
   } else {
     out.o = a.out + (b * a.K + ld.out_base) * R + p * r;
     out.row = 1;
-    out.col = ld.out_step * R;
+    out.col = R;
   }
   float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
 
@@ -306,7 +282,7 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
   }
   __syncthreads();
   const int width = ld.width;
-  if (!a.channels) {  // out (B, R, K): row i's columns; contiguous when out_step is 1
+  if (!a.channels) {  // out (B, R, K): row i's columns, contiguous
     for (int e = threadIdx.x; e < (r << g.tile_log); e += blockDim.x) {
       const int i = e >> g.tile_log, c = e & (tile - 1);
       if (c < width) out.put(i, c, slab[g.at(kept[i], c)], amax);
@@ -342,19 +318,11 @@ void launch(const char* name, DType dtype, const HlaOutput& a, const Params& lp,
   if (!ok) HT_UNSUPPORTED_DTYPE(name, dtype);
 }
 
-// HADATRAIN_HLA_IM2COL, read once per process: 0 unset or unknown, 1 runs, 2 taps, 3 auto.
-int hla_im2col_env() {
-  static const int v = env_variant("HADATRAIN_HLA_IM2COL", {{"runs", 1}, {"taps", 2}, {"auto", 3}}, 0, 0);
-  return v;
-}
-
 }  // namespace
-
-bool hla_im2col_enabled() { return hla_im2col_env() != 0; }
 
 void launch_hla_project(const HlaProjectArgs& a, const HlaRows& rows, cudaStream_t stream) {
   if (a.B == 0 || a.L == 0 || a.C == 0) return;
-  const HlaGeometry g = hla_geometry(a.block, a.kept, a.C, 1);
+  const HlaGeometry g = hla_geometry(a.block, a.kept, a.C);
   const HlaOutput o{a.B, a.L, a.C, a.block, a.kept, a.channels, a.out, a.absmax};
   const StridedParams lp{a.x, a.sb, a.sl, a.sc, a.C};
   launch<StridedColumns>("hla_project", a.dtype, o, lp, g, rows, stream);
@@ -363,15 +331,7 @@ void launch_hla_project(const HlaProjectArgs& a, const HlaRows& rows, cudaStream
 void launch_hla_project_unfolded(const HlaUnfoldedArgs& a, const HlaRows& rows, cudaStream_t stream) {
   const int64_t kk = a.kh * a.kw, K = a.C * kk, L = a.OH * a.OW;
   if (a.N == 0 || L == 0 || K == 0) return;
-  HlaIm2colTiles tiles = a.tiles;
-  if (tiles == HlaIm2colTiles::automatic) {
-    const int env = hla_im2col_env();
-    tiles = env == 1 || env == 2 ? static_cast<HlaIm2colTiles>(env) : HlaIm2colTiles::automatic;
-    if (tiles == HlaIm2colTiles::automatic)
-      tiles = a.sc == 1 && a.C >= 16 ? HlaIm2colTiles::taps : HlaIm2colTiles::runs;
-  }
-  const bool taps = tiles == HlaIm2colTiles::taps && kk > 1;
-  const HlaGeometry g = taps ? hla_geometry(a.block, a.kept, a.C, kk) : hla_geometry(a.block, a.kept, K, 1);
+  const HlaGeometry g = hla_geometry(a.block, a.kept, K);
   const HlaOutput o{a.N, L, K, a.block, a.kept, a.channels, a.out, a.absmax};
   Im2colParams lp{};
   lp.x = a.x;
@@ -391,7 +351,6 @@ void launch_hla_project_unfolded(const HlaUnfoldedArgs& a, const HlaRows& rows, 
   lp.pad_w = static_cast<int>(a.pad_w);
   lp.dil_h = static_cast<int>(a.dil_h);
   lp.dil_w = static_cast<int>(a.dil_w);
-  lp.taps = taps;
   launch<Im2colColumns>("hla_project_unfolded", a.dtype, o, lp, g, rows, stream);
 }
 

@@ -24,19 +24,6 @@ struct HlaRows {
   int16_t idx[kHlaMaxRows];
 };
 
-// Which columns one CTA of the im2col path owns (Note [HLA im2col tiles] in kernels/hla.cu):
-//   runs (1): `tile` consecutive columns k = c·kh·kw + t (as the strided path): output rows written contiguously,
-//             image reads scattered over the kh·kw taps of 1–3 channels;
-//   taps (2): one tap t of `tile` consecutive input channels: lanes read consecutive c (coalesced for a
-//             channels-last image), output columns c·kh·kw + t written with stride kh·kw;
-//   automatic (0): HADATRAIN_HLA_IM2COL = runs | taps | auto (or 1 | 2 | 3), read once per process; auto or a
-//             caller's explicit automatic: taps when the image's channel stride is 1 and C >= 16, else runs.
-enum class HlaIm2colTiles : int { automatic = 0, runs = 1, taps = 2 };
-// Whether grad::hla_project_unfolded runs the fused im2col kernel on CUDA: HADATRAIN_HLA_IM2COL set to runs,
-// taps or auto (read once per process). Unset (or off): it runs unfold2d + hla_project, the path measured end
-// to end on the H200; the fused kernel stays opt-in until its step timings decide.
-bool hla_im2col_enabled();
-
 struct HlaProjectArgs {
   DType dtype;                     // of x
   const void* x;                   // (B, L, C) with element strides sb, sl, sc
@@ -50,7 +37,8 @@ struct HlaProjectArgs {
 };
 void launch_hla_project(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
 
-// The projection of cols = unfold2d(x, window) (N, L, C·kh·kw), L = OH·OW, read from the image x.
+// The projection of cols = unfold2d(x, window) (N, L, C·kh·kw), L = OH·OW, read from the image x; a CTA owns
+// consecutive columns, as in launch_hla_project (Note [HLA im2col tiles] in kernels/hla.cu).
 struct HlaUnfoldedArgs {
   DType dtype;                          // of x
   const void* x;                        // (N, C, H, W) with element strides sn, sc, sh, sw >= 0; within one
@@ -64,7 +52,6 @@ struct HlaUnfoldedArgs {
   bool channels = false;                // out (N, C·kh·kw, R) instead of (N, R, C·kh·kw)
   float* out;                           // contiguous
   float* absmax = nullptr;              // as HlaProjectArgs::absmax
-  HlaIm2colTiles tiles = HlaIm2colTiles::automatic;
 };
 void launch_hla_project_unfolded(const HlaUnfoldedArgs& args, const HlaRows& rows, cudaStream_t stream);
 

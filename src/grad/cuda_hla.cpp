@@ -1,10 +1,11 @@
 // Tensor-level glue of the HLA projection kernel (kernels/hla.h): fp8 inputs are widened to f32 first (exact,
 // as the CPU reference converts them), the kept rows travel by value in the launch, x keeps its strides. The
 // identity plan (n = 1) of hla_project is a plain conversion through copy_; hla_project_unfolded's fused kernel
-// runs it too (a gather of the columns converted to f32). hla_project_unfolded runs the composition unfold2d +
-// hla_project unless the fused kernel is asked for (HADATRAIN_HLA_IM2COL, kernels/hla.h), and for an image
-// whose offsets do not fit the fused kernel's int32 indexing (or with negative strides).
-// CUDA builds only.
+// runs it too (a gather of the columns converted to f32). hla_project_unfolded runs the fused kernel, the path
+// since session 10 (run 38, one H200, bf16 step graphs: ResNet-50 b128 HLQ 45.02 ms against 49.44 with
+// unfold2d + hla_project, ResNet-34 b256 21.55 against 21.44 with 1.84 GiB of graph memory against 1.91), and
+// the composition only for an image whose offsets do not fit the fused kernel's int32 indexing (or with
+// negative strides). CUDA builds only.
 #ifdef HADATRAIN_CUDA
 #include "grad/cuda_hla.h"
 
@@ -69,8 +70,7 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
 }
 
 void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2dParams& window,
-                          const grad::HlaPlan& plan, grad::HlaLayout layout, float* absmax,
-                          const HlaKernelChoice& choice) {
+                          const grad::HlaPlan& plan, grad::HlaLayout layout, float* absmax) {
   if (out.numel() == 0) return;
   check_plan_fits("hla_project_unfolded", plan);
   HT_ASSERT(out.is_contiguous() && out.dtype() == DType::f32 && image.dim() == 4,
@@ -82,10 +82,8 @@ void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2d
   const int64_t C = in.size(1), H = in.size(2), W = in.size(3);
   const bool fits = st[0] >= 0 && st[1] >= 0 && st[2] >= 0 && st[3] >= 0 &&
                     (C - 1) * st[1] + (H - 1) * st[2] + (W - 1) * st[3] < (int64_t{1} << 31);
-  // The fused kernel only when asked for (kernels::hla_im2col_enabled, or a test's explicit tile mapping) and
-  // when the kernel indexes one sample's image with int32 offsets; else the composition.
-  const bool fused = choice.tiles != kernels::HlaIm2colTiles::automatic || kernels::hla_im2col_enabled();
-  if (!fits || !fused) {
+  // The fused kernel indexes one sample's image with non-negative int32 offsets; else the composition.
+  if (!fits) {
     hla_project(out, unfold2d(in, window), plan, layout, absmax);
     return;
   }
@@ -117,7 +115,6 @@ void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2d
   a.channels = layout == grad::HlaLayout::channels;
   a.out = static_cast<float*>(out.data_ptr());
   a.absmax = absmax;
-  a.tiles = choice.tiles;
   cuda::DeviceGuard guard(out.device().index);
   kernels::launch_hla_project_unfolded(a, rows_of(plan), cuda::current_stream(out.device().index));
 }

@@ -3,26 +3,24 @@
 // 1024, 197 (n 1), 2048 (n > 1024, large shared memory)}, odd B and C, f32 / bf16 / f16 / f64 / fp8 inputs,
 // both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|; every
 // pass count of the butterfly, 1 to 5 (Note [HLA butterfly passes] in kernels/hla.cu), and partial column tiles.
-// The fused im2col path of hla_project_unfolded (an explicit tile mapping through cuda_ops::HlaKernelChoice; the
-// op's default is the composition) against the CPU composition hla_project(unfold2d(...)), bit for bit: NCHW
-// and channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2 dilation 2, 4x4 stride-4 patches, C 3 and 37, maps
-// 32x32 (n 1024), 16x16, 14x14 (n 4) and 7x7 (n 1), bf16 / f32 (f16 / f64 / fp8 through the op), both layouts,
-// absmax, rank 50 % and full, both im2col tile mappings (runs, taps); the op itself (composition by default)
-// for every dtype.
+// grad::hla_project_unfolded on CUDA (the fused im2col kernel) against the CPU composition
+// hla_project(unfold2d(...)), bit for bit: NCHW and channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2
+// dilation 2, 4x4 stride-4 patches, C 3 and 37, maps 32x32 (n 1024), 16x16, 14x14 (n 4) and 7x7 (n 1),
+// bf16 / f32 and f16 / f64 / fp8, both layouts, absmax, rank 50 % and full, with no unfold2d launched; a
+// flipped (negative-stride) view, which the fused kernel does not index, through the composition fallback.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 #include "support/unfold_cases.h"
 
-#include "grad/cuda_hla.h"
 #include "hadatrain/grad/hla.h"
 #include "hadatrain/ops/ops.h"
+#include "kernels/unfold.h"  // set_unfold_variant, unfold_staged_launches, unfold_vec_launches
 
 using namespace ht;
 using grad::HlaLayout;
 using grad::HlaPlan;
 using grad::HlaRank;
-using kernels::HlaIm2colTiles;
 
 namespace {
 
@@ -60,11 +58,14 @@ std::string check_project(const Tensor& x_cpu, const HlaPlan& plan) {
   return "";
 }
 
-// Output of the projection of x (B, L, K) as f32 (B, R, K) or (B, K, R) on CUDA.
-Tensor empty_projection(int64_t B, int64_t K, const HlaPlan& plan, HlaLayout layout) {
-  const int64_t R = plan.projected_length();
-  return empty(layout == HlaLayout::rows ? Shape{B, R, K} : Shape{B, K, R}, {DType::f32, test::kCuda});
-}
+// unfold2d's kernel pinned to variant 3 while a test runs, so that every CUDA unfold2d counts in
+// unfold_launches() (vec, or staged where its packs do not fit; these shapes never reach variant 1); the
+// environment's variant back at the end.
+struct CountedUnfold {
+  CountedUnfold() { kernels::set_unfold_variant(3); }
+  ~CountedUnfold() { kernels::set_unfold_variant(0); }
+};
+int64_t unfold_launches() { return kernels::unfold_staged_launches() + kernels::unfold_vec_launches(); }
 
 }  // namespace
 
@@ -144,7 +145,7 @@ TEST_CASE("hla_project on CUDA equals the CPU bit for bit for 1 to 5 butterfly p
   CHECK(check_project(xt, grad::hla_plan(1024, pct_rank(50))) == "");
 }
 
-TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, both tile mappings", "[gpu][hla]") {
+TEST_CASE("grad::hla_project_unfolded on CUDA equals the CPU composition bit for bit", "[gpu][hla]") {
   struct Window {
     const char* name;
     Unfold2dParams p;
@@ -152,6 +153,8 @@ TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, 
   const Window windows[] = {{"3x3 s1 p1", test::square_window(3, 1, 1)}, {"3x3 s2 p1", test::square_window(3, 2, 1)},
                             {"1x1 s1", test::square_window(1, 1, 0)},    {"1x1 s2", test::square_window(1, 2, 0)},
                             {"2x2 d2", test::square_window(2, 1, 0, 2)}, {"4x4 s4", test::square_window(4, 4, 0)}};
+  CountedUnfold counted;
+  const int64_t unfolds0 = unfold_launches();
   uint64_t seed = 500;
   for (int64_t side : {32, 16, 14, 7}) {
     for (int64_t C : {3, 37}) {
@@ -167,24 +170,18 @@ TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, 
           REQUIRE(image_gpu.strides() == image.strides());
           for (const Window& w : windows) {
             const Tensor cols = unfold2d(image, w.p);  // (N, L, C·kh·kw) on the CPU
-            const int64_t K = cols.size(2);
             for (const HlaRank& rank : {pct_rank(50), full_rank()}) {
               const HlaPlan plan = grad::hla_plan(cols.size(1), rank);
               for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
-                Tensor max_cpu;
+                INFO(side << "x" << side << " C " << C << " " << dtype_name(dt)
+                          << (channels_last ? " channels-last " : " NCHW ") << w.name << " " << plan.describe()
+                          << (layout == HlaLayout::rows ? " rows" : " channels"));
+                Tensor max_cpu, max_gpu;
                 const Tensor expected = grad::hla_project(cols, plan, layout, &max_cpu);
-                for (HlaIm2colTiles tiles : {HlaIm2colTiles::runs, HlaIm2colTiles::taps}) {
-                  INFO(side << "x" << side << " C " << C << " " << dtype_name(dt)
-                            << (channels_last ? " channels-last " : " NCHW ") << w.name << " " << plan.describe()
-                            << (layout == HlaLayout::rows ? " rows" : " channels")
-                            << (tiles == HlaIm2colTiles::runs ? " runs" : " taps"));
-                  const Tensor out = empty_projection(2, K, plan, layout);
-                  const Tensor m = zeros({1}, {DType::f32, test::kCuda});
-                  cuda_ops::hla_project_unfolded(out, image_gpu, w.p, plan, layout, static_cast<float*>(m.data_ptr()),
-                                                 {tiles});
-                  CHECK(test::compare_bits(out, expected) == "");
-                  CHECK(test::compare_bits(m, max_cpu) == "");
-                }
+                const Tensor actual = grad::hla_project_unfolded(image_gpu, w.p, plan, layout, &max_gpu);
+                REQUIRE(actual.device() == test::kCuda);
+                CHECK(test::compare_bits(actual, expected) == "");
+                CHECK(test::compare_bits(max_gpu, max_cpu) == "");
               }
             }
           }
@@ -192,9 +189,10 @@ TEST_CASE("hla_project_unfolded on CUDA equals the CPU composition bit for bit, 
       }
     }
   }
+  CHECK(unfold_launches() == unfolds0);  // the fused kernel read the images: no columns were formed
 }
 
-TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, the default path, absmax", "[gpu][hla]") {
+TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, absmax", "[gpu][hla]") {
   uint64_t seed = 900;
   for (DType dt : {DType::f16, DType::f64, DType::f8e4m3, DType::bf16}) {
     test::PoisonGuard poison;
@@ -219,4 +217,39 @@ TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, the default
   const Tensor e = grad::hla_project_unfolded(zeros({0, 4, 8, 8}, {DType::f32, test::kCuda}), test::square_window(3, 1, 1),
                                               grad::hla_plan(64, pct_rank(50)));
   CHECK(e.shape() == Shape{0, 36, 36});
+}
+
+TEST_CASE("grad::hla_project_unfolded on CUDA runs unfold2d + hla_project for a flipped view", "[gpu][hla]") {
+  // The fused kernel indexes an image with non-negative int32 offsets (kernels/hla.h); a view with a negative
+  // stride (here H flipped, through make_view) takes the composition instead, with the same bits. Offsets
+  // beyond int32 would need an image of 2^31 elements (4 GiB in bf16, and the CPU reference as big): untested.
+  CountedUnfold counted;
+  const int64_t N = 2, C = 37, H = 16, W = 16;
+  const Tensor stored = test::random_input({N, H, W, C}, 1000, DType::bf16, -3, 3);  // channels-last storage
+  const Tensor stored_gpu = stored.to(test::kCuda);
+  // (N, C, H, W) with row h of the view = row H − 1 − h of the storage
+  auto flip_h = [&](const Tensor& t) {
+    return make_view(t, Shape{N, C, H, W}, Strides{H * W * C, 1, -W * C, C}, t.offset() + (H - 1) * W * C);
+  };
+  const Unfold2dParams w = test::square_window(3, 1, 1);
+  const HlaPlan plan = grad::hla_plan(H * W, pct_rank(50));
+  for (bool flipped : {true, false}) {
+    const Tensor image = flipped ? flip_h(stored) : stored.permute({0, 3, 1, 2});
+    const Tensor image_gpu = flipped ? flip_h(stored_gpu) : stored_gpu.permute({0, 3, 1, 2});
+    for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
+      INFO((flipped ? "flipped" : "channels-last") << (layout == HlaLayout::rows ? " rows" : " channels"));
+      test::PoisonGuard poison;
+      Tensor max_cpu, max_gpu;
+      const Tensor expected = grad::hla_project_unfolded(image, w, plan, layout, &max_cpu);
+      const int64_t unfolds0 = unfold_launches();
+      const Tensor actual = grad::hla_project_unfolded(image_gpu, w, plan, layout, &max_gpu);
+      CHECK(unfold_launches() == unfolds0 + (flipped ? 1 : 0));  // the composition only for the flipped view
+      REQUIRE(actual.device() == test::kCuda);
+      CHECK(test::compare_bits(actual, expected) == "");
+      CHECK(test::compare_bits(max_gpu, max_cpu) == "");
+    }
+  }
+  // The flip is real: the flipped view's projection differs from the unflipped one's.
+  CHECK(grad::hla_project_unfolded(flip_h(stored), w, plan).to_vector<float>() !=
+        grad::hla_project_unfolded(stored.permute({0, 3, 1, 2}), w, plan).to_vector<float>());
 }

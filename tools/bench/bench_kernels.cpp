@@ -311,9 +311,10 @@ kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
 //    once (4 B per output element). Path "strided" (launch_hla_project).
 // 2. hla_project_unfolded (ACBP's projection of a conv's im2col columns) on ResNet-34 CIFAR conv inputs, bf16,
 //    channels-last (an (N, H, W, C) buffer read as (N, C, H, W)), batch 256, rows layout (what HLQ uses):
-//    "compose" is launch_unfold2d (default unfold variant) + launch_hla_project, "runs" / "taps" the fused kernel
-//    with each im2col tile mapping (Note [HLA im2col tiles]). GB/s counts the image read once + the f32
-//    projection written once (the fused path's floor; the composition also writes and reads the columns).
+//    "fused" is launch_hla_project_unfolded (the path grad::hla_project_unfolded takes, Note [HLA im2col
+//    tiles]), "compose" launch_unfold2d (default unfold variant) + launch_hla_project for comparison. GB/s counts
+//    the image read once + the f32 projection written once (the fused path's floor; the composition also
+//    writes and reads the columns).
 // "vs copy" compares with the copy bandwidth from main(). HADATRAIN_BENCH_HLA=S runs only the cases whose name
 // contains S.
 void bench_hla(bool csv, double copy_gbs) {
@@ -408,30 +409,27 @@ void bench_hla(bool csv, double copy_gbs) {
       kernels::launch_hla_project(a, rows, nullptr);
     });
     print_row(c.name, "rows", "compose", plan.describe(), ms_comp, bytes);
-    for (kernels::HlaIm2colTiles tiles : {kernels::HlaIm2colTiles::runs, kernels::HlaIm2colTiles::taps}) {
-      kernels::HlaUnfoldedArgs u;
-      u.dtype = DType::bf16;
-      u.x = nhwc.data_ptr();
-      u.N = c.N;
-      u.C = c.C;
-      u.H = c.H;
-      u.W = c.W;
-      u.sn = xl.n;
-      u.sc = xl.c;
-      u.sh = xl.h;
-      u.sw = xl.w;
-      u.OH = ug.OH;
-      u.OW = ug.OW;
-      u.kh = u.kw = c.k;
-      u.stride_h = u.stride_w = c.s;
-      u.pad_h = u.pad_w = c.p;
-      u.block = plan.block;
-      u.kept = plan.kept();
-      u.out = static_cast<float*>(out.data_ptr());
-      u.tiles = tiles;
-      const double ms = time_ms([&] { kernels::launch_hla_project_unfolded(u, rows, nullptr); });
-      print_row(c.name, "rows", tiles == kernels::HlaIm2colTiles::runs ? "runs" : "taps", plan.describe(), ms, bytes);
-    }
+    kernels::HlaUnfoldedArgs u;
+    u.dtype = DType::bf16;
+    u.x = nhwc.data_ptr();
+    u.N = c.N;
+    u.C = c.C;
+    u.H = c.H;
+    u.W = c.W;
+    u.sn = xl.n;
+    u.sc = xl.c;
+    u.sh = xl.h;
+    u.sw = xl.w;
+    u.OH = ug.OH;
+    u.OW = ug.OW;
+    u.kh = u.kw = c.k;
+    u.stride_h = u.stride_w = c.s;
+    u.pad_h = u.pad_w = c.p;
+    u.block = plan.block;
+    u.kept = plan.kept();
+    u.out = static_cast<float*>(out.data_ptr());
+    const double ms = time_ms([&] { kernels::launch_hla_project_unfolded(u, rows, nullptr); });
+    print_row(c.name, "rows", "fused", plan.describe(), ms, bytes);
   }
 }
 // ---- end bench_hla ----

@@ -5,8 +5,8 @@
 # data (loader and JPEG decode). BENCH_PIPELINES (default "exact hlq hlq_split") and BENCH_TORCH_VARIANTS
 # (default "fp32 bf16"; ResNets add "bf16 + channels_last") narrow the train and memory groups. hlq_conv (not in
 # the default set): HLQ's convolution options on ResNet training steps (conv_gx dgrad / columns, acbp_conv
-# input_map; the fused im2col projection of HADATRAIN_HLA_IM2COL, HLQ_CONV_IM2COL) and bench_kernels' hla
-# block. Numbers go to docs/BENCHMARKS.md with the date, machine and command.
+# input_map; hlq projects the conv columns with the fused im2col kernel) and bench_kernels' hla block. Numbers
+# go to docs/BENCHMARKS.md with the date, machine and command.
 # Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
 set -uo pipefail
 build=${1:?usage: run_benchmarks.sh BUILD_DIR OUT [group...]}
@@ -53,13 +53,6 @@ if has hlq_conv; then
   run bench_kernels_hla "$build/tools/bench_kernels" --only hla
   for p in exact hlq hlq_cols hlq_map; do run "bench_train_resnet34_${p}" "$build/tools/bench_train" resnet34 256 bf16 "$p"; done
   for p in exact hlq hlq_cols; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
-  # The fused im2col projection (kernels/hla.h): each entry is a value of HADATRAIN_HLA_IM2COL; off leaves it
-  # unset (unfold2d + projection, the default path).
-  for m in ${HLQ_CONV_IM2COL:-off runs taps}; do
-    im2col=(-u HADATRAIN_HLA_IM2COL)
-    [ "$m" = off ] || im2col=(HADATRAIN_HLA_IM2COL="$m")
-    run "bench_train_resnet34_hlq_im2col_${m}" env "${im2col[@]}" "$build/tools/bench_train" resnet34 256 bf16 hlq
-  done
 fi
 if has data && [ -x "$build/tools/bench_data" ]; then
   run bench_data "$build/tools/bench_data"
