@@ -436,7 +436,7 @@ void bench_hla(bool csv, double copy_gbs) {
 
 // ---- bench_attention (helper flash) ----
 // scaled_dot_product_attention in bf16 with the causal mask, B = 4, H = 16 (no grouping), D 64 and 128,
-// T = S in {1024, 2048, 4096}, through the op (the fused kernels of kernels/flash_attention.cu): forward
+// T = S in {1024, 2048, 4096}, through the op (the fused kernels of kernels/flash_attention*.cu): forward
 // alone (no grad) and forward + backward through autograd. FLOPs: forward 4·B·H·T²·D / 2 (the causal half),
 // backward 2.5x the forward, so forward + backward counts 3.5x. Each shape then times forward + backward with
 // every backward kernel variant (rows "bwd variant N"; the backward alone is that minus the forward).
