@@ -79,7 +79,7 @@ struct BnBackwardSums {
 void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, BnBackwardSums out,
                                cudaStream_t stream);
 
-// Channels-first (S > 1) kernel variant (Note [Batch-norm plane kernels] in kernels/batchnorm.cu):
+// Channels-first (S > 1) kernel variant (Note [Batch-norm plane kernels] in kernels/batchnorm_planes.cu):
 //   1 (split): blockIdx = (channel, split of its N*S values), per-block partial sums;
 //   2 (planes): a warp per (n, c) plane of S contiguous values, grids of one wave striding over the planes
 //     (normalize / dx from the last plane down), per-plane partial sums finalised by the channel's last warp.
@@ -99,7 +99,7 @@ inline constexpr int kBnCfVariants = 3;
 int64_t bn_plane_launches();
 
 // Channels-last (S == 1) reduction variant (statistics and backward sums; Note [Batch-norm channels-last
-// tickets] in kernels/batchnorm.cu; normalize and dx are the same under both):
+// tickets] in kernels/batchnorm_cl2.cu; normalize and dx are the same under both):
 //   1 (split): one wave of 4 (3 with a fused activation) blocks a SM, 4 packs of a thread in flight, a shared
 //     memory tree over the block's rows, partial sums added by a separate finalize launch. The default below
 //     128 channels.

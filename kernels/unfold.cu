@@ -493,7 +493,7 @@ bool unfold_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
 //    group multiples of 16 bytes; C 64 bf16 NHWC) load 16 bytes of channels at a time and scatter them into
 //    the patch's channel planes;
 // 3. the output: a thread writes a pack of kV consecutive column entries (16 bytes) with one explicit
-//    st.global.v4.u32 (as plane_store in batchnorm.cu: NVVM may split a plain bf16 pack store into 2-byte
+//    st.global.v4.u32 (as plane_store in batchnorm_common.cuh: NVVM may split a plain bf16 pack store into 2-byte
 //    stores), gathering its kV entries from the patch at p·sw·sizeof(T) + offs[k..k+kV-1]; consecutive threads
 //    write consecutive packs of a position's run (512 contiguous bytes a warp), (p, pack) stepped without
 //    divisions. C 64 32x32 3x3 bf16: 9 packs a thread instead of 72 elements.

@@ -130,7 +130,7 @@ class BatchNormBackward final : public Node {
 
  private:
 #ifdef HADATRAIN_CUDA
-  // The same formulas in fused kernels (kernels/batchnorm.cu), in double.
+  // The same formulas in fused kernels (kernels/batchnorm*.cu), in double.
   std::vector<Tensor> cuda_backward(const Tensor& g) {
     cuda_ops::BnBackwardArgs a;
     a.mode = mode_;

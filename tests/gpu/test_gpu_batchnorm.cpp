@@ -1,4 +1,4 @@
-// Batch norm on CUDA on large inputs of both kernel layouts (kernels/batchnorm.cu): (M, C) matrices with the
+// Batch norm on CUDA on large inputs of both kernel layouts (kernels/batchnorm*.cu): (M, C) matrices with the
 // channel fastest (the channels-last case: an NHWC activation viewed as (N*H*W, C)) and (N, C, H, W) with
 // many blocks per channel, vectorized and scalar (odd C or S, an unaligned start) variants, train and eval,
 // forward, every gradient and the running statistics, against the CPU in f64 on the same values; the fused
@@ -147,7 +147,7 @@ TEST_CASE("batch_norm on (M, C) starting one element in (unaligned) and on a few
   });
 }
 
-// The channels-last reduction variants on block shapes other than the bench's (kernels/batchnorm.cu, Note
+// The channels-last reduction variants on block shapes other than the bench's (kernels/batchnorm_cl2.cu, Note
 // [Batch-norm channels-last tickets]): one pack column a block (C = 8 bf16: 32 rows a warp, added by
 // shuffles), 3 and 18 columns (no shuffles), C = 4104 bf16 (513 packs: 3 blocks across C, the last with one
 // pack), odd M with one or many ticket groups, 2 rows; plain, fused relu and relu + residual, train and eval.
