@@ -78,7 +78,7 @@ struct NormArgs {
 void launch_norm(const NormArgs& args, cudaStream_t stream);
 
 // Which layer_norm / rms_norm kernels launch_norm, launch_norm_backward, norm_backward_partials and
-// launch_norm_param_finalize use (Note [Norm kernel variants] in rows.cu): 1, the register-resident kernels;
+// launch_norm_param_finalize use (Note [Norm kernel variants] in rows_norm.cu): 1, the register-resident kernels;
 // 2 (the default), the staged kernels (cp.async pipeline; bf16 / f16 forward statistics in one shifted
 // reduction; the parameters in shared memory; run 20's "tuned" variant 3 folded in); 3, the staged kernels with
 // the parameters in registers; 4, the default's forward and a staged backward whose

@@ -181,7 +181,7 @@ TEST_CASE("softmax and layer_norm on CUDA: cached row kernels, -inf / NaN in pac
   }
 }
 
-// The bf16 / f16 paths of the register-cached forward kernels (rows.cu): a softmax row maximum of large
+// The bf16 / f16 paths of the register-cached forward kernels (rows.cu, rows_norm_cached.cu): a softmax row maximum of large
 // magnitude (e^(x - m) as 2^(x log2e - m log2e) below |m| = 2^23, (x - m) log2e above), and NaN / inf
 // parameters of layer_norm, whose NaN results the pack-wise rounding must detect and patch like store_cast.
 TEST_CASE("softmax and layer_norm on CUDA: cached row kernels with large logits and non-finite parameters",
@@ -399,7 +399,7 @@ TEST_CASE("layer_norm and rms_norm backward on CUDA: prefetching grid, parameter
   });
 }
 
-// Every norm kernel variant (Note [Staged norm kernels] in kernels/rows.cu) on the row shapes that pick their
+// Every norm kernel variant (Note [Staged norm kernels] in kernels/rows_staged.cuh) on the row shapes that pick their
 // geometry: threads per row 1..256 with 1..4 packs per thread (bf16 D = 8, 16, 64, 72, 384, 520, 768, 1024,
 // 4096, 8192; f32 / f64 likewise with their packs), several stages of row groups per block, rows past the end
 // in the last group; widths that are not a multiple of a pack (1004 bf16, 4095, 385) or too long for the
@@ -449,7 +449,7 @@ TEST_CASE("layer_norm and rms_norm on CUDA: old and staged kernels, every row ge
       // the multi-pass kernels). The weight gradient sums g * xhat over the 300 rows, so a bias in the row means
       // adds up: a plain float sum of f16 values near 100 gave means off by up to 5e-6 and weight gradients off
       // by up to 1.5e-3 (23 of 768 columns over the tolerance, run 18); every bf16 / f16 kernel now sums x minus
-      // the row's first element (Note [Shifted row mean] in kernels/rows.cu).
+      // the row's first element (Note [Shifted row mean] in kernels/rows_common.cuh).
       for (const int64_t d : {int64_t{768}, int64_t{767}}) {
         // (100 for bf16 / f16; 10 for f32 / f64, whose kernels sum x itself: the float mean of values near 100
         // would carry more rounding than the f32 tolerance)
@@ -565,7 +565,7 @@ TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu
   }
 }
 
-// Variant 4 (Note [Norm backward, cluster variant] in kernels/rows.cu) against variant 2 on the row groups of
+// Variant 4 (Note [Norm backward, cluster variant] in kernels/rows_norm.cu) against variant 2 on the row groups of
 // more than a warp (its named barriers per row group: 64, 128 and 256 threads per row) and of less (its
 // shuffled row statistics): the x gradient bit for bit (the same arithmetic in the same order), the parameter
 // gradients within rounding (another order of the per-block sums) and against the CPU reference; and on the
@@ -812,7 +812,7 @@ TEST_CASE("max on CUDA: the gradient goes to the first maximal element", "[gpu][
   }
 }
 
-// Register-resident row kernels (rows.cu: a row of up to 512 x 8 16-byte packs is held in registers by a
+// Register-resident row kernels (rows.cu, rows_norm_cached.cu: a row of up to 512 x 8 16-byte packs is held in registers by a
 // group of 32..512 threads) and the multi-pass kernels beyond that: long rows (transformer widths 4096, 8192,
 // 11008), rows that are not a multiple of a 16-byte pack (unaligned row starts), several rows per block with
 // a partial last block, and rows too long for registers (40000 elements in every dtype; 32768 bf16 is the

@@ -878,7 +878,7 @@ void bench_attention_packed(bool csv) {
 // set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged" (the default), the staged ones,
 // parameters in shared memory; 3 "reg", the staged ones with the parameters in registers; 4 "cluster", the
 // default's forward and a staged backward adding its dgamma / dbeta partial sums in thread block clusters;
-// Note [Norm kernel variants] in kernels/rows.cu), side by side.
+// Note [Norm kernel variants] in kernels/rows_norm.cu), side by side.
 // Op rows: through the op API. Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes
 // (read x and g, write gx) over (forward + backward) - forward, as bench_norm_gelu counts them: that time also
 // holds the parameter gradients' partial sums and finalize launch, autograd's bookkeeping, the output and
@@ -1361,7 +1361,7 @@ int main(int argc, char** argv) {
     rows.push_back({"sum f32 rows (.., 4096)", f4, time_ms([&] { keep = sum(m, {1}); })});
     rows.push_back({"sum f32 cols (4096 of ..)", f4, time_ms([&] { keep = sum(m, {0}); })});
     rows.push_back({"transpose copy f32 (.., 4096)^T", 2 * f4, time_ms([&] { keep = m.transpose(0, 1).contiguous(); })});
-    // row kernels (kernels/rows.cu): read x and write y once each; bf16 (n / 4096, 4096), 65536 x 4096 by default
+    // row kernels (kernels/rows_norm*.cu): read x and write y once each; bf16 (n / 4096, 4096), 65536 x 4096 by default
     const Tensor mb = m.to(DType::bf16);
     const Tensor lw = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
     const Tensor lb = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
