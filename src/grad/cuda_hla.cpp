@@ -26,6 +26,12 @@ void check_plan_fits(const char* op, const grad::HlaPlan& plan) {
            kernels::kHlaMaxBlock, kernels::kHlaMaxRows, plan.describe());
 }
 
+// The kernels read f32, f64, bf16 and f16; fp8 is widened to f32 first (exact, as the CPU reference converts it).
+Tensor kernel_input(const Tensor& x) {
+  const DType d = x.dtype();
+  return d == DType::f32 || d == DType::f64 || d == DType::bf16 || d == DType::f16 ? x : to_dtype(x, DType::f32);
+}
+
 kernels::HlaRows rows_of(const grad::HlaPlan& plan) {
   kernels::HlaRows rows{};
   for (int64_t i = 0; i < plan.kept(); ++i) rows.idx[i] = static_cast<int16_t>(plan.rows[static_cast<std::size_t>(i)]);
@@ -47,9 +53,7 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
     }
     return;
   }
-  const bool wide = x.dtype() == DType::f32 || x.dtype() == DType::f64 || x.dtype() == DType::bf16 ||
-                    x.dtype() == DType::f16;
-  const Tensor in = wide ? x : to_dtype(x, DType::f32);  // fp8: exact in f32
+  const Tensor in = kernel_input(x);
   const kernels::HlaRows rows = rows_of(plan);
   kernels::HlaProjectArgs a;
   a.dtype = in.dtype();
@@ -75,9 +79,7 @@ void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2d
   check_plan_fits("hla_project_unfolded", plan);
   HT_ASSERT(out.is_contiguous() && out.dtype() == DType::f32 && image.dim() == 4,
             "hla_project_unfolded: bad output {} or image {}", out.describe(), image.describe());
-  const bool wide = image.dtype() == DType::f32 || image.dtype() == DType::f64 || image.dtype() == DType::bf16 ||
-                    image.dtype() == DType::f16;
-  const Tensor in = wide ? image : to_dtype(image, DType::f32);  // fp8: exact in f32
+  const Tensor in = kernel_input(image);
   const auto& st = in.strides();
   const int64_t C = in.size(1), H = in.size(2), W = in.size(3);
   const bool fits = st[0] >= 0 && st[1] >= 0 && st[2] >= 0 && st[3] >= 0 &&
@@ -106,8 +108,9 @@ void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2d
   a.pad_w = window.pad_w;
   a.dil_h = window.dilation_h;
   a.dil_w = window.dilation_w;
-  a.OH = (H + 2 * window.pad_h - window.dilation_h * (window.kernel_h - 1) - 1) / window.stride_h + 1;
-  a.OW = (W + 2 * window.pad_w - window.dilation_w * (window.kernel_w - 1) - 1) / window.stride_w + 1;
+  const Unfold2dGrid grid = unfold2d_grid("hla_project_unfolded", H, W, window);
+  a.OH = grid.h;
+  a.OW = grid.w;
   HT_ASSERT(a.OH * a.OW == plan.length, "hla_project_unfolded: the plan {} is not for the {}x{} output grid",
             plan.describe(), a.OH, a.OW);
   a.block = plan.block;

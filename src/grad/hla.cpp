@@ -108,25 +108,6 @@ void check_plan(const char* op, const std::string& what, int64_t L, const HlaPla
     HT_CHECK(k >= 0 && k < n, "{}: plan {} lists natural row {} outside [0, {})", op, plan.describe(), k, n);
 }
 
-// unfold2d's output grid (OH, OW) for image (N, C, H, W), with unfold2d's checks of the window.
-[[maybe_unused]] std::pair<int64_t, int64_t> unfold_grid(const Tensor& image, const Unfold2dParams& p) {
-  HT_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1, "hla_project_unfolded: kernel size must be >= 1, got ({}, {})",
-           p.kernel_h, p.kernel_w);
-  HT_CHECK(p.stride_h >= 1 && p.stride_w >= 1, "hla_project_unfolded: stride must be >= 1, got ({}, {})", p.stride_h,
-           p.stride_w);
-  HT_CHECK(p.dilation_h >= 1 && p.dilation_w >= 1, "hla_project_unfolded: dilation must be >= 1, got ({}, {})",
-           p.dilation_h, p.dilation_w);
-  HT_CHECK(p.pad_h >= 0 && p.pad_w >= 0, "hla_project_unfolded: padding must be >= 0, got ({}, {})", p.pad_h, p.pad_w);
-  const int64_t H = image.size(2), W = image.size(3);
-  HT_CHECK(H >= 1 && W >= 1, "hla_project_unfolded: image must have H >= 1, W >= 1, got {}", image.describe());
-  const int64_t eff_h = p.dilation_h * (p.kernel_h - 1) + 1, eff_w = p.dilation_w * (p.kernel_w - 1) + 1;
-  const int64_t in_h = H + 2 * p.pad_h, in_w = W + 2 * p.pad_w;
-  HT_CHECK(in_h >= eff_h && in_w >= eff_w,
-           "hla_project_unfolded: the dilated kernel {}x{} is larger than the padded image {}x{} (image {}, padding "
-           "({}, {}))",
-           eff_h, eff_w, in_h, in_w, image.describe(), p.pad_h, p.pad_w);
-  return {(in_h - eff_h) / p.stride_h + 1, (in_w - eff_w) / p.stride_w + 1};
-}
 
 }  // namespace
 
@@ -224,7 +205,7 @@ Tensor hla_project_unfolded(const Tensor& image, const Unfold2dParams& window, c
   if (image.is_cuda()) {  // read through the im2col index map, never materialising the columns
 #ifdef HADATRAIN_CUDA
     check_floating("hla_project_unfolded", {&image});
-    const auto [OH, OW] = unfold_grid(image, window);
+    const auto [OH, OW] = unfold2d_grid("hla_project_unfolded", image.size(2), image.size(3), window);
     check_plan("hla_project_unfolded", fmt::format("image {} ({}x{} output grid)", image.describe(), OH, OW), OH * OW,
                plan);
     const int64_t N = image.size(0), K = image.size(1) * window.kernel_h * window.kernel_w;

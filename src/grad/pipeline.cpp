@@ -143,13 +143,9 @@ Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& 
   HT_CHECK(image.device() == w.device(), "grad::conv_product ({}): image {} and weight {} are on different devices",
            name, image.describe(), w.describe());
   ProductCall c = call;
-  const int64_t span_h = window.dilation_h * (window.kernel_h - 1) + 1;
-  const int64_t span_w = window.dilation_w * (window.kernel_w - 1) + 1;
-  c.info.grid_h = (H + 2 * window.pad_h - span_h) / window.stride_h + 1;
-  c.info.grid_w = (W + 2 * window.pad_w - span_w) / window.stride_w + 1;
-  HT_CHECK(c.info.grid_h >= 1 && c.info.grid_w >= 1,
-           "grad::conv_product ({}): a {}x{} window (stride {}, pad {}, dilation {}) does not fit image {}", name,
-           window.kernel_h, window.kernel_w, window.stride_h, window.pad_h, window.dilation_h, image.describe());
+  const Unfold2dGrid grid = unfold2d_grid("grad::conv_product", H, W, window);
+  c.info.grid_h = grid.h;
+  c.info.grid_w = grid.w;
   c.info.image = image.detach();
   c.info.window = window;
   const bool grad = needs_grad({&image, &w});

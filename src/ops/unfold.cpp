@@ -24,19 +24,8 @@ struct FoldShape {
 };
 
 FoldShape fold_shape(const char* op, int64_t N, int64_t C, int64_t H, int64_t W, const Unfold2dParams& p) {
-  HT_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1, "{}: kernel size must be >= 1, got ({}, {})", op, p.kernel_h,
-           p.kernel_w);
-  HT_CHECK(p.stride_h >= 1 && p.stride_w >= 1, "{}: stride must be >= 1, got ({}, {})", op, p.stride_h, p.stride_w);
-  HT_CHECK(p.dilation_h >= 1 && p.dilation_w >= 1, "{}: dilation must be >= 1, got ({}, {})", op, p.dilation_h,
-           p.dilation_w);
-  HT_CHECK(p.pad_h >= 0 && p.pad_w >= 0, "{}: padding must be >= 0, got ({}, {})", op, p.pad_h, p.pad_w);
-  HT_CHECK(C >= 0 && H >= 1 && W >= 1, "{}: image must have C >= 0, H >= 1, W >= 1, got C {}, H {}, W {}", op, C, H,
-           W);
-  const int64_t eff_h = p.dilation_h * (p.kernel_h - 1) + 1, eff_w = p.dilation_w * (p.kernel_w - 1) + 1;
-  const int64_t in_h = H + 2 * p.pad_h, in_w = W + 2 * p.pad_w;
-  HT_CHECK(in_h >= eff_h && in_w >= eff_w,
-           "{}: the dilated kernel {}x{} is larger than the padded image {}x{} (H {}, W {}, padding ({}, {}))", op,
-           eff_h, eff_w, in_h, in_w, H, W, p.pad_h, p.pad_w);
+  HT_CHECK(C >= 0, "{}: image must have C >= 0, got C {}", op, C);
+  const Unfold2dGrid grid = unfold2d_grid(op, H, W, p);
   FoldShape s;
   s.N = N;
   s.C = C;
@@ -44,8 +33,8 @@ FoldShape fold_shape(const char* op, int64_t N, int64_t C, int64_t H, int64_t W,
   s.W = W;
   s.kh = p.kernel_h;
   s.kw = p.kernel_w;
-  s.OH = (in_h - eff_h) / p.stride_h + 1;
-  s.OW = (in_w - eff_w) / p.stride_w + 1;
+  s.OH = grid.h;
+  s.OW = grid.w;
   return s;
 }
 
@@ -100,6 +89,22 @@ void fold_cpu(const Tensor& x, const Tensor& cols, const FoldShape& s, const Unf
 }
 
 }  // namespace
+
+Unfold2dGrid unfold2d_grid(const char* op, int64_t H, int64_t W, const Unfold2dParams& p) {
+  HT_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1, "{}: kernel size must be >= 1, got ({}, {})", op, p.kernel_h,
+           p.kernel_w);
+  HT_CHECK(p.stride_h >= 1 && p.stride_w >= 1, "{}: stride must be >= 1, got ({}, {})", op, p.stride_h, p.stride_w);
+  HT_CHECK(p.dilation_h >= 1 && p.dilation_w >= 1, "{}: dilation must be >= 1, got ({}, {})", op, p.dilation_h,
+           p.dilation_w);
+  HT_CHECK(p.pad_h >= 0 && p.pad_w >= 0, "{}: padding must be >= 0, got ({}, {})", op, p.pad_h, p.pad_w);
+  HT_CHECK(H >= 1 && W >= 1, "{}: image must have H >= 1, W >= 1, got H {}, W {}", op, H, W);
+  const int64_t eff_h = p.dilation_h * (p.kernel_h - 1) + 1, eff_w = p.dilation_w * (p.kernel_w - 1) + 1;
+  const int64_t in_h = H + 2 * p.pad_h, in_w = W + 2 * p.pad_w;
+  HT_CHECK(in_h >= eff_h && in_w >= eff_w,
+           "{}: the dilated kernel {}x{} is larger than the padded image {}x{} (H {}, W {}, padding ({}, {}))", op,
+           eff_h, eff_w, in_h, in_w, H, W, p.pad_h, p.pad_w);
+  return {(in_h - eff_h) / p.stride_h + 1, (in_w - eff_w) / p.stride_w + 1};
+}
 
 Tensor unfold2d(const Tensor& x, const Unfold2dParams& p) {
   HT_CHECK(x.dim() == 4, "unfold2d: x must be (N, C, H, W), got {}", x.describe());

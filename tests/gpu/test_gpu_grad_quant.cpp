@@ -41,6 +41,12 @@ std::string same_bits(const Quantized& gpu, const Quantized& cpu) {
   return {};
 }
 
+// quantize on CUDA with the outputs poisoned (0xFF), so an element a kernel forgot to write fails the comparison.
+Quantized quantize_poisoned(const Tensor& x, const QuantSpec& spec) {
+  test::PoisonGuard poison;
+  return quantize(x, spec);
+}
+
 // Quantises xc (CPU) and xg (the same values on CUDA, possibly another layout) with every combination.
 void check_all_specs(const Tensor& xc, const Tensor& xg, const std::vector<int64_t>& blocks, int bits = 4) {
   const int64_t last = xc.size(xc.dim() - 1);
@@ -62,11 +68,7 @@ void check_all_specs(const Tensor& xc, const Tensor& xg, const std::vector<int64
             CAPTURE(xc.describe(), block, name_of(g), rule == ScaleRule::sawb, r == Rounding::stochastic, bits,
                     dtype_name(vdt));
             const Quantized qc = quantize(xc, spec);
-            Quantized qg;
-            {
-              test::PoisonGuard poison;
-              qg = quantize(xg, spec);
-            }
+            const Quantized qg = quantize_poisoned(xg, spec);
             CHECK(qg.values.dtype() == vdt);
             CHECK(same_bits(qg, qc) == "");
             CHECK(test::compare_bits(dequantize(qg, g), dequantize(qc, g)) == "");
@@ -86,11 +88,7 @@ std::string check_rows(const Tensor& xc, const Tensor& xg, int bits, DType vdt) 
   spec.noise = {77, 0x123456789ull};
   spec.values_dtype = vdt;
   const Quantized qc = quantize(xc, spec);
-  Quantized qg;
-  {
-    test::PoisonGuard poison;
-    qg = quantize(xg, spec);
-  }
+  const Quantized qg = quantize_poisoned(xg, spec);
   return same_bits(qg, qc);
 }
 
@@ -144,11 +142,7 @@ TEST_CASE("CUDA quantize at pipeline sizes (fused rows, two-pass samples)", "[gp
       spec.noise = {1, 2};
       CAPTURE(x.describe(), name_of(g));
       const Quantized qc = quantize(x, spec);
-      Quantized qg;
-      {
-        test::PoisonGuard poison;
-        qg = quantize(xg, spec);
-      }
+      const Quantized qg = quantize_poisoned(xg, spec);
       CHECK(same_bits(qg, qc) == "");
     }
   }
@@ -228,11 +222,7 @@ TEST_CASE("CUDA quantize writes the CPU's dequantised bf16 / f16 / f32 values bi
                 CAPTURE(x.describe(), block, name_of(g), rule == ScaleRule::sawb, r == Rounding::stochastic,
                         dtype_name(vdt));
                 const Quantized qc = quantize(x, spec);
-                Quantized qg;
-                {
-                  test::PoisonGuard poison;
-                  qg = quantize(xg, spec);
-                }
+                const Quantized qg = quantize_poisoned(xg, spec);
                 CHECK(qg.values.dtype() == vdt);
                 CHECK(qg.values.shape() == c.shape);
                 CHECK(same_bits(qg, qc) == "");
@@ -253,11 +243,7 @@ TEST_CASE("CUDA quantize writes the CPU's dequantised bf16 / f16 / f32 values bi
     known.report_input_absmax = true;
     const Quantized kc = quantize(x, known);
     known.known_absmax = known.known_absmax.to(test::kCuda);
-    Quantized kg;
-    {
-      test::PoisonGuard poison;
-      kg = quantize(x.to(test::kCuda), known);
-    }
+    const Quantized kg = quantize_poisoned(x.to(test::kCuda), known);
     CAPTURE(dtype_name(vdt));
     CHECK(same_bits(kg, kc) == "");
     CHECK(test::compare_bits(kg.input_absmax, kc.input_absmax) == "");
@@ -267,8 +253,7 @@ TEST_CASE("CUDA quantize writes the CPU's dequantised bf16 / f16 / f32 values bi
     rows.noise = {11, 12};
     rows.values_dtype = vdt;
     const Quantized rc = quantize(uc, rows);
-    test::PoisonGuard poison;
-    CHECK(same_bits(quantize(ug, rows), rc) == "");
+    CHECK(same_bits(quantize_poisoned(ug, rows), rc) == "");
   }
 }
 
@@ -302,11 +287,7 @@ TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", 
           if (bits == 4) spec.values_dtype = DType::f8e4m3;
           CAPTURE(xc.describe(), rule == ScaleRule::sawb, r == Rounding::stochastic, bits);
           const Quantized qc = quantize(xc, spec);
-          Quantized qg;
-          {
-            test::PoisonGuard poison;
-            qg = quantize(xg, spec);
-          }
+          const Quantized qg = quantize_poisoned(xg, spec);
           CHECK(qg.values.shape() == qc.values.shape());
           CHECK(same_bits(qg, qc) == "");
         }
@@ -316,8 +297,7 @@ TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", 
   QuantSpec spec;
   spec.bits = 8;
   spec.layout = ValuesLayout::transposed;
-  test::PoisonGuard poison;
-  CHECK(same_bits(quantize(z.to(test::kCuda), spec), quantize(z, spec)) == "");
+  CHECK(same_bits(quantize_poisoned(z.to(test::kCuda), spec), quantize(z, spec)) == "");
 }
 
 TEST_CASE("CUDA quantize reports max |x| and takes a known absmax like the CPU", "[gpu][grad_quant]") {
@@ -338,11 +318,7 @@ TEST_CASE("CUDA quantize reports max |x| and takes a known absmax like the CPU",
           spec.report_input_absmax = true;
           CAPTURE(x.describe(), name_of(g), block);
           const Quantized qc = quantize(x, spec);
-          Quantized qg;
-          {
-            test::PoisonGuard poison;
-            qg = quantize(xg, spec);
-          }
+          const Quantized qg = quantize_poisoned(xg, spec);
           CHECK(same_bits(qg, qc) == "");
           CHECK(test::compare_bits(qg.input_absmax, qc.input_absmax) == "");
           CHECK(qc.input_absmax.item() == 7.25);
@@ -355,11 +331,7 @@ TEST_CASE("CUDA quantize reports max |x| and takes a known absmax like the CPU",
           const Quantized kc = quantize(x, known);
           known.known_absmax = qg.input_absmax;
           known.report_input_absmax = block == 16;  // also reported without a statistics pass (separate maximum)
-          Quantized kg;
-          {
-            test::PoisonGuard poison;
-            kg = quantize(xg, known);
-          }
+          const Quantized kg = quantize_poisoned(xg, known);
           CHECK(same_bits(kg, kc) == "");
           if (known.report_input_absmax) CHECK(test::compare_bits(kg.input_absmax, qc.input_absmax) == "");
         }
@@ -470,11 +442,7 @@ TEST_CASE("CUDA quantisers with a device step word draw the host-step stream's b
       spec.noise = hn;
       const Quantized qc = quantize(x, spec);
       spec.noise = dn;
-      Quantized qg;
-      {
-        test::PoisonGuard poison;
-        qg = quantize(xg, spec);
-      }
+      const Quantized qg = quantize_poisoned(xg, spec);
       CHECK(same_bits(qg, qc) == "");
     }
     // 8 bits, tensor scale, transposed values (the HLA g_w quantiser).

@@ -21,6 +21,14 @@ struct Fold2dParams {
   Unfold2dParams window;
 };
 
+// unfold2d's output grid (OH, OW) for an H×W image (formula below), after the window checks every user of the
+// window shares: kernel, stride and dilation >= 1, padding >= 0, H, W >= 1, and a dilated kernel that fits the
+// padded image. Errors name `op`.
+struct Unfold2dGrid {
+  int64_t h = 0, w = 0;
+};
+Unfold2dGrid unfold2d_grid(const char* op, int64_t H, int64_t W, const Unfold2dParams& p);
+
 // x (N, C, H, W) -> cols (N, L, C·kh·kw), L = OH·OW (row-major over (oh, ow)), OH = (H + 2·pad_h −
 // dilation_h·(kh − 1) − 1) / stride_h + 1 (same for W); column index c·kh·kw + i·kw + j (the flattening of a
 // conv weight (O, C, kh, kw) -> (O, C·kh·kw)); cols[n, oh·OW + ow, c·kh·kw + i·kw + j] =
