@@ -233,10 +233,6 @@ Conv2dParams conv_params(const Unfold2dParams& u) {
   return p;
 }
 
-bool is_channels_last(const Tensor& image) {
-  return !image.is_contiguous() && permute(image, {0, 2, 3, 1}).is_contiguous();
-}
-
 Tensor conv_forward_product(const ProductInfo& info, const Tensor& w) {
   const Tensor& image = info.image;
   const Unfold2dParams& u = info.window;

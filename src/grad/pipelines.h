@@ -34,8 +34,6 @@ Tensor forward_product(const Tensor& x, const Tensor& w);
 Tensor conv_forward_product(const ProductInfo& info, const Tensor& w);
 // The conv2d params of an unfold window (groups 1, NCHW).
 Conv2dParams conv_params(const Unfold2dParams& u);
-// Whether image (N, C, H, W) is the permuted view of a contiguous channels-last (N, H, W, C) map.
-bool is_channels_last(const Tensor& image);
 
 // Exact backward products in f32 (B, L, O) g, (B, L, I) x, (O, I) w:
 Tensor exact_grad_x(const Tensor& g_y, const Tensor& w);  // (B, L, I) in g's dtype

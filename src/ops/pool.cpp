@@ -41,21 +41,6 @@ struct PoolGeom {
   bool channels_last = false;          // x, and so out and grad_x, channels last (Note [Pool layouts])
 };
 
-// x is an (N, H, W, C)-contiguous buffer viewed as (N, C, H, W), and not also NCHW-contiguous (C == 1 or
-// a 1x1 plane): the strides (H*W*C, 1, W*C, C), size-1 dims' strides ignored as is_contiguous() does.
-bool is_channels_last(const Tensor& x) {
-  if (x.is_contiguous()) return false;
-  const Shape& s = x.shape();
-  const Strides& st = x.strides();
-  int64_t expected = 1;
-  for (int d : {1, 3, 2, 0}) {
-    if (s[d] == 1) continue;
-    if (st[d] != expected) return false;
-    expected *= s[d];
-  }
-  return true;
-}
-
 // An uninitialised (N, C, h, w) tensor in the pool's layout: contiguous, or an (N, h, w, C) buffer viewed
 // as (N, C, h, w) when channels_last.
 Tensor pool_empty(const PoolGeom& g, int64_t h, int64_t w, DType dtype, Device device) {

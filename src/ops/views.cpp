@@ -84,6 +84,19 @@ Tensor reshape_impl(const Tensor& x, const Shape& requested, bool allow_copy, co
 Tensor reshape(const Tensor& x, const Shape& shape) { return reshape_impl(x, shape, true, "reshape"); }
 Tensor view(const Tensor& x, const Shape& shape) { return reshape_impl(x, shape, false, "view"); }
 
+bool is_channels_last(const Tensor& x) {
+  if (x.dim() != 4 || x.is_contiguous()) return false;
+  const Shape& s = x.shape();
+  const Strides& st = x.strides();
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (s[d] == 1) continue;
+    if (st[d] != expected) return false;
+    expected *= s[d];
+  }
+  return true;
+}
+
 Tensor permute(const Tensor& x, const Dims& order) {
   HT_CHECK(order.size() == x.dim(), "permute: order {} has {} entries for {}", to_string(order), order.size(),
            x.describe());

@@ -21,4 +21,9 @@ Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
 
+// Whether a 4-D x is an (N, H, W, C)-contiguous buffer viewed as (N, C, H, W) (a channels-last image) and not
+// also NCHW-contiguous (C == 1 or a 1×1 plane): strides (H·W·C, 1, W·C, C), size-1 dims' strides ignored as
+// is_contiguous() does.
+bool is_channels_last(const Tensor& x);
+
 }  // namespace ht
