@@ -5,10 +5,10 @@
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
 //   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
-//               [exact|hlq|hlq_split|hlq_cols|hlq_map|lbp_wht|luq] [nhwc|nchw]
+//               [exact|hlq|hlq_split|hlq_cols|hlq_map|hlq_a4|lbp_wht|luq] [nhwc|nchw]
 // hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_cols with
 // conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_map with
-// acbp_conv input_map. The ResNets use
+// acbp_conv input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations). The ResNets use
 // the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
 
@@ -65,14 +65,15 @@ int main(int argc, char** argv) {
   grad::PipelineConfig pc;
   pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline;
   if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_cols" &&
-      pipeline != "hlq_map") {
-    std::fprintf(stderr, "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_map)\n",
+      pipeline != "hlq_map" && pipeline != "hlq_a4") {
+    std::fprintf(stderr, "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_map, hlq_a4)\n",
                  pipeline.c_str());
     return 2;
   }
   if (pipeline == "hlq_split") pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
   if (pipeline == "hlq_cols") pc.default_spec.hlq.conv_gx = grad::ConvGx::columns;
   if (pipeline == "hlq_map") pc.default_spec.hlq.acbp_conv = grad::AcbpConv::input_map;
+  if (pipeline == "hlq_a4") pc.default_spec.hlq.acbp_bits = 4;
   auto clock = std::make_shared<grad::StepClock>();
   // as the trainer: a pipeline's noise step is read on the device (recordable HLQ steps)
   if (nn::any_draws_noise(nn::bind_pipelines(*model, pc, clock))) clock->keep_on_device(dev);
@@ -104,13 +105,24 @@ int main(int argc, char** argv) {
     return std::chrono::steady_clock::now();
   };
   auto ms_between = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  // Where the peak is (last phase step): the memory live before the step (parameters, gradients, optimiser
+  // state), after the forward (plus what the forward saved for backward and the loss), and the peaks
+  // reached inside the forward and inside the backward (saved tensors plus the backward's temporaries).
+  auto gib = [](std::size_t b) { return static_cast<double>(b) / (1 << 30); };
+  std::size_t before = 0, after_fw = 0, peak_fw = 0, peak_bw = 0;
   for (int i = 0; i < 5; ++i) {
     const auto t0 = now();
+    before = cuda::memory_stats().allocated_bytes;
+    cuda::reset_peak();
     const Tensor loss = cross_entropy(model->forward(x), y, ce);
     const auto t1 = now();
+    after_fw = cuda::memory_stats().allocated_bytes;
+    peak_fw = cuda::memory_stats().peak_allocated_bytes;
     opt->zero_grad();
+    cuda::reset_peak();
     loss.backward();
     const auto t2 = now();
+    peak_bw = cuda::memory_stats().peak_allocated_bytes;
     opt->step(0.1);
     const auto t3 = now();
     fw.push_back(ms_between(t0, t1));
@@ -119,6 +131,9 @@ int main(int argc, char** argv) {
   }
   for (auto* v : {&fw, &bw, &op}) std::sort(v->begin(), v->end());
   std::printf("  phases: forward %.2f ms, backward %.2f ms, optimiser %.2f ms\n", fw[2], bw[2], op[2]);
+  std::printf("  memory: before step %.2f GiB, after forward %.2f GiB (saved for backward %.2f), forward peak %.2f "
+              "GiB, backward peak %.2f GiB\n",
+              gib(before), gib(after_fw), gib(after_fw - before), gib(peak_fw), gib(peak_bw));
   // Host time to issue one whole step (no synchronisation inside; the device drained before): when it is
   // close to the step time, the GPU waits for the CPU (launch and dispatch overhead), not for kernels.
   // Median host time of 5 calls of f, each issued on a drained device.
