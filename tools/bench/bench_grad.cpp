@@ -1,7 +1,7 @@
 // Per-layer backward benchmark of the gradient pipelines (CUDA builds): the ViT-B/16 linear layers (197
 // tokens) and ResNet-50 convolutions (as im2col products) at batch 64. For each layer and pipeline: the
 // forward runs once (saving what the pipeline keeps), then backward (g_x and g_w) is timed: median of 20
-// after 3 warm-ups, CUDA events. The baseline is our exact bf16 backward (two cuBLASLt GEMMs); exact f32 is
+// after 3 warm-ups, CUDA events; the forward with its saving is timed the same way. The baseline is our exact bf16 backward (two cuBLASLt GEMMs); exact f32 is
 // the paper's baseline. Prints ms per layer and the speed-up over exact bf16.
 //   bench_grad [batch = 64] [layer filter] [pipeline filter]   (filters: substrings of the names; the
 //   exact bf16 baseline always runs)
@@ -76,24 +76,27 @@ int main(int argc, char** argv) {
   luq.name = "luq";
   variants.push_back({"luq", luq, DType::bf16});
 
-  std::printf("%-18s %-18s %10s %10s\n", "layer (B=64)", "pipeline", "bwd ms", "vs bf16");
+  std::printf("%-18s %-18s %10s %10s %10s %10s\n", "layer", "pipeline", "bwd ms", "vs bf16", "fwd ms", "vs bf16");
   Generator gen(0);
   for (const LayerShape& l : layers) {
     if (std::string(l.name).find(layer_filter) == std::string::npos) continue;
     const Tensor x32 = randn({B, l.L, l.I}, gen, {DType::f32, dev});
     const Tensor w32 = mul(randn({l.O, l.I}, gen, {DType::f32, dev}), 0.02);
     const Tensor g32 = mul(randn({B, l.L, l.O}, gen, {DType::f32, dev}), 1e-3);
-    double base = 0;
+    double base = 0, fbase = 0;
     for (const Variant& v : variants) {
       if (base != 0 && std::string(v.label).find(variant_filter) == std::string::npos) continue;
       const Tensor x = x32.to(v.dtype), w = w32.to(v.dtype), g = g32.to(v.dtype);
       auto p = grad::make_pipeline(v.spec);
       grad::ProductInfo info;
       info.grid_h = info.grid_w = l.grid;
+      // The forward with what it saves (the product, and ACBP's projection and quantisation for hlq).
+      const double fms = bench::median_ms([&] { (void)p->forward(x, w, info, grad::NoiseKey{1, 0, 0}, true); });
       grad::ForwardResult f = p->forward(x, w, info, grad::NoiseKey{1, 0, 0}, true);
       const double ms = bench::median_ms([&] { p->backward(*f.saved, g, {true, true}); });
       if (base == 0) base = ms;
-      std::printf("%-18s %-18s %10.3f %9.2fx\n", l.name, v.label, ms, base / ms);
+      if (fbase == 0) fbase = fms;
+      std::printf("%-18s %-18s %10.3f %9.2fx %10.3f %9.2fx\n", l.name, v.label, ms, base / ms, fms, fbase / fms);
     }
   }
   return 0;
