@@ -3,8 +3,8 @@
 // forward runs once (saving what the pipeline keeps), then backward (g_x and g_w) is timed: median of 20
 // after 3 warm-ups, CUDA events; the forward with its saving is timed the same way. The baseline is our exact bf16 backward (two cuBLASLt GEMMs); exact f32 is
 // the paper's baseline. Prints ms per layer and the speed-up over exact bf16.
-//   bench_grad [batch = 64] [layer filter] [pipeline filter]   (filters: substrings of the names; the
-//   exact bf16 baseline always runs)
+//   bench_grad [batch = 64] [layer filter] [pipeline filter]   (filters: substrings of the names, or =NAME
+//   for exactly one pipeline; the exact bf16 baseline always runs)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -85,7 +85,10 @@ int main(int argc, char** argv) {
     const Tensor g32 = mul(randn({B, l.L, l.O}, gen, {DType::f32, dev}), 1e-3);
     double base = 0, fbase = 0;
     for (const Variant& v : variants) {
-      if (base != 0 && std::string(v.label).find(variant_filter) == std::string::npos) continue;
+      const bool exact_name = !variant_filter.empty() && variant_filter[0] == '=';
+      const bool match = exact_name ? variant_filter.substr(1) == v.label
+                                    : std::string(v.label).find(variant_filter) != std::string::npos;
+      if (base != 0 && !match) continue;
       const Tensor x = x32.to(v.dtype), w = w32.to(v.dtype), g = g32.to(v.dtype);
       auto p = grad::make_pipeline(v.spec);
       grad::ProductInfo info;
