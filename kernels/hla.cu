@@ -114,9 +114,9 @@ __device__ __forceinline__ void butterfly(float* v) {
 // Each is built per CTA from its parameters and (sample b, first position l0 = p·n, tile index ti); it knows
 // the tile's real width and where its columns go in the output: column c of the tile is output column
 // out_base + c. kMinBlocks: the CTAs per SM its kernel's registers must allow (ptxas -v, sm_90a,
-// CUDA 12): 6 for the strided loader (40 registers; 6 for small n, where shared memory allows more), 5 for the
-// im2col loader (45–48; with the taps mapping, at 6 it spilled 8 bytes; without it, 6 fits 40 registers with
-// no spill, not yet timed); without a bound they took 45–61.
+// CUDA 12): 6 for both loaders (40 registers; 6 for small n, where shared memory allows more). The im2col
+// loader had 5 (45–48 registers) while the taps mapping existed (at 6 it spilled 8 bytes); without it, 6 fits
+// 40 registers with no spill (run 43 timed it: docs/BENCHMARKS.md). Without a bound they took 45–61.
 
 struct StridedParams {
   const void* x;  // (B, L, C), element strides sb, sl, sc
@@ -158,7 +158,7 @@ struct Im2colParams {
 template <class T>
 struct Im2colColumns {
   using Params = Im2colParams;
-  static constexpr int kMinBlocks = 5;
+  static constexpr int kMinBlocks = 6;
   const T* x;  // image of sample b
   Params q;  // by value (kernel parameters: the compiler reads them from the parameter space)
   int64_t l0;
@@ -301,11 +301,98 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
   }
 }
 
+// Note [HLA small blocks]
+// For n <= 16 every butterfly stage fits one thread's registers: hla_project_small_kernel gives each thread
+// whole items (block p, column c): it loads the n rows of column c through the loader, runs the same butterfly
+// as the slab kernel's first pass (stages h = 1, 2, ..., n/2 in order: the same bits), and writes the kept rows
+// from registers, with no shared memory and no barrier. A CTA owns `blocks` consecutive blocks of one sample
+// and column tile (about 32 elements per thread), where the slab kernel gave each (sample, block, tile) a CTA
+// of its own: at n = 4 that was 2 KiB of input per CTA, and the CTAs' fixed cost bounded the kernel at 0.12 of
+// copy bandwidth (ncu, run 42: ViT-B fc1 g_y (256, 196, 3072) 1.26 ms). split_extra's 196 tokens (n = 4),
+// pad's multiples of 16 and the 14×14 and 4×4 maps of ResNet-50 and the CIFAR ResNets take this kernel.
+constexpr int kHlaSmallMaxLog = 4;
+
+template <int G, class T, class Loader>
+__device__ __forceinline__ void hla_small_items(const HlaOutput& a, const typename Loader::Params& lp,
+                                                const HlaGeometry& g, const HlaRows& rows, int64_t b,
+                                                int64_t p_first, int64_t p_count, int64_t ti, float& amax) {
+  constexpr int n = 1 << G;
+  const int r = static_cast<int>(a.kept), tile_mask = (1 << g.tile_log) - 1;
+  const int64_t R = a.L / n * r;
+  for (int64_t q = threadIdx.x; q < (p_count << g.tile_log); q += blockDim.x) {
+    const int c = static_cast<int>(q & tile_mask);
+    const int64_t p = p_first + (q >> g.tile_log);
+    const Loader ld(lp, g, b, p * n, ti);
+    if (c >= ld.width) continue;
+    float v[n];
+    ld.template load<n>(v, 0, c);
+    butterfly<G>(v);
+    CtaOutput out;
+    if (!a.channels) {
+      out.o = a.out + (b * R + p * r) * a.K + ld.out_base;
+      out.row = a.K;
+      out.col = 1;
+    } else {
+      out.o = a.out + (b * a.K + ld.out_base) * R + p * r;
+      out.row = 1;
+      out.col = R;
+    }
+    for (int i = 0; i < r; ++i) {
+      const int k = rows.idx[i];
+      float o = v[0];
+#pragma unroll
+      for (int m = 1; m < n; ++m)
+        if (m == k) o = v[m];  // a select per row: no dynamic indexing of the register array
+      out.put(i, c, o, amax);
+    }
+  }
+}
+
+template <class T, class Loader>
+__global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90a); a bound of 5 or 6 CTAs spills
+    hla_project_small_kernel(HlaOutput a, typename Loader::Params lp, HlaGeometry g, int64_t blocks,
+                             const __grid_constant__ HlaRows rows) {
+  const int64_t P = a.L / a.block, groups = (P + blocks - 1) / blocks;
+  const int64_t cta = blockIdx.x;
+  const int64_t ti = cta % g.tiles, pg = (cta / g.tiles) % groups, b = cta / (g.tiles * groups);
+  const int64_t p_first = pg * blocks, p_count = P - p_first < blocks ? P - p_first : blocks;
+  float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
+  switch (g.n_log) {
+    case 0: hla_small_items<0, T, Loader>(a, lp, g, rows, b, p_first, p_count, ti, amax); break;
+    case 1: hla_small_items<1, T, Loader>(a, lp, g, rows, b, p_first, p_count, ti, amax); break;
+    case 2: hla_small_items<2, T, Loader>(a, lp, g, rows, b, p_first, p_count, ti, amax); break;
+    case 3: hla_small_items<3, T, Loader>(a, lp, g, rows, b, p_first, p_count, ti, amax); break;
+    case 4: hla_small_items<4, T, Loader>(a, lp, g, rows, b, p_first, p_count, ti, amax); break;
+  }
+  if (a.absmax) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    if (threadIdx.x % 32 == 0 && amax > 0.0f)
+      atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
+  }
+}
+
 // Launches hla_project_kernel<T, Loader<T>> for x's dtype.
+// n <= 16 (unless slab_only): hla_project_small_kernel (Note [HLA small blocks]).
 template <template <class> class Loader, class Params>
 void launch(const char* name, DType dtype, const HlaOutput& a, const Params& lp, const HlaGeometry& g,
-            const HlaRows& rows, cudaStream_t stream) {
-  const int64_t ctas = a.B * (a.L / a.block) * g.tiles;
+            const HlaRows& rows, bool slab_only, cudaStream_t stream) {
+  const int64_t P = a.L / a.block;
+  if (g.n_log <= kHlaSmallMaxLog && !slab_only) {
+    // about 32 elements per thread: blocks · tile · n = 32 · kHlaThreads
+    int64_t blocks = 32 * kHlaThreads / ((int64_t{1} << g.tile_log) * a.block);
+    blocks = blocks < 1 ? 1 : (blocks > P ? P : blocks);
+    const int64_t ctas = a.B * ((P + blocks - 1) / blocks) * g.tiles;
+    const bool ok = visit_kernel_float(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      hla_project_small_kernel<T, Loader<T>><<<static_cast<unsigned>(ctas), kHlaThreads, 0, stream>>>(a, lp, g, blocks,
+                                                                                                    rows);
+      HT_CHECK_LAUNCH(name);
+    });
+    if (!ok) HT_UNSUPPORTED_DTYPE(name, dtype);
+    return;
+  }
+  const int64_t ctas = a.B * P * g.tiles;
   const bool ok = visit_kernel_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     auto kernel = hla_project_kernel<T, Loader<T>>;
@@ -325,7 +412,7 @@ void launch_hla_project(const HlaProjectArgs& a, const HlaRows& rows, cudaStream
   const HlaGeometry g = hla_geometry(a.block, a.kept, a.C);
   const HlaOutput o{a.B, a.L, a.C, a.block, a.kept, a.channels, a.out, a.absmax};
   const StridedParams lp{a.x, a.sb, a.sl, a.sc, a.C};
-  launch<StridedColumns>("hla_project", a.dtype, o, lp, g, rows, stream);
+  launch<StridedColumns>("hla_project", a.dtype, o, lp, g, rows, a.slab_only, stream);
 }
 
 void launch_hla_project_unfolded(const HlaUnfoldedArgs& a, const HlaRows& rows, cudaStream_t stream) {
@@ -351,7 +438,7 @@ void launch_hla_project_unfolded(const HlaUnfoldedArgs& a, const HlaRows& rows, 
   lp.pad_w = static_cast<int>(a.pad_w);
   lp.dil_h = static_cast<int>(a.dil_h);
   lp.dil_w = static_cast<int>(a.dil_w);
-  launch<Im2colColumns>("hla_project_unfolded", a.dtype, o, lp, g, rows, stream);
+  launch<Im2colColumns>("hla_project_unfolded", a.dtype, o, lp, g, rows, a.slab_only, stream);
 }
 
 }  // namespace ht::kernels

@@ -1,5 +1,6 @@
 // Launchers of the HLA projection kernel (CPU reference and contract: src/grad/hla.cpp,
-// include/hadatrain/grad/hla.h Note [HLA projection]). One CTA per (sample, block, column tile): the n × tile
+// include/hadatrain/grad/hla.h Note [HLA projection]). Blocks of n <= 16 run in registers, several blocks per
+// CTA (Note [HLA small blocks] in kernels/hla.cu). Larger blocks: one CTA per (sample, block, column tile): the n × tile
 // slab is loaded into shared memory as f32, transformed with the butterfly of Note [Bit-identical
 // quantisation] (__fadd_rn / __fsub_rn, stages h = 1, 2, ..., n/2), and the kept rows are written as f32 in
 // the rows (B, R, C) or channels (B, C, R) layout. Bit-identical to the CPU. Input dtypes: f32 f64 bf16 f16.
@@ -34,6 +35,7 @@ struct HlaProjectArgs {
   bool channels = false;           // out (B, C, R) instead of (B, R, C), R = (L / n)·r
   float* out;                      // contiguous
   float* absmax = nullptr;         // optional: max(*absmax, max |out|) by atomicMax on the f32 bits
+  bool slab_only = false;          // benchmarks: the slab kernel even for n <= 16 (Note [HLA small blocks])
 };
 void launch_hla_project(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
 
@@ -52,6 +54,7 @@ struct HlaUnfoldedArgs {
   bool channels = false;                // out (N, C·kh·kw, R) instead of (N, R, C·kh·kw)
   float* out;                           // contiguous
   float* absmax = nullptr;              // as HlaProjectArgs::absmax
+  bool slab_only = false;               // as HlaProjectArgs::slab_only
 };
 void launch_hla_project_unfolded(const HlaUnfoldedArgs& args, const HlaRows& rows, cudaStream_t stream);
 

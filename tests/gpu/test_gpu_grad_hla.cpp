@@ -2,7 +2,8 @@
 // convert to f32 and run the same butterfly with round-to-nearest adds): L in {16, 64, 196 (n 4), 784 (n 16),
 // 1024, 197 (n 1), 2048 (n > 1024, large shared memory)}, odd B and C, f32 / bf16 / f16 / f64 / fp8 inputs,
 // both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|; every
-// pass count of the butterfly, 1 to 5 (Note [HLA butterfly passes] in kernels/hla.cu), and partial column tiles.
+// pass count of the butterfly, 1 to 5 (Note [HLA butterfly passes] in kernels/hla.cu), and partial column tiles;
+// the register kernel for n <= 16 (Note [HLA small blocks]) on split_extra's narrowed views.
 // grad::hla_project_unfolded on CUDA (the fused im2col kernel) against the CPU composition
 // hla_project(unfold2d(...)), bit for bit: NCHW and channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2
 // dilation 2, 4x4 stride-4 patches, C 3 and 37, maps 32x32 (n 1024), 16x16, 14x14 (n 4) and 7x7 (n 1),
@@ -143,6 +144,30 @@ TEST_CASE("hla_project on CUDA equals the CPU bit for bit for 1 to 5 butterfly p
   // Channels strided (a transposed (B, C, L) tensor).
   const Tensor xt = test::random_input({2, 37, 1024}, seed++, DType::bf16, -3, 3).transpose(1, 2);
   CHECK(check_project(xt, grad::hla_plan(1024, pct_rank(50))) == "");
+}
+
+TEST_CASE("hla_project on CUDA: blocks of n <= 16 in registers, split_extra's views", "[gpu][hla]") {
+  // Note [HLA small blocks]: n 1, 2, 4, 8, 16 through the register kernel, several blocks per CTA with a partial
+  // last group (L 196: 49 blocks, 8 a CTA at 256 channels), narrow tiles (C 5: every block in one CTA), a
+  // partial channel tile (C 601), and the leading token left out as split_extra does (x[:, 1:, :] of
+  // (B, L + 1, C): sample stride (L + 1)·C).
+  uint64_t seed = 500;
+  struct Case {
+    int64_t B, L, C;
+    HlaRank rank;
+  };
+  const Case cases[] = {{3, 196, 601, pct_rank(50)}, {2, 200, 37, pct_rank(50)}, {2, 98, 300, full_rank()},
+                        {3, 208, 67, pct_rank(50)},  {2, 48, 5, rows_rank(3)},   {2, 196, 5, pct_rank(25)},
+                        {2, 197, 33, pct_rank(50)}};
+  for (const Case& c : cases)
+    for (DType dt : {DType::bf16, DType::f32}) {
+      const Tensor full = test::random_input({c.B, c.L + 1, c.C}, seed++, dt, -4, 4);
+      const Tensor x = narrow(full, 1, 1, c.L);  // a view: not contiguous
+      const HlaPlan plan = grad::hla_plan(c.L, c.rank);
+      INFO(dtype_name(dt) << " B " << c.B << " C " << c.C << " " << plan.describe());
+      CHECK(check_project(x, plan) == "");
+      CHECK(check_project(full.contiguous().narrow(1, 0, c.L).contiguous(), plan) == "");
+    }
 }
 
 TEST_CASE("grad::hla_project_unfolded on CUDA equals the CPU composition bit for bit", "[gpu][hla]") {

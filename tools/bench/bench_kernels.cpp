@@ -308,13 +308,16 @@ kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
 // 1. hla_project of a bf16 activation / gradient (B, L, C) as the HLQ g_w path runs it, ResNet shapes:
 //    (64, 1024, 256) is a 32x32 map (n = 1024, r = 528), (64, 3136, 64) a 56x56 map (n = 64, r = 36); both
 //    output layouts. GB/s counts the minimum traffic, bf16 read once (2 B/element) + the f32 projection written
-//    once (4 B per output element). Path "strided" (launch_hla_project).
+//    once (4 B per output element). Path "strided" (launch_hla_project). ViT-B token shapes at batch 256: the
+//    196 patch tokens of 197 as split_extra projects them (n = 4), and 208 = 197 padded to 16 (n = 16); for
+//    n <= 16 the launcher's register kernel ("small", Note [HLA small blocks]) and the slab kernel ("slab").
 // 2. hla_project_unfolded (ACBP's projection of a conv's im2col columns) on ResNet-34 CIFAR conv inputs, bf16,
 //    channels-last (an (N, H, W, C) buffer read as (N, C, H, W)), batch 256, rows layout (what HLQ uses):
 //    "fused" is launch_hla_project_unfolded (the path grad::hla_project_unfolded takes, Note [HLA im2col
 //    tiles]), "compose" launch_unfold2d (default unfold variant) + launch_hla_project for comparison. GB/s counts
 //    the image read once + the f32 projection written once (the fused path's floor; the composition also
-//    writes and reads the columns).
+//    writes and reads the columns). Maps of n <= 16 positions per block (4x4, 14x14 = 196) also time the slab
+//    kernel ("fused slab") against the register kernel the launcher picks ("fused small").
 // "vs copy" compares with the copy bandwidth from main(). HADATRAIN_BENCH_HLA=S runs only the cases whose name
 // contains S.
 void bench_hla(bool csv, double copy_gbs) {
@@ -335,31 +338,42 @@ void bench_hla(bool csv, double copy_gbs) {
   struct Case {
     const char* name;
     int64_t B, L, C;
+    int64_t skip;  // leading tokens of each sample left out (split_extra's view: L of L + skip tokens)
   };
-  const Case cases[] = {{"hla_project bf16 (64, 1024, 256)", 64, 1024, 256}, {"hla_project bf16 (64, 3136, 64)", 64, 3136, 64}};
+  const Case cases[] = {{"hla_project bf16 (64, 1024, 256)", 64, 1024, 256, 0},
+                        {"hla_project bf16 (64, 3136, 64)", 64, 3136, 64, 0},
+                        {"hla_project bf16 (256, 196 of 197, 768)", 256, 196, 768, 1},
+                        {"hla_project bf16 (256, 196 of 197, 3072)", 256, 196, 3072, 1},
+                        {"hla_project bf16 (256, 208, 768)", 256, 208, 768, 0}};
   for (const Case& c : cases) {
     if (!wanted(c.name)) continue;
-    const Tensor x = rand({c.B, c.L, c.C}, gen, {DType::f32, dev}).to(DType::bf16);
+    const Tensor x = rand({c.B, c.L + c.skip, c.C}, gen, {DType::f32, dev}).to(DType::bf16);
     const grad::HlaPlan plan = grad::hla_plan(c.L, grad::HlaRank{});
     const kernels::HlaRows rows = hla_rows_of(plan);
     const Tensor out = empty({c.B, plan.projected_length(), c.C}, {DType::f32, dev});
     for (grad::HlaLayout layout : {grad::HlaLayout::rows, grad::HlaLayout::channels}) {
-      kernels::HlaProjectArgs a;
-      a.dtype = DType::bf16;
-      a.x = x.data_ptr();
-      a.B = c.B;
-      a.L = c.L;
-      a.C = c.C;
-      a.sb = c.L * c.C;
-      a.sl = c.C;
-      a.sc = 1;
-      a.block = plan.block;
-      a.kept = plan.kept();
-      a.channels = layout == grad::HlaLayout::channels;
-      a.out = static_cast<float*>(out.data_ptr());
-      const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
-      const double bytes = 2.0 * static_cast<double>(x.numel()) + 4.0 * static_cast<double>(out.numel());
-      print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels", "strided", plan.describe(), ms, bytes);
+      // n <= 16: the register kernel (the launcher's choice), then the slab kernel for comparison
+      for (bool slab : {false, true}) {
+        if (slab && plan.block > 16) continue;
+        kernels::HlaProjectArgs a;
+        a.dtype = DType::bf16;
+        a.x = static_cast<const bf16*>(x.data_ptr()) + c.skip * c.C;
+        a.B = c.B;
+        a.L = c.L;
+        a.C = c.C;
+        a.sb = (c.L + c.skip) * c.C;
+        a.sl = c.C;
+        a.sc = 1;
+        a.block = plan.block;
+        a.kept = plan.kept();
+        a.channels = layout == grad::HlaLayout::channels;
+        a.out = static_cast<float*>(out.data_ptr());
+        a.slab_only = slab;
+        const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
+        const double bytes = 2.0 * static_cast<double>(c.B * c.L * c.C) + 4.0 * static_cast<double>(out.numel());
+        print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels",
+                  slab ? "slab" : (plan.block > 16 ? "strided" : "small"), plan.describe(), ms, bytes);
+      }
     }
   }
 
@@ -371,7 +385,8 @@ void bench_hla(bool csv, double copy_gbs) {
                             {"unfolded C128 16x16 3x3 s1 p1", 256, 128, 16, 16, 3, 1, 1},
                             {"unfolded C256 8x8 3x3 s1 p1", 256, 256, 8, 8, 3, 1, 1},
                             {"unfolded C512 4x4 3x3 s1 p1", 256, 512, 4, 4, 3, 1, 1},
-                            {"unfolded C64 32x32 3x3 s2 p1", 256, 64, 32, 32, 3, 2, 1}};
+                            {"unfolded C64 32x32 3x3 s2 p1", 256, 64, 32, 32, 3, 2, 1},
+                            {"unfolded C256 14x14 3x3 s1 p1", 128, 256, 14, 14, 3, 1, 1}};
   for (const ConvCase& c : convs) {
     if (!wanted(c.name)) continue;
     kernels::UnfoldGeometry ug;
@@ -429,7 +444,12 @@ void bench_hla(bool csv, double copy_gbs) {
     u.kept = plan.kept();
     u.out = static_cast<float*>(out.data_ptr());
     const double ms = time_ms([&] { kernels::launch_hla_project_unfolded(u, rows, nullptr); });
-    print_row(c.name, "rows", "fused", plan.describe(), ms, bytes);
+    print_row(c.name, "rows", plan.block > 16 ? "fused" : "fused small", plan.describe(), ms, bytes);
+    if (plan.block <= 16) {
+      u.slab_only = true;
+      const double ms_slab = time_ms([&] { kernels::launch_hla_project_unfolded(u, rows, nullptr); });
+      print_row(c.name, "rows", "fused slab", plan.describe(), ms_slab, bytes);
+    }
   }
 }
 // ---- end bench_hla ----
