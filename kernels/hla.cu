@@ -307,9 +307,13 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
 // as the slab kernel's first pass (stages h = 1, 2, ..., n/2 in order: the same bits), and writes the kept rows
 // from registers, with no shared memory and no barrier. A CTA owns `blocks` consecutive blocks of one sample
 // and column tile (about 32 elements per thread), where the slab kernel gave each (sample, block, tile) a CTA
-// of its own: at n = 4 that was 2 KiB of input per CTA, and the CTAs' fixed cost bounded the kernel at 0.12 of
-// copy bandwidth (ncu, run 42: ViT-B fc1 g_y (256, 196, 3072) 1.26 ms). split_extra's 196 tokens (n = 4),
-// pad's multiples of 16 and the 14×14 and 4×4 maps of ResNet-50 and the CIFAR ResNets take this kernel.
+// of its own: at n = 4 that was 2 KiB of input per CTA. Rows layout only: a thread's kept rows are K floats
+// apart there, so a warp writes whole runs; in the channels layout its r values are contiguous but the warp's
+// writes are R floats apart, and the slab kernel (which writes runs of r) is faster. Measured (run 43, H200,
+// bench_hla, bf16, ms, small / slab): ViT-B (256, 196 of 197, 3072) n 4 rows 0.344 / 0.560, channels 2.08 /
+// 0.650; (256, 208, 768) n 16 rows 0.096 / 0.126; im2col C256 14x14 n 4 0.180 / 0.271, C512 4x4 n 16 0.077 /
+// 0.073. HLQ's projections use the rows layout: split_extra's 196 tokens (n = 4), pad's multiples of 16 and
+// the 14×14 and 4×4 maps of ResNet-50 and the CIFAR ResNets.
 constexpr int kHlaSmallMaxLog = 4;
 
 template <int G, class T, class Loader>
@@ -373,12 +377,12 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
 }
 
 // Launches hla_project_kernel<T, Loader<T>> for x's dtype.
-// n <= 16 (unless slab_only): hla_project_small_kernel (Note [HLA small blocks]).
+// n <= 16 in the rows layout (unless slab_only): hla_project_small_kernel (Note [HLA small blocks]).
 template <template <class> class Loader, class Params>
 void launch(const char* name, DType dtype, const HlaOutput& a, const Params& lp, const HlaGeometry& g,
             const HlaRows& rows, bool slab_only, cudaStream_t stream) {
   const int64_t P = a.L / a.block;
-  if (g.n_log <= kHlaSmallMaxLog && !slab_only) {
+  if (g.n_log <= kHlaSmallMaxLog && !a.channels && !slab_only) {
     // about 32 elements per thread: blocks · tile · n = 32 · kHlaThreads
     int64_t blocks = 32 * kHlaThreads / ((int64_t{1} << g.tile_log) * a.block);
     blocks = blocks < 1 ? 1 : (blocks > P ? P : blocks);

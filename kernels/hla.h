@@ -1,9 +1,10 @@
 // Launchers of the HLA projection kernel (CPU reference and contract: src/grad/hla.cpp,
-// include/hadatrain/grad/hla.h Note [HLA projection]). Blocks of n <= 16 run in registers, several blocks per
-// CTA (Note [HLA small blocks] in kernels/hla.cu). Larger blocks: one CTA per (sample, block, column tile): the n × tile
-// slab is loaded into shared memory as f32, transformed with the butterfly of Note [Bit-identical
-// quantisation] (__fadd_rn / __fsub_rn, stages h = 1, 2, ..., n/2), and the kept rows are written as f32 in
-// the rows (B, R, C) or channels (B, C, R) layout. Bit-identical to the CPU. Input dtypes: f32 f64 bf16 f16.
+// include/hadatrain/grad/hla.h Note [HLA projection]). Blocks of n <= 16 in the rows layout run in registers,
+// several blocks per CTA (Note [HLA small blocks] in kernels/hla.cu). Otherwise one CTA per (sample, block,
+// column tile): the n × tile slab is loaded into shared memory as f32, transformed with the butterfly of Note
+// [Bit-identical quantisation] (__fadd_rn / __fsub_rn, stages h = 1, 2, ..., n/2), and the kept rows are
+// written as f32 in the rows (B, R, C) or channels (B, C, R) layout. Bit-identical to the CPU either way.
+// Input dtypes: f32 f64 bf16 f16.
 // One kernel body (kernels/hla.cu, Note [HLA butterfly passes]) serves two sources through a loader (Note
 // [HLA loaders] there): strided columns x (B, L, C) (launch_hla_project), and the im2col columns of an image
 // read through the index map of include/hadatrain/ops/unfold.h without materialising them
@@ -35,7 +36,7 @@ struct HlaProjectArgs {
   bool channels = false;           // out (B, C, R) instead of (B, R, C), R = (L / n)·r
   float* out;                      // contiguous
   float* absmax = nullptr;         // optional: max(*absmax, max |out|) by atomicMax on the f32 bits
-  bool slab_only = false;          // benchmarks: the slab kernel even for n <= 16 (Note [HLA small blocks])
+  bool slab_only = false;          // benchmarks: the slab kernel even for n <= 16, rows (Note [HLA small blocks])
 };
 void launch_hla_project(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
 

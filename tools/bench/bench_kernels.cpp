@@ -310,7 +310,8 @@ kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
 //    output layouts. GB/s counts the minimum traffic, bf16 read once (2 B/element) + the f32 projection written
 //    once (4 B per output element). Path "strided" (launch_hla_project). ViT-B token shapes at batch 256: the
 //    196 patch tokens of 197 as split_extra projects them (n = 4), and 208 = 197 padded to 16 (n = 16); for
-//    n <= 16 the launcher's register kernel ("small", Note [HLA small blocks]) and the slab kernel ("slab").
+//    n <= 16 in the rows layout the launcher's register kernel ("small", Note [HLA small blocks]) and the slab
+//    kernel ("slab").
 // 2. hla_project_unfolded (ACBP's projection of a conv's im2col columns) on ResNet-34 CIFAR conv inputs, bf16,
 //    channels-last (an (N, H, W, C) buffer read as (N, C, H, W)), batch 256, rows layout (what HLQ uses):
 //    "fused" is launch_hla_project_unfolded (the path grad::hla_project_unfolded takes, Note [HLA im2col
@@ -354,7 +355,8 @@ void bench_hla(bool csv, double copy_gbs) {
     for (grad::HlaLayout layout : {grad::HlaLayout::rows, grad::HlaLayout::channels}) {
       // n <= 16: the register kernel (the launcher's choice), then the slab kernel for comparison
       for (bool slab : {false, true}) {
-        if (slab && plan.block > 16) continue;
+        const bool small = plan.block <= 16 && layout == grad::HlaLayout::rows;  // the launcher's register kernel
+        if (slab && !small) continue;
         kernels::HlaProjectArgs a;
         a.dtype = DType::bf16;
         a.x = static_cast<const bf16*>(x.data_ptr()) + c.skip * c.C;
@@ -372,7 +374,7 @@ void bench_hla(bool csv, double copy_gbs) {
         const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
         const double bytes = 2.0 * static_cast<double>(c.B * c.L * c.C) + 4.0 * static_cast<double>(out.numel());
         print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels",
-                  slab ? "slab" : (plan.block > 16 ? "strided" : "small"), plan.describe(), ms, bytes);
+                  slab ? "slab" : (small ? "small" : "strided"), plan.describe(), ms, bytes);
       }
     }
   }
