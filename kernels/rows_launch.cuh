@@ -117,17 +117,27 @@ struct StagedGrid {
 // memory if a register count ever spills.
 constexpr int kRegNp = 4;
 
+// Which staged kernel a variant runs (Note [Norm kernel variants]): 2 keeps the parameters in shared memory, 3
+// in registers, 4 (the backward) adds the partial sums across a thread block cluster; the forward of
+// variant 4 is variant 2's.
+enum class StagedKind { smem, reg, cluster };
+inline StagedKind staged_kind(int variant) {
+  return variant == 3 ? StagedKind::reg : (variant == 4 ? StagedKind::cluster : StagedKind::smem);
+}
+// Whose shared-memory layout staged_grid sizes.
+enum class StagedPass { forward, backward };
+
 // rows_norm_staged_fwd.cu. staged_grid: the launch shape of a staged kernel, kernels[np - 1] its instantiation
 // for np packs per thread (0 packs: the staged kernels do not apply); pick_cluster: variant 4's cluster size.
-StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool backward, int reg_np,
+StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, StagedPass pass, int reg_np,
                        std::initializer_list<const void*> ptrs, const void* const (&kernels)[4]);
 void pick_cluster(StagedGrid& g, const void* kernel);
-// The staged forward for variant 2 or 3 (reg) and its launch.
-StagedGrid norm_fwd_staged_grid(const NormArgs& a, bool reg);
+// The staged forward (StagedKind::reg: variant 3; otherwise variant 2) and its launch.
+StagedGrid norm_fwd_staged_grid(const NormArgs& a, StagedKind kind);
 void launch_norm_staged(const NormArgs& a, const StagedGrid& sg, cudaStream_t stream);
 
-// rows_norm_staged_bwd.cu: the staged backward for variant 2, 3 (reg) or 4 (cluster) and its launch.
-StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, bool reg, bool cluster);
+// rows_norm_staged_bwd.cu: the staged backward of variant 2, 3 or 4 (StagedKind) and its launch.
+StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, StagedKind kind);
 void launch_norm_backward_staged(const NormBackwardArgs& a, const StagedGrid& sg, cudaStream_t stream);
 
 // rows_norm_cached.cu: the register-resident forward (false when the rows do not fit it: nothing launched), the

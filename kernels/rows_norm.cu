@@ -305,7 +305,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const int variant = forward_variant(a.dim);
   if (variant >= 2) {
-    if (const StagedGrid sg = norm_fwd_staged_grid(a, variant == 3); sg.np > 0) {
+    if (const StagedGrid sg = norm_fwd_staged_grid(a, staged_kind(variant)); sg.np > 0) {
       launch_norm_staged(a, sg, stream);
       g_staged_forward.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -334,7 +334,7 @@ struct NormBwdPlan {
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
   const int variant = backward_variant(a.dim);
-  if (variant >= 2) p.staged = norm_bwd_staged_grid(a, variant == 3, variant == 4);
+  if (variant >= 2) p.staged = norm_bwd_staged_grid(a, staged_kind(variant));
   if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
   return p;
 }

@@ -288,14 +288,16 @@ const void* const (&norm_bwd_kernels())[4] {
 }
 
 template <class T>
-StagedGrid norm_bwd_staged_grid_of(const NormBackwardArgs& a, bool reg, bool cluster) {
-  const int reg_np = reg ? kRegNp : 0;
+StagedGrid norm_bwd_staged_grid_of(const NormBackwardArgs& a, StagedKind kind) {
+  const bool cluster = kind == StagedKind::cluster;
+  const int reg_np = kind == StagedKind::reg ? kRegNp : 0;
   const void* k[4];
   for (int i = 0; i < 4; ++i)
     k[i] = i + 1 <= reg_np ? norm_bwd_kernels<T, true>()[i]
            : cluster       ? norm_bwd_kernels<T, false, true>()[i]
                            : norm_bwd_kernels<T, false>()[i];
-  StagedGrid g = staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), true, reg_np, {a.gx, a.g, a.x}, k);
+  StagedGrid g =
+      staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), StagedPass::backward, reg_np, {a.gx, a.g, a.x}, k);
   if (g.np > 0 && g.np <= reg_np) g.pm = NormParamsAt::reg;
   if (g.np > 0 && cluster) {
     g.cluster_kernel = true;
@@ -305,9 +307,9 @@ StagedGrid norm_bwd_staged_grid_of(const NormBackwardArgs& a, bool reg, bool clu
 }
 }  // namespace
 
-StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, bool reg, bool cluster) {
+StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, StagedKind kind) {
   StagedGrid g;
-  visit_kernel_float(a.dtype, [&](auto tag) { g = norm_bwd_staged_grid_of<decltype(tag)>(a, reg, cluster); });
+  visit_kernel_float(a.dtype, [&](auto tag) { g = norm_bwd_staged_grid_of<decltype(tag)>(a, kind); });
   return g;
 }
 

@@ -289,7 +289,7 @@ int staged_occupancy(const void* kernel, int dev, std::size_t smem, std::size_t 
 // shared-memory layout (weight, g / x / statistics slots) instead of the forward's (weight and bias, x slots,
 // the shift slot unless the row group is at most a warp); kernels[np - 1] for np <= reg_np keep no parameters
 // in shared memory (variant 3).
-StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool backward, int reg_np,
+StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, StagedPass pass, int reg_np,
                        std::initializer_list<const void*> ptrs, const void* const (&kernels)[4]) {
   StagedGrid g;
   if (len <= 0 || len % vec != 0) return g;
@@ -307,6 +307,7 @@ StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, bool
     return g;
   }
   if (!device_limits(dev, lim)) return g;
+  const bool backward = pass == StagedPass::backward;
   const bool shfl_shift = !backward && staged_shfl_shift(tpr);
   const std::size_t slots = backward ? 2 * np + 1 : np + (shfl_shift ? 0 : 1);
   const std::size_t fixed = np <= reg_np ? 0
@@ -351,10 +352,10 @@ NormFwdKernel norm_fwd_kernel(int np) {
                    : norm_staged_kernel<T, 4, kPm>;
 }
 
-// Where the forward with np packs per thread keeps the parameters (reg: variant 3).
+// Where the forward with np packs per thread keeps the parameters (StagedKind::reg: variant 3).
 template <class T>
-NormParamsAt fwd_params_at(const NormArgs& a, int np, bool reg) {
-  if (!reg) return NormParamsAt::smem;
+NormParamsAt fwd_params_at(const NormArgs& a, int np, StagedKind kind) {
+  if (kind != StagedKind::reg) return NormParamsAt::smem;
   if (np > kRegNp) return NormParamsAt::smem;
   if constexpr (sizeof(T) == 2) {
     if ((!a.weight || a.weight_narrow) && (!a.bias || a.bias_narrow)) return NormParamsAt::reg_narrow;
@@ -374,18 +375,18 @@ NormFwdKernel fwd_kernel_of(NormParamsAt pm, int np) {
   return norm_fwd_kernel<T, 0>(np);
 }
 
-// The staged launch for variant 2 or 3 (reg). The grid is sized with the kernel that will run.
+// The staged launch for variant 2 or 3 (StagedKind::reg). The grid is sized with the kernel that will run.
 template <class T>
-StagedGrid norm_fwd_staged_grid_of(const NormArgs& a, bool reg) {
+StagedGrid norm_fwd_staged_grid_of(const NormArgs& a, StagedKind kind) {
   const void* k[4];
   int reg_np = 0;  // the np up to which the parameters are not in shared memory
   for (int np = 1; np <= 4; ++np) {
-    const NormParamsAt pm = fwd_params_at<T>(a, np, reg);
+    const NormParamsAt pm = fwd_params_at<T>(a, np, kind);
     k[np - 1] = reinterpret_cast<const void*>(fwd_kernel_of<T>(pm, np));
     if (pm != NormParamsAt::smem) reg_np = np;
   }
-  StagedGrid g = staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), false, reg_np, {a.out, a.x}, k);
-  if (g.np > 0) g.pm = fwd_params_at<T>(a, g.np, reg);
+  StagedGrid g = staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), StagedPass::forward, reg_np, {a.out, a.x}, k);
+  if (g.np > 0) g.pm = fwd_params_at<T>(a, g.np, kind);
   return g;
 }
 }  // namespace
@@ -437,9 +438,9 @@ void pick_cluster(StagedGrid& g, const void* kernel) {
   }
 }
 
-StagedGrid norm_fwd_staged_grid(const NormArgs& a, bool reg) {
+StagedGrid norm_fwd_staged_grid(const NormArgs& a, StagedKind kind) {
   StagedGrid g;
-  visit_kernel_float(a.dtype, [&](auto tag) { g = norm_fwd_staged_grid_of<decltype(tag)>(a, reg); });
+  visit_kernel_float(a.dtype, [&](auto tag) { g = norm_fwd_staged_grid_of<decltype(tag)>(a, kind); });
   return g;
 }
 
