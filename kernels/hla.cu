@@ -216,6 +216,31 @@ struct CtaOutput {
   }
 };
 
+// Where the kept rows of sample b, block p go, for a loader whose columns start at output column out_base.
+__device__ __forceinline__ CtaOutput output_of(const HlaOutput& a, int64_t b, int64_t p, int64_t out_base) {
+  const int64_t r = a.kept, R = a.L / a.block * r;
+  CtaOutput out;
+  if (!a.channels) {
+    out.o = a.out + (b * R + p * r) * a.K + out_base;
+    out.row = a.K;
+    out.col = 1;
+  } else {
+    out.o = a.out + (b * a.K + out_base) * R + p * r;
+    out.row = 1;
+    out.col = R;
+  }
+  return out;
+}
+
+// Folds each thread's max |written value| into *a.absmax when asked: a warp maximum, then one atomicMax on the
+// bits per warp (non-negative floats order like them). Called by every thread of the CTA.
+__device__ __forceinline__ void fold_amax(const HlaOutput& a, float amax) {
+  if (!a.absmax) return;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  if (threadIdx.x % 32 == 0 && amax > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
+}
+
 // One pass of G stages from h = 2^h_log (Note [HLA butterfly passes]). kLoad: the rows come from the loader
 // (h_log = 0, the first pass), else from the slab; they go back to the slab.
 template <int G, bool kLoad, class Loader>
@@ -255,20 +280,11 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
   extern __shared__ float slab[];                                      // (n, stride)
   int16_t* kept = reinterpret_cast<int16_t*>(slab + g.slab_floats);  // (r)
   const int n = static_cast<int>(a.block), r = static_cast<int>(a.kept), tile = 1 << g.tile_log;
-  const int64_t P = a.L / n, R = P * r;
+  const int64_t P = a.L / n;
   const int64_t cta = blockIdx.x;
   const int64_t ti = cta % g.tiles, p = (cta / g.tiles) % P, b = cta / (g.tiles * P);
   const Loader ld(lp, g, b, p * n, ti);
-  CtaOutput out;
-  if (!a.channels) {
-    out.o = a.out + (b * R + p * r) * a.K + ld.out_base;
-    out.row = a.K;
-    out.col = 1;
-  } else {
-    out.o = a.out + (b * a.K + ld.out_base) * R + p * r;
-    out.row = 1;
-    out.col = R;
-  }
+  const CtaOutput out = output_of(a, b, p, ld.out_base);
   float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
 
   for (int k = threadIdx.x; k < r; k += blockDim.x) kept[k] = rows.idx[k];
@@ -293,12 +309,7 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
       out.put(i, c, slab[g.at(kept[i], c)], amax);
     }
   }
-  if (a.absmax) {  // a warp maximum, then one atomicMax on the bits (non-negative floats order like them)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-    if (threadIdx.x % 32 == 0 && amax > 0.0f)
-      atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
-  }
+  fold_amax(a, amax);
 }
 
 // Note [HLA small blocks]
@@ -322,7 +333,6 @@ __device__ __forceinline__ void hla_small_items(const HlaOutput& a, const typena
                                                 int64_t p_first, int64_t p_count, int64_t ti, float& amax) {
   constexpr int n = 1 << G;
   const int r = static_cast<int>(a.kept), tile_mask = (1 << g.tile_log) - 1;
-  const int64_t R = a.L / n * r;
   for (int64_t q = threadIdx.x; q < (p_count << g.tile_log); q += blockDim.x) {
     const int c = static_cast<int>(q & tile_mask);
     const int64_t p = p_first + (q >> g.tile_log);
@@ -331,16 +341,7 @@ __device__ __forceinline__ void hla_small_items(const HlaOutput& a, const typena
     float v[n];
     ld.template load<n>(v, 0, c);
     butterfly<G>(v);
-    CtaOutput out;
-    if (!a.channels) {
-      out.o = a.out + (b * R + p * r) * a.K + ld.out_base;
-      out.row = a.K;
-      out.col = 1;
-    } else {
-      out.o = a.out + (b * a.K + ld.out_base) * R + p * r;
-      out.row = 1;
-      out.col = R;
-    }
+    const CtaOutput out = output_of(a, b, p, ld.out_base);
     for (int i = 0; i < r; ++i) {
       const int k = rows.idx[i];
       float o = v[0];
@@ -368,12 +369,7 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
     case 3: hla_small_items<3, T, Loader>(a, lp, g, rows, b, p_first, p_count, ti, amax); break;
     case 4: hla_small_items<4, T, Loader>(a, lp, g, rows, b, p_first, p_count, ti, amax); break;
   }
-  if (a.absmax) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-    if (threadIdx.x % 32 == 0 && amax > 0.0f)
-      atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
-  }
+  fold_amax(a, amax);
 }
 
 // Launches hla_project_kernel<T, Loader<T>> for x's dtype.
