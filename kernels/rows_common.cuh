@@ -479,7 +479,7 @@ HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
 // low bits: f16 rows 100 + U(-1, 1) of 768 elements sum to about 76800, where a float ulp is 2^-7, and the
 // rounding of these all-positive partial sums has the same sign in most rows, so the mean error (up to 5e-6)
 // is a bias rather than noise. It moves every xhat of a row by (mean error) * rstd, and the weight gradient,
-// a sum over rows of g * xhat, by up to rows * 5e-6 * rstd * |g|: the f16 "offset rows" case of test_gpu_rows
+// a sum over rows of g * xhat, by up to rows * 5e-6 * rstd * |g|: the f16 "offset rows" case of test_gpu_rows_norm
 // (300 x 768) differed from the CPU reference by up to 1.5e-3 in 23 columns whose gradient is near 0 (run 18).
 // The CPU is the accurate side: a host simulation of this kernel's summation order against an all-double
 // computation gives 1.3e-3 for the float sum (22 columns over the test's tolerance) and 9.4e-5 for the CPU
