@@ -54,7 +54,7 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
 
 // Fold kernel variant: 1 (old), the thread-per-element gather above (its column reads are strided: ~16x sector
 // amplification on (N, L, C·3·3) bf16 columns); 2 (tiles; Note [Fold, tiles kernel] in
-// kernels/unfold.cu), a block per (n, channel group, chunk of image rows, w tile) stages every column entry its
+// kernels/unfold_fold.cu), a block per (n, channel group, chunk of image rows, w tile) stages every column entry its
 // elements need in one pass (16-byte loads where the runs allow, kept in the column dtype), one barrier, then sums
 // its elements in the same ascending (i, j) order in fp32 (fp64 for f64) as 1 and the CPU: bit-identical. Shapes
 // whose stage does not fit in 48 KB (huge dilations) take variant 1. Run 26 (bf16, N 256, ms old / tiles): C 64
