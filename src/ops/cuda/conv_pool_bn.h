@@ -1,4 +1,4 @@
-// Tensor-level CUDA entry points of conv2d (cuDNN), the 2-D pools and batch norm (kernels/pool.cu,
+// Tensor-level CUDA entry points of conv2d (cuDNN), the 2-D pools and batch norm (kernels/pool*.cu,
 // kernels/batchnorm*.cu). Internal to src/ops; CUDA builds only. The op files check shapes and dtypes and
 // allocate outputs; these functions make inputs dense, pick the device and stream and launch.
 #pragma once
