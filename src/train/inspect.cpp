@@ -14,6 +14,8 @@
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/ops/unfold.h"
+#include "hadatrain/train/config_reader.h"
+#include "hadatrain/train/pipeline_config.h"
 #include "trainer_setup.h"
 
 namespace ht::train {
@@ -61,18 +63,54 @@ std::pair<double, double> compare(const Tensor& a, const Tensor& r) {
   return {rel, cosine};
 }
 
-grad::PipelineSpec spec_for(const TrainerConfig& cfg, const std::string& name) {
-  if (cfg.grad_pipeline.default_spec.name == name) return cfg.grad_pipeline.default_spec;
-  grad::PipelineSpec s;
-  s.name = name;
-  return s;
+std::string trimmed(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\n"), e = s.find_last_not_of(" \t\n");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
 }  // namespace
 
+InspectedPipeline inspected_pipeline(const TrainerConfig& cfg, const std::string& entry) {
+  InspectedPipeline p;
+  p.label = trimmed(entry);
+  if (!p.label.empty() && p.label.front() == '{') {
+    ConfigReader r = ConfigReader::from_string(p.label, fmt::format("--pipelines entry '{}'", p.label));
+    if (!r.has("name")) r.fail("name", "a pipeline entry needs a name, e.g. {name: hlq, acbp_bits: 4}");
+    p.spec = read_pipeline_spec(r);
+    r.finish();
+  } else if (cfg.grad_pipeline.default_spec.name == p.label) {
+    p.spec = cfg.grad_pipeline.default_spec;
+  } else {
+    p.spec.name = p.label;
+  }
+  grad::make_pipeline(p.spec);  // an unknown name throws here, before any work
+  return p;
+}
+
+std::vector<std::string> split_pipeline_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (const char ch : list) {
+    if (ch == '{' || ch == '[') ++depth;
+    if (ch == '}' || ch == ']') {
+      HT_CHECK(depth > 0, "--pipelines '{}': '{}' without its opening bracket", list, ch);
+      --depth;
+    }
+    if (ch == ',' && depth == 0) {
+      if (!trimmed(cur).empty()) out.push_back(trimmed(cur));
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  HT_CHECK(depth == 0, "--pipelines '{}': an unclosed brace or bracket", list);
+  if (!trimmed(cur).empty()) out.push_back(trimmed(cur));
+  return out;
+}
+
 std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const InspectOptions& opts) {
   HT_CHECK(!opts.pipelines.empty(), "inspect-grads: no pipelines given");
-  for (const std::string& p : opts.pipelines) grad::make_pipeline(spec_for(cfg, p));  // unknown names throw here
   const Device device = cfg.train.device;
   check_device(device);
   const Datasets ds = make_datasets(cfg);
@@ -112,8 +150,8 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
     r.L = c.x.size(1);
     r.I = c.x.size(2);
     r.O = c.w.size(0);
-    for (const std::string& name : opts.pipelines) {
-      auto p = grad::make_pipeline(spec_for(cfg, name));
+    for (const InspectedPipeline& ip : opts.pipelines) {
+      auto p = grad::make_pipeline(ip.spec);
       const grad::NoiseKey key = layers[i].binding->key_now();
       // A conv product enters as the layer did (forward_conv with its input map), so that what the pipeline
       // saves and computes is what training would (HLQ's acbp_conv, conv_gx).
@@ -121,7 +159,8 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
                                                      : p->forward(c.x, c.w, c.info, key, true);
       const grad::Grads g = p->backward(*f.saved, c.g_y, {true, true});
       PipelineGradError e;
-      e.pipeline = name;
+      e.pipeline = ip.label;
+      e.name = ip.spec.name;
       // g_x in the columns' space, or in the image's when the pipeline returns that (conv_gx: dgrad).
       const Tensor gx_ref =
           g.x_is_image ? fold2d(c.g_x, Fold2dParams{c.info.image.size(1), c.info.image.size(2), c.info.image.size(3),
@@ -138,32 +177,38 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
 }
 
 std::string format_grad_report(const std::vector<LayerGradReport>& report) {
-  std::string out = fmt::format("{:<28} {:<7} {:>22} {:<8} {:>10} {:>9} {:>10} {:>9} {:>11}\n", "layer", "type",
-                                "B x L x I -> O", "pipeline", "g_x relerr", "g_x cos", "g_w relerr", "g_w cos",
+  std::size_t pw = 8;  // the pipeline column: as wide as the longest label
+  for (const auto& r : report)
+    for (const auto& e : r.results) pw = std::max(pw, e.pipeline.size());
+  std::string out = fmt::format("{:<28} {:<7} {:>22} {:<{}} {:>10} {:>9} {:>10} {:>9} {:>11}\n", "layer", "type",
+                                "B x L x I -> O", "pipeline", pw, "g_x relerr", "g_x cos", "g_w relerr", "g_w cos",
                                 "saved KiB");
   for (const auto& r : report) {
     const std::string shape = fmt::format("{}x{}x{} -> {}", r.B, r.L, r.I, r.O);
     bool first = true;
     for (const auto& e : r.results) {
-      out += fmt::format("{:<28} {:<7} {:>22} {:<8} {:>10.4f} {:>9.5f} {:>10.4f} {:>9.5f} {:>11.1f}\n",
-                         first ? r.name : "", first ? r.type : "", first ? shape : "", e.pipeline, e.gx_rel_err,
+      out += fmt::format("{:<28} {:<7} {:>22} {:<{}} {:>10.4f} {:>9.5f} {:>10.4f} {:>9.5f} {:>11.1f}\n",
+                         first ? r.name : "", first ? r.type : "", first ? shape : "", e.pipeline, pw, e.gx_rel_err,
                          e.gx_cosine, e.gw_rel_err, e.gw_cosine, static_cast<double>(e.saved_bytes) / 1024.0);
       first = false;
     }
   }
   // Totals over the layers: the activation memory each pipeline's saved state needs for this batch.
+  // The share is against the first pipeline named exact.
   std::vector<std::pair<std::string, int64_t>> totals;
+  std::string exact_label;
   for (const auto& r : report)
     for (const auto& e : r.results) {
+      if (exact_label.empty() && e.name == "exact") exact_label = e.pipeline;
       auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.first == e.pipeline; });
       if (it == totals.end()) totals.emplace_back(e.pipeline, e.saved_bytes);
       else it->second += e.saved_bytes;
     }
-  const auto exact = std::find_if(totals.begin(), totals.end(), [](const auto& t) { return t.first == "exact"; });
+  const auto exact = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.first == exact_label; });
   out += "saved by the Linear/Conv2d products of this batch:";
   for (const auto& [name, bytes] : totals) {
     out += fmt::format(" {} {:.2f} MiB", name, static_cast<double>(bytes) / (1 << 20));
-    if (exact != totals.end() && exact->second > 0 && name != "exact")
+    if (exact != totals.end() && exact->second > 0 && name != exact_label)
       out += fmt::format(" ({:.0f} % of exact)", 100.0 * static_cast<double>(bytes) / static_cast<double>(exact->second));
     out += ";";
   }
@@ -178,6 +223,7 @@ std::string grad_report_json(const std::vector<LayerGradReport>& report) {
     nlohmann::json res = nlohmann::json::array();
     for (const auto& e : r.results)
       res.push_back({{"pipeline", e.pipeline},
+                     {"name", e.name},
                      {"gx_rel_err", e.gx_rel_err},
                      {"gx_cosine", e.gx_cosine},
                      {"gw_rel_err", e.gw_rel_err},

@@ -1,9 +1,9 @@
 // `hadatrain inspect-grads --config FILE [--pipelines exact,hlq,lbp_wht,luq] [--json FILE] [--set k=v]...`:
 // per layer, the relative error and cosine similarity of g_x and g_w of each pipeline against exact on one
-// training batch, and the activation bytes each pipeline saves (train/inspect.h).
+// training batch, and the activation bytes each pipeline saves (train/inspect.h). A --pipelines entry is a
+// name or a YAML flow map with options: 'exact,hlq,{name: hlq, acbp_bits: 4},{name: hlq, rank_pct: 25}'.
 #include <filesystem>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,14 +25,6 @@ struct InspectArgs {
   std::string log_level = "warn";
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 }  // namespace
 
 Command add_inspect_command(CLI::App& app) {
@@ -41,7 +33,10 @@ Command add_inspect_command(CLI::App& app) {
   c.app = app.add_subcommand("inspect-grads",
                              "Per-layer error of each gradient pipeline against exact on one training batch");
   c.app->add_option("-c,--config", a->config, "YAML config file (model, data, grad_pipeline options)")->required();
-  c.app->add_option("--pipelines", a->pipelines, "Comma-separated pipelines to compare")->capture_default_str();
+  c.app->add_option("--pipelines", a->pipelines,
+                    "Comma-separated pipelines to compare: names, or YAML maps with options, e.g. "
+                    "'exact,hlq,{name: hlq, acbp_bits: 4}'")
+      ->capture_default_str();
   c.app->add_option("--json", a->json, "Also write the report as JSON to this file");
   c.app->add_option("--set", a->sets, "Override a config value: --set data.batch_size=64 (repeatable)")
       ->type_name("KEY=VALUE")
@@ -52,7 +47,8 @@ Command add_inspect_command(CLI::App& app) {
     ht::logging::set_level(a->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(a->config, a->sets);
     train::InspectOptions o;
-    o.pipelines = split_list(a->pipelines);
+    for (const std::string& entry : train::split_pipeline_list(a->pipelines))
+      o.pipelines.push_back(train::inspected_pipeline(cfg, entry));
     const auto report = train::inspect_grads(cfg, o);
     fmt::print("{}", train::format_grad_report(report));
     if (!a->json.empty()) {

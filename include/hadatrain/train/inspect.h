@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/grad/pipeline.h"
 #include "hadatrain/train/trainer_config.h"
 
 namespace ht::train {
 
 struct PipelineGradError {
-  std::string pipeline;
+  std::string pipeline;                  // the label of the compared pipeline (InspectedPipeline::label)
+  std::string name;                      // its name: exact, hlq, lbp_wht or luq
   double gx_rel_err = 0, gx_cosine = 1;  // ||g − g_exact|| / ||g_exact|| and cos(g, g_exact)
   double gw_rel_err = 0, gw_cosine = 1;
   int64_t saved_bytes = 0;               // activation bytes the pipeline's forward keeps
@@ -25,13 +27,29 @@ struct LayerGradReport {
   std::vector<PipelineGradError> results;
 };
 
+// One pipeline to compare: how the report names it, and its options.
+struct InspectedPipeline {
+  std::string label;
+  grad::PipelineSpec spec;
+};
+
+// An entry of `--pipelines`: a pipeline name ("hlq": the options of the config's grad_pipeline.default when
+// it names that pipeline, else the pipeline's defaults), or a YAML flow map with `name` and that pipeline's
+// options, read like a grad_pipeline entry ("{name: hlq, acbp_bits: 4}": the defaults but for the given
+// keys). The label is the entry as written, without surrounding spaces. Unknown names, unknown keys and bad
+// values are errors that quote the entry.
+InspectedPipeline inspected_pipeline(const TrainerConfig& cfg, const std::string& entry);
+// `--pipelines` split at the commas outside braces and brackets: "exact,{name: hlq, acbp_bits: 4}" is two
+// entries. Empty entries are dropped; unbalanced braces are an error.
+std::vector<std::string> split_pipeline_list(const std::string& list);
+
 struct InspectOptions {
-  std::vector<std::string> pipelines{"exact", "hlq", "lbp_wht", "luq"};
+  std::vector<InspectedPipeline> pipelines;  // at least one
   uint64_t step = 0;  // the noise step (Note [Pipeline noise])
 };
 
-// Runs one batch of the config's training data (first batch of epoch 1). Options of a pipeline come from
-// the config's grad_pipeline.default when it names that pipeline, else that pipeline's defaults.
+// Runs one batch of the config's training data (first batch of epoch 1) and compares every pipeline of
+// `opts` with exact, layer by layer.
 std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const InspectOptions& opts);
 
 // A fixed-width table of the report (one row per layer and pipeline), and the same as JSON.
