@@ -20,26 +20,10 @@ using grad::HlaRank;
 
 namespace {
 
-HlaRank pct_rank(double pct) {
-  HlaRank r;
-  r.kind = HlaRank::Kind::percentile;
-  r.pct = pct;
-  return r;
-}
-HlaRank rows_rank(int64_t rows) {
-  HlaRank r;
-  r.kind = HlaRank::Kind::rows;
-  r.rows = rows;
-  return r;
-}
-HlaRank full_rank() {
-  HlaRank r;
-  r.kind = HlaRank::Kind::full;
-  return r;
-}
-
 // H_n[k][t] = (−1)^popcount(k AND t).
-int hadamard(int64_t k, int64_t t) { return (__builtin_popcountll(static_cast<unsigned long long>(k & t)) % 2) ? -1 : 1; }
+int hadamard(int64_t k, int64_t t) {
+  return (__builtin_popcountll(static_cast<unsigned long long>(k & t)) % 2) ? -1 : 1;
+}
 
 int sign_changes(int64_t k, int64_t n) {
   int changes = 0;
@@ -59,7 +43,8 @@ std::vector<double> naive_project(const Tensor& x, const HlaPlan& plan) {
         for (int64_t c = 0; c < C; ++c) {
           double acc = 0;
           for (int64_t t = 0; t < n; ++t)
-            acc += hadamard(plan.rows[static_cast<std::size_t>(i)], t) * xv[static_cast<std::size_t>((b * L + p * n + t) * C + c)];
+            acc += hadamard(plan.rows[static_cast<std::size_t>(i)], t) *
+                   xv[static_cast<std::size_t>((b * L + p * n + t) * C + c)];
           out[static_cast<std::size_t>((b * P * r + p * r + i) * C + c)] = acc;
         }
   return out;
@@ -95,25 +80,25 @@ TEST_CASE("hla_plan reproduces the rank table of hlq.md 4.6", "[hla]") {
                                   {197, 1, 1},     {49, 1, 1},    {32, 32, 10},    {128, 128, 36},
                                   {512, 512, 136}, {4, 4, 3},     {1, 1, 1}};
   for (const Row& row : table) {
-    const HlaPlan plan = grad::hla_plan(row.length, pct_rank(50));
+    const HlaPlan plan = grad::hla_plan(row.length, HlaRank::of_pct(50));
     INFO(plan.describe());
     CHECK(plan.length == row.length);
     CHECK(plan.block == row.block);
     CHECK(plan.kept() == row.kept);
     CHECK(plan.projected_length() == row.length / row.block * row.kept);
   }
-  CHECK(grad::hla_plan(64, pct_rank(10)).kept() == 10);
-  CHECK(grad::hla_plan(64, pct_rank(25)).kept() == 21);
-  CHECK(grad::hla_plan(64, pct_rank(50)).kept() == 36);
-  CHECK(grad::hla_plan(1024, pct_rank(50)).describe() == "L 1024: n 1024, r 528 (51.6 %)");
-  CHECK(grad::hla_plan(197, pct_rank(50)).describe() == "L 197: n 1, r 1 (100.0 %)");
+  CHECK(grad::hla_plan(64, HlaRank::of_pct(10)).kept() == 10);
+  CHECK(grad::hla_plan(64, HlaRank::of_pct(25)).kept() == 21);
+  CHECK(grad::hla_plan(64, HlaRank::of_pct(50)).kept() == 36);
+  CHECK(grad::hla_plan(1024, HlaRank::of_pct(50)).describe() == "L 1024: n 1024, r 528 (51.6 %)");
+  CHECK(grad::hla_plan(197, HlaRank::of_pct(50)).describe() == "L 197: n 1, r 1 (100.0 %)");
   // n = 16 at pct 50, group by group: {0 1 2 3} {5 6 7} {8 9} {15}.
-  CHECK(grad::hla_sequency_rows(16, pct_rank(50)) == std::vector<int32_t>{0, 1, 2, 3, 5, 6, 7, 8, 9, 15});
+  CHECK(grad::hla_sequency_rows(16, HlaRank::of_pct(50)) == std::vector<int32_t>{0, 1, 2, 3, 5, 6, 7, 8, 9, 15});
 }
 
 TEST_CASE("hla plan rows are sequency rows of the Walsh matrix, ascending", "[hla]") {
   for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024}) {
-    const HlaPlan full = grad::hla_plan(n, full_rank());
+    const HlaPlan full = grad::hla_plan(n, HlaRank::all());
     REQUIRE(full.kept() == n);
     std::set<int32_t> seen;
     for (int64_t j = 0; j < n; ++j) {
@@ -125,8 +110,8 @@ TEST_CASE("hla plan rows are sequency rows of the Walsh matrix, ascending", "[hl
     }
     CHECK(static_cast<int64_t>(seen.size()) == n);
     // Every plan's natural rows follow its sequency rows through the same map.
-    const auto seq = grad::hla_sequency_rows(n, pct_rank(50));
-    const HlaPlan plan = grad::hla_plan(n, pct_rank(50));
+    const auto seq = grad::hla_sequency_rows(n, HlaRank::of_pct(50));
+    const HlaPlan plan = grad::hla_plan(n, HlaRank::of_pct(50));
     REQUIRE(seq.size() == plan.rows.size());
     CHECK(std::is_sorted(seq.begin(), seq.end()));
     for (std::size_t i = 0; i < seq.size(); ++i) CHECK(plan.rows[i] == full.rows[static_cast<std::size_t>(seq[i])]);
@@ -143,9 +128,9 @@ TEST_CASE("the percentile rule keeps the 2-D low-pass triangle (Kind::rows equiv
       const int64_t sf = static_cast<int64_t>(0.1 * (10 * sd + 5 - std::sqrt(2 * sd * sd * pct + 25)));
       const int64_t r = (s - sf) * (s - sf + 1) / 2;
       INFO("n " << n << " pct " << pct << " sf " << sf);
-      const auto by_pct = grad::hla_sequency_rows(n, pct_rank(pct));
+      const auto by_pct = grad::hla_sequency_rows(n, HlaRank::of_pct(pct));
       CHECK(static_cast<int64_t>(by_pct.size()) == r);
-      CHECK(grad::hla_sequency_rows(n, rows_rank(r)) == by_pct);
+      CHECK(grad::hla_sequency_rows(n, HlaRank::of_rows(r)) == by_pct);
       // Written out: u + v <= s − 1 − sf with index u·s + (v if u even else s − 1 − v).
       std::vector<int32_t> tri;
       for (int64_t u = 0; u < s; ++u)
@@ -157,23 +142,23 @@ TEST_CASE("the percentile rule keeps the 2-D low-pass triangle (Kind::rows equiv
   }
   // Kind::rows between triangle sizes: the first r pairs in (u + v, then u) order. s = 8 (n 64), r = 4:
   // (0,0) (0,1) (1,0) (0,2) -> indices 0, 1, 8 + 7 = 15, 2.
-  CHECK(grad::hla_sequency_rows(64, rows_rank(4)) == std::vector<int32_t>{0, 1, 2, 15});
-  CHECK(grad::hla_sequency_rows(64, rows_rank(64)).size() == 64);
+  CHECK(grad::hla_sequency_rows(64, HlaRank::of_rows(4)) == std::vector<int32_t>{0, 1, 2, 15});
+  CHECK(grad::hla_sequency_rows(64, HlaRank::of_rows(64)).size() == 64);
 }
 
 TEST_CASE("hla_plan rejects pct outside (0, 50] and bad rows (bug #3 regression)", "[hla]") {
-  CHECK_THROWS_WITH(grad::hla_plan(64, pct_rank(75)), HasSubstr("pct must be in (0, 50]"));
-  CHECK_THROWS_WITH(grad::hla_plan(64, pct_rank(50.5)), HasSubstr("got 50.5"));
-  CHECK_THROWS_WITH(grad::hla_plan(64, pct_rank(0)), HasSubstr("pct must be in (0, 50]"));
-  CHECK_THROWS_WITH(grad::hla_plan(64, pct_rank(-3)), HasSubstr("pct must be in (0, 50]"));
-  CHECK_THROWS_WITH(grad::hla_plan(197, pct_rank(75)), HasSubstr("pct must be in (0, 50]"));
-  CHECK_THROWS_WITH(grad::hla_plan(64, rows_rank(0)), HasSubstr("rows >= 1"));
-  CHECK_THROWS_WITH(grad::hla_plan(64, rows_rank(65)), HasSubstr("exceeds s² = 64"));
-  CHECK_THROWS_WITH(grad::hla_plan(32, rows_rank(17)), HasSubstr("exceeds s² = 16"));
-  CHECK_THROWS_WITH(grad::hla_plan(0, pct_rank(50)), HasSubstr("length L must be >= 1"));
-  CHECK_THROWS_WITH(grad::hla_sequency_rows(12, pct_rank(50)), HasSubstr("power of two"));
+  CHECK_THROWS_WITH(grad::hla_plan(64, HlaRank::of_pct(75)), HasSubstr("pct must be in (0, 50]"));
+  CHECK_THROWS_WITH(grad::hla_plan(64, HlaRank::of_pct(50.5)), HasSubstr("got 50.5"));
+  CHECK_THROWS_WITH(grad::hla_plan(64, HlaRank::of_pct(0)), HasSubstr("pct must be in (0, 50]"));
+  CHECK_THROWS_WITH(grad::hla_plan(64, HlaRank::of_pct(-3)), HasSubstr("pct must be in (0, 50]"));
+  CHECK_THROWS_WITH(grad::hla_plan(197, HlaRank::of_pct(75)), HasSubstr("pct must be in (0, 50]"));
+  CHECK_THROWS_WITH(grad::hla_plan(64, HlaRank::of_rows(0)), HasSubstr("rows >= 1"));
+  CHECK_THROWS_WITH(grad::hla_plan(64, HlaRank::of_rows(65)), HasSubstr("exceeds s² = 64"));
+  CHECK_THROWS_WITH(grad::hla_plan(32, HlaRank::of_rows(17)), HasSubstr("exceeds s² = 16"));
+  CHECK_THROWS_WITH(grad::hla_plan(0, HlaRank::of_pct(50)), HasSubstr("length L must be >= 1"));
+  CHECK_THROWS_WITH(grad::hla_sequency_rows(12, HlaRank::of_pct(50)), HasSubstr("power of two"));
   // A valid rank on odd L: identity plan.
-  CHECK(grad::hla_plan(49, rows_rank(5)).rows == std::vector<int32_t>{0});
+  CHECK(grad::hla_plan(49, HlaRank::of_rows(5)).rows == std::vector<int32_t>{0});
 }
 
 TEST_CASE("hla_project matches the definition (bf16, f32, f64, non-contiguous)", "[hla]") {
@@ -182,7 +167,7 @@ TEST_CASE("hla_project matches the definition (bf16, f32, f64, non-contiguous)",
       const Tensor base = test::random_tensor({3, 5, L}, 11 + L, dt, -2, 2);  // (B, C, L)
       const Tensor x = base.transpose(1, 2);                                    // (B, L, C) non-contiguous
       REQUIRE_FALSE(x.is_contiguous());
-      const HlaPlan plan = grad::hla_plan(L, pct_rank(50));
+      const HlaPlan plan = grad::hla_plan(L, HlaRank::of_pct(50));
       const Tensor out = grad::hla_project(x, plan);
       INFO(dtype_name(dt) << " " << plan.describe());
       CHECK(out.dtype() == DType::f32);
@@ -194,13 +179,13 @@ TEST_CASE("hla_project matches the definition (bf16, f32, f64, non-contiguous)",
   std::vector<double> iv(2 * 64 * 3);
   for (std::size_t i = 0; i < iv.size(); ++i) iv[i] = static_cast<double>(static_cast<int>((i * 37) % 101) - 50);
   const Tensor xi = from_vector(iv, {2, 64, 3}).to(DType::f32);
-  const HlaPlan plan = grad::hla_plan(64, full_rank());
+  const HlaPlan plan = grad::hla_plan(64, HlaRank::all());
   CHECK(test::compare(grad::hla_project(xi, plan), naive_project(xi, plan), 0, 0) == "");
 }
 
 TEST_CASE("both hla layouts hold the same values (channels = rows transposed)", "[hla]") {
   const Tensor x = test::random_tensor({3, 96, 7}, 3, DType::bf16);
-  for (const HlaRank& rank : {pct_rank(50), pct_rank(10), full_rank(), rows_rank(5)}) {
+  for (const HlaRank& rank : {HlaRank::of_pct(50), HlaRank::of_pct(10), HlaRank::all(), HlaRank::of_rows(5)}) {
     const HlaPlan plan = grad::hla_plan(96, rank);
     const Tensor a = grad::hla_project(x, plan, HlaLayout::rows);      // (B, R, C)
     const Tensor b = grad::hla_project(x, plan, HlaLayout::channels);  // (B, C, R)
@@ -212,7 +197,7 @@ TEST_CASE("both hla layouts hold the same values (channels = rows transposed)", 
 
 TEST_CASE("the HLA projector is an orthogonal projector", "[hla]") {
   for (int64_t L : {4, 16, 32, 64, 48, 128}) {
-    for (const HlaRank& rank : {pct_rank(50), pct_rank(20), rows_rank(3), full_rank()}) {
+    for (const HlaRank& rank : {HlaRank::of_pct(50), HlaRank::of_pct(20), HlaRank::of_rows(3), HlaRank::all()}) {
       const HlaPlan plan = grad::hla_plan(L, rank);
       INFO(plan.describe());
       // Identity input: the projection is P (R × L), blockdiag of the kept Hadamard rows.
@@ -220,7 +205,8 @@ TEST_CASE("the HLA projector is an orthogonal projector", "[hla]") {
       const int64_t R = plan.projected_length();
       REQUIRE(P.shape() == Shape{R, L});
       const double n = static_cast<double>(plan.block);
-      CHECK(test::compare(matmul(P, P.transpose(0, 1)), mul(select(eye3(R), 0, 0), n).to_vector<double>(), 0, 1e-9) == "");
+      CHECK(test::compare(matmul(P, P.transpose(0, 1)), mul(select(eye3(R), 0, 0), n).to_vector<double>(), 0, 1e-9) ==
+            "");
       const Tensor pi = div(matmul(P.transpose(0, 1), P), n);  // (L, L)
       CHECK(test::compare(matmul(pi, pi), pi.to_vector<double>(), 1e-12, 1e-12) == "");
       CHECK(test::compare(pi.transpose(0, 1).contiguous(), pi.to_vector<double>(), 0, 0) == "");
@@ -238,7 +224,7 @@ TEST_CASE("full-rank HLA reproduces g_yᵀx summed over samples", "[hla]") {
     const int64_t B = 3, O = 6, I = 9;
     const Tensor g = test::random_tensor({B, L, O}, 21, DType::f32);
     const Tensor x = test::random_tensor({B, L, I}, 22, DType::f32);
-    const HlaPlan plan = grad::hla_plan(L, full_rank());
+    const HlaPlan plan = grad::hla_plan(L, HlaRank::all());
     const Tensor pg = grad::hla_project(g, plan).to(DType::f64);  // (B, L, O)
     const Tensor px = grad::hla_project(x, plan).to(DType::f64);  // (B, L, I)
     const Tensor approx = div(sum(matmul(pg.transpose(1, 2), px), {0}), static_cast<double>(plan.block));
@@ -247,7 +233,7 @@ TEST_CASE("full-rank HLA reproduces g_yᵀx summed over samples", "[hla]") {
     CHECK(test::compare(approx, exact.to_vector<double>(), 1e-5, 1e-5) == "");
     // Reduced rank is a low-pass: it differs from the exact product when n > 1.
     if (plan.block > 1) {
-      const HlaPlan low = grad::hla_plan(L, pct_rank(50));
+      const HlaPlan low = grad::hla_plan(L, HlaRank::of_pct(50));
       const Tensor lg = grad::hla_project(g, low).to(DType::f64), lx = grad::hla_project(x, low).to(DType::f64);
       const Tensor a2 = div(sum(matmul(lg.transpose(1, 2), lx), {0}), static_cast<double>(low.block));
       CHECK_FALSE(test::compare(a2, exact.to_vector<double>(), 1e-3, 1e-3) == "");
@@ -257,7 +243,7 @@ TEST_CASE("full-rank HLA reproduces g_yᵀx summed over samples", "[hla]") {
 
 TEST_CASE("hla identity plan for odd L copies x as f32", "[hla]") {
   const Tensor x = test::random_tensor({2, 197, 5}, 8, DType::bf16);
-  const HlaPlan plan = grad::hla_plan(197, pct_rank(50));
+  const HlaPlan plan = grad::hla_plan(197, HlaRank::of_pct(50));
   CHECK(plan.block == 1);
   CHECK(plan.rows == std::vector<int32_t>{0});
   CHECK(plan.projected_length() == 197);
@@ -269,7 +255,7 @@ TEST_CASE("hla identity plan for odd L copies x as f32", "[hla]") {
 TEST_CASE("hla_project reports the largest magnitude it wrote", "[hla]") {
   for (int64_t L : {64, 197}) {
     const Tensor x = test::random_tensor({3, L, 7}, 9, DType::f32, -3.0, 3.0);
-    const HlaPlan plan = grad::hla_plan(L, pct_rank(50));
+    const HlaPlan plan = grad::hla_plan(L, HlaRank::of_pct(50));
     for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
       Tensor m;
       const Tensor y = grad::hla_project(x, plan, layout, &m);
@@ -286,7 +272,7 @@ TEST_CASE("hla_project reports the largest magnitude it wrote", "[hla]") {
 }
 
 TEST_CASE("hla_project rejects bad inputs", "[hla]") {
-  const HlaPlan plan = grad::hla_plan(64, pct_rank(50));
+  const HlaPlan plan = grad::hla_plan(64, HlaRank::of_pct(50));
   CHECK_THROWS_WITH(grad::hla_project(test::random_tensor({64, 3}, 1), plan), HasSubstr("must be (B, L, C)"));
   CHECK_THROWS_WITH(grad::hla_project(test::random_tensor({2, 32, 3}, 1), plan), HasSubstr("plan is for L = 64"));
   CHECK_THROWS_WITH(grad::hla_project(ones({2, 64, 3}, {DType::i32}), plan), HasSubstr("expected a floating"));
@@ -315,7 +301,7 @@ TEST_CASE("hla_project_unfolded equals hla_project of the unfolded columns", "[h
                                ? test::random_tensor({2, c.H, c.W, c.C}, seed++, DType::bf16).permute({0, 3, 1, 2})
                                : test::random_tensor({2, c.C, c.H, c.W}, seed++, DType::bf16);
       const Tensor cols = unfold2d(image, c.window);
-      for (const HlaRank& rank : {pct_rank(50), full_rank()}) {
+      for (const HlaRank& rank : {HlaRank::of_pct(50), HlaRank::all()}) {
         const HlaPlan plan = grad::hla_plan(cols.size(1), rank);
         for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
           INFO("C " << c.C << " " << c.H << "x" << c.W << " k " << c.window.kernel_h << " s " << c.window.stride_h
@@ -334,13 +320,15 @@ TEST_CASE("hla_project_unfolded equals hla_project of the unfolded columns", "[h
 }
 
 TEST_CASE("hla_project_unfolded rejects bad inputs", "[hla]") {
-  const HlaPlan plan = grad::hla_plan(64, pct_rank(50));
+  const HlaPlan plan = grad::hla_plan(64, HlaRank::of_pct(50));
   const Tensor flat = test::random_tensor({2, 3, 64}, 1);
   CHECK_THROWS_WITH(grad::hla_project_unfolded(flat, test::square_window(3, 1, 1), plan),
                     HasSubstr("image must be (N, C, H, W), got " + flat.describe()));
   // A plan for another length: 8x8 with 3x3 stride 2 padding 1 has L = 16.
-  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 8, 8}, 1), test::square_window(3, 2, 1), plan),
-                    HasSubstr("plan is for L = 64"));
-  CHECK_THROWS_WITH(grad::hla_project_unfolded(test::random_tensor({2, 3, 2, 2}, 1), test::square_window(3, 1, 0), plan),
-                    HasSubstr("larger than the padded image"));
+  CHECK_THROWS_WITH(
+      grad::hla_project_unfolded(test::random_tensor({2, 3, 8, 8}, 1), test::square_window(3, 2, 1), plan),
+      HasSubstr("plan is for L = 64"));
+  CHECK_THROWS_WITH(
+      grad::hla_project_unfolded(test::random_tensor({2, 3, 2, 2}, 1), test::square_window(3, 1, 0), plan),
+      HasSubstr("larger than the padded image"));
 }

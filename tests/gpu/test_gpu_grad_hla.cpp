@@ -25,23 +25,6 @@ using grad::HlaRank;
 
 namespace {
 
-HlaRank pct_rank(double pct) {
-  HlaRank r;
-  r.pct = pct;
-  return r;
-}
-HlaRank full_rank() {
-  HlaRank r;
-  r.kind = HlaRank::Kind::full;
-  return r;
-}
-HlaRank rows_rank(int64_t rows) {
-  HlaRank r;
-  r.kind = HlaRank::Kind::rows;
-  r.rows = rows;
-  return r;
-}
-
 // CUDA and CPU projections of the same values in both layouts; "" when the bits agree.
 std::string check_project(const Tensor& x_cpu, const HlaPlan& plan) {
   test::PoisonGuard poison;
@@ -76,7 +59,7 @@ TEST_CASE("hla_project on CUDA equals the CPU bit for bit", "[gpu][hla]") {
     for (int64_t C : {37, 67}) {
       for (DType dt : {DType::bf16, DType::f32}) {
         const Tensor x = test::random_input({3, L, C}, seed++, dt, -4, 4);  // (B, L, C)
-        for (const HlaRank& rank : {pct_rank(50), pct_rank(10), full_rank()}) {
+        for (const HlaRank& rank : {HlaRank::of_pct(50), HlaRank::of_pct(10), HlaRank::all()}) {
           const HlaPlan plan = grad::hla_plan(L, rank);
           INFO(dtype_name(dt) << " C " << C << " " << plan.describe());
           CHECK(check_project(x, plan) == "");
@@ -94,10 +77,10 @@ TEST_CASE("hla_project on CUDA reads non-contiguous inputs and every floating dt
       // (B, C, L) transposed to (B, L, C): channels are strided, L contiguous.
       const Tensor xt = test::random_input({5, 37, L}, seed++, dt, -3, 3).transpose(1, 2);
       REQUIRE_FALSE(xt.is_contiguous());
-      CHECK(check_project(xt, grad::hla_plan(L, pct_rank(50))) == "");
+      CHECK(check_project(xt, grad::hla_plan(L, HlaRank::of_pct(50))) == "");
       // A slice along C: row stride larger than C.
       const Tensor xs = slice(test::random_input({3, L, 70}, seed++, dt, -3, 3), 2, 1, 68, 1);
-      CHECK(check_project(xs, grad::hla_plan(L, rows_rank(7))) == "");
+      CHECK(check_project(xs, grad::hla_plan(L, HlaRank::of_rows(7))) == "");
     }
   }
 }
@@ -105,20 +88,21 @@ TEST_CASE("hla_project on CUDA reads non-contiguous inputs and every floating dt
 TEST_CASE("hla_project on CUDA handles blocks beyond 1024, wide tiles and tiny channel counts", "[gpu][hla]") {
   // n = 2048: eight channels per CTA, 73 KiB of shared memory; full rank keeps all 2048 rows.
   const Tensor x = test::random_input({1, 2048, 19}, 7, DType::bf16, -2, 2);
-  CHECK(check_project(x, grad::hla_plan(2048, pct_rank(50))) == "");
-  CHECK(check_project(x, grad::hla_plan(2048, full_rank())) == "");
+  CHECK(check_project(x, grad::hla_plan(2048, HlaRank::of_pct(50))) == "");
+  CHECK(check_project(x, grad::hla_plan(2048, HlaRank::all())) == "");
   // n = 8192 (one or two channels per CTA), C = 1.
   const Tensor y = test::random_input({1, 8192, 3}, 8, DType::f32, -2, 2);
-  CHECK(check_project(y, grad::hla_plan(8192, pct_rank(25))) == "");
+  CHECK(check_project(y, grad::hla_plan(8192, HlaRank::of_pct(25))) == "");
   const Tensor z = test::random_input({3, 96, 1}, 9, DType::f32, -2, 2);
-  CHECK(check_project(z, grad::hla_plan(96, pct_rank(50))) == "");
+  CHECK(check_project(z, grad::hla_plan(96, HlaRank::of_pct(50))) == "");
   // Small blocks take wide channel tiles (n 4: 256 channels per CTA, n 16: 128): several tiles plus a partial one.
   const Tensor w4 = test::random_input({3, 196, 601}, 10, DType::bf16, -2, 2);
-  CHECK(check_project(w4, grad::hla_plan(196, pct_rank(50))) == "");
+  CHECK(check_project(w4, grad::hla_plan(196, HlaRank::of_pct(50))) == "");
   const Tensor w16 = test::random_input({3, 48, 333}, 11, DType::f32, -2, 2);
-  CHECK(check_project(w16, grad::hla_plan(48, full_rank())) == "");
+  CHECK(check_project(w16, grad::hla_plan(48, HlaRank::all())) == "");
   // Empty batch: nothing to write, right shape.
-  const Tensor e = grad::hla_project(zeros({0, 64, 5}, {DType::f32, test::kCuda}), grad::hla_plan(64, pct_rank(50)));
+  const Tensor e =
+      grad::hla_project(zeros({0, 64, 5}, {DType::f32, test::kCuda}), grad::hla_plan(64, HlaRank::of_pct(50)));
   CHECK(e.shape() == Shape{0, 36, 5});
 }
 
@@ -131,9 +115,10 @@ TEST_CASE("hla_project on CUDA equals the CPU bit for bit for 1 to 5 butterfly p
     int64_t B, L, C;
     HlaRank rank;
   };
-  const Case cases[] = {{3, 196, 37, pct_rank(50)},  {2, 48, 333, full_rank()},   {3, 64, 67, pct_rank(50)},
-                        {2, 1024, 37, pct_rank(50)}, {2, 1024, 19, full_rank()},  {1, 2048, 19, pct_rank(50)},
-                        {1, 8192, 3, pct_rank(25)},  {3, 96, 1, pct_rank(50)},    {2, 32, 300, full_rank()}};
+  const Case cases[] = {
+      {3, 196, 37, HlaRank::of_pct(50)},  {2, 48, 333, HlaRank::all()},    {3, 64, 67, HlaRank::of_pct(50)},
+      {2, 1024, 37, HlaRank::of_pct(50)}, {2, 1024, 19, HlaRank::all()},   {1, 2048, 19, HlaRank::of_pct(50)},
+      {1, 8192, 3, HlaRank::of_pct(25)},  {3, 96, 1, HlaRank::of_pct(50)}, {2, 32, 300, HlaRank::all()}};
   for (const Case& c : cases)
     for (DType dt : {DType::bf16, DType::f32}) {
       const Tensor x = test::random_input({c.B, c.L, c.C}, seed++, dt, -4, 4);
@@ -143,7 +128,7 @@ TEST_CASE("hla_project on CUDA equals the CPU bit for bit for 1 to 5 butterfly p
     }
   // Channels strided (a transposed (B, C, L) tensor).
   const Tensor xt = test::random_input({2, 37, 1024}, seed++, DType::bf16, -3, 3).transpose(1, 2);
-  CHECK(check_project(xt, grad::hla_plan(1024, pct_rank(50))) == "");
+  CHECK(check_project(xt, grad::hla_plan(1024, HlaRank::of_pct(50))) == "");
 }
 
 TEST_CASE("hla_project on CUDA: blocks of n <= 16 in registers, split_extra's views", "[gpu][hla]") {
@@ -156,9 +141,10 @@ TEST_CASE("hla_project on CUDA: blocks of n <= 16 in registers, split_extra's vi
     int64_t B, L, C;
     HlaRank rank;
   };
-  const Case cases[] = {{3, 196, 601, pct_rank(50)}, {2, 200, 37, pct_rank(50)}, {2, 98, 300, full_rank()},
-                        {3, 208, 67, pct_rank(50)},  {2, 48, 5, rows_rank(3)},   {2, 196, 5, pct_rank(25)},
-                        {2, 197, 33, pct_rank(50)}};
+  const Case cases[] = {{3, 196, 601, HlaRank::of_pct(50)}, {2, 200, 37, HlaRank::of_pct(50)},
+                        {2, 98, 300, HlaRank::all()},       {3, 208, 67, HlaRank::of_pct(50)},
+                        {2, 48, 5, HlaRank::of_rows(3)},    {2, 196, 5, HlaRank::of_pct(25)},
+                        {2, 197, 33, HlaRank::of_pct(50)}};
   for (const Case& c : cases)
     for (DType dt : {DType::bf16, DType::f32}) {
       const Tensor full = test::random_input({c.B, c.L + 1, c.C}, seed++, dt, -4, 4);
@@ -195,7 +181,7 @@ TEST_CASE("grad::hla_project_unfolded on CUDA equals the CPU composition bit for
           REQUIRE(image_gpu.strides() == image.strides());
           for (const Window& w : windows) {
             const Tensor cols = unfold2d(image, w.p);  // (N, L, C·kh·kw) on the CPU
-            for (const HlaRank& rank : {pct_rank(50), full_rank()}) {
+            for (const HlaRank& rank : {HlaRank::of_pct(50), HlaRank::all()}) {
               const HlaPlan plan = grad::hla_plan(cols.size(1), rank);
               for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
                 INFO(side << "x" << side << " C " << C << " " << dtype_name(dt)
@@ -225,7 +211,7 @@ TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, absmax", "[
     const Tensor image = stored.permute({0, 3, 1, 2});
     const Tensor image_gpu = stored.to(test::kCuda).permute({0, 3, 1, 2});
     for (const Unfold2dParams& w : {test::square_window(3, 1, 1), test::square_window(3, 2, 1)}) {
-      const HlaPlan plan = grad::hla_plan(unfold2d(image, w).size(1), pct_rank(50));
+      const HlaPlan plan = grad::hla_plan(unfold2d(image, w).size(1), HlaRank::of_pct(50));
       for (HlaLayout layout : {HlaLayout::rows, HlaLayout::channels}) {
         INFO(dtype_name(dt) << " k 3 s " << w.stride_h << " " << plan.describe());
         Tensor max_cpu, max_gpu;
@@ -239,8 +225,8 @@ TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, absmax", "[
     }
   }
   // An empty batch: nothing to write, the right shape.
-  const Tensor e = grad::hla_project_unfolded(zeros({0, 4, 8, 8}, {DType::f32, test::kCuda}), test::square_window(3, 1, 1),
-                                              grad::hla_plan(64, pct_rank(50)));
+  const Tensor e = grad::hla_project_unfolded(zeros({0, 4, 8, 8}, {DType::f32, test::kCuda}),
+                                              test::square_window(3, 1, 1), grad::hla_plan(64, HlaRank::of_pct(50)));
   CHECK(e.shape() == Shape{0, 36, 36});
 }
 
@@ -257,7 +243,7 @@ TEST_CASE("grad::hla_project_unfolded on CUDA runs unfold2d + hla_project for a 
     return make_view(t, Shape{N, C, H, W}, Strides{H * W * C, 1, -W * C, C}, t.offset() + (H - 1) * W * C);
   };
   const Unfold2dParams w = test::square_window(3, 1, 1);
-  const HlaPlan plan = grad::hla_plan(H * W, pct_rank(50));
+  const HlaPlan plan = grad::hla_plan(H * W, HlaRank::of_pct(50));
   for (bool flipped : {true, false}) {
     const Tensor image = flipped ? flip_h(stored) : stored.permute({0, 3, 1, 2});
     const Tensor image_gpu = flipped ? flip_h(stored_gpu) : stored_gpu.permute({0, 3, 1, 2});

@@ -28,6 +28,10 @@ struct HlaRank {
   Kind kind = Kind::percentile;
   double pct = 50.0;  // percentile rule of the reference (hlq.md §4.4); 0 < pct <= 50
   int64_t rows = 0;   // Kind::rows: the r lowest rows of the 2-D triangle order (u+v, then u), r <= s²
+
+  static HlaRank of_pct(double p) { return {Kind::percentile, p, 0}; }
+  static HlaRank all() { return {Kind::full, 50.0, 0}; }
+  static HlaRank of_rows(int64_t r) { return {Kind::rows, 50.0, r}; }
 };
 
 struct HlaPlan {
