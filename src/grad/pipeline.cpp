@@ -55,6 +55,8 @@ std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec) {
 
 namespace {
 
+SaveForBackward save_if(bool grad) { return grad ? SaveForBackward::yes : SaveForBackward::no; }
+
 // Inputs (x, w), or (image, w) for a conv product, whose columns' gradient is folded back to the image.
 class PipelineProductBackward final : public Node {
  public:
@@ -105,7 +107,8 @@ Tensor record_product(ForwardResult r, const ProductCall& call, const Tensor& a,
 
 }  // namespace
 
-ForwardResult Pipeline::forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) {
+ForwardResult Pipeline::forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key,
+                                     SaveForBackward save) {
   return forward(unfold2d(info.image, info.window), w, info, key, save);
 }
 
@@ -123,7 +126,7 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
   ForwardResult r;
   {
     NoGradGuard no_grad;
-    r = call.pipeline->forward(x.detach(), w.detach(), call.info, call.key, grad);
+    r = call.pipeline->forward(x.detach(), w.detach(), call.info, call.key, save_if(grad));
   }
   return record_product(std::move(r), call, x, w, grad);
 }
@@ -152,7 +155,7 @@ Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& 
   ForwardResult r;
   {
     NoGradGuard no_grad;
-    r = call.pipeline->forward_conv(w.detach(), c.info, c.key, grad);
+    r = call.pipeline->forward_conv(w.detach(), c.info, c.key, save_if(grad));
   }
   HT_ASSERT(r.y.dim() == 3 && r.y.size(0) == image.size(0) && r.y.size(1) == c.info.grid_h * c.info.grid_w &&
                 r.y.size(2) == w.size(0),

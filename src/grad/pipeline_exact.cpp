@@ -14,10 +14,11 @@ class ExactPipeline final : public Pipeline {
  public:
   std::string name() const override { return "exact"; }
 
-  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey&, bool save) override {
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey&,
+                        SaveForBackward save) override {
     ForwardResult r;
     r.y = forward_product(x, w);  // (B, L, O)
-    if (save) {
+    if (save == SaveForBackward::yes) {
       auto s = std::make_unique<ExactSaved>();
       s->x = x;
       s->w = w;

@@ -123,10 +123,10 @@ class HlqPipeline final : public Pipeline {
   bool draws_noise() const override { return true; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
-                        bool save) override {
+                        SaveForBackward save) override {
     ForwardResult r;
     r.y = forward_product(x, w);  // (B, L, O), high precision
-    if (!save) return r;
+    if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, x.dtype(), x.size(1), key);
     s->cols = save_columns(x, s->axis, s->L);
     s->bytes = columns_bytes(s->cols);
@@ -141,11 +141,12 @@ class HlqPipeline final : public Pipeline {
   // im2col index map), or saves the map (acbp_conv input_map). Only the split_extra / pad fallbacks and the
   // identity plan (no power-of-two factor in L) still unfold. Until session 9 the forward unfolded the map
   // (9× its size for a 3×3 window), ran a bf16 GEMM over the columns and projected them from memory.
-  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) override {
+  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key,
+                             SaveForBackward save) override {
     const Tensor& image = info.image;  // (N, C, H, W), any strides
     ForwardResult r;
     r.y = conv_forward_product(info, w);  // (B, L, O)
-    if (!save) return r;
+    if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, image.dtype(), info.grid_h * info.grid_w, key);
     s->conv.defined = true;
     s->conv.channels_last = is_channels_last(image);
@@ -266,7 +267,8 @@ class HlqPipeline final : public Pipeline {
   bool map_is_smaller(const HlaAxis& axis, int64_t B, int64_t I, const Tensor& image) const {
     const int64_t R = axis.plan.projected_length();
     const auto item = static_cast<int64_t>(itemsize(image.dtype()));
-    const int64_t cols = (o_.acbp_bits == 0 ? B * R * I * item : B * R * I * o_.acbp_bits / 8) + B * axis.extra * I * item;
+    const int64_t cols =
+        (o_.acbp_bits == 0 ? B * R * I * item : B * R * I * o_.acbp_bits / 8) + B * axis.extra * I * item;
     const int64_t map = image.numel() * (o_.acbp_bits == 0 ? item : 1);
     return map < cols;
   }

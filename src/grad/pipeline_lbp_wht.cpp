@@ -93,18 +93,18 @@ class LbpWhtPipeline final : public Pipeline {
   std::string name() const override { return "lbp_wht"; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey&,
-                        bool save) override {
+                        SaveForBackward save) override {
     ForwardResult r;
     r.y = forward_product(x, w);
-    if (save) r.saved = save_state(x, w, info);
+    if (save == SaveForBackward::yes) r.saved = save_state(x, w, info);
     return r;
   }
 
   // A conv product: y is the convolution itself (no GEMM over the columns); the saved x are the columns.
-  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey&, bool save) override {
+  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey&, SaveForBackward save) override {
     ForwardResult r;
     r.y = conv_forward_product(info, w);
-    if (save) r.saved = save_state(unfold2d(info.image, info.window), w, info);
+    if (save == SaveForBackward::yes) r.saved = save_state(unfold2d(info.image, info.window), w, info);
     return r;
   }
 

@@ -33,18 +33,19 @@ class LuqPipeline final : public Pipeline {
   bool draws_noise() const override { return true; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
-                        bool save) override {
+                        SaveForBackward save) override {
     ForwardResult r;
     r.y = forward_product(x, w);
-    if (save) r.saved = save_state(x, w, key);
+    if (save == SaveForBackward::yes) r.saved = save_state(x, w, key);
     return r;
   }
 
   // A conv product: y is the convolution itself (no GEMM over the columns); the saved x are the columns.
-  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save) override {
+  ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key,
+                             SaveForBackward save) override {
     ForwardResult r;
     r.y = conv_forward_product(info, w);
-    if (save) r.saved = save_state(unfold2d(info.image, info.window), w, key);
+    if (save == SaveForBackward::yes) r.saved = save_state(unfold2d(info.image, info.window), w, key);
     return r;
   }
 

@@ -33,7 +33,7 @@ class CapturePipeline final : public grad::Pipeline {
   explicit CapturePipeline(std::shared_ptr<Capture> c) : c_(std::move(c)), exact_(grad::make_pipeline({})) {}
   std::string name() const override { return "capture"; }
   grad::ForwardResult forward(const Tensor& x, const Tensor& w, const grad::ProductInfo& info,
-                              const grad::NoiseKey& key, bool save) override {
+                              const grad::NoiseKey& key, grad::SaveForBackward save) override {
     c_->x = x;
     c_->w = w;
     c_->info = info;
@@ -155,8 +155,8 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
       const grad::NoiseKey key = layers[i].binding->key_now();
       // A conv product enters as the layer did (forward_conv with its input map), so that what the pipeline
       // saves and computes is what training would (HLQ's acbp_conv, conv_gx).
-      grad::ForwardResult f = c.info.image.defined() ? p->forward_conv(c.w, c.info, key, true)
-                                                     : p->forward(c.x, c.w, c.info, key, true);
+      grad::ForwardResult f = c.info.image.defined() ? p->forward_conv(c.w, c.info, key, grad::SaveForBackward::yes)
+                                                     : p->forward(c.x, c.w, c.info, key, grad::SaveForBackward::yes);
       const grad::Grads g = p->backward(*f.saved, c.g_y, {true, true});
       PipelineGradError e;
       e.pipeline = ip.label;
@@ -209,7 +209,8 @@ std::string format_grad_report(const std::vector<LayerGradReport>& report) {
   for (const auto& [name, bytes] : totals) {
     out += fmt::format(" {} {:.2f} MiB", name, static_cast<double>(bytes) / (1 << 20));
     if (exact != totals.end() && exact->second > 0 && name != exact_label)
-      out += fmt::format(" ({:.0f} % of exact)", 100.0 * static_cast<double>(bytes) / static_cast<double>(exact->second));
+      out +=
+          fmt::format(" ({:.0f} % of exact)", 100.0 * static_cast<double>(bytes) / static_cast<double>(exact->second));
     out += ";";
   }
   out.back() = '\n';

@@ -1,8 +1,8 @@
 // HLQ's ACBP for convolutions (docs/gradient_pipelines.md, Note [ACBP of a convolution]): acbp_conv columns
 // (the reference: the projected, quantised im2col columns) against input_map (the int8 input map, im2col and
-// projection re-run in backward, where the map is the smaller), through grad::conv_product in both layouts: exactness with quantisation
-// and rank reduction off, the error bound and closeness to columns with the defaults, unchanged g_x, saved
-// bytes and the config keys; and the conv_gx dgrad form of g_x against the columns form.
+// projection re-run in backward, where the map is the smaller), through grad::conv_product in both layouts: exactness
+// with quantisation and rank reduction off, the error bound and closeness to columns with the defaults, unchanged g_x,
+// saved bytes and the config keys; and the conv_gx dgrad form of g_x against the columns form.
 #include <cmath>
 
 #include "hadatrain/grad/pipeline.h"
@@ -116,7 +116,8 @@ TEST_CASE("hlq acbp_conv input_map with the defaults: g_w near columns and exact
   const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
   const ConvGrads col = run(hlq(grad::AcbpConv::columns), c, false);
   const ConvGrads map = run(hlq(grad::AcbpConv::input_map), c, false);
-  const double e_col = test::rel_error(col.gw, ex.gw), e_map = test::rel_error(map.gw, ex.gw), d = test::rel_error(map.gw, col.gw);
+  const double e_col = test::rel_error(col.gw, ex.gw), e_map = test::rel_error(map.gw, ex.gw),
+               d = test::rel_error(map.gw, col.gw);
   INFO("g_w error columns " << e_col << ", input_map " << e_map << ", input_map vs columns " << d);
   CHECK(e_map > 0.1);  // it really projected
   CHECK(e_map < 0.8);
@@ -176,7 +177,7 @@ TEST_CASE("hlq acbp_conv input_map saves about one byte per input element", "[gr
   auto p = grad::make_pipeline(hlq(grad::AcbpConv::input_map));
   const Tensor x = test::random_tensor({2, 256, 36}, 5, DType::f32);
   const Tensor w = test::random_tensor({16, 36}, 6, DType::f32);
-  CHECK(p->forward(x, w, {}, {}, true).saved->bytes == N * 136 * C * 9 + 4);
+  CHECK(p->forward(x, w, {}, {}, grad::SaveForBackward::yes).saved->bytes == N * 136 * C * 9 + 4);
 }
 
 TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to rounding", "[grad]") {
@@ -213,7 +214,8 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
   CHECK(test::rel_error(dg.gx, cg.gx) < 2e-2);
 }
 
-TEST_CASE("conv products on odd windows: every pipeline's forward is the convolution, lossless HLQ is exact", "[grad]") {
+TEST_CASE("conv products on odd windows: every pipeline's forward is the convolution, lossless HLQ is exact",
+          "[grad]") {
   // 1×1 stride 2, 3×3 dilation 2, 3×1 stride (2, 1) with padding (1, 0), on a 9×7 map with 3 channels (odd
   // grids: L 20, 15, 35 -> n 4, 1, 1), both layouts, both conv_gx forms.
   struct Win {
@@ -223,7 +225,8 @@ TEST_CASE("conv products on odd windows: every pipeline's forward is the convolu
   for (const Win& v : {Win{1, 1, 2, 2, 0, 0, 1, 1}, Win{3, 3, 1, 1, 2, 2, 2, 2}, Win{3, 1, 2, 1, 1, 0, 1, 1}}) {
     ConvCase c;
     c.window = Unfold2dParams{v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, v.dh, v.dw};
-    const int64_t OH = (9 + 2 * v.ph - v.dh * (v.kh - 1) - 1) / v.sh + 1, OW = (7 + 2 * v.pw - v.dw * (v.kw - 1) - 1) / v.sw + 1;
+    const int64_t OH = (9 + 2 * v.ph - v.dh * (v.kh - 1) - 1) / v.sh + 1,
+                  OW = (7 + 2 * v.pw - v.dw * (v.kw - 1) - 1) / v.sw + 1;
     c.x = test::random_tensor({2, 3, 9, 7}, ++seed, DType::f64);
     c.w = test::random_tensor({5, 3, v.kh, v.kw}, ++seed, DType::f64);
     c.gy = test::random_tensor({2, OH * OW, 5}, ++seed, DType::f64);

@@ -39,7 +39,7 @@ Problem make_problem(int64_t B, int64_t L, int64_t I, int64_t O, uint64_t seed) 
 }
 
 grad::Grads run(grad::Pipeline& p, const Problem& pr, int64_t step = 0, grad::ProductInfo info = {}) {
-  grad::ForwardResult f = p.forward(pr.x, pr.w, info, grad::NoiseKey{7, 3, step}, true);
+  grad::ForwardResult f = p.forward(pr.x, pr.w, info, grad::NoiseKey{7, 3, step}, grad::SaveForBackward::yes);
   // The forward product is the plain high-precision one for every pipeline.
   CHECK(test::rel_error(f.y, matmul(pr.x.to(DType::f64), pr.w.to(DType::f64).transpose(0, 1))) < 1e-6);
   return p.backward(*f.saved, pr.g_y, {true, true});
@@ -110,7 +110,7 @@ TEST_CASE("hlq explicit rank rows are capped per block size", "[grad]") {
   const Problem small = make_problem(2, 16, 8, 16, 12);
   CHECK(test::rel_error(run(*p, small).w, small.g_w) < 1e-5);  // 16 of 16 rows: exact
   const Problem big = make_problem(2, 64, 8, 16, 13);
-  grad::ForwardResult f = p->forward(big.x, big.w, {}, {}, true);
+  grad::ForwardResult f = p->forward(big.x, big.w, {}, {}, grad::SaveForBackward::yes);
   CHECK(f.saved->bytes == 2 * 36 * 8 * 4);  // 36 of 64 rows kept, f32
 }
 
@@ -166,7 +166,7 @@ TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
     if (bits == 4) s.hlq.gw_scale = grad::ScaleGranularity::sample;  // one scale per sample: 4·B bytes
     if (bits == 0) s.hlq.gw_bits = 0;
     auto p = grad::make_pipeline(s);
-    grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
+    grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, grad::SaveForBackward::yes);
     // n = 1024 keeps r = 528 rows: B·I·528 values, plus one f32 scale (gw_scale tensor) when quantised.
     const int64_t values = B * I * 528;
     const int64_t expected = bits == 8 ? values + 4 : bits == 4 ? values / 2 + 4 * B : values * 4;
@@ -196,7 +196,7 @@ TEST_CASE("lbp_wht order 6 keeps 21 of 64 bases and saves r/64 of x", "[grad]") 
   s.name = "lbp_wht";
   auto p = grad::make_pipeline(s);
   const Problem pr = make_problem(2, 256, 12, 10, 60);
-  grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
+  grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, grad::SaveForBackward::yes);
   CHECK(f.saved->bytes == 2 * 4 * 21 * 12 * 4);  // B·P·r·I f32
   const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
   CHECK(test::rel_error(g.x, pr.g_x) > 0.1);  // low rank on white noise
@@ -214,7 +214,7 @@ TEST_CASE("luq gradients are close to exact and its saved x is packed 4-bit", "[
   s.name = "luq";
   auto p = grad::make_pipeline(s);
   const Problem pr = make_problem(2, 32, 16, 24, 70);
-  grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, true);
+  grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, grad::SaveForBackward::yes);
   CHECK(f.saved->bytes == 2 * 32 * 16 / 2 + 2 * 4);
   const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
   const double ex = test::rel_error(g.x, pr.g_x), ew = test::rel_error(g.w, pr.g_w);
@@ -384,7 +384,8 @@ TEST_CASE("Linear and Conv2d under every pipeline stay within the documented err
     nn::bind_pipelines(*conv, cfg, clock);
     nn::bind_pipelines(*lin, cfg, clock);
     const auto [cw1, lw1] = grads();
-    INFO(name << ": conv g_w error " << test::rel_error(cw1, cw0) << ", linear g_w error " << test::rel_error(lw1, lw0));
+    INFO(name << ": conv g_w error " << test::rel_error(cw1, cw0) << ", linear g_w error "
+              << test::rel_error(lw1, lw0));
     CHECK(test::rel_error(cw1, cw0) > 1e-3);  // the pipeline really ran
     CHECK(test::rel_error(cw1, cw0) < max_err);
     CHECK(test::rel_error(lw1, lw0) < max_err);

@@ -76,8 +76,8 @@ TEST_CASE("every pipeline: CUDA gradients match the CPU reference with the same 
         auto pc = grad::make_pipeline(c.spec);
         auto pg = grad::make_pipeline(c.spec);
         const grad::NoiseKey key{11, 2, 5};
-        grad::ForwardResult fc = pc->forward(x, w, {}, key, true);
-        grad::ForwardResult fg = pg->forward(x.to(test::kCuda), w.to(test::kCuda), {}, key, true);
+        grad::ForwardResult fc = pc->forward(x, w, {}, key, grad::SaveForBackward::yes);
+        grad::ForwardResult fg = pg->forward(x.to(test::kCuda), w.to(test::kCuda), {}, key, grad::SaveForBackward::yes);
         const grad::Grads gc = pc->backward(*fc.saved, g, {true, true});
         const grad::Grads gg = pg->backward(*fg.saved, g.to(test::kCuda), {true, true});
         INFO(c.label << ", " << dtype_name(dt) << ", B " << sh.B << " L " << sh.L << " I " << sh.I << " O " << sh.O);
@@ -202,7 +202,8 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
           const int64_t R = stride == 1 ? 136 : 36;  // n 256: r 136; n 64: r 36
           const int64_t map_bytes = bits == 0 ? x.numel() * item : x.numel() + 4 * N;
           const int64_t col_bytes = bits == 0 ? N * R * C * 9 * item
-                                              : N * R * C * 9 * bits / 8 + (c.spec.hlq.gw_scale == grad::ScaleGranularity::sample ? 4 * N : 4);
+                                              : N * R * C * 9 * bits / 8 +
+                                                    (c.spec.hlq.gw_scale == grad::ScaleGranularity::sample ? 4 * N : 4);
           CHECK(out[0].bytes == (c.spec.hlq.acbp_conv == grad::AcbpConv::input_map ? std::min(map_bytes, col_bytes)
                                                                                     : col_bytes));
           CHECK(out[1].gw.is_cuda());
@@ -226,7 +227,8 @@ TEST_CASE("scale_i32 on CUDA equals the CPU on odd and vector-friendly shapes", 
   };
   for (const Case c : {Case{12, 768, 1}, Case{30, 13, 3}, Case{7, 40, 7}, Case{64, 24, 16}, Case{3, 1, 1}}) {
     CAPTURE(c.rows, c.cols, c.per);
-    const Tensor row_scale = test::random_input({c.rows / c.per}, 40 + static_cast<uint64_t>(c.cols), DType::f32, 0.1, 3.0);
+    const Tensor row_scale =
+        test::random_input({c.rows / c.per}, 40 + static_cast<uint64_t>(c.cols), DType::f32, 0.1, 3.0);
     // int32 accumulators: a·s_a·s_b·mult·row (the CPU rounds in another order: within 2 f32 ulps)
     const Tensor acc = test::random_input({c.rows, c.cols}, 99, DType::f32, -3e5, 3e5).to(DType::i32);
     const Tensor sa = full({1}, 0.0123, {DType::f32, Device::cpu()}), sb = full({1}, 0.5, {DType::f32, Device::cpu()});

@@ -1,8 +1,9 @@
 // Per-layer backward benchmark of the gradient pipelines (CUDA builds): the ViT-B/16 linear layers (197
 // tokens) and ResNet-50 convolutions (as im2col products) at batch 64. For each layer and pipeline: the
 // forward runs once (saving what the pipeline keeps), then backward (g_x and g_w) is timed: median of 20
-// after 3 warm-ups, CUDA events; the forward with its saving is timed the same way. The baseline is our exact bf16 backward (two cuBLASLt GEMMs); exact f32 is
-// the paper's baseline. Prints ms per layer and the speed-up over exact bf16.
+// after 3 warm-ups, CUDA events; the forward with its saving is timed the same way. The baseline is our exact bf16
+// backward (two cuBLASLt GEMMs); exact f32 is the paper's baseline. Prints ms per layer and the speed-up over exact
+// bf16.
 //   bench_grad [batch = 64] [layer filter] [pipeline filter]   (filters: substrings of the names, or =NAME
 //   for exactly one pipeline; the exact bf16 baseline always runs)
 #include <cuda_runtime.h>
@@ -94,8 +95,10 @@ int main(int argc, char** argv) {
       grad::ProductInfo info;
       info.grid_h = info.grid_w = l.grid;
       // The forward with what it saves (the product, and ACBP's projection and quantisation for hlq).
-      const double fms = bench::median_ms([&] { (void)p->forward(x, w, info, grad::NoiseKey{1, 0, 0}, true); });
-      grad::ForwardResult f = p->forward(x, w, info, grad::NoiseKey{1, 0, 0}, true);
+      const double fms = bench::median_ms([&] {
+        (void)p->forward(x, w, info, grad::NoiseKey{1, 0, 0}, grad::SaveForBackward::yes);
+      });
+      grad::ForwardResult f = p->forward(x, w, info, grad::NoiseKey{1, 0, 0}, grad::SaveForBackward::yes);
       const double ms = bench::median_ms([&] { p->backward(*f.saved, g, {true, true}); });
       if (base == 0) base = ms;
       if (fbase == 0) fbase = fms;

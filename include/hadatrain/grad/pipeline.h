@@ -154,20 +154,25 @@ struct Grads {
   bool x_is_image = false;
 };
 
+// Whether a pipeline's forward keeps state for a backward (no: evaluation, or nothing needs a gradient).
+enum class SaveForBackward { no, yes };
+
 class Pipeline {
  public:
   virtual ~Pipeline() = default;
   virtual std::string name() const = 0;
-  // x (B, L, I) and w (O, I) of one floating dtype, detached. save: whether backward will run.
+  // x (B, L, I) and w (O, I) of one floating dtype, detached. save: whether backward will run (yes: the
+  // result's `saved` is set).
   virtual ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
-                                bool save) = 0;
+                                SaveForBackward save) = 0;
   virtual Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) = 0;
   // The forward of a Conv2d product (conv_product): w (O, C·kh·kw) and info.image / info.window set, the
   // columns x = unfold2d(info.image, info.window) (B, L, I) implied. Same contract as forward for that x (y
   // (B, L, O), possibly a non-contiguous view; backward's g.x is the columns' gradient, which conv_product
   // folds back to the image). The default unfolds the columns and calls forward; a pipeline may instead run
   // the product as a convolution and compute what it saves from the image (HLQ: Note [HLQ conv forward]).
-  virtual ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key, bool save);
+  virtual ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key,
+                                     SaveForBackward save);
   // Whether forward's y is the plain high-precision product (true for every pipeline here; HALO's quantised
   // forward will say false). Layers then take their plain op (cuDNN, fused bias) when no gradient is needed,
   // e.g. in evaluation.
