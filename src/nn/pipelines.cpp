@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "hadatrain/core/error.h"
 #include "hadatrain/nn/layers.h"
 
 namespace ht::nn {
@@ -20,6 +23,9 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
                                        std::shared_ptr<const grad::StepClock> clock) {
   std::vector<BoundLayer> out;
   uint32_t layer = 0;
+  // Per override pattern: whether it selected a layer, and whether it matched one at all (it may match only
+  // layers an earlier pattern took: first match wins).
+  std::vector<bool> selected(config.overrides.size(), false), matched(config.overrides.size(), false);
   for (auto& [name, m] : root.named_modules()) {
     PipelineBinding* b = nullptr;
     std::string type;
@@ -31,12 +37,32 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
       type = "Conv2d";
     }
     if (b == nullptr) continue;
+    bool taken = false;
+    for (std::size_t i = 0; i < config.overrides.size(); ++i) {
+      if (!grad::glob_match(config.overrides[i].first, name)) continue;
+      matched[i] = true;
+      if (!taken) selected[i] = true;
+      taken = true;
+    }
     const grad::PipelineSpec& spec = grad::select_spec(config, name);
     b->pipeline = grad::make_pipeline(spec);
     b->key = grad::NoiseKey{config.seed, layer++, 0};
     b->clock = clock;
     b->saved_bytes = 0;
     out.push_back({name, type, grad::describe(spec), b});
+  }
+  // A pattern that selects nothing is almost always a typo (or a config written for another model): the run
+  // would silently train those layers with the default pipeline.
+  for (std::size_t i = 0; i < config.overrides.size(); ++i) {
+    if (selected[i]) continue;
+    std::string names;
+    for (std::size_t k = 0; k < out.size() && k < 12; ++k) names += (k ? ", " : "") + out[k].name;
+    if (out.size() > 12) names += fmt::format(", ... ({} in all)", out.size());
+    const std::string& pattern = config.overrides[i].first;
+    HT_FAIL("grad_pipeline.layers: pattern '{}' {}; the Linear / Conv2d layers are: {}", pattern,
+            matched[i] ? "matches only layers that an earlier pattern already selects (the first match wins)"
+                       : "matches no Linear or Conv2d of the model",
+            names.empty() ? "(none)" : names);
   }
   return out;
 }

@@ -298,6 +298,24 @@ grad_pipeline:
   CHECK(grad::select_spec(c, "patch_embed").name == "luq");
 }
 
+TEST_CASE("bind_pipelines rejects a layer pattern that selects no layer, naming it and the layers", "[grad]") {
+  Generator gen(2);
+  nn::Sequential net;  // layers "0" and "1"
+  net.push_back(std::make_shared<nn::Linear>(8, 6, nn::Bias::yes, gen));
+  net.push_back(std::make_shared<nn::Linear>(6, 4, nn::Bias::yes, gen));
+  auto bind = [&](std::vector<std::string> patterns) {
+    grad::PipelineConfig cfg;
+    for (const std::string& p : patterns) cfg.overrides.emplace_back(p, grad::PipelineSpec{});
+    return nn::bind_pipelines(net, cfg, std::make_shared<grad::StepClock>());
+  };
+  CHECK(bind({"1"}).size() == 2);
+  CHECK(bind({"0", "*"}).size() == 2);
+  CHECK_THROWS_WITH(bind({"1", "fc"}), HasSubstr("grad_pipeline.layers: pattern 'fc' matches no Linear or Conv2d of "
+                                                 "the model; the Linear / Conv2d layers are: 0, 1"));
+  CHECK_THROWS_WITH(bind({"*", "1"}),
+                    HasSubstr("pattern '1' matches only layers that an earlier pattern already selects"));
+}
+
 TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
   auto parse = [](const std::string& yaml) {
     auto r = train::ConfigReader::from_string(yaml, "bad.yaml");

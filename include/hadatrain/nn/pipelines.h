@@ -33,7 +33,8 @@ struct BoundLayer {
 };
 
 // Binds every Linear and every Conv2d with groups = 1 below `root` (layer ids in module order). Grouped
-// convolutions stay exact. Returns one entry per bound layer.
+// convolutions stay exact. Returns one entry per bound layer. Throws when a `config.overrides` pattern selects
+// no layer (it matches none, or only layers an earlier pattern selects), naming the pattern and the layers.
 std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig& config,
                                        std::shared_ptr<const grad::StepClock> clock);
 
