@@ -60,15 +60,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
   }
   const cpu::GemmOperand xo = cpu::gemm_operand(x2);
   const cpu::GemmOperand wt = cpu::gemm_operand(w.transpose(0, 1));  // Wᵀ (in, out): a transposed view
-  cpu::GemmDims d;
-  d.m = R;
-  d.n = out_f;
-  d.k = in;
-  d.trans_a = xo.layout.trans;
-  d.lda = xo.layout.ld;
-  d.trans_b = wt.layout.trans;
-  d.ldb = wt.layout.ld;
-  d.ldc = std::max<int64_t>(1, out_f);
+  cpu::GemmDims d = cpu::gemm_dims(R, out_f, in, xo.layout, wt.layout);
   d.beta = bias.defined() ? 1.0 : 0.0;
   visit_floating(x.dtype(), "linear", [&](auto tag) {
     using T = typename decltype(tag)::type;

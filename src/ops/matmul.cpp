@@ -85,15 +85,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b) {
 #endif
   }
   const cpu::GemmOperand ao = cpu::gemm_operand(a), bo = cpu::gemm_operand(b);
-  cpu::GemmDims d;
-  d.m = M;
-  d.n = N;
-  d.k = K;
-  d.trans_a = ao.layout.trans;
-  d.lda = ao.layout.ld;
-  d.trans_b = bo.layout.trans;
-  d.ldb = bo.layout.ld;
-  d.ldc = std::max<int64_t>(1, N);
+  const cpu::GemmDims d = cpu::gemm_dims(M, N, K, ao.layout, bo.layout);
   const Strides out_bs = batch_strides(out, batch);
   visit_floating(a.dtype(), "matmul", [&](auto tag) {
     using T = typename decltype(tag)::type;

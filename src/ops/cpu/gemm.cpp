@@ -139,4 +139,17 @@ GemmOperand gemm_operand(const Tensor& t) {
   return {c, *l};
 }
 
+GemmDims gemm_dims(int64_t m, int64_t n, int64_t k, const MatrixLayout& a, const MatrixLayout& b) {
+  GemmDims d;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.trans_a = a.trans;
+  d.lda = a.ld;
+  d.trans_b = b.trans;
+  d.ldb = b.ld;
+  d.ldc = std::max<int64_t>(1, n);
+  return d;
+}
+
 }  // namespace ht::cpu

@@ -46,4 +46,8 @@ struct GemmOperand {
 };
 GemmOperand gemm_operand(const Tensor& t);
 
+// The GemmDims of C (m, n) = A (m, k) · B (k, n) for operands laid out as `a` and `b`, C contiguous
+// (ldc = n), beta 0.
+GemmDims gemm_dims(int64_t m, int64_t n, int64_t k, const MatrixLayout& a, const MatrixLayout& b);
+
 }  // namespace ht::cpu
