@@ -37,19 +37,21 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
       type = "Conv2d";
     }
     if (b == nullptr) continue;
-    bool taken = false;
+    // The first matching pattern selects the spec (grad::select_spec's rule); later matches are only noted.
+    const grad::PipelineSpec* spec = &config.default_spec;
     for (std::size_t i = 0; i < config.overrides.size(); ++i) {
       if (!grad::glob_match(config.overrides[i].first, name)) continue;
       matched[i] = true;
-      if (!taken) selected[i] = true;
-      taken = true;
+      if (spec == &config.default_spec) {
+        selected[i] = true;
+        spec = &config.overrides[i].second;
+      }
     }
-    const grad::PipelineSpec& spec = grad::select_spec(config, name);
-    b->pipeline = grad::make_pipeline(spec);
+    b->pipeline = grad::make_pipeline(*spec);
     b->key = grad::NoiseKey{config.seed, layer++, 0};
     b->clock = clock;
     b->saved_bytes = 0;
-    out.push_back({name, type, grad::describe(spec), b});
+    out.push_back({name, type, grad::describe(*spec), b});
   }
   // A pattern that selects nothing is almost always a typo (or a config written for another model): the run
   // would silently train those layers with the default pipeline.

@@ -91,21 +91,21 @@ std::vector<std::string> split_pipeline_list(const std::string& list) {
   std::vector<std::string> out;
   std::string cur;
   int depth = 0;
+  auto flush = [&] {
+    if (std::string e = trimmed(cur); !e.empty()) out.push_back(std::move(e));
+    cur.clear();
+  };
   for (const char ch : list) {
     if (ch == '{' || ch == '[') ++depth;
     if (ch == '}' || ch == ']') {
       HT_CHECK(depth > 0, "--pipelines '{}': '{}' without its opening bracket", list, ch);
       --depth;
     }
-    if (ch == ',' && depth == 0) {
-      if (!trimmed(cur).empty()) out.push_back(trimmed(cur));
-      cur.clear();
-    } else {
-      cur += ch;
-    }
+    if (ch == ',' && depth == 0) flush();
+    else cur += ch;
   }
   HT_CHECK(depth == 0, "--pipelines '{}': an unclosed brace or bracket", list);
-  if (!trimmed(cur).empty()) out.push_back(trimmed(cur));
+  flush();
   return out;
 }
 

@@ -116,8 +116,9 @@ int main(int argc, char** argv) {
     cuda::reset_peak();
     const Tensor loss = cross_entropy(model->forward(x), y, ce);
     const auto t1 = now();
-    after_fw = cuda::memory_stats().allocated_bytes;
-    peak_fw = cuda::memory_stats().peak_allocated_bytes;
+    const cuda::MemoryStats fw_stats = cuda::memory_stats();
+    after_fw = fw_stats.allocated_bytes;
+    peak_fw = fw_stats.peak_allocated_bytes;
     opt->zero_grad();
     cuda::reset_peak();
     loss.backward();
