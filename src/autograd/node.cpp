@@ -20,7 +20,7 @@ Node::~Node() {
   for (auto& e : next_edges_)
     if (e.fn) t_pending_nodes.push_back(std::move(e.fn));
   for (auto& t : saved_)
-    if (t.defined()) t_pending_tensors.push_back(std::move(t));
+    if (t.defined()) t_pending_tensors.push_back(t.release());
   if (t_draining) return;
   t_draining = true;
   while (!t_pending_nodes.empty() || !t_pending_tensors.empty()) {
@@ -37,7 +37,7 @@ Node::~Node() {
 }
 
 std::size_t Node::save(const Tensor& t) {
-  saved_.push_back(t.defined() ? t.detach() : Tensor());
+  saved_.emplace_back(t.defined() ? t.detach() : Tensor());
   return saved_.size() - 1;
 }
 
@@ -47,7 +47,7 @@ const Tensor& Node::saved(std::size_t slot) const {
            "first backward); pass BackwardOptions{{.retain_graph = true}} to the first backward call",
            name());
   HT_ASSERT(slot < saved_.size(), "{}: no saved tensor in slot {}", name(), slot);
-  return saved_[slot];
+  return saved_[slot].get();
 }
 
 void Node::release_saved() {
@@ -58,7 +58,7 @@ void Node::release_saved() {
 std::size_t Node::saved_bytes() const {
   std::size_t n = 0;
   for (const auto& t : saved_)
-    if (t.defined()) n += t.nbytes();
+    if (t.defined()) n += t.get().nbytes();
   return n;
 }
 

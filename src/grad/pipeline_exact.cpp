@@ -1,13 +1,15 @@
 // The `exact` pipeline: the forward dtype's products with fp32 accumulation, saving x. Models use the
 // plain linear / conv2d ops for exact layers (same math, fused bias, cuDNN); this class is the reference
 // the other pipelines are measured against (inspect-grads, tests).
+#include "hadatrain/autograd/saved_tensor.h"
 #include "pipelines.h"
 
 namespace ht::grad {
 namespace {
 
 struct ExactSaved final : SavedState {
-  Tensor x, w;
+  SavedTensor x;  // counted on its storage: a later pipeline reading x need not copy it (Note [Shared saved inputs])
+  Tensor w;
 };
 
 class ExactPipeline final : public Pipeline {
@@ -20,7 +22,7 @@ class ExactPipeline final : public Pipeline {
     r.y = forward_product(x, w);  // (B, L, O)
     if (save == SaveForBackward::yes) {
       auto s = std::make_unique<ExactSaved>();
-      s->x = x;
+      s->x = SavedTensor(x);
       s->w = w;
       s->bytes = tensor_bytes(x);
       r.saved = std::move(s);
@@ -32,7 +34,7 @@ class ExactPipeline final : public Pipeline {
     auto& s = static_cast<ExactSaved&>(saved);
     Grads g;
     if (wanted.x) g.x = exact_grad_x(g_y, s.w);  // (B, L, I)
-    if (wanted.w) g.w = exact_grad_w(g_y, s.x);  // (O, I)
+    if (wanted.w) g.w = exact_grad_w(g_y, s.x.get());  // (O, I)
     return g;
   }
 };

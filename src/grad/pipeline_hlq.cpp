@@ -3,7 +3,9 @@
 //             sample / tensor, W SAWB or absmax per tensor), integer product, rescaled by s_g·s_w/T.
 //   g_w (HLA): g_y and the saved x projected per sample onto the low-sequency Walsh rows along the token
 //             axis, 8-bit, integer product over the reduced axis, rescaled by s_g·s_x/n.
-//   ACBP: the forward saves only the projected, quantised x (int8, packed int4 or f32), never x itself.
+//   ACBP: the forward saves only the projected, quantised x (int8, packed int4 or f32), never x itself,
+//         unless another op keeps x for its own backward anyway: then a reference, compressed in backward
+//         (acbp_share; Note [Shared saved inputs] in autograd/saved_tensor.h).
 //         A Conv2d with acbp_conv input_map saves its input map instead (int8, one scale per sample) and
 //         backward re-runs the projection from it (Note [ACBP of a convolution], docs/gradient_pipelines.md).
 //   Conv2d forward: the convolution itself, ACBP projected from the input map (Note [HLQ conv forward]).
@@ -12,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/ops/elementwise.h"
@@ -67,6 +70,9 @@ struct HlqSaved final : SavedState {
   HlaAxis axis;
   SavedColumns cols;  // unless map.values is defined
   SavedMap map;
+  // acbp_share: the input itself (x (B, L, I), or a conv's image (N, C, H, W)) when another op already kept it
+  // for backward (Note [Shared saved inputs]); backward compresses it into cols / map as the forward would have.
+  SavedTensor kept;
   NoiseKey key;
   // Conv products (forward_conv): the image's geometry and window, for the dgrad g_x product (Note [HLQ conv
   // g_x]) and for rebuilding the columns from a saved map.
@@ -128,8 +134,12 @@ class HlqPipeline final : public Pipeline {
     r.y = forward_product(x, w);  // (B, L, O), high precision
     if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, x.dtype(), x.size(1), key);
-    s->cols = save_columns(x, s->axis, s->L);
-    s->bytes = columns_bytes(s->cols);
+    if (shares(x)) {
+      s->kept = SavedTensor(x);  // no bytes of its own
+    } else {
+      s->cols = save_columns(x, s->axis, s->L);
+      s->bytes = columns_bytes(s->cols);
+    }
     r.saved = std::move(s);
     return r;
   }
@@ -156,19 +166,23 @@ class HlqPipeline final : public Pipeline {
     s->conv.grid_h = info.grid_h;
     s->conv.grid_w = info.grid_w;
     s->conv.window = info.window;
-    if (o_.acbp_conv == AcbpConv::input_map && map_is_smaller(s->axis, image.size(0), w.size(1), image)) {
-      s->map = save_map(image);
-      s->bytes = tensor_bytes(s->map.values) + tensor_bytes(s->map.scale);
-    } else {
-      s->cols = save_image_columns(image, info.window, s->axis, s->L);
-      s->bytes = columns_bytes(s->cols);
-    }
+    if (shares(image))
+      s->kept = SavedTensor(image);  // no bytes of its own
+    else
+      s->bytes = save_image(*s, image);
     r.saved = std::move(s);
     return r;
   }
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<HlqSaved&>(saved);
+    if (s.kept.defined()) {  // acbp_share: what the forward would have saved, from the same input (same bits)
+      const Tensor in = s.kept.release();
+      if (s.conv.defined)
+        save_image(s, in);
+      else
+        s.cols = save_columns(in, s.axis, s.L);
+    }
     Grads g;
     // When HLA quantises g_y itself (identity plan) with one absmax scale, the g_x quantiser's pass over g_y
     // also yields max |g_y|, and the g_w quantiser skips its statistics pass (one read of g_y less).
@@ -232,6 +246,20 @@ class HlqPipeline final : public Pipeline {
     s->key = key;
     s->axis = choose_axis(L);
     return s;
+  }
+
+  // acbp_share: x's memory is kept by another op's backward already (Note [Shared saved inputs]).
+  bool shares(const Tensor& x) const { return o_.acbp_share && kept_for_backward(x); }
+
+  // What ACBP keeps of a conv product's input map: the map (acbp_conv input_map, where smaller) or the projected
+  // columns, into s.map / s.cols. Returns their bytes.
+  int64_t save_image(HlqSaved& s, const Tensor& image) const {
+    if (o_.acbp_conv == AcbpConv::input_map && map_is_smaller(s.axis, image.size(0), s.w.size(1), image)) {
+      s.map = save_map(image);
+      return tensor_bytes(s.map.values) + tensor_bytes(s.map.scale);
+    }
+    s.cols = save_image_columns(image, s.conv.window, s.axis, s.L);
+    return columns_bytes(s.cols);
   }
 
   static int64_t columns_bytes(const SavedColumns& c) {

@@ -71,6 +71,7 @@ grad::HlqOptions read_hlq(ConfigReader& r) {
                              {{"columns", grad::AcbpConv::columns}, {"input_map", grad::AcbpConv::input_map}});
   o.conv_gx = r.get_choice("conv_gx", grad::ConvGx::dgrad,
                            {{"columns", grad::ConvGx::columns}, {"dgrad", grad::ConvGx::dgrad}});
+  o.acbp_share = r.get("acbp_share", true);
   return o;
 }
 

@@ -2,7 +2,8 @@
 // bit-identical on both backends (tests/gpu/test_gpu_grad_quant.cpp, test_gpu_grad_hla.cpp), so g_x and g_w
 // differ only by the accumulation order of the products and by the final rounding to the input dtype.
 // Every pipeline and the main options, f32 and bf16 inputs, shapes with T = 16 / 4 and n = 64 / 1 (the
-// fallbacks), poisoned CUDA allocations. Also an end-to-end Linear + Conv2d step through bound pipelines.
+// fallbacks), poisoned CUDA allocations. Also an end-to-end Linear + Conv2d step through bound pipelines, and
+// HLQ's acbp_share in a ViT (Note [Shared saved inputs]).
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -13,8 +14,10 @@
 #include <vector>
 
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/models/vit.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
+#include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "grad/pipelines.h"
 
@@ -245,5 +248,46 @@ TEST_CASE("scale_i32 on CUDA equals the CPU on odd and vector-friendly shapes", 
         }
         CHECK(test::rel_error(gpu.to(Device::cpu()).to(DType::f64), expect) < (out == DType::bf16 ? 8e-3 : 1e-6));
       }
+  }
+}
+
+TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept output without a copy", "[gpu][grad]") {
+  // Note [Shared saved inputs]: the packed flash attention keeps its output o for its backward, and o is the
+  // input of blocks.N.attn.proj; with acbp_share HLQ keeps a reference and compresses o in backward. The
+  // gradients keep their bits (the compression of x is deterministic); only the saved bytes change.
+  test::PoisonGuard poison;
+  models::VitConfig cfg = models::VitConfig::vit_s4(10);
+  cfg.image_size = 8;
+  cfg.dim = 128;
+  cfg.heads = 2;  // D 64: the fused attention
+  cfg.depth = 2;
+  std::vector<Tensor> grads[2];
+  int64_t proj_bytes[2] = {-1, -1}, fc1_bytes[2] = {-1, -1};
+  for (int share = 0; share < 2; ++share) {
+    Generator gen(9);
+    models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
+    v.to(test::kCuda);
+    v.to(DType::bf16);
+    grad::PipelineConfig pc;
+    pc.default_spec.name = "hlq";
+    pc.default_spec.hlq.acbp_share = share == 1;
+    const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
+    const Tensor x = test::random_input({4, 3, 8, 8}, 11, DType::f32).to(DType::bf16).to(test::kCuda);
+    const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4}, {DType::i64}).to(test::kCuda);
+    cross_entropy(v.forward(x), target).backward();
+    for (const auto& b : bound) {
+      if (b.name == "blocks.1.attn.proj") proj_bytes[share] = b.binding->saved_bytes;
+      if (b.name == "blocks.1.mlp.fc1") fc1_bytes[share] = b.binding->saved_bytes;
+    }
+    for (auto& [n, p] : v.named_parameters()) grads[share].push_back(p->grad());
+  }
+  CHECK(proj_bytes[0] > 0);
+  CHECK(proj_bytes[1] == 0);
+  CHECK(fc1_bytes[0] > 0);  // the LayerNorm keeps its input, not fc1's
+  CHECK(fc1_bytes[1] == fc1_bytes[0]);
+  REQUIRE(grads[0].size() == grads[1].size());
+  for (std::size_t i = 0; i < grads[0].size(); ++i) {
+    REQUIRE(grads[0][i].defined());
+    CHECK(test::compare_bits(grads[1][i], grads[0][i]) == "");
   }
 }

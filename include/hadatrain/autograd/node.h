@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/tensor/tensor.h"
 
 namespace ht {
@@ -38,7 +39,7 @@ class Node {
   // True when input i of the forward op needs a gradient (lets apply() skip work).
   bool needs_input_grad(std::size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
 
-  // Saves a tensor for backward (detached). Returns its slot.
+  // Saves a tensor for backward (detached, counted on its storage: Note [Shared saved inputs]). Returns its slot.
   std::size_t save(const Tensor& t);
   // A saved tensor; throws a clear error if the graph was already released by a backward pass.
   const Tensor& saved(std::size_t slot) const;
@@ -50,7 +51,7 @@ class Node {
   uint32_t num_outputs_ = 1;
 
  private:
-  std::vector<Tensor> saved_;
+  std::vector<SavedTensor> saved_;
   bool released_ = false;
 };
 

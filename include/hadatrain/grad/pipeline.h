@@ -76,6 +76,10 @@ struct HlqOptions {
   // default: measured faster on the H200, Note [HLQ conv g_x]) or the integer product over the im2col columns,
   // folded (columns, the reference's form).
   ConvGx conv_gx = ConvGx::dgrad;
+  // ACBP of an input that another op already keeps for its own backward (Note [Shared saved inputs]; e.g. the
+  // attention output a ViT's proj layer reads): keep a reference instead of a compressed copy, and compress in
+  // backward (the same bits). Off: always compress in the forward.
+  bool acbp_share = true;
 };
 
 struct LbpWhtOptions {

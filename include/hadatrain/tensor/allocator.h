@@ -2,7 +2,9 @@
 // between tensors that view the same memory. Each device type has one registered allocator:
 // the CPU one (64-byte aligned) is built in; the CUDA backend registers its caching allocator.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "hadatrain/tensor/device.h"
@@ -48,6 +50,9 @@ inline constexpr std::size_t kCpuAlignment = 64;
 struct StorageImpl {
   DataPtr data;
   std::size_t nbytes = 0;
+  // How many tensors kept for backward (SavedTensor: autograd nodes, pipeline states) hold this storage now.
+  // A gradient pipeline that compresses its input need not when this is > 0 (Note [Shared saved inputs]).
+  std::atomic<int32_t> graph_saves{0};
 };
 
 }  // namespace ht

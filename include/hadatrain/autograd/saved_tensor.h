@@ -1,0 +1,60 @@
+// A tensor kept for backward, counted on its storage (StorageImpl::graph_saves) while it is kept.
+//
+// Note [Shared saved inputs]
+// An op's backward often keeps a tensor that a later product takes as its input: the packed attention keeps
+// its output o, which is the input of the attention's output projection. A gradient pipeline that would store
+// a compressed copy of that input (HLQ's ACBP) adds memory instead of saving it: the full tensor stays alive
+// for the other op anyway. Every tensor kept for backward (Node::save, and the pipelines' own saved states) is
+// a SavedTensor, which counts itself on its storage while it lives; kept_for_backward(t) tells a pipeline's
+// forward that t's memory is already kept, so it can keep a reference instead and compress in backward (the
+// same bits: the compression of x is deterministic). The count only sees tensors kept *before* the check: an
+// op that keeps the input later in the forward (a ResNet block's residual, kept by the block's last batch
+// norm after conv1 read it) is not seen.
+#pragma once
+#include <utility>
+
+#include "hadatrain/tensor/tensor.h"
+
+namespace ht {
+
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(Tensor t) : t_(std::move(t)) { count(+1); }
+  SavedTensor(const SavedTensor&) = delete;
+  SavedTensor& operator=(const SavedTensor&) = delete;
+  SavedTensor(SavedTensor&& o) noexcept : t_(std::move(o.t_)) { o.t_ = Tensor(); }
+  SavedTensor& operator=(SavedTensor&& o) noexcept {
+    if (this != &o) {
+      reset();
+      t_ = std::move(o.t_);
+      o.t_ = Tensor();
+    }
+    return *this;
+  }
+  ~SavedTensor() { reset(); }
+
+  const Tensor& get() const { return t_; }
+  bool defined() const { return t_.defined(); }
+  // Stops counting and hands the tensor over (the caller decides when it dies).
+  Tensor release() {
+    count(-1);
+    Tensor t = std::move(t_);
+    t_ = Tensor();
+    return t;
+  }
+  void reset() { release(); }
+
+ private:
+  void count(int32_t d) const {
+    if (t_.defined() && t_.storage()) t_.storage()->graph_saves.fetch_add(d, std::memory_order_relaxed);
+  }
+  Tensor t_;
+};
+
+// True when a tensor kept for backward holds t's storage now (Note [Shared saved inputs]).
+inline bool kept_for_backward(const Tensor& t) {
+  return t.defined() && t.storage() && t.storage()->graph_saves.load(std::memory_order_relaxed) > 0;
+}
+
+}  // namespace ht
