@@ -4,6 +4,9 @@
 // few (quant_items_kernel); its stochastic rounding takes the level as ceil(|v| − u) with one round-up add
 // (sr_code), which equals uniform_code's floor(|v|) + (u < frac) bit for bit. Also here: passes 1 and 3 of
 // the two-pass path on items, and pass 3 into transposed values (quant_apply_t_kernel).
+#include <cstdlib>
+#include <string>
+
 #include "kernels/grad_quant_common.cuh"
 
 namespace ht::kernels::gq {
@@ -323,6 +326,26 @@ HT_DEV void load8(const T* x, int64_t i, bool vec, float v[8]) {
   }
 }
 
+// The codes of the item of 8 elements at flat index i (a multiple of 8: one Philox block), m > 0.
+HT_DEV void code_item(const GradQuantArgs& a, const Level& l, float qmaxf, bool noise, int64_t i, const float v[8],
+                      uint8_t q[8]) {
+  if (noise) {  // sr_code: uniform_code's stochastic rounding in fewer instructions
+    uint32_t w[4];
+    sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(i) >> 3, w);
+    const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
+    if (a.fp8_values) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<true>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = uniform_code(v[k], l, qmaxf, false, a.fp8_values, 0u);
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a, Workspace ws, bool vec) {
   __shared__ uint32_t tile_w[kTileC * kTileStride / 4];
@@ -344,23 +367,7 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
         const int64_t i = n * C + c;  // a multiple of 8
         float v[8];
         load8(x, i, vec, v);
-        if (noise) {  // sr_code: uniform_code's stochastic rounding in fewer instructions
-          uint32_t w[4];
-          sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(i) >> 3, w);
-          const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
-          if (a.fp8_values) {
-#pragma unroll
-            for (int k = 0; k < 8; ++k)
-              q[k] = static_cast<uint8_t>(sr_code<true>(v[k], l, cap, ht::grad::sr_bits(w, k)));
-          } else {
-#pragma unroll
-            for (int k = 0; k < 8; ++k)
-              q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
-          }
-        } else {
-#pragma unroll
-          for (int k = 0; k < 8; ++k) q[k] = uniform_code(v[k], l, qmaxf, false, a.fp8_values, 0u);
-        }
+        code_item(a, l, qmaxf, noise, i, v, q);
       }
 #pragma unroll
       for (int k = 0; k < 8; ++k) tile[(8 * cg + k) * kTileStride + row] = q[k];
@@ -380,6 +387,89 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
     }
     __syncthreads();  // the tile is reused
   }
+}
+
+// Note [Transposed quantiser strips]
+// Pass 3 for transposed values without shared memory, when C % 16 == 0, N % 4 == 0, x is 16-byte aligned and the
+// values 4-byte aligned (every HLQ operand of a ViT; the tile kernel above serves the rest). A warp quantises a
+// strip of 128 rows × 16 columns of x seen as (N, C): lane l takes rows 4l … 4l+3, two items per row (each
+// exactly one Philox block, as in the tile kernel: the same codes), issues its eight 16-byte loads first, turns
+// each row into four words of codes (bytes along the columns), transposes every 4×4 byte block in registers
+// (__byte_perm) into words along the rows, and writes one 4-byte word of the (C, N) result per column: the
+// warp's store for a column is 128 contiguous bytes. The tile kernel staged bytes through shared memory (eight
+// byte stores per item) and ran at 0.36 of the copy bandwidth on ViT-B's g_y (BENCHMARKS.md, run 44).
+constexpr int kStripRows = 128, kStripCols = 16;
+
+// Byte b of the result is byte b of row b's word: rows r0..r3 of one 4-column block -> the 4 column words.
+HT_DEV void transpose4x4(const uint32_t r[4], uint32_t col[4]) {
+  const uint32_t t0 = __byte_perm(r[0], r[1], 0x5140), t1 = __byte_perm(r[2], r[3], 0x5140);
+  const uint32_t t2 = __byte_perm(r[0], r[1], 0x7362), t3 = __byte_perm(r[2], r[3], 0x7362);
+  col[0] = __byte_perm(t0, t1, 0x5410);
+  col[1] = __byte_perm(t0, t1, 0x7632);
+  col[2] = __byte_perm(t2, t3, 0x5410);
+  col[3] = __byte_perm(t2, t3, 0x7632);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) quant_apply_t_strip_kernel(GradQuantArgs a, Workspace ws) {
+  constexpr int W = kItem * static_cast<int>(sizeof(T)) / 16;  // 16-byte words per item
+  const T* x = static_cast<const T*>(a.x);
+  const int64_t C = a.cols, N = a.numel / a.cols;
+  const int64_t strips_c = C / kStripCols, strips = (N + kStripRows - 1) / kStripRows * strips_c;
+  const Level l{ws.m[0], ws.r[0], 0.0f};
+  const float qmaxf = static_cast<float>(a.qmax);
+  const bool noise = wants_uniform_noise(a);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t st = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; st < strips; st += warps) {
+    const int64_t n = st / strips_c * kStripRows + 4 * lane, c0 = st % strips_c * kStripCols;
+    if (n >= N) continue;  // N % 4 == 0: the lane's four rows are all inside or all outside
+    uint4 raw[4][2][W];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4* p = reinterpret_cast<const uint4*>(x + (n + r) * C + c0 + 8 * h);
+#pragma unroll
+        for (int w = 0; w < W; ++w) raw[r][h][w] = __ldg(p + w);
+      }
+    uint32_t words[4][4] = {};  // [row][column block]: the codes of columns c0 + 4·b … + 3
+    if (l.m != 0.0f) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const T* e = reinterpret_cast<const T*>(raw[r][h]);
+          float v[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) v[k] = static_cast<float>(e[k]);
+          uint8_t q[8];
+          code_item(a, l, qmaxf, noise, (n + r) * C + c0 + 8 * h, v, q);
+          words[r][2 * h] = q[0] | (uint32_t{q[1]} << 8) | (uint32_t{q[2]} << 16) | (uint32_t{q[3]} << 24);
+          words[r][2 * h + 1] = q[4] | (uint32_t{q[5]} << 8) | (uint32_t{q[6]} << 16) | (uint32_t{q[7]} << 24);
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t rows[4] = {words[0][b], words[1][b], words[2][b], words[3][b]};
+      uint32_t col[4];
+      transpose4x4(rows, col);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(a.values + (c0 + 4 * b + k) * N + n) = col[k];
+    }
+  }
+}
+
+// Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]).
+// HADATRAIN_QUANT_T=tile forces the tile kernel (benchmark comparisons).
+bool strips_apply(const GradQuantArgs& a) {
+  static const bool forced_tile = [] {
+    const char* e = std::getenv("HADATRAIN_QUANT_T");
+    return e != nullptr && std::string(e) == "tile";
+  }();
+  const int64_t N = a.numel / a.cols;
+  return !forced_tile && a.cols % kStripCols == 0 && N % 4 == 0 && aligned16(a.x) &&
+         reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
 }
 
 }  // namespace
@@ -429,8 +519,14 @@ void launch_apply_items(const GradQuantArgs& a, const Workspace& ws, cudaStream_
 void launch_apply_transposed(const GradQuantArgs& a, const Workspace& ws, cudaStream_t stream) {
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t tiles = (a.numel / a.cols + kTileN - 1) / kTileN * ((a.cols + kTileC - 1) / kTileC);
-    quant_apply_t_kernel<T><<<grid_cap(tiles), kThreads, 0, stream>>>(a, ws, aligned16(a.x));
+    if (strips_apply(a)) {
+      const int64_t strips = (a.numel / a.cols + kStripRows - 1) / kStripRows * (a.cols / kStripCols);
+      const int64_t per_block = kThreads / 32;
+      quant_apply_t_strip_kernel<T><<<grid_cap((strips + per_block - 1) / per_block), kThreads, 0, stream>>>(a, ws);
+    } else {
+      const int64_t tiles = (a.numel / a.cols + kTileN - 1) / kTileN * ((a.cols + kTileC - 1) / kTileC);
+      quant_apply_t_kernel<T><<<grid_cap(tiles), kThreads, 0, stream>>>(a, ws, aligned16(a.x));
+    }
     HT_CHECK_LAUNCH("grad_quant_apply_transposed");
   });
 }

@@ -257,9 +257,11 @@ TEST_CASE("CUDA quantize writes the CPU's dequantised bf16 / f16 / f32 values bi
   }
 }
 
-TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", "[gpu][grad_quant]") {
-  // (N, C): tiles of 64 × 64 with partial edges; N % 4 != 0 (byte stores); C % 8 != 0 (quantise, then
-  // transpose); an unaligned input (element loads); the ViT-B-like (64·197, 768) in bf16.
+TEST_CASE("CUDA quantize with transposed values (tile and strip kernels) equals the CPU", "[gpu][grad_quant]") {
+  // (N, C): the tile kernel: tiles of 64 × 64 with partial edges; N % 4 != 0 (byte stores); C % 8 != 0
+  // (quantise, then transpose); an unaligned input (element loads). The strip kernel (Note [Transposed quantiser
+  // strips]: C % 16 == 0, N % 4 == 0, aligned): partial strips of 128 rows in bf16, f32 and f16 (a view 16 bytes
+  // into its storage), and the ViT-B-like (64·197, 768) in bf16.
   struct Case {
     Shape shape;
     DType dtype;
@@ -267,7 +269,9 @@ TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", 
   };
   const std::vector<Case> cases = {{{2, 100, 136}, DType::bf16, 0}, {{129, 64}, DType::f32, 0},
                                    {{67, 40}, DType::bf16, 0},      {{50, 20}, DType::f32, 0},
-                                   {{97, 72}, DType::f16, 3},       {{64 * 197, 768}, DType::bf16, 0}};
+                                   {{97, 72}, DType::f16, 3},       {{64 * 197, 768}, DType::bf16, 0},
+                                   {{2, 100, 144}, DType::bf16, 0}, {{132, 32}, DType::f32, 0},
+                                   {{36, 48}, DType::f16, 8}};
   uint64_t seed = 400;
   for (const Case& c : cases) {
     const int64_t n = numel_of(c.shape);
@@ -292,12 +296,14 @@ TEST_CASE("CUDA quantize with transposed values (tiled kernel) equals the CPU", 
           CHECK(same_bits(qg, qc) == "");
         }
   }
-  // A zero tensor: zeros and scale 0.
-  const Tensor z = zeros({70, 16});
-  QuantSpec spec;
-  spec.bits = 8;
-  spec.layout = ValuesLayout::transposed;
-  CHECK(same_bits(quantize_poisoned(z.to(test::kCuda), spec), quantize(z, spec)) == "");
+  // A zero tensor: zeros and scale 0 (70 rows: the tile kernel; 72: the strip kernel).
+  for (const int64_t rows : {70, 72}) {
+    const Tensor z = zeros({rows, 16});
+    QuantSpec spec;
+    spec.bits = 8;
+    spec.layout = ValuesLayout::transposed;
+    CHECK(same_bits(quantize_poisoned(z.to(test::kCuda), spec), quantize(z, spec)) == "");
+  }
 }
 
 TEST_CASE("CUDA quantize reports max |x| and takes a known absmax like the CPU", "[gpu][grad_quant]") {
