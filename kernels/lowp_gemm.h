@@ -1,4 +1,4 @@
-// Launchers for the low-precision GEMM helpers (src/cuda/gemm.cpp, Note [Low-precision GEMM]):
+// Launchers for the low-precision GEMM helpers (src/cuda/gemm_lowp.cpp, Note [Low-precision GEMM]):
 //  * a batched, zero-padding 2-D copy, used to bring operands that miss cuBLASLt's int8/fp8 alignment
 //    requirements into padded buffers (zeros along K add nothing to a dot product) and to copy the padded
 //    result back;

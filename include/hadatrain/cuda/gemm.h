@@ -40,7 +40,7 @@ struct GemmArgs {
 // Throws ht::Error (bad arguments, unsupported dtypes) or ht::CudaError (cuBLAS failures), naming the shape.
 void gemm(const GemmArgs& args);
 
-// Low-precision "NT" products (Note [Low-precision GEMM] in src/cuda/gemm.cpp), both operands K-contiguous:
+// Low-precision "NT" products (Note [Low-precision GEMM] in src/cuda/gemm_lowp.cpp), both operands K-contiguous:
 //   row-major C (m, n) = a (m, k) · b (n, k)ᵀ                       for i8 x i8 -> i32 (exact), or
 //   row-major C (m, n) = scale_a · scale_b · (a (m, k) · b (n, k)ᵀ)  for fp8 -> f32 / bf16,
 // per batch at fixed element strides (0 = one a or b shared by every batch). a is stored with row stride
@@ -51,7 +51,7 @@ void gemm(const GemmArgs& args);
 // Any sizes and alignments work: when cuBLASLt's int8/fp8 requirements are not met, the operands are
 // copied into zero-padded, aligned buffers; if cuBLASLt still has no algorithm, a simple kernel runs.
 // No host synchronisation, except once per new plan (shape) while HADATRAIN_GEMM_TUNE (default `lowp`)
-// times the heuristic's candidate algorithms (Note [GEMM algorithm tuning] in src/cuda/gemm.cpp).
+// times the heuristic's candidate algorithms (Note [GEMM algorithm tuning] in src/cuda/gemm_internal.h).
 // Throws ht::Error on bad arguments or unsupported dtypes.
 enum class Fp8Accum { precise, fast };  // fast = CUBLASLT_MATMUL_DESC_FAST_ACCUM (less accurate)
 enum class LowpImpl { automatic, fallback_kernel };  // fallback_kernel: always our simple kernel (tests)
