@@ -37,8 +37,7 @@ __global__ void __launch_bounds__(cuda::kBlock) max_fwd_nchw(const T* __restrict
                                                              int32_t* __restrict__ indices) {
   const I total = g.N * g.C * g.OH * g.OW;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_OW(i), ow = i - q * g.OW;
-    const I plane = g.by_OH(q), oh = q - plane * g.OH;
+    const auto [plane, oh, ow] = nchw_item(out_pixels(g), i);
     const I n = g.by_C(plane), c = plane - n * g.C;
     const T* p = x + n * g.xn + c * g.xc;
     // Padding is -inf: only real elements are visited (Note [Pool windows are never empty]).
@@ -67,9 +66,7 @@ __global__ void __launch_bounds__(cuda::kBlock) max_fwd_nhwc(const T* __restrict
                                                              int32_t* __restrict__ indices) {
   const I total = g.N * g.OH * g.OW * g.CV;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_CV(i), c = (i - q * g.CV) * V;  // q: the output pixel (n * OH + oh) * OW + ow
-    const I r = g.by_OW(q), ow = q - r * g.OW;
-    const I n = g.by_OH(r), oh = r - n * g.OH;
+    const auto [q, c, n, oh, ow] = nhwc_item<V>(g, out_pixels(g), i);  // q: the output pixel (n * OH + oh) * OW + ow
     const T* p = x + n * g.H * g.W * g.C + c;
     const Win<I> w = fixed_window(g, oh, ow);
     Pack<T, V> best = load_pack<T, V>(p + (w.h0 * g.W + w.w0) * g.C);
@@ -106,8 +103,7 @@ __global__ void __launch_bounds__(cuda::kBlock) max_bwd_nchw(const T* __restrict
                                                              T* __restrict__ gx) {
   const I total = g.N * g.C * g.H * g.W;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_W(i), w = i - q * g.W;
-    const I plane = g.by_H(q), h = q - plane * g.H;
+    const auto [plane, h, w] = nchw_item(in_pixels(g), i);
     const int32_t self = static_cast<int32_t>(h * g.W + w);
     const Range<I> rh = fixed_range(h, g.kh, g.sh, g.ph, g.OH, g.by_sh);
     const Range<I> rw = fixed_range(w, g.kw, g.sw, g.pw, g.OW, g.by_sw);
@@ -129,9 +125,7 @@ __global__ void __launch_bounds__(cuda::kBlock) max_bwd_nhwc(const T* __restrict
                                                              T* __restrict__ gx) {
   const I total = g.N * g.H * g.W * g.CV;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_CV(i), c = (i - q * g.CV) * V;  // q: the input pixel (n * H + h) * W + w
-    const I r = g.by_W(q), w = q - r * g.W;
-    const I n = g.by_H(r), h = r - n * g.H;
+    const auto [q, c, n, h, w] = nhwc_item<V>(g, in_pixels(g), i);  // q: the input pixel (n * H + h) * W + w
     const int32_t self = static_cast<int32_t>(h * g.W + w);
     const Range<I> rh = fixed_range(h, g.kh, g.sh, g.ph, g.OH, g.by_sh);
     const Range<I> rw = fixed_range(w, g.kw, g.sw, g.pw, g.OW, g.by_sw);
@@ -165,25 +159,17 @@ void launch_max_pool2d(DType dt, const void* x, PoolStrides xs, const PoolShape&
                        cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.OH * s.OW;
   if (total == 0) return;
-  const bool i32 = fits_i32(s, xs);
   if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* px = static_cast<const T*>(x);
         T* po = static_cast<T*>(out);
-        if (s.layout == PoolLayout::nhwc && i32 && vec_ok<T>(s.C, {x, out, indices})) {
-          constexpr int V = kVec<T>;
-          max_fwd_nhwc<T, V, int32_t><<<cuda::grid_for(total / V), cuda::kBlock, 0, stream>>>(
-              px, make_geo<int32_t>(s, xs, V), po, indices);
-          return;
-        }
-        with_index(i32, [&](auto itag) {
-          using I = decltype(itag);
-          const Geo<I> g = make_geo<I>(s, xs, 1);
+        auto launch = [&]<int V, class I>(Channels<V>, const Geo<I>& g, unsigned grid) {
           if (s.layout == PoolLayout::nhwc)
-            max_fwd_nhwc<T, 1, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(px, g, po, indices);
+            max_fwd_nhwc<T, V, I><<<grid, cuda::kBlock, 0, stream>>>(px, g, po, indices);
           else
-            max_fwd_nchw<T, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(px, g, po, indices);
-        });
+            max_fwd_nchw<T, I><<<grid, cuda::kBlock, 0, stream>>>(px, g, po, indices);
+        };
+        launch_windowed<T>(s, xs, total, {x, out, indices}, launch);
       }))
     HT_UNSUPPORTED_DTYPE("max_pool2d", dt);
   HT_CHECK_LAUNCH("max_pool2d");
@@ -193,25 +179,17 @@ void launch_max_pool2d_backward(DType dt, const void* grad_out, const int32_t* i
                                 cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
-  const bool i32 = fits_i32(s, PoolStrides{});
   if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* pg = static_cast<const T*>(grad_out);
         T* px = static_cast<T*>(gx);
-        if (s.layout == PoolLayout::nhwc && i32 && vec_ok<T>(s.C, {grad_out, indices, gx})) {
-          constexpr int V = kVec<T>;
-          max_bwd_nhwc<T, V, int32_t><<<cuda::grid_for(total / V), cuda::kBlock, 0, stream>>>(
-              pg, indices, make_geo<int32_t>(s, PoolStrides{}, V), px);
-          return;
-        }
-        with_index(i32, [&](auto itag) {
-          using I = decltype(itag);
-          const Geo<I> g = make_geo<I>(s, PoolStrides{}, 1);
+        auto launch = [&]<int V, class I>(Channels<V>, const Geo<I>& g, unsigned grid) {
           if (s.layout == PoolLayout::nhwc)
-            max_bwd_nhwc<T, 1, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(pg, indices, g, px);
+            max_bwd_nhwc<T, V, I><<<grid, cuda::kBlock, 0, stream>>>(pg, indices, g, px);
           else
-            max_bwd_nchw<T, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(pg, indices, g, px);
-        });
+            max_bwd_nchw<T, I><<<grid, cuda::kBlock, 0, stream>>>(pg, indices, g, px);
+        };
+        launch_windowed<T>(s, PoolStrides{}, total, {grad_out, indices, gx}, launch);
       }))
     HT_UNSUPPORTED_DTYPE("max_pool2d backward", dt);
   HT_CHECK_LAUNCH("max_pool2d backward");

@@ -26,8 +26,7 @@ __global__ void __launch_bounds__(cuda::kBlock) avg_fwd_nchw(const T* __restrict
                                                              T* __restrict__ out) {
   const I total = g.N * g.C * g.OH * g.OW;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_OW(i), ow = i - q * g.OW;
-    const I plane = g.by_OH(q), oh = q - plane * g.OH;
+    const auto [plane, oh, ow] = nchw_item(out_pixels(g), i);
     const I n = g.by_C(plane), c = plane - n * g.C;
     const T* p = x + n * g.xn + c * g.xc;
     const Win<I> w = avg_window(g, kind, oh, ow);
@@ -43,9 +42,7 @@ __global__ void __launch_bounds__(cuda::kBlock) avg_fwd_nhwc(const T* __restrict
                                                              T* __restrict__ out) {
   const I total = g.N * g.OH * g.OW * g.CV;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_CV(i), c = (i - q * g.CV) * V;
-    const I r = g.by_OW(q), ow = q - r * g.OW;
-    const I n = g.by_OH(r), oh = r - n * g.OH;
+    const auto [q, c, n, oh, ow] = nhwc_item<V>(g, out_pixels(g), i);
     const T* p = x + n * g.H * g.W * g.C + c;
     const Win<I> w = avg_window(g, kind, oh, ow);
     double acc[V];
@@ -69,8 +66,7 @@ __global__ void __launch_bounds__(cuda::kBlock) avg_bwd_nchw(const T* __restrict
                                                              T* __restrict__ gx) {
   const I total = g.N * g.C * g.H * g.W;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_W(i), w = i - q * g.W;
-    const I plane = g.by_H(q), h = q - plane * g.H;
+    const auto [plane, h, w] = nchw_item(in_pixels(g), i);
     const Range<I> rh = range_h(g, kind, h), rw = range_w(g, kind, w);
     const T* gp = gout + plane * g.OH * g.OW;
     double acc = 0.0;
@@ -89,9 +85,7 @@ __global__ void __launch_bounds__(cuda::kBlock) avg_bwd_nhwc(const T* __restrict
                                                              T* __restrict__ gx) {
   const I total = g.N * g.H * g.W * g.CV;
   for (I i = thread_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = g.by_CV(i), c = (i - q * g.CV) * V;
-    const I r = g.by_W(q), w = q - r * g.W;
-    const I n = g.by_H(r), h = r - n * g.H;
+    const auto [q, c, n, h, w] = nhwc_item<V>(g, in_pixels(g), i);
     const Range<I> rh = range_h(g, kind, h), rw = range_w(g, kind, w);
     double acc[V];
 HT_UNROLL
@@ -322,26 +316,18 @@ void launch_avg_pool2d(DType dt, AvgKind kind, const void* x, PoolStrides xs, co
                        cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.OH * s.OW;
   if (total == 0) return;
-  const bool i32 = fits_i32(s, xs);
   if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* px = static_cast<const T*>(x);
         T* po = static_cast<T*>(out);
         if (launch_global_avg_fwd<T>(kind, px, xs, s, po, stream)) return;
-        if (s.layout == PoolLayout::nhwc && i32 && vec_ok<T>(s.C, {x, out})) {
-          constexpr int V = kVec<T>;
-          avg_fwd_nhwc<T, V, int32_t><<<cuda::grid_for(total / V), cuda::kBlock, 0, stream>>>(
-              px, make_geo<int32_t>(s, xs, V), kind, po);
-          return;
-        }
-        with_index(i32, [&](auto itag) {
-          using I = decltype(itag);
-          const Geo<I> g = make_geo<I>(s, xs, 1);
+        auto launch = [&]<int V, class I>(Channels<V>, const Geo<I>& g, unsigned grid) {
           if (s.layout == PoolLayout::nhwc)
-            avg_fwd_nhwc<T, 1, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(px, g, kind, po);
+            avg_fwd_nhwc<T, V, I><<<grid, cuda::kBlock, 0, stream>>>(px, g, kind, po);
           else
-            avg_fwd_nchw<T, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(px, g, kind, po);
-        });
+            avg_fwd_nchw<T, I><<<grid, cuda::kBlock, 0, stream>>>(px, g, kind, po);
+        };
+        launch_windowed<T>(s, xs, total, {x, out}, launch);
       }))
     HT_UNSUPPORTED_DTYPE("avg_pool2d", dt);
   HT_CHECK_LAUNCH("avg_pool2d");
@@ -351,26 +337,18 @@ void launch_avg_pool2d_backward(DType dt, AvgKind kind, const void* grad_out, co
                                 cudaStream_t stream) {
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
-  const bool i32 = fits_i32(s, PoolStrides{});
   if (!visit_kernel_float(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* pg = static_cast<const T*>(grad_out);
         T* px = static_cast<T*>(gx);
         if (launch_global_avg_bwd<T>(kind, pg, s, px, stream)) return;
-        if (s.layout == PoolLayout::nhwc && i32 && vec_ok<T>(s.C, {grad_out, gx})) {
-          constexpr int V = kVec<T>;
-          avg_bwd_nhwc<T, V, int32_t><<<cuda::grid_for(total / V), cuda::kBlock, 0, stream>>>(
-              pg, make_geo<int32_t>(s, PoolStrides{}, V), kind, px);
-          return;
-        }
-        with_index(i32, [&](auto itag) {
-          using I = decltype(itag);
-          const Geo<I> g = make_geo<I>(s, PoolStrides{}, 1);
+        auto launch = [&]<int V, class I>(Channels<V>, const Geo<I>& g, unsigned grid) {
           if (s.layout == PoolLayout::nhwc)
-            avg_bwd_nhwc<T, 1, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(pg, g, kind, px);
+            avg_bwd_nhwc<T, V, I><<<grid, cuda::kBlock, 0, stream>>>(pg, g, kind, px);
           else
-            avg_bwd_nchw<T, I><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(pg, g, kind, px);
-        });
+            avg_bwd_nchw<T, I><<<grid, cuda::kBlock, 0, stream>>>(pg, g, kind, px);
+        };
+        launch_windowed<T>(s, PoolStrides{}, total, {grad_out, gx}, launch);
       }))
     HT_UNSUPPORTED_DTYPE("avg_pool2d backward", dt);
   HT_CHECK_LAUNCH("avg_pool2d backward");

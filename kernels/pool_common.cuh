@@ -9,14 +9,17 @@
 // the pool is below 2^31 minus a margin for the grid-stride step, else int64_t with plain division.
 // NHWC kernels give each thread a pixel and V consecutive channels (V = 16 bytes of T when C % V == 0 and
 // every buffer is 16-byte aligned, else 1): consecutive threads read consecutive channels, coalesced.
-// This header: the index division and the pool as the kernels read it (Geo), pack loads and stores, windows
-// and their ranges, and the dispatch helpers (vec_ok, with_index). Included by .cu files only.
+// This header: the index division and the pool as the kernels read it (Geo), where a thread's item lies
+// (nchw_item, nhwc_item), pack loads and stores, windows and their ranges, and the dispatch helpers (vec_ok,
+// with_index, launch_windowed). Included by .cu files only.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/convert.cuh"
+#include "kernels/launch.h"
 #include "kernels/pool.h"
 
 namespace ht::kernels::pl {
@@ -105,6 +108,46 @@ HT_DEV I imin(I a, I b) {
 template <class I>
 HT_DEV I imax(I a, I b) {
   return a > b ? a : b;
+}
+
+// Where item i of a grid-stride loop lies, on the output pixels (OH, OW: forward kernels) or the input pixels
+// (H, W: backward kernels). NCHW kernels: element i of a dense (N, C, rows, cols) tensor, plane = n * C + c.
+// NHWC kernels: channels [c, c + V) of pixel q = (n * rows + y) * cols + x.
+template <class I>
+struct PixelGrid {  // refers to the fields of the Geo it came from
+  const I& rows;
+  const I& cols;
+  const IndexDiv<I>& by_rows;
+  const IndexDiv<I>& by_cols;
+};
+template <class I>
+HT_DEV PixelGrid<I> out_pixels(const Geo<I>& g) {
+  return {g.OH, g.OW, g.by_OH, g.by_OW};
+}
+template <class I>
+HT_DEV PixelGrid<I> in_pixels(const Geo<I>& g) {
+  return {g.H, g.W, g.by_H, g.by_W};
+}
+template <class I>
+struct NchwItem {
+  I plane, y, x;
+};
+template <class I>
+HT_DEV NchwItem<I> nchw_item(const PixelGrid<I>& p, I i) {
+  const I q = p.by_cols(i), x = i - q * p.cols;
+  const I plane = p.by_rows(q), y = q - plane * p.rows;
+  return {plane, y, x};
+}
+template <class I>
+struct NhwcItem {
+  I q, c, n, y, x;
+};
+template <int V, class I>
+HT_DEV NhwcItem<I> nhwc_item(const Geo<I>& g, const PixelGrid<I>& p, I i) {
+  const I q = g.by_CV(i), c = (i - q * g.CV) * V;
+  const I r = p.by_cols(q), x = q - r * p.cols;
+  const I n = p.by_rows(r), y = r - n * p.rows;
+  return {q, c, n, y, x};
 }
 
 template <class T, int V>
@@ -209,6 +252,31 @@ template <class F>
 void with_index(bool i32, F&& f) {
   if (i32) f(int32_t{});
   else f(int64_t{});
+}
+
+// Channels a thread of an NHWC kernel owns (1: the per-element kernels), as a type for launch_windowed's callable.
+template <int V>
+using Channels = std::integral_constant<int, V>;
+
+// The kernel choice of the per-window pool launchers (max and average, forward and backward; `total` items:
+// output or input elements; `buffers`: the pointers the NHWC groups load and store): for NHWC with 16-byte
+// channel groups (vec_ok) and 32-bit indices, launch(Channels<kVec<T>>{}, geo, grid) with grid over
+// total / kVec<T> items; else launch(Channels<1>{}, geo, grid) in the index type the pool fits (with_index),
+// grid over `total`. The callable launches the NHWC kernel for PoolLayout::nhwc, else the NCHW one (never
+// reached with V > 1).
+template <class T, class F>
+void launch_windowed(const PoolShape& s, PoolStrides xs, int64_t total, std::initializer_list<const void*> buffers,
+                     F&& launch) {
+  const bool i32 = fits_i32(s, xs);
+  if (s.layout == PoolLayout::nhwc && i32 && vec_ok<T>(s.C, buffers)) {
+    constexpr int V = kVec<T>;
+    launch(Channels<V>{}, make_geo<int32_t>(s, xs, V), cuda::grid_for(total / V));
+    return;
+  }
+  with_index(i32, [&](auto itag) {
+    using I = decltype(itag);
+    launch(Channels<1>{}, make_geo<I>(s, xs, 1), cuda::grid_for(total));
+  });
 }
 
 }  // namespace ht::kernels::pl

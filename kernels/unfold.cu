@@ -3,7 +3,6 @@
 // read side by side with src/ops/unfold.cpp. The fold kernels (Notes [Fold, tiles kernel], [Fold, tiles2]) are
 // in unfold_fold.cu; unfold_common.cuh holds what the two share.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/convert.cuh"
@@ -213,6 +212,29 @@ struct RawBits<8> {
   using type = unsigned long long;
 };
 
+// The element staging loops of the vec kernel (Note [Unfold, vec kernel] 2): visit(lo, mid, hi) for this
+// thread's elements e = tid, tid + kFoldThreads, ... below `count`, e = (hi·M + mid)·L + lo (lo < L, mid < M),
+// the digits stepped by kFoldThreads's own digits with carries instead of divided out of every e.
+template <class F>
+__device__ __forceinline__ void for_each_staged(int tid, int count, int L, int M, F&& visit) {
+  const int dlo = kFoldThreads % L, dmid = (kFoldThreads / L) % M, dhi = kFoldThreads / L / M;
+  int lo = tid % L, mid = (tid / L) % M, hi = tid / L / M;
+  for (int e = tid; e < count; e += kFoldThreads) {
+    visit(lo, mid, hi);
+    lo += dlo;
+    if (lo >= L) {
+      lo -= L;
+      ++mid;
+    }
+    mid += dmid;
+    if (mid >= M) {
+      mid -= M;
+      ++hi;
+    }
+    hi += dhi;
+  }
+}
+
 template <class T, bool CL16>
 __global__ void __launch_bounds__(kFoldThreads)
     unfold_vec_kernel(const T* __restrict__ x, UnfoldStrides4 xs, UnfoldGeometry g, UnfoldTile t,
@@ -239,6 +261,8 @@ __global__ void __launch_bounds__(kFoldThreads)
   const int staged = cb * PH * pw_used;
   if constexpr (CL16) {  // channels-last, 16-byte units of kV channels: unit fastest, then q, then r
     const int cbv = cb / kV, plane = PH * PW;  // the launcher checked cb % kV == 0
+    // (cv, q, r) stepped as for_each_staged steps its digits, written out here: through a lambda the compiler
+    // orders this loop's registers differently for f32 and f64
     const int dc = kFoldThreads % cbv, dq = (kFoldThreads / cbv) % pw_used, dr = kFoldThreads / cbv / pw_used;
     int cv = tid % cbv, q = (tid / cbv) % pw_used, r = tid / cbv / pw_used;
     for (int e = tid; e < staged / kV; e += kFoldThreads) {
@@ -268,44 +292,17 @@ __global__ void __launch_bounds__(kFoldThreads)
       }
       r += dr;
     }
-  } else if (xs.c < xs.w) {  // channels-last: c fastest, then the patch column q, then the row r
-    const int dc = kFoldThreads % cb, dq = (kFoldThreads / cb) % pw_used, dr = kFoldThreads / cb / pw_used;
-    int c = tid % cb, q = (tid / cb) % pw_used, r = tid / cb / pw_used;
-    for (int e = tid; e < staged; e += kFoldThreads) {
+  } else {
+    // channel c, patch row r and column q of the patch, zeros outside the image (the padding)
+    auto stage = [&](int c, int q, int r) {
       const int ih = h0 + r, iw = w0 + q;
       const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
       patch_r[(c * PH + r) * PW + q] = inside ? xn[c * xs.c + ih * xs.h + iw * xs.w] : R(0);
-      c += dc;
-      if (c >= cb) {
-        c -= cb;
-        ++q;
-      }
-      q += dq;
-      if (q >= pw_used) {
-        q -= pw_used;
-        ++r;
-      }
-      r += dr;
-    }
-  } else {  // w fastest: the patch column q, then the row r, then c
-    const int dq = kFoldThreads % pw_used, dr = (kFoldThreads / pw_used) % PH, dc = kFoldThreads / pw_used / PH;
-    int q = tid % pw_used, r = (tid / pw_used) % PH, c = tid / pw_used / PH;
-    for (int e = tid; e < staged; e += kFoldThreads) {
-      const int ih = h0 + r, iw = w0 + q;
-      const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
-      patch_r[(c * PH + r) * PW + q] = inside ? xn[c * xs.c + ih * xs.h + iw * xs.w] : R(0);
-      q += dq;
-      if (q >= pw_used) {
-        q -= pw_used;
-        ++r;
-      }
-      r += dr;
-      if (r >= PH) {
-        r -= PH;
-        ++c;
-      }
-      c += dc;
-    }
+    };
+    if (xs.c < xs.w)  // channels-last: c fastest, then the patch column q, then the row r
+      for_each_staged(tid, staged, cb, pw_used, stage);
+    else  // w fastest: the patch column q, then the row r, then c
+      for_each_staged(tid, staged, pw_used, PH, [&](int q, int r, int c) { stage(c, q, r); });
   }
   __syncthreads();
   const int64_t K = int64_t(C) * khw;
@@ -383,25 +380,21 @@ bool unfold_vec_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
   return true;
 }
 
-std::atomic<int> g_unfold_variant_override{0};
-std::atomic<int64_t> g_unfold_staged_launches{0};
-std::atomic<int64_t> g_unfold_vec_launches{0};
-
 int env_unfold_variant() {
   // unset: vec (3), the fastest on every run-31 shape (C 64 32x32 3x3 NHWC 0.1038 ms, staged 0.3394, old 0.7273)
   static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}, {"vec", 3}}, 3, 1);
   return v;
 }
 
+constinit VariantChoice<kUnfoldVariants> g_unfold_variant{env_unfold_variant};
+constinit LaunchCounter g_unfold_staged_launches, g_unfold_vec_launches;
+
 }  // namespace
 
-int unfold_variant() {
-  const int o = g_unfold_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kUnfoldVariants ? o : env_unfold_variant();
-}
-void set_unfold_variant(int variant) { g_unfold_variant_override.store(variant, std::memory_order_relaxed); }
-int64_t unfold_staged_launches() { return g_unfold_staged_launches.load(std::memory_order_relaxed); }
-int64_t unfold_vec_launches() { return g_unfold_vec_launches.load(std::memory_order_relaxed); }
+int unfold_variant() { return g_unfold_variant.get(); }
+void set_unfold_variant(int variant) { g_unfold_variant.set(variant); }
+int64_t unfold_staged_launches() { return g_unfold_staged_launches.get(); }
+int64_t unfold_vec_launches() { return g_unfold_vec_launches.get(); }
 
 void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeometry& g, void* cols,
                      cudaStream_t stream) {
@@ -423,7 +416,7 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
       if (cl16) unfold_vec_kernel<T, true><<<blocks, kFoldThreads, smem, stream>>>(xt, xs, g, t, ct);
       else unfold_vec_kernel<T, false><<<blocks, kFoldThreads, smem, stream>>>(xt, xs, g, t, ct);
       HT_CHECK_LAUNCH("unfold2d (vec)");
-      g_unfold_vec_launches.fetch_add(1, std::memory_order_relaxed);
+      g_unfold_vec_launches.add();
       return;
     }
     if (variant >= 2 && unfold_tile(g, int64_t(sizeof(T)), t)) {  // variant 3 falls back here
@@ -432,7 +425,7 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
       unfold_staged_kernel<T><<<blocks, kFoldThreads, smem, stream>>>(static_cast<const T*>(x), xs, g, t,
                                                                       static_cast<T*>(cols));
       HT_CHECK_LAUNCH("unfold2d (staged)");
-      g_unfold_staged_launches.fetch_add(1, std::memory_order_relaxed);
+      g_unfold_staged_launches.add();
       return;
     }
     const int64_t rows = g.N * g.OH * g.OW;

@@ -4,7 +4,6 @@
 // f64), so the bits are the CPU's. The unfold kernels are in unfold.cu; unfold_common.cuh holds what the two
 // share.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -321,25 +320,21 @@ bool fold_tiles_plan(const UnfoldGeometry& g, int64_t sz, FoldTiles& t, bool hal
   return true;
 }
 
-std::atomic<int> g_fold_variant_override{0};
-std::atomic<int64_t> g_fold_tiles_launches{0};
-std::atomic<int64_t> g_fold_tiles2_launches{0};
-
 int env_fold_variant() {
   // unset: tiles2 (3), level with or faster than tiles (2) on every run-31 shape (Note [Fold, tiles2])
   static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"tiles", 2}, {"tiles2", 3}}, 3, 1);
   return v;
 }
 
+constinit VariantChoice<kFoldVariants> g_fold_variant{env_fold_variant};
+constinit LaunchCounter g_fold_tiles_launches, g_fold_tiles2_launches;
+
 }  // namespace
 
-int fold_variant() {
-  const int o = g_fold_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kFoldVariants ? o : env_fold_variant();
-}
-void set_fold_variant(int variant) { g_fold_variant_override.store(variant, std::memory_order_relaxed); }
-int64_t fold_tiles_launches() { return g_fold_tiles_launches.load(std::memory_order_relaxed); }
-int64_t fold_tiles2_launches() { return g_fold_tiles2_launches.load(std::memory_order_relaxed); }
+int fold_variant() { return g_fold_variant.get(); }
+void set_fold_variant(int variant) { g_fold_variant.set(variant); }
+int64_t fold_tiles_launches() { return g_fold_tiles_launches.get(); }
+int64_t fold_tiles2_launches() { return g_fold_tiles2_launches.get(); }
 
 void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeometry& g, void* x,
                    cudaStream_t stream) {
@@ -393,8 +388,8 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
         go(std::integral_constant<int, int(sizeof(T))>{});
       }
       HT_CHECK_LAUNCH("fold2d (tiles)");
-      g_fold_tiles_launches.fetch_add(1, std::memory_order_relaxed);
-      if (halo) g_fold_tiles2_launches.fetch_add(1, std::memory_order_relaxed);
+      g_fold_tiles_launches.add();
+      if (halo) g_fold_tiles2_launches.add();
       return;
     }
     fold_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(cols), cs, g,
