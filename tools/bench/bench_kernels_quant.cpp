@@ -94,7 +94,8 @@ void bench_lowp_gemm(bool csv) {
 // scales is the fused kernel (int8 and e4m3 values, and with max |g_y| reported for the g_w path); (64,
 // 197·3072) with per-sample scales the two-pass path (x read twice). g_w path (identity HLA plan): 8 bits,
 // one absmax scale, stochastic, values written K-major (3072, 12608): two-pass, and with the maximum given
-// (one read). Conv g_x path: (256·1024, 64) g_y, T 16, per-row scales, 4 bits, stochastic: e4m3 levels, then
+// (one read). ACBP rows: HLQ's forward quantiser of a saved ViT-B input at batch 256 (SAWB, round to nearest,
+// K-major; qkv / fc1 inputs 768 wide, fc2's 3072). Conv g_x path: (256·1024, 64) g_y, T 16, per-row scales, 4 bits, stochastic: e4m3 levels, then
 // the dequantised bf16 values level · scale written directly (values_dtype bf16), then the three passes it
 // replaces (e4m3 levels, dequantize to f32, conversion to bf16). GB/s counts the minimum traffic, bf16 read
 // once (2 B/element) + the values written once (1 B/element, 2 for bf16) + f32 scales, and is compared with
@@ -109,6 +110,7 @@ void bench_grad_quant(bool csv, double copy_gbs) {
     DType values;
     grad::ValuesLayout layout;
     bool report, known;
+    bool acbp = false;  // HLQ's forward quantiser of x: SAWB scale, round to nearest (else absmax, stochastic)
   };
   using grad::Granularity;
   using grad::ValuesLayout;
@@ -123,6 +125,10 @@ void bench_grad_quant(bool csv, double copy_gbs) {
       {"quantize bf16 (12608, 3072) tensor SR8 K-major", 12608, 3072, Granularity::tensor, 8, 1, DType::i8,
        ValuesLayout::transposed, false, false},
       {"  known max |x|", 12608, 3072, Granularity::tensor, 8, 1, DType::i8, ValuesLayout::transposed, false, true},
+      {"quantize bf16 (50432, 768) ACBP SAWB RN8 K-major", 50432, 768, Granularity::tensor, 8, 1, DType::i8,
+       ValuesLayout::transposed, false, false, true},
+      {"quantize bf16 (50432, 3072) ACBP SAWB RN8 K-major", 50432, 3072, Granularity::tensor, 8, 1, DType::i8,
+       ValuesLayout::transposed, false, false, true},
       {"quantize bf16 (262144, 64) row T16 SR4 e4m3", 256 * 1024, 64, Granularity::row, 4, 16, DType::f8e4m3,
        ValuesLayout::natural, false, false},
       {"  bf16 dequantised values", 256 * 1024, 64, Granularity::row, 4, 16, DType::bf16, ValuesLayout::natural,
@@ -136,8 +142,8 @@ void bench_grad_quant(bool csv, double copy_gbs) {
     grad::QuantSpec spec;
     spec.bits = c.bits;
     spec.granularity = c.granularity;
-    spec.scale_rule = grad::ScaleRule::absmax;
-    spec.rounding = grad::Rounding::stochastic;
+    spec.scale_rule = c.acbp ? grad::ScaleRule::sawb : grad::ScaleRule::absmax;
+    spec.rounding = c.acbp ? grad::Rounding::nearest : grad::Rounding::stochastic;
     spec.hadamard_block = c.block;
     spec.noise = {7, 1};
     spec.values_dtype = c.values;
