@@ -390,14 +390,16 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
 }
 
 // Note [Transposed quantiser strips]
-// Pass 3 for transposed values without shared memory, when C % 16 == 0, N % 4 == 0, x is 16-byte aligned and the
-// values 4-byte aligned (every HLQ operand of a ViT; the tile kernel above serves the rest). A warp quantises a
-// strip of 128 rows × 8·kItems columns of x seen as (N, C): lane l takes rows 4l … 4l+3, kItems items per row
-// (each exactly one Philox block, as in the tile kernel: the same codes), issues its 16-byte loads first, turns
-// each row into words of codes (bytes along the columns), transposes every 4×4 byte block in registers
-// (__byte_perm) into words along the rows, and writes one 4-byte word of the (C, N) result per column: the
-// warp's store for a column is 128 contiguous bytes. The tile kernel staged bytes through shared memory (eight
-// byte stores per item) and ran at 0.36 of the copy bandwidth on ViT-B's g_y (BENCHMARKS.md, run 44).
+// Pass 3 for transposed values without shared memory, when N % 4 == 0, x is 16-byte aligned and the values
+// 4-byte aligned (C % 8 == 0 as for every transposed launch; every HLQ operand of a ViT; the tile kernel above
+// serves the rest). A warp quantises a strip of 128 rows × 8 columns of x seen as (N, C): lane l takes rows
+// 4l … 4l+3, one item per row (exactly one Philox block, as in the tile kernel: the same codes), issues its four
+// 16-byte loads first, turns each row into two words of codes (bytes along the columns), transposes each 4×4
+// byte block in registers (__byte_perm) into words along the rows, and writes one 4-byte word of the (C, N)
+// result per column: the warp's store for a column is 128 contiguous bytes. The tile kernel staged bytes through
+// shared memory (eight byte stores per item) and ran at 0.36 of the copy bandwidth on ViT-B's g_y
+// (BENCHMARKS.md, run 44). Strips of 16 columns (two items per row, 64 registers) measured 4–7 % slower than
+// these (47 registers for 2-byte inputs, 5 blocks per SM; run 49).
 constexpr int kStripRows = 128;
 
 // Byte b of the result is byte b of row b's word: rows r0..r3 of one 4-column block -> the 4 column words.
@@ -410,48 +412,43 @@ HT_DEV void transpose4x4(const uint32_t r[4], uint32_t col[4]) {
   col[3] = __byte_perm(t2, t3, 0x7632);
 }
 
-template <class T, int kItems>
-__global__ void __launch_bounds__(kThreads, kItems == 1 ? 5 : 4) quant_apply_t_strip_kernel(GradQuantArgs a, Workspace ws) {
+template <class T>
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_t_strip_kernel(GradQuantArgs a, Workspace ws) {
   constexpr int W = kItem * static_cast<int>(sizeof(T)) / 16;  // 16-byte words per item
-  constexpr int kCols = kItem * kItems;
   const T* x = static_cast<const T*>(a.x);
   const int64_t C = a.cols, N = a.numel / a.cols;
-  const int64_t strips_c = C / kCols, strips = (N + kStripRows - 1) / kStripRows * strips_c;
+  const int64_t strips_c = C / kItem, strips = (N + kStripRows - 1) / kStripRows * strips_c;
   const Level l{ws.m[0], ws.r[0], 0.0f};
   const float qmaxf = static_cast<float>(a.qmax);
   const bool noise = wants_uniform_noise(a);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t st = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; st < strips; st += warps) {
-    const int64_t n = st / strips_c * kStripRows + 4 * lane, c0 = st % strips_c * kCols;
+    const int64_t n = st / strips_c * kStripRows + 4 * lane, c0 = st % strips_c * kItem;
     if (n >= N) continue;  // N % 4 == 0: the lane's four rows are all inside or all outside
-    uint4 raw[4][kItems][W];
+    uint4 raw[4][W];
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < 4; ++r) {
+      const uint4* p = reinterpret_cast<const uint4*>(x + (n + r) * C + c0);
 #pragma unroll
-      for (int h = 0; h < kItems; ++h) {
-        const uint4* p = reinterpret_cast<const uint4*>(x + (n + r) * C + c0 + kItem * h);
-#pragma unroll
-        for (int w = 0; w < W; ++w) raw[r][h][w] = __ldg(p + w);
-      }
-    uint32_t words[4][2 * kItems] = {};  // [row][column block]: the codes of columns c0 + 4·b … + 3
+      for (int w = 0; w < W; ++w) raw[r][w] = __ldg(p + w);
+    }
+    uint32_t words[4][2] = {};  // [row][column block]: the codes of columns c0 + 4·b … + 3
     if (l.m != 0.0f) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < 4; ++r) {
+        const T* e = reinterpret_cast<const T*>(raw[r]);
+        float v[kItem];
 #pragma unroll
-        for (int h = 0; h < kItems; ++h) {
-          const T* e = reinterpret_cast<const T*>(raw[r][h]);
-          float v[kItem];
-#pragma unroll
-          for (int k = 0; k < kItem; ++k) v[k] = static_cast<float>(e[k]);
-          uint8_t q[kItem];
-          code_item(a, l, qmaxf, noise, (n + r) * C + c0 + kItem * h, v, q);
-          words[r][2 * h] = q[0] | (uint32_t{q[1]} << 8) | (uint32_t{q[2]} << 16) | (uint32_t{q[3]} << 24);
-          words[r][2 * h + 1] = q[4] | (uint32_t{q[5]} << 8) | (uint32_t{q[6]} << 16) | (uint32_t{q[7]} << 24);
-        }
+        for (int k = 0; k < kItem; ++k) v[k] = static_cast<float>(e[k]);
+        uint8_t q[kItem];
+        code_item(a, l, qmaxf, noise, (n + r) * C + c0, v, q);
+        words[r][0] = q[0] | (uint32_t{q[1]} << 8) | (uint32_t{q[2]} << 16) | (uint32_t{q[3]} << 24);
+        words[r][1] = q[4] | (uint32_t{q[5]} << 8) | (uint32_t{q[6]} << 16) | (uint32_t{q[7]} << 24);
+      }
     }
 #pragma unroll
-    for (int b = 0; b < 2 * kItems; ++b) {
+    for (int b = 0; b < 2; ++b) {
       const uint32_t rows[4] = {words[0][b], words[1][b], words[2][b], words[3][b]};
       uint32_t col[4];
       transpose4x4(rows, col);
@@ -461,17 +458,16 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 5 : 4) quant_apply_t_s
   }
 }
 
-// Which kernel serves a transposed launch: 0 the tile kernel, else the strip kernel with that many items per row
-// (Note [Transposed quantiser strips]). HADATRAIN_QUANT_T=tile | strip8 | strip16 chooses for comparisons.
-int strip_items(const GradQuantArgs& a) {
-  static const int wanted = [] {
+// Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]).
+// HADATRAIN_QUANT_T=tile forces the tile kernel (benchmark comparisons).
+bool strips_apply(const GradQuantArgs& a) {
+  static const bool forced_tile = [] {
     const char* e = std::getenv("HADATRAIN_QUANT_T");
-    const std::string v = e != nullptr ? e : "";
-    return v == "tile" ? 0 : v == "strip8" ? 1 : 2;
+    return e != nullptr && std::string(e) == "tile";
   }();
   const int64_t N = a.numel / a.cols;
-  const bool fits = a.cols % 16 == 0 && N % 4 == 0 && aligned16(a.x) && reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
-  return fits ? wanted : 0;
+  return !forced_tile && a.cols % kItem == 0 && N % 4 == 0 && aligned16(a.x) &&
+         reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
 }
 
 }  // namespace
@@ -521,11 +517,10 @@ void launch_apply_items(const GradQuantArgs& a, const Workspace& ws, cudaStream_
 void launch_apply_transposed(const GradQuantArgs& a, const Workspace& ws, cudaStream_t stream) {
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
     using T = decltype(tag);
-    if (const int items = strip_items(a); items > 0) {
-      const int64_t strips = (a.numel / a.cols + kStripRows - 1) / kStripRows * (a.cols / (kItem * items));
+    if (strips_apply(a)) {
+      const int64_t strips = (a.numel / a.cols + kStripRows - 1) / kStripRows * (a.cols / kItem);
       const unsigned grid = grid_cap((strips + kThreads / 32 - 1) / (kThreads / 32));
-      if (items == 1) quant_apply_t_strip_kernel<T, 1><<<grid, kThreads, 0, stream>>>(a, ws);
-      else quant_apply_t_strip_kernel<T, 2><<<grid, kThreads, 0, stream>>>(a, ws);
+      quant_apply_t_strip_kernel<T><<<grid, kThreads, 0, stream>>>(a, ws);
     } else {
       const int64_t tiles = (a.numel / a.cols + kTileN - 1) / kTileN * ((a.cols + kTileC - 1) / kTileC);
       quant_apply_t_kernel<T><<<grid_cap(tiles), kThreads, 0, stream>>>(a, ws, aligned16(a.x));
