@@ -10,6 +10,8 @@
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/train/config_reader.h"
+#include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
 #include "support/testing.h"
 
@@ -122,4 +124,23 @@ TEST_CASE("hlq acbp_share: an input another op keeps is not copied, and the grad
       }
     }
   }
+}
+
+TEST_CASE("hlq acbp_share config key", "[grad]") {
+  auto parse = [](const std::string& yaml) {
+    auto r = train::ConfigReader::from_string(yaml, "share.yaml");
+    const grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 0);
+    r.finish();
+    return c;
+  };
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_share);
+  const grad::PipelineConfig off = parse("grad_pipeline: {default: {name: hlq}, layers: {fc: {name: hlq, acbp_share: false}}}");
+  CHECK(off.default_spec.hlq.acbp_share);
+  REQUIRE(off.overrides.size() == 1);
+  CHECK_FALSE(off.overrides[0].second.hlq.acbp_share);
+  CHECK(grad::describe(off.overrides[0].second).find("never shared") != std::string::npos);
+  CHECK(grad::describe(off.default_spec).find("shared") == std::string::npos);
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_share: sometimes}}"),
+                    HasSubstr("grad_pipeline.default.acbp_share"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_share: false}}"), HasSubstr("unknown key"));
 }
