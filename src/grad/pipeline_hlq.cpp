@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "hadatrain/autograd/node.h"
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
@@ -73,6 +74,9 @@ struct HlqSaved final : SavedState {
   // acbp_share: the input itself (x (B, L, I), or a conv's image (N, C, H, W)) when another op already kept it
   // for backward (Note [Shared saved inputs]); backward compresses it into cols / map as the forward would have.
   SavedTensor kept;
+  // acbp_rebuild: the node that rebuilds x (ProductInfo::rebuild) and x's (B, L, I) shape (Note [Rebuilt inputs]).
+  std::shared_ptr<Node> rebuild;
+  Shape rebuild_shape;
   NoiseKey key;
   // Conv products (forward_conv): the image's geometry and window, for the dgrad g_x product (Note [HLQ conv
   // g_x]) and for rebuilding the columns from a saved map.
@@ -128,7 +132,7 @@ class HlqPipeline final : public Pipeline {
   std::string name() const override { return "hlq"; }
   bool draws_noise() const override { return true; }
 
-  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                         SaveForBackward save) override {
     ForwardResult r;
     r.y = forward_product(x, w);  // (B, L, O), high precision
@@ -136,6 +140,9 @@ class HlqPipeline final : public Pipeline {
     auto s = new_saved(w, x.dtype(), x.size(1), key);
     if (shares(x)) {
       s->kept = SavedTensor(x);  // no bytes of its own
+    } else if (o_.acbp_rebuild && info.rebuild && info.rebuild->can_recompute_output()) {
+      s->rebuild = info.rebuild;  // nothing of its own either
+      s->rebuild_shape = x.shape();
     } else {
       s->cols = save_columns(x, s->axis, s->L);
       s->bytes = columns_bytes(s->cols);
@@ -182,6 +189,10 @@ class HlqPipeline final : public Pipeline {
         save_image(s, in);
       else
         s.cols = save_columns(in, s.axis, s.L);
+    } else if (s.rebuild) {  // acbp_rebuild: x rebuilt by its op (the same bits), then as the forward would have
+      const Tensor in = reshape(s.rebuild->recompute_output(), s.rebuild_shape);
+      s.rebuild.reset();
+      s.cols = save_columns(in, s.axis, s.L);
     }
     Grads g;
     // When HLA quantises g_y itself (identity plan) with one absmax scale, the g_x quantiser's pass over g_y

@@ -45,6 +45,9 @@ Tensor Linear::forward(const Tensor& x) {
   } else {
     x3 = reshape(x, {x.size(0), -1, in_features});
   }
+  // x itself is the output of an op that can rebuild it from what it keeps (Note [Rebuilt inputs]).
+  if (const auto& fn = x.grad_fn(); fn && x.output_nr() == 0 && fn->num_outputs() == 1 && fn->can_recompute_output())
+    info.rebuild = fn;
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
   Shape out_shape = x.shape();

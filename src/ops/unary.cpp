@@ -210,10 +210,14 @@ Tensor grad_of(Unary u, const Tensor& g, const Tensor& x, ClampRange r) {
 Tensor unary(Unary u, const Tensor& x, ClampRange r = {}) {
   Tensor out = map(u, x.detach(), r, false);
   if (needs_grad({&x})) {
-    auto node = std::make_shared<FunctionNode>(std::string(info(u).name) + "Backward",
-                                               [u, r](FunctionNode& self, std::vector<Tensor>&& g) {
-                                                 return std::vector<Tensor>{grad_of(u, g[0], self.saved(0), r)};
-                                               });
+    // The output is map(u, x) again from the kept x: the same kernel on the same input, the same bits
+    // (Note [Rebuilt inputs]).
+    auto node = std::make_shared<FunctionNode>(
+        std::string(info(u).name) + "Backward",
+        [u, r](FunctionNode& self, std::vector<Tensor>&& g) {
+          return std::vector<Tensor>{grad_of(u, g[0], self.saved(0), r)};
+        },
+        [u, r](const FunctionNode& self) { return map(u, self.saved(0), r, false); });
     node->save(x);
     connect(node, {&x}, {&out});
   }

@@ -1,13 +1,19 @@
 // Note [Shared saved inputs] (autograd/saved_tensor.h): tensors kept for backward are counted on their storage,
 // and HLQ keeps a reference to an input another op already keeps (acbp_share) instead of a compressed copy,
 // compressing it in backward with the same bits. The ViT case (the packed attention keeps proj's input) is CUDA
-// only: tests/gpu/test_gpu_grad_pipelines.cpp.
+// only: tests/gpu/test_gpu_grad_pipelines.cpp. Note [Rebuilt inputs]: with acbp_rebuild, fc2 keeps nothing and
+// rebuilds the gelu output from the gelu's kept input in backward (an MLP and a ViT on the CPU).
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "hadatrain/autograd/node.h"
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/models/vit.h"
+#include "hadatrain/nn/layers.h"
+#include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/train/config_reader.h"
@@ -143,4 +149,109 @@ TEST_CASE("hlq acbp_share config key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_share: sometimes}}"),
                     HasSubstr("grad_pipeline.default.acbp_share"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_share: false}}"), HasSubstr("unknown key"));
+  CHECK_FALSE(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_rebuild);
+  const grad::PipelineConfig rb = parse("grad_pipeline: {default: {name: hlq, acbp_rebuild: true}}");
+  CHECK(rb.default_spec.hlq.acbp_rebuild);
+  CHECK(grad::describe(rb.default_spec).find("rebuilt inputs") != std::string::npos);
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_rebuild: 2}}"),
+                    HasSubstr("grad_pipeline.default.acbp_rebuild"));
+}
+
+namespace {
+
+struct MlpRun {
+  std::vector<Tensor> grads;  // fc1 and fc2 weights and biases, and x
+  int64_t fc2_bytes = -1;
+};
+
+// fc2(act(fc1(x))) with both layers on `spec` (acbp_rebuild as given); act gelu, or gelu then a dropout whose node
+// cannot rebuild its output.
+MlpRun run_mlp(bool rebuild, bool dropout, DType dt) {
+  Generator gen(21);
+  auto fc1 = std::make_shared<nn::Linear>(12, 32, nn::Bias::yes, gen);
+  auto fc2 = std::make_shared<nn::Linear>(32, 12, nn::Bias::yes, gen);
+  fc1->to(dt);
+  fc2->to(dt);
+  grad::PipelineConfig pc;
+  pc.default_spec.name = "hlq";
+  pc.default_spec.hlq.acbp_rebuild = rebuild;
+  auto clock = std::make_shared<grad::StepClock>();
+  nn::bind_pipelines(*fc1, pc, clock);
+  nn::bind_pipelines(*fc2, pc, clock);
+  Tensor x = test::random_tensor({3, 16, 12}, 22, DType::f32).to(dt);
+  x.set_requires_grad(true);
+  Generator drop(5);
+  Tensor h = gelu(fc1->forward(x));
+  if (dropout) h = ht::dropout(h, 0.25, drop);
+  const Tensor y = fc2->forward(h);
+  sum(mul(y, test::random_tensor(y.shape(), 23, DType::f32).to(dt))).backward();
+  MlpRun r;
+  r.grads = {fc1->weight.grad(), fc1->bias.grad(), fc2->weight.grad(), fc2->bias.grad(), x.grad()};
+  r.fc2_bytes = fc2->grad_pipeline.saved_bytes;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("hlq acbp_rebuild: fc2 rebuilds the gelu output in backward instead of keeping a copy", "[grad]") {
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const MlpRun copied = run_mlp(false, false, dt);
+    const MlpRun rebuilt = run_mlp(true, false, dt);
+    CHECK(copied.fc2_bytes > 0);
+    CHECK(rebuilt.fc2_bytes == 0);
+    REQUIRE(rebuilt.grads.size() == copied.grads.size());
+    for (std::size_t i = 0; i < copied.grads.size(); ++i)
+      CHECK(test::compare(rebuilt.grads[i], copied.grads[i], 0.0, 0.0) == "");
+    // A dropout after the gelu: its node cannot rebuild its output, so fc2 keeps its copy.
+    const MlpRun dropped_off = run_mlp(false, true, dt);
+    const MlpRun dropped_on = run_mlp(true, true, dt);
+    CHECK(dropped_on.fc2_bytes == dropped_off.fc2_bytes);
+    CHECK(dropped_on.fc2_bytes > 0);
+    for (std::size_t i = 0; i < copied.grads.size(); ++i)
+      CHECK(test::compare(dropped_on.grads[i], dropped_off.grads[i], 0.0, 0.0) == "");
+  }
+  // The unary node rebuilds its output bit for bit, and refuses once its backward released what it kept.
+  Tensor z = test::random_tensor({4, 8}, 30, DType::f32);
+  z.set_requires_grad(true);
+  const Tensor g = gelu(z);
+  REQUIRE(g.grad_fn()->can_recompute_output());
+  CHECK(test::compare(g.grad_fn()->recompute_output(), g, 0.0, 0.0) == "");
+  const auto fn = g.grad_fn();
+  sum(g).backward();
+  CHECK_THROWS_WITH(fn->recompute_output(), HasSubstr("a second time"));
+  const Tensor m = mul(z, z);  // a node without a rebuild
+  CHECK_FALSE(m.grad_fn()->can_recompute_output());
+  CHECK_FALSE(m.grad_fn()->recompute_output().defined());
+}
+
+TEST_CASE("hlq acbp_rebuild in a ViT on the CPU: every fc2 rebuilds its input, the gradients keep their bits",
+          "[grad][models]") {
+  models::VitConfig cfg = models::VitConfig::vit_s4(10);
+  cfg.image_size = 8;
+  cfg.dim = 32;
+  cfg.heads = 2;
+  cfg.depth = 2;
+  std::vector<Tensor> grads[2];
+  std::map<std::string, int64_t> bytes[2];
+  for (int rebuild = 0; rebuild < 2; ++rebuild) {
+    Generator gen(9);
+    models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
+    grad::PipelineConfig pc;
+    pc.default_spec.name = "hlq";
+    pc.default_spec.hlq.acbp_rebuild = rebuild == 1;
+    const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
+    const Tensor x = test::random_tensor({2, 3, 8, 8}, 11, DType::f32);
+    cross_entropy(v.forward(x), from_vector(std::vector<int64_t>{1, 7}, {2}, {DType::i64})).backward();
+    for (const auto& b : bound) bytes[rebuild][b.name] = b.binding->saved_bytes;
+    for (auto& [n, p] : v.named_parameters()) grads[rebuild].push_back(p->grad());
+  }
+  for (const auto& [name, b] : bytes[0]) {
+    INFO(name);
+    CHECK(b > 0);
+    const bool fc2 = name.ends_with("mlp.fc2");
+    CHECK(bytes[1][name] == (fc2 ? 0 : b));
+  }
+  REQUIRE(grads[0].size() == grads[1].size());
+  for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(test::compare(grads[1][i], grads[0][i], 0.0, 0.0) == "");
 }

@@ -253,41 +253,51 @@ TEST_CASE("scale_i32 on CUDA equals the CPU on odd and vector-friendly shapes", 
 
 TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept output without a copy", "[gpu][grad]") {
   // Note [Shared saved inputs]: the packed flash attention keeps its output o for its backward, and o is the
-  // input of blocks.N.attn.proj; with acbp_share HLQ keeps a reference and compresses o in backward. The
-  // gradients keep their bits (the compression of x is deterministic); only the saved bytes change.
+  // input of blocks.N.attn.proj; with acbp_share HLQ keeps a reference and compresses o in backward. Note [Rebuilt
+  // inputs]: with acbp_rebuild too, mlp.fc2 keeps nothing and rebuilds the gelu output in backward. The gradients
+  // keep their bits (the compression of x is deterministic); only the saved bytes change.
   test::PoisonGuard poison;
   models::VitConfig cfg = models::VitConfig::vit_s4(10);
   cfg.image_size = 8;
   cfg.dim = 128;
   cfg.heads = 2;  // D 64: the fused attention
   cfg.depth = 2;
-  std::vector<Tensor> grads[2];
-  int64_t proj_bytes[2] = {-1, -1}, fc1_bytes[2] = {-1, -1};
-  for (int share = 0; share < 2; ++share) {
+  std::vector<Tensor> grads[3];
+  int64_t proj_bytes[3] = {-1, -1, -1}, fc1_bytes[3] = {-1, -1, -1}, fc2_bytes[3] = {-1, -1, -1};
+  for (int run = 0; run < 3; ++run) {  // 0: copies, 1: acbp_share, 2: acbp_share and acbp_rebuild
     Generator gen(9);
     models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
     v.to(test::kCuda);
     v.to(DType::bf16);
     grad::PipelineConfig pc;
     pc.default_spec.name = "hlq";
-    pc.default_spec.hlq.acbp_share = share == 1;
+    pc.default_spec.hlq.acbp_share = run >= 1;
+    pc.default_spec.hlq.acbp_rebuild = run == 2;
     const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
     const Tensor x = test::random_input({4, 3, 8, 8}, 11, DType::f32).to(DType::bf16).to(test::kCuda);
     const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4}, {DType::i64}).to(test::kCuda);
     cross_entropy(v.forward(x), target).backward();
     for (const auto& b : bound) {
-      if (b.name == "blocks.1.attn.proj") proj_bytes[share] = b.binding->saved_bytes;
-      if (b.name == "blocks.1.mlp.fc1") fc1_bytes[share] = b.binding->saved_bytes;
+      if (b.name == "blocks.1.attn.proj") proj_bytes[run] = b.binding->saved_bytes;
+      if (b.name == "blocks.1.mlp.fc1") fc1_bytes[run] = b.binding->saved_bytes;
+      if (b.name == "blocks.1.mlp.fc2") fc2_bytes[run] = b.binding->saved_bytes;
     }
-    for (auto& [n, p] : v.named_parameters()) grads[share].push_back(p->grad());
+    for (auto& [n, p] : v.named_parameters()) grads[run].push_back(p->grad());
   }
   CHECK(proj_bytes[0] > 0);
   CHECK(proj_bytes[1] == 0);
+  CHECK(proj_bytes[2] == 0);
   CHECK(fc1_bytes[0] > 0);  // the LayerNorm keeps its input, not fc1's
   CHECK(fc1_bytes[1] == fc1_bytes[0]);
-  REQUIRE(grads[0].size() == grads[1].size());
-  for (std::size_t i = 0; i < grads[0].size(); ++i) {
-    REQUIRE(grads[0][i].defined());
-    CHECK(test::compare_bits(grads[1][i], grads[0][i].to(Device::cpu())) == "");
+  CHECK(fc1_bytes[2] == fc1_bytes[0]);
+  CHECK(fc2_bytes[0] > 0);
+  CHECK(fc2_bytes[1] == fc2_bytes[0]);
+  CHECK(fc2_bytes[2] == 0);
+  for (int run = 1; run < 3; ++run) {
+    REQUIRE(grads[0].size() == grads[run].size());
+    for (std::size_t i = 0; i < grads[0].size(); ++i) {
+      REQUIRE(grads[0][i].defined());
+      CHECK(test::compare_bits(grads[run][i], grads[0][i].to(Device::cpu())) == "");
+    }
   }
 }

@@ -38,13 +38,19 @@ namespace ht {
 class FunctionNode final : public Node {
  public:
   using Fn = std::function<std::vector<Tensor>(FunctionNode& self, std::vector<Tensor>&& grads)>;
-  FunctionNode(std::string name, Fn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  // Rebuilds the single output from the saved tensors (Node::recompute_output), bit for bit.
+  using Rebuild = std::function<Tensor(const FunctionNode& self)>;
+  FunctionNode(std::string name, Fn fn, Rebuild rebuild = nullptr)
+      : name_(std::move(name)), fn_(std::move(fn)), rebuild_(std::move(rebuild)) {}
   std::string name() const override { return name_; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override { return fn_(*this, std::move(grads)); }
+  Tensor recompute_output() const override { return rebuild_ ? rebuild_(*this) : Tensor(); }
+  bool can_recompute_output() const override { return rebuild_ != nullptr; }
 
  private:
   std::string name_;
   Fn fn_;
+  Rebuild rebuild_;
 };
 
 // Records a FunctionNode between `inputs` and a single output `out` when any input needs a gradient.

@@ -80,6 +80,11 @@ struct HlqOptions {
   // attention output a ViT's proj layer reads): keep a reference instead of a compressed copy, and compress in
   // backward (the same bits). Off: always compress in the forward.
   bool acbp_share = true;
+  // ACBP of a Linear input that the op before it can rebuild exactly from what it keeps anyway (ProductInfo::
+  // rebuild; e.g. fc2's input, the gelu output, from the gelu's kept input): keep nothing, rebuild and compress
+  // in backward (the same bits, one more elementwise op in backward). Note [Rebuilt inputs]. Off by default
+  // until it has run on a GPU.
+  bool acbp_rebuild = false;
 };
 
 struct LbpWhtOptions {
@@ -131,6 +136,10 @@ struct ProductInfo {
   // was unfolded from; undefined for other products.
   Tensor image;
   Unfold2dParams window;
+  // Linear products: the autograd node whose output x is (before the (B, L, I) reshape) when that node can
+  // rebuild it from what it keeps for its own backward (Node::recompute_output: a gelu's output from its kept
+  // input); null otherwise. HLQ's acbp_rebuild keeps this instead of a copy (Note [Rebuilt inputs]).
+  std::shared_ptr<Node> rebuild;
 };
 
 // ---- the interface -------------------------------------------------------------------------------------
