@@ -166,13 +166,7 @@ void gemm(const GemmArgs& g) {
     const float af = static_cast<float>(g.alpha), bf = static_cast<float>(g.beta);
     const void* alpha = g.dtype == DType::f64 ? static_cast<const void*>(&g.alpha) : &af;
     const void* beta = g.dtype == DType::f64 ? static_cast<const void*>(&g.beta) : &bf;
-    const Workspace ws = cublas_workspace();
-    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-      return cublasLtMatmul(cublaslt_handle(), p.desc, alpha, g.b, p.la, g.a, p.lb, beta, g.c, p.lc, g.c, p.lc, &algo,
-                            ws.ptr, ws.bytes, stream);
-    };
-    if (!p.candidates.empty()) tune_plan(p, stream, run);
-    HT_CUBLAS_CHECK(run(p.algo));
+    run_plan(p, alpha, beta, g.a, g.b, g.c, stream);
   });
 }
 

@@ -1,7 +1,7 @@
 // Internal to src/cuda: what the cuBLASLt matrix products share. gemm.cpp (gemm(): f32, f64, bf16, f16)
 // and gemm_lowp.cpp (gemm_lowp_nt(): int8, fp8) both keep their descriptors and chosen algorithm in the
 // per-thread plan cache declared here; gemm_plan.cpp defines its out-of-line parts (the thread state,
-// matrix layouts, the heuristic query and the HADATRAIN_GEMM_TUNE mode).
+// matrix layouts, the heuristic query, the HADATRAIN_GEMM_TUNE mode and running a plan, with its tuning).
 //
 // Note [GEMM plan cache]
 // Creating descriptors and asking the heuristic costs tens of microseconds, so each thread keeps the
@@ -112,39 +112,9 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 // heuristic's next candidates go into p.candidates (Note [GEMM algorithm tuning]).
 void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune);
 
-// Note [GEMM algorithm tuning]: run(algo) issues the product with that algorithm on `stream` and returns
-// cuBLASLt's status. Times the heuristic's first choice and every candidate, keeps the fastest in
-// p.algo and clears p.candidates. A candidate that fails to launch is skipped.
-template <class Run>
-void tune_plan(Plan& p, cudaStream_t stream, Run&& run) {
-  std::vector<cublasLtMatmulAlgo_t> all{p.algo};
-  all.insert(all.end(), p.candidates.begin(), p.candidates.end());
-  p.candidates.clear();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  HT_CUDA_CHECK(cudaEventCreate(&start));
-  struct EventGuard {
-    cudaEvent_t& a;
-    cudaEvent_t& b;
-    ~EventGuard() {
-      if (a) (void)cudaEventDestroy(a);
-      if (b) (void)cudaEventDestroy(b);
-    }
-  } guard{start, stop};
-  HT_CUDA_CHECK(cudaEventCreate(&stop));
-  float best_ms = 0.0f;
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    if (run(all[i]) != CUBLAS_STATUS_SUCCESS) continue;  // untimed warm-up; a candidate that cannot run drops out
-    HT_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kTuneReps; ++r) HT_CUBLAS_CHECK(run(all[i]));
-    HT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    HT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    HT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (i == 0 || ms < best_ms) {
-      best_ms = ms;
-      p.algo = all[i];
-    }
-  }
-}
+// Runs p's product on `stream` with the plan's algorithm: cuBLASLt's D = C = alpha·(b)·(a) + beta·C in its
+// column-major view of the row-major operands (Note [Row-major GEMM on column-major cuBLAS]) and the cuBLAS
+// workspace; when p still has candidates, times them first and keeps the fastest (Note [GEMM algorithm tuning]).
+void run_plan(Plan& p, const void* alpha, const void* beta, const void* a, const void* b, void* c, cudaStream_t stream);
 
 }  // namespace ht::cuda::gemm_detail

@@ -174,13 +174,7 @@ void run_lowp(Plan& p, const LowpGemmArgs& g, cudaStream_t stream) {
   const float af = 1.0f, bf = 0.0f;
   const void* alpha = fp8 ? static_cast<const void*>(&af) : &ai;
   const void* beta = fp8 ? static_cast<const void*>(&bf) : &bi;
-  const Workspace ws = cublas_workspace();
-  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(cublaslt_handle(), p.desc, alpha, g.b, p.la, g.a, p.lb, beta, g.c, p.lc, g.c, p.lc, &algo,
-                          ws.ptr, ws.bytes, stream);
-  };
-  if (!p.candidates.empty()) tune_plan(p, stream, run);
-  HT_CUBLAS_CHECK(run(p.algo));
+  run_plan(p, alpha, beta, g.a, g.b, g.c, stream);
 }
 
 kernels::LowpKernelArgs kernel_args(const LowpGemmArgs& g) {

@@ -1,6 +1,6 @@
 // The cuBLASLt plumbing shared by gemm.cpp and gemm_lowp.cpp (declared in gemm_internal.h): the per-thread
-// plan cache (Note [GEMM plan cache]), matrix layouts, the heuristic query and the HADATRAIN_GEMM_TUNE mode
-// (Note [GEMM algorithm tuning]).
+// plan cache (Note [GEMM plan cache]), matrix layouts, the heuristic query, the HADATRAIN_GEMM_TUNE mode and
+// run_plan, which times a plan's candidates the first time it runs (Note [GEMM algorithm tuning]).
 #include <cstdlib>
 #include <cstring>
 
@@ -71,6 +71,55 @@ void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune) {
   } else if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_SUCCESS) {
     HT_CUBLAS_CHECK(st);  // a real failure (not "no algorithm")
   }
+}
+
+namespace {
+
+// Note [GEMM algorithm tuning]: run(algo) issues the product with that algorithm on `stream` and returns
+// cuBLASLt's status. Times the heuristic's first choice and every candidate, keeps the fastest in
+// p.algo and clears p.candidates. A candidate that fails to launch is skipped.
+template <class Run>
+void tune_plan(Plan& p, cudaStream_t stream, Run&& run) {
+  std::vector<cublasLtMatmulAlgo_t> all{p.algo};
+  all.insert(all.end(), p.candidates.begin(), p.candidates.end());
+  p.candidates.clear();
+  cudaEvent_t start = nullptr, stop = nullptr;
+  HT_CUDA_CHECK(cudaEventCreate(&start));
+  struct EventGuard {
+    cudaEvent_t& a;
+    cudaEvent_t& b;
+    ~EventGuard() {
+      if (a) (void)cudaEventDestroy(a);
+      if (b) (void)cudaEventDestroy(b);
+    }
+  } guard{start, stop};
+  HT_CUDA_CHECK(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (run(all[i]) != CUBLAS_STATUS_SUCCESS) continue;  // untimed warm-up; a candidate that cannot run drops out
+    HT_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < kTuneReps; ++r) HT_CUBLAS_CHECK(run(all[i]));
+    HT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    HT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    HT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i == 0 || ms < best_ms) {
+      best_ms = ms;
+      p.algo = all[i];
+    }
+  }
+}
+
+}  // namespace
+
+void run_plan(Plan& p, const void* alpha, const void* beta, const void* a, const void* b, void* c, cudaStream_t stream) {
+  const Workspace ws = cublas_workspace();
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(cublaslt_handle(), p.desc, alpha, b, p.la, a, p.lb, beta, c, p.lc, c, p.lc, &algo, ws.ptr,
+                          ws.bytes, stream);
+  };
+  if (!p.candidates.empty()) tune_plan(p, stream, run);
+  HT_CUBLAS_CHECK(run(p.algo));
 }
 
 }  // namespace ht::cuda::gemm_detail
