@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/ops/elementwise.h"
@@ -78,7 +79,8 @@ struct LbpSaved final : SavedState {
   Tensor w;        // (O, I)
   DType x_dtype = DType::f32;
   Grid grid;
-  Tensor xp;       // (r·B·P, I) coefficients, x's dtype; or the whole x when the layer runs exact
+  Tensor xp;       // (r·B·P, I) coefficients, x's dtype (a valid grid)
+  SavedTensor x;   // the whole x when the layer runs exact (counted: Note [Shared saved inputs])
   Tensor x_extra;  // (B, E, I)
 };
 
@@ -113,7 +115,7 @@ class LbpWhtPipeline final : public Pipeline {
     Grads g;
     if (!s.grid.valid()) {
       if (wanted.x) g.x = exact_grad_x(g_y, s.w);
-      if (wanted.w) g.w = exact_grad_w(g_y, s.xp);
+      if (wanted.w) g.w = exact_grad_w(g_y, s.x.get());
       return g;
     }
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), E = s.grid.extra;
@@ -146,14 +148,15 @@ class LbpWhtPipeline final : public Pipeline {
     s->x_dtype = x.dtype();
     s->grid = grid_of(x.size(1), info);
     if (!s->grid.valid()) {
-      s->xp = x;  // exact fallback
-    } else {
-      const int64_t E = s->grid.extra, L = x.size(1);
-      if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
-      const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (64, B·P·I)
-      const Tensor coef = matmul(basis(o_.order, x.device()), patches);                    // (r, B·P·I)
-      s->xp = reshape(coef, {-1, x.size(2)}).to(x.dtype());                                 // (r·B·P, I)
+      s->x = SavedTensor(x);  // exact fallback
+      s->bytes = tensor_bytes(x);
+      return s;
     }
+    const int64_t E = s->grid.extra, L = x.size(1);
+    if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
+    const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (64, B·P·I)
+    const Tensor coef = matmul(basis(o_.order, x.device()), patches);                    // (r, B·P·I)
+    s->xp = reshape(coef, {-1, x.size(2)}).to(x.dtype());                                 // (r·B·P, I)
     s->bytes = tensor_bytes(s->xp) + tensor_bytes(s->x_extra);
     return s;
   }

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/capture.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/nn/layers.h"
@@ -207,6 +208,13 @@ TEST_CASE("lbp_wht order 6 keeps 21 of 64 bases and saves r/64 of x", "[grad]") 
   const Problem p2 = make_problem(1, 10, 6, 5, 61);
   const grad::Grads g2 = run(*p, p2, 0, rows);
   CHECK(test::rel_error(g2.x, p2.g_x) < 1e-6);
+  CHECK(test::rel_error(g2.w, p2.g_w) < 1e-6);
+  // It keeps x itself, counted like every tensor kept for backward (Note [Shared saved inputs]).
+  grad::ForwardResult f2 = p->forward(p2.x, p2.w, rows, {}, grad::SaveForBackward::yes);
+  CHECK(kept_for_backward(p2.x));
+  CHECK(f2.saved->bytes == 10 * 6 * 4);
+  f2.saved.reset();
+  CHECK_FALSE(kept_for_backward(p2.x));
 }
 
 TEST_CASE("luq gradients are close to exact and its saved x is packed 4-bit", "[grad]") {
