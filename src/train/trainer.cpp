@@ -147,6 +147,24 @@ void log_pipelines(const std::vector<nn::BoundLayer>& layers) {
   for (const auto& [p, n] : counts) spdlog::info("grad pipeline: {} layer(s) {}", n, p);
 }
 
+// After the first step: the activation memory the pipeline layers kept for backward (PipelineBinding::
+// saved_bytes), and how many kept nothing of their own because their input is kept by another op or rebuilt
+// from what its op keeps (HLQ's acbp_share / acbp_rebuild; docs/gradient_pipelines.md).
+void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
+  int64_t bytes = 0;
+  int active = 0, none = 0;
+  for (const auto& l : layers) {
+    if (!l.binding->active()) continue;
+    ++active;
+    bytes += l.binding->saved_bytes;
+    if (l.binding->saved_bytes == 0) ++none;
+  }
+  if (active == 0) return;
+  spdlog::info("grad pipeline: the first step's {} pipeline layer(s) kept {:.2f} MiB for backward; {} kept nothing of "
+               "their own (an input another op keeps, or one rebuilt in backward)",
+               active, static_cast<double>(bytes) / (1 << 20), none);
+}
+
 #ifdef HADATRAIN_CUDA
 // train.cuda_graph: the training step recorded into a CUDA graph after kGraphWarmup eager steps and replayed
 // for every batch of the recorded shape (a smaller last batch runs eagerly). The recorded step reads the
@@ -267,6 +285,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
 #endif
   ProgressBar bar;
   bool stop = false;
+  const int64_t first_step = st.step;  // 0, or the step a resumed run starts from
   CrossEntropyOptions ce_opts;
   ce_opts.label_smoothing = cfg.train.label_smoothing;
   // Targets are checked on the device and read back with the losses (check_deferred_targets below): a step
@@ -381,6 +400,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
         device_step(batch->images.to(device), batch->labels.to(device));
       }
       ++st.step;
+      if (st.step == first_step + 1) log_pipeline_memory(bound);
       ++epoch_steps;
       ++unread_steps;
       ++window_steps;
