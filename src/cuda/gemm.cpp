@@ -166,7 +166,7 @@ void gemm(const GemmArgs& g) {
     const float af = static_cast<float>(g.alpha), bf = static_cast<float>(g.beta);
     const void* alpha = g.dtype == DType::f64 ? static_cast<const void*>(&g.alpha) : &af;
     const void* beta = g.dtype == DType::f64 ? static_cast<const void*>(&g.beta) : &bf;
-    run_plan(p, alpha, beta, g.a, g.b, g.c, stream);
+    run_plan(p, {alpha, beta, g.a, g.b, g.c}, stream);
   });
 }
 

@@ -115,6 +115,13 @@ void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune);
 // Runs p's product on `stream` with the plan's algorithm: cuBLASLt's D = C = alpha·(b)·(a) + beta·C in its
 // column-major view of the row-major operands (Note [Row-major GEMM on column-major cuBLAS]) and the cuBLAS
 // workspace; when p still has candidates, times them first and keeps the fastest (Note [GEMM algorithm tuning]).
-void run_plan(Plan& p, const void* alpha, const void* beta, const void* a, const void* b, void* c, cudaStream_t stream);
+struct PlanOperands {
+  const void* alpha;  // host scalars of the plan's scale type
+  const void* beta;
+  const void* a;  // row-major A, B and C of the product (GemmArgs / LowpGemmArgs)
+  const void* b;
+  void* c;
+};
+void run_plan(Plan& p, const PlanOperands& o, cudaStream_t stream);
 
 }  // namespace ht::cuda::gemm_detail

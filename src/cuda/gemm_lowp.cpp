@@ -174,7 +174,7 @@ void run_lowp(Plan& p, const LowpGemmArgs& g, cudaStream_t stream) {
   const float af = 1.0f, bf = 0.0f;
   const void* alpha = fp8 ? static_cast<const void*>(&af) : &ai;
   const void* beta = fp8 ? static_cast<const void*>(&bf) : &bi;
-  run_plan(p, alpha, beta, g.a, g.b, g.c, stream);
+  run_plan(p, {alpha, beta, g.a, g.b, g.c}, stream);
 }
 
 kernels::LowpKernelArgs kernel_args(const LowpGemmArgs& g) {

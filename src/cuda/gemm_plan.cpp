@@ -112,11 +112,11 @@ void tune_plan(Plan& p, cudaStream_t stream, Run&& run) {
 
 }  // namespace
 
-void run_plan(Plan& p, const void* alpha, const void* beta, const void* a, const void* b, void* c, cudaStream_t stream) {
+void run_plan(Plan& p, const PlanOperands& o, cudaStream_t stream) {
   const Workspace ws = cublas_workspace();
   auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(cublaslt_handle(), p.desc, alpha, b, p.la, a, p.lb, beta, c, p.lc, c, p.lc, &algo, ws.ptr,
-                          ws.bytes, stream);
+    return cublasLtMatmul(cublaslt_handle(), p.desc, o.alpha, o.b, p.la, o.a, p.lb, o.beta, o.c, p.lc, o.c, p.lc, &algo,
+                          ws.ptr, ws.bytes, stream);
   };
   if (!p.candidates.empty()) tune_plan(p, stream, run);
   HT_CUBLAS_CHECK(run(p.algo));

@@ -84,18 +84,26 @@ struct Run {
   int64_t bytes = -1;
 };
 
-// y = product(x, w) (or conv_product of the image x) under `spec`; when `keep`, exp(x) first, whose node keeps
-// x for its own backward. The loss reads y only.
-Run run(const grad::PipelineSpec& spec, bool share, bool keep, bool conv, DType dt) {
+struct Setup {
+  bool share = true;           // acbp_share
+  bool kept_elsewhere = true;  // exp(x) first, whose node keeps x for its own backward
+  bool conv = false;           // conv_product of an image x instead of product
+  DType dt = DType::f32;
+};
+
+// y = product(x, w) (or conv_product of the image x) under `spec` and `setup`. The loss reads y only.
+Run run(const grad::PipelineSpec& spec, const Setup& setup) {
+  const bool conv = setup.conv;
+  const DType dt = setup.dt;
   grad::PipelineSpec s = spec;
-  s.hlq.acbp_share = share;
+  s.hlq.acbp_share = setup.share;
   Tensor x = conv ? test::random_tensor({2, 3, 8, 8}, 5, DType::f32).to(dt)
                   : test::random_tensor({2, 17, 12}, 5, DType::f32).to(dt);  // 17 tokens: split_extra leaves 16
   Tensor w = mul(test::random_tensor({16, conv ? 27 : 12}, 6, DType::f32), 0.3).to(dt);
   x.set_requires_grad(true);
   w.set_requires_grad(true);
   Run r;
-  const Tensor kept = keep ? exp(x) : Tensor();
+  const Tensor kept = setup.kept_elsewhere ? exp(x) : Tensor();
   const grad::ProductCall call{grad::make_pipeline(s), {}, grad::NoiseKey{3, 1, 4}, &r.bytes};
   Unfold2dParams u;
   u.kernel_h = u.kernel_w = 3;
@@ -116,9 +124,10 @@ TEST_CASE("hlq acbp_share: an input another op keeps is not copied, and the grad
     for (const bool conv : {false, true}) {
       for (const DType dt : {DType::f32, DType::bf16}) {
         INFO(c.label << (conv ? ", conv" : ", linear") << ", " << dtype_name(dt));
-        const Run copied = run(c.spec, false, true, conv, dt);  // kept elsewhere, but compressed anyway
-        const Run shared = run(c.spec, true, true, conv, dt);   // kept elsewhere: a reference
-        const Run alone = run(c.spec, true, false, conv, dt);   // not kept elsewhere: compressed
+        // kept elsewhere, but compressed anyway; kept elsewhere: a reference; not kept elsewhere: compressed
+        const Run copied = run(c.spec, {.share = false, .kept_elsewhere = true, .conv = conv, .dt = dt});
+        const Run shared = run(c.spec, {.share = true, .kept_elsewhere = true, .conv = conv, .dt = dt});
+        const Run alone = run(c.spec, {.share = true, .kept_elsewhere = false, .conv = conv, .dt = dt});
         CHECK(copied.bytes > 0);
         CHECK(shared.bytes == 0);
         CHECK(alone.bytes == copied.bytes);
@@ -164,9 +173,15 @@ struct MlpRun {
   int64_t fc2_bytes = -1;
 };
 
-// fc2(act(fc1(x))) with both layers on `spec` (acbp_rebuild as given); act gelu, or gelu then a dropout whose node
-// cannot rebuild its output.
-MlpRun run_mlp(bool rebuild, bool dropout, DType dt) {
+struct MlpSetup {
+  bool rebuild = true;   // acbp_rebuild
+  bool dropout = false;  // a dropout after the gelu, whose node cannot rebuild its output
+  DType dt = DType::f32;
+};
+
+// fc2(gelu(fc1(x))) (a dropout after the gelu when asked) with both layers on HLQ.
+MlpRun run_mlp(const MlpSetup& m) {
+  const DType dt = m.dt;
   Generator gen(21);
   auto fc1 = std::make_shared<nn::Linear>(12, 32, nn::Bias::yes, gen);
   auto fc2 = std::make_shared<nn::Linear>(32, 12, nn::Bias::yes, gen);
@@ -174,7 +189,7 @@ MlpRun run_mlp(bool rebuild, bool dropout, DType dt) {
   fc2->to(dt);
   grad::PipelineConfig pc;
   pc.default_spec.name = "hlq";
-  pc.default_spec.hlq.acbp_rebuild = rebuild;
+  pc.default_spec.hlq.acbp_rebuild = m.rebuild;
   auto clock = std::make_shared<grad::StepClock>();
   nn::bind_pipelines(*fc1, pc, clock);
   nn::bind_pipelines(*fc2, pc, clock);
@@ -182,7 +197,7 @@ MlpRun run_mlp(bool rebuild, bool dropout, DType dt) {
   x.set_requires_grad(true);
   Generator drop(5);
   Tensor h = gelu(fc1->forward(x));
-  if (dropout) h = ht::dropout(h, 0.25, drop);
+  if (m.dropout) h = ht::dropout(h, 0.25, drop);
   const Tensor y = fc2->forward(h);
   sum(mul(y, test::random_tensor(y.shape(), 23, DType::f32).to(dt))).backward();
   MlpRun r;
@@ -196,16 +211,16 @@ MlpRun run_mlp(bool rebuild, bool dropout, DType dt) {
 TEST_CASE("hlq acbp_rebuild: fc2 rebuilds the gelu output in backward instead of keeping a copy", "[grad]") {
   for (const DType dt : {DType::f32, DType::bf16}) {
     INFO(dtype_name(dt));
-    const MlpRun copied = run_mlp(false, false, dt);
-    const MlpRun rebuilt = run_mlp(true, false, dt);
+    const MlpRun copied = run_mlp({.rebuild = false, .dropout = false, .dt = dt});
+    const MlpRun rebuilt = run_mlp({.rebuild = true, .dropout = false, .dt = dt});
     CHECK(copied.fc2_bytes > 0);
     CHECK(rebuilt.fc2_bytes == 0);
     REQUIRE(rebuilt.grads.size() == copied.grads.size());
     for (std::size_t i = 0; i < copied.grads.size(); ++i)
       CHECK(test::compare(rebuilt.grads[i], copied.grads[i], 0.0, 0.0) == "");
     // A dropout after the gelu: its node cannot rebuild its output, so fc2 keeps its copy.
-    const MlpRun dropped_off = run_mlp(false, true, dt);
-    const MlpRun dropped_on = run_mlp(true, true, dt);
+    const MlpRun dropped_off = run_mlp({.rebuild = false, .dropout = true, .dt = dt});
+    const MlpRun dropped_on = run_mlp({.rebuild = true, .dropout = true, .dt = dt});
     CHECK(dropped_on.fc2_bytes == dropped_off.fc2_bytes);
     CHECK(dropped_on.fc2_bytes > 0);
     for (std::size_t i = 0; i < copied.grads.size(); ++i)
