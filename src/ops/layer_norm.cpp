@@ -7,6 +7,7 @@
 //   gweight = sum over rows of g * xhat,   gbias = sum over rows of g
 // CUDA: forward and backward are row kernels (kernels/rows_norm*.cu); the parameter gradients are a column
 // reduction with per-split partial sums added in a fixed order (deterministic).
+#include <array>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -34,15 +35,30 @@ void check_affine(const Tensor& p, const char* what, const Tensor& x) {
   check_floating("layer_norm", {&p});
 }
 
+// out = layer_norm(x) with its statistics (mu, rstd): the forward's computation, defined below.
+std::array<Tensor, 3> layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+
 class LayerNormBackward final : public Node {
  public:
-  LayerNormBackward(const Tensor& x, const Tensor& weight, const Tensor& bias)
-      : d_(x.shape().back()),
+  LayerNormBackward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps)
+      : bias_(bias.defined() ? bias.detach() : Tensor()),
+        eps_(eps),
+        d_(x.shape().back()),
         x_dtype_(x.dtype()),
         w_dtype_(weight.defined() ? weight.dtype() : x.dtype()),
         b_dtype_(bias.defined() ? bias.dtype() : x.dtype()) {}
   std::string name() const override { return "LayerNormBackward"; }
   // saved: x (0), weight (1, may be undefined), mean (2), rstd (3)
+
+  // Note [Rebuilt inputs]: the output is the forward again on the kept x with the same weight, bias and eps: the
+  // same kernel (CUDA) or loop (CPU) on the same input, the same bits. Needs the weight, which the node keeps
+  // whenever x needs a gradient (always inside a network).
+  bool can_recompute_output() const override { return has_weight_or_none_; }
+  Tensor recompute_output() const override {
+    if (!has_weight_or_none_) return Tensor();
+    return layer_norm_forward(saved(0), saved(1), bias_, eps_)[0];
+  }
+  void set_weight_kept(bool kept) { has_weight_or_none_ = kept; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& mu = saved(2);    // (..., 1)
     const Tensor& rstd = saved(3);  // (..., 1)
@@ -71,6 +87,9 @@ class LayerNormBackward final : public Node {
   }
 
  private:
+  Tensor bias_;  // the forward's bias (a D-sized parameter or its cast), for recompute_output
+  double eps_;
+  bool has_weight_or_none_ = false;  // saved(1) is the forward's weight (or the forward had none)
   int64_t d_;
   DType x_dtype_, w_dtype_, b_dtype_;
 };
@@ -112,16 +131,8 @@ void layer_norm_cpu(const Tensor& out, const Tensor& mu, const Tensor& rstd, con
   });
 }
 
-}  // namespace
-
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  const Device dev = common_device("layer_norm", {&x, &weight, &bias});
-  check_floating("layer_norm", {&x});
-  HT_CHECK(x.dim() >= 1 && x.shape().back() > 0, "layer_norm: expected x of shape (..., D) with D > 0, got {}",
-           x.describe());
-  check_affine(weight, "weight", x);
-  check_affine(bias, "bias", x);
-  HT_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got {}", eps);
+std::array<Tensor, 3> layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const Device dev = x.device();
   const int last = x.dim() - 1;
   const DType stat_dt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor out = empty(x.shape(), {x.dtype(), dev});
@@ -136,13 +147,27 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   } else {
     layer_norm_cpu(out, mu, rstd, x, weight, bias, eps);
   }
+  return {out, mu, rstd};
+}
 
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  (void)common_device("layer_norm", {&x, &weight, &bias});
+  check_floating("layer_norm", {&x});
+  HT_CHECK(x.dim() >= 1 && x.shape().back() > 0, "layer_norm: expected x of shape (..., D) with D > 0, got {}",
+           x.describe());
+  check_affine(weight, "weight", x);
+  check_affine(bias, "bias", x);
+  HT_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got {}", eps);
+  auto [out, mu, rstd] = layer_norm_forward(x, weight, bias, eps);
   if (needs_grad({&x, &weight, &bias})) {
-    auto node = std::make_shared<LayerNormBackward>(x, weight, bias);
+    auto node = std::make_shared<LayerNormBackward>(x, weight, bias, eps);
     node->save(x);
     node->save(x.requires_grad() ? weight : Tensor());  // only gx needs the weight
     node->save(mu);
     node->save(rstd);
+    node->set_weight_kept(x.requires_grad() || !weight.defined());
     connect(node, {&x, &weight, &bias}, {&out});
   }
   return out;

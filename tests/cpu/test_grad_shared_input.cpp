@@ -2,7 +2,8 @@
 // and HLQ keeps a reference to an input another op already keeps (acbp_share) instead of a compressed copy,
 // compressing it in backward with the same bits. The ViT case (the packed attention keeps proj's input) is CUDA
 // only: tests/gpu/test_gpu_grad_pipelines.cpp. Note [Rebuilt inputs]: with acbp_rebuild, fc2 keeps nothing and
-// rebuilds the gelu output from the gelu's kept input in backward (an MLP and a ViT on the CPU).
+// rebuilds the gelu output from the gelu's kept input in backward, and qkv / fc1 the LayerNorm outputs (an MLP and
+// a ViT on the CPU, a LayerNorm alone).
 #include <map>
 #include <memory>
 #include <string>
@@ -149,7 +150,8 @@ TEST_CASE("hlq acbp_share config key", "[grad]") {
     return c;
   };
   CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_share);
-  const grad::PipelineConfig off = parse("grad_pipeline: {default: {name: hlq}, layers: {fc: {name: hlq, acbp_share: false}}}");
+  const grad::PipelineConfig off =
+      parse("grad_pipeline: {default: {name: hlq}, layers: {fc: {name: hlq, acbp_share: false}}}");
   CHECK(off.default_spec.hlq.acbp_share);
   REQUIRE(off.overrides.size() == 1);
   CHECK_FALSE(off.overrides[0].second.hlq.acbp_share);
@@ -240,7 +242,7 @@ TEST_CASE("hlq acbp_rebuild: fc2 rebuilds the gelu output in backward instead of
   CHECK_FALSE(m.grad_fn()->recompute_output().defined());
 }
 
-TEST_CASE("hlq acbp_rebuild in a ViT on the CPU: every fc2 rebuilds its input, the gradients keep their bits",
+TEST_CASE("hlq acbp_rebuild in a ViT on the CPU: qkv, fc1 and fc2 rebuild their inputs, the gradients keep their bits",
           "[grad][models]") {
   models::VitConfig cfg = models::VitConfig::vit_s4(10);
   cfg.image_size = 8;
@@ -264,9 +266,29 @@ TEST_CASE("hlq acbp_rebuild in a ViT on the CPU: every fc2 rebuilds its input, t
   for (const auto& [name, b] : bytes[0]) {
     INFO(name);
     CHECK(b > 0);
-    const bool fc2 = name.ends_with("mlp.fc2");
-    CHECK(bytes[1][name] == (fc2 ? 0 : b));
+    // LayerNorm outputs (qkv, fc1) and the gelu output (fc2) are rebuilt; proj's input (the CPU attention's
+    // fresh output) and the patch embedding's image are not.
+    const bool rebuilt = name.ends_with("attn.qkv") || name.ends_with("mlp.fc1") || name.ends_with("mlp.fc2");
+    CHECK(bytes[1][name] == (rebuilt ? 0 : b));
   }
   REQUIRE(grads[0].size() == grads[1].size());
   for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(test::compare(grads[1][i], grads[0][i], 0.0, 0.0) == "");
+}
+
+TEST_CASE("a LayerNorm node rebuilds its output bit for bit while it keeps its weight", "[autograd][grad]") {
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(dt));
+    Tensor x = test::random_tensor({3, 5, 16}, 40, DType::f32).to(dt);
+    Tensor w = test::random_tensor({16}, 41, DType::f32).to(dt);
+    Tensor b = test::random_tensor({16}, 42, DType::f32).to(dt);
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    const Tensor y = layer_norm(x, w, b, 1e-5);
+    REQUIRE(y.grad_fn()->can_recompute_output());
+    CHECK(test::compare(y.grad_fn()->recompute_output(), y, 0.0, 0.0) == "");
+    // Without a gradient for x the node does not keep the weight, so it cannot rebuild the output.
+    const Tensor y2 = layer_norm(x.detach(), w, b, 1e-5);
+    CHECK_FALSE(y2.grad_fn()->can_recompute_output());
+    CHECK_FALSE(y2.grad_fn()->recompute_output().defined());
+  }
 }

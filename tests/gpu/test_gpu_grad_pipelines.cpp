@@ -254,7 +254,8 @@ TEST_CASE("scale_i32 on CUDA equals the CPU on odd and vector-friendly shapes", 
 TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept output without a copy", "[gpu][grad]") {
   // Note [Shared saved inputs]: the packed flash attention keeps its output o for its backward, and o is the
   // input of blocks.N.attn.proj; with acbp_share HLQ keeps a reference and compresses o in backward. Note [Rebuilt
-  // inputs]: with acbp_rebuild too, mlp.fc2 keeps nothing and rebuilds the gelu output in backward. The gradients
+  // inputs]: with acbp_rebuild too, qkv, mlp.fc1 and mlp.fc2 keep nothing and rebuild the LayerNorm / gelu outputs
+  // in backward. The gradients
   // keep their bits (the compression of x is deterministic); only the saved bytes change.
   test::PoisonGuard poison;
   models::VitConfig cfg = models::VitConfig::vit_s4(10);
@@ -263,7 +264,8 @@ TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept outp
   cfg.heads = 2;  // D 64: the fused attention
   cfg.depth = 2;
   std::vector<Tensor> grads[3];
-  int64_t proj_bytes[3] = {-1, -1, -1}, fc1_bytes[3] = {-1, -1, -1}, fc2_bytes[3] = {-1, -1, -1};
+  int64_t proj_bytes[3] = {-1, -1, -1}, fc1_bytes[3] = {-1, -1, -1}, fc2_bytes[3] = {-1, -1, -1},
+          qkv_bytes[3] = {-1, -1, -1};
   for (int run = 0; run < 3; ++run) {  // 0: copies, 1: acbp_share, 2: acbp_share and acbp_rebuild
     Generator gen(9);
     models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
@@ -281,6 +283,7 @@ TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept outp
       if (b.name == "blocks.1.attn.proj") proj_bytes[run] = b.binding->saved_bytes;
       if (b.name == "blocks.1.mlp.fc1") fc1_bytes[run] = b.binding->saved_bytes;
       if (b.name == "blocks.1.mlp.fc2") fc2_bytes[run] = b.binding->saved_bytes;
+      if (b.name == "blocks.1.attn.qkv") qkv_bytes[run] = b.binding->saved_bytes;
     }
     for (auto& [n, p] : v.named_parameters()) grads[run].push_back(p->grad());
   }
@@ -289,7 +292,10 @@ TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept outp
   CHECK(proj_bytes[2] == 0);
   CHECK(fc1_bytes[0] > 0);  // the LayerNorm keeps its input, not fc1's
   CHECK(fc1_bytes[1] == fc1_bytes[0]);
-  CHECK(fc1_bytes[2] == fc1_bytes[0]);
+  CHECK(fc1_bytes[2] == 0);  // rebuilt from the LayerNorm's kept input
+  CHECK(qkv_bytes[0] > 0);
+  CHECK(qkv_bytes[1] == qkv_bytes[0]);
+  CHECK(qkv_bytes[2] == 0);
   CHECK(fc2_bytes[0] > 0);
   CHECK(fc2_bytes[1] == fc2_bytes[0]);
   CHECK(fc2_bytes[2] == 0);

@@ -47,8 +47,8 @@ class Node {
   std::size_t saved_bytes() const;
   // The op's output rebuilt from what this node keeps, bit for bit the forward's (same kernels on the same
   // kept inputs), or undefined when the node cannot rebuild it (the default). Elementwise ops that keep their
-  // input (gelu, silu, tanh, ...) can: a gradient pipeline then need not keep its own copy of that output
-  // (Note [Rebuilt inputs] in autograd/saved_tensor.h). Throws like saved() once the node has run.
+  // input (gelu, silu, tanh, ...) and layer_norm can: a gradient pipeline then need not keep its own copy of that
+  // output (Note [Rebuilt inputs] in autograd/saved_tensor.h). Throws like saved() once the node has run.
   virtual Tensor recompute_output() const { return Tensor(); }
   virtual bool can_recompute_output() const { return false; }
 

@@ -81,9 +81,9 @@ struct HlqOptions {
   // backward (the same bits). Off: always compress in the forward.
   bool acbp_share = true;
   // ACBP of a Linear input that the op before it can rebuild exactly from what it keeps anyway (ProductInfo::
-  // rebuild; e.g. fc2's input, the gelu output, from the gelu's kept input): keep nothing, rebuild and compress
-  // in backward (the same bits, one more elementwise op in backward). Note [Rebuilt inputs]. Off by default
-  // until it has run on a GPU.
+  // rebuild; e.g. fc2's input, the gelu output, from the gelu's kept input, or a LayerNorm output): keep nothing,
+  // rebuild and compress in backward (the same bits, the op's forward once more). Note [Rebuilt inputs]. Off by
+  // default until it has run on a GPU.
   bool acbp_rebuild = false;
 };
 
