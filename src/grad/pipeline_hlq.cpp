@@ -140,12 +140,11 @@ class HlqPipeline final : public Pipeline {
     auto s = new_saved(w, x.dtype(), x.size(1), key);
     if (shares(x)) {
       s->kept = SavedTensor(x);  // no bytes of its own
-    } else if (o_.acbp_rebuild && info.rebuild && info.rebuild->can_recompute_output()) {
+    } else if (o_.acbp_rebuild && info.rebuild) {
       s->rebuild = info.rebuild;  // nothing of its own either
       s->rebuild_shape = x.shape();
     } else {
-      s->cols = save_columns(x, s->axis, s->L);
-      s->bytes = columns_bytes(s->cols);
+      s->bytes = save_input(*s, x);
     }
     r.saved = std::move(s);
     return r;
@@ -176,23 +175,20 @@ class HlqPipeline final : public Pipeline {
     if (shares(image))
       s->kept = SavedTensor(image);  // no bytes of its own
     else
-      s->bytes = save_image(*s, image);
+      s->bytes = save_input(*s, image);
     r.saved = std::move(s);
     return r;
   }
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<HlqSaved&>(saved);
-    if (s.kept.defined()) {  // acbp_share: what the forward would have saved, from the same input (same bits)
-      const Tensor in = s.kept.release();
-      if (s.conv.defined)
-        save_image(s, in);
-      else
-        s.cols = save_columns(in, s.axis, s.L);
-    } else if (s.rebuild) {  // acbp_rebuild: x rebuilt by its op (the same bits), then as the forward would have
-      const Tensor in = reshape(s.rebuild->recompute_output(), s.rebuild_shape);
+    // What the forward would have saved, from the same input (same bits): the kept input (acbp_share) or the
+    // input rebuilt by its op (acbp_rebuild).
+    if (s.kept.defined()) {
+      save_input(s, s.kept.release());
+    } else if (s.rebuild) {
+      save_input(s, reshape(s.rebuild->recompute_output(), s.rebuild_shape));
       s.rebuild.reset();
-      s.cols = save_columns(in, s.axis, s.L);
     }
     Grads g;
     // When HLA quantises g_y itself (identity plan) with one absmax scale, the g_x quantiser's pass over g_y
@@ -262,14 +258,18 @@ class HlqPipeline final : public Pipeline {
   // acbp_share: x's memory is kept by another op's backward already (Note [Shared saved inputs]).
   bool shares(const Tensor& x) const { return o_.acbp_share && kept_for_backward(x); }
 
-  // What ACBP keeps of a conv product's input map: the map (acbp_conv input_map, where smaller) or the projected
-  // columns, into s.map / s.cols. Returns their bytes.
-  int64_t save_image(HlqSaved& s, const Tensor& image) const {
-    if (o_.acbp_conv == AcbpConv::input_map && map_is_smaller(s.axis, image.size(0), s.w.size(1), image)) {
-      s.map = save_map(image);
+  // What ACBP keeps of the product's input, into s.cols / s.map: for a Linear, x (B, L, I) projected and
+  // compressed; for a conv product, its input map (acbp_conv input_map, where smaller) or the projected columns.
+  // Returns the bytes kept.
+  int64_t save_input(HlqSaved& s, const Tensor& in) const {
+    if (!s.conv.defined) {
+      s.cols = save_columns(in, s.axis, s.L);
+    } else if (o_.acbp_conv == AcbpConv::input_map && map_is_smaller(s.axis, in.size(0), s.w.size(1), in)) {
+      s.map = save_map(in);
       return tensor_bytes(s.map.values) + tensor_bytes(s.map.scale);
+    } else {
+      s.cols = save_image_columns(in, s.conv.window, s.axis, s.L);
     }
-    s.cols = save_image_columns(image, s.conv.window, s.axis, s.L);
     return columns_bytes(s.cols);
   }
 

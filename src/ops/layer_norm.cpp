@@ -43,6 +43,7 @@ class LayerNormBackward final : public Node {
   LayerNormBackward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps)
       : bias_(bias.defined() ? bias.detach() : Tensor()),
         eps_(eps),
+        rebuildable_(x.requires_grad() || !weight.defined()),
         d_(x.shape().back()),
         x_dtype_(x.dtype()),
         w_dtype_(weight.defined() ? weight.dtype() : x.dtype()),
@@ -53,12 +54,10 @@ class LayerNormBackward final : public Node {
   // Note [Rebuilt inputs]: the output is the forward again on the kept x with the same weight, bias and eps: the
   // same kernel (CUDA) or loop (CPU) on the same input, the same bits. Needs the weight, which the node keeps
   // whenever x needs a gradient (always inside a network).
-  bool can_recompute_output() const override { return has_weight_or_none_; }
+  bool can_recompute_output() const override { return rebuildable_; }
   Tensor recompute_output() const override {
-    if (!has_weight_or_none_) return Tensor();
-    return layer_norm_forward(saved(0), saved(1), bias_, eps_)[0];
+    return rebuildable_ ? layer_norm_forward(saved(0), saved(1), bias_, eps_)[0] : Tensor();
   }
-  void set_weight_kept(bool kept) { has_weight_or_none_ = kept; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& mu = saved(2);    // (..., 1)
     const Tensor& rstd = saved(3);  // (..., 1)
@@ -89,7 +88,7 @@ class LayerNormBackward final : public Node {
  private:
   Tensor bias_;  // the forward's bias (a D-sized parameter or its cast), for recompute_output
   double eps_;
-  bool has_weight_or_none_ = false;  // saved(1) is the forward's weight (or the forward had none)
+  bool rebuildable_;  // saved(1) is the forward's weight (kept when x needs a gradient), or there is none
   int64_t d_;
   DType x_dtype_, w_dtype_, b_dtype_;
 };
@@ -167,7 +166,6 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     node->save(x.requires_grad() ? weight : Tensor());  // only gx needs the weight
     node->save(mu);
     node->save(rstd);
-    node->set_weight_kept(x.requires_grad() || !weight.defined());
     connect(node, {&x, &weight, &bias}, {&out});
   }
   return out;
