@@ -209,7 +209,7 @@ std::string describe(const PipelineSpec& s) {
                        fb[static_cast<int>(o.fallback)], o.acbp_bits,
                        o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "",
                        o.conv_gx == ConvGx::columns ? ", conv g_x over columns" : "",
-                       o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? ", rebuilt inputs" : "");
+                       o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? "" : ", never rebuilt");
   }
   if (s.name == "lbp_wht") return fmt::format("lbp_wht (order {}, {} of 64 bases)", s.lbp_wht.order,
                                               s.lbp_wht.order * (s.lbp_wht.order + 1) / 2);

@@ -72,7 +72,7 @@ grad::HlqOptions read_hlq(ConfigReader& r) {
   o.conv_gx = r.get_choice("conv_gx", grad::ConvGx::dgrad,
                            {{"columns", grad::ConvGx::columns}, {"dgrad", grad::ConvGx::dgrad}});
   o.acbp_share = r.get("acbp_share", true);
-  o.acbp_rebuild = r.get("acbp_rebuild", false);
+  o.acbp_rebuild = r.get("acbp_rebuild", true);
   return o;
 }
 

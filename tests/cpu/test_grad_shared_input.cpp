@@ -160,10 +160,12 @@ TEST_CASE("hlq acbp_share config key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_share: sometimes}}"),
                     HasSubstr("grad_pipeline.default.acbp_share"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_share: false}}"), HasSubstr("unknown key"));
-  CHECK_FALSE(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_rebuild);
-  const grad::PipelineConfig rb = parse("grad_pipeline: {default: {name: hlq, acbp_rebuild: true}}");
-  CHECK(rb.default_spec.hlq.acbp_rebuild);
-  CHECK(grad::describe(rb.default_spec).find("rebuilt inputs") != std::string::npos);
+  const grad::PipelineConfig def = parse("grad_pipeline: {default: {name: hlq}}");
+  CHECK(def.default_spec.hlq.acbp_rebuild);  // the default since session 13 (GPU run 51)
+  CHECK(grad::describe(def.default_spec).find("rebuilt") == std::string::npos);
+  const grad::PipelineConfig rb = parse("grad_pipeline: {default: {name: hlq, acbp_rebuild: false}}");
+  CHECK_FALSE(rb.default_spec.hlq.acbp_rebuild);
+  CHECK(grad::describe(rb.default_spec).find("never rebuilt") != std::string::npos);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_rebuild: 2}}"),
                     HasSubstr("grad_pipeline.default.acbp_rebuild"));
 }

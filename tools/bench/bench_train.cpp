@@ -5,13 +5,14 @@
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
 //   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
-//               [exact|hlq|hlq_split|hlq_cols|hlq_map|hlq_a4|hlq_copy|hlq_rebuild|hlq_a4_rebuild|lbp_wht|luq]
+//               [exact|hlq|hlq_split|hlq_cols|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|hlq_copy|lbp_wht|luq]
 //               [nhwc|nchw]
 // hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_cols with
 // conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_map with
-// acbp_conv input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_copy with acbp_share off
-// (an input another op keeps is compressed in the forward anyway: the memory before session 12), hlq_rebuild and
-// hlq_a4_rebuild with acbp_rebuild (fc2 rebuilds the gelu output in backward). The ResNets use
+// acbp_conv input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_keep and hlq_a4_keep with
+// acbp_rebuild off (a Linear whose input its op can rebuild keeps its compressed copy from the forward: session
+// 12's default), hlq_copy with acbp_share and acbp_rebuild off (every input compressed in the forward: the memory
+// before session 12). The ResNets use
 // the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
 
@@ -68,19 +69,19 @@ int main(int argc, char** argv) {
   grad::PipelineConfig pc;
   pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline;
   if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_cols" &&
-      pipeline != "hlq_map" && pipeline != "hlq_a4" && pipeline != "hlq_copy" && pipeline != "hlq_rebuild" &&
-      pipeline != "hlq_a4_rebuild") {
+      pipeline != "hlq_map" && pipeline != "hlq_a4" && pipeline != "hlq_copy" && pipeline != "hlq_keep" &&
+      pipeline != "hlq_a4_keep") {
     std::fprintf(stderr,
                  "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_map, hlq_a4, hlq_copy, "
-                 "hlq_rebuild, hlq_a4_rebuild)\n",
+                 "hlq_keep, hlq_a4_keep)\n",
                  pipeline.c_str());
     return 2;
   }
   if (pipeline == "hlq_split") pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
   if (pipeline == "hlq_cols") pc.default_spec.hlq.conv_gx = grad::ConvGx::columns;
   if (pipeline == "hlq_map") pc.default_spec.hlq.acbp_conv = grad::AcbpConv::input_map;
-  if (pipeline == "hlq_a4" || pipeline == "hlq_a4_rebuild") pc.default_spec.hlq.acbp_bits = 4;
-  if (pipeline == "hlq_rebuild" || pipeline == "hlq_a4_rebuild") pc.default_spec.hlq.acbp_rebuild = true;
+  if (pipeline == "hlq_a4" || pipeline == "hlq_a4_keep") pc.default_spec.hlq.acbp_bits = 4;
+  if (pipeline == "hlq_keep" || pipeline == "hlq_a4_keep" || pipeline == "hlq_copy") pc.default_spec.hlq.acbp_rebuild = false;
   if (pipeline == "hlq_copy") pc.default_spec.hlq.acbp_share = false;
   auto clock = std::make_shared<grad::StepClock>();
   // as the trainer: a pipeline's noise step is read on the device (recordable HLQ steps)

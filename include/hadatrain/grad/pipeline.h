@@ -82,9 +82,9 @@ struct HlqOptions {
   bool acbp_share = true;
   // ACBP of a Linear input that the op before it can rebuild exactly from what it keeps anyway (ProductInfo::
   // rebuild; e.g. fc2's input, the gelu output, from the gelu's kept input, or a LayerNorm output): keep nothing,
-  // rebuild and compress in backward (the same bits, the op's forward once more). Note [Rebuilt inputs]. Off by
-  // default until it has run on a GPU.
-  bool acbp_rebuild = false;
+  // rebuild and compress in backward (the same bits, the op's forward once more). Note [Rebuilt inputs]. Off: keep
+  // the compressed copy from the forward (no recomputation in backward).
+  bool acbp_rebuild = true;
 };
 
 struct LbpWhtOptions {
