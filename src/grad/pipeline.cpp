@@ -31,6 +31,13 @@ Noise NoiseKey::noise(uint32_t role) const {
   return Noise{seed, philox_stream(layer, static_cast<uint64_t>(step), role)};
 }
 
+Tensor RebuildInput::operator()() const {
+  HT_ASSERT(node != nullptr, "RebuildInput: no node to rebuild from");
+  const Tensor out = node->recompute_output();
+  HT_ASSERT(out.defined(), "RebuildInput: {} could not rebuild its output", node->name());
+  return view ? view(out) : out;
+}
+
 void StepClock::keep_on_device(Device device) {
   word = device.is_cuda() ? zeros({}, {DType::i64, device}) : Tensor();
   set(step);

@@ -74,9 +74,8 @@ struct HlqSaved final : SavedState {
   // acbp_share: the input itself (x (B, L, I), or a conv's image (N, C, H, W)) when another op already kept it
   // for backward (Note [Shared saved inputs]); backward compresses it into cols / map as the forward would have.
   SavedTensor kept;
-  // acbp_rebuild: the node that rebuilds x (ProductInfo::rebuild) and x's (B, L, I) shape (Note [Rebuilt inputs]).
-  std::shared_ptr<Node> rebuild;
-  Shape rebuild_shape;
+  // acbp_rebuild: how to rebuild x or the image (ProductInfo::rebuild; Note [Rebuilt inputs]).
+  RebuildInput rebuild;
   NoiseKey key;
   // Conv products (forward_conv): the image's geometry and window, for the dgrad g_x product (Note [HLQ conv
   // g_x]) and for rebuilding the columns from a saved map.
@@ -142,7 +141,6 @@ class HlqPipeline final : public Pipeline {
       s->kept = SavedTensor(x);  // no bytes of its own
     } else if (o_.acbp_rebuild && info.rebuild) {
       s->rebuild = info.rebuild;  // nothing of its own either
-      s->rebuild_shape = x.shape();
     } else {
       s->bytes = save_input(*s, x);
     }
@@ -174,6 +172,8 @@ class HlqPipeline final : public Pipeline {
     s->conv.window = info.window;
     if (shares(image))
       s->kept = SavedTensor(image);  // no bytes of its own
+    else if (o_.acbp_rebuild && info.rebuild)
+      s->rebuild = info.rebuild;  // nothing of its own either
     else
       s->bytes = save_input(*s, image);
     r.saved = std::move(s);
@@ -187,8 +187,8 @@ class HlqPipeline final : public Pipeline {
     if (s.kept.defined()) {
       save_input(s, s.kept.release());
     } else if (s.rebuild) {
-      save_input(s, reshape(s.rebuild->recompute_output(), s.rebuild_shape));
-      s.rebuild.reset();
+      save_input(s, s.rebuild());
+      s.rebuild = {};
     }
     Grads g;
     // When HLA quantises g_y itself (identity plan) with one absmax scale, the g_x quantiser's pass over g_y

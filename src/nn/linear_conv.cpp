@@ -17,6 +17,13 @@ namespace {
 Tensor cast_like(const Tensor& p, const Tensor& x) {
   return !p.defined() || p.dtype() == x.dtype() ? p : p.to(x.dtype());
 }
+
+// The node that made x, when x is its only output and it can rebuild x from what it keeps for its own backward
+// (Note [Rebuilt inputs]); null otherwise.
+std::shared_ptr<Node> rebuilder_of(const Tensor& x) {
+  const auto& fn = x.grad_fn();
+  return fn && x.output_nr() == 0 && fn->num_outputs() == 1 && fn->can_recompute_output() ? fn : nullptr;
+}
 }  // namespace
 
 Linear::Linear(int64_t in, int64_t out, Bias b, Generator& gen) : in_features(in), out_features(out) {
@@ -46,8 +53,7 @@ Tensor Linear::forward(const Tensor& x) {
     x3 = reshape(x, {x.size(0), -1, in_features});
   }
   // x itself is the output of an op that can rebuild it from what it keeps (Note [Rebuilt inputs]).
-  if (const auto& fn = x.grad_fn(); fn && x.output_nr() == 0 && fn->num_outputs() == 1 && fn->can_recompute_output())
-    info.rebuild = fn;
+  if (auto fn = rebuilder_of(x)) info.rebuild = {std::move(fn), [s = x3.shape()](const Tensor& t) { return reshape(t, s); }};
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
   Shape out_shape = x.shape();
@@ -103,6 +109,9 @@ Tensor Conv2d::forward(const Tensor& x) {
   grad::ProductInfo info;
   info.grid_h = (xn.size(2) + 2 * options.padding - span) / options.stride + 1;
   info.grid_w = (xn.size(3) + 2 * options.padding - span) / options.stride + 1;
+  // A batch norm's (or its channels-last reshape's) output, rebuilt in backward (Note [Rebuilt inputs]).
+  if (auto fn = rebuilder_of(x))
+    info.rebuild = {std::move(fn), [nhwc](const Tensor& t) { return nhwc ? permute(t, {0, 3, 1, 2}) : t; }};
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
   const Tensor y3 = grad::conv_product(xn, reshape(cast_like(weight, x), {O, -1}), u, call);  // (N, L, O)

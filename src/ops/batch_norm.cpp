@@ -10,7 +10,9 @@
 // Statistics accumulate in double on the CPU. One backward Node serves both modes; it is written with ops
 // from the saved x, mean and invstd (see BatchNormBackward::apply for the formulas). The CPU saves the fused
 // output (detached) for the ReLU mask; the CUDA kernels recompute the mask from x with the forward's
-// arithmetic instead (no extra tensor saved), so the CUDA node saves the bias.
+// arithmetic instead (no extra tensor saved), so the CUDA node saves the bias. The node can give its output again
+// (Note [Rebuilt inputs]): the CPU's kept fused output, or on CUDA the forward's normalisation pass once more on the
+// kept x, statistics, weight, bias and residual (cuda_ops::batch_norm_apply: the same kernel, the same bits).
 #include <cmath>
 #include <vector>
 
@@ -95,6 +97,23 @@ class BatchNormBackward final : public Node {
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   std::size_t x_slot = kNone, weight_slot = kNone, bias_slot = kNone, mean_slot = kNone, invstd_slot = kNone;
   std::size_t y_slot = kNone;  // CPU with a fused activation: the output (detached), for the mask
+  bool rebuildable = false;    // every tensor recompute_output needs is kept (set by record_backward)
+
+  bool can_recompute_output() const override { return rebuildable; }
+  Tensor recompute_output() const override {
+    if (!rebuildable) return Tensor();
+    if (y_slot != kNone) return saved(y_slot);
+#ifdef HADATRAIN_CUDA
+    const Tensor& x = saved(x_slot);
+    auto kept = [&](std::size_t slot) { return slot == kNone ? Tensor() : saved(slot); };
+    Tensor out = empty(x.shape(), {x.dtype(), x.device()});
+    cuda_ops::batch_norm_apply(x, {saved(mean_slot), saved(invstd_slot)}, kept(weight_slot), kept(bias_slot), act_,
+                               kept(residual_slot), out);
+    return out;
+#else
+    return Tensor();
+#endif
+  }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     if (!grads[0].defined()) return std::vector<Tensor>(residual_ ? 4 : 3);
@@ -225,9 +244,14 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& residual, const Tensor& we
     }
     node->invstd_slot = node->save(to_dtype(invstd_t, stat_dt));
     if (weight.defined() && (x_grad || cuda_mask)) node->weight_slot = node->save(weight);
-    if (bias.defined() && cuda_mask) node->bias_slot = node->save(bias);
+    if (bias.defined() && x.is_cuda()) node->bias_slot = node->save(bias);  // the mask, and recompute_output
     if (residual.defined() && cuda_mask) node->residual_slot = node->save(residual.detach());
     if (fused && !x.is_cuda()) node->y_slot = node->save(out.detach());
+    constexpr std::size_t none = BatchNormBackward::kNone;
+    const auto kept_if = [](const Tensor& t, std::size_t slot) { return !t.defined() || slot != none; };
+    node->rebuildable = x.is_cuda() ? node->x_slot != none && kept_if(weight, node->weight_slot) &&
+                                          kept_if(bias, node->bias_slot) && kept_if(residual, node->residual_slot)
+                                    : node->y_slot != none;
     if (residual.defined()) connect(node, {&x, &weight, &bias, &residual}, {&out});
     else connect(node, {&x, &weight, &bias}, {&out});
   };

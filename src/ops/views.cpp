@@ -63,6 +63,32 @@ std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_s
   return out;
 }
 
+// reshape / view: the gradient reshaped back to the input's shape. The output can be rebuilt when the input's node
+// can rebuild the input (Note [Rebuilt inputs]): the same view of the rebuilt input, e.g. a channels-last batch
+// norm's (N·H·W, C) output seen as (N, H, W, C) by the next convolution.
+class ReshapeBackward final : public Node {
+ public:
+  ReshapeBackward(const char* op, Shape in_shape, Shape out_shape)
+      : op_(op), in_shape_(std::move(in_shape)), out_shape_(std::move(out_shape)) {}
+  std::string name() const override { return op_; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& g) override { return {reshape(g[0], in_shape_)}; }
+  bool can_recompute_output() const override { return source() != nullptr; }
+  Tensor recompute_output() const override {
+    const Node* src = source();
+    return src ? reshape(src->recompute_output(), out_shape_) : Tensor();
+  }
+
+ private:
+  // The input's node, when the input is its only output and it can rebuild it.
+  const Node* source() const {
+    if (next_edges_.size() != 1) return nullptr;
+    const Edge& e = next_edges_[0];
+    return e.fn && e.input_nr == 0 && e.fn->num_outputs() == 1 && e.fn->can_recompute_output() ? e.fn.get() : nullptr;
+  }
+  std::string op_;
+  Shape in_shape_, out_shape_;
+};
+
 Tensor reshape_impl(const Tensor& x, const Shape& requested, bool allow_copy, const char* op) {
   const Shape s = infer_shape(requested, x.numel(), x, op);
   auto st = view_strides(x.shape(), x.strides(), s);
@@ -72,10 +98,7 @@ Tensor reshape_impl(const Tensor& x, const Shape& requested, bool allow_copy, co
     return reshape_impl(contiguous(x), s, false, op);
   }
   Tensor out = make_view(x, s, *st, x.offset());
-  const Shape in_shape = x.shape();
-  record(op, {&x}, out, [in_shape](FunctionNode&, std::vector<Tensor>&& g) {
-    return std::vector<Tensor>{reshape(g[0], in_shape)};
-  });
+  if (needs_grad({&x})) connect(std::make_shared<ReshapeBackward>(op, x.shape(), s), {&x}, {&out});
   return out;
 }
 

@@ -39,7 +39,7 @@ class CapturePipeline final : public grad::Pipeline {
     c_->info = info;
     // The inspected pipelines run after this backward released every node's saved tensors, so nothing can be
     // rebuilt then: they save their own copy (what acbp_rebuild avoids in training).
-    c_->info.rebuild = nullptr;
+    c_->info.rebuild = {};
     return exact_->forward(x, w, info, key, save);
   }
   grad::Grads backward(grad::SavedState& s, const Tensor& g_y, grad::Wanted) override {

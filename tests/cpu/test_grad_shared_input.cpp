@@ -294,3 +294,77 @@ TEST_CASE("a LayerNorm node rebuilds its output bit for bit while it keeps its w
     CHECK_FALSE(y2.grad_fn()->recompute_output().defined());
   }
 }
+
+namespace {
+
+struct ConvRun {
+  std::vector<Tensor> grads;  // weight, bias, x
+  int64_t bytes = -1;
+};
+
+struct ConvSetup {
+  bool rebuild = true;  // acbp_rebuild
+  ConvLayout layout = ConvLayout::nchw;
+  grad::AcbpConv acbp_conv = grad::AcbpConv::columns;
+  DType dt = DType::f32;
+};
+
+// conv(relu(x)) on HLQ. With nhwc the relu runs over the (N·H·W, C) rows and is reshaped back to (N, H, W, C), as
+// a channels-last batch norm's output is: the conv's input is then a reshape whose node rebuilds it through the
+// relu's.
+ConvRun run_conv(const ConvSetup& c) {
+  const bool nhwc = c.layout == ConvLayout::nhwc;
+  Generator gen(31);
+  nn::Conv2d conv({.in_channels = 4, .out_channels = 8, .kernel = 3, .padding = 1, .layout = c.layout}, gen);
+  conv.to(c.dt);
+  grad::PipelineConfig pc;
+  pc.default_spec.name = "hlq";
+  pc.default_spec.hlq.acbp_rebuild = c.rebuild;
+  pc.default_spec.hlq.acbp_conv = c.acbp_conv;
+  nn::bind_pipelines(conv, pc, std::make_shared<grad::StepClock>());
+  Tensor x = test::random_tensor(nhwc ? Shape{2, 8, 8, 4} : Shape{2, 4, 8, 8}, 32, DType::f32).to(c.dt);
+  x.set_requires_grad(true);
+  const Tensor h = nhwc ? reshape(relu(reshape(x, {-1, 4})), x.shape()) : relu(x);
+  const Tensor y = conv.forward(h);
+  sum(mul(y, test::random_tensor(y.shape(), 33, DType::f32).to(c.dt))).backward();
+  return {{conv.weight.grad(), conv.bias.grad(), x.grad()}, conv.grad_pipeline.saved_bytes};
+}
+
+}  // namespace
+
+TEST_CASE("hlq acbp_rebuild of a Conv2d: an input its op can rebuild is not kept, directly or through a reshape",
+          "[grad]") {
+  for (const ConvLayout layout : {ConvLayout::nchw, ConvLayout::nhwc})
+    for (const grad::AcbpConv mode : {grad::AcbpConv::columns, grad::AcbpConv::input_map})
+      for (const DType dt : {DType::f32, DType::bf16}) {
+        INFO((layout == ConvLayout::nhwc ? "nhwc" : "nchw") << (mode == grad::AcbpConv::columns ? ", columns" : ", map")
+                                                            << ", " << dtype_name(dt));
+        const ConvRun kept = run_conv({.rebuild = false, .layout = layout, .acbp_conv = mode, .dt = dt});
+        const ConvRun rebuilt = run_conv({.rebuild = true, .layout = layout, .acbp_conv = mode, .dt = dt});
+        CHECK(kept.bytes > 0);
+        CHECK(rebuilt.bytes == 0);
+        for (std::size_t i = 0; i < kept.grads.size(); ++i)
+          CHECK(test::compare(rebuilt.grads[i], kept.grads[i], 0.0, 0.0) == "");
+      }
+  // The reshape node rebuilds through its input's node, and only then.
+  Tensor z = test::random_tensor({4, 6}, 34, DType::f32);
+  z.set_requires_grad(true);
+  const Tensor r = reshape(gelu(z), {2, 12});
+  REQUIRE(r.grad_fn()->can_recompute_output());
+  CHECK(test::compare(r.grad_fn()->recompute_output(), r, 0.0, 0.0) == "");
+  CHECK_FALSE(reshape(mul(z, z), {24}).grad_fn()->can_recompute_output());
+  CHECK_FALSE(reshape(z, {24}).grad_fn()->can_recompute_output());  // a leaf's accumulator cannot
+}
+
+TEST_CASE("a fused batch norm node on the CPU gives its kept output as its rebuilt output", "[autograd][grad]") {
+  Tensor x = test::random_tensor({4, 3, 5, 5}, 35, DType::f32);
+  x.set_requires_grad(true);
+  const Tensor w = test::random_tensor({3}, 36, DType::f32), b = test::random_tensor({3}, 37, DType::f32);
+  BatchNormOptions o;
+  o.activation = BatchNormActivation::relu;
+  const Tensor y = batch_norm(x, w, b, Tensor(), Tensor(), o);
+  REQUIRE(y.grad_fn()->can_recompute_output());
+  CHECK(test::compare(y.grad_fn()->recompute_output(), y, 0.0, 0.0) == "");
+  o.activation = BatchNormActivation::none;  // the CPU keeps no output without the activation
+  CHECK_FALSE(batch_norm(x, w, b, Tensor(), Tensor(), o).grad_fn()->can_recompute_output());
+}

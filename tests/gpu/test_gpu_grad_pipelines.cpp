@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
@@ -304,6 +306,48 @@ TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept outp
     for (std::size_t i = 0; i < grads[0].size(); ++i) {
       REQUIRE(grads[0][i].defined());
       CHECK(test::compare_bits(grads[run][i], grads[0][i].to(Device::cpu())) == "");
+    }
+  }
+}
+
+TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm rebuilds its input", "[gpu][grad]") {
+  // Note [Rebuilt inputs]: a conv's input in a ResNet is a fused batch norm's output (bn-relu, or bn-add-relu for a
+  // block's input; in channels last seen through a reshape), which the CUDA batch norm rebuilds from its kept input,
+  // statistics, weight, bias and residual with the forward's normalisation kernel. So with acbp_rebuild every Conv2d
+  // but the stem's keeps nothing, and the gradients keep their bits.
+  test::PoisonGuard poison;
+  for (const ConvLayout layout : {ConvLayout::nhwc, ConvLayout::nchw}) {
+    INFO((layout == ConvLayout::nhwc ? "nhwc" : "nchw"));
+    std::vector<Tensor> grads[2];
+    std::map<std::string, int64_t> bytes[2];
+    for (int rebuild = 0; rebuild < 2; ++rebuild) {
+      Generator gen(12);
+      models::ResNetConfig rc;
+      rc.layout = layout;
+      models::ResNet net(rc, gen);
+      net.to(test::kCuda);
+      net.to(DType::bf16);
+      grad::PipelineConfig pc;
+      pc.default_spec.name = "hlq";
+      pc.default_spec.hlq.acbp_rebuild = rebuild == 1;
+      const auto bound = nn::bind_pipelines(net, pc, std::make_shared<grad::StepClock>());
+      const Tensor x = test::random_input({4, 3, 8, 8}, 13, DType::f32).to(DType::bf16).to(test::kCuda);
+      const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4}, {DType::i64}).to(test::kCuda);
+      cross_entropy(net.forward(x), target).backward();
+      for (const auto& b : bound) bytes[rebuild][b.name] = b.binding->saved_bytes;
+      for (auto& [n, p] : net.named_parameters()) grads[rebuild].push_back(p->grad());
+    }
+    REQUIRE(bytes[0].size() == 21);  // 20 convs (3 downsample) and fc
+    for (const auto& [name, b] : bytes[0]) {
+      INFO(name);
+      CHECK(b > 0);
+      const bool kept = name == "conv1" || name == "fc";  // the stem reads the image; fc a mean
+      CHECK(bytes[1][name] == (kept ? b : 0));
+    }
+    REQUIRE(grads[0].size() == grads[1].size());
+    for (std::size_t i = 0; i < grads[0].size(); ++i) {
+      REQUIRE(grads[0][i].defined());
+      CHECK(test::compare_bits(grads[1][i], grads[0][i].to(Device::cpu())) == "");
     }
   }
 }

@@ -22,6 +22,7 @@
 // still draw the same bits, and a recorded step graph draws each replayed step's own noise.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,6 +129,18 @@ struct NoiseKey {
   Noise noise(uint32_t role) const;
 };
 
+// A product's input rebuilt by the op that made it (Note [Rebuilt inputs]): `node` is the autograd node whose
+// only output the layer read, when that node can rebuild it from what it keeps for its own backward
+// (Node::recompute_output: a gelu's output from its kept input, a LayerNorm's, a CUDA batch norm's, or a reshape of
+// one of those); `view` turns that output into what the product reads (a Linear's (B, L, I) reshape, a conv's
+// (N, C, H, W) image). Empty when the input cannot be rebuilt.
+struct RebuildInput {
+  std::shared_ptr<Node> node;
+  std::function<Tensor(const Tensor&)> view;
+  explicit operator bool() const { return node != nullptr; }
+  Tensor operator()() const;  // view(node->recompute_output()), bit for bit the forward's input
+};
+
 // What a product knows about its layer besides the operands (Note [Product geometry]).
 struct ProductInfo {
   int64_t grid_h = 0, grid_w = 0;  // output grid of a conv (L = grid_h·grid_w); 0 when unknown
@@ -136,10 +149,9 @@ struct ProductInfo {
   // was unfolded from; undefined for other products.
   Tensor image;
   Unfold2dParams window;
-  // Linear products: the autograd node whose output x is (before the (B, L, I) reshape) when that node can
-  // rebuild it from what it keeps for its own backward (Node::recompute_output: a gelu's output from its kept
-  // input); null otherwise. HLQ's acbp_rebuild keeps this instead of a copy (Note [Rebuilt inputs]).
-  std::shared_ptr<Node> rebuild;
+  // How to rebuild x (a Linear) or the image (a conv) in backward, when the op that made it can; HLQ's
+  // acbp_rebuild keeps this instead of a copy (Note [Rebuilt inputs]).
+  RebuildInput rebuild;
 };
 
 // ---- the interface -------------------------------------------------------------------------------------

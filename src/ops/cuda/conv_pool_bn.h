@@ -47,6 +47,11 @@ struct BnStats {
 BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                            const Tensor& running_var, const BatchNormOptions& opts, const Tensor& residual,
                            const Tensor& out);
+// The normalisation pass of batch_norm_forward alone: out = act(bn(x) [+ residual]) with the given statistics (the
+// BnStats the forward returned). The same kernels on the same inputs, so it rebuilds the forward's output bit for bit
+// (Note [Rebuilt inputs]).
+void batch_norm_apply(const Tensor& x, const BnStats& st, const Tensor& weight, const Tensor& bias,
+                      BatchNormActivation activation, const Tensor& residual, const Tensor& out);
 
 struct BnBackwardArgs {
   BatchNormMode mode = BatchNormMode::train;
