@@ -16,9 +16,10 @@
 // A ViT's fc2 reads gelu(z), and the gelu node keeps z for its own backward; the gelu output itself is freed after
 // fc2's forward (qkv and fc1 likewise read LayerNorm outputs, whose node keeps its input, weight and statistics).
 // Node::recompute_output() returns such an op's output again, bit for bit (the same forward on the same kept
-// input; FunctionNode's Rebuild, set by the unary ops, and LayerNormBackward). nn::Linear hands the node to its product
-// (grad::ProductInfo::rebuild) when its input is that node's only output; HLQ with acbp_rebuild keeps the node
-// instead of a compressed copy and, in backward, rebuilds the input and compresses it as the forward would have
+// input; FunctionNode's Rebuild, set by the unary ops, LayerNormBackward, the CUDA BatchNormBackward through the
+// forward's normalisation pass, and a reshape of any of those). nn::Linear and nn::Conv2d hand the node to their
+// product (grad::ProductInfo::rebuild) when their input is that node's only output; HLQ with acbp_rebuild keeps the
+// node instead of a compressed copy and, in backward, rebuilds the input and compresses it as the forward would have
 // (same bits). The node's kept tensors are released only after its own backward, which runs after the
 // consuming layer's (the op runs before the layer in the forward), so they are there when the layer needs them.
 #pragma once
