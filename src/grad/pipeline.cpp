@@ -64,12 +64,13 @@ namespace {
 
 SaveForBackward save_if(bool grad) { return grad ? SaveForBackward::yes : SaveForBackward::no; }
 
-// Inputs (x, w), or (image, w) for a conv product, whose columns' gradient is folded back to the image.
+// Inputs (x, w) and optionally the bias, or (image, w) for a conv product, whose columns' gradient is folded back
+// to the image.
 class PipelineProductBackward final : public Node {
  public:
   PipelineProductBackward(std::shared_ptr<Pipeline> p, std::unique_ptr<SavedState> s,
-                          std::optional<Fold2dParams> fold)
-      : pipeline_(std::move(p)), saved_(std::move(s)), fold_(fold) {}
+                          std::optional<Fold2dParams> fold, DType bias_dtype)
+      : pipeline_(std::move(p)), saved_(std::move(s)), fold_(fold), bias_dtype_(bias_dtype) {}
   std::string name() const override {
     return std::string(fold_ ? "PipelineConvBackward(" : "PipelineProductBackward(") + pipeline_->name() + ")";
   }
@@ -79,10 +80,14 @@ class PipelineProductBackward final : public Node {
              "{}: the saved state was already released by an earlier backward; pass retain_graph to run "
              "backward twice",
              name());
-    std::vector<Tensor> out(2);
+    std::vector<Tensor> out(next_edges_.size());
     if (!grads[0].defined()) return out;
+    const Tensor g_y = grads[0].contiguous();
+    // The bias's gradient first: the pipeline's backward may release what it kept (and g_y is read either way).
+    if (out.size() == 3 && needs_input_grad(2)) out[2] = to_dtype(sum(g_y, {0, 1}), bias_dtype_);
     Wanted wanted{needs_input_grad(0), needs_input_grad(1)};
-    Grads g = pipeline_->backward(*saved_, grads[0].contiguous(), wanted);
+    if (!wanted.x && !wanted.w) return out;
+    Grads g = pipeline_->backward(*saved_, g_y, wanted);
     if (wanted.x) out[0] = fold_ && !g.x_is_image ? fold2d(g.x, *fold_) : g.x;
     if (wanted.w) out[1] = g.w;
     return out;
@@ -97,17 +102,20 @@ class PipelineProductBackward final : public Node {
   std::shared_ptr<Pipeline> pipeline_;
   std::unique_ptr<SavedState> saved_;
   std::optional<Fold2dParams> fold_;
+  DType bias_dtype_;
 };
 
 // The forward's result as the op's output: reports the saved bytes and, when a gradient is needed, records
-// the node over (a, w) — a = x, or the image of a conv product (whose columns' gradient `fold` folds back).
+// the node over (a, w[, bias]) — a = x, or the image of a conv product (whose columns' gradient `fold` folds back).
 Tensor record_product(ForwardResult r, const ProductCall& call, const Tensor& a, const Tensor& w, bool grad,
-                      std::optional<Fold2dParams> fold = std::nullopt) {
+                      std::optional<Fold2dParams> fold = std::nullopt, const Tensor& bias = Tensor()) {
   if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
   if (grad) {
     HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", call.pipeline->name());
-    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved), fold);
-    connect(node, {&a, &w}, {&r.y});
+    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved), fold,
+                                                          bias.defined() ? bias.dtype() : a.dtype());
+    if (bias.defined()) connect(node, {&a, &w, &bias}, {&r.y});
+    else connect(node, {&a, &w}, {&r.y});
   }
   return r.y;
 }
@@ -119,7 +127,7 @@ ForwardResult Pipeline::forward_conv(const Tensor& w, const ProductInfo& info, c
   return forward(unfold2d(info.image, info.window), w, info, key, save);
 }
 
-Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
+Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const Tensor& bias) {
   HT_CHECK(call.pipeline != nullptr, "grad::product: no pipeline given");
   HT_CHECK(x.dim() == 3, "grad::product ({}): x must be (B, L, I), got {}", call.pipeline->name(), x.describe());
   HT_CHECK(w.dim() == 2 && w.size(1) == x.size(2),
@@ -129,13 +137,19 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call) {
            call.pipeline->name(), x.describe(), w.describe());
   HT_CHECK(x.device() == w.device(), "grad::product ({}): x {} and weight {} are on different devices",
            call.pipeline->name(), x.describe(), w.describe());
-  const bool grad = needs_grad({&x, &w});
+  HT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0) && bias.dtype() == x.dtype() &&
+                               bias.device() == x.device()),
+           "grad::product ({}): bias must be ({}) of x's dtype and device (x {}), got {}", call.pipeline->name(),
+           w.size(0), x.describe(), bias.describe());
+  const bool grad = needs_grad({&x, &w, &bias});
+  ProductInfo info = call.info;
+  info.bias = bias.defined() ? bias.detach() : Tensor();
   ForwardResult r;
   {
     NoGradGuard no_grad;
-    r = call.pipeline->forward(x.detach(), w.detach(), call.info, call.key, save_if(grad));
+    r = call.pipeline->forward(x.detach(), w.detach(), info, call.key, save_if(grad));
   }
-  return record_product(std::move(r), call, x, w, grad);
+  return record_product(std::move(r), call, x, w, grad, std::nullopt, bias);
 }
 
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call) {
@@ -231,7 +245,7 @@ int64_t tensor_bytes(const Tensor& t) {
   return static_cast<int64_t>(storage_bytes(t.dtype(), t.numel()));
 }
 
-Tensor forward_product(const Tensor& x, const Tensor& w) { return linear(x, w); }
+Tensor forward_product(const Tensor& x, const Tensor& w, const ProductInfo& info) { return linear(x, w, info.bias); }
 
 Conv2dParams conv_params(const Unfold2dParams& u) {
   Conv2dParams p;

@@ -16,10 +16,10 @@ class ExactPipeline final : public Pipeline {
  public:
   std::string name() const override { return "exact"; }
 
-  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey&,
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey&,
                         SaveForBackward save) override {
     ForwardResult r;
-    r.y = forward_product(x, w);  // (B, L, O)
+    r.y = forward_product(x, w, info);  // (B, L, O)
     if (save == SaveForBackward::yes) {
       auto s = std::make_unique<ExactSaved>();
       s->x = SavedTensor(x);

@@ -134,7 +134,7 @@ class HlqPipeline final : public Pipeline {
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                         SaveForBackward save) override {
     ForwardResult r;
-    r.y = forward_product(x, w);  // (B, L, O), high precision
+    r.y = forward_product(x, w, info);  // (B, L, O), high precision
     if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, x.dtype(), x.size(1), key);
     if (shares(x)) {

@@ -97,7 +97,7 @@ class LbpWhtPipeline final : public Pipeline {
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey&,
                         SaveForBackward save) override {
     ForwardResult r;
-    r.y = forward_product(x, w);
+    r.y = forward_product(x, w, info);
     if (save == SaveForBackward::yes) r.saved = save_state(x, w, info);
     return r;
   }

@@ -32,10 +32,10 @@ class LuqPipeline final : public Pipeline {
   std::string name() const override { return "luq"; }
   bool draws_noise() const override { return true; }
 
-  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo&, const NoiseKey& key,
+  ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                         SaveForBackward save) override {
     ForwardResult r;
-    r.y = forward_product(x, w);
+    r.y = forward_product(x, w, info);
     if (save == SaveForBackward::yes) r.saved = save_state(x, w, key);
     return r;
   }

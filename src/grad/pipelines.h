@@ -24,8 +24,9 @@ enum Role : uint32_t {
 // Bytes of a tensor's elements (packed int4 counts half a byte each).
 int64_t tensor_bytes(const Tensor& t);
 
-// x (B, L, I), w (O, I) -> y (B, L, O) = x·wᵀ in x's dtype (the high-precision forward every pipeline uses).
-Tensor forward_product(const Tensor& x, const Tensor& w);
+// x (B, L, I), w (O, I) -> y (B, L, O) = x·wᵀ + info.bias in x's dtype (the high-precision forward every pipeline
+// uses; the bias, when there is one, in the GEMM's epilogue).
+Tensor forward_product(const Tensor& x, const Tensor& w, const ProductInfo& info);
 
 // The same product for a conv product (forward_conv): y (B, L, O) of the convolution of info.image (N, C, H, W)
 // with w (O, C·kh·kw) through the conv2d op (cuDNN on CUDA), without the im2col columns. A channels-last image

@@ -43,7 +43,8 @@ Tensor Linear::forward(const Tensor& x) {
            in_features, out_features, x.describe(), x.dim() ? x.size(-1) : 0, in_features);
   if (!grad_pipeline.routes(needs_grad({&x, &weight}))) return linear(x, cast_like(weight, x), cast_like(bias, x));
   // Through the layer's gradient pipeline (Note [Product geometry]): (N, I) is (1, N, I); (B, ..., I) is
-  // (B, L, I); the bias is added outside so every pipeline agrees on its gradient.
+  // (B, L, I); the bias goes into the forward GEMM's epilogue, and the product op (not the pipeline) gives it its
+  // gradient, so every pipeline agrees on it.
   grad::ProductInfo info;
   Tensor x3;
   if (x.dim() <= 2) {
@@ -58,8 +59,7 @@ Tensor Linear::forward(const Tensor& x) {
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;
-  Tensor y = reshape(grad::product(x3, cast_like(weight, x), call), out_shape);
-  return bias.defined() ? add(y, cast_like(bias, x)) : y;
+  return reshape(grad::product(x3, cast_like(weight, x), call, cast_like(bias, x)), out_shape);
 }
 
 Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen) : options(o) {

@@ -242,6 +242,41 @@ TEST_CASE("grad::product routes autograd through the pipeline", "[grad]") {
   CHECK(test::gradcheck([&](const std::vector<Tensor>& in) { return grad::product(in[0], in[1], call); }, {x, w}) ==
         "");
   CHECK_THROWS_WITH(grad::product(reshape(x, {6, 4}), w, call), HasSubstr("x must be (B, L, I)"));
+  // With a bias: added in the forward product's epilogue, its gradient the row sum of g_y (from the product op).
+  Tensor b = test::random_tensor({5}, 3, DType::f64);
+  b.set_requires_grad(true);
+  CHECK(test::gradcheck([&](const std::vector<Tensor>& in) { return grad::product(in[0], in[1], call, in[2]); },
+                        {x, w, b}) == "");
+  CHECK_THROWS_WITH(grad::product(x, w, call, test::random_tensor({4}, 3, DType::f64)), HasSubstr("bias must be (5)"));
+  CHECK_THROWS_WITH(grad::product(x, w, call, test::random_tensor({5}, 3, DType::f32)), HasSubstr("bias must be (5)"));
+}
+
+TEST_CASE("every pipeline adds a product's bias in its forward and leaves its gradient to the product op", "[grad]") {
+  for (const char* name : {"exact", "hlq", "lbp_wht", "luq"}) {
+    INFO(name);
+    grad::PipelineSpec spec;
+    spec.name = name;
+    grad::ProductCall call{grad::make_pipeline(spec), {}, grad::NoiseKey{3, 1, 4}, nullptr};
+    Tensor x = test::random_tensor({2, 64, 16}, 4, DType::f32);
+    Tensor w = test::random_tensor({8, 16}, 5, DType::f32);
+    Tensor b = test::random_tensor({8}, 6, DType::f32);
+    for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+    const Tensor g = test::random_tensor({2, 64, 8}, 7, DType::f32);
+    const Tensor y = grad::product(x, w, call, b);
+    sum(mul(y, g)).backward();
+    const Tensor gx = x.grad(), gw = w.grad(), gb = b.grad();
+    // The same product without the bias, the bias added by hand: the same gradients (same noise key), y within
+    // one f32 rounding of the separate add.
+    Tensor x2 = x.detach(), w2 = w.detach(), b2 = b.detach();
+    for (Tensor* t : {&x2, &w2, &b2}) t->set_requires_grad(true);
+    const Tensor y2 = add(grad::product(x2, w2, call), b2);
+    sum(mul(y2, g)).backward();
+    CHECK(test::compare(y, y2, 1e-6, 1e-6) == "");
+    CHECK(test::compare(gx, x2.grad(), 0.0, 0.0) == "");
+    CHECK(test::compare(gw, w2.grad(), 0.0, 0.0) == "");
+    CHECK(test::compare(gb, b2.grad(), 1e-6, 1e-6) == "");
+    CHECK(test::compare(gb, sum(g, {0, 1}), 1e-6, 1e-6) == "");
+  }
 }
 
 TEST_CASE("Linear with a bound pipeline matches the plain layer when lossless", "[grad]") {

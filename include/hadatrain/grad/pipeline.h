@@ -152,6 +152,10 @@ struct ProductInfo {
   // How to rebuild x (a Linear) or the image (a conv) in backward, when the op that made it can; HLQ's
   // acbp_rebuild keeps this instead of a copy (Note [Rebuilt inputs]).
   RebuildInput rebuild;
+  // product() with a bias: the bias (O), x's dtype, detached. A pipeline's forward must return y with it added,
+  // which forward_product does in the GEMM's epilogue (one rounding, no separate pass); the product op gives the
+  // bias its gradient (the sum of g_y over the rows), so no pipeline's backward sees it.
+  Tensor bias;
 };
 
 // ---- the interface -------------------------------------------------------------------------------------
@@ -210,15 +214,16 @@ class Pipeline {
 // A new pipeline for one layer. Throws for an unknown name.
 std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec);
 
-// y (B, L, O) = x (B, L, I) · wᵀ through `pipeline`, recording an autograd node whose backward asks the
-// pipeline for g_x and g_w. `saved_bytes`, if given, receives the bytes the forward kept.
+// y (B, L, O) = x (B, L, I) · wᵀ [+ bias (O)] through `pipeline`, recording an autograd node whose backward asks
+// the pipeline for g_x and g_w (and sums g_y over the rows for the bias). `saved_bytes`, if given, receives the
+// bytes the forward kept.
 struct ProductCall {
   std::shared_ptr<Pipeline> pipeline;
   ProductInfo info;
   NoiseKey key;
   int64_t* saved_bytes = nullptr;
 };
-Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call);
+Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const Tensor& bias = Tensor());
 
 // A Conv2d (groups 1) as a product: image (N, C, H, W) (any strides, e.g. the permuted view of a channels-last
 // map), w (O, C·kh·kw) -> y (N, L, O), L = OH·OW (possibly a non-contiguous view: a pipeline may run it as a
