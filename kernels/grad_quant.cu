@@ -104,6 +104,18 @@ Workspace workspace_of(void* base, const Geo& g) {
   return {d, d + np, f, f + np, f + np + g.groups};
 }
 
+// The team of a fused launch for `need` threads per group: a power of two inside one warp (at least `least`), or
+// whole warps above 32; then the teams per block (whole warps, at most the groups).
+void size_teams(Geo& g, int64_t need, int least) {
+  int team = least;
+  while (team < need && team < 32) team *= 2;
+  if (need > 32) team = static_cast<int>((need + 31) / 32 * 32);
+  g.team = team;
+  g.teams = team >= kFusedBlock ? 1 : kFusedBlock / team;
+  if (g.teams > g.groups) g.teams = static_cast<int>(g.groups < 1 ? 1 : g.groups);
+  while (g.team * g.teams % 32 != 0) ++g.teams;  // team < 32 divides 32
+}
+
 Geo plan(const GradQuantArgs& a) {
   Geo g;
   // The item path (fused, see quant_items_kernel) when its alignment holds, for the groups that the unit
@@ -117,14 +129,8 @@ Geo plan(const GradQuantArgs& a) {
     g.vec = true;
     g.groups = a.numel / a.group_len;
     g.units = a.group_len / kItem;
-    const int64_t need = (g.units + kItemSlots - 1) / kItemSlots;  // threads for kItemSlots items each
-    int team = a.hadamard > kItem ? 2 : 1;                          // T = 16 pairs neighbouring lanes
-    while (team < need && team < 32) team *= 2;                     // a power of two inside one warp
-    if (need > 32) team = static_cast<int>((need + 31) / 32 * 32);  // or whole warps
-    g.team = team;
-    g.teams = team >= kFusedBlock ? 1 : kFusedBlock / team;
-    if (g.teams > g.groups) g.teams = static_cast<int>(g.groups < 1 ? 1 : g.groups);
-    while (g.team * g.teams % 32 != 0) ++g.teams;  // whole warps per block (team < 32 divides 32)
+    // threads for kItemSlots items each; T = 16 pairs neighbouring lanes
+    size_teams(g, (g.units + kItemSlots - 1) / kItemSlots, a.hadamard > kItem ? 2 : 1);
     return g;
   }
   g.unit = a.group_len % kU == 0 ? kU : a.hadamard;
@@ -135,14 +141,7 @@ Geo plan(const GradQuantArgs& a) {
   g.fused = g.units <= static_cast<int64_t>(kFusedUnits) * kFusedTeam && (g.groups >= 66 || g.units <= 128) &&
             !a.transposed && a.known_m == nullptr;
   if (g.fused) {
-    const int64_t need = (g.units + kFusedUnits - 1) / kFusedUnits;  // threads for kFusedUnits units each
-    int team = 1;
-    while (team < need && team < 32) team *= 2;                      // a power of two inside one warp
-    if (need > 32) team = static_cast<int>((need + 31) / 32 * 32);   // or whole warps
-    g.team = team;
-    g.teams = team >= kFusedBlock ? 1 : kFusedBlock / team;
-    if (g.teams > g.groups) g.teams = static_cast<int>(g.groups < 1 ? 1 : g.groups);
-    while (g.team * g.teams % 32 != 0) ++g.teams;  // whole warps per block (team < 32 divides 32)
+    size_teams(g, (g.units + kFusedUnits - 1) / kFusedUnits, 1);  // threads for kFusedUnits units each
   } else {
     // Blocks per group of the partial kernel: the count whose groups · parts blocks fill whole waves of
     // resident blocks best (132 SMs × 6 blocks of 256 threads at <= 40 registers, 5 for SAWB), at most

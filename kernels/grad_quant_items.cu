@@ -326,25 +326,38 @@ HT_DEV void load8(const T* x, int64_t i, bool vec, float v[8]) {
   }
 }
 
-// The codes of the item of 8 elements at flat index i (a multiple of 8: one Philox block), m > 0.
-HT_DEV void code_item(const GradQuantArgs& a, const Level& l, float qmaxf, bool noise, int64_t i, const float v[8],
-                      uint8_t q[8]) {
-  if (noise) {  // sr_code: uniform_code's stochastic rounding in fewer instructions
-    uint32_t w[4];
-    sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(i) >> 3, w);
-    const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
-    if (a.fp8_values) {
+// Pass 3 of a transposed launch: the one tensor-wide level (from the workspace) and the rounding, which turn an
+// item into its codes.
+// (The launch's arguments stay a reference: the kernel parameters are read where they are used, as before this
+// struct, which keeps the strip kernel at 48 registers without spills.)
+struct ItemCoder {
+  const GradQuantArgs& a;
+  Level l;
+  float qmaxf;
+  bool noise;  // stochastic rounding (Note [SR noise layout])
+
+  HT_DEV ItemCoder(const GradQuantArgs& args, const Workspace& ws)
+      : a(args), l{ws.m[0], ws.r[0], 0.0f}, qmaxf(static_cast<float>(args.qmax)), noise(wants_uniform_noise(args)) {}
+
+  // The codes of the item of 8 elements at flat index i (a multiple of 8: one Philox block), m > 0.
+  HT_DEV void operator()(int64_t i, const float v[8], uint8_t q[8]) const {
+    if (noise) {  // sr_code: uniform_code's stochastic rounding in fewer instructions
+      uint32_t w[4];
+      sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(i) >> 3, w);
+      const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
+      if (a.fp8_values) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<true>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+        for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<true>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+      }
     } else {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
+      for (int k = 0; k < 8; ++k) q[k] = uniform_code(v[k], l, qmaxf, false, a.fp8_values, 0u);
     }
-  } else {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) q[k] = uniform_code(v[k], l, qmaxf, false, a.fp8_values, 0u);
   }
-}
+};
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a, Workspace ws, bool vec) {
@@ -353,9 +366,7 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
   const T* x = static_cast<const T*>(a.x);
   const int64_t C = a.cols, N = a.numel / a.cols;
   const int64_t tiles_c = (C + kTileC - 1) / kTileC, tiles = (N + kTileN - 1) / kTileN * tiles_c;
-  const Level l{ws.m[0], ws.r[0], 0.0f};
-  const float qmaxf = static_cast<float>(a.qmax);
-  const bool noise = wants_uniform_noise(a);
+  const ItemCoder code(a, ws);
   const bool words = N % 4 == 0 && reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t n0 = t / tiles_c * kTileN, c0 = t % tiles_c * kTileC;
@@ -363,11 +374,11 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
       const int row = item / (kTileC / 8), cg = item % (kTileC / 8);
       const int64_t n = n0 + row, c = c0 + 8 * cg;
       uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (n < N && c < C && l.m != 0.0f) {
+      if (n < N && c < C && code.l.m != 0.0f) {
         const int64_t i = n * C + c;  // a multiple of 8
         float v[8];
         load8(x, i, vec, v);
-        code_item(a, l, qmaxf, noise, i, v, q);
+        code(i, v, q);
       }
 #pragma unroll
       for (int k = 0; k < 8; ++k) tile[(8 * cg + k) * kTileStride + row] = q[k];
@@ -418,9 +429,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_
   const T* x = static_cast<const T*>(a.x);
   const int64_t C = a.cols, N = a.numel / a.cols;
   const int64_t strips_c = C / kItem, strips = (N + kStripRows - 1) / kStripRows * strips_c;
-  const Level l{ws.m[0], ws.r[0], 0.0f};
-  const float qmaxf = static_cast<float>(a.qmax);
-  const bool noise = wants_uniform_noise(a);
+  const ItemCoder code(a, ws);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t st = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; st < strips; st += warps) {
@@ -434,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_
       for (int w = 0; w < W; ++w) raw[r][w] = __ldg(p + w);
     }
     uint32_t words[4][2] = {};  // [row][column block]: the codes of columns c0 + 4·b … + 3
-    if (l.m != 0.0f) {
+    if (code.l.m != 0.0f) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const T* e = reinterpret_cast<const T*>(raw[r]);
@@ -442,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_
 #pragma unroll
         for (int k = 0; k < kItem; ++k) v[k] = static_cast<float>(e[k]);
         uint8_t q[kItem];
-        code_item(a, l, qmaxf, noise, (n + r) * C + c0, v, q);
+        code((n + r) * C + c0, v, q);
         words[r][0] = q[0] | (uint32_t{q[1]} << 8) | (uint32_t{q[2]} << 16) | (uint32_t{q[3]} << 24);
         words[r][1] = q[4] | (uint32_t{q[5]} << 8) | (uint32_t{q[6]} << 16) | (uint32_t{q[7]} << 24);
       }

@@ -75,11 +75,8 @@ void visit_quant_dtype(DType dt, const char* kernel, F&& f) {
   }
 }
 
-// Blocks of a grid-stride loop over `blocks` work items of one block each: at least 1, at most 4 waves.
-inline unsigned grid_cap(int64_t blocks) {
-  constexpr int64_t kMax = 132 * 32;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMax ? kMax : blocks));
-}
+// Blocks of a grid-stride loop over `blocks` work items of one block each: at least 1, at most grid_for's cap.
+inline unsigned grid_cap(int64_t blocks) { return cuda::grid_for(blocks, 1); }
 
 // Grid of a fused kernel: one block per g.teams groups (capped at 2^30 blocks), g.team · g.teams threads each.
 inline unsigned fused_grid(const Geo& g) {
