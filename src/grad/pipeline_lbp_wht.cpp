@@ -10,6 +10,7 @@
 // and is defined for maps smaller than the padding (a 4×4 map). Shapes: x (B, L, I), w (O, I), g_y (B, L, O).
 #include <atomic>
 #include <cmath>
+#include <mutex>
 
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
@@ -120,7 +121,7 @@ class LbpWhtPipeline final : public Pipeline {
     }
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), E = s.grid.extra;
     const int64_t I = s.xp.size(1);
-    const Tensor bm = basis(o_.order, g_y.device());  // (r, 64)
+    const Tensor bm = basis_on(g_y.device());  // (r, 64)
     // g_p (r·B·P, O): the patch means of g_y on every kept basis, one product over all patches.
     const Tensor gp = reshape(div(matmul(bm, to_patches(narrow(g_y, 1, E, L - E).to(DType::f32), s.grid)), 64.0),
                               {-1, O});
@@ -155,7 +156,7 @@ class LbpWhtPipeline final : public Pipeline {
     const int64_t E = s->grid.extra, L = x.size(1);
     if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
     const Tensor patches = to_patches(narrow(x, 1, E, L - E).to(DType::f32), s->grid);  // (64, B·P·I)
-    const Tensor coef = matmul(basis(o_.order, x.device()), patches);                    // (r, B·P·I)
+    const Tensor coef = matmul(basis_on(x.device()), patches);                           // (r, B·P·I)
     s->xp = reshape(coef, {-1, x.size(2)}).to(x.dtype());                                 // (r·B·P, I)
     s->bytes = tensor_bytes(s->xp) + tensor_bytes(s->x_extra);
     return s;
@@ -192,7 +193,17 @@ class LbpWhtPipeline final : public Pipeline {
     return g;
   }
 
+  // The (r, 64) basis on `device`, built on the host once and kept: a host-to-device copy in every step would
+  // also stop the step from being recorded into a CUDA step graph (Note [Step graphs]).
+  Tensor basis_on(Device device) {
+    std::lock_guard<std::mutex> lock(basis_mu_);
+    if (!basis_.defined() || basis_.device() != device) basis_ = basis(o_.order, device);
+    return basis_;
+  }
+
   LbpWhtOptions o_;
+  std::mutex basis_mu_;
+  Tensor basis_;
 };
 
 }  // namespace
