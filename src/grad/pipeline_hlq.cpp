@@ -71,11 +71,9 @@ struct HlqSaved final : SavedState {
   HlaAxis axis;
   SavedColumns cols;  // unless map.values is defined
   SavedMap map;
-  // acbp_share: the input itself (x (B, L, I), or a conv's image (N, C, H, W)) when another op already kept it
-  // for backward (Note [Shared saved inputs]); backward compresses it into cols / map as the forward would have.
-  SavedTensor kept;
-  // acbp_rebuild: how to rebuild x or the image (ProductInfo::rebuild; Note [Rebuilt inputs]).
-  RebuildInput rebuild;
+  // acbp_share / acbp_rebuild: the input (x (B, L, I), or a conv's image (N, C, H, W)) by reference or its rebuild;
+  // backward compresses it into cols / map as the forward would have.
+  LaterInput later;
   NoiseKey key;
   // Conv products (forward_conv): the image's geometry and window, for the dgrad g_x product (Note [HLQ conv
   // g_x]) and for rebuilding the columns from a saved map.
@@ -137,13 +135,7 @@ class HlqPipeline final : public Pipeline {
     r.y = forward_product(x, w, info);  // (B, L, O), high precision
     if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, x.dtype(), x.size(1), key);
-    if (shares(x)) {
-      s->kept = SavedTensor(x);  // no bytes of its own
-    } else if (o_.acbp_rebuild && info.rebuild) {
-      s->rebuild = info.rebuild;  // nothing of its own either
-    } else {
-      s->bytes = save_input(*s, x);
-    }
+    if (!s->later.defer(x, info.rebuild, o_.acbp_share, o_.acbp_rebuild)) s->bytes = save_input(*s, x);
     r.saved = std::move(s);
     return r;
   }
@@ -170,12 +162,7 @@ class HlqPipeline final : public Pipeline {
     s->conv.grid_h = info.grid_h;
     s->conv.grid_w = info.grid_w;
     s->conv.window = info.window;
-    if (shares(image))
-      s->kept = SavedTensor(image);  // no bytes of its own
-    else if (o_.acbp_rebuild && info.rebuild)
-      s->rebuild = info.rebuild;  // nothing of its own either
-    else
-      s->bytes = save_input(*s, image);
+    if (!s->later.defer(image, info.rebuild, o_.acbp_share, o_.acbp_rebuild)) s->bytes = save_input(*s, image);
     r.saved = std::move(s);
     return r;
   }
@@ -184,12 +171,7 @@ class HlqPipeline final : public Pipeline {
     auto& s = static_cast<HlqSaved&>(saved);
     // What the forward would have saved, from the same input (same bits): the kept input (acbp_share) or the
     // input rebuilt by its op (acbp_rebuild).
-    if (s.kept.defined()) {
-      save_input(s, s.kept.release());
-    } else if (s.rebuild) {
-      save_input(s, s.rebuild());
-      s.rebuild = {};
-    }
+    if (s.later.pending()) save_input(s, s.later.take());
     Grads g;
     // When HLA quantises g_y itself (identity plan) with one absmax scale, the g_x quantiser's pass over g_y
     // also yields max |g_y|, and the g_w quantiser skips its statistics pass (one read of g_y less).
@@ -254,9 +236,6 @@ class HlqPipeline final : public Pipeline {
     s->axis = choose_axis(L);
     return s;
   }
-
-  // acbp_share: x's memory is kept by another op's backward already (Note [Shared saved inputs]).
-  bool shares(const Tensor& x) const { return o_.acbp_share && kept_for_backward(x); }
 
   // What ACBP keeps of the product's input, into s.cols / s.map: for a Linear, x (B, L, I) projected and
   // compressed; for a conv product, its input map (acbp_conv input_map, where smaller) or the projected columns.

@@ -2,7 +2,11 @@
 // Hadamard; g_y -> LUQ 4-bit (logarithmic, unbiased, per-sample α), W and the saved x -> 4-bit INT
 // (SAWB or absmax, round to nearest). Every LUQ value ±2^k (k <= 7) and every integer −7..7 is exact in
 // e4m3, so both products run on fp8 tensor cores without error beyond fp32 accumulation.
-// Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
+// Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O). Like HLQ's defaults, the forward
+// keeps no copy of an input that another op keeps or that its op can rebuild (LaterInput); backward quantises it
+// then, with the same bits.
+#include <optional>
+
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/shape_ops.h"
@@ -19,6 +23,8 @@ struct LuqSaved final : SavedState {
   Tensor xs;         // (B) f32
   Shape x_shape;
   NoiseKey key;
+  LaterInput later;                      // x (or a conv's image) by reference or its rebuild, quantised in backward
+  std::optional<Unfold2dParams> window;  // a conv product: the image's window (x = unfold2d(image, window))
 };
 
 ScaleRule rule_of(WeightQuant q) { return q == WeightQuant::sawb ? ScaleRule::sawb : ScaleRule::absmax; }
@@ -36,21 +42,26 @@ class LuqPipeline final : public Pipeline {
                         SaveForBackward save) override {
     ForwardResult r;
     r.y = forward_product(x, w, info);
-    if (save == SaveForBackward::yes) r.saved = save_state(x, w, key);
+    if (save == SaveForBackward::yes) r.saved = save_state(x, w, info, key, std::nullopt);
     return r;
   }
 
-  // A conv product: y is the convolution itself (no GEMM over the columns); the saved x are the columns.
+  // A conv product: y is the convolution itself (no GEMM over the columns); the saved x are the columns (or the
+  // image, deferred, unfolded in backward).
   ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                              SaveForBackward save) override {
     ForwardResult r;
     r.y = conv_forward_product(info, w);
-    if (save == SaveForBackward::yes) r.saved = save_state(unfold2d(info.image, info.window), w, key);
+    if (save == SaveForBackward::yes) r.saved = save_state(info.image, w, info, key, info.window);
     return r;
   }
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<LuqSaved&>(saved);
+    if (s.later.pending()) {
+      const Tensor in = s.later.take();
+      quantize_input(s, s.window ? unfold2d(in, *s.window) : in);
+    }
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
     LuqSpec ls;
     ls.bits = o_.bits;
@@ -81,22 +92,30 @@ class LuqPipeline final : public Pipeline {
   }
 
  private:
-  std::unique_ptr<SavedState> save_state(const Tensor& x, const Tensor& w, const NoiseKey& key) const {
+  // in: x, or a conv's image when `window` is given.
+  std::unique_ptr<SavedState> save_state(const Tensor& in, const Tensor& w, const ProductInfo& info,
+                                         const NoiseKey& key, std::optional<Unfold2dParams> window) const {
     auto s = std::make_unique<LuqSaved>();
     s->w = w;
-    s->x_dtype = x.dtype();
-    s->x_shape = x.shape();
+    s->x_dtype = in.dtype();
     s->key = key;
+    s->window = window;
+    if (!s->later.defer(in, info.rebuild, true, true)) quantize_input(*s, window ? unfold2d(in, *window) : in);
+    return s;
+  }
+
+  // x (B, L, I) -> the saved 4-bit x and its per-sample scales.
+  void quantize_input(LuqSaved& s, const Tensor& x) const {
+    s.x_shape = x.shape();
     QuantSpec q;
     q.bits = o_.x_bits;
     q.granularity = Granularity::sample;
     q.scale_rule = rule_of(o_.w_quant);
     q.rounding = Rounding::nearest;
     Quantized qx = quantize(x, q);
-    s->xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
-    s->xs = qx.scale;
-    s->bytes = tensor_bytes(s->xq) + tensor_bytes(s->xs);
-    return s;
+    s.xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
+    s.xs = qx.scale;
+    s.bytes = tensor_bytes(s.xq) + tensor_bytes(s.xs);
   }
 
   LuqOptions o_;

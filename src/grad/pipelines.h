@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 
+#include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/ops/nn_ops.h"
 
@@ -23,6 +24,36 @@ enum Role : uint32_t {
 
 // Bytes of a tensor's elements (packed int4 counts half a byte each).
 int64_t tensor_bytes(const Tensor& t);
+
+// An input a pipeline need not keep a copy of in its forward, because backward can have it again with the same bits
+// (Note [Shared saved inputs], Note [Rebuilt inputs] in autograd/saved_tensor.h): a reference to the tensor another
+// op keeps for its own backward, or the op that rebuilds it. Backward takes it once and compresses it as the forward
+// would have.
+struct LaterInput {
+  SavedTensor kept;
+  RebuildInput rebuild;
+  // Defers x: a reference when `share` and another op keeps x, else the rebuild when `rebuild` and there is one.
+  // False when the forward must keep its own copy.
+  bool defer(const Tensor& x, const RebuildInput& r, bool share, bool rebuild) {
+    if (share && kept_for_backward(x)) {
+      kept = SavedTensor(x);
+      return true;
+    }
+    if (rebuild && r) {
+      this->rebuild = r;
+      return true;
+    }
+    return false;
+  }
+  bool pending() const { return kept.defined() || static_cast<bool>(rebuild); }
+  // The input, once: the reference or the rebuilt tensor (releasing the node).
+  Tensor take() {
+    if (kept.defined()) return kept.release();
+    Tensor t = rebuild();
+    rebuild = {};
+    return t;
+  }
+};
 
 // x (B, L, I), w (O, I) -> y (B, L, O) = x·wᵀ + info.bias in x's dtype (the high-precision forward every pipeline
 // uses; the bias, when there is one, in the GEMM's epilogue).

@@ -368,3 +368,37 @@ TEST_CASE("a fused batch norm node on the CPU gives its kept output as its rebui
   o.activation = BatchNormActivation::none;  // the CPU keeps no output without the activation
   CHECK_FALSE(batch_norm(x, w, b, Tensor(), Tensor(), o).grad_fn()->can_recompute_output());
 }
+
+TEST_CASE("luq keeps no copy of an input its op can rebuild, and the gradients keep their bits", "[grad]") {
+  // The baseline run reads the same values through mul(h, 1.0), whose node cannot rebuild its output, so LUQ
+  // quantises x in the forward there; with the gelu / relu output itself it keeps nothing and quantises in backward.
+  for (const bool conv : {false, true}) {
+    INFO((conv ? "conv" : "linear"));
+    std::vector<Tensor> grads[2];
+    int64_t bytes[2] = {-1, -1};
+    for (int rebuilt = 0; rebuilt < 2; ++rebuilt) {
+      Generator gen(41);
+      std::shared_ptr<nn::Module> layer;
+      if (conv) layer = std::make_shared<nn::Conv2d>(nn::Conv2dOptions{.in_channels = 4, .out_channels = 8, .kernel = 3, .padding = 1}, gen);
+      else layer = std::make_shared<nn::Linear>(12, 16, nn::Bias::yes, gen);
+      grad::PipelineConfig pc;
+      pc.default_spec.name = "luq";
+      const auto bound = nn::bind_pipelines(*layer, pc, std::make_shared<grad::StepClock>());
+      Tensor x = test::random_tensor(conv ? Shape{2, 4, 8, 8} : Shape{3, 16, 12}, 42, DType::f32);
+      x.set_requires_grad(true);
+      Tensor h = conv ? relu(x) : gelu(x);
+      if (rebuilt == 0) {
+        h = mul(h, 1.0);
+        CHECK_FALSE(h.grad_fn()->can_recompute_output());
+      }
+      const Tensor y = layer->forward(h);
+      sum(mul(y, test::random_tensor(y.shape(), 43, DType::f32))).backward();
+      bytes[rebuilt] = bound.at(0).binding->saved_bytes;
+      for (auto& [n, p] : layer->named_parameters()) grads[rebuilt].push_back(p->grad());
+      grads[rebuilt].push_back(x.grad());
+    }
+    CHECK(bytes[0] > 0);
+    CHECK(bytes[1] == 0);
+    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(test::compare(grads[1][i], grads[0][i], 0.0, 0.0) == "");
+  }
+}
