@@ -105,17 +105,25 @@ class PipelineProductBackward final : public Node {
   DType bias_dtype_;
 };
 
+// The op's inputs: a = x, or the image of a conv product (whose columns' gradient `fold` folds back); w; the bias
+// of a Linear product, or undefined.
+struct ProductOperands {
+  const Tensor& a;
+  const Tensor& w;
+  const Tensor& bias;
+  std::optional<Fold2dParams> fold;
+};
+
 // The forward's result as the op's output: reports the saved bytes and, when a gradient is needed, records
-// the node over (a, w[, bias]) — a = x, or the image of a conv product (whose columns' gradient `fold` folds back).
-Tensor record_product(ForwardResult r, const ProductCall& call, const Tensor& a, const Tensor& w, bool grad,
-                      std::optional<Fold2dParams> fold = std::nullopt, const Tensor& bias = Tensor()) {
+// the node over the operands.
+Tensor record_product(ForwardResult r, const ProductCall& call, const ProductOperands& in) {
   if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
-  if (grad) {
+  if (needs_grad({&in.a, &in.w, &in.bias})) {
     HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", call.pipeline->name());
-    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved), fold,
-                                                          bias.defined() ? bias.dtype() : a.dtype());
-    if (bias.defined()) connect(node, {&a, &w, &bias}, {&r.y});
-    else connect(node, {&a, &w}, {&r.y});
+    auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved), in.fold,
+                                                          in.bias.defined() ? in.bias.dtype() : in.a.dtype());
+    if (in.bias.defined()) connect(node, {&in.a, &in.w, &in.bias}, {&r.y});
+    else connect(node, {&in.a, &in.w}, {&r.y});
   }
   return r.y;
 }
@@ -149,7 +157,7 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const 
     NoGradGuard no_grad;
     r = call.pipeline->forward(x.detach(), w.detach(), info, call.key, save_if(grad));
   }
-  return record_product(std::move(r), call, x, w, grad, std::nullopt, bias);
+  return record_product(std::move(r), call, {x, w, bias, std::nullopt});
 }
 
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call) {
@@ -182,7 +190,7 @@ Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& 
                 r.y.size(2) == w.size(0),
             "pipeline {}: conv forward gave {} for image {} and weight {}", name, r.y.describe(), image.describe(),
             w.describe());
-  return record_product(std::move(r), call, image, w, grad, Fold2dParams{C, H, W, window});
+  return record_product(std::move(r), call, {image, w, Tensor(), Fold2dParams{C, H, W, window}});
 }
 
 // ---- selection -----------------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ class HlqPipeline final : public Pipeline {
     r.y = forward_product(x, w, info);  // (B, L, O), high precision
     if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, x.dtype(), x.size(1), key);
-    if (!s->later.defer(x, info.rebuild, o_.acbp_share, o_.acbp_rebuild)) s->bytes = save_input(*s, x);
+    if (!s->later.defer(x, info.rebuild, later_allowed())) s->bytes = save_input(*s, x);
     r.saved = std::move(s);
     return r;
   }
@@ -162,7 +162,7 @@ class HlqPipeline final : public Pipeline {
     s->conv.grid_h = info.grid_h;
     s->conv.grid_w = info.grid_w;
     s->conv.window = info.window;
-    if (!s->later.defer(image, info.rebuild, o_.acbp_share, o_.acbp_rebuild)) s->bytes = save_input(*s, image);
+    if (!s->later.defer(image, info.rebuild, later_allowed())) s->bytes = save_input(*s, image);
     r.saved = std::move(s);
     return r;
   }
@@ -236,6 +236,8 @@ class HlqPipeline final : public Pipeline {
     s->axis = choose_axis(L);
     return s;
   }
+
+  LaterInput::Allowed later_allowed() const { return {.share = o_.acbp_share, .rebuild = o_.acbp_rebuild}; }
 
   // What ACBP keeps of the product's input, into s.cols / s.map: for a Linear, x (B, L, I) projected and
   // compressed; for a conv product, its input map (acbp_conv input_map, where smaller) or the projected columns.

@@ -100,7 +100,7 @@ class LuqPipeline final : public Pipeline {
     s->x_dtype = in.dtype();
     s->key = key;
     s->window = window;
-    if (!s->later.defer(in, info.rebuild, true, true)) quantize_input(*s, window ? unfold2d(in, *window) : in);
+    if (!s->later.defer(in, info.rebuild, {})) quantize_input(*s, window ? unfold2d(in, *window) : in);
     return s;
   }
 

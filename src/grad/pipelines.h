@@ -30,17 +30,20 @@ int64_t tensor_bytes(const Tensor& t);
 // op keeps for its own backward, or the op that rebuilds it. Backward takes it once and compresses it as the forward
 // would have.
 struct LaterInput {
+  struct Allowed {
+    bool share = true;    // keep a reference when another op keeps x
+    bool rebuild = true;  // keep the rebuild when x's op can rebuild it
+  };
   SavedTensor kept;
   RebuildInput rebuild;
-  // Defers x: a reference when `share` and another op keeps x, else the rebuild when `rebuild` and there is one.
-  // False when the forward must keep its own copy.
-  bool defer(const Tensor& x, const RebuildInput& r, bool share, bool rebuild) {
-    if (share && kept_for_backward(x)) {
+  // Defers x when `allowed` lets it: a reference, else the rebuild. False when the forward must keep its own copy.
+  bool defer(const Tensor& x, const RebuildInput& r, Allowed allowed) {
+    if (allowed.share && kept_for_backward(x)) {
       kept = SavedTensor(x);
       return true;
     }
-    if (rebuild && r) {
-      this->rebuild = r;
+    if (allowed.rebuild && r) {
+      rebuild = r;
       return true;
     }
     return false;

@@ -107,8 +107,8 @@ class BatchNormBackward final : public Node {
     const Tensor& x = saved(x_slot);
     auto kept = [&](std::size_t slot) { return slot == kNone ? Tensor() : saved(slot); };
     Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-    cuda_ops::batch_norm_apply(x, {saved(mean_slot), saved(invstd_slot)}, kept(weight_slot), kept(bias_slot), act_,
-                               kept(residual_slot), out);
+    cuda_ops::batch_norm_apply(
+        x, {{saved(mean_slot), saved(invstd_slot)}, kept(weight_slot), kept(bias_slot), act_, kept(residual_slot)}, out);
     return out;
 #else
     return Tensor();

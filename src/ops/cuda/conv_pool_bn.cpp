@@ -218,18 +218,17 @@ kernels::BnAct bn_act(BatchNormActivation a) {
 }
 
 // The normalisation pass of the forward (xc dense), shared by batch_norm_forward and batch_norm_apply.
-void normalize(const Tensor& xc, const BnStats& st, const Tensor& weight, const Tensor& bias,
-               BatchNormActivation activation, const Tensor& residual, const Tensor& out, cudaStream_t stream) {
+void normalize(const Tensor& xc, const BnApply& p, const Tensor& out, cudaStream_t stream) {
   Tensor keep_w, keep_b;
   kernels::BnChannels ch;
-  ch.mean = dptr(st.mean);
-  ch.invstd = dptr(st.invstd);
-  ch.weight = bn_param(weight, keep_w);
-  ch.bias = bn_param(bias, keep_b);
-  ch.act = bn_act(activation);
+  ch.mean = dptr(p.stats.mean);
+  ch.invstd = dptr(p.stats.invstd);
+  ch.weight = bn_param(p.weight, keep_w);
+  ch.bias = bn_param(p.bias, keep_b);
+  ch.act = bn_act(p.activation);
   Tensor rc;
-  if (residual.defined()) {
-    rc = contiguous(residual);
+  if (p.residual.defined()) {
+    rc = contiguous(p.residual);
     ch.act = kernels::BnAct::add_relu;
     ch.residual = rc.data_ptr();
   }
@@ -280,26 +279,27 @@ BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& 
     kernels::launch_bn_eval_stats(bn_param(running_mean, keep_m), bn_param(running_var, keep_v), s.C, opts.eps,
                                   dptr_mut(st.mean), dptr_mut(st.invstd), on.stream);
   }
-  normalize(xc, st, weight, bias, opts.activation, residual, out, on.stream);
+  normalize(xc, {st, weight, bias, opts.activation, residual}, out, on.stream);
   return st;
 }
 
-void batch_norm_apply(const Tensor& x, const BnStats& st, const Tensor& weight, const Tensor& bias,
-                      BatchNormActivation activation, const Tensor& residual, const Tensor& out) {
+void batch_norm_apply(const Tensor& x, const BnApply& p, const Tensor& out) {
   NoGradGuard no_grad;
+  const BnStats& st = p.stats;
   HT_CHECK(st.mean.dtype() == DType::f64 && st.invstd.dtype() == DType::f64 && st.mean.is_contiguous() &&
                st.invstd.is_contiguous(),
            "batch_norm_apply: expected the forward's dense f64 statistics, got mean {} and invstd {}",
            st.mean.describe(), st.invstd.describe());
   if (!has_kernel(x.dtype())) {  // as batch_norm_forward: through f32
     Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
-    batch_norm_apply(to_dtype(x, DType::f32), st, weight, bias, activation,
-                     residual.defined() ? to_dtype(residual, DType::f32) : Tensor(), tmp);
+    BnApply f32 = p;
+    if (f32.residual.defined()) f32.residual = to_dtype(f32.residual, DType::f32);
+    batch_norm_apply(to_dtype(x, DType::f32), f32, tmp);
     copy_(out, tmp);
     return;
   }
   OnDevice on(out);
-  normalize(contiguous(x), st, weight, bias, activation, residual, out, on.stream);
+  normalize(contiguous(x), p, out, on.stream);
 }
 
 BnGrads batch_norm_backward(const Tensor& g, const BnBackwardArgs& a, const std::array<bool, 4>& in_need) {

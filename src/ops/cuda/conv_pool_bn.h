@@ -47,11 +47,17 @@ struct BnStats {
 BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                            const Tensor& running_var, const BatchNormOptions& opts, const Tensor& residual,
                            const Tensor& out);
-// The normalisation pass of batch_norm_forward alone: out = act(bn(x) [+ residual]) with the given statistics (the
-// BnStats the forward returned). The same kernels on the same inputs, so it rebuilds the forward's output bit for bit
-// (Note [Rebuilt inputs]).
-void batch_norm_apply(const Tensor& x, const BnStats& st, const Tensor& weight, const Tensor& bias,
-                      BatchNormActivation activation, const Tensor& residual, const Tensor& out);
+// What the normalisation pass reads besides x: the statistics (the BnStats the forward returned), the affine
+// parameters and the residual (each undefined when absent), and the activation.
+struct BnApply {
+  BnStats stats;
+  Tensor weight, bias;
+  BatchNormActivation activation = BatchNormActivation::none;
+  Tensor residual;
+};
+// The normalisation pass of batch_norm_forward alone: out = act(bn(x) [+ residual]). The same kernels on the same
+// inputs, so it rebuilds the forward's output bit for bit (Note [Rebuilt inputs]).
+void batch_norm_apply(const Tensor& x, const BnApply& p, const Tensor& out);
 
 struct BnBackwardArgs {
   BatchNormMode mode = BatchNormMode::train;
