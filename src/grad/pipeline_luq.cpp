@@ -58,10 +58,7 @@ class LuqPipeline final : public Pipeline {
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<LuqSaved&>(saved);
-    if (s.later.pending()) {
-      const Tensor in = s.later.take();
-      quantize_input(s, s.window ? unfold2d(in, *s.window) : in);
-    }
+    if (s.later.pending()) quantize_input(s, s.later.take());
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
     LuqSpec ls;
     ls.bits = o_.bits;
@@ -100,12 +97,13 @@ class LuqPipeline final : public Pipeline {
     s->x_dtype = in.dtype();
     s->key = key;
     s->window = window;
-    if (!s->later.defer(in, info.rebuild, {})) quantize_input(*s, window ? unfold2d(in, *window) : in);
+    if (!s->later.defer(in, info.rebuild, {})) quantize_input(*s, in);
     return s;
   }
 
-  // x (B, L, I) -> the saved 4-bit x and its per-sample scales.
-  void quantize_input(LuqSaved& s, const Tensor& x) const {
+  // x (B, L, I), or a conv's image unfolded into it -> the saved 4-bit x and its per-sample scales.
+  void quantize_input(LuqSaved& s, const Tensor& in) const {
+    const Tensor x = s.window ? unfold2d(in, *s.window) : in;
     s.x_shape = x.shape();
     QuantSpec q;
     q.bits = o_.x_bits;

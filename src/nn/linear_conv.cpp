@@ -22,7 +22,7 @@ Tensor cast_like(const Tensor& p, const Tensor& x) {
 // (Note [Rebuilt inputs]); null otherwise.
 std::shared_ptr<Node> rebuilder_of(const Tensor& x) {
   const auto& fn = x.grad_fn();
-  return fn && x.output_nr() == 0 && fn->num_outputs() == 1 && fn->can_recompute_output() ? fn : nullptr;
+  return fn && fn->rebuilds_output(x.output_nr()) ? fn : nullptr;
 }
 }  // namespace
 

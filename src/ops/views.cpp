@@ -83,7 +83,7 @@ class ReshapeBackward final : public Node {
   const Node* source() const {
     if (next_edges_.size() != 1) return nullptr;
     const Edge& e = next_edges_[0];
-    return e.fn && e.input_nr == 0 && e.fn->num_outputs() == 1 && e.fn->can_recompute_output() ? e.fn.get() : nullptr;
+    return e.fn && e.fn->rebuilds_output(e.input_nr) ? e.fn.get() : nullptr;
   }
   std::string op_;
   Shape in_shape_, out_shape_;

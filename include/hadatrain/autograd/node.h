@@ -51,6 +51,11 @@ class Node {
   // output (Note [Rebuilt inputs] in autograd/saved_tensor.h). Throws like saved() once the node has run.
   virtual Tensor recompute_output() const { return Tensor(); }
   virtual bool can_recompute_output() const { return false; }
+  // True when a tensor that is output `output_nr` of this node can be rebuilt by it: the node's only output, and
+  // the node can rebuild it.
+  bool rebuilds_output(uint32_t output_nr) const {
+    return output_nr == 0 && num_outputs_ == 1 && can_recompute_output();
+  }
 
  protected:
   std::vector<Edge> next_edges_;
