@@ -1,7 +1,9 @@
 // Node: saved tensors, their release, and iterative destruction of long graphs.
 #include "hadatrain/autograd/node.h"
 
+#include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/autograd/meta.h"
+#include "hadatrain/core/error.h"
 
 namespace ht {
 
@@ -19,8 +21,10 @@ thread_local std::vector<Tensor> t_pending_tensors;
 Node::~Node() {
   for (auto& e : next_edges_)
     if (e.fn) t_pending_nodes.push_back(std::move(e.fn));
-  for (auto& t : saved_)
-    if (t.defined()) t_pending_tensors.push_back(t.release());
+  for (auto& s : saved_) {
+    if (s.t.defined()) t_pending_tensors.push_back(s.t.release());
+    if (s.source) t_pending_nodes.push_back(std::move(s.source));
+  }
   if (t_draining) return;
   t_draining = true;
   while (!t_pending_nodes.empty() || !t_pending_tensors.empty()) {
@@ -37,7 +41,16 @@ Node::~Node() {
 }
 
 std::size_t Node::save(const Tensor& t) {
-  saved_.emplace_back(t.defined() ? t.detach() : Tensor());
+  Slot s;
+  const std::shared_ptr<Node> fn = t.defined() ? t.grad_fn() : nullptr;
+  if (fn && fn.get() != this && fn->offers_rebuild() && fn->rebuilds_output(t.output_nr())) {
+    s.source = fn;  // Note [Recomputed outputs]
+    s.shape = t.shape();
+    s.dtype = t.dtype();
+  } else {
+    s.t = SavedTensor(t.defined() ? t.detach() : Tensor());
+  }
+  saved_.push_back(std::move(s));
   return saved_.size() - 1;
 }
 
@@ -47,7 +60,22 @@ const Tensor& Node::saved(std::size_t slot) const {
            "first backward); pass BackwardOptions{{.retain_graph = true}} to the first backward call",
            name());
   HT_ASSERT(slot < saved_.size(), "{}: no saved tensor in slot {}", name(), slot);
-  return saved_[slot].get();
+  Slot& s = saved_[slot];
+  if (s.source) {
+    // Rebuilt once and kept until this node's backward releases it (the source's kept tensors are still there: it
+    // ran before this node in the forward, so its backward runs after this node's).
+    Tensor t;
+    {
+      NoGradGuard no_grad;
+      t = s.source->recompute_output();
+    }
+    HT_ASSERT(t.defined() && t.shape() == s.shape && t.dtype() == s.dtype,
+              "{}: {} rebuilt its output as {}, expected {} {}", name(), s.source->name(), t.describe(),
+              to_string(s.shape), dtype_name(s.dtype));
+    s.t = SavedTensor(t.detach());
+    s.source.reset();
+  }
+  return s.t.get();
 }
 
 void Node::release_saved() {
@@ -57,8 +85,8 @@ void Node::release_saved() {
 
 std::size_t Node::saved_bytes() const {
   std::size_t n = 0;
-  for (const auto& t : saved_)
-    if (t.defined()) n += t.get().nbytes();
+  for (const auto& s : saved_)
+    if (s.t.defined()) n += s.t.get().nbytes();
   return n;
 }
 

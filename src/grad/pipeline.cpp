@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/function.h"
+#include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
@@ -64,6 +65,35 @@ namespace {
 
 SaveForBackward save_if(bool grad) { return grad ? SaveForBackward::yes : SaveForBackward::no; }
 
+// What a product node keeps to run its forward product again (Note [Recomputed outputs]): its input (a reference to
+// the tensor another op keeps, or the input's rebuild), the weight and the bias, all of which the node or the
+// pipeline keeps anyway.
+struct OutputRebuild {
+  SavedTensor x;       // x (B, L, I), when another op keeps it; else
+  RebuildInput input;  // its rebuild
+  Tensor w, bias;
+  Tensor operator()() const {
+    ProductInfo info;
+    info.bias = bias;
+    return forward_product(x.defined() ? x.get() : input(), w, info);
+  }
+};
+
+// For a product whose layer asks for recompute_output: how the node can have y again, or null when it cannot (the
+// pipeline's forward is not the plain product, or x is neither kept by another op nor rebuildable; x is checked after
+// the pipeline's forward, so a pipeline that keeps x itself, exact, shares it).
+std::unique_ptr<OutputRebuild> output_rebuild(const Tensor& x, const Tensor& w, const ProductCall& call,
+                                              const ProductInfo& info) {
+  if (!call.recompute_output || !call.pipeline->exact_forward()) return nullptr;
+  auto r = std::make_unique<OutputRebuild>();
+  if (kept_for_backward(x)) r->x = SavedTensor(x.detach());
+  else if (info.rebuild) r->input = info.rebuild;
+  else return nullptr;
+  r->w = w.detach();
+  r->bias = info.bias;
+  return r;
+}
+
 // Inputs (x, w) and optionally the bias, or (image, w) for a conv product, whose columns' gradient is folded back
 // to the image.
 class PipelineProductBackward final : public Node {
@@ -96,11 +126,22 @@ class PipelineProductBackward final : public Node {
   void release_saved() override {
     Node::release_saved();
     saved_.reset();
+    rebuild_.reset();
+  }
+
+  // Note [Recomputed outputs]: the ops that read y keep this node instead of y, and rebuild y from it.
+  void offer_output(std::unique_ptr<OutputRebuild> r) { rebuild_ = std::move(r); }
+  bool can_recompute_output() const override { return rebuild_ != nullptr; }
+  bool offers_rebuild() const override { return rebuild_ != nullptr; }
+  Tensor recompute_output() const override {
+    HT_CHECK(saved_ != nullptr, "{}: cannot rebuild its output after its backward released what it kept", name());
+    return rebuild_ ? (*rebuild_)() : Tensor();
   }
 
  private:
   std::shared_ptr<Pipeline> pipeline_;
   std::unique_ptr<SavedState> saved_;
+  std::unique_ptr<OutputRebuild> rebuild_;
   std::optional<Fold2dParams> fold_;
   DType bias_dtype_;
 };
@@ -115,13 +156,16 @@ struct ProductOperands {
 };
 
 // The forward's result as the op's output: reports the saved bytes and, when a gradient is needed, records
-// the node over the operands.
-Tensor record_product(ForwardResult r, const ProductCall& call, const ProductOperands& in) {
+// the node over the operands (offering y for rebuilding when `rebuild` is given).
+Tensor record_product(ForwardResult r, const ProductCall& call, const ProductOperands& in,
+                      std::unique_ptr<OutputRebuild> rebuild = nullptr) {
   if (call.saved_bytes) *call.saved_bytes = r.saved ? r.saved->bytes : 0;
+  if (call.output_rebuilt) *call.output_rebuilt = rebuild != nullptr;
   if (needs_grad({&in.a, &in.w, &in.bias})) {
     HT_ASSERT(r.saved != nullptr, "pipeline {} saved nothing for backward", call.pipeline->name());
     auto node = std::make_shared<PipelineProductBackward>(call.pipeline, std::move(r.saved), in.fold,
                                                           in.bias.defined() ? in.bias.dtype() : in.a.dtype());
+    node->offer_output(std::move(rebuild));
     if (in.bias.defined()) connect(node, {&in.a, &in.w, &in.bias}, {&r.y});
     else connect(node, {&in.a, &in.w}, {&r.y});
   }
@@ -157,7 +201,7 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const 
     NoGradGuard no_grad;
     r = call.pipeline->forward(x.detach(), w.detach(), info, call.key, save_if(grad));
   }
-  return record_product(std::move(r), call, {x, w, bias, std::nullopt});
+  return record_product(std::move(r), call, {x, w, bias, std::nullopt}, grad ? output_rebuild(x, w, call, info) : nullptr);
 }
 
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call) {
@@ -222,7 +266,8 @@ const PipelineSpec& select_spec(const PipelineConfig& config, const std::string&
   return config.default_spec;
 }
 
-std::string describe(const PipelineSpec& s) {
+namespace {
+std::string describe_pipeline(const PipelineSpec& s) {
   if (s.name == "hlq") {
     const HlqOptions& o = s.hlq;
     static const char* gran[] = {"tensor", "sample", "token"};
@@ -244,6 +289,11 @@ std::string describe(const PipelineSpec& s) {
                                               s.lbp_wht.order * (s.lbp_wht.order + 1) / 2);
   if (s.name == "luq") return fmt::format("luq ({} bit g_y, {} bit W and x)", s.luq.bits, s.luq.x_bits);
   return s.name;
+}
+}  // namespace
+
+std::string describe(const PipelineSpec& s) {
+  return s.recompute_output ? describe_pipeline(s) + ", output recomputed in backward" : describe_pipeline(s);
 }
 
 // ---- shared helpers ------------------------------------------------------------------------------------

@@ -55,8 +55,10 @@ Tensor Linear::forward(const Tensor& x) {
   }
   // x itself is the output of an op that can rebuild it from what it keeps (Note [Rebuilt inputs]).
   if (auto fn = rebuilder_of(x)) info.rebuild = {std::move(fn), [s = x3.shape()](const Tensor& t) { return reshape(t, s); }};
+  const bool train = is_training();
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
-                               is_training() ? &grad_pipeline.saved_bytes : nullptr};
+                               train ? &grad_pipeline.saved_bytes : nullptr, grad_pipeline.recompute_output,
+                               train ? &grad_pipeline.output_rebuilt : nullptr};
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;
   return reshape(grad::product(x3, cast_like(weight, x), call, cast_like(bias, x)), out_shape);

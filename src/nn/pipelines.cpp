@@ -51,6 +51,8 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
     b->key = grad::NoiseKey{config.seed, layer++, 0};
     b->clock = clock;
     b->saved_bytes = 0;
+    b->recompute_output = spec->recompute_output && type == "Linear";
+    b->output_rebuilt = false;
     out.push_back({name, type, grad::describe(*spec), b});
   }
   // A pattern that selects nothing is almost always a typo (or a config written for another model): the run

@@ -73,6 +73,10 @@ class ReshapeBackward final : public Node {
   std::string name() const override { return op_; }
   std::vector<Tensor> apply(std::vector<Tensor>&& g) override { return {reshape(g[0], in_shape_)}; }
   bool can_recompute_output() const override { return source() != nullptr; }
+  bool offers_rebuild() const override {  // a reshape of a product's output (Note [Recomputed outputs])
+    const Node* src = source();
+    return src != nullptr && src->offers_rebuild();
+  }
   Tensor recompute_output() const override {
     const Node* src = source();
     return src ? reshape(src->recompute_output(), out_shape_) : Tensor();

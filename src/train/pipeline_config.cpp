@@ -81,6 +81,7 @@ grad::HlqOptions read_hlq(ConfigReader& r) {
 grad::PipelineSpec read_pipeline_spec(ConfigReader r) {
   grad::PipelineSpec s;
   s.name = r.get_enum("name", "exact", {"exact", "hlq", "lbp_wht", "luq"});
+  s.recompute_output = r.get("recompute_output", false);
   if (s.name == "hlq") {
     s.hlq = read_hlq(r);
   } else if (s.name == "lbp_wht") {

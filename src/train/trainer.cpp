@@ -152,7 +152,18 @@ void log_pipelines(const std::vector<nn::BoundLayer>& layers) {
 // from what its op keeps (HLQ's acbp_share / acbp_rebuild; docs/gradient_pipelines.md).
 void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
   int64_t bytes = 0;
-  int active = 0, none = 0;
+  int active = 0, none = 0, asked = 0, rebuilt = 0;
+  for (const auto& l : layers) {
+    asked += l.binding->recompute_output;
+    rebuilt += l.binding->output_rebuilt;
+  }
+  // recompute_output (Note [Recomputed outputs]): a layer whose input cannot be had again in backward keeps its
+  // output as usual; say how many could.
+  if (asked > 0)
+    spdlog::info("grad pipeline: {} of the {} layer(s) with recompute_output have their output rebuilt in backward "
+                 "instead of kept{}",
+                 rebuilt, asked,
+                 rebuilt < asked ? " (the others' input is neither kept by another op nor rebuildable)" : "");
   for (const auto& l : layers) {
     if (!l.binding->active()) continue;
     ++active;

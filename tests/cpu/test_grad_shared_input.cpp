@@ -402,3 +402,175 @@ TEST_CASE("luq keeps no copy of an input its op can rebuild, and the gradients k
     for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(test::compare(grads[1][i], grads[0][i], 0.0, 0.0) == "");
   }
 }
+
+// ---- Note [Recomputed outputs] -----------------------------------------------------------------------------------
+
+namespace {
+
+struct RecomputeRun {
+  std::vector<Tensor> grads;  // the parameters' gradients, then x's
+  std::size_t gelu_kept = 0;  // bytes the gelu node keeps after the forward
+  bool output_rebuilt = false;
+  int64_t fc2_bytes = -1;
+};
+
+struct RecomputeSetup {
+  std::string pipeline = "hlq";
+  bool recompute = true;  // recompute_output on fc1
+  bool norm = true;       // fc1 reads a LayerNorm output (rebuildable); else x itself (a leaf: not rebuildable)
+  DType dt = DType::f32;
+};
+
+// fc2(gelu(fc1(norm(x)))), every Linear on one pipeline, fc1 with recompute_output when asked.
+RecomputeRun run_recompute(const RecomputeSetup& s) {
+  Generator gen(51);
+  auto norm = std::make_shared<nn::LayerNorm>(12, 1e-5);
+  auto fc1 = std::make_shared<nn::Linear>(12, 32, nn::Bias::yes, gen);
+  auto fc2 = std::make_shared<nn::Linear>(32, 12, nn::Bias::yes, gen);
+  for (auto* m : std::initializer_list<nn::Module*>{norm.get(), fc1.get(), fc2.get()}) m->to(s.dt);
+  grad::PipelineConfig pc;
+  pc.default_spec.name = s.pipeline;
+  auto clock = std::make_shared<grad::StepClock>();
+  nn::bind_pipelines(*fc2, pc, clock);
+  pc.default_spec.recompute_output = s.recompute;
+  nn::bind_pipelines(*fc1, pc, clock);
+  Tensor x = test::random_tensor({3, 16, 12}, 52, DType::f32).to(s.dt);
+  x.set_requires_grad(true);
+  const Tensor h = gelu(fc1->forward(s.norm ? norm->forward(x) : x));
+  RecomputeRun r;
+  r.gelu_kept = h.grad_fn()->saved_bytes();
+  const Tensor y = fc2->forward(h);
+  sum(mul(y, test::random_tensor(y.shape(), 53, DType::f32).to(s.dt))).backward();
+  for (auto* m : std::initializer_list<nn::Module*>{norm.get(), fc1.get(), fc2.get()})
+    for (auto& [n, p] : m->named_parameters()) r.grads.push_back(p->grad());
+  r.grads.push_back(x.grad());
+  r.output_rebuilt = fc1->grad_pipeline.output_rebuilt;
+  r.fc2_bytes = fc2->grad_pipeline.saved_bytes;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("recompute_output: the gelu keeps fc1's node instead of its input, and the gradients keep their bits",
+          "[grad]") {
+  for (const std::string p : {"exact", "hlq", "luq", "lbp_wht"}) {
+    for (const DType dt : {DType::f32, DType::bf16}) {
+      INFO(p << ", " << dtype_name(dt));
+      const RecomputeRun kept = run_recompute({.pipeline = p, .recompute = false, .norm = true, .dt = dt});
+      const RecomputeRun rebuilt = run_recompute({.pipeline = p, .recompute = true, .norm = true, .dt = dt});
+      CHECK(kept.gelu_kept == 3 * 16 * 32 * itemsize(dt));  // z, the gelu's input
+      CHECK_FALSE(kept.output_rebuilt);
+      CHECK(rebuilt.output_rebuilt);
+      CHECK(rebuilt.gelu_kept == 0);
+      // fc2's own saving is unchanged: under hlq / luq it rebuilds the gelu output, now through fc1's product.
+      CHECK(rebuilt.fc2_bytes == kept.fc2_bytes);
+      REQUIRE(rebuilt.grads.size() == kept.grads.size());
+      for (std::size_t i = 0; i < kept.grads.size(); ++i) {
+        INFO("gradient " << i);
+        CHECK(test::compare(rebuilt.grads[i], kept.grads[i], 0.0, 0.0) == "");
+      }
+    }
+  }
+  // fc1 reads a leaf: nothing keeps it and nothing rebuilds it, so under hlq the product cannot run again and the
+  // gelu keeps z; the exact pipeline keeps x itself, so its node shares that.
+  const RecomputeRun hlq_leaf = run_recompute({.pipeline = "hlq", .recompute = true, .norm = false});
+  CHECK_FALSE(hlq_leaf.output_rebuilt);
+  CHECK(hlq_leaf.gelu_kept == 3 * 16 * 32 * 4);
+  const RecomputeRun exact_leaf = run_recompute({.pipeline = "exact", .recompute = true, .norm = false});
+  CHECK(exact_leaf.output_rebuilt);
+  CHECK(exact_leaf.gelu_kept == 0);
+  const RecomputeRun exact_leaf_kept = run_recompute({.pipeline = "exact", .recompute = false, .norm = false});
+  for (std::size_t i = 0; i < exact_leaf.grads.size(); ++i) {
+    if (!exact_leaf_kept.grads[i].defined()) {  // the unused LayerNorm's
+      CHECK_FALSE(exact_leaf.grads[i].defined());
+      continue;
+    }
+    CHECK(test::compare(exact_leaf.grads[i], exact_leaf_kept.grads[i], 0.0, 0.0) == "");
+  }
+}
+
+TEST_CASE("a node that offers its output is kept by Node::save and rebuilt once, on the first read", "[autograd][grad]") {
+  Generator gen(55);
+  auto fc = std::make_shared<nn::Linear>(8, 8, nn::Bias::no, gen);
+  grad::PipelineConfig pc;
+  pc.default_spec.recompute_output = true;  // exact, routed through its product for the rebuild
+  nn::bind_pipelines(*fc, pc, std::make_shared<grad::StepClock>());
+  Tensor x = test::random_tensor({2, 4, 8}, 56, DType::f32);
+  x.set_requires_grad(true);
+  const Tensor y = fc->forward(exp(x));  // exp keeps x; the exact product keeps exp(x)
+  REQUIRE(y.grad_fn() != nullptr);
+  CHECK(y.grad_fn()->offers_rebuild());
+  const Tensor t = tanh(y);
+  const auto node = t.grad_fn();
+  CHECK(node->saved_bytes() == 0);
+  // The rebuilt input is the forward's, bit for bit, kept from the first read on.
+  CHECK(test::compare(node->saved(0), y, 0.0, 0.0) == "");
+  CHECK(node->saved_bytes() == y.nbytes());
+  CHECK(node->saved(0).storage() == node->saved(0).storage());
+  CHECK(node->saved(0).storage() != y.storage());
+  // Without recompute_output the exact layer runs its plain op and nothing is offered.
+  fc->grad_pipeline.recompute_output = false;
+  const Tensor y2 = fc->forward(exp(x));
+  CHECK_FALSE(y2.grad_fn()->offers_rebuild());
+  CHECK(tanh(y2).grad_fn()->saved_bytes() == y2.nbytes());
+}
+
+TEST_CASE("recompute_output config key, and what bind_pipelines does with it", "[grad]") {
+  auto parse = [](const std::string& yaml) {
+    auto r = train::ConfigReader::from_string(yaml, "recompute.yaml");
+    const grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 0);
+    r.finish();
+    return c;
+  };
+  const grad::PipelineConfig c =
+      parse("grad_pipeline: {default: {name: hlq}, layers: {'*.fc1': {name: hlq, recompute_output: true}}}");
+  CHECK_FALSE(c.default_spec.recompute_output);
+  REQUIRE(c.overrides.size() == 1);
+  CHECK(c.overrides[0].second.recompute_output);
+  CHECK(grad::describe(c.overrides[0].second).ends_with(", output recomputed in backward"));
+  CHECK(grad::describe(c.default_spec).find("recomputed") == std::string::npos);
+  CHECK(parse("grad_pipeline: {default: {name: exact, recompute_output: true}}").default_spec.recompute_output);
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, recompute_output: maybe}}"),
+                    HasSubstr("grad_pipeline.default.recompute_output"));
+  // A Conv2d ignores it (Linear layers only).
+  Generator gen(57);
+  models::VitConfig cfg = models::VitConfig::vit_s4(10);
+  cfg.image_size = 8;
+  cfg.dim = 16;
+  cfg.heads = 2;
+  cfg.depth = 1;
+  models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(58));
+  grad::PipelineConfig pc;
+  pc.default_spec.recompute_output = true;
+  for (const auto& b : nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>()))
+    CHECK(b.binding->recompute_output == (b.type == "Linear"));
+}
+
+TEST_CASE("recompute_output in a ViT on the CPU: fc1 and qkv offer their outputs, the gradients keep their bits",
+          "[grad][models]") {
+  models::VitConfig cfg = models::VitConfig::vit_s4(10);
+  cfg.image_size = 8;
+  cfg.dim = 32;
+  cfg.heads = 2;
+  cfg.depth = 2;
+  std::vector<Tensor> grads[2];
+  for (int recompute = 0; recompute < 2; ++recompute) {
+    Generator gen(9);
+    models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
+    grad::PipelineConfig pc;
+    pc.default_spec.name = "hlq";
+    grad::PipelineSpec rc = pc.default_spec;
+    rc.recompute_output = recompute == 1;
+    pc.overrides = {{"*.fc1", rc}, {"*.qkv", rc}};
+    const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
+    const Tensor x = test::random_tensor({2, 3, 8, 8}, 11, DType::f32);
+    cross_entropy(v.forward(x), from_vector(std::vector<int64_t>{1, 7}, {2}, {DType::i64})).backward();
+    for (const auto& b : bound) {
+      INFO(b.name);
+      CHECK(b.binding->output_rebuilt == (recompute == 1 && (b.name.ends_with("fc1") || b.name.ends_with("qkv"))));
+    }
+    for (auto& [n, p] : v.named_parameters()) grads[recompute].push_back(p->grad());
+  }
+  REQUIRE(grads[0].size() == grads[1].size());
+  for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(test::compare(grads[1][i], grads[0][i], 0.0, 0.0) == "");
+}

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/cuda/allocator.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
@@ -307,6 +308,54 @@ TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept outp
       REQUIRE(grads[0][i].defined());
       CHECK(test::compare_bits(grads[run][i], grads[0][i].to(Device::cpu())) == "");
     }
+  }
+}
+
+TEST_CASE("recompute_output in a ViT on CUDA: the gelu and the attention keep no fc1 / qkv output", "[gpu][grad]") {
+  // Note [Recomputed outputs]: with recompute_output on fc1 and qkv, the gelu keeps fc1's node instead of z, and the
+  // packed attention qkv's node instead of the packed q, k, v; both are rebuilt in backward (fc1's through the
+  // LayerNorm's rebuild). What the forward leaves allocated drops by those tensors; the gradients keep their bits.
+  test::PoisonGuard poison;
+  models::VitConfig cfg = models::VitConfig::vit_s4(10);
+  cfg.image_size = 8;
+  cfg.dim = 128;
+  cfg.heads = 2;  // D 64: the fused attention
+  cfg.depth = 2;
+  const int64_t B = 4, tokens = 5;  // 2x2 patches and the class token
+  std::vector<Tensor> grads[2];
+  std::size_t after_forward[2] = {0, 0};
+  for (int recompute = 0; recompute < 2; ++recompute) {
+    Generator gen(9);
+    models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
+    v.to(test::kCuda);
+    v.to(DType::bf16);
+    grad::PipelineConfig pc;
+    pc.default_spec.name = "hlq";
+    grad::PipelineSpec rc = pc.default_spec;
+    rc.recompute_output = recompute == 1;
+    pc.overrides = {{"*.fc1", rc}, {"*.qkv", rc}};
+    const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
+    const Tensor x = test::random_input({B, 3, 8, 8}, 11, DType::f32).to(DType::bf16).to(test::kCuda);
+    const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {B}, {DType::i64}).to(test::kCuda);
+    const std::size_t before = cuda::memory_stats().allocated_bytes;
+    const Tensor loss = cross_entropy(v.forward(x), target);
+    after_forward[recompute] = cuda::memory_stats().allocated_bytes - before;
+    loss.backward();
+    for (const auto& b : bound) {
+      INFO(b.name);
+      CHECK(b.binding->output_rebuilt == (recompute == 1 && (b.name.ends_with("fc1") || b.name.ends_with("qkv"))));
+    }
+    for (auto& [n, p] : v.named_parameters()) grads[recompute].push_back(p->grad());
+  }
+  // Per block: z (B, tokens, 4·dim) and qkv (B, tokens, 3·dim) in bf16; the product nodes keep the bias casts
+  // (a few KiB) instead.
+  const std::size_t expected = static_cast<std::size_t>(cfg.depth * B * tokens * 7 * cfg.dim * 2);
+  INFO("after the forward: " << after_forward[0] << " -> " << after_forward[1] << " bytes, expected -" << expected);
+  CHECK(after_forward[0] >= after_forward[1] + expected - 8192);
+  REQUIRE(grads[0].size() == grads[1].size());
+  for (std::size_t i = 0; i < grads[0].size(); ++i) {
+    REQUIRE(grads[0][i].defined());
+    CHECK(test::compare_bits(grads[1][i], grads[0][i].to(Device::cpu())) == "");
   }
 }
 

@@ -5,14 +5,17 @@
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
 //   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
-//               [exact|hlq|hlq_split|hlq_cols|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|hlq_copy|lbp_wht|luq]
+//               [exact|exact_rc|hlq|hlq_split|hlq_cols|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|hlq_copy|hlq_rc|
+//                hlq_rc_fc1|lbp_wht|luq]
 //               [nhwc|nchw]
 // hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_cols with
 // conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_map with
 // acbp_conv input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_keep and hlq_a4_keep with
 // acbp_rebuild off (a Linear whose input its op can rebuild keeps its compressed copy from the forward: session
 // 12's default), hlq_copy with acbp_share and acbp_rebuild off (every input compressed in the forward: the memory
-// before session 12). The ResNets use
+// before session 12); hlq_rc with recompute_output on every mlp.fc1 and attn.qkv (the gelu and the attention keep
+// no copy of their outputs: one more GEMM each in backward), hlq_rc_fc1 on mlp.fc1 only, exact_rc the same layers
+// on exact (ViTs only). The ResNets use
 // the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
 
@@ -67,13 +70,13 @@ int main(int argc, char** argv) {
   }
   model->to(dev);
   grad::PipelineConfig pc;
-  pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline;
+  pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline == "exact_rc" ? "exact" : pipeline;
   if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_cols" &&
       pipeline != "hlq_map" && pipeline != "hlq_a4" && pipeline != "hlq_copy" && pipeline != "hlq_keep" &&
-      pipeline != "hlq_a4_keep") {
+      pipeline != "hlq_a4_keep" && pipeline != "hlq_rc" && pipeline != "hlq_rc_fc1") {
     std::fprintf(stderr,
                  "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_map, hlq_a4, hlq_copy, "
-                 "hlq_keep, hlq_a4_keep)\n",
+                 "hlq_keep, hlq_a4_keep, hlq_rc, hlq_rc_fc1)\n",
                  pipeline.c_str());
     return 2;
   }
@@ -83,6 +86,12 @@ int main(int argc, char** argv) {
   if (pipeline == "hlq_a4" || pipeline == "hlq_a4_keep") pc.default_spec.hlq.acbp_bits = 4;
   if (pipeline == "hlq_keep" || pipeline == "hlq_a4_keep" || pipeline == "hlq_copy") pc.default_spec.hlq.acbp_rebuild = false;
   if (pipeline == "hlq_copy") pc.default_spec.hlq.acbp_share = false;
+  if (pipeline == "hlq_rc" || pipeline == "hlq_rc_fc1" || pipeline == "exact_rc") {
+    grad::PipelineSpec rc = pc.default_spec;  // Note [Recomputed outputs]
+    rc.recompute_output = true;
+    pc.overrides.emplace_back("*.mlp.fc1", rc);
+    if (pipeline != "hlq_rc_fc1") pc.overrides.emplace_back("*.attn.qkv", rc);
+  }
   auto clock = std::make_shared<grad::StepClock>();
   // as the trainer: a pipeline's noise step is read on the device (recordable HLQ steps)
   if (nn::any_draws_noise(nn::bind_pipelines(*model, pc, clock))) clock->keep_on_device(dev);

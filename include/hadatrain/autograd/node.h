@@ -40,6 +40,8 @@ class Node {
   bool needs_input_grad(std::size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
 
   // Saves a tensor for backward (detached, counted on its storage: Note [Shared saved inputs]). Returns its slot.
+  // When t is the output of a node that offers to rebuild it (offers_rebuild()), the slot keeps that node instead,
+  // and saved() rebuilds t the first time it is read (Note [Recomputed outputs] in autograd/saved_tensor.h).
   std::size_t save(const Tensor& t);
   // A saved tensor; throws a clear error if the graph was already released by a backward pass.
   const Tensor& saved(std::size_t slot) const;
@@ -56,13 +58,25 @@ class Node {
   bool rebuilds_output(uint32_t output_nr) const {
     return output_nr == 0 && num_outputs_ == 1 && can_recompute_output();
   }
+  // True when an op that would keep this node's output for its own backward should keep the node instead and have
+  // the output rebuilt when it reads it (Node::save): a product whose layer asks for it (recompute_output in its
+  // pipeline spec), where rebuilding costs a forward GEMM and saves the output's memory (Note [Recomputed outputs]).
+  // Implies can_recompute_output().
+  virtual bool offers_rebuild() const { return false; }
 
  protected:
   std::vector<Edge> next_edges_;
   uint32_t num_outputs_ = 1;
 
  private:
-  std::vector<SavedTensor> saved_;
+  // A saved tensor, or (source set) the node that rebuilds it on its first read, with the shape and dtype it had.
+  struct Slot {
+    SavedTensor t;
+    std::shared_ptr<Node> source;
+    Shape shape;
+    DType dtype = DType::f32;
+  };
+  mutable std::vector<Slot> saved_;  // saved() fills a rebuilt slot in
   bool released_ = false;
 };
 

@@ -22,6 +22,19 @@
 // node instead of a compressed copy and, in backward, rebuilds the input and compresses it as the forward would have
 // (same bits). The node's kept tensors are released only after its own backward, which runs after the
 // consuming layer's (the op runs before the layer in the forward), so they are there when the layer needs them.
+//
+// Note [Recomputed outputs]
+// The other direction: an op that keeps its input for its own backward, when that input is a product's output. A
+// ViT's gelu keeps its input z = fc1(x) (4·D per token, the largest tensor a block keeps) and the packed attention
+// keeps qkv(x) (3·D per token); with HLQ the products themselves keep nothing (Note [Rebuilt inputs]), so these are
+// most of what a block keeps. A Linear whose pipeline spec sets recompute_output offers its output: its product node
+// keeps what runs the forward product again (the input, by reference when another op keeps it, else its rebuild; the
+// weight and the bias, which it keeps anyway) and says so (Node::offers_rebuild, passed on by a reshape). Node::save
+// then keeps that node instead of the tensor, and Node::saved rebuilds the tensor on its first read and keeps it
+// until the reading node's backward: the gelu's output, rebuilt for fc2's backward, and the gelu's own backward
+// share one rebuild of z. The price is one forward GEMM per layer in backward (and the rebuild of its input); the
+// bits are the forward's (the same GEMM on the same operands). The product's node is released only after its own
+// backward, which runs after every op that read its output.
 #pragma once
 #include <utility>
 

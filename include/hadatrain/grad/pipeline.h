@@ -101,6 +101,11 @@ struct LuqOptions {
 
 struct PipelineSpec {
   std::string name = "exact";  // exact | hlq | lbp_wht | luq
+  // A Linear's output is not kept by the ops that read it for their own backward (a gelu, the attention): they keep
+  // the product's node, which runs the forward product again when they need the output (one more GEMM in backward;
+  // Note [Recomputed outputs] in autograd/saved_tensor.h). Needs an input the node can have again: one another op
+  // keeps, or one its op can rebuild (a LayerNorm or gelu output). Conv2d layers ignore it.
+  bool recompute_output = false;
   HlqOptions hlq;
   LbpWhtOptions lbp_wht;
   LuqOptions luq;
@@ -217,11 +222,15 @@ std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec);
 // y (B, L, O) = x (B, L, I) · wᵀ [+ bias (O)] through `pipeline`, recording an autograd node whose backward asks
 // the pipeline for g_x and g_w (and sums g_y over the rows for the bias). `saved_bytes`, if given, receives the
 // bytes the forward kept.
+// `recompute_output` (product only; PipelineSpec::recompute_output): the node offers y to the ops that read it, to
+// be rebuilt instead of kept (Note [Recomputed outputs]); `output_rebuilt`, if given, receives whether it could.
 struct ProductCall {
   std::shared_ptr<Pipeline> pipeline;
   ProductInfo info;
   NoiseKey key;
   int64_t* saved_bytes = nullptr;
+  bool recompute_output = false;
+  bool* output_rebuilt = nullptr;
 };
 Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const Tensor& bias = Tensor());
 

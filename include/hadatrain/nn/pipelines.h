@@ -19,9 +19,16 @@ struct PipelineBinding {
   grad::NoiseKey key;                         // seed and layer id; the step is read from `clock` per forward
   std::shared_ptr<const grad::StepClock> clock;
   int64_t saved_bytes = 0;                    // activation bytes the latest training forward kept
+  // PipelineSpec::recompute_output (Linear layers), and whether the latest training forward's product could offer
+  // its output for rebuilding (Note [Recomputed outputs]).
+  bool recompute_output = false;
+  bool output_rebuilt = false;
   bool active() const { return pipeline != nullptr && pipeline->name() != "exact"; }
-  // Whether a forward whose inputs need (`grad`) or do not need a gradient goes through the pipeline.
-  bool routes(bool grad) const { return active() && (grad || !pipeline->exact_forward()); }
+  // Whether a forward whose inputs need (`grad`) or do not need a gradient goes through the pipeline (an exact layer
+  // too when it recomputes its output: only the product's node can rebuild it).
+  bool routes(bool grad) const {
+    return pipeline != nullptr && (grad ? active() || recompute_output : !pipeline->exact_forward());
+  }
   grad::NoiseKey key_now() const;
 };
 
