@@ -42,9 +42,11 @@ Tensor heads_view(const Tensor& t, int64_t heads, int64_t D) {
 
 class AttentionQkvPackedBackward final : public Node {
  public:
+  // qkv: the tensor whose views the forward read: the op's input itself when it is contiguous, so that a qkv
+  // product that offers its output is kept instead of it (Note [Recomputed outputs]); else the contiguous copy.
   AttentionQkvPackedBackward(const kernels::AttnShape& s, const Tensor& qkv, const Tensor& out, const Tensor& lse)
       : s_(s) {
-    save(qkv);  // (B, N, 3 dim), the tensor whose views the forward read
+    save(qkv);  // (B, N, 3 dim)
     save(out);  // (B, N, dim): the fused backward needs rowsum(dO * O)
     save(lse);  // (B, H, N) f32
   }
@@ -94,7 +96,8 @@ Tensor attention_qkv_packed(const Tensor& qkv, int64_t heads, const AttentionOpt
       Tensor out = empty({B, N, dim}, {qkv.dtype(), qkv.device()});  // (B, N, H, D)
       const Tensor lse = cuda_ops::flash_attention_forward_into(heads_view(out, heads, D), q, k, v, s);
       if (needs_grad({&qkv}))
-        connect(std::make_shared<AttentionQkvPackedBackward>(s, packed, out, lse), {&qkv}, {&out});
+        connect(std::make_shared<AttentionQkvPackedBackward>(s, qkv.is_contiguous() ? qkv : packed, out, lse), {&qkv},
+                {&out});
       return out;
     }
   }
