@@ -35,6 +35,10 @@
 // share one rebuild of z. The price is one forward GEMM per layer in backward (and the rebuild of its input); the
 // bits are the forward's (the same GEMM on the same operands). The product's node is released only after its own
 // backward, which runs after every op that read its output.
+// The saving holds when the product's input is kept or rebuilt from kept tensors (a ViT's fc1 and qkv read LayerNorm
+// outputs, and a LayerNorm keeps its input). In a chain of such layers (Linear -> gelu -> Linear -> gelu ..., every
+// Linear recomputing) the first read rebuilds the whole chain, and each gelu keeps its rebuilt input until its own
+// backward: the memory comes back, and the time is spent anyway. Hence it is a per-layer option, not a default.
 #pragma once
 #include <utility>
 
