@@ -1,7 +1,8 @@
 // The `luq` baseline (hlq.md §10; Chmiel et al., ICLR 2023): both backward products full rank, no
 // Hadamard; g_y -> LUQ 4-bit (logarithmic, unbiased, per-sample α), W and the saved x -> 4-bit INT
 // (SAWB or absmax, round to nearest). Every LUQ value ±2^k (k <= 7) and every integer −7..7 is exact in
-// e4m3, so both products run on fp8 tensor cores without error beyond fp32 accumulation.
+// e4m3, so g_x runs on fp8 tensor cores without error beyond fp32 accumulation, and g_w is one bf16 product (Note
+// [LUQ g_w in one product]).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O). Like HLQ's defaults, the forward
 // keeps no copy of an input that another op keeps or that its op can rebuild (LaterInput); backward quantises it
 // then, with the same bits.
@@ -9,8 +10,11 @@
 
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/linalg.h"
+#include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/ops/unfold.h"
+#include "hadatrain/tensor/factory.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -75,15 +79,18 @@ class LuqPipeline final : public Pipeline {
       qw.noise = s.key.noise(role_gx_w);
       if (o_.x_bits <= 5) qw.values_dtype = DType::f8e4m3;  // written as e4m3 directly (the .to below is a no-op)
       const Quantized wq = quantize(s.w.transpose(0, 1), qw);  // (I, O)
-      Tensor acc = lowp_product_nt(reshape(gq.values, {B * L, O}), wq.values.to(DType::f8e4m3));  // (B·L, I)
-      acc = scale_dim0(reshape(acc, {B, L * I}), gq.scale);
-      g.x = reshape(mul(acc, wq.scale), {B, L, I}).to(s.x_dtype);
+      // α per row (each sample's repeated over its L rows) and s_w per column as the fp8 product's outer scales:
+      // one rounding to x's dtype, no f32 passes after the product (as HLQ's, Note [HLQ outer-scale product]).
+      const Tensor row = reshape(mul(reshape(gq.scale.to(DType::f32), {B, 1}), ones({1, L}, {DType::f32, g_y.device()})),
+                                 {B * L});
+      const Tensor col = mul(ones({I}, {DType::f32, g_y.device()}), wq.scale.to(DType::f32));
+      g.x = reshape(fp8_matmul_nt_outer(reshape(gq.values, {B * L, O}), wq.values.to(DType::f8e4m3), row, col,
+                                        s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32),
+                    {B, L, I}).to(s.x_dtype);
     }
     if (wanted.w) {
       const Tensor xq = o_.x_bits <= 4 ? unpack_int4_any(s.xq, s.x_shape) : s.xq;  // (B, L, I) int8
-      const Tensor a = permute(gq.values, {0, 2, 1}).contiguous();                  // (B, O, L) e4m3
-      const Tensor b = permute(xq.to(DType::f8e4m3), {0, 2, 1}).contiguous();       // (B, I, L) e4m3
-      g.w = scaled_batch_sum_nt(a, b, mul(gq.scale, s.xs)).to(s.w.dtype());
+      g.w = grad_w(gq, xq, s.xs).to(s.w.dtype());
     }
     return g;
   }
@@ -99,6 +106,25 @@ class LuqPipeline final : public Pipeline {
     s->window = window;
     if (!s->later.defer(in, info.rebuild, {})) quantize_input(*s, in);
     return s;
+  }
+
+  // Note [LUQ g_w in one product]
+  // g_w = Σ_b c_b · q_g[b]ᵀ · q_x[b] with c_b = α_b · s_x[b], per-sample scales on the contraction axis. Until
+  // session 14 each sample was its own fp8 product, B (O, I) f32 results scaled and summed in 256 MiB chunks: most of
+  // a LUQ step's time (ViT-S/4: 74 ms against HLQ's 14). Every LUQ code is ±2^k or 0, so c_b · q_g[b] is exact in
+  // bf16 when c_b is: c_b is split into hi_b + lo_b (two bf16 numbers, |c_b − hi_b − lo_b| ≤ 2⁻¹⁷ |c_b|), and
+  //   g_w = [hi·q_g ; lo·q_g]ᵀ · [q_x ; q_x]
+  // is one bf16 product over K = 2·B·L with fp32 accumulation (matmul_f32), q_x's integers exact in bf16. The result
+  // differs from the per-sample sum by the split's 2⁻¹⁷ and by the order of the fp32 sums.
+  static Tensor grad_w(const Quantized& gq, const Tensor& xq, const Tensor& xs) {
+    const int64_t B = gq.values.size(0), L = gq.values.size(1), O = gq.values.size(2), I = xq.size(2);
+    const Tensor c = mul(gq.scale.to(DType::f32), xs.to(DType::f32));  // (B)
+    const Tensor hi = c.to(DType::bf16);
+    const Tensor lo = sub(c, hi.to(DType::f32)).to(DType::bf16);
+    const Tensor codes = reshape(gq.values.to(DType::bf16), {B, L * O});
+    const Tensor a = reshape(cat({scale_dim0(codes, hi), scale_dim0(codes, lo)}, 0), {2 * B * L, O});
+    const Tensor x = reshape(xq.to(DType::bf16), {B * L, I});
+    return matmul_f32(a.transpose(0, 1), cat({x, x}, 0));  // (O, I) f32
   }
 
   // x (B, L, I), or a conv's image unfolded into it -> the saved 4-bit x and its per-sample scales.

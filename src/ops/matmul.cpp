@@ -151,4 +151,22 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor matmul_f32(const Tensor& a, const Tensor& b) {
+  common_device("matmul_f32", {&a, &b});
+  HT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0),
+           "matmul_f32: expected a (M, K) and b (K, N), got a {} and b {}", a.describe(), b.describe());
+  HT_CHECK(a.dtype() == b.dtype(), "matmul_f32: operands have different dtypes (a {}, b {})", a.describe(),
+           b.describe());
+  check_floating("matmul_f32", {&a, &b});
+  const DType dt = a.dtype();
+  if (a.is_cuda() && (dt == DType::bf16 || dt == DType::f16)) {
+#ifdef HADATRAIN_CUDA
+    Tensor out = empty({a.size(0), b.size(1)}, {DType::f32, a.device()});
+    cuda_ops::matmul(out, a.detach(), b.detach());  // the operands' dtype in, f32 out (cuda/gemm.h)
+    return out;
+#endif
+  }
+  return matmul_forward(a.detach().to(DType::f32), b.detach().to(DType::f32));
+}
+
 }  // namespace ht

@@ -232,6 +232,57 @@ TEST_CASE("luq gradients are close to exact and its saved x is packed 4-bit", "[
   CHECK(ew < 0.6);
 }
 
+TEST_CASE("matmul_f32 multiplies 16-bit operands into f32 without a 16-bit rounding", "[grad][matmul]") {
+  const Tensor a = test::random_tensor({5, 7}, 95, DType::f32).to(DType::bf16);
+  const Tensor b = test::random_tensor({9, 7}, 96, DType::f32).to(DType::bf16);
+  const Tensor out = matmul_f32(a, b.transpose(0, 1));  // a transposed view
+  CHECK(out.dtype() == DType::f32);
+  const Tensor ref = matmul(a.to(DType::f64), b.to(DType::f64).transpose(0, 1));
+  CHECK(test::rel_error(out, ref) < 1e-6);                                     // f32 accuracy
+  CHECK(test::rel_error(matmul(a, b.transpose(0, 1)), ref) > 1e-4);            // bf16 output: rounded
+  CHECK_THROWS_WITH(matmul_f32(a, b), HasSubstr("expected a (M, K) and b (K, N)"));
+}
+
+TEST_CASE("luq's g_w is its definition, Σ_b α_b·s_x[b]·q_g[b]ᵀ·q_x[b], and g_x's outer scales", "[grad]") {
+  // Note [LUQ g_w in one product]: one bf16 product over the split scales instead of one fp8 product per sample.
+  // The reference re-quantises g_y and x with the pipeline's specs and noise and sums per sample in f64.
+  const int64_t B = 3, L = 8, I = 16, O = 24;
+  const Problem pr = make_problem(B, L, I, O, 90);
+  grad::PipelineSpec s;
+  s.name = "luq";
+  auto p = grad::make_pipeline(s);
+  const grad::NoiseKey key{7, 3, 5};
+  grad::ForwardResult f = p->forward(pr.x, pr.w, {}, key, grad::SaveForBackward::yes);
+  const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
+  grad::LuqSpec ls;
+  ls.noise = key.noise(4);  // role_luq_gy (src/grad/pipelines.h)
+  const grad::Quantized gq = grad::luq_quantize(pr.g_y, ls);
+  grad::QuantSpec qx;
+  qx.bits = 4;
+  qx.granularity = grad::Granularity::sample;
+  qx.scale_rule = grad::ScaleRule::sawb;
+  qx.rounding = grad::Rounding::nearest;
+  const grad::Quantized xq = grad::quantize(pr.x, qx);
+  auto scalar = [](const Tensor& t, int64_t i) { return t.to(DType::f64).contiguous().data<double>()[i]; };
+  Tensor ref = zeros({O, I}, {DType::f64});
+  for (int64_t b = 0; b < B; ++b) {
+    const Tensor gb = select(gq.values, 0, b).to(DType::f64), xb = select(xq.values, 0, b).to(DType::f64);
+    ref = add(ref, mul(matmul(gb.transpose(0, 1), xb), scalar(gq.scale, b) * scalar(xq.scale, b)));
+  }
+  // Relative to the largest element (the sums cancel): the split scale (2^-17) and the fp32 sums.
+  const double err = scalar(max(abs(sub(g.w.to(DType::f64), ref))), 0) / scalar(max(abs(ref)), 0);
+  INFO("g_w error " << err);
+  CHECK(std::isfinite(err));
+  CHECK(err < 1e-5);  // hi alone would be off by up to 2^-9
+  // g_x: α_b·s_w·(q_g · q_wᵀ) rounded once; s_w is W's 4-bit SAWB scale per tensor.
+  grad::QuantSpec qw = qx;
+  qw.granularity = grad::Granularity::tensor;
+  const grad::Quantized wq = grad::quantize(pr.w.transpose(0, 1), qw);  // (I, O)
+  const Tensor prod = matmul(gq.values.to(DType::f64), wq.values.to(DType::f64).transpose(0, 1));  // (B, L, I)
+  const Tensor gx_ref = mul(mul(prod, reshape(gq.scale.to(DType::f64), {B, 1, 1})), scalar(wq.scale, 0));
+  CHECK(test::rel_error(g.x, gx_ref) < 1e-6);
+}
+
 TEST_CASE("grad::product routes autograd through the pipeline", "[grad]") {
   grad::ProductCall call;
   call.pipeline = grad::make_pipeline({});  // exact

@@ -77,6 +77,18 @@ TEST_CASE("fp8 matmul is computed in f32 and rounded once, like the CPU", "[gpu]
   }
 }
 
+TEST_CASE("matmul_f32 on CUDA: 16-bit operands, f32 result within f32 rounding of the exact product", "[gpu][matmul]") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const Tensor a = rnd({129, 4099}, 7, dt), b = rnd({33, 4099}, 8, dt);  // K = 4099: the f32 sum matters
+    const Tensor out = matmul_f32(a.to(test::kCuda), b.to(test::kCuda).transpose(0, 1));
+    REQUIRE(out.dtype() == DType::f32);
+    const Tensor ref = matmul(a.to(DType::f64), b.to(DType::f64).transpose(0, 1));
+    CHECK(test::rel_error(out.to(Device::cpu()), ref) < 1e-6);
+    CHECK(test::rel_error(matmul_f32(a, b.transpose(0, 1)), ref) < 1e-6);  // the CPU's
+  }
+}
+
 TEST_CASE("batched matmul with broadcast batch dims matches the CPU", "[gpu][matmul]") {
   struct Case {
     const char* name;

@@ -94,7 +94,8 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   const BatchPlan bp = plan_batches(batch, {batch_strides(out, batch), batch_strides(ao.t, batch),
                                             batch_strides(bo.t, batch)});
   cuda::GemmArgs g;
-  g.dtype = g.c_dtype = out.dtype();
+  g.dtype = a.dtype();  // out is of a's dtype, or f32 for bf16 / f16 operands (matmul_f32)
+  g.c_dtype = out.dtype();
   g.m = M;
   g.n = N;
   g.k = K;
