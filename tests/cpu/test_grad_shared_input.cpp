@@ -20,6 +20,7 @@
 #include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
+#include "support/model_testing.h"
 #include "support/testing.h"
 
 using namespace ht;
@@ -246,11 +247,7 @@ TEST_CASE("hlq acbp_rebuild: fc2 rebuilds the gelu output in backward instead of
 
 TEST_CASE("hlq acbp_rebuild in a ViT on the CPU: qkv, fc1 and fc2 rebuild their inputs, the gradients keep their bits",
           "[grad][models]") {
-  models::VitConfig cfg = models::VitConfig::vit_s4(10);
-  cfg.image_size = 8;
-  cfg.dim = 32;
-  cfg.heads = 2;
-  cfg.depth = 2;
+  const models::VitConfig cfg = test::tiny_vit(32, 2, 2);
   std::vector<Tensor> grads[2];
   std::map<std::string, int64_t> bytes[2];
   for (int rebuild = 0; rebuild < 2; ++rebuild) {
@@ -534,11 +531,7 @@ TEST_CASE("recompute_output config key, and what bind_pipelines does with it", "
                     HasSubstr("grad_pipeline.default.recompute_output"));
   // A Conv2d ignores it (Linear layers only).
   Generator gen(57);
-  models::VitConfig cfg = models::VitConfig::vit_s4(10);
-  cfg.image_size = 8;
-  cfg.dim = 16;
-  cfg.heads = 2;
-  cfg.depth = 1;
+  const models::VitConfig cfg = test::tiny_vit(16, 2, 1);
   models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(58));
   grad::PipelineConfig pc;
   pc.default_spec.recompute_output = true;
@@ -548,20 +541,12 @@ TEST_CASE("recompute_output config key, and what bind_pipelines does with it", "
 
 TEST_CASE("recompute_output in a ViT on the CPU: fc1 and qkv offer their outputs, the gradients keep their bits",
           "[grad][models]") {
-  models::VitConfig cfg = models::VitConfig::vit_s4(10);
-  cfg.image_size = 8;
-  cfg.dim = 32;
-  cfg.heads = 2;
-  cfg.depth = 2;
+  const models::VitConfig cfg = test::tiny_vit(32, 2, 2);
   std::vector<Tensor> grads[2];
   for (int recompute = 0; recompute < 2; ++recompute) {
     Generator gen(9);
     models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
-    grad::PipelineConfig pc;
-    pc.default_spec.name = "hlq";
-    grad::PipelineSpec rc = pc.default_spec;
-    rc.recompute_output = recompute == 1;
-    pc.overrides = {{"*.fc1", rc}, {"*.qkv", rc}};
+    const grad::PipelineConfig pc = test::hlq_recomputing_fc1_qkv(recompute == 1);
     const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
     const Tensor x = test::random_tensor({2, 3, 8, 8}, 11, DType::f32);
     cross_entropy(v.forward(x), from_vector(std::vector<int64_t>{1, 7}, {2}, {DType::i64})).backward();

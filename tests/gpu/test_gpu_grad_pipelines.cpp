@@ -5,6 +5,7 @@
 // fallbacks), poisoned CUDA allocations. Also an end-to-end Linear + Conv2d step through bound pipelines, and
 // HLQ's acbp_share in a ViT (Note [Shared saved inputs]).
 #include "support/catch.h"
+#include "support/model_testing.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
@@ -261,11 +262,7 @@ TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept outp
   // in backward. The gradients
   // keep their bits (the compression of x is deterministic); only the saved bytes change.
   test::PoisonGuard poison;
-  models::VitConfig cfg = models::VitConfig::vit_s4(10);
-  cfg.image_size = 8;
-  cfg.dim = 128;
-  cfg.heads = 2;  // D 64: the fused attention
-  cfg.depth = 2;
+  const models::VitConfig cfg = test::tiny_vit(128, 2, 2);  // D 64: the fused attention
   std::vector<Tensor> grads[3];
   int64_t proj_bytes[3] = {-1, -1, -1}, fc1_bytes[3] = {-1, -1, -1}, fc2_bytes[3] = {-1, -1, -1},
           qkv_bytes[3] = {-1, -1, -1};
@@ -316,11 +313,7 @@ TEST_CASE("recompute_output in a ViT on CUDA: the gelu and the attention keep no
   // packed attention qkv's node instead of the packed q, k, v; both are rebuilt in backward (fc1's through the
   // LayerNorm's rebuild). What the forward leaves allocated drops by those tensors; the gradients keep their bits.
   test::PoisonGuard poison;
-  models::VitConfig cfg = models::VitConfig::vit_s4(10);
-  cfg.image_size = 8;
-  cfg.dim = 128;
-  cfg.heads = 2;  // D 64: the fused attention
-  cfg.depth = 2;
+  const models::VitConfig cfg = test::tiny_vit(128, 2, 2);  // D 64: the fused attention
   const int64_t B = 4, tokens = 5;  // 2x2 patches and the class token
   std::vector<Tensor> grads[2];
   std::size_t after_forward[2] = {0, 0};
@@ -329,11 +322,7 @@ TEST_CASE("recompute_output in a ViT on CUDA: the gelu and the attention keep no
     models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
     v.to(test::kCuda);
     v.to(DType::bf16);
-    grad::PipelineConfig pc;
-    pc.default_spec.name = "hlq";
-    grad::PipelineSpec rc = pc.default_spec;
-    rc.recompute_output = recompute == 1;
-    pc.overrides = {{"*.fc1", rc}, {"*.qkv", rc}};
+    const grad::PipelineConfig pc = test::hlq_recomputing_fc1_qkv(recompute == 1);
     const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
     const Tensor x = test::random_input({B, 3, 8, 8}, 11, DType::f32).to(DType::bf16).to(test::kCuda);
     const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {B}, {DType::i64}).to(test::kCuda);
