@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/core/logging.h"
 #include "hadatrain/nn/layers.h"
 
 namespace ht::nn {
@@ -26,6 +27,7 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
   // Per override pattern: whether it selected a layer, and whether it matched one at all (it may match only
   // layers an earlier pattern took: first match wins).
   std::vector<bool> selected(config.overrides.size(), false), matched(config.overrides.size(), false);
+  std::vector<std::string> ignored_recompute;  // Conv2d layers whose spec sets recompute_output (Linear only)
   for (auto& [name, m] : root.named_modules()) {
     PipelineBinding* b = nullptr;
     std::string type;
@@ -52,6 +54,7 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
     b->clock = clock;
     b->saved_bytes = 0;
     b->recompute_output = spec->recompute_output && type == "Linear";
+    if (spec->recompute_output && type != "Linear") ignored_recompute.push_back(name);
     b->output_rebuilt = false;
     out.push_back({name, type, grad::describe(*spec), b});
   }
@@ -68,6 +71,10 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
                        : "matches no Linear or Conv2d of the model",
             names.empty() ? "(none)" : names);
   }
+  if (!ignored_recompute.empty())
+    logging::warn("grad_pipeline: recompute_output is for Linear layers; {} Conv2d layer(s) keep their output as "
+                  "usual (first: {}; docs/gradient_pipelines.md, \"Recomputed outputs\")",
+                  ignored_recompute.size(), ignored_recompute.front());
   return out;
 }
 
