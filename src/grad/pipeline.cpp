@@ -39,6 +39,21 @@ Tensor RebuildInput::operator()() const {
   return view ? view(out) : out;
 }
 
+Tensor RebuildInput::rebuild_and_leave() const {
+  Tensor t = (*this)();
+  if (left) *left = t;
+  return t;
+}
+
+Tensor RebuildInput::take() const {
+  if (left && left->defined()) {
+    Tensor t = std::move(*left);
+    *left = Tensor();
+    return t;
+  }
+  return (*this)();
+}
+
 void StepClock::keep_on_device(Device device) {
   word = device.is_cuda() ? zeros({}, {DType::i64, device}) : Tensor();
   set(step);
@@ -75,7 +90,7 @@ struct OutputRebuild {
   Tensor operator()() const {
     ProductInfo info;
     info.bias = bias;
-    return forward_product(x.defined() ? x.get() : input(), w, info);
+    return forward_product(x.defined() ? x.get() : input.rebuild_and_leave(), w, info);
   }
 };
 
@@ -196,6 +211,9 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const 
   const bool grad = needs_grad({&x, &w, &bias});
   ProductInfo info = call.info;
   info.bias = bias.defined() ? bias.detach() : Tensor();
+  // The node may rebuild x to rebuild y; the pipeline's copy of info.rebuild then takes that x (Note [Recomputed
+  // outputs]). Set before the pipeline's forward copies it.
+  if (grad && call.recompute_output && info.rebuild) info.rebuild.left = std::make_shared<Tensor>();
   ForwardResult r;
   {
     NoGradGuard no_grad;

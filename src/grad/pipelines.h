@@ -52,7 +52,7 @@ struct LaterInput {
   // The input, once: the reference or the rebuilt tensor (releasing the node).
   Tensor take() {
     if (kept.defined()) return kept.release();
-    Tensor t = rebuild();
+    Tensor t = rebuild.take();  // the x a product node rebuilt for its output, or a rebuild now
     rebuild = {};
     return t;
   }

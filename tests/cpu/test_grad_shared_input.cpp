@@ -512,6 +512,28 @@ TEST_CASE("a node that offers its output is kept by Node::save and rebuilt once,
   CHECK(tanh(y2).grad_fn()->saved_bytes() == y2.nbytes());
 }
 
+TEST_CASE("RebuildInput leaves what a product node rebuilt for the pipeline's backward, once", "[grad]") {
+  // Note [Recomputed outputs]: fc1's node rebuilds its input (a LayerNorm output) to rebuild its output for the gelu;
+  // the pipeline's backward then takes that input instead of rebuilding it again.
+  Tensor z = test::random_tensor({4, 6}, 60, DType::f32);
+  z.set_requires_grad(true);
+  const Tensor h = gelu(z);
+  grad::RebuildInput r{h.grad_fn(), nullptr, std::make_shared<Tensor>()};
+  const Tensor first = r.rebuild_and_leave();
+  CHECK(test::compare(first, h, 0.0, 0.0) == "");
+  REQUIRE(r.left->defined());
+  const grad::RebuildInput copy = r;  // the pipeline's copy shares `left`
+  const Tensor taken = copy.take();
+  CHECK(taken.storage() == first.storage());  // the same tensor, not a second rebuild
+  CHECK_FALSE(r.left->defined());             // taken once
+  const Tensor again = copy.take();           // nothing left: rebuilt
+  CHECK(again.storage() != first.storage());
+  CHECK(test::compare(again, h, 0.0, 0.0) == "");
+  const grad::RebuildInput plain{h.grad_fn(), nullptr, nullptr};  // no sharing: take() is operator()
+  CHECK(test::compare(plain.rebuild_and_leave(), h, 0.0, 0.0) == "");
+  CHECK(test::compare(plain.take(), h, 0.0, 0.0) == "");
+}
+
 TEST_CASE("recompute_output config key, and what bind_pipelines does with it", "[grad]") {
   auto parse = [](const std::string& yaml) {
     auto r = train::ConfigReader::from_string(yaml, "recompute.yaml");

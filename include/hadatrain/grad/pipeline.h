@@ -142,8 +142,16 @@ struct NoiseKey {
 struct RebuildInput {
   std::shared_ptr<Node> node;
   std::function<Tensor(const Tensor&)> view;
+  // Set by grad::product when its node may rebuild its output (Note [Recomputed outputs]) and shared by the copies
+  // of this RebuildInput: the input that node rebuilt, left for the pipeline's backward, which then takes it instead
+  // of rebuilding it a second time.
+  std::shared_ptr<Tensor> left;
   explicit operator bool() const { return node != nullptr; }
   Tensor operator()() const;  // view(node->recompute_output()), bit for bit the forward's input
+  // operator(), leaving the result in `left` for take().
+  Tensor rebuild_and_leave() const;
+  // What rebuild_and_leave left (once: it is then dropped), else operator().
+  Tensor take() const;
 };
 
 // What a product knows about its layer besides the operands (Note [Product geometry]).
