@@ -84,13 +84,12 @@ SaveForBackward save_if(bool grad) { return grad ? SaveForBackward::yes : SaveFo
 // the tensor another op keeps, or the input's rebuild), the weight and the bias, all of which the node or the
 // pipeline keeps anyway.
 struct OutputRebuild {
-  SavedTensor x;       // x (B, L, I), when another op keeps it; else
-  RebuildInput input;  // its rebuild
+  LaterInput x;  // x (B, L, I)
   Tensor w, bias;
   Tensor operator()() const {
     ProductInfo info;
     info.bias = bias;
-    return forward_product(x.defined() ? x.get() : input.rebuild_and_leave(), w, info);
+    return forward_product(x.get(), w, info);
   }
 };
 
@@ -101,9 +100,7 @@ std::unique_ptr<OutputRebuild> output_rebuild(const Tensor& x, const Tensor& w, 
                                               const ProductInfo& info) {
   if (!call.recompute_output || !call.pipeline->exact_forward()) return nullptr;
   auto r = std::make_unique<OutputRebuild>();
-  if (kept_for_backward(x)) r->x = SavedTensor(x.detach());
-  else if (info.rebuild) r->input = info.rebuild;
-  else return nullptr;
+  if (!r->x.defer(x.detach(), info.rebuild, {})) return nullptr;
   r->w = w.detach();
   r->bias = info.bias;
   return r;
@@ -409,6 +406,10 @@ Tensor pack_int4_any(const Tensor& q) {
 
 Tensor unpack_int4_any(const Tensor& packed, const Shape& shape) {
   return reshape(narrow(unpack_int4(packed), 0, 0, numel_of(shape)), shape);
+}
+
+Tensor repeat_each(const Tensor& v, int64_t k) {
+  return reshape(mul(reshape(v.to(DType::f32), {-1, 1}), ones({1, k}, {DType::f32, v.device()})), {-1});
 }
 
 Tensor scale_dim0(const Tensor& t, const Tensor& scale) {

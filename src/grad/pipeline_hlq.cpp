@@ -468,10 +468,9 @@ class HlqPipeline final : public Pipeline {
     if (carrier == Carrier::fp8 && !scalar) {
       // Per-row / per-sample s_g and s_w / T as outer-vector scales (Note [HLQ outer-scale product]).
       const Tensor sg = reshape(q_g.scale.to(DType::f32), {-1});  // (B·L / per)
-      const Tensor row =
-          per == 1 ? sg : reshape(mul(reshape(sg, {-1, 1}), ones({1, per}, {DType::f32, g_y.device()})), {-1});
+      const Tensor row = per == 1 ? sg : repeat_each(sg, per);
       HT_ASSERT(row.numel() == B * L, "hlq: {} row scales for {} rows", row.numel(), B * L);
-      const Tensor col = mul(ones({I}, {DType::f32, g_y.device()}), sw.to(DType::f32));  // (I)
+      const Tensor col = repeat_each(sw, I);  // (I)
       acc = fp8_matmul_nt_outer(a, q_w.values, row, col, out);
     } else if (carrier == Carrier::fp8) {
       // A tensor scale: both scalars go into the fp8 product (read from device memory).

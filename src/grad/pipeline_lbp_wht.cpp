@@ -130,8 +130,7 @@ class LbpWhtPipeline final : public Pipeline {
     const Tensor gp = reshape(div(matmul(bm.to(dt), to_patches(narrow(g_y, 1, E, L - E), s.grid)), 64.0), {-1, O});
     if (wanted.w) {
       Tensor gw = matmul_f32(gp.transpose(0, 1), s.xp.to(dt));  // Σ_{p,b} g_p,bᵀ·x_p,b (O, I)
-      if (E > 0) gw = add(gw, matmul_f32(narrow(g_y, 1, 0, E).reshape({-1, O}).transpose(0, 1),
-                                         s.x_extra.to(dt).reshape({-1, I})));
+      if (E > 0) gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, E).to(DType::f32), s.x_extra.to(DType::f32)));
       g.w = gw.to(s.w.dtype());
     }
     if (wanted.x) {
@@ -140,7 +139,7 @@ class LbpWhtPipeline final : public Pipeline {
       const Tensor h = reshape(matmul_f32(gp, w), {r, -1});            // (r, B·P·I) f32: g_p,b·W
       const Tensor back = matmul(bm.transpose(0, 1), h);              // (64, B·P·I): Σ_b b(t)·(g_p,b·W)
       Tensor gx = from_patches(back, s.grid, B, I);                    // (B, h·w, I)
-      if (E > 0) gx = cat({reshape(matmul_f32(narrow(g_y, 1, 0, E).reshape({-1, O}), w), {B, E, I}), gx}, 1);
+      if (E > 0) gx = cat({exact_grad_x(narrow(g_y, 1, 0, E).to(DType::f32), s.w.to(DType::f32)), gx}, 1);
       g.x = gx.to(s.x_dtype);
     }
     return g;

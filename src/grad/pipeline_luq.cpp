@@ -14,7 +14,6 @@
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/ops/unfold.h"
-#include "hadatrain/tensor/factory.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -81,10 +80,8 @@ class LuqPipeline final : public Pipeline {
       const Quantized wq = quantize(s.w.transpose(0, 1), qw);  // (I, O)
       // α per row (each sample's repeated over its L rows) and s_w per column as the fp8 product's outer scales:
       // one rounding to x's dtype, no f32 passes after the product (as HLQ's, Note [HLQ outer-scale product]).
-      const Tensor row = reshape(mul(reshape(gq.scale.to(DType::f32), {B, 1}), ones({1, L}, {DType::f32, g_y.device()})),
-                                 {B * L});
-      const Tensor col = mul(ones({I}, {DType::f32, g_y.device()}), wq.scale.to(DType::f32));
-      g.x = reshape(fp8_matmul_nt_outer(reshape(gq.values, {B * L, O}), wq.values.to(DType::f8e4m3), row, col,
+      g.x = reshape(fp8_matmul_nt_outer(reshape(gq.values, {B * L, O}), wq.values.to(DType::f8e4m3),
+                                        repeat_each(gq.scale, L), repeat_each(wq.scale, I),
                                         s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32),
                     {B, L, I}).to(s.x_dtype);
     }

@@ -49,6 +49,9 @@ struct LaterInput {
     return false;
   }
   bool pending() const { return kept.defined() || static_cast<bool>(rebuild); }
+  // The input, keeping it: the reference, or a rebuild left for the take() of a LaterInput sharing this one's
+  // RebuildInput (a product node rebuilding its output, Note [Recomputed outputs]).
+  Tensor get() const { return kept.defined() ? kept.get() : rebuild.rebuild_and_leave(); }
   // The input, once: the reference or the rebuilt tensor (releasing the node).
   Tensor take() {
     if (kept.defined()) return kept.release();
@@ -92,6 +95,10 @@ Tensor unpack_int4_any(const Tensor& packed, const Shape& shape);
 // f32 row_scale (rows / rows_per_scale). One pass on CUDA (kernels/lowp_gemm.h, scale_i32).
 Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype,
                  const Tensor& row_scale = Tensor(), int64_t rows_per_scale = 1);
+
+// v (G) -> (G·k) f32: each element repeated k times (the outer-vector scales of fp8_matmul_nt_outer: a scale per
+// sample over its rows, or one scale over every column).
+Tensor repeat_each(const Tensor& v, int64_t k);
 
 // Per-group scale (f32, shape (G)) broadcast against t (G, ...): t · scale[g] along dim 0.
 Tensor scale_dim0(const Tensor& t, const Tensor& scale);

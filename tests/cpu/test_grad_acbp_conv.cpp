@@ -11,6 +11,7 @@
 #include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
+#include "support/model_testing.h"
 #include "support/testing.h"
 
 using namespace ht;
@@ -259,12 +260,7 @@ TEST_CASE("conv products on odd windows: every pipeline's forward is the convolu
 }
 
 TEST_CASE("hlq acbp_conv config key", "[grad]") {
-  auto parse = [](const std::string& yaml) {
-    auto r = train::ConfigReader::from_string(yaml, "acbp.yaml");
-    const grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 0);
-    r.finish();
-    return c;
-  };
+  const auto parse = test::parse_grad_pipeline;
   CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_conv == grad::AcbpConv::columns);
   CHECK(parse("grad_pipeline: {default: {name: hlq, acbp_conv: input_map}}").default_spec.hlq.acbp_conv ==
         grad::AcbpConv::input_map);

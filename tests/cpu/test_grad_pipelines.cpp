@@ -16,6 +16,7 @@
 #include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
+#include "support/model_testing.h"
 #include "support/gradcheck.h"
 #include "support/testing.h"
 
@@ -411,11 +412,7 @@ TEST_CASE("bind_pipelines rejects a layer pattern that selects no layer, naming 
 }
 
 TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
-  auto parse = [](const std::string& yaml) {
-    auto r = train::ConfigReader::from_string(yaml, "bad.yaml");
-    train::read_grad_pipeline(r.child("grad_pipeline"), 0);
-    r.finish();
-  };
+  const auto parse = test::parse_grad_pipeline;
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, rank_pct: 75}}"),
                     HasSubstr("grad_pipeline.default.rank_pct"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, order: 4}}"), HasSubstr("unknown key"));

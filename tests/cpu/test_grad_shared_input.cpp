@@ -144,12 +144,7 @@ TEST_CASE("hlq acbp_share: an input another op keeps is not copied, and the grad
 }
 
 TEST_CASE("hlq acbp_share config key", "[grad]") {
-  auto parse = [](const std::string& yaml) {
-    auto r = train::ConfigReader::from_string(yaml, "share.yaml");
-    const grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 0);
-    r.finish();
-    return c;
-  };
+  const auto parse = test::parse_grad_pipeline;
   CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_share);
   const grad::PipelineConfig off =
       parse("grad_pipeline: {default: {name: hlq}, layers: {fc: {name: hlq, acbp_share: false}}}");
@@ -535,12 +530,7 @@ TEST_CASE("RebuildInput leaves what a product node rebuilt for the pipeline's ba
 }
 
 TEST_CASE("recompute_output config key, and what bind_pipelines does with it", "[grad]") {
-  auto parse = [](const std::string& yaml) {
-    auto r = train::ConfigReader::from_string(yaml, "recompute.yaml");
-    const grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 0);
-    r.finish();
-    return c;
-  };
+  const auto parse = test::parse_grad_pipeline;
   const grad::PipelineConfig c =
       parse("grad_pipeline: {default: {name: hlq}, layers: {'*.fc1': {name: hlq, recompute_output: true}}}");
   CHECK_FALSE(c.default_spec.recompute_output);

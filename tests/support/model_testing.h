@@ -2,8 +2,12 @@
 #pragma once
 #include <cstdint>
 
+#include <string>
+
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/models/vit.h"
+#include "hadatrain/train/config_reader.h"
+#include "hadatrain/train/pipeline_config.h"
 
 namespace ht::test {
 
@@ -27,6 +31,14 @@ inline grad::PipelineConfig hlq_recomputing_fc1_qkv(bool recompute) {
   rc.recompute_output = recompute;
   pc.overrides = {{"*.fc1", rc}, {"*.qkv", rc}};
   return pc;
+}
+
+// The `grad_pipeline` section of a YAML text, read as the trainer reads it (every key must be used).
+inline grad::PipelineConfig parse_grad_pipeline(const std::string& yaml) {
+  auto r = train::ConfigReader::from_string(yaml, "test.yaml");
+  grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 0);
+  r.finish();
+  return c;
 }
 
 }  // namespace ht::test
