@@ -156,6 +156,10 @@ void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
   for (const auto& l : layers) {
     asked += l.binding->recompute_output;
     rebuilt += l.binding->output_rebuilt;
+    if (!l.binding->active()) continue;
+    ++active;
+    bytes += l.binding->saved_bytes;
+    if (l.binding->saved_bytes == 0) ++none;
   }
   // recompute_output (Note [Recomputed outputs]): a layer whose input cannot be had again in backward keeps its
   // output as usual; say how many could.
@@ -164,12 +168,6 @@ void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
                  "instead of kept{}",
                  rebuilt, asked,
                  rebuilt < asked ? " (the others' input is neither kept by another op nor rebuildable)" : "");
-  for (const auto& l : layers) {
-    if (!l.binding->active()) continue;
-    ++active;
-    bytes += l.binding->saved_bytes;
-    if (l.binding->saved_bytes == 0) ++none;
-  }
   if (active == 0) return;
   spdlog::info("grad pipeline: the first step's {} pipeline layer(s) kept {:.2f} MiB for backward; {} kept nothing of "
                "their own (an input another op keeps, or one rebuilt in backward)",
