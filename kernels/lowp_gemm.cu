@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "hadatrain/tensor/scalar_types.h"
 #include "kernels/launch.h"
@@ -131,6 +132,46 @@ __global__ void __launch_bounds__(kColThreads * kRowThreads) scale_i32_kernel(Sc
   });
 }
 
+template <class C>
+__device__ __forceinline__ float code_value(C c) {
+  if constexpr (sizeof(C) == 1 && std::is_same_v<C, int8_t>) return static_cast<float>(c);
+  else return detail::e4m3_bits_to_float(c);
+}
+
+// One row (a sample) per blockIdx.y step, chunks of kVec codes: 8-byte loads, two 16-byte stores when vec.
+template <class C>
+__global__ void __launch_bounds__(kColThreads * kRowThreads) split_scaled_kernel(SplitScaledArgs g, bool vec) {
+  const C* codes = static_cast<const C*>(g.codes);
+  bf16* hi = static_cast<bf16*>(g.out);
+  bf16* lo = hi + g.rows * g.cols;
+  for_row_chunks(g.rows, g.cols, [&](int64_t r, int64_t c, int n) {
+    const float s = g.scale[r];
+    const int64_t i = r * g.cols + c;
+    alignas(16) bf16 h[kVec], l[kVec];
+    alignas(8) C q[kVec] = {};
+    if (vec) {
+      *reinterpret_cast<uint2*>(q) = *reinterpret_cast<const uint2*>(codes + i);
+    } else {
+      for (int k = 0; k < n; ++k) q[k] = codes[i + k];
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float t = __fmul_rn(code_value(q[k]), s);
+      h[k] = bf16(t);
+      l[k] = bf16(__fsub_rn(t, static_cast<float>(h[k])));
+    }
+    if (vec) {
+      *reinterpret_cast<uint4*>(hi + i) = *reinterpret_cast<const uint4*>(h);
+      *reinterpret_cast<uint4*>(lo + i) = *reinterpret_cast<const uint4*>(l);
+    } else {
+      for (int k = 0; k < n; ++k) {
+        hi[i + k] = h[k];
+        lo[i + k] = l[k];
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void launch_scale_i32(const ScaleI32Args& g, cudaStream_t stream) {
@@ -140,6 +181,19 @@ void launch_scale_i32(const ScaleI32Args& g, cudaStream_t stream) {
                    g.cols % kVec == 0;
   scale_i32_kernel<<<row_chunk_grid(g.n / g.cols, g.cols), dim3(kColThreads, kRowThreads), 0, stream>>>(g, vec);
   HT_CHECK_LAUNCH("scale_i32");
+}
+
+void launch_split_scaled(const SplitScaledArgs& g, cudaStream_t stream) {
+  if (g.rows * g.cols == 0) return;
+  const bool vec = reinterpret_cast<uintptr_t>(g.codes) % 8 == 0 && reinterpret_cast<uintptr_t>(g.out) % 16 == 0 &&
+                   g.cols % kVec == 0;
+  const dim3 grid = row_chunk_grid(g.rows, g.cols), block(kColThreads, kRowThreads);
+  switch (g.codes_dtype) {
+    case DType::i8: split_scaled_kernel<int8_t><<<grid, block, 0, stream>>>(g, vec); break;
+    case DType::f8e4m3: split_scaled_kernel<uint8_t><<<grid, block, 0, stream>>>(g, vec); break;
+    default: HT_UNSUPPORTED_DTYPE("split_scaled", g.codes_dtype);
+  }
+  HT_CHECK_LAUNCH("split_scaled");
 }
 
 void launch_pad_copy_2d(const PadCopyArgs& p, cudaStream_t stream) {

@@ -62,4 +62,18 @@ struct ScaleI32Args {
 void launch_scale_i32(const ScaleI32Args& args, cudaStream_t stream);
 
 
+// The scaled codes of a product with per-sample scales on its contraction axis (Note [Per-sample scales in one
+// product], src/grad/pipeline.cpp): for codes (rows, cols) (i8 or f8e4m3, contiguous) and scale (rows) f32,
+// t = scale[r]·code in f32 (__fmul_rn), hi[i] = bf16(t) and lo[i] = bf16(t − f32(hi[i])) (round to nearest even,
+// as the CPU's conversions), stored as out (2, rows, cols) bf16: hi, then lo.
+struct SplitScaledArgs {
+  const void* codes = nullptr;
+  DType codes_dtype = DType::i8;
+  const float* scale = nullptr;  // (rows)
+  int64_t rows = 0, cols = 0;
+  void* out = nullptr;  // (2, rows, cols) bf16
+};
+void launch_split_scaled(const SplitScaledArgs& args, cudaStream_t stream);
+
+
 }  // namespace ht::kernels

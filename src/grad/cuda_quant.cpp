@@ -157,5 +157,17 @@ void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a,
   kernels::launch_scale_i32(a, on.stream);
 }
 
+void grad_split_scaled(const Tensor& out, const Tensor& codes, const Tensor& scale) {
+  OnDevice on(out);
+  kernels::SplitScaledArgs a;
+  a.codes = codes.data_ptr();
+  a.codes_dtype = codes.dtype();
+  a.scale = static_cast<const float*>(scale.data_ptr());
+  a.rows = codes.dim() > 0 ? codes.size(0) : 1;
+  a.cols = a.rows > 0 ? codes.numel() / a.rows : 0;
+  a.out = out.data_ptr();
+  kernels::launch_split_scaled(a, on.stream);
+}
+
 }  // namespace ht::cuda_ops
 #endif

@@ -25,6 +25,9 @@ void grad_unpack_int4(const Tensor& out, const Tensor& packed);
 // (read by the kernel), row_scale (rows / rows_per_scale) f32 contiguous or undefined.
 void grad_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult,
                     const Tensor& row_scale, int64_t rows_per_scale);
+// out (2, codes' numel) bf16 contiguous: the hi and lo halves of scale[r]·codes[r, ...] (kernels/lowp_gemm.h,
+// split_scaled); codes (rows, ...) i8 or f8e4m3 contiguous, scale (rows) f32 contiguous.
+void grad_split_scaled(const Tensor& out, const Tensor& codes, const Tensor& scale);
 
 }  // namespace ht::cuda_ops
 #endif

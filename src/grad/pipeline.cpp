@@ -352,13 +352,6 @@ Tensor exact_grad_w(const Tensor& g_y, const Tensor& x) {
   return matmul(g2.transpose(0, 1), x2);               // (O, I)
 }
 
-Tensor lowp_product_nt(const Tensor& a, const Tensor& b) {
-  if (a.dtype() == DType::i8) return int8_matmul_nt(a, b).to(DType::f32);
-  HT_ASSERT(a.dtype() == DType::f8e4m3, "lowp_product_nt: unexpected dtype {}", dtype_name(a.dtype()));
-  const Tensor one = ones({1}, {DType::f32, a.device()});
-  return fp8_matmul_nt(a, b, one, one, DType::f32);
-}
-
 // (rows, C) -> (rows / k, k·C): rows grouped by their scale, for scale_dim0.
 static Tensor by_row_group(const Tensor& t, int64_t k) { return reshape(t, {t.size(0) / k, k * t.size(1)}); }
 
@@ -385,17 +378,54 @@ Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b
   return v.to(out_dtype);
 }
 
-Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale) {
-  const int64_t B = a.size(0), M = a.size(1), N = b.size(1);
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{256} << 20) / std::max<int64_t>(1, M * N * 4));
-  Tensor out;
-  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-    const int64_t c = std::min(chunk, B - b0);
-    const Tensor acc = lowp_product_nt(narrow(a, 0, b0, c), narrow(b, 0, b0, c));  // (c, M, N)
-    const Tensor part = sum(scale_dim0(acc, narrow(scale, 0, b0, c)), {0});
-    out = out.defined() ? add(out, part) : part;
+// Note [Per-sample scales in one product]
+// HLQ's g_w with per-sample scales (gw_scale: sample, the reference's setting) and LUQ's g_w are
+// Σ_b c_b·q_a[b]ᵀ·q_b[b]: the scales sit on the contraction axis, so an integer or fp8 product cannot apply them.
+// The reference runs one product per sample and sums the scaled (M, N) results; here that took 10.8 ms for ViT-B's
+// fc1 at batch 256 (B int32 (3072, 768) results written, scaled and summed), against 0.93 ms for the whole HLQ
+// backward with a tensor scale. Instead, for the operand with fewer columns, t = c_b·q[b] is formed in f32 (one
+// rounding, 2⁻²⁴) and split into two bf16 terms, hi = bf16(t) and lo = bf16(t − hi), |t − hi − lo| ≤ 2⁻¹⁸·|t|
+// (split_scaled_codes: one pass on CUDA). The other operand's integers (|q| ≤ 255) are exact in bf16, and bf16
+// products are exact in the product's fp32 accumulator, so
+//   Σ_b c_b·q_a[b]ᵀ·q_b[b] = hiᵀ·q_b + loᵀ·q_b      (scale on a; on b symmetrically)
+// is two bf16 products over K = B·K_b (matmul_f32) that differ from the per-sample sum by about 2⁻¹⁷ relative and by
+// the order of the fp32 sums. For LUQ's codes (±2^k) hi and lo are bf16(c)·q and bf16(c − bf16(c))·q exactly,
+// the split of session 14 (Note [LUQ g_w in one product]).
+Tensor split_scaled_codes(const Tensor& codes, const Tensor& scale) {
+  HT_ASSERT(codes.dim() >= 1 && scale.numel() == codes.size(0) &&
+                (codes.dtype() == DType::i8 || codes.dtype() == DType::f8e4m3),
+            "split_scaled_codes: expected i8 or f8e4m3 codes (B, ...) and scale (B), got {}, {}", codes.describe(),
+            scale.describe());
+  Shape shape = codes.shape();
+  shape.insert(0, 2);
+  if (codes.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    Tensor out = empty(shape, {DType::bf16, codes.device()});
+    cuda_ops::grad_split_scaled(out, codes.contiguous(), scale.to(DType::f32).contiguous());
+    return out;
+#endif
   }
-  return out;
+  const Tensor t = scale_dim0(codes.to(DType::f32), scale.to(DType::f32));
+  const Tensor hi = t.to(DType::bf16);
+  const Tensor lo = sub(t, hi.to(DType::f32)).to(DType::bf16);
+  return reshape(cat({hi, lo}, 0), shape);
+}
+
+Tensor scaled_code_product(const Tensor& a, const Tensor& b, const Tensor& scale) {
+  HT_ASSERT(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(1) == b.size(1) &&
+                scale.numel() == a.size(0),
+            "scaled_code_product: expected a (B, K, M), b (B, K, N) and scale (B), got {}, {}, {}", a.describe(),
+            b.describe(), scale.describe());
+  const int64_t BK = a.size(0) * a.size(1);
+  // The scale goes onto the operand with fewer columns (its split writes 4 bytes a code, the other's copy 2).
+  const bool on_a = a.size(2) <= b.size(2);
+  const Tensor split = split_scaled_codes(on_a ? a : b, scale);               // (2, B, K, C)
+  const Tensor other = reshape((on_a ? b : a).to(DType::bf16), {BK, -1});      // (B·K, C')
+  auto term = [&](int64_t half) {
+    const Tensor s = reshape(select(split, 0, half), {BK, -1});
+    return on_a ? matmul_f32(s.transpose(0, 1), other) : matmul_f32(other.transpose(0, 1), s);
+  };
+  return add(term(0), term(1));
 }
 
 Tensor pack_int4_any(const Tensor& q) {

@@ -533,11 +533,9 @@ class HlqPipeline final : public Pipeline {
       const Quantized q_g = quantize(gp, qs);
       return scale_i32(int8_matmul_nt(q_g.values, xq), q_g.scale, xc.scale, mult, out);
     }
-    const Quantized q_g = quantize(gp, qs);           // (B, R, O) int8, scale (B)
-    // per-sample scales: one product per sample (B, O, R)·(B, I, R)ᵀ, then the scaled sum
-    const Tensor scale = mul(q_g.scale, xc.scale);    // s_g·s_x (B)
-    return mul(scaled_batch_sum_nt(q_g.values.transpose(1, 2).contiguous(), xq.transpose(1, 2).contiguous(), scale),
-               mult);
+    const Quantized q_g = quantize(gp, qs);  // (B, R, O) int8, scale (B)
+    // per-sample scales: Note [Per-sample scales in one product], with mult folded into the scales
+    return scaled_code_product(q_g.values, xq, mul(mul(q_g.scale, xc.scale), mult));
   }
 
   HlqOptions o_;

@@ -109,19 +109,12 @@ class LuqPipeline final : public Pipeline {
   // g_w = Σ_b c_b · q_g[b]ᵀ · q_x[b] with c_b = α_b · s_x[b], per-sample scales on the contraction axis. Until
   // session 14 each sample was its own fp8 product, B (O, I) f32 results scaled and summed in 256 MiB chunks: most of
   // a LUQ step's time (ViT-S/4: 74 ms against HLQ's 14). Every LUQ code is ±2^k or 0, so c_b · q_g[b] is exact in
-  // bf16 when c_b is: c_b is split into hi_b + lo_b (two bf16 numbers, |c_b − hi_b − lo_b| ≤ 2⁻¹⁷ |c_b|), and
-  //   g_w = [hi·q_g ; lo·q_g]ᵀ · [q_x ; q_x]
-  // is one bf16 product over K = 2·B·L with fp32 accumulation (matmul_f32), q_x's integers exact in bf16. The result
+  // bf16 when c_b is: c_b splits into hi_b + lo_b (two bf16 numbers, |c_b − hi_b − lo_b| ≤ 2⁻¹⁷ |c_b|), and g_w is
+  // bf16 products over K = B·L with fp32 accumulation, the other operand's integers exact in bf16
+  // (scaled_code_product, Note [Per-sample scales in one product], which HLQ's per-sample g_w shares). The result
   // differs from the per-sample sum by the split's 2⁻¹⁷ and by the order of the fp32 sums.
   static Tensor grad_w(const Quantized& gq, const Tensor& xq, const Tensor& xs) {
-    const int64_t B = gq.values.size(0), L = gq.values.size(1), O = gq.values.size(2), I = xq.size(2);
-    const Tensor c = mul(gq.scale.to(DType::f32), xs.to(DType::f32));  // (B)
-    const Tensor hi = c.to(DType::bf16);
-    const Tensor lo = sub(c, hi.to(DType::f32)).to(DType::bf16);
-    const Tensor codes = reshape(gq.values.to(DType::bf16), {B, L * O});
-    const Tensor a = reshape(cat({scale_dim0(codes, hi), scale_dim0(codes, lo)}, 0), {2 * B * L, O});
-    const Tensor x = reshape(xq.to(DType::bf16), {B * L, I});
-    return matmul_f32(a.transpose(0, 1), cat({x, x}, 0));  // (O, I) f32
+    return scaled_code_product(gq.values, xq, mul(gq.scale.to(DType::f32), xs.to(DType::f32)));  // (O, I) f32
   }
 
   // x (B, L, I), or a conv's image unfolded into it -> the saved 4-bit x and its per-sample scales.

@@ -77,14 +77,15 @@ Conv2dParams conv_params(const Unfold2dParams& u);
 Tensor exact_grad_x(const Tensor& g_y, const Tensor& w);  // (B, L, I) in g's dtype
 Tensor exact_grad_w(const Tensor& g_y, const Tensor& x);  // (O, I) in g's dtype
 
-// a (..., M, K), b (..., N, K), both int8 or both f8e4m3 -> (..., M, N) f32 = a·bᵀ on the low-precision
-// GEMM path (int8: exact int32 accumulation; fp8: fp32 accumulation). CPU: the reference loops.
-Tensor lowp_product_nt(const Tensor& a, const Tensor& b);
+// (2, B, ...) bf16 for codes (B, ...) (i8 or f8e4m3) and scale (B): with t = scale[b]·code in f32, [0] is
+// hi = bf16(t) and [1] lo = bf16(t − hi) (|t − hi − lo| ≤ 2⁻¹⁸·|t|). One pass on CUDA, the same bits as the CPU's
+// conversions. Note [Per-sample scales in one product].
+Tensor split_scaled_codes(const Tensor& codes, const Tensor& scale);
 
-// Σ_b scale[b]·a[b]·b[b]ᵀ for a (B, M, K), b (B, N, K) (both int8 or both e4m3) and scale (B) f32
-// -> (M, N) f32. Per-sample scales sit on the contraction axis, so each sample is its own product; samples
-// run in chunks that bound the (chunk, M, N) f32 intermediate to about 256 MB.
-Tensor scaled_batch_sum_nt(const Tensor& a, const Tensor& b, const Tensor& scale);
+// Σ_b scale[b]·a[b]ᵀ·b[b] -> (M, N) f32 for integer codes a (B, K, M), b (B, K, N) of at most 8 significant bits
+// (int8 values, LUQ's ±2^k; any dtype) and scale (B): per-sample scales on the contraction axis in one product.
+// Note [Per-sample scales in one product].
+Tensor scaled_code_product(const Tensor& a, const Tensor& b, const Tensor& scale);
 
 // int8 values in −8..7 of any shape <-> packed int4 storage (a zero nibble pads an odd count).
 Tensor pack_int4_any(const Tensor& q);

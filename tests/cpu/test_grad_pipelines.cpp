@@ -15,6 +15,7 @@
 #include "hadatrain/tensor/philox.h"
 #include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
+#include "grad/pipelines.h"
 #include "support/catch.h"
 #include "support/model_testing.h"
 #include "support/gradcheck.h"
@@ -282,6 +283,37 @@ TEST_CASE("luq's g_w is its definition, Σ_b α_b·s_x[b]·q_g[b]ᵀ·q_x[b], an
   const Tensor prod = matmul(gq.values.to(DType::f64), wq.values.to(DType::f64).transpose(0, 1));  // (B, L, I)
   const Tensor gx_ref = mul(mul(prod, reshape(gq.scale.to(DType::f64), {B, 1, 1})), scalar(wq.scale, 0));
   CHECK(test::rel_error(g.x, gx_ref) < 1e-6);
+}
+
+TEST_CASE("scaled_code_product is the per-sample scaled sum of int8 code products", "[grad]") {
+  // Note [Per-sample scales in one product]: HLQ's per-sample g_w (8-bit codes up to ±127) as one bf16 product over
+  // the split scaled codes, against the per-sample sum in f64.
+  const int64_t B = 4, K = 12, M = 20, N = 9;
+  grad::QuantSpec q8;
+  q8.bits = 8;
+  q8.granularity = grad::Granularity::sample;
+  q8.rounding = grad::Rounding::nearest;
+  const grad::Quantized qa = grad::quantize(test::random_tensor({B, K, M}, 97, DType::f32), q8);
+  const grad::Quantized qb = grad::quantize(test::random_tensor({B, K, N}, 98, DType::f32), q8);
+  REQUIRE(qa.values.dtype() == DType::i8);
+  const Tensor scale = mul(mul(qa.scale, qb.scale), 3.7e-3);  // (B) f32, 24 significant bits
+  const Tensor out = grad::scaled_code_product(qa.values, qb.values, scale);
+  REQUIRE(out.shape() == Shape{M, N});
+  CHECK(out.dtype() == DType::f32);
+  const std::vector<double> c = scale.to_vector<double>();
+  Tensor ref = zeros({M, N}, {DType::f64});
+  for (int64_t b = 0; b < B; ++b) {
+    const Tensor ab = select(qa.values, 0, b).to(DType::f64), bb = select(qb.values, 0, b).to(DType::f64);
+    ref = add(ref, mul(matmul(ab.transpose(0, 1), bb), c[static_cast<std::size_t>(b)]));
+  }
+  const double err = test::rel_error(out, ref);
+  INFO("error " << err);
+  CHECK(err < 1e-5);
+  // hi alone (t rounded to bf16 once) is off by about 2^-9 per term: the lo half is what makes it accurate.
+  const Tensor t = mul(qa.values.to(DType::f32), reshape(scale, {B, 1, 1})).to(DType::bf16).to(DType::f64);
+  const Tensor hi_only = matmul(reshape(t, {B * K, M}).transpose(0, 1), reshape(qb.values.to(DType::f64), {B * K, N}));
+  CHECK(test::rel_error(hi_only, ref) > 1e-4);
+  CHECK_THROWS_WITH(grad::scaled_code_product(qa.values, qb.values, ones({B + 1})), HasSubstr("scale (B)"));
 }
 
 TEST_CASE("grad::product routes autograd through the pipeline", "[grad]") {

@@ -255,6 +255,38 @@ TEST_CASE("scale_i32 on CUDA equals the CPU on odd and vector-friendly shapes", 
   }
 }
 
+TEST_CASE("split_scaled_codes on CUDA gives the CPU's bits; scaled_code_product agrees", "[gpu][grad]") {
+  // Note [Per-sample scales in one product]: HLQ's int8 codes and LUQ's e4m3 codes, per-sample scales over 5 orders
+  // of magnitude; per-sample sizes that take the 16-byte path (multiple of 8) and the element-wise one.
+  struct Case {
+    int64_t B, K, C;
+  };
+  for (const Case c : {Case{6, 5, 24}, Case{5, 3, 7}, Case{2, 1, 1}})
+    for (DType dt : {DType::i8, DType::f8e4m3}) {
+      CAPTURE(c.B, c.K, c.C, dtype_name(dt));
+      const Tensor raw = test::random_input({c.B, c.K, c.C}, 61 + static_cast<uint64_t>(c.C), DType::f32, -127, 127);
+      const Tensor codes = dt == DType::i8 ? raw.to(DType::i8) : mul(raw, 1.0 / 16).to(DType::f8e4m3);
+      const Tensor scale = exp(test::random_input({c.B}, 62, DType::f32, -6.0, 6.0));
+      const Tensor cpu = grad::split_scaled_codes(codes, scale);
+      REQUIRE(cpu.size(0) == 2);
+      Tensor gpu;
+      {
+        test::PoisonGuard poison;
+        gpu = grad::split_scaled_codes(codes.to(test::kCuda), scale.to(test::kCuda));
+      }
+      CHECK(test::compare_bits(gpu.to(Device::cpu()), cpu) == "");
+      // hi + lo is t = scale·code within 2^-18 (f64 reference; t itself is one f32 rounding off)
+      const Tensor t = mul(codes.to(DType::f64), reshape(scale.to(DType::f64), {c.B, 1, 1}));
+      const Tensor sum = add(select(cpu, 0, 0).to(DType::f64), select(cpu, 0, 1).to(DType::f64));
+      CHECK(test::rel_error(sum, t) < 5e-6);
+      const Tensor other = test::random_input({c.B, c.K, 11}, 63, DType::f32, -127, 127).to(DType::i8);
+      const Tensor a = dt == DType::i8 ? codes : codes.to(DType::f32).to(DType::i8);
+      const Tensor expect = grad::scaled_code_product(a, other, scale);
+      const Tensor got = grad::scaled_code_product(a.to(test::kCuda), other.to(test::kCuda), scale.to(test::kCuda));
+      CHECK(test::rel_error(got.to(Device::cpu()), expect) < 1e-6);
+    }
+}
+
 TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept output without a copy", "[gpu][grad]") {
   // Note [Shared saved inputs]: the packed flash attention keeps its output o for its backward, and o is the
   // input of blocks.N.attn.proj; with acbp_share HLQ keeps a reference and compresses o in backward. Note [Rebuilt
