@@ -83,7 +83,8 @@ struct ConvertF {  // typed conversion for the flat fast path (float -> narrow o
   HT_DEV D operator()(S x) const { return convert<D>(x); }
 };
 
-// Flat, aligned f32 <-> bf16/f16 and f32/bf16 -> fp8 conversions; false when not applicable.
+// Flat, aligned f32 <-> bf16/f16, f32/bf16 -> fp8 and i8/e4m3 -> bf16/f16/f32 conversions; false when not
+// applicable.
 bool launch_fast_convert(const CopyArgs& c, cudaStream_t stream) {
   if (!c.layout.flat()) return false;
   const Layout<2>& l = c.layout;
@@ -111,6 +112,18 @@ bool launch_fast_convert(const CopyArgs& c, cudaStream_t stream) {
   if (c.src_dtype == DType::f32 && c.dst_dtype == DType::f8e5m2) return run_flat(f8e5m2{}, float{});
   if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e4m3) return run_flat(f8e4m3{}, bf16{});
   if (c.src_dtype == DType::bf16 && c.dst_dtype == DType::f8e5m2) return run_flat(f8e5m2{}, bf16{});
+  // From the quantisers' 1-byte codes (int8 levels, e4m3 codes) into floats: exact, 16 codes a load. The generic
+  // kernel's decode through double took 0.83 ms for LUQ's (50432, 3072) e4m3 g_y codes into bf16 (run 64).
+  auto from_codes = [&](auto src_tag) {
+    switch (c.dst_dtype) {
+      case DType::bf16: return run_flat(bf16{}, src_tag);
+      case DType::f16: return run_flat(f16{}, src_tag);
+      case DType::f32: return run_flat(float{}, src_tag);
+      default: return false;
+    }
+  };
+  if (c.src_dtype == DType::i8) return from_codes(int8_t{});
+  if (c.src_dtype == DType::f8e4m3) return from_codes(f8e4m3{});
   return false;
 }
 

@@ -61,7 +61,17 @@ class LuqPipeline final : public Pipeline {
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<LuqSaved&>(saved);
-    if (s.later.pending()) quantize_input(s, s.later.take());
+    Tensor xq;  // (B, L, I) int8 levels of x, for g_w
+    if (s.later.pending()) {  // quantised now, used once: not packed
+      const Tensor in = s.later.take();
+      if (wanted.w) {
+        const Quantized qx = quantize_input(s, in);
+        xq = qx.values;
+        s.xs = qx.scale;
+      }
+    } else if (wanted.w) {
+      xq = o_.x_bits <= 4 ? unpack_int4_any(s.xq, s.x_shape) : s.xq;
+    }
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
     LuqSpec ls;
     ls.bits = o_.bits;
@@ -85,10 +95,7 @@ class LuqPipeline final : public Pipeline {
                                         s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32),
                     {B, L, I}).to(s.x_dtype);
     }
-    if (wanted.w) {
-      const Tensor xq = o_.x_bits <= 4 ? unpack_int4_any(s.xq, s.x_shape) : s.xq;  // (B, L, I) int8
-      g.w = grad_w(gq, xq, s.xs).to(s.w.dtype());
-    }
+    if (wanted.w) g.w = grad_w(gq, xq, s.xs).to(s.w.dtype());
     return g;
   }
 
@@ -101,7 +108,12 @@ class LuqPipeline final : public Pipeline {
     s->x_dtype = in.dtype();
     s->key = key;
     s->window = window;
-    if (!s->later.defer(in, info.rebuild, {})) quantize_input(*s, in);
+    if (!s->later.defer(in, info.rebuild, {})) {
+      const Quantized qx = quantize_input(*s, in);
+      s->xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
+      s->xs = qx.scale;
+      s->bytes = tensor_bytes(s->xq) + tensor_bytes(s->xs);
+    }
     return s;
   }
 
@@ -117,8 +129,8 @@ class LuqPipeline final : public Pipeline {
     return scaled_code_product(gq.values, xq, mul(gq.scale.to(DType::f32), xs.to(DType::f32)));  // (O, I) f32
   }
 
-  // x (B, L, I), or a conv's image unfolded into it -> the saved 4-bit x and its per-sample scales.
-  void quantize_input(LuqSaved& s, const Tensor& in) const {
+  // x (B, L, I), or a conv's image unfolded into it -> its 4-bit levels (int8) and per-sample scales.
+  Quantized quantize_input(LuqSaved& s, const Tensor& in) const {
     const Tensor x = s.window ? unfold2d(in, *s.window) : in;
     s.x_shape = x.shape();
     QuantSpec q;
@@ -126,10 +138,7 @@ class LuqPipeline final : public Pipeline {
     q.granularity = Granularity::sample;
     q.scale_rule = rule_of(o_.w_quant);
     q.rounding = Rounding::nearest;
-    Quantized qx = quantize(x, q);
-    s.xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
-    s.xs = qx.scale;
-    s.bytes = tensor_bytes(s.xq) + tensor_bytes(s.xs);
+    return quantize(x, q);
   }
 
   LuqOptions o_;
