@@ -255,3 +255,36 @@ TEST_CASE("tiled transposes match the CPU bit for bit", "[gpu][copy][transpose]"
     CHECK(test::compare_bits(cbase, base) == "");
   }
 }
+
+TEST_CASE("copies keeping the last dim contiguous move whole vectors, or fall back when they cannot", "[gpu][copy]") {
+  // copy_vector_runs (kernels/copy.cu): 16-, 8- and 4-byte vectors by the inner size and the offsets; an inner size
+  // or an offset that is not a whole vector takes the element-wise kernel. Poisoned allocations: every output
+  // element must be written.
+  uint64_t seed = 700;
+  for (DType dt : {DType::bf16, DType::f32, DType::i8, DType::f64})
+    for (int64_t inner : {48, 12, 6, 7}) {
+      CAPTURE(dtype_name(dt), inner);
+      const Tensor x = test::random_input({3, 5, 6, inner}, ++seed, dt, -100, 100);
+      const Tensor xc = x.to(test::kCuda);
+      Tensor perm, narrowed, catted;
+      {
+        test::PoisonGuard poison;
+        perm = xc.permute({2, 0, 1, 3}).contiguous();                                   // LBP-WHT's patch order
+        narrowed = xc.narrow(3, 1, inner - 1).contiguous();                             // misaligned start
+        catted = cat({xc, zeros({3, 5, 2, inner}, {dt, test::kCuda})}, 2);              // a pad into a view
+      }
+      CHECK(test::compare_bits(perm, x.permute({2, 0, 1, 3}).contiguous()) == "");
+      CHECK(test::compare_bits(narrowed, x.narrow(3, 1, inner - 1).contiguous()) == "");
+      CHECK(test::compare_bits(catted, cat({x, zeros({3, 5, 2, inner}, {dt})}, 2)) == "");
+      // broadcast over an outer dim (stride 0) into a strided destination
+      const Tensor row = test::random_input({1, 1, 6, inner}, ++seed, dt, -100, 100);
+      const Tensor base = test::random_input({3, 5, 9, inner}, ++seed, dt, -5, 5);
+      const Tensor cbase = base.to(test::kCuda);
+      {
+        NoGradGuard ng;
+        copy_(base.narrow(2, 2, 6), row.expand({3, 5, 6, inner}));
+        copy_(cbase.narrow(2, 2, 6), row.to(test::kCuda).expand({3, 5, 6, inner}));
+      }
+      CHECK(test::compare_bits(cbase, base) == "");
+    }
+}
