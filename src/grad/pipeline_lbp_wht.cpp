@@ -159,8 +159,9 @@ class LbpWhtPipeline final : public Pipeline {
     const int64_t E = s->grid.extra, L = x.size(1);
     if (E > 0) s->x_extra = narrow(x, 1, 0, E).contiguous();
     const Tensor patches = to_patches(narrow(x, 1, E, L - E), s->grid);  // (64, B·P·I), x's dtype
-    const Tensor coef = matmul_f32(basis_on(x.device()).to(x.dtype()), patches);  // (r, B·P·I) f32
-    s->xp = reshape(coef, {-1, x.size(2)}).to(x.dtype());                 // (r·B·P, I), rounded once
+    // (r, B·P·I): fp32 accumulation rounded once to x's dtype (the product's own epilogue, no f32 pass)
+    const Tensor coef = matmul(basis_on(x.device()).to(x.dtype()), patches);
+    s->xp = reshape(coef, {-1, x.size(2)});  // (r·B·P, I)
     s->bytes = tensor_bytes(s->xp) + tensor_bytes(s->x_extra);
     return s;
   }
