@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kColThreads * kRowThreads) scale_i32_kernel(Sc
 
 template <class C>
 __device__ __forceinline__ float code_value(C c) {
-  if constexpr (sizeof(C) == 1 && std::is_same_v<C, int8_t>) return static_cast<float>(c);
+  if constexpr (std::is_same_v<C, int8_t>) return static_cast<float>(c);
   else return detail::e4m3_bits_to_float(c);
 }
 

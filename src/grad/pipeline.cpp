@@ -389,8 +389,9 @@ Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b
 // products are exact in the product's fp32 accumulator, so
 //   Σ_b c_b·q_a[b]ᵀ·q_b[b] = hiᵀ·q_b + loᵀ·q_b      (scale on a; on b symmetrically)
 // is two bf16 products over K = B·K_b (matmul_f32) that differ from the per-sample sum by about 2⁻¹⁷ relative and by
-// the order of the fp32 sums: ViT-B's fc1 backward with per-sample scales takes 1.84 ms (run 65). For LUQ's codes (±2^k) hi and lo are bf16(c)·q and bf16(c − bf16(c))·q exactly,
-// the split of session 14 (Note [LUQ g_w in one product]).
+// the order of the fp32 sums: ViT-B's fc1 backward with per-sample scales takes 1.84 ms (run 65). When the scaled
+// operand holds LUQ's codes (±2^k), hi and lo are exactly bf16(c)·q and bf16(c − bf16(c))·q (Note [LUQ g_w in one
+// product]).
 Tensor split_scaled_codes(const Tensor& codes, const Tensor& scale) {
   HT_ASSERT(codes.dim() >= 1 && scale.numel() == codes.size(0) &&
                 (codes.dtype() == DType::i8 || codes.dtype() == DType::f8e4m3),

@@ -120,11 +120,12 @@ class LuqPipeline final : public Pipeline {
   // Note [LUQ g_w in one product]
   // g_w = Σ_b c_b · q_g[b]ᵀ · q_x[b] with c_b = α_b · s_x[b], per-sample scales on the contraction axis. Until
   // session 14 each sample was its own fp8 product, B (O, I) f32 results scaled and summed in 256 MiB chunks: most of
-  // a LUQ step's time (ViT-S/4: 74 ms against HLQ's 14). Every LUQ code is ±2^k or 0, so c_b · q_g[b] is exact in
-  // bf16 when c_b is: c_b splits into hi_b + lo_b (two bf16 numbers, |c_b − hi_b − lo_b| ≤ 2⁻¹⁷ |c_b|), and g_w is
-  // bf16 products over K = B·L with fp32 accumulation, the other operand's integers exact in bf16
-  // (scaled_code_product, Note [Per-sample scales in one product], which HLQ's per-sample g_w shares). The result
-  // differs from the per-sample sum by the split's 2⁻¹⁷ and by the order of the fp32 sums.
+  // a LUQ step's time (ViT-S/4: 74 ms against HLQ's 14). Now c_b·q of one operand (the one with fewer columns) is
+  // split into two bf16 terms and g_w is two bf16 products with fp32 accumulation over K = B·L against the other
+  // operand's codes, which are exact in bf16 (scaled_code_product, Note [Per-sample scales in one product], shared
+  // with HLQ's per-sample g_w). On q_g's side every code is ±2^k or 0, so the terms are exactly bf16(c_b)·q and
+  // bf16(c_b − bf16(c_b))·q (session 14's split of c_b); on q_x's side (integers −7…7) they are within 2⁻¹⁸ of c_b·q.
+  // Either way the result differs from the per-sample sum by about 2⁻¹⁷ and by the order of the fp32 sums.
   static Tensor grad_w(const Quantized& gq, const Tensor& xq, const Tensor& xs) {
     return scaled_code_product(gq.values, xq, mul(gq.scale.to(DType::f32), xs.to(DType::f32)));  // (O, I) f32
   }
