@@ -33,6 +33,13 @@ PY
 )
   printf "%-32s %10s %14s\n" "$name" "${acc:-failed}" "$ept"
 done
-python3 tools/plot_metrics.py --out "$out/pipelines.png" --label exact --label hlq --label lbp_wht --label luq "$out"/fashion_mnist_resnet18{,_hlq,_lbp_wht,_luq}/metrics.jsonl >/dev/null 2>&1 \
-  && echo "curves: $out/pipelines.png"
+# Through the script's own interpreter line (Debian's python3 with python3-matplotlib), not whichever python3 is
+# first on PATH; a failure to draw is reported, not hidden.
+if "$(dirname "$0")/../plot_metrics.py" --out "$out/pipelines.png" --label exact --label hlq --label lbp_wht \
+    --label luq "$out"/fashion_mnist_resnet18{,_hlq,_lbp_wht,_luq}/metrics.jsonl >/dev/null; then
+  echo "curves: $out/pipelines.png"
+else
+  echo "curves: not drawn (tools/plot_metrics.py failed, above)" >&2
+  rc=1
+fi
 exit $rc
