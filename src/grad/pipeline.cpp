@@ -216,7 +216,8 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const 
     NoGradGuard no_grad;
     r = call.pipeline->forward(x.detach(), w.detach(), info, call.key, save_if(grad));
   }
-  return record_product(std::move(r), call, {x, w, bias, std::nullopt}, grad ? output_rebuild(x, w, call, info) : nullptr);
+  return record_product(std::move(r), call, {x, w, bias, std::nullopt},
+                        grad ? output_rebuild(x, w, call, info) : nullptr);
 }
 
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call) {

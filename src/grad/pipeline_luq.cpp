@@ -1,8 +1,8 @@
 // The `luq` baseline (hlq.md §10; Chmiel et al., ICLR 2023): both backward products full rank, no
 // Hadamard; g_y -> LUQ 4-bit (logarithmic, unbiased, per-sample α), W and the saved x -> 4-bit INT
 // (SAWB or absmax, round to nearest). Every LUQ value ±2^k (k <= 7) and every integer −7..7 is exact in
-// e4m3, so g_x runs on fp8 tensor cores without error beyond fp32 accumulation, and g_w is one bf16 product (Note
-// [LUQ g_w in one product]).
+// e4m3, so g_x runs on fp8 tensor cores without error beyond fp32 accumulation; g_w, whose per-sample scales sit on
+// the contraction axis, is two bf16 products over split scaled codes (Note [LUQ g_w in one product]).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O). Like HLQ's defaults, the forward
 // keeps no copy of an input that another op keeps or that its op can rebuild (LaterInput); backward quantises it
 // then, with the same bits.
@@ -10,7 +10,6 @@
 
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
-#include "hadatrain/ops/linalg.h"
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/ops/unfold.h"

@@ -82,8 +82,8 @@ Tensor exact_grad_w(const Tensor& g_y, const Tensor& x);  // (O, I) in g's dtype
 // conversions. Note [Per-sample scales in one product].
 Tensor split_scaled_codes(const Tensor& codes, const Tensor& scale);
 
-// Σ_b scale[b]·a[b]ᵀ·b[b] -> (M, N) f32 for integer codes a (B, K, M), b (B, K, N) of at most 8 significant bits
-// (int8 values, LUQ's ±2^k; any dtype) and scale (B): per-sample scales on the contraction axis in one product.
+// Σ_b scale[b]·a[b]ᵀ·b[b] -> (M, N) f32 for codes a (B, K, M), b (B, K, N), each i8 (HLQ's levels, LUQ's x levels)
+// or f8e4m3 (LUQ's ±2^k), and scale (B): per-sample scales on the contraction axis, in two bf16 products.
 // Note [Per-sample scales in one product].
 Tensor scaled_code_product(const Tensor& a, const Tensor& b, const Tensor& scale);
 

@@ -54,7 +54,8 @@ Tensor Linear::forward(const Tensor& x) {
     x3 = reshape(x, {x.size(0), -1, in_features});
   }
   // x itself is the output of an op that can rebuild it from what it keeps (Note [Rebuilt inputs]).
-  if (auto fn = rebuilder_of(x)) info.rebuild = {std::move(fn), [s = x3.shape()](const Tensor& t) { return reshape(t, s); }};
+  if (auto fn = rebuilder_of(x))
+    info.rebuild = {std::move(fn), [s = x3.shape()](const Tensor& t) { return reshape(t, s); }};
   const bool train = is_training();
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                train ? &grad_pipeline.saved_bytes : nullptr, grad_pipeline.recompute_output,

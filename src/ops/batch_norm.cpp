@@ -108,7 +108,8 @@ class BatchNormBackward final : public Node {
     auto kept = [&](std::size_t slot) { return slot == kNone ? Tensor() : saved(slot); };
     Tensor out = empty(x.shape(), {x.dtype(), x.device()});
     cuda_ops::batch_norm_apply(
-        x, {{saved(mean_slot), saved(invstd_slot)}, kept(weight_slot), kept(bias_slot), act_, kept(residual_slot)}, out);
+        x, {{saved(mean_slot), saved(invstd_slot)}, kept(weight_slot), kept(bias_slot), act_, kept(residual_slot)},
+        out);
     return out;
 #else
     return Tensor();

@@ -371,7 +371,9 @@ TEST_CASE("luq keeps no copy of an input its op can rebuild, and the gradients k
     for (int rebuilt = 0; rebuilt < 2; ++rebuilt) {
       Generator gen(41);
       std::shared_ptr<nn::Module> layer;
-      if (conv) layer = std::make_shared<nn::Conv2d>(nn::Conv2dOptions{.in_channels = 4, .out_channels = 8, .kernel = 3, .padding = 1}, gen);
+      if (conv)
+        layer = std::make_shared<nn::Conv2d>(
+            nn::Conv2dOptions{.in_channels = 4, .out_channels = 8, .kernel = 3, .padding = 1}, gen);
       else layer = std::make_shared<nn::Linear>(12, 16, nn::Bias::yes, gen);
       grad::PipelineConfig pc;
       pc.default_spec.name = "luq";
@@ -481,7 +483,8 @@ TEST_CASE("recompute_output: the gelu keeps fc1's node instead of its input, and
   }
 }
 
-TEST_CASE("a node that offers its output is kept by Node::save and rebuilt once, on the first read", "[autograd][grad]") {
+TEST_CASE("a node that offers its output is kept by Node::save and rebuilt once, on the first read",
+          "[autograd][grad]") {
   Generator gen(55);
   auto fc = std::make_shared<nn::Linear>(8, 8, nn::Bias::no, gen);
   grad::PipelineConfig pc;

@@ -7,7 +7,8 @@
 namespace ht::cuda_ops {
 
 // out (..., M, N), freshly allocated and contiguous, = a (..., M, K) @ b (..., K, N); the batch dims of a
-// and b broadcast to those of out. out has a's dtype, or f32 for bf16 / f16 operands. Operands that are row-major or transposed views are read in place.
+// and b broadcast to those of out. out has a's dtype, or f32 for bf16 / f16 operands. Operands that are row-major
+// or transposed views are read in place.
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
 
 // y (R, out), freshly allocated and contiguous, = x (R, in) · wᵀ [+ bias (out)], w (out, in).
