@@ -312,6 +312,57 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
   fold_amax(a, amax);
 }
 
+// ---- the back-projection (launch_hla_back_project) ----
+// The first pass loads row j of the block from g's kept row inv[j] (zeros at the rows not kept); inv, the kept
+// position of each natural index or −1, sits in shared memory after the slab. The passes are the projection's,
+// so the butterfly is the CPU's; the CTA then writes all n rows of its tile, mult times each, rounded once.
+struct KeptRows {
+  const float* g;  // at (b, p·r, c0)
+  int64_t sr, sc;
+  int width;
+  const int16_t* inv;
+  template <int M>
+  __device__ __forceinline__ void load(float* v, int j0, int c) const {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int i = inv[j0 + m];
+      v[m] = (c < width && i >= 0) ? g[i * sr + c * sc] : 0.0f;
+    }
+  }
+};
+
+template <class Out>
+__global__ void __launch_bounds__(kHlaThreads) hla_back_project_kernel(HlaBackArgs a, HlaGeometry g,
+                                                                       const __grid_constant__ HlaRows rows) {
+  extern __shared__ float slab[];                                     // (n, stride)
+  int16_t* inv = reinterpret_cast<int16_t*>(slab + g.slab_floats);  // (n)
+  const int n = static_cast<int>(a.block), r = static_cast<int>(a.kept), tile = 1 << g.tile_log;
+  const int64_t P = a.L / n;
+  const int64_t cta = blockIdx.x;
+  const int64_t ti = cta % g.tiles, p = (cta / g.tiles) % P, b = cta / (g.tiles * P);
+  const int64_t c0 = ti * tile;
+  const int width = static_cast<int>(a.C - c0 < tile ? a.C - c0 : tile);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) inv[j] = -1;
+  __syncthreads();
+  for (int i = threadIdx.x; i < r; i += blockDim.x) inv[rows.idx[i]] = static_cast<int16_t>(i);
+  __syncthreads();
+  const KeptRows ld{a.g + b * a.sb + p * r * a.sr + c0 * a.sc, a.sr, a.sc, width, inv};
+  const int first = g.n_log < kRadix ? g.n_log : kRadix;
+  with_stages<0>(first, [&](auto gc) { hla_pass<decltype(gc)::value, true>(slab, g, 0, ld); });
+  for (int h_log = first; h_log < g.n_log;) {
+    const int stages = g.n_log - h_log < kRadix ? g.n_log - h_log : kRadix;
+    __syncthreads();
+    with_stages<1>(stages, [&](auto gc) { hla_pass<decltype(gc)::value, false>(slab, g, h_log, ld); });
+    h_log += stages;
+  }
+  __syncthreads();
+  Out* o = static_cast<Out*>(a.out) + (b * a.L + p * n) * a.C + c0;
+  for (int e = threadIdx.x; e < (n << g.tile_log); e += blockDim.x) {
+    const int j = e >> g.tile_log, c = e & (tile - 1);
+    if (c < width) o[j * a.C + c] = store_cast<Out>(__fmul_rn(slab[g.at(j, c)], a.mult));
+  }
+}
+
 // Note [HLA small blocks]
 // For n <= 16 every butterfly stage fits one thread's registers: hla_project_small_kernel gives each thread
 // whole items (block p, column c): it loads the n rows of column c through the loader, runs the same butterfly
@@ -439,6 +490,22 @@ void launch_hla_project_unfolded(const HlaUnfoldedArgs& a, const HlaRows& rows, 
   lp.dil_h = static_cast<int>(a.dil_h);
   lp.dil_w = static_cast<int>(a.dil_w);
   launch<Im2colColumns>("hla_project_unfolded", a.dtype, o, lp, g, rows, a.slab_only, stream);
+}
+
+void launch_hla_back_project(const HlaBackArgs& a, const HlaRows& rows, cudaStream_t stream) {
+  if (a.B == 0 || a.L == 0 || a.C == 0) return;
+  const HlaGeometry g = hla_geometry(a.block, a.block, a.C);  // shared memory: the slab and inv (n entries)
+  const int64_t ctas = a.B * (a.L / a.block) * g.tiles;
+  const bool ok = visit_kernel_float(a.out_dtype, [&](auto tag) {
+    using Out = decltype(tag);
+    auto kernel = hla_back_project_kernel<Out>;
+    if (g.smem > 48 * 1024)
+      HT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(g.smem)));
+    kernel<<<static_cast<unsigned>(ctas), kHlaThreads, g.smem, stream>>>(a, g, rows);
+    HT_CHECK_LAUNCH("hla_back_project");
+  });
+  if (!ok) HT_UNSUPPORTED_DTYPE("hla_back_project", a.out_dtype);
 }
 
 }  // namespace ht::kernels

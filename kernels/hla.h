@@ -59,4 +59,20 @@ struct HlaUnfoldedArgs {
 };
 void launch_hla_project_unfolded(const HlaUnfoldedArgs& args, const HlaRows& rows, cudaStream_t stream);
 
+// The adjoint, P_rᵀ·g (Note [HLA back-projection] in include/hadatrain/grad/hla.h): g (B, R, C) f32 with
+// element strides -> out (B, L, C) contiguous in out_dtype (f32 f64 bf16 f16), mult times the butterfly of the
+// kept rows scattered to their natural indices, one rounding. The slab kernel with a loader that reads the kept
+// rows (zeros elsewhere) and writes all n rows.
+struct HlaBackArgs {
+  DType out_dtype;
+  const float* g;                  // (B, R, C) with element strides sb, sr, sc
+  int64_t B = 0, L = 0, C = 0;
+  int64_t sb = 0, sr = 0, sc = 0;
+  int64_t block = 1;               // n, a power of two dividing L, <= kHlaMaxBlock
+  int64_t kept = 1;                // r, <= kHlaMaxRows
+  float mult = 1.0f;
+  void* out;
+};
+void launch_hla_back_project(const HlaBackArgs& args, const HlaRows& rows, cudaStream_t stream);
+
 }  // namespace ht::kernels

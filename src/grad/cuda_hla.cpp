@@ -122,5 +122,27 @@ void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2d
   kernels::launch_hla_project_unfolded(a, rows_of(plan), cuda::current_stream(out.device().index));
 }
 
+void hla_back_project(const Tensor& out, const Tensor& g, const grad::HlaPlan& plan, float mult) {
+  if (out.numel() == 0) return;
+  check_plan_fits("hla_back_project", plan);
+  HT_ASSERT(out.is_contiguous() && out.dim() == 3, "hla_back_project: bad output {}", out.describe());
+  const Tensor in = g.dtype() == DType::f32 ? g : to_dtype(g, DType::f32);  // as the CPU converts
+  kernels::HlaBackArgs a;
+  a.out_dtype = out.dtype();
+  a.g = static_cast<const float*>(in.data_ptr());
+  a.B = out.size(0);
+  a.L = out.size(1);
+  a.C = out.size(2);
+  a.sb = in.strides()[0];
+  a.sr = in.strides()[1];
+  a.sc = in.strides()[2];
+  a.block = plan.block;
+  a.kept = plan.kept();
+  a.mult = mult;
+  a.out = out.data_ptr();
+  cuda::DeviceGuard guard(out.device().index);
+  kernels::launch_hla_back_project(a, rows_of(plan), cuda::current_stream(out.device().index));
+}
+
 }  // namespace ht::cuda_ops
 #endif

@@ -18,5 +18,9 @@ void hla_project(const Tensor& out, const Tensor& x, const grad::HlaPlan& plan, 
 void hla_project_unfolded(const Tensor& out, const Tensor& image, const Unfold2dParams& window,
                           const grad::HlaPlan& plan, grad::HlaLayout layout, float* absmax = nullptr);
 
+// Note [HLA back-projection] (include/hadatrain/grad/hla.h): out (B, L, C) contiguous, f32 / f64 / bf16 / f16;
+// g (B, R, C) on out's device, any floating dtype and strides; plan already validated by the caller.
+void hla_back_project(const Tensor& out, const Tensor& g, const grad::HlaPlan& plan, float mult);
+
 }  // namespace ht::cuda_ops
 #endif

@@ -222,4 +222,60 @@ Tensor hla_project_unfolded(const Tensor& image, const Unfold2dParams& window, c
   return hla_project(unfold2d(image, window), plan, layout, absmax);
 }
 
+Tensor hla_back_project(const Tensor& g, const HlaPlan& plan, double mult, DType out_dtype) {
+  HT_CHECK(g.dim() == 3, "hla_back_project: g must be (B, R, C), got {}", g.describe());
+  check_floating("hla_back_project", {&g});
+  HT_CHECK(is_floating(out_dtype) && out_dtype != DType::f8e4m3 && out_dtype != DType::f8e5m2,
+           "hla_back_project: the output dtype must be f32, f64, bf16 or f16, got {}", dtype_name(out_dtype));
+  const int64_t B = g.size(0), C = g.size(2), n = plan.block, r = plan.kept(), L = plan.length;
+  HT_CHECK(n >= 1 && L % n == 0 && g.size(1) == L / n * r,
+           "hla_back_project: g {} does not match the plan {} (expected (B, {}, C))", g.describe(), plan.describe(),
+           L / std::max<int64_t>(n, 1) * r);
+  Tensor out = empty({B, L, C}, {out_dtype, g.device()});
+  if (out.numel() == 0) return out;
+  const auto m = static_cast<float>(mult);
+  if (g.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::hla_back_project(out, g, plan, m);
+    return out;
+#else
+    no_cuda_kernel("hla_back_project");
+#endif
+  }
+  const int64_t P = L / n;
+  const int64_t sb = g.strides()[0], sr = g.strides()[1], sc = g.strides()[2];
+  visit_floating(g.dtype(), "hla_back_project", [&](auto in_tag) {
+    using I = typename decltype(in_tag)::type;
+    const I* pg = cpu::ptr<I>(g);
+    visit_floating(out_dtype, "hla_back_project", [&](auto out_tag) {
+      using O = typename decltype(out_tag)::type;
+      O* po = cpu::ptr<O>(out);
+      std::vector<float> buf(static_cast<std::size_t>(n * C));  // one block: (n, C), channels contiguous
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t p = 0; p < P; ++p) {
+          std::fill(buf.begin(), buf.end(), 0.0f);
+          for (int64_t i = 0; i < r; ++i) {
+            float* dst = &buf[static_cast<std::size_t>(plan.rows[static_cast<std::size_t>(i)] * C)];
+            for (int64_t c = 0; c < C; ++c) dst[c] = cpu::convert<float>(pg[b * sb + (p * r + i) * sr + c * sc]);
+          }
+          // The butterfly of hla_project (stages h = 1, 2, ..., n/2), for every channel.
+          for (int64_t h = 1; h < n; h *= 2)
+            for (int64_t j = 0; j < n; ++j) {
+              if ((j / h) % 2 != 0) continue;
+              float* a = &buf[static_cast<std::size_t>(j * C)];
+              float* e = &buf[static_cast<std::size_t>((j + h) * C)];
+              for (int64_t c = 0; c < C; ++c) {
+                const float u = a[c], v = e[c];
+                a[c] = u + v;
+                e[c] = u - v;
+              }
+            }
+          O* dst = po + (b * L + p * n) * C;
+          for (int64_t t = 0; t < n * C; ++t) dst[t] = cpu::convert<O>(buf[static_cast<std::size_t>(t)] * m);
+        }
+    });
+  });
+  return out;
+}
+
 }  // namespace ht::grad

@@ -293,12 +293,13 @@ std::string describe_pipeline(const PipelineSpec& s) {
                        : o.rank.kind == HlaRank::Kind::rows ? fmt::format("{} rows", o.rank.rows)
                                                             : fmt::format("pct {}", o.rank.pct);
     return fmt::format("hlq (g_x: {} bit, T {}, g_y scale {}, W {}, {} carrier; g_w: {} bit, rank {}, fallback {}, "
-                       "ACBP {} bit{}{}{}{})",
+                       "ACBP {} bit{}{}{}{}{})",
                        o.gx_bits, o.block, gran[static_cast<int>(o.gy_scale)], wq[static_cast<int>(o.w_quant)],
                        o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank,
                        fb[static_cast<int>(o.fallback)], o.acbp_bits,
                        o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "",
                        o.conv_gx == ConvGx::columns ? ", conv g_x over columns" : "",
+                       o.conv_gw == ConvGw::columns ? ", conv g_w over columns" : "",
                        o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? "" : ", never rebuilt");
   }
   if (s.name == "lbp_wht") return fmt::format("lbp_wht (order {}, {} of 64 bases)", s.lbp_wht.order,

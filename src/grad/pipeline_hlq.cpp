@@ -169,9 +169,16 @@ class HlqPipeline final : public Pipeline {
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<HlqSaved&>(saved);
-    // What the forward would have saved, from the same input (same bits): the kept input (acbp_share) or the
-    // input rebuilt by its op (acbp_rebuild).
-    if (s.later.pending()) save_input(s, s.later.take());
+    // The conv g_w product as a convolution backward over the image (Note [HLQ conv g_w]), when backward has it.
+    const bool wgrad = wanted.w && wgrad_form(s);
+    Tensor image;  // (N, C, H, W) for the wgrad form
+    if (wgrad) {
+      image = s.later.pending() ? s.later.take() : map_image(s);
+    } else if (s.later.pending()) {
+      // What the forward would have saved, from the same input (same bits): the kept input (acbp_share) or the
+      // input rebuilt by its op (acbp_rebuild).
+      save_input(s, s.later.take());
+    }
     Grads g;
     // When HLA quantises g_y itself (identity plan) with one absmax scale, the g_x quantiser's pass over g_y
     // also yields max |g_y|, and the g_w quantiser skips its statistics pass (one read of g_y less).
@@ -183,7 +190,11 @@ class HlqPipeline final : public Pipeline {
     } else if (wanted.x) {
       g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr).to(s.x_dtype);
     }
-    if (wanted.w) g.w = grad_w(s, g_y, gy_absmax).to(s.w.dtype());
+    if (wgrad) {
+      g.w = grad_w_wgrad(s, g_y, image, gy_absmax).to(s.w.dtype());
+    } else if (wanted.w) {
+      g.w = grad_w(s, g_y, gy_absmax).to(s.w.dtype());
+    }
     return g;
   }
 
@@ -482,6 +493,54 @@ class HlqPipeline final : public Pipeline {
       acc = scalar ? scale_i32(prod, q_g.scale, sw, 1.0, out) : scale_i32(prod, one, sw, 1.0, out, q_g.scale, per);
     }
     return reshape(acc, {B, L, I});
+  }
+
+  // Whether the conv g_w product takes the wgrad form: asked for, a conv product whose image backward can have
+  // (deferred: shared or rebuilt; or the saved input map), and no token split or padding (the image has no room
+  // for them; they apply only to lengths without a power-of-two factor).
+  bool wgrad_form(const HlqSaved& s) const {
+    return s.conv.defined && o_.conv_gw == ConvGw::wgrad && s.axis.extra == 0 && s.axis.pad == 0 &&
+           (s.later.pending() || s.map.values.defined());
+  }
+
+  // Note [HLQ conv g_w]
+  // The g_w product of a Conv2d as the convolution backward (wgrad) of the compute dtype. HLA's product is
+  // (1/n)·Σ_b g̃[b]ᵀ·x̃[b] with g̃ = P·g_y and x̃ = P·cols (P = blkdiag(P_r) along the pixels, cols = im2col of the
+  // image), and g̃ᵀ·P·cols = (Pᵀ·g̃)ᵀ·cols: so g_w = wgrad(image, Pᵀ·deq(q_g̃) / n), the convolution backward of
+  // the back-projected 8-bit g̃ (hla_back_project, rounded once to the compute dtype) against the image itself.
+  // q_g̃ is the columns form's (same projection, same noise, same scale); what differs is x̃, which is not
+  // quantised (the image is exact: rebuilt or kept, or the int8 input map's dequantised values), and where
+  // the sums run (cuDNN, f32 accumulation). The columns form projects the 9×-expanded im2col columns of the
+  // image (the largest item of a ResNet-34 HLQ step: 9.6 of 25.3 ms in run 67), quantises them and runs the
+  // integer product; this form reads g_y's projection twice and runs cuDNN's wgrad, which exact runs too.
+  // gy_absmax: max |g_y| when grad_x computed it (the identity plan's g̃ = g_y needs no statistics pass then).
+  Tensor grad_w_wgrad(const HlqSaved& s, const Tensor& g_y, const Tensor& image, const Tensor& gy_absmax) const {
+    const int64_t B = g_y.size(0), O = g_y.size(2);
+    const HlaPlan& plan = s.axis.plan;
+    Tensor known = gy_absmax;  // the 8-bit quantiser's m for a tensor scale: from the g_x pass or the projection
+    const bool want_max = o_.gw_bits > 0 && o_.gw_scale == ScaleGranularity::tensor && plan.block > 1;
+    Tensor gp = project(g_y, plan, want_max ? &known : nullptr);  // (B, R, O): f32, or g_y for the identity plan
+    if (o_.gw_bits > 0) {  // q_g̃ as the columns form quantises it, dequantised in f32
+      QuantSpec qs;
+      qs.bits = o_.gw_bits;
+      qs.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
+      qs.rounding = Rounding::stochastic;
+      qs.noise = s.key.noise(role_gw_gy);
+      if (qs.granularity == Granularity::tensor) qs.known_absmax = known;
+      gp = dequantized(gp, qs, DType::f32);
+    }
+    const Tensor back = hla_back_project(gp, plan, 1.0 / static_cast<double>(plan.block), s.x_dtype);  // (B, L, O)
+    const auto& c = s.conv;
+    Conv2dParams p = conv_params(c.window);
+    const Tensor g4 = reshape(back, {B, c.grid_h, c.grid_w, O});  // (N, OH, OW, O)
+    Tensor gw;  // (O, C, kh, kw)
+    if (c.channels_last) {
+      p.layout = ConvLayout::nhwc;
+      gw = conv2d_weight_grad(permute(image, {0, 2, 3, 1}), g4, c.window.kernel_h, c.window.kernel_w, p);
+    } else {
+      gw = conv2d_weight_grad(image, permute(g4, {0, 3, 1, 2}), c.window.kernel_h, c.window.kernel_w, p);
+    }
+    return reshape(gw, {O, -1});
   }
 
   // gy_absmax: max |g_y| when grad_x computed it (then the identity plan's g̃ = g_y needs no statistics pass).

@@ -401,4 +401,48 @@ Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, int64_t height, 
   return gx;
 }
 
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, int64_t kernel_h, int64_t kernel_w, const Conv2dParams& p) {
+  common_device("conv2d_weight_grad", {&x, &g});
+  const bool nhwc = p.layout == ConvLayout::nhwc;
+  const char* layout = nhwc ? "(N, OH, OW, O) (layout nhwc)" : "(N, O, OH, OW)";
+  HT_CHECK(g.dim() == 4, "conv2d_weight_grad: g must be {}, got {}", layout, g.describe());
+  HT_CHECK(x.dtype() == g.dtype(), "conv2d_weight_grad: x {} and g {} must have the same dtype", x.describe(),
+           g.describe());
+  HT_CHECK(kernel_h >= 1 && kernel_w >= 1, "conv2d_weight_grad: kernel size must be positive, got {}x{}", kernel_h,
+           kernel_w);
+  HT_CHECK(x.dim() == 4, "conv2d_weight_grad: x must be {}, got {}", nhwc ? "(N, H, W, C) (layout nhwc)" : "(N, C, H, W)",
+           x.describe());
+  const int64_t O = g.size(nhwc ? 3 : 1), C = x.size(nhwc ? 3 : 1);
+  HT_CHECK(C % p.groups == 0, "conv2d_weight_grad: x {} has {} channels, not divisible by groups = {}", x.describe(), C,
+           p.groups);
+  // The weight's shape as a zero-stride view of no elements (never read), so that conv_shapes checks every relation.
+  const Tensor like = empty(Shape{0}, {g.dtype(), g.device()});
+  const Shape ws{O, C / p.groups, kernel_h, kernel_w};
+  const ConvShapes s = conv_shapes(x, make_view(like, ws, Strides{0, 0, 0, 0}, 0), Tensor(), p);
+  const int64_t OH = g.size(nhwc ? 1 : 2), OW = g.size(nhwc ? 2 : 3);
+  HT_CHECK(g.size(0) == s.N && OH == s.OH && OW == s.OW,
+           "conv2d_weight_grad: g {} does not match the output of x {} with a {}x{} kernel (expected {} samples on a {}x{} "
+           "grid)",
+           g.describe(), x.describe(), kernel_h, kernel_w, s.N, s.OH, s.OW);
+  if (!g.is_cuda() && nhwc) {  // the CPU reference: through NCHW
+    Conv2dParams q = p;
+    q.layout = ConvLayout::nchw;
+    return conv2d_weight_grad(permute(x, {0, 3, 1, 2}), permute(g, {0, 3, 1, 2}), kernel_h, kernel_w, q);
+  }
+  const Tensor gc = contiguous(g.detach());
+  Tensor gw = empty(ws, {g.dtype(), g.device()});
+  if (gw.numel() == 0) return gw;
+  if (g.is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    const cuda::ConvProblem cp = cudnn_problem(s, p, g.dtype());
+    cuda_ops::conv2d_backward_filter(cp, contiguous(x.detach()), gc, gw);
+#else
+    no_cuda_kernel("conv2d_weight_grad");
+#endif
+  } else {
+    conv2d_grad_weight(gc, x.detach(), p, s, gw);
+  }
+  return gw;
+}
+
 }  // namespace ht

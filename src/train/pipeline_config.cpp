@@ -71,6 +71,8 @@ grad::HlqOptions read_hlq(ConfigReader& r) {
                              {{"columns", grad::AcbpConv::columns}, {"input_map", grad::AcbpConv::input_map}});
   o.conv_gx = r.get_choice("conv_gx", grad::ConvGx::dgrad,
                            {{"columns", grad::ConvGx::columns}, {"dgrad", grad::ConvGx::dgrad}});
+  o.conv_gw = r.get_choice("conv_gw", grad::ConvGw::wgrad,
+                           {{"columns", grad::ConvGw::columns}, {"wgrad", grad::ConvGw::wgrad}});
   o.acbp_share = r.get("acbp_share", true);
   o.acbp_rebuild = r.get("acbp_rebuild", true);
   return o;

@@ -95,7 +95,9 @@ TEST_CASE("hlq acbp_conv input_map reproduces exact conv gradients without quant
     // are the f64 map's own, so both modes agree to f64 rounding.
     const ConvGrads col = run(hlq_lossless(grad::AcbpConv::columns), c, false);
     for (bool nhwc : {false, true}) {
-      const ConvGrads g = run(hlq_lossless(grad::AcbpConv::input_map), c, nhwc);
+      grad::PipelineSpec map_cols = hlq_lossless(grad::AcbpConv::input_map);
+      map_cols.hlq.conv_gw = grad::ConvGw::columns;  // the wgrad form (the default) is the next test's
+      const ConvGrads g = run(map_cols, c, nhwc);
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
       CHECK(test::rel_error(g.y, ref.y) < 1e-12);
       CHECK(test::rel_error(g.gx, ref.gx) < 1e-6);
@@ -105,6 +107,54 @@ TEST_CASE("hlq acbp_conv input_map reproduces exact conv gradients without quant
       CHECK(g.bytes == c.x.numel() * 8);  // the unquantised f64 map
     }
   }
+}
+
+TEST_CASE("hlq conv_gw wgrad: (Pᵀ·g̃)ᵀ·cols as a convolution backward, the columns form's g̃", "[grad]") {
+  // Note [HLQ conv g_w]. Without quantisation, at reduced rank: the columns form's (1/n)·Σ_b g̃ᵀ·x̃ up to f32
+  // rounding (the identity g̃ᵀ·P·cols = (Pᵀ·g̃)ᵀ·cols), in both layouts, strides 1 and 2 (n 256, 64) and a 7×7
+  // grid (n 1); at full rank the exact gradient. The image comes from the saved input map (unquantised here).
+  for (const auto& [H, stride] : {std::pair<int64_t, int64_t>{16, 1}, {16, 2}, {7, 1}}) {
+    const ConvCase c = make_case(2, 3, H, 8, stride, DType::f32, 60 + H + stride);
+    const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
+    for (bool nhwc : {false, true}) {
+      INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
+      grad::PipelineSpec low = hlq_lossless(grad::AcbpConv::input_map);
+      low.hlq.rank = grad::HlaRank::of_pct(50);
+      grad::PipelineSpec low_cols = low;
+      low_cols.hlq.conv_gw = grad::ConvGw::columns;
+      const ConvGrads wg = run(low, c, nhwc), cg = run(low_cols, c, nhwc);
+      const double d = test::rel_error(wg.gw, cg.gw), e = test::rel_error(wg.gw, ex.gw);
+      INFO("wgrad vs columns " << d << ", vs exact " << e);
+      CHECK(d < 1e-5);
+      if (H == 16) CHECK(e > 0.1);  // really projected (n > 1)
+      CHECK(test::rel_error(wg.gx, cg.gx) == 0.0);
+      CHECK(test::rel_error(run(hlq_lossless(grad::AcbpConv::input_map), c, nhwc).gw, ex.gw) < 1e-6);
+    }
+  }
+  // With the defaults (8-bit g̃, the int8 map's image): near the columns form, which quantises x̃ too.
+  const ConvCase c = make_case(2, 4, 16, 16, 1, DType::f32, 71);
+  const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
+  grad::PipelineSpec cols = hlq(grad::AcbpConv::input_map);
+  cols.hlq.conv_gw = grad::ConvGw::columns;
+  const ConvGrads wg = run(hlq(grad::AcbpConv::input_map), c, true), cg = run(cols, c, true);
+  const double d = test::rel_error(wg.gw, cg.gw), e = test::rel_error(wg.gw, ex.gw);
+  INFO("defaults: wgrad vs columns " << d << ", vs exact " << e);
+  CHECK(d > 0.0);
+  CHECK(d < 0.1);
+  CHECK(e > 0.1);
+  CHECK(e < 0.8);
+  // bf16: the back-projected g̃ rounded once to bf16, cuDNN-style f32 sums on the CPU.
+  ConvCase cb = c;
+  cb.x = c.x.to(DType::bf16);
+  cb.w = c.w.to(DType::bf16);
+  cb.gy = c.gy.to(DType::bf16);
+  const ConvGrads wb = run(hlq(grad::AcbpConv::input_map), cb, true);
+  CHECK(wb.gw.dtype() == DType::bf16);
+  CHECK(test::rel_error(wb.gw, wg.gw) < 0.05);
+  // A conv whose forward saved its projected columns has no image in backward: the columns form runs.
+  grad::PipelineSpec saved_cols = hlq(grad::AcbpConv::columns), saved_cols_form = saved_cols;
+  saved_cols_form.hlq.conv_gw = grad::ConvGw::columns;
+  CHECK(test::rel_error(run(saved_cols, c, true).gw, run(saved_cols_form, c, true).gw) == 0.0);
 }
 
 TEST_CASE("hlq acbp_conv input_map with the defaults: g_w near columns and exact, g_x unchanged", "[grad]") {
@@ -277,4 +327,12 @@ TEST_CASE("hlq acbp_conv config key", "[grad]") {
   CHECK(grad::describe(s).find("columns") == std::string::npos);
   s.hlq.conv_gx = grad::ConvGx::columns;
   CHECK(grad::describe(s).find("conv g_x over columns") != std::string::npos);
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.conv_gw == grad::ConvGw::wgrad);
+  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gw: columns}}").default_spec.hlq.conv_gw ==
+        grad::ConvGw::columns);
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gw: dgrad}}"),
+                    HasSubstr("grad_pipeline.default.conv_gw"));
+  CHECK(grad::describe(s).find("conv g_w over columns") == std::string::npos);
+  s.hlq.conv_gw = grad::ConvGw::columns;
+  CHECK(grad::describe(s).find("conv g_w over columns") != std::string::npos);
 }

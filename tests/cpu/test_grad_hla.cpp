@@ -332,3 +332,57 @@ TEST_CASE("hla_project_unfolded rejects bad inputs", "[hla]") {
       grad::hla_project_unfolded(test::random_tensor({2, 3, 2, 2}, 1), test::square_window(3, 1, 0), plan),
       HasSubstr("larger than the padded image"));
 }
+
+TEST_CASE("hla_back_project is the adjoint: P_rᵀ·g, and back(project(x)) / n = Π·x", "[hla]") {
+  uint64_t seed = 40;
+  for (int64_t L : {4, 16, 48, 64, 197}) {
+    for (const HlaRank& rank : {HlaRank::of_pct(50), HlaRank::of_rows(3), HlaRank::all()}) {
+      const HlaPlan plan = grad::hla_plan(L, rank);
+      INFO(plan.describe());
+      const int64_t B = 2, C = 5, n = plan.block, r = plan.kept(), P = L / n, R = plan.projected_length();
+      // The definition in double: out[b][p·n + t][c] = Σ_i H_n[rows[i]][t]·g[b][p·r + i][c].
+      const Tensor g = test::random_tensor({B, R, C}, seed++, DType::f32, -2.0, 2.0);
+      const auto gv = g.to_vector<double>();
+      std::vector<double> want(static_cast<std::size_t>(B * L * C), 0.0);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t c = 0; c < C; ++c) {
+              double acc = 0;
+              for (int64_t i = 0; i < r; ++i)
+                acc += hadamard(plan.rows[static_cast<std::size_t>(i)], t) *
+                       gv[static_cast<std::size_t>((b * R + p * r + i) * C + c)];
+              want[static_cast<std::size_t>((b * L + p * n + t) * C + c)] = acc * 0.25;
+            }
+      const Tensor back = grad::hla_back_project(g, plan, 0.25, DType::f32);
+      REQUIRE(back.shape() == Shape{B, L, C});
+      CHECK(test::compare(back, want, 1e-6, 1e-6) == "");
+      // A non-contiguous g (the channels layout viewed as rows) and a bf16 result: the same values, rounded once.
+      const Tensor gt = g.transpose(1, 2).contiguous().transpose(1, 2);
+      CHECK(test::compare(grad::hla_back_project(gt, plan, 0.25, DType::f32), back.to_vector<double>(), 0, 0) == "");
+      CHECK(test::compare(grad::hla_back_project(g, plan, 0.25, DType::bf16),
+                          back.to(DType::bf16).to_vector<double>(), 0, 0) == "");
+      // Π·x = back(project(x)) / n: idempotent, and x itself at full rank.
+      const Tensor x = test::random_tensor({B, L, C}, seed++, DType::f32);
+      const Tensor pix = grad::hla_back_project(grad::hla_project(x, plan), plan, 1.0 / static_cast<double>(n),
+                                                DType::f64);
+      const Tensor pipix = grad::hla_back_project(grad::hla_project(pix, plan), plan, 1.0 / static_cast<double>(n),
+                                                  DType::f64);
+      CHECK(test::compare(pipix, pix.to_vector<double>(), 1e-5, 1e-5) == "");
+      if (r == n) CHECK(test::compare(pix, x.to_vector<double>(), 1e-5, 1e-5) == "");
+      if (r < n) CHECK_FALSE(test::compare(pix, x.to_vector<double>(), 1e-2, 1e-2) == "");
+    }
+  }
+}
+
+TEST_CASE("hla_back_project rejects bad inputs", "[hla]") {
+  const HlaPlan plan = grad::hla_plan(64, HlaRank::of_pct(50));  // r 36
+  CHECK_THROWS_WITH(grad::hla_back_project(test::random_tensor({36, 3}, 1), plan, 1.0, DType::f32),
+                    HasSubstr("must be (B, R, C)"));
+  CHECK_THROWS_WITH(grad::hla_back_project(test::random_tensor({2, 35, 3}, 1), plan, 1.0, DType::f32),
+                    HasSubstr("expected (B, 36, C)"));
+  CHECK_THROWS_WITH(grad::hla_back_project(test::random_tensor({2, 36, 3}, 1), plan, 1.0, DType::i8),
+                    HasSubstr("output dtype must be"));
+  CHECK_THROWS_WITH(grad::hla_back_project(ones({2, 36, 3}, {DType::i32}), plan, 1.0, DType::f32),
+                    HasSubstr("expected a floating"));
+}

@@ -264,3 +264,33 @@ TEST_CASE("grad::hla_project_unfolded on CUDA runs unfold2d + hla_project for a 
   CHECK(grad::hla_project_unfolded(flip_h(stored), w, plan).to_vector<float>() !=
         grad::hla_project_unfolded(stored.permute({0, 3, 1, 2}), w, plan).to_vector<float>());
 }
+
+TEST_CASE("grad::hla_back_project on CUDA equals the CPU bit for bit", "[gpu][hla]") {
+  // Note [HLA back-projection]: blocks of 1 to 2048 (one to five butterfly passes, the large-slab launch),
+  // partial column tiles (C 37, 67, 3), f32 and bf16 inputs (a strided view among them), every output dtype.
+  uint64_t seed = 300;
+  for (int64_t L : {16, 64, 196, 1024, 197, 2048}) {
+    for (int64_t C : {37, 67, 3}) {
+      for (const HlaRank& rank : {HlaRank::of_pct(50), HlaRank::all()}) {
+        const HlaPlan plan = grad::hla_plan(L, rank);
+        const int64_t R = plan.projected_length();
+        const Tensor g = test::random_input({3, R, C}, seed++, DType::f32, -4, 4);
+        const Tensor gs = g.transpose(1, 2).contiguous().transpose(1, 2);  // (3, R, C) with channel stride R
+        for (DType out : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+          INFO(plan.describe() << " C " << C << " out " << dtype_name(out));
+          test::PoisonGuard poison;
+          const Tensor want = grad::hla_back_project(g, plan, 1.0 / static_cast<double>(plan.block), out);
+          const Tensor got = grad::hla_back_project(g.to(test::kCuda), plan, 1.0 / static_cast<double>(plan.block),
+                                                    out);
+          CHECK(got.device() == test::kCuda);
+          CHECK(test::compare_bits(got, want) == "");
+          if (out == DType::bf16) {
+            const Tensor gb = gs.to(DType::bf16);
+            CHECK(test::compare_bits(grad::hla_back_project(gb.to(test::kCuda), plan, 0.5, out),
+                                     grad::hla_back_project(gb, plan, 0.5, out)) == "");
+          }
+        }
+      }
+    }
+  }
+}

@@ -161,6 +161,11 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
   t = base;
   t.hlq.acbp_conv = grad::AcbpConv::columns;
   specs.push_back({"columns conv_gx dgrad", t});
+  // g_w: the default wgrad form (the map's image and the back-projected g̃, Note [HLQ conv g_w]) runs in every
+  // input_map case above; the integer product over the projected columns of the map here.
+  t = base;
+  t.hlq.conv_gw = grad::ConvGw::columns;
+  specs.push_back({"input_map conv_gw columns", t});
   const int64_t N = 3, C = 5, H = 16, O = 24;
   for (const int64_t stride : {int64_t{1}, int64_t{2}}) {  // 16×16 grid (n 256) / 8×8 grid (n 64)
     Unfold2dParams u;

@@ -5,11 +5,12 @@
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
 //   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
-//               [exact|exact_rc|hlq|hlq_split|hlq_cols|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|hlq_copy|hlq_rc|
-//                hlq_rc_fc1|lbp_wht|luq]
+//               [exact|exact_rc|hlq|hlq_split|hlq_cols|hlq_gw_cols|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|hlq_copy|
+//                hlq_rc|hlq_rc_fc1|lbp_wht|luq]
 //               [nhwc|nchw]
 // hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_cols with
-// conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_map with
+// conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_gw_cols with
+// conv_gw columns (the conv g_w integer product over the projected columns; the default is wgrad), hlq_map with
 // acbp_conv input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_keep and hlq_a4_keep with
 // acbp_rebuild off (a Linear whose input its op can rebuild keeps its compressed copy from the forward: session
 // 12's default), hlq_copy with acbp_share and acbp_rebuild off (every input compressed in the forward: the memory
@@ -72,16 +73,17 @@ int main(int argc, char** argv) {
   grad::PipelineConfig pc;
   pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline == "exact_rc" ? "exact" : pipeline;
   if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_cols" &&
-      pipeline != "hlq_map" && pipeline != "hlq_a4" && pipeline != "hlq_copy" && pipeline != "hlq_keep" &&
-      pipeline != "hlq_a4_keep" && pipeline != "hlq_rc" && pipeline != "hlq_rc_fc1") {
+      pipeline != "hlq_gw_cols" && pipeline != "hlq_map" && pipeline != "hlq_a4" && pipeline != "hlq_copy" &&
+      pipeline != "hlq_keep" && pipeline != "hlq_a4_keep" && pipeline != "hlq_rc" && pipeline != "hlq_rc_fc1") {
     std::fprintf(stderr,
-                 "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_map, hlq_a4, hlq_copy, "
-                 "hlq_keep, hlq_a4_keep, hlq_rc, hlq_rc_fc1)\n",
+                 "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_gw_cols, hlq_map, hlq_a4, "
+                 "hlq_copy, hlq_keep, hlq_a4_keep, hlq_rc, hlq_rc_fc1)\n",
                  pipeline.c_str());
     return 2;
   }
   if (pipeline == "hlq_split") pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
   if (pipeline == "hlq_cols") pc.default_spec.hlq.conv_gx = grad::ConvGx::columns;
+  if (pipeline == "hlq_gw_cols") pc.default_spec.hlq.conv_gw = grad::ConvGw::columns;
   if (pipeline == "hlq_map") pc.default_spec.hlq.acbp_conv = grad::AcbpConv::input_map;
   if (pipeline == "hlq_a4" || pipeline == "hlq_a4_keep") pc.default_spec.hlq.acbp_bits = 4;
   if (pipeline == "hlq_keep" || pipeline == "hlq_a4_keep" || pipeline == "hlq_copy") pc.default_spec.hlq.acbp_rebuild = false;

@@ -69,4 +69,15 @@ Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout = HlaL
 Tensor hla_project_unfolded(const Tensor& image, const Unfold2dParams& window, const HlaPlan& plan,
                             HlaLayout layout = HlaLayout::rows, Tensor* absmax = nullptr);
 
+// Note [HLA back-projection]
+// The adjoint of hla_project (rows layout): g (B, R, C) any floating dtype and strides, R = (L/n)·r for the plan
+// -> (B, L, C) in out_dtype with, per sample, block p and channel c,
+//   out[p·n + t] = mult · Σ_i H_n[plan.rows[i]][t] · g[p·r + i],
+// i.e. P_rᵀ·g: the kept coefficients scattered to their natural indices (zeros elsewhere) and transformed with
+// the same butterfly as the projection (H_n is symmetric), in f32, then one f32 product by mult and one rounding
+// to out_dtype. back_project(project(x)) · (1/n) = Π·x, the projector of Note [HLA projection]. HLQ's conv_gw
+// wgrad form uses it for Σ_b project(g_y)[b]ᵀ·project(cols)[b] / n = Σ_b (Π·g_y[b])ᵀ·cols[b], a convolution
+// backward (Note [HLQ conv g_w] in src/grad/pipeline_hlq.cpp). Bit-identical on both backends.
+Tensor hla_back_project(const Tensor& g, const HlaPlan& plan, double mult, DType out_dtype);
+
 }  // namespace ht::grad

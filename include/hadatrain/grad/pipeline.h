@@ -49,6 +49,11 @@ enum class AcbpConv { columns, input_map };
 // specification's integer product); dgrad, the compute-dtype convolution backward (cuDNN) over the
 // dequantised 4-bit g_y and W.
 enum class ConvGx { columns, dgrad };
+// How HLQ's g_w product of a Conv2d runs (Note [HLQ conv g_w] in src/grad/pipeline_hlq.cpp): columns, the
+// integer product of the 8-bit g̃ = P·g_y and x̃ = P·cols over the reduced axis (the specification's form); wgrad,
+// the compute-dtype convolution backward (cuDNN) of the input image and the back-projected g̃, Pᵀ·deq(q_g̃) / n,
+// when backward has the image (a rebuilt, shared or input-map input): x̃ is not quantised.
+enum class ConvGw { columns, wgrad };
 
 struct HlqOptions {
   // g_x path (HQ)
@@ -77,6 +82,12 @@ struct HlqOptions {
   // default: measured faster on the H200, Note [HLQ conv g_x]) or the integer product over the im2col columns,
   // folded (columns, the reference's form).
   ConvGx conv_gx = ConvGx::dgrad;
+  // Conv2d products: the g_w product: the convolution backward over the image and the back-projected 8-bit g̃
+  // (wgrad, the default: the projection of the 9×-expanded im2col columns was 38 % of a ResNet-34 HLQ step's GPU
+  // time) or the integer product over the projected columns (columns, the reference's form). wgrad needs the
+  // image in backward: a conv whose forward saved its projected columns (acbp_rebuild and acbp_share off) runs
+  // columns.
+  ConvGw conv_gw = ConvGw::wgrad;
   // ACBP of an input that another op already keeps for its own backward (Note [Shared saved inputs]; e.g. the
   // attention output a ViT's proj layer reads): keep a reference instead of a compressed copy, and compress in
   // backward (the same bits). Off: always compress in the forward.

@@ -80,6 +80,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 // computation as conv2d's backward: cuDNN backward data on CUDA, col2im of Wᵀ·g on the CPU.
 Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, int64_t height, int64_t width,
                          const Conv2dParams& p = {});
+// The gradient of conv2d's weight for the input x and an output gradient g (both in the layout, any strides,
+// the same floating dtype), outside autograd: (O, C/groups, KH, KW) in g's dtype. The same computation as
+// conv2d's backward: cuDNN backward filter on CUDA (f32 accumulation), g·im2col(x)ᵀ on the CPU.
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, int64_t kernel_h, int64_t kernel_w,
+                          const Conv2dParams& p = {});
 
 struct Pool2dParams {
   int64_t kernel_h = 2, kernel_w = 2;
