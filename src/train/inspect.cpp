@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/data/loader.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
@@ -25,6 +26,9 @@ namespace {
 struct Capture {
   Tensor x, w, g_y, g_x, g_w;  // x (B, L, I), w (O, I), g_y (B, L, O), exact g_x, g_w
   grad::ProductInfo info;
+  // Training defers this input (rebuilt by its op or kept by another one, Note [Rebuilt inputs]): the pipeline's
+  // backward then reads the input itself, which changes what HLQ's conv_gw wgrad form computes.
+  bool deferred = false;
 };
 
 // An exact pipeline that records its operands and gradients (named "capture" so layers route through it).
@@ -37,8 +41,9 @@ class CapturePipeline final : public grad::Pipeline {
     c_->x = x;
     c_->w = w;
     c_->info = info;
+    c_->deferred = static_cast<bool>(info.rebuild) || kept_for_backward(info.image.defined() ? info.image : x);
     // The inspected pipelines run after this backward released every node's saved tensors, so nothing can be
-    // rebuilt then: they save their own copy (what acbp_rebuild avoids in training).
+    // rebuilt then: they are given the input as shared instead (see inspect_grads).
     c_->info.rebuild = {};
     return exact_->forward(x, w, info, key, save);
   }
@@ -158,9 +163,22 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
       const grad::NoiseKey key = layers[i].binding->key_now();
       // A conv product enters as the layer did (forward_conv with its input map), so that what the pipeline
       // saves and computes is what training would (HLQ's acbp_conv, conv_gx).
-      grad::ForwardResult f = c.info.image.defined() ? p->forward_conv(c.w, c.info, key, grad::SaveForBackward::yes)
-                                                     : p->forward(c.x, c.w, c.info, key, grad::SaveForBackward::yes);
-      const grad::Grads g = p->backward(*f.saved, c.g_y, {true, true});
+      auto forward = [&] {
+        return c.info.image.defined() ? p->forward_conv(c.w, c.info, key, grad::SaveForBackward::yes)
+                                      : p->forward(c.x, c.w, c.info, key, grad::SaveForBackward::yes);
+      };
+      // The saved bytes of a forward that keeps its own copy (ACBP's compression, as with acbp_rebuild and
+      // acbp_share off); the gradients of what training computes: for a deferred input, a forward that finds it
+      // kept elsewhere (acbp_share), whose backward reads it as training's rebuild would (the same bits).
+      grad::ForwardResult f = forward();
+      grad::Grads g;
+      if (c.deferred) {
+        const SavedTensor hold(c.info.image.defined() ? c.info.image : c.x);
+        grad::ForwardResult d = forward();
+        g = p->backward(*d.saved, c.g_y, {true, true});
+      } else {
+        g = p->backward(*f.saved, c.g_y, {true, true});
+      }
       PipelineGradError e;
       e.pipeline = ip.label;
       e.name = ip.spec.name;

@@ -389,13 +389,15 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
   // Note [Rebuilt inputs]: a conv's input in a ResNet is a fused batch norm's output (bn-relu, or bn-add-relu for a
   // block's input; in channels last seen through a reshape), which the CUDA batch norm rebuilds from its kept input,
   // statistics, weight, bias and residual with the forward's normalisation kernel. So with acbp_rebuild every Conv2d
-  // but the stem's keeps nothing, and the gradients keep their bits.
+  // but the stem's keeps nothing, and the gradients keep their bits (conv_gw columns: g_w over the columns the
+  // forward would have kept). Run 2: the default conv_gw wgrad reads the rebuilt image itself (Note [HLQ conv
+  // g_w]): the same bytes, gradients near the columns form's.
   test::PoisonGuard poison;
   for (const ConvLayout layout : {ConvLayout::nhwc, ConvLayout::nchw}) {
     INFO((layout == ConvLayout::nhwc ? "nhwc" : "nchw"));
-    std::vector<Tensor> grads[2];
-    std::map<std::string, int64_t> bytes[2];
-    for (int rebuild = 0; rebuild < 2; ++rebuild) {
+    std::vector<Tensor> grads[3];
+    std::map<std::string, int64_t> bytes[3];
+    for (int rebuild = 0; rebuild < 3; ++rebuild) {
       Generator gen(12);
       models::ResNetConfig rc;
       rc.layout = layout;
@@ -404,7 +406,8 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
       net.to(DType::bf16);
       grad::PipelineConfig pc;
       pc.default_spec.name = "hlq";
-      pc.default_spec.hlq.acbp_rebuild = rebuild == 1;
+      pc.default_spec.hlq.acbp_rebuild = rebuild >= 1;
+      if (rebuild < 2) pc.default_spec.hlq.conv_gw = grad::ConvGw::columns;
       const auto bound = nn::bind_pipelines(net, pc, std::make_shared<grad::StepClock>());
       const Tensor x = test::random_input({4, 3, 8, 8}, 13, DType::f32).to(DType::bf16).to(test::kCuda);
       const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4}, {DType::i64}).to(test::kCuda);
@@ -418,11 +421,16 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
       CHECK(b > 0);
       const bool kept = name == "conv1" || name == "fc";  // the stem reads the image; fc a mean
       CHECK(bytes[1][name] == (kept ? b : 0));
+      CHECK(bytes[2][name] == bytes[1][name]);
     }
     REQUIRE(grads[0].size() == grads[1].size());
+    REQUIRE(grads[2].size() == grads[1].size());
     for (std::size_t i = 0; i < grads[0].size(); ++i) {
       REQUIRE(grads[0][i].defined());
       CHECK(test::compare_bits(grads[1][i], grads[0][i].to(Device::cpu())) == "");
+      const double d = test::rel_error(grads[2][i], grads[1][i]);
+      INFO("parameter " << i << " " << grads[2][i].describe() << ": wgrad vs columns " << d);
+      CHECK(d < 0.5);  // x̃'s 8-bit rounding and its SAWB clipping (a wrong wgrad is ~1 or more off)
     }
   }
 }
