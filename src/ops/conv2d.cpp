@@ -410,8 +410,8 @@ Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, int64_t kernel_h, in
            g.describe());
   HT_CHECK(kernel_h >= 1 && kernel_w >= 1, "conv2d_weight_grad: kernel size must be positive, got {}x{}", kernel_h,
            kernel_w);
-  HT_CHECK(x.dim() == 4, "conv2d_weight_grad: x must be {}, got {}", nhwc ? "(N, H, W, C) (layout nhwc)" : "(N, C, H, W)",
-           x.describe());
+  HT_CHECK(x.dim() == 4, "conv2d_weight_grad: x must be {}, got {}",
+           nhwc ? "(N, H, W, C) (layout nhwc)" : "(N, C, H, W)", x.describe());
   const int64_t O = g.size(nhwc ? 3 : 1), C = x.size(nhwc ? 3 : 1);
   HT_CHECK(C % p.groups == 0, "conv2d_weight_grad: x {} has {} channels, not divisible by groups = {}", x.describe(), C,
            p.groups);
@@ -421,8 +421,8 @@ Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, int64_t kernel_h, in
   const ConvShapes s = conv_shapes(x, make_view(like, ws, Strides{0, 0, 0, 0}, 0), Tensor(), p);
   const int64_t OH = g.size(nhwc ? 1 : 2), OW = g.size(nhwc ? 2 : 3);
   HT_CHECK(g.size(0) == s.N && OH == s.OH && OW == s.OW,
-           "conv2d_weight_grad: g {} does not match the output of x {} with a {}x{} kernel (expected {} samples on a {}x{} "
-           "grid)",
+           "conv2d_weight_grad: g {} does not match the output of x {} with a {}x{} kernel (expected {} samples on a "
+           "{}x{} grid)",
            g.describe(), x.describe(), kernel_h, kernel_w, s.N, s.OH, s.OW);
   if (!g.is_cuda() && nhwc) {  // the CPU reference: through NCHW
     Conv2dParams q = p;

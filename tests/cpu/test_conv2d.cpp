@@ -1,7 +1,7 @@
 // conv2d against a naive 7-loop direct convolution: stride, padding, dilation, groups, depthwise, odd
 // sizes, a channels-last input viewed as NCHW, a batch split into several GEMM chunks; gradchecks for x,
-// weight and bias; bf16 forward and backward against f64; conv2d_input_grad against the autograd input
-// gradient; shape-validation errors.
+// weight and bias; bf16 forward and backward against f64; conv2d_input_grad / conv2d_weight_grad against the
+// autograd gradients; shape-validation errors.
 #include <cmath>
 
 #include "support/catch.h"
@@ -216,6 +216,37 @@ TEST_CASE("conv2d_input_grad equals conv2d's input gradient in both layouts", "[
   CHECK_THROWS_WITH(conv2d_input_grad(rand_t({1, 6, 5}, 73), w, 5, 5, params(1, 1, 1, 1)), HasSubstr("g must be"));
   CHECK_THROWS_WITH(conv2d_input_grad(rand_t({1, 6, 5, 5}, 74), w, 0, 5, params(1, 1, 1, 1)),
                     HasSubstr("input size must be positive"));
+}
+
+TEST_CASE("conv2d_weight_grad equals conv2d's weight gradient in both layouts", "[conv2d]") {
+  const std::vector<ConvCase> cases = {{2, 3, 7, 9, 5, 3, 3, params(2, 1, 1, 1)},   // stride 2
+                                       {2, 4, 8, 8, 6, 3, 3, params(1, 1, 1, 2)},   // groups 2
+                                       {1, 3, 9, 7, 4, 3, 3, params(1, 2, 2, 1)}};  // dilation 2
+  uint64_t seed = 80;
+  for (const ConvCase& cc : cases) {
+    const Tensor x = rand_t({cc.N, cc.C, cc.H, cc.W}, ++seed);
+    Tensor w = rand_t({cc.O, cc.C / cc.p.groups, cc.KH, cc.KW}, ++seed);
+    w.set_requires_grad(true);
+    const Tensor y = conv2d(x, w, Tensor(), cc.p);
+    const Tensor g = rand_t(y.shape(), ++seed);
+    sum(mul(y, g)).backward();
+    const Tensor gw = conv2d_weight_grad(x, g, cc.KH, cc.KW, cc.p);
+    CHECK(gw.shape() == w.shape());
+    CHECK(test::rel_error(gw, w.grad()) == 0.0);  // the same computation
+    CHECK_FALSE(gw.requires_grad());
+    Conv2dParams q = cc.p;  // channels last: x (N, H, W, C), g (N, OH, OW, O)
+    q.layout = ConvLayout::nhwc;
+    const Tensor gw_nhwc = conv2d_weight_grad(permute(x, {0, 2, 3, 1}), permute(g, {0, 2, 3, 1}), cc.KH, cc.KW, q);
+    CHECK(test::rel_error(gw_nhwc, w.grad()) == 0.0);
+  }
+  const Tensor x = rand_t({1, 4, 5, 5}, 90);
+  CHECK_THROWS_WITH(conv2d_weight_grad(x, rand_t({1, 6, 4, 4}, 91), 3, 3, params(1, 1, 1, 1)),
+                    HasSubstr("expected 1 samples on a 5x5 grid"));
+  CHECK_THROWS_WITH(conv2d_weight_grad(x, rand_t({1, 6, 5}, 92), 3, 3, params(1, 1, 1, 1)), HasSubstr("g must be"));
+  CHECK_THROWS_WITH(conv2d_weight_grad(x, rand_t({1, 6, 5, 5}, 93).to(DType::bf16), 3, 3, params(1, 1, 1, 1)),
+                    HasSubstr("must have the same dtype"));
+  CHECK_THROWS_WITH(conv2d_weight_grad(x, rand_t({1, 6, 5, 5}, 94), 0, 3, params(1, 1, 1, 1)),
+                    HasSubstr("kernel size must be positive"));
 }
 
 TEST_CASE("conv2d validates shapes and parameters with clear messages", "[conv2d][errors]") {

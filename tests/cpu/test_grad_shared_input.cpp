@@ -345,8 +345,8 @@ TEST_CASE("hlq acbp_rebuild of a Conv2d: an input its op can rebuild is not kept
         // conv_gw wgrad (the default, Note [HLQ conv g_w]) reads the rebuilt image itself: the same bias and
         // image gradients, a weight gradient without x̃'s 8-bit SAWB quantisation, which clips (hlq.md §7 #11):
         // measured 0.12–0.13 from the columns form's here.
-        const ConvRun wg = run_conv({.rebuild = true, .layout = layout, .acbp_conv = mode, .conv_gw = grad::ConvGw::wgrad,
-                                     .dt = dt});
+        const ConvRun wg = run_conv(
+            {.rebuild = true, .layout = layout, .acbp_conv = mode, .conv_gw = grad::ConvGw::wgrad, .dt = dt});
         CHECK(wg.bytes == 0);
         CHECK(test::compare(wg.grads[1], kept.grads[1], 0.0, 0.0) == "");
         CHECK(test::compare(wg.grads[2], kept.grads[2], 0.0, 0.0) == "");

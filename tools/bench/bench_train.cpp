@@ -76,8 +76,8 @@ int main(int argc, char** argv) {
       pipeline != "hlq_gw_cols" && pipeline != "hlq_map" && pipeline != "hlq_a4" && pipeline != "hlq_copy" &&
       pipeline != "hlq_keep" && pipeline != "hlq_a4_keep" && pipeline != "hlq_rc" && pipeline != "hlq_rc_fc1") {
     std::fprintf(stderr,
-                 "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_gw_cols, hlq_map, hlq_a4, "
-                 "hlq_copy, hlq_keep, hlq_a4_keep, hlq_rc, hlq_rc_fc1)\n",
+                 "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_gw_cols, hlq_map, "
+                 "hlq_a4, hlq_copy, hlq_keep, hlq_a4_keep, hlq_rc, hlq_rc_fc1)\n",
                  pipeline.c_str());
     return 2;
   }
