@@ -184,6 +184,32 @@ TEST_CASE("conv2d_input_grad on CUDA matches the CPU in both layouts", "[gpu][co
     }
 }
 
+TEST_CASE("conv2d_weight_grad on CUDA matches the CPU in both layouts", "[gpu][conv]") {
+  uint64_t seed = 970;
+  for (const ConvCase& cc : kConvCases)
+    for (bool nhwc : {false, true}) {
+      INFO(cc.name << (nhwc ? " nhwc" : " nchw"));
+      Conv2dParams p = cc.p;
+      Tensor x = test::random_input({cc.N, cc.C, cc.H, cc.W}, ++seed, DType::f32);
+      const Tensor w = test::random_input({cc.O, cc.C / p.groups, cc.KH, cc.KW}, ++seed, DType::f32);
+      Tensor g = test::random_input(conv2d(x, w, Tensor(), p).shape(), ++seed, DType::f32);  // (N, O, OH, OW)
+      if (nhwc) {
+        p.layout = ConvLayout::nhwc;
+        x = permute(x, {0, 2, 3, 1}).contiguous();
+        g = permute(g, {0, 2, 3, 1}).contiguous();
+      }
+      const Tensor expect = conv2d_weight_grad(x, g, cc.KH, cc.KW, p);
+      Tensor got;
+      {
+        test::PoisonGuard poison;
+        got = conv2d_weight_grad(x.to(test::kCuda), g.to(test::kCuda), cc.KH, cc.KW, p);
+      }
+      REQUIRE(got.is_cuda());
+      CHECK(got.shape() == expect.shape());
+      CHECK(test::rel_error(got.to(Device::cpu()), expect) < 1e-5);
+    }
+}
+
 TEST_CASE("conv2d on CUDA rejects a mixed-device call", "[gpu][conv]") {
   const Tensor x = test::random_input({1, 2, 5, 5}, 1, DType::f32).to(test::kCuda);
   const Tensor w = test::random_input({3, 2, 3, 3}, 2, DType::f32);

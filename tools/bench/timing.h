@@ -1,7 +1,7 @@
 // Timing shared by the CUDA benchmark programs (bench_grad, bench_layers, bench_train): the median of `reps`
 // runs of f, each between two CUDA events on the default stream (median_ms_on: on `stream`, for work issued
 // there, e.g. a step graph's replays), after `warmup` untimed runs and a device synchronisation (then
-// `after_warmup`, e.g. to reset the peak-memory counter).
+// `after_warmup`, e.g. to reset the peak-memory counter); median_ms_prepared with untimed work before each run.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -27,6 +27,31 @@ double median_ms_on(cudaStream_t stream, F&& f, int warmup = 3, int reps = 20, v
     float t = 0;
     cudaEventElapsedTime(&t, a, b);
     ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The median of f's runs when each needs prepare() first (issued on the default stream before the first event,
+// so its work is not timed), e.g. a forward whose saved state one backward consumes.
+template <class P, class F>
+double median_ms_prepared(P&& prepare, F&& f, int warmup = 3, int reps = 20) {
+  int i = 0;
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (; i < warmup + reps; ++i) {
+    prepare();
+    cudaEventRecord(a, nullptr);
+    f();
+    cudaEventRecord(b, nullptr);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    if (i >= warmup) ms.push_back(t);
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
