@@ -274,6 +274,21 @@ __device__ __forceinline__ void with_stages(int G, F&& f) {
   }
 }
 
+// The whole butterfly of the CTA's block into the slab: the first pass from the loader, then passes of up to
+// kRadix stages over the slab (Note [HLA butterfly passes]); the slab is complete when it returns.
+template <class Loader>
+__device__ __forceinline__ void butterfly_slab(float* slab, const HlaGeometry& g, const Loader& ld) {
+  const int first = g.n_log < kRadix ? g.n_log : kRadix;
+  with_stages<0>(first, [&](auto gc) { hla_pass<decltype(gc)::value, true>(slab, g, 0, ld); });
+  for (int h_log = first; h_log < g.n_log;) {
+    const int stages = g.n_log - h_log < kRadix ? g.n_log - h_log : kRadix;
+    __syncthreads();
+    with_stages<1>(stages, [&](auto gc) { hla_pass<decltype(gc)::value, false>(slab, g, h_log, ld); });
+    h_log += stages;
+  }
+  __syncthreads();
+}
+
 template <class T, class Loader>
 __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
     hla_project_kernel(HlaOutput a, typename Loader::Params lp, HlaGeometry g, const __grid_constant__ HlaRows rows) {
@@ -288,15 +303,7 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
   float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
 
   for (int k = threadIdx.x; k < r; k += blockDim.x) kept[k] = rows.idx[k];
-  const int first = g.n_log < kRadix ? g.n_log : kRadix;
-  with_stages<0>(first, [&](auto gc) { hla_pass<decltype(gc)::value, true>(slab, g, 0, ld); });
-  for (int h_log = first; h_log < g.n_log;) {
-    const int stages = g.n_log - h_log < kRadix ? g.n_log - h_log : kRadix;
-    __syncthreads();
-    with_stages<1>(stages, [&](auto gc) { hla_pass<decltype(gc)::value, false>(slab, g, h_log, ld); });
-    h_log += stages;
-  }
-  __syncthreads();
+  butterfly_slab(slab, g, ld);
   const int width = ld.width;
   if (!a.channels) {  // out (B, R, K): row i's columns, contiguous
     for (int e = threadIdx.x; e < (r << g.tile_log); e += blockDim.x) {
@@ -347,15 +354,7 @@ __global__ void __launch_bounds__(kHlaThreads) hla_back_project_kernel(HlaBackAr
   for (int i = threadIdx.x; i < r; i += blockDim.x) inv[rows.idx[i]] = static_cast<int16_t>(i);
   __syncthreads();
   const KeptRows ld{a.g + b * a.sb + p * r * a.sr + c0 * a.sc, a.sr, a.sc, width, inv};
-  const int first = g.n_log < kRadix ? g.n_log : kRadix;
-  with_stages<0>(first, [&](auto gc) { hla_pass<decltype(gc)::value, true>(slab, g, 0, ld); });
-  for (int h_log = first; h_log < g.n_log;) {
-    const int stages = g.n_log - h_log < kRadix ? g.n_log - h_log : kRadix;
-    __syncthreads();
-    with_stages<1>(stages, [&](auto gc) { hla_pass<decltype(gc)::value, false>(slab, g, h_log, ld); });
-    h_log += stages;
-  }
-  __syncthreads();
+  butterfly_slab(slab, g, ld);
   Out* o = static_cast<Out*>(a.out) + (b * a.L + p * n) * a.C + c0;
   for (int e = threadIdx.x; e < (n << g.tile_log); e += blockDim.x) {
     const int j = e >> g.tile_log, c = e & (tile - 1);

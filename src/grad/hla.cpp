@@ -25,6 +25,22 @@
 namespace ht::grad {
 namespace {
 
+// The butterfly of Note [Bit-identical quantisation] step 2 (f32, stages h = 1, 2, ..., n/2) along the rows of one
+// block buf (n, C), channels contiguous, for every channel.
+void butterfly_block(std::vector<float>& buf, int64_t n, int64_t C) {
+  for (int64_t h = 1; h < n; h *= 2)
+    for (int64_t j = 0; j < n; ++j) {
+      if ((j / h) % 2 != 0) continue;
+      float* a = &buf[static_cast<std::size_t>(j * C)];
+      float* e = &buf[static_cast<std::size_t>((j + h) * C)];
+      for (int64_t c = 0; c < C; ++c) {
+        const float u = a[c], v = e[c];
+        a[c] = u + v;
+        e[c] = u - v;
+      }
+    }
+}
+
 int log2_exact(int64_t n) {
   int m = 0;
   while ((int64_t{1} << m) < n) ++m;
@@ -167,18 +183,7 @@ Tensor hla_project(const Tensor& x, const HlaPlan& plan, HlaLayout layout, Tenso
         for (int64_t t = 0; t < n; ++t)
           for (int64_t c = 0; c < C; ++c)
             buf[static_cast<std::size_t>(t * C + c)] = cpu::convert<float>(px[b * sb + (p * n + t) * sl + c * sc]);
-        // Butterfly (Note [Bit-identical quantisation] step 2) along t, for every channel.
-        for (int64_t h = 1; h < n; h *= 2)
-          for (int64_t j = 0; j < n; ++j) {
-            if ((j / h) % 2 != 0) continue;
-            float* a = &buf[static_cast<std::size_t>(j * C)];
-            float* e = &buf[static_cast<std::size_t>((j + h) * C)];
-            for (int64_t c = 0; c < C; ++c) {
-              const float u = a[c], v = e[c];
-              a[c] = u + v;
-              e[c] = u - v;
-            }
-          }
+        butterfly_block(buf, n, C);
         for (int64_t i = 0; i < r; ++i) {
           const float* src = &buf[static_cast<std::size_t>(plan.rows[static_cast<std::size_t>(i)] * C)];
           if (layout == HlaLayout::rows) {
@@ -258,18 +263,7 @@ Tensor hla_back_project(const Tensor& g, const HlaPlan& plan, double mult, DType
             float* dst = &buf[static_cast<std::size_t>(plan.rows[static_cast<std::size_t>(i)] * C)];
             for (int64_t c = 0; c < C; ++c) dst[c] = cpu::convert<float>(pg[b * sb + (p * r + i) * sr + c * sc]);
           }
-          // The butterfly of hla_project (stages h = 1, 2, ..., n/2), for every channel.
-          for (int64_t h = 1; h < n; h *= 2)
-            for (int64_t j = 0; j < n; ++j) {
-              if ((j / h) % 2 != 0) continue;
-              float* a = &buf[static_cast<std::size_t>(j * C)];
-              float* e = &buf[static_cast<std::size_t>((j + h) * C)];
-              for (int64_t c = 0; c < C; ++c) {
-                const float u = a[c], v = e[c];
-                a[c] = u + v;
-                e[c] = u - v;
-              }
-            }
+          butterfly_block(buf, n, C);  // the projection's
           O* dst = po + (b * L + p * n) * C;
           for (int64_t t = 0; t < n * C; ++t) dst[t] = cpu::convert<O>(buf[static_cast<std::size_t>(t)] * m);
         }

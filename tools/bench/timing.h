@@ -10,9 +10,15 @@
 
 namespace ht::bench {
 
-template <class F>
-double median_ms_on(cudaStream_t stream, F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = nullptr) {
-  for (int i = 0; i < warmup; ++i) f();
+// The median of f's runs, each after prepare() (issued on `stream` before the first event, so its work is not
+// timed; e.g. a forward whose saved state one backward consumes).
+template <class P, class F>
+double median_ms_prepared_on(cudaStream_t stream, P&& prepare, F&& f, int warmup = 3, int reps = 20,
+                             void (*after_warmup)() = nullptr) {
+  for (int i = 0; i < warmup; ++i) {
+    prepare();
+    f();
+  }
   cudaDeviceSynchronize();
   if (after_warmup) after_warmup();
   std::vector<float> ms;
@@ -20,6 +26,7 @@ double median_ms_on(cudaStream_t stream, F&& f, int warmup = 3, int reps = 20, v
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   for (int i = 0; i < reps; ++i) {
+    prepare();
     cudaEventRecord(a, stream);
     f();
     cudaEventRecord(b, stream);
@@ -34,29 +41,14 @@ double median_ms_on(cudaStream_t stream, F&& f, int warmup = 3, int reps = 20, v
   return ms[ms.size() / 2];
 }
 
-// The median of f's runs when each needs prepare() first (issued on the default stream before the first event,
-// so its work is not timed), e.g. a forward whose saved state one backward consumes.
 template <class P, class F>
 double median_ms_prepared(P&& prepare, F&& f, int warmup = 3, int reps = 20) {
-  int i = 0;
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (; i < warmup + reps; ++i) {
-    prepare();
-    cudaEventRecord(a, nullptr);
-    f();
-    cudaEventRecord(b, nullptr);
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    if (i >= warmup) ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median_ms_prepared_on(nullptr, prepare, f, warmup, reps);
+}
+
+template <class F>
+double median_ms_on(cudaStream_t stream, F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = nullptr) {
+  return median_ms_prepared_on(stream, [] {}, f, warmup, reps, after_warmup);
 }
 
 template <class F>
