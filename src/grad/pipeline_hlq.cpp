@@ -18,6 +18,7 @@
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
+#include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/ops/lowp_matmul.h"
@@ -435,17 +436,22 @@ class HlqPipeline final : public Pipeline {
       wd = div(hadamard_blocks(wt, T), static_cast<double>(T)).to(dt);
     } else {
       gd = dequantized(g_y, gy_spec(s, T), dt, gy_absmax);
-      wd = mul(dequantized(wt, w_spec(s, T), DType::f32), 1.0 / static_cast<double>(T)).to(dt);  // T: a power of 2
+      // s_w·q_w rounded once to the compute dtype, then / T: T is a power of two, so the scaling is exact and
+      // commutes with the rounding (no pass through f32).
+      wd = mul(dequantized(wt, w_spec(s, T), dt), 1.0 / static_cast<double>(T));
     }
     const auto& c = s.conv;
-    const Tensor w4 = reshape(wd.transpose(0, 1).contiguous(), {O, c.C, c.window.kernel_h, c.window.kernel_w});
+    const int64_t kh = c.window.kernel_h, kw = c.window.kernel_w;
     Conv2dParams p = conv_params(c.window);
     const Tensor g4 = reshape(gd, {B, c.grid_h, c.grid_w, O});  // (N, OH, OW, O)
+    const Tensor wk = reshape(wd, {c.C, kh, kw, O});              // wd's rows are the (c, i, j) taps
     if (c.channels_last) {
+      // The filter in cuDNN's channels-last order (O, kh, kw, C), seen as the (O, C, kh, kw) weight: one copy.
+      const Tensor w4 = permute(contiguous(permute(wk, {3, 1, 2, 0})), {0, 3, 1, 2});
       p.layout = ConvLayout::nhwc;
       return permute(conv2d_input_grad(g4, w4, c.H, c.W, p), {0, 3, 1, 2});  // channels-last (N, C, H, W) view
     }
-    return conv2d_input_grad(permute(g4, {0, 3, 1, 2}), w4, c.H, c.W, p);
+    return conv2d_input_grad(permute(g4, {0, 3, 1, 2}), contiguous(permute(wk, {3, 0, 1, 2})), c.H, c.W, p);
   }
 
   // gy_absmax: when not null, receives max |g_y| (f32 (1)) from the g_y quantiser's pass.
