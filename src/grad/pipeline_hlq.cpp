@@ -398,6 +398,16 @@ class HlqPipeline final : public Pipeline {
     return q;
   }
 
+  // HLA's quantiser of the projected g̃ (stochastic, one scale per tensor or per sample).
+  QuantSpec gw_spec(const HlqSaved& s) const {
+    QuantSpec q;
+    q.bits = o_.gw_bits;
+    q.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
+    q.rounding = Rounding::stochastic;
+    q.noise = s.key.noise(role_gw_gy);
+    return q;
+  }
+
   // The dequantised levels of x under q, in dtype: level · scale as one f32 product, rounded once to dtype,
   // written by the quantiser itself (QuantSpec::values_dtype) for bf16 / f16 / f32; f64 through dequantize
   // (the same f32 product).
@@ -527,11 +537,7 @@ class HlqPipeline final : public Pipeline {
     const bool want_max = o_.gw_bits > 0 && o_.gw_scale == ScaleGranularity::tensor && plan.block > 1;
     Tensor gp = project(g_y, plan, want_max ? &known : nullptr);  // (B, R, O): f32, or g_y for the identity plan
     if (o_.gw_bits > 0) {  // q_g̃ as the columns form quantises it, dequantised in f32
-      QuantSpec qs;
-      qs.bits = o_.gw_bits;
-      qs.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
-      qs.rounding = Rounding::stochastic;
-      qs.noise = s.key.noise(role_gw_gy);
+      QuantSpec qs = gw_spec(s);
       if (qs.granularity == Granularity::tensor) qs.known_absmax = known;
       gp = dequantized(gp, qs, DType::f32);
     }
@@ -587,11 +593,7 @@ class HlqPipeline final : public Pipeline {
   Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, double mult, DType out,
                           const Tensor& gp_absmax) const {
     const Tensor xq = decompress(xc);
-    QuantSpec qs;
-    qs.bits = o_.gw_bits;
-    qs.granularity = o_.gw_scale == ScaleGranularity::tensor ? Granularity::tensor : Granularity::sample;
-    qs.rounding = Rounding::stochastic;
-    qs.noise = s.key.noise(role_gw_gy);
+    QuantSpec qs = gw_spec(s);
     if (qs.granularity == Granularity::tensor) {  // one product over K = B·R, int32 (O, I)
       qs.layout = ValuesLayout::transposed;         // the quantiser writes q_g K-major: (O, B·R)
       qs.known_absmax = gp_absmax;                  // skips the statistics pass when defined
