@@ -233,9 +233,9 @@ Tensor hla_back_project(const Tensor& g, const HlaPlan& plan, double mult, DType
   HT_CHECK(is_floating(out_dtype) && out_dtype != DType::f8e4m3 && out_dtype != DType::f8e5m2,
            "hla_back_project: the output dtype must be f32, f64, bf16 or f16, got {}", dtype_name(out_dtype));
   const int64_t B = g.size(0), C = g.size(2), n = plan.block, r = plan.kept(), L = plan.length;
-  HT_CHECK(n >= 1 && L % n == 0 && g.size(1) == L / n * r,
-           "hla_back_project: g {} does not match the plan {} (expected (B, {}, C))", g.describe(), plan.describe(),
-           L / std::max<int64_t>(n, 1) * r);
+  check_plan("hla_back_project", "the plan", L, plan);
+  HT_CHECK(g.size(1) == L / n * r, "hla_back_project: g {} does not match the plan {} (expected (B, {}, C))",
+           g.describe(), plan.describe(), L / n * r);
   Tensor out = empty({B, L, C}, {out_dtype, g.device()});
   if (out.numel() == 0) return out;
   const auto m = static_cast<float>(mult);

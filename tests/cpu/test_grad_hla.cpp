@@ -385,4 +385,8 @@ TEST_CASE("hla_back_project rejects bad inputs", "[hla]") {
                     HasSubstr("output dtype must be"));
   CHECK_THROWS_WITH(grad::hla_back_project(ones({2, 36, 3}, {DType::i32}), plan, 1.0, DType::f32),
                     HasSubstr("expected a floating"));
+  HlaPlan bad = plan;
+  bad.rows.back() = 64;
+  CHECK_THROWS_WITH(grad::hla_back_project(test::random_tensor({2, 36, 3}, 1), bad, 1.0, DType::f32),
+                    HasSubstr("natural row 64"));
 }
