@@ -274,6 +274,16 @@ __device__ __forceinline__ void with_stages(int G, F&& f) {
   }
 }
 
+// What the slab kernels' CTA works on: sample b, block p (of P per sample) and column tile ti.
+struct CtaBlock {
+  int64_t b, p, ti;
+};
+__device__ __forceinline__ CtaBlock cta_block(const HlaGeometry& g, int64_t P) {
+  const int64_t cta = blockIdx.x;
+  const int64_t ti = cta % g.tiles, p = (cta / g.tiles) % P, b = cta / (g.tiles * P);
+  return {b, p, ti};
+}
+
 // The whole butterfly of the CTA's block into the slab: the first pass from the loader, then passes of up to
 // kRadix stages over the slab (Note [HLA butterfly passes]); the slab is complete when it returns.
 template <class Loader>
@@ -295,9 +305,7 @@ __global__ void __launch_bounds__(kHlaThreads, Loader::kMinBlocks)
   extern __shared__ float slab[];                                      // (n, stride)
   int16_t* kept = reinterpret_cast<int16_t*>(slab + g.slab_floats);  // (r)
   const int n = static_cast<int>(a.block), r = static_cast<int>(a.kept), tile = 1 << g.tile_log;
-  const int64_t P = a.L / n;
-  const int64_t cta = blockIdx.x;
-  const int64_t ti = cta % g.tiles, p = (cta / g.tiles) % P, b = cta / (g.tiles * P);
+  const auto [b, p, ti] = cta_block(g, a.L / n);
   const Loader ld(lp, g, b, p * n, ti);
   const CtaOutput out = output_of(a, b, p, ld.out_base);
   float amax = 0.0f;  // max |value| this thread wrote (fmaxf: NaN never wins)
@@ -344,9 +352,7 @@ __global__ void __launch_bounds__(kHlaThreads) hla_back_project_kernel(HlaBackAr
   extern __shared__ float slab[];                                     // (n, stride)
   int16_t* inv = reinterpret_cast<int16_t*>(slab + g.slab_floats);  // (n)
   const int n = static_cast<int>(a.block), r = static_cast<int>(a.kept), tile = 1 << g.tile_log;
-  const int64_t P = a.L / n;
-  const int64_t cta = blockIdx.x;
-  const int64_t ti = cta % g.tiles, p = (cta / g.tiles) % P, b = cta / (g.tiles * P);
+  const auto [b, p, ti] = cta_block(g, a.L / n);
   const int64_t c0 = ti * tile;
   const int width = static_cast<int>(a.C - c0 < tile ? a.C - c0 : tile);
   for (int j = threadIdx.x; j < n; j += blockDim.x) inv[j] = -1;
