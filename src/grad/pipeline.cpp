@@ -441,8 +441,9 @@ Tensor unpack_int4_any(const Tensor& packed, const Shape& shape) {
   return reshape(narrow(unpack_int4(packed), 0, 0, numel_of(shape)), shape);
 }
 
-Tensor repeat_each(const Tensor& v, int64_t k) {
-  return reshape(mul(reshape(v.to(DType::f32), {-1, 1}), ones({1, k}, {DType::f32, v.device()})), {-1});
+Tensor repeat_each(const Tensor& v, int64_t k, double mult) {
+  const Tensor view = expand(reshape(v.to(DType::f32), {-1, 1}), {v.numel(), k});
+  return reshape(mult == 1.0 ? contiguous(view) : mul(view, mult), {-1});
 }
 
 Tensor scale_dim0(const Tensor& t, const Tensor& scale) {

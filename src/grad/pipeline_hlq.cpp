@@ -484,8 +484,8 @@ class HlqPipeline final : public Pipeline {
     QuantSpec qw = w_spec(s, T);
     qw.values_dtype = qg.values_dtype;
     const Quantized q_w = quantize(wt, qw);  // (I, O) int8 / e4m3 = (H W)ᵀ quantised
-    const Tensor a = reshape(q_g.values, {B * L, O});                     // (B·L, O) int8 / e4m3
-    const Tensor sw = div(q_w.scale, static_cast<double>(T));              // (1): s_w / T, on the device
+    const Tensor a = reshape(q_g.values, {B * L, O});  // (B·L, O) int8 / e4m3
+    const double inv_t = 1.0 / static_cast<double>(T);  // a power of two: s_w·(1/T) has the bits of s_w / T
     // Out in the compute dtype (bf16 stays bf16; other dtypes f32). Per-row / per-sample s_g: rows of the
     // product, in groups of `per` rows (1 per token, L per sample).
     const DType out = s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
@@ -497,13 +497,14 @@ class HlqPipeline final : public Pipeline {
       const Tensor sg = reshape(q_g.scale.to(DType::f32), {-1});  // (B·L / per)
       const Tensor row = per == 1 ? sg : repeat_each(sg, per);
       HT_ASSERT(row.numel() == B * L, "hlq: {} row scales for {} rows", row.numel(), B * L);
-      const Tensor col = repeat_each(sw, I);  // (I)
+      const Tensor col = repeat_each(q_w.scale, I, inv_t);  // (I): s_w / T
       acc = fp8_matmul_nt_outer(a, q_w.values, row, col, out);
     } else if (carrier == Carrier::fp8) {
       // A tensor scale: both scalars go into the fp8 product (read from device memory).
-      acc = fp8_matmul_nt(a, q_w.values, q_g.scale, sw, out);
+      acc = fp8_matmul_nt(a, q_w.values, q_g.scale, mul(q_w.scale, inv_t), out);
     } else {
       // One pass over the int32 product: s_w/T (and a tensor s_g) as scalars, per-row / per-sample s_g by row.
+      const Tensor sw = mul(q_w.scale, inv_t);            // (1): s_w / T, on the device
       const Tensor prod = int8_matmul_nt(a, q_w.values);  // (B·L, I) i32
       const Tensor one = ones({1}, {DType::f32, g_y.device()});
       acc = scalar ? scale_i32(prod, q_g.scale, sw, 1.0, out) : scale_i32(prod, one, sw, 1.0, out, q_g.scale, per);

@@ -97,9 +97,9 @@ Tensor unpack_int4_any(const Tensor& packed, const Shape& shape);
 Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype,
                  const Tensor& row_scale = Tensor(), int64_t rows_per_scale = 1);
 
-// v (G) -> (G·k) f32: each element repeated k times (the outer-vector scales of fp8_matmul_nt_outer: a scale per
-// sample over its rows, or one scale over every column).
-Tensor repeat_each(const Tensor& v, int64_t k);
+// v (G) -> (G·k) f32: each element repeated k times, times mult (the outer-vector scales of fp8_matmul_nt_outer: a
+// scale per sample over its rows, or one scale over every column). One pass over a broadcast view of v.
+Tensor repeat_each(const Tensor& v, int64_t k, double mult = 1.0);
 
 // Per-group scale (f32, shape (G)) broadcast against t (G, ...): t · scale[g] along dim 0.
 Tensor scale_dim0(const Tensor& t, const Tensor& scale);
