@@ -2,8 +2,8 @@
 // quantisation] in include/hadatrain/grad/quant.h). launch_grad_quant plans the launch (plan: fused or two
 // passes, units or items) and dispatches to the kernel families (grad_quant_launch.cuh): the item kernels in
 // grad_quant_items.cu, the unit kernels in grad_quant_units.cu. Pass 2 of the two-pass path (the group's m,
-// r and scale from the partial statistics, or from a known m) is family-neutral and lives here, with the
-// kernels of the other entry points: absmax, the blockwise Hadamard rotation and int4 packing.
+// r and scale from the partial statistics; a known m needs none, Note [Known m in pass 3]) is family-neutral and
+// lives here, with the kernels of the other entry points: absmax, the blockwise Hadamard rotation and int4 packing.
 #include "kernels/grad_quant_common.cuh"
 
 namespace ht::kernels::gq {
@@ -27,14 +27,6 @@ __global__ void __launch_bounds__(kThreads) quant_finalize_kernel(GradQuantArgs 
       a.scale[grp] = l.s;
     }
   }
-}
-
-// Pass 2 when m is given (known_m, one group): m, r and the scale from device memory, one thread.
-__global__ void quant_known_kernel(GradQuantArgs a, Workspace ws) {
-  const Level l = level_of(a, *a.known_m);
-  ws.m[0] = l.m;
-  ws.r[0] = l.r;
-  a.scale[0] = l.s;
 }
 
 template <class T>
@@ -170,7 +162,7 @@ namespace ht::kernels {
 std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args) {
   if (args.numel == 0) return 0;
   const gq::Geo g = gq::plan(args);
-  if (g.fused) return 0;
+  if (g.fused || args.known_m != nullptr) return 0;  // a known m needs no pass-2 workspace
   const int64_t np = g.groups * g.parts;
   return static_cast<std::size_t>(np) * (2 * sizeof(double) + sizeof(float)) +
          static_cast<std::size_t>(g.groups) * 2 * sizeof(float);
@@ -185,11 +177,9 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
   if (g.items) return gq::launch_fused_items(a, g, stream);
   if (g.fused) return gq::launch_fused_units(a, g, stream);
   // Two passes: the group statistics (passes 1 and 2, or the known m), then the quantisation (pass 3).
-  const gq::Workspace ws = gq::workspace_of(a.workspace, g);
+  const gq::Workspace ws = a.workspace != nullptr ? gq::workspace_of(a.workspace, g) : gq::Workspace{};
   const bool item_x = a.group_len % gq::kItem == 0 && gq::aligned16(a.x);  // passes 1 and 3 on items
-  if (a.known_m != nullptr) {  // one group with a given m: no statistics pass
-    gq::quant_known_kernel<<<1, 1, 0, stream>>>(a, ws);
-    HT_CHECK_LAUNCH("grad_quant_known");
+  if (a.known_m != nullptr) {  // one group with a given m: pass 3 computes its level (Note [Known m in pass 3])
     // No pass reads x before the quantisation: a separate maximum.
     if (a.input_absmax) launch_absmax(a.dtype, a.input_absmax, a.x, a.numel, stream);
   } else {

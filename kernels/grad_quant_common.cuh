@@ -190,6 +190,28 @@ HT_DEV Level level_of(const GradQuantArgs& a, float m) {
   return {m, r, s};
 }
 
+// Note [Known m in pass 3]
+// With a known m (GradQuantArgs::known_m: one group, tensor-wide), no pass-2 kernel runs: thread 0 of every pass-3
+// block computes the group's level from *known_m with level_of (the operations pass 2 would run) into shared
+// memory, and the block reads it from there as it would read pass 2's workspace; block 0 also stores the scale.
+// One launch less per quantisation whose maximum another kernel found (HLQ's 8-bit g̃ of every layer with the
+// identity HLA plan or a projection). Through shared memory rather than a level per thread: the division's
+// registers then stay outside the loops (the item kernels keep their register counts).
+struct Pass3Levels {
+  const float* m;  // per group: m, r = qmax / m, and the scale
+  const float* r;
+  const float* s;
+};
+HT_DEV Pass3Levels pass3_levels(const GradQuantArgs& a, const Workspace& ws, Level* smem) {
+  if (a.known_m == nullptr) return {ws.m, ws.r, a.scale};
+  if (threadIdx.x == 0) {
+    *smem = level_of(a, *a.known_m);
+    if (blockIdx.x == 0) a.scale[0] = smem->s;
+  }
+  __syncthreads();  // known_m is the same for the whole block
+  return {&smem->m, &smem->r, &smem->s};
+}
+
 // Note step 4 for one element (m > 0): the level's magnitude q (an exact integer in f32, at most qmax) and, in
 // v, the scaled input whose sign the level takes. h: the 16 noise bits.
 HT_DEV float level_magnitude(float x, const Level& l, float qmaxf, bool stochastic, uint32_t h, float& v) {

@@ -280,6 +280,8 @@ __global__ void __launch_bounds__(kThreads) quant_apply_items_kernel(GradQuantAr
   const float sign = (lane & 1) ? -1.0f : 1.0f;
   const int64_t i = thread_index(), dq = n / items, dr = n % items;
   int64_t grp = i / items, rem = i % items;  // of item j
+  __shared__ Level known;
+  const Pass3Levels lv = pass3_levels(a, ws, &known);
   for (int64_t j0 = i; j0 - lane < total; j0 += kPassSlots * n) {  // j0 - lane: the warp's first item
     float v[kPassSlots][kItem];
 #pragma unroll
@@ -290,10 +292,10 @@ __global__ void __launch_bounds__(kThreads) quant_apply_items_kernel(GradQuantAr
       rotate_item(v[r], a.hadamard, sign);
       if (j < total) {
         if constexpr (kDequant<Out>) {
-          dequant_item<kSR, Out>(v[r], j * kItem, Level{ws.m[grp], ws.r[grp], a.scale[grp]}, a);
+          dequant_item<kSR, Out>(v[r], j * kItem, Level{lv.m[grp], lv.r[grp], lv.s[grp]}, a);
         } else {
-          const float m = ws.m[grp];
-          const Level l{m, ws.r[grp], 0.0f};
+          const float m = lv.m[grp];
+          const Level l{m, lv.r[grp], 0.0f};
           const uint2 q = m == 0.0f ? make_uint2(0u, 0u) : quant_item<kSR>(v[r], j * kItem, l, a);
           *reinterpret_cast<uint2*>(a.values + j * kItem) = q;
         }
@@ -336,8 +338,8 @@ struct ItemCoder {
   float qmaxf;
   bool noise;  // stochastic rounding (Note [SR noise layout])
 
-  HT_DEV ItemCoder(const GradQuantArgs& args, const Workspace& ws)
-      : a(args), l{ws.m[0], ws.r[0], 0.0f}, qmaxf(static_cast<float>(args.qmax)), noise(wants_uniform_noise(args)) {}
+  HT_DEV ItemCoder(const GradQuantArgs& args, const Pass3Levels& lv)
+      : a(args), l{lv.m[0], lv.r[0], 0.0f}, qmaxf(static_cast<float>(args.qmax)), noise(wants_uniform_noise(args)) {}
 
   // The codes of the item of 8 elements at flat index i (a multiple of 8: one Philox block), m > 0.
   HT_DEV void operator()(int64_t i, const float v[8], uint8_t q[8]) const {
@@ -366,7 +368,8 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
   const T* x = static_cast<const T*>(a.x);
   const int64_t C = a.cols, N = a.numel / a.cols;
   const int64_t tiles_c = (C + kTileC - 1) / kTileC, tiles = (N + kTileN - 1) / kTileN * tiles_c;
-  const ItemCoder code(a, ws);
+  __shared__ Level known;  // Note [Known m in pass 3]
+  const ItemCoder code(a, pass3_levels(a, ws, &known));
   const bool words = N % 4 == 0 && reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t n0 = t / tiles_c * kTileN, c0 = t % tiles_c * kTileC;
@@ -429,7 +432,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_
   const T* x = static_cast<const T*>(a.x);
   const int64_t C = a.cols, N = a.numel / a.cols;
   const int64_t strips_c = C / kItem, strips = (N + kStripRows - 1) / kStripRows * strips_c;
-  const ItemCoder code(a, ws);
+  __shared__ Level known;  // Note [Known m in pass 3]
+  const ItemCoder code(a, pass3_levels(a, ws, &known));
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t st = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; st < strips; st += warps) {

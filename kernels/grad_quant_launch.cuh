@@ -5,7 +5,7 @@
 //                        and uniform cases the item kernels cannot take), passes 1 and 3 on units;
 //   grad_quant_items.cu  items of 8 elements: the fused item kernel (the HLQ g_x rows), passes 1 and 3 on
 //                        items, and pass 3 into transposed values.
-// grad_quant.cu holds the plan, the dispatch, pass 2 (finalize / known m) and the other public launchers;
+// grad_quant.cu holds the plan, the dispatch, pass 2 (finalize) and the other public launchers;
 // grad_quant_common.cuh the device helpers. Included by .cu files only.
 #pragma once
 #include <cuda_runtime_api.h>

@@ -245,12 +245,14 @@ __global__ void __launch_bounds__(kThreads) quant_partial_kernel(GradQuantArgs a
 }
 
 // Pass 3: every unit again (load, rotate), quantised with its group's m and r (and the scale that pass 2
-// wrote, for LUQ and dequantised values).
+// wrote, for LUQ and dequantised values), or with the level of a known m (Note [Known m in pass 3]).
 template <class T, bool kLuq, class Out>
 __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, Geo g, Workspace ws) {
   const T* x = static_cast<const T*>(a.x);
   const int64_t total = g.groups * g.units;
   const bool noise = wants_uniform_noise(a);
+  __shared__ Level known;
+  const Pass3Levels lv = pass3_levels(a, ws, &known);
   for (int64_t u = thread_index(); u < total; u += thread_count()) {
     const int64_t base = u * g.unit, grp = base / a.group_len;
     float v[kU];
@@ -265,8 +267,8 @@ __global__ void __launch_bounds__(kThreads) quant_apply_kernel(GradQuantArgs a, 
       if (noise) uniform_noise(a, base, g.unit, nz);
     }
     rotate_unit(v, a.hadamard);
-    const float m = ws.m[grp];
-    const Level l{m, ws.r[grp], kLuq ? scale_of(a, m) : (kDequant<Out> ? a.scale[grp] : 0.0f)};
+    const float m = lv.m[grp];
+    const Level l{m, lv.r[grp], kLuq ? scale_of(a, m) : (kDequant<Out> ? lv.s[grp] : 0.0f)};
     Out q[kU];
     quant_unit_to<kLuq>(v, base, g.unit, l, a, nz, q);
     store_unit(a.values, base, g.unit, g.vec, q);

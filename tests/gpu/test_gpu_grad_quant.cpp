@@ -229,24 +229,33 @@ TEST_CASE("CUDA quantize writes the CPU's dequantised bf16 / f16 / f32 values bi
                 if (spec.report_input_absmax) CHECK(test::compare_bits(qg.input_absmax, qc.input_absmax) == "");
               }
     }
-  // A known absmax (tensor granularity: the given-m kernel, then the apply kernels), and an input that is not
-  // 16-byte aligned (the fused unit kernel in chunk mode, element loads).
+  // A known absmax (tensor granularity: no statistics pass, the apply kernels compute the level, Note [Known m in
+  // pass 3]; several blocks, of which only the first stores the scale) on an aligned input (item kernel) and on one
+  // that is not 16-byte aligned (unit kernel, element loads), stochastic and nearest; and an input that is not
+  // 16-byte aligned through the fused unit kernel in chunk mode.
   const Tensor x = test::random_input({64, 96}, 650, DType::bf16);
   const Tensor flat = test::random_input({3 + 40 * 64}, 651, DType::bf16);
   const Tensor uc = flat.narrow(0, 3, 40 * 64).reshape({40, 64});
   const Tensor ug = flat.to(test::kCuda).narrow(0, 3, 40 * 64).reshape({40, 64});
+  for (DType vdt : {DType::i8, DType::f8e4m3, DType::bf16, DType::f16, DType::f32})
+    for (Rounding rounding : {Rounding::stochastic, Rounding::nearest}) {
+      QuantSpec known;
+      known.noise = {9, 10};
+      known.values_dtype = vdt;
+      known.rounding = rounding;
+      known.known_absmax = from_vector(std::vector<float>{1.5f}, {1});
+      known.report_input_absmax = true;
+      const Quantized kc = quantize(x, known), kuc = quantize(uc, known);
+      known.known_absmax = known.known_absmax.to(test::kCuda);
+      const Quantized kg = quantize_poisoned(x.to(test::kCuda), known), kug = quantize_poisoned(ug, known);
+      CAPTURE(dtype_name(vdt), rounding == Rounding::stochastic);
+      CHECK(same_bits(kg, kc) == "");
+      CHECK(test::compare_bits(kg.input_absmax, kc.input_absmax) == "");
+      CHECK(same_bits(kug, kuc) == "");
+      CHECK(kc.scale.item() == Approx(1.5 / 7.0).epsilon(1e-7));  // s = m / qmax: the given m, not max |x|
+    }
   for (DType vdt : {DType::bf16, DType::f16, DType::f32}) {
-    QuantSpec known;
-    known.noise = {9, 10};
-    known.values_dtype = vdt;
-    known.known_absmax = from_vector(std::vector<float>{1.5f}, {1});
-    known.report_input_absmax = true;
-    const Quantized kc = quantize(x, known);
-    known.known_absmax = known.known_absmax.to(test::kCuda);
-    const Quantized kg = quantize_poisoned(x.to(test::kCuda), known);
     CAPTURE(dtype_name(vdt));
-    CHECK(same_bits(kg, kc) == "");
-    CHECK(test::compare_bits(kg.input_absmax, kc.input_absmax) == "");
     QuantSpec rows;
     rows.granularity = Granularity::row;
     rows.hadamard_block = 16;
