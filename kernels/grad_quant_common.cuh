@@ -154,7 +154,7 @@ HT_DEV Stats team_reduce(Stats s, Stats* smem, int team) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   if (lane == 0) smem[warp] = s;
   __syncthreads();
-  const int per = team / 32, first = warp / per * per;
+  const int per = team / 32, first = team == static_cast<int>(blockDim.x) ? 0 : warp / per * per;  // one team: 0
   Stats t = smem[first];
   for (int k = 1; k < per; ++k) t = combine<kSawb>(t, smem[first + k]);  // fixed order
   __syncthreads();  // smem may be reused
@@ -184,10 +184,15 @@ HT_DEV float scale_of(const GradQuantArgs& a, float m) {
 struct Level {
   float m, r, s;
 };
-HT_DEV Level level_of(const GradQuantArgs& a, float m) {
-  const float s = scale_of(a, m);
+// m and r only (the scale left 0), for codes, which do not need it.
+HT_DEV Level level_of_r(const GradQuantArgs& a, float m) {
   const float r = (a.kind == QuantKind::uniform && m != 0.0f) ? __fdiv_rn(static_cast<float>(a.qmax), m) : 0.0f;
-  return {m, r, s};
+  return {m, r, 0.0f};
+}
+HT_DEV Level level_of(const GradQuantArgs& a, float m) {
+  Level l = level_of_r(a, m);
+  l.s = scale_of(a, m);
+  return l;
 }
 
 // Note [Known m in pass 3]

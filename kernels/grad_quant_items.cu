@@ -83,6 +83,18 @@ HT_DEV uint32_t pack4(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
   return __byte_perm(__byte_perm(b0, b1, 0x0040u), __byte_perm(b2, b3, 0x0040u), 0x5410u);
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// The e4m3 codes of four signed integer levels (|q| <= 15: exact in e4m3, so cvt's rounding and saturation do
+// nothing; +0 for level 0, as sr_signed gives), bytes in element order: one cvt per pair instead of sr_code's
+// exponent arithmetic per element (the same codes: e4m3 has one encoding per finite nonzero value).
+HT_DEV uint32_t e4m3x4(float q0, float q1, float q2, float q3) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(q1), "f"(q0));  // high byte from the first
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(q3), "f"(q2));
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+#endif
+
 // The 8 codes of one item (elements base .. base + 7, base a multiple of 8) as two little-endian words.
 template <bool kSR, bool kFp8>
 HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l, const GradQuantArgs& a) {
@@ -91,8 +103,18 @@ HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l
     uint32_t w[4];
     sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(base) >> 3, w);
     const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (kFp8) {  // the signed levels, then the hardware's conversion in pairs
+      float q[kItem];
 #pragma unroll
-    for (int k = 0; k < kItem; ++k) c[k] = sr_code<kFp8>(v[k], l, cap, ht::grad::sr_bits(w, k));
+      for (int k = 0; k < kItem; ++k) q[k] = sr_signed(v[k], l, cap, ht::grad::sr_bits(w, k));
+      return make_uint2(e4m3x4(q[0], q[1], q[2], q[3]), e4m3x4(q[4], q[5], q[6], q[7]));
+    } else  // NOLINT(readability/braces): the loop below is the else branch
+#endif
+    {
+#pragma unroll
+      for (int k = 0; k < kItem; ++k) c[k] = sr_code<kFp8>(v[k], l, cap, ht::grad::sr_bits(w, k));
+    }
   } else {
     const float qmaxf = static_cast<float>(a.qmax);
 #pragma unroll
@@ -203,8 +225,12 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
     }
     st = team_reduce<kSawb>(st, smem, team);
     if (grp >= g.groups) continue;  // after the (block-wide) reduction
-    const Level l = level_of(a, group_m<kSawb>(st, a.group_len));
-    if (t == 0) a.scale[grp] = l.s;
+    // Codes need only r = qmax / m; the scale's division runs in the thread that stores it (dequantised values
+    // need the scale everywhere).
+    const float m = group_m<kSawb>(st, a.group_len);
+    Level l = level_of_r(a, m);
+    if constexpr (kDequant<Out>) l.s = scale_of(a, m);
+    if (t == 0) a.scale[grp] = kDequant<Out> ? l.s : scale_of(a, m);
 #pragma unroll
     for (int r = 0; r < kItemSlots; ++r) {
       if (!has[r]) continue;
