@@ -16,6 +16,7 @@ StepGraph::~StepGraph() { reset(); }
 void StepGraph::reset() {
   if (exec_) (void)cudaGraphExecDestroy(exec_);
   exec_ = nullptr;
+  nodes_ = 0;
 }
 
 std::string StepGraph::record(const std::function<void()>& body) {
@@ -58,6 +59,9 @@ std::string StepGraph::record(const std::function<void()>& body) {
       (void)cudaGetLastError();
       exec_ = nullptr;
       why = fmt::format("cudaGraphInstantiate failed: {}", cudaGetErrorString(inst));
+    } else if (cudaGraphGetNodes(graph, nullptr, &nodes_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      nodes_ = 0;  // only a statistic
     }
   }
   if (graph) (void)cudaGraphDestroy(graph);

@@ -387,8 +387,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
             cuda::empty_cache(device.index);
             const std::string why = gs.graph.record(body);
             if (why.empty()) {
-              spdlog::info("train.cuda_graph: step recorded into a CUDA graph at step {} (batch {})", st.step + 1,
-                           to_string(gs.x.shape()));
+              spdlog::info("train.cuda_graph: step recorded into a CUDA graph at step {} (batch {}, {} nodes)",
+                           st.step + 1, to_string(gs.x.shape()), gs.graph.nodes());
               gs.graph.replay();
             } else {
               HT_CHECK(cfg.train.cuda_graph != "true", "train.cuda_graph is true, but {}", why);

@@ -151,6 +151,20 @@ TEST_CASE("a recorded ResNet step replays like an eager step from the same state
   // handle crashed in cuMemFreeAsync before.
 }
 
+TEST_CASE("a step graph counts the nodes one replay launches", "[gpu][graph]") {
+  cuda::StepGraph graph(0);
+  cuda::StreamGuard on(graph.stream(), 0);
+  const Tensor x = test::random_input({64, 33}, 8, DType::f32).to(test::kCuda);
+  const Tensor out = zeros({64, 33}, {DType::f32, test::kCuda});
+  CHECK(graph.nodes() == 0);
+  REQUIRE(graph.record([&] { copy_(out, x); }) == "");  // one copy into memory from before: one node
+  CHECK(graph.nodes() == 1);
+  REQUIRE(graph.record([&] { copy_(out, mul(add(x, 1.0), 2.0)); }) == "");  // three kernels, two temporaries
+  CHECK(graph.nodes() >= 3);
+  graph.replay();
+  CHECK(test::rel_error(out.to(Device::cpu()), mul(add(x, 1.0), 2.0).to(Device::cpu())) == 0.0);
+}
+
 TEST_CASE("steps that cannot be replayed are refused with the reason", "[gpu][graph]") {
   cuda::StepGraph graph(0);
   cuda::StreamGuard on(graph.stream(), 0);
@@ -181,6 +195,7 @@ TEST_CASE("steps that cannot be replayed are refused with the reason", "[gpu][gr
     CHECK_THAT(why, HasSubstr("freed during"));
   }
   CHECK_FALSE(graph.ready());
+  CHECK(graph.nodes() == 0);
   // The device keeps working after a refusal.
   CHECK(test::rel_error(mul(x, 3.0).to(Device::cpu()), expected) == 0.0);
 }

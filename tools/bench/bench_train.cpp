@@ -208,9 +208,9 @@ int main(int argc, char** argv) {
       cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_mem);
       const double ghost = host_ms(replay);
       std::printf("hadatrain %s batch %lld %s forward, %s, step graph: %.2f ms/step, %.0f img/s, graph memory %.2f GiB, "
-                  "host issue %.3f ms\n",
+                  "host issue %.3f ms, %zu nodes\n",
                   name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(), gmed,
-                  batch / gmed * 1000.0, static_cast<double>(graph_mem) / (1 << 30), ghost);
+                  batch / gmed * 1000.0, static_cast<double>(graph_mem) / (1 << 30), ghost, graph.nodes());
     }
   }
   return 0;
