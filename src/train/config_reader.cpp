@@ -211,7 +211,7 @@ struct ConfigReader::Section {
     if (!node.IsDefined() || !node.IsMap()) return;
     std::vector<std::pair<std::string, YAML::Mark>> seen;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& k = it->first;
+      const YAML::Node k = it->first;  // a copy: it-> returns a proxy that dies with the full expression
       if (!k.IsScalar() || k.Scalar().empty())
         throw_at(*doc, k.Mark(), path, fmt::format("keys must be plain names, got {}", describe_found(k)));
       for (const auto& [name, m] : seen)
