@@ -229,8 +229,8 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
     // need the scale everywhere).
     const float m = group_m<kSawb>(st, a.group_len);
     Level l = level_of_r(a, m);
-    if constexpr (kDequant<Out>) l.s = scale_of(a, m);
-    if (t == 0) a.scale[grp] = kDequant<Out> ? l.s : scale_of(a, m);
+    if (kDequant<Out> || t == 0) l.s = scale_of(a, m);
+    if (t == 0) a.scale[grp] = l.s;
 #pragma unroll
     for (int r = 0; r < kItemSlots; ++r) {
       if (!has[r]) continue;

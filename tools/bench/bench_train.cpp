@@ -72,22 +72,35 @@ int main(int argc, char** argv) {
   model->to(dev);
   grad::PipelineConfig pc;
   pc.default_spec.name = pipeline.rfind("hlq", 0) == 0 ? "hlq" : pipeline == "exact_rc" ? "exact" : pipeline;
-  if (pipeline.rfind("hlq", 0) == 0 && pipeline != "hlq" && pipeline != "hlq_split" && pipeline != "hlq_cols" &&
-      pipeline != "hlq_gw_cols" && pipeline != "hlq_map" && pipeline != "hlq_a4" && pipeline != "hlq_copy" &&
-      pipeline != "hlq_keep" && pipeline != "hlq_a4_keep" && pipeline != "hlq_rc" && pipeline != "hlq_rc_fc1") {
-    std::fprintf(stderr,
-                 "bench_train: unknown pipeline '%s' (hlq variants: hlq, hlq_split, hlq_cols, hlq_gw_cols, hlq_map, "
-                 "hlq_a4, hlq_copy, hlq_keep, hlq_a4_keep, hlq_rc, hlq_rc_fc1)\n",
-                 pipeline.c_str());
-    return 2;
+  // The hlq variants (see the header): each name and what it changes in the HLQ options.
+  using Set = void (*)(grad::HlqOptions&);
+  const std::vector<std::pair<std::string, Set>> hlq_variants = {
+      {"hlq", [](grad::HlqOptions&) {}},
+      {"hlq_split", [](grad::HlqOptions& o) { o.fallback = grad::HlaFallback::split_extra; }},
+      {"hlq_cols", [](grad::HlqOptions& o) { o.conv_gx = grad::ConvGx::columns; }},
+      {"hlq_gw_cols", [](grad::HlqOptions& o) { o.conv_gw = grad::ConvGw::columns; }},
+      {"hlq_map", [](grad::HlqOptions& o) { o.acbp_conv = grad::AcbpConv::input_map; }},
+      {"hlq_a4", [](grad::HlqOptions& o) { o.acbp_bits = 4; }},
+      {"hlq_copy", [](grad::HlqOptions& o) { o.acbp_rebuild = o.acbp_share = false; }},
+      {"hlq_keep", [](grad::HlqOptions& o) { o.acbp_rebuild = false; }},
+      {"hlq_a4_keep", [](grad::HlqOptions& o) {
+         o.acbp_bits = 4;
+         o.acbp_rebuild = false;
+       }},
+      {"hlq_rc", [](grad::HlqOptions&) {}},
+      {"hlq_rc_fc1", [](grad::HlqOptions&) {}},
+  };
+  if (pipeline.rfind("hlq", 0) == 0) {
+    const auto it = std::find_if(hlq_variants.begin(), hlq_variants.end(),
+                                 [&](const auto& v) { return v.first == pipeline; });
+    if (it == hlq_variants.end()) {
+      std::string names;
+      for (const auto& v : hlq_variants) names += (names.empty() ? "" : ", ") + v.first;
+      std::fprintf(stderr, "bench_train: unknown pipeline '%s' (hlq variants: %s)\n", pipeline.c_str(), names.c_str());
+      return 2;
+    }
+    it->second(pc.default_spec.hlq);
   }
-  if (pipeline == "hlq_split") pc.default_spec.hlq.fallback = grad::HlaFallback::split_extra;
-  if (pipeline == "hlq_cols") pc.default_spec.hlq.conv_gx = grad::ConvGx::columns;
-  if (pipeline == "hlq_gw_cols") pc.default_spec.hlq.conv_gw = grad::ConvGw::columns;
-  if (pipeline == "hlq_map") pc.default_spec.hlq.acbp_conv = grad::AcbpConv::input_map;
-  if (pipeline == "hlq_a4" || pipeline == "hlq_a4_keep") pc.default_spec.hlq.acbp_bits = 4;
-  if (pipeline == "hlq_keep" || pipeline == "hlq_a4_keep" || pipeline == "hlq_copy") pc.default_spec.hlq.acbp_rebuild = false;
-  if (pipeline == "hlq_copy") pc.default_spec.hlq.acbp_share = false;
   if (pipeline == "hlq_rc" || pipeline == "hlq_rc_fc1" || pipeline == "exact_rc") {
     grad::PipelineSpec rc = pc.default_spec;  // Note [Recomputed outputs]
     rc.recompute_output = true;
