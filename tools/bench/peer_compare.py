@@ -19,7 +19,7 @@ Merge them into the results page with: python3 tools/bench/results_page.py --mer
 The commit is `git describe --always --dirty` of the tree, or $HADATRAIN_COMMIT where the copy has no .git (as on
 the lent GPU machine). Several calls may cover different models: each record's own numbers come from one call.
     python3 tools/bench/peer_compare.py BUILD_DIR OUT [--models resnet34:256,vit_s4:256] [--pipelines exact,hlq]
-                                        [--forms eager,compile,graph] [--timeout 480]
+                                        [--forms eager,compile,graph] [--timeout 480] [--label PIPELINE=TEXT]
 """
 import argparse
 import datetime
@@ -110,8 +110,14 @@ def main():
     ap.add_argument("--pipelines", default="exact", help="bench_train pipelines, comma-separated")
     ap.add_argument("--forms", default="eager,compile,graph", help="PyTorch forms, comma-separated")
     ap.add_argument("--timeout", type=int, default=480, help="seconds per process")
+    ap.add_argument("--label", action="append", default=[], metavar="PIPELINE=TEXT",
+                    help="a label the results page shows with a pipeline, e.g. hlq='simulated conv products' "
+                         "while HLQ's convolutions run dequantised (docs/BENCHMARKS.md lists the labels)")
     a = ap.parse_args()
     forms = a.forms.split(",")
+    labels = dict(l.split("=", 1) for l in a.label if "=" in l)
+    if len(labels) != len(a.label):
+        ap.error("--label takes PIPELINE=TEXT")
     for f in forms:
         if f not in ("eager", "compile", "graph"):
             ap.error(f"unknown PyTorch form '{f}' (eager, compile, graph)")
@@ -138,6 +144,8 @@ def main():
         torch_version = next((r["torch"] for r in ok.values()), None)
         for p, (r, cmd) in mine.items():
             rec = {"area": "steps", "model": model, "batch": batch, "dtype": "bf16", "pipeline": p}
+            if p in labels:
+                rec["label"] = labels[p]
             if "error" in r:
                 rec["error"] = r["error"]
             else:
@@ -148,6 +156,9 @@ def main():
                                {"ms": v["ms_per_step"], "peak_allocated_gib": v["peak_allocated_gib"]})
                            for f, v in peer.items()}
             rec["torch"] = torch_version
+            ex = mine.get("exact", ({},))[0]
+            if p != "exact" and "graph_ms" in ex:
+                rec["exact_ms"] = ex["graph_ms"]  # our exact step in the same call
             if best and "ours_ms" in rec:
                 rec.update(peer_form=best, peer_ms=ok[best]["ms_per_step"],
                            ratio=round(ok[best]["ms_per_step"] / rec["ours_ms"], 3))
@@ -155,15 +166,24 @@ def main():
             rec["processes"] = [" ".join(cmd)] + [f"python3 tools/bench/bench_train_torch.py {model} {batch} {f}"
                                                   for f in forms]
             steps.append(rec)
-            if "error" not in r:
-                mem = {"area": "memory", "model": model, "batch": batch, "dtype": "bf16", "pipeline": p,
-                       "peak_allocated_gib": r["peak_allocated_gib"]}
-                for k in ("saved_gib", "graph_gib"):
-                    if k in r:
-                        mem[k] = r[k]
-                mem.update(common)
-                mem["command"] = " ".join(cmd)
-                memory.append(mem)
+            if "error" not in r:  # our memory: peak allocated (eager) and the step graph's, beside the same-call
+                # exact with the same recomputation (exact_rc for a *_rc pipeline)
+                base = "exact_rc" if p.endswith("_rc") and p != "exact_rc" else "exact" if p != "exact" else None
+                b = mine.get(base, ({"error": ""},))[0] if base else {"error": ""}
+                for metric, k in (("peak allocated", "peak_allocated_gib"), ("step graph memory", "graph_gib")):
+                    if k not in r:
+                        continue
+                    mem = {"area": "memory", "model": model, "batch": batch, "dtype": "bf16", "pipeline": p,
+                           "metric": metric, "gib": r[k]}
+                    if k == "peak_allocated_gib" and "saved_gib" in r:
+                        mem["saved_gib"] = r["saved_gib"]
+                    if k in b:
+                        mem["baseline"] = {"pipeline": base, "gib": b[k]}
+                    if p in labels:
+                        mem["label"] = labels[p]
+                    mem.update(common)
+                    mem["command"] = " ".join(cmd)
+                    memory.append(mem)
             peer_txt = f"{best} {ok[best]['ms_per_step']:.2f} ms" if best else "incomplete"
             ours_txt = f"{rec['ours_ms']:.2f} ms" if "ours_ms" in rec else rec["error"]
             ratio_txt = f"{rec['ratio']:.2f}x" if "ratio" in rec else "-"

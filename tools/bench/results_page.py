@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Generates docs/BENCHMARKS.md, the results page, from the records in docs/results/*.jsonl.
+
+    python3 tools/bench/results_page.py                 # rewrite docs/BENCHMARKS.md
+    python3 tools/bench/results_page.py --check         # exit 1 when the page differs from what the records give
+    python3 tools/bench/results_page.py --merge FILE... # add records (e.g. peer_compare.py's steps.jsonl and
+                                                        # memory.jsonl); a record replaces the one with its key
+
+The record format is in docs/results/README.md. Every record carries its date, commit, machine and command; a record
+that lacks one, or whose commit is "unknown", is an error naming the file and line. The page shows one row per key
+(the latest record); the output depends on the records only, so two runs write the same bytes.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, "docs", "results")
+PAGE = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+AREAS = {  # area: (fields every record needs besides the common ones, the fields that make its key)
+    "steps": (("model", "batch", "pipeline", "ours_ms"), ("model", "batch", "pipeline")),
+    "memory": (("model", "batch", "pipeline", "metric", "gib"), ("model", "batch", "pipeline", "metric")),
+    "accuracy": (("recipe", "pipeline", "seed", "top1"), ("recipe", "pipeline", "seed")),
+    "kernels": (("group", "name", "metric", "ours"), ("group", "name")),
+}
+COMMON = ("area", "date", "commit", "machine", "command")
+HIGHER_IS_BETTER = {"fraction of copy", "speed × own bf16 a·bᵀ", "TFLOP/s"}
+MODEL_NAMES = {"resnet18": "ResNet-18 (CIFAR stem, 32²)", "resnet34": "ResNet-34 (CIFAR stem, 32²)",
+               "resnet50": "ResNet-50 (ImageNet stem, 224²)", "vit_s4": "ViT-S/4 (32²)", "vit_b16": "ViT-B/16 (224²)"}
+FORMS = ("eager", "compile", "graph")
+
+
+def fail(msg):
+    sys.exit(f"results_page: {msg}")
+
+
+def check(rec, where):
+    area = rec.get("area")
+    if area not in AREAS:
+        fail(f"{where}: area {area!r} is none of {', '.join(AREAS)}")
+    for k in COMMON + AREAS[area][0]:
+        if rec.get(k) in (None, ""):
+            fail(f"{where}: the {area} record has no '{k}'")
+    if not re.fullmatch(r"\d{4}-\d\d-\d\d", rec["date"]):
+        fail(f"{where}: date {rec['date']!r} is not YYYY-MM-DD")
+    if rec["commit"] == "unknown":
+        fail(f"{where}: commit 'unknown' (set HADATRAIN_COMMIT when the measured tree has no .git)")
+    if area == "accuracy" and rec.get("metrics"):
+        path = os.path.join(ROOT, rec["metrics"])
+        if not os.path.exists(path):
+            fail(f"{where}: metrics file {rec['metrics']} does not exist")
+        evals = [json.loads(l) for l in open(path) if '"eval"' in l]
+        last = round(100 * evals[-1]["test_acc"], 2) if evals else None
+        if last is None or abs(last - rec["top1"]) > 0.005:
+            fail(f"{where}: top1 {rec['top1']} but {rec['metrics']} ends at {last}")
+
+
+def key(rec):
+    return tuple(rec[k] for k in AREAS[rec["area"]][1])
+
+
+def load(area):
+    path = os.path.join(RESULTS, f"{area}.jsonl")
+    recs = []
+    if os.path.exists(path):
+        for n, line in enumerate(open(path, encoding="utf-8"), 1):
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    fail(f"{path}:{n}: {e}")
+                check(rec, f"{path}:{n}")
+                if rec["area"] != area:
+                    fail(f"{path}:{n}: a {rec['area']} record in the {area} file")
+                recs.append(rec)
+    latest = {}
+    for rec in sorted(recs, key=lambda r: r["date"]):  # stable: among equal dates the later line wins
+        latest[key(rec)] = rec
+    return list(latest.values())
+
+
+def merge(files):
+    for f in files:
+        new = [json.loads(l) for l in open(f, encoding="utf-8") if l.strip()]
+        for n, rec in enumerate(new, 1):
+            check(rec, f"{f}:{n}")
+        for area in AREAS:
+            add = [r for r in new if r["area"] == area]
+            if not add:
+                continue
+            path = os.path.join(RESULTS, f"{area}.jsonl")
+            keep = [r for r in load(area) if key(r) not in {key(a) for a in add}]
+            with open(path, "w", encoding="utf-8") as out:
+                for r in keep + add:
+                    out.write(json.dumps(r, ensure_ascii=False) + "\n")
+            print(f"{path}: {len(add)} record(s) merged")
+
+
+def num(v, digits=2):
+    if isinstance(v, list):
+        return "–".join(num(x, digits) for x in v)
+    return f"{v:.{digits}f}"
+
+
+def ratio(a, b):
+    """a / b for numbers or [lo, hi] ranges (a range gives the range of ratios)."""
+    lo_a, hi_a = (a if isinstance(a, list) else [a, a])
+    lo_b, hi_b = (b if isinstance(b, list) else [b, b])
+    lo, hi = lo_a / hi_b, hi_a / lo_b
+    return f"{lo:.2f}×" if abs(hi - lo) < 0.005 else f"{lo:.2f}–{hi:.2f}×"
+
+
+class Notes:
+    """Numbered footnotes of a table: the command (and PyTorch version) of each row; the machine once per table
+    when every row ran on the same kind."""
+
+    def __init__(self):
+        self.items, self.machines = [], []
+
+    def ref(self, rec):
+        torch = f" (PyTorch {rec['torch']})" if rec.get("torch") else ""
+        item = (f"`{rec['command']}`{torch}", rec["machine"])
+        if item not in self.items:
+            self.items.append(item)
+        if rec["machine"] not in self.machines:
+            self.machines.append(rec["machine"])
+        return f"[{self.items.index(item) + 1}]"
+
+    def lines(self):
+        one = len(self.machines) == 1
+        out = [""] + [f"- [{i}] {cmd}" + ("" if one else f" on {m}") for i, (cmd, m) in enumerate(self.items, 1)]
+        return out + ([f"- Machine: {self.machines[0]}."] if one else [])
+
+
+def measured(rec, notes):
+    return f"{rec['date']} `{rec['commit']}` {notes.ref(rec)}"
+
+
+def pipe(rec):
+    return f"{rec['pipeline']} ({rec['label']})" if rec.get("label") else rec["pipeline"]
+
+
+def table(head, rows):
+    cell = lambda c: c.replace("|", "\\|")  # a '|' inside a cell would end it
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
+            ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows])
+
+
+def steps_vs_peer(recs):
+    notes, rows = Notes(), []
+    for r in sorted((r for r in recs if r["pipeline"] == "exact" or r.get("peer")), key=order):
+        peer = r.get("peer") or {}
+        cells = []
+        for f in FORMS:
+            p = peer.get(f)
+            cells.append("not measured" if p is None else "failed" if "error" in p else num(p["ms"]))
+        ok = {f: peer[f]["ms"] for f in FORMS if f in peer and "error" not in peer[f]}
+        if len(ok) == 3:
+            best = min(ok, key=ok.get)
+            verdict = f"**{ok[best] / r['ours_ms']:.2f}×** ({best})"
+        elif any(f in peer for f in FORMS):
+            verdict = "peer not measured in the same call (only " + ", ".join(f for f in FORMS if f in ok) + ")"
+        else:
+            verdict = "peer not measured in the same call"
+        rows.append([MODEL_NAMES.get(r["model"], r["model"]), str(r["batch"]), pipe(r), num(r["ours_ms"])] + cells +
+                    [verdict, measured(r, notes)])
+    return table(["model", "batch", "pipeline", "ours (ms)", "PyTorch eager", "torch.compile", "whole-step CUDA graph",
+                  "peer / ours", "measured"], rows) + notes.lines()
+
+
+def order(r):
+    return (list(MODEL_NAMES).index(r["model"]) if r["model"] in MODEL_NAMES else 99, r["model"], r["batch"],
+            r["pipeline"])
+
+
+def steps_vs_exact(recs):
+    notes, rows = Notes(), []
+    for r in sorted((r for r in recs if r["pipeline"] != "exact"), key=order):
+        e = r.get("exact_ms")
+        rows.append([MODEL_NAMES.get(r["model"], r["model"]), str(r["batch"]), pipe(r), num(r["ours_ms"]),
+                     num(e) if e else "not measured", ratio(e, r["ours_ms"]) if e else "—", measured(r, notes)])
+    return table(["model", "batch", "pipeline", "step (ms)", "our exact, same call (ms)", "speed vs exact",
+                  "measured"], rows) + notes.lines()
+
+
+def memory(recs):
+    notes, rows = Notes(), []
+    for r in sorted(recs, key=lambda r: (r["metric"],) + order(r)):
+        b = r.get("baseline")
+        rows.append([MODEL_NAMES.get(r["model"], r["model"]), str(r["batch"]), pipe(r), r["metric"], num(r["gib"]),
+                     num(r["saved_gib"]) if "saved_gib" in r else "—",
+                     f"{100 * r['gib'] / b['gib']:.0f} % of {b['pipeline']}" if b else "—", measured(r, notes)])
+    return table(["model", "batch", "pipeline", "what", "GiB", "saved by the forward (GiB)", "against (same call)",
+                  "measured"], rows) + notes.lines()
+
+
+def accuracy(recs):
+    notes, rows = Notes(), []
+    for r in sorted(recs, key=lambda r: (r["recipe"], r["seed"], r["pipeline"] != "exact", r["pipeline"])):
+        e = r.get("exact_top1")
+        m = f"[metrics]({os.path.relpath(os.path.join(ROOT, r['metrics']), os.path.dirname(PAGE))})" if r.get(
+            "metrics") else "—"
+        rows.append([r["recipe"], pipe(r), str(r["seed"]), f"{r['top1']:.2f} %",
+                     f"{r['top1'] - e:+.2f}" if e is not None else "—", m, measured(r, notes)])
+    return table(["recipe", "pipeline", "seed", "test top-1", "vs exact (same call, points)", "curve",
+                  "measured"], rows) + notes.lines()
+
+
+def kernels(recs):
+    notes, out, groups = Notes(), [], []
+    for r in recs:
+        if r["group"] not in groups:
+            groups.append(r["group"])
+    rows = []
+    for g in groups:
+        for r in (r for r in recs if r["group"] == g):
+            t = r.get("torch_eager")
+            if t is None:
+                vs = "—"
+            elif r["metric"] in HIGHER_IS_BETTER:
+                vs = ratio(r["ours"], t)
+            else:
+                vs = ratio(t, r["ours"])
+            digits = 4 if r["metric"] == "ms" else 3
+            rows.append([g, r["name"] + (f" ({r['note']})" if r.get("note") else ""), r["metric"], num(r["ours"], digits),
+                         num(t, digits) if t is not None else "not recorded", vs, measured(r, notes)])
+    out += table(["group", "kernel", "unit", "ours", "PyTorch eager, same call", "ours vs PyTorch (speed)",
+                  "measured"], rows)
+    return out + notes.lines()
+
+
+HEADER = """# Results
+
+Generated by `python3 tools/bench/results_page.py` from the records in [docs/results/](results/README.md) (one
+JSON object per measured row); edit the records, not this page. `python3 tools/bench/results_page.py --check`
+fails when the page is out of date. Every figure is as measured: the date, the commit measured and a footnote
+with the command and the machine. A ratio compares times measured in the same call only.
+
+Labels on a pipeline:
+- **simulated conv products**: HLQ's Conv2d products with its defaults (`conv_gx: dgrad`, `conv_gw: wgrad`) run
+  as bf16 cuDNN convolutions over dequantised values (4-bit g_y and W for g_x; the image and the back-projected
+  8-bit g̃ for g_w, with x̃ not quantised). The quantisation's effect on the values is modelled, the
+  low-precision products are not run, and g_w's numerics differ from the specification's. No HLQ speed or
+  memory claim about low-precision convolutions follows from these rows.
+- **patch embedding simulated**: a ViT under HLQ; every Linear's g_x and g_w products run on fp8 / int8 tensor
+  cores, the one Conv2d (the patch embedding) takes the conv path above.
+- **g_x simulated**: `hlq, conv_gw: columns` runs g_w as the specification's integer product over
+  the projected columns; g_x is still the dequantised cuDNN backward.
+"""
+
+STEPS = """## Training steps against the peer
+
+The peer is the fastest of PyTorch's three forms, measured in the same call as ours, each in its own process
+(`tools/bench/bench_train_torch.py`): eager, `torch.compile` (the model and the optimiser step), and the whole
+step (forward, backward, optimiser step) captured in one CUDA graph with `torch.cuda.graph`. Both sides train the
+same model on random data: bf16 forward with f32 master weights, channels-last ResNets, cross-entropy, SGD with
+momentum 0.9; median of 20 steps after 5 warm-up steps. Ours is `bench_train`'s step-graph time, what the trainer
+runs with `train.cuda_graph: auto`. peer / ours above 1 means ours is faster. A row with an eager time only has no
+ratio: eager is not PyTorch's fastest form. One command measures rows and merges them into this page:
+`python3 tools/bench/peer_compare.py build-gpu OUT` then
+`python3 tools/bench/results_page.py --merge OUT/steps.jsonl OUT/memory.jsonl`.
+"""
+
+PIPE_STEPS = """## Gradient pipelines: step time against our exact step
+
+Each pipeline's step graph beside our exact step in the same call (`bench_train MODEL BATCH bf16 PIPELINE`; every
+Linear and Conv2d through the pipeline). `hlq_rc`: HLQ with `recompute_output` on every `mlp.fc1` and `attn.qkv`.
+"""
+
+MEMORY = """## Memory
+
+`peak allocated`: the allocator's peak over bench_train's eager steps; `saved by the forward`: allocated after
+the forward minus before the step; `step graph memory`: the recorded step graph's high-water mark. A row with
+`recompute_output` (`_rc`) is set beside exact with the same recomputation (`exact_rc`). Where HLQ's saving comes
+from: with its defaults `acbp_share` and `acbp_rebuild`, a layer whose input another op keeps, or can rebuild
+exactly, keeps nothing of its own and rebuilds or reads the input in backward; on these models that covers every
+Linear and every Conv2d but the first, so the saving over exact (which keeps every input) comes from not keeping
+rebuildable inputs, not from compressed activations (docs/gradient_pipelines.md, Note [Rebuilt inputs]).
+"""
+
+ACCURACY = """## Accuracy per pipeline
+
+Fashion-MNIST test top-1 after the last epoch, every Linear and Conv2d through the pipeline
+(`configs/fashion_mnist_resnet18{,_hlq,_luq,_lbp_wht}.yaml`: SGD 0.05 Nesterov, cosine, batch 128). "vs exact" is
+against the exact run of the same call and seed (runs of one call shared the GPU; a build's runs are
+deterministic). The kept metrics and configs are in docs/runs/ (docs/runs/README.md); their curves at seed 0:
+
+![pipelines](images/fashion_mnist_resnet18_pipelines.png)
+"""
+
+KERNELS = """## Kernels
+
+Our kernels against PyTorch's eager op in the same call (`tools/bench/bench_kernels_torch.py`); these are single
+ops, not the training-step peer. "fraction of copy": bytes read and written over the time, divided by a same-dtype
+copy's bandwidth in the same call (about 4.2 TB/s on the H200).
+"""
+
+
+def render():
+    data = {a: load(a) for a in AREAS}
+    lines = HEADER.split("\n")
+    for text, body in ((STEPS, steps_vs_peer(data["steps"])), (PIPE_STEPS, steps_vs_exact(data["steps"])),
+                       (MEMORY, memory(data["memory"])), (ACCURACY, accuracy(data["accuracy"])),
+                       (KERNELS, kernels(data["kernels"]))):
+        lines += text.split("\n") + body + [""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/BENCHMARKS.md is out of date")
+    ap.add_argument("--merge", nargs="+", metavar="FILE", help="merge these records into docs/results/ first")
+    a = ap.parse_args()
+    if a.merge:
+        merge(a.merge)
+    page = render()
+    if a.check:
+        current = open(PAGE, encoding="utf-8").read() if os.path.exists(PAGE) else ""
+        if current != page:
+            fail("docs/BENCHMARKS.md is out of date: run python3 tools/bench/results_page.py")
+        return 0
+    with open(PAGE, "w", encoding="utf-8") as f:
+        f.write(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
