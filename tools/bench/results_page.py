@@ -275,9 +275,9 @@ MEMORY = """## Memory
 the forward minus before the step; `step graph memory`: the recorded step graph's high-water mark. A row with
 `recompute_output` (`_rc`) is set beside exact with the same recomputation (`exact_rc`). Where HLQ's saving comes
 from: with its defaults `acbp_share` and `acbp_rebuild`, a layer whose input another op keeps, or can rebuild
-exactly, keeps nothing of its own and rebuilds or reads the input in backward; on these models that covers every
-Linear and every Conv2d but the first, so the saving over exact (which keeps every input) comes from not keeping
-rebuildable inputs, not from compressed activations (docs/gradient_pipelines.md, Note [Rebuilt inputs]).
+exactly, keeps nothing of its own and rebuilds or reads the input in backward; that covers every linear layer of a
+ViT block and every ResNet conv but the stem, so the saving over exact (which keeps every input) comes from not
+keeping rebuildable inputs, not from compressed activations (docs/gradient_pipelines.md, Note [Rebuilt inputs]).
 """
 
 ACCURACY = """## Accuracy per pipeline
