@@ -2,6 +2,7 @@
 // plain linear / conv2d ops for exact layers (same math, fused bias, cuDNN); this class is the reference
 // the other pipelines are measured against (inspect-grads, tests).
 #include "hadatrain/autograd/saved_tensor.h"
+#include "hadatrain/grad/registry.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -15,6 +16,7 @@ struct ExactSaved final : SavedState {
 class ExactPipeline final : public Pipeline {
  public:
   std::string name() const override { return "exact"; }
+  bool exact_backward() const override { return true; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey&,
                         SaveForBackward save) override {
@@ -41,6 +43,12 @@ class ExactPipeline final : public Pipeline {
 
 }  // namespace
 
-std::shared_ptr<Pipeline> make_exact_pipeline() { return std::make_shared<ExactPipeline>(); }
+// Called once by the registry (Note [Registration and static linking] in grad/registry.h).
+PipelineRegistration exact_pipeline_registration() {
+  return erase(PipelineKind<NoOptions>{.name = "exact",
+                                       .read_options = nullptr,
+                                       .make = [](const NoOptions&) { return std::make_shared<ExactPipeline>(); },
+                                       .describe = nullptr});
+}
 
 }  // namespace ht::grad

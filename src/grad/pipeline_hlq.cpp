@@ -10,14 +10,11 @@
 //         backward re-runs the projection from it (Note [ACBP of a convolution], docs/gradient_pipelines.md).
 //   Conv2d forward: the convolution itself, ACBP projected from the input map (Note [HLQ conv forward]).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
-#include <atomic>
-
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/node.h"
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
-#include "hadatrain/core/logging.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/linalg.h"
@@ -27,6 +24,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/grad/pipeline_hlq.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -94,14 +92,10 @@ Tensor project(const Tensor& t, const HlaPlan& plan, Tensor* absmax = nullptr) {
 }
 
 // Note [HLQ outer-scale product]
-// With per-token (or per-sample) g_y scales and the fp8 carrier, g_x = s_g[row] · (s_w / T) · (q_g · q_wᵀ). Until
-// session 8 this was an fp8 product scaled by s_w / T and rounded to the compute dtype, then a scale_rows pass
-// multiplying every row by its s_g and rounding again: the product written once, then read and written once
-// more (11 % of a ResNet-34 CIFAR HLQ step's GPU time, BENCHMARKS.md run 28). Now both scales go into the fp8
-// product as outer vectors (fp8_matmul_nt_outer: s_g per row, s_w / T repeated per column; on CUDA cuBLASLt's
-// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): one rounding, no extra pass. Run 31: ResNet-34 HLQ step 40.09 ->
-// 37.49 ms (backward 18.82 -> 16.82), ViT-S/4 19.17 -> 18.64 ms. The quantised integers are unchanged; the result
-// differs from the old path by its second rounding (one ulp of the compute dtype at most).
+// With per-token (or per-sample) g_y scales and the fp8 carrier, g_x = s_g[row] · (s_w / T) · (q_g · q_wᵀ). Both
+// scales go into the fp8 product as outer vectors (fp8_matmul_nt_outer: s_g per row, s_w / T repeated per column; on
+// CUDA cuBLASLt's CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): one rounding and no pass of its own, where scaling the
+// rows of a finished product would write the product once more and round it a second time.
 
 Tensor pad_tokens(const Tensor& t, int64_t pad) {  // (B, L, C) -> (B, L + pad, C), zeros appended
   if (pad == 0) return t;
@@ -129,6 +123,7 @@ class HlqPipeline final : public Pipeline {
   }
   std::string name() const override { return "hlq"; }
   bool draws_noise() const override { return true; }
+  std::string fallback() const override { return fallback_; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                         SaveForBackward save) override {
@@ -146,8 +141,7 @@ class HlqPipeline final : public Pipeline {
   // conv2d op: cuDNN on CUDA, the same high-precision product up to summation order), and ACBP projects the
   // columns straight from the input map (hla_project_unfolded; the CUDA kernel reads the map through the
   // im2col index map), or saves the map (acbp_conv input_map). Only the split_extra / pad fallbacks and the
-  // identity plan (no power-of-two factor in L) still unfold. Until session 9 the forward unfolded the map
-  // (9× its size for a 3×3 window), ran a bf16 GEMM over the columns and projected them from memory.
+  // identity plan (no power-of-two factor in L) still unfold.
   ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                              SaveForBackward save) override {
     const Tensor& image = info.image;  // (N, C, H, W), any strides
@@ -217,13 +211,13 @@ class HlqPipeline final : public Pipeline {
 
   HlaAxis choose_axis(int64_t L) {
     HlaAxis a;
+    fallback_.clear();
     if (hla_block_for(L) > 1 || o_.fallback == HlaFallback::ref) {
-      static std::atomic<bool> warned{false};  // once per process: every layer of a ViT would repeat it
-      if (hla_block_for(L) == 1 && !warned.exchange(true)) {
-        logging::warn("hlq: {} tokens per sample have no power-of-two factor, so HLA keeps every row (fallback ref, as "
-                  "the reference code); fallback split_extra or pad compresses them",
-                  L);
-      }
+      // fallback ref (the reference code's choice): an identity plan, named in the start-up line (fallback())
+      if (hla_block_for(L) == 1)
+        fallback_ = fmt::format("HLA keeps every row: {} tokens per sample have no power-of-two factor (fallback "
+                                "split_extra or pad compresses them)",
+                                L);
       a.plan = plan_for(L);
       return a;
     }
@@ -433,8 +427,7 @@ class HlqPipeline final : public Pipeline {
   // (neighbouring pixels mix), which is why the scales go into the operands. Against the columns form it
   // skips the 9×-expanded g_cols product (written once, read by the fold), the fold, and for a channels-last
   // image the transposes (its gradient comes out channels-last); it adds a dequantisation pass over g_y.
-  // The default since session 10: a ResNet-34 HLQ step (batch 256, bf16, H200) takes 26.07 ms against 32.19 with
-  // the columns form, ResNet-50 (batch 128) 53.85 against 73.07 (docs/BENCHMARKS.md, eleventh slice).
+  // It is the default because it is faster on the H200 (ResNet-34 and ResNet-50 HLQ steps, docs/BENCHMARKS.md).
   Tensor grad_x_dgrad(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (N, C, H, W)
     const int64_t B = g_y.size(0), O = g_y.size(2);
     const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
@@ -528,7 +521,7 @@ class HlqPipeline final : public Pipeline {
   // q_g̃ is the columns form's (same projection, same noise, same scale); what differs is x̃, which is not
   // quantised (the image is exact: rebuilt or kept, or the int8 input map's dequantised values), and where
   // the sums run (cuDNN, f32 accumulation). The columns form projects the 9×-expanded im2col columns of the
-  // image (the largest item of a ResNet-34 HLQ step: 9.6 of 25.3 ms in run 67), quantises them and runs the
+  // image (the largest item of a ResNet-34 HLQ step's GPU time), quantises them and runs the
   // integer product; this form reads g_y's projection twice and runs cuDNN's wgrad, which exact runs too.
   // gy_absmax: max |g_y| when grad_x computed it (the identity plan's g̃ = g_y needs no statistics pass then).
   Tensor grad_w_wgrad(const HlqSaved& s, const Tensor& g_y, const Tensor& image, const Tensor& gy_absmax) const {
@@ -607,6 +600,7 @@ class HlqPipeline final : public Pipeline {
   }
 
   HlqOptions o_;
+  std::string fallback_;  // of the latest forward that saved for backward (choose_axis)
 };
 
 }  // namespace

@@ -5,21 +5,24 @@
 //   g_w = Σ_{p,b} g_p,bᵀ·x_p,b      g_x,t = Σ_b b(t)·(g_p(t),b·W)   (back-projection).
 // All 64 bases (order >= 15) give exact gradients: the bases are orthogonal with Σ_b b bᵀ = 64·I.
 // Leading tokens outside the grid (a class token) take the exact path. Layers without a grid (a 2-D
-// Linear input, lengths that are not a square) run exact, with a warning.
+// Linear input, lengths that are not a square) run exact (Pipeline::fallback: named in one line at start-up).
 // Deviation: the reference reflect-pads; we zero-pad both operands, which keeps the full-basis case exact
 // and is defined for maps smaller than the padding (a 4×4 map). Shapes: x (B, L, I), w (O, I), g_y (B, L, O).
-#include <atomic>
 #include <cmath>
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
-#include "hadatrain/core/logging.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/linalg.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/ops/unfold.h"
+#include "hadatrain/grad/pipeline_lbp_wht.h"
+#include "hadatrain/grad/registry.h"
+#include "hadatrain/train/config_reader.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -94,6 +97,7 @@ class LbpWhtPipeline final : public Pipeline {
              o.extra_tokens);
   }
   std::string name() const override { return "lbp_wht"; }
+  std::string fallback() const override { return fallback_; }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey&,
                         SaveForBackward save) override {
@@ -123,7 +127,7 @@ class LbpWhtPipeline final : public Pipeline {
     const int64_t I = s.xp.size(1);
     // Note [LBP-WHT products]: the two large products (g_w, and g_p·W for g_x) run in the compute dtype with fp32
     // accumulation and f32 results (matmul_f32: tensor cores for bf16), as exact's do; g_p is rounded once to the
-    // compute dtype. Until session 14 every product ran in f32 (ViT-S/4 step 39.7 ms against exact's 9.9).
+    // compute dtype (f32 products made a ViT-S/4 step four times slower than exact's).
     const DType dt = g_y.dtype();
     const Tensor bm = basis_on(g_y.device());  // (r, 64) f32, ±1
     // g_p (r·B·P, O): the patch means of g_y on every kept basis, one product over all patches (÷ 64 is exact).
@@ -168,6 +172,7 @@ class LbpWhtPipeline final : public Pipeline {
 
   Grid grid_of(int64_t L, const ProductInfo& info) {
     Grid g;
+    fallback_.clear();
     if (info.grid_h > 0 && info.grid_w > 0) {
       g.h = info.grid_h;
       g.w = info.grid_w;
@@ -189,11 +194,8 @@ class LbpWhtPipeline final : public Pipeline {
           return g;
         }
     }
-    static std::atomic<bool> warned{false};  // once per process, not once per layer
-    if (!warned.exchange(true)) {
-      logging::warn("lbp_wht: a product with {} rows has no token grid ({}); it runs exact", L,
-                info.batch_rows ? "a 2-D input: rows are samples" : "not a square (plus extra tokens)");
-    }
+    fallback_ = fmt::format("runs exact: {} rows have no token grid ({})", L,
+                            info.batch_rows ? "a 2-D input: rows are samples" : "not a square (plus extra tokens)");
     return g;
   }
 
@@ -206,6 +208,7 @@ class LbpWhtPipeline final : public Pipeline {
   }
 
   LbpWhtOptions o_;
+  std::string fallback_;  // of the latest forward that saved for backward (grid_of)
   std::mutex basis_mu_;
   Tensor basis_;
 };
@@ -214,6 +217,24 @@ class LbpWhtPipeline final : public Pipeline {
 
 std::shared_ptr<Pipeline> make_lbp_wht_pipeline(const LbpWhtOptions& o) {
   return std::make_shared<LbpWhtPipeline>(o);
+}
+
+// Called once by the registry (Note [Registration and static linking] in grad/registry.h).
+PipelineRegistration lbp_wht_pipeline_registration() {
+  return erase(PipelineKind<LbpWhtOptions>{
+      .name = "lbp_wht",
+      .read_options =
+          [](train::ConfigReader& r) {
+            LbpWhtOptions o;
+            o.order = r.get<int64_t>("order", 6, train::Range::closed(1, 15));
+            o.extra_tokens = r.get<int64_t>("extra_tokens", -1, train::Range::at_least(-1));
+            return o;
+          },
+      .make = make_lbp_wht_pipeline,
+      .describe =
+          [](const LbpWhtOptions& o) {
+            return fmt::format("lbp_wht (order {}, {} of 64 bases)", o.order, o.order * (o.order + 1) / 2);
+          }});
 }
 
 }  // namespace ht::grad

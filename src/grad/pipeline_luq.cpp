@@ -8,11 +8,16 @@
 // then, with the same bits.
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/ops/unfold.h"
+#include "hadatrain/grad/pipeline_luq.h"
+#include "hadatrain/grad/registry.h"
+#include "pipeline_options.h"
 #include "pipelines.h"
 
 namespace ht::grad {
@@ -117,14 +122,14 @@ class LuqPipeline final : public Pipeline {
   }
 
   // Note [LUQ g_w in one product]
-  // g_w = Σ_b c_b · q_g[b]ᵀ · q_x[b] with c_b = α_b · s_x[b], per-sample scales on the contraction axis. Until
-  // session 14 each sample was its own fp8 product, B (O, I) f32 results scaled and summed in 256 MiB chunks: most of
-  // a LUQ step's time (ViT-S/4: 74 ms against HLQ's 14). Now c_b·q of one operand (the one with fewer columns) is
-  // split into two bf16 terms and g_w is two bf16 products with fp32 accumulation over K = B·L against the other
-  // operand's codes, which are exact in bf16 (scaled_code_product, Note [Per-sample scales in one product], shared
-  // with HLQ's per-sample g_w). On q_g's side every code is ±2^k or 0, so the terms are exactly bf16(c_b)·q and
-  // bf16(c_b − bf16(c_b))·q (session 14's split of c_b); on q_x's side (integers −7…7) they are within 2⁻¹⁸ of c_b·q.
-  // Either way the result differs from the per-sample sum by about 2⁻¹⁷ and by the order of the fp32 sums.
+  // g_w = Σ_b c_b · q_g[b]ᵀ · q_x[b] with c_b = α_b · s_x[b], per-sample scales on the contraction axis, so no single
+  // fp8 product can apply them, and one product per sample (B (O, I) f32 results scaled and summed) would dominate a
+  // LUQ step. Instead c_b·q of one operand (the one with fewer columns) is split into two bf16 terms and g_w is two
+  // bf16 products with fp32 accumulation over K = B·L against the other operand's codes, which are exact in bf16
+  // (scaled_code_product, Note [Per-sample scales in one product], shared with HLQ's per-sample g_w). On q_g's side
+  // every code is ±2^k or 0, so the terms are exactly bf16(c_b)·q and bf16(c_b − bf16(c_b))·q; on q_x's side
+  // (integers −7…7) they are within 2⁻¹⁸ of c_b·q. Either way the result differs from the per-sample sum by about
+  // 2⁻¹⁷ and by the order of the fp32 sums.
   static Tensor grad_w(const Quantized& gq, const Tensor& xq, const Tensor& xs) {
     return scaled_code_product(gq.values, xq, mul(gq.scale.to(DType::f32), xs.to(DType::f32)));  // (O, I) f32
   }
@@ -147,5 +152,21 @@ class LuqPipeline final : public Pipeline {
 }  // namespace
 
 std::shared_ptr<Pipeline> make_luq_pipeline(const LuqOptions& o) { return std::make_shared<LuqPipeline>(o); }
+
+// Called once by the registry (Note [Registration and static linking] in grad/registry.h).
+PipelineRegistration luq_pipeline_registration() {
+  return erase(PipelineKind<LuqOptions>{
+      .name = "luq",
+      .read_options =
+          [](train::ConfigReader& r) {
+            LuqOptions o;
+            o.bits = read_bits(r, "bits", 4, {2, 3, 4});
+            o.x_bits = read_bits(r, "x_bits", 4, {2, 3, 4, 5});
+            o.w_quant = read_weight_quant(r, "w_quant");
+            return o;
+          },
+      .make = make_luq_pipeline,
+      .describe = [](const LuqOptions& o) { return fmt::format("luq ({} bit g_y, {} bit W and x)", o.bits, o.x_bits); }});
+}
 
 }  // namespace ht::grad

@@ -1,5 +1,5 @@
-// Internal to src/grad: the constructors of each pipeline (one file each) and the small tensor helpers
-// they share.
+// Internal to src/grad: the small tensor helpers the pipelines share, and their noise roles. Each pipeline is
+// in its own files and registers itself (grad/registry.h).
 #pragma once
 #include <memory>
 
@@ -8,11 +8,6 @@
 #include "hadatrain/ops/nn_ops.h"
 
 namespace ht::grad {
-
-std::shared_ptr<Pipeline> make_exact_pipeline();
-std::shared_ptr<Pipeline> make_hlq_pipeline(const HlqOptions& o);
-std::shared_ptr<Pipeline> make_lbp_wht_pipeline(const LbpWhtOptions& o);
-std::shared_ptr<Pipeline> make_luq_pipeline(const LuqOptions& o);
 
 // Noise roles (the 8-bit purpose field of philox_stream), one per quantised operand.
 enum Role : uint32_t {
@@ -93,7 +88,7 @@ Tensor unpack_int4_any(const Tensor& packed, const Shape& shape);
 
 // The epilogue of an integer product: f32(acc) · (scale_a · scale_b · mult · row_scale[row / rows_per_scale])
 // as out_dtype (f32 or bf16), for acc i32 (rows, C), one-element f32 scales on acc's device and an optional
-// f32 row_scale (rows / rows_per_scale). One pass on CUDA (kernels/lowp_gemm.h, scale_i32).
+// f32 row_scale (rows / rows_per_scale). One pass on CUDA (cuda/kernels/lowp_gemm.cuh, scale_i32).
 Tensor scale_i32(const Tensor& acc, const Tensor& scale_a, const Tensor& scale_b, double mult, DType out_dtype,
                  const Tensor& row_scale = Tensor(), int64_t rows_per_scale = 1);
 

@@ -83,4 +83,31 @@ bool any_draws_noise(const std::vector<BoundLayer>& layers) {
                      [](const BoundLayer& l) { return l.binding->pipeline && l.binding->pipeline->draws_noise(); });
 }
 
+std::string describe_fallbacks(const std::vector<BoundLayer>& layers) {
+  // (what, layers), in the order first seen; `what` is "<pipeline name> <its fallback>".
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const BoundLayer& l : layers) {
+    const auto& p = l.binding->pipeline;
+    if (!p) continue;
+    const std::string fb = p->fallback();
+    if (fb.empty()) continue;
+    const std::string what = p->name() + " " + fb;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == what; });
+    if (it == groups.end()) groups.push_back({what, {l.name}});
+    else it->second.push_back(l.name);
+  }
+  if (groups.empty()) return {};
+  std::string line = "grad pipeline fallbacks:";
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    std::string names;
+    for (const std::string& n : groups[i].second) names += (names.empty() ? "" : ", ") + n;
+    line += fmt::format("{} {} ({})", i == 0 ? "" : ";", names, groups[i].first);
+  }
+  return line;
+}
+
+void log_fallbacks(const std::vector<BoundLayer>& layers) {
+  if (const std::string line = describe_fallbacks(layers); !line.empty()) logging::warn("{}", line);
+}
+
 }  // namespace ht::nn

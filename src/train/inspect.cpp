@@ -141,8 +141,8 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
   data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
   const auto batch = loader.next();
   HT_CHECK(batch.has_value(), "inspect-grads: the training set of {} is empty", dataset_name(cfg.data.dataset));
-  const Tensor x = batch->images.to(device).to(compute_dtype(cfg));  // (B, C, H, W)
-  const Tensor y = batch->labels.to(device);
+  const Tensor x = batch->at(data::batch_key::image).to(device).to(compute_dtype(cfg));  // (B, C, H, W)
+  const Tensor y = batch->at(data::batch_key::label).to(device);
   CrossEntropyOptions ce;
   ce.label_smoothing = cfg.train.label_smoothing;
   cross_entropy(model->forward(x), y, ce).backward();
@@ -182,6 +182,7 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
       PipelineGradError e;
       e.pipeline = ip.label;
       e.name = ip.spec.name;
+      e.exact = p->exact_forward() && p->exact_backward();
       // g_x in the columns' space, or in the image's when the pipeline returns that (conv_gx: dgrad).
       const Tensor gx_ref =
           g.x_is_image ? fold2d(c.g_x, Fold2dParams{c.info.image.size(1), c.info.image.size(2), c.info.image.size(3),
@@ -215,12 +216,12 @@ std::string format_grad_report(const std::vector<LayerGradReport>& report) {
     }
   }
   // Totals over the layers: the activation memory each pipeline's saved state needs for this batch.
-  // The share is against the first pipeline named exact.
+  // The share is against the first exact pipeline.
   std::vector<std::pair<std::string, int64_t>> totals;
   std::string exact_label;
   for (const auto& r : report)
     for (const auto& e : r.results) {
-      if (exact_label.empty() && e.name == "exact") exact_label = e.pipeline;
+      if (exact_label.empty() && e.exact) exact_label = e.pipeline;
       auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.first == e.pipeline; });
       if (it == totals.end()) totals.emplace_back(e.pipeline, e.saved_bytes);
       else it->second += e.saved_bytes;

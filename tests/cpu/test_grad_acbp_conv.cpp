@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/train/config_reader.h"
@@ -65,16 +66,16 @@ ConvGrads run(const grad::PipelineSpec& spec, const ConvCase& c, bool nhwc, int6
 grad::PipelineSpec hlq(grad::AcbpConv mode) {
   grad::PipelineSpec s;
   s.name = "hlq";
-  s.hlq.acbp_conv = mode;
+  s.options_as<grad::HlqOptions>().acbp_conv = mode;
   return s;
 }
 
 grad::PipelineSpec hlq_lossless(grad::AcbpConv mode) {
   grad::PipelineSpec s = hlq(mode);
-  s.hlq.gx_bits = 0;
-  s.hlq.gw_bits = 0;
-  s.hlq.acbp_bits = 0;
-  s.hlq.rank.kind = grad::HlaRank::Kind::full;
+  s.options_as<grad::HlqOptions>().gx_bits = 0;
+  s.options_as<grad::HlqOptions>().gw_bits = 0;
+  s.options_as<grad::HlqOptions>().acbp_bits = 0;
+  s.options_as<grad::HlqOptions>().rank.kind = grad::HlaRank::Kind::full;
   return s;
 }
 
@@ -96,7 +97,7 @@ TEST_CASE("hlq acbp_conv input_map reproduces exact conv gradients without quant
     const ConvGrads col = run(hlq_lossless(grad::AcbpConv::columns), c, false);
     for (bool nhwc : {false, true}) {
       grad::PipelineSpec map_cols = hlq_lossless(grad::AcbpConv::input_map);
-      map_cols.hlq.conv_gw = grad::ConvGw::columns;  // the wgrad form (the default) is the next test's
+      map_cols.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;  // the wgrad form (the default) is the next test's
       const ConvGrads g = run(map_cols, c, nhwc);
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
       CHECK(test::rel_error(g.y, ref.y) < 1e-12);
@@ -119,9 +120,9 @@ TEST_CASE("hlq conv_gw wgrad: (Pᵀ·g̃)ᵀ·cols as a convolution backward, th
     for (bool nhwc : {false, true}) {
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
       grad::PipelineSpec low = hlq_lossless(grad::AcbpConv::input_map);
-      low.hlq.rank = grad::HlaRank::of_pct(50);
+      low.options_as<grad::HlqOptions>().rank = grad::HlaRank::of_pct(50);
       grad::PipelineSpec low_cols = low;
-      low_cols.hlq.conv_gw = grad::ConvGw::columns;
+      low_cols.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
       const ConvGrads wg = run(low, c, nhwc), cg = run(low_cols, c, nhwc);
       const double d = test::rel_error(wg.gw, cg.gw), e = test::rel_error(wg.gw, ex.gw);
       INFO("wgrad vs columns " << d << ", vs exact " << e);
@@ -135,7 +136,7 @@ TEST_CASE("hlq conv_gw wgrad: (Pᵀ·g̃)ᵀ·cols as a convolution backward, th
   const ConvCase c = make_case(2, 4, 16, 16, 1, DType::f32, 71);
   const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
   grad::PipelineSpec cols = hlq(grad::AcbpConv::input_map);
-  cols.hlq.conv_gw = grad::ConvGw::columns;
+  cols.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
   const ConvGrads wg = run(hlq(grad::AcbpConv::input_map), c, true), cg = run(cols, c, true);
   const double d = test::rel_error(wg.gw, cg.gw), e = test::rel_error(wg.gw, ex.gw);
   INFO("defaults: wgrad vs columns " << d << ", vs exact " << e);
@@ -153,7 +154,7 @@ TEST_CASE("hlq conv_gw wgrad: (Pᵀ·g̃)ᵀ·cols as a convolution backward, th
   CHECK(test::rel_error(wb.gw, wg.gw) < 0.05);
   // A conv whose forward saved its projected columns has no image in backward: the columns form runs.
   grad::PipelineSpec saved_cols = hlq(grad::AcbpConv::columns), saved_cols_form = saved_cols;
-  saved_cols_form.hlq.conv_gw = grad::ConvGw::columns;
+  saved_cols_form.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
   CHECK(test::rel_error(run(saved_cols, c, true).gw, run(saved_cols_form, c, true).gw) == 0.0);
 }
 
@@ -207,8 +208,8 @@ TEST_CASE("hlq acbp_conv input_map saves about one byte per input element", "[gr
   }
   // acbp_bits 4 (packed columns) still keeps an int8 map; the columns are packed again in backward.
   grad::PipelineSpec s = hlq(grad::AcbpConv::input_map);
-  s.hlq.acbp_bits = 4;
-  s.hlq.gw_scale = grad::ScaleGranularity::sample;
+  s.options_as<grad::HlqOptions>().acbp_bits = 4;
+  s.options_as<grad::HlqOptions>().gw_scale = grad::ScaleGranularity::sample;
   const ConvCase c = make_case(N, C, H, 16, 1, DType::f32, 43);
   const ConvGrads g = run(s, c, false);
   CHECK(g.bytes == N * C * H * H + 4 * N);
@@ -241,8 +242,8 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
       grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns), lossless = hlq_lossless(grad::AcbpConv::columns),
                          cols = hlq(grad::AcbpConv::columns);
-      dgrad.hlq.conv_gx = lossless.hlq.conv_gx = grad::ConvGx::dgrad;
-      cols.hlq.conv_gx = grad::ConvGx::columns;
+      dgrad.options_as<grad::HlqOptions>().conv_gx = lossless.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::dgrad;
+      cols.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
       const ConvGrads dg = run(dgrad, c, nhwc), cg = run(cols, c, nhwc);
       const double d = test::rel_error(dg.gx, cg.gx), e = test::rel_error(dg.gx, ex.gx);
       INFO("dgrad vs columns " << d << ", vs exact " << e);
@@ -258,8 +259,8 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
   // bf16: each scaled level rounded to 8 significant bits.
   ConvCase cb = make_case(2, 4, 16, 16, 1, DType::bf16, 77);
   grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns), cols = hlq(grad::AcbpConv::columns);
-  dgrad.hlq.conv_gx = grad::ConvGx::dgrad;
-  cols.hlq.conv_gx = grad::ConvGx::columns;
+  dgrad.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::dgrad;
+  cols.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
   const ConvGrads dg = run(dgrad, cb, true), cg = run(cols, cb, true);
   CHECK(dg.gx.dtype() == DType::bf16);
   CHECK(test::rel_error(dg.gx, cg.gx) < 2e-2);
@@ -300,7 +301,7 @@ TEST_CASE("conv products on odd windows: every pipeline's forward is the convolu
       }
       for (grad::ConvGx form : {grad::ConvGx::columns, grad::ConvGx::dgrad}) {
         grad::PipelineSpec s = hlq_lossless(grad::AcbpConv::columns);
-        s.hlq.conv_gx = form;
+        s.options_as<grad::HlqOptions>().conv_gx = form;
         const ConvGrads g = run(s, c, nhwc);
         CHECK(test::rel_error(g.gx, ex.gx) < 1e-6);
         CHECK(test::rel_error(g.gw, ex.gw) < 1e-6);
@@ -311,28 +312,28 @@ TEST_CASE("conv products on odd windows: every pipeline's forward is the convolu
 
 TEST_CASE("hlq acbp_conv config key", "[grad]") {
   const auto parse = test::parse_grad_pipeline;
-  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_conv == grad::AcbpConv::columns);
-  CHECK(parse("grad_pipeline: {default: {name: hlq, acbp_conv: input_map}}").default_spec.hlq.acbp_conv ==
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.options_as<grad::HlqOptions>().acbp_conv == grad::AcbpConv::columns);
+  CHECK(parse("grad_pipeline: {default: {name: hlq, acbp_conv: input_map}}").default_spec.options_as<grad::HlqOptions>().acbp_conv ==
         grad::AcbpConv::input_map);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_conv: pixels}}"),
                     HasSubstr("grad_pipeline.default.acbp_conv"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_conv: input_map}}"), HasSubstr("unknown key"));
   grad::PipelineSpec s = hlq(grad::AcbpConv::input_map);
   CHECK(grad::describe(s).find("conv input map") != std::string::npos);
-  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.conv_gx == grad::ConvGx::dgrad);
-  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gx: columns}}").default_spec.hlq.conv_gx ==
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.options_as<grad::HlqOptions>().conv_gx == grad::ConvGx::dgrad);
+  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gx: columns}}").default_spec.options_as<grad::HlqOptions>().conv_gx ==
         grad::ConvGx::columns);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gx: fold}}"),
                     HasSubstr("grad_pipeline.default.conv_gx"));
   CHECK(grad::describe(s).find("columns") == std::string::npos);
-  s.hlq.conv_gx = grad::ConvGx::columns;
+  s.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
   CHECK(grad::describe(s).find("conv g_x over columns") != std::string::npos);
-  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.conv_gw == grad::ConvGw::wgrad);
-  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gw: columns}}").default_spec.hlq.conv_gw ==
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.options_as<grad::HlqOptions>().conv_gw == grad::ConvGw::wgrad);
+  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gw: columns}}").default_spec.options_as<grad::HlqOptions>().conv_gw ==
         grad::ConvGw::columns);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gw: dgrad}}"),
                     HasSubstr("grad_pipeline.default.conv_gw"));
   CHECK(grad::describe(s).find("conv g_w over columns") == std::string::npos);
-  s.hlq.conv_gw = grad::ConvGw::columns;
+  s.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
   CHECK(grad::describe(s).find("conv g_w over columns") != std::string::npos);
 }

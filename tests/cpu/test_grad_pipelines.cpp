@@ -8,6 +8,8 @@
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/capture.h"
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/grad/pipeline_hlq.h"
+#include "hadatrain/grad/pipeline_lbp_wht.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
@@ -56,10 +58,10 @@ grad::PipelineSpec hlq_spec() {
 
 grad::PipelineSpec hlq_lossless() {
   grad::PipelineSpec s = hlq_spec();
-  s.hlq.gx_bits = 0;
-  s.hlq.gw_bits = 0;
-  s.hlq.acbp_bits = 0;
-  s.hlq.rank.kind = grad::HlaRank::Kind::full;
+  s.options_as<grad::HlqOptions>().gx_bits = 0;
+  s.options_as<grad::HlqOptions>().gw_bits = 0;
+  s.options_as<grad::HlqOptions>().acbp_bits = 0;
+  s.options_as<grad::HlqOptions>().rank.kind = grad::HlaRank::Kind::full;
   return s;
 }
 
@@ -81,7 +83,7 @@ TEST_CASE("hlq fallbacks keep exactness at full rank", "[grad]") {
   const Problem pr = make_problem(2, 17, 12, 16, 5);  // 17 tokens: no power-of-two factor
   for (auto fb : {grad::HlaFallback::ref, grad::HlaFallback::split_extra, grad::HlaFallback::pad}) {
     grad::PipelineSpec s = hlq_lossless();
-    s.hlq.fallback = fb;
+    s.options_as<grad::HlqOptions>().fallback = fb;
     auto p = grad::make_pipeline(s);
     const grad::Grads g = run(*p, pr);
     CHECK(test::rel_error(g.w, pr.g_w) < 1e-5);
@@ -92,7 +94,7 @@ TEST_CASE("hlq low rank without quantisation is the projected gradient", "[grad]
   // With rank reduction only, g_w = Σ_b g_y[b]ᵀ Π x[b]: exact when x lies in the kept subspace. A
   // constant-along-L x lies in the lowest-sequency row, so g_w stays exact; random x does not.
   grad::PipelineSpec s = hlq_lossless();
-  s.hlq.rank = grad::HlaRank{};  // percentile 50
+  s.options_as<grad::HlqOptions>().rank = grad::HlaRank{};  // percentile 50
   auto p = grad::make_pipeline(s);
   Problem pr = make_problem(2, 64, 8, 16, 9);
   const grad::Grads g_random = run(*p, pr);
@@ -107,8 +109,8 @@ TEST_CASE("hlq explicit rank rows are capped per block size", "[grad]") {
   // rank_rows 36 is the pct-50 rank of n = 64; a 16-position layer (n 16, s² = 16) keeps all 16 rows instead
   // of failing, so one setting serves every stage of a network.
   grad::PipelineSpec s = hlq_lossless();
-  s.hlq.rank.kind = grad::HlaRank::Kind::rows;
-  s.hlq.rank.rows = 36;
+  s.options_as<grad::HlqOptions>().rank.kind = grad::HlaRank::Kind::rows;
+  s.options_as<grad::HlqOptions>().rank.rows = 36;
   auto p = grad::make_pipeline(s);
   const Problem small = make_problem(2, 16, 8, 16, 12);
   CHECK(test::rel_error(run(*p, small).w, small.g_w) < 1e-5);  // 16 of 16 rows: exact
@@ -133,8 +135,8 @@ TEST_CASE("hlq default options stay within the documented error bound", "[grad]"
 
 TEST_CASE("hlq g_x path is unbiased with stochastic rounding on both operands", "[grad]") {
   grad::PipelineSpec s = hlq_spec();
-  s.hlq.w_quant = grad::WeightQuant::absmax_sr;
-  s.hlq.gy_scale = grad::ScaleGranularity::tensor;
+  s.options_as<grad::HlqOptions>().w_quant = grad::WeightQuant::absmax_sr;
+  s.options_as<grad::HlqOptions>().gy_scale = grad::ScaleGranularity::tensor;
   auto p = grad::make_pipeline(s);
   const Problem pr = make_problem(1, 16, 16, 32, 21);
   const int runs = 400;
@@ -165,9 +167,9 @@ TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
   const Problem pr = make_problem(B, L, I, O, 41);
   for (int bits : {8, 4, 0}) {
     grad::PipelineSpec s = hlq_spec();
-    s.hlq.acbp_bits = bits;
-    if (bits == 4) s.hlq.gw_scale = grad::ScaleGranularity::sample;  // one scale per sample: 4·B bytes
-    if (bits == 0) s.hlq.gw_bits = 0;
+    s.options_as<grad::HlqOptions>().acbp_bits = bits;
+    if (bits == 4) s.options_as<grad::HlqOptions>().gw_scale = grad::ScaleGranularity::sample;  // one scale per sample: 4·B bytes
+    if (bits == 0) s.options_as<grad::HlqOptions>().gw_bits = 0;
     auto p = grad::make_pipeline(s);
     grad::ForwardResult f = p->forward(pr.x, pr.w, {}, {}, grad::SaveForBackward::yes);
     // n = 1024 keeps r = 528 rows: B·I·528 values, plus one f32 scale (gw_scale tensor) when quantised.
@@ -183,7 +185,7 @@ TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
 TEST_CASE("lbp_wht with all 64 bases reproduces exact gradients", "[grad]") {
   grad::PipelineSpec s;
   s.name = "lbp_wht";
-  s.lbp_wht.order = 15;
+  s.options_as<grad::LbpWhtOptions>().order = 15;
   auto p = grad::make_pipeline(s);
   for (int64_t L : {64, 65, 36, 256}) {  // 8×8; 8×8 plus a class token; 6×6 (padded); 16×16 (4 patches)
     const Problem pr = make_problem(2, L, 12, 10, 50 + L);
@@ -416,12 +418,12 @@ grad_pipeline:
   const grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 9);
   r.finish();
   CHECK(c.default_spec.name == "hlq");
-  CHECK(c.default_spec.hlq.gy_scale == grad::ScaleGranularity::sample);
-  CHECK(c.default_spec.hlq.rank.pct == 25.0);
-  CHECK(c.default_spec.hlq.acbp_bits == 4);
+  CHECK(c.default_spec.options_as<grad::HlqOptions>().gy_scale == grad::ScaleGranularity::sample);
+  CHECK(c.default_spec.options_as<grad::HlqOptions>().rank.pct == 25.0);
+  CHECK(c.default_spec.options_as<grad::HlqOptions>().acbp_bits == 4);
   CHECK(grad::select_spec(c, "head").name == "exact");
   CHECK(grad::select_spec(c, "blocks.0.attn.qkv").name == "lbp_wht");
-  CHECK(grad::select_spec(c, "blocks.0.attn.qkv").lbp_wht.order == 4);
+  CHECK(grad::select_spec(c, "blocks.0.attn.qkv").options_as<grad::LbpWhtOptions>().order == 4);
   CHECK(grad::select_spec(c, "patch_embed").name == "luq");
 }
 
@@ -477,9 +479,12 @@ TEST_CASE("Conv2d with a bound lossless pipeline matches the plain convolution",
   const auto [y0, gx0, gw0, gb0] = run_conv();
   for (const std::string name : {"hlq", "lbp_wht"}) {
     grad::PipelineConfig cfg;
-    cfg.default_spec = hlq_lossless();
-    cfg.default_spec.name = name;
-    cfg.default_spec.lbp_wht.order = 15;
+    if (name == "hlq") {
+      cfg.default_spec = hlq_lossless();
+    } else {
+      cfg.default_spec.name = name;
+      cfg.default_spec.options_as<grad::LbpWhtOptions>().order = 15;
+    }
     const auto bound = nn::bind_pipelines(*conv, cfg, std::make_shared<grad::StepClock>());
     REQUIRE(bound.size() == 1);
     CHECK(bound[0].type == "Conv2d");

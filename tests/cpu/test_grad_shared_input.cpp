@@ -12,6 +12,7 @@
 #include "hadatrain/autograd/node.h"
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
@@ -69,14 +70,14 @@ std::vector<Case> hlq_cases() {
   base.name = "hlq";
   std::vector<Case> c{{"defaults", base}};
   grad::PipelineSpec t = base;
-  t.hlq.acbp_bits = 4;
-  t.hlq.gw_scale = grad::ScaleGranularity::sample;
+  t.options_as<grad::HlqOptions>().acbp_bits = 4;
+  t.options_as<grad::HlqOptions>().gw_scale = grad::ScaleGranularity::sample;
   c.push_back({"acbp4 sample scales", t});
   t = base;
-  t.hlq.fallback = grad::HlaFallback::split_extra;
+  t.options_as<grad::HlqOptions>().fallback = grad::HlaFallback::split_extra;
   c.push_back({"split_extra", t});
   t = base;
-  t.hlq.acbp_conv = grad::AcbpConv::input_map;
+  t.options_as<grad::HlqOptions>().acbp_conv = grad::AcbpConv::input_map;
   c.push_back({"input_map", t});
   return c;
 }
@@ -98,10 +99,10 @@ Run run(const grad::PipelineSpec& spec, const Setup& setup) {
   const bool conv = setup.conv;
   const DType dt = setup.dt;
   grad::PipelineSpec s = spec;
-  s.hlq.acbp_share = setup.share;
+  s.options_as<grad::HlqOptions>().acbp_share = setup.share;
   // A conv's g_w over the columns that the forward would have kept: the same bits shared or copied. (The default
   // wgrad form reads a shared image itself, Note [HLQ conv g_w]: its g_w then differs from a copy's.)
-  s.hlq.conv_gw = grad::ConvGw::columns;
+  s.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
   Tensor x = conv ? test::random_tensor({2, 3, 8, 8}, 5, DType::f32).to(dt)
                   : test::random_tensor({2, 17, 12}, 5, DType::f32).to(dt);  // 17 tokens: split_extra leaves 16
   Tensor w = mul(test::random_tensor({16, conv ? 27 : 12}, 6, DType::f32), 0.3).to(dt);
@@ -148,22 +149,22 @@ TEST_CASE("hlq acbp_share: an input another op keeps is not copied, and the grad
 
 TEST_CASE("hlq acbp_share config key", "[grad]") {
   const auto parse = test::parse_grad_pipeline;
-  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.hlq.acbp_share);
+  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.options_as<grad::HlqOptions>().acbp_share);
   const grad::PipelineConfig off =
       parse("grad_pipeline: {default: {name: hlq}, layers: {fc: {name: hlq, acbp_share: false}}}");
-  CHECK(off.default_spec.hlq.acbp_share);
+  CHECK(off.default_spec.options_as<grad::HlqOptions>().acbp_share);
   REQUIRE(off.overrides.size() == 1);
-  CHECK_FALSE(off.overrides[0].second.hlq.acbp_share);
+  CHECK_FALSE(off.overrides[0].second.options_as<grad::HlqOptions>().acbp_share);
   CHECK(grad::describe(off.overrides[0].second).find("never shared") != std::string::npos);
   CHECK(grad::describe(off.default_spec).find("shared") == std::string::npos);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_share: sometimes}}"),
                     HasSubstr("grad_pipeline.default.acbp_share"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_share: false}}"), HasSubstr("unknown key"));
   const grad::PipelineConfig def = parse("grad_pipeline: {default: {name: hlq}}");
-  CHECK(def.default_spec.hlq.acbp_rebuild);  // the default since session 13 (GPU run 51)
+  CHECK(def.default_spec.options_as<grad::HlqOptions>().acbp_rebuild);  // on by default
   CHECK(grad::describe(def.default_spec).find("rebuilt") == std::string::npos);
   const grad::PipelineConfig rb = parse("grad_pipeline: {default: {name: hlq, acbp_rebuild: false}}");
-  CHECK_FALSE(rb.default_spec.hlq.acbp_rebuild);
+  CHECK_FALSE(rb.default_spec.options_as<grad::HlqOptions>().acbp_rebuild);
   CHECK(grad::describe(rb.default_spec).find("never rebuilt") != std::string::npos);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, acbp_rebuild: 2}}"),
                     HasSubstr("grad_pipeline.default.acbp_rebuild"));
@@ -192,7 +193,7 @@ MlpRun run_mlp(const MlpSetup& m) {
   fc2->to(dt);
   grad::PipelineConfig pc;
   pc.default_spec.name = "hlq";
-  pc.default_spec.hlq.acbp_rebuild = m.rebuild;
+  pc.default_spec.options_as<grad::HlqOptions>().acbp_rebuild = m.rebuild;
   auto clock = std::make_shared<grad::StepClock>();
   nn::bind_pipelines(*fc1, pc, clock);
   nn::bind_pipelines(*fc2, pc, clock);
@@ -253,7 +254,7 @@ TEST_CASE("hlq acbp_rebuild in a ViT on the CPU: qkv, fc1 and fc2 rebuild their 
     models::VisionTransformer v(cfg, gen, std::make_shared<Generator>(10));
     grad::PipelineConfig pc;
     pc.default_spec.name = "hlq";
-    pc.default_spec.hlq.acbp_rebuild = rebuild == 1;
+    pc.default_spec.options_as<grad::HlqOptions>().acbp_rebuild = rebuild == 1;
     const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
     const Tensor x = test::random_tensor({2, 3, 8, 8}, 11, DType::f32);
     cross_entropy(v.forward(x), from_vector(std::vector<int64_t>{1, 7}, {2}, {DType::i64})).backward();
@@ -315,9 +316,9 @@ ConvRun run_conv(const ConvSetup& c) {
   conv.to(c.dt);
   grad::PipelineConfig pc;
   pc.default_spec.name = "hlq";
-  pc.default_spec.hlq.acbp_rebuild = c.rebuild;
-  pc.default_spec.hlq.acbp_conv = c.acbp_conv;
-  pc.default_spec.hlq.conv_gw = c.conv_gw;
+  pc.default_spec.options_as<grad::HlqOptions>().acbp_rebuild = c.rebuild;
+  pc.default_spec.options_as<grad::HlqOptions>().acbp_conv = c.acbp_conv;
+  pc.default_spec.options_as<grad::HlqOptions>().conv_gw = c.conv_gw;
   nn::bind_pipelines(conv, pc, std::make_shared<grad::StepClock>());
   Tensor x = test::random_tensor(nhwc ? Shape{2, 8, 8, 4} : Shape{2, 4, 8, 8}, 32, DType::f32).to(c.dt);
   x.set_requires_grad(true);

@@ -15,8 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "hadatrain/cuda/allocator.h"
+#include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/layers.h"
@@ -41,21 +42,21 @@ std::vector<Case> cases() {
   s.name = "hlq";
   c.push_back({"hlq default", s});
   grad::PipelineSpec t = s;
-  t.hlq.gy_scale = grad::ScaleGranularity::sample;
-  t.hlq.carrier = grad::Carrier::int8;
-  t.hlq.w_quant = grad::WeightQuant::absmax_sr;
-  t.hlq.gw_scale = grad::ScaleGranularity::sample;
+  t.options_as<grad::HlqOptions>().gy_scale = grad::ScaleGranularity::sample;
+  t.options_as<grad::HlqOptions>().carrier = grad::Carrier::int8;
+  t.options_as<grad::HlqOptions>().w_quant = grad::WeightQuant::absmax_sr;
+  t.options_as<grad::HlqOptions>().gw_scale = grad::ScaleGranularity::sample;
   c.push_back({"hlq sample int8 absmax_sr", t});
   t = s;
-  t.hlq.gy_scale = grad::ScaleGranularity::tensor;
-  t.hlq.gw_scale = grad::ScaleGranularity::tensor;
-  t.hlq.acbp_bits = 4;
-  t.hlq.fallback = grad::HlaFallback::split_extra;
+  t.options_as<grad::HlqOptions>().gy_scale = grad::ScaleGranularity::tensor;
+  t.options_as<grad::HlqOptions>().gw_scale = grad::ScaleGranularity::tensor;
+  t.options_as<grad::HlqOptions>().acbp_bits = 4;
+  t.options_as<grad::HlqOptions>().fallback = grad::HlaFallback::split_extra;
   c.push_back({"hlq tensor acbp4 split_extra", t});
   t = s;
-  t.hlq.fallback = grad::HlaFallback::pad;
-  t.hlq.x_scale = grad::ScaleRule::absmax;
-  t.hlq.acbp_bits = 0;
+  t.options_as<grad::HlqOptions>().fallback = grad::HlaFallback::pad;
+  t.options_as<grad::HlqOptions>().x_scale = grad::ScaleRule::absmax;
+  t.options_as<grad::HlqOptions>().acbp_bits = 0;
   c.push_back({"hlq pad no-acbp", t});
   grad::PipelineSpec l;
   l.name = "lbp_wht";
@@ -143,28 +144,28 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
   test::PoisonGuard poison;
   grad::PipelineSpec base;
   base.name = "hlq";
-  base.hlq.acbp_conv = grad::AcbpConv::input_map;
+  base.options_as<grad::HlqOptions>().acbp_conv = grad::AcbpConv::input_map;
   std::vector<Case> specs{{"input_map default", base}};
   grad::PipelineSpec t = base;
-  t.hlq.gw_scale = grad::ScaleGranularity::sample;
-  t.hlq.acbp_bits = 4;
-  t.hlq.x_scale = grad::ScaleRule::absmax;
+  t.options_as<grad::HlqOptions>().gw_scale = grad::ScaleGranularity::sample;
+  t.options_as<grad::HlqOptions>().acbp_bits = 4;
+  t.options_as<grad::HlqOptions>().x_scale = grad::ScaleRule::absmax;
   specs.push_back({"input_map sample acbp4 absmax", t});
   t = base;
-  t.hlq.acbp_bits = 0;
+  t.options_as<grad::HlqOptions>().acbp_bits = 0;
   specs.push_back({"input_map unquantised map", t});
   // g_x as the integer product over the im2col columns, folded (conv_gx columns; the default dgrad is cuDNN
   // backward data over the dequantised levels, Note [HLQ conv g_x]), and the default with the saved columns.
   t = base;
-  t.hlq.conv_gx = grad::ConvGx::columns;
+  t.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
   specs.push_back({"input_map conv_gx columns", t});
   t = base;
-  t.hlq.acbp_conv = grad::AcbpConv::columns;
+  t.options_as<grad::HlqOptions>().acbp_conv = grad::AcbpConv::columns;
   specs.push_back({"columns conv_gx dgrad", t});
   // g_w: the default wgrad form (the map's image and the back-projected g̃, Note [HLQ conv g_w]) runs in every
   // input_map case above; the integer product over the projected columns of the map here.
   t = base;
-  t.hlq.conv_gw = grad::ConvGw::columns;
+  t.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
   specs.push_back({"input_map conv_gw columns", t});
   const int64_t N = 3, C = 5, H = 16, O = 24;
   for (const int64_t stride : {int64_t{1}, int64_t{2}}) {  // 16×16 grid (n 256) / 8×8 grid (n 64)
@@ -209,14 +210,14 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
           INFO(c.label << ", " << dtype_name(dt) << ", stride " << stride << (nhwc ? ", nhwc" : ", nchw"));
           CHECK(out[1].bytes == out[0].bytes);
           // The map, unless the columns are smaller (acbp_bits 4 at stride 2: 3·36·45 / 2 < 3·5·16·16).
-          const int bits = c.spec.hlq.acbp_bits;
+          const int bits = c.spec.options_as<grad::HlqOptions>().acbp_bits;
           const auto item = static_cast<int64_t>(itemsize(dt));
           const int64_t R = stride == 1 ? 136 : 36;  // n 256: r 136; n 64: r 36
           const int64_t map_bytes = bits == 0 ? x.numel() * item : x.numel() + 4 * N;
           const int64_t col_bytes = bits == 0 ? N * R * C * 9 * item
                                               : N * R * C * 9 * bits / 8 +
-                                                    (c.spec.hlq.gw_scale == grad::ScaleGranularity::sample ? 4 * N : 4);
-          CHECK(out[0].bytes == (c.spec.hlq.acbp_conv == grad::AcbpConv::input_map ? std::min(map_bytes, col_bytes)
+                                                    (c.spec.options_as<grad::HlqOptions>().gw_scale == grad::ScaleGranularity::sample ? 4 * N : 4);
+          CHECK(out[0].bytes == (c.spec.options_as<grad::HlqOptions>().acbp_conv == grad::AcbpConv::input_map ? std::min(map_bytes, col_bytes)
                                                                                     : col_bytes));
           CHECK(out[1].gw.is_cuda());
           CHECK(out[1].gw.dtype() == dt);
@@ -310,8 +311,8 @@ TEST_CASE("hlq acbp_share in a ViT on CUDA: proj reads the attention's kept outp
     v.to(DType::bf16);
     grad::PipelineConfig pc;
     pc.default_spec.name = "hlq";
-    pc.default_spec.hlq.acbp_share = run >= 1;
-    pc.default_spec.hlq.acbp_rebuild = run == 2;
+    pc.default_spec.options_as<grad::HlqOptions>().acbp_share = run >= 1;
+    pc.default_spec.options_as<grad::HlqOptions>().acbp_rebuild = run == 2;
     const auto bound = nn::bind_pipelines(v, pc, std::make_shared<grad::StepClock>());
     const Tensor x = test::random_input({4, 3, 8, 8}, 11, DType::f32).to(DType::bf16).to(test::kCuda);
     const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4}, {DType::i64}).to(test::kCuda);
@@ -406,8 +407,8 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
       net.to(DType::bf16);
       grad::PipelineConfig pc;
       pc.default_spec.name = "hlq";
-      pc.default_spec.hlq.acbp_rebuild = rebuild >= 1;
-      if (rebuild < 2) pc.default_spec.hlq.conv_gw = grad::ConvGw::columns;
+      pc.default_spec.options_as<grad::HlqOptions>().acbp_rebuild = rebuild >= 1;
+      if (rebuild < 2) pc.default_spec.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
       const auto bound = nn::bind_pipelines(net, pc, std::make_shared<grad::StepClock>());
       const Tensor x = test::random_input({4, 3, 8, 8}, 13, DType::f32).to(DType::bf16).to(test::kCuda);
       const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4}, {DType::i64}).to(test::kCuda);

@@ -28,6 +28,7 @@
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/tensor/factory.h"
@@ -112,7 +113,9 @@ void run_conv(const LayerShape& l, int64_t B, const std::vector<Variant>& varian
     if (base.bwd != 0 && !selected(filter, v.label)) continue;
     const Tensor x = x32.to(v.dtype), w = w32.to(v.dtype), g = g32.to(v.dtype);
     Times t;
-    if (v.spec.name == "exact") {  // the convolution and its backward (cuDNN), as an unbound Conv2d trains
+    auto pipe = grad::make_pipeline(v.spec);
+    if (pipe->exact_forward() && pipe->exact_backward()) {  // the convolution and its backward (cuDNN), as an
+                                                             // exact Conv2d trains
       const Tensor w4 = reshape(w, {l.O, C, l.k, l.k}), g4 = reshape(g, {B, H, H, l.O});
       auto backward = [&] {
         (void)conv2d_input_grad(g4, w4, H, H, p);
@@ -126,7 +129,6 @@ void run_conv(const LayerShape& l, int64_t B, const std::vector<Variant>& varian
           clock);
       t.eager = bench::median_ms(backward);
     } else {
-      auto pipe = grad::make_pipeline(v.spec);
       grad::ProductInfo info;
       info.grid_h = info.grid_w = H;
       info.image = permute(x, {0, 3, 1, 2});
@@ -173,16 +175,16 @@ int main(int argc, char** argv) {
   hlq.name = "hlq";
   variants.push_back({"hlq", hlq, DType::bf16});
   grad::PipelineSpec hlq_int8 = hlq;  // the 4-bit g_x product on int8 tensor cores instead of fp8
-  hlq_int8.hlq.carrier = grad::Carrier::int8;
+  hlq_int8.options_as<grad::HlqOptions>().carrier = grad::Carrier::int8;
   variants.push_back({"hlq int8 carrier", hlq_int8, DType::bf16});
   grad::PipelineSpec hlq_pad = hlq;  // 197 tokens padded to 256: HLA rank reduction on the ViT layers
-  hlq_pad.hlq.fallback = grad::HlaFallback::pad;
+  hlq_pad.options_as<grad::HlqOptions>().fallback = grad::HlaFallback::pad;
   variants.push_back({"hlq pad", hlq_pad, DType::bf16});
   grad::PipelineSpec hlq_split = hlq;
-  hlq_split.hlq.fallback = grad::HlaFallback::split_extra;
+  hlq_split.options_as<grad::HlqOptions>().fallback = grad::HlaFallback::split_extra;
   variants.push_back({"hlq split_extra", hlq_split, DType::bf16});
   grad::PipelineSpec hlq_ref = hlq;
-  hlq_ref.hlq.gw_scale = grad::ScaleGranularity::sample;
+  hlq_ref.options_as<grad::HlqOptions>().gw_scale = grad::ScaleGranularity::sample;
   variants.push_back({"hlq sample scales", hlq_ref, DType::bf16});
   grad::PipelineSpec lbp;
   lbp.name = "lbp_wht";

@@ -12,9 +12,8 @@
 // conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_gw_cols with
 // conv_gw columns (the conv g_w integer product over the projected columns; the default is wgrad), hlq_map with
 // acbp_conv input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_keep and hlq_a4_keep with
-// acbp_rebuild off (a Linear whose input its op can rebuild keeps its compressed copy from the forward: session
-// 12's default), hlq_copy with acbp_share and acbp_rebuild off (every input compressed in the forward: the memory
-// before session 12); hlq_rc with recompute_output on every mlp.fc1 and attn.qkv (the gelu and the attention keep
+// acbp_rebuild off (a Linear whose input its op can rebuild keeps its compressed copy from the forward), hlq_copy
+// with acbp_share and acbp_rebuild off (every input compressed in the forward); hlq_rc with recompute_output on every mlp.fc1 and attn.qkv (the gelu and the attention keep
 // no copy of their outputs: one more GEMM each in backward), hlq_rc_fc1 on mlp.fc1 only, exact_rc the same layers
 // on exact (ViTs only). The ResNets use
 // the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
@@ -28,8 +27,9 @@
 #include <vector>
 
 #include "hadatrain/autograd/profile.h"
-#include "hadatrain/cuda/allocator.h"
+#include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/cuda/graph.h"
+#include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/pipelines.h"
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_train: unknown pipeline '%s' (hlq variants: %s)\n", pipeline.c_str(), names.c_str());
       return 2;
     }
-    it->second(pc.default_spec.hlq);
+    it->second(pc.default_spec.options_as<grad::HlqOptions>());
   }
   if (pipeline == "hlq_rc" || pipeline == "hlq_rc_fc1" || pipeline == "exact_rc") {
     grad::PipelineSpec rc = pc.default_spec;  // Note [Recomputed outputs]

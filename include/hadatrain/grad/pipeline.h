@@ -1,7 +1,7 @@
 // Gradient pipelines: how the matrix products of a Linear (and of a Conv2d through its im2col view) run
 // forward and backward (docs/gradient_pipelines.md). A pipeline owns the forward product, what is saved
 // for backward and the two backward products g_x = g_y·W and g_w = Σ_b g_y[b]ᵀ·x[b]; the bias gradient
-// stays outside. Pipelines: exact, hlq, lbp_wht, luq (PipelineSpec::name).
+// stays outside. Each pipeline registers its name, options, constructor and description (grad/registry.h).
 //
 // Note [Product geometry]
 // Every product is seen as x (B, L, I) · Wᵀ (I, O) -> y (B, L, O): B samples of L tokens / pixels. A 2-D
@@ -21,105 +21,59 @@
 // The streams are the same as the host-step ones (philox_stream's fields are disjoint), so CPU and CUDA
 // still draw the same bits, and a recorded step graph draws each replayed step's own noise.
 #pragma once
+#include <any>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "hadatrain/grad/hla.h"
 #include "hadatrain/grad/quant.h"
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/tensor.h"
 
 namespace ht::grad {
 
-// ---- options -----------------------------------------------------------------------------------------
+// Throws: the spec of pipeline `name` holds options of another pipeline's type (registry.cpp).
+[[noreturn]] void throw_options_mismatch(const std::string& name);
 
-enum class ScaleGranularity { tensor, sample, token };
-enum class WeightQuant { sawb, absmax, absmax_sr };
-enum class HlaFallback { ref, split_extra, pad };
-enum class Carrier { fp8, int8 };  // tensor cores that run the 4-bit values (CUDA); the CPU computes exactly
-// What HLQ's ACBP saves for a Conv2d (Note [ACBP of a convolution] in docs/gradient_pipelines.md): the
-// projected, quantised im2col columns (the reference) or the input map, 8-bit with one scale per sample, from
-// which backward re-runs im2col and the projection (a deviation that keeps the memory saving).
-enum class AcbpConv { columns, input_map };
-// How HLQ's g_x product of a Conv2d runs (Note [HLQ conv g_x] in src/grad/pipeline_hlq.cpp): columns, the
-// low-precision GEMM (int8 / fp8 tensor cores) over the im2col columns, folded back to the image (the
-// specification's integer product); dgrad, the compute-dtype convolution backward (cuDNN) over the
-// dequantised 4-bit g_y and W.
-enum class ConvGx { columns, dgrad };
-// How HLQ's g_w product of a Conv2d runs (Note [HLQ conv g_w] in src/grad/pipeline_hlq.cpp): columns, the
-// integer product of the 8-bit g̃ = P·g_y and x̃ = P·cols over the reduced axis (the specification's form); wgrad,
-// the compute-dtype convolution backward (cuDNN) of the input image and the back-projected g̃, Pᵀ·deq(q_g̃) / n,
-// when backward has the image (a rebuilt, shared or input-map input): x̃ is not quantised.
-enum class ConvGw { columns, wgrad };
+// `options` as O, the options type of pipeline `name`: O's defaults when empty; throws when it holds another type.
+template <class O>
+const O& options_of(const std::any& options, const std::string& name) {
+  static const O defaults{};
+  if (!options.has_value()) return defaults;
+  const O* o = std::any_cast<O>(&options);
+  if (o == nullptr) throw_options_mismatch(name);
+  return *o;
+}
 
-struct HlqOptions {
-  // g_x path (HQ)
-  int gx_bits = 4;             // 0: no quantisation (rotation only, for tests)
-  int64_t block = 16;          // largest Hadamard block T; the layer uses min(block, largest 2^k dividing O)
-  ScaleGranularity gy_scale = ScaleGranularity::token;
-  WeightQuant w_quant = WeightQuant::sawb;
-  Carrier carrier = Carrier::fp8;
-  // g_w path (HLA)
-  int gw_bits = 8;             // 0: no quantisation of either HLA operand
-  // Scales of both HLA operands: one per tensor (one integer product with K = B·R) or one per sample (the
-  // reference: one integer product per sample, whose B·O·I int32 results are then scaled and summed — more
-  // memory traffic than the whole exact backward on ViT-B). Note [HLA scale granularity].
-  ScaleGranularity gw_scale = ScaleGranularity::tensor;
-  HlaRank rank;                // percentile 50 by default
-  HlaFallback fallback = HlaFallback::ref;
-  int64_t extra_tokens = 1;    // split_extra: the first E tokens take the exact path
-  int64_t pad_to = 16;         // pad: each sample's axis is zero-padded to a multiple of this power of two
-  ScaleRule x_scale = ScaleRule::sawb;  // forward quantiser of the projected activation (round to nearest)
-  // ACBP: bits of the saved projected activation: 8 (int8), 4 (packed int4) or 0 (keep f32, no compression)
-  int acbp_bits = 8;
-  // Conv2d products (conv_product): save the columns (reference) or the input map (int8, or unquantised
-  // when acbp_bits is 0); other products always save the columns.
-  AcbpConv acbp_conv = AcbpConv::columns;
-  // Conv2d products: the g_x product: the dequantised levels through the convolution backward (dgrad, the
-  // default: measured faster on the H200, Note [HLQ conv g_x]) or the integer product over the im2col columns,
-  // folded (columns, the reference's form).
-  ConvGx conv_gx = ConvGx::dgrad;
-  // Conv2d products: the g_w product: the convolution backward over the image and the back-projected 8-bit g̃
-  // (wgrad, the default: the projection of the 9×-expanded im2col columns was 38 % of a ResNet-34 HLQ step's GPU
-  // time) or the integer product over the projected columns (columns, the reference's form). wgrad needs the
-  // image in backward: a conv whose forward saved its projected columns (acbp_rebuild and acbp_share off) runs
-  // columns.
-  ConvGw conv_gw = ConvGw::wgrad;
-  // ACBP of an input that another op already keeps for its own backward (Note [Shared saved inputs]; e.g. the
-  // attention output a ViT's proj layer reads): keep a reference instead of a compressed copy, and compress in
-  // backward (the same bits). Off: always compress in the forward.
-  bool acbp_share = true;
-  // ACBP of a Linear input that the op before it can rebuild exactly from what it keeps anyway (ProductInfo::
-  // rebuild; e.g. fc2's input, the gelu output, from the gelu's kept input, or a LayerNorm output): keep nothing,
-  // rebuild and compress in backward (the same bits, the op's forward once more). Note [Rebuilt inputs]. Off: keep
-  // the compressed copy from the forward (no recomputation in backward).
-  bool acbp_rebuild = true;
-};
+// ---- the spec of one layer's pipeline ----------------------------------------------------------------
 
-struct LbpWhtOptions {
-  int64_t order = 6;           // k: keeps the k(k+1)/2 lowest 2-D Walsh bases of each 8×8 patch
-  int64_t extra_tokens = -1;   // leading tokens outside the grid (-1: 0 if L is a square, 1 if L−1 is)
-};
-
-struct LuqOptions {
-  int bits = 4;
-  WeightQuant w_quant = WeightQuant::sawb;  // W and the saved x: 4-bit INT, round to nearest
-  int x_bits = 4;
-};
-
+// A pipeline by its registered name (grad/registry.h) and its options, whose type the pipeline's own header
+// defines (HlqOptions in grad/pipeline_hlq.h, ...). Empty options are that pipeline's defaults.
 struct PipelineSpec {
-  std::string name = "exact";  // exact | hlq | lbp_wht | luq
+  std::string name = "exact";
   // A Linear's output is not kept by the ops that read it for their own backward (a gelu, the attention): they keep
   // the product's node, which runs the forward product again when they need the output (one more GEMM in backward;
   // Note [Recomputed outputs] in autograd/saved_tensor.h). Needs an input the node can have again: one another op
   // keeps, or one its op can rebuild (a LayerNorm or gelu output). Conv2d layers ignore it.
   bool recompute_output = false;
-  HlqOptions hlq;
-  LbpWhtOptions lbp_wht;
-  LuqOptions luq;
+  std::any options;
+
+  // The options as O, the type `name` registered: set to O's defaults first when empty. Throws when `options`
+  // holds another type.
+  template <class O>
+  O& options_as() {
+    if (!options.has_value()) options = O{};
+    O* o = std::any_cast<O>(&options);
+    if (o == nullptr) throw_options_mismatch(name);
+    return *o;
+  }
+  // The options as O (O's defaults when empty).
+  template <class O>
+  const O& options_as() const {
+    return options_of<O>(options, name);
+  }
 };
 
 // ---- per-layer context ---------------------------------------------------------------------------------
@@ -230,12 +184,20 @@ class Pipeline {
   // forward will say false). Layers then take their plain op (cuDNN, fused bias) when no gradient is needed,
   // e.g. in evaluation.
   virtual bool exact_forward() const { return true; }
+  // Whether backward's g_x and g_w are the exact high-precision products (true for `exact` only). A layer whose
+  // pipeline is exact both ways runs its plain ops (nn::PipelineBinding::active).
+  virtual bool exact_backward() const { return false; }
   // Whether backward draws stochastic-rounding noise keyed by the step (NoiseKey::noise): then a CUDA run
   // keeps the step clock on the device (StepClock::keep_on_device) so that its steps can be recorded.
   virtual bool draws_noise() const { return false; }
+  // Empty, or what the latest forward fell back to because of its shapes, in a few words ("HLA keeps every
+  // row: 197 tokens per sample have no power-of-two factor"). The fallbacks of a model's layers are logged in
+  // one line after its first step (nn::log_fallbacks).
+  virtual std::string fallback() const { return {}; }
 };
 
-// A new pipeline for one layer. Throws for an unknown name.
+// A new pipeline for one layer, through the registry (grad/registry.h). Throws for an unknown name, listing
+// the registered ones.
 std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec);
 
 // y (B, L, O) = x (B, L, I) · wᵀ [+ bias (O)] through `pipeline`, recording an autograd node whose backward asks
@@ -274,7 +236,8 @@ struct PipelineConfig {
 bool glob_match(const std::string& pattern, const std::string& name);
 const PipelineSpec& select_spec(const PipelineConfig& config, const std::string& module_name);
 
-// One line describing a spec's options ("hlq gx_bits 4 block 16 ...").
+// One line describing a spec: the registered description of its options ("hlq (g_x: 4 bit, ...)"), and
+// ", output recomputed in backward" with recompute_output.
 std::string describe(const PipelineSpec& spec);
 
 }  // namespace ht::grad

@@ -56,6 +56,10 @@ struct Noise {
 // Which elements share one scale. tensor: all; sample: each index of dim 0; row: each index of all dims
 // but the last (one scale per row of the last dim, "per token").
 enum class Granularity { tensor, sample, row };
+// Pipeline options shared by hlq and luq: the scale granularity of an operand (token: one scale per row), and
+// the 4-bit weight quantiser (SAWB or absmax scale, round to nearest; absmax_sr: absmax with stochastic rounding).
+enum class ScaleGranularity { tensor, sample, token };
+enum class WeightQuant { sawb, absmax, absmax_sr };
 enum class ScaleRule { absmax, sawb };
 enum class Rounding { nearest, stochastic };
 // Where the values go. natural: the input's shape. transposed: the input seen as (N, C) (C = its last dim,

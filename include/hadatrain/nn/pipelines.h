@@ -23,7 +23,8 @@ struct PipelineBinding {
   // its output for rebuilding (Note [Recomputed outputs]).
   bool recompute_output = false;
   bool output_rebuilt = false;
-  bool active() const { return pipeline != nullptr && pipeline->name() != "exact"; }
+  // Whether the pipeline changes a product (it is not exact both ways, grad::Pipeline::exact_backward).
+  bool active() const { return pipeline != nullptr && !(pipeline->exact_forward() && pipeline->exact_backward()); }
   // Whether a forward whose inputs need (`grad`) or do not need a gradient goes through the pipeline (an exact layer
   // too when it recomputes its output: only the product's node can rebuild it).
   bool routes(bool grad) const {
@@ -47,5 +48,13 @@ std::vector<BoundLayer> bind_pipelines(Module& root, const grad::PipelineConfig&
 
 // Whether any bound layer's pipeline draws stochastic-rounding noise (grad::Pipeline::draws_noise).
 bool any_draws_noise(const std::vector<BoundLayer>& layers);
+
+// The bound layers whose latest training forward fell back (grad::Pipeline::fallback: an identity HLA, an exact
+// LBP-WHT layer) in one line, the layers grouped by what they fell back to: "grad pipeline fallbacks: fc
+// (lbp_wht runs exact: 64 rows have no token grid (...)); blocks.0.attn.qkv, ... (hlq HLA keeps every row: ...)".
+// Empty when none did. A fallback depends on the product's shape, so ask after the first training step.
+std::string describe_fallbacks(const std::vector<BoundLayer>& layers);
+// Logs describe_fallbacks as one warning, when it is not empty.
+void log_fallbacks(const std::vector<BoundLayer>& layers);
 
 }  // namespace ht::nn

@@ -15,7 +15,8 @@ namespace ht::train {
 
 struct PipelineGradError {
   std::string pipeline;                  // the label of the compared pipeline (InspectedPipeline::label)
-  std::string name;                      // its name: exact, hlq, lbp_wht or luq
+  std::string name;                      // its registered name (grad/registry.h)
+  bool exact = false;                    // the pipeline is exact both ways (the reference of the memory totals)
   double gx_rel_err = 0, gx_cosine = 1;  // ||g − g_exact|| / ||g_exact|| and cos(g, g_exact)
   double gw_rel_err = 0, gw_cosine = 1;
   int64_t saved_bytes = 0;               // activation bytes the pipeline's forward keeps

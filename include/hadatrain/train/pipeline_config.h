@@ -13,7 +13,8 @@
 
 namespace ht::train {
 
-// One pipeline spec from a map with `name` and that pipeline's options (unknown keys are errors).
+// One pipeline spec from a map with `name` (a registered pipeline), `recompute_output` and that pipeline's options
+// (read by the pipeline's registered reader; unknown keys are errors).
 grad::PipelineSpec read_pipeline_spec(ConfigReader r);
 // The whole section; `seed` keys the stochastic rounding (the run's seed).
 grad::PipelineConfig read_grad_pipeline(ConfigReader r, uint64_t seed);

@@ -1,0 +1,30 @@
+// Config readers of option values shared by the built-in pipelines (pipeline_options.h).
+#include "pipeline_options.h"
+
+#include <fmt/format.h>
+
+namespace ht::grad {
+
+int read_bits(train::ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed) {
+  const int v = r.get<int>(key, def);
+  for (int a : allowed)
+    if (v == a) return v;
+  std::string list;
+  for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
+  r.fail(key, fmt::format("expected one of {}, got {}", list, v));
+}
+
+WeightQuant read_weight_quant(train::ConfigReader& r, const std::string& key) {
+  return r.get_choice(key, WeightQuant::sawb,
+                      {{"sawb", WeightQuant::sawb}, {"absmax", WeightQuant::absmax}, {"absmax_sr", WeightQuant::absmax_sr}});
+}
+
+ScaleGranularity read_granularity(train::ConfigReader& r, const std::string& key, ScaleGranularity def,
+                                  bool allow_token) {
+  std::vector<std::pair<std::string, ScaleGranularity>> c{{"tensor", ScaleGranularity::tensor},
+                                                          {"sample", ScaleGranularity::sample}};
+  if (allow_token) c.push_back({"token", ScaleGranularity::token});
+  return r.get_choice(key, def, c);
+}
+
+}  // namespace ht::grad

@@ -1,0 +1,20 @@
+// Internal to src/grad: config readers of option values that several built-in pipelines share. Errors go
+// through ConfigReader::fail (file, line and key).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "hadatrain/grad/quant.h"
+#include "hadatrain/train/config_reader.h"
+
+namespace ht::grad {
+
+// An integer bit width that must be one of `allowed`.
+int read_bits(train::ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed);
+// sawb | absmax | absmax_sr, sawb by default.
+WeightQuant read_weight_quant(train::ConfigReader& r, const std::string& key);
+// tensor | sample (| token when allow_token).
+ScaleGranularity read_granularity(train::ConfigReader& r, const std::string& key, ScaleGranularity def,
+                                  bool allow_token);
+
+}  // namespace ht::grad
