@@ -14,9 +14,13 @@
 // linked refers to one of its symbols, so a registrar object alone in a pipeline's .cpp inside the library
 // would be dropped with its file. The built-in pipelines therefore hand their registration to the registry
 // through a function (`<name>_pipeline_registration`, defined in the pipeline's own file) that the registry
-// calls once, the first time it is used (src/grad/registry.cpp). A pipeline outside the library (a program's or
-// a test's own file) is linked because the executable contains it: it registers with a PipelineRegistrar at
-// namespace scope or by calling register_pipeline before it reads a config.
+// calls once, the first time it is used (src/grad/registry.cpp; a new built-in adds its function to that one
+// list). A pipeline outside the library (a program's or a test's own file) is linked because the executable
+// contains it: it registers with a PipelineRegistrar at namespace scope, or calls register_pipeline before it
+// reads a config, and edits nothing of the library.
+//
+// Options are read through train::ConfigReader (declared only here), the one strict YAML reader, so that every
+// pipeline's errors name the file, line and key as the rest of the config's do.
 #pragma once
 #include <any>
 #include <functional>
