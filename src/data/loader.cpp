@@ -29,16 +29,37 @@ namespace ht::data {
 // With LoaderOptions::pin_memory the workers allocate each batch's images and labels with empty_pinned
 // (page-locked host memory from the CUDA backend's pinned-host cache, allocated with pin_device current so a
 // worker thread touches no other GPU) and fill them exactly as they fill
-// pageable tensors, so the values are identical. The consumer's `images.to(cuda)` is then one
-// cudaMemcpyAsync on the current stream that returns at once (ops/copy.cpp). Lifetime rule: the consumer may
+// pageable tensors, so the values are identical. The consumer's `batch.to(cuda)` is then one cudaMemcpyAsync
+// per tensor on the current stream, each returning at once (ops/copy.cpp). Lifetime rule: the consumer may
 // drop the batch as soon as it has issued the copy; the memory is not reused until the copy has completed,
 // because every copy records an event against its pinned block and a freed block is handed out again only
-// after its events have fired (Note [Pinned host memory] in src/cuda/pinned.cpp). What the consumer must not
+// after its events have fired (Note [Pinned host memory] in src/cuda/runtime/pinned_host.cpp). What the consumer must not
 // do is write into a batch's host tensors after starting its copy. Fresh blocks are only allocated while
 // the cache warms up (prefetch + a few batches in flight); after that, batches recycle the same blocks.
 
+int64_t Batch::size() const {
+  return tensors.empty() ? static_cast<int64_t>(indices.size()) : tensors.begin()->second.size(0);
+}
+
+const Tensor& Batch::at(std::string_view key) const {
+  const auto it = tensors.find(key);
+  if (it != tensors.end()) return it->second;
+  std::string have;
+  for (const auto& [k, t] : tensors) have += (have.empty() ? "" : ", ") + k;
+  HT_FAIL("the batch has no tensor '{}' (it has: {})", key, have.empty() ? "none" : have);
+}
+
+Batch& Batch::set(std::string_view key, Tensor t) {
+  tensors.insert_or_assign(std::string(key), std::move(t));
+  return *this;
+}
+
 Batch Batch::to(Device device) const {
-  return {to_device(images, device), to_device(labels, device), indices, position};
+  Batch out;
+  for (const auto& [k, t] : tensors) out.tensors.emplace(k, to_device(t, device));
+  out.indices = indices;
+  out.position = position;
+  return out;
 }
 
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, Shuffle shuffle) {
@@ -111,8 +132,9 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
   auto host_tensor = [&](const Shape& shape, DType dtype) {
     return opts_.pin_memory ? empty_pinned(shape, dtype, opts_.pin_device) : empty(shape, {dtype, Device::cpu()});
   };
-  b.labels = host_tensor({count}, DType::i64);  // (B)
-  int64_t* labels = b.labels.data<int64_t>();
+  Tensor labels_t = host_tensor({count}, DType::i64);  // (B)
+  int64_t* labels = labels_t.data<int64_t>();
+  Tensor images;
   int64_t C = 0, H = 0, W = 0;  // geometry of row 0
   for (int64_t k = 0; k < count; ++k) {
     const int64_t idx = b.indices[static_cast<std::size_t>(k)];
@@ -126,13 +148,13 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
       if (k == 0) {
         C = s.image.channels, H = s.image.height, W = s.image.width;
         opts_.normalize.check(C);
-        b.images = host_tensor({count, C, H, W}, DType::f32);  // (B, C, H, W)
+        images = host_tensor({count, C, H, W}, DType::f32);  // (B, C, H, W)
       }
       HT_CHECK(s.image.channels == C && s.image.height == H && s.image.width == W,
                "the image is {} but the first image of the batch is {}x{}x{}: give the dataset a transform that "
                "makes every image the same size (e.g. a crop)",
                s.image.describe(), C, H, W);
-      normalize_into(s.image, opts_.normalize, b.images.data<float>() + k * C * H * W);
+      normalize_into(s.image, opts_.normalize, images.data<float>() + k * C * H * W);
       labels[k] = s.label;
     } catch (const InternalError& e) {
       throw InternalError(fmt::format("{}: {}", context(), e.what()));
@@ -140,6 +162,8 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
       throw Error(fmt::format("{}: {}", context(), e.what()));
     }
   }
+  b.set(batch_key::image, std::move(images));
+  b.set(batch_key::label, std::move(labels_t));
   return b;
 }
 

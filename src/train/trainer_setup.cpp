@@ -1,5 +1,5 @@
 // Builds the trainer's pieces from the config: datasets with their transforms, the model, the optimiser
-// with its weight-decay groups, and the schedule converted from epochs to steps.
+// with its weight-decay groups, the schedule converted from epochs to steps, and the task.
 #include "trainer_setup.h"
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "hadatrain/train/image_classification.h"
 
 namespace ht::train {
 namespace {
@@ -233,6 +234,11 @@ void check_device(Device device) {
   require_cuda(what.c_str());
   const int count = cuda_device_count();
   HT_CHECK(device.index < count, "{}: only {} CUDA device(s) are visible", what, count);
+}
+
+std::unique_ptr<Task> make_task(const TrainerConfig& cfg) {
+  return std::make_unique<ImageClassification>(
+      ImageClassificationOptions{.compute_dtype = compute_dtype(cfg), .label_smoothing = cfg.train.label_smoothing});
 }
 
 DType compute_dtype(const TrainerConfig& cfg) {

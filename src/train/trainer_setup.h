@@ -1,4 +1,4 @@
-// Construction helpers of the trainer (datasets, model, optimiser, schedule). Internal to src/train.
+// Construction helpers of the trainer (datasets, model, optimiser, schedule, task). Internal to src/train.
 #pragma once
 #include <memory>
 
@@ -8,6 +8,7 @@
 #include "hadatrain/nn/module.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/optim/schedule.h"
+#include "hadatrain/train/task.h"
 #include "hadatrain/train/trainer_config.h"
 
 namespace ht::train {
@@ -28,6 +29,8 @@ optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t steps_per_
 data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split);
 // The forward compute dtype: bf16 with precision bf16, else the master dtype.
 DType compute_dtype(const TrainerConfig& cfg);
+// The task the config trains: image classification with the compute dtype and train.label_smoothing.
+std::unique_ptr<Task> make_task(const TrainerConfig& cfg);
 // Throws a clear error when train.device names a CUDA device that is not there.
 void check_device(Device device);
 

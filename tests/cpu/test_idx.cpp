@@ -194,9 +194,9 @@ TEST_CASE("MnistDataset feeds the DataLoader normalised, deterministically shuff
     DataLoader loader(dataset, o);
     std::vector<int64_t> seen;
     while (const auto batch = loader.next()) {
-      REQUIRE(batch->images.shape()[1] == 1);
-      const std::vector<float> x = batch->images.to_vector<float>();  // (B, 1, H, W)
-      const std::vector<int64_t> y = batch->labels.to_vector<int64_t>();
+      REQUIRE(batch->at("image").shape()[1] == 1);
+      const std::vector<float> x = batch->at("image").to_vector<float>();  // (B, 1, H, W)
+      const std::vector<int64_t> y = batch->at("label").to_vector<int64_t>();
       for (int64_t k = 0; k < batch->size(); ++k) {
         const int64_t idx = batch->indices[static_cast<std::size_t>(k)];
         CHECK(y[static_cast<std::size_t>(k)] == data->labels[static_cast<std::size_t>(idx)]);

@@ -1,5 +1,6 @@
 // The data loader: coverage of every index per epoch, identical batches for any worker count, per-epoch
-// shuffles, drop_last, resume from (epoch, batch), epoch boundaries, errors from workers, bounded prefetch.
+// shuffles, drop_last, resume from (epoch, batch), epoch boundaries, errors from workers, bounded prefetch,
+// and the named tensors of a batch.
 #include <atomic>
 #include <chrono>
 #include <set>
@@ -11,6 +12,7 @@
 #include "hadatrain/data/cifar.h"
 #include "hadatrain/data/loader.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "hadatrain/tensor/factory.h"
 #include "support/catch.h"
 
 using namespace ht;
@@ -47,7 +49,7 @@ struct Flat {
     return indices == o.indices && labels == o.labels && images == o.images && pos == o.pos;
   }
 };
-Flat flat(const Batch& b) { return {b.indices, b.labels.to_vector<int64_t>(), b.images.to_vector<double>(), b.position}; }
+Flat flat(const Batch& b) { return {b.indices, b.at("label").to_vector<int64_t>(), b.at("image").to_vector<double>(), b.position}; }
 
 // All batches of `epochs` epochs (nullopt marks each epoch's end).
 std::vector<Flat> run(std::shared_ptr<const Dataset> ds, LoaderOptions o, int epochs, LoaderPosition start = {}) {
@@ -79,10 +81,10 @@ TEST_CASE("every index appears exactly once per epoch, rows match their samples"
     while (auto batch = loader.next()) {
       CHECK(batch->position == LoaderPosition{epoch, b});
       CHECK(batch->size() == (b < 10 ? 10 : 3));
-      REQUIRE(batch->images.shape() == Shape{batch->size(), 3, 1, 1});
-      CHECK(batch->labels.dtype() == DType::i64);
-      const auto img = batch->images.to_vector<double>();
-      const auto lab = batch->labels.to_vector<int64_t>();
+      REQUIRE(batch->at("image").shape() == Shape{batch->size(), 3, 1, 1});
+      CHECK(batch->at("label").dtype() == DType::i64);
+      const auto img = batch->at("image").to_vector<double>();
+      const auto lab = batch->at("label").to_vector<int64_t>();
       for (int64_t k = 0; k < batch->size(); ++k) {
         const int64_t idx = batch->indices[static_cast<std::size_t>(k)];
         // Row k is sample idx, normalised to [0, 1], with its own (seed, epoch, idx) random draw.
@@ -132,10 +134,10 @@ TEST_CASE("pin_memory gives the same batches; without a CUDA device it is a no-o
     const auto b = loader.next();
     REQUIRE(b.has_value());
     CHECK(b->position == LoaderPosition{1, 3});
-    CHECK(b->images.is_cpu());
-    CHECK(b->images.is_contiguous());
-    CHECK(is_pinned(b->images) == can_pin);
-    CHECK(is_pinned(b->labels) == can_pin);
+    CHECK(b->at("image").is_cpu());
+    CHECK(b->at("image").is_contiguous());
+    CHECK(is_pinned(b->at("image")) == can_pin);
+    CHECK(is_pinned(b->at("label")) == can_pin);
   }
   CHECK_FALSE(is_pinned(empty({4}, {DType::f32})));
   const Tensor p = empty_pinned({2, 3}, DType::f64);
@@ -290,13 +292,38 @@ TEST_CASE("CIFAR through transforms and the loader: (B, 3, 32, 32) normalised ba
   DataLoader loader(ds, o);
   auto b = loader.next();
   REQUIRE(b);
-  CHECK(b->images.shape() == Shape{4, 3, 32, 32});
-  CHECK(b->labels.to_vector<int64_t>() == b->indices);  // label i for record i
+  CHECK(b->at("image").shape() == Shape{4, 3, 32, 32});
+  CHECK(b->at("label").to_vector<int64_t>() == b->indices);  // label i for record i
   // Row 0 equals the transform applied by hand with the sample's stream, then normalised.
   const int64_t idx = b->indices[0];
   SampleRng rng = SampleRng::for_sample(o.seed, 0, idx);
   const Tensor expect = to_tensor(cifar_train_transform()(data->image(idx), rng), Normalize::cifar10());
-  const auto got = b->images.to_vector<float>();
+  const auto got = b->at("image").to_vector<float>();
   CHECK(std::vector<float>(got.begin(), got.begin() + 3072) == expect.to_vector<float>());
-  CHECK(b->to(Device::cpu()).images.to_vector<float>() == got);
+  CHECK(b->to(Device::cpu()).at("image").to_vector<float>() == got);
+}
+
+TEST_CASE("a batch is a set of named tensors: the loader fills image and label", "[data][loader]") {
+  DataLoader loader(std::make_shared<IndexDataset>(5), options(0, 4));
+  auto b = loader.next();
+  REQUIRE(b);
+  std::vector<std::string> keys;
+  for (const auto& [k, t] : b->tensors) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"image", "label"});
+  CHECK(b->has(batch_key::image));
+  CHECK_FALSE(b->has("tokens"));
+  CHECK(b->size() == 4);
+  CHECK_THROWS_WITH(b->at("tokens"), HasSubstr("the batch has no tensor 'tokens' (it has: image, label)"));
+
+  // A batch made by hand: its size is dim 0 of its tensors; set() replaces; to() copies every tensor.
+  Batch hand;
+  CHECK(hand.size() == 0);
+  hand.set("tokens", from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3}, {DType::i64}));
+  hand.set("loss_mask", from_vector(std::vector<float>{1, 1, 0, 1, 1, 1}, {2, 3}));
+  CHECK(hand.size() == 2);
+  hand.set("tokens", from_vector(std::vector<int64_t>{7, 8, 9, 10, 11, 12}, {2, 3}, {DType::i64}));
+  const Batch moved = hand.to(Device::cpu());
+  CHECK(moved.tensors.size() == 2);
+  CHECK(moved.at("tokens").to_vector<int64_t>() == std::vector<int64_t>{7, 8, 9, 10, 11, 12});
+  CHECK(moved.at("loss_mask").to_vector<float>() == std::vector<float>{1, 1, 0, 1, 1, 1});
 }

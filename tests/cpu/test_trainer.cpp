@@ -1,7 +1,8 @@
 // The trainer (train::run_training / run_evaluation) on small synthetic datasets: exact resume (the losses
 // of a resumed run equal the uninterrupted run's bit for bit, for optimiser state, schedule, dropout and
 // augmentation), max_steps, eval_every, top-1/top-5, the best-checkpoint pointer, evaluation of a saved
-// checkpoint, and the trainer-specific config errors with their file:line: key messages.
+// checkpoint, the image-classification task on its own, and the trainer-specific config errors with their
+// file:line: key messages.
 #include <unistd.h>
 
 #include <cmath>
@@ -20,8 +21,11 @@
 
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/nn/layers.h"
+#include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/train/config_reader.h"
+#include "hadatrain/train/image_classification.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
 
@@ -185,7 +189,7 @@ TEST_CASE("a resumed ViT run (dropout, SGD momentum, cosine warm-up) repeats the
     require_same_losses(out_of(full), out_of(part), 6, 12);
     // The final evaluation sees the same weights.
     CHECK(last_eval(out_of(part)).at("test_loss").get<double>() == last_eval(out_of(full)).at("test_loss").get<double>());
-    CHECK(b2.last_eval.correct == a.last_eval.correct);
+    CHECK(b2.last_eval.count("correct") == a.last_eval.count("correct"));
   }
 
   {  // resumed from an earlier checkpoint of the reference run (step 2) into a new run directory
@@ -257,15 +261,15 @@ TEST_CASE("a ResNet-18 resumed from an epoch checkpoint restores batch-norm stat
     INFO(dir);
     const EvalResult e = run_evaluation(full, dir.string());
     CHECK(e.total == kTest);
-    CHECK(e.correct == a.last_eval.correct);
-    CHECK(e.correct_top5 == a.last_eval.correct_top5);
+    CHECK(e.count("correct") == a.last_eval.count("correct"));
+    CHECK(e.number("top5") == a.last_eval.number("top5"));
     CHECK(e.loss == Approx(a.last_eval.loss).epsilon(1e-12));
     CHECK(e.loss == Approx(ea.at("test_loss").get<double>()).epsilon(1e-12));
   }
   // The epoch-1 checkpoint evaluates to the epoch-1 numbers.
   const json e1 = read_metrics(out_of(full), "eval").front();
   const EvalResult e = run_evaluation(full, io::checkpoint_dir(full.checkpoint.dir, 4).string());
-  CHECK(e.correct == e1.at("test_correct").get<int64_t>());
+  CHECK(e.count("correct") == e1.at("test_correct").get<int64_t>());
   CHECK(e.loss == Approx(e1.at("test_loss").get<double>()).epsilon(1e-12));
 }
 
@@ -289,7 +293,7 @@ TEST_CASE("max_steps stops the run, evaluates and checkpoints; eval_every picks 
     CHECK(evals[1].at("step") == 6);
     CHECK(evals[1].at("epoch") == 2);
     CHECK(r.last_eval.total == kTest);
-    CHECK(evals[1].at("test_correct").get<int64_t>() == r.last_eval.correct);
+    CHECK(evals[1].at("test_correct").get<int64_t>() == r.last_eval.count("correct"));
     CHECK(io::list_checkpoints(c.checkpoint.dir) == std::vector<int64_t>{4, 6});  // epoch 1, and the stop
   }
   SECTION("eval_every 2 over 4 epochs evaluates epochs 2 and 4") {
@@ -344,10 +348,12 @@ TEST_CASE("evaluation reports top-1 <= top-5 <= 1; the best pointer follows the 
     }
   }
   // 10 classes: a trained model beats chance on the separable synthetic data, and top-5 beats top-1.
-  CHECK(r.best_top1 == best);
+  REQUIRE(r.best_score.has_value());
+  CHECK(*r.best_score == best);
   CHECK(best > 0.2);
-  CHECK(r.last_eval.top5() > r.last_eval.top1());
-  CHECK(r.last_eval.correct_top5 <= r.last_eval.total);
+  CHECK(r.last_eval.number("top5") > r.last_eval.number("acc"));
+  CHECK(r.last_eval.number("top5") <= 1.0);
+  CHECK(r.last_eval.score == r.last_eval.number("acc"));
 
   REQUIRE(io::best_checkpoint_step(c.checkpoint.dir) == best_step);
   // keep_last 1 prunes every older checkpoint except the best one.
@@ -356,7 +362,7 @@ TEST_CASE("evaluation reports top-1 <= top-5 <= 1; the best pointer follows the 
   CHECK(io::list_checkpoints(c.checkpoint.dir) == expected);
   // The best checkpoint evaluates to the accuracy recorded for it.
   const EvalResult e = run_evaluation(c, io::checkpoint_dir(c.checkpoint.dir, best_step).string());
-  CHECK(e.top1() == best);
+  CHECK(e.number("acc") == best);
 }
 
 TEST_CASE("tied logits are ranked by class index, as argmax/topk do: a constant model is not 100% correct",
@@ -375,9 +381,63 @@ TEST_CASE("tied logits are ranked by class index, as argmax/topk do: a constant 
   // Labels are i % 10 for i < 32: class 0 wins every tie, so top-1 counts the 4 images of class 0 and top-5
   // the 17 images of classes 0..4.
   REQUIRE(e.total == kTest);
-  CHECK(e.correct == 4);
-  CHECK(e.correct_top5 == 17);
+  CHECK(e.count("correct") == 4);
+  CHECK(e.number("top5") == 17.0 / kTest);
   CHECK(e.loss == Approx(std::log(10.0)));
+}
+
+TEST_CASE("the image-classification task: its batch keys, its training loss, its evaluation", "[trainer][task]") {
+  const ImageClassification task({.compute_dtype = DType::f32, .label_smoothing = 0.1});
+  CHECK(task.required_keys() == std::vector<std::string>{"image", "label"});
+  CHECK(task.unit() == "img");
+  CHECK(task.score_name() == "top1");
+  // 6 images of 2x2 pixels, 3 classes; a linear model.
+  std::vector<float> pixels(24);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>((i * 7) % 11) / 11.0f - 0.5f;
+  const Tensor x = from_vector(pixels, {6, 1, 2, 2});
+  const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 2}, {6}, {DType::i64});
+  data::Batch batch;
+  batch.set(data::batch_key::image, x);
+  CHECK_THAT(error_of([&] { task.check_batch(batch); }),
+             HasSubstr("image classification: the batch has no label (it has: image)"));
+  batch.set(data::batch_key::label, y);
+  task.check_batch(batch);
+  CHECK(task.units(batch) == 6);
+  Generator gen(3);
+  nn::Sequential model;
+  model.push_back(std::make_shared<nn::Flatten>(1));
+  model.push_back(std::make_shared<nn::Linear>(4, 3, nn::Bias::yes, gen));
+  const Tensor logits = model.forward(x);  // (6, 3)
+
+  // The training loss is cross-entropy with the task's label smoothing, and carries gradients.
+  const Tensor loss = task.loss(model, batch);
+  CHECK(loss.item() == cross_entropy(logits, y, {.label_smoothing = 0.1}).item());
+  CHECK(loss.requires_grad());
+
+  // Evaluation: mean cross-entropy without smoothing, top-1 counted by hand from the logits.
+  const std::vector<float> l = logits.to_vector<float>();
+  int64_t correct = 0;
+  for (int64_t i = 0; i < 6; ++i) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < 3; ++c)
+      if (l[static_cast<std::size_t>(i * 3 + c)] > l[static_cast<std::size_t>(i * 3 + best)]) best = c;
+    correct += best == (i % 3) ? 1 : 0;
+  }
+  const auto ev = task.evaluator();
+  ev->add(model, batch);
+  const EvalResult r = ev->result();
+  CHECK(r.total == 6);
+  CHECK(r.loss == Approx(cross_entropy(logits, y).item()).epsilon(1e-6));
+  CHECK(r.count("correct") == correct);
+  CHECK(r.number("acc") == static_cast<double>(correct) / 6);
+  CHECK(r.score == r.number("acc"));
+  CHECK(r.number("top5") == 1.0);  // 3 classes: the target is always in the top 5
+  std::vector<std::string> names;
+  for (const EvalMetric& m : r.metrics) names.push_back(m.name);
+  CHECK(names == std::vector<std::string>{"acc", "top5", "correct", "total"});  // the eval record's order
+  CHECK_THAT(error_of([&] { r.number("perplexity"); }),
+             HasSubstr("the evaluation has no metric 'perplexity' (it has: acc, top5, correct, total)"));
+  CHECK_THAT(error_of([&] { r.count("acc"); }), HasSubstr("'acc' is not a count"));
 }
 
 TEST_CASE("checkpoint.keep_best false writes no best pointer", "[trainer]") {

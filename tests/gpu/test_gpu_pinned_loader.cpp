@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "hadatrain/cuda/context.h"
-#include "hadatrain/cuda/pinned.h"
+#include "hadatrain/cuda/pinned_host.h"
 #include "hadatrain/data/loader.h"
 
 using namespace ht;
@@ -74,18 +74,18 @@ TEST_CASE("pinned loader batches copied to CUDA equal the pageable path bit for 
   std::vector<Tensor> images_dev, labels_dev, images_ref, labels_ref;
   for (int epoch = 0; epoch < 3; ++epoch) {
     while (auto b = pinned.next()) {
-      REQUIRE(is_pinned(b->images));
-      REQUIRE(is_pinned(b->labels));
+      REQUIRE(is_pinned(b->at("image")));
+      REQUIRE(is_pinned(b->at("label")));
       keep_stream_busy(busy);
-      images_dev.push_back(b->images.to(test::kCuda));  // asynchronous: queued behind the busy work
-      labels_dev.push_back(b->labels.to(test::kCuda));
+      images_dev.push_back(b->at("image").to(test::kCuda));  // asynchronous: queued behind the busy work
+      labels_dev.push_back(b->at("label").to(test::kCuda));
       // The pinned batch dies at the end of this iteration, while its copies are still queued.
       const auto r = pageable.next();
       REQUIRE(r.has_value());
-      CHECK_FALSE(is_pinned(r->images));
+      CHECK_FALSE(is_pinned(r->at("image")));
       CHECK(r->position == b->position);
-      images_ref.push_back(r->images);
-      labels_ref.push_back(r->labels);
+      images_ref.push_back(r->at("image"));
+      labels_ref.push_back(r->at("label"));
     }
     CHECK_FALSE(pageable.next().has_value());
   }

@@ -50,8 +50,12 @@ Command add_train_command(CLI::App& app) {
       resume.path = args->resume;
     }
     const train::TrainResult r = train::run_training(cfg, resume);
-    fmt::print("final test accuracy: {:.2f}% (top-5 {:.2f}%) after {} steps (metrics: {}/metrics.jsonl)\n",
-               100.0 * r.last_eval.top1(), 100.0 * r.last_eval.top5(), r.steps, r.out_dir);
+    const train::EvalResult& e = r.last_eval;
+    if (e.total == 0 || e.has("acc"))  // classification, or no evaluation ran (reported as 0%)
+      fmt::print("final test accuracy: {:.2f}% (top-5 {:.2f}%) after {} steps (metrics: {}/metrics.jsonl)\n",
+                 e.total ? 100.0 * e.number("acc") : 0.0, e.total ? 100.0 * e.number("top5") : 0.0, r.steps, r.out_dir);
+    else
+      fmt::print("final {} after {} steps (metrics: {}/metrics.jsonl)\n", e.summary, r.steps, r.out_dir);
     return 0;
   };
   return c;
@@ -68,8 +72,7 @@ Command add_eval_command(CLI::App& app) {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
     const train::EvalResult r = train::run_evaluation(cfg, args->checkpoint);
-    fmt::print("test loss {:.4f}, top-1 {:.2f}%, top-5 {:.2f}% ({} samples)\n", r.loss, 100.0 * r.top1(),
-               100.0 * r.top5(), r.total);
+    fmt::print("{} ({} samples)\n", r.summary, r.total);
     return 0;
   };
   return c;

@@ -9,6 +9,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -47,15 +49,28 @@ struct LoaderPosition {
   friend bool operator==(const LoaderPosition&, const LoaderPosition&) = default;
 };
 
-// One batch in host memory (page-locked with LoaderOptions::pin_memory). The consumer moves it to the
-// device (Batch::to, or images.to(device)); from pinned memory that copy is asynchronous.
-struct Batch {
-  Tensor images;                 // (B, C, H, W) f32, normalised
-  Tensor labels;                 // (B) i64
-  std::vector<int64_t> indices;  // (B) dataset index of each row
-  LoaderPosition position;       // which batch this is
+// The names of a batch's tensors. The loader fills image and label; a task says which keys it needs
+// (Task::required_keys), so a text loader can fill others (tokens, loss_mask) without changing Batch.
+namespace batch_key {
+inline constexpr std::string_view image = "image";  // (B, C, H, W) f32, normalised
+inline constexpr std::string_view label = "label";  // (B) i64 class index
+}  // namespace batch_key
 
-  int64_t size() const { return static_cast<int64_t>(indices.size()); }
+// One batch: named tensors whose dim 0 is the batch, in host memory from the loader (page-locked with
+// LoaderOptions::pin_memory) until the consumer moves it to the device with to(); from pinned memory that
+// copy is asynchronous.
+struct Batch {
+  std::map<std::string, Tensor, std::less<>> tensors;
+  std::vector<int64_t> indices;  // (B) dataset index of each row; empty for a batch made by hand
+  LoaderPosition position;       // which batch of the loader this is
+
+  // Rows: dim 0 of the tensors (the number of indices when there are no tensors).
+  int64_t size() const;
+  bool has(std::string_view key) const { return tensors.find(key) != tensors.end(); }
+  // The tensor named `key`; throws ht::Error naming the key and the keys the batch has when it is missing.
+  const Tensor& at(std::string_view key) const;
+  Batch& set(std::string_view key, Tensor t);
+  // Every tensor copied to `device` (indices and position kept).
   Batch to(Device device) const;
 };
 

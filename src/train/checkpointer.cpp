@@ -1,0 +1,100 @@
+// The checkpointer (checkpointer.h): what a checkpoint holds, how it is written and how a run resumes.
+//
+// Note [Exact resume]
+// A checkpoint holds everything the next step depends on: parameters and buffers (batch-norm statistics),
+// optimiser state and step count, the loader position (epoch, batch) — data order and augmentation are pure
+// functions of (seed, epoch, index) — the dropout generator's stream counter, and the global step (the
+// schedule is a function of it). Resuming rebuilds the run from the config, loads that state and seeks the
+// loader, so on the CPU the resumed run computes bit-identical losses (tests/cpu/test_trainer.cpp).
+#include "checkpointer.h"
+
+#include <map>
+#include <system_error>
+
+#include <spdlog/spdlog.h>
+
+#include "hadatrain/core/error.h"
+
+namespace ht::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+io::TensorList to_list(const std::map<std::string, Tensor>& m) {
+  io::TensorList out;
+  for (const auto& [k, v] : m) out.emplace_back(k, v);
+  return out;
+}
+
+// The tensors that stand for the model and the optimiser in a checkpoint, and how they are loaded back:
+// model.safetensors holds Module::state_dict (parameters and buffers by name), optimizer.safetensors the
+// optimiser's state by "<param name>.<slot>" with its step count in the state JSON.
+io::TensorList model_tensors(nn::Module& model) { return to_list(model.state_dict()); }
+io::TensorList optimizer_tensors(const optim::Optimizer& optimizer) { return to_list(optimizer.state_tensors()); }
+void load_optimizer_state(optim::Optimizer& optimizer, const io::Checkpoint& ck, int64_t steps) {
+  optimizer.load_state_tensors(ck.optimizer->tensors, steps);
+}
+
+}  // namespace
+
+void load_model_state(nn::Module& model, const io::Checkpoint& ck) { model.load_state_dict(ck.model.tensors); }
+
+Checkpointer::Checkpointer(CheckpointerOptions o, CheckpointedParts parts) : o_(std::move(o)), parts_(parts) {
+  HT_ASSERT(parts_.model && parts_.optimizer && parts_.dropout_gen, "Checkpointer: a part is missing");
+}
+
+std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
+  std::optional<io::Checkpoint> ck;
+  if (from.kind == ResumeFrom::Kind::latest) {
+    ck = io::load_latest_checkpoint(o_.dir);
+    HT_CHECK(ck.has_value(), "--resume: no checkpoint found in {}", o_.dir.string());
+  } else if (from.kind == ResumeFrom::Kind::path) {
+    ck = io::load_checkpoint_dir(from.path);
+  }
+  if (!ck) return std::nullopt;
+  load_model_state(*parts_.model, *ck);
+  HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
+  const auto& s = ck->state;
+  RunState st;
+  st.step = s.at("step").get<int64_t>();
+  st.position = {s.at("epoch").get<int64_t>(), s.at("batch").get<int64_t>()};
+  st.best_score = s.at("best_" + o_.score_name).get<double>();
+  const auto dropout_stream = s.at("dropout_stream").get<uint64_t>();
+  load_optimizer_state(*parts_.optimizer, *ck, s.at("optimizer_steps").get<int64_t>());
+  parts_.dropout_gen->set_state(dropout_stream);
+  spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
+               st.position.batch);
+  return st;
+}
+
+fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
+  io::CheckpointData d;
+  d.step = st.step;
+  d.model = model_tensors(*parts_.model);
+  d.optimizer = optimizer_tensors(*parts_.optimizer);
+  d.state = {{"step", st.step},
+             {"epoch", st.position.epoch},
+             {"batch", st.position.batch},
+             {"best_" + o_.score_name, st.best_score},
+             {"dropout_stream", parts_.dropout_gen->state()},
+             {"optimizer", parts_.optimizer->name()},
+             {"optimizer_steps", parts_.optimizer->steps()},
+             {"run", o_.run_name},
+             {"seed", o_.seed}};
+  const bool mark = best == io::MarkBest::yes && o_.keep_best;
+  const fs::path dir = io::save_checkpoint(o_.dir, d,
+                                           {.keep_last = o_.keep_last, .best = mark ? io::MarkBest::yes : io::MarkBest::no});
+  spdlog::info("checkpoint written: {}", dir.string());
+  return dir;
+}
+
+io::Checkpoint read_checkpoint_for_eval(const std::string& dir) {
+  std::optional<io::Checkpoint> ck;
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(dir);
+  else ck = io::load_latest_checkpoint(dir);
+  HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir);
+  return std::move(*ck);
+}
+
+}  // namespace ht::train

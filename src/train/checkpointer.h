@@ -1,0 +1,69 @@
+// The checkpointer: writes the run's state as an atomic checkpoint (io/checkpoint_files.h) and loads it back
+// for an exact resume (Note [Exact resume] in checkpointer.cpp). Internal to src/train. Which tensors stand
+// for the model and the optimiser is decided in one place (model_tensors / optimizer_tensors and their
+// loaders in checkpointer.cpp), the seam a parameter store plugs into.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "hadatrain/data/loader.h"
+#include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/nn/module.h"
+#include "hadatrain/optim/optimizer.h"
+#include "hadatrain/tensor/philox.h"
+#include "hadatrain/train/trainer.h"
+
+namespace ht::train {
+
+// What a checkpoint holds besides tensors and generator streams.
+struct RunState {
+  int64_t step = 0;               // optimiser steps done
+  data::LoaderPosition position;  // where the training loader continues
+  double best_score = 0.0;        // the best evaluation score so far (Task::initial_score before any)
+};
+
+// The objects whose state a checkpoint holds; they outlive the Checkpointer.
+struct CheckpointedParts {
+  nn::Module* model = nullptr;
+  optim::Optimizer* optimizer = nullptr;
+  Generator* dropout_gen = nullptr;
+};
+
+struct CheckpointerOptions {
+  std::filesystem::path dir;  // checkpoint.dir: step_<N> directories, `latest`, `best`
+  int keep_last = 0;          // checkpoint.keep_last (0 keeps all)
+  bool keep_best = true;      // checkpoint.keep_best: point `best` at the best-scoring checkpoint
+  std::string run_name;       // recorded in the state
+  uint64_t seed = 0;          // run.seed, recorded in the state
+  std::string score_name;     // Task::score_name; the state key is "best_<score_name>"
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(CheckpointerOptions o, CheckpointedParts parts);
+
+  // Loads the checkpoint `from` names into the parts and returns its run state (the caller seeks its loader
+  // to state.position); nullopt for ResumeFrom::Kind::none. Throws ht::Error naming the directory when
+  // there is no checkpoint or it lacks optimiser state.
+  std::optional<RunState> resume(const ResumeFrom& from);
+
+  // Writes the parts' state with `state` as step_<state.step>, points `latest` at it (and `best` with
+  // MarkBest::yes when keep_best is set), prunes to keep_last and logs the directory.
+  std::filesystem::path save(const RunState& state, io::MarkBest best);
+
+  const std::filesystem::path& dir() const { return o_.dir; }
+
+ private:
+  CheckpointerOptions o_;
+  CheckpointedParts parts_;
+};
+
+// `hadatrain eval`: the checkpoint at `dir` (a step_<N> directory, or a checkpoint root whose latest is used);
+// throws ht::Error naming `dir` when there is none.
+io::Checkpoint read_checkpoint_for_eval(const std::string& dir);
+// The checkpoint's model tensors loaded into `model`.
+void load_model_state(nn::Module& model, const io::Checkpoint& ck);
+
+}  // namespace ht::train

@@ -1,0 +1,60 @@
+// The run's output: the train and eval log lines, their JSONL records (metrics.jsonl, train/metrics.h) and,
+// when stdout is a terminal, a progress line redrawn in place (step, epoch fraction, loss, throughput, time
+// left). Internal to src/train; the loop hands it numbers, it knows no task.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "hadatrain/tensor/device.h"
+#include "hadatrain/train/metrics.h"
+#include "hadatrain/train/task.h"
+
+namespace ht::train {
+
+struct RunLogOptions {
+  std::string metrics_path;   // <out_dir>/metrics.jsonl
+  MetricsMode mode = MetricsMode::truncate;  // append when resuming
+  std::string unit = "img";   // Task::unit: the throughput is logged as "<unit>/s" and "<unit>_per_s"
+  Device device = Device::cpu();  // CUDA: records carry the peak GPU memory
+  int64_t epochs = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;    // where the run stops: epochs * steps_per_epoch, or max_steps when lower
+};
+
+// One logging window of training steps.
+struct TrainWindow {
+  int64_t step = 0;           // global steps done
+  int64_t epoch = 0;          // 0-based
+  int64_t batch = 0;          // batches of the epoch done
+  double loss = 0.0;          // mean over the window
+  double lr = 0.0;
+  double throughput = 0.0;    // units per second over the window
+  double data_wait = 0.0;     // share of the window spent waiting for batches
+  std::optional<double> grad_norm;  // with optim.clip_grad_norm
+};
+
+class RunLog {
+ public:
+  explicit RunLog(RunLogOptions o);
+  void train(const TrainWindow& w);
+  // The end of an epoch with an evaluation; train_loss is NaN (written as null) when no step ran.
+  void eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev);
+  // Redraws the progress line (at most every 0.2 s, and at an epoch's last batch); nothing unless stdout is
+  // a terminal. loss: the latest logged window mean (NaN before one).
+  void progress(int64_t step, int64_t epoch, int64_t batch, double loss, double throughput);
+  // Erases the progress line so that a log line starts on a clean line.
+  void clear_progress();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  RunLogOptions o_;
+  MetricsLog metrics_;
+  bool tty_;
+  std::size_t drawn_ = 0;  // characters of the progress line on screen
+  Clock::time_point last_draw_;
+  std::optional<std::pair<int64_t, Clock::time_point>> first_;  // the first step shown and when
+};
+
+}  // namespace ht::train

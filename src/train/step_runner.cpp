@@ -1,0 +1,151 @@
+// The step runner (step_runner.h): eager steps, and the step recorded into a CUDA graph and replayed.
+#include "step_runner.h"
+
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#ifdef HADATRAIN_CUDA
+#include "hadatrain/cuda/caching_allocator.h"
+#include "hadatrain/cuda/context.h"
+#include "hadatrain/cuda/graph.h"
+#endif
+#include "hadatrain/core/error.h"
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/factory.h"
+
+namespace ht::train {
+
+GraphMode graph_mode_from_name(const std::string& name) {
+  if (name == "false") return GraphMode::off;
+  if (name == "true") return GraphMode::required;
+  HT_CHECK(name == "auto", "train.cuda_graph: expected auto, true or false, got {}", name);
+  return GraphMode::automatic;
+}
+
+#ifdef HADATRAIN_CUDA
+struct StepStream::Graph {
+  explicit Graph(int device) : graph(device), on_stream(graph.stream(), device) {}
+  cuda::StepGraph graph;
+  cuda::StreamGuard on_stream;  // declared after the graph: restores the previous stream before it goes
+};
+#else
+struct StepStream::Graph {};
+#endif
+
+StepStream::StepStream(Device device, GraphMode mode) {
+#ifdef HADATRAIN_CUDA
+  if (device.is_cuda() && mode != GraphMode::off) graph_ = std::make_unique<Graph>(device.index);
+#else
+  (void)device;
+  (void)mode;
+#endif
+}
+
+StepStream::~StepStream() = default;
+
+StepRunner::StepRunner(StepStream& stream, Device device, GraphMode mode, const StepParts& parts)
+    : stream_(stream), device_(device), mode_(mode), p_(parts) {
+  HT_ASSERT(p_.model && p_.optimizer && p_.task && p_.dropout_gen, "StepRunner: a part is missing");
+  loss_zero_ = zeros({}, {DType::f64, device});
+  unread_loss_ = zeros({}, {DType::f64, device});
+  last_grad_norm_ = zeros({}, {DType::f64, device});
+}
+
+StepRunner::~StepRunner() = default;
+
+// Clipping on the device (no host read, so a step graph can record it) on CUDA; on the host on the CPU.
+void StepRunner::clip_gradients() {
+  if (p_.clip_grad_norm <= 0) return;
+  if (device_.is_cuda()) {
+    const Tensor norm = optim::clip_grad_norm_on_device(p_.optimizer->params(), p_.clip_grad_norm);
+    if (norm.defined()) copy_(last_grad_norm_, norm);
+  } else {
+    fill_(last_grad_norm_, optim::clip_grad_norm(p_.optimizer->params(), p_.clip_grad_norm));
+  }
+}
+
+// The step's device work on a batch already on the device (the optimiser's begin_step is the caller's):
+// eager steps and the recorded graph run the same code.
+void StepRunner::device_step(const data::Batch& on_device) {
+  const Tensor loss = p_.task->loss(*p_.model, on_device);
+  loss.backward();
+  clip_gradients();
+  p_.optimizer->apply();
+  add_(unread_loss_, loss.detach().to(DType::f64));
+}
+
+void StepRunner::run(const data::Batch& batch, double lr, int64_t step) {
+  p_.task->check_batch(batch);
+  if (run_graphed(batch, lr, step)) return;
+  p_.optimizer->zero_grad();
+  p_.optimizer->begin_step(lr);
+  device_step(batch.to(device_));
+}
+
+double StepRunner::take_loss_sum() {
+  const double v = unread_loss_.item();
+  p_.task->check_deferred(device_);
+  copy_(unread_loss_, loss_zero_);
+  return v;
+}
+
+double StepRunner::grad_norm() const { return last_grad_norm_.item(); }
+
+// train.cuda_graph (Note [Step graphs] in core/capture.h): the step is recorded into a CUDA graph after
+// kGraphWarmup eager steps and replayed for every batch of the recorded shape (a smaller last batch runs
+// eagerly). The recorded step reads the batch from fixed device tensors (staged_: copied into before each
+// replay), the learning rate from the optimiser's staged buffer (Optimizer::begin_step) and adds its loss to
+// unread_loss_. Returns false when the batch is to run eagerly.
+bool StepRunner::run_graphed(const data::Batch& batch, double lr, int64_t step) {
+#ifdef HADATRAIN_CUDA
+  constexpr int kGraphWarmup = 3;  // eager steps first: algorithm choice, optimiser state, workspaces
+  if (!stream_.graph_ || graph_off_) return false;
+  cuda::StepGraph& graph = stream_.graph_->graph;
+  if (staged_.tensors.empty() && batch.size() == p_.batch_size) {  // a full batch (not a resumed tail)
+    for (const auto& [key, t] : batch.tensors) staged_.set(key, empty(t.shape(), {t.dtype(), device_}));
+  }
+  if (staged_.tensors.empty() || staged_.tensors.size() != batch.tensors.size()) return false;
+  for (const auto& [key, t] : batch.tensors)
+    if (!staged_.has(key) || staged_.at(key).shape() != t.shape()) return false;
+  for (const auto& [key, t] : batch.tensors) copy_(staged_.at(key), t);
+  p_.optimizer->begin_step(lr);
+  auto body = [&] {
+    device_step(staged_);
+    p_.optimizer->zero_grad();  // a recorded step frees the gradients it allocated
+  };
+  if (graph.ready()) {
+    graph.replay();
+  } else if (eager_steps_ < kGraphWarmup) {
+    p_.optimizer->zero_grad();
+    body();
+    ++eager_steps_;
+  } else {
+    const uint64_t dropout_state = p_.dropout_gen->state();
+    // The graph allocates its own memory (graph allocation nodes): hand the eager steps' cached, unused
+    // blocks back to the driver first, so a model that fills most of the device still fits.
+    cuda::empty_cache(device_.index);
+    const std::string why = graph.record(body);
+    if (why.empty()) {
+      spdlog::info("train.cuda_graph: step recorded into a CUDA graph at step {} (batch {}, {} nodes)", step + 1,
+                   to_string(staged_.tensors.begin()->second.shape()), graph.nodes());
+      graph.replay();
+    } else {
+      HT_CHECK(mode_ != GraphMode::required, "train.cuda_graph is true, but {}", why);
+      spdlog::info("train.cuda_graph: steps run without a graph: {}", why);
+      p_.dropout_gen->set_state(dropout_state);  // the refused recording drew nothing that ran
+      graph_off_ = true;
+      p_.optimizer->zero_grad();  // gradients made while recording point to the discarded graph's memory
+      body();
+    }
+  }
+  return true;
+#else
+  (void)batch;
+  (void)lr;
+  (void)step;
+  return false;
+#endif
+}
+
+}  // namespace ht::train
