@@ -1,5 +1,6 @@
-# Detects the CUDA toolkit. When found (and HADATRAIN_WITH_CUDA is ON) kernels/ is compiled and
-# HADATRAIN_CUDA is defined; otherwise the build is CPU-only and CUDA dispatch throws "built without CUDA".
+# Detects the CUDA toolkit. When found (and HADATRAIN_WITH_CUDA is ON) src/cuda/ is compiled into
+# hadatrain_core and HADATRAIN_CUDA is defined; otherwise the build is CPU-only and CUDA dispatch throws
+# "built without CUDA".
 set(HADATRAIN_CUDA OFF)
 if(HADATRAIN_WITH_CUDA)
   include(CheckLanguage)
@@ -12,6 +13,11 @@ if(HADATRAIN_WITH_CUDA)
       set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
     enable_language(CUDA)
+    # CMake before 3.26 does not know nvcc's C++20 flag (CMAKE_CUDA_STANDARD is 20): supply it.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)

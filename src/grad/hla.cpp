@@ -1,6 +1,6 @@
 // HLA, the Hadamard low-rank approximation of the g_w path (include/hadatrain/grad/hla.h, hlq.md §4): the
 // plan (block size and kept Walsh rows) and the blockwise projection x (B, L, C) -> f32 (B, R, C) or
-// (B, C, R). CPU reference here; the CUDA branch (src/grad/cuda_hla.cpp, kernels/hla.cu) computes the same
+// (B, C, R). CPU reference here; the CUDA branch (cuda/glue/hla_glue.cpp, cuda/kernels/hla.cu) computes the same
 // bits: inputs converted to f32, the butterfly of Note [Bit-identical quantisation] in f32, kept rows copied.
 #include "hadatrain/grad/hla.h"
 
@@ -19,7 +19,7 @@
 #include "ops/cpu/convert.h"
 #include "ops/cpu/loops.h"
 #ifdef HADATRAIN_CUDA
-#include "grad/cuda_hla.h"
+#include "cuda/glue/hla_glue.h"
 #endif
 
 namespace ht::grad {

@@ -1,7 +1,7 @@
 // LUQ, logarithmic unbiased quantisation (include/hadatrain/grad/quant.h, hlq.md §10): per group
 // α = max|x| / 2^K with K = 2^(bits−1) − 1, stochastic underflow below α and logarithmic stochastic rounding
 // between powers of two above it. The scale uses the largest MAGNITUDE (the reference's signed max is bug #10
-// of hlq.md §7). CPU reference; the CUDA branch (kernels/grad_quant_units.cu) computes the same codes.
+// of hlq.md §7). CPU reference; the CUDA branch (cuda/kernels/grad_quant_units.cu) computes the same codes.
 #include <cmath>
 #include <vector>
 
@@ -12,7 +12,7 @@
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
 #ifdef HADATRAIN_CUDA
-#include "grad/cuda_quant.h"
+#include "cuda/glue/grad_quant_glue.h"
 #endif
 
 namespace ht::grad {

@@ -1,7 +1,7 @@
 // Quantisation primitives of the gradient pipelines (include/hadatrain/grad/quant.h): block Hadamard
 // rotation, symmetric b-bit quantisation (absmax / SAWB scale, nearest / stochastic rounding), dequantisation
 // and packed int4 storage. The CPU loops here are the reference and follow Note [Bit-identical quantisation]
-// step by step; the CUDA branch (src/grad/cuda_quant.cpp, kernels/grad_quant*.cu) computes the same bits.
+// step by step; the CUDA branch (cuda/glue/grad_quant_glue.cpp, cuda/kernels/grad_quant*.cu) computes the same bits.
 // LUQ is in luq.cpp.
 #include "hadatrain/grad/quant.h"
 #include "hadatrain/grad/sr_noise.h"
@@ -21,7 +21,7 @@
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
 #ifdef HADATRAIN_CUDA
-#include "grad/cuda_quant.h"
+#include "cuda/glue/grad_quant_glue.h"
 #endif
 
 namespace ht::grad {

@@ -1,4 +1,4 @@
-// Shared by src/grad/quant.cpp, luq.cpp and cuda_quant.cpp: input checks and the scale-group geometry of
+// Shared by src/grad/quant.cpp, luq.cpp and src/cuda/glue/grad_quant_glue.cpp: input checks and the scale-group geometry of
 // include/hadatrain/grad/quant.h. Every granularity's groups are contiguous runs of `len` elements in
 // row-major order (tensor: all, sample: everything under one index of dim 0, row: one row of the last dim).
 // Internal to src/grad.

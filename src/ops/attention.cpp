@@ -16,11 +16,11 @@
 // summing dK and dV over the query heads that share a kv head.
 //
 // On CUDA, bf16/f16 inputs with D == Dv in {64, 128} take the fused FlashAttention-2 style kernels
-// (kernels/flash_attention.cu, cuda_ops::flash_attention_applies); their backward also needs the output
+// (cuda/kernels/flash_attention.cu, cuda_ops::flash_attention_applies); their backward also needs the output
 // (dsum = rowsum(dO * O) replaces rowsum(dP * P)), which the node then saves. The fused kernels take element
 // strides for every operand, so strided views (e.g. transpose(1, 2) of a (B, T, H, D) projection) are read
 // in place when D is contiguous and rows are 16-byte aligned (cuda_ops::flash_strides), and copied otherwise.
-// Everything else takes the straightforward kernels of kernels/attention.cu (contiguous copies).
+// Everything else takes the straightforward kernels of cuda/kernels/attention.cu (contiguous copies).
 // attention_qkv_packed (attention_qkv_packed.cpp) is the packed-projection variant used by SelfAttention.
 #include <algorithm>
 #include <cmath>
@@ -32,8 +32,8 @@
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/attention.h"
-#include "cuda/flash_attention.h"
+#include "cuda/glue/attention_glue.h"
+#include "cuda/glue/flash_attention_glue.h"
 #endif
 
 namespace ht {

@@ -21,7 +21,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/flash_attention.h"
+#include "cuda/glue/flash_attention_glue.h"
 #endif
 
 namespace ht {

@@ -27,7 +27,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/conv_pool_bn.h"
+#include "cuda/glue/conv_pool_bn_glue.h"
 #endif
 
 namespace ht {
@@ -150,7 +150,7 @@ class BatchNormBackward final : public Node {
 
  private:
 #ifdef HADATRAIN_CUDA
-  // The same formulas in fused kernels (kernels/batchnorm*.cu), in double.
+  // The same formulas in fused kernels (cuda/kernels/batchnorm*.cu), in double.
   std::vector<Tensor> cuda_backward(const Tensor& g) {
     cuda_ops::BnBackwardArgs a;
     a.mode = mode_;

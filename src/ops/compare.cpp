@@ -6,7 +6,7 @@
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/launch.h"
+#include "cuda/glue/elementwise_glue.h"
 #endif
 
 namespace ht {

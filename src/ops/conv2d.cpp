@@ -8,7 +8,7 @@
 //   grad bias   = sum of g over N, OH, OW.
 // Channels last (p.layout == nhwc: x (N, H, W, C) -> (N, OH, OW, O), same weight): the CPU permutes to NCHW,
 // runs the path above and permutes back (the reference; autograd flows through the permutes); CUDA runs cuDNN
-// on the NHWC buffers directly (src/ops/cuda/conv_pool_bn.cpp).
+// on the NHWC buffers directly (cuda/glue/conv_pool_bn_glue.cpp).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -24,7 +24,7 @@
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/conv_pool_bn.h"
+#include "cuda/glue/conv_pool_bn_glue.h"
 #endif
 
 namespace ht {
@@ -104,7 +104,7 @@ cpu::ConvGeometry geometry(const ConvShapes& s, const Conv2dParams& p) {
 }
 
 #ifdef HADATRAIN_CUDA
-// The cuDNN problem of these shapes and params (CUDA: conv2d runs through cuDNN, src/cuda/cudnn.cpp).
+// The cuDNN problem of these shapes and params (CUDA: conv2d runs through cuDNN, src/cuda/libs/cudnn.cpp).
 cuda::ConvProblem cudnn_problem(const ConvShapes& s, const Conv2dParams& p, DType dtype) {
   cuda::ConvProblem c;
   c.dtype = dtype;

@@ -12,7 +12,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/launch.h"
+#include "cuda/glue/elementwise_glue.h"
 #endif
 
 namespace ht {
@@ -104,7 +104,7 @@ void cuda_copy(const Tensor& dst, const Tensor& src) {
   if (dense_same_layout(dst, src)) {
     // Host -> device from pinned memory (empty_pinned, pinned loader batches) is one cudaMemcpyAsync on the
     // current stream with no host synchronisation; the pinned-host cache keeps the source block from reuse
-    // until the copy has run (Note [Pinned host memory] in src/cuda/pinned.cpp). From pageable memory the
+    // until the copy has run (Note [Pinned host memory] in src/cuda/runtime/pinned_host.cpp). From pageable memory the
     // copy has finished on return. A pinned host destination is made readable on return, like a pageable one.
     hooks.copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
     if (dst.is_cpu() && is_pinned(dst)) hooks.synchronize(src.device());

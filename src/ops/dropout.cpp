@@ -17,7 +17,7 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/dropout_rope.h"
+#include "cuda/glue/dropout_rope_glue.h"
 #endif
 
 namespace ht {

@@ -1,7 +1,7 @@
 // embedding(weight (V, D), ids (*) of i32/i64) -> (*, D): out[..., :] = weight[ids[...], :].
 // Backward scatter-adds the gradient rows into a zero (V, D) gradient, so repeated ids accumulate; the CPU
 // reference accumulates in double and converts once to the weight dtype. CUDA: the forward checks ids on the
-// device (Note [Device-side target check] in src/ops/cuda/rows.cpp); the backward scatter-adds with atomicAdd
+// device (Note [Device-side target check] in cuda/glue/rows_glue.cpp); the backward scatter-adds with atomicAdd
 // into an f32 (f64) buffer, so the summation order of repeated ids, and the last bits, vary between runs.
 #include <vector>
 
@@ -11,7 +11,7 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/rows.h"
+#include "cuda/glue/rows_glue.h"
 #endif
 
 namespace ht {

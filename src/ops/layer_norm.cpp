@@ -5,7 +5,7 @@
 //   xhat = (x - mean) * rstd,   gh = g * weight
 //   gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat))          (means over the last dim)
 //   gweight = sum over rows of g * xhat,   gbias = sum over rows of g
-// CUDA: forward and backward are row kernels (kernels/rows_norm*.cu); the parameter gradients are a column
+// CUDA: forward and backward are row kernels (cuda/kernels/rows_norm*.cu); the parameter gradients are a column
 // reduction with per-split partial sums added in a fixed order (deterministic).
 #include <array>
 #include <cmath>
@@ -21,7 +21,7 @@
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/rows.h"
+#include "cuda/glue/rows_glue.h"
 #endif
 
 namespace ht {

@@ -12,7 +12,7 @@
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/gemm.h"
+#include "cuda/glue/gemm_glue.h"
 #endif
 
 namespace ht {

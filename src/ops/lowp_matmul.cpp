@@ -15,7 +15,7 @@
 #include "hadatrain/tensor/scalar_types.h"
 #ifdef HADATRAIN_CUDA
 #include "hadatrain/cuda/context.h"
-#include "hadatrain/cuda/gemm.h"
+#include "hadatrain/cuda/cublaslt_gemm.h"
 #endif
 
 namespace ht {

@@ -13,7 +13,7 @@
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/gemm.h"
+#include "cuda/glue/gemm_glue.h"
 #endif
 
 namespace ht {
@@ -162,7 +162,7 @@ Tensor matmul_f32(const Tensor& a, const Tensor& b) {
   if (a.is_cuda() && (dt == DType::bf16 || dt == DType::f16)) {
 #ifdef HADATRAIN_CUDA
     Tensor out = empty({a.size(0), b.size(1)}, {DType::f32, a.device()});
-    cuda_ops::matmul(out, a.detach(), b.detach());  // the operands' dtype in, f32 out (cuda/gemm.h)
+    cuda_ops::matmul(out, a.detach(), b.detach());  // the operands' dtype in, f32 out (cuda/cublaslt_gemm.h)
     return out;
 #endif
   }

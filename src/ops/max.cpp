@@ -16,7 +16,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/rows.h"
+#include "cuda/glue/rows_glue.h"
 #endif
 
 namespace ht {

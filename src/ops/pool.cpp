@@ -29,7 +29,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/conv_pool_bn.h"
+#include "cuda/glue/conv_pool_bn_glue.h"
 #endif
 
 namespace ht {
@@ -91,7 +91,7 @@ PoolGeom pool_geom(const Tensor& x, const Pool2dParams& p, const char* op) {
 }
 
 #ifdef HADATRAIN_CUDA
-// The kernels' view of a pool (kernels/pool.h); p is unused by adaptive pools.
+// The kernels' view of a pool (cuda/kernels/pool.cuh); p is unused by adaptive pools.
 kernels::PoolShape kernel_shape(const PoolGeom& g, const Pool2dParams& p) {
   kernels::PoolShape s;
   s.N = g.N;

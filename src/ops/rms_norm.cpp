@@ -5,7 +5,7 @@
 //   xhat = x * rstd,   gh = g * weight
 //   gx = rstd * (gh - xhat * mean(gh * xhat))          (mean over the last dim)
 //   gweight = sum over rows of g * xhat
-// CUDA: forward and backward are row kernels (kernels/rows_norm*.cu); the weight gradient is a column reduction
+// CUDA: forward and backward are row kernels (cuda/kernels/rows_norm*.cu); the weight gradient is a column reduction
 // with per-split partial sums added in a fixed order (deterministic).
 #include <cmath>
 #include <type_traits>
@@ -20,7 +20,7 @@
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/rows.h"
+#include "cuda/glue/rows_glue.h"
 #endif
 
 namespace ht {

@@ -3,7 +3,7 @@
 // Backward (y = the saved output, sums run along dim):
 //   softmax:     gx = y * (g - sum(g * y))
 //   log_softmax: gx = g - exp(y) * sum(g)
-// CUDA: forward and backward are one row kernel each (kernels/rows.cu), computed in f32 (f64 for f64).
+// CUDA: forward and backward are one row kernel each (cuda/kernels/rows.cu), computed in f32 (f64 for f64).
 #include <cmath>
 #include <vector>
 
@@ -16,7 +16,7 @@
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/rows.h"
+#include "cuda/glue/rows_glue.h"
 #endif
 
 namespace ht {

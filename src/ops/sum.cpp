@@ -6,7 +6,7 @@
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/launch.h"
+#include "cuda/glue/elementwise_glue.h"
 #endif
 
 namespace ht {

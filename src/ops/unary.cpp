@@ -9,7 +9,7 @@
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/launch.h"
+#include "cuda/glue/elementwise_glue.h"
 #endif
 
 namespace ht {
@@ -155,7 +155,7 @@ void with_unary(Unary u, Run&& run) {
   }
 }
 
-// Applies forward_value (or derivative) elementwise (the CPU loop is the reference; see kernels/elementwise.cu).
+// Applies forward_value (or derivative) elementwise (the CPU loop is the reference; see cuda/kernels/elementwise.cu).
 Tensor map(Unary u, const Tensor& x, ClampRange r, bool deriv) {
   const UnaryInfo in = info(u);
   if (in.floating_only) check_floating(in.name, {&x});

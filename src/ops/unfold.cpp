@@ -1,7 +1,7 @@
 // unfold2d / fold2d (include/hadatrain/ops/unfold.h): token-major im2col x (N, C, H, W) -> cols (N, L, C·kh·kw)
 // and its adjoint col2im cols -> (N, C, H, W). Each is the other's backward. CPU loops here read like the
 // definition; fold gathers every image element's contributions in ascending (i, j) order in acc_t (fp32 /
-// fp64), the order the CUDA kernel (kernels/unfold_fold.cu) uses too, so both backends give the same bits.
+// fp64), the order the CUDA kernel (cuda/kernels/unfold_fold.cu) uses too, so both backends give the same bits.
 #include "hadatrain/ops/unfold.h"
 
 #include "cpu/convert.h"
@@ -9,7 +9,7 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/unfold.h"
+#include "cuda/glue/unfold_glue.h"
 #endif
 
 namespace ht {

@@ -8,7 +8,7 @@
 #include "hadatrain/ops/reduce.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda/launch.h"
+#include "cuda/glue/elementwise_glue.h"
 #endif
 
 namespace ht {

@@ -7,7 +7,7 @@
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/factory.h"
 #ifdef HADATRAIN_CUDA
-#include "cuda_step.h"
+#include "cuda/glue/optim_glue.h"
 #endif
 
 namespace ht::optim {

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/layout.h"
-#include "kernels/reduce_plan.h"
+#include "cuda/kernels/kernel_layout.h"
+#include "cuda/kernels/reduce_plan.h"
 
 using namespace ht;
 using namespace ht::kernels;

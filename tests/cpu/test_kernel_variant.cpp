@@ -1,7 +1,7 @@
-// kernels/variant.h: the environment switch between kernel variants (names, numbers, unset and unknown values).
+// cuda/kernels/variant.h: the environment switch between kernel variants (names, numbers, unset and unknown values).
 #include <cstdlib>
 
-#include "kernels/variant.h"
+#include "cuda/kernels/variant.h"
 #include "support/catch.h"
 
 using ht::kernels::env_variant;

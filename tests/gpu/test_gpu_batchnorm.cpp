@@ -1,4 +1,4 @@
-// Batch norm on CUDA on large inputs of both kernel layouts (kernels/batchnorm*.cu): (M, C) matrices with the
+// Batch norm on CUDA on large inputs of both kernel layouts (cuda/kernels/batchnorm*.cu): (M, C) matrices with the
 // channel fastest (the channels-last case: an NHWC activation viewed as (N*H*W, C)) and (N, C, H, W) with
 // many blocks per channel, vectorized and scalar (odd C or S, an unaligned start) variants, train and eval,
 // forward, every gradient and the running statistics, against the CPU in f64 on the same values; the fused
@@ -14,13 +14,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/batchnorm.h"  // set_bn_cf_variant, set_bn_cl_variant, bn_plane_launches
+#include "cuda/kernels/batchnorm.cuh"  // set_bn_cf_variant, set_bn_cl_variant, bn_plane_launches
 
 using namespace ht;
 
 namespace {
 
-// Runs f(v) under every channels-first kernel variant v (kernels/batchnorm.h: 1 split grids, 2 plane kernels,
+// Runs f(v) under every channels-first kernel variant v (cuda/kernels/batchnorm.cuh: 1 split grids, 2 plane kernels,
 // 3 split grids with 16-byte stores), with channels-last reduction variant min(v, 2) (1
 // split + finalize, 2 tickets: both run in every test using it), then gives the choices back to the
 // environment.
@@ -147,7 +147,7 @@ TEST_CASE("batch_norm on (M, C) starting one element in (unaligned) and on a few
   });
 }
 
-// The channels-last reduction variants on block shapes other than the bench's (kernels/batchnorm_cl2.cu, Note
+// The channels-last reduction variants on block shapes other than the bench's (cuda/kernels/batchnorm_cl2.cu, Note
 // [Batch-norm channels-last tickets]): one pack column a block (C = 8 bf16: 32 rows a warp, added by
 // shuffles), 3 and 18 columns (no shuffles), C = 4104 bf16 (513 packs: 3 blocks across C, the last with one
 // pack), odd M with one or many ticket groups, 2 rows; plain, fused relu and relu + residual, train and eval.
@@ -401,7 +401,7 @@ TEST_CASE("batch_norm kernels are deterministic across repeated launches", "[gpu
   });
 }
 
-// Variant 3 is variant 1 with 16-byte stores (kernels/batchnorm.h): the same bits in every output and
+// Variant 3 is variant 1 with 16-byte stores (cuda/kernels/batchnorm.cuh): the same bits in every output and
 // gradient, bf16 with 16-byte packs, plain and with the fused relu + residual.
 TEST_CASE("batch_norm channels-first variant 3 (16-byte stores) gives variant 1's bits", "[gpu][batch_norm]") {
   const CfVariantReset reset;

@@ -257,7 +257,7 @@ TEST_CASE("tiled transposes match the CPU bit for bit", "[gpu][copy][transpose]"
 }
 
 TEST_CASE("copies keeping the last dim contiguous move whole vectors, or fall back when they cannot", "[gpu][copy]") {
-  // copy_vector_runs (kernels/copy.cu): 16-, 8- and 4-byte vectors by the inner size and the offsets; an inner size
+  // copy_vector_runs (cuda/kernels/copy.cu): 16-, 8- and 4-byte vectors by the inner size and the offsets; an inner size
   // or an offset that is not a whole vector takes the element-wise kernel. Poisoned allocations: every output
   // element must be written.
   uint64_t seed = 700;

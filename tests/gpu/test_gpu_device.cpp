@@ -7,9 +7,9 @@
 #include <cstring>
 #include <numeric>
 
-#include "hadatrain/cuda/allocator.h"
+#include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/cuda/context.h"
-#include "hadatrain/cuda/pinned.h"
+#include "hadatrain/cuda/pinned_host.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 
 using namespace ht;

@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "hadatrain/autograd/grad_mode.h"
-#include "kernels/elementwise.h"  // set_gelu_fwd_variant
+#include "cuda/kernels/elementwise.cuh"  // set_gelu_fwd_variant
 
 using namespace ht;
 
@@ -36,7 +36,7 @@ std::vector<Case> binary_cases() {
       {"7 elements", {7}, {7}},
       {"1000003 elements", {1000003}, {1000003}},
       {"broadcast (7,1,5) with (3,5)", {7, 1, 5}, {3, 5}},
-      // a bias row (kernels/map.cuh map2_rows: 64 and 32 are whole 16-byte packs in every dtype), either side
+      // a bias row (cuda/kernels/map.cuh map2_rows: 64 and 32 are whole 16-byte packs in every dtype), either side
       {"bias row (33,64) + (64)", {33, 64}, {64}},
       {"bias row (32) + (5,3,32)", {32}, {5, 3, 32}},
       {"scalar operand", {4, 9}, {}},
@@ -345,7 +345,7 @@ TEST_CASE("hot unary ops on large and unaligned inputs match the CPU", "[gpu][el
   }
 }
 
-// The fused unary backward (gx = g * f'(x) in one kernel, kernels/elementwise.cu launch_unary_backward):
+// The fused unary backward (gx = g * f'(x) in one kernel, cuda/kernels/elementwise.cu launch_unary_backward):
 // fixed-op kernels (relu, gelu, gelu_tanh, silu; bf16 / f16 GELU and SiLU in their fast forms) on a large
 // flat input, the generic kernel for the other ops, and the strided kernel through a permuted view, against
 // the f64 CPU gradient of the same values (the GPU rounds once; the op composition on the CPU rounds twice).
@@ -389,7 +389,7 @@ TEST_CASE("fused unary backward matches the f64 CPU gradient", "[gpu][elementwis
 }
 
 // The bf16 / f16 gelu (erf) forward kernel (gelu_erf_fwd, Note [GELU forward kernel] in
-// kernels/elementwise.cu) against the CPU: sizes below one pack, with a tail after the last pack, spanning
+// cuda/kernels/elementwise.cu) against the CPU: sizes below one pack, with a tail after the last pack, spanning
 // several blocks with a partial last block, large; a view one element in (not 16-byte aligned: the generic
 // kernel); inputs far in both tails; and non-finite inputs through both kernels (NaN stays NaN, +inf -> inf,
 // -inf -> NaN as on the CPU). f32 takes the generic fixed-op kernel.
@@ -430,7 +430,7 @@ TEST_CASE("gelu forward kernel matches the CPU", "[gpu][elementwise]") {
 }
 
 // Both bf16 / f16 GELU (erf) forward kernels (kernels::set_gelu_fwd_variant: 1 rounds element by element, 2 two
-// at a time; Note [GELU forward kernel] in kernels/elementwise.cu) match the CPU on finite inputs and give the
+// at a time; Note [GELU forward kernel] in cuda/kernels/elementwise.cu) match the CPU on finite inputs and give the
 // same bits as each other with NaN / inf scattered through the input (packs with a NaN result take the per-element
 // path, whose NaN code is the CPU's).
 TEST_CASE("gelu forward kernel variants give the same bits", "[gpu][elementwise]") {

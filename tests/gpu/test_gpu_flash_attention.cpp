@@ -5,7 +5,7 @@
 // causal sequences (many query blocks per key block), D 64 and 128, grouped kv heads, a negative custom
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
 // so a silent fallback fails the test. Every backward case runs with every backward kernel variant
-// (kernels::set_flash_backward_variant, Note [Backward variants] in kernels/flash_attention.cu: 0 the lean
+// (kernels::set_flash_backward_variant, Note [Backward variants] in cuda/kernels/flash_attention.cu: 0 the lean
 // default, 1 the split-tile kernel), whatever HADATRAIN_FLASH_BWD says. The forward kernel
 // (Note [Forward kernel]) also runs on its own set of cases around its tile edges: out and lse against the
 // reference, bitwise repeatable, and the backward through its lse.
@@ -21,7 +21,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/grad_mode.h"
-#include "ops/cuda/flash_attention.h"
+#include "cuda/glue/flash_attention_glue.h"
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 

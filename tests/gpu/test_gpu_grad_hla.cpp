@@ -2,7 +2,7 @@
 // convert to f32 and run the same butterfly with round-to-nearest adds): L in {16, 64, 196 (n 4), 784 (n 16),
 // 1024, 197 (n 1), 2048 (n > 1024, large shared memory)}, odd B and C, f32 / bf16 / f16 / f64 / fp8 inputs,
 // both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|; every
-// pass count of the butterfly, 1 to 5 (Note [HLA butterfly passes] in kernels/hla.cu), and partial column tiles;
+// pass count of the butterfly, 1 to 5 (Note [HLA butterfly passes] in cuda/kernels/hla.cu), and partial column tiles;
 // the register kernel for n <= 16 (Note [HLA small blocks]) on split_extra's narrowed views.
 // grad::hla_project_unfolded on CUDA (the fused im2col kernel) against the CPU composition
 // hla_project(unfold2d(...)), bit for bit: NCHW and channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2
@@ -16,7 +16,7 @@
 
 #include "hadatrain/grad/hla.h"
 #include "hadatrain/ops/ops.h"
-#include "kernels/unfold.h"  // set_unfold_variant, unfold_staged_launches, unfold_vec_launches
+#include "cuda/kernels/unfold.cuh"  // set_unfold_variant, unfold_staged_launches, unfold_vec_launches
 
 using namespace ht;
 using grad::HlaLayout;
@@ -231,7 +231,7 @@ TEST_CASE("grad::hla_project_unfolded on CUDA: every floating dtype, absmax", "[
 }
 
 TEST_CASE("grad::hla_project_unfolded on CUDA runs unfold2d + hla_project for a flipped view", "[gpu][hla]") {
-  // The fused kernel indexes an image with non-negative int32 offsets (kernels/hla.h); a view with a negative
+  // The fused kernel indexes an image with non-negative int32 offsets (cuda/kernels/hla.cuh); a view with a negative
   // stride (here H flipped, through make_view) takes the composition instead, with the same bits. Offsets
   // beyond int32 would need an image of 2^31 elements (4 GiB in bf16, and the CPU reference as big): untested.
   CountedUnfold counted;

@@ -1,4 +1,4 @@
-// CUDA quantisation primitives (kernels/grad_quant*.cu) against the CPU reference, bit for bit
+// CUDA quantisation primitives (cuda/kernels/grad_quant*.cu) against the CPU reference, bit for bit
 // (Note [Bit-identical quantisation]): quantize for every granularity × scale rule × rounding × Hadamard
 // block T in {1, 2, 16} on odd-sized random inputs (fused one-block-per-group path, two-pass path, block
 // mode for last dims that are not a multiple of 16, pre-rotation for T > 16 and for 1-D sample groups),

@@ -16,7 +16,7 @@
 #include <sstream>
 #include <vector>
 
-#include "hadatrain/cuda/gemm.h"
+#include "hadatrain/cuda/cublaslt_gemm.h"
 #include "hadatrain/ops/lowp_matmul.h"
 
 using namespace ht;

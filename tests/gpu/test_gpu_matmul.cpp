@@ -13,7 +13,7 @@
 #include <functional>
 #include <optional>
 
-#include "hadatrain/cuda/gemm.h"
+#include "hadatrain/cuda/cublaslt_gemm.h"
 
 using namespace ht;
 

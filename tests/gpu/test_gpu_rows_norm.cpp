@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/rows.h"  // set_norm_kernel_variant
+#include "cuda/kernels/rows.cuh"  // set_norm_kernel_variant
 
 using namespace ht;
 using test::check_op;
@@ -160,7 +160,7 @@ TEST_CASE("layer_norm and rms_norm backward on CUDA: prefetching grid, parameter
   });
 }
 
-// Every norm kernel variant (Note [Staged norm kernels] in kernels/rows_staged.cuh) on the row shapes that pick their
+// Every norm kernel variant (Note [Staged norm kernels] in cuda/kernels/rows_staged.cuh) on the row shapes that pick their
 // geometry: threads per row 1..256 with 1..4 packs per thread (bf16 D = 8, 16, 64, 72, 384, 520, 768, 1024,
 // 4096, 8192; f32 / f64 likewise with their packs), several stages of row groups per block, rows past the end
 // in the last group; widths that are not a multiple of a pack (1004 bf16, 4095, 385) or too long for the
@@ -210,7 +210,7 @@ TEST_CASE("layer_norm and rms_norm on CUDA: old and staged kernels, every row ge
       // the multi-pass kernels). The weight gradient sums g * xhat over the 300 rows, so a bias in the row means
       // adds up: a plain float sum of f16 values near 100 gave means off by up to 5e-6 and weight gradients off
       // by up to 1.5e-3 (23 of 768 columns over the tolerance, run 18); every bf16 / f16 kernel now sums x minus
-      // the row's first element (Note [Shifted row mean] in kernels/rows_common.cuh).
+      // the row's first element (Note [Shifted row mean] in cuda/kernels/rows_common.cuh).
       for (const int64_t d : {int64_t{768}, int64_t{767}}) {
         // (100 for bf16 / f16; 10 for f32 / f64, whose kernels sum x itself: the float mean of values near 100
         // would carry more rounding than the f32 tolerance)
@@ -326,7 +326,7 @@ TEST_CASE("layer_norm on CUDA: each norm kernel variant is deterministic", "[gpu
   }
 }
 
-// Variant 4 (Note [Norm backward, cluster variant] in kernels/rows_norm.cu) against variant 2 on the row groups of
+// Variant 4 (Note [Norm backward, cluster variant] in cuda/kernels/rows_norm.cu) against variant 2 on the row groups of
 // more than a warp (its named barriers per row group: 64, 128 and 256 threads per row) and of less (its
 // shuffled row statistics): the x gradient bit for bit (the same arithmetic in the same order), the parameter
 // gradients within rounding (another order of the per-block sums) and against the CPU reference; and on the

@@ -1,7 +1,7 @@
 // unfold2d / fold2d on CUDA against the CPU reference, forward and backward (each is the other's backward):
 // unfold is a copy and fold sums in the same order in fp32 (fp64 for f64) on both sides, so results are
 // compared bit for bit. Odd sizes, stride, padding, dilation, non-square kernels, f32 / bf16 / f16 / f64 / fp8,
-// non-contiguous inputs, poisoned CUDA allocations. Every fold kernel variant (kernels/unfold.h: 1 old, 2 tiles,
+// non-contiguous inputs, poisoned CUDA allocations. Every fold kernel variant (cuda/kernels/unfold.cuh: 1 old, 2 tiles,
 // 3 tiles2) and unfold kernel variant (1 old, 2 staged, 3 vec) runs against the CPU, and the variants are
 // compared bit for bit with each other.
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "support/unfold_cases.h"
 
 #include "hadatrain/ops/unfold.h"
-#include "kernels/unfold.h"  // set_fold_variant, fold_tiles_launches, fold_tiles2_launches, unfold_vec_launches
+#include "cuda/kernels/unfold.cuh"  // set_fold_variant, fold_tiles_launches, fold_tiles2_launches, unfold_vec_launches
 
 using namespace ht;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "hadatrain/cuda/allocator.h"
+#include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/ops/ops.h"
 
 namespace ht::test {

@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
     rows.push_back({"sum f32 rows (.., 4096)", f4, time_ms([&] { keep = sum(m, {1}); })});
     rows.push_back({"sum f32 cols (4096 of ..)", f4, time_ms([&] { keep = sum(m, {0}); })});
     rows.push_back({"transpose copy f32 (.., 4096)^T", 2 * f4, time_ms([&] { keep = m.transpose(0, 1).contiguous(); })});
-    // row kernels (kernels/rows_norm*.cu): read x and write y once each; bf16 (n / 4096, 4096), 65536 x 4096 by default
+    // row kernels (cuda/kernels/rows_norm*.cu): read x and write y once each; bf16 (n / 4096, 4096), 65536 x 4096 by default
     const Tensor mb = m.to(DType::bf16);
     const Tensor lw = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
     const Tensor lb = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);

@@ -8,13 +8,13 @@
 #include "bench_kernels.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/ops/ops.h"
-#include "kernels/flash_attention.h"  // bench_attention (backward variants)
+#include "cuda/kernels/flash_attention.cuh"  // bench_attention (backward variants)
 
 namespace ht::bench {
 
 // ---- bench_attention (helper flash) ----
 // scaled_dot_product_attention in bf16 with the causal mask, B = 4, H = 16 (no grouping), D 64 and 128,
-// T = S in {1024, 2048, 4096}, through the op (the fused kernels of kernels/flash_attention*.cu): forward
+// T = S in {1024, 2048, 4096}, through the op (the fused kernels of cuda/kernels/flash_attention*.cu): forward
 // alone (no grad) and forward + backward through autograd. FLOPs: forward 4·B·H·T²·D / 2 (the causal half),
 // backward 2.5x the forward, so forward + backward counts 3.5x. Each shape then times forward + backward with
 // every backward kernel variant (rows "bwd variant N"; the backward alone is that minus the forward).
@@ -77,7 +77,7 @@ void bench_attention(bool csv) {
         std::printf("%-42s %10.4f %10.1f %12.4f %10.1f\n",
                     ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(), fwd_ms, fwd_tf, fb_ms, fb_tf);
       // every backward kernel variant side by side (kernels::set_flash_backward_variant; 0 lean, 1 split
-      // tiles: Note [Backward variants] in kernels/flash_attention.cu); bwd = (fwd + bwd) - fwd
+      // tiles: Note [Backward variants] in cuda/kernels/flash_attention.cu); bwd = (fwd + bwd) - fwd
       for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
         kernels::set_flash_backward_variant(variant);
         const double v_ms = attention_fwd_bwd_ms(c);

@@ -12,7 +12,7 @@
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/cuda/cudnn.h"  // bench_pool
 #include "hadatrain/ops/ops.h"
-#include "kernels/unfold.h"  // bench_fold: launch_fold2d / launch_unfold2d, set_fold_variant
+#include "cuda/kernels/unfold.cuh"  // bench_fold: launch_fold2d / launch_unfold2d, set_fold_variant
 
 namespace ht::bench {
 
@@ -20,7 +20,7 @@ namespace ht::bench {
 // fold2d (col2im, unfold2d's backward) and unfold2d (im2col) kernels on ResNet / ViT shapes at batch 256 (one
 // ImageNet-like stage-1 shape at batch 64), bf16, through the launchers on preallocated buffers (legacy stream,
 // time_ms's events). fold: contiguous (N, L, C·kh·kw) columns -> (N, C, H, W) with each fold variant
-// (kernels::set_fold_variant; 1 old, 2 tiles: Note [Fold, tiles kernel] in kernels/unfold_fold.cu; 3 tiles2: Note
+// (kernels::set_fold_variant; 1 old, 2 tiles: Note [Fold, tiles kernel] in cuda/kernels/unfold_fold.cu; 3 tiles2: Note
 // [Fold, tiles2], the halo stage on the 3x3 stride-1 rows, tiles on the others); unfold with each unfold variant
 // (set_unfold_variant; 1 old, 2 staged, 3 vec: Note [Unfold, vec kernel]; vec takes every row here) from an
 // (N, C, H, W) contiguous image and from a channels-last (N, H, W, C) image viewed as NCHW (the HLQ convolutions'
@@ -115,7 +115,7 @@ void bench_fold(bool csv, double copy_gbs) {
 // channels-last one (an (N, H, W, C) tensor viewed as (N, C, H, W), as the channels-last ResNets call it; its
 // output and gradient stay channels last, and grad_out is made in the output's layout, as torch.rand_like).
 // Issue 3 asks for pooling through cuDNN or own kernels, whichever is faster: ours are own kernels
-// (kernels/pool*.cu); the cuDNN columns time cudnnPoolingForward and cudnnPoolingForward + cudnnPoolingBackward
+// (cuda/kernels/pool*.cu); the cuDNN columns time cudnnPoolingForward and cudnnPoolingForward + cudnnPoolingBackward
 // (which needs x, y and dy) on dense buffers of the same shapes and layout (CUDNN_POOLING_MAX 3x3 s2 p1;
 // CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING with the whole plane as the window for the global pools), bare
 // calls without autograd or allocation. cuDNN runs bf16 when it accepts it, else f16 (the "cuDNN dt" column).

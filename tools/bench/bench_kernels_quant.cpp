@@ -6,13 +6,13 @@
 #include <string>
 
 #include "bench_kernels.h"
-#include "hadatrain/cuda/gemm.h"
+#include "hadatrain/cuda/cublaslt_gemm.h"
 #include "hadatrain/grad/hla.h"    // bench_hla
 #include "hadatrain/grad/quant.h"  // bench_grad_quant
 #include "hadatrain/ops/lowp_matmul.h"
 #include "hadatrain/ops/ops.h"
-#include "kernels/hla.h"     // bench_hla: launch_hla_project / launch_hla_project_unfolded
-#include "kernels/unfold.h"  // bench_hla: launch_unfold2d for the composition
+#include "cuda/kernels/hla.cuh"     // bench_hla: launch_hla_project / launch_hla_project_unfolded
+#include "cuda/kernels/unfold.cuh"  // bench_hla: launch_unfold2d for the composition
 
 namespace ht::bench {
 
@@ -186,7 +186,7 @@ kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
 
 }  // namespace
 
-// The HLA projection kernel (kernels/hla.h) through its launchers on preallocated buffers (legacy stream,
+// The HLA projection kernel (cuda/kernels/hla.cuh) through its launchers on preallocated buffers (legacy stream,
 // time_ms's events), percentile 50.
 // 1. hla_project of a bf16 activation / gradient (B, L, C) as the HLQ g_w path runs it, ResNet shapes:
 //    (64, 1024, 256) is a 32x32 map (n = 1024, r = 528), (64, 3136, 64) a 56x56 map (n = 64, r = 36); both

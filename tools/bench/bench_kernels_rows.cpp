@@ -12,9 +12,9 @@
 #include "bench_kernels.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/ops/ops.h"
-#include "kernels/batchnorm.h"    // bench_bn_gelu_variants
-#include "kernels/elementwise.h"  // bench_norm_variants (GELU forward variants)
-#include "kernels/rows.h"         // bench_norm_variants
+#include "cuda/kernels/batchnorm.cuh"    // bench_bn_gelu_variants
+#include "cuda/kernels/elementwise.cuh"  // bench_norm_variants (GELU forward variants)
+#include "cuda/kernels/rows.cuh"         // bench_norm_variants
 
 namespace ht::bench {
 
@@ -175,8 +175,8 @@ void bench_bn_relu(bool csv) {
 // ---- bench_bn_gelu_variants (helper bn9) ----
 // The norm / gelu rows of bench_norm_gelu (bf16, train, f32 weight / bias / running stats; same byte counts:
 // bn forward 3 passes, backward 5, gelu forward 2) and the fused bn+relu rows of bench_bn_relu, on the kept
-// batch-norm and GELU forward kernels (Note [Batch-norm kernels] in kernels/batchnorm.cu, Note [GELU forward
-// kernel] in kernels/elementwise.cu; the old/new variant switch is gone, old numbers in docs/cuda_backend.md).
+// batch-norm and GELU forward kernels (Note [Batch-norm kernels] in cuda/kernels/batchnorm.cu, Note [GELU forward
+// kernel] in cuda/kernels/elementwise.cu; the old/new variant switch is gone, old numbers in docs/cuda_backend.md).
 // Backward = (forward + backward) - forward, autograd bookkeeping included. Rows "bn kernels ...": the
 // batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer. Channels-first rows are
 // printed once per channels-first kernel variant (set_bn_cf_variant: "[split]" / "[planes]" / "[vstore]",
@@ -214,7 +214,7 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
       {"bn+add+relu 256x64x32x32", {256, 64, 32, 32}, BatchNormActivation::relu, true},
       {"bn+add+relu NHWC [262144,64]", {262144, 64}, BatchNormActivation::relu, true},
   };
-  // Channels-first shapes run once per channels-first kernel variant (kernels/batchnorm.h; row suffix
+  // Channels-first shapes run once per channels-first kernel variant (cuda/kernels/batchnorm.cuh; row suffix
   // "[split]" / "[planes]" / "[vstore]"), the others once.
   const char* const cf_names[] = {"", " [split]", " [planes]", " [vstore]"};
   static_assert(sizeof(cf_names) / sizeof(cf_names[0]) == kernels::kBnCfVariants + 1);
@@ -340,7 +340,7 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
 // set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged" (the default), the staged ones,
 // parameters in shared memory; 3 "reg", the staged ones with the parameters in registers; 4 "cluster", the
 // default's forward and a staged backward adding its dgamma / dbeta partial sums in thread block clusters;
-// Note [Norm kernel variants] in kernels/rows_norm.cu), side by side.
+// Note [Norm kernel variants] in cuda/kernels/rows_norm.cu), side by side.
 // Op rows: through the op API. Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes
 // (read x and g, write gx) over (forward + backward) - forward, as bench_norm_gelu counts them: that time also
 // holds the parameter gradients' partial sums and finalize launch, autograd's bookkeeping, the output and
@@ -497,7 +497,7 @@ void bench_norm_variants(bool csv, double copy_gbs) {
   }
   // The bf16 GELU (erf) forward of a ViT-S/4 MLP activation with each GELU forward kernel (kernels::
   // set_gelu_fwd_variant: 1 rounds per element, the default; 2 per pair; Note [GELU forward kernel] in
-  // kernels/elementwise.cu), through the op API; 2 passes.
+  // cuda/kernels/elementwise.cu), through the op API; 2 passes.
   if (profile || (only != nullptr && std::string("gelu 16640x1536").find(only) == std::string::npos)) return;
   {
     constexpr int kG = kernels::kGeluFwdVariants;

@@ -28,7 +28,7 @@ namespace cuda {
 
 // HT_CUDA_CHECK(cudaMemcpyAsync(...)): throws ht::CudaError when the call does not return cudaSuccess.
 // The runtime's last-error slot is cleared first so that a later cudaGetLastError() does not see it again.
-#ifndef HT_CUDA_CHECK  // kernels/launch.h defines the same macro for .cu files
+#ifndef HT_CUDA_CHECK  // cuda/kernels/kernel_launch.cuh defines the same macro for .cu files
 #define HT_CUDA_CHECK(expr)                                                             \
   do {                                                                                  \
     const cudaError_t ht_cuda_err_ = (expr);                                            \

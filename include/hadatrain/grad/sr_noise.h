@@ -1,5 +1,5 @@
 // The random bits of stochastic rounding in quantize() (include/hadatrain/grad/quant.h), shared by the CPU
-// reference (src/grad/quant.cpp) and the CUDA kernels (kernels/grad_quant_common.cuh) so both draw the same bits.
+// reference (src/grad/quant.cpp) and the CUDA kernels (cuda/kernels/grad_quant_common.cuh) so both draw the same bits.
 //
 // Note [SR noise layout]
 // Element i of a quantised tensor (its row-major index in the rotated input) uses 16 random bits:

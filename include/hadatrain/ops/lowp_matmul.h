@@ -1,6 +1,6 @@
 // Low-precision matrix products: building blocks for quantized gradient pipelines. Not differentiable (the
 // results carry no autograd history). Both operands are "NT": K is the last dim of a AND of b, so
-// out = a · bᵀ. CUDA runs them on cuBLASLt's int8 / fp8 tensor-core kernels (cuda/gemm.h, gemm_lowp_nt;
+// out = a · bᵀ. CUDA runs them on cuBLASLt's int8 / fp8 tensor-core kernels (cuda/cublaslt_gemm.h, gemm_lowp_nt;
 // any sizes, unaligned ones through zero-padded copies); the CPU has plain reference loops.
 #pragma once
 #include "hadatrain/tensor/tensor.h"

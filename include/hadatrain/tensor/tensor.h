@@ -132,7 +132,7 @@ Tensor empty(const Shape& shape, TensorOptions opts = {});
 Tensor empty_like(const Tensor& t);
 Tensor empty_like(const Tensor& t, DType dtype);
 // A contiguous CPU tensor in page-locked (pinned) host memory, so that its copies to a CUDA device are
-// asynchronous (Note [Pinned host memory] in src/cuda/pinned.cpp). `device`: the CUDA device it will be
+// asynchronous (Note [Pinned host memory] in src/cuda/runtime/pinned_host.cpp). `device`: the CUDA device it will be
 // copied to (the allocation runs with it current; the memory is usable from every device). Without the CUDA
 // backend or a visible device it is an ordinary CPU tensor (src/tensor/pinned.cpp).
 Tensor empty_pinned(const Shape& shape, DType dtype, Device device = Device::cuda(0));

@@ -1,0 +1,56 @@
+// Tensor-level glue of the dropout and rotary-embedding kernels (see dropout_rope_glue.h). fp8 tensors are
+// computed in f32 (the CPU's acc_t for them) and converted back. CUDA builds only.
+#ifdef HADATRAIN_CUDA
+#include "cuda/glue/dropout_rope_glue.h"
+
+#include <cmath>
+#include <vector>
+
+#include "hadatrain/cuda/context.h"
+#include "hadatrain/ops/copy.h"
+#include "hadatrain/tensor/factory.h"
+#include "cuda/glue/elementwise_glue.h"
+
+namespace ht::cuda_ops {
+namespace {
+
+bool has_kernel(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16; }
+
+}  // namespace
+
+void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream) {
+  if (!has_kernel(out.dtype())) {
+    Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
+    dropout(tmp, to_dtype(x, DType::f32), p, seed, stream);
+    cuda_ops::copy(out, tmp);
+    return;
+  }
+  HT_ASSERT(out.is_contiguous(), "dropout: output must be contiguous");
+  const Tensor xc = x.contiguous();
+  cuda::DeviceGuard guard(out.device().index);
+  kernels::launch_dropout(out.dtype(), out.data_ptr(), xc.data_ptr(), {p, seed, stream, out.numel()},
+                          cuda::current_stream(out.device().index));
+}
+
+void rope(const Tensor& out, const Tensor& x, const RopeCall& call) {
+  if (!has_kernel(out.dtype())) {
+    Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
+    rope(tmp, to_dtype(x, DType::f32), call);
+    cuda_ops::copy(out, tmp);
+    return;
+  }
+  HT_ASSERT(out.is_contiguous(), "rotary_embedding: output must be contiguous");
+  const int64_t D = x.size(3), half = D / 2;
+  std::vector<double> inv(static_cast<std::size_t>(half));  // (D/2), as the CPU computes it
+  for (int64_t j = 0; j < half; ++j)
+    inv[static_cast<std::size_t>(j)] = std::pow(call.theta, -2.0 * static_cast<double>(j) / static_cast<double>(D));
+  const Tensor inv_freq = from_vector(inv, {half}, {DType::f64, out.device()});
+  const Tensor xc = x.contiguous();
+  cuda::DeviceGuard guard(out.device().index);
+  const kernels::RopeArgs a{x.size(0) * x.size(1), x.size(2), D, call.position_offset, call.sign,
+                            call.interleaved ? 1 : 0, static_cast<const double*>(inv_freq.data_ptr())};
+  kernels::launch_rope(out.dtype(), out.data_ptr(), xc.data_ptr(), a, cuda::current_stream(out.device().index));
+}
+
+}  // namespace ht::cuda_ops
+#endif
