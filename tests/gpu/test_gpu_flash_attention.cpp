@@ -4,15 +4,13 @@
 // T != S under the causal alignment (T < S, and T > S with empty rows and whole empty query blocks), long
 // causal sequences (many query blocks per key block), D 64 and 128, grouped kv heads, a negative custom
 // scale, a non-contiguous q. Every case asserts that the fused kernels ran (kernels::flash_attention_counts),
-// so a silent fallback fails the test. Every backward case runs with every backward kernel variant
-// (kernels::set_flash_backward_variant, Note [Backward variants] in cuda/kernels/flash_attention.cu: 0 the lean
-// default, 1 the split-tile kernel), whatever HADATRAIN_FLASH_BWD says. The forward kernel
+// so a silent fallback fails the test. The backward cases of head dim 64 run the lean kernel, those of head dim
+// 128 the split-tile kernel (Note [Backward variants] in cuda/kernels/flash_attention.cu). The forward kernel
 // (Note [Forward kernel]) also runs on its own set of cases around its tile edges: out and lse against the
 // reference, bitwise repeatable, and the backward through its lse.
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -98,14 +96,6 @@ std::vector<double> reference_lse(const Tensor& q, const Tensor& k, const FlashC
   return out;
 }
 
-// Runs the fused backward with kernel variant `v` while alive (-1 afterwards: the environment's choice).
-struct BackwardVariant {
-  explicit BackwardVariant(int v) { kernels::set_flash_backward_variant(v); }
-  ~BackwardVariant() { kernels::set_flash_backward_variant(-1); }
-  BackwardVariant(const BackwardVariant&) = delete;
-  BackwardVariant& operator=(const BackwardVariant&) = delete;
-};
-
 std::string lse_close(const Tensor& actual, const std::vector<double>& expected) {
   if (!actual.is_cuda() || actual.dtype() != DType::f32) return "lse is not a CUDA f32 tensor: " + actual.describe();
   const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>();
@@ -173,28 +163,18 @@ TEST_CASE("flash_attention_applies picks the fused kernels only where they apply
   CHECK(kernels::flash_attention_counts().forward == before.forward);
 }
 
-TEST_CASE("the fused backward's kernel variant can be chosen for the process", "[gpu][attention][flash]") {
-  for (int v = 0; v < kernels::kFlashBackwardVariants; ++v) {
-    BackwardVariant use(v);
-    CHECK(kernels::flash_backward_variant(64) == v);
-    CHECK(kernels::flash_backward_variant(128) == v);
-  }
-  kernels::set_flash_backward_variant(kernels::kFlashBackwardVariants);  // out of range: the environment's
-  const char* env = std::getenv("HADATRAIN_FLASH_BWD");
-  if (env == nullptr || *env == '\0') {  // unset: the split kernel at head dim 128, the lean one below
-    CHECK(kernels::flash_backward_variant(64) == 0);
-    CHECK(kernels::flash_backward_variant(128) == 1);
-  } else {  // forced for every head dim
-    CHECK(kernels::flash_backward_variant(64) == kernels::flash_backward_variant(128));
-  }
-  kernels::set_flash_backward_variant(-1);
+TEST_CASE("the fused backward runs the lean kernel at head dim 64 and the split kernel at 128",
+          "[gpu][attention][flash]") {
+  // the backward cases below cover both kernels through their head dims
+  CHECK(kernels::flash_backward_kernel_for(64) == kernels::FlashBackwardKernel::lean);
+  CHECK(kernels::flash_backward_kernel_for(128) == kernels::FlashBackwardKernel::split);
 }
 
 TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges: out, lse, the backward from its lse",
           "[gpu][attention][flash]") {
   struct FwdCase {
     FlashCase c;
-    bool backward;  // also run the backward (every variant) from this forward's out and lse
+    bool backward;  // also run the backward from this forward's out and lse
   };
   // Key tiles are 128 (D 64) or 64 (D 128) keys, query blocks 128 rows, warps 32 rows: lengths around and
   // across those (and the 32-, 48- and 96-key tiles of the removed forward variants), the
@@ -274,10 +254,8 @@ TEST_CASE("the fused forward matches the f64 CPU reference around its tile edges
           CHECK(kernels::flash_attention_counts().backward == before.backward + 1);
           const std::array<Tensor, 3> fused{qg.grad(), kg.grad(), vg.grad()};
           CHECK(grads_close(fused, qc.grad(), kc.grad(), vc.grad(), dt) == "");
-          // every backward variant through the glue from the same out and lse
-          for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
-            INFO("backward variant " << variant);
-            BackwardVariant use(variant);
+          // the backward through the glue from the same out and lse
+          {
             std::array<Tensor, 3> grads;
             {
               test::PoisonGuard poison;
@@ -339,9 +317,7 @@ TEST_CASE("fused attention on CUDA matches the f64 CPU reference: out, lse, dq, 
 
       const std::vector<double> lse_ref = reference_lse(q.to(DType::f64), k.to(DType::f64), c, scale);
 
-      for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
-        INFO("backward variant " << variant);
-        BackwardVariant use(variant);
+      {  // the backward kernel of the case's head dim (Note [Backward variants])
         Tensor qg = leaf(q, test::kCuda), kg = leaf(k, test::kCuda), vg = leaf(v, test::kCuda);
         const auto before = kernels::flash_attention_counts();
         const Tensor og = fused_sdpa(c, qg, kg, vg);
@@ -406,9 +382,7 @@ TEST_CASE("packed attention on CUDA matches the f64 CPU reference, forward and b
       const Tensor go = test::random_input(oc.shape(), ++seed, dt);
       oc.backward(go.to(DType::f64));
 
-      for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
-        INFO("backward variant " << variant);
-        BackwardVariant use(variant);
+      {  // the backward kernel of the case's head dim (Note [Backward variants])
         Tensor xg = leaf(qkv, test::kCuda);
         const auto before = kernels::flash_attention_counts();
         Tensor og;
@@ -458,11 +432,10 @@ TEST_CASE("packed attention without fused kernels on CUDA takes the generic path
 
 TEST_CASE("strided scaled_dot_product_attention inputs are read in place and give the contiguous results",
           "[gpu][attention][flash]") {
-  const int64_t B = 2, T = 97, H = 4, D = 64;
-  // with every backward variant: dk, dv bit-identical between the two layouts for each
-  for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
-    INFO("backward variant " << variant);
-    BackwardVariant use(variant);
+  const int64_t B = 2, T = 97, H = 4;
+  // both backward kernels (lean at head dim 64, split at 128): dk, dv bit-identical between the two layouts
+  for (const int64_t D : {int64_t{64}, int64_t{128}}) {
+    INFO("head dim " << D);
     for (AttnMask mask : {AttnMask::none, AttnMask::causal}) {
       INFO("causal " << (mask == AttnMask::causal));
       // projections laid out (B, T, H, D), attended as (B, H, T, D) views

@@ -16,7 +16,7 @@
 
 #include "hadatrain/grad/hla.h"
 #include "hadatrain/ops/ops.h"
-#include "cuda/kernels/unfold.cuh"  // set_unfold_variant, unfold_staged_launches, unfold_vec_launches
+#include "cuda/kernels/unfold.cuh"  // unfold_staged_launches, unfold_vec_launches
 
 using namespace ht;
 using grad::HlaLayout;
@@ -42,13 +42,8 @@ std::string check_project(const Tensor& x_cpu, const HlaPlan& plan) {
   return "";
 }
 
-// unfold2d's kernel pinned to variant 3 while a test runs, so that every CUDA unfold2d counts in
-// unfold_launches() (vec, or staged where its packs do not fit; these shapes never reach variant 1); the
-// environment's variant back at the end.
-struct CountedUnfold {
-  CountedUnfold() { kernels::set_unfold_variant(3); }
-  ~CountedUnfold() { kernels::set_unfold_variant(0); }
-};
+// CUDA unfold2d launches in this process: every one counts here (the vec kernel, or the staged kernel where its
+// packs do not fit; these shapes never reach the gather kernel, whose patch would not fit in 48 KB).
 int64_t unfold_launches() { return kernels::unfold_staged_launches() + kernels::unfold_vec_launches(); }
 
 }  // namespace
@@ -164,7 +159,6 @@ TEST_CASE("grad::hla_project_unfolded on CUDA equals the CPU composition bit for
   const Window windows[] = {{"3x3 s1 p1", test::square_window(3, 1, 1)}, {"3x3 s2 p1", test::square_window(3, 2, 1)},
                             {"1x1 s1", test::square_window(1, 1, 0)},    {"1x1 s2", test::square_window(1, 2, 0)},
                             {"2x2 d2", test::square_window(2, 1, 0, 2)}, {"4x4 s4", test::square_window(4, 4, 0)}};
-  CountedUnfold counted;
   const int64_t unfolds0 = unfold_launches();
   uint64_t seed = 500;
   for (int64_t side : {32, 16, 14, 7}) {
@@ -234,7 +228,6 @@ TEST_CASE("grad::hla_project_unfolded on CUDA runs unfold2d + hla_project for a 
   // The fused kernel indexes an image with non-negative int32 offsets (cuda/kernels/hla.cuh); a view with a negative
   // stride (here H flipped, through make_view) takes the composition instead, with the same bits. Offsets
   // beyond int32 would need an image of 2^31 elements (4 GiB in bf16, and the CPU reference as big): untested.
-  CountedUnfold counted;
   const int64_t N = 2, C = 37, H = 16, W = 16;
   const Tensor stored = test::random_input({N, H, W, C}, 1000, DType::bf16, -3, 3);  // channels-last storage
   const Tensor stored_gpu = stored.to(test::kCuda);

@@ -270,8 +270,7 @@ TEST_CASE("CUDA quantize with transposed values (tile and strip kernels) equals 
   // (N, C): the tile kernel: tiles of 64 × 64 with partial edges; N % 4 != 0 (byte stores); C % 8 != 0
   // (quantise, then transpose); an unaligned input (element loads). The strip kernel (Note [Transposed quantiser
   // strips]: C % 8 == 0, N % 4 == 0, aligned): partial strips of 128 rows in bf16, f32 and f16 (a view 16 bytes
-  // into its storage), and the ViT-B-like (64·197, 768) in bf16. HADATRAIN_QUANT_T=tile runs every case on the
-  // tile kernel.
+  // into its storage), and the ViT-B-like (64·197, 768) in bf16.
   struct Case {
     Shape shape;
     DType dtype;

@@ -1,5 +1,5 @@
 // bench_kernels blocks of attention: bench_attention (causal scaled_dot_product_attention, forward and
-// backward, every backward kernel variant) and bench_attention_packed (attention from a packed qkv projection).
+// backward) and bench_attention_packed (attention from a packed qkv projection).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -8,16 +8,15 @@
 #include "bench_kernels.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/ops/ops.h"
-#include "cuda/kernels/flash_attention.cuh"  // bench_attention (backward variants)
 
 namespace ht::bench {
 
-// ---- bench_attention (helper flash) ----
+// ---- bench_attention ----
 // scaled_dot_product_attention in bf16 with the causal mask, B = 4, H = 16 (no grouping), D 64 and 128,
 // T = S in {1024, 2048, 4096}, through the op (the fused kernels of cuda/kernels/flash_attention*.cu): forward
 // alone (no grad) and forward + backward through autograd. FLOPs: forward 4·B·H·T²·D / 2 (the causal half),
-// backward 2.5x the forward, so forward + backward counts 3.5x. Each shape then times forward + backward with
-// every backward kernel variant (rows "bwd variant N"; the backward alone is that minus the forward).
+// backward 2.5x the forward, so forward + backward counts 3.5x (the backward runs the lean kernel at D 64 and the
+// split kernel at D 128: Note [Backward variants] in cuda/kernels/flash_attention.cu).
 namespace {
 
 // bf16 q, k, v (B, H, T, D) requiring gradients and an upstream gradient g, uniform in [-1, 1).
@@ -76,27 +75,11 @@ void bench_attention(bool csv) {
       else
         std::printf("%-42s %10.4f %10.1f %12.4f %10.1f\n",
                     ("T=S=" + std::to_string(T) + " D=" + std::to_string(D)).c_str(), fwd_ms, fwd_tf, fb_ms, fb_tf);
-      // every backward kernel variant side by side (kernels::set_flash_backward_variant; 0 lean, 1 split
-      // tiles: Note [Backward variants] in cuda/kernels/flash_attention.cu); bwd = (fwd + bwd) - fwd
-      for (int variant = 0; variant < kernels::kFlashBackwardVariants; ++variant) {
-        kernels::set_flash_backward_variant(variant);
-        const double v_ms = attention_fwd_bwd_ms(c);
-        const char* vname = variant == 0 ? "lean" : "split";
-        if (csv)
-          std::printf("attention_bwd_variant,%lld,%lld,%lld,%lld,%d,%.4f,%.4f\n", static_cast<long long>(B),
-                      static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), variant, v_ms,
-                      v_ms - fwd_ms);
-        else
-          std::printf("  %-40s %10s %10s %12.4f %10.1f   bwd %.4f ms\n",
-                      ("bwd variant " + std::to_string(variant) + " (" + vname + ")").c_str(), "", "", v_ms,
-                      3.5 * fwd_flops / v_ms * 1e-9, v_ms - fwd_ms);
-      }
-      kernels::set_flash_backward_variant(-1);
     }
 }
 // ---- end bench_attention ----
 
-// ---- bench_attention_packed (helper attn) ----
+// ---- bench_attention_packed ----
 // ViT self-attention from a packed projection qkv (B, N, 3 dim) in bf16, forward + backward through
 // autograd: attention_qkv_packed (strided fused kernels, one (B, N, 3 dim) gradient) against the composition
 // SelfAttention ran before (reshape/permute, three selects, scaled_dot_product_attention, transpose/reshape).

@@ -12,27 +12,22 @@
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/cuda/cudnn.h"  // bench_pool
 #include "hadatrain/ops/ops.h"
-#include "cuda/kernels/unfold.cuh"  // bench_fold: launch_fold2d / launch_unfold2d, set_fold_variant
+#include "cuda/kernels/unfold.cuh"  // bench_fold: launch_fold2d / launch_unfold2d
 
 namespace ht::bench {
 
-// ---- bench_fold (helper fold12) ----
+// ---- bench_fold ----
 // fold2d (col2im, unfold2d's backward) and unfold2d (im2col) kernels on ResNet / ViT shapes at batch 256 (one
 // ImageNet-like stage-1 shape at batch 64), bf16, through the launchers on preallocated buffers (legacy stream,
-// time_ms's events). fold: contiguous (N, L, C·kh·kw) columns -> (N, C, H, W) with each fold variant
-// (kernels::set_fold_variant; 1 old, 2 tiles: Note [Fold, tiles kernel] in cuda/kernels/unfold_fold.cu; 3 tiles2: Note
-// [Fold, tiles2], the halo stage on the 3x3 stride-1 rows, tiles on the others); unfold with each unfold variant
-// (set_unfold_variant; 1 old, 2 staged, 3 vec: Note [Unfold, vec kernel]; vec takes every row here) from an
-// (N, C, H, W) contiguous image and from a channels-last (N, H, W, C) image viewed as NCHW (the HLQ convolutions'
+// time_ms's events). fold: contiguous (N, L, C·kh·kw) columns -> (N, C, H, W) (the tiles kernel, Note [Fold,
+// tiles kernel] in cuda/kernels/unfold_fold.cu, with the halo stage on the 3x3 stride-1 rows: Note [Fold, tiles2]);
+// unfold (the vec kernel on every row here: Note [Unfold, vec kernel]) from an (N, C, H, W) contiguous image and from a channels-last (N, H, W, C) image viewed as NCHW (the HLQ convolutions'
 // layout) -> columns. Bytes: columns + image, each once (the ideal traffic); "vs copy" is the ratio of that rate
 // to the copy floor (the 1 GB clone of the main table). HADATRAIN_BENCH_FOLD=S runs only the cases whose name
 // contains S.
 void bench_fold(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(21);
-  constexpr int kV = kernels::kFoldVariants;
-  constexpr int kU = kernels::kUnfoldVariants;
-  static_assert(kV == 3 && kU == 3, "one column pair per variant");
   struct Case {
     const char* name;
     int64_t N, C, H, W, k, s, p;
@@ -46,14 +41,12 @@ void bench_fold(bool csv, double copy_gbs) {
   const char* const only = std::getenv("HADATRAIN_BENCH_FOLD");
   if (csv) {
     std::printf("fold case (bf16 N 256 unless named),MB");
-    for (const char* c : {"fold old", "fold tiles", "fold tiles2", "unfold nchw old", "unfold nchw staged",
-                          "unfold nchw vec", "unfold nhwc-view old", "unfold nhwc-view staged", "unfold nhwc-view vec"})
+    for (const char* c : {"fold", "unfold nchw", "unfold nhwc-view"})
       std::printf(",%s ms,%s ratio_to_copy", c, c);
     std::printf("\n");
   } else {
     std::printf("\n%-30s %8s", "fold / unfold (bf16, N 256)", "MB");
-    for (const char* c : {"fold old", "fold tiles", "fold tiles2", "unf-nchw v1", "unf-nchw v2", "unf-nchw v3",
-                          "unf-nhwc v1", "unf-nhwc v2", "unf-nhwc v3"})
+    for (const char* c : {"fold", "unfold nchw", "unfold nhwc"})
       std::printf(" %11s %7s", c, "vs copy");
     std::printf("\n");
   }
@@ -77,24 +70,12 @@ void bench_fold(bool csv, double copy_gbs) {
     const Tensor out_img = empty({N, c.C, c.H, c.W}, {DType::bf16, dev});
     const Tensor out_cols = empty({N, L, K}, {DType::bf16, dev});
     const kernels::FoldStrides3 cs{L * K, K, 1};
-    double ms[kV + 2 * kU];
-    for (int v = 1; v <= kV; ++v) {
-      kernels::set_fold_variant(v);
-      ms[v - 1] = time_ms([&] {
-        kernels::launch_fold2d(DType::bf16, cols.data_ptr(), cs, g, out_img.data_ptr(), nullptr);
-      });
-    }
-    kernels::set_fold_variant(0);
+    double ms[3];
+    ms[0] = time_ms([&] { kernels::launch_fold2d(DType::bf16, cols.data_ptr(), cs, g, out_img.data_ptr(), nullptr); });
     const kernels::UnfoldStrides4 xs{c.C * c.H * c.W, c.H * c.W, c.W, 1};
     const kernels::UnfoldStrides4 xl{c.H * c.W * c.C, 1, c.W * c.C, c.C};  // (n, c, h, w) strides of NHWC storage
-    for (int v = 1; v <= kU; ++v) {
-      kernels::set_unfold_variant(v);
-      ms[kV + v - 1] =
-          time_ms([&] { kernels::launch_unfold2d(DType::bf16, img.data_ptr(), xs, g, out_cols.data_ptr(), nullptr); });
-      ms[kV + kU + v - 1] =
-          time_ms([&] { kernels::launch_unfold2d(DType::bf16, nhwc.data_ptr(), xl, g, out_cols.data_ptr(), nullptr); });
-    }
-    kernels::set_unfold_variant(0);
+    ms[1] = time_ms([&] { kernels::launch_unfold2d(DType::bf16, img.data_ptr(), xs, g, out_cols.data_ptr(), nullptr); });
+    ms[2] = time_ms([&] { kernels::launch_unfold2d(DType::bf16, nhwc.data_ptr(), xl, g, out_cols.data_ptr(), nullptr); });
     const double bytes = 2.0 * static_cast<double>(N * L * K + N * c.C * c.H * c.W);
     if (csv) std::printf("%s,%.1f", c.name, bytes * 1e-6);
     else std::printf("%-30s %8.1f", c.name, bytes * 1e-6);

@@ -16,7 +16,7 @@
 
 namespace ht::bench {
 
-// ---- bench_lowp_gemm (helper lowp) ----
+// ---- bench_lowp_gemm ----
 // Low-precision products out (M, N) = a (M, K) · b (N, K)ᵀ: int8 -> int32 (int8_matmul_nt) and fp8 e4m3 ->
 // bf16 with device scales (fp8_matmul_nt, precise accumulation; one extra row with cuBLASLt's fast fp8
 // accumulation through the raw API), in T(FL)OP/s (2·M·N·K per product) and as a ratio to the bf16 GEMM of
@@ -88,7 +88,7 @@ void bench_lowp_gemm(bool csv) {
 }
 // ---- end bench_lowp_gemm ----
 
-// ---- bench_grad_quant (helper quant) ----
+// ---- bench_grad_quant ----
 // grad::quantize of a gradient as the HLQ paths run it, bf16 input. g_x path: T = 16 Hadamard blocks, absmax,
 // 4 bits, stochastic rounding: (12608, 3072) = ViT-B fc1 g_y at batch 64 (64·197 tokens) with per-token (row)
 // scales is the fused kernel (int8 and e4m3 values, and with max |g_y| reported for the g_w path); (64,
@@ -175,7 +175,7 @@ void bench_grad_quant(bool csv, double copy_gbs) {
 }
 // ---- end bench_grad_quant ----
 
-// ---- bench_hla (helper hla) ----
+// ---- bench_hla ----
 namespace {
 
 kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {

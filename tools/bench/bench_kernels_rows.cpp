@@ -12,13 +12,12 @@
 #include "bench_kernels.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/ops/ops.h"
-#include "cuda/kernels/batchnorm.cuh"    // bench_bn_gelu_variants
-#include "cuda/kernels/elementwise.cuh"  // bench_norm_variants (GELU forward variants)
-#include "cuda/kernels/rows.cuh"         // bench_norm_variants
+#include "cuda/kernels/batchnorm.cuh"  // bench_bn_gelu_variants
+#include "cuda/kernels/rows.cuh"       // bench_norm_variants
 
 namespace ht::bench {
 
-// ---- bench_norm_gelu (helper kernels) ----
+// ---- bench_norm_gelu ----
 // Batch norm (train, f32 weight / bias / running stats), GELU, layer_norm and softmax backward in bf16 through
 // the op API, in the main table's format (ratio to the copy bandwidth). Backward times are (forward +
 // backward) - forward, autograd bookkeeping included. Bytes count the passes over the activation that the
@@ -114,7 +113,7 @@ void bench_norm_gelu(bool csv, double copy_gbs) {
 }
 // ---- end bench_norm_gelu ----
 
-// ---- bench_bn_relu (helper bnfuse) ----
+// ---- bench_bn_relu ----
 // Batch norm + ReLU in bf16 (train, f32 weight / bias / running stats) through the op API: batch_norm then a
 // separate relu against batch_norm with BatchNormActivation::relu (one normalize pass; the backward masks g
 // inside the batch-norm kernels), and relu(batch_norm + residual) against batch_norm_add_relu (rows "+ add").
@@ -172,16 +171,13 @@ void bench_bn_relu(bool csv) {
 }
 // ---- end bench_bn_relu ----
 
-// ---- bench_bn_gelu_variants (helper bn9) ----
+// ---- bench_bn_gelu_variants ----
 // The norm / gelu rows of bench_norm_gelu (bf16, train, f32 weight / bias / running stats; same byte counts:
 // bn forward 3 passes, backward 5, gelu forward 2) and the fused bn+relu rows of bench_bn_relu, on the kept
 // batch-norm and GELU forward kernels (Note [Batch-norm kernels] in cuda/kernels/batchnorm.cu, Note [GELU forward
-// kernel] in cuda/kernels/elementwise.cu; the old/new variant switch is gone, old numbers in docs/cuda_backend.md).
+// kernel] in cuda/kernels/elementwise.cu).
 // Backward = (forward + backward) - forward, autograd bookkeeping included. Rows "bn kernels ...": the
-// batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer. Channels-first rows are
-// printed once per channels-first kernel variant (set_bn_cf_variant: "[split]" / "[planes]" / "[vstore]",
-// helper bn11), channels-last rows once per channels-last reduction variant
-// (set_bn_cl_variant: "[split]" / "[tickets]", helper bn12).
+// batch-norm launchers alone (statistics + normalize, sums + dx), without the op layer.
 void bench_bn_gelu_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(17);
@@ -214,21 +210,7 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
       {"bn+add+relu 256x64x32x32", {256, 64, 32, 32}, BatchNormActivation::relu, true},
       {"bn+add+relu NHWC [262144,64]", {262144, 64}, BatchNormActivation::relu, true},
   };
-  // Channels-first shapes run once per channels-first kernel variant (cuda/kernels/batchnorm.cuh; row suffix
-  // "[split]" / "[planes]" / "[vstore]"), the others once.
-  const char* const cf_names[] = {"", " [split]", " [planes]", " [vstore]"};
-  static_assert(sizeof(cf_names) / sizeof(cf_names[0]) == kernels::kBnCfVariants + 1);
-  const char* const cl_names[] = {"", " [split]", " [tickets]"};
-  static_assert(sizeof(cl_names) / sizeof(cl_names[0]) == kernels::kBnClVariants + 1);
-  // Sets variant v of the layout's switch (the other back to its default); the row suffix.
-  auto set_variant = [&](bool cf, int v) -> std::string {
-    kernels::set_bn_cf_variant(cf ? v : 0);
-    kernels::set_bn_cl_variant(cf ? 0 : v);
-    return cf ? cf_names[v] : cl_names[v];
-  };
-  for (const BnCase& c : cases)
-  for (int cfv = 1; cfv <= (c.shape.size() == 4 ? kernels::kBnCfVariants : kernels::kBnClVariants); ++cfv) {
-    const std::string suffix = set_variant(c.shape.size() == 4, cfv);
+  for (const BnCase& c : cases) {
     const int64_t C = c.shape[1];
     Tensor x = bf16_rand(c.shape), res = bf16_rand(c.shape);
     const Tensor g = bf16_rand(c.shape);
@@ -252,11 +234,9 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
     });
     const double bwd = fb - fwd;
     // passes: fwd 3 (+1 residual read), bwd 5 (+1 residual read, +1 residual gradient write)
-    print(std::string(c.name) + " fwd train" + suffix, x.numel(), c.residual ? 4 : 3, fwd);
-    print(std::string(c.name) + " bwd" + suffix, x.numel(), c.residual ? 7 : 5, bwd);
+    print(std::string(c.name) + " fwd train", x.numel(), c.residual ? 4 : 3, fwd);
+    print(std::string(c.name) + " bwd", x.numel(), c.residual ? 7 : 5, bwd);
   }
-  kernels::set_bn_cf_variant(0);
-  kernels::set_bn_cl_variant(0);
   {  // GELU of a ViT-S/4 MLP activation, as bench_norm_gelu
     const Tensor x = bf16_rand({256 * 65, 1536});
     const double fwd = time_ms([&] {
@@ -279,9 +259,7 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
                           {"bn kernels NHWC [65536,128]", {65536, 128}, {65536, 128, 1}},
                           {"bn kernels NHWC [16384,256]", {16384, 256}, {16384, 256, 1}},
                           {"bn kernels NHWC [4096,512]", {4096, 512}, {4096, 512, 1}}};
-  for (const KCase& c : kcases)
-  for (int cfv = 1; cfv <= (c.s.S > 1 ? kernels::kBnCfVariants : kernels::kBnClVariants); ++cfv) {
-    const std::string suffix = set_variant(c.s.S > 1, cfv);
+  for (const KCase& c : kcases) {
     const int64_t C = c.s.C;
     const Tensor x = bf16_rand(c.shape), g = bf16_rand(c.shape);
     const Tensor y = empty(c.shape, {DType::bf16, dev}), gx = empty(c.shape, {DType::bf16, dev});
@@ -310,8 +288,8 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
       kernels::launch_bn_backward_dx(DType::bf16, kernels::BnMode::train, g.data_ptr(), x.data_ptr(), c.s, ch,
                                      sums.sum_g, sums.sum_gxhat, gx.data_ptr(), nullptr);
     });
-    print(std::string(c.name) + " fwd" + suffix, x.numel(), 3, fwd);
-    print(std::string(c.name) + " bwd" + suffix, x.numel(), 5, bwd);
+    print(std::string(c.name) + " fwd", x.numel(), 3, fwd);
+    print(std::string(c.name) + " bwd", x.numel(), 5, bwd);
     // Each launcher alone (passes: statistics 1, normalize 2, sums 2, dx 3; the elementwise passes then read
     // x from DRAM, not from the L2 the reduction left it in).
     const double t_stats = time_ms(
@@ -325,22 +303,17 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
       kernels::launch_bn_backward_dx(DType::bf16, kernels::BnMode::train, g.data_ptr(), x.data_ptr(), c.s, ch,
                                      sums.sum_g, sums.sum_gxhat, gx.data_ptr(), nullptr);
     });
-    print(std::string(c.name) + "  stats only" + suffix, x.numel(), 1, t_stats);
-    print(std::string(c.name) + "  normalize only" + suffix, x.numel(), 2, t_norm);
-    print(std::string(c.name) + "  bwd sums only" + suffix, x.numel(), 2, t_sums);
-    print(std::string(c.name) + "  dx only" + suffix, x.numel(), 3, t_dx);
+    print(std::string(c.name) + "  stats only", x.numel(), 1, t_stats);
+    print(std::string(c.name) + "  normalize only", x.numel(), 2, t_norm);
+    print(std::string(c.name) + "  bwd sums only", x.numel(), 2, t_sums);
+    print(std::string(c.name) + "  dx only", x.numel(), 3, t_dx);
   }
-  kernels::set_bn_cf_variant(0);
-  kernels::set_bn_cl_variant(0);
 }
 // ---- end bench_bn_gelu_variants ----
 
-// ---- bench_norm_variants (helpers rows8, rows11, rows12) ----
-// layer_norm / rms_norm in bf16 (bf16 weight and bias) with each norm kernel variant (kernels::
-// set_norm_kernel_variant: 1 "old", the register-resident kernels; 2 "staged" (the default), the staged ones,
-// parameters in shared memory; 3 "reg", the staged ones with the parameters in registers; 4 "cluster", the
-// default's forward and a staged backward adding its dgamma / dbeta partial sums in thread block clusters;
-// Note [Norm kernel variants] in cuda/kernels/rows_norm.cu), side by side.
+// ---- bench_norm_variants ----
+// layer_norm / rms_norm in bf16 (bf16 weight and bias) on the kernels launch_norm and launch_norm_backward pick
+// (Note [Norm kernels] in cuda/kernels/rows_norm.cu).
 // Op rows: through the op API. Forward: 2 passes (read x, write y) over the forward time; backward: 3 passes
 // (read x and g, write gx) over (forward + backward) - forward, as bench_norm_gelu counts them: that time also
 // holds the parameter gradients' partial sums and finalize launch, autograd's bookkeeping, the output and
@@ -348,42 +321,29 @@ void bench_bn_gelu_variants(bool csv, double copy_gbs) {
 // "kernels" rows: the launchers alone on preallocated buffers (forward: launch_norm; backward:
 // launch_norm_backward with the fused partial sums, or launch_norm_param_grad where there are none, then
 // launch_norm_param_finalize), the legacy stream, as time_ms's events.
-// Columns: per variant the time, the ratio to the copy floor (the 1 GB clone of the main table) and "vs same":
+// Columns: the time, the ratio to the copy floor (the 1 GB clone of the main table) and "vs same":
 // the ratio to a device-to-device copy (cudaMemcpyAsync) of the same traffic (bytes read + written: forward
 // D elements per row, backward 1.5 D), timed the same way; "copy ms" is that copy's time. At these sizes the
 // L2 (50 MB on the H200) holds part of the data between back-to-back launches, for the copy as for the norm:
 // "vs same" compares like with like, "vs copy" against HBM streaming.
-// Last row: the bf16 GELU forward at 16640 x 1536 with GELU forward kernel 1 and 2 (set_gelu_fwd_variant).
+// Last row: the bf16 GELU forward at 16640 x 1536.
 // HADATRAIN_BENCH_NORM=S runs only the cases whose "op RxD" name contains S (e.g. 16640x384; "gelu");
-// HADATRAIN_BENCH_NORM_PROFILE=1 (for Nsight Compute) skips the op rows and times nothing: per case and variant
-// the launchers run once each (forward, forward again for the statistics, backward, finalize).
+// HADATRAIN_BENCH_NORM_PROFILE=1 (for Nsight Compute) skips the op rows and times nothing: per case the
+// launchers run once each (forward, forward again for the statistics, backward, finalize).
 void bench_norm_variants(bool csv, double copy_gbs) {
   const Device dev = Device::cuda(0);
   Generator gen(12);
   auto bf16_rand = [&](const Shape& s) { return rand(s, gen, {DType::f32, dev}).to(DType::bf16); };
-  constexpr int kV = kernels::kNormKernelVariants;
-  static_assert(kV == 4, "one column triple per variant");
-  const char* const names[kV] = {"old", "staged", "reg", "cluster"};
-  if (csv) {
-    std::printf("norm variant,elements,copy ms");
-    for (const char* v : names) std::printf(",%s ms,%s ratio_to_copy,%s ratio_to_same_size_copy", v, v, v);
-    std::printf("\n");
-  } else {
-    std::printf("\n%-38s %10s %8s", "norm kernels (bf16): variants 1-4", "elements", "copy ms");
-    for (const char* v : names) std::printf(" %7s ms %7s %7s", v, "vs copy", "vs same");
-    std::printf("\n");
-  }
+  if (csv) std::printf("norm kernels,elements,copy ms,ms,ratio_to_copy,ratio_to_same_size_copy\n");
+  else std::printf("\n%-38s %10s %8s %10s %7s %7s\n", "norm kernels (bf16)", "elements", "copy ms", "ms", "vs copy",
+                   "vs same");
   // bytes: traffic of the row (read + write); same_ms: the same-size copy's time
-  auto print = [&](const std::string& name, int64_t numel, double passes, double same_ms, const double (&ms)[kV]) {
+  auto print = [&](const std::string& name, int64_t numel, double passes, double same_ms, double ms) {
     const double bytes = passes * 2.0 * static_cast<double>(numel);
-    if (csv) std::printf("%s,%lld,%.4f", name.c_str(), static_cast<long long>(numel), same_ms);
-    else std::printf("%-38s %10lld %8.4f", name.c_str(), static_cast<long long>(numel), same_ms);
-    for (int v = 0; v < kV; ++v) {
-      const double ratio = bytes / ms[v] * 1e-6 / copy_gbs, same = same_ms / ms[v];
-      if (csv) std::printf(",%.4f,%.3f,%.3f", ms[v], ratio, same);
-      else std::printf(" %10.4f %7.3f %7.3f", ms[v], ratio, same);
-    }
-    std::printf("\n");
+    const double ratio = bytes / ms * 1e-6 / copy_gbs, same = same_ms / ms;
+    if (csv) std::printf("%s,%lld,%.4f,%.4f,%.3f,%.3f\n", name.c_str(), static_cast<long long>(numel), same_ms, ms, ratio, same);
+    else std::printf("%-38s %10lld %8.4f %10.4f %7.3f %7.3f\n", name.c_str(), static_cast<long long>(numel), same_ms, ms,
+                     ratio, same);
   };
   // a device-to-device copy moving `bytes` in all (bytes / 2 read, bytes / 2 written)
   auto copy_ms = [&](double bytes) {
@@ -420,29 +380,24 @@ void bench_norm_variants(bool csv, double copy_gbs) {
     Tensor x = bf16_rand(c.shape), w = bf16_rand({c.shape[1]}), b = bf16_rand({c.shape[1]});
     const Tensor g = bf16_rand(c.shape);
     auto fwd_op = [&] { return c.rms ? rms_norm(x, w) : layer_norm(x, w, b); };
-    double fwd[kV], bwd[kV];
-    for (int v = 1; v <= kV; ++v) {
-      kernels::set_norm_kernel_variant(v);
-      x.set_requires_grad(false);
-      w.set_requires_grad(false);
-      b.set_requires_grad(false);
-      Tensor keep;
-      fwd[v - 1] = time_ms([&] {
-        NoGradGuard no_grad;
-        keep = fwd_op();
-      });
-      x.set_requires_grad(true);
-      w.set_requires_grad(true);
-      b.set_requires_grad(!c.rms);
-      const double fb = time_ms([&] {
-        x.zero_grad();
-        w.zero_grad();
-        b.zero_grad();
-        fwd_op().backward(g);
-      });
-      bwd[v - 1] = fb - fwd[v - 1];
-    }
-    kernels::set_norm_kernel_variant(0);
+    x.set_requires_grad(false);
+    w.set_requires_grad(false);
+    b.set_requires_grad(false);
+    Tensor keep;
+    const double fwd = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = fwd_op();
+    });
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    b.set_requires_grad(!c.rms);
+    const double fb = time_ms([&] {
+      x.zero_grad();
+      w.zero_grad();
+      b.zero_grad();
+      fwd_op().backward(g);
+    });
+    const double bwd = fb - fwd;
     const int64_t numel = c.shape[0] * c.shape[1];
     const std::string shape = std::to_string(c.shape[0]) + "x" + std::to_string(c.shape[1]);
     print(std::string(c.op) + " fwd " + shape, numel, 2, copy_ms(2 * 2.0 * numel), fwd);
@@ -460,67 +415,47 @@ void bench_norm_variants(bool csv, double copy_gbs) {
                          x.data_ptr(), w.data_ptr(), c.rms ? nullptr : b.data_ptr(), rows, d, 1e-5};
     fa.weight_narrow = true;
     fa.bias_narrow = !c.rms;
-    double fwd[kV], bwd[kV];
-    for (int v = 1; v <= kV; ++v) {
-      kernels::set_norm_kernel_variant(v);
-      fwd[v - 1] = timed([&] { kernels::launch_norm(fa, nullptr); });
-      kernels::launch_norm(fa, nullptr);  // the statistics for the backward
-      kernels::NormBackwardArgs ba{DType::bf16, kind, gx.data_ptr(), g.data_ptr(), x.data_ptr(),
-                                   c.rms ? nullptr : mean.data_ptr(), rstd.data_ptr(), w.data_ptr(), rows, d};
-      ba.weight_narrow = true;
-      const int fused = kernels::norm_backward_partials(ba);
-      const int64_t parts = fused > 0 ? fused : kernels::norm_param_splits(rows, d);
-      const Tensor pw = empty({parts, d}, {DType::f32, dev});
-      const Tensor pb = c.rms ? Tensor() : empty({parts, d}, {DType::f32, dev});
-      if (fused > 0) {
-        ba.gw_partial = pw.data_ptr();
-        ba.gb_partial = pb.defined() ? pb.data_ptr() : nullptr;
-      }
-      const kernels::NormParamFinalizeArgs fin{DType::f32, pw.data_ptr(), pb.defined() ? pb.data_ptr() : nullptr,
-                                               gw.data_ptr(), DType::bf16, pb.defined() ? gb.data_ptr() : nullptr,
-                                               DType::bf16, parts, d};
-      bwd[v - 1] = timed([&] {
-        kernels::launch_norm_backward(ba, nullptr);
-        if (fused == 0)
-          kernels::launch_norm_param_grad({DType::bf16, kind, pw.data_ptr(), pb.defined() ? pb.data_ptr() : nullptr,
-                                           g.data_ptr(), x.data_ptr(), c.rms ? nullptr : mean.data_ptr(),
-                                           rstd.data_ptr(), rows, d},
-                                          nullptr);
-        kernels::launch_norm_param_finalize(fin, nullptr);
-      });
+    const double fwd = timed([&] { kernels::launch_norm(fa, nullptr); });
+    kernels::launch_norm(fa, nullptr);  // the statistics for the backward
+    kernels::NormBackwardArgs ba{DType::bf16, kind, gx.data_ptr(), g.data_ptr(), x.data_ptr(),
+                                 c.rms ? nullptr : mean.data_ptr(), rstd.data_ptr(), w.data_ptr(), rows, d};
+    ba.weight_narrow = true;
+    const int fused = kernels::norm_backward_partials(ba);
+    const int64_t parts = fused > 0 ? fused : kernels::norm_param_splits(rows, d);
+    const Tensor pw = empty({parts, d}, {DType::f32, dev});
+    const Tensor pb = c.rms ? Tensor() : empty({parts, d}, {DType::f32, dev});
+    if (fused > 0) {
+      ba.gw_partial = pw.data_ptr();
+      ba.gb_partial = pb.defined() ? pb.data_ptr() : nullptr;
     }
-    kernels::set_norm_kernel_variant(0);
+    const kernels::NormParamFinalizeArgs fin{DType::f32, pw.data_ptr(), pb.defined() ? pb.data_ptr() : nullptr,
+                                             gw.data_ptr(), DType::bf16, pb.defined() ? gb.data_ptr() : nullptr,
+                                             DType::bf16, parts, d};
+    const double bwd = timed([&] {
+      kernels::launch_norm_backward(ba, nullptr);
+      if (fused == 0)
+        kernels::launch_norm_param_grad({DType::bf16, kind, pw.data_ptr(), pb.defined() ? pb.data_ptr() : nullptr,
+                                         g.data_ptr(), x.data_ptr(), c.rms ? nullptr : mean.data_ptr(),
+                                         rstd.data_ptr(), rows, d},
+                                        nullptr);
+      kernels::launch_norm_param_finalize(fin, nullptr);
+    });
     if (profile) continue;
     const std::string shape = std::to_string(rows) + "x" + std::to_string(d);
     print(std::string("kernels ") + c.op + " fwd " + shape, numel, 2, copy_ms(2 * 2.0 * numel), fwd);
     print(std::string("kernels ") + c.op + " bwd " + shape, numel, 3, copy_ms(3 * 2.0 * numel), bwd);
   }
-  // The bf16 GELU (erf) forward of a ViT-S/4 MLP activation with each GELU forward kernel (kernels::
-  // set_gelu_fwd_variant: 1 rounds per element, the default; 2 per pair; Note [GELU forward kernel] in
+  // The bf16 GELU (erf) forward of a ViT-S/4 MLP activation (Note [GELU forward kernel] in
   // cuda/kernels/elementwise.cu), through the op API; 2 passes.
   if (profile || (only != nullptr && std::string("gelu 16640x1536").find(only) == std::string::npos)) return;
   {
-    constexpr int kG = kernels::kGeluFwdVariants;
     const Tensor x = bf16_rand({256 * 65, 1536});
-    double ms[kG];
-    for (int v = 1; v <= kG; ++v) {
-      kernels::set_gelu_fwd_variant(v);
-      Tensor keep;
-      ms[v - 1] = time_ms([&] {
-        NoGradGuard no_grad;
-        keep = gelu(x);
-      });
-    }
-    kernels::set_gelu_fwd_variant(0);
-    const double numel = static_cast<double>(x.numel()), same = copy_ms(2 * 2.0 * numel);
-    if (csv) std::printf("gelu fwd 16640x1536,%lld,%.4f", static_cast<long long>(x.numel()), same);
-    else std::printf("%-38s %10lld %8.4f", "gelu fwd 16640x1536 (1 / 2)", static_cast<long long>(x.numel()), same);
-    for (int v = 0; v < kG; ++v) {
-      const double ratio = 2 * 2.0 * numel / ms[v] * 1e-6 / copy_gbs;
-      if (csv) std::printf(",%.4f,%.3f,%.3f", ms[v], ratio, same / ms[v]);
-      else std::printf(" %10.4f %7.3f %7.3f", ms[v], ratio, same / ms[v]);
-    }
-    std::printf("\n");
+    Tensor keep;
+    const double ms = time_ms([&] {
+      NoGradGuard no_grad;
+      keep = gelu(x);
+    });
+    print("gelu fwd 16640x1536", x.numel(), 2, copy_ms(2 * 2.0 * static_cast<double>(x.numel())), ms);
   }
 }
 // ---- end bench_norm_variants ----

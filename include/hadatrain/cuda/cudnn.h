@@ -9,7 +9,7 @@
 // By default the cudnnGet*Algorithm_v7 heuristics choose (no benchmarking): the first candidate whose workspace
 // query and execution do not report NOT_SUPPORTED is used and cached. With HADATRAIN_CUDNN_FIND=1 in the
 // environment algorithms are measured instead (measured slower end to end: ResNet-18 bf16 NHWC training step
-// 8.30 ms with Find against 6.72 ms with the heuristics, H200, docs/BENCHMARKS.md session 4): the first call
+// 8.30 ms with Find against 6.72 ms with the heuristics, H200): the first call
 // of a (pass, dtype, layout, device, shapes, params) runs
 // cudnnFind*AlgorithmEx (every algorithm timed on the call's own buffers, with a workspace of up to 1 GiB from
 // the caching allocator, less when it cannot give that much) and keeps the fastest that succeeded, under

@@ -1,10 +1,9 @@
 // Tensor-level glue of the HLA projection kernel (cuda/kernels/hla.cuh): fp8 inputs are widened to f32 first (exact,
 // as the CPU reference converts them), the kept rows travel by value in the launch, x keeps its strides. The
 // identity plan (n = 1) of hla_project is a plain conversion through copy_; hla_project_unfolded's fused kernel
-// runs it too (a gather of the columns converted to f32). hla_project_unfolded runs the fused kernel, the path
-// since session 10 (run 38, one H200, bf16 step graphs: ResNet-50 b128 HLQ 45.02 ms against 49.44 with
-// unfold2d + hla_project, ResNet-34 b256 21.55 against 21.44 with 1.84 GiB of graph memory against 1.91), and
-// the composition only for an image whose offsets do not fit the fused kernel's int32 indexing (or with
+// runs it too (a gather of the columns converted to f32). hla_project_unfolded runs the fused kernel (one H200,
+// bf16 step graphs: ResNet-50 b128 HLQ 45.02 ms against 49.44 with unfold2d + hla_project, ResNet-34 b256 21.55
+// against 21.44 with 1.84 GiB of graph memory against 1.91), and the composition only for an image whose offsets do not fit the fused kernel's int32 indexing (or with
 // negative strides). CUDA builds only.
 #ifdef HADATRAIN_CUDA
 #include "cuda/glue/hla_glue.h"

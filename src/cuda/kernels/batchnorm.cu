@@ -31,18 +31,16 @@
 // 256-thread blocks per SM (6 for dx and sums with a fused activation), channels-last ones for 4 (3 for dx
 // and for sums with a fused activation), channels-last grids being one wave of those. (Measured against the
 // previous kernels on an H200, bf16: equal or faster on every benchmarked shape; docs/cuda_backend.md.)
-// Note [Batch-norm plane kernels] (the channels-first variants) is in batchnorm_planes.cu.
-// Channels-last reduction variant 2 (tickets; Note [Batch-norm channels-last tickets]) is the default from 128
-// channels up (cl_variant_for; run 24). Helper bn12's channels-first variant 4 (deeper reductions) lost to
-// variant 3 in run 24 and was deleted.
-// Files: this one holds the ticket buffer, the variant choice and the public launchers, which pick a kernel
-// family (batchnorm_launch.cuh): batchnorm_reduce.cu, batchnorm_map.cu, batchnorm_cl2.cu, batchnorm_planes.cu;
-// the shared device helpers are in batchnorm_common.cuh.
+// Channels-first normalize and dx store their 16-byte packs with one explicit 16-byte store (Note [Batch-norm
+// 16-byte stores] in batchnorm_common.cuh). Channels-last reductions take the two-level ticket kernels (Note
+// [Batch-norm channels-last tickets]) from kClTicketsMinC channels up, the split kernels below.
+// Files: this one holds the ticket buffer, the kernel choice and the public launchers, which pick a kernel
+// family (batchnorm_launch.cuh): batchnorm_reduce.cu, batchnorm_map.cu, batchnorm_cl2.cu; the shared device
+// helpers are in batchnorm_common.cuh.
 #include <atomic>
 #include <mutex>
 
 #include "cuda/kernels/batchnorm_launch.cuh"
-#include "cuda/kernels/variant.h"
 
 namespace ht::kernels::bn {
 
@@ -89,36 +87,12 @@ unsigned* bn_tickets(int64_t n, cudaStream_t stream) {
 namespace ht::kernels {
 namespace {
 
-// The channels-first variant (batchnorm.cuh): HADATRAIN_BN_CF_KERNEL read once, set_bn_cf_variant's override.
-std::atomic<int> g_cf_variant_override{0};
-
-int env_cf_variant() {
-  // vstore (3): the default since run 22 (Note [Batch-norm plane kernels])
-  static const int v = env_variant("HADATRAIN_BN_CF_KERNEL", {{"split", 1}, {"planes", 2}, {"vstore", 3}},
-                                   3, 3);
-  return v;
-}
-
-// The channels-last variant (batchnorm.cuh): HADATRAIN_BN_CL_KERNEL read once, set_bn_cl_variant's override.
-std::atomic<int> g_cl_variant_override{0};
-
-int env_cl_variant() {
-  // unset: 0, by channel count (cl_variant_for)
-  static const int v = env_variant("HADATRAIN_BN_CL_KERNEL", {{"split", 1}, {"tickets", 2}}, 0, 1);
-  return v;
-}
-
-// The channels-last reduction variant for C channels: bn_cl_variant() when set (override or environment), else
-// tickets (2) from kClTicketsMinC channels up, split (1) below. Run 24 (H200, bf16, ms split / tickets): on
-// [16384, 256] with relu, forward 0.0301 / 0.0258, backward 0.0412 / 0.0395; on [262144, 64], statistics
-// 0.0183 / 0.0171 but backward sums 0.0310 / 0.0326 (whole backward 0.0649 / 0.0677).
+// Whether the channels-last reductions of C channels take the ticket kernels (batchnorm_cl2.cu): from
+// kClTicketsMinC channels up, where they are the faster (H200, bf16, ms split / tickets: on [16384, 256] with
+// relu, forward 0.0301 / 0.0258, backward 0.0412 / 0.0395); below, the split kernels (on [262144, 64] the
+// statistics are 0.0183 / 0.0171 but the backward sums 0.0310 / 0.0326, the whole backward 0.0649 / 0.0677).
 constexpr int64_t kClTicketsMinC = 128;
-int cl_variant_for(int64_t C) {
-  const int o = g_cl_variant_override.load(std::memory_order_relaxed);
-  if (o >= 1 && o <= kBnClVariants) return o;
-  if (const int e = env_cl_variant(); e != 0) return e;
-  return C >= kClTicketsMinC ? 2 : 1;
-}
+bool cl_tickets_for(int64_t C) { return C >= kClTicketsMinC; }
 
 // Whether dt is a batch-norm dtype (f32, f64, bf16, f16).
 bool supported(DType dt) {
@@ -127,24 +101,13 @@ bool supported(DType dt) {
 
 }  // namespace
 
-int bn_cf_variant() {
-  const int o = g_cf_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kBnCfVariants ? o : env_cf_variant();
-}
-void set_bn_cf_variant(int variant) { g_cf_variant_override.store(variant, std::memory_order_relaxed); }
-
-// The override or the environment's choice; unset, split (1): the rule's answer below kClTicketsMinC channels.
-int bn_cl_variant() { return cl_variant_for(0); }
-void set_bn_cl_variant(int variant) { g_cl_variant_override.store(variant, std::memory_order_relaxed); }
-
 void launch_bn_stats(DType dt, const void* x, BnShape s, double eps, BnRunning running, double* mean, double* invstd,
                      cudaStream_t stream) {
   if (s.C == 0) return;
   if (!supported(dt)) HT_UNSUPPORTED_DTYPE("batch_norm stats", dt);
   const bn::StatsArgs a{dt, x, s, eps, running, mean, invstd};
-  // Variant 2 (channels last, or planes) when chosen and it finds tickets, else variant 1.
-  const bool done = s.N * s.S > 0 && (s.S == 1 ? cl_variant_for(s.C) == 2 && bn::stats_cl2(a, stream)
-                                               : bn::use_planes(s) && bn::stats_planes(a, stream));
+  // Channels last: the ticket kernels when they apply and find a ticket slot; else the split kernels.
+  const bool done = s.N * s.S > 0 && s.S == 1 && cl_tickets_for(s.C) && bn::stats_cl2(a, stream);
   if (!done) bn::stats_split(a, stream);
   HT_CHECK_LAUNCH("batch_norm stats");
 }
@@ -153,8 +116,7 @@ void launch_bn_normalize(DType dt, const void* x, BnShape s, BnChannels ch, void
   if (s.N * s.S * s.C == 0) return;
   if (!supported(dt)) HT_UNSUPPORTED_DTYPE("batch_norm", dt);
   const bn::NormalizeArgs a{dt, x, s, ch, y};
-  if (s.S != 1 && bn::use_planes(s)) bn::normalize_planes(a, stream);
-  else bn::normalize_split(a, stream);
+  bn::normalize_split(a, stream);
   HT_CHECK_LAUNCH("batch_norm");
 }
 
@@ -168,9 +130,8 @@ void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s
   }
   if (!supported(dt)) HT_UNSUPPORTED_DTYPE("batch_norm backward", dt);
   const bn::ReduceArgs a{dt, g, x, s, ch, out};
-  // Variant 2 (channels last, or planes) when chosen and it finds tickets, else variant 1.
-  const bool done = s.N * s.S > 0 && (s.S == 1 ? cl_variant_for(s.C) == 2 && bn::bwd_reduce_cl2(a, stream)
-                                               : bn::use_planes(s) && bn::bwd_reduce_planes(a, stream));
+  // Channels last: the ticket kernels when they apply and find a ticket slot; else the split kernels.
+  const bool done = s.N * s.S > 0 && s.S == 1 && cl_tickets_for(s.C) && bn::bwd_reduce_cl2(a, stream);
   if (!done) bn::bwd_reduce_split(a, stream);
   HT_CHECK_LAUNCH("batch_norm backward reduce");
 }
@@ -181,8 +142,7 @@ void launch_bn_backward_dx(DType dt, BnMode mode, const void* g, const void* x, 
   if (mode == BnMode::eval && ch.act == BnAct::none) x = nullptr;
   if (!supported(dt)) HT_UNSUPPORTED_DTYPE("batch_norm backward", dt);
   const bn::DxArgs a{dt, mode, g, x, s, ch, sum_g, sum_gxhat, gx};
-  if (s.S != 1 && bn::use_planes(s)) bn::dx_planes(a, stream);
-  else bn::dx_split(a, stream);
+  bn::dx_split(a, stream);
   HT_CHECK_LAUNCH("batch_norm backward dx");
 }
 

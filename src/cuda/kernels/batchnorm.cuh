@@ -79,44 +79,18 @@ struct BnBackwardSums {
 void launch_bn_backward_reduce(DType dt, const void* g, const void* x, BnShape s, BnChannels ch, BnBackwardSums out,
                                cudaStream_t stream);
 
-// Channels-first (S > 1) kernel variant (Note [Batch-norm plane kernels] in cuda/kernels/batchnorm_planes.cu):
-//   1 (split): blockIdx = (channel, split of its N*S values), per-block partial sums;
-//   2 (planes): a warp per (n, c) plane of S contiguous values, grids of one wave striding over the planes
-//     (normalize / dx from the last plane down), per-plane partial sums finalised by the channel's last warp.
-//     Taken when 2048 <= N*C <= 67584 planes, S >= 32 and C <= 4096; other shapes use variant 1's kernels.
-//   3 (vstore): variant 1 with the normalize and dx kernels storing 16-byte packs as one 16-byte store
-//     (variant 1's bf16 / f16 stores compile to 2-byte stores); results bit-identical to variant 1. The
-//     default (fastest in run 22).
-// HADATRAIN_BN_CF_KERNEL = split | planes | vstore (or 1 .. 3) in the environment, read once per process, picks
-// the variant (unset: 3); set_bn_cf_variant(v) overrides it (0: back to the environment; the GPU tests and
-// bench_kernels run every variant). All agree within rounding (variant 2 groups the partial sums differently).
-// (A variant 4 with deeper reductions, 8 packs of a thread in flight, was slower than variant 3 in run 24 and
-// was deleted: forward 0.0443 against 0.0355 ms, backward 0.0599 against 0.0525 on 256x64x32x32 bf16.)
-int bn_cf_variant();
-void set_bn_cf_variant(int variant);
-inline constexpr int kBnCfVariants = 3;
-// Launches of the plane kernels in this process (the GPU tests assert that variant 2 takes them).
-int64_t bn_plane_launches();
-
-// Channels-last (S == 1) reduction variant (statistics and backward sums; Note [Batch-norm channels-last
-// tickets] in cuda/kernels/batchnorm_cl2.cu; normalize and dx are the same under both):
-//   1 (split): one wave of 4 (3 with a fused activation) blocks a SM, 4 packs of a thread in flight, a shared
-//     memory tree over the block's rows, partial sums added by a separate finalize launch. The default below
-//     128 channels.
-//   2 (tickets): one wave of 2 blocks a SM with 8 packs of a thread in flight (the sums: 4 rows of g and x, 3
-//     with a residual), warp shuffles then shared memory for the block's rows, and no finalize launch: the partial rows are
-//     added in two levels of atomic tickets (groups of about sqrt(blocks) rows by the group's last block, then
-//     the groups by the last group), a fixed order. Falls back to variant 1 without tickets. The default from
-//     128 channels up (run 24: [16384, 256] with relu, forward 0.0258 against 0.0301 ms, backward 0.0395
-//     against 0.0412; at 64 channels the forward is 2 % faster and the backward 4 % slower).
-// HADATRAIN_BN_CL_KERNEL = split | tickets (or 1 | 2), read once per process (unset: by channel count, as
-// above); set_bn_cl_variant(v) overrides it (0: back to the environment). bn_cl_variant() reports the override
-// or the environment's choice (1 when unset). Both agree within rounding (different partial groupings); each is
-// deterministic.
-int bn_cl_variant();
-void set_bn_cl_variant(int variant);
-inline constexpr int kBnClVariants = 2;
-// Launches of variant 2's channels-last ticket kernels in this process (the GPU tests assert that it takes them).
+// The kernels: channels first (S > 1), split grids (blockIdx = (channel, split of its N*S values), per-block
+// partial sums finalised by the channel's last block) whose normalize and dx kernels store 16-byte packs with
+// one 16-byte store (Note [Batch-norm 16-byte stores] in cuda/kernels/batchnorm_common.cuh). Channels last
+// (S == 1): normalize and dx on their own split grids; the reductions (statistics and backward sums) by channel
+// count: below 128 channels the split kernels (one wave of 4 blocks a SM, 3 with a fused activation, 4 packs of
+// a thread in flight, a shared-memory tree over the block's rows, partial sums added by a separate finalize
+// launch); from 128 channels up the ticket kernels (Note [Batch-norm channels-last tickets] in
+// cuda/kernels/batchnorm_cl2.cu: one wave of 2 blocks a SM with 8 packs of a thread in flight, warp shuffles
+// then shared memory for the block's rows, and the partial rows added in two levels of atomic tickets, a fixed
+// order; the split kernels when no ticket slot is free). Each is deterministic.
+//
+// Launches of the channels-last ticket kernels in this process (the GPU tests assert which shapes take them).
 int64_t bn_cl_ticket_launches();
 
 // (Note [Batch-norm kernels] in cuda/kernels/batchnorm.cu: the channels-first reductions are finalised by their

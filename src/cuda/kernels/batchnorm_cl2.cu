@@ -1,4 +1,4 @@
-// Channels-last reduction variant 2 (Note [Batch-norm channels-last tickets] below; batchnorm_launch.cuh):
+// The channels-last ticket reductions (Note [Batch-norm channels-last tickets] below; batchnorm_launch.cuh):
 // the statistics and backward sums of x (M, C) in one launch each, finalised through two levels of tickets.
 #include <atomic>
 
@@ -7,18 +7,18 @@
 namespace ht::kernels::bn {
 namespace {
 
-// ---- channels-last reductions, variant 2 (Note [Batch-norm channels-last tickets]) ---------------------
-// Note [Batch-norm channels-last tickets]: bn_stats_cl2 / bn_bwd_reduce_cl2 read x (M, C) in variant 1's block
+// ---- channels-last ticket reductions (Note [Batch-norm channels-last tickets]) --------------------------
+// Note [Batch-norm channels-last tickets]: bn_stats_cl2 / bn_bwd_reduce_cl2 read x (M, C) in the split kernels' block
 // shape (threadIdx.x along C, one pack of V channels a thread; threadIdx.y along rows) with a grid of one wave
 // of kCl2Blocks blocks a SM, and kCl2U 16-byte packs of a thread in flight (the sums: kCl2U / 2 rows of g and
-// x; variant 1 had 4 packs of x, 2 rows of g and x, at 4 blocks a SM: 64 B a thread, 2x less). The tail rows
+// x; the split kernels have 4 packs of x, 2 rows of g and x, at 4 blocks a SM: 64 B a thread, 2x less). The tail rows
 // of a thread go through the same guarded batch. The block's rows are added with shuffles inside each warp
 // (when blockDim.x is a power of two below 32: 32 / blockDim.x rows a warp), then over the warps in shared
-// memory in a fixed order (variant 1: a shared-memory tree with a barrier per level), and written as one
+// memory in a fixed order (the split kernels: a shared-memory tree with a barrier per level), and written as one
 // double partial row (gy, 2, C). No finalize launch: the partial rows of a column of blocks (blockIdx.x) are
 // added in two ticket levels: the last block of each group of `group` consecutive rows (about sqrt(gy)) adds
 // them (a thread a channel, all loads in flight) to a group row (groups, 2, C); the last group to finish adds
-// the group rows and writes the statistics / sums. Variant 1's finalize kernel instead read all 2 * gy * C
+// the group rows and writes the statistics / sums. The split kernels' finalize kernel instead reads all 2 * gy * C
 // partials with a warp a channel (a 32-byte sector per 8-byte load). Fixed order at both levels:
 // deterministic. Tickets: bn_tickets' slot, counters [bx * (groups + 1) + group] and [bx * (groups + 1) +
 // groups]; reset to 0 by the blocks that take the last ticket.
@@ -247,9 +247,9 @@ __global__ void __launch_bounds__(kThreads, kCl2Blocks)
 // Launches of the ticket kernels (bn_cl_ticket_launches).
 std::atomic<int64_t> g_cl_ticket_launches{0};
 
-// Variant 2's ticket slot for the grid g, or null (then variant 1 runs): counts the launch.
+// The ticket slot for the grid g, or null (then the split kernels run): counts the launch.
 unsigned* cl2_tickets(const Cl2Grid& g, cudaStream_t stream) {
-  if (g.tickets > kTicketSlot) return nullptr;  // callers check the variant (cl_variant_for)
+  if (g.tickets > kTicketSlot) return nullptr;  // callers check the channel count (cl_tickets_for)
   unsigned* t = bn_tickets(g.tickets, stream);
   if (t) g_cl_ticket_launches.fetch_add(1, std::memory_order_relaxed);
   return t;

@@ -2,12 +2,11 @@
 // block and grid constants, the launch geometry of the split grids (ClGrid channels last, CfGrid channels
 // first), the host helpers of the launchers, and the launch functions of the kernel families that the public
 // launchers in batchnorm.cu pick between:
-//   batchnorm_reduce.cu  variant 1 reductions (statistics, backward sums) on the split grids, their finalize
-//                        kernels, and the eval statistics;
-//   batchnorm_map.cu     normalize and dx on the split grids (channels-first variants 1 and 3);
-//   batchnorm_cl2.cu     channels-last reduction variant 2 (Note [Batch-norm channels-last tickets]);
-//   batchnorm_planes.cu  channels-first variant 2 (Note [Batch-norm plane kernels]).
-// batchnorm.cu holds the ticket buffer, the variant choice and the public launchers; batchnorm_common.cuh the
+//   batchnorm_reduce.cu  the reductions (statistics, backward sums) on the split grids, their finalize kernels,
+//                        and the eval statistics;
+//   batchnorm_map.cu     normalize and dx on the split grids;
+//   batchnorm_cl2.cu     the channels-last ticket reductions (Note [Batch-norm channels-last tickets]).
+// batchnorm.cu holds the ticket buffer, the kernel choice and the public launchers; batchnorm_common.cuh the
 // device helpers. Included by .cu files only.
 #pragma once
 #include <algorithm>
@@ -186,21 +185,14 @@ struct DxArgs {  // x null unless read (launch_bn_backward_dx)
   void* gx;
 };
 
-// batchnorm_reduce.cu: variant 1 (also the fallback of the other variants); M == 0 included.
+// batchnorm_reduce.cu: the split reductions (also the fallback of the ticket kernels); M == 0 included.
 void stats_split(const StatsArgs& a, cudaStream_t stream);
 void bwd_reduce_split(const ReduceArgs& a, cudaStream_t stream);
-// batchnorm_map.cu: channels last, or channels first with variant 1 or 3 (bn_cf_variant()).
+// batchnorm_map.cu: channels last and channels first.
 void normalize_split(const NormalizeArgs& a, cudaStream_t stream);
 void dx_split(const DxArgs& a, cudaStream_t stream);
 // batchnorm_cl2.cu: x (M > 0, C) channels last; false (nothing launched) without a ticket slot.
 bool stats_cl2(const StatsArgs& a, cudaStream_t stream);
 bool bwd_reduce_cl2(const ReduceArgs& a, cudaStream_t stream);
-// batchnorm_planes.cu: whether the plane kernels take x (N, C, S > 1) under the current variant; the
-// reductions return false (nothing launched) without tickets.
-bool use_planes(const BnShape& s);
-bool stats_planes(const StatsArgs& a, cudaStream_t stream);
-bool bwd_reduce_planes(const ReduceArgs& a, cudaStream_t stream);
-void normalize_planes(const NormalizeArgs& a, cudaStream_t stream);
-void dx_planes(const DxArgs& a, cudaStream_t stream);
 
 }  // namespace ht::kernels::bn

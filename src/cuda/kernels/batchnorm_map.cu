@@ -1,6 +1,6 @@
 // Batch-norm elementwise kernels on the split grids (batchnorm_launch.cuh): normalize (y = act(x * scale +
-// shift)) and dx, channels last (bn_*_cl) and channels first (bn_*_cf; VS: variant 3's 16-byte stores, Note
-// [Batch-norm plane kernels] in batchnorm_planes.cu). Each block walks its range backwards (walk) to first
+// shift)) and dx, channels last (bn_*_cl) and channels first (bn_*_cf, with 16-byte stores: Note [Batch-norm
+// 16-byte stores] in batchnorm_common.cuh). Each block walks its range backwards (walk) to first
 // read what the reduction before it read last.
 #include "cuda/kernels/batchnorm_common.cuh"
 
@@ -89,12 +89,11 @@ HT_DEV void bn_normalize_cf_body(const T* __restrict__ x, BnShape s, CfGrid g, B
         cf_store<VS, T, V>(y + o0, o);
       });
 }
-// Compiled for 8 resident blocks per SM.
-// VS: variant 3 (16-byte stores).
-template <BnAct Act, class T, int V, bool VS = false>
+// Compiled for 8 resident blocks per SM; 16-byte stores (Note [Batch-norm 16-byte stores]).
+template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, 8)
     bn_normalize_cf(const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch, T* __restrict__ y) {
-  bn_normalize_cf_body<Act, T, V, VS>(x, s, g, ch, y);
+  bn_normalize_cf_body<Act, T, V, true>(x, s, g, ch, y);
 }
 
 // ---- dx -------------------------------------------------------------------------------------------------
@@ -212,12 +211,13 @@ HT_DEV void bn_dx_cf_body(BnMode mode, const T* __restrict__ gr, const T* __rest
       },
       [&](int64_t ja) { d.single(cf_offset(s, g, c, ja, V), &ca, &cb, &ck, &cm, &sc, &sh, 0); });
 }
-// Compiled for 8 (6 with a fused activation) resident blocks per SM.
-template <BnAct Act, class T, int V, bool VS = false>
+// Compiled for 8 (6 with a fused activation) resident blocks per SM; 16-byte stores (Note [Batch-norm 16-byte
+// stores]).
+template <BnAct Act, class T, int V>
 __global__ void __launch_bounds__(kThreads, (Act == BnAct::none ? 8 : 6))
     bn_dx_cf(BnMode mode, const T* __restrict__ gr, const T* __restrict__ x, BnShape s, CfGrid g, BnChannels ch,
                 const double* __restrict__ sum_g, const double* __restrict__ sum_gxhat, T* __restrict__ gx) {
-  bn_dx_cf_body<Act, T, V, VS>(mode, gr, x, s, g, ch, sum_g, sum_gxhat, gx);
+  bn_dx_cf_body<Act, T, V, true>(mode, gr, x, s, g, ch, sum_g, sum_gxhat, gx);
 }
 
 }  // namespace
@@ -235,9 +235,6 @@ void normalize_split(const NormalizeArgs& a, cudaStream_t stream) {
     if (s.S == 1) {
       const ClGrid g = cl_grid(M, s.C, V, kTargetBlocksCl);
       bn_normalize_cl<Act, T, V><<<g.grid, g.block, 0, stream>>>(xp, M, s.C, g, ch, yp);
-    } else if (bn_cf_variant() == 3) {  // 16-byte stores
-      const CfGrid g = cf_grid(s, V);
-      bn_normalize_cf<Act, T, V, true><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
     } else {
       const CfGrid g = cf_grid(s, V);
       bn_normalize_cf<Act, T, V><<<g.grid, kThreads, 0, stream>>>(xp, s, g, ch, yp);
@@ -262,10 +259,6 @@ void dx_split(const DxArgs& a, cudaStream_t stream) {
     if (s.S == 1) {
       const ClGrid cg = cl_grid(M, s.C, V, kTargetBlocksClDx);
       bn_dx_cl<Act, T, V><<<cg.grid, cg.block, 0, stream>>>(mode, gp, xp, M, s.C, cg, ch, sum_g, sum_gxhat, out);
-    } else if (bn_cf_variant() == 3) {  // 16-byte stores
-      const CfGrid cg = cf_grid(s, V);
-      bn_dx_cf<Act, T, V, true><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat,
-                                                                  out);
     } else {
       const CfGrid cg = cf_grid(s, V);
       bn_dx_cf<Act, T, V><<<cg.grid, kThreads, 0, stream>>>(mode, gp, xp, s, cg, ch, sum_g, sum_gxhat, out);

@@ -1,4 +1,5 @@
-// Batch-norm reductions on the split grids (variant 1, and the fallback of the other variants;
+// Batch-norm reductions on the split grids (every channels-first shape, channels last below 128 channels, and
+// the fallback of the ticket kernels;
 // batchnorm_launch.cuh): the statistics and the backward sums, channels last (bn_*_cl, a finalize launch) and
 // channels first (bn_*_cf finalised by their last block through tickets, Note [Batch-norm kernels] in
 // batchnorm.cu, or bn_*_cf_split + a finalize launch), the finalize kernels, and the eval statistics.

@@ -3,12 +3,10 @@
 // side by side; the op is runtime data in the functor, so each dtype instantiates one flat and one
 // strided kernel per family.
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "cuda/kernels/elementwise.cuh"
-#include "cuda/kernels/variant.h"
 #include "cuda/kernels/map.cuh"
 
 namespace ht::kernels {
@@ -287,11 +285,10 @@ HT_DEV float gelu_erf_lean(float x) {
   return x * (x < 0.0f ? tail : 1.0f - tail);
 }
 
-// Variant 2 (kernels::gelu_fwd_variant): the V results of a pack rounded two at a time by cvt.rn.bf16x2.f32 /
-// cvt.rn.f16x2.f32 (the rounding of store_cast's cvt.rn) instead of store_cast per element (a cvt, a NaN test
-// and patch, and the packing of halves: integer-pipe work; run 21's profile of variant 1 at 16640 x 1536 had
-// the ALU as the busiest pipe, 56 %, issue slots 69 % busy under Nsight's 1.46 GHz clock). A pack with a NaN
-// result takes store_cast (the CPU's NaN code), so the bits are the same as variant 1's.
+// The V results of a pack are rounded two at a time by cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32 (the rounding of
+// store_cast's cvt.rn) instead of store_cast per element (a cvt, a NaN test and patch, and the packing of
+// halves: integer-pipe work that made the ALU the busiest pipe). A pack with a NaN result takes store_cast
+// (the CPU's NaN code), so the bits are those of store_cast element by element.
 template <class T, int V>
 HT_DEV Pack<T, V> round_pack(const float (&y)[V]) {
   Pack<T, V> o;
@@ -311,7 +308,7 @@ HT_DEV Pack<T, V> round_pack(const float (&y)[V]) {
   return o;
 }
 
-template <class T, bool kPairs>
+template <class T>
 __global__ void gelu_erf_fwd(T* __restrict__ out, const T* __restrict__ in, int64_t nv, int64_t n) {
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
@@ -325,17 +322,10 @@ __global__ void gelu_erf_fwd(T* __restrict__ out, const T* __restrict__ in, int6
 #pragma unroll
   for (int k = 0; k < kGeluPacks; ++k) {
     if (base + k * 256 < nv) {
-      if constexpr (kPairs) {
-        float y[V];
+      float y[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) y[j] = gelu_erf_lean(convert<float>(v[k].v[j]));
-        pout[base + k * 256] = round_pack<T, V>(y);
-      } else {
-        P o;
-#pragma unroll
-        for (int j = 0; j < V; ++j) o.v[j] = store_cast<T>(gelu_erf_lean(convert<float>(v[k].v[j])));
-        pout[base + k * 256] = o;
-      }
+      for (int j = 0; j < V; ++j) y[j] = gelu_erf_lean(convert<float>(v[k].v[j]));
+      pout[base + k * 256] = round_pack<T, V>(y);
     }
   }
   const int64_t r = nv * V + global_thread();  // the last n % V elements
@@ -348,8 +338,7 @@ void launch_gelu_erf(T* out, const T* in, int64_t n, cudaStream_t stream) {
   constexpr int V = kVec<T>;
   const int64_t nv = n / V;
   const int64_t blocks = std::max<int64_t>(1, (nv + kGeluPacks * 256 - 1) / (kGeluPacks * 256));
-  if (gelu_fwd_variant() == 2) gelu_erf_fwd<T, true><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, in, nv, n);
-  else gelu_erf_fwd<T, false><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, in, nv, n);
+  gelu_erf_fwd<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, in, nv, n);
   HT_CHECK_LAUNCH("gelu_erf_fwd");
 }
 
@@ -446,21 +435,6 @@ void where_as(const WhereArgs& w, cudaStream_t stream) {
 }
 
 }  // namespace
-
-namespace {
-std::atomic<int> g_gelu_variant_override{0};
-int env_gelu_variant() {
-  // pairs (2): the default since run 22 (Note [GELU forward kernel])
-  static const int v = env_variant("HADATRAIN_GELU_KERNEL", {{"element", 1}, {"pack", 2}}, 2, 2);
-  return v;
-}
-}  // namespace
-
-int gelu_fwd_variant() {
-  const int o = g_gelu_variant_override.load(std::memory_order_relaxed);
-  return o >= 1 && o <= kGeluFwdVariants ? o : env_gelu_variant();
-}
-void set_gelu_fwd_variant(int variant) { g_gelu_variant_override.store(variant, std::memory_order_relaxed); }
 
 void launch_binary(DType dt, BinaryOp op, double alpha, const BinaryArgs& args, cudaStream_t stream) {
   const bool ok = visit_compute_dtype(dt, [&](auto tag) {

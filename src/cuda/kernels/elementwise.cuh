@@ -68,14 +68,4 @@ struct WhereArgs {
 // out = cond ? a : b for elements of `itemsize` bytes (1, 2, 4 or 8): a bit copy, any dtype.
 void launch_where(std::size_t itemsize, const WhereArgs& args, cudaStream_t stream);
 
-// The bf16 / f16 GELU (erf) forward kernel of launch_unary (Note [GELU forward kernel] in elementwise.cu):
-// 1, results rounded element by element (store_cast); 2 (the default since run 22: 0.823 of copy against
-// 0.784 at 16640x1536), rounded two at a time (one
-// cvt.rn.bf16x2.f32 / f16x2 per pair; packs with a NaN result element by element). Same bits either way.
-// HADATRAIN_GELU_KERNEL=1 (or "element") / 2 (or "pack"), read once per process (unset: 2), picks it unless set_gelu_fwd_variant
-// gave 1..2 (0 or anything else: back to the environment's choice).
-inline constexpr int kGeluFwdVariants = 2;
-int gelu_fwd_variant();
-void set_gelu_fwd_variant(int variant);
-
 }  // namespace ht::kernels

@@ -15,8 +15,7 @@
 // bitwise deterministic; dk and dv are). A last kernel scales dQ and converts it to the input dtype.
 // The query rows per iteration depend on the head dim (Note [Backward variants], Note [Lean backward]).
 // At D 128 the split-tile kernel runs instead (Note [Split backward]: 128 keys x 64 queries per iteration, a
-// different warp tiling for each product group, Pᵀ and dSᵀ through shared memory); HADATRAIN_FLASH_BWD=0|1
-// forces one kernel for every head dim (Note [Backward variants]).
+// different warp tiling for each product group, Pᵀ and dSᵀ through shared memory; Note [Backward variants]).
 //
 // Operands are strided (B, H, T, D) views (FlashParams' strides; D contiguous, rows 16-byte aligned), so q,
 // k, v can be slices of one packed qkv projection and dq, dk, dv slots of one packed gradient; lse, dsum and
@@ -26,8 +25,8 @@
 // Files: flash_attention_fwd.cu (the forward), flash_attention_bwd_lean.cu and flash_attention_bwd_split.cu
 // (the two backward main kernels), flash_attention_common.cuh (device helpers: element types, cp.async,
 // ldmatrix, fragment layouts, shared-memory padding), flash_attention_launch.cuh (FlashParams, the families'
-// launch functions); this file: the backward's dsum and dQ conversion kernels, the variant choice (Note
-// [Backward variants]) and the public launchers.
+// launch functions); this file: the backward's dsum and dQ conversion kernels, the choice of the backward
+// kernel by head dim (Note [Backward variants]) and the public launchers.
 //
 // Note [Ragged tiles]
 // 16-row slices past T or S (zero in shared memory, P = dS = 0 there) skip their products, and warps whose
@@ -37,11 +36,9 @@
 // mask is evaluated only in blocks that cross S or the causal diagonal.
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "cuda/kernels/flash_attention.cuh"
 #include "cuda/kernels/flash_attention_common.cuh"
-#include "cuda/kernels/variant.h"
 #include "cuda/kernels/kernel_launch.cuh"
 
 namespace ht::kernels::fa {
@@ -128,44 +125,13 @@ using fa::OperandStrides;
 std::atomic<int64_t> g_forward_calls{0}, g_backward_calls{0};
 
 // Note [Backward variants]
-// Run 18 (H200, B 4, H 16, causal bf16, T 1024..4096) picked per-head-dim tiles for the first backward kernel
-// (4 warps; D 64: Bq 64, 3 CTAs per SM; D 128: Bq 32) out of six; run 19 measured it against the lean
-// kernels of Note [Lean backward] with the same tiles (2), without the register cap / Bq 64 (3), with 8 warps
-// (4) (fwd+bwd ms; the backward alone is that minus the forward):
-//   T, D       old default  lean, same tiles  lean, Bq 64  lean, 8 warps  torch SDPA
-//   1024, 64      0.3017        0.2044           0.2005        0.2044        0.2502
-//   2048, 64      0.9436        0.6416           0.6449        0.6369        0.6600
-//   4096, 64      3.2561        2.3361           2.3742        2.2563        2.0589
-//   1024, 128     0.5416        0.3662           0.4499        0.3795        0.4145
-//   2048, 128     1.7672        1.2185           1.5145        1.2485        1.1226
-//   4096, 128     6.3411        4.6036           5.5341        4.4880        3.6171
-// The lean kernel with 8 warps was best or within 3 % everywhere and best on the longest shapes: it is the
-// default ("1") for both head dims, and the old kernel (its code was this kernel's non-lean body) and the
-// other two tile sets were removed. The last alternative (attn9's variant 5: 4 warps, fewer query rows, 3
-// CTAs per SM) measured slower on every shape in run 20 (fwd+bwd 0.2072 / 0.6585 / 2.3934 ms at D 64 and
-// 0.4278 / 1.4168 / 5.1918 at D 128, against 0.2058 / 0.6465 / 2.2545 and 0.3788 / 1.2449 / 4.4964) and was
-// removed with the HADATRAIN_FLASH_BWD switch: one backward kernel configuration per head dim remains.
-// Wave 6 (helper attn11) brought the switch back for a new kernel: HADATRAIN_FLASH_BWD=0 is this lean kernel,
-// =1 the split-tile kernel of Note [Split backward]; read once per process, kernels::set_flash_backward_variant
-// overrides it (the GPU tests and the bench run both). Unset, the head dim decides, from run 22 (fwd+bwd ms,
-// B=4, H=16, causal bf16, lean / split / PyTorch SDPA in the same call):
-//   T, D        lean     split    SDPA
-//   1024, 64   0.2018   0.1995   0.2368
-//   2048, 64   0.6419   0.6428   0.6439
-//   4096, 64   2.2656   2.2950   2.0453
-//   1024, 128  0.3781   0.3313   0.4064
-//   2048, 128  1.2452   1.0753   1.1108
-//   4096, 128  4.4845   3.8510   3.6279
-// so the split kernel runs for D 128 (13-16 % faster) and the lean one for D 64 (level within 1.3 %).
-
-std::atomic<int> g_bwd_variant_override{-1};
-
-int env_backward_variant() {
-  static_assert(kFlashBackwardVariants == 2, "one name per variant");
-  // -1: by head dim
-  static const int v = env_variant("HADATRAIN_FLASH_BWD", {{"0", 0}, {"1", 1}}, -1, -1);
-  return v;
-}
+// One backward main kernel per head dim, the faster of two on the H200 (B 4, H 16, causal bf16, T 1024..4096,
+// forward + backward timed against PyTorch's SDPA in the same call): D 64 runs the lean kernel (Note [Lean
+// backward]: 8 warps of 16 keys, each warp owning all columns of its keys), level with the split kernel there
+// (within 1.3 %); D 128 runs the split-tile kernel (Note [Split backward]: 128 keys x 64 queries per iteration,
+// a warp tiling per product group), 13-16 % faster than the lean kernel there. The lean kernel is compiled for
+// D 64 only and the split kernel for D 128 only. Both compute the same gradients within rounding (dq's atomic
+// order aside; dk and dv are deterministic).
 
 FlashParams make_params(const AttnShape& s) {
   FlashParams p{};
@@ -199,14 +165,9 @@ bool flash_layout_ok(const void* data, const AttnStrides& st) {
          st.t % kVec == 0 && st.t > -kMaxT && st.t < kMaxT;
 }
 
-int flash_backward_variant(int head_dim) {
-  const int o = g_bwd_variant_override.load(std::memory_order_relaxed);
-  if (o >= 0 && o < kFlashBackwardVariants) return o;
-  const int e = env_backward_variant();
-  if (e >= 0) return e;
-  return head_dim >= 128 ? 1 : 0;  // Note [Backward variants]: run 22's measurements
+FlashBackwardKernel flash_backward_kernel_for(int64_t head_dim) {
+  return head_dim >= 128 ? FlashBackwardKernel::split : FlashBackwardKernel::lean;  // Note [Backward variants]
 }
-void set_flash_backward_variant(int variant) { g_bwd_variant_override.store(variant, std::memory_order_relaxed); }
 
 FlashAttentionCounts flash_attention_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
 
@@ -242,9 +203,9 @@ void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const
                                       stream>>>(a.dsum, a.dq_acc, static_cast<const uint16_t*>(a.out.data),
                                                 static_cast<const uint16_t*>(a.dout.data), p, rows);
     HT_CHECK_LAUNCH("flash_attention_backward (dsum)");
-    // Note [Backward variants]
-    if (flash_backward_variant(D) == 1) fa::launch_backward_split(dt, D, a, p, stream);
-    else fa::launch_backward_lean(dt, D, a, p, stream);
+    // Note [Backward variants]: the split kernel at D 128, the lean kernel at D 64
+    if constexpr (D == 128) fa::launch_backward_split(dt, a, p, stream);
+    else fa::launch_backward_lean(dt, a, p, stream);
     HT_CHECK_LAUNCH("flash_attention_backward");
     fa::flash_dq_convert_kernel<E, D><<<cuda::grid_for(chunks), cuda::kBlock, 0, stream>>>(
         static_cast<uint16_t*>(a.dq.data), a.dq_acc, p, rows);

@@ -63,17 +63,12 @@ struct FlashBackwardArgs {
 };
 void launch_flash_attention_backward(DType dt, const FlashBackwardArgs& a, const AttnShape& s, cudaStream_t stream);
 
-// Which backward kernel runs for head dim `head_dim` (Note [Backward variants] in cuda/kernels/flash_attention.cu):
-// 0, the lean kernel (8 warps of 16 keys, each warp owning all columns of its keys), or 1, the split-tile kernel
-// (8 warps, 128 keys x 64 queries per iteration, a different warp tiling for Sᵀ / dPᵀ, dK / dV and dQ, Pᵀ and
-// dSᵀ through shared memory). By default 1 for head dim 128 and 0 below (fastest in run 22);
-// HADATRAIN_FLASH_BWD=0|1 (read once per process) forces one for every head dim, and
-// set_flash_backward_variant(0..kFlashBackwardVariants - 1) overrides both (any other value, e.g. -1: back to
-// the environment / head-dim choice). Both compute the same gradients within rounding (dq's atomic order
-// aside; dk and dv are deterministic per variant).
-inline constexpr int kFlashBackwardVariants = 2;
-int flash_backward_variant(int head_dim);
-void set_flash_backward_variant(int variant);
+// Which backward main kernel runs for head dim `head_dim` (Note [Backward variants] in
+// cuda/kernels/flash_attention.cu): the lean kernel (8 warps of 16 keys, each warp owning all columns of its
+// keys) at head dim 64, the split-tile kernel (8 warps, 128 keys x 64 queries per iteration, a different warp
+// tiling for Sᵀ / dPᵀ, dK / dV and dQ, Pᵀ and dSᵀ through shared memory) at 128.
+enum class FlashBackwardKernel { lean, split };
+FlashBackwardKernel flash_backward_kernel_for(int64_t head_dim);
 
 // How many forward and backward passes the fused kernels ran in this process (tests assert that the fused
 // path was taken rather than the fallback).

@@ -1,6 +1,6 @@
 // The lean backward kernel of the fused attention (flash_attention.cuh; overview in flash_attention.cu): one CTA
 // of 8 warps per (b, kv head, 128-key block), each warp owning 16 keys and all D columns of their dK / dV
-// (Note [Lean backward]; the D 64 default, Note [Backward variants]), and its launch.
+// (Note [Lean backward]; the head dim 64 backward, Note [Backward variants]), and its launch.
 #include "cuda/kernels/flash_attention_common.cuh"
 
 namespace ht::kernels::fa {
@@ -314,22 +314,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 //     over grid.z, the CTAs past the last key block returning at once.
 // Tiles (W warps of 16 keys, Bq query rows per iteration, CTAs per SM asked of ptxas) and ptxas sm_90a
 // (registers / spill store bytes, bf16 and f16 alike; shared memory per CTA):
-//   D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB   D 128: 8 w, Bq 32, 1  251 / 0, 122.5 KiB
-// ("1" in the CTA column: no register cap.) The 8-warp tiles (128 keys per CTA) halve the dQ atomics and the
+//   D 64: 8 w, Bq 64, 1 CTA   236 / 0, 109 KiB
+// ("1" in the CTA column: no register cap; head dim 128 runs the split kernel, Note [Backward variants].) The 8-warp tiles (128 keys per CTA) halve the dQ atomics and the
 // Q / dO tile loads per key against 4 warps. dQ stays with fp32 atomics per key block: a separate dQ pass (a
 // CTA per query block looping over the key blocks) would recompute Sᵀ and dPᵀ, two of the backward's five
 // products (+40 % mma work), to save atomics that are 1/kBc-th of the products' data volume; FlashAttention-2
 // and -3 keep the atomics too.
-template <int D>
-using BwdDefault = std::conditional_t<D == 64, BwdCfg<64, 8, 64, 1>, BwdCfg<D, 8, 32, 1>>;
+using BwdLean64 = BwdCfg<64, 8, 64, 1>;
 
 }  // namespace
 
-void launch_backward_lean(DType dt, int64_t d, const FlashBackwardArgs& a, const FlashParams& p, cudaStream_t stream) {
-  dispatch(dt, d, "flash_attention_backward", [&](auto e, auto dc) {
+void launch_backward_lean(DType dt, const FlashBackwardArgs& a, const FlashParams& p, cudaStream_t stream) {
+  dispatch(dt, 64, "flash_attention_backward", [&](auto e, auto) {
     using E = decltype(e);
-    using C = BwdDefault<decltype(dc)::value>;
-    launch_backward_kernel<C>(flash_backward_kernel<E, C>, a, p, stream);
+    launch_backward_kernel<BwdLean64>(flash_backward_kernel<E, BwdLean64>, a, p, stream);
   });
 }
 

@@ -346,8 +346,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 }
 
 // Note [Split backward]
-// flash_backward_split_kernel (the D 128 default since run 22; HADATRAIN_FLASH_BWD=1 forces it) attacks what the lean kernel
-// spends its time on at D 128: shared-memory traffic. In the lean kernel each warp owns 16 keys and all D
+// flash_backward_split_kernel (the D 128 backward, Note [Backward variants]) attacks what the lean kernel would
+// spend its time on at D 128: shared-memory traffic. In the lean kernel each warp owns 16 keys and all D
 // columns of their dK / dV, so every warp reads all of Q and dO twice per iteration (for Sᵀ / dPᵀ and for dK /
 // dV) and reloads its K / V fragments; per 32-query iteration (D 128, 8 warps) that is about 104 ldmatrix.x4
 // per warp for 160 mma, ~424 KB of shared-memory reads per CTA, more than the tensor cores need (the reads
@@ -371,18 +371,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 //     first key and past T; dQ skips the key slices after the diagonal of a warp's last row;
 //   - the lean kernel's grid (heaviest key blocks of every head first), workspaces, dsum prep and dQ conversion.
 // ptxas sm_90a (registers / spill-store bytes; shared memory per CTA): D 128: bf16 255 / 20, f16 255 / 48,
-// 173 KiB; D 64: bf16 231 / 0, f16 221 / 0, 109 KiB. One CTA (8 warps) per SM, like the lean kernel.
-template <int D>
-using BwdSplit = BwdSplitCfg<D, 64, 1>;
+// 173 KiB. One CTA (8 warps) per SM, like the lean kernel.
+using BwdSplit128 = BwdSplitCfg<128, 64, 1>;
 
 }  // namespace
 
-void launch_backward_split(DType dt, int64_t d, const FlashBackwardArgs& a, const FlashParams& p,
-                           cudaStream_t stream) {
-  dispatch(dt, d, "flash_attention_backward", [&](auto e, auto dc) {
+void launch_backward_split(DType dt, const FlashBackwardArgs& a, const FlashParams& p, cudaStream_t stream) {
+  dispatch(dt, 128, "flash_attention_backward", [&](auto e, auto) {
     using E = decltype(e);
-    using C = BwdSplit<decltype(dc)::value>;
-    launch_backward_kernel<C>(flash_backward_split_kernel<E, C>, a, p, stream);
+    launch_backward_kernel<BwdSplit128>(flash_backward_split_kernel<E, BwdSplit128>, a, p, stream);
   });
 }
 

@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 //     head, so that the last wave holds the shortest blocks.
 // Tiles: 4 warps of 2 m-tiles (128 query rows per CTA), 128 keys per tile for D 64 and 64 for D 128, for 2 CTAs
 // per SM; ptxas sm_90a (bf16 and f16 alike): D 64 255 registers / 0 spill bytes, 90 KiB of shared memory;
-// D 128 255 / 112 spill bytes, 102 KiB. Measured on the H200 (run 18) against four other configurations
+// D 128 255 / 112 spill bytes, 102 KiB. Measured on the H200 against four other configurations
 // (the previous kernel with FlashAttention-1-style masking and two barriers per tile; this code with 64 / 32-key
 // tiles; 8 warps of 16 rows; 96 / 48-key tiles without spills): these tiles were fastest or within 4 %
 // everywhere (docs/cuda_backend.md), and the others were removed.

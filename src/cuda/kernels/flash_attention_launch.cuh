@@ -4,7 +4,7 @@
 //   flash_attention_fwd.cu        the forward (Note [Forward kernel]);
 //   flash_attention_bwd_lean.cu   the lean backward, 8 warps of 16 keys (Note [Lean backward]);
 //   flash_attention_bwd_split.cu  the split-tile backward (Note [Split backward]).
-// flash_attention.cu holds the overview, the backward's dsum / dQ conversion kernels, the variant choice and
+// flash_attention.cu holds the overview, the backward's dsum / dQ conversion kernels, the backward kernel choice and
 // the public launchers; flash_attention_common.cuh the device helpers. Included by .cu files only.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -37,10 +37,10 @@ struct FlashParams {
 // flash_attention_fwd.cu: flash_forward_kernel (FwdDefault tiles) for dtype dt and head dim d.
 void launch_forward(DType dt, int64_t d, const FlashForwardArgs& a, const FlashParams& p, cudaStream_t stream);
 // flash_attention_bwd_lean.cu / flash_attention_bwd_split.cu: the backward's main kernel (between the dsum
-// kernel and the dQ conversion, Note [Backward variants]).
-void launch_backward_lean(DType dt, int64_t d, const FlashBackwardArgs& a, const FlashParams& p, cudaStream_t stream);
-void launch_backward_split(DType dt, int64_t d, const FlashBackwardArgs& a, const FlashParams& p,
-                           cudaStream_t stream);
+// kernel and the dQ conversion, Note [Backward variants]): the lean kernel for head dim 64, the split kernel for
+// head dim 128.
+void launch_backward_lean(DType dt, const FlashBackwardArgs& a, const FlashParams& p, cudaStream_t stream);
+void launch_backward_split(DType dt, const FlashBackwardArgs& a, const FlashParams& p, cudaStream_t stream);
 
 // Launches a backward main kernel of configuration C (lean or split: same arguments, same grid). Key blocks in
 // grid.y, past 65535 of them continued in grid.z (Note [Lean backward]).

@@ -4,9 +4,6 @@
 // few (quant_items_kernel); its stochastic rounding takes the level as ceil(|v| − u) with one round-up add
 // (sr_code), which equals uniform_code's floor(|v|) + (u < frac) bit for bit. Also here: passes 1 and 3 of
 // the two-pass path on items, and pass 3 into transposed values (quant_apply_t_kernel).
-#include <cstdlib>
-#include <string>
-
 #include "cuda/kernels/grad_quant_common.cuh"
 
 namespace ht::kernels::gq {
@@ -436,10 +433,10 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
 // 4l … 4l+3, one item per row (exactly one Philox block, as in the tile kernel: the same codes), issues its four
 // 16-byte loads first, turns each row into two words of codes (bytes along the columns), transposes each 4×4
 // byte block in registers (__byte_perm) into words along the rows, and writes one 4-byte word of the (C, N)
-// result per column: the warp's store for a column is 128 contiguous bytes. The tile kernel staged bytes through
-// shared memory (eight byte stores per item) and ran at 0.36 of the copy bandwidth on ViT-B's g_y
-// (BENCHMARKS.md, run 44). Strips of 16 columns (two items per row, 64 registers) measured 4–7 % slower than
-// these (47 registers for 2-byte inputs, 5 blocks per SM; run 49).
+// result per column: the warp's store for a column is 128 contiguous bytes. The tile kernel stages bytes through
+// shared memory (eight byte stores per item) and runs at about 0.36 of the copy bandwidth on ViT-B's g_y. Strips
+// of 16 columns (two items per row, 64 registers) measured 4–7 % slower than these (47 registers for 2-byte
+// inputs, 5 blocks per SM).
 constexpr int kStripRows = 128;
 
 // Byte b of the result is byte b of row b's word: rows r0..r3 of one 4-column block -> the 4 column words.
@@ -497,15 +494,11 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_
   }
 }
 
-// Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]).
-// HADATRAIN_QUANT_T=tile forces the tile kernel (benchmark comparisons).
+// Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]); the tile kernel
+// serves the rest.
 bool strips_apply(const GradQuantArgs& a) {
-  static const bool forced_tile = [] {
-    const char* e = std::getenv("HADATRAIN_QUANT_T");
-    return e != nullptr && std::string(e) == "tile";
-  }();
   const int64_t N = a.numel / a.cols;
-  return !forced_tile && a.cols % kItem == 0 && N % 4 == 0 && aligned16(a.x) &&
+  return a.cols % kItem == 0 && N % 4 == 0 && aligned16(a.x) &&
          reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
 }
 

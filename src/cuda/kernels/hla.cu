@@ -14,10 +14,9 @@
 // values that stage h/2 left in a and b). Any split of the n_log stages into consecutive passes therefore
 // gives the same bits. Here: the first pass, min(3, n_log) stages, fused with the load, then passes of up to 3
 // stages over the slab, then the kept rows are read from the slab (n = 1024: 3 + 3 + 3 + 1, four slab writes
-// and four reads). Session 10 measured this kernel (`slab`) against session 8's kernel with the same passes
-// without a loader (`classic`) and two register variants with up to 5 or 4 stages a pass that wrote the kept
-// rows from registers (`reg32`, `reg16`): the same bits, slab the fastest; the others were deleted
-// (docs/gradient_pipelines.md, "CUDA kernel").
+// and four reads). Measured against a kernel with the same passes without a loader and two register forms
+// with up to 5 or 4 stages a pass that write the kept rows from registers: the same bits, this one the
+// fastest (docs/gradient_pipelines.md, "CUDA kernel").
 //
 // Note [HLA loaders]
 // The first pass loads rows j0 ... j0 + 2^G − 1 (consecutive positions l = p·n + j) of one column of the CTA's
@@ -34,9 +33,9 @@
 // written as one contiguous run of the output row, and a warp's image reads are spread over those taps (for a
 // channels-last image ~9 pixels, mostly L1 hits since neighbouring positions' taps overlap). The other mapping,
 // `taps` (one tap of 16+ consecutive channels a CTA: coalesced channels-last reads, output columns kh·kw floats
-// apart), was timed on one H200 (run 38; bench_hla unfolded rows, bf16 channels-last, batch 256, ms unfold2d +
+// apart), is slower on one H200 (bench_hla unfolded rows, bf16 channels-last, batch 256, ms unfold2d +
 // projection / runs / taps: C64 32x32 0.679 / 0.739 / 0.763, C128 16x16 0.244 / 0.234 / 0.369, C512 4x4
-// 0.094 / 0.0745 / 0.1065; ResNet-34 HLQ step 21.44 / 21.55 / 23.31): it lost everywhere and was deleted.
+// 0.094 / 0.0745 / 0.1065; ResNet-34 HLQ step 21.44 / 21.55 / 23.31).
 #include <type_traits>
 
 #include "cuda/kernels/convert.cuh"
@@ -114,9 +113,8 @@ __device__ __forceinline__ void butterfly(float* v) {
 // Each is built per CTA from its parameters and (sample b, first position l0 = p·n, tile index ti); it knows
 // the tile's real width and where its columns go in the output: column c of the tile is output column
 // out_base + c. kMinBlocks: the CTAs per SM its kernel's registers must allow (ptxas -v, sm_90a,
-// CUDA 12): 6 for both loaders (40 registers; 6 for small n, where shared memory allows more). The im2col
-// loader had 5 (45–48 registers) while the taps mapping existed (at 6 it spilled 8 bytes); without it, 6 fits
-// 40 registers with no spill (run 43 timed it: docs/BENCHMARKS.md). Without a bound they took 45–61.
+// CUDA 12): 6 for both loaders (40 registers with no spill; 6 for small n, where shared memory allows more).
+// Without a bound they take 45–61.
 
 struct StridedParams {
   const void* x;  // (B, L, C), element strides sb, sl, sc
@@ -376,8 +374,8 @@ __global__ void __launch_bounds__(kHlaThreads) hla_back_project_kernel(HlaBackAr
 // and column tile (about 32 elements per thread), where the slab kernel gave each (sample, block, tile) a CTA
 // of its own: at n = 4 that was 2 KiB of input per CTA. Rows layout only: a thread's kept rows are K floats
 // apart there, so a warp writes whole runs; in the channels layout its r values are contiguous but the warp's
-// writes are R floats apart, and the slab kernel (which writes runs of r) is faster. Measured (run 43, H200,
-// bench_hla, bf16, ms, small / slab): ViT-B (256, 196 of 197, 3072) n 4 rows 0.344 / 0.560, channels 2.08 /
+// writes are R floats apart, and the slab kernel (which writes runs of r) is faster. Measured (H200, bench_hla,
+// bf16, ms, small / slab): ViT-B (256, 196 of 197, 3072) n 4 rows 0.344 / 0.560, channels 2.08 /
 // 0.650; (256, 208, 768) n 16 rows 0.096 / 0.126; im2col C256 14x14 n 4 0.180 / 0.271, C512 4x4 n 16 0.077 /
 // 0.073. HLQ's projections use the rows layout: split_extra's 196 tokens (n = 4), pad's multiples of 16 and
 // the 14×14 and 4×4 maps of ResNet-50 and the CIFAR ResNets.

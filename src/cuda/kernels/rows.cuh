@@ -77,23 +77,14 @@ struct NormArgs {
 };
 void launch_norm(const NormArgs& args, cudaStream_t stream);
 
-// Which layer_norm / rms_norm kernels launch_norm, launch_norm_backward, norm_backward_partials and
-// launch_norm_param_finalize use (Note [Norm kernel variants] in rows_norm.cu): 1, the register-resident kernels;
-// 2 (the default), the staged kernels (cp.async pipeline; bf16 / f16 forward statistics in one shifted
-// reduction; the parameters in shared memory; run 20's "tuned" variant 3 folded in); 3, the staged kernels with
-// the parameters in registers; 4, the default's forward and a staged backward whose
-// blocks add their parameter-gradient partial sums in thread block clusters (fewer partial rows; Note [Norm
-// backward, cluster variant]). HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2, or tuned) / reg (or 3) /
-// cluster (or 4), read once per process, picks the variant (unset: 2, except rows of >= 2048 elements, whose
-// forward takes variant 3's and backward variant 4's: the fastest there in runs 22 and 24) unless set_norm_kernel_variant gave 1..4 (0 or
-// anything else: back to the environment's choice). All compute the same results within rounding (2 and 3 bit
-// for bit where their backward grids match; 2 and 4 bit for bit except the parameter gradients); each is
+// The layer_norm / rms_norm kernels (Note [Norm kernels] in rows_norm.cu): the staged kernels (cp.async
+// pipeline; bf16 / f16 forward statistics in one shifted reduction) for packable rows of at most 256 x 4
+// packs, with the forward's parameters in shared memory below 2048 elements a row and in registers from 2048
+// up, and the backward's partial sums of the parameter gradients one row per block below 2048 and one row per
+// thread block cluster from 2048 up; else the register-resident kernels, else the multi-pass kernels. Each is
 // deterministic.
-inline constexpr int kNormKernelVariants = 4;
-int norm_kernel_variant();
-void set_norm_kernel_variant(int variant);
-// Launches of the staged forward / backward kernels in this process (tests assert that variants 2 and 3 take
-// them for packable rows rather than falling back).
+// Launches of the staged forward / backward kernels in this process (tests assert that packable rows take
+// them rather than falling back).
 struct NormStagedCounts {
   int64_t forward = 0, backward = 0;
 };
@@ -119,10 +110,9 @@ struct NormBackwardArgs {
 };
 void launch_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
 // Rows of the parameter-gradient partial sums that launch_norm_backward writes alongside gx when args has
-// gw_partial / gb_partial (the staged or the register-resident kernel, by norm_kernel_variant: packable rows of
-// at most 256 x 4 packs; one partial row per block), or 0 when it cannot for these args (then use
-// launch_norm_param_grad). Pointers of args are only checked for alignment. The answer depends on the variant:
-// call it and launch_norm_backward under the same one.
+// gw_partial / gb_partial (the staged or the register-resident kernel: packable rows of at most 256 x 4 packs;
+// one partial row per block, or per cluster), or 0 when it cannot for these args (then use
+// launch_norm_param_grad). Pointers of args are only checked for alignment.
 int norm_backward_partials(const NormBackwardArgs& args);
 
 // Parameter gradients as a column reduction in two passes: this kernel writes per-split partial sums

@@ -480,7 +480,7 @@ HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
 // rounding of these all-positive partial sums has the same sign in most rows, so the mean error (up to 5e-6)
 // is a bias rather than noise. It moves every xhat of a row by (mean error) * rstd, and the weight gradient,
 // a sum over rows of g * xhat, by up to rows * 5e-6 * rstd * |g|: the f16 "offset rows" case of test_gpu_rows_norm
-// (300 x 768) differed from the CPU reference by up to 1.5e-3 in 23 columns whose gradient is near 0 (run 18).
+// (300 x 768) differs from the CPU reference by up to 1.5e-3 in 23 columns whose gradient is near 0.
 // The CPU is the accurate side: a host simulation of this kernel's summation order against an all-double
 // computation gives 1.3e-3 for the float sum (22 columns over the test's tolerance) and 9.4e-5 for the CPU
 // reference (its mean in double, saved in float). The shifted sums are of values x - K within the spread of
@@ -490,20 +490,5 @@ HT_DEV void load_param(const Param<T, A>& w, int j, A none, A (&out)[V]) {
 // U(-1, 1)) makes the shifted sums about -1000 D, whose float rounding would exceed the f32 tolerance.
 template <class T>
 inline constexpr bool kShiftMean = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
-
-// Programmatic dependent launch (sm_90): the dependent grid (launched with the programmatic stream
-// serialization attribute) may start once every block of this one has called grid_dependents_launch (or
-// exited); grid_dependency_wait returns once the preceding grid has completed and its writes are visible (at
-// once when the grid was launched without the attribute).
-HT_DEV void grid_dependents_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-HT_DEV void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 }  // namespace ht::kernels::rk

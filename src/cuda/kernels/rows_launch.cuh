@@ -1,11 +1,11 @@
 // Internals of the row kernels shared by cuda/kernels/rows*.cu (the interface is rows.cuh): the block constants, the
 // launch shapes of the kernel families (RowGrid: the multi-pass kernels; CacheGrid, BwdGrid: the
 // register-resident ones; StagedGrid: the staged norm kernels), and the launch functions of the norm kernel
-// families that the public launchers in rows_norm.cu pick between (Note [Norm kernel variants]):
+// families that the public launchers in rows_norm.cu pick between (Note [Norm kernels]):
 //   rows_norm_cached.cu     register-resident layer_norm / rms_norm forward and backward;
 //   rows_norm_staged_fwd.cu the staged forward, and the staged launch shape (staged_grid, pick_cluster);
-//   rows_norm_staged_bwd.cu the staged backward (variants 2 to 4).
-// rows.cu holds softmax, cross-entropy, embedding and max; rows_norm.cu the variant choice, the multi-pass
+//   rows_norm_staged_bwd.cu the staged backward (the block and the cluster kernels).
+// rows.cu holds softmax, cross-entropy, embedding and max; rows_norm.cu the kernel choice, the multi-pass
 // norm kernels, the parameter-gradient kernels and the public norm launchers. rows_common.cuh holds the device
 // helpers, rows_staged.cuh those of the staged kernels. Included by .cu files only.
 #pragma once
@@ -93,7 +93,7 @@ inline BwdGrid bwd_grid(int64_t rows, int64_t len, int vec, std::initializer_lis
   return g;
 }
 
-// Where the staged forward keeps the norm parameters: shared memory (variant 2), or (variant 3) registers as
+// Where the staged forward keeps the norm parameters: shared memory, or (StagedKind::reg) registers as
 // S, or as packs of the row dtype (bf16 / f16 rows whose parameters are bf16 / f16 or absent: half the
 // registers, so 4096-wide rows, 4 packs per thread, do not spill).
 enum class NormParamsAt : int { smem = 0, reg = 1, reg_narrow = 2 };
@@ -102,41 +102,39 @@ enum class NormParamsAt : int { smem = 0, reg = 1, reg_narrow = 2 };
 // stages, dynamic shared memory and grid (one wave of resident blocks, at most one block per row group).
 struct StagedGrid {
   int np = 0, tpr = 0, stages = 0;
-  NormParamsAt pm = NormParamsAt::smem;  // where the kernel keeps the parameters (variant 3: registers)
+  NormParamsAt pm = NormParamsAt::smem;  // where the kernel keeps the parameters (StagedKind::reg: registers)
   std::size_t smem = 0;
   unsigned blocks = 0;
-  bool cluster_kernel = false;  // variant 4's backward kernel (kCl)
-  unsigned cluster = 1;  // blocks per thread block cluster (variant 4's backward; blocks is a multiple of it)
+  bool cluster_kernel = false;  // the cluster backward kernel (kCl; Note [Norm backward, clusters])
+  unsigned cluster = 1;  // blocks per thread block cluster (the cluster backward; blocks is a multiple of it)
   int64_t wave = 0;      // blocks resident at once on the device (occupancy x SMs)
 };
 
-// Variant 3 keeps the parameters in registers: the forward as packs of the row dtype when the rows are bf16 /
-// f16 and the given parameters too, else as S; the backward the weight as S; for up to kRegNp packs per
-// thread (every staged row: ptxas, sm_90a, shows no spills under the kernels' two-blocks-per-SM bound of 128
-// registers; the counts are in Note [Norm kernel variants]). Lower it to keep wider rows' parameters in shared
-// memory if a register count ever spills.
+// StagedKind::reg keeps the forward's parameters in registers: as packs of the row dtype when the rows are
+// bf16 / f16 and the given parameters too, else as S; for up to kRegNp packs per thread (every staged row:
+// ptxas, sm_90a, shows no spills under the kernels' two-blocks-per-SM bound of 128 registers; the counts are
+// in Note [Norm kernels]). Lower it to keep wider rows' parameters in shared memory if a register count ever
+// spills.
 constexpr int kRegNp = 4;
 
-// Which staged kernel a variant runs (Note [Norm kernel variants]): 2 keeps the parameters in shared memory, 3
-// in registers, 4 (the backward) adds the partial sums across a thread block cluster; the forward of
-// variant 4 is variant 2's.
+// Which staged kernel runs (Note [Norm kernels]): smem keeps the parameters in shared memory (forward and
+// backward), reg the forward's in registers, cluster (the backward) adds the partial sums across a thread
+// block cluster.
 enum class StagedKind { smem, reg, cluster };
-inline StagedKind staged_kind(int variant) {
-  return variant == 3 ? StagedKind::reg : (variant == 4 ? StagedKind::cluster : StagedKind::smem);
-}
 // Whose shared-memory layout staged_grid sizes.
 enum class StagedPass { forward, backward };
 
 // rows_norm_staged_fwd.cu. staged_grid: the launch shape of a staged kernel, kernels[np - 1] its instantiation
-// for np packs per thread (0 packs: the staged kernels do not apply); pick_cluster: variant 4's cluster size.
+// for np packs per thread (0 packs: the staged kernels do not apply); pick_cluster: the cluster backward's
+// cluster size.
 StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, StagedPass pass, int reg_np,
                        std::initializer_list<const void*> ptrs, const void* const (&kernels)[4]);
 void pick_cluster(StagedGrid& g, const void* kernel);
-// The staged forward (StagedKind::reg: variant 3; otherwise variant 2) and its launch.
+// The staged forward (StagedKind smem or reg) and its launch.
 StagedGrid norm_fwd_staged_grid(const NormArgs& a, StagedKind kind);
 void launch_norm_staged(const NormArgs& a, const StagedGrid& sg, cudaStream_t stream);
 
-// rows_norm_staged_bwd.cu: the staged backward of variant 2, 3 or 4 (StagedKind) and its launch.
+// rows_norm_staged_bwd.cu: the staged backward (StagedKind smem or cluster) and its launch.
 StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, StagedKind kind);
 void launch_norm_backward_staged(const NormBackwardArgs& a, const StagedGrid& sg, cudaStream_t stream);
 

@@ -1,12 +1,11 @@
-// layer_norm / rms_norm (see rows.cuh): the choice of the norm kernel variant (Notes [Norm kernel variants] and
-// [Norm backward, cluster variant] below), the public launchers, which run the staged kernels
+// layer_norm / rms_norm (see rows.cuh): the choice of the norm kernels (Notes [Norm kernels] and [Norm backward,
+// clusters] below), the public launchers, which run the staged kernels
 // (rows_norm_staged_fwd.cu, rows_norm_staged_bwd.cu), the register-resident ones (rows_norm_cached.cu) or the
 // multi-pass kernels here, and the parameter-gradient kernels: the multi-pass backward's column sums and the
 // finalize that adds the partial rows of the fused backward kernels. Row groups as in rows.cu.
 #include <atomic>
 
 #include "cuda/kernels/rows_common.cuh"
-#include "cuda/kernels/variant.h"
 
 namespace ht::kernels {
 namespace {
@@ -132,33 +131,13 @@ HT_DEV void store_as(void* dst, DType dt, int64_t j, A v) {
   }
 }
 
-template <class A>
-__global__ void norm_param_finalize_kernel(NormParamFinalizeArgs a) {
-  __shared__ A part[8][33];
-  const A* src = static_cast<const A*>(blockIdx.y == 0 ? a.gw_partial : a.gb_partial);
-  void* dst = blockIdx.y == 0 ? a.gw : a.gb;
-  if (!src || !dst) return;  // uniform across the block
-  const int64_t d = a.dim;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  A acc = A(0);
-  if (j < d)
-    for (int64_t s = threadIdx.y; s < a.parts; s += 8) acc += src[s * d + j];
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || j >= d) return;
-#pragma unroll
-  for (int y = 1; y < 8; ++y) acc += part[y][threadIdx.x];
-  store_as(dst, blockIdx.y == 0 ? a.gw_dtype : a.gb_dtype, j, acc);
-}
-
-// The same sums for norm kernel variant 2 with more threads in flight: a 32 x 32 block per 32 columns, lane y
-// adding parts y, y + 32, ... (two interleaved accumulators, so two loads are in flight per step), then the 32
-// lanes' sums in a fixed tree order (deterministic). For (264, 768) partial sums the 32 x 8 kernel above keeps
-// only 48 blocks of 8 lanes, each walking 33 parts one load at a time.
+// The finalize of the parameter gradients: a 32 x 32 block per 32 columns, lane y adding parts y, y + 32, ...
+// (two interleaved accumulators, so two loads are in flight per step), then the 32 lanes' sums in a fixed tree
+// order (deterministic). (A 32 x 8 block would keep only 48 blocks of 8 lanes for (264, 768) partial sums, each
+// walking 33 parts one load at a time.)
 template <class A>
 __global__ void __launch_bounds__(1024) norm_param_finalize_wide_kernel(NormParamFinalizeArgs a) {
   __shared__ A part[32][33];
-  grid_dependency_wait();  // the partial sums (a no-op unless launched programmatically: variant 3)
   const A* src = static_cast<const A*>(blockIdx.y == 0 ? a.gw_partial : a.gb_partial);
   void* dst = blockIdx.y == 0 ? a.gw : a.gb;
   if (!src || !dst) return;  // uniform across the block
@@ -184,62 +163,46 @@ __global__ void __launch_bounds__(1024) norm_param_finalize_wide_kernel(NormPara
   if (threadIdx.y == 0 && j < d) store_as(dst, blockIdx.y == 0 ? a.gw_dtype : a.gb_dtype, j, part[0][threadIdx.x]);
 }
 
-// Note [Norm kernel variants]
-// 1 ("old"): the register-resident kernels (norm_cached_kernel, norm_backward_cached_kernel) and the 32 x 8
-// finalize; 2 ("staged", the default): the staged kernels (Note [Staged norm kernels]) with the parameters in
-// shared memory, and the wide finalize; 3 ("reg"): as 2 with the parameters in registers.
-// Variant 2 is run 20's variant 3 ("tuned", fastest there on every row: layer_norm bwd 50432 x 768 0.803 of copy
-// against 0.560 for the staged kernels of then and 0.429 old, 16640 x 384 0.461 against 0.173 / 0.263, fwd
-// 0.72-0.77), folded into the staged kernels (the `tuned` flag and run 20's variant 2 are gone):
-// - the backward's per-block column sums added over the row slots in a tree (every thread of the block takes
-//   part, log2(rows per block) barrier steps) instead of tpr threads walking per_block slots in a dependent
-//   chain per column (at 16640 x 384, 16 threads each ran 48 chains of 16 loads at the end of every block);
-// - the forward's shift (bf16 / f16 layer_norm) shuffled from lane 0 of the row group for rows of at most a
-//   warp (D <= 1024 bf16) instead of a cp.async of the row's first pack into an extra slot per thread;
-// - the parameters staged into shared memory by 16-byte loads (stage_param) instead of element by element.
-// Variant 3 (new, unmeasured at the time of writing) removes the parameters from shared memory: a thread's
-// columns are the same in every row (packs lane, lane + tpr, ...), so it loads its own parameter values once,
-// straight from global memory, into registers: as packs of the row dtype for bf16 / f16 rows with bf16 / f16
-// (or no) parameters (NormParamsAt::reg_narrow, 4 registers a pack and parameter), else as S for rows of up to
-// kFwdRegNp packs per thread; the backward its weight as S (up to kBwdRegNp). What it removes, per element
-// of a bf16 row: the forward's 8 bytes of shared-memory parameter reads (two float loads per element, against
-// 2 bytes of staged x; 12 bytes of shared-memory traffic per element become 4) and the backward's 4 of 12;
-// per block, the staging of the parameters before the first row and the barrier after it (the forward needs no
-// barrier before its first row: a thread's NaN check covers its own parameters only); per SM, 2 D S of
-// shared memory (32 KB at 4096-wide rows), which leaves room for more stages. Also, for bf16 / f16 layer_norm
-// rows of more than a warp (D > 1024 bf16), only lane 0 of each warp copies the row's first pack (the shift)
-// and shuffles it to its warp, instead of every thread copying the same 16 bytes (at 4096-wide rows 128 copies
-// per row, a quarter of the row's cp.async requests, become 4); and the finalize after its backward is a
-// programmatic dependent launch (the backward blocks signal after their last row, the finalize waits in
-// griddepcontrol.wait), hiding the launch gap that weighs at 13 MB shapes. ptxas (sm_90a, 256 threads, two
-// blocks per SM, no spills in any instantiation), registers at 1 / 2 / 3 / 4 packs per thread, bf16: forward
-// with the parameters in shared memory 62 / 79 / 80 / 95, in registers as bf16 packs 72 / 80 / 79 / 124 (the
-// 3-pack kernel bounded to three blocks per SM, kStagedMinBlocks: 94 registers, two blocks, without), as
-// float 77 / 95 / 120 / 125; backward 89 / 91 / 111 / 123 and (weight in registers) 76 / 110 / 126 / 128.
-// All variants compute the same results within rounding (2 and 3 bit for bit when their backward grids match,
-// as they do where both get two blocks per SM: the same arithmetic in the same order, the parameter-gradient
-// partial sums being per block); each is deterministic. HADATRAIN_NORM_KERNEL=old (or 1) / staged (or 2; also "tuned") / reg (or
-// 3), read once per process, picks the variant; unset, variant 2 runs except for rows of at least 2048
-// elements, whose forward is variant 3's (forward_variant; run 22) and backward variant 4's (backward_variant;
-// run 24). set_norm_kernel_variant overrides
-// the environment (the GPU tests and bench_kernels run every variant). Variant 4: Note [Norm backward, cluster
-// variant].
-// Rows the staged kernels do not take (not packable, longer than 256 x 4 packs) use the register-resident or
-// multi-pass kernels under every variant.
+// Note [Norm kernels]
+// launch_norm and launch_norm_backward take the staged kernels (Note [Staged norm kernels] in rows_staged.cuh)
+// for every packable row of at most 256 x 4 packs, else the register-resident kernels (norm_cached_kernel,
+// norm_backward_cached_kernel; rows_norm_cached.cu), else the multi-pass kernels here; the partial rows of the
+// parameter gradients are added by norm_param_finalize_wide_kernel. The staged kernels by row width:
+// - forward, rows below kRegForwardMinDim (2048) elements: the parameters staged into shared memory by 16-byte
+//   loads (stage_param); from 2048 up: the parameters in registers (NormParamsAt::reg / reg_narrow): a thread's
+//   columns are the same in every row (packs lane, lane + tpr, ...), so it loads its own parameter values once,
+//   straight from global memory, as packs of the row dtype for bf16 / f16 rows with bf16 / f16 (or no)
+//   parameters (4 registers a pack and parameter), else as S, for rows of up to kRegNp packs per thread. That
+//   removes per element of a bf16 row 8 of the 12 bytes of shared-memory traffic, per block the staging of
+//   the parameters and its barrier, and per SM 2 D S of shared memory (32 KB at 4096-wide rows). Measured on
+//   the H200 (bf16, ms shared memory / registers): layer_norm 16384x4096 0.0850 / 0.0806, rms_norm 0.0811 /
+//   0.0797, but layer_norm 768 wide 0.0467 / 0.0480;
+// - backward, rows below kClusterBackwardMinDim (2048): the weight in shared memory, one partial row of the
+//   parameter gradients per block; from 2048 up: the cluster kernel (Note [Norm backward, clusters]; layer_norm
+//   16384x4096 0.1142 against 0.1235 ms, rms_norm 0.1145 against 0.1167; at 768 wide the two are within 1.5 %
+//   either way and at 384 wide the block kernel is faster, 0.0196 against 0.0214).
+// The staged forward keeps the bf16 / f16 layer_norm shift (the row's first element) shuffled from lane 0 of
+// the row group (of each warp for rows of more than a warp) instead of a cp.async per thread; the backward adds
+// its per-block column sums over the row slots in a tree (log2(rows per block) barrier steps). ptxas (sm_90a,
+// 256 threads, two blocks per SM, no spills in any instantiation), registers at 1 / 2 / 3 / 4 packs per thread,
+// bf16: forward with the parameters in shared memory 62 / 79 / 80 / 95, in registers as bf16 packs 72 / 80 /
+// 79 / 124 (the 3-pack kernel bounded to three blocks per SM, kStagedMinBlocks: 94 registers, two blocks,
+// without), as float 77 / 95 / 120 / 125; backward 89 / 91 / 111 / 123. Every kernel is deterministic; the two
+// forwards give the same bits, the two backwards the same gx (parameter gradients within rounding: another
+// order of the block sums).
 //
-// Note [Norm backward, cluster variant]
-// Variant 4 ("cluster", HADATRAIN_NORM_KERNEL=cluster or 4; the default backward of rows >= 2048 wide since
-// run 24: layer_norm 16384x4096 0.1142 against variant 2's 0.1235 ms, 0.85 of a same-size copy) runs the default's
-// forward (forward_variant) and variant 2's staged backward (weight in shared memory) with three changes, aimed
-// at the 16384 x 4096 bf16 layer_norm backward (run 22: 0.766 of copy; rms_norm, which writes and finalizes
-// half the partial sums, 0.823 on the same rows):
-// - the dgamma / dbeta partial sums: variant 2 writes one (2, D) float row per block, 264 blocks x 2 x 4096 x 4
-//   bytes = 8.7 MB at the end of the kernel (all blocks finish together: nothing overlaps that burst), which the
-//   finalize reads back: 17 MB, 4 % of the 403 MB the backward streams, plus a finalize over 264 parts. Here
-//   the grid is launched in thread block clusters of 4 (or 2, whichever the device holds in one wave with no
-//   block lost: pick_cluster, cudaOccupancyMaxActiveClusters) and the blocks of a cluster add their sums into
-//   block 0 of the cluster through distributed shared memory (rank order: deterministic) before it stores one
-//   row: 4 (or 2) times fewer rows to write and finalize. norm_backward_partials reports the cluster count.
+// Note [Norm backward, clusters]
+// The backward of rows of at least 2048 elements is the staged backward (weight in shared memory) with three
+// changes, aimed at the 16384 x 4096 bf16 layer_norm backward (0.766 of copy without them; rms_norm, which
+// writes and finalizes half the partial sums, 0.823 on the same rows):
+// - the dgamma / dbeta partial sums: the block kernel writes one (2, D) float row per block, 264 blocks x 2 x
+//   4096 x 4 bytes = 8.7 MB at the end of the kernel (all blocks finish together: nothing overlaps that burst),
+//   which the finalize reads back: 17 MB, 4 % of the 403 MB the backward streams, plus a finalize over 264
+//   parts. Here the grid is launched in thread block clusters of 4 (or 2, whichever the device holds in one
+//   wave with no block lost: pick_cluster, cudaOccupancyMaxActiveClusters) and the blocks of a cluster add
+//   their sums into block 0 of the cluster through distributed shared memory (rank order: deterministic)
+//   before it stores one row: 4 (or 2) times fewer rows to write and finalize. norm_backward_partials reports
+//   the cluster count.
 // - the row groups of more than a warp (D > 1024 bf16) reduce their two row sums at a named barrier of their
 //   own (bar.sync 1 + row slot, tpr threads) instead of the block-wide __syncthreads, so the two 4096-wide rows
 //   of a block do not wait for each other every iteration (at 2 blocks per SM, 16 warps, a block-wide barrier
@@ -248,68 +211,30 @@ __global__ void __launch_bounds__(1024) norm_param_finalize_wide_kernel(NormPara
 //   shuffled, instead of two 4- or 8-byte cp.async per thread (at 4096-wide rows, 2 of the 10 copy
 //   instructions per warp and row group; the 8 others are the 16-byte g and x packs); the partial row is
 //   stored with 16-byte stores.
-// gx is bit-identical to variant 2's (the same sums in the same order; the GPU test compares the bits), the
-// parameter gradients differ in rounding (another order of the block sums). ptxas (sm_90a): no spills; bf16
-// 94 / 96 / 128 / 128 registers at 1 / 2 / 3 / 4 packs per thread (variant 2: 89 / 91 / 111 / 123), 5
-// barriers; two blocks per SM as variant 2 (launch bound and shared memory: 2 stages at 4096-wide rows).
-std::atomic<int> g_norm_variant_override{0};
+// gx is bit-identical to the block kernel's (the same sums in the same order), the parameter gradients differ
+// in rounding (another order of the block sums). ptxas (sm_90a): no spills; bf16 94 / 96 / 128 / 128 registers
+// at 1 / 2 / 3 / 4 packs per thread, 5 barriers; two blocks per SM (launch bound and shared memory: 2 stages at
+// 4096-wide rows).
 std::atomic<int64_t> g_staged_forward{0}, g_staged_backward{0};
 
-int env_norm_variant() {
-  // unset: 0, by direction and width (forward_variant); "tuned" was variant 3 until run 20, now folded into 2,
-  // as is any other value
-  static const int v = env_variant("HADATRAIN_NORM_KERNEL",
-                                   {{"old", 1}, {"staged", 2}, {"tuned", 2}, {"reg", 3}, {"cluster", 4}}, 0, 2);
-  return v;
-}
-}  // namespace
-
-int norm_kernel_variant() {
-  const int o = g_norm_variant_override.load(std::memory_order_relaxed);
-  if (o >= 1 && o <= kNormKernelVariants) return o;
-  const int e = env_norm_variant();
-  return e != 0 ? e : 2;
-}
-
-namespace {
-// The forward's variant: norm_kernel_variant(), except that with neither an override nor
-// HADATRAIN_NORM_KERNEL rows of at least kRegForwardMinDim elements take variant 3's forward (parameters in
-// registers), the faster one there in run 22 (layer_norm 16384x4096 0.0806 against 0.0850 ms, rms_norm 0.0797
-// against 0.0811), while variant 2 stays faster at 768 wide (0.0467 against 0.0480) and in the backward.
+// The staged forward's kernel for rows of `dim` elements (Note [Norm kernels]).
 constexpr int64_t kRegForwardMinDim = 2048;
-int forward_variant(int64_t dim) {
-  const int o = g_norm_variant_override.load(std::memory_order_relaxed);
-  if ((o < 1 || o > kNormKernelVariants) && env_norm_variant() == 0 && dim >= kRegForwardMinDim) return 3;
-  const int v = norm_kernel_variant();
-  // variant 4 changes the backward only; its forward is the default's (the rule above)
-  if (v == 4) return dim >= kRegForwardMinDim ? 3 : 2;
-  return v;
-}
+StagedKind forward_kind(int64_t dim) { return dim >= kRegForwardMinDim ? StagedKind::reg : StagedKind::smem; }
 
-// The backward's variant: norm_kernel_variant(), except that with neither an override nor
-// HADATRAIN_NORM_KERNEL rows of at least kClusterBackwardMinDim elements take variant 4's backward (thread
-// block clusters), the faster one there in run 24 (layer_norm 16384x4096 0.1142 against 0.1235 ms, rms_norm
-// 0.1145 against 0.1167), while at 768 wide the two are within 1.5 % either way (layer_norm 0.0677 against
-// 0.0668, rms_norm 0.0669 against 0.0679) and at 384 wide variant 2 is faster (0.0196 against 0.0214).
+// The staged backward's kernel for rows of `dim` elements (Note [Norm kernels]).
 constexpr int64_t kClusterBackwardMinDim = 2048;
-int backward_variant(int64_t dim) {
-  const int o = g_norm_variant_override.load(std::memory_order_relaxed);
-  if ((o < 1 || o > kNormKernelVariants) && env_norm_variant() == 0 && dim >= kClusterBackwardMinDim) return 4;
-  return norm_kernel_variant();
+StagedKind backward_kind(int64_t dim) {
+  return dim >= kClusterBackwardMinDim ? StagedKind::cluster : StagedKind::smem;
 }
 }  // namespace
-void set_norm_kernel_variant(int variant) { g_norm_variant_override.store(variant, std::memory_order_relaxed); }
 NormStagedCounts norm_staged_counts() { return {g_staged_forward.load(), g_staged_backward.load()}; }
 
 void launch_norm(const NormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
-  const int variant = forward_variant(a.dim);
-  if (variant >= 2) {
-    if (const StagedGrid sg = norm_fwd_staged_grid(a, staged_kind(variant)); sg.np > 0) {
-      launch_norm_staged(a, sg, stream);
-      g_staged_forward.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+  if (const StagedGrid sg = norm_fwd_staged_grid(a, forward_kind(a.dim)); sg.np > 0) {
+    launch_norm_staged(a, sg, stream);
+    g_staged_forward.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
   if (launch_norm_cached(a, stream)) return;
   const RowGrid g = row_grid(a.rows, a.dim);
@@ -322,8 +247,8 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
 }
 
 namespace {
-// The backward kernel that launch_norm_backward runs for a (variant, row shape, alignment): staged (np > 0 in
-// staged), register-resident (np > 0 in cached) or neither (the multi-pass kernel, no fused partial sums).
+// The backward kernel that launch_norm_backward runs for a (row shape, alignment): staged (np > 0 in staged),
+// register-resident (np > 0 in cached) or neither (the multi-pass kernel, no fused partial sums).
 struct NormBwdPlan {
   StagedGrid staged;
   BwdGrid cached;
@@ -333,8 +258,7 @@ struct NormBwdPlan {
 };
 NormBwdPlan norm_bwd_plan(const NormBackwardArgs& a) {
   NormBwdPlan p;
-  const int variant = backward_variant(a.dim);
-  if (variant >= 2) p.staged = norm_bwd_staged_grid(a, staged_kind(variant));
+  p.staged = norm_bwd_staged_grid(a, backward_kind(a.dim));
   if (p.staged.np == 0) p.cached = norm_bwd_grid(a);
   return p;
 }
@@ -395,34 +319,9 @@ bool norm_param_dtype_ok(DType dt) {
 void launch_norm_param_finalize(const NormParamFinalizeArgs& a, cudaStream_t stream) {
   if (a.dim == 0) return;
   const dim3 grid(static_cast<unsigned>((a.dim + 31) / 32), 2);
-  const int variant = norm_kernel_variant();
-  if (variant == 3) {
-    // A programmatic dependent launch: its blocks may be placed while the backward kernel's last blocks run
-    // its epilogue, and wait in grid_dependency_wait (Note [Norm kernel variants]). A normal launch if refused.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(32, 32);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const cudaError_t e = a.stat_dtype == DType::f64 ? cudaLaunchKernelEx(&cfg, norm_param_finalize_wide_kernel<double>, a)
-                                                     : cudaLaunchKernelEx(&cfg, norm_param_finalize_wide_kernel<float>, a);
-    if (e == cudaSuccess) return;
-    (void)cudaGetLastError();
-  }
-  if (variant >= 2) {
-    if (a.stat_dtype == DType::f64) norm_param_finalize_wide_kernel<double><<<grid, dim3(32, 32), 0, stream>>>(a);
-    else norm_param_finalize_wide_kernel<float><<<grid, dim3(32, 32), 0, stream>>>(a);
-    HT_CHECK_LAUNCH("norm_param_finalize_wide_kernel");
-    return;
-  }
-  if (a.stat_dtype == DType::f64) norm_param_finalize_kernel<double><<<grid, dim3(32, 8), 0, stream>>>(a);
-  else norm_param_finalize_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(a);
-  HT_CHECK_LAUNCH("norm_param_finalize_kernel");
+  if (a.stat_dtype == DType::f64) norm_param_finalize_wide_kernel<double><<<grid, dim3(32, 32), 0, stream>>>(a);
+  else norm_param_finalize_wide_kernel<float><<<grid, dim3(32, 32), 0, stream>>>(a);
+  HT_CHECK_LAUNCH("norm_param_finalize_wide_kernel");
 }
 
 }  // namespace ht::kernels

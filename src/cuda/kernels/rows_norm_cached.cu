@@ -1,5 +1,5 @@
-// The register-resident layer_norm / rms_norm kernels (norm kernel variant 1, and the rows the staged kernels
-// do not take; Note [Norm kernel variants] in rows_norm.cu): the forward holds a row in registers (the section
+// The register-resident layer_norm / rms_norm kernels (the rows the staged kernels do not take; Note [Norm
+// kernels] in rows_norm.cu): the forward holds a row in registers (the section
 // "register-resident rows" of rows_common.cuh), the backward the rows of g and x, with the parameter gradients'
 // column sums in registers and one partial row per block.
 #include "cuda/kernels/rows_common.cuh"

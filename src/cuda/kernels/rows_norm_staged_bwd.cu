@@ -1,6 +1,6 @@
-// The staged layer_norm / rms_norm backward (norm kernel variants 2 to 4: Note [Staged norm kernels] in
-// rows_staged.cuh, Notes [Norm kernel variants] and [Norm backward, cluster variant] in rows_norm.cu): gx and
-// one partial row of the parameter gradients per block (per cluster under variant 4), which
+// The staged layer_norm / rms_norm backward (Note [Staged norm kernels] in rows_staged.cuh, Notes [Norm kernels]
+// and [Norm backward, clusters] in rows_norm.cu): gx and one partial row of the parameter gradients per block
+// (per cluster for the cluster kernel of rows >= 2048 wide), which
 // norm_param_finalize_wide_kernel (rows_norm.cu) adds. The launch shape comes from staged_grid
 // (rows_norm_staged_fwd.cu).
 #include "cuda/kernels/rows_staged.cuh"
@@ -8,25 +8,24 @@
 namespace ht::kernels::rk {
 namespace {
 
-// kCl: variant 4 (Note [Norm backward, cluster variant]; kReg false).
-template <class T, int NP, bool kReg, bool kCl = false>
+// kCl: the cluster kernel (Note [Norm backward, clusters]).
+template <class T, int NP, bool kCl = false>
 __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(NormBackwardArgs a, int tpr, int stages) {
   using A = acc_t<T>;
   constexpr int V = kVec<T>;
   using P = Pack<T, V>;
   constexpr int kSlots = 2 * NP + 1;  // the thread's packs of g, of x, then (mean, rstd) of the row
   static_assert(2 * sizeof(A) <= sizeof(P), "row statistics in one slot");
-  static_assert(kRowBlock / 64 <= 4, "variant 4: one named barrier per row group of more than a warp (ids 1..4)");
+  static_assert(kRowBlock / 64 <= 4, "kCl: one named barrier per row group of more than a warp (ids 1..4)");
   extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
   __shared__ A red[2][2][kRowBlock / 32];
   const int64_t d = a.dim;
   const int packs = static_cast<int>(d / V);
   const bool layer = a.kind == NormKind::layer;
   const bool params = a.gw_partial || a.gb_partial;
-  // (D) weight (1 without one), padded to 16 bytes, unless kReg (variant 3: the weight in registers); then the
-  // stages [stages][kSlots][block]
+  // (D) weight (1 without one), padded to 16 bytes; then the stages [stages][kSlots][block]
   A* ws = reinterpret_cast<A*>(norm_dyn_smem);
-  const int64_t ws_bytes = kReg ? 0 : (d * static_cast<int64_t>(sizeof(A)) + 15) / 16 * 16;
+  const int64_t ws_bytes = (d * static_cast<int64_t>(sizeof(A)) + 15) / 16 * 16;
   P* stage = reinterpret_cast<P*>(norm_dyn_smem + ws_bytes);
   const StagedRows sr(a.rows, tpr);
   const int tid = static_cast<int>(threadIdx.x);
@@ -34,7 +33,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   const T* xp = static_cast<const T*>(a.x);
   const A* meanp = static_cast<const A*>(a.mean);
   const A* rstdp = static_cast<const A*>(a.rstd);
-  const int stat_width = tpr < 32 ? tpr : 32;  // variant 4: threads of a warp sharing one copy of the statistics
+  const int stat_width = tpr < 32 ? tpr : 32;  // kCl: threads of a warp sharing one copy of the statistics
   auto issue = [&](int64_t grp, int st) {
     if (grp < sr.groups) {
       const int64_t r0 = sr.row_of(grp);
@@ -48,7 +47,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
         cp_async16(dst + (NP + i) * kRowBlock, xp + row * d + static_cast<int64_t>(q) * V);
       }
       A* stats = reinterpret_cast<A*>(dst + 2 * NP * kRowBlock);
-      // (variant 4: the first thread of each warp's share of the row group only; it shuffles them)
+      // (kCl: the first thread of each warp's share of the row group only; it shuffles them)
       if (!kCl || sr.lane % stat_width == 0) {
         if (layer) cp_async_small<sizeof(A)>(stats, meanp + row);
         cp_async_small<sizeof(A)>(stats + 1, rstdp + row);
@@ -58,13 +57,8 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   };
   for (int s = 0; s + 1 < stages; ++s) issue(blockIdx.x + static_cast<int64_t>(s) * gridDim.x, s);
   const Param<T, A> w{a.weight, a.weight_narrow};
-  A wr[kReg ? NP : 1][V];
-  if constexpr (kReg) {
-    (void)reg_params<T, A, NP, V>(wr, w, d, sr.lane, tpr, A(1));
-  } else {
-    (void)stage_param(ws, w, d, A(1));
-    __syncthreads();
-  }
+  (void)stage_param(ws, w, d, A(1));
+  __syncthreads();
   A accw[NP][V], accb[NP][V];
 #pragma unroll
   for (int i = 0; i < NP; ++i)
@@ -104,14 +98,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
       else return (xv - m) * r;
     };
     A s_gh = A(0), s_ghx = A(0);
-    auto weight_of = [&](int i, int q, A(&wv)[V]) {
-      if constexpr (kReg) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) wv[k] = wr[i][k];
-      } else {
-        load_params<A, V>(ws, q * V, A(1), wv);
-      }
-    };
+    auto weight_of = [&](int, int q, A(&wv)[V]) { load_params<A, V>(ws, q * V, A(1), wv); };
     // kAcc: a row of the tensor (not past the end), whose g * xhat and g go into the column sums
     auto pass1 = [&](auto acc) {
       constexpr bool kAcc = decltype(acc)::value;
@@ -164,15 +151,13 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
     else store_packs<true, T, NP>(gx, packs, sr.lane, tpr, f);
   }
   cp_async_wait(0);
-  // variant 3: the finalize launch (programmatic, see launch_norm_param_finalize) may begin now
-  if constexpr (kReg) grid_dependents_launch();
   if (!params) return;  // uniform
   __syncthreads();  // the stages are free now
   {
     // The row slots' column sums added pairwise, slot s + h into slot s for h = per_block / 2, ..., 1, every
     // thread of the upper half handing its 2 NP V sums over at once (a fixed order: deterministic), then slot 0
-    // stores the block's partial row. (Until run 20 variant 2 had tpr threads of slot 0 walk the per_block slots
-    // in one dependent chain per column: 0.173 of copy at 16640 x 384 against 0.461 for this tree.)
+    // stores the block's partial row. (tpr threads of slot 0 walking the per_block slots in one dependent chain
+    // per column reach 0.173 of copy at 16640 x 384 against 0.461 for this tree.)
     A* ts = reinterpret_cast<A*>(stage);  // [2][NP][V][block / 2]
     auto tat = [&](int which, int i, int k, int t) { return ((which * NP + i) * V + k) * (kRowBlock / 2) + t; };
     for (int h = sr.per_block / 2; h >= 1; h /= 2) {
@@ -278,27 +263,20 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
   }
 }
 
-template <class T, bool kReg, bool kCl = false>
+template <class T, bool kCl>
 const void* const (&norm_bwd_kernels())[4] {
-  static const void* const k[4] = {reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 1, kReg, kCl>),
-                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2, kReg, kCl>),
-                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3, kReg, kCl>),
-                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4, kReg, kCl>)};
+  static const void* const k[4] = {reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 1, kCl>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 2, kCl>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 3, kCl>),
+                                   reinterpret_cast<const void*>(norm_backward_staged_kernel<T, 4, kCl>)};
   return k;
 }
 
 template <class T>
 StagedGrid norm_bwd_staged_grid_of(const NormBackwardArgs& a, StagedKind kind) {
   const bool cluster = kind == StagedKind::cluster;
-  const int reg_np = kind == StagedKind::reg ? kRegNp : 0;
-  const void* k[4];
-  for (int i = 0; i < 4; ++i)
-    k[i] = i + 1 <= reg_np ? norm_bwd_kernels<T, true>()[i]
-           : cluster       ? norm_bwd_kernels<T, false, true>()[i]
-                           : norm_bwd_kernels<T, false>()[i];
-  StagedGrid g =
-      staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), StagedPass::backward, reg_np, {a.gx, a.g, a.x}, k);
-  if (g.np > 0 && g.np <= reg_np) g.pm = NormParamsAt::reg;
+  const void* const (&k)[4] = cluster ? norm_bwd_kernels<T, true>() : norm_bwd_kernels<T, false>();
+  StagedGrid g = staged_grid(a.rows, a.dim, kVec<T>, sizeof(acc_t<T>), StagedPass::backward, 0, {a.gx, a.g, a.x}, k);
   if (g.np > 0 && cluster) {
     g.cluster_kernel = true;
     pick_cluster(g, k[g.np - 1]);
@@ -316,19 +294,12 @@ StagedGrid norm_bwd_staged_grid(const NormBackwardArgs& a, StagedKind kind) {
 void launch_norm_backward_staged(const NormBackwardArgs& a, const StagedGrid& sg, cudaStream_t stream) {
   visit_kernel_float(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    auto pick = [&](auto reg) {
-      constexpr bool kReg = decltype(reg)::value;
-      return sg.np == 1   ? norm_backward_staged_kernel<T, 1, kReg>
-             : sg.np == 2 ? norm_backward_staged_kernel<T, 2, kReg>
-             : sg.np == 3 ? norm_backward_staged_kernel<T, 3, kReg>
-                          : norm_backward_staged_kernel<T, 4, kReg>;
-    };
     if (sg.cluster_kernel) {
-      // variant 4: the cluster kernels, in clusters of sg.cluster blocks (a plain launch when 1)
-      auto* kernel = sg.np == 1   ? norm_backward_staged_kernel<T, 1, false, true>
-                     : sg.np == 2 ? norm_backward_staged_kernel<T, 2, false, true>
-                     : sg.np == 3 ? norm_backward_staged_kernel<T, 3, false, true>
-                                  : norm_backward_staged_kernel<T, 4, false, true>;
+      // the cluster kernels, in clusters of sg.cluster blocks (a plain launch when 1)
+      auto* kernel = sg.np == 1   ? norm_backward_staged_kernel<T, 1, true>
+                     : sg.np == 2 ? norm_backward_staged_kernel<T, 2, true>
+                     : sg.np == 3 ? norm_backward_staged_kernel<T, 3, true>
+                                  : norm_backward_staged_kernel<T, 4, true>;
       if (sg.cluster > 1) {
         cudaLaunchConfig_t cfg{};
         cfg.gridDim = dim3(sg.blocks, 1, 1);
@@ -349,7 +320,10 @@ void launch_norm_backward_staged(const NormBackwardArgs& a, const StagedGrid& sg
       HT_CHECK_LAUNCH("norm_backward_staged_kernel (cluster)");
       return;
     }
-    auto* kernel = sg.pm == NormParamsAt::reg ? pick(std::true_type{}) : pick(std::false_type{});
+    auto* kernel = sg.np == 1   ? norm_backward_staged_kernel<T, 1>
+                   : sg.np == 2 ? norm_backward_staged_kernel<T, 2>
+                   : sg.np == 3 ? norm_backward_staged_kernel<T, 3>
+                                : norm_backward_staged_kernel<T, 4>;
     kernel<<<sg.blocks, kRowBlock, sg.smem, stream>>>(a, sg.tpr, sg.stages);
     HT_CHECK_LAUNCH("norm_backward_staged_kernel");
   });

@@ -1,7 +1,7 @@
-// The staged layer_norm / rms_norm forward (norm kernel variants 2 and 3: Note [Staged norm kernels] in
-// rows_staged.cuh, Note [Norm kernel variants] in rows_norm.cu) and the staged launch shape that the backward
+// The staged layer_norm / rms_norm forward (parameters in shared memory or in registers: Note [Staged norm
+// kernels] in rows_staged.cuh, Note [Norm kernels] in rows_norm.cu) and the staged launch shape that the backward
 // (rows_norm_staged_bwd.cu) shares: the per-device limits and occupancies, the stage count and grid
-// (staged_grid), and variant 4's cluster size (pick_cluster).
+// (staged_grid), and the cluster backward's cluster size (pick_cluster).
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kRowBlock, (kStagedMinBlocks<NP, kPm>)) norm_s
         const int q = sr.lane + i * tpr;
         if (q < packs) cp_async16(dst + i * kRowBlock, src + static_cast<int64_t>(q) * V);
       }
-      // (variant 3: lane 0 of each warp only; it shuffles the shift to its warp, groups being whole warps here)
+      // (kReg: lane 0 of each warp only; it shuffles the shift to its warp, groups being whole warps here)
       if (one_pass && layer && !shfl_shift && (!kReg || tid % 32 == 0)) cp_async16(dst + NP * kRowBlock, src);
     }
     cp_async_commit();
@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kRowBlock, (kStagedMinBlocks<NP, kPm>)) norm_s
     const bool valid = row < a.rows;
     const P* src = stage + st * slots * kRowBlock + tid;
     st = st + 1 == stages ? 0 : st + 1;
-    // The row's values of pack i: variant 2 unpacks them once into registers, variant 3 (whose registers hold
-    // the parameters) from the stage at every use.
+    // The row's values of pack i: unpacked once into registers, or with kReg (whose registers hold the
+    // parameters) from the stage at every use.
     A x[kReg ? 1 : NP][V];
     if constexpr (!kReg) {
 #pragma unroll
@@ -288,7 +288,7 @@ int staged_occupancy(const void* kernel, int dev, std::size_t smem, std::size_t 
 // kernels[np - 1] is the instantiation for np packs per thread. acc: sizeof(S); backward: the backward kernel's
 // shared-memory layout (weight, g / x / statistics slots) instead of the forward's (weight and bias, x slots,
 // the shift slot unless the row group is at most a warp); kernels[np - 1] for np <= reg_np keep no parameters
-// in shared memory (variant 3).
+// in shared memory (the forward's StagedKind::reg).
 StagedGrid staged_grid(int64_t rows, int64_t len, int vec, std::size_t acc, StagedPass pass, int reg_np,
                        std::initializer_list<const void*> ptrs, const void* const (&kernels)[4]) {
   StagedGrid g;
@@ -352,7 +352,7 @@ NormFwdKernel norm_fwd_kernel(int np) {
                    : norm_staged_kernel<T, 4, kPm>;
 }
 
-// Where the forward with np packs per thread keeps the parameters (StagedKind::reg: variant 3).
+// Where the forward with np packs per thread keeps the parameters (registers only for StagedKind::reg).
 template <class T>
 NormParamsAt fwd_params_at(const NormArgs& a, int np, StagedKind kind) {
   if (kind != StagedKind::reg) return NormParamsAt::smem;
@@ -375,7 +375,7 @@ NormFwdKernel fwd_kernel_of(NormParamsAt pm, int np) {
   return norm_fwd_kernel<T, 0>(np);
 }
 
-// The staged launch for variant 2 or 3 (StagedKind::reg). The grid is sized with the kernel that will run.
+// The staged forward's launch for StagedKind smem or reg. The grid is sized with the kernel that will run.
 template <class T>
 StagedGrid norm_fwd_staged_grid_of(const NormArgs& a, StagedKind kind) {
   const void* k[4];
@@ -391,7 +391,7 @@ StagedGrid norm_fwd_staged_grid_of(const NormArgs& a, StagedKind kind) {
 }
 }  // namespace
 
-// Variant 4's cluster size for a staged backward grid g of kernel (Note [Norm backward, cluster variant]): the
+// The cluster size for a staged backward grid g of the cluster kernel (Note [Norm backward, clusters]): the
 // largest of 4 and 2 whose clusters, as many as the device holds at once, take the whole grid (g.blocks
 // rounded up to the cluster size, at most the wave rounded down); 1 (a plain launch) when neither does or the
 // query fails. Sets g.cluster and rounds g.blocks to a multiple of it (the extra blocks get no rows and add

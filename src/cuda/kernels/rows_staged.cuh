@@ -7,7 +7,7 @@
 
 namespace ht::kernels::rk {
 
-// ---- layer_norm / rms_norm, staged rows (norm kernel variant 2, the default) ---------------------------------
+// ---- layer_norm / rms_norm, staged rows ---------------------------------------------------------------------
 // Note [Staged norm kernels]
 // The register-resident norm kernels (rows_norm_cached.cu) load a row, wait for it, reduce and store, with the
 // next row's loads issued only by other blocks (forward: 0.68 of copy bandwidth at 4096-wide bf16 rows on the H200,
@@ -24,9 +24,8 @@ namespace ht::kernels::rk {
 // - forward, bf16 / f16: one reduction of the pair (sum of x - K, sum of (x - K)^2) with K the row's first
 //   element (a shifted one-pass variance: the relative error of the variance grows with (mean - K)^2 / var,
 //   small unless the first element is a far outlier of its row) instead of two reductions; f32 / f64 keep two
-//   (the mean, then the sum of squares about it); rms_norm reduces sum x^2 alone. (A two-pass bf16 variant,
-//   measured on the H200 in run 18, was no faster: 0.0959 against 0.0896 ms at 16384 x 4096, equal elsewhere;
-//   removed.);
+//   (the mean, then the sum of squares about it); rms_norm reduces sum x^2 alone. (Two passes in bf16
+//   measure no faster on the H200: 0.0959 against 0.0896 ms at 16384 x 4096, equal elsewhere.);
 // - the parameters are converted once per block into shared memory (float, double for f64), and checked
 //   there for NaN / inf: rows whose statistics and parameters are finite skip pack_cast's NaN check;
 // - backward: the weight in shared memory, g and x staged; the gradients of weight and bias summed per
@@ -78,7 +77,7 @@ HT_DEV bool d_finite(double v) { return isfinite(v); }
 HT_DEV float d_fma(float a, float b, float c) { return fmaf(a, b, c); }
 HT_DEV double d_fma(double a, double b, double c) { return fma(a, b, c); }
 
-// Variant 4 (Note [Norm backward, cluster variant]): the warps of a row group of more than a warp meet at their
+// The cluster backward (Note [Norm backward, clusters]): the warps of a row group of more than a warp meet at their
 // own named barrier (1 + the row slot, tpr threads) instead of the block-wide one, so the block's row groups do
 // not wait for each other (group_sum2<true>). (The barrier ids are immediates: a register id makes ptxas reserve
 // all 16 barriers.)
@@ -92,7 +91,7 @@ HT_DEV void bar_sync_row(int slot, int threads) {
 }
 // Sums (u, v) over the tpr threads (a power of two, 1..256; groups of more than a warp aligned to warps) of a
 // row group in a fixed order; every thread of the group gets the totals. Every thread of the block calls it,
-// or with kRowBarrier (variant 4) every thread of the group: the group's warps then meet at its named barrier
+// or with kRowBarrier (the cluster backward) every thread of the group: the group's warps then meet at its named barrier
 // (bar_sync_row) instead of __syncthreads, with the same sums in the same order. Groups of more than a warp
 // combine their warps through red, whose two buffers alternate (phase) so that one barrier per call suffices
 // (as tile_reduce1; a group's entries are its own warps, so this holds per group too).
@@ -160,9 +159,9 @@ HT_DEV const A* cluster_peer(const A* p, unsigned rank) {
 #endif
 }
 
-// Variant 3: a norm parameter (D) into shared memory as A (`none` without it), by 16-byte packs when it starts
-// 16-byte aligned and D is a multiple of the pack, else element by element (as variant 2 always does: at
-// 4096-wide bf16 rows 16 iterations of 2-byte loads per thread before a block's first row); true when every
+// A norm parameter (D) into shared memory as A (`none` without it), by 16-byte packs when it starts
+// 16-byte aligned and D is a multiple of the pack, else element by element (at 4096-wide bf16
+// rows that is 16 iterations of 2-byte loads per thread before a block's first row); true when every
 // value is finite. dst is 16-byte aligned.
 template <class T, class A>
 HT_DEV bool stage_param(A* dst, const Param<T, A>& p, int64_t d, A none) {
@@ -236,7 +235,7 @@ HT_DEV bool reg_params_narrow(Pack<T, kVec<T>> (&out)[NP], const Param<T, acc_t<
 // The staged forward takes the shift by a shuffle from lane 0 (no shift slot) when a row group is at most a warp.
 HT_HD inline bool staged_shfl_shift(int tpr) { return tpr <= 32; }
 
-// kReg (variant 3, Note [Norm kernel variants]): the thread's own parameter values (the columns of its packs,
+// kReg (the forward's StagedKind::reg, Note [Norm kernels]): the thread's own parameter values (the columns of its packs,
 // the same in every row) into registers, straight from global memory (16-byte loads when aligned, else element
 // by element); true when every one is finite.
 template <class T, class A, int NP, int V>

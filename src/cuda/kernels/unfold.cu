@@ -1,6 +1,6 @@
-// unfold (token-major im2col) kernels and launch_unfold2d (see unfold.cuh): variant 1 (old, one CTA per column
-// row), 2 (staged; Note [Unfold, staged kernel]) and 3 (vec, the default; Note [Unfold, vec kernel]). Formulas
-// read side by side with src/ops/unfold.cpp. The fold kernels (Notes [Fold, tiles kernel], [Fold, tiles2]) are
+// unfold (token-major im2col) kernels and launch_unfold2d (see unfold.cuh): the gather kernel (one CTA per
+// column row), the staged kernel (Note [Unfold, staged kernel]) and the vec kernel (Note [Unfold, vec kernel]),
+// picked by shape and alignment in launch_unfold2d. Formulas read side by side with src/ops/unfold.cpp. The fold kernels (Notes [Fold, tiles kernel], [Fold, tiles2]) are
 // in unfold_fold.cu; unfold_common.cuh holds what the two share.
 #include <algorithm>
 #include <cstdint>
@@ -9,7 +9,6 @@
 #include "cuda/kernels/kernel_launch.cuh"
 #include "cuda/kernels/unfold.cuh"
 #include "cuda/kernels/unfold_common.cuh"
-#include "cuda/kernels/variant.h"
 
 namespace ht::kernels {
 namespace {
@@ -52,7 +51,7 @@ __global__ void unfold_kernel(const T* __restrict__ x, UnfoldStrides4 xs, Unfold
 // 3. writes its tw positions' entries (tw·cb·kh·kw, one contiguous run when cb = C) as
 //    cols[p][k] = patch[p·sw + offs[k]], (p, k) stepped without divisions.
 // Every image element is read once per block that covers it (kh / sh rows of blocks; L2 serves the repeats).
-// A copy: bit-identical to variant 1.
+// A copy: bit-identical to the gather kernel.
 struct UnfoldTile {
   int cb = 1, tw = 1;  // channels and output columns per block
   int prow = 1, pcol = 1;  // patch rows (PH) and allocated patch columns (PW of a full tile)
@@ -153,7 +152,7 @@ __global__ void __launch_bounds__(kFoldThreads)
   }
 }
 
-// Variant 2's unfold tile for g and elements of `elem` bytes, or false (variant 1 runs then).
+// The staged kernel's tile for g and elements of `elem` bytes, or false (the gather kernel runs then).
 bool unfold_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
   const int64_t khw = g.kh * g.kw, prow = (g.kh - 1) * g.dh + 1;
   auto pcol = [&](int64_t tw) { return (tw - 1) * g.sw + (g.kw - 1) * g.dw + 1; };
@@ -176,10 +175,9 @@ bool unfold_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
 }
 
 // Note [Unfold, vec kernel]
-// Variant 3 of unfold2d ("vec", the default since run 31; cuda/kernels/unfold.cuh). The staged kernel's output phase (Note [Unfold, staged
-// kernel]) writes one 2-byte element per thread per iteration, with a 4-byte offset-table load and a 2-byte patch
-// load each: about 300 M store instructions for one C 64 32x32 3x3 bf16 layer at N 256, the likely bound (session
-// 7: 0.23 of the copy rate). This kernel keeps the staged kernel's tiles and patch layout and changes:
+// The staged kernel's output phase (Note [Unfold, staged kernel]) writes one 2-byte element per thread per
+// iteration, with a 4-byte offset-table load and a 2-byte patch load each: about 300 M store instructions for one
+// C 64 32x32 3x3 bf16 layer at N 256, the likely bound (about 0.23 of the copy rate). This kernel keeps the staged kernel's tiles and patch layout and changes:
 // 1. the offset table: 2-byte byte offsets offs[k] = ((c·PH + i·dh)·PW + j·dw)·sizeof(T) (a patch is at most
 //    48 KB, so every byte offset fits 16 bits), so the kV = 16 / sizeof(T) offsets of one pack of consecutive
 //    entries are ONE shared-memory load of 2·kV bytes (16 for 2-byte T, 8 for f32, 4 for f64);
@@ -195,8 +193,8 @@ bool unfold_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
 //    divisions. C 64 32x32 3x3 bf16: 9 packs a thread instead of 72 elements.
 // A pack never straddles two positions' runs: the launcher takes this kernel only when K·sizeof(T) and the
 // channel group's run cb·kh·kw·sizeof(T) are multiples of 16 bytes (unfold_vec_tile rounds a partial cb down to
-// such a count) and the column pointer is 16-byte aligned; else variant 2 runs in the same launcher. A copy of
-// the same bits: bit-identical to variants 1 and 2.
+// such a count) and the column pointer is 16-byte aligned; else the staged kernel runs in the same launcher. A
+// copy of the same bits: bit-identical to the gather and staged kernels.
 template <int Sz>
 struct RawBits;
 template <>
@@ -354,9 +352,9 @@ __global__ void __launch_bounds__(kFoldThreads)
   }
 }
 
-// Variant 3's tile for g and elements of `elem` bytes (Note [Unfold, vec kernel]): variant 2's, with a partial
-// channel group rounded down to a count whose run is a multiple of 16 bytes; false when the packs do not fit the
-// runs (K·elem % 16 != 0, or no such count fits): the launcher runs variant 2 then. The column pointer's
+// The vec kernel's tile for g and elements of `elem` bytes (Note [Unfold, vec kernel]): the staged kernel's, with
+// a partial channel group rounded down to a count whose run is a multiple of 16 bytes; false when the packs do not
+// fit the runs (K·elem % 16 != 0, or no such count fits): the launcher runs the staged kernel then. The column pointer's
 // alignment is the launcher's check.
 bool unfold_vec_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
   if (!unfold_tile(g, elem, t)) return false;
@@ -380,19 +378,10 @@ bool unfold_vec_tile(const UnfoldGeometry& g, int64_t elem, UnfoldTile& t) {
   return true;
 }
 
-int env_unfold_variant() {
-  // unset: vec (3), the fastest on every run-31 shape (C 64 32x32 3x3 NHWC 0.1038 ms, staged 0.3394, old 0.7273)
-  static const int v = env_variant("HADATRAIN_UNFOLD_KERNEL", {{"old", 1}, {"staged", 2}, {"vec", 3}}, 3, 1);
-  return v;
-}
-
-constinit VariantChoice<kUnfoldVariants> g_unfold_variant{env_unfold_variant};
 constinit LaunchCounter g_unfold_staged_launches, g_unfold_vec_launches;
 
 }  // namespace
 
-int unfold_variant() { return g_unfold_variant.get(); }
-void set_unfold_variant(int variant) { g_unfold_variant.set(variant); }
 int64_t unfold_staged_launches() { return g_unfold_staged_launches.get(); }
 int64_t unfold_vec_launches() { return g_unfold_vec_launches.get(); }
 
@@ -403,8 +392,8 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     UnfoldTile t;
-    const int variant = unfold_variant();
-    if (variant == 3 && aligned_to(cols, 16) && unfold_vec_tile(g, int64_t(sizeof(T)), t)) {
+    // the vec kernel where its packs fit, else the staged kernel where its patch fits, else the gather kernel
+    if (aligned_to(cols, 16) && unfold_vec_tile(g, int64_t(sizeof(T)), t)) {
       const size_t smem = size_t(t.offs_bytes) + size_t(t.cb) * t.prow * t.pcol * sizeof(T);
       const unsigned blocks = static_cast<unsigned>(g.N * g.OH * t.cchunks * t.wtiles);
       // channels-last images staged in 16-byte units of channels where every unit is aligned
@@ -419,7 +408,7 @@ void launch_unfold2d(DType dt, const void* x, UnfoldStrides4 xs, const UnfoldGeo
       g_unfold_vec_launches.add();
       return;
     }
-    if (variant >= 2 && unfold_tile(g, int64_t(sizeof(T)), t)) {  // variant 3 falls back here
+    if (unfold_tile(g, int64_t(sizeof(T)), t)) {
       const size_t smem = size_t(t.offs_bytes) + size_t(t.cb) * t.prow * t.pcol * sizeof(T);
       const unsigned blocks = static_cast<unsigned>(g.N * g.OH * t.cchunks * t.wtiles);
       unfold_staged_kernel<T><<<blocks, kFoldThreads, smem, stream>>>(static_cast<const T*>(x), xs, g, t,

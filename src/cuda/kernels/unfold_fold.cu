@@ -1,8 +1,8 @@
-// fold (col2im, unfold's adjoint) kernels and launch_fold2d (see unfold.cuh): variant 1 (old, a thread per image
-// element), 2 (tiles; Note [Fold, tiles kernel]) and 3 (tiles2, the default; Note [Fold, tiles2]). Formulas read
-// side by side with src/ops/unfold.cpp: every variant sums in the CPU's ascending (i, j) order in fp32 (fp64 for
-// f64), so the bits are the CPU's. The unfold kernels are in unfold.cu; unfold_common.cuh holds what the two
-// share.
+// fold (col2im, unfold's adjoint) kernels and launch_fold2d (see unfold.cuh): the gather kernel (a thread per
+// image element), the tiles kernel (Note [Fold, tiles kernel]) and its halo form for 3x3 windows (Note [Fold,
+// tiles2]), picked by shape in launch_fold2d. Formulas read side by side with src/ops/unfold.cpp: every kernel
+// sums in the CPU's ascending (i, j) order in fp32 (fp64 for f64), so the bits are the CPU's. The unfold kernels
+// are in unfold.cu; unfold_common.cuh holds what the two share.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -11,7 +11,6 @@
 #include "cuda/kernels/kernel_launch.cuh"
 #include "cuda/kernels/unfold.cuh"
 #include "cuda/kernels/unfold_common.cuh"
-#include "cuda/kernels/variant.h"
 
 namespace ht::kernels {
 namespace {
@@ -46,12 +45,10 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
 }
 
 // Note [Fold, tiles kernel]
-// Variant 2 ("tiles") of fold2d (cuda/kernels/unfold.cuh). fold_kernel gives a thread one image element
-// and reads its kh·kw column entries directly: neighbouring threads (w, w+1) read addresses C·kh·kw elements
-// apart, so every 2-byte read costs a 32-byte sector (~16x read amplification on (N, L, C·3·3) bf16 columns;
-// ~0.1 of the copy rate in run 24, as was a staged kernel that walked the image rows serially with a ring of
-// staged column rows, deleted after run 26). Here a block owns (n, a group of cb channels, a chunk of R image
-// rows h0..h0+R-1, a tile of tw image columns w0..w0+tw-1) and has no walk:
+// fold_kernel gives a thread one image element and reads its kh·kw column entries directly: neighbouring
+// threads (w, w+1) read addresses C·kh·kw elements apart, so every 2-byte read costs a 32-byte sector (~16x read
+// amplification on (N, L, C·3·3) bf16 columns; about 0.1 of the copy rate). Here a block owns (n, a group of cb
+// channels, a chunk of R image rows h0..h0+R-1, a tile of tw image columns w0..w0+tw-1) and has no walk:
 // 1. it stages, in one pass, every column row oh its rows need (oh·sh = h + ph - i·dh for some h of the chunk and
 //    some i: at most rr = (R-1 + (kh-1)·dh) / sh + 1 rows) x the positions ow its tile reaches (halo included, at
 //    most rw) x the cb·kh·kw entries of its channels, into shared memory in the column dtype (bf16 stays 2 bytes).
@@ -72,16 +69,15 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
 // and the repeats come from L2.
 // Tile rule (fold_tiles_plan): tw = min(W, 32) (rows of the image written 64 bytes or more at a time in bf16);
 // cb = the smallest count (<= C) whose run is >= 128 bytes and a multiple of 16 (C 64 3x3: bf16 8, f32 4, f64 2);
-// cb, then tw, halved while one row (R = 1) does not fit 48 KB (no opt-in; the shape falls back to old when
-// nothing fits); R = the most rows that fit (<= H, <= 64, <= 16 elements a thread); cb doubled while a block
+// cb, then tw, halved while one row (R = 1) does not fit 48 KB (no opt-in; the shape falls back to the gather
+// kernel when nothing fits); R = the most rows that fit (<= H, <= 64, <= 16 elements a thread); cb doubled while a block
 // has fewer elements than threads (small images); R halved (not below 4) while there are fewer than 1024 blocks
-// (several waves of 132 SMs at 4 blocks each). Run-24 shapes (bf16, N 256): C 64 32x32 3x3 cb 8, tw 32, R 8
+// (several waves of 132 SMs at 4 blocks each). ResNet shapes (bf16, N 256): C 64 32x32 3x3 cb 8, tw 32, R 8
 // (46 KB, 8192 blocks, 4 an SM); C 128 16x16 cb 8, tw 16, R 16 (37 KB, 4096 blocks); C 512 4x4 cb 16, R 4
 // (8192 blocks); C 64 56x56 (N 64) cb 8, tw 32, R 7 (44 KB, 8192 blocks).
 // Note [Fold, tiles2]
-// Variant 3 of fold2d (tiles2, the default since run 31): the tiles kernel with HALO for 3x3 windows at
-// stride and dilation 1 in f32 / bf16 / f16 (the K3 sum; other shapes and f64 run variant 2). Session 7's profile
-// found the tiles kernel issue-bound; in K3's unrolled sum about half the instructions per element are the
+// The tiles kernel with HALO for 3x3 windows at stride and dilation 1 in f32 / bf16 / f16 (the K3 sum; other
+// shapes and f64 run the tiles kernel without it). A profile found the tiles kernel issue-bound; in K3's unrolled sum about half the instructions per element are the
 // bounds checks of its nine entries (row and column inside the column grid: compares, predicate ANDs, branches),
 // and a warp over 32 image columns always holds border elements, so an "interior elements skip the checks"
 // branch would diverge in every warp. Instead the stage is padded: a block stages the R + 2 column rows
@@ -89,11 +85,10 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
 // to the column grid, zeros where a row or position lies outside it (no load), and every element sums its nine
 // staged entries unconditionally in the same ascending (i, j) order. The bits are the same: the sum starts at +0
 // and adds in round-to-nearest, so it is never -0 (+0 + -0 = +0), and x + (+0) = x for every other x (a NaN stays
-// a NaN of the same bits: it came from an add, as in variant 2). Costs: the stage holds 2 more positions a row
+// a NaN of the same bits: it came from an add, as without the halo). Costs: the stage holds 2 more positions a row
 // (fold_tiles_plan's halo bounds, still <= 48 KB: C 64 32x32 bf16 cb 8 gets R 7 instead of 8) and stores zeros
-// for the outside ones (on 4x4 images 36 staged positions for 16 elements). Run 31 (bf16, N 256, ms tiles / tiles2):
-// C 64 32x32 0.2406 / 0.2399, C 128 16x16 0.1248 / 0.1110, C 256 8x8 0.1014 / 0.0967, C 512 4x4 0.0853 / 0.0843,
-// C 64 56x56 (N 64) 0.2157 / 0.1914: level or faster on every shape.
+// for the outside ones (on 4x4 images 36 staged positions for 16 elements); level with or faster than the tiles
+// kernel without it on every ResNet shape.
 constexpr int kTilesMinBlocks = 1024;
 constexpr int kTilesMinRows = 4;
 constexpr int kTilesMaxPerThread = 16;  // image elements a thread sums at most (caps R)
@@ -118,7 +113,7 @@ int64_t tiles_ckp(int64_t cbk, int64_t sz) {
 
 // K3: a 3x3 window with stride and dilation 1 (S1 too; the ResNet convolutions): the sum unrolled with
 // compile-time offsets, the same additions in the same order.
-// HALO (K3 only; variant 3, Note [Fold, tiles2]): the stage spans every column row and position the 3x3 windows
+// HALO (K3 only; Note [Fold, tiles2]): the stage spans every column row and position the 3x3 windows
 // of the block's elements name, out-of-range ones as zeros, and the sum has no bounds checks.
 template <class T, int VB, bool S1, bool K3, bool HALO = false>
 __global__ void __launch_bounds__(kFoldThreads, 4)
@@ -280,10 +275,10 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   }
 }
 
-// Variant 2's tiles for g and column elements of `sz` bytes (Note [Fold, tiles kernel]), or false when one
-// image row of one channel and column does not fit in 48 KB (or the grid is too large): variant 1 runs then.
+// The tiles for g and column elements of `sz` bytes (Note [Fold, tiles kernel]), or false when one image row
+// of one channel and column does not fit in 48 KB (or the grid is too large): the gather kernel runs then.
 // The load unit t.vb is the launcher's (it depends on the column pointer and strides).
-// halo (variant 3's 3x3 stride-1 windows, Note [Fold, tiles2]): the staged rows and positions are not clipped to
+// halo (3x3 stride-1 windows, Note [Fold, tiles2]): the staged rows and positions are not clipped to
 // the column grid (R + 2 rows x tw + 2 positions).
 bool fold_tiles_plan(const UnfoldGeometry& g, int64_t sz, FoldTiles& t, bool halo = false) {
   const int64_t khw = g.kh * g.kw;
@@ -320,19 +315,10 @@ bool fold_tiles_plan(const UnfoldGeometry& g, int64_t sz, FoldTiles& t, bool hal
   return true;
 }
 
-int env_fold_variant() {
-  // unset: tiles2 (3), level with or faster than tiles (2) on every run-31 shape (Note [Fold, tiles2])
-  static const int v = env_variant("HADATRAIN_FOLD_KERNEL", {{"old", 1}, {"tiles", 2}, {"tiles2", 3}}, 3, 1);
-  return v;
-}
-
-constinit VariantChoice<kFoldVariants> g_fold_variant{env_fold_variant};
 constinit LaunchCounter g_fold_tiles_launches, g_fold_tiles2_launches;
 
 }  // namespace
 
-int fold_variant() { return g_fold_variant.get(); }
-void set_fold_variant(int variant) { g_fold_variant.set(variant); }
 int64_t fold_tiles_launches() { return g_fold_tiles_launches.get(); }
 int64_t fold_tiles2_launches() { return g_fold_tiles2_launches.get(); }
 
@@ -343,12 +329,12 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     FoldTiles tt;
-    const int variant = fold_variant();
     const bool s1 = g.sh == 1 && g.sw == 1;
     const bool k3 = s1 && g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1;
-    // variant 3: the halo stage for the unrolled 3x3 sum (not f64, which keeps the generic loop), else tiles
-    bool halo = variant == 3 && k3 && sizeof(T) < 8;
-    bool planned = variant >= 2 && fold_tiles_plan(g, int64_t(sizeof(T)), tt, halo);
+    // the halo stage for the unrolled 3x3 sum (not f64, which keeps the generic loop), else tiles, else the
+    // gather kernel
+    bool halo = k3 && sizeof(T) < 8;
+    bool planned = fold_tiles_plan(g, int64_t(sizeof(T)), tt, halo);
     if (!planned && halo) {
       halo = false;
       planned = fold_tiles_plan(g, int64_t(sizeof(T)), tt);
