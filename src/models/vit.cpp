@@ -101,11 +101,10 @@ Tensor VisionTransformer::forward(const Tensor& x) {
            "ViT: expected (N, {}, {}, {}), got {}", c.in_channels, c.image_size, c.image_size, x.describe());
   const int64_t B = x.size(0);
   Tensor t = patch_proj_->forward(x).flatten(2).transpose(1, 2);  // (B, grid^2, D)
-  // The class token and position embedding are master-dtype parameters: cast them (differentiably) to the
-  // compute dtype, or cat/add would promote a bf16 forward to f32 from here on.
-  const auto like_t = [&](const Tensor& p) { return p.dtype() == t.dtype() ? p : p.to(t.dtype()); };
-  if (c.pool == VitPool::class_token) t = cat({like_t(cls_token).expand({B, 1, c.dim}), t}, 1);
-  t = pos_drop_->forward(add(t, like_t(pos_embed)));
+  // The class token and position embedding in the compute dtype (Note [Materialising parameters]), or
+  // cat/add would promote a bf16 forward to f32 from here on.
+  if (c.pool == VitPool::class_token) t = cat({materialise(cls_token, t.dtype()).expand({B, 1, c.dim}), t}, 1);
+  t = pos_drop_->forward(add(t, materialise(pos_embed, t.dtype())));
   for (auto& b : blocks_) t = b->forward(t);
   Tensor pooled = c.pool == VitPool::class_token ? select(norm_->forward(t), 1, 0) : norm_->forward(mean(t, {1}));
   return head_->forward(pooled);  // (B, classes)

@@ -1,5 +1,6 @@
-// Linear and Conv2d modules. Their products are where gradient pipelines plug in (a later issue):
-// forward captures the pipeline, backward never looks it up globally.
+// Linear and Conv2d modules. Their products are where gradient pipelines plug in: forward captures the
+// pipeline, backward never looks it up globally. Mixed precision: the weights come from materialise in the
+// input's dtype (Note [Materialising parameters]: a bf16 forward's weight gradient reaches the f32 master).
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/nn/init.h"
 #include "hadatrain/nn/layers.h"
@@ -12,12 +13,6 @@
 
 namespace ht::nn {
 namespace {
-// Mixed precision: parameters stay in their master dtype (f32) and are cast, differentiably, to the
-// compute dtype of the input (bf16 forward); the gradient flows back to the master weight in f32.
-Tensor cast_like(const Tensor& p, const Tensor& x) {
-  return !p.defined() || p.dtype() == x.dtype() ? p : p.to(x.dtype());
-}
-
 // The node that made x, when x is its only output and it can rebuild x from what it keeps for its own backward
 // (Note [Rebuilt inputs]); null otherwise.
 std::shared_ptr<Node> rebuilder_of(const Tensor& x) {
@@ -41,7 +36,8 @@ Linear::Linear(int64_t in, int64_t out, Bias b, Generator& gen) : in_features(in
 Tensor Linear::forward(const Tensor& x) {
   HT_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear({}, {}): input {} has last dim {} (expected {})",
            in_features, out_features, x.describe(), x.dim() ? x.size(-1) : 0, in_features);
-  if (!grad_pipeline.routes(needs_grad({&x, &weight}))) return linear(x, cast_like(weight, x), cast_like(bias, x));
+  if (!grad_pipeline.routes(needs_grad({&x, &weight})))
+    return linear(x, materialise(weight, x.dtype()), materialise(bias, x.dtype()));
   // Through the layer's gradient pipeline (Note [Product geometry]): (N, I) is (1, N, I); (B, ..., I) is
   // (B, L, I); the bias goes into the forward GEMM's epilogue, and the product op (not the pipeline) gives it its
   // gradient, so every pipeline agrees on it.
@@ -62,7 +58,7 @@ Tensor Linear::forward(const Tensor& x) {
                                train ? &grad_pipeline.output_rebuilt : nullptr};
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;
-  return reshape(grad::product(x3, cast_like(weight, x), call, cast_like(bias, x)), out_shape);
+  return reshape(grad::product(x3, materialise(weight, x.dtype()), call, materialise(bias, x.dtype())), out_shape);
 }
 
 Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen) : options(o) {
@@ -89,7 +85,8 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.dilation_h = p.dilation_w = options.dilation;
   p.groups = options.groups;
   p.layout = options.layout;
-  if (!grad_pipeline.routes(needs_grad({&x, &weight}))) return conv2d(x, cast_like(weight, x), cast_like(bias, x), p);
+  if (!grad_pipeline.routes(needs_grad({&x, &weight})))
+    return conv2d(x, materialise(weight, x.dtype()), materialise(bias, x.dtype()), p);
   // Through the layer's gradient pipeline: the im2col view (Note [Product geometry]) x_col (N, L, C·k·k)
   // times W (O, C·k·k)ᵀ, by grad::conv_product, which also hands the pipeline the input map (HLQ may save it
   // instead of the columns); fold2d (unfold2d's backward) maps g_x back to the image. groups == 1 here.
@@ -117,13 +114,13 @@ Tensor Conv2d::forward(const Tensor& x) {
     info.rebuild = {std::move(fn), [nhwc](const Tensor& t) { return nhwc ? permute(t, {0, 3, 1, 2}) : t; }};
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
-  const Tensor y3 = grad::conv_product(xn, reshape(cast_like(weight, x), {O, -1}), u, call);  // (N, L, O)
+  const Tensor y3 = grad::conv_product(xn, reshape(materialise(weight, x.dtype()), {O, -1}), u, call);  // (N, L, O)
   if (nhwc) {
     Tensor y = reshape(y3, {N, info.grid_h, info.grid_w, O});
-    return bias.defined() ? add(y, reshape(cast_like(bias, x), {1, 1, 1, O})) : y;
+    return bias.defined() ? add(y, reshape(materialise(bias, x.dtype()), {1, 1, 1, O})) : y;
   }
   Tensor y = reshape(y3.transpose(1, 2), {N, O, info.grid_h, info.grid_w});
-  return bias.defined() ? add(y, reshape(cast_like(bias, x), {1, O, 1, 1})) : y;
+  return bias.defined() ? add(y, reshape(materialise(bias, x.dtype()), {1, O, 1, 1})) : y;
 }
 
 }  // namespace ht::nn

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/nn/parameter_store.h"
 #include "hadatrain/ops/copy.h"
 
 namespace ht::nn {
@@ -39,6 +40,15 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_name(name, type_name());
   HT_ASSERT(m != nullptr, "{}: child '{}' is null", type_name(), name);
   children_.emplace_back(name, std::move(m));
+}
+
+Tensor Module::materialise(const Tensor& param, DType dtype) const {
+  if (const auto store = store_.lock()) return store->materialise(param, dtype);
+  return cast_master(param, dtype);
+}
+
+Tensor Module::materialise(const Tensor& param) const {
+  return param.defined() ? materialise(param, param.dtype()) : param;
 }
 
 std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) {

@@ -41,12 +41,14 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     NoGradGuard ng;
     copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
   }
-  if (layout == ConvLayout::nchw) return batch_norm(x, weight, bias, running_mean, running_var, o);
+  // The scale and shift in their master dtype (Note [Materialising parameters]).
+  const Tensor w = materialise(weight), b = materialise(bias);
+  if (layout == ConvLayout::nchw) return batch_norm(x, w, b, running_mean, running_var, o);
   // Channels last: (N, H, W, C) -> (N·H·W, C) -> batch_norm over the rows -> back.
-  const int64_t C = weight.size(0);
+  const int64_t C = w.size(0);
   HT_CHECK(x.dim() >= 2 && x.size(-1) == C, "BatchNorm2d({}) with layout nhwc: expected x (N, H, W, {}), got {}", C,
            C, x.describe());
-  return reshape(batch_norm(reshape(x, {-1, C}), weight, bias, running_mean, running_var, o), x.shape());
+  return reshape(batch_norm(reshape(x, {-1, C}), w, b, running_mean, running_var, o), x.shape());
 }
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
@@ -55,9 +57,9 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
     NoGradGuard ng;
     copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
   }
-  const BatchNormParams p{weight, bias, running_mean, running_var};
+  const BatchNormParams p{materialise(weight), materialise(bias), running_mean, running_var};
   if (layout == ConvLayout::nchw) return batch_norm_add_relu(x, residual, p, o);
-  const int64_t C = weight.size(0);
+  const int64_t C = p.weight.size(0);
   HT_CHECK(x.dim() >= 2 && x.size(-1) == C, "BatchNorm2d({}) with layout nhwc: expected x (N, H, W, {}), got {}", C,
            C, x.describe());
   HT_CHECK(residual.shape() == x.shape(), "BatchNorm2d::forward_add_relu: residual {} must have x's shape {}",
@@ -73,6 +75,6 @@ LayerNorm::LayerNorm(int64_t dim, double eps_) : eps(eps_) {
   register_parameter("bias", &bias);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, materialise(weight), materialise(bias), eps); }
 
 }  // namespace ht::nn

@@ -1,4 +1,4 @@
-// Optimizer base: parameter selection for weight decay, zero_grad, global-norm clipping.
+// Optimizer base: the parameter store it steps over, global-norm clipping.
 #include <algorithm>
 #include <cmath>
 
@@ -12,38 +12,29 @@
 
 namespace ht::optim {
 
-std::vector<ParamRef> make_param_refs(const std::vector<std::pair<std::string, Tensor*>>& named,
-                                      const std::vector<std::string>& no_decay_names) {
-  std::vector<ParamRef> out;
-  for (const auto& [name, t] : named) {
-    const std::string leaf = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
-    const bool listed = std::find(no_decay_names.begin(), no_decay_names.end(), leaf) != no_decay_names.end() ||
-                        std::find(no_decay_names.begin(), no_decay_names.end(), name) != no_decay_names.end();
-    out.push_back({name, t, t->dim() >= 2 && !listed});
-  }
-  return out;
-}
-
-Optimizer::Optimizer(std::vector<ParamRef> params) : params_(std::move(params)) {
-  for (const auto& p : params_) {
-    HT_CHECK(p.param && p.param->defined() && p.param->is_leaf(), "optimizer: parameter '{}' is not a leaf tensor",
-             p.name);
+Optimizer::Optimizer(std::shared_ptr<nn::ParameterStore> store, std::vector<std::string> state_slots)
+    : store_(std::move(store)) {
+  HT_CHECK(store_ != nullptr, "optimizer: the parameter store is null");
+  for (const auto& p : store_->params()) {
+    HT_CHECK(p.param->is_leaf(), "optimizer: parameter '{}' is not a leaf tensor", p.name);
     HT_CHECK(p.param->dtype() == DType::f32 || p.param->dtype() == DType::f64,
              "optimizer: parameter '{}' is {}; master weights must be f32 or f64", p.name, p.param->describe());
   }
+  store_->define_state(std::move(state_slots));
+}
+
+void Optimizer::load_state_tensors(const std::map<std::string, Tensor>& state, int64_t steps) {
+  store_->load_state_tensors(state);
+  steps_ = steps;
 }
 
 std::vector<int> Optimizer::cuda_devices() const {
   std::vector<int> out;
-  for (const auto& p : params_)
+  for (const auto& p : store_->params())
     if (p.param->is_cuda() && std::find(out.begin(), out.end(), p.param->device().index) == out.end())
       out.push_back(p.param->device().index);
   std::sort(out.begin(), out.end());
   return out;
-}
-
-void Optimizer::zero_grad() {
-  for (auto& p : params_) p.param->zero_grad();
 }
 
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm) {

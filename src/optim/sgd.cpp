@@ -13,11 +13,11 @@ namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::vector<ParamRef> params, const SgdOptions& o) : Optimizer(std::move(params)), o_(o) {
+  Sgd(std::shared_ptr<nn::ParameterStore> store, const SgdOptions& o)
+      : Optimizer(std::move(store), {"momentum_buffer"}), o_(o) {
     HT_CHECK(o.momentum >= 0 && o.momentum < 1, "SGD: momentum must be in [0, 1), got {}", o.momentum);
     HT_CHECK(o.weight_decay >= 0, "SGD: weight_decay must be >= 0, got {}", o.weight_decay);
     HT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: Nesterov needs momentum > 0 and dampening 0");
-    bufs_.resize(params_.size());
   }
   std::string name() const override { return "sgd"; }
 
@@ -34,29 +34,31 @@ class Sgd final : public Optimizer {
 #ifdef HADATRAIN_CUDA
     std::vector<cuda_step::SgdItem> on_cuda;  // one fused launch per (device, dtype) after the loop
 #endif
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      Tensor& p = *params_[i].param;
+    const std::vector<ParamRef>& params = store_->params();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      Tensor& p = *params[i].param;
       const Tensor& g = p.grad();
       if (!g.defined()) continue;
-      const bool first = !bufs_[i].defined();
-      if (o_.momentum > 0 && first) bufs_[i] = zeros_like(p);
-      const double wd = params_[i].decay ? o_.weight_decay : 0.0;
+      Tensor& buf = store_->state(i, kMomentum);
+      const bool first = !buf.defined();
+      if (o_.momentum > 0 && first) buf = zeros_like(p);
+      const double wd = params[i].decay ? o_.weight_decay : 0.0;
       if (p.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-        on_cuda.push_back({p, g, o_.momentum > 0 ? bufs_[i] : Tensor(), wd, first});
+        on_cuda.push_back({p, g, o_.momentum > 0 ? buf : Tensor(), wd, first});
         continue;
 #else
         no_cuda_kernel("sgd step");
 #endif
       }
       const Tensor gc = g.contiguous();
-      HT_CHECK(p.is_contiguous(), "SGD: parameter '{}' must be contiguous", params_[i].name);
+      HT_CHECK(p.is_contiguous(), "SGD: parameter '{}' must be contiguous", params[i].name);
       visit_floating(p.dtype(), "sgd", [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
           T* pp = p.data<T>();
           const T* gp = gc.data<T>();
-          T* bp = o_.momentum > 0 ? bufs_[i].data<T>() : nullptr;
+          T* bp = o_.momentum > 0 ? buf.data<T>() : nullptr;
           const int64_t n = p.numel();
           for (int64_t k = 0; k < n; ++k) {
             double d = static_cast<double>(gp[k]) + wd * static_cast<double>(pp[k]);
@@ -75,24 +77,9 @@ class Sgd final : public Optimizer {
 #endif
   }
 
-  std::map<std::string, Tensor> state_tensors() const override {
-    std::map<std::string, Tensor> out;
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (bufs_[i].defined()) out[params_[i].name + ".momentum_buffer"] = bufs_[i];
-    return out;
-  }
-
-  void load_state_tensors(const std::map<std::string, Tensor>& state, int64_t steps) override {
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      auto it = state.find(params_[i].name + ".momentum_buffer");
-      bufs_[i] = it == state.end() ? Tensor() : it->second.to(params_[i].param->device()).to(params_[i].param->dtype()).clone();
-    }
-    steps_ = steps;
-  }
-
  private:
+  static constexpr std::size_t kMomentum = 0;  // the state slot
   SgdOptions o_;
-  std::vector<Tensor> bufs_;
   double lr_ = 0.0;  // staged by begin_step
 #ifdef HADATRAIN_CUDA
   cuda_step::DeviceHyper hyper_;
@@ -101,8 +88,12 @@ class Sgd final : public Optimizer {
 
 }  // namespace
 
+std::unique_ptr<Optimizer> make_sgd(std::shared_ptr<nn::ParameterStore> store, const SgdOptions& o) {
+  return std::make_unique<Sgd>(std::move(store), o);
+}
+
 std::unique_ptr<Optimizer> make_sgd(std::vector<ParamRef> params, const SgdOptions& o) {
-  return std::make_unique<Sgd>(std::move(params), o);
+  return make_sgd(std::make_shared<nn::ParameterStore>(std::move(params)), o);
 }
 
 }  // namespace ht::optim

@@ -196,10 +196,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::M
   auto params = optim::make_param_refs(model.named_parameters(), {"pos_embed", "cls_token"});
   if (o.decay_norm_and_bias)
     for (auto& p : params) p.decay = true;
+  auto store = nn::ParameterStore::attach(model, std::move(params));
   if (o.name == OptimKind::sgd)
-    return optim::make_sgd(std::move(params),
+    return optim::make_sgd(std::move(store),
                            {.momentum = o.momentum, .dampening = 0.0, .weight_decay = o.weight_decay, .nesterov = o.nesterov});
-  return optim::make_adamw(std::move(params),
+  return optim::make_adamw(std::move(store),
                            {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
 }
 

@@ -6,7 +6,9 @@
 // Parameters and buffers are Tensor members of the derived class, registered by address
 // (register_parameter("weight", &weight_)). Moving a module to another device or dtype rebinds those members,
 // so derived classes always read their own members and never keep a second copy. Modules are held by
-// shared_ptr and never moved after construction, so the addresses stay valid.
+// shared_ptr and never moved after construction, so the addresses stay valid. A forward reads a parameter
+// through materialise(), never the member directly (Note [Materialising parameters] in
+// nn/parameter_store.h): the store a module is attached to decides what the layer computes with.
 #pragma once
 #include <map>
 #include <memory>
@@ -20,6 +22,8 @@ namespace ht::nn {
 
 enum class Mode { train, eval };
 enum class StrictLoad { yes, no };
+
+class ParameterStore;
 
 class Module {
  public:
@@ -65,13 +69,20 @@ class Module {
     add_child(name, m);
     return m;
   }
+  // A parameter slot of this module as the layer computes with it, in `dtype` (Note [Materialising
+  // parameters]): through the attached store's policy, or cast_master's rule without a store.
+  Tensor materialise(const Tensor& param, DType dtype) const;
+  // The same in the parameter's own (master) dtype: for layers that compute with the master, e.g. norms.
+  Tensor materialise(const Tensor& param) const;
 
  private:
+  friend class ParameterStore;  // attaches itself (store_)
   void add_child(const std::string& name, std::shared_ptr<Module> m);
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   Mode mode_ = Mode::train;
+  std::weak_ptr<ParameterStore> store_;  // Note [Parameter store ownership]
 };
 
 using ModulePtr = std::shared_ptr<Module>;

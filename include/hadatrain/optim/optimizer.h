@@ -1,25 +1,20 @@
-// Optimisers (SGD, AdamW) over named fp32 master parameters, global-norm gradient clipping, and learning
-// rate schedules. Each step is one fused pass per parameter (a multi-tensor kernel on the GPU).
+// Optimisers (SGD, AdamW) over the fp32 master parameters of a parameter store, global-norm gradient
+// clipping, and learning rate schedules. Each step is one fused pass per parameter (a multi-tensor kernel on
+// the GPU). An optimiser steps over what its store holds and keeps its per-parameter state (momentum,
+// moments) in the store's state slots, so checkpoints read and write it through the store.
 #pragma once
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "hadatrain/nn/parameter_store.h"
 #include "hadatrain/tensor/tensor.h"
 
 namespace ht::optim {
 
-struct ParamRef {
-  std::string name;
-  Tensor* param = nullptr;  // a leaf; its .grad is read, the tensor is updated in place
-  bool decay = true;        // weight decay applies to this parameter
-};
-
-// Which parameters get weight decay: by default all with 2+ dims (weights), none of the 1-dim ones
-// (biases, norm scales) and none of the embeddings named in `no_decay_names` (e.g. pos_embed, cls_token).
-std::vector<ParamRef> make_param_refs(const std::vector<std::pair<std::string, Tensor*>>& named,
-                                      const std::vector<std::string>& no_decay_names = {});
+using nn::make_param_refs;  // the default weight-decay selection
+using nn::ParamRef;
 
 class Optimizer {
  public:
@@ -37,18 +32,20 @@ class Optimizer {
   // passes no per-step host value to the device, so a step graph may record it (cuda/graph.h); momentum
   // and moment buffers are created on the first apply() that sees a parameter's gradient.
   virtual void apply() = 0;
-  void zero_grad();
+  void zero_grad() { store_->zero_grad(); }
   int64_t steps() const { return steps_; }
-  // State for checkpoints: tensors by "<param name>.<slot>", plus the step counter.
-  virtual std::map<std::string, Tensor> state_tensors() const = 0;
-  virtual void load_state_tensors(const std::map<std::string, Tensor>& state, int64_t steps) = 0;
-  const std::vector<ParamRef>& params() const { return params_; }
+  // State for checkpoints: the store's state tensors by "<param name>.<slot>", plus the step counter.
+  std::map<std::string, Tensor> state_tensors() const { return store_->state_tensors(); }
+  void load_state_tensors(const std::map<std::string, Tensor>& state, int64_t steps);
+  const std::vector<ParamRef>& params() const { return store_->params(); }
+  nn::ParameterStore& store() const { return *store_; }
 
  protected:
-  explicit Optimizer(std::vector<ParamRef> params);
+  // Takes the store's parameters (each a leaf in f32 or f64) and names the optimiser's state slots in it.
+  Optimizer(std::shared_ptr<nn::ParameterStore> store, std::vector<std::string> state_slots);
   // Indices of the CUDA devices that hold parameters (ascending).
   std::vector<int> cuda_devices() const;
-  std::vector<ParamRef> params_;
+  std::shared_ptr<nn::ParameterStore> store_;
   int64_t steps_ = 0;
 };
 
@@ -64,7 +61,10 @@ struct AdamWOptions {
   double weight_decay = 0.01;  // decoupled: p *= 1 - lr * wd
 };
 
+// Over a store (usually nn::ParameterStore::attach(model)), or over plain named tensors in a store of their own.
+std::unique_ptr<Optimizer> make_sgd(std::shared_ptr<nn::ParameterStore> store, const SgdOptions& o);
 std::unique_ptr<Optimizer> make_sgd(std::vector<ParamRef> params, const SgdOptions& o);
+std::unique_ptr<Optimizer> make_adamw(std::shared_ptr<nn::ParameterStore> store, const AdamWOptions& o);
 std::unique_ptr<Optimizer> make_adamw(std::vector<ParamRef> params, const AdamWOptions& o);
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
