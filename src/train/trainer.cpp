@@ -158,6 +158,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   };
   bool stop = false;
   const int64_t first_step = st.step;  // 0, or the step a resumed run starts from
+  double shown_loss = std::nan("");  // the progress line shows the latest logged window mean
   for (int64_t epoch = loader.position().epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
     auto window_start = epoch_start;
@@ -167,7 +168,6 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     // sequential f64 sum as on the host, so logged values are unchanged) and read only where they are
     // needed: a logged record, a checkpoint (never written after an unseen non-finite loss), the epoch's end.
     int64_t unread_steps = 0;  // steps whose loss the runner has not handed over yet
-    double shown_loss = std::nan("");  // the progress line shows the latest read window mean
     auto read_losses = [&] {
       if (unread_steps == 0) return;
       const double v = runner.take_loss_sum();
