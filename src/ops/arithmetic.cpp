@@ -2,7 +2,7 @@
 // the in-place optimiser updates add_ / mul_. Each backward reduces its gradient to the input's shape.
 #include <cmath>
 
-#include "cpu/elementwise.h"
+#include "cpu/elementwise_cpu.h"
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"

@@ -1,6 +1,6 @@
 // Comparisons (eq, ne, lt, le, gt, ge) with broadcasting and dtype promotion; results are bool.
 // Not differentiable (they produce no floating output).
-#include "cpu/elementwise.h"
+#include "cpu/elementwise_cpu.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"

@@ -1,5 +1,5 @@
 // sum and mean over dims (fp64 accumulation on the CPU), and sum_to, the backward of broadcasting.
-#include "cpu/reduce.h"
+#include "cpu/reduce_cpu.h"
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"

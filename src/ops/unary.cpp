@@ -4,7 +4,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "cpu/elementwise.h"
+#include "cpu/elementwise_cpu.h"
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"

@@ -1,5 +1,5 @@
 // Reduction shape helpers shared by the reduce ops.
-#include "reduce.h"
+#include "reduce_cpu.h"
 
 namespace ht::cpu {
 
