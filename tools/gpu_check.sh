@@ -5,7 +5,8 @@
 # last (the device tool returns only the tail of the output), then runs the kernel benchmarks
 # (tools/bench/run_benchmarks.sh, group `kernels`; GPU_CHECK_BENCH lists other groups, "" skips them;
 # GPU_CHECK_CPU=0 skips the cpu label).
-# Exit code: 0 when no test failed.
+# Exit code: 0 when no test failed; 1 at once when nvidia-smi fails or lists no GPU, or when the CUDA runtime's
+# device query fails or finds no device (every gpu test would fail too: HT_TEST_REQUIRE_CUDA=1).
 # Usage: tools/gpu_check.sh [extra ctest args, e.g. -R test_gpu_copy]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,8 +14,19 @@ OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the lent machines
 
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi failed"; } \
-  | tee "$OUT/gpu.txt"
+# This runs on the GPU machine: no GPU, or a driver that cannot be queried, is an error, never a skip.
+if ! nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1; then
+  cat "$OUT/gpu.txt"
+  echo "gpu_check: nvidia-smi failed (above): the NVIDIA driver cannot be queried on this machine"
+  exit 1
+fi
+cat "$OUT/gpu.txt"
+if [ ! -s "$OUT/gpu.txt" ]; then
+  echo "gpu_check: nvidia-smi lists no GPU"
+  exit 1
+fi
+# Every gpu test fails (instead of skipping) when the CUDA runtime finds no device (tests/support/gpu_main.cpp).
+export HT_TEST_REQUIRE_CUDA=1
 
 gen=()
 command -v ninja >/dev/null && [ ! -f build-gpu/CMakeCache.txt ] && gen=(-G Ninja)
@@ -34,6 +46,14 @@ if ! cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1; then
 fi
 t1=$(date +%s)
 echo "build: $((t1 - t0)) s"
+
+# The CUDA runtime's own device query, as the tests make it: a driver/runtime mismatch or an initialisation
+# error fails here with the error's name (gpu_main.cpp checks the devices before listing the tests).
+if ! build-gpu/tests/test_gpu_device --list-tests >"$OUT/device_query.log" 2>&1; then
+  cat "$OUT/device_query.log"
+  echo "gpu_check: the CUDA device query failed (above; log: $OUT/device_query.log)"
+  exit 1
+fi
 
 # The GPU tests first (a few at a time: they share one device), then the CPU suite in the same build.
 ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 900 -j4 "$@" >"$OUT/ctest-gpu.log" 2>&1

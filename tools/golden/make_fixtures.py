@@ -5,7 +5,14 @@ Weights are not stored: every parameter is filled by a closed formula of its nam
 (formula_values below, mirrored in the C++ test), so the fixture only holds the input, the labels, the
 logits, the loss, and for every parameter its gradient norm and 32 sampled gradient elements. Everything is
 computed in float64 on the CPU, so the C++ side can compare at ~1e-9. Usage:
-    python3 tools/golden/make_fixtures.py OUT_DIR
+    python3 tools/golden/make_fixtures.py OUT_DIR [SET ...]
+SET: small (ResNet-18 CIFAR stem, a tiny ViT; tests/cpu/test_golden.cpp) or imagenet (ResNet-34 and ResNet-50
+with the ImageNet stem, a ViT-B/16-shaped ViT; tests/cpu/test_golden_imagenet.cpp); default both.
+
+The imagenet set keeps every fixture small (tens to a few hundred KiB) while the models keep their real structure:
+the input is a 4 x 3 x 32 x 32 batch (the ImageNet stem and four stages bring it to 1 x 1), and the ViT has
+ViT-B/16's width (768, 12 heads, MLP 3072, patch 16, class token) with 2 of its 12 blocks, so the float64 CPU test
+holds about 15 M parameters instead of 86 M (the fixture's size does not depend on the depth).
 """
 import math
 import sys
@@ -58,14 +65,9 @@ def fixture(model: nn.Module, x: torch.Tensor, labels: torch.Tensor, label_smoot
     return out
 
 
-def main():
-    out_dir = sys.argv[1]
-    torch.manual_seed(0)
+def small_set(out_dir, x, labels):
     import torchvision
     import timm
-
-    x = torch.sin(0.37 * torch.arange(4 * 3 * 16 * 16, dtype=torch.float64)).reshape(4, 3, 16, 16)
-    labels = torch.tensor([1, 3, 5, 7])
 
     r = torchvision.models.resnet18(num_classes=10)
     r.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
@@ -81,6 +83,41 @@ def main():
     save_file(fixture(v, x, labels, 0.1), f"{out_dir}/golden_vit_tiny.safetensors",
               metadata={"model": "timm VisionTransformer img 16 patch 4 dim 32 depth 2 heads 4, token pool",
                         "torch": torch.__version__, "timm": timm.__version__})
+
+
+def imagenet_set(out_dir, labels):
+    import torchvision
+    import timm
+
+    x = torch.sin(0.37 * torch.arange(4 * 3 * 32 * 32, dtype=torch.float64)).reshape(4, 3, 32, 32)
+    for depth, ctor in (("34", torchvision.models.resnet34), ("50", torchvision.models.resnet50)):
+        r = ctor(num_classes=10).double()  # torchvision's ImageNet stem: 7x7 stride-2 conv, 3x3 stride-2 max-pool
+        save_file(fixture(r, x, labels, 0.0), f"{out_dir}/golden_resnet{depth}_imagenet.safetensors",
+                  metadata={"model": f"torchvision resnet{depth}, ImageNet stem, 10 classes, 32x32 input",
+                            "torch": torch.__version__, "torchvision": torchvision.__version__})
+
+    v = timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=16, in_chans=3, num_classes=10, embed_dim=768, depth=2, num_heads=12,
+        mlp_ratio=4.0, qkv_bias=True, class_token=True, global_pool="token").double()
+    save_file(fixture(v, x, labels, 0.1), f"{out_dir}/golden_vit_b16_shape.safetensors",
+              metadata={"model": "timm VisionTransformer with ViT-B/16's blocks (dim 768, 12 heads, MLP 3072, patch 16), "
+                                 "depth 2, img 32, token pool",
+                        "torch": torch.__version__, "timm": timm.__version__})
+
+
+def main():
+    out_dir = sys.argv[1]
+    sets = sys.argv[2:] or ["small", "imagenet"]
+    unknown = [s for s in sets if s not in ("small", "imagenet")]
+    if unknown:
+        sys.exit(f"make_fixtures.py: unknown set(s) {unknown}: expected small and/or imagenet")
+    torch.manual_seed(0)
+    x = torch.sin(0.37 * torch.arange(4 * 3 * 16 * 16, dtype=torch.float64)).reshape(4, 3, 16, 16)
+    labels = torch.tensor([1, 3, 5, 7])
+    if "small" in sets:
+        small_set(out_dir, x, labels)
+    if "imagenet" in sets:
+        imagenet_set(out_dir, labels)
     print("fixtures written to", out_dir)
 
 
