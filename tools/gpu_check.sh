@@ -48,12 +48,13 @@ t1=$(date +%s)
 echo "build: $((t1 - t0)) s"
 
 # The CUDA runtime's own device query, as the tests make it: a driver/runtime mismatch or an initialisation
-# error fails here with the error's name (gpu_main.cpp checks the devices before listing the tests).
-if ! build-gpu/tests/test_gpu_device --list-tests >"$OUT/device_query.log" 2>&1; then
+# error fails here with the error's name (tests/support/gpu_main.cpp).
+if ! build-gpu/tests/test_gpu_device --cuda-device-query >"$OUT/device_query.log" 2>&1; then
   cat "$OUT/device_query.log"
   echo "gpu_check: the CUDA device query failed (above; log: $OUT/device_query.log)"
   exit 1
 fi
+cat "$OUT/device_query.log"
 
 # The GPU tests first (a few at a time: they share one device), then the CPU suite in the same build.
 ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 900 -j4 "$@" >"$OUT/ctest-gpu.log" 2>&1

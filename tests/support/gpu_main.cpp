@@ -7,6 +7,7 @@
 //    exit 77, also under HT_TEST_REQUIRE_CUDA (a machine with one GPU cannot run a two-GPU test).
 //  - any other failure of the query (a driver older than the runtime, an initialisation error, ...): exit 1
 //    with the error's name. A broken driver never reads as "no GPU".
+// With the single argument --cuda-device-query the program runs only this check (exit 0: the tests could run).
 // Works with Catch2 2.x and 3.x.
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_session.hpp>
@@ -95,6 +96,13 @@ int check_devices() {
 
 int main(int argc, char** argv) {
   if (const int rc = check_devices(); rc >= 0) return rc;
+  // --cuda-device-query: only the check above (tools/gpu_check.sh runs it before the tests), exit 0 when it passed.
+  if (argc == 2 && std::strcmp(argv[1], "--cuda-device-query") == 0) {
+    int count = 0;
+    (void)cudaGetDeviceCount(&count);
+    std::printf("%d CUDA device%s\n", count, count == 1 ? "" : "s");
+    return 0;
+  }
   std::signal(SIGSEGV, print_stack);
   std::signal(SIGABRT, print_stack);
   return Catch::Session().run(argc, argv);
