@@ -9,6 +9,9 @@
 //         A Conv2d with acbp_conv input_map saves its input map instead (int8, one scale per sample) and
 //         backward re-runs the projection from it (Note [ACBP of a convolution], docs/gradient_pipelines.md).
 //   Conv2d forward: the convolution itself, ACBP projected from the input map (Note [HLQ conv forward]).
+//   Conv2d backward: g_x and g_w as the same low-precision products over the im2col columns (g_x folded back to
+//         the image); conv_gx dgrad_simulated / conv_gw wgrad_simulated replace them with compute-dtype
+//         convolutions over dequantised values, for comparison only (Notes [HLQ conv g_x], [HLQ conv g_w]).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
 #include <fmt/format.h>
 
@@ -74,8 +77,8 @@ struct HlqSaved final : SavedState {
   // backward compresses it into cols / map as the forward would have.
   LaterInput later;
   NoiseKey key;
-  // Conv products (forward_conv): the image's geometry and window, for the dgrad g_x product (Note [HLQ conv
-  // g_x]) and for rebuilding the columns from a saved map.
+  // Conv products (forward_conv): the image's geometry and window, for folding, for the simulated g_x and g_w
+  // forms (Notes [HLQ conv g_x], [HLQ conv g_w]) and for rebuilding the columns from a saved map.
   struct Conv {
     bool defined = false;
     bool channels_last = false;  // the image was the (N, C, H, W) view of a contiguous (N, H, W, C) map
@@ -164,9 +167,9 @@ class HlqPipeline final : public Pipeline {
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<HlqSaved&>(saved);
-    // The conv g_w product as a convolution backward over the image (Note [HLQ conv g_w]), when backward has it.
-    const bool wgrad = wanted.w && wgrad_form(s);
-    Tensor image;  // (N, C, H, W) for the wgrad form
+    // conv_gw wgrad_simulated: a convolution backward over the image (Note [HLQ conv g_w]), when backward has it.
+    const bool wgrad = wanted.w && wgrad_simulated(s);
+    Tensor image;  // (N, C, H, W) for the simulated g_w
     if (wgrad) {
       image = s.later.pending() ? s.later.take() : map_image(s);
     } else if (s.later.pending()) {
@@ -179,14 +182,14 @@ class HlqPipeline final : public Pipeline {
     // also yields max |g_y|, and the g_w quantiser skips its statistics pass (one read of g_y less).
     const bool share = wanted.x && wanted.w && gw_quantises_raw_gy(s);
     Tensor gy_absmax;
-    if (wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad) {
-      g.x = grad_x_dgrad(s, g_y, share ? &gy_absmax : nullptr);
+    if (wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad_simulated) {
+      g.x = grad_x_dgrad_simulated(s, g_y, share ? &gy_absmax : nullptr);
       g.x_is_image = true;
     } else if (wanted.x) {
       g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr).to(s.x_dtype);
     }
     if (wgrad) {
-      g.w = grad_w_wgrad(s, g_y, image, gy_absmax).to(s.w.dtype());
+      g.w = grad_w_wgrad_simulated(s, g_y, image, gy_absmax).to(s.w.dtype());
     } else if (wanted.w) {
       g.w = grad_w(s, g_y, gy_absmax).to(s.w.dtype());
     }
@@ -416,19 +419,23 @@ class HlqPipeline final : public Pipeline {
   }
 
   // Note [HLQ conv g_x]
-  // The g_x product of a Conv2d as the convolution backward (dgrad) of the compute dtype over dequantised
-  // operands: d_g = s_g·q_g (B, L, O) and d_w = (s_w / T)·q_w (O, C, kh, kw), both in the rotated domain and
-  // each rounded once to the compute dtype, then g_x = dgrad(d_g, d_w) (cuDNN on CUDA, f32 accumulation), the
-  // image gradient without columns or fold. Σ_o (g_y H)_o (H W)_o = T·(g_y W) per pixel and tap, so the
-  // rotation cancels as in the GEMM form. The levels are the same integers as the columns path (same noise);
-  // what differs is where the scales enter: the GEMM form scales the exact integer product once, this form
-  // rounds each scaled level to the compute dtype first (bf16 keeps 8 significant bits: a relative error of at
-  // most 2^-9 per operand, far below the 4-bit step). Per-token scales cannot be taken out of a convolution
-  // (neighbouring pixels mix), which is why the scales go into the operands. Against the columns form it
-  // skips the 9×-expanded g_cols product (written once, read by the fold), the fold, and for a channels-last
-  // image the transposes (its gradient comes out channels-last); it adds a dequantisation pass over g_y.
-  // It is the default because it is faster on the H200 (ResNet-34 and ResNet-50 HLQ steps, docs/BENCHMARKS.md).
-  Tensor grad_x_dgrad(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (N, C, H, W)
+  // conv_gx columns (the default) computes a Conv2d's g_x as the specification does for the im2col view:
+  // grad_x's 4-bit product q_g·q_wᵀ on fp8 / int8 tensor cores (the CPU: exact integer loops) over B·L × C·k²
+  // columns, scaled once, which the product's backward node folds back to the image (fold2d). It needs nothing
+  // of the forward but W, so it runs for every conv product, whatever ACBP kept (columns, the input map, a shared
+  // or rebuilt input) and for either image layout (the fold writes a contiguous (N, C, H, W) gradient; the
+  // columns' order is the same for a channels-last image, whose unfold reads it through its strides).
+  // conv_gx dgrad_simulated is for comparison only: the convolution backward (dgrad) of the compute dtype over
+  // dequantised operands, d_g = s_g·q_g (B, L, O) and d_w = (s_w / T)·q_w (O, C, kh, kw), both in the rotated
+  // domain and each rounded once to the compute dtype, then g_x = dgrad(d_g, d_w) (cuDNN on CUDA, f32
+  // accumulation), the image gradient without columns or fold. Σ_o (g_y H)_o (H W)_o = T·(g_y W) per pixel and
+  // tap, so the rotation cancels as in the GEMM form. The levels are the same integers as the columns path (same
+  // noise); what differs is where the scales enter: the GEMM form scales the exact integer product once, this
+  // form rounds each scaled level to the compute dtype first (bf16 keeps 8 significant bits: a relative error of
+  // at most 2^-9 per operand, far below the 4-bit step). Per-token scales cannot be taken out of a convolution
+  // (neighbouring pixels mix), which is why the scales go into the operands. Its products run in the compute
+  // dtype, not on low-precision tensor cores, so its speed says nothing about HLQ's.
+  Tensor grad_x_dgrad_simulated(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (N, C, H, W)
     const int64_t B = g_y.size(0), O = g_y.size(2);
     const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
     const DType dt = s.x_dtype;
@@ -505,26 +512,31 @@ class HlqPipeline final : public Pipeline {
     return reshape(acc, {B, L, I});
   }
 
-  // Whether the conv g_w product takes the wgrad form: asked for, a conv product whose image backward can have
-  // (deferred: shared or rebuilt; or the saved input map), and no token split or padding (the image has no room
-  // for them; they apply only to lengths without a power-of-two factor).
-  bool wgrad_form(const HlqSaved& s) const {
-    return s.conv.defined && o_.conv_gw == ConvGw::wgrad && s.axis.extra == 0 && s.axis.pad == 0 &&
+  // Whether the conv g_w product takes the simulated form: asked for (conv_gw wgrad_simulated), a conv product
+  // whose image backward can have (deferred: shared or rebuilt; or the saved input map), and no token split or
+  // padding (the image has no room for them; they apply only to lengths without a power-of-two factor). Otherwise
+  // g_w is the columns product.
+  bool wgrad_simulated(const HlqSaved& s) const {
+    return s.conv.defined && o_.conv_gw == ConvGw::wgrad_simulated && s.axis.extra == 0 && s.axis.pad == 0 &&
            (s.later.pending() || s.map.values.defined());
   }
 
   // Note [HLQ conv g_w]
-  // The g_w product of a Conv2d as the convolution backward (wgrad) of the compute dtype. HLA's product is
-  // (1/n)·Σ_b g̃[b]ᵀ·x̃[b] with g̃ = P·g_y and x̃ = P·cols (P = blkdiag(P_r) along the pixels, cols = im2col of the
-  // image), and g̃ᵀ·P·cols = (Pᵀ·g̃)ᵀ·cols: so g_w = wgrad(image, Pᵀ·deq(q_g̃) / n), the convolution backward of
-  // the back-projected 8-bit g̃ (hla_back_project, rounded once to the compute dtype) against the image itself.
-  // q_g̃ is the columns form's (same projection, same noise, same scale); what differs is x̃, which is not
-  // quantised (the image is exact: rebuilt or kept, or the int8 input map's dequantised values), and where
-  // the sums run (cuDNN, f32 accumulation). The columns form projects the 9×-expanded im2col columns of the
-  // image (the largest item of a ResNet-34 HLQ step's GPU time), quantises them and runs the
-  // integer product; this form reads g_y's projection twice and runs cuDNN's wgrad, which exact runs too.
+  // HLA's g_w of a Conv2d is (1/n)·Σ_b g̃[b]ᵀ·x̃[b] with g̃ = P·g_y, x̃ = P·cols (P = blkdiag(P_r) along the pixels,
+  // cols = im2col of the image). conv_gw columns (the default) runs it as the specification does: grad_w's integer
+  // product of the 8-bit q_g̃ and q_x̃ over the reduced axis. x̃ comes from what ACBP kept: the compressed
+  // projection itself, or, when backward has the image (a shared or rebuilt input, acbp_share / acbp_rebuild;
+  // the int8 input map, acbp_conv input_map), projected and quantised from it in backward exactly as the forward
+  // would have (the same bits; Note [HLQ conv forward] for the projection straight from the map).
+  // conv_gw wgrad_simulated is for comparison only. Since g̃ᵀ·P·cols = (Pᵀ·g̃)ᵀ·cols, g_w = wgrad(image,
+  // Pᵀ·deq(q_g̃) / n), the convolution backward of the compute dtype of the back-projected 8-bit g̃
+  // (hla_back_project, rounded once to the compute dtype) against the image itself. q_g̃ is the columns form's
+  // (same projection, same noise, same scale); x̃ is not quantised (the image is exact: rebuilt or kept, or the
+  // int8 input map's dequantised values), and the sums run in cuDNN (f32 accumulation), not on integer tensor
+  // cores. A conv whose forward kept its projected columns has no image in backward and runs columns.
   // gy_absmax: max |g_y| when grad_x computed it (the identity plan's g̃ = g_y needs no statistics pass then).
-  Tensor grad_w_wgrad(const HlqSaved& s, const Tensor& g_y, const Tensor& image, const Tensor& gy_absmax) const {
+  Tensor grad_w_wgrad_simulated(const HlqSaved& s, const Tensor& g_y, const Tensor& image,
+                                const Tensor& gy_absmax) const {
     const int64_t B = g_y.size(0), O = g_y.size(2);
     const HlaPlan& plan = s.axis.plan;
     Tensor known = gy_absmax;  // the 8-bit quantiser's m for a tensor scale: from the g_x pass or the projection

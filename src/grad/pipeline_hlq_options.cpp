@@ -48,8 +48,10 @@ HlqOptions read_hlq(ConfigReader& r) {
     r.fail("acbp_bits", "a compressed saved activation needs a quantised g_w path: use acbp_bits 0 with gw_bits 0");
   o.acbp_conv = r.get_choice("acbp_conv", AcbpConv::columns,
                              {{"columns", AcbpConv::columns}, {"input_map", AcbpConv::input_map}});
-  o.conv_gx = r.get_choice("conv_gx", ConvGx::dgrad, {{"columns", ConvGx::columns}, {"dgrad", ConvGx::dgrad}});
-  o.conv_gw = r.get_choice("conv_gw", ConvGw::wgrad, {{"columns", ConvGw::columns}, {"wgrad", ConvGw::wgrad}});
+  o.conv_gx = r.get_choice("conv_gx", ConvGx::columns,
+                            {{"columns", ConvGx::columns}, {"dgrad_simulated", ConvGx::dgrad_simulated}});
+  o.conv_gw = r.get_choice("conv_gw", ConvGw::columns,
+                            {{"columns", ConvGw::columns}, {"wgrad_simulated", ConvGw::wgrad_simulated}});
   o.acbp_share = r.get("acbp_share", true);
   o.acbp_rebuild = r.get("acbp_rebuild", true);
   return o;
@@ -67,8 +69,10 @@ std::string describe_hlq(const HlqOptions& o) {
                      o.gx_bits, o.block, gran[static_cast<int>(o.gy_scale)], wq[static_cast<int>(o.w_quant)],
                      o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank, fb[static_cast<int>(o.fallback)],
                      o.acbp_bits, o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "",
-                     o.conv_gx == ConvGx::columns ? ", conv g_x over columns" : "",
-                     o.conv_gw == ConvGw::columns ? ", conv g_w over columns" : "",
+                     o.conv_gx == ConvGx::dgrad_simulated ? ", conv g_x simulated (dgrad over dequantised values)"
+                                                          : "",
+                     o.conv_gw == ConvGw::wgrad_simulated ? ", conv g_w simulated (wgrad over the unquantised image)"
+                                                          : "",
                      o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? "" : ", never rebuilt");
 }
 

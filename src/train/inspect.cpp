@@ -27,7 +27,7 @@ struct Capture {
   Tensor x, w, g_y, g_x, g_w;  // x (B, L, I), w (O, I), g_y (B, L, O), exact g_x, g_w
   grad::ProductInfo info;
   // Training defers this input (rebuilt by its op or kept by another one, Note [Rebuilt inputs]): the pipeline's
-  // backward then reads the input itself, which changes what HLQ's conv_gw wgrad form computes.
+  // backward then reads the input itself, which changes what HLQ's conv_gw wgrad_simulated computes.
   bool deferred = false;
 };
 
@@ -183,7 +183,7 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
       e.pipeline = ip.label;
       e.name = ip.spec.name;
       e.exact = p->exact_forward() && p->exact_backward();
-      // g_x in the columns' space, or in the image's when the pipeline returns that (conv_gx: dgrad).
+      // g_x in the columns' space, or in the image's when the pipeline returns that (conv_gx: dgrad_simulated).
       const Tensor gx_ref =
           g.x_is_image ? fold2d(c.g_x, Fold2dParams{c.info.image.size(1), c.info.image.size(2), c.info.image.size(3),
                                                     c.info.window})

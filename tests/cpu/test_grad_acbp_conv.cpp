@@ -2,7 +2,8 @@
 // (the reference: the projected, quantised im2col columns) against input_map (the int8 input map, im2col and
 // projection re-run in backward, where the map is the smaller), through grad::conv_product in both layouts: exactness
 // with quantisation and rank reduction off, the error bound and closeness to columns with the defaults, unchanged g_x,
-// saved bytes and the config keys; and the conv_gx dgrad form of g_x against the columns form.
+// saved bytes and the config keys; the default conv products (the columns, integer path) and the simulated forms
+// (conv_gx dgrad_simulated, conv_gw wgrad_simulated) against them.
 #include <cmath>
 
 #include "hadatrain/grad/pipeline.h"
@@ -70,6 +71,16 @@ grad::PipelineSpec hlq(grad::AcbpConv mode) {
   return s;
 }
 
+// The simulated forms of the conv products (Notes [HLQ conv g_x], [HLQ conv g_w]), for comparison only.
+grad::PipelineSpec simulated_gx(grad::PipelineSpec s) {
+  s.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::dgrad_simulated;
+  return s;
+}
+grad::PipelineSpec simulated_gw(grad::PipelineSpec s) {
+  s.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::wgrad_simulated;
+  return s;
+}
+
 grad::PipelineSpec hlq_lossless(grad::AcbpConv mode) {
   grad::PipelineSpec s = hlq(mode);
   s.options_as<grad::HlqOptions>().gx_bits = 0;
@@ -96,9 +107,7 @@ TEST_CASE("hlq acbp_conv input_map reproduces exact conv gradients without quant
     // are the f64 map's own, so both modes agree to f64 rounding.
     const ConvGrads col = run(hlq_lossless(grad::AcbpConv::columns), c, false);
     for (bool nhwc : {false, true}) {
-      grad::PipelineSpec map_cols = hlq_lossless(grad::AcbpConv::input_map);
-      map_cols.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;  // the wgrad form (the default) is the next test's
-      const ConvGrads g = run(map_cols, c, nhwc);
+      const ConvGrads g = run(hlq_lossless(grad::AcbpConv::input_map), c, nhwc);
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
       CHECK(test::rel_error(g.y, ref.y) < 1e-12);
       CHECK(test::rel_error(g.gx, ref.gx) < 1e-6);
@@ -110,7 +119,8 @@ TEST_CASE("hlq acbp_conv input_map reproduces exact conv gradients without quant
   }
 }
 
-TEST_CASE("hlq conv_gw wgrad: (Pᵀ·g̃)ᵀ·cols as a convolution backward, the columns form's g̃", "[grad]") {
+TEST_CASE("hlq conv_gw wgrad_simulated: (Pᵀ·g̃)ᵀ·cols as a convolution backward, the columns form's g̃",
+          "[grad]") {
   // Note [HLQ conv g_w]. Without quantisation, at reduced rank: the columns form's (1/n)·Σ_b g̃ᵀ·x̃ up to f32
   // rounding (the identity g̃ᵀ·P·cols = (Pᵀ·g̃)ᵀ·cols), in both layouts, strides 1 and 2 (n 256, 64) and a 7×7
   // grid (n 1); at full rank the exact gradient. The image comes from the saved input map (unquantised here).
@@ -119,27 +129,25 @@ TEST_CASE("hlq conv_gw wgrad: (Pᵀ·g̃)ᵀ·cols as a convolution backward, th
     const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
     for (bool nhwc : {false, true}) {
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
-      grad::PipelineSpec low = hlq_lossless(grad::AcbpConv::input_map);
-      low.options_as<grad::HlqOptions>().rank = grad::HlaRank::of_pct(50);
-      grad::PipelineSpec low_cols = low;
-      low_cols.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
+      grad::PipelineSpec low_cols = hlq_lossless(grad::AcbpConv::input_map);
+      low_cols.options_as<grad::HlqOptions>().rank = grad::HlaRank::of_pct(50);
+      const grad::PipelineSpec low = simulated_gw(low_cols);
       const ConvGrads wg = run(low, c, nhwc), cg = run(low_cols, c, nhwc);
       const double d = test::rel_error(wg.gw, cg.gw), e = test::rel_error(wg.gw, ex.gw);
-      INFO("wgrad vs columns " << d << ", vs exact " << e);
+      INFO("wgrad_simulated vs columns " << d << ", vs exact " << e);
       CHECK(d < 1e-5);
       if (H == 16) CHECK(e > 0.1);  // really projected (n > 1)
       CHECK(test::rel_error(wg.gx, cg.gx) == 0.0);
-      CHECK(test::rel_error(run(hlq_lossless(grad::AcbpConv::input_map), c, nhwc).gw, ex.gw) < 1e-6);
+      CHECK(test::rel_error(run(simulated_gw(hlq_lossless(grad::AcbpConv::input_map)), c, nhwc).gw, ex.gw) < 1e-6);
     }
   }
-  // With the defaults (8-bit g̃, the int8 map's image): near the columns form, which quantises x̃ too.
+  // Otherwise the defaults (8-bit g̃, the int8 map's image): near the columns form, which quantises x̃ too.
   const ConvCase c = make_case(2, 4, 16, 16, 1, DType::f32, 71);
   const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
-  grad::PipelineSpec cols = hlq(grad::AcbpConv::input_map);
-  cols.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
-  const ConvGrads wg = run(hlq(grad::AcbpConv::input_map), c, true), cg = run(cols, c, true);
+  const grad::PipelineSpec cols = hlq(grad::AcbpConv::input_map), sim = simulated_gw(cols);
+  const ConvGrads wg = run(sim, c, true), cg = run(cols, c, true);
   const double d = test::rel_error(wg.gw, cg.gw), e = test::rel_error(wg.gw, ex.gw);
-  INFO("defaults: wgrad vs columns " << d << ", vs exact " << e);
+  INFO("8-bit: wgrad_simulated vs columns " << d << ", vs exact " << e);
   CHECK(d > 0.0);
   CHECK(d < 0.1);
   CHECK(e > 0.1);
@@ -149,13 +157,12 @@ TEST_CASE("hlq conv_gw wgrad: (Pᵀ·g̃)ᵀ·cols as a convolution backward, th
   cb.x = c.x.to(DType::bf16);
   cb.w = c.w.to(DType::bf16);
   cb.gy = c.gy.to(DType::bf16);
-  const ConvGrads wb = run(hlq(grad::AcbpConv::input_map), cb, true);
+  const ConvGrads wb = run(sim, cb, true);
   CHECK(wb.gw.dtype() == DType::bf16);
   CHECK(test::rel_error(wb.gw, wg.gw) < 0.05);
   // A conv whose forward saved its projected columns has no image in backward: the columns form runs.
-  grad::PipelineSpec saved_cols = hlq(grad::AcbpConv::columns), saved_cols_form = saved_cols;
-  saved_cols_form.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
-  CHECK(test::rel_error(run(saved_cols, c, true).gw, run(saved_cols_form, c, true).gw) == 0.0);
+  const grad::PipelineSpec saved_cols = hlq(grad::AcbpConv::columns);
+  CHECK(test::rel_error(run(simulated_gw(saved_cols), c, true).gw, run(saved_cols, c, true).gw) == 0.0);
 }
 
 TEST_CASE("hlq acbp_conv input_map with the defaults: g_w near columns and exact, g_x unchanged", "[grad]") {
@@ -232,7 +239,7 @@ TEST_CASE("hlq acbp_conv input_map saves about one byte per input element", "[gr
   CHECK(p->forward(x, w, {}, {}, grad::SaveForBackward::yes).saved->bytes == N * 136 * C * 9 + 4);
 }
 
-TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to rounding", "[grad]") {
+TEST_CASE("hlq conv_gx dgrad_simulated: the image gradient of the columns form up to rounding", "[grad]") {
   // Note [HLQ conv g_x]: the same 4-bit levels (same noise), scales applied to the operands of a convolution
   // backward instead of to the integer product; g_w untouched. Lossless (gx_bits 0): exact g_x.
   for (const auto& [H, stride] : {std::pair<int64_t, int64_t>{16, 1}, {16, 2}, {7, 1}}) {
@@ -240,13 +247,11 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
     const ConvGrads ex = run(grad::PipelineSpec{}, c, false);
     for (bool nhwc : {false, true}) {
       INFO("H " << H << " stride " << stride << (nhwc ? " nhwc" : " nchw"));
-      grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns), lossless = hlq_lossless(grad::AcbpConv::columns),
-                         cols = hlq(grad::AcbpConv::columns);
-      dgrad.options_as<grad::HlqOptions>().conv_gx = lossless.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::dgrad;
-      cols.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
+      const grad::PipelineSpec cols = hlq(grad::AcbpConv::columns), dgrad = simulated_gx(cols),
+                               lossless = simulated_gx(hlq_lossless(grad::AcbpConv::columns));
       const ConvGrads dg = run(dgrad, c, nhwc), cg = run(cols, c, nhwc);
       const double d = test::rel_error(dg.gx, cg.gx), e = test::rel_error(dg.gx, ex.gx);
-      INFO("dgrad vs columns " << d << ", vs exact " << e);
+      INFO("dgrad_simulated vs columns " << d << ", vs exact " << e);
       CHECK(d > 0.0);   // really another computation
       CHECK(d < 1e-5);  // f32 roundings of the scaled levels and of the sums only
       CHECK(e > 0.05);  // really quantised (4-bit g_y: about 0.1–0.2 of exact on white data)
@@ -258,10 +263,8 @@ TEST_CASE("hlq conv_gx dgrad: the image gradient of the columns form up to round
   }
   // bf16: each scaled level rounded to 8 significant bits.
   ConvCase cb = make_case(2, 4, 16, 16, 1, DType::bf16, 77);
-  grad::PipelineSpec dgrad = hlq(grad::AcbpConv::columns), cols = hlq(grad::AcbpConv::columns);
-  dgrad.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::dgrad;
-  cols.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
-  const ConvGrads dg = run(dgrad, cb, true), cg = run(cols, cb, true);
+  const grad::PipelineSpec cols = hlq(grad::AcbpConv::columns);
+  const ConvGrads dg = run(simulated_gx(cols), cb, true), cg = run(cols, cb, true);
   CHECK(dg.gx.dtype() == DType::bf16);
   CHECK(test::rel_error(dg.gx, cg.gx) < 2e-2);
 }
@@ -299,7 +302,7 @@ TEST_CASE("conv products on odd windows: every pipeline's forward is the convolu
         spec.name = name;
         CHECK(test::rel_error(reshape(run(spec, c, nhwc).y.transpose(1, 2), yconv.shape()), yconv) < 1e-12);
       }
-      for (grad::ConvGx form : {grad::ConvGx::columns, grad::ConvGx::dgrad}) {
+      for (grad::ConvGx form : {grad::ConvGx::columns, grad::ConvGx::dgrad_simulated}) {
         grad::PipelineSpec s = hlq_lossless(grad::AcbpConv::columns);
         s.options_as<grad::HlqOptions>().conv_gx = form;
         const ConvGrads g = run(s, c, nhwc);
@@ -320,20 +323,47 @@ TEST_CASE("hlq acbp_conv config key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: luq, acbp_conv: input_map}}"), HasSubstr("unknown key"));
   grad::PipelineSpec s = hlq(grad::AcbpConv::input_map);
   CHECK(grad::describe(s).find("conv input map") != std::string::npos);
-  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.options_as<grad::HlqOptions>().conv_gx == grad::ConvGx::dgrad);
-  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gx: columns}}").default_spec.options_as<grad::HlqOptions>().conv_gx ==
+}
+
+TEST_CASE("hlq conv products: columns by default, the simulated forms by name only", "[grad]") {
+  const auto parse = test::parse_grad_pipeline;
+  const auto options = [&](const std::string& yaml) { return parse(yaml).default_spec.options_as<grad::HlqOptions>(); };
+  CHECK(options("grad_pipeline: {default: {name: hlq}}").conv_gx == grad::ConvGx::columns);
+  CHECK(options("grad_pipeline: {default: {name: hlq}}").conv_gw == grad::ConvGw::columns);
+  CHECK(options("grad_pipeline: {default: {name: hlq, conv_gx: dgrad_simulated}}").conv_gx ==
+        grad::ConvGx::dgrad_simulated);
+  CHECK(options("grad_pipeline: {default: {name: hlq, conv_gw: wgrad_simulated}}").conv_gw ==
+        grad::ConvGw::wgrad_simulated);
+  CHECK(options("grad_pipeline: {default: {name: hlq, conv_gx: columns, conv_gw: columns}}").conv_gx ==
         grad::ConvGx::columns);
-  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gx: fold}}"),
-                    HasSubstr("grad_pipeline.default.conv_gx"));
-  CHECK(grad::describe(s).find("columns") == std::string::npos);
-  s.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
-  CHECK(grad::describe(s).find("conv g_x over columns") != std::string::npos);
-  CHECK(parse("grad_pipeline: {default: {name: hlq}}").default_spec.options_as<grad::HlqOptions>().conv_gw == grad::ConvGw::wgrad);
-  CHECK(parse("grad_pipeline: {default: {name: hlq, conv_gw: columns}}").default_spec.options_as<grad::HlqOptions>().conv_gw ==
-        grad::ConvGw::columns);
-  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gw: dgrad}}"),
+  // The unsuffixed names are errors that list the choices.
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gx: dgrad}}"),
+                    HasSubstr("grad_pipeline.default.conv_gx") && HasSubstr("columns, dgrad_simulated"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gw: wgrad}}"),
+                    HasSubstr("grad_pipeline.default.conv_gw") && HasSubstr("columns, wgrad_simulated"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, conv_gw: dgrad_simulated}}"),
                     HasSubstr("grad_pipeline.default.conv_gw"));
-  CHECK(grad::describe(s).find("conv g_w over columns") == std::string::npos);
-  s.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
-  CHECK(grad::describe(s).find("conv g_w over columns") != std::string::npos);
+  // The description names a simulated form when one is chosen, and nothing for the defaults.
+  grad::PipelineSpec s = parse("grad_pipeline: {default: {name: hlq}}").default_spec;
+  CHECK(grad::describe(s).find("simulated") == std::string::npos);
+  CHECK(grad::describe(simulated_gx(s)).find("conv g_x simulated (dgrad over dequantised values)") !=
+        std::string::npos);
+  CHECK(grad::describe(simulated_gw(s)).find("conv g_w simulated") != std::string::npos);
+
+  // A conv layer with the default spec computes the columns products: g_x and g_w bit for bit those of the
+  // explicit columns options, and not those of the simulated forms (which apply here: the input map is kept).
+  // (test_hlq_oracle checks the default conv products against an f64 oracle built from the quantiser's codes.)
+  grad::PipelineSpec dflt = parse("grad_pipeline: {default: {name: hlq, acbp_conv: input_map}}").default_spec;
+  grad::PipelineSpec cols = hlq(grad::AcbpConv::input_map);
+  cols.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
+  cols.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
+  const ConvCase c = make_case(2, 4, 16, 16, 1, DType::f32, 81);
+  for (bool nhwc : {false, true}) {
+    INFO((nhwc ? "nhwc" : "nchw"));
+    const ConvGrads d = run(dflt, c, nhwc), k = run(cols, c, nhwc);
+    CHECK(test::rel_error(d.gx, k.gx) == 0.0);
+    CHECK(test::rel_error(d.gw, k.gw) == 0.0);
+    CHECK(test::rel_error(d.gx, run(simulated_gx(dflt), c, nhwc).gx) > 0.0);
+    CHECK(test::rel_error(d.gw, run(simulated_gw(dflt), c, nhwc).gw) > 0.0);
+  }
 }

@@ -100,8 +100,8 @@ Run run(const grad::PipelineSpec& spec, const Setup& setup) {
   const DType dt = setup.dt;
   grad::PipelineSpec s = spec;
   s.options_as<grad::HlqOptions>().acbp_share = setup.share;
-  // A conv's g_w over the columns that the forward would have kept: the same bits shared or copied. (The default
-  // wgrad form reads a shared image itself, Note [HLQ conv g_w]: its g_w then differs from a copy's.)
+  // A conv's g_w over the columns that the forward would have kept (the default): the same bits shared or copied.
+  // (conv_gw wgrad_simulated reads a shared image itself, Note [HLQ conv g_w]: its g_w then differs from a copy's.)
   s.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
   Tensor x = conv ? test::random_tensor({2, 3, 8, 8}, 5, DType::f32).to(dt)
                   : test::random_tensor({2, 17, 12}, 5, DType::f32).to(dt);  // 17 tokens: split_extra leaves 16
@@ -343,16 +343,16 @@ TEST_CASE("hlq acbp_rebuild of a Conv2d: an input its op can rebuild is not kept
         CHECK(rebuilt.bytes == 0);
         for (std::size_t i = 0; i < kept.grads.size(); ++i)
           CHECK(test::compare(rebuilt.grads[i], kept.grads[i], 0.0, 0.0) == "");
-        // conv_gw wgrad (the default, Note [HLQ conv g_w]) reads the rebuilt image itself: the same bias and
-        // image gradients, a weight gradient without x̃'s 8-bit SAWB quantisation, which clips (hlq.md §7 #11):
+        // conv_gw wgrad_simulated (Note [HLQ conv g_w]) reads the rebuilt image itself: the same bias and image
+        // gradients, a weight gradient without x̃'s 8-bit SAWB quantisation, which clips (hlq.md §7 #11):
         // measured 0.12–0.13 from the columns form's here.
-        const ConvRun wg = run_conv(
-            {.rebuild = true, .layout = layout, .acbp_conv = mode, .conv_gw = grad::ConvGw::wgrad, .dt = dt});
+        const ConvRun wg = run_conv({.rebuild = true, .layout = layout, .acbp_conv = mode,
+                                     .conv_gw = grad::ConvGw::wgrad_simulated, .dt = dt});
         CHECK(wg.bytes == 0);
         CHECK(test::compare(wg.grads[1], kept.grads[1], 0.0, 0.0) == "");
         CHECK(test::compare(wg.grads[2], kept.grads[2], 0.0, 0.0) == "");
         const double d = test::rel_error(wg.grads[0], kept.grads[0]);
-        INFO("g_w wgrad vs columns " << d);
+        INFO("g_w wgrad_simulated vs columns " << d);
         CHECK(d > 0.0);
         CHECK(d < 0.2);
       }

@@ -154,19 +154,21 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
   t = base;
   t.options_as<grad::HlqOptions>().acbp_bits = 0;
   specs.push_back({"input_map unquantised map", t});
-  // g_x as the integer product over the im2col columns, folded (conv_gx columns; the default dgrad is cuDNN
-  // backward data over the dequantised levels, Note [HLQ conv g_x]), and the default with the saved columns.
-  t = base;
-  t.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::columns;
-  specs.push_back({"input_map conv_gx columns", t});
+  // The default conv products (the integer products over the columns, g_x folded) run in every case above and
+  // with the saved columns here; the simulated forms, for comparison only: g_x as cuDNN backward data over the
+  // dequantised levels (Note [HLQ conv g_x]), g_w as cuDNN backward filter of the map's image and the
+  // back-projected g̃ (Note [HLQ conv g_w]), and both.
   t = base;
   t.options_as<grad::HlqOptions>().acbp_conv = grad::AcbpConv::columns;
-  specs.push_back({"columns conv_gx dgrad", t});
-  // g_w: the default wgrad form (the map's image and the back-projected g̃, Note [HLQ conv g_w]) runs in every
-  // input_map case above; the integer product over the projected columns of the map here.
+  specs.push_back({"columns default", t});
   t = base;
-  t.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
-  specs.push_back({"input_map conv_gw columns", t});
+  t.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::dgrad_simulated;
+  specs.push_back({"input_map conv_gx dgrad_simulated", t});
+  t = base;
+  t.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::wgrad_simulated;
+  specs.push_back({"input_map conv_gw wgrad_simulated", t});
+  t.options_as<grad::HlqOptions>().conv_gx = grad::ConvGx::dgrad_simulated;
+  specs.push_back({"input_map both simulated", t});
   const int64_t N = 3, C = 5, H = 16, O = 24;
   for (const int64_t stride : {int64_t{1}, int64_t{2}}) {  // 16×16 grid (n 256) / 8×8 grid (n 64)
     Unfold2dParams u;
@@ -390,9 +392,9 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
   // Note [Rebuilt inputs]: a conv's input in a ResNet is a fused batch norm's output (bn-relu, or bn-add-relu for a
   // block's input; in channels last seen through a reshape), which the CUDA batch norm rebuilds from its kept input,
   // statistics, weight, bias and residual with the forward's normalisation kernel. So with acbp_rebuild every Conv2d
-  // but the stem's keeps nothing, and the gradients keep their bits (conv_gw columns: g_w over the columns the
-  // forward would have kept). Run 2: the default conv_gw wgrad reads the rebuilt image itself (Note [HLQ conv
-  // g_w]): the same bytes, gradients near the columns form's.
+  // but the stem's keeps nothing, and the gradients keep their bits (the default conv_gw columns: g_w over the
+  // columns the forward would have kept). Run 2: conv_gw wgrad_simulated reads the rebuilt image itself (Note
+  // [HLQ conv g_w]): the same bytes, gradients near the columns form's.
   test::PoisonGuard poison;
   for (const ConvLayout layout : {ConvLayout::nhwc, ConvLayout::nchw}) {
     INFO((layout == ConvLayout::nhwc ? "nhwc" : "nchw"));
@@ -408,7 +410,7 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
       grad::PipelineConfig pc;
       pc.default_spec.name = "hlq";
       pc.default_spec.options_as<grad::HlqOptions>().acbp_rebuild = rebuild >= 1;
-      if (rebuild < 2) pc.default_spec.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::columns;
+      if (rebuild == 2) pc.default_spec.options_as<grad::HlqOptions>().conv_gw = grad::ConvGw::wgrad_simulated;
       const auto bound = nn::bind_pipelines(net, pc, std::make_shared<grad::StepClock>());
       const Tensor x = test::random_input({4, 3, 8, 8}, 13, DType::f32).to(DType::bf16).to(test::kCuda);
       const Tensor target = from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4}, {DType::i64}).to(test::kCuda);
@@ -430,8 +432,8 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
       REQUIRE(grads[0][i].defined());
       CHECK(test::compare_bits(grads[1][i], grads[0][i].to(Device::cpu())) == "");
       const double d = test::rel_error(grads[2][i], grads[1][i]);
-      INFO("parameter " << i << " " << grads[2][i].describe() << ": wgrad vs columns " << d);
-      CHECK(d < 0.5);  // x̃'s 8-bit rounding and its SAWB clipping (a wrong wgrad is ~1 or more off)
+      INFO("parameter " << i << " " << grads[2][i].describe() << ": wgrad_simulated vs columns " << d);
+      CHECK(d < 0.5);  // x̃'s 8-bit rounding and its SAWB clipping (a wrong g_w is ~1 or more off)
     }
   }
 }

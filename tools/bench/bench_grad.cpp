@@ -9,8 +9,8 @@
 // for it (a pipeline's backward issues up to ~20 kernels, exact's two). Linear layers: products of random (B, L,
 // I) inputs; the baseline is our exact bf16 backward (two cuBLASLt GEMMs); exact f32 is the paper's baseline.
 // Convolutions run as in training: a channels-last image through the pipeline's forward_conv, the image kept for
-// backward as a rebuilt batch-norm output would be (acbp_rebuild / acbp_share: HLQ's conv_gw wgrad and conv_gx
-// dgrad forms; eagerly, a fresh untimed forward before each timed backward, since backward takes the kept image),
+// backward as a rebuilt batch-norm output would be (acbp_rebuild / acbp_share: HLQ projects and quantises it in
+// backward; eagerly, a fresh untimed forward before each timed backward, since backward takes the kept image),
 // and the exact rows are the convolution backward itself (cuDNN backward data + backward filter); the g_x of
 // pipelines that return the columns' gradient is not folded here. Prints ms per layer and the speed-up over exact
 // bf16.

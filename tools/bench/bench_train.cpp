@@ -5,18 +5,20 @@
 // timed steps after 5 warm-up steps, CUDA events, and the peak allocated memory. Compare with
 // tools/bench/bench_train_torch.py in the same run.
 //   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
-//               [exact|exact_rc|hlq|hlq_split|hlq_cols|hlq_gw_cols|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|hlq_copy|
-//                hlq_rc|hlq_rc_fc1|lbp_wht|luq]
+//               [exact|exact_rc|hlq|hlq_sim|hlq_gx_sim|hlq_gw_sim|hlq_split|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|
+//                hlq_copy|hlq_rc|hlq_rc_fc1|lbp_wht|luq]
 //               [nhwc|nchw]
-// hlq_split is hlq with the split_extra fallback (a class token outside the HLA projection), hlq_cols with
-// conv_gx columns (the conv g_x product over the im2col columns, folded; the default is dgrad), hlq_gw_cols with
-// conv_gw columns (the conv g_w integer product over the projected columns; the default is wgrad), hlq_map with
-// acbp_conv input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_keep and hlq_a4_keep with
+// hlq is HLQ's defaults: a Conv2d's g_x and g_w as the specification's low-precision integer products over the
+// im2col columns (conv_gx columns, conv_gw columns; fp8 / int8 tensor cores). hlq_sim runs both conv products
+// simulated (conv_gx dgrad_simulated, conv_gw wgrad_simulated: bf16 cuDNN over dequantised values), hlq_gx_sim
+// only g_x, hlq_gw_sim only g_w: for A/B comparison with hlq only, never a figure for HLQ itself. hlq_split is
+// hlq with the split_extra fallback (a class token outside the HLA projection), hlq_map with acbp_conv
+// input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_keep and hlq_a4_keep with
 // acbp_rebuild off (a Linear whose input its op can rebuild keeps its compressed copy from the forward), hlq_copy
-// with acbp_share and acbp_rebuild off (every input compressed in the forward); hlq_rc with recompute_output on every mlp.fc1 and attn.qkv (the gelu and the attention keep
-// no copy of their outputs: one more GEMM each in backward), hlq_rc_fc1 on mlp.fc1 only, exact_rc the same layers
-// on exact (ViTs only). The ResNets use
-// the trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
+// with acbp_share and acbp_rebuild off (every input compressed in the forward); hlq_rc with recompute_output on
+// every mlp.fc1 and attn.qkv (the gelu and the attention keep no copy of their outputs: one more GEMM each in
+// backward), hlq_rc_fc1 on mlp.fc1 only, exact_rc the same layers on exact (ViTs only). The ResNets use the
+// trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -77,8 +79,12 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<std::string, Set>> hlq_variants = {
       {"hlq", [](grad::HlqOptions&) {}},
       {"hlq_split", [](grad::HlqOptions& o) { o.fallback = grad::HlaFallback::split_extra; }},
-      {"hlq_cols", [](grad::HlqOptions& o) { o.conv_gx = grad::ConvGx::columns; }},
-      {"hlq_gw_cols", [](grad::HlqOptions& o) { o.conv_gw = grad::ConvGw::columns; }},
+      {"hlq_sim", [](grad::HlqOptions& o) {
+         o.conv_gx = grad::ConvGx::dgrad_simulated;
+         o.conv_gw = grad::ConvGw::wgrad_simulated;
+       }},
+      {"hlq_gx_sim", [](grad::HlqOptions& o) { o.conv_gx = grad::ConvGx::dgrad_simulated; }},
+      {"hlq_gw_sim", [](grad::HlqOptions& o) { o.conv_gw = grad::ConvGw::wgrad_simulated; }},
       {"hlq_map", [](grad::HlqOptions& o) { o.acbp_conv = grad::AcbpConv::input_map; }},
       {"hlq_a4", [](grad::HlqOptions& o) { o.acbp_bits = 4; }},
       {"hlq_copy", [](grad::HlqOptions& o) { o.acbp_rebuild = o.acbp_share = false; }},

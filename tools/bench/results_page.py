@@ -239,15 +239,17 @@ fails when the page is out of date. Every figure is as measured: the date, the c
 with the command and the machine. A ratio compares times measured in the same call only.
 
 Labels on a pipeline:
-- **simulated conv products**: HLQ's Conv2d products with its defaults (`conv_gx: dgrad`, `conv_gw: wgrad`) run
-  as bf16 cuDNN convolutions over dequantised values (4-bit g_y and W for g_x; the image and the back-projected
-  8-bit g̃ for g_w, with x̃ not quantised). The quantisation's effect on the values is modelled, the
-  low-precision products are not run, and g_w's numerics differ from the specification's. No HLQ speed or
-  memory claim about low-precision convolutions follows from these rows.
+- **simulated conv products**: measured with HLQ's Conv2d products in their simulated forms (`conv_gx:
+  dgrad_simulated`, `conv_gw: wgrad_simulated`; `hlq` at the measured commit): bf16 cuDNN convolutions over
+  dequantised values (4-bit g_y and W for g_x; the image and the back-projected 8-bit g̃ for g_w, with x̃ not
+  quantised). The quantisation's effect on the values is modelled, the low-precision products are not run, and
+  g_w's numerics differ from the specification's. No HLQ speed or memory claim about low-precision convolutions
+  follows from these rows; HLQ's defaults (`conv_gx: columns`, `conv_gw: columns`) run the low-precision products.
 - **patch embedding simulated**: a ViT under HLQ; every Linear's g_x and g_w products run on fp8 / int8 tensor
-  cores, the one Conv2d (the patch embedding) takes the conv path above.
-- **g_x simulated**: `hlq, conv_gw: columns` runs g_w as the specification's integer product over
-  the projected columns; g_x is still the dequantised cuDNN backward.
+  cores, the one Conv2d (the patch embedding) took the simulated conv path above.
+- **g_x simulated**: measured with `conv_gx: dgrad_simulated` and `conv_gw: columns` (`hlq, conv_gw: columns` at
+  the measured commit): g_w as the specification's integer product over the projected columns, g_x as the
+  dequantised cuDNN backward.
 """
 
 STEPS = """## Training steps against the peer

@@ -5,7 +5,8 @@
 # and OUT/memory.jsonl), memory (ViT-B/16 batch 256 peak memory of exact, HLQ and both with recompute_output),
 # data (loader and JPEG decode). BENCH_PIPELINES (default "exact") lists the pipelines of the train group;
 # BENCH_MODELS (MODEL:BATCH,...) narrows its models. hlq_conv (not in the default set): HLQ's convolution options
-# on ResNet training steps (conv_gx columns, conv_gw columns, acbp_conv input_map) and bench_kernels' hla block.
+# on ResNet training steps (the default low-precision conv products against their simulated forms, for
+# comparison only; acbp_conv input_map) and bench_kernels' hla block.
 # Results go to the results page: python3 tools/bench/results_page.py --merge OUT/steps.jsonl OUT/memory.jsonl
 # Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
 set -uo pipefail
@@ -47,8 +48,8 @@ if has memory; then
 fi
 if has hlq_conv; then
   run bench_kernels_hla "$build/tools/bench_kernels" --only hla
-  for p in exact hlq hlq_cols hlq_gw_cols hlq_map; do run "bench_train_resnet34_${p}" "$build/tools/bench_train" resnet34 256 bf16 "$p"; done
-  for p in exact hlq hlq_cols hlq_gw_cols; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
+  for p in exact hlq hlq_sim hlq_gx_sim hlq_gw_sim hlq_map; do run "bench_train_resnet34_${p}" "$build/tools/bench_train" resnet34 256 bf16 "$p"; done
+  for p in exact hlq hlq_sim hlq_gx_sim hlq_gw_sim; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
 fi
 if has data && [ -x "$build/tools/bench_data" ]; then
   run bench_data "$build/tools/bench_data"

@@ -76,7 +76,7 @@ Tensor hla_project_unfolded(const Tensor& image, const Unfold2dParams& window, c
 // i.e. P_rᵀ·g: the kept coefficients scattered to their natural indices (zeros elsewhere) and transformed with
 // the same butterfly as the projection (H_n is symmetric), in f32, then one f32 product by mult and one rounding
 // to out_dtype. back_project(project(x)) · (1/n) = Π·x, the projector of Note [HLA projection]. HLQ's conv_gw
-// wgrad form uses it for Σ_b project(g_y)[b]ᵀ·project(cols)[b] / n = Σ_b (Π·g_y[b])ᵀ·cols[b], a convolution
+// wgrad_simulated uses it for Σ_b project(g_y)[b]ᵀ·project(cols)[b] / n = Σ_b (Π·g_y[b])ᵀ·cols[b], a convolution
 // backward (Note [HLQ conv g_w] in src/grad/pipeline_hlq.cpp). Bit-identical on both backends.
 Tensor hla_back_project(const Tensor& g, const HlaPlan& plan, double mult, DType out_dtype);
 

@@ -157,7 +157,7 @@ struct Grads {
   Tensor x;  // (B, L, I) of x's dtype, or undefined
   Tensor w;  // (O, I) of w's dtype, or undefined
   // Conv products (forward_conv) only: x is the image's gradient (N, C, H, W) (any strides) rather than the
-  // columns', so conv_product passes it on without folding (HLQ's conv_gx dgrad).
+  // columns', so conv_product passes it on without folding (HLQ's conv_gx dgrad_simulated).
   bool x_is_image = false;
 };
 

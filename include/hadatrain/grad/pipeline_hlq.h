@@ -18,16 +18,17 @@ enum class Carrier { fp8, int8 };  // tensor cores that run the 4-bit values (CU
 // projected, quantised im2col columns (the reference) or the input map, 8-bit with one scale per sample, from
 // which backward re-runs im2col and the projection (a deviation that keeps the memory saving).
 enum class AcbpConv { columns, input_map };
-// How HLQ's g_x product of a Conv2d runs (Note [HLQ conv g_x] in src/grad/pipeline_hlq.cpp): columns, the
-// low-precision GEMM (int8 / fp8 tensor cores) over the im2col columns, folded back to the image (the
-// specification's integer product); dgrad, the compute-dtype convolution backward (cuDNN) over the
-// dequantised 4-bit g_y and W.
-enum class ConvGx { columns, dgrad };
-// How HLQ's g_w product of a Conv2d runs (Note [HLQ conv g_w] in src/grad/pipeline_hlq.cpp): columns, the
-// integer product of the 8-bit g̃ = P·g_y and x̃ = P·cols over the reduced axis (the specification's form); wgrad,
-// the compute-dtype convolution backward (cuDNN) of the input image and the back-projected g̃, Pᵀ·deq(q_g̃) / n,
-// when backward has the image (a rebuilt, shared or input-map input): x̃ is not quantised.
-enum class ConvGw { columns, wgrad };
+// How HLQ's g_x product of a Conv2d runs (Note [HLQ conv g_x] in src/grad/pipeline_hlq.cpp): columns (the
+// default), the low-precision GEMM (int8 / fp8 tensor cores) over the im2col columns, folded back to the image
+// (the specification's integer product); dgrad_simulated, the compute-dtype convolution backward (cuDNN) over the
+// dequantised 4-bit g_y and W: a simulation of the low-precision product, for comparison only.
+enum class ConvGx { columns, dgrad_simulated };
+// How HLQ's g_w product of a Conv2d runs (Note [HLQ conv g_w] in src/grad/pipeline_hlq.cpp): columns (the
+// default), the integer product of the 8-bit g̃ = P·g_y and x̃ = P·cols over the reduced axis (the specification's
+// form); wgrad_simulated, the compute-dtype convolution backward (cuDNN) of the input image and the
+// back-projected g̃, Pᵀ·deq(q_g̃) / n, when backward has the image (a rebuilt, shared or input-map input): x̃ is
+// not quantised, so it simulates the product, for comparison only.
+enum class ConvGw { columns, wgrad_simulated };
 
 struct HlqOptions {
   // g_x path (HQ)
@@ -52,16 +53,15 @@ struct HlqOptions {
   // Conv2d products (conv_product): save the columns (reference) or the input map (int8, or unquantised
   // when acbp_bits is 0); other products always save the columns.
   AcbpConv acbp_conv = AcbpConv::columns;
-  // Conv2d products: the g_x product: the dequantised levels through the convolution backward (dgrad, the
-  // default: measured faster on the H200, Note [HLQ conv g_x]) or the integer product over the im2col columns,
-  // folded (columns, the reference's form).
-  ConvGx conv_gx = ConvGx::dgrad;
-  // Conv2d products: the g_w product: the convolution backward over the image and the back-projected 8-bit g̃
-  // (wgrad, the default: the projection of the 9×-expanded im2col columns was 38 % of a ResNet-34 HLQ step's GPU
-  // time) or the integer product over the projected columns (columns, the reference's form). wgrad needs the
-  // image in backward: a conv whose forward saved its projected columns (acbp_rebuild and acbp_share off) runs
-  // columns.
-  ConvGw conv_gw = ConvGw::wgrad;
+  // Conv2d products: the g_x product: the 4-bit integer product over the im2col columns, folded (columns, the
+  // specification's form), or the dequantised levels through the compute-dtype convolution backward
+  // (dgrad_simulated, for comparison only). Note [HLQ conv g_x].
+  ConvGx conv_gx = ConvGx::columns;
+  // Conv2d products: the g_w product: the 8-bit integer product over the projected columns (columns, the
+  // specification's form), or the compute-dtype convolution backward over the image and the back-projected 8-bit
+  // g̃ (wgrad_simulated, for comparison only). wgrad_simulated needs the image in backward: a conv whose forward
+  // saved its projected columns (acbp_rebuild and acbp_share off, or not applicable) runs columns. Note [HLQ conv g_w].
+  ConvGw conv_gw = ConvGw::columns;
   // ACBP of an input that another op already keeps for its own backward (Note [Shared saved inputs]; e.g. the
   // attention output a ViT's proj layer reads): keep a reference instead of a compressed copy, and compress in
   // backward (the same bits). Off: always compress in the forward.

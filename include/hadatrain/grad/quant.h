@@ -77,8 +77,9 @@ struct QuantSpec {
   int64_t hadamard_block = 1;   // T: 1 (no rotation) or a power of two dividing the last dim
   // i8, or f8e4m3 (bits <= 5: every level −15..15 is exact in e4m3) to feed fp8 tensor cores directly;
   // a level of 0 is +0. Or bf16 / f16 / f32: the dequantised values level · scale rounded once to that dtype
-  // (Note [Bit-identical quantisation] step 4), the operand of a compute-dtype product (cuDNN dgrad over the
-  // dequantised g_y) written in the quantiser's one pass instead of quantize + dequantize + a conversion.
+  // (Note [Bit-identical quantisation] step 4), the operand of a compute-dtype product (HLQ's simulated cuDNN
+  // dgrad over the dequantised g_y) written in the quantiser's one pass instead of quantize + dequantize + a
+  // conversion.
   // Natural layout only; any bits, granularity, scale rule, rounding and hadamard_block.
   DType values_dtype = DType::i8;
   ValuesLayout layout = ValuesLayout::natural;
