@@ -18,7 +18,7 @@
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
-#include "pipelines.h"
+#include "pipeline_helpers.h"
 #ifdef HADATRAIN_CUDA
 #include "cuda/glue/grad_quant_glue.h"
 #endif

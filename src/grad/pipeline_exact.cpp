@@ -3,7 +3,7 @@
 // the other pipelines are measured against (inspect-grads, tests).
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/grad/registry.h"
-#include "pipelines.h"
+#include "pipeline_helpers.h"
 
 namespace ht::grad {
 namespace {

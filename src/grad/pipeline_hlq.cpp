@@ -28,7 +28,7 @@
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/grad/pipeline_hlq.h"
-#include "pipelines.h"
+#include "pipeline_helpers.h"
 
 namespace ht::grad {
 namespace {

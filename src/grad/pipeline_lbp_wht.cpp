@@ -23,7 +23,7 @@
 #include "hadatrain/grad/pipeline_lbp_wht.h"
 #include "hadatrain/grad/registry.h"
 #include "hadatrain/train/config_reader.h"
-#include "pipelines.h"
+#include "pipeline_helpers.h"
 
 namespace ht::grad {
 namespace {

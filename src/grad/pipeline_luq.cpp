@@ -18,7 +18,7 @@
 #include "hadatrain/grad/pipeline_luq.h"
 #include "hadatrain/grad/registry.h"
 #include "pipeline_options.h"
-#include "pipelines.h"
+#include "pipeline_helpers.h"
 
 namespace ht::grad {
 namespace {

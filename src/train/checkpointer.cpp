@@ -26,10 +26,12 @@ io::TensorList to_list(const std::map<std::string, Tensor>& m) {
   return out;
 }
 
-// The tensors that stand for the model and the optimiser in a checkpoint, and how they are loaded back:
-// model.safetensors holds Module::state_dict (parameters and buffers by name), optimizer.safetensors the
-// optimiser's state by "<param name>.<slot>" with its step count in the state JSON.
-io::TensorList model_tensors(nn::Module& model) { return to_list(model.state_dict()); }
+// The tensors that stand for the model and the optimiser in a checkpoint, and how they are loaded back. Both
+// go through the parameter store the optimiser steps over (nn/parameter_store.h), the one owner of master
+// copies and optimiser state: model.safetensors holds its state_dict (the model's parameters and buffers by
+// name), optimizer.safetensors the optimiser's state by "<param name>.<slot>" with its step count in the state
+// JSON. A sharded store consolidates here.
+io::TensorList model_tensors(const optim::Optimizer& optimizer) { return to_list(optimizer.store().state_dict()); }
 io::TensorList optimizer_tensors(const optim::Optimizer& optimizer) { return to_list(optimizer.state_tensors()); }
 void load_optimizer_state(optim::Optimizer& optimizer, const io::Checkpoint& ck, int64_t steps) {
   optimizer.load_state_tensors(ck.optimizer->tensors, steps);
@@ -52,7 +54,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     ck = io::load_checkpoint_dir(from.path);
   }
   if (!ck) return std::nullopt;
-  load_model_state(*parts_.model, *ck);
+  parts_.optimizer->store().load_state_dict(ck->model.tensors);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;
   RunState st;
@@ -70,7 +72,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
 fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   io::CheckpointData d;
   d.step = st.step;
-  d.model = model_tensors(*parts_.model);
+  d.model = model_tensors(*parts_.optimizer);
   d.optimizer = optimizer_tensors(*parts_.optimizer);
   d.state = {{"step", st.step},
              {"epoch", st.position.epoch},

@@ -1,7 +1,7 @@
 // The checkpointer: writes the run's state as an atomic checkpoint (io/checkpoint_files.h) and loads it back
 // for an exact resume (Note [Exact resume] in checkpointer.cpp). Internal to src/train. Which tensors stand
 // for the model and the optimiser is decided in one place (model_tensors / optimizer_tensors and their
-// loaders in checkpointer.cpp), the seam a parameter store plugs into.
+// loaders in checkpointer.cpp): both read and write through the optimiser's parameter store.
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -17,7 +17,7 @@
 #include "hadatrain/tensor/philox.h"
 #include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
-#include "grad/pipelines.h"
+#include "grad/pipeline_helpers.h"
 #include "support/catch.h"
 #include "support/model_testing.h"
 #include "support/gradcheck.h"
@@ -259,7 +259,7 @@ TEST_CASE("luq's g_w is its definition, Σ_b α_b·s_x[b]·q_g[b]ᵀ·q_x[b], an
   grad::ForwardResult f = p->forward(pr.x, pr.w, {}, key, grad::SaveForBackward::yes);
   const grad::Grads g = p->backward(*f.saved, pr.g_y, {true, true});
   grad::LuqSpec ls;
-  ls.noise = key.noise(4);  // role_luq_gy (src/grad/pipelines.h)
+  ls.noise = key.noise(4);  // role_luq_gy (src/grad/pipeline_helpers.h)
   const grad::Quantized gq = grad::luq_quantize(pr.g_y, ls);
   grad::QuantSpec qx;
   qx.bits = 4;

@@ -110,7 +110,7 @@ const Tols kConvF32{{1e-4, 1e-4}, {1e-4, 2e-4}};  // TF32 (10-bit mantissa) woul
 // For larger layers cuDNN's heuristics may pick FFT or Winograd weight-gradient algorithms, whose f32 error
 // is about 1e-4 relative (3e-4 measured on the H200); still well below what a wrong convolution gives.
 // Output atol 5e-4: the 3x3 64-channel sums (K = 576, |y| ~ 8) may run on Winograd, whose f32 error reached
-// 1.6e-4 absolute on a few near-zero outputs in session 4 (2e-5 of the output scale).
+// 1.6e-4 absolute on a few near-zero outputs on the H200 (2e-5 of the output scale).
 const Tols kConvF32Large{{1e-4, 5e-4}, {2e-3, 2e-3}};
 const Tols kConvF64{{1e-10, 1e-10}, {1e-10, 1e-10}};
 

@@ -24,7 +24,7 @@
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
-#include "grad/pipelines.h"
+#include "grad/pipeline_helpers.h"
 
 using namespace ht;
 
@@ -393,7 +393,7 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
   // block's input; in channels last seen through a reshape), which the CUDA batch norm rebuilds from its kept input,
   // statistics, weight, bias and residual with the forward's normalisation kernel. So with acbp_rebuild every Conv2d
   // but the stem's keeps nothing, and the gradients keep their bits (the default conv_gw columns: g_w over the
-  // columns the forward would have kept). Run 2: conv_gw wgrad_simulated reads the rebuilt image itself (Note
+  // columns the forward would have kept). Second pass: conv_gw wgrad_simulated reads the rebuilt image itself (Note
   // [HLQ conv g_w]): the same bytes, gradients near the columns form's.
   test::PoisonGuard poison;
   for (const ConvLayout layout : {ConvLayout::nhwc, ConvLayout::nchw}) {

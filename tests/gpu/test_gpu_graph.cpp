@@ -223,8 +223,8 @@ TEST_CASE("cross_entropy with deferred target checks reports a bad target at the
 }
 
 // Each pipeline's forward and backward (HLQ and LUQ with the step's noise read on the device, LBP-WHT with its
-// basis, exact) can be recorded once the eager steps before it built what they keep (LBP-WHT's basis was copied
-// from the host in every step, so its steps could not be recorded before session 13).
+// basis, exact) can be recorded once the eager steps before it built what they keep (LBP-WHT's basis is copied
+// to the device once per layer, in the first eager step, and kept).
 TEST_CASE("a step through every gradient pipeline records into a step graph", "[gpu][graph][grad]") {
   for (const char* name : {"exact", "hlq", "lbp_wht", "luq"}) {
     INFO(name);

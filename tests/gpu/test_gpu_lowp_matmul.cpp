@@ -250,7 +250,7 @@ TEST_CASE("gemm_lowp_nt takes cuBLASLt in place when aligned, padded copies othe
 }
 
 // Outer-vector scales (HLQ's per-token g_x product, Note [HLQ outer-scale product]): on aligned shapes cuBLASLt
-// takes them in place (on the H200: run 31 measured the speed-up); batched, unaligned or fallback-kernel requests
+// takes them in place (faster on the H200); batched, unaligned or fallback-kernel requests
 // get LowpPath::unsupported and compute nothing (fp8_matmul_nt_outer then scales the f32 product itself).
 TEST_CASE("gemm_lowp_nt takes outer-vector scales through cuBLASLt on aligned shapes", "[gpu][lowp]") {
   uint64_t seed = 700;

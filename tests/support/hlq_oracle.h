@@ -21,7 +21,7 @@
 
 namespace ht::test {
 
-// The noise roles of HLQ's quantised operands (philox_stream's purpose field, src/grad/pipelines.h); the oracle
+// The noise roles of HLQ's quantised operands (philox_stream's purpose field, src/grad/pipeline_helpers.h); the oracle
 // draws the same stochastic rounding as the pipeline through them.
 inline constexpr uint32_t kRoleGxGy = 1, kRoleGxW = 2, kRoleGwGy = 3;
 

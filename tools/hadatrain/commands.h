@@ -12,9 +12,9 @@ struct Command {
   std::function<int()> run;  // returns the process exit code
 };
 
-Command add_version_command(CLI::App& app);  // version.cpp
-Command add_train_command(CLI::App& app);    // train.cpp
-Command add_eval_command(CLI::App& app);     // train.cpp
-Command add_inspect_command(CLI::App& app);  // inspect.cpp
+Command add_version_command(CLI::App& app);  // version_command.cpp
+Command add_train_command(CLI::App& app);    // train_command.cpp
+Command add_eval_command(CLI::App& app);     // train_command.cpp
+Command add_inspect_command(CLI::App& app);  // inspect_command.cpp
 
 }  // namespace ht::cli
