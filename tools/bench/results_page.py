@@ -155,7 +155,7 @@ def steps_vs_peer(recs):
         cells = []
         for f in FORMS:
             p = peer.get(f)
-            cells.append("not measured" if p is None else "failed" if "error" in p else num(p["ms"]))
+            cells.append("not measured" if p is None else ("timed out" if p["error"] == "exit 124" else "failed") if "error" in p else num(p["ms"]))
         ok = {f: peer[f]["ms"] for f in FORMS if f in peer and "error" not in peer[f]}
         if len(ok) == 3:
             best = min(ok, key=ok.get)
