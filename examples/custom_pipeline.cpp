@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/registry.h"
 #include "hadatrain/nn/layers.h"
@@ -23,7 +24,6 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/factory.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 
 using namespace ht;
@@ -82,7 +82,7 @@ class HalfSavedPipeline final : public grad::Pipeline {
 const grad::PipelineRegistrar half_saved{grad::PipelineKind<HalfSavedOptions>{
     .name = "half_saved",
     .read_options =
-        [](train::ConfigReader& r) {
+        [](ConfigReader& r) {
           return HalfSavedOptions{r.get_choice("dtype", DType::bf16, {{"bf16", DType::bf16}, {"f16", DType::f16}})};
         },
     .make = [](const HalfSavedOptions& o) { return std::make_shared<HalfSavedPipeline>(o); },
@@ -116,7 +116,7 @@ int main() {
   model.push_back(std::make_shared<nn::Linear>(kHidden, kClasses, nn::Bias::yes, gen));
 
   // The pipelines as a config file would choose them: half_saved everywhere, the head ("4") exact.
-  auto cfg_reader = train::ConfigReader::from_string(
+  auto cfg_reader = ConfigReader::from_string(
       "grad_pipeline:\n"
       "  default: {name: half_saved, dtype: bf16}\n"
       "  layers:\n"

@@ -44,7 +44,7 @@ class ExactPipeline final : public Pipeline {
 }  // namespace
 
 // Called once by the registry (Note [Registration and static linking] in grad/registry.h).
-PipelineRegistration exact_pipeline_registration() {
+HT_BUILTIN_PIPELINE(exact) {
   return erase(PipelineKind<NoOptions>{.name = "exact",
                                        .read_options = nullptr,
                                        .make = [](const NoOptions&) { return std::make_shared<ExactPipeline>(); },

@@ -9,9 +9,6 @@
 namespace ht::grad {
 namespace {
 
-using train::ConfigReader;
-using train::Range;
-
 HlqOptions read_hlq(ConfigReader& r) {
   HlqOptions o;
   o.gx_bits = read_bits(r, "gx_bits", 4, {0, 2, 3, 4, 5, 6, 7, 8});
@@ -79,7 +76,7 @@ std::string describe_hlq(const HlqOptions& o) {
 }  // namespace
 
 // Called once by the registry (Note [Registration and static linking] in grad/registry.h).
-PipelineRegistration hlq_pipeline_registration() {
+HT_BUILTIN_PIPELINE(hlq) {
   return erase(PipelineKind<HlqOptions>{.name = "hlq", .read_options = read_hlq, .make = make_hlq_pipeline,
                                         .describe = describe_hlq});
 }

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/saved_tensor.h"
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/linalg.h"
@@ -22,7 +23,6 @@
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/grad/pipeline_lbp_wht.h"
 #include "hadatrain/grad/registry.h"
-#include "hadatrain/train/config_reader.h"
 #include "pipeline_helpers.h"
 
 namespace ht::grad {
@@ -220,14 +220,14 @@ std::shared_ptr<Pipeline> make_lbp_wht_pipeline(const LbpWhtOptions& o) {
 }
 
 // Called once by the registry (Note [Registration and static linking] in grad/registry.h).
-PipelineRegistration lbp_wht_pipeline_registration() {
+HT_BUILTIN_PIPELINE(lbp_wht) {
   return erase(PipelineKind<LbpWhtOptions>{
       .name = "lbp_wht",
       .read_options =
-          [](train::ConfigReader& r) {
+          [](ConfigReader& r) {
             LbpWhtOptions o;
-            o.order = r.get<int64_t>("order", 6, train::Range::closed(1, 15));
-            o.extra_tokens = r.get<int64_t>("extra_tokens", -1, train::Range::at_least(-1));
+            o.order = r.get<int64_t>("order", 6, Range::closed(1, 15));
+            o.extra_tokens = r.get<int64_t>("extra_tokens", -1, Range::at_least(-1));
             return o;
           },
       .make = make_lbp_wht_pipeline,

@@ -154,11 +154,11 @@ class LuqPipeline final : public Pipeline {
 std::shared_ptr<Pipeline> make_luq_pipeline(const LuqOptions& o) { return std::make_shared<LuqPipeline>(o); }
 
 // Called once by the registry (Note [Registration and static linking] in grad/registry.h).
-PipelineRegistration luq_pipeline_registration() {
+HT_BUILTIN_PIPELINE(luq) {
   return erase(PipelineKind<LuqOptions>{
       .name = "luq",
       .read_options =
-          [](train::ConfigReader& r) {
+          [](ConfigReader& r) {
             LuqOptions o;
             o.bits = read_bits(r, "bits", 4, {2, 3, 4});
             o.x_bits = read_bits(r, "x_bits", 4, {2, 3, 4, 5});

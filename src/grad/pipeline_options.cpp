@@ -5,7 +5,7 @@
 
 namespace ht::grad {
 
-int read_bits(train::ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed) {
+int read_bits(ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed) {
   const int v = r.get<int>(key, def);
   for (int a : allowed)
     if (v == a) return v;
@@ -14,12 +14,12 @@ int read_bits(train::ConfigReader& r, const std::string& key, int def, const std
   r.fail(key, fmt::format("expected one of {}, got {}", list, v));
 }
 
-WeightQuant read_weight_quant(train::ConfigReader& r, const std::string& key) {
+WeightQuant read_weight_quant(ConfigReader& r, const std::string& key) {
   return r.get_choice(key, WeightQuant::sawb,
                       {{"sawb", WeightQuant::sawb}, {"absmax", WeightQuant::absmax}, {"absmax_sr", WeightQuant::absmax_sr}});
 }
 
-ScaleGranularity read_granularity(train::ConfigReader& r, const std::string& key, ScaleGranularity def,
+ScaleGranularity read_granularity(ConfigReader& r, const std::string& key, ScaleGranularity def,
                                   bool allow_token) {
   std::vector<std::pair<std::string, ScaleGranularity>> c{{"tensor", ScaleGranularity::tensor},
                                                           {"sample", ScaleGranularity::sample}};

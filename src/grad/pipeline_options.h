@@ -4,17 +4,17 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/quant.h"
-#include "hadatrain/train/config_reader.h"
 
 namespace ht::grad {
 
 // An integer bit width that must be one of `allowed`.
-int read_bits(train::ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed);
+int read_bits(ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed);
 // sawb | absmax | absmax_sr, sawb by default.
-WeightQuant read_weight_quant(train::ConfigReader& r, const std::string& key);
+WeightQuant read_weight_quant(ConfigReader& r, const std::string& key);
 // tensor | sample (| token when allow_token).
-ScaleGranularity read_granularity(train::ConfigReader& r, const std::string& key, ScaleGranularity def,
+ScaleGranularity read_granularity(ConfigReader& r, const std::string& key, ScaleGranularity def,
                                   bool allow_token);
 
 }  // namespace ht::grad

@@ -7,15 +7,9 @@
 #include <fmt/format.h>
 
 #include "hadatrain/core/error.h"
+#include "builtin_pipelines.h"
 
 namespace ht::grad {
-
-// Defined in each built-in pipeline's own file (Note [Registration and static linking]).
-PipelineRegistration exact_pipeline_registration();
-PipelineRegistration hlq_pipeline_registration();
-PipelineRegistration lbp_wht_pipeline_registration();
-PipelineRegistration luq_pipeline_registration();
-
 namespace {
 
 struct Registry {
@@ -37,9 +31,12 @@ struct Registry {
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;  // never destroyed: registrars and late lookups may outlive static destruction
-    for (auto make : {exact_pipeline_registration, hlq_pipeline_registration, lbp_wht_pipeline_registration,
-                      luq_pipeline_registration})
-      reg->add(make());
+    for (const BuiltinPipeline& b : builtin_pipelines()) {
+      PipelineRegistration r = b.registration();
+      HT_CHECK(r.name == b.name, "built-in gradient pipeline HT_BUILTIN_PIPELINE({}) registers the name '{}' (the "
+               "marker's argument must be the name configs use)", b.name, r.name);
+      reg->add(std::move(r));
+    }
     return reg;
   }();
   return *r;

@@ -10,12 +10,12 @@
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/autograd/saved_tensor.h"
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/data/loader.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/ops/unfold.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "trainer_setup.h"
 

@@ -8,7 +8,7 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
-#include "hadatrain/train/config_reader.h"
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/train/trainer_config.h"
 
 using namespace ht;

@@ -6,11 +6,11 @@
 // (conv_gx dgrad_simulated, conv_gw wgrad_simulated) against them.
 #include <cmath>
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
 #include "support/model_testing.h"

@@ -7,6 +7,7 @@
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/capture.h"
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/grad/pipeline_lbp_wht.h"
@@ -15,7 +16,6 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "grad/pipeline_helpers.h"
 #include "support/catch.h"
@@ -406,7 +406,7 @@ TEST_CASE("pipeline selection by module-name globs, first match wins", "[grad]")
   CHECK(grad::glob_match("blocks.?.mlp.*", "blocks.7.mlp.fc1"));
   CHECK_FALSE(grad::glob_match("blocks.?.mlp.*", "blocks.10.mlp.fc1"));
 
-  auto r = train::ConfigReader::from_string(R"(
+  auto r = ConfigReader::from_string(R"(
 grad_pipeline:
   default: {name: hlq, gy_scale: sample, rank_pct: 25, acbp_bits: 4}
   layers:

@@ -5,13 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/registry.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
 #include "support/model_testing.h"
@@ -64,7 +64,7 @@ class ScaledGxPipeline final : public grad::Pipeline {
 // Registered at static initialisation: this file is part of the test executable, so it is linked.
 const grad::PipelineRegistrar scaled_gx_registrar{grad::PipelineKind<ScaledGxOptions>{
     .name = "scaled_gx",
-    .read_options = [](train::ConfigReader& r) { return ScaledGxOptions{r.get("factor", 2.0, train::Range::positive())}; },
+    .read_options = [](ConfigReader& r) { return ScaledGxOptions{r.get("factor", 2.0, Range::positive())}; },
     .make = [](const ScaledGxOptions& o) { return std::make_shared<ScaledGxPipeline>(o); },
     .describe = [](const ScaledGxOptions& o) { return fmt::format("scaled_gx (g_x x{})", o.factor); }}};
 

@@ -11,6 +11,7 @@
 
 #include "hadatrain/autograd/node.h"
 #include "hadatrain/autograd/saved_tensor.h"
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/models/vit.h"
@@ -18,7 +19,6 @@
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 #include "support/catch.h"
 #include "support/model_testing.h"

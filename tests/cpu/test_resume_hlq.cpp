@@ -15,8 +15,8 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/io/checkpoint_files.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
 

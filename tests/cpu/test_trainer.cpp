@@ -19,12 +19,12 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/image_classification.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"

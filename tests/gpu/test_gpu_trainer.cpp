@@ -17,7 +17,7 @@
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
-#include "hadatrain/train/config_reader.h"
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
 

@@ -4,9 +4,9 @@
 
 #include <string>
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/models/vit.h"
-#include "hadatrain/train/config_reader.h"
 #include "hadatrain/train/pipeline_config.h"
 
 namespace ht::test {
@@ -35,7 +35,7 @@ inline grad::PipelineConfig hlq_recomputing_fc1_qkv(bool recompute) {
 
 // The `grad_pipeline` section of a YAML text, read as the trainer reads it (every key must be used).
 inline grad::PipelineConfig parse_grad_pipeline(const std::string& yaml) {
-  auto r = train::ConfigReader::from_string(yaml, "test.yaml");
+  auto r = ConfigReader::from_string(yaml, "test.yaml");
   grad::PipelineConfig c = train::read_grad_pipeline(r.child("grad_pipeline"), 0);
   r.finish();
   return c;

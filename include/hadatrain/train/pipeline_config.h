@@ -8,8 +8,8 @@
 #pragma once
 #include <cstdint>
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
-#include "hadatrain/train/config_reader.h"
 
 namespace ht::train {
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/tensor/device.h"
 #include "hadatrain/tensor/dtype.h"
 #include "hadatrain/grad/pipeline.h"
-#include "hadatrain/train/config_reader.h"
 
 namespace ht::train {
 

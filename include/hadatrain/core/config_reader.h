@@ -5,6 +5,9 @@
 //
 //   configs/x.yaml:7:5: optim.lr: expected a number > 0, got -1
 //
+// It lives in core/ because layers on both sides of the stack read configs through it: train/ reads the run's
+// sections, and each gradient pipeline in grad/ reads its own options (grad/registry.h).
+//
 // Usage (see train/trainer_config.cpp):
 //   ConfigReader root = ConfigReader::load_file(path, overrides);   // overrides: {"optim.lr=0.1", ...}
 //   ConfigReader optim = root.child("optim");
@@ -28,7 +31,7 @@
 
 #include "hadatrain/core/error.h"
 
-namespace ht::train {
+namespace ht {
 
 // An allowed numeric interval for a config value, with the words used in error messages.
 class Range {
@@ -139,4 +142,4 @@ E ConfigReader::get_choice(const std::string& key, E def, const std::vector<std:
   return def;
 }
 
-}  // namespace ht::train
+}  // namespace ht

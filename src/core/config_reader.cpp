@@ -1,6 +1,6 @@
 // Strict YAML config reading: file loading, --set overrides, typed scalar parsing with ranges, unknown-key
 // detection and the resolved-config record. See config_reader.h and Note [Config override sources].
-#include "hadatrain/train/config_reader.h"
+#include "hadatrain/core/config_reader.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-namespace ht::train {
+namespace ht {
 namespace {
 
 struct Override {
@@ -481,4 +481,4 @@ template std::string ConfigReader::require<std::string>(const std::string&, cons
 template std::vector<std::string> ConfigReader::get_list<std::string>(const std::string&,
     const std::vector<std::string>&, const Range&);
 
-}  // namespace ht::train
+}  // namespace ht
