@@ -162,7 +162,10 @@ CheckpointSection read_checkpoint(ConfigReader r, const std::string& out_dir) {
   s.every_steps = r.get<int64_t>("every_steps", 0, Range::non_negative());
   s.keep_last = r.get("keep_last", 2, Range::non_negative());
   s.keep_best = r.get("keep_best", true);
-  s.dir = r.get<std::string>("dir", (std::filesystem::path(out_dir) / "checkpoints").string());
+  // Unset (recorded as "" in the saved config.yaml) means <run.out_dir>/checkpoints, derived from the out_dir
+  // of the run that reads the config: a saved config re-run with another run.out_dir writes only there.
+  const std::string dir = r.get<std::string>("dir", "");
+  s.dir = dir.empty() ? (std::filesystem::path(out_dir) / "checkpoints").string() : dir;
   return s;
 }
 

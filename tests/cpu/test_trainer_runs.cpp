@@ -1,0 +1,86 @@
+// Run folders that do not lose work: a saved config.yaml re-run with another run.out_dir writes only into
+// the new folder.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "support/catch.h"
+#include "support/testing.h"
+
+#include "hadatrain/core/logging.h"
+#include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/train/trainer.h"
+#include "hadatrain/train/trainer_config.h"
+
+using namespace ht;
+using namespace ht::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir() {
+  static const test::TempDir dir;
+  return dir.path;
+}
+
+// 8x8 MNIST-layout images, 64 train / 32 test: batch 16 gives 4 steps per epoch.
+fs::path data_dir() {
+  static const fs::path dir = [] {
+    const fs::path d = temp_dir() / "idx8";
+    test::write_idx_dataset(d, 8, 64, 32);
+    return d;
+  }();
+  return dir;
+}
+
+// The config file of these tests (written once); each run picks its folder and settings with --set.
+std::string config_path() {
+  static const std::string path = [] {
+    const fs::path p = temp_dir() / "runs_test.yaml";
+    std::ofstream(p) << fmt::format(
+        "run:\n  seed: 3\n"
+        "data:\n  dataset: mnist\n  root: {}\n  batch_size: 16\n  eval_batch_size: 16\n  num_workers: 0\n"
+        "model:\n  name: mlp\n  hidden: [16]\n"
+        "train:\n  epochs: 2\n  log_every: 1\n"
+        "checkpoint:\n  every_steps: 2\n  keep_last: 1\n",
+        data_dir().string());
+    return p.string();
+  }();
+  return path;
+}
+
+TrainerConfig config_in(const std::string& name, std::vector<std::string> sets = {}) {
+  sets.push_back("run.out_dir=" + (temp_dir() / name).string());
+  return load_trainer_config(config_path(), sets);
+}
+
+}  // namespace
+
+TEST_CASE("a saved config.yaml re-run with another run.out_dir writes only into the new folder",
+          "[trainer][checkpoint]") {
+  logging::set_level("warn");
+  const TrainerConfig a = config_in("relocate_a", {"train.max_steps=2"});
+  run_training(a);
+  const fs::path a_ck = temp_dir() / "relocate_a" / "checkpoints";
+  REQUIRE(io::list_checkpoints(a_ck) == std::vector<int64_t>{2});
+
+  // The checkpoint folder derived from run.out_dir stays derived in the saved config.
+  const std::string b_dir = (temp_dir() / "relocate_b").string();
+  const TrainerConfig b =
+      load_trainer_config((temp_dir() / "relocate_a" / "config.yaml").string(), {"run.out_dir=" + b_dir});
+  CHECK(fs::path(b.checkpoint.dir) == fs::path(b_dir) / "checkpoints");
+  // B runs further than A (steps 2 and 4 are written, keep_last 1 would prune A's step_2 if it shared A's folder).
+  run_training(load_trainer_config((temp_dir() / "relocate_a" / "config.yaml").string(),
+                                   {"run.out_dir=" + b_dir, "train.max_steps=4"}));
+  CHECK(io::list_checkpoints(a_ck) == std::vector<int64_t>{2});
+  CHECK(io::latest_checkpoint_step(a_ck) == 2);
+  CHECK(io::list_checkpoints(fs::path(b_dir) / "checkpoints") == std::vector<int64_t>{4});
+
+  // An explicit checkpoint.dir is kept as given.
+  const TrainerConfig c = config_in("relocate_c", {"checkpoint.dir=" + (temp_dir() / "elsewhere").string()});
+  CHECK(fs::path(c.checkpoint.dir) == temp_dir() / "elsewhere");
+}
+
