@@ -79,13 +79,6 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
   const Device device = cfg.train.device;
   const DType dtype = compute_dtype(cfg);
 
-  std::error_code ec;
-  fs::create_directories(cfg.run.out_dir, ec);
-  HT_CHECK(!ec, "run.out_dir: cannot create {}: {}", cfg.run.out_dir, ec.message());
-  io::write_file_atomic(fs::path(cfg.run.out_dir) / "config.yaml",
-                        fmt::format("# Resolved config of run {} ({} with defaults and --set overrides applied)\n{}",
-                                    cfg.run.name, cfg.source, cfg.resolved_yaml));
-
   const Datasets ds = make_datasets(cfg);
   const GraphMode graph_mode = graph_mode_from_name(cfg.train.cuda_graph);
   // Before the model and optimiser: the step stream must outlive the tensors allocated on it.
@@ -123,6 +116,13 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     loader.seek(st.position);
   }
   const int64_t planned = cfg.train.epochs * spe;
+  // The run's folder and its config.yaml only now, after a resume has succeeded: a failed one leaves none.
+  std::error_code ec;
+  fs::create_directories(cfg.run.out_dir, ec);
+  HT_CHECK(!ec, "run.out_dir: cannot create {}: {}", cfg.run.out_dir, ec.message());
+  io::write_file_atomic(fs::path(cfg.run.out_dir) / "config.yaml",
+                        fmt::format("# Resolved config of run {} ({} with defaults and --set overrides applied)\n{}",
+                                    cfg.run.name, cfg.source, cfg.resolved_yaml));
   RunLog run_log({.metrics_path = (fs::path(cfg.run.out_dir) / "metrics.jsonl").string(),
               .mode = resumed ? MetricsMode::append : MetricsMode::truncate,
               .unit = task->unit(),

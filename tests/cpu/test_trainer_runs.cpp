@@ -1,7 +1,8 @@
-// Run folders that do not lose work: a saved config.yaml re-run with another run.out_dir writes only into
-// the new folder.
+// Run folders that do not lose work: a saved config.yaml re-run with another run.out_dir writes only into the new folder; a
+// failed --resume leaves no new folder and does not rewrite config.yaml.
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,13 @@ TrainerConfig config_in(const std::string& name, std::vector<std::string> sets =
   return load_trainer_config(config_path(), sets);
 }
 
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 }  // namespace
 
 TEST_CASE("a saved config.yaml re-run with another run.out_dir writes only into the new folder",
@@ -82,5 +90,22 @@ TEST_CASE("a saved config.yaml re-run with another run.out_dir writes only into 
   // An explicit checkpoint.dir is kept as given.
   const TrainerConfig c = config_in("relocate_c", {"checkpoint.dir=" + (temp_dir() / "elsewhere").string()});
   CHECK(fs::path(c.checkpoint.dir) == temp_dir() / "elsewhere");
+}
+
+TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml", "[trainer][checkpoint]") {
+  logging::set_level("warn");
+  const fs::path fresh = temp_dir() / "failed_resume_fresh";
+  CHECK_THROWS(run_training(config_in("failed_resume_fresh"), {ResumeFrom::Kind::latest, ""}));
+  CHECK_THROWS(run_training(config_in("failed_resume_fresh"),
+                            {ResumeFrom::Kind::path, (temp_dir() / "no_such_step").string()}));
+  CHECK_FALSE(fs::exists(fresh));
+
+  const TrainerConfig ran = config_in("failed_resume_ran", {"train.max_steps=2", "checkpoint.every_steps=0"});
+  run_training(ran);  // no checkpoints: a resume of it has nothing to load
+  const fs::path out = temp_dir() / "failed_resume_ran";
+  const std::string config = read_text(out / "config.yaml");
+  CHECK_THROWS(run_training(config_in("failed_resume_ran", {"optim.lr=0.5", "checkpoint.every_steps=0"}),
+                            {ResumeFrom::Kind::latest, ""}));
+  CHECK(read_text(out / "config.yaml") == config);
 }
 
