@@ -64,6 +64,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   const auto dropout_stream = s.at("dropout_stream").get<uint64_t>();
   load_optimizer_state(*parts_.optimizer, *ck, s.at("optimizer_steps").get<int64_t>());
   parts_.dropout_gen->set_state(dropout_stream);
+  resumed_from_ = ck->dir;
   spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
                st.position.batch);
   return st;

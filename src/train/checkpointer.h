@@ -54,10 +54,13 @@ class Checkpointer {
   std::filesystem::path save(const RunState& state, io::MarkBest best);
 
   const std::filesystem::path& dir() const { return o_.dir; }
+  // The directory resume() loaded ("" before a resume).
+  const std::filesystem::path& resumed_from() const { return resumed_from_; }
 
  private:
   CheckpointerOptions o_;
   CheckpointedParts parts_;
+  std::filesystem::path resumed_from_;
 };
 
 // `hadatrain eval`: the checkpoint at `dir` (a step_<N> directory, or a checkpoint root whose latest is used);

@@ -116,6 +116,23 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
     loader.seek(st.position);
   }
   const int64_t planned = cfg.train.epochs * spe;
+  const int64_t end_step = cfg.train.max_steps > 0 ? std::min(cfg.train.max_steps, planned) : planned;
+  TrainResult result;
+  result.out_dir = cfg.run.out_dir;
+  if (resumed && (st.step >= end_step || st.position.epoch >= cfg.train.epochs)) {
+    // Nothing left to train: report the checkpoint's weights evaluated, and write nothing (the run's folder,
+    // config.yaml and metrics.jsonl stay as the finished run left them).
+    spdlog::info("the checkpoint {} is at step {}, the end of this run (train.epochs {}, train.max_steps {}): "
+                 "nothing to train; evaluating its weights",
+                 checkpointer.resumed_from().string(), st.step, cfg.train.epochs, cfg.train.max_steps);
+    data::DataLoader eval_loader(ds.test, eval_opts);
+    result.last_eval = evaluate(*model, *task, eval_loader, device);
+    result.steps = st.step;
+    result.already_complete = true;
+    result.checkpoint = checkpointer.resumed_from().string();
+    if (st.best_score > task->initial_score()) result.best_score = st.best_score;
+    return result;
+  }
   // The run's folder and its config.yaml only now, after a resume has succeeded: a failed one leaves none.
   std::error_code ec;
   fs::create_directories(cfg.run.out_dir, ec);
@@ -129,7 +146,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
               .device = device,
               .epochs = cfg.train.epochs,
               .steps_per_epoch = spe,
-              .total_steps = cfg.train.max_steps > 0 ? std::min(cfg.train.max_steps, planned) : planned});
+              .total_steps = end_step});
 
   spdlog::info("run {}: {} on {} ({} forward), writing {}", cfg.run.name, model_name(cfg.model.name), to_string(device),
                dtype_name(dtype), cfg.run.out_dir);
@@ -138,8 +155,6 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
                spe);
   spdlog::info("model: {} parameters; optim {} lr {:g}", model->num_parameters(), optimizer->name(), cfg.optim.lr);
 
-  TrainResult result;
-  result.out_dir = cfg.run.out_dir;
 #ifdef HADATRAIN_CUDA
   // train.tf32: f32 products on TF32 tensor cores for this thread (the one that runs forward and backward).
   std::optional<cuda::Tf32Guard> tf32;

@@ -1,5 +1,6 @@
 // Run folders that do not lose work: a saved config.yaml re-run with another run.out_dir writes only into the new folder; a
-// failed --resume leaves no new folder and does not rewrite config.yaml.
+// resumed run that has nothing left to train says so and evaluates the checkpoint instead of reporting an
+// empty evaluation; a failed --resume leaves no new folder and does not rewrite config.yaml.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -90,6 +91,33 @@ TEST_CASE("a saved config.yaml re-run with another run.out_dir writes only into 
   // An explicit checkpoint.dir is kept as given.
   const TrainerConfig c = config_in("relocate_c", {"checkpoint.dir=" + (temp_dir() / "elsewhere").string()});
   CHECK(fs::path(c.checkpoint.dir) == temp_dir() / "elsewhere");
+}
+
+TEST_CASE("resuming a run that has nothing left to train evaluates the checkpoint and writes nothing",
+          "[trainer][checkpoint]") {
+  logging::set_level("warn");
+  const TrainerConfig full = config_in("complete");  // 2 epochs of 4 steps, checkpoints every 2 steps
+  const TrainResult done = run_training(full);
+  REQUIRE(done.steps == 8);
+  REQUIRE(done.last_eval.total == 32);
+  const fs::path out = temp_dir() / "complete";
+  const std::string metrics = read_text(out / "metrics.jsonl");
+  const std::string config = read_text(out / "config.yaml");
+
+  // The finished run resumed as it was, with fewer epochs, and with a max_steps below its step.
+  for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
+           {}, {"train.epochs=1"}, {"train.max_steps=6"}, {"train.max_steps=8", "optim.lr=0.5"}}) {
+    const TrainResult again = run_training(config_in("complete", sets), {ResumeFrom::Kind::latest, ""});
+    CHECK(again.already_complete);
+    CHECK(again.steps == 8);
+    CHECK(again.checkpoint == io::checkpoint_dir(full.checkpoint.dir, 8).string());
+    // The checkpoint's weights evaluated: the finished run's final figures.
+    CHECK(again.last_eval.total == done.last_eval.total);
+    CHECK(again.last_eval.number("acc") == done.last_eval.number("acc"));
+    CHECK(again.last_eval.loss == done.last_eval.loss);
+    CHECK(read_text(out / "metrics.jsonl") == metrics);
+    CHECK(read_text(out / "config.yaml") == config);
+  }
 }
 
 TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml", "[trainer][checkpoint]") {

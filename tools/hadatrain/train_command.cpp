@@ -50,10 +50,16 @@ Command add_train_command(CLI::App& app) {
       resume.path = args->resume;
     }
     const train::TrainResult r = train::run_training(cfg, resume);
+    if (r.already_complete)
+      fmt::print("run already complete: the checkpoint {} is at step {}; nothing was trained. Its weights on the "
+                 "test split:\n",
+                 r.checkpoint, r.steps);
     const train::EvalResult& e = r.last_eval;
-    if (e.total == 0 || e.has("acc"))  // classification, or no evaluation ran (reported as 0%)
+    if (e.total == 0)
+      fmt::print("no evaluation ran; {} steps (metrics: {}/metrics.jsonl)\n", r.steps, r.out_dir);
+    else if (e.has("acc"))
       fmt::print("final test accuracy: {:.2f}% (top-5 {:.2f}%) after {} steps (metrics: {}/metrics.jsonl)\n",
-                 e.total ? 100.0 * e.number("acc") : 0.0, e.total ? 100.0 * e.number("top5") : 0.0, r.steps, r.out_dir);
+                 100.0 * e.number("acc"), 100.0 * e.number("top5"), r.steps, r.out_dir);
     else
       fmt::print("final {} after {} steps (metrics: {}/metrics.jsonl)\n", e.summary, r.steps, r.out_dir);
     return 0;

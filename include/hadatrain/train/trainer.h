@@ -16,6 +16,11 @@ struct TrainResult {
   std::optional<double> best_score;  // the best evaluation score (Task::score_name: top-1); none before one
   int64_t steps = 0;
   std::string out_dir;
+  // A resume whose checkpoint is already at the run's end (train.epochs, or a train.max_steps at or below its
+  // step): nothing was trained or written, and last_eval is the evaluation of the checkpoint's weights.
+  bool already_complete = false;
+  // already_complete: the checkpoint resumed from; "" otherwise.
+  std::string checkpoint;
 };
 
 // What to resume from: nothing, the latest checkpoint in checkpoint.dir, or a given checkpoint directory.
@@ -24,6 +29,8 @@ struct ResumeFrom {
   std::string path;
 };
 
+// Trains the run `cfg` describes. The run's folder and config.yaml are written only once the resume (if any)
+// has succeeded and there is something left to train.
 TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume = {});
 
 // Loads the model weights of `checkpoint_dir` (a step_<N> directory, or a checkpoint root whose latest is
