@@ -74,7 +74,7 @@ void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
 
 }  // namespace
 
-TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
+TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, const std::atomic<int>* stop_request) {
   check_device(cfg.train.device);
   const Device device = cfg.train.device;
   const DType dtype = compute_dtype(cfg);
@@ -167,10 +167,13 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
                      .dropout_gen = dropout_gen.get(),
                      .clip_grad_norm = cfg.optim.clip_grad_norm,
                      .batch_size = cfg.data.batch_size});
+  int64_t saved_step = -1;  // the step of the last checkpoint this process wrote
   auto save = [&](io::MarkBest best) {
     st.position = loader.position();
-    checkpointer.save(st, best);
+    result.checkpoint = checkpointer.save(st, best).string();
+    saved_step = st.step;
   };
+  const bool checkpointing = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0;
   bool stop = false;
   const int64_t first_step = st.step;  // 0, or the step a resumed run starts from
   double shown_loss = std::nan("");  // the progress line shows the latest logged window mean
@@ -249,8 +252,19 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume) {
         stop = true;
         break;
       }
+      // A stop request (SIGINT/SIGTERM in the CLI), seen between steps: this step is done; keep it in a
+      // checkpoint when checkpointing is on, and return without evaluating.
+      if (stop_request && stop_request->load(std::memory_order_relaxed) != 0) {
+        run_log.clear_progress();
+        read_losses();
+        result.stopped_by = stop_request->load(std::memory_order_relaxed);
+        if (checkpointing && saved_step != st.step) save(io::MarkBest::no);
+        stop = true;
+        break;
+      }
     }
     run_log.clear_progress();
+    if (result.stopped_by != 0) break;
     read_losses();
     const bool epoch_done = !stop;  // a max_steps stop still evaluates, so short runs report a result
     const double secs = seconds_since(epoch_start);

@@ -1,6 +1,9 @@
-// Run folders that do not lose work: a saved config.yaml re-run with another run.out_dir writes only into the new folder; a
-// resumed run that has nothing left to train says so and evaluates the checkpoint instead of reporting an
-// empty evaluation; a failed --resume leaves no new folder and does not rewrite config.yaml.
+// Run folders that do not lose work (docs/checkpoints.md, "Guarantees"): a saved config.yaml re-run with
+// another run.out_dir writes only into the new folder; a resumed run that has nothing left to train says so
+// and evaluates the checkpoint instead of reporting an empty evaluation; a failed --resume leaves no new
+// folder and does not rewrite config.yaml; a stop request finishes the step, checkpoints and returns.
+#include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -137,3 +140,33 @@ TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml
   CHECK(read_text(out / "config.yaml") == config);
 }
 
+TEST_CASE("a stop request finishes the step, checkpoints it, and the resumed run ends as the uninterrupted one",
+          "[trainer][checkpoint]") {
+  logging::set_level("warn");
+  const TrainResult whole = run_training(config_in("stop_whole", {"checkpoint.every_steps=0",
+                                                                  "checkpoint.every_epochs=1"}));
+  // A request already pending when the run starts stops it after its first step.
+  const std::atomic<int> sigterm{SIGTERM};
+  const TrainerConfig cfg = config_in("stop_part", {"checkpoint.every_steps=0", "checkpoint.every_epochs=1"});
+  const TrainResult stopped = run_training(cfg, {}, &sigterm);
+  CHECK(stopped.stopped_by == SIGTERM);
+  CHECK(stopped.steps == 1);
+  CHECK(stopped.last_eval.total == 0);  // no evaluation at a stop
+  CHECK(stopped.checkpoint == io::checkpoint_dir(cfg.checkpoint.dir, 1).string());
+  CHECK(io::list_checkpoints(cfg.checkpoint.dir) == std::vector<int64_t>{1});
+  for (const auto& e : fs::directory_iterator(cfg.checkpoint.dir))  // no temporaries left
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+
+  const std::atomic<int> none{0};
+  const TrainResult resumed = run_training(cfg, {ResumeFrom::Kind::latest, ""}, &none);
+  CHECK(resumed.stopped_by == 0);
+  CHECK(resumed.steps == whole.steps);
+  CHECK(resumed.last_eval.number("acc") == whole.last_eval.number("acc"));
+  CHECK(resumed.last_eval.loss == whole.last_eval.loss);
+
+  // Without checkpointing the stop saves nothing and says so through an empty checkpoint.
+  const TrainResult unsaved = run_training(config_in("stop_unsaved", {"checkpoint.every_steps=0"}), {}, &sigterm);
+  CHECK(unsaved.stopped_by == SIGTERM);
+  CHECK(unsaved.checkpoint.empty());
+  CHECK_FALSE(fs::exists(temp_dir() / "stop_unsaved" / "checkpoints"));
+}

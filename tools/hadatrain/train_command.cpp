@@ -1,5 +1,10 @@
 // `hadatrain train --config FILE [--set key=value]... [--resume [DIR]] [--log-level LEVEL]` and
 // `hadatrain eval --config FILE --checkpoint DIR`.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +25,28 @@ struct TrainArgs {
   std::string resume;  // "" = no resume, "latest", or a checkpoint directory
   std::string checkpoint;
 };
+
+// SIGINT / SIGTERM during `train`: the first stores the signal for the training loop, which finishes its step,
+// checkpoints and returns (run_training's `stop`); a second one ends the process at once with 128 + signal.
+// The handler only touches a lock-free atomic and calls _exit, both async-signal-safe.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+extern "C" void on_stop_signal(int sig) {
+  int none = 0;
+  if (!g_stop_signal.compare_exchange_strong(none, sig)) _exit(128 + sig);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // reads and waits in progress go on; the loop sees the flag after its step
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
 void add_common(CLI::App* app, TrainArgs& a) {
   app->add_option("-c,--config", a.config, "YAML config file, e.g. configs/fashion_mnist_resnet18.yaml")->required();
@@ -49,7 +76,21 @@ Command add_train_command(CLI::App& app) {
       resume.kind = args->resume == "latest" ? train::ResumeFrom::Kind::latest : train::ResumeFrom::Kind::path;
       resume.path = args->resume;
     }
-    const train::TrainResult r = train::run_training(cfg, resume);
+    install_stop_handlers();
+    const train::TrainResult r = train::run_training(cfg, resume, &g_stop_signal);
+    if (r.stopped_by != 0) {
+      if (r.checkpoint.empty())
+        fmt::print(stderr,
+                   "stopped by {} after step {}: nothing could be saved, checkpointing is off (set "
+                   "checkpoint.every_steps or checkpoint.every_epochs)\n",
+                   signal_name(r.stopped_by), r.steps);
+      else
+        fmt::print(stderr,
+                   "stopped by {} after step {}; checkpoint written: {}\nto continue, run the same command with "
+                   "--resume\n",
+                   signal_name(r.stopped_by), r.steps, r.checkpoint);
+      return 128 + r.stopped_by;
+    }
     if (r.already_complete)
       fmt::print("run already complete: the checkpoint {} is at step {}; nothing was trained. Its weights on the "
                  "test split:\n",

@@ -2,6 +2,7 @@
 // from a TrainerConfig, runs the train/eval loop with console logs (a progress line on terminals) and JSONL
 // metrics, writes atomic checkpoints and resumes a run exactly where it stopped.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,7 +20,10 @@ struct TrainResult {
   // A resume whose checkpoint is already at the run's end (train.epochs, or a train.max_steps at or below its
   // step): nothing was trained or written, and last_eval is the evaluation of the checkpoint's weights.
   bool already_complete = false;
-  // already_complete: the checkpoint resumed from; "" otherwise.
+  // The signal number a stop request carried (run_training's `stop`), 0 when the run was not stopped.
+  int stopped_by = 0;
+  // already_complete: the checkpoint resumed from; otherwise the last checkpoint this run wrote (at a stop,
+  // the one holding the stopped step); "" when none.
   std::string checkpoint;
 };
 
@@ -29,9 +33,13 @@ struct ResumeFrom {
   std::string path;
 };
 
-// Trains the run `cfg` describes. The run's folder and config.yaml are written only once the resume (if any)
-// has succeeded and there is something left to train.
-TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume = {});
+// Trains the run `cfg` describes. `stop`, when given, is read between steps: once it holds a non-zero value
+// (a signal number, stored by a signal handler: the atomic is lock-free), the run finishes the current step,
+// writes a checkpoint when checkpointing is on (checkpoint.every_steps or every_epochs), and returns with
+// stopped_by set, without evaluating. The run's folder and config.yaml are written only once the resume
+// (if any) has succeeded and there is something left to train.
+TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume = {},
+                         const std::atomic<int>* stop = nullptr);
 
 // Loads the model weights of `checkpoint_dir` (a step_<N> directory, or a checkpoint root whose latest is
 // used) and evaluates them with the config's task on the test split.
