@@ -2,8 +2,11 @@
 // function main() runs when that subcommand was chosen; library errors propagate to main().
 #pragma once
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace ht::cli {
 
@@ -11,6 +14,16 @@ struct Command {
   CLI::App* app = nullptr;   // the subcommand, to ask whether it was selected
   std::function<int()> run;  // returns the process exit code
 };
+
+// The check of --log-level: a level logging::set_level accepts, so a wrong one is a usage error (exit 2).
+inline CLI::Validator log_level_check() {
+  return CLI::Validator(
+      [](std::string& level) -> std::string {
+        if (level == "off" || spdlog::level::from_str(level) != spdlog::level::off) return "";
+        return fmt::format("unknown log level '{}': expected trace, debug, info, warn, error or off", level);
+      },
+      "LEVEL");
+}
 
 Command add_version_command(CLI::App& app);  // version_command.cpp
 Command add_train_command(CLI::App& app);    // train_command.cpp

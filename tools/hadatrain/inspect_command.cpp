@@ -42,7 +42,9 @@ Command add_inspect_command(CLI::App& app) {
       ->type_name("KEY=VALUE")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")
+      ->check(log_level_check())
+      ->capture_default_str();
   c.run = [a] {
     ht::logging::set_level(a->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(a->config, a->sets);

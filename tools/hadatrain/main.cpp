@@ -1,7 +1,10 @@
 // hadatrain: the command-line entry point. Subcommands live in the other files of this directory.
 // Exit codes: 0 success, 1 an error reported by hadatrain ("error: ..." on stderr), 2 a command-line
 // usage error (reported by CLI11).
+#include <algorithm>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -10,6 +13,43 @@
 #include "commands.h"
 #include "hadatrain/core/error.h"
 
+namespace {
+
+// Edits (insertions, deletions, substitutions) that turn `a` into `b`.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// A first argument that is no option and no subcommand: "unknown command 'trian' (commands: version, train,
+// eval, inspect-grads; did you mean 'train'?)". CLI11 alone would only say that a subcommand is required.
+std::string unknown_command_error(const std::string& word, const std::vector<ht::cli::Command>& commands) {
+  std::string names, hint;
+  std::size_t best = 3;
+  for (const auto& c : commands) {
+    const std::string& name = c.app->get_name();
+    names += (names.empty() ? "" : ", ") + name;
+    const std::size_t d = edit_distance(word, name);
+    if (d < best && d < name.size()) {
+      best = d;
+      hint = fmt::format("; did you mean '{}'?", name);
+    }
+  }
+  return fmt::format("unknown command '{}' (commands: {}{})", word, names, hint);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"hadatrain: a C++20 deep-learning training framework (tensors, autograd, training from YAML configs)"};
   app.require_subcommand(1);
@@ -17,6 +57,11 @@ int main(int argc, char** argv) {
                                                   ht::cli::add_train_command(app),
                                                   ht::cli::add_eval_command(app),
                                                   ht::cli::add_inspect_command(app)};
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->get_name() == argv[1]; })) {
+    fmt::print(stderr, "error: {}\nRun with --help for more information.\n", unknown_command_error(argv[1], commands));
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

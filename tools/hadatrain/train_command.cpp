@@ -54,7 +54,9 @@ void add_common(CLI::App* app, TrainArgs& a) {
       ->type_name("KEY=VALUE")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app->add_option("--log-level", a.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  app->add_option("--log-level", a.log_level, "trace, debug, info, warn, error or off")
+      ->check(log_level_check())
+      ->capture_default_str();
 }
 
 }  // namespace
