@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -17,6 +18,7 @@
 #ifdef HADATRAIN_CUDA
 #include "hadatrain/cuda/cublaslt_gemm.h"
 #endif
+#include "hadatrain/core/error.h"
 #include "hadatrain/data/loader.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/nn/pipelines.h"
@@ -189,9 +191,13 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     auto read_losses = [&] {
       if (unread_steps == 0) return;
       const double v = runner.take_loss_sum();
-      HT_CHECK(std::isfinite(v),
-               "training diverged between steps {} and {} (epoch {}): the loss sum is {}; lower optim.lr",
-               st.step - unread_steps + 1, st.step, epoch + 1, v);
+      if (!std::isfinite(v)) {
+        const int64_t first = st.step - unread_steps + 1;
+        const std::string steps =
+            first == st.step ? fmt::format("at step {}", st.step) : fmt::format("between steps {} and {}", first, st.step);
+        throw Error(fmt::format("training diverged {} (epoch {}): the loss is {}; lower optim.lr", steps, epoch + 1,
+                                std::isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity"));
+      }
       window_loss += v;
       epoch_loss += v;
       unread_steps = 0;

@@ -1,7 +1,8 @@
-// Run folders that do not lose work (docs/checkpoints.md, "Guarantees"): a saved config.yaml re-run with
-// another run.out_dir writes only into the new folder; a resumed run that has nothing left to train says so
-// and evaluates the checkpoint instead of reporting an empty evaluation; a failed --resume leaves no new
-// folder and does not rewrite config.yaml; a stop request finishes the step, checkpoints and returns.
+// Run folders that do not lose work (docs/checkpoints.md, "What a training run guarantees"): a saved
+// config.yaml re-run with another run.out_dir writes only into the new folder; a resumed run that has nothing
+// left to train says so and evaluates the checkpoint instead of reporting an empty evaluation; a failed
+// --resume leaves no new folder and does not rewrite config.yaml; a stop request finishes the step,
+// checkpoints and returns; a diverged run's error names the step.
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -169,4 +170,23 @@ TEST_CASE("a stop request finishes the step, checkpoints it, and the resumed run
   CHECK(unsaved.stopped_by == SIGTERM);
   CHECK(unsaved.checkpoint.empty());
   CHECK_FALSE(fs::exists(temp_dir() / "stop_unsaved" / "checkpoints"));
+}
+
+TEST_CASE("a diverged run names the step and says NaN or infinity, not '-nan' or 'between steps 3 and 3'",
+          "[trainer][errors]") {
+  logging::set_level("off");
+  const std::string err =
+      test::error_of([] { run_training(config_in("diverged", {"optim.lr=1e30", "checkpoint.every_steps=0"})); });
+  INFO(err);
+  CHECK(err.find("training diverged at step ") != std::string::npos);
+  CHECK((err.find("the loss is NaN") != std::string::npos || err.find("infinity") != std::string::npos));
+  CHECK(err.find("nan") == std::string::npos);
+  CHECK(err.find("between") == std::string::npos);
+
+  // Steps whose loss is read together (log_every 4) are named as a range.
+  const std::string range = test::error_of([] {
+    run_training(config_in("diverged_range", {"optim.lr=1e30", "checkpoint.every_steps=0", "train.log_every=4"}));
+  });
+  INFO(range);
+  CHECK(range.find("training diverged between steps 2 and 4") != std::string::npos);
 }
