@@ -8,12 +8,17 @@
 // loader, so on the CPU the resumed run computes bit-identical losses (tests/cpu/test_trainer.cpp).
 #include "checkpointer.h"
 
+#include <cerrno>
+#include <cmath>
 #include <map>
 #include <system_error>
+#include <unistd.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/tensor/dtype.h"
 
 namespace ht::train {
 namespace {
@@ -35,6 +40,21 @@ io::TensorList model_tensors(const optim::Optimizer& optimizer) { return to_list
 io::TensorList optimizer_tensors(const optim::Optimizer& optimizer) { return to_list(optimizer.state_tensors()); }
 void load_optimizer_state(optim::Optimizer& optimizer, const io::Checkpoint& ck, int64_t steps) {
   optimizer.load_state_tensors(ck.optimizer->tensors, steps);
+}
+
+// The first tensor of `tensors` (in their order) holding a NaN or an infinity: "'<name>' holds NaN" or
+// "'<name>' holds +infinity"; "" when every floating-point tensor is finite. One pass over a host copy of
+// each tensor, so it runs only where a checkpoint is written or evaluated, never per step.
+template <class Tensors>
+std::string first_non_finite(const Tensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (!is_floating(t.dtype())) continue;
+    for (const double v : t.template to_vector<double>()) {
+      if (std::isfinite(v)) continue;
+      return fmt::format("'{}' holds {}", name, std::isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity");
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -74,6 +94,15 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   io::CheckpointData d;
   d.step = st.step;
   d.model = model_tensors(*parts_.optimizer);
+  // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
+  if (const std::string bad = first_non_finite(d.model); !bad.empty())
+    throw Error(fmt::format("the checkpoint of step {} was not written: the model's tensor {} (training diverged; "
+                            "lower optim.lr){}",
+                            st.step, bad,
+                            io::latest_checkpoint_step(o_.dir)
+                                ? fmt::format("; the last good checkpoint is {}",
+                                              io::checkpoint_dir(o_.dir, *io::latest_checkpoint_step(o_.dir)).string())
+                                : ""));
   d.optimizer = optimizer_tensors(*parts_.optimizer);
   d.state = {{"step", st.step},
              {"epoch", st.position.epoch},
@@ -97,7 +126,18 @@ io::Checkpoint read_checkpoint_for_eval(const std::string& dir) {
   if (fs::exists(fs::path(dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(dir);
   else ck = io::load_latest_checkpoint(dir);
   HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir);
+  const std::string bad = first_non_finite(ck->model.tensors);
+  HT_CHECK(bad.empty(), "--checkpoint: {} cannot be evaluated: its model tensor {}", ck->dir.string(), bad);
   return std::move(*ck);
+}
+
+void check_checkpoint_dir_usable(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  HT_CHECK(!ec, "checkpoint.dir: cannot create {}: {}", dir.string(), ec.message());
+  HT_CHECK(fs::is_directory(dir, ec), "checkpoint.dir: {} is not a directory", dir.string());
+  HT_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "checkpoint.dir: {} is not writable: {}", dir.string(),
+           std::error_code(errno, std::generic_category()).message());
 }
 
 }  // namespace ht::train

@@ -50,7 +50,8 @@ class Checkpointer {
   std::optional<RunState> resume(const ResumeFrom& from);
 
   // Writes the parts' state with `state` as step_<state.step>, points `latest` at it (and `best` with
-  // MarkBest::yes when keep_best is set), prunes to keep_last and logs the directory.
+  // MarkBest::yes when keep_best is set), prunes to keep_last and logs the directory. Throws ht::Error naming
+  // the step and the first non-finite model tensor, writing nothing, when the model holds a NaN or infinity.
   std::filesystem::path save(const RunState& state, io::MarkBest best);
 
   const std::filesystem::path& dir() const { return o_.dir; }
@@ -64,8 +65,12 @@ class Checkpointer {
 };
 
 // `hadatrain eval`: the checkpoint at `dir` (a step_<N> directory, or a checkpoint root whose latest is used);
-// throws ht::Error naming `dir` when there is none.
+// throws ht::Error naming `dir` when there is none, and naming the checkpoint and its first non-finite model
+// tensor when its weights hold a NaN or infinity (evaluating them would report a NaN loss).
 io::Checkpoint read_checkpoint_for_eval(const std::string& dir);
+// checkpoint.dir checked at a run's start, before any step: created when missing, and a writable directory;
+// throws ht::Error naming `dir` otherwise.
+void check_checkpoint_dir_usable(const std::filesystem::path& dir);
 // The checkpoint's model tensors loaded into `model`.
 void load_model_state(nn::Module& model, const io::Checkpoint& ck);
 

@@ -135,6 +135,9 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     if (st.best_score > task->initial_score()) result.best_score = st.best_score;
     return result;
   }
+  const bool checkpointing = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0;
+  // An unusable checkpoint.dir is reported now, before any step, not at the first save.
+  if (checkpointing) check_checkpoint_dir_usable(checkpointer.dir());
   // The run's folder and its config.yaml only now, after a resume has succeeded: a failed one leaves none.
   std::error_code ec;
   fs::create_directories(cfg.run.out_dir, ec);
@@ -175,7 +178,6 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     result.checkpoint = checkpointer.save(st, best).string();
     saved_step = st.step;
   };
-  const bool checkpointing = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0;
   bool stop = false;
   const int64_t first_step = st.step;  // 0, or the step a resumed run starts from
   double shown_loss = std::nan("");  // the progress line shows the latest logged window mean

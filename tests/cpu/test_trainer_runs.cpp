@@ -2,8 +2,10 @@
 // config.yaml re-run with another run.out_dir writes only into the new folder; a resumed run that has nothing
 // left to train says so and evaluates the checkpoint instead of reporting an empty evaluation; a failed
 // --resume leaves no new folder and does not rewrite config.yaml; a stop request finishes the step,
-// checkpoints and returns; a diverged run's error names the step.
+// checkpoints and returns; a diverged run's error names the step; no checkpoint with non-finite weights is
+// written or evaluated; an unusable checkpoint.dir is reported before the first step.
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -189,4 +191,50 @@ TEST_CASE("a diverged run names the step and says NaN or infinity, not '-nan' or
   });
   INFO(range);
   CHECK(range.find("training diverged between steps 2 and 4") != std::string::npos);
+}
+
+TEST_CASE("no checkpoint with non-finite weights is written, and eval refuses one", "[trainer][checkpoint][errors]") {
+  logging::set_level("off");
+  // lr 1e300 (infinite in f32): step 1's loss is finite, the weights after it are not. Its checkpoint is refused.
+  const TrainerConfig blown = config_in("nonfinite_save", {"optim.lr=1e300", "checkpoint.every_steps=1",
+                                                           "train.log_every=100"});
+  const std::string err = test::error_of([&] { run_training(blown); });
+  INFO(err);
+  CHECK(err.find("the checkpoint of step 1 was not written: the model's tensor '") != std::string::npos);
+  CHECK((err.find("' holds NaN") != std::string::npos || err.find("infinity") != std::string::npos));
+  CHECK(io::list_checkpoints(blown.checkpoint.dir).empty());
+
+  // A checkpoint whose weights hold a NaN (written here by hand) is refused by eval, naming it and the tensor.
+  const TrainerConfig cfg = config_in("nonfinite_eval", {"train.max_steps=2"});
+  run_training(cfg);
+  io::Checkpoint ck = io::load_checkpoint_dir(io::checkpoint_dir(cfg.checkpoint.dir, 2));
+  auto& [name, t] = *ck.model.tensors.begin();
+  REQUIRE(t.dtype() == DType::f32);
+  t.data<float>()[t.numel() - 1] = std::nanf("");
+  io::CheckpointData d;
+  d.step = 2;
+  for (const auto& [n, v] : ck.model.tensors) d.model.emplace_back(n, v);
+  const fs::path nan_root = temp_dir() / "nonfinite_eval_nan";
+  io::save_checkpoint(nan_root, d, {});
+  CHECK_NOTHROW(run_evaluation(cfg, cfg.checkpoint.dir));
+  const std::string eval_err = test::error_of([&] { run_evaluation(cfg, nan_root.string()); });
+  INFO(eval_err);
+  CHECK(eval_err.find(io::checkpoint_dir(nan_root, 2).string() + " cannot be evaluated: its model tensor '" + name +
+                      "' holds NaN") != std::string::npos);
+}
+
+TEST_CASE("an unusable checkpoint.dir is reported before the first step", "[trainer][checkpoint][errors]") {
+  logging::set_level("off");
+  const fs::path file = temp_dir() / "a_regular_file";
+  std::ofstream(file) << "not a folder\n";
+  const fs::path bad = file / "checkpoints";
+  const std::string err = test::error_of(
+      [&] { run_training(config_in("bad_checkpoint_dir", {"checkpoint.dir=" + bad.string()})); });
+  INFO(err);
+  CHECK(err.find("checkpoint.dir: cannot create " + bad.string()) != std::string::npos);
+  CHECK_FALSE(fs::exists(temp_dir() / "bad_checkpoint_dir"));  // no step ran, no metrics were written
+
+  // Without checkpointing the folder is not used, so it is not checked.
+  CHECK_NOTHROW(run_training(config_in("bad_checkpoint_dir_off", {"checkpoint.dir=" + bad.string(),
+                                                                  "checkpoint.every_steps=0", "train.max_steps=1"})));
 }
