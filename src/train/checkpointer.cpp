@@ -95,14 +95,14 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   d.step = st.step;
   d.model = model_tensors(*parts_.optimizer);
   // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
-  if (const std::string bad = first_non_finite(d.model); !bad.empty())
+  if (const std::string bad = first_non_finite(d.model); !bad.empty()) {
+    const std::optional<int64_t> last = io::latest_checkpoint_step(o_.dir);
     throw Error(fmt::format("the checkpoint of step {} was not written: the model's tensor {} (training diverged; "
                             "lower optim.lr){}",
                             st.step, bad,
-                            io::latest_checkpoint_step(o_.dir)
-                                ? fmt::format("; the last good checkpoint is {}",
-                                              io::checkpoint_dir(o_.dir, *io::latest_checkpoint_step(o_.dir)).string())
-                                : ""));
+                            last ? fmt::format("; the last good checkpoint is {}", io::checkpoint_dir(o_.dir, *last).string())
+                                 : ""));
+  }
   d.optimizer = optimizer_tensors(*parts_.optimizer);
   d.state = {{"step", st.step},
              {"epoch", st.position.epoch},
