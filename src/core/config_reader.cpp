@@ -287,7 +287,16 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
   doc->source = source_name;
   YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    // LoadAll, not Load: Load reads the first document and ignores everything after a `---` separator.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
+    for (std::size_t i = 1; i < documents.size(); ++i) {
+      const YAML::Node& extra = documents[i];
+      if (!extra.IsDefined() || extra.IsNull()) continue;  // a trailing `---` with nothing after it
+      throw Error(fmt::format("{}:{}: a second YAML document starts here (after a '---' separator); a config "
+                              "file holds one document: merge its keys into the first or remove it",
+                              source_name, extra.Mark().line + 1));
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     throw Error(fmt::format("{}:{}:{}: invalid YAML: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg));
   } catch (const YAML::Exception& e) {

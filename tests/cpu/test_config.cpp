@@ -94,6 +94,15 @@ TEST_CASE("malformed YAML is reported with file:line:column", "[config]") {
              HasSubstr("tab.yaml:1:"));
 }
 
+TEST_CASE("a second YAML document after '---' is an error naming the file and its line", "[config]") {
+  const std::string path = write_config("two_docs.yaml", "optim:\n  lr: 0.1\n---\noptim:\n  momentun: 0.5\n");
+  CHECK_THAT(error_of([&] { load_trainer_config(path); }), HasSubstr(path + ":4: a second YAML document"));
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("a: 1\n---\n---\nb: 2\n", "three.yaml"); }),
+             HasSubstr("three.yaml:4: a second YAML document"));
+  // One document, even with a leading `---` or a trailing separator, is read as before.
+  CHECK(load_trainer_config(write_config("one_doc.yaml", "---\noptim:\n  lr: 0.25\n---\n")).optim.lr == 0.25);
+}
+
 TEST_CASE("unknown keys fail with their location, the accepted keys and a suggestion", "[config]") {
   const std::string path = write_config("unknown.yaml", "optim:\n  lr: 0.1\n  momentun: 0.5\n");
   CHECK(error_of([&] { load_trainer_config(path); }) ==
