@@ -74,6 +74,12 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     ck = io::load_checkpoint_dir(from.path);
   }
   if (!ck) return std::nullopt;
+  // The seed fixes the data order and the dropout masks: a resume under another seed would continue a
+  // different run from this one's weights.
+  if (const auto it = ck->state.find("seed"); it != ck->state.end() && it->get<uint64_t>() != o_.seed)
+    throw Error(fmt::format("--resume: the checkpoint {} was written with run.seed {}, but the config has run.seed {}; "
+                            "resume with --set run.seed={} or start a new run",
+                            ck->dir.string(), it->get<uint64_t>(), o_.seed, it->get<uint64_t>()));
   parts_.optimizer->store().load_state_dict(ck->model.tensors);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;

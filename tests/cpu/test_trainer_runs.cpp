@@ -3,7 +3,8 @@
 // left to train says so and evaluates the checkpoint instead of reporting an empty evaluation; a failed
 // --resume leaves no new folder and does not rewrite config.yaml; a stop request finishes the step,
 // checkpoints and returns; a diverged run's error names the step; no checkpoint with non-finite weights is
-// written or evaluated; an unusable checkpoint.dir is reported before the first step.
+// written or evaluated; an unusable checkpoint.dir is reported before the first step; a resume under another
+// run.seed than the checkpoint's is refused.
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -141,6 +142,19 @@ TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml
   CHECK_THROWS(run_training(config_in("failed_resume_ran", {"optim.lr=0.5", "checkpoint.every_steps=0"}),
                             {ResumeFrom::Kind::latest, ""}));
   CHECK(read_text(out / "config.yaml") == config);
+}
+
+TEST_CASE("a resume whose run.seed differs from the checkpoint's is an error naming both seeds",
+          "[trainer][checkpoint][errors]") {
+  logging::set_level("off");
+  run_training(config_in("seed_resume", {"train.max_steps=2"}));
+  const std::string err = test::error_of(
+      [] { run_training(config_in("seed_resume", {"run.seed=4"}), {ResumeFrom::Kind::latest, ""}); });
+  INFO(err);
+  CHECK(err.find("was written with run.seed 3, but the config has run.seed 4") != std::string::npos);
+  CHECK(err.find((temp_dir() / "seed_resume" / "checkpoints" / "step_2").string()) != std::string::npos);
+  // The same seed resumes.
+  CHECK(run_training(config_in("seed_resume"), {ResumeFrom::Kind::latest, ""}).steps == 8);
 }
 
 TEST_CASE("a stop request finishes the step, checkpoints it, and the resumed run ends as the uninterrupted one",
