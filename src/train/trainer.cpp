@@ -21,6 +21,7 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/data/loader.h"
 #include "hadatrain/io/atomic_file.h"
+#include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/train/task.h"
 #include "checkpointer.h"
@@ -72,6 +73,22 @@ void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
   spdlog::info("grad pipeline: the first step's {} pipeline layer(s) kept {:.2f} MiB for backward; {} kept nothing of "
                "their own (an input another op keeps, or one rebuilt in backward)",
                active, static_cast<double>(bytes) / (1 << 20), none);
+}
+
+
+// A new run in a folder that already holds a run's metrics or checkpoints replaces that run's metrics.jsonl and
+// config.yaml, and its checkpoints re-point `latest` and `best`; it proceeds, but says so first.
+void warn_if_replacing_a_run(const fs::path& out_dir, const fs::path& checkpoint_dir) {
+  std::error_code ec;
+  const bool metrics = fs::exists(out_dir / "metrics.jsonl", ec);
+  const bool checkpoints = !io::list_checkpoints(checkpoint_dir).empty();
+  if (!metrics && !checkpoints) return;
+  spdlog::warn("{} already holds a run ({}): this new run replaces its metrics.jsonl and config.yaml{}; use --resume "
+               "to continue that run, or another run.out_dir to keep it",
+               out_dir.string(),
+               metrics && checkpoints ? "metrics.jsonl and checkpoints" : metrics ? "metrics.jsonl" : "checkpoints",
+               checkpoints ? fmt::format(", and its checkpoints in {} re-point latest and best", checkpoint_dir.string())
+                           : "");
 }
 
 }  // namespace
@@ -135,6 +152,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     if (st.best_score > task->initial_score()) result.best_score = st.best_score;
     return result;
   }
+  if (!resumed) warn_if_replacing_a_run(cfg.run.out_dir, checkpointer.dir());
   const bool checkpointing = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0;
   // An unusable checkpoint.dir is reported now, before any step, not at the first save.
   if (checkpointing) check_checkpoint_dir_usable(checkpointer.dir());

@@ -4,7 +4,7 @@
 // --resume leaves no new folder and does not rewrite config.yaml; a stop request finishes the step,
 // checkpoints and returns; a diverged run's error names the step; no checkpoint with non-finite weights is
 // written or evaluated; an unusable checkpoint.dir is reported before the first step; a resume under another
-// run.seed than the checkpoint's is refused.
+// run.seed than the checkpoint's is refused; a new run in a folder that holds a run warns.
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "support/catch.h"
 #include "support/testing.h"
@@ -142,6 +144,25 @@ TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml
   CHECK_THROWS(run_training(config_in("failed_resume_ran", {"optim.lr=0.5", "checkpoint.every_steps=0"}),
                             {ResumeFrom::Kind::latest, ""}));
   CHECK(read_text(out / "config.yaml") == config);
+}
+
+TEST_CASE("a new run in a folder that holds a run's metrics or checkpoints warns, naming the folder",
+          "[trainer][checkpoint]") {
+  std::ostringstream log;
+  const auto previous = spdlog::default_logger();
+  auto capture = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
+  spdlog::set_default_logger(capture);
+  spdlog::set_level(spdlog::level::warn);
+  const fs::path out = temp_dir() / "rerun";
+  run_training(config_in("rerun", {"train.max_steps=2"}));
+  const std::string first = log.str();
+  run_training(config_in("rerun", {"train.max_steps=2"}));
+  const std::string second = log.str().substr(first.size());
+  spdlog::set_default_logger(previous);
+  INFO(second);
+  CHECK(first.find("already holds a run") == std::string::npos);
+  CHECK(second.find(out.string() + " already holds a run (metrics.jsonl and checkpoints)") != std::string::npos);
+  CHECK(second.find("re-point latest and best") != std::string::npos);
 }
 
 TEST_CASE("a resume whose run.seed differs from the checkpoint's is an error naming both seeds",
