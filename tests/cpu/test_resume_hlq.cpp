@@ -27,20 +27,9 @@ using json = nlohmann::json;
 
 namespace {
 
-fs::path temp_dir() {
-  static const test::TempDir dir("resume_hlq");
-  return dir.path;
-}
-
-// 8x8 MNIST-layout images, 64 training and 32 test samples (test::write_idx_dataset).
-fs::path data_dir() {
-  static const fs::path dir = [] {
-    const fs::path d = temp_dir() / "idx8";
-    test::write_idx_dataset(d, 8, 64, 32);
-    return d;
-  }();
-  return dir;
-}
+// 8x8 MNIST-layout images, 64 training and 32 test samples (test::idx8_dataset).
+fs::path temp_dir() { return test::scratch_dir(); }
+fs::path data_dir() { return test::idx8_dataset(); }
 
 // batch 16: 4 steps per epoch, 3 epochs; every layer's gradients through `pipeline` (a YAML flow map).
 TrainerConfig make_config(const std::string& name, const std::string& model_yaml, const std::string& pipeline,

@@ -34,29 +34,14 @@ using namespace ht::train;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-using ht::test::TempDir;
 using ht::test::error_of;
 
 namespace {
 
-fs::path temp_dir() {
-  static const TempDir dir;
-  return dir.path;
-}
-
-// ---- a small MNIST-layout dataset: 8x8 images, 10 classes (label = index % 10; test::write_idx_dataset) ----
-
-constexpr int kSide = 8;
-constexpr int kTrain = 64, kTest = 32;
-
-fs::path data_dir() {
-  static const fs::path dir = [] {
-    const fs::path d = temp_dir() / "idx8";
-    test::write_idx_dataset(d, kSide, kTrain, kTest);
-    return d;
-  }();
-  return dir;
-}
+// The run folders and a small MNIST-layout dataset: 8x8 images, 10 classes (test::idx8_dataset).
+fs::path temp_dir() { return test::scratch_dir(); }
+fs::path data_dir() { return test::idx8_dataset(); }
+constexpr int kTest = test::kIdx8Test;
 
 // ---- configs and runs ----
 

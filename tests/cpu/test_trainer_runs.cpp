@@ -32,20 +32,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir() {
-  static const test::TempDir dir;
-  return dir.path;
-}
-
-// 8x8 MNIST-layout images, 64 train / 32 test: batch 16 gives 4 steps per epoch.
-fs::path data_dir() {
-  static const fs::path dir = [] {
-    const fs::path d = temp_dir() / "idx8";
-    test::write_idx_dataset(d, 8, 64, 32);
-    return d;
-  }();
-  return dir;
-}
+// 8x8 MNIST-layout images, 64 train / 32 test: batch 16 gives 4 steps per epoch (test::idx8_dataset).
+fs::path temp_dir() { return test::scratch_dir(); }
+fs::path data_dir() { return test::idx8_dataset(); }
 
 // The config file of these tests (written once); each run picks its folder and settings with --set.
 std::string config_path() {

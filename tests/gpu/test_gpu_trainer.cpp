@@ -28,19 +28,9 @@ using json = nlohmann::json;
 
 namespace {
 
-fs::path temp_dir() {
-  static const test::TempDir dir("gpu_trainer");
-  return dir.path;
-}
-
-fs::path data_dir() {
-  static const fs::path dir = [] {
-    const fs::path d = temp_dir() / "idx8";
-    test::write_idx_dataset(d, 8, 64, 32);  // batch 16: 4 steps per epoch
-    return d;
-  }();
-  return dir;
-}
+// batch 16: 4 steps per epoch (test::idx8_dataset).
+fs::path temp_dir() { return test::scratch_dir(); }
+fs::path data_dir() { return test::idx8_dataset(); }
 
 TrainerConfig make_config(const std::string& name, std::vector<std::string> sets) {
   const std::string yaml = fmt::format(

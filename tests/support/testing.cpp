@@ -22,6 +22,20 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path, ec);
 }
 
+const std::filesystem::path& scratch_dir() {
+  static const TempDir dir("scratch");
+  return dir.path;
+}
+
+const std::filesystem::path& idx8_dataset() {
+  static const std::filesystem::path dir = [] {
+    const std::filesystem::path d = scratch_dir() / "idx8";
+    write_idx_dataset(d, 8, kIdx8Train, kIdx8Test);
+    return d;
+  }();
+  return dir;
+}
+
 namespace {
 
 void put_u32(std::ofstream& out, uint32_t v) {

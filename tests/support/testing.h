@@ -23,6 +23,14 @@ struct TempDir {
 // a hash adds noise, so no two images are equal and a model can learn the classes.
 void write_idx_dataset(const std::filesystem::path& dir, int side, int n_train, int n_test);
 
+// The trainer tests' shared fixtures. scratch_dir(): this test program's scratch folder, made on first use and
+// removed when the program exits. idx8_dataset(): scratch_dir()/idx8, an 8x8 MNIST-layout dataset of
+// kIdx8Train training and kIdx8Test test samples (write_idx_dataset), written on first use; batch 16 gives 4
+// steps per epoch.
+constexpr int kIdx8Train = 64, kIdx8Test = 32;
+const std::filesystem::path& scratch_dir();
+const std::filesystem::path& idx8_dataset();
+
 // Uniform values in [lo, hi) from a Philox generator seeded with `seed`.
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
 
