@@ -1,0 +1,44 @@
+// Tokenizers for language models: text <-> token ids. Two engines implement this interface:
+// SentencePiece models (`tokenizer.model`, Llama 1/2) through libsentencepiece, and Hugging Face
+// `tokenizer.json` byte-level BPE (Llama 3) with its pre-tokenisation regex through PCRE2.
+//
+//   auto tok = data::load_tokenizer("~/.cache/hadatrain/lm/llama3");   // a file or a model folder
+//   std::vector<int32_t> ids = tok->encode("Hello world");              // no BOS/EOS added
+//   std::string text = tok->decode(ids);
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ht::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // "sentencepiece" or "bpe".
+  virtual std::string kind() const = 0;
+  // Token ids of `text`, without BOS/EOS. Special-token strings in `text` ("<|eot_id|>") are encoded as
+  // those special ids only when `parse_special` is set (chat templates); otherwise as plain text.
+  virtual std::vector<int32_t> encode(std::string_view text, bool parse_special = false) const = 0;
+  // The text of `ids`. Ids outside [0, vocab_size()) throw ht::Error naming the id and the vocabulary size.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::optional<int32_t> bos_id() const = 0;
+  virtual std::optional<int32_t> eos_id() const = 0;
+  // The id of a piece or special token ("<|eot_id|>", "<s>"), if the vocabulary has it.
+  virtual std::optional<int32_t> token_to_id(std::string_view piece) const = 0;
+  // A digest of the files that define this tokenizer: a token cache made with another fingerprint is stale.
+  virtual std::string fingerprint() const = 0;
+};
+
+// Loads `path`: a SentencePiece `.model` file, a `tokenizer.json`, or a folder holding either (a folder with
+// both prefers tokenizer.json, as transformers' fast tokenizers do). Throws ht::Error naming the path and
+// what was expected when nothing usable is there or a file does not parse.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
+
+}  // namespace ht::data
