@@ -33,6 +33,18 @@ Linear::Linear(int64_t in, int64_t out, Bias b, Generator& gen) : in_features(in
   }
 }
 
+Linear::Linear(Tensor w, Tensor b) : weight(std::move(w)), bias(std::move(b)) {
+  HT_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) > 0 && weight.size(1) > 0,
+           "Linear: the adopted weight must be (out, in) with positive sizes, got {}",
+           weight.defined() ? weight.describe() : std::string("an undefined tensor"));
+  HT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+           "Linear: the adopted bias must be ({}), got {}", weight.size(0), bias.describe());
+  in_features = weight.size(1);
+  out_features = weight.size(0);
+  register_parameter("weight", &weight);
+  if (bias.defined()) register_parameter("bias", &bias);
+}
+
 Tensor Linear::forward(const Tensor& x) {
   HT_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear({}, {}): input {} has last dim {} (expected {})",
            in_features, out_features, x.describe(), x.dim() ? x.size(-1) : 0, in_features);

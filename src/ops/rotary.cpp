@@ -2,7 +2,8 @@
 // t = offset + index along dim 2 is rotated by angle (offset + t) * inv_freq[j], inv_freq[j] = theta^(-2j/D):
 //   out[i0] = x[i0] cos - x[i1] sin,   out[i1] = x[i1] cos + x[i0] sin.
 // RopeStyle::rotate_half (Hugging Face) pairs (j, j + D/2); RopeStyle::interleaved (llama2.c, Meta) pairs
-// (2j, 2j + 1). Angles, cos and sin are computed in double. The rotation is orthogonal, so the backward
+// (2j, 2j + 1). RopeParams::scaling rescales inv_freq (Llama 3's "llama3" rope type, rope_inv_freq). Angles,
+// cos and sin are computed in double. The rotation is orthogonal, so the backward
 // is the same rotation by the negative angle; nothing is saved.
 #include <cmath>
 #include <vector>
@@ -19,6 +20,8 @@
 namespace ht {
 namespace {
 
+constexpr double kPi = 3.14159265358979323846;
+
 enum class Direction { forward, inverse };  // inverse rotates by the negative angle (the backward)
 
 // out = R(direction * angle) x, for x of any layout; out is contiguous (B, H, T, D).
@@ -26,7 +29,7 @@ Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    cuda_ops::rope(out, x, {p.theta, p.position_offset, p.style == RopeStyle::interleaved,
+    cuda_ops::rope(out, x, {rope_inv_freq(p, x.size(3)), p.position_offset, p.style == RopeStyle::interleaved,
                             dir == Direction::forward ? 1.0 : -1.0});
     return out;
 #else
@@ -36,10 +39,10 @@ Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
   const double sign = dir == Direction::forward ? 1.0 : -1.0;
   std::vector<double> cos_t(static_cast<std::size_t>(T * half)), sin_t(cos_t.size());  // (T, D/2)
+  const std::vector<double> inv_freq = rope_inv_freq(p, D);
   for (int64_t j = 0; j < half; ++j) {
-    const double inv_freq = std::pow(p.theta, -2.0 * static_cast<double>(j) / static_cast<double>(D));
     for (int64_t t = 0; t < T; ++t) {
-      const double angle = static_cast<double>(p.position_offset + t) * inv_freq;
+      const double angle = static_cast<double>(p.position_offset + t) * inv_freq[static_cast<std::size_t>(j)];
       cos_t[static_cast<std::size_t>(t * half + j)] = std::cos(angle);
       sin_t[static_cast<std::size_t>(t * half + j)] = sign * std::sin(angle);
     }
@@ -78,6 +81,28 @@ Tensor rotary(const Tensor& x, const RopeParams& p, Direction dir) {
 
 }  // namespace
 
+std::vector<double> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  std::vector<double> inv(static_cast<std::size_t>(half));
+  for (int64_t j = 0; j < half; ++j)
+    inv[static_cast<std::size_t>(j)] = std::pow(p.theta, -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
+  if (p.scaling.type == RopeScalingType::llama3) {
+    const RopeScaling& s = p.scaling;
+    const double orig = static_cast<double>(s.original_max_position_embeddings);
+    const double low_wavelen = orig / s.low_freq_factor, high_wavelen = orig / s.high_freq_factor;
+    for (double& f : inv) {
+      const double wavelen = 2.0 * kPi / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {  // medium frequencies: interpolate between scaled and unscaled
+        const double smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = (1.0 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
 Tensor rotary_embedding(const Tensor& x, const RopeParams& p) {
   HT_CHECK(x.dim() == 4, "rotary_embedding: expected x of shape (B, H, T, D), got {}", x.describe());
   HT_CHECK(x.size(3) % 2 == 0, "rotary_embedding: the head dim D must be even to form rotation pairs, got {}",
@@ -85,6 +110,14 @@ Tensor rotary_embedding(const Tensor& x, const RopeParams& p) {
   HT_CHECK(p.theta > 0.0 && std::isfinite(p.theta), "rotary_embedding: theta must be positive and finite, got {}",
            p.theta);
   HT_CHECK(p.position_offset >= 0, "rotary_embedding: position_offset must be >= 0, got {}", p.position_offset);
+  if (p.scaling.type == RopeScalingType::llama3) {
+    const RopeScaling& s = p.scaling;
+    HT_CHECK(s.factor > 0.0 && s.low_freq_factor > 0.0 && s.high_freq_factor > s.low_freq_factor &&
+                 s.original_max_position_embeddings > 0,
+             "rotary_embedding: llama3 rope scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+             "original_max_position_embeddings > 0, got factor {}, low {}, high {}, original max {}",
+             s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position_embeddings);
+  }
   check_floating("rotary_embedding", {&x});
   return rotary(x, p, Direction::forward);
 }

@@ -15,6 +15,9 @@ enum class Bias { yes, no };
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Bias bias, Generator& gen);
+  // Adopts existing tensors as the parameters: weight (out, in), bias (out) or undefined. For models that
+  // initialise or load their weights themselves, and for wrappers (LoRA) that take over a layer's weight.
+  Linear(Tensor weight, Tensor bias);
   std::string type_name() const override { return "Linear"; }
   Tensor forward(const Tensor& x) override;  // x (..., in) -> (..., out)
   Tensor weight, bias;

@@ -2,6 +2,7 @@
 // rotary embedding and scaled-dot-product attention. Each is differentiable.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "hadatrain/tensor/philox.h"
 #include "hadatrain/tensor/tensor.h"
@@ -100,13 +101,27 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 Tensor dropout(const Tensor& x, double p, Generator& gen);
 
 enum class RopeStyle { rotate_half, interleaved };  // HF rotate-half pairs (i, i+D/2); llama2.c pairs (2i, 2i+1)
+// Frequency scaling of the rotary angles. llama3 is Hugging Face's "rope_type": "llama3" (Llama 3.1/3.2):
+// with wavelength w_j = 2 pi / inv_freq[j], low = original_max / low_freq_factor, high = original_max /
+// high_freq_factor: w_j < high keeps inv_freq[j], w_j > low divides it by factor, and in between it is
+// (1 - s) inv_freq[j] / factor + s inv_freq[j] with s = (original_max / w_j - low_freq_factor) /
+// (high_freq_factor - low_freq_factor).
+enum class RopeScalingType { none, llama3 };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::none;
+  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
 struct RopeParams {
   double theta = 10000.0;
   int64_t position_offset = 0;
   RopeStyle style = RopeStyle::rotate_half;
+  RopeScaling scaling = {};
 };
 // x (B, H, T, D) with even D: rotates position t = offset + index along dim 2.
 Tensor rotary_embedding(const Tensor& x, const RopeParams& p = {});
+// The D/2 angular frequencies rotary_embedding uses for head dim D (theta^(-2j/D), then p.scaling), in double.
+std::vector<double> rope_inv_freq(const RopeParams& p, int64_t head_dim);
 
 enum class AttnMask { none, causal };
 struct AttentionOptions {

@@ -41,10 +41,9 @@ void rope(const Tensor& out, const Tensor& x, const RopeCall& call) {
   }
   HT_ASSERT(out.is_contiguous(), "rotary_embedding: output must be contiguous");
   const int64_t D = x.size(3), half = D / 2;
-  std::vector<double> inv(static_cast<std::size_t>(half));  // (D/2), as the CPU computes it
-  for (int64_t j = 0; j < half; ++j)
-    inv[static_cast<std::size_t>(j)] = std::pow(call.theta, -2.0 * static_cast<double>(j) / static_cast<double>(D));
-  const Tensor inv_freq = from_vector(inv, {half}, {DType::f64, out.device()});
+  HT_ASSERT(static_cast<int64_t>(call.inv_freq.size()) == half, "rotary_embedding: {} frequencies for head dim {}",
+            call.inv_freq.size(), D);
+  const Tensor inv_freq = from_vector(call.inv_freq, {half}, {DType::f64, out.device()});  // (D/2)
   const Tensor xc = x.contiguous();
   cuda::DeviceGuard guard(out.device().index);
   const kernels::RopeArgs a{x.size(0) * x.size(1), x.size(2), D, call.position_offset, call.sign,

@@ -2,6 +2,8 @@
 // src/ops; CUDA builds only.
 #pragma once
 #ifdef HADATRAIN_CUDA
+#include <vector>
+
 #include "hadatrain/tensor/tensor.h"
 #include "cuda/kernels/dropout_rope.cuh"
 
@@ -12,7 +14,7 @@ namespace ht::cuda_ops {
 void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream);
 
 struct RopeCall {
-  double theta;
+  std::vector<double> inv_freq;  // (D/2), rope_inv_freq of the op's parameters
   int64_t position_offset;
   bool interleaved;
   double sign;  // +1 forward, -1 inverse

@@ -1,0 +1,78 @@
+// Hugging Face LLaMA checkpoints (reference/data-formats.md §6) and llama2.c .bin imports (§7).
+// A HF folder holds config.json and model.safetensors, or shards model-0000i-of-0000K.safetensors with
+// model.safetensors.index.json, plus tokenizer files. Reading checks every tensor against config.json
+// (names, shapes) and names the file and tensor when something is wrong; writing produces a folder that
+// transformers' LlamaForCausalLM.from_pretrained loads unchanged.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "hadatrain/models/llama.h"
+
+namespace ht::io {
+
+// The tensor names and shapes a Llama of `config` has in HF's layout, sorted by name (lm_head.weight only
+// when untied).
+std::map<std::string, Shape> hf_llama_shapes(const models::LlamaConfig& config);
+
+// config.json of an HF folder (errors name the file and the key).
+models::LlamaConfig read_hf_config(const std::filesystem::path& dir);
+
+struct HfWeights {
+  models::LlamaConfig config;
+  std::map<std::string, Tensor> tensors;  // HF names, CPU, the file's dtype; rotary_emb.inv_freq dropped
+};
+
+// Reads config.json and the weights (single file or index + shards) and checks them against each other:
+// missing and unexpected tensors are listed, a shape that disagrees with config.json names the tensor, its
+// file and both shapes, truncated shards and index entries naming missing files name the file.
+HfWeights read_hf_weights(const std::filesystem::path& dir);
+
+// A Llama built from an HF folder: weights converted to build.master_dtype on `device`. build.init is
+// ignored (every weight is loaded). LoRA-wrapped layers (build.make_linear) keep their fresh adapters.
+std::shared_ptr<models::Llama> load_hf_llama(const std::filesystem::path& dir, models::LlamaBuild build,
+                                             Device device = Device::cpu());
+// Copies `weights` (HF names) into an existing model; missing or unexpected tensors and shape mismatches
+// are errors naming `source`. Parameters that are not part of the HF layout (LoRA adapters) are left alone.
+void load_hf_tensors(models::Llama& model, const std::map<std::string, Tensor>& weights, const std::string& source);
+
+// The model's tensors under HF's names (shared storage, detached). An error when a LoRA layer is not
+// merged (nn::merge_lora first): its base weight alone is not what the model computes.
+std::map<std::string, Tensor> hf_state_dict(models::Llama& model);
+
+struct HfWriteOptions {
+  DType dtype = DType::bf16;  // bf16 or f32 (f64 and f16 are accepted too)
+  // Shard the weights into model-0000i-of-0000K.safetensors plus the index once they exceed this many bytes.
+  uint64_t max_shard_bytes = 5ull << 30;
+  // A folder whose tokenizer files (tokenizer.json, tokenizer.model, tokenizer_config.json,
+  // special_tokens_map.json, generation_config.json) are copied along when present; empty: none.
+  std::filesystem::path copy_tokenizer_from;
+};
+
+// Writes config.json (with torch_dtype and dtype set to the written dtype), generation_config.json when the
+// source has none, and the weights; every file atomically. `tensors` must be exactly hf_llama_shapes(config).
+void save_hf_checkpoint(const std::filesystem::path& dir, const models::LlamaConfig& config,
+                        const std::map<std::string, Tensor>& tensors, const HfWriteOptions& o = {});
+void save_hf_checkpoint(const std::filesystem::path& dir, models::Llama& model, const HfWriteOptions& o = {});
+
+// --- llama2.c (.bin) ---
+
+// Reorders the rows of a q_proj / k_proj weight ((heads * head_dim, in)) from the interleaved RoPE pairing of
+// Meta and llama2.c to HF's rotate-half pairing: HF row h*hd + c*(hd/2) + j = Meta row h*hd + 2j + c. Pass
+// num_key_value_heads for k_proj. rotate_half_to_interleaved is its inverse.
+Tensor interleaved_to_rotate_half(const Tensor& w, int64_t heads);
+Tensor rotate_half_to_interleaved(const Tensor& w, int64_t heads);
+
+struct Llama2cModel {
+  models::LlamaConfig config;             // θ 10000, eps 1e-5, max_position_embeddings = seq_len
+  std::map<std::string, Tensor> tensors;  // HF names and rotate-half layout, f32 on the CPU
+  int version = 0;                        // 0 (legacy header) or 1 (ak42)
+};
+// Reads a llama2.c checkpoint, v0 (7-int header; negative vocab_size: separate classifier) or v1 (magic
+// "ak42", 256-byte header). The file size must equal what the header implies (an error gives both).
+Llama2cModel read_llama2c(const std::filesystem::path& path);
+
+}  // namespace ht::io
