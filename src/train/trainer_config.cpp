@@ -11,6 +11,33 @@ namespace {
 bool is_mnist(DatasetKind d) { return d == DatasetKind::fashion_mnist || d == DatasetKind::mnist; }
 bool is_cifar(DatasetKind d) { return d == DatasetKind::cifar10 || d == DatasetKind::cifar100; }
 
+// data.dataset text | chat: the language-model keys (data/text_data.h); none of the image keys apply.
+DataSection read_text_data(ConfigReader r, DataSection s) {
+  data::TextDataOptions& t = s.text;
+  const bool chat = s.dataset == DatasetKind::chat;
+  t.kind = chat ? data::TextKind::chat : data::TextKind::text;
+  t.paths = r.get_list<std::string>("paths", {});
+  if (t.paths.empty()) r.fail("paths", chat ? "expected a list of JSONL files, folders or glob patterns"
+                                            : "expected a list of text files, folders or glob patterns");
+  t.val_paths = r.get_list<std::string>("val_paths", {});
+  t.val_fraction = t.val_paths.empty() ? r.get("val_fraction", 0.05, Range::half_open(0.0, 1.0)) : 0.0;
+  t.tokenizer = r.get<std::string>("tokenizer", "");
+  if (t.tokenizer.empty()) r.fail("tokenizer", "expected a tokenizer file or folder (tokenizer.model, tokenizer.json)");
+  t.seq_len = r.get<int64_t>("seq_len", 512, Range::at_least(2));
+  t.cache_dir = r.get<std::string>("cache_dir", "");
+  t.extensions = r.get_list<std::string>("extensions", {chat ? ".jsonl" : ".txt"});
+  if (chat) {
+    t.layout = r.get_choice("layout", data::ChatLayout::pad, {{"pad", data::ChatLayout::pad}, {"pack", data::ChatLayout::pack}});
+    const std::string format = r.get_enum("chat_format", "auto", {"auto", "llama3", "llama2"});
+    t.chat_format = format == "auto" ? "" : format;
+  }
+  t.num_threads = r.get("tokenize_threads", 0, Range::closed(0, 256));
+  s.batch_size = r.get<int64_t>("batch_size", 8, Range::at_least(1));
+  s.eval_batch_size = r.get<int64_t>("eval_batch_size", 8, Range::at_least(1));
+  s.pin_memory = r.get("pin_memory", true);
+  return s;
+}
+
 RunSection read_run(ConfigReader r, const std::string& default_name) {
   RunSection s;
   s.name = r.get<std::string>("name", default_name);
@@ -30,7 +57,10 @@ DataSection read_data(ConfigReader r) {
                             {"mnist", DatasetKind::mnist},
                             {"cifar10", DatasetKind::cifar10},
                             {"cifar100", DatasetKind::cifar100},
-                            {"image_folder", DatasetKind::image_folder}});
+                            {"image_folder", DatasetKind::image_folder},
+                            {"text", DatasetKind::text},
+                            {"chat", DatasetKind::chat}});
+  if (s.dataset == DatasetKind::text || s.dataset == DatasetKind::chat) return read_text_data(r, s);
   const bool fashion = s.dataset == DatasetKind::fashion_mnist;
   s.root = r.get<std::string>("root", fashion ? "/usr/share/datasets/fashion-mnist" : "");
   if (s.root.empty())
@@ -61,6 +91,8 @@ DataSection read_data(ConfigReader r) {
     case DatasetKind::cifar10: mean = {0.4914, 0.4822, 0.4465}; std = {0.2470, 0.2435, 0.2616}; break;
     case DatasetKind::cifar100: mean = {0.5071, 0.4865, 0.4409}; std = {0.2673, 0.2564, 0.2762}; break;
     case DatasetKind::image_folder: mean = {0.485, 0.456, 0.406}; std = {0.229, 0.224, 0.225}; break;
+    case DatasetKind::text:
+    case DatasetKind::chat: break;  // read by read_text_data
   }
   ConfigReader norm = r.child("normalize");
   s.normalize_mean = norm.get_list<double>("mean", mean);
@@ -178,6 +210,8 @@ std::string dataset_name(DatasetKind d) {
     case DatasetKind::cifar10: return "cifar10";
     case DatasetKind::cifar100: return "cifar100";
     case DatasetKind::image_folder: return "image_folder";
+    case DatasetKind::text: return "text";
+    case DatasetKind::chat: return "chat";
   }
   return "?";
 }

@@ -115,6 +115,10 @@ Datasets make_datasets(const TrainerConfig& cfg) {
       ds.height = ds.width = d.image_size;
       break;
     }
+    case DatasetKind::text:
+    case DatasetKind::chat:  // language-model data: data::make_text_datasets (data/text_data.h)
+      HT_FAIL("data.dataset: {} is language-model data; it trains a language model, not model.name {}",
+              dataset_name(d.dataset), model_name(cfg.model.name));
   }
   switch (d.augment) {
     case AugmentKind::none:

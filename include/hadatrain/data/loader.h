@@ -50,10 +50,12 @@ struct LoaderPosition {
 };
 
 // The names of a batch's tensors. The loader fills image and label; a task says which keys it needs
-// (Task::required_keys), so a text loader can fill others (tokens, loss_mask) without changing Batch.
+// (Task::required_keys), so the text loader (text_loader.h) fills others without changing Batch.
 namespace batch_key {
 inline constexpr std::string_view image = "image";  // (B, C, H, W) f32, normalised
 inline constexpr std::string_view label = "label";  // (B) i64 class index
+inline constexpr std::string_view input_ids = "input_ids";  // (B, T) i64 token ids
+inline constexpr std::string_view labels = "labels";  // (B, T) i64: labels[b][t] = the token after input t, -100 = no loss
 }  // namespace batch_key
 
 // One batch: named tensors whose dim 0 is the batch, in host memory from the loader (page-locked with

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hadatrain/core/config_reader.h"
+#include "hadatrain/data/text_data.h"
 #include "hadatrain/tensor/device.h"
 #include "hadatrain/tensor/dtype.h"
 #include "hadatrain/grad/pipeline.h"
@@ -20,7 +21,7 @@ struct RunSection {
   uint64_t seed = 0;    // seeds initialisation, data order, augmentation and dropout
 };
 
-enum class DatasetKind { fashion_mnist, mnist, cifar10, cifar100, image_folder };
+enum class DatasetKind { fashion_mnist, mnist, cifar10, cifar100, image_folder, text, chat };
 enum class AugmentKind { none, cifar, imagenet };
 enum class CifarLabelKind { fine, coarse };
 
@@ -38,6 +39,8 @@ struct DataSection {
   int64_t image_size = 224;   // image_folder: training crop and evaluation crop
   int64_t eval_resize = 256;  // image_folder: shorter side before the evaluation center crop
   std::vector<double> normalize_mean, normalize_std;  // per channel (one value = all channels)
+  // dataset text | chat: language-model data (data/text_data.h); the image keys above do not apply.
+  data::TextDataOptions text;
 };
 
 enum class ModelKind { mlp, resnet18, resnet34, resnet50, vit };
