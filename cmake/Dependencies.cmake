@@ -52,3 +52,22 @@ else()
   target_include_directories(hadatrain_json SYSTEM INTERFACE ${NLOHMANN_JSON_INCLUDE})
   message(STATUS "nlohmann_json: headers in ${NLOHMANN_JSON_INCLUDE}")
 endif()
+
+# Tokenizers (src/data/tokenizer_*.cpp), both optional: a build without one says so here and load_tokenizer
+# names the file it could not read. SentencePiece models (Llama 1/2 tokenizer.model) through
+# libsentencepiece (libsentencepiece-dev); tokenizer.json byte-level BPE (Llama 3) needs PCRE2's 8-bit
+# library with Unicode support for its pre-tokenisation regex (libpcre2-dev).
+find_path(SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)
+find_library(SENTENCEPIECE_LIBRARY sentencepiece)
+if(SENTENCEPIECE_INCLUDE_DIR AND SENTENCEPIECE_LIBRARY)
+  message(STATUS "SentencePiece: ${SENTENCEPIECE_LIBRARY}: tokenizer.model files are read")
+else()
+  message(STATUS "SentencePiece not found: tokenizer.model files give an error (install libsentencepiece-dev)")
+endif()
+find_path(PCRE2_INCLUDE_DIR pcre2.h)
+find_library(PCRE2_LIBRARY pcre2-8)
+if(PCRE2_INCLUDE_DIR AND PCRE2_LIBRARY)
+  message(STATUS "PCRE2: ${PCRE2_LIBRARY}: tokenizer.json (byte-level BPE) files are read")
+else()
+  message(STATUS "PCRE2 not found: tokenizer.json files give an error (install libpcre2-dev)")
+endif()

@@ -1,0 +1,73 @@
+// load_tokenizer: picks the engine for a file or a model folder (tokenizer.json first, as transformers' fast
+// tokenizers do, then tokenizer.model), and the file helpers the engines share.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "data/tokenizer_engines.h"
+
+namespace ht::data {
+namespace detail {
+
+std::string read_file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  HT_CHECK(in.good(), "{}: cannot open the file", path.string());
+  std::ostringstream out;
+  out << in.rdbuf();
+  HT_CHECK(!in.bad(), "{}: read error", path.string());
+  return std::move(out).str();
+}
+
+std::string fnv1a_hex(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace detail
+
+namespace {
+
+// "~/x" -> "$HOME/x", so paths written in configs the way a shell user writes them work.
+std::filesystem::path expand_home(const std::filesystem::path& path) {
+  const std::string s = path.string();
+  if (s == "~" || s.rfind("~/", 0) == 0) {
+    if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / s.substr(s.size() > 1 ? 2 : 1);
+  }
+  return path;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path_in) {
+  namespace fs = std::filesystem;
+  const fs::path path = expand_home(path_in);
+  std::error_code ec;
+  HT_CHECK(fs::exists(path, ec), "tokenizer: {} does not exist (expected a tokenizer.json, a SentencePiece "
+           "tokenizer.model or a folder holding one; tools/fetch_lm_data.sh fetches the Llama tokenizers)",
+           path.string());
+  if (!fs::is_directory(path, ec)) {
+    if (path.extension() == ".json") return detail::load_bpe(path, path.parent_path() / "tokenizer_config.json");
+    return detail::load_sentencepiece(path);
+  }
+  const fs::path json = path / "tokenizer.json";
+  const fs::path model = path / "tokenizer.model";
+  const bool has_json = fs::is_regular_file(json, ec);
+  const bool has_model = fs::is_regular_file(model, ec);
+  HT_CHECK(has_json || has_model, "tokenizer: the folder {} holds neither tokenizer.json nor tokenizer.model",
+           path.string());
+  if (has_json) {
+    try {
+      return detail::load_bpe(json, path / "tokenizer_config.json");
+    } catch (const detail::UnsupportedTokenizer&) {
+      if (!has_model) throw;
+      // The folder also has the SentencePiece model (Llama 1/2 ship both): use it.
+    }
+  }
+  return detail::load_sentencepiece(model);
+}
+
+}  // namespace ht::data
