@@ -59,15 +59,33 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path_in) 
   const bool has_model = fs::is_regular_file(model, ec);
   HT_CHECK(has_json || has_model, "tokenizer: the folder {} holds neither tokenizer.json nor tokenizer.model",
            path.string());
+  std::string json_skipped;
   if (has_json) {
     try {
       return detail::load_bpe(json, path / "tokenizer_config.json");
-    } catch (const detail::UnsupportedTokenizer&) {
+    } catch (const detail::UnsupportedTokenizer& e) {
       if (!has_model) throw;
       // The folder also has the SentencePiece model (Llama 1/2 ship both): use it.
+      json_skipped = e.what();
     }
   }
-  return detail::load_sentencepiece(model);
+  try {
+    return detail::load_sentencepiece(model);
+  } catch (const Error& e) {
+    if (json_skipped.empty()) throw;
+    throw Error(fmt::format("{}\n(tokenizer.json was not used either: {})", e.what(), json_skipped));
+  }
+}
+
+bool tokenizer_engine_built(std::string_view kind) {
+#ifdef HADATRAIN_HAVE_SENTENCEPIECE
+  if (kind == "sentencepiece") return true;
+#endif
+#ifdef HADATRAIN_HAVE_PCRE2
+  if (kind == "bpe") return true;
+#endif
+  HT_CHECK(kind == "sentencepiece" || kind == "bpe", "unknown tokenizer engine '{}' (expected sentencepiece or bpe)", kind);
+  return false;
 }
 
 }  // namespace ht::data

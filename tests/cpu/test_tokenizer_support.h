@@ -30,6 +30,19 @@ inline std::filesystem::path cached(const std::string& rel) {
   return p;
 }
 
+// True when this build has both engines. Otherwise (libsentencepiece or PCRE2 left out at build time) it
+// checks that loading the missing engine's file says so, warns, and the caller's test case ends there.
+inline bool engines_built() {
+  bool all = true;
+  for (auto [kind, file] : {std::pair{"bpe", "llama3/tokenizer.json"}, {"sentencepiece", "llama2/tokenizer.model"}}) {
+    if (ht::data::tokenizer_engine_built(kind)) continue;
+    all = false;
+    WARN("this build has no " << kind << " tokenizer engine: only its error message is tested");
+    CHECK_THROWS_WITH(ht::data::load_tokenizer(cached(file)), HasSubstr("hadatrain was built without"));
+  }
+  return all;
+}
+
 inline const ht::data::Tokenizer& llama3() {
   static std::unique_ptr<ht::data::Tokenizer> tok = ht::data::load_tokenizer(cached("llama3"));
   return *tok;

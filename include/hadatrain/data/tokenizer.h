@@ -41,4 +41,8 @@ class Tokenizer {
 // what was expected when nothing usable is there or a file does not parse.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
+// Whether this build has the engine of `kind` ("sentencepiece": libsentencepiece; "bpe": PCRE2). Both are
+// optional at build time; without one, loading its files throws an error that says so.
+bool tokenizer_engine_built(std::string_view kind);
+
 }  // namespace ht::data
