@@ -155,7 +155,14 @@ Llama::Llama(const LlamaConfig& c, const LlamaBuild& build) : config(c) {
         nn::init::normal_(l->weight, 0.0, c.initializer_range, *build.gen);
     if (lm_head) nn::init::normal_(lm_head->weight, 0.0, c.initializer_range, *build.gen);
   }
-  if (build.master_dtype != DType::f32) to(build.master_dtype);
+  if (build.master_dtype != DType::f32) {
+    // Parameters frozen by the factory (LoRA's base weights) stay frozen through the conversion.
+    std::vector<Tensor*> frozen;
+    for (auto& [name, t] : named_parameters())
+      if (!t->requires_grad()) frozen.push_back(t);
+    to(build.master_dtype);
+    for (Tensor* t : frozen) t->set_requires_grad(false);
+  }
 }
 
 Tensor& Llama::embed_weight() { return *embed_weight_; }

@@ -4,6 +4,8 @@
 
 #include <fmt/ranges.h>
 
+#include <set>
+
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/nn/init.h"
 #include "hadatrain/ops/copy.h"
@@ -110,6 +112,21 @@ int64_t merge_lora(Module& root) {
   for (auto& [name, l] : lora_layers(root))
     if (!l->merged()) {
       l->merge();
+      ++n;
+    }
+  return n;
+}
+
+int64_t freeze_non_lora(Module& root) {
+  std::set<const Tensor*> adapters;
+  for (auto& [name, l] : lora_layers(root)) {
+    adapters.insert(&l->lora_A->weight);
+    adapters.insert(&l->lora_B->weight);
+  }
+  int64_t n = 0;
+  for (auto& [name, t] : root.named_parameters())
+    if (!adapters.count(t) && t->requires_grad()) {
+      t->set_requires_grad(false);
       ++n;
     }
   return n;

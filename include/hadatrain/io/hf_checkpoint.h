@@ -52,8 +52,9 @@ struct HfWriteOptions {
   std::filesystem::path copy_tokenizer_from;
 };
 
-// Writes config.json (with torch_dtype and dtype set to the written dtype), generation_config.json when the
-// source has none, and the weights; every file atomically. `tensors` must be exactly hf_llama_shapes(config).
+// Writes config.json (torch_dtype and dtype set to the written dtype) and the weights, every file atomically,
+// removes weight files of an earlier write to `dir` that the new layout does not use, and copies the
+// tokenizer files along. `tensors` (any device and dtype) must be exactly hf_llama_shapes(config).
 void save_hf_checkpoint(const std::filesystem::path& dir, const models::LlamaConfig& config,
                         const std::map<std::string, Tensor>& tensors, const HfWriteOptions& o = {});
 void save_hf_checkpoint(const std::filesystem::path& dir, models::Llama& model, const HfWriteOptions& o = {});

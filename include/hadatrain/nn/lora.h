@@ -70,6 +70,9 @@ bool lora_target_matches(const std::string& name, const std::string& pattern);
 std::vector<std::pair<std::string, LoraLinear*>> lora_layers(Module& root);
 // Merges every LoRA layer below root (LoraLinear::merge); returns how many it merged.
 int64_t merge_lora(Module& root);
+// Freezes every parameter below root that is not a LoRA adapter (embeddings, norms, untargeted layers), as
+// peft does: only the adapters train. Returns the number of parameters it froze.
+int64_t freeze_non_lora(Module& root);
 // Only the adapter tensors ("....lora_A.weight", "....lora_B.weight"), shared storage, detached.
 std::map<std::string, Tensor> lora_state_dict(Module& root);
 

@@ -1,0 +1,248 @@
+// Hugging Face LLaMA folders: write and read back (one file and shards, bf16 and f32, tied and untied), the
+// errors for bad folders (config.json against the tensors, truncated shard, index naming a missing file,
+// missing and unexpected tensors), and llama2.c imports (v0 with a separate classifier, v1) written here from
+// a model in HF layout through the inverse q/k permutation.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "support/catch.h"
+#include "support/testing.h"
+
+#include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/io/safetensors.h"
+#include "hadatrain/models/llama.h"
+#include "hadatrain/ops/ops.h"
+
+using namespace ht;
+using models::Llama;
+using models::LlamaConfig;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::shared_ptr<Llama> random_llama(const LlamaConfig& c, uint64_t seed) {
+  Generator gen(seed);
+  return std::make_shared<Llama>(c, models::LlamaBuild{models::LlamaInit::normal, &gen, {}, DType::f32});
+}
+
+void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The shard files the folder's index names, sorted.
+std::vector<std::string> shard_files(const fs::path& dir) {
+  std::set<std::string> files;
+  const nlohmann::json index = nlohmann::json::parse(read_text(dir / "model.safetensors.index.json"));
+  for (const auto& [name, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+  return {files.begin(), files.end()};
+}
+
+void check_same_tensors(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want, DType dt) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, t] : want) {
+    INFO(name);
+    REQUIRE(got.count(name));
+    CHECK(got.at(name).dtype() == dt);
+    CHECK(test::compare(got.at(name), to_dtype(t, dt), 0, 0) == "");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("HF checkpoints round-trip: one file and shards, bf16 and f32", "[llama][hf]") {
+  test::TempDir tmp("hf_roundtrip");
+  for (bool tied : {false, true}) {
+    LlamaConfig c = LlamaConfig::tiny();
+    c.tie_word_embeddings = tied;
+    auto m = random_llama(c, tied ? 7 : 8);
+    const std::map<std::string, Tensor> sd = io::hf_state_dict(*m);
+    write_text(tmp.path / "tokenizer.json", "{\"model\": {}}");
+    for (DType dt : {DType::bf16, DType::f32}) {
+      for (uint64_t shard : {uint64_t{1} << 30, uint64_t{20000}}) {
+        INFO("tied " << tied << ", dtype " << dtype_name(dt) << ", max shard bytes " << shard);
+        const fs::path dir = tmp.path / "out";
+        io::HfWriteOptions o;
+        o.dtype = dt;
+        o.max_shard_bytes = shard;
+        o.copy_tokenizer_from = tmp.path;
+        io::save_hf_checkpoint(dir, *m, o);
+        const bool sharded = shard < (uint64_t{1} << 30);
+        CHECK(fs::exists(dir / "model.safetensors.index.json") == sharded);
+        CHECK(fs::exists(dir / "model.safetensors") == !sharded);  // the other layout's files are gone
+        if (sharded) {
+          const std::vector<std::string> files = shard_files(dir);
+          REQUIRE(files.size() >= 2u);
+          CHECK(files[0] == fmt::format("model-00001-of-{:05d}.safetensors", files.size()));
+          for (const std::string& f : files) CHECK(fs::exists(dir / f));
+        }
+        CHECK(read_text(dir / "tokenizer.json") == "{\"model\": {}}");
+        const nlohmann::json cj = nlohmann::json::parse(read_text(dir / "config.json"));
+        CHECK(cj["torch_dtype"] == (dt == DType::bf16 ? "bfloat16" : "float32"));
+        CHECK(cj["model_type"] == "llama");
+        const io::HfWeights w = io::read_hf_weights(dir);
+        LlamaConfig written = c;
+        written.dtype = dt;
+        CHECK(w.config.to_json() == written.to_json());
+        check_same_tensors(w.tensors, sd, dt);
+        // A model loaded from the folder holds the written weights.
+        auto loaded = io::load_hf_llama(dir, {models::LlamaInit::none, nullptr, {}, DType::f32});
+        check_same_tensors(io::hf_state_dict(*loaded), w.tensors, DType::f32);
+      }
+    }
+  }
+}
+
+TEST_CASE("bad HF folders give errors naming the file and the tensor", "[llama][hf]") {
+  test::TempDir tmp("hf_bad");
+  const LlamaConfig c = LlamaConfig::tiny();
+  auto m = random_llama(c, 9);
+  io::HfWriteOptions o;
+  o.dtype = DType::f32;
+  const fs::path one = tmp.path / "one", shards = tmp.path / "shards";
+  io::save_hf_checkpoint(one, *m, o);
+  o.max_shard_bytes = 20000;
+  io::save_hf_checkpoint(shards, *m, o);
+
+  SECTION("config.json disagrees with the tensor shapes") {
+    nlohmann::json j = nlohmann::json::parse(read_text(one / "config.json"));
+    j["intermediate_size"] = 96;
+    write_text(one / "config.json", j.dump());
+    CHECK_THROWS_WITH(io::read_hf_weights(one),
+                      HasSubstr((one / "model.safetensors").string()) && HasSubstr("mlp.down_proj.weight") &&
+                          HasSubstr("(64, 128)") && HasSubstr("(64, 96)") && HasSubstr("config.json"));
+  }
+  SECTION("a truncated shard") {
+    const fs::path shard = shards / shard_files(shards).at(1);
+    fs::resize_file(shard, fs::file_size(shard) - 100);
+    CHECK_THROWS_WITH(io::read_hf_weights(shards), HasSubstr(shard.string()));
+  }
+  SECTION("an index naming a missing shard") {
+    std::string index = read_text(shards / "model.safetensors.index.json");
+    const std::string from = shard_files(shards).at(2);
+    for (std::size_t p = index.find(from); p != std::string::npos; p = index.find(from))
+      index.replace(p, from.size(), "model-00009-of-00009.safetensors");
+    write_text(shards / "model.safetensors.index.json", index);
+    CHECK_THROWS_WITH(io::read_hf_weights(shards),
+                      HasSubstr("model-00009-of-00009.safetensors") && HasSubstr("does not exist"));
+  }
+  SECTION("missing and unexpected tensors are listed; rotary_emb.inv_freq is ignored") {
+    std::map<std::string, Tensor> sd = io::hf_state_dict(*m);
+    sd.erase("model.layers.1.mlp.up_proj.weight");
+    sd["model.layers.0.self_attn.rotary_emb.inv_freq"] = ones({8});
+    sd["model.extra.weight"] = ones({3});
+    io::TensorList list(sd.begin(), sd.end());
+    io::save_safetensors(one / "model.safetensors", list);
+    CHECK_THROWS_WITH(io::read_hf_weights(one), HasSubstr("missing tensors [model.layers.1.mlp.up_proj.weight]") &&
+                                                    HasSubstr("unexpected tensors [model.extra.weight]"));
+    sd.erase("model.extra.weight");
+    sd["model.layers.1.mlp.up_proj.weight"] = m->blocks()[1]->mlp->up_proj->weight.detach();
+    io::save_safetensors(one / "model.safetensors", io::TensorList(sd.begin(), sd.end()));
+    CHECK(io::read_hf_weights(one).tensors.size() == io::hf_llama_shapes(c).size());
+  }
+  SECTION("a token id beyond the vocabulary") {
+    NoGradGuard ng;
+    CHECK_THROWS_WITH(m->forward(from_vector(std::vector<int64_t>{1, 128}, {1, 2}, {DType::i64})), HasSubstr("128"));
+  }
+  SECTION("no weights at all") {
+    fs::remove(one / "model.safetensors");
+    CHECK_THROWS_WITH(io::read_hf_weights(one), HasSubstr("holds neither model.safetensors"));
+  }
+}
+
+namespace {
+
+// Writes `m` as a llama2.c checkpoint: q/k rows back to the interleaved pairing, arrays in the version's order.
+void write_llama2c(const fs::path& path, Llama& m, int version, bool shared) {
+  const LlamaConfig& c = m.config;
+  const std::map<std::string, Tensor> sd = io::hf_state_dict(m);
+  std::ofstream out(path, std::ios::binary);
+  const int32_t hdr[7] = {static_cast<int32_t>(c.hidden_size), static_cast<int32_t>(c.intermediate_size),
+                          static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_attention_heads),
+                          static_cast<int32_t>(c.num_key_value_heads),
+                          static_cast<int32_t>(shared || version == 1 ? c.vocab_size : -c.vocab_size),
+                          static_cast<int32_t>(c.max_position_embeddings)};
+  if (version == 1) {
+    const uint32_t magic = 0x616b3432u;
+    const int32_t v = 1;
+    out.write(reinterpret_cast<const char*>(&magic), 4);
+    out.write(reinterpret_cast<const char*>(&v), 4);
+    out.write(reinterpret_cast<const char*>(hdr), 28);
+    const uint8_t s = shared ? 1 : 0;
+    out.write(reinterpret_cast<const char*>(&s), 1);
+    const std::string pad(256 - 37, '\0');
+    out.write(pad.data(), static_cast<std::streamsize>(pad.size()));
+  } else {
+    out.write(reinterpret_cast<const char*>(hdr), 28);
+  }
+  auto put = [&](const Tensor& t) {
+    const std::vector<float> v = t.to_vector<float>();
+    out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  };
+  auto layers = [&](const std::string& name) {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      Tensor t = sd.at("model.layers." + std::to_string(i) + "." + name);
+      if (name == "self_attn.q_proj.weight") t = io::rotate_half_to_interleaved(t, c.num_attention_heads);
+      if (name == "self_attn.k_proj.weight") t = io::rotate_half_to_interleaved(t, c.num_key_value_heads);
+      put(t);
+    }
+  };
+  const char* attn[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                        "self_attn.o_proj.weight"};
+  if (version == 0) {
+    put(sd.at("model.embed_tokens.weight"));
+    layers("input_layernorm.weight");
+    for (const char* a : attn) layers(a);
+    for (const char* n : {"post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.down_proj.weight",
+                          "mlp.up_proj.weight"})
+      layers(n);
+    put(sd.at("model.norm.weight"));
+    put(zeros({2 * c.max_position_embeddings * c.resolved_head_dim() / 2}));  // freq_cis tables
+  } else {
+    layers("input_layernorm.weight");
+    layers("post_attention_layernorm.weight");
+    put(sd.at("model.norm.weight"));
+    put(sd.at("model.embed_tokens.weight"));
+    for (const char* a : attn) layers(a);
+    for (const char* n : {"mlp.gate_proj.weight", "mlp.down_proj.weight", "mlp.up_proj.weight"}) layers(n);
+  }
+  if (!shared) put(sd.at("lm_head.weight"));
+}
+
+}  // namespace
+
+TEST_CASE("llama2.c v0 and v1 files import into HF layout", "[llama][llama2c]") {
+  test::TempDir tmp("llama2c");
+  for (int version : {0, 1})
+    for (bool shared : {false, true}) {
+      INFO("version " << version << ", shared classifier " << shared);
+      LlamaConfig c = LlamaConfig::tiny();
+      c.tie_word_embeddings = shared;
+      c.max_position_embeddings = 32;
+      c.head_dim = 16;
+      c.rms_norm_eps = 1e-5;
+      auto m = random_llama(c, 20 + version);
+      const fs::path p = tmp.path / "m.bin";
+      write_llama2c(p, *m, version, shared);
+      const io::Llama2cModel got = io::read_llama2c(p);
+      CHECK(got.version == version);
+      CHECK(got.config.to_json() == c.to_json());
+      check_same_tensors(got.tensors, io::hf_state_dict(*m), DType::f32);
+      // A truncated file: the size check names both sizes.
+      const uint64_t size = fs::file_size(p);
+      fs::resize_file(p, size - 4);
+      CHECK_THROWS_WITH(io::read_llama2c(p), HasSubstr(std::to_string(size) + " bytes, the file has " +
+                                                       std::to_string(size - 4)));
+    }
+  // The permutation and its inverse: HF row h*hd + c*hd/2 + j is Meta row h*hd + 2j + c.
+  const Tensor w = reshape(arange(2 * 8 * 3, {DType::f64}), {16, 3});  // 2 heads, hd 8
+  const Tensor half = io::interleaved_to_rotate_half(w, 2);
+  CHECK(half.to_vector<double>()[3 * (8 + 4 + 1)] == w.to_vector<double>()[3 * (8 + 2 * 1 + 1)]);
+  CHECK(test::compare(io::rotate_half_to_interleaved(half, 2), w, 0, 0) == "");
+}
