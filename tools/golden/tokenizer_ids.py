@@ -123,9 +123,10 @@ def python_ids(fx, llama3_dir, llama2_model):
     out["long_llama2"] = sp.encode(fx["long_text"])
     from transformers import AutoTokenizer
     hf3 = AutoTokenizer.from_pretrained(llama3_dir)
-    out["chats"] = [{"messages": c["messages"],
-                     "llama3": hf3.apply_chat_template(c["messages"], tokenize=True, add_generation_prompt=True)}
-                    for c in fx["chats"]]
+    def chat_ids(messages):
+        r = hf3.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        return list(r["input_ids"]) if hasattr(r, "keys") else list(r)  # a dict in some versions
+    out["chats"] = [{"messages": c["messages"], "llama3": chat_ids(c["messages"])} for c in fx["chats"]]
     return out
 
 
