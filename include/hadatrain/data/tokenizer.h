@@ -24,8 +24,13 @@ class Tokenizer {
   virtual std::string kind() const = 0;
   // Token ids of `text`, without BOS/EOS. Special-token strings in `text` ("<|eot_id|>") are encoded as
   // those special ids only when `parse_special` is set (chat templates); otherwise as plain text.
+  // Thread-safe. BPE: `text` must be valid UTF-8 (else ht::Error naming the byte offset).
   virtual std::vector<int32_t> encode(std::string_view text, bool parse_special = false) const = 0;
   // The text of `ids`. Ids outside [0, vocab_size()) throw ht::Error naming the id and the vocabulary size.
+  // decode(encode(x)) == x for valid UTF-8 x. BPE: the tokens' bytes concatenated, special tokens as their
+  // text, no clean-up of spaces (ids cut inside a multi-byte character give incomplete UTF-8).
+  // SentencePiece: as libsentencepiece decodes (the dummy-prefix space of the first piece dropped, control
+  // tokens such as <s> and </s> decode to nothing).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual std::optional<int32_t> bos_id() const = 0;
