@@ -36,8 +36,8 @@ size_of() { stat -c %s "$1"; }
 pack() {
   local dest="$work/pack.$RANDOM"
   mkdir -p "$dest"
-  (cd "$dest" && npm pack --silent "$1" >"$dest/npm.log" 2>&1) ||
-    die "npm pack $1 failed (network or registry problem?):$(printf '\n'; tail -5 "$dest/npm.log")"
+  (cd "$dest" && npm pack "$1" >"$dest/npm.log" 2>&1) ||
+    die "npm pack $1 failed (network or registry problem?):$(printf '\n'; grep -v '^npm error  *at ' "$dest/npm.log" | head -6)"
   local tgz
   tgz="$(ls "$dest"/*.tgz 2>/dev/null | head -1)"
   [[ -n "$tgz" ]] || die "npm pack $1 produced no tarball"
