@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "test_tokenizer_support.h"
 
@@ -151,6 +153,30 @@ TEST_CASE("tokenizers: decode(encode(x)) == x on every line", "[tokenizer]") {
   }
   CHECK(wrong3 == 0);
   CHECK(wrong2 == 0);
+}
+
+TEST_CASE("tokenizers: encode from several threads at once gives the reference ids", "[tokenizer]") {
+  if (!tk_test::engines_built()) return;
+  // A fresh Llama-3 tokenizer, so that the threads fill its per-word cache together.
+  const auto tok3 = load_tokenizer(tk_test::cached("llama3"));
+  const auto& ref = reference();
+  const size_t n = ref.at("lines").size();
+  std::vector<std::string> lines(n);
+  for (size_t i = 0; i < n; ++i) lines[i] = ref.at("lines")[i].get<std::string>();
+  std::atomic<size_t> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = (k + t * n / 4) % n;  // each thread starts elsewhere
+        if (tok3->encode(lines[i]) != ref.at("llama3")[i].get<std::vector<int32_t>>()) ++wrong;
+        if (!ref.at("llama2")[i].is_null() && i % 4 == size_t(t) &&
+            llama2().encode(lines[i]) != ref.at("llama2")[i].get<std::vector<int32_t>>())
+          ++wrong;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("tokenizers: special tokens are parsed only when asked", "[tokenizer]") {
