@@ -1,0 +1,161 @@
+// LLaMA training-step benchmark (CUDA builds): a LlamaConfig preset with random weights, fp32 master weights,
+// bf16 forward and backward, next-token cross-entropy in fp32 over all positions, AdamW (lr 1e-5, weight decay
+// 0.1); every Linear but lm_head through one gradient pipeline (exact: the plain ops), lm_head exact. Full
+// fine-tuning, or --lora: LoRA rank 16 on q_proj,k_proj,v_proj,o_proj with the base frozen. Median of 12 timed
+// steps after 4 warm-up steps, eager and the whole step recorded into one CUDA graph (what the trainer runs
+// with train.cuda_graph: auto), CUDA events, peak allocated memory. tools/bench/bench_llama_torch.py is the
+// PyTorch side (transformers LlamaForCausalLM) with the same shapes and the same model-FLOPs count.
+//   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq] [exact|<pipeline>] [--lora] [--peak-tflops T]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "hadatrain/cuda/caching_allocator.h"
+#include "hadatrain/cuda/graph.h"
+#include "hadatrain/models/llama.h"
+#include "hadatrain/nn/lora.h"
+#include "hadatrain/nn/pipelines.h"
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/optim/optimizer.h"
+#include "hadatrain/tensor/cuda_hooks.h"
+#include "timing.h"
+
+using namespace ht;
+
+namespace {
+
+// The PaLM count, as bench_llama_torch.py: 6 * (parameters outside the embedding, lm_head included)
+// + 12 * layers * heads * head_dim * sequence, per token.
+double model_flops_per_token(const models::LlamaConfig& c, int64_t seq) {
+  const double hd = static_cast<double>(c.resolved_head_dim());
+  const double h = static_cast<double>(c.hidden_size);
+  const double attn = h * hd * static_cast<double>(2 * c.num_attention_heads + 2 * c.num_key_value_heads);
+  const double mlp = 3.0 * h * static_cast<double>(c.intermediate_size);
+  const double n = static_cast<double>(c.num_hidden_layers) * (attn + mlp) + static_cast<double>(c.vocab_size) * h;
+  return 6.0 * n + 12.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * hd *
+                       static_cast<double>(seq);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> pos;
+  bool lora = false;
+  double peak_tflops = 989.0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--lora") {
+      lora = true;
+    } else if (a == "--peak-tflops" && i + 1 < argc) {
+      peak_tflops = std::atof(argv[++i]);
+    } else {
+      pos.push_back(a);
+    }
+  }
+  const std::string preset = pos.size() > 0 ? pos[0] : "llama32_1b";
+  const int64_t batch = pos.size() > 1 ? std::stoll(pos[1]) : 8;
+  const int64_t seq = pos.size() > 2 ? std::stoll(pos[2]) : 2048;
+  const std::string pipeline = pos.size() > 3 ? pos[3] : "exact";
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 77;
+  }
+  const Device dev = Device::cuda(0);
+  const models::LlamaConfig cfg = models::LlamaConfig::preset(preset);
+  Generator gen(0);
+  models::LlamaBuild build{.init = models::LlamaInit::normal, .gen = &gen};
+  std::unique_ptr<nn::LoraFactory> lora_factory;
+  if (lora) {
+    nn::LoraConfig lc;
+    lc.rank = 16;
+    lc.alpha = 32.0;
+    lc.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    lora_factory = std::make_unique<nn::LoraFactory>(lc, std::make_shared<Generator>(1), std::make_shared<Generator>(2));
+    build.make_linear = lora_factory->factory();
+  }
+  auto model = std::make_shared<models::Llama>(cfg, build);
+  if (lora) {
+    lora_factory->check_targets();
+    nn::freeze_non_lora(*model);
+  }
+  model->compute_dtype = DType::bf16;
+  model->to(dev);
+
+  grad::PipelineConfig pc;
+  pc.default_spec.name = pipeline;
+  grad::PipelineSpec exact;
+  exact.name = "exact";
+  if (!cfg.tie_word_embeddings) pc.overrides.emplace_back("lm_head", exact);  // tied: the head is no Linear
+  auto clock = std::make_shared<grad::StepClock>();
+  if (nn::any_draws_noise(nn::bind_pipelines(*model, pc, clock))) clock->keep_on_device(dev);
+
+  std::vector<optim::ParamRef> params;
+  int64_t trainable = 0;
+  for (auto& p : optim::make_param_refs(model->named_parameters())) {
+    if (!p.param->requires_grad()) continue;
+    trainable += p.param->numel();
+    params.push_back(p);
+  }
+  auto opt = optim::make_adamw(params, {.weight_decay = 0.1});
+  // token ids uniform in [0, vocab - 1) (f32 holds these integers exactly; the cast truncates)
+  auto random_ids = [&](Shape shape) {
+    return uniform(shape, 0.0, static_cast<double>(cfg.vocab_size - 1), gen, {DType::f32, dev}).to(DType::i64);
+  };
+  const Tensor ids = random_ids({batch, seq});
+  const Tensor labels = random_ids({batch * seq});
+  const CrossEntropyOptions ce{.target_check = TargetCheck::deferred};
+  auto loss_of = [&] { return cross_entropy(reshape(model->forward(ids), {batch * seq, cfg.vocab_size}), labels, ce); };
+  auto step = [&] {
+    const Tensor loss = loss_of();
+    opt->zero_grad();
+    loss.backward();
+    opt->step(1e-5);
+  };
+  const double tokens = static_cast<double>(batch * seq);
+  const double flops = model_flops_per_token(cfg, seq);
+  auto report = [&](const char* form, double ms, double gib) {
+    const double tok_s = tokens / ms * 1000.0;
+    std::printf("hadatrain %s batch %lldx%lld %s%s, %s: %.2f ms/step, %.0f tok/s, MFU %.3f, peak allocated %.2f GiB\n",
+                preset.c_str(), static_cast<long long>(batch), static_cast<long long>(seq), pipeline.c_str(),
+                lora ? " lora" : "", form, ms, tok_s, tok_s * flops / (peak_tflops * 1e12), gib);
+  };
+  std::printf("bench_llama: %s, %.3f B parameters, %.3f B trainable\n", preset.c_str(),
+              static_cast<double>(cfg.num_parameters()) / 1e9, static_cast<double>(trainable) / 1e9);
+  const double med = bench::median_ms(step, 4, 12, [] { cuda::reset_peak(); });
+  report("eager", med, static_cast<double>(cuda::memory_stats().peak_allocated_bytes) / (1 << 30));
+
+  cuda::StepGraph graph(0);
+  cuda::StreamGuard on(graph.stream(), 0);
+  auto body = [&] {
+    const Tensor loss = loss_of();
+    loss.backward();
+    opt->apply();
+    opt->zero_grad();
+  };
+  opt->zero_grad();
+  for (int i = 0; i < 2; ++i) {
+    opt->begin_step(1e-5);
+    body();
+  }
+  cuda::empty_cache(0);
+  const std::string why = graph.record(body);
+  if (!why.empty()) {
+    std::printf("  step graph: not used: %s\n", why.c_str());
+    return 0;
+  }
+  int64_t replays = 0;
+  auto replay = [&] {
+    clock->set(++replays);
+    opt->begin_step(1e-5);
+    graph.replay();
+  };
+  const double gmed = bench::median_ms_on(graph.stream(), replay, 3, 12);
+  size_t graph_mem = 0;
+  cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_mem);
+  const auto stats = cuda::memory_stats();
+  report("step graph", gmed, static_cast<double>(graph_mem + stats.allocated_bytes) / (1 << 30));
+  return 0;
+}
