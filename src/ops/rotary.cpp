@@ -10,6 +10,7 @@
 
 #include "cpu/convert.h"
 #include "cpu/loops.h"
+#include "cuda/kernels/rope_freq.h"
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/nn_ops.h"
@@ -20,7 +21,19 @@
 namespace ht {
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
+kernels::RopeFreqArgs freq_args(const RopeParams& p, int64_t head_dim) {
+  kernels::RopeFreqArgs a;
+  a.theta = p.theta;
+  a.head_dim = head_dim;
+  if (p.scaling.type == RopeScalingType::llama3) {
+    a.llama3 = 1;
+    a.factor = p.scaling.factor;
+    a.low_freq_factor = p.scaling.low_freq_factor;
+    a.high_freq_factor = p.scaling.high_freq_factor;
+    a.original_max_position_embeddings = static_cast<double>(p.scaling.original_max_position_embeddings);
+  }
+  return a;
+}
 
 enum class Direction { forward, inverse };  // inverse rotates by the negative angle (the backward)
 
@@ -29,7 +42,7 @@ Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    cuda_ops::rope(out, x, {rope_inv_freq(p, x.size(3)), p.position_offset, p.style == RopeStyle::interleaved,
+    cuda_ops::rope(out, x, {freq_args(p, x.size(3)), p.position_offset, p.style == RopeStyle::interleaved,
                             dir == Direction::forward ? 1.0 : -1.0});
     return out;
 #else
@@ -82,24 +95,9 @@ Tensor rotary(const Tensor& x, const RopeParams& p, Direction dir) {
 }  // namespace
 
 std::vector<double> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
-  const int64_t half = head_dim / 2;
-  std::vector<double> inv(static_cast<std::size_t>(half));
-  for (int64_t j = 0; j < half; ++j)
-    inv[static_cast<std::size_t>(j)] = std::pow(p.theta, -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
-  if (p.scaling.type == RopeScalingType::llama3) {
-    const RopeScaling& s = p.scaling;
-    const double orig = static_cast<double>(s.original_max_position_embeddings);
-    const double low_wavelen = orig / s.low_freq_factor, high_wavelen = orig / s.high_freq_factor;
-    for (double& f : inv) {
-      const double wavelen = 2.0 * kPi / f;
-      if (wavelen > low_wavelen) {
-        f /= s.factor;
-      } else if (wavelen >= high_wavelen) {  // medium frequencies: interpolate between scaled and unscaled
-        const double smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-        f = (1.0 - smooth) * f / s.factor + smooth * f;
-      }
-    }
-  }
+  const kernels::RopeFreqArgs a = freq_args(p, head_dim);
+  std::vector<double> inv(static_cast<std::size_t>(head_dim / 2));
+  for (int64_t j = 0; j < head_dim / 2; ++j) inv[static_cast<std::size_t>(j)] = kernels::rope_inv_freq_at(a, j);
   return inv;
 }
 

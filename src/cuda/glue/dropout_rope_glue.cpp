@@ -40,14 +40,12 @@ void rope(const Tensor& out, const Tensor& x, const RopeCall& call) {
     return;
   }
   HT_ASSERT(out.is_contiguous(), "rotary_embedding: output must be contiguous");
-  const int64_t D = x.size(3), half = D / 2;
-  HT_ASSERT(static_cast<int64_t>(call.inv_freq.size()) == half, "rotary_embedding: {} frequencies for head dim {}",
-            call.inv_freq.size(), D);
-  const Tensor inv_freq = from_vector(call.inv_freq, {half}, {DType::f64, out.device()});  // (D/2)
+  const int64_t D = x.size(3);
+  HT_ASSERT(call.freq.head_dim == D, "rotary_embedding: frequencies for head dim {}, x has {}", call.freq.head_dim, D);
   const Tensor xc = x.contiguous();
   cuda::DeviceGuard guard(out.device().index);
   const kernels::RopeArgs a{x.size(0) * x.size(1), x.size(2), D, call.position_offset, call.sign,
-                            call.interleaved ? 1 : 0, static_cast<const double*>(inv_freq.data_ptr())};
+                            call.interleaved ? 1 : 0, call.freq};
   kernels::launch_rope(out.dtype(), out.data_ptr(), xc.data_ptr(), a, cuda::current_stream(out.device().index));
 }
 

@@ -2,8 +2,6 @@
 // src/ops; CUDA builds only.
 #pragma once
 #ifdef HADATRAIN_CUDA
-#include <vector>
-
 #include "hadatrain/tensor/tensor.h"
 #include "cuda/kernels/dropout_rope.cuh"
 
@@ -14,7 +12,7 @@ namespace ht::cuda_ops {
 void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream);
 
 struct RopeCall {
-  std::vector<double> inv_freq;  // (D/2), rope_inv_freq of the op's parameters
+  kernels::RopeFreqArgs freq;  // the frequencies of the op's parameters (cuda/kernels/rope_freq.h)
   int64_t position_offset;
   bool interleaved;
   double sign;  // +1 forward, -1 inverse

@@ -27,7 +27,7 @@ __global__ void rope_kernel(T* out, const T* in, RopeArgs a) {
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = idx % half, rt = idx / half, t = rt % a.T;
     const int64_t i0 = a.interleaved ? 2 * j : j, i1 = a.interleaved ? 2 * j + 1 : j + half;
-    const double angle = static_cast<double>(a.offset + t) * a.inv_freq[j];
+    const double angle = static_cast<double>(a.offset + t) * rope_inv_freq_at(a.freq, j);
     double s, c;
     sincos(angle, &s, &c);
     s *= a.sign;

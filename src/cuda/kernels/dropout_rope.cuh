@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "hadatrain/tensor/dtype_enum.h"
+#include "cuda/kernels/rope_freq.h"
 
 namespace ht::kernels {
 
@@ -19,13 +20,13 @@ struct DropoutArgs {
 void launch_dropout(DType dt, void* out, const void* in, const DropoutArgs& a, cudaStream_t stream);
 
 // Rotary embedding of x (rows, T, D) into out (same shape): pair j of position t rotates by
-// angle = (offset + t) * inv_freq[j] (double), times `sign` (+1 forward, -1 the inverse rotation).
-// inv_freq: a device array of D/2 doubles computed on the host like the CPU path.
+// angle = (offset + t) * rope_inv_freq_at(freq, j) (double, rope_freq.h, as the CPU path), times `sign` (+1
+// forward, -1 the inverse rotation).
 struct RopeArgs {
   int64_t rows, T, D, offset;
   double sign;
   int32_t interleaved;  // pairs (2j, 2j+1) instead of (j, j + D/2)
-  const double* inv_freq;
+  RopeFreqArgs freq;
 };
 void launch_rope(DType dt, void* out, const void* in, const RopeArgs& a, cudaStream_t stream);
 
