@@ -8,6 +8,12 @@ Needs torch and transformers (4.4x or 5.x). Run from the repository root:
 
     python3 tools/golden/llama_fixtures.py            # writes tests/fixtures/llama_golden_<case>.safetensors
 
+A second mode checks that transformers loads a folder hadatrain wrote, unchanged, and computes stories260K's
+reference logits with it (tests/fixtures/llama_stories260k_logits.safetensors, from llama2.c's maths):
+
+    hadatrain convert --input ../shared/data/stories260K.bin --output /tmp/stories260k_hf --dtype f32
+    python3 tools/golden/llama_fixtures.py --check-hf /tmp/stories260k_hf
+
 Each file holds: `config` (in __metadata__, the config.json text transformers was built from: hadatrain's
 LlamaConfig reads the same text), `ids` and `labels` (B, T) int64, `logits` (B, T, V), `loss` (1,), and for
 every parameter name N of model.named_parameters(): `param.N` and `grad.N`, all float64.
@@ -139,9 +145,27 @@ def make_case(name, overrides, seed):
           f"{sum(1 for k in tensors if k.startswith('grad.'))} gradients")
 
 
+def check_hf(folder):
+    """Loads `folder` with from_pretrained and compares its logits with the stories260K reference."""
+    from safetensors.torch import load_file
+    model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float64).eval()
+    ref = load_file(str(OUT / "llama_stories260k_logits.safetensors"))
+    with torch.no_grad():
+        logits = model(input_ids=ref["ids"].reshape(1, -1)).logits[0]
+    err = (logits - ref["logits"]).abs().max().item()
+    # transformers computes the rotary angles in float32: agreement to about 1e-5, not float64's 1e-12.
+    print(f"{folder}: loaded by transformers {transformers.__version__}; max |logits - run.c reference| = {err:.3g}")
+    if err > 1e-3:
+        sys.exit("MISMATCH: the folder hadatrain wrote does not compute the llama2.c reference logits")
+    print("OK")
+
+
 def main():
     if not OUT.is_dir():
         sys.exit("run from the repository root (tests/fixtures/ must exist)")
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-hf":
+        check_hf(sys.argv[2])
+        return
     for i, (name, overrides) in enumerate(CASES.items()):
         make_case(name, overrides, seed=100 + i)
 
