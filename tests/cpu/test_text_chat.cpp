@@ -91,7 +91,7 @@ TEST_CASE("ChatDataset pad: labels only on response tokens, padding with EOS aft
 
   // The same through the loader in the Hugging Face layout: labels[t] = the response token at t.
   TextLoader loader(std::make_shared<const ChatDataset>(std::vector<fs::path>{f}, tok, ChatDataOptions{.seq_len = 32}),
-                    {.batch_size = 1, .shuffle = Shuffle::off});
+                    {.batch_size = 1, .labels = LabelLayout::same_position, .shuffle = Shuffle::off});
   const auto hf = loader.next()->at(batch_key::labels).to_vector<int64_t>();
   for (int64_t t = 0; t < 32; ++t) CHECK(hf[static_cast<std::size_t>(t)] == (t >= 25 && t <= 27 ? ids[static_cast<std::size_t>(t)] : X));
 }

@@ -88,21 +88,22 @@ TEST_CASE("PackedTextDataset: BOS before and EOS after every document, windows o
 TEST_CASE("TextLoader: input_ids and labels in both label layouts", "[text]") {
   ByteTokenizer tok;
   auto ds = std::make_shared<const PackedTextDataset>(store_of("layout", {"ab", "cde"}, tok), pack_options(tok, 4));
-  TextLoader next(ds, {.batch_size = 2, .labels = LabelLayout::next_token, .shuffle = Shuffle::off});
+  TextLoader next(ds, {.batch_size = 2, .shuffle = Shuffle::off});  // next_token is the default
   auto b = next.next();
   REQUIRE(b);
   CHECK(b->at(batch_key::input_ids).shape() == Shape{2, 4});
   CHECK(b->at(batch_key::input_ids).dtype() == DType::i64);
   CHECK(b->at(batch_key::labels).to_vector<int64_t>() == v({'a', 'b', EOS, BOS, 'c', 'd', 'e', EOS}));
 
-  TextLoader hf(ds, {.batch_size = 2, .shuffle = Shuffle::off});  // same_position is the default
+  TextLoader hf(ds, {.batch_size = 2, .labels = LabelLayout::same_position, .shuffle = Shuffle::off});
   auto h = hf.next();
   REQUIRE(h);
   CHECK(h->at(batch_key::input_ids).to_vector<int64_t>() == v({BOS, 'a', 'b', EOS, BOS, 'c', 'd', 'e'}));
   CHECK(h->at(batch_key::labels).to_vector<int64_t>() == v({X, 'a', 'b', EOS, X, 'c', 'd', 'e'}));
 
   // Page-locked batches (an ordinary CPU tensor without a CUDA device) hold the same values.
-  TextLoader pinned(ds, {.batch_size = 2, .shuffle = Shuffle::off, .pin_memory = true, .pin_device = Device::cuda(0)});
+  TextLoader pinned(ds, {.batch_size = 2, .labels = LabelLayout::same_position, .shuffle = Shuffle::off, .pin_memory = true,
+                         .pin_device = Device::cuda(0)});
   auto p = pinned.next();
   REQUIRE(p);
   CHECK(p->at(batch_key::input_ids).to_vector<int64_t>() == h->at(batch_key::input_ids).to_vector<int64_t>());

@@ -20,11 +20,11 @@
 namespace ht::data {
 
 // How a batch's labels line up with its input_ids. A TextDataset yields next-token labels; the loader hands them
-// over in either layout.
+// over in either layout (train/causal_lm.h reads both: CausalLmOptions::labels).
 enum class LabelLayout : uint8_t {
   // labels[b][t] = the token after input_ids[b][t] (or -100): the loss scores logits[t] against labels[t].
   next_token,
-  // Hugging Face's convention, the one train/causal_lm.h reads: labels[b][t] = input_ids[b][t]'s own token
+  // Hugging Face's convention: labels[b][t] = input_ids[b][t]'s own token
   // where it is a target (else -100) and the loss scores logits[t] against labels[t+1]. Made from the
   // next-token labels as labels[t] = next[t-1], labels[0] = -100, so the row's last target (next[T-1]) is not
   // used: T-1 targets per row instead of T.
@@ -33,7 +33,7 @@ enum class LabelLayout : uint8_t {
 
 struct TextLoaderOptions {
   int64_t batch_size = 8;
-  LabelLayout labels = LabelLayout::same_position;
+  LabelLayout labels = LabelLayout::next_token;
   uint64_t seed = 0;  // the shuffle key (Note [Data randomness])
   Shuffle shuffle = Shuffle::on;
   DropLast drop_last = DropLast::no;
