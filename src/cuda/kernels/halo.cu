@@ -1,0 +1,290 @@
+// HALO's row kernels (launchers and contract: cuda/kernels/halo.cuh). Bit-identical to the CPU reference in
+// src/grad/halo_quant.cpp: the same f32 operations in the same order (Note [HALO rotations], Note [HALO
+// quantiser] in include/hadatrain/grad/pipeline_halo.h), explicit _rn intrinsics so nothing is contracted.
+#include <atomic>
+#include <type_traits>
+
+#include "cuda/kernels/halo.cuh"
+#include "cuda/kernels/kernel_launch.cuh"
+#include "hadatrain/tensor/scalar_types.h"
+
+namespace ht::kernels {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int64_t kMaxRotation = 32768;  // grad::kHaloMaxRotation
+constexpr int kMaxRowBlocks = 132 * 8;
+
+__device__ __forceinline__ float load_in(DType dt, const void* x, int64_t i) {
+  if (dt == DType::bf16) return detail::bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]);
+  if (dt == DType::f16) return detail::f16_bits_to_float(static_cast<const uint16_t*>(x)[i]);
+  return static_cast<const float*>(x)[i];
+}
+
+__device__ __forceinline__ void store_out(void* out, DType dt, int64_t i, float v) {
+  if (dt == DType::bf16) static_cast<uint16_t*>(out)[i] = detail::float_to_bf16_bits(v);
+  else static_cast<float*>(out)[i] = v;
+}
+
+// The code of v (Note [HALO quantiser]); m == 0 writes +0.
+__device__ __forceinline__ uint8_t code_of(float v, float m, float r, bool int8) {
+  if (m == 0.0f) return 0;
+  const float t = __fmul_rn(v, r);
+  if (int8) return static_cast<uint8_t>(static_cast<int8_t>(rintf(fminf(fmaxf(t, -127.0f), 127.0f))));
+  return detail::float_to_e4m3_bits(t);
+}
+
+// Note [HALO butterflies in registers]
+// Each butterfly stage h pairs elements i and i + h ((i / h) even) and writes (a + b, a − b); a stage's pairs are
+// independent, so any schedule that runs the stages in order gives the CPU's bits. When the power-of-two runs are
+// at least 256 long (P >= 256), a thread loads 8 consecutive values and runs stages 1, 2, 4 in registers, and the
+// 32 lanes of a warp, which hold 256 consecutive values, run stages 8 ... 128 through shuffles (the lane with bit
+// s clear holds a and keeps a + b, its partner keeps a − b); the stages from 256 on go through shared memory, one
+// barrier each. n is then a multiple of 256, so every warp's lanes are all active in the shuffles.
+//
+// Row r of x, zero-padded to n, into buf, rotated (Note [HALO rotations]); ends synchronised.
+template <int K>
+__device__ void rotate_row(float* buf, const HaloRowsArgs& a, const HaloSigns& s, int64_t r) {
+  const int n = static_cast<int>(a.n), C = static_cast<int>(a.C);
+  const int P = n / K, half = P / 2;
+  int h = 1;
+  if (P >= 256) {  // Note [HALO butterflies in registers]
+    const int lane = threadIdx.x % 32;
+    for (int c = threadIdx.x; c < n / 8; c += blockDim.x) {
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int i = c * 8 + e;
+        v[e] = i < C ? load_in(a.in_dtype, a.x, r * a.C + i) : 0.0f;
+      }
+#pragma unroll
+      for (int hh = 1; hh < 8; hh <<= 1)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if ((e / hh) % 2 == 0) {
+            const float u = v[e], w = v[e + hh];
+            v[e] = __fadd_rn(u, w);
+            v[e + hh] = __fsub_rn(u, w);
+          }
+#pragma unroll
+      for (int bit = 1; bit < 32; bit <<= 1)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float o = __shfl_xor_sync(0xffffffffU, v[e], bit);
+          v[e] = lane & bit ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
+        }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) buf[c * 8 + e] = v[e];
+    }
+    h = 256;
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = i < C ? load_in(a.in_dtype, a.x, r * a.C + i) : 0.0f;
+  }
+  __syncthreads();
+  for (; h < P; h <<= 1) {
+    for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
+      const int seg = t / half, tt = t - seg * half;
+      const int i = seg * P + (tt / h) * 2 * h + tt % h;
+      const float u = buf[i], v = buf[i + h];
+      buf[i] = __fadd_rn(u, v);
+      buf[i + h] = __fsub_rn(u, v);
+    }
+    __syncthreads();
+  }
+  if constexpr (K > 1) {
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+      float u[K];  // column p of the (K, P) view, in registers: the results can go straight back to buf
+#pragma unroll
+      for (int k = 0; k < K; ++k) u[k] = buf[k * P + p];
+#pragma unroll 1
+      for (int i = 0; i < K; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const bool neg = a.inverse ? (s.row[i] >> k) & 1U : (s.row[k] >> i) & 1U;
+          acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
+        }
+        buf[i * P + p] = acc;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// max over the block of v (every thread passes its own); the result in thread 0.
+__device__ float block_max(float v) {
+  __shared__ float red[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffU, v, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < (blockDim.x + 31) / 32 ? red[threadIdx.x] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffU, v, o));
+  }
+  return v;
+}
+
+__device__ void atomic_max_nonneg(float* addr, float v) {
+  atomicMax(reinterpret_cast<unsigned int*>(addr), __float_as_uint(v));  // f32 bits of v >= 0 order as integers
+}
+
+template <int K>
+__global__ void rotate_kernel(HaloRowsArgs a, HaloSigns s, void* out, DType out_dtype, int cols, float mult) {
+  extern __shared__ float buf[];
+  for (int64_t r = blockIdx.x; r < a.R; r += gridDim.x) {
+    rotate_row<K>(buf, a, s, r);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) store_out(out, out_dtype, r * cols + i, __fmul_rn(buf[i], mult));
+    __syncthreads();  // before the next row overwrites buf
+  }
+}
+
+template <int K>
+__global__ void absmax_rotated_kernel(HaloRowsArgs a, HaloSigns s, float* absmax) {
+  extern __shared__ float buf[];
+  float m = 0.0f;
+  for (int64_t r = blockIdx.x; r < a.R; r += gridDim.x) {
+    rotate_row<K>(buf, a, s, r);
+    for (int i = threadIdx.x; i < a.n; i += blockDim.x) m = fmaxf(m, fabsf(buf[i]));
+    __syncthreads();
+  }
+  m = block_max(m);
+  if (threadIdx.x == 0) atomic_max_nonneg(absmax, m);
+}
+
+template <int K>
+__global__ void quantize_rotated_kernel(HaloRowsArgs a, HaloSigns s, uint8_t* codes, bool int8, const float* absmax,
+                                        float* scale) {
+  extern __shared__ float buf[];
+  const float qmax = int8 ? 127.0f : 448.0f, m = *absmax;
+  const float r = m == 0.0f ? 0.0f : __fdiv_rn(qmax, m);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = m == 0.0f ? 0.0f : __fdiv_rn(m, qmax);
+  for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
+    rotate_row<K>(buf, a, s, row);
+    for (int i = threadIdx.x; i < a.n; i += blockDim.x) codes[row * a.n + i] = code_of(buf[i], m, r, int8);
+    __syncthreads();
+  }
+}
+
+__global__ void absmax_plain_kernel(HaloRowsArgs a, float* absmax) {
+  float m = 0.0f;
+  const int64_t count = a.R * a.C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    m = fmaxf(m, fabsf(load_in(a.in_dtype, a.x, i)));
+  m = block_max(m);
+  if (threadIdx.x == 0) atomic_max_nonneg(absmax, m);
+}
+
+__global__ void quantize_plain_kernel(HaloRowsArgs a, uint8_t* codes, bool int8, const float* absmax, float* scale) {
+  const float qmax = int8 ? 127.0f : 448.0f, m = *absmax;
+  const float r = m == 0.0f ? 0.0f : __fdiv_rn(qmax, m);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = m == 0.0f ? 0.0f : __fdiv_rn(m, qmax);
+  const int64_t count = a.R * a.C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    codes[i] = code_of(load_in(a.in_dtype, a.x, i), m, r, int8);
+}
+
+__global__ void scale_i32_kernel(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
+                                 void* out, DType out_dtype) {
+  const float alpha = __fmul_rn(__fmul_rn(*s_a, *s_b), mult);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    store_out(out, out_dtype, i, __fmul_rn(__int2float_rn(acc[i]), alpha));
+}
+
+template <class E>
+__global__ void transpose_kernel(const E* x, int64_t R, int64_t C, E* out) {
+  __shared__ E tile[32][33];
+  const int64_t c0 = blockIdx.x * int64_t{32}, r0 = blockIdx.y * int64_t{32};
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < R && c < C) tile[i][threadIdx.x] = x[r * C + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < R && c < C) out[c * R + r] = tile[threadIdx.x][i];
+  }
+}
+
+// f(std::integral_constant<int, K>{}) for the runtime K.
+template <class F>
+void with_k(int k, F&& f) {
+  switch (k) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 12: return f(std::integral_constant<int, 12>{});
+    case 20: return f(std::integral_constant<int, 20>{});
+    case 28: return f(std::integral_constant<int, 28>{});
+    case 36: return f(std::integral_constant<int, 36>{});
+    case 44: return f(std::integral_constant<int, 44>{});
+    case 60: return f(std::integral_constant<int, 60>{});
+    default: HT_UNSUPPORTED_DTYPE("halo rotation order K", k);
+  }
+}
+
+// Launches kernel over the rows with n floats of shared memory. Above the default 48 KiB the kernel is opted in
+// once, to the largest rotation's 128 KiB, at its first such launch (an eager one before any graph recording: the
+// attribute call is not a stream operation).
+template <auto kernel, class... Args>
+void launch_rows(const HaloRowsArgs& a, cudaStream_t stream, Args... args) {
+  static std::atomic<bool> opted_in{false};
+  const size_t smem = static_cast<size_t>(a.n) * sizeof(float);
+  if (smem > 48 * 1024 && !opted_in.load()) {
+    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxRotation * sizeof(float))));
+    opted_in = true;
+  }
+  const unsigned grid = static_cast<unsigned>(a.R < kMaxRowBlocks ? (a.R < 1 ? 1 : a.R) : kMaxRowBlocks);
+  kernel<<<grid, kThreads, smem, stream>>>(a, args...);
+}
+
+}  // namespace
+
+void launch_halo_rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols,
+                        float mult, cudaStream_t stream) {
+  with_k(a.k, [&](auto k) {
+    launch_rows<rotate_kernel<decltype(k)::value>>(a, stream, signs, out, out_dtype, static_cast<int>(cols), mult);
+  });
+  HT_CHECK_LAUNCH("halo_rotate");
+}
+
+void launch_halo_quantize(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype, float* absmax,
+                          float* scale, cudaStream_t stream) {
+  const bool int8 = code_dtype == DType::i8;
+  if (!int8 && code_dtype != DType::f8e4m3) HT_UNSUPPORTED_DTYPE("halo_quantize", code_dtype);
+  HT_CUDA_CHECK(cudaMemsetAsync(absmax, 0, sizeof(float), stream));
+  auto* out = static_cast<uint8_t*>(codes);
+  if (a.n == 0) {
+    const unsigned grid = cuda::grid_for(a.R * a.C);
+    absmax_plain_kernel<<<grid, cuda::kBlock, 0, stream>>>(a, absmax);
+    HT_CHECK_LAUNCH("halo_absmax_plain");
+    quantize_plain_kernel<<<grid, cuda::kBlock, 0, stream>>>(a, out, int8, absmax, scale);
+    HT_CHECK_LAUNCH("halo_quantize_plain");
+    return;
+  }
+  with_k(a.k, [&](auto k) {
+    launch_rows<absmax_rotated_kernel<decltype(k)::value>>(a, stream, signs, absmax);
+    HT_CHECK_LAUNCH("halo_absmax_rotated");
+    launch_rows<quantize_rotated_kernel<decltype(k)::value>>(a, stream, signs, out, int8,
+                static_cast<const float*>(absmax), scale);
+    HT_CHECK_LAUNCH("halo_quantize_rotated");
+  });
+}
+
+void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
+                           void* out, DType out_dtype, cudaStream_t stream) {
+  if (out_dtype != DType::f32 && out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("halo_scale_i32", out_dtype);
+  scale_i32_kernel<<<cuda::grid_for(count), cuda::kBlock, 0, stream>>>(acc, count, s_a, s_b, mult, out, out_dtype);
+  HT_CHECK_LAUNCH("halo_scale_i32");
+}
+
+void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, void* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32)), block(32, 8);
+  if (elem_bytes == 1)
+    transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const uint8_t*>(x), R, C, static_cast<uint8_t*>(out));
+  else if (elem_bytes == 2)
+    transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const uint16_t*>(x), R, C, static_cast<uint16_t*>(out));
+  else
+    HT_UNSUPPORTED_DTYPE("halo_transpose element bytes", elem_bytes);
+  HT_CHECK_LAUNCH("halo_transpose");
+}
+
+}  // namespace ht::kernels

@@ -1,0 +1,51 @@
+// Launchers of HALO's row kernels (CPU reference and contract: src/grad/halo_quant.cpp, Note [HALO rotations] and
+// Note [HALO quantiser] in include/hadatrain/grad/pipeline_halo.h). One CTA per row at a time (grid-stride over
+// rows): the row, zero-padded to the rotation size n, is loaded into shared memory as f32 (n <= 32768: up to
+// 128 KiB, opted in once per kernel), the butterfly stages run with __fadd_rn / __fsub_rn (the first eight
+// in registers and warp shuffles when the power-of-two runs allow), then each thread owns columns
+// p < n/K for the K×K stage in registers. The quantiser is two launches over the rows: the absmax pass (rotation,
+// max |v|, one atomicMax per CTA on the f32 bits of a zeroed device word) and the quantise pass (the same rotation
+// again, then the codes); the scale never leaves the device.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "hadatrain/tensor/dtype_enum.h"
+
+namespace ht::kernels {
+
+inline constexpr int kHaloKernelMaxK = 60;
+
+// H_K's sign bits by value (bit j of row i set: H_K[i][j] = −1); K = 1 has none.
+struct HaloSigns {
+  uint64_t row[kHaloKernelMaxK];
+};
+
+struct HaloRowsArgs {
+  DType in_dtype;           // f32, bf16 or f16
+  const void* x;            // (R, C) contiguous
+  int64_t R = 0, C = 0;
+  int64_t n = 0;            // rotation size K·2^j >= C; 0: no rotation (the row as it is, n = C)
+  int k = 1;                // K: 1, 12, 20, 28, 36, 44 or 60
+  bool inverse = false;     // v·H̃ᵀ instead of v·H̃
+};
+
+// out (R, cols) of out_dtype (f32 or bf16) = first cols columns of mult·rotate(x row), rounded once.
+void launch_halo_rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols,
+                        float mult, cudaStream_t stream);
+
+// codes (R, n) of code_dtype (i8: qmax 127, f8e4m3: 448) and *scale = m / qmax (0 when m = 0), with m = max |v|
+// over every rotated value, kept in *absmax (a device f32 the launcher zeroes first).
+void launch_halo_quantize(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype, float* absmax,
+                          float* scale, cudaStream_t stream);
+
+// out (count) of out_dtype (f32 or bf16) = float(acc[i]) · ((*s_a · *s_b) · mult), each an f32 round-to-nearest.
+void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
+                           void* out, DType out_dtype, cudaStream_t stream);
+
+// out (C, R) = x (R, C)ᵀ for elements of elem_bytes 1 or 2 (codes, bf16 / f16), both contiguous: 32×32 tiles
+// through shared memory, coalesced reads and writes.
+void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, void* out, cudaStream_t stream);
+
+}  // namespace ht::kernels

@@ -1,0 +1,277 @@
+// HALO's tensor-level primitives (grad/pipeline_halo.h): full-size Hadamard rotations of rows (Note [HALO
+// rotations]), the per-tensor absmax 8-bit quantiser (Note [HALO quantiser]) and the scaled 8-bit product. CPU
+// reference loops here; CUDA through cuda/glue/halo_glue.h (rotation and quantisation fused per row, scale on the
+// device), the same codes and scales bit for bit.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "hadatrain/core/error.h"
+#include "hadatrain/grad/pipeline_halo.h"
+#include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/lowp_matmul.h"
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/scalar_types.h"
+#ifdef HADATRAIN_CUDA
+#include "cuda/glue/halo_glue.h"
+#endif
+
+namespace ht::grad {
+namespace {
+
+bool is_prime(int q) {
+  for (int d = 2; d * d <= q; ++d)
+    if (q % d == 0) return false;
+  return q >= 2;
+}
+
+// The (q+1)×(q+1) core of Paley's constructions: S[0][0] = 0, S[0][j] = 1, S[i][0] = ±1 (−1 for type I), and
+// S[i][j] = χ(j − i) for i, j >= 1, χ the quadratic character mod q.
+std::vector<std::vector<int>> paley_core(int q, int first_column) {
+  std::vector<int> chi(static_cast<std::size_t>(q), -1);
+  chi[0] = 0;
+  for (int a = 1; a < q; ++a) chi[static_cast<std::size_t>((a * a) % q)] = 1;
+  std::vector<std::vector<int>> s(static_cast<std::size_t>(q + 1), std::vector<int>(static_cast<std::size_t>(q + 1)));
+  for (int j = 1; j <= q; ++j) {
+    s[0][static_cast<std::size_t>(j)] = 1;
+    s[static_cast<std::size_t>(j)][0] = first_column;
+  }
+  for (int i = 1; i <= q; ++i)
+    for (int j = 1; j <= q; ++j) s[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = chi[static_cast<std::size_t>(((j - i) % q + q) % q)];
+  return s;
+}
+
+std::vector<std::vector<int>> paley_matrix(int k) {
+  std::vector<std::vector<int>> h;
+  if (is_prime(k - 1) && (k - 1) % 4 == 3) {  // type I: H = I + S, S skew
+    h = paley_core(k - 1, -1);
+    for (int i = 0; i < k; ++i) h[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)] = 1;
+  } else {
+    const int q = k / 2 - 1;  // type II: S symmetric, entries replaced by 2×2 blocks
+    HT_ASSERT(k % 2 == 0 && is_prime(q) && q % 4 == 1, "halo: no Paley construction for order {}", k);
+    const auto s = paley_core(q, 1);
+    h.assign(static_cast<std::size_t>(k), std::vector<int>(static_cast<std::size_t>(k)));
+    for (int i = 0; i <= q; ++i)
+      for (int j = 0; j <= q; ++j) {
+        const int e = s[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+        const int b[2][2] = {{e == 0 ? 1 : e, e == 0 ? -1 : e}, {e == 0 ? -1 : e, e == 0 ? -1 : -e}};
+        for (int a = 0; a < 2; ++a)
+          for (int c = 0; c < 2; ++c) h[static_cast<std::size_t>(2 * i + a)][static_cast<std::size_t>(2 * j + c)] = b[a][c];
+      }
+  }
+  for (int i = 0; i < k; ++i)  // H·Hᵀ = k·I
+    for (int j = 0; j < k; ++j) {
+      int dot = 0;
+      for (int c = 0; c < k; ++c) dot += h[static_cast<std::size_t>(i)][static_cast<std::size_t>(c)] * h[static_cast<std::size_t>(j)][static_cast<std::size_t>(c)];
+      HT_ASSERT(dot == (i == j ? k : 0), "halo: the Paley matrix of order {} is not a Hadamard matrix", k);
+    }
+  return h;
+}
+
+// One row of n values rotated in place (Note [HALO rotations]); tmp holds K floats.
+void rotate_row(float* v, const HaloRotation& rot, const std::vector<uint64_t>& signs, HaloDirection dir, float* tmp) {
+  const int64_t p_len = rot.n / rot.k;
+  for (int64_t h = 1; h < p_len; h <<= 1)
+    for (int64_t seg = 0; seg < rot.n; seg += p_len)
+      for (int64_t i = 0; i < p_len; ++i)
+        if ((i / h) % 2 == 0) {
+          const float a = v[seg + i], b = v[seg + i + h];
+          v[seg + i] = a + b;
+          v[seg + i + h] = a - b;
+        }
+  if (rot.k == 1) return;
+  for (int64_t p = 0; p < p_len; ++p) {
+    for (int i = 0; i < rot.k; ++i) {
+      float acc = 0.0f;
+      for (int k = 0; k < rot.k; ++k) {
+        const bool neg = dir == HaloDirection::forward ? (signs[static_cast<std::size_t>(k)] >> i) & 1U
+                                                       : (signs[static_cast<std::size_t>(i)] >> k) & 1U;
+        const float u = v[k * p_len + p];
+        acc = neg ? acc - u : acc + u;
+      }
+      tmp[i] = acc;
+    }
+    for (int i = 0; i < rot.k; ++i) v[i * p_len + p] = tmp[i];
+  }
+}
+
+// x (R, C) as contiguous f32 on the CPU.
+Tensor cpu_f32(const Tensor& x) { return x.detach().to(DType::f32).contiguous(); }
+
+void check_rows(const char* op, const Tensor& x) {
+  HT_CHECK(x.defined() && x.dim() == 2 && is_floating(x.dtype()),
+           "{}: x must be a 2-D (rows, columns) floating tensor, got {}", op, x.defined() ? x.describe() : "undefined");
+}
+
+}  // namespace
+
+HaloRotation halo_rotation_size(int64_t n) {
+  HT_CHECK(n >= 1, "halo: a rotation needs a dimension of at least 1, got {}", n);
+  HaloRotation best{0, 1};
+  for (int k : {1, 12, 20, 28, 36, 44, 60}) {
+    int64_t m = k;
+    while (m < n) m *= 2;
+    if (best.n == 0 || m < best.n) best = {m, k};
+  }
+  HT_CHECK(best.n <= kHaloMaxRotation,
+           "halo: a dimension of {} needs a Hadamard rotation of size {}, above the supported {}", n, best.n,
+           kHaloMaxRotation);
+  return best;
+}
+
+std::vector<uint64_t> halo_hadamard_signs(int k) {
+  if (k == 1) return {0};
+  bool known = false;
+  for (int o : kHaloPaleyOrders) known = known || o == k;
+  HT_CHECK(known, "halo: no Hadamard matrix of order {} (supported: 1, 12, 20, 28, 36, 44, 60)", k);
+  static const auto table = [] {
+    std::vector<std::vector<uint64_t>> t(kHaloMaxK + 1);
+    for (int o : kHaloPaleyOrders) {
+      const auto h = paley_matrix(o);
+      for (int i = 0; i < o; ++i) {
+        uint64_t bits = 0;
+        for (int j = 0; j < o; ++j)
+          if (h[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] < 0) bits |= uint64_t{1} << j;
+        t[static_cast<std::size_t>(o)].push_back(bits);
+      }
+    }
+    return t;
+  }();
+  return table[static_cast<std::size_t>(k)];
+}
+
+Tensor halo_rotate(const Tensor& x, const HaloRotate& spec) {
+  constexpr const char* op = "halo_rotate";
+  check_rows(op, x);
+  const HaloRotation& rot = spec.rotation;
+  HT_CHECK(x.size(1) <= rot.n && spec.cols >= 0 && spec.cols <= rot.n,
+           "{}: x {} has more columns than the rotation size {}, or cols {} is out of range", op, x.describe(), rot.n,
+           spec.cols);
+  HT_CHECK(spec.out_dtype == DType::f32 || spec.out_dtype == DType::bf16,
+           "{}: out_dtype must be f32 or bf16, got {}", op, dtype_name(spec.out_dtype));
+  const int64_t R = x.size(0), C = x.size(1);
+  Tensor out = empty({R, spec.cols}, {spec.out_dtype, x.device()});
+  if (out.numel() == 0) return out;
+  if (x.device().is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::halo_rotate(out, x, spec);
+    return out;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
+  const Tensor xf = cpu_f32(x);
+  const auto signs = halo_hadamard_signs(rot.k);
+  Tensor of = empty({R, spec.cols}, {DType::f32, x.device()});
+  std::vector<float> row(static_cast<std::size_t>(rot.n)), tmp(static_cast<std::size_t>(rot.k));
+  for (int64_t r = 0; r < R; ++r) {
+    const float* src = xf.data<float>() + r * C;
+    for (int64_t i = 0; i < rot.n; ++i) row[static_cast<std::size_t>(i)] = i < C ? src[i] : 0.0f;
+    rotate_row(row.data(), rot, signs, spec.direction, tmp.data());
+    for (int64_t i = 0; i < spec.cols; ++i) of.data<float>()[r * spec.cols + i] = row[static_cast<std::size_t>(i)] * spec.mult;
+  }
+  return spec.out_dtype == DType::f32 ? of : of.to(spec.out_dtype);  // one RNE rounding of each f32 value
+}
+
+Tensor halo_transpose(const Tensor& x) {
+  HT_CHECK(x.defined() && x.dim() == 2, "halo_transpose: x must be 2-D, got {}", x.defined() ? x.describe() : "undefined");
+#ifdef HADATRAIN_CUDA
+  if (x.device().is_cuda() && (itemsize(x.dtype()) == 1 || itemsize(x.dtype()) == 2)) {
+    const Tensor xc = x.contiguous();
+    Tensor out = empty({x.size(1), x.size(0)}, {x.dtype(), x.device()});
+    cuda_ops::halo_transpose(out, xc);
+    return out;
+  }
+#endif
+  return x.transpose(0, 1).contiguous();
+}
+
+HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotation) {
+  constexpr const char* op = "halo_quantize";
+  check_rows(op, x);
+  const int64_t R = x.size(0), C = x.size(1);
+  const bool rotate = rotation.n > 1;
+  HT_CHECK(!rotate || C <= rotation.n, "{}: x {} has more columns than the rotation size {}", op, x.describe(),
+           rotation.n);
+  const int64_t n = rotate ? rotation.n : C;
+  const DType code_dtype = carrier == Carrier::int8 ? DType::i8 : DType::f8e4m3;
+  HaloQuantized q;
+  q.codes = empty({R, n}, {code_dtype, x.device()});
+  q.scale = empty({1}, {DType::f32, x.device()});
+  if (x.device().is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::halo_quantize(q.codes, q.scale, x, carrier, rotate ? rotation : HaloRotation{});
+    return q;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
+  const Tensor xf = cpu_f32(x);
+  std::vector<float> v(static_cast<std::size_t>(R * n));
+  if (rotate) {
+    const auto signs = halo_hadamard_signs(rotation.k);
+    std::vector<float> tmp(static_cast<std::size_t>(rotation.k));
+    for (int64_t r = 0; r < R; ++r) {
+      float* row = v.data() + r * n;
+      for (int64_t i = 0; i < n; ++i) row[i] = i < C ? xf.data<float>()[r * C + i] : 0.0f;
+      rotate_row(row, rotation, signs, HaloDirection::forward, tmp.data());
+    }
+  } else {
+    for (int64_t i = 0; i < R * n; ++i) v[static_cast<std::size_t>(i)] = xf.data<float>()[i];
+  }
+  float m = 0.0f;
+  for (float e : v) m = std::fmax(m, std::fabs(e));
+  const float qmax = carrier == Carrier::int8 ? 127.0f : 448.0f;
+  const float s = m == 0.0f ? 0.0f : m / qmax, r = m == 0.0f ? 0.0f : qmax / m;
+  q.scale.data<float>()[0] = s;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (m == 0.0f) {  // zeros, +0 codes
+      static_cast<uint8_t*>(q.codes.data_ptr())[i] = 0;
+      continue;
+    }
+    const float t = v[i] * r;
+    if (carrier == Carrier::int8)
+      q.codes.data<int8_t>()[i] = static_cast<int8_t>(std::nearbyint(std::fmin(std::fmax(t, -127.0f), 127.0f)));
+    else
+      static_cast<uint8_t*>(q.codes.data_ptr())[i] = detail::float_to_e4m3_bits(t);
+  }
+  return q;
+}
+
+Tensor halo_dequantize(const HaloQuantized& q) {
+  return mul(q.codes.to(DType::f32), q.scale);
+}
+
+Tensor halo_product(const Tensor& a, const Tensor& b, const Tensor& s_a, const Tensor& s_b, const HaloProduct& p) {
+  constexpr const char* op = "halo_product";
+  HT_CHECK(a.defined() && b.defined() && a.dtype() == b.dtype() && (a.dtype() == DType::i8 || a.dtype() == DType::f8e4m3),
+           "{}: a and b must be codes of one dtype, i8 or f8e4m3, got {} and {}", op,
+           a.defined() ? a.describe() : "undefined", b.defined() ? b.describe() : "undefined");
+  HT_CHECK(p.out_dtype == DType::f32 || p.out_dtype == DType::bf16, "{}: out_dtype must be f32 or bf16, got {}", op,
+           dtype_name(p.out_dtype));
+  if (a.dtype() == DType::f8e4m3) {
+    // scale_a·scale_b of fp8_matmul_nt with the mult folded into b's scale (one f32 multiply on the device)
+    return fp8_matmul_nt(a, b, s_a, mul(s_b, static_cast<double>(p.mult)), p.out_dtype);
+  }
+  const Tensor acc = int8_matmul_nt(a, b);  // (M, N) i32, exact
+  Tensor out = empty(acc.shape(), {p.out_dtype, acc.device()});
+  if (out.numel() == 0) return out;
+  if (acc.device().is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::halo_scale_i32(out, acc, s_a, s_b, p.mult);
+    return out;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
+  const float alpha = (static_cast<float>(s_a.item()) * static_cast<float>(s_b.item())) * p.mult;
+  const int32_t* pa = acc.data<int32_t>();
+  for (int64_t i = 0; i < acc.numel(); ++i) {
+    const float v = static_cast<float>(pa[i]) * alpha;
+    if (p.out_dtype == DType::bf16) static_cast<bf16*>(out.data_ptr())[i] = bf16(v);
+    else out.data<float>()[i] = v;
+  }
+  return out;
+}
+
+}  // namespace ht::grad

@@ -1,0 +1,281 @@
+// HALO (grad/pipeline_halo.h) on the CPU: the Hadamard matrices and rotations, the quantiser's definition, the
+// scaled products, the pipeline's three products exact with quantisation off, against an f64 oracle built from
+// the quantiser's own codes and scales with quantisation on, and its error against the exact products.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "support/catch.h"
+
+#include "hadatrain/grad/pipeline_halo.h"
+#include "hadatrain/grad/registry.h"
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/factory.h"
+#include "hadatrain/tensor/scalar_types.h"
+
+using namespace ht;
+using namespace ht::grad;
+
+namespace {
+
+// (R, C) f64 copy of a 2-D tensor as nested vectors.
+std::vector<std::vector<double>> rows_of(const Tensor& t) {
+  const Tensor f = t.to(DType::f64).contiguous();
+  std::vector<std::vector<double>> out(static_cast<std::size_t>(t.size(0)));
+  for (int64_t r = 0; r < t.size(0); ++r)
+    for (int64_t c = 0; c < t.size(1); ++c) out[static_cast<std::size_t>(r)].push_back(f.data<double>()[r * t.size(1) + c]);
+  return out;
+}
+using Mat = std::vector<std::vector<double>>;
+
+Mat matmul_nt(const Mat& a, const Mat& b) {  // a (M, K) · b (N, K)ᵀ
+  Mat out(a.size(), std::vector<double>(b.size()));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      double s = 0;
+      for (std::size_t k = 0; k < a[i].size(); ++k) s += a[i][k] * b[j][k];
+      out[i][j] = s;
+    }
+  return out;
+}
+Mat transpose(const Mat& a) {
+  Mat out(a[0].size(), std::vector<double>(a.size()));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = 0; j < a[i].size(); ++j) out[j][i] = a[i][j];
+  return out;
+}
+// Columns [0, cols) of a (R, n), a padded with zero columns to n first.
+Mat resize_cols(const Mat& a, std::size_t cols) {
+  Mat out = a;
+  for (auto& r : out) r.resize(cols, 0.0);
+  return out;
+}
+Mat scaled(const Mat& a, double s) {
+  Mat out = a;
+  for (auto& r : out)
+    for (double& v : r) v *= s;
+  return out;
+}
+
+// H̃_n as a dense matrix: the forward rotation of the identity's rows (row i of I·H̃ is row i of H̃).
+Mat dense_rotation(HaloRotation rot) {
+  std::vector<float> eye(static_cast<std::size_t>(rot.n * rot.n), 0.0f);
+  for (int64_t i = 0; i < rot.n; ++i) eye[static_cast<std::size_t>(i * rot.n + i)] = 1.0f;
+  return rows_of(halo_rotate(from_vector(eye, {rot.n, rot.n}), {rot, HaloDirection::forward, rot.n, 1.0f, DType::f32}));
+}
+
+double rel_err(const Mat& got, const Mat& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    for (std::size_t j = 0; j < want[i].size(); ++j) {
+      num += (got[i][j] - want[i][j]) * (got[i][j] - want[i][j]);
+      den += want[i][j] * want[i][j];
+    }
+  return std::sqrt(num / den);
+}
+
+Mat deq(const HaloQuantized& q) { return rows_of(halo_dequantize(q)); }
+
+HaloOptions opts(int level, Carrier carrier, bool quantize = true) {
+  HaloOptions o;
+  o.level = level;
+  o.carrier = carrier;
+  o.quantize = quantize;
+  return o;
+}
+
+struct Products {
+  Mat y, gx, gw;
+};
+// The pipeline's y, g_x, g_w for x (B, L, I), w (O, I), g (B, L, O) (f32).
+Products run(const HaloOptions& o, const Tensor& x, const Tensor& w, const Tensor& g) {
+  auto p = make_halo_pipeline(o);
+  ForwardResult f = p->forward(x, w, ProductInfo{}, NoiseKey{}, SaveForBackward::yes);
+  Grads gr = p->backward(*f.saved, g, {true, true});
+  const int64_t T = x.size(0) * x.size(1);
+  return {rows_of(reshape(f.y, {T, w.size(0)})), rows_of(reshape(gr.x, {T, x.size(2)})), rows_of(gr.w)};
+}
+
+}  // namespace
+
+TEST_CASE("halo: every Paley order is a Hadamard matrix and rotation sizes are the smallest K·2^j", "[halo]") {
+  for (int k : kHaloPaleyOrders) {
+    const auto s = halo_hadamard_signs(k);
+    REQUIRE(static_cast<int>(s.size()) == k);
+    for (int i = 0; i < k; ++i)
+      for (int j = 0; j < k; ++j) {
+        int dot = 0;
+        for (int c = 0; c < k; ++c) dot += (((s[i] >> c) & 1U) ? -1 : 1) * (((s[j] >> c) & 1U) ? -1 : 1);
+        INFO("order " << k << " rows " << i << ", " << j);
+        CHECK(dot == (i == j ? k : 0));
+      }
+  }
+  CHECK(halo_rotation_size(4096).n == 4096);
+  CHECK(halo_rotation_size(4096).k == 1);
+  CHECK(halo_rotation_size(14336).k == 28);  // Llama-3-8B intermediate: 28·512
+  CHECK(halo_rotation_size(14336).n == 14336);
+  CHECK(halo_rotation_size(5632).k == 44);   // TinyLlama: 44·128
+  CHECK(halo_rotation_size(11008).n == 11264);  // Llama-2-7B's 172·64 is not built: padded to 44·256
+  CHECK(halo_rotation_size(10).n == 12);
+  CHECK_THROWS(halo_rotation_size(40000));
+}
+
+TEST_CASE("halo: a rotation and its inverse give n times the row, for padded and K·2^j sizes", "[halo]") {
+  Generator gen(1);
+  for (int64_t c : {16, 10, 24, 56, 80, 60, 88, 120}) {
+    const HaloRotation rot = halo_rotation_size(c);
+    const Tensor x = randn({3, c}, gen);
+    const Tensor r = halo_rotate(x, {rot, HaloDirection::forward, rot.n, 1.0f, DType::f32});
+    const Tensor back = halo_rotate(r, {rot, HaloDirection::inverse, c, 1.0f / static_cast<float>(rot.n), DType::f32});
+    INFO("C " << c << " rotated at " << rot.n << " (K " << rot.k << ")");
+    CHECK(rel_err(rows_of(back), rows_of(x)) < 1e-6);
+    // orthogonality of H̃: ‖x·H̃‖² = n·‖x‖²
+    const double nx = sum(mul(x, x)).item(), nr = sum(mul(r, r)).item();
+    CHECK(std::abs(nr / (static_cast<double>(rot.n) * nx) - 1.0) < 1e-5);
+  }
+}
+
+TEST_CASE("halo: the quantiser follows its definition (int8 and e4m3, rotated or not, zeros)", "[halo]") {
+  Generator gen(2);
+  const Tensor x = mul(randn({5, 24}, gen), 3.0);
+  for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+    for (HaloRotation rot : {HaloRotation{}, halo_rotation_size(24)}) {
+      const HaloQuantized q = halo_quantize(x, c, rot);
+      const Tensor v = rot.n > 1 ? halo_rotate(x, {rot, HaloDirection::forward, rot.n, 1.0f, DType::f32}) : x;
+      const float m = static_cast<float>(max(abs(v)).item());
+      const float qmax = c == Carrier::int8 ? 127.0f : 448.0f;
+      REQUIRE(q.scale.item() == static_cast<double>(m / qmax));
+      const float r = qmax / m;
+      const Tensor vc = v.contiguous();
+      for (int64_t i = 0; i < v.numel(); ++i) {
+        const float t = vc.data<float>()[i] * r;
+        if (c == Carrier::int8) {
+          REQUIRE(q.codes.data<int8_t>()[i] == static_cast<int8_t>(std::nearbyint(std::fmin(std::fmax(t, -127.0f), 127.0f))));
+        } else {
+          REQUIRE(static_cast<const uint8_t*>(q.codes.data_ptr())[i] == detail::float_to_e4m3_bits(t));
+        }
+      }
+      // the element of largest magnitude maps to ±qmax exactly; dequantised error within half a step (int8) or
+      // e4m3's relative half-ulp 2^-4 plus its subnormal step
+      CHECK(max(abs(q.codes.to(DType::f32))).item() == qmax);
+      const Mat d = deq(q), want = rows_of(v);
+      const double s = q.scale.item();
+      for (std::size_t i = 0; i < d.size(); ++i)
+        for (std::size_t j = 0; j < d[i].size(); ++j) {
+          const double bound = c == Carrier::int8 ? s * (0.5 + 1e-4)
+                                                  : (std::abs(want[i][j]) / 16 + s * std::ldexp(1.0, -10)) * (1 + 1e-5);
+          REQUIRE(std::abs(d[i][j] - want[i][j]) <= bound);
+        }
+    }
+    const HaloQuantized z = halo_quantize(zeros({3, 7}), c);
+    CHECK(z.scale.item() == 0.0);
+    CHECK(max(abs(z.codes.to(DType::f32))).item() == 0.0);
+  }
+}
+
+TEST_CASE("halo: the scaled int8 and fp8 products against f64", "[halo]") {
+  Generator gen(3);
+  for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+    const HaloQuantized a = halo_quantize(randn({6, 40}, gen), c), b = halo_quantize(randn({5, 40}, gen), c);
+    const Tensor y = halo_product(a.codes, b.codes, a.scale, b.scale, {0.25f, DType::f32});
+    const Mat want = scaled(matmul_nt(deq(a), deq(b)), 0.25);
+    CHECK(rel_err(rows_of(y), want) < 1e-6);
+  }
+}
+
+TEST_CASE("halo: with quantisation off every level gives the exact products (padded in and token dims)", "[halo]") {
+  Generator gen(4);
+  // I = 20 (a K·2^j size), O = 12, T = 2·5 = 10 tokens (level 2 pads them to 12); I = 13 padded to 16
+  for (int64_t I : {20, 13}) {
+    const Tensor x = randn({2, 5, I}, gen), w = randn({12, I}, gen), g = randn({2, 5, 12}, gen);
+    const Mat X = rows_of(reshape(x, {10, I})), W = rows_of(w), G = rows_of(reshape(g, {10, 12}));
+    const Mat y = matmul_nt(X, W), gx = matmul_nt(G, transpose(W)), gw = matmul_nt(transpose(G), transpose(X));
+    for (int level : {0, 1, 2}) {
+      const Products p = run(opts(level, Carrier::int8, false), x, w, g);
+      INFO("I " << I << ", level " << level);
+      CHECK(rel_err(p.y, y) < 1e-6);
+      CHECK(rel_err(p.gx, gx) < 1e-6);
+      CHECK(rel_err(p.gw, gw) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("halo: each product equals the f64 product of the quantiser's own codes and scales", "[halo]") {
+  Generator gen(5);
+  const int64_t B = 2, L = 5, I = 20, O = 12, T = B * L;
+  const Tensor x = randn({B, L, I}, gen), w = randn({O, I}, gen), g = mul(randn({B, L, O}, gen), 0.1);
+  const HaloRotation ri = halo_rotation_size(I), rt = halo_rotation_size(T);
+  const Mat Hi = dense_rotation(ri), Ht = dense_rotation(rt);
+  const double ni = static_cast<double>(ri.n), nt = static_cast<double>(rt.n);
+  for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+    for (int level : {0, 1, 2}) {
+      const Products p = run(opts(level, c), x, w, g);
+      const Tensor x2 = reshape(x, {T, I}), g2 = reshape(g, {T, O});
+      const HaloRotation rot = level == 0 ? HaloRotation{} : ri;
+      const Mat qx = deq(halo_quantize(x2, c, rot)), qw = deq(halo_quantize(w, c, rot)), qe = deq(halo_quantize(g2, c));
+      Mat y = matmul_nt(qx, qw), gw = matmul_nt(transpose(qe), transpose(qx)), gx;
+      if (level == 0) {
+        gx = matmul_nt(qe, transpose(qw));
+      } else {
+        y = scaled(y, 1 / ni);
+        gw = resize_cols(scaled(matmul_nt(gw, Hi), 1 / ni), I);  // ·H̃ᵀ: rows of H̃
+        if (level == 1) {
+          gx = resize_cols(scaled(matmul_nt(matmul_nt(qe, transpose(qw)), Hi), 1 / ni), I);
+        } else {  // Q(H̃_Tᵀ·g) from the quantiser of g's transpose rotated along T
+          const Mat qr = transpose(deq(halo_quantize(g2.transpose(0, 1), c, rt)));  // (n_T, O)
+          const Mat m = matmul_nt(qr, transpose(qw));                                // (n_T, n_I)
+          const Mat left = matmul_nt(Ht, transpose(m));  // H̃_T·m: (n_T, n_I)
+          gx = resize_cols(scaled(matmul_nt(left, Hi), 1 / (ni * nt)), I);
+          gx.resize(static_cast<std::size_t>(T));
+        }
+      }
+      INFO((c == Carrier::int8 ? "int8" : "fp8") << " level " << level);
+      CHECK(rel_err(p.y, y) < 1e-6);
+      CHECK(rel_err(p.gw, gw) < 1e-5);
+      CHECK(rel_err(p.gx, gx) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("halo: quantised products stay near the exact ones, and rotations tame outlier channels", "[halo]") {
+  Generator gen(6);
+  const int64_t B = 4, L = 16, I = 64, O = 48, T = B * L;
+  Tensor x = randn({B, L, I}, gen);
+  // three outlier input channels 100x larger (LLM activations have a few such channels)
+  std::vector<float> boost(static_cast<std::size_t>(I), 1.0f);
+  boost[3] = boost[17] = boost[40] = 100.0f;
+  x = mul(x, from_vector(boost, {I}));
+  const Tensor w = mul(randn({O, I}, gen), 0.1), g = mul(randn({B, L, O}, gen), 0.01);
+  const Products exact = run(opts(1, Carrier::int8, false), x, w, g);
+  double err_y[3][2];
+  for (int level : {0, 1, 2}) {
+    for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+      const Products p = run(opts(level, c), x, w, g);
+      INFO("level " << level << (c == Carrier::int8 ? " int8" : " fp8"));
+      err_y[level][c == Carrier::int8 ? 0 : 1] = rel_err(p.y, exact.y);
+      CHECK(rel_err(p.y, exact.y) < 0.1);
+      CHECK(rel_err(p.gx, exact.gx) < 0.1);
+      CHECK(rel_err(p.gw, exact.gw) < 0.1);
+    }
+  }
+  // int8 without rotation loses the small channels to the outliers' scale; the rotation spreads the outliers
+  CHECK(err_y[1][0] < 0.5 * err_y[0][0]);
+  CHECK(err_y[2][0] == err_y[1][0]);  // levels 1 and 2 share the forward
+  (void)T;
+}
+
+TEST_CASE("halo: registered with its options and description", "[halo]") {
+  PipelineSpec spec;
+  spec.name = "halo";
+  HaloOptions& o = spec.options_as<HaloOptions>();
+  o.level = 1;
+  o.carrier = Carrier::fp8;
+  CHECK(describe(spec) == "halo (level 1, fp8 e4m3; forward quantised)");
+  auto p = make_pipeline(spec);
+  CHECK(p->name() == "halo");
+  CHECK_FALSE(p->exact_forward());
+  CHECK_FALSE(p->draws_noise());
+  bool found = false;
+  for (const auto& n : registered_pipelines()) found = found || n == "halo";
+  CHECK(found);
+}

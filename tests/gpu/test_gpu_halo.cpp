@@ -1,0 +1,158 @@
+// HALO's CUDA kernels (cuda/kernels/halo.cu) and pipeline against the CPU reference (src/grad/halo_quant.cpp,
+// src/grad/pipeline_halo.cpp): the quantiser's codes and scales bit for bit for every rotation order (K = 1 and
+// every Paley order, padded sizes, Llama's 4096 and 14336), input dtype and a non-contiguous input; rotations
+// bit for bit; the int8 products and the whole int8 pipeline bit for bit (the int8 GEMM is exact and every other
+// step is one fixed f32 sequence), the fp8 pipeline within fp8 GEMM accumulation tolerance; and a forward +
+// backward recorded into a step graph (no host synchronisation) equal to the eager run.
+#include "support/catch.h"
+#include "support/gpu_testing.h"
+#include "support/testing.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "hadatrain/cuda/graph.h"
+#include "hadatrain/grad/pipeline_halo.h"
+#include "hadatrain/ops/ops.h"
+
+using namespace ht;
+using namespace ht::grad;
+using test::kCuda;
+
+namespace {
+
+std::string same_codes(const HaloQuantized& gpu, const HaloQuantized& cpu) {
+  std::string msg = test::compare_bits(gpu.codes, cpu.codes);
+  if (!msg.empty()) return "codes: " + msg;
+  msg = test::compare_bits(gpu.scale, cpu.scale);
+  return msg.empty() ? "" : "scale: " + msg;
+}
+
+HaloOptions opts(int level, Carrier c) {
+  HaloOptions o;
+  o.level = level;
+  o.carrier = c;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("halo_quantize on CUDA gives the CPU's codes and scales bit for bit", "[gpu][halo]") {
+  struct Case {
+    int64_t R, C;
+    bool rotate;
+  };
+  const std::vector<Case> cases = {{5, 7, false},   {33, 24, true},  {3, 100, true},    {9, 60, true},
+                                   {4, 352, true},  {2, 3000, true}, {17, 4096, true},  {3, 14336, true},
+                                   {2, 36 * 64, true}, {2, 20 * 32, true}, {1300, 40, false}, {3, 32768, true}};
+  uint64_t seed = 1;
+  for (const Case& c : cases)
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (Carrier carrier : {Carrier::int8, Carrier::fp8}) {
+        const Tensor x = test::random_input({c.R, c.C}, seed++, dt, -3.0, 3.0);
+        const HaloRotation rot = c.rotate ? halo_rotation_size(c.C) : HaloRotation{};
+        INFO("(" << c.R << ", " << c.C << ") " << dtype_name(dt) << (carrier == Carrier::int8 ? " int8" : " fp8")
+                 << " rotation " << rot.n << " K " << rot.k);
+        const HaloQuantized cpu = halo_quantize(x, carrier, rot);
+        const HaloQuantized gpu = halo_quantize(x.to(kCuda), carrier, rot);
+        CHECK(same_codes(gpu, cpu) == "");
+      }
+  // a transposed (non-contiguous) input, as level 2 quantises g_yᵀ
+  const Tensor g = test::random_input({24, 10}, 99, DType::bf16);
+  const HaloRotation rt = halo_rotation_size(24);
+  CHECK(same_codes(halo_quantize(g.to(kCuda).transpose(0, 1), Carrier::int8, rt),
+                   halo_quantize(g.transpose(0, 1), Carrier::int8, rt)) == "");
+  // all zeros: zero codes and scale 0
+  const HaloQuantized z = halo_quantize(zeros({4, 48}, {DType::f32, kCuda}), Carrier::fp8, halo_rotation_size(48));
+  CHECK(z.scale.to(Device::cpu()).item() == 0.0);
+  CHECK(max(abs(z.codes.to(Device::cpu()).to(DType::f32))).item() == 0.0);
+}
+
+TEST_CASE("halo_rotate on CUDA gives the CPU's values bit for bit", "[gpu][halo]") {
+  uint64_t seed = 50;
+  for (int64_t C : {16, 24, 100, 4096, 14336, 2000})
+    for (HaloDirection d : {HaloDirection::forward, HaloDirection::inverse})
+      for (DType out : {DType::f32, DType::bf16}) {
+        const HaloRotation rot = halo_rotation_size(C);
+        const Tensor x = test::random_input({3, C}, seed++, DType::bf16);
+        const HaloRotate spec{rot, d, C - 1, 1.0f / static_cast<float>(rot.n), out};
+        INFO("C " << C << " rotation " << rot.n << (d == HaloDirection::forward ? " forward " : " inverse ")
+                  << dtype_name(out));
+        CHECK(test::compare_bits(halo_rotate(x.to(kCuda), spec), halo_rotate(x, spec)) == "");
+      }
+}
+
+TEST_CASE("halo_transpose on CUDA gives the CPU's transpose for codes and bf16 of odd shapes", "[gpu][halo]") {
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const Tensor x = test::random_input({70, 33}, 60, dt);
+    CHECK(test::compare_bits(halo_transpose(x.to(kCuda)), halo_transpose(x)) == "");
+  }
+  const HaloQuantized q = halo_quantize(test::random_input({45, 97}, 61, DType::f32), Carrier::fp8);
+  CHECK(test::compare_bits(halo_transpose(q.codes.to(kCuda)), halo_transpose(q.codes)) == "");
+}
+
+TEST_CASE("halo_product on CUDA: int8 bit for bit, fp8 to accumulation tolerance", "[gpu][halo]") {
+  for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+    const Tensor a = test::random_input({70, 96}, 7, DType::f32), b = test::random_input({33, 96}, 8, DType::f32);
+    const HaloQuantized qa = halo_quantize(a, c), qb = halo_quantize(b, c);
+    const HaloQuantized ga = halo_quantize(a.to(kCuda), c), gb = halo_quantize(b.to(kCuda), c);
+    for (DType out : {DType::f32, DType::bf16}) {
+      const Tensor cpu = halo_product(qa.codes, qb.codes, qa.scale, qb.scale, {0.125f, out});
+      const Tensor gpu = halo_product(ga.codes, gb.codes, ga.scale, gb.scale, {0.125f, out});
+      if (c == Carrier::int8) CHECK(test::compare_bits(gpu, cpu) == "");
+      else CHECK(test::compare_to_cpu(gpu, cpu, {1e-5, 1e-5}) == "");
+    }
+  }
+}
+
+TEST_CASE("the halo pipeline on CUDA equals the CPU's (int8 bit for bit) and records into a step graph",
+          "[gpu][halo]") {
+  const int64_t B = 2, L = 12, I = 56, O = 40;  // I: 28·2; T = 24 tokens (level 2: 24 = 12·2)
+  const Tensor x = test::random_input({B, L, I}, 11, DType::bf16), w = test::random_input({O, I}, 12, DType::bf16, -0.2, 0.2);
+  const Tensor g = test::random_input({B, L, O}, 13, DType::bf16, -0.01, 0.01);
+  const Tensor bias = test::random_input({O}, 14, DType::bf16);
+  for (int level : {0, 1, 2})
+    for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+      INFO("level " << level << (c == Carrier::int8 ? " int8" : " fp8"));
+      ProductInfo info;
+      info.bias = bias;
+      auto cpu = make_halo_pipeline(opts(level, c));
+      ForwardResult fc = cpu->forward(x, w, info, NoiseKey{}, SaveForBackward::yes);
+      const Grads gc = cpu->backward(*fc.saved, g, {true, true});
+
+      ProductInfo ginfo;
+      ginfo.bias = bias.to(kCuda);
+      const Tensor xg = x.to(kCuda), wg = w.to(kCuda), gg = g.to(kCuda);
+      auto gpu = make_halo_pipeline(opts(level, c));
+      ForwardResult fg = gpu->forward(xg, wg, ginfo, NoiseKey{}, SaveForBackward::yes);
+      const Grads gr = gpu->backward(*fg.saved, gg, {true, true});
+      if (c == Carrier::int8) {
+        CHECK(test::compare_bits(fg.y, fc.y) == "");
+        CHECK(test::compare_bits(gr.x, gc.x) == "");
+        CHECK(test::compare_bits(gr.w, gc.w) == "");
+      } else {
+        CHECK(test::compare_to_cpu(fg.y, fc.y) == "");
+        CHECK(test::compare_to_cpu(gr.x, gc.x) == "");
+        CHECK(test::compare_to_cpu(gr.w, gc.w) == "");
+      }
+
+      // the same forward + backward recorded into a step graph and replayed: no host synchronisation inside
+      Tensor y_out = empty_like(fg.y), gx_out = empty_like(gr.x), gw_out = empty_like(gr.w);
+      cuda::StepGraph graph(0);
+      const std::string why = graph.record([&] {
+        ForwardResult f = gpu->forward(xg, wg, ginfo, NoiseKey{}, SaveForBackward::yes);
+        const Grads gg2 = gpu->backward(*f.saved, gg, {true, true});
+        copy_(y_out, f.y);
+        copy_(gx_out, gg2.x);
+        copy_(gw_out, gg2.w);
+      });
+      REQUIRE(why == "");
+      graph.replay();
+      cudaStreamSynchronize(graph.stream());
+      CHECK(test::compare_bits(y_out, fg.y) == "");
+      CHECK(test::compare_bits(gx_out, gr.x) == "");
+      CHECK(test::compare_bits(gw_out, gr.w) == "");
+    }
+}

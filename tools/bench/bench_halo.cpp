@@ -1,0 +1,149 @@
+// Per-layer benchmark of HALO (CUDA builds): the Llama-3-8B projection shapes at 8192 tokens (4 sequences of
+// 2048), forward + backward of one Linear (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs),
+// HALO levels 0 / 1 / 2 with the int8 and fp8 carriers, and HLQ (exact forward, quantised backward). Each case is
+// recorded into a step graph (after 3 eager warm-ups that create and tune the GEMM plans) and replayed: the
+// forward alone (with what it saves) and the forward followed by the backward; the median of 20 replays each, the
+// backward the difference. Prints one JSON line per case in the "kernels" format of docs/results/ (merge with
+// `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
+//   bench_halo [layer filter] [variant filter]   (substrings; the exact bf16 baseline always runs)
+//   HT_BENCH_COMMIT / HT_BENCH_MACHINE override the commit (default `git rev-parse --short HEAD`) and machine.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hadatrain/cuda/graph.h"
+#include "hadatrain/grad/pipeline.h"
+#include "hadatrain/grad/pipeline_halo.h"
+#include "hadatrain/grad/pipeline_hlq.h"
+#include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/cuda_hooks.h"
+#include "hadatrain/tensor/factory.h"
+#include "timing.h"
+
+using namespace ht;
+
+namespace {
+
+struct LayerShape {
+  const char* name;
+  int64_t I, O;
+};
+
+struct Variant {
+  std::string label;
+  grad::PipelineSpec spec;
+};
+
+double graph_ms(const std::function<void()>& body) {
+  cuda::StepGraph graph(0);
+  cuda::StreamGuard on(graph.stream(), 0);
+  for (int i = 0; i < 3; ++i) body();
+  cudaDeviceSynchronize();
+  if (const std::string why = graph.record(body); !why.empty()) {
+    std::fprintf(stderr, "step graph refused: %s\n", why.c_str());
+    return std::nan("");
+  }
+  return bench::median_ms_on(graph.stream(), [&] { graph.replay(); });
+}
+
+std::string shell_line(const char* cmd) {
+  std::string out;
+  if (FILE* f = popen(cmd, "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string layer_filter = argc > 1 ? argv[1] : "", variant_filter = argc > 2 ? argv[2] : "";
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 77;
+  }
+  const Device dev = Device::cuda(0);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const std::string commit = env_or("HT_BENCH_COMMIT", shell_line("git rev-parse --short HEAD 2>/dev/null"));
+  const std::string machine = env_or("HT_BENCH_MACHINE", std::string("1x ") + prop.name);
+  char date[16];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::string command = "build/tools/bench_halo";
+  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+
+  const int64_t B = 4, L = 2048;  // 8192 tokens
+  const std::vector<LayerShape> layers = {{"q_proj 4096->4096", 4096, 4096},
+                                          {"up_proj 4096->14336", 4096, 14336},
+                                          {"down_proj 14336->4096", 14336, 4096}};
+  std::vector<Variant> variants;
+  variants.push_back({"exact bf16", {}});
+  for (int level : {0, 1, 2})
+    for (grad::Carrier c : {grad::Carrier::int8, grad::Carrier::fp8}) {
+      grad::PipelineSpec s;
+      s.name = "halo";
+      auto& o = s.options_as<grad::HaloOptions>();
+      o.level = level;
+      o.carrier = c;
+      variants.push_back({"halo" + std::to_string(level) + (c == grad::Carrier::int8 ? " int8" : " fp8"), s});
+    }
+  grad::PipelineSpec hlq;
+  hlq.name = "hlq";
+  variants.push_back({"hlq", hlq});
+
+  Generator gen(0);
+  for (const LayerShape& l : layers) {
+    if (std::string(l.name).find(layer_filter) == std::string::npos) continue;
+    const Tensor x = randn({B, L, l.I}, gen, {DType::f32, dev}).to(DType::bf16);
+    const Tensor w = mul(randn({l.O, l.I}, gen, {DType::f32, dev}), 0.02).to(DType::bf16);
+    const Tensor g = mul(randn({B, L, l.O}, gen, {DType::f32, dev}), 1e-3).to(DType::bf16);
+    double base_total = 0, base_fwd = 0, base_bwd = 0;
+    for (const Variant& v : variants) {
+      if (base_total != 0 && v.label.find(variant_filter) == std::string::npos) continue;
+      auto p = grad::make_pipeline(v.spec);
+      const grad::ProductInfo info;
+      const grad::NoiseKey key{1, 0, 0, nullptr};
+      auto run = [&](bool with_backward) {
+        grad::ForwardResult f = p->forward(x, w, info, key, grad::SaveForBackward::yes);
+        if (with_backward) (void)p->backward(*f.saved, g, {true, true});
+      };
+      const double fwd = graph_ms([&] { run(false); });
+      const double total = graph_ms([&] { run(true); });
+      const double bwd = total - fwd;
+      if (base_total == 0) base_total = total, base_fwd = fwd, base_bwd = bwd;
+      std::printf(
+          "{\"area\": \"kernels\", \"group\": \"HALO per layer (Llama-3-8B, 8192 tokens, bf16)\", \"name\": \"%s, %s, "
+          "forward + backward\", \"metric\": \"ms\", \"ours\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
+          "\"speedup_vs_exact_bf16\": %.3f, \"forward_speedup\": %.3f, \"backward_speedup\": %.3f, \"pipeline\": \"%s\", "
+          "\"date\": \"%s\", \"commit\": \"%s\", \"machine\": \"%s\", \"command\": \"%s\"}\n",
+          l.name, v.label.c_str(), total, fwd, bwd, base_total / total, base_fwd / fwd, base_bwd / bwd,
+          json_escape(grad::describe(v.spec)).c_str(), date, commit.c_str(), json_escape(machine).c_str(),
+          json_escape(command).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
