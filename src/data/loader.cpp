@@ -164,6 +164,7 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
   }
   b.set(batch_key::image, std::move(images));
   b.set(batch_key::label, std::move(labels_t));
+  if (opts_.batch_transform) opts_.batch_transform(b);
   return b;
 }
 

@@ -271,6 +271,13 @@ Transform random_hflip_transform(float p) {
   return [p](Image img, SampleRng& rng) { return random_hflip(std::move(img), rng, p); };
 }
 
+Transform resize_transform(int64_t height, int64_t width) {
+  HT_CHECK(height > 0 && width > 0, "resize_transform: size {}x{} must be positive", height, width);
+  return [height, width](Image img, SampleRng&) {
+    return img.height == height && img.width == width ? img : resize(img, height, width, Antialias::on);
+  };
+}
+
 Transform random_resized_crop_transform(RandomResizedCropParams p) {
   return [p](Image img, SampleRng& rng) { return random_resized_crop(img, p, rng); };
 }

@@ -96,8 +96,9 @@ void Module::to(Device device) {
   NoGradGuard ng;
   for (auto& [n, t] : params_) {
     if (t->device() == device) continue;
+    const bool trainable = t->requires_grad();  // a frozen slot stays frozen (Note [Frozen parameters])
     *t = to_device(*t, device).detach();
-    t->set_requires_grad(true);
+    t->set_requires_grad(trainable);
   }
   for (auto& [n, t] : buffers_)
     if (t->defined() && t->device() != device) *t = to_device(*t, device);
@@ -109,8 +110,9 @@ void Module::to(DType dtype) {
   NoGradGuard ng;
   for (auto& [n, t] : params_) {
     if (t->dtype() == dtype) continue;
+    const bool trainable = t->requires_grad();  // a frozen slot stays frozen (Note [Frozen parameters])
     *t = to_dtype(*t, dtype).detach();
-    t->set_requires_grad(true);
+    t->set_requires_grad(trainable);
   }
   for (auto& [n, c] : children_) c->to(dtype);
 }

@@ -51,13 +51,14 @@ class AdamW final : public Optimizer {
       }
       if (p.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-        on_cuda.push_back({p, g, m_i, v_i, params[i].decay ? o_.weight_decay : 0.0});
+        on_cuda.push_back({p, g, m_i, v_i, params[i].decay ? o_.weight_decay : 0.0, params[i].lr_scale});
         continue;
 #else
         no_cuda_kernel("adamw step");
 #endif
       }
-      const double decay = params[i].decay ? 1.0 - lr * o_.weight_decay : 1.0;
+      const double lr_i = lr * params[i].lr_scale;  // exactly lr when lr_scale is 1
+      const double decay = params[i].decay ? 1.0 - lr_i * o_.weight_decay : 1.0;
       const Tensor gc = g.contiguous();
       visit_floating(p.dtype(), "adamw", [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -72,7 +73,7 @@ class AdamW final : public Optimizer {
             const double v = o_.beta2 * vp[k] + (1 - o_.beta2) * gk * gk;
             mp[k] = static_cast<T>(m);
             vp[k] = static_cast<T>(v);
-            pp[k] = static_cast<T>(pp[k] * decay - lr * (m / bc1) / (std::sqrt(v / bc2) + o_.eps));
+            pp[k] = static_cast<T>(pp[k] * decay - lr_i * (m / bc1) / (std::sqrt(v / bc2) + o_.eps));
           }
         }
       });

@@ -45,12 +45,13 @@ class Sgd final : public Optimizer {
       const double wd = params[i].decay ? o_.weight_decay : 0.0;
       if (p.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-        on_cuda.push_back({p, g, o_.momentum > 0 ? buf : Tensor(), wd, first});
+        on_cuda.push_back({p, g, o_.momentum > 0 ? buf : Tensor(), wd, first, params[i].lr_scale});
         continue;
 #else
         no_cuda_kernel("sgd step");
 #endif
       }
+      const double lr_i = lr * params[i].lr_scale;  // exactly lr when lr_scale is 1
       const Tensor gc = g.contiguous();
       HT_CHECK(p.is_contiguous(), "SGD: parameter '{}' must be contiguous", params[i].name);
       visit_floating(p.dtype(), "sgd", [&](auto tag) {
@@ -67,7 +68,7 @@ class Sgd final : public Optimizer {
               bp[k] = static_cast<T>(b);
               d = o_.nesterov ? d + o_.momentum * b : b;
             }
-            pp[k] = static_cast<T>(pp[k] - lr * d);
+            pp[k] = static_cast<T>(pp[k] - lr_i * d);
           }
         }
       });

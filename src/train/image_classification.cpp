@@ -6,7 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "hadatrain/data/mix.h"
+#include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/ops/reduce.h"
 
 namespace ht::train {
 namespace {
@@ -69,7 +72,17 @@ Tensor ImageClassification::loss(nn::Module& model, const data::Batch& batch) co
   // for the device, and a step that computes it can be recorded into a step graph.
   ce.target_check = TargetCheck::deferred;
   const Tensor x = batch.at(data::batch_key::image).to(o_.compute_dtype);  // (B, C, H, W)
-  return cross_entropy(model.forward(x), batch.at(data::batch_key::label), ce);  // logits (B, classes)
+  const Tensor logits = model.forward(x);                                    // (B, classes)
+  if (batch.has(data::batch_key::soft_target)) {
+    // Soft targets (Mixup/CutMix, data/mix.h; smoothing already in them): mean_b sum_c -t_bc log_softmax(z)_bc,
+    // composed of differentiable ops with no host read, so a step graph can record it.
+    const Tensor& t = batch.at(data::batch_key::soft_target);  // (B, classes) f32
+    HT_CHECK(t.dim() == 2 && t.size(0) == logits.size(0) && t.size(1) == logits.size(1),
+             "image classification: soft_target is {} but the logits are {}", t.describe(), logits.describe());
+    const Tensor logp = log_softmax(logits.to(DType::f32), 1);
+    return mean(neg(sum(mul(t, logp), {1})));
+  }
+  return cross_entropy(logits, batch.at(data::batch_key::label), ce);
 }
 
 void ImageClassification::check_deferred(Device device) const { check_deferred_targets(device); }

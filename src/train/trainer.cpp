@@ -23,6 +23,7 @@
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/nn/pipelines.h"
+#include "hadatrain/train/init_from.h"
 #include "hadatrain/train/task.h"
 #include "checkpointer.h"
 #include "run_log.h"
@@ -105,6 +106,10 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
   Generator init_gen(cfg.run.seed);
   auto dropout_gen = std::make_shared<Generator>(cfg.run.seed ^ 0xD50F'0000'0000'0000ull);
   auto model = make_model(cfg, ds, init_gen, dropout_gen);
+  // Pretrained weights only for a new run: a resumed one loads its checkpoint's weights instead.
+  if (!cfg.model.init_from.empty() && resume.kind == ResumeFrom::Kind::none)
+    for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines())
+      spdlog::info("{}", line);
   model->to(cfg.train.dtype);
   model->to(device);
   auto optimizer = make_optimizer(cfg, *model);

@@ -99,6 +99,17 @@ DataSection read_data(ConfigReader r) {
   s.normalize_std = norm.get_list<double>("std", std, Range::positive());
   if (s.normalize_mean.size() != s.normalize_std.size())
     norm.fail("std", fmt::format("has {} values but mean has {}", s.normalize_std.size(), s.normalize_mean.size()));
+  s.resize = r.get<int64_t>("resize", 0, Range::non_negative());
+  if (s.resize > 0 && s.dataset == DatasetKind::image_folder)
+    r.fail("resize", "image_folder images are already cropped to data.image_size; use that instead");
+  ConfigReader mix = r.child("mix");
+  s.mix.mixup_alpha = mix.get("mixup_alpha", 0.0, Range::non_negative());
+  s.mix.cutmix_alpha = mix.get("cutmix_alpha", 0.0, Range::non_negative());
+  s.mix.prob = mix.get("prob", 1.0, Range::closed(0.0, 1.0));
+  s.mix.switch_prob = mix.get("switch_prob", 0.5, Range::closed(0.0, 1.0));
+  s.mix.label_smoothing = mix.get("label_smoothing", 0.1, Range::half_open(0.0, 1.0));
+  s.mix.mode = mix.get_enum("mode", "batch", {"batch", "elem"});
+  s.mix.correct_lam = mix.get("correct_lam", true);
   return s;
 }
 
@@ -111,6 +122,9 @@ ModelSection read_model(ConfigReader r) {
                          {"resnet50", ModelKind::resnet50},
                          {"vit", ModelKind::vit}});
   s.num_classes = r.get<int64_t>("num_classes", 0, Range::non_negative());
+  s.init_from = r.get<std::string>("init_from", "");
+  s.init_from_reset = r.get_list<std::string>("init_from_reset", {});
+  if (s.init_from.empty() && !s.init_from_reset.empty()) r.fail("init_from_reset", "needs model.init_from");
   if (s.name == ModelKind::mlp) {
     s.hidden = r.get_list<int64_t>("hidden", {256, 128}, Range::at_least(1));
     s.activation = r.get_enum("activation", "relu", {"relu", "gelu"});
@@ -149,6 +163,9 @@ OptimSection read_optim(ConfigReader r) {
   }
   s.decay_norm_and_bias = r.get("decay_norm_and_bias", false);
   s.clip_grad_norm = r.get("clip_grad_norm", 0.0, Range::non_negative());
+  ConfigReader mult = r.child("lr_multipliers");
+  for (const std::string& pattern : mult.keys())
+    s.lr_multipliers.emplace_back(pattern, mult.get<double>(pattern, 1.0, Range::non_negative()));
   return s;
 }
 
@@ -185,6 +202,9 @@ TrainSection read_train(ConfigReader r) {
   s.eval_every = r.get<int64_t>("eval_every", 1, Range::at_least(1));
   s.tf32 = r.get("tf32", false);
   s.cuda_graph = r.get_enum("cuda_graph", "auto", {"auto", "true", "false"});
+  s.freeze = r.get_list<std::string>("freeze", {});
+  for (const std::string& p : s.freeze)
+    if (p.empty() || p == "!") r.fail("freeze", "expected name patterns such as \"*\" or \"!fc.*\", got an empty one");
   return s;
 }
 

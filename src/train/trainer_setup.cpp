@@ -7,13 +7,16 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "hadatrain/data/cifar.h"
 #include "hadatrain/data/image_folder.h"
+#include "hadatrain/data/mix.h"
 #include "hadatrain/data/mnist.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
 #include "hadatrain/nn/layers.h"
+#include "hadatrain/optim/param_rules.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/train/image_classification.h"
 
@@ -120,6 +123,12 @@ Datasets make_datasets(const TrainerConfig& cfg) {
       HT_FAIL("data.dataset: {} is language-model data; it trains a language model, not model.name {}",
               dataset_name(d.dataset), model_name(cfg.model.name));
   }
+  if (d.resize > 0) {
+    const data::Transform up = data::resize_transform(d.resize, d.resize);
+    train = data::with_transform(train, up);
+    test = data::with_transform(test, up);
+    ds.height = ds.width = d.resize;
+  }
   switch (d.augment) {
     case AugmentKind::none:
       HT_CHECK(d.dataset != DatasetKind::image_folder,
@@ -200,6 +209,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::M
   auto params = optim::make_param_refs(model.named_parameters(), {"pos_embed", "cls_token"});
   if (o.decay_norm_and_bias)
     for (auto& p : params) p.decay = true;
+  const optim::ParamRulesReport rules =
+      optim::apply_param_rules(params, {cfg.train.freeze}, optim::LrMultipliers(o.lr_multipliers));
+  if (rules.frozen_params > 0)
+    spdlog::info("train.freeze: {} parameter(s) ({} elements) frozen, {} ({} elements) train", rules.frozen_params,
+                 rules.frozen_elements, rules.trainable_params, rules.trainable_elements);
+  for (const auto& [name, scale] : rules.scaled) spdlog::info("optim.lr_multipliers: {} learns at {:g} x lr", name, scale);
   auto store = nn::ParameterStore::attach(model, std::move(params));
   if (o.name == OptimKind::sgd)
     return optim::make_sgd(std::move(store),
@@ -261,6 +276,19 @@ data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds,
   o.normalize = make_normalize(cfg.data, ds.channels);
   o.pin_memory = cfg.data.pin_memory && cfg.train.device.is_cuda();  // Note [Pinned batches]
   if (o.pin_memory) o.pin_device = cfg.train.device;
+  if (split == Split::train && cfg.data.mix.enabled()) {
+    const DataSection::Mix& m = cfg.data.mix;
+    const data::MixOptions mo{.mixup_alpha = m.mixup_alpha,
+                              .cutmix_alpha = m.cutmix_alpha,
+                              .prob = m.prob,
+                              .switch_prob = m.switch_prob,
+                              .label_smoothing = m.label_smoothing,
+                              .mode = m.mode == "elem" ? data::MixMode::elem : data::MixMode::batch,
+                              .correct_lam = m.correct_lam,
+                              .num_classes = ds.num_classes,
+                              .seed = cfg.run.seed};
+    o.batch_transform = [mo](data::Batch& b) { data::mix_batch(b, mo); };
+  }
   return o;
 }
 

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,8 @@ enum class DropLast : uint8_t {
   yes,  // only full batches
 };
 
+struct Batch;
+
 struct LoaderOptions {
   int64_t batch_size = 128;
   int num_workers = 2;   // 0: batches are made in the consumer's thread, inside next()
@@ -39,6 +42,10 @@ struct LoaderOptions {
   // in a CPU-only build or without a visible CUDA device. The trainer sets it when training on CUDA.
   bool pin_memory = false;
   Device pin_device = Device::cuda(0);  // with pin_memory: the CUDA device the batches will be copied to
+  // Run on each finished batch in the worker that made it (e.g. Mixup/CutMix, data/mix.h). It must depend
+  // only on the batch (its tensors, indices and position) so that batches stay the same for any worker count
+  // and after a seek.
+  std::function<void(Batch&)> batch_transform;
 };
 
 // Where the loader stands: the next batch next() returns is batch `batch` of epoch `epoch`. This is what a

@@ -5,7 +5,8 @@
 // seed, in a stream that names what it is for:
 //     stream = purpose (bits 63..62) | epoch (bits 61..40) | sample index (bits 39..0)
 // purpose 0 = the augmentations of dataset sample i in epoch e; purpose 1 = the shuffle of epoch e (index 0);
-// purpose 2 = the choice of a text corpus's validation documents (epoch 0, index 0; text_dataset.h).
+// purpose 2 = the choice of a text corpus's validation documents (epoch 0, index 0; text_dataset.h);
+// purpose 3 = the Mixup/CutMix draws of batch b of epoch e (index b; data/mix.h).
 // Draw k of a stream is philox_word(seed, stream, k). A sample's crop and flip therefore depend only on
 // (seed, epoch, dataset index): not on the worker thread that assembles it, the batch it lands in, the
 // number of workers, or what was drawn before - and a run resumed from (epoch, batch) repeats them exactly.
@@ -17,7 +18,7 @@
 
 namespace ht::data {
 
-enum class RngPurpose : uint8_t { augment = 0, shuffle = 1, split = 2 };
+enum class RngPurpose : uint8_t { augment = 0, shuffle = 1, split = 2, mix = 3 };
 
 inline constexpr int64_t kMaxRngEpoch = (int64_t{1} << 22) - 1;
 inline constexpr int64_t kMaxRngIndex = (int64_t{1} << 40) - 1;

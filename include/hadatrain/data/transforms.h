@@ -113,6 +113,9 @@ Transform random_crop_transform(RandomCropParams p);
 Transform random_hflip_transform(float p = 0.5f);
 Transform random_resized_crop_transform(RandomResizedCropParams p);
 Transform resize_shorter_transform(int64_t size, Antialias aa = Antialias::on);
+// Bilinear resize to height x width (antialiased when shrinking), e.g. CIFAR's 32x32 up to a pretrained
+// model's 224x224.
+Transform resize_transform(int64_t height, int64_t width);
 Transform center_crop_transform(int64_t out_h, int64_t out_w);
 
 // The standard recipes: CIFAR train = RandomCrop(32, padding 4) + flip; ImageNet train = RandomResizedCrop

@@ -48,7 +48,8 @@ class Module {
   void eval() { set_mode(Mode::eval); }
   bool is_training() const { return mode_ == Mode::train; }
 
-  // Moves every parameter and buffer (recursive). Parameters stay leaves that require grad.
+  // Moves every parameter and buffer (recursive). Parameters stay leaves; each keeps its requires_grad (a
+  // frozen one stays frozen, optim/param_rules.h).
   void to(Device device);
   // Converts floating parameters (not buffers) to dtype.
   void to(DType dtype);

@@ -29,11 +29,14 @@
 namespace ht::nn {
 
 // One parameter: its full name, its module slot (the master copy: a leaf whose .grad() is read and which
-// the optimiser updates in place) and whether weight decay applies to it.
+// the optimiser updates in place), whether weight decay applies to it and the factor its learning rate is
+// multiplied by (optim.lr_multipliers). A frozen parameter is a slot that does not require grad: it gets no
+// gradient, so the optimiser never steps it and never creates state for it (optim/param_rules.h).
 struct ParamRef {
   std::string name;
   Tensor* param = nullptr;
   bool decay = true;
+  double lr_scale = 1.0;
 };
 
 // The default weight-decay selection: parameters with 2+ dims (weights) decay; 1-dim ones (biases, norm

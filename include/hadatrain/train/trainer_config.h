@@ -41,6 +41,16 @@ struct DataSection {
   std::vector<double> normalize_mean, normalize_std;  // per channel (one value = all channels)
   // dataset text | chat: language-model data (data/text_data.h); the image keys above do not apply.
   data::TextDataOptions text;
+  // Bilinear resize of every image (train and test) to resize x resize before the augmentation, e.g. CIFAR at
+  // 224 for a model pretrained on ImageNet (0 = keep the dataset's size).
+  int64_t resize = 0;
+  // Mixup / CutMix on training batches with soft-target cross-entropy (data/mix.h); off unless an alpha > 0.
+  struct Mix {
+    double mixup_alpha = 0.0, cutmix_alpha = 0.0, prob = 1.0, switch_prob = 0.5, label_smoothing = 0.1;
+    std::string mode = "batch";  // batch | elem
+    bool correct_lam = true;
+    bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0; }
+  } mix;
 };
 
 enum class ModelKind { mlp, resnet18, resnet34, resnet50, vit };
@@ -48,6 +58,10 @@ enum class ModelKind { mlp, resnet18, resnet34, resnet50, vit };
 struct ModelSection {
   ModelKind name = ModelKind::mlp;
   int64_t num_classes = 0;  // 0: from the dataset
+  // Pretrained weights (train/init_from.h): a timm/torchvision safetensors file, a folder holding
+  // model.safetensors (one of our checkpoints, or a model hub download), or "" to start from scratch.
+  std::string init_from;
+  std::vector<std::string> init_from_reset;  // tensors (glob patterns) not loaded from init_from, e.g. "fc.*"
   // mlp
   std::vector<int64_t> hidden{256, 128};
   std::string activation = "relu";
@@ -74,6 +88,9 @@ struct OptimSection {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   bool decay_norm_and_bias = false;  // weight decay also on 1-D parameters (biases, norm scales)
   double clip_grad_norm = 0.0;       // 0 = no clipping
+  // (pattern, multiplier): the first pattern matching a parameter's name scales its learning rate
+  // (optim/param_rules.h); a YAML map in document order.
+  std::vector<std::pair<std::string, double>> lr_multipliers;
 };
 
 enum class ScheduleName { constant, step, multistep, cosine };
@@ -103,6 +120,9 @@ struct TrainSection {
   // Record the training step into a CUDA graph and replay it (cuda/graph.h): "auto" (on CUDA; steps run
   // eagerly when a step cannot be recorded), "true" (a refused recording is an error), "false".
   std::string cuda_graph = "auto";
+  // Parameters that do not train, by name pattern; the last matching pattern decides and "!pattern" undoes
+  // a freeze: ["*", "!layer4.*", "!fc.*"] trains layer4 and fc only (optim/param_rules.h).
+  std::vector<std::string> freeze;
 };
 
 struct CheckpointSection {

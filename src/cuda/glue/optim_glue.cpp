@@ -64,7 +64,7 @@ void sgd(const std::vector<SgdItem>& items, const DeviceHyper& hyper) {
     keep.push_back(g);
     groups[{it.p.device().index, it.p.dtype()}].push_back(
         {{it.p.data_ptr(), g.data_ptr(), it.buf.defined() ? it.buf.data_ptr() : nullptr, it.p.numel(),
-          it.weight_decay, it.first ? 1 : 0, 0},
+          it.weight_decay, it.first ? 1 : 0, 0, it.lr_scale},
          it.p.numel()});
   }
   run_groups(groups, hyper,
@@ -82,7 +82,8 @@ void adamw(const std::vector<AdamWItem>& items, const DeviceHyper& hyper) {
     check_item("AdamW", it.p, g);
     keep.push_back(g);
     groups[{it.p.device().index, it.p.dtype()}].push_back(
-        {{it.p.data_ptr(), g.data_ptr(), it.m.data_ptr(), it.v.data_ptr(), it.p.numel(), it.weight_decay},
+        {{it.p.data_ptr(), g.data_ptr(), it.m.data_ptr(), it.v.data_ptr(), it.p.numel(), it.weight_decay,
+          it.lr_scale},
          it.p.numel()});
   }
   run_groups(groups, hyper,

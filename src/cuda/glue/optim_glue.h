@@ -17,10 +17,12 @@ struct SgdItem {
   Tensor p, g, buf;  // buf undefined without momentum
   double weight_decay;
   bool first;
+  double lr_scale;  // the parameter's learning-rate factor (ParamRef::lr_scale)
 };
 struct AdamWItem {
   Tensor p, g, m, v;
   double weight_decay;  // 0 for parameters without decay
+  double lr_scale;      // the parameter's learning-rate factor (ParamRef::lr_scale)
 };
 
 // The hyper-parameters of the current step on each device (one 64-byte buffer per device, kept for the

@@ -22,6 +22,7 @@ __global__ void sgd_step_kernel(const __grid_constant__ OptimBatch<SgdTensor> te
   const T* g = static_cast<const T*>(d.g);
   T* buf = static_cast<T*>(d.buf);
   const double one_minus_damp = 1.0 - h.dampening;
+  const double lr = mul(h.lr, d.lr_scale);  // the CPU's lr * lr_scale
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < d.n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const double pk = static_cast<double>(p[k]);
@@ -31,7 +32,7 @@ __global__ void sgd_step_kernel(const __grid_constant__ OptimBatch<SgdTensor> te
       buf[k] = static_cast<T>(b);
       step = h.nesterov ? add(step, mul(h.momentum, b)) : b;
     }
-    p[k] = static_cast<T>(sub(pk, mul(h.lr, step)));
+    p[k] = static_cast<T>(sub(pk, mul(lr, step)));
   }
 }
 
@@ -39,7 +40,8 @@ template <class T>
 __global__ void adamw_step_kernel(const __grid_constant__ OptimBatch<AdamWTensor> tensors, const AdamWHyper* hp) {
   const AdamWTensor& d = tensors.t[blockIdx.y];
   const AdamWHyper h = *hp;
-  const double decay = sub(1.0, mul(h.lr, d.weight_decay));  // the CPU's 1 - lr * wd (exactly 1 when wd = 0)
+  const double lr = mul(h.lr, d.lr_scale);                 // the CPU's lr * lr_scale
+  const double decay = sub(1.0, mul(lr, d.weight_decay));  // the CPU's 1 - lr * wd (exactly 1 when wd = 0)
   T* p = static_cast<T*>(d.p);
   const T* g = static_cast<const T*>(d.g);
   T* m = static_cast<T*>(d.m);
@@ -53,7 +55,7 @@ __global__ void adamw_step_kernel(const __grid_constant__ OptimBatch<AdamWTensor
     m[k] = static_cast<T>(mk);
     v[k] = static_cast<T>(vk);
     const double denom = add(__dsqrt_rn(div(vk, h.bc2)), h.eps);
-    p[k] = static_cast<T>(sub(mul(static_cast<double>(p[k]), decay), div(mul(h.lr, div(mk, h.bc1)), denom)));
+    p[k] = static_cast<T>(sub(mul(static_cast<double>(p[k]), decay), div(mul(lr, div(mk, h.bc1)), denom)));
   }
 }
 

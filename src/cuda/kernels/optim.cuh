@@ -26,13 +26,14 @@ struct SgdTensor {
   double weight_decay;  // coupled: g + wd * p (0 for parameters without decay)
   int32_t first;        // 1 on the buffer's first step: buf = g
   int32_t pad_;
+  double lr_scale;  // this parameter's learning rate is lr * lr_scale (optim.lr_multipliers)
 };
 struct SgdHyper {
   double lr, momentum, dampening;
   int32_t nesterov;
 };
 
-// Descriptors per launch: 64 x 48 bytes keeps the kernel argument under the classic 4 KiB limit.
+// Descriptors per launch: 64 x 56 bytes keeps the kernel argument under the classic 4 KiB limit.
 inline constexpr int kOptimBatch = 64;
 template <class D>
 struct OptimBatch {
@@ -50,6 +51,7 @@ struct AdamWTensor {
   void* v;
   int64_t n;
   double weight_decay;  // decoupled: p *= 1 - lr * weight_decay (0 for parameters without decay)
+  double lr_scale;      // this parameter's learning rate is lr * lr_scale (optim.lr_multipliers)
 };
 struct AdamWHyper {
   double lr, beta1, beta2, eps;
