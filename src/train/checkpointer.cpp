@@ -87,6 +87,10 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   st.step = s.at("step").get<int64_t>();
   st.position = {s.at("epoch").get<int64_t>(), s.at("batch").get<int64_t>()};
   st.best_score = s.at("best_" + o_.score_name).get<double>();
+  if (s.contains("epoch_loss_sum") && s.contains("epoch_loss_steps")) {
+    st.epoch_loss = s.at("epoch_loss_sum").get<double>();
+    st.epoch_steps = s.at("epoch_loss_steps").get<int64_t>();
+  }
   const auto dropout_stream = s.at("dropout_stream").get<uint64_t>();
   load_optimizer_state(*parts_.optimizer, *ck, s.at("optimizer_steps").get<int64_t>());
   parts_.dropout_gen->set_state(dropout_stream);
@@ -96,32 +100,49 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   return st;
 }
 
+std::string Checkpointer::last_good_checkpoint() const {
+  const std::optional<int64_t> last = io::latest_checkpoint_step(o_.dir);
+  return last ? fmt::format("the last good checkpoint is {}", io::checkpoint_dir(o_.dir, *last).string())
+              : fmt::format("no checkpoint was written in {}", o_.dir.string());
+}
+
 fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   io::CheckpointData d;
   d.step = st.step;
   d.model = model_tensors(*parts_.optimizer);
   // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
-  if (const std::string bad = first_non_finite(d.model); !bad.empty()) {
-    const std::optional<int64_t> last = io::latest_checkpoint_step(o_.dir);
+  if (const std::string bad = first_non_finite(d.model); !bad.empty())
     throw Error(fmt::format("the checkpoint of step {} was not written: the model's tensor {} (training diverged; "
-                            "lower optim.lr){}",
-                            st.step, bad,
-                            last ? fmt::format("; the last good checkpoint is {}", io::checkpoint_dir(o_.dir, *last).string())
-                                 : ""));
-  }
+                            "lower optim.lr); {}",
+                            st.step, bad, last_good_checkpoint()));
   d.optimizer = optimizer_tensors(*parts_.optimizer);
+  d.model_metadata = o_.model_metadata;
   d.state = {{"step", st.step},
              {"epoch", st.position.epoch},
              {"batch", st.position.batch},
              {"best_" + o_.score_name, st.best_score},
+             {"epoch_loss_sum", st.epoch_loss},
+             {"epoch_loss_steps", st.epoch_steps},
              {"dropout_stream", parts_.dropout_gen->state()},
              {"optimizer", parts_.optimizer->name()},
              {"optimizer_steps", parts_.optimizer->steps()},
              {"run", o_.run_name},
              {"seed", o_.seed}};
   const bool mark = best == io::MarkBest::yes && o_.keep_best;
-  const fs::path dir = io::save_checkpoint(o_.dir, d,
-                                           {.keep_last = o_.keep_last, .best = mark ? io::MarkBest::yes : io::MarkBest::no});
+  fs::path dir;
+  try {
+    dir = io::save_checkpoint(o_.dir, d, {.keep_last = o_.keep_last, .best = mark ? io::MarkBest::yes : io::MarkBest::no});
+  } catch (const Error& e) {
+    // io::save_checkpoint removed what it had begun and left `latest` and every earlier checkpoint as they were.
+    const std::string what = fmt::format("the checkpoint of step {} could not be written: {}; {}", st.step, e.what(),
+                                         last_good_checkpoint());
+    if (!o_.continue_on_save_failure)
+      throw Error(fmt::format("{}. Training stopped (checkpoint.on_save_failure is stop): free space or fix {} and "
+                              "resume with --resume, or set checkpoint.on_save_failure=continue to train on when a save fails",
+                              what, o_.dir.string()));
+    spdlog::warn("{}; training goes on (checkpoint.on_save_failure is continue)", what);
+    return {};
+  }
   spdlog::info("checkpoint written: {}", dir.string());
   return dir;
 }

@@ -22,6 +22,10 @@ struct RunState {
   int64_t step = 0;               // optimiser steps done
   data::LoaderPosition position;  // where the training loader continues
   double best_score = 0.0;        // the best evaluation score so far (Task::initial_score before any)
+  // The epoch in progress (position.epoch) up to position.batch: the sum of its steps' losses and their
+  // number, so that an epoch split by a resume reports the train_loss of all its steps.
+  double epoch_loss = 0.0;
+  int64_t epoch_steps = 0;
 };
 
 // The objects whose state a checkpoint holds; they outlive the Checkpointer.
@@ -38,6 +42,10 @@ struct CheckpointerOptions {
   std::string run_name;       // recorded in the state
   uint64_t seed = 0;          // run.seed, recorded in the state
   std::string score_name;     // Task::score_name; the state key is "best_<score_name>"
+  io::Metadata model_metadata;  // extra model.safetensors metadata (a language model's config, its tokenizer)
+  // checkpoint.on_save_failure: a save that fails (disk full, I/O error) stops the run (false) or is
+  // logged as a warning and training goes on (true).
+  bool continue_on_save_failure = false;
 };
 
 class Checkpointer {
@@ -52,9 +60,14 @@ class Checkpointer {
   // Writes the parts' state with `state` as step_<state.step>, points `latest` at it (and `best` with
   // MarkBest::yes when keep_best is set), prunes to keep_last and logs the directory. Throws ht::Error naming
   // the step and the first non-finite model tensor, writing nothing, when the model holds a NaN or infinity.
+  // A save that fails (an I/O error: io::save_checkpoint leaves every earlier checkpoint as it was) throws
+  // ht::Error naming the step, the cause and the last good checkpoint, or with continue_on_save_failure logs
+  // that as a warning and returns an empty path.
   std::filesystem::path save(const RunState& state, io::MarkBest best);
 
   const std::filesystem::path& dir() const { return o_.dir; }
+  // "the last good checkpoint is DIR", or that there is none yet in dir().
+  std::string last_good_checkpoint() const;
   // The directory resume() loaded ("" before a resume).
   const std::filesystem::path& resumed_from() const { return resumed_from_; }
 

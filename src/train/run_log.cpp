@@ -7,9 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "hadatrain/io/atomic_file.h"
 
 #ifdef HADATRAIN_CUDA
 #include "hadatrain/cuda/caching_allocator.h"
@@ -42,14 +48,70 @@ std::string duration_text(double seconds) {
   return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
 }
 
+// Note [Metrics after a resume]
+// A resumed run continues metrics.jsonl, which may hold what the checkpoint does not: records of steps after
+// the checkpoint (the interrupted process logged them before it was killed; the resumed run logs those steps
+// again) and, after a kill or a full disk in the middle of a write, a cut-off last line. Before appending, the
+// file is rewritten (atomically) with the whole records the resumed run will not write again: train records
+// up to the checkpoint's step, and eval records before it, or at it unless the resumed run evaluates there
+// again. Lines that are not JSON objects (the cut-off line) are dropped with a warning naming the line. So
+// after any fault and a resume the file is valid JSONL and logs each step once.
+void trim_metrics_for_resume(const std::string& path, int64_t step, bool evaluates_at_step) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  std::string kept;
+  int64_t dropped_later = 0, line_no = 0;
+  std::size_t pos = 0;
+  while (pos < all.size()) {
+    const std::size_t end = all.find('\n', pos);
+    const bool whole = end != std::string::npos;
+    const std::string line = all.substr(pos, whole ? end - pos : std::string::npos);
+    pos = whole ? end + 1 : all.size();
+    ++line_no;
+    if (line.empty()) continue;
+    const nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!whole || !rec.is_object()) {
+      spdlog::warn("{}:{}: removed a {} record (the previous process stopped while writing it)", path, line_no,
+                   whole ? "damaged" : "cut-off");
+      continue;
+    }
+    const auto s = rec.find("step");
+    const auto type = rec.find("type");
+    if (s != rec.end() && s->is_number_integer() && type != rec.end() && type->is_string()) {
+      const int64_t at = s->get<int64_t>();
+      const bool later = *type == "eval" ? (at > step || (at == step && evaluates_at_step)) : at > step;
+      if (later) {
+        ++dropped_later;
+        continue;
+      }
+    }
+    kept += line;
+    kept += '\n';
+  }
+  if (dropped_later > 0)
+    spdlog::info("{}: removed {} record(s) after the checkpoint's step {}; the resumed run logs those steps again",
+                 path, dropped_later, step);
+  if (kept.size() != all.size()) io::write_file_atomic(path, kept);
+}
+
+const std::string& prepared_metrics_path(const RunLogOptions& o) {
+  if (o.mode == MetricsMode::append) trim_metrics_for_resume(o.metrics_path, o.resume_step, o.evaluates_at_resume_step);
+  return o.metrics_path;
+}
+
 }  // namespace
 
 RunLog::RunLog(RunLogOptions o)
-    : o_(std::move(o)), metrics_(o_.metrics_path, o_.mode), tty_(isatty(STDOUT_FILENO) == 1), last_draw_(Clock::now()) {}
+    : o_(std::move(o)), metrics_(prepared_metrics_path(o_), o_.mode), tty_(isatty(STDOUT_FILENO) == 1), last_draw_(Clock::now()) {}
 
 void RunLog::train(const TrainWindow& w) {
-  spdlog::info("epoch {}/{} step {} ({}/{}) loss {:.4f} lr {:.4g} {:.0f} {}/s data_wait {:.2f}", w.epoch + 1, o_.epochs,
-               w.step, w.batch, o_.steps_per_epoch, w.loss, w.lr, w.throughput, o_.unit, w.data_wait);
+  spdlog::info("epoch {}/{} step {} ({}/{}) loss {:.4f} lr {:.4g} {:.0f} {}/s data_wait {:.2f}{}", w.epoch + 1,
+               o_.epochs, w.step, w.batch, o_.steps_per_epoch, w.loss, w.lr, w.throughput, o_.unit, w.data_wait,
+               w.mfu ? fmt::format(" mfu {:.3f}", *w.mfu) : "");
   MetricsRecord rec("train");
   rec.add("step", w.step).add("epoch", w.epoch + 1).add("loss", w.loss).add("lr", w.lr);
   rec.add(o_.unit + "_per_s", w.throughput);
@@ -57,6 +119,7 @@ void RunLog::train(const TrainWindow& w) {
   rec.add("host_peak_mb", peak_host_mb());
   if (const double gpu = peak_gpu_mb(o_.device); gpu >= 0) rec.add("gpu_peak_mb", gpu);
   if (w.grad_norm) rec.add("grad_norm", *w.grad_norm);
+  if (w.mfu) rec.add("mfu", *w.mfu);
   metrics_.write(rec);
 }
 

@@ -16,6 +16,11 @@ namespace ht::train {
 struct RunLogOptions {
   std::string metrics_path;   // <out_dir>/metrics.jsonl
   MetricsMode mode = MetricsMode::truncate;  // append when resuming
+  // Resuming (mode append): the checkpoint's step, and whether the resumed run evaluates at that step again
+  // (its checkpoint was written at an epoch's last batch before the epoch's evaluation). See
+  // Note [Metrics after a resume] in run_log.cpp.
+  int64_t resume_step = 0;
+  bool evaluates_at_resume_step = false;
   std::string unit = "img";   // Task::unit: the throughput is logged as "<unit>/s" and "<unit>_per_s"
   Device device = Device::cpu();  // CUDA: records carry the peak GPU memory
   int64_t epochs = 0;
@@ -33,6 +38,7 @@ struct TrainWindow {
   double throughput = 0.0;    // units per second over the window
   double data_wait = 0.0;     // share of the window spent waiting for batches
   std::optional<double> grad_norm;  // with optim.clip_grad_norm
+  std::optional<double> mfu;        // model FLOPs utilisation, for tasks that count their FLOPs (on CUDA)
 };
 
 class RunLog {

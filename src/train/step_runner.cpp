@@ -1,6 +1,8 @@
 // The step runner (step_runner.h): eager steps, and the step recorded into a CUDA graph and replayed.
 #include "step_runner.h"
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include <spdlog/spdlog.h>
@@ -15,6 +17,44 @@
 #include "hadatrain/tensor/factory.h"
 
 namespace ht::train {
+namespace {
+
+// Rows [start, start + rows) of every tensor of `b` (views).
+data::Batch rows_of(const data::Batch& b, int64_t start, int64_t rows) {
+  data::Batch out;
+  out.position = b.position;
+  for (const auto& [key, t] : b.tensors) out.set(key, narrow(t, 0, start, rows));
+  if (!b.indices.empty())
+    out.indices.assign(b.indices.begin() + start, b.indices.begin() + start + rows);
+  return out;
+}
+
+}  // namespace
+
+std::vector<MicroBatch> plan_micro_batches(const Task& task, const data::Batch& batch, int64_t grad_accum_steps) {
+  HT_ASSERT(grad_accum_steps >= 1, "grad_accum_steps {} < 1", grad_accum_steps);
+  const int64_t b = batch.size();
+  const int64_t k = std::min(grad_accum_steps, std::max<int64_t>(b, 1));
+  std::vector<MicroBatch> plan;
+  double total = 0.0;
+  int64_t start = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t rows = b / k + (i < b % k ? 1 : 0);
+    const double w = task.loss_weight(rows_of(batch, start, rows));
+    plan.push_back({start, rows, w});
+    total += w;
+    start += rows;
+  }
+  HT_CHECK(total > 0, "{}: batch {} of epoch {} has nothing the loss counts (every label is ignored)", task.name(),
+           batch.position.batch + 1, batch.position.epoch + 1);
+  std::vector<MicroBatch> kept;
+  for (MicroBatch m : plan) {
+    if (m.scale == 0.0) continue;
+    m.scale /= total;
+    kept.push_back(m);
+  }
+  return kept;
+}
 
 GraphMode graph_mode_from_name(const std::string& name) {
   if (name == "false") return GraphMode::off;
@@ -49,7 +89,10 @@ StepRunner::StepRunner(StepStream& stream, Device device, GraphMode mode, const 
   HT_ASSERT(p_.model && p_.optimizer && p_.task && p_.dropout_gen, "StepRunner: a part is missing");
   loss_zero_ = zeros({}, {DType::f64, device});
   unread_loss_ = zeros({}, {DType::f64, device});
+  finite_steps_ = zeros({}, {DType::f64, device});
   last_grad_norm_ = zeros({}, {DType::f64, device});
+  HT_CHECK(p_.grad_accum_steps >= 1, "train.grad_accum_steps must be at least 1, got {}", p_.grad_accum_steps);
+  if (p_.grad_accum_steps > 1) scales_ = zeros({p_.grad_accum_steps}, {DType::f64, device});
 }
 
 StepRunner::~StepRunner() = default;
@@ -68,27 +111,61 @@ void StepRunner::clip_gradients() {
 // The step's device work on a batch already on the device (the optimiser's begin_step is the caller's):
 // eager steps and the recorded graph run the same code.
 void StepRunner::device_step(const data::Batch& on_device) {
-  const Tensor loss = p_.task->loss(*p_.model, on_device);
-  loss.backward();
+  Tensor step_loss;  // the step's (weighted) loss, without history
+  if (plan_.empty()) {
+    const Tensor loss = p_.task->loss(*p_.model, on_device);
+    loss.backward();
+    step_loss = loss.detach();
+  } else {
+    // Note [Gradient accumulation steps]: each micro-batch's graph is freed by its backward before the next
+    // forward, so only one micro-batch's activations are alive at a time.
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const Tensor loss = micro_step_loss(on_device, i);
+      loss.backward();
+      step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
+    }
+  }
+  if (p_.after_backward) step_loss = p_.after_backward(step_loss);
   clip_gradients();
   p_.optimizer->apply();
-  add_(unread_loss_, loss.detach().to(DType::f64));
+  add_(unread_loss_, step_loss.to(DType::f64));
+  // sum * 0 is 0 while the sum is finite and NaN once a loss was NaN or infinite (which the sum keeps).
+  add_(finite_steps_, eq(mul(unread_loss_, 0.0), 0.0).to(DType::f64));
+}
+
+// Micro-batch i's loss times its scale (read on the device from scales_).
+Tensor StepRunner::micro_step_loss(const data::Batch& on_device, std::size_t i) {
+  const MicroBatch& m = plan_[i];
+  const Tensor loss = p_.task->loss(*p_.model, rows_of(on_device, m.start, m.rows));
+  return mul(loss, select(scales_, 0, static_cast<int64_t>(i)).to(loss.dtype()));
 }
 
 void StepRunner::run(const data::Batch& batch, double lr, int64_t step) {
   p_.task->check_batch(batch);
+  plan_.clear();
+  if (p_.grad_accum_steps > 1) {
+    plan_ = plan_micro_batches(*p_.task, batch, p_.grad_accum_steps);
+    std::vector<double> scales(static_cast<std::size_t>(p_.grad_accum_steps), 0.0);
+    for (std::size_t i = 0; i < plan_.size(); ++i) scales[i] = plan_[i].scale;
+    copy_(scales_, from_vector(scales, {p_.grad_accum_steps}, {DType::f64}));
+  }
   if (run_graphed(batch, lr, step)) return;
   p_.optimizer->zero_grad();
   p_.optimizer->begin_step(lr);
   device_step(batch.to(device_));
 }
 
-double StepRunner::take_loss_sum() {
-  const double v = unread_loss_.item();
+LossSum StepRunner::take_loss_sum() {
+  LossSum out;
+  out.sum = unread_loss_.item();
+  out.finite_steps = static_cast<int64_t>(finite_steps_.item());
   p_.task->check_deferred(device_);
   copy_(unread_loss_, loss_zero_);
-  return v;
+  copy_(finite_steps_, loss_zero_);
+  return out;
 }
+
+bool StepRunner::saw_non_finite_loss() const { return !device_.is_cuda() && !std::isfinite(unread_loss_.item()); }
 
 double StepRunner::grad_norm() const { return last_grad_norm_.item(); }
 
@@ -101,6 +178,9 @@ bool StepRunner::run_graphed(const data::Batch& batch, double lr, int64_t step) 
 #ifdef HADATRAIN_CUDA
   constexpr int kGraphWarmup = 3;  // eager steps first: algorithm choice, optimiser state, workspaces
   if (!stream_.graph_ || graph_off_) return false;
+  // A recorded step runs every micro-batch; a step that leaves one out (all its labels ignored) runs eagerly.
+  if (p_.grad_accum_steps > 1 && static_cast<int64_t>(plan_.size()) != std::min(p_.grad_accum_steps, p_.batch_size))
+    return false;
   cuda::StepGraph& graph = stream_.graph_->graph;
   if (staged_.tensors.empty() && batch.size() == p_.batch_size) {  // a full batch (not a resumed tail)
     for (const auto& [key, t] : batch.tensors) staged_.set(key, empty(t.shape(), {t.dtype(), device_}));

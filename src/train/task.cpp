@@ -49,10 +49,15 @@ void Task::check_batch(const data::Batch& batch) const {
 }
 
 EvalResult evaluate(nn::Module& model, const Task& task, data::DataLoader& loader, Device device) {
+  return evaluate(model, task, [&] { return loader.next(); }, device);
+}
+
+EvalResult evaluate(nn::Module& model, const Task& task, const std::function<std::optional<data::Batch>()>& next_batch,
+                    Device device) {
   NoGradGuard no_grad;
   model.eval();
   const std::unique_ptr<Evaluator> ev = task.evaluator();
-  while (const auto batch = loader.next()) {
+  while (const auto batch = next_batch()) {
     task.check_batch(*batch);
     ev->add(model, batch->to(device));
   }

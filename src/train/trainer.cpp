@@ -25,7 +25,10 @@
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/train/init_from.h"
 #include "hadatrain/train/task.h"
+#include "batch_source.h"
+#include "causal_lm_setup.h"
 #include "checkpointer.h"
+#include "distributed.h"
 #include "run_log.h"
 #include "step_runner.h"
 #include "trainer_setup.h"
@@ -94,34 +97,39 @@ void warn_if_replacing_a_run(const fs::path& out_dir, const fs::path& checkpoint
 
 }  // namespace
 
-TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, const std::atomic<int>* stop_request) {
+TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume, const std::atomic<int>* stop_request) {
+  // dist.mode ddp (docs/distributed.md): joins the other ranks; cfg is this rank's view (rank_config).
+  const std::unique_ptr<DistributedRun> dist_run = DistributedRun::start(run_cfg);
+  const TrainerConfig cfg = rank_config(run_cfg, dist_run.get());
   check_device(cfg.train.device);
   const Device device = cfg.train.device;
   const DType dtype = compute_dtype(cfg);
 
   const Datasets ds = make_datasets(cfg);
-  const GraphMode graph_mode = graph_mode_from_name(cfg.train.cuda_graph);
+  // A data-parallel step is not recorded into a CUDA graph (its collectives run on the communicator's stream).
+  const GraphMode graph_mode = dist_run ? GraphMode::off : graph_mode_from_name(cfg.train.cuda_graph);
   // Before the model and optimiser: the step stream must outlive the tensors allocated on it.
   StepStream step_stream(device, graph_mode);
   Generator init_gen(cfg.run.seed);
   auto dropout_gen = std::make_shared<Generator>(cfg.run.seed ^ 0xD50F'0000'0000'0000ull);
   auto model = make_model(cfg, ds, init_gen, dropout_gen);
   // Pretrained weights only for a new run: a resumed one loads its checkpoint's weights instead.
-  if (!cfg.model.init_from.empty() && resume.kind == ResumeFrom::Kind::none)
-    for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines())
-      spdlog::info("{}", line);
+  // (A llama loads model.init_from itself, when it is built: its architecture comes from there.)
+  if (!cfg.model.init_from.empty() && resume.kind == ResumeFrom::Kind::none && cfg.model.name != ModelKind::llama)
+    for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines()) spdlog::info("{}", line);
   model->to(cfg.train.dtype);
   model->to(device);
   auto optimizer = make_optimizer(cfg, *model);
+  if (dist_run) dist_run->attach(optimizer->store());  // every rank starts from rank 0's weights
   auto clock = std::make_shared<grad::StepClock>();  // Note [Pipeline noise]: the step keys stochastic rounding
   const std::vector<nn::BoundLayer> bound = nn::bind_pipelines(*model, cfg.grad_pipeline, clock);
   log_pipelines(bound);
   // CUDA: the quantisers read the step from the device (recordable steps); a run without noise writes nothing.
   if (nn::any_draws_noise(bound)) clock->keep_on_device(device);
-  const std::unique_ptr<Task> task = make_task(cfg);
+  const std::unique_ptr<Task> task = make_task(cfg, *model);
 
-  data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
-  const data::LoaderOptions eval_opts = loader_options(cfg, ds, Split::test);
+  const std::unique_ptr<BatchSource> train_batches = make_loader(cfg, ds, Split::train);
+  BatchSource& loader = *train_batches;
   const int64_t spe = loader.batches_per_epoch();
   const optim::ScheduleConfig schedule = make_schedule(cfg, spe);
 
@@ -130,7 +138,9 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
                              .keep_best = cfg.checkpoint.keep_best,
                              .run_name = cfg.run.name,
                              .seed = cfg.run.seed,
-                             .score_name = task->score_name()},
+                             .score_name = task->score_name(),
+                             .model_metadata = lm_checkpoint_metadata(cfg, *model),
+                             .continue_on_save_failure = cfg.checkpoint.continue_on_save_failure},
                             {.model = model.get(), .optimizer = optimizer.get(), .dropout_gen = dropout_gen.get()});
   RunState st;
   st.best_score = task->initial_score();
@@ -149,8 +159,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     spdlog::info("the checkpoint {} is at step {}, the end of this run (train.epochs {}, train.max_steps {}): "
                  "nothing to train; evaluating its weights",
                  checkpointer.resumed_from().string(), st.step, cfg.train.epochs, cfg.train.max_steps);
-    data::DataLoader eval_loader(ds.test, eval_opts);
-    result.last_eval = evaluate(*model, *task, eval_loader, device);
+    const std::unique_ptr<BatchSource> eval_loader = make_loader(cfg, ds, Split::test);
+    result.last_eval = evaluate(*model, *task, *eval_loader, device);
     result.steps = st.step;
     result.already_complete = true;
     result.checkpoint = checkpointer.resumed_from().string();
@@ -170,6 +180,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
                                     cfg.run.name, cfg.source, cfg.resolved_yaml));
   RunLog run_log({.metrics_path = (fs::path(cfg.run.out_dir) / "metrics.jsonl").string(),
               .mode = resumed ? MetricsMode::append : MetricsMode::truncate,
+              .resume_step = st.step,
+              .evaluates_at_resume_step = resumed && st.position.batch == spe,
               .unit = task->unit(),
               .device = device,
               .epochs = cfg.train.epochs,
@@ -178,9 +190,7 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
 
   spdlog::info("run {}: {} on {} ({} forward), writing {}", cfg.run.name, model_name(cfg.model.name), to_string(device),
                dtype_name(dtype), cfg.run.out_dir);
-  spdlog::info("data: {} ({} train / {} test samples, {} classes), batch {}, {} steps per epoch",
-               dataset_name(cfg.data.dataset), ds.train->size(), ds.test->size(), ds.num_classes, cfg.data.batch_size,
-               spe);
+  spdlog::info("data: {}, batch {}, {} steps per epoch", describe_data(cfg, ds), cfg.data.batch_size, spe);
   spdlog::info("model: {} parameters; optim {} lr {:g}", model->num_parameters(), optimizer->name(), cfg.optim.lr);
 
 #ifdef HADATRAIN_CUDA
@@ -194,11 +204,21 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
                      .task = task.get(),
                      .dropout_gen = dropout_gen.get(),
                      .clip_grad_norm = cfg.optim.clip_grad_norm,
-                     .batch_size = cfg.data.batch_size});
+                     .batch_size = cfg.data.batch_size,
+                     .grad_accum_steps = cfg.train.grad_accum_steps,
+                     .after_backward = dist_run ? [&](const Tensor& loss) { return dist_run->after_backward(loss); }
+                                                : std::function<Tensor(const Tensor&)>()});
   int64_t saved_step = -1;  // the step of the last checkpoint this process wrote
-  auto save = [&](io::MarkBest best) {
+  // `epoch_end_done`: the epoch's evaluation is done, so a resume starts at the next epoch (a run stopped by
+  // train.max_steps at an epoch's last batch does not evaluate that epoch again when resumed).
+  auto save = [&](io::MarkBest best, bool epoch_end_done = false) {
     st.position = loader.position();
-    result.checkpoint = checkpointer.save(st, best).string();
+    if (epoch_end_done && st.position.batch == spe) st.position = {st.position.epoch + 1, 0};
+    RunState saved = st;
+    if (saved.position.batch == 0) saved.epoch_loss = 0.0, saved.epoch_steps = 0;  // a new epoch: nothing of it ran
+    const std::filesystem::path dir = checkpointer.save(saved, best);
+    if (dir.empty()) return;  // checkpoint.on_save_failure=continue: the failure was logged
+    result.checkpoint = dir.string();
     saved_step = st.step;
   };
   bool stop = false;
@@ -207,7 +227,9 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
   for (int64_t epoch = loader.position().epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
     auto window_start = epoch_start;
-    double window_loss = 0.0, epoch_loss = 0.0;
+    double window_loss = 0.0;
+    // The epoch's loss sum and step count live in st (a checkpoint keeps them); a resumed epoch continues them.
+    if (loader.position().batch == 0) st.epoch_loss = 0.0, st.epoch_steps = 0;
     // Note [Deferred loss reads]: reading a step's loss (item()) synchronises the device, so the host could
     // not issue step k+1 while the GPU runs step k. The losses are summed on the device in f64 (the same
     // sequential f64 sum as on the host, so logged values are unchanged) and read only where they are
@@ -215,20 +237,22 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     int64_t unread_steps = 0;  // steps whose loss the runner has not handed over yet
     auto read_losses = [&] {
       if (unread_steps == 0) return;
-      const double v = runner.take_loss_sum();
+      const LossSum losses = runner.take_loss_sum();
+      const double v = losses.sum;
       if (!std::isfinite(v)) {
-        const int64_t first = st.step - unread_steps + 1;
-        const std::string steps =
-            first == st.step ? fmt::format("at step {}", st.step) : fmt::format("between steps {} and {}", first, st.step);
-        throw Error(fmt::format("training diverged {} (epoch {}): the loss is {}; lower optim.lr", steps, epoch + 1,
-                                std::isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity"));
+        // The runner counts the finite steps before the first non-finite loss on the device (no read per step).
+        const int64_t bad = st.step - unread_steps + 1 + losses.finite_steps;
+        throw Error(fmt::format("training diverged at step {} (epoch {}): the loss is {}; training stopped and no "
+                                "checkpoint of step {} or later was written ({}); lower optim.lr",
+                                bad, epoch + 1, std::isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity",
+                                bad, checkpointing ? checkpointer.last_good_checkpoint() : "checkpointing is off"));
       }
       window_loss += v;
-      epoch_loss += v;
+      st.epoch_loss += v;
       unread_steps = 0;
     };
     double window_wait = 0.0;  // seconds of this logging window spent waiting in loader.next() (data_wait)
-    int64_t window_steps = 0, window_units = 0, epoch_steps = 0;
+    int64_t window_steps = 0, window_units = 0;
     auto timed_next = [&] {
       const auto t0 = Clock::now();
       auto b = loader.next();
@@ -238,14 +262,16 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     while (const auto batch = timed_next()) {
       const double lr = optim::learning_rate(schedule, st.step);
       clock->set(st.step);  // before the step's device work, on the run's stream
-      runner.run(*batch, lr, st.step);
+      runner.run(dist_run ? dist_run->slice(*batch, *task) : *batch, lr, st.step);
       ++st.step;
       if (st.step == first_step + 1) {
         nn::log_fallbacks(bound);  // the layers whose pipeline fell back, now that their shapes are known
         log_pipeline_memory(bound);
       }
-      ++epoch_steps;
+      ++st.epoch_steps;
       ++unread_steps;
+      // On the CPU a non-finite loss is seen at its step (reading it costs nothing); on CUDA at the next read.
+      if (runner.saw_non_finite_loss()) read_losses();
       ++window_steps;
       window_units += task->units(*batch);
       const double throughput = static_cast<double>(window_units) / std::max(seconds_since(window_start), 1e-9);
@@ -266,6 +292,10 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
                       .data_wait = data_wait,
                       .grad_norm = std::nullopt};
         if (cfg.optim.clip_grad_norm > 0) w.grad_norm = runner.grad_norm();
+        // Model FLOPs utilisation: achieved training FLOP/s over train.peak_tflops (CUDA only: a CPU has no
+        // such peak).
+        if (device.is_cuda() && task->flops_per_unit() > 0)
+          w.mfu = throughput * task->flops_per_unit() / (cfg.train.peak_tflops * 1e12);
         run_log.train(w);
         window_loss = 0.0;
         window_steps = window_units = 0;
@@ -274,8 +304,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
       }
       run_log.progress(st.step, epoch, batch->position.batch + 1, shown_loss, throughput);
       const bool last_step = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
-      if ((cfg.checkpoint.every_steps > 0 && st.step % cfg.checkpoint.every_steps == 0) ||
-          (last_step && (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0))) {
+      // The last step's checkpoint is written after the evaluation that follows it (below).
+      if (cfg.checkpoint.every_steps > 0 && st.step % cfg.checkpoint.every_steps == 0 && !last_step) {
         read_losses();
         save(io::MarkBest::no);
       }
@@ -303,15 +333,16 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume, con
     const bool epoch_checkpoint =
         epoch_done && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
     if (do_eval) {
-      data::DataLoader eval_loader(ds.test, eval_opts);
-      const EvalResult ev = evaluate(*model, *task, eval_loader, device);
+      const std::unique_ptr<BatchSource> eval_loader = make_loader(cfg, ds, Split::test);
+      const EvalResult ev = evaluate(*model, *task, *eval_loader, device);
       const bool improved = ev.score > st.best_score;
       if (improved) st.best_score = ev.score;
       result.last_eval = ev;
-      // NaN (written as null) when this process ran no step of the epoch (a resume at its last batch).
-      const double train_loss = epoch_steps ? epoch_loss / static_cast<double>(epoch_steps) : std::nan("");
+      // Over all the epoch's steps, those before a resume included (the checkpoint keeps their sum).
+      const double train_loss =
+          st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan("");
       run_log.eval(st.step, epoch, secs, train_loss, ev);
-      if (epoch_checkpoint) save(improved ? io::MarkBest::yes : io::MarkBest::no);
+      if (epoch_checkpoint || (stop && checkpointing)) save(improved ? io::MarkBest::yes : io::MarkBest::no, true);
     } else if (epoch_checkpoint) {
       save(io::MarkBest::no);
     }
@@ -330,10 +361,10 @@ EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoin
   const io::Checkpoint ck = read_checkpoint_for_eval(checkpoint_dir);
   load_model_state(*model, ck);
   model->to(cfg.train.device);
-  spdlog::info("evaluating {} (step {}) on {} test samples", ck.dir.string(), ck.step, ds.test->size());
-  const std::unique_ptr<Task> task = make_task(cfg);
-  data::DataLoader loader(ds.test, loader_options(cfg, ds, Split::test));
-  return evaluate(*model, *task, loader, cfg.train.device);
+  spdlog::info("evaluating {} (step {}) on {}", ck.dir.string(), ck.step, describe_data(cfg, ds));
+  const std::unique_ptr<Task> task = make_task(cfg, *model);
+  const std::unique_ptr<BatchSource> loader = make_loader(cfg, ds, Split::test);
+  return evaluate(*model, *task, *loader, cfg.train.device);
 }
 
 }  // namespace ht::train

@@ -113,6 +113,44 @@ DataSection read_data(ConfigReader r) {
   return s;
 }
 
+// model.name llama: the preset and model.llama.* (without init_from), activation checkpointing, LoRA.
+void read_llama(ConfigReader& r, ModelSection& s) {
+  if (s.init_from.empty()) {
+    s.preset = r.get_enum("preset", "tiny", {"tiny", "sotu_small", "llama32_1b", "llama3_8b"});
+    const models::LlamaConfig p = models::LlamaConfig::preset(s.preset);
+    ConfigReader l = r.child("llama");
+    models::LlamaConfig& c = s.llama;
+    c = p;
+    c.vocab_size = l.get<int64_t>("vocab_size", 0, Range::non_negative());
+    c.hidden_size = l.get<int64_t>("hidden_size", p.hidden_size, Range::at_least(1));
+    c.intermediate_size = l.get<int64_t>("intermediate_size", p.intermediate_size, Range::at_least(1));
+    c.num_hidden_layers = l.get<int64_t>("num_hidden_layers", p.num_hidden_layers, Range::at_least(1));
+    c.num_attention_heads = l.get<int64_t>("num_attention_heads", p.num_attention_heads, Range::at_least(1));
+    c.num_key_value_heads = l.get<int64_t>("num_key_value_heads", p.num_key_value_heads, Range::at_least(1));
+    c.head_dim = l.get<int64_t>("head_dim", p.head_dim, Range::non_negative());
+    c.max_position_embeddings = l.get<int64_t>("max_position_embeddings", p.max_position_embeddings, Range::at_least(1));
+    c.rms_norm_eps = l.get("rms_norm_eps", p.rms_norm_eps, Range::positive());
+    c.rope_theta = l.get("rope_theta", p.rope_theta, Range::positive());
+    c.tie_word_embeddings = l.get("tie_word_embeddings", p.tie_word_embeddings);
+    c.initializer_range = l.get("initializer_range", p.initializer_range, Range::positive());
+  } else {
+    for (const char* key : {"preset", "llama"})
+      if (r.has(key)) r.fail(key, "the architecture comes from model.init_from; remove this key");
+  }
+  s.activation_checkpointing = r.get("activation_checkpointing", false);
+  ConfigReader l = r.child("lora");
+  const int64_t rank = l.get<int64_t>("rank", 0, Range::non_negative());
+  nn::LoraConfig lora;
+  lora.alpha = l.get("alpha", lora.alpha, Range::positive());
+  lora.dropout = l.get("dropout", lora.dropout, Range::half_open(0.0, 1.0));
+  lora.target_modules = l.get_list<std::string>("target_modules", lora.target_modules);
+  if (lora.target_modules.empty()) l.fail("target_modules", "expected at least one module-name pattern (q_proj, ...)");
+  if (rank > 0) {
+    lora.rank = rank;
+    s.lora = lora;
+  }
+}
+
 ModelSection read_model(ConfigReader r) {
   ModelSection s;
   s.name = r.get_choice("name", ModelKind::mlp,
@@ -120,7 +158,8 @@ ModelSection read_model(ConfigReader r) {
                          {"resnet18", ModelKind::resnet18},
                          {"resnet34", ModelKind::resnet34},
                          {"resnet50", ModelKind::resnet50},
-                         {"vit", ModelKind::vit}});
+                         {"vit", ModelKind::vit},
+                         {"llama", ModelKind::llama}});
   s.num_classes = r.get<int64_t>("num_classes", 0, Range::non_negative());
   s.init_from = r.get<std::string>("init_from", "");
   s.init_from_reset = r.get_list<std::string>("init_from_reset", {});
@@ -128,6 +167,8 @@ ModelSection read_model(ConfigReader r) {
   if (s.name == ModelKind::mlp) {
     s.hidden = r.get_list<int64_t>("hidden", {256, 128}, Range::at_least(1));
     s.activation = r.get_enum("activation", "relu", {"relu", "gelu"});
+  } else if (s.name == ModelKind::llama) {
+    read_llama(r, s);
   } else if (s.name == ModelKind::vit) {
     s.patch_size = r.get<int64_t>("patch_size", 4, Range::at_least(1));
     s.dim = r.get<int64_t>("dim", 384, Range::at_least(1));
@@ -177,6 +218,8 @@ ScheduleSection read_schedule(ConfigReader r) {
                          {"multistep", ScheduleName::multistep},
                          {"cosine", ScheduleName::cosine}});
   s.warmup_epochs = r.get("warmup_epochs", 0.0, Range::non_negative());
+  s.warmup_steps = r.get<int64_t>("warmup_steps", 0, Range::non_negative());
+  if (s.warmup_steps > 0 && s.warmup_epochs > 0) r.fail("warmup_steps", "give warmup_steps or warmup_epochs, not both");
   s.warmup_start_factor = r.get("warmup_start_factor", 0.0, Range::closed(0.0, 1.0));
   if (s.name == ScheduleName::multistep) s.milestones = r.get_list<double>("milestones", {}, Range::positive());
   if (s.name == ScheduleName::step) s.step_epochs = r.get("step_epochs", 30.0, Range::positive());
@@ -202,6 +245,8 @@ TrainSection read_train(ConfigReader r) {
   s.eval_every = r.get<int64_t>("eval_every", 1, Range::at_least(1));
   s.tf32 = r.get("tf32", false);
   s.cuda_graph = r.get_enum("cuda_graph", "auto", {"auto", "true", "false"});
+  s.grad_accum_steps = r.get<int64_t>("grad_accum_steps", 1, Range::at_least(1));
+  s.peak_tflops = r.get("peak_tflops", 989.0, Range::positive());
   s.freeze = r.get_list<std::string>("freeze", {});
   for (const std::string& p : s.freeze)
     if (p.empty() || p == "!") r.fail("freeze", "expected name patterns such as \"*\" or \"!fc.*\", got an empty one");
@@ -218,6 +263,7 @@ CheckpointSection read_checkpoint(ConfigReader r, const std::string& out_dir) {
   // of the run that reads the config: a saved config re-run with another run.out_dir writes only there.
   const std::string dir = r.get<std::string>("dir", "");
   s.dir = dir.empty() ? (std::filesystem::path(out_dir) / "checkpoints").string() : dir;
+  s.continue_on_save_failure = r.get_enum("on_save_failure", "stop", {"stop", "continue"}) == "continue";
   return s;
 }
 
@@ -243,6 +289,7 @@ std::string model_name(ModelKind m) {
     case ModelKind::resnet34: return "resnet34";
     case ModelKind::resnet50: return "resnet50";
     case ModelKind::vit: return "vit";
+    case ModelKind::llama: return "llama";
   }
   return "?";
 }
@@ -258,6 +305,7 @@ TrainerConfig read_trainer_config(ConfigReader root) {
   c.train = read_train(root.child("train"));
   c.checkpoint = read_checkpoint(root.child("checkpoint"), c.run.out_dir);
   c.grad_pipeline = read_grad_pipeline(root.child("grad_pipeline"), c.run.seed);
+  c.dist = dist::read_dist_options(root.child("dist"));
   root.finish();
   c.resolved_yaml = root.resolved_yaml();
   return c;

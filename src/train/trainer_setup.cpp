@@ -19,6 +19,7 @@
 #include "hadatrain/optim/param_rules.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/train/image_classification.h"
+#include "causal_lm_setup.h"
 
 namespace ht::train {
 namespace {
@@ -68,6 +69,15 @@ data::Normalize make_normalize(const DataSection& d, int64_t channels) {
 Datasets make_datasets(const TrainerConfig& cfg) {
   const DataSection& d = cfg.data;
   Datasets ds;
+  const bool text = d.dataset == DatasetKind::text || d.dataset == DatasetKind::chat;
+  HT_CHECK(text == (cfg.model.name == ModelKind::llama),
+           "data.dataset {} and model.name {} do not go together: a language model (llama) trains on text or chat "
+           "data, the other models on images",
+           dataset_name(d.dataset), model_name(cfg.model.name));
+  if (text) {
+    make_text_datasets(cfg, ds);
+    return ds;
+  }
   std::shared_ptr<const data::Dataset> train, test;
   switch (d.dataset) {
     case DatasetKind::fashion_mnist:
@@ -185,6 +195,7 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
                                           : models::ResNetFusion::bn_add_relu;
       return std::make_shared<models::ResNet>(rc, gen);
     }
+    case ModelKind::llama: return make_llama(cfg, ds, gen, std::move(dropout_gen));
     case ModelKind::vit: {
       HT_CHECK(ds.height == ds.width, "model vit: images must be square, got {}x{}", ds.height, ds.width);
       models::VitConfig vc;
@@ -228,9 +239,10 @@ optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t spe) {
   auto steps = [&](double epochs) { return static_cast<int64_t>(std::llround(epochs * static_cast<double>(spe))); };
   optim::ScheduleConfig c;
   c.base_lr = cfg.optim.lr;
-  c.warmup_steps = steps(s.warmup_epochs);
+  c.warmup_steps = s.warmup_steps > 0 ? s.warmup_steps : steps(s.warmup_epochs);
   c.warmup_start_factor = s.warmup_start_factor;
-  c.total_steps = cfg.train.epochs * spe;
+  // The cosine ends where the run ends: at train.max_steps when that comes before the last epoch's end.
+  c.total_steps = cfg.train.max_steps > 0 ? std::min(cfg.train.max_steps, cfg.train.epochs * spe) : cfg.train.epochs * spe;
   c.min_lr = s.min_lr;
   c.gamma = s.gamma;
   switch (s.name) {
@@ -256,7 +268,8 @@ void check_device(Device device) {
   HT_CHECK(device.index < count, "{}: only {} CUDA device(s) are visible", what, count);
 }
 
-std::unique_ptr<Task> make_task(const TrainerConfig& cfg) {
+std::unique_ptr<Task> make_task(const TrainerConfig& cfg, nn::Module& model) {
+  if (cfg.model.name == ModelKind::llama) return make_causal_lm_task(cfg, model);
   return std::make_unique<ImageClassification>(
       ImageClassificationOptions{.compute_dtype = compute_dtype(cfg), .label_smoothing = cfg.train.label_smoothing});
 }
@@ -290,6 +303,20 @@ data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds,
     o.batch_transform = [mo](data::Batch& b) { data::mix_batch(b, mo); };
   }
   return o;
+}
+
+std::unique_ptr<BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split) {
+  if (ds.text_train) return make_text_loader(cfg, ds, split);
+  return std::make_unique<LoaderSource<data::DataLoader>>(split == Split::train ? ds.train : ds.test,
+                                                          loader_options(cfg, ds, split));
+}
+
+std::string describe_data(const TrainerConfig& cfg, const Datasets& ds) {
+  if (ds.text_train)
+    return fmt::format("{} ({} train / {} validation rows of {} tokens, vocabulary {})", dataset_name(cfg.data.dataset),
+                       ds.text_train->size(), ds.text_test->size(), ds.text_train->seq_len(), ds.vocab_size);
+  return fmt::format("{} ({} train / {} test samples, {} classes)", dataset_name(cfg.data.dataset), ds.train->size(),
+                     ds.test->size(), ds.num_classes);
 }
 
 }  // namespace ht::train

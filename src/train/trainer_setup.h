@@ -4,6 +4,7 @@
 
 #include "hadatrain/data/dataset.h"
 #include "hadatrain/data/loader.h"
+#include "hadatrain/data/text_dataset.h"
 #include "hadatrain/data/transforms.h"
 #include "hadatrain/nn/module.h"
 #include "hadatrain/optim/optimizer.h"
@@ -14,7 +15,9 @@
 namespace ht::train {
 
 struct Datasets {
-  std::shared_ptr<const data::Dataset> train, test;
+  std::shared_ptr<const data::Dataset> train, test;  // images (null for language-model data)
+  std::shared_ptr<const data::TextDataset> text_train, text_test;  // data.dataset text | chat
+  int64_t vocab_size = 0;                                          // the tokenizer's, for text data
   int64_t num_classes = 0;
   int64_t channels = 0, height = 0, width = 0;  // of the images the model sees
 };
@@ -29,8 +32,14 @@ optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t steps_per_
 data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split);
 // The forward compute dtype: bf16 with precision bf16, else the master dtype.
 DType compute_dtype(const TrainerConfig& cfg);
-// The task the config trains: image classification with the compute dtype and train.label_smoothing.
-std::unique_ptr<Task> make_task(const TrainerConfig& cfg);
+// The task the config trains: image classification with the compute dtype and train.label_smoothing, or
+// causal language modelling for model.name llama (its FLOPs counted from `model`).
+std::unique_ptr<Task> make_task(const TrainerConfig& cfg, nn::Module& model);
+// The batches of one split: the image loader, or the text loader for data.dataset text | chat.
+std::unique_ptr<class BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split);
+// "fashion_mnist (60000 train / 10000 test samples, 10 classes)", "text (1200 train / 60 validation rows of
+// 512 tokens, vocabulary 32000)".
+std::string describe_data(const TrainerConfig& cfg, const Datasets& ds);
 // Throws a clear error when train.device names a CUDA device that is not there.
 void check_device(Device device);
 

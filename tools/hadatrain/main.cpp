@@ -56,7 +56,12 @@ int main(int argc, char** argv) {
   const std::vector<ht::cli::Command> commands = {ht::cli::add_version_command(app),
                                                   ht::cli::add_train_command(app),
                                                   ht::cli::add_eval_command(app),
-                                                  ht::cli::add_inspect_command(app)};
+                                                  ht::cli::add_inspect_command(app),
+                                                  ht::cli::add_generate_command(app),
+                                                  ht::cli::add_convert_command(app),
+                                                  ht::cli::add_sweep_command(app),
+                                                  ht::cli::add_launch_command(app),
+                                                  ht::cli::add_comm_check_command(app)};
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->get_name() == argv[1]; })) {
     fmt::print(stderr, "error: {}\nRun with --help for more information.\n", unknown_command_error(argv[1], commands));

@@ -9,7 +9,9 @@
 //   EvalResult r = evaluate(model, task, test_loader, device);
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -63,6 +65,12 @@ class Task {
   // The throughput unit ("img", "tok") and how many of them a batch holds, counted on the host.
   virtual std::string unit() const = 0;
   virtual int64_t units(const data::Batch& batch) const = 0;
+  // How many units the loss of `batch` is a mean over, counted on the host (images; tokens with a label).
+  // Gradient accumulation (train.grad_accum_steps) weighs each micro-batch's loss by its share of the step's
+  // total, so the accumulated gradient is that of the whole batch's mean loss.
+  virtual double loss_weight(const data::Batch& batch) const { return static_cast<double>(units(batch)); }
+  // Training FLOPs per unit for the model FLOPs utilisation in the training log; 0 when unknown.
+  virtual double flops_per_unit() const { return 0.0; }
 
   // The training loss of `batch` (on the model's device): a scalar with autograd history. It reads nothing
   // on the host, so a step that calls it can be recorded into a CUDA graph (cuda/graph.h).
@@ -81,5 +89,8 @@ class Task {
 // One pass of `loader` (its next epoch) through task.evaluator(), with gradients off and the model in eval
 // mode (train mode again afterwards); each batch is checked and moved to `device`.
 EvalResult evaluate(nn::Module& model, const Task& task, data::DataLoader& loader, Device device);
+// The same over the batches `next_batch` returns until it returns nullopt (any loader: text_loader.h).
+EvalResult evaluate(nn::Module& model, const Task& task, const std::function<std::optional<data::Batch>()>& next_batch,
+                    Device device);
 
 }  // namespace ht::train

@@ -3,11 +3,15 @@
 // CIFAR-10/100 and ImageNet-style JPEG folders; models: MLP, ResNet-18/34/50, ViT.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hadatrain/core/config_reader.h"
 #include "hadatrain/data/text_data.h"
+#include "hadatrain/dist/options.h"
+#include "hadatrain/models/llama.h"
+#include "hadatrain/nn/lora.h"
 #include "hadatrain/tensor/device.h"
 #include "hadatrain/tensor/dtype.h"
 #include "hadatrain/grad/pipeline.h"
@@ -53,7 +57,7 @@ struct DataSection {
   } mix;
 };
 
-enum class ModelKind { mlp, resnet18, resnet34, resnet50, vit };
+enum class ModelKind { mlp, resnet18, resnet34, resnet50, vit, llama };
 
 struct ModelSection {
   ModelKind name = ModelKind::mlp;
@@ -75,6 +79,12 @@ struct ModelSection {
   double mlp_ratio = 4.0;
   std::string pool = "token";  // token | mean
   double dropout = 0.0;
+  // llama (docs/language_models.md): model.preset with the model.llama.* keys applied (HF config.json names);
+  // vocab_size 0 means the tokenizer's. With model.init_from the architecture is the source's instead.
+  std::string preset = "tiny";
+  models::LlamaConfig llama;
+  bool activation_checkpointing = false;  // recompute each block in backward instead of keeping its activations
+  std::optional<nn::LoraConfig> lora;     // model.lora with rank > 0
 };
 
 enum class OptimKind { sgd, adamw };
@@ -98,6 +108,7 @@ enum class ScheduleName { constant, step, multistep, cosine };
 struct ScheduleSection {
   ScheduleName name = ScheduleName::constant;
   double warmup_epochs = 0.0;
+  int64_t warmup_steps = 0;  // when > 0, the warm-up in optimiser steps (instead of warmup_epochs)
   double warmup_start_factor = 0.0;
   std::vector<double> milestones;  // multistep, in epochs
   double step_epochs = 30;         // step schedule period, in epochs
@@ -120,6 +131,12 @@ struct TrainSection {
   // Record the training step into a CUDA graph and replay it (cuda/graph.h): "auto" (on CUDA; steps run
   // eagerly when a step cannot be recorded), "true" (a refused recording is an error), "false".
   std::string cuda_graph = "auto";
+  // Micro-batches per optimiser step: each batch of data.batch_size is split into this many, each run forward
+  // and backward in turn, then one optimiser step (the whole batch's update with one micro-batch's activations).
+  int64_t grad_accum_steps = 1;
+  // The device's peak for the model FLOPs utilisation (mfu) logged by tasks that count their FLOPs (causal
+  // LM): dense bf16 TFLOP/s; the default is the H200's (NVIDIA's data sheet, without sparsity).
+  double peak_tflops = 989.0;
   // Parameters that do not train, by name pattern; the last matching pattern decides and "!pattern" undoes
   // a freeze: ["*", "!layer4.*", "!fc.*"] trains layer4 and fc only (optim/param_rules.h).
   std::vector<std::string> freeze;
@@ -131,6 +148,9 @@ struct CheckpointSection {
   int keep_last = 2;
   bool keep_best = true;  // point `best` at the checkpoint with the highest test accuracy
   std::string dir;        // default: <out_dir>/checkpoints
+  // on_save_failure: stop (a failed save stops the run, naming the last good checkpoint) or continue (warn
+  // and train on; the next save tries again).
+  bool continue_on_save_failure = false;
 };
 
 struct TrainerConfig {
@@ -142,6 +162,7 @@ struct TrainerConfig {
   TrainSection train;
   CheckpointSection checkpoint;
   grad::PipelineConfig grad_pipeline;  // train/pipeline_config.h; exact everywhere by default
+  dist::DistOptions dist;              // dist/options.h; one process by default
   std::string source;
   std::string resolved_yaml;
 };

@@ -1,0 +1,227 @@
+// The language-model parts of the trainer's setup (causal_lm_setup.h).
+#include "causal_lm_setup.h"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "hadatrain/autograd/checkpoint.h"
+#include "hadatrain/core/error.h"
+#include "hadatrain/data/text_data.h"
+#include "hadatrain/data/text_loader.h"
+#include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/train/causal_lm.h"
+
+namespace ht::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "~/x" as $HOME/x, as a shell would (configs name the fetch cache that way); other paths unchanged.
+std::string expand_home(const std::string& p) {
+  if (p.size() < 2 || p[0] != '~' || p[1] != '/') return p;
+  const char* home = std::getenv("HOME");
+  return home && *home ? std::string(home) + p.substr(1) : p;
+}
+
+nlohmann::json lora_to_json(const nn::LoraConfig& c) {
+  return {{"rank", c.rank}, {"alpha", c.alpha}, {"dropout", c.dropout}, {"target_modules", c.target_modules}};
+}
+
+nn::LoraConfig lora_from_json(const nlohmann::json& j) {
+  nn::LoraConfig c;
+  c.rank = j.at("rank").get<int64_t>();
+  c.alpha = j.at("alpha").get<double>();
+  c.dropout = j.at("dropout").get<double>();
+  c.target_modules = j.at("target_modules").get<std::vector<std::string>>();
+  return c;
+}
+
+// Runs each block through autograd/checkpoint.h (model.activation_checkpointing): a block keeps only its
+// input for backward. Generation (a KV cache) runs without gradients and needs no recompute.
+models::LlamaBlockRunner checkpointed_blocks(Generator* dropout_gen) {
+  return [dropout_gen](models::LlamaBlock& block, const Tensor& x, const models::LlamaBlockContext& ctx) {
+    if (ctx.cache != nullptr) return block.forward(x, ctx);
+    CheckpointOptions o;
+    o.generators = {dropout_gen};
+    return checkpoint([&block, ctx](const std::vector<Tensor>& in) { return std::vector<Tensor>{block.forward(in[0], ctx)}; },
+                      {x}, o)[0];
+  };
+}
+
+// A Llama of config `c` (weights left for the caller to load when `load` is set), with LoRA layers when `lora`.
+std::shared_ptr<models::Llama> build_llama(const models::LlamaConfig& c, const std::optional<nn::LoraConfig>& lora,
+                                           bool load, Generator& init_gen, std::shared_ptr<Generator> dropout_gen) {
+  models::LlamaBuild b;
+  b.init = load ? models::LlamaInit::none : models::LlamaInit::normal;
+  b.gen = &init_gen;
+  std::optional<nn::LoraFactory> lf;
+  if (lora) {
+    lora->validate();
+    // The adapters draw from a generator of their own, so adding LoRA does not change the base weights' draws.
+    lf.emplace(*lora, std::make_shared<Generator>(init_gen.seed() ^ 0x10FA'0000'0000'0000ull), dropout_gen);
+    b.make_linear = lf->factory();
+  }
+  auto model = std::make_shared<models::Llama>(c, b);
+  if (lf) {
+    lf->check_targets();
+    spdlog::info("model.lora: rank {} alpha {:g} on {} layer(s); the base weights are frozen", lora->rank,
+                 lora->alpha, lf->wrapped().size());
+  }
+  return model;
+}
+
+// The weights of `src` under HF names (a LoRA checkpoint also holds its adapters).
+std::map<std::string, Tensor> source_tensors(const LlamaSource& src) {
+  if (src.kind == LlamaSource::Kind::hf) return io::read_hf_weights(src.dir).tensors;
+  return io::load_safetensors(src.dir / "model.safetensors").tensors;
+}
+
+}  // namespace
+
+void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
+  data::TextDataOptions o = cfg.data.text;
+  for (auto& p : o.paths) p = expand_home(p);
+  for (auto& p : o.val_paths) p = expand_home(p);
+  if (!o.cache_dir.empty()) o.cache_dir = expand_home(o.cache_dir);
+  const std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(o.tokenizer);
+  data::TextDatasets t = data::make_text_datasets(o, *tok, cfg.run.seed);
+  HT_CHECK(t.val != nullptr, "data.val_fraction is 0 and data.val_paths is empty: a language-model run needs "
+                             "validation text (set one of them)");
+  ds.text_train = t.train;
+  ds.text_test = t.val;
+  ds.vocab_size = tok->vocab_size();
+}
+
+// Note [LM model sources]
+// model.init_from names where the weights come from: an HF folder (config.json + safetensors) or one of our
+// LM checkpoints (a step_<N> folder, or a checkpoint root whose `latest` is used), whose model.safetensors
+// records the model's config.json (kLlamaConfigKey). Either way the architecture is the source's, and
+// model.preset / model.llama.* are not read. Without init_from the model is model.preset with the
+// model.llama.* keys applied, vocab_size 0 meaning the tokenizer's, initialised as HF initialises a Llama.
+// model.lora wraps the target layers either way; the adapters start fresh (B = 0: the model computes what
+// the source did).
+std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
+                                       std::shared_ptr<Generator> dropout_gen) {
+  const ModelSection& m = cfg.model;
+  std::optional<LlamaSource> src;
+  models::LlamaConfig c = m.llama;
+  if (!m.init_from.empty()) {
+    src = find_llama_source(m.init_from);
+    HT_CHECK(!src->lora, "model.init_from: {} is a checkpoint of a LoRA run; convert it to an HF folder first "
+                         "(hadatrain convert merges the adapters) and start from that",
+             src->dir.string());
+    c = src->config;
+  } else if (c.vocab_size == 0) {
+    c.vocab_size = ds.vocab_size;
+  }
+  c.validate(m.init_from.empty() ? "model.llama" : m.init_from);
+  if (ds.text_train) {
+    ds.text_train->check_vocab(c.vocab_size, "the model's vocab_size");
+    HT_CHECK(cfg.data.text.seq_len <= c.max_position_embeddings,
+             "data.seq_len {} is longer than the model's max_position_embeddings {}", cfg.data.text.seq_len,
+             c.max_position_embeddings);
+  }
+  auto model = build_llama(c, m.lora, src.has_value(), init_gen, dropout_gen);
+  if (src) {
+    io::load_hf_tensors(*model, source_tensors(*src), src->dir.string());
+    spdlog::info("model.init_from: weights of {}", src->dir.string());
+  }
+  if (cfg.train.precision == Precision::bf16) model->compute_dtype = DType::bf16;
+  if (m.activation_checkpointing) model->block_runner = checkpointed_blocks(dropout_gen.get());
+  return model;
+}
+
+std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& model) {
+  CausalLmOptions o;
+  o.labels = LmLabels::next_token;  // make_text_loader's layout
+  if (const auto* llama = dynamic_cast<const models::Llama*>(&model)) {
+    const models::LlamaConfig& c = llama->config;
+    // The input embedding is a lookup, not a product; tied, the same table is the LM head's product.
+    const int64_t lookup = c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size;
+    o.flops_per_token = transformer_flops_per_token({.matmul_params = c.num_parameters() - lookup,
+                                                     .layers = c.num_hidden_layers,
+                                                     .attention_dim = c.num_attention_heads * c.resolved_head_dim(),
+                                                     .seq_len = cfg.data.text.seq_len});
+  }
+  return std::make_unique<CausalLm>(o);
+}
+
+std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split) {
+  data::TextLoaderOptions o;
+  o.batch_size = split == Split::train ? cfg.data.batch_size : cfg.data.eval_batch_size;
+  o.labels = data::LabelLayout::next_token;
+  o.seed = cfg.run.seed;
+  o.shuffle = split == Split::train ? data::Shuffle::on : data::Shuffle::off;
+  o.drop_last = data::DropLast::no;
+  o.pin_memory = cfg.data.pin_memory && cfg.train.device.is_cuda();
+  if (o.pin_memory) o.pin_device = cfg.train.device;
+  return std::make_unique<LoaderSource<data::TextLoader>>(split == Split::train ? ds.text_train : ds.text_test, o);
+}
+
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, nn::Module& model) {
+  io::Metadata md;
+  const auto* llama = dynamic_cast<const models::Llama*>(&model);
+  if (llama == nullptr) return md;
+  md[kLlamaConfigKey] = llama->config.to_json().dump();
+  if (!cfg.data.text.tokenizer.empty()) md[kTokenizerKey] = fs::absolute(expand_home(cfg.data.text.tokenizer)).string();
+  if (cfg.model.lora) md[kLoraKey] = lora_to_json(*cfg.model.lora).dump();
+  return md;
+}
+
+LlamaSource find_llama_source(const fs::path& path) {
+  std::error_code ec;
+  HT_CHECK(fs::is_directory(path, ec), "{} is not a directory (expected an HF model folder with config.json, or a "
+                                       "checkpoint folder of a language-model run)",
+           path.string());
+  LlamaSource src;
+  if (fs::exists(path / "config.json", ec)) {
+    src.kind = LlamaSource::Kind::hf;
+    src.dir = path;
+    src.config = io::read_hf_config(path);
+    src.tokenizer = path;
+    return src;
+  }
+  fs::path dir = path;
+  if (!fs::exists(dir / "model.safetensors", ec)) {
+    const std::optional<int64_t> latest = io::latest_checkpoint_step(path);
+    HT_CHECK(latest.has_value(), "{} holds neither config.json (an HF model folder), model.safetensors (a checkpoint) "
+                                 "nor step_<N> checkpoints",
+             path.string());
+    dir = io::checkpoint_dir(path, *latest);
+  }
+  const io::Metadata md = io::read_safetensors_header(dir / "model.safetensors").metadata;
+  const auto config = md.find(kLlamaConfigKey);
+  HT_CHECK(config != md.end(), "{}: model.safetensors does not record a Llama config ({}): it is not a checkpoint of "
+                               "a language-model run",
+           (dir / "model.safetensors").string(), kLlamaConfigKey);
+  src.kind = LlamaSource::Kind::checkpoint;
+  src.dir = dir;
+  src.config = models::LlamaConfig::from_json(nlohmann::json::parse(config->second), (dir / "model.safetensors").string());
+  if (const auto lora = md.find(kLoraKey); lora != md.end()) src.lora = lora_from_json(nlohmann::json::parse(lora->second));
+  if (const auto tok = md.find(kTokenizerKey); tok != md.end()) src.tokenizer = tok->second;
+  return src;
+}
+
+std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device device) {
+  Generator gen(0);
+  auto model = build_llama(src.config, src.lora, true, gen, std::make_shared<Generator>(0));
+  const std::map<std::string, Tensor> tensors = source_tensors(src);
+  if (src.lora) {
+    // The base weights through the HF reader's checks, then the adapters.
+    std::map<std::string, Tensor> base, adapters;
+    for (const auto& [name, t] : tensors)
+      (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos ? adapters : base)[name] = t;
+    io::load_hf_tensors(*model, base, src.dir.string());
+    model->load_state_dict(adapters, nn::StrictLoad::no);
+  } else {
+    io::load_hf_tensors(*model, tensors, src.dir.string());
+  }
+  model->to(device);
+  return model;
+}
+
+}  // namespace ht::train

@@ -1,0 +1,41 @@
+// The language-model parts of the trainer's setup (model.name llama, data.dataset text | chat): the model
+// from a preset, model.llama.* keys or model.init_from (an HF folder or one of our checkpoints), LoRA and
+// activation checkpointing, the text datasets and loaders, the causal-LM task, and what an LM checkpoint
+// records about its model. Internal to src/train; tools/hadatrain's generate and convert read the same
+// records (docs/language_models.md).
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "hadatrain/data/tokenizer.h"
+#include "hadatrain/io/safetensors.h"
+#include "hadatrain/models/llama.h"
+#include "hadatrain/nn/lora.h"
+#include "hadatrain/train/lm_source.h"
+#include "hadatrain/train/task.h"
+#include "hadatrain/train/trainer_config.h"
+#include "batch_source.h"
+#include "trainer_setup.h"
+
+namespace ht::train {
+
+// The text datasets of data.dataset text | chat, with the tokenizer's vocabulary size.
+void make_text_datasets(const TrainerConfig& cfg, Datasets& ds);
+
+// model.name llama (Note [LM model sources] in causal_lm_setup.cpp).
+std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
+                                       std::shared_ptr<Generator> dropout_gen);
+
+// The causal-LM task for `model` (a models::Llama): next-token labels as the text loader makes them, and the
+// model's training FLOPs per token at data.seq_len.
+std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& model);
+
+// The text loader of one split as a BatchSource.
+std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split);
+
+// What an LM checkpoint records about its model (train/lm_source.h's keys); empty for other models.
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, nn::Module& model);
+
+}  // namespace ht::train
