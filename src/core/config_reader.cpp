@@ -30,6 +30,75 @@ struct Document {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no surrogates, at most
+// U+10FFFF), or 0 when the byte there does not start one.
+std::size_t utf8_length(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else return 0;
+  if (i + n > s.size()) return 0;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return n;
+}
+
+// A config may hold any bytes; messages quote its text with invalid UTF-8 and control characters (newline
+// aside) written as \xNN, so an error never carries raw bytes to a terminal or a log.
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = utf8_length(s, i);
+    if (n == 0 || (c < 0x20 && c != '\n') || c == 0x7F) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+// Every error of this file goes through here.
+Error config_error(const std::string& msg) { return Error(printable(msg)); }
+
+// YAML indents with spaces only. yaml-cpp reports a tab in the indentation as an "illegal map value" like any
+// other misindented line; when parsing failed, the first tab in a line's leading whitespace is named instead.
+std::optional<std::pair<std::size_t, std::size_t>> first_indentation_tab(const std::string& text) {
+  std::size_t line = 1, col = 1;
+  bool leading = true;
+  for (const char c : text) {
+    if (c == '\n') {
+      ++line, col = 1, leading = true;
+      continue;
+    }
+    if (leading && c == '\t') return std::make_pair(line, col);
+    if (c != ' ') leading = false;
+    ++col;
+  }
+  return std::nullopt;
+}
+
+// yaml-cpp's message, with what it usually means in a config file.
+std::string explain_parse_error(const std::string& msg) {
+  if (msg == "illegal map value")
+    return "illegal map value: a 'key: value' where none can start; check this line's indentation against the "
+           "lines above (the keys of one section start in the same column, deeper than their section's name), "
+           "and quote values that hold ': '";
+  if (msg == "end of map not found")
+    return "end of map not found: check the indentation of this line against the keys above it";
+  return msg;
+}
+
 // Where the value at `dotted` (whose node has mark `m`) came from: the --set that wrote it or a section
 // holding it, the --set that created it (nodes made by an override have no file position), or file:line:col.
 std::string where(const Document& d, const YAML::Mark& m, const std::string& dotted) {
@@ -45,8 +114,8 @@ std::string where(const Document& d, const YAML::Mark& m, const std::string& dot
 }
 
 [[noreturn]] void throw_at(const Document& d, const YAML::Mark& m, const std::string& dotted, const std::string& msg) {
-  if (dotted.empty()) throw Error(fmt::format("{}: {}", where(d, m, dotted), msg));
-  throw Error(fmt::format("{}: {}: {}", where(d, m, dotted), dotted, msg));
+  if (dotted.empty()) throw config_error(fmt::format("{}: {}", where(d, m, dotted), msg));
+  throw config_error(fmt::format("{}: {}: {}", where(d, m, dotted), dotted, msg));
 }
 
 // What a node holds, for "got ..." in messages.
@@ -240,7 +309,7 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   const std::string source = "--set " + text;
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw Error(fmt::format("{}: expected key=value, for example --set optim.lr=0.05", source));
+    throw config_error(fmt::format("{}: expected key=value, for example --set optim.lr=0.05", source));
   const std::string key = text.substr(0, eq), value = text.substr(eq + 1);
   std::vector<std::string> parts;
   std::stringstream ss(key);
@@ -248,7 +317,7 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   if (key.back() == '.' || std::any_of(parts.begin(), parts.end(), [](const std::string& p) {
         return p.empty() || p.find_first_of(" \t[]{}:,") != std::string::npos;
       }))
-    throw Error(fmt::format("{}: bad key '{}': expected dotted names such as optim.lr", source, key));
+    throw config_error(fmt::format("{}: bad key '{}': expected dotted names such as optim.lr", source, key));
 
   YAML::Node v;
   if (value.empty()) {
@@ -257,7 +326,7 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
     try {
       v = YAML::Load(value);
     } catch (const YAML::Exception& e) {
-      throw Error(fmt::format("{}: the value is not valid YAML: {}", source, e.msg));
+      throw config_error(fmt::format("{}: the value is not valid YAML: {}", source, e.msg));
     }
   }
 
@@ -270,7 +339,7 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
       cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
       next.reset(cur[parts[i]]);
     } else if (!next.IsMap()) {
-      throw Error(fmt::format("{}: {} is not a section (it holds {}), so it has no key '{}'", source, walked,
+      throw config_error(fmt::format("{}: {} is not a section (it holds {}), so it has no key '{}'", source, walked,
                               describe_found(next), parts[i + 1]));
     }
     cur.reset(next);
@@ -292,15 +361,20 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
     for (std::size_t i = 1; i < documents.size(); ++i) {
       const YAML::Node& extra = documents[i];
       if (!extra.IsDefined() || extra.IsNull()) continue;  // a trailing `---` with nothing after it
-      throw Error(fmt::format("{}:{}: a second YAML document starts here (after a '---' separator); a config "
+      throw config_error(fmt::format("{}:{}: a second YAML document starts here (after a '---' separator); a config "
                               "file holds one document: merge its keys into the first or remove it",
                               source_name, extra.Mark().line + 1));
     }
     if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
-    throw Error(fmt::format("{}:{}:{}: invalid YAML: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg));
+    if (const auto tab = first_indentation_tab(yaml))
+      throw config_error(fmt::format("{}:{}:{}: a tab in the indentation: YAML indents with spaces only; replace the "
+                                     "tab with spaces",
+                                     source_name, tab->first, tab->second));
+    throw config_error(fmt::format("{}:{}:{}: invalid YAML: {}", source_name, e.mark.line + 1, e.mark.column + 1,
+                                   explain_parse_error(e.msg)));
   } catch (const YAML::Exception& e) {
-    throw Error(fmt::format("{}: invalid YAML: {}", source_name, e.msg));
+    throw config_error(fmt::format("{}: invalid YAML: {}", source_name, e.msg));
   }
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);  // empty file: all defaults
   if (!root.IsMap())
@@ -314,11 +388,11 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
 ConfigReader ConfigReader::load_file(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    throw Error(fmt::format("{}: config file not found (or not a regular file)", path));
+    throw config_error(fmt::format("{}: config file not found (or not a regular file)", path));
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  if (!in.good() && !in.eof()) throw Error(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
+  if (!in.good() && !in.eof()) throw config_error(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
   return from_string(text.str(), path, overrides);
 }
 

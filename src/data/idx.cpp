@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "hadatrain/core/error.h"
@@ -109,6 +110,39 @@ void check_no_trailing_data(GzReader& in, const std::string& path, int64_t total
 
 int64_t records_to_read(int64_t total, int64_t limit) { return limit > 0 ? std::min(total, limit) : total; }
 
+// A limited read (limit < N) stops before the end of the file, so it could not see that the data ends early or
+// goes on past the N records the header announces. The size is checked without reading the data: a raw file's
+// size must be header + N records exactly; a gzip file's trailer records the uncompressed size (mod 2^32,
+// RFC 1952 ISIZE), which a truncated file lacks (its last four bytes are then compressed data).
+void check_size_against_header(const std::string& path, int ndim, int64_t total, int64_t record_bytes,
+                               const char* record_name) {
+  const int64_t expected = 4 + 4 * int64_t{ndim} + total * record_bytes;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  HT_CHECK(f != nullptr, "{}: cannot open IDX file: {}", path, std::strerror(errno));
+  unsigned char head[2] = {0, 0}, tail[4] = {0, 0, 0, 0};
+  const bool has_head = std::fread(head, 1, 2, f) == 2;
+  const bool gzip = has_head && head[0] == 0x1f && head[1] == 0x8b;
+  std::fseek(f, 0, SEEK_END);
+  const int64_t size = std::ftell(f);
+  bool has_tail = false;
+  if (gzip && size >= 4 && std::fseek(f, -4, SEEK_END) == 0) has_tail = std::fread(tail, 1, 4, f) == 4;
+  std::fclose(f);
+  if (!gzip) {
+    HT_CHECK(size == expected,
+             "{}: the file holds {} bytes, but its header announces {} {}s ({} bytes with the header): the file is "
+             "{}; data.train_limit / test_limit read only the first records but do not accept a damaged file",
+             path, size, total, record_name, expected, size < expected ? "truncated" : "longer than announced");
+    return;
+  }
+  const uint32_t isize = uint32_t{tail[0]} | (uint32_t{tail[1]} << 8) | (uint32_t{tail[2]} << 16) |
+                         (uint32_t{tail[3]} << 24);
+  HT_CHECK(has_tail && isize == static_cast<uint32_t>(expected),
+           "{}: the gzip trailer records {} uncompressed bytes, but the IDX header announces {} {}s ({} bytes with "
+           "the header): the file is truncated or damaged; data.train_limit / test_limit read only the first "
+           "records but do not accept a damaged file",
+           path, isize, total, record_name, expected);
+}
+
 }  // namespace
 
 Tensor read_idx_images(const std::string& path, int64_t limit) {
@@ -119,6 +153,7 @@ Tensor read_idx_images(const std::string& path, int64_t limit) {
   HT_CHECK(rows > 0 && cols > 0 && rows <= 4096 && cols <= 4096,
            "{}: implausible image size {}x{} in the IDX header (expected 1..4096 pixels per side)", path, rows, cols);
   const int64_t count = records_to_read(n, limit);
+  if (count < n) check_size_against_header(path, 3, n, rows * cols, "image");
   Tensor images = empty({count, 1, rows, cols}, {DType::u8});
   if (count > 0) read_records(in, path, images.data<uint8_t>(), count, n, rows * cols, "image");
   if (count == n) check_no_trailing_data(in, path, n, "image");
@@ -131,10 +166,18 @@ Tensor read_idx_labels(const std::string& path, int64_t limit) {
   const IdxHeader h = read_header(in, path, kIdxLabelsMagic, 1, "labels");
   const int64_t n = h.sizes[0];
   const int64_t count = records_to_read(n, limit);
+  if (count < n) check_size_against_header(path, 1, n, 1, "label");
   Tensor labels = empty({count}, {DType::u8});
   if (count > 0) read_records(in, path, labels.data<uint8_t>(), count, n, 1, "label");
   if (count == n) check_no_trailing_data(in, path, n, "label");
   return labels;
+}
+
+int64_t read_idx_count(const std::string& path, bool images) {
+  GzReader in(path);
+  const IdxHeader h = images ? read_header(in, path, kIdxImagesMagic, 3, "images")
+                             : read_header(in, path, kIdxLabelsMagic, 1, "labels");
+  return h.sizes[0];
 }
 
 }  // namespace ht::data

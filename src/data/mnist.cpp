@@ -39,6 +39,12 @@ MnistData load_mnist(const fs::path& dir, MnistSplit split, int64_t limit) {
   MnistData d;
   d.images_file = find_idx_file(dir, prefix + "-images-idx3-ubyte");
   d.labels_file = find_idx_file(dir, prefix + "-labels-idx1-ubyte");
+  // The counts of the whole files agree before a limit applies (a limit would hide 60,000 images against
+  // 59,000 labels).
+  const int64_t n_images = read_idx_count(d.images_file.string(), true);
+  const int64_t n_labels = read_idx_count(d.labels_file.string(), false);
+  HT_CHECK(n_images == n_labels, "{} holds {} images but {} holds {} labels: the files do not belong together or one "
+           "is damaged", d.images_file.string(), n_images, d.labels_file.string(), n_labels);
   d.images = read_idx_images(d.images_file.string(), limit);
   const Tensor labels = read_idx_labels(d.labels_file.string(), limit);  // (N) u8
   HT_CHECK(d.images.size(0) == labels.size(0), "{} holds {} images but {} holds {} labels", d.images_file.string(),

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <streambuf>
 
 #include "hadatrain/core/error.h"
@@ -41,7 +43,29 @@ class StdioStreamBuf final : public std::streambuf {
   std::FILE* f_;
 };
 
+std::mutex& hook_mutex() {
+  static std::mutex m;
+  return m;
+}
+WriteFaultHook& hook_slot() {
+  static WriteFaultHook hook;
+  return hook;
+}
+
 }  // namespace
+
+void set_write_fault_hook(WriteFaultHook hook) {
+  std::lock_guard<std::mutex> lock(hook_mutex());
+  hook_slot() = std::move(hook);
+}
+
+std::optional<WriteFault> injected_write_fault(const fs::path& target, std::size_t nbytes) {
+  std::lock_guard<std::mutex> lock(hook_mutex());
+  if (!hook_slot()) return std::nullopt;
+  std::optional<WriteFault> f = hook_slot()(target, nbytes);
+  if (f) f->bytes_written = std::min(f->bytes_written, nbytes);
+  return f;
+}
 
 AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
   HT_CHECK(!path_.empty(), "atomic file write: empty path");
@@ -78,6 +102,13 @@ void AtomicFile::discard() noexcept {
 void AtomicFile::write(const void* data, std::size_t nbytes) {
   HT_CHECK(file_ != nullptr, "cannot write '{}': the file was already committed or discarded", path_.string());
   if (nbytes == 0) return;
+  if (const std::optional<WriteFault> fault = injected_write_fault(path_, nbytes)) {
+    std::fwrite(data, 1, fault->bytes_written, file_);
+    discard();
+    HT_FAIL("cannot write '{}': writing {} bytes to the temporary file failed: {} (temporary file removed; the "
+            "previous file is unchanged)",
+            path_.string(), nbytes, errno_text(fault->error));
+  }
   if (std::fwrite(data, 1, nbytes, file_) != nbytes) {
     const int err = errno;
     discard();

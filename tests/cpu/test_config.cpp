@@ -94,6 +94,38 @@ TEST_CASE("malformed YAML is reported with file:line:column", "[config]") {
              HasSubstr("tab.yaml:1:"));
 }
 
+TEST_CASE("a tab in the indentation and a misindented line get different messages naming file:line:column",
+          "[config]") {
+  const std::string tab = write_config("tab_indent.yaml", "optim:\n  lr: 0.1\n\tmomentum: 0.9\n");
+  const std::string tab_msg = error_of([&] { load_trainer_config(tab); });
+  CHECK_THAT(tab_msg, HasSubstr(tab + ":3:1: a tab in the indentation: YAML indents with spaces only"));
+  const std::string deep = write_config("bad_indent.yaml", "optim:\n  lr: 0.1\n   momentum: 0.9\n");
+  const std::string deep_msg = error_of([&] { load_trainer_config(deep); });
+  CHECK_THAT(deep_msg, HasSubstr(deep + ":3:"));
+  CHECK_THAT(deep_msg, HasSubstr("check this line's indentation against the lines above"));
+  CHECK(deep_msg.find("tab") == std::string::npos);
+  // A tab inside a value is not indentation.
+  CHECK(ConfigReader::from_string("run:\n  name: \"a\tb\"\t\n", "tab_value.yaml").child("run").get<std::string>("name", "") ==
+        "a\tb");
+}
+
+TEST_CASE("invalid bytes in a config are escaped in error messages, never echoed raw", "[config]") {
+  const std::string path = write_config("bytes.yaml", "optim:\n  lr: \xff\xfe\x01ok\n");
+  const std::string msg = error_of([&] { load_trainer_config(path); });
+  INFO(msg);
+  CHECK_THAT(msg, HasSubstr("got \\xff\\xfe\\x01ok"));
+  const std::string set = error_of([&] { load_trainer_config(write_config("bytes_set.yaml", ""), {"optim.\xc3(=1"}); });
+  INFO(set);
+  CHECK_THAT(set, HasSubstr("\\xc3("));
+  for (const std::string& m : {msg, set})
+    for (const char c : m) CHECK((static_cast<unsigned char>(c) >= 0x20 || c == '\n'));
+  CHECK(msg.find('\xff') == std::string::npos);
+  CHECK(set.find('\xc3') == std::string::npos);
+  // Valid UTF-8 is kept as it is.
+  CHECK_THAT(error_of([&] { load_trainer_config(write_config("utf8.yaml", "optim:\n  lr: \xc3\xa9t\xc3\xa9\n")); }),
+             HasSubstr("got \xc3\xa9t\xc3\xa9"));
+}
+
 TEST_CASE("a second YAML document after '---' is an error naming the file and its line", "[config]") {
   const std::string path = write_config("two_docs.yaml", "optim:\n  lr: 0.1\n---\noptim:\n  momentun: 0.5\n");
   CHECK_THAT(error_of([&] { load_trainer_config(path); }), HasSubstr(path + ":4: a second YAML document"));

@@ -209,12 +209,19 @@ TEST_CASE("a diverged run names the step and says NaN or infinity, not '-nan' or
   CHECK(err.find("nan") == std::string::npos);
   CHECK(err.find("between") == std::string::npos);
 
-  // Steps whose loss is read together (log_every 4) are named as a range.
-  const std::string range = test::error_of([] {
-    run_training(config_in("diverged_range", {"optim.lr=1e30", "checkpoint.every_steps=0", "train.log_every=4"}));
-  });
-  INFO(range);
-  CHECK(range.find("training diverged between steps 2 and 4") != std::string::npos);
+  // Between log points (log_every 4) the run stops at the step that went bad, before the checkpoint due at
+  // step 3 is written, and names that step.
+  const TrainerConfig cfg = config_in("diverged_early", {"optim.lr=1e30", "checkpoint.every_steps=3", "train.log_every=4"});
+  const std::string early = test::error_of([&] { run_training(cfg); });
+  INFO(early);
+  CHECK(early.find("training diverged at step 2 (epoch 1): the loss is ") != std::string::npos);
+  CHECK(early.find("training stopped and no checkpoint of step 2 or later was written (no checkpoint was written in " +
+                   cfg.checkpoint.dir + ")") != std::string::npos);
+  CHECK(io::list_checkpoints(cfg.checkpoint.dir).empty());
+  // The metrics end with the last good step's record.
+  const std::string metrics = read_text(temp_dir() / "diverged_early" / "metrics.jsonl");
+  CHECK(metrics.find("\"step\": 1,") != std::string::npos);
+  CHECK(metrics.find("\"step\": 2,") == std::string::npos);
 }
 
 TEST_CASE("no checkpoint with non-finite weights is written, and eval refuses one", "[trainer][checkpoint][errors]") {

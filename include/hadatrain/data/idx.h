@@ -22,5 +22,10 @@ inline constexpr uint32_t kIdxLabelsMagic = 0x00000801;
 Tensor read_idx_images(const std::string& path, int64_t limit = 0);  // (N, 1, rows, cols) u8
 // Reads a labels file, with the same `limit` rule.
 Tensor read_idx_labels(const std::string& path, int64_t limit = 0);  // (N) u8
+// With limit < N the file's size is still checked against the header (a raw file's size, a gzip file's
+// recorded uncompressed size), so a truncated file is an error even when the records read are all there.
+
+// The record count N of an images (`images` true) or labels file's header, reading only the header.
+int64_t read_idx_count(const std::string& path, bool images);
 
 }  // namespace ht::data

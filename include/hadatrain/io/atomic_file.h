@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string_view>
@@ -53,6 +54,20 @@ void write_file_atomic_stream(const std::filesystem::path& path, const std::func
 // Replaces `path` with the given bytes / text.
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
 void write_file_atomic(const std::filesystem::path& path, std::string_view text);
+
+// Test hook for the fault tests (tests/fault): a disk that fills up. The hook is asked before every
+// AtomicFile::write and MetricsLog record write with the target path and the bytes about to be written;
+// returning a WriteFault makes that write store `bytes_written` of them (at most nbytes) and then fail with
+// errno `error` (e.g. ENOSPC), as a full disk does. An empty hook (the default) injects nothing. Not for use
+// outside tests: the hook is process-wide and is called from whichever thread writes.
+struct WriteFault {
+  std::size_t bytes_written = 0;
+  int error = 0;
+};
+using WriteFaultHook = std::function<std::optional<WriteFault>(const std::filesystem::path& target, std::size_t nbytes)>;
+void set_write_fault_hook(WriteFaultHook hook);
+// The fault the hook injects into a write of `nbytes` to `target` (nullopt: none, or no hook).
+std::optional<WriteFault> injected_write_fault(const std::filesystem::path& target, std::size_t nbytes);
 
 // fsync a directory so that entries created, renamed or removed in it are durable. Throws ht::Error naming
 // the directory; file systems that cannot fsync directories (EINVAL) are accepted silently.

@@ -1,11 +1,12 @@
-// Structured metrics: one JSON object per line (JSONL) in the run directory, flushed after every record so
-// a running or crashed job can be inspected. Records are built field by field:
+// Structured metrics: one JSON object per line (JSONL) in the run directory, written with one write(2) per
+// record so a running or crashed job can be inspected. A record whose write fails (a full disk) is cut off
+// again: the file keeps only whole records (a kill in the middle of a write can still leave a cut-off last
+// line, which a resume removes: train/run_log.h). Records are built field by field:
 //
 //   metrics.write(MetricsRecord("train").add("step", step).add("loss", loss));
 //   -> {"type": "train", "step": 100, "loss": 0.4123}
 #pragma once
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <string_view>
 
@@ -32,12 +33,18 @@ class MetricsLog {
  public:
   // Creates (truncates) or appends to `path`; throws ht::Error when it cannot be written.
   explicit MetricsLog(const std::string& path, MetricsMode mode = MetricsMode::truncate);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  // Appends the record and a newline. On a failed write, truncates the file back to its last whole record
+  // and throws ht::Error naming the file and the reason.
   void write(const MetricsRecord& record);
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
+  int64_t size_ = 0;  // bytes of whole records in the file
 };
 
 // `s` as a JSON string literal, quotes included.
