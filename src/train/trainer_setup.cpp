@@ -220,8 +220,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::M
   auto params = optim::make_param_refs(model.named_parameters(), {"pos_embed", "cls_token"});
   if (o.decay_norm_and_bias)
     for (auto& p : params) p.decay = true;
-  const optim::ParamRulesReport rules =
-      optim::apply_param_rules(params, {cfg.train.freeze}, optim::LrMultipliers(o.lr_multipliers));
+  optim::FreezeRules freeze{cfg.train.freeze};
+  // model.lora: everything but the adapters is frozen, as peft does; train.freeze's patterns come after these,
+  // so "!model.norm.*" there trains the final norm too.
+  if (cfg.model.lora) freeze.patterns.insert(freeze.patterns.begin(), {"*", "!*.lora_A.*", "!*.lora_B.*"});
+  const optim::ParamRulesReport rules = optim::apply_param_rules(params, freeze, optim::LrMultipliers(o.lr_multipliers));
   if (rules.frozen_params > 0)
     spdlog::info("train.freeze: {} parameter(s) ({} elements) frozen, {} ({} elements) train", rules.frozen_params,
                  rules.frozen_elements, rules.trainable_params, rules.trainable_elements);

@@ -1,0 +1,150 @@
+// Language-model training through the trainer (configs/llm/sotu_pretrain_small.yaml made tiny, on the CPU): a
+// resumed run repeats the uninterrupted run's losses bit for bit; activation checkpointing and gradient
+// accumulation leave the losses as they are; a LoRA run trains only its adapters; the checkpoint records the model
+// so that it can be found and loaded again; evaluating the checkpoint gives the run's final validation loss.
+#include "support/catch.h"
+#include "support/testing.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hadatrain/io/safetensors.h"
+#include "hadatrain/train/lm_source.h"
+#include "hadatrain/train/trainer.h"
+
+using namespace ht;
+using namespace ht::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tests run in the source root (tests/CMakeLists.txt sets the working directory).
+const std::string kRoot = fs::current_path().string();
+
+TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra = {}) {
+  const fs::path out = test::scratch_dir() / "lm" / name;
+  std::vector<std::string> sets = {"train.device=cpu",
+                                   "train.precision=fp32",
+                                   "train.epochs=2",
+                                   "train.max_steps=6",
+                                   "train.log_every=1",
+                                   "data.paths=[" + kRoot + "/tests/fixtures/lm_text]",
+                                   "data.val_fraction=0.25",
+                                   "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
+                                   "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(),
+                                   "data.seq_len=16",
+                                   "data.batch_size=4",
+                                   "data.eval_batch_size=16",
+                                   "model.preset=tiny",
+                                   "schedule.warmup_steps=2",
+                                   "checkpoint.every_epochs=0",
+                                   "checkpoint.every_steps=3",
+                                   "checkpoint.keep_last=0",
+                                   "run.out_dir=" + out.string()};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return load_trainer_config(kRoot + "/configs/llm/sotu_pretrain_small.yaml", sets);
+}
+
+// The training losses of metrics.jsonl by step.
+std::map<int64_t, double> losses(const TrainerConfig& cfg) {
+  std::ifstream in(fs::path(cfg.run.out_dir) / "metrics.jsonl");
+  std::map<int64_t, double> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "train") out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("an LM run resumed from its step-3 checkpoint repeats the uninterrupted losses bit for bit", "[lm_train]") {
+  const TrainerConfig whole = tiny_lm("whole");
+  const TrainResult r = run_training(whole);
+  REQUIRE(r.steps == 6);
+  const auto expected = losses(whole);
+  REQUIRE(expected.size() == 6);
+  CHECK(expected.at(6) < expected.at(1));  // it learns
+
+  const TrainerConfig first = tiny_lm("resumed", {"train.max_steps=3"});
+  run_training(first);
+  const TrainerConfig rest = tiny_lm("resumed");
+  const TrainResult r2 = run_training(rest, {.kind = ResumeFrom::Kind::latest});
+  CHECK(r2.steps == 6);
+  const auto got = losses(rest);
+  for (int64_t s = 1; s <= 6; ++s) {
+    INFO("step " << s);
+    REQUIRE(got.count(s) == 1);
+    CHECK(got.at(s) == expected.at(s));
+  }
+  CHECK(r2.last_eval.loss == r.last_eval.loss);
+  CHECK(r2.last_eval.has("ppl"));
+
+  // The checkpoint records the model: found, loaded and evaluated again, it gives the run's validation loss.
+  const LlamaSource src = find_llama_source(fs::path(whole.run.out_dir) / "checkpoints");
+  CHECK(src.kind == LlamaSource::Kind::checkpoint);
+  CHECK(src.dir.filename() == "step_6");
+  CHECK(src.config.num_hidden_layers == 2);
+  CHECK(src.config.vocab_size == 80);  // the tokenizer's
+  CHECK(src.tokenizer == fs::path(kRoot + "/tests/fixtures/lm_char.model"));
+  const EvalResult ev = run_evaluation(whole, (fs::path(whole.run.out_dir) / "checkpoints").string());
+  CHECK(ev.loss == r.last_eval.loss);
+}
+
+TEST_CASE("activation checkpointing and gradient accumulation leave an LM run's losses as they are", "[lm_train]") {
+  const TrainerConfig plain = tiny_lm("plain", {"train.max_steps=4", "checkpoint.every_steps=0"});
+  run_training(plain);
+  const TrainerConfig ck =
+      tiny_lm("ckpt", {"train.max_steps=4", "checkpoint.every_steps=0", "model.activation_checkpointing=true"});
+  run_training(ck);
+  const auto a = losses(plain), b = losses(ck);
+  REQUIRE(a.size() == 4);
+  for (int64_t s = 1; s <= 4; ++s) CHECK(b.at(s) == a.at(s));  // the same ops on the same inputs
+  const TrainerConfig accum = tiny_lm("accum", {"train.max_steps=4", "checkpoint.every_steps=0", "train.grad_accum_steps=2"});
+  run_training(accum);
+  const auto c = losses(accum);
+  for (int64_t s = 1; s <= 4; ++s) CHECK(std::abs(c.at(s) - a.at(s)) < 1e-5 * a.at(s));  // f32 sums in another order
+}
+
+TEST_CASE("a LoRA run from a checkpoint trains only its adapters and records them", "[lm_train]") {
+  const TrainerConfig base = tiny_lm("lora_base", {"train.max_steps=3"});
+  run_training(base);
+  const fs::path base_ck = fs::path(base.run.out_dir) / "checkpoints";
+  const TrainerConfig lora = load_trainer_config(
+      kRoot + "/configs/llm/moby_dick_finetune_lora.yaml",
+      {"train.device=cpu", "train.precision=fp32", "train.max_steps=3", "train.log_every=1",
+       "data.paths=[" + kRoot + "/tests/fixtures/lm_text]", "data.val_fraction=0.25",
+       "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
+       "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(), "data.seq_len=16", "data.batch_size=4",
+       "data.eval_batch_size=16", "schedule.warmup_steps=1", "checkpoint.every_epochs=0", "checkpoint.every_steps=3",
+       "model.init_from=" + base_ck.string(), "run.out_dir=" + (test::scratch_dir() / "lm" / "lora").string()});
+  run_training(lora);
+  const auto before = io::load_safetensors(base_ck / "step_3" / "model.safetensors");
+  const auto after = io::load_safetensors(fs::path(lora.run.out_dir) / "checkpoints" / "step_3" / "model.safetensors");
+  int adapters = 0, base_weights = 0;
+  for (const auto& [name, t] : after.tensors) {
+    INFO(name);
+    if (name.find(".lora_") != std::string::npos) {
+      ++adapters;
+      continue;
+    }
+    REQUIRE(before.contains(name));
+    CHECK(test::compare(t, before.at(name), 0.0, 0.0) == "");  // frozen
+    ++base_weights;
+  }
+  CHECK(adapters == 2 * 7 * 2);  // A and B of 7 targets in each of the 2 layers
+  CHECK(base_weights == static_cast<int>(before.tensors.size()));
+  // lora_B starts at zero and trained: at least one is no longer zero.
+  bool moved = false;
+  for (const auto& [name, t] : after.tensors)
+    if (name.find(".lora_B.") != std::string::npos && test::rel_error(t, zeros_like(t)) > 0) moved = true;
+  CHECK(moved);
+  const LlamaSource src = find_llama_source(fs::path(lora.run.out_dir) / "checkpoints");
+  REQUIRE(src.lora.has_value());
+  CHECK(src.lora->rank == 16);
+}
