@@ -450,7 +450,10 @@ TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, rank_pct: 75}}"),
                     HasSubstr("grad_pipeline.default.rank_pct"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, order: 4}}"), HasSubstr("unknown key"));
-  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo}}"), HasSubstr("grad_pipeline.default.name"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo9}}"), HasSubstr("grad_pipeline.default.name"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo, level: 3}}"), HasSubstr("grad_pipeline.default.level"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo, carrier: fp16}}"),
+                    HasSubstr("grad_pipeline.default.carrier"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, gw_bits: 0, acbp_bits: 8}}"),
                     HasSubstr("acbp_bits"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {layers: {fc: {name: luq, bits: 9}}}"),
