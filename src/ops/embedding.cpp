@@ -81,7 +81,7 @@ void embedding_cpu(const Tensor& out, const Tensor& weight, const Tensor& ids) {
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& ids) {
+Tensor embedding(const Tensor& weight, const Tensor& ids, TargetCheck check) {
   const Device dev = common_device("embedding", {&weight, &ids});
   HT_CHECK(weight.dim() == 2, "embedding: expected weight of shape (V, D), got {}", weight.describe());
   HT_CHECK(weight.dtype() != DType::i4x2, "embedding: packed int4 weights are not supported, got {}",
@@ -95,7 +95,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = empty(out_shape, {weight.dtype(), dev});
   if (dev.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    cuda_ops::embedding(out, weight, ids);
+    cuda_ops::embedding(out, weight, ids, check);
 #else
     no_cuda_kernel("embedding");
 #endif

@@ -18,10 +18,12 @@ Each file holds: `config` (in __metadata__, the config.json text transformers wa
 LlamaConfig reads the same text), `ids` and `labels` (B, T) int64, `logits` (B, T, V), `loss` (1,), and for
 every parameter name N of model.named_parameters(): `param.N` and `grad.N`, all float64.
 
-Two places where transformers does not compute in float64 are replaced, each checked against the original:
+Three places where transformers does not compute in float64 are replaced, each checked against the original:
 - the rotary cos/sin: transformers computes inv_freq and the angles in float32 whatever the model dtype; the
   script computes the same formula in float64 (checked against the model's own inv_freq to 1e-6 relative, and
   the logits against the unpatched model's to 1e-5);
+- RMSNorm: transformers' LlamaRMSNorm casts its input to float32 for the statistics; the script keeps float64
+  (the same formula: x * rsqrt(mean(x^2) + eps), times the weight);
 - the loss: transformers' loss casts the logits to float32; the script takes
   cross_entropy(logits[:, :-1], labels[:, 1:], ignore_index=-100) in float64 (checked against
   model(..., labels=...).loss to 1e-5).
@@ -94,12 +96,22 @@ def patch_rotary(model, inv):
     rotary.forward = forward
 
 
+def patch_rmsnorm(model):
+    for m in model.modules():
+        if type(m).__name__ == "LlamaRMSNorm":
+            def forward(x, m=m):
+                var = x.pow(2).mean(-1, keepdim=True)
+                return m.weight * (x * torch.rsqrt(var + m.variance_epsilon))
+            m.forward = forward
+
+
 def make_case(name, overrides, seed):
     cfg = dict(BASE, **overrides)
     torch.manual_seed(seed)
     config = LlamaConfig.from_dict(dict(cfg))  # as from_pretrained reads a config.json of these keys
     try:
-        config._attn_implementation = "eager"  # the plain matmul-softmax path; sdpa's math path would also do
+        # sdpa (on the CPU in float64 throughout); the eager path takes its softmax in float32
+        config._attn_implementation = "sdpa"
     except (AttributeError, ValueError):
         pass
     model = LlamaForCausalLM(config).to(torch.float64).eval()
@@ -123,10 +135,11 @@ def make_case(name, overrides, seed):
         hf_loss = model(input_ids=ids, labels=labels).loss
 
     patch_rotary(model, inv)
+    patch_rmsnorm(model)
     model.zero_grad()
     logits = model(input_ids=ids).logits  # (B, T, V) float64
     assert logits.dtype == torch.float64
-    assert torch.allclose(logits, unpatched_logits, rtol=1e-5, atol=1e-5), f"{name}: rotary patch changed logits"
+    assert torch.allclose(logits, unpatched_logits, rtol=1e-5, atol=1e-5), f"{name}: rotary/RMSNorm patches changed logits"
     V = cfg["vocab_size"]
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1), ignore_index=-100)
     assert abs(loss.item() - hf_loss.item()) < 1e-5, f"{name}: loss {loss.item()} vs transformers {hf_loss.item()}"

@@ -28,12 +28,15 @@ struct CrossEntropyOptions {
 };
 // logits (N, C) floating, target (N) integer class ids. Loss in fp32 (f64 for f64 logits).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts = {});
-// Throws ht::Error when a cross_entropy call with TargetCheck::deferred on `device` saw an out-of-range
-// target since the last check (then clears the record). Synchronises with the device; no-op on the CPU.
+// Throws ht::Error when a cross_entropy call (an out-of-range target) or an embedding call (an out-of-range
+// id) with TargetCheck::deferred on `device` failed its check since the last check (then clears the record).
+// Synchronises with the device; no-op on the CPU.
 void check_deferred_targets(Device device);
 
-// weight (V, D), ids of any shape (i32/i64) -> (*ids.shape, D). Out-of-range ids throw.
-Tensor embedding(const Tensor& weight, const Tensor& ids);
+// weight (V, D), ids of any shape (i32/i64) -> (*ids.shape, D). Out-of-range ids throw: in the call, or on
+// CUDA with TargetCheck::deferred at the next check_deferred_targets (as cross_entropy's targets, so a
+// step that embeds token ids can be recorded into a graph).
+Tensor embedding(const Tensor& weight, const Tensor& ids, TargetCheck check = TargetCheck::sync);
 
 // Normalises over the last dim (size D); weight and bias (D) may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);

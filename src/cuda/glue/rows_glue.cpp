@@ -8,7 +8,8 @@
 // alternative (no check) would turn a wrong label into a silent out-of-bounds read. Cross-entropy can defer
 // it (TargetCheck::deferred: the flag is folded into a per-device record read by check_deferred_targets),
 // so a training step never waits for the device; status[0], the number of counted rows that mean
-// reduction and the backward divide by, stays on the device.
+// reduction and the backward divide by, stays on the device. Embedding ids defer the same way into the
+// same record, which also keeps which op failed.
 #ifdef HADATRAIN_CUDA
 #include "cuda/glue/rows_glue.h"
 
@@ -95,8 +96,9 @@ Tensor softmax_backward(kernels::SoftmaxKind kind, const Tensor& g, const Tensor
 
 namespace {
 
-// Per device: the largest status[1] (n - first bad row) of the deferred cross-entropy checks since the last
-// check_deferred_targets, and the class count of that call's logits (an i64 pair on the device).
+// Per device: the largest status[1] (n - first bad row) of the deferred checks since the last
+// check_deferred_targets, the class count (cross-entropy) or table size (embedding) of the call that set it,
+// and which op that was (an i64 triple on the device).
 struct DeferredTargets {
   std::mutex mutex;
   std::array<Tensor, cuda::kMaxDevices> record;
@@ -104,6 +106,22 @@ struct DeferredTargets {
 DeferredTargets& deferred_targets() {
   static DeferredTargets d;
   return d;
+}
+
+enum class DeferredOp : int64_t { cross_entropy = 0, embedding = 1 };
+
+// Folds a call's status (2, on the device) into the device's record without a host synchronisation:
+// record = (status[1], classes, op) when status[1] > record[0].
+void defer_status(const Tensor& status, int64_t classes, DeferredOp op) {
+  DeferredTargets& d = deferred_targets();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  Tensor& rec = d.record[static_cast<std::size_t>(status.device().index)];
+  // Process lifetime; if its stream is destroyed first, the allocator frees it on the legacy stream.
+  if (!rec.defined()) rec = ht::zeros({3}, {DType::i64, status.device()});
+  const Tensor bad = ht::select(status, 0, 1), prev = ht::select(rec, 0, 0);
+  const Tensor cls = ht::full({}, static_cast<double>(classes), {DType::i64, status.device()});
+  const Tensor which = ht::full({}, static_cast<double>(op), {DType::i64, status.device()});
+  ht::copy_(rec, ht::where(ht::gt(bad, prev), ht::stack({bad, cls, which}, 0), rec));
 }
 
 }  // namespace
@@ -133,15 +151,7 @@ Tensor cross_entropy(const Tensor& out, const Tensor& lse, const Tensor& logits,
                value, c, c - 1, opts.ignore_index);
     }
   } else {
-    DeferredTargets& d = deferred_targets();
-    std::lock_guard<std::mutex> lock(d.mutex);
-    Tensor& rec = d.record[static_cast<std::size_t>(logits.device().index)];
-    // Process lifetime; if its stream is destroyed first, the allocator frees it on the legacy stream.
-    if (!rec.defined()) rec = ht::zeros({2}, {DType::i64, logits.device()});
-    // rec = (max(rec[0], status[1]), C of the call that set it); status[1] > 0 only on a failure.
-    const Tensor bad = ht::select(status, 0, 1), prev = ht::select(rec, 0, 0);
-    const Tensor classes = ht::full({}, static_cast<double>(c), {DType::i64, logits.device()});
-    ht::copy_(rec, ht::where(ht::gt(bad, prev), ht::stack({bad, classes}, 0), rec));
+    defer_status(status, c, DeferredOp::cross_entropy);  // status[1] > 0 only on a failure
   }
   const Tensor count = ht::to_dtype(ht::select(status, 0, 0), DType::f64);  // () f64
   if (!none) {
@@ -160,9 +170,14 @@ void check_deferred_targets(int device) {
     const Tensor& r = d.record[static_cast<std::size_t>(device)];
     if (!r.defined()) return;
     rec = r.to_vector<int64_t>();
-    if (rec[0] != 0) ht::copy_(r, ht::zeros({2}, {DType::i64, r.device()}));
+    if (rec[0] != 0) ht::copy_(r, ht::zeros({3}, {DType::i64, r.device()}));
   }
-  HT_CHECK(rec[0] == 0,
+  if (rec[0] == 0) return;
+  HT_CHECK(rec[2] != static_cast<int64_t>(DeferredOp::embedding),
+           "embedding on cuda:{}: an id was out of range for a table of V = {} rows (expected 0..{}) in a step since "
+           "the last check; its flat position was {} from the end of the ids",
+           device, rec[1], rec[1] - 1, rec[0]);
+  HT_CHECK(false,
            "cross_entropy on cuda:{}: a target was out of range for {} classes (expected 0..{}, or ignore_index) in a "
            "step since the last check; its row was {} from the end of the batch",
            device, rec[1], rec[1] - 1, rec[0]);
@@ -265,7 +280,7 @@ NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x
   return out;
 }
 
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids, TargetCheck check) {
   const int64_t n = ids.numel(), v = weight.size(0), d = weight.size(1);
   const Tensor idc = to_dtype(ids, DType::i64).contiguous();  // (n)
   const Tensor status = zeros({2}, {DType::i64, weight.device()});
@@ -277,6 +292,10 @@ void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
                               on.stream);
   }
   if (n == 0 || d == 0) return;
+  if (check == TargetCheck::deferred) {
+    defer_status(status, v, DeferredOp::embedding);
+    return;
+  }
   const std::vector<int64_t> st = status.to_vector<int64_t>();  // the one small copy
   const int64_t bad = first_bad(st, n);
   if (bad >= 0) {

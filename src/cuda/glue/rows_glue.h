@@ -61,8 +61,9 @@ struct NormGrads {
 NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want);
 
-// out (*ids.shape, D) contiguous = weight[ids]; throws for out-of-range ids (device flag, one small copy).
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids);
+// out (*ids.shape, D) contiguous = weight[ids]; out-of-range ids set a device flag, read back in the call
+// (sync: one small copy, then throws) or folded into the deferred record (Note [Device-side target check]).
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids, TargetCheck check);
 // (V, D) in `dtype`: rows of g (*ids.shape, D) summed into the rows ids pick (atomicAdd: not deterministic).
 Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t v, DType dtype);
 
