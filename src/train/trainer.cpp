@@ -209,8 +209,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                      .after_backward = dist_run ? [&](const Tensor& loss) { return dist_run->after_backward(loss); }
                                                 : std::function<Tensor(const Tensor&)>()});
   int64_t saved_step = -1;  // the step of the last checkpoint this process wrote
-  // `epoch_end_done`: the epoch's evaluation is done, so a resume starts at the next epoch (a run stopped by
-  // train.max_steps at an epoch's last batch does not evaluate that epoch again when resumed).
+  // `epoch_end_done`: the epoch's evaluation is done or follows at once (a train.max_steps stop), so a
+  // checkpoint at the epoch's last batch continues at the next epoch and a resume does not evaluate it again.
   auto save = [&](io::MarkBest best, bool epoch_end_done = false) {
     st.position = loader.position();
     if (epoch_end_done && st.position.batch == spe) st.position = {st.position.epoch + 1, 0};
@@ -304,10 +304,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       }
       run_log.progress(st.step, epoch, batch->position.batch + 1, shown_loss, throughput);
       const bool last_step = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
-      // The last step's checkpoint is written after the evaluation that follows it (below).
-      if (cfg.checkpoint.every_steps > 0 && st.step % cfg.checkpoint.every_steps == 0 && !last_step) {
+      // A train.max_steps stop at an epoch's last batch: the evaluation that follows ends the epoch, so its
+      // checkpoint continues at the next epoch (a resume does not evaluate that epoch again). It is written
+      // before that evaluation, like every step checkpoint, so the resumed run continues exactly.
+      if ((cfg.checkpoint.every_steps > 0 && st.step % cfg.checkpoint.every_steps == 0) || (last_step && checkpointing)) {
         read_losses();
-        save(io::MarkBest::no);
+        save(io::MarkBest::no, last_step);
       }
       if (last_step) {
         stop = true;
@@ -342,7 +344,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       const double train_loss =
           st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan("");
       run_log.eval(st.step, epoch, secs, train_loss, ev);
-      if (epoch_checkpoint || (stop && checkpointing)) save(improved ? io::MarkBest::yes : io::MarkBest::no, true);
+      if (epoch_checkpoint) save(improved ? io::MarkBest::yes : io::MarkBest::no, true);
     } else if (epoch_checkpoint) {
       save(io::MarkBest::no);
     }
