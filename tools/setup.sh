@@ -11,6 +11,7 @@ packages=(
   catch2                                                 # tests
   libopenblas-dev                                        # CPU matrix products
   zlib1g-dev libjpeg-dev libpng-dev                      # gzipped IDX files, image folders
+  libgloo-dev                                            # the gloo communicator (multi-process CPU training, tests)
   libsentencepiece-dev sentencepiece libpcre2-dev        # tokenizers (tokenizer.model, tokenizer.json); spm_encode
   dataset-fashion-mnist                                  # the main job's data (/usr/share/datasets/fashion-mnist)
   python3-matplotlib                                     # tools/plot_metrics.py (PNG curves from metrics.jsonl)

@@ -1,7 +1,8 @@
-// `hadatrain version`: the version and the build's CUDA support.
+// `hadatrain version`: the version and the build's CUDA support and communicator engines.
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "hadatrain/dist/communicator.h"
 #include "hadatrain/tensor/device.h"
 
 namespace ht::cli {
@@ -13,6 +14,9 @@ Command add_version_command(CLI::App& app) {
     fmt::print("hadatrain {}\n", HADATRAIN_VERSION);
     fmt::print("built with CUDA: {}\n", built_with_cuda() ? "yes" : "no");
     fmt::print("CUDA devices: {}\n", cuda_device_count());
+    std::string engines;
+    for (const auto& e : dist::compiled_engines()) engines += (engines.empty() ? "" : ", ") + e;
+    fmt::print("communicator engines: {}\n", engines.empty() ? "none" : engines);
     return 0;
   };
   return c;

@@ -1,0 +1,68 @@
+// Replicated data parallelism (dist.mode: ddp): every rank holds the whole model and optimiser, computes
+// the gradients of its slice of the global batch, and the gradients are summed over ranks, each weighted by
+// its rank's share of the batch's rows, so every rank applies the same update as one process on the whole
+// batch (Note [Data-parallel equivalence]).
+//
+// Note [Data-parallel equivalence]
+// The loader's order is the same for every world size (data.batch_size is the global batch; the shuffle
+// depends only on the seed and epoch). A global batch of B rows is cut into world-size slices of consecutive
+// rows, sizes as even as possible (the first B mod N one row larger; rank_slice). Rank r computes the mean
+// loss over its rows, g_r, and the reducer forms sum_r (rows_r / B) g_r, the gradient of the mean over all
+// B rows. So 2 processes with data.batch_size B compute the same step as 1 process with B, up to the order
+// in which the sums are taken (float addition is not associative): the per-row products are identical, the
+// reduction order differs. Layers whose forward mixes rows (batch norm) see only their rank's rows, as
+// PyTorch's DDP without SyncBatchNorm does; such a model's steps differ from one process's.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "hadatrain/data/loader.h"
+#include "hadatrain/dist/communicator.h"
+#include "hadatrain/nn/parameter_store.h"
+
+namespace ht::dist {
+
+struct RankSlice {
+  int64_t start = 0, rows = 0;
+};
+// Rank `rank`'s rows of a batch of `batch_rows` rows cut over `world` ranks (Note [Data-parallel
+// equivalence]). A batch with fewer rows than ranks is an error naming the sizes.
+RankSlice rank_slice(int64_t batch_rows, int rank, int world);
+// The rows [start, start + rows) of every tensor of `batch` (views, no copy), with their indices.
+data::Batch slice_batch(const data::Batch& batch, RankSlice slice);
+
+struct GradientReducerOptions {
+  double bucket_mb = 25.0;  // dist.bucket_mb: gradients are flattened into buckets of about this size
+};
+
+// Sums the gradients of a parameter store's parameters over the ranks of a communicator, bucket by bucket.
+class GradientReducer {
+ public:
+  GradientReducer(Communicator& comm, nn::ParameterStore& store, GradientReducerOptions options = {});
+
+  // Every parameter's gradient becomes sum over ranks of weight_r * grad_r, where `weight` is this rank's
+  // (e.g. its share of the batch's rows). A parameter without a gradient counts as zeros and gets the sum.
+  // All buckets are issued before any is waited for; on NCCL nothing blocks the host.
+  void reduce(double weight);
+  // Every rank's parameters and buffers (state_dict) become rank `root`'s: run once after building the
+  // model, so that ranks start equal whatever their initialisation.
+  void broadcast_state(int root = 0);
+  // Bytes this rank sent into collectives in the last reduce() (the buckets' sizes).
+  int64_t bytes_last_reduce() const { return bytes_; }
+  std::size_t buckets() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    std::vector<std::size_t> params;  // indices into the store, in store order
+    std::vector<int64_t> offsets;     // element offset of each in the flat buffer
+    int64_t numel = 0;
+    DType dtype = DType::f32;
+    Device device = Device::cpu();
+  };
+  Communicator& comm_;
+  nn::ParameterStore& store_;
+  std::vector<Bucket> buckets_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace ht::dist

@@ -1,0 +1,103 @@
+// Sharded data parallelism (dist.mode: fsdp), built on the parameter store's materialise seam (Note
+// [Materialising parameters] in nn/parameter_store.h). Every parameter is flattened, padded to a multiple
+// of the world size N and cut into N equal chunks; rank r keeps chunk r as its fp32 master shard, and the
+// optimiser runs over a store of those shards, so master weights, gradients and optimiser state take about
+// 1/N of their unsharded memory per rank (Note [Sharded parameters]).
+//
+// Note [Sharded parameters]
+// FsdpPolicy replaces the model store's policy. A layer's materialise(param, dtype) all-gathers the
+// parameter's unit (the parameters whose names start with one of FsdpOptions::units, or each parameter
+// alone when it matches none) the first time one of its parameters is read in a step: every chunk of every
+// parameter of the unit is gathered in one pass (the collectives issued together, then waited), and the
+// gathered tensor of this parameter is returned, cast to the compute dtype, with a backward node whose
+// input is the shard: in backward the full gradient is weighted by this rank's share of the global batch
+// (Note [Data-parallel equivalence] in data_parallel.h), cast to the reduce dtype, reduce-scattered (sum)
+// and its chunk accumulated into the shard's gradient. With prefetch on, issuing a unit's gather also
+// issues the next unit's, so it is in flight while the current unit computes. The module slots keep no
+// values (a zero-element tensor holds each slot's place), so the unsharded copy exists only while gathered.
+// end_step() (after the optimiser step) drops the gathered copies, so the next step gathers the new
+// weights.
+#pragma once
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hadatrain/dist/communicator.h"
+#include "hadatrain/nn/parameter_store.h"
+
+namespace ht::dist {
+
+struct FsdpOptions {
+  std::vector<std::string> units;  // name prefixes ("layer1.", "blocks.3."): one all-gather per unit
+  DType reduce_dtype = DType::f32;  // the gradient reduce-scatter's dtype (f32 or bf16)
+  bool prefetch = true;             // issue the next unit's all-gather with the current one's
+};
+
+class FsdpPolicy;
+
+// The sharded state of a model. Build it after the model (its weights are rank 0's afterwards), then build
+// the optimiser over shard_store().
+class FullyShardedModel {
+ public:
+  FullyShardedModel(Communicator& comm, std::shared_ptr<nn::ParameterStore> model_store, FsdpOptions options);
+  ~FullyShardedModel();
+
+  // The store of the master shards (names and decay flags as the model's): give it to the optimiser.
+  std::shared_ptr<nn::ParameterStore> shard_store() const { return shards_; }
+  // This rank's weight in the gradient sum of the next backward (its share of the global batch; 1/N default).
+  void set_share(double share);
+  // After the optimiser step: drops the gathered weights (the next forward gathers the updated shards).
+  void end_step();
+  // Clips the shards' gradients by the norm over all ranks (every rank computes the same norm); returns it.
+  double clip_grad_norm(double max_norm);
+  // The whole model's parameters (gathered, master dtype) by name, on every rank: a plain checkpoint.
+  std::map<std::string, Tensor> full_state() const;
+  // Loads whole parameters (as full_state gives, from a run with any world size) into this rank's shards.
+  void load_full_state(const std::map<std::string, Tensor>& state);
+  // The optimiser state of the shard store gathered whole, by "<param name>.<slot>" (as
+  // ParameterStore::state_tensors names it), and its inverse; slots not created yet are left out.
+  std::map<std::string, Tensor> full_optimizer_state() const;
+  void load_full_optimizer_state(const std::map<std::string, Tensor>& state);
+
+  // Sharded checkpoint: every rank writes <dir>/shard-<rank>-of-<N>.safetensors atomically (its shards of the
+  // parameters and of the optimiser state, metadata: world size, rank, each parameter's shape).
+  void save_sharded(const std::filesystem::path& dir) const;
+
+  struct Param {
+    std::string name;
+    Shape shape;
+    int64_t numel = 0, chunk = 0;  // chunk: elements per rank (numel padded to N * chunk)
+    std::size_t unit = 0;
+    Tensor shard;                  // (chunk) f32 leaf: the optimiser's parameter
+  };
+  const std::vector<Param>& params() const { return params_; }
+  std::size_t units() const { return unit_count_; }
+  // Bytes this rank put into collectives since the last end_step() (all-gather inputs, reduce-scatter inputs).
+  int64_t bytes_on_wire() const { return bytes_; }
+
+ private:
+  friend class FsdpPolicy;
+  Communicator& comm_;
+  std::shared_ptr<nn::ParameterStore> model_store_;
+  std::shared_ptr<nn::ParameterStore> shards_;
+  std::shared_ptr<FsdpPolicy> policy_;
+  FsdpOptions options_;
+  std::vector<Param> params_;
+  std::size_t unit_count_ = 0;
+  double share_ = 1.0;
+  mutable int64_t bytes_ = 0;
+};
+
+// A sharded checkpoint made whole, in one process (no communicator): the N shard files of `dir` read and
+// their chunks joined, parameters and optimiser state by name as full_state() and full_optimizer_state()
+// give them; `model` and `optimizer` of the result can be written as a plain checkpoint or loaded by a run
+// with any world size. Missing or mismatched shard files are errors naming them.
+struct ConsolidatedState {
+  std::map<std::string, Tensor> model, optimizer;
+  int world_size = 0;
+};
+ConsolidatedState consolidate_sharded(const std::filesystem::path& dir);
+
+}  // namespace ht::dist

@@ -1,0 +1,68 @@
+// What the engines share (dist/communicator.h): tensor checks, the list of compiled engines and the choice
+// of engine by name.
+#include "hadatrain/dist/communicator.h"
+
+#include <algorithm>
+
+#include "engines.h"
+#include "hadatrain/core/error.h"
+
+namespace ht::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+  }
+  return "?";
+}
+
+void Communicator::check_tensor(const char* collective, const char* what, const Tensor& t) const {
+  HT_CHECK(t.defined(), "{} ({}): the {} tensor is undefined", collective, engine(), what);
+  HT_CHECK(t.is_contiguous(), "{} ({}): the {} tensor {} must be contiguous", collective, engine(), what,
+           t.describe());
+  HT_CHECK(t.device() == device(), "{} ({}): the {} tensor {} is not on {}, this communicator's device", collective,
+           engine(), what, t.describe(), to_string(device()));
+}
+
+std::vector<std::string> compiled_engines() {
+  std::vector<std::string> e;
+#ifdef HADATRAIN_HAVE_GLOO
+  e.emplace_back("gloo");
+#endif
+#ifdef HADATRAIN_HAVE_NCCL
+  e.emplace_back("nccl");
+#endif
+  return e;
+}
+
+std::unique_ptr<Communicator> make_communicator(Store& store, const CommunicatorOptions& o) {
+  const auto have = compiled_engines();
+  std::string list;
+  for (const auto& e : have) list += (list.empty() ? "" : ", ") + e;
+  HT_CHECK(o.engine == "gloo" || o.engine == "nccl", "dist.engine: expected gloo or nccl, got '{}'", o.engine);
+  HT_CHECK(std::find(have.begin(), have.end(), o.engine) != have.end(),
+           "dist.engine {}: this build of hadatrain has no {} engine (it has: {}); {}", o.engine, o.engine,
+           list.empty() ? "none" : list,
+           o.engine == "gloo" ? "install libgloo-dev and rebuild" : "build with CUDA and NCCL (libnccl-dev)");
+  HT_CHECK(o.size >= 1 && o.rank >= 0 && o.rank < o.size, "dist: rank {} is not in a world of size {}", o.rank,
+           o.size);
+#ifdef HADATRAIN_HAVE_GLOO
+  if (o.engine == "gloo") {
+    HT_CHECK(o.device.is_cpu(), "dist.engine gloo works on CPU tensors; train.device is {} (use nccl)",
+             to_string(o.device));
+    return make_gloo_communicator(store, o);
+  }
+#endif
+#ifdef HADATRAIN_HAVE_NCCL
+  if (o.engine == "nccl") {
+    HT_CHECK(o.device.is_cuda(), "dist.engine nccl works on CUDA tensors; train.device is {} (use gloo)",
+             to_string(o.device));
+    return make_nccl_communicator(store, o);
+  }
+#endif
+  HT_FAIL("dist.engine {}: not built", o.engine);
+}
+
+}  // namespace ht::dist

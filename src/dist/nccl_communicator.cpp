@@ -1,0 +1,203 @@
+// The NCCL engine (dist/communicator.h): CUDA tensors, NCCL's collectives on the communicator's own stream,
+// ordered after the caller's stream by events and joined back by events (Note [Asynchronous collectives]):
+// nothing here blocks the host except barrier() and Work::synchronize(). Rank 0 makes the NCCL unique id and
+// shares it through the store. Work::synchronize() polls the completion event and NCCL's asynchronous
+// error; past the timeout it aborts the NCCL communicator, which releases the kernels stuck waiting for
+// a dead peer, and throws (Note [Collective timeouts]).
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+
+#include "engines.h"
+#include "hadatrain/core/error.h"
+#include "hadatrain/cuda/context.h"
+#include "hadatrain/dist/store.h"
+
+#define HT_NCCL_CHECK(expr)                                                                            \
+  do {                                                                                                 \
+    const ncclResult_t ht_nccl_r_ = (expr);                                                            \
+    if (ht_nccl_r_ != ncclSuccess) [[unlikely]]                                                        \
+      HT_FAIL("NCCL call {} failed: {} ({})", #expr, ncclGetErrorString(ht_nccl_r_), ncclGetLastError(nullptr)); \
+  } while (0)
+
+namespace ht::dist {
+namespace {
+
+ncclDataType_t nccl_type(DType dt) {
+  switch (dt) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i8: return ncclInt8;
+    case DType::u8: return ncclUint8;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::f8e4m3: return ncclFloat8e4m3;
+    case DType::f8e5m2: return ncclFloat8e5m2;
+    default: HT_FAIL("nccl: no collective over {} tensors", dtype_name(dt));
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+  }
+  return ncclSum;
+}
+
+class NcclCommunicator;
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(NcclCommunicator& comm, cuda::Event done, std::vector<Tensor> keep, std::string what)
+      : comm_(comm), done_(std::move(done)), keep_(std::move(keep)), what_(std::move(what)) {}
+  ~NcclWork() override {
+    if (!keep_.empty()) done_.wait(cuda::current_stream());  // frees in the caller's order stay safe
+  }
+  void wait() override {
+    if (keep_.empty()) return;
+    done_.wait(cuda::current_stream());
+    keep_.clear();
+  }
+  void synchronize() override;
+
+ private:
+  NcclCommunicator& comm_;
+  cuda::Event done_;
+  std::vector<Tensor> keep_;  // the collective's tensors, alive until the caller's stream has waited
+  std::string what_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Store& store, const CommunicatorOptions& o)
+      : Communicator(o.timeout), rank_(o.rank), size_(o.size), device_(o.device), stream_(o.device.index) {
+    cuda::DeviceGuard g(device_.index);
+    HT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&barrier_word_), sizeof(int)));
+    HT_CUDA_CHECK(cudaMemset(barrier_word_, 0, sizeof(int)));
+    ncclUniqueId id;
+    const std::string key = o.prefix + "/nccl_unique_id";
+    if (o.rank == 0) {
+      HT_NCCL_CHECK(ncclGetUniqueId(&id));
+      store.set(key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
+    }
+    const std::vector<char> bytes = store.get(key);
+    HT_ASSERT(bytes.size() == sizeof id.internal, "nccl unique id of {} bytes", bytes.size());
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+    HT_NCCL_CHECK(ncclCommInitRank(&comm_, o.size, id, o.rank));
+  }
+  ~NcclCommunicator() override {
+    cuda::DeviceGuard g(device_.index);
+    if (comm_ && !aborted_) ncclCommDestroy(comm_);
+    cudaStreamSynchronize(stream_.get());
+    cudaFree(barrier_word_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* engine() const override { return "nccl"; }
+  Device device() const override { return device_; }
+
+  std::unique_ptr<Work> all_reduce(Tensor t, ReduceOp op) override {
+    check_tensor("all_reduce", "tensor", t);
+    return enqueue(fmt::format("nccl all_reduce ({}) of {}", reduce_op_name(op), t.describe()), {t}, [&] {
+      HT_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_,
+                                  stream_.get()));
+    });
+  }
+  std::unique_ptr<Work> all_gather(Tensor input, Tensor out) override {
+    check_tensor("all_gather", "input", input);
+    check_tensor("all_gather", "out", out);
+    HT_CHECK(out.dtype() == input.dtype() && out.numel() == input.numel() * size_,
+             "all_gather: out must be {} x the input {}, got {}", size_, input.describe(), out.describe());
+    return enqueue(fmt::format("nccl all_gather of {}", input.describe()), {input, out}, [&] {
+      HT_NCCL_CHECK(ncclAllGather(input.data_ptr(), out.data_ptr(), input.nbytes(), ncclUint8, comm_, stream_.get()));
+    });
+  }
+  std::unique_ptr<Work> reduce_scatter(Tensor input, Tensor out, ReduceOp op) override {
+    check_tensor("reduce_scatter", "input", input);
+    check_tensor("reduce_scatter", "out", out);
+    HT_CHECK(out.dtype() == input.dtype() && out.numel() * size_ == input.numel(),
+             "reduce_scatter: out must hold 1/{} of the input {}, got {}", size_, input.describe(), out.describe());
+    return enqueue(fmt::format("nccl reduce_scatter ({}) of {}", reduce_op_name(op), input.describe()), {input, out},
+                   [&] {
+                     HT_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), out.data_ptr(), out.numel(),
+                                                     nccl_type(input.dtype()), nccl_op(op), comm_, stream_.get()));
+                   });
+  }
+  std::unique_ptr<Work> broadcast(Tensor t, int root) override {
+    check_tensor("broadcast", "tensor", t);
+    HT_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of {}", root, size_);
+    return enqueue(fmt::format("nccl broadcast from rank {} of {}", root, t.describe()), {t}, [&] {
+      HT_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, stream_.get()));
+    });
+  }
+  void barrier() override {
+    // An all-reduce of one word after the caller's queued work, waited for on the host.
+    HT_CHECK(!aborted_, "nccl barrier: the NCCL communicator was aborted by an earlier failure");
+    cuda::DeviceGuard g(device_.index);
+    cuda::Event ready;
+    ready.record(cuda::current_stream());
+    ready.wait(stream_.get());
+    HT_NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_, stream_.get()));
+    cuda::Event done;
+    done.record(stream_.get());
+    wait_for(done, "nccl barrier");
+  }
+
+  // Host wait for `done`, at most the timeout (Note [Collective timeouts]).
+  void wait_for(const cuda::Event& done, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout();
+    while (!done.query()) {
+      ncclResult_t async = ncclSuccess;
+      HT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+      if (async != ncclSuccess || std::chrono::steady_clock::now() > deadline) {
+        ncclCommAbort(comm_);
+        aborted_ = true;
+        HT_FAIL("{} on rank {} of {}: {}; the NCCL communicator was aborted", what, rank_, size_,
+                async != ncclSuccess ? fmt::format("NCCL reported {}", ncclGetErrorString(async))
+                                     : fmt::format("not finished after {:g} s (dist.timeout_s): a rank exited or stalled",
+                                                   static_cast<double>(timeout().count()) / 1000.0));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+ private:
+  template <typename F>
+  std::unique_ptr<Work> enqueue(std::string what, std::vector<Tensor> keep, F&& call) {
+    HT_CHECK(!aborted_, "{}: the NCCL communicator was aborted by an earlier failure", what);
+    cuda::DeviceGuard g(device_.index);
+    cuda::Event ready;
+    ready.record(cuda::current_stream());
+    ready.wait(stream_.get());
+    call();
+    cuda::Event done;
+    done.record(stream_.get());
+    return std::make_unique<NcclWork>(*this, std::move(done), std::move(keep), std::move(what));
+  }
+
+  int rank_, size_;
+  Device device_;
+  cuda::Stream stream_;
+  int* barrier_word_ = nullptr;  // device memory barrier() reduces
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+};
+
+void NcclWork::synchronize() {
+  comm_.wait_for(done_, what_);
+  wait();
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Store& store, const CommunicatorOptions& options) {
+  return std::make_unique<NcclCommunicator>(store, options);
+}
+
+}  // namespace ht::dist

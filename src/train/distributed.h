@@ -1,0 +1,56 @@
+// The trainer's side of data parallelism (dist.mode: ddp; docs/distributed.md): joins the job's ranks from
+// the launcher's variables, checks that every rank resolved the same config, starts every rank from rank
+// 0's weights, hands each rank its slice of a global batch and, after backward, sums the gradients (and the
+// logged loss) over the ranks. Internal to src/train.
+#pragma once
+#include <memory>
+
+#include "hadatrain/data/loader.h"
+#include "hadatrain/dist/data_parallel.h"
+#include "hadatrain/dist/options.h"
+#include "hadatrain/dist/rendezvous.h"
+#include "hadatrain/nn/parameter_store.h"
+
+namespace ht::train {
+
+struct TrainerConfig;
+class Task;
+
+class DistributedRun {
+ public:
+  // Null for a one-process run (dist.mode none and no launcher variables, or WORLD_SIZE 1 with mode none).
+  // dist.mode none under a launcher with WORLD_SIZE > 1 is an error (every rank would train alone).
+  static std::unique_ptr<DistributedRun> start(const TrainerConfig& cfg);
+
+  int rank() const { return pg_.env.rank; }
+  int local_rank() const { return pg_.env.local_rank; }
+  bool launched() const { return pg_.env.source != "none"; }
+  int world_size() const { return pg_.env.world_size; }
+  // After the model and optimiser exist: every rank takes rank 0's parameters and buffers.
+  void attach(nn::ParameterStore& store);
+  // This rank's rows of a global batch; remembers its share for after_backward: its slice's loss weight
+  // (Task::loss_weight: images, or tokens with a label) over the whole batch's, which every rank computes
+  // from the global batch it holds, so no collective is needed.
+  data::Batch slice(const data::Batch& batch, const Task& task);
+  // The gradients summed over ranks (weighted by the shares: Note [Data-parallel equivalence]); returns the
+  // global batch's loss from this rank's `loss` (its slice's mean loss, no history).
+  Tensor after_backward(const Tensor& loss);
+
+ private:
+  DistributedRun(dist::ProcessGroup pg, dist::DistOptions options) : pg_(std::move(pg)), options_(options) {}
+  dist::ProcessGroup pg_;
+  dist::DistOptions options_;
+  std::unique_ptr<dist::GradientReducer> reducer_;
+  double share_ = 1.0;
+};
+
+// This rank's view of the run's config: on rank 0 (or without dist_run) the config itself; on rank r > 0
+// run.out_dir becomes <run.out_dir>/rank<r> (its own log and metrics, the global batch's losses like rank
+// 0's), it writes no checkpoints (rank 0's hold the same weights) and resumes from rank 0's checkpoint.dir;
+// on CUDA under a launcher, train.device is the GPU LOCAL_RANK.
+TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_run);
+
+// FNV-1a 64 of `text` as 16 hex digits (the same on every machine and build).
+std::string stable_hash(const std::string& text);
+
+}  // namespace ht::train

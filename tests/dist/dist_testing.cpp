@@ -1,0 +1,98 @@
+// run_ranks and its helpers (dist_testing.h).
+#include "dist_testing.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "hadatrain/core/error.h"
+
+namespace ht::test {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void expect(bool ok, const std::string& message) {
+  if (!ok) throw Error(message);
+}
+
+std::vector<RankOutcome> run_ranks(int n, const std::function<void(const dist::DistEnv&)>& body,
+                                   std::chrono::seconds limit) {
+  const int port = free_port();
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        body(dist::DistEnv{.rank = r, .world_size = n, .local_rank = r, .master_addr = "127.0.0.1",
+                           .master_port = port, .source = "test"});
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        code = 1;
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<RankOutcome> out(n);
+  std::vector<bool> done(n, false);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (done[r]) continue;
+      int status = 0;
+      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        done[r] = true;
+        --left;
+        out[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r) {
+        if (done[r]) continue;
+        ::kill(pids[r], SIGKILL);
+        ::waitpid(pids[r], nullptr, 0);
+        std::fprintf(stderr, "rank %d: still running after %lld s: killed\n", r, static_cast<long long>(limit.count()));
+        out[r].exit_code = 124;
+        done[r] = true;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return out;
+}
+
+std::string exit_codes(const std::vector<RankOutcome>& outcomes) {
+  std::string s;
+  for (const auto& o : outcomes) s += (s.empty() ? "" : " ") + std::to_string(o.exit_code);
+  return s;
+}
+
+bool all_passed(const std::vector<RankOutcome>& outcomes) {
+  for (const auto& o : outcomes)
+    if (o.exit_code != 0) return false;
+  return true;
+}
+
+}  // namespace ht::test

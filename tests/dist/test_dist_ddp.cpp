@@ -1,0 +1,137 @@
+// Replicated data parallelism (dist/data_parallel.h) with Gloo and 1, 2 and 4 processes: an MLP trained on
+// the 8x8 IDX dataset with SGD and momentum, the global batch cut over the ranks, gradients all-reduced in
+// buckets. Every rank also trains the same model alone on the whole batch (the reference) and compares
+// (Note [Data-parallel equivalence]):
+//   - one rank: bit-equal to the reference (the reducer adds nothing and scales by 1);
+//   - 2 and 4 ranks: the per-step global losses and the final weights within 1e-5 relative of the reference
+//     (the same products, summed in another order), with uneven slices (a batch of 10 over 4 ranks);
+//   - every rank ends with bit-identical weights (all-reduce leaves the same bits everywhere).
+#include <cmath>
+
+#include "dist_testing.h"
+#include "hadatrain/data/mnist.h"
+#include "hadatrain/dist/data_parallel.h"
+#include "hadatrain/nn/layers.h"
+#include "hadatrain/ops/nn_ops.h"
+#include "hadatrain/optim/optimizer.h"
+#include "hadatrain/tensor/factory.h"
+#include "support/catch.h"
+#include "support/testing.h"
+
+using namespace ht;
+using ht::test::expect;
+
+namespace {
+
+struct Run {
+  std::vector<double> losses;           // the global batch's mean loss per step
+  std::map<std::string, Tensor> state;  // the final weights
+};
+
+std::shared_ptr<nn::Module> make_mlp() {
+  Generator gen(1234);
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Flatten>());
+  m->push_back(std::make_shared<nn::Linear>(64, 32, nn::Bias::yes, gen));
+  m->push_back(std::make_shared<nn::Activation>(nn::ActivationKind::relu));
+  m->push_back(std::make_shared<nn::Linear>(32, 10, nn::Bias::yes, gen));
+  return m;
+}
+
+// `comm` null: one process on the whole batch. Otherwise rank comm->rank()'s slice, gradients reduced.
+Run train(dist::Communicator* comm, int64_t global_batch, int epochs) {
+  auto data = std::make_shared<const data::MnistData>(data::load_mnist(test::idx8_dataset(), data::MnistSplit::train));
+  auto ds = std::make_shared<data::MnistDataset>(data);
+  data::DataLoader loader(ds, {.batch_size = global_batch, .num_workers = 0, .seed = 7});
+  auto model = make_mlp();
+  auto store = nn::ParameterStore::attach(*model);
+  auto opt = optim::make_sgd(store, {.momentum = 0.9, .weight_decay = 1e-3});
+  std::unique_ptr<dist::GradientReducer> reducer;
+  if (comm) {
+    reducer = std::make_unique<dist::GradientReducer>(*comm, *store, dist::GradientReducerOptions{.bucket_mb = 0.004});
+    expect(reducer->buckets() > 1, "a 4 KiB bucket cap gives several buckets");
+    reducer->broadcast_state(0);
+  }
+  Run run;
+  for (int e = 0; e < epochs; ++e) {
+    while (auto batch = loader.next()) {
+      opt->zero_grad();
+      data::Batch mine = *batch;
+      double share = 1.0;
+      if (comm) {
+        const auto s = dist::rank_slice(batch->size(), comm->rank(), comm->size());
+        mine = dist::slice_batch(*batch, s);
+        share = static_cast<double>(s.rows) / static_cast<double>(batch->size());
+      }
+      const Tensor logits = model->forward(mine.at(data::batch_key::image));
+      const Tensor loss = cross_entropy(logits, mine.at(data::batch_key::label));
+      loss.backward();
+      Tensor global = full({1}, loss.item() * share, {DType::f64});
+      if (comm) {
+        reducer->reduce(share);
+        comm->all_reduce(global, dist::ReduceOp::sum)->wait();
+      }
+      run.losses.push_back(global.item());
+      opt->step(0.1);
+    }
+  }
+  run.state = store->state_dict();
+  return run;
+}
+
+void check_against_reference(const dist::DistEnv& env, int64_t global_batch, double rtol) {
+  auto pg = dist::init_process_group(env, {.engine = "gloo", .timeout = std::chrono::seconds(30)});
+  const Run ddp = train(pg.comm.get(), global_batch, 2);
+  const Run ref = train(nullptr, global_batch, 2);
+  expect(ddp.losses.size() == ref.losses.size(), "as many steps as the reference");
+  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
+    const double d = std::abs(ddp.losses[i] - ref.losses[i]);
+    expect(rtol == 0 ? ddp.losses[i] == ref.losses[i] : d <= rtol * std::abs(ref.losses[i]),
+           fmt::format("step {}: loss {:.17g} with {} ranks, {:.17g} alone", i + 1, ddp.losses[i], env.world_size,
+                       ref.losses[i]));
+  }
+  expect(ref.losses.back() < ref.losses.front(), "the reference learns");
+  for (const auto& [name, t] : ref.state) {
+    const std::string diff = test::compare(ddp.state.at(name), t, rtol, rtol == 0 ? 0 : 1e-7);
+    expect(diff.empty(), fmt::format("final {} differs from the reference: {}", name, diff));
+    // Every rank holds rank 0's bits.
+    Tensor mine = ddp.state.at(name).clone(), zeros0 = ddp.state.at(name).clone();
+    pg.comm->broadcast(zeros0, 0)->wait();
+    expect(test::compare(mine, zeros0, 0, 0).empty(), fmt::format("{} differs between rank {} and rank 0", name,
+                                                                  env.rank));
+  }
+  pg.comm->barrier();
+}
+
+}  // namespace
+
+TEST_CASE("ddp with one process is bit-equal to training alone", "[dist]") {
+  test::idx8_dataset();  // written before the fork
+  const auto out = ht::test::run_ranks(1, [](const dist::DistEnv& env) { check_against_reference(env, 16, 0.0); });
+  REQUIRE(ht::test::all_passed(out));
+}
+
+TEST_CASE("ddp with 2 processes x batch 8 equals one process with batch 16", "[dist]") {
+  test::idx8_dataset();
+  const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) { check_against_reference(env, 16, 1e-5); });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+}
+
+TEST_CASE("ddp with 4 processes and uneven slices equals one process", "[dist]") {
+  test::idx8_dataset();
+  // Batches of 10 rows (slices 3 3 2 2) and a last batch of 4 (one row each).
+  const auto out = ht::test::run_ranks(4, [](const dist::DistEnv& env) { check_against_reference(env, 10, 1e-5); });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+}
+
+TEST_CASE("rank slices cover a batch in order, sizes as even as possible", "[dist]") {
+  CHECK(dist::rank_slice(10, 0, 4).start == 0);
+  CHECK(dist::rank_slice(10, 0, 4).rows == 3);
+  CHECK(dist::rank_slice(10, 1, 4).start == 3);
+  CHECK(dist::rank_slice(10, 2, 4).start == 6);
+  CHECK(dist::rank_slice(10, 2, 4).rows == 2);
+  CHECK(dist::rank_slice(10, 3, 4).start == 8);
+  REQUIRE_THROWS_WITH(dist::rank_slice(3, 0, 4), HasSubstr("a batch of 3 rows cannot be cut over 4 ranks"));
+}

@@ -1,0 +1,118 @@
+// `hadatrain train` with dist.mode ddp over Gloo, ranks forked with the launcher's variables set: the logged
+// losses of 2 and 4 ranks equal one process's with the same global batch (Note [Data-parallel equivalence];
+// within 1e-5 relative: the same products summed in another order), every rank logs the same losses, and
+// ranks whose configs differ stop at the start naming the rank.
+#include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "dist_testing.h"
+#include "hadatrain/train/trainer.h"
+#include "hadatrain/train/trainer_config.h"
+#include "support/catch.h"
+#include "support/testing.h"
+
+using namespace ht;
+using namespace ht::train;
+using ht::test::expect;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string config_path() {
+  static const std::string path = [] {
+    const fs::path p = test::scratch_dir() / "dist_trainer.yaml";
+    std::ofstream(p) << fmt::format(
+        "run:\n  seed: 5\n"
+        "data:\n  dataset: mnist\n  root: {}\n  batch_size: 16\n  eval_batch_size: 16\n  num_workers: 0\n"
+        "model:\n  name: mlp\n  hidden: [16]\n"
+        "optim:\n  name: sgd\n  lr: 0.1\n  momentum: 0.9\n  weight_decay: 0.001\n"
+        "train:\n  epochs: 2\n  log_every: 1\n",
+        test::idx8_dataset().string());
+    return p.string();
+  }();
+  return path;
+}
+
+TrainerConfig config(const std::string& name, std::vector<std::string> sets = {}) {
+  sets.push_back("run.out_dir=" + (test::scratch_dir() / name).string());
+  return load_trainer_config(config_path(), sets);
+}
+
+std::vector<double> losses(const fs::path& out_dir) {
+  std::ifstream in(out_dir / "metrics.jsonl");
+  std::vector<double> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "train") out.push_back(j.at("loss").get<double>());
+  }
+  return out;
+}
+
+void set_rank_env(const dist::DistEnv& env) {
+  ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(env.world_size).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
+  ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
+}
+
+void check_ddp_matches_one_process(int world) {
+  config_path();  // the scratch folder and dataset are made here, before the fork, once for every rank
+  const std::string ref_name = "ref", name = fmt::format("ddp{}", world);
+  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(config(ref_name)); });
+  REQUIRE(ht::test::all_passed(ref));
+  const auto out = ht::test::run_ranks(world, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    run_training(config(name, {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=30", "dist.bucket_mb=0.001"}));
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+  const auto expected = losses(test::scratch_dir() / ref_name);
+  const auto got = losses(test::scratch_dir() / name);
+  REQUIRE(expected.size() == 8);  // 2 epochs of 4 steps
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("step " << i + 1 << ": " << world << " ranks " << got[i] << ", one process " << expected[i]);
+    CHECK(std::abs(got[i] - expected[i]) <= 1e-5 * std::abs(expected[i]));
+  }
+  for (int r = 1; r < world; ++r) CHECK(losses(test::scratch_dir() / name / fmt::format("rank{}", r)) == got);
+  CHECK_FALSE(fs::exists(test::scratch_dir() / name / "rank1" / "checkpoints"));
+}
+
+}  // namespace
+
+TEST_CASE("train with dist.mode ddp on 2 ranks logs one process's losses", "[dist][trainer]") {
+  check_ddp_matches_one_process(2);
+}
+
+TEST_CASE("train with dist.mode ddp on 4 ranks logs one process's losses", "[dist][trainer]") {
+  check_ddp_matches_one_process(4);
+}
+
+TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {
+  config_path();
+  const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
+    set_rank_env(env);
+    const std::string err = test::error_of([&] {
+      run_training(config("mismatch", {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=10",
+                                       env.rank == 1 ? "optim.lr=0.2" : "optim.lr=0.1"}));
+    });
+    expect(err.find("the ranks disagree on the resolved config hash: rank 1 has") != std::string::npos,
+           "the mismatch names rank 1; got: " + err);
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+}
+
+TEST_CASE("a launched rank with dist.mode none is an error", "[dist][trainer]") {
+  config_path();
+  const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
+    set_rank_env(env);
+    const std::string err = test::error_of([&] { run_training(config("none_mode")); });
+    expect(err.find("but dist.mode is none: every rank would train alone") != std::string::npos, "got: " + err);
+  });
+  REQUIRE(ht::test::all_passed(out));
+}

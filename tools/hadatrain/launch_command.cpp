@@ -1,0 +1,114 @@
+// `hadatrain launch`: runs a hadatrain command once per local rank with torchrun's variables
+// (dist/launcher.h), e.g. `hadatrain launch --nproc-per-node 2 -- train --config c.yaml`; and
+// `hadatrain comm-check`: every collective of the job's communicator run once and its result checked, the
+// smallest test that a launch (torchrun, Slurm, hadatrain launch) connects its ranks.
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+
+#include "commands.h"
+#include "hadatrain/dist/launcher.h"
+#include "hadatrain/dist/rendezvous.h"
+#include "hadatrain/tensor/factory.h"
+
+namespace ht::cli {
+namespace {
+
+// This program's own path, so the children run the same build.
+std::string self_path(const char* fallback) {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return fallback;
+  buf[n] = 0;
+  return buf;
+}
+
+struct CheckOptions {
+  std::string engine;
+  std::string device = "cpu";
+  int64_t elements = 1 << 20;
+  double timeout_s = 60;
+};
+
+int run_comm_check(const CheckOptions& o) {
+  const dist::DistEnv env = dist::dist_env_from_environment();
+  Device device = Device::cpu();
+  if (o.device == "cuda") device = Device::cuda(env.local_rank);
+  else HT_CHECK(o.device == "cpu", "comm-check --device: expected cpu or cuda, got {}", o.device);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  dist::ProcessGroup pg = dist::init_process_group(env, {.engine = o.engine, .device = device, .timeout = timeout});
+  dist::Communicator& c = *pg.comm;
+  const int n = c.size(), r = c.rank();
+  const int64_t len = (o.elements + n - 1) / n * n;
+  // Rank r holds r+1 everywhere: the sum is n(n+1)/2, the max n, rank q's gathered chunk q+1.
+  Tensor t = full({len}, r + 1, {DType::f32, device});
+  const auto t0 = std::chrono::steady_clock::now();
+  c.all_reduce(t, dist::ReduceOp::sum)->synchronize();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double sum = n * (n + 1) / 2.0;
+  const Tensor host = t.to(Device::cpu());
+  for (int64_t i = 0; i < len; i += std::max<int64_t>(1, len / 97))
+    HT_CHECK(host.data<float>()[i] == sum, "comm-check: all_reduce gave {} at {}, expected {}", host.data<float>()[i], i, sum);
+  Tensor chunk = zeros({len / n}, {DType::f32, device});
+  c.reduce_scatter(full({len}, r + 1, {DType::f32, device}), chunk, dist::ReduceOp::max)->synchronize();
+  HT_CHECK(chunk.to(Device::cpu()).data<float>()[0] == n, "comm-check: reduce_scatter (max) wrong");
+  Tensor gathered = zeros({n * 4}, {DType::bf16, device});
+  c.all_gather(full({4}, r + 1, {DType::bf16, device}), gathered)->synchronize();
+  const Tensor g = gathered.to(DType::f32).to(Device::cpu());
+  for (int q = 0; q < n; ++q) HT_CHECK(g.data<float>()[q * 4] == q + 1, "comm-check: all_gather chunk {} wrong", q);
+  Tensor b = full({3}, r, {DType::f32, device});
+  c.broadcast(b, n - 1)->synchronize();
+  HT_CHECK(b.to(Device::cpu()).data<float>()[2] == n - 1, "comm-check: broadcast wrong");
+  c.barrier();
+  // Ring all-reduce bus bandwidth: 2(n-1)/n of the bytes per rank cross a link.
+  const double bus = secs > 0 ? 2.0 * (n - 1) / n * len * 4 / secs / 1e9 : 0.0;
+  fmt::print("comm-check: rank {} of {} ({} variables, {} on {}): all_reduce, reduce_scatter, all_gather, broadcast, "
+             "barrier correct; all_reduce of {} MB in {:.3f} ms ({:.2f} GB/s bus)\n",
+             r, n, env.source, c.engine(), to_string(device), len * 4 / 1e6, secs * 1e3, bus);
+  return 0;
+}
+
+}  // namespace
+
+Command add_launch_command(CLI::App& app) {
+  struct State {
+    dist::LaunchOptions options;
+    std::vector<std::string> rest;
+  };
+  auto s = std::make_shared<State>();
+  Command c;
+  c.app = app.add_subcommand("launch",
+                             "Run a hadatrain command once per rank on this node with torchrun's variables "
+                             "(e.g. launch --nproc-per-node 2 -- train --config c.yaml)");
+  c.app->add_option("--nproc-per-node", s->options.nproc_per_node, "Ranks (processes) on this node")->required()
+      ->check(CLI::PositiveNumber);
+  c.app->add_option("--nnodes", s->options.nnodes, "Nodes in the job (one launch per node)")->check(CLI::PositiveNumber);
+  c.app->add_option("--node-rank", s->options.node_rank, "This node's index, 0 .. nnodes-1");
+  c.app->add_option("--master-addr", s->options.master_addr, "Rank 0's host (MASTER_ADDR)");
+  c.app->add_option("--master-port", s->options.master_port, "Rank 0's store port (MASTER_PORT); 0: a free port");
+  c.app->add_option("command", s->rest, "The hadatrain command and its arguments, after --")->required();
+  c.app->positionals_at_end();
+  c.run = [s, argv0 = std::string("hadatrain")] {
+    dist::LaunchOptions o = s->options;
+    o.argv = {self_path(argv0.c_str())};
+    o.argv.insert(o.argv.end(), s->rest.begin(), s->rest.end());
+    return dist::launch(o);
+  };
+  return c;
+}
+
+Command add_comm_check_command(CLI::App& app) {
+  auto o = std::make_shared<CheckOptions>();
+  Command c;
+  c.app = app.add_subcommand("comm-check",
+                             "Connect to the job's ranks (torchrun/Slurm/launch variables) and check every collective");
+  c.app->add_option("--engine", o->engine, "gloo or nccl (default: nccl on cuda, gloo on cpu)");
+  c.app->add_option("--device", o->device, "cpu, or cuda (the device LOCAL_RANK)");
+  c.app->add_option("--elements", o->elements, "f32 elements of the timed all-reduce");
+  c.app->add_option("--timeout-s", o->timeout_s, "Seconds before a missing rank is an error");
+  c.run = [o] { return run_comm_check(*o); };
+  return c;
+}
+
+}  // namespace ht::cli
