@@ -3,11 +3,20 @@
 // nothing here blocks the host except barrier() and Work::synchronize(). Rank 0 makes the NCCL unique id and
 // shares it through the store. Work::synchronize() polls the completion event and NCCL's asynchronous
 // error; past the timeout it aborts the NCCL communicator, which releases the kernels stuck waiting for
-// a dead peer, and throws (Note [Collective timeouts]).
+// a dead peer, and throws (Note [Collective timeouts]). Since wait() never blocks the host, a step that
+// only waits could block later in an unrelated host read; a watchdog thread therefore watches every
+// collective's completion and aborts the communicator when one is not done within the timeout (or NCCL
+// reports an error), so the stuck kernels return and the next collective raises the reason.
 #include <nccl.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
+
+#include <spdlog/spdlog.h>
 
 #include "engines.h"
 #include "hadatrain/core/error.h"
@@ -89,8 +98,15 @@ class NcclCommunicator final : public Communicator {
     HT_ASSERT(bytes.size() == sizeof id.internal, "nccl unique id of {} bytes", bytes.size());
     std::memcpy(id.internal, bytes.data(), bytes.size());
     HT_NCCL_CHECK(ncclCommInitRank(&comm_, o.size, id, o.rank));
+    watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclCommunicator() override {
+    {
+      std::lock_guard lock(wd_mu_);
+      wd_stop_ = true;
+    }
+    wd_cv_.notify_all();
+    watchdog_.join();
     cuda::DeviceGuard g(device_.index);
     if (comm_ && !aborted_) ncclCommDestroy(comm_);
     cudaStreamSynchronize(stream_.get());
@@ -138,7 +154,7 @@ class NcclCommunicator final : public Communicator {
   }
   void barrier() override {
     // An all-reduce of one word after the caller's queued work, waited for on the host.
-    HT_CHECK(!aborted_, "nccl barrier: the NCCL communicator was aborted by an earlier failure");
+    HT_CHECK(!aborted_, "nccl barrier: the NCCL communicator was aborted by an earlier failure: {}", abort_reason());
     cuda::DeviceGuard g(device_.index);
     cuda::Event ready;
     ready.record(cuda::current_stream());
@@ -156,12 +172,13 @@ class NcclCommunicator final : public Communicator {
       ncclResult_t async = ncclSuccess;
       HT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
       if (async != ncclSuccess || std::chrono::steady_clock::now() > deadline) {
-        ncclCommAbort(comm_);
-        aborted_ = true;
-        HT_FAIL("{} on rank {} of {}: {}; the NCCL communicator was aborted", what, rank_, size_,
-                async != ncclSuccess ? fmt::format("NCCL reported {}", ncclGetErrorString(async))
-                                     : fmt::format("not finished after {:g} s (dist.timeout_s): a rank exited or stalled",
-                                                   static_cast<double>(timeout().count()) / 1000.0));
+        const std::string why = fmt::format(
+            "{} on rank {} of {}: {}", what, rank_, size_,
+            async != ncclSuccess ? fmt::format("NCCL reported {}", ncclGetErrorString(async))
+                                 : fmt::format("not finished after {:g} s (dist.timeout_s): a rank exited or stalled",
+                                               static_cast<double>(timeout().count()) / 1000.0));
+        abort(why);
+        HT_FAIL("{}; the NCCL communicator was aborted", why);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -170,7 +187,7 @@ class NcclCommunicator final : public Communicator {
  private:
   template <typename F>
   std::unique_ptr<Work> enqueue(std::string what, std::vector<Tensor> keep, F&& call) {
-    HT_CHECK(!aborted_, "{}: the NCCL communicator was aborted by an earlier failure", what);
+    HT_CHECK(!aborted_, "{}: the NCCL communicator was aborted by an earlier failure: {}", what, abort_reason());
     cuda::DeviceGuard g(device_.index);
     cuda::Event ready;
     ready.record(cuda::current_stream());
@@ -178,15 +195,76 @@ class NcclCommunicator final : public Communicator {
     call();
     cuda::Event done;
     done.record(stream_.get());
+    cuda::Event watched;
+    watched.record(stream_.get());
+    {
+      std::lock_guard lock(wd_mu_);
+      watched_.push_back({std::move(watched), what, std::chrono::steady_clock::now()});
+    }
     return std::make_unique<NcclWork>(*this, std::move(done), std::move(keep), std::move(what));
   }
+
+  void abort(const std::string& reason) {
+    std::lock_guard lock(wd_mu_);
+    if (aborted_.exchange(true)) return;
+    reason_ = reason;
+    ncclCommAbort(comm_);
+  }
+  std::string abort_reason() {
+    std::lock_guard lock(wd_mu_);
+    return reason_;
+  }
+
+  // The watchdog thread: drops finished collectives from the front of the queue; aborts on an NCCL error or
+  // on the oldest unfinished collective passing the timeout.
+  void watch() {
+    std::unique_lock lock(wd_mu_);
+    while (!wd_stop_) {
+      wd_cv_.wait_for(lock, std::chrono::milliseconds(100));
+      try {
+        while (!watched_.empty() && watched_.front().event.query()) watched_.pop_front();
+      } catch (const std::exception& e) {  // a CUDA error: the next call on the caller's side reports it
+        spdlog::error("nccl watchdog, rank {} of {}: {}", rank_, size_, e.what());
+        watched_.clear();
+        continue;
+      }
+      if (aborted_ || comm_ == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      std::string why;
+      if (async != ncclSuccess) {
+        why = fmt::format("NCCL reported {}", ncclGetErrorString(async));
+      } else if (!watched_.empty() && std::chrono::steady_clock::now() - watched_.front().issued > timeout()) {
+        why = fmt::format("{} not finished after {:g} s (dist.timeout_s): a rank exited or stalled",
+                          watched_.front().what, static_cast<double>(timeout().count()) / 1000.0);
+      }
+      if (why.empty()) continue;
+      spdlog::error("nccl watchdog, rank {} of {}: {}; aborting the NCCL communicator", rank_, size_, why);
+      aborted_ = true;
+      reason_ = why;
+      ncclCommAbort(comm_);
+      watched_.clear();
+    }
+  }
+
+  struct Watched {
+    cuda::Event event;
+    std::string what;
+    std::chrono::steady_clock::time_point issued;
+  };
 
   int rank_, size_;
   Device device_;
   cuda::Stream stream_;
   int* barrier_word_ = nullptr;  // device memory barrier() reduces
   ncclComm_t comm_ = nullptr;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
+  std::mutex wd_mu_;  // guards watched_, reason_, wd_stop_ and the abort itself
+  std::condition_variable wd_cv_;
+  std::deque<Watched> watched_;
+  std::string reason_;
+  bool wd_stop_ = false;
+  std::thread watchdog_;  // last: started when the rest is ready
 };
 
 void NcclWork::synchronize() {
