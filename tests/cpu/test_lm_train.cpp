@@ -148,3 +148,25 @@ TEST_CASE("a LoRA run from a checkpoint trains only its adapters and records the
   REQUIRE(src.lora.has_value());
   CHECK(src.lora->rank == 16);
 }
+
+TEST_CASE("LM config mistakes are named", "[lm_train]") {
+  const std::string cfg = kRoot + "/configs/llm/moby_dick_finetune_full.yaml";
+  // The architecture comes from init_from: a preset beside it is an error naming the key.
+  CHECK(test::error_of([&] { load_trainer_config(cfg, {"model.preset=tiny"}); })
+            .find("model.preset: the architecture comes from model.init_from") != std::string::npos);
+  CHECK(test::error_of([&] { load_trainer_config(cfg, {"schedule.warmup_epochs=1"}); })
+            .find("give warmup_steps or warmup_epochs, not both") != std::string::npos);
+  CHECK(test::error_of([&] { load_trainer_config(cfg, {"train.grad_accum_steps=0"}); }).find("grad_accum_steps") !=
+        std::string::npos);
+  // A language model needs text: llama on images (and a classifier on text) is refused before anything loads.
+  const fs::path yaml = test::scratch_dir() / "llama_on_images.yaml";
+  std::ofstream(yaml) << "data:\n  dataset: mnist\n  root: " << test::idx8_dataset().string()
+                      << "\nmodel:\n  name: llama\n  preset: tiny\n";
+  const TrainerConfig images = load_trainer_config(yaml.string(), {"run.out_dir=" + (test::scratch_dir() / "li").string()});
+  CHECK(test::error_of([&] { run_training(images); })
+            .find("data.dataset mnist and model.name llama do not go together") != std::string::npos);
+  // data.seq_len beyond the model's context (the tiny preset: 256 positions).
+  const TrainerConfig long_rows = tiny_lm("long_rows", {"data.seq_len=300"});
+  CHECK(test::error_of([&] { run_training(long_rows); })
+            .find("data.seq_len 300 is longer than the model's max_position_embeddings") != std::string::npos);
+}
