@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   char date[16];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  std::string command = "build/tools/bench_halo";
+  std::string command = argv[0];
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
 
   const int64_t B = 4, L = 2048;  // 8192 tokens
