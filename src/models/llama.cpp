@@ -5,6 +5,7 @@
 #include "hadatrain/models/llama.h"
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/core/capture.h"
 #include "hadatrain/nn/init.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
@@ -34,7 +35,15 @@ class Embedding : public nn::Module {
  public:
   Embedding(int64_t vocab, int64_t dim) : weight(empty({vocab, dim})) { register_parameter("weight", &weight); }
   std::string type_name() const override { return "Embedding"; }
-  Tensor lookup(const Tensor& ids, DType dtype) const { return embedding(materialise(weight, dtype), ids); }
+  // Rows are gathered from the master (f32) table and the (B, T, H) result is cast: the same values as casting
+  // the table first, without converting all V rows every step, and the table's gradient accumulates in f32.
+  Tensor lookup(const Tensor& ids, DType dtype) const {
+    // While a step graph records, the id range check is deferred to the trainer's next
+    // check_deferred_targets (a read-back cannot be recorded); otherwise it throws here.
+    const Tensor rows =
+        embedding(materialise(weight), ids, step_capture_active() ? TargetCheck::deferred : TargetCheck::sync);
+    return rows.dtype() == dtype ? rows : to_dtype(rows, dtype);
+  }
   Tensor matrix(DType dtype) const { return materialise(weight, dtype); }
   Tensor weight;
 };
