@@ -3,6 +3,7 @@
 #include "hadatrain/core/config_reader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -84,6 +85,69 @@ std::optional<std::pair<std::size_t, std::size_t>> first_indentation_tab(const s
     if (leading && c == '\t') return std::make_pair(line, col);
     if (c != ' ') leading = false;
     ++col;
+  }
+  return std::nullopt;
+}
+
+// YAML allows no C0 control character but tab, line feed and carriage return, and no DEL (YAML 1.2, 5.1);
+// yaml-cpp 0.7 does not reject them and can loop forever on one (",a:\x0b" never returns), so they are found
+// before parsing. The first one's byte and 1-based line and column, if any.
+struct ControlCharacter {
+  unsigned char byte;
+  std::size_t line, column;
+};
+std::optional<ControlCharacter> first_control_character(const std::string& text) {
+  std::size_t line = 1, col = 1;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) return ControlCharacter{c, line, col};
+    if (c == '\n') ++line, col = 1;
+    else ++col;
+  }
+  return std::nullopt;
+}
+
+// yaml-cpp 0.7 also loops forever on a ',' that starts a node in block context (",a" or "- a\n,b"). Outside
+// [ ] and { } and block scalars (| and >) no line can start with ','; the first such line is named before
+// parsing. Returns its 1-based line and column.
+std::optional<std::pair<std::size_t, std::size_t>> first_block_comma(const std::string& text) {
+  int depth = 0;                    // [ { nesting carried across lines
+  std::ptrdiff_t scalar_indent = -1;  // inside a block scalar: the indentation of the line that opened it
+  std::size_t line_no = 0;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find('\n', pos), text.size());
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    const std::size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    const auto indent = static_cast<std::ptrdiff_t>(first);
+    if (scalar_indent >= 0 && indent > scalar_indent) continue;  // block scalar content
+    scalar_indent = -1;
+    if (depth == 0 && line[first] == ',') return std::make_pair(line_no, first + 1);
+    char quote = 0;
+    std::size_t last = first;  // the last character before a comment
+    for (std::size_t i = first; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quote) {
+        if (c == quote) quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '#' && (i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t')) {
+        break;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if ((c == ']' || c == '}') && depth > 0) {
+        --depth;
+      }
+      if (c != ' ' && c != '\t' && c != '\r') last = i;
+    }
+    std::size_t k = last;
+    while (k > first && (line[k] == '-' || line[k] == '+' || std::isdigit(static_cast<unsigned char>(line[k])))) --k;
+    if (depth == 0 && (line[k] == '|' || line[k] == '>') && (k == first || line[k - 1] == ' '))
+      scalar_indent = indent;
+    if (end == text.size()) break;
   }
   return std::nullopt;
 }
@@ -319,6 +383,9 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
       }))
     throw config_error(fmt::format("{}: bad key '{}': expected dotted names such as optim.lr", source, key));
 
+  if (const auto bad = first_control_character(value))
+    throw config_error(fmt::format("{}: the value holds the control character \\x{:02x}, which YAML does not allow",
+                                   source, bad->byte));
   YAML::Node v;
   if (value.empty()) {
     v = YAML::Node(std::string());
@@ -357,6 +424,13 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
   YAML::Node root;
   try {
     // LoadAll, not Load: Load reads the first document and ignores everything after a `---` separator.
+    if (const auto bad = first_control_character(yaml))
+      throw config_error(fmt::format("{}:{}:{}: the control character \\x{:02x} is not allowed in YAML; remove it",
+                                     source_name, bad->line, bad->column, bad->byte));
+    if (const auto comma = first_block_comma(yaml))
+      throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' outside [ ] or {{ }} cannot start a line; quote "
+                                     "the value or join it to the line above",
+                                     source_name, comma->first, comma->second));
     const std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
     for (std::size_t i = 1; i < documents.size(); ++i) {
       const YAML::Node& extra = documents[i];

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "hadatrain/core/error.h"
 
@@ -82,15 +83,19 @@ IdxHeader read_header(GzReader& in, const std::string& path, uint32_t magic, int
   return h;
 }
 
-// Reads `count` records of `record_bytes` each into dst; a short read names the record it stopped in.
+// Reads `count` records of `record_bytes` each into dst; a short read names the record it stopped in. With dst
+// null the records are read and dropped (to find where a file that cannot hold them ends).
 void read_records(GzReader& in, const std::string& path, uint8_t* dst, int64_t count, int64_t total,
                   int64_t record_bytes, const char* record_name) {
   // Read in blocks of whole records so a decompression error can name the record it happened in.
   const int64_t per_block = std::max<int64_t>(1, (int64_t{1} << 20) / record_bytes);
+  std::vector<uint8_t> scratch;
+  if (dst == nullptr) scratch.resize(static_cast<std::size_t>(std::min(count, per_block) * record_bytes));
   for (int64_t first = 0; first < count; first += per_block) {
     const int64_t n = std::min(per_block, count - first);
     const std::size_t want = static_cast<std::size_t>(n * record_bytes);
-    const std::size_t got = in.read(dst + first * record_bytes, want, fmt::format("{} {}", record_name, first));
+    uint8_t* into = dst != nullptr ? dst + first * record_bytes : scratch.data();
+    const std::size_t got = in.read(into, want, fmt::format("{} {}", record_name, first));
     if (got < want) {
       const int64_t index = first + static_cast<int64_t>(got) / record_bytes;
       HT_FAIL("{}: truncated IDX file: the header announces {} {}s but the data ends in {} {} (0-based), "
@@ -109,6 +114,33 @@ void check_no_trailing_data(GzReader& in, const std::string& path, int64_t total
 }
 
 int64_t records_to_read(int64_t total, int64_t limit) { return limit > 0 ? std::min(total, limit) : total; }
+
+// The most data bytes the file can hold after its header: a raw file its size, a gzip file at most 1032 times
+// its compressed size (deflate's largest expansion) plus a little for the gzip framing.
+int64_t max_data_bytes(const std::string& path, int64_t header_bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  HT_CHECK(f != nullptr, "{}: cannot open IDX file: {}", path, std::strerror(errno));
+  unsigned char head[2] = {0, 0};
+  const bool gzip = std::fread(head, 1, 2, f) == 2 && head[0] == 0x1f && head[1] == 0x8b;
+  std::fseek(f, 0, SEEK_END);
+  const int64_t size = std::ftell(f);
+  std::fclose(f);
+  return gzip ? size * 1032 + 1024 : size - header_bytes;
+}
+
+// Reads `count` records into a new (count, shape...) u8 tensor. A header that announces more data than the file
+// can hold is found before the tensor is allocated: the data is read and dropped to name where it ends.
+Tensor read_record_tensor(GzReader& in, const std::string& path, const Shape& shape, int64_t total, int64_t record_bytes,
+                          int header_words, const char* record_name) {
+  const int64_t count = shape[0];
+  if (count > 0 && count * record_bytes > max_data_bytes(path, 4 + 4 * int64_t{header_words})) {
+    read_records(in, path, nullptr, count, total, record_bytes, record_name);
+    HT_FAIL("{}: the header announces {} {}s, more than the file can hold", path, total, record_name);
+  }
+  Tensor t = empty(shape, {DType::u8});
+  if (count > 0) read_records(in, path, t.data<uint8_t>(), count, total, record_bytes, record_name);
+  return t;
+}
 
 // A limited read (limit < N) stops before the end of the file, so it could not see that the data ends early or
 // goes on past the N records the header announces. The size is checked without reading the data: a raw file's
@@ -154,8 +186,7 @@ Tensor read_idx_images(const std::string& path, int64_t limit) {
            "{}: implausible image size {}x{} in the IDX header (expected 1..4096 pixels per side)", path, rows, cols);
   const int64_t count = records_to_read(n, limit);
   if (count < n) check_size_against_header(path, 3, n, rows * cols, "image");
-  Tensor images = empty({count, 1, rows, cols}, {DType::u8});
-  if (count > 0) read_records(in, path, images.data<uint8_t>(), count, n, rows * cols, "image");
+  Tensor images = read_record_tensor(in, path, {count, 1, rows, cols}, n, rows * cols, 3, "image");
   if (count == n) check_no_trailing_data(in, path, n, "image");
   return images;
 }
@@ -167,8 +198,7 @@ Tensor read_idx_labels(const std::string& path, int64_t limit) {
   const int64_t n = h.sizes[0];
   const int64_t count = records_to_read(n, limit);
   if (count < n) check_size_against_header(path, 1, n, 1, "label");
-  Tensor labels = empty({count}, {DType::u8});
-  if (count > 0) read_records(in, path, labels.data<uint8_t>(), count, n, 1, "label");
+  Tensor labels = read_record_tensor(in, path, {count}, n, 1, 1, "label");
   if (count == n) check_no_trailing_data(in, path, n, "label");
   return labels;
 }
