@@ -5,7 +5,9 @@
 // steps after 4 warm-up steps, eager and the whole step recorded into one CUDA graph (what the trainer runs
 // with train.cuda_graph: auto), CUDA events, peak allocated memory. tools/bench/bench_llama_torch.py is the
 // PyTorch side (transformers LlamaForCausalLM) with the same shapes and the same model-FLOPs count.
-//   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq] [exact|<pipeline>] [--lora] [--peak-tflops T]
+//   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq] [exact|hlq|halo<L>_<int8|fp8>|<pipeline>]
+//               [--lora] [--peak-tflops T]
+// halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/models/llama.h"
+#include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/nn/lora.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
@@ -86,6 +89,12 @@ int main(int argc, char** argv) {
 
   grad::PipelineConfig pc;
   pc.default_spec.name = pipeline;
+  if (pipeline.size() > 6 && pipeline.rfind("halo", 0) == 0 && pipeline[5] == '_') {  // halo<L>_<carrier>
+    pc.default_spec.name = "halo";
+    auto& o = pc.default_spec.options_as<grad::HaloOptions>();
+    o.level = pipeline[4] - '0';
+    o.carrier = pipeline.substr(6) == "fp8" ? grad::Carrier::fp8 : grad::Carrier::int8;
+  }
   grad::PipelineSpec exact;
   exact.name = "exact";
   if (!cfg.tie_word_embeddings) pc.overrides.emplace_back("lm_head", exact);  // tied: the head is no Linear
