@@ -90,7 +90,9 @@ std::string today() {
   return buf;
 }
 
-// Accuracy records (docs/results/README.md) of the finished runs whose grid names a pipeline.
+// Accuracy records (docs/results/README.md) of the finished runs, with the pipeline and seed their saved
+// config.yaml names. `machine` is $HADATRAIN_MACHINE (e.g. "1x NVIDIA H200 (driver ..., CUDA 13.0), 16 CPU cores"),
+// else the CPU core count; `commit` is $HADATRAIN_COMMIT, else `git describe --always --dirty`.
 std::string accuracy_records(const SweepPlan& plan, const std::vector<SweepRow>& rows) {
   const std::string machine = std::getenv("HADATRAIN_MACHINE") ? std::getenv("HADATRAIN_MACHINE")
                                                                 : fmt::format("{} CPU cores", std::thread::hardware_concurrency());
@@ -125,7 +127,7 @@ std::string accuracy_records(const SweepPlan& plan, const std::vector<SweepRow>&
     j["commit"] = commit;
     j["machine"] = machine;
     j["command"] = fmt::format("hadatrain sweep --plan {}", plan.source);
-    j["metrics"] = (fs::path(r.run) / "metrics.jsonl").string();  // relative to the sweep's out_dir
+    j["metrics"] = (plan.out_dir / r.run / "metrics.jsonl").string();  // move it under docs/runs/ to publish it
     out += j.dump() + "\n";
   }
   return out;

@@ -2,6 +2,7 @@
 # one seed and small subsets on the CPU, then reads results.csv: the fine-tuned run's final top-1 must beat the
 # from-scratch run's.
 #   cmake -DEXE=hadatrain -DOUT=dir -DMNIST=dir -DPLAN=plan.yaml -P check_transfer.cmake
+cmake_policy(SET CMP0007 NEW)  # keep empty CSV fields, so columns counted from the end stay put
 file(REMOVE_RECURSE ${OUT})
 execute_process(
   COMMAND ${EXE} sweep --plan ${PLAN} --out-dir ${OUT} --only pretrain --only "*-exact-0"

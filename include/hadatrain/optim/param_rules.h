@@ -38,9 +38,11 @@ struct ParamRulesReport {
   std::vector<std::pair<std::string, double>> scaled;  // parameter name, lr_scale != 1
 };
 
-// Sets lr_scale on each ParamRef and requires_grad false on the slot of each frozen one (its gradient, if
-// any, is dropped). Errors: a pattern that matches no parameter (a typo would silently train everything),
-// naming the pattern and a few parameter names; every parameter frozen.
+// Sets lr_scale on each ParamRef, and requires_grad on every slot: false for the frozen ones (their gradient,
+// if any, is dropped), true for the others. The rules are the one place that decides what trains, so another
+// freezing mechanism states itself as patterns placed before the user's (LoRA: "*", "!*.lora_A.*",
+// "!*.lora_B.*" in make_optimizer). Errors: a pattern that matches no parameter (a typo would silently
+// train everything), naming the pattern and a few parameter names; every parameter frozen.
 ParamRulesReport apply_param_rules(std::vector<nn::ParamRef>& params, const FreezeRules& freeze,
                                    const LrMultipliers& lr_multipliers);
 
