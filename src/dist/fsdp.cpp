@@ -38,9 +38,21 @@ class FsdpPolicy final : public nn::MaterialisePolicy {
   // The gradient of parameter i's full tensor -> this rank's chunk of the share-weighted sum over ranks.
   Tensor reduce_scatter_grad(std::size_t i, const Tensor& g_full) {
     const FullyShardedModel::Param& p = m_.params_[i];
+    const Tensor weighted = mul(g_full.reshape({p.numel}).to(DType::f32), m_.share_);
+    if (m_.defer_) {  // accumulate locally; reduce_deferred() communicates once per step
+      Tensor& acc = m_.deferred_[i];
+      if (acc.defined()) add_(acc, weighted);
+      else acc = weighted.clone();
+      return zeros({p.chunk}, {p.shard.dtype(), m_.comm_.device()});
+    }
+    return scatter(p, weighted);
+  }
+
+  // This rank's chunk of the sum over ranks of `weighted` (parameter p's flat share-weighted gradient).
+  Tensor scatter(const FullyShardedModel::Param& p, const Tensor& weighted) {
     const int n = m_.comm_.size();
     Tensor flat = zeros({p.chunk * n}, {m_.options_.reduce_dtype, m_.comm_.device()});  // (N * chunk)
-    copy_(flat.narrow(0, 0, p.numel), mul(g_full.reshape({p.numel}), m_.share_).to(m_.options_.reduce_dtype));
+    copy_(flat.narrow(0, 0, p.numel), weighted.to(m_.options_.reduce_dtype));
     Tensor chunk = zeros({p.chunk}, {m_.options_.reduce_dtype, m_.comm_.device()});
     m_.bytes_ += static_cast<int64_t>(flat.nbytes());
     m_.comm_.reduce_scatter(flat, chunk, ReduceOp::sum)->wait();
@@ -125,8 +137,10 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
   }
   std::vector<nn::ParamRef> refs;
   for (std::size_t i = 0; i < params_.size(); ++i)
-    refs.push_back({params_[i].name, &params_[i].shard, model_store_->params()[i].decay});
+    refs.push_back({params_[i].name, &params_[i].shard, model_store_->params()[i].decay,
+                    model_store_->params()[i].lr_scale});
   shards_ = std::make_shared<nn::ParameterStore>(std::move(refs));
+  deferred_.resize(params_.size());
   policy_ = std::make_shared<FsdpPolicy>(*this);
   model_store_->set_policy(policy_);
 }
@@ -134,6 +148,20 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
 FullyShardedModel::~FullyShardedModel() = default;
 
 void FullyShardedModel::set_share(double share) { share_ = share; }
+
+void FullyShardedModel::reduce_deferred() {
+  NoGradGuard no_grad;
+  // Every rank has a buffer for the same parameters (the same model runs on every rank's micro-batches),
+  // so the collectives match; a parameter no micro-batch used has none on any rank.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!deferred_[i].defined()) continue;
+    Param& p = params_[i];
+    const Tensor chunk = policy_->scatter(p, deferred_[i]);
+    if (p.shard.grad().defined()) add_(p.shard.grad(), chunk);
+    else p.shard.set_grad(chunk);
+    deferred_[i] = Tensor();
+  }
+}
 
 void FullyShardedModel::end_step() {
   policy_->reset();
@@ -199,6 +227,10 @@ std::map<std::string, Tensor> FullyShardedModel::full_optimizer_state() const {
 }
 
 void FullyShardedModel::load_full_optimizer_state(const std::map<std::string, Tensor>& state) {
+  shards_->load_state_tensors(shard_optimizer_state(state));
+}
+
+std::map<std::string, Tensor> FullyShardedModel::shard_optimizer_state(const std::map<std::string, Tensor>& state) const {
   const int n = comm_.size(), r = comm_.rank();
   std::map<std::string, Tensor> shards;
   for (std::size_t i = 0; i < params_.size(); ++i)
@@ -212,7 +244,7 @@ void FullyShardedModel::load_full_optimizer_state(const std::map<std::string, Te
       copy_(padded.narrow(0, 0, p.numel), it->second.reshape({p.numel}).to(p.shard.device()));
       shards.emplace(it->first, padded.narrow(0, r * p.chunk, p.chunk).clone());
     }
-  shards_->load_state_tensors(shards);
+  return shards;
 }
 
 void FullyShardedModel::save_sharded(const std::filesystem::path& dir) const {

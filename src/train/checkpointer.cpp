@@ -36,10 +36,19 @@ io::TensorList to_list(const std::map<std::string, Tensor>& m) {
 // copies and optimiser state: model.safetensors holds its state_dict (the model's parameters and buffers by
 // name), optimizer.safetensors the optimiser's state by "<param name>.<slot>" with its step count in the state
 // JSON. A sharded store consolidates here.
-io::TensorList model_tensors(const optim::Optimizer& optimizer) { return to_list(optimizer.store().state_dict()); }
-io::TensorList optimizer_tensors(const optim::Optimizer& optimizer) { return to_list(optimizer.state_tensors()); }
-void load_optimizer_state(optim::Optimizer& optimizer, const io::Checkpoint& ck, int64_t steps) {
-  optimizer.load_state_tensors(ck.optimizer->tensors, steps);
+io::TensorList model_tensors(const CheckpointedParts& p) {
+  return to_list(p.sharded ? p.sharded->model() : p.optimizer->store().state_dict());
+}
+io::TensorList optimizer_tensors(const CheckpointedParts& p) {
+  return to_list(p.sharded ? p.sharded->optimizer() : p.optimizer->state_tensors());
+}
+void load_model_tensors(const CheckpointedParts& p, const io::Checkpoint& ck) {
+  if (p.sharded) p.sharded->load_model(ck.model.tensors);
+  else p.optimizer->store().load_state_dict(ck.model.tensors);
+}
+void load_optimizer_state(const CheckpointedParts& p, const io::Checkpoint& ck, int64_t steps) {
+  p.optimizer->load_state_tensors(p.sharded ? p.sharded->shard_optimizer(ck.optimizer->tensors) : ck.optimizer->tensors,
+                                  steps);
 }
 
 // The first tensor of `tensors` (in their order) holding a NaN or an infinity: "'<name>' holds NaN" or
@@ -80,7 +89,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     throw Error(fmt::format("--resume: the checkpoint {} was written with run.seed {}, but the config has run.seed {}; "
                             "resume with --set run.seed={} or start a new run",
                             ck->dir.string(), it->get<uint64_t>(), o_.seed, it->get<uint64_t>()));
-  parts_.optimizer->store().load_state_dict(ck->model.tensors);
+  load_model_tensors(parts_, *ck);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;
   RunState st;
@@ -92,7 +101,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     st.epoch_steps = s.at("epoch_loss_steps").get<int64_t>();
   }
   const auto dropout_stream = s.at("dropout_stream").get<uint64_t>();
-  load_optimizer_state(*parts_.optimizer, *ck, s.at("optimizer_steps").get<int64_t>());
+  load_optimizer_state(parts_, *ck, s.at("optimizer_steps").get<int64_t>());
   parts_.dropout_gen->set_state(dropout_stream);
   resumed_from_ = ck->dir;
   spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
@@ -109,13 +118,14 @@ std::string Checkpointer::last_good_checkpoint() const {
 fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   io::CheckpointData d;
   d.step = st.step;
-  d.model = model_tensors(*parts_.optimizer);
+  d.model = model_tensors(parts_);
+  d.optimizer = optimizer_tensors(parts_);
+  if (parts_.sharded && !parts_.sharded->writer) return {};  // gathered with the writer; it writes
   // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
   if (const std::string bad = first_non_finite(d.model); !bad.empty())
     throw Error(fmt::format("the checkpoint of step {} was not written: the model's tensor {} (training diverged; "
                             "lower optim.lr); {}",
                             st.step, bad, last_good_checkpoint()));
-  d.optimizer = optimizer_tensors(*parts_.optimizer);
   d.model_metadata = o_.model_metadata;
   d.state = {{"step", st.step},
              {"epoch", st.position.epoch},

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -28,11 +30,22 @@ struct RunState {
   int64_t epoch_steps = 0;
 };
 
+// When the optimiser's store holds only this rank's shards (dist.mode fsdp, train/distributed.h): the whole
+// model and optimiser tensors a checkpoint holds, gathered from every rank's shards (collectives: every rank
+// calls save; only the writer writes), and the loaders that cut whole tensors into this rank's shards.
+struct ShardedState {
+  std::function<std::map<std::string, Tensor>()> model, optimizer;
+  std::function<void(const std::map<std::string, Tensor>&)> load_model;
+  std::function<std::map<std::string, Tensor>(const std::map<std::string, Tensor>&)> shard_optimizer;
+  bool writer = true;  // rank 0 writes; the other ranks gather with it and write nothing
+};
+
 // The objects whose state a checkpoint holds; they outlive the Checkpointer.
 struct CheckpointedParts {
   nn::Module* model = nullptr;
   optim::Optimizer* optimizer = nullptr;
   Generator* dropout_gen = nullptr;
+  const ShardedState* sharded = nullptr;  // unset: the optimiser's store holds the whole model
 };
 
 struct CheckpointerOptions {

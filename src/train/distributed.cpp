@@ -1,6 +1,8 @@
 // The trainer's side of data parallelism (distributed.h).
 #include "distributed.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -27,8 +29,8 @@ TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_r
   if (c.train.device.is_cuda() && dist_run->launched()) c.train.device = Device::cuda(dist_run->local_rank());
   if (dist_run->rank() == 0) return c;
   c.run.out_dir = (std::filesystem::path(cfg.run.out_dir) / fmt::format("rank{}", dist_run->rank())).string();
-  c.checkpoint.every_epochs = 0;
-  c.checkpoint.every_steps = 0;
+  // fsdp: every rank takes part in a checkpoint's gather (rank 0 writes it); ddp: rank 0 alone saves.
+  if (!dist_run->sharded()) c.checkpoint.every_epochs = c.checkpoint.every_steps = 0;
   return c;
 }
 
@@ -38,7 +40,7 @@ std::unique_ptr<DistributedRun> DistributedRun::start(const TrainerConfig& cfg) 
   if (cfg.dist.mode == dist::DistMode::none) {
     HT_CHECK(env.world_size == 1,
              "this process is rank {} of {} ({} variables) but dist.mode is none: every rank would train alone; set "
-             "dist.mode: ddp",
+             "dist.mode: ddp or fsdp",
              env.rank, env.world_size, env.source);
     return nullptr;
   }
@@ -56,7 +58,75 @@ std::unique_ptr<DistributedRun> DistributedRun::start(const TrainerConfig& cfg) 
   return std::unique_ptr<DistributedRun>(new DistributedRun(std::move(pg), cfg.dist));
 }
 
+std::vector<std::string> fsdp_auto_units(const nn::ParameterStore& store) {
+  std::vector<std::string> units;
+  for (const nn::ParamRef& ref : store.params()) {
+    std::size_t start = 0;
+    while (start < ref.name.size()) {
+      const std::size_t dot = ref.name.find('.', start);
+      if (dot == std::string::npos) break;  // the leaf name ("weight") never names a unit
+      const std::string part = ref.name.substr(start, dot - start);
+      const bool number = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+      const bool word_digits = part.size() > 1 && ::isdigit(static_cast<unsigned char>(part.back())) &&
+                               ::isalpha(static_cast<unsigned char>(part.front()));
+      if (number || word_digits) {
+        const std::string prefix = ref.name.substr(0, dot + 1);
+        if (std::find(units.begin(), units.end(), prefix) == units.end()) units.push_back(prefix);
+        break;
+      }
+      start = dot + 1;
+    }
+  }
+  return units;
+}
+
+std::shared_ptr<nn::ParameterStore> DistributedRun::shard(std::shared_ptr<nn::ParameterStore> model_store,
+                                                          int64_t grad_accum_steps) {
+  HT_ASSERT(sharded() && !fsdp_, "DistributedRun::shard outside dist.mode fsdp or twice");
+  const std::vector<std::string> units = options_.fsdp_units.empty() ? fsdp_auto_units(*model_store) : options_.fsdp_units;
+  fsdp_ = std::make_unique<dist::FullyShardedModel>(
+      *pg_.comm, model_store,
+      dist::FsdpOptions{.units = units,
+                        .reduce_dtype = options_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32,
+                        .prefetch = options_.prefetch});
+  fsdp_->set_defer_reduce(grad_accum_steps > 1);
+  int64_t whole = 0, mine = 0;
+  for (const auto& p : fsdp_->params()) whole += p.numel, mine += p.chunk;
+  spdlog::info("dist: fsdp over {} rank(s): {} unit(s) ({}), {} of {} parameter elements per rank (fp32 master, "
+               "gradients and optimiser state sharded), reduce-scatter in {}, prefetch {}{}",
+               world_size(), fsdp_->units(), options_.fsdp_units.empty() ? "automatic" : "dist.fsdp_units", mine, whole,
+               options_.reduce_dtype, options_.prefetch ? "on" : "off",
+               grad_accum_steps > 1 ? "; gradient accumulation communicates on the last micro-step" : "");
+  return fsdp_->shard_store();
+}
+
+ShardedState DistributedRun::sharded_state(nn::Module& model) const {
+  HT_ASSERT(fsdp_, "DistributedRun::sharded_state outside dist.mode fsdp");
+  dist::FullyShardedModel* f = fsdp_.get();
+  ShardedState s;
+  s.writer = rank() == 0;
+  s.model = [f, &model] {
+    std::map<std::string, Tensor> out = model.state_dict();  // buffers, frozen parameters, empty slots
+    for (auto& [name, t] : f->full_state()) out[name] = t;
+    return out;
+  };
+  s.optimizer = [f] { return f->full_optimizer_state(); };
+  s.load_model = [f, &model](const std::map<std::string, Tensor>& whole) {
+    std::map<std::string, Tensor> sharded, rest;
+    for (const auto& [name, t] : whole) {
+      const bool is_shard = std::any_of(f->params().begin(), f->params().end(),
+                                        [&](const dist::FullyShardedModel::Param& p) { return p.name == name; });
+      (is_shard ? sharded : rest).emplace(name, t);
+    }
+    f->load_full_state(sharded);  // names every parameter the checkpoint lacks
+    model.load_state_dict(rest, nn::StrictLoad::no);
+  };
+  s.shard_optimizer = [f](const std::map<std::string, Tensor>& whole) { return f->shard_optimizer_state(whole); };
+  return s;
+}
+
 void DistributedRun::attach(nn::ParameterStore& store) {
+  if (fsdp_) return;  // FullyShardedModel started every rank from rank 0's parameters
   reducer_ = std::make_unique<dist::GradientReducer>(*pg_.comm, store,
                                                      dist::GradientReducerOptions{.bucket_mb = options_.bucket_mb});
   reducer_->broadcast_state(0);
@@ -72,12 +142,14 @@ data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
            batch.position.batch + 1, batch.position.epoch + 1);
   data::Batch mine = dist::slice_batch(batch, dist::rank_slice(batch.size(), rank(), world_size()));
   share_ = task.loss_weight(mine) / total;
+  if (fsdp_) fsdp_->set_share(share_);
   return mine;
 }
 
 Tensor DistributedRun::after_backward(const Tensor& loss) {
-  HT_ASSERT(reducer_, "DistributedRun::after_backward before attach");
-  reducer_->reduce(share_);
+  HT_ASSERT(reducer_ || fsdp_, "DistributedRun::after_backward before attach");
+  if (reducer_) reducer_->reduce(share_);
+  else fsdp_->reduce_deferred();  // nothing deferred without gradient accumulation
   Tensor global = mul(loss.to(DType::f32), share_);
   pg_.comm->all_reduce(global, dist::ReduceOp::sum)->wait();
   return global;

@@ -1,15 +1,18 @@
-// The trainer's side of data parallelism (dist.mode: ddp; docs/distributed.md): joins the job's ranks from
-// the launcher's variables, checks that every rank resolved the same config, starts every rank from rank
-// 0's weights, hands each rank its slice of a global batch and, after backward, sums the gradients (and the
-// logged loss) over the ranks. Internal to src/train.
+// The trainer's side of data parallelism (dist.mode: ddp or fsdp; docs/distributed.md): joins the job's
+// ranks from the launcher's variables, checks that every rank resolved the same config, starts every rank
+// from rank 0's weights, hands each rank its slice of a global batch and, after backward, sums the gradients
+// (and the logged loss) over the ranks: all-reduced (ddp) or reduce-scattered into this rank's shards
+// (fsdp, dist/fsdp.h). Internal to src/train.
 #pragma once
 #include <memory>
 
 #include "hadatrain/data/loader.h"
 #include "hadatrain/dist/data_parallel.h"
+#include "hadatrain/dist/fsdp.h"
 #include "hadatrain/dist/options.h"
 #include "hadatrain/dist/rendezvous.h"
 #include "hadatrain/nn/parameter_store.h"
+#include "checkpointer.h"
 
 namespace ht::train {
 
@@ -26,8 +29,20 @@ class DistributedRun {
   int local_rank() const { return pg_.env.local_rank; }
   bool launched() const { return pg_.env.source != "none"; }
   int world_size() const { return pg_.env.world_size; }
-  // After the model and optimiser exist: every rank takes rank 0's parameters and buffers.
+  bool sharded() const { return options_.mode == dist::DistMode::fsdp; }
+  // fsdp: shards the model's store (FullyShardedModel; every rank takes rank 0's parameters) and returns
+  // the store of this rank's master shards, for the optimiser. `grad_accum_steps` > 1: gradients are
+  // accumulated locally and reduce-scattered once, in after_backward.
+  std::shared_ptr<nn::ParameterStore> shard(std::shared_ptr<nn::ParameterStore> model_store, int64_t grad_accum_steps);
+  // After the model and optimiser exist: ddp: every rank takes rank 0's parameters and buffers.
   void attach(nn::ParameterStore& store);
+  // fsdp: the clipping by the gradient norm over every rank's shards (returns that norm); after the
+  // optimiser step, end_step drops the gathered weights. Null for ddp.
+  dist::FullyShardedModel* fsdp() const { return fsdp_.get(); }
+  // fsdp: the checkpointer's view of the sharded model (checkpointer.h): whole tensors gathered from every
+  // rank for a plain checkpoint that rank 0 writes (any world size resumes it), cut into this rank's shards
+  // on resume. `model` keeps the buffers and frozen parameters, which are not sharded.
+  ShardedState sharded_state(nn::Module& model) const;
   // This rank's rows of a global batch; remembers its share for after_backward: its slice's loss weight
   // (Task::loss_weight: images, or tokens with a label) over the whole batch's, which every rank computes
   // from the global batch it holds, so no collective is needed.
@@ -41,8 +56,14 @@ class DistributedRun {
   dist::ProcessGroup pg_;
   dist::DistOptions options_;
   std::unique_ptr<dist::GradientReducer> reducer_;
+  std::unique_ptr<dist::FullyShardedModel> fsdp_;
   double share_ = 1.0;
 };
+
+// dist.fsdp_units empty: one unit per transformer block or ResNet stage, from the parameter names: the
+// prefix through the first name part that is a number ("model.layers.3.") or a word ending in digits
+// ("layer2."); a parameter with neither is its own unit.
+std::vector<std::string> fsdp_auto_units(const nn::ParameterStore& store);
 
 // This rank's view of the run's config: on rank 0 (or without dist_run) the config itself; on rank r > 0
 // run.out_dir becomes <run.out_dir>/rank<r> (its own log and metrics, the global batch's losses like rank

@@ -100,7 +100,9 @@ StepRunner::~StepRunner() = default;
 // Clipping on the device (no host read, so a step graph can record it) on CUDA; on the host on the CPU.
 void StepRunner::clip_gradients() {
   if (p_.clip_grad_norm <= 0) return;
-  if (device_.is_cuda()) {
+  if (p_.clip_global) {
+    fill_(last_grad_norm_, p_.clip_global(p_.clip_grad_norm));
+  } else if (device_.is_cuda()) {
     const Tensor norm = optim::clip_grad_norm_on_device(p_.optimizer->params(), p_.clip_grad_norm);
     if (norm.defined()) copy_(last_grad_norm_, norm);
   } else {
@@ -128,6 +130,7 @@ void StepRunner::device_step(const data::Batch& on_device) {
   if (p_.after_backward) step_loss = p_.after_backward(step_loss);
   clip_gradients();
   p_.optimizer->apply();
+  if (p_.after_step) p_.after_step();
   add_(unread_loss_, step_loss.to(DType::f64));
   // sum * 0 is 0 while the sum is finite and NaN once a loss was NaN or infinite (which the sum keeps).
   add_(finite_steps_, eq(mul(unread_loss_, 0.0), 0.0).to(DType::f64));

@@ -55,6 +55,10 @@ struct StepParts {
   // Data parallelism (train/distributed.h): after the step's backward (all micro-batches), before clipping;
   // takes the step's loss and returns the loss to log (the global batch's).
   std::function<Tensor(const Tensor&)> after_backward;
+  // Sharded parameters (dist.mode fsdp): clips by the norm over every rank's gradient shards and returns it
+  // (replaces the local clipping); after_step runs after the optimiser step (drops the gathered weights).
+  std::function<double(double)> clip_global;
+  std::function<void()> after_step;
 };
 
 // One micro-batch of a step: rows [start, start + rows) of the batch, its loss weighted by `scale`.

@@ -119,7 +119,11 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines()) spdlog::info("{}", line);
   model->to(cfg.train.dtype);
   model->to(device);
-  auto optimizer = make_optimizer(cfg, *model);
+  const int64_t num_parameters = model->num_parameters();  // before fsdp empties the model's slots
+  // dist.mode fsdp: the optimiser steps this rank's master shards (dist/fsdp.h).
+  auto optimizer = make_optimizer(cfg, *model, dist_run && dist_run->sharded() ? StoreWrap([&](auto store) {
+    return dist_run->shard(std::move(store), cfg.train.grad_accum_steps);
+  }) : StoreWrap());
   if (dist_run) dist_run->attach(optimizer->store());  // every rank starts from rank 0's weights
   auto clock = std::make_shared<grad::StepClock>();  // Note [Pipeline noise]: the step keys stochastic rounding
   const std::vector<nn::BoundLayer> bound = nn::bind_pipelines(*model, cfg.grad_pipeline, clock);
@@ -133,6 +137,9 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const int64_t spe = loader.batches_per_epoch();
   const optim::ScheduleConfig schedule = make_schedule(cfg, spe);
 
+  // dist.mode fsdp: checkpoints hold the whole tensors, gathered from every rank's shards (rank 0 writes).
+  std::optional<ShardedState> sharded_state;
+  if (dist_run && dist_run->fsdp()) sharded_state = dist_run->sharded_state(*model);
   Checkpointer checkpointer({.dir = cfg.checkpoint.dir,
                              .keep_last = cfg.checkpoint.keep_last,
                              .keep_best = cfg.checkpoint.keep_best,
@@ -141,7 +148,10 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                              .score_name = task->score_name(),
                              .model_metadata = lm_checkpoint_metadata(cfg, *model),
                              .continue_on_save_failure = cfg.checkpoint.continue_on_save_failure},
-                            {.model = model.get(), .optimizer = optimizer.get(), .dropout_gen = dropout_gen.get()});
+                            {.model = model.get(),
+                             .optimizer = optimizer.get(),
+                             .dropout_gen = dropout_gen.get(),
+                             .sharded = sharded_state ? &*sharded_state : nullptr});
   RunState st;
   st.best_score = task->initial_score();
   const std::optional<RunState> resumed = checkpointer.resume(resume);
@@ -191,7 +201,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   spdlog::info("run {}: {} on {} ({} forward), writing {}", cfg.run.name, model_name(cfg.model.name), to_string(device),
                dtype_name(dtype), cfg.run.out_dir);
   spdlog::info("data: {}, batch {}, {} steps per epoch", describe_data(cfg, ds), cfg.data.batch_size, spe);
-  spdlog::info("model: {} parameters; optim {} lr {:g}", model->num_parameters(), optimizer->name(), cfg.optim.lr);
+  spdlog::info("model: {} parameters; optim {} lr {:g}", num_parameters, optimizer->name(), cfg.optim.lr);
 
 #ifdef HADATRAIN_CUDA
   // train.tf32: f32 products on TF32 tensor cores for this thread (the one that runs forward and backward).
@@ -207,7 +217,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                      .batch_size = cfg.data.batch_size,
                      .grad_accum_steps = cfg.train.grad_accum_steps,
                      .after_backward = dist_run ? [&](const Tensor& loss) { return dist_run->after_backward(loss); }
-                                                : std::function<Tensor(const Tensor&)>()});
+                                                : std::function<Tensor(const Tensor&)>(),
+                     .clip_global = dist_run && dist_run->fsdp()
+                                        ? [&](double max_norm) { return dist_run->fsdp()->clip_grad_norm(max_norm); }
+                                        : std::function<double(double)>(),
+                     .after_step = dist_run && dist_run->fsdp() ? [&] { dist_run->fsdp()->end_step(); }
+                                                                : std::function<void()>()});
   int64_t saved_step = -1;  // the step of the last checkpoint this process wrote
   // `epoch_end_done`: the epoch's evaluation is done or follows at once (a train.max_steps stop), so a
   // checkpoint at the epoch's last batch continues at the next epoch and a resume does not evaluate it again.

@@ -215,7 +215,7 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
   HT_FAIL("unknown model");
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model, const StoreWrap& shard) {
   const OptimSection& o = cfg.optim;
   auto params = optim::make_param_refs(model.named_parameters(), {"pos_embed", "cls_token"});
   if (o.decay_norm_and_bias)
@@ -230,6 +230,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::M
                  rules.frozen_elements, rules.trainable_params, rules.trainable_elements);
   for (const auto& [name, scale] : rules.scaled) spdlog::info("optim.lr_multipliers: {} learns at {:g} x lr", name, scale);
   auto store = nn::ParameterStore::attach(model, std::move(params));
+  if (shard) store = shard(std::move(store));
   if (o.name == OptimKind::sgd)
     return optim::make_sgd(std::move(store),
                            {.momentum = o.momentum, .dampening = 0.0, .weight_decay = o.weight_decay, .nesterov = o.nesterov});

@@ -1,5 +1,6 @@
 // Construction helpers of the trainer (datasets, model, optimiser, schedule, task). Internal to src/train.
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "hadatrain/data/dataset.h"
@@ -27,7 +28,11 @@ Datasets make_datasets(const TrainerConfig& cfg);
 data::Normalize make_normalize(const DataSection& d, int64_t channels);
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
                                        std::shared_ptr<Generator> dropout_gen);
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model);
+// `shard`, when given, turns the model's store into the one the optimiser steps (dist.mode fsdp: the store
+// of this rank's master shards).
+using StoreWrap = std::function<std::shared_ptr<nn::ParameterStore>(std::shared_ptr<nn::ParameterStore>)>;
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model,
+                                                 const StoreWrap& shard = {});
 optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t steps_per_epoch);
 data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split);
 // The forward compute dtype: bf16 with precision bf16, else the master dtype.

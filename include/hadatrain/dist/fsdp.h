@@ -50,6 +50,12 @@ class FullyShardedModel {
   void set_share(double share);
   // After the optimiser step: drops the gathered weights (the next forward gathers the updated shards).
   void end_step();
+  // Gradient accumulation without communication on early micro-steps (FSDP's no_sync): while on, a backward
+  // adds each parameter's share-weighted full gradient to a local f32 buffer (the unsharded gradient's
+  // memory, per rank, until the step's reduce) and gives the shard a zero gradient; reduce_deferred() then
+  // reduce-scatters every buffer once into the shards' gradients and frees the buffers.
+  void set_defer_reduce(bool on) { defer_ = on; }
+  void reduce_deferred();
   // Clips the shards' gradients by the norm over all ranks (every rank computes the same norm); returns it.
   double clip_grad_norm(double max_norm);
   // The whole model's parameters (gathered, master dtype) by name, on every rank: a plain checkpoint.
@@ -60,6 +66,9 @@ class FullyShardedModel {
   // ParameterStore::state_tensors names it), and its inverse; slots not created yet are left out.
   std::map<std::string, Tensor> full_optimizer_state() const;
   void load_full_optimizer_state(const std::map<std::string, Tensor>& state);
+  // Whole optimiser state (as full_optimizer_state gives) cut into this rank's chunks, by the same names,
+  // for Optimizer::load_state_tensors; no collective.
+  std::map<std::string, Tensor> shard_optimizer_state(const std::map<std::string, Tensor>& state) const;
 
   // Sharded checkpoint: every rank writes <dir>/shard-<rank>-of-<N>.safetensors atomically (its shards of the
   // parameters and of the optimiser state, metadata: world size, rank, each parameter's shape).
@@ -87,6 +96,8 @@ class FullyShardedModel {
   std::vector<Param> params_;
   std::size_t unit_count_ = 0;
   double share_ = 1.0;
+  bool defer_ = false;
+  std::vector<Tensor> deferred_;  // per parameter: the accumulated full gradient while defer_ is on
   mutable int64_t bytes_ = 0;
 };
 

@@ -2,19 +2,26 @@
 // (docs/distributed.md lists every key).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "hadatrain/core/config_reader.h"
 
 namespace ht::dist {
 
-// none: one process (WORLD_SIZE must be 1 or unset); ddp: replicated data parallelism (data_parallel.h).
-enum class DistMode { none, ddp };
+// none: one process (WORLD_SIZE must be 1 or unset); ddp: replicated data parallelism (data_parallel.h);
+// fsdp: sharded data parallelism (fsdp.h).
+enum class DistMode { none, ddp, fsdp };
 
 struct DistOptions {
   DistMode mode = DistMode::none;
   std::string engine;       // gloo | nccl; empty: nccl for train.device cuda, gloo for cpu
   double timeout_s = 300;   // a collective or rendezvous wait longer than this is an error
   double bucket_mb = 25;    // ddp: gradient all-reduce bucket size
+  // fsdp: name prefixes of the units (one all-gather each); empty: automatic (fsdp_auto_units in
+  // train/distributed.h: one unit per transformer block or ResNet stage).
+  std::vector<std::string> fsdp_units;
+  std::string reduce_dtype = "f32";  // fsdp: the gradient reduce-scatter's dtype (f32 | bf16)
+  bool prefetch = true;              // fsdp: issue the next unit's all-gather with the current one's
 };
 
 DistOptions read_dist_options(ConfigReader r);

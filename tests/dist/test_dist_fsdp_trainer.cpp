@@ -1,0 +1,172 @@
+// `hadatrain train` with dist.mode fsdp over Gloo, ranks forked with the launcher's variables set (as
+// `hadatrain launch` sets them): the logged losses of a tiny LLaMA (AdamW, clipping by the global norm, one
+// unit per decoder block) and of an MLP on images, sharded over 2 and 4 ranks, equal one process's with the
+// same global batch within 1e-5 relative (the same products summed in another order: Note [Data-parallel
+// equivalence]), with gradient accumulation too (communicating once per step), and every rank logs the
+// same losses.
+#include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "dist_testing.h"
+#include "hadatrain/train/trainer.h"
+#include "hadatrain/train/trainer_config.h"
+#include "support/catch.h"
+#include "support/testing.h"
+
+using namespace ht;
+using namespace ht::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRoot = fs::current_path().string();  // tests run in the source root
+
+TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra = {}) {
+  std::vector<std::string> sets = {"train.device=cpu",
+                                   "train.precision=fp32",
+                                   "train.epochs=2",
+                                   "train.max_steps=6",
+                                   "train.log_every=1",
+                                   "data.paths=[" + kRoot + "/tests/fixtures/lm_text]",
+                                   "data.val_fraction=0.25",
+                                   "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
+                                   "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(),
+                                   "data.seq_len=16",
+                                   "data.batch_size=4",
+                                   "data.eval_batch_size=16",
+                                   "model.preset=tiny",
+                                   "schedule.warmup_steps=2",
+                                   "checkpoint.every_epochs=0",
+                                   "optim.clip_grad_norm=0.5",
+                                   "run.out_dir=" + (test::scratch_dir() / name).string()};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return load_trainer_config(kRoot + "/configs/llm/sotu_pretrain_small.yaml", sets);
+}
+
+std::string mlp_config_path() {
+  static const std::string path = [] {
+    const fs::path p = test::scratch_dir() / "fsdp_trainer_mlp.yaml";
+    std::ofstream(p) << fmt::format(
+        "run:\n  seed: 5\n"
+        "data:\n  dataset: mnist\n  root: {}\n  batch_size: 16\n  eval_batch_size: 16\n  num_workers: 0\n"
+        "model:\n  name: mlp\n  hidden: [16, 16]\n"
+        "optim:\n  name: adamw\n  lr: 0.01\n  weight_decay: 0.01\n  clip_grad_norm: 0.5\n"
+        "train:\n  epochs: 2\n  log_every: 1\n",
+        test::idx8_dataset().string());
+    return p.string();
+  }();
+  return path;
+}
+
+TrainerConfig mlp(const std::string& name, std::vector<std::string> extra = {}) {
+  extra.push_back("run.out_dir=" + (test::scratch_dir() / name).string());
+  return load_trainer_config(mlp_config_path(), extra);
+}
+
+std::vector<double> losses(const fs::path& out_dir) {
+  std::ifstream in(out_dir / "metrics.jsonl");
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "train") out.push_back(j.at("loss").get<double>());
+  }
+  return out;
+}
+
+void set_rank_env(const dist::DistEnv& env) {
+  ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(env.world_size).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
+  ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
+}
+
+using MakeConfig = TrainerConfig (*)(const std::string&, std::vector<std::string>);
+
+// One process (dist.mode none) against `world` fsdp ranks; `extra` applies to both.
+void check_fsdp_matches_one_process(MakeConfig make, const std::string& tag, int world, std::size_t steps,
+                                    const std::vector<std::string>& extra = {}) {
+  const std::string ref_name = tag + "_ref", name = fmt::format("{}_fsdp{}", tag, world);
+  test::scratch_dir();  // made once, before the fork: every rank and run shares it
+  make(ref_name, extra);  // the image config file too
+  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(make(ref_name, extra)); });
+  REQUIRE(ht::test::all_passed(ref));
+  std::vector<std::string> sets = extra;
+  for (const char* s : {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30"}) sets.push_back(s);
+  const auto out = ht::test::run_ranks(world, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    run_training(make(name, sets));
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+  const auto expected = losses(test::scratch_dir() / ref_name);
+  const auto got = losses(test::scratch_dir() / name);
+  REQUIRE(expected.size() == steps);
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("step " << i + 1 << ": " << world << " fsdp ranks " << got[i] << ", one process " << expected[i]);
+    CHECK(std::abs(got[i] - expected[i]) <= 1e-5 * std::abs(expected[i]));
+  }
+  // The losses change over the steps (the updates reach the shards and are gathered again).
+  CHECK(got.front() != got.back());
+  for (int r = 1; r < world; ++r) CHECK(losses(test::scratch_dir() / name / fmt::format("rank{}", r)) == got);
+}
+
+}  // namespace
+
+TEST_CASE("train with dist.mode fsdp: a tiny LLaMA on 2 ranks logs one process's losses", "[dist][fsdp][trainer]") {
+  check_fsdp_matches_one_process(tiny_lm, "lm", 2, 6);
+}
+
+TEST_CASE("train with dist.mode fsdp: gradient accumulation on 2 ranks logs one process's losses",
+          "[dist][fsdp][trainer]") {
+  check_fsdp_matches_one_process(tiny_lm, "lm_accum", 2, 6, {"train.grad_accum_steps=2"});
+}
+
+TEST_CASE("train with dist.mode fsdp: an MLP on images on 2 and 4 ranks logs one process's losses",
+          "[dist][fsdp][trainer]") {
+  check_fsdp_matches_one_process(mlp, "mlp", 2, 8);
+  check_fsdp_matches_one_process(mlp, "mlp4", 4, 8, {"dist.fsdp_units=[layers.0.]", "dist.prefetch=false"});
+}
+
+// A checkpoint written by 2 fsdp ranks (whole tensors gathered from the shards, rank 0 writes) resumed on 1
+// and on 4 ranks continues with the uninterrupted run's losses (within 1e-5 relative: the sums' order
+// differs with the world size; the checkpoint itself holds the exact f32 state).
+TEST_CASE("train with dist.mode fsdp: a 2-rank checkpoint resumes on 1 and on 4 ranks", "[dist][fsdp][trainer]") {
+  test::scratch_dir();  // made once, before the fork: every rank and run shares it
+  const auto ref = ht::test::run_ranks(1, [](const dist::DistEnv&) { run_training(tiny_lm("ck_ref")); });
+  REQUIRE(ht::test::all_passed(ref));
+  const std::vector<std::string> fsdp = {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), fsdp.begin(), fsdp.end());
+    return sets;
+  };
+  const auto two = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    run_training(tiny_lm("ck_two", with({"checkpoint.every_steps=3"})));
+  });
+  INFO("exit codes " << ht::test::exit_codes(two));
+  REQUIRE(ht::test::all_passed(two));
+  const fs::path step3 = test::scratch_dir() / "ck_two" / "checkpoints" / "step_3";
+  REQUIRE(fs::exists(step3 / "model.safetensors"));
+  CHECK_FALSE(fs::exists(test::scratch_dir() / "ck_two" / "rank1" / "checkpoints"));  // rank 0 writes
+  const auto expected = losses(test::scratch_dir() / "ck_ref");
+  REQUIRE(expected.size() == 6);
+  for (const int world : {1, 4}) {
+    const std::string name = fmt::format("ck_resume{}", world);
+    const auto out = ht::test::run_ranks(world, [&](const dist::DistEnv& env) {
+      set_rank_env(env);
+      run_training(tiny_lm(name, with({})), ResumeFrom{.kind = ResumeFrom::Kind::path, .path = step3.string()});
+    });
+    INFO("exit codes " << ht::test::exit_codes(out));
+    REQUIRE(ht::test::all_passed(out));
+    const auto got = losses(test::scratch_dir() / name);
+    REQUIRE(got.size() == 3);  // steps 4 to 6
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("step " << i + 4 << ": resumed on " << world << " rank(s) " << got[i] << ", uninterrupted " << expected[i + 3]);
+      CHECK(std::abs(got[i] - expected[i + 3]) <= 1e-5 * std::abs(expected[i + 3]));
+    }
+  }
+}
