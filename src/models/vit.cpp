@@ -75,7 +75,7 @@ VisionTransformer::VisionTransformer(const VitConfig& c, Generator& gen, std::sh
     std::string type_name() const override { return "PatchEmbed"; }
   };
   register_module("patch_embed", std::make_shared<PatchEmbed>(patch_proj_));
-  pos_drop_ = std::make_shared<nn::Dropout>(c.dropout, dgen);
+  pos_drop_ = register_module("pos_drop", std::make_shared<nn::Dropout>(c.dropout, dgen));  // so eval() reaches it
   auto blocks = std::make_shared<nn::Sequential>();
   for (int64_t i = 0; i < c.depth; ++i) {
     auto b = std::make_shared<Block>(c, gen, dgen);

@@ -3,6 +3,7 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
+#include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
 
@@ -122,4 +123,20 @@ TEST_CASE("state dicts round trip and strict loading names what is wrong", "[mod
   auto bad = a.state_dict();
   bad["fc.weight"] = zeros({3, 3});
   CHECK_THROWS_WITH(b.load_state_dict(bad), HasSubstr("fc.weight"));
+}
+
+TEST_CASE("ViT in eval mode applies no dropout, the position-embedding dropout included", "[models]") {
+  Generator gen(11);
+  auto dgen = std::make_shared<Generator>(12);
+  VitConfig c{.image_size = 8, .patch_size = 4, .in_channels = 1, .dim = 16, .depth = 1, .heads = 2,
+              .num_classes = 3, .dropout = 0.5};
+  VisionTransformer v(c, gen, dgen);
+  const Tensor x = test::random_tensor({2, 1, 8, 8}, 13, DType::f32);
+  v.eval();
+  NoGradGuard ng;
+  const Tensor a = v.forward(x), b = v.forward(x);
+  CHECK(test::compare(a, b, 0.0, 0.0) == "");
+  v.train();
+  const Tensor t1 = v.forward(x), t2 = v.forward(x);
+  CHECK(test::compare(t1, t2, 0.0, 0.0) != "");  // train mode draws fresh masks
 }
