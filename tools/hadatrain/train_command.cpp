@@ -121,7 +121,8 @@ Command add_eval_command(CLI::App& app) {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
     const train::EvalResult r = train::run_evaluation(cfg, args->checkpoint);
-    fmt::print("{} ({} samples)\n", r.summary, r.total);
+    // r.total counts the task's evaluated units: tokens with a label for language models, else images
+    fmt::print("{} ({} {})\n", r.summary, r.total, r.has("tokens") ? "tokens" : "samples");
     return 0;
   };
   return c;
