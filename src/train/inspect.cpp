@@ -17,6 +17,8 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/train/pipeline_config.h"
+#include "hadatrain/train/task.h"
+#include "batch_source.h"
 #include "trainer_setup.h"
 
 namespace ht::train {
@@ -138,14 +140,15 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
     l.binding->pipeline = std::make_shared<CapturePipeline>(captures.back());
   }
 
-  data::DataLoader loader(ds.train, loader_options(cfg, ds, Split::train));
-  const auto batch = loader.next();
+  // The first training batch and the loss of the task the config trains (image classification, or causal
+  // language modelling for an LLaMA on text), as a training step computes them.
+  const std::unique_ptr<BatchSource> loader = make_loader(cfg, ds, Split::train);
+  const auto batch = loader->next();
   HT_CHECK(batch.has_value(), "inspect-grads: the training set of {} is empty", dataset_name(cfg.data.dataset));
-  const Tensor x = batch->at(data::batch_key::image).to(device).to(compute_dtype(cfg));  // (B, C, H, W)
-  const Tensor y = batch->at(data::batch_key::label).to(device);
-  CrossEntropyOptions ce;
-  ce.label_smoothing = cfg.train.label_smoothing;
-  cross_entropy(model->forward(x), y, ce).backward();
+  const std::unique_ptr<Task> task = make_task(cfg, *model);
+  task->check_batch(*batch);
+  task->loss(*model, batch->to(device)).backward();
+  task->check_deferred(device);
 
   std::vector<LayerGradReport> report;
   for (std::size_t i = 0; i < layers.size(); ++i) {

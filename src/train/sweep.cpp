@@ -219,6 +219,8 @@ SweepRow read_sweep_row(const SweepRun& run, const std::string& status) {
         row.best_top1 = std::max(row.best_top1.value_or(0.0), 100.0 * *a);
       }
       row.final_test_loss = num("test_loss");
+      if (row.final_test_loss) row.best_test_loss = std::min(row.best_test_loss.value_or(*row.final_test_loss), *row.final_test_loss);
+      row.final_ppl = num("test_ppl");
       if (!j.contains("gpu_peak_mb")) peak(num("host_peak_mb"));
     }
   }
@@ -233,18 +235,21 @@ std::string sweep_markdown(const SweepPlan& plan, const std::vector<SweepRow>& r
   const auto keys = grid_keys(plan);
   std::string out = fmt::format("# Sweep {}\n\nPlan: `{}`; runs in `{}`. Top-1 in %; time is the sum of the epochs' "
                                 "times; throughput the median of the logged training windows; peak memory the GPU's "
-                                "when the run was on CUDA, else the process's.\n\n",
+                                "when the run was on CUDA, else the process's. Test loss is the validation loss (per token for language "
+                                "models, whose perplexity is exp of it).\n\n",
                                 plan.recipe, plan.source, plan.out_dir.string());
   out += "| run | stage |";
   for (const auto& k : keys) out += fmt::format(" {} |", k);
-  out += " status | epochs | final top-1 | best top-1 | final test loss | time (s) | throughput | peak memory (MB) |\n|";
-  for (std::size_t i = 0; i < keys.size() + 10; ++i) out += "---|";
+  out += " status | epochs | final top-1 | best top-1 | final test loss | best test loss | final perplexity | time (s) | "
+         "throughput | peak memory (MB) |\n|";
+  for (std::size_t i = 0; i < keys.size() + 12; ++i) out += "---|";
   out += "\n";
   for (const SweepRow& r : rows) {
     out += fmt::format("| {} | {} |", r.run, r.stage);
     for (const auto& k : keys) out += fmt::format(" {} |", value_of(r, k));
-    out += fmt::format(" {} | {} | {} | {} | {} | {:.1f} | {} | {} |\n", r.status, r.epochs, fmt_opt(r.final_top1, "{:.2f}"),
-                       fmt_opt(r.best_top1, "{:.2f}"), fmt_opt(r.final_test_loss, "{:.4f}"), r.seconds,
+    out += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {} |\n", r.status, r.epochs,
+                       fmt_opt(r.final_top1, "{:.2f}"), fmt_opt(r.best_top1, "{:.2f}"), fmt_opt(r.final_test_loss, "{:.4f}"),
+                       fmt_opt(r.best_test_loss, "{:.4f}"), fmt_opt(r.final_ppl, "{:.3f}"), r.seconds,
                        r.throughput ? fmt::format("{:.0f} {}", *r.throughput, r.throughput_unit) : "-",
                        fmt_opt(r.peak_mb, "{:.0f}"));
   }
@@ -255,12 +260,16 @@ std::string sweep_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows) 
   const auto keys = grid_keys(plan);
   std::string out = "run,stage";
   for (const auto& k : keys) out += "," + csv_field(k);
-  out += ",status,epochs,steps,final_top1,best_top1,final_test_loss,seconds,throughput,throughput_unit,peak_mb\n";
+  // The language-model columns come before final_top1 so that the columns after it keep their places from the end
+  // (tests/cli/check_transfer.cmake reads final_top1 counting from the end).
+  out += ",status,epochs,steps,best_test_loss,final_ppl,final_top1,best_top1,final_test_loss,seconds,throughput,"
+         "throughput_unit,peak_mb\n";
   auto num = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
   for (const SweepRow& r : rows) {
     out += csv_field(r.run) + "," + csv_field(r.stage);
     for (const auto& k : keys) out += "," + csv_field(value_of(r, k));
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.epochs, r.steps, num(r.final_top1),
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.epochs, r.steps,
+                       num(r.best_test_loss), num(r.final_ppl), num(r.final_top1),
                        num(r.best_top1), num(r.final_test_loss), r.seconds, num(r.throughput), r.throughput_unit,
                        num(r.peak_mb));
   }

@@ -88,8 +88,32 @@ TEST_CASE("a results row: final and best top-1, time, median throughput, peak me
   plan.runs = {run};
   plan.recipe = "t";
   const std::string md = sweep_markdown(plan, {r});
-  CHECK(md.find("| fine-hlq-0 | fine | hlq | done | 2 | 89.00 | 91.00 | 0.6000 | 20.0 | 200 img/s | 70 |") != std::string::npos);
+  CHECK(md.find("| fine-hlq-0 | fine | hlq | done | 2 | 89.00 | 91.00 | 0.6000 | 0.5000 | - | 20.0 | 200 img/s | 70 |") !=
+        std::string::npos);
   const std::string csv = sweep_csv(plan, {r});
-  CHECK(csv.find("run,stage,grad_pipeline.default.name,status,epochs,steps,final_top1") == 0);
-  CHECK(csv.find("fine-hlq-0,fine,hlq,done,2,30,89,91,0.6,20,200,img/s,70") != std::string::npos);
+  CHECK(csv.find("run,stage,grad_pipeline.default.name,status,epochs,steps,best_test_loss,final_ppl,final_top1") == 0);
+  CHECK(csv.find("fine-hlq-0,fine,hlq,done,2,30,0.5,,89,91,0.6,20,200,img/s,70") != std::string::npos);
+}
+
+TEST_CASE("a language-model results row: final and best validation loss and the final perplexity", "[sweep]") {
+  test::TempDir dir("sweep_lm_row");
+  SweepRun run;
+  run.name = "halo-2-fp8-0";
+  run.stage = "halo";
+  run.dir = dir.path;
+  write(dir.path / "metrics.jsonl",
+        "{\"type\": \"train\", \"step\": 4, \"loss\": 3.0, \"tok_per_s\": 9000.0, \"gpu_peak_mb\": 900.0}\n"
+        "{\"type\": \"eval\", \"step\": 4, \"epoch\": 1, \"test_loss\": 2.5, \"test_ppl\": 12.18, \"epoch_seconds\": 3.0}\n"
+        "{\"type\": \"eval\", \"step\": 8, \"epoch\": 2, \"test_loss\": 2.25, \"test_ppl\": 9.49, \"epoch_seconds\": 3.0}\n"
+        "{\"type\": \"eval\", \"step\": 12, \"epoch\": 3, \"test_loss\": 2.75, \"test_ppl\": 15.64, \"epoch_seconds\": 3.0}\n");
+  const SweepRow r = read_sweep_row(run, "done");
+  CHECK(*r.final_test_loss == Approx(2.75));
+  CHECK(*r.best_test_loss == Approx(2.25));  // the lowest, not the last
+  CHECK(*r.final_ppl == Approx(15.64));
+  CHECK_FALSE(r.final_top1.has_value());
+  SweepPlan plan;
+  plan.runs = {run};
+  const std::string md = sweep_markdown(plan, {r});
+  CHECK(md.find("| halo-2-fp8-0 | halo | done | 3 | - | - | 2.7500 | 2.2500 | 15.640 | 9.0 | 9000 tok/s | 900 |") !=
+        std::string::npos);
 }

@@ -69,6 +69,7 @@ struct SweepRow {
   std::vector<std::pair<std::string, std::string>> values;
   int64_t epochs = 0, steps = 0;
   std::optional<double> final_top1, best_top1, final_test_loss;  // top-1 in %
+  std::optional<double> best_test_loss, final_ppl;  // lowest test_loss; test_ppl of the last eval (language models)
   double seconds = 0;                 // sum of the epochs' times
   std::optional<double> throughput;   // median of the train records' <unit>_per_s
   std::string throughput_unit;        // "img/s"
