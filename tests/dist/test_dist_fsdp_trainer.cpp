@@ -2,8 +2,9 @@
 // `hadatrain launch` sets them): the logged losses of a tiny LLaMA (AdamW, clipping by the global norm, one
 // unit per decoder block) and of an MLP on images, sharded over 2 and 4 ranks, equal one process's with the
 // same global batch within 1e-5 relative (the same products summed in another order: Note [Data-parallel
-// equivalence]), with gradient accumulation too (communicating once per step), and every rank logs the
-// same losses.
+// equivalence]), with gradient accumulation too (communicating once per step), the clipped gradient norm is
+// the one-process norm, and every rank logs the same losses; a 2-rank checkpoint resumes on 1 and 4 ranks.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -65,15 +66,17 @@ TrainerConfig mlp(const std::string& name, std::vector<std::string> extra = {}) 
   return load_trainer_config(mlp_config_path(), extra);
 }
 
-std::vector<double> losses(const fs::path& out_dir) {
+// A train record's `key` by step from metrics.jsonl.
+std::vector<double> train_values(const fs::path& out_dir, const std::string& key) {
   std::ifstream in(out_dir / "metrics.jsonl");
   std::vector<double> out;
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
-    if (j.at("type") == "train") out.push_back(j.at("loss").get<double>());
+    if (j.at("type") == "train") out.push_back(j.at(key).get<double>());
   }
   return out;
 }
+std::vector<double> losses(const fs::path& out_dir) { return train_values(out_dir, "loss"); }
 
 void set_rank_env(const dist::DistEnv& env) {
   ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
@@ -111,6 +114,15 @@ void check_fsdp_matches_one_process(MakeConfig make, const std::string& tag, int
   }
   // The losses change over the steps (the updates reach the shards and are gathered again).
   CHECK(got.front() != got.back());
+  // Clipping (optim.clip_grad_norm 0.5) saw the whole model's norm: the norm over every rank's shards.
+  const auto norms = train_values(test::scratch_dir() / name, "grad_norm");
+  const auto ref_norms = train_values(test::scratch_dir() / ref_name, "grad_norm");
+  REQUIRE(norms.size() == ref_norms.size());
+  CHECK(*std::max_element(ref_norms.begin(), ref_norms.end()) > 0.5);  // clipping acted
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    INFO("step " << i + 1 << ": grad_norm " << norms[i] << ", one process " << ref_norms[i]);
+    CHECK(std::abs(norms[i] - ref_norms[i]) <= 1e-5 * ref_norms[i]);
+  }
   for (int r = 1; r < world; ++r) CHECK(losses(test::scratch_dir() / name / fmt::format("rank{}", r)) == got);
 }
 
