@@ -125,7 +125,16 @@ int main(int argc, char** argv) {
       if (base_total != 0 && v.label.find(variant_filter) == std::string::npos) continue;
       auto p = grad::make_pipeline(v.spec);
       const grad::ProductInfo info;
-      const grad::NoiseKey key{1, 0, 0, nullptr};
+      // A pipeline that draws stochastic-rounding noise (HLQ) reads the step from the device, as a trained model's
+      // layers do (nn::bind_pipelines and bench_train): a host step would be baked into the recording, which
+      // the step graph refuses (Note [Step graphs]).
+      grad::StepClock clock;
+      if (p->draws_noise()) {
+        clock.keep_on_device(dev);
+        clock.set(1);
+      }
+      const grad::NoiseKey key{1, 0, 1,
+                               clock.word.defined() ? static_cast<const int64_t*>(clock.word.data_ptr()) : nullptr};
       auto run = [&](bool with_backward) {
         grad::ForwardResult f = p->forward(x, w, info, key, grad::SaveForBackward::yes);
         if (with_backward) (void)p->backward(*f.saved, g, {true, true});

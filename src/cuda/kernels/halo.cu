@@ -220,6 +220,23 @@ void with_k(int k, F&& f) {
   }
 }
 
+// Threads per block of a row kernel: kThreads, or fewer when the kernel's registers per thread do not allow that
+// many in one block (the K×K stage keeps a column of K floats per thread: K = 60 needs more than the 128
+// registers that 512 threads may each have), rounded down to whole warps (the shuffle butterflies and
+// block_max need full warps; every loop over a row strides by blockDim.x, so any multiple of 32 gives the same
+// values). Asked once per kernel (cudaFuncGetAttributes is not a stream operation, so a first call while a step
+// is being recorded is fine too).
+template <auto kernel>
+int row_threads() {
+  static const int threads = [] {
+    cudaFuncAttributes attr{};
+    HT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    const int limit = attr.maxThreadsPerBlock < kThreads ? attr.maxThreadsPerBlock : kThreads;
+    return limit < 32 ? 32 : limit / 32 * 32;  // at most 255 registers per thread: 256 threads always fit
+  }();
+  return threads;
+}
+
 // Launches kernel over the rows with n floats of shared memory. Above the default 48 KiB the kernel is opted in
 // once, to the largest rotation's 128 KiB, at its first such launch (an eager one before any graph recording: the
 // attribute call is not a stream operation).
@@ -233,7 +250,7 @@ void launch_rows(const HaloRowsArgs& a, cudaStream_t stream, Args... args) {
     opted_in = true;
   }
   const unsigned grid = static_cast<unsigned>(a.R < kMaxRowBlocks ? (a.R < 1 ? 1 : a.R) : kMaxRowBlocks);
-  kernel<<<grid, kThreads, smem, stream>>>(a, args...);
+  kernel<<<grid, row_threads<kernel>(), smem, stream>>>(a, args...);
 }
 
 }  // namespace
