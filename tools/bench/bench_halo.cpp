@@ -1,14 +1,18 @@
 // Per-layer benchmark of HALO (CUDA builds): the Llama-3-8B projection shapes at 8192 tokens (4 sequences of
-// 2048), forward + backward of one Linear (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs),
+// 2048), or the Llama-3.2-1B ones at 16384 tokens (8 of 2048: bench_llama's batch), forward + backward of one Linear (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs),
 // HALO levels 0 / 1 / 2 with the int8 and fp8 carriers, and HLQ (exact forward, quantised backward). Each case is
 // recorded into a step graph (after 3 eager warm-ups that create and tune the GEMM plans) and replayed: the
 // forward alone (with what it saves) and the forward followed by the backward; the median of 20 replays each, the
 // backward the difference. Prints one JSON line per case in the "kernels" format of docs/results/ (merge with
 // `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
-//   bench_halo [layer filter] [variant filter]   (substrings; the exact bf16 baseline always runs)
+// Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
+// wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
+// cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
+//   bench_halo [layer filter] [variant filter] [llama3_8b|llama32_1b]   (substrings; exact bf16 always runs)
 //   HT_BENCH_COMMIT / HT_BENCH_MACHINE override the commit (default `git rev-parse --short HEAD`) and machine.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -95,10 +99,23 @@ int main(int argc, char** argv) {
   std::string command = argv[0];
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
 
-  const int64_t B = 4, L = 2048;  // 8192 tokens
-  const std::vector<LayerShape> layers = {{"q_proj 4096->4096", 4096, 4096},
-                                          {"up_proj 4096->14336", 4096, 14336},
-                                          {"down_proj 14336->4096", 14336, 4096}};
+  const std::string preset = argc > 3 ? argv[3] : "llama3_8b";
+  if (preset != "llama3_8b" && preset != "llama32_1b") {
+    std::fprintf(stderr, "bench_halo: unknown shape set '%s' (llama3_8b or llama32_1b)\n", preset.c_str());
+    return 2;
+  }
+  const bool small = preset == "llama32_1b";
+  const int64_t B = small ? 8 : 4, L = 2048;  // 16384 or 8192 tokens
+  const std::vector<LayerShape> layers =
+      small ? std::vector<LayerShape>{{"q_proj 2048->2048", 2048, 2048},
+                                      {"k_proj 2048->512", 2048, 512},
+                                      {"up_proj 2048->8192", 2048, 8192},
+                                      {"down_proj 8192->2048", 8192, 2048}}
+            : std::vector<LayerShape>{{"q_proj 4096->4096", 4096, 4096},
+                                      {"up_proj 4096->14336", 4096, 14336},
+                                      {"down_proj 14336->4096", 14336, 4096}};
+  const std::string group = small ? "HALO per layer (Llama-3.2-1B, 16384 tokens, bf16)"
+                                  : "HALO per layer (Llama-3-8B, 8192 tokens, bf16)";
   std::vector<Variant> variants;
   variants.push_back({"exact bf16", {}});
   for (int level : {0, 1, 2})
@@ -139,16 +156,23 @@ int main(int argc, char** argv) {
         grad::ForwardResult f = p->forward(x, w, info, key, grad::SaveForBackward::yes);
         if (with_backward) (void)p->backward(*f.saved, g, {true, true});
       };
+      const auto t0 = std::chrono::steady_clock::now();
+      run(true);
+      cudaDeviceSynchronize();
+      const double first = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double eager = bench::median_ms([&] { run(true); }, 2, 10);
       const double fwd = graph_ms([&] { run(false); });
       const double total = graph_ms([&] { run(true); });
       const double bwd = total - fwd;
       if (base_total == 0) base_total = total, base_fwd = fwd, base_bwd = bwd;
       std::printf(
-          "{\"area\": \"kernels\", \"group\": \"HALO per layer (Llama-3-8B, 8192 tokens, bf16)\", \"name\": \"%s, %s, "
+          "{\"area\": \"kernels\", \"group\": \"%s\", \"name\": \"%s, %s, "
           "forward + backward\", \"metric\": \"ms\", \"ours\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
+          "\"eager_ms\": %.4f, \"first_call_ms\": %.1f, "
           "\"speedup_vs_exact_bf16\": %.3f, \"forward_speedup\": %.3f, \"backward_speedup\": %.3f, \"pipeline\": \"%s\", "
           "\"date\": \"%s\", \"commit\": \"%s\", \"machine\": \"%s\", \"command\": \"%s\"}\n",
-          l.name, v.label.c_str(), total, fwd, bwd, base_total / total, base_fwd / fwd, base_bwd / bwd,
+          group.c_str(), l.name, v.label.c_str(), total, fwd, bwd, eager, first, base_total / total, base_fwd / fwd,
+          base_bwd / bwd,
           json_escape(grad::describe(v.spec)).c_str(), date, commit.c_str(), json_escape(machine).c_str(),
           json_escape(command).c_str());
       std::fflush(stdout);
