@@ -99,7 +99,9 @@ Tensor halo_dequantize(const HaloQuantized& q);
 // out (M, N) of out_dtype = ((s_a·s_b)·mult) · (a · bᵀ) for codes a (M, K), b (N, K) of one dtype (i8 or
 // f8e4m3), s_a, s_b one-element f32 tensors on their device (read by the GPU, never by the host). int8: the exact
 // int32 product, then float(acc)·alpha rounded once (CPU and CUDA the same bits); fp8: cuBLASLt with device
-// scales, fp32 accumulation (CPU: double), one rounding.
+// scales, fp32 accumulation between tensor-core groups that keep fewer bits within (CPU: exact, in double), one
+// rounding; the two differ by up to K·2^-12 of Σ|a_k·b_k|·scale (Note [HALO fp8 product tolerance] in
+// tests/gpu/test_gpu_halo.cpp derives it).
 struct HaloProduct {
   float mult = 1.0f;
   DType out_dtype = DType::f32;
