@@ -107,6 +107,31 @@ std::optional<ControlCharacter> first_control_character(const std::string& text)
   return std::nullopt;
 }
 
+// yaml-cpp 0.7 takes time exponential in the nesting depth of flow collections ("{{{{{{{{{{{{{{{{{{{{" does
+// not return in minutes), so a text whose [ ] / { } nest deeper than kMaxFlowDepth outside quotes is refused
+// before parsing (a config needs two or three levels). The 1-based line and column of the first bracket past
+// the limit, if any.
+constexpr int kMaxFlowDepth = 8;
+std::optional<std::pair<std::size_t, std::size_t>> first_too_deep_bracket(const std::string& text) {
+  int depth = 0;
+  char quote = 0;
+  std::size_t line = 1, col = 1;
+  for (const char c : text) {
+    if (quote) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxFlowDepth) return std::make_pair(line, col);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+    if (c == '\n') ++line, col = 1;
+    else ++col;
+  }
+  return std::nullopt;
+}
+
 // yaml-cpp 0.7 also loops forever on a ',' that starts a node in block context (",a" or "- a\n,b"). Outside
 // [ ] and { } and block scalars (| and >) no line can start with ','; the first such line is named before
 // parsing. Returns its 1-based line and column.
@@ -386,6 +411,10 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   if (const auto bad = first_control_character(value))
     throw config_error(fmt::format("{}: the value holds the control character \\x{:02x}, which YAML does not allow",
                                    source, bad->byte));
+  if (const auto deep = first_too_deep_bracket(value))
+    throw config_error(fmt::format("{}: the value nests [ ] / {{ }} deeper than {} levels (column {}), which is not "
+                                   "supported",
+                                   source, kMaxFlowDepth, deep->second));
   YAML::Node v;
   if (value.empty()) {
     v = YAML::Node(std::string());
@@ -427,6 +456,9 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
     if (const auto bad = first_control_character(yaml))
       throw config_error(fmt::format("{}:{}:{}: the control character \\x{:02x} is not allowed in YAML; remove it",
                                      source_name, bad->line, bad->column, bad->byte));
+    if (const auto deep = first_too_deep_bracket(yaml))
+      throw config_error(fmt::format("{}:{}:{}: [ ] / {{ }} nest deeper than {} levels here, which is not supported",
+                                     source_name, deep->first, deep->second, kMaxFlowDepth));
     if (const auto comma = first_block_comma(yaml))
       throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' outside [ ] or {{ }} cannot start a line; quote "
                                      "the value or join it to the line above",
