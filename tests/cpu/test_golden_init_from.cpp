@@ -6,6 +6,7 @@
 //   - torchvision resnet18: a file with exactly its state dict's names, dtypes and shapes (from the fixture's
 //     metadata), filled by the closed formula the script used, loads completely and gives torchvision's logits;
 //   - timm's Mixup: with the draws timm made, apply_mix gives timm's mixed images and soft targets.
+// HT_FIXTURES: init_from_timm_vit_io.safetensors init_from_timm_vit.safetensors init_from_torchvision_resnet18.safetensors mix_timm.safetensors
 #include "support/catch.h"
 #include "support/testing.h"
 
