@@ -24,6 +24,7 @@ AREAS = {  # area: (fields every record needs besides the common ones, the field
     "memory": (("model", "batch", "pipeline", "metric", "gib"), ("model", "batch", "pipeline", "metric")),
     "accuracy": (("recipe", "pipeline", "seed", "top1"), ("recipe", "pipeline", "seed")),
     "kernels": (("group", "name", "metric", "ours"), ("group", "name")),
+    "lm": (("recipe", "model", "pipeline", "seed", "val_loss", "val_ppl"), ("recipe", "pipeline", "seed")),
 }
 COMMON = ("area", "date", "commit", "machine", "command")
 HIGHER_IS_BETTER = {"fraction of copy", "speed × own bf16 a·bᵀ", "TFLOP/s"}
@@ -221,6 +222,16 @@ def accuracy(recs):
                   "measured"], rows) + notes.lines()
 
 
+def language_models(recs):
+    notes, rows = Notes(), []
+    for r in sorted(recs, key=lambda r: (r["recipe"], r["seed"], r["pipeline"] != "exact", r["pipeline"])):
+        curve = ", ".join(f"{e}: {v:.4f}" for e, v in r.get("val_loss_by_epoch", []))
+        rows.append([r["recipe"], r["model"], pipe(r), str(r["seed"]), f"{r['val_loss']:.4f}", f"{r['val_ppl']:.3f}",
+                     str(r.get("steps", "—")), curve or "—", measured(r, notes)])
+    return table(["recipe", "model", "pipeline", "seed", "validation loss", "perplexity", "steps",
+                  "validation loss by epoch", "measured"], rows) + notes.lines()
+
+
 def kernels(recs):
     notes, out, groups = Notes(), [], []
     for r in recs:
@@ -313,6 +324,13 @@ deterministic). The kept metrics and configs are in docs/runs/ (docs/runs/README
 ![pipelines](images/fashion_mnist_resnet18_pipelines.png)
 """
 
+LANGUAGE_MODELS = """## Language models
+
+Runs of the language-model recipes in `configs/llm/` (docs/language_models.md): the validation loss per token
+and its perplexity after the last epoch, on the held-out documents the config names (SOTU: 5 % of the
+speeches, chosen by `run.seed`).
+"""
+
 KERNELS = """## Kernels
 
 Our kernels against PyTorch's eager op in the same call (`tools/bench/bench_kernels_torch.py`); these are single
@@ -326,6 +344,7 @@ def render():
     lines = HEADER.split("\n")
     for text, body in ((steps_text(data["steps"]), steps_vs_peer(data["steps"])), (PIPE_STEPS, steps_vs_exact(data["steps"])),
                        (MEMORY, memory(data["memory"])), (ACCURACY, accuracy(data["accuracy"])),
+                       (LANGUAGE_MODELS, language_models(data["lm"])),
                        (KERNELS, kernels(data["kernels"]))):
         lines += text.split("\n") + body + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
