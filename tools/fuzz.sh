@@ -2,7 +2,7 @@
 # Runs a libFuzzer target of tests/fuzz for a given time:
 #   tools/fuzz.sh TARGET SECONDS [BUILD_DIR]     e.g. tools/fuzz.sh config 60
 #   tools/fuzz.sh --build [BUILD_DIR]            builds every target, runs none
-# TARGET is config, safetensors, idx, cifar or image (tests/fuzz/fuzz_<TARGET>.cpp). The targets are built in
+# TARGET is config, safetensors, idx, cifar, image or tokenizer (tests/fuzz/fuzz_<TARGET>.cpp). The targets are built in
 # BUILD_DIR (default build-fuzz/) by tests/fuzz/project with clang, libFuzzer, AddressSanitizer and
 # UndefinedBehaviorSanitizer. The run starts from the committed seed corpus tests/fuzz/corpus/<TARGET>/
 # (read only: new inputs go to BUILD_DIR/corpus/<TARGET>/); a crash, a leak or a sanitizer report stops it
