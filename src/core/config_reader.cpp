@@ -132,6 +132,43 @@ std::optional<std::pair<std::size_t, std::size_t>> first_too_deep_bracket(const 
   return std::nullopt;
 }
 
+// yaml-cpp 0.7 also loops forever on a ',' after a document whose root is a flow collection ("{a: 1}, " or
+// "[1], 2"). The 1-based line and column of such a ',', if any.
+std::optional<std::pair<std::size_t, std::size_t>> first_comma_after_root_flow(const std::string& text) {
+  int depth = 0;
+  char quote = 0;
+  bool started = false, root_closed = false, comment = false;
+  std::size_t line = 1, col = 1;
+  char prev = '\n';
+  for (const char c : text) {
+    if (c == '\n') {
+      comment = false;
+    } else if (comment) {
+    } else if (quote) {
+      if (c == quote) quote = 0;
+    } else if (c == '#' && (prev == ' ' || prev == '\t' || prev == '\n')) {
+      comment = true;
+    } else if (c != ' ' && c != '\t' && c != '\r') {
+      if (!started) {
+        started = true;
+        if (c != '[' && c != '{') return std::nullopt;  // the root is no flow collection
+      }
+      if (root_closed && c == ',') return std::make_pair(line, col);
+      if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if ((c == ']' || c == '}') && depth > 0) {
+        if (--depth == 0) root_closed = true;
+      }
+    }
+    prev = c;
+    if (c == '\n') ++line, col = 1;
+    else ++col;
+  }
+  return std::nullopt;
+}
+
 // yaml-cpp 0.7 also loops forever on a ',' that starts a node in block context (",a" or "- a\n,b"). Outside
 // [ ] and { } and block scalars (| and >) no line can start with ','; the first such line is named before
 // parsing. Returns its 1-based line and column.
@@ -459,6 +496,10 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
     if (const auto deep = first_too_deep_bracket(yaml))
       throw config_error(fmt::format("{}:{}:{}: [ ] / {{ }} nest deeper than {} levels here, which is not supported",
                                      source_name, deep->first, deep->second, kMaxFlowDepth));
+    if (const auto comma = first_comma_after_root_flow(yaml))
+      throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' after the closing bracket of the document's "
+                                     "top-level [ ] or {{ }}",
+                                     source_name, comma->first, comma->second));
     if (const auto comma = first_block_comma(yaml))
       throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' outside [ ] or {{ }} cannot start a line; quote "
                                      "the value or join it to the line above",

@@ -122,6 +122,16 @@ struct JpegDecompressGuard {
 
 uint8_t mul255(unsigned a, unsigned b) { return static_cast<uint8_t>((a * b + 127) / 255); }
 
+// The most pixels a decoded image may have (2^27, e.g. 11585 x 11585): far beyond any training image, and the
+// buffer is sized from the header, so a corrupt or hostile header must not make the decoder allocate gigabytes.
+constexpr int64_t kMaxImagePixels = int64_t{1} << 27;
+void check_image_size(int64_t w, int64_t h, const std::string& name, const char* format) {
+  HT_CHECK(w > 0 && h > 0 && w * h <= kMaxImagePixels,
+           "{}: the {} header gives {} x {} pixels; hadatrain decodes images of at most {} pixels (is the file "
+           "damaged?)",
+           name, format, w, h, kMaxImagePixels);
+}
+
 Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& opts) {
   jpeg_decompress_struct cinfo;
   std::memset(&cinfo, 0, sizeof cinfo);
@@ -133,6 +143,7 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, const
     jpeg_fail(name, "header", err);
   const int64_t h = cinfo.output_height, w = cinfo.output_width, comps = cinfo.out_color_components;
   HT_CHECK(comps == 1 || comps == 3 || comps == 4, "{}: unsupported JPEG with {} colour components", name, comps);
+  check_image_size(w, h, name, "JPEG");
   std::vector<uint8_t> raw(static_cast<std::size_t>(h * w * comps));
   if (jpeg_decompress_phase(&cinfo, &err, raw.data(), static_cast<std::size_t>(w * comps)) != 0)
     jpeg_fail(name, "data", err);
@@ -201,6 +212,11 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
     const std::string msg = png.message;
     png_image_free(&png);
     HT_FAIL("{}: cannot decode PNG: {}", name, msg);
+  }
+  if (int64_t{png.width} * int64_t{png.height} > kMaxImagePixels) {
+    const int64_t w = png.width, h = png.height;
+    png_image_free(&png);
+    check_image_size(w, h, name, "PNG");
   }
   png.format = PNG_FORMAT_RGBA;  // alpha is dropped below (as PIL's convert("RGB"))
   std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(png));

@@ -132,6 +132,11 @@ TEST_CASE("invalid bytes in a config are escaped in error messages, never echoed
              HasSubstr("--set model.hidden=[[[[[[[[[[1]]]]]]]]]]: the value nests [ ] / { } deeper than 8 levels (column 9)"));
   CHECK(ConfigReader::from_string("a: \"{{{{{{{{{{{{\"\nb: [[[1]]]\n", "quoted.yaml").get<std::string>("a", "") ==
         "{{{{{{{{{{{{");
+  // And on a ',' after a top-level flow collection ("{a: 1}, " and "[1], 2" never return; the fuzzer found them).
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("{run: {name: x}}, grad_pipeline: y\n", "rootflow.yaml"); }),
+             HasSubstr("rootflow.yaml:1:17: invalid YAML: a ',' after the closing bracket"));
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("# c\n[1], 2", "rootlist.yaml"); }), HasSubstr("rootlist.yaml:2:4:"));
+  CHECK(ConfigReader::from_string("{a: 1, b: [2, 3]}  # a comment, with a comma\n", "flowdoc.yaml").get<int>("a", 0) == 1);
   CHECK(ConfigReader::from_string("a: [1\n  , 2]\nb: |\n  ,text\nc: {x: 1\n , y: 2}\n", "flow.yaml")
             .get_list<int>("a", {}) == std::vector<int>{1, 2});
   CHECK_THAT(error_of([&] { load_trainer_config(write_config("ctl_set.yaml", ""), {"optim.lr=1\x01"}); }),

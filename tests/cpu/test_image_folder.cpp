@@ -186,6 +186,17 @@ TEST_CASE("truncated, corrupt, empty and foreign files give errors naming the fi
   write_file(tmp.path / "gif.jpg", {'G', 'I', 'F', '8', '9', 'a'});
   CHECK_THROWS_WITH(read_image(tmp.path / "gif.jpg"), HasSubstr("gif.jpg") && HasSubstr("47 49 46 38"));
   CHECK_THROWS_WITH(read_image(tmp.path / "missing.jpg"), HasSubstr("missing.jpg"));
+  // A header announcing 60000 x 60000 pixels (SOF0's height and width patched): refused before the decoder
+  // allocates the 10.8 GB its buffer would need.
+  std::vector<uint8_t> huge = good;
+  for (std::size_t i = 0; i + 8 < huge.size(); ++i)
+    if (huge[i] == 0xFF && huge[i + 1] == 0xC0) {  // SOF0: FF C0, length (2), precision (1), height (2), width (2)
+      huge[i + 5] = huge[i + 7] = 0xEA;
+      huge[i + 6] = huge[i + 8] = 0x60;
+      break;
+    }
+  CHECK_THROWS_WITH(decode_image(huge, "huge.jpg"),
+                    HasSubstr("huge.jpg: the JPEG header gives 60000 x 60000 pixels; hadatrain decodes images of at most"));
   // The good file still decodes after all those failures (no state leaks between decodes).
   CHECK(decode_image(good, "good").height == 64);
 }
