@@ -107,6 +107,13 @@ std::optional<ControlCharacter> first_control_character(const std::string& text)
   return std::nullopt;
 }
 
+// Whether a quote character starts a quoted scalar: only where a scalar can start (after the start of a line or
+// one of ':', ',', '[', '{', '-', '?' and spaces); elsewhere ("ab\"c") it is part of a plain scalar.
+bool opens_quote(char last_significant) {
+  return last_significant == '\n' || last_significant == ':' || last_significant == ',' || last_significant == '[' ||
+         last_significant == '{' || last_significant == '-' || last_significant == '?';
+}
+
 // yaml-cpp 0.7 takes time exponential in the nesting depth of flow collections ("{{{{{{{{{{{{{{{{{{{{" does
 // not return in minutes), so a text whose [ ] / { } nest deeper than kMaxFlowDepth outside quotes is refused
 // before parsing (a config needs two or three levels). The 1-based line and column of the first bracket past
@@ -114,12 +121,12 @@ std::optional<ControlCharacter> first_control_character(const std::string& text)
 constexpr int kMaxFlowDepth = 8;
 std::optional<std::pair<std::size_t, std::size_t>> first_too_deep_bracket(const std::string& text) {
   int depth = 0;
-  char quote = 0;
+  char quote = 0, last = '\n';  // last: the last character outside quotes that is not a space
   std::size_t line = 1, col = 1;
   for (const char c : text) {
     if (quote) {
       if (c == quote) quote = 0;
-    } else if (c == '"' || c == '\'') {
+    } else if ((c == '"' || c == '\'') && opens_quote(last)) {
       quote = c;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxFlowDepth) return std::make_pair(line, col);
@@ -128,39 +135,34 @@ std::optional<std::pair<std::size_t, std::size_t>> first_too_deep_bracket(const 
     }
     if (c == '\n') ++line, col = 1;
     else ++col;
+    if (!quote && c != ' ' && c != '\t' && c != '\r') last = c;
   }
   return std::nullopt;
 }
 
-// yaml-cpp 0.7 also loops forever on a ',' after a document whose root is a flow collection ("{a: 1}, " or
-// "[1], 2"). The 1-based line and column of such a ',', if any.
-std::optional<std::pair<std::size_t, std::size_t>> first_comma_after_root_flow(const std::string& text) {
-  int depth = 0;
-  char quote = 0;
-  bool started = false, root_closed = false, comment = false;
+// yaml-cpp 0.7 also loops forever on a ',' after a flow collection at the root of a document or of a --set
+// value ("{a: 1}, ", "[1], 2", "{a: \"x}, b"). A document or value whose first character (after blank and
+// comment lines) is '[' or '{' is one collection: after its closing bracket only spaces and comments may follow.
+// Brackets are counted without regard to quotes (a quoted bracket in such a collection is refused too; configs
+// have none). The 1-based line and column of the first character after the collection, if any.
+std::optional<std::pair<std::size_t, std::size_t>> first_text_after_root_flow(const std::string& text) {
   std::size_t line = 1, col = 1;
+  bool comment = false, started = false, closed = false;
+  int depth = 0;
   char prev = '\n';
   for (const char c : text) {
     if (c == '\n') {
       comment = false;
-    } else if (comment) {
-    } else if (quote) {
-      if (c == quote) quote = 0;
-    } else if (c == '#' && (prev == ' ' || prev == '\t' || prev == '\n')) {
+    } else if (!comment && c == '#' && (prev == ' ' || prev == '\t' || prev == '\n') && (!started || closed)) {
       comment = true;
-    } else if (c != ' ' && c != '\t' && c != '\r') {
+    } else if (!comment && c != ' ' && c != '\t' && c != '\r') {
       if (!started) {
         started = true;
-        if (c != '[' && c != '{') return std::nullopt;  // the root is no flow collection
+        if (c != '[' && c != '{') return std::nullopt;
       }
-      if (root_closed && c == ',') return std::make_pair(line, col);
-      if (c == '"' || c == '\'') {
-        quote = c;
-      } else if (c == '[' || c == '{') {
-        ++depth;
-      } else if ((c == ']' || c == '}') && depth > 0) {
-        if (--depth == 0) root_closed = true;
-      }
+      if (closed) return std::make_pair(line, col);
+      if (c == '[' || c == '{') ++depth;
+      else if ((c == ']' || c == '}') && --depth == 0) closed = true;
     }
     prev = c;
     if (c == '\n') ++line, col = 1;
@@ -448,6 +450,10 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   if (const auto bad = first_control_character(value))
     throw config_error(fmt::format("{}: the value holds the control character \\x{:02x}, which YAML does not allow",
                                    source, bad->byte));
+  if (const auto after = first_text_after_root_flow(value))
+    throw config_error(fmt::format("{}: the value continues after its closing bracket (column {}); a value is one "
+                                   "[ ] or {{ }} collection, or a scalar",
+                                   source, after->second));
   if (const auto deep = first_too_deep_bracket(value))
     throw config_error(fmt::format("{}: the value nests [ ] / {{ }} deeper than {} levels (column {}), which is not "
                                    "supported",
@@ -496,10 +502,10 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
     if (const auto deep = first_too_deep_bracket(yaml))
       throw config_error(fmt::format("{}:{}:{}: [ ] / {{ }} nest deeper than {} levels here, which is not supported",
                                      source_name, deep->first, deep->second, kMaxFlowDepth));
-    if (const auto comma = first_comma_after_root_flow(yaml))
-      throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' after the closing bracket of the document's "
+    if (const auto after = first_text_after_root_flow(yaml))
+      throw config_error(fmt::format("{}:{}:{}: invalid YAML: text after the closing bracket of the document's "
                                      "top-level [ ] or {{ }}",
-                                     source_name, comma->first, comma->second));
+                                     source_name, after->first, after->second));
     if (const auto comma = first_block_comma(yaml))
       throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' outside [ ] or {{ }} cannot start a line; quote "
                                      "the value or join it to the line above",

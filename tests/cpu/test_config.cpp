@@ -132,11 +132,16 @@ TEST_CASE("invalid bytes in a config are escaped in error messages, never echoed
              HasSubstr("--set model.hidden=[[[[[[[[[[1]]]]]]]]]]: the value nests [ ] / { } deeper than 8 levels (column 9)"));
   CHECK(ConfigReader::from_string("a: \"{{{{{{{{{{{{\"\nb: [[[1]]]\n", "quoted.yaml").get<std::string>("a", "") ==
         "{{{{{{{{{{{{");
-  // And on a ',' after a top-level flow collection ("{a: 1}, " and "[1], 2" never return; the fuzzer found them).
+  // And on a ',' after a top-level flow collection ("{a: 1}, " and "[1], 2" never return; the fuzzer found them),
+  // so after a document's or a --set value's top-level collection only spaces and comments may follow.
   CHECK_THAT(error_of([&] { ConfigReader::from_string("{run: {name: x}}, grad_pipeline: y\n", "rootflow.yaml"); }),
-             HasSubstr("rootflow.yaml:1:17: invalid YAML: a ',' after the closing bracket"));
-  CHECK_THAT(error_of([&] { ConfigReader::from_string("# c\n[1], 2", "rootlist.yaml"); }), HasSubstr("rootlist.yaml:2:4:"));
-  CHECK(ConfigReader::from_string("{a: 1, b: [2, 3]}  # a comment, with a comma\n", "flowdoc.yaml").get<int>("a", 0) == 1);
+             HasSubstr("rootflow.yaml:1:17: invalid YAML: text after the closing bracket of the document's top-level"));
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("# c\n  [1], 2", "rootlist.yaml"); }), HasSubstr("rootlist.yaml:2:6:"));
+  CHECK(ConfigReader::from_string("{name: hlq, acbp_bits: 4}  # an inspect-grads entry\n", "entry").get<int>("acbp_bits", 0) == 4);
+  CHECK_THAT(error_of([&] { load_trainer_config(write_config("flow_set.yaml", ""), {"model.hidden=[1, 2], 3"}); }),
+             HasSubstr("--set model.hidden=[1, 2], 3: the value continues after its closing bracket (column 7)"));
+  CHECK(load_trainer_config(write_config("flow_set2.yaml", ""), {"model.hidden=[64, 32] "}).model.hidden ==
+        std::vector<int64_t>{64, 32});
   CHECK(ConfigReader::from_string("a: [1\n  , 2]\nb: |\n  ,text\nc: {x: 1\n , y: 2}\n", "flow.yaml")
             .get_list<int>("a", {}) == std::vector<int>{1, 2});
   CHECK_THAT(error_of([&] { load_trainer_config(write_config("ctl_set.yaml", ""), {"optim.lr=1\x01"}); }),
