@@ -4,6 +4,7 @@
 // so that it can be found and loaded again; evaluating the checkpoint gives the run's final validation loss.
 #include "support/catch.h"
 #include "support/testing.h"
+#include "support/lm_run_testing.h"
 
 #include <filesystem>
 #include <fstream>
@@ -27,27 +28,9 @@ namespace {
 const std::string kRoot = fs::current_path().string();
 
 TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra = {}) {
-  const fs::path out = test::scratch_dir() / "lm" / name;
-  std::vector<std::string> sets = {"train.device=cpu",
-                                   "train.precision=fp32",
-                                   "train.epochs=2",
-                                   "train.max_steps=6",
-                                   "train.log_every=1",
-                                   "data.paths=[" + kRoot + "/tests/fixtures/lm_text]",
-                                   "data.val_fraction=0.25",
-                                   "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
-                                   "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(),
-                                   "data.seq_len=16",
-                                   "data.batch_size=4",
-                                   "data.eval_batch_size=16",
-                                   "model.preset=tiny",
-                                   "schedule.warmup_steps=2",
-                                   "checkpoint.every_epochs=0",
-                                   "checkpoint.every_steps=3",
-                                   "checkpoint.keep_last=0",
-                                   "run.out_dir=" + out.string()};
+  std::vector<std::string> sets = {"checkpoint.every_steps=3", "checkpoint.keep_last=0"};
   sets.insert(sets.end(), extra.begin(), extra.end());
-  return load_trainer_config(kRoot + "/configs/llm/sotu_pretrain_small.yaml", sets);
+  return test::tiny_lm_run(test::scratch_dir() / "lm" / name, sets);
 }
 
 // The training losses of metrics.jsonl by step.

@@ -15,6 +15,7 @@
 #include "hadatrain/train/trainer_config.h"
 #include "support/catch.h"
 #include "support/testing.h"
+#include "support/lm_run_testing.h"
 
 using namespace ht;
 using namespace ht::train;
@@ -22,28 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRoot = fs::current_path().string();  // tests run in the source root
 
 TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"train.device=cpu",
-                                   "train.precision=fp32",
-                                   "train.epochs=2",
-                                   "train.max_steps=6",
-                                   "train.log_every=1",
-                                   "data.paths=[" + kRoot + "/tests/fixtures/lm_text]",
-                                   "data.val_fraction=0.25",
-                                   "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
-                                   "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(),
-                                   "data.seq_len=16",
-                                   "data.batch_size=4",
-                                   "data.eval_batch_size=16",
-                                   "model.preset=tiny",
-                                   "schedule.warmup_steps=2",
-                                   "checkpoint.every_epochs=0",
-                                   "optim.clip_grad_norm=0.5",
-                                   "run.out_dir=" + (test::scratch_dir() / name).string()};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  return load_trainer_config(kRoot + "/configs/llm/sotu_pretrain_small.yaml", sets);
+  extra.insert(extra.begin(), "optim.clip_grad_norm=0.5");
+  return test::tiny_lm_run(test::scratch_dir() / name, extra);
 }
 
 std::string mlp_config_path() {

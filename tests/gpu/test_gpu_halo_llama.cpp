@@ -15,6 +15,7 @@
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
+#include "support/lm_run_testing.h"
 
 #include "hadatrain/train/trainer.h"
 
@@ -24,28 +25,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRoot = fs::current_path().string();  // tests run in the source root
 
 TrainerConfig tiny_halo(const std::string& name, std::vector<std::string> extra) {
-  std::vector<std::string> sets = {"train.device=cuda",
-                                   "train.precision=bf16",
-                                   "train.epochs=2",
-                                   "train.max_steps=8",
-                                   "train.log_every=1",
-                                   "data.paths=[" + kRoot + "/tests/fixtures/lm_text]",
-                                   "data.val_fraction=0.25",
-                                   "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
-                                   "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(),
-                                   "data.seq_len=32",
-                                   "data.batch_size=8",
-                                   "data.eval_batch_size=16",
-                                   "model.preset=tiny",
-                                   "schedule.warmup_steps=2",
-                                   "checkpoint.every_epochs=0",
-                                   "grad_pipeline.layers.*_proj.name=halo",
-                                   "run.out_dir=" + (test::scratch_dir() / "gpu_halo_llama" / name).string()};
+  std::vector<std::string> sets = {"train.device=cuda", "train.precision=bf16", "train.max_steps=8", "data.seq_len=32",
+                                   "data.batch_size=8", "grad_pipeline.layers.*_proj.name=halo"};
   sets.insert(sets.end(), extra.begin(), extra.end());
-  return load_trainer_config(kRoot + "/configs/llm/sotu_pretrain_small.yaml", sets);
+  return test::tiny_lm_run(test::scratch_dir() / "gpu_halo_llama" / name, sets);
 }
 
 std::map<int64_t, double> losses(const TrainerConfig& c) {

@@ -13,6 +13,7 @@
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
+#include "support/lm_run_testing.h"
 
 #include "hadatrain/train/trainer.h"
 
@@ -23,27 +24,11 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kRoot = fs::current_path().string();  // tests run in the source root
 
 TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra) {
-  std::vector<std::string> sets = {"train.device=cuda",
-                                   "train.precision=fp32",
-                                   "train.epochs=2",
-                                   "train.max_steps=8",
-                                   "train.log_every=1",
-                                   "data.paths=[" + kRoot + "/tests/fixtures/lm_text]",
-                                   "data.val_fraction=0.25",
-                                   "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
-                                   "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(),
-                                   "data.seq_len=32",
-                                   "data.batch_size=8",
-                                   "data.eval_batch_size=16",
-                                   "model.preset=tiny",
-                                   "schedule.warmup_steps=2",
-                                   "checkpoint.every_epochs=0",
-                                   "run.out_dir=" + (test::scratch_dir() / "gpu_lm" / name).string()};
+  std::vector<std::string> sets = {"train.device=cuda", "train.max_steps=8", "data.seq_len=32", "data.batch_size=8"};
   sets.insert(sets.end(), extra.begin(), extra.end());
-  return load_trainer_config(kRoot + "/configs/llm/sotu_pretrain_small.yaml", sets);
+  return test::tiny_lm_run(test::scratch_dir() / "gpu_lm" / name, sets);
 }
 
 std::map<int64_t, json> train_records(const TrainerConfig& c) {
