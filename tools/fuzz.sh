@@ -49,9 +49,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN
 cd "$build"
 # -rss_limit_mb / -malloc_limit_mb: an input that makes a reader allocate more than 2 GiB is a finding (a size
 # taken from a header without a check), not an out-of-memory of the machine.
-# FUZZ_SEED fixes libFuzzer's random seed (CTest sets 1, so CI explores the same inputs on every run and a
-# finding there replays); unset, each run draws its own.
+# FUZZ_SEED fixes libFuzzer's random seed and FUZZ_RUNS caps the number of inputs (CTest sets 1 and 4000: CI
+# then tries the same inputs on every run, whatever the machine's speed, and a finding there replays); unset,
+# each run draws its own seed and runs for SECONDS.
 seed_arg=()
 [ -n "${FUZZ_SEED:-}" ] && seed_arg=(-seed="$FUZZ_SEED")
+[ -n "${FUZZ_RUNS:-}" ] && seed_arg+=(-runs="$FUZZ_RUNS")
 exec "./fuzz_$target" "${seed_arg[@]}" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 -malloc_limit_mb=2048 \
   -max_len=65536 -print_final_stats=1 "$work" "$seeds"

@@ -171,6 +171,55 @@ std::optional<std::pair<std::size_t, std::size_t>> first_text_after_root_flow(co
   return std::nullopt;
 }
 
+// And on a ',' right after a quoted scalar outside [ ] / { } ("\"\",", "\"\"\"x\",", "\"a\"\n\"b\","). In block
+// context such a ',' is never valid YAML, so it is refused wherever it stands. Quoted scalars are recognised as
+// yaml-cpp does: a quote opens one where a scalar can start (opens_quote) or right after another quoted scalar.
+// The 1-based line and column of the ',', if any.
+std::optional<std::pair<std::size_t, std::size_t>> first_comma_after_quote(const std::string& text) {
+  constexpr char kClosedQuote = 1;  // `last` after a quoted scalar
+  int depth = 0;
+  char quote = 0, last = '\n', prev = '\n';
+  bool comment = false, just_closed = false;
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote) {
+      if (quote == '"' && c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
+        ++i, col += 2;
+        prev = text[i];
+        continue;
+      }
+      if (c == quote && quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i, col += 2;
+        prev = '\'';
+        continue;
+      }
+      if (c == quote) quote = 0, just_closed = true, last = kClosedQuote;
+    } else if (comment) {
+      if (c == '\n') comment = false;
+    } else if (c == '\n') {
+      just_closed = false;
+      last = '\n';
+    } else if (c == '#' && (prev == ' ' || prev == '\t' || prev == '\n')) {
+      comment = true;
+    } else if (c != ' ' && c != '\t' && c != '\r') {
+      if (c == ',' && depth == 0 && just_closed) return std::make_pair(line, col);
+      just_closed = false;
+      if ((c == '"' || c == '\'') && (opens_quote(last) || last == kClosedQuote)) {
+        quote = c;
+      } else {
+        if (c == '[' || c == '{') ++depth;
+        else if ((c == ']' || c == '}') && depth > 0) --depth;
+        last = c;
+      }
+    }
+    prev = c;
+    if (c == '\n') ++line, col = 1;
+    else ++col;
+  }
+  return std::nullopt;
+}
+
 // yaml-cpp 0.7 also loops forever on a ',' that starts a node in block context (",a" or "- a\n,b"). Outside
 // [ ] and { } and block scalars (| and >) no line can start with ','; the first such line is named before
 // parsing. Returns its 1-based line and column.
@@ -450,6 +499,9 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   if (const auto bad = first_control_character(value))
     throw config_error(fmt::format("{}: the value holds the control character \\x{:02x}, which YAML does not allow",
                                    source, bad->byte));
+  if (const auto comma = first_comma_after_quote(value))
+    throw config_error(fmt::format("{}: the value has a ',' right after a quoted scalar outside [ ] or {{ }} (column {})",
+                                   source, comma->second));
   if (const auto after = first_text_after_root_flow(value))
     throw config_error(fmt::format("{}: the value continues after its closing bracket (column {}); a value is one "
                                    "[ ] or {{ }} collection, or a scalar",
@@ -502,6 +554,9 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
     if (const auto deep = first_too_deep_bracket(yaml))
       throw config_error(fmt::format("{}:{}:{}: [ ] / {{ }} nest deeper than {} levels here, which is not supported",
                                      source_name, deep->first, deep->second, kMaxFlowDepth));
+    if (const auto comma = first_comma_after_quote(yaml))
+      throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' right after a quoted scalar outside [ ] or {{ }}",
+                                     source_name, comma->first, comma->second));
     if (const auto after = first_text_after_root_flow(yaml))
       throw config_error(fmt::format("{}:{}:{}: invalid YAML: text after the closing bracket of the document's "
                                      "top-level [ ] or {{ }}",

@@ -138,6 +138,15 @@ TEST_CASE("invalid bytes in a config are escaped in error messages, never echoed
              HasSubstr("rootflow.yaml:1:17: invalid YAML: text after the closing bracket of the document's top-level"));
   CHECK_THAT(error_of([&] { ConfigReader::from_string("# c\n  [1], 2", "rootlist.yaml"); }), HasSubstr("rootlist.yaml:2:6:"));
   CHECK(ConfigReader::from_string("{name: hlq, acbp_bits: 4}  # an inspect-grads entry\n", "entry").get<int>("acbp_bits", 0) == 4);
+  // And after a quoted scalar at the root ("\"\"," never returns); a quoted first key stays valid.
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("# c\n\"\" ,", "rootquote.yaml"); }),
+             HasSubstr("rootquote.yaml:2:4: invalid YAML: a ',' right after a quoted scalar outside [ ] or { }"));
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("'it''s',", "rootquote2.yaml"); }), HasSubstr("rootquote2.yaml:1:8:"));
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("\"\"\"x\",", "q3.yaml"); }), HasSubstr("q3.yaml:1:6:"));
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("\"a\"\n\"b\",", "q4.yaml"); }), HasSubstr("q4.yaml:2:4:"));
+  CHECK(ConfigReader::from_string("a: [\"x\", 'y']\nb: \"it, is\"  # \"c\",\n", "ok.yaml").get<std::string>("b", "") ==
+        "it, is");
+  CHECK(ConfigReader::from_string("\"a\": 1\n", "quotedkey.yaml").get<int>("a", 0) == 1);
   CHECK_THAT(error_of([&] { load_trainer_config(write_config("flow_set.yaml", ""), {"model.hidden=[1, 2], 3"}); }),
              HasSubstr("--set model.hidden=[1, 2], 3: the value continues after its closing bracket (column 7)"));
   CHECK(load_trainer_config(write_config("flow_set2.yaml", ""), {"model.hidden=[64, 32] "}).model.hidden ==
