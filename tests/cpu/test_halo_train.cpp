@@ -4,13 +4,11 @@
 // uninterrupted run's losses bit for bit (HALO rounds to nearest: its products depend on the weights and inputs only).
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "support/catch.h"
 #include "support/testing.h"
@@ -23,7 +21,6 @@
 using namespace ht;
 using namespace ht::train;
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
 
@@ -58,19 +55,6 @@ TrainerConfig make_config(const std::string& name, const std::string& pipeline, 
   return read_trainer_config(ConfigReader::from_string(yaml, "test_halo_train.yaml", all));
 }
 
-std::map<int64_t, double> losses(const fs::path& out_dir) {
-  std::ifstream in(out_dir / "metrics.jsonl");
-  REQUIRE(in.good());
-  std::map<int64_t, double> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    const json j = json::parse(line);
-    if (j.at("type") != "train") continue;
-    out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  return out;
-}
-
 double mean_of(const std::map<int64_t, double>& l, int64_t first, int64_t last) {
   double s = 0;
   for (int64_t i = first; i <= last; ++i) s += l.at(i);
@@ -84,21 +68,21 @@ TEST_CASE("an MLP with a HALO-2 layer learns, and a resumed run repeats its loss
     const std::string halo = fmt::format("{{name: halo, level: 2, carrier: {}}}", carrier);
     const TrainerConfig full = make_config("halo_full_" + carrier, halo, {});
     REQUIRE(run_training(full).steps == 12);
-    const auto ref = losses(full.run.out_dir);
+    const auto ref = test::train_losses(full.run.out_dir);
     REQUIRE(ref.size() == 12);
     INFO(carrier << ": first epoch mean loss " << mean_of(ref, 1, 4) << ", last " << mean_of(ref, 9, 12));
     CHECK(mean_of(ref, 9, 12) < 0.8 * mean_of(ref, 1, 4));
 
     const TrainerConfig exact = make_config("halo_exact_" + carrier, "{name: exact}", {"train.max_steps=4"});
     REQUIRE(run_training(exact).steps == 4);
-    CHECK(losses(exact.run.out_dir).at(1) != ref.at(1));  // the quantised forward changes the first loss already
+    CHECK(test::train_losses(exact.run.out_dir).at(1) != ref.at(1));  // the quantised forward changes the first loss already
 
     const std::string name = "halo_part_" + carrier;
     const TrainerConfig part = make_config(name, halo, {"train.max_steps=5"});
     REQUIRE(run_training(part).steps == 5);
     REQUIRE(io::latest_checkpoint_step(part.checkpoint.dir) == 5);
     run_training(make_config(name, halo, {}), {ResumeFrom::Kind::latest, ""});
-    const auto got = losses(part.run.out_dir);
+    const auto got = test::train_losses(part.run.out_dir);
     REQUIRE(got.size() == 12);
     for (const auto& [step, loss] : ref) {
       INFO(carrier << ": stopped at step 5, resumed; step " << step);

@@ -33,24 +33,13 @@ TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra = 
   return test::tiny_lm_run(test::scratch_dir() / "lm" / name, sets);
 }
 
-// The training losses of metrics.jsonl by step.
-std::map<int64_t, double> losses(const TrainerConfig& cfg) {
-  std::ifstream in(fs::path(cfg.run.out_dir) / "metrics.jsonl");
-  std::map<int64_t, double> out;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.at("type") == "train") out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("an LM run resumed from its step-3 checkpoint repeats the uninterrupted losses bit for bit", "[lm_train]") {
   const TrainerConfig whole = tiny_lm("whole");
   const TrainResult r = run_training(whole);
   REQUIRE(r.steps == 6);
-  const auto expected = losses(whole);
+  const auto expected = test::train_losses(whole.run.out_dir);
   REQUIRE(expected.size() == 6);
   CHECK(expected.at(6) < expected.at(1));  // it learns
 
@@ -59,7 +48,7 @@ TEST_CASE("an LM run resumed from its step-3 checkpoint repeats the uninterrupte
   const TrainerConfig rest = tiny_lm("resumed");
   const TrainResult r2 = run_training(rest, {.kind = ResumeFrom::Kind::latest});
   CHECK(r2.steps == 6);
-  const auto got = losses(rest);
+  const auto got = test::train_losses(rest.run.out_dir);
   for (int64_t s = 1; s <= 6; ++s) {
     INFO("step " << s);
     REQUIRE(got.count(s) == 1);
@@ -85,12 +74,12 @@ TEST_CASE("activation checkpointing and gradient accumulation leave an LM run's 
   const TrainerConfig ck =
       tiny_lm("ckpt", {"train.max_steps=4", "checkpoint.every_steps=0", "model.activation_checkpointing=true"});
   run_training(ck);
-  const auto a = losses(plain), b = losses(ck);
+  const auto a = test::train_losses(plain.run.out_dir), b = test::train_losses(ck.run.out_dir);
   REQUIRE(a.size() == 4);
   for (int64_t s = 1; s <= 4; ++s) CHECK(b.at(s) == a.at(s));  // the same ops on the same inputs
   const TrainerConfig accum = tiny_lm("accum", {"train.max_steps=4", "checkpoint.every_steps=0", "train.grad_accum_steps=2"});
   run_training(accum);
-  const auto c = losses(accum);
+  const auto c = test::train_losses(accum.run.out_dir);
   for (int64_t s = 1; s <= 4; ++s) CHECK(std::abs(c.at(s) - a.at(s)) < 1e-5 * a.at(s));  // f32 sums in another order
 }
 

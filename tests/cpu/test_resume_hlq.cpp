@@ -4,13 +4,11 @@
 // uninterrupted run's bit for bit. Through the public trainer API only (run_training, a config built in code).
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "support/catch.h"
 #include "support/testing.h"
@@ -23,7 +21,6 @@
 using namespace ht;
 using namespace ht::train;
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
 
@@ -60,36 +57,19 @@ TrainerConfig make_config(const std::string& name, const std::string& model_yaml
   return read_trainer_config(ConfigReader::from_string(yaml, "test_resume_hlq.yaml", all));
 }
 
-// step -> loss of the train records in <out_dir>/metrics.jsonl (a step logged twice is an error).
-std::map<int64_t, double> losses(const fs::path& out_dir) {
-  std::ifstream in(out_dir / "metrics.jsonl");
-  REQUIRE(in.good());
-  std::map<int64_t, double> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    const json j = json::parse(line);
-    if (j.at("type") != "train") continue;
-    const int64_t step = j.at("step").get<int64_t>();
-    INFO("step " << step << " logged twice in " << out_dir);
-    REQUIRE(out.count(step) == 0);
-    out[step] = j.at("loss").get<double>();
-  }
-  return out;
-}
-
 // The uninterrupted run, a run stopped by max_steps at `stop` and resumed from its latest checkpoint, and a run
 // resumed from the uninterrupted run's step-3 checkpoint: all log the same losses, compared as exact doubles.
 void check_resume(const std::string& tag, const std::string& model_yaml, int64_t stop) {
   const std::string hlq = "{name: hlq}";
   const TrainerConfig full = make_config(tag + "_full", model_yaml, hlq, {});
   REQUIRE(run_training(full).steps == 12);
-  const auto ref = losses(full.run.out_dir);
+  const auto ref = test::train_losses(full.run.out_dir);
   REQUIRE(ref.size() == 12);
 
   // The pipeline changes the losses: the quantised, noisy gradients really ran (exact gives other numbers).
   const TrainerConfig exact = make_config(tag + "_exact", model_yaml, "{name: exact}", {"train.max_steps=4"});
   REQUIRE(run_training(exact).steps == 4);
-  const auto exact_losses = losses(exact.run.out_dir);
+  const auto exact_losses = test::train_losses(exact.run.out_dir);
   CHECK(exact_losses.at(4) != ref.at(4));  // after three updates from other gradients
 
   {
@@ -99,7 +79,7 @@ void check_resume(const std::string& tag, const std::string& model_yaml, int64_t
     REQUIRE(io::latest_checkpoint_step(part.checkpoint.dir) == stop);
     const TrainResult r = run_training(make_config(name, model_yaml, hlq, {}), {ResumeFrom::Kind::latest, ""});
     CHECK(r.steps == 12);
-    const auto got = losses(part.run.out_dir);
+    const auto got = test::train_losses(part.run.out_dir);
     REQUIRE(got.size() == 12);
     for (const auto& [step, loss] : ref) {
       INFO(tag << ": stopped at step " << stop << ", resumed; step " << step);
@@ -109,7 +89,7 @@ void check_resume(const std::string& tag, const std::string& model_yaml, int64_t
   {
     const TrainerConfig other = make_config(tag + "_from3", model_yaml, hlq, {});
     run_training(other, {ResumeFrom::Kind::path, io::checkpoint_dir(full.checkpoint.dir, 3).string()});
-    const auto got = losses(other.run.out_dir);
+    const auto got = test::train_losses(other.run.out_dir);
     for (int64_t step = 4; step <= 12; ++step) {
       INFO(tag << ": resumed from the step-3 checkpoint; step " << step);
       REQUIRE(got.count(step) == 1);

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
 #include <limits>
 #include <vector>
 
@@ -124,6 +127,21 @@ double rel_error(const Tensor& actual, const Tensor& reference) {
     den += r[i] * r[i];
   }
   return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+std::map<int64_t, double> train_losses(const std::filesystem::path& out_dir) {
+  const std::filesystem::path file = out_dir / "metrics.jsonl";
+  std::ifstream in(file);
+  HT_CHECK(in.good(), "cannot read {}", file.string());
+  std::map<int64_t, double> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") != "train") continue;
+    const int64_t step = j.at("step").get<int64_t>();
+    HT_CHECK(out.count(step) == 0, "step {} is logged twice in {}", step, file.string());
+    out[step] = j.at("loss").get<double>();
+  }
+  return out;
 }
 
 }  // namespace ht::test

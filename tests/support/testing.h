@@ -1,6 +1,7 @@
 // Test helpers: random tensors (Philox, never all zeros) and tolerant comparisons with useful messages.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ void write_idx_dataset(const std::filesystem::path& dir, int side, int n_train, 
 constexpr int kIdx8Train = 64, kIdx8Test = 32;
 const std::filesystem::path& scratch_dir();
 const std::filesystem::path& idx8_dataset();
+
+// step -> loss of the `train` records of <out_dir>/metrics.jsonl. Throws ht::Error when the file cannot be
+// read or a step is logged twice.
+std::map<int64_t, double> train_losses(const std::filesystem::path& out_dir);
 
 // Uniform values in [lo, hi) from a Philox generator seeded with `seed`.
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
