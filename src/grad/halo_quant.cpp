@@ -186,29 +186,14 @@ Tensor halo_transpose(const Tensor& x) {
   return x.transpose(0, 1).contiguous();
 }
 
-HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotation) {
-  constexpr const char* op = "halo_quantize";
-  check_rows(op, x);
+namespace {
+
+// x (R, C) -> (R, n) f32 values, rotated at rotation.n (zero-padded) or as they are (n = C): the quantiser's v.
+std::vector<float> quantizer_values(const Tensor& x, HaloRotation rotation, int64_t n) {
   const int64_t R = x.size(0), C = x.size(1);
-  const bool rotate = rotation.n > 1;
-  HT_CHECK(!rotate || C <= rotation.n, "{}: x {} has more columns than the rotation size {}", op, x.describe(),
-           rotation.n);
-  const int64_t n = rotate ? rotation.n : C;
-  const DType code_dtype = carrier == Carrier::int8 ? DType::i8 : DType::f8e4m3;
-  HaloQuantized q;
-  q.codes = empty({R, n}, {code_dtype, x.device()});
-  q.scale = empty({1}, {DType::f32, x.device()});
-  if (x.device().is_cuda()) {
-#ifdef HADATRAIN_CUDA
-    cuda_ops::halo_quantize(q.codes, q.scale, x, carrier, rotate ? rotation : HaloRotation{});
-    return q;
-#else
-    no_cuda_kernel(op);
-#endif
-  }
   const Tensor xf = cpu_f32(x);
   std::vector<float> v(static_cast<std::size_t>(R * n));
-  if (rotate) {
+  if (rotation.n > 1) {
     const auto signs = halo_hadamard_signs(rotation.k);
     std::vector<float> tmp(static_cast<std::size_t>(rotation.k));
     for (int64_t r = 0; r < R; ++r) {
@@ -219,8 +204,17 @@ HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotat
   } else {
     for (int64_t i = 0; i < R * n; ++i) v[static_cast<std::size_t>(i)] = xf.data<float>()[i];
   }
+  return v;
+}
+
+float max_abs(const std::vector<float>& v) {
   float m = 0.0f;
   for (float e : v) m = std::fmax(m, std::fabs(e));
+  return m;
+}
+
+// The codes and scale of values v for the absmax m (Note [HALO quantiser]).
+void write_codes(const std::vector<float>& v, float m, Carrier carrier, HaloQuantized& q) {
   const float qmax = carrier == Carrier::int8 ? 127.0f : 448.0f;
   const float s = m == 0.0f ? 0.0f : m / qmax, r = m == 0.0f ? 0.0f : qmax / m;
   q.scale.data<float>()[0] = s;
@@ -235,6 +229,76 @@ HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotat
     else
       static_cast<uint8_t*>(q.codes.data_ptr())[i] = detail::float_to_e4m3_bits(t);
   }
+}
+
+// The output tensors of a quantisation of x (R, C); n: the codes' columns.
+HaloQuantized quantize_outputs(const char* op, const Tensor& x, Carrier carrier, HaloRotation rotation, int64_t* n) {
+  check_rows(op, x);
+  const int64_t C = x.size(1);
+  const bool rotate = rotation.n > 1;
+  HT_CHECK(!rotate || C <= rotation.n, "{}: x {} has more columns than the rotation size {}", op, x.describe(),
+           rotation.n);
+  *n = rotate ? rotation.n : C;
+  HaloQuantized q;
+  q.codes = empty({x.size(0), *n}, {carrier == Carrier::int8 ? DType::i8 : DType::f8e4m3, x.device()});
+  q.scale = empty({1}, {DType::f32, x.device()});
+  return q;
+}
+
+}  // namespace
+
+HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotation) {
+  constexpr const char* op = "halo_quantize";
+  int64_t n = 0;
+  HaloQuantized q = quantize_outputs(op, x, carrier, rotation, &n);
+  const bool rotate = rotation.n > 1;
+  if (x.device().is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::halo_quantize(q.codes, q.scale, x, carrier, rotate ? rotation : HaloRotation{});
+    return q;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
+  const std::vector<float> v = quantizer_values(x, rotation, n);
+  write_codes(v, max_abs(v), carrier, q);
+  return q;
+}
+
+Tensor halo_absmax(const Tensor& x, HaloRotation rotation) {
+  constexpr const char* op = "halo_absmax";
+  check_rows(op, x);
+  HT_CHECK(rotation.n <= 1 || x.size(1) <= rotation.n, "{}: x {} has more columns than the rotation size {}", op,
+           x.describe(), rotation.n);
+  Tensor m = empty({1}, {DType::f32, x.device()});
+  if (x.device().is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::halo_absmax(m, x, rotation.n > 1 ? rotation : HaloRotation{});
+    return m;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
+  m.data<float>()[0] = max_abs(quantizer_values(x, rotation, rotation.n > 1 ? rotation.n : x.size(1)));
+  return m;
+}
+
+HaloQuantized halo_quantize_with_absmax(const Tensor& x, Carrier carrier, HaloRotation rotation, const Tensor& absmax) {
+  constexpr const char* op = "halo_quantize_with_absmax";
+  HT_CHECK(absmax.defined() && absmax.numel() == 1 && absmax.dtype() == DType::f32 && absmax.device() == x.device(),
+           "{}: absmax must be one f32 on x's device ({}), got {}", op, to_string(x.device()),
+           absmax.defined() ? absmax.describe() : "undefined");
+  int64_t n = 0;
+  HaloQuantized q = quantize_outputs(op, x, carrier, rotation, &n);
+  if (x.device().is_cuda()) {
+#ifdef HADATRAIN_CUDA
+    cuda_ops::halo_quantize_given(q.codes, q.scale, x, rotation.n > 1 ? rotation : HaloRotation{}, absmax);
+    return q;
+#else
+    no_cuda_kernel(op);
+#endif
+  }
+  write_codes(quantizer_values(x, rotation, n), static_cast<float>(absmax.item()), carrier, q);
   return q;
 }
 

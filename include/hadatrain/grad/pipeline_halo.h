@@ -91,6 +91,13 @@ struct HaloQuantized {
 };
 // x (R, C) of any floating dtype; rotation n = 1: none (codes (R, C)), else rotated at that size (C <= n).
 HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotation = {});
+// halo_quantize in its two passes, for a scale shared beyond one tensor (HQ-FSDP's weight all-gather takes the max
+// over ranks between them, dist/comm_quant.h): halo_absmax gives m = max |v| of x's rotated values (f32 (1) on x's
+// device); halo_quantize_with_absmax the codes and scale for a given m (f32 (1) on x's device, never read by the
+// host; m >= x's own max, else values beyond m saturate). halo_quantize(x) equals
+// halo_quantize_with_absmax(x, …, halo_absmax(x, …)) bit for bit.
+Tensor halo_absmax(const Tensor& x, HaloRotation rotation = {});
+HaloQuantized halo_quantize_with_absmax(const Tensor& x, Carrier carrier, HaloRotation rotation, const Tensor& absmax);
 // codes · scale as f32 (R, n): the values the products see (tests, inspect).
 Tensor halo_dequantize(const HaloQuantized& q);
 

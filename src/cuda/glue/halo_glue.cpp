@@ -66,6 +66,31 @@ void halo_quantize(const Tensor& codes, const Tensor& scale, const Tensor& x, gr
                                 cuda::current_stream(codes.device().index));
 }
 
+void halo_absmax(const Tensor& absmax, const Tensor& x, grad::HaloRotation rotation) {
+  if (x.numel() == 0) {
+    fill_(absmax, 0.0);
+    return;
+  }
+  const Tensor in = kernel_input(x);
+  cuda::DeviceGuard guard(absmax.device().index);
+  kernels::launch_halo_absmax(rows_args(in, rotation, false), signs_of(rotation.k),
+                              static_cast<float*>(absmax.data_ptr()), cuda::current_stream(absmax.device().index));
+}
+
+void halo_quantize_given(const Tensor& codes, const Tensor& scale, const Tensor& x, grad::HaloRotation rotation,
+                         const Tensor& absmax) {
+  if (codes.numel() == 0) {
+    fill_(scale, 0.0);
+    return;
+  }
+  const Tensor in = kernel_input(x);
+  const Tensor m = absmax.contiguous();
+  cuda::DeviceGuard guard(codes.device().index);
+  kernels::launch_halo_quantize_given(rows_args(in, rotation, false), signs_of(rotation.k), codes.data_ptr(),
+                                      codes.dtype(), static_cast<const float*>(m.data_ptr()),
+                                      static_cast<float*>(scale.data_ptr()), cuda::current_stream(codes.device().index));
+}
+
 void halo_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& s_a, const Tensor& s_b, float mult) {
   if (out.numel() == 0) return;
   const Tensor sa = s_a.contiguous(), sb = s_b.contiguous();

@@ -10,6 +10,11 @@ void halo_rotate(const Tensor& out, const Tensor& x, const grad::HaloRotate& spe
 // codes (R, n) contiguous i8 / f8e4m3, scale f32 (1); x (R, C) on their device; rotation n = 1: none (n = C).
 void halo_quantize(const Tensor& codes, const Tensor& scale, const Tensor& x, grad::Carrier carrier,
                    grad::HaloRotation rotation);
+// absmax f32 (1) = max |v| over x's rotated values; codes (i8 / f8e4m3: the carrier) and scale as halo_quantize
+// for the m = absmax given (a device f32).
+void halo_absmax(const Tensor& absmax, const Tensor& x, grad::HaloRotation rotation);
+void halo_quantize_given(const Tensor& codes, const Tensor& scale, const Tensor& x, grad::HaloRotation rotation,
+                         const Tensor& absmax);
 // out (M, N) f32 / bf16 = float(acc)·((s_a·s_b)·mult); acc (M, N) i32 contiguous, s_a / s_b f32 (1) on the device.
 void halo_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& s_a, const Tensor& s_b, float mult);
 

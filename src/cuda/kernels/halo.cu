@@ -263,27 +263,38 @@ void launch_halo_rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out
   HT_CHECK_LAUNCH("halo_rotate");
 }
 
-void launch_halo_quantize(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype, float* absmax,
-                          float* scale, cudaStream_t stream) {
+void launch_halo_absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaStream_t stream) {
+  HT_CUDA_CHECK(cudaMemsetAsync(absmax, 0, sizeof(float), stream));
+  if (a.n == 0) {
+    absmax_plain_kernel<<<cuda::grid_for(a.R * a.C), cuda::kBlock, 0, stream>>>(a, absmax);
+    HT_CHECK_LAUNCH("halo_absmax_plain");
+    return;
+  }
+  with_k(a.k, [&](auto k) { launch_rows<absmax_rotated_kernel<decltype(k)::value>>(a, stream, signs, absmax); });
+  HT_CHECK_LAUNCH("halo_absmax_rotated");
+}
+
+void launch_halo_quantize_given(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype,
+                                const float* absmax, float* scale, cudaStream_t stream) {
   const bool int8 = code_dtype == DType::i8;
   if (!int8 && code_dtype != DType::f8e4m3) HT_UNSUPPORTED_DTYPE("halo_quantize", code_dtype);
-  HT_CUDA_CHECK(cudaMemsetAsync(absmax, 0, sizeof(float), stream));
   auto* out = static_cast<uint8_t*>(codes);
   if (a.n == 0) {
-    const unsigned grid = cuda::grid_for(a.R * a.C);
-    absmax_plain_kernel<<<grid, cuda::kBlock, 0, stream>>>(a, absmax);
-    HT_CHECK_LAUNCH("halo_absmax_plain");
-    quantize_plain_kernel<<<grid, cuda::kBlock, 0, stream>>>(a, out, int8, absmax, scale);
+    quantize_plain_kernel<<<cuda::grid_for(a.R * a.C), cuda::kBlock, 0, stream>>>(a, out, int8, absmax, scale);
     HT_CHECK_LAUNCH("halo_quantize_plain");
     return;
   }
   with_k(a.k, [&](auto k) {
-    launch_rows<absmax_rotated_kernel<decltype(k)::value>>(a, stream, signs, absmax);
-    HT_CHECK_LAUNCH("halo_absmax_rotated");
-    launch_rows<quantize_rotated_kernel<decltype(k)::value>>(a, stream, signs, out, int8,
-                static_cast<const float*>(absmax), scale);
-    HT_CHECK_LAUNCH("halo_quantize_rotated");
+    launch_rows<quantize_rotated_kernel<decltype(k)::value>>(a, stream, signs, out, int8, absmax, scale);
   });
+  HT_CHECK_LAUNCH("halo_quantize_rotated");
+}
+
+void launch_halo_quantize(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype, float* absmax,
+                          float* scale, cudaStream_t stream) {
+  if (code_dtype != DType::i8 && code_dtype != DType::f8e4m3) HT_UNSUPPORTED_DTYPE("halo_quantize", code_dtype);
+  launch_halo_absmax(a, signs, absmax, stream);
+  launch_halo_quantize_given(a, signs, codes, code_dtype, absmax, scale, stream);
 }
 
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,

@@ -40,6 +40,13 @@ void launch_halo_rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out
 void launch_halo_quantize(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype, float* absmax,
                           float* scale, cudaStream_t stream);
 
+// The two passes of launch_halo_quantize apart (HQ-FSDP's weight all-gather takes the max over ranks between
+// them, dist/comm_quant.h): *absmax = max |v| over every rotated value (zeroed first), and the codes and *scale
+// of the quantise pass for the m = *absmax given (m may exceed the rows' own max: values then use fewer levels).
+void launch_halo_absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaStream_t stream);
+void launch_halo_quantize_given(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype,
+                                const float* absmax, float* scale, cudaStream_t stream);
+
 // out (count) of out_dtype (f32 or bf16) = float(acc[i]) · ((*s_a · *s_b) · mult), each an f32 round-to-nearest.
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream);
