@@ -4,7 +4,8 @@ build-gpu/tools/bench_llama, in one of PyTorch's forms, one form per process.
 
 Model: a LlamaConfig preset with random weights (llama32_1b: Llama-3.2-1B's shape, hidden 2048, 16 layers,
 32 heads, 8 KV heads, MLP 8192, vocabulary 128256, tied embeddings, rope theta 500000 with Llama-3 scaling;
-tiny: a small shape for trying the script). Attention through SDPA. The step: fp32 master weights, bf16
+llama3_8b: Llama-3.1-8B's shape, hidden 4096, 32 layers, MLP 14336, untied, as bench_llama's preset; tiny: a small
+shape for trying the script). Attention through SDPA. The step: fp32 master weights, bf16
 autocast forward and backward, next-token cross-entropy in fp32 over all positions, backward, fused AdamW
 (lr 1e-5, weight decay 0.1). Full fine-tuning: every parameter trains.
 Forms:
@@ -38,6 +39,12 @@ PRESETS = {
                        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                        rms_norm_eps=1e-5),
+    "llama3_8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, head_dim=128, vocab_size=128256, tie_word_embeddings=False,
+                      rope_theta=500000.0, max_position_embeddings=131072,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                      rms_norm_eps=1e-5),
     "tiny": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
                  num_key_value_heads=4, head_dim=32, vocab_size=32000, tie_word_embeddings=False,
                  rope_theta=10000.0, max_position_embeddings=4096, rms_norm_eps=1e-5),

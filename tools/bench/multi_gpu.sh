@@ -231,7 +231,7 @@ if has 8b; then
     tm=llama3_8b
     [ "$smoke" = 1 ] && tm=tiny
     cmd=(python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" tools/bench/fsdp_torch.py "$tm" "$b8"
-         "$seq" --form eager --layers "$layers" --checkpointing --jsonl "$out/logs/$name.json" "${torch_extra[@]}")
+         "$seq" --form eager --layers "$((layers == 32 ? 0 : layers))" --checkpointing --jsonl "$out/logs/$name.json" "${torch_extra[@]}")
     printf '$ %s\n' "${cmd[*]}" >"$out/logs/$name.log"
     timeout -k 30 "$lim8" "${cmd[@]}" >>"$out/logs/$name.log" 2>&1
     rc=$?

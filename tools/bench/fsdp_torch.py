@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""PyTorch FSDP2 peer of tools/bench/multi_gpu.sh: the LLaMA full fine-tuning step of bench_llama_torch.py
+(transformers' LlamaForCausalLM from its presets, random weights, SDPA attention, next-token cross-entropy in f32
+over all positions, AdamW lr 1e-5 and weight decay 0.1) sharded with torch.distributed.fsdp.fully_shard over
+the ranks of a torchrun launch, one rank per GPU.
+
+Sharding: one FSDP unit per decoder layer, then the root (embeddings, final norm, head; tied embeddings share one
+parameter). MixedPrecisionPolicy: bf16 parameters for the all-gather and the compute, f32 gradient reduce-scatter;
+the sharded master weights and AdamW's state stay f32. reshard_after_forward is off by default, as in
+hadatrain's FSDP (a unit's gathered weights live from its forward to the end of the step: one all-gather per
+unit and step); --reshard-after-forward gives FSDP2's default (re-gathered in backward).
+Forms: eager; compile (each decoder layer through torch.compile before sharding, as torchtitan does). A whole-step
+CUDA graph is not offered: FSDP2's collectives and its streams are not captured.
+Every rank draws its own random token ids (batch per GPU x seq). Timing: REPS timed steps after WARMUP warm-up
+steps, each between two CUDA events on the step's stream; the slowest rank's median is the step time. Peak
+allocated memory: the largest over ranks. Model FLOPs utilisation per GPU: tokens per second per GPU times
+bench_llama_torch.py's model FLOPs per token over --peak-tflops.
+    torchrun --standalone --nproc-per-node N tools/bench/fsdp_torch.py MODEL BATCH_PER_GPU SEQ [--form eager|compile]
+        [--layers L] [--checkpointing] [--reshard-after-forward] [--warmup 4] [--reps 12] [--jsonl FILE]
+        [--device cuda|cpu]
+Rank 0 prints one line starting "torch-fsdp2 " and, with --jsonl, appends one JSON object to FILE
+(tools/bench/multi_gpu_records.py turns it into a results-page record).
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_llama_torch import PRESETS, model_flops_per_token  # noqa: E402  (the same model and FLOPs count)
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", choices=sorted(PRESETS))
+    ap.add_argument("batch", type=int, help="rows per GPU")
+    ap.add_argument("seq", type=int)
+    ap.add_argument("--form", choices=("eager", "compile"), default="eager")
+    ap.add_argument("--layers", type=int, default=0, help="decoder layers (0: the preset's)")
+    ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing per decoder layer")
+    ap.add_argument("--reshard-after-forward", action="store_true", help="FSDP2's default: re-gather in backward")
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=12)
+    ap.add_argument("--jsonl", help="rank 0 appends the result as one JSON line to this file")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU for utilisation")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: Gloo, for trying the script")
+    return ap.parse_args()
+
+
+def main():
+    a = parse()
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cuda = a.device == "cuda"
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+
+    preset = dict(PRESETS[a.model])
+    if a.layers:
+        preset["num_hidden_layers"] = a.layers
+    cfg = LlamaConfig(**preset, attn_implementation="sdpa")
+    torch.manual_seed(0)  # the same initial weights on every rank; each keeps its shard of them
+    with dev:
+        model = LlamaForCausalLM(cfg)
+    model = model.float().train()
+    if a.checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    n_params = sum(p.numel() for p in model.parameters())
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    reshard = a.reshard_after_forward
+    for layer in model.model.layers:
+        if a.form == "compile":
+            layer.compile()
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.1, fused=cuda)
+
+    V = cfg.vocab_size
+    gen = torch.Generator(device=dev).manual_seed(1000 + rank)  # each rank its own rows
+    ids = torch.randint(0, V, (a.batch, a.seq), device=dev, generator=gen)
+    labels = torch.randint(0, V, (a.batch, a.seq), device=dev, generator=gen)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=ids, use_cache=False).logits
+        loss = F.cross_entropy(logits.float().view(-1, V), labels.view(-1))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    for _ in range(a.warmup):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    dist.barrier()
+    times, losses = [], []
+    stream = torch.cuda.current_stream() if cuda else None
+    for _ in range(a.reps):
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(stream)
+            losses.append(step())
+            e1.record(stream)
+            e1.synchronize()
+            times.append(e0.elapsed_time(e1))
+        else:
+            t0 = time.perf_counter()
+            losses.append(step())
+            times.append(1e3 * (time.perf_counter() - t0))
+    mine = torch.tensor([statistics.median(times), torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0],
+                        dtype=torch.float64, device=dev)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slowest rank's median, the largest peak
+    ms, peak = mine.tolist()
+    tok_gpu = a.batch * a.seq / (ms / 1e3)
+    mfu = tok_gpu * model_flops_per_token(cfg, a.seq) / (a.peak_tflops * 1e12)
+    if rank == 0:
+        name = a.model + (f"_L{a.layers}" if a.layers else "")
+        print(f"torch-fsdp2 {name} {world} rank(s) batch {a.batch}x{a.seq} per rank {a.form}"
+              f"{' reshard' if reshard else ''}: {ms:.2f} ms/step, {tok_gpu:.0f} tok/s per GPU, "
+              f"{tok_gpu * world:.0f} tok/s, MFU {mfu:.3f}, peak allocated {peak:.2f} GiB", flush=True)
+        if a.jsonl:
+            rec = dict(model=name, gpus=world, batch_per_gpu=a.batch, seq=a.seq, form=a.form,
+                       reshard_after_forward=reshard, checkpointing=a.checkpointing, ms_per_step=round(ms, 3),
+                       tok_per_s=round(tok_gpu * world), tok_per_s_per_gpu=round(tok_gpu), mfu_per_gpu=round(mfu, 4),
+                       peak_allocated_gib=round(peak, 3), parameters=n_params, steps=a.reps,
+                       losses=[round(float(l), 5) for l in losses], torch=torch.__version__,
+                       device=torch.cuda.get_device_name() if cuda else "cpu",
+                       date=datetime.date.today().isoformat())
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
