@@ -6,9 +6,10 @@ the ranks of a torchrun launch, one rank per GPU.
 
 Sharding: one FSDP unit per decoder layer, then the root (embeddings, final norm, head; tied embeddings share one
 parameter). MixedPrecisionPolicy: bf16 parameters for the all-gather and the compute, f32 gradient reduce-scatter;
-the sharded master weights and AdamW's state stay f32. reshard_after_forward is off by default, as in
-hadatrain's FSDP (a unit's gathered weights live from its forward to the end of the step: one all-gather per
-unit and step); --reshard-after-forward gives FSDP2's default (re-gathered in backward).
+the sharded master weights and AdamW's state stay f32. reshard_after_forward: FSDP2's default (on: a unit's
+gathered weights are freed after its forward and gathered again in backward); --no-reshard-after-forward keeps
+them from the forward to the end of the step (one all-gather per unit and step), to match a hadatrain run with
+dist.reshard_after_forward false.
 Forms: eager; compile (each decoder layer through torch.compile before sharding, as torchtitan does). A whole-step
 CUDA graph is not offered: FSDP2's collectives and its streams are not captured.
 Every rank draws its own random token ids (batch per GPU x seq). Timing: REPS timed steps after WARMUP warm-up
@@ -16,7 +17,7 @@ steps, each between two CUDA events on the step's stream; the slowest rank's med
 allocated memory: the largest over ranks. Model FLOPs utilisation per GPU: tokens per second per GPU times
 bench_llama_torch.py's model FLOPs per token over --peak-tflops.
     torchrun --standalone --nproc-per-node N tools/bench/fsdp_torch.py MODEL BATCH_PER_GPU SEQ [--form eager|compile]
-        [--layers L] [--checkpointing] [--reshard-after-forward] [--warmup 4] [--reps 12] [--jsonl FILE]
+        [--layers L] [--checkpointing] [--no-reshard-after-forward] [--warmup 4] [--reps 12] [--jsonl FILE]
         [--device cuda|cpu]
 Rank 0 prints one line starting "torch-fsdp2 " and, with --jsonl, appends one JSON object to FILE
 (tools/bench/multi_gpu_records.py turns it into a results-page record).
@@ -45,7 +46,8 @@ def parse():
     ap.add_argument("--form", choices=("eager", "compile"), default="eager")
     ap.add_argument("--layers", type=int, default=0, help="decoder layers (0: the preset's)")
     ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing per decoder layer")
-    ap.add_argument("--reshard-after-forward", action="store_true", help="FSDP2's default: re-gather in backward")
+    ap.add_argument("--no-reshard-after-forward", dest="reshard", action="store_false",
+                    help="keep gathered weights from the forward to the end of the step (FSDP2 default: re-gather)")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--reps", type=int, default=12)
     ap.add_argument("--jsonl", help="rank 0 appends the result as one JSON line to this file")
@@ -79,7 +81,7 @@ def main():
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n_params = sum(p.numel() for p in model.parameters())
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    reshard = a.reshard_after_forward
+    reshard = a.reshard
     for layer in model.model.layers:
         if a.form == "compile":
             layer.compile()
@@ -129,7 +131,7 @@ def main():
     if rank == 0:
         name = a.model + (f"_L{a.layers}" if a.layers else "")
         print(f"torch-fsdp2 {name} {world} rank(s) batch {a.batch}x{a.seq} per rank {a.form}"
-              f"{' reshard' if reshard else ''}: {ms:.2f} ms/step, {tok_gpu:.0f} tok/s per GPU, "
+              f"{'' if reshard else ' no-reshard'}: {ms:.2f} ms/step, {tok_gpu:.0f} tok/s per GPU, "
               f"{tok_gpu * world:.0f} tok/s, MFU {mfu:.3f}, peak allocated {peak:.2f} GiB", flush=True)
         if a.jsonl:
             rec = dict(model=name, gpus=world, batch_per_gpu=a.batch, seq=a.seq, form=a.form,

@@ -19,13 +19,17 @@
 #   python3 tools/bench/results_page.py --merge OUT/multi_gpu.jsonl
 # Usage: tools/bench/multi_gpu.sh [--gpus N] [--out DIR] [--build DIR] [--data DIR] [--work DIR]
 #          [--only scaling,peer,8b,equivalence] [--gathers bf16,int8,fp8] [--halo-gather fp8|int8|none]
-#          [--peer-forms eager,compile] [--8b-runs bf16,halo] [--peer-8b] [--timeout S] [--timeout-8b S]
+#          [--peer-forms eager,compile] [--8b-runs bf16,halo] [--peer-8b] [--reshard true|false]
+#          [--timeout S] [--timeout-8b S]
 #          [--equiv-tol T] [--cpu-smoke]
 #   --gpus      world size (default: every visible GPU); --out (default $OUT, else gpu_out/multi_gpu);
 #   --build     the build folder holding tools/hadatrain (default build-gpu);
 #   --data      a folder with sotu/ and llama2/tokenizer.model (tools/fetch_lm_data.sh's; default
 #               ${HADATRAIN_CACHE:-~/.cache/hadatrain}/lm): the text only feeds token ids, the weights are random;
 #   --work      run folders and the token cache (default runs/multi_gpu);
+#   --reshard   dist.reshard_after_forward of our runs (default true: gathered again in backward, FSDP2's
+#               default); the peer runs with what our runs used (a build without the key keeps gathered weights
+#               to the end of the step, so the peer gets --no-reshard-after-forward);
 #   --timeout   seconds per run (default 300), --timeout-8b for the 8b stage's runs (default 540): every run
 #               builds its model on the host first (about a minute for the 1B model, several for the 8B);
 #   --cpu-smoke the same stages on the CPU through Gloo with the tiny preset on tests/fixtures/lm_text (default
@@ -40,7 +44,7 @@ die() { echo "multi_gpu: $*" >&2; exit 2; }
 args_text="tools/bench/multi_gpu.sh $*"
 gpus="" out="${OUT:-gpu_out/multi_gpu}" build=build-gpu data="" work=runs/multi_gpu
 only=scaling,peer,8b,equivalence gathers=bf16,int8,fp8 halo_gather=fp8 peer_forms=eager,compile
-peer_8b=0 timeout_s=300 timeout_8b=540 equiv_tol=1e-4 smoke=0 runs_8b=bf16,halo
+peer_8b=0 reshard=true timeout_s=300 timeout_8b=540 equiv_tol=1e-4 smoke=0 runs_8b=bf16,halo
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus=${2:?--gpus needs a number}; shift ;;
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
     --halo-gather) halo_gather=${2:?}; shift ;;
     --peer-forms) peer_forms=${2:?}; shift ;;
     --peer-8b) peer_8b=1 ;;
+    --reshard) reshard=${2:?}; shift ;;
     --timeout) timeout_s=${2:?}; shift ;;
     --timeout-8b) timeout_8b=${2:?}; shift ;;
     --8b-runs) runs_8b=${2:?}; shift ;;
@@ -67,6 +72,7 @@ for s in ${only//,/ }; do
   case "$s" in scaling|peer|8b|equivalence) ;; *) die "--only: unknown stage '$s' (scaling, peer, 8b, equivalence)" ;; esac
 done
 has() { [[ ",$only," == *",$1,"* ]]; }
+[[ "$reshard" =~ ^(true|false)$ ]] || die "--reshard: expected true or false, got '$reshard'"
 [[ "$timeout_s$timeout_8b" =~ ^[0-9]+$ ]] || die "--timeout, --timeout-8b: expected seconds"
 
 hadatrain=$build/tools/hadatrain
@@ -155,6 +161,22 @@ gathered() {
 halo=(--set 'grad_pipeline.layers.*_proj.name=halo' --set 'grad_pipeline.layers.*_proj.level=2'
       --set 'grad_pipeline.layers.*_proj.carrier=fp8')
 cfg1=configs/llm/bench/llama32_1b_fsdp.yaml cfg8=configs/llm/bench/llama3_8b_fsdp.yaml
+
+# knows KEY=VALUE: whether this build's config reader takes the setting (it reads the whole config before
+# anything else; the probe stops at its missing text).
+knows() {
+  local said
+  said=$("$hadatrain" train --config "$cfg1" --set "$1" --set train.device=cpu --set "data.paths=[$work/no-such-text]" \
+    --set "run.out_dir=$work/probe" 2>&1)
+  ! grep -q "${1%%=*}: \(unknown key\|expected\)" <<<"$said"
+}
+if knows "dist.reshard_after_forward=$reshard"; then
+  common+=(--set "dist.reshard_after_forward=$reshard")
+else
+  echo "multi_gpu: this build has no dist.reshard_after_forward: its FSDP keeps the gathered weights to the end of the step, and so does the peer"
+  reshard=false
+fi
+[ "$reshard" = false ] && torch_extra+=(--no-reshard-after-forward)
 
 # Tokenise the text once, in one CPU process with the tiny preset, so the ranks of the runs below find the
 # token cache instead of each tokenising it.

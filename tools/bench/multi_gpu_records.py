@@ -19,7 +19,8 @@ are the windows that start after --warmup-steps, joined by their time (tokens / 
 over the world size. Step time: the global batch's tokens over it. Peak memory: the largest `gpu_peak_mb` of any
 rank. Bytes on the wire: a train-record field whose name holds "bytes" when the trainer logs one; otherwise left
 out, and `comm_bytes_est` gives the ring estimate per rank per step, (N - 1) / N * P * (gather bytes + reduce
-bytes) for P parameters (the fsdp log line), one all-gather and one reduce-scatter of every parameter per step.
+bytes) for P parameters (the fsdp log line), one reduce-scatter and one all-gather of every parameter per step,
+two all-gathers with reshard_after_forward on (the log line says which).
 """
 import argparse
 import datetime
@@ -31,7 +32,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_compare import commit, machine  # noqa: E402  (the results page's commit and machine strings)
 
-DTYPE_BYTES = {"f32": 4, "bf16": 2, "int8": 1, "fp8": 1}
+DTYPE_BYTES = {"f32": 4, "fp32": 4, "bf16": 2, "int8": 1, "fp8": 1}
 PARAMS = re.compile(r"dist: fsdp over (\d+) rank\(s\): .* (\d+) of (\d+) parameter elements per rank")
 REDUCE = re.compile(r"reduce-scatter in (\w+)")
 
@@ -155,10 +156,12 @@ def ours(a):
     if m:
         p = int(m.group(3))
         rec["parameters"] = p
-        gather = DTYPE_BYTES.get(a.gather.split()[0])
+        gather = DTYPE_BYTES.get(a.gather)
         reduce_b = DTYPE_BYTES.get(red.group(1) if red else "f32")
+        gathers = 2 if "reshard_after_forward on" in log else 1  # gathered again in backward
+        rec["reshard_after_forward"] = gathers == 2
         if gather and reduce_b and a.gpus > 1:
-            rec["comm_bytes_est"] = round((a.gpus - 1) / a.gpus * p * (gather + reduce_b))
+            rec["comm_bytes_est"] = round((a.gpus - 1) / a.gpus * p * (gathers * gather + reduce_b))
     rec["losses"] = [[r["step"], round(r["loss"], 5)] for r in train]
     return rec
 
@@ -174,8 +177,9 @@ def torch_rec(a):
     rec.update(status="ok", tok_per_s=t["tok_per_s"], tok_per_s_per_gpu=t["tok_per_s_per_gpu"],
                step_ms=t["ms_per_step"], peak_allocated_gib=t["peak_allocated_gib"], mfu_per_gpu=t["mfu_per_gpu"],
                parameters=t["parameters"], timed_steps=t["steps"], torch=t["torch"])
-    if a.gpus > 1:
-        rec["comm_bytes_est"] = round((a.gpus - 1) / a.gpus * t["parameters"] * (2 + 4))  # bf16 gather, f32 reduce
+    rec["reshard_after_forward"] = t["reshard_after_forward"]
+    if a.gpus > 1:  # bf16 all-gathers (twice with resharding), f32 reduce-scatter
+        rec["comm_bytes_est"] = round((a.gpus - 1) / a.gpus * t["parameters"] * (2 * (1 + t["reshard_after_forward"]) + 4))
     return rec
 
 
