@@ -25,6 +25,7 @@ AREAS = {  # area: (fields every record needs besides the common ones, the field
     "accuracy": (("recipe", "pipeline", "seed", "top1"), ("recipe", "pipeline", "seed")),
     "kernels": (("group", "name", "metric", "ours"), ("group", "name")),
     "lm": (("recipe", "model", "pipeline", "seed", "val_loss", "val_ppl"), ("recipe", "pipeline", "seed")),
+    "multi_gpu": (("run", "stage", "model", "gpus", "impl", "all_gather", "pipeline", "status"), ("run",)),
 }
 COMMON = ("area", "date", "commit", "machine", "command")
 HIGHER_IS_BETTER = {"fraction of copy", "speed × own bf16 a·bᵀ", "TFLOP/s"}
@@ -232,6 +233,38 @@ def language_models(recs):
                   "validation loss by epoch", "measured"], rows) + notes.lines()
 
 
+def multi_gpu(recs):
+    """FSDP runs of tools/bench/multi_gpu.sh: throughput rows (stages scaling and 8b), then the equivalence checks.
+    ours / FSDP2 compares a hadatrain row with the fastest PyTorch FSDP2 row of the same call (same date, commit,
+    machine, model and GPU count)."""
+    notes, rows, eq = Notes(), [], []
+    call = lambda r: (r["date"], r["commit"], r["machine"], r["model"], r["gpus"], r["stage"])
+    peers = {}
+    for r in recs:
+        if r["impl"].startswith("torch") and r.get("tok_per_s_per_gpu"):
+            peers[call(r)] = max(peers.get(call(r), 0), r["tok_per_s_per_gpu"])
+    for r in sorted(recs, key=lambda r: (r["stage"], r["model"], r["gpus"], r["impl"], r["pipeline"], r["all_gather"])):
+        if r["stage"] == "equivalence":
+            eq.append([r["run"], r["model"], str(r["gpus"]), f"{r['max_rel_diff']:.2g}", f"{r['tolerance']:g}",
+                       "within" if r["status"] == "ok" else "**outside**", r.get("note", "—"), measured(r, notes)])
+            continue
+        peer = peers.get(call(r))
+        vs = f"{r['tok_per_s_per_gpu'] / peer:.2f}×" if peer and r["impl"] == "hadatrain" else "—"
+        wire = next((r[k] for k in sorted(r) if "bytes" in k and k != "comm_bytes_est"), None)
+        wire_txt = f"{wire / 1e9:.2f}" if wire else (f"{r['comm_bytes_est'] / 1e9:.2f} (estimate)" if r.get(
+            "comm_bytes_est") else "—")
+        rows.append([r["model"], str(r["gpus"]), r["impl"], pipe(r), r["all_gather"], f"{r['tok_per_s_per_gpu']:,}",
+                     vs, num(r["step_ms"]), num(r["peak_allocated_gib"]) if "peak_allocated_gib" in r else "—",
+                     wire_txt, f"{r['mfu_per_gpu']:.3f}" if "mfu_per_gpu" in r else "—", measured(r, notes)])
+    out = table(["model", "GPUs", "implementation", "pipeline", "all-gather", "tokens/s per GPU",
+                 "ours / FSDP2 (same call)", "step (ms)", "peak GiB (largest rank)", "GB on the wire per rank and step",
+                 "MFU per GPU", "measured"], rows)
+    if eq:
+        out += ["", "Equivalence (per-step training losses, largest relative difference):", ""]
+        out += table(["check", "model", "GPUs", "largest difference", "tolerance", "result", "note", "measured"], eq)
+    return out + notes.lines()
+
+
 def kernels(recs):
     notes, out, groups = Notes(), [], []
     for r in recs:
@@ -331,6 +364,16 @@ and its perplexity after the last epoch, on the held-out documents the config na
 speeches, chosen by `run.seed`).
 """
 
+MULTI_GPU = """## Several GPUs (FSDP)
+
+`tools/bench/multi_gpu.sh` on the GPUs of one node (docs/distributed.md, Multi-GPU): full fine-tuning steps of
+LLaMA shapes with random weights sharded by `dist.mode: fsdp` (`configs/llm/bench/`), bf16 compute, per-GPU batch
+as the row's command gives it, beside PyTorch FSDP2 (`tools/bench/fsdp_torch.py`, bf16 parameters, f32
+reduce-scatter) in the same call. Throughput is the trainer's tokens per second over the steps after the
+warm-up, divided by the GPU count. "estimate" marks bytes on the wire computed from the parameter count (ring
+collectives) where the run logged none.
+"""
+
 KERNELS = """## Kernels
 
 Our kernels against PyTorch's eager op in the same call (`tools/bench/bench_kernels_torch.py`); these are single
@@ -345,8 +388,10 @@ def render():
     for text, body in ((steps_text(data["steps"]), steps_vs_peer(data["steps"])), (PIPE_STEPS, steps_vs_exact(data["steps"])),
                        (MEMORY, memory(data["memory"])), (ACCURACY, accuracy(data["accuracy"])),
                        (LANGUAGE_MODELS, language_models(data["lm"])),
+                       (MULTI_GPU, multi_gpu(data["multi_gpu"]) if data["multi_gpu"] else None),
                        (KERNELS, kernels(data["kernels"]))):
-        lines += text.split("\n") + body + [""]
+        if body is not None:  # a section with no records yet is left out
+            lines += text.split("\n") + body + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
