@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "hadatrain/autograd/meta.h"  // TensorImpl's autograd slot, for bytes_of
+#include "hadatrain/autograd/meta.h"  // TensorImpl's autograd slot, for byte_view
 #include "hadatrain/core/error.h"
 #include "hadatrain/grad/quant.h"
 #include "hadatrain/ops/copy.h"
@@ -17,18 +17,6 @@
 
 namespace ht::dist {
 namespace {
-
-// The bytes of a contiguous tensor as a u8 tensor sharing its storage (packed int4 has no NCCL type).
-Tensor bytes_of(const Tensor& t) {
-  HT_ASSERT(t.is_contiguous() && t.offset() == 0, "comm_quant: bytes_of needs a contiguous tensor at offset 0");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage();
-  impl->shape = Shape({static_cast<int64_t>(t.nbytes())});
-  impl->strides = Strides({1});
-  impl->dtype = DType::u8;
-  impl->device = t.device();
-  return Tensor(std::move(impl));
-}
 
 int64_t padded_chunk(int64_t chunk, int64_t block) { return (chunk + block - 1) / block * block; }
 
@@ -64,6 +52,19 @@ const char* reduce_quant_name(ReduceQuant q) {
     case ReduceQuant::int4: return "int4";
   }
   return "?";
+}
+
+Tensor byte_view(const Tensor& t) {
+  HT_CHECK(t.defined() && t.is_contiguous() && t.offset() == 0,
+           "byte_view: expected a contiguous tensor at offset 0 of its storage, got {}",
+           t.defined() ? t.describe() : "undefined");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->shape = Shape({static_cast<int64_t>(t.nbytes())});
+  impl->strides = Strides({1});
+  impl->dtype = DType::u8;
+  impl->device = t.device();
+  return Tensor(std::move(impl));
 }
 
 // ---- 8-bit weight all-gather ------------------------------------------------------------------------------
@@ -125,7 +126,7 @@ BlockCodes quantize_blocks(const Tensor& input, int64_t ranks, const QuantReduce
   const grad::Quantized quantized = grad::quantize(padded.view({ranks * cp / spec.block, spec.block}), q);
   BlockCodes out;
   const Tensor levels = quantized.values.view({ranks * cp});  // i8 in −qmax..qmax
-  out.codes = bytes_of(spec.bits == 8 ? levels : grad::pack_int4(levels));
+  out.codes = byte_view(spec.bits == 8 ? levels : grad::pack_int4(levels));
   out.scales = quantized.scale.contiguous().view({ranks * cp / spec.block});
   return out;
 }

@@ -59,6 +59,10 @@ enum class ReduceQuant { none, int8, int4 };
 const char* gather_dtype_name(GatherDType d);
 const char* reduce_quant_name(ReduceQuant q);
 
+// The bytes of t (contiguous, at offset 0 of its storage) as a u8 tensor sharing its storage: what the
+// collectives move for codes NCCL has no type for (packed int4) or may lack (fp8 in older NCCL).
+Tensor byte_view(const Tensor& t);
+
 // ---- 8-bit weight all-gather (Note [8-bit weight all-gather]) ------------------------------------------
 
 // How one weight's rows travel: the carrier and the rotation of its C columns.
