@@ -62,7 +62,7 @@ TEST_CASE("ddp on one GPU rank is bit-equal to training alone", "[dist]") {
     dist::GradientReducer reducer(*pg.comm, *store, {.bucket_mb = 0.01});
     if (ddp) reducer.broadcast_state(0);
     const Tensor x = test::random_tensor({16, 32}, 4, DType::f32).to(kGpu);
-    const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {16}).to(kGpu);
+    const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {16}, {DType::i64}).to(kGpu);
     for (int step = 0; step < 5; ++step) {
       opt->zero_grad();
       cross_entropy(m->forward(x), y).backward();
