@@ -1,6 +1,7 @@
 // Sharded data parallelism (dist/fsdp.h, Note [Sharded parameters]).
 #include "hadatrain/dist/fsdp.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -11,28 +12,52 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/allocator.h"
 #include "hadatrain/tensor/factory.h"
 
 namespace ht::dist {
 
-// The model store's policy: gathers a parameter's unit on first use in a step and hands out the gathered
-// tensor with a backward that reduce-scatters into the shard.
-class FsdpPolicy final : public nn::MaterialisePolicy {
+// The backward of one materialise: the gradient of the gathered tensor goes to the shard through a
+// reduce-scatter (FsdpPolicy::reduce_scatter_grad). With reshard_after_forward it also drives the re-gathering
+// in backward (Note [Resharding after forward] in fsdp.h).
+class FsdpGatherNode final : public Node {
  public:
-  explicit FsdpPolicy(FullyShardedModel& m) : m_(m), gathered_(m.params_.size()), pending_(m.unit_count_) {}
+  FsdpGatherNode(std::shared_ptr<FsdpPolicy> policy, std::size_t param);
+  ~FsdpGatherNode() override;
+  std::string name() const override { return "FsdpGatherBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
+
+ private:
+  std::weak_ptr<FsdpPolicy> policy_;
+  std::size_t param_;
+  uint64_t generation_;
+  bool ran_ = false;
+};
+
+// The model store's policy: gathers a parameter's unit on first use and hands out the gathered tensor with
+// a backward that reduce-scatters into the shard; frees and re-gathers units (Note [Resharding after
+// forward]).
+class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared_from_this<FsdpPolicy> {
+ public:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  explicit FsdpPolicy(FullyShardedModel& m)
+      : m_(m), gathered_(m.params_.size()), casts_(m.params_.size()), users_(m.params_.size()),
+        unit_params_(m.unit_count_), pending_(m.unit_count_), entered_(m.unit_count_, 0) {
+    for (std::size_t i = 0; i < m.params_.size(); ++i) unit_params_[m.params_[i].unit].push_back(i);
+  }
 
   Tensor materialise(const nn::MaterialiseRequest& r) override {
     const FullyShardedModel::Param& p = m_.params_[r.index];
+    if (!backward_) enter_forward_unit(p.unit);
     ensure_gathered(p.unit);
-    if (m_.options_.prefetch && p.unit + 1 < m_.unit_count_) issue(p.unit + 1);
-    // (shape) in the master dtype; its gradient goes to the shard through a reduce-scatter
-    Tensor full = gathered_[r.index].narrow(0, 0, p.numel).view(p.shape).detach();
-    FullyShardedModel* m = &m_;
-    const std::size_t i = r.index;
-    record("FsdpGatherBackward", {&p.shard}, full, [m, i](FunctionNode&, std::vector<Tensor>&& grads) {
-      return std::vector<Tensor>{m->policy_->reduce_scatter_grad(i, grads[0])};
-    });
-    return nn::cast_master(full, r.dtype);
+    // (a unit this forward has run already, e.g. the embedding when a tied head reads it, is not needed next)
+    if (m_.options_.prefetch && !backward_ && p.unit + 1 < m_.unit_count_ && !entered_[p.unit + 1]) issue(p.unit + 1);
+    Tensor out = compute_copy(r.index, r.dtype);  // (shape) in r.dtype, sharing the gathered memory
+    if (needs_grad({&p.shard})) {
+      connect(std::make_shared<FsdpGatherNode>(shared_from_this(), r.index), {&p.shard}, {&out});
+      if (!backward_ && !order_.empty() && order_.back().first_param == npos) order_.back().first_param = r.index;
+    }
+    return out;
   }
 
   // The gradient of parameter i's full tensor -> this rank's chunk of the share-weighted sum over ranks.
@@ -59,43 +84,192 @@ class FsdpPolicy final : public nn::MaterialisePolicy {
     return chunk.to(p.shard.dtype());
   }
 
-  void reset() {
-    for (auto& g : gathered_) g = Tensor();
-    for (auto& u : pending_) u.clear();
+  // FsdpGatherNode's apply for parameter i: backward has reached a reader of it.
+  Tensor backward(std::size_t i, const Tensor& g, uint64_t generation) {
+    if (generation != generation_) return g.defined() ? reduce_scatter_grad(i, g) : Tensor();  // a graph of an ended step
+    backward_ = true;
+    --users_[i];
+    if (m_.options_.reshard_after_forward) gather_ahead(i);
+    Tensor out = g.defined() ? reduce_scatter_grad(i, g) : Tensor();
+    // Every reader of the gathered tensor is an input of this node's readers, so all of them have run.
+    if (m_.options_.reshard_after_forward && users_[i] == 0) release_param(i);
+    return out;
+  }
+  uint64_t node_made(std::size_t i) {
+    ++users_[i];
+    ++live_nodes_;
+    return generation_;
+  }
+  void node_gone(std::size_t i, bool ran, uint64_t generation) {
+    if (generation != generation_) return;
+    if (!ran) --users_[i];
+    // The graph is gone: the next materialise begins a forward.
+    if (--live_nodes_ == 0) backward_ = false, clear_order();
   }
 
- private:
-  struct InFlight {
-    std::size_t param;
-    std::unique_ptr<Work> work;
-  };
-  // Issues the all-gathers of every parameter of `unit` not yet gathered or in flight.
-  void issue(std::size_t unit) {
-    if (!pending_[unit].empty()) return;
-    const int n = m_.comm_.size();
-    for (std::size_t i = 0; i < m_.params_.size(); ++i) {
-      const FullyShardedModel::Param& p = m_.params_[i];
-      if (p.unit != unit || gathered_[i].defined()) continue;
-      Tensor out = empty({p.chunk * n}, {p.shard.dtype(), m_.comm_.device()});  // (N * chunk) padded flat
-      gathered_[i] = out;
-      m_.bytes_ += static_cast<int64_t>(p.shard.nbytes());
-      pending_[unit].push_back({i, m_.comm_.all_gather(p.shard.detach(), out)});
+  void reset() {
+    for (auto& u : pending_) wait_all(u);
+    for (auto& g : gathered_) g = Tensor();
+    for (auto& c : casts_) c.clear();
+    std::fill(users_.begin(), users_.end(), 0);
+    ++generation_;  // gather nodes of graphs still alive no longer count
+    live_nodes_ = 0;
+    backward_ = false;
+    current_ = npos;
+    clear_order();
+  }
+
+  int64_t bytes_alive() const {
+    int64_t b = 0;
+    auto add = [&b](const Tensor& t) {
+      if (t.defined() && t.storage()->data.get() != nullptr) b += static_cast<int64_t>(t.storage()->nbytes);
+    };
+    for (std::size_t i = 0; i < gathered_.size(); ++i) {
+      add(gathered_[i]);
+      for (const Tensor& c : casts_[i]) add(c);
     }
-    if (pending_[unit].empty()) pending_[unit].push_back({m_.params_.size(), nullptr});  // nothing to wait for
+    return b;
+  }
+  int64_t peak = 0;  // the high-water mark of bytes_alive(), taken after every allocation
+
+ private:
+  static bool live(const Tensor& t) { return t.defined() && t.storage()->data.get() != nullptr; }
+  static void wait_all(std::vector<std::unique_ptr<Work>>& flights) {
+    for (auto& w : flights) w->wait();
+    flights.clear();
+  }
+  void note_allocation() { peak = std::max(peak, bytes_alive()); }
+
+  // Issues the all-gathers of the parameters of `unit` that are neither gathered nor in flight. A parameter
+  // whose memory was freed (release_param) is gathered again into the same storage, which its readers' saved
+  // tensors still share.
+  void issue(std::size_t unit) {
+    const int n = m_.comm_.size();
+    bool allocated = false;
+    for (const std::size_t i : unit_params_[unit]) {
+      const FullyShardedModel::Param& p = m_.params_[i];
+      if (live(gathered_[i])) continue;
+      if (gathered_[i].defined()) {
+        StorageImpl& st = *gathered_[i].storage();
+        st.data = allocator_for(m_.comm_.device().type).allocate(st.nbytes, m_.comm_.device());
+      } else {
+        gathered_[i] = empty({p.chunk * n}, {p.shard.dtype(), m_.comm_.device()});  // (N * chunk) padded flat
+      }
+      allocated = true;
+      pending_[unit].push_back(m_.comm_.all_gather(p.shard.detach(), gathered_[i]));
+    }
+    if (allocated) note_allocation();
   }
   void ensure_gathered(std::size_t unit) {
     issue(unit);
-    for (auto& f : pending_[unit])
-      if (f.work) {
-        f.work->wait();
-        f.work.reset();
+    wait_all(pending_[unit]);
+    // Cast copies freed with their parameter are made again (the same cast of the same bits).
+    for (const std::size_t i : unit_params_[unit])
+      for (Tensor& c : casts_[i]) {
+        if (live(c)) continue;
+        StorageImpl& st = *c.storage();
+        st.data = allocator_for(c.device().type).allocate(st.nbytes, c.device());
+        NoGradGuard no_grad;
+        copy_(c, full_view(i).to(c.dtype()));
+        note_allocation();
       }
+  }
+  Tensor full_view(std::size_t i) const {
+    const FullyShardedModel::Param& p = m_.params_[i];
+    return gathered_[i].narrow(0, 0, p.numel).view(p.shape);
+  }
+  // Parameter i in `dtype`, no history: a view of the gathered tensor in the master dtype, else one cast
+  // per dtype and gather (as cast_master casts), kept with the gathered tensor.
+  Tensor compute_copy(std::size_t i, DType dtype) {
+    const Tensor full = full_view(i);
+    if (dtype == full.dtype()) return full.detach();
+    for (const Tensor& c : casts_[i])
+      if (c.dtype() == dtype) return c.detach();
+    NoGradGuard no_grad;
+    casts_[i].push_back(full.to(dtype));
+    note_allocation();
+    return casts_[i].back().detach();
+  }
+
+  // Frees the memory of parameter i's gathered tensor and its casts; the storages stay (the readers' saved
+  // tensors hold them) and are filled again by issue.
+  void release_param(std::size_t i) {
+    wait_all(pending_[m_.params_[i].unit]);  // a gather in flight still writes into it
+    if (gathered_[i].defined()) gathered_[i].storage()->data.reset();
+    for (Tensor& c : casts_[i]) c.storage()->data.reset();
+  }
+  void release_unit(std::size_t unit) {
+    for (const std::size_t i : unit_params_[unit]) release_param(i);
+  }
+  // Forward: the first read of a unit other than the current one ends the current unit's forward; with
+  // reshard_after_forward its gathered memory is freed. The units are recorded in the order they run.
+  void clear_order() {
+    order_.clear();
+    std::fill(entered_.begin(), entered_.end(), 0);
+    backward_pos_ = npos;
+  }
+  void enter_forward_unit(std::size_t unit) {
+    if (unit == current_) return;
+    if (m_.options_.reshard_after_forward && current_ != npos) release_unit(current_);
+    current_ = unit;
+    if (order_.size() >= 4 * m_.unit_count_ + 4) clear_order();  // forwards without backward (evaluation)
+    order_.push_back({unit, npos});
+    entered_[unit] = 1;
+  }
+  // Backward has reached a reader of parameter i (Note [Resharding after forward]). Its unit's entry in the
+  // forward's order is found from where the backward is; the entry below it (the unit the forward ran before)
+  // is gathered when the entry's first-read parameter has its gradient (its layer, the first of the unit, is
+  // done: the unit's backward is over), and issued early with prefetch when the entry's backward starts. An
+  // entry read with grad mode off (activation checkpointing: the recompute reads it again) has no first-read
+  // parameter; the entry below it is gathered when its backward starts.
+  void gather_ahead(std::size_t i) {
+    const std::size_t unit = m_.params_[i].unit;
+    if (order_.empty()) return;
+    std::size_t k = std::min(backward_pos_, order_.size() - 1) + 1;
+    while (k-- > 0)
+      if (order_[k].unit == unit) break;
+    if (k == npos) return;  // a late reader of a unit the backward has passed
+    const bool starts = k != backward_pos_;
+    backward_pos_ = k;
+    if (k == 0) return;
+    const Entry& e = order_[k];
+    const std::size_t below = order_[k - 1].unit;
+    if (starts && e.first_param == npos) ensure_gathered(below);
+    else if (starts && m_.options_.prefetch) issue(below);
+    if (i == e.first_param) ensure_gathered(below);
   }
 
   FullyShardedModel& m_;
-  std::vector<Tensor> gathered_;               // per parameter: the padded flat full tensor, once issued
-  std::vector<std::vector<InFlight>> pending_;  // per unit: its gathers (waited ones have no work left)
+  std::vector<Tensor> gathered_;                // per parameter: the padded flat full tensor, once issued
+  std::vector<std::vector<Tensor>> casts_;      // per parameter: its copies in compute dtypes
+  std::vector<int64_t> users_;                  // per parameter: gather nodes whose backward has not run
+  std::vector<std::vector<std::size_t>> unit_params_;  // per unit: its parameters
+  std::vector<std::vector<std::unique_ptr<Work>>> pending_;  // per unit: its gathers in flight
+  uint64_t generation_ = 0;                      // bumped by reset()
+  int64_t live_nodes_ = 0;
+  bool backward_ = false;                        // a gather node has run since the graph was built
+  std::size_t current_ = npos;                   // the unit the forward is in
+  struct Entry {
+    std::size_t unit;
+    std::size_t first_param;  // the first parameter read with a gather node (npos: none, grad mode was off)
+  };
+  std::vector<Entry> order_;                     // the units in the order the forward entered them
+  std::vector<char> entered_;                    // per unit: in order_
+  std::size_t backward_pos_ = npos;              // where in order_ the backward is
 };
+
+FsdpGatherNode::FsdpGatherNode(std::shared_ptr<FsdpPolicy> policy, std::size_t param)
+    : policy_(policy), param_(param), generation_(policy->node_made(param)) {
+}
+FsdpGatherNode::~FsdpGatherNode() {
+  if (const auto p = policy_.lock()) p->node_gone(param_, ran_, generation_);
+}
+std::vector<Tensor> FsdpGatherNode::apply(std::vector<Tensor>&& grads) {
+  const auto p = policy_.lock();
+  HT_CHECK(p != nullptr, "FsdpGatherBackward: the FullyShardedModel of this graph was destroyed before its backward");
+  ran_ = true;
+  return {p->backward(param_, grads[0], generation_)};
+}
 
 FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::ParameterStore> model_store,
                                      FsdpOptions options)
@@ -118,7 +292,9 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
     p.shape = slot.shape();
     p.numel = slot.numel();
     p.chunk = (p.numel + n - 1) / n;
-    std::string key = ref.name;  // the unit: the first prefix that matches, else the parameter alone
+    // The unit: the first prefix that matches, else the parameters of the parameter's module (its name without
+    // the leaf), so that a layer's weight and bias are gathered and freed together.
+    std::string key = "module:" + ref.name.substr(0, ref.name.rfind('.') + 1);
     for (const auto& u : options_.units)
       if (ref.name.rfind(u, 0) == 0) {
         key = "unit:" + u;
@@ -167,6 +343,10 @@ void FullyShardedModel::end_step() {
   policy_->reset();
   bytes_ = 0;
 }
+
+int64_t FullyShardedModel::gathered_bytes() const { return policy_->bytes_alive(); }
+int64_t FullyShardedModel::gathered_bytes_peak() const { return policy_->peak; }
+void FullyShardedModel::reset_gathered_peak() { policy_->peak = policy_->bytes_alive(); }
 
 double FullyShardedModel::clip_grad_norm(double max_norm) {
   double local = 0.0;

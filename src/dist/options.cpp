@@ -13,6 +13,7 @@ DistOptions read_dist_options(ConfigReader r) {
   o.fsdp_units = r.get_list<std::string>("fsdp_units", {});
   o.reduce_dtype = r.get_enum("reduce_dtype", "f32", {"f32", "bf16"});
   o.prefetch = r.get("prefetch", true);
+  o.reshard_after_forward = r.get("reshard_after_forward", true);
   return o;
 }
 

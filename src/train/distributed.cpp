@@ -88,14 +88,15 @@ std::shared_ptr<nn::ParameterStore> DistributedRun::shard(std::shared_ptr<nn::Pa
       *pg_.comm, model_store,
       dist::FsdpOptions{.units = units,
                         .reduce_dtype = options_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32,
-                        .prefetch = options_.prefetch});
+                        .prefetch = options_.prefetch,
+                        .reshard_after_forward = options_.reshard_after_forward});
   fsdp_->set_defer_reduce(grad_accum_steps > 1);
   int64_t whole = 0, mine = 0;
   for (const auto& p : fsdp_->params()) whole += p.numel, mine += p.chunk;
   spdlog::info("dist: fsdp over {} rank(s): {} unit(s) ({}), {} of {} parameter elements per rank (fp32 master, "
-               "gradients and optimiser state sharded), reduce-scatter in {}, prefetch {}{}",
+               "gradients and optimiser state sharded), reduce-scatter in {}, prefetch {}, reshard_after_forward {}{}",
                world_size(), fsdp_->units(), options_.fsdp_units.empty() ? "automatic" : "dist.fsdp_units", mine, whole,
-               options_.reduce_dtype, options_.prefetch ? "on" : "off",
+               options_.reduce_dtype, options_.prefetch ? "on" : "off", options_.reshard_after_forward ? "on" : "off",
                grad_accum_steps > 1 ? "; gradient accumulation communicates on the last micro-step" : "");
   return fsdp_->shard_store();
 }

@@ -6,8 +6,9 @@
 //
 // Note [Sharded parameters]
 // FsdpPolicy replaces the model store's policy. A layer's materialise(param, dtype) all-gathers the
-// parameter's unit (the parameters whose names start with one of FsdpOptions::units, or each parameter
-// alone when it matches none) the first time one of its parameters is read in a step: every chunk of every
+// parameter's unit (the parameters whose names start with one of FsdpOptions::units; a parameter that
+// matches none is in one unit with the other parameters of its module) the first time one of its parameters
+// is read in a step: every chunk of every
 // parameter of the unit is gathered in one pass (the collectives issued together, then waited), and the
 // gathered tensor of this parameter is returned, cast to the compute dtype, with a backward node whose
 // input is the shard: in backward the full gradient is weighted by this rank's share of the global batch
@@ -17,6 +18,32 @@
 // values (a zero-element tensor holds each slot's place), so the unsharded copy exists only while gathered.
 // end_step() (after the optimiser step) drops the gathered copies, so the next step gathers the new
 // weights.
+//
+// Note [Resharding after forward]
+// With reshard_after_forward off, a unit's gathered tensors stay alive from its forward to end_step(): the
+// layers' saved tensors hold them, so during a step up to the whole model is gathered on every rank. With it
+// on (the default, as FSDP2's fully_shard):
+//   - Forward: the first read of a unit other than the current one ends the current unit's forward and frees
+//     the memory of its gathered tensors (and of their casts to compute dtypes): their storages stay, shared
+//     by whatever the layers saved for backward, but hold no bytes. The units are recorded in the order the
+//     forward enters them (a unit read again later, e.g. a tied embedding read by the head, is entered again
+//     and gathered again). The last unit of the forward stays gathered: backward starts with it.
+//   - Backward: a gather node (the backward of one materialise) runs after every op that read its tensor
+//     (they are its inputs' consumers in the graph); when a parameter's last gather node has run, its memory
+//     is freed again. The unit the forward entered before unit u is gathered again into the same storages
+//     (and waited for) when the gather node of u's first-read parameter runs: that parameter's layer ran
+//     first in u's forward, so its backward ends u's; with prefetch, that gather is issued earlier, when u's
+//     first gather node runs. This relies on the engine running a layer's weight-gradient node before the
+//     layer that produced its activation: the engine's ready stack (last in, first out) runs the nodes an op's
+//     backward makes ready in reverse edge order, and ops list their activation input before their weight.
+//     The reshard test checks the bits against keeping the weights.
+//   - Activation checkpointing: the checkpointed forward (grad mode off) frees as above and records no
+//     first-read parameter; the recompute in backward reads the unit again, which gathers it at once, and
+//     the unit below it is gathered when the recompute's first gather node runs.
+//   - The graph's gather nodes are counted; when the last is destroyed (the graph is gone), the next read
+//     starts a new forward (gradient accumulation's next micro-step).
+// gathered_bytes() / gathered_bytes_peak() measure it: the bytes of gathered tensors (and casts) that hold
+// memory now, and the high-water mark over every allocation since reset_gathered_peak().
 #pragma once
 #include <filesystem>
 #include <map>
@@ -33,6 +60,9 @@ struct FsdpOptions {
   std::vector<std::string> units;  // name prefixes ("layer1.", "blocks.3."): one all-gather per unit
   DType reduce_dtype = DType::f32;  // the gradient reduce-scatter's dtype (f32 or bf16)
   bool prefetch = true;             // issue the next unit's all-gather with the current one's
+  // Free a unit's gathered weights after its forward and gather them again in backward (Note [Resharding
+  // after forward]); off: they stay gathered until end_step().
+  bool reshard_after_forward = true;
 };
 
 class FsdpPolicy;
@@ -85,6 +115,11 @@ class FullyShardedModel {
   std::size_t units() const { return unit_count_; }
   // Bytes this rank put into collectives since the last end_step() (all-gather inputs, reduce-scatter inputs).
   int64_t bytes_on_wire() const { return bytes_; }
+  // Bytes of gathered parameters (and their casts) holding memory now, and their high-water mark since the
+  // last reset_gathered_peak() (Note [Resharding after forward]).
+  int64_t gathered_bytes() const;
+  int64_t gathered_bytes_peak() const;
+  void reset_gathered_peak();
 
  private:
   friend class FsdpPolicy;

@@ -22,6 +22,7 @@ struct DistOptions {
   std::vector<std::string> fsdp_units;
   std::string reduce_dtype = "f32";  // fsdp: the gradient reduce-scatter's dtype (f32 | bf16)
   bool prefetch = true;              // fsdp: issue the next unit's all-gather with the current one's
+  bool reshard_after_forward = true;  // fsdp: free a unit's gathered weights after its forward, gather in backward
 };
 
 DistOptions read_dist_options(ConfigReader r);
