@@ -33,6 +33,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_llama_torch import PRESETS, model_flops_per_token  # noqa: E402  (the same shapes and FLOPs count)
 

@@ -20,7 +20,7 @@ over the world size. Step time: the global batch's tokens over it. Peak memory: 
 rank. Bytes on the wire: a train-record field whose name holds "bytes" when the trainer logs one; otherwise left
 out, and `comm_bytes_est` gives the ring estimate per rank per step, (N - 1) / N * P * (gather bytes + reduce
 bytes) for P parameters (the fsdp log line), one reduce-scatter and one all-gather of every parameter per step,
-two all-gathers with reshard_after_forward on (the log line says which).
+two all-gathers with reshard_after_forward on (the log line says which), every parameter in the all-gather dtype.
 """
 import argparse
 import datetime
@@ -29,6 +29,7 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_compare import commit, machine  # noqa: E402  (the results page's commit and machine strings)
 
