@@ -14,6 +14,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/allocator.h"
 #include "hadatrain/tensor/factory.h"
+#include "fsdp_lowp.h"
 
 namespace ht::dist {
 
@@ -76,6 +77,11 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
   // This rank's chunk of the sum over ranks of `weighted` (parameter p's flat share-weighted gradient).
   Tensor scatter(const FullyShardedModel::Param& p, const Tensor& weighted) {
     const int n = m_.comm_.size();
+    if (m_.lowp_->quantized_reduce()) {  // block codes through an all-gather (dist/comm_quant.h)
+      Tensor flat = zeros({p.chunk * n}, {DType::f32, m_.comm_.device()});  // (N * chunk)
+      copy_(flat.narrow(0, 0, p.numel), weighted);
+      return m_.lowp_->reduce_scatter(flat, m_.bytes_).to(p.shard.dtype());
+    }
     Tensor flat = zeros({p.chunk * n}, {m_.options_.reduce_dtype, m_.comm_.device()});  // (N * chunk)
     copy_(flat.narrow(0, 0, p.numel), weighted.to(m_.options_.reduce_dtype));
     Tensor chunk = zeros({p.chunk}, {m_.options_.reduce_dtype, m_.comm_.device()});
@@ -156,7 +162,7 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
         gathered_[i] = empty({p.chunk * n}, {p.shard.dtype(), m_.comm_.device()});  // (N * chunk) padded flat
       }
       allocated = true;
-      pending_[unit].push_back(m_.comm_.all_gather(p.shard.detach(), gathered_[i]));
+      pending_[unit].push_back(m_.lowp_->gather(m_.params_, i, gathered_[i], m_.bytes_));
     }
     if (allocated) note_allocation();
   }
@@ -278,6 +284,7 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
            "dist.reduce_dtype: expected f32 or bf16, got {}", dtype_name(options_.reduce_dtype));
   const int n = comm_.size(), r = comm_.rank();
   share_ = 1.0 / n;
+  lowp_ = std::make_unique<FsdpLowPrecision>(comm_, options_);
   std::map<std::string, std::size_t> unit_of_prefix;
   params_.reserve(model_store_->size());
   for (const nn::ParamRef& ref : model_store_->params()) {
@@ -291,7 +298,6 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
     p.name = ref.name;
     p.shape = slot.shape();
     p.numel = slot.numel();
-    p.chunk = (p.numel + n - 1) / n;
     // The unit: the first prefix that matches, else the parameters of the parameter's module (its name without
     // the leaf), so that a layer's weight and bias are gathered and freed together.
     std::string key = "module:" + ref.name.substr(0, ref.name.rfind('.') + 1);
@@ -303,6 +309,7 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
     const auto [it, added] = unit_of_prefix.emplace(key, unit_count_);
     if (added) ++unit_count_;
     p.unit = it->second;
+    p.chunk = lowp_->add_param(p.name, p.shape, p.unit, key.rfind("unit:", 0) == 0);  // elements per rank
     Tensor padded = zeros({p.chunk * n}, {slot.dtype(), slot.device()});
     copy_(padded.narrow(0, 0, p.numel), whole.reshape({p.numel}));
     p.shard = padded.narrow(0, r * p.chunk, p.chunk).clone();
@@ -341,8 +348,12 @@ void FullyShardedModel::reduce_deferred() {
 
 void FullyShardedModel::end_step() {
   policy_->reset();
+  lowp_->end_step();
   bytes_ = 0;
 }
+
+int64_t FullyShardedModel::row_quantized_params() const { return lowp_->quantized_params(); }
+double FullyShardedModel::reduce_error() const { return lowp_->last_reduce_error(); }
 
 int64_t FullyShardedModel::gathered_bytes() const { return policy_->bytes_alive(); }
 int64_t FullyShardedModel::gathered_bytes_peak() const { return policy_->peak; }

@@ -1,6 +1,8 @@
 // The `dist:` config section (dist/options.h).
 #include "hadatrain/dist/options.h"
 
+#include "hadatrain/core/error.h"
+
 namespace ht::dist {
 
 DistOptions read_dist_options(ConfigReader r) {
@@ -14,6 +16,16 @@ DistOptions read_dist_options(ConfigReader r) {
   o.reduce_dtype = r.get_enum("reduce_dtype", "f32", {"f32", "bf16"});
   o.prefetch = r.get("prefetch", true);
   o.reshard_after_forward = r.get("reshard_after_forward", true);
+  o.gather_dtype = r.get_choice("gather_dtype", GatherDType::f32,
+                                {{"fp32", GatherDType::f32}, {"bf16", GatherDType::bf16}, {"int8", GatherDType::int8},
+                                 {"fp8", GatherDType::fp8}});
+  o.reduce_quant = r.get_choice("reduce_quant", ReduceQuant::none,
+                                {{"none", ReduceQuant::none}, {"int8", ReduceQuant::int8}, {"int4", ReduceQuant::int4}});
+  o.reduce_quant_block = r.get<int64_t>("reduce_quant_block", 256, Range::at_least(2));
+  o.reduce_quant_error_every = r.get<int64_t>("reduce_quant_error_every", 100, Range::at_least(0));
+  HT_CHECK(o.mode == DistMode::fsdp || (o.gather_dtype == GatherDType::f32 && o.reduce_quant == ReduceQuant::none),
+           "dist.gather_dtype {} / dist.reduce_quant {}: low-precision communication is for dist.mode fsdp, got mode {}",
+           gather_dtype_name(o.gather_dtype), reduce_quant_name(o.reduce_quant), dist_mode_name(o.mode));
   return o;
 }
 

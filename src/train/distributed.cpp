@@ -89,7 +89,11 @@ std::shared_ptr<nn::ParameterStore> DistributedRun::shard(std::shared_ptr<nn::Pa
       dist::FsdpOptions{.units = units,
                         .reduce_dtype = options_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32,
                         .prefetch = options_.prefetch,
-                        .reshard_after_forward = options_.reshard_after_forward});
+                        .reshard_after_forward = options_.reshard_after_forward,
+                        .gather_dtype = options_.gather_dtype,
+                        .reduce_quant = options_.reduce_quant,
+                        .reduce_quant_block = options_.reduce_quant_block,
+                        .reduce_quant_error_every = options_.reduce_quant_error_every});
   fsdp_->set_defer_reduce(grad_accum_steps > 1);
   int64_t whole = 0, mine = 0;
   for (const auto& p : fsdp_->params()) whole += p.numel, mine += p.chunk;
@@ -98,6 +102,17 @@ std::shared_ptr<nn::ParameterStore> DistributedRun::shard(std::shared_ptr<nn::Pa
                world_size(), fsdp_->units(), options_.fsdp_units.empty() ? "automatic" : "dist.fsdp_units", mine, whole,
                options_.reduce_dtype, options_.prefetch ? "on" : "off", options_.reshard_after_forward ? "on" : "off",
                grad_accum_steps > 1 ? "; gradient accumulation communicates on the last micro-step" : "");
+  if (options_.gather_dtype != dist::GatherDType::f32 || options_.reduce_quant != dist::ReduceQuant::none)
+    spdlog::info("dist: weights all-gathered in {} ({} parameter(s) as rotated 8-bit rows), gradients reduce-scattered "
+                 "{}{}",
+                 dist::gather_dtype_name(options_.gather_dtype), fsdp_->row_quantized_params(),
+                 options_.reduce_quant == dist::ReduceQuant::none ? "unquantised"
+                                                                 : fmt::format("as {} blocks of {}",
+                                                                               dist::reduce_quant_name(options_.reduce_quant),
+                                                                               options_.reduce_quant_block),
+                 options_.reduce_quant == dist::ReduceQuant::none || options_.reduce_quant_error_every == 0
+                     ? ""
+                     : fmt::format(" (error against f32 measured every {} steps)", options_.reduce_quant_error_every));
   return fsdp_->shard_store();
 }
 

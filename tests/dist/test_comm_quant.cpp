@@ -4,10 +4,13 @@
 //     derived int8 / fp8 bounds; weights whose rotated values are codes times a power of two round-trip exactly;
 //   - block-quantised reduce-scatter (Note [Quantised reduce-scatter]): every element of the dequantised sum is
 //     within Σ_r s_r/2 of the exact sum (int8 and int4, chunks that need padding); values that are levels
-//     times their block's scale sum exactly; option errors name the key.
+//     times their block's scale sum exactly; option errors name the key;
+//   - the dist config keys (gather_dtype, reduce_quant, reduce_quant_block) and their errors.
 #include <cmath>
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/dist/comm_quant.h"
+#include "hadatrain/dist/options.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/tensor/factory.h"
 #include "support/catch.h"
@@ -202,4 +205,21 @@ TEST_CASE("block-quantised reduce-scatter: options and sizes are checked", "[com
   // An all-zero input: zero codes and scales, an exact zero sum.
   const auto out = simulated_reduce({x, x}, {.bits = 8, .block = 4});
   CHECK(test::compare(out[1], zeros({6}, {DType::f32}), 0, 0).empty());
+}
+
+TEST_CASE("dist config: the low-precision communication keys", "[comm_quant][config]") {
+  const auto read = [](const std::string& yaml) {
+    return dist::read_dist_options(ConfigReader::from_string(yaml, "c.yaml").child("dist"));
+  };
+  const dist::DistOptions o = read("dist:\n  mode: fsdp\n  gather_dtype: fp8\n  reduce_quant: int4\n  reduce_quant_block: 64\n");
+  CHECK(o.gather_dtype == dist::GatherDType::fp8);
+  CHECK(o.reduce_quant == dist::ReduceQuant::int4);
+  CHECK(o.reduce_quant_block == 64);
+  CHECK(o.reduce_quant_error_every == 100);
+  const dist::DistOptions d = read("dist:\n  mode: fsdp\n");
+  CHECK(d.gather_dtype == dist::GatherDType::f32);
+  CHECK(d.reduce_quant == dist::ReduceQuant::none);
+  CHECK(test::error_of([&] { read("dist:\n  mode: fsdp\n  gather_dtype: int4\n"); }).find("gather_dtype") != std::string::npos);
+  CHECK(test::error_of([&] { read("dist:\n  mode: ddp\n  gather_dtype: int8\n"); }).find("for dist.mode fsdp") !=
+        std::string::npos);
 }

@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/dist/comm_quant.h"
 #include "hadatrain/dist/communicator.h"
 #include "hadatrain/nn/parameter_store.h"
 
@@ -63,9 +64,19 @@ struct FsdpOptions {
   // Free a unit's gathered weights after its forward and gather them again in backward (Note [Resharding
   // after forward]); off: they stay gathered until end_step().
   bool reshard_after_forward = true;
+  // Low-precision communication (docs/distributed.md; Note [Low-precision FSDP gathers] in src/dist/fsdp_lowp.h):
+  // what the shards travel as in the all-gathers (int8 / fp8: HQ-FSDP's rotated 8-bit rows for the weights of
+  // the units), and the quantised gradient reduce-scatter instead of reduce_dtype's (block-wise codes, one f32
+  // scale per reduce_quant_block values; its error against f32 measured every reduce_quant_error_every steps,
+  // 0: never).
+  GatherDType gather_dtype = GatherDType::f32;
+  ReduceQuant reduce_quant = ReduceQuant::none;
+  int64_t reduce_quant_block = 256;
+  int64_t reduce_quant_error_every = 100;
 };
 
 class FsdpPolicy;
+class FsdpLowPrecision;
 
 // The sharded state of a model. Build it after the model (its weights are rank 0's afterwards), then build
 // the optimiser over shard_store().
@@ -115,6 +126,10 @@ class FullyShardedModel {
   std::size_t units() const { return unit_count_; }
   // Bytes this rank put into collectives since the last end_step() (all-gather inputs, reduce-scatter inputs).
   int64_t bytes_on_wire() const { return bytes_; }
+  // Parameters whose all-gather moves 8-bit rows (gather_dtype int8 / fp8), and the relative L2 error of the
+  // quantised reduce-scatter against f32 on the last measured step (-1: none measured yet).
+  int64_t row_quantized_params() const;
+  double reduce_error() const;
   // Bytes of gathered parameters (and their casts) holding memory now, and their high-water mark since the
   // last reset_gathered_peak() (Note [Resharding after forward]).
   int64_t gathered_bytes() const;
@@ -134,6 +149,7 @@ class FullyShardedModel {
   bool defer_ = false;
   std::vector<Tensor> deferred_;  // per parameter: the accumulated full gradient while defer_ is on
   mutable int64_t bytes_ = 0;
+  std::unique_ptr<FsdpLowPrecision> lowp_;  // the all-gathers' and reduce-scatters' formats
 };
 
 // A sharded checkpoint made whole, in one process (no communicator): the N shard files of `dir` read and

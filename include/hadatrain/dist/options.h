@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hadatrain/core/config_reader.h"
+#include "hadatrain/dist/comm_quant.h"
 
 namespace ht::dist {
 
@@ -23,6 +24,13 @@ struct DistOptions {
   std::string reduce_dtype = "f32";  // fsdp: the gradient reduce-scatter's dtype (f32 | bf16)
   bool prefetch = true;              // fsdp: issue the next unit's all-gather with the current one's
   bool reshard_after_forward = true;  // fsdp: free a unit's gathered weights after its forward, gather in backward
+  // fsdp, low-precision communication (dist/comm_quant.h): what the shards travel as in the all-gathers
+  // (fp32 | bf16 | int8 | fp8: HQ-FSDP's rotated 8-bit rows for the units' weights), the quantised gradient
+  // reduce-scatter (none | int8 | int4), its values per scale, and the steps between measurements of its error.
+  GatherDType gather_dtype = GatherDType::f32;
+  ReduceQuant reduce_quant = ReduceQuant::none;
+  int64_t reduce_quant_block = 256;
+  int64_t reduce_quant_error_every = 100;
 };
 
 DistOptions read_dist_options(ConfigReader r);
