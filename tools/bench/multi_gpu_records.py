@@ -13,11 +13,11 @@ The first four append one record to OUT/all.jsonl (OUT: the folder holding --log
 OUT/multi_gpu.jsonl, the measured records in the results page's format (area multi_gpu, docs/results/README.md)
 with date, commit and machine, and prints the summary table.
 
-Our runs' numbers come from metrics.jsonl (the trainer's train records, rank 0's in DIR, rank r's in DIR/rank<r>):
-`tok_per_s` is the global batch's tokens per second over the window since the previous record; the timed steps
-are the windows that start after --warmup-steps, joined by their time (tokens / tokens per second). Per GPU: that
-over the world size. Step time: the global batch's tokens over it. Peak memory: the largest `gpu_peak_mb` of any
-rank. Bytes on the wire: a train-record field whose name holds "bytes" when the trainer logs one; otherwise left
+Our runs' numbers come from metrics.jsonl (the trainer's train records, rank 0's in DIR, rank r's in DIR/rank<r>)
+and the run's log: the timed steps are the windows between records that start after --warmup-steps, timed by the
+log lines of their records (log_times says why); the trainer's own `tok_per_s` over the same windows is kept as
+trainer_tok_per_s. Per GPU: the global batch's tokens per second over the world size. Step time: the timed steps'
+time over their count. Peak memory: the largest `gpu_peak_mb` of any rank (since the process started). Bytes on the wire: a train-record field whose name holds "bytes" when the trainer logs one; otherwise left
 out, and `comm_bytes_est` gives the ring estimate per rank per step, (N - 1) / N * P * (gather bytes + reduce
 bytes) for P parameters (the fsdp log line), one reduce-scatter and one all-gather of every parameter per step,
 two all-gathers with reshard_after_forward on (the log line says which), every parameter in the all-gather dtype.
@@ -36,6 +36,7 @@ from peer_compare import commit, machine  # noqa: E402  (the results page's comm
 DTYPE_BYTES = {"f32": 4, "fp32": 4, "bf16": 2, "int8": 1, "fp8": 1}
 PARAMS = re.compile(r"dist: fsdp over (\d+) rank\(s\): .* (\d+) of (\d+) parameter elements per rank")
 REDUCE = re.compile(r"reduce-scatter in (\w+)")
+LOG_STEP = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3})\] \[info\] epoch \d+/\d+ step (\d+) ", re.M)
 
 
 def meta_args(ap):
@@ -119,6 +120,17 @@ def train_records(run_dir):
     return ranks
 
 
+def log_times(log):
+    """{step: seconds of the day} of each train log line (the first rank's copy). The trainer prints a record's
+    line after reading the window's losses from the device, a synchronisation, so the time between two lines is
+    the device's time for the steps between them. The trainer's own tok_per_s is measured before that read (the
+    host may still be ahead of the device) and is kept beside it as trainer_tok_per_s."""
+    out = {}
+    for h, m, s, ms, step in LOG_STEP.findall(log):
+        out.setdefault(int(step), int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1e3)
+    return out
+
+
 def ours(a):
     rec = meta(a)
     rec["status"] = status_of(a.rc, a.log, a.refused)
@@ -128,31 +140,39 @@ def ours(a):
     ranks = train_records(a.run_dir)
     train = ranks[0]
     tokens = a.batch_per_gpu * a.gpus * a.seq  # the global batch of one step
-    prev, steps, seconds, mfu_time = 0, 0, 0.0, 0.0
+    log = open(a.log, encoding="utf-8", errors="replace").read()
+    stamps = log_times(log)
+    prev, steps, seconds, trainer_seconds, mfu_sum, windows = 0, 0, 0.0, 0.0, 0.0, 0
     for r in train:
         n = r["step"] - prev
         if prev >= a.warmup_steps and n > 0 and r.get("tok_per_s", 0) > 0:
-            t = n * tokens / r["tok_per_s"]
-            steps, seconds = steps + n, seconds + t
-            if "mfu" in r:
-                mfu_time += r["mfu"] * t
+            steps += n
+            trainer_seconds += n * tokens / r["tok_per_s"]
+            mfu_sum += r.get("mfu", 0.0) / r["tok_per_s"]  # the trainer's mfu per token/s (a constant)
+            windows += 1
+            if stamps is not None and prev in stamps and r["step"] in stamps:
+                seconds += (stamps[r["step"]] - stamps[prev]) % 86400  # past midnight
+            else:
+                stamps = None
         prev = r["step"]
     if steps == 0:
         rec["status"] = "no timed steps"
         rec["error"] = f"metrics.jsonl has no train record after step {a.warmup_steps}"
         return rec
+    if not stamps or seconds <= 0:
+        seconds = trainer_seconds
+        rec["timing"] = "the trainer's tok_per_s (no log timestamps)"
     tok_s = steps * tokens / seconds
     rec.update(timed_steps=steps, tok_per_s=round(tok_s), tok_per_s_per_gpu=round(tok_s / a.gpus),
-               step_ms=round(1e3 * seconds / steps, 2))
-    if mfu_time:
-        rec["mfu_per_gpu"] = round(mfu_time / seconds / a.gpus, 4)  # the trainer's mfu is the global batch's
+               step_ms=round(1e3 * seconds / steps, 2), trainer_tok_per_s=round(steps * tokens / trainer_seconds))
+    if mfu_sum:  # the trainer's mfu is the global batch's: per GPU, over the world size
+        rec["mfu_per_gpu"] = round(mfu_sum / windows * tok_s / a.gpus, 4)
     peaks = [r["gpu_peak_mb"] for recs in ranks.values() for r in recs if "gpu_peak_mb" in r]
     if peaks:
         rec["peak_allocated_gib"] = round(max(peaks) / 1024, 2)
     bytes_keys = sorted({k for r in train for k in r if "bytes" in k})
     for k in bytes_keys:
         rec[k] = train[-1].get(k)
-    log = open(a.log, encoding="utf-8", errors="replace").read()
     m, red = PARAMS.search(log), REDUCE.search(log)
     if m:
         p = int(m.group(3))
