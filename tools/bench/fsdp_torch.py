@@ -18,7 +18,7 @@ allocated memory: the largest over ranks. Model FLOPs utilisation per GPU: token
 bench_llama_torch.py's model FLOPs per token over --peak-tflops.
     torchrun --standalone --nproc-per-node N tools/bench/fsdp_torch.py MODEL BATCH_PER_GPU SEQ [--form eager|compile]
         [--layers L] [--checkpointing] [--no-reshard-after-forward] [--warmup 4] [--reps 12] [--jsonl FILE]
-        [--device cuda|cpu]
+        [--device cuda|cpu] [--adamw fused|foreach]
 Rank 0 prints one line starting "torch-fsdp2 " and, with --jsonl, appends one JSON object to FILE
 (tools/bench/multi_gpu_records.py turns it into a results-page record).
 """
@@ -54,6 +54,7 @@ def parse():
     ap.add_argument("--jsonl", help="rank 0 appends the result as one JSON line to this file")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU for utilisation")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: Gloo, for trying the script")
+    ap.add_argument("--adamw", choices=("fused", "foreach"), default="fused", help="AdamW's implementation (cpu: foreach)")
     return ap.parse_args()
 
 
@@ -88,7 +89,8 @@ def main():
             layer.compile()
         fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard)
     fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.1, fused=cuda)
+    fused = cuda and a.adamw == "fused"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.1, fused=fused, foreach=not fused)
 
     V = cfg.vocab_size
     gen = torch.Generator(device=dev).manual_seed(1000 + rank)  # each rank its own rows
@@ -136,7 +138,8 @@ def main():
               f"{tok_gpu * world:.0f} tok/s, MFU {mfu:.3f}, peak allocated {peak:.2f} GiB", flush=True)
         if a.jsonl:
             rec = dict(model=name, gpus=world, batch_per_gpu=a.batch, seq=a.seq, form=a.form,
-                       reshard_after_forward=reshard, checkpointing=a.checkpointing, ms_per_step=round(ms, 3),
+                       reshard_after_forward=reshard, checkpointing=a.checkpointing, adamw="fused" if fused else "foreach",
+                       ms_per_step=round(ms, 3),
                        tok_per_s=round(tok_gpu * world), tok_per_s_per_gpu=round(tok_gpu), mfu_per_gpu=round(mfu, 4),
                        peak_allocated_gib=round(peak, 3), parameters=n_params, steps=a.reps,
                        losses=[round(float(l), 5) for l in losses], torch=torch.__version__,
