@@ -3,8 +3,9 @@
 # process group with its own time limit and log, then a summary table (printed last) and result records.
 # Stages (--only picks some; default all, in this order):
 #   scaling      the 1.24B LLaMA (preset llama32_1b, random weights) full fine-tuning step, 8 x 2048 tokens per
-#                GPU, dist.mode fsdp (configs/llm/bench/llama32_1b_fsdp.yaml) with each all-gather dtype of
-#                --gathers (dist.gather_dtype), and HALO-2 fp8 on every *_proj with the --halo-gather all-gather
+#                GPU: one process on one GPU (dist.mode none: the reference), then dist.mode fsdp on every GPU
+#                (configs/llm/bench/llama32_1b_fsdp.yaml) with each all-gather dtype of --gathers
+#                (dist.gather_dtype), and HALO-2 fp8 on every *_proj with the --halo-gather all-gather
 #   peer         PyTorch FSDP2 on the same model and batch (tools/bench/fsdp_torch.py under torchrun), per form
 #   8b           the Llama-3-8B-shaped full fine-tuning step, 4 x 2048 tokens per GPU, activation checkpointing
 #                (configs/llm/bench/llama3_8b_fsdp.yaml), bf16 all-gather and HALO-2 fp8 + 8-bit all-gather;
@@ -187,6 +188,8 @@ run_train prepare_tokens 1 "$timeout_s" "$cfg1" --set dist.mode=none --set model
 
 if has scaling; then
   echo "== scaling: llama32_1b, $b1 x $seq tokens per GPU, $gpus GPU(s)"
+  # The reference of tokens/s per GPU: one process on one GPU, nothing sharded (dist.mode none).
+  ours "scaling_1b_single_call_x$gpus" scaling llama32_1b 1 none exact "$b1" 5 "$timeout_s" "$cfg1" --set dist.mode=none
   for g in ${gathers//,/ }; do
     gathered "scaling_1b_${g}_x$gpus" scaling llama32_1b "$gpus" "$g" exact "$b1" 5 "$timeout_s" "$cfg1"
   done

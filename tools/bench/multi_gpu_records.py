@@ -238,18 +238,19 @@ def finish(a):
     with open(os.path.join(a.out, name), "w", encoding="utf-8") as f:
         for r in measured:
             f.write(json.dumps(r) + "\n")
-    # tokens/s per GPU against the one-GPU run of the same implementation, pipeline and all-gather in this folder
-    one = {(r["stage"], r["model"], r["impl"], r["pipeline"], r["all_gather"]): r.get("tok_per_s_per_gpu")
-           for r in recs if r["gpus"] == 1 and r["status"] == "ok"}
+    # tokens/s per GPU against the one-process run (all_gather none) of the same stage, model, implementation and
+    # pipeline in this folder
+    one = {(r["stage"], r["model"], r["impl"], r["pipeline"]): r.get("tok_per_s_per_gpu")
+           for r in recs if r["all_gather"] == "none" and r["status"] == "ok"}
     print(f"\n== multi_gpu summary ({common['machine']}; commit {common['commit']}) ==")
     head = f"{'run':<26} {'gpus':>4} {'model':<14} {'impl':<20} {'gather':<6} {'status':<22} {'tok/s/GPU':>9} " \
-           f"{'vs 1 GPU':>8} {'step ms':>8} {'peak GiB':>8} {'MB/step':>8} {'MFU':>6}"
+           f"{'vs 1proc':>8} {'step ms':>8} {'peak GiB':>8} {'MB/step':>8} {'MFU':>6}"
     print(head)
     for r in recs:
         st = r["status"]
         if r["stage"] == "equivalence":
             st = f"{st} {fmt(r.get('max_rel_diff'), '.2g')}/{r.get('tolerance', '-')}" if "max_rel_diff" in r else st
-        base = one.get((r["stage"], r["model"], r["impl"], r["pipeline"], r["all_gather"]))
+        base = one.get((r["stage"], r["model"], r["impl"], r["pipeline"]))
         eff = f"{r['tok_per_s_per_gpu'] / base:.3f}" if base and r.get("tok_per_s_per_gpu") else "-"
         wire = r.get("comm_bytes_per_step") or next((r[k] for k in r if "bytes" in k and k != "comm_bytes_est"), None)
         wire_txt = fmt(wire / 1e6, ".4g") if isinstance(wire, (int, float)) else (
@@ -260,7 +261,8 @@ def finish(a):
               f"{fmt(r.get('peak_allocated_gib'), '.1f'):>8} {wire_txt:>8} {fmt(r.get('mfu_per_gpu'), '.3f'):>6}")
         if r.get("error"):
             print(f"    {r['error'][:200]}")
-    print("MB/step: bytes on the wire per rank per step as the trainer logs it; 'e': the ring estimate (no such field)")
+    print("vs 1proc: tokens/s per GPU over the one-process run's (all-gather none) of the same pipeline in this call; "
+          "MB/step: bytes on the wire per rank per step as the trainer logs it, 'e': the ring estimate")
     print(f"records: {a.out}/all.jsonl (every run), {a.out}/{name} (measured" +
           (", CPU smoke: not for the results page)" if a.smoke else ", for python3 tools/bench/results_page.py --merge)"))
     if common["commit"] == "unknown":

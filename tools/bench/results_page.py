@@ -236,13 +236,17 @@ def language_models(recs):
 def multi_gpu(recs):
     """FSDP runs of tools/bench/multi_gpu.sh: throughput rows (stages scaling and 8b), then the equivalence checks.
     ours / FSDP2 compares a hadatrain row with the fastest PyTorch FSDP2 row of the same call (same date, commit,
-    machine, model and GPU count)."""
+    machine, model and GPU count); "of one process's" with the same call's one-process row (all-gather none: one
+    GPU, nothing sharded) of the same pipeline."""
     notes, rows, eq = Notes(), [], []
     call = lambda r: (r["date"], r["commit"], r["machine"], r["model"], r["gpus"], r["stage"])
-    peers = {}
+    peers, single = {}, {}
     for r in recs:
         if r["impl"].startswith("torch") and r.get("tok_per_s_per_gpu"):
             peers[call(r)] = max(peers.get(call(r), 0), r["tok_per_s_per_gpu"])
+        if r["all_gather"] == "none" and r.get("tok_per_s_per_gpu"):  # one process, nothing sharded
+            single[(r["date"], r["commit"], r["machine"], r["model"], r["stage"], r["impl"], r["pipeline"])] = \
+                r["tok_per_s_per_gpu"]
     for r in sorted(recs, key=lambda r: (r["stage"], r["model"], r["gpus"], r["impl"], r["pipeline"], r["all_gather"])):
         if r["stage"] == "equivalence":
             eq.append([r["run"], r["model"], str(r["gpus"]), f"{r['max_rel_diff']:.2g}", f"{r['tolerance']:g}",
@@ -250,14 +254,16 @@ def multi_gpu(recs):
             continue
         peer = peers.get(call(r))
         vs = f"{r['tok_per_s_per_gpu'] / peer:.2f}×" if peer and r["impl"] == "hadatrain" else "—"
+        one = single.get((r["date"], r["commit"], r["machine"], r["model"], r["stage"], r["impl"], r["pipeline"]))
+        eff = f"{100 * r['tok_per_s_per_gpu'] / one:.1f} %" if one and r["all_gather"] != "none" else "—"
         wire = next((r[k] for k in sorted(r) if "bytes" in k and k != "comm_bytes_est"), None)
         wire_txt = f"{wire / 1e9:.2f}" if wire else (f"{r['comm_bytes_est'] / 1e9:.2f} (estimate)" if r.get(
             "comm_bytes_est") else "—")
         rows.append([r["model"], str(r["gpus"]), r["impl"], pipe(r), r["all_gather"], f"{r['tok_per_s_per_gpu']:,}",
-                     vs, num(r["step_ms"]), num(r["peak_allocated_gib"]) if "peak_allocated_gib" in r else "—",
+                     eff, vs, num(r["step_ms"]), num(r["peak_allocated_gib"]) if "peak_allocated_gib" in r else "—",
                      wire_txt, f"{r['mfu_per_gpu']:.3f}" if "mfu_per_gpu" in r else "—", measured(r, notes)])
     out = table(["model", "GPUs", "implementation", "pipeline", "all-gather", "tokens/s per GPU",
-                 "ours / FSDP2 (same call)", "step (ms)", "peak GiB (largest rank)", "GB on the wire per rank and step",
+                 "of one process's (same call)", "ours / FSDP2 (same call)", "step (ms)", "peak GiB (largest rank)", "GB on the wire per rank and step",
                  "MFU per GPU", "measured"], rows)
     if eq:
         out += ["", "Equivalence (per-step training losses, largest relative difference):", ""]
