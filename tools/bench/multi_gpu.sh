@@ -81,7 +81,7 @@ hadatrain=$build/tools/hadatrain
 
 if [ "$smoke" = 1 ]; then
   gpus=${gpus:-2}
-  seq=16 b1=4 b8=2 gpu_gib=139
+  seq=16 b1=4 b8=2 beq=2 gpu_gib=139
   common=(--set "data.paths=[tests/fixtures/lm_text]" --set data.tokenizer=tests/fixtures/lm_char.model
           --set data.val_fraction=0.25 --set "data.seq_len=$seq" --set data.eval_batch_size=4
           --set model.preset=tiny --set model.llama.vocab_size=0 --set train.device=cpu --set train.precision=fp32
@@ -102,7 +102,7 @@ else
   data=${data:-${HADATRAIN_CACHE:-$HOME/.cache/hadatrain}/lm}
   { [ -d "$data/sotu" ] && [ -f "$data/llama2/tokenizer.model" ]; } ||
     die "$data lacks sotu/ or llama2/tokenizer.model: run tools/fetch_lm_data.sh, or copy ~/.cache/hadatrain/lm/{sotu,llama2} into a folder and pass --data"
-  seq=2048 b1=8 b8=4
+  seq=2048 b1=8 b8=4 beq=2  # beq: rows per GPU of the equivalence runs (f32 compute: half the 1B runs' batch)
   common=(--set "data.paths=[$data/sotu]" --set "data.tokenizer=$data/llama2/tokenizer.model")
   small_preset=sotu_small torch_model=llama32_1b torch_extra=()
 fi
@@ -271,16 +271,16 @@ if has equivalence; then
   if [ "$gpus" -lt 2 ]; then
     echo "== equivalence: skipped, it compares 2 GPUs with 1 and this machine has $gpus"
     records skip --name equiv_1b_x2_vs_x1 --stage equivalence --model llama32_1b --gpus "$gpus" --impl hadatrain \
-      --gather default --pipeline exact --batch-per-gpu "$b1" --seq "$seq" --command "$args_text" \
+      --gather default --pipeline exact --batch-per-gpu "$beq" --seq "$seq" --command "$args_text" \
       --why "needs 2 GPUs, this machine has $gpus" --out "$out"
   else
-    echo "== equivalence: llama32_1b, global batch $b1 x $seq, f32 compute, 2 GPUs against 1 (tolerance $equiv_tol)"
+    echo "== equivalence: llama32_1b, global batch $((2 * beq)) x $seq, f32 compute, 2 GPUs against 1 (tolerance $equiv_tol)"
     eq=(--set train.precision=fp32 --set train.tf32=false --set train.max_steps=6 --set train.log_every=1)
-    run_train equiv_1b_x1 1 "$timeout_s" "$cfg1" --set "data.batch_size=$b1" "${eq[@]}"
+    run_train equiv_1b_x1 1 "$timeout_s" "$cfg1" --set "data.batch_size=$((2 * beq))" "${eq[@]}"
     rc1=$rc
-    run_train equiv_1b_x2 2 "$timeout_s" "$cfg1" --set "data.batch_size=$b1" "${eq[@]}"
+    run_train equiv_1b_x2 2 "$timeout_s" "$cfg1" --set "data.batch_size=$((2 * beq))" "${eq[@]}"
     meta=(--stage equivalence --model llama32_1b --gpus 2 --impl hadatrain --gather default --pipeline exact
-          --batch-per-gpu "$((b1 / 2))" --seq "$seq" --command "$args_text" --out "$out")
+          --batch-per-gpu "$beq" --seq "$seq" --command "$args_text" --out "$out")
     if [ "$rc1" -ne 0 ] || [ "$rc" -ne 0 ]; then
       records skip --name equiv_1b_x2_vs_x1 "${meta[@]}" \
         --why "a run failed (exit $rc1 on 1 GPU, $rc on 2): $out/logs/equiv_1b_x1.log, equiv_1b_x2.log"
@@ -292,7 +292,7 @@ if has equivalence; then
     if [ "$gpus" -ge 4 ]; then
       echo "== equivalence: a checkpoint of a 4-GPU run ($small_preset) resumed on 2 GPUs"
       rs=(--set "model.preset=$small_preset" --set train.precision=fp32 --set train.tf32=false --set train.max_steps=6
-          --set train.log_every=1 --set "data.batch_size=$b1")
+          --set train.log_every=1 --set "data.batch_size=$((2 * beq))")
       run_train resume_x4 4 "$timeout_s" "$cfg1" "${rs[@]}" --set checkpoint.every_steps=3
       rc4=$rc
       run_train resume_x2 2 "$timeout_s" "$cfg1" "${rs[@]}" --resume "$work/resume_x4/checkpoints/step_3"
