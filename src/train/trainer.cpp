@@ -293,6 +293,10 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       if (st.step == 1 || st.step % cfg.train.log_every == 0) {
         run_log.clear_progress();
         read_losses();
+        // Measured after the loss read, which waits for the window's device work: on CUDA the steps are only
+        // queued when they return (a recorded step graph queues many ahead), so a rate taken before the read
+        // would be the host's issue rate, not the training rate.
+        const double window_rate = static_cast<double>(window_units) / std::max(seconds_since(window_start), 1e-9);
         const double mean_loss = window_loss / static_cast<double>(window_steps);
         shown_loss = mean_loss;
         // The share of the window the loop waited for batches: near 0 when the loader keeps up, near 1 when
@@ -303,14 +307,14 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                       .batch = batch->position.batch + 1,
                       .loss = mean_loss,
                       .lr = lr,
-                      .throughput = throughput,
+                      .throughput = window_rate,
                       .data_wait = data_wait,
                       .grad_norm = std::nullopt};
         if (cfg.optim.clip_grad_norm > 0) w.grad_norm = runner.grad_norm();
         // Model FLOPs utilisation: achieved training FLOP/s over train.peak_tflops (CUDA only: a CPU has no
         // such peak).
         if (device.is_cuda() && task->flops_per_unit() > 0)
-          w.mfu = throughput * task->flops_per_unit() / (cfg.train.peak_tflops * 1e12);
+          w.mfu = window_rate * task->flops_per_unit() / (cfg.train.peak_tflops * 1e12);
         run_log.train(w);
         window_loss = 0.0;
         window_steps = window_units = 0;
