@@ -20,7 +20,7 @@
 #   python3 tools/bench/results_page.py --merge OUT/multi_gpu.jsonl
 # Usage: tools/bench/multi_gpu.sh [--gpus N] [--out DIR] [--build DIR] [--data DIR] [--work DIR]
 #          [--only scaling,peer,8b,equivalence] [--gathers bf16,int8,fp8] [--halo-gather fp8|int8|none]
-#          [--peer-forms eager,compile] [--8b-runs bf16,halo] [--peer-8b] [--reshard true|false]
+#          [--peer-forms eager,compile] [--8b-runs bf16,halo] [--8b-layers L] [--peer-8b] [--reshard true|false]
 #          [--timeout S] [--timeout-8b S]
 #          [--equiv-tol T] [--cpu-smoke]
 #   --gpus      world size (default: every visible GPU); --out (default $OUT, else gpu_out/multi_gpu);
@@ -28,6 +28,8 @@
 #   --data      a folder with sotu/ and llama2/tokenizer.model (tools/fetch_lm_data.sh's; default
 #               ${HADATRAIN_CACHE:-~/.cache/hadatrain}/lm): the text only feeds token ids, the weights are random;
 #   --work      run folders and the token cache (default runs/multi_gpu);
+#   --8b-layers decoder layers of the 8b stage's model (default: all 32 where they fit, else the most of
+#               16, 8, 4 that fit); fewer layers build faster on the host;
 #   --reshard   dist.reshard_after_forward of our runs (default true: gathered again in backward, FSDP2's
 #               default); the peer runs with what our runs used (a build without the key keeps gathered weights
 #               to the end of the step, so the peer gets --no-reshard-after-forward);
@@ -45,7 +47,7 @@ die() { echo "multi_gpu: $*" >&2; exit 2; }
 args_text="tools/bench/multi_gpu.sh $*"
 gpus="" out="${OUT:-gpu_out/multi_gpu}" build=build-gpu data="" work=runs/multi_gpu
 only=scaling,peer,8b,equivalence gathers=bf16,int8,fp8 halo_gather=fp8 peer_forms=eager,compile
-peer_8b=0 reshard=true timeout_s=300 timeout_8b=540 equiv_tol=1e-4 smoke=0 runs_8b=bf16,halo
+peer_8b=0 layers_8b="" reshard=true timeout_s=300 timeout_8b=540 equiv_tol=1e-4 smoke=0 runs_8b=bf16,halo
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus=${2:?--gpus needs a number}; shift ;;
@@ -62,6 +64,7 @@ while [ $# -gt 0 ]; do
     --timeout) timeout_s=${2:?}; shift ;;
     --timeout-8b) timeout_8b=${2:?}; shift ;;
     --8b-runs) runs_8b=${2:?}; shift ;;
+    --8b-layers) layers_8b=${2:?}; shift ;;
     --equiv-tol) equiv_tol=${2:?}; shift ;;
     --cpu-smoke) smoke=1 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -75,6 +78,7 @@ done
 has() { [[ ",$only," == *",$1,"* ]]; }
 [[ "$reshard" =~ ^(true|false)$ ]] || die "--reshard: expected true or false, got '$reshard'"
 [[ "$timeout_s$timeout_8b" =~ ^[0-9]+$ ]] || die "--timeout, --timeout-8b: expected seconds"
+[[ "$layers_8b" =~ ^([1-9]|[12][0-9]|3[0-2])?$ ]] || die "--8b-layers: expected 1 to 32, got '$layers_8b'"
 
 hadatrain=$build/tools/hadatrain
 [ -x "$hadatrain" ] || die "$hadatrain not found: build it first (cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a && cmake --build $build --target hadatrain)"
@@ -235,12 +239,17 @@ if has 8b; then
   need_gib() { awk -v l="$1" -v n="$2" 'BEGIN { p = 1050681344 + l * 218112000; printf "%d", (16 * p / n + 4 * p) / 2^30 + 20 }'; }
   layers=32
   while [ "$layers" -gt 2 ] && [ "$(need_gib "$layers" "$gpus")" -gt $((gpu_gib * 9 / 10)) ]; do layers=$((layers / 2)); done
+  if [ -n "$layers_8b" ]; then
+    [ "$(need_gib "$layers_8b" "$gpus")" -gt $((gpu_gib * 9 / 10)) ] &&
+      echo "multi_gpu: --8b-layers $layers_8b needs about $(need_gib "$layers_8b" "$gpus") GiB per GPU (${gpu_gib} GiB each): it may not fit"
+    layers=$layers_8b
+  fi
   model8=llama3_8b tag8=8b
   extra8=()
   if [ "$layers" -ne 32 ]; then
     model8=llama3_8b_L$layers tag8=8b_L$layers
     extra8=(--set "model.llama.num_hidden_layers=$layers")
-    echo "== 8b: the whole Llama-3-8B shape needs about $(need_gib 32 "$gpus") GiB per GPU on $gpus GPU(s) (${gpu_gib} GiB each): not run; running $model8 (the same shape with $layers of its 32 decoder layers, about $(need_gib "$layers" "$gpus") GiB) instead"
+    echo "== 8b: the whole Llama-3-8B shape needs about $(need_gib 32 "$gpus") GiB per GPU on $gpus GPU(s) (${gpu_gib} GiB each)$([ -n "$layers_8b" ] && echo " (--8b-layers $layers_8b)"); running $model8 (the same shape with $layers of its 32 decoder layers, about $(need_gib "$layers" "$gpus") GiB) instead"
   else
     echo "== 8b: llama3_8b, $b8 x $seq tokens per GPU, $gpus GPU(s) (about $(need_gib 32 "$gpus") GiB per GPU)"
   fi
