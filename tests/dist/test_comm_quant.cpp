@@ -1,7 +1,8 @@
 // The low-precision communication codecs (dist/comm_quant.h) in one process, the ranks simulated:
 //   - 8-bit weight all-gather (Note [8-bit weight all-gather]): the shards quantised with the max of their
 //     absmaxes give the bytes of HALO's quantiser on the whole weight; the reconstruction error is within the
-//     derived int8 / fp8 bounds; weights whose rotated values are codes times a power of two round-trip exactly;
+//     derived int8 / fp8 bounds; HALO's int8 quantiser gives the gathered codes back from the dequantised weight
+//     (rows of a rotation size); weights whose rotated values are codes times a power of two round-trip exactly;
 //   - block-quantised reduce-scatter (Note [Quantised reduce-scatter]): every element of the dequantised sum is
 //     within Σ_r s_r/2 of the exact sum (int8 and int4, chunks that need padding); values that are levels
 //     times their block's scale sum exactly; option errors name the key;
@@ -83,6 +84,13 @@ TEST_CASE("8-bit weight all-gather: HALO's codes of the whole weight, within the
       CHECK(frob(err) > 0.01 * bound);
       // Padding rows come back as zeros.
       CHECK(frob(g.w.narrow(0, 37, g.w.size(0) - 37)) == 0.0);
+      // A HALO layer re-quantises the dequantised weight: with rows of a rotation size and int8, that gives back
+      // the gathered codes (the rotations' f32 rounding moves a value by far less than half a step).
+      if (c.rotation.n == cols && carrier == dist::GatherDType::int8) {
+        const auto again = grad::halo_quantize(g.w.narrow(0, 0, 37), c.carrier, c.rotation);
+        const auto* r = static_cast<const uint8_t*>(again.codes.data_ptr());
+        for (int64_t i = 0; i < again.codes.numel(); ++i) REQUIRE(r[i] == a[i]);
+      }
     }
   }
 }
