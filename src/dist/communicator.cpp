@@ -18,6 +18,36 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+void Communicator::count_bytes(Collective kind, int64_t nbytes, int root) {
+  const int64_t n = size();
+  if (n <= 1) return;
+  const auto k = static_cast<std::size_t>(kind);
+  const int64_t ring = (n - 1) * nbytes / n;  // nbytes is N x a chunk for the gather and scatter kinds
+  switch (kind) {
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+      bytes_.sent[k] += ring, bytes_.received[k] += ring;
+      break;
+    case Collective::all_reduce:
+      bytes_.sent[k] += 2 * ring, bytes_.received[k] += 2 * ring;
+      break;
+    case Collective::broadcast:
+      if (rank() == root) bytes_.sent[k] += nbytes;
+      else bytes_.received[k] += nbytes;
+      break;
+  }
+}
+
 void Communicator::check_tensor(const char* collective, const char* what, const Tensor& t) const {
   HT_CHECK(t.defined(), "{} ({}): the {} tensor is undefined", collective, engine(), what);
   HT_CHECK(t.is_contiguous(), "{} ({}): the {} tensor {} must be contiguous", collective, engine(), what,

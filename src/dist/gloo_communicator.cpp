@@ -198,6 +198,7 @@ class GlooCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce(Tensor t, ReduceOp op) override {
     check_tensor("all_reduce", "tensor", t);
+    count_bytes(Collective::all_reduce, static_cast<int64_t>(t.nbytes()));
     auto fn = reduce_func_for(t.dtype(), op);
     return submit(fmt::format("gloo all_reduce ({}) of {}", reduce_op_name(op), t.describe()), [=, this] {
       if (size() > 1) {
@@ -216,6 +217,7 @@ class GlooCommunicator final : public Communicator {
     check_tensor("all_gather", "out", out);
     HT_CHECK(out.dtype() == input.dtype() && out.numel() == input.numel() * size(),
              "all_gather: out must be {} x the input {}, got {}", size(), input.describe(), out.describe());
+    count_bytes(Collective::all_gather, static_cast<int64_t>(out.nbytes()));
     return submit(fmt::format("gloo all_gather of {}", input.describe()), [=, this] {
       gloo::AllgatherOptions opts(ctx_);
       opts.setInput(static_cast<uint8_t*>(input.data_ptr()), input.nbytes());
@@ -230,6 +232,8 @@ class GlooCommunicator final : public Communicator {
     check_tensor("reduce_scatter", "out", out);
     HT_CHECK(out.dtype() == input.dtype() && out.numel() * size() == input.numel(),
              "reduce_scatter: out must hold 1/{} of the input {}, got {}", size(), input.describe(), out.describe());
+    // Gloo runs an all-reduce: its volume (Note [Bytes on the wire]).
+    count_bytes(Collective::reduce_scatter, 2 * static_cast<int64_t>(input.nbytes()));
     const Tensor scratch = input.clone();
     auto fn = reduce_func_for(input.dtype(), op);
     return submit(fmt::format("gloo reduce_scatter ({}) of {}", reduce_op_name(op), input.describe()), [=, this] {
@@ -249,6 +253,7 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<Work> broadcast(Tensor t, int root) override {
     check_tensor("broadcast", "tensor", t);
     HT_CHECK(root >= 0 && root < size(), "broadcast: root {} is not a rank of {}", root, size());
+    count_bytes(Collective::broadcast, static_cast<int64_t>(t.nbytes()), root);
     return submit(fmt::format("gloo broadcast from rank {} of {}", root, t.describe()), [=, this] {
       gloo::BroadcastOptions opts(ctx_);
       opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());

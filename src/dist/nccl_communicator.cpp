@@ -120,6 +120,7 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce(Tensor t, ReduceOp op) override {
     check_tensor("all_reduce", "tensor", t);
+    count_bytes(Collective::all_reduce, static_cast<int64_t>(t.nbytes()));
     return enqueue(fmt::format("nccl all_reduce ({}) of {}", reduce_op_name(op), t.describe()), {t}, [&] {
       HT_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_,
                                   stream_.get()));
@@ -130,6 +131,7 @@ class NcclCommunicator final : public Communicator {
     check_tensor("all_gather", "out", out);
     HT_CHECK(out.dtype() == input.dtype() && out.numel() == input.numel() * size_,
              "all_gather: out must be {} x the input {}, got {}", size_, input.describe(), out.describe());
+    count_bytes(Collective::all_gather, static_cast<int64_t>(out.nbytes()));
     return enqueue(fmt::format("nccl all_gather of {}", input.describe()), {input, out}, [&] {
       HT_NCCL_CHECK(ncclAllGather(input.data_ptr(), out.data_ptr(), input.nbytes(), ncclUint8, comm_, stream_.get()));
     });
@@ -139,6 +141,7 @@ class NcclCommunicator final : public Communicator {
     check_tensor("reduce_scatter", "out", out);
     HT_CHECK(out.dtype() == input.dtype() && out.numel() * size_ == input.numel(),
              "reduce_scatter: out must hold 1/{} of the input {}, got {}", size_, input.describe(), out.describe());
+    count_bytes(Collective::reduce_scatter, static_cast<int64_t>(input.nbytes()));
     return enqueue(fmt::format("nccl reduce_scatter ({}) of {}", reduce_op_name(op), input.describe()), {input, out},
                    [&] {
                      HT_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), out.data_ptr(), out.numel(),
@@ -148,6 +151,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> broadcast(Tensor t, int root) override {
     check_tensor("broadcast", "tensor", t);
     HT_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of {}", root, size_);
+    count_bytes(Collective::broadcast, static_cast<int64_t>(t.nbytes()), root);
     return enqueue(fmt::format("nccl broadcast from rank {} of {}", root, t.describe()), {t}, [&] {
       HT_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, stream_.get()));
     });

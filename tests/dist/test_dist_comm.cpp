@@ -136,3 +136,43 @@ TEST_CASE("an engine the build lacks is named with the engines it has", "[dist]"
   REQUIRE_THROWS_WITH(dist::make_communicator(store, {.engine = "mpi"}),
                       HasSubstr("dist.engine: expected gloo or nccl, got 'mpi'"));
 }
+
+// Note [Bytes on the wire]: each collective's bytes from its sizes and the ring volumes, per kind.
+TEST_CASE("every collective counts its bytes on the wire by the ring formulas", "[dist]") {
+  for (int world : {2, 4}) {
+    const auto out = ht::test::run_ranks(world, [](const dist::DistEnv& env) {
+      auto pg = connect(env);
+      dist::Communicator& c = *pg.comm;
+      const int64_t n = c.size();
+      c.reset_bytes();
+      Tensor shard = rank_input(c.rank(), 10, DType::f32), gathered = empty({10 * n}, {DType::f32});  // 40 B per rank
+      c.all_gather(shard, gathered)->wait();
+      Tensor grads = rank_input(c.rank(), 8 * n, DType::bf16), mine = empty({8}, {DType::bf16});  // 16 n B in
+      c.reduce_scatter(grads, mine, dist::ReduceOp::sum)->wait();
+      Tensor sum = rank_input(c.rank(), 6, DType::f64);  // 48 B
+      c.all_reduce(sum, dist::ReduceOp::sum)->wait();
+      Tensor root = rank_input(0, 5, DType::f32);  // 20 B from rank 1
+      c.broadcast(root, 1)->wait();
+      c.barrier();
+      const dist::CommBytes& b = c.bytes();
+      auto at = [](const int64_t* v, dist::Collective k) { return v[static_cast<int>(k)]; };
+      const int64_t ag = (n - 1) * 40, rs = 2 * (n - 1) * 16, ar = 2 * (n - 1) * 48 / n;  // gloo's rs is an all-reduce
+      expect(at(b.sent, dist::Collective::all_gather) == ag && at(b.received, dist::Collective::all_gather) == ag,
+             fmt::format("all_gather: {} sent, {} received, expected {}", at(b.sent, dist::Collective::all_gather),
+                         at(b.received, dist::Collective::all_gather), ag));
+      expect(at(b.sent, dist::Collective::reduce_scatter) == rs && at(b.received, dist::Collective::reduce_scatter) == rs,
+             fmt::format("reduce_scatter: {} sent, expected {}", at(b.sent, dist::Collective::reduce_scatter), rs));
+      expect(at(b.sent, dist::Collective::all_reduce) == ar && at(b.received, dist::Collective::all_reduce) == ar,
+             fmt::format("all_reduce: {} sent, expected {}", at(b.sent, dist::Collective::all_reduce), ar));
+      const bool is_root = c.rank() == 1;
+      expect(at(b.sent, dist::Collective::broadcast) == (is_root ? 20 : 0) &&
+                 at(b.received, dist::Collective::broadcast) == (is_root ? 0 : 20),
+             "broadcast: the root sends 20 B, the others receive them");
+      expect(b.total_sent() == ag + rs + ar + (is_root ? 20 : 0), "the total is the sum of the kinds");
+      c.reset_bytes();
+      expect(c.bytes().total_sent() == 0 && c.bytes().total_received() == 0, "reset_bytes zeroes the counts");
+    });
+    INFO(world << " ranks, exit codes " << ht::test::exit_codes(out));
+    REQUIRE(ht::test::all_passed(out));
+  }
+}

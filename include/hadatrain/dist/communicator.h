@@ -38,6 +38,27 @@ class Store;
 enum class ReduceOp { sum, avg, max };
 const char* reduce_op_name(ReduceOp op);
 
+// Note [Bytes on the wire]
+// Every collective counts, on the rank that issues it, the bytes it sends and receives, computed from its
+// tensors' element counts and dtype with the standard ring volumes for N ranks (what NCCL's ring algorithms
+// move; not measured on the network):
+//   all-gather, n = the output's bytes (N x the input): sends and receives (N-1)/N * n;
+//   reduce-scatter, n = the input's bytes (N x the output): sends and receives (N-1)/N * n;
+//   all-reduce of n bytes: sends and receives 2 (N-1)/N * n (a reduce-scatter, then an all-gather);
+//   broadcast of n bytes: the root sends n, every other rank receives n.
+// The Gloo engine's reduce-scatter is an all-reduce (Note in gloo_communicator.cpp): it counts as a
+// reduce-scatter with the all-reduce's volume, 2 (N-1)/N * n, because that is what it moves. One rank: zero.
+// Barriers count nothing.
+enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast };
+inline constexpr int kCollectiveKinds = 4;
+const char* collective_name(Collective c);
+
+struct CommBytes {
+  int64_t sent[kCollectiveKinds] = {}, received[kCollectiveKinds] = {};  // by Collective
+  int64_t total_sent() const { return sent[0] + sent[1] + sent[2] + sent[3]; }
+  int64_t total_received() const { return received[0] + received[1] + received[2] + received[3]; }
+};
+
 // A collective in flight (Note [Asynchronous collectives]).
 class Work {
  public:
@@ -73,13 +94,22 @@ class Communicator {
 
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  // The bytes this rank's collectives sent and received since construction or reset_bytes() (Note [Bytes on
+  // the wire]). Counted when a collective is issued, on the issuing thread.
+  const CommBytes& bytes() const { return bytes_; }
+  void reset_bytes() { bytes_ = CommBytes{}; }
+
  protected:
   explicit Communicator(std::chrono::milliseconds timeout) : timeout_(timeout) {}
   // The checks every engine makes on a collective's tensors: contiguous, on device(), equal dtypes.
   void check_tensor(const char* collective, const char* what, const Tensor& t) const;
+  // Adds one collective of `nbytes` (as Note [Bytes on the wire] defines n for its kind) to bytes();
+  // `root` is the broadcast's root. Engines call it from each collective.
+  void count_bytes(Collective kind, int64_t nbytes, int root = 0);
 
  private:
   std::chrono::milliseconds timeout_;
+  CommBytes bytes_;
 };
 
 // The engines this build has, in the order "gloo", "nccl".
