@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #ifdef HADATRAIN_CUDA
+#include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/cuda/cublaslt_gemm.h"
 #endif
 #include "hadatrain/core/error.h"
@@ -239,6 +240,11 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   bool stop = false;
   const int64_t first_step = st.step;  // 0, or the step a resumed run starts from
   double shown_loss = std::nan("");  // the progress line shows the latest logged window mean
+#ifdef HADATRAIN_CUDA
+  // gpu_peak_mb is training's peak: what the set-up allocated and freed before the first step (a model built
+  // whole before it was sharded, a checkpoint read) does not count; what it still holds does.
+  if (device.is_cuda()) cuda::reset_peak(device.index);
+#endif
   for (int64_t epoch = loader.position().epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
     auto window_start = epoch_start;
@@ -278,6 +284,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       const double lr = optim::learning_rate(schedule, st.step);
       clock->set(st.step);  // before the step's device work, on the run's stream
       runner.run(dist_run ? dist_run->slice(*batch, *task) : *batch, lr, st.step);
+      if (dist_run) dist_run->end_step();  // the step's bytes on the wire join the logging window's
       ++st.step;
       if (st.step == first_step + 1) {
         nn::log_fallbacks(bound);  // the layers whose pipeline fell back, now that their shapes are known
@@ -311,6 +318,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                       .data_wait = data_wait,
                       .grad_norm = std::nullopt};
         if (cfg.optim.clip_grad_norm > 0) w.grad_norm = runner.grad_norm();
+        if (dist_run) w.extra = dist_run->take_comm_bytes(window_steps);
         // Model FLOPs utilisation: achieved training FLOP/s over train.peak_tflops (CUDA only: a CPU has no
         // such peak).
         if (device.is_cuda() && task->flops_per_unit() > 0)

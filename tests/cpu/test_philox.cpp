@@ -1,4 +1,7 @@
 // Philox4x32-10 known-answer vectors (Random123 kat_vectors) and the stream layout used by random ops.
+#include <cmath>
+
+#include "hadatrain/tensor/factory.h"
 #include "support/catch.h"
 #include "support/testing.h"
 
@@ -37,4 +40,26 @@ TEST_CASE("uniform floats are in [0, 1) with mean 1/2", "[philox]") {
   Generator g1(9), g2(9);
   CHECK(rand({8}, g1).to_vector<double>() == rand({8}, g2).to_vector<double>());
   CHECK(rand({8}, g1).to_vector<double>() != rand({8}, g1).to_vector<double>());
+}
+
+TEST_CASE("rand and randn of a large tensor (filled on several threads) equal their per-element formula",
+          "[philox]") {
+  // 2^21 + 3 elements: several chunks, an odd last element (randn's unpaired cosine), and the words of
+  // stream 0 of seed 17 at the chunk edges and elsewhere.
+  const int64_t n = (int64_t{1} << 21) + 3;
+  Generator gen(17);
+  const Tensor u = rand({n}, gen, {DType::f64});
+  const Tensor z = randn({n}, gen, {DType::f64});
+  const double* pu = u.data<double>();
+  const double* pz = z.data<double>();
+  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{1} << 18, (int64_t{1} << 18) + 1, (n + 15) / 16, n / 2 + 1,
+                    n - 3, n - 2, n - 1}) {
+    INFO("element " << i);
+    CHECK(pu[i] == static_cast<double>(uniform_from_word(philox_word(17, 0, static_cast<uint64_t>(i)))));
+    const uint64_t j = static_cast<uint64_t>(i - i % 2);
+    const double u1 = (static_cast<double>(philox_word(17, 1, j) >> 8) + 0.5) / 16777216.0;
+    const double u2 = static_cast<double>(uniform_from_word(philox_word(17, 1, j + 1)));
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    CHECK(pz[i] == (i % 2 == 0 ? r * std::cos(2.0 * M_PI * u2) : r * std::sin(2.0 * M_PI * u2)));
+  }
 }
