@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hadatrain/cuda/graph.h"
@@ -61,6 +62,32 @@ TEST_CASE("halo_quantize on CUDA gives the CPU's codes and scales bit for bit", 
         const HaloQuantized gpu = halo_quantize(x.to(kCuda), carrier, rot);
         CHECK(same_codes(gpu, cpu) == "");
       }
+  // every rotation the fast row kernels take (cuda/kernels/halo_fast.cu: power-of-two part P >= 512): each order K,
+  // phase B with one pass of 1 to 4 stages and with two passes, more rows than the grid has CTAs (grid-stride and
+  // one atomic max per CTA), padded rows whose vector loads stop at C, and an odd C (element loads)
+  const std::vector<Case> fast_cases = {{1100, 512, true}, {3, 4000, true},  {2, 4001, true},  {2, 6000, true},
+                                        {2, 18000, true},  {2, 20000, true}, {1, 22000, true}, {1, 30000, true},
+                                        {2, 8192, true},   {2, 16384, true}, {70, 2048, true}};
+  for (const Case& c : fast_cases)
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (Carrier carrier : {Carrier::int8, Carrier::fp8}) {
+        const Tensor x = test::random_input({c.R, c.C}, seed++, dt, -3.0, 3.0);
+        const HaloRotation rot = halo_rotation_size(c.C);
+        INFO("fast rows (" << c.R << ", " << c.C << ") " << dtype_name(dt)
+                           << (carrier == Carrier::int8 ? " int8" : " fp8") << " rotation " << rot.n << " K " << rot.k);
+        CHECK(same_codes(halo_quantize(x.to(kCuda), carrier, rot), halo_quantize(x, carrier, rot)) == "");
+      }
+  // an input whose data starts 2 bytes past a 16-byte boundary (contiguous, so the glue passes it as it is): the
+  // fast kernel's vector loads must not be used
+  {
+    const Tensor flat = test::random_input({2 * 4096 + 1}, 98, DType::bf16);
+    const Tensor cpu_x = reshape(flat.narrow(0, 1, 2 * 4096), {2, 4096});
+    const Tensor gpu_x = reshape(flat.to(kCuda).narrow(0, 1, 2 * 4096), {2, 4096});
+    REQUIRE(gpu_x.is_contiguous());
+    const HaloRotation rot = halo_rotation_size(4096);
+    CHECK(same_codes(halo_quantize(gpu_x, Carrier::fp8, rot), halo_quantize(cpu_x, Carrier::fp8, rot)) == "");
+    CHECK(same_codes(halo_quantize(gpu_x, Carrier::int8, {}), halo_quantize(cpu_x, Carrier::int8, {})) == "");
+  }
   // a transposed (non-contiguous) input, as level 2 quantises g_yᵀ
   const Tensor g = test::random_input({24, 10}, 99, DType::bf16);
   const HaloRotation rt = halo_rotation_size(24);
@@ -86,6 +113,43 @@ TEST_CASE("halo_rotate on CUDA gives the CPU's values bit for bit", "[gpu][halo]
       }
 }
 
+TEST_CASE("halo_rotate on CUDA at the fast kernels' sizes gives the CPU's values bit for bit", "[gpu][halo]") {
+  // power-of-two parts >= 512 (cuda/kernels/halo_fast.cu), every order, both directions, f32 and bf16 inputs and
+  // outputs, all columns kept (vector stores) or cropped to an odd count (element stores)
+  uint64_t seed = 150;
+  for (int64_t C : {512, 4000, 6000, 16384, 18000, 20000, 22000, 30000, 32768})
+    for (HaloDirection d : {HaloDirection::forward, HaloDirection::inverse})
+      for (DType in : {DType::f32, DType::bf16})
+        for (DType out : {DType::f32, DType::bf16}) {
+          const HaloRotation rot = halo_rotation_size(C);
+          const Tensor x = test::random_input({3, C}, seed++, in);
+          for (int64_t cols : {rot.n, C - 3}) {
+            const HaloRotate spec{rot, d, cols, 1.0f / static_cast<float>(rot.n), out};
+            INFO("C " << C << " rotation " << rot.n << " K " << rot.k
+                      << (d == HaloDirection::forward ? " forward " : " inverse ") << dtype_name(in) << " -> "
+                      << dtype_name(out) << " cols " << cols);
+            CHECK(test::compare_bits(halo_rotate(x.to(kCuda), spec), halo_rotate(x, spec)) == "");
+          }
+        }
+}
+
+TEST_CASE("halo_absmax and halo_quantize_with_absmax on CUDA at the fast kernels' sizes equal the CPU's",
+          "[gpu][halo]") {
+  uint64_t seed = 250;
+  for (int64_t C : {4096, 14336, 30000})
+    for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+      const HaloRotation rot = halo_rotation_size(C);
+      const Tensor x = test::random_input({5, C}, seed++, DType::bf16, -2.0, 2.0);
+      INFO("C " << C << (c == Carrier::int8 ? " int8" : " fp8"));
+      const Tensor m_gpu = halo_absmax(x.to(kCuda), rot), m_cpu = halo_absmax(x, rot);
+      CHECK(test::compare_bits(m_gpu, m_cpu) == "");
+      // a larger shared absmax (HQ-FSDP's max over ranks): codes use fewer levels, the same on both sides
+      const Tensor big = full({1}, 3.0 * m_cpu.item(), {DType::f32});
+      CHECK(same_codes(halo_quantize_with_absmax(x.to(kCuda), c, rot, big.to(kCuda)),
+                       halo_quantize_with_absmax(x, c, rot, big)) == "");
+    }
+}
+
 TEST_CASE("halo_transpose on CUDA gives the CPU's transpose for codes and bf16 of odd shapes", "[gpu][halo]") {
   for (DType dt : {DType::bf16, DType::f32}) {
     const Tensor x = test::random_input({70, 33}, 60, dt);
@@ -93,6 +157,14 @@ TEST_CASE("halo_transpose on CUDA gives the CPU's transpose for codes and bf16 o
   }
   const HaloQuantized q = halo_quantize(test::random_input({45, 97}, 61, DType::f32), Carrier::fp8);
   CHECK(test::compare_bits(halo_transpose(q.codes.to(kCuda)), halo_transpose(q.codes)) == "");
+  // shapes the word kernel takes (Note [HALO transposes] in cuda/kernels/halo.cu): whole and partial 64×64 tiles
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{136, 200}, {64, 64}, {4, 260}, {300, 8}}) {
+    INFO("(" << R << ", " << C << ")");
+    const HaloQuantized qw = halo_quantize(test::random_input({R, C}, 62 + R, DType::f32), Carrier::int8);
+    CHECK(test::compare_bits(halo_transpose(qw.codes.to(kCuda)), halo_transpose(qw.codes)) == "");
+    const Tensor b = test::random_input({R, C + 2}, 63 + R, DType::bf16);
+    CHECK(test::compare_bits(halo_transpose(b.to(kCuda)), halo_transpose(b)) == "");
+  }
 }
 
 // Note [HALO fp8 product tolerance]

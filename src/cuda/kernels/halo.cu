@@ -5,11 +5,15 @@
 #include <type_traits>
 
 #include "cuda/kernels/halo.cuh"
+#include "cuda/kernels/halo_common.cuh"
+#include "cuda/kernels/halo_fast.cuh"
 #include "cuda/kernels/kernel_launch.cuh"
 #include "hadatrain/tensor/scalar_types.h"
 
 namespace ht::kernels {
 namespace {
+
+using namespace halo_detail;
 
 constexpr int kThreads = 512;
 constexpr int64_t kMaxRotation = 32768;  // grad::kHaloMaxRotation
@@ -24,14 +28,6 @@ __device__ __forceinline__ float load_in(DType dt, const void* x, int64_t i) {
 __device__ __forceinline__ void store_out(void* out, DType dt, int64_t i, float v) {
   if (dt == DType::bf16) static_cast<uint16_t*>(out)[i] = detail::float_to_bf16_bits(v);
   else static_cast<float*>(out)[i] = v;
-}
-
-// The code of v (Note [HALO quantiser]); m == 0 writes +0.
-__device__ __forceinline__ uint8_t code_of(float v, float m, float r, bool int8) {
-  if (m == 0.0f) return 0;
-  const float t = __fmul_rn(v, r);
-  if (int8) return static_cast<uint8_t>(static_cast<int8_t>(rintf(fminf(fmaxf(t, -127.0f), 127.0f))));
-  return detail::float_to_e4m3_bits(t);
 }
 
 // Note [HALO butterflies in registers]
@@ -111,23 +107,6 @@ __device__ void rotate_row(float* buf, const HaloRowsArgs& a, const HaloSigns& s
   }
 }
 
-// max over the block of v (every thread passes its own); the result in thread 0.
-__device__ float block_max(float v) {
-  __shared__ float red[32];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffU, v, o));
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    v = threadIdx.x < (blockDim.x + 31) / 32 ? red[threadIdx.x] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffU, v, o));
-  }
-  return v;
-}
-
-__device__ void atomic_max_nonneg(float* addr, float v) {
-  atomicMax(reinterpret_cast<unsigned int*>(addr), __float_as_uint(v));  // f32 bits of v >= 0 order as integers
-}
-
 template <int K>
 __global__ void rotate_kernel(HaloRowsArgs a, HaloSigns s, void* out, DType out_dtype, int cols, float mult) {
   extern __shared__ float buf[];
@@ -165,29 +144,96 @@ __global__ void quantize_rotated_kernel(HaloRowsArgs a, HaloSigns s, uint8_t* co
   }
 }
 
-__global__ void absmax_plain_kernel(HaloRowsArgs a, float* absmax) {
+// The unrotated quantiser passes and the int32 epilogue: V = 16 / sizeof(element) elements per thread and step
+// (one 16-byte load) when the pointers allow (vec), the tail (count % V) element by element; a step's codes leave
+// in one V-byte store and its four scaled products in one 16- or 8-byte store.
+template <DType DT>
+__global__ void absmax_plain_kernel(HaloRowsArgs a, float* absmax, bool vec) {
+  constexpr int V = Vec16<DT>::V;
   float m = 0.0f;
-  const int64_t count = a.R * a.C;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
-    m = fmaxf(m, fabsf(load_in(a.in_dtype, a.x, i)));
+  const int64_t count = a.R * a.C, groups = vec ? count / V : 0;
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t g = tid; g < groups; g += step) {
+    float v[V];
+    Vec16<DT>::load(a.x, g * V, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) m = fmaxf(m, fabsf(v[e]));
+  }
+  for (int64_t i = groups * V + tid; i < count; i += step) m = fmaxf(m, fabsf(load_elem<DT>(a.x, i)));
   m = block_max(m);
   if (threadIdx.x == 0) atomic_max_nonneg(absmax, m);
 }
 
-__global__ void quantize_plain_kernel(HaloRowsArgs a, uint8_t* codes, bool int8, const float* absmax, float* scale) {
-  const float qmax = int8 ? 127.0f : 448.0f, m = *absmax;
-  const float r = m == 0.0f ? 0.0f : __fdiv_rn(qmax, m);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = m == 0.0f ? 0.0f : __fdiv_rn(m, qmax);
-  const int64_t count = a.R * a.C;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
-    codes[i] = code_of(load_in(a.in_dtype, a.x, i), m, r, int8);
+template <DType DT>
+__global__ void quantize_plain_kernel(HaloRowsArgs a, uint8_t* codes, bool int8, const float* absmax, float* scale,
+                                      bool vec) {
+  constexpr int V = Vec16<DT>::V;
+  const float m = *absmax, r = reciprocal_step(m, int8);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = scale_of(m, int8);
+  const int64_t count = a.R * a.C, groups = vec ? count / V : 0;
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t g = tid; g < groups; g += step) {
+    float v[V];
+    Vec16<DT>::load(a.x, g * V, v);
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int e = 0; e < V; ++e) w[e / 4] |= uint32_t{code_of(v[e], m, r, int8)} << (8 * (e % 4));
+    if constexpr (V == 4) reinterpret_cast<uint32_t*>(codes)[g] = w[0];
+    else reinterpret_cast<uint2*>(codes)[g] = make_uint2(w[0], w[1]);
+  }
+  for (int64_t i = groups * V + tid; i < count; i += step) codes[i] = code_of(load_elem<DT>(a.x, i), m, r, int8);
 }
 
 __global__ void scale_i32_kernel(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
-                                 void* out, DType out_dtype) {
+                                 void* out, DType out_dtype, bool vec) {
   const float alpha = __fmul_rn(__fmul_rn(*s_a, *s_b), mult);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+  const int64_t groups = vec ? count / 4 : 0;
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t g = tid; g < groups; g += step) {
+    const int4 q = __ldg(reinterpret_cast<const int4*>(acc) + g);
+    const float v[4] = {__fmul_rn(__int2float_rn(q.x), alpha), __fmul_rn(__int2float_rn(q.y), alpha),
+                        __fmul_rn(__int2float_rn(q.z), alpha), __fmul_rn(__int2float_rn(q.w), alpha)};
+    if (out_dtype == DType::f32) {
+      reinterpret_cast<float4*>(out)[g] = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      const uint32_t lo = uint32_t{detail::float_to_bf16_bits(v[0])} | uint32_t{detail::float_to_bf16_bits(v[1])} << 16;
+      const uint32_t hi = uint32_t{detail::float_to_bf16_bits(v[2])} | uint32_t{detail::float_to_bf16_bits(v[3])} << 16;
+      reinterpret_cast<uint2*>(out)[g] = make_uint2(lo, hi);
+    }
+  }
+  for (int64_t i = groups * 4 + tid; i < count; i += step)
     store_out(out, out_dtype, i, __fmul_rn(__int2float_rn(acc[i]), alpha));
+}
+
+// Note [HALO transposes]
+// The byte (codes) and bf16 transposes move 64×64 tiles through shared memory in 4-byte words: a thread reads a word
+// of EPW = 4 / sizeof(E) elements along a row of x and writes a word of EPW elements along a row of out (a column
+// of x), so each warp's global accesses are 64-byte row segments. Needs R and C multiples of EPW and 4-byte
+// aligned pointers (every word then lies wholly inside or outside the matrix); otherwise transpose_kernel below.
+// The tile's rows are padded to 65 elements so that the column reads of the write phase fall in distinct banks.
+template <class E>
+__global__ void __launch_bounds__(256) transpose_words_kernel(const E* x, int64_t R, int64_t C, E* out) {
+  constexpr int EPW = 4 / sizeof(E), WPR = 64 / EPW;  // elements per word, words per 64-element row
+  __shared__ E tile[64][65];
+  const int64_t c0 = blockIdx.x * int64_t{64}, r0 = blockIdx.y * int64_t{64};
+  for (int it = threadIdx.x; it < 64 * WPR; it += blockDim.x) {
+    const int r = it / WPR, c = (it % WPR) * EPW;
+    if (r0 + r < R && c0 + c < C) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(x + (r0 + r) * C + c0 + c);
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) tile[r][c + e] = static_cast<E>(w >> (8 * sizeof(E) * e));
+    }
+  }
+  __syncthreads();
+  for (int it = threadIdx.x; it < 64 * WPR; it += blockDim.x) {
+    const int c = it / WPR, r = (it % WPR) * EPW;
+    if (c0 + c < C && r0 + r < R) {
+      uint32_t w = 0;
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) w |= uint32_t{tile[r + e][c]} << (8 * sizeof(E) * e);
+      *reinterpret_cast<uint32_t*>(out + (c0 + c) * R + r0 + r) = w;
+    }
+  }
 }
 
 template <class E>
@@ -253,10 +299,29 @@ void launch_rows(const HaloRowsArgs& a, cudaStream_t stream, Args... args) {
   kernel<<<grid, row_threads<kernel>(), smem, stream>>>(a, args...);
 }
 
+bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// f(std::integral_constant<DType, DT>{}) for the plain kernels' input dtypes (f32, bf16, f16).
+template <class F>
+void with_plain_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f32: return f(std::integral_constant<DType, DType::f32>{});
+    case DType::bf16: return f(std::integral_constant<DType, DType::bf16>{});
+    case DType::f16: return f(std::integral_constant<DType, DType::f16>{});
+    default: HT_UNSUPPORTED_DTYPE("halo plain quantiser", dt);
+  }
+}
+
+template <DType DT>
+unsigned plain_grid(const HaloRowsArgs& a) {
+  return cuda::grid_for((a.R * a.C + Vec16<DT>::V - 1) / Vec16<DT>::V);
+}
+
 }  // namespace
 
 void launch_halo_rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols,
                         float mult, cudaStream_t stream) {
+  if (halo_fast::applies(a)) return halo_fast::rotate(a, signs, out, out_dtype, cols, mult, stream);
   with_k(a.k, [&](auto k) {
     launch_rows<rotate_kernel<decltype(k)::value>>(a, stream, signs, out, out_dtype, static_cast<int>(cols), mult);
   });
@@ -266,10 +331,15 @@ void launch_halo_rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out
 void launch_halo_absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaStream_t stream) {
   HT_CUDA_CHECK(cudaMemsetAsync(absmax, 0, sizeof(float), stream));
   if (a.n == 0) {
-    absmax_plain_kernel<<<cuda::grid_for(a.R * a.C), cuda::kBlock, 0, stream>>>(a, absmax);
+    const bool vec = aligned(a.x, 16);
+    with_plain_dtype(a.in_dtype, [&](auto dt) {
+      constexpr DType DT = decltype(dt)::value;
+      absmax_plain_kernel<DT><<<plain_grid<DT>(a), cuda::kBlock, 0, stream>>>(a, absmax, vec);
+    });
     HT_CHECK_LAUNCH("halo_absmax_plain");
     return;
   }
+  if (halo_fast::applies(a)) return halo_fast::absmax(a, signs, absmax, stream);
   with_k(a.k, [&](auto k) { launch_rows<absmax_rotated_kernel<decltype(k)::value>>(a, stream, signs, absmax); });
   HT_CHECK_LAUNCH("halo_absmax_rotated");
 }
@@ -280,10 +350,15 @@ void launch_halo_quantize_given(const HaloRowsArgs& a, const HaloSigns& signs, v
   if (!int8 && code_dtype != DType::f8e4m3) HT_UNSUPPORTED_DTYPE("halo_quantize", code_dtype);
   auto* out = static_cast<uint8_t*>(codes);
   if (a.n == 0) {
-    quantize_plain_kernel<<<cuda::grid_for(a.R * a.C), cuda::kBlock, 0, stream>>>(a, out, int8, absmax, scale);
+    with_plain_dtype(a.in_dtype, [&](auto dt) {
+      constexpr DType DT = decltype(dt)::value;
+      const bool vec = aligned(a.x, 16) && aligned(out, Vec16<DT>::V);
+      quantize_plain_kernel<DT><<<plain_grid<DT>(a), cuda::kBlock, 0, stream>>>(a, out, int8, absmax, scale, vec);
+    });
     HT_CHECK_LAUNCH("halo_quantize_plain");
     return;
   }
+  if (halo_fast::applies(a) && aligned(out, 4)) return halo_fast::quantize(a, signs, out, int8, absmax, scale, stream);
   with_k(a.k, [&](auto k) {
     launch_rows<quantize_rotated_kernel<decltype(k)::value>>(a, stream, signs, out, int8, absmax, scale);
   });
@@ -300,11 +375,24 @@ void launch_halo_quantize(const HaloRowsArgs& a, const HaloSigns& signs, void* c
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream) {
   if (out_dtype != DType::f32 && out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("halo_scale_i32", out_dtype);
-  scale_i32_kernel<<<cuda::grid_for(count), cuda::kBlock, 0, stream>>>(acc, count, s_a, s_b, mult, out, out_dtype);
+  const bool vec = aligned(acc, 16) && aligned(out, out_dtype == DType::f32 ? 16 : 8);
+  scale_i32_kernel<<<cuda::grid_for((count + 3) / 4), cuda::kBlock, 0, stream>>>(acc, count, s_a, s_b, mult, out,
+                                                                                  out_dtype, vec);
   HT_CHECK_LAUNCH("halo_scale_i32");
 }
 
 void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, void* out, cudaStream_t stream) {
+  const int epw = elem_bytes == 1 ? 4 : 2;
+  if ((elem_bytes == 1 || elem_bytes == 2) && R % epw == 0 && C % epw == 0 && aligned(x, 4) && aligned(out, 4)) {
+    const dim3 tiles(static_cast<unsigned>((C + 63) / 64), static_cast<unsigned>((R + 63) / 64));
+    if (elem_bytes == 1)
+      transpose_words_kernel<<<tiles, 256, 0, stream>>>(static_cast<const uint8_t*>(x), R, C, static_cast<uint8_t*>(out));
+    else
+      transpose_words_kernel<<<tiles, 256, 0, stream>>>(static_cast<const uint16_t*>(x), R, C,
+                                                          static_cast<uint16_t*>(out));
+    HT_CHECK_LAUNCH("halo_transpose_words");
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32)), block(32, 8);
   if (elem_bytes == 1)
     transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const uint8_t*>(x), R, C, static_cast<uint8_t*>(out));

@@ -5,7 +5,10 @@
 // in registers and warp shuffles when the power-of-two runs allow), then each thread owns columns
 // p < n/K for the K×K stage in registers. The quantiser is two launches over the rows: the absmax pass (rotation,
 // max |v|, one atomicMax per CTA on the f32 bits of a zeroed device word) and the quantise pass (the same rotation
-// again, then the codes); the scale never leaves the device.
+// again, then the codes); the scale never leaves the device. Rotations whose power-of-two part is at least 512 (every
+// LLaMA width and token count of 512 and more) go to the kernels of cuda/kernels/halo_fast.cuh instead (Note [HALO
+// fast rows]: 16-byte loads, 3 to 5 barriers a row), with the same results; the unrotated passes and the int32
+// epilogue move 16 bytes per thread and step, and the transposes 4-byte words (Note [HALO transposes]).
 #pragma once
 #include <cuda_runtime_api.h>
 

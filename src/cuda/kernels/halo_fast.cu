@@ -1,0 +1,288 @@
+// HALO's fast row kernels (contract: cuda/kernels/halo_fast.cuh). Bit-identical to the CPU reference
+// (src/grad/halo_quant.cpp) and to the general kernels of halo.cu: every butterfly is the same f32 __fadd_rn /
+// __fsub_rn of the same pair, the K×K stage sums in the same k order, the quantiser is the same code_of.
+//
+// Note [HALO fast rows]
+// One CTA of 256 threads per row at a time (grid-stride over rows), the row as n floats in shared memory.
+//  A. Each warp takes 512-value chunks of the row: lane l loads values 16·l ... 16·l + 15 (16-byte vector loads
+//     when the row's start allows, zeros beyond C), runs the butterfly stages h = 1, 2, 4, 8 in registers and
+//     h = 16 ... 256 through warp shuffles (the lane with bit h/16 clear holds a and keeps a + b), and stores its
+//     16 values. P >= 512, so these stages never cross a run of P values. One barrier.
+//  B. The stages h = 512 ... P/2, up to four per pass: a thread loads the 2^s values base + h0·t (t < 2^s) of a
+//     group closed under those stages, runs them in registers and stores them back; one barrier per pass
+//     (n = 4096: one pass; 32768: two).
+//  C. K > 1: the K×K stage, one column p < P per thread with its K values in registers; one barrier.
+//  D. The row leaves shared memory four consecutive values per thread: their max |v|, their four codes (one
+//     4-byte store: a warp writes 128 contiguous bytes) or their scaled f32 / bf16 values; one barrier.
+// A row therefore costs 3 to 5 barriers, against one per butterfly stage beyond 128 in the general kernel, and
+// its global loads are 16 bytes wide. Shared memory is swizzled so that no phase has bank conflicts: value i lives
+// at i ^ ((i >> 3) & 12), i.e. 16-byte unit u at u ^ ((u >> 3) & 3) (the unit moves within its aligned group of
+// four). Phase A's lanes store units 4l + q: without the swizzle the eight lanes of a quarter-warp would hit two
+// bank groups; with it, eight. Phases B and C read 32 consecutive values per warp (a permutation within them) and
+// phase D 8 consecutive units per quarter-warp (likewise).
+#include <atomic>
+#include <type_traits>
+
+#include "cuda/kernels/halo_common.cuh"
+#include "cuda/kernels/halo_fast.cuh"
+#include "cuda/kernels/kernel_launch.cuh"
+
+namespace ht::kernels::halo_fast {
+namespace {
+
+using namespace halo_detail;
+
+constexpr int kThreads = 256;
+constexpr int kChunk = 512;               // values per warp in phase A: 32 lanes × 16
+constexpr int kMaxN = 32768;              // grad::kHaloMaxRotation
+constexpr int kMaxBlocks = 132 * 8;       // bounds the absmax kernel's atomics to one per CTA
+
+enum class Mode { rotate, absmax, quantize };
+
+struct Out {
+  // rotate: out (R, cols) of out_dtype, each value multiplied by mult
+  void* out = nullptr;
+  DType out_dtype = DType::f32;
+  int cols = 0;
+  float mult = 1.0f;
+  float* absmax = nullptr;  // absmax: the device word to raise
+  // quantize: codes (R, n), absmax m given, scale written by CTA 0
+  uint8_t* codes = nullptr;
+  bool int8 = true;
+  const float* m = nullptr;
+  float* scale = nullptr;
+};
+
+__device__ __forceinline__ int sw(int i) { return i ^ ((i >> 3) & 12); }   // value index -> shared slot
+__device__ __forceinline__ int sw4(int u) { return u ^ ((u >> 3) & 3); }   // 16-byte unit -> shared unit
+
+__device__ __forceinline__ void butterfly(float& a, float& b) {
+  const float u = a, v = b;
+  a = __fadd_rn(u, v);
+  b = __fsub_rn(u, v);
+}
+
+// Phases A to C of Note [HALO fast rows] for row `row`: buf holds the rotated row (swizzled) and the block is
+// synchronised when it returns.
+template <DType DT, int K>
+__device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, const HaloSigns& s, int64_t row,
+                                           bool vec) {
+  float* buf = reinterpret_cast<float*>(smem);
+  const int n = static_cast<int>(a.n), C = static_cast<int>(a.C), P = n / K;
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  constexpr int V = Vec16<DT>::V;
+  const int64_t off = row * a.C;
+  // A
+  for (int c = threadIdx.x >> 5; c < n / kChunk; c += warps) {  // warp-uniform: every lane shuffles
+    const int start = c * kChunk + lane * 16;
+    float v[16];
+    if (vec && start + 16 <= C) {
+#pragma unroll
+      for (int q = 0; q < 16; q += V) Vec16<DT>::load(a.x, off + start + q, v + q);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) v[e] = start + e < C ? load_elem<DT>(a.x, off + start + e) : 0.0f;
+    }
+#pragma unroll
+    for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+      for (int e = 0; e < 16; ++e)
+        if ((e & h) == 0) butterfly(v[e], v[e + h]);
+#pragma unroll
+    for (int bit = 1; bit < 32; bit <<= 1)
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const float o = __shfl_xor_sync(0xffffffffU, v[e], bit);
+        v[e] = lane & bit ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
+      }
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      smem[sw4(start / 4 + q)] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  }
+  __syncthreads();
+  // B
+  const int log_p = 31 - __clz(P);
+  for (int log_h0 = 9; log_h0 < log_p;) {
+    const int s = log_p - log_h0 < 4 ? log_p - log_h0 : 4, h0 = 1 << log_h0, groups = n >> s;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+      const int base = ((g >> log_h0) << (log_h0 + s)) | (g & (h0 - 1));
+      float v[16];
+#pragma unroll
+      for (int t = 0; t < 16; ++t)
+        if (t < (1 << s)) v[t] = buf[sw(base + h0 * t)];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (u < s)
+#pragma unroll
+          for (int t = 0; t < 16; ++t)
+            if (t < (1 << s) && (t & (1 << u)) == 0) butterfly(v[t], v[t + (1 << u)]);
+#pragma unroll
+      for (int t = 0; t < 16; ++t)
+        if (t < (1 << s)) buf[sw(base + h0 * t)] = v[t];
+    }
+    __syncthreads();
+    log_h0 += s;
+  }
+  // C
+  if constexpr (K > 1) {
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+      float u[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) u[k] = buf[sw(k * P + p)];
+#pragma unroll 1
+      for (int i = 0; i < K; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const bool neg = a.inverse ? (s.row[i] >> k) & 1U : (s.row[k] >> i) & 1U;
+          acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
+        }
+        buf[sw(i * P + p)] = acc;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <DType DT, int K, Mode M>
+__global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSigns s, Out o) {
+  extern __shared__ float4 smem[];
+  const int n4 = static_cast<int>(a.n) / 4;
+  const bool vec = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  float m = 0.0f, r = 0.0f, mx = 0.0f;
+  if constexpr (M == Mode::quantize) {
+    m = *o.m;
+    r = reciprocal_step(m, o.int8);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale = scale_of(m, o.int8);
+  }
+  const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&
+                       reinterpret_cast<uintptr_t>(o.out) % (o.out_dtype == DType::f32 ? 16 : 8) == 0;
+  for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
+    rotate_row<DT, K>(smem, a, s, row, vec);
+    // D
+    if constexpr (M == Mode::absmax) {
+      for (int u = threadIdx.x; u < n4; u += blockDim.x) {
+        const float4 f = smem[sw4(u)];
+        mx = fmaxf(fmaxf(mx, fabsf(f.x)), fmaxf(fmaxf(fabsf(f.y), fabsf(f.z)), fabsf(f.w)));
+      }
+    } else if constexpr (M == Mode::quantize) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(o.codes + row * a.n);
+      for (int u = threadIdx.x; u < n4; u += blockDim.x) {
+        const float4 f = smem[sw4(u)];
+        dst[u] = uint32_t{code_of(f.x, m, r, o.int8)} | uint32_t{code_of(f.y, m, r, o.int8)} << 8 |
+                 uint32_t{code_of(f.z, m, r, o.int8)} << 16 | uint32_t{code_of(f.w, m, r, o.int8)} << 24;
+      }
+    } else {
+      for (int u = threadIdx.x; 4 * u < o.cols; u += blockDim.x) {
+        const float4 f = smem[sw4(u)];
+        const float w[4] = {__fmul_rn(f.x, o.mult), __fmul_rn(f.y, o.mult), __fmul_rn(f.z, o.mult),
+                            __fmul_rn(f.w, o.mult)};
+        const int64_t at = row * o.cols + 4 * u;
+        if (o.out_dtype == DType::f32) {
+          float* dst = static_cast<float*>(o.out) + at;
+          if (out_vec) {
+            *reinterpret_cast<float4*>(dst) = make_float4(w[0], w[1], w[2], w[3]);
+          } else {
+            for (int j = 0; j < 4 && 4 * u + j < o.cols; ++j) dst[j] = w[j];
+          }
+        } else {
+          uint16_t b[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) b[j] = detail::float_to_bf16_bits(w[j]);
+          uint16_t* dst = static_cast<uint16_t*>(o.out) + at;
+          if (out_vec) {
+            *reinterpret_cast<uint2*>(dst) = make_uint2(uint32_t{b[0]} | uint32_t{b[1]} << 16,
+                                                        uint32_t{b[2]} | uint32_t{b[3]} << 16);
+          } else {
+            for (int j = 0; j < 4 && 4 * u + j < o.cols; ++j) dst[j] = b[j];
+          }
+        }
+      }
+    }
+    __syncthreads();  // before the next row overwrites the buffer
+  }
+  if constexpr (M == Mode::absmax) {
+    mx = block_max(mx);
+    if (threadIdx.x == 0) atomic_max_nonneg(o.absmax, mx);
+  }
+}
+
+template <DType DT, int K, Mode M>
+void launch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
+  constexpr auto kernel = &rows_kernel<DT, K, M>;
+  // Above the default 48 KiB the kernel is opted in once, to the largest row's 128 KiB (the attribute call is
+  // not a stream operation, so a first call while a step graph records is fine).
+  static std::atomic<bool> opted_in{false};
+  const size_t smem = static_cast<size_t>(a.n) * sizeof(float);
+  if (smem > 48 * 1024 && !opted_in.load()) {
+    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxN * sizeof(float))));
+    opted_in = true;
+  }
+  const unsigned grid = static_cast<unsigned>(a.R < kMaxBlocks ? (a.R < 1 ? 1 : a.R) : kMaxBlocks);
+  kernel<<<grid, kThreads, smem, stream>>>(a, s, o);
+}
+
+template <Mode M>
+void dispatch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
+  auto with_dtype = [&](auto k) {
+    constexpr int K = decltype(k)::value;
+    switch (a.in_dtype) {
+      case DType::f32: return launch<DType::f32, K, M>(a, s, o, stream);
+      case DType::bf16: return launch<DType::bf16, K, M>(a, s, o, stream);
+      case DType::f16: return launch<DType::f16, K, M>(a, s, o, stream);
+      default: HT_UNSUPPORTED_DTYPE("halo fast rows", a.in_dtype);
+    }
+  };
+  switch (a.k) {
+    case 1: return with_dtype(std::integral_constant<int, 1>{});
+    case 12: return with_dtype(std::integral_constant<int, 12>{});
+    case 20: return with_dtype(std::integral_constant<int, 20>{});
+    case 28: return with_dtype(std::integral_constant<int, 28>{});
+    case 36: return with_dtype(std::integral_constant<int, 36>{});
+    case 44: return with_dtype(std::integral_constant<int, 44>{});
+    case 60: return with_dtype(std::integral_constant<int, 60>{});
+    default: HT_UNSUPPORTED_DTYPE("halo rotation order K", a.k);
+  }
+}
+
+}  // namespace
+
+bool applies(const HaloRowsArgs& a) {
+  if (a.n <= 0 || a.n > kMaxN || a.k < 1 || a.n % a.k != 0 || a.C > a.n) return false;
+  const int64_t p = a.n / a.k;
+  if (p < kChunk || (p & (p - 1)) != 0) return false;
+  return a.in_dtype == DType::f32 || a.in_dtype == DType::bf16 || a.in_dtype == DType::f16;
+}
+
+void rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols, float mult,
+            cudaStream_t stream) {
+  if (out_dtype != DType::f32 && out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("halo_rotate", out_dtype);
+  Out o;
+  o.out = out;
+  o.out_dtype = out_dtype;
+  o.cols = static_cast<int>(cols);
+  o.mult = mult;
+  dispatch<Mode::rotate>(a, signs, o, stream);
+  HT_CHECK_LAUNCH("halo_rotate_fast");
+}
+
+void absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaStream_t stream) {
+  Out o;
+  o.absmax = absmax;
+  dispatch<Mode::absmax>(a, signs, o, stream);
+  HT_CHECK_LAUNCH("halo_absmax_fast");
+}
+
+void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, bool int8, const float* absmax,
+              float* scale, cudaStream_t stream) {
+  Out o;
+  o.codes = codes;
+  o.int8 = int8;
+  o.m = absmax;
+  o.scale = scale;
+  dispatch<Mode::quantize>(a, signs, o, stream);
+  HT_CHECK_LAUNCH("halo_quantize_fast");
+}
+
+}  // namespace ht::kernels::halo_fast
