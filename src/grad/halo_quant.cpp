@@ -318,6 +318,7 @@ Tensor halo_product(const Tensor& a, const Tensor& b, const Tensor& s_a, const T
     return fp8_matmul_nt(a, b, s_a, mul(s_b, static_cast<double>(p.mult)), p.out_dtype);
   }
   const Tensor acc = int8_matmul_nt(a, b);  // (M, N) i32, exact
+  halo_phase("int8 epilogue (i32 -> scaled output)");
   Tensor out = empty(acc.shape(), {p.out_dtype, acc.device()});
   if (out.numel() == 0) return out;
   if (acc.device().is_cuda()) {

@@ -17,6 +17,31 @@
 //   g_x = ((M·H̃_Tᵀ) cropped to T columns)ᵀ · H̃_Iᵀ cropped to I columns.
 // Each GEMM rounds once to x's dtype (bf16 in a bf16 model, as the reference's BF16 outputs) before the rotation
 // back. The bias stays outside: product() sums g_y for it; the forward adds it after the product.
+//
+// Note [HALO passes over memory]
+// Bytes moved per phase for bf16 x, W, g_y (T = tokens; n_I = I and n_T = T at LLaMA sizes; GEMM operand and
+// output traffic in the GEMM lines). Q(·) is two passes (absmax, then quantise: the scale must be known before
+// the first code; a rotated quantiser rotates in both, in shared memory, rather than storing f32 rotated values).
+//   forward      Q(x·H)           read x twice, write codes          4·T·I  + T·n_I
+//                Q(W·H)           read W twice, write codes          4·O·I  + O·n_I
+//                Y GEMM           codes in, bf16 out                 (T+O)·n_I + 2·T·O   (int8: + 4·T·O i32 out,
+//                                                                                           epilogue 4·T·O + 2·T·O)
+//                save             Q(x·H)ᵀ, Q(W·H)ᵀ byte transposes   2·T·n_I + 2·O·n_I
+//   backward 0/1 Q(g_y)           two passes                         4·T·O + T·O
+//                Q(g_y)ᵀ          byte transpose                     2·T·O
+//                g_x, g_w GEMMs   bf16 out                           2·T·n_I, 2·O·n_I (+ operands)
+//                rotate back      level 1 only, one pass each        2·T·(n_I + I), 2·O·(n_I + I)
+//   backward 2   g_yᵀ             bf16 transpose (both level-2 quantisers read g_y along T)   4·T·O
+//                Q(g_yᵀ)          two passes                         4·T·O + T·O
+//                g_w GEMM, rotate back as level 1
+//                Q(g_yᵀ·H_T)      two rotated passes                 4·T·O + O·n_T
+//                its transpose    bytes                              2·O·n_T
+//                g_x GEMM (n_I, n_T), rotate back along T, bf16 transpose, rotate back along I:
+//                                                                    2·n_I·n_T + 2·n_I·(n_T + T) + 4·T·n_I + 2·T·(n_I + I)
+// Llama-3-8B up_proj at 8192 tokens (T·I = 33.5 M, T·O = 117 M, O·I = 58.7 M elements): about 0.65 GB outside the
+// GEMMs in the forward, 0.8 / 1.2 / 2.5 GB in the level-0 / 1 / 2 backward, i.e. 0.2 and 0.25 / 0.37 / 0.8 ms at
+// 3.2 TB/s. The row kernels (cuda/kernels/halo_fast.cu) are written to run near that rate; bench_halo's
+// HT_BENCH_PHASES=1 prints each phase's measured time (the phase names are the halo_phase marks below).
 #include <fmt/format.h>
 
 #include "hadatrain/grad/pipeline_halo.h"
@@ -27,6 +52,11 @@
 
 namespace ht::grad {
 namespace {
+
+HaloPhaseHook& phase_hook() {
+  static HaloPhaseHook hook;
+  return hook;
+}
 
 // One operand of a product: 8-bit codes and their scale, or (quantize: false) f32 values and no scale.
 struct Operand {
@@ -54,14 +84,21 @@ class HaloPipeline final : public Pipeline {
     const int64_t B = x.size(0), L = x.size(1), I = x.size(2), O = w.size(0), T = B * L;
     const HaloRotation rot_in = in_rotation(I);
     note_padding(I, T);
+    halo_phase("fwd Q(x·H)");
     const Operand qx = prepare(reshape(x, {T, I}), rot_in);  // (T, n_I)
+    halo_phase("fwd Q(W·H)");
     const Operand qw = prepare(w, rot_in);                   // (O, n_I)
+    halo_phase("fwd y GEMM");
     Tensor y = product(qx, qw, inverse_size(rot_in), x.dtype());  // (T, O)
-    if (info.bias.defined()) y = add(y, info.bias);
+    if (info.bias.defined()) {
+      halo_phase("fwd bias");
+      y = add(y, info.bias);
+    }
     ForwardResult r;
     r.y = reshape(y, {B, L, O});
     if (save == SaveForBackward::yes) {
       auto s = std::make_unique<HaloSaved>();
+      halo_phase("fwd save Q(x·H)ᵀ, Q(W·H)ᵀ (transposes)");
       s->xt = qx.transposed();
       s->wt = qw.transposed();
       s->B = B, s->L = L, s->I = I, s->O = O;
@@ -70,6 +107,7 @@ class HaloPipeline final : public Pipeline {
       s->bytes = tensor_bytes(s->xt.v);
       r.saved = std::move(s);
     }
+    halo_phase("end");
     return r;
   }
 
@@ -80,25 +118,51 @@ class HaloPipeline final : public Pipeline {
     const Tensor e = reshape(g_y, {T, s.O});  // (T, O)
     Grads g;
     if (o_.level < 2) {
+      halo_phase("bwd Q(g_y)");
       const Operand qe = prepare(e, {});  // (T, O), one quantisation for both products
-      if (wanted.x) g.x = rotate_back(product(qe, s.wt, inverse_size(rot_in), inter(s.x_dtype)), rot_in, s.I, s.x_dtype);
-      if (wanted.w)
-        g.w = rotate_back(product(qe.transposed(), s.xt, inverse_size(rot_in), inter(s.w_dtype)), rot_in, s.I,
-                          s.w_dtype);
+      if (wanted.x) {
+        halo_phase("bwd g_x GEMM");
+        const Tensor p = product(qe, s.wt, inverse_size(rot_in), inter(s.x_dtype));
+        halo_phase("bwd g_x rotate back");
+        g.x = rotate_back(p, rot_in, s.I, s.x_dtype);
+      }
+      if (wanted.w) {
+        halo_phase("bwd Q(g_y)ᵀ (transpose)");
+        const Operand qet = qe.transposed();
+        halo_phase("bwd g_w GEMM");
+        const Tensor p = product(qet, s.xt, inverse_size(rot_in), inter(s.w_dtype));
+        halo_phase("bwd g_w rotate back");
+        g.w = rotate_back(p, rot_in, s.I, s.w_dtype);
+      }
     } else {
+      halo_phase("bwd g_yᵀ (bf16 transpose)");
       const Tensor et = halo_transpose(e);  // (O, T): both level-2 quantisations read g_y along T
-      if (wanted.w)
-        g.w = rotate_back(product(prepare(et, {}), s.xt, inverse_size(rot_in), inter(s.w_dtype)), rot_in, s.I,
-                          s.w_dtype);
+      if (wanted.w) {
+        halo_phase("bwd Q(g_yᵀ)");
+        const Operand qet = prepare(et, {});
+        halo_phase("bwd g_w GEMM");
+        const Tensor p = product(qet, s.xt, inverse_size(rot_in), inter(s.w_dtype));
+        halo_phase("bwd g_w rotate back");
+        g.w = rotate_back(p, rot_in, s.I, s.w_dtype);
+      }
       if (wanted.x) {
         const HaloRotation rot_t = halo_rotation_size(T);
-        const Operand qr = prepare(et, rot_t).transposed();  // (n_T, O): Q(H̃_Tᵀ·g_y)
+        halo_phase("bwd Q(g_yᵀ·H_T)");
+        const Operand qrt = prepare(et, rot_t);  // (O, n_T)
+        halo_phase("bwd Q(g_yᵀ·H_T)ᵀ (transpose)");
+        const Operand qr = qrt.transposed();  // (n_T, O): Q(H̃_Tᵀ·g_y)
         const float mult = static_cast<float>(1.0 / (static_cast<double>(rot_in.n) * static_cast<double>(rot_t.n)));
+        halo_phase("bwd g_x GEMM");
         const Tensor m = product(s.wt, qr, mult, inter(s.x_dtype));  // (n_I, n_T)
-        const Tensor mt = halo_transpose(rotate_back(m, rot_t, T, inter(s.x_dtype)));  // (T, n_I)
+        halo_phase("bwd g_x rotate back along T");
+        const Tensor mr = rotate_back(m, rot_t, T, inter(s.x_dtype));
+        halo_phase("bwd g_x transpose");
+        const Tensor mt = halo_transpose(mr);  // (T, n_I)
+        halo_phase("bwd g_x rotate back along in");
         g.x = rotate_back(mt, rot_in, s.I, s.x_dtype);
       }
     }
+    halo_phase("end");
     if (g.x.defined()) g.x = reshape(g.x, {s.B, s.L, s.I});
     return g;
   }
@@ -158,6 +222,12 @@ std::string describe_halo(const HaloOptions& o) {
 }
 
 }  // namespace
+
+void set_halo_phase_hook(HaloPhaseHook hook) { phase_hook() = std::move(hook); }
+
+void halo_phase(const char* phase) {
+  if (const HaloPhaseHook& h = phase_hook()) h(phase);
+}
 
 std::shared_ptr<Pipeline> make_halo_pipeline(const HaloOptions& o) {
   HT_CHECK(o.level >= 0 && o.level <= 2, "halo: level must be 0, 1 or 2, got {}", o.level);

@@ -10,8 +10,13 @@
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
 //   bench_halo [layer filter] [variant filter] [llama3_8b|llama32_1b]   (substrings; exact bf16 always runs)
 //   HT_BENCH_COMMIT / HT_BENCH_MACHINE override the commit (default `git rev-parse --short HEAD`) and machine.
+//   HT_BENCH_PHASES=1 adds, for each HALO case, where its eager forward + backward spends the time: a CUDA event at
+//   each phase mark of the pipeline (grad::halo_phase: quantisers, transposes, GEMMs, int8 epilogues, rotations
+//   back), 5 runs after the timed ones, and one JSON line per phase with the median ms between its mark and the
+//   next, on stderr (they are not results records: `2> phases.jsonl` keeps them apart from the merged lines).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/cuda/context.h"
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/pipeline_halo.h"
@@ -80,6 +86,78 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+// The median of v (v not empty; reordered).
+double median(std::vector<double>& v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// HT_BENCH_PHASES: runs `step` (one eager forward + backward) kReps times with a CUDA event recorded on the current
+// stream at every grad::halo_phase mark, and prints the median time of each phase (mark to next mark; the time
+// after an "end" mark is outside the pipeline and not reported) as a JSON line on stderr.
+void print_phases(const std::function<void()>& step, const std::string& layer, const std::string& variant,
+                  const std::string& commit) {
+  constexpr int kReps = 5;
+  struct Mark {
+    std::string name;
+    cudaEvent_t event;
+  };
+  std::vector<Mark> marks;
+  grad::set_halo_phase_hook([&](const char* name) {
+    cudaEvent_t e = nullptr;
+    cudaEventCreate(&e);
+    cudaEventRecord(e, cuda::current_stream(0));
+    marks.push_back({name, e});
+  });
+  std::vector<std::string> names;
+  std::vector<std::vector<double>> ms;
+  bool consistent = true;
+  for (int rep = 0; rep < kReps; ++rep) {
+    marks.clear();
+    step();
+    cudaDeviceSynchronize();
+    std::vector<std::string> these;
+    std::vector<double> times;
+    for (std::size_t i = 0; i + 1 < marks.size(); ++i) {
+      if (marks[i].name == "end") continue;
+      float t = 0;
+      cudaEventElapsedTime(&t, marks[i].event, marks[i + 1].event);
+      these.push_back(marks[i].name);
+      times.push_back(t);
+    }
+    for (Mark& m : marks) cudaEventDestroy(m.event);
+    if (rep == 0) {
+      names = these;
+      ms.assign(names.size(), {});
+    }
+    if (these != names) {
+      consistent = false;
+      break;
+    }
+    for (std::size_t i = 0; i < times.size(); ++i) ms[i].push_back(times[i]);
+  }
+  grad::set_halo_phase_hook({});
+  if (!consistent) {
+    std::fprintf(stderr, "bench_halo: the phases of %s, %s differ between runs; not reported\n", layer.c_str(),
+                 variant.c_str());
+    return;
+  }
+  double sum = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const double med = median(ms[i]);
+    sum += med;
+    std::fprintf(stderr,
+                 "{\"phases\": \"halo eager forward + backward\", \"layer\": \"%s\", \"variant\": \"%s\", "
+                 "\"index\": %zu, \"phase\": \"%s\", \"ms\": %.4f, \"commit\": \"%s\"}\n",
+                 layer.c_str(), variant.c_str(), i, json_escape(names[i]).c_str(), med, commit.c_str());
+  }
+  std::fprintf(stderr,
+               "{\"phases\": \"halo eager forward + backward\", \"layer\": \"%s\", \"variant\": \"%s\", "
+               "\"phase\": \"sum of the phases\", \"ms\": %.4f, \"commit\": \"%s\"}\n",
+               layer.c_str(), variant.c_str(), sum, commit.c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,6 +209,7 @@ int main(int argc, char** argv) {
   hlq.name = "hlq";
   variants.push_back({"hlq", hlq});
 
+  const bool phases = env_or("HT_BENCH_PHASES", "0") == "1";
   Generator gen(0);
   for (const LayerShape& l : layers) {
     if (std::string(l.name).find(layer_filter) == std::string::npos) continue;
@@ -176,6 +255,7 @@ int main(int argc, char** argv) {
           json_escape(grad::describe(v.spec)).c_str(), date, commit.c_str(), json_escape(machine).c_str(),
           json_escape(command).c_str());
       std::fflush(stdout);
+      if (phases && v.spec.name == "halo") print_phases([&] { run(true); }, l.name, v.label, commit);
     }
   }
   return 0;

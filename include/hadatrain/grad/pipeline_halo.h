@@ -30,6 +30,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,16 @@ struct HaloOptions {
 
 // A new halo pipeline for one layer.
 std::shared_ptr<Pipeline> make_halo_pipeline(const HaloOptions& o);
+
+// Phase marks (bench_halo's HT_BENCH_PHASES): when a hook is set, every halo pipeline calls it with the name of
+// each phase of its forward and backward just before issuing that phase's work (e.g. "fwd Q(x·H)", "bwd g_w GEMM"),
+// and with "end" after its last one, on the calling thread. The hook may record a CUDA event on the current stream;
+// it must not synchronise while a step graph records. None by default; an empty function removes it. Not
+// synchronised with concurrent pipelines: set it before and clear it after the calls it observes.
+using HaloPhaseHook = std::function<void(const char* phase)>;
+void set_halo_phase_hook(HaloPhaseHook hook);
+// Calls the hook, if one is set, with `phase` (the pipeline and halo_product use it).
+void halo_phase(const char* phase);
 
 // ---- rotations (Note [HALO rotations]) -------------------------------------------------------------------
 
