@@ -4,8 +4,12 @@
 // RopeStyle::rotate_half (Hugging Face) pairs (j, j + D/2); RopeStyle::interleaved (llama2.c, Meta) pairs
 // (2j, 2j + 1). RopeParams::scaling rescales inv_freq (Llama 3's "llama3" rope type, rope_inv_freq). Angles,
 // cos and sin are computed in double. The rotation is orthogonal, so the backward
-// is the same rotation by the negative angle; nothing is saved.
+// is the same rotation by the negative angle; nothing is saved. The forward output is contiguous (B, H, T, D);
+// the gradient of x is laid out like x was when x is a permutation of a dense layout, so that the gradient of
+// the usual transpose(1, 2) view of a (B, T, H*D) projection reaches the projection without a copy.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "cpu/convert.h"
@@ -37,9 +41,33 @@ kernels::RopeFreqArgs freq_args(const RopeParams& p, int64_t head_dim) {
 
 enum class Direction { forward, inverse };  // inverse rotates by the negative angle (the backward)
 
-// out = R(direction * angle) x, for x of any layout; out is contiguous (B, H, T, D).
-Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
-  Tensor out = empty(x.shape(), {x.dtype(), x.device()});
+// An uninitialised tensor of `shape` with the strides `like` when they are a permutation of a dense layout of
+// that shape (every element once, no gaps), contiguous otherwise.
+Tensor empty_in_layout(const Shape& shape, const Strides& like, const TensorOptions& o) {
+  const int n = shape.size();
+  std::vector<int> order(static_cast<std::size_t>(n));  // dims from the largest stride to the smallest
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return like[a] > like[b]; });
+  int64_t expect = 1;
+  bool dense = like.size() == n;
+  for (int i = n - 1; i >= 0 && dense; --i) {
+    const int d = order[static_cast<std::size_t>(i)];
+    dense = like[d] == expect;
+    expect *= shape[d];
+  }
+  if (!dense) return empty(shape, o);
+  Shape stored = shape;
+  Dims back = shape;
+  for (int i = 0; i < n; ++i) {
+    const int d = order[static_cast<std::size_t>(i)];
+    stored[i] = shape[d];
+    back[d] = i;
+  }
+  return empty(stored, o).permute(back);
+}
+
+// out = R(direction * angle) x, for x and out of any layouts (out written through its strides).
+Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir, Tensor out) {
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::rope(out, x, {freq_args(p, x.size(3)), p.position_offset, p.style == RopeStyle::interleaved,
@@ -62,6 +90,7 @@ Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
   }
   const bool interleaved = p.style == RopeStyle::interleaved;
   const Strides& xs = x.strides();
+  const Strides& os = out.strides();
   visit_floating(x.dtype(), "rotary_embedding", [&](auto tag) {
     using Elem = typename decltype(tag)::type;
     const Elem* in = cpu::ptr<Elem>(x);
@@ -70,25 +99,28 @@ Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir) {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t t = 0; t < T; ++t) {
           const Elem* row = in + b * xs[0] + h * xs[1] + t * xs[2];
-          Elem* orow = o + ((b * H + h) * T + t) * D;
+          Elem* orow = o + b * os[0] + h * os[1] + t * os[2];
           for (int64_t j = 0; j < half; ++j) {
             const int64_t i0 = interleaved ? 2 * j : j, i1 = interleaved ? 2 * j + 1 : j + half;
             const double x0 = cpu::to_double(row[i0 * xs[3]]), x1 = cpu::to_double(row[i1 * xs[3]]);
             const double c = cos_t[static_cast<std::size_t>(t * half + j)];
             const double s = sin_t[static_cast<std::size_t>(t * half + j)];
-            orow[i0] = cpu::convert<Elem>(x0 * c - x1 * s);
-            orow[i1] = cpu::convert<Elem>(x1 * c + x0 * s);
+            orow[i0 * os[3]] = cpu::convert<Elem>(x0 * c - x1 * s);
+            orow[i1 * os[3]] = cpu::convert<Elem>(x1 * c + x0 * s);
           }
         }
   });
   return out;
 }
 
-Tensor rotary(const Tensor& x, const RopeParams& p, Direction dir) {
-  Tensor out = rotate(x.detach(), p, dir);
+// The rotation as an op: the result has the layout `result_like` gives (empty_in_layout), or is contiguous.
+Tensor rotary(const Tensor& x, const RopeParams& p, Direction dir, const Strides* result_like) {
+  const TensorOptions o{x.dtype(), x.device()};
+  Tensor out = rotate(x.detach(), p, dir, result_like ? empty_in_layout(x.shape(), *result_like, o) : empty(x.shape(), o));
   const Direction back = dir == Direction::forward ? Direction::inverse : Direction::forward;
-  record("RotaryEmbeddingBackward", {&x}, out,
-         [p, back](FunctionNode&, std::vector<Tensor>&& g) { return std::vector<Tensor>{rotary(g[0], p, back)}; });
+  record("RotaryEmbeddingBackward", {&x}, out, [p, back, x_strides = x.strides()](FunctionNode&, std::vector<Tensor>&& g) {
+    return std::vector<Tensor>{rotary(g[0], p, back, &x_strides)};
+  });
   return out;
 }
 
@@ -117,7 +149,7 @@ Tensor rotary_embedding(const Tensor& x, const RopeParams& p) {
              s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position_embeddings);
   }
   check_floating("rotary_embedding", {&x});
-  return rotary(x, p, Direction::forward);
+  return rotary(x, p, Direction::forward, nullptr);
 }
 
 }  // namespace ht

@@ -6,6 +6,8 @@
 #include "support/gradcheck.h"
 #include "support/testing.h"
 
+#include "hadatrain/autograd/engine.h"
+
 using namespace ht;
 
 namespace {
@@ -138,6 +140,29 @@ TEST_CASE("rotary_embedding gradients pass the finite-difference check", "[rotar
               },
               {x}) == "");
   }
+}
+
+TEST_CASE("rotary_embedding's input gradient is laid out like its input when that is a dense permutation",
+          "[rotary]") {
+  // The transpose(1, 2) view of a (B, T, H, D) projection gets its gradient in that layout, so the gradient
+  // reaches the projection's (B, T, H*D) output through views only; other layouts get a contiguous gradient.
+  const RopeParams p{500.0, 0, RopeStyle::rotate_half};
+  Tensor base = test::random_tensor({2, 5, 3, 8}, 39).set_requires_grad(true);
+  Tensor x = transpose(base, 1, 2);  // (B, H, T, D) view of (B, T, H, D) storage
+  Tensor y = rotary_embedding(x, p);
+  CHECK(y.is_contiguous());
+  const Tensor gy = test::random_tensor(y.shape(), 40);
+  const Tensor gx = grad({y}, {x}, {gy})[0];
+  CHECK(gx.strides() == x.strides());
+  // The inverse rotation: gx = R(-angle) gy, compared through its values (any layout).
+  Tensor back = rotary_embedding(gx.contiguous(), p);
+  CHECK(test::compare(back, gy.to_vector<double>(), 1e-12, 1e-14) == "");
+  // A strided view with gaps (every other position) gets a contiguous gradient.
+  Tensor wide = test::random_tensor({1, 2, 8, 4}, 41).set_requires_grad(true);
+  Tensor gapped = slice(wide, 2, 0, 8, 2);
+  REQUIRE_FALSE(gapped.is_contiguous());
+  Tensor yg = rotary_embedding(gapped, p);
+  CHECK(grad({yg}, {gapped}, {test::random_tensor(yg.shape(), 42)})[0].is_contiguous());
 }
 
 TEST_CASE("rotary_embedding rejects bad shapes and parameters", "[rotary]") {

@@ -39,14 +39,20 @@ void rope(const Tensor& out, const Tensor& x, const RopeCall& call) {
     cuda_ops::copy(out, tmp);
     return;
   }
-  HT_ASSERT(out.is_contiguous(), "rotary_embedding: output must be contiguous");
   const int64_t D = x.size(3);
   HT_ASSERT(call.freq.head_dim == D, "rotary_embedding: frequencies for head dim {}, x has {}", call.freq.head_dim, D);
-  const Tensor xc = x.contiguous();
+  HT_CHECK(D / 2 * 2 * static_cast<int64_t>(sizeof(double)) <= kernels::kRopeTableBytes,
+           "rotary_embedding: the CUDA kernel supports head dims up to {} (its shared cos/sin table), got {}",
+           kernels::kRopeTableBytes / static_cast<int64_t>(sizeof(double)), x.describe());
   cuda::DeviceGuard guard(out.device().index);
-  const kernels::RopeArgs a{x.size(0) * x.size(1), x.size(2), D, call.position_offset, call.sign,
-                            call.interleaved ? 1 : 0, call.freq};
-  kernels::launch_rope(out.dtype(), out.data_ptr(), xc.data_ptr(), a, cuda::current_stream(out.device().index));
+  // Both operands are read and written through their strides (no contiguous copy of a transposed projection).
+  kernels::RopeArgs a{x.size(0), x.size(1), x.size(2), D, call.position_offset, {}, {}, call.sign,
+                      call.interleaved ? 1 : 0, call.freq};
+  for (int d = 0; d < 4; ++d) {
+    a.in_stride[d] = x.strides()[static_cast<std::size_t>(d)];
+    a.out_stride[d] = out.strides()[static_cast<std::size_t>(d)];
+  }
+  kernels::launch_rope(out.dtype(), out.data_ptr(), x.data_ptr(), a, cuda::current_stream(out.device().index));
 }
 
 }  // namespace ht::cuda_ops

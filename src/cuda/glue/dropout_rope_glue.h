@@ -17,7 +17,7 @@ struct RopeCall {
   bool interleaved;
   double sign;  // +1 forward, -1 inverse
 };
-// out (contiguous (B, H, T, D)) = x (any layout) rotated.
+// out ((B, H, T, D), any layout that does not overlap x, or x itself) = x (any layout) rotated.
 void rope(const Tensor& out, const Tensor& x, const RopeCall& call);
 
 }  // namespace ht::cuda_ops

@@ -19,15 +19,19 @@ struct DropoutArgs {
 };
 void launch_dropout(DType dt, void* out, const void* in, const DropoutArgs& a, cudaStream_t stream);
 
-// Rotary embedding of x (rows, T, D) into out (same shape): pair j of position t rotates by
+// Rotary embedding of x (B, H, T, D) into out (same shape), both strided (element strides, any layout, out
+// not overlapping x unless both have the same strides): pair j of position t rotates by
 // angle = (offset + t) * rope_inv_freq_at(freq, j) (double, rope_freq.h, as the CPU path), times `sign` (+1
-// forward, -1 the inverse rotation).
+// forward, -1 the inverse rotation). D/2 * 16 bytes of cos/sin table per position must fit kRopeTableBytes
+// (D <= 6144; Note [RoPE kernel tiling] in dropout_rope.cu).
 struct RopeArgs {
-  int64_t rows, T, D, offset;
+  int64_t B, H, T, D, offset;
+  int64_t in_stride[4], out_stride[4];
   double sign;
   int32_t interleaved;  // pairs (2j, 2j+1) instead of (j, j + D/2)
   RopeFreqArgs freq;
 };
+inline constexpr int64_t kRopeTableBytes = 48 * 1024;
 void launch_rope(DType dt, void* out, const void* in, const RopeArgs& a, cudaStream_t stream);
 
 }  // namespace ht::kernels
