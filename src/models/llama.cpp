@@ -112,7 +112,8 @@ LlamaMlp::LlamaMlp(const LlamaConfig& c, const std::string& prefix, const Linear
 }
 
 Tensor LlamaMlp::forward(const Tensor& x) {
-  return down_proj->forward(mul(silu(gate_proj->forward(x)), up_proj->forward(x)));  // (B, T, I) inside
+  // silu(gate) * up as one fused op on CUDA (ops/nn_ops.h swiglu); (B, T, I) inside
+  return down_proj->forward(swiglu(gate_proj->forward(x), up_proj->forward(x)));
 }
 
 LlamaBlock::LlamaBlock(const LlamaConfig& c, int64_t layer_, const LinearFactory& make) : layer(layer_) {

@@ -103,6 +103,10 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 // Draws a fresh stream from `gen`. p = 0 returns x.
 Tensor dropout(const Tensor& x, double p, Generator& gen);
 
+// SwiGLU's gated product silu(gate) * up (broadcasting like mul): on CUDA, for one shape and dtype, one fused
+// kernel forward and one backward with the bits of the two ops (src/ops/swiglu.cpp).
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+
 enum class RopeStyle { rotate_half, interleaved };  // HF rotate-half pairs (i, i+D/2); llama2.c pairs (2i, 2i+1)
 // Frequency scaling of the rotary angles. llama3 is Hugging Face's "rope_type": "llama3" (Llama 3.1/3.2):
 // with wavelength w_j = 2 pi / inv_freq[j], low = original_max / low_freq_factor, high = original_max /
