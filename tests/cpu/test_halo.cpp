@@ -3,6 +3,7 @@
 // the quantiser's own codes and scales with quantisation on, and its error against the exact products.
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "support/catch.h"
@@ -278,4 +279,32 @@ TEST_CASE("halo: registered with its options and description", "[halo]") {
   bool found = false;
   for (const auto& n : registered_pipelines()) found = found || n == "halo";
   CHECK(found);
+}
+
+TEST_CASE("halo: the phase hook sees each level's phases in order, and nothing once removed", "[halo]") {
+  Generator gen(9);
+  const Tensor x = randn({2, 6, 16}, gen), w = randn({8, 16}, gen), g = randn({2, 6, 8}, gen);
+  std::vector<std::string> seen;
+  set_halo_phase_hook([&](const char* phase) { seen.emplace_back(phase); });
+  const std::vector<std::string> fwd = {"fwd Q(x·H)", "fwd Q(W·H)", "fwd y GEMM", "int8 epilogue (i32 -> scaled output)",
+                                        "fwd save Q(x·H)ᵀ, Q(W·H)ᵀ (transposes)", "end"};
+  const std::string epi = "int8 epilogue (i32 -> scaled output)";
+  const std::vector<std::string> bwd01 = {"bwd Q(g_y)",  "bwd g_x GEMM", epi, "bwd g_x rotate back", "bwd Q(g_y)ᵀ (transpose)",
+                                          "bwd g_w GEMM", epi, "bwd g_w rotate back", "end"};
+  const std::vector<std::string> bwd2 = {"bwd g_yᵀ (bf16 transpose)", "bwd Q(g_yᵀ)", "bwd g_w GEMM", epi,
+                                         "bwd g_w rotate back", "bwd Q(g_yᵀ·H_T)", "bwd Q(g_yᵀ·H_T)ᵀ (transpose)",
+                                         "bwd g_x GEMM", epi, "bwd g_x rotate back along T", "bwd g_x transpose",
+                                         "bwd g_x rotate back along in", "end"};
+  for (int level : {0, 1, 2}) {
+    INFO("level " << level);
+    seen.clear();
+    (void)run(opts(level, Carrier::int8, true), x, w, g);
+    std::vector<std::string> want = fwd;
+    for (const std::string& p : level < 2 ? bwd01 : bwd2) want.push_back(p);
+    CHECK(seen == want);
+  }
+  set_halo_phase_hook({});
+  seen.clear();
+  (void)run(opts(2, Carrier::fp8, true), x, w, g);
+  CHECK(seen.empty());
 }
