@@ -6,10 +6,13 @@
 // with train.cuda_graph: auto), CUDA events, peak allocated memory. tools/bench/bench_llama_torch.py is the
 // PyTorch side (transformers LlamaForCausalLM) with the same shapes and the same model-FLOPs count.
 //   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq] [exact|hlq|halo<L>_<int8|fp8>|<pipeline>]
-//               [--lora] [--peak-tflops T]
+//               [--lora] [--peak-tflops T] [--phases]
+// --phases also prints the eager step split into forward (loss included), backward (zero_grad included, which the
+// step issues first) and the AdamW update, each the median over 12 steps of the time between CUDA events.
 // halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -42,16 +45,52 @@ double model_flops_per_token(const models::LlamaConfig& c, int64_t seq) {
                        static_cast<double>(seq);
 }
 
+// Times `reps` eager steps phase by phase on the default stream: forward (the loss), zero_grad and backward, the
+// optimiser's update; prints each phase's median.
+template <class Loss, class Zero, class Update>
+void print_phases(Loss&& loss_of, Zero&& zero_grad, Update&& update, int reps) {
+  cudaEvent_t ev[4];
+  for (auto& e : ev) cudaEventCreate(&e);
+  std::vector<float> fwd, bwd, opt;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(ev[0], nullptr);
+    const Tensor loss = loss_of();
+    cudaEventRecord(ev[1], nullptr);
+    zero_grad();
+    loss.backward();
+    cudaEventRecord(ev[2], nullptr);
+    update();
+    cudaEventRecord(ev[3], nullptr);
+    cudaEventSynchronize(ev[3]);
+    float a = 0, b = 0, c = 0;
+    cudaEventElapsedTime(&a, ev[0], ev[1]);
+    cudaEventElapsedTime(&b, ev[1], ev[2]);
+    cudaEventElapsedTime(&c, ev[2], ev[3]);
+    fwd.push_back(a);
+    bwd.push_back(b);
+    opt.push_back(c);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  auto median = [](std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("  eager phases (median of %d steps): forward %.2f ms, backward %.2f ms, optimiser %.2f ms\n", reps,
+              median(fwd), median(bwd), median(opt));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
-  bool lora = false;
+  bool lora = false, phases = false;
   double peak_tflops = 989.0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--lora") {
       lora = true;
+    } else if (a == "--phases") {
+      phases = true;
     } else if (a == "--peak-tflops" && i + 1 < argc) {
       peak_tflops = std::atof(argv[++i]);
     } else {
@@ -135,6 +174,7 @@ int main(int argc, char** argv) {
               static_cast<double>(cfg.num_parameters()) / 1e9, static_cast<double>(trainable) / 1e9);
   const double med = bench::median_ms(step, 4, 12, [] { cuda::reset_peak(); });
   report("eager", med, static_cast<double>(cuda::memory_stats().peak_allocated_bytes) / (1 << 30));
+  if (phases) print_phases(loss_of, [&] { opt->zero_grad(); }, [&] { opt->step(1e-5); }, 12);
 
   cuda::StepGraph graph(0);
   cuda::StreamGuard on(graph.stream(), 0);
