@@ -156,6 +156,7 @@ data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
   const double total = task.loss_weight(batch);
   HT_CHECK(total > 0, "batch {} of epoch {} has no unit its loss is a mean over (every label ignored)",
            batch.position.batch + 1, batch.position.epoch + 1);
+  step_start_ = pg_.comm->bytes();
   data::Batch mine = dist::slice_batch(batch, dist::rank_slice(batch.size(), rank(), world_size()));
   share_ = task.loss_weight(mine) / total;
   if (fsdp_) fsdp_->set_share(share_);
@@ -169,6 +170,24 @@ Tensor DistributedRun::after_backward(const Tensor& loss) {
   Tensor global = mul(loss.to(DType::f32), share_);
   pg_.comm->all_reduce(global, dist::ReduceOp::sum)->wait();
   return global;
+}
+
+void DistributedRun::end_step() {
+  const dist::CommBytes& now = pg_.comm->bytes();
+  for (int k = 0; k < dist::kCollectiveKinds; ++k) {
+    window_.sent[k] += now.sent[k] - step_start_.sent[k];
+    window_.received[k] += now.received[k] - step_start_.received[k];
+  }
+}
+
+std::vector<std::pair<std::string, double>> DistributedRun::take_comm_bytes(int64_t steps) {
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  std::vector<std::pair<std::string, double>> out{{"comm_bytes", static_cast<double>(window_.total_sent()) / n}};
+  for (int k = 0; k < dist::kCollectiveKinds; ++k)
+    out.emplace_back(fmt::format("comm_bytes_{}", dist::collective_name(static_cast<dist::Collective>(k))),
+                     static_cast<double>(window_.sent[k]) / n);
+  window_ = dist::CommBytes{};
+  return out;
 }
 
 }  // namespace ht::train

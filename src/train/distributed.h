@@ -50,6 +50,12 @@ class DistributedRun {
   // The gradients summed over ranks (weighted by the shares: Note [Data-parallel equivalence]); returns the
   // global batch's loss from this rank's `loss` (its slice's mean loss, no history).
   Tensor after_backward(const Tensor& loss);
+  // Bytes on the wire (dist/communicator.h, Note [Bytes on the wire]): end_step() adds what this rank's
+  // collectives sent since slice() began the step to the window; take_comm_bytes(steps) returns the window's
+  // per-step means for metrics.jsonl (comm_bytes: sent by this rank over all kinds; comm_bytes_<kind>: per
+  // collective kind) and starts a new window. Collectives between steps (evaluation, checkpoints) are not in it.
+  void end_step();
+  std::vector<std::pair<std::string, double>> take_comm_bytes(int64_t steps);
 
  private:
   DistributedRun(dist::ProcessGroup pg, dist::DistOptions options) : pg_(std::move(pg)), options_(options) {}
@@ -58,6 +64,7 @@ class DistributedRun {
   std::unique_ptr<dist::GradientReducer> reducer_;
   std::unique_ptr<dist::FullyShardedModel> fsdp_;
   double share_ = 1.0;
+  dist::CommBytes step_start_, window_;
 };
 
 // dist.fsdp_units empty: one unit per transformer block or ResNet stage, from the parameter names: the

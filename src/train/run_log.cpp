@@ -120,6 +120,7 @@ void RunLog::train(const TrainWindow& w) {
   if (const double gpu = peak_gpu_mb(o_.device); gpu >= 0) rec.add("gpu_peak_mb", gpu);
   if (w.grad_norm) rec.add("grad_norm", *w.grad_norm);
   if (w.mfu) rec.add("mfu", *w.mfu);
+  for (const auto& [k, v] : w.extra) rec.add(k, v);
   metrics_.write(rec);
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hadatrain/tensor/device.h"
 #include "hadatrain/train/metrics.h"
@@ -39,6 +41,7 @@ struct TrainWindow {
   double data_wait = 0.0;     // share of the window spent waiting for batches
   std::optional<double> grad_norm;  // with optim.clip_grad_norm
   std::optional<double> mfu;        // model FLOPs utilisation, for tasks that count their FLOPs (on CUDA)
+  std::vector<std::pair<std::string, double>> extra;  // further keys of the record (dist: comm_bytes per step)
 };
 
 class RunLog {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist_testing.h"
+#include "hadatrain/io/safetensors.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
 #include "support/catch.h"
@@ -162,6 +163,57 @@ TEST_CASE("train with dist.mode fsdp: a 2-rank checkpoint resumes on 1 and on 4 
     for (std::size_t i = 0; i < got.size(); ++i) {
       INFO("step " << i + 4 << ": resumed on " << world << " rank(s) " << got[i] << ", uninterrupted " << expected[i + 3]);
       CHECK(std::abs(got[i] - expected[i + 3]) <= 1e-5 * std::abs(expected[i + 3]));
+    }
+  }
+}
+
+// Bytes on the wire per step (Note [Bytes on the wire] in dist/communicator.h) in metrics.jsonl, against the
+// formula for the MLP's parameters (shapes read from a one-process checkpoint) on 2 ranks: per parameter of
+// n elements, chunk = ceil(n / N), an all-gather of N chunks sends (N-1) chunk f32 values, Gloo's
+// reduce-scatter (an all-reduce) 2 (N-1) chunk; with reshard_after_forward every unit but the forward's last
+// is gathered again in backward; the loss (f32) and the clipping norm (f64) are one all-reduce each.
+TEST_CASE("train with dist.mode fsdp logs the bytes on the wire of each step", "[dist][fsdp][trainer]") {
+  test::scratch_dir();
+  const auto one = ht::test::run_ranks(1, [](const dist::DistEnv&) {
+    run_training(mlp("bytes_shapes", {"train.max_steps=1", "checkpoint.every_steps=1"}));
+  });
+  REQUIRE(ht::test::all_passed(one));
+  const auto shapes = io::load_safetensors(test::scratch_dir() / "bytes_shapes" / "checkpoints" / "step_1" / "model.safetensors");
+  constexpr int64_t kWorld = 2;
+  int64_t chunks = 0, chunks_last_unit = 0;
+  std::string last_unit;
+  for (const auto& [name, t] : shapes.tensors) {
+    const int64_t chunk = (t.numel() + kWorld - 1) / kWorld;
+    chunks += chunk;
+    const std::string unit = name.substr(0, name.rfind('.'));  // the layer ("5" of "5.weight"): its unit
+    if (unit > last_unit) last_unit = unit, chunks_last_unit = 0;
+    if (unit == last_unit) chunks_last_unit += chunk;
+  }
+  for (const bool reshard : {false, true}) {
+    const std::string name = reshard ? "bytes_reshard" : "bytes_kept";
+    const auto out = ht::test::run_ranks(kWorld, [&](const dist::DistEnv& env) {
+      set_rank_env(env);
+      run_training(mlp(name, {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30", "train.max_steps=3",
+                              fmt::format("dist.reshard_after_forward={}", reshard)}));
+    });
+    INFO("exit codes " << ht::test::exit_codes(out));
+    REQUIRE(ht::test::all_passed(out));
+    const int64_t gathered = reshard ? 2 * chunks - chunks_last_unit : chunks;
+    const double all_gather = static_cast<double>((kWorld - 1) * 4 * gathered);
+    const double reduce_scatter = static_cast<double>(2 * (kWorld - 1) * 4 * chunks);
+    const double all_reduce = 2.0 * ((kWorld - 1) * 4 / kWorld) + 2.0 * ((kWorld - 1) * 8 / kWorld);
+    for (const fs::path dir : {test::scratch_dir() / name, test::scratch_dir() / name / "rank1"}) {
+      INFO(dir.string() << ", reshard_after_forward " << reshard << ", " << chunks << " chunk elements, "
+                        << chunks_last_unit << " in " << last_unit);
+      const auto ag = train_values(dir, "comm_bytes_all_gather");
+      REQUIRE(ag.size() == 3);
+      for (std::size_t i = 0; i < ag.size(); ++i) {
+        CHECK(ag[i] == all_gather);
+        CHECK(train_values(dir, "comm_bytes_reduce_scatter")[i] == reduce_scatter);
+        CHECK(train_values(dir, "comm_bytes_all_reduce")[i] == all_reduce);
+        CHECK(train_values(dir, "comm_bytes_broadcast")[i] == 0);
+        CHECK(train_values(dir, "comm_bytes")[i] == all_gather + reduce_scatter + all_reduce);
+      }
     }
   }
 }
