@@ -265,6 +265,20 @@ HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotat
   return q;
 }
 
+std::pair<HaloQuantized, HaloQuantized> halo_quantize_pair(const Tensor& x, Carrier carrier, HaloRotation rotation) {
+  constexpr const char* op = "halo_quantize_pair";
+  if (!x.device().is_cuda() || rotation.n <= 1) return {halo_quantize(x, carrier, rotation), halo_quantize(x, carrier)};
+  int64_t n = 0, c = 0;
+  HaloQuantized rotated = quantize_outputs(op, x, carrier, rotation, &n);
+  HaloQuantized plain = quantize_outputs(op, x, carrier, {}, &c);
+#ifdef HADATRAIN_CUDA
+  cuda_ops::halo_quantize_pair(rotated.codes, rotated.scale, plain.codes, plain.scale, x, rotation);
+  return {rotated, plain};
+#else
+  no_cuda_kernel(op);
+#endif
+}
+
 Tensor halo_absmax(const Tensor& x, HaloRotation rotation) {
   constexpr const char* op = "halo_absmax";
   check_rows(op, x);

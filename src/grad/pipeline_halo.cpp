@@ -32,14 +32,14 @@
 //                g_x, g_w GEMMs   bf16 out                           2·T·n_I, 2·O·n_I (+ operands)
 //                rotate back      level 1 only, one pass each        2·T·(n_I + I), 2·O·(n_I + I)
 //   backward 2   g_yᵀ             bf16 transpose (both level-2 quantisers read g_y along T)   4·T·O
-//                Q(g_yᵀ)          two passes                         4·T·O + T·O
+//                Q(g_yᵀ), Q(g_yᵀ·H_T) paired: two passes for both      4·T·O + T·O + O·n_T
+//                (Note [HALO paired quantiser]; unpaired when only one gradient is wanted: 4·T·O more)
 //                g_w GEMM, rotate back as level 1
-//                Q(g_yᵀ·H_T)      two rotated passes                 4·T·O + O·n_T
 //                its transpose    bytes                              2·O·n_T
 //                g_x GEMM (n_I, n_T), rotate back along T, bf16 transpose, rotate back along I:
 //                                                                    2·n_I·n_T + 2·n_I·(n_T + T) + 4·T·n_I + 2·T·(n_I + I)
 // Llama-3-8B up_proj at 8192 tokens (T·I = 33.5 M, T·O = 117 M, O·I = 58.7 M elements): about 0.65 GB outside the
-// GEMMs in the forward, 0.8 / 1.2 / 2.5 GB in the level-0 / 1 / 2 backward, i.e. 0.2 and 0.25 / 0.37 / 0.8 ms at
+// GEMMs in the forward, 0.8 / 1.2 / 2.0 GB in the level-0 / 1 / 2 backward, i.e. 0.2 and 0.25 / 0.37 / 0.65 ms at
 // 3.2 TB/s. The row kernels (cuda/kernels/halo_fast.cu) are written to run near that rate; bench_halo's
 // HT_BENCH_PHASES=1 prints each phase's measured time (the phase names are the halo_phase marks below).
 #include <fmt/format.h>
@@ -137,18 +137,30 @@ class HaloPipeline final : public Pipeline {
     } else {
       halo_phase("bwd g_yᵀ (bf16 transpose)");
       const Tensor et = halo_transpose(e);  // (O, T): both level-2 quantisations read g_y along T
+      const HaloRotation rot_t = halo_rotation_size(T);
+      Operand qet, qrt;  // Q(g_yᵀ) (O, T) and Q(g_yᵀ·H̃_T) (O, n_T)
+      if (o_.quantize && wanted.w && wanted.x) {
+        halo_phase("bwd Q(g_yᵀ) and Q(g_yᵀ·H_T) (paired)");
+        auto [rotated, plain] = halo_quantize_pair(et, o_.carrier, rot_t);
+        qet = {plain.codes, plain.scale};
+        qrt = {rotated.codes, rotated.scale};
+      } else {
+        if (wanted.w) {
+          halo_phase("bwd Q(g_yᵀ)");
+          qet = prepare(et, {});
+        }
+        if (wanted.x) {
+          halo_phase("bwd Q(g_yᵀ·H_T)");
+          qrt = prepare(et, rot_t);
+        }
+      }
       if (wanted.w) {
-        halo_phase("bwd Q(g_yᵀ)");
-        const Operand qet = prepare(et, {});
         halo_phase("bwd g_w GEMM");
         const Tensor p = product(qet, s.xt, inverse_size(rot_in), inter(s.w_dtype));
         halo_phase("bwd g_w rotate back");
         g.w = rotate_back(p, rot_in, s.I, s.w_dtype);
       }
       if (wanted.x) {
-        const HaloRotation rot_t = halo_rotation_size(T);
-        halo_phase("bwd Q(g_yᵀ·H_T)");
-        const Operand qrt = prepare(et, rot_t);  // (O, n_T)
         halo_phase("bwd Q(g_yᵀ·H_T)ᵀ (transpose)");
         const Operand qr = qrt.transposed();  // (n_T, O): Q(H̃_Tᵀ·g_y)
         const float mult = static_cast<float>(1.0 / (static_cast<double>(rot_in.n) * static_cast<double>(rot_t.n)));

@@ -291,8 +291,8 @@ TEST_CASE("halo: the phase hook sees each level's phases in order, and nothing o
   const std::string epi = "int8 epilogue (i32 -> scaled output)";
   const std::vector<std::string> bwd01 = {"bwd Q(g_y)",  "bwd g_x GEMM", epi, "bwd g_x rotate back", "bwd Q(g_y)ᵀ (transpose)",
                                           "bwd g_w GEMM", epi, "bwd g_w rotate back", "end"};
-  const std::vector<std::string> bwd2 = {"bwd g_yᵀ (bf16 transpose)", "bwd Q(g_yᵀ)", "bwd g_w GEMM", epi,
-                                         "bwd g_w rotate back", "bwd Q(g_yᵀ·H_T)", "bwd Q(g_yᵀ·H_T)ᵀ (transpose)",
+  const std::vector<std::string> bwd2 = {"bwd g_yᵀ (bf16 transpose)", "bwd Q(g_yᵀ) and Q(g_yᵀ·H_T) (paired)",
+                                         "bwd g_w GEMM", epi, "bwd g_w rotate back", "bwd Q(g_yᵀ·H_T)ᵀ (transpose)",
                                          "bwd g_x GEMM", epi, "bwd g_x rotate back along T", "bwd g_x transpose",
                                          "bwd g_x rotate back along in", "end"};
   for (int level : {0, 1, 2}) {

@@ -150,6 +150,27 @@ TEST_CASE("halo_absmax and halo_quantize_with_absmax on CUDA at the fast kernels
     }
 }
 
+TEST_CASE("halo_quantize_pair on CUDA gives the CPU's rotated and unrotated codes and scales bit for bit",
+          "[gpu][halo]") {
+  // the paired fast kernels (Note [HALO paired quantiser]) at P >= 512, padded and odd C, more rows than CTAs, and
+  // the two-call fallback below P = 512
+  struct Case {
+    int64_t R, C;
+  };
+  uint64_t seed = 350;
+  for (const Case& c : std::vector<Case>{{6, 8192}, {3, 14336}, {5, 4000}, {3, 4001}, {1100, 512}, {4, 100}})
+    for (DType dt : {DType::bf16, DType::f32})
+      for (Carrier carrier : {Carrier::int8, Carrier::fp8}) {
+        const Tensor x = test::random_input({c.R, c.C}, seed++, dt, -3.0, 3.0);
+        const HaloRotation rot = halo_rotation_size(c.C);
+        INFO("(" << c.R << ", " << c.C << ") " << dtype_name(dt) << (carrier == Carrier::int8 ? " int8" : " fp8")
+                 << " rotation " << rot.n << " K " << rot.k);
+        const auto [rotated, plain] = halo_quantize_pair(x.to(kCuda), carrier, rot);
+        CHECK(same_codes(rotated, halo_quantize(x, carrier, rot)) == "");
+        CHECK(same_codes(plain, halo_quantize(x, carrier)) == "");
+      }
+}
+
 TEST_CASE("halo_transpose on CUDA gives the CPU's transpose for codes and bf16 of odd shapes", "[gpu][halo]") {
   for (DType dt : {DType::bf16, DType::f32}) {
     const Tensor x = test::random_input({70, 33}, 60, dt);

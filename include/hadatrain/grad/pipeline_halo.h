@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "hadatrain/grad/pipeline.h"
@@ -102,6 +103,11 @@ struct HaloQuantized {
 };
 // x (R, C) of any floating dtype; rotation n = 1: none (codes (R, C)), else rotated at that size (C <= n).
 HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotation = {});
+// {halo_quantize(x, carrier, rotation), halo_quantize(x, carrier)}: x's rows rotated and unrotated, the same codes
+// and scales; on CUDA in one absmax and one quantise pass over x instead of two each where the rotation's
+// power-of-two part is at least 512 (HALO-2's two quantisations of g_yᵀ; Note [HALO paired quantiser] in
+// src/cuda/kernels/halo_fast.cu).
+std::pair<HaloQuantized, HaloQuantized> halo_quantize_pair(const Tensor& x, Carrier carrier, HaloRotation rotation);
 // halo_quantize in its two passes, for a scale shared beyond one tensor (HQ-FSDP's weight all-gather takes the max
 // over ranks between them, dist/comm_quant.h): halo_absmax gives m = max |v| of x's rotated values (f32 (1) on x's
 // device); halo_quantize_with_absmax the codes and scale for a given m (f32 (1) on x's device, never read by the

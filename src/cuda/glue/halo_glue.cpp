@@ -66,6 +66,22 @@ void halo_quantize(const Tensor& codes, const Tensor& scale, const Tensor& x, gr
                                 cuda::current_stream(codes.device().index));
 }
 
+void halo_quantize_pair(const Tensor& codes, const Tensor& scale, const Tensor& codes_plain, const Tensor& scale_plain,
+                        const Tensor& x, grad::HaloRotation rotation) {
+  if (codes.numel() == 0) {
+    fill_(scale, 0.0);
+    fill_(scale_plain, 0.0);
+    return;
+  }
+  const Tensor in = kernel_input(x);
+  cuda::DeviceGuard guard(codes.device().index);
+  Tensor absmax = empty({2}, {DType::f32, codes.device()});
+  kernels::launch_halo_quantize_pair(rows_args(in, rotation, false), signs_of(rotation.k), codes.data_ptr(),
+                                     codes_plain.data_ptr(), codes.dtype(), static_cast<float*>(absmax.data_ptr()),
+                                     static_cast<float*>(scale.data_ptr()), static_cast<float*>(scale_plain.data_ptr()),
+                                     cuda::current_stream(codes.device().index));
+}
+
 void halo_absmax(const Tensor& absmax, const Tensor& x, grad::HaloRotation rotation) {
   if (x.numel() == 0) {
     fill_(absmax, 0.0);

@@ -10,6 +10,10 @@ void halo_rotate(const Tensor& out, const Tensor& x, const grad::HaloRotate& spe
 // codes (R, n) contiguous i8 / f8e4m3, scale f32 (1); x (R, C) on their device; rotation n = 1: none (n = C).
 void halo_quantize(const Tensor& codes, const Tensor& scale, const Tensor& x, grad::Carrier carrier,
                    grad::HaloRotation rotation);
+// halo_quantize of x's rows rotated (codes (R, n), scale) and unrotated (codes_plain (R, C), scale_plain), in one
+// absmax and one quantise pass where the fast kernels apply; rotation.n > 1.
+void halo_quantize_pair(const Tensor& codes, const Tensor& scale, const Tensor& codes_plain, const Tensor& scale_plain,
+                        const Tensor& x, grad::HaloRotation rotation);
 // absmax f32 (1) = max |v| over x's rotated values; codes (i8 / f8e4m3: the carrier) and scale as halo_quantize
 // for the m = absmax given (a device f32).
 void halo_absmax(const Tensor& absmax, const Tensor& x, grad::HaloRotation rotation);

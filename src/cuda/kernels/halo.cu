@@ -372,6 +372,24 @@ void launch_halo_quantize(const HaloRowsArgs& a, const HaloSigns& signs, void* c
   launch_halo_quantize_given(a, signs, codes, code_dtype, absmax, scale, stream);
 }
 
+void launch_halo_quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, void* codes_plain,
+                               DType code_dtype, float* absmax, float* scale, float* scale_plain, cudaStream_t stream) {
+  const bool int8 = code_dtype == DType::i8;
+  if (!int8 && code_dtype != DType::f8e4m3) HT_UNSUPPORTED_DTYPE("halo_quantize_pair", code_dtype);
+  if (a.n > 0 && halo_fast::applies(a) && aligned(codes, 4)) {
+    HT_CUDA_CHECK(cudaMemsetAsync(absmax, 0, 2 * sizeof(float), stream));
+    halo_fast::absmax_pair(a, signs, absmax, absmax + 1, stream);
+    halo_fast::quantize_pair(a, signs, static_cast<uint8_t*>(codes), static_cast<uint8_t*>(codes_plain), int8, absmax,
+                             absmax + 1, scale, scale_plain, stream);
+    return;
+  }
+  launch_halo_quantize(a, signs, codes, code_dtype, absmax, scale, stream);
+  HaloRowsArgs plain = a;
+  plain.n = 0;
+  plain.k = 1;
+  launch_halo_quantize(plain, signs, codes_plain, code_dtype, absmax + 1, scale_plain, stream);
+}
+
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream) {
   if (out_dtype != DType::f32 && out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("halo_scale_i32", out_dtype);

@@ -50,6 +50,12 @@ void launch_halo_absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* ab
 void launch_halo_quantize_given(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, DType code_dtype,
                                 const float* absmax, float* scale, cudaStream_t stream);
 
+// launch_halo_quantize of the rows rotated (a.n > 0: codes (R, n), *scale) and unrotated (codes_plain (R, C),
+// *scale_plain) together; absmax: two device f32 words (rotated, unrotated), zeroed here. Rotations the fast kernels
+// take run both in one absmax and one quantise pass (Note [HALO paired quantiser] in halo_fast.cu).
+void launch_halo_quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, void* codes_plain,
+                               DType code_dtype, float* absmax, float* scale, float* scale_plain, cudaStream_t stream);
+
 // out (count) of out_dtype (f32 or bf16) = float(acc[i]) · ((*s_a · *s_b) · mult), each an f32 round-to-nearest.
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream);

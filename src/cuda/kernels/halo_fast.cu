@@ -20,6 +20,13 @@
 // four). Phase A's lanes store units 4l + q: without the swizzle the eight lanes of a quarter-warp would hit two
 // bank groups; with it, eight. Phases B and C read 32 consecutive values per warp (a permutation within them) and
 // phase D 8 consecutive units per quarter-warp (likewise).
+//
+// Note [HALO paired quantiser]
+// HALO-2's backward quantises the rows of g_yᵀ twice: unrotated (the g_w product) and rotated along T (the g_x
+// product). The paired kernels do both in the same two passes over the rows: phase A hands each lane's 16 loaded
+// values, before any butterfly, to the unrotated side (the absmax pass raises a second device word with their
+// max |v|; the quantise pass writes their codes, 16 bytes per lane, with the unrotated scale), so g_yᵀ is read
+// twice instead of four times. Each side's values, maxima and codes are those of its own quantiser.
 #include <atomic>
 #include <type_traits>
 
@@ -51,6 +58,12 @@ struct Out {
   bool int8 = true;
   const float* m = nullptr;
   float* scale = nullptr;
+  // Note [HALO paired quantiser]: the unrotated values' absmax word (absmax mode), or their codes (R, C) for the
+  // absmax m_plain and their scale (quantize mode); unused unless the kernel's Pair is true
+  float* absmax_plain = nullptr;
+  uint8_t* codes_plain = nullptr;
+  const float* m_plain = nullptr;
+  float* scale_plain = nullptr;
 };
 
 __device__ __forceinline__ int sw(int i) { return i ^ ((i >> 3) & 12); }   // value index -> shared slot
@@ -62,11 +75,44 @@ __device__ __forceinline__ void butterfly(float& a, float& b) {
   b = __fsub_rn(u, v);
 }
 
+// What the paired quantiser (Note [HALO paired quantiser]) does with a lane's 16 unrotated values v, the row's
+// columns start ... start + 15 (zeros from C on): absmax mode raises *mx_plain; quantize mode writes their codes.
+template <Mode M>
+struct PlainSide {
+  float* mx_plain;         // absmax mode
+  uint8_t* codes_plain;    // quantize mode: codes (R, C), the unrotated absmax, its reciprocal step, the carrier
+  float m, r;
+  bool int8;
+  __device__ __forceinline__ void operator()(const float* v, int64_t row, int start, int C) const {
+    if constexpr (M == Mode::absmax) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) *mx_plain = fmaxf(*mx_plain, fabsf(v[e]));
+    } else if constexpr (M == Mode::quantize) {
+      uint8_t* dst = codes_plain + row * C + start;
+      if (start + 16 <= C && C % 16 == 0 && reinterpret_cast<uintptr_t>(codes_plain) % 16 == 0) {
+        uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int e = 0; e < 16; ++e) w[e / 4] |= uint32_t{code_of(v[e], m, r, int8)} << (8 * (e % 4));
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 16; ++e)
+          if (start + e < C) dst[e] = code_of(v[e], m, r, int8);
+      }
+    }
+  }
+};
+
+// Nothing: the kernels without a paired output.
+struct NoSide {
+  __device__ __forceinline__ void operator()(const float*, int64_t, int, int) const {}
+};
+
 // Phases A to C of Note [HALO fast rows] for row `row`: buf holds the rotated row (swizzled) and the block is
-// synchronised when it returns.
-template <DType DT, int K>
+// synchronised when it returns. side(v, row, start, C) sees each lane's 16 loaded values before the butterflies.
+template <DType DT, int K, class Side>
 __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, const HaloSigns& s, int64_t row,
-                                           bool vec) {
+                                           bool vec, const Side& side) {
   float* buf = reinterpret_cast<float*>(smem);
   const int n = static_cast<int>(a.n), C = static_cast<int>(a.C), P = n / K;
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -83,6 +129,7 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
 #pragma unroll
       for (int e = 0; e < 16; ++e) v[e] = start + e < C ? load_elem<DT>(a.x, off + start + e) : 0.0f;
     }
+    side(v, row, start, C);
 #pragma unroll
     for (int h = 1; h < 16; h <<= 1)
 #pragma unroll
@@ -144,21 +191,28 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
   }
 }
 
-template <DType DT, int K, Mode M>
+template <DType DT, int K, Mode M, bool Pair>
 __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSigns s, Out o) {
   extern __shared__ float4 smem[];
   const int n4 = static_cast<int>(a.n) / 4;
   const bool vec = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  float m = 0.0f, r = 0.0f, mx = 0.0f;
+  float m = 0.0f, r = 0.0f, mx = 0.0f, mx_plain = 0.0f;
+  PlainSide<M> plain{&mx_plain, o.codes_plain, 0.0f, 0.0f, o.int8};
   if constexpr (M == Mode::quantize) {
     m = *o.m;
     r = reciprocal_step(m, o.int8);
     if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale = scale_of(m, o.int8);
+    if constexpr (Pair) {
+      plain.m = *o.m_plain;
+      plain.r = reciprocal_step(plain.m, o.int8);
+      if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale_plain = scale_of(plain.m, o.int8);
+    }
   }
   const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&
                        reinterpret_cast<uintptr_t>(o.out) % (o.out_dtype == DType::f32 ? 16 : 8) == 0;
   for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
-    rotate_row<DT, K>(smem, a, s, row, vec);
+    if constexpr (Pair) rotate_row<DT, K>(smem, a, s, row, vec, plain);
+    else rotate_row<DT, K>(smem, a, s, row, vec, NoSide{});
     // D
     if constexpr (M == Mode::absmax) {
       for (int u = threadIdx.x; u < n4; u += blockDim.x) {
@@ -204,12 +258,17 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
   if constexpr (M == Mode::absmax) {
     mx = block_max(mx);
     if (threadIdx.x == 0) atomic_max_nonneg(o.absmax, mx);
+    if constexpr (Pair) {
+      __syncthreads();  // block_max's scratch is read by warp 0 above before it is written again
+      mx_plain = block_max(mx_plain);
+      if (threadIdx.x == 0) atomic_max_nonneg(o.absmax_plain, mx_plain);
+    }
   }
 }
 
-template <DType DT, int K, Mode M>
+template <DType DT, int K, Mode M, bool Pair>
 void launch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
-  constexpr auto kernel = &rows_kernel<DT, K, M>;
+  constexpr auto kernel = &rows_kernel<DT, K, M, Pair>;
   // Above the default 48 KiB the kernel is opted in once, to the largest row's 128 KiB (the attribute call is
   // not a stream operation, so a first call while a step graph records is fine).
   static std::atomic<bool> opted_in{false};
@@ -223,14 +282,14 @@ void launch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_
   kernel<<<grid, kThreads, smem, stream>>>(a, s, o);
 }
 
-template <Mode M>
+template <Mode M, bool Pair = false>
 void dispatch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
   auto with_dtype = [&](auto k) {
     constexpr int K = decltype(k)::value;
     switch (a.in_dtype) {
-      case DType::f32: return launch<DType::f32, K, M>(a, s, o, stream);
-      case DType::bf16: return launch<DType::bf16, K, M>(a, s, o, stream);
-      case DType::f16: return launch<DType::f16, K, M>(a, s, o, stream);
+      case DType::f32: return launch<DType::f32, K, M, Pair>(a, s, o, stream);
+      case DType::bf16: return launch<DType::bf16, K, M, Pair>(a, s, o, stream);
+      case DType::f16: return launch<DType::f16, K, M, Pair>(a, s, o, stream);
       default: HT_UNSUPPORTED_DTYPE("halo fast rows", a.in_dtype);
     }
   };
@@ -283,6 +342,30 @@ void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, boo
   o.scale = scale;
   dispatch<Mode::quantize>(a, signs, o, stream);
   HT_CHECK_LAUNCH("halo_quantize_fast");
+}
+
+void absmax_pair(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, float* absmax_plain,
+                 cudaStream_t stream) {
+  Out o;
+  o.absmax = absmax;
+  o.absmax_plain = absmax_plain;
+  dispatch<Mode::absmax, true>(a, signs, o, stream);
+  HT_CHECK_LAUNCH("halo_absmax_pair_fast");
+}
+
+void quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, uint8_t* codes_plain, bool int8,
+                   const float* absmax, const float* absmax_plain, float* scale, float* scale_plain,
+                   cudaStream_t stream) {
+  Out o;
+  o.codes = codes;
+  o.int8 = int8;
+  o.m = absmax;
+  o.scale = scale;
+  o.codes_plain = codes_plain;
+  o.m_plain = absmax_plain;
+  o.scale_plain = scale_plain;
+  dispatch<Mode::quantize, true>(a, signs, o, stream);
+  HT_CHECK_LAUNCH("halo_quantize_pair_fast");
 }
 
 }  // namespace ht::kernels::halo_fast

@@ -24,4 +24,13 @@ void absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaSt
 void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, bool int8, const float* absmax,
               float* scale, cudaStream_t stream);
 
+// Note [HALO paired quantiser] (halo_fast.cu): launch_halo_absmax and launch_halo_absmax of the unrotated rows in
+// one kernel (both words zeroed by the caller), and the two quantise passes likewise (codes (R, n) rotated,
+// codes_plain (R, C) unrotated; codes 4-byte aligned).
+void absmax_pair(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, float* absmax_plain,
+                 cudaStream_t stream);
+void quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, uint8_t* codes_plain, bool int8,
+                   const float* absmax, const float* absmax_plain, float* scale, float* scale_plain,
+                   cudaStream_t stream);
+
 }  // namespace ht::kernels::halo_fast
