@@ -116,11 +116,13 @@ Tensor rotate(const Tensor& x, const RopeParams& p, Direction dir, Tensor out) {
 // The rotation as an op: the result has the layout `result_like` gives (empty_in_layout), or is contiguous.
 Tensor rotary(const Tensor& x, const RopeParams& p, Direction dir, const Strides* result_like) {
   const TensorOptions o{x.dtype(), x.device()};
-  Tensor out = rotate(x.detach(), p, dir, result_like ? empty_in_layout(x.shape(), *result_like, o) : empty(x.shape(), o));
+  Tensor out = rotate(x.detach(), p, dir,
+                      result_like != nullptr ? empty_in_layout(x.shape(), *result_like, o) : empty(x.shape(), o));
   const Direction back = dir == Direction::forward ? Direction::inverse : Direction::forward;
-  record("RotaryEmbeddingBackward", {&x}, out, [p, back, x_strides = x.strides()](FunctionNode&, std::vector<Tensor>&& g) {
-    return std::vector<Tensor>{rotary(g[0], p, back, &x_strides)};
-  });
+  record("RotaryEmbeddingBackward", {&x}, out,
+         [p, back, x_strides = x.strides()](FunctionNode&, std::vector<Tensor>&& g) {
+           return std::vector<Tensor>{rotary(g[0], p, back, &x_strides)};
+         });
   return out;
 }
 

@@ -41,9 +41,10 @@ void rope(const Tensor& out, const Tensor& x, const RopeCall& call) {
   }
   const int64_t D = x.size(3);
   HT_ASSERT(call.freq.head_dim == D, "rotary_embedding: frequencies for head dim {}, x has {}", call.freq.head_dim, D);
-  HT_CHECK(D / 2 * 2 * static_cast<int64_t>(sizeof(double)) <= kernels::kRopeTableBytes,
-           "rotary_embedding: the CUDA kernel supports head dims up to {} (its shared cos/sin table), got {}",
-           kernels::kRopeTableBytes / static_cast<int64_t>(sizeof(double)), x.describe());
+  HT_CHECK(D / 2 * 3 * static_cast<int64_t>(sizeof(double)) <= kernels::kRopeTableBytes,
+           "rotary_embedding: the CUDA kernel supports head dims up to {} (its shared frequency and cos/sin table), "
+           "got {}",
+           kernels::kRopeTableBytes / static_cast<int64_t>(3 * sizeof(double)) * 2, x.describe());
   cuda::DeviceGuard guard(out.device().index);
   // Both operands are read and written through their strides (no contiguous copy of a transposed projection).
   kernels::RopeArgs a{x.size(0), x.size(1), x.size(2), D, call.position_offset, {}, {}, call.sign,

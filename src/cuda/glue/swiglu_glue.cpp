@@ -20,9 +20,9 @@ void swiglu_backward(const Tensor& dg, const Tensor& du, const Tensor& dy, const
   HT_ASSERT(dg.is_contiguous() && du.is_contiguous(), "swiglu backward: outputs must be contiguous");
   const Tensor dyc = dy.contiguous(), gc = g.contiguous(), uc = u.contiguous();
   cuda::DeviceGuard guard(dg.device().index);
-  kernels::launch_swiglu_backward(dg.dtype(),
-                                  {dg.data_ptr(), du.data_ptr(), dyc.data_ptr(), gc.data_ptr(), uc.data_ptr(), dg.numel()},
-                                  cuda::current_stream(dg.device().index));
+  const kernels::SwigluBackwardArgs a{dg.data_ptr(), du.data_ptr(), dyc.data_ptr(), gc.data_ptr(), uc.data_ptr(),
+                                      dg.numel()};
+  kernels::launch_swiglu_backward(dg.dtype(), a, cuda::current_stream(dg.device().index));
 }
 
 }  // namespace ht::cuda_ops

@@ -24,24 +24,27 @@ __global__ void dropout_kernel(T* out, const T* in, DropoutArgs a) {
 
 // Note [RoPE kernel tiling]
 // A block rotates P consecutive positions r = b * T + t (all H heads of each). It first fills a shared table of
-// cos and sign * sin for its P positions and the D/2 pair frequencies (angle, sincos and inv_freq in double,
-// as the CPU reference computes them), so the transcendental work is done once per (position, pair) instead of
-// once per head. Then its threads walk the block's work items (p, h, c), c fastest: chunk c holds V pairs
-// j = c*V .. c*V+V-1. For V > 1 (rotate_half only) both halves of a chunk are one aligned V-element load each
-// (16 bytes for bf16 / f16 / f32 / f64), which launch_rope only picks when the strides and pointers allow it.
-// Consecutive items are consecutive D-chunks of consecutive heads, so a (B, T, H, D) input (the projection's
-// transpose(1, 2) view) is read contiguously; any strides work.
+// the D/2 pair frequencies, then one of cos and sign * sin for its P positions (inv_freq, angle and sincos in
+// double, as the CPU reference computes them): pow runs once per block and pair, sincos once per position and
+// pair, instead of both once per head and pair. Then its threads walk the block's work items (p, h, c), c
+// fastest: chunk c holds V pairs j = c*V .. c*V+V-1. For V > 1 (rotate_half only) both halves of a chunk are one
+// aligned V-element load each (16 bytes for bf16 / f16 / f32 / f64), which launch_rope only picks when the
+// strides and pointers allow it. Consecutive items are consecutive D-chunks of consecutive heads, so a
+// (B, T, H, D) input (the projection's transpose(1, 2) view) is read contiguously; any strides work.
 template <class T, int V>
 __global__ void rope_kernel(T* out, const T* in, RopeArgs a, int64_t positions_per_block) {
-  extern __shared__ double rope_table[];  // cos (P, D/2) then sign * sin (P, D/2)
+  extern __shared__ double rope_table[];  // cos (P, D/2), sign * sin (P, D/2), inv_freq (D/2)
   const int64_t half = a.D / 2, P = positions_per_block, rows = a.B * a.T;
   const int64_t r0 = blockIdx.x * P;
   double* cos_t = rope_table;
   double* sin_t = rope_table + P * half;
+  double* inv_freq = rope_table + 2 * P * half;
+  for (int64_t j = threadIdx.x; j < half; j += blockDim.x) inv_freq[j] = rope_inv_freq_at(a.freq, j);
+  __syncthreads();
   for (int64_t e = threadIdx.x; e < P * half; e += blockDim.x) {
     const int64_t p = e / half, j = e % half;
     const int64_t t = (r0 + p) % a.T;  // rows past the end compute a harmless angle that is never used
-    const double angle = static_cast<double>(a.offset + t) * rope_inv_freq_at(a.freq, j);
+    const double angle = static_cast<double>(a.offset + t) * inv_freq[j];
     double s, c;
     sincos(angle, &s, &c);
     cos_t[e] = c;
@@ -111,8 +114,9 @@ void launch_rope(DType dt, void* out, const void* in, const RopeArgs& a, cudaStr
     const int64_t per_pos = a.H * (packed ? half / kV : half);
     // About 4 work items per thread, and the table within kRopeTableBytes (Note [RoPE kernel tiling]).
     int64_t P = std::max<int64_t>(1, std::min<int64_t>(32, 4 * cuda::kBlock / per_pos));
-    P = std::max<int64_t>(1, std::min<int64_t>(P, kRopeTableBytes / (2 * half * static_cast<int64_t>(sizeof(double)))));
-    const std::size_t smem = static_cast<std::size_t>(2 * P * half) * sizeof(double);
+    P = std::max<int64_t>(1, std::min<int64_t>(P, (kRopeTableBytes / static_cast<int64_t>(sizeof(double)) - half) /
+                                                      (2 * half)));
+    const std::size_t smem = static_cast<std::size_t>((2 * P + 1) * half) * sizeof(double);
     const auto blocks = static_cast<unsigned>((rows + P - 1) / P);
     if (packed)
       rope_kernel<T, kV><<<blocks, cuda::kBlock, smem, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), a, P);

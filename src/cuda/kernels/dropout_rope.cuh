@@ -22,8 +22,8 @@ void launch_dropout(DType dt, void* out, const void* in, const DropoutArgs& a, c
 // Rotary embedding of x (B, H, T, D) into out (same shape), both strided (element strides, any layout, out
 // not overlapping x unless both have the same strides): pair j of position t rotates by
 // angle = (offset + t) * rope_inv_freq_at(freq, j) (double, rope_freq.h, as the CPU path), times `sign` (+1
-// forward, -1 the inverse rotation). D/2 * 16 bytes of cos/sin table per position must fit kRopeTableBytes
-// (D <= 6144; Note [RoPE kernel tiling] in dropout_rope.cu).
+// forward, -1 the inverse rotation). The shared table of one position, (3 * D/2) doubles (inv_freq, cos, sin), must
+// fit kRopeTableBytes (D <= 4096; Note [RoPE kernel tiling] in dropout_rope.cu).
 struct RopeArgs {
   int64_t B, H, T, D, offset;
   int64_t in_stride[4], out_stride[4];
