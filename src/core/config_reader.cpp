@@ -707,6 +707,11 @@ bool ConfigReader::has(const std::string& key) {
   return k.IsDefined() && !v.IsNull();
 }
 
+bool ConfigReader::holds_section(const std::string& key) const {
+  const auto [k, v] = s_->find(key);
+  return k.IsDefined() && v.IsMap();
+}
+
 void ConfigReader::finish() {
   const Section& s = *s_;
   if (s.node.IsDefined() && s.node.IsMap()) {

@@ -50,6 +50,44 @@ RunSection read_run(ConfigReader r, const std::string& default_name) {
   return s;
 }
 
+// data.rand_augment: timm's string, or a section whose policy sets the other keys' defaults.
+std::optional<data::RandAugmentOptions> read_rand_augment(ConfigReader& r) {
+  const std::string key = "rand_augment";
+  if (!r.has(key)) return std::nullopt;
+  data::RandAugmentOptions o;
+  if (!r.holds_section(key)) {
+    const std::string spec = r.get<std::string>(key, "");
+    try {
+      o = data::parse_rand_augment(spec);
+    } catch (const Error& e) {
+      r.fail(key, e.what());
+    }
+    return o;
+  }
+  ConfigReader ra = r.child(key);
+  const auto policy = ra.get_choice("policy", data::RandAugmentPolicy::timm,
+                                    {{"timm", data::RandAugmentPolicy::timm},
+                                     {"torchvision", data::RandAugmentPolicy::torchvision}});
+  const bool timm = policy == data::RandAugmentPolicy::timm;
+  o = timm ? data::RandAugmentOptions::timm_defaults() : data::RandAugmentOptions::torchvision_defaults();
+  if (timm) {
+    o.increasing = ra.get("increasing", o.increasing);
+    if (ra.has("num_magnitude_bins")) ra.fail("num_magnitude_bins", "applies to policy torchvision only");
+  } else {
+    o.num_magnitude_bins = ra.get("num_magnitude_bins", o.num_magnitude_bins, Range::at_least(2));
+    if (ra.has("increasing")) ra.fail("increasing", "applies to policy timm only (torchvision's ops are fixed)");
+  }
+  o.num_ops = ra.get("num_ops", o.num_ops, Range::closed(1, 64));
+  o.magnitude = ra.get("magnitude", o.magnitude, Range::closed(0.0, o.max_magnitude()));
+  o.magnitude_std = ra.get("magnitude_std", o.magnitude_std, Range::non_negative());
+  o.prob = ra.get("prob", o.prob, Range::closed(0.0, 1.0));
+  o.warp.resample = ra.get_choice("interpolation", data::Resample::bilinear,
+                                  {{"bilinear", data::Resample::bilinear}, {"nearest", data::Resample::nearest}});
+  for (int64_t v : ra.get_list<int64_t>("fill", {0}, Range::closed(0, 255)))
+    o.warp.fill.push_back(static_cast<uint8_t>(v));
+  return o;
+}
+
 DataSection read_data(ConfigReader r) {
   DataSection s;
   s.dataset = r.get_choice("dataset", DatasetKind::fashion_mnist,
@@ -110,6 +148,7 @@ DataSection read_data(ConfigReader r) {
   s.mix.label_smoothing = mix.get("label_smoothing", 0.1, Range::half_open(0.0, 1.0));
   s.mix.mode = mix.get_enum("mode", "batch", {"batch", "elem"});
   s.mix.correct_lam = mix.get("correct_lam", true);
+  s.rand_augment = read_rand_augment(r);
   return s;
 }
 
@@ -264,6 +303,7 @@ CheckpointSection read_checkpoint(ConfigReader r, const std::string& out_dir) {
   const std::string dir = r.get<std::string>("dir", "");
   s.dir = dir.empty() ? (std::filesystem::path(out_dir) / "checkpoints").string() : dir;
   s.continue_on_save_failure = r.get_enum("on_save_failure", "stop", {"stop", "continue"}) == "continue";
+  s.sharded = r.get("sharded", true);
   return s;
 }
 

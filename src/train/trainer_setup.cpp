@@ -152,6 +152,15 @@ Datasets make_datasets(const TrainerConfig& cfg) {
       train = data::with_transform(train, data::imagenet_train_transform(d.image_size));
       break;
   }
+  if (d.rand_augment) {
+    // After the crop and flip, before normalisation (torchvision's classification recipe), drawing from the
+    // same sample stream after them.
+    const std::size_t fills = d.rand_augment->warp.fill.size();
+    HT_CHECK(fills <= 1 || static_cast<int64_t>(fills) == ds.channels,
+             "data.rand_augment.fill: {} values for {}-channel images (give one, or one per channel)", fills,
+             ds.channels);
+    train = data::with_transform(train, data::rand_augment_transform(*d.rand_augment));
+  }
   if (d.dataset == DatasetKind::image_folder)
     test = data::with_transform(test, data::imagenet_eval_transform(d.eval_resize, d.image_size));
   ds.train = train;

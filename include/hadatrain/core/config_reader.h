@@ -97,6 +97,8 @@ class ConfigReader {
   ConfigReader child(const std::string& key);
   // True when `key` is present in this section (also marks it as known to the schema).
   bool has(const std::string& key);
+  // True when `key` is present and holds a section (a map), for keys that take either a string or a section.
+  bool holds_section(const std::string& key) const;
   // The keys present in this section, in document order (for sections whose keys are user data, such as
   // module-name patterns). Does not mark them known: read each with child()/get().
   std::vector<std::string> keys() const;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hadatrain/core/config_reader.h"
+#include "hadatrain/data/rand_augment.h"
 #include "hadatrain/data/text_data.h"
 #include "hadatrain/dist/options.h"
 #include "hadatrain/models/llama.h"
@@ -55,6 +56,9 @@ struct DataSection {
     bool correct_lam = true;
     bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0; }
   } mix;
+  // RandAugment on training images after the augmentation above, before normalisation (data/rand_augment.h);
+  // absent = off. A section, or timm's string ("rand-m9-mstd0.5-inc1").
+  std::optional<data::RandAugmentOptions> rand_augment;
 };
 
 enum class ModelKind { mlp, resnet18, resnet34, resnet50, vit, llama };
@@ -151,6 +155,9 @@ struct CheckpointSection {
   // on_save_failure: stop (a failed save stops the run, naming the last good checkpoint) or continue (warn
   // and train on; the next save tries again).
   bool continue_on_save_failure = false;
+  // dist.mode fsdp: every rank writes its own shard file into the step's folder (true), or the shards are
+  // gathered and rank 0 writes a plain checkpoint (false). Other modes write plain checkpoints.
+  bool sharded = true;
 };
 
 struct TrainerConfig {
