@@ -438,25 +438,28 @@ std::map<std::string, Tensor> FullyShardedModel::shard_optimizer_state(const std
   return shards;
 }
 
-void FullyShardedModel::save_sharded(const std::filesystem::path& dir) const {
+void FullyShardedModel::save_sharded(const std::filesystem::path& dir, int64_t step) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   HT_CHECK(!ec, "fsdp: cannot create the checkpoint folder {}: {}", dir.string(), ec.message());
   io::TensorList tensors;
-  nlohmann::json shapes = nlohmann::json::object();
+  nlohmann::json shapes = nlohmann::json::object(), chunks = nlohmann::json::object();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Param& p = params_[i];
     tensors.emplace_back("model/" + p.name, p.shard.detach());
     shapes["model/" + p.name] = p.shape.vec();
+    chunks["model/" + p.name] = p.chunk;
     for (std::size_t k = 0; k < shards_->state_names().size(); ++k) {
       const Tensor& s = shards_->state(i, k);
       if (!s.defined()) continue;
       const std::string key = "optim/" + p.name + "." + shards_->state_names()[k];
       tensors.emplace_back(key, s);
       shapes[key] = p.shape.vec();
+      chunks[key] = p.chunk;
     }
   }
-  const nlohmann::json meta = {{"world_size", comm_.size()}, {"rank", comm_.rank()}, {"shapes", shapes}};
+  nlohmann::json meta = {{"world_size", comm_.size()}, {"rank", comm_.rank()}, {"shapes", shapes}, {"chunks", chunks}};
+  if (step >= 0) meta["step"] = step;
   io::save_safetensors(dir / fmt::format("shard-{}-of-{}.safetensors", comm_.rank(), comm_.size()), tensors,
                        {{"hadatrain_fsdp", meta.dump()}});
 }
@@ -499,6 +502,23 @@ ConsolidatedState consolidate_sharded(const std::filesystem::path& dir) {
     else out.optimizer.emplace(key.substr(6), whole);
   }
   return out;
+}
+
+bool has_shards(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::any_of(std::filesystem::directory_iterator(dir, ec), std::filesystem::directory_iterator(),
+                     [](const std::filesystem::directory_entry& e) {
+                       return e.path().filename().string().rfind("shard-", 0) == 0 && e.path().extension() == ".safetensors";
+                     });
+}
+
+void consolidate_checkpoint(io::Checkpoint& ck) {
+  if (!has_shards(ck.dir)) return;
+  ConsolidatedState whole = consolidate_sharded(ck.dir);
+  for (auto& [name, t] : whole.model) ck.model.tensors[name] = std::move(t);
+  io::SafetensorsContents optimizer;
+  optimizer.tensors = std::move(whole.optimizer);
+  ck.optimizer = std::move(optimizer);
 }
 
 }  // namespace ht::dist

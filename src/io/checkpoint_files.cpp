@@ -44,7 +44,7 @@ bool is_complete(const fs::path& dir) {
 
 // Leftovers of interrupted saves: step_<N>.tmp and step_<N>.old.tmp directories.
 bool is_leftover(const std::string& name) {
-  for (std::string_view suffix : {".old.tmp", ".tmp"}) {
+  for (std::string_view suffix : {".old.tmp", ".shards.tmp", ".tmp"}) {
     if (name.size() > suffix.size() && name.ends_with(suffix) &&
         parse_step_name(std::string_view(name).substr(0, name.size() - suffix.size())))
       return true;
@@ -116,7 +116,8 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointData& data, const
   HT_CHECK(data.step >= 0, "save_checkpoint: step must be >= 0, got {}", data.step);
   HT_CHECK(opts.keep_last >= 0, "save_checkpoint: keep_last must be >= 0 (0 keeps every checkpoint), got {}",
            opts.keep_last);
-  HT_CHECK(!data.model.empty(), "save_checkpoint: step {} has no model tensors", data.step);
+  HT_CHECK(!data.model.empty() || !data.adopt_files.empty(), "save_checkpoint: step {} has no model tensors",
+           data.step);
   const fs::path final_dir = checkpoint_dir(root, data.step);
   fs::path tmp_dir = final_dir;
   tmp_dir += ".tmp";
@@ -142,6 +143,7 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointData& data, const
     if (!data.optimizer.empty())
       save_safetensors(tmp_dir / kOptimizerFile, data.optimizer, {{"format", "pt"}, {"step", std::to_string(data.step)}});
     write_file_atomic(tmp_dir / kStateFile, state_text);
+    for (const fs::path& f : data.adopt_files) fs::rename(f, tmp_dir / f.filename());
     fsync_directory(tmp_dir);
 
     // Into place. An existing checkpoint of the same step is moved aside first and removed afterwards.

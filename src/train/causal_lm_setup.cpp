@@ -11,6 +11,7 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/data/text_data.h"
 #include "hadatrain/data/text_loader.h"
+#include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/hf_checkpoint.h"
 #include "hadatrain/train/causal_lm.h"
@@ -77,7 +78,11 @@ std::shared_ptr<models::Llama> build_llama(const models::LlamaConfig& c, const s
 // The weights of `src` under HF names (a LoRA checkpoint also holds its adapters).
 std::map<std::string, Tensor> source_tensors(const LlamaSource& src) {
   if (src.kind == LlamaSource::Kind::hf) return io::read_hf_weights(src.dir).tensors;
-  return io::load_safetensors(src.dir / "model.safetensors").tensors;
+  io::Checkpoint ck;  // a sharded checkpoint's shards joined to what model.safetensors holds
+  ck.dir = src.dir;
+  ck.model = io::load_safetensors(src.dir / "model.safetensors");
+  dist::consolidate_checkpoint(ck);
+  return std::move(ck.model.tensors);
 }
 
 }  // namespace

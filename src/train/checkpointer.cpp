@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/dist/fsdp.h"
 #include "hadatrain/tensor/dtype.h"
 
 namespace ht::train {
@@ -83,6 +84,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     ck = io::load_checkpoint_dir(from.path);
   }
   if (!ck) return std::nullopt;
+  dist::consolidate_checkpoint(*ck);  // a sharded checkpoint's shards joined: any world size resumes it
   // The seed fixes the data order and the dropout masks: a resume under another seed would continue a
   // different run from this one's weights.
   if (const auto it = ck->state.find("seed"); it != ck->state.end() && it->get<uint64_t>() != o_.seed)
@@ -118,9 +120,16 @@ std::string Checkpointer::last_good_checkpoint() const {
 fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   io::CheckpointData d;
   d.step = st.step;
-  d.model = model_tensors(parts_);
-  d.optimizer = optimizer_tensors(parts_);
-  if (parts_.sharded && !parts_.sharded->writer) return {};  // gathered with the writer; it writes
+  if (parts_.sharded && parts_.sharded->write_shards) {
+    // A sharded checkpoint: every rank's shard file is durable before the writer publishes the step.
+    d.adopt_files = parts_.sharded->write_shards(o_.dir / fmt::format("step_{}.shards.tmp", st.step), st.step);
+    if (!parts_.sharded->writer) return {};
+    d.model = to_list(parts_.sharded->unsharded());
+  } else {
+    d.model = model_tensors(parts_);
+    d.optimizer = optimizer_tensors(parts_);
+    if (parts_.sharded && !parts_.sharded->writer) return {};  // gathered with the writer; it writes
+  }
   // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
   if (const std::string bad = first_non_finite(d.model); !bad.empty())
     throw Error(fmt::format("the checkpoint of step {} was not written: the model's tensor {} (training diverged; "
@@ -163,6 +172,7 @@ io::Checkpoint read_checkpoint_for_eval(const std::string& dir) {
   if (fs::exists(fs::path(dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(dir);
   else ck = io::load_latest_checkpoint(dir);
   HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir);
+  dist::consolidate_checkpoint(*ck);
   const std::string bad = first_non_finite(ck->model.tensors);
   HT_CHECK(bad.empty(), "--checkpoint: {} cannot be evaluated: its model tensor {}", ck->dir.string(), bad);
   return std::move(*ck);

@@ -38,6 +38,13 @@ struct ShardedState {
   std::function<void(const std::map<std::string, Tensor>&)> load_model;
   std::function<std::map<std::string, Tensor>(const std::map<std::string, Tensor>&)> shard_optimizer;
   bool writer = true;  // rank 0 writes; the other ranks gather with it and write nothing
+  // checkpoint.sharded (set: a sharded checkpoint, nothing is gathered): every rank writes its own
+  // shard-<rank>-of-<N>.safetensors into `dir` for `step` (barriers before and after: when it returns every
+  // rank's file is durable) and gets every rank's file back, which the writer moves into the checkpoint
+  // (io::CheckpointData::adopt_files); `unsharded` is what model.safetensors holds then (buffers, frozen
+  // parameters).
+  std::function<std::vector<std::filesystem::path>(const std::filesystem::path& dir, int64_t step)> write_shards;
+  std::function<std::map<std::string, Tensor>()> unsharded;
 };
 
 // The objects whose state a checkpoint holds; they outlive the Checkpointer.

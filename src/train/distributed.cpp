@@ -116,7 +116,7 @@ std::shared_ptr<nn::ParameterStore> DistributedRun::shard(std::shared_ptr<nn::Pa
   return fsdp_->shard_store();
 }
 
-ShardedState DistributedRun::sharded_state(nn::Module& model) const {
+ShardedState DistributedRun::sharded_state(nn::Module& model, bool shard_files) const {
   HT_ASSERT(fsdp_, "DistributedRun::sharded_state outside dist.mode fsdp");
   dist::FullyShardedModel* f = fsdp_.get();
   ShardedState s;
@@ -138,6 +138,28 @@ ShardedState DistributedRun::sharded_state(nn::Module& model) const {
     model.load_state_dict(rest, nn::StrictLoad::no);
   };
   s.shard_optimizer = [f](const std::map<std::string, Tensor>& whole) { return f->shard_optimizer_state(whole); };
+  if (!shard_files) return s;
+  dist::Communicator* comm = pg_.comm.get();
+  s.write_shards = [f, comm](const std::filesystem::path& dir, int64_t step) {
+    if (comm->rank() == 0) {  // a fresh folder: shards of an interrupted save of this step go
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      std::filesystem::create_directories(dir, ec);
+      HT_CHECK(!ec, "checkpoint: cannot create {} for the ranks' shards: {}", dir.string(), ec.message());
+    }
+    comm->barrier();
+    f->save_sharded(dir, step);  // this rank's file, written atomically (temporary file, fsync, rename)
+    comm->barrier();             // every rank's file is durable
+    std::vector<std::filesystem::path> files;
+    for (int r = 0; r < comm->size(); ++r)
+      files.push_back(dir / fmt::format("shard-{}-of-{}.safetensors", r, comm->size()));
+    return files;
+  };
+  s.unsharded = [f, &model] {
+    std::map<std::string, Tensor> out = model.state_dict();  // buffers, frozen parameters, empty slots
+    for (const auto& p : f->params()) out.erase(p.name);
+    return out;
+  };
   return s;
 }
 

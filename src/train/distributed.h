@@ -42,7 +42,8 @@ class DistributedRun {
   // fsdp: the checkpointer's view of the sharded model (checkpointer.h): whole tensors gathered from every
   // rank for a plain checkpoint that rank 0 writes (any world size resumes it), cut into this rank's shards
   // on resume. `model` keeps the buffers and frozen parameters, which are not sharded.
-  ShardedState sharded_state(nn::Module& model) const;
+  // `shard_files` (checkpoint.sharded): every rank writes its own shards instead (nothing is gathered).
+  ShardedState sharded_state(nn::Module& model, bool shard_files) const;
   // This rank's rows of a global batch; remembers its share for after_backward: its slice's loss weight
   // (Task::loss_weight: images, or tokens with a label) over the whole batch's, which every rank computes
   // from the global batch it holds, so no collective is needed.

@@ -138,9 +138,10 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const int64_t spe = loader.batches_per_epoch();
   const optim::ScheduleConfig schedule = make_schedule(cfg, spe);
 
-  // dist.mode fsdp: checkpoints hold the whole tensors, gathered from every rank's shards (rank 0 writes).
+  // dist.mode fsdp: every rank writes its shards (checkpoint.sharded), or the whole tensors are gathered from
+  // them and rank 0 writes.
   std::optional<ShardedState> sharded_state;
-  if (dist_run && dist_run->fsdp()) sharded_state = dist_run->sharded_state(*model);
+  if (dist_run && dist_run->fsdp()) sharded_state = dist_run->sharded_state(*model, cfg.checkpoint.sharded);
   Checkpointer checkpointer({.dir = cfg.checkpoint.dir,
                              .keep_last = cfg.checkpoint.keep_last,
                              .keep_best = cfg.checkpoint.keep_best,

@@ -53,6 +53,7 @@
 
 #include "hadatrain/dist/comm_quant.h"
 #include "hadatrain/dist/communicator.h"
+#include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/nn/parameter_store.h"
 
 namespace ht::dist {
@@ -112,8 +113,9 @@ class FullyShardedModel {
   std::map<std::string, Tensor> shard_optimizer_state(const std::map<std::string, Tensor>& state) const;
 
   // Sharded checkpoint: every rank writes <dir>/shard-<rank>-of-<N>.safetensors atomically (its shards of the
-  // parameters and of the optimiser state, metadata: world size, rank, each parameter's shape).
-  void save_sharded(const std::filesystem::path& dir) const;
+  // parameters and of the optimiser state; metadata: world size, rank, each tensor's shape and elements per
+  // rank, and `step` when given).
+  void save_sharded(const std::filesystem::path& dir, int64_t step = -1) const;
 
   struct Param {
     std::string name;
@@ -161,5 +163,13 @@ struct ConsolidatedState {
   int world_size = 0;
 };
 ConsolidatedState consolidate_sharded(const std::filesystem::path& dir);
+
+// True when a checkpoint directory holds shard-<rank>-of-<N>.safetensors files (checkpoint.sharded).
+bool has_shards(const std::filesystem::path& dir);
+// A loaded checkpoint made whole when its directory holds shards: their parameters join ck.model's tensors
+// (model.safetensors holds the rest: buffers, frozen parameters) and their optimiser state becomes
+// ck.optimizer, so that it loads like a plain checkpoint on any world size and in any dist.mode. A plain
+// checkpoint is left as it is.
+void consolidate_checkpoint(io::Checkpoint& ck);
 
 }  // namespace ht::dist

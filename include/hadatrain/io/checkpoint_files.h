@@ -26,6 +26,8 @@ namespace ht::io {
 // back to the highest complete step_<N>. Pruning (keep_last K) only considers checkpoints with a step below the
 // one just written: it keeps the newest K (counting the new one), never deletes the one `best` names, and never
 // deletes higher-numbered checkpoints (those are left by an abandoned run resumed from an earlier step).
+// A sharded checkpoint's ranks write their shards into <root>/step_<N>.shards.tmp/ first (a leftover like
+// the others); save_checkpoint moves them into step_<N>.tmp/ (CheckpointData::adopt_files) before the rename.
 
 enum class MarkBest { no, yes };
 
@@ -35,6 +37,10 @@ struct CheckpointData {
   TensorList optimizer;  // empty: no optimizer.safetensors is written
   nlohmann::json state = nlohmann::json::object();
   Metadata model_metadata;  // extra __metadata__ for model.safetensors ("format" and "step" are set by us)
+  // Files already written and fsync'ed elsewhere on the same filesystem (a sharded checkpoint's per-rank
+  // shards): moved into the checkpoint directory before it is published, keeping their names. With any,
+  // `model` may be empty (model.safetensors then holds no tensors, only the metadata).
+  std::vector<std::filesystem::path> adopt_files;
 };
 
 struct CheckpointSaveOptions {
