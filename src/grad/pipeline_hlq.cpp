@@ -27,6 +27,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/grad/phase_marks.h"
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "pipeline_helpers.h"
 
@@ -131,10 +132,15 @@ class HlqPipeline final : public Pipeline {
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                         SaveForBackward save) override {
     ForwardResult r;
+    mark_phase("forward: product");
     r.y = forward_product(x, w, info);  // (B, L, O), high precision
+    mark_phase(nullptr);
     if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, x.dtype(), x.size(1), key);
-    if (!s->later.defer(x, info.rebuild, later_allowed())) s->bytes = save_input(*s, x);
+    if (!s->later.defer(x, info.rebuild, later_allowed())) {
+      PhaseScope phase("forward: ACBP (project, quantise x)");
+      s->bytes = save_input(*s, x);
+    }
     r.saved = std::move(s);
     return r;
   }
@@ -149,7 +155,9 @@ class HlqPipeline final : public Pipeline {
                              SaveForBackward save) override {
     const Tensor& image = info.image;  // (N, C, H, W), any strides
     ForwardResult r;
+    mark_phase("forward: product");
     r.y = conv_forward_product(info, w);  // (B, L, O)
+    mark_phase(nullptr);
     if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, image.dtype(), info.grid_h * info.grid_w, key);
     s->conv.defined = true;
@@ -160,7 +168,10 @@ class HlqPipeline final : public Pipeline {
     s->conv.grid_h = info.grid_h;
     s->conv.grid_w = info.grid_w;
     s->conv.window = info.window;
-    if (!s->later.defer(image, info.rebuild, later_allowed())) s->bytes = save_input(*s, image);
+    if (!s->later.defer(image, info.rebuild, later_allowed())) {
+      PhaseScope phase("forward: ACBP (project, quantise x)");
+      s->bytes = save_input(*s, image);
+    }
     r.saved = std::move(s);
     return r;
   }
@@ -171,10 +182,12 @@ class HlqPipeline final : public Pipeline {
     const bool wgrad = wanted.w && wgrad_simulated(s);
     Tensor image;  // (N, C, H, W) for the simulated g_w
     if (wgrad) {
+      mark_phase("backward: input for simulated g_w");
       image = s.later.pending() ? s.later.take() : map_image(s);
     } else if (s.later.pending()) {
       // What the forward would have saved, from the same input (same bits): the kept input (acbp_share) or the
       // input rebuilt by its op (acbp_rebuild).
+      mark_phase("backward: ACBP of the shared / rebuilt input");
       save_input(s, s.later.take());
     }
     Grads g;
@@ -183,16 +196,27 @@ class HlqPipeline final : public Pipeline {
     const bool share = wanted.x && wanted.w && gw_quantises_raw_gy(s);
     Tensor gy_absmax;
     if (wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad_simulated) {
+      mark_phase("g_x: simulated (quantise, dgrad)");
       g.x = grad_x_dgrad_simulated(s, g_y, share ? &gy_absmax : nullptr);
       g.x_is_image = true;
     } else if (wanted.x) {
-      g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr).to(s.x_dtype);
+      g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr);
+      if (g.x.dtype() != s.x_dtype) {
+        mark_phase("g_x: dtype conversion");
+        g.x = g.x.to(s.x_dtype);
+      }
     }
     if (wgrad) {
+      mark_phase("g_w: simulated (project, quantise, wgrad)");
       g.w = grad_w_wgrad_simulated(s, g_y, image, gy_absmax).to(s.w.dtype());
     } else if (wanted.w) {
-      g.w = grad_w(s, g_y, gy_absmax).to(s.w.dtype());
+      g.w = grad_w(s, g_y, gy_absmax);
+      if (g.w.dtype() != s.w.dtype()) {
+        mark_phase("g_w: dtype conversion");
+        g.w = g.w.to(s.w.dtype());
+      }
     }
+    mark_phase(nullptr);
     return g;
   }
 
@@ -468,8 +492,10 @@ class HlqPipeline final : public Pipeline {
   Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (B, L, I)
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
     const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
+    mark_phase("g_x: W transposed");
     const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
     if (o_.gx_bits == 0) {  // rotation only: (g_y H)(H W) / T = g_y W up to rounding
+      mark_phase("g_x: unquantised product");
       const Tensor gh = hadamard_blocks(g_y, T);  // (B, L, O)
       const Tensor wh = hadamard_blocks(wt, T);   // (I, O)
       return div(matmul(gh, wh.transpose(0, 1)), static_cast<double>(T));
@@ -479,11 +505,14 @@ class HlqPipeline final : public Pipeline {
     QuantSpec qg = gy_spec(s, T);
     qg.values_dtype = carrier == Carrier::fp8 ? DType::f8e4m3 : DType::i8;
     qg.report_input_absmax = gy_absmax != nullptr;
+    mark_phase("g_x: quantise g_y (Hadamard, 4-bit SR)");
     const Quantized q_g = quantize(g_y, qg);  // (B, L, O) int8 or e4m3
     if (gy_absmax) *gy_absmax = q_g.input_absmax;
     QuantSpec qw = w_spec(s, T);
     qw.values_dtype = qg.values_dtype;
+    mark_phase("g_x: quantise W (Hadamard, 4-bit)");
     const Quantized q_w = quantize(wt, qw);  // (I, O) int8 / e4m3 = (H W)ᵀ quantised
+    mark_phase("g_x: low-precision product");
     const Tensor a = reshape(q_g.values, {B * L, O});  // (B·L, O) int8 / e4m3
     const double inv_t = 1.0 / static_cast<double>(T);  // a power of two: s_w·(1/T) has the bits of s_w / T
     // Out in the compute dtype (bf16 stays bf16; other dtypes f32). Per-row / per-sample s_g: rows of the
@@ -564,11 +593,13 @@ class HlqPipeline final : public Pipeline {
   // gy_absmax: max |g_y| when grad_x computed it (then the identity plan's g̃ = g_y needs no statistics pass).
   Tensor grad_w(const HlqSaved& s, const Tensor& g_y, const Tensor& gy_absmax) const {  // (O, I)
     // acbp_conv input_map: the columns, projected and compressed as the forward would have done.
+    if (s.map.values.defined()) mark_phase("g_w: columns from the saved input map");
     const SavedColumns rebuilt = s.map.values.defined()
                                      ? save_image_columns(map_image(s), s.conv.window, s.axis, s.L)
                                      : SavedColumns{};
     const SavedColumns& c = s.map.values.defined() ? rebuilt : s.cols;
     Tensor gm = g_y;
+    mark_phase("g_w: project g_y (HLA)");
     if (s.axis.extra > 0) gm = narrow(g_y, 1, s.axis.extra, s.L - s.axis.extra);
     gm = pad_tokens(gm, s.axis.pad);
     // The 8-bit quantiser's m (one absmax scale): from the g_x quantiser's pass (identity plan, gy_absmax) or
@@ -582,12 +613,15 @@ class HlqPipeline final : public Pipeline {
     const DType out = s.axis.extra == 0 && (wdt == DType::f32 || wdt == DType::bf16) ? wdt : DType::f32;
     Tensor gw;
     if (o_.gw_bits == 0) {  // acbp_bits is 0 too: x̃ was kept unquantised; Σ_b g̃[b]ᵀ·x̃[b] (O, I)
+      mark_phase("g_w: unquantised product");
       gw = matmul(reshape(gp.to(DType::f32), {-1, gp.size(2)}).transpose(0, 1),
                   reshape(c.xc.values.to(DType::f32), {-1, c.xc.values.size(2)}));
       gw = mul(gw, inv_n);
     } else {  // without ACBP the projection was kept unquantised and is quantised now
+      if (c.xc.bits == 0) mark_phase("g_w: quantise x~ (acbp_bits 0)");
       gw = quantized_grad_w(s, gp, c.xc.bits == 0 ? compress(c.xc.values, o_.gw_bits) : c.xc, inv_n, out, gp_absmax);
     }
+    if (s.axis.extra > 0) mark_phase("g_w: exact extra tokens");
     if (s.axis.extra > 0)
       gw = add(gw, exact_grad_w(narrow(g_y, 1, 0, s.axis.extra).to(DType::f32), c.x_extra.to(DType::f32)));
     return gw;
@@ -598,15 +632,21 @@ class HlqPipeline final : public Pipeline {
   // int32 product), else f32. gp_absmax: max |g̃| if already known (else undefined).
   Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, double mult, DType out,
                           const Tensor& gp_absmax) const {
+    if (xc.bits == 4) mark_phase("g_w: unpack int4 x");
     const Tensor xq = decompress(xc);
     QuantSpec qs = gw_spec(s);
+    mark_phase("g_w: quantise g~ (8-bit SR)");
     if (qs.granularity == Granularity::tensor) {  // one product over K = B·R, int32 (O, I)
       qs.layout = ValuesLayout::transposed;         // the quantiser writes q_g K-major: (O, B·R)
       qs.known_absmax = gp_absmax;                  // skips the statistics pass when defined
       const Quantized q_g = quantize(gp, qs);
-      return scale_i32(int8_matmul_nt(q_g.values, xq), q_g.scale, xc.scale, mult, out);
+      mark_phase("g_w: int8 product");
+      const Tensor prod = int8_matmul_nt(q_g.values, xq);
+      mark_phase("g_w: scale the int32 product");
+      return scale_i32(prod, q_g.scale, xc.scale, mult, out);
     }
     const Quantized q_g = quantize(gp, qs);  // (B, R, O) int8, scale (B)
+    mark_phase("g_w: per-sample scaled product");
     // per-sample scales: Note [Per-sample scales in one product], with mult folded into the scales
     return scaled_code_product(q_g.values, xq, mul(mul(q_g.scale, xc.scale), mult));
   }

@@ -19,6 +19,8 @@
 // every mlp.fc1 and attn.qkv (the gelu and the attention keep no copy of their outputs: one more GEMM each in
 // backward), hlq_rc_fc1 on mlp.fc1 only, exact_rc the same layers on exact (ViTs only). The ResNets use the
 // trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
+// HT_BENCH_PHASES=1 adds the time per pipeline phase of an eager step (tools/bench/phase_timer.h: HLQ's quantisers,
+// projections, products, the conv fold; the rest of the step in one line).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +40,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "phase_timer.h"
 #include "timing.h"
 
 using namespace ht;
@@ -191,6 +194,11 @@ int main(int argc, char** argv) {
   std::printf("  host issue time per step: %.2f ms (vs %.2f ms step)\n", host_ms(step), med);
   const std::string prof = backward_profile_report();
   if (!prof.empty() && prof.find('\n') != prof.size() - 1) std::printf("%s", prof.c_str());
+  // HT_BENCH_PHASES=1: the step's time per pipeline phase (phase_timer.h; eager, before the graph is recorded).
+  if (bench::PhaseTimer::wanted()) {
+    bench::PhaseTimer phases;
+    phases.run_and_print((name + " batch " + std::to_string(batch) + " " + pipeline).c_str(), step);
+  }
 
   // The same step recorded once into a CUDA graph and replayed (cuda/graph.h): what the trainer runs with
   // train.cuda_graph. Warm-up steps on the graph's stream first (workspaces there, buffers exist). Not with
