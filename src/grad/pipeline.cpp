@@ -9,6 +9,7 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/error.h"
+#include "hadatrain/grad/phase_marks.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/linalg.h"
@@ -97,6 +98,20 @@ std::unique_ptr<OutputRebuild> output_rebuild(const Tensor& x, const Tensor& w, 
   return r;
 }
 
+// The image gradient of a conv product's columns gradient cols (N, L, C·kh·kw). A 1x1 window at stride 1 without
+// padding makes the columns the channels-last image itself (L = H·W positions of C channels, nothing summed): for a
+// channels-last image they are returned as its (N, C, H, W) view, no pass over them (the same values; fold2d's
+// sum 0 + v would turn a -0 into +0, the view keeps it); otherwise fold2d.
+Tensor fold_columns(const Tensor& cols, const Fold2dParams& p) {
+  const Unfold2dParams& u = p.window;
+  const bool identity = u.kernel_h == 1 && u.kernel_w == 1 && u.stride_h == 1 && u.stride_w == 1 && u.pad_h == 0 &&
+                        u.pad_w == 0 && cols.dim() == 3 && cols.size(1) == p.height * p.width &&
+                        cols.size(2) == p.channels && cols.is_contiguous();
+  if (p.channels_last && identity)
+    return permute(reshape(cols, {cols.size(0), p.height, p.width, p.channels}), {0, 3, 1, 2});
+  return fold2d(cols, p);
+}
+
 // Inputs (x, w) and optionally the bias, or (image, w) for a conv product, whose columns' gradient is folded back
 // to the image.
 class PipelineProductBackward final : public Node {
@@ -115,13 +130,23 @@ class PipelineProductBackward final : public Node {
              name());
     std::vector<Tensor> out(next_edges_.size());
     if (!grads[0].defined()) return out;
+    if (!grads[0].is_contiguous()) mark_phase("product node: g_y made contiguous");
     const Tensor g_y = grads[0].contiguous();
     // The bias's gradient first: the pipeline's backward may release what it kept (and g_y is read either way).
-    if (out.size() == 3 && needs_input_grad(2)) out[2] = to_dtype(sum(g_y, {0, 1}), bias_dtype_);
+    if (out.size() == 3 && needs_input_grad(2)) {
+      mark_phase("product node: bias gradient");
+      out[2] = to_dtype(sum(g_y, {0, 1}), bias_dtype_);
+    }
+    mark_phase(nullptr);
     Wanted wanted{needs_input_grad(0), needs_input_grad(1)};
     if (!wanted.x && !wanted.w) return out;
     Grads g = pipeline_->backward(*saved_, g_y, wanted);
-    if (wanted.x) out[0] = fold_ && !g.x_is_image ? fold2d(g.x, *fold_) : g.x;
+    if (wanted.x && fold_ && !g.x_is_image) {
+      PhaseScope phase("g_x: fold the columns to the image");
+      out[0] = fold_columns(g.x, *fold_);
+    } else if (wanted.x) {
+      out[0] = g.x;
+    }
     if (wanted.w) out[1] = g.w;
     return out;
   }
@@ -241,7 +266,8 @@ Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& 
                 r.y.size(2) == w.size(0),
             "pipeline {}: conv forward gave {} for image {} and weight {}", name, r.y.describe(), image.describe(),
             w.describe());
-  return record_product(std::move(r), call, {image, w, Tensor(), Fold2dParams{C, H, W, window}});
+  // A channels-last image gets a channels-last gradient (no transpose between this node and the one before it).
+  return record_product(std::move(r), call, {image, w, Tensor(), Fold2dParams{C, H, W, window, is_channels_last(image)}});
 }
 
 // ---- selection -----------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include "cpu/loops.h"
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/ops/dispatch.h"
+#include "hadatrain/ops/shape_ops.h"
 #ifdef HADATRAIN_CUDA
 #include "cuda/glue/unfold_glue.h"
 #endif
@@ -59,9 +60,11 @@ void unfold_cpu(const Tensor& cols, const Tensor& x, const FoldShape& s, const U
   });
 }
 
-// x (N, C, H, W) contiguous <- the sum of each element's entries of cols (N, L, C·kh·kw) any strides.
+// x (N, C, H, W) any strides (contiguous or channels-last) <- the sum of each element's entries of cols (N, L,
+// C·kh·kw) any strides.
 void fold_cpu(const Tensor& x, const Tensor& cols, const FoldShape& s, const Unfold2dParams& p) {
   const int64_t cn = cols.strides()[0], cl = cols.strides()[1], ck = cols.strides()[2];
+  const Strides& xs = x.strides();
   visit_floating(cols.dtype(), "fold2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -83,7 +86,7 @@ void fold_cpu(const Tensor& x, const Tensor& cols, const FoldShape& s, const Unf
                 acc += cpu::convert<A>(pc[n * cn + (oh * s.OW + ow) * cl + ((c * s.kh + i) * s.kw + j) * ck]);
               }
             }
-            *dst++ = cpu::convert<T>(acc);
+            dst[n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3]] = cpu::convert<T>(acc);
           }
   });
 }
@@ -140,7 +143,8 @@ Tensor fold2d(const Tensor& cols, const Fold2dParams& p) {
            "(output grid {}x{})",
            cols.describe(), s.L(), s.cols(), s.C, s.H, s.W, s.kh, s.kw, s.OH, s.OW);
   Tensor cd = cols.detach();
-  Tensor out = empty({s.N, s.C, s.H, s.W}, {cols.dtype(), cols.device()});
+  Tensor out = p.channels_last ? permute(empty({s.N, s.H, s.W, s.C}, {cols.dtype(), cols.device()}), {0, 3, 1, 2})
+                               : empty({s.N, s.C, s.H, s.W}, {cols.dtype(), cols.device()});
   if (out.numel() > 0) {
     if (cols.is_cuda()) {
 #ifdef HADATRAIN_CUDA

@@ -9,12 +9,16 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "support/catch.h"
 #include "support/gradcheck.h"
 #include "support/testing.h"
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/autograd/node.h"
+#include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/nn/pipelines.h"
@@ -211,15 +215,18 @@ TEST_CASE("a channels-last ResNet-18 gives the NCHW model's logits and gradients
   CHECK(test::rel_error(b.forward(x), a.forward(x)) < 1e-5);
 }
 
+// A 3x3 stride-2 window (folded) and a 1x1 stride-1 one (the columns are the channels-last image gradient itself).
 TEST_CASE("pipeline-routed convs give the NCHW results in channels-last layout", "[channels_last]") {
-  for (const std::string name : {"hlq", "lbp_wht", "luq"}) {
-    INFO(name);
+  for (const auto& [name, k] : std::vector<std::pair<std::string, int64_t>>{
+           {"hlq", 3}, {"hlq", 1}, {"lbp_wht", 3}, {"lbp_wht", 1}, {"luq", 3}, {"luq", 1}}) {
+    INFO(name << " kernel " << k);
     nn::Conv2dOptions o;
     o.in_channels = 4;
     o.out_channels = 8;
-    o.kernel = 3;
-    o.stride = 2;
-    o.padding = 1;
+    o.kernel = k;
+    o.stride = k == 3 ? 2 : 1;
+    o.padding = k == 3 ? 1 : 0;
+    const int64_t out = k == 3 ? 8 : 16;
     Generator g1(40), g2(40);
     auto a = std::make_shared<nn::Conv2d>(o, g1);
     o.layout = ConvLayout::nhwc;
@@ -229,13 +236,13 @@ TEST_CASE("pipeline-routed convs give the NCHW results in channels-last layout",
     REQUIRE(nn::bind_pipelines(*a, cfg, std::make_shared<grad::StepClock>()).size() == 1);
     REQUIRE(nn::bind_pipelines(*b, cfg, std::make_shared<grad::StepClock>()).size() == 1);
     REQUIRE(b->grad_pipeline.active());
-    const Tensor x = test::random_tensor({2, 4, 16, 16}, 41, DType::f32);  // output 8x8
-    const Tensor gy = test::random_tensor({2, 8, 8, 8}, 42, DType::f32);
+    const Tensor x = test::random_tensor({2, 4, 16, 16}, 41, DType::f32);  // output 8x8 or 16x16
+    const Tensor gy = test::random_tensor({2, 8, out, out}, 42, DType::f32);
     Tensor xa = x.clone(), xb = to_nhwc(x);
     xa.set_requires_grad(true);
     xb.set_requires_grad(true);
     const Tensor ya = a->forward(xa), yb = b->forward(xb);
-    REQUIRE(yb.shape() == Shape{2, 8, 8, 8});
+    REQUIRE(yb.shape() == Shape{2, out, out, 8});
     CHECK(test::rel_error(yb, to_nhwc(ya)) < 1e-6);
     sum(mul(ya, gy)).backward();
     sum(mul(yb, to_nhwc(gy))).backward();
@@ -244,6 +251,33 @@ TEST_CASE("pipeline-routed convs give the NCHW results in channels-last layout",
     CHECK(test::rel_error(b->weight.grad(), a->weight.grad()) < 1e-5);
     CHECK(test::rel_error(b->bias.grad(), a->bias.grad()) < 1e-6);
     CHECK(b->grad_pipeline.saved_bytes == a->grad_pipeline.saved_bytes);
+  }
+}
+
+// grad::conv_product's node returns a channels-last image's gradient channels-last (Fold2dParams::channels_last; for
+// a 1x1 stride-1 window the columns themselves), with the values of the NCHW image's: no transpose between the
+// product and the op before it. An NCHW image keeps a contiguous gradient.
+TEST_CASE("a conv product's image gradient has the image's layout", "[channels_last]") {
+  for (const int64_t k : {3, 1}) {
+    INFO("kernel " << k);
+    Unfold2dParams u;
+    u.kernel_h = u.kernel_w = k;
+    u.pad_h = u.pad_w = k / 2;
+    const Tensor x = test::random_tensor({2, 6, 9, 7}, 50, DType::f32);
+    const Tensor w = test::random_tensor({5, 6 * k * k}, 51, DType::f32);
+    const Tensor gy = test::random_tensor({2, 9 * 7, 5}, 52, DType::f32);
+    Tensor grads[2];
+    for (int cl = 0; cl < 2; ++cl) {
+      Tensor image = cl ? permute(to_nhwc(x), {0, 3, 1, 2}) : x.clone();
+      image.set_requires_grad(true);
+      const grad::ProductCall call{grad::make_hlq_pipeline(grad::HlqOptions{}), {}, {}};
+      const Tensor y = grad::conv_product(image, w, u, call);  // (N, L, O)
+      REQUIRE(y.grad_fn() != nullptr);
+      grads[cl] = y.grad_fn()->apply({gy})[0];
+      CHECK(is_channels_last(grads[cl]) == (cl == 1));
+      CHECK((cl == 1 || grads[cl].is_contiguous()));
+    }
+    CHECK(test::compare(grads[1], grads[0], 0, 0) == "");
   }
 }
 

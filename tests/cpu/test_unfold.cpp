@@ -118,6 +118,21 @@ TEST_CASE("unfold2d and fold2d read non-contiguous inputs", "[unfold]") {
   CHECK(test::compare(fold2d(ct, fold_params(cs)), naive_fold(ct, cs), 1e-12, 1e-12) == "");
 }
 
+TEST_CASE("fold2d with channels_last writes the same image in (N, H, W, C) memory order", "[unfold]") {
+  uint64_t seed = 60;
+  for (const Case& cs : cases()) {
+    INFO(test::describe(cs));
+    const Tensor c = test::random_tensor(cols_shape(cs), seed++);
+    Fold2dParams fp = fold_params(cs);
+    fp.channels_last = true;
+    const Tensor img = fold2d(c, fp);
+    CHECK(img.shape() == Shape{cs.N, cs.C, cs.H, cs.W});
+    // the (N, C, H, W) view of a contiguous (N, H, W, C) tensor
+    CHECK(img.permute({0, 2, 3, 1}).is_contiguous());
+    CHECK(test::compare(img, fold2d(c, fold_params(cs)), 0, 0) == "");
+  }
+}
+
 TEST_CASE("unfold2d and fold2d pass gradcheck, also through views", "[unfold]") {
   uint64_t seed = 50;
   for (const Case& cs : {cases()[1], cases()[2], cases()[3], cases()[5]}) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/autograd/node.h"
 #include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/pipeline_hlq.h"
@@ -133,6 +134,68 @@ TEST_CASE("bound pipelines train a Linear + Conv2d step on CUDA like on the CPU"
     }
     INFO(name);
     for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(test::rel_error(grads[1][i], grads[0][i]) < 1e-4);
+  }
+}
+
+// A channels-last conv product's image gradient comes back channels-last (Fold2dParams::channels_last, Note [Fold,
+// channels-last output]; a 1x1 stride-1 window returns its columns as the image, no fold): the (N, H, W, C) input's
+// gradient is then contiguous, and equals the NCHW layer's (same columns, same noise, same sums). C 64 and a 3x3
+// window take the fold's tiles kernel with the halo stage, 3x3 stride 2 the tiles kernel without it.
+TEST_CASE("channels-last conv products on CUDA return a channels-last image gradient", "[gpu][grad]") {
+  test::PoisonGuard poison;
+  struct Window {
+    int64_t k, stride, pad;
+  };
+  for (const std::string name : {"hlq", "lbp_wht", "luq"}) {
+    for (const DType dt : {DType::f32, DType::bf16}) {
+      for (const Window win : {Window{3, 1, 1}, Window{3, 2, 1}, Window{1, 1, 0}}) {
+        INFO(name << " " << dtype_name(dt) << " kernel " << win.k << " stride " << win.stride);
+        nn::Conv2dOptions o;
+        o.in_channels = 64;
+        o.out_channels = 32;
+        o.kernel = win.k;
+        o.stride = win.stride;
+        o.padding = win.pad;
+        Generator g1(7), g2(7);
+        auto a = std::make_shared<nn::Conv2d>(o, g1);
+        o.layout = ConvLayout::nhwc;
+        auto b = std::make_shared<nn::Conv2d>(o, g2);
+        grad::PipelineConfig cfg;
+        cfg.default_spec.name = name;
+        nn::bind_pipelines(*a, cfg, std::make_shared<grad::StepClock>());
+        nn::bind_pipelines(*b, cfg, std::make_shared<grad::StepClock>());
+        a->to(test::kCuda);
+        b->to(test::kCuda);
+        const Tensor x = test::random_input({2, 64, 12, 12}, 21, DType::f32).to(test::kCuda).to(dt);
+        Tensor xa = x.detach(), xb = permute(x, {0, 2, 3, 1}).contiguous();
+        xa.set_requires_grad(true);
+        xb.set_requires_grad(true);
+        const Tensor ya = a->forward(xa), yb = b->forward(xb);  // (2, 32, OH, OW), (2, OH, OW, 32)
+        const Tensor gy = test::random_input(ya.shape(), 22, DType::f32).to(test::kCuda).to(dt);
+        sum(mul(ya, gy)).backward();
+        sum(mul(yb, permute(gy, {0, 2, 3, 1}))).backward();
+        REQUIRE(xb.grad().defined());
+        CHECK(test::rel_error(xb.grad(), permute(xa.grad(), {0, 2, 3, 1})) < 1e-5);
+        if (name != "hlq") continue;
+        // The product node's own output: channels-last for the channels-last image, the NCHW one's values.
+        Unfold2dParams u;
+        u.kernel_h = u.kernel_w = win.k;
+        u.stride_h = u.stride_w = win.stride;
+        u.pad_h = u.pad_w = win.pad;
+        const Tensor w = a->weight.detach().to(dt).reshape({32, -1});
+        const grad::ProductCall call{grad::make_hlq_pipeline(grad::HlqOptions{}), {}, {}};
+        Tensor node_grads[2];
+        for (int cl = 0; cl < 2; ++cl) {
+          Tensor image = cl ? permute(xb.detach(), {0, 3, 1, 2}) : xa.detach();
+          image.set_requires_grad(true);
+          const Tensor y = grad::conv_product(image, w, u, call);  // (N, L, O)
+          const Tensor g3 = test::random_input(y.shape(), 23, DType::f32).to(test::kCuda).to(dt);
+          node_grads[cl] = y.grad_fn()->apply({g3})[0];
+          CHECK(is_channels_last(node_grads[cl]) == (cl == 1));
+        }
+        CHECK(test::compare(node_grads[1].to(Device::cpu()), node_grads[0].to(Device::cpu()), 0, 0) == "");
+      }
+    }
   }
 }
 

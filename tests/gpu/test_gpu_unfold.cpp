@@ -11,6 +11,7 @@
 #include "support/testing.h"
 #include "support/unfold_cases.h"
 
+#include "hadatrain/ops/shape_ops.h"  // is_channels_last
 #include "hadatrain/ops/unfold.h"
 #include "cuda/kernels/unfold.cuh"  // fold_tiles_launches, fold_tiles2_launches, unfold_staged_launches, unfold_vec_launches
 
@@ -138,6 +139,17 @@ TEST_CASE("fold2d kernels (gather, tiles, tiles with halo) equal the CPU bit for
         CHECK(kernels::fold_tiles_launches() == tiles0 + (fold_tiles_fit(cs) ? 1 : 0));
         CHECK(kernels::fold_tiles2_launches() == halo0 + (fold_halo_fits(cs, dt) ? 1 : 0));
         CHECK(test::compare_bits(out, ref) == "");
+        // Note [Fold, channels-last output]: the same kernel, its elements taken c fastest and written (N, H, W, C);
+        // the same bits as the CPU's contiguous fold, and the CPU's channels-last fold
+        Fold2dParams fp_cl = fp;
+        fp_cl.channels_last = true;
+        const int64_t tiles1 = kernels::fold_tiles_launches(), halo1 = kernels::fold_tiles2_launches();
+        const Tensor out_cl = fold2d(cg, fp_cl);
+        CHECK(kernels::fold_tiles_launches() == tiles1 + (fold_tiles_fit(cs) ? 1 : 0));
+        CHECK(kernels::fold_tiles2_launches() == halo1 + (fold_halo_fits(cs, dt) ? 1 : 0));
+        CHECK((cs.C == 1 || is_channels_last(out_cl)));
+        CHECK(test::compare_bits(out_cl, ref) == "");
+        CHECK(test::compare_bits(out_cl, fold2d(cols, fp_cl)) == "");
       }
     }
   }

@@ -71,7 +71,7 @@ void bench_fold(bool csv, double copy_gbs) {
     const Tensor out_cols = empty({N, L, K}, {DType::bf16, dev});
     const kernels::FoldStrides3 cs{L * K, K, 1};
     double ms[3];
-    ms[0] = time_ms([&] { kernels::launch_fold2d(DType::bf16, cols.data_ptr(), cs, g, out_img.data_ptr(), nullptr); });
+    ms[0] = time_ms([&] { kernels::launch_fold2d(DType::bf16, cols.data_ptr(), cs, g, out_img.data_ptr(), false, nullptr); });
     const kernels::UnfoldStrides4 xs{c.C * c.H * c.W, c.H * c.W, c.W, 1};
     const kernels::UnfoldStrides4 xl{c.H * c.W * c.C, 1, c.W * c.C, c.C};  // (n, c, h, w) strides of NHWC storage
     ms[1] = time_ms([&] { kernels::launch_unfold2d(DType::bf16, img.data_ptr(), xs, g, out_cols.data_ptr(), nullptr); });

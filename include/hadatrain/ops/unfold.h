@@ -19,6 +19,9 @@ struct Unfold2dParams {
 struct Fold2dParams {
   int64_t channels = 0, height = 0, width = 0;  // output (N, C, H, W)
   Unfold2dParams window;
+  // The output's memory order: false, a contiguous (N, C, H, W) tensor; true, the (N, C, H, W) view of a contiguous
+  // (N, H, W, C) tensor (the gradient of a channels-last image, which then needs no transpose). Same values.
+  bool channels_last = false;
 };
 
 // unfold2d's output grid (OH, OW) for an H×W image (formula below), after the window checks every user of the
@@ -38,7 +41,8 @@ Tensor unfold2d(const Tensor& x, const Unfold2dParams& p);
 
 // cols (N, L, C·kh·kw) -> (N, C, H, W): every image element is the sum of the column entries unfold2d would
 // copy from it (the adjoint of unfold2d), added in ascending (i, j) kernel order in fp32 (fp64 for f64) and
-// rounded once; deterministic on both backends (CUDA: one thread per image element, no atomics).
+// rounded once; deterministic on both backends (CUDA: one thread per image element, no atomics). The result is
+// contiguous, or channels-last with p.channels_last.
 Tensor fold2d(const Tensor& cols, const Fold2dParams& p);
 
 }  // namespace ht

@@ -4,7 +4,9 @@
 #include "cuda/glue/unfold_glue.h"
 
 #include "hadatrain/cuda/context.h"
+#include "hadatrain/core/error.h"
 #include "hadatrain/ops/copy.h"
+#include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/tensor.h"
 #include "cuda/kernels/unfold.cuh"
 
@@ -56,7 +58,12 @@ void fold2d(const Tensor& x, const Tensor& cols, const UnfoldProblem& s) {
   }
   cuda::DeviceGuard guard(x.device().index);
   const kernels::FoldStrides3 cs{cols.strides()[0], cols.strides()[1], cols.strides()[2]};
-  kernels::launch_fold2d(x.dtype(), cols.data_ptr(), cs, geometry(s), x.data_ptr(),
+  // Contiguous, or the (N, C, H, W) view of a contiguous (N, H, W, C) tensor (when C or H·W is 1 the two orders
+  // are the same memory and x is contiguous).
+  const bool channels_last = !x.is_contiguous();
+  HT_CHECK(!channels_last || is_channels_last(x), "fold2d: the output must be contiguous or channels-last, got {}",
+           x.describe());
+  kernels::launch_fold2d(x.dtype(), cols.data_ptr(), cs, geometry(s), x.data_ptr(), channels_last,
                          cuda::current_stream(x.device().index));
 }
 

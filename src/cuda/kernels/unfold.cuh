@@ -38,11 +38,12 @@ int64_t unfold_staged_launches();
 // Launches of the vec unfold kernel in this process.
 int64_t unfold_vec_launches();
 
-// x (N, C, H, W) contiguous <- fold of cols with element strides (n, l, k).
+// x (N, C, H, W) contiguous, or (N, H, W, C) contiguous with channels_last, <- fold of cols with element
+// strides (n, l, k).
 struct FoldStrides3 {
   int64_t n = 0, l = 0, k = 0;
 };
-void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeometry& g, void* x,
+void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeometry& g, void* x, bool channels_last,
                    cudaStream_t stream);
 
 // launch_fold2d picks one of three kernels, all summing in the same order (the same bits): the tiles kernel

@@ -17,7 +17,9 @@ namespace {
 using namespace uf;
 
 // One thread per image element, gathering its column entries in ascending (i, j) order (the CPU's order).
-template <class T>
+// CL: x is channels-last, (N, H, W, C) in memory, and the element index runs c fastest (so a warp's stores are
+// contiguous and its reads fall in one column run per position).
+template <class T, bool CL = false>
 __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, T* __restrict__ x) {
   using A = acc_t<T>;
   const int W = static_cast<int>(g.W), OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
@@ -25,8 +27,20 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
   const int ph = static_cast<int>(g.ph), pw = static_cast<int>(g.pw), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
   const int64_t HW = g.H * g.W, total = g.N * g.C * HW;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t plane = e / HW, n = plane / g.C, c = plane - n * g.C;
-    const int hw = static_cast<int>(e - plane * HW), h = hw / W, w = hw - h * W;
+    int64_t n, c;
+    int hw;
+    if constexpr (CL) {
+      const int64_t pix = e / g.C;  // n·HW + hw
+      c = e - pix * g.C;
+      n = pix / HW;
+      hw = static_cast<int>(pix - n * HW);
+    } else {
+      const int64_t plane = e / HW;
+      n = plane / g.C;
+      c = plane - n * g.C;
+      hw = static_cast<int>(e - plane * HW);
+    }
+    const int h = hw / W, w = hw - h * W;
     const T* base = cols + n * cs.n;
     A acc = A(0);
     for (int i = 0; i < kh; ++i) {
@@ -89,6 +103,12 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
 // (fold_tiles_plan's halo bounds, still <= 48 KB: C 64 32x32 bf16 cb 8 gets R 7 instead of 8) and stores zeros
 // for the outside ones (on 4x4 images 36 staged positions for 16 elements); level with or faster than the tiles
 // kernel without it on every ResNet shape.
+// Note [Fold, channels-last output]
+// With channels_last the fold writes x as (N, H, W, C) in memory (the layout of a channels-last network's
+// activations, so that its gradient needs no transpose afterwards). Staging, tiles and sums are the NCHW kernel's;
+// only the order in which a block's threads take its elements changes, c fastest, so a warp stores runs of cb
+// consecutive channels (16 bytes and more for bf16 3x3 windows) instead of runs of tw image columns. The sums, and
+// so the bits, are the same.
 constexpr int kTilesMinBlocks = 1024;
 constexpr int kTilesMinRows = 4;
 constexpr int kTilesMaxPerThread = 16;  // image elements a thread sums at most (caps R)
@@ -115,7 +135,9 @@ int64_t tiles_ckp(int64_t cbk, int64_t sz) {
 // compile-time offsets, the same additions in the same order.
 // HALO (K3 only; Note [Fold, tiles2]): the stage spans every column row and position the 3x3 windows
 // of the block's elements name, out-of-range ones as zeros, and the sum has no bounds checks.
-template <class T, int VB, bool S1, bool K3, bool HALO = false>
+// CL: x is channels-last ((N, H, W, C) in memory); the block's elements are then taken c fastest (Note [Fold,
+// channels-last output]).
+template <class T, int VB, bool S1, bool K3, bool HALO = false, bool CL = false>
 __global__ void __launch_bounds__(kFoldThreads, 4)
     fold_tiles_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, FoldTiles t, T* __restrict__ x) {
   using A = acc_t<T>;
@@ -212,13 +234,9 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   __syncthreads();
   const T* sm = reinterpret_cast<const T*>(tiles_smem);
   const int total = cb * R * tw;
-  T* xb = x + ((n * C + c0) * H + h0) * int64_t(W) + w0;
   const int rstride = t.rw * t.ckp;  // elements between staged column rows
-  // element e = (c·R + ri)·tw + wi, stepped by the block size without divisions
-  const int dq = kFoldThreads / tw, dwi = kFoldThreads - dq * tw;
-  int wi = tid % tw, ri = tid / tw, c = ri / R;
-  ri -= c * R;
-  for (int e = tid; e < total; e += kFoldThreads) {
+  // The image element (c, ri, wi) of the block: its staged entries summed in ascending (i, j) order.
+  auto sum_at = [&](int c, int ri, int wi) {
     const int h = h0 + ri, w = w0 + wi;
     const int cbase = c * khw - ow_lo * t.ckp;  // + (oh - oh_lo)·rstride + ow·ckp + i·kw + j >= 0
     A acc = A(0);
@@ -260,17 +278,35 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
         }
       }
     }
-    xb[(int64_t(c) * H + ri) * W + wi] = convert<T>(acc);
-    wi += dwi;
-    ri += dq;
-    if (wi >= tw) {
-      wi -= tw;
-      ++ri;
+    return acc;
+  };
+  if constexpr (CL) {
+    // element e = (ri·tw + wi)·cb + c: a warp stores runs of cb consecutive channels of neighbouring pixels
+    T* xb = x + (n * H + h0) * int64_t(W) * C + int64_t(w0) * C + c0;
+    for (int e = tid; e < total; e += kFoldThreads) {
+      const int q = e / cb, c = e - q * cb;
+      const int ri = q / tw, wi = q - ri * tw;
+      xb[(int64_t(ri) * W + wi) * C + c] = convert<T>(sum_at(c, ri, wi));
     }
-    if (ri >= R) {  // one division only when the step crosses channels
-      const int qc = ri / R;
-      c += qc;
-      ri -= qc * R;
+  } else {
+    T* xb = x + ((n * C + c0) * H + h0) * int64_t(W) + w0;
+    // element e = (c·R + ri)·tw + wi, stepped by the block size without divisions
+    const int dq = kFoldThreads / tw, dwi = kFoldThreads - dq * tw;
+    int wi = tid % tw, ri = tid / tw, c = ri / R;
+    ri -= c * R;
+    for (int e = tid; e < total; e += kFoldThreads) {
+      xb[(int64_t(c) * H + ri) * W + wi] = convert<T>(sum_at(c, ri, wi));
+      wi += dwi;
+      ri += dq;
+      if (wi >= tw) {
+        wi -= tw;
+        ++ri;
+      }
+      if (ri >= R) {  // one division only when the step crosses channels
+        const int qc = ri / R;
+        c += qc;
+        ri -= qc * R;
+      }
     }
   }
 }
@@ -322,7 +358,7 @@ constinit LaunchCounter g_fold_tiles_launches, g_fold_tiles2_launches;
 int64_t fold_tiles_launches() { return g_fold_tiles_launches.get(); }
 int64_t fold_tiles2_launches() { return g_fold_tiles2_launches.get(); }
 
-void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeometry& g, void* x,
+void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeometry& g, void* x, bool channels_last,
                    cudaStream_t stream) {
   const int64_t total = g.N * g.C * g.H * g.W;
   if (total == 0) return;
@@ -351,35 +387,44 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
       const unsigned blocks = static_cast<unsigned>(g.N * tt.cchunks * tt.rchunks * tt.wtiles);
       const T* c = static_cast<const T*>(cols);
       T* o = static_cast<T*>(x);
-      auto go = [&](auto vb_tag) {
+      auto go = [&](auto vb_tag, auto cl_tag) {
         constexpr int VB = decltype(vb_tag)::value;
+        constexpr bool CL = decltype(cl_tag)::value;
         if constexpr (sizeof(T) < 8) {  // f64 keeps the generic loop (the unrolled one spills 12 bytes there)
           if (halo) {
-            fold_tiles_kernel<T, VB, true, true, true><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+            fold_tiles_kernel<T, VB, true, true, true, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
             return;
           }
           if (k3) {
-            fold_tiles_kernel<T, VB, true, true><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+            fold_tiles_kernel<T, VB, true, true, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
             return;
           }
         }
-        if (s1) fold_tiles_kernel<T, VB, true, false><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
-        else fold_tiles_kernel<T, VB, false, false><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        if (s1) fold_tiles_kernel<T, VB, true, false, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        else fold_tiles_kernel<T, VB, false, false, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
       };
-      if (tt.vb == 16) go(std::integral_constant<int, 16>{});
-      else if constexpr (sizeof(T) == 2) {
-        if (tt.vb == 4) go(std::integral_constant<int, 4>{});
-        else go(std::integral_constant<int, 2>{});
-      } else {
-        go(std::integral_constant<int, int(sizeof(T))>{});
-      }
+      auto go_vb = [&](auto cl_tag) {
+        if (tt.vb == 16) go(std::integral_constant<int, 16>{}, cl_tag);
+        else if constexpr (sizeof(T) == 2) {
+          if (tt.vb == 4) go(std::integral_constant<int, 4>{}, cl_tag);
+          else go(std::integral_constant<int, 2>{}, cl_tag);
+        } else {
+          go(std::integral_constant<int, int(sizeof(T))>{}, cl_tag);
+        }
+      };
+      if (channels_last) go_vb(std::true_type{});
+      else go_vb(std::false_type{});
       HT_CHECK_LAUNCH("fold2d (tiles)");
       g_fold_tiles_launches.add();
       if (halo) g_fold_tiles2_launches.add();
       return;
     }
-    fold_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(cols), cs, g,
-                                                                      static_cast<T*>(x));
+    if (channels_last)
+      fold_kernel<T, true><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(cols), cs, g,
+                                                                              static_cast<T*>(x));
+    else
+      fold_kernel<T><<<cuda::grid_for(total), cuda::kBlock, 0, stream>>>(static_cast<const T*>(cols), cs, g,
+                                                                        static_cast<T*>(x));
     HT_CHECK_LAUNCH("fold2d");
   });
   if (!ok) HT_UNSUPPORTED_DTYPE("fold2d", dt);
