@@ -188,42 +188,52 @@ Image affine_warp(const Image& img, const double (&m)[6], const WarpOptions& w) 
   std::vector<uint8_t> fill(static_cast<std::size_t>(C));
   for (int64_t c = 0; c < C; ++c) fill[static_cast<std::size_t>(c)] = fill_of(w, c, C);
   Image out = Image::zeros(H, W, C, img.layout);
-  auto inside = [&](int64_t x, int64_t y) { return x >= 0 && x < W && y >= 0 && y < H; };
   for (int64_t y = 0; y < H; ++y)
     for (int64_t x = 0; x < W; ++x) {
       const double px = static_cast<double>(x) + 0.5, py = static_cast<double>(y) + 0.5;
       const double sx = m[0] * px + m[1] * py + m[2], sy = m[3] * px + m[4] * py + m[5];
       if (w.resample == Resample::nearest) {
         const auto ix = static_cast<int64_t>(std::floor(sx)), iy = static_cast<int64_t>(std::floor(sy));
-        const bool in = inside(ix, iy);
+        const bool in = ix >= 0 && ix < W && iy >= 0 && iy < H;
         for (int64_t c = 0; c < C; ++c) out.at(c, y, x) = in ? img.at(c, iy, ix) : fill[static_cast<std::size_t>(c)];
         continue;
       }
+      // PIL's bilinear: (sx, sy) outside the image takes the fill; inside, the four neighbours of
+      // (sx - 0.5, sy - 0.5) with indices clamped to the image, lerped along x then y in doubles, truncated.
+      if (sx < 0 || sx >= static_cast<double>(W) || sy < 0 || sy >= static_cast<double>(H)) {
+        for (int64_t c = 0; c < C; ++c) out.at(c, y, x) = fill[static_cast<std::size_t>(c)];
+        continue;
+      }
       const double u = sx - 0.5, v = sy - 0.5;
-      const double fx0 = std::floor(u), fy0 = std::floor(v);
-      const double ax = u - fx0, ay = v - fy0;
-      const auto x0 = static_cast<int64_t>(fx0), y0 = static_cast<int64_t>(fy0);
-      const int64_t tx[4] = {x0, x0 + 1, x0, x0 + 1}, ty[4] = {y0, y0, y0 + 1, y0 + 1};
-      const double tw[4] = {(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay};
+      const double fx = std::floor(u), fy = std::floor(v);
+      const double dx = u - fx, dy = v - fy;
+      const auto clamp_x = [&](int64_t i) { return std::clamp<int64_t>(i, 0, W - 1); };
+      const auto clamp_y = [&](int64_t i) { return std::clamp<int64_t>(i, 0, H - 1); };
+      const int64_t x0 = clamp_x(static_cast<int64_t>(fx)), x1 = clamp_x(static_cast<int64_t>(fx) + 1);
+      const int64_t y0 = clamp_y(static_cast<int64_t>(fy)), y1 = clamp_y(static_cast<int64_t>(fy) + 1);
       for (int64_t c = 0; c < C; ++c) {
-        double acc = 0;
-        for (int k = 0; k < 4; ++k)
-          acc += tw[k] * (inside(tx[k], ty[k]) ? img.at(c, ty[k], tx[k]) : fill[static_cast<std::size_t>(c)]);
-        out.at(c, y, x) = static_cast<uint8_t>(std::clamp(std::nearbyint(acc), 0.0, 255.0));
+        const double a0 = img.at(c, y0, x0), b0 = img.at(c, y0, x1);
+        const double a1 = img.at(c, y1, x0), b1 = img.at(c, y1, x1);
+        const double top = a0 + (b0 - a0) * dx, bottom = a1 + (b1 - a1) * dx;
+        out.at(c, y, x) = static_cast<uint8_t>(top + (bottom - top) * dy);
       }
     }
   return out;
 }
 
 Image rotate(const Image& img, double degrees, const WarpOptions& w) {
-  // Output point p, centre o: the source is o + R(degrees) (p - o) with R = [[cos, -sin], [sin, cos]] in image
-  // coordinates (y down), which turns the content counter-clockwise on screen. cos and sin are rounded to 15
-  // decimals as PIL does, so multiples of 90 degrees map pixel centres exactly onto pixel centres.
-  const double a = degrees * std::numbers::pi / 180.0;
+  // Output point p, centre o: the source is o + R (p - o) with R = [[cos, -sin], [sin, cos]] of the angle, in
+  // image coordinates (y down), which turns the content counter-clockwise on screen. The matrix is computed as
+  // PIL's Image.rotate does, operation for operation (the angle taken modulo 360 as Python's %, negated in
+  // radians, cos and sin rounded to 15 decimals, the centre folded into the offsets), so a pixel centre that
+  // lands exactly on a sample point in PIL does so here too; multiples of 90 degrees map centres onto centres.
+  double deg = std::fmod(degrees, 360.0);
+  if (deg < 0) deg += 360.0;
+  const double a = -(deg * (std::numbers::pi / 180.0));
   auto r15 = [](double v) { return std::round(v * 1e15) / 1e15; };
-  const double c = r15(std::cos(a)), s = r15(std::sin(a));
+  const double m0 = r15(std::cos(a)), m1 = r15(std::sin(a)), m3 = r15(-std::sin(a)), m4 = m0;
   const double ox = static_cast<double>(img.width) / 2.0, oy = static_cast<double>(img.height) / 2.0;
-  const double m[6] = {c, -s, ox - c * ox + s * oy, s, c, oy - s * ox - c * oy};
+  const double m[6] = {m0, m1, (m0 * -ox + m1 * -oy) + ox, m3, m4, (m3 * -ox + m4 * -oy) + oy};
   return affine_warp(img, m, w);
 }
 

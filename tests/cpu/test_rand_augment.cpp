@@ -90,9 +90,12 @@ TEST_CASE("shear and translate with nearest shift rows and columns exactly", "[d
   for (const WarpOptions& w : {kNearest, kBilinear})
     CHECK(rows_of(translate(in, 1, -1, w)) ==
           std::vector<std::vector<int>>{{7, 11, 12, 13}, {7, 21, 22, 23}, {7, 31, 32, 33}, {7, 7, 7, 7}});
-  // Bilinear half-pixel shift: the mean of a pixel and its left neighbour (the fill, 0, left of the image).
-  const Image row = gray({{10, 20, 30}});
-  CHECK(rows_of(translate(row, 0.5, 0, {Resample::bilinear, {}})) == std::vector<std::vector<int>>{{5, 15, 25}});
+  // Bilinear half-pixel shift (PIL): the mean of a pixel and its left neighbour, truncated (10 + 11 / 2 = 15.5 ->
+  // 15); at the left edge the point is still inside the image and the edge pixel repeats (no fill).
+  const Image row = gray({{10, 21, 30}});
+  CHECK(rows_of(translate(row, 0.5, 0, {Resample::bilinear, {}})) == std::vector<std::vector<int>>{{10, 15, 25}});
+  // Beyond half a pixel the left column's source point leaves the image: the fill.
+  CHECK(rows_of(translate(row, 0.75, 0, kBilinear)) == std::vector<std::vector<int>>{{7, 12, 23}});
   // One fill value per channel.
   const Image two = rgb(1, 2, {{{1, 2, 3}}, {{4, 5, 6}}});
   const Image moved = translate(two, 1, 0, {Resample::nearest, {100, 110, 120}});

@@ -6,11 +6,12 @@
 // Note [Warp coordinates]
 // The geometric ops map each output pixel back into the input: output pixel (x, y) has its centre at
 // (x + 0.5, y + 0.5) in pixel-edge coordinates, the op's inverse map sends that point to (sx, sy), and the
-// input is sampled there. Nearest takes input pixel (floor(sx), floor(sy)), as PIL's NEAREST (equal to it pixel
-// for pixel). Bilinear follows torchvision's tensor ops rather than PIL: it weights the four pixels around
-// (sx - 0.5, sy - 0.5), a tap outside the image taking the fill value (so output near an edge blends towards
-// the fill, as torchvision's masked grid_sample), and rounds to the nearest u8; PIL instead truncates,
-// repeats the edge pixels and fills only where (sx, sy) itself is outside.
+// input is sampled there, as PIL's Image.transform does (which timm calls, and torchvision's RandAugment too on
+// the PIL images of its classification recipe): a point outside [0, W) x [0, H) takes the fill value; inside,
+// nearest takes input pixel (floor(sx), floor(sy)), and bilinear lerps the four pixels around
+// (sx - 0.5, sy - 0.5) along x, then y, in doubles, with indices clamped to the image (the edge pixels
+// repeat), and truncates to u8. (torchvision's tensor backend instead blends edge taps with the fill and
+// rounds.)
 #pragma once
 #include <cstdint>
 #include <vector>
