@@ -281,12 +281,25 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
     return acc;
   };
   if constexpr (CL) {
-    // element e = (ri·tw + wi)·cb + c: a warp stores runs of cb consecutive channels of neighbouring pixels
+    // element e = (ri·tw + wi)·cb + c: a warp stores runs of cb consecutive channels of neighbouring pixels;
+    // stepped by the block size without divisions (dc < cb and wi + dwq + 1 < 2·tw: one carry each)
     T* xb = x + (n * H + h0) * int64_t(W) * C + int64_t(w0) * C + c0;
+    const int dc = kFoldThreads % cb, dq = kFoldThreads / cb, dwq = dq % tw, drq = dq / tw;
+    int c = tid % cb, wi = (tid / cb) % tw, ri = (tid / cb) / tw;
     for (int e = tid; e < total; e += kFoldThreads) {
-      const int q = e / cb, c = e - q * cb;
-      const int ri = q / tw, wi = q - ri * tw;
       xb[(int64_t(ri) * W + wi) * C + c] = convert<T>(sum_at(c, ri, wi));
+      c += dc;
+      int carry = 0;
+      if (c >= cb) {
+        c -= cb;
+        carry = 1;
+      }
+      wi += dwq + carry;
+      ri += drq;
+      if (wi >= tw) {
+        wi -= tw;
+        ++ri;
+      }
     }
   } else {
     T* xb = x + ((n * C + c0) * H + h0) * int64_t(W) + w0;
