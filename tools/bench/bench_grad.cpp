@@ -16,6 +16,8 @@
 // bf16.
 //   bench_grad [batch = 64] [layer filter] [pipeline filter]   (filters: substrings of the names, or =NAME
 //   for exactly one pipeline; the exact bf16 baseline always runs)
+// HT_BENCH_PHASES=1 adds, below each pipeline's row, the time per phase of one eager forward and backward
+// (tools/bench/phase_timer.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/tensor/factory.h"
+#include "phase_timer.h"
 #include "timing.h"
 
 using namespace ht;
@@ -95,6 +98,14 @@ Times graph_times(const std::function<void(bool)>& run, grad::StepClock& clock) 
   return t;
 }
 
+// HT_BENCH_PHASES=1: the time per phase of one eager forward and backward of the layer (phase_timer.h).
+template <class F>
+void print_phases(const char* layer, const std::string& label, F&& forward_backward) {
+  if (!bench::PhaseTimer::wanted()) return;
+  bench::PhaseTimer phases;
+  phases.run_and_print((std::string(layer) + " " + label).c_str(), forward_backward);
+}
+
 // A convolution as training runs it (see the header): image (B, C, H, W) as the view of a channels-last map.
 void run_conv(const LayerShape& l, int64_t B, const std::vector<Variant>& variants, const std::string& filter,
               Generator& gen, const Device& dev, grad::StepClock& clock) {
@@ -144,6 +155,12 @@ void run_conv(const LayerShape& l, int64_t B, const std::vector<Variant>& varian
           clock);
       grad::ForwardResult f;
       t.eager = bench::median_ms_prepared([&] { f = forward(); }, [&] { pipe->backward(*f.saved, g, {true, true}); });
+      print_row(l.name, v.label, t, &base);
+      print_phases(l.name, v.label, [&] {
+        grad::ForwardResult fp = forward();
+        (void)pipe->backward(*fp.saved, g, {true, true});
+      });
+      continue;
     }
     print_row(l.name, v.label, t, &base);
   }
@@ -226,6 +243,11 @@ int main(int argc, char** argv) {
       grad::ForwardResult f = forward();
       t.eager = bench::median_ms([&] { p->backward(*f.saved, g, {true, true}); });
       print_row(l.name, v.label, t, &base);
+      if (v.spec.name != "exact")
+        print_phases(l.name, v.label, [&] {
+          grad::ForwardResult fp = forward();
+          (void)p->backward(*fp.saved, g, {true, true});
+        });
     }
   }
   return 0;
