@@ -93,9 +93,8 @@ grad::HaloQuantized quantize_rows(const RowCodec& c, const Tensor& rows, const T
 }
 
 Tensor dequantize_rows(const RowCodec& c, const grad::HaloQuantized& q) {
-  HT_CHECK(q.codes.dim() == 2 && q.codes.size(1) == std::max<int64_t>(c.rotation.n, 1) &&
-               (c.rotation.n > 1 || q.codes.size(1) == c.cols),
-           "dequantize_rows: expected codes (R, {}), got {}", c.rotation.n > 1 ? c.rotation.n : c.cols,
+  const int64_t width = c.rotation.n > 1 ? c.rotation.n : c.cols;  // no rotation (C = 1): the codes are the rows
+  HT_CHECK(q.codes.dim() == 2 && q.codes.size(1) == width, "dequantize_rows: expected codes (R, {}), got {}", width,
            q.codes.describe());
   const Tensor v = grad::halo_dequantize(q);  // (R, n) f32: codes·s, the rotated values
   if (c.rotation.n <= 1) return v;

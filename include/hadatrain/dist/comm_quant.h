@@ -19,10 +19,12 @@
 //   3. rank r: codes (R, n) = halo_quantize_with_absmax(rows, carrier, n, m); scale s = m / qmax (127 or
 //      448) is computed by every rank from the same m, so no scale travels;
 //   4. all-gather of the codes: N·R·n bytes arrive, R·n leave each rank (C·4 bytes per row in f32);
-//   5. receiver: W ≈ ((codes·s)·H̃ᵀ)/n, the first C columns, rounded once to f32 (dequantize_rows).
-// The same m serves the re-gather in backward (reuse_absmax), so forward and backward see byte-identical
-// codes. Error bound per weight of R' gathered rows (R' = N·R): v = W·H̃ with H̃·H̃ᵀ = n·I, so ||v||_F =
-// √n·||W||_F and the reconstruction error is ||ΔW||_F = ||Δv||_F/√n. int8 rounds to nearest and no value
+//   5. receiver: W ≈ ((codes·s)·H̃ᵀ)/n, the first C columns, in f32 (dequantize_rows: HALO's dequantise and
+//      inverse rotation).
+// FSDP keeps m for the step, so the re-gather in backward (reshard_after_forward) moves byte-identical codes
+// (Note [Low-precision FSDP gathers] in src/dist/fsdp_lowp.h).
+// Error bound per weight of R' gathered rows (R' = N·R): v = W·H̃ with H̃·H̃ᵀ = n·I, so ||v||_F = √n·||W||_F
+// and the reconstruction error is ||ΔW||_F = ||Δv||_F/√n. int8 rounds to nearest and no value
 // saturates (|v| <= m = 127·s): |Δv| <= s/2 per element. e4m3 rounds to nearest with 3 mantissa bits:
 // |Δv| <= 2^-4·|v| for normals and half the subnormal step 2^-9·s, 2^-10·s, below. Over R'·n elements:
 //   int8: ||ΔW||_F <= (s/2)·√R'            s = m/127
