@@ -80,7 +80,7 @@ TEST_CASE("fsdp over NCCL gathers 8-bit weights as the CPU codec reconstructs th
     // 96, two absmaxes, f32 biases) plus the int8 block codes of every gradient.
     auto opt = optim::make_sgd(fsdp.shard_store(), {.momentum = 0.9});
     const Tensor x = test::random_tensor({8, 256}, 5, DType::f32).to(kGpu);
-    const Tensor labels = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, {8}).to(kGpu);
+    const Tensor labels = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, {8}, {DType::i64}).to(kGpu);
     const Tensor loss = cross_entropy(m->forward(x), labels);
     loss.backward();
     opt->step(0.1);

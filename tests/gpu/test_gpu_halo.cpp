@@ -286,9 +286,11 @@ TEST_CASE("the halo pipeline on CUDA equals the CPU's (int8 bit for bit) and rec
         CHECK(test::compare_bits(gr.x, gc.x) == "");
         CHECK(test::compare_bits(gr.w, gc.w) == "");
       } else {
-        // y is the fp8 product rounded to bf16, then the bias added and rounded again: the two sides'
-        // products may round one way apart and the bias sum one more, so two bf16 ulps (2^-6 relative).
-        CHECK(test::compare_to_cpu(fg.y, fc.y, {0x1p-6, 1e-3}) == "");
+        // y is the fp8 product (accumulated in another order than the CPU's) rounded to bf16, then the bias
+        // added and rounded again. An element whose bias cancels most of its product keeps the product's
+        // rounding step: one bf16 ulp of |product| < 2 (2^-7) absolute, seen on the H200 at levels 1 and 2
+        // (-0.1640625 against -0.171875); a wrong scale or code is off by far more.
+        CHECK(test::compare_to_cpu(fg.y, fc.y, {0x1p-6, 0x1p-7}) == "");
         CHECK(test::compare_to_cpu(gr.x, gc.x) == "");
         CHECK(test::compare_to_cpu(gr.w, gc.w) == "");
       }
