@@ -9,9 +9,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "hadatrain/core/error.h"
+#include "support/testing.h"
 
 namespace ht::test {
 
@@ -93,6 +98,20 @@ bool all_passed(const std::vector<RankOutcome>& outcomes) {
   for (const auto& o : outcomes)
     if (o.exit_code != 0) return false;
   return true;
+}
+
+train::TrainerConfig idx8_config(const std::string& file, const std::string& yaml, const std::string& run_name,
+                                 std::vector<std::string> sets) {
+  const std::filesystem::path path = scratch_dir() / file;
+  const std::filesystem::path tmp = scratch_dir() / (file + ".tmp" + std::to_string(::getpid()));
+  {
+    std::ofstream out(tmp);
+    out << fmt::format(fmt::runtime(yaml), fmt::arg("root", idx8_dataset().string()));
+    HT_CHECK(out.good(), "cannot write {}", tmp.string());
+  }
+  std::filesystem::rename(tmp, path);
+  sets.push_back("run.out_dir=" + (scratch_dir() / run_name).string());
+  return train::load_trainer_config(path.string(), sets);
 }
 
 }  // namespace ht::test

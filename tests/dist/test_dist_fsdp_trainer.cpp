@@ -31,24 +31,15 @@ TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra = 
   return test::tiny_lm_run(test::scratch_dir() / name, extra);
 }
 
-std::string mlp_config_path() {
-  static const std::string path = [] {
-    const fs::path p = test::scratch_dir() / "fsdp_trainer_mlp.yaml";
-    std::ofstream(p) << fmt::format(
-        "run:\n  seed: 5\n"
-        "data:\n  dataset: mnist\n  root: {}\n  batch_size: 16\n  eval_batch_size: 16\n  num_workers: 0\n"
-        "model:\n  name: mlp\n  hidden: [16, 16]\n"
-        "optim:\n  name: adamw\n  lr: 0.01\n  weight_decay: 0.01\n  clip_grad_norm: 0.5\n"
-        "train:\n  epochs: 2\n  log_every: 1\n",
-        test::idx8_dataset().string());
-    return p.string();
-  }();
-  return path;
-}
-
 TrainerConfig mlp(const std::string& name, std::vector<std::string> extra = {}) {
-  extra.push_back("run.out_dir=" + (test::scratch_dir() / name).string());
-  return load_trainer_config(mlp_config_path(), extra);
+  return test::idx8_config(
+      "fsdp_trainer_mlp.yaml",
+      "run:\n  seed: 5\n"
+      "data:\n  dataset: mnist\n  root: {root}\n  batch_size: 16\n  eval_batch_size: 16\n  num_workers: 0\n"
+      "model:\n  name: mlp\n  hidden: [16, 16]\n"
+      "optim:\n  name: adamw\n  lr: 0.01\n  weight_decay: 0.01\n  clip_grad_norm: 0.5\n"
+      "train:\n  epochs: 2\n  log_every: 1\n",
+      name, std::move(extra));
 }
 
 // A train record's `key` by step from metrics.jsonl.

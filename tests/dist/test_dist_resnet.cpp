@@ -28,19 +28,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string config_path() {
-  static const std::string path = [] {
-    const fs::path p = test::scratch_dir() / "dist_resnet18.yaml";
-    std::ofstream(p) << fmt::format(
-        "run:\n  seed: 3\n"
-        "data:\n  dataset: mnist\n  root: {}\n  batch_size: 16\n  eval_batch_size: 32\n  num_workers: 0\n"
-        "model:\n  name: resnet18\n"
-        "optim:\n  name: adamw\n  lr: 0.001\n  weight_decay: 0.01\n"
-        "train:\n  epochs: 1\n  max_steps: 2\n  log_every: 1\n",
-        test::idx8_dataset().string());
-    return p.string();
-  }();
-  return path;
+TrainerConfig config(const std::string& name, std::vector<std::string> sets) {
+  return test::idx8_config(
+      "dist_resnet18.yaml",
+      "run:\n  seed: 3\n"
+      "data:\n  dataset: mnist\n  root: {root}\n  batch_size: 16\n  eval_batch_size: 32\n  num_workers: 0\n"
+      "model:\n  name: resnet18\n"
+      "optim:\n  name: adamw\n  lr: 0.001\n  weight_decay: 0.01\n"
+      "train:\n  epochs: 1\n  max_steps: 2\n  log_every: 1\n",
+      name, std::move(sets));
 }
 
 void set_rank_env(const dist::DistEnv& env) {
@@ -70,8 +66,7 @@ fs::path train_ranks(int world, const std::string& mode) {
       world,
       [&](const dist::DistEnv& env) {
         set_rank_env(env);
-        run_training(load_trainer_config(config_path(), {"run.out_dir=" + out_dir.string(), "dist.mode=" + mode,
-                                                         "dist.engine=gloo", "dist.timeout_s=60"}));
+        run_training(config(name, {"dist.mode=" + mode, "dist.engine=gloo", "dist.timeout_s=60"}));
       },
       std::chrono::seconds(100));
   INFO(name << ": exit codes " << ht::test::exit_codes(out));
@@ -82,8 +77,7 @@ fs::path train_ranks(int world, const std::string& mode) {
 }  // namespace
 
 TEST_CASE("ResNet-18 under fsdp logs ddp's losses: bit for bit on 2 ranks, within 1e-5 on 4", "[dist][fsdp][trainer]") {
-  test::scratch_dir();
-  config_path();
+  test::idx8_dataset();  // made before the fork, once for every rank
   for (const int world : {2, 4}) {
     const fs::path fsdp = train_ranks(world, "fsdp"), ddp = train_ranks(world, "ddp");
     const double rtol = world == 2 ? 0.0 : 1e-5;

@@ -3,9 +3,6 @@
 // within 1e-5 relative: the same products summed in another order), every rank logs the same losses, and
 // ranks whose configs differ stop at the start naming the rank.
 #include <cstdlib>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "dist_testing.h"
 #include "hadatrain/train/trainer.h"
@@ -20,34 +17,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string config_path() {
-  static const std::string path = [] {
-    const fs::path p = test::scratch_dir() / "dist_trainer.yaml";
-    std::ofstream(p) << fmt::format(
-        "run:\n  seed: 5\n"
-        "data:\n  dataset: mnist\n  root: {}\n  batch_size: 16\n  eval_batch_size: 16\n  num_workers: 0\n"
-        "model:\n  name: mlp\n  hidden: [16]\n"
-        "optim:\n  name: sgd\n  lr: 0.1\n  momentum: 0.9\n  weight_decay: 0.001\n"
-        "train:\n  epochs: 2\n  log_every: 1\n",
-        test::idx8_dataset().string());
-    return p.string();
-  }();
-  return path;
-}
-
 TrainerConfig config(const std::string& name, std::vector<std::string> sets = {}) {
-  sets.push_back("run.out_dir=" + (test::scratch_dir() / name).string());
-  return load_trainer_config(config_path(), sets);
+  return test::idx8_config(
+      "dist_trainer.yaml",
+      "run:\n  seed: 5\n"
+      "data:\n  dataset: mnist\n  root: {root}\n  batch_size: 16\n  eval_batch_size: 16\n  num_workers: 0\n"
+      "model:\n  name: mlp\n  hidden: [16]\n"
+      "optim:\n  name: sgd\n  lr: 0.1\n  momentum: 0.9\n  weight_decay: 0.001\n"
+      "train:\n  epochs: 2\n  log_every: 1\n",
+      name, std::move(sets));
 }
 
+// The train records' losses in step order.
 std::vector<double> losses(const fs::path& out_dir) {
-  std::ifstream in(out_dir / "metrics.jsonl");
   std::vector<double> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.at("type") == "train") out.push_back(j.at("loss").get<double>());
-  }
+  for (const auto& [step, loss] : test::train_losses(out_dir)) out.push_back(loss);
   return out;
 }
 
@@ -60,7 +44,7 @@ void set_rank_env(const dist::DistEnv& env) {
 }
 
 void check_ddp_matches_one_process(int world) {
-  config_path();  // the scratch folder and dataset are made here, before the fork, once for every rank
+  test::idx8_dataset();  // the scratch folder and dataset are made here, before the fork, once for every rank
   const std::string ref_name = "ref", name = fmt::format("ddp{}", world);
   const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(config(ref_name)); });
   REQUIRE(ht::test::all_passed(ref));
@@ -93,7 +77,7 @@ TEST_CASE("train with dist.mode ddp on 4 ranks logs one process's losses", "[dis
 }
 
 TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {
-  config_path();
+  test::idx8_dataset();
   const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
     set_rank_env(env);
     const std::string err = test::error_of([&] {
@@ -108,7 +92,7 @@ TEST_CASE("ranks with different configs stop at the start naming the rank", "[di
 }
 
 TEST_CASE("a launched rank with dist.mode none is an error", "[dist][trainer]") {
-  config_path();
+  test::idx8_dataset();
   const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
     set_rank_env(env);
     const std::string err = test::error_of([&] { run_training(config("none_mode")); });
