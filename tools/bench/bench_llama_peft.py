@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -35,7 +34,8 @@ import torch.nn.functional as F
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_llama_torch import PRESETS, model_flops_per_token  # noqa: E402  (the same shapes and FLOPs count)
+# The same shapes, step timing and FLOPs count as the plain benchmark.
+from bench_llama_torch import PRESETS, median_step_ms, model_flops_per_token  # noqa: E402
 
 FORMS = ("eager", "compile", "graph")
 
@@ -94,39 +94,7 @@ def main():
         opt.step()
         return loss
 
-    stream = torch.cuda.current_stream()
-    if a.form == "graph":
-        side = torch.cuda.Stream()
-        side.wait_stream(stream)
-        with torch.cuda.stream(side):
-            for _ in range(a.warmup):
-                opt.zero_grad(set_to_none=True)
-                step()
-        stream.wait_stream(side)
-        torch.cuda.synchronize()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.reset_peak_memory_stats()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
-        run_once = g.replay
-    else:
-        def run_once():
-            opt.zero_grad(set_to_none=True)
-            step()
-        for _ in range(a.warmup):
-            run_once()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(a.reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record(stream)
-        run_once()
-        e1.record(stream)
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    ms = statistics.median(times)
+    ms = median_step_ms(step, opt, a.form, a.warmup, a.reps)
     tok_s = a.batch * a.seq / (ms / 1e3)
     mfu = tok_s * model_flops_per_token(cfg, a.seq) / (a.peak_tflops * 1e12)
     peak = torch.cuda.max_memory_allocated() / 2**30

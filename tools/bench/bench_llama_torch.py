@@ -70,6 +70,46 @@ def model_flops_per_token(cfg, seq):
     return 6 * n + 12 * cfg.num_hidden_layers * cfg.num_attention_heads * hd * seq
 
 
+def median_step_ms(step, opt, form, warmup, reps):
+    """The median of `reps` timed training steps after `warmup` untimed ones, in ms, each between two CUDA events
+    on the current stream; the peak-memory counter is reset before the timed steps (graph: before the capture).
+    form "graph": step() captured once into a CUDA graph (warm-up on a side stream, gradients set to None before
+    the capture) and replayed; otherwise opt.zero_grad(set_to_none=True) and step() each time."""
+    stream = torch.cuda.current_stream()
+    if form == "graph":
+        side = torch.cuda.Stream()
+        side.wait_stream(stream)
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                opt.zero_grad(set_to_none=True)
+                step()
+        stream.wait_stream(side)
+        torch.cuda.synchronize()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.reset_peak_memory_stats()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step()
+        run_once = g.replay
+    else:
+        def run_once():
+            opt.zero_grad(set_to_none=True)
+            step()
+        for _ in range(warmup):
+            run_once()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record(stream)
+        run_once()
+        e1.record(stream)
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    return statistics.median(times)
+
+
 def main():
     a = parse()
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -91,39 +131,7 @@ def main():
         opt.step()
         return loss
 
-    stream = torch.cuda.current_stream()
-    if a.form == "graph":
-        side = torch.cuda.Stream()
-        side.wait_stream(stream)
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP):
-                opt.zero_grad(set_to_none=True)
-                step()
-        stream.wait_stream(side)
-        torch.cuda.synchronize()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.reset_peak_memory_stats()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
-        run_once = g.replay
-    else:
-        def run_once():
-            opt.zero_grad(set_to_none=True)
-            step()
-        for _ in range(WARMUP):
-            run_once()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(REPS):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record(stream)
-        run_once()
-        e1.record(stream)
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    ms = statistics.median(times)
+    ms = median_step_ms(step, opt, a.form, WARMUP, REPS)
     tokens = a.batch * a.seq
     tok_s = tokens / (ms / 1e3)
     mfu = tok_s * model_flops_per_token(cfg, a.seq) / (a.peak_tflops * 1e12)
