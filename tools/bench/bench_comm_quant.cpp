@@ -26,6 +26,8 @@
 #include "timing.h"
 
 using namespace ht;
+using ht::bench::env_or;
+using ht::bench::shell_line;
 
 namespace {
 
@@ -36,22 +38,6 @@ struct Weight {
 const std::vector<Weight> kBlock = {{"q_proj", 2048, 2048}, {"k_proj", 512, 2048},  {"v_proj", 512, 2048},
                                     {"o_proj", 2048, 2048}, {"gate_proj", 8192, 2048}, {"up_proj", 8192, 2048},
                                     {"down_proj", 2048, 8192}};
-
-std::string shell_line(const char* cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd, "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, f)) out += buf;
-    pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
 
 struct Meta {
   std::string commit, machine, date;

@@ -36,6 +36,8 @@
 #include "timing.h"
 
 using namespace ht;
+using ht::bench::env_or;
+using ht::bench::shell_line;
 
 namespace {
 
@@ -59,22 +61,6 @@ double graph_ms(const std::function<void()>& body) {
     return std::nan("");
   }
   return bench::median_ms_on(graph.stream(), [&] { graph.replay(); });
-}
-
-std::string shell_line(const char* cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd, "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, f)) out += buf;
-    pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
 }
 
 std::string json_escape(const std::string& s) {

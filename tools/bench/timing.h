@@ -2,10 +2,14 @@
 // runs of f, each between two CUDA events on the default stream (median_ms_on: on `stream`, for work issued
 // there, e.g. a step graph's replays), after `warmup` untimed runs and a device synchronisation (then
 // `after_warmup`, e.g. to reset the peak-memory counter); median_ms_prepared with untimed work before each run.
+// Also what a record names its run by: shell_line (a command's output, e.g. the commit) and env_or.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace ht::bench {
@@ -54,6 +58,24 @@ double median_ms_on(cudaStream_t stream, F&& f, int warmup = 3, int reps = 20, v
 template <class F>
 double median_ms(F&& f, int warmup = 3, int reps = 20, void (*after_warmup)() = nullptr) {
   return median_ms_on(nullptr, f, warmup, reps, after_warmup);
+}
+
+// The standard output of `cmd` (popen) without its trailing newlines and spaces; empty when it cannot run.
+inline std::string shell_line(const char* cmd) {
+  std::string out;
+  if (FILE* f = popen(cmd, "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+// The environment variable `name`, or `fallback` when it is unset or empty.
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
 }
 
 }  // namespace ht::bench
