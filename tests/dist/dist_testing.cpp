@@ -1,5 +1,6 @@
 // run_ranks and its helpers (dist_testing.h).
 #include "dist_testing.h"
+#include "dist_trainer_testing.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

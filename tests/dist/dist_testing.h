@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "hadatrain/dist/rendezvous.h"
-#include "hadatrain/train/trainer_config.h"
 
 namespace ht::test {
 
@@ -29,12 +28,5 @@ void expect(bool ok, const std::string& message);
 
 // A port on 127.0.0.1 no socket was bound to a moment ago.
 int free_port();
-
-// A trainer config on the idx8 images: `yaml` with "{root}" replaced by idx8_dataset()'s folder is written to
-// scratch_dir()/<file> and loaded with `sets` and run.out_dir=scratch_dir()/<run_name>. The file goes through
-// a per-process temporary renamed over it, so forked ranks may call this at once; make idx8_dataset() before
-// the fork (it is not written that way).
-train::TrainerConfig idx8_config(const std::string& file, const std::string& yaml, const std::string& run_name,
-                                 std::vector<std::string> sets = {});
 
 }  // namespace ht::test

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist_testing.h"
+#include "dist_trainer_testing.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/train/trainer.h"

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "dist_testing.h"
+#include "dist_trainer_testing.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
 #include "support/catch.h"
