@@ -13,6 +13,7 @@
 #include "hadatrain/data/rand_augment.h"
 #include "hadatrain/train/trainer_config.h"
 #include "support/catch.h"
+#include "support/image_testing.h"
 #include "support/testing.h"
 
 using namespace ht;
@@ -34,17 +35,6 @@ std::vector<std::vector<int>> rows_of(const Image& img, int64_t c = 0) {
   for (int64_t y = 0; y < img.height; ++y)
     for (int64_t x = 0; x < img.width; ++x) r[y][x] = img.at(c, y, x);
   return r;
-}
-
-// Pseudo-random pixels (a fixed LCG).
-Image noise(int64_t c, int64_t h, int64_t w, ImageLayout layout, uint32_t seed) {
-  Image img = Image::zeros(h, w, c, layout);
-  uint32_t s = seed;
-  for (auto& p : img.pixels) {
-    s = s * 1664525u + 1013904223u;
-    p = static_cast<uint8_t>(s >> 24);
-  }
-  return img;
 }
 
 Image rgb(int64_t h, int64_t w, const std::vector<std::array<int, 3>>& px) {
@@ -72,7 +62,7 @@ TEST_CASE("rotations by multiples of 90 degrees move pixels exactly", "[data][ra
   const Image wide = gray({{1, 2, 3, 4}, {5, 6, 8, 9}});
   CHECK(rows_of(rotate(wide, 90, kNearest)) == std::vector<std::vector<int>>{{7, 3, 8, 7}, {7, 2, 6, 7}});
   // CHW and HWC agree channel by channel.
-  const Image hwc = noise(3, 5, 4, ImageLayout::hwc, 3);
+  const Image hwc = test::noise_image(3, 5, 4, ImageLayout::hwc, 3);
   const Image chw = to_layout(hwc, ImageLayout::chw);
   const Image a = rotate(hwc, 17, kBilinear), b = rotate(chw, 17, kBilinear);
   CHECK(to_layout(b, ImageLayout::hwc).pixels == a.pixels);
@@ -184,7 +174,7 @@ TEST_CASE("each policy's op list and magnitude-to-argument map", "[data][rand_au
   CHECK(std::find(vops.begin(), vops.end(), RandAugmentOp::solarize_add) == vops.end());
   CHECK(vops.front() == RandAugmentOp::identity);
 
-  const Image img = noise(3, 12, 10, ImageLayout::hwc, 5);
+  const Image img = test::noise_image(3, 12, 10, ImageLayout::hwc, 5);
   auto step = [](RandAugmentOp op, double level, bool negate = false) {
     return RandAugmentStep{op, true, level, negate};
   };
@@ -241,7 +231,7 @@ TEST_CASE("timm's RandAugment strings", "[data][rand_augment]") {
 
 TEST_CASE("the draws: deterministic per sample, uniform over ops, timm's jitter and signs", "[data][rand_augment]") {
   const RandAugmentOptions o = RandAugmentOptions::timm_defaults();
-  const Image img = noise(3, 24, 20, ImageLayout::hwc, 11);
+  const Image img = test::noise_image(3, 24, 20, ImageLayout::hwc, 11);
   auto sample = [&](int64_t index) {
     SampleRng rng = SampleRng::for_sample(42, 3, index);
     return rand_augment(img, o, rng).pixels;
@@ -306,7 +296,7 @@ class NoiseDataset final : public Dataset {
  public:
   int64_t size() const override { return 40; }
   Sample get(int64_t i, SampleRng&) const override {
-    return {noise(3, 12, 10, ImageLayout::hwc, static_cast<uint32_t>(i) + 1), i % 5};
+    return {test::noise_image(3, 12, 10, ImageLayout::hwc, static_cast<uint32_t>(i) + 1), i % 5};
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include "hadatrain/data/transforms.h"
 #include "support/catch.h"
+#include "support/image_testing.h"
 
 using namespace ht;
 using namespace ht::data;
@@ -16,17 +17,6 @@ Image pattern(int64_t c, int64_t h, int64_t w, ImageLayout layout) {
   for (int64_t k = 0; k < c; ++k)
     for (int64_t y = 0; y < h; ++y)
       for (int64_t x = 0; x < w; ++x) img.at(k, y, x) = static_cast<uint8_t>((31 * k + 7 * y + 3 * x + 1) % 256);
-  return img;
-}
-
-// Pseudo-random pixel values (a fixed LCG) so resizes see non-linear content.
-Image noise(int64_t c, int64_t h, int64_t w, ImageLayout layout, uint32_t seed) {
-  Image img = Image::zeros(h, w, c, layout);
-  uint32_t s = seed;
-  for (auto& p : img.pixels) {
-    s = s * 1664525u + 1013904223u;
-    p = static_cast<uint8_t>(s >> 24);
-  }
   return img;
 }
 
@@ -175,7 +165,7 @@ TEST_CASE("random_hflip flips exactly when the first uniform is below p", "[data
 
 TEST_CASE("bilinear resize matches naive references", "[data][transforms]") {
   for (ImageLayout layout : {ImageLayout::chw, ImageLayout::hwc}) {
-    const Image img = noise(3, 5, 7, layout, 11);
+    const Image img = test::noise_image(3, 5, 7, layout, 11);
     // Enlarging: plain bilinear, and antialiasing changes nothing.
     for (Antialias aa : {Antialias::off, Antialias::on}) {
       const Image up = resize(img, 9, 12, aa);
@@ -183,7 +173,7 @@ TEST_CASE("bilinear resize matches naive references", "[data][transforms]") {
       CHECK(max_error(up, [&](int64_t c, int64_t y, int64_t x) { return bilinear_ref(img, c, y, x, 9, 12); }) <= 0.501);
     }
     // Shrinking without antialiasing: 2x2 taps at the half-pixel positions.
-    const Image big = noise(2, 13, 11, layout, 5);
+    const Image big = test::noise_image(2, 13, 11, layout, 5);
     const Image down = resize(big, 4, 5, Antialias::off);
     CHECK(max_error(down, [&](int64_t c, int64_t y, int64_t x) { return bilinear_ref(big, c, y, x, 4, 5); }) <= 0.501);
     // Shrinking with antialiasing: the widened triangle filter.
@@ -289,7 +279,7 @@ TEST_CASE("random resized crop: draw order, fit, and the centre fallback", "[dat
   }
   CHECK(fitted == 300);
   // The image path resizes the chosen window.
-  const Image img = noise(3, 40, 40, ImageLayout::hwc, 3);
+  const Image img = test::noise_image(3, 40, 40, ImageLayout::hwc, 3);
   SampleRng r1 = SampleRng::for_sample(seed, 1, 0), r2 = SampleRng::for_sample(seed, 1, 0);
   p.scale_min = p.scale_max = 0.25f;
   const Image out = random_resized_crop(img, p, r1);
@@ -327,7 +317,7 @@ TEST_CASE("normalisation and batch conversion write (N, C, H, W) f32", "[data][t
 }
 
 TEST_CASE("composed recipes are deterministic per (seed, epoch, index)", "[data][transforms]") {
-  const Image img = noise(3, 32, 32, ImageLayout::chw, 9);
+  const Image img = test::noise_image(3, 32, 32, ImageLayout::chw, 9);
   const Transform t = cifar_train_transform();
   SampleRng r1 = SampleRng::for_sample(1, 0, 5), r2 = SampleRng::for_sample(1, 0, 5);
   const Image a = t(img, r1);
@@ -336,7 +326,7 @@ TEST_CASE("composed recipes are deterministic per (seed, epoch, index)", "[data]
   // Same as doing the steps by hand with one stream.
   SampleRng r3 = SampleRng::for_sample(1, 0, 5);
   CHECK(a.pixels == random_hflip(random_crop(img, {32, 32, 4}, r3), r3).pixels);
-  const Image big = noise(3, 300, 400, ImageLayout::hwc, 2);
+  const Image big = test::noise_image(3, 300, 400, ImageLayout::hwc, 2);
   SampleRng r4 = SampleRng::for_sample(1, 0, 5);
   const Image tr = imagenet_train_transform(224)(big, r4);
   CHECK(tr.height == 224);

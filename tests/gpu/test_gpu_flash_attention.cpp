@@ -27,11 +27,7 @@ using namespace ht;
 
 namespace {
 
-Tensor leaf(const Tensor& x, Device dev) {
-  Tensor t = x.to(dev).detach();
-  t.set_requires_grad(true);
-  return t;
-}
+using test::leaf;
 
 struct FlashCase {
   const char* name;

@@ -16,12 +16,7 @@ using namespace ht::optim;
 
 namespace {
 
-// A leaf with x's values on `dev`.
-Tensor leaf(const Tensor& x, Device dev) {
-  Tensor t = x.to(dev).detach();
-  t.set_requires_grad(true);
-  return t;
-}
+using test::leaf;
 
 // ---- optimisers ----
 

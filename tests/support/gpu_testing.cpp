@@ -80,4 +80,10 @@ std::string compare_to_cpu(const Tensor& actual, const Tensor& expected, Toleran
   return compare(actual, expected, tol.rtol, tol.atol);
 }
 
+Tensor leaf(const Tensor& x, Device dev) {
+  Tensor t = x.to(dev).detach();
+  t.set_requires_grad(true);
+  return t;
+}
+
 }  // namespace ht::test

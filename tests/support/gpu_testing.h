@@ -55,4 +55,7 @@ inline std::string compare_to_cpu(const Tensor& actual, const Tensor& expected) 
 // Empty when the raw bytes of `actual` (CUDA) and `expected` (CPU) are identical.
 std::string compare_bits(const Tensor& actual, const Tensor& expected);
 
+// x copied to `dev` as a new autograd leaf that requires grad (one per device for a CUDA-vs-CPU gradient check).
+Tensor leaf(const Tensor& x, Device dev);
+
 }  // namespace ht::test
