@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/tensor/factory.h"
 #include "support/testing.h"
 
 namespace ht::test {
@@ -113,6 +114,17 @@ train::TrainerConfig idx8_config(const std::string& file, const std::string& yam
   std::filesystem::rename(tmp, path);
   sets.push_back("run.out_dir=" + (scratch_dir() / run_name).string());
   return train::load_trainer_config(path.string(), sets);
+}
+
+RuleBatch rule_batch(Generator& gen, int64_t batch, int64_t seq, int64_t vocab) {
+  const std::vector<double> draws =
+      uniform({batch, seq}, 0, static_cast<double>(vocab), gen).to(DType::f64).to_vector<double>();
+  std::vector<int64_t> ids, targets;
+  for (double d : draws) {
+    ids.push_back(static_cast<int64_t>(d));
+    targets.push_back((7 * ids.back() + 3) % vocab);
+  }
+  return {from_vector(ids, {batch, seq}, {DType::i64}), from_vector(targets, {batch, seq}, {DType::i64})};
 }
 
 }  // namespace ht::test

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "hadatrain/dist/rendezvous.h"
+#include "hadatrain/tensor/philox.h"
+#include "hadatrain/tensor/tensor.h"
 
 namespace ht::test {
 
@@ -28,5 +30,12 @@ void expect(bool ok, const std::string& message);
 
 // A port on 127.0.0.1 no socket was bound to a moment ago.
 int free_port();
+
+// One batch of a tiny LM's training data: (B, T) random token ids below `vocab` drawn from `gen`, and as targets
+// (7 id + 3) mod vocab, a rule a model can learn. Both i64, the whole global batch.
+struct RuleBatch {
+  Tensor ids, targets;
+};
+RuleBatch rule_batch(Generator& gen, int64_t batch, int64_t seq, int64_t vocab);
 
 }  // namespace ht::test

@@ -42,16 +42,7 @@ Run train(dist::Communicator* comm) {
   Generator data(5);
   Run run;
   for (int step = 0; step < 6; ++step) {
-    // (B, T) random token ids; the target of each is (7 id + 3) mod V, a rule the model can learn.
-    const std::vector<double> draws =
-        uniform({kBatch, kSeq}, 0, static_cast<double>(cfg.vocab_size), data).to(DType::f64).to_vector<double>();
-    std::vector<int64_t> id_values, target_values;
-    for (double d : draws) {
-      id_values.push_back(static_cast<int64_t>(d));
-      target_values.push_back((7 * id_values.back() + 3) % cfg.vocab_size);
-    }
-    Tensor ids = from_vector(id_values, {kBatch, kSeq}, {DType::i64});
-    Tensor targets = from_vector(target_values, {kBatch, kSeq}, {DType::i64});
+    auto [ids, targets] = test::rule_batch(data, kBatch, kSeq, cfg.vocab_size);
     double share = 1.0;
     if (comm) {
       const auto s = dist::rank_slice(kBatch, comm->rank(), comm->size());

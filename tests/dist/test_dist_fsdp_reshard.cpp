@@ -65,17 +65,10 @@ Run train(dist::Communicator& comm, const Variant& v) {
   auto opt = optim::make_adamw(fsdp.shard_store(), {.weight_decay = 0.01});
   Generator data(5);
   for (int step = 0; step < 3; ++step) {
-    // (B, T) random token ids; the target of each is (7 id + 3) mod V.
-    const std::vector<double> draws =
-        uniform({kBatch, kSeq}, 0, static_cast<double>(cfg.vocab_size), data).to(DType::f64).to_vector<double>();
-    std::vector<int64_t> id_values, target_values;
-    for (double d : draws) {
-      id_values.push_back(static_cast<int64_t>(d));
-      target_values.push_back((7 * id_values.back() + 3) % cfg.vocab_size);
-    }
+    const test::RuleBatch whole = test::rule_batch(data, kBatch, kSeq, cfg.vocab_size);
     const auto s = dist::rank_slice(kBatch, comm.rank(), comm.size());
-    const Tensor ids = from_vector(id_values, {kBatch, kSeq}, {DType::i64}).narrow(0, s.start, s.rows);
-    const Tensor targets = from_vector(target_values, {kBatch, kSeq}, {DType::i64}).narrow(0, s.start, s.rows);
+    const Tensor ids = whole.ids.narrow(0, s.start, s.rows);
+    const Tensor targets = whole.targets.narrow(0, s.start, s.rows);
     const double share = static_cast<double>(s.rows) / kBatch;
     fsdp.set_share(share);
     opt->zero_grad();

@@ -24,8 +24,6 @@ token, although the frozen base needs no weight gradient), so the two sides' fig
 prints one line starting "torch-peft " and, with --jsonl, appends one JSON object to FILE.
 """
 import argparse
-import datetime
-import json
 import os
 import sys
 
@@ -35,7 +33,7 @@ import torch.nn.functional as F
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # The same shapes, step timing and FLOPs count as the plain benchmark.
-from bench_llama_torch import PRESETS, median_step_ms, model_flops_per_token  # noqa: E402
+from bench_llama_torch import PRESETS, append_record, median_step_ms, model_flops_per_token  # noqa: E402
 
 FORMS = ("eager", "compile", "graph")
 
@@ -102,14 +100,11 @@ def main():
           f"{tok_s:.0f} tok/s, MFU {mfu:.3f}, peak allocated {peak:.2f} GiB "
           f"({n_params / 1e9:.3f} B parameters, {n_trainable / 1e6:.2f} M trainable)")
     if a.jsonl:
-        rec = dict(model=a.model, batch=a.batch, seq=a.seq, form=a.form, lora_rank=a.rank, lora_alpha=a.alpha,
-                   targets=a.targets, base_dtype=a.base_dtype, checkpointing=a.checkpointing,
-                   ms_per_step=round(ms, 3), tok_per_s=round(tok_s), mfu=round(mfu, 4),
-                   peak_allocated_gib=round(peak, 3), parameters=n_params, trainable=n_trainable,
-                   torch=torch.__version__, device=torch.cuda.get_device_name(),
-                   date=datetime.date.today().isoformat())
-        with open(a.jsonl, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_record(a.jsonl, dict(
+            model=a.model, batch=a.batch, seq=a.seq, form=a.form, lora_rank=a.rank, lora_alpha=a.alpha,
+            targets=a.targets, base_dtype=a.base_dtype, checkpointing=a.checkpointing, ms_per_step=round(ms, 3),
+            tok_per_s=round(tok_s), mfu=round(mfu, 4), peak_allocated_gib=round(peak, 3), parameters=n_params,
+            trainable=n_trainable))
 
 
 if __name__ == "__main__":

@@ -139,12 +139,15 @@ def main():
     print(f"torch {a.model} batch {a.batch}x{a.seq} {a.form}: {ms:.2f} ms/step, {tok_s:.0f} tok/s, MFU {mfu:.3f}, "
           f"peak allocated {peak:.2f} GiB")
     if a.jsonl:
-        rec = dict(model=a.model, batch=a.batch, seq=a.seq, form=a.form, ms_per_step=round(ms, 3),
-                   tok_per_s=round(tok_s), mfu=round(mfu, 4), peak_allocated_gib=round(peak, 3),
-                   torch=torch.__version__, device=torch.cuda.get_device_name(),
-                   date=datetime.date.today().isoformat())
-        with open(a.jsonl, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_record(a.jsonl, dict(model=a.model, batch=a.batch, seq=a.seq, form=a.form, ms_per_step=round(ms, 3),
+                                    tok_per_s=round(tok_s), mfu=round(mfu, 4), peak_allocated_gib=round(peak, 3)))
+
+
+def append_record(path, rec):
+    """Appends rec, with the torch version, the device and today's date, as one JSON line to path."""
+    rec.update(torch=torch.__version__, device=torch.cuda.get_device_name(), date=datetime.date.today().isoformat())
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
 
 
 if __name__ == "__main__":
