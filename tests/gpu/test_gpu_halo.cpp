@@ -3,7 +3,8 @@
 // every Paley order, padded sizes, Llama's 4096 and 14336), input dtype and a non-contiguous input; rotations
 // bit for bit; the int8 products and the whole int8 pipeline bit for bit (the int8 GEMM is exact and every other
 // step is one fixed f32 sequence), the fp8 pipeline within fp8 GEMM accumulation tolerance; and a forward +
-// backward recorded into a step graph (no host synchronisation) equal to the eager run.
+// backward recorded into a step graph (no host synchronisation) equal to the eager run; the int8 pipeline again at
+// sizes the fast row kernels and the wide transposes take (cuda/kernels/halo_fast.cu, halo_transpose.cu).
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -65,9 +66,13 @@ TEST_CASE("halo_quantize on CUDA gives the CPU's codes and scales bit for bit", 
   // every rotation the fast row kernels take (cuda/kernels/halo_fast.cu: power-of-two part P >= 512): each order K,
   // phase B with one pass of 1 to 4 stages and with two passes, more rows than the grid has CTAs (grid-stride and
   // one atomic max per CTA), padded rows whose vector loads stop at C, and an odd C (element loads)
+  // Rows whose bytes are a multiple of 16 (from a 16-byte aligned start) and fit beside the rotated row are staged
+  // in shared memory a row ahead (Note [HALO row prefetch]): (2500, 1024) and (1500, 4096) give every CTA two or
+  // three staged rows in turn, 4001 and 30000 (f32) are read from global memory directly
   const std::vector<Case> fast_cases = {{1100, 512, true}, {3, 4000, true},  {2, 4001, true},  {2, 6000, true},
                                         {2, 18000, true},  {2, 20000, true}, {1, 22000, true}, {1, 30000, true},
-                                        {2, 8192, true},   {2, 16384, true}, {70, 2048, true}};
+                                        {2, 8192, true},   {2, 16384, true}, {70, 2048, true}, {2500, 1024, true},
+                                        {1500, 4096, true}};
   for (const Case& c : fast_cases)
     for (DType dt : {DType::f32, DType::bf16, DType::f16})
       for (Carrier carrier : {Carrier::int8, Carrier::fp8}) {
@@ -178,7 +183,16 @@ TEST_CASE("halo_transpose on CUDA gives the CPU's transpose for codes and bf16 o
   }
   const HaloQuantized q = halo_quantize(test::random_input({45, 97}, 61, DType::f32), Carrier::fp8);
   CHECK(test::compare_bits(halo_transpose(q.codes.to(kCuda)), halo_transpose(q.codes)) == "");
-  // shapes the word kernel takes (Note [HALO transposes] in cuda/kernels/halo.cu): whole and partial 64×64 tiles
+  // shapes the wide kernel takes (Note [HALO transposes] in cuda/kernels/halo_transpose.cu: multiples of 16 codes or
+  // 8 bf16 values): whole and partial tiles, more tile rows than columns and the reverse
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{256, 384}, {144, 272}, {16, 16}, {400, 48}, {32, 1040}}) {
+    INFO("wide (" << R << ", " << C << ")");
+    const HaloQuantized qw = halo_quantize(test::random_input({R, C}, 70 + R, DType::f32), Carrier::fp8);
+    CHECK(test::compare_bits(halo_transpose(qw.codes.to(kCuda)), halo_transpose(qw.codes)) == "");
+    const Tensor b = test::random_input({R / 2 + 8, C / 2}, 71 + R, DType::bf16);
+    CHECK(test::compare_bits(halo_transpose(b.to(kCuda)), halo_transpose(b)) == "");
+  }
+  // shapes the word kernel takes: whole and partial 64×64 tiles
   for (auto [R, C] : {std::pair<int64_t, int64_t>{136, 200}, {64, 64}, {4, 260}, {300, 8}}) {
     INFO("(" << R << ", " << C << ")");
     const HaloQuantized qw = halo_quantize(test::random_input({R, C}, 62 + R, DType::f32), Carrier::int8);
@@ -311,4 +325,25 @@ TEST_CASE("the halo pipeline on CUDA equals the CPU's (int8 bit for bit) and rec
       CHECK(test::compare_bits(gx_out, gr.x.to(Device::cpu())) == "");
       CHECK(test::compare_bits(gw_out, gr.w.to(Device::cpu())) == "");
     }
+}
+
+TEST_CASE("the int8 halo pipeline on CUDA at the fast kernels' sizes equals the CPU's bit for bit", "[gpu][halo]") {
+  // T = 512 tokens and I = 512: every rotation, quantiser and rotation back goes through the fast row kernels with
+  // staged rows (Note [HALO row prefetch]) and every transpose through the wide kernel (Note [HALO transposes])
+  const int64_t B = 2, L = 256, I = 512, O = 384;
+  const Tensor x = test::random_input({B, L, I}, 31, DType::bf16);
+  const Tensor w = test::random_input({O, I}, 32, DType::bf16, -0.2, 0.2);
+  const Tensor g = test::random_input({B, L, O}, 33, DType::bf16, -0.01, 0.01);
+  for (int level : {0, 1, 2}) {
+    INFO("level " << level);
+    auto cpu = make_halo_pipeline(opts(level, Carrier::int8));
+    ForwardResult fc = cpu->forward(x, w, ProductInfo{}, NoiseKey{}, SaveForBackward::yes);
+    const Grads gc = cpu->backward(*fc.saved, g, {true, true});
+    auto gpu = make_halo_pipeline(opts(level, Carrier::int8));
+    ForwardResult fg = gpu->forward(x.to(kCuda), w.to(kCuda), ProductInfo{}, NoiseKey{}, SaveForBackward::yes);
+    const Grads gr = gpu->backward(*fg.saved, g.to(kCuda), {true, true});
+    CHECK(test::compare_bits(fg.y, fc.y) == "");
+    CHECK(test::compare_bits(gr.x, gc.x) == "");
+    CHECK(test::compare_bits(gr.w, gc.w) == "");
+  }
 }

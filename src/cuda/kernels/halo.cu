@@ -1,7 +1,6 @@
 // HALO's row kernels (launchers and contract: cuda/kernels/halo.cuh). Bit-identical to the CPU reference in
 // src/grad/halo_quant.cpp: the same f32 operations in the same order (Note [HALO rotations], Note [HALO
 // quantiser] in include/hadatrain/grad/pipeline_halo.h), explicit _rn intrinsics so nothing is contracted.
-#include <atomic>
 #include <type_traits>
 
 #include "cuda/kernels/halo.cuh"
@@ -17,7 +16,6 @@ using namespace halo_detail;
 
 constexpr int kThreads = 512;
 constexpr int64_t kMaxRotation = 32768;  // grad::kHaloMaxRotation
-constexpr int kMaxRowBlocks = 132 * 8;
 
 __device__ __forceinline__ float load_in(DType dt, const void* x, int64_t i) {
   if (dt == DType::bf16) return detail::bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]);
@@ -126,17 +124,15 @@ __global__ void absmax_rotated_kernel(HaloRowsArgs a, HaloSigns s, float* absmax
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) m = fmaxf(m, fabsf(buf[i]));
     __syncthreads();
   }
-  m = block_max(m);
-  if (threadIdx.x == 0) atomic_max_nonneg(absmax, m);
+  block_max_into(absmax, m);
 }
 
 template <int K>
 __global__ void quantize_rotated_kernel(HaloRowsArgs a, HaloSigns s, uint8_t* codes, bool int8, const float* absmax,
                                         float* scale) {
   extern __shared__ float buf[];
-  const float qmax = int8 ? 127.0f : 448.0f, m = *absmax;
-  const float r = m == 0.0f ? 0.0f : __fdiv_rn(qmax, m);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = m == 0.0f ? 0.0f : __fdiv_rn(m, qmax);
+  const float m = *absmax, r = reciprocal_step(m, int8);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = scale_of(m, int8);
   for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
     rotate_row<K>(buf, a, s, row);
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) codes[row * a.n + i] = code_of(buf[i], m, r, int8);
@@ -160,8 +156,7 @@ __global__ void absmax_plain_kernel(HaloRowsArgs a, float* absmax, bool vec) {
     for (int e = 0; e < V; ++e) m = fmaxf(m, fabsf(v[e]));
   }
   for (int64_t i = groups * V + tid; i < count; i += step) m = fmaxf(m, fabsf(load_elem<DT>(a.x, i)));
-  m = block_max(m);
-  if (threadIdx.x == 0) atomic_max_nonneg(absmax, m);
+  block_max_into(absmax, m);
 }
 
 template <DType DT>
@@ -205,67 +200,6 @@ __global__ void scale_i32_kernel(const int32_t* acc, int64_t count, const float*
     store_out(out, out_dtype, i, __fmul_rn(__int2float_rn(acc[i]), alpha));
 }
 
-// Note [HALO transposes]
-// The byte (codes) and bf16 transposes move 64×64 tiles through shared memory in 4-byte words: a thread reads a word
-// of EPW = 4 / sizeof(E) elements along a row of x and writes a word of EPW elements along a row of out (a column
-// of x), so each warp's global accesses are 64-byte row segments. Needs R and C multiples of EPW and 4-byte
-// aligned pointers (every word then lies wholly inside or outside the matrix); otherwise transpose_kernel below.
-// The tile's rows are padded to 65 elements so that the column reads of the write phase fall in distinct banks.
-template <class E>
-__global__ void __launch_bounds__(256) transpose_words_kernel(const E* x, int64_t R, int64_t C, E* out) {
-  constexpr int EPW = 4 / sizeof(E), WPR = 64 / EPW;  // elements per word, words per 64-element row
-  __shared__ E tile[64][65];
-  const int64_t c0 = blockIdx.x * int64_t{64}, r0 = blockIdx.y * int64_t{64};
-  for (int it = threadIdx.x; it < 64 * WPR; it += blockDim.x) {
-    const int r = it / WPR, c = (it % WPR) * EPW;
-    if (r0 + r < R && c0 + c < C) {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(x + (r0 + r) * C + c0 + c);
-#pragma unroll
-      for (int e = 0; e < EPW; ++e) tile[r][c + e] = static_cast<E>(w >> (8 * sizeof(E) * e));
-    }
-  }
-  __syncthreads();
-  for (int it = threadIdx.x; it < 64 * WPR; it += blockDim.x) {
-    const int c = it / WPR, r = (it % WPR) * EPW;
-    if (c0 + c < C && r0 + r < R) {
-      uint32_t w = 0;
-#pragma unroll
-      for (int e = 0; e < EPW; ++e) w |= uint32_t{tile[r + e][c]} << (8 * sizeof(E) * e);
-      *reinterpret_cast<uint32_t*>(out + (c0 + c) * R + r0 + r) = w;
-    }
-  }
-}
-
-template <class E>
-__global__ void transpose_kernel(const E* x, int64_t R, int64_t C, E* out) {
-  __shared__ E tile[32][33];
-  const int64_t c0 = blockIdx.x * int64_t{32}, r0 = blockIdx.y * int64_t{32};
-  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < R && c < C) tile[i][threadIdx.x] = x[r * C + c];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    const int64_t c = c0 + i, r = r0 + threadIdx.x;
-    if (r < R && c < C) out[c * R + r] = tile[threadIdx.x][i];
-  }
-}
-
-// f(std::integral_constant<int, K>{}) for the runtime K.
-template <class F>
-void with_k(int k, F&& f) {
-  switch (k) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 12: return f(std::integral_constant<int, 12>{});
-    case 20: return f(std::integral_constant<int, 20>{});
-    case 28: return f(std::integral_constant<int, 28>{});
-    case 36: return f(std::integral_constant<int, 36>{});
-    case 44: return f(std::integral_constant<int, 44>{});
-    case 60: return f(std::integral_constant<int, 60>{});
-    default: HT_UNSUPPORTED_DTYPE("halo rotation order K", k);
-  }
-}
-
 // Threads per block of a row kernel: kThreads, or fewer when the kernel's registers per thread do not allow that
 // many in one block (the K×K stage keeps a column of K floats per thread: K = 60 needs more than the 128
 // registers that 512 threads may each have), rounded down to whole warps (the shuffle butterflies and
@@ -288,15 +222,9 @@ int row_threads() {
 // attribute call is not a stream operation).
 template <auto kernel, class... Args>
 void launch_rows(const HaloRowsArgs& a, cudaStream_t stream, Args... args) {
-  static std::atomic<bool> opted_in{false};
   const size_t smem = static_cast<size_t>(a.n) * sizeof(float);
-  if (smem > 48 * 1024 && !opted_in.load()) {
-    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxRotation * sizeof(float))));
-    opted_in = true;
-  }
-  const unsigned grid = static_cast<unsigned>(a.R < kMaxRowBlocks ? (a.R < 1 ? 1 : a.R) : kMaxRowBlocks);
-  kernel<<<grid, row_threads<kernel>(), smem, stream>>>(a, args...);
+  opt_in_shared<kernel>(smem, kMaxRotation * sizeof(float));
+  kernel<<<row_grid(a.R), row_threads<kernel>(), smem, stream>>>(a, args...);
 }
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -397,28 +325,6 @@ void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, 
   scale_i32_kernel<<<cuda::grid_for((count + 3) / 4), cuda::kBlock, 0, stream>>>(acc, count, s_a, s_b, mult, out,
                                                                                   out_dtype, vec);
   HT_CHECK_LAUNCH("halo_scale_i32");
-}
-
-void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, void* out, cudaStream_t stream) {
-  const int epw = elem_bytes == 1 ? 4 : 2;
-  if ((elem_bytes == 1 || elem_bytes == 2) && R % epw == 0 && C % epw == 0 && aligned(x, 4) && aligned(out, 4)) {
-    const dim3 tiles(static_cast<unsigned>((C + 63) / 64), static_cast<unsigned>((R + 63) / 64));
-    if (elem_bytes == 1)
-      transpose_words_kernel<<<tiles, 256, 0, stream>>>(static_cast<const uint8_t*>(x), R, C, static_cast<uint8_t*>(out));
-    else
-      transpose_words_kernel<<<tiles, 256, 0, stream>>>(static_cast<const uint16_t*>(x), R, C,
-                                                          static_cast<uint16_t*>(out));
-    HT_CHECK_LAUNCH("halo_transpose_words");
-    return;
-  }
-  const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32)), block(32, 8);
-  if (elem_bytes == 1)
-    transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const uint8_t*>(x), R, C, static_cast<uint8_t*>(out));
-  else if (elem_bytes == 2)
-    transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const uint16_t*>(x), R, C, static_cast<uint16_t*>(out));
-  else
-    HT_UNSUPPORTED_DTYPE("halo_transpose element bytes", elem_bytes);
-  HT_CHECK_LAUNCH("halo_transpose");
 }
 
 }  // namespace ht::kernels

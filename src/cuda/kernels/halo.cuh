@@ -7,8 +7,9 @@
 // max |v|, one atomicMax per CTA on the f32 bits of a zeroed device word) and the quantise pass (the same rotation
 // again, then the codes); the scale never leaves the device. Rotations whose power-of-two part is at least 512 (every
 // LLaMA width and token count of 512 and more) go to the kernels of cuda/kernels/halo_fast.cuh instead (Note [HALO
-// fast rows]: 16-byte loads, 3 to 5 barriers a row), with the same results; the unrotated passes and the int32
-// epilogue move 16 bytes per thread and step, and the transposes 4-byte words (Note [HALO transposes]).
+// fast rows]: 16-byte loads, 3 to 5 barriers a row, the next row prefetched), with the same results; the unrotated
+// passes and the int32 epilogue move 16 bytes per thread and step, and the transposes (halo_transpose.cu) 16-byte
+// vectors where the shapes allow (Note [HALO transposes]).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -60,8 +61,8 @@ void launch_halo_quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, vo
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream);
 
-// out (C, R) = x (R, C)ᵀ for elements of elem_bytes 1 or 2 (codes, bf16 / f16), both contiguous: 32×32 tiles
-// through shared memory, coalesced reads and writes.
+// out (C, R) = x (R, C)ᵀ for elements of elem_bytes 1 or 2 (codes, bf16 / f16), both contiguous: tiles through
+// shared memory, coalesced reads and writes (Note [HALO transposes] in halo_transpose.cu).
 void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, void* out, cudaStream_t stream);
 
 }  // namespace ht::kernels

@@ -1,8 +1,16 @@
-// Device helpers shared by HALO's row kernels (halo.cu: the general ones; halo_fast.cu: the ones for rotations
-// whose power-of-two part is at least 512). Internal to src/cuda/kernels.
+// Helpers shared by HALO's row kernels (halo.cu: the general ones; halo_fast.cu: the ones for rotations whose
+// power-of-two part is at least 512): the quantiser's arithmetic, the block absmax, element and 16-byte loads, the
+// dispatch over the rotation order K and the row kernels' grid and shared-memory opt-in. Internal to
+// src/cuda/kernels.
 #pragma once
-#include <cstdint>
+#include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/kernel_launch.cuh"
 #include "hadatrain/tensor/dtype_enum.h"
 #include "hadatrain/tensor/scalar_types.h"
 
@@ -43,6 +51,13 @@ __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
   atomicMax(reinterpret_cast<unsigned int*>(addr), __float_as_uint(v));
 }
 
+// *word = max(*word, max over the block of v): block_max, then one atomic by thread 0. Every thread calls it, at
+// most once per kernel unless a barrier separates two calls (block_max's scratch).
+__device__ __forceinline__ void block_max_into(float* word, float v) {
+  v = block_max(v);
+  if (threadIdx.x == 0) atomic_max_nonneg(word, v);
+}
+
 // One element of an input of dtype DT (f32, bf16 or f16) as f32, exactly.
 template <DType DT>
 __device__ __forceinline__ float load_elem(const void* x, int64_t i) {
@@ -63,22 +78,79 @@ __device__ __forceinline__ void unpack2(uint32_t w, float* v) {
   }
 }
 
-// V = 16 / sizeof(element) consecutive elements from a 16-byte aligned address, as f32.
+// V = 16 / sizeof(element) consecutive elements from a 16-byte aligned address, as f32: load() from global memory
+// through the read-only path, load_shared() from shared memory (a row staged by cp.async).
 template <DType DT>
 struct Vec16 {
   static constexpr int V = DT == DType::f32 ? 4 : 8;
-  __device__ __forceinline__ static void load(const void* x, int64_t i, float* v) {  // i: a multiple of V
+  static constexpr int kBytes = DT == DType::f32 ? 4 : 2;  // bytes per element
+  __device__ __forceinline__ static void unpack(uint4 w, float* v) {
     if constexpr (DT == DType::f32) {
-      const float4 f = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i));
-      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+      v[0] = __uint_as_float(w.x), v[1] = __uint_as_float(w.y), v[2] = __uint_as_float(w.z), v[3] = __uint_as_float(w.w);
     } else {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
       unpack2<DT>(w.x, v);
       unpack2<DT>(w.y, v + 2);
       unpack2<DT>(w.z, v + 4);
       unpack2<DT>(w.w, v + 6);
     }
   }
+  __device__ __forceinline__ static void load(const void* x, int64_t i, float* v) {  // i: a multiple of V
+    unpack(__ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(x) + i * kBytes)), v);
+  }
+  __device__ __forceinline__ static void load_shared(const void* x, int i, float* v) {  // i: a multiple of V
+    unpack(*reinterpret_cast<const uint4*>(static_cast<const char*>(x) + i * kBytes), v);
+  }
 };
+
+// One element of a row staged in shared memory as f32, exactly.
+template <DType DT>
+__device__ __forceinline__ float shared_elem(const void* x, int i) {
+  if constexpr (DT == DType::f32) return static_cast<const float*>(x)[i];
+  else if constexpr (DT == DType::bf16) return detail::bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]);
+  else return detail::f16_bits_to_float(static_cast<const uint16_t*>(x)[i]);
+}
+
+// cp.async of 16 bytes global -> shared (L2 only: the rows are read once per pass), and the wait for every copy
+// this thread issued; a barrier must follow the wait before other threads read the data.
+__device__ __forceinline__ void copy16_async(void* shared_dst, const void* global_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// f(std::integral_constant<int, K>{}) for the runtime rotation order K (1 or a Paley order of
+// grad::kHaloPaleyOrders).
+template <class F>
+void with_k(int k, F&& f) {
+  switch (k) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 12: return f(std::integral_constant<int, 12>{});
+    case 20: return f(std::integral_constant<int, 20>{});
+    case 28: return f(std::integral_constant<int, 28>{});
+    case 36: return f(std::integral_constant<int, 36>{});
+    case 44: return f(std::integral_constant<int, 44>{});
+    case 60: return f(std::integral_constant<int, 60>{});
+    default: HT_UNSUPPORTED_DTYPE("halo rotation order K", k);
+  }
+}
+
+// The grid of a row kernel (one CTA per row at a time, grid-stride over the rows): at most kMaxRowBlocks CTAs,
+// which bounds the absmax kernels' atomics to one per CTA.
+inline constexpr int64_t kMaxRowBlocks = 132 * 8;
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(rows < kMaxRowBlocks ? (rows < 1 ? 1 : rows) : kMaxRowBlocks);
+}
+
+// Before a launch of `kernel` with `smem` bytes of dynamic shared memory: above the default 48 KiB the kernel is
+// opted in once, to max_bytes (the most any of its launches asks for). The attribute call is not a stream
+// operation, so a first call while a step graph records is fine.
+template <auto kernel>
+void opt_in_shared(size_t smem, size_t max_bytes) {
+  static std::atomic<bool> opted_in{false};
+  if (smem > 48 * 1024 && !opted_in.load()) {
+    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_bytes)));
+    opted_in = true;
+  }
+}
 
 }  // namespace ht::kernels::halo_detail

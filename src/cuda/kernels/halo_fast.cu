@@ -15,7 +15,7 @@
 //  D. The row leaves shared memory four consecutive values per thread: their max |v|, their four codes (one
 //     4-byte store: a warp writes 128 contiguous bytes) or their scaled f32 / bf16 values; one barrier.
 // A row therefore costs 3 to 5 barriers, against one per butterfly stage beyond 128 in the general kernel, and
-// its global loads are 16 bytes wide. Shared memory is swizzled so that no phase has bank conflicts: value i lives
+// its global loads are 16 bytes wide. Rows are prefetched (Note [HALO row prefetch]). Shared memory is swizzled so that no phase has bank conflicts: value i lives
 // at i ^ ((i >> 3) & 12), i.e. 16-byte unit u at u ^ ((u >> 3) & 3) (the unit moves within its aligned group of
 // four). Phase A's lanes store units 4l + q: without the swizzle the eight lanes of a quarter-warp would hit two
 // bank groups; with it, eight. Phases B and C read 32 consecutive values per warp (a permutation within them) and
@@ -27,7 +27,15 @@
 // values, before any butterfly, to the unrotated side (the absmax pass raises a second device word with their
 // max |v|; the quantise pass writes their codes, 16 bytes per lane, with the unrotated scale), so g_yᵀ is read
 // twice instead of four times. Each side's values, maxima and codes are those of its own quantiser.
-#include <atomic>
+//
+// Note [HALO row prefetch]
+// A CTA reads global memory only in phase A, then works on shared memory for the rest of the row: with four CTAs
+// per SM, most of the time no load is in flight and the passes ran at about a quarter of the memory rate. When the
+// row's bytes (C elements of the input dtype) are a multiple of 16, start 16-byte aligned and fit beside the
+// rotated row (kMaxStagedSmem), the next row of the CTA is copied into a staging area of shared memory with
+// cp.async right after phase A of the current one, so the copy runs during phases B to D; phase A then reads the
+// staged row (the same values: only where they come from changes). The first row is staged before the loop; the
+// wait for a row's copies precedes the barrier that ends the previous row.
 #include <type_traits>
 
 #include "cuda/kernels/halo_common.cuh"
@@ -42,7 +50,10 @@ using namespace halo_detail;
 constexpr int kThreads = 256;
 constexpr int kChunk = 512;               // values per warp in phase A: 32 lanes × 16
 constexpr int kMaxN = 32768;              // grad::kHaloMaxRotation
-constexpr int kMaxBlocks = 132 * 8;       // bounds the absmax kernel's atomics to one per CTA
+// Shared memory of a CTA with a staged row (Note [HALO row prefetch]): at most 100 KiB, so that two CTAs fit on
+// an SM (228 KiB, 1 KiB of it reserved per CTA); the largest launch asks for kMaxSmem.
+constexpr size_t kMaxStagedSmem = 100 * 1024;
+constexpr size_t kMaxSmem = kMaxN * sizeof(float) > kMaxStagedSmem ? kMaxN * sizeof(float) : kMaxStagedSmem;
 
 enum class Mode { rotate, absmax, quantize };
 
@@ -64,6 +75,8 @@ struct Out {
   uint8_t* codes_plain = nullptr;
   const float* m_plain = nullptr;
   float* scale_plain = nullptr;
+  // Note [HALO row prefetch]: rows are staged in shared memory after the rotated row (set by launch())
+  bool staged = false;
 };
 
 __device__ __forceinline__ int sw(int i) { return i ^ ((i >> 3) & 12); }   // value index -> shared slot
@@ -108,11 +121,23 @@ struct NoSide {
   __device__ __forceinline__ void operator()(const float*, int64_t, int, int) const {}
 };
 
+// Row `row` of x copied into shared memory at stage with 16-byte cp.async copies (Note [HALO row prefetch]; the
+// row's C·kBytes bytes are a multiple of 16 and x is 16-byte aligned). The caller waits before reading it.
+template <DType DT>
+__device__ __forceinline__ void stage_row(void* stage, const HaloRowsArgs& a, int64_t row) {
+  const int units = static_cast<int>(a.C) * Vec16<DT>::kBytes / 16;
+  const char* src = static_cast<const char*>(a.x) + row * a.C * Vec16<DT>::kBytes;
+  for (int u = threadIdx.x; u < units; u += blockDim.x)
+    copy16_async(static_cast<char*>(stage) + 16 * u, src + 16 * int64_t{u});
+}
+
 // Phases A to C of Note [HALO fast rows] for row `row`: buf holds the rotated row (swizzled) and the block is
 // synchronised when it returns. side(v, row, start, C) sees each lane's 16 loaded values before the butterflies.
-template <DType DT, int K, class Side>
+// stage: the row staged in shared memory (Note [HALO row prefetch]; vec is then true), or null: read x.
+// after_a() runs once phase A's barrier has passed (the staging area is free again).
+template <DType DT, int K, class Side, class AfterA>
 __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, const HaloSigns& s, int64_t row,
-                                           bool vec, const Side& side) {
+                                           bool vec, const Side& side, const void* stage, const AfterA& after_a) {
   float* buf = reinterpret_cast<float*>(smem);
   const int n = static_cast<int>(a.n), C = static_cast<int>(a.C), P = n / K;
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -123,8 +148,16 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
     const int start = c * kChunk + lane * 16;
     float v[16];
     if (vec && start + 16 <= C) {
+      if (stage != nullptr) {
 #pragma unroll
-      for (int q = 0; q < 16; q += V) Vec16<DT>::load(a.x, off + start + q, v + q);
+        for (int q = 0; q < 16; q += V) Vec16<DT>::load_shared(stage, start + q, v + q);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 16; q += V) Vec16<DT>::load(a.x, off + start + q, v + q);
+      }
+    } else if (stage != nullptr) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) v[e] = start + e < C ? shared_elem<DT>(stage, start + e) : 0.0f;
     } else {
 #pragma unroll
       for (int e = 0; e < 16; ++e) v[e] = start + e < C ? load_elem<DT>(a.x, off + start + e) : 0.0f;
@@ -147,6 +180,7 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
       smem[sw4(start / 4 + q)] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
   }
   __syncthreads();
+  after_a();
   // B
   const int log_p = 31 - __clz(P);
   for (int log_h0 = 9; log_h0 < log_p;) {
@@ -210,9 +244,20 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
   }
   const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&
                        reinterpret_cast<uintptr_t>(o.out) % (o.out_dtype == DType::f32 ? 16 : 8) == 0;
+  // Note [HALO row prefetch]: the CTA's first row staged before the loop, each next one after phase A
+  void* stage = o.staged ? static_cast<void*>(reinterpret_cast<float*>(smem) + a.n) : nullptr;
+  if (stage != nullptr) {
+    if (blockIdx.x < a.R) stage_row<DT>(stage, a, blockIdx.x);
+    copy_async_wait_all();
+    __syncthreads();
+  }
   for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
-    if constexpr (Pair) rotate_row<DT, K>(smem, a, s, row, vec, plain);
-    else rotate_row<DT, K>(smem, a, s, row, vec, NoSide{});
+    const int64_t next = row + gridDim.x;
+    const auto after_a = [&] {
+      if (stage != nullptr && next < a.R) stage_row<DT>(stage, a, next);
+    };
+    if constexpr (Pair) rotate_row<DT, K>(smem, a, s, row, vec, plain, stage, after_a);
+    else rotate_row<DT, K>(smem, a, s, row, vec, NoSide{}, stage, after_a);
     // D
     if constexpr (M == Mode::absmax) {
       for (int u = threadIdx.x; u < n4; u += blockDim.x) {
@@ -253,38 +298,34 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
         }
       }
     }
+    if (stage != nullptr) copy_async_wait_all();  // the next row's copies, before the barrier that publishes them
     __syncthreads();  // before the next row overwrites the buffer
   }
   if constexpr (M == Mode::absmax) {
-    mx = block_max(mx);
-    if (threadIdx.x == 0) atomic_max_nonneg(o.absmax, mx);
+    block_max_into(o.absmax, mx);
     if constexpr (Pair) {
       __syncthreads();  // block_max's scratch is read by warp 0 above before it is written again
-      mx_plain = block_max(mx_plain);
-      if (threadIdx.x == 0) atomic_max_nonneg(o.absmax_plain, mx_plain);
+      block_max_into(o.absmax_plain, mx_plain);
     }
   }
 }
 
 template <DType DT, int K, Mode M, bool Pair>
-void launch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
+void launch(const HaloRowsArgs& a, const HaloSigns& s, Out o, cudaStream_t stream) {
   constexpr auto kernel = &rows_kernel<DT, K, M, Pair>;
-  // Above the default 48 KiB the kernel is opted in once, to the largest row's 128 KiB (the attribute call is
-  // not a stream operation, so a first call while a step graph records is fine).
-  static std::atomic<bool> opted_in{false};
-  const size_t smem = static_cast<size_t>(a.n) * sizeof(float);
-  if (smem > 48 * 1024 && !opted_in.load()) {
-    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxN * sizeof(float))));
-    opted_in = true;
-  }
-  const unsigned grid = static_cast<unsigned>(a.R < kMaxBlocks ? (a.R < 1 ? 1 : a.R) : kMaxBlocks);
-  kernel<<<grid, kThreads, smem, stream>>>(a, s, o);
+  const size_t rotated = static_cast<size_t>(a.n) * sizeof(float);
+  const size_t row_bytes = static_cast<size_t>(a.C) * Vec16<DT>::kBytes;
+  // the kernel's `vec` (C a multiple of V, x 16-byte aligned) and room for the staged row
+  o.staged = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+             rotated + row_bytes <= kMaxStagedSmem;
+  const size_t smem = rotated + (o.staged ? row_bytes : 0);
+  opt_in_shared<kernel>(smem, kMaxSmem);
+  kernel<<<row_grid(a.R), kThreads, smem, stream>>>(a, s, o);
 }
 
 template <Mode M, bool Pair = false>
 void dispatch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
-  auto with_dtype = [&](auto k) {
+  with_k(a.k, [&](auto k) {
     constexpr int K = decltype(k)::value;
     switch (a.in_dtype) {
       case DType::f32: return launch<DType::f32, K, M, Pair>(a, s, o, stream);
@@ -292,17 +333,7 @@ void dispatch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStrea
       case DType::f16: return launch<DType::f16, K, M, Pair>(a, s, o, stream);
       default: HT_UNSUPPORTED_DTYPE("halo fast rows", a.in_dtype);
     }
-  };
-  switch (a.k) {
-    case 1: return with_dtype(std::integral_constant<int, 1>{});
-    case 12: return with_dtype(std::integral_constant<int, 12>{});
-    case 20: return with_dtype(std::integral_constant<int, 20>{});
-    case 28: return with_dtype(std::integral_constant<int, 28>{});
-    case 36: return with_dtype(std::integral_constant<int, 36>{});
-    case 44: return with_dtype(std::integral_constant<int, 44>{});
-    case 60: return with_dtype(std::integral_constant<int, 60>{});
-    default: HT_UNSUPPORTED_DTYPE("halo rotation order K", a.k);
-  }
+  });
 }
 
 }  // namespace
