@@ -132,6 +132,20 @@ int64_t freeze_non_lora(Module& root) {
   return n;
 }
 
+FrozenStore store_frozen_in(Module& root, DType dtype) {
+  FrozenStore r;
+  NoGradGuard ng;
+  for (auto& [name, t] : root.named_parameters()) {
+    if (!t->defined() || t->requires_grad() || t->dim() < 2 || !is_floating(t->dtype()) || t->dtype() == dtype)
+      continue;
+    r.bytes_before += static_cast<int64_t>(t->nbytes());
+    *t = to_dtype(t->detach(), dtype);  // a new leaf that does not require grad, in the same slot
+    r.bytes_after += static_cast<int64_t>(t->nbytes());
+    ++r.params;
+  }
+  return r;
+}
+
 std::map<std::string, Tensor> lora_state_dict(Module& root) {
   std::map<std::string, Tensor> out;
   for (auto& [name, l] : lora_layers(root)) {

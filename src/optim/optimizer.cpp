@@ -17,7 +17,9 @@ Optimizer::Optimizer(std::shared_ptr<nn::ParameterStore> store, std::vector<std:
   HT_CHECK(store_ != nullptr, "optimizer: the parameter store is null");
   for (const auto& p : store_->params()) {
     HT_CHECK(p.param->is_leaf(), "optimizer: parameter '{}' is not a leaf tensor", p.name);
-    HT_CHECK(p.param->dtype() == DType::f32 || p.param->dtype() == DType::f64,
+    // A frozen parameter gets no gradient and is never stepped, so it may be held in a compute dtype
+    // (Note [Frozen base in the compute dtype], nn/lora.h).
+    HT_CHECK(!p.param->requires_grad() || p.param->dtype() == DType::f32 || p.param->dtype() == DType::f64,
              "optimizer: parameter '{}' is {}; master weights must be f32 or f64", p.name, p.param->describe());
   }
   store_->define_state(std::move(state_slots));

@@ -28,6 +28,12 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds);
 std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
                                        std::shared_ptr<Generator> dropout_gen);
 
+// train.precision bf16 on a Llama: its frozen matrices (the LoRA base, train.freeze's) are held in bf16 from
+// now on instead of as f32 masters cast in every step (Note [Frozen base in the compute dtype], nn/lora.h).
+// Called once the freeze rules have set requires_grad and before the optimiser's store is built; a no-op for
+// other models and precisions.
+void store_frozen_in_compute_dtype(const TrainerConfig& cfg, nn::Module& model);
+
 // The causal-LM task for `model` (a models::Llama): next-token labels as the text loader makes them, and the
 // model's training FLOPs per token at data.seq_len.
 std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& model);

@@ -238,6 +238,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::M
     spdlog::info("train.freeze: {} parameter(s) ({} elements) frozen, {} ({} elements) train", rules.frozen_params,
                  rules.frozen_elements, rules.trainable_params, rules.trainable_elements);
   for (const auto& [name, scale] : rules.scaled) spdlog::info("optim.lr_multipliers: {} learns at {:g} x lr", name, scale);
+  // A frozen LLaMA base is held in bf16 (causal_lm_setup.h); FSDP shards every parameter in its master dtype.
+  if (!shard) store_frozen_in_compute_dtype(cfg, model);
   auto store = nn::ParameterStore::attach(model, std::move(params));
   if (shard) store = shard(std::move(store));
   if (o.name == OptimKind::sgd)

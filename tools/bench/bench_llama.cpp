@@ -1,7 +1,8 @@
 // LLaMA training-step benchmark (CUDA builds): a LlamaConfig preset with random weights, fp32 master weights,
 // bf16 forward and backward, next-token cross-entropy in fp32 over all positions, AdamW (lr 1e-5, weight decay
 // 0.1); every Linear but lm_head through one gradient pipeline (exact: the plain ops), lm_head exact. Full
-// fine-tuning, or --lora: LoRA rank 16 on q_proj,k_proj,v_proj,o_proj with the base frozen. Median of 12 timed
+// fine-tuning, or --lora: LoRA rank 16 (alpha 32) on q_proj,k_proj,v_proj,o_proj with the base frozen and held in
+// bf16 (no f32 master, as the trainer holds it with train.precision bf16; the adapters f32). Median of 12 timed
 // steps after 4 warm-up steps, eager and the whole step recorded into one CUDA graph (what the trainer runs
 // with train.cuda_graph: auto), CUDA events, peak allocated memory. tools/bench/bench_llama_torch.py is the
 // PyTorch side (transformers LlamaForCausalLM) with the same shapes and the same model-FLOPs count.
@@ -122,6 +123,13 @@ int main(int argc, char** argv) {
   if (lora) {
     lora_factory->check_targets();
     nn::freeze_non_lora(*model);
+    // What the trainer does with train.precision bf16 (Note [Frozen base in the compute dtype], nn/lora.h): the
+    // frozen matrices held in bf16, no f32 master and no per-step cast; before the move, so the device never
+    // holds the f32 base.
+    const nn::FrozenStore f = nn::store_frozen_in(*model, DType::bf16);
+    std::printf("bench_llama: %lld frozen matrices held in bf16: %.2f GiB (f32 masters: %.2f GiB)\n",
+                static_cast<long long>(f.params), static_cast<double>(f.bytes_after) / (1 << 30),
+                static_cast<double>(f.bytes_before) / (1 << 30));
   }
   model->compute_dtype = DType::bf16;
   model->to(dev);

@@ -5,8 +5,9 @@ random weights, no download) with peft LoRA adapters, against build-gpu/tools/be
 
 LoRA as bench_llama's --lora: rank 16, alpha 32 (scaling 2), no dropout, on q_proj, k_proj, v_proj and o_proj of
 every decoder layer; everything else frozen (embeddings, norms, the MLP, the head), as peft freezes it. The base
-weights are bf16 (--base-dtype; fp32 keeps them as bench_llama does, which holds the frozen base as f32 master
-weights and casts it to bf16 in each forward); peft keeps the adapters in f32 (autocast_adapter_dtype).
+weights are bf16 (--base-dtype), as bench_llama --lora holds its frozen matrices (its norm scales stay f32);
+--base-dtype fp32 is the f32-base form, cast to bf16 by autocast in each forward. peft keeps the adapters in f32
+(autocast_adapter_dtype).
 The step: bf16 autocast forward and backward, next-token cross-entropy in f32 over all positions against random
 labels, backward, fused AdamW (lr 1e-5, weight decay 0.1) over the adapters. SDPA attention.
 Forms:
@@ -21,7 +22,9 @@ bench_llama's count (bench_llama_torch.model_flops_per_token: the full fine-tuni
 token, although the frozen base needs no weight gradient), so the two sides' figures compare.
     python3 tools/bench/bench_llama_peft.py MODEL BATCH SEQ FORM [--rank 16] [--alpha 32]
         [--targets q_proj,k_proj,v_proj,o_proj] [--base-dtype bf16|fp32] [--checkpointing] [--jsonl FILE]
-prints one line starting "torch-peft " and, with --jsonl, appends one JSON object to FILE.
+prints one line starting "torch-peft ", then the same record as one JSON object (peak_allocated_gib: peak
+allocated memory), on stdout and, with --jsonl, appended to FILE. The shape of BENCHMARKS' LoRA row:
+    python3 tools/bench/bench_llama_peft.py llama3_8b 4 2048 eager|compile|graph --jsonl peft.jsonl
 """
 import argparse
 import os
@@ -99,12 +102,13 @@ def main():
     print(f"torch-peft {a.model} batch {a.batch}x{a.seq} lora r{a.rank} base {a.base_dtype} {a.form}: {ms:.2f} ms/step, "
           f"{tok_s:.0f} tok/s, MFU {mfu:.3f}, peak allocated {peak:.2f} GiB "
           f"({n_params / 1e9:.3f} B parameters, {n_trainable / 1e6:.2f} M trainable)")
-    if a.jsonl:
-        append_record(a.jsonl, dict(
-            model=a.model, batch=a.batch, seq=a.seq, form=a.form, lora_rank=a.rank, lora_alpha=a.alpha,
-            targets=a.targets, base_dtype=a.base_dtype, checkpointing=a.checkpointing, ms_per_step=round(ms, 3),
-            tok_per_s=round(tok_s), mfu=round(mfu, 4), peak_allocated_gib=round(peak, 3), parameters=n_params,
-            trainable=n_trainable))
+    rec = dict(model=a.model, batch=a.batch, seq=a.seq, form=a.form, lora_rank=a.rank, lora_alpha=a.alpha,
+               targets=a.targets, base_dtype=a.base_dtype, checkpointing=a.checkpointing, ms_per_step=round(ms, 3),
+               tok_per_s=round(tok_s), mfu=round(mfu, 4), peak_allocated_gib=round(peak, 3), parameters=n_params,
+               trainable=n_trainable)
+    sys.stdout.flush()  # the text line before the record appended through /dev/stdout
+    for path in ["/dev/stdout"] + ([a.jsonl] if a.jsonl else []):
+        append_record(path, rec)  # adds the torch version, the device and the date
 
 
 if __name__ == "__main__":

@@ -76,4 +76,22 @@ int64_t freeze_non_lora(Module& root);
 // Only the adapter tensors ("....lora_A.weight", "....lora_B.weight"), shared storage, detached.
 std::map<std::string, Tensor> lora_state_dict(Module& root);
 
+// Note [Frozen base in the compute dtype]
+// A frozen parameter gets no gradient and no optimiser update, so it needs no f32 master copy: with a bf16
+// forward, an f32 master would only be cast to bf16 again in every step (the same values each time) and
+// take twice the memory. store_frozen_in rounds every frozen (requires_grad false) floating parameter of two
+// or more dims below root to `dtype` once, in place of its master, so that materialise(param, dtype) returns
+// it without a cast (nn/parameter_store.h, cast_master). The forward sees the same values as before (the
+// cast is the same round to nearest even), so losses and adapter gradients do not change, bit for bit.
+// Only matrices: they are what a model reads in the compute dtype (an LLaMA's Linear weights and its
+// embedding table, whose looked-up rows are cast); 1-dim parameters (norm scales, biases) stay in their
+// dtype, as norms compute with their master-dtype scale. Checkpoints then hold the frozen matrices in
+// `dtype`; loading copies convert, so they load into f32 slots (generation, evaluation, merging) exactly.
+struct FrozenStore {
+  int64_t params = 0;       // parameters converted
+  int64_t bytes_before = 0;  // their bytes before and after
+  int64_t bytes_after = 0;
+};
+FrozenStore store_frozen_in(Module& root, DType dtype);
+
 }  // namespace ht::nn
