@@ -142,9 +142,11 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
 
 void store_frozen_in_compute_dtype(const TrainerConfig& cfg, nn::Module& model) {
   if (cfg.train.precision != Precision::bf16 || dynamic_cast<const models::Llama*>(&model) == nullptr) return;
+  const optim::FreezeRules rules = freeze_rules(cfg);
+  for (auto& [name, t] : model.named_parameters()) t->set_requires_grad(!rules.frozen(name));  // apply_param_rules'
   const nn::FrozenStore f = nn::store_frozen_in(model, DType::bf16);
   if (f.params > 0)
-    spdlog::info("train.precision bf16: {} frozen matri{} held in bf16 ({:.1f} MB instead of {:.1f} MB of f32 masters)",
+    spdlog::info("train.precision bf16: {} frozen matri{} held in bf16 ({:.1f} MB instead of {:.1f} MB as f32)",
                  f.params, f.params == 1 ? "x" : "ces", static_cast<double>(f.bytes_after) / 1e6,
                  static_cast<double>(f.bytes_before) / 1e6);
 }

@@ -28,10 +28,11 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds);
 std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
                                        std::shared_ptr<Generator> dropout_gen);
 
-// train.precision bf16 on a Llama: its frozen matrices (the LoRA base, train.freeze's) are held in bf16 from
-// now on instead of as f32 masters cast in every step (Note [Frozen base in the compute dtype], nn/lora.h).
-// Called once the freeze rules have set requires_grad and before the optimiser's store is built; a no-op for
-// other models and precisions.
+// train.precision bf16 on a Llama: freezes what the freeze rules freeze (freeze_rules: the LoRA base,
+// train.freeze's patterns; make_optimizer applies the same rules again) and holds the frozen matrices in bf16
+// from now on instead of as f32 masters cast in every step (Note [Frozen base in the compute dtype],
+// nn/lora.h). Called after the model's last Module::to(dtype) (which would make them f32 again) and before it
+// moves to its device, so the device never holds the f32 base; a no-op for other models and precisions.
 void store_frozen_in_compute_dtype(const TrainerConfig& cfg, nn::Module& model);
 
 // The causal-LM task for `model` (a models::Llama): next-token labels as the text loader makes them, and the

@@ -224,22 +224,25 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
   HT_FAIL("unknown model");
 }
 
+optim::FreezeRules freeze_rules(const TrainerConfig& cfg) {
+  optim::FreezeRules freeze{cfg.train.freeze};
+  // model.lora: everything but the adapters is frozen, as peft does; train.freeze's patterns come after these,
+  // so "!model.norm.*" there trains the final norm too.
+  if (cfg.model.lora) freeze.patterns.insert(freeze.patterns.begin(), {"*", "!*.lora_A.*", "!*.lora_B.*"});
+  return freeze;
+}
+
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model, const StoreWrap& shard) {
   const OptimSection& o = cfg.optim;
   auto params = optim::make_param_refs(model.named_parameters(), {"pos_embed", "cls_token"});
   if (o.decay_norm_and_bias)
     for (auto& p : params) p.decay = true;
-  optim::FreezeRules freeze{cfg.train.freeze};
-  // model.lora: everything but the adapters is frozen, as peft does; train.freeze's patterns come after these,
-  // so "!model.norm.*" there trains the final norm too.
-  if (cfg.model.lora) freeze.patterns.insert(freeze.patterns.begin(), {"*", "!*.lora_A.*", "!*.lora_B.*"});
-  const optim::ParamRulesReport rules = optim::apply_param_rules(params, freeze, optim::LrMultipliers(o.lr_multipliers));
+  const optim::ParamRulesReport rules =
+      optim::apply_param_rules(params, freeze_rules(cfg), optim::LrMultipliers(o.lr_multipliers));
   if (rules.frozen_params > 0)
     spdlog::info("train.freeze: {} parameter(s) ({} elements) frozen, {} ({} elements) train", rules.frozen_params,
                  rules.frozen_elements, rules.trainable_params, rules.trainable_elements);
   for (const auto& [name, scale] : rules.scaled) spdlog::info("optim.lr_multipliers: {} learns at {:g} x lr", name, scale);
-  // A frozen LLaMA base is held in bf16 (causal_lm_setup.h); FSDP shards every parameter in its master dtype.
-  if (!shard) store_frozen_in_compute_dtype(cfg, model);
   auto store = nn::ParameterStore::attach(model, std::move(params));
   if (shard) store = shard(std::move(store));
   if (o.name == OptimKind::sgd)

@@ -9,6 +9,7 @@
 #include "hadatrain/data/transforms.h"
 #include "hadatrain/nn/module.h"
 #include "hadatrain/optim/optimizer.h"
+#include "hadatrain/optim/param_rules.h"
 #include "hadatrain/optim/schedule.h"
 #include "hadatrain/train/task.h"
 #include "hadatrain/train/trainer_config.h"
@@ -31,6 +32,8 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
 // `shard`, when given, turns the model's store into the one the optimiser steps (dist.mode fsdp: the store
 // of this rank's master shards).
 using StoreWrap = std::function<std::shared_ptr<nn::ParameterStore>(std::shared_ptr<nn::ParameterStore>)>;
+// train.freeze's rules, after model.lora's (everything but the adapters frozen) when LoRA is on.
+optim::FreezeRules freeze_rules(const TrainerConfig& cfg);
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::Module& model,
                                                  const StoreWrap& shard = {});
 optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t steps_per_epoch);

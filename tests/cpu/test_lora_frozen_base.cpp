@@ -215,6 +215,18 @@ TEST_CASE("a bf16 LoRA run through the trainer: bf16 base in the checkpoint, exa
   }
   CHECK(frozen_matrices == 2 * 7 + 2);  // 7 per layer, the embedding and lm_head
 
+  // train.freeze's "!" patterns come after LoRA's rule: an unfrozen base matrix trains and stays an f32 master.
+  const train::TrainerConfig unfrozen =
+      lora_bf16_run("unfrozen", base_ck, {"train.max_steps=3", "train.freeze=['!model.layers.0.mlp.down_proj.*']"});
+  train::run_training(unfrozen);
+  const io::SafetensorsContents u =
+      io::load_safetensors(fs::path(unfrozen.run.out_dir) / "checkpoints" / "step_3" / "model.safetensors");
+  const std::string trained = "model.layers.0.mlp.down_proj.weight";
+  CHECK(u.at(trained).dtype() == DType::f32);
+  CHECK_FALSE(bitwise_equal(u.at(trained), before.at(trained)));
+  const std::string frozen = "model.layers.1.mlp.down_proj.weight";
+  CHECK(bitwise_equal(u.at(frozen), before.at(frozen).to(DType::bf16)));
+
   // Evaluating the checkpoint (f32 slots, the bf16 values copied in exactly) gives the run's last loss.
   const train::EvalResult ev = train::run_evaluation(whole, (fs::path(whole.run.out_dir) / "checkpoints").string());
   CHECK(ev.loss == r.last_eval.loss);
