@@ -132,15 +132,17 @@ class PipelineProductBackward final : public Node {
     if (!grads[0].defined()) return out;
     if (!grads[0].is_contiguous()) mark_phase("product node: g_y made contiguous");
     const Tensor g_y = grads[0].contiguous();
-    // The bias's gradient first: the pipeline's backward may release what it kept (and g_y is read either way).
-    if (out.size() == 3 && needs_input_grad(2)) {
-      mark_phase("product node: bias gradient");
-      out[2] = to_dtype(sum(g_y, {0, 1}), bias_dtype_);
-    }
     mark_phase(nullptr);
-    Wanted wanted{needs_input_grad(0), needs_input_grad(1)};
+    Wanted wanted{needs_input_grad(0), needs_input_grad(1), out.size() == 3 && needs_input_grad(2)};
+    Grads g;
+    if (wanted.x || wanted.w) g = pipeline_->backward(*saved_, g_y, wanted);
+    // The bias's gradient: from the pipeline's pass over g_y (Wanted::b), else the sum of g_y's rows.
+    if (wanted.b) {
+      if (!g.b.defined()) mark_phase("product node: bias gradient");
+      out[2] = to_dtype(g.b.defined() ? g.b : sum(g_y, {0, 1}), bias_dtype_);
+      mark_phase(nullptr);
+    }
     if (!wanted.x && !wanted.w) return out;
-    Grads g = pipeline_->backward(*saved_, g_y, wanted);
     if (wanted.x && fold_ && !g.x_is_image) {
       PhaseScope phase("g_x: fold the columns to the image");
       out[0] = fold_columns(g.x, *fold_);

@@ -210,7 +210,7 @@ class HlqPipeline final : public Pipeline {
       mark_phase("g_w: simulated (project, quantise, wgrad)");
       g.w = grad_w_wgrad_simulated(s, g_y, image, gy_absmax).to(s.w.dtype());
     } else if (wanted.w) {
-      g.w = grad_w(s, g_y, gy_absmax);
+      g.w = grad_w(s, g_y, gy_absmax, wanted.b ? &g.b : nullptr);
       if (g.w.dtype() != s.w.dtype()) {
         mark_phase("g_w: dtype conversion");
         g.w = g.w.to(s.w.dtype());
@@ -591,7 +591,10 @@ class HlqPipeline final : public Pipeline {
   }
 
   // gy_absmax: max |g_y| when grad_x computed it (then the identity plan's g̃ = g_y needs no statistics pass).
-  Tensor grad_w(const HlqSaved& s, const Tensor& g_y, const Tensor& gy_absmax) const {  // (O, I)
+  // bias: when not null and the 8-bit quantiser reads g_y itself (identity plan, nothing split off or padded, one
+  // scale per tensor), receives the bias gradient Σ rows of g_y from that pass (Note [Column sums in the g̃ pass] in
+  // docs/gradient_pipelines.md); left undefined otherwise (the product node then sums g_y).
+  Tensor grad_w(const HlqSaved& s, const Tensor& g_y, const Tensor& gy_absmax, Tensor* bias) const {  // (O, I)
     // acbp_conv input_map: the columns, projected and compressed as the forward would have done.
     if (s.map.values.defined()) mark_phase("g_w: columns from the saved input map");
     const SavedColumns rebuilt = s.map.values.defined()
@@ -619,7 +622,9 @@ class HlqPipeline final : public Pipeline {
       gw = mul(gw, inv_n);
     } else {  // without ACBP the projection was kept unquantised and is quantised now
       if (c.xc.bits == 0) mark_phase("g_w: quantise x~ (acbp_bits 0)");
-      gw = quantized_grad_w(s, gp, c.xc.bits == 0 ? compress(c.xc.values, o_.gw_bits) : c.xc, inv_n, out, gp_absmax);
+      const bool raw_gy = s.axis.plan.block == 1 && s.axis.extra == 0 && s.axis.pad == 0;  // gp is g_y itself
+      gw = quantized_grad_w(s, gp, c.xc.bits == 0 ? compress(c.xc.values, o_.gw_bits) : c.xc, inv_n, out, gp_absmax,
+                            raw_gy ? bias : nullptr);
     }
     if (s.axis.extra > 0) mark_phase("g_w: exact extra tokens");
     if (s.axis.extra > 0)
@@ -630,8 +635,9 @@ class HlqPipeline final : public Pipeline {
   // mult·s_g·s_x·Σ_b q_g[b]ᵀ·q_x[b] (O, I) for the projected g̃ (B, R, O) and the saved q_x (int8, (I, B·R)
   // for tensor scales, else (B, R, I)); in `out` (f32 or bf16) for tensor scales (one epilogue pass over the
   // int32 product), else f32. gp_absmax: max |g̃| if already known (else undefined).
+  // gp_sums: when not null and the scale is one per tensor, receives Σ rows of gp from the quantiser's pass.
   Tensor quantized_grad_w(const HlqSaved& s, const Tensor& gp, const CompressedX& xc, double mult, DType out,
-                          const Tensor& gp_absmax) const {
+                          const Tensor& gp_absmax, Tensor* gp_sums = nullptr) const {
     if (xc.bits == 4) mark_phase("g_w: unpack int4 x");
     const Tensor xq = decompress(xc);
     QuantSpec qs = gw_spec(s);
@@ -639,7 +645,10 @@ class HlqPipeline final : public Pipeline {
     if (qs.granularity == Granularity::tensor) {  // one product over K = B·R, int32 (O, I)
       qs.layout = ValuesLayout::transposed;         // the quantiser writes q_g K-major: (O, B·R)
       qs.known_absmax = gp_absmax;                  // skips the statistics pass when defined
+      qs.report_column_sums = gp_sums != nullptr;   // the bias gradient from the same pass
+      if (gp_sums) mark_phase("g_w: quantise g~ (8-bit SR) and the bias gradient");
       const Quantized q_g = quantize(gp, qs);
+      if (gp_sums) *gp_sums = q_g.column_sums;
       mark_phase("g_w: int8 product");
       const Tensor prod = int8_matmul_nt(q_g.values, xq);
       mark_phase("g_w: scale the int32 product");

@@ -17,6 +17,7 @@
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/reduce.h"
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/philox.h"
@@ -32,6 +33,12 @@ void check_quant_input(const char* op, const Tensor& x) {
   HT_CHECK(x.defined(), "{}: the input is an undefined tensor", op);
   HT_CHECK(is_floating(x.dtype()), "{}: expected a floating input, got {}", op, x.describe());
   HT_CHECK(x.dim() >= 1, "{}: expected at least one dim, got {}", op, x.describe());
+}
+
+Tensor column_sums_by_op(const Tensor& x) {
+  Dims dims;
+  for (int d = 0; d + 1 < x.dim(); ++d) dims.push_back(d);
+  return sum(x, dims);
 }
 
 void check_hadamard_block(const char* op, const Tensor& x, int64_t block) {
@@ -135,6 +142,9 @@ void check_spec(const char* op, const Tensor& x, const QuantSpec& spec) {
   detail::check_hadamard_block(op, x, spec.hadamard_block);
   HT_CHECK(spec.noise.step_word == nullptr || x.is_cuda(),
            "{}: a device step word for the noise needs a CUDA input, got {}", op, x.describe());
+  HT_CHECK(!spec.report_column_sums || x.dim() >= 2,
+           "{}: report_column_sums needs at least two dims (rows and the summed-over columns), got {}", op,
+           x.describe());
 }
 
 }  // namespace
@@ -165,7 +175,8 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
   const int64_t cols = x.size(x.dim() - 1), rows = cols == 0 ? 0 : x.numel() / cols;
   const bool transposed = spec.layout == ValuesLayout::transposed;
   const Shape vshape = x.is_cuda() && transposed ? Shape{cols, rows} : x.shape();
-  Quantized q{empty(vshape, {vdt, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()}), Tensor()};
+  Quantized q{empty(vshape, {vdt, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()}), Tensor(),
+              Tensor()};
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     if (spec.report_input_absmax) q.input_absmax = zeros({1}, {DType::f32, x.device()});  // atomic maxima start at 0
@@ -175,6 +186,7 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
     no_cuda_kernel("quantize");
 #endif
   }
+  if (spec.report_column_sums) q.column_sums = detail::column_sums_by_op(x);
   std::vector<float> v = f32_values(x);  // (numel) row-major
   if (spec.report_input_absmax)
     q.input_absmax = from_vector(std::vector<float>{absmax_of(v.data(), static_cast<int64_t>(v.size()))}, {1});

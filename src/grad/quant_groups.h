@@ -37,5 +37,7 @@ inline bool is_power_of_two(int64_t n) { return n >= 1 && (n & (n - 1)) == 0; }
 void check_quant_input(const char* op, const Tensor& x);
 // Throws unless block is a power of two dividing the last dim of x.
 void check_hadamard_block(const char* op, const Tensor& x, int64_t block);
+// QuantSpec::report_column_sums by the sum op: sum(x, every dim but the last), in the sum's result dtype.
+Tensor column_sums_by_op(const Tensor& x);
 
 }  // namespace ht::grad::detail

@@ -1,7 +1,8 @@
 // Gradient pipelines: how the matrix products of a Linear (and of a Conv2d through its im2col view) run
 // forward and backward (docs/gradient_pipelines.md). A pipeline owns the forward product, what is saved
 // for backward and the two backward products g_x = g_y·W and g_w = Σ_b g_y[b]ᵀ·x[b]; the bias gradient
-// stays outside. Each pipeline registers its name, options, constructor and description (grad/registry.h).
+// stays outside (the product node sums g_y) unless a pipeline's pass over g_y yields it (Wanted::b). Each
+// pipeline registers its name, options, constructor and description (grad/registry.h).
 //
 // Note [Product geometry]
 // Every product is seen as x (B, L, I) · Wᵀ (I, O) -> y (B, L, O): B samples of L tokens / pixels. A 2-D
@@ -132,7 +133,7 @@ struct ProductInfo {
   RebuildInput rebuild;
   // product() with a bias: the bias (O), x's dtype, detached. A pipeline's forward must return y with it added,
   // which forward_product does in the GEMM's epilogue (one rounding, no separate pass); the product op gives the
-  // bias its gradient (the sum of g_y over the rows), so no pipeline's backward sees it.
+  // bias its gradient (the sum of g_y over the rows) unless the pipeline's backward returns it (Wanted::b).
   Tensor bias;
 };
 
@@ -151,11 +152,16 @@ struct ForwardResult {
 
 struct Wanted {
   bool x = true, w = true;
+  // The product has a bias that wants its gradient (Σ over the rows of g_y). A pipeline may return it in Grads::b
+  // when a pass it makes over g_y anyway yields it (HLQ's g̃ quantiser); otherwise the product node sums g_y.
+  bool b = false;
 };
 
 struct Grads {
   Tensor x;  // (B, L, I) of x's dtype, or undefined
   Tensor w;  // (O, I) of w's dtype, or undefined
+  // (O): Σ over the rows of g_y when Wanted::b and the pipeline computed it (any floating dtype), or undefined
+  Tensor b;
   // Conv products (forward_conv) only: x is the image's gradient (N, C, H, W) (any strides) rather than the
   // columns', so conv_product passes it on without folding (HLQ's conv_gx dgrad_simulated).
   bool x_is_image = false;
@@ -201,8 +207,8 @@ class Pipeline {
 std::shared_ptr<Pipeline> make_pipeline(const PipelineSpec& spec);
 
 // y (B, L, O) = x (B, L, I) · wᵀ [+ bias (O)] through `pipeline`, recording an autograd node whose backward asks
-// the pipeline for g_x and g_w (and sums g_y over the rows for the bias). `saved_bytes`, if given, receives the
-// bytes the forward kept.
+// the pipeline for g_x and g_w (and the bias's: Wanted::b, else it sums g_y over the rows). `saved_bytes`, if
+// given, receives the bytes the forward kept.
 // `recompute_output` (product only; PipelineSpec::recompute_output): the node offers y to the ops that read it, to
 // be rebuilt instead of kept (Note [Recomputed outputs]); `output_rebuilt`, if given, receives whether it could.
 struct ProductCall {

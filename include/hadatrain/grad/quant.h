@@ -91,6 +91,11 @@ struct QuantSpec {
   // (e.g. input_absmax of an earlier quantisation of the same x). The scale pass is skipped and m is used as
   // given; with any other value the result is that of quantising with m.
   Tensor known_absmax;
+  // Also return the sums of x over every dim but the last (Quantized::column_sums, (C) for C = the last dim): the
+  // bias gradient of a product whose g_y this quantises unrotated (HLQ's g̃ of the identity HLA plan), taken in the
+  // quantiser's pass over x where the CUDA transposed strip kernel runs (Note [Column sums in the g̃ pass] in
+  // docs/gradient_pipelines.md). Not a quantised quantity: the backends agree to f32 summation order, not bit for bit.
+  bool report_column_sums = false;
 };
 
 inline int qmax_of(int bits) { return (1 << (bits - 1)) - 1; }
@@ -103,6 +108,10 @@ struct Quantized {
                   // dequantised element = value · scale of its group (rotated domain when T > 1); returned
                   // for dequantised values too
   Tensor input_absmax;  // f32 (1): max |x| before rotation, when QuantSpec::report_input_absmax
+  // (C), when QuantSpec::report_column_sums: Σ of x over every dim but the last. f32 from the CUDA strip kernel
+  // (f32 sums: four rows per lane, a warp's 32 lanes by butterfly, then the 128-row strips in order); otherwise
+  // sum(x, every dim but the last) in its result dtype (the CPU, and CUDA launches the strip kernel does not serve).
+  Tensor column_sums;
 };
 
 // Rotates (optionally), picks the scale and quantises in one call (one fused pass per group on CUDA

@@ -30,9 +30,22 @@ Tensor kernel_input(const Tensor& x) {
   return to_dtype(x, DType::f32).contiguous();
 }
 
-// Runs one quantisation launch: args has everything but the input, workspace and the Hadamard block.
-void run_quant(kernels::GradQuantArgs args, const Tensor& x, int64_t block, const OnDevice& on) {
+// Runs one quantisation launch: args has everything but the input, workspace and the Hadamard block. sums: when
+// not null, receives the column sums of x (QuantSpec::report_column_sums): from the quantiser's own pass where the
+// strip kernel serves the launch (f32), else from the sum op.
+void run_quant(kernels::GradQuantArgs args, const Tensor& x, int64_t block, const OnDevice& on, Tensor* sums) {
   Tensor in = kernel_input(x);
+  float* column_sums = nullptr;  // the launch sums the columns in its pass
+  if (sums != nullptr) {
+    args.dtype = in.dtype();
+    args.x = in.data_ptr();
+    if (block == 1 && kernels::grad_quant_sums_in_pass(args)) {
+      *sums = empty({args.cols}, {DType::f32, in.device()});
+      column_sums = static_cast<float*>(sums->data_ptr());
+    } else {
+      *sums = grad::detail::column_sums_by_op(x);
+    }
+  }
   if (block > 16 || args.group_len % block != 0) {
     if (args.input_absmax) {  // max |x| of the unrotated input, before the kernels see the rotated copy
       kernels::launch_absmax(in.dtype(), args.input_absmax, in.data_ptr(), in.numel(), on.stream);
@@ -47,11 +60,11 @@ void run_quant(kernels::GradQuantArgs args, const Tensor& x, int64_t block, cons
   args.dtype = in.dtype();
   args.x = in.data_ptr();
   args.hadamard = static_cast<int>(block);
-  const std::size_t bytes = kernels::grad_quant_workspace_bytes(args);
+  const std::size_t bytes = kernels::grad_quant_workspace_bytes(args, column_sums != nullptr);
   // Stream-ordered allocation: freed after the launch in stream order (Note [Stream-ordered frees]).
   const Tensor ws = bytes > 0 ? empty({static_cast<int64_t>(bytes)}, {DType::u8, in.device()}) : Tensor();
   args.workspace = ws.defined() ? ws.data_ptr() : nullptr;
-  kernels::launch_grad_quant(args, on.stream);
+  kernels::launch_grad_quant(args, on.stream, column_sums);
 }
 
 }  // namespace
@@ -60,11 +73,13 @@ namespace {
 
 // The launch both quantisers share: groups, noise and output pointers; `kind`, `qmax`, `sawb` and
 // `stochastic` differ. Empty inputs or groups only zero the scales.
+// sums: as for run_quant.
 void quantise(const grad::Quantized& q, const Tensor& x, grad::Granularity granularity, const grad::Noise& noise,
-              kernels::GradQuantArgs args, int64_t hadamard_block) {
+              kernels::GradQuantArgs args, int64_t hadamard_block, Tensor* sums = nullptr) {
   const grad::detail::Groups groups = grad::detail::groups_of(x, granularity);
   if (x.numel() == 0 || groups.len == 0) {
     if (q.scale.numel() > 0) fill_(q.scale, 0.0);
+    if (sums != nullptr) *sums = zeros({x.size(x.dim() - 1)}, {DType::f32, x.device()});
     return;
   }
   OnDevice on(x);
@@ -76,12 +91,13 @@ void quantise(const grad::Quantized& q, const Tensor& x, grad::Granularity granu
   args.values = static_cast<uint8_t*>(q.values.data_ptr());
   args.scale = static_cast<float*>(q.scale.data_ptr());
   args.input_absmax = q.input_absmax.defined() ? static_cast<float*>(q.input_absmax.data_ptr()) : nullptr;
-  run_quant(args, x, hadamard_block, on);
+  run_quant(args, x, hadamard_block, on, sums);
 }
 
 }  // namespace
 
-void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec) {
+void grad_quantize(grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec) {
+  Tensor* sums = spec.report_column_sums ? &q.column_sums : nullptr;
   kernels::GradQuantArgs args;
   args.kind = kernels::QuantKind::uniform;
   args.qmax = grad::qmax_of(spec.bits);
@@ -100,15 +116,15 @@ void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantS
   if (spec.layout == grad::ValuesLayout::transposed) {  // q.values (C, N); tensor granularity, T = 1 (checked)
     const int64_t cols = x.size(x.dim() - 1), rows = cols == 0 ? 0 : x.numel() / cols;
     if (cols % 8 != 0) {  // the tiled kernel needs runs of 8 columns: quantise, then transpose
-      const grad::Quantized tmp{empty(x.shape(), {q.values.dtype(), x.device()}), q.scale, q.input_absmax};
-      quantise(tmp, x, spec.granularity, spec.noise, args, 1);
+      const grad::Quantized tmp{empty(x.shape(), {q.values.dtype(), x.device()}), q.scale, q.input_absmax, Tensor()};
+      quantise(tmp, x, spec.granularity, spec.noise, args, 1, sums);
       if (rows > 0) copy_(q.values, reshape(tmp.values, {rows, cols}).transpose(0, 1));
       return;
     }
     args.transposed = true;
     args.cols = cols;
   }
-  quantise(q, x, spec.granularity, spec.noise, args, spec.hadamard_block);
+  quantise(q, x, spec.granularity, spec.noise, args, spec.hadamard_block, sums);
 }
 
 void grad_luq(const grad::Quantized& q, const Tensor& x, const grad::LuqSpec& spec) {

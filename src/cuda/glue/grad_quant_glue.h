@@ -11,8 +11,9 @@
 namespace ht::cuda_ops {
 
 // q.values (x's shape, spec.values_dtype: levels, e4m3 codes or dequantised values; (C, N) for the transposed
-// layout) and q.scale (f32, one per group) for x on the same device, any floating dtype and strides.
-void grad_quantize(const grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec);
+// layout) and q.scale (f32, one per group) for x on the same device, any floating dtype and strides. With
+// spec.report_column_sums, sets q.column_sums (quant.h: in the strip kernel's pass where it serves the launch).
+void grad_quantize(grad::Quantized& q, const Tensor& x, const grad::QuantSpec& spec);
 // q.values (x's shape, f8e4m3) and q.scale (α, f32).
 void grad_luq(const grad::Quantized& q, const Tensor& x, const grad::LuqSpec& spec);
 // out (x's shape, f32, contiguous) = x rotated by blockwise H_block along the last dim.

@@ -159,8 +159,10 @@ Geo plan(const GradQuantArgs& a) {
 
 namespace ht::kernels {
 
-std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args) {
-  if (args.numel == 0) return 0;
+namespace {
+
+// Bytes of the two-pass statistics (0 on the fused path or with a known m).
+std::size_t stats_bytes(const GradQuantArgs& args) {
   const gq::Geo g = gq::plan(args);
   if (g.fused || args.known_m != nullptr) return 0;  // a known m needs no pass-2 workspace
   const int64_t np = g.groups * g.parts;
@@ -168,7 +170,24 @@ std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args) {
          static_cast<std::size_t>(g.groups) * 2 * sizeof(float);
 }
 
-void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
+// Where the strip kernel's column partials start in the workspace: after the statistics, 32-byte aligned (the
+// kernel stores them as pairs of float4).
+std::size_t sums_offset(const GradQuantArgs& args) { return (stats_bytes(args) + 31) / 32 * 32; }
+
+}  // namespace
+
+bool grad_quant_sums_in_pass(const GradQuantArgs& args) {
+  return args.kind == QuantKind::uniform && args.transposed && args.numel > 0 && gq::strips_apply(args);
+}
+
+std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args, bool with_sums) {
+  if (args.numel == 0) return 0;
+  if (!with_sums) return stats_bytes(args);
+  const int64_t strips_n = (args.numel / args.cols + gq::kStripRows - 1) / gq::kStripRows;
+  return sums_offset(args) + static_cast<std::size_t>(strips_n * args.cols) * sizeof(float);
+}
+
+void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream, float* column_sums) {
   if (a.numel == 0) return;
   const bool luq = a.kind == QuantKind::luq;
   if (a.store != QuantStore::codes && (luq || a.transposed))  // quantize() rejects these: a hadatrain bug
@@ -190,7 +209,14 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream) {
     else gq::quant_finalize_kernel<false><<<grid, gq::kThreads, 0, stream>>>(a, g, ws);
     HT_CHECK_LAUNCH("grad_quant_finalize");
   }
-  if (a.transposed) return gq::launch_apply_transposed(a, ws, stream);
+  if (a.transposed) {
+    if (column_sums != nullptr && (a.workspace == nullptr || !grad_quant_sums_in_pass(a)))  // a hadatrain bug
+      HT_UNSUPPORTED_DTYPE("grad_quant (column sums need a strip-kernel launch and its workspace)", a.dtype);
+    float* part = column_sums != nullptr
+                      ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.workspace) + sums_offset(a))
+                      : nullptr;
+    return gq::launch_apply_transposed(a, ws, part, column_sums, stream);
+  }
   if (item_x && !luq && gq::item_values_aligned(a)) return gq::launch_apply_items(a, ws, stream);
   gq::launch_apply_units(a, g, ws, stream);
 }

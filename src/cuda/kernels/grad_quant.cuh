@@ -66,9 +66,19 @@ struct GradQuantArgs {
   void* workspace = nullptr;      // grad_quant_workspace_bytes(args) bytes of device memory (may be 0)
 };
 
-// Device scratch the launch needs for these arguments (0 on the fused path).
-std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args);
-void launch_grad_quant(const GradQuantArgs& args, cudaStream_t stream);
+// Whether a launch with these arguments (x, values, cols set) can sum the columns of x in its pass
+// (launch_grad_quant's column_sums): a transposed launch served by the strip kernel. Otherwise the caller sums them
+// separately.
+bool grad_quant_sums_in_pass(const GradQuantArgs& args);
+
+// Device scratch the launch needs for these arguments (0 on the fused path); with_sums: for a launch given
+// column_sums (the strip kernel's per-strip partial sums).
+std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args, bool with_sums = false);
+// column_sums: optional, for launches grad_quant_sums_in_pass accepts: (cols) f32, the sums of x seen as
+// (numel / cols, cols) over its rows, taken in the quantisation pass (the bias gradient of a g_y quantised
+// unrotated; Note [Column sums in the g̃ pass] in docs/gradient_pipelines.md). The workspace must then be sized
+// with with_sums. (Not a field of GradQuantArgs: the kernels' parameter block stays 128 bytes.)
+void launch_grad_quant(const GradQuantArgs& args, cudaStream_t stream, float* column_sums = nullptr);
 
 // *out = max(*out, max |x|) over x (numel, dtype f32 / bf16 / f16, dense) by atomicMax on the f32 bits (NaN
 // never wins); *out must hold a non-negative value (e.g. 0) before.

@@ -437,7 +437,13 @@ __global__ void __launch_bounds__(kThreads) quant_apply_t_kernel(GradQuantArgs a
 // shared memory (eight byte stores per item) and runs at about 0.36 of the copy bandwidth on ViT-B's g_y. Strips
 // of 16 columns (two items per row, 64 registers) measured 4–7 % slower than these (47 registers for 2-byte
 // inputs, 5 blocks per SM).
-constexpr int kStripRows = 128;
+//
+// Note [Column sums in the strip kernel]
+// With column sums asked for (kSums: HLQ's g̃ pass also gives the bias gradient), each lane adds its four rows
+// per column in row order in f32 (((0 + x0) + x1) + x2) + x3, the warp adds its 32 lanes by an xor butterfly (every
+// lane ends with the same bits: each stage adds the same two values in either order), and lane 0 stores the
+// strip's 8 sums into the partials (N / 128 strips, C); column_sums_kernel then adds the strips of a column in a
+// fixed order. Rows past N (the last strip) add nothing. Deterministic, not the order of the sum op.
 
 // Byte b of the result is byte b of row b's word: rows r0..r3 of one 4-column block -> the 4 column words.
 HT_DEV void transpose4x4(const uint32_t r[4], uint32_t col[4]) {
@@ -449,8 +455,24 @@ HT_DEV void transpose4x4(const uint32_t r[4], uint32_t col[4]) {
   col[3] = __byte_perm(t2, t3, 0x7632);
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_t_strip_kernel(GradQuantArgs a, Workspace ws) {
+// The strip's column sums (Note [Column sums in the strip kernel]): csum holds the lane's sums of its rows; lane 0
+// stores the warp's 8 sums at part + c0 (32-byte aligned: C % 8 == 0, c0 % 8 == 0).
+HT_DEV void store_strip_sums(float csum[kItem], float* part) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+    for (int k = 0; k < kItem; ++k) csum[k] = __fadd_rn(csum[k], __shfl_xor_sync(kFull, csum[k], off));
+  if (threadIdx.x % 32 == 0) {
+    reinterpret_cast<float4*>(part)[0] = make_float4(csum[0], csum[1], csum[2], csum[3]);
+    reinterpret_cast<float4*>(part)[1] = make_float4(csum[4], csum[5], csum[6], csum[7]);
+  }
+}
+
+// kSums: also the column sums of x into sums_part (Note [Column sums in the strip kernel]); a lighter occupancy
+// bound for it (the eight sums stay live across the loads).
+template <class T, bool kSums>
+__global__ void __launch_bounds__(kThreads, kSums ? 4 : (sizeof(T) == 2 ? 5 : 4))
+    quant_apply_t_strip_kernel(GradQuantArgs a, Workspace ws, float* sums_part) {
   constexpr int W = kItem * static_cast<int>(sizeof(T)) / 16;  // 16-byte words per item
   const T* x = static_cast<const T*>(a.x);
   const int64_t C = a.cols, N = a.numel / a.cols;
@@ -461,13 +483,31 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t st = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; st < strips; st += warps) {
     const int64_t n = st / strips_c * kStripRows + 4 * lane, c0 = st % strips_c * kItem;
-    if (n >= N) continue;  // N % 4 == 0: the lane's four rows are all inside or all outside
+    const bool inside = n < N;  // N % 4 == 0: the lane's four rows are all inside or all outside
+    if (!kSums && !inside) continue;
     uint4 raw[4][W];
+    if (inside) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const uint4* p = reinterpret_cast<const uint4*>(x + (n + r) * C + c0);
+      for (int r = 0; r < 4; ++r) {
+        const uint4* p = reinterpret_cast<const uint4*>(x + (n + r) * C + c0);
 #pragma unroll
-      for (int w = 0; w < W; ++w) raw[r][w] = __ldg(p + w);
+        for (int w = 0; w < W; ++w) raw[r][w] = __ldg(p + w);
+      }
+    }
+    if constexpr (kSums) {  // st is warp-uniform: the whole warp takes part in the butterfly; rows past N add 0
+      float csum[kItem];
+#pragma unroll
+      for (int k = 0; k < kItem; ++k) csum[k] = 0.0f;
+      if (inside) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const T* e = reinterpret_cast<const T*>(raw[r]);
+#pragma unroll
+          for (int k = 0; k < kItem; ++k) csum[k] = __fadd_rn(csum[k], static_cast<float>(e[k]));
+        }
+      }
+      store_strip_sums(csum, sums_part + st / strips_c * C + c0);
+      if (!inside) continue;
     }
     uint32_t words[4][2] = {};  // [row][column block]: the codes of columns c0 + 4·b … + 3
     if (code.l.m != 0.0f) {
@@ -494,15 +534,32 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 5 : 4) quant_apply_
   }
 }
 
-// Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]); the tile kernel
-// serves the rest.
-bool strips_apply(const GradQuantArgs& a) {
-  const int64_t N = a.numel / a.cols;
-  return a.cols % kItem == 0 && N % 4 == 0 && aligned16(a.x) &&
-         reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
+// The column sums of x from the strip partials (strips, C): thread (c, y) adds strips y, y + 8, ... of column c
+// in order, then thread (c, 0) adds the eight results in y order (Note [Column sums in the strip kernel]).
+__global__ void column_sums_kernel(const float* part, int64_t strips, int64_t C, float* out) {
+  __shared__ float acc[8][33];
+  const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
+  float s = 0.0f;
+  if (c < C)
+    for (int64_t r = threadIdx.y; r < strips; r += 8) s = __fadd_rn(s, part[r * C + c]);
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+#pragma unroll
+    for (int y = 1; y < 8; ++y) s = __fadd_rn(s, acc[y][threadIdx.x]);
+    out[c] = s;
+  }
 }
 
 }  // namespace
+
+// Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]); the tile kernel
+// serves the rest.
+bool strips_apply(const GradQuantArgs& a) {
+  const int64_t N = a.cols == 0 ? 0 : a.numel / a.cols;
+  return a.cols > 0 && a.cols % kItem == 0 && N % 4 == 0 && aligned16(a.x) &&
+         reinterpret_cast<uintptr_t>(a.values) % 4 == 0;
+}
 
 void launch_fused_items(const GradQuantArgs& a, const Geo& g, cudaStream_t stream) {
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
@@ -546,13 +603,24 @@ void launch_apply_items(const GradQuantArgs& a, const Workspace& ws, cudaStream_
   });
 }
 
-void launch_apply_transposed(const GradQuantArgs& a, const Workspace& ws, cudaStream_t stream) {
+void launch_apply_transposed(const GradQuantArgs& a, const Workspace& ws, float* sums_part, float* column_sums,
+                             cudaStream_t stream) {
   visit_quant_dtype(a.dtype, "grad_quant", [&](auto tag) {
     using T = decltype(tag);
     if (strips_apply(a)) {
-      const int64_t strips = (a.numel / a.cols + kStripRows - 1) / kStripRows * (a.cols / kItem);
+      const int64_t strips_n = (a.numel / a.cols + kStripRows - 1) / kStripRows;
+      const int64_t strips = strips_n * (a.cols / kItem);
       const unsigned grid = grid_cap((strips + kThreads / 32 - 1) / (kThreads / 32));
-      quant_apply_t_strip_kernel<T><<<grid, kThreads, 0, stream>>>(a, ws);
+      if (column_sums != nullptr) {
+        quant_apply_t_strip_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws, sums_part);
+        HT_CHECK_LAUNCH("grad_quant_apply_transposed");
+        const dim3 block(32, 8);
+        column_sums_kernel<<<static_cast<unsigned>((a.cols + 31) / 32), block, 0, stream>>>(sums_part, strips_n,
+                                                                                             a.cols, column_sums);
+        HT_CHECK_LAUNCH("grad_quant_column_sums");
+        return;
+      }
+      quant_apply_t_strip_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws, nullptr);
     } else {
       const int64_t tiles = (a.numel / a.cols + kTileN - 1) / kTileN * ((a.cols + kTileC - 1) / kTileC);
       quant_apply_t_kernel<T><<<grid_cap(tiles), kThreads, 0, stream>>>(a, ws, aligned16(a.x));

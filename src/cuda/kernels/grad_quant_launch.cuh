@@ -92,6 +92,14 @@ void launch_apply_units(const GradQuantArgs& a, const Geo& g, const Workspace& w
 void launch_fused_items(const GradQuantArgs& a, const Geo& g, cudaStream_t stream);
 void launch_partial_items(const GradQuantArgs& a, const Geo& g, const Workspace& ws, cudaStream_t stream);
 void launch_apply_items(const GradQuantArgs& a, const Workspace& ws, cudaStream_t stream);
-void launch_apply_transposed(const GradQuantArgs& a, const Workspace& ws, cudaStream_t stream);
+// Pass 3 into transposed values. With column_sums (strips_apply only): the strip kernel also writes each 128-row
+// strip's column sums to sums_part ((N + 127) / 128, C) f32, then a second kernel adds them in strip order into
+// column_sums (C).
+void launch_apply_transposed(const GradQuantArgs& a, const Workspace& ws, float* sums_part, float* column_sums,
+                             cudaStream_t stream);
+// Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]).
+bool strips_apply(const GradQuantArgs& a);
+// Rows per strip of the strip kernel.
+constexpr int kStripRows = 128;
 
 }  // namespace ht::kernels::gq
