@@ -20,6 +20,7 @@
 #include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/tensor/scalar_types.h"
 
 using namespace ht;
 using namespace ht::grad;
@@ -102,6 +103,33 @@ TEST_CASE("halo_quantize on CUDA gives the CPU's codes and scales bit for bit", 
   const HaloQuantized z = halo_quantize(zeros({4, 48}, {DType::f32, kCuda}), Carrier::fp8, halo_rotation_size(48));
   CHECK(z.scale.to(Device::cpu()).item() == 0.0);
   CHECK(max(abs(z.codes.to(Device::cpu()).to(DType::f32))).item() == 0.0);
+}
+
+TEST_CASE("the fp8 quantiser on CUDA encodes ties, subnormals, signed zeros and the maximum as the CPU does",
+          "[gpu][halo]") {
+  // max |x| = 448 makes the step r = 448 / 448 = 1, so the kernel converts x itself (the hardware e4m3 conversion of
+  // halo_common.cuh's e4m3_code): every midpoint between neighbouring e4m3 values (ties to even, subnormal ones
+  // included), the f32 values either side of each, both signs, ±0 and magnitudes below the smallest subnormal
+  std::vector<float> v = {448.0f, -448.0f, 0.0f, -0.0f, 1e-30f, -1e-30f, std::ldexp(1.0f, -11), -std::ldexp(1.0f, -11)};
+  for (uint8_t c = 0; c < 0x7E; ++c) {
+    const float lo = detail::e4m3_bits_to_float(c), hi = detail::e4m3_bits_to_float(static_cast<uint8_t>(c + 1));
+    const float mid = 0.5f * (lo + hi);  // exact: both have at most 4 significant bits
+    for (float t : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1000.0f), hi})
+      for (float sign : {1.0f, -1.0f}) v.push_back(sign * t);
+  }
+  const Tensor x = from_vector(v, {1, static_cast<int64_t>(v.size())}, {DType::f32});
+  const HaloQuantized cpu = halo_quantize(x, Carrier::fp8);
+  REQUIRE(cpu.scale.item() == 1.0);
+  CHECK(same_codes(halo_quantize(x.to(kCuda), Carrier::fp8), cpu) == "");
+  // the same values through the rotating fast kernels' conversion (phase D): row k holds v[k] and zeros, so its
+  // rotated values are exactly ±v[k] (the unnormalised Hadamard's entries are ±1) and the step is 1 again
+  const int64_t n = 512, R = static_cast<int64_t>(v.size());
+  std::vector<float> rows(static_cast<std::size_t>(R * n), 0.0f);
+  for (int64_t k = 0; k < R; ++k) rows[static_cast<std::size_t>(k * n)] = v[static_cast<std::size_t>(k)];
+  const Tensor xr = from_vector(rows, {R, n}, {DType::f32});
+  const HaloQuantized cpu_r = halo_quantize(xr, Carrier::fp8, halo_rotation_size(n));
+  REQUIRE(cpu_r.scale.item() == 1.0);
+  CHECK(same_codes(halo_quantize(xr.to(kCuda), Carrier::fp8, halo_rotation_size(n)), cpu_r) == "");
 }
 
 TEST_CASE("halo_rotate on CUDA gives the CPU's values bit for bit", "[gpu][halo]") {

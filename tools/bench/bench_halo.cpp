@@ -14,6 +14,10 @@
 //   each phase mark of the pipeline (grad::halo_phase: quantisers, transposes, GEMMs, int8 epilogues, rotations
 //   back), 5 runs after the timed ones, and one JSON line per phase with the median ms between its mark and the
 //   next, on stderr (they are not results records: `2> phases.jsonl` keeps them apart from the merged lines).
+//   HT_BENCH_KERNELS=1 adds, for each layer, the HALO primitives alone on its operands (eager, current stream): the
+//   rotating quantisers of x and W, the paired quantiser of g_yᵀ, a rotation back, the byte and bf16 transposes,
+//   each as a JSON line on stderr with its median ms and the rate its minimal bytes imply (GB/s: reads of the
+//   input per pass plus the outputs written), to compare with the memory rate.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -144,6 +148,37 @@ void print_phases(const std::function<void()>& step, const std::string& layer, c
   std::fflush(stderr);
 }
 
+// HT_BENCH_KERNELS: one line per primitive (above) for operands x (T, I), W (O, I), g_y (T, O) of dtype bf16.
+void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const std::string& layer,
+                   const std::string& commit) {
+  const int64_t T = x2.size(0), I = x2.size(1), O = w.size(0);
+  const grad::HaloRotation rot_i = grad::halo_rotation_size(I), rot_t = grad::halo_rotation_size(T);
+  const Tensor gt = grad::halo_transpose(g2);  // (O, T), as level 2 quantises it
+  const Tensor wq = grad::halo_quantize(w, grad::Carrier::fp8, rot_i).codes;  // (O, n_I)
+  const Tensor gw = w.contiguous();  // a bf16 (O, I) matrix to rotate back, as the g_w product's output
+  auto line = [&](const char* what, double bytes, const std::function<void()>& f) {
+    const double ms = bench::median_ms(f, 3, 20);
+    std::fprintf(stderr,
+                 "{\"kernels\": \"halo primitives\", \"layer\": \"%s\", \"kernel\": \"%s\", \"ms\": %.4f, "
+                 "\"GB_per_s\": %.1f, \"commit\": \"%s\"}\n",
+                 layer.c_str(), what, ms, bytes / (ms * 1e6), commit.c_str());
+  };
+  const double b16 = 2.0;  // bytes of a bf16 element
+  line("Q(x·H) fp8 (two passes over x, codes)", static_cast<double>(T) * I * 2 * b16 + static_cast<double>(T) * rot_i.n,
+       [&] { (void)grad::halo_quantize(x2, grad::Carrier::fp8, rot_i); });
+  line("Q(W·H) fp8 (two passes over W, codes)", static_cast<double>(O) * I * 2 * b16 + static_cast<double>(O) * rot_i.n,
+       [&] { (void)grad::halo_quantize(w, grad::Carrier::fp8, rot_i); });
+  line("paired Q(g_yᵀ), Q(g_yᵀ·H_T) fp8 (two passes over g_yᵀ, both codes)",
+       static_cast<double>(O) * T * 2 * b16 + static_cast<double>(O) * (T + rot_t.n),
+       [&] { (void)grad::halo_quantize_pair(gt, grad::Carrier::fp8, rot_t); });
+  line("rotate back (O, n_I) bf16 -> (O, I) bf16", static_cast<double>(O) * (rot_i.n + I) * b16, [&] {
+    (void)grad::halo_rotate(gw, {rot_i, grad::HaloDirection::inverse, I, 1.0f, DType::bf16});
+  });
+  line("transpose codes (O, n_I)", 2.0 * static_cast<double>(O) * rot_i.n, [&] { (void)grad::halo_transpose(wq); });
+  line("transpose bf16 g_y (T, O)", 2.0 * static_cast<double>(T) * O * b16, [&] { (void)grad::halo_transpose(g2); });
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,12 +231,14 @@ int main(int argc, char** argv) {
   variants.push_back({"hlq", hlq});
 
   const bool phases = env_or("HT_BENCH_PHASES", "0") == "1";
+  const bool kernels = env_or("HT_BENCH_KERNELS", "0") == "1";
   Generator gen(0);
   for (const LayerShape& l : layers) {
     if (std::string(l.name).find(layer_filter) == std::string::npos) continue;
     const Tensor x = randn({B, L, l.I}, gen, {DType::f32, dev}).to(DType::bf16);
     const Tensor w = mul(randn({l.O, l.I}, gen, {DType::f32, dev}), 0.02).to(DType::bf16);
     const Tensor g = mul(randn({B, L, l.O}, gen, {DType::f32, dev}), 1e-3).to(DType::bf16);
+    if (kernels) print_kernels(reshape(x, {B * L, l.I}), w, reshape(g, {B * L, l.O}), l.name, commit);
     double base_total = 0, base_fwd = 0, base_bwd = 0;
     for (const Variant& v : variants) {
       if (base_total != 0 && v.label.find(variant_filter) == std::string::npos) continue;

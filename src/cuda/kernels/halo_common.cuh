@@ -16,12 +16,27 @@
 
 namespace ht::kernels::halo_detail {
 
+// The e4m3 code of t: detail::float_to_e4m3_bits (round to nearest even, saturating at ±448, signed zeros and
+// subnormals kept), in one instruction for a non-NaN t: cvt.rn.satfinite.e4m3x2.f32 (sm_89 and later) rounds the
+// same way, clamps ±inf and magnitudes beyond 448 to ±448 and keeps the sign of zero. A NaN keeps the software
+// encoding (sign | 0x7F) rather than the instruction's canonical NaN.
+__device__ __forceinline__ uint8_t e4m3_code(float t) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (!isnan(t)) {
+    unsigned short pair;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(t));  // t in the low byte
+    return static_cast<uint8_t>(pair & 0xffU);
+  }
+#endif
+  return detail::float_to_e4m3_bits(t);
+}
+
 // The code of v (Note [HALO quantiser] in include/hadatrain/grad/pipeline_halo.h); m == 0 writes +0.
 __device__ __forceinline__ uint8_t code_of(float v, float m, float r, bool int8) {
   if (m == 0.0f) return 0;
   const float t = __fmul_rn(v, r);
   if (int8) return static_cast<uint8_t>(static_cast<int8_t>(rintf(fminf(fmaxf(t, -127.0f), 127.0f))));
-  return detail::float_to_e4m3_bits(t);
+  return e4m3_code(t);
 }
 
 // r = qmax / m (0 when m = 0), the quantiser's one f32 division per element's multiplier.

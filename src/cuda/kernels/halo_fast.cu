@@ -13,7 +13,9 @@
 //     (n = 4096: one pass; 32768: two).
 //  C. K > 1: the K×K stage, one column p < P per thread with its K values in registers; one barrier.
 //  D. The row leaves shared memory four consecutive values per thread: their max |v|, their four codes (one
-//     4-byte store: a warp writes 128 contiguous bytes) or their scaled f32 / bf16 values; one barrier.
+//     4-byte store: a warp writes 128 contiguous bytes) or their scaled f32 / bf16 values; one barrier. The
+//     absmax pass of a power-of-two rotation (K = 1) takes max |v| in registers at the last butterfly stage
+//     instead (the max does not depend on where the values sit), skipping that stage's stores and phase D.
 // A row therefore costs 3 to 5 barriers, against one per butterfly stage beyond 128 in the general kernel, and
 // its global loads are 16 bytes wide. Rows are prefetched (Note [HALO row prefetch]). Shared memory is swizzled so that no phase has bank conflicts: value i lives
 // at i ^ ((i >> 3) & 12), i.e. 16-byte unit u at u ^ ((u >> 3) & 3) (the unit moves within its aligned group of
@@ -135,9 +137,13 @@ __device__ __forceinline__ void stage_row(void* stage, const HaloRowsArgs& a, in
 // synchronised when it returns. side(v, row, start, C) sees each lane's 16 loaded values before the butterflies.
 // stage: the row staged in shared memory (Note [HALO row prefetch]; vec is then true), or null: read x.
 // after_a() runs once phase A's barrier has passed (the staging area is free again).
-template <DType DT, int K, class Side, class AfterA>
+// RegMax (the absmax pass of a power-of-two rotation, K = 1): the last butterfly pass raises mx with its values
+// from registers instead of storing them, so buf does not hold the row afterwards and phase D has nothing to read.
+template <DType DT, int K, bool RegMax, class Side, class AfterA>
 __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, const HaloSigns& s, int64_t row,
-                                           bool vec, const Side& side, const void* stage, const AfterA& after_a) {
+                                           bool vec, const Side& side, const void* stage, const AfterA& after_a,
+                                           float& mx) {
+  static_assert(!RegMax || K == 1, "the K×K stage reads the butterflies' results from shared memory");
   float* buf = reinterpret_cast<float*>(smem);
   const int n = static_cast<int>(a.n), C = static_cast<int>(a.C), P = n / K;
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -175,6 +181,11 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
         const float o = __shfl_xor_sync(0xffffffffU, v[e], bit);
         v[e] = lane & bit ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
       }
+    if (RegMax && P == kChunk) {  // no phase B: these are the rotated values
+#pragma unroll
+      for (int e = 0; e < 16; ++e) mx = fmaxf(mx, fabsf(v[e]));
+      continue;
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q)
       smem[sw4(start / 4 + q)] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
@@ -185,6 +196,7 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
   const int log_p = 31 - __clz(P);
   for (int log_h0 = 9; log_h0 < log_p;) {
     const int s = log_p - log_h0 < 4 ? log_p - log_h0 : 4, h0 = 1 << log_h0, groups = n >> s;
+    const bool last = log_h0 + s == log_p;
     for (int g = threadIdx.x; g < groups; g += blockDim.x) {
       const int base = ((g >> log_h0) << (log_h0 + s)) | (g & (h0 - 1));
       float v[16];
@@ -197,9 +209,15 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
 #pragma unroll
           for (int t = 0; t < 16; ++t)
             if (t < (1 << s) && (t & (1 << u)) == 0) butterfly(v[t], v[t + (1 << u)]);
+      if (RegMax && last) {
 #pragma unroll
-      for (int t = 0; t < 16; ++t)
-        if (t < (1 << s)) buf[sw(base + h0 * t)] = v[t];
+        for (int t = 0; t < 16; ++t)
+          if (t < (1 << s)) mx = fmaxf(mx, fabsf(v[t]));
+      } else {
+#pragma unroll
+        for (int t = 0; t < 16; ++t)
+          if (t < (1 << s)) buf[sw(base + h0 * t)] = v[t];
+      }
     }
     __syncthreads();
     log_h0 += s;
@@ -256,13 +274,16 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
     const auto after_a = [&] {
       if (stage != nullptr && next < a.R) stage_row<DT>(stage, a, next);
     };
-    if constexpr (Pair) rotate_row<DT, K>(smem, a, s, row, vec, plain, stage, after_a);
-    else rotate_row<DT, K>(smem, a, s, row, vec, NoSide{}, stage, after_a);
+    constexpr bool kRegMax = M == Mode::absmax && K == 1;
+    if constexpr (Pair) rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, plain, stage, after_a, mx);
+    else rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, NoSide{}, stage, after_a, mx);
     // D
     if constexpr (M == Mode::absmax) {
-      for (int u = threadIdx.x; u < n4; u += blockDim.x) {
-        const float4 f = smem[sw4(u)];
-        mx = fmaxf(fmaxf(mx, fabsf(f.x)), fmaxf(fmaxf(fabsf(f.y), fabsf(f.z)), fabsf(f.w)));
+      if constexpr (!kRegMax) {
+        for (int u = threadIdx.x; u < n4; u += blockDim.x) {
+          const float4 f = smem[sw4(u)];
+          mx = fmaxf(fmaxf(mx, fabsf(f.x)), fmaxf(fmaxf(fabsf(f.y), fabsf(f.z)), fabsf(f.w)));
+        }
       }
     } else if constexpr (M == Mode::quantize) {
       uint32_t* dst = reinterpret_cast<uint32_t*>(o.codes + row * a.n);
