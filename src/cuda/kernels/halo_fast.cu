@@ -3,7 +3,8 @@
 // __fsub_rn of the same pair, the K×K stage sums in the same k order, the quantiser is the same code_of.
 //
 // Note [HALO fast rows]
-// One CTA of 256 threads per row at a time (grid-stride over rows), the row as n floats in shared memory.
+// One CTA of 256 threads (128 for rows of at most 4096 values) per row at a time (grid-stride over rows), the row
+// as n floats in shared memory.
 //  A. Each warp takes 512-value chunks of the row: lane l loads values 16·l ... 16·l + 15 (16-byte vector loads
 //     when the row's start allows, zeros beyond C), runs the butterfly stages h = 1, 2, 4, 8 in registers and
 //     h = 16 ... 256 through warp shuffles (the lane with bit h/16 clear holds a and keeps a + b), and stores its
@@ -31,8 +32,9 @@
 // twice instead of four times. Each side's values, maxima and codes are those of its own quantiser.
 //
 // Note [HALO row prefetch]
-// A CTA reads global memory only in phase A, then works on shared memory for the rest of the row: with four CTAs
-// per SM, most of the time no load is in flight and the passes ran at about a quarter of the memory rate. When the
+// A CTA reads global memory only in phase A, then works on shared memory for the rest of the row: loading each row
+// when its phase A starts leaves most of the time without a load in flight (about a quarter of the memory rate
+// measured on an H200 with four CTAs per SM). When the
 // row's bytes (C elements of the input dtype) are a multiple of 16, start 16-byte aligned and fit beside the
 // rotated row (kMaxStagedSmem), the next row of the CTA is copied into a staging area of shared memory with
 // cp.async right after phase A of the current one, so the copy runs during phases B to D; phase A then reads the
@@ -49,7 +51,13 @@ namespace {
 
 using namespace halo_detail;
 
+// Threads per CTA: kThreads, or kSmallThreads for rows of at most kSmallRow values. A K = 1 kernel uses 64
+// registers per thread, so an SM holds four CTAs of 256 threads or eight of 128: with short rows, whose shared
+// memory allows eight, the smaller CTAs keep twice as many rows (and staged copies) in flight with the same warps.
+// Every loop over a row strides by the block's threads (phase A by its warps), so the values do not depend on it.
 constexpr int kThreads = 256;
+constexpr int kSmallThreads = 128;
+constexpr int64_t kSmallRow = 4096;
 constexpr int kChunk = 512;               // values per warp in phase A: 32 lanes × 16
 constexpr int kMaxN = 32768;              // grad::kHaloMaxRotation
 // Shared memory of a CTA with a staged row (Note [HALO row prefetch]): at most 100 KiB, so that two CTAs fit on
@@ -341,7 +349,7 @@ void launch(const HaloRowsArgs& a, const HaloSigns& s, Out o, cudaStream_t strea
              rotated + row_bytes <= kMaxStagedSmem;
   const size_t smem = rotated + (o.staged ? row_bytes : 0);
   opt_in_shared<kernel>(smem, kMaxSmem);
-  kernel<<<row_grid(a.R), kThreads, smem, stream>>>(a, s, o);
+  kernel<<<row_grid(a.R), a.n <= kSmallRow ? kSmallThreads : kThreads, smem, stream>>>(a, s, o);
 }
 
 template <Mode M, bool Pair = false>
