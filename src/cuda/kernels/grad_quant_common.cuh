@@ -318,6 +318,21 @@ HT_DEV void fold_absmax(float* out, float m) {
   if (threadIdx.x % 32 == 0 && m > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
 }
 
+// Folds each thread's m into *out with one atomicMax per block: warp maxima by shuffle, then the block's maximum
+// in thread 0 through smem (one float per warp). Called by every thread of the block (it synchronises). Atomics
+// on one address are serialised in the L2, so a kernel with many short-lived blocks folds once per block rather
+// than once per warp and group (the same maximum: max is exact in any order, NaN never wins).
+HT_DEV void fold_absmax_block(float* out, float m, float* smem) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
+  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) m = fmaxf(m, smem[w]);
+    if (m > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
+  }
+}
+
 // The end of pass 1 for block b (every thread of the block): folds max |x| before rotation into
 // a.input_absmax when asked, reduces the block's statistics and stores them as part b of the workspace.
 template <bool kSawb>

@@ -184,6 +184,8 @@ HT_DEV void store_item(const float v[kItem], int64_t base, const Level& l, const
 template <class T, bool kSawb, bool kSR, class Out>
 __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a, Geo g) {
   __shared__ Stats smem[kItemTeam / 32];
+  __shared__ float amax_smem[kItemTeam / 32];
+  float raw = 0.0f;  // max |x| before rotation over this thread's items (input_absmax), folded once per block
   const T* x = static_cast<const T*>(a.x);
   const int team = g.team, t = static_cast<int>(threadIdx.x) % team, sub = static_cast<int>(threadIdx.x) / team;
   const float sign = (threadIdx.x & 1u) ? -1.0f : 1.0f;  // the h = 8 stage: odd lanes hold the b of (a, b)
@@ -204,13 +206,11 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
         for (int k = 0; k < kItem; ++k) v[r][k] = 0.0f;
       }
     }
-    if (a.input_absmax) {  // max |x| before rotation (block-uniform branch)
-      float raw = 0.0f;
+    if (a.input_absmax) {  // max |x| before rotation (empty slots hold zeros)
 #pragma unroll
       for (int r = 0; r < kItemSlots; ++r)
 #pragma unroll
         for (int k = 0; k < kItem; ++k) raw = fmaxf(raw, fabsf(v[r][k]));
-      fold_absmax(a.input_absmax, raw);
     }
     Stats st{0.0f, 0.0, 0.0};
 #pragma unroll
@@ -235,6 +235,8 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
       store_item<kSR, Out>(v[r], base, l, a);
     }
   }
+  // The loop above is block-uniform (g0 depends on the block only), so every thread gets here.
+  if (a.input_absmax) fold_absmax_block(a.input_absmax, raw, amax_smem);
 }
 
 // Passes 1 and 3 on items (the item layout of quant_items_kernel: lane-order 16-byte loads, the h = 8 stage
