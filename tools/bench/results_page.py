@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generates docs/BENCHMARKS.md, the results page, from the records in docs/results/*.jsonl.
 
-    python3 tools/bench/results_page.py                 # rewrite docs/BENCHMARKS.md
-    python3 tools/bench/results_page.py --check         # exit 1 when the page differs from what the records give
+    python3 tools/bench/results_page.py                 # rewrite docs/BENCHMARKS.md and the files it links to
+                                                        # (docs/results/lm_runs/README.md, docs/results/curves/)
+    python3 tools/bench/results_page.py --check         # exit 1 when one of them differs from what the records give
     python3 tools/bench/results_page.py --merge FILE... # add records (e.g. peer_compare.py's steps.jsonl and
                                                         # memory.jsonl); a record replaces the one with its key
 
@@ -16,9 +17,13 @@ import os
 import re
 import sys
 
+import results_lm
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "docs", "results")
 PAGE = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+LM_RUNS = os.path.join(RESULTS, "lm_runs", "README.md")  # the per-run rows of the language-model sweeps
+CURVES = os.path.join(RESULTS, "curves")  # generated SVG curves; every lm_*.svg there is the generator's
 AREAS = {  # area: (fields every record needs besides the common ones, the fields that make its key)
     "steps": (("model", "batch", "pipeline", "ours_ms"), ("model", "batch", "pipeline")),
     "memory": (("model", "batch", "pipeline", "metric", "gib"), ("model", "batch", "pipeline", "metric")),
@@ -58,6 +63,14 @@ def check(rec, where):
         last = round(100 * evals[-1]["test_acc"], 2) if evals else None
         if last is None or abs(last - rec["top1"]) > 0.005:
             fail(f"{where}: top1 {rec['top1']} but {rec['metrics']} ends at {last}")
+    if area == "lm" and rec.get("metrics"):
+        path = os.path.join(ROOT, rec["metrics"])
+        if not os.path.exists(path):
+            fail(f"{where}: metrics file {rec['metrics']} does not exist")
+        evals = [json.loads(l) for l in open(path) if '"eval"' in l]
+        last = evals[-1]["test_loss"] if evals else None
+        if last is None or abs(last - rec["val_loss"]) > 5e-5:
+            fail(f"{where}: val_loss {rec['val_loss']} but {rec['metrics']} ends at {last}")
 
 
 def key(rec):
@@ -227,13 +240,45 @@ def accuracy(recs):
 
 
 def language_models(recs):
+    """Single runs (records without a `plan`) one row each; per sweep plan the text, a summary table (results_lm) and
+    links to the per-run page and the curves."""
     notes, rows = Notes(), []
-    for r in sorted(recs, key=lambda r: (r["recipe"], r["seed"], r["pipeline"] != "exact", r["pipeline"])):
+    for r in sorted((r for r in recs if not r.get("plan")), key=lambda r: (r["recipe"], r["seed"], r["pipeline"])):
         curve = ", ".join(f"{e}: {v:.4f}" for e, v in r.get("val_loss_by_epoch", []))
         rows.append([r["recipe"], r["model"], pipe(r), str(r["seed"]), f"{r['val_loss']:.4f}", f"{r['val_ppl']:.3f}",
                      str(r.get("steps", "—")), curve or "—", measured(r, notes)])
-    return table(["recipe", "model", "pipeline", "seed", "validation loss", "perplexity", "steps",
-                  "validation loss by epoch", "measured"], rows) + notes.lines()
+    out = table(["recipe", "model", "pipeline", "seed", "validation loss", "perplexity", "steps",
+                 "validation loss by epoch", "measured"], rows) if rows else []
+    link = lambda path: os.path.relpath(path, os.path.dirname(PAGE))
+    for plan in sorted({r["plan"] for r in recs if r.get("plan")}):
+        sweep = [r for r in recs if r.get("plan") == plan]
+        calls = sorted({measured(r, notes) for r in sweep})
+        out += [""] + LM_SWEEP.get(plan, f"`{plan}`:").split("\n") + [f"Measured {'; '.join(calls)}.", ""]
+        out += table(*results_lm.summary(sweep))
+        groups = results_lm.sweep_groups(sweep)
+        by_recipe = {}
+        for recipe, seed in groups:
+            name = os.path.join(CURVES, results_lm.curve_name(recipe, seed))
+            by_recipe.setdefault(recipe, []).append(f"[seed {seed}]({link(name)})")
+        out += ["", f"Per run (each seed, loss per epoch, metrics files): [{link(LM_RUNS)}]({link(LM_RUNS)}). "
+                    "Training loss every logged step, one line per pipeline, and its difference from exact's: " +
+                "; ".join(f"{results_lm.recipe_name(rc)} {', '.join(v)}" for rc, v in by_recipe.items()) + "."]
+    return out + notes.lines()
+
+
+def lm_runs_page(recs):
+    """docs/results/lm_runs/README.md: every sweep run's row, per recipe, with its curves."""
+    notes, page_dir = Notes(), os.path.dirname(LM_RUNS)
+    sweep = [r for r in recs if r.get("plan")]
+    lines = LM_RUNS_TEXT.split("\n")
+    for recipe, rows in results_lm.per_run_rows(sweep, page_dir, ROOT, lambda r: measured(r, notes)):
+        lines += ["", f"## {results_lm.recipe_name(recipe)} (`{recipe}`)", ""]
+        lines += table(["pipeline", "seed", "validation loss", "perplexity", "vs exact, same seed (relative)", "steps",
+                        "validation loss by epoch", "metrics", "measured"], rows)
+        for seed in sorted({r["seed"] for r in sweep if r["recipe"] == recipe}):
+            svg = os.path.relpath(os.path.join(CURVES, results_lm.curve_name(recipe, seed)), page_dir)
+            lines += ["", f"![{results_lm.recipe_name(recipe)}, seed {seed}]({svg})"]
+    return "\n".join(lines + notes.lines()).rstrip("\n") + "\n"
 
 
 def multi_gpu(recs):
@@ -371,6 +416,27 @@ and its perplexity after the last epoch, on the held-out documents the config na
 speeches, chosen by `run.seed`).
 """
 
+LM_SWEEP = {"configs/llm/plans/moby_dick_pipelines.yaml": """\
+**Fine-tuning through each gradient pipeline** (`configs/llm/plans/moby_dick_pipelines.yaml`, seeds 0 and 1): the
+SOTU model above, from its last checkpoint, on Moby Dick (135 chapters, 10 % held out for validation, chosen by
+`run.seed`: the seeds validate on different chapters), 2 epochs of 16 × 512-token batches (68 steps at seed 0, 70
+at seed 1), bf16, AdamW (β 0.9, 0.95), gradient norm clipped at 1.0, cosine schedule after 20 warm-up steps. Full
+(`moby_dick_finetune_full.yaml`): every weight trains, lr 3e-4 to 3e-5, weight decay 0.1. LoRA
+(`moby_dick_finetune_lora.yaml`): rank 16, alpha 32, dropout 0.05 on the seven projections, base frozen, lr 1e-3 to
+1e-4, no weight decay. Only the seven projections (`*_proj`) run the pipeline (in LoRA runs the frozen base
+products, for g_x only; the adapters stay exact). The 8 runs at a time shared the one GPU, so the sweep's
+throughput is no speed figure and is left out. "vs exact": (loss − exact's) / exact's."""}
+
+LM_RUNS_TEXT = """# Language-model sweep runs
+
+Generated by `python3 tools/bench/results_page.py` from the `area: lm` records with a `plan` in
+[docs/results/lm.jsonl](../lm.jsonl) (written by `tools/bench/lm_sweep_records.py`); the summary and what was run
+are in [docs/BENCHMARKS.md](../../BENCHMARKS.md#language-models). The metrics files here are the runs' own
+`metrics.jsonl`, named by run: training records every 4 steps (loss), eval records per epoch (validation loss and
+perplexity). "vs exact, same seed" is relative: (loss − exact's) / exact's, exact of the same config and seed in
+the same sweep. The curves below are drawn from the training records (top: loss; bottom: minus exact's at the same
+step)."""
+
 MULTI_GPU = """## Several GPUs (FSDP)
 
 `tools/bench/multi_gpu.sh` on the GPUs of one node (docs/distributed.md, Multi-GPU): full fine-tuning steps of
@@ -390,6 +456,7 @@ copy's bandwidth in the same call (about 4.2 TB/s on the H200).
 
 
 def render():
+    """{path: text} of the page and the files it links to that the records give."""
     data = {a: load(a) for a in AREAS}
     lines = HEADER.split("\n")
     for text, body in ((steps_text(data["steps"]), steps_vs_peer(data["steps"])), (PIPE_STEPS, steps_vs_exact(data["steps"])),
@@ -399,7 +466,11 @@ def render():
                        (KERNELS, kernels(data["kernels"]))):
         if body is not None:  # a section with no records yet is left out
             lines += text.split("\n") + body + [""]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    files = {PAGE: "\n".join(lines).rstrip("\n") + "\n"}
+    if any(r.get("plan") for r in data["lm"]):
+        files[LM_RUNS] = lm_runs_page(data["lm"])
+    files.update(results_lm.curves([r for r in data["lm"] if r.get("plan")], ROOT, CURVES))
+    return files
 
 
 def main():
@@ -409,14 +480,24 @@ def main():
     a = ap.parse_args()
     if a.merge:
         merge(a.merge)
-    page = render()
+    files = render()
+    stale_curves = sorted(os.path.join(CURVES, f) for f in (os.listdir(CURVES) if os.path.isdir(CURVES) else [])
+                          if f.startswith("lm_") and f.endswith(".svg") and os.path.join(CURVES, f) not in files)
     if a.check:
-        current = open(PAGE, encoding="utf-8").read() if os.path.exists(PAGE) else ""
-        if current != page:
-            fail("docs/BENCHMARKS.md is out of date: run python3 tools/bench/results_page.py")
+        for path, text in files.items():
+            current = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+            if current != text:
+                fail(f"{os.path.relpath(path, ROOT)} is out of date: run python3 tools/bench/results_page.py")
+        if stale_curves:
+            fail(f"{', '.join(os.path.relpath(p, ROOT) for p in stale_curves)}: no record draws it any more: "
+                 "run python3 tools/bench/results_page.py")
         return 0
-    with open(PAGE, "w", encoding="utf-8") as f:
-        f.write(page)
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    for path in stale_curves:
+        os.remove(path)
     return 0
 
 
