@@ -1,5 +1,5 @@
 // Low-precision communication (dist/comm_quant.h): the 8-bit weight codec of HQ-FSDP over HALO's rotation and
-// quantiser, and the block-quantised reduce-scatter over grad::quantize, the communicator's all-gather and the
+// quantiser, and the block-quantised reduce-scatter over grad::quantize, the communicator's all-to-all and the
 // dequantise-and-sum below (CPU reference loop; CUDA through cuda/glue/comm_quant_glue.h, the same bits).
 #include "hadatrain/dist/comm_quant.h"
 
@@ -130,43 +130,59 @@ BlockCodes quantize_blocks(const Tensor& input, int64_t ranks, const QuantReduce
   return out;
 }
 
-Tensor dequantize_sum(const BlockCodes& gathered, int64_t ranks, int64_t chunk, int64_t dest,
-                      const QuantReduceSpec& spec) {
+namespace {
+
+// The sum over `ranks` of chunk `dest` of their codes, each rank's codes holding `per_rank` destination chunks
+// (Note [Quantised reduce-scatter]).
+Tensor dequantize_sum_of(const BlockCodes& codes_in, int64_t ranks, int64_t per_rank, int64_t chunk, int64_t dest,
+                         const QuantReduceSpec& spec, const char* what) {
   check_spec(spec);
   const int64_t cp = padded_chunk(chunk, spec.block);
-  HT_CHECK(gathered.codes.dtype() == DType::u8 && gathered.codes.numel() == ranks * ranks * cp * spec.bits / 8 &&
-               gathered.scales.dtype() == DType::f32 && gathered.scales.numel() == ranks * ranks * cp / spec.block &&
-               dest >= 0 && dest < ranks,
-           "dequantize_sum: expected codes u8 ({}) and scales f32 ({}) of {} ranks for chunk {} of {}, got {} and {}",
-           ranks * ranks * cp * spec.bits / 8, ranks * ranks * cp / spec.block, ranks, dest, chunk,
-           gathered.codes.describe(), gathered.scales.describe());
-  Tensor out = empty({chunk}, {DType::f32, gathered.codes.device()});
+  HT_CHECK(codes_in.codes.dtype() == DType::u8 && codes_in.codes.numel() == ranks * per_rank * cp * spec.bits / 8 &&
+               codes_in.scales.dtype() == DType::f32 && codes_in.scales.numel() == ranks * per_rank * cp / spec.block &&
+               dest >= 0 && dest < per_rank,
+           "{}: expected codes u8 ({}) and scales f32 ({}) of {} ranks for chunk {} of {}, got {} and {}", what,
+           ranks * per_rank * cp * spec.bits / 8, ranks * per_rank * cp / spec.block, ranks, dest, chunk,
+           codes_in.codes.describe(), codes_in.scales.describe());
+  Tensor out = empty({chunk}, {DType::f32, codes_in.codes.device()});
   if (chunk == 0) return out;
-  const Tensor codes = gathered.codes.contiguous(), scales = gathered.scales.contiguous();
+  const Tensor codes = codes_in.codes.contiguous(), scales = codes_in.scales.contiguous();
   if (out.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    cuda_ops::comm_dequant_sum(out, codes, scales, {.ranks = ranks, .chunk = chunk, .chunk_padded = cp, .dest = dest,
-                                                    .block = spec.block, .bits = spec.bits});
+    cuda_ops::comm_dequant_sum(out, codes, scales, {.ranks = ranks, .chunks_per_rank = per_rank, .chunk = chunk,
+                                                    .chunk_padded = cp, .dest = dest, .block = spec.block,
+                                                    .bits = spec.bits});
     return out;
 #else
-    HT_FAIL("dequantize_sum: built without CUDA");
+    HT_FAIL("{}: built without CUDA", what);
 #endif
   }
   const auto* pc = static_cast<const uint8_t*>(codes.data_ptr());
   const float* ps = scales.data<float>();
-  const int64_t per_rank = ranks * cp, blocks_per_rank = per_rank / spec.block;
+  const int64_t values_per_rank = per_rank * cp, blocks_per_rank = values_per_rank / spec.block;
   float* po = out.data<float>();
   for (int64_t e = 0; e < chunk; ++e) {
     float acc = 0.0f;
-    const int64_t i = dest * cp + e;  // the element's index in one rank's input
+    const int64_t i = dest * cp + e;  // the element's index in one rank's codes
     for (int64_t r = 0; r < ranks; ++r) {
-      const float level = static_cast<float>(level_at(pc + r * per_rank * spec.bits / 8, i, spec.bits));
+      const float level = static_cast<float>(level_at(pc + r * values_per_rank * spec.bits / 8, i, spec.bits));
       const float term = level * ps[r * blocks_per_rank + i / spec.block];
       acc = acc + term;
     }
     po[e] = acc;
   }
   return out;
+}
+
+}  // namespace
+
+Tensor dequantize_sum(const BlockCodes& gathered, int64_t ranks, int64_t chunk, int64_t dest,
+                      const QuantReduceSpec& spec) {
+  return dequantize_sum_of(gathered, ranks, ranks, chunk, dest, spec, "dequantize_sum");
+}
+
+Tensor dequantize_sum_received(const BlockCodes& received, int64_t ranks, int64_t chunk, const QuantReduceSpec& spec) {
+  return dequantize_sum_of(received, ranks, 1, chunk, 0, spec, "dequantize_sum_received");
 }
 
 QuantReduceResult quantized_reduce_scatter(Communicator& comm, const Tensor& input, const QuantReduceSpec& spec) {
@@ -176,16 +192,18 @@ QuantReduceResult quantized_reduce_scatter(Communicator& comm, const Tensor& inp
            input.describe());
   const int64_t c = input.numel() / n;
   const BlockCodes mine = quantize_blocks(input, n, spec);
-  BlockCodes all;
-  all.codes = empty({n * mine.codes.numel()}, {DType::u8, comm.device()});
-  all.scales = empty({n * mine.scales.numel()}, {DType::f32, comm.device()});
-  auto w_codes = comm.all_gather(mine.codes, all.codes);
-  auto w_scales = comm.all_gather(mine.scales, all.scales);
+  // Each destination's chunk of codes and scales goes to its rank: this rank receives every rank's codes of its own
+  // chunk, in rank order.
+  BlockCodes received;
+  received.codes = empty({mine.codes.numel()}, {DType::u8, comm.device()});
+  received.scales = empty({mine.scales.numel()}, {DType::f32, comm.device()});
+  auto w_codes = comm.all_to_all(mine.codes, received.codes);
+  auto w_scales = comm.all_to_all(mine.scales, received.scales);
   w_codes->wait();
   w_scales->wait();
   QuantReduceResult res;
   res.bytes_sent = static_cast<int64_t>(mine.codes.nbytes() + mine.scales.nbytes());
-  res.chunk = dequantize_sum(all, n, c, comm.rank(), spec);
+  res.chunk = dequantize_sum_received(received, n, c, spec);
   if (!spec.measure_error) return res;
   Tensor exact = empty({c}, {DType::f32, comm.device()});
   comm.reduce_scatter(input.contiguous(), exact, ReduceOp::sum)->wait();

@@ -24,6 +24,7 @@ const char* collective_name(Collective c) {
     case Collective::reduce_scatter: return "reduce_scatter";
     case Collective::all_reduce: return "all_reduce";
     case Collective::broadcast: return "broadcast";
+    case Collective::all_to_all: return "all_to_all";
   }
   return "?";
 }
@@ -32,10 +33,11 @@ void Communicator::count_bytes(Collective kind, int64_t nbytes, int root) {
   const int64_t n = size();
   if (n <= 1) return;
   const auto k = static_cast<std::size_t>(kind);
-  const int64_t ring = (n - 1) * nbytes / n;  // nbytes is N x a chunk for the gather and scatter kinds
+  const int64_t ring = (n - 1) * nbytes / n;  // nbytes is N x a chunk for the gather, scatter and all-to-all kinds
   switch (kind) {
     case Collective::all_gather:
     case Collective::reduce_scatter:
+    case Collective::all_to_all:
       bytes_.sent[k] += ring, bytes_.received[k] += ring;
       break;
     case Collective::all_reduce:

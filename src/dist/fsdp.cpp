@@ -54,6 +54,7 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
     // (a unit this forward has run already, e.g. the embedding when a tied head reads it, is not needed next)
     if (m_.options_.prefetch && !backward_ && p.unit + 1 < m_.unit_count_ && !entered_[p.unit + 1]) issue(p.unit + 1);
     Tensor out = compute_copy(r.index, r.dtype);  // (shape) in r.dtype, sharing the gathered memory
+    m_.lowp_->attach_codes(r.index, out);          // an 8-bit gather's codes for a halo layer's Q(W·H̃)
     if (needs_grad({&p.shard})) {
       connect(std::make_shared<FsdpGatherNode>(shared_from_this(), r.index), {&p.shard}, {&out});
       if (!backward_ && !order_.empty() && order_.back().first_param == npos) order_.back().first_param = r.index;
@@ -77,7 +78,7 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
   // This rank's chunk of the sum over ranks of `weighted` (parameter p's flat share-weighted gradient).
   Tensor scatter(const FullyShardedModel::Param& p, const Tensor& weighted) {
     const int n = m_.comm_.size();
-    if (m_.lowp_->quantized_reduce()) {  // block codes through an all-gather (dist/comm_quant.h)
+    if (m_.lowp_->quantized_reduce()) {  // block codes through an all-to-all (dist/comm_quant.h)
       Tensor flat = zeros({p.chunk * n}, {DType::f32, m_.comm_.device()});  // (N * chunk)
       copy_(flat.narrow(0, 0, p.numel), weighted);
       return m_.lowp_->reduce_scatter(flat, m_.bytes_).to(p.shard.dtype());
@@ -117,6 +118,7 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
     for (auto& u : pending_) wait_all(u);
     for (auto& g : gathered_) g = Tensor();
     for (auto& c : casts_) c.clear();
+    for (std::size_t i = 0; i < gathered_.size(); ++i) m_.lowp_->drop_codes(i);
     std::fill(users_.begin(), users_.end(), 0);
     ++generation_;  // gather nodes of graphs still alive no longer count
     live_nodes_ = 0;
@@ -203,6 +205,7 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
     wait_all(pending_[m_.params_[i].unit]);  // a gather in flight still writes into it
     if (gathered_[i].defined()) gathered_[i].storage()->data.reset();
     for (Tensor& c : casts_[i]) c.storage()->data.reset();
+    m_.lowp_->drop_codes(i);
   }
   void release_unit(std::size_t unit) {
     for (const std::size_t i : unit_params_[unit]) release_param(i);
@@ -354,6 +357,7 @@ void FullyShardedModel::end_step() {
 
 int64_t FullyShardedModel::row_quantized_params() const { return lowp_->quantized_params(); }
 double FullyShardedModel::reduce_error() const { return lowp_->last_reduce_error(); }
+int64_t FullyShardedModel::reduce_error_steps() const { return lowp_->measured_steps(); }
 
 int64_t FullyShardedModel::gathered_bytes() const { return policy_->bytes_alive(); }
 int64_t FullyShardedModel::gathered_bytes_peak() const { return policy_->peak; }

@@ -66,6 +66,7 @@ int64_t FsdpLowPrecision::add_param(const std::string& name, const Shape& shape,
   slot_.push_back(codec ? unit_rows_[unit].size() : 0);
   if (codec) unit_rows_[unit].push_back(codecs_.size());
   codecs_.push_back(codec);
+  gathered_.emplace_back();
   absmax_.resize(unit_rows_.size());
   if (!codec) return (numel + n - 1) / n;
   return (shape[0] + n - 1) / n * codec->cols;  // whole rows: ceil(O/N) of them
@@ -106,6 +107,13 @@ std::unique_ptr<Work> FsdpLowPrecision::gather(const std::vector<FullyShardedMod
     Tensor all = empty({n * rows, width}, {q.codes.dtype(), comm_.device()});  // (N·R, n) codes in rank order
     bytes += static_cast<int64_t>(q.codes.nbytes());
     auto work = comm_.all_gather(byte_view(q.codes), byte_view(all));
+    auto g = std::make_shared<grad::GatheredWeight>();  // read only after the gather's wait (materialise)
+    g->codes = all.narrow(0, 0, p.shape[0]);           // the weight's O rows, without the padding rows
+    g->scale = q.scale;
+    g->carrier = c.carrier;
+    g->rotation = c.rotation;
+    g->cols = c.cols;
+    gathered_[i] = std::move(g);
     return std::make_unique<DecodedGather>(std::move(work), [c, all, scale = q.scale, out] {
       copy_(out, dequantize_rows(c, {all, scale}).reshape({out.numel()}));
     });
@@ -119,6 +127,10 @@ std::unique_ptr<Work> FsdpLowPrecision::gather(const std::vector<FullyShardedMod
   }
   bytes += static_cast<int64_t>(p.shard.nbytes());
   return comm_.all_gather(p.shard.detach(), out);
+}
+
+void FsdpLowPrecision::attach_codes(std::size_t i, const Tensor& w) const {
+  if (gathered_[i] != nullptr) grad::attach_gathered_weight(w, gathered_[i]);
 }
 
 Tensor FsdpLowPrecision::reduce_scatter(const Tensor& flat, int64_t& bytes) {
@@ -140,6 +152,7 @@ void FsdpLowPrecision::end_step() {
   for (Tensor& m : absmax_) m = Tensor();
   if (measured_calls_ > 0) {
     last_error_ = ref_sq_ > 0 ? std::sqrt(err_sq_ / ref_sq_) : 0.0;
+    ++measured_steps_;
     if (comm_.rank() == 0)
       spdlog::info("dist: {} reduce-scatter (block {}) at step {}: relative L2 error {:.3e} against f32 over {} "
                    "reduce-scatter(s)",

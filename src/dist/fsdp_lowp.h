@@ -11,7 +11,10 @@
 // them in high precision, the embedding and the head, which are units of their own) travels in fp32. The
 // first 8-bit gather of a unit in a step all-reduces (max) the vector of its weights' local absmaxes; the
 // gathers of the same unit later in that step (the re-gather in backward with reshard_after_forward) reuse it,
-// so they move byte-identical codes; end_step() drops them.
+// so they move byte-identical codes; end_step() drops them. The gathered codes (the first O rows) and the scale
+// stay with the gathered tensor: materialise attaches them to the tensor it hands the layer, and a halo layer
+// whose level rotates W (1, 2) in the gather's carrier multiplies them directly instead of quantising the
+// dequantised weight again (grad/pipeline_halo_weight.h); they are dropped with the gathered tensor's memory.
 #pragma once
 #include <memory>
 #include <optional>
@@ -19,6 +22,7 @@
 
 #include "hadatrain/dist/comm_quant.h"
 #include "hadatrain/dist/fsdp.h"
+#include "hadatrain/grad/pipeline_halo_weight.h"
 
 namespace ht::dist {
 
@@ -37,6 +41,12 @@ class FsdpLowPrecision {
   std::unique_ptr<Work> gather(const std::vector<FullyShardedModel::Param>& params, std::size_t i, const Tensor& out,
                                int64_t& bytes);
 
+  // The codes and scale of params[i]'s last 8-bit gather (while the gathered tensor holds memory), attached to
+  // `w`, the tensor the layer computes with, for a halo pipeline's Q(W·H̃) (Note [Gathered 8-bit weights] in
+  // grad/pipeline_halo_weight.h); nothing for a parameter gathered otherwise. drop_codes forgets them.
+  void attach_codes(std::size_t i, const Tensor& w) const;
+  void drop_codes(std::size_t i) { gathered_[i].reset(); }
+
   bool quantized_reduce() const { return options_.reduce_quant != ReduceQuant::none; }
   // The quantised reduce-scatter (Note [Quantised reduce-scatter]) of a flat f32 gradient (N·chunk) -> this
   // rank's chunk (f32); its error is measured on the steps dist.reduce_quant_error_every selects.
@@ -46,6 +56,7 @@ class FsdpLowPrecision {
   // relative L2 error over all its calls and keeps it (last_reduce_error).
   void end_step();
   double last_reduce_error() const { return last_error_; }
+  int64_t measured_steps() const { return measured_steps_; }  // steps whose error was measured so far
 
  private:
   // The unit's absmax vector for this step: computed and all-reduced (max) at its first 8-bit gather.
@@ -57,10 +68,12 @@ class FsdpLowPrecision {
   std::vector<std::size_t> slot_;                   // per parameter: its index in its unit's absmax vector
   std::vector<std::vector<std::size_t>> unit_rows_;  // per unit: its row-quantised parameters
   std::vector<Tensor> absmax_;                       // per unit: this step's shared absmaxes (k) f32
+  std::vector<std::shared_ptr<const grad::GatheredWeight>> gathered_;  // per parameter: its gathered codes, or null
   int64_t step_ = 0;
   double err_sq_ = 0, ref_sq_ = 0;
   int64_t measured_calls_ = 0;
   double last_error_ = -1.0;
+  int64_t measured_steps_ = 0;
 };
 
 }  // namespace ht::dist

@@ -20,6 +20,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -247,6 +248,26 @@ class GlooCommunicator final : public Communicator {
       const std::size_t chunk = out.nbytes();
       std::memcpy(out.data_ptr(), static_cast<const char*>(scratch.data_ptr()) + chunk * rank(), chunk);
       if (op == ReduceOp::avg && size() > 1) divide(out, size());
+    });
+  }
+
+  std::unique_ptr<Work> all_to_all(Tensor input, Tensor out) override {
+    check_tensor("all_to_all", "input", input);
+    check_tensor("all_to_all", "out", out);
+    HT_CHECK(out.dtype() == input.dtype() && out.numel() == input.numel() && input.numel() % size() == 0,
+             "all_to_all: input and out must be {} equal chunks of one dtype, got {} and {}", size(), input.describe(),
+             out.describe());
+    count_bytes(Collective::all_to_all, static_cast<int64_t>(input.nbytes()));
+    return submit(fmt::format("gloo all_to_all of {}", input.describe()), [=, this] {
+      if (size() == 1) {
+        std::memcpy(out.data_ptr(), input.data_ptr(), input.nbytes());
+        return;
+      }
+      gloo::AlltoallOptions opts(ctx_);
+      opts.setInput(static_cast<uint8_t*>(input.data_ptr()), input.nbytes());
+      opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
+      opts.setTag(next_tag());
+      gloo::alltoall(opts);
     });
   }
 

@@ -148,6 +148,26 @@ class NcclCommunicator final : public Communicator {
                                                      nccl_type(input.dtype()), nccl_op(op), comm_, stream_.get()));
                    });
   }
+  std::unique_ptr<Work> all_to_all(Tensor input, Tensor out) override {
+    check_tensor("all_to_all", "input", input);
+    check_tensor("all_to_all", "out", out);
+    HT_CHECK(out.dtype() == input.dtype() && out.numel() == input.numel() && input.numel() % size_ == 0,
+             "all_to_all: input and out must be {} equal chunks of one dtype, got {} and {}", size_, input.describe(),
+             out.describe());
+    count_bytes(Collective::all_to_all, static_cast<int64_t>(input.nbytes()));
+    // One group of a send and a receive per peer (NCCL has no all-to-all call): NCCL runs them together.
+    return enqueue(fmt::format("nccl all_to_all of {}", input.describe()), {input, out}, [&] {
+      const std::size_t chunk = input.nbytes() / static_cast<std::size_t>(size_);
+      const auto* in = static_cast<const char*>(input.data_ptr());
+      auto* o = static_cast<char*>(out.data_ptr());
+      HT_NCCL_CHECK(ncclGroupStart());
+      for (int r = 0; r < size_; ++r) {
+        HT_NCCL_CHECK(ncclSend(in + r * chunk, chunk, ncclUint8, r, comm_, stream_.get()));
+        HT_NCCL_CHECK(ncclRecv(o + r * chunk, chunk, ncclUint8, r, comm_, stream_.get()));
+      }
+      HT_NCCL_CHECK(ncclGroupEnd());
+    });
+  }
   std::unique_ptr<Work> broadcast(Tensor t, int root) override {
     check_tensor("broadcast", "tensor", t);
     HT_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of {}", root, size_);

@@ -45,6 +45,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/grad/pipeline_halo.h"
+#include "hadatrain/grad/pipeline_halo_weight.h"
 #include "hadatrain/grad/registry.h"
 #include "hadatrain/ops/ops.h"
 #include "pipeline_helpers.h"
@@ -86,8 +87,7 @@ class HaloPipeline final : public Pipeline {
     note_padding(I, T);
     halo_phase("fwd Q(x·H)");
     const Operand qx = prepare(reshape(x, {T, I}), rot_in);  // (T, n_I)
-    halo_phase("fwd Q(W·H)");
-    const Operand qw = prepare(w, rot_in);                   // (O, n_I)
+    const Operand qw = weight_operand(w, rot_in);            // (O, n_I)
     halo_phase("fwd y GEMM");
     Tensor y = product(qx, qw, inverse_size(rot_in), x.dtype());  // (T, O)
     if (info.bias.defined()) {
@@ -205,6 +205,20 @@ class HaloPipeline final : public Pipeline {
     }
     if (rot.n > 1) return {halo_rotate(x, {rot, HaloDirection::forward, rot.n, 1.0f, DType::f32}), {}};
     return {x.to(DType::f32).contiguous(), {}};
+  }
+
+  // Q(W·H̃) (O, n_I): the codes and scale of FSDP's 8-bit all-gather when they are attached to w and are this
+  // level's (W rotated: 1 or 2) in this carrier (grad/pipeline_halo_weight.h), else quantised here.
+  Operand weight_operand(const Tensor& w, HaloRotation rot) const {
+    if (o_.quantize && o_.level >= 1)
+      if (const auto g = gathered_weight(w);
+          g && g->carrier == o_.carrier && g->rotation.n == rot.n && g->rotation.k == rot.k && g->cols == w.size(1)) {
+        halo_phase("fwd Q(W·H) from the 8-bit gather");
+        note_gathered_weight_use();
+        return {g->codes, g->scale};
+      }
+    halo_phase("fwd Q(W·H)");
+    return prepare(w, rot);
   }
 
   // (M, N) of `out` = mult·(a·bᵀ) with a's and b's scales.

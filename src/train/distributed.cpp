@@ -209,6 +209,10 @@ std::vector<std::pair<std::string, double>> DistributedRun::take_comm_bytes(int6
     out.emplace_back(fmt::format("comm_bytes_{}", dist::collective_name(static_cast<dist::Collective>(k))),
                      static_cast<double>(window_.sent[k]) / n);
   window_ = dist::CommBytes{};
+  if (fsdp_ && fsdp_->reduce_error_steps() != reported_error_steps_) {
+    reported_error_steps_ = fsdp_->reduce_error_steps();
+    out.emplace_back("reduce_quant_rel_error", fsdp_->reduce_error());
+  }
   return out;
 }
 

@@ -55,6 +55,9 @@ class DistributedRun {
   // collectives sent since slice() began the step to the window; take_comm_bytes(steps) returns the window's
   // per-step means for metrics.jsonl (comm_bytes: sent by this rank over all kinds; comm_bytes_<kind>: per
   // collective kind) and starts a new window. Collectives between steps (evaluation, checkpoints) are not in it.
+  // Under fsdp with dist.reduce_quant it also returns reduce_quant_rel_error, the quantised reduce-scatter's
+  // relative L2 error against f32 on the window's last measured step (dist.reduce_quant_error_every), when a step
+  // of the window measured it.
   void end_step();
   std::vector<std::pair<std::string, double>> take_comm_bytes(int64_t steps);
 
@@ -66,6 +69,7 @@ class DistributedRun {
   std::unique_ptr<dist::FullyShardedModel> fsdp_;
   double share_ = 1.0;
   dist::CommBytes step_start_, window_;
+  int64_t reported_error_steps_ = 0;  // fsdp's reduce_error_steps() at the last take_comm_bytes
 };
 
 // dist.fsdp_units empty: one unit per transformer block or ResNet stage, from the parameter names: the

@@ -69,6 +69,14 @@ void check_collectives(const dist::DistEnv& env) {
       for (int q = 0; q < n; ++q) sum += input_value(q, r * (len / n) + i);
       expect(cv[i] == sum, fmt::format("reduce_scatter {} [{}]: {} != {}", dtype_name(dt), i, cv[i], sum));
     }
+    // all_to_all: out's chunk q is rank q's input chunk r
+    const Tensor sends = rank_input(r, 3 * n, dt);
+    Tensor received = zeros({3 * n}, {dt});
+    c.all_to_all(sends, received)->wait();
+    const auto tv = received.to(DType::f64).to_vector<double>();
+    for (int q = 0; q < n; ++q)
+      for (int64_t i = 0; i < 3; ++i)
+        expect(tv[q * 3 + i] == input_value(q, r * 3 + i), fmt::format("all_to_all {} from rank {} [{}]", dtype_name(dt), q, i));
     // broadcast from the last rank
     Tensor b = rank_input(r, 9, dt);
     c.broadcast(b, n - 1)->wait();
@@ -153,6 +161,8 @@ TEST_CASE("every collective counts its bytes on the wire by the ring formulas", 
       c.all_reduce(sum, dist::ReduceOp::sum)->wait();
       Tensor root = rank_input(0, 5, DType::f32);  // 20 B from rank 1
       c.broadcast(root, 1)->wait();
+      Tensor sends = rank_input(c.rank(), 6 * n, DType::f32), received = empty({6 * n}, {DType::f32});  // 24 n B in
+      c.all_to_all(sends, received)->wait();
       c.barrier();
       const dist::CommBytes& b = c.bytes();
       auto at = [](const int64_t* v, dist::Collective k) { return v[static_cast<int>(k)]; };
@@ -168,7 +178,10 @@ TEST_CASE("every collective counts its bytes on the wire by the ring formulas", 
       expect(at(b.sent, dist::Collective::broadcast) == (is_root ? 20 : 0) &&
                  at(b.received, dist::Collective::broadcast) == (is_root ? 0 : 20),
              "broadcast: the root sends 20 B, the others receive them");
-      expect(b.total_sent() == ag + rs + ar + (is_root ? 20 : 0), "the total is the sum of the kinds");
+      const int64_t a2a = (n - 1) * 24;  // (N-1)/N of the input: the rank's own chunk stays
+      expect(at(b.sent, dist::Collective::all_to_all) == a2a && at(b.received, dist::Collective::all_to_all) == a2a,
+             fmt::format("all_to_all: {} sent, expected {}", at(b.sent, dist::Collective::all_to_all), a2a));
+      expect(b.total_sent() == ag + rs + ar + a2a + (is_root ? 20 : 0), "the total is the sum of the kinds");
       c.reset_bytes();
       expect(c.bytes().total_sent() == 0 && c.bytes().total_received() == 0, "reset_bytes zeroes the counts");
     });

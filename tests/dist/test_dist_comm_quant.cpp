@@ -13,6 +13,11 @@
 //     worst step 1.0e-4) and differ from them.
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "dist_testing.h"
 #include "hadatrain/data/mnist.h"
@@ -48,8 +53,19 @@ TEST_CASE("quantised reduce-scatter over Gloo equals the simulated codes, error 
       const int64_t N = pg.comm->size(), c = 45;  // 45 per rank: blocks of 16 padded to 48
       for (const int bits : {8, 4}) {
         const dist::QuantReduceSpec spec{.bits = bits, .block = 16, .measure_error = true};
+        pg.comm->reset_bytes();
         const auto r = dist::quantized_reduce_scatter(*pg.comm, rank_input(env.rank, N * c), spec);
-        // The same codes made here for every rank, gathered by hand, summed for every destination.
+        // On the wire: the all-to-all's (N-1)/N of this rank's codes and scales; no all-gather (the f32
+        // reduce-scatter and the two-number all-reduce are the error measurement's).
+        const auto& wire = pg.comm->bytes();
+        const int64_t a2a = (N - 1) * (N * 48 * bits / 8) / N + (N - 1) * (N * 48 / 16 * 4) / N;
+        expect(wire.sent[static_cast<int>(dist::Collective::all_to_all)] == a2a &&
+                   wire.sent[static_cast<int>(dist::Collective::all_gather)] == 0,
+               fmt::format("{} bits: {} bytes sent by the all-to-all, {} expected; {} by all-gathers", bits,
+                           wire.sent[static_cast<int>(dist::Collective::all_to_all)], a2a,
+                           wire.sent[static_cast<int>(dist::Collective::all_gather)]));
+        // The same codes made here for every rank, gathered by hand (the all-gather formulation: every rank's
+        // whole codes), summed for every destination; this rank's chunk must be those bits.
         std::vector<Tensor> codes, scales, inputs;
         for (int64_t k = 0; k < N; ++k) {
           inputs.push_back(rank_input(k, N * c));
@@ -224,6 +240,18 @@ std::vector<double> fsdp_lm_losses(const std::string& name, const std::vector<st
   return losses;
 }
 
+// step -> reduce_quant_rel_error of the train records of <out_dir>/metrics.jsonl that have one.
+std::map<int64_t, double> reduce_errors(const std::filesystem::path& out_dir) {
+  std::ifstream in(out_dir / "metrics.jsonl");
+  std::map<int64_t, double> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "train" && j.contains("reduce_quant_rel_error"))
+      out[j.at("step").get<int64_t>()] = j.at("reduce_quant_rel_error").get<double>();
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("train a tiny LLaMA on 2 ranks with int8 weight all-gathers and an int8 reduce-scatter", "[dist][trainer]") {
@@ -238,4 +266,14 @@ TEST_CASE("train a tiny LLaMA on 2 ranks with int8 weight all-gathers and an int
     CHECK(std::abs(got[i] - ref[i]) <= 1e-3 * std::abs(ref[i]));
   }
   CHECK(got != ref);
+  // The measured error (dist.reduce_quant_error_every=2: steps 1, 3, 5) is in metrics.jsonl, on those steps only.
+  const auto errors = reduce_errors(test::scratch_dir() / "cq_lm_int8");
+  REQUIRE(errors.size() == 3);
+  for (const int64_t step : {1, 3, 5}) {
+    INFO("step " << step);
+    REQUIRE(errors.count(step) == 1);
+    CHECK(errors.at(step) > 1e-4);  // int8 blocks of 64: measured 5e-3
+    CHECK(errors.at(step) < 5e-2);
+  }
+  CHECK(reduce_errors(test::scratch_dir() / "cq_lm_f32").empty());
 }

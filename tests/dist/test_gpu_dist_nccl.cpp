@@ -40,6 +40,9 @@ TEST_CASE("nccl collectives with one rank", "[dist]") {
     Tensor r = zeros({1000}, {dt, kGpu});
     c.reduce_scatter(x.to(kGpu), r, dist::ReduceOp::avg)->synchronize();
     CHECK(test::compare(r.to(Device::cpu()), x, 0, 0).empty());
+    Tensor t = zeros({1000}, {dt, kGpu});  // all_to_all with one rank: its own chunk, through ncclSend / ncclRecv
+    c.all_to_all(x.to(kGpu), t)->wait();
+    CHECK(test::compare(t.to(Device::cpu()), x, 0, 0).empty());
     Tensor b = x.to(kGpu);
     c.broadcast(b, 0)->wait();
     CHECK(test::compare(b.to(Device::cpu()), x, 0, 0).empty());

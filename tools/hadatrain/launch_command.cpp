@@ -57,14 +57,22 @@ int run_comm_check(const CheckOptions& o) {
   c.all_gather(full({4}, r + 1, {DType::bf16, device}), gathered)->synchronize();
   const Tensor g = gathered.to(DType::f32).to(Device::cpu());
   for (int q = 0; q < n; ++q) HT_CHECK(g.data<float>()[q * 4] == q + 1, "comm-check: all_gather chunk {} wrong", q);
+  // all_to_all: rank r sends r·n + q to rank q (2 values each); rank r receives q·n + r from rank q.
+  std::vector<float> sends(2 * n);
+  for (int q = 0; q < n; ++q) sends[2 * q] = sends[2 * q + 1] = static_cast<float>(r * n + q);
+  Tensor received = zeros({2 * n}, {DType::f32, device});
+  c.all_to_all(from_vector(sends, {2 * n}).to(device), received)->synchronize();
+  const Tensor a2a = received.to(Device::cpu());
+  for (int q = 0; q < n; ++q)
+    HT_CHECK(a2a.data<float>()[2 * q + 1] == static_cast<float>(q * n + r), "comm-check: all_to_all chunk from rank {} wrong", q);
   Tensor b = full({3}, r, {DType::f32, device});
   c.broadcast(b, n - 1)->synchronize();
   HT_CHECK(b.to(Device::cpu()).data<float>()[2] == n - 1, "comm-check: broadcast wrong");
   c.barrier();
   // Ring all-reduce bus bandwidth: 2(n-1)/n of the bytes per rank cross a link.
   const double bus = secs > 0 ? 2.0 * (n - 1) / n * len * 4 / secs / 1e9 : 0.0;
-  fmt::print("comm-check: rank {} of {} ({} variables, {} on {}): all_reduce, reduce_scatter, all_gather, broadcast, "
-             "barrier correct; all_reduce of {} MB in {:.3f} ms ({:.2f} GB/s bus)\n",
+  fmt::print("comm-check: rank {} of {} ({} variables, {} on {}): all_reduce, reduce_scatter, all_gather, all_to_all, "
+             "broadcast, barrier correct; all_reduce of {} MB in {:.3f} ms ({:.2f} GB/s bus)\n",
              r, n, env.source, c.engine(), to_string(device), len * 4 / 1e6, secs * 1e3, bus);
   return 0;
 }

@@ -3,9 +3,9 @@
 //     weight by HALO's full-size Hadamard rotation, one scale per weight shared by every rank (the max over
 //     ranks of the local absmax), int8 or fp8 e4m3 codes on the wire, dequantised by the receiver;
 //   - a quantised gradient reduce-scatter in the style of ZeRO++ qgZ (reference/anchors.md §3): block-wise
-//     int8 or int4 codes with one f32 scale per block, exchanged with the communicator's all-gather and
-//     dequantised and summed in f32 by the receiver, with its error against the f32 reduce-scatter measured
-//     on request.
+//     int8 or int4 codes with one f32 scale per block, each destination's blocks sent to it with the
+//     communicator's all-to-all and dequantised and summed in f32 by the receiver, with its error against the
+//     f32 reduce-scatter measured on request.
 // The rotation and the 8-bit quantiser are HALO's (grad/pipeline_halo.h), the block quantiser and the int4
 // packing the gradient pipelines' (grad/quant.h); this module adds the collective choreography and the one
 // kernel neither has: the receiver's dequantise-and-sum (CPU reference here, CUDA in
@@ -32,17 +32,17 @@
 // plus the f32 roundings of the rotations (relative ~n·2^-24). test_comm_quant checks these bounds.
 //
 // Note [Quantised reduce-scatter]
-// The communicator has no all-to-all, so the exchange is an all-gather (no hand-written algorithm): every
-// rank r block-quantises its whole input x_r (N·c values, chunk c per destination, each destination's
+// Every rank r block-quantises its whole input x_r (N·c values, chunk c per destination, each destination's
 // chunk padded to c' = ceil(c/B)·B so no block straddles two ranks' chunks) with grad::quantize (row
-// granularity over blocks of B, absmax scale, round to nearest, bits 8 or 4; int4 packed two per byte),
-// and all-gathers codes and scales. Rank j then sums, in f32 and in rank order from 0,
+// granularity over blocks of B, absmax scale, round to nearest, bits 8 or 4; int4 packed two per byte); one
+// all-to-all of the codes and one of the scales send destination j's chunk to rank j (no hand-written
+// algorithm: NCCL's grouped send/receive, Gloo's alltoall). Rank j then sums, in f32 and in rank order from 0,
 //   out[e] = Σ_r float(level_r[j, e]) · scale_r[j, e / B]     (one f32 product and one f32 sum per term)
-// for its chunk only (dequantize_sum). Wire bytes per rank, N ranks, P = N·c values: the all-gather's
-// ring sends (N−1)·P·(b/8 + 4/B) bytes per rank, against (N−1)/N·P·4 for an f32 ring reduce-scatter:
-// a ratio of N·(b/8 + 4/B)/4 — less than 1 only for N < 4/(b/8 + 4/B) (int8, B 256: N <= 3; int4: N <= 7).
-// The bytes this rank puts into collectives (what FullyShardedModel::bytes_on_wire counts) shrink by
-// (b/8 + 4/B)/4 whatever N. A communicator with an all-to-all would send (N−1)/N·P·(b/8 + 4/B). Error:
+// (dequantize_sum_received; dequantize_sum computes the same from every rank's whole codes, for simulations).
+// Wire bytes per rank, N ranks, P = N·c values, x = b/8 + 4/B bytes a value: the all-to-all sends (N−1)/N·P'·x
+// (P' = N·c' >= P, the padded input), against (N−1)/N·P·4 for an f32 ring reduce-scatter: a ratio of about
+// x/4 (int8, B 256: 0.254; int4: 0.129) whatever N. The bytes this rank puts into collectives (what
+// FullyShardedModel::bytes_on_wire counts) are P'·x. Error:
 // per block, |Δ| <= s/2 per element (round to nearest, s = absmax/qmax, qmax 127 or 7), so
 //   ||out − exact||_2 <= √(Σ_r Σ_blocks B·s_rb²/4) + f32 summation rounding;
 // with measure_error on, the exact f32 reduce-scatter also runs and the relative L2 error over every rank's
@@ -102,6 +102,10 @@ BlockCodes quantize_blocks(const Tensor& input, int64_t ranks, const QuantReduce
 // ranks of their dequantised inputs, summed in rank order (Note [Quantised reduce-scatter]).
 Tensor dequantize_sum(const BlockCodes& gathered, int64_t ranks, int64_t chunk, int64_t dest,
                       const QuantReduceSpec& spec);
+// received codes (N ranks' chunks destined to this rank, one after another, as the all-to-all delivers them) ->
+// the sum over the ranks of their dequantised chunks, in rank order: bit for bit dequantize_sum of the gathered
+// codes for this rank's chunk.
+Tensor dequantize_sum_received(const BlockCodes& received, int64_t ranks, int64_t chunk, const QuantReduceSpec& spec);
 
 struct QuantReduceResult {
   Tensor chunk;             // (c) f32: this rank's chunk of the sum over ranks

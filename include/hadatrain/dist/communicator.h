@@ -1,4 +1,4 @@
-// Communicator: the collectives that data parallelism and sharding are built from (all-reduce, all-gather,
+// Communicator: the collectives that data parallelism and sharding are built from (all-reduce, all-gather, all-to-all,
 // reduce-scatter, broadcast, barrier) over the ranks of one job, on tensors. Two engines implement it, both
 // thin layers over a library's own collectives (no hand-written algorithms): Gloo for CPU tensors (so the
 // sharding logic runs in CI with several processes and no GPU) and NCCL for CUDA tensors. Either may be left
@@ -45,18 +45,20 @@ const char* reduce_op_name(ReduceOp op);
 //   all-gather, n = the output's bytes (N x the input): sends and receives (N-1)/N * n;
 //   reduce-scatter, n = the input's bytes (N x the output): sends and receives (N-1)/N * n;
 //   all-reduce of n bytes: sends and receives 2 (N-1)/N * n (a reduce-scatter, then an all-gather);
-//   broadcast of n bytes: the root sends n, every other rank receives n.
+//   broadcast of n bytes: the root sends n, every other rank receives n;
+//   all-to-all, n = the input's bytes (N chunks, one per destination): sends and receives (N-1)/N * n (its own
+//   chunk stays).
 // The Gloo engine's reduce-scatter is an all-reduce (Note in gloo_communicator.cpp): it counts as a
 // reduce-scatter with the all-reduce's volume, 2 (N-1)/N * n, because that is what it moves. One rank: zero.
 // Barriers count nothing.
-enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast };
-inline constexpr int kCollectiveKinds = 4;
+enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast, all_to_all };
+inline constexpr int kCollectiveKinds = 5;
 const char* collective_name(Collective c);
 
 struct CommBytes {
   int64_t sent[kCollectiveKinds] = {}, received[kCollectiveKinds] = {};  // by Collective
-  int64_t total_sent() const { return sent[0] + sent[1] + sent[2] + sent[3]; }
-  int64_t total_received() const { return received[0] + received[1] + received[2] + received[3]; }
+  int64_t total_sent() const { return sent[0] + sent[1] + sent[2] + sent[3] + sent[4]; }
+  int64_t total_received() const { return received[0] + received[1] + received[2] + received[3] + received[4]; }
 };
 
 // A collective in flight (Note [Asynchronous collectives]).
@@ -87,6 +89,10 @@ class Communicator {
   // `out` (input.numel() / size() elements) becomes this rank's chunk of the reduction of the inputs: the
   // reduction of every rank's input elements [rank*n, (rank+1)*n).
   virtual std::unique_ptr<Work> reduce_scatter(Tensor input, Tensor out, ReduceOp op) = 0;
+  // input and out hold N equal chunks of c = input.numel() / size() elements (numel a multiple of size()); out's
+  // chunk r becomes rank r's input chunk [rank*c, (rank+1)*c): each rank receives what every rank sent it, in
+  // rank order (NCCL: grouped ncclSend / ncclRecv; Gloo: its alltoall).
+  virtual std::unique_ptr<Work> all_to_all(Tensor input, Tensor out) = 0;
   // `tensor` becomes root's `tensor` on every rank.
   virtual std::unique_ptr<Work> broadcast(Tensor tensor, int root) = 0;
   // Returns when every rank has called it (blocks the host; on CUDA after this rank's queued collectives).

@@ -132,6 +132,8 @@ class FullyShardedModel {
   // quantised reduce-scatter against f32 on the last measured step (-1: none measured yet).
   int64_t row_quantized_params() const;
   double reduce_error() const;
+  // How many steps measured that error so far (it changes when a step's end_step() measured one).
+  int64_t reduce_error_steps() const;
   // Bytes of gathered parameters (and their casts) holding memory now, and their high-water mark since the
   // last reset_gathered_peak() (Note [Resharding after forward]).
   int64_t gathered_bytes() const;

@@ -14,6 +14,7 @@ void comm_dequant_sum(const Tensor& out, const Tensor& codes, const Tensor& scal
   a.codes = static_cast<const uint8_t*>(codes.data_ptr());
   a.scales = static_cast<const float*>(scales.data_ptr());
   a.ranks = p.ranks;
+  a.chunks_per_rank = p.chunks_per_rank;
   a.chunk = p.chunk;
   a.chunk_padded = p.chunk_padded;
   a.dest = p.dest;

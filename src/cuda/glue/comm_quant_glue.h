@@ -9,7 +9,7 @@
 namespace ht::cuda_ops {
 
 struct CommDequantSum {
-  int64_t ranks = 0, chunk = 0, chunk_padded = 0, dest = 0, block = 0;
+  int64_t ranks = 0, chunks_per_rank = 0, chunk = 0, chunk_padded = 0, dest = 0, block = 0;
   int bits = 8;
 };
 // out (chunk) f32 contiguous; codes u8 and scales f32 contiguous on out's device (sizes checked by the caller).

@@ -18,7 +18,7 @@ __device__ __forceinline__ int level_at(const uint8_t* codes, int64_t i) {
 
 template <int Bits>
 __global__ void dequant_sum_kernel(CommDequantSumArgs a, float* out) {
-  const int64_t per_rank = a.ranks * a.chunk_padded, blocks_per_rank = per_rank / a.block;
+  const int64_t per_rank = a.chunks_per_rank * a.chunk_padded, blocks_per_rank = per_rank / a.block;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < a.chunk; e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = a.dest * a.chunk_padded + e;
     float acc = 0.0f;

@@ -10,9 +10,12 @@
 namespace ht::kernels {
 
 struct CommDequantSumArgs {
-  const uint8_t* codes = nullptr;  // (ranks, ranks·chunk_padded·bits/8): each rank's codes, one after another
-  const float* scales = nullptr;   // (ranks, ranks·chunk_padded/block): each rank's block scales
+  const uint8_t* codes = nullptr;  // (ranks, chunks_per_rank·chunk_padded·bits/8): each rank's codes in turn
+  const float* scales = nullptr;   // (ranks, chunks_per_rank·chunk_padded/block): each rank's block scales
   int64_t ranks = 0;
+  // Destination chunks each rank's codes hold: `ranks` when every rank's whole input was gathered, 1 when each rank
+  // sent only this destination's chunk (an all-to-all; dest is then 0).
+  int64_t chunks_per_rank = 0;
   int64_t chunk = 0;         // c: values of the output
   int64_t chunk_padded = 0;  // c' = ceil(c/block)·block: one destination's values in a rank's codes
   int64_t dest = 0;          // which destination chunk (this rank)
@@ -21,6 +24,7 @@ struct CommDequantSumArgs {
 };
 
 // out (chunk) f32: out[e] = Σ_r float(level_r[dest·c' + e]) · scale_r[(dest·c' + e) / block], r = 0, 1, ...
+// (level_r, scale_r: rank r's codes and scales, chunks_per_rank·c' values each)
 void launch_comm_dequant_sum(const CommDequantSumArgs& a, float* out, cudaStream_t stream);
 
 }  // namespace ht::kernels
