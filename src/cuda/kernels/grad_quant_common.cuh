@@ -310,18 +310,24 @@ HT_DEV void sr_block32(uint64_t seed, uint64_t stream, uint64_t blk, uint32_t w[
 
 HT_DEV bool wants_uniform_noise(const GradQuantArgs& a) { return a.kind == QuantKind::uniform && a.stochastic; }
 
-// Folds each thread's m into *out: a warp maximum, then one atomicMax on the f32 bits per warp (non-negative
-// floats order like their bit patterns). Called by every lane of the warp.
+// atomicMax of m (> 0) into *out on the f32 bits (non-negative floats order like their bit patterns), skipped when
+// *out, read from the L2, already holds at least m: *out only grows, so a stale read can only cost an atomic that
+// changes nothing, never lose a larger m. Most folds of a tensor then read instead of queueing at one address.
+HT_DEV void fold_max_bits(float* out, float m) {
+  if (m > 0.0f && m > __ldcg(out)) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
+}
+
+// Folds each thread's m into *out: a warp maximum, then fold_max_bits per warp. Called by every lane of the warp.
 HT_DEV void fold_absmax(float* out, float m) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
-  if (threadIdx.x % 32 == 0 && m > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
+  if (threadIdx.x % 32 == 0) fold_max_bits(out, m);
 }
 
-// Folds each thread's m into *out with one atomicMax per block: warp maxima by shuffle, then the block's maximum
-// in thread 0 through smem (one float per warp). Called by every thread of the block (it synchronises). Atomics
-// on one address are serialised in the L2, so a kernel with many short-lived blocks folds once per block rather
-// than once per warp and group (the same maximum: max is exact in any order, NaN never wins).
+// Folds each thread's m into *out at most once per block: warp maxima by shuffle, then the block's maximum in
+// thread 0 through smem (one float per warp), then fold_max_bits. Called by every thread of the block (it
+// synchronises). Atomics on one address are serialised in the L2, so a kernel with many short-lived blocks folds
+// once per block rather than once per warp and group (the same maximum: max is exact in any order, NaN never wins).
 HT_DEV void fold_absmax_block(float* out, float m, float* smem) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
@@ -329,7 +335,7 @@ HT_DEV void fold_absmax_block(float* out, float m, float* smem) {
   __syncthreads();
   if (threadIdx.x == 0) {
     for (unsigned w = 1; w < blockDim.x / 32; ++w) m = fmaxf(m, smem[w]);
-    if (m > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
+    fold_max_bits(out, m);
   }
 }
 

@@ -231,12 +231,15 @@ __device__ __forceinline__ CtaOutput output_of(const HlaOutput& a, int64_t b, in
 }
 
 // Folds each thread's max |written value| into *a.absmax when asked: a warp maximum, then one atomicMax on the
-// bits per warp (non-negative floats order like them). Called by every thread of the CTA.
+// bits per warp (non-negative floats order like them), skipped when *a.absmax, read from the L2, already holds at
+// least that much (it only grows: a stale read costs an atomic that changes nothing, never a lost maximum; the
+// atomics on one address are serialised in the L2). Called by every thread of the CTA.
 __device__ __forceinline__ void fold_amax(const HlaOutput& a, float amax) {
   if (!a.absmax) return;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  if (threadIdx.x % 32 == 0 && amax > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
+  if (threadIdx.x % 32 == 0 && amax > 0.0f && amax > __ldcg(a.absmax))
+    atomicMax(reinterpret_cast<unsigned int*>(a.absmax), __float_as_uint(amax));
 }
 
 // One pass of G stages from h = 2^h_log (Note [HLA butterfly passes]). kLoad: the rows come from the loader
