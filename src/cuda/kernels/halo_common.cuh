@@ -101,7 +101,8 @@ struct Vec16 {
   static constexpr int kBytes = DT == DType::f32 ? 4 : 2;  // bytes per element
   __device__ __forceinline__ static void unpack(uint4 w, float* v) {
     if constexpr (DT == DType::f32) {
-      v[0] = __uint_as_float(w.x), v[1] = __uint_as_float(w.y), v[2] = __uint_as_float(w.z), v[3] = __uint_as_float(w.w);
+      v[0] = __uint_as_float(w.x), v[1] = __uint_as_float(w.y);
+      v[2] = __uint_as_float(w.z), v[3] = __uint_as_float(w.w);
     } else {
       unpack2<DT>(w.x, v);
       unpack2<DT>(w.y, v + 2);
@@ -163,7 +164,8 @@ template <auto kernel>
 void opt_in_shared(size_t smem, size_t max_bytes) {
   static std::atomic<bool> opted_in{false};
   if (smem > 48 * 1024 && !opted_in.load()) {
-    HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_bytes)));
+    HT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_bytes)));
     opted_in = true;
   }
 }

@@ -18,11 +18,11 @@
 //     absmax pass of a power-of-two rotation (K = 1) takes max |v| in registers at the last butterfly stage
 //     instead (the max does not depend on where the values sit), skipping that stage's stores and phase D.
 // A row therefore costs 3 to 5 barriers, against one per butterfly stage beyond 128 in the general kernel, and
-// its global loads are 16 bytes wide. Rows are prefetched (Note [HALO row prefetch]). Shared memory is swizzled so that no phase has bank conflicts: value i lives
-// at i ^ ((i >> 3) & 12), i.e. 16-byte unit u at u ^ ((u >> 3) & 3) (the unit moves within its aligned group of
-// four). Phase A's lanes store units 4l + q: without the swizzle the eight lanes of a quarter-warp would hit two
-// bank groups; with it, eight. Phases B and C read 32 consecutive values per warp (a permutation within them) and
-// phase D 8 consecutive units per quarter-warp (likewise).
+// its global loads are 16 bytes wide; rows are prefetched (Note [HALO row prefetch]). Shared memory is swizzled so
+// that no phase has bank conflicts: value i lives at i ^ ((i >> 3) & 12), i.e. 16-byte unit u at u ^ ((u >> 3) & 3)
+// (the unit moves within its aligned group of four). Phase A's lanes store units 4l + q: without the swizzle the
+// eight lanes of a quarter-warp would hit two bank groups; with it, eight. Phases B and C read 32 consecutive
+// values per warp (a permutation within them) and phase D 8 consecutive units per quarter-warp (likewise).
 //
 // Note [HALO paired quantiser]
 // HALO-2's backward quantises the rows of g_yᵀ twice: unrotated (the g_w product) and rotated along T (the g_x
@@ -34,12 +34,12 @@
 // Note [HALO row prefetch]
 // A CTA reads global memory only in phase A, then works on shared memory for the rest of the row: loading each row
 // when its phase A starts leaves most of the time without a load in flight (about a quarter of the memory rate
-// measured on an H200 with four CTAs per SM). When the
-// row's bytes (C elements of the input dtype) are a multiple of 16, start 16-byte aligned and fit beside the
-// rotated row (kMaxStagedSmem), the next row of the CTA is copied into a staging area of shared memory with
-// cp.async right after phase A of the current one, so the copy runs during phases B to D; phase A then reads the
-// staged row (the same values: only where they come from changes). The first row is staged before the loop; the
-// wait for a row's copies precedes the barrier that ends the previous row.
+// measured on an H200 with four CTAs per SM). When the row's bytes (C elements of the input dtype) are a multiple
+// of 16, start 16-byte aligned and fit beside the rotated row (kMaxStagedSmem), the next row of the CTA is copied
+// into a staging area of shared memory with cp.async right after phase A of the current one, so the copy runs
+// during phases B to D; phase A then reads the staged row (the same values: only where they come from changes).
+// The first row is staged before the loop; the wait for a row's copies precedes the barrier that ends the
+// previous row.
 #include <type_traits>
 
 #include "cuda/kernels/halo_common.cuh"
