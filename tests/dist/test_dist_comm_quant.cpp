@@ -11,8 +11,8 @@
 //     all-gather] / Note [Quantised reduce-scatter] exactly;
 //   - `hadatrain train` of a tiny LLaMA on 2 ranks with dist.gather_dtype int8 and dist.reduce_quant int8 (its
 //     error measured every 2 steps, and written to metrics.jsonl on those steps as reduce_quant_rel_error): the
-//     logged losses stay within 1e-3 relative of the f32 FSDP run's (measured
-//     worst step 1.0e-4) and differ from them.
+//     logged losses stay within 1e-3 relative of the f32 FSDP run's (measured worst step 1.0e-4) and differ
+//     from them.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
