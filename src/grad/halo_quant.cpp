@@ -279,6 +279,24 @@ std::pair<HaloQuantized, HaloQuantized> halo_quantize_pair(const Tensor& x, Carr
 #endif
 }
 
+std::pair<HaloQuantized, Tensor> halo_quantize_transposed(const Tensor& x, Carrier carrier) {
+  constexpr const char* op = "halo_quantize_transposed";
+  if (!x.device().is_cuda()) {
+    HaloQuantized q = halo_quantize(x, carrier);
+    Tensor t = halo_transpose(q.codes);
+    return {q, t};
+  }
+  int64_t n = 0;
+  HaloQuantized q = quantize_outputs(op, x, carrier, {}, &n);
+  Tensor t = empty({x.size(1), x.size(0)}, {q.codes.dtype(), x.device()});
+#ifdef HADATRAIN_CUDA
+  cuda_ops::halo_quantize_transposed(q.codes, t, q.scale, x);
+  return {q, t};
+#else
+  no_cuda_kernel(op);
+#endif
+}
+
 Tensor halo_absmax(const Tensor& x, HaloRotation rotation) {
   constexpr const char* op = "halo_absmax";
   check_rows(op, x);

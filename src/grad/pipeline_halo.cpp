@@ -28,7 +28,7 @@
 //                                                                                           epilogue 4·T·O + 2·T·O)
 //                save             Q(x·H)ᵀ, Q(W·H)ᵀ byte transposes   2·T·n_I + 2·O·n_I
 //   backward 0/1 Q(g_y)           two passes                         4·T·O + T·O
-//                Q(g_y)ᵀ          byte transpose                     2·T·O
+//                Q(g_y)ᵀ          written by Q(g_y)'s second pass     T·O   (halo_quantize_transposed)
 //                g_x, g_w GEMMs   bf16 out                           2·T·n_I, 2·O·n_I (+ operands)
 //                rotate back      level 1 only, one pass each        2·T·(n_I + I), 2·O·(n_I + I)
 //   backward 2   g_yᵀ             bf16 transpose (both level-2 quantisers read g_y along T)   4·T·O
@@ -118,8 +118,19 @@ class HaloPipeline final : public Pipeline {
     const Tensor e = reshape(g_y, {T, s.O});  // (T, O)
     Grads g;
     if (o_.level < 2) {
-      halo_phase("bwd Q(g_y)");
-      const Operand qe = prepare(e, {});  // (T, O), one quantisation for both products
+      // one quantisation for both products: (T, O) for g_x and, when g_w is wanted, its codes transposed (O, T)
+      // from the same pass (halo_quantize_transposed)
+      Operand qe, qet;
+      if (o_.quantize && wanted.w) {
+        halo_phase("bwd Q(g_y) and Q(g_y)ᵀ");
+        auto [q, t] = halo_quantize_transposed(e, o_.carrier);
+        qe = {q.codes, q.scale};
+        qet = {t, q.scale};
+      } else {
+        halo_phase("bwd Q(g_y)");
+        qe = prepare(e, {});
+        if (wanted.w) qet = qe.transposed();
+      }
       if (wanted.x) {
         halo_phase("bwd g_x GEMM");
         const Tensor p = product(qe, s.wt, inverse_size(rot_in), inter(s.x_dtype));
@@ -127,8 +138,6 @@ class HaloPipeline final : public Pipeline {
         g.x = rotate_back(p, rot_in, s.I, s.x_dtype);
       }
       if (wanted.w) {
-        halo_phase("bwd Q(g_y)ᵀ (transpose)");
-        const Operand qet = qe.transposed();
         halo_phase("bwd g_w GEMM");
         const Tensor p = product(qet, s.xt, inverse_size(rot_in), inter(s.w_dtype));
         halo_phase("bwd g_w rotate back");

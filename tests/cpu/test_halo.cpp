@@ -289,7 +289,8 @@ TEST_CASE("halo: the phase hook sees each level's phases in order, and nothing o
   const std::vector<std::string> fwd = {"fwd Q(x·H)", "fwd Q(W·H)", "fwd y GEMM", "int8 epilogue (i32 -> scaled output)",
                                         "fwd save Q(x·H)ᵀ, Q(W·H)ᵀ (transposes)", "end"};
   const std::string epi = "int8 epilogue (i32 -> scaled output)";
-  const std::vector<std::string> bwd01 = {"bwd Q(g_y)",  "bwd g_x GEMM", epi, "bwd g_x rotate back", "bwd Q(g_y)ᵀ (transpose)",
+  // levels 0 and 1 quantise g_y with its transposed codes in one phase (halo_quantize_transposed)
+  const std::vector<std::string> bwd01 = {"bwd Q(g_y) and Q(g_y)ᵀ", "bwd g_x GEMM", epi, "bwd g_x rotate back",
                                           "bwd g_w GEMM", epi, "bwd g_w rotate back", "end"};
   const std::vector<std::string> bwd2 = {"bwd g_yᵀ (bf16 transpose)", "bwd Q(g_yᵀ) and Q(g_yᵀ·H_T) (paired)",
                                          "bwd g_w GEMM", epi, "bwd g_w rotate back", "bwd Q(g_yᵀ·H_T)ᵀ (transpose)",

@@ -375,3 +375,31 @@ TEST_CASE("the int8 halo pipeline on CUDA at the fast kernels' sizes equals the 
     CHECK(test::compare_bits(gr.w, gc.w) == "");
   }
 }
+
+TEST_CASE("halo_quantize_transposed on CUDA gives the CPU's codes, scale and transposed codes bit for bit",
+          "[gpu][halo]") {
+  // the fused kernel (Note [HALO transposed codes]: rows and columns multiples of 16, whole and partial 128×128
+  // tiles) and the fallback (other shapes, an input starting 2 bytes past a 16-byte boundary)
+  struct Case {
+    int64_t R, C;
+  };
+  uint64_t seed = 450;
+  for (const Case& c : std::vector<Case>{{256, 384}, {144, 272}, {16, 16}, {400, 48}, {32, 1040}, {24, 40}, {7, 9}})
+    for (DType dt : {DType::bf16, DType::f32, DType::f16})
+      for (Carrier carrier : {Carrier::int8, Carrier::fp8}) {
+        const Tensor x = test::random_input({c.R, c.C}, seed++, dt, -3.0, 3.0);
+        INFO("(" << c.R << ", " << c.C << ") " << dtype_name(dt) << (carrier == Carrier::int8 ? " int8" : " fp8"));
+        const auto [gpu, gpu_t] = halo_quantize_transposed(x.to(kCuda), carrier);
+        const auto [cpu, cpu_t] = halo_quantize_transposed(x, carrier);
+        CHECK(same_codes(gpu, cpu) == "");
+        CHECK(same_codes(gpu, halo_quantize(x, carrier)) == "");
+        CHECK(test::compare_bits(gpu_t, cpu_t) == "");
+      }
+  const Tensor flat = test::random_input({64 * 32 + 1}, 460, DType::bf16);
+  const Tensor cpu_x = reshape(flat.narrow(0, 1, 64 * 32), {64, 32});
+  const Tensor gpu_x = reshape(flat.to(kCuda).narrow(0, 1, 64 * 32), {64, 32});
+  const auto [gpu, gpu_t] = halo_quantize_transposed(gpu_x, Carrier::fp8);
+  const auto [cpu, cpu_t] = halo_quantize_transposed(cpu_x, Carrier::fp8);
+  CHECK(same_codes(gpu, cpu) == "");
+  CHECK(test::compare_bits(gpu_t, cpu_t) == "");
+}

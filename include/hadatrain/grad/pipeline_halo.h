@@ -108,6 +108,11 @@ HaloQuantized halo_quantize(const Tensor& x, Carrier carrier, HaloRotation rotat
 // power-of-two part is at least 512 (HALO-2's two quantisations of g_yᵀ; Note [HALO paired quantiser] in
 // src/cuda/kernels/halo_fast.cu).
 std::pair<HaloQuantized, HaloQuantized> halo_quantize_pair(const Tensor& x, Carrier carrier, HaloRotation rotation);
+// {halo_quantize(x, carrier), its codes transposed (C, R) contiguous}: the unrotated quantiser with the codes in
+// both layouts its two products read (levels 0 and 1 quantise g_y once for g_x = Q(g_y)·… and g_w = Q(g_y)ᵀ·…); on
+// CUDA one quantise pass writes both where the shapes allow (Note [HALO transposed codes] in
+// src/cuda/kernels/halo_transpose.cu), else the quantiser and halo_transpose. The same codes and scale bit for bit.
+std::pair<HaloQuantized, Tensor> halo_quantize_transposed(const Tensor& x, Carrier carrier);
 // halo_quantize in its two passes, for a scale shared beyond one tensor (HQ-FSDP's weight all-gather takes the max
 // over ranks between them, dist/comm_quant.h): halo_absmax gives m = max |v| of x's rotated values (f32 (1) on x's
 // device); halo_quantize_with_absmax the codes and scale for a given m (f32 (1) on x's device, never read by the

@@ -82,6 +82,20 @@ void halo_quantize_pair(const Tensor& codes, const Tensor& scale, const Tensor& 
                                      cuda::current_stream(codes.device().index));
 }
 
+void halo_quantize_transposed(const Tensor& codes, const Tensor& codes_t, const Tensor& scale, const Tensor& x) {
+  if (codes.numel() == 0) {
+    fill_(scale, 0.0);
+    return;
+  }
+  const Tensor in = kernel_input(x);
+  cuda::DeviceGuard guard(codes.device().index);
+  Tensor absmax = empty({1}, {DType::f32, codes.device()});
+  kernels::launch_halo_quantize_transposed(rows_args(in, {}, false), codes.data_ptr(), codes_t.data_ptr(),
+                                           codes.dtype(), static_cast<float*>(absmax.data_ptr()),
+                                           static_cast<float*>(scale.data_ptr()),
+                                           cuda::current_stream(codes.device().index));
+}
+
 void halo_absmax(const Tensor& absmax, const Tensor& x, grad::HaloRotation rotation) {
   if (x.numel() == 0) {
     fill_(absmax, 0.0);

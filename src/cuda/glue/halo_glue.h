@@ -14,6 +14,9 @@ void halo_quantize(const Tensor& codes, const Tensor& scale, const Tensor& x, gr
 // absmax and one quantise pass where the fast kernels apply; rotation.n > 1.
 void halo_quantize_pair(const Tensor& codes, const Tensor& scale, const Tensor& codes_plain, const Tensor& scale_plain,
                         const Tensor& x, grad::HaloRotation rotation);
+// halo_quantize without rotation, the codes also transposed: codes (R, C) and codes_t (C, R) contiguous i8 / f8e4m3,
+// scale f32 (1); x (R, C) on their device (Note [HALO transposed codes] in cuda/kernels/halo_transpose.cu).
+void halo_quantize_transposed(const Tensor& codes, const Tensor& codes_t, const Tensor& scale, const Tensor& x);
 // absmax f32 (1) = max |v| over x's rotated values; codes (i8 / f8e4m3: the carrier) and scale as halo_quantize
 // for the m = absmax given (a device f32).
 void halo_absmax(const Tensor& absmax, const Tensor& x, grad::HaloRotation rotation);

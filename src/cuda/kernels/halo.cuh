@@ -57,6 +57,13 @@ void launch_halo_quantize_given(const HaloRowsArgs& a, const HaloSigns& signs, v
 void launch_halo_quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, void* codes, void* codes_plain,
                                DType code_dtype, float* absmax, float* scale, float* scale_plain, cudaStream_t stream);
 
+// launch_halo_quantize of the unrotated rows (a.n is ignored) with the codes in both layouts: codes (R, C) and
+// codes_t (C, R), in one quantise pass after the absmax pass where R and C are multiples of 16 and x, codes and
+// codes_t 16-byte aligned (Note [HALO transposed codes] in halo_transpose.cu), else the quantise pass and
+// launch_halo_transpose. *absmax: a device word, zeroed here.
+void launch_halo_quantize_transposed(const HaloRowsArgs& a, void* codes, void* codes_t, DType code_dtype,
+                                     float* absmax, float* scale, cudaStream_t stream);
+
 // out (count) of out_dtype (f32 or bf16) = float(acc[i]) · ((*s_a · *s_b) · mult), each an f32 round-to-nearest.
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream);

@@ -1,5 +1,6 @@
-// HALO's transposes of codes (1 byte) and bf16 / f16 values (2 bytes): launch_halo_transpose in
-// cuda/kernels/halo.cuh. Pure data movement, bit for bit.
+// HALO's transposes of codes (1 byte) and bf16 / f16 values (2 bytes), launch_halo_transpose, pure data movement
+// bit for bit; and the unrotated quantiser that writes its codes in both layouts, launch_halo_quantize_transposed
+// (cuda/kernels/halo.cuh).
 //
 // Note [HALO transposes]
 // Three kernels, the first whose conditions hold:
@@ -15,6 +16,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/halo.cuh"
+#include "cuda/kernels/halo_common.cuh"
 #include "cuda/kernels/kernel_launch.cuh"
 
 namespace ht::kernels {
@@ -22,32 +24,16 @@ namespace {
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// The wide kernel of Note [HALO transposes] for elements of EB bytes (1 or 2): x (R, C) -> out (C, R).
+// The write phase of the wide kernel (Note [HALO transposes]): the tile of EB-byte elements, rows r0 ... and columns
+// c0 ... of an (R, C) matrix held as 4-byte words in rows of kTilePitch words, leaves as rows of out (C, R): each
+// thread takes one word column w and one 16-byte segment seg of the output rows it covers. After a barrier.
+constexpr int kTilePitch = 33;  // words per tile row: 32 and one of padding (the stores of a warp: 32 banks)
 template <int EB>
-__global__ void __launch_bounds__(256) transpose_wide_kernel(const uint8_t* x, int64_t R, int64_t C, uint8_t* out) {
-  constexpr int kTile = 128 / EB;       // rows and columns of the tile (128 bytes of a row either way)
-  constexpr int kPer16 = 16 / EB;       // elements in 16 bytes: columns per load, rows per output segment
-  constexpr int kLoads = kTile / 32;    // 16-byte loads per thread (8 per tile row, 256 threads)
-  constexpr int kPitch = 33;            // words per tile row: 32 and one of padding
-  __shared__ uint32_t tile[kTile * kPitch];
+__device__ __forceinline__ void write_tile_transposed(const uint32_t* tile, int64_t R, int64_t C, int64_t r0,
+                                                      int64_t c0, uint8_t* out) {
+  constexpr int kPer16 = 16 / EB;
+  constexpr int kPitch = kTilePitch;
   const int t = threadIdx.x;
-  const int64_t r0 = blockIdx.y * int64_t{kTile}, c0 = blockIdx.x * int64_t{kTile};
-  {
-    const int c16 = t % 8;
-    const int64_t gc = c0 + c16 * kPer16;
-    uint4 v[kLoads];
-#pragma unroll
-    for (int q = 0; q < kLoads; ++q) {
-      const int64_t gr = r0 + t / 8 + 32 * q;
-      v[q] = gr < R && gc < C ? *reinterpret_cast<const uint4*>(x + (gr * C + gc) * EB) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int q = 0; q < kLoads; ++q) {
-      uint32_t* row = tile + (t / 8 + 32 * q) * kPitch + 4 * c16;
-      row[0] = v[q].x, row[1] = v[q].y, row[2] = v[q].z, row[3] = v[q].w;
-    }
-  }
-  __syncthreads();
   const int seg = t % 8, w = t / 8;  // input rows seg·kPer16 ... + kPer16 − 1; tile word column w
   const int64_t gr = r0 + seg * kPer16;
   if (gr >= R) return;
@@ -74,6 +60,85 @@ __global__ void __launch_bounds__(256) transpose_wide_kernel(const uint8_t* x, i
     }
     *reinterpret_cast<uint4*>(out + (oc * R + gr) * EB) = make_uint4(o[0], o[1], o[2], o[3]);
   }
+}
+
+// The wide kernel of Note [HALO transposes] for elements of EB bytes (1 or 2): x (R, C) -> out (C, R).
+template <int EB>
+__global__ void __launch_bounds__(256) transpose_wide_kernel(const uint8_t* x, int64_t R, int64_t C, uint8_t* out) {
+  constexpr int kTile = 128 / EB;       // rows and columns of the tile (128 bytes of a row either way)
+  constexpr int kPer16 = 16 / EB;       // elements in 16 bytes: columns per load, rows per output segment
+  constexpr int kLoads = kTile / 32;    // 16-byte loads per thread (8 per tile row, 256 threads)
+  constexpr int kPitch = kTilePitch;
+  __shared__ uint32_t tile[kTile * kPitch];
+  const int t = threadIdx.x;
+  const int64_t r0 = blockIdx.y * int64_t{kTile}, c0 = blockIdx.x * int64_t{kTile};
+  {
+    const int c16 = t % 8;
+    const int64_t gc = c0 + c16 * kPer16;
+    uint4 v[kLoads];
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+      const int64_t gr = r0 + t / 8 + 32 * q;
+      v[q] = gr < R && gc < C ? *reinterpret_cast<const uint4*>(x + (gr * C + gc) * EB) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+      uint32_t* row = tile + (t / 8 + 32 * q) * kPitch + 4 * c16;
+      row[0] = v[q].x, row[1] = v[q].y, row[2] = v[q].z, row[3] = v[q].w;
+    }
+  }
+  __syncthreads();
+  write_tile_transposed<EB>(tile, R, C, r0, c0, out);
+}
+
+// Note [HALO transposed codes]: the quantise pass of the unrotated quantiser writing the codes in both layouts,
+// (R, C) and (C, R), from one read of x: a CTA takes a tile of 128 rows × 128 columns, each thread quantises the
+// 16-byte vectors it loads (all loads issued first) and stores their codes in place (8 or 4 bytes; 16 threads write
+// a row's 128 codes), and the tile's codes leave transposed through write_tile_transposed. The codes are
+// halo_detail::code_of's, as in the other passes; the absmax pass before it is the unrotated one of halo.cu.
+template <DType DT>
+__global__ void __launch_bounds__(256) quantize_transposed_kernel(const void* x, int64_t R, int64_t C, uint8_t* codes,
+                                                                  uint8_t* codes_t, bool int8, const float* absmax,
+                                                                  float* scale) {
+  using halo_detail::Vec16;
+  constexpr int V = Vec16<DT>::V;              // elements per 16-byte load: 4 (f32) or 8
+  constexpr int kLoadsPerRow = 128 / V;        // a tile row is 128 elements
+  constexpr int kRowsPerPass = 256 / kLoadsPerRow;
+  constexpr int kPasses = 128 / kRowsPerPass;  // 16-byte loads per thread
+  __shared__ uint32_t tile[128 * kTilePitch];
+  const float m = *absmax, r = halo_detail::reciprocal_step(m, int8);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale = halo_detail::scale_of(m, int8);
+  const int t = threadIdx.x, cl = t % kLoadsPerRow;
+  const int64_t r0 = blockIdx.y * int64_t{128}, c0 = blockIdx.x * int64_t{128}, gc = c0 + cl * V;
+  float v[kPasses][V];
+#pragma unroll
+  for (int q = 0; q < kPasses; ++q) {
+    const int64_t gr = r0 + t / kLoadsPerRow + kRowsPerPass * q;
+    if (gr < R && gc < C) {
+      Vec16<DT>::load(x, gr * C + gc, v[q]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[q][e] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < kPasses; ++q) {
+    const int rr = t / kLoadsPerRow + kRowsPerPass * q;
+    const int64_t gr = r0 + rr;
+    uint32_t w[V / 4];
+#pragma unroll
+    for (int j = 0; j < V / 4; ++j) w[j] = 0;
+#pragma unroll
+    for (int e = 0; e < V; ++e) w[e / 4] |= uint32_t{halo_detail::code_of(v[q][e], m, r, int8)} << (8 * (e % 4));
+    if (gr < R && gc < C) {
+      if constexpr (V == 8) *reinterpret_cast<uint2*>(codes + gr * C + gc) = make_uint2(w[0], w[1]);
+      else *reinterpret_cast<uint32_t*>(codes + gr * C + gc) = w[0];
+    }
+#pragma unroll
+    for (int j = 0; j < V / 4; ++j) tile[rr * kTilePitch + cl * (V / 4) + j] = w[j];
+  }
+  __syncthreads();
+  write_tile_transposed<1>(tile, R, C, r0, c0, codes_t);
 }
 
 // The word kernel (Note [HALO transposes]): 64×64 tiles through shared memory in 4-byte words: a thread reads a
@@ -158,5 +223,32 @@ void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, 
   HT_CHECK_LAUNCH("halo_transpose");
 }
 
+
+void launch_halo_quantize_transposed(const HaloRowsArgs& a, void* codes, void* codes_t, DType code_dtype,
+                                     float* absmax, float* scale, cudaStream_t stream) {
+  const bool int8 = code_dtype == DType::i8;
+  if (!int8 && code_dtype != DType::f8e4m3) HT_UNSUPPORTED_DTYPE("halo_quantize_transposed", code_dtype);
+  HaloRowsArgs plain = a;
+  plain.n = 0;
+  plain.k = 1;
+  const HaloSigns none{};
+  launch_halo_absmax(plain, none, absmax, stream);
+  const bool dtype_ok = a.in_dtype == DType::f32 || a.in_dtype == DType::bf16 || a.in_dtype == DType::f16;
+  if (dtype_ok && a.R % 16 == 0 && a.C % 16 == 0 && aligned(a.x, 16) && aligned(codes, 16) && aligned(codes_t, 16)) {
+    const dim3 tiles(static_cast<unsigned>((a.C + 127) / 128), static_cast<unsigned>((a.R + 127) / 128));
+    auto* c = static_cast<uint8_t*>(codes);
+    auto* ct = static_cast<uint8_t*>(codes_t);
+    if (a.in_dtype == DType::f32)
+      quantize_transposed_kernel<DType::f32><<<tiles, 256, 0, stream>>>(a.x, a.R, a.C, c, ct, int8, absmax, scale);
+    else if (a.in_dtype == DType::bf16)
+      quantize_transposed_kernel<DType::bf16><<<tiles, 256, 0, stream>>>(a.x, a.R, a.C, c, ct, int8, absmax, scale);
+    else
+      quantize_transposed_kernel<DType::f16><<<tiles, 256, 0, stream>>>(a.x, a.R, a.C, c, ct, int8, absmax, scale);
+    HT_CHECK_LAUNCH("halo_quantize_transposed");
+    return;
+  }
+  launch_halo_quantize_given(plain, none, codes, code_dtype, absmax, scale, stream);
+  launch_halo_transpose(codes, a.R, a.C, 1, codes_t, stream);
+}
 
 }  // namespace ht::kernels
