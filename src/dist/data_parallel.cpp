@@ -35,9 +35,16 @@ GradientReducer::GradientReducer(Communicator& comm, nn::ParameterStore& store, 
     : comm_(comm), store_(store) {
   HT_CHECK(o.bucket_mb > 0, "dist.bucket_mb: expected a size > 0, got {}", o.bucket_mb);
   const auto cap = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-  // Buckets of consecutive parameters of one dtype and device, in store order (the same on every rank).
+  // Buckets of consecutive trainable parameters of one dtype and device, in store order (the same on every
+  // rank). A frozen parameter (requires_grad false: train.freeze, a LoRA base) is in no bucket: it gets no
+  // gradient, so the optimiser neither keeps state for it nor steps it (weight decay included), and no bytes
+  // of it go on the wire.
+  int64_t trainable = 0, trainable_numel = 0;
   for (std::size_t i = 0; i < store_.size(); ++i) {
     const Tensor& p = *store_.params()[i].param;
+    if (!p.requires_grad()) continue;
+    ++trainable;
+    trainable_numel += p.numel();
     HT_CHECK(p.device() == comm_.device(), "data parallel: parameter '{}' is on {} but the {} communicator works on {}",
              store_.params()[i].name, to_string(p.device()), comm_.engine(), to_string(comm_.device()));
     const int64_t bytes = static_cast<int64_t>(storage_bytes(p.dtype(), p.numel()));
@@ -54,6 +61,21 @@ GradientReducer::GradientReducer(Communicator& comm, nn::ParameterStore& store, 
     b.offsets.push_back(b.numel);
     b.numel += p.numel();
   }
+  // Every rank must reduce the same parameters (the freeze rules come from the config, whose hash the ranks
+  // compare; this also catches a model frozen differently in code): one all-reduce of (n, -n) for the count
+  // and the elements gives each's maximum and minimum over ranks.
+  Tensor agree = empty({4}, {DType::i64, Device::cpu()});
+  int64_t* a = agree.data<int64_t>();
+  a[0] = trainable, a[1] = -trainable, a[2] = trainable_numel, a[3] = -trainable_numel;
+  agree = agree.to(comm_.device());
+  comm_.all_reduce(agree, ReduceOp::max)->wait();
+  const Tensor got = agree.to(Device::cpu());
+  const int64_t* g = got.data<int64_t>();
+  HT_CHECK(g[0] == -g[1] && g[2] == -g[3],
+           "data parallel: the ranks disagree on which parameters train: this rank (rank {}) has {} trainable "
+           "parameter(s) of {} elements, the ranks range over {}..{} parameter(s) of {}..{} elements (check "
+           "train.freeze and model.lora on every rank)",
+           comm_.rank(), trainable, trainable_numel, -g[1], g[0], -g[3], g[2]);
 }
 
 void GradientReducer::reduce(double weight) {

@@ -49,15 +49,19 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
 
   Tensor materialise(const nn::MaterialiseRequest& r) override {
     const FullyShardedModel::Param& p = m_.params_[r.index];
-    if (!backward_) enter_forward_unit(p.unit);
+    const bool node = needs_grad({&p.shard});  // a trainable parameter read with grad mode on
+    if (!backward_) enter_forward_unit(p.unit, node);
     ensure_gathered(p.unit);
     // (a unit this forward has run already, e.g. the embedding when a tied head reads it, is not needed next)
     if (m_.options_.prefetch && !backward_ && p.unit + 1 < m_.unit_count_ && !entered_[p.unit + 1]) issue(p.unit + 1);
     Tensor out = compute_copy(r.index, r.dtype);  // (shape) in r.dtype, sharing the gathered memory
     m_.lowp_->attach_codes(r.index, out);          // an 8-bit gather's codes for a halo layer's Q(W·H̃)
-    if (needs_grad({&p.shard})) {
+    if (node) {
       connect(std::make_shared<FsdpGatherNode>(shared_from_this(), r.index), {&p.shard}, {&out});
       if (!backward_ && !order_.empty() && order_.back().first_param == npos) order_.back().first_param = r.index;
+      if (!backward_) release_deferred();
+    } else if (!backward_ && grad_enabled() && !order_.empty()) {
+      order_.back().frozen_read = true;
     }
     return out;
   }
@@ -214,16 +218,32 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
   // reshard_after_forward its gathered memory is freed. The units are recorded in the order they run.
   void clear_order() {
     order_.clear();
+    deferred_.clear();
     std::fill(entered_.begin(), entered_.end(), 0);
     backward_pos_ = npos;
   }
-  void enter_forward_unit(std::size_t unit) {
+  // `node`: the read that enters `unit` makes a gather node. Frozen parameters (Note [Resharding after
+  // forward]): a unit left after reading only frozen parameters with grad mode on stays gathered (its readers
+  // may have saved its weights for their input gradients, a norm's scale, and no gather node of its own drives
+  // a gather in backward); a unit left by a frozen read with grad mode on is freed only at the next gather
+  // node's read (release_deferred): that node's entry gathers it again in backward (gather_ahead), and with no
+  // such read (the forward's top units are frozen) it stays gathered for the backward.
+  void enter_forward_unit(std::size_t unit, bool node) {
     if (unit == current_) return;
-    if (m_.options_.reshard_after_forward && current_ != npos) release_unit(current_);
+    const bool keep = !order_.empty() && order_.back().unit == current_ && frozen_only(order_.back());
+    if (m_.options_.reshard_after_forward && current_ != npos && !keep) {
+      if (!node && grad_enabled()) deferred_.push_back(current_);
+      else release_unit(current_), release_deferred();
+    }
     current_ = unit;
     if (order_.size() >= 4 * m_.unit_count_ + 4) clear_order();  // forwards without backward (evaluation)
-    order_.push_back({unit, npos});
+    order_.push_back({unit, npos, false});
     entered_[unit] = 1;
+  }
+  void release_deferred() {
+    for (const std::size_t u : deferred_)
+      if (u != current_) release_unit(u);
+    deferred_.clear();
   }
   // Backward has reached a reader of parameter i (Note [Resharding after forward]). Its unit's entry in the
   // forward's order is found from where the backward is; the entry below it (the unit the forward ran before)
@@ -242,10 +262,18 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
     backward_pos_ = k;
     if (k == 0) return;
     const Entry& e = order_[k];
-    const std::size_t below = order_[k - 1].unit;
-    if (starts && e.first_param == npos) ensure_gathered(below);
-    else if (starts && m_.options_.prefetch) issue(below);
-    if (i == e.first_param) ensure_gathered(below);
+    // The entry below, and below each entry that read only frozen parameters (kept gathered, with no gather
+    // node to drive this) the next one too, so a unit under frozen-only units is gathered before its backward.
+    auto gather_below = [&](bool wait) {
+      for (std::size_t j = k; j-- > 0;) {
+        if (wait) ensure_gathered(order_[j].unit);
+        else issue(order_[j].unit);
+        if (!frozen_only(order_[j])) break;
+      }
+    };
+    if (starts && e.first_param == npos) gather_below(true);
+    else if (starts && m_.options_.prefetch) gather_below(false);
+    if (i == e.first_param) gather_below(true);
   }
 
   FullyShardedModel& m_;
@@ -260,10 +288,13 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
   std::size_t current_ = npos;                   // the unit the forward is in
   struct Entry {
     std::size_t unit;
-    std::size_t first_param;  // the first parameter read with a gather node (npos: none, grad mode was off)
+    std::size_t first_param;   // the first parameter read with a gather node (npos: none)
+    bool frozen_read = false;  // a frozen parameter was read with grad mode on
   };
+  static bool frozen_only(const Entry& e) { return e.first_param == npos && e.frozen_read; }
   std::vector<Entry> order_;                     // the units in the order the forward entered them
   std::vector<char> entered_;                    // per unit: in order_
+  std::vector<std::size_t> deferred_;            // units left by a frozen read, freed at the next node's read
   std::size_t backward_pos_ = npos;              // where in order_ the backward is
 };
 
@@ -316,7 +347,9 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
     Tensor padded = zeros({p.chunk * n}, {slot.dtype(), slot.device()});
     copy_(padded.narrow(0, 0, p.numel), whole.reshape({p.numel}));
     p.shard = padded.narrow(0, r * p.chunk, p.chunk).clone();
-    p.shard.set_requires_grad(true);
+    // A frozen parameter (train.freeze, a LoRA base) keeps its shard frozen: it is gathered for the forward
+    // but gets no gather node, so no gradient, no reduce-scatter and no optimiser state.
+    p.shard.set_requires_grad(slot.requires_grad());
     params_.push_back(std::move(p));
     // The module keeps no unsharded copy: a zero-element tensor of the master dtype holds the slot.
     slot = empty({0}, {whole.dtype(), whole.device()});

@@ -122,7 +122,7 @@ ShardedState DistributedRun::sharded_state(nn::Module& model, bool shard_files) 
   ShardedState s;
   s.writer = rank() == 0;
   s.model = [f, &model] {
-    std::map<std::string, Tensor> out = model.state_dict();  // buffers, frozen parameters, empty slots
+    std::map<std::string, Tensor> out = model.state_dict();  // buffers and the sharded parameters' empty slots
     for (auto& [name, t] : f->full_state()) out[name] = t;
     return out;
   };
@@ -156,7 +156,7 @@ ShardedState DistributedRun::sharded_state(nn::Module& model, bool shard_files) 
     return files;
   };
   s.unsharded = [f, &model] {
-    std::map<std::string, Tensor> out = model.state_dict();  // buffers, frozen parameters, empty slots
+    std::map<std::string, Tensor> out = model.state_dict();  // buffers and the sharded parameters' empty slots
     for (const auto& p : f->params()) out.erase(p.name);
     return out;
   };

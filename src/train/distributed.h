@@ -41,7 +41,7 @@ class DistributedRun {
   dist::FullyShardedModel* fsdp() const { return fsdp_.get(); }
   // fsdp: the checkpointer's view of the sharded model (checkpointer.h): whole tensors gathered from every
   // rank for a plain checkpoint that rank 0 writes (any world size resumes it), cut into this rank's shards
-  // on resume. `model` keeps the buffers and frozen parameters, which are not sharded.
+  // on resume. `model` keeps the buffers, which are not sharded (frozen parameters are sharded too).
   // `shard_files` (checkpoint.sharded): every rank writes its own shards instead (nothing is gathered).
   ShardedState sharded_state(nn::Module& model, bool shard_files) const;
   // This rank's rows of a global batch; remembers its share for after_backward: its slice's loss weight

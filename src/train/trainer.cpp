@@ -119,9 +119,9 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   if (!cfg.model.init_from.empty() && resume.kind == ResumeFrom::Kind::none && cfg.model.name != ModelKind::llama)
     for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines()) spdlog::info("{}", line);
   model->to(cfg.train.dtype);
-  // bf16: a frozen LLaMA base held in bf16, rounded on the host (causal_lm_setup.h). Not with dist.mode: the
-  // DDP reducer and FSDP's shards give frozen parameters a gradient, which the optimiser then steps.
-  if (!dist_run) store_frozen_in_compute_dtype(cfg, *model);
+  // bf16: a frozen LLaMA base held in bf16, rounded on the host (causal_lm_setup.h). Also under dist.mode:
+  // DDP reduces only trainable parameters and FSDP gathers a frozen bf16 shard as it is (docs/distributed.md).
+  store_frozen_in_compute_dtype(cfg, *model);
   model->to(device);
   const int64_t num_parameters = model->num_parameters();  // before fsdp empties the model's slots
   // dist.mode fsdp: the optimiser steps this rank's master shards (dist/fsdp.h).

@@ -40,8 +40,10 @@ class GradientReducer {
  public:
   GradientReducer(Communicator& comm, nn::ParameterStore& store, GradientReducerOptions options = {});
 
-  // Every parameter's gradient becomes sum over ranks of weight_r * grad_r, where `weight` is this rank's
-  // (e.g. its share of the batch's rows). A parameter without a gradient counts as zeros and gets the sum.
+  // Every trainable parameter's gradient becomes sum over ranks of weight_r * grad_r, where `weight` is this
+  // rank's (e.g. its share of the batch's rows). A trainable parameter without a gradient counts as zeros and
+  // gets the sum. Frozen parameters (requires_grad false when the reducer was built) are left alone: no
+  // gradient, no bytes; the ranks are checked to agree on them at construction.
   // All buckets are issued before any is waited for; on NCCL nothing blocks the host.
   void reduce(double weight);
   // Every rank's parameters and buffers (state_dict) become rank `root`'s: run once after building the

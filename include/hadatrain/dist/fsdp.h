@@ -1,8 +1,8 @@
 // Sharded data parallelism (dist.mode: fsdp), built on the parameter store's materialise seam (Note
 // [Materialising parameters] in nn/parameter_store.h). Every parameter is flattened, padded to a multiple
-// of the world size N and cut into N equal chunks; rank r keeps chunk r as its fp32 master shard, and the
-// optimiser runs over a store of those shards, so master weights, gradients and optimiser state take about
-// 1/N of their unsharded memory per rank (Note [Sharded parameters]).
+// of the world size N and cut into N equal chunks; rank r keeps chunk r as its fp32 master shard (a frozen
+// parameter's in its own dtype), and the optimiser runs over a store of those shards, so master weights,
+// gradients and optimiser state take about 1/N of their unsharded memory per rank (Note [Sharded parameters]).
 //
 // Note [Sharded parameters]
 // FsdpPolicy replaces the model store's policy. A layer's materialise(param, dtype) all-gathers the
@@ -18,6 +18,10 @@
 // values (a zero-element tensor holds each slot's place), so the unsharded copy exists only while gathered.
 // end_step() (after the optimiser step) drops the gathered copies, so the next step gathers the new
 // weights.
+// A frozen parameter (requires_grad false when the store is sharded: train.freeze, a LoRA base) is sharded and
+// gathered like the others, in its own dtype (a bf16 frozen matrix, nn::store_frozen_in, travels and is
+// gathered as bf16 whatever gather_dtype says, except that int8 / fp8 rows quantise it), but its shard stays
+// frozen: its reads make no gather node, so it gets no gradient, no reduce-scatter and no optimiser state.
 //
 // Note [Resharding after forward]
 // With reshard_after_forward off, a unit's gathered tensors stay alive from its forward to end_step(): the
@@ -40,6 +44,13 @@
 //   - Activation checkpointing: the checkpointed forward (grad mode off) frees as above and records no
 //     first-read parameter; the recompute in backward reads the unit again, which gathers it at once, and
 //     the unit below it is gathered when the recompute's first gather node runs.
+//   - Frozen parameters have no gather node to drive this. A unit whose forward read only frozen parameters
+//     with grad mode on (a frozen norm, embedding or head) is not freed in forward: its readers may have saved
+//     its weights for their input gradients. A unit the forward leaves by such a read is freed only when a
+//     later read makes a gather node; that node's entry gathers it again in backward (gather_ahead goes on
+//     below entries of frozen-only units), and with no such read (the forward's top units are frozen) it stays
+//     gathered. Frozen parameters gathered again in backward stay gathered until end_step(). The LoRA test
+//     (test_dist_lora) checks the bits against keeping the weights.
 //   - The graph's gather nodes are counted; when the last is destroyed (the graph is gone), the next read
 //     starts a new forward (gradient accumulation's next micro-step).
 // gathered_bytes() / gathered_bytes_peak() measure it: the bytes of gathered tensors (and casts) that hold
