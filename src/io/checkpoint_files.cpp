@@ -144,6 +144,12 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointData& data, const
       save_safetensors(tmp_dir / kOptimizerFile, data.optimizer, {{"format", "pt"}, {"step", std::to_string(data.step)}});
     write_file_atomic(tmp_dir / kStateFile, state_text);
     for (const fs::path& f : data.adopt_files) fs::rename(f, tmp_dir / f.filename());
+    // The adopted files' folders (a sharded save's step_<N>.shards.tmp) are empty now: removed here, so that
+    // remove_leftovers reports only what an interrupted save left. A folder still holding something stays.
+    for (const fs::path& f : data.adopt_files) {
+      std::error_code ec;
+      if (f.has_parent_path() && fs::is_empty(f.parent_path(), ec) && !ec) fs::remove(f.parent_path(), ec);
+    }
     fsync_directory(tmp_dir);
 
     // Into place. An existing checkpoint of the same step is moved aside first and removed afterwards.

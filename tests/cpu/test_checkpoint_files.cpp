@@ -4,6 +4,10 @@
 
 #include <cstring>
 #include <fstream>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "hadatrain/io/checkpoint_files.h"
 #include "support/catch.h"
@@ -236,4 +240,32 @@ TEST_CASE("loading errors name the checkpoint directory and the file", "[checkpo
   SECTION("not a directory") {
     CHECK_THROWS_WITH(io::load_checkpoint_dir(root / "step_4"), HasSubstr("step_4") && HasSubstr("not a directory"));
   }
+}
+
+// A sharded save: the ranks' files are written into step_<N>.shards.tmp and adopted by the save; the folder they
+// leave empty is removed silently, while a real leftover of an interrupted save is still reported.
+TEST_CASE("a save that adopts files removes their emptied folder without reporting it as a leftover",
+          "[checkpoint]") {
+  TempDir tmp("ck_adopt");
+  const fs::path root = tmp.path;
+  std::ostringstream log;
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  const auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::info);
+  fs::create_directories(root / "step_2.shards.tmp");
+  write_raw(root / "step_2.shards.tmp" / "shard-0-of-1.safetensors", "shard bytes");
+  fs::create_directories(root / "step_1.shards.tmp");  // an interrupted save's
+  io::CheckpointData d = make_data(2);
+  d.adopt_files = {root / "step_2.shards.tmp" / "shard-0-of-1.safetensors"};
+  io::save_checkpoint(root, d);
+  spdlog::set_default_logger(previous);
+  spdlog::set_level(level);
+  CHECK(read_file(root / "step_2" / "shard-0-of-1.safetensors") == "shard bytes");
+  CHECK_FALSE(fs::exists(root / "step_2.shards.tmp"));
+  CHECK_FALSE(fs::exists(root / "step_1.shards.tmp"));
+  INFO(log.str());
+  CHECK(log.str().find("step_2.shards.tmp") == std::string::npos);
+  CHECK(log.str().find("step_1.shards.tmp left by an interrupted checkpoint save") != std::string::npos);
 }
