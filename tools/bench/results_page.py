@@ -36,7 +36,8 @@ COMMON = ("area", "date", "commit", "machine", "command")
 HIGHER_IS_BETTER = {"fraction of copy", "speed × own bf16 a·bᵀ", "TFLOP/s"}
 MODEL_NAMES = {"resnet18": "ResNet-18 (CIFAR stem, 32²)", "resnet34": "ResNet-34 (CIFAR stem, 32²)",
                "resnet50": "ResNet-50 (ImageNet stem, 224²)", "vit_s4": "ViT-S/4 (32²)", "vit_b16": "ViT-B/16 (224²)",
-               "llama32_1b": "LLaMA 1.24B (Llama-3.2-1B shape), sequence 2048"}
+               "llama32_1b": "LLaMA 1.24B (Llama-3.2-1B shape), sequence 2048",
+               "llama3_8b_lora": "LLaMA 8.03B (Llama-3-8B shape), LoRA r16 on q, k, v, o, sequence 2048"}
 FORMS = ("eager", "compile", "graph")
 
 
@@ -168,12 +169,18 @@ def steps_vs_peer(recs):
     notes, rows = Notes(), []
     for r in sorted((r for r in recs if r["pipeline"] == "exact" or r.get("peer")), key=order):
         peer = r.get("peer") or {}
+        other = r.get("peer_other_call") or {}  # measured by the previous call on the same machine: shown, no ratio
         cells = []
         for f in FORMS:
             p = peer.get(f)
+            if p is None and f in other:
+                cells.append(f"{num(other[f]['ms'])} (previous call)")
+                continue
             cells.append("not measured" if p is None else ("timed out" if p["error"] == "exit 124" else "failed") if "error" in p else num(p["ms"]))
         ok = {f: peer[f]["ms"] for f in FORMS if f in peer and "error" not in peer[f]}
-        if len(ok) == 3:
+        if other and not peer:
+            verdict = "no ratio: PyTorch ran in the previous call"
+        elif len(ok) == 3:
             best = min(ok, key=ok.get)
             verdict = f"**{ok[best] / r['ours_ms']:.2f}×** ({best})"
         elif any(f in peer for f in FORMS):
@@ -198,7 +205,23 @@ def steps_text(recs):
         said = f"PyTorch's fastest form {peer_mfu:.3f} and {num(peer['peak_allocated_gib'])} GiB"
     else:
         said = "PyTorch was not measured in the call that measured this row, so it has no ratio"
-    return STEPS.format(llama_mfu=f"{r['ours_mfu']:.3f}", llama_mem=num(r["ours_peak_allocated_gib"]), llama_peer=said)
+    return STEPS.format(llama_mfu=f"{r['ours_mfu']:.3f}", llama_mem=num(r["ours_peak_allocated_gib"]), llama_peer=said,
+                        lora_text=lora_text(recs))
+
+
+def lora_text(recs):
+    """The sentence under the steps table for the LoRA row, from its record (empty without one)."""
+    lora = [r for r in recs if r["model"] == "llama3_8b_lora" and r["pipeline"] == "exact"]
+    if not lora:
+        return ""
+    r = lora[0]
+    p = (r.get("peer_other_call") or {}).get("eager")
+    said = (f" PyTorch, transformers + peft eager ({r['peer_script']}, bf16 base, f32 adapters) ran in the call before ours on the same "
+            f"machine: {num(p['ms'])} ms, {p['tok_per_s']:,} tokens/s, {num(p['peak_allocated_gib'])} GiB; two calls, so no ratio."
+            if p else "")
+    return (f"\nThe LoRA row (`{r['command']}`): random weights, the frozen base held in bf16 (ours: {r['base_note']}), "
+            f"adapters in f32, AdamW over the adapters; ours {r['ours_tok_per_s']:,} tokens/s, peak allocated "
+            f"{num(r['ours_peak_allocated_gib'])} GiB.{said}\n")
 
 
 def order(r):
@@ -380,7 +403,7 @@ token ids, f32 master weights, bf16 forward and backward, next-token cross-entro
 AdamW); the peer is transformers' `LlamaForCausalLM` with SDPA attention; median of 12 steps after 4 warm-up
 steps. Ours is the faster of our eager step and our recorded step graph. Model FLOPs utilisation (the PaLM count
 over 989 TFLOP/s dense bf16) and peak allocated memory of that row: ours {llama_mfu} and {llama_mem} GiB; {llama_peer}.
-"""
+{lora_text}"""
 
 PIPE_STEPS = """## Gradient pipelines: step time against our exact step
 
