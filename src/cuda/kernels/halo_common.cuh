@@ -157,13 +157,17 @@ inline unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(rows < kMaxRowBlocks ? (rows < 1 ? 1 : rows) : kMaxRowBlocks);
 }
 
-// Before a launch of `kernel` with `smem` bytes of dynamic shared memory: above the default 48 KiB the kernel is
-// opted in once, to max_bytes (the most any of its launches asks for). The attribute call is not a stream
-// operation, so a first call while a step graph records is fine.
+// Before a launch of `kernel` with `smem` bytes of dynamic shared memory: the kernel is opted in once, to
+// max_bytes (the most any of its launches asks for). The default limit (48 KiB) bounds the kernel's static shared
+// memory plus the dynamic bytes, so a launch asking for 48 KiB or a little less of dynamic memory already fails
+// without the opt-in when the kernel has static scratch (block_max's): the rows kernel with a staged bf16 row of
+// 8192 values asks for exactly 48 KiB and failed with cudaErrorInvalidValue. Opting in whenever dynamic memory
+// is used removes that case. The attribute call is not a stream operation, so a first call while a step graph
+// records is fine.
 template <auto kernel>
 void opt_in_shared(size_t smem, size_t max_bytes) {
   static std::atomic<bool> opted_in{false};
-  if (smem > 48 * 1024 && !opted_in.load()) {
+  if (smem > 0 && !opted_in.load()) {
     HT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_bytes)));
     opted_in = true;
