@@ -51,10 +51,11 @@ std::vector<ParamRef> make_param_refs(const std::vector<std::pair<std::string, T
 //   - weights are cast to the compute dtype (the default policy, CastPolicy: the master itself when the
 //     dtype matches; otherwise a differentiable cast, so a bf16 forward's gradient reaches the f32 master in
 //     f32);
-//   - sharded weights will be gathered (FSDP): a policy that holds the local shard in the slot all-gathers
+//   - sharded weights are gathered (FSDP): a policy that holds the local shard in the slot all-gathers
 //     the full tensor in the compute dtype, and its backward reduce-scatters the gradient into the shard;
-//   - quantised weights will be handed over with their scales (HALO, 8-bit all-gather): a policy that
-//     gathers int8/fp8 rows with per-row scales gives the layer what its gradient pipeline consumes.
+//   - quantised weights are handed over with their scale (HALO, 8-bit all-gather): the FSDP policy that
+//     gathers Hadamard-rotated int8/fp8 rows with one scale per weight attaches the codes to the tensor it
+//     returns, where a HALO layer finds them (grad/pipeline_halo_weight.h).
 // Every parameter read in a forward goes through it, also those used in the master dtype (norm scales:
 // materialise(param) asks for the master dtype), so a policy sees each parameter of a step. Layers do not
 // change when a policy does. A module without a store uses CastPolicy's rule directly.
