@@ -240,6 +240,20 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
     order_.push_back({unit, npos, false});
     entered_[unit] = 1;
   }
+  // The backward has reached entry k: the entries above it are done (their readers' input gradients are
+  // inputs of k's). Their units' frozen parameters, which no gather node frees, are freed, unless the unit
+  // is entered again at or below k (a tied embedding), where it is still to be read.
+  void release_frozen_above(std::size_t k) {
+    const std::size_t top = std::min(backward_pos_, order_.size() - 1);
+    for (std::size_t j = k + 1; j <= top; ++j) {
+      const std::size_t u = order_[j].unit;
+      bool again = false;
+      for (std::size_t b = 0; b <= k && !again; ++b) again = order_[b].unit == u;
+      if (again) continue;
+      for (const std::size_t i : unit_params_[u])
+        if (!m_.params_[i].shard.requires_grad()) release_param(i);
+    }
+  }
   void release_deferred() {
     for (const std::size_t u : deferred_)
       if (u != current_) release_unit(u);
@@ -259,6 +273,7 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
       if (order_[k].unit == unit) break;
     if (k == npos) return;  // a late reader of a unit the backward has passed
     const bool starts = k != backward_pos_;
+    if (starts) release_frozen_above(k);
     backward_pos_ = k;
     if (k == 0) return;
     const Entry& e = order_[k];

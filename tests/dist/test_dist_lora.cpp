@@ -1,13 +1,13 @@
-// Frozen parameters under data parallelism: a tiny LLaMA with LoRA adapters on q_proj and v_proj (everything
-// else frozen, as model.lora does), AdamW with weight decay 0.1, on 2 Gloo processes. Under ddp
+// Frozen parameters under data parallelism: a tiny LLaMA of 4 layers with LoRA adapters on q_proj and v_proj
+// (everything else frozen, as model.lora does), AdamW with weight decay 0.1, on 2 Gloo processes. Under ddp
 // (GradientReducer) and fsdp (FullyShardedModel, one unit per decoder block): every frozen parameter ends
 // bit-identical to its initial value with no gradient and no optimiser state, the per-step losses are within
 // 1e-5 relative of one process training the same batches (as test_dist_fsdp_llama; 1e-4 with a bf16
 // forward), and the gradient collectives move the trainable parameters' bytes only. fsdp resharding after
 // forward logs the losses of keeping every unit gathered, bit for bit, also with layer 1's adapters frozen
-// (a frozen-only unit above layer 0, which the backward must gather again). A bf16 forward whose frozen
-// matrices are held in bf16 (nn::store_frozen_in, as the trainer does) logs the losses of the same run with
-// f32 frozen masters, bit for bit.
+// (a frozen-only unit above layer 0, which the backward must gather again), and frees a decoder block's
+// frozen weights at its peak. A bf16 forward whose frozen matrices are held in bf16 (nn::store_frozen_in, as
+// the trainer does) logs the losses of the same run with f32 frozen masters, bit for bit.
 #include <cmath>
 
 #include <fmt/ranges.h>
@@ -45,10 +45,13 @@ struct Run {
   int64_t frozen = 0;                 // frozen parameters checked
   int64_t grad_bytes = 0;             // gradient collectives' bytes sent in the last step
   int64_t expected_grad_bytes = 0;    // what the trainable parameters alone take
+  int64_t gathered_peak = 0;          // fsdp: the most gathered bytes alive during a step
+  int64_t block_bytes = 0;            // fsdp: one decoder block's gathered bytes
 };
 
 Run train(dist::Communicator* comm, const Setup& s) {
-  const models::LlamaConfig cfg = models::LlamaConfig::tiny();
+  models::LlamaConfig cfg = models::LlamaConfig::tiny();
+  cfg.num_hidden_layers = 4;
   Generator init(11);
   nn::LoraFactory lf({.rank = 4, .alpha = 8.0}, std::make_shared<Generator>(3), std::make_shared<Generator>(4));
   auto model = std::make_shared<models::Llama>(cfg, models::LlamaBuild{.gen = &init, .make_linear = lf.factory()});
@@ -74,10 +77,15 @@ Run train(dist::Communicator* comm, const Setup& s) {
       if (p.param->requires_grad()) run.expected_grad_bytes += 4 * p.param->numel();
   } else if (s.mode == Mode::fsdp) {
     fsdp = std::make_unique<dist::FullyShardedModel>(
-        *comm, store, dist::FsdpOptions{.units = {"model.layers.0.", "model.layers.1."}, .reshard_after_forward = s.reshard});
+        *comm, store,
+        dist::FsdpOptions{.units = {"model.layers.0.", "model.layers.1.", "model.layers.2.", "model.layers.3."},
+                          .reshard_after_forward = s.reshard});
     opt_store = fsdp->shard_store();
-    for (const auto& p : fsdp->params())  // Gloo's reduce-scatter: an all-reduce of the padded flat f32 gradient
+    for (const auto& p : fsdp->params()) {  // Gloo's reduce-scatter: an all-reduce of the padded flat f32 gradient
       if (p.shard.requires_grad()) run.expected_grad_bytes += 2 * (n - 1) * p.chunk * 4;
+      if (p.name.rfind("model.layers.2.", 0) == 0)
+        run.block_bytes += n * p.chunk * static_cast<int64_t>(itemsize(p.shard.dtype()));
+    }
   }
   auto opt = optim::make_adamw(opt_store, {.weight_decay = 0.1});
   Generator data(5);
@@ -105,6 +113,7 @@ Run train(dist::Communicator* comm, const Setup& s) {
     if (comm) comm->all_reduce(global, dist::ReduceOp::sum)->wait();
     run.losses.push_back(global.item());
     opt->step(1e-2);
+    if (fsdp) run.gathered_peak = std::max(run.gathered_peak, fsdp->gathered_bytes_peak());
     if (fsdp) fsdp->end_step();
   }
   const std::map<std::string, Tensor> final_state = fsdp ? fsdp->full_state() : store->state_dict();
@@ -156,6 +165,12 @@ void check(const dist::DistEnv& env, Setup s) {
       expect(got.losses[i] == same.losses[i],
              fmt::format("{}: step {}: loss {:.17g} resharding after forward, {:.17g} without", what, i + 1,
                          got.losses[i], same.losses[i]));
+    // Resharding frees the frozen weights too: at every moment at least one decoder block is not gathered
+    // (kept, the whole model stays gathered until the step ends). Not with a frozen-only layer 1: it stays
+    // gathered, and layer 0 under it until layer 2's adapters are read, with layer 2 and 3 in flight.
+    expect(s.freeze_layer1 || got.gathered_peak <= same.gathered_peak - got.block_bytes,
+           fmt::format("{}: {} gathered bytes at the peak resharding, {} keeping, a block is {}", what,
+                       got.gathered_peak, same.gathered_peak, got.block_bytes));
   }
   if (s.frozen_bf16) {  // the same run with f32 frozen masters: the same forward values, so the same losses
     Setup f32 = s;

@@ -49,8 +49,10 @@
 //     its weights for their input gradients. A unit the forward leaves by such a read is freed only when a
 //     later read makes a gather node; that node's entry gathers it again in backward (gather_ahead goes on
 //     below entries of frozen-only units), and with no such read (the forward's top units are frozen) it stays
-//     gathered. Frozen parameters gathered again in backward stay gathered until end_step(). The LoRA test
-//     (test_dist_lora) checks the bits against keeping the weights.
+//     gathered. A unit's frozen parameters are freed when the backward reaches a gather node of an entry
+//     below every entry of the unit (the readers above have given their input gradients, which that node's
+//     layer needed). The LoRA test (test_dist_lora) checks the bits against keeping the weights, and that a
+//     decoder block's bytes stay free at the peak.
 //   - The graph's gather nodes are counted; when the last is destroyed (the graph is gone), the next read
 //     starts a new forward (gradient accumulation's next micro-step).
 // gathered_bytes() / gathered_bytes_peak() measure it: the bytes of gathered tensors (and casts) that hold
