@@ -127,4 +127,12 @@ RuleBatch rule_batch(Generator& gen, int64_t batch, int64_t seq, int64_t vocab) 
   return {from_vector(ids, {batch, seq}, {DType::i64}), from_vector(targets, {batch, seq}, {DType::i64})};
 }
 
+void set_rank_env(const dist::DistEnv& env) {
+  ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(env.world_size).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
+  ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
+}
+
 }  // namespace ht::test

@@ -31,6 +31,10 @@ void expect(bool ok, const std::string& message);
 // A port on 127.0.0.1 no socket was bound to a moment ago.
 int free_port();
 
+// Inside a rank: sets the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) of `env` in
+// this process's environment, for code that rendezvouses from them (the trainer).
+void set_rank_env(const dist::DistEnv& env);
+
 // One batch of a tiny LM's training data: (B, T) random token ids below `vocab` drawn from `gen`, and as targets
 // (7 id + 3) mod vocab, a rule a model can learn. Both i64, the whole global batch.
 struct RuleBatch {

@@ -227,13 +227,7 @@ TEST_CASE("fsdp with 8-bit weight all-gathers and quantised reduce-scatters trai
 
 namespace {
 
-void set_rank_env(const dist::DistEnv& env) {
-  ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(env.world_size).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
-  ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
-  ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
-}
+using ht::test::set_rank_env;
 
 std::vector<double> fsdp_lm_losses(const std::string& name, const std::vector<std::string>& extra) {
   std::vector<std::string> sets = {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30", "optim.clip_grad_norm=0.5",

@@ -55,13 +55,7 @@ std::vector<double> train_values(const fs::path& out_dir, const std::string& key
 }
 std::vector<double> losses(const fs::path& out_dir) { return train_values(out_dir, "loss"); }
 
-void set_rank_env(const dist::DistEnv& env) {
-  ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(env.world_size).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
-  ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
-  ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
-}
+using ht::test::set_rank_env;
 
 using MakeConfig = TrainerConfig (*)(const std::string&, std::vector<std::string>);
 

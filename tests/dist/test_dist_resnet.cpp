@@ -40,13 +40,7 @@ TrainerConfig config(const std::string& name, std::vector<std::string> sets) {
       name, std::move(sets));
 }
 
-void set_rank_env(const dist::DistEnv& env) {
-  ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(env.world_size).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
-  ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
-  ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
-}
+using ht::test::set_rank_env;
 
 // The `key` of every record of `type` in <out_dir>/metrics.jsonl, in order.
 std::vector<double> values(const fs::path& out_dir, const std::string& type, const std::string& key) {

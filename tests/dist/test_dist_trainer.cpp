@@ -36,13 +36,7 @@ std::vector<double> losses(const fs::path& out_dir) {
   return out;
 }
 
-void set_rank_env(const dist::DistEnv& env) {
-  ::setenv("RANK", std::to_string(env.rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(env.world_size).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
-  ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
-  ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
-}
+using ht::test::set_rank_env;
 
 void check_ddp_matches_one_process(int world) {
   test::idx8_dataset();  // the scratch folder and dataset are made here, before the fork, once for every rank
