@@ -212,6 +212,9 @@ SweepRow read_sweep_row(const SweepRun& run, const std::string& status) {
       else peak(num("host_peak_mb"));
       if (const auto s = num("step")) row.steps = std::max<int64_t>(row.steps, static_cast<int64_t>(*s));
     } else if (type == "eval") {
+      // An eval record names the step it ran after: a run whose last steps fall between two logged training
+      // windows still counts them.
+      if (const auto s = num("step")) row.steps = std::max<int64_t>(row.steps, static_cast<int64_t>(*s));
       if (const auto e = num("epoch")) row.epochs = static_cast<int64_t>(*e);
       if (const auto s = num("epoch_seconds")) row.seconds += *s;
       if (const auto a = num("test_acc")) {

@@ -76,7 +76,7 @@ TEST_CASE("a results row: final and best top-1, time, median throughput, peak me
         "{\"type\": \"ev");  // a cut-off last line is ignored
   const SweepRow r = read_sweep_row(run, "done");
   CHECK(r.epochs == 2);
-  CHECK(r.steps == 30);
+  CHECK(r.steps == 60);  // the last eval ran after step 60: steps past the last logged training window count
   CHECK(*r.final_top1 == Approx(89.0));
   CHECK(*r.best_top1 == Approx(91.0));
   CHECK(*r.final_test_loss == Approx(0.6));
@@ -92,7 +92,7 @@ TEST_CASE("a results row: final and best top-1, time, median throughput, peak me
         std::string::npos);
   const std::string csv = sweep_csv(plan, {r});
   CHECK(csv.find("run,stage,grad_pipeline.default.name,status,epochs,steps,best_test_loss,final_ppl,final_top1") == 0);
-  CHECK(csv.find("fine-hlq-0,fine,hlq,done,2,30,0.5,,89,91,0.6,20,200,img/s,70") != std::string::npos);
+  CHECK(csv.find("fine-hlq-0,fine,hlq,done,2,60,0.5,,89,91,0.6,20,200,img/s,70") != std::string::npos);
 }
 
 TEST_CASE("a language-model results row: final and best validation loss and the final perplexity", "[sweep]") {
