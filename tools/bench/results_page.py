@@ -251,15 +251,34 @@ def memory(recs):
 
 
 def accuracy(recs):
-    notes, rows = Notes(), []
-    for r in sorted(recs, key=lambda r: (r["recipe"], r["seed"], r["pipeline"] != "exact", r["pipeline"])):
+    """Runs without a kept metrics file: one row per recipe and seed, a column per pipeline (a sweep's table);
+    runs with one: a row each, with the curve's link."""
+    notes = Notes()
+    grid = [r for r in recs if not r.get("metrics")]
+    pipes = sorted({pipe(r) for r in grid}, key=lambda p: (p != "exact", p))
+    cells = {}
+    for r in grid:
+        cells.setdefault((r["recipe"], r["seed"]), {})[pipe(r)] = r
+    rows = []
+    for (recipe, seed), by in sorted(cells.items()):
+        row = [recipe, str(seed)]
+        for p in pipes:
+            r = by.get(p)
+            e = r.get("exact_top1") if r else None
+            row.append("—" if r is None else f"{r['top1']:.2f} %" + (f" ({r['top1'] - e:+.2f})" if e is not None else ""))
+        rows.append(row + [measured(next(iter(by.values())), notes)])
+    out = table(["recipe", "seed"] + pipes + ["measured"], rows) + [""] if rows else []
+    rows = []
+    for r in sorted((r for r in recs if r.get("metrics")),
+                    key=lambda r: (r["recipe"], r["seed"], r["pipeline"] != "exact", r["pipeline"])):
         e = r.get("exact_top1")
-        m = f"[metrics]({os.path.relpath(os.path.join(ROOT, r['metrics']), os.path.dirname(PAGE))})" if r.get(
-            "metrics") else "—"
+        m = f"[metrics]({os.path.relpath(os.path.join(ROOT, r['metrics']), os.path.dirname(PAGE))})"
         rows.append([r["recipe"], pipe(r), str(r["seed"]), f"{r['top1']:.2f} %",
                      f"{r['top1'] - e:+.2f}" if e is not None else "—", m, measured(r, notes)])
-    return table(["recipe", "pipeline", "seed", "test top-1", "vs exact (same call, points)", "curve",
-                  "measured"], rows) + notes.lines()
+    if rows:
+        out += table(["recipe", "pipeline", "seed", "test top-1", "vs exact (same call, points)", "curve",
+                      "measured"], rows)
+    return out + notes.lines()
 
 
 def language_models(recs):
@@ -349,6 +368,8 @@ def kernels(recs):
             groups.append(r["group"])
     rows = []
     for g in groups:
+        if g.startswith(HALO_GROUP):
+            continue
         for r in (r for r in recs if r["group"] == g):
             t = r.get("torch_eager")
             if t is None:
@@ -362,7 +383,39 @@ def kernels(recs):
                          num(t, digits) if t is not None else "not recorded", vs, measured(r, notes)])
     out += table(["group", "kernel", "unit", "ours", "PyTorch eager, same call", "ours vs PyTorch (speed)",
                   "measured"], rows)
-    return out + notes.lines()
+    return out + halo_layers([r for r in recs if r["group"].startswith(HALO_GROUP)], notes) + notes.lines()
+
+
+HALO_GROUP = "HALO per layer"
+
+
+def halo_layers(recs, notes):
+    """The per-layer HALO / HLQ records as one row per layer and call: each variant's forward + backward time and
+    its speed against exact bf16 of the same layer and call (records named "LAYER, VARIANT, forward + backward")."""
+    if not recs:
+        return []
+    variants, layers = [], {}
+    for r in recs:
+        layer, variant = [x.strip() for x in r["name"].split(",")[:2]]
+        if variant not in variants:
+            variants.append(variant)
+        layers.setdefault((layer, r["commit"]), {})[variant] = r
+    rows = []
+    for (layer, _), by in layers.items():
+        exact = by.get("exact bf16")
+        cells = []
+        for v in variants:
+            r = by.get(v)
+            if r is None:
+                cells.append("—")
+            elif exact is None or v == "exact bf16":
+                cells.append(num(r["ours"], 3))
+            else:
+                cells.append(f"{num(r['ours'], 3)} ({exact['ours'] / r['ours']:.2f}×)")
+        rows.append([layer] + cells + [measured(next(iter(by.values())), notes)])
+    return (["", f"{recs[0]['group']}: forward + backward in ms, and in brackets the speed against exact bf16 of the "
+                 "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant.",
+             ""] + table(["layer"] + variants + ["measured"], rows))
 
 
 HEADER = """# Results
@@ -425,7 +478,7 @@ keeping rebuildable inputs, not from compressed activations (docs/gradient_pipel
 ACCURACY = """## Accuracy per pipeline
 
 Fashion-MNIST test top-1 after the last epoch, every Linear and Conv2d through the pipeline
-(`configs/fashion_mnist_resnet18{,_hlq,_luq,_lbp_wht}.yaml`: SGD 0.05 Nesterov, cosine, batch 128). "vs exact" is
+(`configs/fashion_mnist_resnet18{,_hlq,_luq,_lbp_wht}.yaml`: SGD 0.05 Nesterov, cosine, batch 128). "vs exact" (in the first table in brackets, points) is
 against the exact run of the same call and seed (runs of one call shared the GPU; a build's runs are
 deterministic). The kept metrics and configs are in docs/runs/ (docs/runs/README.md); their curves at seed 0:
 
