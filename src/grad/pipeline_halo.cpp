@@ -40,8 +40,9 @@
 //                                                                    2·n_I·n_T + 2·n_I·(n_T + T) + 4·T·n_I + 2·T·(n_I + I)
 // Llama-3-8B up_proj at 8192 tokens (T·I = 33.5 M, T·O = 117 M, O·I = 58.7 M elements): about 0.65 GB outside the
 // GEMMs in the forward, 0.8 / 1.2 / 2.0 GB in the level-0 / 1 / 2 backward, i.e. 0.2 and 0.25 / 0.37 / 0.65 ms at
-// 3.2 TB/s. The row kernels (cuda/kernels/halo_fast.cu) are written to run near that rate; bench_halo's
-// HT_BENCH_PHASES=1 prints each phase's measured time (the phase names are the halo_phase marks below).
+// 3.2 TB/s. Whether the row kernels (cuda/kernels/halo_fast.cu) reach that rate is measured, not assumed:
+// bench_halo's HT_BENCH_PHASES=1 prints each phase's time (the phase names are the halo_phase marks below) and
+// HT_BENCH_KERNELS=1 each kernel's GB/s.
 #include <fmt/format.h>
 
 #include "hadatrain/grad/pipeline_halo.h"
