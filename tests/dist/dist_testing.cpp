@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/dist/data_parallel.h"
 #include "hadatrain/tensor/factory.h"
 #include "support/testing.h"
 
@@ -133,6 +134,15 @@ void set_rank_env(const dist::DistEnv& env) {
   ::setenv("LOCAL_RANK", std::to_string(env.local_rank).c_str(), 1);
   ::setenv("MASTER_ADDR", env.master_addr.c_str(), 1);
   ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 1);
+}
+
+double keep_rank_rows(RuleBatch& batch, const dist::Communicator* comm) {
+  if (comm == nullptr) return 1.0;
+  const int64_t rows = batch.ids.size(0);
+  const auto s = dist::rank_slice(rows, comm->rank(), comm->size());
+  batch.ids = batch.ids.narrow(0, s.start, s.rows);
+  batch.targets = batch.targets.narrow(0, s.start, s.rows);
+  return static_cast<double>(s.rows) / static_cast<double>(rows);
 }
 
 }  // namespace ht::test

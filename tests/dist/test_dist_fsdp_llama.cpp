@@ -42,15 +42,10 @@ Run train(dist::Communicator* comm) {
   Generator data(5);
   Run run;
   for (int step = 0; step < 6; ++step) {
-    auto [ids, targets] = test::rule_batch(data, kBatch, kSeq, cfg.vocab_size);
-    double share = 1.0;
-    if (comm) {
-      const auto s = dist::rank_slice(kBatch, comm->rank(), comm->size());
-      ids = ids.narrow(0, s.start, s.rows);
-      targets = targets.narrow(0, s.start, s.rows);
-      share = static_cast<double>(s.rows) / kBatch;
-      fsdp->set_share(share);
-    }
+    test::RuleBatch batch = test::rule_batch(data, kBatch, kSeq, cfg.vocab_size);
+    const double share = test::keep_rank_rows(batch, comm);
+    const auto& [ids, targets] = batch;
+    if (comm) fsdp->set_share(share);
     opt->zero_grad();
     const Tensor logits = model->forward(ids);  // (b, T, V)
     const Tensor loss = cross_entropy(logits.reshape({-1, cfg.vocab_size}), targets.reshape({-1}));

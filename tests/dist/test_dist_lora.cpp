@@ -90,13 +90,10 @@ Run train(dist::Communicator* comm, const Setup& s) {
   auto opt = optim::make_adamw(opt_store, {.weight_decay = 0.1});
   Generator data(5);
   for (int step = 0; step < 4; ++step) {
-    auto [ids, targets] = test::rule_batch(data, kBatch, kSeq, cfg.vocab_size);
-    double share = 1.0;
+    test::RuleBatch batch = test::rule_batch(data, kBatch, kSeq, cfg.vocab_size);
+    const double share = test::keep_rank_rows(batch, comm);
+    const auto& [ids, targets] = batch;
     if (comm) {
-      const auto sl = dist::rank_slice(kBatch, comm->rank(), comm->size());
-      ids = ids.narrow(0, sl.start, sl.rows);
-      targets = targets.narrow(0, sl.start, sl.rows);
-      share = static_cast<double>(sl.rows) / kBatch;
       if (fsdp) fsdp->set_share(share);
       comm->reset_bytes();
     }
@@ -134,6 +131,13 @@ Run train(dist::Communicator* comm, const Setup& s) {
   return run;
 }
 
+// Two runs that must give the same losses bit for bit, step by step.
+void expect_same_losses(const std::string& what, const char* how_a, const Run& a, const char* how_b, const Run& b) {
+  for (std::size_t i = 0; i < a.losses.size(); ++i)
+    expect(a.losses[i] == b.losses[i], fmt::format("{}: step {}: loss {:.17g} {}, {:.17g} {}", what, i + 1,
+                                                   a.losses[i], how_a, b.losses[i], how_b));
+}
+
 void check(const dist::DistEnv& env, Setup s) {
   auto pg = dist::init_process_group(env, {.engine = "gloo", .timeout = std::chrono::seconds(30)});
   const Run got = train(pg.comm.get(), s);
@@ -161,10 +165,7 @@ void check(const dist::DistEnv& env, Setup s) {
     Setup kept = s;
     kept.reshard = false;
     const Run same = train(pg.comm.get(), kept);
-    for (std::size_t i = 0; i < got.losses.size(); ++i)
-      expect(got.losses[i] == same.losses[i],
-             fmt::format("{}: step {}: loss {:.17g} resharding after forward, {:.17g} without", what, i + 1,
-                         got.losses[i], same.losses[i]));
+    expect_same_losses(what, "resharding after forward", got, "without", same);
     // Resharding frees the frozen weights too: at every moment at least one decoder block is not gathered
     // (kept, the whole model stays gathered until the step ends). Not with a frozen-only layer 1: it stays
     // gathered, and layer 0 under it until layer 2's adapters are read, with layer 2 and 3 in flight.
@@ -176,10 +177,7 @@ void check(const dist::DistEnv& env, Setup s) {
     Setup f32 = s;
     f32.frozen_bf16 = false;
     const Run same = train(pg.comm.get(), f32);
-    for (std::size_t i = 0; i < got.losses.size(); ++i)
-      expect(got.losses[i] == same.losses[i],
-             fmt::format("{}: step {}: loss {:.17g} with bf16 frozen matrices, {:.17g} with f32", what, i + 1,
-                         got.losses[i], same.losses[i]));
+    expect_same_losses(what, "with bf16 frozen matrices", got, "with f32", same);
   }
   pg.comm->barrier();
 }
