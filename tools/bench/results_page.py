@@ -216,9 +216,17 @@ def lora_text(recs):
         return ""
     r = lora[0]
     p = (r.get("peer_other_call") or {}).get("eager")
-    said = (f" PyTorch, transformers + peft eager ({r['peer_script']}, bf16 base, f32 adapters) ran in the call before ours on the same "
-            f"machine: {num(p['ms'])} ms, {p['tok_per_s']:,} tokens/s, {num(p['peak_allocated_gib'])} GiB; two calls, so no ratio."
-            if p else "")
+    peer = (r.get("peer") or {}).get(r.get("peer_form") or "")
+    if peer:  # measured in the same call: the peer is the fastest form
+        said = (f" The peer, transformers + peft (bf16 base, f32 adapters, the same adapters and optimiser), fastest "
+                f"as {r['peer_form']}: {peer['tok_per_s']:,} tokens/s, "
+                f"{num(peer['peak_allocated_gib'])} GiB.")
+    elif p:
+        said = (f" PyTorch, transformers + peft eager ({r['peer_script']}, bf16 base, f32 adapters) ran in the call before "
+                f"ours on the same machine: {num(p['ms'])} ms, {p['tok_per_s']:,} tokens/s, "
+                f"{num(p['peak_allocated_gib'])} GiB; two calls, so no ratio.")
+    else:
+        said = ""
     return (f"\nThe LoRA row (`{r['command']}`): random weights, the frozen base held in bf16 (ours: {r['base_note']}), "
             f"adapters in f32, AdamW over the adapters; ours {r['ours_tok_per_s']:,} tokens/s, peak allocated "
             f"{num(r['ours_peak_allocated_gib'])} GiB.{said}\n")
@@ -232,22 +240,37 @@ def order(r):
 def steps_vs_exact(recs):
     notes, rows = Notes(), []
     for r in sorted((r for r in recs if r["pipeline"] != "exact"), key=order):
-        e = r.get("exact_ms")
-        rows.append([MODEL_NAMES.get(r["model"], r["model"]), str(r["batch"]), pipe(r), num(r["ours_ms"]),
-                     num(e) if e else "not measured", ratio(e, r["ours_ms"]) if e else "—", measured(r, notes)])
+        e, other = r.get("exact_ms"), r.get("exact_other_call_ms")  # other: same commit and machine kind, another call
+        exact = num(e) if e else f"{num(other)} (another call)" if other else "not measured"
+        speed = ratio(e, r["ours_ms"]) if e else f"{ratio(other, r['ours_ms'])} (two calls)" if other else "—"
+        rows.append([MODEL_NAMES.get(r["model"], r["model"]), str(r["batch"]), pipe(r), num(r["ours_ms"]), exact, speed,
+                     measured(r, notes)])
     return table(["model", "batch", "pipeline", "step (ms)", "our exact, same call (ms)", "speed vs exact",
                   "measured"], rows) + notes.lines()
 
 
 def memory(recs):
-    notes, rows = Notes(), []
-    for r in sorted(recs, key=lambda r: (r["metric"],) + order(r)):
+    """One row per model, batch and pipeline: its peak allocated and step-graph memory, each against its baseline."""
+    notes, rows, groups = Notes(), [], {}
+    for r in sorted(recs, key=order):
+        groups.setdefault((r["model"], r["batch"], pipe(r)), {})[r["metric"]] = r
+
+    def cell(r):
+        if r is None:
+            return "—"
         b = r.get("baseline")
-        rows.append([MODEL_NAMES.get(r["model"], r["model"]), str(r["batch"]), pipe(r), r["metric"], num(r["gib"]),
-                     num(r["saved_gib"]) if "saved_gib" in r else "—",
-                     f"{100 * r['gib'] / b['gib']:.0f} % of {b['pipeline']}" if b else "—", measured(r, notes)])
-    return table(["model", "batch", "pipeline", "what", "GiB", "saved by the forward (GiB)", "against (same call)",
-                  "measured"], rows) + notes.lines()
+        return num(r["gib"]) + (f" ({100 * r['gib'] / b['gib']:.0f} % of {b['pipeline']})" if b else "")
+
+    for (model, batch, pipeline), m in groups.items():
+        peak, graph = m.get("peak allocated"), m.get("step graph memory")
+        when = []
+        for r in (peak, graph):
+            if r is not None and measured(r, notes) not in when:
+                when.append(measured(r, notes))
+        rows.append([MODEL_NAMES.get(model, model), str(batch), pipeline, cell(peak),
+                     num(peak["saved_gib"]) if peak and "saved_gib" in peak else "—", cell(graph), "; ".join(when)])
+    return table(["model", "batch", "pipeline", "peak allocated (GiB; against, same call)", "saved by the forward (GiB)",
+                  "step graph memory (GiB; against, same call)", "measured"], rows) + notes.lines()
 
 
 def accuracy(recs):
