@@ -1,7 +1,7 @@
 // LLaMA training-step benchmark (CUDA builds): a LlamaConfig preset with random weights, fp32 master weights,
 // bf16 forward and backward, next-token cross-entropy in fp32 over all positions, AdamW (lr 1e-5, weight decay
-// 0.1); every Linear but lm_head through one gradient pipeline (exact: the plain ops), lm_head exact. Full
-// fine-tuning, or --lora: LoRA rank 16 (alpha 32) on q_proj,k_proj,v_proj,o_proj with the base frozen and held in
+// 0.1); the seven projections (`*_proj`) through one gradient pipeline (exact: the plain ops), lm_head and LoRA
+// adapters exact, as the LLaMA configs bind them. Full fine-tuning, or --lora: LoRA rank 16 (alpha 32) on q_proj,k_proj,v_proj,o_proj with the base frozen and held in
 // bf16 (no f32 master, as the trainer holds it with train.precision bf16; the adapters f32). Median of 12 timed
 // steps after 4 warm-up steps, eager and the whole step recorded into one CUDA graph (what the trainer runs
 // with train.cuda_graph: auto), CUDA events, peak allocated memory. tools/bench/bench_llama_torch.py is the
@@ -134,17 +134,19 @@ int main(int argc, char** argv) {
   model->compute_dtype = DType::bf16;
   model->to(dev);
 
-  grad::PipelineConfig pc;
-  pc.default_spec.name = pipeline;
+  // As the LLaMA configs bind it: the seven projections (`*_proj`) through the pipeline, everything else exact
+  // (lm_head, and with --lora the adapters `*_proj.lora_A` / `lora_B`, which the pattern does not match).
+  grad::PipelineSpec spec;
+  spec.name = pipeline;
   if (pipeline.size() > 6 && pipeline.rfind("halo", 0) == 0 && pipeline[5] == '_') {  // halo<L>_<carrier>
-    pc.default_spec.name = "halo";
-    auto& o = pc.default_spec.options_as<grad::HaloOptions>();
+    spec.name = "halo";
+    auto& o = spec.options_as<grad::HaloOptions>();
     o.level = pipeline[4] - '0';
     o.carrier = pipeline.substr(6) == "fp8" ? grad::Carrier::fp8 : grad::Carrier::int8;
   }
-  grad::PipelineSpec exact;
-  exact.name = "exact";
-  if (!cfg.tie_word_embeddings) pc.overrides.emplace_back("lm_head", exact);  // tied: the head is no Linear
+  grad::PipelineConfig pc;
+  pc.default_spec.name = "exact";
+  pc.overrides.emplace_back("*_proj", spec);
   auto clock = std::make_shared<grad::StepClock>();
   if (nn::any_draws_noise(nn::bind_pipelines(*model, pc, clock))) clock->keep_on_device(dev);
 
