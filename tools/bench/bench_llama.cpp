@@ -2,10 +2,11 @@
 // bf16 forward and backward, next-token cross-entropy in fp32 over all positions, AdamW (lr 1e-5, weight decay
 // 0.1); the seven projections (`*_proj`) through one gradient pipeline (exact: the plain ops), lm_head and LoRA
 // adapters exact, as the LLaMA configs bind them. Full fine-tuning, or --lora: LoRA rank 16 (alpha 32) on
-// q_proj,k_proj,v_proj,o_proj with the base frozen and held in bf16 (no f32 master, as the trainer holds it
-// with train.precision bf16; the adapters f32). Median of 12 timed steps after 4 warm-up steps, eager and the whole step recorded into one CUDA graph (what the trainer runs
-// with train.cuda_graph: auto), CUDA events, peak allocated memory. tools/bench/bench_llama_torch.py is the
-// PyTorch side (transformers LlamaForCausalLM) with the same shapes and the same model-FLOPs count.
+// q_proj,k_proj,v_proj,o_proj with the base frozen and held in bf16 (no f32 master, as the trainer holds it with
+// train.precision bf16; the adapters f32). Median of 12 timed steps after 4 warm-up steps, eager and the whole
+// step recorded into one CUDA graph (what the trainer runs with train.cuda_graph: auto), CUDA events, peak
+// allocated memory. tools/bench/bench_llama_torch.py is the PyTorch side (transformers LlamaForCausalLM) with the
+// same shapes and the same model-FLOPs count.
 //   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq] [exact|hlq|halo<L>_<int8|fp8>|<pipeline>]
 //               [--lora] [--peak-tflops T] [--phases]
 // --phases also prints the eager step split into forward (loss included), backward (zero_grad included, which the
