@@ -62,12 +62,7 @@ void uniform_(Tensor& t, double low, double high, Generator& gen) {
   assign(t, uniform(t.shape(), low, high, gen, {DType::f64}));
 }
 
-void normal_(Tensor& t, double mean, double std, Generator& gen) {
-  Tensor n = randn(t.shape(), gen, {DType::f64});
-  double* p = n.data<double>();
-  for (int64_t i = 0; i < n.numel(); ++i) p[i] = mean + std * p[i];
-  assign(t, n);
-}
+void normal_(Tensor& t, double mean, double std, Generator& gen) { assign(t, normal(t.shape(), mean, std, gen, {DType::f64})); }
 
 void trunc_normal_(Tensor& t, double mean, double std, double a, double b, Generator& gen) {
   HT_CHECK(std > 0 && a < b, "trunc_normal_: need std > 0 and a < b, got std {}, [{}, {}]", std, a, b);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/host_chunks.h"
 #include "cpu/convert.h"
 #include "cpu/loops.h"
 #include "hadatrain/autograd/function.h"
@@ -61,9 +62,15 @@ void cpu_copy(const Tensor& dst, const Tensor& src) {
         D* out = cpu::ptr<D>(dst);
         const S* in = cpu::ptr<S>(src);
         if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
-          const int64_t n = dst.numel();
-          if constexpr (std::is_same_v<D, S>) std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(D));
-          else for (int64_t i = 0; i < n; ++i) out[i] = cpu::convert<D>(in[i]);
+          // Element i depends on i alone, so large copies (a model's weights cast or moved between dtypes) split
+          // over host threads; 2^22 elements a thread at least, so batch-sized copies stay on one.
+          host::for_chunks(dst.numel(), 1, [=](int64_t begin, int64_t end) {
+            if constexpr (std::is_same_v<D, S>) {
+              std::memcpy(out + begin, in + begin, static_cast<std::size_t>(end - begin) * sizeof(D));
+            } else {
+              for (int64_t i = begin; i < end; ++i) out[i] = cpu::convert<D>(in[i]);
+            }
+          }, int64_t{1} << 22);
           return;
         }
         cpu::for_each_offset<2>(dst.shape(), {dst.strides(), ss},

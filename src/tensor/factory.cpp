@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/host_chunks.h"
 #include "hadatrain/ops/copy.h"
 
 namespace ht {
@@ -20,23 +21,9 @@ Tensor finish_host(const Tensor& host, TensorOptions opts) {
   return out;
 }
 
-// fn(begin, end) over [0, n) in contiguous chunks of a multiple of `align` elements, on up to 16 threads (one
-// below 2^18 elements). The random factories are counter-based (element i's value depends only on the seed,
-// the stream and i), so their results do not depend on the split: building a billion-parameter model's
-// initial weights is a matter of seconds instead of a minute.
-template <class F>
-void for_chunks(int64_t n, int64_t align, F fn) {
-  const int64_t cores = std::min<int64_t>(16, std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t threads = std::clamp<int64_t>(n >> 18, 1, cores);
-  if (threads == 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  const int64_t per = ((n + threads - 1) / threads + align - 1) / align * align;
-  std::vector<std::thread> pool;
-  for (int64_t b = 0; b < n; b += per) pool.emplace_back(fn, b, std::min(n, b + per));
-  for (std::thread& t : pool) t.join();
-}
+// The random factories are counter-based (element i's value depends only on the seed, the stream and i), so their
+// results do not depend on how host::for_chunks splits them.
+using host::for_chunks;
 
 // Builds a host tensor from doubles (converted to opts.dtype) and moves it to opts.device.
 Tensor from_doubles(const std::vector<double>& v, const Shape& shape, TensorOptions opts) {
@@ -98,32 +85,47 @@ Tensor uniform(const Shape& shape, double low, double high, Generator& gen, Tens
   const uint64_t stream = gen.next_stream(), seed = gen.seed();
   Tensor host = empty(shape, {DType::f64, Device::cpu()});
   double* v = host.data<double>();
-  for_chunks(host.numel(), 1, [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      v[i] = low + (high - low) * static_cast<double>(uniform_from_word(philox_word(seed, stream, static_cast<uint64_t>(i))));
+  const int64_t n = host.numel();
+  for_chunks(n, 4, [=](int64_t begin, int64_t end) {  // chunks start at Philox blocks: one block per 4 elements
+    uint32_t w[4];
+    for (int64_t i = begin; i < end; ++i) {
+      if ((i & 3) == 0 || i == begin) philox_block(seed, stream, static_cast<uint64_t>(i) >> 2, w);
+      v[i] = low + (high - low) * static_cast<double>(uniform_from_word(w[i & 3]));
+    }
   });
   return finish_host(host, opts);
 }
 
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts) { return uniform(shape, 0.0, 1.0, gen, opts); }
 
-// Box-Muller on pairs: element 2j and 2j+1 use words 2j (u1) and 2j+1 (u2) of the stream.
-Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts) {
+// Box-Muller on pairs: element 2j and 2j+1 use words 2j (u1) and 2j+1 (u2) of the stream, i.e. words 0, 1 or 2, 3
+// of Philox block j / 2; the result is mean + std·z in f64 (rounded once to opts.dtype by finish_host).
+Tensor normal(const Shape& shape, double mean, double std, Generator& gen, TensorOptions opts) {
   const uint64_t stream = gen.next_stream(), seed = gen.seed();
   Tensor host = empty(shape, {DType::f64, Device::cpu()});
   double* v = host.data<double>();
   const int64_t n = host.numel();
-  for_chunks(n, 2, [=](int64_t begin, int64_t end) {  // chunks start at even elements: pairs stay whole
+  const bool affine = mean != 0.0 || std != 1.0;
+  for_chunks(n, 4, [=](int64_t begin, int64_t end) {  // chunks start at Philox blocks: pairs stay whole
+    uint32_t w[4];
     for (int64_t j = begin; j < end; j += 2) {
-      const uint64_t i = static_cast<uint64_t>(j);
-      const double u1 = (static_cast<double>(philox_word(seed, stream, i) >> 8) + 0.5) / 16777216.0;
-      const double u2 = static_cast<double>(uniform_from_word(philox_word(seed, stream, i + 1)));
+      if ((j & 3) == 0 || j == begin) philox_block(seed, stream, static_cast<uint64_t>(j) >> 2, w);
+      const uint32_t w1 = w[j & 3], w2 = w[(j & 3) + 1];
+      const double u1 = (static_cast<double>(w1 >> 8) + 0.5) / 16777216.0;
+      const double u2 = static_cast<double>(uniform_from_word(w2));
       const double r = std::sqrt(-2.0 * std::log(u1));
-      v[j] = r * std::cos(2.0 * M_PI * u2);
-      if (j + 1 < n) v[j + 1] = r * std::sin(2.0 * M_PI * u2);
+      double z0 = r * std::cos(2.0 * M_PI * u2), z1 = r * std::sin(2.0 * M_PI * u2);
+      if (affine) {
+        z0 = mean + std * z0;
+        z1 = mean + std * z1;
+      }
+      v[j] = z0;
+      if (j + 1 < n) v[j + 1] = z1;
     }
   });
   return finish_host(host, opts);
 }
+
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts) { return normal(shape, 0.0, 1.0, gen, opts); }
 
 }  // namespace ht

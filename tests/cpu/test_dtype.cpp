@@ -133,6 +133,29 @@ TEST_CASE("tensor conversions go through the same rules", "[dtype]") {
   CHECK(x.to(DType::b8).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1, 1, 1});
 }
 
+TEST_CASE("a large contiguous conversion (split over host threads) equals the element-wise rule", "[dtype]") {
+  // 2^23 + 5 elements: at least two chunks of copy's threaded path and a ragged end; values spread over bf16's
+  // rounding cases (ties, carries into the exponent, subnormals) by stepping the f32 bit pattern.
+  const int64_t n = (int64_t{1} << 23) + 5;
+  Tensor f = empty({n}, {DType::f32});
+  float* pf = f.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(i) * 2654435761u;
+    std::memcpy(&pf[i], &bits, 4);
+    if (!std::isfinite(pf[i])) pf[i] = static_cast<float>(i);
+  }
+  const Tensor b = f.to(DType::bf16);
+  const Tensor d = f.to(DType::f64);
+  const Tensor c = clone(f);  // a same-dtype copy: memcpy per chunk
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool ok = b.data<bf16>()[i].bits == bf16(pf[i]).bits && d.data<double>()[i] == static_cast<double>(pf[i]);
+    if (!ok && ++bad <= 3) FAIL_CHECK("element " << i);
+  }
+  CHECK(bad == 0);
+  CHECK(std::memcmp(c.data<float>(), pf, static_cast<size_t>(n) * 4) == 0);
+}
+
 TEST_CASE("packed int4 stores two values per byte, low nibble first", "[dtype]") {
   Tensor x = from_vector(std::vector<double>{-8, 7, 3, -1, 9, -20, 2.6}, {7});
   Tensor p = x.to(DType::i4x2);

@@ -42,24 +42,48 @@ TEST_CASE("uniform floats are in [0, 1) with mean 1/2", "[philox]") {
   CHECK(rand({8}, g1).to_vector<double>() != rand({8}, g1).to_vector<double>());
 }
 
-TEST_CASE("rand and randn of a large tensor (filled on several threads) equal their per-element formula",
+TEST_CASE("rand, randn and normal of a large tensor (filled on several threads) equal their per-element formula",
           "[philox]") {
-  // 2^21 + 3 elements: several chunks, an odd last element (randn's unpaired cosine), and the words of
-  // stream 0 of seed 17 at the chunk edges and elsewhere.
+  // 2^21 + 3 elements: several chunks, an odd last element (randn's unpaired cosine), stream 0 (rand), 1 (randn),
+  // 2 (normal) of seed 17; every element against philox_word, so a chunk that drew the wrong Philox block at its
+  // start, or a pair split between blocks, fails. The f32 tensor is the f64 values rounded once.
   const int64_t n = (int64_t{1} << 21) + 3;
   Generator gen(17);
   const Tensor u = rand({n}, gen, {DType::f64});
   const Tensor z = randn({n}, gen, {DType::f64});
+  const Tensor y = normal({n}, 0.5, 0.02, gen, {DType::f64});
+  Generator again(17);
+  again.next_stream();
+  again.next_stream();
+  const Tensor y32 = normal({n}, 0.5, 0.02, again, {DType::f32});
   const double* pu = u.data<double>();
   const double* pz = z.data<double>();
-  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{1} << 18, (int64_t{1} << 18) + 1, (n + 15) / 16, n / 2 + 1,
-                    n - 3, n - 2, n - 1}) {
-    INFO("element " << i);
-    CHECK(pu[i] == static_cast<double>(uniform_from_word(philox_word(17, 0, static_cast<uint64_t>(i)))));
-    const uint64_t j = static_cast<uint64_t>(i - i % 2);
-    const double u1 = (static_cast<double>(philox_word(17, 1, j) >> 8) + 0.5) / 16777216.0;
-    const double u2 = static_cast<double>(uniform_from_word(philox_word(17, 1, j + 1)));
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    CHECK(pz[i] == (i % 2 == 0 ? r * std::cos(2.0 * M_PI * u2) : r * std::sin(2.0 * M_PI * u2)));
+  const double* py = y.data<double>();
+  const float* py32 = y32.data<float>();
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool u_ok = pu[i] == static_cast<double>(uniform_from_word(philox_word(17, 0, static_cast<uint64_t>(i))));
+    double zz[2];
+    for (uint64_t stream : {uint64_t{1}, uint64_t{2}}) {
+      const uint64_t j = static_cast<uint64_t>(i - i % 2);
+      const double u1 = (static_cast<double>(philox_word(17, stream, j) >> 8) + 0.5) / 16777216.0;
+      const double u2 = static_cast<double>(uniform_from_word(philox_word(17, stream, j + 1)));
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      zz[stream - 1] = i % 2 == 0 ? r * std::cos(2.0 * M_PI * u2) : r * std::sin(2.0 * M_PI * u2);
+    }
+    const double want_y = 0.5 + 0.02 * zz[1];
+    if (!u_ok || pz[i] != zz[0] || py[i] != want_y || py32[i] != static_cast<float>(want_y)) {
+      if (++bad <= 5) FAIL_CHECK("element " << i << ": rand " << pu[i] << ", randn " << pz[i] << " (want " << zz[0]
+                                             << "), normal " << py[i] << " (want " << want_y << ")");
+    }
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("philox_block gives the four words philox_word gives one at a time", "[philox]") {
+  for (uint64_t block : {uint64_t{0}, uint64_t{1}, uint64_t{12345}, uint64_t{1} << 40}) {
+    uint32_t w[4];
+    philox_block(3, 77, block, w);
+    for (uint64_t j = 0; j < 4; ++j) CHECK(w[j] == philox_word(3, 77, 4 * block + j));
   }
 }

@@ -29,5 +29,7 @@ Tensor arange(int64_t n, TensorOptions opts = {});
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions opts = {});   // U[0, 1)
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts = {});  // N(0, 1), Box-Muller
 Tensor uniform(const Shape& shape, double low, double high, Generator& gen, TensorOptions opts = {});
+// mean + std·z with z as randn draws it (the same stream layout), computed in f64 and rounded once to opts.dtype
+Tensor normal(const Shape& shape, double mean, double std, Generator& gen, TensorOptions opts = {});
 
 }  // namespace ht

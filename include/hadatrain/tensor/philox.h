@@ -54,14 +54,19 @@ inline PhiloxCounter philox4x32_10(const PhiloxCounter& ctr, const PhiloxKey& ke
   return out;
 }
 
-// The 32-bit random word for element `index` of stream `stream` under `seed` (Note [Philox stream layout]).
-HT_HD inline uint32_t philox_word(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t block = index >> 2;
+// The four 32-bit words of block `block` of stream `stream` under `seed`: out[j] is element 4·block + j's word
+// (Note [Philox stream layout]). Loops over consecutive elements draw each block once instead of once per word.
+HT_HD inline void philox_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4]) {
   const uint32_t ctr[4] = {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                            static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
   const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  uint32_t out[4];
   philox4x32_10(ctr, key, out);
+}
+
+// The 32-bit random word for element `index` of stream `stream` under `seed` (Note [Philox stream layout]).
+HT_HD inline uint32_t philox_word(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint32_t out[4];
+  philox_block(seed, stream, index >> 2, out);
   return out[index & 3];
 }
 
