@@ -108,9 +108,10 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
 // model.preset / model.llama.* are not read. Without init_from the model is model.preset with the
 // model.llama.* keys applied, vocab_size 0 meaning the tokenizer's, initialised as HF initialises a Llama.
 // model.lora wraps the target layers either way; the adapters start fresh (B = 0: the model computes what
-// the source did).
+// the source did). A resumed run reads the source's architecture only: its checkpoint holds every weight (the
+// frozen base included), so reading the source's weights too would only cost time (16 GB for an 8B base).
 std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
-                                       std::shared_ptr<Generator> dropout_gen) {
+                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
   const ModelSection& m = cfg.model;
   std::optional<LlamaSource> src;
   models::LlamaConfig c = m.llama;
@@ -131,9 +132,12 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
              c.max_position_embeddings);
   }
   auto model = build_llama(c, m.lora, src.has_value(), init_gen, dropout_gen);
-  if (src) {
+  if (src && weights == InitWeights::read) {
     io::load_hf_tensors(*model, source_tensors(*src), src->dir.string());
     spdlog::info("model.init_from: weights of {}", src->dir.string());
+  } else if (src) {
+    spdlog::info("model.init_from: the architecture of {} (the resumed checkpoint holds the weights)",
+                 src->dir.string());
   }
   if (cfg.train.precision == Precision::bf16) model->compute_dtype = DType::bf16;
   if (m.activation_checkpointing) model->block_runner = checkpointed_blocks(dropout_gen.get());

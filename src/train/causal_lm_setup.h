@@ -25,8 +25,9 @@ namespace ht::train {
 void make_text_datasets(const TrainerConfig& cfg, Datasets& ds);
 
 // model.name llama (Note [LM model sources] in causal_lm_setup.cpp).
+// InitWeights::replaced_by_checkpoint: model.init_from's architecture without reading its weights.
 std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
-                                       std::shared_ptr<Generator> dropout_gen);
+                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights = InitWeights::read);
 
 // train.precision bf16 on a Llama: freezes what the freeze rules freeze (freeze_rules: the LoRA base,
 // train.freeze's patterns; make_optimizer applies the same rules again) and holds the frozen matrices in bf16

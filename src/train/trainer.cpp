@@ -113,9 +113,11 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   StepStream step_stream(device, graph_mode);
   Generator init_gen(cfg.run.seed);
   auto dropout_gen = std::make_shared<Generator>(cfg.run.seed ^ 0xD50F'0000'0000'0000ull);
-  auto model = make_model(cfg, ds, init_gen, dropout_gen);
-  // Pretrained weights only for a new run: a resumed one loads its checkpoint's weights instead.
-  // (A llama loads model.init_from itself, when it is built: its architecture comes from there.)
+  // Pretrained weights only for a new run: a resumed one loads its checkpoint's weights instead (Checkpointer::
+  // resume fails when there is none). A llama reads model.init_from itself, when it is built: its architecture
+  // comes from there.
+  auto model = make_model(cfg, ds, init_gen, dropout_gen,
+                          resume.kind == ResumeFrom::Kind::none ? InitWeights::read : InitWeights::replaced_by_checkpoint);
   if (!cfg.model.init_from.empty() && resume.kind == ResumeFrom::Kind::none && cfg.model.name != ModelKind::llama)
     for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines()) spdlog::info("{}", line);
   model->to(cfg.train.dtype);

@@ -170,7 +170,7 @@ Datasets make_datasets(const TrainerConfig& cfg) {
 }
 
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& gen,
-                                       std::shared_ptr<Generator> dropout_gen) {
+                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
   const ModelSection& m = cfg.model;
   switch (m.name) {
     case ModelKind::mlp: {
@@ -204,7 +204,7 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
                                           : models::ResNetFusion::bn_add_relu;
       return std::make_shared<models::ResNet>(rc, gen);
     }
-    case ModelKind::llama: return make_llama(cfg, ds, gen, std::move(dropout_gen));
+    case ModelKind::llama: return make_llama(cfg, ds, gen, std::move(dropout_gen), weights);
     case ModelKind::vit: {
       HT_CHECK(ds.height == ds.width, "model vit: images must be square, got {}x{}", ds.height, ds.width);
       models::VitConfig vc;

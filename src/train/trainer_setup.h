@@ -27,8 +27,12 @@ struct Datasets {
 enum class Split { train, test };
 Datasets make_datasets(const TrainerConfig& cfg);
 data::Normalize make_normalize(const DataSection& d, int64_t channels);
+// What the model's weights start from: model.init_from's (or the initialiser's), or nothing worth reading
+// because a checkpoint's replace them (a resumed run: model.init_from then gives a LLaMA's architecture only).
+enum class InitWeights { read, replaced_by_checkpoint };
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
-                                       std::shared_ptr<Generator> dropout_gen);
+                                       std::shared_ptr<Generator> dropout_gen,
+                                       InitWeights weights = InitWeights::read);
 // `shard`, when given, turns the model's store into the one the optimiser steps (dist.mode fsdp: the store
 // of this rank's master shards).
 using StoreWrap = std::function<std::shared_ptr<nn::ParameterStore>(std::shared_ptr<nn::ParameterStore>)>;

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/io/checkpoint_files.h"
@@ -248,24 +247,21 @@ TEST_CASE("a save that adopts files removes their emptied folder without reporti
           "[checkpoint]") {
   TempDir tmp("ck_adopt");
   const fs::path root = tmp.path;
-  std::ostringstream log;
-  const auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(
-      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
-  const auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::info);
-  fs::create_directories(root / "step_2.shards.tmp");
-  write_raw(root / "step_2.shards.tmp" / "shard-0-of-1.safetensors", "shard bytes");
-  fs::create_directories(root / "step_1.shards.tmp");  // an interrupted save's
-  io::CheckpointData d = make_data(2);
-  d.adopt_files = {root / "step_2.shards.tmp" / "shard-0-of-1.safetensors"};
-  io::save_checkpoint(root, d);
-  spdlog::set_default_logger(previous);
-  spdlog::set_level(level);
+  std::string log;
+  {
+    const test::LogCapture capture(SPDLOG_LEVEL_INFO);
+    fs::create_directories(root / "step_2.shards.tmp");
+    write_raw(root / "step_2.shards.tmp" / "shard-0-of-1.safetensors", "shard bytes");
+    fs::create_directories(root / "step_1.shards.tmp");  // an interrupted save's
+    io::CheckpointData d = make_data(2);
+    d.adopt_files = {root / "step_2.shards.tmp" / "shard-0-of-1.safetensors"};
+    io::save_checkpoint(root, d);
+    log = capture.str();
+  }
   CHECK(read_file(root / "step_2" / "shard-0-of-1.safetensors") == "shard bytes");
   CHECK_FALSE(fs::exists(root / "step_2.shards.tmp"));
   CHECK_FALSE(fs::exists(root / "step_1.shards.tmp"));
-  INFO(log.str());
-  CHECK(log.str().find("step_2.shards.tmp") == std::string::npos);
-  CHECK(log.str().find("step_1.shards.tmp left by an interrupted checkpoint save") != std::string::npos);
+  INFO(log);
+  CHECK(log.find("step_2.shards.tmp") == std::string::npos);
+  CHECK(log.find("step_1.shards.tmp left by an interrupted checkpoint save") != std::string::npos);
 }

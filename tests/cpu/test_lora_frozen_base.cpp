@@ -176,13 +176,27 @@ TEST_CASE("a bf16 LoRA run through the trainer: bf16 base in the checkpoint, exa
   const fs::path base_ck = fs::path(base.run.out_dir) / "checkpoints";
 
   const train::TrainerConfig whole = lora_bf16_run("whole", base_ck);
-  const train::TrainResult r = train::run_training(whole);
+  train::TrainResult r;
+  {
+    const test::LogCapture capture;  // info
+    r = train::run_training(whole);
+    CHECK(capture.str().find("model.init_from: weights of " + (base_ck / "step_3").string()) != std::string::npos);
+  }
   REQUIRE(r.steps == 6);
   const auto expected = test::train_losses(whole.run.out_dir);
   const train::TrainerConfig first = lora_bf16_run("resumed", base_ck, {"train.max_steps=3"});
   train::run_training(first);
   const train::TrainerConfig rest = lora_bf16_run("resumed", base_ck);
-  const train::TrainResult r2 = train::run_training(rest, {.kind = train::ResumeFrom::Kind::latest});
+  train::TrainResult r2;
+  {
+    // A resumed run reads model.init_from's architecture only: its checkpoint holds every weight, the frozen base
+    // included, so the source's weights are not read a second time (16 GB for an 8B base).
+    const test::LogCapture capture;
+    r2 = train::run_training(rest, {.kind = train::ResumeFrom::Kind::latest});
+    INFO(capture.str());
+    CHECK(capture.str().find("model.init_from: the architecture of") != std::string::npos);
+    CHECK(capture.str().find("model.init_from: weights of") == std::string::npos);
+  }
   CHECK(r2.steps == 6);
   const auto got = test::train_losses(rest.run.out_dir);
   REQUIRE(expected.size() == 6);

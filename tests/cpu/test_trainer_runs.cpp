@@ -15,7 +15,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "support/catch.h"
@@ -137,17 +136,15 @@ TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml
 
 TEST_CASE("a new run in a folder that holds a run's metrics or checkpoints warns, naming the folder",
           "[trainer][checkpoint]") {
-  std::ostringstream log;
-  const auto previous = spdlog::default_logger();
-  auto capture = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
-  spdlog::set_default_logger(capture);
-  spdlog::set_level(spdlog::level::warn);
   const fs::path out = temp_dir() / "rerun";
-  run_training(config_in("rerun", {"train.max_steps=2"}));
-  const std::string first = log.str();
-  run_training(config_in("rerun", {"train.max_steps=2"}));
-  const std::string second = log.str().substr(first.size());
-  spdlog::set_default_logger(previous);
+  std::string first, second;
+  {
+    const test::LogCapture capture(SPDLOG_LEVEL_WARN);
+    run_training(config_in("rerun", {"train.max_steps=2"}));
+    first = capture.str();
+    run_training(config_in("rerun", {"train.max_steps=2"}));
+    second = capture.str().substr(first.size());
+  }
   INFO(second);
   CHECK(first.find("already holds a run") == std::string::npos);
   CHECK(second.find(out.string() + " already holds a run (metrics.jsonl and checkpoints)") != std::string::npos);

@@ -9,7 +9,6 @@
 #include <sstream>
 #include <string>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "support/catch.h"
@@ -83,24 +82,21 @@ TEST_CASE("a checkpoint that cannot be written stops the run, naming the last go
 
 TEST_CASE("with checkpoint.on_save_failure=continue a failed save is a warning and training goes on",
           "[fault][checkpoint]") {
-  std::ostringstream log;
-  const auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(
-      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
-  spdlog::set_level(spdlog::level::warn);
   const TrainerConfig cfg = fault_config("disk_full_continue", {"checkpoint.on_save_failure=continue"});
   TrainResult r;
+  std::string log;
   {
+    const test::LogCapture capture(SPDLOG_LEVEL_WARN);
     const DiskFull full("step_4.tmp");
     r = run_training(cfg);
+    log = capture.str();
   }
-  spdlog::set_default_logger(previous);
-  INFO(log.str());
+  INFO(log);
   CHECK(r.steps == 8);
   CHECK(io::list_checkpoints(cfg.checkpoint.dir) == std::vector<int64_t>{2, 6, 8});
   CHECK(r.checkpoint == io::checkpoint_dir(cfg.checkpoint.dir, 8).string());
-  CHECK(log.str().find("the checkpoint of step 4 could not be written") != std::string::npos);
-  CHECK(log.str().find("training goes on") != std::string::npos);
+  CHECK(log.find("the checkpoint of step 4 could not be written") != std::string::npos);
+  CHECK(log.find("training goes on") != std::string::npos);
   CHECK_FALSE(has_temporaries(cfg.checkpoint.dir));
   CHECK_THROWS_WITH(test::fault_config("disk_full_bad", {"checkpoint.on_save_failure=retry"}),
                     HasSubstr("checkpoint.on_save_failure"));

@@ -9,10 +9,23 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <limits>
 #include <vector>
 
 namespace ht::test {
+
+LogCapture::LogCapture(int level) : previous_(spdlog::default_logger()), previous_level_(spdlog::get_level()) {
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_)));
+  spdlog::set_level(static_cast<spdlog::level::level_enum>(level));
+}
+
+LogCapture::~LogCapture() {
+  spdlog::set_default_logger(std::static_pointer_cast<spdlog::logger>(previous_));
+  spdlog::set_level(static_cast<spdlog::level::level_enum>(previous_level_));
+}
 
 TempDir::TempDir(const std::string& tag) {
   std::string pattern = (std::filesystem::temp_directory_path() / ("ht_" + tag + "_XXXXXX")).string();

@@ -2,6 +2,8 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,22 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::filesystem::path path;
+};
+
+// spdlog's default logger replaced, for this object's lifetime, by one that writes into a string at `level` (spdlog's
+// level numbers: 2 info, 3 warn); the previous logger and level come back on destruction. str(): what was logged.
+class LogCapture {
+ public:
+  explicit LogCapture(int level = 2);
+  ~LogCapture();
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string str() const { return log_.str(); }
+
+ private:
+  std::ostringstream log_;
+  std::shared_ptr<void> previous_;  // the spdlog::logger (kept opaque: spdlog stays out of this header)
+  int previous_level_ = 2;
 };
 
 // A small MNIST-layout (IDX) dataset in `dir`: train-images/labels (n_train) and t10k-images/labels (n_test)
