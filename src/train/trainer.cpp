@@ -391,7 +391,8 @@ EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoin
   check_device(cfg.train.device);
   const Datasets ds = make_datasets(cfg);
   Generator init_gen(cfg.run.seed);
-  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0));
+  // The checkpoint's weights replace every parameter (a strict load): model.init_from gives the architecture only.
+  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0), InitWeights::replaced_by_checkpoint);
   model->to(cfg.train.dtype);
   const io::Checkpoint ck = read_checkpoint_for_eval(checkpoint_dir);
   load_model_state(*model, ck);
