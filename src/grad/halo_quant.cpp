@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/grad/halo_paley.h"
 #include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/ops/dispatch.h"
 #include "hadatrain/ops/lowp_matmul.h"
@@ -18,55 +19,6 @@
 
 namespace ht::grad {
 namespace {
-
-bool is_prime(int q) {
-  for (int d = 2; d * d <= q; ++d)
-    if (q % d == 0) return false;
-  return q >= 2;
-}
-
-// The (q+1)×(q+1) core of Paley's constructions: S[0][0] = 0, S[0][j] = 1, S[i][0] = ±1 (−1 for type I), and
-// S[i][j] = χ(j − i) for i, j >= 1, χ the quadratic character mod q.
-std::vector<std::vector<int>> paley_core(int q, int first_column) {
-  std::vector<int> chi(static_cast<std::size_t>(q), -1);
-  chi[0] = 0;
-  for (int a = 1; a < q; ++a) chi[static_cast<std::size_t>((a * a) % q)] = 1;
-  std::vector<std::vector<int>> s(static_cast<std::size_t>(q + 1), std::vector<int>(static_cast<std::size_t>(q + 1)));
-  for (int j = 1; j <= q; ++j) {
-    s[0][static_cast<std::size_t>(j)] = 1;
-    s[static_cast<std::size_t>(j)][0] = first_column;
-  }
-  for (int i = 1; i <= q; ++i)
-    for (int j = 1; j <= q; ++j) s[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = chi[static_cast<std::size_t>(((j - i) % q + q) % q)];
-  return s;
-}
-
-std::vector<std::vector<int>> paley_matrix(int k) {
-  std::vector<std::vector<int>> h;
-  if (is_prime(k - 1) && (k - 1) % 4 == 3) {  // type I: H = I + S, S skew
-    h = paley_core(k - 1, -1);
-    for (int i = 0; i < k; ++i) h[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)] = 1;
-  } else {
-    const int q = k / 2 - 1;  // type II: S symmetric, entries replaced by 2×2 blocks
-    HT_ASSERT(k % 2 == 0 && is_prime(q) && q % 4 == 1, "halo: no Paley construction for order {}", k);
-    const auto s = paley_core(q, 1);
-    h.assign(static_cast<std::size_t>(k), std::vector<int>(static_cast<std::size_t>(k)));
-    for (int i = 0; i <= q; ++i)
-      for (int j = 0; j <= q; ++j) {
-        const int e = s[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
-        const int b[2][2] = {{e == 0 ? 1 : e, e == 0 ? -1 : e}, {e == 0 ? -1 : e, e == 0 ? -1 : -e}};
-        for (int a = 0; a < 2; ++a)
-          for (int c = 0; c < 2; ++c) h[static_cast<std::size_t>(2 * i + a)][static_cast<std::size_t>(2 * j + c)] = b[a][c];
-      }
-  }
-  for (int i = 0; i < k; ++i)  // H·Hᵀ = k·I
-    for (int j = 0; j < k; ++j) {
-      int dot = 0;
-      for (int c = 0; c < k; ++c) dot += h[static_cast<std::size_t>(i)][static_cast<std::size_t>(c)] * h[static_cast<std::size_t>(j)][static_cast<std::size_t>(c)];
-      HT_ASSERT(dot == (i == j ? k : 0), "halo: the Paley matrix of order {} is not a Hadamard matrix", k);
-    }
-  return h;
-}
 
 // One row of n values rotated in place (Note [HALO rotations]); tmp holds K floats.
 void rotate_row(float* v, const HaloRotation& rot, const std::vector<uint64_t>& signs, HaloDirection dir, float* tmp) {
@@ -120,24 +72,28 @@ HaloRotation halo_rotation_size(int64_t n) {
 }
 
 std::vector<uint64_t> halo_hadamard_signs(int k) {
-  if (k == 1) return {0};
-  bool known = false;
-  for (int o : kHaloPaleyOrders) known = known || o == k;
-  HT_CHECK(known, "halo: no Hadamard matrix of order {} (supported: 1, 12, 20, 28, 36, 44, 60)", k);
-  static const auto table = [] {
-    std::vector<std::vector<uint64_t>> t(kHaloMaxK + 1);
-    for (int o : kHaloPaleyOrders) {
-      const auto h = paley_matrix(o);
-      for (int i = 0; i < o; ++i) {
-        uint64_t bits = 0;
-        for (int j = 0; j < o; ++j)
-          if (h[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] < 0) bits |= uint64_t{1} << j;
-        t[static_cast<std::size_t>(o)].push_back(bits);
-      }
-    }
-    return t;
-  }();
-  return table[static_cast<std::size_t>(k)];
+  // The compile-time tables of grad/halo_paley.h (the CUDA kernels' K×K stage uses the same), each checked once to
+  // be a Hadamard matrix.
+  const auto table = [](auto rows, int order) {
+    static_assert(std::tuple_size_v<decltype(rows)> <= paley::kMax);
+    paley::Matrix h{};
+    for (int i = 0; i < order; ++i)
+      for (int j = 0; j < order; ++j) h[i][j] = (rows[i] >> j) & 1U ? -1 : 1;
+    HT_ASSERT(paley::is_hadamard(h, order), "halo: the Paley matrix of order {} is not a Hadamard matrix", order);
+    return std::vector<uint64_t>(rows.begin(), rows.end());
+  };
+  switch (k) {
+    case 1: return {0};
+    case 12: { static const auto t = table(halo_paley_signs<12>(), 12); return t; }
+    case 20: { static const auto t = table(halo_paley_signs<20>(), 20); return t; }
+    case 28: { static const auto t = table(halo_paley_signs<28>(), 28); return t; }
+    case 36: { static const auto t = table(halo_paley_signs<36>(), 36); return t; }
+    case 44: { static const auto t = table(halo_paley_signs<44>(), 44); return t; }
+    case 60: { static const auto t = table(halo_paley_signs<60>(), 60); return t; }
+    default: break;
+  }
+  HT_CHECK(false, "halo: no Hadamard matrix of order {} (supported: 1, 12, 20, 28, 36, 44, 60)", k);
+  return {};
 }
 
 Tensor halo_rotate(const Tensor& x, const HaloRotate& spec) {

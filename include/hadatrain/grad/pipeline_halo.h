@@ -77,7 +77,8 @@ struct HaloRotation {
 };
 // The smallest rotation size >= n (Note [HALO rotations]). Throws when it exceeds kHaloMaxRotation.
 HaloRotation halo_rotation_size(int64_t n);
-// H_K as K rows of K sign bits (bit j of row i set: H_K[i][j] = −1), K = 1 or one of kHaloPaleyOrders.
+// H_K as K rows of K sign bits (bit j of row i set: H_K[i][j] = −1), K = 1 or one of kHaloPaleyOrders: the
+// compile-time tables of grad/halo_paley.h, checked once to be Hadamard matrices.
 std::vector<uint64_t> halo_hadamard_signs(int k);
 
 enum class HaloDirection { forward, inverse };  // v·H̃ or v·H̃ᵀ
