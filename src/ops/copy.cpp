@@ -63,7 +63,7 @@ void cpu_copy(const Tensor& dst, const Tensor& src) {
         const S* in = cpu::ptr<S>(src);
         if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
           // Element i depends on i alone, so large copies (a model's weights cast or moved between dtypes) split
-          // over host threads; 2^22 elements a thread at least, so batch-sized copies stay on one.
+          // over host threads, at least 2^22 elements each: copies below 2^23 elements stay on the caller's thread.
           host::for_chunks(dst.numel(), 1, [=](int64_t begin, int64_t end) {
             if constexpr (std::is_same_v<D, S>) {
               std::memcpy(out + begin, in + begin, static_cast<std::size_t>(end - begin) * sizeof(D));
