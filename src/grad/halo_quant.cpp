@@ -72,8 +72,8 @@ HaloRotation halo_rotation_size(int64_t n) {
 }
 
 std::vector<uint64_t> halo_hadamard_signs(int k) {
-  // The compile-time tables of grad/halo_paley.h (the CUDA kernels' K×K stage uses the same), each checked once to
-  // be a Hadamard matrix.
+  // The compile-time tables of grad/halo_paley.h (the CUDA launchers pass the same to their kernels), each
+  // checked once to be a Hadamard matrix.
   const auto table = [](auto rows, int order) {
     static_assert(std::tuple_size_v<decltype(rows)> <= paley::kMax);
     paley::Matrix h{};

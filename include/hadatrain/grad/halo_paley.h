@@ -1,7 +1,7 @@
 // The K×K Hadamard matrices of HALO's rotations (Note [HALO rotations], grad/pipeline_halo.h), computed at compile
 // time: halo_paley_signs<K>()[i] holds row i of H_K as sign bits (bit j set: H_K[i][j] = −1), for K = 1 and the
-// Paley orders 12, 20, 28, 36, 44, 60. The one definition serves the CPU reference (halo_hadamard_signs) and the
-// CUDA row kernels, whose K×K stage then adds or subtracts by constants instead of testing a runtime sign table.
+// Paley orders 12, 20, 28, 36, 44, 60: the one definition behind halo_hadamard_signs, which the CPU reference
+// uses and the CUDA launchers hand to their kernels (HaloSigns).
 #pragma once
 #include <array>
 #include <cstdint>

@@ -249,7 +249,7 @@ unsigned plain_grid(const HaloRowsArgs& a) {
 
 void launch_halo_rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols,
                         float mult, cudaStream_t stream) {
-  if (halo_fast::applies(a)) return halo_fast::rotate(a, out, out_dtype, cols, mult, stream);
+  if (halo_fast::applies(a)) return halo_fast::rotate(a, signs, out, out_dtype, cols, mult, stream);
   with_k(a.k, [&](auto k) {
     launch_rows<rotate_kernel<decltype(k)::value>>(a, stream, signs, out, out_dtype, static_cast<int>(cols), mult);
   });
@@ -267,7 +267,7 @@ void launch_halo_absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* ab
     HT_CHECK_LAUNCH("halo_absmax_plain");
     return;
   }
-  if (halo_fast::applies(a)) return halo_fast::absmax(a, absmax, stream);
+  if (halo_fast::applies(a)) return halo_fast::absmax(a, signs, absmax, stream);
   with_k(a.k, [&](auto k) { launch_rows<absmax_rotated_kernel<decltype(k)::value>>(a, stream, signs, absmax); });
   HT_CHECK_LAUNCH("halo_absmax_rotated");
 }
@@ -286,7 +286,7 @@ void launch_halo_quantize_given(const HaloRowsArgs& a, const HaloSigns& signs, v
     HT_CHECK_LAUNCH("halo_quantize_plain");
     return;
   }
-  if (halo_fast::applies(a) && aligned(out, 4)) return halo_fast::quantize(a, out, int8, absmax, scale, stream);
+  if (halo_fast::applies(a) && aligned(out, 4)) return halo_fast::quantize(a, signs, out, int8, absmax, scale, stream);
   with_k(a.k, [&](auto k) {
     launch_rows<quantize_rotated_kernel<decltype(k)::value>>(a, stream, signs, out, int8, absmax, scale);
   });
@@ -306,8 +306,8 @@ void launch_halo_quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, vo
   if (!int8 && code_dtype != DType::f8e4m3) HT_UNSUPPORTED_DTYPE("halo_quantize_pair", code_dtype);
   if (a.n > 0 && halo_fast::applies(a) && aligned(codes, 4)) {
     HT_CUDA_CHECK(cudaMemsetAsync(absmax, 0, 2 * sizeof(float), stream));
-    halo_fast::absmax_pair(a, absmax, absmax + 1, stream);
-    halo_fast::quantize_pair(a, static_cast<uint8_t*>(codes), static_cast<uint8_t*>(codes_plain), int8, absmax,
+    halo_fast::absmax_pair(a, signs, absmax, absmax + 1, stream);
+    halo_fast::quantize_pair(a, signs, static_cast<uint8_t*>(codes), static_cast<uint8_t*>(codes_plain), int8, absmax,
                              absmax + 1, scale, scale_plain, stream);
     return;
   }

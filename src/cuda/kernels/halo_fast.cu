@@ -12,8 +12,7 @@
 //  B. The stages h = 512 ... P/2, up to four per pass: a thread loads the 2^s values base + h0·t (t < 2^s) of a
 //     group closed under those stages, runs them in registers and stores them back; one barrier per pass
 //     (n = 4096: one pass; 32768: two).
-//  C. K > 1: the K×K stage, one column p < P per thread with its K values in registers, each term an add or a
-//     subtract by a compile-time sign (grad/halo_paley.h); one barrier.
+//  C. K > 1: the K×K stage, one column p < P per thread with its K values in registers; one barrier.
 //  D. The row leaves shared memory four consecutive values per thread: their max |v|, their four codes (one
 //     4-byte store: a warp writes 128 contiguous bytes) or their scaled f32 / bf16 values; one barrier. The
 //     absmax pass of a power-of-two rotation (K = 1) takes max |v| in registers at the last butterfly stage
@@ -41,10 +40,7 @@
 // during phases B to D; phase A then reads the staged row (the same values: only where they come from changes).
 // The first row is staged before the loop; the wait for a row's copies precedes the barrier that ends the
 // previous row.
-#include <array>
 #include <type_traits>
-
-#include "hadatrain/grad/halo_paley.h"
 
 #include "cuda/kernels/halo_common.cuh"
 #include "cuda/kernels/halo_fast.cuh"
@@ -145,24 +141,6 @@ __device__ __forceinline__ void stage_row(void* stage, const HaloRowsArgs& a, in
     copy16_async(static_cast<char*>(stage) + 16 * u, src + 16 * int64_t{u});
 }
 
-// Phase C for one column p: buf's K values of the column (u) times H_K (Inverse: H_Kᵀ), each output the sum over k
-// in increasing k, as the CPU reference adds them. The signs are compile-time constants (grad/halo_paley.h), so
-// with both loops unrolled each term is one add or subtract, not a test of a runtime sign table.
-template <int K, bool Inverse>
-__device__ __forceinline__ void k_stage(const float (&u)[K], float* buf, int p, int P) {
-  constexpr std::array<uint64_t, K> rows = grad::halo_paley_signs<K>();
-#pragma unroll
-  for (int i = 0; i < K; ++i) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const bool neg = Inverse ? (rows[i] >> k) & 1U : (rows[k] >> i) & 1U;
-      acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
-    }
-    buf[sw(i * P + p)] = acc;
-  }
-}
-
 // Phases A to C of Note [HALO fast rows] for row `row`: buf holds the rotated row (swizzled) and the block is
 // synchronised when it returns. side(v, row, start, C) sees each lane's 16 loaded values before the butterflies.
 // stage: the row staged in shared memory (Note [HALO row prefetch]; vec is then true), or null: read x.
@@ -170,7 +148,7 @@ __device__ __forceinline__ void k_stage(const float (&u)[K], float* buf, int p, 
 // RegMax (the absmax pass of a power-of-two rotation, K = 1): the last butterfly pass raises mx with its values
 // from registers instead of storing them, so buf does not hold the row afterwards and phase D has nothing to read.
 template <DType DT, int K, bool RegMax, class Side, class AfterA>
-__device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, int64_t row,
+__device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, const HaloSigns& s, int64_t row,
                                            bool vec, const Side& side, const void* stage, const AfterA& after_a,
                                            float& mx) {
   static_assert(!RegMax || K == 1, "the K×K stage reads the butterflies' results from shared memory");
@@ -258,15 +236,23 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
       float u[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) u[k] = buf[sw(k * P + p)];
-      if (a.inverse) k_stage<K, true>(u, buf, p, P);
-      else k_stage<K, false>(u, buf, p, P);
+#pragma unroll 1
+      for (int i = 0; i < K; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const bool neg = a.inverse ? (s.row[i] >> k) & 1U : (s.row[k] >> i) & 1U;
+          acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
+        }
+        buf[sw(i * P + p)] = acc;
+      }
     }
     __syncthreads();
   }
 }
 
 template <DType DT, int K, Mode M, bool Pair>
-__global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, Out o) {
+__global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSigns s, Out o) {
   extern __shared__ float4 smem[];
   const int n4 = static_cast<int>(a.n) / 4;
   const bool vec = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
@@ -297,8 +283,8 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, Out o) {
       if (stage != nullptr && next < a.R) stage_row<DT>(stage, a, next);
     };
     constexpr bool kRegMax = M == Mode::absmax && K == 1;
-    if constexpr (Pair) rotate_row<DT, K, kRegMax>(smem, a, row, vec, plain, stage, after_a, mx);
-    else rotate_row<DT, K, kRegMax>(smem, a, row, vec, NoSide{}, stage, after_a, mx);
+    if constexpr (Pair) rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, plain, stage, after_a, mx);
+    else rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, NoSide{}, stage, after_a, mx);
     // D
     if constexpr (M == Mode::absmax) {
       if constexpr (!kRegMax) {
@@ -354,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, Out o) {
 }
 
 template <DType DT, int K, Mode M, bool Pair>
-void launch(const HaloRowsArgs& a, Out o, cudaStream_t stream) {
+void launch(const HaloRowsArgs& a, const HaloSigns& s, Out o, cudaStream_t stream) {
   constexpr auto kernel = &rows_kernel<DT, K, M, Pair>;
   const size_t rotated = static_cast<size_t>(a.n) * sizeof(float);
   const size_t row_bytes = static_cast<size_t>(a.C) * Vec16<DT>::kBytes;
@@ -363,17 +349,17 @@ void launch(const HaloRowsArgs& a, Out o, cudaStream_t stream) {
              rotated + row_bytes <= kMaxStagedSmem;
   const size_t smem = rotated + (o.staged ? row_bytes : 0);
   opt_in_shared<kernel>(smem, kMaxSmem);
-  kernel<<<row_grid(a.R), a.n <= kSmallRow ? kSmallThreads : kThreads, smem, stream>>>(a, o);
+  kernel<<<row_grid(a.R), a.n <= kSmallRow ? kSmallThreads : kThreads, smem, stream>>>(a, s, o);
 }
 
 template <Mode M, bool Pair = false>
-void dispatch(const HaloRowsArgs& a, const Out& o, cudaStream_t stream) {
+void dispatch(const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
   with_k(a.k, [&](auto k) {
     constexpr int K = decltype(k)::value;
     switch (a.in_dtype) {
-      case DType::f32: return launch<DType::f32, K, M, Pair>(a, o, stream);
-      case DType::bf16: return launch<DType::bf16, K, M, Pair>(a, o, stream);
-      case DType::f16: return launch<DType::f16, K, M, Pair>(a, o, stream);
+      case DType::f32: return launch<DType::f32, K, M, Pair>(a, s, o, stream);
+      case DType::bf16: return launch<DType::bf16, K, M, Pair>(a, s, o, stream);
+      case DType::f16: return launch<DType::f16, K, M, Pair>(a, s, o, stream);
       default: HT_UNSUPPORTED_DTYPE("halo fast rows", a.in_dtype);
     }
   });
@@ -388,7 +374,7 @@ bool applies(const HaloRowsArgs& a) {
   return a.in_dtype == DType::f32 || a.in_dtype == DType::bf16 || a.in_dtype == DType::f16;
 }
 
-void rotate(const HaloRowsArgs& a, void* out, DType out_dtype, int64_t cols, float mult,
+void rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols, float mult,
             cudaStream_t stream) {
   if (out_dtype != DType::f32 && out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("halo_rotate", out_dtype);
   Out o;
@@ -396,38 +382,38 @@ void rotate(const HaloRowsArgs& a, void* out, DType out_dtype, int64_t cols, flo
   o.out_dtype = out_dtype;
   o.cols = static_cast<int>(cols);
   o.mult = mult;
-  dispatch<Mode::rotate>(a, o, stream);
+  dispatch<Mode::rotate>(a, signs, o, stream);
   HT_CHECK_LAUNCH("halo_rotate_fast");
 }
 
-void absmax(const HaloRowsArgs& a, float* absmax, cudaStream_t stream) {
+void absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaStream_t stream) {
   Out o;
   o.absmax = absmax;
-  dispatch<Mode::absmax>(a, o, stream);
+  dispatch<Mode::absmax>(a, signs, o, stream);
   HT_CHECK_LAUNCH("halo_absmax_fast");
 }
 
-void quantize(const HaloRowsArgs& a, uint8_t* codes, bool int8, const float* absmax,
+void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, bool int8, const float* absmax,
               float* scale, cudaStream_t stream) {
   Out o;
   o.codes = codes;
   o.int8 = int8;
   o.m = absmax;
   o.scale = scale;
-  dispatch<Mode::quantize>(a, o, stream);
+  dispatch<Mode::quantize>(a, signs, o, stream);
   HT_CHECK_LAUNCH("halo_quantize_fast");
 }
 
-void absmax_pair(const HaloRowsArgs& a, float* absmax, float* absmax_plain,
+void absmax_pair(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, float* absmax_plain,
                  cudaStream_t stream) {
   Out o;
   o.absmax = absmax;
   o.absmax_plain = absmax_plain;
-  dispatch<Mode::absmax, true>(a, o, stream);
+  dispatch<Mode::absmax, true>(a, signs, o, stream);
   HT_CHECK_LAUNCH("halo_absmax_pair_fast");
 }
 
-void quantize_pair(const HaloRowsArgs& a, uint8_t* codes, uint8_t* codes_plain, bool int8,
+void quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, uint8_t* codes_plain, bool int8,
                    const float* absmax, const float* absmax_plain, float* scale, float* scale_plain,
                    cudaStream_t stream) {
   Out o;
@@ -438,7 +424,7 @@ void quantize_pair(const HaloRowsArgs& a, uint8_t* codes, uint8_t* codes_plain, 
   o.codes_plain = codes_plain;
   o.m_plain = absmax_plain;
   o.scale_plain = scale_plain;
-  dispatch<Mode::quantize, true>(a, o, stream);
+  dispatch<Mode::quantize, true>(a, signs, o, stream);
   HT_CHECK_LAUNCH("halo_quantize_pair_fast");
 }
 
