@@ -2,8 +2,10 @@
 // rotations]), the per-tensor absmax 8-bit quantiser (Note [HALO quantiser]) and the scaled 8-bit product. CPU
 // reference loops here; CUDA through cuda/glue/halo_glue.h (rotation and quantisation fused per row, scale on the
 // device), the same codes and scales bit for bit.
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "hadatrain/core/error.h"
@@ -71,29 +73,36 @@ HaloRotation halo_rotation_size(int64_t n) {
   return best;
 }
 
+namespace {
+
+// Row i of H_K as sign bits, checked once to be a Hadamard matrix.
+template <std::size_t K>
+std::vector<uint64_t> checked_rows(const std::array<uint64_t, K>& rows) {
+  paley::Matrix h{};
+  for (std::size_t i = 0; i < K; ++i)
+    for (std::size_t j = 0; j < K; ++j) h[i][j] = (rows[i] >> j) & 1U ? -1 : 1;
+  HT_ASSERT(paley::is_hadamard(h, static_cast<int>(K)), "halo: the Paley matrix of order {} is not a Hadamard matrix", K);
+  return std::vector<uint64_t>(rows.begin(), rows.end());
+}
+
+// The tables of every order in kHaloPaleyOrders, indexed by the order (empty elsewhere).
+template <std::size_t... I>
+std::vector<std::vector<uint64_t>> paley_tables(std::index_sequence<I...>) {
+  std::vector<std::vector<uint64_t>> t(kHaloMaxK + 1);
+  ((t[kHaloPaleyOrders[I]] = checked_rows(halo_paley_signs<kHaloPaleyOrders[I]>())), ...);
+  return t;
+}
+
+}  // namespace
+
 std::vector<uint64_t> halo_hadamard_signs(int k) {
-  // The compile-time tables of grad/halo_paley.h (the CUDA launchers pass the same to their kernels), each
-  // checked once to be a Hadamard matrix.
-  const auto table = [](auto rows, int order) {
-    static_assert(std::tuple_size_v<decltype(rows)> <= paley::kMax);
-    paley::Matrix h{};
-    for (int i = 0; i < order; ++i)
-      for (int j = 0; j < order; ++j) h[i][j] = (rows[i] >> j) & 1U ? -1 : 1;
-    HT_ASSERT(paley::is_hadamard(h, order), "halo: the Paley matrix of order {} is not a Hadamard matrix", order);
-    return std::vector<uint64_t>(rows.begin(), rows.end());
-  };
-  switch (k) {
-    case 1: return {0};
-    case 12: { static const auto t = table(halo_paley_signs<12>(), 12); return t; }
-    case 20: { static const auto t = table(halo_paley_signs<20>(), 20); return t; }
-    case 28: { static const auto t = table(halo_paley_signs<28>(), 28); return t; }
-    case 36: { static const auto t = table(halo_paley_signs<36>(), 36); return t; }
-    case 44: { static const auto t = table(halo_paley_signs<44>(), 44); return t; }
-    case 60: { static const auto t = table(halo_paley_signs<60>(), 60); return t; }
-    default: break;
-  }
-  HT_CHECK(false, "halo: no Hadamard matrix of order {} (supported: 1, 12, 20, 28, 36, 44, 60)", k);
-  return {};
+  // The compile-time tables of grad/halo_paley.h (the CUDA launchers pass the same to their kernels).
+  static const std::vector<std::vector<uint64_t>> tables =
+      paley_tables(std::make_index_sequence<kHaloPaleyOrders.size()>());
+  if (k == 1) return {0};
+  HT_CHECK(k > 1 && k <= kHaloMaxK && !tables[static_cast<std::size_t>(k)].empty(),
+           "halo: no Hadamard matrix of order {} (supported: 1, 12, 20, 28, 36, 44, 60)", k);
+  return tables[static_cast<std::size_t>(k)];
 }
 
 Tensor halo_rotate(const Tensor& x, const HaloRotate& spec) {

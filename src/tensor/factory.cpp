@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 #include "core/host_chunks.h"
@@ -89,7 +88,7 @@ Tensor uniform(const Shape& shape, double low, double high, Generator& gen, Tens
   for_chunks(n, 4, [=](int64_t begin, int64_t end) {  // chunks start at Philox blocks: one block per 4 elements
     uint32_t w[4];
     for (int64_t i = begin; i < end; ++i) {
-      if ((i & 3) == 0 || i == begin) philox_block(seed, stream, static_cast<uint64_t>(i) >> 2, w);
+      if ((i & 3) == 0) philox_block(seed, stream, static_cast<uint64_t>(i) >> 2, w);
       v[i] = low + (high - low) * static_cast<double>(uniform_from_word(w[i & 3]));
     }
   });
@@ -109,7 +108,7 @@ Tensor normal(const Shape& shape, double mean, double std, Generator& gen, Tenso
   for_chunks(n, 4, [=](int64_t begin, int64_t end) {  // chunks start at Philox blocks: pairs stay whole
     uint32_t w[4];
     for (int64_t j = begin; j < end; j += 2) {
-      if ((j & 3) == 0 || j == begin) philox_block(seed, stream, static_cast<uint64_t>(j) >> 2, w);
+      if ((j & 3) == 0) philox_block(seed, stream, static_cast<uint64_t>(j) >> 2, w);
       const uint32_t w1 = w[j & 3], w2 = w[(j & 3) + 1];
       const double u1 = (static_cast<double>(w1 >> 8) + 0.5) / 16777216.0;
       const double u2 = static_cast<double>(uniform_from_word(w2));
