@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "support/catch.h"
+#include "support/testing.h"
 
 #include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/grad/registry.h"
@@ -110,6 +111,12 @@ TEST_CASE("halo: every Paley order is a Hadamard matrix and rotation sizes are t
         INFO("order " << k << " rows " << i << ", " << j);
         CHECK(dot == (i == j ? k : 0));
       }
+  }
+  CHECK(halo_hadamard_signs(1) == std::vector<uint64_t>{0});
+  for (int k : {0, 13, 24, 61}) {
+    INFO("order " << k);
+    CHECK(test::error_of([&] { halo_hadamard_signs(k); }).find("no Hadamard matrix of order " + std::to_string(k)) !=
+          std::string::npos);
   }
   CHECK(halo_rotation_size(4096).n == 4096);
   CHECK(halo_rotation_size(4096).k == 1);
