@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 
 namespace ht {
 namespace {
@@ -90,8 +92,7 @@ std::optional<std::pair<std::size_t, std::size_t>> first_indentation_tab(const s
 }
 
 // YAML allows no C0 control character but tab, line feed and carriage return, and no DEL (YAML 1.2, 5.1);
-// yaml-cpp 0.7 does not reject them and can loop forever on one (",a:\x0b" never returns), so they are found
-// before parsing. The first one's byte and 1-based line and column, if any.
+// yaml-cpp 0.7 does not reject them, so they are found before parsing. The first one's byte and 1-based line and column, if any.
 struct ControlCharacter {
   unsigned char byte;
   std::size_t line, column;
@@ -140,129 +141,58 @@ std::optional<std::pair<std::size_t, std::size_t>> first_too_deep_bracket(const 
   return std::nullopt;
 }
 
-// yaml-cpp 0.7 also loops forever on a ',' after a flow collection at the root of a document or of a --set
-// value ("{a: 1}, ", "[1], 2", "{a: \"x}, b"). A document or value whose first character (after blank and
-// comment lines) is '[' or '{' is one collection: after its closing bracket only spaces and comments may follow.
-// Brackets are counted without regard to quotes (a quoted bracket in such a collection is refused too; configs
-// have none). The 1-based line and column of the first character after the collection, if any.
-std::optional<std::pair<std::size_t, std::size_t>> first_text_after_root_flow(const std::string& text) {
-  std::size_t line = 1, col = 1;
-  bool comment = false, started = false, closed = false;
-  int depth = 0;
-  char prev = '\n';
-  for (const char c : text) {
-    if (c == '\n') {
-      comment = false;
-    } else if (!comment && c == '#' && (prev == ' ' || prev == '\t' || prev == '\n') && (!started || closed)) {
-      comment = true;
-    } else if (!comment && c != ' ' && c != '\t' && c != '\r') {
-      if (!started) {
-        started = true;
-        if (c != '[' && c != '{') return std::nullopt;
-      }
-      if (closed) return std::make_pair(line, col);
-      if (c == '[' || c == '{') ++depth;
-      else if ((c == ']' || c == '}') && --depth == 0) closed = true;
+// yaml-cpp 0.7's LoadAll never returns when a document ends at a token that cannot start a node (a ',' outside
+// [ ] / { }: ",a", "&x,", "{a: 1}, b", "\"\","): the parser emits a null node without consuming the token, and
+// every following document starts at that same token (fixed upstream after 0.7: yaml-cpp pull request 1319).
+// So a text is first parsed into events by a handler that stops as soon as a document starts where the one
+// before it did; only a text that passes is built into nodes, and that second parse takes the same steps, so it
+// returns too. This one check covers every such input, where matching them one pattern at a time did not.
+struct StuckToken {
+  YAML::Mark mark;
+};
+class ProgressCheck final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (started_ && mark.pos == last_start_) throw StuckToken{mark};
+    started_ = true;
+    last_start_ = mark.pos;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  bool started_ = false;
+  int last_start_ = 0;
+};
+
+// The token yaml-cpp 0.7 would stop at forever, if any (its mark: 0-based line and column); a parse error
+// propagates as yaml-cpp's exception.
+std::optional<YAML::Mark> first_stuck_token(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  ProgressCheck check;
+  try {
+    while (parser.HandleNextDocument(check)) {
     }
-    prev = c;
-    if (c == '\n') ++line, col = 1;
-    else ++col;
+  } catch (const StuckToken& s) {
+    return s.mark;
   }
   return std::nullopt;
 }
 
-// And on a ',' right after a quoted scalar outside [ ] / { } ("\"\",", "\"\"\"x\",", "\"a\"\n\"b\","). In block
-// context such a ',' is never valid YAML, so it is refused wherever it stands. Quoted scalars are recognised as
-// yaml-cpp does: a quote opens one where a scalar can start (opens_quote) or right after another quoted scalar.
-// The 1-based line and column of the ',', if any.
-std::optional<std::pair<std::size_t, std::size_t>> first_comma_after_quote(const std::string& text) {
-  constexpr char kClosedQuote = 1;  // `last` after a quoted scalar
-  int depth = 0;
-  char quote = 0, last = '\n', prev = '\n';
-  bool comment = false, just_closed = false;
-  std::size_t line = 1, col = 1;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (quote) {
-      if (quote == '"' && c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
-        ++i, col += 2;
-        prev = text[i];
-        continue;
-      }
-      if (c == quote && quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
-        ++i, col += 2;
-        prev = '\'';
-        continue;
-      }
-      if (c == quote) quote = 0, just_closed = true, last = kClosedQuote;
-    } else if (comment) {
-      if (c == '\n') comment = false;
-    } else if (c == '\n') {
-      just_closed = false;
-      last = '\n';
-    } else if (c == '#' && (prev == ' ' || prev == '\t' || prev == '\n')) {
-      comment = true;
-    } else if (c != ' ' && c != '\t' && c != '\r') {
-      if (c == ',' && depth == 0 && just_closed) return std::make_pair(line, col);
-      just_closed = false;
-      if ((c == '"' || c == '\'') && (opens_quote(last) || last == kClosedQuote)) {
-        quote = c;
-      } else {
-        if (c == '[' || c == '{') ++depth;
-        else if ((c == ']' || c == '}') && depth > 0) --depth;
-        last = c;
-      }
-    }
-    prev = c;
-    if (c == '\n') ++line, col = 1;
-    else ++col;
-  }
-  return std::nullopt;
-}
-
-// yaml-cpp 0.7 also loops forever on a ',' that starts a node in block context (",a" or "- a\n,b"). Outside
-// [ ] and { } and block scalars (| and >) no line can start with ','; the first such line is named before
-// parsing. Returns its 1-based line and column.
-std::optional<std::pair<std::size_t, std::size_t>> first_block_comma(const std::string& text) {
-  int depth = 0;                    // [ { nesting carried across lines
-  std::ptrdiff_t scalar_indent = -1;  // inside a block scalar: the indentation of the line that opened it
-  std::size_t line_no = 0;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const std::size_t end = std::min(text.find('\n', pos), text.size());
-    const std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    const std::size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos) continue;
-    const auto indent = static_cast<std::ptrdiff_t>(first);
-    if (scalar_indent >= 0 && indent > scalar_indent) continue;  // block scalar content
-    scalar_indent = -1;
-    if (depth == 0 && line[first] == ',') return std::make_pair(line_no, first + 1);
-    char quote = 0;
-    std::size_t last = first;  // the last character before a comment
-    for (std::size_t i = first; i < line.size(); ++i) {
-      const char c = line[i];
-      if (quote) {
-        if (c == quote) quote = 0;
-      } else if (c == '"' || c == '\'') {
-        quote = c;
-      } else if (c == '#' && (i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t')) {
-        break;
-      } else if (c == '[' || c == '{') {
-        ++depth;
-      } else if ((c == ']' || c == '}') && depth > 0) {
-        --depth;
-      }
-      if (c != ' ' && c != '\t' && c != '\r') last = i;
-    }
-    std::size_t k = last;
-    while (k > first && (line[k] == '-' || line[k] == '+' || std::isdigit(static_cast<unsigned char>(line[k])))) --k;
-    if (depth == 0 && (line[k] == '|' || line[k] == '>') && (k == first || line[k - 1] == ' '))
-      scalar_indent = indent;
-    if (end == text.size()) break;
-  }
-  return std::nullopt;
+// What to say of the stuck token at `mark` of `text`.
+std::string stuck_token_message(const std::string& text, const YAML::Mark& mark) {
+  const char c = mark.pos >= 0 && static_cast<std::size_t>(mark.pos) < text.size() ? text[mark.pos] : ' ';
+  if (c == ',')
+    return "unexpected ','; outside [ ] and { } a ',' separates nothing (a line cannot start with one, and none "
+           "may follow a quoted value or a closing bracket at the top level); quote a value that holds a comma";
+  return fmt::format("unexpected '{}' where a value should start", std::string(1, c));
 }
 
 // yaml-cpp's message, with what it usually means in a config file.
@@ -499,13 +429,6 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   if (const auto bad = first_control_character(value))
     throw config_error(fmt::format("{}: the value holds the control character \\x{:02x}, which YAML does not allow",
                                    source, bad->byte));
-  if (const auto comma = first_comma_after_quote(value))
-    throw config_error(fmt::format("{}: the value has a ',' right after a quoted scalar outside [ ] or {{ }} (column {})",
-                                   source, comma->second));
-  if (const auto after = first_text_after_root_flow(value))
-    throw config_error(fmt::format("{}: the value continues after its closing bracket (column {}); a value is one "
-                                   "[ ] or {{ }} collection, or a scalar",
-                                   source, after->second));
   if (const auto deep = first_too_deep_bracket(value))
     throw config_error(fmt::format("{}: the value nests [ ] / {{ }} deeper than {} levels (column {}), which is not "
                                    "supported",
@@ -515,6 +438,9 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
     v = YAML::Node(std::string());
   } else {
     try {
+      if (const auto stuck = first_stuck_token(value))
+        throw config_error(fmt::format("{}: the value is not valid YAML at column {}: {}", source, stuck->column + 1,
+                                       stuck_token_message(value, *stuck)));
       v = YAML::Load(value);
     } catch (const YAML::Exception& e) {
       throw config_error(fmt::format("{}: the value is not valid YAML: {}", source, e.msg));
@@ -554,17 +480,9 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
     if (const auto deep = first_too_deep_bracket(yaml))
       throw config_error(fmt::format("{}:{}:{}: [ ] / {{ }} nest deeper than {} levels here, which is not supported",
                                      source_name, deep->first, deep->second, kMaxFlowDepth));
-    if (const auto comma = first_comma_after_quote(yaml))
-      throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' right after a quoted scalar outside [ ] or {{ }}",
-                                     source_name, comma->first, comma->second));
-    if (const auto after = first_text_after_root_flow(yaml))
-      throw config_error(fmt::format("{}:{}:{}: invalid YAML: text after the closing bracket of the document's "
-                                     "top-level [ ] or {{ }}",
-                                     source_name, after->first, after->second));
-    if (const auto comma = first_block_comma(yaml))
-      throw config_error(fmt::format("{}:{}:{}: invalid YAML: a ',' outside [ ] or {{ }} cannot start a line; quote "
-                                     "the value or join it to the line above",
-                                     source_name, comma->first, comma->second));
+    if (const auto stuck = first_stuck_token(yaml))
+      throw config_error(fmt::format("{}:{}:{}: invalid YAML: {}", source_name, stuck->line + 1, stuck->column + 1,
+                                     stuck_token_message(yaml, *stuck)));
     const std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
     for (std::size_t i = 1; i < documents.size(); ++i) {
       const YAML::Node& extra = documents[i];
