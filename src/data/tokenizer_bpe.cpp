@@ -122,6 +122,15 @@ class BpeTokenizer final : public Tokenizer {
                                                                                    : node.dump();
   }
 
+  // A token id of the file: an integer from 0 to 2^31 - 1 (a float or a string is refused, not truncated).
+  int32_t token_id(const json& v, const std::string& what) const {
+    const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() < (uint64_t{1} << 31)
+                                           : v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                                                 v.get<int64_t>() < (int64_t{1} << 31);
+    HT_CHECK(ok, "{}: {} has id {}, which is not an integer from 0 to 2^31 - 1", file_, what, v.dump());
+    return static_cast<int32_t>(v.get<int64_t>());
+  }
+
   void parse(const json& j) {
     HT_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(),
              "{}: no \"model\" object (expected a Hugging Face tokenizer.json)", file_);
@@ -146,17 +155,15 @@ class BpeTokenizer final : public Tokenizer {
     HT_CHECK(m.contains("vocab") && m["vocab"].is_object(), "{}: model.vocab is missing or not an object", file_);
     int32_t max_id = -1;
     for (const auto& [token, id_node] : m["vocab"].items()) {
-      const int64_t id = id_node.get<int64_t>();
-      HT_CHECK(id >= 0 && id < (int64_t(1) << 31), "{}: model.vocab[\"{}\"] = {} is not a valid id", file_, token, id);
-      HT_CHECK(vocab_.emplace(token, static_cast<int32_t>(id)).second, "{}: model.vocab has \"{}\" twice", file_, token);
-      max_id = std::max<int32_t>(max_id, static_cast<int32_t>(id));
+      const int32_t id = token_id(id_node, fmt::format("model.vocab[\"{}\"]", token));
+      HT_CHECK(vocab_.emplace(token, id).second, "{}: model.vocab has \"{}\" twice", file_, token);
+      max_id = std::max(max_id, id);
     }
     if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
       for (const json& a : j["added_tokens"]) {
-        AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("special", false),
-                     a.value("lstrip", false), a.value("rstrip", false)};
-        HT_CHECK(!t.content.empty() && t.id >= 0, "{}: added token {} has empty content or a negative id", file_,
-                 a.dump());
+        AddedToken t{a.at("content").get<std::string>(), token_id(a.at("id"), "added token " + a.dump()),
+                     a.value("special", false), a.value("lstrip", false), a.value("rstrip", false)};
+        HT_CHECK(!t.content.empty(), "{}: added token {} has empty content", file_, a.dump());
         if (a.value("single_word", false))
           unsupported(fmt::format("added token \"{}\" with single_word is not supported", t.content));
         max_id = std::max(max_id, t.id);

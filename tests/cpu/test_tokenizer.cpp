@@ -226,6 +226,34 @@ TEST_CASE("tokenizer.json: both merge spellings, ignore_merges and merge order",
   fs::remove_all(dir);
 }
 
+TEST_CASE("tokenizer.json: an id that is not an integer from 0 to 2^31 - 1 is an error naming the token",
+          "[tokenizer]") {
+  if (!tk_test::engines_built()) return;
+  const fs::path dir = scratch("ids");
+  const auto error_with = [&](const std::string& name, const auto& edit) {
+    auto j = tiny_bpe(false, false);
+    edit(j);
+    write(dir / name / "tokenizer.json", j.dump());
+    return error_of(dir / name);
+  };
+  const std::string rule = "which is not an integer from 0 to 2^31 - 1";
+  // A float far beyond int64 (the fuzzer's input: converting it was undefined behaviour), a fraction, a string,
+  // a negative id and 2^31, in the vocabulary and in the added tokens.
+  CHECK_THAT(error_with("huge", [](auto& j) { j["model"]["vocab"]["he"] = 2.5e38; }),
+             HasSubstr("model.vocab[\"he\"] has id 2.5e+38, " + rule));
+  CHECK_THAT(error_with("fraction", [](auto& j) { j["model"]["vocab"]["ll"] = 257.5; }),
+             HasSubstr("model.vocab[\"ll\"] has id 257.5, " + rule));
+  CHECK_THAT(error_with("string", [](auto& j) { j["model"]["vocab"]["aa"] = "260"; }),
+             HasSubstr("model.vocab[\"aa\"] has id \"260\", " + rule));
+  CHECK_THAT(error_with("negative", [](auto& j) { j["model"]["vocab"]["lo"] = -4; }), HasSubstr("has id -4, " + rule));
+  CHECK_THAT(error_with("2^31", [](auto& j) { j["added_tokens"][0]["id"] = int64_t{1} << 31; }),
+             HasSubstr("has id 2147483648, " + rule));
+  CHECK_THAT(error_with("added_float", [](auto& j) { j["added_tokens"][0]["id"] = 262.0; }),
+             HasSubstr("has id 262.0, " + rule));
+  CHECK(error_with("valid", [](auto&) {}) == "(no error)");
+  fs::remove_all(dir.parent_path());
+}
+
 TEST_CASE("load_tokenizer: damaged and missing files give errors naming the file", "[tokenizer]") {
   if (!tk_test::engines_built()) return;
   const fs::path dir = scratch("bad");
