@@ -92,7 +92,8 @@ std::optional<std::pair<std::size_t, std::size_t>> first_indentation_tab(const s
 }
 
 // YAML allows no C0 control character but tab, line feed and carriage return, and no DEL (YAML 1.2, 5.1);
-// yaml-cpp 0.7 does not reject them, so they are found before parsing. The first one's byte and 1-based line and column, if any.
+// yaml-cpp 0.7 does not reject them, so they are found before parsing. The first one's byte and 1-based line and
+// column, if any.
 struct ControlCharacter {
   unsigned char byte;
   std::size_t line, column;
