@@ -122,13 +122,13 @@ class BpeTokenizer final : public Tokenizer {
                                                                                    : node.dump();
   }
 
-  // A token id of the file: an integer from 0 to 2^31 - 1 (a float or a string is refused, not truncated).
+  // A token id of the file: an integer from 0 to 2^31 - 1 (a float or a string is refused, not truncated; an
+  // unsigned value beyond int64 reads as negative).
   int32_t token_id(const json& v, const std::string& what) const {
-    const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() < (uint64_t{1} << 31)
-                                           : v.is_number_integer() && v.get<int64_t>() >= 0 &&
-                                                 v.get<int64_t>() < (int64_t{1} << 31);
-    HT_CHECK(ok, "{}: {} has id {}, which is not an integer from 0 to 2^31 - 1", file_, what, v.dump());
-    return static_cast<int32_t>(v.get<int64_t>());
+    const int64_t id = v.is_number_integer() ? v.get<int64_t>() : -1;
+    HT_CHECK(id >= 0 && id < (int64_t{1} << 31), "{}: {} has id {}, which is not an integer from 0 to 2^31 - 1", file_,
+             what, v.dump());
+    return static_cast<int32_t>(id);
   }
 
   void parse(const json& j) {
