@@ -1,0 +1,367 @@
+// HALO's fast row kernels (Note [HALO fast rows] in halo_fast.cu), included by the translation units that
+// instantiate rows::run<K> (halo_fast_k<K>.cu), one per rotation order K. Internal to src/cuda/kernels.
+//
+// Note [HALO folded K×K stage]
+// Phase C of Note [HALO fast rows] multiplies each column of K values by the K×K Hadamard matrix, each output
+// summed in the reference's k order: acc = 0, then acc ± u[k] for k = 0 ... K − 1, the sign from H_K. Read from a
+// runtime table (HaloSigns), each term costs a shift, a test and a select beside its addition, several times the
+// addition itself. The matrices are fixed (grad/halo_paley.h computes them at compile time), so for K <=
+// kMaxFoldedK the signs are template arguments and each term is one __fadd_rn or __fsub_rn: the same operations in
+// the same order, hence the same bits. The larger orders (36, 44, 60: rotation sizes no LLaMA width needs; every
+// Llama-2/3 width is K = 1 or 28, Qwen2's 18944 pads to 20·1024) keep the runtime table, which holds their code size,
+// and with it the build time, to that of the loop: unrolled, K = 60 would be 3,600 additions in each of two
+// directions in each of the 15 kernel variants of its translation unit.
+#pragma once
+#include <array>
+#include <type_traits>
+#include <utility>
+
+#include "cuda/kernels/halo_common.cuh"
+#include "cuda/kernels/halo_fast_rows.cuh"
+#include "cuda/kernels/kernel_launch.cuh"
+#include "hadatrain/grad/halo_paley.h"
+
+namespace ht::kernels::halo_fast::rows {
+
+using namespace halo_detail;
+
+// Threads per CTA: kThreads, or kSmallThreads for rows of at most kSmallRow values. A K = 1 kernel uses 64
+// registers per thread, so an SM holds four CTAs of 256 threads or eight of 128: with short rows, whose shared
+// memory allows eight, the smaller CTAs keep twice as many rows (and staged copies) in flight with the same warps.
+// Every loop over a row strides by the block's threads (phase A by its warps), so the values do not depend on it.
+constexpr int kThreads = 256;
+constexpr int kSmallThreads = 128;
+constexpr int64_t kSmallRow = 4096;
+// Shared memory of a CTA with a staged row (Note [HALO row prefetch]): at most 100 KiB, so that two CTAs fit on
+// an SM (228 KiB, 1 KiB of it reserved per CTA); the largest launch asks for kMaxSmem.
+constexpr size_t kMaxStagedSmem = 100 * 1024;
+constexpr size_t kMaxSmem = kMaxN * sizeof(float) > kMaxStagedSmem ? kMaxN * sizeof(float) : kMaxStagedSmem;
+
+__device__ __forceinline__ int sw(int i) { return i ^ ((i >> 3) & 12); }   // value index -> shared slot
+__device__ __forceinline__ int sw4(int u) { return u ^ ((u >> 3) & 3); }   // 16-byte unit -> shared unit
+
+__device__ __forceinline__ void butterfly(float& a, float& b) {
+  const float u = a, v = b;
+  a = __fadd_rn(u, v);
+  b = __fsub_rn(u, v);
+}
+
+// ---- phase C: the K×K stage (Note [HALO folded K×K stage]) ----
+inline constexpr int kMaxFoldedK = 28;
+
+template <int K>
+inline constexpr std::array<uint64_t, K> kPaley = grad::halo_paley_signs<K>();
+
+// Whether term k of output i is subtracted: H_K[k][i] = −1 (v·H), or H_K[i][k] = −1 (v·Hᵀ, inverse).
+template <int K, bool Inv, int I, int J>
+inline constexpr bool kNeg = Inv ? ((kPaley<K>[I] >> J) & 1U) != 0 : ((kPaley<K>[J] >> I) & 1U) != 0;
+
+template <bool Neg>
+__device__ __forceinline__ float signed_add(float acc, float u) {
+  if constexpr (Neg) return __fsub_rn(acc, u);
+  else return __fadd_rn(acc, u);
+}
+
+template <int K, bool Inv, int I, int... J>
+__device__ __forceinline__ float folded_output(const float* u, std::integer_sequence<int, J...>) {
+  float acc = 0.0f;
+  ((acc = signed_add<kNeg<K, Inv, I, J>>(acc, u[J])), ...);
+  return acc;
+}
+
+template <int K, bool Inv, int... I>
+__device__ __forceinline__ void folded_column(float* buf, int P, int p, const float* u,
+                                              std::integer_sequence<int, I...>) {
+  ((buf[sw(I * P + p)] = folded_output<K, Inv, I>(u, std::make_integer_sequence<int, K>{})), ...);
+}
+
+// Columns p < P of buf (one per thread, strided by the block), each replaced by its K outputs.
+template <int K, bool Inv>
+__device__ __forceinline__ void kk_stage(float* buf, int P, const HaloSigns& s) {
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    float u[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) u[k] = buf[sw(k * P + p)];
+    if constexpr (K <= kMaxFoldedK) {
+      folded_column<K, Inv>(buf, P, p, u, std::make_integer_sequence<int, K>{});
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < K; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const bool neg = Inv ? (s.row[i] >> k) & 1U : (s.row[k] >> i) & 1U;
+          acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
+        }
+        buf[sw(i * P + p)] = acc;
+      }
+    }
+  }
+}
+
+// What the paired quantiser (Note [HALO paired quantiser]) does with a lane's 16 unrotated values v, the row's
+// columns start ... start + 15 (zeros from C on): absmax mode raises *mx_plain; quantize mode writes their codes.
+template <Mode M>
+struct PlainSide {
+  float* mx_plain;         // absmax mode
+  uint8_t* codes_plain;    // quantize mode: codes (R, C), the unrotated absmax, its reciprocal step, the carrier
+  float m, r;
+  bool int8;
+  __device__ __forceinline__ void operator()(const float* v, int64_t row, int start, int C) const {
+    if constexpr (M == Mode::absmax) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) *mx_plain = fmaxf(*mx_plain, fabsf(v[e]));
+    } else if constexpr (M == Mode::quantize) {
+      uint8_t* dst = codes_plain + row * C + start;
+      if (start + 16 <= C && C % 16 == 0 && reinterpret_cast<uintptr_t>(codes_plain) % 16 == 0) {
+        uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int e = 0; e < 16; ++e) w[e / 4] |= uint32_t{code_of(v[e], m, r, int8)} << (8 * (e % 4));
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 16; ++e)
+          if (start + e < C) dst[e] = code_of(v[e], m, r, int8);
+      }
+    }
+  }
+};
+
+// Nothing: the kernels without a paired output.
+struct NoSide {
+  __device__ __forceinline__ void operator()(const float*, int64_t, int, int) const {}
+};
+
+// Row `row` of x copied into shared memory at stage with 16-byte cp.async copies (Note [HALO row prefetch]; the
+// row's C·kBytes bytes are a multiple of 16 and x is 16-byte aligned). The caller waits before reading it.
+template <DType DT>
+__device__ __forceinline__ void stage_row(void* stage, const HaloRowsArgs& a, int64_t row) {
+  const int units = static_cast<int>(a.C) * Vec16<DT>::kBytes / 16;
+  const char* src = static_cast<const char*>(a.x) + row * a.C * Vec16<DT>::kBytes;
+  for (int u = threadIdx.x; u < units; u += blockDim.x)
+    copy16_async(static_cast<char*>(stage) + 16 * u, src + 16 * int64_t{u});
+}
+
+// Phases A to C of Note [HALO fast rows] for row `row`: buf holds the rotated row (swizzled) and the block is
+// synchronised when it returns. side(v, row, start, C) sees each lane's 16 loaded values before the butterflies.
+// stage: the row staged in shared memory (Note [HALO row prefetch]; vec is then true), or null: read x.
+// after_a() runs once phase A's barrier has passed (the staging area is free again).
+// RegMax (the absmax pass of a power-of-two rotation, K = 1): the last butterfly pass raises mx with its values
+// from registers instead of storing them, so buf does not hold the row afterwards and phase D has nothing to read.
+template <DType DT, int K, bool RegMax, class Side, class AfterA>
+__device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, const HaloSigns& s, int64_t row,
+                                           bool vec, const Side& side, const void* stage, const AfterA& after_a,
+                                           float& mx) {
+  static_assert(!RegMax || K == 1, "the K×K stage reads the butterflies' results from shared memory");
+  float* buf = reinterpret_cast<float*>(smem);
+  const int n = static_cast<int>(a.n), C = static_cast<int>(a.C), P = n / K;
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  constexpr int V = Vec16<DT>::V;
+  const int64_t off = row * a.C;
+  // A
+  for (int c = threadIdx.x >> 5; c < n / kChunk; c += warps) {  // warp-uniform: every lane shuffles
+    const int start = c * kChunk + lane * 16;
+    float v[16];
+    if (vec && start + 16 <= C) {
+      if (stage != nullptr) {
+#pragma unroll
+        for (int q = 0; q < 16; q += V) Vec16<DT>::load_shared(stage, start + q, v + q);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 16; q += V) Vec16<DT>::load(a.x, off + start + q, v + q);
+      }
+    } else if (stage != nullptr) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) v[e] = start + e < C ? shared_elem<DT>(stage, start + e) : 0.0f;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) v[e] = start + e < C ? load_elem<DT>(a.x, off + start + e) : 0.0f;
+    }
+    side(v, row, start, C);
+#pragma unroll
+    for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+      for (int e = 0; e < 16; ++e)
+        if ((e & h) == 0) butterfly(v[e], v[e + h]);
+#pragma unroll
+    for (int bit = 1; bit < 32; bit <<= 1)
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const float o = __shfl_xor_sync(0xffffffffU, v[e], bit);
+        v[e] = lane & bit ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
+      }
+    if (RegMax && P == kChunk) {  // no phase B: these are the rotated values
+#pragma unroll
+      for (int e = 0; e < 16; ++e) mx = fmaxf(mx, fabsf(v[e]));
+      continue;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      smem[sw4(start / 4 + q)] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  }
+  __syncthreads();
+  after_a();
+  // B
+  const int log_p = 31 - __clz(P);
+  for (int log_h0 = 9; log_h0 < log_p;) {
+    const int s = log_p - log_h0 < 4 ? log_p - log_h0 : 4, h0 = 1 << log_h0, groups = n >> s;
+    const bool last = log_h0 + s == log_p;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+      const int base = ((g >> log_h0) << (log_h0 + s)) | (g & (h0 - 1));
+      float v[16];
+#pragma unroll
+      for (int t = 0; t < 16; ++t)
+        if (t < (1 << s)) v[t] = buf[sw(base + h0 * t)];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (u < s)
+#pragma unroll
+          for (int t = 0; t < 16; ++t)
+            if (t < (1 << s) && (t & (1 << u)) == 0) butterfly(v[t], v[t + (1 << u)]);
+      if (RegMax && last) {
+#pragma unroll
+        for (int t = 0; t < 16; ++t)
+          if (t < (1 << s)) mx = fmaxf(mx, fabsf(v[t]));
+      } else {
+#pragma unroll
+        for (int t = 0; t < 16; ++t)
+          if (t < (1 << s)) buf[sw(base + h0 * t)] = v[t];
+      }
+    }
+    __syncthreads();
+    log_h0 += s;
+  }
+  // C
+  if constexpr (K > 1) {
+    if (a.inverse) kk_stage<K, true>(buf, P, s);
+    else kk_stage<K, false>(buf, P, s);
+    __syncthreads();
+  }
+}
+
+template <DType DT, int K, Mode M, bool Pair>
+__global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSigns s, Out o) {
+  extern __shared__ float4 smem[];
+  const int n4 = static_cast<int>(a.n) / 4;
+  const bool vec = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  float m = 0.0f, r = 0.0f, mx = 0.0f, mx_plain = 0.0f;
+  PlainSide<M> plain{&mx_plain, o.codes_plain, 0.0f, 0.0f, o.int8};
+  if constexpr (M == Mode::quantize) {
+    m = *o.m;
+    r = reciprocal_step(m, o.int8);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale = scale_of(m, o.int8);
+    if constexpr (Pair) {
+      plain.m = *o.m_plain;
+      plain.r = reciprocal_step(plain.m, o.int8);
+      if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale_plain = scale_of(plain.m, o.int8);
+    }
+  }
+  const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&
+                       reinterpret_cast<uintptr_t>(o.out) % (o.out_dtype == DType::f32 ? 16 : 8) == 0;
+  // Note [HALO row prefetch]: the CTA's first row staged before the loop, each next one after phase A
+  void* stage = o.staged ? static_cast<void*>(reinterpret_cast<float*>(smem) + a.n) : nullptr;
+  if (stage != nullptr) {
+    if (blockIdx.x < a.R) stage_row<DT>(stage, a, blockIdx.x);
+    copy_async_wait_all();
+    __syncthreads();
+  }
+  for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
+    const int64_t next = row + gridDim.x;
+    const auto after_a = [&] {
+      if (stage != nullptr && next < a.R) stage_row<DT>(stage, a, next);
+    };
+    constexpr bool kRegMax = M == Mode::absmax && K == 1;
+    if constexpr (Pair) rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, plain, stage, after_a, mx);
+    else rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, NoSide{}, stage, after_a, mx);
+    // D
+    if constexpr (M == Mode::absmax) {
+      if constexpr (!kRegMax) {
+        for (int u = threadIdx.x; u < n4; u += blockDim.x) {
+          const float4 f = smem[sw4(u)];
+          mx = fmaxf(fmaxf(mx, fabsf(f.x)), fmaxf(fmaxf(fabsf(f.y), fabsf(f.z)), fabsf(f.w)));
+        }
+      }
+    } else if constexpr (M == Mode::quantize) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(o.codes + row * a.n);
+      for (int u = threadIdx.x; u < n4; u += blockDim.x) {
+        const float4 f = smem[sw4(u)];
+        dst[u] = uint32_t{code_of(f.x, m, r, o.int8)} | uint32_t{code_of(f.y, m, r, o.int8)} << 8 |
+                 uint32_t{code_of(f.z, m, r, o.int8)} << 16 | uint32_t{code_of(f.w, m, r, o.int8)} << 24;
+      }
+    } else {
+      for (int u = threadIdx.x; 4 * u < o.cols; u += blockDim.x) {
+        const float4 f = smem[sw4(u)];
+        const float w[4] = {__fmul_rn(f.x, o.mult), __fmul_rn(f.y, o.mult), __fmul_rn(f.z, o.mult),
+                            __fmul_rn(f.w, o.mult)};
+        const int64_t at = row * o.cols + 4 * u;
+        if (o.out_dtype == DType::f32) {
+          float* dst = static_cast<float*>(o.out) + at;
+          if (out_vec) {
+            *reinterpret_cast<float4*>(dst) = make_float4(w[0], w[1], w[2], w[3]);
+          } else {
+            for (int j = 0; j < 4 && 4 * u + j < o.cols; ++j) dst[j] = w[j];
+          }
+        } else {
+          uint16_t b[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) b[j] = detail::float_to_bf16_bits(w[j]);
+          uint16_t* dst = static_cast<uint16_t*>(o.out) + at;
+          if (out_vec) {
+            *reinterpret_cast<uint2*>(dst) = make_uint2(uint32_t{b[0]} | uint32_t{b[1]} << 16,
+                                                        uint32_t{b[2]} | uint32_t{b[3]} << 16);
+          } else {
+            for (int j = 0; j < 4 && 4 * u + j < o.cols; ++j) dst[j] = b[j];
+          }
+        }
+      }
+    }
+    if (stage != nullptr) copy_async_wait_all();  // the next row's copies, before the barrier that publishes them
+    __syncthreads();  // before the next row overwrites the buffer
+  }
+  if constexpr (M == Mode::absmax) {
+    block_max_into(o.absmax, mx);
+    if constexpr (Pair) {
+      __syncthreads();  // block_max's scratch is read by warp 0 above before it is written again
+      block_max_into(o.absmax_plain, mx_plain);
+    }
+  }
+}
+
+template <DType DT, int K, Mode M, bool Pair>
+void launch(const HaloRowsArgs& a, const HaloSigns& s, Out o, cudaStream_t stream) {
+  constexpr auto kernel = &rows_kernel<DT, K, M, Pair>;
+  const size_t rotated = static_cast<size_t>(a.n) * sizeof(float);
+  const size_t row_bytes = static_cast<size_t>(a.C) * Vec16<DT>::kBytes;
+  // the kernel's `vec` (C a multiple of V, x 16-byte aligned) and room for the staged row
+  o.staged = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+             rotated + row_bytes <= kMaxStagedSmem;
+  const size_t smem = rotated + (o.staged ? row_bytes : 0);
+  opt_in_shared<kernel>(smem, kMaxSmem);
+  kernel<<<row_grid(a.R), a.n <= kSmallRow ? kSmallThreads : kThreads, smem, stream>>>(a, s, o);
+}
+
+template <int K>
+void run(Mode mode, bool pair, const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
+  const auto by_dtype = [&](auto m, auto p) {
+    constexpr Mode M = decltype(m)::value;
+    constexpr bool Pair = decltype(p)::value;
+    switch (a.in_dtype) {
+      case DType::f32: return launch<DType::f32, K, M, Pair>(a, s, o, stream);
+      case DType::bf16: return launch<DType::bf16, K, M, Pair>(a, s, o, stream);
+      case DType::f16: return launch<DType::f16, K, M, Pair>(a, s, o, stream);
+      default: HT_UNSUPPORTED_DTYPE("halo fast rows", a.in_dtype);
+    }
+  };
+  using std::integral_constant;
+  switch (mode) {
+    case Mode::rotate: return by_dtype(integral_constant<Mode, Mode::rotate>{}, std::false_type{});
+    case Mode::absmax:
+      if (pair) return by_dtype(integral_constant<Mode, Mode::absmax>{}, std::true_type{});
+      return by_dtype(integral_constant<Mode, Mode::absmax>{}, std::false_type{});
+    case Mode::quantize:
+      if (pair) return by_dtype(integral_constant<Mode, Mode::quantize>{}, std::true_type{});
+      return by_dtype(integral_constant<Mode, Mode::quantize>{}, std::false_type{});
+  }
+}
+
+}  // namespace ht::kernels::halo_fast::rows
