@@ -8,8 +8,12 @@
 // as n floats in shared memory.
 //  A. Each warp takes 512-value chunks of the row: lane l loads values 16·l ... 16·l + 15 (16-byte vector loads
 //     when the row's start allows, zeros beyond C), runs the butterfly stages h = 1, 2, 4, 8 in registers and
-//     h = 16 ... 256 through warp shuffles (the lane with bit h/16 clear holds a and keeps a + b), and stores its
-//     16 values. P >= 512, so these stages never cross a run of P values. One barrier.
+//     stores them (four 16-byte stores). After a __syncwarp, lane l reads back the 16 values p0 + 16·t of the
+//     chunk (p0 = 256·(l / 16) + l % 16) and runs h = 16 ... 128 in registers, then h = 256 with one warp
+//     shuffle (the partner is lane l ^ 16; the lane holding a keeps a + b), and stores them. A warp shuffle moves
+//     as many values per clock as a 4-byte shared-memory access, so this one round trip through shared memory
+//     replaces four of the five shuffle stages a 16-value lane would otherwise need for h = 16 ... 256. P >= 512,
+//     so these stages never cross a run of P values. One barrier.
 //  B. The stages h = 512 ... P/2, up to four per pass: a thread loads the 2^s values base + h0·t (t < 2^s) of a
 //     group closed under those stages, runs them in registers and stores them back; one barrier per pass
 //     (n = 4096: one pass; 32768: two).
@@ -21,10 +25,13 @@
 //     instead (the max does not depend on where the values sit), skipping that stage's stores and phase D.
 // A row therefore costs 3 to 5 barriers, against one per butterfly stage beyond 128 in the general kernel, and
 // its global loads are 16 bytes wide; rows are prefetched (Note [HALO row prefetch]). Shared memory is swizzled so
-// that no phase has bank conflicts: value i lives at i ^ ((i >> 3) & 12), i.e. 16-byte unit u at u ^ ((u >> 3) & 3)
-// (the unit moves within its aligned group of four). Phase A's lanes store units 4l + q: without the swizzle the
-// eight lanes of a quarter-warp would hit two bank groups; with it, eight. Phases B and C read 32 consecutive
-// values per warp (a permutation within them) and phase D 8 consecutive units per quarter-warp (likewise).
+// that no phase has bank conflicts: value i lives at sw(i) = i ^ ((i >> 3) & 12) ^ ((i >> 4) & 16) (bits 5, 6
+// onto 2, 3 and bit 8 onto 4), i.e. 16-byte unit u at u ^ ((u >> 3) & 3) ^ ((u >> 4) & 4): each value moves
+// within its aligned group of 32. Phase A's lanes store units 4l + q: without the swizzle the eight lanes of a
+// quarter-warp would hit two bank groups; with it, eight. Its read-back takes, for each t, the values p0 + 16·t
+// of 32 lanes: 16 consecutive values twice, 256 apart, which bit 8's term sends to the other 16 banks. Phases B
+// and C read 32 consecutive values per warp and phase D 8 consecutive units per quarter-warp (a permutation
+// within them).
 //
 // Note [HALO paired quantiser]
 // HALO-2's backward quantises the rows of g_yᵀ twice: unrotated (the g_w product) and rotated along T (the g_x

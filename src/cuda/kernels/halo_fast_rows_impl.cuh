@@ -37,8 +37,9 @@ constexpr int64_t kSmallRow = 4096;
 constexpr size_t kMaxStagedSmem = 100 * 1024;
 constexpr size_t kMaxSmem = kMaxN * sizeof(float) > kMaxStagedSmem ? kMaxN * sizeof(float) : kMaxStagedSmem;
 
-__device__ __forceinline__ int sw(int i) { return i ^ ((i >> 3) & 12); }   // value index -> shared slot
-__device__ __forceinline__ int sw4(int u) { return u ^ ((u >> 3) & 3); }   // 16-byte unit -> shared unit
+// value index -> shared slot, and 16-byte unit -> shared unit (Note [HALO fast rows], shared-memory layout)
+__device__ __forceinline__ int sw(int i) { return i ^ ((i >> 3) & 12) ^ ((i >> 4) & 16); }
+__device__ __forceinline__ int sw4(int u) { return u ^ ((u >> 3) & 3) ^ ((u >> 4) & 4); }
 
 __device__ __forceinline__ void butterfly(float& a, float& b) {
   const float u = a, v = b;
@@ -159,7 +160,7 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
   constexpr int V = Vec16<DT>::V;
   const int64_t off = row * a.C;
   // A
-  for (int c = threadIdx.x >> 5; c < n / kChunk; c += warps) {  // warp-uniform: every lane shuffles
+  for (int c = threadIdx.x >> 5; c < n / kChunk; c += warps) {  // warp-uniform: every lane shuffles (A2)
     const int start = c * kChunk + lane * 16;
     float v[16];
     if (vec && start + 16 <= C) {
@@ -184,20 +185,35 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
       for (int e = 0; e < 16; ++e)
         if ((e & h) == 0) butterfly(v[e], v[e + h]);
 #pragma unroll
-    for (int bit = 1; bit < 32; bit <<= 1)
+    for (int q = 0; q < 4; ++q)
+      smem[sw4(start / 4 + q)] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    __syncwarp();
+    // A2 (Note [HALO fast rows]): lane l takes the values p0 + 16·t of its warp's chunk (t < 16), p0 = the chunk's
+    // start + 256·(l / 16) + l % 16, for the stages h = 16 ... 128; sw(p0 + 16·t) = (sw(p0) ^ X(t & 7)) + Y(t)
+    // with X on bits 2 to 4 and Y on bits 5 to 7 (sw(p0) has none there), so eight bases serve the 16 slots.
+    const int p0 = c * kChunk + (lane >> 4) * 256 + (lane & 15);
+    float* base[8];
 #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const float o = __shfl_xor_sync(0xffffffffU, v[e], bit);
-        v[e] = lane & bit ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
-      }
+    for (int j = 0; j < 8; ++j) base[j] = buf + (sw(p0) ^ (((j >> 1) & 3) << 2) ^ ((j & 1) << 4));
+#pragma unroll
+    for (int t = 0; t < 16; ++t) v[t] = base[t & 7][(t >> 1) << 5];
+#pragma unroll
+    for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+      for (int e = 0; e < 16; ++e)
+        if ((e & h) == 0) butterfly(v[e], v[e + h]);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {  // h = 256: the partner is lane l ^ 16
+      const float o = __shfl_xor_sync(0xffffffffU, v[e], 16);
+      v[e] = lane & 16 ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
+    }
     if (RegMax && P == kChunk) {  // no phase B: these are the rotated values
 #pragma unroll
       for (int e = 0; e < 16; ++e) mx = fmaxf(mx, fabsf(v[e]));
       continue;
     }
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      smem[sw4(start / 4 + q)] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    for (int t = 0; t < 16; ++t) base[t & 7][(t >> 1) << 5] = v[t];
   }
   __syncthreads();
   after_a();
