@@ -31,6 +31,7 @@ using namespace halo_detail;
 // Every loop over a row strides by the block's threads (phase A by its warps), so the values do not depend on it.
 constexpr int kThreads = 256;
 constexpr int kSmallThreads = 128;
+static_assert(kThreads % 128 == 0 && kSmallThreads % 128 == 0, "phase D steps the swizzled unit by the block");
 constexpr int64_t kSmallRow = 4096;
 // Shared memory of a CTA with a staged row (Note [HALO row prefetch]): at most 100 KiB, so that two CTAs fit on
 // an SM (228 KiB, 1 KiB of it reserved per CTA); the largest launch asks for kMaxSmem.
@@ -45,6 +46,34 @@ __device__ __forceinline__ void butterfly(float& a, float& b) {
   const float u = a, v = b;
   a = __fadd_rn(u, v);
   b = __fsub_rn(u, v);
+}
+
+// One pass of phase B (Note [HALO fast rows]): the stages h0 = 2^log_h0 ... 2^(log_h0 + S − 1), h0 >= 512, each
+// thread taking groups of 2^S values base + h0·t. Since h0·t is a multiple of 512 and sw() changes bits 2 to 4
+// from bits 5, 6 and 8 only, sw(base + h0·t) = sw(base) + h0·t: one swizzle per group. RegMax and `last`: the
+// values' max |v| instead of their stores (the absmax pass of a power-of-two rotation).
+template <int S, bool RegMax>
+__device__ __forceinline__ void pass_b(float* buf, int n, int log_h0, bool last, float& mx) {
+  constexpr int G = 1 << S;
+  const int h0 = 1 << log_h0, groups = n >> S;
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+    float* const p = buf + sw(((g >> log_h0) << (log_h0 + S)) | (g & (h0 - 1)));
+    float v[G];
+#pragma unroll
+    for (int t = 0; t < G; ++t) v[t] = p[t * h0];
+#pragma unroll
+    for (int u = 1; u < G; u <<= 1)
+#pragma unroll
+      for (int t = 0; t < G; ++t)
+        if ((t & u) == 0) butterfly(v[t], v[t + u]);
+    if (RegMax && last) {
+#pragma unroll
+      for (int t = 0; t < G; ++t) mx = fmaxf(mx, fabsf(v[t]));
+    } else {
+#pragma unroll
+      for (int t = 0; t < G; ++t) p[t * h0] = v[t];
+    }
+  }
 }
 
 // ---- phase C: the K×K stage (Note [HALO folded K×K stage]) ----
@@ -71,20 +100,21 @@ __device__ __forceinline__ float folded_output(const float* u, std::integer_sequ
 }
 
 template <int K, bool Inv, int... I>
-__device__ __forceinline__ void folded_column(float* buf, int P, int p, const float* u,
-                                              std::integer_sequence<int, I...>) {
-  ((buf[sw(I * P + p)] = folded_output<K, Inv, I>(u, std::make_integer_sequence<int, K>{})), ...);
+__device__ __forceinline__ void folded_column(float* col, int P, const float* u, std::integer_sequence<int, I...>) {
+  ((col[I * P] = folded_output<K, Inv, I>(u, std::make_integer_sequence<int, K>{})), ...);
 }
 
-// Columns p < P of buf (one per thread, strided by the block), each replaced by its K outputs.
+// Columns p < P of buf (one per thread, strided by the block), each replaced by its K outputs. P is a multiple of
+// 512, so sw(k·P + p) = sw(p) + k·P (as in pass_b).
 template <int K, bool Inv>
 __device__ __forceinline__ void kk_stage(float* buf, int P, const HaloSigns& s) {
   for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    float* const col = buf + sw(p);
     float u[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) u[k] = buf[sw(k * P + p)];
+    for (int k = 0; k < K; ++k) u[k] = col[k * P];
     if constexpr (K <= kMaxFoldedK) {
-      folded_column<K, Inv>(buf, P, p, u, std::make_integer_sequence<int, K>{});
+      folded_column<K, Inv>(col, P, u, std::make_integer_sequence<int, K>{});
     } else {
 #pragma unroll 1
       for (int i = 0; i < K; ++i) {
@@ -94,7 +124,7 @@ __device__ __forceinline__ void kk_stage(float* buf, int P, const HaloSigns& s) 
           const bool neg = Inv ? (s.row[i] >> k) & 1U : (s.row[k] >> i) & 1U;
           acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
         }
-        buf[sw(i * P + p)] = acc;
+        col[i * P] = acc;
       }
     }
   }
@@ -202,10 +232,13 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
 #pragma unroll
       for (int e = 0; e < 16; ++e)
         if ((e & h) == 0) butterfly(v[e], v[e + h]);
+    // h = 256: the partner is lane l ^ 16. The lane holding a computes o + v = a + b, the other o + (−v) = a − b
+    // (IEEE: x − y is x + (−y)), so both run one addition, the second with v's sign bit flipped: no branch.
+    const unsigned flip = static_cast<unsigned>(lane & 16) << 27;
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {  // h = 256: the partner is lane l ^ 16
+    for (int e = 0; e < 16; ++e) {
       const float o = __shfl_xor_sync(0xffffffffU, v[e], 16);
-      v[e] = lane & 16 ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
+      v[e] = __fadd_rn(o, __uint_as_float(__float_as_uint(v[e]) ^ flip));
     }
     if (RegMax && P == kChunk) {  // no phase B: these are the rotated values
 #pragma unroll
@@ -220,29 +253,13 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
   // B
   const int log_p = 31 - __clz(P);
   for (int log_h0 = 9; log_h0 < log_p;) {
-    const int s = log_p - log_h0 < 4 ? log_p - log_h0 : 4, h0 = 1 << log_h0, groups = n >> s;
+    const int s = log_p - log_h0 < 4 ? log_p - log_h0 : 4;
     const bool last = log_h0 + s == log_p;
-    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
-      const int base = ((g >> log_h0) << (log_h0 + s)) | (g & (h0 - 1));
-      float v[16];
-#pragma unroll
-      for (int t = 0; t < 16; ++t)
-        if (t < (1 << s)) v[t] = buf[sw(base + h0 * t)];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (u < s)
-#pragma unroll
-          for (int t = 0; t < 16; ++t)
-            if (t < (1 << s) && (t & (1 << u)) == 0) butterfly(v[t], v[t + (1 << u)]);
-      if (RegMax && last) {
-#pragma unroll
-        for (int t = 0; t < 16; ++t)
-          if (t < (1 << s)) mx = fmaxf(mx, fabsf(v[t]));
-      } else {
-#pragma unroll
-        for (int t = 0; t < 16; ++t)
-          if (t < (1 << s)) buf[sw(base + h0 * t)] = v[t];
-      }
+    switch (s) {
+      case 1: pass_b<1, RegMax>(buf, n, log_h0, last, mx); break;
+      case 2: pass_b<2, RegMax>(buf, n, log_h0, last, mx); break;
+      case 3: pass_b<3, RegMax>(buf, n, log_h0, last, mx); break;
+      default: pass_b<4, RegMax>(buf, n, log_h0, last, mx); break;
     }
     __syncthreads();
     log_h0 += s;
@@ -289,24 +306,31 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
     constexpr bool kRegMax = M == Mode::absmax && K == 1;
     if constexpr (Pair) rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, plain, stage, after_a, mx);
     else rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, NoSide{}, stage, after_a, mx);
-    // D
+    // D: unit u = threadIdx.x + i·blockDim.x sits at sw4(threadIdx.x) + i·blockDim.x (blockDim.x a multiple of
+    // 128 units; sw4 changes bits 0 to 2 from bits 3, 4 and 6 only)
+    const int su = sw4(threadIdx.x);
     if constexpr (M == Mode::absmax) {
       if constexpr (!kRegMax) {
-        for (int u = threadIdx.x; u < n4; u += blockDim.x) {
-          const float4 f = smem[sw4(u)];
+        for (int u = threadIdx.x, j = su; u < n4; u += blockDim.x, j += blockDim.x) {
+          const float4 f = smem[j];
           mx = fmaxf(fmaxf(mx, fabsf(f.x)), fmaxf(fmaxf(fabsf(f.y), fabsf(f.z)), fabsf(f.w)));
         }
       }
     } else if constexpr (M == Mode::quantize) {
       uint32_t* dst = reinterpret_cast<uint32_t*>(o.codes + row * a.n);
-      for (int u = threadIdx.x; u < n4; u += blockDim.x) {
-        const float4 f = smem[sw4(u)];
-        dst[u] = uint32_t{code_of(f.x, m, r, o.int8)} | uint32_t{code_of(f.y, m, r, o.int8)} << 8 |
-                 uint32_t{code_of(f.z, m, r, o.int8)} << 16 | uint32_t{code_of(f.w, m, r, o.int8)} << 24;
-      }
+      const auto codes = [&](auto int8) {  // the carrier as a constant: no test per value
+        constexpr bool I8 = decltype(int8)::value;
+        for (int u = threadIdx.x, j = su; u < n4; u += blockDim.x, j += blockDim.x) {
+          const float4 f = smem[j];
+          dst[u] = uint32_t{code_of(f.x, m, r, I8)} | uint32_t{code_of(f.y, m, r, I8)} << 8 |
+                   uint32_t{code_of(f.z, m, r, I8)} << 16 | uint32_t{code_of(f.w, m, r, I8)} << 24;
+        }
+      };
+      if (o.int8) codes(std::true_type{});
+      else codes(std::false_type{});
     } else {
-      for (int u = threadIdx.x; 4 * u < o.cols; u += blockDim.x) {
-        const float4 f = smem[sw4(u)];
+      for (int u = threadIdx.x, j = su; 4 * u < o.cols; u += blockDim.x, j += blockDim.x) {
+        const float4 f = smem[j];
         const float w[4] = {__fmul_rn(f.x, o.mult), __fmul_rn(f.y, o.mult), __fmul_rn(f.z, o.mult),
                             __fmul_rn(f.w, o.mult)};
         const int64_t at = row * o.cols + 4 * u;
