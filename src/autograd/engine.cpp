@@ -3,6 +3,7 @@
 #include "hadatrain/autograd/profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,8 @@ bool profiling() {
 void device_sync() {
   if (const CudaHooks* h = cuda_hooks(); h != nullptr && h->device_count() > 0) h->synchronize(Device::cuda(0));
 }
+
+std::atomic<int64_t> g_in_place{0};
 
 struct Capture {
   Node* fn;
@@ -107,7 +110,33 @@ std::vector<Tensor> execute(const std::vector<Edge>& root_edges, std::vector<Ten
         device_sync();
         t0 = std::chrono::steady_clock::now();
       }
-      outs = n->apply(std::move(grads));
+      // Note [Gradients accumulated in place]: offer the buffers gathered so far that nothing else holds.
+      std::vector<Tensor> into;
+      if (n->accepts_grad_buffers()) {
+        const auto& edges = n->next_edges();
+        into.resize(edges.size());
+        for (std::size_t i = 0; i < edges.size(); ++i) {
+          if (!edges[i].valid()) continue;
+          auto it = buffers.find(edges[i].fn.get());
+          if (it == buffers.end() || edges[i].input_nr >= it->second.size()) continue;
+          Tensor& pending = it->second[edges[i].input_nr];
+          if (pending.defined() && pending.impl_ptr().use_count() == 1 && pending.storage().use_count() == 1)
+            into[i] = std::move(pending);
+        }
+      }
+      outs = into.empty() ? n->apply(std::move(grads)) : n->apply_into(std::move(grads), into);
+      for (std::size_t i = 0; i < into.size(); ++i) {
+        if (!into[i].defined()) continue;
+        const Edge& e = n->next_edges()[i];
+        Tensor& slot = buffers[e.fn.get()][e.input_nr];
+        if (i < outs.size() && outs[i].defined() && outs[i].impl_ptr() == into[i].impl_ptr()) {
+          slot = std::move(outs[i]);  // the node added its gradient into the buffer: nothing left to sum
+          outs[i] = Tensor();
+          g_in_place.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          slot = std::move(into[i]);  // declined: the buffer goes back, the node's gradient is added below
+        }
+      }
       if (profiling()) {
         device_sync();
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -160,6 +189,8 @@ std::vector<Edge> root_edges_of(const std::vector<Tensor>& roots) {
 }
 
 }  // namespace
+
+int64_t grads_accumulated_in_place() { return g_in_place.load(std::memory_order_relaxed); }
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, BackwardOptions opts) {
   execute(root_edges_of(roots), default_root_grads(roots, grads), opts, nullptr);

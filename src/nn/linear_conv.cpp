@@ -97,8 +97,11 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.dilation_h = p.dilation_w = options.dilation;
   p.groups = options.groups;
   p.layout = options.layout;
-  if (!grad_pipeline.routes(needs_grad({&x, &weight})))
-    return conv2d(x, materialise(weight, x.dtype()), materialise(bias, x.dtype()), p);
+  if (!grad_pipeline.routes(needs_grad({&x, &weight}))) {
+    // An NHWC convolution reads its weight as (O, KH, KW, C): a cast lays it out so in the same pass.
+    const WeightLayout wl = options.layout == ConvLayout::nhwc ? WeightLayout::channels_last : WeightLayout::as_is;
+    return conv2d(x, materialise(weight, x.dtype(), wl), materialise(bias, x.dtype()), p);
+  }
   // Through the layer's gradient pipeline: the im2col view (Note [Product geometry]) x_col (N, L, C·k·k)
   // times W (O, C·k·k)ᵀ, by grad::conv_product, which also hands the pipeline the input map (HLQ may save it
   // instead of the columns); fold2d (unfold2d's backward) maps g_x back to the image. groups == 1 here.

@@ -43,8 +43,12 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
 }
 
 Tensor Module::materialise(const Tensor& param, DType dtype) const {
-  if (const auto store = store_.lock()) return store->materialise(param, dtype);
-  return cast_master(param, dtype);
+  return materialise(param, dtype, WeightLayout::as_is);
+}
+
+Tensor Module::materialise(const Tensor& param, DType dtype, WeightLayout layout) const {
+  if (const auto store = store_.lock()) return store->materialise(param, dtype, layout);
+  return cast_master(param, dtype, layout);
 }
 
 Tensor Module::materialise(const Tensor& param) const {

@@ -24,8 +24,10 @@ std::vector<ParamRef> make_param_refs(const std::vector<std::pair<std::string, T
   return out;
 }
 
-Tensor cast_master(const Tensor& master, DType dtype) {
-  return !master.defined() || master.dtype() == dtype ? master : master.to(dtype);
+Tensor cast_master(const Tensor& master, DType dtype, WeightLayout layout) {
+  if (!master.defined() || master.dtype() == dtype) return master;
+  if (layout == WeightLayout::channels_last && master.dim() == 4) return to_dtype_in_order(master, dtype, {0, 2, 3, 1});
+  return master.to(dtype);
 }
 
 ParameterStore::ParameterStore(std::vector<ParamRef> params)
@@ -69,14 +71,14 @@ std::size_t ParameterStore::index_of(const std::string& name) const {
   HT_FAIL("parameter store: no parameter named '{}' (it holds {} parameters)", name, params_.size());
 }
 
-Tensor ParameterStore::materialise(const Tensor& slot, DType dtype) {
+Tensor ParameterStore::materialise(const Tensor& slot, DType dtype, WeightLayout layout) {
   if (!slot.defined()) return slot;
   const auto it = by_slot_.find(&slot);
   HT_CHECK(it != by_slot_.end(),
            "parameter store: asked to materialise {}, which is not one of its parameters (was it registered after "
            "the store was attached?)",
            slot.describe());
-  return policy_->materialise({params_[it->second], it->second, dtype});
+  return policy_->materialise({params_[it->second], it->second, dtype, layout});
 }
 
 void ParameterStore::set_policy(std::shared_ptr<MaterialisePolicy> policy) {

@@ -304,44 +304,66 @@ class Conv2dBackward final : public Node {
  public:
   // filter: CUDA only, the filter the forward gave cuDNN (reused by backward data), else undefined.
   Conv2dBackward(const Tensor& x, const Tensor& w, const Tensor& filter, const Conv2dParams& p)
-      : p_(p), has_filter_(filter.defined()) {
+      : p_(p), has_filter_(filter.defined()), cuda_(x.is_cuda()) {
     save(x);
     save(w);
     if (has_filter_) save(filter);
   }
   std::string name() const override { return "Conv2dBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    std::vector<Tensor> none;
+    return run(std::move(grads), none);
+  }
+  // On CUDA, g_x is added into the input's gradient gathered so far (a residual input's other branch) by cuDNN
+  // with beta = 1 (Note [Gradients accumulated in place]).
+  bool accepts_grad_buffers() const override { return cuda_; }
+  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) override {
+    return run(std::move(grads), into);
+  }
+
+ private:
+  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) {
     const Tensor& x = saved(0);  // (N, C, H, W) or nhwc (N, H, W, C)
     const Tensor& w = saved(1);  // (O, C/groups, KH, KW)
     const Tensor g = contiguous(grads[0]);  // (N, O, OH, OW) or nhwc (N, OH, OW, O)
     const bool nhwc = p_.layout == ConvLayout::nhwc;
     const ConvShapes s = conv_shapes(x, w, Tensor(), p_);
     Tensor gx, gw, gb;
-    if (needs_input_grad(0)) gx = empty(x.shape(), {g.dtype(), g.device()});
-    if (needs_input_grad(1)) gw = empty(w.shape(), {g.dtype(), g.device()});
+    bool accumulate = false;
+    if (needs_input_grad(0)) {
+      const Tensor& sum = into.empty() ? Tensor() : into[0];
+      accumulate = g.is_cuda() && sum.defined() && sum.shape() == x.shape() && sum.dtype() == g.dtype() &&
+                   sum.device() == g.device() && sum.is_contiguous();
+      gx = accumulate ? sum : empty(x.shape(), {g.dtype(), g.device()});
+    }
     if (g.is_cuda()) {
 #ifdef HADATRAIN_CUDA
       const cuda::ConvProblem cp = cudnn_problem(s, p_, g.dtype());
       if (gx.defined()) {
         const bool reuse = has_filter_ && saved(2).dtype() == cp.dtype;
-        cuda_ops::conv2d_backward_data(cp, g, reuse ? saved(2) : cuda_ops::conv2d_filter(cp, w), gx);
+        cuda_ops::conv2d_backward_data(cp, g, reuse ? saved(2) : cuda_ops::conv2d_filter(cp, w), gx, accumulate);
       }
-      if (gw.defined()) cuda_ops::conv2d_backward_filter(cp, x, g, gw);
+      // NHWC: the (O, KH, KW, C/groups) gradient cuDNN writes, handed on as an (O, C/groups, KH, KW) view; the
+      // cast to the master dtype (or the accumulation) that follows transposes it in its own pass.
+      if (needs_input_grad(1)) gw = cuda_ops::conv2d_backward_filter(cp, x, g);
 #else
       no_cuda_kernel("conv2d backward");
 #endif
     } else {
       HT_ASSERT(!nhwc, "conv2d backward: the CPU path takes NCHW");
       if (gx.defined()) conv2d_grad_input(g, w, p_, s, gx);
-      if (gw.defined()) conv2d_grad_weight(g, x, p_, s, gw);
+      if (needs_input_grad(1)) {
+        gw = empty(w.shape(), {g.dtype(), g.device()});
+        conv2d_grad_weight(g, x, p_, s, gw);
+      }
     }
     if (needs_input_grad(2)) gb = nhwc ? sum(g, {0, 1, 2}) : sum(g, {0, 2, 3});  // (O)
     return {gx, gw, gb};
   }
 
- private:
   Conv2dParams p_;
   bool has_filter_;
+  bool cuda_;
 };
 
 }  // namespace
@@ -435,7 +457,7 @@ Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, int64_t kernel_h, in
   if (g.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     const cuda::ConvProblem cp = cudnn_problem(s, p, g.dtype());
-    cuda_ops::conv2d_backward_filter(cp, contiguous(x.detach()), gc, gw);
+    gw = contiguous(cuda_ops::conv2d_backward_filter(cp, contiguous(x.detach()), gc));
 #else
     no_cuda_kernel("conv2d_weight_grad");
 #endif

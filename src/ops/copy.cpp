@@ -194,6 +194,31 @@ Tensor clone(const Tensor& t) { return converted(t, t.dtype(), t.device()); }
 Tensor to_dtype(const Tensor& t, DType dt) { return t.dtype() == dt ? t : converted(t, dt, t.device()); }
 Tensor to_device(const Tensor& t, Device dev) { return t.device() == dev ? t : converted(t, t.dtype(), dev); }
 
+Tensor to_dtype_in_order(const Tensor& t, DType dt, const std::vector<int64_t>& order) {
+  HT_CHECK(order.size() == static_cast<std::size_t>(t.dim()), "to_dtype_in_order: order has {} dims for {}",
+           order.size(), t.describe());
+  std::vector<int64_t> inverse(order.size(), -1);
+  Shape laid;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int64_t d = order[i];
+    HT_CHECK(d >= 0 && d < t.dim() && inverse[static_cast<std::size_t>(d)] < 0,
+             "to_dtype_in_order: order is not a permutation of {}'s dims", t.describe());
+    inverse[static_cast<std::size_t>(d)] = static_cast<int64_t>(i);
+    laid.push_back(t.size(d));
+  }
+  Tensor out;
+  {
+    GradModeGuard no_grad(false);
+    out = permute(empty(laid, {dt, t.device()}), Dims(inverse.begin(), inverse.end()));  // t's shape, `order` memory
+    copy_(out, t);
+  }
+  if (needs_grad({&t})) {
+    HT_CHECK(is_floating(dt), "cannot convert {} to {} while it requires grad", t.describe(), dtype_name(dt));
+    connect(std::make_shared<ConvertBackward>(t.dtype(), t.device()), {&t}, {&out});
+  }
+  return out;
+}
+
 Tensor Tensor::contiguous() const { return ht::contiguous(*this); }
 Tensor Tensor::clone() const { return ht::clone(*this); }
 Tensor Tensor::to(DType dt) const { return to_dtype(*this, dt); }

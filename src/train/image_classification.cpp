@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "hadatrain/data/mix.h"
+#include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/reduce.h"
@@ -14,12 +15,19 @@
 namespace ht::train {
 namespace {
 
+// The image (B, C, H, W) in the compute dtype, channels-last memory when the options ask for it.
+Tensor model_input(const data::Batch& batch, const ImageClassificationOptions& o) {
+  const Tensor& image = batch.at(data::batch_key::image);
+  if (o.channels_last && image.dim() == 4) return to_dtype_in_order(image, o.compute_dtype, {0, 2, 3, 1});
+  return image.to(o.compute_dtype);
+}
+
 class ClassificationEvaluator final : public Evaluator {
  public:
-  explicit ClassificationEvaluator(DType dtype) : dtype_(dtype) {}
+  explicit ClassificationEvaluator(const ImageClassificationOptions& o) : o_(o) {}
 
   void add(nn::Module& model, const data::Batch& batch) override {
-    const Tensor x = batch.at(data::batch_key::image).to(dtype_);  // (B, C, H, W)
+    const Tensor x = model_input(batch, o_);                        // (B, C, H, W)
     const Tensor& y = batch.at(data::batch_key::label);            // (B)
     const Tensor logits = model.forward(x);                         // (B, classes)
     loss_sum_ += cross_entropy(logits, y, {.reduction = Reduction::sum}).item();
@@ -54,7 +62,7 @@ class ClassificationEvaluator final : public Evaluator {
   }
 
  private:
-  DType dtype_;
+  ImageClassificationOptions o_;
   double loss_sum_ = 0.0;
   int64_t correct_ = 0, correct_top5_ = 0, total_ = 0;
 };
@@ -71,8 +79,8 @@ Tensor ImageClassification::loss(nn::Module& model, const data::Batch& batch) co
   // Targets are checked on the device and read back with the losses (check_deferred): the loss never waits
   // for the device, and a step that computes it can be recorded into a step graph.
   ce.target_check = TargetCheck::deferred;
-  const Tensor x = batch.at(data::batch_key::image).to(o_.compute_dtype);  // (B, C, H, W)
-  const Tensor logits = model.forward(x);                                    // (B, classes)
+  const Tensor x = model_input(batch, o_);  // (B, C, H, W)
+  const Tensor logits = model.forward(x);    // (B, classes)
   if (batch.has(data::batch_key::soft_target)) {
     // Soft targets (Mixup/CutMix, data/mix.h; smoothing already in them): mean_b sum_c -t_bc log_softmax(z)_bc,
     // composed of differentiable ops with no host read, so a step graph can record it.
@@ -88,7 +96,7 @@ Tensor ImageClassification::loss(nn::Module& model, const data::Batch& batch) co
 void ImageClassification::check_deferred(Device device) const { check_deferred_targets(device); }
 
 std::unique_ptr<Evaluator> ImageClassification::evaluator() const {
-  return std::make_unique<ClassificationEvaluator>(o_.compute_dtype);
+  return std::make_unique<ClassificationEvaluator>(o_);
 }
 
 }  // namespace ht::train

@@ -196,9 +196,7 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
       rc.num_classes = ds.num_classes;
       rc.in_channels = ds.channels;
       rc.zero_init_residual = m.zero_init_residual;
-      const bool channels_last =
-          m.channels_last == "true" || (m.channels_last == "auto" && cfg.train.device.is_cuda());
-      rc.layout = channels_last ? ConvLayout::nhwc : ConvLayout::nchw;
+      rc.layout = resnet_channels_last(cfg) ? ConvLayout::nhwc : ConvLayout::nchw;
       rc.fusion = m.fusion == "none"      ? models::ResNetFusion::none
                   : m.fusion == "bn_relu" ? models::ResNetFusion::bn_relu
                                           : models::ResNetFusion::bn_add_relu;
@@ -289,7 +287,15 @@ void check_device(Device device) {
 std::unique_ptr<Task> make_task(const TrainerConfig& cfg, nn::Module& model) {
   if (cfg.model.name == ModelKind::llama) return make_causal_lm_task(cfg, model);
   return std::make_unique<ImageClassification>(
-      ImageClassificationOptions{.compute_dtype = compute_dtype(cfg), .label_smoothing = cfg.train.label_smoothing});
+      ImageClassificationOptions{.compute_dtype = compute_dtype(cfg),
+                                 .label_smoothing = cfg.train.label_smoothing,
+                                 .channels_last = resnet_channels_last(cfg)});
+}
+
+bool resnet_channels_last(const TrainerConfig& cfg) {
+  const ModelKind k = cfg.model.name;
+  if (k != ModelKind::resnet18 && k != ModelKind::resnet34 && k != ModelKind::resnet50) return false;
+  return cfg.model.channels_last == "true" || (cfg.model.channels_last == "auto" && cfg.train.device.is_cuda());
 }
 
 DType compute_dtype(const TrainerConfig& cfg) {

@@ -44,6 +44,8 @@ optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t steps_per_
 data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds, Split split);
 // The forward compute dtype: bf16 with precision bf16, else the master dtype.
 DType compute_dtype(const TrainerConfig& cfg);
+// True for a ResNet laid out channels last: model.channels_last true, or auto on a CUDA device.
+bool resnet_channels_last(const TrainerConfig& cfg);
 // The task the config trains: image classification with the compute dtype and train.label_smoothing, or
 // causal language modelling for model.name llama (its FLOPs counted from `model`).
 std::unique_ptr<Task> make_task(const TrainerConfig& cfg, nn::Module& model);

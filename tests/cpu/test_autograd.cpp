@@ -4,6 +4,7 @@
 #include "support/testing.h"
 
 #include "hadatrain/autograd/engine.h"
+#include "hadatrain/autograd/function.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/autograd/meta.h"
 
@@ -104,6 +105,79 @@ TEST_CASE("no_grad records nothing; backward on a tensor without history is an e
   CHECK_THROWS_WITH(y.backward(), HasSubstr("does not require grad"));
   Tensor z = mul(a, 2.0);
   CHECK_THROWS_WITH(mul(z, 1.0).backward(ones({2}, {DType::f64})), HasSubstr("does not match"));
+}
+
+namespace {
+
+// The identity, whose backward takes the engine's offer of the gradient gathered so far for its input (Note
+// [Gradients accumulated in place]) and, with `accept`, adds its own gradient into it.
+class AddIntoNode final : public Node {
+ public:
+  explicit AddIntoNode(bool accept) : accept_(accept) {}
+  std::string name() const override { return "AddIntoTest"; }
+  bool accepts_grad_buffers() const override { return true; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override { return {grads[0]}; }
+  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) override {
+    offered = into[0].defined();
+    if (!offered) return {grads[0]};
+    offered_values = into[0].to_vector<double>();
+    if (!accept_) return {grads[0]};
+    add_(into[0], grads[0]);
+    return {into[0]};
+  }
+  bool offered = false;
+  std::vector<double> offered_values;
+
+ private:
+  bool accept_;
+};
+
+// The identity, whose backward keeps a reference to the gradient it hands on (as a hook that stores it would).
+class KeepNode final : public Node {
+ public:
+  std::string name() const override { return "KeepTest"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    kept = grads[0].clone();
+    return {kept};
+  }
+  Tensor kept;
+};
+
+Tensor through(const std::shared_ptr<Node>& node, const Tensor& y) {
+  Tensor out = clone(y.detach());
+  connect(node, {&y}, {&out});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a node may add its gradient into the buffer gathered so far, only one nothing else holds",
+          "[autograd]") {
+  // loss = sum(w * (3y + id(y))), y = 1 * x: g_y = 3w (the mul branch, which runs first) + w (the node's).
+  const std::vector<double> w{5, 7};
+  for (const bool accept : {true, false}) {
+    INFO("accept " << accept);
+    Tensor x = from_vector(std::vector<double>{1, 2}, {2}, {DType::f64, Device::cpu(), true});
+    const Tensor wt = from_vector(w, {2}, {DType::f64});
+    auto node = std::make_shared<AddIntoNode>(accept);
+    const Tensor y = mul(x, 1.0);
+    const int64_t before = grads_accumulated_in_place();
+    sum(mul(add(through(node, y), mul(y, 3.0)), wt)).backward();
+    CHECK(grads_accumulated_in_place() - before == (accept ? 1 : 0));
+    CHECK(node->offered);
+    CHECK(node->offered_values == std::vector<double>{15, 21});
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{20, 28});
+  }
+  // The other branch's gradient is also held elsewhere: no offer, the sum as usual.
+  Tensor x = from_vector(std::vector<double>{1, 2}, {2}, {DType::f64, Device::cpu(), true});
+  const Tensor wt = from_vector(w, {2}, {DType::f64});
+  auto node = std::make_shared<AddIntoNode>(true);
+  auto keep = std::make_shared<KeepNode>();
+  const Tensor y = mul(x, 1.0);
+  sum(mul(add(through(node, y), mul(through(keep, y), 3.0)), wt)).backward();
+  CHECK_FALSE(node->offered);
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{20, 28});
+  CHECK(keep->kept.to_vector<double>() == std::vector<double>{15, 21});  // untouched by the accumulation
 }
 
 TEST_CASE("saved tensors are released after backward", "[autograd]") {

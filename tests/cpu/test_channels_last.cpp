@@ -21,6 +21,7 @@
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/nn/layers.h"
+#include "hadatrain/nn/parameter_store.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
@@ -107,6 +108,30 @@ TEST_CASE("conv2d nhwc passes gradcheck through x, weight and bias", "[channels_
               [&](const std::vector<Tensor>& in) { return conv2d(permute(in[0], {0, 2, 3, 1}), in[1], Tensor(), q); },
               {xn, w}) == "");
   }
+}
+
+TEST_CASE("to_dtype_in_order casts into channels-last memory and its gradient comes back contiguous",
+          "[channels_last]") {
+  Tensor w = test::random_tensor({4, 3, 2, 5}, 31, DType::f32, -2, 2);
+  w.set_requires_grad(true);
+  const Tensor c = to_dtype_in_order(w, DType::f64, {0, 2, 3, 1});
+  CHECK(c.shape() == w.shape());
+  CHECK(c.dtype() == DType::f64);
+  CHECK(c.strides() == Strides{30, 1, 15, 3});  // (O, KH, KW, C) memory
+  CHECK(permute(c, {0, 2, 3, 1}).is_contiguous());
+  CHECK(test::close(c, w.to(DType::f64), 0, 0));
+  // The gradient reaches the f32 master contiguous, whatever the layout it arrives in.
+  const Tensor g = test::random_tensor({4, 3, 2, 5}, 32, DType::f64, -1, 1);
+  sum(mul(c, g)).backward();
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(w.grad().is_contiguous());
+  CHECK(test::close(w.grad(), g.to(DType::f32), 0, 0));
+  CHECK_THROWS_WITH(to_dtype_in_order(w, DType::f64, {0, 2, 2, 1}), HasSubstr("not a permutation"));
+  CHECK_THROWS_WITH(to_dtype_in_order(w, DType::f64, {0, 2, 1}), HasSubstr("order has 3 dims"));
+  // A cast with the channels_last hint lays out 4-d weights only; the master itself when no cast is needed.
+  CHECK(nn::cast_master(w.detach(), DType::f64, nn::WeightLayout::channels_last).strides() == Strides{30, 1, 15, 3});
+  CHECK(nn::cast_master(w.detach(), DType::f32, nn::WeightLayout::channels_last).strides() == w.strides());
 }
 
 TEST_CASE("conv2d nhwc checks the channel dim at the end", "[channels_last]") {

@@ -7,6 +7,8 @@
 #include "support/gpu_testing.h"
 #include "support/testing.h"
 
+#include "hadatrain/autograd/engine.h"
+
 #include <cmath>
 #include <functional>
 
@@ -157,6 +159,42 @@ TEST_CASE("conv2d on CUDA: a ResNet-sized layer and repeated calls reuse the cac
   CHECK(check_conv(cc, DType::f32, false, 900, &kConvF32Large) == "");
   CHECK(check_conv(cc, DType::f32, false, 910, &kConvF32Large) == "");  // cached choice, fresh values
   CHECK(check_conv(cc, DType::bf16, false, 920) == "");
+}
+
+TEST_CASE("conv2d's input gradient is added into a residual input's gradient on CUDA", "[gpu][conv]") {
+  // out = conv(x) + 2x, loss = sum(out * r): the 2x branch's gradient reaches x first, and the convolution's
+  // backward data adds into it (beta = 1, Note [Gradients accumulated in place]). x, w: f64 on the CPU as
+  // reference, the device run in f32 and bf16 from the same (rounded) values, both layouts.
+  const ConvCase cc{"residual 3x3", 4, 16, 9, 9, 16, 3, 3, conv_params(1, 1, 1, 1, 1, 1, 1), false};
+  uint64_t seed = 990;
+  for (const DType dt : {DType::f32, DType::bf16})
+    for (const bool nhwc : {false, true}) {
+      INFO(dtype_name(dt) << (nhwc ? " nhwc" : " nchw"));
+      Conv2dParams p = cc.p;
+      if (nhwc) p.layout = ConvLayout::nhwc;
+      const Shape xs = nhwc ? Shape{cc.N, cc.H, cc.W, cc.C} : Shape{cc.N, cc.C, cc.H, cc.W};
+      const Tensor x0 = test::random_input(xs, ++seed, DType::f64).to(dt).to(DType::f64);
+      const Tensor w0 = test::random_input({cc.O, cc.C, cc.KH, cc.KW}, ++seed, DType::f64).to(dt).to(DType::f64);
+      const Tensor r0 = test::random_input(xs, ++seed, DType::f64).to(dt).to(DType::f64);
+      auto grad_x = [&](Device dev, DType t) {
+        Tensor x = x0.to(t).to(dev);
+        x.set_requires_grad(true);
+        const Tensor w = w0.to(t).to(dev), r = r0.to(t).to(dev);
+        sum(mul(add(conv2d(x, w, Tensor(), p), mul(x, 2.0)), r)).backward();
+        return x.grad();
+      };
+      const Tensor expect = grad_x(Device::cpu(), DType::f64);  // the CPU runs nhwc through NCHW permutes
+      const int64_t before = grads_accumulated_in_place();
+      Tensor got;
+      {
+        test::PoisonGuard poison;
+        got = grad_x(test::kCuda, dt);
+      }
+      CHECK(grads_accumulated_in_place() - before == 1);
+      REQUIRE(got.is_cuda());
+      CHECK(got.shape() == xs);
+      CHECK(test::rel_error(got.to(Device::cpu()), expect) < (dt == DType::bf16 ? 1e-2 : 1e-5));
+    }
 }
 
 TEST_CASE("conv2d_input_grad on CUDA matches the CPU in both layouts", "[gpu][conv]") {

@@ -120,11 +120,16 @@ int main(int argc, char** argv) {
   // as the trainer: a pipeline's noise step is read on the device (recordable HLQ steps)
   if (nn::any_draws_noise(nn::bind_pipelines(*model, pc, clock))) clock->keep_on_device(dev);
   auto opt = optim::make_sgd(optim::make_param_refs(model->named_parameters()), {.momentum = 0.9});
-  const Tensor x = randn({batch, 3, image, image}, gen, {DType::f32, dev}).to(dt);
+  // The image arrives in f32, as the loader hands it over, and the step casts it to the compute dtype as the
+  // trainer's task does: for a channels-last ResNet into channels-last memory in the same pass (PyTorch's side
+  // gets an f32 channels-last input and casts it under autocast).
+  const Tensor x = randn({batch, 3, image, image}, gen, {DType::f32, dev});
+  const bool cl_input = name.rfind("resnet", 0) == 0 && layout == ConvLayout::nhwc;
+  auto input = [&] { return cl_input ? to_dtype_in_order(x, dt, {0, 2, 3, 1}) : x.to(dt); };
   const Tensor y = from_vector(std::vector<int64_t>(static_cast<std::size_t>(batch), 7), {batch}, {DType::i64, dev});
   const CrossEntropyOptions ce{.target_check = TargetCheck::deferred};  // as the trainer: no sync per step
   auto step = [&] {
-    const Tensor loss = cross_entropy(model->forward(x), y, ce);
+    const Tensor loss = cross_entropy(model->forward(input()), y, ce);
     opt->zero_grad();
     loss.backward();
     opt->step(0.1);
@@ -156,7 +161,7 @@ int main(int argc, char** argv) {
     const auto t0 = now();
     before = cuda::memory_stats().allocated_bytes;
     cuda::reset_peak();
-    const Tensor loss = cross_entropy(model->forward(x), y, ce);
+    const Tensor loss = cross_entropy(model->forward(input()), y, ce);
     const auto t1 = now();
     const cuda::MemoryStats fw_stats = cuda::memory_stats();
     after_fw = fw_stats.allocated_bytes;
@@ -209,7 +214,7 @@ int main(int argc, char** argv) {
     cuda::StepGraph graph(0);
     cuda::StreamGuard on(graph.stream(), 0);
     auto body = [&] {
-      const Tensor loss = cross_entropy(model->forward(x), y, ce);
+      const Tensor loss = cross_entropy(model->forward(input()), y, ce);
       loss.backward();
       opt->apply();
       opt->zero_grad();

@@ -1,5 +1,6 @@
 // The backward engine: an iterative (non-recursive) walk of the graph in dependency order.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "hadatrain/tensor/tensor.h"
@@ -13,5 +14,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 // (undefined where an input is unreachable). Leaves' .grad are left untouched.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, BackwardOptions opts = {});
+
+// How many gradients, since the process started, a node added into the buffer the engine offered it instead of
+// the engine summing them (Note [Gradients accumulated in place] in autograd/node.h): lets tests and benchmarks
+// see that the path ran.
+int64_t grads_accumulated_in_place();
 
 }  // namespace ht

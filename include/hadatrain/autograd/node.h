@@ -31,6 +31,19 @@ class Node {
   // Receives one gradient per forward output (undefined when an output received none) and returns one
   // gradient per next edge (undefined when an input needs none). Runs with grad mode off.
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
+  // Note [Gradients accumulated in place]
+  // When an input's gradient has several contributions, the engine sums them as they arrive: the second one
+  // costs a separate add that reads both and writes the sum (in a ResNet, one per residual block, a full pass
+  // over the block's activations). A node whose kernel can add its result into an existing buffer (cuDNN's
+  // backward data with beta = 1) says so with accepts_grad_buffers(); the engine then calls apply_into with
+  // into[i] the gradient gathered so far for input i, where there is one that nothing else references
+  // (undefined otherwise). A node that adds its gradient for input i into into[i] returns that same tensor as
+  // its gradient i and the engine keeps it as the sum; any other return is summed as usual and into[i] must then
+  // be left unchanged. The sum is the same; its rounding may differ (one rounding instead of two).
+  virtual bool accepts_grad_buffers() const { return false; }
+  virtual std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& /*into*/) {
+    return apply(std::move(grads));
+  }
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   std::vector<Edge>& mutable_next_edges() { return next_edges_; }

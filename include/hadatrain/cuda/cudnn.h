@@ -96,11 +96,14 @@ struct ConvProblem {
 };
 
 // All pointers are dense device buffers of problem.dtype on the current device, laid out as problem.format
-// says; work is queued on the current stream. Outputs are overwritten (beta = 0). Each returns true when it
-// ran; false only for an nhwc problem that no cuDNN algorithm supports (nothing was written; the caller
-// permutes to NCHW instead). An nchw problem that nothing supports throws.
+// says; work is queued on the current stream. Outputs are overwritten (beta = 0), except that backward data with
+// `accumulate` adds its result into dx (beta = 1: dx = result + dx, rounded once). Each returns true when it
+// ran; false only for an nhwc problem that no cuDNN algorithm supports, or for an accumulating backward data whose
+// algorithm does not take beta = 1 (nothing was written in either case; the caller permutes to NCHW, or computes
+// into a scratch buffer and adds, instead). An nchw problem that nothing supports throws.
 [[nodiscard]] bool conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y);
-[[nodiscard]] bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx);
+[[nodiscard]] bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx,
+                                        bool accumulate = false);
 [[nodiscard]] bool conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw);
 
 // Whether the first call of each problem measures algorithms with cudnnFind*AlgorithmEx or takes the

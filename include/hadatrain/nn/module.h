@@ -20,6 +20,12 @@
 
 namespace ht::nn {
 
+// How a layer will read a weight. channels_last: a 4-d convolution weight (O, C, KH, KW) that an NHWC convolution
+// reads as (O, KH, KW, C); a materialise policy that makes a copy anyway (a cast) may lay that copy out so (same
+// shape, the strides of to_dtype_in_order(.., {0, 2, 3, 1})) and spare the layer its own transpose. A hint: any
+// layout is correct, since the layer lays the weight out itself when it must.
+enum class WeightLayout { as_is, channels_last };
+
 enum class Mode { train, eval };
 enum class StrictLoad { yes, no };
 
@@ -73,6 +79,8 @@ class Module {
   // A parameter slot of this module as the layer computes with it, in `dtype` (Note [Materialising
   // parameters]): through the attached store's policy, or cast_master's rule without a store.
   Tensor materialise(const Tensor& param, DType dtype) const;
+  // The same with a layout hint for the copy a cast makes (WeightLayout: NHWC convolutions ask for channels_last).
+  Tensor materialise(const Tensor& param, DType dtype, WeightLayout layout) const;
   // The same in the parameter's own (master) dtype: for layers that compute with the master, e.g. norms.
   Tensor materialise(const Tensor& param) const;
 

@@ -63,6 +63,7 @@ struct MaterialiseRequest {
   const ParamRef& param;  // name, master slot, decay flag
   std::size_t index;      // position in the store (stable for the store's life)
   DType dtype;            // the dtype the layer computes in
+  WeightLayout layout = WeightLayout::as_is;
 };
 
 class MaterialisePolicy {
@@ -74,11 +75,15 @@ class MaterialisePolicy {
 
 // Today's rule, shared by CastPolicy and by modules without a store: `master` itself when it is undefined
 // or already in `dtype`, otherwise master.to(dtype) (a differentiable cast).
-Tensor cast_master(const Tensor& master, DType dtype);
+// With layout channels_last, a 4-d master that is cast is cast into channels-last memory (one pass, as the plain
+// cast).
+Tensor cast_master(const Tensor& master, DType dtype, WeightLayout layout = WeightLayout::as_is);
 
 class CastPolicy final : public MaterialisePolicy {
  public:
-  Tensor materialise(const MaterialiseRequest& r) override { return cast_master(*r.param.param, r.dtype); }
+  Tensor materialise(const MaterialiseRequest& r) override {
+    return cast_master(*r.param.param, r.dtype, r.layout);
+  }
 };
 
 class ParameterStore {
@@ -101,7 +106,7 @@ class ParameterStore {
 
   // Note [Materialising parameters]. `slot` is the module member holding the master (an undefined tensor,
   // such as a missing bias, is returned as is).
-  Tensor materialise(const Tensor& slot, DType dtype);
+  Tensor materialise(const Tensor& slot, DType dtype, WeightLayout layout = WeightLayout::as_is);
   void set_policy(std::shared_ptr<MaterialisePolicy> policy);
   MaterialisePolicy& policy() const { return *policy_; }
 

@@ -12,6 +12,9 @@ namespace ht::train {
 struct ImageClassificationOptions {
   DType compute_dtype = DType::f32;  // the image is cast to it before the forward pass
   double label_smoothing = 0.0;      // training loss only
+  // The cast also lays the image out channels last ((B, C, H, W) shape, (B, H, W, C) memory: to_dtype_in_order),
+  // the layout a channels-last model reads, in the same pass; the model's own layout change is then a view.
+  bool channels_last = false;
 };
 
 class ImageClassification final : public Task {

@@ -80,8 +80,11 @@ void check_ran(bool ran, const char* what) {
 
 Tensor conv2d_filter(const cuda::ConvProblem& p, const Tensor& w) {
   NoGradGuard no_grad;
-  const Tensor wt = to_dtype(w, p.dtype);
-  return contiguous(is_nhwc(p) ? permute(wt, {0, 2, 3, 1}) : wt);
+  const Tensor v = is_nhwc(p) ? permute(w, {0, 2, 3, 1}) : w;  // (O, KH, KW, C/groups) for nhwc
+  if (v.is_contiguous() && v.dtype() == p.dtype) return v;  // e.g. a weight cast into channels-last memory
+  Tensor f = empty(v.shape(), {p.dtype, w.device()});
+  copy_(f, v);  // cast and layout in one pass
+  return f;
 }
 
 void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& filter, const Tensor& bias,
@@ -100,11 +103,21 @@ void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& f
     binary(kernels::BinaryOp::add, 1.0, out, out, reshape(bias, is_nhwc(p) ? Shape{1, 1, 1, p.O} : Shape{1, p.O, 1, 1}));
 }
 
-void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& filter, const Tensor& gx) {
+void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& filter, const Tensor& gx,
+                          bool accumulate) {
   NoGradGuard no_grad;
   OnDevice on(gx);
   const Tensor gc = contiguous(to_dtype(g, p.dtype)), wc = filter;
   HT_ASSERT(wc.is_contiguous() && wc.dtype() == p.dtype, "conv2d backward: the filter must come from conv2d_filter");
+  HT_ASSERT(gx.is_contiguous() && gx.dtype() == p.dtype, "conv2d backward: gx {} must be dense {}", gx.describe(),
+            dtype_name(p.dtype));
+  if (accumulate) {
+    if (cuda::conv2d_backward_data(p, gc.data_ptr(), wc.data_ptr(), gx.data_ptr(), true)) return;
+    Tensor fresh = empty(gx.shape(), {p.dtype, gx.device()});  // no algorithm takes beta = 1: add separately
+    conv2d_backward_data(p, g, filter, fresh, false);
+    binary(kernels::BinaryOp::add, 1.0, gx, gx, fresh);
+    return;
+  }
   if (!cuda::conv2d_backward_data(p, gc.data_ptr(), wc.data_ptr(), gx.data_ptr())) {  // nhwc unsupported
     const Tensor gn = nhwc_to_nchw(gc), wn = nchw_filter(p, filter);
     Tensor gxn = empty({p.N, p.C, p.H, p.W}, {p.dtype, gx.device()});
@@ -113,22 +126,24 @@ void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Ten
   }
 }
 
-void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g, const Tensor& gw) {
+Tensor conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g) {
   NoGradGuard no_grad;
-  OnDevice on(gw);
+  OnDevice on(g);
   const Tensor xc = contiguous(to_dtype(x, p.dtype)), gc = contiguous(to_dtype(g, p.dtype));
+  const Device dev = g.device();
   if (!is_nhwc(p)) {
+    Tensor gw = empty({p.O, p.C / p.groups, p.KH, p.KW}, {p.dtype, dev});
     check_ran(cuda::conv2d_backward_filter(p, xc.data_ptr(), gc.data_ptr(), gw.data_ptr()), "backward-filter");
-    return;
+    return gw;
   }
-  // cuDNN writes the KRSC gradient (O, KH, KW, C/groups); gw is (O, C/groups, KH, KW).
-  Tensor gw_krsc = empty({p.O, p.KH, p.KW, p.C / p.groups}, {p.dtype, gw.device()});
-  if (cuda::conv2d_backward_filter(p, xc.data_ptr(), gc.data_ptr(), gw_krsc.data_ptr())) {
-    copy_(gw, permute(gw_krsc, {0, 3, 1, 2}));
-    return;
-  }
+  // cuDNN writes the KRSC gradient (O, KH, KW, C/groups); gw is its (O, C/groups, KH, KW) view.
+  Tensor gw_krsc = empty({p.O, p.KH, p.KW, p.C / p.groups}, {p.dtype, dev});
+  if (cuda::conv2d_backward_filter(p, xc.data_ptr(), gc.data_ptr(), gw_krsc.data_ptr()))
+    return permute(gw_krsc, {0, 3, 1, 2});
   const Tensor xn = nhwc_to_nchw(xc), gn = nhwc_to_nchw(gc);  // nhwc unsupported: through NCHW
+  Tensor gw = empty({p.O, p.C / p.groups, p.KH, p.KW}, {p.dtype, dev});
   check_ran(cuda::conv2d_backward_filter(as_nchw(p), xn.data_ptr(), gn.data_ptr(), gw.data_ptr()), "backward-filter");
+  return gw;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -20,10 +20,13 @@ Tensor conv2d_filter(const cuda::ConvProblem& p, const Tensor& w);
 // out (N, O, OH, OW) or nhwc (N, OH, OW, O), contiguous = conv(x, filter) [+ bias (O)]; x of any strides.
 void conv2d_forward(const cuda::ConvProblem& p, const Tensor& x, const Tensor& filter, const Tensor& bias,
                     const Tensor& out);
-// gx (N, C, H, W) or nhwc (N, H, W, C), contiguous, from g (output layout) and the filter.
-void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& filter, const Tensor& gx);
-// gw (O, C/groups, KH, KW), contiguous, from x and g.
-void conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g, const Tensor& gw);
+// gx (N, C, H, W) or nhwc (N, H, W, C), contiguous, from g (output layout) and the filter; with `accumulate`
+// the result is added into gx (one rounding where cuDNN takes beta = 1, else a separate add).
+void conv2d_backward_data(const cuda::ConvProblem& p, const Tensor& g, const Tensor& filter, const Tensor& gx,
+                          bool accumulate = false);
+// gw (O, C/groups, KH, KW) from x and g: contiguous for nchw; for nhwc the view of the (O, KH, KW, C/groups)
+// gradient cuDNN writes (where no NHWC algorithm exists, contiguous through NCHW buffers).
+Tensor conv2d_backward_filter(const cuda::ConvProblem& p, const Tensor& x, const Tensor& g);
 
 // ---- pools (shape and layout filled by the op) ----
 // Outputs (out, indices, gx) are allocated by the op in s.layout: dense NCHW, or NHWC buffers viewed as

@@ -198,9 +198,12 @@ void remember(const ConvKey& key, const AlgoChoice& c) {
 // caches the first that runs. `heuristic(perfs_out, count_out)` fills cuDNN's perf structs;
 // `workspace_of(algo, bytes*)` and `run(algo, ws, bytes)` return the cuDNN status. Returns false when no
 // algorithm ran an nhwc problem (nchw throws).
+// With `accumulate` (backward data into an existing gradient, beta = 1) an algorithm that reports an
+// unsupported configuration makes it return false instead of throwing (the caller then adds separately); Find
+// measures on a scratch output (the find lambda's job), since it overwrites the buffer it is given.
 template <class Perf, int kCount, class Heuristic, class WorkspaceOf, class Run, class Find>
 bool run_pass(ConvPass pass, const ConvProblem& p, const char* what, ConvDescs& d, Heuristic&& heuristic,
-              WorkspaceOf&& workspace_of, Run&& run, Find&& find) {
+              WorkspaceOf&& workspace_of, Run&& run, Find&& find, bool accumulate = false) {
   using Algo = decltype(Perf{}.algo);
   const ConvKey key = key_of(pass, p, current_device());
   AlgoChoice cached;
@@ -216,7 +219,10 @@ bool run_pass(ConvPass pass, const ConvProblem& p, const char* what, ConvDescs& 
   if (hit) {
     d.use_math(cached.math);
     const Tensor ws = workspace(cached.workspace);
-    HT_CUDNN_CHECK(run(static_cast<Algo>(cached.algo), ws.defined() ? ws.data_ptr() : nullptr, cached.workspace));
+    const cudnnStatus_t rs = run(static_cast<Algo>(cached.algo), ws.defined() ? ws.data_ptr() : nullptr,
+                                 cached.workspace);
+    if (accumulate && unsupported(rs)) return false;
+    HT_CUDNN_CHECK(rs);
     return true;
   }
   const cudnnMathType_t requested = d.math;
@@ -251,7 +257,7 @@ bool run_pass(ConvPass pass, const ConvProblem& p, const char* what, ConvDescs& 
   std::vector<Perf> perfs(kCount);
   int n = 0;
   const cudnnStatus_t hs = heuristic(perfs.data(), &n);
-  if (unsupported(hs) && p.format == TensorFormat::nhwc) return false;
+  if (unsupported(hs) && (p.format == TensorFormat::nhwc || accumulate)) return false;
   HT_CUDNN_CHECK(hs);
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   for (int i = 0; i < n; ++i) {
@@ -267,7 +273,7 @@ bool run_pass(ConvPass pass, const ConvProblem& p, const char* what, ConvDescs& 
     remember(key, {static_cast<int>(pf.algo), bytes, requested});
     return true;
   }
-  if (p.format == TensorFormat::nhwc) return false;
+  if (p.format == TensorFormat::nhwc || accumulate) return false;
   HT_FAIL("conv2d: cuDNN ran none of its {} heuristic {} algorithms for {} x ({}, {}, {}, {}) with weight ({}, {}, "
           "{}, {}), groups {} (last status: {})",
           n, what, dtype_name(p.dtype), p.N, p.C, p.H, p.W, p.O, p.C / p.groups, p.KH, p.KW, p.groups,
@@ -307,7 +313,7 @@ bool conv2d_forward(const ConvProblem& p, const void* x, const void* w, void* y)
       });
 }
 
-bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx) {
+bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx, bool accumulate) {
   cudnnHandle_t h = cudnn_handle();
   ConvDescs d(p);
   const Scaling s(p.dtype);
@@ -322,13 +328,21 @@ bool conv2d_backward_data(const ConvProblem& p, const void* dy, const void* w, v
       },
       [&](cudnnConvolutionBwdDataAlgo_t a, void* ws, std::size_t bytes) {
         return cudnnConvolutionBackwardData(h, s.one(), d.w.get(), w, d.y.get(), dy, d.conv.get(), a, ws, bytes,
-                                            s.zero(), d.x.get(), dx);
+                                            accumulate ? s.one() : s.zero(), d.x.get(), dx);
       },
       [&](cudnnConvolutionBwdDataAlgoPerf_t* perfs, int* n, void* ws, std::size_t bytes) {
+        // Find writes its output: when dx holds a gradient to accumulate into, it measures on a scratch copy.
+        Tensor scratch;
+        if (accumulate) {
+          const int64_t elems = p.N * p.C * p.H * p.W;
+          scratch = empty({elems}, {p.dtype, Device::cuda(current_device())});
+        }
         return cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), w, d.y.get(), dy, d.conv.get(), d.x.get(),
-                                                           dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perfs, ws,
+                                                           accumulate ? scratch.data_ptr() : dx,
+                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perfs, ws,
                                                            bytes);
-      });
+      },
+      accumulate);
 }
 
 bool conv2d_backward_filter(const ConvProblem& p, const void* x, const void* dy, void* dw) {
