@@ -30,6 +30,7 @@ BatchNormOptions bn_options(const BatchNorm2d& m) {
   o.momentum = m.momentum;
   o.eps = m.eps;
   o.activation = m.activation;
+  if (o.mode == BatchNormMode::train) o.num_batches_tracked = m.num_batches_tracked;  // counted by the op
   return o;
 }
 
@@ -37,10 +38,6 @@ BatchNormOptions bn_options(const BatchNorm2d& m) {
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   const BatchNormOptions o = bn_options(*this);
-  if (is_training()) {
-    NoGradGuard ng;
-    copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
-  }
   // The scale and shift in their master dtype (Note [Materialising parameters]).
   const Tensor w = materialise(weight), b = materialise(bias);
   if (layout == ConvLayout::nchw) return batch_norm(x, w, b, running_mean, running_var, o);
@@ -53,10 +50,6 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
   const BatchNormOptions o = bn_options(*this);
-  if (is_training()) {
-    NoGradGuard ng;
-    copy_(num_batches_tracked, add(num_batches_tracked, 1.0));
-  }
   const BatchNormParams p{materialise(weight), materialise(bias), running_mean, running_var};
   if (layout == ConvLayout::nchw) return batch_norm_add_relu(x, residual, p, o);
   const int64_t C = p.weight.size(0);

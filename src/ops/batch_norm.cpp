@@ -223,6 +223,17 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& residual, const Tensor& we
     HT_CHECK(!running_mean.requires_grad() && !running_var.requires_grad(),
              "batch_norm: running_mean and running_var are buffers updated in place and must not require grad");
   }
+  const Tensor& counter = opts.num_batches_tracked;
+  if (train && counter.defined()) {
+    HT_CHECK(counter.dtype() == DType::i64 && counter.numel() == 1 && counter.is_contiguous() &&
+                 counter.device() == dev,
+             "batch_norm: num_batches_tracked must be one i64 element on {}, got {}", to_string(dev),
+             counter.describe());
+    if (!x.is_cuda()) {
+      NoGradGuard no_grad;
+      copy_(counter, add(counter, 1.0));
+    }
+  }
 
   Tensor out = empty(x.shape(), {x.dtype(), dev});  // (N, C, ...)
 

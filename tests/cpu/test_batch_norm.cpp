@@ -208,6 +208,12 @@ TEST_CASE("batch_norm rejects bad inputs with clear messages", "[batch_norm][err
   CHECK_THROWS_WITH(batch_norm(x, ones({3}, {DType::i64}), {}, {}, {}), HasSubstr("weight must be floating"));
   Tensor rm_grad = zeros({3}).set_requires_grad(true);
   CHECK_THROWS_WITH(batch_norm(x, w, {}, rm_grad, rv), HasSubstr("must not require grad"));
+  BatchNormOptions counted;
+  counted.num_batches_tracked = zeros({}, {DType::f32});
+  CHECK_THROWS_WITH(batch_norm(x, w, {}, rm, rv, counted), HasSubstr("num_batches_tracked must be one i64 element"));
+  counted.num_batches_tracked = zeros({}, {DType::i64});
+  batch_norm(x, w, {}, rm, rv, counted);
+  CHECK(counted.num_batches_tracked.item() == 1);
   // One value per channel is fine in eval mode.
   CHECK(batch_norm(test::random_tensor({1, 3}, 2), {}, {}, rm, rv, {BatchNormMode::eval}).shape() == Shape{1, 3});
 }

@@ -177,7 +177,7 @@ TEST_CASE("conv2d's input gradient is added into a residual input's gradient on 
       const Tensor w0 = test::random_input({cc.O, cc.C, cc.KH, cc.KW}, ++seed, DType::f64).to(dt).to(DType::f64);
       const Tensor r0 = test::random_input(xs, ++seed, DType::f64).to(dt).to(DType::f64);
       auto grad_x = [&](Device dev, DType t) {
-        Tensor x = x0.to(t).to(dev);
+        Tensor x = x0.to(t).to(dev).detach();  // a leaf of its own (the f64 CPU run would otherwise mark x0)
         x.set_requires_grad(true);
         const Tensor w = w0.to(t).to(dev), r = r0.to(t).to(dev);
         sum(mul(add(conv2d(x, w, Tensor(), p), mul(x, 2.0)), r)).backward();
@@ -388,8 +388,10 @@ TEST_CASE("batch_norm train forward, backward and running stats on CUDA match th
         Tensor rm_c = test::random_input({C}, seed + 4, DType::f32, -0.5, 0.5);
         Tensor rv_c = test::random_input({C}, seed + 5, DType::f32, 0.5, 1.5);
         Tensor rm_g = rm_c.to(test::kCuda), rv_g = rv_c.to(test::kCuda);
-        BatchNormOptions opts;
-        opts.momentum = 0.3;
+        BatchNormOptions opts, opts_g;
+        opts.momentum = opts_g.momentum = 0.3;
+        opts.num_batches_tracked = full({}, 5.0, {DType::i64});  // counted by the op, on CUDA by the stats kernel
+        opts_g.num_batches_tracked = full({}, 5.0, {DType::i64, test::kCuda});
         for (int step = 0; step < 2; ++step) {
           const Tensor x = test::random_input(bc.x, seed + 10 + step, dt, -2, 3);
           const Tensor w = affine ? test::random_input({C}, seed + 20, dt, 0.5, 1.5) : Tensor();
@@ -397,11 +399,13 @@ TEST_CASE("batch_norm train forward, backward and running stats on CUDA match th
           const Tensor yc = batch_norm(x, w, b, rm_c, rv_c, opts);
           test::PoisonGuard poison;
           const Tensor yg = batch_norm(x.to(test::kCuda), affine ? w.to(test::kCuda) : Tensor(),
-                                       affine ? b.to(test::kCuda) : Tensor(), rm_g, rv_g, opts);
+                                       affine ? b.to(test::kCuda) : Tensor(), rm_g, rv_g, opts_g);
           if (dt != DType::bf16) CHECK(test::compare_to_cpu(yg, yc) == "");
         }
         CHECK(test::compare_to_cpu(rm_g, rm_c, {1e-5, 1e-6}) == "");
         CHECK(test::compare_to_cpu(rv_g, rv_c, {1e-5, 1e-6}) == "");
+        CHECK(opts.num_batches_tracked.item() == 7);
+        CHECK(opts_g.num_batches_tracked.item() == 7);
       }
 }
 

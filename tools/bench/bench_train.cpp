@@ -240,9 +240,10 @@ int main(int argc, char** argv) {
       cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_mem);
       const double ghost = host_ms(replay);
       std::printf("hadatrain %s batch %lld %s forward, %s, step graph: %.2f ms/step, %.0f img/s, graph memory %.2f GiB, "
-                  "host issue %.3f ms, %zu nodes\n",
+                  "host issue %.3f ms, %zu nodes (%s)\n",
                   name.c_str(), static_cast<long long>(batch), dtype_name(dt).data(), pipeline.c_str(), gmed,
-                  batch / gmed * 1000.0, static_cast<double>(graph_mem) / (1 << 30), ghost, graph.nodes());
+                  batch / gmed * 1000.0, static_cast<double>(graph_mem) / (1 << 30), ghost, graph.nodes(),
+                  graph.node_kinds().c_str());
     }
   }
   return 0;

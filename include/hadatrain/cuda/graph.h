@@ -49,12 +49,15 @@ class StepGraph {
   // Nodes of the last accepted recording (kernels, memsets, copies and memory nodes): what one replay launches;
   // 0 before one. A measure of a step's launch overhead that needs no profiler.
   std::size_t nodes() const { return nodes_; }
+  // Those nodes by kind: "K kernels, M memsets, C copies, A memory, O other".
+  const std::string& node_kinds() const { return node_kinds_; }
 
  private:
   void reset();
   Stream stream_;
   cudaGraphExec_t exec_ = nullptr;
   std::size_t nodes_ = 0;
+  std::string node_kinds_;
 };
 
 }  // namespace ht::cuda

@@ -51,6 +51,9 @@ struct BatchNormOptions {
   double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch (unbiased var)
   double eps = 1e-5;
   BatchNormActivation activation = BatchNormActivation::none;
+  // Train mode: a one-element i64 counter on x's device (BatchNorm2d's num_batches_tracked) that the forward
+  // increments by one; on CUDA the statistics kernel does it, so the count costs no launch. Undefined: none.
+  Tensor num_batches_tracked;
 };
 // x (N, C, ...) ; weight/bias (C) may be undefined; running_mean/var (C) f32, updated in place in train mode.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,

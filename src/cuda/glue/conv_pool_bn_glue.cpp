@@ -283,6 +283,7 @@ BnStats batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& 
       run.dtype = rm.dtype();
       run.momentum = opts.momentum;
     }
+    if (opts.num_batches_tracked.defined()) run.count = static_cast<int64_t*>(opts.num_batches_tracked.data_ptr());
     kernels::launch_bn_stats(x.dtype(), xc.data_ptr(), s, opts.eps, run, dptr_mut(st.mean), dptr_mut(st.invstd),
                              on.stream);
     if (running_mean.defined() && rm.data_ptr() != running_mean.data_ptr()) {

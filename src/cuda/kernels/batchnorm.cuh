@@ -40,6 +40,7 @@ struct BnRunning {
   void* var = nullptr;
   DType dtype = DType::f32;  // of both
   double momentum = 0.1;
+  int64_t* count = nullptr;  // num_batches_tracked, incremented once per launch (by channel 0's writer)
 };
 
 // Train-mode statistics over M = N*S values per channel: mean (C), invstd (C) = 1/sqrt(var_B + eps) with the

@@ -295,6 +295,7 @@ HT_DEV void stats_write(double a1, double a2, double k, int64_t M, double eps, c
     param_store(running.mean, running.dtype, c, (1.0 - mo) * rm + mo * mu);
     param_store(running.var, running.dtype, c, (1.0 - mo) * rv + mo * var * unbias);
   }
+  if (running.count != nullptr && c == 0) *running.count += 1;
 }
 
 // One warp: channel c's statistics from the partial sums of (x - k) and (x - k)^2 (lane 0 writes).

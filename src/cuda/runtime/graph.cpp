@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "hadatrain/core/capture.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/cuda/caching_allocator.h"
@@ -17,6 +19,7 @@ void StepGraph::reset() {
   if (exec_) (void)cudaGraphExecDestroy(exec_);
   exec_ = nullptr;
   nodes_ = 0;
+  node_kinds_.clear();
 }
 
 std::string StepGraph::record(const std::function<void()>& body) {
@@ -62,6 +65,24 @@ std::string StepGraph::record(const std::function<void()>& body) {
     } else if (cudaGraphGetNodes(graph, nullptr, &nodes_) != cudaSuccess) {
       (void)cudaGetLastError();
       nodes_ = 0;  // only a statistic
+    } else {
+      std::vector<cudaGraphNode_t> list(nodes_);
+      std::size_t n = nodes_;
+      std::size_t kernels = 0, memsets = 0, copies = 0, memory = 0, other = 0;
+      if (n > 0 && cudaGraphGetNodes(graph, list.data(), &n) == cudaSuccess) {
+        for (std::size_t i = 0; i < n; ++i) {
+          cudaGraphNodeType t;
+          if (cudaGraphNodeGetType(list[i], &t) != cudaSuccess) t = cudaGraphNodeTypeEmpty;
+          if (t == cudaGraphNodeTypeKernel) ++kernels;
+          else if (t == cudaGraphNodeTypeMemset) ++memsets;
+          else if (t == cudaGraphNodeTypeMemcpy) ++copies;
+          else if (t == cudaGraphNodeTypeMemAlloc || t == cudaGraphNodeTypeMemFree) ++memory;
+          else ++other;
+        }
+        node_kinds_ = fmt::format("{} kernels, {} memsets, {} copies, {} memory, {} other", kernels, memsets, copies,
+                                  memory, other);
+      }
+      (void)cudaGetLastError();
     }
   }
   if (graph) (void)cudaGraphDestroy(graph);
