@@ -468,9 +468,14 @@ The peer is the fastest of PyTorch's three forms, measured in the same call as o
 (`tools/bench/bench_train_torch.py`): eager, `torch.compile` (the model and the optimiser step), and the whole
 step (forward, backward, optimiser step) captured in one CUDA graph with `torch.cuda.graph`. Both sides train the
 same model on random data: bf16 forward with f32 master weights, channels-last ResNets, cross-entropy, SGD with
-momentum 0.9; median of 20 steps after 5 warm-up steps. Ours is `bench_train`'s step-graph time, what the trainer
-runs with `train.cuda_graph: auto`. peer / ours above 1 means ours is faster. A row with an eager time only has no
-ratio: eager is not PyTorch's fastest form. One command measures rows and merges them into this page:
+momentum 0.9; median of 20 steps after 5 warm-up steps. The image enters both steps in f32 (channels-last memory on
+PyTorch's side, as `.to(memory_format=torch.channels_last)` leaves it) and is cast to bf16 inside the step: by
+autocast there, by the trainer's task here (into channels-last memory for the ResNets; rows measured before
+`4b0f3e1` cast it before the step and transposed it inside). Ours is `bench_train`'s step-graph time, what the
+trainer runs with `train.cuda_graph: auto`. peer / ours above 1 means ours is faster. A row with an eager time only
+has no ratio: eager is not PyTorch's fastest form. torch.compile's time varies from call to call more than the
+other forms' (ResNet-50: 21.15 ms at `8f977c2`, 22.94 ms at `4b0f3e1`), which is why a ratio is only ever taken
+within one call. One command measures rows and merges them into this page:
 `python3 tools/bench/peer_compare.py build-gpu OUT` then
 `python3 tools/bench/results_page.py --merge OUT/steps.jsonl OUT/memory.jsonl`.
 
