@@ -7,6 +7,11 @@
 
 namespace ht {
 
+bool usable_grad_buffer(const Tensor& buffer, const Shape& shape, DType dtype, Device device) {
+  return buffer.defined() && buffer.is_contiguous() && buffer.shape() == shape && buffer.dtype() == dtype &&
+         buffer.device() == device;
+}
+
 // Note [Iterative graph destruction]
 // A graph is a chain of shared_ptr<Node>: destroying the last tensor of a 10,000-op chain would destroy
 // node N, which destroys node N-1, and so on, recursing 10,000 frames deep. Instead, a node's destructor

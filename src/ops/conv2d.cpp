@@ -331,10 +331,8 @@ class Conv2dBackward final : public Node {
     Tensor gx, gw, gb;
     bool accumulate = false;
     if (needs_input_grad(0)) {
-      const Tensor& sum = into.empty() ? Tensor() : into[0];
-      accumulate = g.is_cuda() && sum.defined() && sum.shape() == x.shape() && sum.dtype() == g.dtype() &&
-                   sum.device() == g.device() && sum.is_contiguous();
-      gx = accumulate ? sum : empty(x.shape(), {g.dtype(), g.device()});
+      accumulate = g.is_cuda() && !into.empty() && usable_grad_buffer(into[0], x.shape(), g.dtype(), g.device());
+      gx = accumulate ? into[0] : empty(x.shape(), {g.dtype(), g.device()});
     }
     if (g.is_cuda()) {
 #ifdef HADATRAIN_CUDA

@@ -47,8 +47,19 @@ class LayerNormBackward final : public Node {
         d_(x.shape().back()),
         x_dtype_(x.dtype()),
         w_dtype_(weight.defined() ? weight.dtype() : x.dtype()),
-        b_dtype_(bias.defined() ? bias.dtype() : x.dtype()) {}
+        b_dtype_(bias.defined() ? bias.dtype() : x.dtype()),
+        cuda_(x.is_cuda()) {}
   std::string name() const override { return "LayerNormBackward"; }
+  // On CUDA, g_x is added into x's gradient gathered so far (the residual stream's other branch) by the
+  // backward kernel itself (Note [Gradients accumulated in place]).
+  bool accepts_grad_buffers() const override { return cuda_; }
+  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) override {
+    return run(std::move(grads), into);
+  }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    std::vector<Tensor> none;
+    return run(std::move(grads), none);
+  }
   // saved: x (0), weight (1, may be undefined), mean (2), rstd (3)
 
   // Note [Rebuilt inputs]: the output is the forward again on the kept x with the same weight, bias and eps: the
@@ -58,14 +69,20 @@ class LayerNormBackward final : public Node {
   Tensor recompute_output() const override {
     return rebuildable_ ? layer_norm_forward(saved(0), saved(1), bias_, eps_)[0] : Tensor();
   }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+
+ private:
+  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) {
     const Tensor& mu = saved(2);    // (..., 1)
     const Tensor& rstd = saved(3);  // (..., 1)
     if (mu.is_cuda()) {
 #ifdef HADATRAIN_CUDA
+      const Tensor& x = saved(0);
+      const bool acc = needs_input_grad(0) && !into.empty() &&
+                       usable_grad_buffer(into[0], x.shape(), x.dtype(), x.device());
       const cuda_ops::NormGrads r = cuda_ops::norm_backward(
-          kernels::NormKind::layer, grads[0], saved(0), saved(1), mu, rstd,
-          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2), w_dtype_, b_dtype_});
+          kernels::NormKind::layer, grads[0], x, saved(1), mu, rstd,
+          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2), w_dtype_, b_dtype_},
+          acc ? into[0] : Tensor());
       return {r.gx, r.gw.defined() ? to_dtype(r.gw, w_dtype_) : Tensor(),
               r.gb.defined() ? to_dtype(r.gb, b_dtype_) : Tensor()};
 #endif
@@ -85,12 +102,12 @@ class LayerNormBackward final : public Node {
     return {gx, gw, gb};
   }
 
- private:
   Tensor bias_;  // the forward's bias (a D-sized parameter or its cast), for recompute_output
   double eps_;
   bool rebuildable_;  // saved(1) is the forward's weight (kept when x needs a gradient), or there is none
   int64_t d_;
   DType x_dtype_, w_dtype_, b_dtype_;
+  bool cuda_;
 };
 
 // The CPU reference: fills out, mu and rstd.

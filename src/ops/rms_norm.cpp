@@ -29,15 +29,35 @@ namespace {
 class RmsNormBackward final : public Node {
  public:
   RmsNormBackward(const Tensor& x, const Tensor& weight)
-      : d_(x.shape().back()), x_dtype_(x.dtype()), w_dtype_(weight.defined() ? weight.dtype() : x.dtype()) {}
+      : d_(x.shape().back()),
+        x_dtype_(x.dtype()),
+        w_dtype_(weight.defined() ? weight.dtype() : x.dtype()),
+        cuda_(x.is_cuda()) {}
   std::string name() const override { return "RmsNormBackward"; }
   // saved: x (0), weight (1, may be undefined), rstd (2)
+  // On CUDA, g_x is added into x's gradient gathered so far (the residual stream's other branch) by the
+  // backward kernel itself (Note [Gradients accumulated in place]).
+  bool accepts_grad_buffers() const override { return cuda_; }
+  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) override {
+    return run(std::move(grads), into);
+  }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    std::vector<Tensor> none;
+    return run(std::move(grads), none);
+  }
+
+ private:
+  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) {
     const Tensor& rstd = saved(2);  // (..., 1)
     if (rstd.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-      const cuda_ops::NormGrads r = cuda_ops::norm_backward(kernels::NormKind::rms, grads[0], saved(0), saved(1),
-                                                            Tensor(), rstd, {needs_input_grad(0), needs_input_grad(1), false, w_dtype_, x_dtype_});
+      const Tensor& x = saved(0);
+      const bool acc = needs_input_grad(0) && !into.empty() &&
+                       usable_grad_buffer(into[0], x.shape(), x.dtype(), x.device());
+      const cuda_ops::NormGrads r =
+          cuda_ops::norm_backward(kernels::NormKind::rms, grads[0], x, saved(1), Tensor(), rstd,
+                                  {needs_input_grad(0), needs_input_grad(1), false, w_dtype_, x_dtype_},
+                                  acc ? into[0] : Tensor());
       return {r.gx, r.gw.defined() ? to_dtype(r.gw, w_dtype_) : Tensor()};
 #endif
     }
@@ -54,9 +74,9 @@ class RmsNormBackward final : public Node {
     return {gx, gw};
   }
 
- private:
   int64_t d_;
   DType x_dtype_, w_dtype_;
+  bool cuda_;
 };
 
 // The CPU reference: fills out and rstd.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda/kernels/rows.cuh"  // norm_staged_counts, norm_backward_partials
+#include "hadatrain/autograd/engine.h"
 
 using namespace ht;
 using test::check_op;
@@ -338,6 +339,47 @@ TEST_CASE("layer_norm and rms_norm on CUDA: the cluster backward and the block b
   INFO("partial rows " << parts << ", SMs " << sms);
   CHECK(parts > 0);
   CHECK(parts <= sms);  // at most 2 blocks per SM, clusters of at least 2
+}
+
+// A residual stream: loss = sum(r * (norm(x) + 2x)). The 2x branch's gradient reaches x first and the norm's
+// backward kernel adds g_x into it (Note [Gradients accumulated in place]): every kernel family (the cluster and
+// block staged kernels, register-resident rows, the multi-pass rows of unpackable lengths), against the CPU,
+// where the engine adds the two.
+TEST_CASE("layer_norm and rms_norm backward on CUDA add g_x into the residual stream's gradient",
+          "[gpu][rows][norm]") {
+  uint64_t seed = 8300;
+  const std::vector<std::pair<DType, Shape>> cases = {
+      {DType::bf16, {2003, 4096}}, {DType::bf16, {5003, 768}}, {DType::bf16, {1001, 385}}, {DType::bf16, {257, 520}},
+      {DType::f16, {129, 1004}},   {DType::f32, {1003, 1024}}, {DType::f32, {33, 4095}},   {DType::f64, {301, 2048}},
+      {DType::bf16, {9, 8192}}};
+  for (const auto& [dt, shape] : cases) {
+    const int64_t d = shape[1];
+    const Tensor x = test::random_input(shape, ++seed, dt, -3.0, 3.0);
+    const Tensor w = test::random_input({d}, ++seed, dt, 0.5, 1.5);
+    const Tensor b = test::random_input({d}, ++seed, dt, -1.0, 1.0);
+    const Tensor r = test::random_input(shape, ++seed, dt, -1.0, 1.0);
+    INFO(dtype_name(dt) << " " << to_string(shape));
+    for (const bool rms : {false, true}) {
+      INFO((rms ? "rms_norm" : "layer_norm"));
+      auto run = [&](Device dv) {
+        Tensor xi = x.to(dv).detach();
+        xi.set_requires_grad(true);
+        const Tensor wd = w.to(dv), bd = b.to(dv);
+        const Tensor y = rms ? rms_norm(xi, wd) : layer_norm(xi, wd, bd);
+        sum(mul(add(y, mul(xi, 2.0)), r.to(dv))).backward();
+        return xi.grad();
+      };
+      const int64_t before = grads_accumulated_in_place();
+      Tensor got;
+      {
+        test::PoisonGuard poison;
+        got = run(test::kCuda);
+      }
+      CHECK(grads_accumulated_in_place() - before == 1);
+      const test::Tolerance gtol = dt == DType::f32 ? test::Tolerance{1e-4, 1e-4} : row_tol(dt);
+      CHECK(test::compare_to_cpu(got, run(Device::cpu()), gtol) == "");
+    }
+  }
 }
 
 // Rows that start at an offset in their storage: 16-byte aligned (the staged kernels) and not (one element

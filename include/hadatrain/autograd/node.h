@@ -20,6 +20,10 @@ struct Edge {
   bool valid() const { return fn != nullptr; }
 };
 
+// True when `buffer`, a gradient buffer the engine offered (Node::apply_into), can take a kernel's result of this
+// shape, dtype and device in place: defined, contiguous, and of that shape, dtype and device.
+bool usable_grad_buffer(const Tensor& buffer, const Shape& shape, DType dtype, Device device);
+
 class Node {
  public:
   Node() = default;

@@ -13,6 +13,8 @@
 #ifdef HADATRAIN_CUDA
 #include "cuda/glue/rows_glue.h"
 
+#include "hadatrain/autograd/node.h"
+
 #include <array>
 #include <mutex>
 #include <vector>
@@ -220,7 +222,8 @@ void norm(kernels::NormKind kind, const NormOutputs& o, const Tensor& x, const T
 }
 
 NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want) {
+                        const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want,
+                        const Tensor& accumulate_into) {
   const int64_t d = x.shape().back();
   const int64_t rows = x.numel() / d;
   const DType sd = rstd.dtype();
@@ -236,11 +239,15 @@ NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x
   if (want.x) {
     bool w_narrow = false;
     const Tensor w = norm_param(weight, x.dtype(), sd, w_narrow);  // (D)
-    out.gx = empty(x.shape(), {x.dtype(), x.device()});
+    const bool accumulate = accumulate_into.defined();
+    HT_ASSERT(!accumulate || usable_grad_buffer(accumulate_into, x.shape(), x.dtype(), x.device()),
+              "norm backward: cannot accumulate into {} for x {}", accumulate_into.describe(), x.describe());
+    out.gx = accumulate ? accumulate_into : empty(x.shape(), {x.dtype(), x.device()});
     kernels::NormBackwardArgs args{x.dtype(), kind, out.gx.data_ptr(), gc.data_ptr(), xc.data_ptr(),
                                    mc.defined() ? mc.data_ptr() : nullptr, rc.data_ptr(),
                                    w.defined() ? w.data_ptr() : nullptr, rows, d};
     args.weight_narrow = w_narrow;
+    args.accumulate = accumulate;
     if (want_params) {
       if (const int parts = kernels::norm_backward_partials(args); parts > 0) {
         fused = true;

@@ -57,9 +57,11 @@ struct NormGrads {
 // Backward of layer_norm (kind layer, mean defined) or rms_norm: one row kernel for gx that also writes
 // per-block partial sums of gw and gb when its register-resident form applies (else a column-reduction
 // kernel writes per-split partial sums), then one launch adds the partials in a fixed order and stores gw
-// and gb in their dtypes. weight (D) may be undefined.
+// and gb in their dtypes. weight (D) may be undefined. With `accumulate_into` (dense, x's shape and dtype) gx is
+// added into it and returned as gx (Note [Gradients accumulated in place]).
 NormGrads norm_backward(kernels::NormKind kind, const Tensor& g, const Tensor& x, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want);
+                        const Tensor& mean, const Tensor& rstd, const NormGradsWanted& want,
+                        const Tensor& accumulate_into = Tensor());
 
 // out (*ids.shape, D) contiguous = weight[ids]; out-of-range ids set a device flag, read back in the call
 // (sync: one small copy, then throws) or folded into the deferred record (Note [Device-side target check]).

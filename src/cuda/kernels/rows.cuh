@@ -107,6 +107,9 @@ struct NormBackwardArgs {
   void* gw_partial = nullptr;
   void* gb_partial = nullptr;
   bool weight_narrow = false;  // the weight is stored in dtype (bf16 / f16), not S
+  // gx holds a gradient to add to (a residual input's other branch): gx = result + gx, rounded once (Note
+  // [Gradients accumulated in place] in autograd/node.h).
+  bool accumulate = false;
 };
 void launch_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
 // Rows of the parameter-gradient partial sums that launch_norm_backward writes alongside gx when args has

@@ -80,7 +80,8 @@ __global__ void norm_backward_kernel(NormBackwardArgs a, int tpr) {
     row_write2(gx, g, x, d, lane, tpr, [&](int64_t j, T gv, T xv) {
       const A gh = w ? convert<A>(gv) * w[j] : convert<A>(gv);
       const A xh = (convert<A>(xv) - m) * r;
-      return r * ((gh - mean_gh) - xh * mean_ghx);
+      const A v = r * ((gh - mean_gh) - xh * mean_ghx);
+      return a.accumulate ? v + convert<A>(gx[j]) : v;  // the same thread reads gx[j] before it writes it
     });
   });
 }

@@ -181,13 +181,15 @@ __global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cach
         if (q >= packs) continue;
         A wv[V];
         load_param(w, q * V, A(1), wv);
-        Pack<T, V> o;
+        Pack<T, V> o, prior;
+        if (a.accumulate) prior = reinterpret_cast<const Pack<T, V>*>(gx)[q];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           const A gv = convert<A>(cg.p[i].v[k]);
           const A xh = (convert<A>(cx.p[i].v[k]) - m) * r;
           const A gh = w ? gv * wv[k] : gv;
-          o.v[k] = store_cast<T>(r * ((gh - mean_gh) - xh * mean_ghx));
+          const A v = r * ((gh - mean_gh) - xh * mean_ghx);
+          o.v[k] = store_cast<T>(a.accumulate ? v + convert<A>(prior.v[k]) : v);
         }
         reinterpret_cast<Pack<T, V>*>(gx)[q] = o;
       }

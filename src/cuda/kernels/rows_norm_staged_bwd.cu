@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
     // Finite sums and statistics: every g * weight and xhat is finite (a NaN or inf one makes s_ghx NaN or
     // inf), so no result is NaN short of a float overflow (pack_cast unchecked).
     const bool finite = d_finite(s_gh) && d_finite(s_ghx) && d_finite(r) && d_finite(m);
+    T* gx = static_cast<T*>(a.gx) + row * d;
     auto f = [&](int i, A(&o)[V]) {
       const int q = sr.lane + i * tpr;
       A gf[V], xf[V], wv[V];
@@ -145,9 +146,15 @@ __global__ void __launch_bounds__(kRowBlock, 2) norm_backward_staged_kernel(Norm
         if constexpr (kHalfPack<T>) o[k] = d_fma(xh, c2, d_fma(gh, r, c1));
         else o[k] = r * ((gh - mean_gh) - xh * mean_ghx);
       }
+      if (a.accumulate) {  // the gradient gx already holds, read by the thread that overwrites it
+        A pf[V];
+        unpack(reinterpret_cast<const Pack<T, V>*>(gx)[q], pf);
+#pragma unroll
+        for (int k = 0; k < V; ++k) o[k] += pf[k];
+      }
     };
-    T* gx = static_cast<T*>(a.gx) + row * d;
-    if (finite) store_packs<false, T, NP>(gx, packs, sr.lane, tpr, f);
+    // Without accumulation every result is finite when the sums are; a prior gradient may not be.
+    if (finite && !a.accumulate) store_packs<false, T, NP>(gx, packs, sr.lane, tpr, f);
     else store_packs<true, T, NP>(gx, packs, sr.lane, tpr, f);
   }
   cp_async_wait(0);
