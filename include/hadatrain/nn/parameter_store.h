@@ -50,7 +50,7 @@ std::vector<ParamRef> make_param_refs(const std::vector<std::pair<std::string, T
 // its MaterialisePolicy. That call is the one place where
 //   - weights are cast to the compute dtype (the default policy, CastPolicy: the master itself when the
 //     dtype matches; otherwise a differentiable cast, so a bf16 forward's gradient reaches the f32 master in
-//     f32);
+//     f32; a request's layout hint lays the cast copy out as the layer reads it, WeightLayout in nn/module.h);
 //   - sharded weights are gathered (FSDP): a policy that holds the local shard in the slot all-gathers
 //     the full tensor in the compute dtype, and its backward reduce-scatters the gradient into the shard;
 //   - quantised weights are handed over with their scale (HALO, 8-bit all-gather): the FSDP policy that
@@ -73,10 +73,9 @@ class MaterialisePolicy {
   virtual Tensor materialise(const MaterialiseRequest& request) = 0;
 };
 
-// Today's rule, shared by CastPolicy and by modules without a store: `master` itself when it is undefined
-// or already in `dtype`, otherwise master.to(dtype) (a differentiable cast).
-// With layout channels_last, a 4-d master that is cast is cast into channels-last memory (one pass, as the plain
-// cast).
+// CastPolicy's rule, also used by modules without a store: `master` itself when it is undefined or already in
+// `dtype`, otherwise master.to(dtype) (a differentiable cast); with layout channels_last a 4-d master is cast
+// into channels-last memory instead (to_dtype_in_order: one pass, as the plain cast).
 Tensor cast_master(const Tensor& master, DType dtype, WeightLayout layout = WeightLayout::as_is);
 
 class CastPolicy final : public MaterialisePolicy {
