@@ -25,6 +25,7 @@
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/train/image_classification.h"
 #include "hadatrain/train/trainer_config.h"
 #include "src/train/trainer_setup.h"
 
@@ -321,6 +322,47 @@ TEST_CASE("model.channels_last accepts auto, true and false and rejects anything
   const std::string bad = write("d.yaml", "model:\n  name: resnet18\n  channels_last: sometimes\n");
   CHECK_THROWS_WITH(train::load_trainer_config(bad),
                     HasSubstr("model.channels_last: expected one of auto, true, false, got sometimes"));
+}
+
+namespace {
+
+// Records the strides of the image it is given; logits (B, 3) = per-sample channel sums of x · w (differentiable).
+class StrideProbe final : public nn::Module {
+ public:
+  std::string type_name() const override { return "StrideProbe"; }
+  Tensor forward(const Tensor& x) override {
+    seen = x.strides();
+    seen_dtype = x.dtype();
+    return sum(mul(x, 0.5), {2, 3});  // (B, C): C = 3 classes
+  }
+  Strides seen;
+  DType seen_dtype = DType::f32;
+};
+
+}  // namespace
+
+TEST_CASE("the image task casts the image into channels-last memory for a channels-last model", "[channels_last]") {
+  data::Batch batch;
+  batch.set(data::batch_key::image, test::random_tensor({2, 3, 4, 5}, 61, DType::f32));
+  batch.set(data::batch_key::label, from_vector(std::vector<int64_t>{2, 0}, {2}, {DType::i64}));
+  StrideProbe probe;
+  const double plain = train::ImageClassification({.compute_dtype = DType::f64}).loss(probe, batch).item();
+  CHECK(probe.seen == Strides{60, 20, 5, 1});
+  const double cl =
+      train::ImageClassification({.compute_dtype = DType::f64, .channels_last = true}).loss(probe, batch).item();
+  CHECK(probe.seen == Strides{60, 1, 15, 3});  // (B, H, W, C) memory
+  CHECK(probe.seen_dtype == DType::f64);
+  CHECK(cl == plain);
+  // The trainer asks for it for ResNets laid out channels last only.
+  train::TrainerConfig cfg;
+  cfg.model.name = train::ModelKind::resnet18;
+  cfg.model.channels_last = "true";
+  CHECK(train::resnet_channels_last(cfg));
+  cfg.model.channels_last = "auto";  // the CPU
+  CHECK_FALSE(train::resnet_channels_last(cfg));
+  cfg.model.name = train::ModelKind::vit;
+  cfg.model.channels_last = "true";
+  CHECK_FALSE(train::resnet_channels_last(cfg));
 }
 
 TEST_CASE("model.fusion picks the ResNet's batch-norm fusion and rejects anything else", "[channels_last][config]") {
