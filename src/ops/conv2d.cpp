@@ -300,29 +300,21 @@ void conv2d_grad_weight(const Tensor& g, const Tensor& x, const Conv2dParams& p,
   });
 }
 
-class Conv2dBackward final : public Node {
+// On CUDA, g_x is added into the input's gradient gathered so far (a residual input's other branch) by cuDNN with
+// beta = 1 (Note [Gradients accumulated in place]).
+class Conv2dBackward final : public AccumulatingNode {
  public:
   // filter: CUDA only, the filter the forward gave cuDNN (reused by backward data), else undefined.
   Conv2dBackward(const Tensor& x, const Tensor& w, const Tensor& filter, const Conv2dParams& p)
-      : p_(p), has_filter_(filter.defined()), cuda_(x.is_cuda()) {
+      : AccumulatingNode(x.is_cuda()), p_(p), has_filter_(filter.defined()) {
     save(x);
     save(w);
     if (has_filter_) save(filter);
   }
   std::string name() const override { return "Conv2dBackward"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    std::vector<Tensor> none;
-    return run(std::move(grads), none);
-  }
-  // On CUDA, g_x is added into the input's gradient gathered so far (a residual input's other branch) by cuDNN
-  // with beta = 1 (Note [Gradients accumulated in place]).
-  bool accepts_grad_buffers() const override { return cuda_; }
-  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) override {
-    return run(std::move(grads), into);
-  }
 
  private:
-  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) {
+  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) override {
     const Tensor& x = saved(0);  // (N, C, H, W) or nhwc (N, H, W, C)
     const Tensor& w = saved(1);  // (O, C/groups, KH, KW)
     const Tensor g = contiguous(grads[0]);  // (N, O, OH, OW) or nhwc (N, OH, OW, O)
@@ -361,7 +353,6 @@ class Conv2dBackward final : public Node {
 
   Conv2dParams p_;
   bool has_filter_;
-  bool cuda_;
 };
 
 }  // namespace

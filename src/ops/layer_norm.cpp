@@ -38,28 +38,20 @@ void check_affine(const Tensor& p, const char* what, const Tensor& x) {
 // out = layer_norm(x) with its statistics (mu, rstd): the forward's computation, defined below.
 std::array<Tensor, 3> layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 
-class LayerNormBackward final : public Node {
+// On CUDA, g_x is added into x's gradient gathered so far (the residual stream's other branch) by the backward
+// kernel itself (Note [Gradients accumulated in place]).
+class LayerNormBackward final : public AccumulatingNode {
  public:
   LayerNormBackward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps)
-      : bias_(bias.defined() ? bias.detach() : Tensor()),
+      : AccumulatingNode(x.is_cuda()),
+        bias_(bias.defined() ? bias.detach() : Tensor()),
         eps_(eps),
         rebuildable_(x.requires_grad() || !weight.defined()),
         d_(x.shape().back()),
         x_dtype_(x.dtype()),
         w_dtype_(weight.defined() ? weight.dtype() : x.dtype()),
-        b_dtype_(bias.defined() ? bias.dtype() : x.dtype()),
-        cuda_(x.is_cuda()) {}
+        b_dtype_(bias.defined() ? bias.dtype() : x.dtype()) {}
   std::string name() const override { return "LayerNormBackward"; }
-  // On CUDA, g_x is added into x's gradient gathered so far (the residual stream's other branch) by the
-  // backward kernel itself (Note [Gradients accumulated in place]).
-  bool accepts_grad_buffers() const override { return cuda_; }
-  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) override {
-    return run(std::move(grads), into);
-  }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    std::vector<Tensor> none;
-    return run(std::move(grads), none);
-  }
   // saved: x (0), weight (1, may be undefined), mean (2), rstd (3)
 
   // Note [Rebuilt inputs]: the output is the forward again on the kept x with the same weight, bias and eps: the
@@ -71,7 +63,7 @@ class LayerNormBackward final : public Node {
   }
 
  private:
-  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) {
+  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) override {
     const Tensor& mu = saved(2);    // (..., 1)
     const Tensor& rstd = saved(3);  // (..., 1)
     if (mu.is_cuda()) {
@@ -107,7 +99,6 @@ class LayerNormBackward final : public Node {
   bool rebuildable_;  // saved(1) is the forward's weight (kept when x needs a gradient), or there is none
   int64_t d_;
   DType x_dtype_, w_dtype_, b_dtype_;
-  bool cuda_;
 };
 
 // The CPU reference: fills out, mu and rstd.

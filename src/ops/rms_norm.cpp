@@ -26,28 +26,20 @@
 namespace ht {
 namespace {
 
-class RmsNormBackward final : public Node {
+// On CUDA, g_x is added into x's gradient gathered so far (the residual stream's other branch) by the backward
+// kernel itself (Note [Gradients accumulated in place]).
+class RmsNormBackward final : public AccumulatingNode {
  public:
   RmsNormBackward(const Tensor& x, const Tensor& weight)
-      : d_(x.shape().back()),
+      : AccumulatingNode(x.is_cuda()),
+        d_(x.shape().back()),
         x_dtype_(x.dtype()),
-        w_dtype_(weight.defined() ? weight.dtype() : x.dtype()),
-        cuda_(x.is_cuda()) {}
+        w_dtype_(weight.defined() ? weight.dtype() : x.dtype()) {}
   std::string name() const override { return "RmsNormBackward"; }
   // saved: x (0), weight (1, may be undefined), rstd (2)
-  // On CUDA, g_x is added into x's gradient gathered so far (the residual stream's other branch) by the
-  // backward kernel itself (Note [Gradients accumulated in place]).
-  bool accepts_grad_buffers() const override { return cuda_; }
-  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) override {
-    return run(std::move(grads), into);
-  }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    std::vector<Tensor> none;
-    return run(std::move(grads), none);
-  }
 
  private:
-  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) {
+  std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) override {
     const Tensor& rstd = saved(2);  // (..., 1)
     if (rstd.is_cuda()) {
 #ifdef HADATRAIN_CUDA
@@ -76,7 +68,6 @@ class RmsNormBackward final : public Node {
 
   int64_t d_;
   DType x_dtype_, w_dtype_;
-  bool cuda_;
 };
 
 // The CPU reference: fills out and rstd.

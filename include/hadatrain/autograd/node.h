@@ -97,4 +97,25 @@ class Node {
   bool released_ = false;
 };
 
+// A node whose backward on some device can add its input gradients into the engine's offered buffers (Note
+// [Gradients accumulated in place]): apply() and apply_into() both land in run(), with no buffers or with the
+// offer, and accepts_grad_buffers() is true when the node was made for a CUDA tensor (the kernels that accumulate
+// are CUDA's; the CPU reference leaves the sum to the engine).
+class AccumulatingNode : public Node {
+ public:
+  explicit AccumulatingNode(bool cuda) : cuda_(cuda) {}
+  bool accepts_grad_buffers() const final { return cuda_; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) final { return run(std::move(grads), {}); }
+  std::vector<Tensor> apply_into(std::vector<Tensor>&& grads, std::vector<Tensor>& into) final {
+    return run(std::move(grads), into);
+  }
+
+ protected:
+  // into: empty, or one entry per next edge (undefined where nothing was offered).
+  virtual std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) = 0;
+
+ private:
+  bool cuda_;
+};
+
 }  // namespace ht
