@@ -39,7 +39,8 @@ class Node {
   // When an input's gradient has several contributions, the engine sums them as they arrive: the second one
   // costs a separate add that reads both and writes the sum (in a ResNet, one per residual block, a full pass
   // over the block's activations). A node whose kernel can add its result into an existing buffer (cuDNN's
-  // backward data with beta = 1) says so with accepts_grad_buffers(); the engine then calls apply_into with
+  // backward data with beta = 1, the norm backward kernels; AccumulatingNode below) says so with
+  // accepts_grad_buffers(); the engine then calls apply_into with
   // into[i] the gradient gathered so far for input i, where there is one that nothing else references
   // (undefined otherwise). A node that adds its gradient for input i into into[i] returns that same tensor as
   // its gradient i and the engine keeps it as the sum; any other return is summed as usual and into[i] must then
