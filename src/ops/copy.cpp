@@ -175,18 +175,21 @@ class ConvertBackward final : public Node {
   Device device_;
 };
 
-Tensor converted(const Tensor& t, DType dt, Device dev) {
-  Tensor out = empty(t.shape(), {dt, dev});
+// t written into `out` (a fresh tensor of t's shape, any layout, dtype and device), recorded as a conversion.
+Tensor converted_into(const Tensor& t, Tensor out) {
   {
     GradModeGuard no_grad(false);
     copy_(out, t);
   }
   if (needs_grad({&t})) {
-    HT_CHECK(is_floating(dt), "cannot convert {} to {} while it requires grad", t.describe(), dtype_name(dt));
+    HT_CHECK(is_floating(out.dtype()), "cannot convert {} to {} while it requires grad", t.describe(),
+             dtype_name(out.dtype()));
     connect(std::make_shared<ConvertBackward>(t.dtype(), t.device()), {&t}, {&out});
   }
   return out;
 }
+
+Tensor converted(const Tensor& t, DType dt, Device dev) { return converted_into(t, empty(t.shape(), {dt, dev})); }
 }  // namespace
 
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : converted(t, t.dtype(), t.device()); }
@@ -206,17 +209,8 @@ Tensor to_dtype_in_order(const Tensor& t, DType dt, const std::vector<int64_t>& 
     inverse[static_cast<std::size_t>(d)] = static_cast<int64_t>(i);
     laid.push_back(t.size(d));
   }
-  Tensor out;
-  {
-    GradModeGuard no_grad(false);
-    out = permute(empty(laid, {dt, t.device()}), Dims(inverse.begin(), inverse.end()));  // t's shape, `order` memory
-    copy_(out, t);
-  }
-  if (needs_grad({&t})) {
-    HT_CHECK(is_floating(dt), "cannot convert {} to {} while it requires grad", t.describe(), dtype_name(dt));
-    connect(std::make_shared<ConvertBackward>(t.dtype(), t.device()), {&t}, {&out});
-  }
-  return out;
+  // t's shape in `order`'s memory (a view of a fresh tensor, so nothing is recorded for the permute)
+  return converted_into(t, permute(empty(laid, {dt, t.device()}), Dims(inverse.begin(), inverse.end())));
 }
 
 Tensor Tensor::contiguous() const { return ht::contiguous(*this); }
