@@ -131,13 +131,17 @@ int64_t tiles_ckp(int64_t cbk, int64_t sz) {
   return words * 4 / sz;
 }
 
-// K3: a 3x3 window with stride and dilation 1 (S1 too; the ResNet convolutions): the sum unrolled with
+// S: the stride of both axes when it is 1 or 2 (the ResNet convolutions), 0 for any other (read from g): the
+// window offsets of a strided sum are then tested and divided by a compile-time 2 (a bit test and a shift) rather
+// than by the runtime stride (an integer division each: with a 3x3 window it made the strided fold issue-bound at
+// a fifth of the stride-1 kernel's rate). The taps and their order are the same.
+// K3: a 3x3 window with stride and dilation 1 (S == 1 too; the ResNet convolutions): the sum unrolled with
 // compile-time offsets, the same additions in the same order.
 // HALO (K3 only; Note [Fold, tiles2]): the stage spans every column row and position the 3x3 windows
 // of the block's elements name, out-of-range ones as zeros, and the sum has no bounds checks.
 // CL: x is channels-last ((N, H, W, C) in memory); the block's elements are then taken c fastest (Note [Fold,
 // channels-last output]).
-template <class T, int VB, bool S1, bool K3, bool HALO = false, bool CL = false>
+template <class T, int VB, int S, bool K3, bool HALO = false, bool CL = false>
 __global__ void __launch_bounds__(kFoldThreads, 4)
     fold_tiles_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldGeometry g, FoldTiles t, T* __restrict__ x) {
   using A = acc_t<T>;
@@ -149,7 +153,8 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   extern __shared__ __align__(16) unsigned char tiles_smem[];
   const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
   const int OH = static_cast<int>(g.OH), OW = static_cast<int>(g.OW);
-  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sh = static_cast<int>(g.sh), sw = static_cast<int>(g.sw);
+  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw);
+  const int sh = S != 0 ? S : static_cast<int>(g.sh), sw = S != 0 ? S : static_cast<int>(g.sw);
   const int ph = static_cast<int>(g.ph), pw = static_cast<int>(g.pw), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
   const int khw = kh * kw;
   int64_t b = blockIdx.x;
@@ -164,6 +169,8 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
   const int w0 = wt * t.tw, tw = min(t.tw, W - w0);
   const int cbk = cb * khw;
   const int hl = h0 + ph - (kh - 1) * dh, wl = w0 + pw - (kw - 1) * dw;
+  constexpr bool S1 = S == 1;
+  static_assert(!K3 || S1, "the unrolled 3x3 sum is for stride 1");
   static_assert(!HALO || (S1 && K3), "the halo stage is for 3x3 windows at stride and dilation 1");
   // HALO: unclipped (R + 2 rows, tw + 2 positions, some outside the column grid)
   const int oh_lo = HALO ? hl : hl <= 0 ? 0 : (S1 ? hl : (hl + sh - 1) / sh);
@@ -260,8 +267,13 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
           if (oh < 0 || oh >= OH) continue;
         } else {
           const int th = h + ph - i * dh;  // = oh·sh
-          if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
-          oh = th / sh;
+          if constexpr (S == 2) {
+            if (th < 0 || (th & 1) != 0 || (th >> 1) >= OH) continue;
+            oh = th >> 1;
+          } else {
+            if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
+            oh = th / sh;
+          }
         }
         const int row = cbase + (oh - oh_lo) * rstride + i * kw;
         for (int j = 0; j < kw; ++j) {
@@ -271,8 +283,13 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
             if (ow < 0 || ow >= OW) continue;
           } else {
             const int tw2 = w + pw - j * dw;
-            if (tw2 < 0 || tw2 % sw != 0 || tw2 / sw >= OW) continue;
-            ow = tw2 / sw;
+            if constexpr (S == 2) {
+              if (tw2 < 0 || (tw2 & 1) != 0 || (tw2 >> 1) >= OW) continue;
+              ow = tw2 >> 1;
+            } else {
+              if (tw2 < 0 || tw2 % sw != 0 || tw2 / sw >= OW) continue;
+              ow = tw2 / sw;
+            }
           }
           acc = acc + convert<A>(sm[row + ow * t.ckp + j]);
         }
@@ -378,7 +395,7 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
   const bool ok = visit_kernel_float(dt, [&](auto tag) {
     using T = decltype(tag);
     FoldTiles tt;
-    const bool s1 = g.sh == 1 && g.sw == 1;
+    const bool s1 = g.sh == 1 && g.sw == 1, s2 = g.sh == 2 && g.sw == 2;
     const bool k3 = s1 && g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1;
     // the halo stage for the unrolled 3x3 sum (not f64, which keeps the generic loop), else tiles, else the
     // gather kernel
@@ -405,16 +422,17 @@ void launch_fold2d(DType dt, const void* cols, FoldStrides3 cs, const UnfoldGeom
         constexpr bool CL = decltype(cl_tag)::value;
         if constexpr (sizeof(T) < 8) {  // f64 keeps the generic loop (the unrolled one spills 12 bytes there)
           if (halo) {
-            fold_tiles_kernel<T, VB, true, true, true, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+            fold_tiles_kernel<T, VB, 1, true, true, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
             return;
           }
           if (k3) {
-            fold_tiles_kernel<T, VB, true, true, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+            fold_tiles_kernel<T, VB, 1, true, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
             return;
           }
         }
-        if (s1) fold_tiles_kernel<T, VB, true, false, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
-        else fold_tiles_kernel<T, VB, false, false, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        if (s1) fold_tiles_kernel<T, VB, 1, false, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        else if (s2) fold_tiles_kernel<T, VB, 2, false, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
+        else fold_tiles_kernel<T, VB, 0, false, false, CL><<<blocks, kFoldThreads, smem, stream>>>(c, cs, g, tt, o);
       };
       auto go_vb = [&](auto cl_tag) {
         if (tt.vb == 16) go(std::integral_constant<int, 16>{}, cl_tag);
