@@ -413,10 +413,16 @@ HALO_GROUP = "HALO per layer"
 
 
 def halo_layers(recs, notes):
-    """The per-layer HALO / HLQ records as one row per layer and call: each variant's forward + backward time and
-    its speed against exact bf16 of the same layer and call (records named "LAYER, VARIANT, forward + backward")."""
-    if not recs:
-        return []
+    """The per-layer HALO / HLQ records, one table per group (model shape), one row per layer and call: each
+    variant's forward + backward time and its speed against exact bf16 of the same layer and call (records named
+    "LAYER, VARIANT, forward + backward")."""
+    out = []
+    for g in dict.fromkeys(r["group"] for r in recs):
+        out += halo_group([r for r in recs if r["group"] == g], notes)
+    return out
+
+
+def halo_group(recs, notes):
     variants, layers = [], {}
     for r in recs:
         layer, variant = [x.strip() for x in r["name"].split(",")[:2]]
