@@ -149,10 +149,12 @@ TEST_CASE("CUDA quantize at pipeline sizes (fused rows, two-pass samples)", "[gp
 }
 
 TEST_CASE("CUDA fused quantiser: every team size, partial last blocks, unaligned inputs", "[gpu][grad_quant]") {
-  // Row lengths -> items of 8 -> threads per group (team, two items each, at least 2 for T = 16): 8 (T = 8,
-  // team 1), 16 (team 2), 48 (team 4), 160 (team 16), 768 (96 items, team 64), 1040 (130 items, team 96),
-  // 2304 (288 items, team 160), 3072 (team 192), 16384 (2048 items, team 1024); the unaligned input below
-  // (and LUQ) runs the unit kernel. Row counts that leave the last block of teams partly empty.
+  // Row lengths -> items of 8 -> threads per group (team, at least 2 for T = 16) with the slots a thread takes
+  // (Note [Item slots]: codes take 3 where that team costs less): 8 (T = 8, team 1, 2 slots), 16 (team 2, 2
+  // slots), 48 (team 2, 3 slots), 160 (team 8, 3), 768 (96 items, team 32, 3), 1040 (130 items, team 64, 3),
+  // 2304 (288 items, team 96, 3), 3072 (team 128, 3), 16384 (2048 items, team 704, 3); the dequantised outputs
+  // of the next test case and SAWB keep 2 slots; the unaligned input below (and LUQ) runs the unit kernel. Row
+  // counts that leave the last block of teams partly empty.
   struct Case {
     int64_t rows, len;
   };

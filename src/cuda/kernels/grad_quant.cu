@@ -121,8 +121,18 @@ Geo plan(const GradQuantArgs& a) {
     g.vec = true;
     g.groups = a.numel / a.group_len;
     g.units = a.group_len / kItem;
-    // threads for kItemSlots items each; T = 16 pairs neighbouring lanes
-    size_teams(g, (g.units + kItemSlots - 1) / kItemSlots, a.hadamard > kItem ? 2 : 1);
+    // Note [Item slots]: threads for kItemSlots items each, or kItemSlotsWide where that team costs less; T = 16
+    // pairs neighbouring lanes.
+    const int least = a.hadamard > kItem ? 2 : 1;
+    size_teams(g, (g.units + kItemSlots - 1) / kItemSlots, least);
+    if (!a.sawb && a.store == QuantStore::codes) {
+      Geo w = g;
+      w.slots = kItemSlotsWide;
+      size_teams(w, (g.units + kItemSlotsWide - 1) / kItemSlotsWide, least);
+      // a group's cost in item-equivalents per thread: its slots (empty ones run the butterflies too) plus the
+      // per-group work (team reduction, the level's division, addresses), about one and a half items
+      if (w.team * (2 * kItemSlotsWide + 3) < g.team * (2 * kItemSlots + 3)) g = w;
+    }
     return g;
   }
   g.unit = a.group_len % kU == 0 ? kU : a.hadamard;

@@ -21,7 +21,7 @@ namespace {
 // fma(±1, own, other) = other ± own with one rounding, i.e. a + b in the even lane and a − b in the odd lane,
 // the same roundings as rotate_unit. Only the converted values live across the team reduction: the noise is
 // drawn afterwards, item by item, to keep the registers (and so the occupancy) low.
-constexpr int kItemTeam = 16384 / (kItem * kItemSlots);  // threads for the longest fused group
+constexpr int kItemWarps = 1024 / 32;  // warps of the largest block (one team of up to 1024 threads, or teams of 256)
 constexpr uint32_t kMagicBits = 0x4B400000u;             // bits of 1.5·2^23: [2^23, 2^24) has ulp 1
 
 template <class T>
@@ -177,14 +177,25 @@ HT_DEV void store_item(const float v[kItem], int64_t base, const Level& l, const
 }
 
 // Fused item kernel: a team of g.team threads per group (a power of two <= 32, at least 2 when T == 16, or
-// whole warps), g.teams groups per block (up to kItemTeam threads), kItemSlots items per thread. Registers
-// are capped at 48 (no spills with ptxas -v; SAWB's double sums need 64): 42 resident warps per SM, 7 blocks
-// of the 192-thread row blocks of (12608, 3072) — 65% occupancy, against 116 registers and 19% for the
-// unit kernel. __maxnreg__ rather than __launch_bounds__, which cannot ask for 48 with 1024-thread blocks.
-template <class T, bool kSawb, bool kSR, class Out>
-__global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a, Geo g) {
-  __shared__ Stats smem[kItemTeam / 32];
-  __shared__ float amax_smem[kItemTeam / 32];
+// whole warps), g.teams groups per block (at most 1024 threads), SLOTS items per thread. Registers are capped
+// at 48 for 2 slots (no spills with ptxas -v; SAWB's double sums need 64): 42 resident warps per SM, 7 blocks
+// of the 192-thread row blocks of (12608, 3072) — 65% occupancy, against 116 registers and 19% for the unit
+// kernel; 3 slots (codes without SAWB, Note [Item slots]) hold 8 more values and are capped at 56 (36 warps).
+// __maxnreg__ rather than __launch_bounds__, which cannot ask for 48 with 1024-thread blocks.
+//
+// Note [Item slots]
+// What a thread does once per group (the team's reduction of max |v|, the level's division, the group's
+// addresses and loop control) costs about one and a half items of quantisation work, and a team rounded up to
+// whole warps or a power of two leaves slots empty that still run the butterflies (they carry zeros). plan()
+// takes 3 slots instead of 2 when that team's cost, team · (slots + 1.5), is lower: for ViT-B's g_y rows (768,
+// 2304 and 3072 elements: 96, 288 and 384 items) 3 slots fill teams of 32, 96 and 128 threads exactly, where 2
+// slots left 25 % and 10 % of the 768- and 2304-element teams' slots empty (ncu on the H200: 60, 54 and 50
+// instructions per element with 2 slots). The slots change which thread quantises an element, not how: the
+// values, the statistics (a maximum: exact in any order) and the codes are the same.
+template <class T, bool kSawb, bool kSR, class Out, int SLOTS = kItemSlots>
+__global__ void __maxnreg__(kSawb ? 64 : (SLOTS > kItemSlots ? 56 : 48)) quant_items_kernel(GradQuantArgs a, Geo g) {
+  __shared__ Stats smem[kItemWarps];
+  __shared__ float amax_smem[kItemWarps];
   float raw = 0.0f;  // max |x| before rotation over this thread's items (input_absmax), folded once per block
   const T* x = static_cast<const T*>(a.x);
   const int team = g.team, t = static_cast<int>(threadIdx.x) % team, sub = static_cast<int>(threadIdx.x) / team;
@@ -193,10 +204,10 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
        g0 += static_cast<int64_t>(gridDim.x) * g.teams) {
     const int64_t grp = g0 + sub;
     const int64_t first = grp * a.group_len;
-    float v[kItemSlots][kItem];
-    bool has[kItemSlots];
+    float v[SLOTS][kItem];
+    bool has[SLOTS];
 #pragma unroll
-    for (int r = 0; r < kItemSlots; ++r) {
+    for (int r = 0; r < SLOTS; ++r) {
       const int64_t j = t + static_cast<int64_t>(r) * team;
       has[r] = grp < g.groups && j < g.units;
       if (has[r]) {
@@ -208,13 +219,13 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
     }
     if (a.input_absmax) {  // max |x| before rotation (empty slots hold zeros)
 #pragma unroll
-      for (int r = 0; r < kItemSlots; ++r)
+      for (int r = 0; r < SLOTS; ++r)
 #pragma unroll
         for (int k = 0; k < kItem; ++k) raw = fmaxf(raw, fabsf(v[r][k]));
     }
     Stats st{0.0f, 0.0, 0.0};
 #pragma unroll
-    for (int r = 0; r < kItemSlots; ++r) {
+    for (int r = 0; r < SLOTS; ++r) {
       rotate_item(v[r], a.hadamard, sign);
       if (has[r]) {
         add_stats<kSawb, kItem>(st, v[r], kItem);
@@ -229,7 +240,7 @@ __global__ void __maxnreg__(kSawb ? 64 : 48) quant_items_kernel(GradQuantArgs a,
     if (kDequant<Out> || t == 0) l.s = scale_of(a, m);
     if (t == 0) a.scale[grp] = l.s;
 #pragma unroll
-    for (int r = 0; r < kItemSlots; ++r) {
+    for (int r = 0; r < SLOTS; ++r) {
       if (!has[r]) continue;
       const int64_t base = first + (t + static_cast<int64_t>(r) * team) * kItem;
       store_item<kSR, Out>(v[r], base, l, a);
@@ -570,7 +581,14 @@ void launch_fused_items(const GradQuantArgs& a, const Geo& g, cudaStream_t strea
     const int threads = g.team * g.teams;
     visit_store(a.store, [&](auto out) {
       using Out = decltype(out);
-      if (a.sawb) {
+      if (g.slots == kItemSlotsWide) {  // plan() takes it for codes without SAWB only
+        if constexpr (std::is_same_v<Out, uint8_t>) {
+          if (a.stochastic) quant_items_kernel<T, false, true, Out, kItemSlotsWide><<<grid, threads, 0, stream>>>(a, g);
+          else quant_items_kernel<T, false, false, Out, kItemSlotsWide><<<grid, threads, 0, stream>>>(a, g);
+        } else {
+          HT_UNSUPPORTED_DTYPE("grad_quant_items (3 slots a thread store codes only)", a.dtype);
+        }
+      } else if (a.sawb) {
         if (a.stochastic) quant_items_kernel<T, true, true, Out><<<grid, threads, 0, stream>>>(a, g);
         else quant_items_kernel<T, true, false, Out><<<grid, threads, 0, stream>>>(a, g);
       } else {
