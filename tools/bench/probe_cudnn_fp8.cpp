@@ -24,22 +24,17 @@
 
 namespace {
 
-#define CK(x)                                                                                           \
-  do {                                                                                                  \
-    cudnnStatus_t s_ = (x);                                                                             \
-    if (s_ != CUDNN_STATUS_SUCCESS) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #x, cudnnGetErrorString(s_));      \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
+// Exits with the call, its status and where, unless the status is `ok`.
+#define CHECKED(x, ok, describe)                                                                     \
+  do {                                                                                               \
+    const auto s_ = (x);                                                                             \
+    if (s_ != (ok)) {                                                                                \
+      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #x, describe(s_));              \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
   } while (0)
-#define CU(x)                                                                                           \
-  do {                                                                                                  \
-    cudaError_t e_ = (x);                                                                               \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
+#define CK(x) CHECKED(x, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
+#define CU(x) CHECKED(x, cudaSuccess, cudaGetErrorString)
 
 using Desc = cudnnBackendDescriptor_t;
 
@@ -125,28 +120,34 @@ struct Graph {
     const float alpha = 1.0f, beta = 0.0f;
     Desc xd = result == 1 && scaled ? mid.d : x.d, wd = result == 2 && scaled ? mid.d : w.d,
          yd = result == 3 && scaled ? mid.d : y.d;
-    if (o == Op::fprop) {
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, &xd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, &wd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, &yd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &conv.d));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &alpha));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &beta));
-    } else if (o == Op::dgrad) {
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, &xd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, &wd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, &yd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &conv.d));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, &alpha));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, &beta));
-    } else {
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, &xd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, &wd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, &yd));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &conv.d));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, &alpha));
-      CK(set(op.d, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &beta));
-    }
+    // The op's attribute names for its x, w, y ports (whichever it produces), descriptor, alpha and beta.
+    struct Ports {
+      cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+    };
+    const Ports pt = o == Op::fprop ? Ports{CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA}
+                     : o == Op::dgrad ? Ports{CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA}
+                                      : Ports{CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+    CK(set(op.d, pt.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, &xd));
+    CK(set(op.d, pt.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, &wd));
+    CK(set(op.d, pt.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, &yd));
+    CK(set(op.d, pt.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, &conv.d));
+    CK(set(op.d, pt.alpha, CUDNN_TYPE_FLOAT, &alpha));
+    CK(set(op.d, pt.beta, CUDNN_TYPE_FLOAT, &beta));
     status = cudnnBackendFinalize(op.d);
     if (status != CUDNN_STATUS_SUCCESS) return;
     std::vector<Desc> ops{op.d};
