@@ -16,6 +16,15 @@ namespace ht::kernels {
 namespace {
 using namespace uf;
 
+// The output position o of a window offset t = o·s (the position along one axis plus the padding, less the tap's
+// dilated offset), or -1 when there is none: t < 0, s does not divide t, or o >= limit. Unsigned arithmetic, so a
+// compile-time s is a mask and a shift (s = 2) or nothing at all (s = 1).
+__device__ __forceinline__ int window_index(int t, int s, int limit) {
+  if (t < 0) return -1;
+  const unsigned u = static_cast<unsigned>(t), us = static_cast<unsigned>(s);
+  return u % us == 0 && u / us < static_cast<unsigned>(limit) ? static_cast<int>(u / us) : -1;
+}
+
 // One thread per image element, gathering its column entries in ascending (i, j) order (the CPU's order).
 // CL: x is channels-last, (N, H, W, C) in memory, and the element index runs c fastest (so a warp's stores are
 // contiguous and its reads fall in one column run per position).
@@ -44,13 +53,11 @@ __global__ void fold_kernel(const T* __restrict__ cols, FoldStrides3 cs, UnfoldG
     const T* base = cols + n * cs.n;
     A acc = A(0);
     for (int i = 0; i < kh; ++i) {
-      const int th = h + ph - i * dh;  // = oh·sh
-      if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
-      const int oh = th / sh;
+      const int oh = window_index(h + ph - i * dh, sh, OH);
+      if (oh < 0) continue;
       for (int j = 0; j < kw; ++j) {
-        const int tw = w + pw - j * dw;
-        if (tw < 0 || tw % sw != 0 || tw / sw >= OW) continue;
-        const int ow = tw / sw;
+        const int ow = window_index(w + pw - j * dw, sw, OW);
+        if (ow < 0) continue;
         acc = acc + convert<A>(base[(int64_t(oh) * OW + ow) * cs.l + ((c * kh + i) * kw + j) * cs.k]);
       }
     }
@@ -131,10 +138,10 @@ int64_t tiles_ckp(int64_t cbk, int64_t sz) {
   return words * 4 / sz;
 }
 
-// S: the stride of both axes when it is 1 or 2 (the ResNet convolutions), 0 for any other (read from g): the
-// window offsets of a strided sum are then tested and divided by a compile-time 2 (a bit test and a shift) rather
-// than by the runtime stride (an integer division each: with a 3x3 window it made the strided fold issue-bound at
-// a fifth of the stride-1 kernel's rate). The taps and their order are the same.
+// S: the stride of both axes when it is 1 or 2 (the ResNet convolutions), 0 for any other (read from g): window_index
+// then divides by a compile-time stride rather than the runtime one (an integer division per tap: with a 3x3 window
+// it made the strided fold issue-bound at a fifth of the stride-1 kernel's rate). The taps and their order are the
+// same.
 // K3: a 3x3 window with stride and dilation 1 (S == 1 too; the ResNet convolutions): the sum unrolled with
 // compile-time offsets, the same additions in the same order.
 // HALO (K3 only; Note [Fold, tiles2]): the stage spans every column row and position the 3x3 windows
@@ -261,36 +268,12 @@ __global__ void __launch_bounds__(kFoldThreads, 4)
       }
     } else {
       for (int i = 0; i < kh; ++i) {
-        int oh;
-        if constexpr (S1) {
-          oh = h + ph - i * dh;
-          if (oh < 0 || oh >= OH) continue;
-        } else {
-          const int th = h + ph - i * dh;  // = oh·sh
-          if constexpr (S == 2) {
-            if (th < 0 || (th & 1) != 0 || (th >> 1) >= OH) continue;
-            oh = th >> 1;
-          } else {
-            if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
-            oh = th / sh;
-          }
-        }
+        const int oh = window_index(h + ph - i * dh, sh, OH);
+        if (oh < 0) continue;
         const int row = cbase + (oh - oh_lo) * rstride + i * kw;
         for (int j = 0; j < kw; ++j) {
-          int ow;
-          if constexpr (S1) {
-            ow = w + pw - j * dw;
-            if (ow < 0 || ow >= OW) continue;
-          } else {
-            const int tw2 = w + pw - j * dw;
-            if constexpr (S == 2) {
-              if (tw2 < 0 || (tw2 & 1) != 0 || (tw2 >> 1) >= OW) continue;
-              ow = tw2 >> 1;
-            } else {
-              if (tw2 < 0 || tw2 % sw != 0 || tw2 / sw >= OW) continue;
-              ow = tw2 / sw;
-            }
-          }
+          const int ow = window_index(w + pw - j * dw, sw, OW);
+          if (ow < 0) continue;
           acc = acc + convert<A>(sm[row + ow * t.ckp + j]);
         }
       }
