@@ -13,7 +13,8 @@
 //   HT_BENCH_PHASES=1 adds, for each HALO case, where its eager forward + backward spends the time: a CUDA event at
 //   each phase mark of the pipeline (grad::halo_phase: quantisers, transposes, GEMMs, int8 epilogues, rotations
 //   back), 5 runs after the timed ones, and one JSON line per phase with the median ms between its mark and the
-//   next, on stderr (they are not results records: `2> phases.jsonl` keeps them apart from the merged lines).
+//   next, on stderr (they are not results records: `2> phases.jsonl` keeps them apart from the merged lines). For
+//   HLQ the same variable prints, on stderr, the table of its phase marks (grad::mark_phase; tools/bench/phase_timer.h).
 //   HT_BENCH_KERNELS=1 adds, for each layer, the HALO primitives alone on its operands (eager, current stream): the
 //   rotating quantisers of x and W, the paired quantiser of g_yᵀ, a rotation back, the byte and bf16 transposes,
 //   each as a JSON line on stderr with its median ms and the rate its minimal bytes imply (GB/s: reads of the
@@ -37,6 +38,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/cuda_hooks.h"
 #include "hadatrain/tensor/factory.h"
+#include "phase_timer.h"
 #include "timing.h"
 
 using namespace ht;
@@ -279,6 +281,10 @@ int main(int argc, char** argv) {
           json_escape(command).c_str());
       std::fflush(stdout);
       if (phases && v.spec.name == "halo") print_phases([&] { run(true); }, l.name, v.label, commit);
+      if (phases && v.spec.name == "hlq") {  // HLQ marks its phases through grad::mark_phase (Note [Phase marks])
+        bench::PhaseTimer timer;
+        timer.run_and_print((std::string(l.name) + ", hlq").c_str(), [&] { run(true); }, 5, stderr);
+      }
     }
   }
   return 0;

@@ -37,9 +37,10 @@ class PhaseTimer {
   }
 
   // Runs step() `reps` times with the marks recorded (after one untimed run that creates the events), and prints
-  // the phases' mean time per step, largest first, with the share of the step (first to last event of each step).
+  // the phases' mean time per step, largest first, with the share of the step (first to last event of each step),
+  // on `out` (stdout unless given: a tool whose stdout carries result records prints them on stderr).
   template <class F>
-  void run_and_print(const char* title, F&& step, int reps = 5) {
+  void run_and_print(const char* title, F&& step, int reps = 5, std::FILE* out = stdout) {
     grad::set_phase_hook(&PhaseTimer::hook, this);
     std::vector<std::pair<std::string, double>> sums;
     double total = 0.0;
@@ -63,9 +64,10 @@ class PhaseTimer {
     }
     grad::set_phase_hook(nullptr, nullptr);
     std::sort(sums.begin(), sums.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-    std::printf("  %s: phase breakdown, eager step with marks, %.2f ms/step (mean of %d)\n", title, total / reps, reps);
+    std::fprintf(out, "  %s: phase breakdown, eager step with marks, %.2f ms/step (mean of %d)\n", title, total / reps,
+                 reps);
     for (const auto& [name, ms] : sums)
-      std::printf("    %-48s %8.3f ms %5.1f %%\n", name.c_str(), ms / reps, total > 0 ? 100.0 * ms / total : 0.0);
+      std::fprintf(out, "    %-48s %8.3f ms %5.1f %%\n", name.c_str(), ms / reps, total > 0 ? 100.0 * ms / total : 0.0);
   }
 
  private:
