@@ -3,7 +3,8 @@
 // 1024, 197 (n 1), 2048 (n > 1024, large shared memory)}, odd B and C, f32 / bf16 / f16 / f64 / fp8 inputs,
 // both layouts, non-contiguous inputs, every rank kind, poisoned CUDA allocations; the reported max |out|; every
 // pass count of the butterfly, 1 to 5 (Note [HLA butterfly passes] in cuda/kernels/hla.cu), and partial column tiles;
-// the register kernel for n <= 16 (Note [HLA small blocks]) on split_extra's narrowed views.
+// the register kernel for n <= 16 (Note [HLA small blocks]) on split_extra's narrowed views; the wide kernel for
+// 256 <= n <= 2048 (Note [HLA wide blocks]) and the cases it leaves to the slab kernel.
 // grad::hla_project_unfolded on CUDA (the fused im2col kernel) against the CPU composition
 // hla_project(unfold2d(...)), bit for bit: NCHW and channels-last images, 3x3 s1/s2 p1, 1x1 s1/s2, 2x2
 // dilation 2, 4x4 stride-4 patches, C 3 and 37, maps 32x32 (n 1024), 16x16, 14x14 (n 4) and 7x7 (n 1),
@@ -16,6 +17,7 @@
 
 #include "hadatrain/grad/hla.h"
 #include "hadatrain/ops/ops.h"
+#include "cuda/kernels/hla.cuh"     // hla_wide_launches
 #include "cuda/kernels/unfold.cuh"  // unfold_staged_launches, unfold_vec_launches
 
 using namespace ht;
@@ -285,5 +287,43 @@ TEST_CASE("grad::hla_back_project on CUDA equals the CPU bit for bit", "[gpu][hl
         }
       }
     }
+  }
+}
+
+TEST_CASE("hla_project on CUDA: blocks of 256 to 2048 rows through the wide kernel", "[gpu][hla]") {
+  // Note [HLA wide blocks]: rows layout, n 256 (shuffles only), 512, 1024, 2048 (one exchange through shared
+  // memory, 1 to 3 stages after it), several blocks per sample (L 6144, 768), 2- and 4-byte inputs, every rank
+  // kind, 8-column runs from a column slice; a slice that breaks the 16-byte alignment takes the slab kernel.
+  uint64_t seed = 900;
+  struct Case {
+    int64_t B, L, C;
+    DType dt;
+    HlaRank rank;
+  };
+  const Case cases[] = {{2, 2048, 64, DType::bf16, HlaRank::of_pct(50)}, {1, 2048, 24, DType::f32, HlaRank::of_pct(10)},
+                        {3, 1024, 40, DType::f16, HlaRank::all()},       {2, 512, 16, DType::bf16, HlaRank::of_pct(50)},
+                        {2, 256, 8, DType::f32, HlaRank::of_pct(50)},    {1, 6144, 16, DType::bf16, HlaRank::of_pct(50)},
+                        {2, 768, 32, DType::bf16, HlaRank::of_rows(7)},  {1, 4096, 8, DType::bf16, HlaRank::of_pct(50)}};
+  for (const Case& c : cases) {
+    const Tensor x = test::random_input({c.B, c.L, c.C}, seed++, c.dt, -4, 4);
+    const HlaPlan plan = grad::hla_plan(c.L, c.rank);
+    INFO(dtype_name(c.dt) << " B " << c.B << " C " << c.C << " " << plan.describe());
+    const int64_t before = kernels::hla_wide_launches();
+    CHECK(check_project(x, plan) == "");
+    // one launch for the rows layout (the channels layout takes the slab kernel); n 4096 is beyond the kernel
+    CHECK(kernels::hla_wide_launches() - before == (plan.block <= 2048 ? 1 : 0));
+  }
+  const Tensor wide = test::random_input({2, 1024, 40}, seed++, DType::bf16, -3, 3);
+  const Tensor wide_gpu = wide.to(test::kCuda);
+  const HlaPlan plan = grad::hla_plan(1024, HlaRank::of_pct(50));
+  for (int64_t start : {8, 1}) {  // 16 bytes in: aligned runs; 2 bytes in: the slab kernel
+    INFO("columns from " << start);
+    const Tensor view = slice(wide_gpu, 2, start, start + 24, 1);  // row stride 40, on the device
+    REQUIRE_FALSE(view.is_contiguous());
+    const int64_t before = kernels::hla_wide_launches();
+    const Tensor actual = grad::hla_project(view, plan, HlaLayout::rows);
+    CHECK(kernels::hla_wide_launches() - before == (start == 8 ? 1 : 0));
+    CHECK(test::compare_bits(actual, grad::hla_project(slice(wide, 2, start, start + 24, 1), plan, HlaLayout::rows)) ==
+          "");
   }
 }

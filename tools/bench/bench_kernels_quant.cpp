@@ -194,7 +194,8 @@ kernels::HlaRows hla_rows_of(const grad::HlaPlan& plan) {
 //    once (4 B per output element). Path "strided" (launch_hla_project). ViT-B token shapes at batch 256: the
 //    196 patch tokens of 197 as split_extra projects them (n = 4), and 208 = 197 padded to 16 (n = 16); for
 //    n <= 16 in the rows layout the launcher's register kernel ("small", Note [HLA small blocks]) and the slab
-//    kernel ("slab").
+//    kernel ("slab"). LLaMA token shapes, 4 sequences of 2048 tokens (n = 2048: HLQ's projection of g_y and x on
+//    Llama-3-8B's q_proj and up_proj): the wide kernel ("wide", Note [HLA wide blocks]) and the slab kernel.
 // 2. hla_project_unfolded (ACBP's projection of a conv's im2col columns) on ResNet-34 CIFAR conv inputs, bf16,
 //    channels-last (an (N, H, W, C) buffer read as (N, C, H, W)), batch 256, rows layout (what HLQ uses):
 //    "fused" is launch_hla_project_unfolded (the path grad::hla_project_unfolded takes, Note [HLA im2col
@@ -228,7 +229,9 @@ void bench_hla(bool csv, double copy_gbs) {
                         {"hla_project bf16 (64, 3136, 64)", 64, 3136, 64, 0},
                         {"hla_project bf16 (256, 196 of 197, 768)", 256, 196, 768, 1},
                         {"hla_project bf16 (256, 196 of 197, 3072)", 256, 196, 3072, 1},
-                        {"hla_project bf16 (256, 208, 768)", 256, 208, 768, 0}};
+                        {"hla_project bf16 (256, 208, 768)", 256, 208, 768, 0},
+                        {"hla_project bf16 (4, 2048, 4096)", 4, 2048, 4096, 0},
+                        {"hla_project bf16 (4, 2048, 14336)", 4, 2048, 14336, 0}};
   for (const Case& c : cases) {
     if (!wanted(c.name)) continue;
     const Tensor x = rand({c.B, c.L + c.skip, c.C}, gen, {DType::f32, dev}).to(DType::bf16);
@@ -239,7 +242,8 @@ void bench_hla(bool csv, double copy_gbs) {
       // n <= 16: the register kernel (the launcher's choice), then the slab kernel for comparison
       for (bool slab : {false, true}) {
         const bool small = plan.block <= 16 && layout == grad::HlaLayout::rows;  // the launcher's register kernel
-        if (slab && !small) continue;
+        const bool wide = plan.block >= 256 && plan.block <= 2048 && layout == grad::HlaLayout::rows && c.C % 8 == 0;
+        if (slab && !small && !wide) continue;
         kernels::HlaProjectArgs a;
         a.dtype = DType::bf16;
         a.x = static_cast<const bf16*>(x.data_ptr()) + c.skip * c.C;
@@ -257,7 +261,7 @@ void bench_hla(bool csv, double copy_gbs) {
         const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
         const double bytes = 2.0 * static_cast<double>(c.B * c.L * c.C) + 4.0 * static_cast<double>(out.numel());
         print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels",
-                  slab ? "slab" : (small ? "small" : "strided"), plan.describe(), ms, bytes);
+                  slab ? "slab" : (small ? "small" : (wide ? "wide" : "strided")), plan.describe(), ms, bytes);
       }
     }
   }

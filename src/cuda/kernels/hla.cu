@@ -36,6 +36,7 @@
 // apart), is slower on one H200 (bench_hla unfolded rows, bf16 channels-last, batch 256, ms unfold2d +
 // projection / runs / taps: C64 32x32 0.679 / 0.739 / 0.763, C128 16x16 0.244 / 0.234 / 0.369, C512 4x4
 // 0.094 / 0.0745 / 0.1065; ResNet-34 HLQ step 21.44 / 21.55 / 23.31).
+#include <atomic>
 #include <type_traits>
 
 #include "cuda/kernels/convert.cuh"
@@ -431,6 +432,175 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
   fold_amax(a, amax);
 }
 
+// Note [HLA wide blocks]
+// For 256 <= n <= 2048 in the rows layout (the token axis of an LLaMA at 2048 tokens, n = 2048; a CIFAR ResNet's
+// 32×32 and 16×16 maps), with 8 contiguous 16-byte-aligned columns per CTA, the slab kernel reads 8 columns of a
+// row as eight 2-byte loads and runs four barrier-separated passes over a 2048 × 8 slab; it moved about 1 TB/s
+// of its minimal bytes at LLaMA shapes (HLQ's g_w phase "project g_y": 0.144 ms on 8192 × 4096 bf16). This kernel
+// gives each of its n / 8 threads 8 consecutive rows × 8 columns (64 floats in registers): the rows arrive with one
+// 16-byte load each (eight in flight per thread), stages h = 1, 2, 4 run in registers, stages h = 8 ... 128 by warp
+// shuffles (the partner row differs in bit 3 + i of the row, bit i of the thread), and stages h = 256 ... n/2
+// (n >= 512) in registers again after one exchange through shared memory (thread t then holds rows
+// t + (n/8)·u + 256·m for u < 2048/n, m < n/256). Each element sees the stages in order h = 1, 2, ..., n/2 with
+// __fadd_rn / __fsub_rn (lower + upper, lower − upper), so the bits are the CPU's (Note [HLA butterfly passes]).
+// A thread then writes each of its rows that is kept (inv[row], a natural-to-kept table in shared memory) as two
+// 16-byte stores. The exchange slab is n rows of 8 floats in 16-byte units, unit (2·row + half) XOR'd in its low
+// three bits with ((row >> 3) & 7) ^ ((row >> 2) & 1): a permutation inside each 128-byte line (4 rows), under
+// which both the writes (8 threads of a phase: rows 8t + m) and the reads (8 consecutive rows) of a 16-byte phase
+// fall in 8 different bank groups.
+constexpr int kWideCols = 8;
+constexpr int kWideMinLog = 8, kWideMaxLog = 11;
+
+// The slab offset, in floats, of row `row`, columns 4·half ... 4·half + 3 (the swizzle above).
+__device__ __forceinline__ int wide_unit(int row, int half) {
+  const int u = 2 * row + half;
+  return 4 * (u ^ (((row >> 3) & 7) ^ ((row >> 2) & 1)));
+}
+
+// 8 consecutive values of T at p (16-byte aligned) as floats.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float* v) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4);
+  constexpr int kVec = sizeof(T) / 2;  // 16-byte loads per 8 values
+  uint4 raw[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
+  const T* t = reinterpret_cast<const T*>(raw);
+#pragma unroll
+  for (int c = 0; c < kWideCols; ++c) v[c] = convert<float>(t[c]);
+}
+
+// Stages h = 2^s, s < S, over the m index of v[m][c] (m < 8): (a, b) <- (a + b, a − b) for m with bit s clear.
+template <int S>
+__device__ __forceinline__ void butterfly_rows(float (&v)[8][kWideCols]) {
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+      if (((m >> s) & 1) == 0)
+#pragma unroll
+        for (int c = 0; c < kWideCols; ++c) {
+          const float a = v[m][c], b = v[m + (1 << s)][c];
+          v[m][c] = __fadd_rn(a, b);
+          v[m + (1 << s)][c] = __fsub_rn(a, b);
+        }
+}
+
+template <class T, int N>
+__global__ void __launch_bounds__((1 << N) / 8, N == kWideMaxLog ? 2 : 1)
+    hla_project_wide_kernel(HlaOutput a, const T* __restrict__ x, int64_t sb, int64_t sl, int64_t tiles,
+                            const __grid_constant__ HlaRows rows) {
+  constexpr int n = 1 << N, kThreads = n / 8, kSmem = N - 8;  // stages through shared memory
+  extern __shared__ float slab[];  // kSmem > 0: (n, 8) floats, swizzled; then inv (n int16)
+  int16_t* inv = reinterpret_cast<int16_t*>(slab + (kSmem > 0 ? n * kWideCols : 0));
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t cta = blockIdx.x, P = a.L / n;
+  const int64_t ti = cta % tiles, p = (cta / tiles) % P, b = cta / (tiles * P);
+  const int64_t c0 = ti * kWideCols;
+
+  float v[8][kWideCols];
+  const T* src = x + b * sb + (p * n + 8 * t) * sl + c0;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) load8(src + m * sl, v[m]);
+  // the kept-row table, while the loads are in flight
+  for (int j = t; j < n; j += kThreads) inv[j] = -1;
+  __syncthreads();
+  for (int i = t; i < a.kept; i += kThreads) inv[rows.idx[i]] = static_cast<int16_t>(i);
+
+  butterfly_rows<3>(v);  // h = 1, 2, 4: rows 8t ... 8t + 7
+#pragma unroll
+  for (int i = 0; i < 5; ++i) {  // h = 8 << i: the partner is thread t ^ (1 << i), in the same warp
+    const bool upper = (t >> i) & 1;
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int c = 0; c < kWideCols; ++c) {
+        const float o = __shfl_xor_sync(0xFFFFFFFFu, v[m][c], 1 << i);
+        v[m][c] = upper ? __fsub_rn(o, v[m][c]) : __fadd_rn(v[m][c], o);
+      }
+  }
+  // rows(m): the row v[m] holds
+  auto row_of = [&](int m) {
+    if constexpr (kSmem == 0) return 8 * t + m;
+    else return t + kThreads * (m >> kSmem) + 256 * (m & ((1 << kSmem) - 1));
+  };
+  if constexpr (kSmem > 0) {
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float4*>(slab + wide_unit(8 * t + m, h)) =
+            make_float4(v[m][4 * h], v[m][4 * h + 1], v[m][4 * h + 2], v[m][4 * h + 3]);
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 q = *reinterpret_cast<const float4*>(slab + wide_unit(row_of(m), h));
+        v[m][4 * h] = q.x;
+        v[m][4 * h + 1] = q.y;
+        v[m][4 * h + 2] = q.z;
+        v[m][4 * h + 3] = q.w;
+      }
+    butterfly_rows<kSmem>(v);  // h = 256 ... n/2
+  } else {
+    __syncthreads();  // inv complete
+  }
+  const int64_t r = a.kept, R = P * r;
+  float* o = a.out + (b * R + p * r) * a.K + c0;
+  float amax = 0.0f;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const int i = inv[row_of(m)];
+    if (i < 0) continue;
+    float4* dst = reinterpret_cast<float4*>(o + i * a.K);
+    dst[0] = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
+    dst[1] = make_float4(v[m][4], v[m][5], v[m][6], v[m][7]);
+#pragma unroll
+    for (int c = 0; c < kWideCols; ++c) amax = fmaxf(amax, fabsf(v[m][c]));
+  }
+  fold_amax(a, amax);
+}
+
+// Whether the wide kernel takes a strided projection (Note [HLA wide blocks]): rows layout, 256 <= n <= 2048,
+// 2- or 4-byte elements, unit column stride, C a multiple of 8 and every 8-column run 16-byte aligned.
+bool wide_applies(const HlaProjectArgs& a, const HlaGeometry& g) {
+  const int64_t size = a.dtype == DType::f32 ? 4 : (a.dtype == DType::bf16 || a.dtype == DType::f16 ? 2 : 0);
+  if (size == 0 || a.channels || a.slab_only || g.n_log < kWideMinLog || g.n_log > kWideMaxLog) return false;
+  if (a.sc != 1 || a.C % kWideCols != 0 || (a.sl * size) % 16 != 0 || (a.sb * size) % 16 != 0) return false;
+  return reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+}
+
+std::atomic<int64_t> g_wide_launches{0};  // hla_wide_launches()
+
+void launch_wide(const HlaProjectArgs& a, const HlaOutput& o, const HlaRows& rows, int n_log, cudaStream_t stream) {
+  g_wide_launches.fetch_add(1, std::memory_order_relaxed);
+  const int64_t tiles = a.C / kWideCols, ctas = a.B * (a.L / a.block) * tiles;
+  auto go = [&](auto tag, auto nc) {
+    using T = decltype(tag);
+    constexpr int N = decltype(nc)::value;
+    constexpr int n = 1 << N;
+    const size_t smem = (N > kWideMinLog ? n * kWideCols * sizeof(float) : 0) + n * sizeof(int16_t);
+    auto kernel = hla_project_wide_kernel<T, N>;
+    if (smem > 48 * 1024)
+      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<static_cast<unsigned>(ctas), n / 8, smem, stream>>>(o, static_cast<const T*>(a.x), a.sb, a.sl, tiles,
+                                                                  rows);
+    HT_CHECK_LAUNCH("hla_project (wide blocks)");
+  };
+  auto with_n = [&](auto tag) {
+    switch (n_log) {
+      case 8: go(tag, std::integral_constant<int, 8>{}); break;
+      case 9: go(tag, std::integral_constant<int, 9>{}); break;
+      case 10: go(tag, std::integral_constant<int, 10>{}); break;
+      case 11: go(tag, std::integral_constant<int, 11>{}); break;
+    }
+  };
+  if (a.dtype == DType::bf16) with_n(bf16{});
+  else if (a.dtype == DType::f16) with_n(f16{});
+  else with_n(float{});
+}
+
 // Launches hla_project_kernel<T, Loader<T>> for x's dtype.
 // n <= 16 in the rows layout (unless slab_only): hla_project_small_kernel (Note [HLA small blocks]).
 template <template <class> class Loader, class Params>
@@ -466,10 +636,13 @@ void launch(const char* name, DType dtype, const HlaOutput& a, const Params& lp,
 
 }  // namespace
 
+int64_t hla_wide_launches() { return g_wide_launches.load(std::memory_order_relaxed); }
+
 void launch_hla_project(const HlaProjectArgs& a, const HlaRows& rows, cudaStream_t stream) {
   if (a.B == 0 || a.L == 0 || a.C == 0) return;
   const HlaGeometry g = hla_geometry(a.block, a.kept, a.C);
   const HlaOutput o{a.B, a.L, a.C, a.block, a.kept, a.channels, a.out, a.absmax};
+  if (wide_applies(a, g)) return launch_wide(a, o, rows, g.n_log, stream);
   const StridedParams lp{a.x, a.sb, a.sl, a.sc, a.C};
   launch<StridedColumns>("hla_project", a.dtype, o, lp, g, rows, a.slab_only, stream);
 }

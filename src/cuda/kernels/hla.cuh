@@ -1,6 +1,8 @@
 // Launchers of the HLA projection kernel (CPU reference and contract: src/grad/hla.cpp,
 // include/hadatrain/grad/hla.h Note [HLA projection]). Blocks of n <= 16 in the rows layout run in registers,
-// several blocks per CTA (Note [HLA small blocks] in cuda/kernels/hla.cu). Otherwise one CTA per (sample, block,
+// several blocks per CTA (Note [HLA small blocks] in cuda/kernels/hla.cu); blocks of 256 <= n <= 2048 in the rows
+// layout with 16-byte aligned runs of 8 columns in registers, shuffles and one shared-memory exchange (Note [HLA
+// wide blocks]). Otherwise one CTA per (sample, block,
 // column tile): the n × tile slab is loaded into shared memory as f32, transformed with the butterfly of Note
 // [Bit-identical quantisation] (__fadd_rn / __fsub_rn, stages h = 1, 2, ..., n/2), and the kept rows are
 // written as f32 in the rows (B, R, C) or channels (B, C, R) layout. Bit-identical to the CPU either way.
@@ -36,9 +38,13 @@ struct HlaProjectArgs {
   bool channels = false;           // out (B, C, R) instead of (B, R, C), R = (L / n)·r
   float* out;                      // contiguous
   float* absmax = nullptr;         // optional: max(*absmax, max |out|) by atomicMax on the f32 bits
-  bool slab_only = false;          // benchmarks: the slab kernel even for n <= 16, rows (Note [HLA small blocks])
+  bool slab_only = false;          // benchmarks: the slab kernel even where the register kernel of n <= 16 or
+                                   // the wide kernel would run (Notes [HLA small blocks], [HLA wide blocks])
 };
 void launch_hla_project(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
+// Launches of the wide-block kernel (Note [HLA wide blocks] in cuda/kernels/hla.cu: rows layout, 256 <= n <= 2048,
+// 2- or 4-byte elements, 8-column runs 16-byte aligned) in this process; the GPU tests read it.
+int64_t hla_wide_launches();
 
 // The projection of cols = unfold2d(x, window) (N, L, C·kh·kw), L = OH·OW, read from the image x; a CTA owns
 // consecutive columns, as in launch_hla_project (Note [HLA im2col tiles] in cuda/kernels/hla.cu).
