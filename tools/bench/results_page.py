@@ -429,22 +429,31 @@ def halo_group(recs, notes):
         if variant not in variants:
             variants.append(variant)
         layers.setdefault((layer, r["commit"]), {})[variant] = r
-    rows = []
-    for (layer, _), by in layers.items():
-        exact = by.get("exact bf16")
-        cells = []
-        for v in variants:
-            r = by.get(v)
-            if r is None:
-                cells.append("—")
-            elif exact is None or v == "exact bf16":
-                cells.append(num(r["ours"], 3))
-            else:
-                cells.append(f"{num(r['ours'], 3)} ({exact['ours'] / r['ours']:.2f}×)")
-        rows.append([layer] + cells + [measured(next(iter(by.values())), notes)])
-    return (["", f"{recs[0]['group']}: forward + backward in ms, and in brackets the speed against exact bf16 of the "
-                 "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant.",
-             ""] + table(["layer"] + variants + ["measured"], rows))
+    def rows_of(key):
+        rows = []
+        for (layer, _), by in layers.items():
+            exact = by.get("exact bf16")
+            cells = []
+            for v in variants:
+                r = by.get(v)
+                if r is None or key not in r:
+                    cells.append("—")
+                elif exact is None or v == "exact bf16" or key not in exact:
+                    cells.append(num(r[key], 3))
+                else:
+                    cells.append(f"{num(r[key], 3)} ({exact[key] / r[key]:.2f}×)")
+            rows.append([layer] + cells + [measured(next(iter(by.values())), notes)])
+        return rows
+
+    out = ["", f"{recs[0]['group']}: forward + backward in ms, and in brackets the speed against exact bf16 of the "
+               "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant.",
+           ""] + table(["layer"] + variants + ["measured"], rows_of("ours"))
+    if "hlq" in variants and any("backward_ms" in r for r in recs):  # HLQ's per-layer speed target is its backward's
+        out += ["", "The backward alone (the same records): the forward + backward graph's time less the forward "
+                    "graph's (which includes what the forward saves: HLQ's ACBP, HALO's quantised operands), in ms "
+                    "and, in brackets, against exact bf16's backward.", ""]
+        out += table(["layer"] + variants + ["measured"], rows_of("backward_ms"))
+    return out
 
 
 HEADER = """# Results
