@@ -492,10 +492,9 @@ class HlqPipeline final : public Pipeline {
   Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (B, L, I)
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
     const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
-    mark_phase("g_x: W transposed");
-    const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
     if (o_.gx_bits == 0) {  // rotation only: (g_y H)(H W) / T = g_y W up to rounding
       mark_phase("g_x: unquantised product");
+      const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
       const Tensor gh = hadamard_blocks(g_y, T);  // (B, L, O)
       const Tensor wh = hadamard_blocks(wt, T);   // (I, O)
       return div(matmul(gh, wh.transpose(0, 1)), static_cast<double>(T));
@@ -511,7 +510,9 @@ class HlqPipeline final : public Pipeline {
     QuantSpec qw = w_spec(s, T);
     qw.values_dtype = qg.values_dtype;
     mark_phase("g_x: quantise W (Hadamard, 4-bit)");
-    const Quantized q_w = quantize(wt, qw);  // (I, O) int8 / e4m3 = (H W)ᵀ quantised
+    // (I, O) int8 / e4m3 = (H W)ᵀ quantised, from the view Wᵀ: the CUDA quantiser reads W itself (Note [Quantiser of
+    // a transposed input] in cuda/kernels/grad_quant_items.cu) or makes the dense copy where its conditions fail
+    const Quantized q_w = quantize(s.w.transpose(0, 1), qw);
     mark_phase("g_x: low-precision product");
     const Tensor a = reshape(q_g.values, {B * L, O});  // (B·L, O) int8 / e4m3
     const double inv_t = 1.0 / static_cast<double>(T);  // a power of two: s_w·(1/T) has the bits of s_w / T

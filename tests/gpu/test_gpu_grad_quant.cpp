@@ -20,6 +20,7 @@
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/quant.h"
 #include "hadatrain/tensor/philox.h"
+#include "cuda/kernels/grad_quant.cuh"  // grad_quant_of_transpose_launches
 
 using namespace ht;
 using namespace ht::grad;
@@ -128,6 +129,45 @@ TEST_CASE("CUDA quantize: non-contiguous inputs, f16 / f64 / fp8 inputs, large b
   // 1-D: sample groups of one element straddle the Hadamard blocks (pre-rotation path).
   const Tensor one = test::random_input({96}, 25, DType::f32);
   check_all_specs(one, one.to(test::kCuda), {1, 4, 16});
+}
+
+TEST_CASE("CUDA quantize of a transposed weight reads the weight in place", "[gpu][grad_quant]") {
+  // Note [Quantiser of a transposed input]: x = Wᵀ of a dense bf16 / f16 (R, C) W, T = 16, one scale: every scale
+  // rule, rounding and code dtype give the CPU's codes and scale and the dense copy's on CUDA, through the in-place
+  // path (its launch count); an f32 W and C % 8 != 0 take the general path (the dense copy) and agree too.
+  uint64_t seed = 700;
+  struct Case {
+    int64_t R, C;
+    DType dt;
+    bool in_place;
+  };
+  const Case cases[] = {{64, 40, DType::bf16, true},
+                        {256, 1024, DType::bf16, true},
+                        {48, 24, DType::f16, true},
+                        {64, 40, DType::f32, false},
+                        {32, 12, DType::bf16, false}};
+  for (const Case& c : cases) {
+    const Tensor w = test::random_input({c.R, c.C}, ++seed, c.dt);
+    const Tensor wg = w.to(test::kCuda);
+    for (ScaleRule rule : {ScaleRule::absmax, ScaleRule::sawb})
+      for (Rounding r : {Rounding::nearest, Rounding::stochastic})
+        for (DType vdt : {DType::i8, DType::f8e4m3}) {
+          QuantSpec spec;
+          spec.bits = 4;
+          spec.granularity = Granularity::tensor;
+          spec.scale_rule = rule;
+          spec.rounding = r;
+          spec.hadamard_block = 16;
+          spec.noise = {0x5eedull, 0x77ull};
+          spec.values_dtype = vdt;
+          CAPTURE(c.R, c.C, dtype_name(c.dt), rule == ScaleRule::sawb, r == Rounding::stochastic, dtype_name(vdt));
+          const int64_t before = kernels::grad_quant_of_transpose_launches();
+          const Quantized qg = quantize_poisoned(wg.transpose(0, 1), spec);
+          CHECK(kernels::grad_quant_of_transpose_launches() - before == (c.in_place ? 1 : 0));
+          CHECK(same_bits(qg, quantize(w.transpose(0, 1), spec)) == "");
+          CHECK(same_bits(qg, quantize(wg.transpose(0, 1).contiguous(), spec)) == "");
+        }
+  }
 }
 
 TEST_CASE("CUDA quantize at pipeline sizes (fused rows, two-pass samples)", "[gpu][grad_quant]") {

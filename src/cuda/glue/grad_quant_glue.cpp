@@ -34,6 +34,22 @@ Tensor kernel_input(const Tensor& x) {
 // not null, receives the column sums of x (QuantSpec::report_column_sums): from the quantiser's own pass where the
 // strip kernel serves the launch (f32), else from the sum op.
 void run_quant(kernels::GradQuantArgs args, const Tensor& x, int64_t block, const OnDevice& on, Tensor* sums) {
+  // x = Wᵀ, the transposed view of a dense (R, C) W (HLQ's W operand of g_x): read W itself where the kernels can
+  // (Note [Quantiser of a transposed input]), without a transposed copy.
+  if (sums == nullptr && block == 16 && x.dim() == 2 && x.stride(0) == 1 && x.stride(1) == x.size(0)) {
+    kernels::GradQuantArgs t = args;
+    t.dtype = x.dtype();
+    t.x = x.data_ptr();
+    t.hadamard = 16;
+    const int64_t R = x.size(1), C = x.size(0);
+    if (kernels::grad_quant_of_transpose_applies(t, R, C)) {
+      const Tensor ws = empty({static_cast<int64_t>(kernels::grad_quant_of_transpose_workspace_bytes(R, C))},
+                              {DType::u8, x.device()});
+      t.workspace = ws.data_ptr();
+      kernels::launch_grad_quant_of_transpose(t, R, C, on.stream);
+      return;
+    }
+  }
   Tensor in = kernel_input(x);
   float* column_sums = nullptr;  // the launch sums the columns in its pass
   if (sums != nullptr) {

@@ -4,6 +4,9 @@
 // grad_quant_items.cu, the unit kernels in grad_quant_units.cu. Pass 2 of the two-pass path (the group's m,
 // r and scale from the partial statistics; a known m needs none, Note [Known m in pass 3]) is family-neutral and
 // lives here, with the kernels of the other entry points: absmax, the blockwise Hadamard rotation and int4 packing.
+#include <algorithm>
+#include <atomic>
+
 #include "cuda/kernels/grad_quant_common.cuh"
 
 namespace ht::kernels::gq {
@@ -229,6 +232,51 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream, float* colum
   }
   if (item_x && !luq && gq::item_values_aligned(a)) return gq::launch_apply_items(a, ws, stream);
   gq::launch_apply_units(a, g, ws, stream);
+}
+
+namespace {
+
+// The two-pass geometry of a transposed-input launch: one group, pass 1 on about two tiles a thread, at most 8
+// blocks per SM of the H200 (parts only sets how many partial statistics pass 2 combines).
+gq::Geo transpose_geo(int64_t R, int64_t C) {
+  gq::Geo g;
+  g.groups = 1;
+  const int64_t tiles = R / 16 * (C / 8), per_block = 2 * gq::kThreads;
+  g.parts = std::clamp<int64_t>((tiles + per_block - 1) / per_block, 1, 132 * 8);
+  return g;
+}
+
+}  // namespace
+
+bool grad_quant_of_transpose_applies(const GradQuantArgs& a, int64_t R, int64_t C) {
+  return a.kind == QuantKind::uniform && a.hadamard == 16 && a.numel == R * C && a.numel > 0 &&
+         a.group_len == a.numel && a.store == QuantStore::codes && !a.transposed && a.known_m == nullptr &&
+         a.input_absmax == nullptr && (a.dtype == DType::bf16 || a.dtype == DType::f16) && R % 16 == 0 &&
+         C % 8 == 0 && gq::aligned16(a.x) && gq::aligned16(a.values);
+}
+
+std::size_t grad_quant_of_transpose_workspace_bytes(int64_t R, int64_t C) {
+  const gq::Geo g = transpose_geo(R, C);
+  return static_cast<std::size_t>(g.parts) * (2 * sizeof(double) + sizeof(float)) + 2 * sizeof(float);
+}
+
+namespace {
+std::atomic<int64_t> g_transpose_launches{0};  // grad_quant_of_transpose_launches()
+}  // namespace
+
+int64_t grad_quant_of_transpose_launches() { return g_transpose_launches.load(std::memory_order_relaxed); }
+
+void launch_grad_quant_of_transpose(const GradQuantArgs& a, int64_t R, int64_t C, cudaStream_t stream) {
+  g_transpose_launches.fetch_add(1, std::memory_order_relaxed);
+  if (!grad_quant_of_transpose_applies(a, R, C) || a.workspace == nullptr)  // the glue checks: a hadatrain bug
+    HT_UNSUPPORTED_DTYPE("grad_quant (transposed input outside its conditions)", a.dtype);
+  const gq::Geo g = transpose_geo(R, C);
+  const gq::Workspace ws = gq::workspace_of(a.workspace, g);
+  gq::launch_partial_wt(a, g, ws, R, C, stream);
+  if (gq::uses_sawb(a)) gq::quant_finalize_kernel<true><<<1, gq::kThreads, 0, stream>>>(a, g, ws);
+  else gq::quant_finalize_kernel<false><<<1, gq::kThreads, 0, stream>>>(a, g, ws);
+  HT_CHECK_LAUNCH("grad_quant_finalize");
+  gq::launch_apply_wt(a, ws, R, C, stream);
 }
 
 void launch_absmax(DType dtype, float* out, const void* x, int64_t numel, cudaStream_t stream) {

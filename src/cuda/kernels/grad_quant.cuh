@@ -80,6 +80,17 @@ std::size_t grad_quant_workspace_bytes(const GradQuantArgs& args, bool with_sums
 // with with_sums. (Not a field of GradQuantArgs: the kernels' parameter block stays 128 bytes.)
 void launch_grad_quant(const GradQuantArgs& args, cudaStream_t stream, float* column_sums = nullptr);
 
+// The quantisation of x = Wᵀ (numel = R·C elements, (C, R)) where args.x points to W, a dense (R, C) matrix, read
+// without a transposed copy (Note [Quantiser of a transposed input] in cuda/kernels/grad_quant_items.cu): the
+// uniform kind into codes in x's natural layout, one group, T = 16, no known m, no input maximum, no column sums,
+// bf16 / f16, R % 16 == 0, C % 8 == 0, x and values 16-byte aligned. grad_quant_of_transpose_applies says whether
+// these hold; the workspace is grad_quant_of_transpose_workspace_bytes(R, C) bytes.
+bool grad_quant_of_transpose_applies(const GradQuantArgs& args, int64_t R, int64_t C);
+std::size_t grad_quant_of_transpose_workspace_bytes(int64_t R, int64_t C);
+void launch_grad_quant_of_transpose(const GradQuantArgs& args, int64_t R, int64_t C, cudaStream_t stream);
+// Launches of that path in this process (the GPU tests read it to see which path ran).
+int64_t grad_quant_of_transpose_launches();
+
 // *out = max(*out, max |x|) over x (numel, dtype f32 / bf16 / f16, dense) by atomicMax on the f32 bits (NaN
 // never wins); *out must hold a non-negative value (e.g. 0) before.
 void launch_absmax(DType dtype, float* out, const void* x, int64_t numel, cudaStream_t stream);

@@ -564,6 +564,80 @@ __global__ void column_sums_kernel(const float* part, int64_t strips, int64_t C,
   }
 }
 
+// Note [Quantiser of a transposed input]
+// quantize() of x = Wᵀ, the transposed view of a dense (R, C) matrix W, with T = 16 along x's rows and one scale
+// per tensor: HLQ's W operand of g_x ((I, O) = Wᵀ of the (O, I) weight). The general path has the glue copy Wᵀ
+// into a dense (C, R) buffer and the two-pass kernels read that copy twice; here passes 1 and 3 read W itself, in
+// tiles of 16 rows × 8 columns (sixteen 16-byte loads along W's rows; a warp reads 512-byte runs). Column c of a tile
+// at (o0, i0) is one Hadamard block of x, the elements (i0 + c, o0 ... o0 + 15), rotated by the same butterfly
+// (butterfly_stages<16>: h = 1, 2, 4, 8 in order); pass 1 adds its statistics in index order, pass 3 quantises it
+// with the noise of its flat index (i0 + c)·R + o0 (two Philox blocks) and writes its 16 codes as one 16-byte
+// store there. So the levels, codes and scale are the general path's bit for bit, except that SAWB's double sums
+// are added in another order (Note [Bit-identical quantisation] step 3: the f32 rounding of α hides that).
+template <class T>
+HT_DEV void load_wt_tile(const T* w, int64_t C, int64_t o0, int64_t i0, uint4 (&raw)[16]) {
+  static_assert(sizeof(T) == 2, "a 16-byte load holds the 8 columns of a tile row for 2-byte elements only");
+#pragma unroll
+  for (int r = 0; r < 16; ++r) raw[r] = __ldg(reinterpret_cast<const uint4*>(w + (o0 + r) * C + i0));
+}
+
+// Column c of the tile as floats: x's Hadamard block (i0 + c, o0 ... o0 + 15).
+template <class T>
+HT_DEV void wt_column(const uint4 (&raw)[16], int c, float v[16]) {
+#pragma unroll
+  for (int r = 0; r < 16; ++r) v[r] = static_cast<float>(reinterpret_cast<const T*>(&raw[r])[c]);
+}
+
+template <class T, bool kSawb>
+__global__ void __launch_bounds__(kThreads) quant_partial_wt_kernel(GradQuantArgs a, Workspace ws, int64_t R,
+                                                                    int64_t C) {
+  __shared__ Stats smem[kThreads / 32];
+  const T* w = static_cast<const T*>(a.x);
+  const int64_t per_row = C / 8, tiles = R / 16 * per_row;
+  Stats st{0.0f, 0.0, 0.0};
+  for (int64_t t = thread_index(); t < tiles; t += thread_count()) {
+    const int64_t og = t / per_row;
+    uint4 raw[16];
+    load_wt_tile(w, C, og * 16, (t - og * per_row) * 8, raw);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      float v[16];
+      wt_column<T>(raw, c, v);
+      butterfly_stages<16>(v, 16);
+      add_stats<kSawb, 16>(st, v, 16);
+    }
+  }
+  store_partial<kSawb>(a, ws, blockIdx.x, st, 0.0f, smem);
+}
+
+template <class T, bool kSR>
+__global__ void __launch_bounds__(kThreads) quant_apply_wt_kernel(GradQuantArgs a, Workspace ws, int64_t R,
+                                                                  int64_t C) {
+  __shared__ Level known;
+  const Pass3Levels lv = pass3_levels(a, ws, &known);
+  const Level l{lv.m[0], lv.r[0], 0.0f};
+  const T* w = static_cast<const T*>(a.x);
+  const int64_t per_row = C / 8, tiles = R / 16 * per_row;
+  for (int64_t t = thread_index(); t < tiles; t += thread_count()) {
+    const int64_t og = t / per_row, o0 = og * 16, i0 = (t - og * per_row) * 8;
+    uint4 raw[16];
+    load_wt_tile(w, C, o0, i0, raw);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      float v[16];
+      wt_column<T>(raw, c, v);
+      butterfly_stages<16>(v, 16);
+      const int64_t base = (i0 + c) * R + o0;
+      uint2 lo = make_uint2(0u, 0u), hi = lo;
+      if (l.m != 0.0f) {
+        lo = quant_item<kSR>(v, base, l, a);
+        hi = quant_item<kSR>(v + 8, base + 8, l, a);
+      }
+      *reinterpret_cast<uint4*>(a.values + base) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+  }
+}
+
 }  // namespace
 
 // Whether the strip kernel serves a transposed launch (Note [Transposed quantiser strips]); the tile kernel
@@ -646,6 +720,35 @@ void launch_apply_transposed(const GradQuantArgs& a, const Workspace& ws, float*
       quant_apply_t_kernel<T><<<grid_cap(tiles), kThreads, 0, stream>>>(a, ws, aligned16(a.x));
     }
     HT_CHECK_LAUNCH("grad_quant_apply_transposed");
+  });
+}
+
+// Calls f(T{}) for the 2-byte input dtypes of the transposed-input kernels (grad_quant_of_transpose_applies).
+template <class F>
+void visit_half_dtype(DType dt, F&& f) {
+  if (dt == DType::bf16) return f(bf16{});
+  if (dt == DType::f16) return f(f16{});
+  HT_UNSUPPORTED_DTYPE("grad_quant (transposed input)", dt);
+}
+
+void launch_partial_wt(const GradQuantArgs& a, const Geo& g, const Workspace& ws, int64_t R, int64_t C,
+                       cudaStream_t stream) {
+  visit_half_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const unsigned grid = static_cast<unsigned>(g.parts);
+    if (uses_sawb(a)) quant_partial_wt_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws, R, C);
+    else quant_partial_wt_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws, R, C);
+    HT_CHECK_LAUNCH("grad_quant_partial (transposed input)");
+  });
+}
+
+void launch_apply_wt(const GradQuantArgs& a, const Workspace& ws, int64_t R, int64_t C, cudaStream_t stream) {
+  visit_half_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const unsigned grid = cuda::grid_for(R / 16 * (C / 8), kThreads);
+    if (a.stochastic) quant_apply_wt_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws, R, C);
+    else quant_apply_wt_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws, R, C);
+    HT_CHECK_LAUNCH("grad_quant_apply (transposed input)");
   });
 }
 

@@ -94,6 +94,11 @@ void launch_apply_units(const GradQuantArgs& a, const Geo& g, const Workspace& w
 void launch_fused_items(const GradQuantArgs& a, const Geo& g, cudaStream_t stream);
 void launch_partial_items(const GradQuantArgs& a, const Geo& g, const Workspace& ws, cudaStream_t stream);
 void launch_apply_items(const GradQuantArgs& a, const Workspace& ws, cudaStream_t stream);
+// Passes 1 and 3 of a quantisation of x = Wᵀ read from W (R, C) dense (Note [Quantiser of a transposed input]);
+// pass 1 runs g.parts blocks.
+void launch_partial_wt(const GradQuantArgs& a, const Geo& g, const Workspace& ws, int64_t R, int64_t C,
+                       cudaStream_t stream);
+void launch_apply_wt(const GradQuantArgs& a, const Workspace& ws, int64_t R, int64_t C, cudaStream_t stream);
 // Pass 3 into transposed values. With column_sums (strips_apply only): the strip kernel also writes each 128-row
 // strip's column sums to sums_part ((N + 127) / 128, C) f32, then a second kernel adds them in strip order into
 // column_sums (C).
