@@ -291,9 +291,9 @@ TEST_CASE("grad::hla_back_project on CUDA equals the CPU bit for bit", "[gpu][hl
 }
 
 TEST_CASE("hla_project on CUDA: blocks of 256 to 2048 rows through the wide kernel", "[gpu][hla]") {
-  // Note [HLA wide blocks]: rows layout, n 256, 512, 1024, 2048 (3 to 6 stages after the exchange through shared
-  // memory), several blocks per sample (L 6144, 768), 2- and 4-byte inputs, every rank kind, 8-column runs from a
-  // column slice; a slice that breaks the 16-byte alignment takes the slab kernel, n 4096 too.
+  // Note [HLA wide blocks]: rows layout, n 256 (shuffles only), 512, 1024, 2048 (1 to 3 stages after the exchange
+  // through shared memory), several blocks per sample (L 6144, 768), 2- and 4-byte inputs, every rank kind, 8-column
+  // runs from a column slice; a slice that breaks the 16-byte alignment takes the slab kernel, n 4096 too.
   uint64_t seed = 900;
   struct Case {
     int64_t B, L, C;

@@ -37,7 +37,6 @@
 // projection / runs / taps: C64 32x32 0.679 / 0.739 / 0.763, C128 16x16 0.244 / 0.234 / 0.369, C512 4x4
 // 0.094 / 0.0745 / 0.1065; ResNet-34 HLQ step 21.44 / 21.55 / 23.31).
 #include <atomic>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/kernels/convert.cuh"
@@ -435,54 +434,56 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
 
 // Note [HLA wide blocks]
 // For 256 <= n <= 2048 in the rows layout (the token axis of an LLaMA at 2048 tokens, n = 2048; a CIFAR ResNet's
-// 32×32 and 16×16 maps), with 16-byte aligned runs of 8 columns, the slab kernel reads 8 columns of a row as eight
-// 2-byte loads and runs four barrier-separated passes over a 2048 × 8 slab: about 0.75 TB/s of its minimal bytes
-// at LLaMA shapes (bench_kernels --only hla). This kernel's CTA owns one (sample, block, 8-column run) with n / 8
-// threads and 64 floats a thread in two phases, one exchange through shared memory between them:
-// - phase A: thread (g, q) holds rows 32g ... 32g + 31 of columns 2q, 2q + 1 (32 four-byte loads of two values)
-//   and runs stages h = 1 ... 16 in registers;
-// - phase B: thread (b, c) holds rows b + 32k (k < n / 32) of column c, for 2048 / n pairs (b, c), and runs
-//   stages h = 32 ... n/2 in registers; it then writes each kept row (inv[row], a natural-to-kept table in shared
-//   memory) as one float, a warp's 8 columns of a row making a 32-byte run.
-// Each element sees the stages in order h = 1, 2, ..., n/2 with __fadd_rn / __fsub_rn, so the bits are the
-// CPU's (Note [HLA butterfly passes]). The exchange slab is n rows of 8 floats with row r stored at
-// r ^ ((r >> 5) & 3): phase A's 8-byte writes (a half-warp: 4 groups g × 4 pairs q, same m) and phase B's
-// 4-byte reads (a warp: 4 rows b × 8 columns, same k) each fall in distinct banks. An earlier form (8 rows × 8
-// columns a thread, stages h = 8 ... 128 by warp shuffles) ran at 1.2–1.3 TB/s, bound by the shuffles' share of
-// the L1 / shared-memory pipe (ncu: 80 % of it busy, DRAM 18 %).
+// 32×32 and 16×16 maps), with 8 contiguous 16-byte-aligned columns per CTA, the slab kernel reads 8 columns of a
+// row as eight 2-byte loads and runs four barrier-separated passes over a 2048 × 8 slab: 0.75 TB/s of its minimal
+// bytes at LLaMA shapes (bench_kernels --only hla on the H200: (4, 2048, 4096) bf16 0.136 ms). This kernel
+// gives each of its n / 8 threads 8 consecutive rows × 8 columns (64 floats in registers): the rows arrive with one
+// 16-byte load each (eight in flight per thread), stages h = 1, 2, 4 run in registers, stages h = 8 ... 128 by warp
+// shuffles (the partner row differs in bit 3 + i of the row, bit i of the thread), and stages h = 256 ... n/2
+// (n >= 512) in registers again after one exchange through shared memory (thread t then holds rows
+// t + (n/8)·u + 256·m for u < 2048/n, m < n/256). Each element sees the stages in order h = 1, 2, ..., n/2 with
+// __fadd_rn / __fsub_rn (lower + upper, lower − upper), so the bits are the CPU's (Note [HLA butterfly passes]).
+// A thread then writes each of its rows that is kept (inv[row], a natural-to-kept table in shared memory) as two
+// 16-byte stores. The exchange slab is n rows of 8 floats in 16-byte units, unit (2·row + half) XOR'd in its low
+// three bits with ((row >> 3) & 7) ^ ((row >> 2) & 1): a permutation inside each 128-byte line (4 rows), under
+// which both the writes (8 threads of a phase: rows 8t + m) and the reads (8 consecutive rows) of a 16-byte phase
+// fall in 8 different bank groups. Measured on the H200 (same calls, wide / slab, ms): (4, 2048, 4096) bf16 0.085 /
+// 0.136, (4, 2048, 14336) 0.271 / 0.432, (64, 1024, 256) 0.053 / 0.070. ncu puts it at 80 % of the L1 /
+// shared-memory pipe (the shuffles: five per value), DRAM at 18 %. A form without shuffles (32 rows × 2 columns a
+// thread, stages h = 1 ... 16 in registers, one exchange, h = 32 ... n/2 on n / 32 rows of one column) was slower,
+// 0.099 and 0.315 ms: its 4-byte loads, 32 a thread, left it latency-bound (ncu: 41 % of memory throughput).
 constexpr int kWideCols = 8;
 constexpr int kWideMinLog = 8, kWideMaxLog = 11;
 
-// The slab offset, in floats, of (row, column).
-__device__ __forceinline__ int wide_at(int row, int c) { return (row ^ ((row >> 5) & 3)) * kWideCols + c; }
-
-// Two consecutive values of T at p (aligned to their size) as floats.
-template <class T>
-__device__ __forceinline__ void load2(const T* p, float& a, float& b) {
-  static_assert(sizeof(T) == 2 || sizeof(T) == 4);
-  if constexpr (sizeof(T) == 2) {
-    const uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
-    T t[2];
-    memcpy(t, &raw, sizeof raw);
-    a = convert<float>(t[0]);
-    b = convert<float>(t[1]);
-  } else {
-    const float2 raw = *reinterpret_cast<const float2*>(p);
-    a = convert<float>(raw.x);
-    b = convert<float>(raw.y);
-  }
+// The slab offset, in floats, of row `row`, columns 4·half ... 4·half + 3 (the swizzle above).
+__device__ __forceinline__ int wide_unit(int row, int half) {
+  const int u = 2 * row + half;
+  return 4 * (u ^ (((row >> 3) & 7) ^ ((row >> 2) & 1)));
 }
 
-// Stages h = 2^s (s < S) over the first index of v[M][W]: (a, b) <- (a + b, a − b) for m with bit s clear.
-template <int S, int M, int W>
-__device__ __forceinline__ void butterfly_rows(float (&v)[M][W]) {
+// 8 consecutive values of T at p (16-byte aligned) as floats.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float* v) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4);
+  constexpr int kVec = sizeof(T) / 2;  // 16-byte loads per 8 values
+  uint4 raw[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
+  const T* t = reinterpret_cast<const T*>(raw);
+#pragma unroll
+  for (int c = 0; c < kWideCols; ++c) v[c] = convert<float>(t[c]);
+}
+
+// Stages h = 2^s, s < S, over the m index of v[m][c] (m < 8): (a, b) <- (a + b, a − b) for m with bit s clear.
+template <int S>
+__device__ __forceinline__ void butterfly_rows(float (&v)[8][kWideCols]) {
 #pragma unroll
   for (int s = 0; s < S; ++s)
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+    for (int m = 0; m < 8; ++m)
       if (((m >> s) & 1) == 0)
 #pragma unroll
-        for (int c = 0; c < W; ++c) {
+        for (int c = 0; c < kWideCols; ++c) {
           const float a = v[m][c], b = v[m + (1 << s)][c];
           v[m][c] = __fadd_rn(a, b);
           v[m + (1 << s)][c] = __fsub_rn(a, b);
@@ -490,56 +491,77 @@ __device__ __forceinline__ void butterfly_rows(float (&v)[M][W]) {
 }
 
 template <class T, int N>
-__global__ void __launch_bounds__((1 << N) / 8, 4096 >> N)  // at most 128 registers (64 values a thread)
+__global__ void __launch_bounds__((1 << N) / 8, N == kWideMaxLog ? 2 : 1)
     hla_project_wide_kernel(HlaOutput a, const T* __restrict__ x, int64_t sb, int64_t sl, int64_t tiles,
                             const __grid_constant__ HlaRows rows) {
-  constexpr int n = 1 << N, kThreads = n / 8;
-  constexpr int kRowsB = n / 32, kPairs = 2048 / n;  // phase B: rows per pair (b, c), pairs per thread
-  extern __shared__ float slab[];                    // (n, 8) floats, rows swizzled; then inv (n int16)
-  int16_t* inv = reinterpret_cast<int16_t*>(slab + n * kWideCols);
+  constexpr int n = 1 << N, kThreads = n / 8, kSmem = N - 8;  // stages through shared memory
+  extern __shared__ float slab[];  // kSmem > 0: (n, 8) floats, swizzled; then inv (n int16)
+  int16_t* inv = reinterpret_cast<int16_t*>(slab + (kSmem > 0 ? n * kWideCols : 0));
   const int t = static_cast<int>(threadIdx.x);
   const int64_t cta = blockIdx.x, P = a.L / n;
   const int64_t ti = cta % tiles, p = (cta / tiles) % P, b = cta / (tiles * P);
   const int64_t c0 = ti * kWideCols;
 
-  // phase A: rows 32g ... 32g + 31, columns 2q, 2q + 1
-  const int g = t >> 2, q = t & 3;
-  float va[32][2];
-  const T* src = x + b * sb + (p * n + 32 * g) * sl + c0 + 2 * q;
+  float v[8][kWideCols];
+  const T* src = x + b * sb + (p * n + 8 * t) * sl + c0;
 #pragma unroll
-  for (int m = 0; m < 32; ++m) load2(src + m * sl, va[m][0], va[m][1]);
-  for (int j = t; j < n; j += kThreads) inv[j] = -1;  // the kept-row table, while the loads are in flight
+  for (int m = 0; m < 8; ++m) load8(src + m * sl, v[m]);
+  // the kept-row table, while the loads are in flight
+  for (int j = t; j < n; j += kThreads) inv[j] = -1;
   __syncthreads();
   for (int i = t; i < a.kept; i += kThreads) inv[rows.idx[i]] = static_cast<int16_t>(i);
-  butterfly_rows<5>(va);  // h = 1 ... 16
-#pragma unroll
-  for (int m = 0; m < 32; ++m)
-    *reinterpret_cast<float2*>(slab + wide_at(32 * g + m, 2 * q)) = make_float2(va[m][0], va[m][1]);
-  __syncthreads();
 
-  // phase B: pair u of this thread is (row b = e >> 3, column c = e & 7), e = t + kThreads·u
-  float vb[kPairs * kRowsB][1];
+  butterfly_rows<3>(v);  // h = 1, 2, 4: rows 8t ... 8t + 7
 #pragma unroll
-  for (int u = 0; u < kPairs; ++u) {
-    const int e = t + kThreads * u;
+  for (int i = 0; i < 5; ++i) {  // h = 8 << i: the partner is thread t ^ (1 << i), in the same warp
+    const bool upper = (t >> i) & 1;
 #pragma unroll
-    for (int k = 0; k < kRowsB; ++k) vb[u * kRowsB + k][0] = slab[wide_at((e >> 3) + 32 * k, e & 7)];
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int c = 0; c < kWideCols; ++c) {
+        const float o = __shfl_xor_sync(0xFFFFFFFFu, v[m][c], 1 << i);
+        v[m][c] = upper ? __fsub_rn(o, v[m][c]) : __fadd_rn(v[m][c], o);
+      }
   }
-  butterfly_rows<N - 5>(vb);  // h = 32 ... n/2, within each pair's kRowsB rows
+  // rows(m): the row v[m] holds
+  auto row_of = [&](int m) {
+    if constexpr (kSmem == 0) return 8 * t + m;
+    else return t + kThreads * (m >> kSmem) + 256 * (m & ((1 << kSmem) - 1));
+  };
+  if constexpr (kSmem > 0) {
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float4*>(slab + wide_unit(8 * t + m, h)) =
+            make_float4(v[m][4 * h], v[m][4 * h + 1], v[m][4 * h + 2], v[m][4 * h + 3]);
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 q = *reinterpret_cast<const float4*>(slab + wide_unit(row_of(m), h));
+        v[m][4 * h] = q.x;
+        v[m][4 * h + 1] = q.y;
+        v[m][4 * h + 2] = q.z;
+        v[m][4 * h + 3] = q.w;
+      }
+    butterfly_rows<kSmem>(v);  // h = 256 ... n/2
+  } else {
+    __syncthreads();  // inv complete
+  }
   const int64_t r = a.kept, R = P * r;
   float* o = a.out + (b * R + p * r) * a.K + c0;
   float amax = 0.0f;
 #pragma unroll
-  for (int u = 0; u < kPairs; ++u) {
-    const int e = t + kThreads * u;
+  for (int m = 0; m < 8; ++m) {
+    const int i = inv[row_of(m)];
+    if (i < 0) continue;
+    float4* dst = reinterpret_cast<float4*>(o + i * a.K);
+    dst[0] = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
+    dst[1] = make_float4(v[m][4], v[m][5], v[m][6], v[m][7]);
 #pragma unroll
-    for (int k = 0; k < kRowsB; ++k) {
-      const int i = inv[(e >> 3) + 32 * k];
-      if (i < 0) continue;
-      const float val = vb[u * kRowsB + k][0];
-      o[i * a.K + (e & 7)] = val;
-      amax = fmaxf(amax, fabsf(val));
-    }
+    for (int c = 0; c < kWideCols; ++c) amax = fmaxf(amax, fabsf(v[m][c]));
   }
   fold_amax(a, amax);
 }
@@ -562,7 +584,7 @@ void launch_wide(const HlaProjectArgs& a, const HlaOutput& o, const HlaRows& row
     using T = decltype(tag);
     constexpr int N = decltype(nc)::value;
     constexpr int n = 1 << N;
-    const size_t smem = n * kWideCols * sizeof(float) + n * sizeof(int16_t);
+    const size_t smem = (N > kWideMinLog ? n * kWideCols * sizeof(float) : 0) + n * sizeof(int16_t);
     auto kernel = hla_project_wide_kernel<T, N>;
     if (smem > 48 * 1024)
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
