@@ -190,10 +190,14 @@ HT_DEV void store_item(const float v[kItem], int64_t base, const Level& l, const
 // takes 3 slots instead of 2 when that team's cost, team · (slots + 1.5), is lower: for ViT-B's g_y rows (768,
 // 2304 and 3072 elements: 96, 288 and 384 items) 3 slots fill teams of 32, 96 and 128 threads exactly, where 2
 // slots left 25 % and 10 % of the 768- and 2304-element teams' slots empty (ncu on the H200: 60, 54 and 50
-// instructions per element with 2 slots). The slots change which thread quantises an element, not how: the
-// values, the statistics (a maximum: exact in any order) and the codes are the same.
+// instructions per element with 2 slots). Rows above 12288 elements take 4 slots (kItemSlotsLong, 64 registers):
+// their 3-slot team of more than 512 threads (608 for Llama-3-8B's 14336) is a whole block, and at 56 registers one
+// such block fills an SM's register file, so its warps meet at every team reduction with no other block to run; 4
+// slots keep the team at 512 threads or fewer, two blocks per SM. The slots change which thread quantises an
+// element, not how: the values, the statistics (a maximum: exact in any order) and the codes are the same.
 template <class T, bool kSawb, bool kSR, class Out, int SLOTS = kItemSlots>
-__global__ void __maxnreg__(kSawb ? 64 : (SLOTS > kItemSlots ? 56 : 48)) quant_items_kernel(GradQuantArgs a, Geo g) {
+__global__ void __maxnreg__(kSawb || SLOTS > kItemSlotsWide ? 64 : (SLOTS > kItemSlots ? 56 : 48))
+    quant_items_kernel(GradQuantArgs a, Geo g) {
   __shared__ Stats smem[kItemWarps];
   __shared__ float amax_smem[kItemWarps];
   float raw = 0.0f;  // max |x| before rotation over this thread's items (input_absmax), folded once per block
@@ -661,6 +665,13 @@ void launch_fused_items(const GradQuantArgs& a, const Geo& g, cudaStream_t strea
           else quant_items_kernel<T, false, false, Out, kItemSlotsWide><<<grid, threads, 0, stream>>>(a, g);
         } else {
           HT_UNSUPPORTED_DTYPE("grad_quant_items (3 slots a thread store codes only)", a.dtype);
+        }
+      } else if (g.slots == kItemSlotsLong) {  // likewise
+        if constexpr (std::is_same_v<Out, uint8_t>) {
+          if (a.stochastic) quant_items_kernel<T, false, true, Out, kItemSlotsLong><<<grid, threads, 0, stream>>>(a, g);
+          else quant_items_kernel<T, false, false, Out, kItemSlotsLong><<<grid, threads, 0, stream>>>(a, g);
+        } else {
+          HT_UNSUPPORTED_DTYPE("grad_quant_items (4 slots a thread store codes only)", a.dtype);
         }
       } else if (a.sawb) {
         if (a.stochastic) quant_items_kernel<T, true, true, Out><<<grid, threads, 0, stream>>>(a, g);

@@ -26,6 +26,7 @@ constexpr int kThreads = 256;
 constexpr int kItem = 8;            // elements per item (grad_quant_items.cu)
 constexpr int kItemSlots = 2;       // items per thread in the fused item kernel (its SAWB and dequantising forms)
 constexpr int kItemSlotsWide = 3;   // or, when the team of 3-item threads costs less (codes without SAWB only)
+constexpr int kItemSlotsLong = 4;   // rows whose 3-item team would exceed 512 threads (codes without SAWB only)
 
 // How a launch cuts its work (computed on the host from the arguments).
 struct Geo {
@@ -36,7 +37,7 @@ struct Geo {
   bool fused = false;
   bool items = false; // fused item path (quant_items_kernel): units are items of kItem elements
   int team = 32;      // fused: threads per group (a power of two <= 32, else a multiple of 32)
-  int slots = kItemSlots;  // fused item path: items per thread (kItemSlots or kItemSlotsWide)
+  int slots = kItemSlots;  // fused item path: items per thread (kItemSlots, kItemSlotsWide or kItemSlotsLong)
   int teams = 1;      // fused: groups per block (block = team · teams threads)
   int64_t parts = 1;  // two-pass: blocks per group in the partial reduction
 };
