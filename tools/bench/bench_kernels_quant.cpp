@@ -240,12 +240,10 @@ void bench_hla(bool csv, double copy_gbs) {
     const Tensor out = empty({c.B, plan.projected_length(), c.C}, {DType::f32, dev});
     for (grad::HlaLayout layout : {grad::HlaLayout::rows, grad::HlaLayout::channels}) {
       // n <= 16: the register kernel (the launcher's choice), then the slab kernel for comparison
-      for (int form : {0, 1, 2}) {  // the launcher's choice; 1: the slab kernel; 2: the wide kernel's shuffle form
-        const bool slab = form == 1;
+      for (bool slab : {false, true}) {
         const bool small = plan.block <= 16 && layout == grad::HlaLayout::rows;  // the launcher's register kernel
         const bool wide = plan.block >= 256 && plan.block <= 2048 && layout == grad::HlaLayout::rows && c.C % 8 == 0;
         if (slab && !small && !wide) continue;
-        if (form == 2 && !wide) continue;
         kernels::HlaProjectArgs a;
         a.dtype = DType::bf16;
         a.x = static_cast<const bf16*>(x.data_ptr()) + c.skip * c.C;
@@ -260,12 +258,10 @@ void bench_hla(bool csv, double copy_gbs) {
         a.channels = layout == grad::HlaLayout::channels;
         a.out = static_cast<float*>(out.data_ptr());
         a.slab_only = slab;
-        a.wide_shuffles = form == 2;
         const double ms = time_ms([&] { kernels::launch_hla_project(a, rows, nullptr); });
         const double bytes = 2.0 * static_cast<double>(c.B * c.L * c.C) + 4.0 * static_cast<double>(out.numel());
         print_row(c.name, layout == grad::HlaLayout::rows ? "rows" : "channels",
-                  slab ? "slab" : (small ? "small" : (form == 2 ? "wide shuffles" : (wide ? "wide" : "strided"))),
-                  plan.describe(), ms, bytes);
+                  slab ? "slab" : (small ? "small" : (wide ? "wide" : "strided")), plan.describe(), ms, bytes);
       }
     }
   }

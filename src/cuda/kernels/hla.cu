@@ -475,15 +475,15 @@ __device__ __forceinline__ void load8(const T* p, float* v) {
 }
 
 // Stages h = 2^s, s < S, over the m index of v[m][c] (m < 8): (a, b) <- (a + b, a − b) for m with bit s clear.
-template <int S, int M, int W>
-__device__ __forceinline__ void butterfly_rows(float (&v)[M][W]) {
+template <int S>
+__device__ __forceinline__ void butterfly_rows(float (&v)[8][kWideCols]) {
 #pragma unroll
   for (int s = 0; s < S; ++s)
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+    for (int m = 0; m < 8; ++m)
       if (((m >> s) & 1) == 0)
 #pragma unroll
-        for (int c = 0; c < W; ++c) {
+        for (int c = 0; c < kWideCols; ++c) {
           const float a = v[m][c], b = v[m + (1 << s)][c];
           v[m][c] = __fadd_rn(a, b);
           v[m + (1 << s)][c] = __fsub_rn(a, b);
@@ -566,83 +566,6 @@ __global__ void __launch_bounds__((1 << N) / 8, N == kWideMaxLog ? 2 : 1)
   fold_amax(a, amax);
 }
 
-// The exchange form of the wide kernel (Note [HLA wide blocks]): the shuffle form's loads and stages h = 1 ... 16
-// (three in registers, two by shuffles), then one exchange through shared memory after which thread (b, c) holds
-// rows b + 32k (k < n / 32) of column c for 2048 / n pairs (b, c), and stages h = 32 ... n/2 run in registers. The
-// slab puts (row, column) at wide2_at: rows permuted by row ^ ((row >> 3) & 3) and the two 16-byte halves of a row
-// swapped when bit 5 of the row is set, so that the writes (a phase of 8 threads: rows 8t + m, one half) and the
-// reads (a warp: 4 consecutive rows × 8 columns) fall in distinct banks.
-__device__ __forceinline__ int wide2_at(int row, int c) {
-  return (row ^ ((row >> 3) & 3)) * kWideCols + (c ^ (((row >> 5) & 1) << 2));
-}
-
-template <class T, int N>
-__global__ void __launch_bounds__((1 << N) / 8, 4096 >> N)  // at most 128 registers
-    hla_project_wide2_kernel(HlaOutput a, const T* __restrict__ x, int64_t sb, int64_t sl, int64_t tiles,
-                             const __grid_constant__ HlaRows rows) {
-  constexpr int n = 1 << N, kThreads = n / 8;
-  constexpr int kRowsB = n / 32, kPairs = 2048 / n;  // after the exchange: rows per pair (b, c), pairs per thread
-  extern __shared__ float slab[];                    // (n, 8) floats (wide2_at); then inv (n int16)
-  int16_t* inv = reinterpret_cast<int16_t*>(slab + n * kWideCols);
-  const int t = static_cast<int>(threadIdx.x);
-  const int64_t cta = blockIdx.x, P = a.L / n;
-  const int64_t ti = cta % tiles, p = (cta / tiles) % P, b = cta / (tiles * P);
-  const int64_t c0 = ti * kWideCols;
-
-  float v[8][kWideCols];
-  const T* src = x + b * sb + (p * n + 8 * t) * sl + c0;
-#pragma unroll
-  for (int m = 0; m < 8; ++m) load8(src + m * sl, v[m]);
-  for (int j = t; j < n; j += kThreads) inv[j] = -1;  // the kept-row table, while the loads are in flight
-  __syncthreads();
-  for (int i = t; i < a.kept; i += kThreads) inv[rows.idx[i]] = static_cast<int16_t>(i);
-
-  butterfly_rows<3>(v);  // h = 1, 2, 4: rows 8t ... 8t + 7
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {  // h = 8, 16: the partner is thread t ^ (1 << i), in the same warp
-    const bool upper = (t >> i) & 1;
-#pragma unroll
-    for (int m = 0; m < 8; ++m)
-#pragma unroll
-      for (int c = 0; c < kWideCols; ++c) {
-        const float o = __shfl_xor_sync(0xFFFFFFFFu, v[m][c], 1 << i);
-        v[m][c] = upper ? __fsub_rn(o, v[m][c]) : __fadd_rn(v[m][c], o);
-      }
-  }
-#pragma unroll
-  for (int m = 0; m < 8; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<float4*>(slab + wide2_at(8 * t + m, 4 * h)) =
-          make_float4(v[m][4 * h], v[m][4 * h + 1], v[m][4 * h + 2], v[m][4 * h + 3]);
-  __syncthreads();
-
-  float w[kPairs * kRowsB][1];  // pair u = (row e >> 3, column e & 7), e = t + kThreads·u
-#pragma unroll
-  for (int u = 0; u < kPairs; ++u) {
-    const int e = t + kThreads * u;
-#pragma unroll
-    for (int k = 0; k < kRowsB; ++k) w[u * kRowsB + k][0] = slab[wide2_at((e >> 3) + 32 * k, e & 7)];
-  }
-  butterfly_rows<N - 5>(w);  // h = 32 ... n/2, within each pair's rows
-  const int64_t r = a.kept, R = P * r;
-  float* o = a.out + (b * R + p * r) * a.K + c0;
-  float amax = 0.0f;
-#pragma unroll
-  for (int u = 0; u < kPairs; ++u) {
-    const int e = t + kThreads * u;
-#pragma unroll
-    for (int k = 0; k < kRowsB; ++k) {
-      const int i = inv[(e >> 3) + 32 * k];
-      if (i < 0) continue;
-      const float val = w[u * kRowsB + k][0];
-      o[i * a.K + (e & 7)] = val;
-      amax = fmaxf(amax, fabsf(val));
-    }
-  }
-  fold_amax(a, amax);
-}
-
 // Whether the wide kernel takes a strided projection (Note [HLA wide blocks]): rows layout, 256 <= n <= 2048,
 // 2- or 4-byte elements, unit column stride, C a multiple of 8 and every 8-column run 16-byte aligned.
 bool wide_applies(const HlaProjectArgs& a, const HlaGeometry& g) {
@@ -661,9 +584,8 @@ void launch_wide(const HlaProjectArgs& a, const HlaOutput& o, const HlaRows& row
     using T = decltype(tag);
     constexpr int N = decltype(nc)::value;
     constexpr int n = 1 << N;
-    const bool shuffles = a.wide_shuffles;
-    const size_t smem = (N > kWideMinLog || !shuffles ? n * kWideCols * sizeof(float) : 0) + n * sizeof(int16_t);
-    auto kernel = shuffles ? hla_project_wide_kernel<T, N> : hla_project_wide2_kernel<T, N>;
+    const size_t smem = (N > kWideMinLog ? n * kWideCols * sizeof(float) : 0) + n * sizeof(int16_t);
+    auto kernel = hla_project_wide_kernel<T, N>;
     if (smem > 48 * 1024)
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     kernel<<<static_cast<unsigned>(ctas), n / 8, smem, stream>>>(o, static_cast<const T*>(a.x), a.sb, a.sl, tiles,

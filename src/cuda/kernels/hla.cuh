@@ -40,7 +40,6 @@ struct HlaProjectArgs {
   float* absmax = nullptr;         // optional: max(*absmax, max |out|) by atomicMax on the f32 bits
   bool slab_only = false;          // benchmarks: the slab kernel even where the register kernel of n <= 16 or
                                    // the wide kernel would run (Notes [HLA small blocks], [HLA wide blocks])
-  bool wide_shuffles = false;      // benchmarks: the wide kernel's shuffle form (Note [HLA wide blocks])
 };
 void launch_hla_project(const HlaProjectArgs& args, const HlaRows& rows, cudaStream_t stream);
 // Launches of the wide-block kernel (Note [HLA wide blocks] in cuda/kernels/hla.cu: rows layout, 256 <= n <= 2048,
