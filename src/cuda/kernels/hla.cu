@@ -451,7 +451,9 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
 // 0.136, (4, 2048, 14336) 0.271 / 0.432, (64, 1024, 256) 0.053 / 0.070. ncu puts it at 80 % of the L1 /
 // shared-memory pipe (the shuffles: five per value), DRAM at 18 %. A form without shuffles (32 rows × 2 columns a
 // thread, stages h = 1 ... 16 in registers, one exchange, h = 32 ... n/2 on n / 32 rows of one column) was slower,
-// 0.099 and 0.315 ms: its 4-byte loads, 32 a thread, left it latency-bound (ncu: 41 % of memory throughput).
+// 0.099 and 0.315 ms: its 4-byte loads, 32 a thread, left it latency-bound (ncu: 41 % of memory throughput). So
+// was this kernel's loads with only h = 8, 16 by shuffles and the exchange before h = 32 (fewer L1 / shared-memory
+// wavefronts, then n / 32 rows of one column a thread, written as 4-byte stores): 0.105 and 0.339 ms.
 constexpr int kWideCols = 8;
 constexpr int kWideMinLog = 8, kWideMaxLog = 11;
 
