@@ -4,7 +4,7 @@
 // dQ's partial products with fp32 atomics (cuda/kernels/flash_attention.cuh), so two runs of the same model may
 // differ in the last bits of every gradient, and HALO's quantisers can turn such a difference into a different
 // code, which AdamW then spreads through the adapters: whole runs are not comparable bit for bit, nor within a
-// bound set by two f32 runs (such a bound flaked). So the two models run in lockstep: before every step the bf16-base
+// bound set by two f32 runs (their difference may be 0 where the bf16 base's run drew another code). So the two models run in lockstep: before every step the bf16-base
 // model takes the f32-base model's adapters; the forward (no atomics) must give the same loss bit for bit, and the
 // adapters' gradients must agree up to the atomics' effect (relative error 2 %; a wrong base weight gives
 // errors of order one).

@@ -5,7 +5,6 @@
 // r and scale from the partial statistics; a known m needs none, Note [Known m in pass 3]) is family-neutral and
 // lives here, with the kernels of the other entry points: absmax, the blockwise Hadamard rotation and int4 packing.
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/kernels/grad_quant_common.cuh"
 
@@ -183,13 +182,18 @@ namespace ht::kernels {
 
 namespace {
 
+// Bytes of gq::workspace_of's Workspace for g: per (group, part) two double sums and a maximum, per group m and r.
+std::size_t workspace_bytes_of(const gq::Geo& g) {
+  const int64_t np = g.groups * g.parts;
+  return static_cast<std::size_t>(np) * (2 * sizeof(double) + sizeof(float)) +
+         static_cast<std::size_t>(g.groups) * 2 * sizeof(float);
+}
+
 // Bytes of the two-pass statistics (0 on the fused path or with a known m).
 std::size_t stats_bytes(const GradQuantArgs& args) {
   const gq::Geo g = gq::plan(args);
   if (g.fused || args.known_m != nullptr) return 0;  // a known m needs no pass-2 workspace
-  const int64_t np = g.groups * g.parts;
-  return static_cast<std::size_t>(np) * (2 * sizeof(double) + sizeof(float)) +
-         static_cast<std::size_t>(g.groups) * 2 * sizeof(float);
+  return workspace_bytes_of(g);
 }
 
 // Where the strip kernel's column partials start in the workspace: after the statistics, 32-byte aligned (the
@@ -265,18 +269,17 @@ bool grad_quant_of_transpose_applies(const GradQuantArgs& a, int64_t R, int64_t 
 }
 
 std::size_t grad_quant_of_transpose_workspace_bytes(int64_t R, int64_t C) {
-  const gq::Geo g = transpose_geo(R, C);
-  return static_cast<std::size_t>(g.parts) * (2 * sizeof(double) + sizeof(float)) + 2 * sizeof(float);
+  return workspace_bytes_of(transpose_geo(R, C));
 }
 
 namespace {
-std::atomic<int64_t> g_transpose_launches{0};  // grad_quant_of_transpose_launches()
+constinit LaunchCounter g_transpose_launches;  // grad_quant_of_transpose_launches()
 }  // namespace
 
-int64_t grad_quant_of_transpose_launches() { return g_transpose_launches.load(std::memory_order_relaxed); }
+int64_t grad_quant_of_transpose_launches() { return g_transpose_launches.get(); }
 
 void launch_grad_quant_of_transpose(const GradQuantArgs& a, int64_t R, int64_t C, cudaStream_t stream) {
-  g_transpose_launches.fetch_add(1, std::memory_order_relaxed);
+  g_transpose_launches.add();
   if (!grad_quant_of_transpose_applies(a, R, C) || a.workspace == nullptr)  // the glue checks: a hadatrain bug
     HT_UNSUPPORTED_DTYPE("grad_quant (transposed input outside its conditions)", a.dtype);
   const gq::Geo g = transpose_geo(R, C);

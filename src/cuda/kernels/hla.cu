@@ -36,7 +36,6 @@
 // apart), is slower on one H200 (bench_hla unfolded rows, bf16 channels-last, batch 256, ms unfold2d +
 // projection / runs / taps: C64 32x32 0.679 / 0.739 / 0.763, C128 16x16 0.244 / 0.234 / 0.369, C512 4x4
 // 0.094 / 0.0745 / 0.1065; ResNet-34 HLQ step 21.44 / 21.55 / 23.31).
-#include <atomic>
 #include <type_traits>
 
 #include "cuda/kernels/convert.cuh"
@@ -577,10 +576,10 @@ bool wide_applies(const HlaProjectArgs& a, const HlaGeometry& g) {
   return reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
 }
 
-std::atomic<int64_t> g_wide_launches{0};  // hla_wide_launches()
+constinit LaunchCounter g_wide_launches;  // hla_wide_launches()
 
 void launch_wide(const HlaProjectArgs& a, const HlaOutput& o, const HlaRows& rows, int n_log, cudaStream_t stream) {
-  g_wide_launches.fetch_add(1, std::memory_order_relaxed);
+  g_wide_launches.add();
   const int64_t tiles = a.C / kWideCols, ctas = a.B * (a.L / a.block) * tiles;
   auto go = [&](auto tag, auto nc) {
     using T = decltype(tag);
@@ -642,7 +641,7 @@ void launch(const char* name, DType dtype, const HlaOutput& a, const Params& lp,
 
 }  // namespace
 
-int64_t hla_wide_launches() { return g_wide_launches.load(std::memory_order_relaxed); }
+int64_t hla_wide_launches() { return g_wide_launches.get(); }
 
 void launch_hla_project(const HlaProjectArgs& a, const HlaRows& rows, cudaStream_t stream) {
   if (a.B == 0 || a.L == 0 || a.C == 0) return;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace ht::cuda {
@@ -37,3 +38,17 @@ inline unsigned grid_for(int64_t work, int block = kBlock) {
 #define HT_CHECK_LAUNCH(kernel) ::ht::cuda::check_launch(kernel, __FILE__, __LINE__)
 #define HT_UNSUPPORTED_DTYPE(kernel, dt) \
   ::ht::cuda::unsupported_dtype(kernel, static_cast<int>(dt), __FILE__, __LINE__)
+
+namespace ht::kernels {
+
+// Launches of one kernel path in this process (the GPU tests read it to see which kernel ran).
+class LaunchCounter {
+ public:
+  void add() { n_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t get() const { return n_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> n_{0};
+};
+
+}  // namespace ht::kernels
