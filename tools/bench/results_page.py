@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 
 import results_lm
 
@@ -39,6 +40,12 @@ MODEL_NAMES = {"resnet18": "ResNet-18 (CIFAR stem, 32²)", "resnet34": "ResNet-3
                "llama32_1b": "LLaMA 1.24B (Llama-3.2-1B shape), sequence 2048",
                "llama3_8b_lora": "LLaMA 8.03B (Llama-3-8B shape), LoRA r16 on q, k, v, o, sequence 2048"}
 FORMS = ("eager", "compile", "graph")
+SHARED = {"machine": None}  # the machine most records ran on, named once in the header (set by render())
+
+
+def fill(text):
+    """A paragraph wrapped as the page's fixed prose is (the texts that take values from the records)."""
+    return textwrap.fill(text, 117, break_long_words=False, break_on_hyphens=False)
 
 
 def fail(msg):
@@ -129,23 +136,64 @@ def ratio(a, b):
     return f"{lo:.2f}×" if abs(hi - lo) < 0.005 else f"{lo:.2f}–{hi:.2f}×"
 
 
-class Notes:
-    """Numbered footnotes of a table: the command (and PyTorch version) of each row; the machine once per table
-    when every row ran on the same kind."""
+PLACEHOLDERS = (("MODEL", "model"), ("BATCH", "batch"), ("PIPELINE", "pipeline"))
 
-    def __init__(self):
-        self.items, self.machines = [], []
+
+def template(rec):
+    """The command of a record with a model, batch and pipeline (steps, memory) with those values written MODEL,
+    BATCH and PIPELINE (each occurrence that stands alone); the command itself for other records."""
+    cmd = rec["command"]
+    if not all(k in rec for _, k in PLACEHOLDERS) or any(n in cmd for n, _ in PLACEHOLDERS):
+        return cmd
+    for name, k in PLACEHOLDERS:
+        cmd = re.sub(rf"(?<![\w.-]){re.escape(str(rec[k]))}(?![\w.-])", name, cmd)
+    return cmd
+
+
+def words(xs):
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+
+class Notes:
+    """Numbered footnotes of a table: the command (and PyTorch version) of each row, and its machine.
+
+    With `machine` (the page's machine, named once in its header) a footnote names the machine only when it is
+    another one; without, the machine is named once per table when every row ran on the same kind. `recs`, the
+    table's records, lets rows whose commands differ only in their model, batch and pipeline share one footnote:
+    the command with MODEL, BATCH and PIPELINE in their place (template()), used when it covers more rows than the
+    command itself does."""
+
+    def __init__(self, recs=(), machine=None):
+        self.items, self.machines, self.machine = [], [], machine
+        self.rows, self.models = {}, {}  # {(command or template, machine): rows}, {(template, machine): models}
+        for r in recs:
+            for c in {r["command"], template(r)}:
+                self.rows[(c, r["machine"])] = self.rows.get((c, r["machine"]), 0) + 1
+            models = self.models.setdefault((template(r), r["machine"]), [])
+            if r["model"] not in models:
+                models.append(r["model"])
 
     def ref(self, rec):
         torch = f" (PyTorch {rec['torch']})" if rec.get("torch") else ""
-        item = (f"`{rec['command']}`{torch}", rec["machine"])
+        t, m = template(rec), rec["machine"]
+        if t != rec["command"] and self.rows.get((t, m), 0) > self.rows.get((rec["command"], m), 0):
+            names = [n for n, _ in PLACEHOLDERS if re.search(rf"\b{n}\b", t)]
+            what = {"MODEL": "model (" + ", ".join(f"`{x}`" for x in self.models[(t, m)]) + ")", "BATCH": "batch",
+                    "PIPELINE": "pipeline"}
+            text = f"`{t}`{torch}, {words(names)} being the row's {words([what[n] for n in names])}"
+        else:
+            text = f"`{rec['command']}`{torch}"
+        item = (text, m)
         if item not in self.items:
             self.items.append(item)
-        if rec["machine"] not in self.machines:
-            self.machines.append(rec["machine"])
+        if m not in self.machines:
+            self.machines.append(m)
         return f"[{self.items.index(item) + 1}]"
 
     def lines(self):
+        if self.machine is not None:
+            return [""] + [f"- [{i}] {cmd}" + ("" if m == self.machine else f" on {m}")
+                           for i, (cmd, m) in enumerate(self.items, 1)]
         one = len(self.machines) == 1
         out = [""] + [f"- [{i}] {cmd}" + ("" if one else f" on {m}") for i, (cmd, m) in enumerate(self.items, 1)]
         return out + ([f"- Machine: {self.machines[0]}."] if one else [])
@@ -166,7 +214,7 @@ def table(head, rows):
 
 
 def steps_vs_peer(recs):
-    notes, rows = Notes(), []
+    notes, rows = Notes(machine=SHARED["machine"]), []
     for r in sorted((r for r in recs if r["pipeline"] == "exact" or r.get("peer")), key=order):
         peer = r.get("peer") or {}
         other = r.get("peer_other_call") or {}  # measured by the previous call on the same machine: shown, no ratio
@@ -227,7 +275,7 @@ def lora_text(recs):
                 f"{num(p['peak_allocated_gib'])} GiB; two calls, so no ratio.")
     else:
         said = ""
-    return (f"\nThe LoRA row (`{r['command']}`): random weights, the frozen base held in bf16 (ours: {r['base_note']}), "
+    return (f"The LoRA row: random weights, the frozen base held in bf16 (ours: {r['base_note']}), "
             f"adapters in f32, AdamW over the adapters; ours {r['ours_tok_per_s']:,} tokens/s, peak allocated "
             f"{num(r['ours_peak_allocated_gib'])} GiB.{said}\n")
 
@@ -238,8 +286,9 @@ def order(r):
 
 
 def steps_vs_exact(recs):
-    notes, rows = Notes(), []
-    for r in sorted((r for r in recs if r["pipeline"] != "exact"), key=order):
+    shown = sorted((r for r in recs if r["pipeline"] != "exact"), key=order)
+    notes, rows = Notes(shown, SHARED["machine"]), []
+    for r in shown:
         e, other = r.get("exact_ms"), r.get("exact_other_call_ms")  # other: same commit and machine kind, another call
         exact = num(e) if e else f"{num(other)} (another call)" if other else "not measured"
         speed = ratio(e, r["ours_ms"]) if e else f"{ratio(other, r['ours_ms'])} (two calls)" if other else "—"
@@ -251,8 +300,9 @@ def steps_vs_exact(recs):
 
 def memory(recs):
     """One row per model, batch and pipeline: its peak allocated and step-graph memory, each against its baseline."""
-    notes, rows, groups = Notes(), [], {}
-    for r in sorted(recs, key=order):
+    recs = sorted(recs, key=order)
+    notes, rows, groups = Notes(recs, SHARED["machine"]), [], {}
+    for r in recs:
         groups.setdefault((r["model"], r["batch"], pipe(r)), {})[r["metric"]] = r
 
     def cell(r):
@@ -275,8 +325,9 @@ def memory(recs):
 
 def accuracy(recs):
     """Runs without a kept metrics file: one row per recipe and seed, a column per pipeline (a sweep's table);
-    runs with one: a row each, with the curve's link."""
-    notes = Notes()
+    runs with one: one row per recipe and pipeline, a column per seed, each cell with its metrics file's link and
+    its own date, commit and footnote."""
+    notes = Notes(machine=SHARED["machine"])
     grid = [r for r in recs if not r.get("metrics")]
     pipes = sorted({pipe(r) for r in grid}, key=lambda p: (p != "exact", p))
     cells = {}
@@ -291,23 +342,28 @@ def accuracy(recs):
             row.append("—" if r is None else f"{r['top1']:.2f} %" + (f" ({r['top1'] - e:+.2f})" if e is not None else ""))
         rows.append(row + [measured(next(iter(by.values())), notes)])
     out = table(["recipe", "seed"] + pipes + ["measured"], rows) + [""] if rows else []
-    rows = []
-    for r in sorted((r for r in recs if r.get("metrics")),
-                    key=lambda r: (r["recipe"], r["seed"], r["pipeline"] != "exact", r["pipeline"])):
+    kept, rows = [r for r in recs if r.get("metrics")], {}
+    seeds = sorted({r["seed"] for r in kept})
+    for r in sorted(kept, key=lambda r: (r["recipe"], r["pipeline"] != "exact", r["pipeline"], r["seed"])):
+        rows.setdefault((r["recipe"], pipe(r)), {})[r["seed"]] = r
+
+    def cell(r):
+        if r is None:
+            return "—"
         e = r.get("exact_top1")
         m = f"[metrics]({os.path.relpath(os.path.join(ROOT, r['metrics']), os.path.dirname(PAGE))})"
-        rows.append([r["recipe"], pipe(r), str(r["seed"]), f"{r['top1']:.2f} %",
-                     f"{r['top1'] - e:+.2f}" if e is not None else "—", m, measured(r, notes)])
+        return (f"{r['top1']:.2f} %" + (f" ({r['top1'] - e:+.2f})" if e is not None else "") +
+                f", {m}, {measured(r, notes)}")
     if rows:
-        out += table(["recipe", "pipeline", "seed", "test top-1", "vs exact (same call, points)", "curve",
-                      "measured"], rows)
+        out += table(["recipe", "pipeline"] + [f"seed {s}: test top-1 (vs exact), metrics file, measured" for s in seeds],
+                     [[recipe, p] + [cell(by.get(s)) for s in seeds] for (recipe, p), by in rows.items()])
     return out + notes.lines()
 
 
 def language_models(recs):
     """Single runs (records without a `plan`) one row each; per sweep plan the text, a summary table (results_lm) and
     links to the per-run page and the curves."""
-    notes, rows = Notes(), []
+    notes, rows = Notes(machine=SHARED["machine"]), []
     for r in sorted((r for r in recs if not r.get("plan")), key=lambda r: (r["recipe"], r["seed"], r["pipeline"])):
         curve = ", ".join(f"{e}: {v:.4f}" for e, v in r.get("val_loss_by_epoch", []))
         rows.append([r["recipe"], r["model"], pipe(r), str(r["seed"]), f"{r['val_loss']:.4f}", f"{r['val_ppl']:.3f}",
@@ -351,7 +407,7 @@ def multi_gpu(recs):
     ours / FSDP2 compares a hadatrain row with the fastest PyTorch FSDP2 row of the same call (same date, commit,
     machine, model and GPU count); "of one process's" with the same call's one-process row (all-gather none: one
     GPU, nothing sharded) of the same pipeline."""
-    notes, rows, eq = Notes(), [], []
+    notes, rows, eq = Notes(machine=SHARED["machine"]), [], []
     call = lambda r: (r["date"], r["commit"], r["machine"], r["model"], r["gpus"], r["stage"])
     peers, single = {}, {}
     for r in recs:
@@ -384,8 +440,21 @@ def multi_gpu(recs):
     return out + notes.lines()
 
 
+def multi_gpu_text(recs):
+    """MULTI_GPU with the per-GPU batch of the throughput rows, and what "estimate" means where a row shows one."""
+    runs = [r for r in recs if r["stage"] != "equivalence"]
+    shapes = list(dict.fromkeys((r["model"], r.get("batch_per_gpu"), r.get("seq")) for r in runs))
+    batch = ("as the script sets it" if any(b is None or q is None for _, b, q in shapes) else
+             "; ".join(f"`{m}` {b} × {q} tokens" for m, b, q in shapes))
+    estimate = any(r.get("comm_bytes_est") and not any("bytes" in k and k != "comm_bytes_est" for k in r) for r in runs)
+    text = MULTI_GPU.replace("{batch}", batch).replace("{estimate}", ' "estimate": bytes on the wire computed from '
+                                                        "the parameter count (ring collectives) where the run logged "
+                                                        "none." if estimate else "")
+    return "## Several GPUs (FSDP)\n\n" + fill(text) + "\n"
+
+
 def kernels(recs):
-    notes, out, groups = Notes(), [], []
+    notes, out, groups = Notes(machine=SHARED["machine"]), [], []
     for r in recs:
         if r["group"] not in groups:
             groups.append(r["group"])
@@ -415,24 +484,29 @@ HALO_GROUP = "HALO per layer"
 def halo_layers(recs, notes):
     """The per-layer HALO / HLQ records, one table per group (model shape), one row per layer and call: each
     variant's forward + backward time and its speed against exact bf16 of the same layer and call (records named
-    "LAYER, VARIANT, forward + backward")."""
+    "LAYER, VARIANT, forward + backward"); where the group has HLQ's backward times, a second row per layer with
+    those."""
     out = []
-    for g in dict.fromkeys(r["group"] for r in recs):
-        out += halo_group([r for r in recs if r["group"] == g], notes)
+    for n, g in enumerate(dict.fromkeys(r["group"] for r in recs)):
+        out += halo_group([r for r in recs if r["group"] == g], notes, first=n == 0)
     return out
 
 
-def halo_group(recs, notes):
+def halo_group(recs, notes, first):
     variants, layers = [], {}
     for r in recs:
         layer, variant = [x.strip() for x in r["name"].split(",")[:2]]
         if variant not in variants:
             variants.append(variant)
         layers.setdefault((layer, r["commit"]), {})[variant] = r
-    def rows_of(key):
-        rows = []
-        for (layer, _), by in layers.items():
-            exact = by.get("exact bf16")
+    # HLQ's per-layer speed target is its backward's: a group with HLQ shows the backward times too
+    timed = [("ours", "forward + backward")]
+    if "hlq" in variants and any("backward_ms" in r for r in recs):
+        timed.append(("backward_ms", "backward"))
+    rows = []
+    for (layer, _), by in layers.items():
+        exact = by.get("exact bf16")
+        for key, what in timed:
             cells = []
             for v in variants:
                 r = by.get(v)
@@ -442,109 +516,99 @@ def halo_group(recs, notes):
                     cells.append(num(r[key], 3))
                 else:
                     cells.append(f"{num(r[key], 3)} ({exact[key] / r[key]:.2f}×)")
-            rows.append([layer] + cells + [measured(next(iter(by.values())), notes)])
-        return rows
-
-    out = ["", f"{recs[0]['group']}: forward + backward in ms, and in brackets the speed against exact bf16 of the "
-               "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant.",
-           ""] + table(["layer"] + variants + ["measured"], rows_of("ours"))
-    if "hlq" in variants and any("backward_ms" in r for r in recs):  # HLQ's per-layer speed target is its backward's
-        out += ["", "The backward alone (the same records): the forward + backward graph's time less the forward "
-                    "graph's (which includes what the forward saves: HLQ's ACBP, HALO's quantised operands), in ms "
-                    "and, in brackets, against exact bf16's backward.", ""]
-        out += table(["layer"] + variants + ["measured"], rows_of("backward_ms"))
-    return out
+            rows.append([layer] + ([what] if len(timed) > 1 else []) + cells +
+                        [measured(next(iter(by.values())), notes)])
+    text = (f"{recs[0]['group']}: forward + backward in ms and, in brackets, the speed against exact bf16 of the "
+            "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant."
+            if first else f"{recs[0]['group']}, timed as above.")
+    if len(timed) > 1:
+        text += (" The backward rows: the forward + backward graph's time less the forward graph's (which includes "
+                 "what the forward saves: HLQ's ACBP, HALO's quantised operands), in brackets against exact bf16's backward.")
+    head = ["layer"] + (["timed"] if len(timed) > 1 else []) + variants + ["measured"]
+    return ["", text, ""] + table(head, rows)
 
 
 HEADER = """# Results
 
-Generated by `python3 tools/bench/results_page.py` from the records in [docs/results/](results/README.md) (one
-JSON object per measured row); edit the records, not this page. `python3 tools/bench/results_page.py --check`
-fails when the page is out of date. Every figure is as measured: the date, the commit measured and a footnote
-with the command and the machine. A ratio compares times measured in the same call only.
+{intro}
 
 Labels on a pipeline:
-- **simulated conv products**: measured with HLQ's Conv2d products in their simulated forms (`conv_gx:
-  dgrad_simulated`, `conv_gw: wgrad_simulated`; `hlq` at the measured commit): bf16 cuDNN convolutions over
-  dequantised values (4-bit g_y and W for g_x; the image and the back-projected 8-bit g̃ for g_w, with x̃ not
-  quantised). The quantisation's effect on the values is modelled, the low-precision products are not run, and
-  g_w's numerics differ from the specification's. No HLQ speed or memory claim about low-precision convolutions
-  follows from these rows; HLQ's defaults (`conv_gx: columns`, `conv_gw: columns`) run the low-precision products.
-- **patch embedding simulated**: a ViT under HLQ; every Linear's g_x and g_w products run on fp8 / int8 tensor
-  cores, the one Conv2d (the patch embedding) took the simulated conv path above.
-- **g_x simulated**: measured with `conv_gx: dgrad_simulated` and `conv_gw: columns` (`hlq, conv_gw: columns` at
-  the measured commit): g_w as the specification's integer product over the projected columns, g_x as the
-  dequantised cuDNN backward.
+- **simulated conv products**: HLQ's Conv2d products in their simulated forms (`conv_gx: dgrad_simulated`, `conv_gw:
+  wgrad_simulated`; `hlq` at the measured commit): bf16 cuDNN convolutions over dequantised values (4-bit g_y and W
+  for g_x; the image and the back-projected 8-bit g̃ for g_w, x̃ not quantised). They model the quantisation's effect
+  on the values but run no low-precision product, and g_w's numerics differ from the specification's, so no HLQ speed
+  or memory claim about low-precision convolutions follows from these rows; HLQ's defaults (`conv_gx: columns`,
+  `conv_gw: columns`) run the low-precision products.
+- **patch embedding simulated**: a ViT under HLQ; every Linear's g_x and g_w products run on fp8 / int8 tensor cores,
+  the one Conv2d (the patch embedding) takes the simulated conv path above.
+- **g_x simulated**: `conv_gx: dgrad_simulated`, `conv_gw: columns` (`hlq, conv_gw: columns` at the measured commit):
+  g_w as the specification's integer product over the projected columns, g_x as the dequantised cuDNN backward.
 """
+
+INTRO = ("Generated by `tools/bench/results_page.py` from the records in [docs/results/](results/README.md), one "
+         "JSON object per row: edit the records, not this page. Each row gives its date, the commit measured and a "
+         "footnote with its command; it ran on {machine} unless the footnote names another machine. A ratio compares "
+         "times of one call only.")
 
 STEPS = """## Training steps against the peer
 
-The peer is the fastest of PyTorch's three forms, measured in the same call as ours, each in its own process
-(`tools/bench/bench_train_torch.py`): eager, `torch.compile` (the model and the optimiser step), and the whole
-step (forward, backward, optimiser step) captured in one CUDA graph with `torch.cuda.graph`. Both sides train the
-same model on random data: bf16 forward with f32 master weights, channels-last ResNets, cross-entropy, SGD with
-momentum 0.9; median of 20 steps after 5 warm-up steps. The image enters both steps in f32 (channels-last memory on
-PyTorch's side, as `.to(memory_format=torch.channels_last)` leaves it) and is cast to bf16 inside the step: by
-autocast there, by the trainer's task here (into channels-last memory for the ResNets; rows measured before
-`4b0f3e1` cast it before the step and transposed it inside). Ours is `bench_train`'s step-graph time, what the
-trainer runs with `train.cuda_graph: auto`. peer / ours above 1 means ours is faster. A row with an eager time only
-has no ratio: eager is not PyTorch's fastest form. torch.compile's time varies from call to call more than the
-other forms' (ResNet-50: 21.15 ms at `8f977c2`, 22.94 ms at `4b0f3e1`), which is why a ratio is only ever taken
-within one call. One command measures rows and merges them into this page:
-`python3 tools/bench/peer_compare.py build-gpu OUT` then
-`python3 tools/bench/results_page.py --merge OUT/steps.jsonl OUT/memory.jsonl`.
+The peer is the fastest of PyTorch's eager, `torch.compile` (model and optimiser step) and whole-step CUDA graph
+(`torch.cuda.graph`) forms, each in its own process in the same call as ours (`tools/bench/bench_train_torch.py`).
+Both train the same model on random data: bf16 forward, f32 master weights, channels-last ResNets, cross-entropy, SGD
+with momentum 0.9; median of 20 steps after 5 warm-up steps. The f32 image (channels-last memory on PyTorch's side)
+is cast to bf16 inside the step: by autocast there, by the trainer's task here (into channels-last memory for the
+ResNets; before `4b0f3e1` the task cast it before the step and transposed it inside). Ours is `bench_train`'s
+step-graph time, as the trainer runs it with `train.cuda_graph: auto`. peer / ours above 1: ours is faster.
+torch.compile's time varies between calls (ResNet-50: 21.15 ms at `8f977c2`, 22.94 ms at `4b0f3e1`).
 
 The LLaMA row is a full fine-tuning step (`tools/bench/bench_llama`, `tools/bench/bench_llama_torch.py`): random
 token ids, f32 master weights, bf16 forward and backward, next-token cross-entropy in f32, AdamW (PyTorch's fused
-AdamW); the peer is transformers' `LlamaForCausalLM` with SDPA attention; median of 12 steps after 4 warm-up
-steps. Ours is the faster of our eager step and our recorded step graph. Model FLOPs utilisation (the PaLM count
-over 989 TFLOP/s dense bf16) and peak allocated memory of that row: ours {llama_mfu} and {llama_mem} GiB; {llama_peer}.
+AdamW), median of 12 steps after 4 warm-up steps; the peer is transformers' `LlamaForCausalLM` with SDPA attention;
+ours is the faster of our eager step and our step graph. Model FLOPs utilisation (PaLM count over 989 TFLOP/s dense
+bf16) and peak allocated memory: ours {llama_mfu} and {llama_mem} GiB; {llama_peer}.
 {lora_text}"""
 
 PIPE_STEPS = """## Gradient pipelines: step time against our exact step
 
-Each pipeline's step graph beside our exact step in the same call (`bench_train MODEL BATCH bf16 PIPELINE`; every
-Linear and Conv2d through the pipeline). `hlq_rc`: HLQ with `recompute_output` on every `mlp.fc1` and `attn.qkv`.
+Each pipeline's step graph beside our exact step in the same call, every Linear and Conv2d through the pipeline.
+`hlq_rc`: HLQ with `recompute_output` on every `mlp.fc1` and `attn.qkv`.
 """
 
 MEMORY = """## Memory
 
-`peak allocated`: the allocator's peak over bench_train's eager steps; `saved by the forward`: allocated after
-the forward minus before the step; `step graph memory`: the recorded step graph's high-water mark. A row with
-`recompute_output` (`_rc`) is set beside exact with the same recomputation (`exact_rc`). Where HLQ's saving comes
-from: with its defaults `acbp_share` and `acbp_rebuild`, a layer whose input another op keeps, or can rebuild
-exactly, keeps nothing of its own and rebuilds or reads the input in backward; that covers every linear layer of a
-ViT block and every ResNet conv but the stem, so the saving over exact (which keeps every input) comes from not
-keeping rebuildable inputs, not from compressed activations (docs/gradient_pipelines.md, Note [Rebuilt inputs]).
+`peak allocated`: the allocator's peak over bench_train's eager steps; `saved by the forward`: allocated after the
+forward minus before the step; `step graph memory`: the recorded step graph's high-water mark. A `_rc` pipeline
+(`recompute_output`) is set beside `exact_rc`, exact with the same recomputation. HLQ saves over exact (which keeps
+every input) by keeping fewer inputs, not by compressing activations: with its defaults `acbp_share` and
+`acbp_rebuild`, every linear layer of a ViT block and every ResNet conv but the stem keeps nothing and, in backward,
+reads its input where another op keeps it or rebuilds it exactly (docs/gradient_pipelines.md, Note [Rebuilt inputs]).
 """
 
 ACCURACY = """## Accuracy per pipeline
 
-Fashion-MNIST test top-1 after the last epoch, every Linear and Conv2d through the pipeline
-(`configs/fashion_mnist_resnet18{,_hlq,_luq,_lbp_wht}.yaml`: SGD 0.05 Nesterov, cosine, batch 128). "vs exact" (in the first table in brackets, points) is
-against the exact run of the same call and seed (runs of one call shared the GPU; a build's runs are
-deterministic). The kept metrics and configs are in docs/runs/ (docs/runs/README.md); their curves at seed 0:
+Test top-1 after the last epoch, every Linear and Conv2d through the pipeline (15-epoch runs:
+`configs/fashion_mnist_resnet18{,_hlq,_luq,_lbp_wht}.yaml`, SGD 0.05 Nesterov, cosine, batch 128). "vs exact"
+(points, in brackets): against the exact run of the same call and seed (one call's runs shared the GPU; a build's
+runs are deterministic). Metrics and configs: docs/runs/ (docs/runs/README.md); curves at seed 0:
 
 ![pipelines](images/fashion_mnist_resnet18_pipelines.png)
 """
 
 LANGUAGE_MODELS = """## Language models
 
-Runs of the language-model recipes in `configs/llm/` (docs/language_models.md): the validation loss per token
-and its perplexity after the last epoch, on the held-out documents the config names (SOTU: 5 % of the
-speeches, chosen by `run.seed`).
+Runs of the recipes in `configs/llm/` (docs/language_models.md): validation loss per token and its perplexity after
+the last epoch, on the held-out documents the config names (SOTU: 5 % of the speeches, chosen by `run.seed`).
 """
 
 LM_SWEEP = {"configs/llm/plans/moby_dick_pipelines.yaml": """\
-**Fine-tuning through each gradient pipeline** (`configs/llm/plans/moby_dick_pipelines.yaml`, seeds 0 and 1): the
-SOTU model above, from its last checkpoint, on Moby Dick (135 chapters, 10 % held out for validation, chosen by
-`run.seed`: the seeds validate on different chapters), 2 epochs of 16 × 512-token batches (68 steps at seed 0, 70
-at seed 1), bf16, AdamW (β 0.9, 0.95), gradient norm clipped at 1.0, cosine schedule after 20 warm-up steps. Full
-(`moby_dick_finetune_full.yaml`): every weight trains, lr 3e-4 to 3e-5, weight decay 0.1. LoRA
-(`moby_dick_finetune_lora.yaml`): rank 16, alpha 32, dropout 0.05 on the seven projections, base frozen, lr 1e-3 to
-1e-4, no weight decay. Only the seven projections (`*_proj`) run the pipeline (in LoRA runs the frozen base
-products, for g_x only; the adapters stay exact). The 8 runs at a time shared the one GPU, so the sweep's
-throughput is no speed figure and is left out. "vs exact": (loss − exact's) / exact's."""}
+**Fine-tuning through each gradient pipeline** (seeds 0 and 1): the SOTU model above, from its last checkpoint, on
+Moby Dick (135 chapters; 10 % held out, chosen by `run.seed`, so each seed validates on other chapters), 2 epochs of
+16 × 512-token batches (68 steps at seed 0, 70 at seed 1), bf16, AdamW (β 0.9, 0.95), gradient norm clipped at 1.0,
+cosine schedule after 20 warm-up steps. Full (`moby_dick_finetune_full.yaml`): every weight trains, lr 3e-4 to 3e-5,
+weight decay 0.1. LoRA (`moby_dick_finetune_lora.yaml`): rank 16, alpha 32, dropout 0.05 on the seven projections,
+base frozen, lr 1e-3 to 1e-4, no weight decay. The seven projections (`*_proj`) alone run the pipeline (under LoRA
+only the frozen base's g_x products; the adapters stay exact). "vs exact": (loss − exact's) / exact's. 8 runs at a
+time shared the GPU, so no throughput is given."""}
 
 LM_RUNS_TEXT = """# Language-model sweep runs
 
@@ -556,32 +620,32 @@ perplexity). "vs exact, same seed" is relative: (loss − exact's) / exact's, ex
 the same sweep. The curves below are drawn from the training records (top: loss; bottom: minus exact's at the same
 step)."""
 
-MULTI_GPU = """## Several GPUs (FSDP)
-
-`tools/bench/multi_gpu.sh` on the GPUs of one node (docs/distributed.md, Multi-GPU): full fine-tuning steps of
-LLaMA shapes with random weights sharded by `dist.mode: fsdp` (`configs/llm/bench/`), bf16 compute, per-GPU batch
-as the row's command gives it, beside PyTorch FSDP2 (`tools/bench/fsdp_torch.py`, bf16 parameters, f32
-reduce-scatter) in the same call. Throughput is the trainer's tokens per second over the steps after the
-warm-up, divided by the GPU count. "estimate" marks bytes on the wire computed from the parameter count (ring
-collectives) where the run logged none.
-"""
+MULTI_GPU = ("`tools/bench/multi_gpu.sh` on one node's GPUs (docs/distributed.md, Multi-GPU): full fine-tuning steps of "
+             "LLaMA shapes, random weights sharded by `dist.mode: fsdp` (`configs/llm/bench/`), bf16 compute, beside "
+             "PyTorch FSDP2 (`tools/bench/fsdp_torch.py`, bf16 parameters, f32 reduce-scatter) in the same call; per-GPU "
+             "batch {batch}. Throughput: the trainer's tokens/s after the warm-up, per GPU.{estimate}")
 
 KERNELS = """## Kernels
 
-Our kernels against PyTorch's eager op in the same call (`tools/bench/bench_kernels_torch.py`); these are single
-ops, not the training-step peer. "fraction of copy": bytes read and written over the time, divided by a same-dtype
-copy's bandwidth in the same call (about 4.2 TB/s on the H200).
+Our kernels against PyTorch's eager op in the same call (`tools/bench/bench_kernels_torch.py`); single ops, not the
+training-step peer. "fraction of copy": bytes read and written over the time, divided by a same-dtype copy's
+bandwidth in the same call (about 4.2 TB/s on the H200).
 """
 
 
 def render():
     """{path: text} of the page and the files it links to that the records give."""
     data = {a: load(a) for a in AREAS}
-    lines = HEADER.split("\n")
+    machines = {}
+    for r in (r for recs in data.values() for r in recs):
+        machines[r["machine"]] = machines.get(r["machine"], 0) + 1
+    SHARED["machine"] = min(machines, key=lambda m: (-machines[m], m)) if machines else None
+    intro = INTRO.replace("{machine}", SHARED["machine"]) if machines else INTRO.split(" Each row")[0]
+    lines = HEADER.replace("{intro}", fill(intro)).split("\n")
     for text, body in ((steps_text(data["steps"]), steps_vs_peer(data["steps"])), (PIPE_STEPS, steps_vs_exact(data["steps"])),
                        (MEMORY, memory(data["memory"])), (ACCURACY, accuracy(data["accuracy"])),
                        (LANGUAGE_MODELS, language_models(data["lm"])),
-                       (MULTI_GPU, multi_gpu(data["multi_gpu"]) if data["multi_gpu"] else None),
+                       (multi_gpu_text(data["multi_gpu"]), multi_gpu(data["multi_gpu"]) if data["multi_gpu"] else None),
                        (KERNELS, kernels(data["kernels"]))):
         if body is not None:  # a section with no records yet is left out
             lines += text.split("\n") + body + [""]
