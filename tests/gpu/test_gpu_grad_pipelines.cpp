@@ -299,11 +299,13 @@ TEST_CASE("hlq acbp_conv input_map: CUDA matches the CPU reference in both conv 
 
 TEST_CASE("scale_i32 on CUDA equals the CPU on odd and vector-friendly shapes", "[gpu][grad]") {
   // The int32 epilogue of HLQ's int8 g_x product (token / sample scales): rows in groups of rows_per_scale,
-  // row-chunked kernels with 16-byte and element-wise paths.
+  // row-chunked kernels with 16-byte (several chunks a thread; 1600 columns: a partly filled second span) and
+  // element-wise paths.
   struct Case {
     int64_t rows, cols, per;
   };
-  for (const Case c : {Case{12, 768, 1}, Case{30, 13, 3}, Case{7, 40, 7}, Case{64, 24, 16}, Case{3, 1, 1}}) {
+  for (const Case c : {Case{12, 768, 1}, Case{30, 13, 3}, Case{7, 40, 7}, Case{64, 24, 16}, Case{3, 1, 1},
+                     Case{20, 1600, 4}}) {
     CAPTURE(c.rows, c.cols, c.per);
     const Tensor row_scale =
         test::random_input({c.rows / c.per}, 40 + static_cast<uint64_t>(c.cols), DType::f32, 0.1, 3.0);
