@@ -36,9 +36,11 @@
 // apart), is slower on one H200 (bench_hla unfolded rows, bf16 channels-last, batch 256, ms unfold2d +
 // projection / runs / taps: C64 32x32 0.679 / 0.739 / 0.763, C128 16x16 0.244 / 0.234 / 0.369, C512 4x4
 // 0.094 / 0.0745 / 0.1065; ResNet-34 HLQ step 21.44 / 21.55 / 23.31).
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/kernels/convert.cuh"
+#include "cuda/kernels/cp_async.cuh"
 #include "cuda/kernels/hla.cuh"
 #include "cuda/kernels/kernel_launch.cuh"
 
@@ -456,23 +458,29 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
 constexpr int kWideCols = 8;
 constexpr int kWideMinLog = 8, kWideMaxLog = 11;
 
-// The slab offset, in floats, of row `row`, columns 4·half ... 4·half + 3 (the swizzle above).
-__device__ __forceinline__ int wide_unit(int row, int half) {
-  const int u = 2 * row + half;
-  return 4 * (u ^ (((row >> 3) & 7) ^ ((row >> 2) & 1)));
+// The 16-byte unit of the staging buffer that holds row `row`, part h < U of its 8 input values (U = 1 for 2-byte,
+// 2 for 4-byte elements): the low three bits XOR'd with row bits 3 ... 5, so that the 8 lanes of a 16-byte phase
+// (rows 8t + m) read 8 different bank groups.
+template <int U>
+__device__ __forceinline__ int wide_in_unit(int row, int h) {
+  return (U * row + h) ^ ((row >> 3) & 7);
 }
 
-// 8 consecutive values of T at p (16-byte aligned) as floats.
+// The exchange slab's 16-byte unit of row `row`, part h < V of one round's columns (V = 1: 4 columns, V = 2: 8),
+// permuted inside each 128-byte line so that both the writes (lanes of a phase: rows differing in bits 0, 3, 4)
+// and the reads (consecutive rows) of a 16-byte phase fall in 8 different bank groups.
+template <int V>
+__device__ __forceinline__ int wide_slab_unit(int row, int h) {
+  if constexpr (V == 1) return row ^ (((row >> 3) & 3) << 1);
+  else return (2 * row + h) ^ ((((row >> 2) ^ (row >> 3)) & 1) | (((row >> 4) & 1) << 2));
+}
+
+// The 8 values of T in raw (16 or 32 bytes) as floats.
 template <class T>
-__device__ __forceinline__ void load8(const T* p, float* v) {
-  static_assert(sizeof(T) == 2 || sizeof(T) == 4);
-  constexpr int kVec = sizeof(T) / 2;  // 16-byte loads per 8 values
-  uint4 raw[kVec];
+__device__ __forceinline__ void convert8(const uint4* raw, float* v) {
+  const T* e = reinterpret_cast<const T*>(raw);
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
-  const T* t = reinterpret_cast<const T*>(raw);
-#pragma unroll
-  for (int c = 0; c < kWideCols; ++c) v[c] = convert<float>(t[c]);
+  for (int c = 0; c < kWideCols; ++c) v[c] = convert<float>(e[c]);
 }
 
 // Stages h = 2^s, s < S, over the m index of v[m][c] (m < 8): (a, b) <- (a + b, a − b) for m with bit s clear.
@@ -491,78 +499,128 @@ __device__ __forceinline__ void butterfly_rows(float (&v)[8][kWideCols]) {
         }
 }
 
+// Shared memory of hla_project_wide_kernel<T, N>: two staging buffers of n rows × 8 values, then inv (n int16).
 template <class T, int N>
-__global__ void __launch_bounds__((1 << N) / 8, N == kWideMaxLog ? 2 : 1)
+constexpr size_t wide_smem_bytes() {
+  return 2 * (size_t{1} << N) * kWideCols * sizeof(T) + (size_t{1} << N) * sizeof(int16_t);
+}
+
+template <class T, int N>
+__global__ void __launch_bounds__((1 << N) / 8, 2 << (kWideMaxLog - N))
     hla_project_wide_kernel(HlaOutput a, const T* __restrict__ x, int64_t sb, int64_t sl, int64_t tiles,
                             const __grid_constant__ HlaRows rows) {
   constexpr int n = 1 << N, kThreads = n / 8, kSmem = N - 8;  // stages through shared memory
-  extern __shared__ float slab[];  // kSmem > 0: (n, 8) floats, swizzled; then inv (n int16)
-  int16_t* inv = reinterpret_cast<int16_t*>(slab + (kSmem > 0 ? n * kWideCols : 0));
+  constexpr int U = static_cast<int>(sizeof(T)) / 2;         // 16-byte units of a row's 8 input values
+  constexpr int kRounds = kSmem > 0 && U == 1 ? 2 : 1;       // exchange rounds: 8 / kRounds columns each
+  constexpr int V = 2 / kRounds;                              // 16-byte units of a row in one round
+  extern __shared__ uint4 smem[];  // buffers 0 and 1 (n·U units each), inv
+  int16_t* inv = reinterpret_cast<int16_t*>(smem + 2 * n * U);
   const int t = static_cast<int>(threadIdx.x);
-  const int64_t cta = blockIdx.x, P = a.L / n;
-  const int64_t ti = cta % tiles, p = (cta / tiles) % P, b = cta / (tiles * P);
-  const int64_t c0 = ti * kWideCols;
+  const int64_t P = a.L / n, total = a.B * P * tiles;
 
-  float v[8][kWideCols];
-  const T* src = x + b * sb + (p * n + 8 * t) * sl + c0;
+  // the copies of tile j's rows 8t ... 8t + 7 into buffer `buf` (each thread copies the units it reads)
+  auto stage = [&](int64_t j, uint4* buf) {
+    const int64_t ti = j % tiles, p = (j / tiles) % P, b = j / (tiles * P);
+    const T* src = x + b * sb + (p * n + 8 * t) * sl + ti * kWideCols;
 #pragma unroll
-  for (int m = 0; m < 8; ++m) load8(src + m * sl, v[m]);
-  // the kept-row table, while the loads are in flight
-  for (int j = t; j < n; j += kThreads) inv[j] = -1;
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int h = 0; h < U; ++h) cp_async16(buf + wide_in_unit<U>(8 * t + m, h), src + m * sl + h * (8 / U));
+  };
+  int64_t j = blockIdx.x;
+  if (j < total) stage(j, smem);
+  cp_async_commit();
+  // the kept-row table, while the first tile's copies are in flight
+  for (int i = t; i < n; i += kThreads) inv[i] = -1;
   __syncthreads();
   for (int i = t; i < a.kept; i += kThreads) inv[rows.idx[i]] = static_cast<int16_t>(i);
+  __syncthreads();
 
-  butterfly_rows<3>(v);  // h = 1, 2, 4: rows 8t ... 8t + 7
-#pragma unroll
-  for (int i = 0; i < 5; ++i) {  // h = 8 << i: the partner is thread t ^ (1 << i), in the same warp
-    const bool upper = (t >> i) & 1;
-#pragma unroll
-    for (int m = 0; m < 8; ++m)
-#pragma unroll
-      for (int c = 0; c < kWideCols; ++c) {
-        const float o = __shfl_xor_sync(0xFFFFFFFFu, v[m][c], 1 << i);
-        v[m][c] = upper ? __fsub_rn(o, v[m][c]) : __fadd_rn(v[m][c], o);
-      }
-  }
-  // rows(m): the row v[m] holds
+  // The row v[m] holds after the lane stages: row bits 0, 3 ... 6 from lane bits 0 ... 4, bits 1, 2 and 7 from
+  // register bits 1, 2 and 0, bits 8 ... from the warp.
+  auto lane_row = [&](int m) {
+    return (t & 1) | (m & 6) | (((t >> 1) & 15) << 3) | ((m & 1) << 7) | ((t >> 5) << 8);
+  };
+  // rows(m): the row v[m] holds at the end
   auto row_of = [&](int m) {
-    if constexpr (kSmem == 0) return 8 * t + m;
+    if constexpr (kSmem == 0) return lane_row(m);
     else return t + kThreads * (m >> kSmem) + 256 * (m & ((1 << kSmem) - 1));
   };
-  if constexpr (kSmem > 0) {
-#pragma unroll
-    for (int m = 0; m < 8; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<float4*>(slab + wide_unit(8 * t + m, h)) =
-            make_float4(v[m][4 * h], v[m][4 * h + 1], v[m][4 * h + 2], v[m][4 * h + 3]);
-    __syncthreads();
-#pragma unroll
-    for (int m = 0; m < 8; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float4 q = *reinterpret_cast<const float4*>(slab + wide_unit(row_of(m), h));
-        v[m][4 * h] = q.x;
-        v[m][4 * h + 1] = q.y;
-        v[m][4 * h + 2] = q.z;
-        v[m][4 * h + 3] = q.w;
-      }
-    butterfly_rows<kSmem>(v);  // h = 256 ... n/2
-  } else {
-    __syncthreads();  // inv complete
-  }
-  const int64_t r = a.kept, R = P * r;
-  float* o = a.out + (b * R + p * r) * a.K + c0;
   float amax = 0.0f;
+  for (int k = 0; j < total; ++k, j += gridDim.x) {
+    uint4* cur = smem + (k & 1) * n * U;
+    uint4* nxt = smem + ((k + 1) & 1) * n * U;
+    if constexpr (kSmem > 0) __syncthreads();  // every thread has read the previous tile's slab (in nxt)
+    if (j + gridDim.x < total) stage(j + gridDim.x, nxt);
+    cp_async_commit();  // possibly empty: the wait below then still counts this tile's group
+    cp_async_wait(1);   // this thread's copies of tile j have landed
+    float v[8][kWideCols];
 #pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const int i = inv[row_of(m)];
-    if (i < 0) continue;
-    float4* dst = reinterpret_cast<float4*>(o + i * a.K);
-    dst[0] = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
-    dst[1] = make_float4(v[m][4], v[m][5], v[m][6], v[m][7]);
+    for (int m = 0; m < 8; ++m) {
+      uint4 raw[U];
 #pragma unroll
-    for (int c = 0; c < kWideCols; ++c) amax = fmaxf(amax, fabsf(v[m][c]));
+      for (int h = 0; h < U; ++h) raw[h] = cur[wide_in_unit<U>(8 * t + m, h)];
+      convert8<T>(raw, v[m]);
+    }
+    butterfly_rows<3>(v);  // h = 1, 2, 4: rows 8t ... 8t + 7
+    // h = 8 << i: lane bit i is row bit 3 + i. The lane pair swaps half its values (register bit 0 against lane
+    // bit i), then each lane runs the butterfly on the pair it now holds (Note [HLA wide blocks]).
+#pragma unroll
+    for (int i = 0; i < 5; ++i) {
+      const bool l = (t >> i) & 1;
+#pragma unroll
+      for (int m = 0; m < 8; m += 2)
+#pragma unroll
+        for (int c = 0; c < kWideCols; ++c) {
+          const float got = __shfl_xor_sync(0xFFFFFFFFu, l ? v[m][c] : v[m + 1][c], 1 << i);
+          const float lower = l ? got : v[m][c], upper = l ? v[m + 1][c] : got;
+          v[m][c] = __fadd_rn(lower, upper);
+          v[m + 1][c] = __fsub_rn(lower, upper);
+        }
+    }
+    if constexpr (kSmem > 0) {
+      // The exchange, in the buffer just read: 8 / kRounds columns per round, as floats.
+      float* slab = reinterpret_cast<float*>(cur);
+#pragma unroll
+      for (int q = 0; q < kRounds; ++q) {
+        constexpr int kCols = kWideCols / kRounds;
+        __syncthreads();  // every thread has read its rows of cur (q = 0), or the previous round's slab
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+#pragma unroll
+          for (int h = 0; h < V; ++h) {
+            const int c = q * kCols + 4 * h;
+            *reinterpret_cast<float4*>(slab + 4 * wide_slab_unit<V>(lane_row(m), h)) =
+                make_float4(v[m][c], v[m][c + 1], v[m][c + 2], v[m][c + 3]);
+          }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+#pragma unroll
+          for (int h = 0; h < V; ++h) {
+            const float4 e = *reinterpret_cast<const float4*>(slab + 4 * wide_slab_unit<V>(row_of(m), h));
+            const int c = q * kCols + 4 * h;
+            v[m][c] = e.x;
+            v[m][c + 1] = e.y;
+            v[m][c + 2] = e.z;
+            v[m][c + 3] = e.w;
+          }
+      }
+      butterfly_rows<kSmem>(v);  // h = 256 ... n/2
+    }
+    const int64_t ti = j % tiles, p = (j / tiles) % P, b = j / (tiles * P);
+    const int64_t r = a.kept, R = P * r;
+    float* o = a.out + (b * R + p * r) * a.K + ti * kWideCols;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const int i = inv[row_of(m)];
+      if (i < 0) continue;
+      float4* dst = reinterpret_cast<float4*>(o + i * a.K);
+      dst[0] = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
+      dst[1] = make_float4(v[m][4], v[m][5], v[m][6], v[m][7]);
+#pragma unroll
+      for (int c = 0; c < kWideCols; ++c) amax = fmaxf(amax, fabsf(v[m][c]));
+    }
   }
   fold_amax(a, amax);
 }
@@ -578,19 +636,33 @@ bool wide_applies(const HlaProjectArgs& a, const HlaGeometry& g) {
 
 constinit LaunchCounter g_wide_launches;  // hla_wide_launches()
 
+// Blocks of hla_project_wide_kernel<T, N> resident at once on the device (occupancy × SMs, queried once, after
+// raising the kernel's dynamic shared memory limit to what it uses).
+template <class T, int N>
+int64_t wide_resident() {
+  static const int64_t resident = [] {
+    auto kernel = hla_project_wide_kernel<T, N>;
+    constexpr size_t smem = wide_smem_bytes<T, N>();
+    if (smem > 48 * 1024)
+      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int per_sm = 0, dev = 0, sms = 0;
+    HT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (1 << N) / 8, smem));
+    HT_CUDA_CHECK(cudaGetDevice(&dev));
+    HT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
+  }();
+  return resident;
+}
+
 void launch_wide(const HlaProjectArgs& a, const HlaOutput& o, const HlaRows& rows, int n_log, cudaStream_t stream) {
   g_wide_launches.add();
-  const int64_t tiles = a.C / kWideCols, ctas = a.B * (a.L / a.block) * tiles;
+  const int64_t tiles = a.C / kWideCols, total = a.B * (a.L / a.block) * tiles;
   auto go = [&](auto tag, auto nc) {
     using T = decltype(tag);
     constexpr int N = decltype(nc)::value;
-    constexpr int n = 1 << N;
-    const size_t smem = (N > kWideMinLog ? n * kWideCols * sizeof(float) : 0) + n * sizeof(int16_t);
-    auto kernel = hla_project_wide_kernel<T, N>;
-    if (smem > 48 * 1024)
-      HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernel<<<static_cast<unsigned>(ctas), n / 8, smem, stream>>>(o, static_cast<const T*>(a.x), a.sb, a.sl, tiles,
-                                                                  rows);
+    const int64_t ctas = std::min(total, wide_resident<T, N>());  // persistent: each walks tiles gridDim.x apart
+    hla_project_wide_kernel<T, N><<<static_cast<unsigned>(ctas), (1 << N) / 8, wide_smem_bytes<T, N>(), stream>>>(
+        o, static_cast<const T*>(a.x), a.sb, a.sl, tiles, rows);
     HT_CHECK_LAUNCH("hla_project (wide blocks)");
   };
   auto with_n = [&](auto tag) {

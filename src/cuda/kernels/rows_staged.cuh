@@ -3,6 +3,7 @@
 // the parameters staged into shared memory or registers, and the row-group bookkeeping. HT_DEV
 // (__forceinline__), as rows_common.cuh.
 #pragma once
+#include "cuda/kernels/cp_async.cuh"
 #include "cuda/kernels/rows_common.cuh"
 
 namespace ht::kernels::rk {
@@ -13,10 +14,10 @@ namespace ht::kernels::rk {
 // next row's loads issued only by other blocks (forward: 0.68 of copy bandwidth at 4096-wide bf16 rows on the H200,
 // where the softmax kernel of the same shape reaches 0.95) or by a register prefetch of one row group
 // (backward: 0.43 at 50432 x 768, 0.26 at 16640 x 384). These kernels instead stage the rows through shared
-// memory with cp.async, `stages` (2..4) row groups deep: at the top of every iteration a thread issues the
-// copies of the row group stages - 1 iterations ahead, then waits for the current one. A thread copies and
-// later reads only its own 16-byte slots (slot i of thread t at [stage][i][t], conflict-free), so the stages
-// need no barrier. One wave of persistent blocks walks the row groups (the grid comes from the occupancy).
+// memory with cp.async (cp_async.cuh), `stages` (2..4) row groups deep: at the top of every iteration a thread
+// issues the copies of the row group stages - 1 iterations ahead, then waits for the current one. A thread copies and
+// later reads only its own 16-byte slots (slot i of thread t at [stage][i][t], conflict-free), so the stages need no
+// barrier. One wave of persistent blocks walks the row groups (the grid comes from the occupancy).
 // Other changes against the register-resident kernels:
 // - threads per row tpr: the smallest power of two (1..256) with at most four packs per thread, so a
 //   768-wide bf16 row (96 packs) is one warp with three packs per lane and a 384-wide row half a warp (no
@@ -34,44 +35,6 @@ namespace ht::kernels::rk {
 // bf16 / f16 rows use the fused-multiply forms of xhat and gx (x r - mean r; gh r + c1 + xhat c2) and the
 // MUFU rsqrt; f32 / f64 keep (x - mean) r and r ((gh - mean gh) - xhat mean(gh xhat)).
 // Rows that are not packable, or longer than 256 x 4 packs, take the register-resident / multi-pass kernels.
-HT_DEV void cp_async16(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-#else
-  *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
-#endif
-}
-// 4 or 8 bytes (a row statistic).
-template <int kBytes>
-HT_DEV void cp_async_small(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(src), "n"(kBytes)
-               : "memory");
-#else
-  if constexpr (kBytes == 8) *static_cast<unsigned long long*>(dst) = *static_cast<const unsigned long long*>(src);
-  else *static_cast<unsigned*>(dst) = *static_cast<const unsigned*>(src);
-#endif
-}
-HT_DEV void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-// Waits until at most `pending` (0..3) of this thread's committed copy groups are still in flight.
-HT_DEV void cp_async_wait(int pending) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-  }
-#endif
-}
-
 HT_DEV bool d_finite(float v) { return isfinite(v); }
 HT_DEV bool d_finite(double v) { return isfinite(v); }
 HT_DEV float d_fma(float a, float b, float c) { return fmaf(a, b, c); }
