@@ -192,18 +192,19 @@ TEST_CASE("CUDA quantize at pipeline sizes (fused rows, two-pass samples)", "[gp
 
 TEST_CASE("CUDA fused quantiser: every team size, partial last blocks, unaligned inputs", "[gpu][grad_quant]") {
   // Row lengths -> items of 8 -> threads per group (team, at least 2 for T = 16) with the slots a thread takes
-  // (Note [Item slots]: codes take 3 where that team costs less): 8 (T = 8, team 1, 2 slots), 16 (team 2, 2
+  // (Note [Item slots]: codes take 3 or 4 where that team costs less): 8 (T = 8, team 1, 2 slots), 16 (team 2, 2
   // slots), 48 (team 2, 3 slots), 160 (team 8, 3), 768 (96 items, team 32, 3), 1040 (130 items, team 64, 3),
-  // 2304 (288 items, team 96, 3), 3072 (team 128, 3), 14336 (1792 items, team 448, 4), 16384 (2048 items, team 512,
-  // 4); the dequantised outputs
-  // of the next test case and SAWB keep 2 slots; the unaligned input below (and LUQ) runs the unit kernel. Row
-  // counts that leave the last block of teams partly empty.
+  // 1024 (128 items, team 32, 4), 2304 (288 items, team 96, 3), 3072 (384 items, team 96, 4), 4096 (512 items,
+  // team 128, 4), 14336 (1792 items, team 448, 4), 16384 (2048 items, team 512, 4); the dequantised outputs of the
+  // next test case and SAWB keep 2 slots; the unaligned input below (and LUQ) runs the unit kernel. Row counts that
+  // leave the last block of teams partly empty.
   struct Case {
     int64_t rows, len;
   };
   uint64_t seed = 300;
   for (const Case c : {Case{70, 8}, Case{70, 16}, Case{67, 48}, Case{99, 160}, Case{131, 768}, Case{67, 1040},
-                       Case{69, 2304}, Case{67, 3072}, Case{33, 14336}, Case{66, 16384}})
+                       Case{71, 1024}, Case{69, 2304}, Case{67, 3072}, Case{69, 4096}, Case{33, 14336},
+                       Case{66, 16384}})
     for (DType dt : {DType::bf16, DType::f32}) {
       const Tensor x = test::random_input({c.rows, c.len}, ++seed, dt);
       const Tensor xg = x.to(test::kCuda);

@@ -134,15 +134,14 @@ Geo plan(const GradQuantArgs& a) {
       // a group's cost in item-equivalents per thread: its slots (empty ones run the butterflies too) plus the
       // per-group work (team reduction, the level's division, addresses), about one and a half items
       if (w.team * (2 * kItemSlotsWide + 3) < g.team * (2 * kItemSlots + 3)) g = w;
-      // A team above 512 threads (rows above 12288 elements) is one block of its group, and at 56 registers only
-      // one such block fits an SM, whose warps then all wait at the team's reduction together; 4 items a thread
-      // (64 registers) keep the team within 512 threads, two blocks per SM (Note [Item slots]).
-      if (g.team > 512) {
-        Geo l = g;
-        l.slots = kItemSlotsLong;
-        size_teams(l, (g.units + kItemSlotsLong - 1) / kItemSlotsLong, least);
-        if (l.team <= 512) g = l;
-      }
+      // 4 items a thread (64 registers) where that team costs less by the same count, or where the team would
+      // exceed 512 threads (rows above 12288 elements): such a team is one block of its group, and at 56 registers
+      // only one such block fits an SM, whose warps then all wait at the team's reduction together; 4 slots keep
+      // it within 512 threads, two blocks per SM (Note [Item slots]).
+      Geo l = g;
+      l.slots = kItemSlotsLong;
+      size_teams(l, (g.units + kItemSlotsLong - 1) / kItemSlotsLong, least);
+      if ((g.team > 512 && l.team <= 512) || l.team * (2 * kItemSlotsLong + 3) < g.team * (2 * g.slots + 3)) g = l;
     }
     return g;
   }
