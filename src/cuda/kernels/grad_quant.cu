@@ -2,8 +2,9 @@
 // quantisation] in include/hadatrain/grad/quant.h). launch_grad_quant plans the launch (plan: fused or two
 // passes, units or items) and dispatches to the kernel families (grad_quant_launch.cuh): the item kernels in
 // grad_quant_items.cu, the unit kernels in grad_quant_units.cu. Pass 2 of the two-pass path (the group's m,
-// r and scale from the partial statistics; a known m needs none, Note [Known m in pass 3]) is family-neutral and
-// lives here, with the kernels of the other entry points: absmax, the blockwise Hadamard rotation and int4 packing.
+// r and scale from the partial statistics; a known m needs none, Note [Known m in pass 3]; one group's pass 3 runs
+// it itself, Note [Pass 2 in pass 3]) is family-neutral and lives here, with the kernels of the other entry points:
+// absmax, the blockwise Hadamard rotation and int4 packing.
 #include <algorithm>
 
 #include "cuda/kernels/grad_quant_common.cuh"
@@ -16,14 +17,8 @@ template <bool kSawb>
 __global__ void __launch_bounds__(kThreads) quant_finalize_kernel(GradQuantArgs a, Geo g, Workspace ws) {
   __shared__ Stats smem[32];
   for (int64_t grp = blockIdx.x; grp < g.groups; grp += gridDim.x) {
-    Stats st{0.0f, 0.0, 0.0};
-    for (int64_t p = threadIdx.x; p < g.parts; p += blockDim.x) {
-      const int64_t i = grp * g.parts + p;
-      st = combine<kSawb>(st, Stats{ws.amax[i], ws.s1[i], ws.s2[i]});
-    }
-    st = block_reduce<kSawb>(st, smem);
+    const Level l = group_level<kSawb>(a, ws, grp, g.parts, smem);
     if (threadIdx.x == 0) {
-      const Level l = level_of(a, group_m<kSawb>(st, a.group_len));
       ws.m[grp] = l.m;
       ws.r[grp] = l.r;
       a.scale[grp] = l.s;
@@ -221,7 +216,7 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream, float* colum
   if (g.items) return gq::launch_fused_items(a, g, stream);
   if (g.fused) return gq::launch_fused_units(a, g, stream);
   // Two passes: the group statistics (passes 1 and 2, or the known m), then the quantisation (pass 3).
-  const gq::Workspace ws = a.workspace != nullptr ? gq::workspace_of(a.workspace, g) : gq::Workspace{};
+  gq::Workspace ws = a.workspace != nullptr ? gq::workspace_of(a.workspace, g) : gq::Workspace{};
   const bool item_x = a.group_len % gq::kItem == 0 && gq::aligned16(a.x);  // passes 1 and 3 on items
   if (a.known_m != nullptr) {  // one group with a given m: pass 3 computes its level (Note [Known m in pass 3])
     // No pass reads x before the quantisation: a separate maximum.
@@ -229,10 +224,14 @@ void launch_grad_quant(const GradQuantArgs& a, cudaStream_t stream, float* colum
   } else {
     if (item_x) gq::launch_partial_items(a, g, ws, stream);
     else gq::launch_partial_units(a, g, ws, stream);
-    const unsigned grid = gq::grid_cap(g.groups);
-    if (gq::uses_sawb(a)) gq::quant_finalize_kernel<true><<<grid, gq::kThreads, 0, stream>>>(a, g, ws);
-    else gq::quant_finalize_kernel<false><<<grid, gq::kThreads, 0, stream>>>(a, g, ws);
-    HT_CHECK_LAUNCH("grad_quant_finalize");
+    if (g.groups == 1) {
+      ws.fold_parts = g.parts;  // pass 3 folds them (Note [Pass 2 in pass 3])
+    } else {
+      const unsigned grid = gq::grid_cap(g.groups);
+      if (gq::uses_sawb(a)) gq::quant_finalize_kernel<true><<<grid, gq::kThreads, 0, stream>>>(a, g, ws);
+      else gq::quant_finalize_kernel<false><<<grid, gq::kThreads, 0, stream>>>(a, g, ws);
+      HT_CHECK_LAUNCH("grad_quant_finalize");
+    }
   }
   if (a.transposed) {
     if (column_sums != nullptr && (a.workspace == nullptr || !grad_quant_sums_in_pass(a)))  // a hadatrain bug
@@ -282,11 +281,9 @@ void launch_grad_quant_of_transpose(const GradQuantArgs& a, int64_t R, int64_t C
   if (!grad_quant_of_transpose_applies(a, R, C) || a.workspace == nullptr)  // the glue checks: a hadatrain bug
     HT_UNSUPPORTED_DTYPE("grad_quant (transposed input outside its conditions)", a.dtype);
   const gq::Geo g = transpose_geo(R, C);
-  const gq::Workspace ws = gq::workspace_of(a.workspace, g);
+  gq::Workspace ws = gq::workspace_of(a.workspace, g);
   gq::launch_partial_wt(a, g, ws, R, C, stream);
-  if (gq::uses_sawb(a)) gq::quant_finalize_kernel<true><<<1, gq::kThreads, 0, stream>>>(a, g, ws);
-  else gq::quant_finalize_kernel<false><<<1, gq::kThreads, 0, stream>>>(a, g, ws);
-  HT_CHECK_LAUNCH("grad_quant_finalize");
+  ws.fold_parts = g.parts;  // pass 3 folds them (Note [Pass 2 in pass 3])
   gq::launch_apply_wt(a, ws, R, C, stream);
 }
 

@@ -202,18 +202,51 @@ HT_DEV Level level_of(const GradQuantArgs& a, float m) {
 // One launch less per quantisation whose maximum another kernel found (HLQ's 8-bit g̃ of every layer with the
 // identity HLA plan or a projection). Through shared memory rather than a level per thread: the division's
 // registers then stay outside the loops (the item kernels keep their register counts).
+//
+// Note [Pass 2 in pass 3]
+// For one group (Workspace::fold_parts > 0: the tensor-wide scale of HLQ's W and of x̃), every pass-3 block
+// folds the parts' statistics itself with group_level, the code of pass 2 (quant_finalize_kernel), in blocks of
+// the same kThreads threads: the same combination order, so the same m, r and scale bit for bit (SAWB's double
+// sums included); block 0 stores them. Each block reads the parts once (at most 132 · 8 of them, from L2), which
+// costs less than a one-block launch between the passes (3.4 µs for W's 1056 parts on the H200, ncu).
 struct Pass3Levels {
   const float* m;  // per group: m, r = qmax / m, and the scale
   const float* r;
   const float* s;
 };
+
+// The level of group grp from its `parts` partial statistics, combined in a fixed order; every thread of the
+// block (kThreads threads, so that all callers combine alike) gets it.
+template <bool kSawb>
+HT_DEV Level group_level(const GradQuantArgs& a, const Workspace& ws, int64_t grp, int64_t parts, Stats* smem) {
+  Stats st{0.0f, 0.0, 0.0};
+  for (int64_t p = threadIdx.x; p < parts; p += blockDim.x) {
+    const int64_t i = grp * parts + p;
+    st = combine<kSawb>(st, Stats{ws.amax[i], ws.s1[i], ws.s2[i]});
+  }
+  st = block_reduce<kSawb>(st, smem);
+  return level_of(a, group_m<kSawb>(st, a.group_len));
+}
+
 HT_DEV Pass3Levels pass3_levels(const GradQuantArgs& a, const Workspace& ws, Level* smem) {
-  if (a.known_m == nullptr) return {ws.m, ws.r, a.scale};
-  if (threadIdx.x == 0) {
+  if (a.known_m == nullptr && ws.fold_parts == 0) return {ws.m, ws.r, a.scale};
+  if (a.known_m == nullptr) {  // Note [Pass 2 in pass 3]
+    __shared__ Stats red[32];
+    const Level l = a.sawb && a.kind == QuantKind::uniform ? group_level<true>(a, ws, 0, ws.fold_parts, red)
+                                                           : group_level<false>(a, ws, 0, ws.fold_parts, red);
+    if (threadIdx.x == 0) {
+      *smem = l;
+      if (blockIdx.x == 0) {
+        ws.m[0] = l.m;
+        ws.r[0] = l.r;
+        a.scale[0] = l.s;
+      }
+    }
+  } else if (threadIdx.x == 0) {
     *smem = level_of(a, *a.known_m);
     if (blockIdx.x == 0) a.scale[0] = smem->s;
   }
-  __syncthreads();  // known_m is the same for the whole block
+  __syncthreads();  // the level is the same for the whole block
   return {&smem->m, &smem->r, &smem->s};
 }
 

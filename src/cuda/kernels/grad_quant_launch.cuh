@@ -50,6 +50,7 @@ struct Workspace {
   float* amax;
   float* m;
   float* r;
+  int64_t fold_parts = 0;  // > 0: one group, whose level pass 3 folds from this many parts (Note [Pass 2 in pass 3])
 };
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
