@@ -435,26 +435,31 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
 
 // Note [HLA wide blocks]
 // For 256 <= n <= 2048 in the rows layout (the token axis of an LLaMA at 2048 tokens, n = 2048; a CIFAR ResNet's
-// 32×32 and 16×16 maps), with 8 contiguous 16-byte-aligned columns per CTA, the slab kernel reads 8 columns of a
+// 32×32 and 16×16 maps), with 8 contiguous 16-byte-aligned columns per tile, the slab kernel reads 8 columns of a
 // row as eight 2-byte loads and runs four barrier-separated passes over a 2048 × 8 slab: 0.75 TB/s of its minimal
-// bytes at LLaMA shapes (bench_kernels --only hla on the H200: (4, 2048, 4096) bf16 0.136 ms). This kernel
-// gives each of its n / 8 threads 8 consecutive rows × 8 columns (64 floats in registers): the rows arrive with one
-// 16-byte load each (eight in flight per thread), stages h = 1, 2, 4 run in registers, stages h = 8 ... 128 by warp
-// shuffles (the partner row differs in bit 3 + i of the row, bit i of the thread), and stages h = 256 ... n/2
-// (n >= 512) in registers again after one exchange through shared memory (thread t then holds rows
-// t + (n/8)·u + 256·m for u < 2048/n, m < n/256). Each element sees the stages in order h = 1, 2, ..., n/2 with
-// __fadd_rn / __fsub_rn (lower + upper, lower − upper), so the bits are the CPU's (Note [HLA butterfly passes]).
-// A thread then writes each of its rows that is kept (inv[row], a natural-to-kept table in shared memory) as two
-// 16-byte stores. The exchange slab is n rows of 8 floats in 16-byte units, unit (2·row + half) XOR'd in its low
-// three bits with ((row >> 3) & 7) ^ ((row >> 2) & 1): a permutation inside each 128-byte line (4 rows), under
-// which both the writes (8 threads of a phase: rows 8t + m) and the reads (8 consecutive rows) of a 16-byte phase
-// fall in 8 different bank groups. Measured on the H200 (same calls, wide / slab, ms): (4, 2048, 4096) bf16 0.085 /
-// 0.136, (4, 2048, 14336) 0.271 / 0.432, (64, 1024, 256) 0.053 / 0.070. ncu puts it at 80 % of the L1 /
-// shared-memory pipe (the shuffles: five per value), DRAM at 18 %. A form without shuffles (32 rows × 2 columns a
-// thread, stages h = 1 ... 16 in registers, one exchange, h = 32 ... n/2 on n / 32 rows of one column) was slower,
-// 0.099 and 0.315 ms: its 4-byte loads, 32 a thread, left it latency-bound (ncu: 41 % of memory throughput). So
-// was this kernel's loads with only h = 8, 16 by shuffles and the exchange before h = 32 (fewer L1 / shared-memory
-// wavefronts, then n / 32 rows of one column a thread, written as 4-byte stores): 0.105 and 0.339 ms.
+// bytes at LLaMA shapes (bench_kernels --only hla on the H200: (4, 2048, 4096) bf16 0.136 ms). This kernel gives
+// each of its n / 8 threads 8 rows × 8 columns of a tile (64 floats in registers) and runs the butterfly in
+// phases of three stages: phase p holds row bits base(p) ... base(p) + 2 in a thread's registers (base = 3p, or
+// n_log − 3 for the last phase, whose lower bits are then already done) and the other row bits in the thread index
+// (wide_thread_rows), runs the stages of row bits 3p ... 3p + 2 in registers, and hands the values to the next
+// phase through a shared-memory slab (n rows × 8 floats: one write and one read of 16-byte units per value,
+// between two barriers). n = 2048 takes four phases (3 + 3 + 3 + 2 stages), 256 three. Each element sees the
+// stages in order h = 1, 2, ..., n/2 with __fadd_rn / __fsub_rn (lower + upper, lower − upper), so the bits are
+// the CPU's (Note [HLA butterfly passes]). A thread then writes each of its rows that is kept (inv[row], a
+// natural-to-kept table in shared memory) as two 16-byte stores.
+// Blocks are persistent (occupancy × SMs of them, each walking the tiles gridDim.x apart) and stage the next tile
+// with cp.async into a buffer of the raw input as soon as every thread has read the current one, so its loads
+// land while the current tile computes. A thread copies and reads only its own rows of that buffer (phase 0's rows
+// 8t ... 8t + 7). Both the buffer's and the slab's 16-byte units are permuted inside each 128-byte line
+// (wide_in_unit, wide_slab_unit) so that the 8 lanes of a 16-byte phase fall in 8 different bank groups, both
+// for phase 0's rows (differing in row bits 3 ... 5 across lanes) and for the later phases' (consecutive rows).
+// Shared memory at n = 2048, bf16: 32 KiB buffer + 64 KiB slab + 4 KiB table, two blocks of 256 threads an SM.
+// Earlier forms, all slower on the H200 ((4, 2048, 4096) / (4, 2048, 14336) bf16, ms): row bits 3 ... 7 across
+// the lanes of a warp by shuffles, one exchange for the rest, non-persistent (0.085 / 0.271; ncu: 80 % of the L1
+// pipe, DRAM 18 %); the same with half the shuffles (a lane pair swaps half its values) and persistent blocks with
+// a cp.async double buffer (0.075 / 0.238; 24 % occupancy; its PTX has about 39 instructions a value, the shuffle
+// stages' selects and shuffles were the most); 32 rows × 2 columns a thread with one exchange (0.099 / 0.315:
+// latency-bound on its 4-byte loads); shuffles for two stages, then an exchange (0.105 / 0.339).
 constexpr int kWideCols = 8;
 constexpr int kWideMinLog = 8, kWideMaxLog = 11;
 
@@ -466,13 +471,11 @@ __device__ __forceinline__ int wide_in_unit(int row, int h) {
   return (U * row + h) ^ ((row >> 3) & 7);
 }
 
-// The exchange slab's 16-byte unit of row `row`, part h < V of one round's columns (V = 1: 4 columns, V = 2: 8),
-// permuted inside each 128-byte line so that both the writes (lanes of a phase: rows differing in bits 0, 3, 4)
-// and the reads (consecutive rows) of a 16-byte phase fall in 8 different bank groups.
-template <int V>
+// The exchange slab's 16-byte unit of row `row`, columns 4h ... 4h + 3: a permutation inside each 128-byte line
+// under which the 8 lanes of a 16-byte phase fall in 8 different bank groups both when they hold rows 8t + m (rows
+// differing in bits 3 ... 5: phase 0's writes) and when they hold consecutive rows (every later phase).
 __device__ __forceinline__ int wide_slab_unit(int row, int h) {
-  if constexpr (V == 1) return row ^ (((row >> 3) & 3) << 1);
-  else return (2 * row + h) ^ ((((row >> 2) ^ (row >> 3)) & 1) | (((row >> 4) & 1) << 2));
+  return (2 * row + h) ^ ((((row >> 2) ^ (row >> 3)) & 1) | (((row >> 4) & 1) << 1) | (((row >> 5) & 1) << 2));
 }
 
 // The 8 values of T in raw (16 or 32 bytes) as floats.
@@ -483,137 +486,125 @@ __device__ __forceinline__ void convert8(const uint4* raw, float* v) {
   for (int c = 0; c < kWideCols; ++c) v[c] = convert<float>(e[c]);
 }
 
-// Stages h = 2^s, s < S, over the m index of v[m][c] (m < 8): (a, b) <- (a + b, a − b) for m with bit s clear.
-template <int S>
-__device__ __forceinline__ void butterfly_rows(float (&v)[8][kWideCols]) {
+// The butterfly stage of register bit k (v[m] with bit k of m clear is the lower row): (a, b) <- (a + b, a − b).
+template <int K>
+__device__ __forceinline__ void butterfly_bit(float (&v)[8][kWideCols]) {
 #pragma unroll
-  for (int s = 0; s < S; ++s)
+  for (int m = 0; m < 8; ++m)
+    if (((m >> K) & 1) == 0)
 #pragma unroll
-    for (int m = 0; m < 8; ++m)
-      if (((m >> s) & 1) == 0)
-#pragma unroll
-        for (int c = 0; c < kWideCols; ++c) {
-          const float a = v[m][c], b = v[m + (1 << s)][c];
-          v[m][c] = __fadd_rn(a, b);
-          v[m + (1 << s)][c] = __fsub_rn(a, b);
-        }
+      for (int c = 0; c < kWideCols; ++c) {
+        const float a = v[m][c], b = v[m + (1 << K)][c];
+        v[m][c] = __fadd_rn(a, b);
+        v[m + (1 << K)][c] = __fsub_rn(a, b);
+      }
 }
 
-// Shared memory of hla_project_wide_kernel<T, N>: two staging buffers of n rows × 8 values, then inv (n int16).
+// Phase p of the wide kernel: its registers hold row bits wide_base(p) ... + 2 (Note [HLA wide blocks]).
+template <int N>
+__device__ __forceinline__ constexpr int wide_base(int p) {
+  return 3 * p < N - 3 ? 3 * p : N - 3;
+}
+
+// The row that v[m] of thread t holds in phase p is wide_thread_rows(p, t) | m << wide_base(p): bits base ...
+// base + 2 from m, the others from t in order. The swizzles are XORs of row bits, so a unit's index is the thread's
+// base unit XOR a constant of (m, h) (wide_slab_unit(r | m, h) = wide_slab_unit(r, 0) ^ wide_slab_unit(m, h) for
+// disjoint bits): one operation per access, and no per-(m, h) addresses for the compiler to keep in registers.
+template <int N>
+__device__ __forceinline__ int wide_thread_rows(int p, int t) {
+  const int b = wide_base<N>(p);
+  return (t & ((1 << b) - 1)) | ((t >> b) << (b + 3));
+}
+
+// Shared memory of hla_project_wide_kernel<T, N>: the staging buffer (n rows × 8 values of T), the exchange slab
+// (n rows × 8 floats), then inv (n int16).
 template <class T, int N>
 constexpr size_t wide_smem_bytes() {
-  return 2 * (size_t{1} << N) * kWideCols * sizeof(T) + (size_t{1} << N) * sizeof(int16_t);
+  return (size_t{1} << N) * (kWideCols * (sizeof(T) + sizeof(float)) + sizeof(int16_t));
 }
 
 template <class T, int N>
-__global__ void __launch_bounds__((1 << N) / 8, 2 << (kWideMaxLog - N))
+__global__ void __launch_bounds__((1 << N) / 8, 2 << (kWideMaxLog - N))  // 512 threads an SM: 128 registers
     hla_project_wide_kernel(HlaOutput a, const T* __restrict__ x, int64_t sb, int64_t sl, int64_t tiles,
                             const __grid_constant__ HlaRows rows) {
-  constexpr int n = 1 << N, kThreads = n / 8, kSmem = N - 8;  // stages through shared memory
-  constexpr int U = static_cast<int>(sizeof(T)) / 2;         // 16-byte units of a row's 8 input values
-  constexpr int kRounds = kSmem > 0 && U == 1 ? 2 : 1;       // exchange rounds: 8 / kRounds columns each
-  constexpr int V = 2 / kRounds;                              // 16-byte units of a row in one round
-  extern __shared__ uint4 smem[];  // buffers 0 and 1 (n·U units each), inv
-  int16_t* inv = reinterpret_cast<int16_t*>(smem + 2 * n * U);
+  constexpr int n = 1 << N, kThreads = n / 8, kPhases = (N + 2) / 3;
+  constexpr int U = static_cast<int>(sizeof(T)) / 2;  // 16-byte units of a row's 8 input values
+  extern __shared__ uint4 smem[];
+  uint4* in = smem;                                       // n·U units
+  float4* slab = reinterpret_cast<float4*>(smem + n * U);  // n·8 floats
+  int16_t* inv = reinterpret_cast<int16_t*>(slab + 2 * n);
   const int t = static_cast<int>(threadIdx.x);
   const int64_t P = a.L / n, total = a.B * P * tiles;
 
-  // the copies of tile j's rows 8t ... 8t + 7 into buffer `buf` (each thread copies the units it reads)
-  auto stage = [&](int64_t j, uint4* buf) {
+  // the copies of tile j's rows 8t ... 8t + 7 (each thread copies the units it reads)
+  const int in_base = wide_in_unit<U>(8 * t, 0);  // wide_in_unit(8t + m, h) = in_base ^ wide_in_unit(m, h)
+  auto stage = [&](int64_t j) {
     const int64_t ti = j % tiles, p = (j / tiles) % P, b = j / (tiles * P);
     const T* src = x + b * sb + (p * n + 8 * t) * sl + ti * kWideCols;
 #pragma unroll
     for (int m = 0; m < 8; ++m)
 #pragma unroll
-      for (int h = 0; h < U; ++h) cp_async16(buf + wide_in_unit<U>(8 * t + m, h), src + m * sl + h * (8 / U));
+      for (int h = 0; h < U; ++h) cp_async16(in + (in_base ^ wide_in_unit<U>(m, h)), src + m * sl + h * (8 / U));
+    cp_async_commit();
   };
   int64_t j = blockIdx.x;
-  if (j < total) stage(j, smem);
-  cp_async_commit();
+  if (j < total) stage(j);
   // the kept-row table, while the first tile's copies are in flight
   for (int i = t; i < n; i += kThreads) inv[i] = -1;
   __syncthreads();
   for (int i = t; i < a.kept; i += kThreads) inv[rows.idx[i]] = static_cast<int16_t>(i);
-  __syncthreads();
+  // (the first barrier of the loop orders these writes before the reads of inv)
 
-  // The row v[m] holds after the lane stages: row bits 0, 3 ... 6 from lane bits 0 ... 4, bits 1, 2 and 7 from
-  // register bits 1, 2 and 0, bits 8 ... from the warp.
-  auto lane_row = [&](int m) {
-    return (t & 1) | (m & 6) | (((t >> 1) & 15) << 3) | ((m & 1) << 7) | ((t >> 5) << 8);
-  };
-  // rows(m): the row v[m] holds at the end
-  auto row_of = [&](int m) {
-    if constexpr (kSmem == 0) return lane_row(m);
-    else return t + kThreads * (m >> kSmem) + 256 * (m & ((1 << kSmem) - 1));
-  };
   float amax = 0.0f;
-  for (int k = 0; j < total; ++k, j += gridDim.x) {
-    uint4* cur = smem + (k & 1) * n * U;
-    uint4* nxt = smem + ((k + 1) & 1) * n * U;
-    if constexpr (kSmem > 0) __syncthreads();  // every thread has read the previous tile's slab (in nxt)
-    if (j + gridDim.x < total) stage(j + gridDim.x, nxt);
-    cp_async_commit();  // possibly empty: the wait below then still counts this tile's group
-    cp_async_wait(1);   // this thread's copies of tile j have landed
+  for (; j < total; j += gridDim.x) {
+    cp_async_wait(0);  // this thread's copies of tile j have landed
     float v[8][kWideCols];
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       uint4 raw[U];
 #pragma unroll
-      for (int h = 0; h < U; ++h) raw[h] = cur[wide_in_unit<U>(8 * t + m, h)];
+      for (int h = 0; h < U; ++h) raw[h] = in[in_base ^ wide_in_unit<U>(m, h)];
       convert8<T>(raw, v[m]);
     }
-    butterfly_rows<3>(v);  // h = 1, 2, 4: rows 8t ... 8t + 7
-    // h = 8 << i: lane bit i is row bit 3 + i. The lane pair swaps half its values (register bit 0 against lane
-    // bit i), then each lane runs the butterfly on the pair it now holds (Note [HLA wide blocks]).
+    __syncthreads();  // every thread has read the buffer (and the previous tile's slab)
+    if (j + gridDim.x < total) stage(j + gridDim.x);  // lands while this tile computes
+    butterfly_bit<0>(v);  // phase 0: h = 1, 2, 4
+    butterfly_bit<1>(v);
+    butterfly_bit<2>(v);
 #pragma unroll
-    for (int i = 0; i < 5; ++i) {
-      const bool l = (t >> i) & 1;
+    for (int p = 1; p < kPhases; ++p) {
+      if (p > 1) __syncthreads();  // the previous exchange's reads are done
+      const int wb = wide_slab_unit(wide_thread_rows<N>(p - 1, t), 0), rb = wide_slab_unit(wide_thread_rows<N>(p, t), 0);
 #pragma unroll
-      for (int m = 0; m < 8; m += 2)
+      for (int m = 0; m < 8; ++m)
 #pragma unroll
-        for (int c = 0; c < kWideCols; ++c) {
-          const float got = __shfl_xor_sync(0xFFFFFFFFu, l ? v[m][c] : v[m + 1][c], 1 << i);
-          const float lower = l ? got : v[m][c], upper = l ? v[m + 1][c] : got;
-          v[m][c] = __fadd_rn(lower, upper);
-          v[m + 1][c] = __fsub_rn(lower, upper);
+        for (int h = 0; h < 2; ++h)
+          slab[wb ^ wide_slab_unit(m << wide_base<N>(p - 1), h)] =
+              make_float4(v[m][4 * h], v[m][4 * h + 1], v[m][4 * h + 2], v[m][4 * h + 3]);
+      __syncthreads();
+#pragma unroll
+      for (int m = 0; m < 8; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float4 e = slab[rb ^ wide_slab_unit(m << wide_base<N>(p), h)];
+          v[m][4 * h] = e.x;
+          v[m][4 * h + 1] = e.y;
+          v[m][4 * h + 2] = e.z;
+          v[m][4 * h + 3] = e.w;
         }
-    }
-    if constexpr (kSmem > 0) {
-      // The exchange, in the buffer just read: 8 / kRounds columns per round, as floats.
-      float* slab = reinterpret_cast<float*>(cur);
-#pragma unroll
-      for (int q = 0; q < kRounds; ++q) {
-        constexpr int kCols = kWideCols / kRounds;
-        __syncthreads();  // every thread has read its rows of cur (q = 0), or the previous round's slab
-#pragma unroll
-        for (int m = 0; m < 8; ++m)
-#pragma unroll
-          for (int h = 0; h < V; ++h) {
-            const int c = q * kCols + 4 * h;
-            *reinterpret_cast<float4*>(slab + 4 * wide_slab_unit<V>(lane_row(m), h)) =
-                make_float4(v[m][c], v[m][c + 1], v[m][c + 2], v[m][c + 3]);
-          }
-        __syncthreads();
-#pragma unroll
-        for (int m = 0; m < 8; ++m)
-#pragma unroll
-          for (int h = 0; h < V; ++h) {
-            const float4 e = *reinterpret_cast<const float4*>(slab + 4 * wide_slab_unit<V>(row_of(m), h));
-            const int c = q * kCols + 4 * h;
-            v[m][c] = e.x;
-            v[m][c + 1] = e.y;
-            v[m][c + 2] = e.z;
-            v[m][c + 3] = e.w;
-          }
-      }
-      butterfly_rows<kSmem>(v);  // h = 256 ... n/2
+      // the stages of row bits 3p ... 3p + 2 (below N): register bits 3p − base ... 2
+      const int first = 3 * p - wide_base<N>(p);
+      if (first <= 0) butterfly_bit<0>(v);
+      if (first <= 1) butterfly_bit<1>(v);
+      butterfly_bit<2>(v);
     }
     const int64_t ti = j % tiles, p = (j / tiles) % P, b = j / (tiles * P);
     const int64_t r = a.kept, R = P * r;
     float* o = a.out + (b * R + p * r) * a.K + ti * kWideCols;
+    const int out_rows = wide_thread_rows<N>(kPhases - 1, t);
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
-      const int i = inv[row_of(m)];
+      const int i = inv[out_rows | m << wide_base<N>(kPhases - 1)];
       if (i < 0) continue;
       float4* dst = reinterpret_cast<float4*>(o + i * a.K);
       dst[0] = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
