@@ -460,7 +460,7 @@ def kernels(recs):
             groups.append(r["group"])
     rows = []
     for g in groups:
-        if g.startswith(HALO_GROUP):
+        if g.startswith(LAYER_GROUPS):
             continue
         for r in (r for r in recs if r["group"] == g):
             t = r.get("torch_eager")
@@ -475,10 +475,11 @@ def kernels(recs):
                          num(t, digits) if t is not None else "not recorded", vs, measured(r, notes)])
     out += table(["group", "kernel", "unit", "ours", "PyTorch eager, same call", "ours vs PyTorch (speed)",
                   "measured"], rows)
-    return out + halo_layers([r for r in recs if r["group"].startswith(HALO_GROUP)], notes) + notes.lines()
+    return out + halo_layers([r for r in recs if r["group"].startswith(LAYER_GROUPS)], notes) + notes.lines()
 
 
-HALO_GROUP = "HALO per layer"
+# Groups of per-layer records (bench_halo's), shown as one table per group by halo_layers
+LAYER_GROUPS = ("HALO per layer", "HLQ per layer")
 
 
 def halo_layers(recs, notes):
