@@ -435,50 +435,56 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
 
 // Note [HLA wide blocks]
 // For 256 <= n <= 2048 in the rows layout (the token axis of an LLaMA at 2048 tokens, n = 2048; a CIFAR ResNet's
-// 32×32 and 16×16 maps), with C a multiple of 8 and 16-byte-aligned rows, the slab kernel reads 8 columns of a
+// 32×32 and 16×16 maps), with 8 contiguous 16-byte-aligned columns per tile, the slab kernel reads 8 columns of a
 // row as eight 2-byte loads and runs four barrier-separated passes over a 2048 × 8 slab: 0.75 TB/s of its minimal
-// bytes at LLaMA shapes (bench_kernels --only hla on the H200: (4, 2048, 4096) bf16 0.136 ms). This kernel takes
-// tiles of n rows × 4 columns, gives each of its n / 8 threads 8 rows of a tile (32 floats in registers) and runs
-// the butterfly in phases of three stages: phase p holds row bits base(p) ... base(p) + 2 in a thread's registers
-// (base = 3p, or n_log − 3 for the last phase, whose lower bits are then already done) and the other row bits in
-// the thread index (wide_thread_rows), runs the stages of row bits 3p ... 3p + 2 in registers, and hands the
-// values to the next phase through a shared-memory slab (n rows × 4 floats: one 16-byte write and read per row,
+// bytes at LLaMA shapes (bench_kernels --only hla on the H200: (4, 2048, 4096) bf16 0.136 ms). This kernel gives
+// each of its n / 8 threads 8 rows × 8 columns of a tile (64 floats in registers) and runs the butterfly in
+// phases of three stages: phase p holds row bits base(p) ... base(p) + 2 in a thread's registers (base = 3p, or
+// n_log − 3 for the last phase, whose lower bits are then already done) and the other row bits in the thread index
+// (wide_thread_rows), runs the stages of row bits 3p ... 3p + 2 in registers, and hands the values to the next
+// phase through a shared-memory slab (n rows × 8 floats: one write and one read of 16-byte units per value,
 // between two barriers). n = 2048 takes four phases (3 + 3 + 3 + 2 stages), 256 three. Each element sees the
 // stages in order h = 1, 2, ..., n/2 with __fadd_rn / __fsub_rn (lower + upper, lower − upper), so the bits are
 // the CPU's (Note [HLA butterfly passes]). A thread then writes each of its rows that is kept (inv[row], a
-// natural-to-kept table in shared memory) as one 16-byte store.
-// Blocks are persistent (occupancy × SMs of them, each walking the tiles gridDim.x apart, so neighbouring tiles,
-// which share 32-byte sectors of a row, are read at about the same time) and stage the next tile with cp.async
-// (8 bytes a row for 2-byte inputs) into a buffer of the raw input as soon as every thread has read the current
-// one, so its loads land while the current tile computes. A thread copies and reads only its own rows of that
-// buffer (phase 0's rows 8t ... 8t + 7, contiguous: two or four rows per 16-byte read). Both the buffer's and the
-// slab's 16-byte units are permuted inside each 128-byte line (wide_in_base, wide_slab_unit) so that the 8 lanes
-// of a 16-byte phase fall in 8 different bank groups. Shared memory at n = 2048, bf16: 16 KiB buffer + 32 KiB
-// slab + 4 KiB table; 64 registers, so four blocks of 256 threads an SM.
-// Earlier forms, all slower on the H200 ((4, 2048, 4096) / (4, 2048, 14336) bf16, ms): the same phases on tiles of
-// 8 columns (64 floats a thread, 128 registers, two blocks an SM: 0.072 / 0.237; ncu: 24 % occupancy, 10 cycles
-// per issued instruction, DRAM 21 %, i.e. latency-bound); row bits 3 ... 7 across the lanes of a warp by shuffles,
-// one exchange for the rest, non-persistent (0.085 / 0.271; ncu: 80 % of the L1 pipe, DRAM 18 %); the same with half
-// the shuffles (a lane pair swaps half its values) and persistent blocks with a cp.async double buffer (0.075 /
-// 0.238; 24 % occupancy; its PTX has about 39 instructions a value, the shuffle stages' selects and shuffles the
-// most); 32 rows × 2 columns a thread with one exchange (0.099 / 0.315: latency-bound on its 4-byte loads);
-// shuffles for two stages, then an exchange (0.105 / 0.339).
-constexpr int kWideCols = 4;
+// natural-to-kept table in shared memory) as two 16-byte stores.
+// Blocks are persistent (occupancy × SMs of them, each walking the tiles gridDim.x apart) and stage the next tile
+// with cp.async into a buffer of the raw input as soon as every thread has read the current one, so its loads
+// land while the current tile computes. A thread copies and reads only its own rows of that buffer (phase 0's rows
+// 8t ... 8t + 7). Both the buffer's and the slab's 16-byte units are permuted inside each 128-byte line
+// (wide_in_unit, wide_slab_unit) so that the 8 lanes of a 16-byte phase fall in 8 different bank groups, both
+// for phase 0's rows (differing in row bits 3 ... 5 across lanes) and for the later phases' (consecutive rows).
+// Shared memory at n = 2048, bf16: 32 KiB buffer + 64 KiB slab + 4 KiB table, two blocks of 256 threads an SM.
+// Earlier forms, all slower on the H200 ((4, 2048, 4096) / (4, 2048, 14336) bf16, ms): row bits 3 ... 7 across
+// the lanes of a warp by shuffles, one exchange for the rest, non-persistent (0.085 / 0.271; ncu: 80 % of the L1
+// pipe, DRAM 18 %); the same with half the shuffles (a lane pair swaps half its values) and persistent blocks with
+// a cp.async double buffer (0.075 / 0.238; 24 % occupancy; its PTX has about 39 instructions a value, the shuffle
+// stages' selects and shuffles were the most); 32 rows × 2 columns a thread with one exchange (0.099 / 0.315:
+// latency-bound on its 4-byte loads); shuffles for two stages, then an exchange (0.105 / 0.339).
+constexpr int kWideCols = 8;
 constexpr int kWideMinLog = 8, kWideMaxLog = 11;
 
-// The staging buffer holds thread t's rows 8t ... 8t + 7 (4 values of T each) in its W = 2·sizeof(T) 16-byte units
-// W·t ... W·t + W − 1, unit k stored at W·t + (k XOR s(t)): s takes the thread bits that the unit's bank group
-// does not (bits 1, 2 for W = 4, bits 0 ... 2 for W = 8), so that the 8 lanes of a 16-byte phase read 8 different
-// bank groups. wide_in_base(t) ^ k is that position.
-template <int W>
-__device__ __forceinline__ int wide_in_base(int t) {
-  return W * t + ((W == 4 ? t >> 1 : t) & (W - 1));
+// The 16-byte unit of the staging buffer that holds row `row`, part h < U of its 8 input values (U = 1 for 2-byte,
+// 2 for 4-byte elements): the low three bits XOR'd with row bits 3 ... 5, so that the 8 lanes of a 16-byte phase
+// (rows 8t + m) read 8 different bank groups.
+template <int U>
+__device__ __forceinline__ int wide_in_unit(int row, int h) {
+  return (U * row + h) ^ ((row >> 3) & 7);
 }
 
-// The exchange slab's 16-byte unit of row `row` (its 4 floats): row bits 0 ... 2 XOR'd with bits 3 ... 5, so that
-// the 8 lanes of a 16-byte phase fall in 8 different bank groups both when they hold rows 8t + m (rows differing in
-// bits 3 ... 5: phase 0's writes) and when they hold consecutive rows (every later phase).
-__device__ __forceinline__ int wide_slab_unit(int row) { return row ^ ((row >> 3) & 7); }
+// The exchange slab's 16-byte unit of row `row`, columns 4h ... 4h + 3: a permutation inside each 128-byte line
+// under which the 8 lanes of a 16-byte phase fall in 8 different bank groups both when they hold rows 8t + m (rows
+// differing in bits 3 ... 5: phase 0's writes) and when they hold consecutive rows (every later phase).
+__device__ __forceinline__ int wide_slab_unit(int row, int h) {
+  return (2 * row + h) ^ ((((row >> 2) ^ (row >> 3)) & 1) | (((row >> 4) & 1) << 1) | (((row >> 5) & 1) << 2));
+}
+
+// The 8 values of T in raw (16 or 32 bytes) as floats.
+template <class T>
+__device__ __forceinline__ void convert8(const uint4* raw, float* v) {
+  const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+  for (int c = 0; c < kWideCols; ++c) v[c] = convert<float>(e[c]);
+}
 
 // The butterfly stage of register bit k (v[m] with bit k of m clear is the lower row): (a, b) <- (a + b, a − b).
 template <int K>
@@ -502,8 +508,8 @@ __device__ __forceinline__ constexpr int wide_base(int p) {
 
 // The row that v[m] of thread t holds in phase p is wide_thread_rows(p, t) | m << wide_base(p): bits base ...
 // base + 2 from m, the others from t in order. The swizzles are XORs of row bits, so a unit's index is the thread's
-// base unit XOR a constant of m (wide_slab_unit(r | m) = wide_slab_unit(r) ^ wide_slab_unit(m) for disjoint bits):
-// one operation per access, and no per-m addresses for the compiler to keep in registers.
+// base unit XOR a constant of (m, h) (wide_slab_unit(r | m, h) = wide_slab_unit(r, 0) ^ wide_slab_unit(m, h) for
+// disjoint bits): one operation per access, and no per-(m, h) addresses for the compiler to keep in registers.
 template <int N>
 __device__ __forceinline__ int wide_thread_rows(int p, int t) {
   const int b = wide_base<N>(p);
@@ -518,30 +524,27 @@ constexpr size_t wide_smem_bytes() {
 }
 
 template <class T, int N>
-__global__ void __launch_bounds__((1 << N) / 8, 4 << (kWideMaxLog - N))  // 1024 threads an SM: 64 registers
+__global__ void __launch_bounds__((1 << N) / 8, 2 << (kWideMaxLog - N))  // 512 threads an SM: 128 registers
     hla_project_wide_kernel(HlaOutput a, const T* __restrict__ x, int64_t sb, int64_t sl, int64_t tiles,
                             const __grid_constant__ HlaRows rows) {
   constexpr int n = 1 << N, kThreads = n / 8, kPhases = (N + 2) / 3;
-  constexpr int W = 2 * static_cast<int>(sizeof(T));  // 16-byte units of a thread's 8 rows of input
-  constexpr int kRow = kWideCols * static_cast<int>(sizeof(T));  // bytes of one row's input (8 or 16)
+  constexpr int U = static_cast<int>(sizeof(T)) / 2;  // 16-byte units of a row's 8 input values
   extern __shared__ uint4 smem[];
-  uint4* in = smem;                                              // kThreads·W units
-  float4* slab = reinterpret_cast<float4*>(smem + kThreads * W);  // n units of 4 floats
-  int16_t* inv = reinterpret_cast<int16_t*>(slab + n);
+  uint4* in = smem;                                       // n·U units
+  float4* slab = reinterpret_cast<float4*>(smem + n * U);  // n·8 floats
+  int16_t* inv = reinterpret_cast<int16_t*>(slab + 2 * n);
   const int t = static_cast<int>(threadIdx.x);
   const int64_t P = a.L / n, total = a.B * P * tiles;
 
   // the copies of tile j's rows 8t ... 8t + 7 (each thread copies the units it reads)
-  const int in_base = wide_in_base<W>(t);
+  const int in_base = wide_in_unit<U>(8 * t, 0);  // wide_in_unit(8t + m, h) = in_base ^ wide_in_unit(m, h)
   auto stage = [&](int64_t j) {
     const int64_t ti = j % tiles, p = (j / tiles) % P, b = j / (tiles * P);
     const T* src = x + b * sb + (p * n + 8 * t) * sl + ti * kWideCols;
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {  // row m: bytes kRow·m ... of the thread's units
-      void* dst = reinterpret_cast<char*>(in + (in_base ^ (kRow * m / 16))) + kRow * m % 16;
-      if constexpr (kRow == 16) cp_async16(dst, src + m * sl);
-      else cp_async_small<8>(dst, src + m * sl);
-    }
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int h = 0; h < U; ++h) cp_async16(in + (in_base ^ wide_in_unit<U>(m, h)), src + m * sl + h * (8 / U));
     cp_async_commit();
   };
   int64_t j = blockIdx.x;
@@ -556,15 +559,12 @@ __global__ void __launch_bounds__((1 << N) / 8, 4 << (kWideMaxLog - N))  // 1024
   for (; j < total; j += gridDim.x) {
     cp_async_wait(0);  // this thread's copies of tile j have landed
     float v[8][kWideCols];
-    {
-      uint4 raw[W];
 #pragma unroll
-      for (int k = 0; k < W; ++k) raw[k] = in[in_base ^ k];
-      const T* e = reinterpret_cast<const T*>(raw);
+    for (int m = 0; m < 8; ++m) {
+      uint4 raw[U];
 #pragma unroll
-      for (int m = 0; m < 8; ++m)
-#pragma unroll
-        for (int c = 0; c < kWideCols; ++c) v[m][c] = convert<float>(e[kWideCols * m + c]);
+      for (int h = 0; h < U; ++h) raw[h] = in[in_base ^ wide_in_unit<U>(m, h)];
+      convert8<T>(raw, v[m]);
     }
     __syncthreads();  // every thread has read the buffer (and the previous tile's slab)
     if (j + gridDim.x < total) stage(j + gridDim.x);  // lands while this tile computes
@@ -574,19 +574,24 @@ __global__ void __launch_bounds__((1 << N) / 8, 4 << (kWideMaxLog - N))  // 1024
 #pragma unroll
     for (int p = 1; p < kPhases; ++p) {
       if (p > 1) __syncthreads();  // the previous exchange's reads are done
-      const int wb = wide_slab_unit(wide_thread_rows<N>(p - 1, t)), rb = wide_slab_unit(wide_thread_rows<N>(p, t));
+      const int wb = wide_slab_unit(wide_thread_rows<N>(p - 1, t), 0), rb = wide_slab_unit(wide_thread_rows<N>(p, t), 0);
 #pragma unroll
       for (int m = 0; m < 8; ++m)
-        slab[wb ^ wide_slab_unit(m << wide_base<N>(p - 1))] = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          slab[wb ^ wide_slab_unit(m << wide_base<N>(p - 1), h)] =
+              make_float4(v[m][4 * h], v[m][4 * h + 1], v[m][4 * h + 2], v[m][4 * h + 3]);
       __syncthreads();
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const float4 e = slab[rb ^ wide_slab_unit(m << wide_base<N>(p))];
-        v[m][0] = e.x;
-        v[m][1] = e.y;
-        v[m][2] = e.z;
-        v[m][3] = e.w;
-      }
+      for (int m = 0; m < 8; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float4 e = slab[rb ^ wide_slab_unit(m << wide_base<N>(p), h)];
+          v[m][4 * h] = e.x;
+          v[m][4 * h + 1] = e.y;
+          v[m][4 * h + 2] = e.z;
+          v[m][4 * h + 3] = e.w;
+        }
       // the stages of row bits 3p ... 3p + 2 (below N): register bits 3p − base ... 2
       const int first = 3 * p - wide_base<N>(p);
       if (first <= 0) butterfly_bit<0>(v);
@@ -601,7 +606,9 @@ __global__ void __launch_bounds__((1 << N) / 8, 4 << (kWideMaxLog - N))  // 1024
     for (int m = 0; m < 8; ++m) {
       const int i = inv[out_rows | m << wide_base<N>(kPhases - 1)];
       if (i < 0) continue;
-      *reinterpret_cast<float4*>(o + i * a.K) = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
+      float4* dst = reinterpret_cast<float4*>(o + i * a.K);
+      dst[0] = make_float4(v[m][0], v[m][1], v[m][2], v[m][3]);
+      dst[1] = make_float4(v[m][4], v[m][5], v[m][6], v[m][7]);
 #pragma unroll
       for (int c = 0; c < kWideCols; ++c) amax = fmaxf(amax, fabsf(v[m][c]));
     }
@@ -610,11 +617,11 @@ __global__ void __launch_bounds__((1 << N) / 8, 4 << (kWideMaxLog - N))  // 1024
 }
 
 // Whether the wide kernel takes a strided projection (Note [HLA wide blocks]): rows layout, 256 <= n <= 2048,
-// 2- or 4-byte elements, unit column stride, C a multiple of 8, rows and samples 16-byte aligned.
+// 2- or 4-byte elements, unit column stride, C a multiple of 8 and every 8-column run 16-byte aligned.
 bool wide_applies(const HlaProjectArgs& a, const HlaGeometry& g) {
   const int64_t size = a.dtype == DType::f32 ? 4 : (a.dtype == DType::bf16 || a.dtype == DType::f16 ? 2 : 0);
   if (size == 0 || a.channels || a.slab_only || g.n_log < kWideMinLog || g.n_log > kWideMaxLog) return false;
-  if (a.sc != 1 || a.C % 8 != 0 || (a.sl * size) % 16 != 0 || (a.sb * size) % 16 != 0) return false;
+  if (a.sc != 1 || a.C % kWideCols != 0 || (a.sl * size) % 16 != 0 || (a.sb * size) % 16 != 0) return false;
   return reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
 }
 
