@@ -459,7 +459,9 @@ __global__ void __launch_bounds__(kHlaThreads)  // 64 registers (ptxas -v, sm_90
 // pipe, DRAM 18 %); the same with half the shuffles (a lane pair swaps half its values) and persistent blocks with
 // a cp.async double buffer (0.075 / 0.238; 24 % occupancy; its PTX has about 39 instructions a value, the shuffle
 // stages' selects and shuffles were the most); 32 rows × 2 columns a thread with one exchange (0.099 / 0.315:
-// latency-bound on its 4-byte loads); shuffles for two stages, then an exchange (0.105 / 0.339).
+// latency-bound on its 4-byte loads); shuffles for two stages, then an exchange (0.105 / 0.339); and these phases
+// on tiles of 4 columns (32 floats and 64 registers a thread, four blocks an SM, 8-byte cp.async rows for bf16;
+// git branch hla-4col): its bits passed test_gpu_grad_hla, but it took 0.149 / 0.535 ms, twice this kernel's time.
 constexpr int kWideCols = 8;
 constexpr int kWideMinLog = 8, kWideMaxLog = 11;
 
