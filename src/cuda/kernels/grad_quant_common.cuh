@@ -204,11 +204,12 @@ HT_DEV Level level_of(const GradQuantArgs& a, float m) {
 // registers then stay outside the loops (the item kernels keep their register counts).
 //
 // Note [Pass 2 in pass 3]
-// For one group (Workspace::fold_parts > 0: the tensor-wide scale of HLQ's W and of x̃), every pass-3 block
-// folds the parts' statistics itself with group_level, the code of pass 2 (quant_finalize_kernel), in blocks of
-// the same kThreads threads: the same combination order, so the same m, r and scale bit for bit (SAWB's double
-// sums included); block 0 stores them. Each block reads the parts once (at most 132 · 8 of them, from L2), which
-// costs less than a one-block launch between the passes (3.4 µs for W's 1056 parts on the H200, ncu).
+// For one group (Workspace::fold_parts > 0: the tensor-wide scale of HLQ's W and of x̃), every pass-3 block folds
+// the parts' statistics itself with group_level, the code of pass 2 (quant_finalize_kernel), in blocks of the same
+// kThreads threads: the same combination order, so the same m, r and scale bit for bit (SAWB's double sums
+// included); block 0 stores the scale (no later pass reads the workspace's m and r then). Each block reads the parts
+// once (at most 132 · 8 of them, from L2), which costs less than a one-block launch between the passes (3.4 µs for
+// W's 1056 parts on the H200, ncu).
 struct Pass3Levels {
   const float* m;  // per group: m, r = qmax / m, and the scale
   const float* r;
@@ -236,11 +237,7 @@ HT_DEV Pass3Levels pass3_levels(const GradQuantArgs& a, const Workspace& ws, Lev
                                                            : group_level<false>(a, ws, 0, ws.fold_parts, red);
     if (threadIdx.x == 0) {
       *smem = l;
-      if (blockIdx.x == 0) {
-        ws.m[0] = l.m;
-        ws.r[0] = l.r;
-        a.scale[0] = l.s;
-      }
+      if (blockIdx.x == 0) a.scale[0] = l.s;
     }
   } else if (threadIdx.x == 0) {
     *smem = level_of(a, *a.known_m);

@@ -576,7 +576,8 @@ __global__ void __launch_bounds__((1 << N) / 8, 2 << (kWideMaxLog - N))  // 512 
 #pragma unroll
     for (int p = 1; p < kPhases; ++p) {
       if (p > 1) __syncthreads();  // the previous exchange's reads are done
-      const int wb = wide_slab_unit(wide_thread_rows<N>(p - 1, t), 0), rb = wide_slab_unit(wide_thread_rows<N>(p, t), 0);
+      const int wb = wide_slab_unit(wide_thread_rows<N>(p - 1, t), 0);  // write and read bases
+      const int rb = wide_slab_unit(wide_thread_rows<N>(p, t), 0);
 #pragma unroll
       for (int m = 0; m < 8; ++m)
 #pragma unroll
@@ -629,8 +630,8 @@ bool wide_applies(const HlaProjectArgs& a, const HlaGeometry& g) {
 
 constinit LaunchCounter g_wide_launches;  // hla_wide_launches()
 
-// Blocks of hla_project_wide_kernel<T, N> resident at once on the device (occupancy × SMs, queried once, after
-// raising the kernel's dynamic shared memory limit to what it uses).
+// Blocks of hla_project_wide_kernel<T, N> resident at once on the device (queried once, after raising the
+// kernel's dynamic shared memory limit to what it uses); 0 if the query failed.
 template <class T, int N>
 int64_t wide_resident() {
   static const int64_t resident = [] {
@@ -638,11 +639,7 @@ int64_t wide_resident() {
     constexpr size_t smem = wide_smem_bytes<T, N>();
     if (smem > 48 * 1024)
       HT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    int per_sm = 0, dev = 0, sms = 0;
-    HT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (1 << N) / 8, smem));
-    HT_CUDA_CHECK(cudaGetDevice(&dev));
-    HT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
+    return cuda::resident_blocks(reinterpret_cast<const void*>(kernel), (1 << N) / 8, smem);
   }();
   return resident;
 }
@@ -653,7 +650,8 @@ void launch_wide(const HlaProjectArgs& a, const HlaOutput& o, const HlaRows& row
   auto go = [&](auto tag, auto nc) {
     using T = decltype(tag);
     constexpr int N = decltype(nc)::value;
-    const int64_t ctas = std::min(total, wide_resident<T, N>());  // persistent: each walks tiles gridDim.x apart
+    // persistent: each block walks the tiles gridDim.x apart (one block a tile if the occupancy query failed)
+    const int64_t resident = wide_resident<T, N>(), ctas = resident > 0 ? std::min(total, resident) : total;
     hla_project_wide_kernel<T, N><<<static_cast<unsigned>(ctas), (1 << N) / 8, wide_smem_bytes<T, N>(), stream>>>(
         o, static_cast<const T*>(a.x), a.sb, a.sl, tiles, rows);
     HT_CHECK_LAUNCH("hla_project (wide blocks)");

@@ -25,6 +25,19 @@ inline unsigned grid_for(int64_t work, int block = kBlock) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
+// Blocks of `kernel` (threads and dynamic shared memory per block as given) resident at once on the current device:
+// occupancy × SMs, for persistent grids; 0 when a query fails (the error is cleared, the caller picks a grid).
+inline int64_t resident_blocks(const void* kernel, int threads, size_t smem) {
+  int per_sm = 0, dev = 0, sms = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess ||
+      cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(per_sm) * sms;
+}
+
 }  // namespace ht::cuda
 
 #ifndef HT_CUDA_CHECK

@@ -230,14 +230,9 @@ __global__ void __launch_bounds__(kRowBlock, NP == 2 ? 2 : 1) norm_backward_cach
 template <class T, int NP>
 int64_t norm_bwd_resident() {
   static const int64_t n = [] {
-    int per_sm = 0, dev = 0, sms = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_backward_cached_kernel<T, NP>, kRowBlock, 0) !=
-            cudaSuccess ||
-        cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return int64_t{2 * 132};
-    }
-    return static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * (sms < 1 ? 1 : sms);
+    const int64_t r = cuda::resident_blocks(reinterpret_cast<const void*>(norm_backward_cached_kernel<T, NP>),
+                                            kRowBlock, 0);
+    return r > 0 ? r : int64_t{2 * 132};
   }();
   return n;
 }
