@@ -134,7 +134,8 @@ TEST_CASE("CUDA quantize: non-contiguous inputs, f16 / f64 / fp8 inputs, large b
 TEST_CASE("CUDA quantize of a transposed weight reads the weight in place", "[gpu][grad_quant]") {
   // Note [Quantiser of a transposed input]: x = Wᵀ of a dense bf16 / f16 (R, C) W, T = 16, one scale: every scale
   // rule, rounding and code dtype give the CPU's codes and scale and the dense copy's on CUDA, through the in-place
-  // path (its launch count); an f32 W and C % 8 != 0 take the general path (the dense copy) and agree too.
+  // path (its launch count); an f32 W and C % 8 != 0 take the general path (the dense copy) and agree too. R = 64
+  // and 256 put four lanes on a column group in pass 3, R = 96 two, R = 48 one.
   uint64_t seed = 700;
   struct Case {
     int64_t R, C;
@@ -144,6 +145,7 @@ TEST_CASE("CUDA quantize of a transposed weight reads the weight in place", "[gp
   const Case cases[] = {{64, 40, DType::bf16, true},
                         {256, 1024, DType::bf16, true},
                         {48, 24, DType::f16, true},
+                        {96, 520, DType::bf16, true},
                         {64, 40, DType::f32, false},
                         {32, 12, DType::bf16, false}};
   for (const Case& c : cases) {

@@ -578,6 +578,13 @@ __global__ void column_sums_kernel(const float* part, int64_t strips, int64_t C,
 // with the noise of its flat index (i0 + c)·R + o0 (two Philox blocks) and writes its 16 codes as one 16-byte
 // store there. So the levels, codes and scale are the general path's bit for bit, except that SAWB's double sums
 // are added in another order (Note [Bit-identical quantisation] step 3: the f32 rounding of α hides that).
+//
+// In pass 3, G adjacent lanes (G = 4 or 2, the largest dividing R / 16; else 1) take the same 8 columns of G
+// consecutive row tiles, so a column's G 16-byte stores are 16·G contiguous bytes of x: whole 32-byte sectors.
+// With one lane a column (G = 1) each store is half a sector at a stride of 8·R bytes (ncu on q_proj's W: 1.17
+// TB/s). Pass 3 also takes the tiles in reverse order: pass 1 read the last tiles last, so the first blocks of
+// pass 3 find them in L2 (q_proj's W is 32 MiB, the H200's L2 50 MiB). Which lane quantises a tile, and when,
+// changes nothing in its codes.
 template <class T>
 HT_DEV void load_wt_tile(const T* w, int64_t C, int64_t o0, int64_t i0, uint4 (&raw)[16]) {
   static_assert(sizeof(T) == 2, "a 16-byte load holds the 8 columns of a tile row for 2-byte elements only");
@@ -614,16 +621,19 @@ __global__ void __launch_bounds__(kThreads) quant_partial_wt_kernel(GradQuantArg
   store_partial<kSawb>(a, ws, blockIdx.x, st, 0.0f, smem);
 }
 
+// G lanes a column group (Note [Quantiser of a transposed input]): R / 16 is a multiple of G.
 template <class T, bool kSR>
 __global__ void __launch_bounds__(kThreads) quant_apply_wt_kernel(GradQuantArgs a, Workspace ws, int64_t R,
-                                                                  int64_t C) {
+                                                                  int64_t C, int G) {
   __shared__ Level known;
   const Pass3Levels lv = pass3_levels(a, ws, &known);
   const Level l{lv.m[0], lv.r[0], 0.0f};
   const T* w = static_cast<const T*>(a.x);
   const int64_t per_row = C / 8, tiles = R / 16 * per_row;
   for (int64_t t = thread_index(); t < tiles; t += thread_count()) {
-    const int64_t og = t / per_row, o0 = og * 16, i0 = (t - og * per_row) * 8;
+    const int64_t u = tiles - 1 - t;  // the tile, last first; tiles % G == 0, so u's group is G adjacent lanes'
+    const int64_t p = u / G, band = p / per_row;  // band: G row tiles, og = band·G + u % G
+    const int64_t o0 = (band * G + (u - p * G)) * 16, i0 = (p - band * per_row) * 8;
     uint4 raw[16];
     load_wt_tile(w, C, o0, i0, raw);
 #pragma unroll
@@ -757,8 +767,9 @@ void launch_apply_wt(const GradQuantArgs& a, const Workspace& ws, int64_t R, int
   visit_half_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     const unsigned grid = cuda::grid_for(R / 16 * (C / 8), kThreads);
-    if (a.stochastic) quant_apply_wt_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws, R, C);
-    else quant_apply_wt_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws, R, C);
+    const int G = R % 64 == 0 ? 4 : R % 32 == 0 ? 2 : 1;  // lanes a column group: R / 16 divisible by G
+    if (a.stochastic) quant_apply_wt_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws, R, C, G);
+    else quant_apply_wt_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws, R, C, G);
     HT_CHECK_LAUNCH("grad_quant_apply (transposed input)");
   });
 }
