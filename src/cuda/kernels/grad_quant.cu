@@ -252,7 +252,7 @@ namespace {
 gq::Geo transpose_geo(int64_t R, int64_t C) {
   gq::Geo g;
   g.groups = 1;
-  const int64_t tiles = R / 16 * (C / 8), per_block = 2 * gq::kThreads;
+  const int64_t tiles = R / 16 * (C / gq::kWtCols), per_block = 2 * gq::kThreads;
   g.parts = std::clamp<int64_t>((tiles + per_block - 1) / per_block, 1, 132 * 8);
   return g;
 }

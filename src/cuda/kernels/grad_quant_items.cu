@@ -572,46 +572,48 @@ __global__ void column_sums_kernel(const float* part, int64_t strips, int64_t C,
 // quantize() of x = Wᵀ, the transposed view of a dense (R, C) matrix W, with T = 16 along x's rows and one scale
 // per tensor: HLQ's W operand of g_x ((I, O) = Wᵀ of the (O, I) weight). The general path has the glue copy Wᵀ
 // into a dense (C, R) buffer and the two-pass kernels read that copy twice; here passes 1 and 3 read W itself, in
-// tiles of 16 rows × 8 columns (sixteen 16-byte loads along W's rows; a warp reads 512-byte runs). Column c of a tile
-// at (o0, i0) is one Hadamard block of x, the elements (i0 + c, o0 ... o0 + 15), rotated by the same butterfly
+// tiles of 16 rows × kWtCols = 4 columns (sixteen 8-byte loads along W's rows). Column c of a tile at (o0, i0) is
+// one Hadamard block of x, the elements (i0 + c, o0 ... o0 + 15), rotated by the same butterfly
 // (butterfly_stages<16>: h = 1, 2, 4, 8 in order); pass 1 adds its statistics in index order, pass 3 quantises it
 // with the noise of its flat index (i0 + c)·R + o0 (two Philox blocks) and writes its 16 codes as one 16-byte
 // store there. So the levels, codes and scale are the general path's bit for bit, except that SAWB's double sums
 // are added in another order (Note [Bit-identical quantisation] step 3: the f32 rounding of α hides that).
 //
-// In pass 3, G adjacent lanes (G = 4 or 2, the largest dividing R / 16; else 1) take the same 8 columns of G
-// consecutive row tiles, so a column's G 16-byte stores are 16·G contiguous bytes of x: whole 32-byte sectors.
-// With one lane a column (G = 1) each store is half a sector at a stride of 8·R bytes (ncu on q_proj's W: 1.17
-// TB/s). Pass 3 also takes the tiles in reverse order: pass 1 read the last tiles last, so the first blocks of
-// pass 3 find them in L2 (q_proj's W is 32 MiB, the H200's L2 50 MiB). Which lane quantises a tile, and when,
-// changes nothing in its codes.
+// The tile's width sets the registers: tiles of 8 columns (sixteen 16-byte loads, 64 registers of raw values) ran
+// both passes at two blocks an SM (111 registers in pass 3; ncu on q_proj's W at the H200: 22 % occupancy, pass 1
+// 18 µs at 1.9 TB/s, pass 3 36 µs at 1.0 TB/s, neither bound by memory nor by issue). In pass 3, G adjacent lanes
+// (G = 4 or 2, the largest dividing R / 16; else 1) take the same columns of G consecutive row tiles, so a
+// column's G 16-byte code stores are 16·G contiguous bytes of x, whole 32-byte sectors, and the tiles run in
+// reverse order: pass 1 read the last tiles last, so the first blocks of pass 3 find them in L2 (q_proj's W is 32
+// MiB, the H200's L2 50 MiB). Which lane quantises a tile, and when, changes nothing in its codes.
+
 template <class T>
-HT_DEV void load_wt_tile(const T* w, int64_t C, int64_t o0, int64_t i0, uint4 (&raw)[16]) {
-  static_assert(sizeof(T) == 2, "a 16-byte load holds the 8 columns of a tile row for 2-byte elements only");
+HT_DEV void load_wt_tile(const T* w, int64_t C, int64_t o0, int64_t i0, uint2 (&raw)[16]) {
+  static_assert(sizeof(T) == 2, "an 8-byte load holds the 4 columns of a tile row for 2-byte elements only");
 #pragma unroll
-  for (int r = 0; r < 16; ++r) raw[r] = __ldg(reinterpret_cast<const uint4*>(w + (o0 + r) * C + i0));
+  for (int r = 0; r < 16; ++r) raw[r] = __ldg(reinterpret_cast<const uint2*>(w + (o0 + r) * C + i0));
 }
 
 // Column c of the tile as floats: x's Hadamard block (i0 + c, o0 ... o0 + 15).
 template <class T>
-HT_DEV void wt_column(const uint4 (&raw)[16], int c, float v[16]) {
+HT_DEV void wt_column(const uint2 (&raw)[16], int c, float v[16]) {
 #pragma unroll
   for (int r = 0; r < 16; ++r) v[r] = static_cast<float>(reinterpret_cast<const T*>(&raw[r])[c]);
 }
 
 template <class T, bool kSawb>
-__global__ void __launch_bounds__(kThreads) quant_partial_wt_kernel(GradQuantArgs a, Workspace ws, int64_t R,
+__global__ void __launch_bounds__(kThreads, 4) quant_partial_wt_kernel(GradQuantArgs a, Workspace ws, int64_t R,
                                                                     int64_t C) {
   __shared__ Stats smem[kThreads / 32];
   const T* w = static_cast<const T*>(a.x);
-  const int64_t per_row = C / 8, tiles = R / 16 * per_row;
+  const int64_t per_row = C / kWtCols, tiles = R / 16 * per_row;
   Stats st{0.0f, 0.0, 0.0};
   for (int64_t t = thread_index(); t < tiles; t += thread_count()) {
     const int64_t og = t / per_row;
-    uint4 raw[16];
-    load_wt_tile(w, C, og * 16, (t - og * per_row) * 8, raw);
+    uint2 raw[16];
+    load_wt_tile(w, C, og * 16, (t - og * per_row) * kWtCols, raw);
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
+    for (int c = 0; c < kWtCols; ++c) {
       float v[16];
       wt_column<T>(raw, c, v);
       butterfly_stages<16>(v, 16);
@@ -623,21 +625,21 @@ __global__ void __launch_bounds__(kThreads) quant_partial_wt_kernel(GradQuantArg
 
 // G lanes a column group (Note [Quantiser of a transposed input]): R / 16 is a multiple of G.
 template <class T, bool kSR>
-__global__ void __launch_bounds__(kThreads) quant_apply_wt_kernel(GradQuantArgs a, Workspace ws, int64_t R,
+__global__ void __launch_bounds__(kThreads, 4) quant_apply_wt_kernel(GradQuantArgs a, Workspace ws, int64_t R,
                                                                   int64_t C, int G) {
   __shared__ Level known;
   const Pass3Levels lv = pass3_levels(a, ws, &known);
   const Level l{lv.m[0], lv.r[0], 0.0f};
   const T* w = static_cast<const T*>(a.x);
-  const int64_t per_row = C / 8, tiles = R / 16 * per_row;
+  const int64_t per_row = C / kWtCols, tiles = R / 16 * per_row;
   for (int64_t t = thread_index(); t < tiles; t += thread_count()) {
     const int64_t u = tiles - 1 - t;  // the tile, last first; tiles % G == 0, so u's group is G adjacent lanes'
     const int64_t p = u / G, band = p / per_row;  // band: G row tiles, og = band·G + u % G
-    const int64_t o0 = (band * G + (u - p * G)) * 16, i0 = (p - band * per_row) * 8;
-    uint4 raw[16];
+    const int64_t o0 = (band * G + (u - p * G)) * 16, i0 = (p - band * per_row) * kWtCols;
+    uint2 raw[16];
     load_wt_tile(w, C, o0, i0, raw);
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
+    for (int c = 0; c < kWtCols; ++c) {
       float v[16];
       wt_column<T>(raw, c, v);
       butterfly_stages<16>(v, 16);
@@ -766,7 +768,7 @@ void launch_partial_wt(const GradQuantArgs& a, const Geo& g, const Workspace& ws
 void launch_apply_wt(const GradQuantArgs& a, const Workspace& ws, int64_t R, int64_t C, cudaStream_t stream) {
   visit_half_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const unsigned grid = cuda::grid_for(R / 16 * (C / 8), kThreads);
+    const unsigned grid = cuda::grid_for(R / 16 * (C / kWtCols), kThreads);
     const int G = R % 64 == 0 ? 4 : R % 32 == 0 ? 2 : 1;  // lanes a column group: R / 16 divisible by G
     if (a.stochastic) quant_apply_wt_kernel<T, true><<<grid, kThreads, 0, stream>>>(a, ws, R, C, G);
     else quant_apply_wt_kernel<T, false><<<grid, kThreads, 0, stream>>>(a, ws, R, C, G);

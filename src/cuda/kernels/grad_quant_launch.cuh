@@ -97,7 +97,8 @@ void launch_fused_items(const GradQuantArgs& a, const Geo& g, cudaStream_t strea
 void launch_partial_items(const GradQuantArgs& a, const Geo& g, const Workspace& ws, cudaStream_t stream);
 void launch_apply_items(const GradQuantArgs& a, const Workspace& ws, cudaStream_t stream);
 // Passes 1 and 3 of a quantisation of x = Wᵀ read from W (R, C) dense (Note [Quantiser of a transposed input]);
-// pass 1 runs g.parts blocks.
+// pass 1 runs g.parts blocks. Both read tiles of 16 rows × kWtCols columns of W, one a thread.
+constexpr int kWtCols = 4;
 void launch_partial_wt(const GradQuantArgs& a, const Geo& g, const Workspace& ws, int64_t R, int64_t C,
                        cudaStream_t stream);
 void launch_apply_wt(const GradQuantArgs& a, const Workspace& ws, int64_t R, int64_t C, cudaStream_t stream);
