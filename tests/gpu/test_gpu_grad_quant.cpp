@@ -131,6 +131,44 @@ TEST_CASE("CUDA quantize: non-contiguous inputs, f16 / f64 / fp8 inputs, large b
   check_all_specs(one, one.to(test::kCuda), {1, 4, 16});
 }
 
+TEST_CASE("CUDA codes of ties, signed zeros, NaN and inf equal the CPU's", "[gpu][grad_quant]") {
+  // Note [Signed nearest levels]: with T = 1 and m = 7 (4 bits: r = 1) the levels are the values themselves, so
+  // row 0 puts exact ties (±0.5, ±1.5, ±2.5, ±6.5), small negatives (level −0) and ±0 before the rounding; row 1
+  // has an infinite element (m = inf, r = 0: NaN for that element, −0 for the negative ones), row 2 a NaN (no
+  // effect on m; its clamp gives −m), row 3 zeros (m = 0). 64 columns: the fused item kernel; 20000: two passes
+  // with the item apply kernel. T = 16 rotates the same rows. int8 and e4m3 codes, 4 and 8 bits, both roundings.
+  const float pattern[] = {7.0f,  -7.0f, 0.5f, -0.5f, 1.5f,  -1.5f, 2.5f,  -2.5f, 6.5f,  -6.5f, -0.25f,
+                           0.25f, 0.0f,  -0.0f, 3.5f, -3.5f, 4.49f, -4.51f, 5.5f, -5.5f, -0.5f, 0.5f};
+  constexpr int kPattern = sizeof(pattern) / sizeof(pattern[0]);
+  for (int64_t cols : {int64_t{64}, int64_t{20000}}) {
+    std::vector<float> v(static_cast<std::size_t>(4 * cols), 0.0f);
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t c = 0; c < cols; ++c) v[static_cast<std::size_t>(r * cols + c)] = pattern[c % kPattern];
+    v[static_cast<std::size_t>(cols + 5)] = std::numeric_limits<float>::infinity();
+    v[static_cast<std::size_t>(2 * cols + 6)] = std::numeric_limits<float>::quiet_NaN();
+    for (DType in : {DType::f32, DType::bf16}) {
+      const Tensor x = from_vector(v, {4, cols}, {DType::f32}).to(in);
+      const Tensor xg = x.to(test::kCuda);
+      for (int64_t block : {int64_t{1}, int64_t{16}})
+        for (Granularity g : {Granularity::row, Granularity::tensor})
+          for (Rounding r : {Rounding::nearest, Rounding::stochastic})
+            for (DType vdt : {DType::i8, DType::f8e4m3})
+              for (int bits : {4, 8}) {
+                if (vdt == DType::f8e4m3 && bits > 5) continue;
+                QuantSpec spec;
+                spec.bits = bits;
+                spec.granularity = g;
+                spec.rounding = r;
+                spec.hadamard_block = block;
+                spec.noise = {0x5eedull, 0x99ull};
+                spec.values_dtype = vdt;
+                CAPTURE(cols, dtype_name(in), block, name_of(g), r == Rounding::stochastic, dtype_name(vdt), bits);
+                CHECK(same_bits(quantize_poisoned(xg, spec), quantize(x, spec)) == "");
+              }
+    }
+  }
+}
+
 TEST_CASE("CUDA quantize of a transposed weight reads the weight in place", "[gpu][grad_quant]") {
   // Note [Quantiser of a transposed input]: x = Wᵀ of a dense bf16 / f16 (R, C) W, T = 16, one scale: every scale
   // rule, rounding and code dtype give the CPU's codes and scale and the dense copy's on CUDA, through the in-place

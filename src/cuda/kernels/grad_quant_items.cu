@@ -92,11 +92,20 @@ HT_DEV uint32_t e4m3x4(float q0, float q1, float q2, float q3) {
 }
 #endif
 
+// Note [Signed nearest levels]
+// uniform_code rounds to nearest as q = min(rint(|v|), qmax) with v's sign, v = clamp(x, −m, m)·r. The item path
+// computes the same code from the signed value: clamp(v, −qmax, qmax), rounded (rint, or __float2int_rn for int8
+// codes). Rounding to nearest even is symmetric, and for an integer qmax clamping before or after rounding gives
+// the same integer; a NaN v gives +qmax both ways (fminf returns the other operand), and level 0 is +0 (the
+// e4m3 path adds +0, so −0 from rint becomes +0; the int8 path converts to the integer 0). About half
+// uniform_code's instructions per element: no sign test and select, and the hardware's conversion to e4m3 in
+// pairs.
+//
 // The 8 codes of one item (elements base .. base + 7, base a multiple of 8) as two little-endian words.
 template <bool kSR, bool kFp8>
 HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l, const GradQuantArgs& a) {
-  uint32_t c[kItem];
-  if (kSR) {
+  uint32_t c[kItem] = {};  // set on every path that reaches the packing below
+  if constexpr (kSR) {
     uint32_t w[4];
     sr_block32(a.seed, noise_stream(a), static_cast<uint64_t>(base) >> 3, w);
     const uint32_t cap = kMagicBits + static_cast<uint32_t>(a.qmax);
@@ -112,10 +121,23 @@ HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l
 #pragma unroll
       for (int k = 0; k < kItem; ++k) c[k] = sr_code<kFp8>(v[k], l, cap, ht::grad::sr_bits(w, k));
     }
-  } else {
+  } else {  // round to nearest: the signed level (Note [Signed nearest levels]), then one conversion
     const float qmaxf = static_cast<float>(a.qmax);
+    float q[kItem];
 #pragma unroll
-    for (int k = 0; k < kItem; ++k) c[k] = uniform_code(v[k], l, qmaxf, false, kFp8, 0u);
+    for (int k = 0; k < kItem; ++k) q[k] = fmaxf(fminf(__fmul_rn(fminf(fmaxf(v[k], -l.m), l.m), l.r), qmaxf), -qmaxf);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int k = 0; k < kItem; ++k) q[k] = __fadd_rn(rintf(q[k]), 0.0f);  // −0 + 0 = +0: code 0 for level 0
+      return make_uint2(e4m3x4(q[0], q[1], q[2], q[3]), e4m3x4(q[4], q[5], q[6], q[7]));
+    } else  // NOLINT(readability/braces): the block below is the else branch
+#endif
+    {
+#pragma unroll
+      for (int k = 0; k < kItem; ++k)
+        c[k] = kFp8 ? uniform_code(v[k], l, qmaxf, false, true, 0u) : static_cast<uint32_t>(__float2int_rn(q[k]));
+    }
   }
   return make_uint2(pack4(c[0], c[1], c[2], c[3]), pack4(c[4], c[5], c[6], c[7]));
 }
