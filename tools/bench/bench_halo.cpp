@@ -2,8 +2,8 @@
 // 2048), or the Llama-3.2-1B ones at 16384 tokens (8 of 2048: bench_llama's batch), forward + backward of one Linear (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs),
 // HALO levels 0 / 1 / 2 with the int8 and fp8 carriers, and HLQ (exact forward, quantised backward). Each case is
 // recorded into a step graph (after 3 eager warm-ups that create and tune the GEMM plans) and replayed: the
-// forward alone (with what it saves) and the forward followed by the backward; the median of 20 replays each, the
-// backward the difference. Prints one JSON line per case in the "kernels" format of docs/results/ (merge with
+// forward alone (with what it saves) and the forward followed by the backward; the median of 30 replays each,
+// every graph of a layer replayed in turn (round_robin_ms), the backward the difference. Prints one JSON line per case in the "kernels" format of docs/results/ (merge with
 // `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,16 +58,48 @@ struct Variant {
   grad::PipelineSpec spec;
 };
 
-double graph_ms(const std::function<void()>& body) {
-  cuda::StepGraph graph(0);
-  cuda::StreamGuard on(graph.stream(), 0);
+// body recorded into a step graph after 3 eager warm-ups; null (with the reason on stderr) if the recording is refused.
+std::unique_ptr<cuda::StepGraph> record_graph(const std::function<void()>& body) {
+  auto graph = std::make_unique<cuda::StepGraph>(0);
+  cuda::StreamGuard on(graph->stream(), 0);
   for (int i = 0; i < 3; ++i) body();
   cudaDeviceSynchronize();
-  if (const std::string why = graph.record(body); !why.empty()) {
+  if (const std::string why = graph->record(body); !why.empty()) {
     std::fprintf(stderr, "step graph refused: %s\n", why.c_str());
-    return std::nan("");
+    return nullptr;
   }
-  return bench::median_ms_on(graph.stream(), [&] { graph.replay(); });
+  return graph;
+}
+
+// The median replay time of each graph (NaN for a null one), replayed in turns: kRounds rounds after 3 untimed
+// ones, each replaying every graph once between two events on its stream. Taking turns puts every case of a layer
+// under the same clocks and temperature, so a drift during the call moves all of them alike instead of favouring
+// whichever ran first.
+std::vector<double> round_robin_ms(const std::vector<cuda::StepGraph*>& graphs) {
+  constexpr int kRounds = 30;
+  cudaEvent_t a = nullptr, b = nullptr;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<std::vector<double>> ms(graphs.size());
+  for (int round = -3; round < kRounds; ++round)
+    for (std::size_t i = 0; i < graphs.size(); ++i) {
+      if (!graphs[i]) continue;
+      cudaEventRecord(a, graphs[i]->stream());
+      graphs[i]->replay();
+      cudaEventRecord(b, graphs[i]->stream());
+      cudaEventSynchronize(b);
+      float t = 0;
+      cudaEventElapsedTime(&t, a, b);
+      if (round >= 0) ms[i].push_back(t);
+    }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::vector<double> out;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    out.push_back(v.empty() ? std::nan("") : v[v.size() / 2]);
+  }
+  return out;
 }
 
 std::string json_escape(const std::string& s) {
@@ -241,49 +274,75 @@ int main(int argc, char** argv) {
     const Tensor w = mul(randn({l.O, l.I}, gen, {DType::f32, dev}), 0.02).to(DType::bf16);
     const Tensor g = mul(randn({B, L, l.O}, gen, {DType::f32, dev}), 1e-3).to(DType::bf16);
     if (kernels) print_kernels(reshape(x, {B * L, l.I}), w, reshape(g, {B * L, l.O}), l.name, commit);
-    double base_total = 0, base_fwd = 0, base_bwd = 0;
+    // Every case of the layer is set up, timed eagerly and recorded first; then all its graphs replay in turns.
+    struct Case {
+      const Variant* v = nullptr;
+      std::shared_ptr<grad::Pipeline> p;
+      grad::StepClock clock;
+      grad::NoiseKey key;
+      double first = 0, eager = 0;
+      std::unique_ptr<cuda::StepGraph> fwd, total;
+      void run(const Tensor& x, const Tensor& w, const Tensor& g, bool with_backward) {
+        grad::ForwardResult f = p->forward(x, w, grad::ProductInfo{}, key, grad::SaveForBackward::yes);
+        if (with_backward) (void)p->backward(*f.saved, g, {true, true});
+      }
+    };
+    std::vector<std::unique_ptr<Case>> cases;
     for (const Variant& v : variants) {
-      if (base_total != 0 && v.label.find(variant_filter) == std::string::npos) continue;
-      auto p = grad::make_pipeline(v.spec);
-      const grad::ProductInfo info;
+      if (!cases.empty() && v.label.find(variant_filter) == std::string::npos) continue;
+      auto c = std::make_unique<Case>();
+      c->v = &v;
+      c->p = grad::make_pipeline(v.spec);
       // A pipeline that draws stochastic-rounding noise (HLQ) reads the step from the device, as a trained model's
       // layers do (nn::bind_pipelines and bench_train): a host step would be baked into the recording, which
       // the step graph refuses (Note [Step graphs]).
-      grad::StepClock clock;
-      if (p->draws_noise()) {
-        clock.keep_on_device(dev);
-        clock.set(1);
+      if (c->p->draws_noise()) {
+        c->clock.keep_on_device(dev);
+        c->clock.set(1);
       }
-      const grad::NoiseKey key{1, 0, 1,
-                               clock.word.defined() ? static_cast<const int64_t*>(clock.word.data_ptr()) : nullptr};
-      auto run = [&](bool with_backward) {
-        grad::ForwardResult f = p->forward(x, w, info, key, grad::SaveForBackward::yes);
-        if (with_backward) (void)p->backward(*f.saved, g, {true, true});
-      };
+      c->key = grad::NoiseKey{1, 0, 1,
+                              c->clock.word.defined() ? static_cast<const int64_t*>(c->clock.word.data_ptr()) : nullptr};
+      Case& k = *c;
       const auto t0 = std::chrono::steady_clock::now();
-      run(true);
+      k.run(x, w, g, true);
       cudaDeviceSynchronize();
-      const double first = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const double eager = bench::median_ms([&] { run(true); }, 2, 10);
-      const double fwd = graph_ms([&] { run(false); });
-      const double total = graph_ms([&] { run(true); });
-      const double bwd = total - fwd;
-      if (base_total == 0) base_total = total, base_fwd = fwd, base_bwd = bwd;
+      k.first = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      k.eager = bench::median_ms([&] { k.run(x, w, g, true); }, 2, 10);
+      k.fwd = record_graph([&] { k.run(x, w, g, false); });
+      k.total = record_graph([&] { k.run(x, w, g, true); });
+      cases.push_back(std::move(c));
+    }
+    std::vector<cuda::StepGraph*> graphs;
+    for (const auto& c : cases) {
+      graphs.push_back(c->fwd.get());
+      graphs.push_back(c->total.get());
+    }
+    const std::vector<double> ms = round_robin_ms(graphs);
+    const double base_fwd = ms[0], base_total = ms[1], base_bwd = base_total - base_fwd;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      Case& k = *cases[i];
+      const Variant& v = *k.v;
+      const double fwd = ms[2 * i], total = ms[2 * i + 1], bwd = total - fwd;
       std::printf(
           "{\"area\": \"kernels\", \"group\": \"%s\", \"name\": \"%s, %s, "
           "forward + backward\", \"metric\": \"ms\", \"ours\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
           "\"eager_ms\": %.4f, \"first_call_ms\": %.1f, "
           "\"speedup_vs_exact_bf16\": %.3f, \"forward_speedup\": %.3f, \"backward_speedup\": %.3f, \"pipeline\": \"%s\", "
           "\"date\": \"%s\", \"commit\": \"%s\", \"machine\": \"%s\", \"command\": \"%s\"}\n",
-          group.c_str(), l.name, v.label.c_str(), total, fwd, bwd, eager, first, base_total / total, base_fwd / fwd,
+          group.c_str(), l.name, v.label.c_str(), total, fwd, bwd, k.eager, k.first, base_total / total, base_fwd / fwd,
           base_bwd / bwd,
           json_escape(grad::describe(v.spec)).c_str(), date, commit.c_str(), json_escape(machine).c_str(),
           json_escape(command).c_str());
       std::fflush(stdout);
-      if (phases && v.spec.name == "halo") print_phases([&] { run(true); }, l.name, v.label, commit);
-      if (phases && v.spec.name == "hlq") {  // HLQ marks its phases through grad::mark_phase (Note [Phase marks])
+    }
+    graphs.clear();
+    for (auto& c : cases) c->fwd.reset(), c->total.reset();  // their memory pools, before the eager phase runs
+    for (auto& c : cases) {
+      Case& k = *c;
+      if (phases && k.v->spec.name == "halo") print_phases([&] { k.run(x, w, g, true); }, l.name, k.v->label, commit);
+      if (phases && k.v->spec.name == "hlq") {  // HLQ marks its phases through grad::mark_phase (Note [Phase marks])
         bench::PhaseTimer timer;
-        timer.run_and_print((std::string(l.name) + ", hlq").c_str(), [&] { run(true); }, 5, stderr);
+        timer.run_and_print((std::string(l.name) + ", hlq").c_str(), [&] { k.run(x, w, g, true); }, 5, stderr);
       }
     }
   }
