@@ -602,12 +602,16 @@ __global__ void column_sums_kernel(const float* part, int64_t strips, int64_t C,
 // are added in another order (Note [Bit-identical quantisation] step 3: the f32 rounding of α hides that).
 //
 // The tile's width sets the registers: tiles of 8 columns (sixteen 16-byte loads, 64 registers of raw values) ran
-// both passes at two blocks an SM (111 registers in pass 3; ncu on q_proj's W at the H200: 22 % occupancy, pass 1
-// 18 µs at 1.9 TB/s, pass 3 36 µs at 1.0 TB/s, neither bound by memory nor by issue). In pass 3, G adjacent lanes
-// (G = 4 or 2, the largest dividing R / 16; else 1) take the same columns of G consecutive row tiles, so a
-// column's G 16-byte code stores are 16·G contiguous bytes of x, whole 32-byte sectors, and the tiles run in
-// reverse order: pass 1 read the last tiles last, so the first blocks of pass 3 find them in L2 (q_proj's W is 32
-// MiB, the H200's L2 50 MiB). Which lane quantises a tile, and when, changes nothing in its codes.
+// both passes at two blocks an SM (111 registers in pass 3; ncu on q_proj's W at the H200, at ncu's fixed clocks:
+// 22 % occupancy, pass 1 18 µs at 1.9 TB/s, pass 3 36 µs at 1.0 TB/s); tiles of 4 run four blocks an SM (64
+// registers): pass 3 33 µs, and 24 µs with the codes of Note [Signed nearest levels], which shows pass 3 bound by
+// its instructions per element. Pass 1 stays at 17–18 µs: it adds SAWB's sums in f64 (a conversion and three f64
+// operations per element, Note [Bit-identical quantisation] step 3). In pass 3, G adjacent lanes (G = 4 or 2, the
+// largest dividing R / 16; else 1) take the same columns of G consecutive row tiles, so a column's G 16-byte code
+// stores are 16·G contiguous bytes of x, whole 32-byte sectors (on 8-column tiles this alone did not move pass 3:
+// 36 µs either way), and the tiles run in reverse order: pass 1 read the last tiles last, so the first blocks of
+// pass 3 find them in L2 (q_proj's W is 32 MiB, the H200's L2 50 MiB; ncu: 37 % L2 hits in pass 3, 2 % in pass 1).
+// Which lane quantises a tile, and when, changes nothing in its codes.
 
 template <class T>
 HT_DEV void load_wt_tile(const T* w, int64_t C, int64_t o0, int64_t i0, uint2 (&raw)[16]) {
