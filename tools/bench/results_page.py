@@ -485,8 +485,7 @@ LAYER_GROUPS = ("HALO per layer", "HLQ per layer")
 def halo_layers(recs, notes):
     """The per-layer HALO / HLQ records, one table per group (model shape), one row per layer and call: each
     variant's forward + backward time and its speed against exact bf16 of the same layer and call (records named
-    "LAYER, VARIANT, forward + backward"); where the group has HLQ's backward times, a second row per layer with
-    those."""
+    "LAYER, VARIANT, forward + backward"); where the group has HLQ's backward times, columns with those too."""
     out = []
     for n, g in enumerate(dict.fromkeys(r["group"] for r in recs)):
         out += halo_group([r for r in recs if r["group"] == g], notes, first=n == 0)
@@ -507,8 +506,8 @@ def halo_group(recs, notes, first):
     rows = []
     for (layer, _), by in layers.items():
         exact = by.get("exact bf16")
+        cells = []
         for key, what in timed:
-            cells = []
             for v in variants:
                 r = by.get(v)
                 if r is None or key not in r:
@@ -517,17 +516,18 @@ def halo_group(recs, notes, first):
                     cells.append(num(r[key], 3))
                 else:
                     cells.append(f"{num(r[key], 3)} ({exact[key] / r[key]:.2f}×)")
-            rows.append([layer] + ([what] if len(timed) > 1 else []) + cells +
-                        [measured(next(iter(by.values())), notes)])
+        rows.append([layer] + cells + [measured(next(iter(by.values())), notes)])
     text = (f"{recs[0]['group']}: forward + backward in ms and, in brackets, the speed against exact bf16 of the "
             "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant "
             "(from `79e9941` on, a layer's graphs replay in turns, 30 rounds; before, each variant's 20 replays ran "
             "one after another, exact bf16 first)."
             if first else f"{recs[0]['group']}, timed as above.")
     if len(timed) > 1:
-        text += (" The backward rows: the forward + backward graph's time less the forward graph's (which includes "
-                 "what the forward saves: HLQ's ACBP, HALO's quantised operands), in brackets against exact bf16's backward.")
-    head = ["layer"] + (["timed"] if len(timed) > 1 else []) + variants + ["measured"]
+        text += (" The backward columns: the forward + backward graph's time less the forward graph's (which "
+                 "includes what the forward saves: HLQ's ACBP, HALO's quantised operands), in brackets against exact "
+                 "bf16's backward.")
+    head = ["layer"] + ([f"{v}, {what}" for _, what in timed for v in variants] if len(timed) > 1 else variants) + \
+        ["measured"]
     return ["", text, ""] + table(head, rows)
 
 
