@@ -136,7 +136,8 @@ TEST_CASE("CUDA codes of ties, signed zeros, NaN and inf equal the CPU's", "[gpu
   // row 0 puts exact ties (±0.5, ±1.5, ±2.5, ±6.5), small negatives (level −0) and ±0 before the rounding; row 1
   // has an infinite element (m = inf, r = 0: NaN for that element, −0 for the negative ones), row 2 a NaN (no
   // effect on m; its clamp gives −m), row 3 zeros (m = 0). 64 columns: the fused item kernel; 20000: two passes
-  // with the item apply kernel. T = 16 rotates the same rows. int8 and e4m3 codes, 4 and 8 bits, both roundings.
+  // with the item apply kernel. T = 16 rotates the same rows. int8 and e4m3 codes, 4 and 8 bits, both roundings;
+  // with T = 1 and one scale also into transposed values (the strip kernel).
   const float pattern[] = {7.0f,  -7.0f, 0.5f, -0.5f, 1.5f,  -1.5f, 2.5f,  -2.5f, 6.5f,  -6.5f, -0.25f,
                            0.25f, 0.0f,  -0.0f, 3.5f, -3.5f, 4.49f, -4.51f, 5.5f, -5.5f, -0.5f, 0.5f};
   constexpr int kPattern = sizeof(pattern) / sizeof(pattern[0]);
@@ -164,6 +165,10 @@ TEST_CASE("CUDA codes of ties, signed zeros, NaN and inf equal the CPU's", "[gpu
                 spec.values_dtype = vdt;
                 CAPTURE(cols, dtype_name(in), block, name_of(g), r == Rounding::stochastic, dtype_name(vdt), bits);
                 CHECK(same_bits(quantize_poisoned(xg, spec), quantize(x, spec)) == "");
+                if (block == 1 && g == Granularity::tensor) {  // transposed values: the strip kernel's codes
+                  spec.layout = ValuesLayout::transposed;
+                  CHECK(same_bits(quantize_poisoned(xg, spec), quantize(x, spec)) == "");
+                }
               }
     }
   }

@@ -93,14 +93,20 @@ HT_DEV uint32_t e4m3x4(float q0, float q1, float q2, float q3) {
 #endif
 
 // Note [Signed nearest levels]
-// uniform_code rounds to nearest as q = min(rint(|v|), qmax) with v's sign, v = clamp(x, −m, m)·r. The item path
-// computes the same code from the signed value: clamp(v, −qmax, qmax), rounded (rint, or __float2int_rn for int8
+// uniform_code rounds to nearest as q = min(rint(|v|), qmax) with v's sign, v = clamp(x, −m, m)·r. The item
+// kernels (quant_item_codes; the transposed kernels' int8 codes, ItemCoder) compute the same code from the signed
+// value: clamp(v, −qmax, qmax), rounded (rint, or __float2int_rn for int8
 // codes). Rounding to nearest even is symmetric, and for an integer qmax clamping before or after rounding gives
 // the same integer; a NaN v gives +qmax both ways (fminf returns the other operand), and level 0 is +0 (the
 // e4m3 path adds +0, so −0 from rint becomes +0; the int8 path converts to the integer 0). About half
 // uniform_code's instructions per element: no sign test and select, and the hardware's conversion to e4m3 in
 // pairs.
-//
+
+// Note [Signed nearest levels]'s value before its rounding: clamp(clamp(x, −m, m)·r, −qmax, qmax).
+HT_DEV float nearest_clamped(float x, const Level& l, float qmaxf) {
+  return fmaxf(fminf(__fmul_rn(fminf(fmaxf(x, -l.m), l.m), l.r), qmaxf), -qmaxf);
+}
+
 // The 8 codes of one item (elements base .. base + 7, base a multiple of 8) as two little-endian words.
 template <bool kSR, bool kFp8>
 HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l, const GradQuantArgs& a) {
@@ -125,7 +131,7 @@ HT_DEV uint2 quant_item_codes(const float v[kItem], int64_t base, const Level& l
     const float qmaxf = static_cast<float>(a.qmax);
     float q[kItem];
 #pragma unroll
-    for (int k = 0; k < kItem; ++k) q[k] = fmaxf(fminf(__fmul_rn(fminf(fmaxf(v[k], -l.m), l.m), l.r), qmaxf), -qmaxf);
+    for (int k = 0; k < kItem; ++k) q[k] = nearest_clamped(v[k], l, qmaxf);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     if constexpr (kFp8) {
 #pragma unroll
@@ -416,9 +422,12 @@ struct ItemCoder {
 #pragma unroll
         for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(sr_code<false>(v[k], l, cap, ht::grad::sr_bits(w, k)));
       }
-    } else {
+    } else if (a.fp8_values) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) q[k] = uniform_code(v[k], l, qmaxf, false, a.fp8_values, 0u);
+      for (int k = 0; k < 8; ++k) q[k] = uniform_code(v[k], l, qmaxf, false, true, 0u);
+    } else {  // int8 codes from the signed level (Note [Signed nearest levels])
+#pragma unroll
+      for (int k = 0; k < 8; ++k) q[k] = static_cast<uint8_t>(__float2int_rn(nearest_clamped(v[k], l, qmaxf)));
     }
   }
 };
