@@ -518,9 +518,8 @@ def halo_group(recs, notes, first):
                     cells.append(f"{num(r[key], 3)} ({exact[key] / r[key]:.2f}×)")
         rows.append([layer] + cells + [measured(next(iter(by.values())), notes)])
     text = (f"{recs[0]['group']}: forward + backward in ms and, in brackets, the speed against exact bf16 of the "
-            "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant "
-            "(from `79e9941` on, a layer's graphs replay in turns, 30 rounds; before, each variant's 20 replays ran "
-            "one after another, exact bf16 first)."
+            "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant, "
+            "a layer's graphs replayed in turns (30 rounds)."
             if first else f"{recs[0]['group']}, timed as above.")
     if len(timed) > 1:
         text += (" The backward columns: the forward + backward graph's time less the forward graph's (which "
