@@ -1,10 +1,12 @@
 // Per-layer benchmark of HALO (CUDA builds): the Llama-3-8B projection shapes at 8192 tokens (4 sequences of
-// 2048), or the Llama-3.2-1B ones at 16384 tokens (8 of 2048: bench_llama's batch), forward + backward of one Linear (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs),
-// HALO levels 0 / 1 / 2 with the int8 and fp8 carriers, and HLQ (exact forward, quantised backward). Each case is
-// recorded into a step graph (after 3 eager warm-ups that create and tune the GEMM plans) and replayed: the
-// forward alone (with what it saves) and the forward followed by the backward; the median of 30 replays each,
-// every graph of a layer replayed in turn (round_robin_ms), the backward the difference. Prints one JSON line per case in the "kernels" format of docs/results/ (merge with
-// `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
+// 2048), or the Llama-3.2-1B ones at 16384 tokens (8 of 2048: bench_llama's batch), forward + backward of one Linear
+// (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs), HALO levels 0 / 1 / 2 with the int8 and fp8
+// carriers, and HLQ (exact forward, quantised backward). Each case is recorded into a step graph (after 3 eager
+// warm-ups that create and tune the GEMM plans) and replayed: the forward alone (with what it saves) and the
+// forward followed by the backward; the median of 30 replays each, every graph of a layer replayed in turn
+// (round_robin_ms), the backward the difference. Prints one JSON line per case in the "kernels" format of
+// docs/results/ (merge with `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and
+// their speed-up over exact bf16.
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
@@ -300,8 +302,9 @@ int main(int argc, char** argv) {
         c->clock.keep_on_device(dev);
         c->clock.set(1);
       }
-      c->key = grad::NoiseKey{1, 0, 1,
-                              c->clock.word.defined() ? static_cast<const int64_t*>(c->clock.word.data_ptr()) : nullptr};
+      const auto* step_word =
+          c->clock.word.defined() ? static_cast<const int64_t*>(c->clock.word.data_ptr()) : nullptr;
+      c->key = grad::NoiseKey{1, 0, 1, step_word};
       Case& k = *c;
       const auto t0 = std::chrono::steady_clock::now();
       k.run(x, w, g, true);
