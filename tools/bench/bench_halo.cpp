@@ -60,6 +60,12 @@ struct Variant {
   grad::PipelineSpec spec;
 };
 
+// The median of v (v not empty; reordered).
+double median(std::vector<double>& v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // body recorded into a step graph after 3 eager warm-ups; null (with the reason on stderr) if the recording is refused.
 std::unique_ptr<cuda::StepGraph> record_graph(const std::function<void()>& body) {
   auto graph = std::make_unique<cuda::StepGraph>(0);
@@ -97,10 +103,7 @@ std::vector<double> round_robin_ms(const std::vector<cuda::StepGraph*>& graphs) 
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   std::vector<double> out;
-  for (auto& v : ms) {
-    std::sort(v.begin(), v.end());
-    out.push_back(v.empty() ? std::nan("") : v[v.size() / 2]);
-  }
+  for (auto& v : ms) out.push_back(v.empty() ? std::nan("") : median(v));
   return out;
 }
 
@@ -111,12 +114,6 @@ std::string json_escape(const std::string& s) {
     out += c;
   }
   return out;
-}
-
-// The median of v (v not empty; reordered).
-double median(std::vector<double>& v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // HT_BENCH_PHASES: runs `step` (one eager forward + backward) kReps times with a CUDA event recorded on the current
@@ -338,7 +335,6 @@ int main(int argc, char** argv) {
           json_escape(command).c_str());
       std::fflush(stdout);
     }
-    graphs.clear();
     for (auto& c : cases) c->fwd.reset(), c->total.reset();  // their memory pools, before the eager phase runs
     for (auto& c : cases) {
       Case& k = *c;
