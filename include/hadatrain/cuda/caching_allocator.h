@@ -51,6 +51,11 @@ void recording_started();
 std::size_t recording_finished();
 int64_t live_graph_blocks();
 
+// Moves the free of `data` (a block of this allocator) to `stream`, which must already be ordered after every use
+// of the block queued on its allocation stream (Note [Side branches] in tensor/side_branch.h: the joining stream
+// takes over what the side stream produced). Does nothing for memory of other allocators.
+void free_on_stream(const DataPtr& data, cudaStream_t stream);
+
 // Owned streams (cuda::Stream) report their creation and destruction (after synchronising): a block still
 // alive when its allocation stream is destroyed is later freed in the legacy default stream's order instead
 // of on the dead handle.

@@ -100,6 +100,11 @@ class Event {
   int device_ = 0;
 };
 
+// This thread's side stream on `device` (Note [Side branches] in tensor/side_branch.h): a non-blocking stream made
+// on first use together with its cuBLASLt workspace, kept until the thread exits. nullptr when it does not exist
+// yet and this thread is recording a step (a workspace allocated then would be the recording's memory).
+cudaStream_t side_stream(int device = -1);
+
 // Blocks until all work queued on the current stream of `device` has finished.
 void synchronize_stream(int device = -1);
 

@@ -24,6 +24,10 @@ class DataPtr {
 
   void* get() const { return ptr_; }
   Device device() const { return device_; }
+  // The allocator's bookkeeping for this block and the function that frees it (the CUDA allocator reads them
+  // back to move a block's free to another stream: Note [Side branches] in tensor/side_branch.h).
+  void* context() const { return ctx_; }
+  Deleter deleter() const { return del_; }
   void reset();
 
  private:

@@ -3,11 +3,25 @@
 // require_cuda() throws "built without CUDA".
 #pragma once
 #include <cstddef>
+#include <memory>
+#include <vector>
 
 #include "hadatrain/tensor/allocator.h"
 #include "hadatrain/tensor/device.h"
 
 namespace ht {
+
+// A fork of the current stream (Note [Side branches] in tensor/side_branch.h).
+class BranchBackend {
+ public:
+  virtual ~BranchBackend() = default;
+  virtual void enter() = 0;  // makes the side stream current on this thread
+  virtual void leave() = 0;  // restores the stream current before enter()
+  // Records the side stream's work queued so far; returns the mark's number.
+  virtual int mark() = 0;
+  // The forking stream waits for the marked work; each storage's memory is then freed in the forking stream's order.
+  virtual void wait(int mark, const std::vector<StorageImpl*>& produced) = 0;
+};
 
 class CudaHooks {
  public:
@@ -24,6 +38,10 @@ class CudaHooks {
   virtual DataPtr allocate_pinned(std::size_t nbytes, Device device) const = 0;
   // True when `ptr` points into page-locked host memory.
   virtual bool is_pinned(const void* ptr) const = 0;
+  // Forks the current stream of `dev` (a CUDA device): work queued on the returned branch's side stream runs
+  // after everything queued so far and beside what follows. nullptr when no side stream can be used now (a
+  // step is being recorded and this thread has not made its side stream yet).
+  virtual std::unique_ptr<BranchBackend> fork(Device dev) const = 0;
 };
 
 // The CUDA backend's hooks, or nullptr in a CPU-only build.

@@ -94,6 +94,10 @@ void tune_plan(Plan& p, cudaStream_t stream, Run&& run) {
     }
   } guard{start, stop};
   HT_CUDA_CHECK(cudaEventCreate(&stop));
+  // Work queued on other streams (a side branch: Note [Side branches] in tensor/side_branch.h) would run during
+  // the timing and favour whichever candidate it slowed least: let it finish first. Tuning happens once per
+  // plan, outside recordings.
+  HT_CUDA_CHECK(cudaDeviceSynchronize());
   float best_ms = 0.0f;
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (run(all[i]) != CUBLAS_STATUS_SUCCESS) continue;  // untimed warm-up; a candidate that cannot run drops out

@@ -204,6 +204,11 @@ void empty_cache(int device) {
   HT_CUDA_CHECK(cudaMemPoolTrimTo(st.pool, 0));
 }
 
+void free_on_stream(const DataPtr& data, cudaStream_t stream) {
+  if (data.deleter() != &free_block || data.context() == nullptr) return;
+  static_cast<Block*>(data.context())->stream = stream;
+}
+
 void recording_started() { g_recordings.fetch_add(1); }
 
 std::size_t recording_finished() {

@@ -4,9 +4,11 @@
 
 #include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 
+#include "hadatrain/core/capture.h"
 #include "hadatrain/cuda/caching_allocator.h"
 
 namespace ht::cuda {
@@ -145,6 +147,23 @@ float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0;
   HT_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
   return ms;
+}
+
+cudaStream_t side_stream(int device) {
+  const int d = resolve(device);
+  check_device(d, "side_stream");
+  (void)tctx();  // made before the side streams, so destroyed after them (a Stream's destructor uses it)
+  thread_local std::array<std::unique_ptr<Stream>, kMaxDevices> side;
+  std::unique_ptr<Stream>& s = side[static_cast<std::size_t>(d)];
+  if (!s) {
+    if (step_capture_active()) return nullptr;
+    DeviceGuard dg(d);
+    // The default priority: a side stream of the greatest priority measured the same as HLQ's backward on the H200.
+    s = std::make_unique<Stream>(d);
+    StreamGuard on(s->get(), d);
+    (void)cublas_workspace();  // now, outside any recording: a recorded branch's GEMMs find it
+  }
+  return s->get();
 }
 
 void synchronize_stream(int device) {

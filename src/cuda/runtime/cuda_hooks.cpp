@@ -1,10 +1,11 @@
 // The CUDA build's CudaHooks: device count, copies between host and device memory, synchronisation,
-// pinned host memory.
+// pinned host memory, side branches.
 // The first call of cuda_hooks() installs the caching allocator for DeviceType::CUDA.
 #include "hadatrain/tensor/cuda_hooks.h"
 
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "hadatrain/cuda/caching_allocator.h"
 #include "hadatrain/core/capture.h"
@@ -13,6 +14,53 @@
 
 namespace ht {
 namespace {
+
+// A fork of one device's current stream (Note [Side branches] in tensor/side_branch.h). Its events (the fork and
+// one per mark) are its own, destroyed with it: a recorded event may be destroyed before its work completes.
+class CudaBranch final : public BranchBackend {
+ public:
+  CudaBranch(int device, cudaStream_t main, cudaStream_t side) : device_(device), main_(main), side_(side) {
+    cuda::DeviceGuard g(device_);
+    const cudaEvent_t fork = record(main_);
+    HT_CUDA_CHECK(cudaStreamWaitEvent(side_, fork, 0));
+  }
+  ~CudaBranch() override {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  }
+  void enter() override {
+    device_guard_.emplace(device_);
+    stream_guard_.emplace(side_, device_);
+  }
+  void leave() override {
+    stream_guard_.reset();
+    device_guard_.reset();
+  }
+  int mark() override {
+    cuda::DeviceGuard g(device_);
+    record(side_);
+    return static_cast<int>(events_.size()) - 1;
+  }
+  void wait(int mark, const std::vector<StorageImpl*>& produced) override {
+    HT_ASSERT(mark >= 1 && mark < static_cast<int>(events_.size()), "side branch: no mark {}", mark);
+    cuda::DeviceGuard g(device_);
+    HT_CUDA_CHECK(cudaStreamWaitEvent(main_, events_[static_cast<std::size_t>(mark)], 0));
+    for (StorageImpl* s : produced) cuda::free_on_stream(s->data, main_);
+  }
+
+ private:
+  cudaEvent_t record(cudaStream_t stream) {
+    cudaEvent_t e = nullptr;
+    HT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+    HT_CUDA_CHECK(cudaEventRecord(e, stream));
+    return e;
+  }
+  int device_;
+  cudaStream_t main_, side_;
+  std::vector<cudaEvent_t> events_;  // [0] the fork, then one per mark
+  std::optional<cuda::DeviceGuard> device_guard_;
+  std::optional<cuda::StreamGuard> stream_guard_;
+};
 
 class CudaHooksImpl final : public CudaHooks {
  public:
@@ -74,6 +122,13 @@ class CudaHooksImpl final : public CudaHooks {
     return cuda::allocate_pinned_host(nbytes);
   }
   bool is_pinned(const void* ptr) const override { return cuda::is_pinned(ptr); }
+
+  std::unique_ptr<BranchBackend> fork(Device dev) const override {
+    cuda::check_device(dev.index, "fork");
+    const cudaStream_t side = cuda::side_stream(dev.index);
+    if (side == nullptr) return nullptr;
+    return std::make_unique<CudaBranch>(dev.index, cuda::current_stream(dev.index), side);
+  }
 
   void synchronize(Device dev) const override {
     if (dev.is_cpu()) return;
