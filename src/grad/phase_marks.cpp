@@ -21,4 +21,6 @@ void mark_phase(const char* name) {
   if (hook != nullptr) hook(name, g_context.load(std::memory_order_relaxed));
 }
 
+bool phases_marked() { return g_hook.load(std::memory_order_acquire) != nullptr; }
+
 }  // namespace ht::grad

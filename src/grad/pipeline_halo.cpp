@@ -49,6 +49,7 @@
 #include "hadatrain/grad/pipeline_halo_weight.h"
 #include "hadatrain/grad/registry.h"
 #include "hadatrain/ops/ops.h"
+#include "hadatrain/tensor/side_branch.h"
 #include "pipeline_helpers.h"
 #include "pipeline_options.h"
 
@@ -118,10 +119,22 @@ class HaloPipeline final : public Pipeline {
     const HaloRotation rot_in = in_rotation(s.I);
     const Tensor e = reshape(g_y, {T, s.O});  // (T, O)
     Grads g;
+    // Note [HALO's two chains]: after the quantisation of g_y that both products share, g_w's chain (its GEMM and
+    // rotation back) reads nothing of g_x's, so on CUDA it runs on a side stream beside g_x's chain (Note [Side
+    // branches] in tensor/side_branch.h; the same values). The fork comes after that quantisation: the side stream
+    // waits only for work queued before it. Phase marks and `overlap: false` keep one stream.
+    const bool overlap = o_.overlap && wanted.x && wanted.w && !halo_phases_marked();
+    Operand qet;  // Q(g_y)ᵀ (O, T): g_w's left operand at every level
+    auto run_gw = [&] {
+      halo_phase("bwd g_w GEMM");
+      const Tensor p = product(qet, s.xt, inverse_size(rot_in), inter(s.w_dtype));
+      halo_phase("bwd g_w rotate back");
+      g.w = rotate_back(p, rot_in, s.I, s.w_dtype);
+    };
     if (o_.level < 2) {
       // one quantisation for both products: (T, O) for g_x and, when g_w is wanted, its codes transposed (O, T)
       // from the same pass (halo_quantize_transposed)
-      Operand qe, qet;
+      Operand qe;
       if (o_.quantize && wanted.w) {
         halo_phase("bwd Q(g_y) and Q(g_y)ᵀ");
         auto [q, t] = halo_quantize_transposed(e, o_.carrier);
@@ -132,23 +145,21 @@ class HaloPipeline final : public Pipeline {
         qe = prepare(e, {});
         if (wanted.w) qet = qe.transposed();
       }
+      SideBranch side(g_y.device(), overlap);
+      if (wanted.w && side.concurrent()) side.run(run_gw);
       if (wanted.x) {
         halo_phase("bwd g_x GEMM");
         const Tensor p = product(qe, s.wt, inverse_size(rot_in), inter(s.x_dtype));
         halo_phase("bwd g_x rotate back");
         g.x = rotate_back(p, rot_in, s.I, s.x_dtype);
       }
-      if (wanted.w) {
-        halo_phase("bwd g_w GEMM");
-        const Tensor p = product(qet, s.xt, inverse_size(rot_in), inter(s.w_dtype));
-        halo_phase("bwd g_w rotate back");
-        g.w = rotate_back(p, rot_in, s.I, s.w_dtype);
-      }
+      if (wanted.w && !side.concurrent()) run_gw();
+      side.join({g.w});
     } else {
       halo_phase("bwd g_yᵀ (bf16 transpose)");
       const Tensor et = halo_transpose(e);  // (O, T): both level-2 quantisations read g_y along T
       const HaloRotation rot_t = halo_rotation_size(T);
-      Operand qet, qrt;  // Q(g_yᵀ) (O, T) and Q(g_yᵀ·H̃_T) (O, n_T)
+      Operand qrt;  // Q(g_yᵀ·H̃_T) (O, n_T)
       if (o_.quantize && wanted.w && wanted.x) {
         halo_phase("bwd Q(g_yᵀ) and Q(g_yᵀ·H_T) (paired)");
         auto [rotated, plain] = halo_quantize_pair(et, o_.carrier, rot_t);
@@ -164,12 +175,8 @@ class HaloPipeline final : public Pipeline {
           qrt = prepare(et, rot_t);
         }
       }
-      if (wanted.w) {
-        halo_phase("bwd g_w GEMM");
-        const Tensor p = product(qet, s.xt, inverse_size(rot_in), inter(s.w_dtype));
-        halo_phase("bwd g_w rotate back");
-        g.w = rotate_back(p, rot_in, s.I, s.w_dtype);
-      }
+      SideBranch side(g_y.device(), overlap);
+      if (wanted.w) side.run(run_gw);  // in place when not concurrent: g_w first, as on one stream
       if (wanted.x) {
         halo_phase("bwd Q(g_yᵀ·H_T)ᵀ (transpose)");
         const Operand qr = qrt.transposed();  // (n_T, O): Q(H̃_Tᵀ·g_y)
@@ -183,6 +190,7 @@ class HaloPipeline final : public Pipeline {
         halo_phase("bwd g_x rotate back along in");
         g.x = rotate_back(mt, rot_in, s.I, s.x_dtype);
       }
+      side.join({g.w});
     }
     halo_phase("end");
     if (g.x.defined()) g.x = reshape(g.x, {s.B, s.L, s.I});
@@ -249,12 +257,14 @@ HaloOptions read_halo(ConfigReader& r) {
   o.level = static_cast<int>(r.get<int64_t>("level", 2, Range::closed(0, 2)));
   o.carrier = r.get_choice("carrier", Carrier::int8, {{"int8", Carrier::int8}, {"fp8", Carrier::fp8}});
   o.quantize = r.get("quantize", true);
+  o.overlap = r.get("overlap", true);
   return o;
 }
 
 std::string describe_halo(const HaloOptions& o) {
-  return fmt::format("halo (level {}, {}{}; forward quantised)", o.level, o.carrier == Carrier::fp8 ? "fp8 e4m3" : "int8",
-                     o.quantize ? "" : ", quantisation off");
+  return fmt::format("halo (level {}, {}{}{}; forward quantised)", o.level,
+                     o.carrier == Carrier::fp8 ? "fp8 e4m3" : "int8", o.quantize ? "" : ", quantisation off",
+                     o.overlap ? "" : ", one stream");
 }
 
 }  // namespace
@@ -264,6 +274,8 @@ void set_halo_phase_hook(HaloPhaseHook hook) { phase_hook() = std::move(hook); }
 void halo_phase(const char* phase) {
   if (const HaloPhaseHook& h = phase_hook()) h(phase);
 }
+
+bool halo_phases_marked() { return static_cast<bool>(phase_hook()); }
 
 std::shared_ptr<Pipeline> make_halo_pipeline(const HaloOptions& o) {
   HT_CHECK(o.level >= 0 && o.level <= 2, "halo: level must be 0, 1 or 2, got {}", o.level);

@@ -27,6 +27,7 @@
 #include "hadatrain/ops/shape_ops.h"
 #include "hadatrain/ops/unfold.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/tensor/side_branch.h"
 #include "hadatrain/grad/phase_marks.h"
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "pipeline_helpers.h"
@@ -195,26 +196,65 @@ class HlqPipeline final : public Pipeline {
     // also yields max |g_y|, and the g_w quantiser skips its statistics pass (one read of g_y less).
     const bool share = wanted.x && wanted.w && gw_quantises_raw_gy(s);
     Tensor gy_absmax;
-    if (wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad_simulated) {
-      mark_phase("g_x: simulated (quantise, dgrad)");
-      g.x = grad_x_dgrad_simulated(s, g_y, share ? &gy_absmax : nullptr);
-      g.x_is_image = true;
-    } else if (wanted.x) {
-      g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr);
+    auto run_gw = [&] {
+      if (wgrad) {
+        mark_phase("g_w: simulated (project, quantise, wgrad)");
+        g.w = grad_w_wgrad_simulated(s, g_y, image, gy_absmax).to(s.w.dtype());
+      } else {
+        g.w = grad_w(s, g_y, gy_absmax, wanted.b ? &g.b : nullptr);
+        if (g.w.dtype() != s.w.dtype()) {
+          mark_phase("g_w: dtype conversion");
+          g.w = g.w.to(s.w.dtype());
+        }
+      }
+    };
+    // Note [HLQ's two chains]
+    // g_x (quantise g_y and W, 4-bit product) and g_w (project g_y, quantise g̃, 8-bit product, rescale) read g_y
+    // and the saved state but not each other's results, except that g_w may take max |g_y| from g_y's 4-bit
+    // quantiser (`share`). Their quantisers and projections each leave much of the GPU idle (a projection with a
+    // full register file at a quarter of the occupancy, a quantiser bound by its noise's instructions), so on CUDA
+    // the work is split over two streams (Note [Side branches] in tensor/side_branch.h). Without `share`, g_w's
+    // whole chain runs on the side stream, queued first so that the projection starts beside g_y's quantiser, and
+    // g_x's on the main stream. With `share`, the side stream runs g_y's quantiser and then g_w's chain, the main
+    // stream W's quantiser beside it and, once g_y's codes are done (a mark, not the whole chain), the 4-bit
+    // product. (Measured on the H200 at Llama-3-8B shapes, moving W's quantiser to the side stream as well made
+    // the backward slower: the projection then starts later.) Same kernels, same noise, the same values as one
+    // stream; phase profiling (phases_marked) and `overlap: false` run it all in place, in one stream's order.
+    const bool overlap = o_.overlap && wanted.x && wanted.w && !phases_marked();
+    const bool simulated_gx = wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad_simulated;
+    if (share && !simulated_gx) {  // share implies wanted.x, wanted.w and gx_bits > 0
+      SideBranch side(g_y.device(), overlap);
+      Quantized q_g;
+      side.run([&] {
+        q_g = gx_quantize_gy(s, g_y, true);
+        gy_absmax = q_g.input_absmax;
+      });
+      const SideBranch::Mark quantised = side.mark();
+      side.run(run_gw);
+      const Quantized q_w = gx_quantize_w(s, g_y.size(2));
+      side.wait(quantised, {q_g.values, q_g.scale, q_g.input_absmax});
+      g.x = gx_product(s, g_y, q_g, q_w);
       if (g.x.dtype() != s.x_dtype) {
         mark_phase("g_x: dtype conversion");
         g.x = g.x.to(s.x_dtype);
       }
-    }
-    if (wgrad) {
-      mark_phase("g_w: simulated (project, quantise, wgrad)");
-      g.w = grad_w_wgrad_simulated(s, g_y, image, gy_absmax).to(s.w.dtype());
-    } else if (wanted.w) {
-      g.w = grad_w(s, g_y, gy_absmax, wanted.b ? &g.b : nullptr);
-      if (g.w.dtype() != s.w.dtype()) {
-        mark_phase("g_w: dtype conversion");
-        g.w = g.w.to(s.w.dtype());
+      side.join({g.w, g.b});
+    } else {
+      SideBranch side(g_y.device(), overlap && !share);
+      if (side.concurrent()) side.run(run_gw);
+      if (simulated_gx) {
+        mark_phase("g_x: simulated (quantise, dgrad)");
+        g.x = grad_x_dgrad_simulated(s, g_y, share ? &gy_absmax : nullptr);
+        g.x_is_image = true;
+      } else if (wanted.x) {
+        g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr);
+        if (g.x.dtype() != s.x_dtype) {
+          mark_phase("g_x: dtype conversion");
+          g.x = g.x.to(s.x_dtype);
+        }
       }
+      if (!side.concurrent() && wanted.w) run_gw();
+      side.join({g.w, g.b});
     }
     mark_phase(nullptr);
     return g;
@@ -490,29 +530,50 @@ class HlqPipeline final : public Pipeline {
 
   // gy_absmax: when not null, receives max |g_y| (f32 (1)) from the g_y quantiser's pass.
   Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (B, L, I)
-    const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
-    const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
     if (o_.gx_bits == 0) {  // rotation only: (g_y H)(H W) / T = g_y W up to rounding
+      const int64_t O = g_y.size(2);
+      const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
       mark_phase("g_x: unquantised product");
       const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
       const Tensor gh = hadamard_blocks(g_y, T);  // (B, L, O)
       const Tensor wh = hadamard_blocks(wt, T);   // (I, O)
       return div(matmul(gh, wh.transpose(0, 1)), static_cast<double>(T));
     }
-    const Carrier carrier = o_.gx_bits <= 5 ? o_.carrier : Carrier::int8;  // e4m3 holds integers up to 16
-    // The quantiser writes the carrier's dtype directly (e4m3 codes of the levels), no conversion pass.
-    QuantSpec qg = gy_spec(s, T);
-    qg.values_dtype = carrier == Carrier::fp8 ? DType::f8e4m3 : DType::i8;
-    qg.report_input_absmax = gy_absmax != nullptr;
-    mark_phase("g_x: quantise g_y (Hadamard, 4-bit SR)");
-    const Quantized q_g = quantize(g_y, qg);  // (B, L, O) int8 or e4m3
+    const Quantized q_g = gx_quantize_gy(s, g_y, gy_absmax != nullptr);
     if (gy_absmax) *gy_absmax = q_g.input_absmax;
-    QuantSpec qw = w_spec(s, T);
-    qw.values_dtype = qg.values_dtype;
+    return gx_product(s, g_y, q_g, gx_quantize_w(s, g_y.size(2)));
+  }
+
+  // The block size T of g_x's rotation for O output features, and the carrier of its 4-bit product.
+  int64_t gx_block(int64_t O) const { return std::min(o_.block, largest_pow2_divisor(O)); }
+  Carrier gx_carrier() const { return o_.gx_bits <= 5 ? o_.carrier : Carrier::int8; }  // e4m3 holds integers to 16
+  DType gx_codes() const { return gx_carrier() == Carrier::fp8 ? DType::f8e4m3 : DType::i8; }
+
+  // HQ's g_y (B, L, O), rotated and quantised into the carrier's dtype (e4m3 codes of the levels, no conversion
+  // pass); with `absmax`, max |g_y| in input_absmax.
+  Quantized gx_quantize_gy(const HlqSaved& s, const Tensor& g_y, bool absmax) const {
+    QuantSpec qg = gy_spec(s, gx_block(g_y.size(2)));
+    qg.values_dtype = gx_codes();
+    qg.report_input_absmax = absmax;
+    mark_phase("g_x: quantise g_y (Hadamard, 4-bit SR)");
+    return quantize(g_y, qg);  // (B, L, O) int8 or e4m3
+  }
+
+  // (I, O) int8 / e4m3 = (H W)ᵀ quantised, from the view Wᵀ: the CUDA quantiser reads W itself (Note [Quantiser of
+  // a transposed input] in cuda/kernels/grad_quant_items.cu) or makes the dense copy where its conditions fail.
+  Quantized gx_quantize_w(const HlqSaved& s, int64_t O) const {
+    QuantSpec qw = w_spec(s, gx_block(O));
+    qw.values_dtype = gx_codes();
     mark_phase("g_x: quantise W (Hadamard, 4-bit)");
-    // (I, O) int8 / e4m3 = (H W)ᵀ quantised, from the view Wᵀ: the CUDA quantiser reads W itself (Note [Quantiser of
-    // a transposed input] in cuda/kernels/grad_quant_items.cu) or makes the dense copy where its conditions fail
-    const Quantized q_w = quantize(s.w.transpose(0, 1), qw);
+    return quantize(s.w.transpose(0, 1), qw);
+  }
+
+  // g_x (B, L, I) from the quantised g_y and W: the 4-bit product on the carrier's tensor cores, scaled once.
+  Tensor gx_product(const HlqSaved& s, const Tensor& g_y, const Quantized& q_g, const Quantized& q_w) const {
+    const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
+    const int64_t T = gx_block(O);
+    const Carrier carrier = gx_carrier();
+    const QuantSpec qg = gy_spec(s, T);
     mark_phase("g_x: low-precision product");
     const Tensor a = reshape(q_g.values, {B * L, O});  // (B·L, O) int8 / e4m3
     const double inv_t = 1.0 / static_cast<double>(T);  // a power of two: s_w·(1/T) has the bits of s_w / T

@@ -51,6 +51,7 @@ HlqOptions read_hlq(ConfigReader& r) {
                             {{"columns", ConvGw::columns}, {"wgrad_simulated", ConvGw::wgrad_simulated}});
   o.acbp_share = r.get("acbp_share", true);
   o.acbp_rebuild = r.get("acbp_rebuild", true);
+  o.overlap = r.get("overlap", true);
   return o;
 }
 
@@ -62,7 +63,7 @@ std::string describe_hlq(const HlqOptions& o) {
                            : o.rank.kind == HlaRank::Kind::rows ? fmt::format("{} rows", o.rank.rows)
                                                                 : fmt::format("pct {}", o.rank.pct);
   return fmt::format("hlq (g_x: {} bit, T {}, g_y scale {}, W {}, {} carrier; g_w: {} bit, rank {}, fallback {}, "
-                     "ACBP {} bit{}{}{}{}{})",
+                     "ACBP {} bit{}{}{}{}{}{})",
                      o.gx_bits, o.block, gran[static_cast<int>(o.gy_scale)], wq[static_cast<int>(o.w_quant)],
                      o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank, fb[static_cast<int>(o.fallback)],
                      o.acbp_bits, o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "",
@@ -70,7 +71,8 @@ std::string describe_hlq(const HlqOptions& o) {
                                                           : "",
                      o.conv_gw == ConvGw::wgrad_simulated ? ", conv g_w simulated (wgrad over the unquantised image)"
                                                           : "",
-                     o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? "" : ", never rebuilt");
+                     o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? "" : ", never rebuilt",
+                     o.overlap ? "" : ", one stream");
 }
 
 }  // namespace

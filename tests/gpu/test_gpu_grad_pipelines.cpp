@@ -2,12 +2,14 @@
 // bit-identical on both backends (tests/gpu/test_gpu_grad_quant.cpp, test_gpu_grad_hla.cpp), so g_x and g_w
 // differ only by the accumulation order of the products and by the final rounding to the input dtype.
 // Every pipeline and the main options, f32 and bf16 inputs, shapes with T = 16 / 4 and n = 64 / 1 (the
-// fallbacks), poisoned CUDA allocations. Also an end-to-end Linear + Conv2d step through bound pipelines, and
-// HLQ's acbp_share in a ViT (Note [Shared saved inputs]).
+// fallbacks), poisoned CUDA allocations. Also an end-to-end Linear + Conv2d step through bound pipelines, HLQ's
+// acbp_share in a ViT (Note [Shared saved inputs]) and HLQ's g_w chain on a side stream (Note [HLQ's two chains]).
 #include "support/catch.h"
 #include "support/model_testing.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
+
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@
 
 #include "hadatrain/autograd/node.h"
 #include "hadatrain/cuda/caching_allocator.h"
+#include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/models/resnet.h"
@@ -500,5 +503,63 @@ TEST_CASE("hlq acbp_rebuild in a ResNet on CUDA: every conv after a batch norm r
       INFO("parameter " << i << " " << grads[2][i].describe() << ": wgrad_simulated vs columns " << d);
       CHECK(d < 0.5);  // x̃'s 8-bit rounding and its SAWB clipping (a wrong g_w is ~1 or more off)
     }
+  }
+}
+
+TEST_CASE("hlq overlap: g_w's chain on a side stream gives one stream's bits, eagerly and in a step graph",
+          "[gpu][grad]") {
+  // Note [HLQ's two chains]: the same kernels and noise on two streams. L 256 (n 64: projection, 8-bit quantiser,
+  // int8 product, rescaling beside g_x's quantisers and fp8 product); L 65 (identity HLA plan): with gx_bits 4 g_w
+  // takes max |g_y| from g_x's quantiser on the side stream, with gx_bits 0 its own; either way the bias gradient
+  // comes from the side stream's 8-bit quantiser and is handed to the main stream.
+  struct Setup {
+    int64_t L;
+    int gx_bits;
+  };
+  for (const Setup su : {Setup{256, 4}, Setup{65, 4}, Setup{65, 0}}) {
+    const int64_t B = 2, L = su.L, I = 192, O = 320;
+    INFO("L " << L << ", gx_bits " << su.gx_bits);
+    const Tensor x = test::random_input({B, L, I}, 41, DType::bf16).to(test::kCuda);
+    const Tensor w = mul(test::random_input({O, I}, 42, DType::f32), 0.05).to(DType::bf16).to(test::kCuda);
+    const Tensor g = mul(test::random_input({B, L, O}, 43, DType::f32), 0.01).to(DType::bf16).to(test::kCuda);
+    grad::PipelineSpec on;
+    on.name = "hlq";
+    on.options_as<grad::HlqOptions>().gx_bits = su.gx_bits;
+    grad::PipelineSpec off = on;
+    off.options_as<grad::HlqOptions>().overlap = false;
+    const grad::Wanted wanted{true, true, true};
+
+    cuda::StepGraph graph(0);
+    cuda::StreamGuard stream(graph.stream(), 0);  // eager steps first, on the graph's stream (cuda/graph.h)
+    grad::StepClock clock;
+    clock.keep_on_device(test::kCuda);
+    clock.set(3);
+    const grad::NoiseKey key{7, 1, 0, static_cast<const int64_t*>(clock.word.data_ptr())};
+    auto run = [&](grad::Pipeline& p) {
+      grad::ForwardResult f = p.forward(x, w, {}, key, grad::SaveForBackward::yes);
+      return p.backward(*f.saved, g, wanted);
+    };
+    auto p_on = grad::make_pipeline(on), p_off = grad::make_pipeline(off);
+    const grad::Grads serial = run(*p_off);
+    const grad::Grads side = run(*p_on);
+    REQUIRE(side.w.defined());
+    CHECK(test::compare_bits(side.x, serial.x.to(Device::cpu())) == "");
+    CHECK(test::compare_bits(side.w, serial.w.to(Device::cpu())) == "");
+    CHECK(side.b.defined() == serial.b.defined());
+    if (L == 65) CHECK(side.b.defined());
+    if (serial.b.defined()) CHECK(test::compare_bits(side.b, serial.b.to(Device::cpu())) == "");
+
+    // Recorded: the fork and join become two branches of the graph; what the branch allocates is freed inside it
+    Tensor gx_out = empty_like(serial.x), gw_out = empty_like(serial.w);
+    const std::string why = graph.record([&] {
+      const grad::Grads r = run(*p_on);
+      copy_(gx_out, r.x);
+      copy_(gw_out, r.w);
+    });
+    REQUIRE(why == "");
+    graph.replay();
+    REQUIRE(cudaStreamSynchronize(graph.stream()) == cudaSuccess);
+    CHECK(test::compare_bits(gx_out, serial.x.to(Device::cpu())) == "");
+    CHECK(test::compare_bits(gw_out, serial.w.to(Device::cpu())) == "");
   }
 }

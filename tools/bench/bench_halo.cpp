@@ -1,7 +1,8 @@
 // Per-layer benchmark of HALO (CUDA builds): the Llama-3-8B projection shapes at 8192 tokens (4 sequences of
 // 2048), or the Llama-3.2-1B ones at 16384 tokens (8 of 2048: bench_llama's batch), forward + backward of one Linear
 // (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs), HALO levels 0 / 1 / 2 with the int8 and fp8
-// carriers, and HLQ (exact forward, quantised backward). Each case is recorded into a step graph (after 3 eager
+// carriers, and HLQ (exact forward, quantised backward); HALO-2 fp8 and HLQ also with `overlap: false` ("one
+// stream": g_w's chain not on a side stream, Notes [HALO's two chains], [HLQ's two chains]). Each case is recorded into a step graph (after 3 eager
 // warm-ups that create and tune the GEMM plans) and replayed: the forward alone (with what it saves) and the
 // forward followed by the backward; the median of 30 replays each, every graph of a layer replayed in turn
 // (round_robin_ms), the backward the difference. Prints one JSON line per case in the "kernels" format of
@@ -260,9 +261,20 @@ int main(int argc, char** argv) {
       o.carrier = c;
       variants.push_back({"halo" + std::to_string(level) + (c == grad::Carrier::int8 ? " int8" : " fp8"), s});
     }
+  {
+    grad::PipelineSpec s;  // g_w's chain on the same stream as g_x's (Note [HALO's two chains])
+    s.name = "halo";
+    auto& o = s.options_as<grad::HaloOptions>();
+    o.carrier = grad::Carrier::fp8;
+    o.overlap = false;
+    variants.push_back({"halo2 fp8 one stream", s});
+  }
   grad::PipelineSpec hlq;
   hlq.name = "hlq";
   variants.push_back({"hlq", hlq});
+  grad::PipelineSpec hlq_serial = hlq;  // g_w's chain on the same stream as g_x's (Note [HLQ's two chains])
+  hlq_serial.options_as<grad::HlqOptions>().overlap = false;
+  variants.push_back({"hlq one stream", hlq_serial});
 
   const bool phases = env_or("HT_BENCH_PHASES", "0") == "1";
   const bool kernels = env_or("HT_BENCH_KERNELS", "0") == "1";

@@ -21,6 +21,10 @@ void set_phase_hook(PhaseHook hook, void* context);
 // Calls the hook, if any, with `name`.
 void mark_phase(const char* name);
 
+// True while a hook is installed. A pipeline then queues all its work on one stream (no side branch: Note [Side
+// branches] in tensor/side_branch.h), so that the time between two marks is the marked phase's alone.
+bool phases_marked();
+
 // Marks `name` on construction and the end of it (nullptr) on destruction. Phases are flat: a scope inside another
 // phase ends that phase too.
 class PhaseScope {

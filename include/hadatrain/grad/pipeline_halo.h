@@ -48,6 +48,9 @@ struct HaloOptions {
   // false: the same rotations and dataflow with f32 operands and f32 products instead of 8-bit ones (tests of
   // the rotation algebra, and the rotation's own effect in inspect-grads)
   bool quantize = true;
+  // On CUDA, g_w's GEMM and rotation back run on a side stream beside g_x's chain (Note [HALO's two chains] in
+  // src/grad/pipeline_halo.cpp); the same values either way. Off: one stream.
+  bool overlap = true;
 };
 
 // A new halo pipeline for one layer.
@@ -62,6 +65,8 @@ using HaloPhaseHook = std::function<void(const char* phase)>;
 void set_halo_phase_hook(HaloPhaseHook hook);
 // Calls the hook, if one is set, with `phase` (the pipeline and halo_product use it).
 void halo_phase(const char* phase);
+// True while a hook is set: the pipeline then queues all its work on one stream, so each phase is timed alone.
+bool halo_phases_marked();
 
 // ---- rotations (Note [HALO rotations]) -------------------------------------------------------------------
 

@@ -71,6 +71,9 @@ struct HlqOptions {
   // rebuild and compress in backward (the same bits, the op's forward once more). Note [Rebuilt inputs]. Off: keep
   // the compressed copy from the forward (no recomputation in backward).
   bool acbp_rebuild = true;
+  // On CUDA, g_w's chain (projection, 8-bit quantiser, integer product, rescaling) runs on a side stream beside
+  // g_x's (Note [HLQ's two chains] in src/grad/pipeline_hlq.cpp); the same values either way. Off: one stream.
+  bool overlap = true;
 };
 
 // A new hlq pipeline for one layer.
