@@ -162,6 +162,25 @@ TEST_CASE("hlq noise is keyed by (seed, layer, step)", "[grad]") {
   CHECK(test::rel_error(a.x, c.x) > 0);
 }
 
+TEST_CASE("hlq overlap: the split backward (Note [HLQ's two chains]) gives one stream's gradients", "[grad]") {
+  // On the CPU a side branch runs in place, so this checks the split arrangement's dataflow: L 16 (HLA plan n 16,
+  // g_w's whole chain in the branch) and L 15 (identity plan: g_y's quantiser in the branch hands max |g_y| to g_w)
+  for (const int64_t L : {int64_t{16}, int64_t{15}}) {
+    INFO("L " << L);
+    const Problem pr = make_problem(2, L, 8, 16, 41);
+    grad::PipelineSpec one = hlq_spec();
+    one.options_as<grad::HlqOptions>().overlap = false;
+    auto two_streams = grad::make_pipeline(hlq_spec()), one_stream = grad::make_pipeline(one);
+    const grad::Grads a = run(*two_streams, pr, 3), b = run(*one_stream, pr, 3);
+    REQUIRE(a.x.defined());
+    REQUIRE(a.w.defined());
+    CHECK(test::compare(a.x, b.x, 0.0, 0.0) == "");
+    CHECK(test::compare(a.w, b.w, 0.0, 0.0) == "");
+    CHECK(test::rel_error(a.w, pr.g_w) < 0.9);  // a gradient (low-rank g_w loses up to about 0.8), not zeros
+    CHECK(test::rel_error(a.x, pr.g_x) < 0.35);
+  }
+}
+
 TEST_CASE("hlq ACBP saves the projected activation only", "[grad]") {
   const int64_t B = 2, L = 1024, I = 16, O = 16;
   const Problem pr = make_problem(B, L, I, O, 41);

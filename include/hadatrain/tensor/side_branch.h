@@ -2,20 +2,25 @@
 //
 // Note [Side branches]
 // Two chains of kernels that do not read each other's results (HLQ's g_x and g_w products of one layer) run one
-// after the other on one stream, although each leaves most of the GPU idle while its small kernels run
+// after the other on one stream, although each leaves much of the GPU idle while its small kernels run
 // (quantisers, projections, rescaling passes). A SideBranch forks the current stream: the side stream first waits
-// for everything queued so far (so a SideBranch is made after the work whose results the branch reads), then
-// run() queues its work there while the host goes on queuing the other chain
-// on the current stream; join() makes the current stream wait for the side stream, and wait(mark) for the side
-// work queued before mark() was called. A recorded step graph gets the same shape: two branches of nodes between the fork and the join.
+// for everything queued so far (so a SideBranch is made after the work whose results the branch reads), then run()
+// queues its work there while the host goes on queuing the other chain on the current stream. wait(mark) makes the
+// current stream wait for the side work queued before mark() was called, join() for all of it. A recorded step
+// graph gets the same shape: two branches of nodes between the fork and the join.
 //
 // Memory (Note [Stream-ordered frees] in cuda/caching_allocator.h): a tensor allocated inside run() belongs to the
-// side stream and is freed in its order, which is right for the branch's temporaries. A tensor the branch
-// produces for later use must be named in join(): its free moves to the current stream, after every later use
-// there. The caller keeps every tensor the branch reads alive until join() (the inputs were allocated on the
-// current stream and would otherwise be freed in its order while the branch may still read them). While a step is
-// recorded, each tensor allocated in the branch must be freed inside it or named in join(), because a free left
-// on the side stream after the join would be recorded as an unjoined branch.
+// side stream and is freed in its order, which is right for the branch's temporaries. A tensor the branch produces
+// for later use must be named in wait() or join(): its free moves to the current stream, after every later use
+// there. The caller keeps every tensor the branch reads alive until join() (the inputs were allocated on the current
+// stream and would otherwise be freed in its order while the branch may still read them). While a step is recorded,
+// each tensor allocated in the branch must be freed inside it or named in wait() or join(), because a free left on
+// the side stream after the join would be recorded as an unjoined branch.
+//
+// The side stream and its cuBLASLt workspace are one per thread and device, and a recorded branch's GEMMs keep that
+// workspace's address: branches forked from two streams whose work overlaps (an eager branch forked from one stream
+// while a step graph with branches replays on another) would share it. The trainer and the benchmarks run eager
+// steps and replays on one stream (cuda/graph.h), which orders them.
 //
 // On the CPU, when the caller turns it off, or while a step is recorded on a thread that has not made its side
 // stream yet (the side stream and its cuBLASLt workspace are made outside recordings; the eager steps before a
