@@ -501,7 +501,7 @@ class HlqPipeline final : public Pipeline {
   // dtype, not on low-precision tensor cores, so its speed says nothing about HLQ's.
   Tensor grad_x_dgrad_simulated(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (N, C, H, W)
     const int64_t B = g_y.size(0), O = g_y.size(2);
-    const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
+    const int64_t T = gx_block(O);
     const DType dt = s.x_dtype;
     const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
     Tensor gd, wd;  // (B, L, O) and (I, O) in the compute dtype, rotated, W divided by T
@@ -531,8 +531,7 @@ class HlqPipeline final : public Pipeline {
   // gy_absmax: when not null, receives max |g_y| (f32 (1)) from the g_y quantiser's pass.
   Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (B, L, I)
     if (o_.gx_bits == 0) {  // rotation only: (g_y H)(H W) / T = g_y W up to rounding
-      const int64_t O = g_y.size(2);
-      const int64_t T = std::min(o_.block, largest_pow2_divisor(O));
+      const int64_t T = gx_block(g_y.size(2));
       mark_phase("g_x: unquantised product");
       const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
       const Tensor gh = hadamard_blocks(g_y, T);  // (B, L, O)
@@ -573,15 +572,14 @@ class HlqPipeline final : public Pipeline {
     const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), I = s.w.size(1);
     const int64_t T = gx_block(O);
     const Carrier carrier = gx_carrier();
-    const QuantSpec qg = gy_spec(s, T);
     mark_phase("g_x: low-precision product");
     const Tensor a = reshape(q_g.values, {B * L, O});  // (B·L, O) int8 / e4m3
     const double inv_t = 1.0 / static_cast<double>(T);  // a power of two: s_w·(1/T) has the bits of s_w / T
     // Out in the compute dtype (bf16 stays bf16; other dtypes f32). Per-row / per-sample s_g: rows of the
     // product, in groups of `per` rows (1 per token, L per sample).
     const DType out = s.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
-    const bool scalar = qg.granularity == Granularity::tensor;
-    const int64_t per = qg.granularity == Granularity::row ? 1 : L;
+    const bool scalar = o_.gy_scale == ScaleGranularity::tensor;  // gy_spec's granularity
+    const int64_t per = o_.gy_scale == ScaleGranularity::token ? 1 : L;
     Tensor acc;  // (B·L, I)
     if (carrier == Carrier::fp8 && !scalar) {
       // Per-row / per-sample s_g and s_w / T as outer-vector scales (Note [HLQ outer-scale product]).
