@@ -7,7 +7,9 @@
 // forward followed by the backward; the median of 30 replays each, every graph of a layer replayed in turn
 // (round_robin_ms), the backward the difference. Prints one JSON line per case in the "kernels" format of
 // docs/results/ (merge with `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and
-// their speed-up over exact bf16.
+// their speed-up over exact bf16. Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its
+// three fp8 GEMMs alone ("halo2 fp8 GEMMs alone"), timed in the same rounds, and those plus its memory passes' bytes
+// at the HBM's peak rate ("halo2 fp8 bound"; with the speed the bound allows at a measured copy's rate).
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
@@ -34,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/cuda/check.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline.h"
@@ -214,6 +217,38 @@ void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const st
   std::fflush(stderr);
 }
 
+// Note [HALO's bound per layer]
+// What HALO-2 fp8 could reach per layer if only its GEMMs and its memory passes cost time, both measured in the
+// call that times the pipeline. The floor is its three fp8 products alone, on codes of the shapes the pipeline
+// hands cuBLASLt (forward Y = Q(x·H)·Q(W·H)ᵀ, (T, O); g_w from Q(g_yᵀ) (O, T) and Q(x·H)ᵀ (n_I, T); g_x from
+// Q(W·H)ᵀ (n_I, O) and Q(g_yᵀ·H_T)ᵀ (n_T, O)), recorded and replayed like the pipelines: the pipeline's time less
+// this is the cost of everything that is not a GEMM. The passes' bytes are those of the level-2 dataflow (Note
+// [HALO passes over memory] in src/grad/pipeline_halo.cpp: what the quantisers, transposes and rotations back read
+// and write; GEMM operands and outputs excluded), and the memory rate is the HBM's peak (from the device's memory
+// clock and bus width), which no kernel exceeds: floor + bytes / peak is then the least time of that dataflow on
+// this GPU, and exact's time over it the most speed it can show. A real pass moves bytes no faster than a copy:
+// the line also gives the rate of the faster of a device-to-device cudaMemcpy and our copy kernel (clone()) over
+// 1 GiB, timed in the same rounds, and the speed the bound allows at that rate.
+struct PassBytes {
+  double fwd = 0, bwd = 0;
+};
+PassBytes halo2_pass_bytes(int64_t T, int64_t I, int64_t O) {
+  const double t = static_cast<double>(T), i = static_cast<double>(I), o = static_cast<double>(O);
+  const double ni = static_cast<double>(grad::halo_rotation_size(I).n);
+  const double nt = static_cast<double>(grad::halo_rotation_size(T).n);
+  PassBytes b;
+  // Q(x·H) and Q(W·H) (two passes each, codes written), then the byte transposes of both that backward keeps
+  b.fwd = 4 * t * i + t * ni + 4 * o * i + o * ni + 2 * t * ni + 2 * o * ni;
+  b.bwd = 4 * t * o                     // g_yᵀ, a bf16 transpose
+          + 4 * t * o + t * o + o * nt  // the paired quantiser: two passes over g_yᵀ, both codes
+          + 2 * o * (ni + i)            // g_w rotated back along in
+          + 2 * o * nt                  // Q(g_yᵀ·H_T)ᵀ, a byte transpose
+          + 2 * ni * (nt + t)           // g_x rotated back along T
+          + 4 * t * ni                  // its bf16 transpose
+          + 2 * t * (ni + i);           // rotated back along in
+  return b;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -225,6 +260,10 @@ int main(int argc, char** argv) {
   const Device dev = Device::cuda(0);
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
+  int mem_khz = 0, bus_bits = 0;  // the HBM's peak rate in GB/s: two transfers a clock over the bus
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
+  const double peak = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 1e9;
   const std::string commit = env_or("HT_BENCH_COMMIT", shell_line("git rev-parse --short HEAD 2>/dev/null"));
   const std::string machine = env_or("HT_BENCH_MACHINE", std::string("1x ") + prop.name);
   char date[16];
@@ -329,6 +368,42 @@ int main(int argc, char** argv) {
       graphs.push_back(c->fwd.get());
       graphs.push_back(c->total.get());
     }
+    // Note [HALO's bound per layer]: HALO-2 fp8's three products alone, and a copy for the memory rate, replayed in
+    // the same rounds as the pipelines (when the variant filter is empty or matches "halo2 fp8 bound").
+    const bool bound = std::string("halo2 fp8 bound").find(variant_filter) != std::string::npos;
+    const int64_t T = B * L;
+    const grad::HaloRotation rot_i = grad::halo_rotation_size(l.I), rot_t = grad::halo_rotation_size(T);
+    const int64_t copy_elems = int64_t{1} << 29;  // 1 GiB of bf16, read and written once
+    std::unique_ptr<cuda::StepGraph> floor_fwd, floor_total, copy, clone;
+    Tensor copy_src, copy_dst;
+    if (bound) {
+      const auto codes = [&](int64_t rows, int64_t cols) {
+        return grad::halo_quantize(randn({rows, cols}, gen, {DType::f32, dev}).to(DType::bf16), grad::Carrier::fp8);
+      };
+      const grad::HaloQuantized qx = codes(T, rot_i.n), qw = codes(l.O, rot_i.n), qet = codes(l.O, T),
+                                qxt = codes(rot_i.n, T), qwt = codes(rot_i.n, l.O), qr = codes(rot_t.n, l.O);
+      const auto gemm = [](const grad::HaloQuantized& a, const grad::HaloQuantized& b) {
+        (void)grad::halo_product(a.codes, b.codes, a.scale, b.scale, {1.0f, DType::bf16});
+      };
+      floor_fwd = record_graph([&] { gemm(qx, qw); });
+      floor_total = record_graph([&] {
+        gemm(qx, qw);    // Y (T, O)
+        gemm(qet, qxt);  // g_w (O, n_I)
+        gemm(qwt, qr);   // g_x (n_I, n_T)
+      });
+      copy_src = zeros({copy_elems}, {DType::bf16, dev});
+      copy_dst = zeros({copy_elems}, {DType::bf16, dev});
+      copy = record_graph([&] {
+        const auto bytes = static_cast<std::size_t>(copy_elems) * 2;
+        HT_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data_ptr(), copy_src.data_ptr(), bytes, cudaMemcpyDeviceToDevice,
+                                      cuda::current_stream()));
+      });
+      clone = record_graph([&] { (void)copy_src.clone(); });
+    }
+    graphs.push_back(floor_fwd.get());
+    graphs.push_back(floor_total.get());
+    graphs.push_back(copy.get());
+    graphs.push_back(clone.get());
     const std::vector<double> ms = round_robin_ms(graphs);
     const double base_fwd = ms[0], base_total = ms[1], base_bwd = base_total - base_fwd;
     for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -347,6 +422,32 @@ int main(int argc, char** argv) {
           json_escape(command).c_str());
       std::fflush(stdout);
     }
+    if (floor_fwd && floor_total && copy && clone) {
+      const std::size_t f = 2 * cases.size();
+      const double gemm_fwd = ms[f], gemm_total = ms[f + 1], copy_ms = std::min(ms[f + 2], ms[f + 3]);
+      const double rate = 2.0 * static_cast<double>(copy_elems) * 2 / (copy_ms * 1e6);  // GB/s, read + written
+      const PassBytes pb = halo2_pass_bytes(T, l.I, l.O);
+      const double at_rate = base_total / (gemm_total + (pb.fwd + pb.bwd) / (rate * 1e6));
+      const auto row = [&](const char* label, double fwd, double total, const std::string& extra) {
+        std::printf(
+            "{\"area\": \"kernels\", \"group\": \"%s\", \"name\": \"%s, %s, forward + backward\", \"metric\": "
+            "\"ms\", \"ours\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, \"speedup_vs_exact_bf16\": %.3f, "
+            "\"forward_speedup\": %.3f, \"backward_speedup\": %.3f, %s\"date\": \"%s\", \"commit\": \"%s\", "
+            "\"machine\": \"%s\", \"command\": \"%s\"}\n",
+            group.c_str(), l.name, label, total, fwd, total - fwd, base_total / total, base_fwd / fwd,
+            base_bwd / (total - fwd), extra.c_str(), date, commit.c_str(), json_escape(machine).c_str(),
+            json_escape(command).c_str());
+      };
+      row("halo2 fp8 GEMMs alone", gemm_fwd, gemm_total, "");
+      char extra[320];
+      std::snprintf(extra, sizeof extra,
+                    "\"pass_bytes_forward\": %.0f, \"pass_bytes_backward\": %.0f, \"peak_GB_per_s\": %.1f, "
+                    "\"copy_GB_per_s\": %.1f, \"speedup_at_copy_rate\": %.3f, ",
+                    pb.fwd, pb.bwd, peak, rate, at_rate);
+      row("halo2 fp8 bound", gemm_fwd + pb.fwd / (peak * 1e6), gemm_total + (pb.fwd + pb.bwd) / (peak * 1e6), extra);
+      std::fflush(stdout);
+    }
+    floor_fwd.reset(), floor_total.reset(), copy.reset(), clone.reset();
     for (auto& c : cases) c->fwd.reset(), c->total.reset();  // their memory pools, before the eager phase runs
     for (auto& c : cases) {
       Case& k = *c;

@@ -14,8 +14,9 @@
 // cuBLASLt's heuristic ranks algorithms by a model, and its first choice is not always the fastest: on
 // the H200 its fp8 pick for 8192x4096x11008 ran 8 % slower than PyTorch's _scaled_mm on the same cuBLASLt,
 // and its fast-accumulation pick was slower than the precise one. So a plan asks the heuristic for up to
-// kTuneCandidates algorithms, and the first time the plan runs outside a CUDA graph capture (on the
-// real operands, beta = 0 only: the timing runs overwrite C) each candidate runs once untimed and
+// kTuneCandidates algorithms (HADATRAIN_GEMM_TUNE_CANDIDATES asks for another count), and the first time the
+// plan runs outside a CUDA graph capture (on the real operands, beta = 0 only: the timing runs overwrite C)
+// each candidate runs once untimed and
 // kTuneReps times between two events; the fastest is kept in the plan for every later call. That costs one
 // host synchronisation per plan (the first call) and a few products' time. Which products are tuned is
 // HADATRAIN_GEMM_TUNE (read once per process): `lowp` (the default: the fp8 and int8 products of
@@ -44,10 +45,13 @@ namespace ht::cuda::gemm_detail {
 // Note [GEMM algorithm tuning]
 enum class Tune { off, lowp, all };
 constexpr int kTuneCandidates = 8;
+constexpr int kMaxTuneCandidates = 64;
 constexpr int kTuneReps = 5;
 
 // HADATRAIN_GEMM_TUNE, read once per process (gemm_plan.cpp).
 Tune tune_mode();
+// HADATRAIN_GEMM_TUNE_CANDIDATES (1 to kMaxTuneCandidates; default kTuneCandidates), read once per process.
+int tune_candidates();
 
 // A product's arguments in words, for error messages (cublaslt_gemm.cpp and gemm_lowp.cpp).
 std::string describe(const GemmArgs& g);

@@ -19,6 +19,19 @@ Tune tune_mode() {
   return mode;
 }
 
+int tune_candidates() {
+  static const int n = [] {
+    const char* v = std::getenv("HADATRAIN_GEMM_TUNE_CANDIDATES");
+    if (!v || !*v) return kTuneCandidates;
+    char* end = nullptr;
+    const long k = std::strtol(v, &end, 10);
+    if (*end != '\0' || k < 1 || k > kMaxTuneCandidates)
+      HT_FAIL("HADATRAIN_GEMM_TUNE_CANDIDATES={} is not a count of algorithms from 1 to {}", v, kMaxTuneCandidates);
+    return static_cast<int>(k);
+  }();
+  return n;
+}
+
 ThreadState& state() {
   thread_local ThreadState s;
   return s;
@@ -58,10 +71,10 @@ void find_algo(Plan& plan, const std::array<uint32_t, 4>& align, bool tune) {
     HT_CUDA_CHECK(cudaStreamIsCapturing(current_stream(), &capture));
     tune = capture == cudaStreamCaptureStatusNone;
   }
-  std::array<cublasLtMatmulHeuristicResult_t, kTuneCandidates> results{};
+  std::array<cublasLtMatmulHeuristicResult_t, kMaxTuneCandidates> results{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p->desc, p->la, p->lb, p->lc, p->lc,
-                                                           pref, tune ? kTuneCandidates : 1, results.data(), &found);
+                                                           pref, tune ? tune_candidates() : 1, results.data(), &found);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
     p->algo = results[0].algo;
     p->has_algo = true;
