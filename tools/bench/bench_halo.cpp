@@ -9,7 +9,7 @@
 // docs/results/ (merge with `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and
 // their speed-up over exact bf16. Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its
 // three fp8 GEMMs alone ("halo2 fp8 GEMMs alone"), timed in the same rounds, and those plus its memory passes' bytes
-// at the HBM's peak rate ("halo2 fp8 bound"; with the speed the bound allows at a measured copy's rate).
+// at the HBM's peak rate ("halo2 fp8 bound").
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
@@ -36,7 +36,6 @@
 #include <string>
 #include <vector>
 
-#include "hadatrain/cuda/check.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline.h"
@@ -226,9 +225,14 @@ void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const st
 // [HALO passes over memory] in src/grad/pipeline_halo.cpp: what the quantisers, transposes and rotations back read
 // and write; GEMM operands and outputs excluded), and the memory rate is the HBM's peak (from the device's memory
 // clock and bus width), which no kernel exceeds: floor + bytes / peak is then the least time of that dataflow on
-// this GPU, and exact's time over it the most speed it can show. A real pass moves bytes no faster than a copy:
-// the line also gives the rate of the faster of a device-to-device cudaMemcpy and our copy kernel (clone()) over
-// 1 GiB, timed in the same rounds, and the speed the bound allows at that rate.
+// this GPU, and exact's time over it the most speed it can show. The line also gives the rate every pass would
+// need for 1.5× (required_GB_per_s; none where the GEMMs alone leave no time).
+std::string fmt_required(double gb_per_s) {
+  char b[64];
+  std::snprintf(b, sizeof b, "\"required_GB_per_s\": %.1f, ", gb_per_s);
+  return b;
+}
+
 struct PassBytes {
   double fwd = 0, bwd = 0;
 };
@@ -368,20 +372,19 @@ int main(int argc, char** argv) {
       graphs.push_back(c->fwd.get());
       graphs.push_back(c->total.get());
     }
-    // Note [HALO's bound per layer]: HALO-2 fp8's three products alone, and a copy for the memory rate, replayed in
-    // the same rounds as the pipelines (when the variant filter is empty or matches "halo2 fp8 bound").
+    // Note [HALO's bound per layer]: HALO-2 fp8's three products alone, replayed in the same rounds as the pipelines
+    // (when the variant filter is empty or matches "halo2 fp8 bound").
     const bool bound = std::string("halo2 fp8 bound").find(variant_filter) != std::string::npos;
     const int64_t T = B * L;
     const grad::HaloRotation rot_i = grad::halo_rotation_size(l.I), rot_t = grad::halo_rotation_size(T);
-    const int64_t copy_elems = int64_t{1} << 29;  // 1 GiB of bf16, read and written once
-    std::unique_ptr<cuda::StepGraph> floor_fwd, floor_total, copy, clone;
-    Tensor copy_src, copy_dst;
+    std::unique_ptr<cuda::StepGraph> floor_fwd, floor_total;
+    grad::HaloQuantized qx, qw, qet, qxt, qwt, qr;  // the operands, alive while their graphs replay
     if (bound) {
       const auto codes = [&](int64_t rows, int64_t cols) {
         return grad::halo_quantize(randn({rows, cols}, gen, {DType::f32, dev}).to(DType::bf16), grad::Carrier::fp8);
       };
-      const grad::HaloQuantized qx = codes(T, rot_i.n), qw = codes(l.O, rot_i.n), qet = codes(l.O, T),
-                                qxt = codes(rot_i.n, T), qwt = codes(rot_i.n, l.O), qr = codes(rot_t.n, l.O);
+      qx = codes(T, rot_i.n), qw = codes(l.O, rot_i.n), qet = codes(l.O, T);
+      qxt = codes(rot_i.n, T), qwt = codes(rot_i.n, l.O), qr = codes(rot_t.n, l.O);
       const auto gemm = [](const grad::HaloQuantized& a, const grad::HaloQuantized& b) {
         (void)grad::halo_product(a.codes, b.codes, a.scale, b.scale, {1.0f, DType::bf16});
       };
@@ -391,19 +394,9 @@ int main(int argc, char** argv) {
         gemm(qet, qxt);  // g_w (O, n_I)
         gemm(qwt, qr);   // g_x (n_I, n_T)
       });
-      copy_src = zeros({copy_elems}, {DType::bf16, dev});
-      copy_dst = zeros({copy_elems}, {DType::bf16, dev});
-      copy = record_graph([&] {
-        const auto bytes = static_cast<std::size_t>(copy_elems) * 2;
-        HT_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data_ptr(), copy_src.data_ptr(), bytes, cudaMemcpyDeviceToDevice,
-                                      cuda::current_stream()));
-      });
-      clone = record_graph([&] { (void)copy_src.clone(); });
     }
     graphs.push_back(floor_fwd.get());
     graphs.push_back(floor_total.get());
-    graphs.push_back(copy.get());
-    graphs.push_back(clone.get());
     const std::vector<double> ms = round_robin_ms(graphs);
     const double base_fwd = ms[0], base_total = ms[1], base_bwd = base_total - base_fwd;
     for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -422,12 +415,11 @@ int main(int argc, char** argv) {
           json_escape(command).c_str());
       std::fflush(stdout);
     }
-    if (floor_fwd && floor_total && copy && clone) {
+    if (floor_fwd && floor_total) {
       const std::size_t f = 2 * cases.size();
-      const double gemm_fwd = ms[f], gemm_total = ms[f + 1], copy_ms = std::min(ms[f + 2], ms[f + 3]);
-      const double rate = 2.0 * static_cast<double>(copy_elems) * 2 / (copy_ms * 1e6);  // GB/s, read + written
+      const double gemm_fwd = ms[f], gemm_total = ms[f + 1];
       const PassBytes pb = halo2_pass_bytes(T, l.I, l.O);
-      const double at_rate = base_total / (gemm_total + (pb.fwd + pb.bwd) / (rate * 1e6));
+      const double left_ms = base_total / 1.5 - gemm_total;  // what 1.5× leaves the passes
       const auto row = [&](const char* label, double fwd, double total, const std::string& extra) {
         std::printf(
             "{\"area\": \"kernels\", \"group\": \"%s\", \"name\": \"%s, %s, forward + backward\", \"metric\": "
@@ -441,13 +433,13 @@ int main(int argc, char** argv) {
       row("halo2 fp8 GEMMs alone", gemm_fwd, gemm_total, "");
       char extra[320];
       std::snprintf(extra, sizeof extra,
-                    "\"pass_bytes_forward\": %.0f, \"pass_bytes_backward\": %.0f, \"peak_GB_per_s\": %.1f, "
-                    "\"copy_GB_per_s\": %.1f, \"speedup_at_copy_rate\": %.3f, ",
-                    pb.fwd, pb.bwd, peak, rate, at_rate);
+                    "\"pass_bytes_forward\": %.0f, \"pass_bytes_backward\": %.0f, \"peak_GB_per_s\": %.1f, %s",
+                    pb.fwd, pb.bwd, peak,
+                    left_ms > 0 ? fmt_required((pb.fwd + pb.bwd) / (left_ms * 1e6)).c_str() : "");
       row("halo2 fp8 bound", gemm_fwd + pb.fwd / (peak * 1e6), gemm_total + (pb.fwd + pb.bwd) / (peak * 1e6), extra);
       std::fflush(stdout);
     }
-    floor_fwd.reset(), floor_total.reset(), copy.reset(), clone.reset();
+    floor_fwd.reset(), floor_total.reset();
     for (auto& c : cases) c->fwd.reset(), c->total.reset();  // their memory pools, before the eager phase runs
     for (auto& c : cases) {
       Case& k = *c;
