@@ -515,7 +515,7 @@ def halo_group(recs, notes, first):
                 elif exact is None or v == "exact bf16" or key not in exact:
                     cells.append(num(r[key], 3))
                 else:
-                    cells.append(f"{num(r[key], 3)} ({exact[key] / r[key]:.2f}×)")
+                    cells.append(f"{num(r[key], 3)} ({exact[key] / r[key]:.3f}×)")  # targets sit at 1.5×
         rows.append([layer] + cells + [measured(next(iter(by.values())), notes)])
     text = (f"{recs[0]['group']}: forward + backward in ms and, in brackets, the speed against exact bf16 of the "
             "same layer and call (above 1: faster); `tools/bench/bench_halo`, a recorded step graph per variant, "
@@ -525,6 +525,11 @@ def halo_group(recs, notes, first):
         text += (" The backward columns: the forward + backward graph's time less the forward graph's (which "
                  "includes what the forward saves: HLQ's ACBP, HALO's quantised operands), in brackets against exact "
                  "bf16's backward.")
+    if "halo2 fp8 bound" in variants:
+        text += (" `halo2 fp8 GEMMs alone`: HALO-2's three fp8 products alone on codes of its shapes, in the same "
+                 "rounds; `halo2 fp8 bound`: those plus the bytes of the level-2 dataflow's memory passes at the HBM's "
+                 "peak rate, the least time that dataflow can take (Note [HALO's bound per layer] in "
+                 "tools/bench/bench_halo.cpp).")
     head = ["layer"] + ([f"{v}, {what}" for _, what in timed for v in variants] if len(timed) > 1 else variants) + \
         ["measured"]
     return ["", text, ""] + table(head, rows)
