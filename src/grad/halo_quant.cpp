@@ -312,7 +312,7 @@ Tensor halo_product(const Tensor& a, const Tensor& b, const Tensor& s_a, const T
            dtype_name(p.out_dtype));
   if (a.dtype() == DType::f8e4m3) {
     // scale_a·scale_b of fp8_matmul_nt with the mult folded into b's scale (one f32 multiply on the device)
-    return fp8_matmul_nt(a, b, s_a, mul(s_b, static_cast<double>(p.mult)), p.out_dtype);
+    return fp8_matmul_nt(a, b, s_a, mul(s_b, static_cast<double>(p.mult)), p.out_dtype, p.accumulation);
   }
   const Tensor acc = int8_matmul_nt(a, b);  // (M, N) i32, exact
   halo_phase("int8 epilogue (i32 -> scaled output)");

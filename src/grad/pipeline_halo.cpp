@@ -241,7 +241,7 @@ class HaloPipeline final : public Pipeline {
 
   // (M, N) of `out` = mult·(a·bᵀ) with a's and b's scales.
   Tensor product(const Operand& a, const Operand& b, float mult, DType out) const {
-    if (o_.quantize) return halo_product(a.v, b.v, a.scale, b.scale, {mult, out});
+    if (o_.quantize) return halo_product(a.v, b.v, a.scale, b.scale, {mult, out, o_.fp8_accumulation});
     return mul(matmul_f32(a.v, b.v.transpose(0, 1)), static_cast<double>(mult)).to(out);
   }
 
@@ -258,13 +258,18 @@ HaloOptions read_halo(ConfigReader& r) {
   o.carrier = r.get_choice("carrier", Carrier::int8, {{"int8", Carrier::int8}, {"fp8", Carrier::fp8}});
   o.quantize = r.get("quantize", true);
   o.overlap = r.get("overlap", true);
+  o.fp8_accumulation = r.get_choice("fp8_accumulation", Fp8Accumulation::precise,
+                                    {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
+  if (o.fp8_accumulation == Fp8Accumulation::fast && o.carrier != Carrier::fp8)
+    r.fail("fp8_accumulation", "fast accumulation is for the fp8 carrier's products; this layer's carrier is int8");
   return o;
 }
 
 std::string describe_halo(const HaloOptions& o) {
-  return fmt::format("halo (level {}, {}{}{}; forward quantised)", o.level,
-                     o.carrier == Carrier::fp8 ? "fp8 e4m3" : "int8", o.quantize ? "" : ", quantisation off",
-                     o.overlap ? "" : ", one stream");
+  return fmt::format("halo (level {}, {}{}{}{}; forward quantised)", o.level,
+                     o.carrier == Carrier::fp8 ? "fp8 e4m3" : "int8",
+                     o.fp8_accumulation == Fp8Accumulation::fast ? ", fast accumulation" : "",
+                     o.quantize ? "" : ", quantisation off", o.overlap ? "" : ", one stream");
 }
 
 }  // namespace
@@ -279,6 +284,8 @@ bool halo_phases_marked() { return static_cast<bool>(phase_hook()); }
 
 std::shared_ptr<Pipeline> make_halo_pipeline(const HaloOptions& o) {
   HT_CHECK(o.level >= 0 && o.level <= 2, "halo: level must be 0, 1 or 2, got {}", o.level);
+  HT_CHECK(o.fp8_accumulation == Fp8Accumulation::precise || o.carrier == Carrier::fp8,
+           "halo: fast accumulation is for the fp8 carrier's products, got carrier int8");
   return std::make_shared<HaloPipeline>(o);
 }
 

@@ -106,7 +106,8 @@ void fp8_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double scale, 
 #ifdef HADATRAIN_CUDA
 cuda::LowpPath lowp_cuda(const Tensor& out, const Tensor& a, const Tensor& b, const float* scale_a,
                          const float* scale_b, const NtDims& d, const float* row_scale = nullptr,
-                         const float* col_scale = nullptr) {
+                         const float* col_scale = nullptr,
+                         Fp8Accumulation accumulation = Fp8Accumulation::precise) {
   cuda::DeviceGuard guard(out.device().index);
   cuda::LowpGemmArgs g;
   g.a_dtype = a.dtype();
@@ -129,6 +130,7 @@ cuda::LowpPath lowp_cuda(const Tensor& out, const Tensor& a, const Tensor& b, co
   g.scale_b = scale_b;
   g.row_scale_a = row_scale;
   g.col_scale_b = col_scale;
+  g.accum = accumulation == Fp8Accumulation::fast ? cuda::Fp8Accum::fast : cuda::Fp8Accum::precise;
   return cuda::gemm_lowp_nt(g);
 }
 #endif
@@ -168,7 +170,8 @@ Tensor int8_matmul_nt(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, DType out_dtype) {
+Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, DType out_dtype,
+                     Fp8Accumulation accumulation) {
   constexpr const char* op = "fp8_matmul_nt";
   const NtDims d = nt_dims(op, a, b);
   HT_CHECK(is_fp8(a.dtype()) && is_fp8(b.dtype()), "{}: a and b must be f8e4m3 or f8e5m2, got a {} and b {}", op,
@@ -187,12 +190,14 @@ Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
   if (dev.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     const Tensor sa = scale_a.detach().contiguous(), sb = scale_b.detach().contiguous();
-    lowp_cuda(out, ac, bc, static_cast<const float*>(sa.data_ptr()), static_cast<const float*>(sb.data_ptr()), d);
+    lowp_cuda(out, ac, bc, static_cast<const float*>(sa.data_ptr()), static_cast<const float*>(sb.data_ptr()), d,
+              nullptr, nullptr, accumulation);
     return out;
 #else
     no_cuda_kernel(op);
 #endif
   }
+  (void)accumulation;  // the CPU sums exactly
   const double scale = scale_a.item() * scale_b.item();
   fp8_cpu(out, ac, bc, scale, d);
   return out;

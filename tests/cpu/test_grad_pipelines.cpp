@@ -473,6 +473,10 @@ TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo, level: 3}}"), HasSubstr("grad_pipeline.default.level"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo, carrier: fp16}}"),
                     HasSubstr("grad_pipeline.default.carrier"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo, fp8_accumulation: fast}}"),  // carrier int8
+                    HasSubstr("grad_pipeline.default.fp8_accumulation"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo, carrier: fp8, fp8_accumulation: fp32}}"),
+                    HasSubstr("grad_pipeline.default.fp8_accumulation"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, gw_bits: 0, acbp_bits: 8}}"),
                     HasSubstr("acbp_bits"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {layers: {fc: {name: luq, bits: 9}}}"),

@@ -279,6 +279,11 @@ TEST_CASE("halo: registered with its options and description", "[halo]") {
   o.level = 1;
   o.carrier = Carrier::fp8;
   CHECK(describe(spec) == "halo (level 1, fp8 e4m3; forward quantised)");
+  o.fp8_accumulation = Fp8Accumulation::fast;
+  CHECK(describe(spec) == "halo (level 1, fp8 e4m3, fast accumulation; forward quantised)");
+  o.carrier = Carrier::int8;  // fast accumulation belongs to fp8 products
+  CHECK_THROWS_WITH(make_pipeline(spec), HasSubstr("fast accumulation is for the fp8"));
+  o.carrier = Carrier::fp8;
   auto p = make_pipeline(spec);
   CHECK(p->name() == "halo");
   CHECK_FALSE(p->exact_forward());

@@ -276,18 +276,23 @@ TEST_CASE("halo_product on CUDA: int8 bit for bit, fp8 to accumulation tolerance
   for (Carrier c : {Carrier::int8, Carrier::fp8}) {
     const Tensor a = test::random_input({70, 96}, 7, DType::f32), b = test::random_input({33, 96}, 8, DType::f32);
     const HaloQuantized qa = halo_quantize(a, c), qb = halo_quantize(b, c);
-    for (DType out : {DType::f32, DType::bf16}) {
-      INFO((c == Carrier::int8 ? "int8 " : "fp8 ") << dtype_name(out));
-      const Tensor cpu = halo_product(qa.codes, qb.codes, qa.scale, qb.scale, {0.125f, out});
-      const Tensor gpu = halo_product(qa.codes.to(kCuda), qb.codes.to(kCuda), qa.scale.to(kCuda), qb.scale.to(kCuda),
-                                      {0.125f, out});
-      if (c == Carrier::int8) {
-        CHECK(test::compare_bits(gpu, cpu) == "");
-      } else {
-        const double s = qa.scale.item() * qb.scale.item() * 0.125;
-        CHECK(fp8_product_within_bound(gpu, cpu, qa.codes, qb.codes, s) == "");
+    for (DType out : {DType::f32, DType::bf16})
+      for (Fp8Accumulation acc : {Fp8Accumulation::precise, Fp8Accumulation::fast}) {
+        if (c == Carrier::int8 && acc == Fp8Accumulation::fast) continue;
+        INFO((c == Carrier::int8 ? "int8 " : "fp8 ") << dtype_name(out)
+                                                      << (acc == Fp8Accumulation::fast ? " fast accumulation" : ""));
+        const Tensor cpu = halo_product(qa.codes, qb.codes, qa.scale, qb.scale, {0.125f, out, acc});
+        const Tensor gpu = halo_product(qa.codes.to(kCuda), qb.codes.to(kCuda), qa.scale.to(kCuda),
+                                        qb.scale.to(kCuda), {0.125f, out, acc});
+        if (c == Carrier::int8) {
+          CHECK(test::compare_bits(gpu, cpu) == "");
+        } else {
+          // fast accumulation keeps the tensor cores' partial sums in their narrower accumulator along all of K,
+          // which Note [HALO fp8 product tolerance]'s bound (K·2^-12 of Σ|a_k·b_k| per element) also covers
+          const double s = qa.scale.item() * qb.scale.item() * 0.125;
+          CHECK(fp8_product_within_bound(gpu, cpu, qa.codes, qb.codes, s) == "");
+        }
       }
-    }
   }
   // fp8 integer codes in [-4, 4]: exact sums on both sides, so only the scales' f32 roundings differ
   const Tensor ia = test::random_input({40, 64}, 21, DType::i8, -4, 4).to(DType::f32).to(DType::f8e4m3);
@@ -305,11 +310,14 @@ TEST_CASE("the halo pipeline on CUDA equals the CPU's (int8 bit for bit) and rec
   const Tensor g = test::random_input({B, L, O}, 13, DType::bf16, -0.01, 0.01);
   const Tensor bias = test::random_input({O}, 14, DType::bf16);
   for (int level : {0, 1, 2})
-    for (Carrier c : {Carrier::int8, Carrier::fp8}) {
-      INFO("level " << level << (c == Carrier::int8 ? " int8" : " fp8"));
+    for (int form : {0, 1, 2}) {  // int8; fp8; fp8 with fast accumulation
+      const Carrier c = form == 0 ? Carrier::int8 : Carrier::fp8;
+      HaloOptions o = opts(level, c);
+      if (form == 2) o.fp8_accumulation = Fp8Accumulation::fast;
+      INFO("level " << level << (c == Carrier::int8 ? " int8" : " fp8") << (form == 2 ? ", fast accumulation" : ""));
       ProductInfo info;
       info.bias = bias;
-      auto cpu = make_halo_pipeline(opts(level, c));
+      auto cpu = make_halo_pipeline(o);
       ForwardResult fc = cpu->forward(x, w, info, NoiseKey{}, SaveForBackward::yes);
       const Grads gc = cpu->backward(*fc.saved, g, {true, true});
 
@@ -320,7 +328,7 @@ TEST_CASE("the halo pipeline on CUDA equals the CPU's (int8 bit for bit) and rec
       // (the cuBLAS workspace, cuda::cublas_workspace), which must exist before recording.
       cuda::StepGraph graph(0);
       cuda::StreamGuard on(graph.stream(), 0);
-      auto gpu = make_halo_pipeline(opts(level, c));
+      auto gpu = make_halo_pipeline(o);
       ForwardResult fg = gpu->forward(xg, wg, ginfo, NoiseKey{}, SaveForBackward::yes);
       const Grads gr = gpu->backward(*fg.saved, gg, {true, true});
       if (c == Carrier::int8) {

@@ -7,11 +7,12 @@
 // step recorded into one CUDA graph (what the trainer runs with train.cuda_graph: auto), CUDA events, peak
 // allocated memory. tools/bench/bench_llama_torch.py is the PyTorch side (transformers LlamaForCausalLM) with the
 // same shapes and the same model-FLOPs count.
-//   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq] [exact|hlq|halo<L>_<int8|fp8>|<pipeline>]
-//               [--lora] [--peak-tflops T] [--phases]
+//   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq]
+//               [exact|hlq|halo<L>_<int8|fp8|fp8_fast>|<pipeline>] [--lora] [--peak-tflops T] [--phases]
 // --phases also prints the eager step split into forward (loss included), backward (zero_grad included, which the
 // step issues first) and the AdamW update, each the median over 12 steps of the time between CUDA events.
-// halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise).
+// halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise); halo2_fp8_fast
+// the same with `fp8_accumulation: fast`.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -143,7 +144,13 @@ int main(int argc, char** argv) {
     spec.name = "halo";
     auto& o = spec.options_as<grad::HaloOptions>();
     o.level = pipeline[4] - '0';
-    o.carrier = pipeline.substr(6) == "fp8" ? grad::Carrier::fp8 : grad::Carrier::int8;
+    const std::string carrier = pipeline.substr(6);
+    if (carrier != "int8" && carrier != "fp8" && carrier != "fp8_fast") {
+      std::fprintf(stderr, "bench_llama: '%s': the carrier is int8, fp8 or fp8_fast\n", pipeline.c_str());
+      return 2;
+    }
+    o.carrier = carrier == "int8" ? grad::Carrier::int8 : grad::Carrier::fp8;
+    if (carrier == "fp8_fast") o.fp8_accumulation = Fp8Accumulation::fast;
   }
   grad::PipelineConfig pc;
   pc.default_spec.name = "exact";

@@ -37,6 +37,7 @@
 
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/pipeline_hlq.h"  // Carrier
+#include "hadatrain/ops/lowp_matmul.h"    // Fp8Accumulation
 
 namespace ht::grad {
 
@@ -51,6 +52,9 @@ struct HaloOptions {
   // On CUDA, g_w's GEMM and rotation back run on a side stream beside g_x's chain (Note [HALO's two chains] in
   // src/grad/pipeline_halo.cpp); the same values either way. Off: one stream.
   bool overlap = true;
+  // fp8 carrier: how CUDA's products sum (ops/lowp_matmul.h, Fp8Accumulation). `fast` is the reference's FP8
+  // kernel's mode (halo.md §9, §10); `precise` (the default) promotes the partial sums to f32 along K.
+  Fp8Accumulation fp8_accumulation = Fp8Accumulation::precise;
 };
 
 // A new halo pipeline for one layer.
@@ -140,6 +144,7 @@ Tensor halo_dequantize(const HaloQuantized& q);
 struct HaloProduct {
   float mult = 1.0f;
   DType out_dtype = DType::f32;
+  Fp8Accumulation accumulation = Fp8Accumulation::precise;  // fp8 codes on CUDA (ops/lowp_matmul.h)
 };
 Tensor halo_product(const Tensor& a, const Tensor& b, const Tensor& s_a, const Tensor& s_b, const HaloProduct& p);
 

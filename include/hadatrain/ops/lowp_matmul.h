@@ -12,12 +12,20 @@ namespace ht {
 // 2-D and shared by every batch of a.
 Tensor int8_matmul_nt(const Tensor& a, const Tensor& b);
 
+// How CUDA's fp8 products sum: `precise` promotes the tensor cores' partial sums to f32 at intervals along K
+// (cuBLASLt's default); `fast` (CUBLASLT_MATMUL_DESC_FAST_ACCUM) keeps them in the tensor cores' narrower
+// accumulator across the whole K: faster where the promotion costs, less accurate for long K. The CPU computes
+// the exact product either way.
+enum class Fp8Accumulation { precise, fast };
+
 // a (..., M, K) f8e4m3 or f8e5m2, b (..., N, K) f8e4m3 or f8e5m2 (not both f8e5m2: cuBLASLt has no such
 // kernel); batch dims as for int8_matmul_nt. scale_a, scale_b: one-element f32 tensors on the device of a
 // and b (on CUDA they are read by the GPU when the product runs, never by the host). Returns
 // (..., M, N) of out_dtype (f32 or bf16) = scale_a · scale_b · (a · bᵀ): fp32 accumulation on CUDA
-// (exact fp8 products), double on the CPU; one rounding at the end (CPU: to f32, then to out_dtype).
-Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, DType out_dtype);
+// (exact fp8 products; `accumulation` above), double on the CPU; one rounding at the end (CPU: to f32, then to
+// out_dtype).
+Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, DType out_dtype,
+                     Fp8Accumulation accumulation = Fp8Accumulation::precise);
 
 // 2-D a (M, K), b (N, K) fp8 as above, with outer-vector scales: row_scale (M) and col_scale (N) f32 tensors on
 // the device of a and b. Returns (M, N) of out_dtype = row_scale[i] · col_scale[j] · (a · bᵀ)[i][j] with one
