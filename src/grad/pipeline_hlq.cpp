@@ -587,10 +587,10 @@ class HlqPipeline final : public Pipeline {
       const Tensor row = per == 1 ? sg : repeat_each(sg, per);
       HT_ASSERT(row.numel() == B * L, "hlq: {} row scales for {} rows", row.numel(), B * L);
       const Tensor col = repeat_each(q_w.scale, I, inv_t);  // (I): s_w / T
-      acc = fp8_matmul_nt_outer(a, q_w.values, row, col, out);
+      acc = fp8_matmul_nt_outer(a, q_w.values, row, col, out, o_.fp8_accumulation);
     } else if (carrier == Carrier::fp8) {
       // A tensor scale: both scalars go into the fp8 product (read from device memory).
-      acc = fp8_matmul_nt(a, q_w.values, q_g.scale, mul(q_w.scale, inv_t), out);
+      acc = fp8_matmul_nt(a, q_w.values, q_g.scale, mul(q_w.scale, inv_t), out, o_.fp8_accumulation);
     } else {
       // One pass over the int32 product: s_w/T (and a tensor s_g) as scalars, per-row / per-sample s_g by row.
       const Tensor sw = mul(q_w.scale, inv_t);            // (1): s_w / T, on the device
@@ -726,6 +726,10 @@ class HlqPipeline final : public Pipeline {
 
 }  // namespace
 
-std::shared_ptr<Pipeline> make_hlq_pipeline(const HlqOptions& o) { return std::make_shared<HlqPipeline>(o); }
+std::shared_ptr<Pipeline> make_hlq_pipeline(const HlqOptions& o) {
+  HT_CHECK(o.fp8_accumulation == Fp8Accumulation::precise || o.carrier == Carrier::fp8,
+           "hlq: fast accumulation is for the fp8 carrier's g_x product, got carrier int8");
+  return std::make_shared<HlqPipeline>(o);
+}
 
 }  // namespace ht::grad

@@ -52,6 +52,11 @@ HlqOptions read_hlq(ConfigReader& r) {
   o.acbp_share = r.get("acbp_share", true);
   o.acbp_rebuild = r.get("acbp_rebuild", true);
   o.overlap = r.get("overlap", true);
+  o.fp8_accumulation = r.get_choice("fp8_accumulation", Fp8Accumulation::precise,
+                                    {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
+  if (o.fp8_accumulation == Fp8Accumulation::fast && o.carrier != Carrier::fp8)
+    r.fail("fp8_accumulation",
+           "fast accumulation is for the fp8 carrier's g_x product; this layer's carrier is int8");
   return o;
 }
 
@@ -63,7 +68,7 @@ std::string describe_hlq(const HlqOptions& o) {
                            : o.rank.kind == HlaRank::Kind::rows ? fmt::format("{} rows", o.rank.rows)
                                                                 : fmt::format("pct {}", o.rank.pct);
   return fmt::format("hlq (g_x: {} bit, T {}, g_y scale {}, W {}, {} carrier; g_w: {} bit, rank {}, fallback {}, "
-                     "ACBP {} bit{}{}{}{}{}{})",
+                     "ACBP {} bit{}{}{}{}{}{}{})",
                      o.gx_bits, o.block, gran[static_cast<int>(o.gy_scale)], wq[static_cast<int>(o.w_quant)],
                      o.carrier == Carrier::fp8 ? "fp8" : "int8", o.gw_bits, rank, fb[static_cast<int>(o.fallback)],
                      o.acbp_bits, o.acbp_conv == AcbpConv::input_map ? ", conv input map" : "",
@@ -72,7 +77,8 @@ std::string describe_hlq(const HlqOptions& o) {
                      o.conv_gw == ConvGw::wgrad_simulated ? ", conv g_w simulated (wgrad over the unquantised image)"
                                                           : "",
                      o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? "" : ", never rebuilt",
-                     o.overlap ? "" : ", one stream");
+                     o.overlap ? "" : ", one stream",
+                     o.fp8_accumulation == Fp8Accumulation::fast ? ", fast accumulation" : "");
 }
 
 }  // namespace

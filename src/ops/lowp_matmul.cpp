@@ -204,7 +204,7 @@ Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
 }
 
 Tensor fp8_matmul_nt_outer(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                           DType out_dtype) {
+                           DType out_dtype, Fp8Accumulation accumulation) {
   constexpr const char* op = "fp8_matmul_nt_outer";
   HT_CHECK(a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2,
            "{}: a (M, K) and b (N, K) must be 2-D, got a {} and b {}", op, a.defined() ? a.describe() : "undefined",
@@ -224,16 +224,17 @@ Tensor fp8_matmul_nt_outer(const Tensor& a, const Tensor& b, const Tensor& row_s
   if (dev.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     if (lowp_cuda(out, ac, bc, nullptr, nullptr, d, static_cast<const float*>(rs.data_ptr()),
-                  static_cast<const float*>(cs.data_ptr())) != cuda::LowpPath::unsupported)
+                  static_cast<const float*>(cs.data_ptr()), accumulation) != cuda::LowpPath::unsupported)
       return out;
     // cuBLASLt cannot take the vectors here: the unscaled f32 product, scaled by the outer product in f32
     Tensor acc = empty(d.out, {DType::f32, dev});
-    lowp_cuda(acc, ac, bc, nullptr, nullptr, d);
+    lowp_cuda(acc, ac, bc, nullptr, nullptr, d, nullptr, nullptr, accumulation);
     return mul(acc, mul(reshape(rs, {d.m, 1}), reshape(cs, {1, d.n}))).to(out_dtype);
 #else
     no_cuda_kernel(op);
 #endif
   }
+  (void)accumulation;  // the CPU sums exactly
   fp8_cpu(out, ac, bc, 1.0, d, static_cast<const float*>(rs.data_ptr()), static_cast<const float*>(cs.data_ptr()));
   return out;
 }

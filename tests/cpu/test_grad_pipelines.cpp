@@ -477,6 +477,9 @@ TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
                     HasSubstr("grad_pipeline.default.fp8_accumulation"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: halo, carrier: fp8, fp8_accumulation: fp32}}"),
                     HasSubstr("grad_pipeline.default.fp8_accumulation"));
+  CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, carrier: int8, fp8_accumulation: fast}}"),
+                    HasSubstr("grad_pipeline.default.fp8_accumulation"));
+  CHECK_NOTHROW(parse("grad_pipeline: {default: {name: hlq, fp8_accumulation: fast}}"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, gw_bits: 0, acbp_bits: 8}}"),
                     HasSubstr("acbp_bits"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {layers: {fc: {name: luq, bits: 9}}}"),

@@ -563,3 +563,33 @@ TEST_CASE("hlq overlap: g_w's chain on a side stream gives one stream's bits, ea
     CHECK(test::compare_bits(gw_out, serial.w.to(Device::cpu())) == "");
   }
 }
+
+TEST_CASE("hlq fp8_accumulation fast: g_x's product within the narrower accumulator's error, g_w unchanged",
+          "[gpu][grad]") {
+  // Only g_x's fp8 product changes its accumulation: g_w (int8, exact) and the bias gradient keep their bits, and
+  // g_x stays within 2^-8 (relative, elementwise with an absolute floor) of the precise product: a wrong scale,
+  // layout or operand would be off by far more.
+  const int64_t B = 2, L = 256, I = 192, O = 320;
+  const Tensor x = test::random_input({B, L, I}, 51, DType::bf16).to(test::kCuda);
+  const Tensor w = mul(test::random_input({O, I}, 52, DType::f32), 0.05).to(DType::bf16).to(test::kCuda);
+  const Tensor g = mul(test::random_input({B, L, O}, 53, DType::f32), 0.01).to(DType::bf16).to(test::kCuda);
+  grad::PipelineSpec precise;
+  precise.name = "hlq";
+  grad::PipelineSpec fast = precise;
+  fast.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::fast;
+  CHECK(grad::describe(fast).find("fast accumulation") != std::string::npos);
+  grad::StepClock clock;
+  clock.keep_on_device(test::kCuda);
+  clock.set(3);
+  const grad::NoiseKey key{7, 1, 0, static_cast<const int64_t*>(clock.word.data_ptr())};
+  auto run = [&](const grad::PipelineSpec& spec) {
+    auto p = grad::make_pipeline(spec);
+    grad::ForwardResult f = p->forward(x, w, {}, key, grad::SaveForBackward::yes);
+    return p->backward(*f.saved, g, {true, true, true});
+  };
+  const grad::Grads a = run(precise), b = run(fast);
+  CHECK(test::compare_bits(b.w, a.w.to(Device::cpu())) == "");
+  const Tensor ref = a.x.to(Device::cpu()).to(DType::f32);
+  const double floor = 0x1p-8 * max(abs(ref)).item();
+  CHECK(test::compare_to_cpu(b.x.to(DType::f32), ref, {0x1p-8, floor}) == "");
+}

@@ -36,8 +36,7 @@
 #include <vector>
 
 #include "hadatrain/grad/pipeline.h"
-#include "hadatrain/grad/pipeline_hlq.h"  // Carrier
-#include "hadatrain/ops/lowp_matmul.h"    // Fp8Accumulation
+#include "hadatrain/grad/pipeline_hlq.h"  // Carrier, Fp8Accumulation
 
 namespace ht::grad {
 

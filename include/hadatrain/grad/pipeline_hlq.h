@@ -9,6 +9,7 @@
 #include "hadatrain/grad/hla.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/grad/quant.h"
+#include "hadatrain/ops/lowp_matmul.h"  // Fp8Accumulation
 
 namespace ht::grad {
 
@@ -74,6 +75,10 @@ struct HlqOptions {
   // On CUDA, g_w's chain (projection, 8-bit quantiser, integer product, rescaling) runs on a side stream beside
   // g_x's (Note [HLQ's two chains] in src/grad/pipeline_hlq.cpp); the same values either way. Off: one stream.
   bool overlap = true;
+  // fp8 carrier: how CUDA's g_x product sums (ops/lowp_matmul.h, Fp8Accumulation). hlq.md §9 asks for FP32-class
+  // accumulation, which `precise` (the default) is; `fast` keeps the tensor cores' narrower partial sums along all
+  // of O, a deviation a user opts into for speed.
+  Fp8Accumulation fp8_accumulation = Fp8Accumulation::precise;
 };
 
 // A new hlq pipeline for one layer.

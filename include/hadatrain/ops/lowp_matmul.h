@@ -32,8 +32,9 @@ Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
 // rounding. On CUDA the scales go into cuBLASLt's product (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) when it
 // can take them in place (16-byte alignment of K, N and the pointers, an algorithm for the shape); otherwise
 // the unscaled f32 product is scaled by the outer product of the vectors and rounded (the same values; slower).
-// The CPU computes fp32(row · col · acc) in double and rounds once to f32, then to out_dtype.
+// The CPU computes fp32(row · col · acc) in double and rounds once to f32, then to out_dtype. `accumulation` as
+// for fp8_matmul_nt.
 Tensor fp8_matmul_nt_outer(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                           DType out_dtype);
+                           DType out_dtype, Fp8Accumulation accumulation = Fp8Accumulation::precise);
 
 }  // namespace ht
