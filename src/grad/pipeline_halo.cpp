@@ -258,10 +258,7 @@ HaloOptions read_halo(ConfigReader& r) {
   o.carrier = r.get_choice("carrier", Carrier::int8, {{"int8", Carrier::int8}, {"fp8", Carrier::fp8}});
   o.quantize = r.get("quantize", true);
   o.overlap = r.get("overlap", true);
-  o.fp8_accumulation = r.get_choice("fp8_accumulation", Fp8Accumulation::precise,
-                                    {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
-  if (o.fp8_accumulation == Fp8Accumulation::fast && o.carrier != Carrier::fp8)
-    r.fail("fp8_accumulation", "fast accumulation is for the fp8 carrier's products; this layer's carrier is int8");
+  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier);
   return o;
 }
 

@@ -52,11 +52,7 @@ HlqOptions read_hlq(ConfigReader& r) {
   o.acbp_share = r.get("acbp_share", true);
   o.acbp_rebuild = r.get("acbp_rebuild", true);
   o.overlap = r.get("overlap", true);
-  o.fp8_accumulation = r.get_choice("fp8_accumulation", Fp8Accumulation::precise,
-                                    {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
-  if (o.fp8_accumulation == Fp8Accumulation::fast && o.carrier != Carrier::fp8)
-    r.fail("fp8_accumulation",
-           "fast accumulation is for the fp8 carrier's g_x product; this layer's carrier is int8");
+  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier);
   return o;
 }
 

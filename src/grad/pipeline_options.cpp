@@ -19,6 +19,14 @@ WeightQuant read_weight_quant(ConfigReader& r, const std::string& key) {
                       {{"sawb", WeightQuant::sawb}, {"absmax", WeightQuant::absmax}, {"absmax_sr", WeightQuant::absmax_sr}});
 }
 
+Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier) {
+  const auto a = r.get_choice("fp8_accumulation", Fp8Accumulation::precise,
+                              {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
+  if (a == Fp8Accumulation::fast && carrier != Carrier::fp8)
+    r.fail("fp8_accumulation", "fast accumulation is for the fp8 carrier's products; this layer's carrier is int8");
+  return a;
+}
+
 ScaleGranularity read_granularity(ConfigReader& r, const std::string& key, ScaleGranularity def,
                                   bool allow_token) {
   std::vector<std::pair<std::string, ScaleGranularity>> c{{"tensor", ScaleGranularity::tensor},

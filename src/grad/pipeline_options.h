@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hadatrain/core/config_reader.h"
+#include "hadatrain/grad/pipeline_hlq.h"  // Carrier, Fp8Accumulation
 #include "hadatrain/grad/quant.h"
 
 namespace ht::grad {
@@ -13,6 +14,8 @@ namespace ht::grad {
 int read_bits(ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed);
 // sawb | absmax | absmax_sr, sawb by default.
 WeightQuant read_weight_quant(ConfigReader& r, const std::string& key);
+// `fp8_accumulation`: precise (the default) | fast; fast only with the fp8 carrier (the error names the key).
+Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier);
 // tensor | sample (| token when allow_token).
 ScaleGranularity read_granularity(ConfigReader& r, const std::string& key, ScaleGranularity def,
                                   bool allow_token);
