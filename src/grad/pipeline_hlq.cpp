@@ -13,6 +13,7 @@
 //         the image); conv_gx dgrad_simulated / conv_gw wgrad_simulated replace them with compute-dtype
 //         convolutions over dequantised values, for comparison only (Notes [HLQ conv g_x], [HLQ conv g_w]).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
+#include <cstdlib>
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/node.h"
@@ -241,8 +242,23 @@ class HlqPipeline final : public Pipeline {
       side.join({g.w, g.b});
     } else {
       SideBranch side(g_y.device(), overlap && !share);
-      if (side.concurrent()) side.run(run_gw);
-      if (simulated_gx) {
+      static const bool side_first = [] {  // TEMPORARY A/B switch: the earlier arrangement (g_w's chain queued first)
+        const char* v = std::getenv("HADATRAIN_HLQ_SIDE_FIRST");
+        return v && *v && *v != '0';
+      }();
+      // g_x's quantisers first, then the fork (Note [HLQ's two chains]).
+      const bool early = side.concurrent() && !side_first && wanted.x && !simulated_gx && o_.gx_bits > 0;
+      if (side.concurrent() && !early) side.run(run_gw);
+      if (early) {
+        const Quantized q_g = gx_quantize_gy(s, g_y, false);
+        const Quantized q_w = gx_quantize_w(s, g_y.size(2));
+        side.run(run_gw);
+        g.x = gx_product(s, g_y, q_g, q_w);
+        if (g.x.dtype() != s.x_dtype) {
+          mark_phase("g_x: dtype conversion");
+          g.x = g.x.to(s.x_dtype);
+        }
+      } else if (simulated_gx) {
         mark_phase("g_x: simulated (quantise, dgrad)");
         g.x = grad_x_dgrad_simulated(s, g_y, share ? &gy_absmax : nullptr);
         g.x_is_image = true;
