@@ -246,8 +246,9 @@ class HlqPipeline final : public Pipeline {
         const char* v = std::getenv("HADATRAIN_HLQ_SIDE_FIRST");
         return v && *v && *v != '0';
       }();
-      // g_x's quantisers first, then the fork (Note [HLQ's two chains]).
-      const bool early = side.concurrent() && !side_first && wanted.x && !simulated_gx && o_.gx_bits > 0;
+      // A Linear's g_x quantisers first, then the fork (Note [HLQ's two chains]).
+      const bool early =
+          side.concurrent() && !side_first && !s.conv.defined && wanted.x && !simulated_gx && o_.gx_bits > 0;
       if (side.concurrent() && !early) side.run(run_gw);
       if (early) {
         const Quantized q_g = gx_quantize_gy(s, g_y, false);
