@@ -13,7 +13,6 @@
 //         the image); conv_gx dgrad_simulated / conv_gw wgrad_simulated replace them with compute-dtype
 //         convolutions over dequantised values, for comparison only (Notes [HLQ conv g_x], [HLQ conv g_w]).
 // Shapes follow Note [Product geometry]: x (B, L, I), w (O, I), g_y (B, L, O).
-#include <cstdlib>
 #include <fmt/format.h>
 
 #include "hadatrain/autograd/node.h"
@@ -210,16 +209,19 @@ class HlqPipeline final : public Pipeline {
       }
     };
     // Note [HLQ's two chains]
-    // g_x (quantise g_y and W, 4-bit product) and g_w (project g_y, quantise g̃, 8-bit product, rescale) read g_y
-    // and the saved state but not each other's results, except that g_w may take max |g_y| from g_y's 4-bit
-    // quantiser (`share`). Their quantisers and projections each leave much of the GPU idle (a projection with a
-    // full register file at a quarter of the occupancy, a quantiser bound by its noise's instructions), so on CUDA
-    // the work is split over two streams (Note [Side branches] in tensor/side_branch.h). Without `share`, g_w's
-    // whole chain runs on the side stream, queued first so that the projection starts beside g_y's quantiser, and
-    // g_x's on the main stream. With `share`, the side stream runs g_y's quantiser and then g_w's chain, the main
-    // stream W's quantiser beside it and, once g_y's codes are done (a mark, not the whole chain), the 4-bit
-    // product. (Measured on the H200 at Llama-3-8B shapes, moving W's quantiser to the side stream as well made
-    // the backward slower: the projection then starts later.) Same kernels, same noise, the same values as one
+    // g_x (quantise g_y and W, 4-bit product) and g_w (project g_y, quantise g̃, 8-bit product, rescale) read g_y and
+    // the saved state but not each other's results, except that g_w may take max |g_y| from g_y's 4-bit quantiser
+    // (`share`). Their quantisers and projections each leave much of the GPU idle (a projection with a full register
+    // file at a quarter of the occupancy, a quantiser bound by its noise's instructions), so on CUDA the work is split
+    // over two streams (Note [Side branches] in tensor/side_branch.h). Without `share`, g_w's whole chain runs on the
+    // side stream and g_x's on the main stream. For a Linear the main stream queues g_x's two quantisers before the
+    // fork, so that they run first and the projection then runs beside the 4-bit product; a Conv2d forks first, so that
+    // the projection of its columns starts beside g_y's quantiser. (Measured on the H200 in one call: at Llama-3-8B
+    // shapes the Linear order takes 0.5–1.5 % off the backward against the fork first; on ResNet-50 it left the step's
+    // time as it was and its step graph took 5.56 GiB against 4.69. Moving W's quantiser alone to the side stream was
+    // slower; capping the projection's persistent grid at one or half a block per SM gained nothing.) With `share`, the
+    // side stream runs g_y's quantiser and then g_w's chain, the main stream W's quantiser beside it and, once g_y's
+    // codes are done (a mark, not the whole chain), the 4-bit product. Same kernels, same noise, the same values as one
     // stream; phase profiling (phases_marked) and `overlap: false` run it all in place, in one stream's order.
     const bool overlap = o_.overlap && wanted.x && wanted.w && !phases_marked();
     const bool simulated_gx = wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad_simulated;
@@ -242,13 +244,8 @@ class HlqPipeline final : public Pipeline {
       side.join({g.w, g.b});
     } else {
       SideBranch side(g_y.device(), overlap && !share);
-      static const bool side_first = [] {  // TEMPORARY A/B switch: the earlier arrangement (g_w's chain queued first)
-        const char* v = std::getenv("HADATRAIN_HLQ_SIDE_FIRST");
-        return v && *v && *v != '0';
-      }();
-      // A Linear's g_x quantisers first, then the fork (Note [HLQ's two chains]).
-      const bool early =
-          side.concurrent() && !side_first && !s.conv.defined && wanted.x && !simulated_gx && o_.gx_bits > 0;
+      // A Linear's g_x quantisers first, then the fork; a Conv2d forks first (Note [HLQ's two chains]).
+      const bool early = side.concurrent() && !s.conv.defined && wanted.x && !simulated_gx && o_.gx_bits > 0;
       if (side.concurrent() && !early) side.run(run_gw);
       if (early) {
         const Quantized q_g = gx_quantize_gy(s, g_y, false);
