@@ -225,6 +225,12 @@ class HlqPipeline final : public Pipeline {
     // stream; phase profiling (phases_marked) and `overlap: false` run it all in place, in one stream's order.
     const bool overlap = o_.overlap && wanted.x && wanted.w && !phases_marked();
     const bool simulated_gx = wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad_simulated;
+    auto in_x_dtype = [&] {  // g_x in the input's dtype
+      if (g.x.dtype() != s.x_dtype) {
+        mark_phase("g_x: dtype conversion");
+        g.x = g.x.to(s.x_dtype);
+      }
+    };
     if (share && !simulated_gx) {  // share implies wanted.x, wanted.w and gx_bits > 0
       SideBranch side(g_y.device(), overlap);
       Quantized q_g;
@@ -237,10 +243,7 @@ class HlqPipeline final : public Pipeline {
       const Quantized q_w = gx_quantize_w(s, g_y.size(2));
       side.wait(quantised, {q_g.values, q_g.scale, q_g.input_absmax});
       g.x = gx_product(s, g_y, q_g, q_w);
-      if (g.x.dtype() != s.x_dtype) {
-        mark_phase("g_x: dtype conversion");
-        g.x = g.x.to(s.x_dtype);
-      }
+      in_x_dtype();
       side.join({g.w, g.b});
     } else {
       SideBranch side(g_y.device(), overlap && !share);
@@ -252,20 +255,14 @@ class HlqPipeline final : public Pipeline {
         const Quantized q_w = gx_quantize_w(s, g_y.size(2));
         side.run(run_gw);
         g.x = gx_product(s, g_y, q_g, q_w);
-        if (g.x.dtype() != s.x_dtype) {
-          mark_phase("g_x: dtype conversion");
-          g.x = g.x.to(s.x_dtype);
-        }
+        in_x_dtype();
       } else if (simulated_gx) {
         mark_phase("g_x: simulated (quantise, dgrad)");
         g.x = grad_x_dgrad_simulated(s, g_y, share ? &gy_absmax : nullptr);
         g.x_is_image = true;
       } else if (wanted.x) {
         g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr);
-        if (g.x.dtype() != s.x_dtype) {
-          mark_phase("g_x: dtype conversion");
-          g.x = g.x.to(s.x_dtype);
-        }
+        in_x_dtype();
       }
       if (!side.concurrent() && wanted.w) run_gw();
       side.join({g.w, g.b});
