@@ -247,21 +247,19 @@ class HlqPipeline final : public Pipeline {
       side.join({g.w, g.b});
     } else {
       SideBranch side(g_y.device(), overlap && !share);
-      // A Linear's g_x quantisers first, then the fork; a Conv2d forks first (Note [HLQ's two chains]).
-      const bool early = side.concurrent() && !s.conv.defined && wanted.x && !simulated_gx && o_.gx_bits > 0;
-      if (side.concurrent() && !early) side.run(run_gw);
-      if (early) {
-        const Quantized q_g = gx_quantize_gy(s, g_y, false);
-        const Quantized q_w = gx_quantize_w(s, g_y.size(2));
-        side.run(run_gw);
-        g.x = gx_product(s, g_y, q_g, q_w);
-        in_x_dtype();
-      } else if (simulated_gx) {
+      // A Conv2d forks before g_x's work, a Linear after g_x's two quantisers (Note [HLQ's two chains]). A concurrent
+      // side implies wanted.x and wanted.w; a simulated g_x, a Conv2d.
+      const bool fork_first = side.concurrent() && s.conv.defined;
+      if (fork_first) side.run(run_gw);
+      const auto fork_late = [&] {
+        if (side.concurrent() && !fork_first) side.run(run_gw);
+      };
+      if (simulated_gx) {
         mark_phase("g_x: simulated (quantise, dgrad)");
         g.x = grad_x_dgrad_simulated(s, g_y, share ? &gy_absmax : nullptr);
         g.x_is_image = true;
       } else if (wanted.x) {
-        g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr);
+        g.x = grad_x(s, g_y, share ? &gy_absmax : nullptr, fork_late);
         in_x_dtype();
       }
       if (!side.concurrent() && wanted.w) run_gw();
@@ -539,9 +537,12 @@ class HlqPipeline final : public Pipeline {
     return conv2d_input_grad(permute(g4, {0, 3, 1, 2}), contiguous(permute(wk, {3, 0, 1, 2})), c.H, c.W, p);
   }
 
-  // gy_absmax: when not null, receives max |g_y| (f32 (1)) from the g_y quantiser's pass.
-  Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax) const {  // (B, L, I)
+  // gy_absmax: when not null, receives max |g_y| (f32 (1)) from the g_y quantiser's pass. before_product runs once,
+  // after the quantisers are queued and before the product (first, without quantisers).
+  template <class F>
+  Tensor grad_x(const HlqSaved& s, const Tensor& g_y, Tensor* gy_absmax, F&& before_product) const {  // (B, L, I)
     if (o_.gx_bits == 0) {  // rotation only: (g_y H)(H W) / T = g_y W up to rounding
+      before_product();
       const int64_t T = gx_block(g_y.size(2));
       mark_phase("g_x: unquantised product");
       const Tensor wt = s.w.transpose(0, 1).contiguous();  // (I, O)
@@ -551,7 +552,9 @@ class HlqPipeline final : public Pipeline {
     }
     const Quantized q_g = gx_quantize_gy(s, g_y, gy_absmax != nullptr);
     if (gy_absmax) *gy_absmax = q_g.input_absmax;
-    return gx_product(s, g_y, q_g, gx_quantize_w(s, g_y.size(2)));
+    const Quantized q_w = gx_quantize_w(s, g_y.size(2));
+    before_product();
+    return gx_product(s, g_y, q_g, q_w);
   }
 
   // The block size T of g_x's rotation for O output features, and the carrier of its 4-bit product.
