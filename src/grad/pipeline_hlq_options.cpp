@@ -52,7 +52,7 @@ HlqOptions read_hlq(ConfigReader& r) {
   o.acbp_share = r.get("acbp_share", true);
   o.acbp_rebuild = r.get("acbp_rebuild", true);
   o.overlap = r.get("overlap", true);
-  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier);
+  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier, Fp8Accumulation::fast);
   return o;
 }
 
@@ -74,7 +74,9 @@ std::string describe_hlq(const HlqOptions& o) {
                                                           : "",
                      o.acbp_share ? "" : ", never shared", o.acbp_rebuild ? "" : ", never rebuilt",
                      o.overlap ? "" : ", one stream",
-                     o.fp8_accumulation == Fp8Accumulation::fast ? ", fast accumulation" : "");
+                     o.carrier == Carrier::fp8 && o.fp8_accumulation == Fp8Accumulation::precise
+                         ? ", precise fp8 accumulation"
+                         : "");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "hadatrain/core/capture.h"
 #include "hadatrain/core/config_reader.h"
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/grad/pipeline_hlq.h"
 #include "hadatrain/grad/pipeline_lbp_wht.h"
 #include "hadatrain/nn/layers.h"
@@ -480,6 +481,18 @@ TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, carrier: int8, fp8_accumulation: fast}}"),
                     HasSubstr("grad_pipeline.default.fp8_accumulation"));
   CHECK_NOTHROW(parse("grad_pipeline: {default: {name: hlq, fp8_accumulation: fast}}"));
+  CHECK_NOTHROW(parse("grad_pipeline: {default: {name: hlq, fp8_accumulation: precise}}"));
+  // HLQ's fp8 g_x product sums fast unless asked otherwise (Note [Fast accumulation of integer codes]); the int8
+  // carrier reads as precise, and HALO keeps precise.
+  auto accumulation = [&](const std::string& opts) {
+    const auto pc = parse("grad_pipeline: {default: {" + opts + "}}");
+    return pc.default_spec.name == "hlq" ? pc.default_spec.options_as<grad::HlqOptions>().fp8_accumulation
+                                         : pc.default_spec.options_as<grad::HaloOptions>().fp8_accumulation;
+  };
+  CHECK(accumulation("name: hlq") == Fp8Accumulation::fast);
+  CHECK(accumulation("name: hlq, fp8_accumulation: precise") == Fp8Accumulation::precise);
+  CHECK(accumulation("name: hlq, carrier: int8") == Fp8Accumulation::precise);
+  CHECK(accumulation("name: halo, carrier: fp8") == Fp8Accumulation::precise);
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, gw_bits: 0, acbp_bits: 8}}"),
                     HasSubstr("acbp_bits"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {layers: {fc: {name: luq, bits: 9}}}"),

@@ -307,3 +307,47 @@ TEST_CASE("gemm_lowp_nt rejects unsupported combinations", "[gpu][lowp]") {
   CHECK_THROWS_WITH(fp8_matmul_nt(f, f, scalar_f32(1.0), scalar_f32(1.0, test::kCuda), DType::f32),
                     HasSubstr("scale_a must be on cuda:0"));
 }
+
+// Note [Fast accumulation of integer codes] (ops/lowp_matmul.h): e4m3 operands that hold integers -7..7 (HLQ's
+// 4-bit levels) have integer products of at most 49, and every partial sum of them is an integer. The tensor
+// cores' fast accumulator keeps 14 significant bits, so it holds every integer below 2^14 exactly and the fast
+// product is then bit-identical to the promoted (precise) one and to the exact sum. Rows 0 and 1 walk their
+// partial sums up to 13544 and 14700 (row 1 back down to 0), the rest are random levels (partial sums of a few
+// thousand at most). Row 2 climbs past 2^14 (19600) and then adds one 1·1 per 32 products: the precise product
+// must still be exact; what the fast one gives there is reported, not asserted (it is the hardware's truncation).
+TEST_CASE("fp8 products of integer codes: fast accumulation is exact while the partial sums stay below 2^14",
+          "[gpu][lowp]") {
+  const int64_t M = 64, N = 64, K = 4096;
+  std::mt19937_64 gen(20261204);
+  std::uniform_int_distribution<int> level(-7, 7);
+  std::vector<float> av(static_cast<std::size_t>(M * K)), bv(static_cast<std::size_t>(N * K));
+  for (auto& v : av) v = static_cast<float>(level(gen));
+  for (auto& v : bv) v = static_cast<float>(level(gen));
+  auto set = [&](std::vector<float>& v, int64_t row, int64_t k, float x) { v[static_cast<std::size_t>(row * K + k)] = x; };
+  for (int64_t k = 0; k < K; ++k) {
+    // row / column 0: 256 · 49, then 1000 · 1: partial sums up to 13544
+    set(av, 0, k, k < 256 ? 7.f : k < 1256 ? 1.f : 0.f);
+    set(bv, 0, k, k < 256 ? 7.f : k < 1256 ? 1.f : 0.f);
+    // row / column 1: 300 · 49 up to 14700, then 300 · -49 back to 0
+    set(av, 1, k, k < 600 ? 7.f : 0.f);
+    set(bv, 1, k, k < 300 ? 7.f : k < 600 ? -7.f : 0.f);
+    // row / column 2: 400 · 49 = 19600 > 2^14, then one 1 · 1 every 32 products (116 of them)
+    set(av, 2, k, k < 400 ? 7.f : (k - 400) % 32 == 5 ? 1.f : 0.f);
+    set(bv, 2, k, k < 400 ? 7.f : (k - 400) % 32 == 5 ? 1.f : 0.f);
+  }
+  const Tensor a = from_vector(av, {M, K}).to(DType::f8e4m3), b = from_vector(bv, {N, K}).to(DType::f8e4m3);
+  const Tensor exact = fp8_matmul_nt(a, b, scalar_f32(1.0), scalar_f32(1.0), DType::f32);  // the CPU sums exactly
+  const std::vector<float> ev = exact.to_vector<float>();
+  REQUIRE(ev[0] == 13544.f);
+  REQUIRE(ev[static_cast<std::size_t>(N + 1)] == 0.f);
+  REQUIRE(ev[static_cast<std::size_t>(2 * N + 2)] == 19716.f);
+  const Tensor ad = a.to(test::kCuda), bd = b.to(test::kCuda), one = scalar_f32(1.0, test::kCuda);
+  const Tensor precise = fp8_matmul_nt(ad, bd, one, one, DType::f32, Fp8Accumulation::precise);
+  const Tensor fast = fp8_matmul_nt(ad, bd, one, one, DType::f32, Fp8Accumulation::fast);
+  CHECK(test::compare_bits(precise, exact) == "");
+  std::vector<float> fv = fast.to(Device::cpu()).to_vector<float>();
+  const float beyond = fv[static_cast<std::size_t>(2 * N + 2)];
+  WARN("fast accumulation of row 2 (partial sums past 2^14): " << beyond << ", exact 19716");
+  fv[static_cast<std::size_t>(2 * N + 2)] = ev[static_cast<std::size_t>(2 * N + 2)];  // every other element: exact
+  CHECK(test::compare_bits(from_vector(fv, {M, N}).to(test::kCuda), exact) == "");
+}

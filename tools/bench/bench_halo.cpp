@@ -3,13 +3,13 @@
 // (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs), HALO levels 0 / 1 / 2 with the int8 and fp8
 // carriers, and HLQ (exact forward, quantised backward); HALO-2 fp8 and HLQ also with `overlap: false` ("one
 // stream": g_w's chain not on a side stream, Notes [HALO's two chains], [HLQ's two chains]), HALO-2 fp8 also with
-// `fp8_accumulation: fast`, and HLQ with it on its g_x product. Each case is recorded into a step graph (after 3
-// eager warm-ups that create and tune the GEMM plans) and replayed: the forward alone (with what it saves) and the
-// forward followed by the backward; the median of 30 replays each, every graph of a layer replayed in turn
-// (round_robin_ms), the backward the difference. Prints one JSON line per case in the "kernels" format of
-// docs/results/ (merge with `python3 tools/bench/results_page.py --merge FILE`), with the forward, backward and
-// their speed-up over exact bf16. Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its
-// three fp8 GEMMs alone ("halo2 fp8 GEMMs alone", and "... fast-accumulation GEMMs alone"), timed in the same rounds,
+// `fp8_accumulation: fast`, and HLQ also with `fp8_accumulation: precise` on its g_x product (its default is
+// fast). Each case is recorded into a step graph (after 3 eager warm-ups that create and tune the GEMM plans)
+// and replayed: the forward alone (with what it saves) and the forward followed by the backward; the median of
+// 30 replays each, every graph of a layer replayed in turn (round_robin_ms), the backward the difference. Prints
+// one JSON line per case in the "kernels" format of docs/results/ (merge with `python3
+// tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
+// Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its three fp8 GEMMs alone ("halo2 fp8 GEMMs alone", and "... fast-accumulation GEMMs alone"), timed in the same rounds,
 // and those plus its memory passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
@@ -322,9 +322,9 @@ int main(int argc, char** argv) {
   grad::PipelineSpec hlq_serial = hlq;  // g_w's chain on the same stream as g_x's (Note [HLQ's two chains])
   hlq_serial.options_as<grad::HlqOptions>().overlap = false;
   variants.push_back({"hlq one stream", hlq_serial});
-  grad::PipelineSpec hlq_fast = hlq;  // g_x's fp8 product with fast accumulation (a deviation from hlq.md §9)
-  hlq_fast.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::fast;
-  variants.push_back({"hlq fast accumulation", hlq_fast});
+  grad::PipelineSpec hlq_precise = hlq;  // g_x's fp8 product with promoted partial sums (the same bits: Note [Fast
+  hlq_precise.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::precise;  // accumulation ...])
+  variants.push_back({"hlq precise accumulation", hlq_precise});
 
   const bool phases = env_or("HT_BENCH_PHASES", "0") == "1";
   const bool kernels = env_or("HT_BENCH_KERNELS", "0") == "1";

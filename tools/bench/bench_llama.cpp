@@ -8,16 +8,20 @@
 // allocated memory. tools/bench/bench_llama_torch.py is the PyTorch side (transformers LlamaForCausalLM) with the
 // same shapes and the same model-FLOPs count.
 //   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq]
-//               [exact|hlq|halo<L>_<int8|fp8|fp8_fast>|<pipeline>] [--lora] [--peak-tflops T] [--phases]
+//               [exact|hlq|hlq_precise|hlq_fast|halo<L>_<int8|fp8|fp8_fast>|<pipeline>] [--lora] [--peak-tflops T]
+//               [--phases]
 // --phases also prints the eager step split into forward (loss included), backward (zero_grad included, which the
 // step issues first) and the AdamW update, each the median over 12 steps of the time between CUDA events.
 // halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise); halo2_fp8_fast
-// the same with `fp8_accumulation: fast`.
+// the same with `fp8_accumulation: fast`; hlq_precise and hlq_fast are hlq with that key set either way. After the
+// step graph's replays the loss of one more forward is printed with its bits, so that two runs of one build (same
+// seeds, same steps) can be compared bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -152,6 +156,11 @@ int main(int argc, char** argv) {
     o.carrier = carrier == "int8" ? grad::Carrier::int8 : grad::Carrier::fp8;
     if (carrier == "fp8_fast") o.fp8_accumulation = Fp8Accumulation::fast;
   }
+  if (pipeline == "hlq_precise" || pipeline == "hlq_fast") {
+    spec.name = "hlq";
+    spec.options_as<grad::HlqOptions>().fp8_accumulation =
+        pipeline == "hlq_fast" ? Fp8Accumulation::fast : Fp8Accumulation::precise;
+  }
   grad::PipelineConfig pc;
   pc.default_spec.name = "exact";
   pc.overrides.emplace_back("*_proj", spec);
@@ -224,5 +233,9 @@ int main(int argc, char** argv) {
   cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_mem);
   const auto stats = cuda::memory_stats();
   report("step graph", gmed, static_cast<double>(graph_mem + stats.allocated_bytes) / (1 << 30));
+  const float last = static_cast<float>(loss_of().to(DType::f32).item());  // an f32 loss: exact in double
+  uint32_t bits = 0;
+  std::memcpy(&bits, &last, sizeof bits);
+  std::printf("  loss after %lld replays: %.9g (bits 0x%08x)\n", static_cast<long long>(replays), last, bits);
   return 0;
 }

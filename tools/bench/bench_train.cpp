@@ -6,7 +6,7 @@
 // tools/bench/bench_train_torch.py in the same run.
 //   bench_train [resnet18|resnet34|resnet50|vit_s4|vit_b16] [batch] [f32|bf16]
 //               [exact|exact_rc|hlq|hlq_sim|hlq_gx_sim|hlq_gw_sim|hlq_split|hlq_map|hlq_a4|hlq_keep|hlq_a4_keep|
-//                hlq_copy|hlq_rc|hlq_rc_fc1|lbp_wht|luq]
+//                hlq_copy|hlq_precise|hlq_fast|hlq_rc|hlq_rc_fc1|lbp_wht|luq]
 //               [nhwc|nchw]
 // hlq is HLQ's defaults: a Conv2d's g_x and g_w as the specification's low-precision integer products over the
 // im2col columns (conv_gx columns, conv_gw columns; fp8 / int8 tensor cores). hlq_sim runs both conv products
@@ -15,7 +15,8 @@
 // hlq with the split_extra fallback (a class token outside the HLA projection), hlq_map with acbp_conv
 // input_map, hlq_a4 with acbp_bits 4 (packed int4 saved activations), hlq_keep and hlq_a4_keep with
 // acbp_rebuild off (a Linear whose input its op can rebuild keeps its compressed copy from the forward), hlq_copy
-// with acbp_share and acbp_rebuild off (every input compressed in the forward); hlq_rc with recompute_output on
+// with acbp_share and acbp_rebuild off (every input compressed in the forward), hlq_precise and hlq_fast with
+// fp8_accumulation set either way on g_x's fp8 product; hlq_rc with recompute_output on
 // every mlp.fc1 and attn.qkv (the gelu and the attention keep no copy of their outputs: one more GEMM each in
 // backward), hlq_rc_fc1 on mlp.fc1 only, exact_rc the same layers on exact (ViTs only). The ResNets use the
 // trainer's default layout on CUDA (model.channels_last: auto = channels last, nhwc); nchw compares.
@@ -96,6 +97,8 @@ int main(int argc, char** argv) {
          o.acbp_bits = 4;
          o.acbp_rebuild = false;
        }},
+      {"hlq_precise", [](grad::HlqOptions& o) { o.fp8_accumulation = Fp8Accumulation::precise; }},
+      {"hlq_fast", [](grad::HlqOptions& o) { o.fp8_accumulation = Fp8Accumulation::fast; }},
       {"hlq_rc", [](grad::HlqOptions&) {}},
       {"hlq_rc_fc1", [](grad::HlqOptions&) {}},
   };

@@ -75,10 +75,12 @@ struct HlqOptions {
   // On CUDA, g_w's chain (projection, 8-bit quantiser, integer product, rescaling) runs on a side stream beside
   // g_x's (Note [HLQ's two chains] in src/grad/pipeline_hlq.cpp); the same values either way. Off: one stream.
   bool overlap = true;
-  // fp8 carrier: how CUDA's g_x product sums (ops/lowp_matmul.h, Fp8Accumulation). hlq.md §9 asks for FP32-class
-  // accumulation, which `precise` (the default) is; `fast` keeps the tensor cores' narrower partial sums along all
-  // of O, a deviation a user opts into for speed.
-  Fp8Accumulation fp8_accumulation = Fp8Accumulation::precise;
+  // fp8 carrier: how CUDA's g_x product sums (ops/lowp_matmul.h, Fp8Accumulation). Its operands are integer levels
+  // held in e4m3, whose partial sums the tensor cores' fast accumulator holds exactly below 2^14 (Note [Fast
+  // accumulation of integer codes]): `fast` (the default) then gives the bits of `precise`, the promoted
+  // FP32-class accumulation of hlq.md §9, at the fast product's speed. The int8 carrier sums in int32 and
+  // ignores this field (a config that asks it for `fast` is an error).
+  Fp8Accumulation fp8_accumulation = Fp8Accumulation::fast;
 };
 
 // A new hlq pipeline for one layer.

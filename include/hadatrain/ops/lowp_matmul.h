@@ -16,6 +16,20 @@ Tensor int8_matmul_nt(const Tensor& a, const Tensor& b);
 // (cuBLASLt's default); `fast` (CUBLASLT_MATMUL_DESC_FAST_ACCUM) keeps them in the tensor cores' narrower
 // accumulator across the whole K: faster where the promotion costs, less accurate for long K. The CPU computes
 // the exact product either way.
+//
+// Note [Fast accumulation of integer codes]
+// Hopper's fp8 tensor cores add products into an accumulator of 14 significant bits (an f32 exponent with a
+// 13-bit mantissa); `precise` moves that partial sum into an f32 register at intervals along K, `fast` never
+// does. When both operands hold integers (HLQ's 4-bit levels −7..7 in e4m3, products of at most 49) every product
+// and every partial sum is an integer, and an accumulator of 14 significant bits holds every integer of magnitude
+// below 2^14 exactly: while no partial sum of an output reaches 2^14, the fast product equals the exact sum, and
+// so the precise product, bit for bit. A partial sum of row a and column b is at most ‖a‖·‖b‖ (Cauchy–Schwarz),
+// and the products of gradient levels and weight levels have mixed signs, so their partial sums wander far less
+// than that bound. tests/gpu/test_gpu_lowp_matmul.cpp walks partial sums up to 14700 (exact) and past 2^14;
+// tests/gpu/test_gpu_grad_pipelines.cpp compares HLQ's g_x both ways at Llama-3-8B shapes (K = 4096 and 14336,
+// Gaussian and with outlier channels): the same bits. Past 2^14 the accumulator drops the bits below its 14th,
+// a relative error of at most 2^-13 per addition. HALO's fp8 operands are not integers, so its products keep
+// `precise` by default.
 enum class Fp8Accumulation { precise, fast };
 
 // a (..., M, K) f8e4m3 or f8e5m2, b (..., N, K) f8e4m3 or f8e5m2 (not both f8e5m2: cuBLASLt has no such
