@@ -9,8 +9,8 @@
 // 30 replays each, every graph of a layer replayed in turn (round_robin_ms), the backward the difference. Prints
 // one JSON line per case in the "kernels" format of docs/results/ (merge with `python3
 // tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
-// Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its three fp8 GEMMs alone ("halo2 fp8 GEMMs alone", and "... fast-accumulation GEMMs alone"), timed in the same rounds,
-// and those plus its memory passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
+// Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its three fp8 GEMMs alone ("halo2
+// fp8 GEMMs alone", and "... fast-accumulation GEMMs alone"), timed in the same rounds, and those plus its memory passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
