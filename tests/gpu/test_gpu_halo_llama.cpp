@@ -100,3 +100,29 @@ TEST_CASE("a LoRA run whose frozen base runs HALO-2 records into a CUDA graph", 
   run_training(graph);
   check_same_losses(graph, eager);
 }
+
+// HLQ on every projection: the RMSNorm and SwiGLU outputs are rebuilt and the attention output is shared (Notes
+// [Rebuilt inputs], [Shared saved inputs]), and backward compresses them before g_w's chain forks to the side stream
+// (Note [HLQ's two chains]; at 32 tokens HLA projects, n 32, so g_w's whole chain runs there). Recorded, with and
+// without activation checkpointing (which rebuilds the block and so the inputs), the replayed steps log the eager
+// run's losses; with `overlap: false` (one stream) the eager losses are the same.
+TEST_CASE("an HLQ LLaMA step with rebuilt and shared inputs records into a CUDA graph, with and without checkpointing",
+          "[gpu][llama]") {
+  const std::string hlq = "grad_pipeline.layers.*_proj.name=hlq";
+  const TrainerConfig eager = tiny_halo("hlq_eager", {hlq, "train.cuda_graph=false"});
+  run_training(eager);
+  const TrainerConfig serial =
+      tiny_halo("hlq_serial", {hlq, "train.cuda_graph=false", "grad_pipeline.layers.*_proj.overlap=false"});
+  run_training(serial);
+  check_same_losses(serial, eager);
+  for (const bool ckpt : {false, true}) {
+    INFO("activation checkpointing " << ckpt);
+    const std::string checkpointing = std::string("model.activation_checkpointing=") + (ckpt ? "true" : "false");
+    const TrainerConfig graph =
+        tiny_halo(ckpt ? "hlq_graph_ckpt" : "hlq_graph", {hlq, "train.cuda_graph=true", checkpointing});
+    run_training(graph);
+    check_same_losses(graph, eager);
+  }
+  const auto l = losses(eager);
+  CHECK(l.at(8) < l.at(1));  // it trains
+}
