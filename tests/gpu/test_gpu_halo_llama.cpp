@@ -2,7 +2,7 @@
 // fixtures, the seven projections "*_proj" through HALO, lm_head exact): with train.cuda_graph true the step is
 // recorded into a CUDA graph (true stops the run with the reason when a step cannot be recorded, e.g. a host
 // synchronisation), and the replayed steps log the eager run's losses; with activation checkpointing too; and a
-// LoRA run whose frozen base runs HALO-2 records and replays likewise.
+// LoRA run whose frozen base runs HALO-2 records and replays likewise, as does HLQ on every projection.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
