@@ -224,10 +224,10 @@ class HlqPipeline final : public Pipeline {
     // instead of on the main stream before the fork gained nothing where it was most of the work: ViT-B/16's step
     // 78.5 against 78.3 ms, ResNet-50's 47.3 against 46.8 with 0.2–0.6 GiB more graph memory; the 1B LLaMA step
     // read 242.0 against 245.6 ms in that call, where the arrangement kept here read 240.8–245.6 ms across three
-    // calls.) With `share`, the
-    // side stream runs g_y's quantiser and then g_w's chain, the main stream W's quantiser beside it and, once g_y's
-    // codes are done (a mark, not the whole chain), the 4-bit product. Same kernels, same noise, the same values as one
-    // stream; phase profiling (phases_marked) and `overlap: false` run it all in place, in one stream's order.
+    // calls.) With `share`, the side stream runs g_y's quantiser and then g_w's chain, the main stream W's quantiser
+    // beside it and, once g_y's codes are done (a mark, not the whole chain), the 4-bit product. Same kernels, same
+    // noise, the same values as one stream; phase profiling (phases_marked) and `overlap: false` run it all in place,
+    // in one stream's order.
     const bool overlap = o_.overlap && wanted.x && wanted.w && !phases_marked();
     const bool simulated_gx = wanted.x && s.conv.defined && o_.conv_gx == ConvGx::dgrad_simulated;
     auto in_x_dtype = [&] {  // g_x in the input's dtype

@@ -10,7 +10,8 @@
 // one JSON line per case in the "kernels" format of docs/results/ (merge with `python3
 // tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
 // Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its three fp8 GEMMs alone ("halo2
-// fp8 GEMMs alone", and "... fast-accumulation GEMMs alone"), timed in the same rounds, and those plus its memory passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
+// fp8 GEMMs alone", and "... fast-accumulation GEMMs alone"), timed in the same rounds, and those plus its memory
+// passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
@@ -322,8 +323,9 @@ int main(int argc, char** argv) {
   grad::PipelineSpec hlq_serial = hlq;  // g_w's chain on the same stream as g_x's (Note [HLQ's two chains])
   hlq_serial.options_as<grad::HlqOptions>().overlap = false;
   variants.push_back({"hlq one stream", hlq_serial});
-  grad::PipelineSpec hlq_precise = hlq;  // g_x's fp8 product with promoted partial sums (the same bits: Note [Fast
-  hlq_precise.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::precise;  // accumulation ...])
+  // g_x's fp8 product with promoted partial sums: the default's bits (Note [Fast accumulation of integer codes])
+  grad::PipelineSpec hlq_precise = hlq;
+  hlq_precise.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::precise;
   variants.push_back({"hlq precise accumulation", hlq_precise});
 
   const bool phases = env_or("HT_BENCH_PHASES", "0") == "1";

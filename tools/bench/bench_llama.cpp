@@ -14,8 +14,9 @@
 // step issues first) and the AdamW update, each the median over 12 steps of the time between CUDA events.
 // halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise); halo2_fp8_fast
 // the same with `fp8_accumulation: fast`; hlq_precise and hlq_fast are hlq with that key set either way. After the
-// step graph's replays the loss of one more forward is printed with its bits, so that two runs of one build (same
-// seeds, same steps) can be compared bit for bit.
+// step graph's replays the loss of one more forward is printed with its bits (same seeds and steps in every run;
+// the step itself is not bitwise reproducible: flash attention's dq and the embedding gradient add with f32
+// atomics, docs/cuda_backend.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
