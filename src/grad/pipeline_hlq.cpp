@@ -219,13 +219,11 @@ class HlqPipeline final : public Pipeline {
     // the projection of its columns starts beside g_y's quantiser. (Measured on the H200 in one call: at Llama-3-8B
     // shapes the Linear order takes 0.5–1.5 % off the backward against the fork first; on ResNet-50 it left the step's
     // time as it was and its step graph took 5.56 GiB against 4.69. Moving W's quantiser alone to the side stream was
-    // slower; capping the projection's persistent grid at one or half a block per SM gained nothing. Compressing an
-    // input the forward deferred (acbp_share, acbp_rebuild) on the side stream, beside g_x's quantisers and product,
-    // instead of on the main stream before the fork gained nothing where it was most of the work: ViT-B/16's step
-    // 78.5 against 78.3 ms, ResNet-50's 47.3 against 46.8 with 0.2–0.6 GiB more graph memory; the 1B LLaMA step
-    // read 242.0 against 245.6 ms in that call, where the arrangement kept here read 240.8–245.6 ms across three
-    // calls.) With `share`, the side stream runs g_y's quantiser and then g_w's chain, the main stream W's quantiser
-    // beside it and, once g_y's codes are done (a mark, not the whole chain), the 4-bit product. Same kernels, same
+    // slower; capping the projection's persistent grid at one or half a block per SM gained nothing; compressing an
+    // input the forward deferred (acbp_share, acbp_rebuild) on the side stream beside g_x's chain, instead of on the
+    // main stream before the fork, made neither ViT-B/16's nor ResNet-50's step faster and took more graph memory.)
+    // With `share`, the side stream runs g_y's quantiser and then g_w's chain, the main stream W's quantiser beside
+    // it and, once g_y's codes are done (a mark, not the whole chain), the 4-bit product. Same kernels, same
     // noise, the same values as one stream; phase profiling (phases_marked) and `overlap: false` run it all in place,
     // in one stream's order.
     const bool overlap = o_.overlap && wanted.x && wanted.w && !phases_marked();

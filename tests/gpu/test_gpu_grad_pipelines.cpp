@@ -575,6 +575,17 @@ TEST_CASE("hlq fp8_accumulation fast: g_x bit-identical to the precise product, 
     int64_t B, L, I, O;
     bool outliers;
   };
+  grad::StepClock clock;
+  clock.keep_on_device(test::kCuda);
+  clock.set(3);
+  const grad::NoiseKey key{7, 1, 0, static_cast<const int64_t*>(clock.word.data_ptr())};
+  grad::PipelineSpec precise;
+  precise.name = "hlq";
+  precise.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::precise;
+  grad::PipelineSpec fast = precise;
+  fast.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::fast;
+  CHECK(grad::describe(precise).find("precise fp8 accumulation") != std::string::npos);
+  CHECK(grad::describe(fast).find("accumulation") == std::string::npos);  // the default goes unsaid
   for (const Layer s : {Layer{2, 256, 192, 320, false}, Layer{1, 2048, 4096, 4096, false},
                         Layer{1, 2048, 4096, 4096, true}, Layer{1, 2048, 4096, 14336, false}}) {
     CAPTURE(s.B, s.L, s.I, s.O, s.outliers);
@@ -587,17 +598,6 @@ TEST_CASE("hlq fp8_accumulation fast: g_x bit-identical to the precise product, 
       g = mul(g, from_vector(col, {s.O}));
     }
     g = g.to(DType::bf16).to(test::kCuda);
-    grad::PipelineSpec precise;
-    precise.name = "hlq";
-    precise.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::precise;
-    grad::PipelineSpec fast = precise;
-    fast.options_as<grad::HlqOptions>().fp8_accumulation = Fp8Accumulation::fast;
-    CHECK(grad::describe(precise).find("precise fp8 accumulation") != std::string::npos);
-    CHECK(grad::describe(fast).find("accumulation") == std::string::npos);  // the default goes unsaid
-    grad::StepClock clock;
-    clock.keep_on_device(test::kCuda);
-    clock.set(3);
-    const grad::NoiseKey key{7, 1, 0, static_cast<const int64_t*>(clock.word.data_ptr())};
     auto run = [&](const grad::PipelineSpec& spec) {
       auto p = grad::make_pipeline(spec);
       grad::ForwardResult f = p->forward(x, w, {}, key, grad::SaveForBackward::yes);

@@ -315,7 +315,7 @@ TEST_CASE("gemm_lowp_nt rejects unsupported combinations", "[gpu][lowp]") {
 // product is then bit-identical to the promoted (precise) one and to the exact sum. Three crafted rows, each the
 // same in a and b and on its own span of K (so that they meet only themselves): row 0 walks its partial sums up
 // to 13544, row 1 up to 14700 and back down to 0, row 2 past 2^14 to 19600 and then adds one 1·1 per 32
-// products. Every other row and column holds random levels (partial sums of a few hundred). The precise product
+// products. Every other row and column holds random levels (partial sums of a few thousand at most). The precise product
 // must be exact everywhere, the fast one everywhere but at (2, 2), where what it gives is reported (the
 // hardware's truncation), not asserted.
 TEST_CASE("fp8 products of integer codes: fast accumulation is exact while the partial sums stay below 2^14",
