@@ -6,7 +6,8 @@
 
 SWEEP_DIR holds the sweep's results.csv and one RUN.metrics.jsonl per run. Each run that finished (status done)
 gives one record: recipe (the config path the plan names), pipeline (a readable name: the value of the
-`*.name` override, with `LEVEL_CARRIER` appended for a HALO run, e.g. halo1_fp8), seed, the final validation loss
+`*.name` override, with `LEVEL_CARRIER` appended for a HALO run, e.g. halo1_fp8, and any other pipeline option
+the run sets in brackets, e.g. `hlq (rank: full)`), seed, the final validation loss
 and perplexity and the validation loss per epoch from the run's eval records, steps and epochs (the last eval
 record's: results.csv's steps column is the last logged training step), the overrides that
 made the run (`set`: the stage's and the grid's), `exact_val_loss` (the final validation loss of the exact run of
@@ -75,18 +76,21 @@ def evals(path):
 
 
 def pipeline_name(overrides, run):
+    """The `*.name` override's value, `LEVEL_CARRIER` appended for a HALO run (halo1_fp8), then every other pipeline
+    option the run sets in brackets: `hlq (rank: full)`, `halo2_fp8 (fp8_accumulation: fast)`."""
     vals = {}
     for o in overrides:
         k, _, v = o.partition("=")
-        if k.startswith("grad_pipeline.") and k.rsplit(".", 1)[-1] in ("name", "level", "carrier"):
+        if k.startswith("grad_pipeline."):
             vals[k.rsplit(".", 1)[-1]] = v
     if "name" not in vals:
         fail(f"run {run}: no grad_pipeline.*.name override in {overrides}")
-    if vals["name"] == "halo":
+    name = vals.pop("name")
+    if name == "halo":
         if "level" not in vals or "carrier" not in vals:
             fail(f"run {run}: a halo run without a level and carrier override ({overrides})")
-        return f"halo{vals['level']}_{vals['carrier']}"
-    return vals["name"]
+        name = f"halo{vals.pop('level')}_{vals.pop('carrier')}"
+    return name + "".join(f" ({k}: {v})" for k, v in sorted(vals.items()))
 
 
 def main():

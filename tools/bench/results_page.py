@@ -475,11 +475,33 @@ def kernels(recs):
                          num(t, digits) if t is not None else "not recorded", vs, measured(r, notes)])
     out += table(["group", "kernel", "unit", "ours", "PyTorch eager, same call", "ours vs PyTorch (speed)",
                   "measured"], rows)
-    return out + halo_layers([r for r in recs if r["group"].startswith(LAYER_GROUPS)], notes) + notes.lines()
+    return (out + halo_layers([r for r in recs if r["group"].startswith(LAYER_GROUPS[:2])], notes) +
+            layer_errors([r for r in recs if r["group"].startswith(LAYER_GROUPS[2])], notes) + notes.lines())
 
 
-# Groups of per-layer records (bench_halo's), shown as one table per group by halo_layers
-LAYER_GROUPS = ("HALO per layer", "HLQ per layer")
+# Groups of per-layer records (bench_halo's), shown as one table per group by halo_layers and layer_errors
+LAYER_GROUPS = ("HALO per layer", "HLQ per layer", "Errors per layer")
+
+
+def layer_errors(recs, notes):
+    """bench_halo's HT_BENCH_ERRORS records ("LAYER, VARIANT, PRODUCT", metric "relative error"): per group a table
+    with one row per layer, product and call and one column per variant, the error in per cent."""
+    out = []
+    for g in dict.fromkeys(r["group"] for r in recs):
+        variants, rows_by = [], {}
+        for r in (r for r in recs if r["group"] == g):
+            layer, variant, product = [x.strip() for x in r["name"].split(",")[:3]]
+            if variant not in variants:
+                variants.append(variant)
+            rows_by.setdefault((layer, product, r["commit"]), {})[variant] = r
+        rows = [[layer, product] + [f"{100 * by[v]['ours']:.3g}" if v in by else "—" for v in variants] +
+                [measured(next(iter(by.values())), notes)] for (layer, product, _), by in rows_by.items()]
+        text = (f"{g}: relative error ‖out − ref‖ / ‖ref‖ in per cent of each product of one eager forward + "
+                "backward, against the same products of the same bf16 operands in f64 (`HT_BENCH_ERRORS=1 "
+                "tools/bench/bench_halo`, Note [Errors per layer]: Gaussian operands, no outlier channels; exact "
+                "bf16's figures are its outputs' bf16 rounding).")
+        out += ["", text, ""] + table(["layer", "product"] + variants + ["measured"], rows)
+    return out
 
 
 def halo_layers(recs, notes):
