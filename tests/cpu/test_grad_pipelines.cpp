@@ -482,8 +482,8 @@ TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
                     HasSubstr("grad_pipeline.default.fp8_accumulation"));
   CHECK_NOTHROW(parse("grad_pipeline: {default: {name: hlq, fp8_accumulation: fast}}"));
   CHECK_NOTHROW(parse("grad_pipeline: {default: {name: hlq, fp8_accumulation: precise}}"));
-  // HLQ's fp8 g_x product sums fast unless asked otherwise (Note [Fast accumulation of integer codes]); the int8
-  // carrier reads as precise, and HALO keeps precise.
+  // HLQ's fp8 g_x product and HALO's fp8 products sum fast unless asked otherwise (Notes [Fast accumulation of
+  // integer codes], [HALO's fp8 accumulation]); the int8 carrier reads as precise.
   auto accumulation = [&](const std::string& opts) {
     const auto pc = parse("grad_pipeline: {default: {" + opts + "}}");
     return pc.default_spec.name == "hlq" ? pc.default_spec.options_as<grad::HlqOptions>().fp8_accumulation
@@ -492,7 +492,9 @@ TEST_CASE("grad_pipeline config errors name the key", "[grad]") {
   CHECK(accumulation("name: hlq") == Fp8Accumulation::fast);
   CHECK(accumulation("name: hlq, fp8_accumulation: precise") == Fp8Accumulation::precise);
   CHECK(accumulation("name: hlq, carrier: int8") == Fp8Accumulation::precise);
-  CHECK(accumulation("name: halo, carrier: fp8") == Fp8Accumulation::precise);
+  CHECK(accumulation("name: halo, carrier: fp8") == Fp8Accumulation::fast);
+  CHECK(accumulation("name: halo, carrier: fp8, fp8_accumulation: precise") == Fp8Accumulation::precise);
+  CHECK(accumulation("name: halo") == Fp8Accumulation::precise);  // carrier int8
   CHECK_THROWS_WITH(parse("grad_pipeline: {default: {name: hlq, gw_bits: 0, acbp_bits: 8}}"),
                     HasSubstr("acbp_bits"));
   CHECK_THROWS_WITH(parse("grad_pipeline: {layers: {fc: {name: luq, bits: 9}}}"),

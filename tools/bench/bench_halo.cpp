@@ -2,16 +2,16 @@
 // 2048), or the Llama-3.2-1B ones at 16384 tokens (8 of 2048: bench_llama's batch), forward + backward of one Linear
 // (no bias) as training runs it, for exact bf16 (cuBLASLt bf16 GEMMs), HALO levels 0 / 1 / 2 with the int8 and fp8
 // carriers, and HLQ (exact forward, quantised backward); HALO-2 fp8 and HLQ also with `overlap: false` ("one
-// stream": g_w's chain not on a side stream, Notes [HALO's two chains], [HLQ's two chains]), HALO-2 fp8 also with
-// `fp8_accumulation: fast`, and HLQ also with `fp8_accumulation: precise` on its g_x product (its default is
-// fast). Each case is recorded into a step graph (after 3 eager warm-ups that create and tune the GEMM plans)
+// stream": g_w's chain not on a side stream, Notes [HALO's two chains], [HLQ's two chains]), both also with
+// `fp8_accumulation: precise` (both default to fast), and HLQ also with `rank: full` (HLA keeping every row). Each
+// case is recorded into a step graph (after 3 eager warm-ups that create and tune the GEMM plans)
 // and replayed: the forward alone (with what it saves) and the forward followed by the backward; the median of
 // 30 replays each, every graph of a layer replayed in turn (round_robin_ms), the backward the difference. Prints
 // one JSON line per case in the "kernels" format of docs/results/ (merge with `python3
 // tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
 // Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its three fp8 GEMMs alone ("halo2
-// fp8 GEMMs alone", and "... fast-accumulation GEMMs alone"), timed in the same rounds, and those plus its memory
-// passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
+// fp8 GEMMs alone", with the default's fast accumulation, and "... precise-accumulation GEMMs alone"), timed in the
+// same rounds, and those plus its memory passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
@@ -222,7 +222,8 @@ void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const st
 
 // Note [HALO's bound per layer]
 // What HALO-2 fp8 could reach per layer if only its GEMMs and its memory passes cost time, both measured in the
-// call that times the pipeline. The floor is its three fp8 products alone, on codes of the shapes the pipeline
+// call that times the pipeline. The floor is its three fp8 products alone (fast accumulation, the pipeline's
+// default), on codes of the shapes the pipeline
 // hands cuBLASLt (forward Y = Q(x·H)·Q(W·H)ᵀ, (T, O); g_w from Q(g_yᵀ) (O, T) and Q(x·H)ᵀ (n_I, T); g_x from
 // Q(W·H)ᵀ (n_I, O) and Q(g_yᵀ·H_T)ᵀ (n_T, O)), recorded and replayed like the pipelines: the pipeline's time less
 // this is the cost of everything that is not a GEMM. The passes' bytes are those of the level-2 dataflow (Note
@@ -344,8 +345,8 @@ int main(int argc, char** argv) {
     o.overlap = false;
     variants.push_back({"halo2 fp8 one stream", s});
     o.overlap = true;
-    o.fp8_accumulation = Fp8Accumulation::fast;  // the reference's FP8 kernel's accumulation (halo.md §10)
-    variants.push_back({"halo2 fp8 fast accumulation", s});
+    o.fp8_accumulation = Fp8Accumulation::precise;  // partial sums promoted to f32 (the default is fast: halo.md §10)
+    variants.push_back({"halo2 fp8 precise accumulation", s});
   }
   grad::PipelineSpec hlq;
   hlq.name = "hlq";
@@ -444,7 +445,7 @@ int main(int argc, char** argv) {
     const bool bound = std::string("halo2 fp8 bound").find(variant_filter) != std::string::npos;
     const int64_t T = B * L;
     const grad::HaloRotation rot_i = grad::halo_rotation_size(l.I), rot_t = grad::halo_rotation_size(T);
-    std::unique_ptr<cuda::StepGraph> floor_fwd, floor_total, fast_fwd, fast_total;
+    std::unique_ptr<cuda::StepGraph> floor_fwd, floor_total, precise_fwd, precise_total;
     grad::HaloQuantized qx, qw, qet, qxt, qwt, qr;  // the operands, alive while their graphs replay
     if (bound) {
       const auto codes = [&](int64_t rows, int64_t cols) {
@@ -452,20 +453,20 @@ int main(int argc, char** argv) {
       };
       qx = codes(T, rot_i.n), qw = codes(l.O, rot_i.n), qet = codes(l.O, T);
       qxt = codes(rot_i.n, T), qwt = codes(rot_i.n, l.O), qr = codes(rot_t.n, l.O);
-      for (const Fp8Accumulation acc : {Fp8Accumulation::precise, Fp8Accumulation::fast}) {
+      for (const Fp8Accumulation acc : {Fp8Accumulation::fast, Fp8Accumulation::precise}) {
         const auto gemm = [acc](const grad::HaloQuantized& a, const grad::HaloQuantized& b) {
           (void)grad::halo_product(a.codes, b.codes, a.scale, b.scale, {1.0f, DType::bf16, acc});
         };
-        const bool precise = acc == Fp8Accumulation::precise;
-        (precise ? floor_fwd : fast_fwd) = record_graph([&] { gemm(qx, qw); });
-        (precise ? floor_total : fast_total) = record_graph([&] {
+        const bool fast = acc == Fp8Accumulation::fast;  // the pipeline's default
+        (fast ? floor_fwd : precise_fwd) = record_graph([&] { gemm(qx, qw); });
+        (fast ? floor_total : precise_total) = record_graph([&] {
           gemm(qx, qw);    // Y (T, O)
           gemm(qet, qxt);  // g_w (O, n_I)
           gemm(qwt, qr);   // g_x (n_I, n_T)
         });
       }
     }
-    for (cuda::StepGraph* f : {floor_fwd.get(), floor_total.get(), fast_fwd.get(), fast_total.get()})
+    for (cuda::StepGraph* f : {floor_fwd.get(), floor_total.get(), precise_fwd.get(), precise_total.get()})
       graphs.push_back(f);
     const std::vector<double> ms = round_robin_ms(graphs);
     const double base_fwd = ms[0], base_total = ms[1], base_bwd = base_total - base_fwd;
@@ -501,7 +502,7 @@ int main(int argc, char** argv) {
             json_escape(command).c_str());
       };
       row("halo2 fp8 GEMMs alone", gemm_fwd, gemm_total, "");
-      if (fast_fwd && fast_total) row("halo2 fp8 fast-accumulation GEMMs alone", ms[f + 2], ms[f + 3], "");
+      if (precise_fwd && precise_total) row("halo2 fp8 precise-accumulation GEMMs alone", ms[f + 2], ms[f + 3], "");
       char extra[320];
       std::snprintf(extra, sizeof extra,
                     "\"pass_bytes_forward\": %.0f, \"pass_bytes_backward\": %.0f, \"peak_GB_per_s\": %.1f, %s",
@@ -512,7 +513,7 @@ int main(int argc, char** argv) {
     }
     for (const std::string& e : error_lines) std::fputs(e.c_str(), stdout);
     std::fflush(stdout);
-    floor_fwd.reset(), floor_total.reset(), fast_fwd.reset(), fast_total.reset();
+    floor_fwd.reset(), floor_total.reset(), precise_fwd.reset(), precise_total.reset();
     for (auto& c : cases) c->fwd.reset(), c->total.reset();  // their memory pools, before the eager phase runs
     for (auto& c : cases) {
       Case& k = *c;

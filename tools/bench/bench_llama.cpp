@@ -8,15 +8,15 @@
 // allocated memory. tools/bench/bench_llama_torch.py is the PyTorch side (transformers LlamaForCausalLM) with the
 // same shapes and the same model-FLOPs count.
 //   bench_llama [llama32_1b|llama3_8b|sotu_small|tiny] [batch] [seq]
-//               [exact|hlq|hlq_precise|hlq_fast|hlq_full|halo<L>_<int8|fp8|fp8_fast>|<pipeline>] [--lora] [--peak-tflops T]
+//               [exact|hlq|hlq_precise|hlq_fast|hlq_full|halo<L>_<int8|fp8|fp8_precise>|<pipeline>] [--lora] [--peak-tflops T]
 //               [--phases]
 // --phases also prints the eager step split into forward (loss included), backward (zero_grad included, which the
 // step issues first) and the AdamW update, each the median over 12 steps of the time between CUDA events.
-// halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise); halo2_fp8_fast
-// the same with `fp8_accumulation: fast`; hlq_precise and hlq_fast are hlq with that key set either way, hlq_full
-// hlq with `rank: full`. After the step graph's replays the loss of one more forward is printed with its bits (same
-// seeds and steps in every run; the step itself is not bitwise reproducible: flash attention's dq and the embedding gradient add with f32
-// atomics, docs/cuda_backend.md).
+// halo2_fp8 is the halo pipeline at level 2 with the fp8 carrier (halo0_int8, halo1_fp8, ... likewise);
+// halo2_fp8_precise the same with `fp8_accumulation: precise` (the default is fast); hlq_precise and hlq_fast are
+// hlq with that key set either way, hlq_full hlq with `rank: full`. After the step graph's replays the loss of one
+// more forward is printed with its bits (same seeds and steps in every run; the step itself is not bitwise
+// reproducible: flash attention's dq and the embedding gradient add with f32 atomics, docs/cuda_backend.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -150,12 +150,12 @@ int main(int argc, char** argv) {
     auto& o = spec.options_as<grad::HaloOptions>();
     o.level = pipeline[4] - '0';
     const std::string carrier = pipeline.substr(6);
-    if (carrier != "int8" && carrier != "fp8" && carrier != "fp8_fast") {
-      std::fprintf(stderr, "bench_llama: '%s': the carrier is int8, fp8 or fp8_fast\n", pipeline.c_str());
+    if (carrier != "int8" && carrier != "fp8" && carrier != "fp8_precise") {
+      std::fprintf(stderr, "bench_llama: '%s': the carrier is int8, fp8 or fp8_precise\n", pipeline.c_str());
       return 2;
     }
     o.carrier = carrier == "int8" ? grad::Carrier::int8 : grad::Carrier::fp8;
-    if (carrier == "fp8_fast") o.fp8_accumulation = Fp8Accumulation::fast;
+    if (carrier == "fp8_precise") o.fp8_accumulation = Fp8Accumulation::precise;
   }
   if (pipeline == "hlq_full") {  // HLA keeping every sequency row (docs/language_models.md, HLQ on LLaMA)
     spec.name = "hlq";

@@ -33,9 +33,10 @@ def fail(msg):
 
 
 def plan_parts(plan_path):
-    """The config paths the plan names (by file stem) and each stage's `set` list, read from the plan's text: the
-    plan format's `configs:` items are `- PATH` lines and a stage's `set:` is a one-line list of quoted strings."""
-    configs, stage_sets, stage = {}, {}, None
+    """The config paths the plan names (by file stem), each stage's `set` list and each stage's config stems, read
+    from the plan's text: the plan format's `configs:` items are `- PATH` lines and a stage's `set:` is a one-line
+    list of quoted strings."""
+    configs, stage_sets, stage_configs, stage = {}, {}, {}, None
     in_stages = False
     for n, raw in enumerate(open(plan_path, encoding="utf-8"), 1):
         line = raw.split("#", 1)[0].rstrip()
@@ -48,9 +49,11 @@ def plan_parts(plan_path):
         m = re.fullmatch(r"\s*-\s*(\S+\.ya?ml)", line)
         if m:
             configs[os.path.splitext(os.path.basename(m.group(1)))[0]] = m.group(1)
+            if in_stages and stage is not None:
+                stage_configs[stage].append(os.path.splitext(os.path.basename(m.group(1)))[0])
         if in_stages and indent == 2 and line.strip().endswith(":"):
             stage = line.strip()[:-1]
-            stage_sets[stage] = []
+            stage_sets[stage], stage_configs[stage] = [], []
         m = re.fullmatch(r"\s*set:\s*\[(.*)\]", line)
         if m and in_stages and indent == 4:
             items = re.findall(r'"([^"]*)"', m.group(1))
@@ -59,7 +62,7 @@ def plan_parts(plan_path):
             stage_sets[stage] = items
     if not configs:
         fail(f"{plan_path}: no config paths (lines '- PATH.yaml') found")
-    return configs, stage_sets
+    return configs, stage_sets, stage_configs
 
 
 def evals(path):
@@ -107,7 +110,7 @@ def main():
     if not re.fullmatch(r"\d{4}-\d\d-\d\d", a.date):
         fail(f"--date {a.date!r} is not YYYY-MM-DD")
     plan_file = a.plan if os.path.isabs(a.plan) else os.path.join(ROOT, a.plan)
-    configs, stage_sets = plan_parts(plan_file)
+    configs, stage_sets, stage_configs = plan_parts(plan_file)
     table = os.path.join(a.sweep_dir, "results.csv")
     if not os.path.exists(table):
         fail(f"{table} does not exist (SWEEP_DIR must hold the sweep's results.csv)")
@@ -119,6 +122,8 @@ def main():
         if row["status"] != "done":
             print(f"lm_sweep_records: {table}:{i}: run {row['run']} is {row['status']}, left out", file=sys.stderr)
             continue
+        if not row["config"] and len(stage_configs.get(row["stage"], [])) == 1:
+            row["config"] = stage_configs[row["stage"]][0]  # the sweep names the config only when a stage has several
         if row["config"] not in configs:
             fail(f"{table}:{i}: config {row['config']!r} is not among the plan's ({', '.join(configs)})")
         if row["stage"] not in stage_sets:

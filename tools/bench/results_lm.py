@@ -20,10 +20,12 @@ EXTRA_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e
 
 
 def pipeline_order(p):
-    """exact, hlq, then HALO by level and carrier (int8 before fp8), then anything else by name."""
-    if p in STYLES:
-        return (list(STYLES).index(p), p)
-    return (len(STYLES), p)
+    """exact, hlq, then HALO by level and carrier (int8 before fp8), each followed by its variants with options set
+    (`hlq (rank: full)` after hlq), then anything else by name."""
+    base = p.split(" (", 1)[0]
+    if base in STYLES:
+        return (list(STYLES).index(base), p != base, p)
+    return (len(STYLES), True, p)
 
 
 def recipe_name(recipe):

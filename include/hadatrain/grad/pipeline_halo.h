@@ -51,9 +51,11 @@ struct HaloOptions {
   // On CUDA, g_w's GEMM and rotation back run on a side stream beside g_x's chain (Note [HALO's two chains] in
   // src/grad/pipeline_halo.cpp); the same values either way. Off: one stream.
   bool overlap = true;
-  // fp8 carrier: how CUDA's products sum (ops/lowp_matmul.h, Fp8Accumulation). `fast` is the reference's FP8
-  // kernel's mode (halo.md §9, §10); `precise` (the default) promotes the partial sums to f32 along K.
-  Fp8Accumulation fp8_accumulation = Fp8Accumulation::precise;
+  // fp8 carrier: how CUDA's products sum (ops/lowp_matmul.h, Fp8Accumulation). `fast` (the default) is the
+  // reference's FP8 kernel's mode (halo.md §8, §10); `precise` promotes the partial sums to f32 along K. Note
+  // [HALO's fp8 accumulation] in src/grad/pipeline_halo.cpp gives the figures the default rests on. The int8
+  // carrier sums in int32 and ignores this field (a config that asks it for `fast` is an error).
+  Fp8Accumulation fp8_accumulation = Fp8Accumulation::fast;
 };
 
 // A new halo pipeline for one layer.
