@@ -155,7 +155,8 @@ TEST_CASE("fsdp over NCCL feeds the 8-bit gathered codes to halo's GEMMs", "[dis
     } else {  // level 1: y = [Q(x·H)·Q(W·H)ᵀ] / n with the weight's rotated rows quantised once
       const grad::HaloRotation rot = grad::halo_rotation_size(256);
       const grad::HaloQuantized qx = grad::halo_quantize(x.detach().reshape({128, 256}), grad::Carrier::fp8, rot);
-      const Tensor want = grad::halo_product(qx.codes, q.codes, qx.scale, q.scale, {1.0f / static_cast<float>(rot.n), DType::f32});
+      const Tensor want = grad::halo_product(qx.codes, q.codes, qx.scale, q.scale,
+                                             {1.0f / static_cast<float>(rot.n), DType::f32, o.fp8_accumulation});
       CHECK(test::compare(y.detach().reshape({128, 96}).to(Device::cpu()), want.to(Device::cpu()), 0, 0).empty());
     }
     fsdp.end_step();

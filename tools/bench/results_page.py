@@ -485,7 +485,7 @@ LAYER_GROUPS = ("HALO per layer", "HLQ per layer", "Errors per layer")
 
 def layer_errors(recs, notes):
     """bench_halo's HT_BENCH_ERRORS records ("LAYER, VARIANT, PRODUCT", metric "relative error"): per group a table
-    with one row per layer, product and call and one column per variant, the error in per cent."""
+    with one row per layer and call and one column per variant, each cell the errors of Y, g_x and g_w in per cent."""
     out = []
     for g in dict.fromkeys(r["group"] for r in recs):
         variants, rows_by = [], {}
@@ -493,14 +493,15 @@ def layer_errors(recs, notes):
             layer, variant, product = [x.strip() for x in r["name"].split(",")[:3]]
             if variant not in variants:
                 variants.append(variant)
-            rows_by.setdefault((layer, product, r["commit"]), {})[variant] = r
-        rows = [[layer, product] + [f"{100 * by[v]['ours']:.3g}" if v in by else "—" for v in variants] +
-                [measured(next(iter(by.values())), notes)] for (layer, product, _), by in rows_by.items()]
-        text = (f"{g}: relative error ‖out − ref‖ / ‖ref‖ in per cent of each product of one eager forward + "
+            rows_by.setdefault((layer, r["commit"]), {}).setdefault(variant, {})[product] = r
+        cell = lambda by: " / ".join(f"{100 * by[p]['ours']:.3g}" if p in by else "—" for p in ("Y", "g_x", "g_w"))
+        rows = [[layer] + [cell(by[v]) if v in by else "—" for v in variants] +
+                [measured(next(iter(next(iter(by.values())).values())), notes)] for (layer, _), by in rows_by.items()]
+        text = (f"{g}: relative errors ‖out − ref‖ / ‖ref‖ in per cent of Y / g_x / g_w from one eager forward + "
                 "backward, against the same products of the same bf16 operands in f64 (`HT_BENCH_ERRORS=1 "
                 "tools/bench/bench_halo`, Note [Errors per layer]: Gaussian operands, no outlier channels; exact "
                 "bf16's figures are its outputs' bf16 rounding).")
-        out += ["", text, ""] + table(["layer", "product"] + variants + ["measured"], rows)
+        out += ["", text, ""] + table(["layer"] + variants + ["measured"], rows)
     return out
 
 
