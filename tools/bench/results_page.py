@@ -494,7 +494,7 @@ def layer_errors(recs, notes):
             if variant not in variants:
                 variants.append(variant)
             rows_by.setdefault((layer, r["commit"]), {}).setdefault(variant, {})[product] = r
-        cell = lambda by: " / ".join(f"{100 * by[p]['ours']:.3g}" if p in by else "—" for p in ("Y", "g_x", "g_w"))
+        cell = lambda by: " / ".join(f"{100 * by[p]['ours']:.4g}" if p in by else "—" for p in ("Y", "g_x", "g_w"))
         rows = [[layer] + [cell(by[v]) if v in by else "—" for v in variants] +
                 [measured(next(iter(next(iter(by.values())).values())), notes)] for (layer, _), by in rows_by.items()]
         text = (f"{g}: relative errors ‖out − ref‖ / ‖ref‖ in per cent of Y / g_x / g_w from one eager forward + "

@@ -29,7 +29,8 @@ Tensor int8_matmul_nt(const Tensor& a, const Tensor& b);
 // tests/gpu/test_gpu_grad_pipelines.cpp compares HLQ's g_x both ways at Llama-3-8B shapes (K = 4096 and 14336,
 // Gaussian and with outlier channels): the same bits. Past 2^14 each product added loses the bits below the
 // accumulator's 14th (less than 2^-13 of the partial sum each; measured there: 19552 for an exact 19658). HALO's
-// fp8 operands are not integers, so its products keep `precise` by default.
+// fp8 operands are not integers, so its fast products differ from the precise ones; it defaults to fast on
+// measured errors (Note [HALO's fp8 accumulation] in src/grad/pipeline_halo.cpp).
 enum class Fp8Accumulation { precise, fast };
 
 // a (..., M, K) f8e4m3 or f8e5m2, b (..., N, K) f8e4m3 or f8e5m2 (not both f8e5m2: cuBLASLt has no such
