@@ -54,9 +54,9 @@
 // [Errors per layer]): e4m3's rounding of both operands is the error, the accumulator's is not; fine-tuning the
 // SOTU model on Moby Dick at levels 0, 1 and 2, full and LoRA, two seeds, every fast run's validation loss is
 // within 0.016 % of the precise run's, on either side (a repeat of one run moves by as much: the LLaMA step is not
-// bitwise reproducible on CUDA); and fast makes the three GEMMs 3–10 % faster, the layer up to 6 % (two calls). Integer
-// operands, where the fast accumulator is exact, are HLQ's case (Note [Fast accumulation of integer codes]); HALO's
-// e4m3 values are not integers, so its fast products differ from the precise ones in their low bits.
+// bitwise reproducible on CUDA); and fast makes the three GEMMs 3–10 % faster, the layer up to 6 % (two calls).
+// Integer operands, where the fast accumulator is exact, are HLQ's case (Note [Fast accumulation of integer
+// codes]); HALO's e4m3 values are not integers, so its fast products differ from the precise ones in their low bits.
 #include <fmt/format.h>
 
 #include "hadatrain/grad/pipeline_halo.h"
