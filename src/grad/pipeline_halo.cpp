@@ -272,7 +272,7 @@ HaloOptions read_halo(ConfigReader& r) {
   o.carrier = r.get_choice("carrier", Carrier::int8, {{"int8", Carrier::int8}, {"fp8", Carrier::fp8}});
   o.quantize = r.get("quantize", true);
   o.overlap = r.get("overlap", true);
-  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier, Fp8Accumulation::fast);
+  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier);
   return o;
 }
 

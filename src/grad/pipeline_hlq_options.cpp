@@ -52,7 +52,7 @@ HlqOptions read_hlq(ConfigReader& r) {
   o.acbp_share = r.get("acbp_share", true);
   o.acbp_rebuild = r.get("acbp_rebuild", true);
   o.overlap = r.get("overlap", true);
-  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier, Fp8Accumulation::fast);
+  o.fp8_accumulation = read_fp8_accumulation(r, o.carrier);
   return o;
 }
 

@@ -19,8 +19,8 @@ WeightQuant read_weight_quant(ConfigReader& r, const std::string& key) {
                       {{"sawb", WeightQuant::sawb}, {"absmax", WeightQuant::absmax}, {"absmax_sr", WeightQuant::absmax_sr}});
 }
 
-Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier, Fp8Accumulation def) {
-  if (carrier != Carrier::fp8) def = Fp8Accumulation::precise;
+Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier) {
+  const Fp8Accumulation def = carrier == Carrier::fp8 ? Fp8Accumulation::fast : Fp8Accumulation::precise;
   const auto a = r.get_choice("fp8_accumulation", def,
                               {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
   if (a == Fp8Accumulation::fast && carrier != Carrier::fp8)

@@ -14,9 +14,10 @@ namespace ht::grad {
 int read_bits(ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed);
 // sawb | absmax | absmax_sr, sawb by default.
 WeightQuant read_weight_quant(ConfigReader& r, const std::string& key);
-// `fp8_accumulation`: precise | fast, `def` when absent; fast only with the fp8 carrier (asking for it with the
-// int8 carrier is an error that names the key; with int8, an absent key reads as precise).
-Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier, Fp8Accumulation def);
+// `fp8_accumulation`: fast (the default of HLQ's and HALO's fp8 products) | precise; fast only with the fp8
+// carrier (asking for it with the int8 carrier is an error that names the key; with int8, an absent key reads as
+// precise).
+Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier);
 // tensor | sample (| token when allow_token).
 ScaleGranularity read_granularity(ConfigReader& r, const std::string& key, ScaleGranularity def,
                                   bool allow_token);
