@@ -26,7 +26,7 @@ namespace {
 
 // What one layer's product saw during the exact pass.
 struct Capture {
-  Tensor x, w, g_y, g_x, g_w;  // x (B, L, I), w (O, I), g_y (B, L, O), exact g_x, g_w
+  Tensor x, w, y, g_y, g_x, g_w;  // x (B, L, I), w (O, I), y and g_y (B, L, O), exact g_x, g_w
   grad::ProductInfo info;
   // Training defers this input (rebuilt by its op or kept by another one, Note [Rebuilt inputs]): the pipeline's
   // backward then reads the input itself, which changes what HLQ's conv_gw wgrad_simulated computes.
@@ -47,7 +47,9 @@ class CapturePipeline final : public grad::Pipeline {
     // The inspected pipelines run after this backward released every node's saved tensors, so nothing can be
     // rebuilt then: they are given the input as shared instead (see inspect_grads).
     c_->info.rebuild = {};
-    return exact_->forward(x, w, info, key, save);
+    grad::ForwardResult r = exact_->forward(x, w, info, key, save);
+    c_->y = r.y;
+    return r;
   }
   grad::Grads backward(grad::SavedState& s, const Tensor& g_y, grad::Wanted) override {
     c_->g_y = g_y;
@@ -79,6 +81,13 @@ std::string trimmed(const std::string& s) {
 }
 
 }  // namespace
+
+double crest_factor(const Tensor& v) {
+  if (v.numel() == 0) return 0;
+  const Tensor v64 = v.to(DType::f64);
+  const double peak = max(abs(v64)).item(), ms = sum(mul(v64, v64)).item() / static_cast<double>(v.numel());
+  return ms > 0 ? peak / std::sqrt(ms) : 0;
+}
 
 InspectedPipeline inspected_pipeline(const TrainerConfig& cfg, const std::string& entry) {
   InspectedPipeline p;
@@ -161,6 +170,9 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
     r.L = c.x.size(1);
     r.I = c.x.size(2);
     r.O = c.w.size(0);
+    r.x_crest = crest_factor(c.x);
+    r.w_crest = crest_factor(c.w);
+    r.gy_crest = crest_factor(c.g_y);
     for (const InspectedPipeline& ip : opts.pipelines) {
       auto p = grad::make_pipeline(ip.spec);
       const grad::NoiseKey key = layers[i].binding->key_now();
@@ -191,6 +203,7 @@ std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const Inspe
           g.x_is_image ? fold2d(c.g_x, Fold2dParams{c.info.image.size(1), c.info.image.size(2), c.info.image.size(3),
                                                     c.info.window})
                        : c.g_x;
+      std::tie(e.y_rel_err, e.y_cosine) = compare(f.y, c.y);
       std::tie(e.gx_rel_err, e.gx_cosine) = compare(g.x, gx_ref);
       std::tie(e.gw_rel_err, e.gw_cosine) = compare(g.w, c.g_w);
       e.saved_bytes = f.saved->bytes;
@@ -205,16 +218,19 @@ std::string format_grad_report(const std::vector<LayerGradReport>& report) {
   std::size_t pw = 8;  // the pipeline column: as wide as the longest label
   for (const auto& r : report)
     for (const auto& e : r.results) pw = std::max(pw, e.pipeline.size());
-  std::string out = fmt::format("{:<28} {:<7} {:>22} {:<{}} {:>10} {:>9} {:>10} {:>9} {:>11}\n", "layer", "type",
-                                "B x L x I -> O", "pipeline", pw, "g_x relerr", "g_x cos", "g_w relerr", "g_w cos",
-                                "saved KiB");
+  std::string out =
+      fmt::format("{:<28} {:<7} {:>22} {:>16} {:<{}} {:>10} {:>10} {:>9} {:>10} {:>9} {:>11}\n", "layer", "type",
+                  "B x L x I -> O", "crest x/W/g_y", "pipeline", pw, "Y relerr", "g_x relerr", "g_x cos", "g_w relerr",
+                  "g_w cos", "saved KiB");
   for (const auto& r : report) {
     const std::string shape = fmt::format("{}x{}x{} -> {}", r.B, r.L, r.I, r.O);
+    const std::string crest = fmt::format("{:.1f}/{:.1f}/{:.1f}", r.x_crest, r.w_crest, r.gy_crest);
     bool first = true;
     for (const auto& e : r.results) {
-      out += fmt::format("{:<28} {:<7} {:>22} {:<{}} {:>10.4f} {:>9.5f} {:>10.4f} {:>9.5f} {:>11.1f}\n",
-                         first ? r.name : "", first ? r.type : "", first ? shape : "", e.pipeline, pw, e.gx_rel_err,
-                         e.gx_cosine, e.gw_rel_err, e.gw_cosine, static_cast<double>(e.saved_bytes) / 1024.0);
+      out += fmt::format("{:<28} {:<7} {:>22} {:>16} {:<{}} {:>10.4f} {:>10.4f} {:>9.5f} {:>10.4f} {:>9.5f} {:>11.1f}\n",
+                         first ? r.name : "", first ? r.type : "", first ? shape : "", first ? crest : "",
+                         e.pipeline, pw, e.y_rel_err, e.gx_rel_err, e.gx_cosine, e.gw_rel_err, e.gw_cosine,
+                         static_cast<double>(e.saved_bytes) / 1024.0);
       first = false;
     }
   }
@@ -245,11 +261,15 @@ std::string format_grad_report(const std::vector<LayerGradReport>& report) {
 std::string grad_report_json(const std::vector<LayerGradReport>& report) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& r : report) {
-    nlohmann::json layer{{"layer", r.name}, {"type", r.type}, {"B", r.B}, {"L", r.L}, {"I", r.I}, {"O", r.O}};
+    nlohmann::json layer{{"layer", r.name}, {"type", r.type}, {"B", r.B},          {"L", r.L},
+                         {"I", r.I},        {"O", r.O},       {"x_crest", r.x_crest}, {"w_crest", r.w_crest},
+                         {"gy_crest", r.gy_crest}};
     nlohmann::json res = nlohmann::json::array();
     for (const auto& e : r.results)
       res.push_back({{"pipeline", e.pipeline},
                      {"name", e.name},
+                     {"y_rel_err", e.y_rel_err},
+                     {"y_cosine", e.y_cosine},
                      {"gx_rel_err", e.gx_rel_err},
                      {"gx_cosine", e.gx_cosine},
                      {"gw_rel_err", e.gw_rel_err},

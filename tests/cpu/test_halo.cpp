@@ -14,6 +14,7 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "hadatrain/tensor/scalar_types.h"
+#include "hadatrain/train/inspect.h"
 
 using namespace ht;
 using namespace ht::grad;
@@ -270,6 +271,26 @@ TEST_CASE("halo: quantised products stay near the exact ones, and rotations tame
   CHECK(err_y[1][0] < 0.5 * err_y[0][0]);
   CHECK(err_y[2][0] == err_y[1][0]);  // levels 1 and 2 share the forward
   (void)T;
+}
+
+TEST_CASE("halo: inspect-grads' crest factor is max |v| / rms(v); outlier channels raise it, the rotation lowers it",
+          "[halo]") {
+  CHECK(train::crest_factor(from_vector(std::vector<float>{3, -4, 0, 0}, {4})) == Approx(1.6));  // 4 / 2.5
+  CHECK(train::crest_factor(zeros({3, 2})) == 0.0);
+  Generator gen(7);
+  const int64_t R = 256, C = 64;
+  Tensor x = randn({R, C}, gen);
+  const double plain = train::crest_factor(x);
+  CHECK(plain > 2.5);  // a Gaussian's max over 16k values is near 4
+  CHECK(plain < 6.0);
+  std::vector<float> boost(static_cast<std::size_t>(C), 1.0f);
+  boost[5] = 30.0f;  // one outlier channel
+  x = mul(x, from_vector(boost, {C}));
+  const double outlier = train::crest_factor(x);
+  CHECK(outlier > 12.0);  // the channel dominates: rms ≈ 30 / √64, max ≈ 30 · 2.8, so about 22
+  const HaloRotation rot = halo_rotation_size(C);
+  const double rotated = train::crest_factor(halo_rotate(x, {rot, HaloDirection::forward, C, 1.0f, DType::f32}));
+  CHECK(rotated < 0.25 * outlier);  // the rotation spreads the channel over all 64: about a Gaussian's again
 }
 
 TEST_CASE("halo: registered with its options and description", "[halo]") {

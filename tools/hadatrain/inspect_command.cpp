@@ -1,6 +1,7 @@
 // `hadatrain inspect-grads --config FILE [--pipelines exact,hlq,lbp_wht,luq] [--json FILE] [--set k=v]...`:
-// per layer, the relative error and cosine similarity of g_x and g_w of each pipeline against exact on one
-// training batch, and the activation bytes each pipeline saves (train/inspect.h). A --pipelines entry is a
+// per layer, the crest factors of x, W and g_y, the relative error of each pipeline's Y (the forward: HALO's is
+// quantised) and the relative error and cosine similarity of its g_x and g_w against exact on one training
+// batch, and the activation bytes each pipeline saves (train/inspect.h). A --pipelines entry is a
 // name or a YAML flow map with options: 'exact,hlq,{name: hlq, acbp_bits: 4},{name: hlq, rank_pct: 25}'.
 #include <filesystem>
 #include <memory>

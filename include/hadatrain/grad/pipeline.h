@@ -186,8 +186,8 @@ class Pipeline {
   // the product as a convolution and compute what it saves from the image (HLQ: Note [HLQ conv forward]).
   virtual ForwardResult forward_conv(const Tensor& w, const ProductInfo& info, const NoiseKey& key,
                                      SaveForBackward save);
-  // Whether forward's y is the plain high-precision product (true for every pipeline here; HALO's quantised
-  // forward will say false). Layers then take their plain op (cuDNN, fused bias) when no gradient is needed,
+  // Whether forward's y is the plain high-precision product (true for every pipeline but HALO, whose forward
+  // is quantised). Layers then take their plain op (cuDNN, fused bias) when no gradient is needed,
   // e.g. in evaluation.
   virtual bool exact_forward() const { return true; }
   // Whether backward's g_x and g_w are the exact high-precision products (true for `exact` only). A layer whose
