@@ -393,10 +393,11 @@ def language_models(recs):
     notes, rows = Notes(machine=SHARED["machine"]), []
     for r in sorted((r for r in recs if not r.get("plan")), key=lambda r: (r["recipe"], r["seed"], r["pipeline"])):
         curve = ", ".join(f"{e}: {v:.4f}" for e, v in r.get("val_loss_by_epoch", []))
+        seconds = epoch_seconds(r)
         rows.append([r["recipe"], r["model"], pipe(r), str(r["seed"]), f"{r['val_loss']:.4f}", f"{r['val_ppl']:.3f}",
-                     str(r.get("steps", "—")), curve or "—", measured(r, notes)])
+                     str(r.get("steps", "—")), f"{seconds:.1f}" if seconds else "—", curve or "—", measured(r, notes)])
     out = table(["recipe", "model", "pipeline", "seed", "validation loss", "perplexity", "steps",
-                 "validation loss by epoch", "measured"], rows) if rows else []
+                 "training time (s, sum of the epochs)", "validation loss by epoch", "measured"], rows) if rows else []
     link = lambda path: os.path.relpath(path, os.path.dirname(PAGE))
     for plan in sorted({r["plan"] for r in recs if r.get("plan")}):
         sweep = [r for r in recs if r.get("plan") == plan]
@@ -412,6 +413,17 @@ def language_models(recs):
                     "Training loss every logged step, one line per pipeline, and its difference from exact's: " +
                 "; ".join(f"{results_lm.recipe_name(rc)} {', '.join(v)}" for rc, v in by_recipe.items()) + "."]
     return out + notes.lines()
+
+
+def epoch_seconds(rec):
+    """The sum of the `epoch_seconds` of a run's eval records (the trainer's time per epoch, evaluation and
+    checkpoints excluded), from its kept metrics file; None without one or without the field."""
+    if not rec.get("metrics"):
+        return None
+    evals = [json.loads(line) for line in open(os.path.join(ROOT, rec["metrics"]), encoding="utf-8")
+             if '"eval"' in line]
+    times = [e["epoch_seconds"] for e in evals if e.get("type") == "eval" and "epoch_seconds" in e]
+    return sum(times) if times else None
 
 
 def lm_runs_page(recs):
