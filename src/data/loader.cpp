@@ -37,6 +37,30 @@ namespace ht::data {
 // do is write into a batch's host tensors after starting its copy. Fresh blocks are only allocated while
 // the cache warms up (prefetch + a few batches in flight); after that, batches recycle the same blocks.
 
+RowSlice row_slice(int64_t batch_rows, int index, int count) {
+  HT_CHECK(count >= 1 && index >= 0 && index < count, "row_slice: slice {} of {} does not exist", index, count);
+  HT_CHECK(batch_rows >= count,
+           "a batch of {} rows cannot be cut over {} ranks (each needs at least one row): make data.batch_size a "
+           "multiple of the world size, or set the dataset size so that the last batch has enough rows",
+           batch_rows, count);
+  const int64_t base = batch_rows / count, extra = batch_rows % count;
+  return {.start = index * base + std::min<int64_t>(index, extra), .rows = base + (index < extra ? 1 : 0)};
+}
+
+Batch slice_rows(const Batch& batch, RowSlice s) {
+  Batch out;
+  out.position = batch.position;
+  out.global_rows = batch.global_rows > 0 ? batch.global_rows : batch.size();
+  for (const auto& [key, t] : batch.tensors) {
+    HT_CHECK(t.dim() >= 1 && t.size(0) >= s.start + s.rows, "slice_rows: tensor '{}' {} has no rows [{}, {})", key,
+             t.describe(), s.start, s.start + s.rows);
+    out.set(key, t.narrow(0, s.start, s.rows));
+  }
+  if (!batch.indices.empty())
+    out.indices.assign(batch.indices.begin() + s.start, batch.indices.begin() + s.start + s.rows);
+  return out;
+}
+
 int64_t Batch::size() const {
   return tensors.empty() ? static_cast<int64_t>(indices.size()) : tensors.begin()->second.size(0);
 }
@@ -59,6 +83,7 @@ Batch Batch::to(Device device) const {
   for (const auto& [k, t] : tensors) out.tensors.emplace(k, to_device(t, device));
   out.indices = indices;
   out.position = position;
+  out.global_rows = global_rows;
   return out;
 }
 
@@ -83,6 +108,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   HT_CHECK(opts_.batch_size > 0, "DataLoader: batch_size must be positive, got {}", opts_.batch_size);
   HT_CHECK(opts_.num_workers >= 0, "DataLoader: num_workers must be >= 0, got {}", opts_.num_workers);
   HT_CHECK(opts_.prefetch >= 1, "DataLoader: prefetch must be >= 1, got {}", opts_.prefetch);
+  HT_CHECK(opts_.slice_count >= 1 && opts_.slice_index >= 0 && opts_.slice_index < opts_.slice_count,
+           "DataLoader: slice {} of {} does not exist", opts_.slice_index, opts_.slice_count);
   HT_CHECK(n - 1 <= kMaxRngIndex, "DataLoader: {} samples is more than the data RNG supports", n);
   batches_per_epoch_ =
       opts_.drop_last == DropLast::yes ? n / opts_.batch_size : (n + opts_.batch_size - 1) / opts_.batch_size;
@@ -121,11 +148,24 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch)
   return order;
 }
 
+// Note [Sliced batches]
+// Under data parallelism every rank used to make the whole global batch and keep its slice, so each rank read
+// and decoded every sample of the batch (world-size times the work of one process; on ImageNet the JPEG decoding
+// is the step's bottleneck long before that). With LoaderOptions::slice_count > 1 the loader makes only its
+// slice's rows: the epoch order is the whole dataset's as before, the batch's rows are cut by row_slice, and each
+// sample's randomness is keyed by (seed, epoch, dataset index) (Note [Data randomness]), so every row has the
+// bits it has in the whole batch. A batch_transform may read every row (Mixup/CutMix pair rows), so with one the
+// whole batch is made, transformed and cut, as before. Batch::global_rows says how many rows the whole batch
+// has: the trainer weighs this rank's loss by its share of them and counts the global batch's throughput.
 Batch DataLoader::make_batch(LoaderPosition pos) {
   const auto order = order_for(pos.epoch);
   const int64_t n = dataset_->size();
-  const int64_t begin = pos.batch * opts_.batch_size;
-  const int64_t count = std::min(opts_.batch_size, n - begin);
+  const int64_t begin_all = pos.batch * opts_.batch_size;
+  const int64_t whole = std::min(opts_.batch_size, n - begin_all);
+  const bool sliced = opts_.slice_count > 1, cut_after = sliced && opts_.batch_transform;
+  const RowSlice mine = sliced && !cut_after ? row_slice(whole, opts_.slice_index, opts_.slice_count)
+                                             : RowSlice{0, whole};
+  const int64_t begin = begin_all + mine.start, count = mine.rows;
   Batch b;
   b.position = pos;
   b.indices.assign(order->begin() + begin, order->begin() + begin + count);
@@ -165,6 +205,8 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
   b.set(batch_key::image, std::move(images));
   b.set(batch_key::label, std::move(labels_t));
   if (opts_.batch_transform) opts_.batch_transform(b);
+  if (cut_after) return slice_rows(b, row_slice(whole, opts_.slice_index, opts_.slice_count));
+  if (sliced) b.global_rows = whole;
   return b;
 }
 

@@ -9,27 +9,9 @@
 
 namespace ht::dist {
 
-RankSlice rank_slice(int64_t batch_rows, int rank, int world) {
-  HT_CHECK(batch_rows >= world,
-           "a batch of {} rows cannot be cut over {} ranks (each needs at least one row): make data.batch_size a "
-           "multiple of the world size, or set the dataset size so that the last batch has enough rows",
-           batch_rows, world);
-  const int64_t base = batch_rows / world, extra = batch_rows % world;
-  return {.start = rank * base + std::min<int64_t>(rank, extra), .rows = base + (rank < extra ? 1 : 0)};
-}
+RankSlice rank_slice(int64_t batch_rows, int rank, int world) { return data::row_slice(batch_rows, rank, world); }
 
-data::Batch slice_batch(const data::Batch& batch, RankSlice s) {
-  data::Batch out;
-  out.position = batch.position;
-  for (const auto& [key, t] : batch.tensors) {
-    HT_CHECK(t.dim() >= 1 && t.size(0) >= s.start + s.rows, "slice_batch: tensor '{}' {} has no rows [{}, {})", key,
-             t.describe(), s.start, s.start + s.rows);
-    out.set(key, t.narrow(0, s.start, s.rows));
-  }
-  if (!batch.indices.empty())
-    out.indices.assign(batch.indices.begin() + s.start, batch.indices.begin() + s.start + s.rows);
-  return out;
-}
+data::Batch slice_batch(const data::Batch& batch, RankSlice s) { return data::slice_rows(batch, s); }
 
 GradientReducer::GradientReducer(Communicator& comm, nn::ParameterStore& store, GradientReducerOptions o)
     : comm_(comm), store_(store) {

@@ -175,6 +175,16 @@ void DistributedRun::attach(nn::ParameterStore& store) {
 }
 
 data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
+  if (batch.global_rows > 0) {  // the loader made this rank's rows only (Note [Sliced batches] in data/loader.cpp)
+    HT_ASSERT(task.rows_are_units(), "a sliced batch for a task whose rows weigh differently");
+    const dist::RankSlice s = dist::rank_slice(batch.global_rows, rank(), world_size());
+    HT_ASSERT(batch.size() == s.rows, "rank {} holds {} rows of a {}-row batch, expected {}", rank(), batch.size(),
+              batch.global_rows, s.rows);
+    step_start_ = pg_.comm->bytes();
+    share_ = static_cast<double>(s.rows) / static_cast<double>(batch.global_rows);
+    if (fsdp_) fsdp_->set_share(share_);
+    return batch;
+  }
   const double total = task.loss_weight(batch);
   HT_CHECK(total > 0, "batch {} of epoch {} has no unit its loss is a mean over (every label ignored)",
            batch.position.batch + 1, batch.position.epoch + 1);

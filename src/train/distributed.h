@@ -46,7 +46,8 @@ class DistributedRun {
   ShardedState sharded_state(nn::Module& model, bool shard_files) const;
   // This rank's rows of a global batch; remembers its share for after_backward: its slice's loss weight
   // (Task::loss_weight: images, or tokens with a label) over the whole batch's, which every rank computes
-  // from the global batch it holds, so no collective is needed.
+  // from the global batch it holds, so no collective is needed. A batch the loader made as this rank's slice
+  // (Batch::global_rows, for a task whose rows are its units) is returned as it is, its share its rows' share.
   data::Batch slice(const data::Batch& batch, const Task& task);
   // The gradients summed over ranks (weighted by the shares: Note [Data-parallel equivalence]); returns the
   // global batch's loss from this rank's `loss` (its slice's mean loss, no history).

@@ -138,7 +138,14 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   if (nn::any_draws_noise(bound)) clock->keep_on_device(device);
   const std::unique_ptr<Task> task = make_task(cfg, *model);
 
-  const std::unique_ptr<BatchSource> train_batches = make_loader(cfg, ds, Split::train);
+  // Data parallelism over images: each rank makes only its rows of every global batch (Note [Sliced batches]).
+  const bool sliced = dist_run && task->rows_are_units();
+  const std::unique_ptr<BatchSource> train_batches =
+      make_loader(cfg, ds, Split::train, sliced ? dist_run->rank() : 0, sliced ? dist_run->world_size() : 1);
+  if (sliced)
+    spdlog::info("dist: this rank reads and decodes only its {} of each global batch's {} images",
+                 data::row_slice(cfg.data.batch_size, dist_run->rank(), dist_run->world_size()).rows,
+                 cfg.data.batch_size);
   BatchSource& loader = *train_batches;
   const int64_t spe = loader.batches_per_epoch();
   const optim::ScheduleConfig schedule = make_schedule(cfg, spe);
@@ -301,7 +308,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       // On the CPU a non-finite loss is seen at its step (reading it costs nothing); on CUDA at the next read.
       if (runner.saw_non_finite_loss()) read_losses();
       ++window_steps;
-      window_units += task->units(*batch);
+      window_units += batch->global_rows > 0 ? batch->global_rows : task->units(*batch);  // the global batch's
       const double throughput = static_cast<double>(window_units) / std::max(seconds_since(window_start), 1e-9);
       if (st.step == 1 || st.step % cfg.train.log_every == 0) {
         run_log.clear_progress();

@@ -329,10 +329,16 @@ data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds,
   return o;
 }
 
-std::unique_ptr<BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split) {
-  if (ds.text_train) return make_text_loader(cfg, ds, split);
-  return std::make_unique<LoaderSource<data::DataLoader>>(split == Split::train ? ds.train : ds.test,
-                                                          loader_options(cfg, ds, split));
+std::unique_ptr<BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split, int slice_index,
+                                         int slice_count) {
+  if (ds.text_train) {
+    HT_ASSERT(slice_count == 1, "make_loader: text batches are made whole");
+    return make_text_loader(cfg, ds, split);
+  }
+  data::LoaderOptions o = loader_options(cfg, ds, split);
+  o.slice_index = slice_index;
+  o.slice_count = slice_count;
+  return std::make_unique<LoaderSource<data::DataLoader>>(split == Split::train ? ds.train : ds.test, o);
 }
 
 std::string describe_data(const TrainerConfig& cfg, const Datasets& ds) {

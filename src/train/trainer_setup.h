@@ -50,7 +50,10 @@ bool resnet_channels_last(const TrainerConfig& cfg);
 // causal language modelling for model.name llama (its FLOPs counted from `model`).
 std::unique_ptr<Task> make_task(const TrainerConfig& cfg, nn::Module& model);
 // The batches of one split: the image loader, or the text loader for data.dataset text | chat.
-std::unique_ptr<class BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split);
+// `slice_index` of `slice_count` > 1: an image loader makes only that slice of each batch (data-parallel ranks,
+// Note [Sliced batches] in data/loader.cpp); text batches are always whole.
+std::unique_ptr<class BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split,
+                                               int slice_index = 0, int slice_count = 1);
 // "fashion_mnist (60000 train / 10000 test samples, 10 classes)", "text (1200 train / 60 validation rows of
 // 512 tokens, vocabulary 32000)".
 std::string describe_data(const TrainerConfig& cfg, const Datasets& ds);

@@ -12,6 +12,7 @@
 #include "hadatrain/data/cifar.h"
 #include "hadatrain/data/loader.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/factory.h"
 #include "support/catch.h"
 
@@ -189,6 +190,92 @@ TEST_CASE("drop_last keeps only full batches", "[data][loader]") {
   CHECK(seen.size() == 20);  // 3 samples of the shuffled epoch are left out
   o.batch_size = 30;
   CHECK_THROWS_WITH(DataLoader(ds, o), HasSubstr("gives no batches"));
+}
+
+// The rows [start, start + rows) of a flattened batch of 1x1x3 images.
+Flat rows_of(const Flat& f, RowSlice s) {
+  Flat out;
+  out.pos = f.pos;
+  out.indices.assign(f.indices.begin() + s.start, f.indices.begin() + s.start + s.rows);
+  out.labels.assign(f.labels.begin() + s.start, f.labels.begin() + s.start + s.rows);
+  out.images.assign(f.images.begin() + 3 * s.start, f.images.begin() + 3 * (s.start + s.rows));
+  return out;
+}
+
+TEST_CASE("row_slice cuts a batch into even slices of consecutive rows, the first ones one row larger", "[data][loader]") {
+  CHECK(row_slice(10, 0, 4).start == 0);
+  CHECK(row_slice(10, 0, 4).rows == 3);
+  CHECK(row_slice(10, 1, 4).start == 3);
+  CHECK(row_slice(10, 1, 4).rows == 3);
+  CHECK(row_slice(10, 2, 4).start == 6);
+  CHECK(row_slice(10, 2, 4).rows == 2);
+  CHECK(row_slice(10, 3, 4).start == 8);
+  CHECK(row_slice(10, 3, 4).rows == 2);
+  CHECK(row_slice(7, 0, 1).rows == 7);
+  CHECK_THROWS_WITH(row_slice(3, 0, 4), HasSubstr("a batch of 3 rows cannot be cut over 4 ranks"));
+  CHECK_THROWS_WITH(row_slice(8, 4, 4), HasSubstr("slice 4 of 4 does not exist"));
+}
+
+TEST_CASE("a sliced loader makes only its rows, equal to the whole batch's, and reads only their samples",
+          "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(45);  // batches of 10: four whole ones and one of 5
+  const auto whole = run(ds, options(0, 10), 2);
+  REQUIRE(whole.size() == 10);
+  const int64_t whole_calls = ds->calls.exchange(0);
+  int64_t sliced_calls = 0;
+  for (int workers : {0, 2}) {
+    for (int r = 0; r < 3; ++r) {
+      LoaderOptions o = options(workers, 10);
+      o.slice_index = r;
+      o.slice_count = 3;
+      DataLoader loader(ds, o);
+      std::size_t i = 0;
+      for (int e = 0; e < 2; ++e)
+        while (auto b = loader.next()) {
+          REQUIRE(i < whole.size());
+          const Flat& w = whole[i++];
+          INFO("slice " << r << " of 3, batch " << b->position.batch << " of epoch " << b->position.epoch);
+          CHECK(b->global_rows == static_cast<int64_t>(w.indices.size()));
+          CHECK(flat(*b) == rows_of(w, row_slice(static_cast<int64_t>(w.indices.size()), r, 3)));
+        }
+      CHECK(i == whole.size());
+    }
+    sliced_calls = ds->calls.exchange(0);
+    // The three slices read each sample once between them (workers also make batches ahead, past the end).
+    if (workers == 0) CHECK(sliced_calls == whole_calls);
+  }
+  // The last batch has 5 rows: cut six ways one slice would get none, an error naming the sizes.
+  LoaderOptions o = options(0, 10);
+  o.slice_index = 5;
+  o.slice_count = 6;
+  DataLoader loader(ds, o);
+  for (int k = 0; k < 4; ++k) REQUIRE(loader.next().has_value());
+  CHECK_THROWS_WITH(loader.next(), HasSubstr("a batch of 5 rows cannot be cut over 6 ranks"));
+  o.slice_index = 6;
+  CHECK_THROWS_WITH(DataLoader(ds, o), HasSubstr("slice 6 of 6 does not exist"));
+}
+
+TEST_CASE("with a batch transform a sliced loader cuts the transformed whole batch", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(30);
+  LoaderOptions o = options(0, 10);
+  // A transform that reads every row: each row's image becomes the batch's sum of images minus itself.
+  o.batch_transform = [](Batch& b) {
+    const Tensor img = b.at("image");
+    b.set("image", sub(sum(img, {0}, KeepDim::yes), img));
+  };
+  const auto whole = run(ds, o, 1);
+  REQUIRE(whole.size() == 3);
+  for (int r = 0; r < 2; ++r) {
+    o.slice_index = r;
+    o.slice_count = 2;
+    DataLoader loader(ds, o);
+    for (const Flat& w : whole) {
+      const auto b = loader.next();
+      REQUIRE(b.has_value());
+      CHECK(b->global_rows == 10);
+      CHECK(flat(*b) == rows_of(w, row_slice(10, r, 2)));
+    }
+  }
 }
 
 TEST_CASE("resuming from (epoch, batch) reproduces the remaining batches", "[data][loader]") {

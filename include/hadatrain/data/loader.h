@@ -46,6 +46,12 @@ struct LoaderOptions {
   // only on the batch (its tensors, indices and position) so that batches stay the same for any worker count
   // and after a seek.
   std::function<void(Batch&)> batch_transform;
+  // Data parallelism: make only slice `slice_index` of `slice_count` of each batch (row_slice), so that each
+  // process reads and decodes its own rows only (Note [Sliced batches] in loader.cpp). The rows equal those of
+  // the whole batch cut afterwards; Batch::global_rows keeps the whole batch's size. With a batch_transform
+  // (which may mix rows) the whole batch is made, transformed and then cut.
+  int slice_index = 0;
+  int slice_count = 1;
 };
 
 // Where the loader stands: the next batch next() returns is batch `batch` of epoch `epoch`. This is what a
@@ -72,6 +78,9 @@ struct Batch {
   std::map<std::string, Tensor, std::less<>> tensors;
   std::vector<int64_t> indices;  // (B) dataset index of each row; empty for a batch made by hand
   LoaderPosition position;       // which batch of the loader this is
+  // The rows of the whole batch when this one is a slice of it (LoaderOptions::slice_count, slice_rows);
+  // 0: the batch is whole.
+  int64_t global_rows = 0;
 
   // Rows: dim 0 of the tensors (the number of indices when there are no tensors).
   int64_t size() const;
@@ -82,6 +91,18 @@ struct Batch {
   // Every tensor copied to `device` (indices and position kept).
   Batch to(Device device) const;
 };
+
+// A batch of `batch_rows` rows cut into `count` slices of consecutive rows, sizes as even as possible (the first
+// batch_rows mod count one row larger): slice `index`'s rows [start, start + rows). The cut data parallelism
+// uses (one slice per rank, Note [Data-parallel equivalence] in dist/data_parallel.h); a batch with fewer rows
+// than slices is an error naming the sizes.
+struct RowSlice {
+  int64_t start = 0, rows = 0;
+};
+RowSlice row_slice(int64_t batch_rows, int index, int count);
+// The rows [start, start + rows) of every tensor of `batch` (views, no copy), with their indices; global_rows
+// is the whole batch's size.
+Batch slice_rows(const Batch& batch, RowSlice slice);
 
 // The sample order of an epoch: a Fisher-Yates shuffle of 0..n-1 drawing j = below(i + 1) for i = n-1 .. 1
 // from SampleRng::for_shuffle(seed, epoch), or the identity with Shuffle::off.

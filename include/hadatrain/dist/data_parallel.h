@@ -22,13 +22,12 @@
 
 namespace ht::dist {
 
-struct RankSlice {
-  int64_t start = 0, rows = 0;
-};
-// Rank `rank`'s rows of a batch of `batch_rows` rows cut over `world` ranks (Note [Data-parallel
-// equivalence]). A batch with fewer rows than ranks is an error naming the sizes.
+using RankSlice = data::RowSlice;
+// Rank `rank`'s rows of a batch of `batch_rows` rows cut over `world` ranks (data::row_slice). A batch with
+// fewer rows than ranks is an error naming the sizes.
 RankSlice rank_slice(int64_t batch_rows, int rank, int world);
-// The rows [start, start + rows) of every tensor of `batch` (views, no copy), with their indices.
+// The rows [start, start + rows) of every tensor of `batch` (views, no copy), with their indices
+// (data::slice_rows).
 data::Batch slice_batch(const data::Batch& batch, RankSlice slice);
 
 struct GradientReducerOptions {

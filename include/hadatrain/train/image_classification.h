@@ -24,6 +24,7 @@ class ImageClassification final : public Task {
   std::vector<std::string> required_keys() const override;
   std::string unit() const override { return "img"; }
   int64_t units(const data::Batch& batch) const override { return batch.size(); }
+  bool rows_are_units() const override { return true; }
   Tensor loss(nn::Module& model, const data::Batch& batch) const override;
   // Out-of-range labels on CUDA (cross_entropy's TargetCheck::deferred).
   void check_deferred(Device device) const override;

@@ -69,6 +69,10 @@ class Task {
   // Gradient accumulation (train.grad_accum_steps) weighs each micro-batch's loss by its share of the step's
   // total, so the accumulated gradient is that of the whole batch's mean loss.
   virtual double loss_weight(const data::Batch& batch) const { return static_cast<double>(units(batch)); }
+  // Whether every row of a batch is one unit of equal loss weight (units and loss_weight count rows): then a
+  // data-parallel rank can make only its rows of each global batch (data::LoaderOptions::slice_count) and know
+  // its share of the loss from the row counts (Batch::global_rows). Images: yes; text (tokens with a label): no.
+  virtual bool rows_are_units() const { return false; }
   // Training FLOPs per unit for the model FLOPs utilisation in the training log; 0 when unknown.
   virtual double flops_per_unit() const { return 0.0; }
 
