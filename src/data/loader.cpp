@@ -149,14 +149,14 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch)
 }
 
 // Note [Sliced batches]
-// Under data parallelism every rank used to make the whole global batch and keep its slice, so each rank read
-// and decoded every sample of the batch (world-size times the work of one process; on ImageNet the JPEG decoding
-// is the step's bottleneck long before that). With LoaderOptions::slice_count > 1 the loader makes only its
-// slice's rows: the epoch order is the whole dataset's as before, the batch's rows are cut by row_slice, and each
+// Under data parallelism each rank trains on its slice of every global batch. If every rank made the whole
+// batch and kept its slice, each would read and decode every sample (world-size times one process's data work;
+// on ImageNet the JPEG decoding would bound the step). With LoaderOptions::slice_count > 1 the loader makes
+// only its slice's rows: the epoch order is the whole dataset's, the batch's rows are cut by row_slice, and each
 // sample's randomness is keyed by (seed, epoch, dataset index) (Note [Data randomness]), so every row has the
 // bits it has in the whole batch. A batch_transform may read every row (Mixup/CutMix pair rows), so with one the
-// whole batch is made, transformed and cut, as before. Batch::global_rows says how many rows the whole batch
-// has: the trainer weighs this rank's loss by its share of them and counts the global batch's throughput.
+// whole batch is made, transformed and cut. Batch::global_rows says how many rows the whole batch has: the
+// trainer weighs this rank's loss by its share of them and counts the global batch's throughput.
 Batch DataLoader::make_batch(LoaderPosition pos) {
   const auto order = order_for(pos.epoch);
   const int64_t n = dataset_->size();
