@@ -70,6 +70,13 @@ class LmEvaluator final : public Evaluator {
     return r;
   }
 
+  std::vector<double> sums() const override { return {loss_sum_, static_cast<double>(tokens_)}; }
+  void set_sums(const std::vector<double>& s) override {
+    HT_ASSERT(s.size() == 2, "language-model evaluator: {} sums, expected 2", s.size());
+    loss_sum_ = s[0];
+    tokens_ = static_cast<int64_t>(s[1]);
+  }
+
  private:
   LmLabels layout_;
   int64_t ignore_;

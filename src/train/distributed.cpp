@@ -9,6 +9,7 @@
 
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/tensor/factory.h"
 #include "hadatrain/train/task.h"
 #include "hadatrain/train/trainer_config.h"
 
@@ -224,6 +225,40 @@ std::vector<std::pair<std::string, double>> DistributedRun::take_comm_bytes(int6
     out.emplace_back("reduce_quant_rel_error", fsdp_->reduce_error());
   }
   return out;
+}
+
+// Note [Sharded evaluation]
+// Each rank evaluates its rows of every test batch (row_slice, as in training; an image loader makes only those
+// rows) and the evaluators' sums (loss sum, counts) are added over the ranks, so every rank reports the whole
+// test set's result for a world-size share of the work. Every rank runs the same number of forwards (one per
+// test batch), which fsdp's gathers need; a test set whose last batch has fewer rows than there are ranks is
+// evaluated whole on every rank instead. Before it, every rank takes rank 0's buffers: batch norm's running
+// statistics are updated from each rank's own rows in training, so without that the ranks would evaluate
+// different models; rank 0's are the checkpoint's. The result equals one process's evaluation of rank 0's model
+// up to the order of the sums.
+bool DistributedRun::can_shard_evaluation(int64_t rows, int64_t batch_size) const {
+  if (rows <= 0 || batch_size <= 0) return false;
+  const int64_t last = rows % batch_size == 0 ? batch_size : rows % batch_size;
+  return std::min(batch_size, last) >= world_size();
+}
+
+void DistributedRun::broadcast_buffers(nn::Module& model) {
+  std::vector<std::unique_ptr<dist::Work>> flights;
+  for (const auto& [name, t] : model.named_buffers()) {
+    if (!t->defined() || t->numel() == 0) continue;
+    HT_CHECK(t->is_contiguous(), "dist: buffer '{}' {} is not contiguous and cannot be broadcast", name,
+             t->describe());
+    flights.push_back(pg_.comm->broadcast(*t, 0));
+  }
+  for (auto& f : flights) f->wait();
+}
+
+void DistributedRun::sum_over_ranks(std::vector<double>& values) {
+  if (values.empty()) return;
+  Tensor t = from_vector(values, {static_cast<int64_t>(values.size())}, {DType::f64, Device::cpu()})
+                 .to(pg_.comm->device());
+  pg_.comm->all_reduce(t, dist::ReduceOp::sum)->synchronize();
+  values = t.to(Device::cpu()).to_vector<double>();
 }
 
 }  // namespace ht::train

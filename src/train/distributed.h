@@ -62,6 +62,14 @@ class DistributedRun {
   void end_step();
   std::vector<std::pair<std::string, double>> take_comm_bytes(int64_t steps);
 
+  // Evaluation (Note [Sharded evaluation]): whether a test set of `rows` rows in batches of `batch_size` can be
+  // cut over the ranks batch by batch (every batch has a row for every rank); broadcast_buffers gives every rank
+  // rank 0's buffers (batch norm's running statistics, which each rank updated from its own rows);
+  // sum_over_ranks adds `values` over the ranks in place.
+  bool can_shard_evaluation(int64_t rows, int64_t batch_size) const;
+  void broadcast_buffers(nn::Module& model);
+  void sum_over_ranks(std::vector<double>& values);
+
  private:
   DistributedRun(dist::ProcessGroup pg, dist::DistOptions options) : pg_(std::move(pg)), options_(options) {}
   dist::ProcessGroup pg_;

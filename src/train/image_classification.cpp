@@ -61,6 +61,17 @@ class ClassificationEvaluator final : public Evaluator {
     return r;
   }
 
+  std::vector<double> sums() const override {
+    return {loss_sum_, static_cast<double>(correct_), static_cast<double>(correct_top5_), static_cast<double>(total_)};
+  }
+  void set_sums(const std::vector<double>& s) override {
+    HT_ASSERT(s.size() == 4, "classification evaluator: {} sums, expected 4", s.size());
+    loss_sum_ = s[0];
+    correct_ = static_cast<int64_t>(s[1]);
+    correct_top5_ = static_cast<int64_t>(s[2]);
+    total_ = static_cast<int64_t>(s[3]);
+  }
+
  private:
   ImageClassificationOptions o_;
   double loss_sum_ = 0.0;

@@ -53,7 +53,7 @@ EvalResult evaluate(nn::Module& model, const Task& task, data::DataLoader& loade
 }
 
 EvalResult evaluate(nn::Module& model, const Task& task, const std::function<std::optional<data::Batch>()>& next_batch,
-                    Device device) {
+                    Device device, const std::function<void(std::vector<double>&)>& combine_sums) {
   NoGradGuard no_grad;
   model.eval();
   const std::unique_ptr<Evaluator> ev = task.evaluator();
@@ -62,6 +62,11 @@ EvalResult evaluate(nn::Module& model, const Task& task, const std::function<std
     ev->add(model, batch->to(device));
   }
   model.train();
+  if (combine_sums) {
+    std::vector<double> sums = ev->sums();
+    combine_sums(sums);
+    ev->set_sums(sums);
+  }
   return ev->result();
 }
 

@@ -96,6 +96,28 @@ void warn_if_replacing_a_run(const fs::path& out_dir, const fs::path& checkpoint
                            : "");
 }
 
+// The test set evaluated: by this process alone, or with data-parallel ranks each evaluating their rows of every
+// test batch and adding the sums (Note [Sharded evaluation] in distributed.cpp).
+EvalResult evaluate_test_set(nn::Module& model, const Task& task, const TrainerConfig& cfg, const Datasets& ds,
+                             Device device, DistributedRun* dist_run) {
+  const int64_t rows = ds.text_test ? ds.text_test->size() : ds.test->size();
+  if (!dist_run || !dist_run->can_shard_evaluation(rows, cfg.data.eval_batch_size)) {
+    const std::unique_ptr<BatchSource> loader = make_loader(cfg, ds, Split::test);
+    return evaluate(model, task, *loader, device);
+  }
+  dist_run->broadcast_buffers(model);
+  const int rank = dist_run->rank(), world = dist_run->world_size();
+  const bool by_loader = task.rows_are_units();  // an image loader makes only this rank's rows
+  const std::unique_ptr<BatchSource> loader =
+      make_loader(cfg, ds, Split::test, by_loader ? rank : 0, by_loader ? world : 1);
+  auto next = [&]() -> std::optional<data::Batch> {
+    auto b = loader->next();
+    if (b && b->global_rows == 0) return data::slice_rows(*b, data::row_slice(b->size(), rank, world));
+    return b;
+  };
+  return evaluate(model, task, next, device, [&](std::vector<double>& sums) { dist_run->sum_over_ranks(sums); });
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume, const std::atomic<int>* stop_request) {
@@ -183,8 +205,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     spdlog::info("the checkpoint {} is at step {}, the end of this run (train.epochs {}, train.max_steps {}): "
                  "nothing to train; evaluating its weights",
                  checkpointer.resumed_from().string(), st.step, cfg.train.epochs, cfg.train.max_steps);
-    const std::unique_ptr<BatchSource> eval_loader = make_loader(cfg, ds, Split::test);
-    result.last_eval = evaluate(*model, *task, *eval_loader, device);
+    result.last_eval = evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get());
     result.steps = st.step;
     result.already_complete = true;
     result.checkpoint = checkpointer.resumed_from().string();
@@ -375,8 +396,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     const bool epoch_checkpoint =
         epoch_done && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
     if (do_eval) {
-      const std::unique_ptr<BatchSource> eval_loader = make_loader(cfg, ds, Split::test);
-      const EvalResult ev = evaluate(*model, *task, *eval_loader, device);
+      const EvalResult ev = evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get());
       const bool improved = ev.score > st.best_score;
       if (improved) st.best_score = ev.score;
       result.last_eval = ev;

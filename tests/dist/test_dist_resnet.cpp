@@ -5,7 +5,9 @@
 // Batch norm computes its statistics over each rank's rows under both modes (as PyTorch's DDP without
 // SyncBatchNorm), so neither is one process's run with the same global batch: the per-rank statistics are of
 // 8 rows instead of 16, a different function of the batch, not a rounding difference; no tolerance relates
-// them, and this test does not compare with one process (the MLP and LLaMA tests do, without batch norm).
+// them, and this test does not compare training with one process (the MLP and LLaMA tests do, without batch
+// norm). The evaluation, made with rank 0's statistics, is compared with one process's evaluation of rank 0's
+// checkpoint (last test case).
 // fsdp and ddp compute the same per-rank products and the same share-weighted gradient sums; with 2 ranks a
 // sum over ranks is one addition, which does not depend on the order, so the two modes must log the same
 // losses and evaluate the same, bit for bit. (Clipping is off: the global norm is summed in another order
@@ -87,5 +89,38 @@ TEST_CASE("ResNet-18 under fsdp logs ddp's losses: bit for bit on 2 ranks, withi
     }
     const auto losses = values(fsdp, "train", "loss");
     CHECK(losses.front() != losses.back());  // the updates reach the shards and are gathered again
+  }
+}
+
+// Note [Sharded evaluation]: each rank evaluates its rows of every test batch (here 32 rows: 16 or 8 a rank) with
+// rank 0's batch-norm statistics, and the sums are added over the ranks. So every rank logs the same evaluation,
+// and it is one process's evaluation of rank 0's checkpoint up to rounding: the f32 forward over 16 rows a batch
+// instead of 32 (the products block differently; 5e-8 relative measured) and the order of the sums. The counts
+// here are exact. Without rank 0's buffers the ranks would evaluate models with different running statistics.
+TEST_CASE("under ddp and fsdp every rank logs one process's evaluation of rank 0's checkpoint", "[dist][trainer]") {
+  test::idx8_dataset();
+  for (const std::string mode : {"ddp", "fsdp"}) {
+    const std::string name = "resnet18_eval_" + mode;
+    const fs::path out_dir = test::scratch_dir() / name;
+    const auto out = ht::test::run_ranks(
+        2,
+        [&](const dist::DistEnv& env) {
+          set_rank_env(env);
+          run_training(config(name, {"dist.mode=" + mode, "dist.engine=gloo", "dist.timeout_s=60",
+                                     "train.max_steps=0", "checkpoint.every_epochs=1"}));
+        },
+        std::chrono::seconds(100));
+    INFO(mode << ": exit codes " << ht::test::exit_codes(out));
+    REQUIRE(ht::test::all_passed(out));
+    const auto loss0 = values(out_dir, "eval", "test_loss"), loss1 = values(out_dir / "rank1", "eval", "test_loss");
+    const auto correct0 = values(out_dir, "eval", "test_correct");
+    REQUIRE(loss0.size() == 1);
+    CHECK(loss1 == loss0);
+    CHECK(values(out_dir / "rank1", "eval", "test_correct") == correct0);
+    CHECK(values(out_dir, "eval", "test_total") == std::vector<double>{32});
+    const EvalResult one = run_evaluation(config(name, {}), (out_dir / "checkpoints").string());
+    INFO(mode << ": ranks " << loss0[0] << ", one process " << one.loss);
+    CHECK(std::abs(loss0[0] - one.loss) <= 1e-6 * std::abs(one.loss));
+    CHECK(correct0[0] == static_cast<double>(one.count("correct")));
   }
 }

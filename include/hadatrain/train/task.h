@@ -51,6 +51,10 @@ class Evaluator {
   // Called under NoGradGuard with the model in eval mode; `batch` is on the model's device.
   virtual void add(nn::Module& model, const data::Batch& batch) = 0;
   virtual EvalResult result() const = 0;
+  // The running sums result() is computed from (loss sum, counts), in a fixed order: ranks that each evaluated
+  // part of a test set add theirs over the ranks and set the totals, and result() is then the whole set's.
+  virtual std::vector<double> sums() const = 0;
+  virtual void set_sums(const std::vector<double>& sums) = 0;
 };
 
 class Task {
@@ -94,7 +98,8 @@ class Task {
 // mode (train mode again afterwards); each batch is checked and moved to `device`.
 EvalResult evaluate(nn::Module& model, const Task& task, data::DataLoader& loader, Device device);
 // The same over the batches `next_batch` returns until it returns nullopt (any loader: text_loader.h).
+// `combine_sums`, when given, replaces the evaluator's sums before its result (ranks: their sum over the ranks).
 EvalResult evaluate(nn::Module& model, const Task& task, const std::function<std::optional<data::Batch>()>& next_batch,
-                    Device device);
+                    Device device, const std::function<void(std::vector<double>&)>& combine_sums = {});
 
 }  // namespace ht::train
