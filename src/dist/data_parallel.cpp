@@ -43,6 +43,16 @@ GradientReducer::GradientReducer(Communicator& comm, nn::ParameterStore& store, 
     b.offsets.push_back(b.numel);
     b.numel += p.numel();
   }
+  bucket_of_.assign(store_.size(), static_cast<std::size_t>(-1));
+  for (std::size_t k = 0; k < buckets_.size(); ++k)
+    for (const std::size_t i : buckets_[k].params) bucket_of_[i] = k;
+  flights_.resize(buckets_.size());
+  const std::weak_ptr<Armed> hooked = armed_;
+  for (const Bucket& b : buckets_)
+    for (const std::size_t i : b.params)
+      store_.params()[i].param->register_post_accumulate_hook([this, hooked, i](Tensor&) {
+        if (const auto a = hooked.lock(); a && a->on) on_gradient(i);
+      });
   // Every rank must reduce the same parameters (the freeze rules come from the config, whose hash the ranks
   // compare; this also catches a model frozen differently in code): one all-reduce of (n, -n) for the count
   // and the elements gives each's maximum and minimum over ranks.
@@ -60,33 +70,90 @@ GradientReducer::GradientReducer(Communicator& comm, nn::ParameterStore& store, 
            comm_.rank(), trainable, trainable_numel, -g[1], g[0], -g[3], g[2]);
 }
 
-void GradientReducer::reduce(double weight) {
-  struct InFlight {
-    const Bucket* bucket;
-    Tensor flat;
-    std::unique_ptr<Work> work;
-  };
-  std::vector<InFlight> flights;
+// Note [Reduction during backward]
+// Backward produces the gradients roughly in reverse store order, so the buckets (consecutive parameters in store
+// order) fill from the last to the first. Armed before the step's last backward, each bucket parameter's
+// post-accumulate hook counts its gradient in; bucket k is issued (its gradients copied into a flat buffer,
+// weighted, all-reduced asynchronously) as soon as it and every bucket after it are complete, so the buckets
+// always go out in decreasing order: the same order on every rank whatever the timing, as collectives need.
+// On NCCL the all-reduce waits on the compute stream's event for the copies (Note [Asynchronous collectives])
+// and runs beside the rest of the backward; on Gloo it runs on the communicator's thread. reduce() issues the
+// buckets backward left incomplete (a parameter without a gradient in that backward: unused, or used only in
+// an earlier micro-batch) and waits for all. A gradient that arrives again after its bucket went out (a weight
+// shared by two activation-checkpointed segments, whose recomputed backwards each accumulate it) marks the
+// bucket stale: reduce() waits for it and issues it again with the final gradients, in decreasing order too,
+// and every rank runs the same graph, so the same buckets go stale everywhere. The summed buckets equal those
+// of a reduction after backward bit for bit: the same buffers, summed in the same order.
+void GradientReducer::begin(double weight) {
+  Armed& a = *armed_;
+  a.weight = weight;
+  a.received.assign(store_.size(), 0);
+  a.missing.resize(buckets_.size());
+  for (std::size_t k = 0; k < buckets_.size(); ++k) a.missing[k] = static_cast<int64_t>(buckets_[k].params.size());
+  a.stale.assign(buckets_.size(), 0);
+  next_ = buckets_.size();
+  issued_in_backward_ = 0;
   bytes_ = 0;
-  for (const Bucket& b : buckets_) {
-    Tensor flat = zeros({b.numel}, {b.dtype, b.device});  // (numel) the bucket's gradients, one after another
-    for (std::size_t k = 0; k < b.params.size(); ++k) {
-      const Tensor& g = store_.params()[b.params[k]].param->grad();
-      if (g.defined()) copy_(flat.narrow(0, b.offsets[k], g.numel()), g.reshape({g.numel()}));
-    }
-    if (weight != 1.0) mul_(flat, weight);
-    bytes_ += static_cast<int64_t>(flat.nbytes());
-    auto work = comm_.all_reduce(flat, ReduceOp::sum);
-    flights.push_back({&b, flat, std::move(work)});
+}
+
+void GradientReducer::arm(double weight) {
+  begin(weight);
+  armed_->on = true;
+}
+
+void GradientReducer::on_gradient(std::size_t param) {
+  Armed& a = *armed_;
+  const std::size_t k = bucket_of_[param];
+  if (a.received[param]) {  // a second gradient in this backward
+    if (k >= next_) a.stale[k] = 1;
+    return;
   }
-  for (InFlight& f : flights) {
+  a.received[param] = 1;
+  --a.missing[k];
+  while (next_ > 0 && a.missing[next_ - 1] == 0) {
+    issue(--next_);
+    ++issued_in_backward_;
+  }
+}
+
+void GradientReducer::issue(std::size_t k) {
+  const Bucket& b = buckets_[k];
+  Tensor flat = zeros({b.numel}, {b.dtype, b.device});  // (numel) the bucket's gradients, one after another
+  for (std::size_t j = 0; j < b.params.size(); ++j) {
+    const Tensor& g = store_.params()[b.params[j]].param->grad();
+    if (g.defined()) copy_(flat.narrow(0, b.offsets[j], g.numel()), g.reshape({g.numel()}));
+  }
+  if (armed_->weight != 1.0) mul_(flat, armed_->weight);
+  bytes_ += static_cast<int64_t>(flat.nbytes());
+  std::unique_ptr<Work> work = comm_.all_reduce(flat, ReduceOp::sum);
+  flights_[k] = {flat, std::move(work)};
+}
+
+void GradientReducer::reduce(double weight) {
+  if (armed_->on) {
+    HT_ASSERT(weight == armed_->weight, "GradientReducer: armed with weight {}, reduced with {}", armed_->weight,
+              weight);
+    armed_->on = false;
+  } else {
+    begin(weight);
+  }
+  while (next_ > 0) issue(--next_);
+  for (std::size_t k = buckets_.size(); k-- > 0;) {
+    if (!armed_->stale[k]) continue;
+    flights_[k].work->wait();
+    issue(k);
+  }
+  for (std::size_t k = buckets_.size(); k-- > 0;) {
+    InFlight& f = flights_[k];
     f.work->wait();
-    for (std::size_t k = 0; k < f.bucket->params.size(); ++k) {
-      Tensor& p = *store_.params()[f.bucket->params[k]].param;
-      const Tensor summed = f.flat.narrow(0, f.bucket->offsets[k], p.numel()).reshape(p.shape());
+    const Bucket& b = buckets_[k];
+    for (std::size_t j = 0; j < b.params.size(); ++j) {
+      Tensor& p = *store_.params()[b.params[j]].param;
+      const Tensor summed = f.flat.narrow(0, b.offsets[j], p.numel()).reshape(p.shape());
       if (p.grad().defined()) copy_(p.grad(), summed);
       else p.set_grad(summed.clone());
     }
+    f = {};
   }
 }
 

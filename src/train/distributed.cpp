@@ -196,6 +196,10 @@ data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
   return mine;
 }
 
+void DistributedRun::before_last_backward() {
+  if (reducer_) reducer_->arm(share_);
+}
+
 Tensor DistributedRun::after_backward(const Tensor& loss) {
   HT_ASSERT(reducer_ || fsdp_, "DistributedRun::after_backward before attach");
   if (reducer_) reducer_->reduce(share_);

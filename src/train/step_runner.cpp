@@ -116,6 +116,7 @@ void StepRunner::device_step(const data::Batch& on_device) {
   Tensor step_loss;  // the step's (weighted) loss, without history
   if (plan_.empty()) {
     const Tensor loss = p_.task->loss(*p_.model, on_device);
+    if (p_.before_last_backward) p_.before_last_backward();
     loss.backward();
     step_loss = loss.detach();
   } else {
@@ -123,6 +124,7 @@ void StepRunner::device_step(const data::Batch& on_device) {
     // forward, so only one micro-batch's activations are alive at a time.
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Tensor loss = micro_step_loss(on_device, i);
+      if (i + 1 == plan_.size() && p_.before_last_backward) p_.before_last_backward();
       loss.backward();
       step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
     }

@@ -52,8 +52,10 @@ struct StepParts {
   double clip_grad_norm = 0.0;       // optim.clip_grad_norm; 0 = no clipping
   int64_t batch_size = 0;            // the full batch size: a graph is recorded for batches of this size
   int64_t grad_accum_steps = 1;      // train.grad_accum_steps: micro-batches per optimiser step
-  // Data parallelism (train/distributed.h): after the step's backward (all micro-batches), before clipping;
-  // takes the step's loss and returns the loss to log (the global batch's).
+  // Data parallelism (train/distributed.h): before_last_backward runs before the step's last backward (the
+  // last micro-batch's); after_backward after it, before clipping: it takes the step's loss and returns the
+  // loss to log (the global batch's).
+  std::function<void()> before_last_backward;
   std::function<Tensor(const Tensor&)> after_backward;
   // Sharded parameters (dist.mode fsdp): clips by the norm over every rank's gradient shards and returns it
   // (replaces the local clipping); after_step runs after the optimiser step (drops the gathered weights).

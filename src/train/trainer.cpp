@@ -251,6 +251,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                      .clip_grad_norm = cfg.optim.clip_grad_norm,
                      .batch_size = cfg.data.batch_size,
                      .grad_accum_steps = cfg.train.grad_accum_steps,
+                     .before_last_backward = dist_run ? [&] { dist_run->before_last_backward(); }
+                                                      : std::function<void()>(),
                      .after_backward = dist_run ? [&](const Tensor& loss) { return dist_run->after_backward(loss); }
                                                 : std::function<Tensor(const Tensor&)>(),
                      .clip_global = dist_run && dist_run->fsdp()

@@ -5,10 +5,12 @@
 //   - one rank: bit-equal to the reference (the reducer adds nothing and scales by 1);
 //   - 2 and 4 ranks: the per-step global losses and the final weights within 1e-5 relative of the reference
 //     (the same products, summed in another order), with uneven slices (a batch of 10 over 4 ranks);
-//   - every rank ends with bit-identical weights (all-reduce leaves the same bits everywhere).
+//   - every rank ends with bit-identical weights (all-reduce leaves the same bits everywhere);
+//   - the reduction during backward (GradientReducer::arm) gives the reduction after it bit for bit.
 #include <cmath>
 
 #include "dist_testing.h"
+#include "hadatrain/autograd/checkpoint.h"
 #include "hadatrain/data/mnist.h"
 #include "hadatrain/dist/data_parallel.h"
 #include "hadatrain/nn/layers.h"
@@ -38,8 +40,9 @@ std::shared_ptr<nn::Module> make_mlp() {
   return m;
 }
 
-// `comm` null: one process on the whole batch. Otherwise rank comm->rank()'s slice, gradients reduced.
-Run train(dist::Communicator* comm, int64_t global_batch, int epochs) {
+// `comm` null: one process on the whole batch. Otherwise rank comm->rank()'s slice, gradients reduced: during
+// the backward with `overlap` (GradientReducer::arm), after it without.
+Run train(dist::Communicator* comm, int64_t global_batch, int epochs, bool overlap = false) {
   auto data = std::make_shared<const data::MnistData>(data::load_mnist(test::idx8_dataset(), data::MnistSplit::train));
   auto ds = std::make_shared<data::MnistDataset>(data);
   data::DataLoader loader(ds, {.batch_size = global_batch, .num_workers = 0, .seed = 7});
@@ -65,10 +68,13 @@ Run train(dist::Communicator* comm, int64_t global_batch, int epochs) {
       }
       const Tensor logits = model->forward(mine.at(data::batch_key::image));
       const Tensor loss = cross_entropy(logits, mine.at(data::batch_key::label));
+      if (overlap) reducer->arm(share);
       loss.backward();
       Tensor global = full({1}, loss.item() * share, {DType::f64});
       if (comm) {
         reducer->reduce(share);
+        // Every parameter's gradient arrives in the backward, so every bucket went out during it.
+        if (overlap) expect(reducer->issued_during_backward() == reducer->buckets(), "every bucket issued in backward");
         comm->all_reduce(global, dist::ReduceOp::sum)->wait();
       }
       run.losses.push_back(global.item());
@@ -91,6 +97,12 @@ void check_against_reference(const dist::DistEnv& env, int64_t global_batch, dou
                        ref.losses[i]));
   }
   expect(ref.losses.back() < ref.losses.front(), "the reference learns");
+  // Note [Reduction during backward]: the same buffers summed in the same order, so the same bits.
+  const Run overlapped = train(pg.comm.get(), global_batch, 2, true);
+  expect(overlapped.losses == ddp.losses, "the losses with the reduction during backward are bit-equal");
+  for (const auto& [name, t] : ddp.state)
+    expect(test::compare(overlapped.state.at(name), t, 0, 0).empty(),
+           fmt::format("final {} differs with the reduction during backward", name));
   for (const auto& [name, t] : ref.state) {
     const std::string diff = test::compare(ddp.state.at(name), t, rtol, rtol == 0 ? 0 : 1e-7);
     expect(diff.empty(), fmt::format("final {} differs from the reference: {}", name, diff));
@@ -134,4 +146,41 @@ TEST_CASE("rank slices cover a batch in order, sizes as even as possible", "[dis
   CHECK(dist::rank_slice(10, 2, 4).rows == 2);
   CHECK(dist::rank_slice(10, 3, 4).start == 8);
   REQUIRE_THROWS_WITH(dist::rank_slice(3, 0, 4), HasSubstr("a batch of 3 rows cannot be cut over 4 ranks"));
+}
+
+// Note [Reduction during backward]: a weight used by two activation-checkpointed segments gets its gradient in
+// each segment's recomputed backward, so its bucket is complete (and issued) after the first and gets the
+// second gradient afterwards. reduce() must then issue it again: the sums equal the reduction after backward's,
+// bit for bit, and the stale bucket's bytes go on the wire twice.
+TEST_CASE("ddp: a bucket that gets a gradient after it was issued is reduced again", "[dist]") {
+  const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
+    auto pg = dist::init_process_group(env, {.engine = "gloo", .timeout = std::chrono::seconds(30)});
+    auto grads = [&](bool overlap) {
+      Generator gen(11);
+      auto lin = std::make_shared<nn::Linear>(8, 8, nn::Bias::yes, gen);
+      auto store = nn::ParameterStore::attach(*lin);
+      dist::GradientReducer reducer(*pg.comm, *store, {.bucket_mb = 0.0001});  // weight and bias apart
+      expect(reducer.buckets() == 2, "two buckets");
+      const Tensor x = test::random_tensor({4, 8}, 100 + static_cast<uint64_t>(env.rank), DType::f32);
+      const CheckpointFn segment = [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{relu(lin->forward(in[0]))};
+      };
+      const Tensor h = checkpoint(segment, {x})[0];
+      const Tensor loss = sum(checkpoint(segment, {h})[0]);
+      if (overlap) reducer.arm(0.5);
+      loss.backward();
+      reducer.reduce(0.5);
+      std::map<std::string, Tensor> g;
+      for (const auto& p : store->params()) g[p.name] = p.param->grad().clone();
+      return std::make_pair(g, reducer.bytes_last_reduce());
+    };
+    const auto [after, bytes_after] = grads(false);
+    const auto [during, bytes_during] = grads(true);
+    for (const auto& [name, t] : after)
+      expect(test::compare(during.at(name), t, 0, 0).empty(), name + " differs with the reduction during backward");
+    expect(bytes_after == (8 * 8 + 8) * 4, fmt::format("{} bytes after backward", bytes_after));
+    expect(bytes_during == 2 * bytes_after, fmt::format("{} bytes during: both buckets went out twice", bytes_during));
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
 }

@@ -1,7 +1,7 @@
 // `hadatrain train` with dist.mode ddp over Gloo, ranks forked with the launcher's variables set: the logged
-// losses of 2 and 4 ranks equal one process's with the same global batch (Note [Data-parallel equivalence];
-// within 1e-5 relative: the same products summed in another order), every rank logs the same losses, and
-// ranks whose configs differ stop at the start naming the rank.
+// losses of 2 and 4 ranks, and of 2 ranks with gradient accumulation, equal one process's with the same global
+// batch (Note [Data-parallel equivalence]; within 1e-5 relative: the same products summed in another order),
+// every rank logs the same losses, and ranks whose configs differ stop at the start naming the rank.
 #include <cstdlib>
 
 #include "dist_testing.h"
@@ -38,14 +38,18 @@ std::vector<double> losses(const fs::path& out_dir) {
 
 using ht::test::set_rank_env;
 
-void check_ddp_matches_one_process(int world) {
+void check_ddp_matches_one_process(int world, std::vector<std::string> sets = {}) {
   test::idx8_dataset();  // the scratch folder and dataset are made here, before the fork, once for every rank
-  const std::string ref_name = "ref", name = fmt::format("ddp{}", world);
-  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(config(ref_name)); });
+  const std::string tag = sets.empty() ? "" : "_accum";
+  const std::string ref_name = "ref" + tag, name = fmt::format("ddp{}{}", world, tag);
+  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(config(ref_name, sets)); });
   REQUIRE(ht::test::all_passed(ref));
   const auto out = ht::test::run_ranks(world, [&](const dist::DistEnv& env) {
     set_rank_env(env);
-    run_training(config(name, {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=30", "dist.bucket_mb=0.001"}));
+    std::vector<std::string> mine = sets;
+    for (const char* s : {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=30", "dist.bucket_mb=0.001"})
+      mine.emplace_back(s);
+    run_training(config(name, mine));
   });
   INFO("exit codes " << ht::test::exit_codes(out));
   REQUIRE(ht::test::all_passed(out));
@@ -69,6 +73,13 @@ TEST_CASE("train with dist.mode ddp on 2 ranks logs one process's losses", "[dis
 
 TEST_CASE("train with dist.mode ddp on 4 ranks logs one process's losses", "[dist][trainer]") {
   check_ddp_matches_one_process(4);
+}
+
+// The buckets go out during the last micro-batch's backward (Note [Reduction during backward]), with the
+// gradients of the earlier micro-batches already accumulated in.
+TEST_CASE("train with dist.mode ddp and gradient accumulation on 2 ranks logs one process's losses",
+          "[dist][trainer]") {
+  check_ddp_matches_one_process(2, {"train.grad_accum_steps=2"});
 }
 
 TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {

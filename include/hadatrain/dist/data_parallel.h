@@ -43,12 +43,18 @@ class GradientReducer {
   // rank's (e.g. its share of the batch's rows). A trainable parameter without a gradient counts as zeros and
   // gets the sum. Frozen parameters (requires_grad false when the reducer was built) are left alone: no
   // gradient, no bytes; the ranks are checked to agree on them at construction.
-  // All buckets are issued before any is waited for; on NCCL nothing blocks the host.
+  // Issues the buckets arm() has not issued yet, then waits for all; on NCCL nothing blocks the host.
   void reduce(double weight);
+  // Before the backward whose gradients reduce() will sum (the step's last, under gradient accumulation):
+  // buckets are then all-reduced during that backward, as soon as their gradients are in (Note [Reduction during
+  // backward]). reduce(weight) must follow with the same weight.
+  void arm(double weight);
+  // Buckets the last reduce() issued during the backward (the rest after it).
+  std::size_t issued_during_backward() const { return issued_in_backward_; }
   // Every rank's parameters and buffers (state_dict) become rank `root`'s: run once after building the
   // model, so that ranks start equal whatever their initialisation.
   void broadcast_state(int root = 0);
-  // Bytes this rank sent into collectives in the last reduce() (the buckets' sizes).
+  // Bytes this rank put into all-reduces in the last reduce() (the buckets' sizes; a stale bucket's twice).
   int64_t bytes_last_reduce() const { return bytes_; }
   std::size_t buckets() const { return buckets_.size(); }
 
@@ -60,9 +66,30 @@ class GradientReducer {
     DType dtype = DType::f32;
     Device device = Device::cpu();
   };
+  struct InFlight {
+    Tensor flat;  // (numel) the bucket's weighted gradients, one after another; the sum once waited for
+    std::unique_ptr<Work> work;
+  };
+  // What the gradient hooks share with the reducer; the hooks hold it weakly, so a hook that outlives the
+  // reducer does nothing.
+  struct Armed {
+    bool on = false;
+    double weight = 1.0;
+    std::vector<char> received;   // per store parameter: its gradient arrived in this backward
+    std::vector<int64_t> missing; // per bucket: its parameters whose gradient has not arrived
+    std::vector<char> stale;      // per bucket: a gradient arrived again after the bucket was issued
+  };
+  void begin(double weight);
+  void on_gradient(std::size_t param);  // a bucket parameter's post-accumulate hook
+  void issue(std::size_t bucket);
   Communicator& comm_;
   nn::ParameterStore& store_;
   std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // per store parameter; npos for a frozen one
+  std::shared_ptr<Armed> armed_ = std::make_shared<Armed>();
+  std::vector<InFlight> flights_;  // per bucket
+  std::size_t next_ = 0;           // buckets [next_, size) are issued (they go in decreasing order)
+  std::size_t issued_in_backward_ = 0;
   int64_t bytes_ = 0;
 };
 
