@@ -1,7 +1,8 @@
 // The NCCL engine on one GPU (world size 1, in this process): every collective on CUDA tensors gives what
 // its definition gives, a Work's wait() orders the caller's stream after the collective without a host
 // synchronisation (a kernel queued after wait() reads the result), the tensors' checks, and replicated
-// data parallelism of an MLP on CUDA is bit-equal to training alone (one rank adds nothing).
+// data parallelism of an MLP on CUDA, with the reduction after or during backward, is bit-equal to training
+// alone (one rank adds nothing).
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/dist/data_parallel.h"
 #include "hadatrain/dist/rendezvous.h"
@@ -53,7 +54,10 @@ TEST_CASE("nccl collectives with one rank", "[dist]") {
 
 TEST_CASE("ddp on one GPU rank is bit-equal to training alone", "[dist]") {
   auto pg = one_rank();
-  auto run = [&](bool ddp) {
+  // overlap: the buckets are all-reduced from the gradient hooks during backward (GradientReducer::arm, Note
+  // [Reduction during backward]): the copies into the buckets on the compute stream, the all-reduce on the
+  // communicator's stream after their event, the copies back after wait().
+  auto run = [&](bool ddp, bool overlap = false) {
     Generator gen(9);
     auto m = std::make_shared<nn::Sequential>();
     m->push_back(std::make_shared<nn::Linear>(32, 64, nn::Bias::yes, gen));
@@ -68,12 +72,18 @@ TEST_CASE("ddp on one GPU rank is bit-equal to training alone", "[dist]") {
     const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {16}, {DType::i64}).to(kGpu);
     for (int step = 0; step < 5; ++step) {
       opt->zero_grad();
-      cross_entropy(m->forward(x), y).backward();
+      const Tensor loss = cross_entropy(m->forward(x), y);
+      if (overlap) reducer.arm(1.0);
+      loss.backward();
       if (ddp) reducer.reduce(1.0);
+      if (overlap) CHECK(reducer.issued_during_backward() == reducer.buckets());
       opt->step(1e-2);
     }
     return store->state_dict();
   };
-  const auto alone = run(false), ddp = run(true);
-  for (const auto& [name, t] : alone) CHECK(test::compare(ddp.at(name).to(Device::cpu()), t.to(Device::cpu()), 0, 0).empty());
+  const auto alone = run(false), ddp = run(true), overlapped = run(true, true);
+  for (const auto& [name, t] : alone) {
+    CHECK(test::compare(ddp.at(name).to(Device::cpu()), t.to(Device::cpu()), 0, 0).empty());
+    CHECK(test::compare(overlapped.at(name).to(Device::cpu()), t.to(Device::cpu()), 0, 0).empty());
+  }
 }
