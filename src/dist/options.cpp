@@ -12,6 +12,7 @@ DistOptions read_dist_options(ConfigReader r) {
   if (o.engine == "auto") o.engine.clear();
   o.timeout_s = r.get("timeout_s", 300.0, Range::positive());
   o.bucket_mb = r.get("bucket_mb", 25.0, Range::positive());
+  o.reduce_in_backward = r.get("reduce_in_backward", true);
   o.fsdp_units = r.get_list<std::string>("fsdp_units", {});
   o.reduce_dtype = r.get_enum("reduce_dtype", "f32", {"f32", "bf16"});
   o.prefetch = r.get("prefetch", true);

@@ -171,8 +171,9 @@ void DistributedRun::attach(nn::ParameterStore& store) {
   reducer_->broadcast_state(0);
   int64_t bytes = 0;
   for (const auto& p : store.params()) bytes += static_cast<int64_t>(p.param->nbytes());
-  spdlog::info("dist: gradients all-reduced in {} bucket(s) of at most {:g} MiB: {:.2f} MB into the all-reduce per "
-               "step per rank", reducer_->buckets(), options_.bucket_mb, static_cast<double>(bytes) / 1e6);
+  spdlog::info("dist: gradients all-reduced in {} bucket(s) of at most {:g} MiB {} the backward: {:.2f} MB into the "
+               "all-reduce per step per rank", reducer_->buckets(), options_.bucket_mb,
+               options_.reduce_in_backward ? "during" : "after", static_cast<double>(bytes) / 1e6);
 }
 
 data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
@@ -197,7 +198,7 @@ data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
 }
 
 void DistributedRun::before_last_backward() {
-  if (reducer_) reducer_->arm(share_);
+  if (reducer_ && options_.reduce_in_backward) reducer_->arm(share_);
 }
 
 Tensor DistributedRun::after_backward(const Tensor& loss) {

@@ -50,8 +50,8 @@ class DistributedRun {
   // (Batch::global_rows, for a task whose rows are its units) is returned as it is, its share its rows' share.
   data::Batch slice(const data::Batch& batch, const Task& task);
   // ddp: before the step's last backward, so that the buckets are all-reduced as backward fills them (Note
-  // [Reduction during backward] in dist/data_parallel.cpp). Nothing under fsdp, which reduce-scatters each
-  // gradient as backward produces it.
+  // [Reduction during backward] in dist/data_parallel.cpp; dist.reduce_in_backward false: after it). Nothing
+  // under fsdp, which reduce-scatters each gradient as backward produces it.
   void before_last_backward();
   // The gradients summed over ranks (weighted by the shares: Note [Data-parallel equivalence]); returns the
   // global batch's loss from this rank's `loss` (its slice's mean loss, no history).

@@ -82,6 +82,24 @@ TEST_CASE("train with dist.mode ddp and gradient accumulation on 2 ranks logs on
   check_ddp_matches_one_process(2, {"train.grad_accum_steps=2"});
 }
 
+// dist.reduce_in_backward false reduces after the backward: the same buffers summed in the same order, so the
+// same losses bit for bit (the switch is there to measure the overlap).
+TEST_CASE("train with dist.mode ddp: the reduction during and after backward log the same losses", "[dist][trainer]") {
+  test::idx8_dataset();
+  for (const std::string during : {"true", "false"}) {
+    const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+      set_rank_env(env);
+      run_training(config("in_backward_" + during, {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=30",
+                                                     "dist.bucket_mb=0.001", "dist.reduce_in_backward=" + during}));
+    });
+    INFO("reduce_in_backward " << during << ": exit codes " << ht::test::exit_codes(out));
+    REQUIRE(ht::test::all_passed(out));
+  }
+  const auto during = losses(test::scratch_dir() / "in_backward_true");
+  REQUIRE(during.size() == 8);
+  CHECK(losses(test::scratch_dir() / "in_backward_false") == during);
+}
+
 TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {
   test::idx8_dataset();
   const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {

@@ -18,6 +18,7 @@ struct DistOptions {
   std::string engine;       // gloo | nccl; empty: nccl for train.device cuda, gloo for cpu
   double timeout_s = 300;   // a collective or rendezvous wait longer than this is an error
   double bucket_mb = 25;    // ddp: gradient all-reduce bucket size
+  bool reduce_in_backward = true;  // ddp: all-reduce the buckets during backward (Note [Reduction during backward])
   // fsdp: name prefixes of the units (one all-gather each); empty: automatic (fsdp_auto_units in
   // train/distributed.h: one unit per transformer block or ResNet stage).
   std::vector<std::string> fsdp_units;
