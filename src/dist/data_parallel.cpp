@@ -9,10 +9,6 @@
 
 namespace ht::dist {
 
-RankSlice rank_slice(int64_t batch_rows, int rank, int world) { return data::row_slice(batch_rows, rank, world); }
-
-data::Batch slice_batch(const data::Batch& batch, RankSlice s) { return data::slice_rows(batch, s); }
-
 GradientReducer::GradientReducer(Communicator& comm, nn::ParameterStore& store, GradientReducerOptions o)
     : comm_(comm), store_(store) {
   HT_CHECK(o.bucket_mb > 0, "dist.bucket_mb: expected a size > 0, got {}", o.bucket_mb);
@@ -157,14 +153,20 @@ void GradientReducer::reduce(double weight) {
   }
 }
 
-void GradientReducer::broadcast_state(int root) {
-  std::vector<std::pair<Tensor, std::unique_ptr<Work>>> flights;
-  for (const auto& [name, t] : store_.state_dict()) {
+void broadcast_tensors(Communicator& comm, const std::vector<std::pair<std::string, Tensor>>& tensors, int root) {
+  std::vector<std::unique_ptr<Work>> flights;
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined() || t.numel() == 0) continue;
     HT_CHECK(t.is_contiguous(), "data parallel: '{}' {} is not contiguous and cannot be broadcast", name,
              t.describe());
-    flights.emplace_back(t, comm_.broadcast(t, root));
+    flights.push_back(comm.broadcast(t, root));
   }
-  for (auto& f : flights) f.second->wait();
+  for (auto& f : flights) f->wait();
+}
+
+void GradientReducer::broadcast_state(int root) {
+  const std::map<std::string, Tensor> state = store_.state_dict();
+  broadcast_tensors(comm_, {state.begin(), state.end()}, root);
 }
 
 }  // namespace ht::dist

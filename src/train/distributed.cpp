@@ -179,7 +179,7 @@ void DistributedRun::attach(nn::ParameterStore& store) {
 data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
   if (batch.global_rows > 0) {  // the loader made this rank's rows only (Note [Sliced batches] in data/loader.cpp)
     HT_ASSERT(task.rows_are_units(), "a sliced batch for a task whose rows weigh differently");
-    const dist::RankSlice s = dist::rank_slice(batch.global_rows, rank(), world_size());
+    const data::RowSlice s = data::row_slice(batch.global_rows, rank(), world_size());
     HT_ASSERT(batch.size() == s.rows, "rank {} holds {} rows of a {}-row batch, expected {}", rank(), batch.size(),
               batch.global_rows, s.rows);
     step_start_ = pg_.comm->bytes();
@@ -191,7 +191,7 @@ data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
   HT_CHECK(total > 0, "batch {} of epoch {} has no unit its loss is a mean over (every label ignored)",
            batch.position.batch + 1, batch.position.epoch + 1);
   step_start_ = pg_.comm->bytes();
-  data::Batch mine = dist::slice_batch(batch, dist::rank_slice(batch.size(), rank(), world_size()));
+  data::Batch mine = data::slice_rows(batch, data::row_slice(batch.size(), rank(), world_size()));
   share_ = task.loss_weight(mine) / total;
   if (fsdp_) fsdp_->set_share(share_);
   return mine;
@@ -248,14 +248,9 @@ bool DistributedRun::can_shard_evaluation(int64_t rows, int64_t batch_size) cons
 }
 
 void DistributedRun::broadcast_buffers(nn::Module& model) {
-  std::vector<std::unique_ptr<dist::Work>> flights;
-  for (const auto& [name, t] : model.named_buffers()) {
-    if (!t->defined() || t->numel() == 0) continue;
-    HT_CHECK(t->is_contiguous(), "dist: buffer '{}' {} is not contiguous and cannot be broadcast", name,
-             t->describe());
-    flights.push_back(pg_.comm->broadcast(*t, 0));
-  }
-  for (auto& f : flights) f->wait();
+  std::vector<std::pair<std::string, Tensor>> buffers;
+  for (const auto& [name, t] : model.named_buffers()) buffers.emplace_back(name, *t);
+  dist::broadcast_tensors(*pg_.comm, buffers, 0);
 }
 
 void DistributedRun::sum_over_ranks(std::vector<double>& values) {

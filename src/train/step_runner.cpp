@@ -17,19 +17,6 @@
 #include "hadatrain/tensor/factory.h"
 
 namespace ht::train {
-namespace {
-
-// Rows [start, start + rows) of every tensor of `b` (views).
-data::Batch rows_of(const data::Batch& b, int64_t start, int64_t rows) {
-  data::Batch out;
-  out.position = b.position;
-  for (const auto& [key, t] : b.tensors) out.set(key, narrow(t, 0, start, rows));
-  if (!b.indices.empty())
-    out.indices.assign(b.indices.begin() + start, b.indices.begin() + start + rows);
-  return out;
-}
-
-}  // namespace
 
 std::vector<MicroBatch> plan_micro_batches(const Task& task, const data::Batch& batch, int64_t grad_accum_steps) {
   HT_ASSERT(grad_accum_steps >= 1, "grad_accum_steps {} < 1", grad_accum_steps);
@@ -40,7 +27,7 @@ std::vector<MicroBatch> plan_micro_batches(const Task& task, const data::Batch& 
   int64_t start = 0;
   for (int64_t i = 0; i < k; ++i) {
     const int64_t rows = b / k + (i < b % k ? 1 : 0);
-    const double w = task.loss_weight(rows_of(batch, start, rows));
+    const double w = task.loss_weight(data::slice_rows(batch, {start, rows}));
     plan.push_back({start, rows, w});
     total += w;
     start += rows;
@@ -141,7 +128,7 @@ void StepRunner::device_step(const data::Batch& on_device) {
 // Micro-batch i's loss times its scale (read on the device from scales_).
 Tensor StepRunner::micro_step_loss(const data::Batch& on_device, std::size_t i) {
   const MicroBatch& m = plan_[i];
-  const Tensor loss = p_.task->loss(*p_.model, rows_of(on_device, m.start, m.rows));
+  const Tensor loss = p_.task->loss(*p_.model, data::slice_rows(on_device, {m.start, m.rows}));
   return mul(loss, select(scales_, 0, static_cast<int64_t>(i)).to(loss.dtype()));
 }
 

@@ -139,7 +139,7 @@ void set_rank_env(const dist::DistEnv& env) {
 double keep_rank_rows(RuleBatch& batch, const dist::Communicator* comm) {
   if (comm == nullptr) return 1.0;
   const int64_t rows = batch.ids.size(0);
-  const auto s = dist::rank_slice(rows, comm->rank(), comm->size());
+  const auto s = data::row_slice(rows, comm->rank(), comm->size());
   batch.ids = batch.ids.narrow(0, s.start, s.rows);
   batch.targets = batch.targets.narrow(0, s.start, s.rows);
   return static_cast<double>(s.rows) / static_cast<double>(rows);

@@ -42,7 +42,7 @@ struct RuleBatch {
   Tensor ids, targets;
 };
 RuleBatch rule_batch(Generator& gen, int64_t batch, int64_t seq, int64_t vocab);
-// Keeps this rank's rows of a global batch (dist::rank_slice; all of them without a communicator) and returns
+// Keeps this rank's rows of a global batch (data::row_slice; all of them without a communicator) and returns
 // their share of the global batch, the factor a rank's mean loss is weighted by.
 double keep_rank_rows(RuleBatch& batch, const dist::Communicator* comm);
 

@@ -153,8 +153,8 @@ Run train_mlp(dist::Communicator& comm, dist::FsdpOptions o, bool reshard = fals
   for (int e = 0; e < 2; ++e)
     while (auto batch = loader.next()) {
       opt->zero_grad();
-      const auto s = dist::rank_slice(batch->size(), comm.rank(), comm.size());
-      const data::Batch mine = dist::slice_batch(*batch, s);
+      const auto s = data::row_slice(batch->size(), comm.rank(), comm.size());
+      const data::Batch mine = data::slice_rows(*batch, s);
       const double share = static_cast<double>(s.rows) / static_cast<double>(batch->size());
       fsdp.set_share(share);
       const Tensor loss = cross_entropy(model->forward(mine.at(data::batch_key::image)), mine.at(data::batch_key::label));

@@ -62,8 +62,8 @@ Run train(dist::Communicator* comm, int64_t global_batch, int epochs, bool overl
       data::Batch mine = *batch;
       double share = 1.0;
       if (comm) {
-        const auto s = dist::rank_slice(batch->size(), comm->rank(), comm->size());
-        mine = dist::slice_batch(*batch, s);
+        const auto s = data::row_slice(batch->size(), comm->rank(), comm->size());
+        mine = data::slice_rows(*batch, s);
         share = static_cast<double>(s.rows) / static_cast<double>(batch->size());
       }
       const Tensor logits = model->forward(mine.at(data::batch_key::image));
@@ -139,13 +139,13 @@ TEST_CASE("ddp with 4 processes and uneven slices equals one process", "[dist]")
 }
 
 TEST_CASE("rank slices cover a batch in order, sizes as even as possible", "[dist]") {
-  CHECK(dist::rank_slice(10, 0, 4).start == 0);
-  CHECK(dist::rank_slice(10, 0, 4).rows == 3);
-  CHECK(dist::rank_slice(10, 1, 4).start == 3);
-  CHECK(dist::rank_slice(10, 2, 4).start == 6);
-  CHECK(dist::rank_slice(10, 2, 4).rows == 2);
-  CHECK(dist::rank_slice(10, 3, 4).start == 8);
-  REQUIRE_THROWS_WITH(dist::rank_slice(3, 0, 4), HasSubstr("a batch of 3 rows cannot be cut over 4 ranks"));
+  CHECK(data::row_slice(10, 0, 4).start == 0);
+  CHECK(data::row_slice(10, 0, 4).rows == 3);
+  CHECK(data::row_slice(10, 1, 4).start == 3);
+  CHECK(data::row_slice(10, 2, 4).start == 6);
+  CHECK(data::row_slice(10, 2, 4).rows == 2);
+  CHECK(data::row_slice(10, 3, 4).start == 8);
+  REQUIRE_THROWS_WITH(data::row_slice(3, 0, 4), HasSubstr("a batch of 3 rows cannot be cut over 4 ranks"));
 }
 
 // Note [Reduction during backward]: a weight used by two activation-checkpointed segments gets its gradient in

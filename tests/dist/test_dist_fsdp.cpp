@@ -83,8 +83,8 @@ Run train(dist::Communicator* comm, const RunOptions& o) {
       data::Batch mine = *batch;
       double share = 1.0;
       if (comm) {
-        const auto s = dist::rank_slice(batch->size(), comm->rank(), comm->size());
-        mine = dist::slice_batch(*batch, s);
+        const auto s = data::row_slice(batch->size(), comm->rank(), comm->size());
+        mine = data::slice_rows(*batch, s);
         share = static_cast<double>(s.rows) / static_cast<double>(batch->size());
         fsdp->set_share(share);
       }

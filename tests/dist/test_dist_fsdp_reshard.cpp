@@ -66,7 +66,7 @@ Run train(dist::Communicator& comm, const Variant& v) {
   Generator data(5);
   for (int step = 0; step < 3; ++step) {
     const test::RuleBatch whole = test::rule_batch(data, kBatch, kSeq, cfg.vocab_size);
-    const auto s = dist::rank_slice(kBatch, comm.rank(), comm.size());
+    const auto s = data::row_slice(kBatch, comm.rank(), comm.size());
     const Tensor ids = whole.ids.narrow(0, s.start, s.rows);
     const Tensor targets = whole.targets.narrow(0, s.start, s.rows);
     const double share = static_cast<double>(s.rows) / kBatch;

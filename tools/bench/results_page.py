@@ -323,10 +323,10 @@ def memory(recs):
                   "step graph memory (GiB; against, same call)", "measured"], rows) + notes.lines()
 
 
-def accuracy(recs):
+def accuracy(recs, drawn):
     """Runs without a kept metrics file: one row per recipe and seed, a column per pipeline (a sweep's table);
     runs with one: one row per recipe and pipeline, a column per seed, each cell with its metrics file's link and
-    its own date, commit and footnote."""
+    its own date, commit and footnote. `drawn`: accuracy_curves' files, linked under the tables."""
     notes = Notes(machine=SHARED["machine"])
     grid = [r for r in recs if not r.get("metrics")]
     pipes = sorted({pipe(r) for r in grid}, key=lambda p: (p != "exact", p))
@@ -357,7 +357,6 @@ def accuracy(recs):
     if rows:
         out += table(["recipe", "pipeline"] + [f"seed {s}: test top-1 (vs exact), metrics file, measured" for s in seeds],
                      [[recipe, p] + [cell(by.get(s)) for s in seeds] for (recipe, p), by in rows.items()])
-    drawn = accuracy_curves(recs)
     if drawn:
         links = ", ".join(f"[{title}]({os.path.relpath(path, os.path.dirname(PAGE))})"
                           for path, (title, _) in drawn.items())
@@ -686,8 +685,9 @@ def render():
     SHARED["machine"] = min(machines, key=lambda m: (-machines[m], m)) if machines else None
     intro = INTRO.replace("{machine}", SHARED["machine"]) if machines else INTRO.split(" Each row")[0]
     lines = HEADER.replace("{intro}", fill(intro)).split("\n")
+    drawn = accuracy_curves(data["accuracy"])
     for text, body in ((steps_text(data["steps"]), steps_vs_peer(data["steps"])), (PIPE_STEPS, steps_vs_exact(data["steps"])),
-                       (MEMORY, memory(data["memory"])), (ACCURACY, accuracy(data["accuracy"])),
+                       (MEMORY, memory(data["memory"])), (ACCURACY, accuracy(data["accuracy"], drawn)),
                        (LANGUAGE_MODELS, language_models(data["lm"])),
                        (multi_gpu_text(data["multi_gpu"]), multi_gpu(data["multi_gpu"]) if data["multi_gpu"] else None),
                        (KERNELS, kernels(data["kernels"]))):
@@ -697,7 +697,7 @@ def render():
     if any(r.get("plan") for r in data["lm"]):
         files[LM_RUNS] = lm_runs_page(data["lm"])
     files.update(results_lm.curves([r for r in data["lm"] if r.get("plan")], ROOT, CURVES))
-    files.update({path: svg for path, (_, svg) in accuracy_curves(data["accuracy"]).items()})
+    files.update({path: svg for path, (_, svg) in drawn.items()})
     return files
 
 

@@ -6,7 +6,7 @@
 // Note [Data-parallel equivalence]
 // The loader's order is the same for every world size (data.batch_size is the global batch; the shuffle
 // depends only on the seed and epoch). A global batch of B rows is cut into world-size slices of consecutive
-// rows, sizes as even as possible (the first B mod N one row larger; rank_slice). Rank r computes the mean
+// rows, sizes as even as possible (the first B mod N one row larger; data::row_slice). Rank r computes the mean
 // loss over its rows, g_r, and the reducer forms sum_r (rows_r / B) g_r, the gradient of the mean over all
 // B rows. So 2 processes with data.batch_size B compute the same step as 1 process with B, up to the order
 // in which the sums are taken (float addition is not associative): the per-row products are identical, the
@@ -14,6 +14,8 @@
 // PyTorch's DDP without SyncBatchNorm does; such a model's steps differ from one process's.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hadatrain/data/loader.h"
@@ -22,13 +24,9 @@
 
 namespace ht::dist {
 
-using RankSlice = data::RowSlice;
-// Rank `rank`'s rows of a batch of `batch_rows` rows cut over `world` ranks (data::row_slice). A batch with
-// fewer rows than ranks is an error naming the sizes.
-RankSlice rank_slice(int64_t batch_rows, int rank, int world);
-// The rows [start, start + rows) of every tensor of `batch` (views, no copy), with their indices
-// (data::slice_rows).
-data::Batch slice_batch(const data::Batch& batch, RankSlice slice);
+// Every rank's `tensors` become rank `root`'s (all broadcasts issued, then waited for). Each must be contiguous:
+// an error names the tensor otherwise. Empty tensors are skipped.
+void broadcast_tensors(Communicator& comm, const std::vector<std::pair<std::string, Tensor>>& tensors, int root);
 
 struct GradientReducerOptions {
   double bucket_mb = 25.0;  // dist.bucket_mb: gradients are flattened into buckets of about this size
