@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch FSDP2 peer of tools/bench/multi_gpu.sh: the LLaMA full fine-tuning step of bench_llama_torch.py
+"""PyTorch FSDP2 and DDP peer of tools/bench/multi_gpu.sh: the LLaMA full fine-tuning step of bench_llama_torch.py
 (transformers' LlamaForCausalLM from its presets, random weights, SDPA attention, next-token cross-entropy in f32
-over all positions, AdamW lr 1e-5 and weight decay 0.1) sharded with torch.distributed.fsdp.fully_shard over
-the ranks of a torchrun launch, one rank per GPU.
+over all positions, AdamW lr 1e-5 and weight decay 0.1) over the ranks of a torchrun launch, one rank per GPU,
+sharded with torch.distributed.fsdp.fully_shard (--wrap fsdp2, the default) or replicated with
+DistributedDataParallel (--wrap ddp).
 
 Sharding: one FSDP unit per decoder layer, then the root (embeddings, final norm, head; tied embeddings share one
 parameter). MixedPrecisionPolicy: bf16 parameters for the all-gather and the compute, f32 gradient reduce-scatter;
@@ -10,16 +11,21 @@ the sharded master weights and AdamW's state stay f32. reshard_after_forward: FS
 gathered weights are freed after its forward and gathered again in backward); --no-reshard-after-forward keeps
 them from the forward to the end of the step (one all-gather per unit and step), to match a hadatrain run with
 dist.reshard_after_forward false.
-Forms: eager; compile (each decoder layer through torch.compile before sharding, as torchtitan does). A whole-step
-CUDA graph is not offered: FSDP2's collectives and its streams are not captured.
+DDP (--wrap ddp): f32 weights and AdamW state on every rank, the forward and backward under bf16 autocast (as
+bench_llama_torch.py), gradients all-reduced in f32 by DDP's buckets during backward (bucket_cap_mb 25, its
+default; gradient_as_bucket_view on), the peer of hadatrain's dist.mode ddp.
+Forms: eager; compile (FSDP2: each decoder layer through torch.compile before sharding, as torchtitan does; DDP:
+the wrapped model through torch.compile, whose DDP optimiser splits the graph at the buckets). A whole-step CUDA
+graph is not offered: FSDP2's collectives and its streams are not captured, and DDP's capture needs its static
+graph mode and NCCL capture, which this script does not set up.
 Every rank draws its own random token ids (batch per GPU x seq). Timing: REPS timed steps after WARMUP warm-up
 steps, each between two CUDA events on the step's stream; the slowest rank's median is the step time. Peak
 allocated memory: the largest over ranks. Model FLOPs utilisation per GPU: tokens per second per GPU times
 bench_llama_torch.py's model FLOPs per token over --peak-tflops.
     torchrun --standalone --nproc-per-node N tools/bench/fsdp_torch.py MODEL BATCH_PER_GPU SEQ [--form eager|compile]
-        [--layers L] [--checkpointing] [--no-reshard-after-forward] [--warmup 4] [--reps 12] [--jsonl FILE]
+        [--wrap fsdp2|ddp] [--layers L] [--checkpointing] [--no-reshard-after-forward] [--warmup 4] [--reps 12] [--jsonl FILE]
         [--device cuda|cpu] [--adamw fused|foreach]
-Rank 0 prints one line starting "torch-fsdp2 " and, with --jsonl, appends one JSON object to FILE
+Rank 0 prints one line starting "torch-fsdp2 " (or "torch-ddp ") and, with --jsonl, appends one JSON object to FILE
 (tools/bench/multi_gpu_records.py turns it into a results-page record).
 """
 import argparse
@@ -45,6 +51,7 @@ def parse():
     ap.add_argument("batch", type=int, help="rows per GPU")
     ap.add_argument("seq", type=int)
     ap.add_argument("--form", choices=("eager", "compile"), default="eager")
+    ap.add_argument("--wrap", choices=("fsdp2", "ddp"), default="fsdp2", help="shard (FSDP2) or replicate (DDP)")
     ap.add_argument("--layers", type=int, default=0, help="decoder layers (0: the preset's)")
     ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing per decoder layer")
     ap.add_argument("--no-reshard-after-forward", dest="reshard", action="store_false",
@@ -82,13 +89,21 @@ def main():
     if a.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n_params = sum(p.numel() for p in model.parameters())
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    reshard = a.reshard
-    for layer in model.model.layers:
-        if a.form == "compile":
-            layer.compile()
-        fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+    ddp = a.wrap == "ddp"
+    reshard = a.reshard and not ddp  # DDP keeps every weight on every rank
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel
+        wrapped = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None,
+                                          gradient_as_bucket_view=True)
+        run = torch.compile(wrapped) if a.form == "compile" else wrapped
+    else:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in model.model.layers:
+            if a.form == "compile":
+                layer.compile()
+            fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+        run = model
     fused = cuda and a.adamw == "fused"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.1, fused=fused, foreach=not fused)
 
@@ -98,9 +113,10 @@ def main():
     labels = torch.randint(0, V, (a.batch, a.seq), device=dev, generator=gen)
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        logits = model(input_ids=ids, use_cache=False).logits
-        loss = F.cross_entropy(logits.float().view(-1, V), labels.view(-1))
+        opt.zero_grad(set_to_none=not ddp)  # DDP: keep the gradients as views of its buckets
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=ddp):  # FSDP2 casts through its policy
+            logits = run(input_ids=ids, use_cache=False).logits
+            loss = F.cross_entropy(logits.float().view(-1, V), labels.view(-1))
         loss.backward()
         opt.step()
         return loss.detach()
@@ -133,11 +149,11 @@ def main():
     mfu = tok_gpu * model_flops_per_token(cfg, a.seq) / (a.peak_tflops * 1e12)
     if rank == 0:
         name = a.model + (f"_L{a.layers}" if a.layers else "")
-        print(f"torch-fsdp2 {name} {world} rank(s) batch {a.batch}x{a.seq} per rank {a.form}"
-              f"{'' if reshard else ' no-reshard'}: {ms:.2f} ms/step, {tok_gpu:.0f} tok/s per GPU, "
+        print(f"torch-{a.wrap} {name} {world} rank(s) batch {a.batch}x{a.seq} per rank {a.form}"
+              f"{'' if reshard or ddp else ' no-reshard'}: {ms:.2f} ms/step, {tok_gpu:.0f} tok/s per GPU, "
               f"{tok_gpu * world:.0f} tok/s, MFU {mfu:.3f}, peak allocated {peak:.2f} GiB", flush=True)
         if a.jsonl:
-            rec = dict(model=name, gpus=world, batch_per_gpu=a.batch, seq=a.seq, form=a.form,
+            rec = dict(model=name, gpus=world, batch_per_gpu=a.batch, seq=a.seq, form=a.form, wrap=a.wrap,
                        reshard_after_forward=reshard, checkpointing=a.checkpointing, adamw="fused" if fused else "foreach",
                        ms_per_step=round(ms, 3),
                        tok_per_s=round(tok_gpu * world), tok_per_s_per_gpu=round(tok_gpu), mfu_per_gpu=round(mfu, 4),

@@ -7,6 +7,12 @@
 #                (configs/llm/bench/llama32_1b_fsdp.yaml) with each all-gather dtype of --gathers
 #                (dist.gather_dtype), and HALO-2 fp8 on every *_proj with the --halo-gather all-gather
 #   peer         PyTorch FSDP2 on the same model and batch (tools/bench/fsdp_torch.py under torchrun), per form
+#   ddp          the scaling stage's step under dist.mode ddp (every rank holds the whole model and its AdamW
+#                state), its gradients all-reduced during the backward (dist.reduce_in_backward true, the default)
+#                and after it (false): what the overlap gives, in one build; with the peer stage, beside PyTorch
+#                DDP (fsdp_torch.py --wrap ddp) per --peer-forms. Its rows join the scaling stage's (one model and batch per GPU: a
+#                ratio is against the fastest PyTorch row, FSDP2 or DDP); the one-process reference runs here
+#                when the scaling stage does not
 #   8b           the Llama-3-8B-shaped full fine-tuning step, 4 x 2048 tokens per GPU, activation checkpointing
 #                (configs/llm/bench/llama3_8b_fsdp.yaml), bf16 all-gather and HALO-2 fp8 + 8-bit all-gather;
 #                where the whole model cannot fit (one GPU: 16 bytes of master state per parameter alone is
@@ -19,7 +25,7 @@
 # OUT/all.jsonl (every run, skipped and failed ones too) and OUT/multi_gpu.jsonl (the measured runs):
 #   python3 tools/bench/results_page.py --merge OUT/multi_gpu.jsonl
 # Usage: tools/bench/multi_gpu.sh [--gpus N] [--out DIR] [--build DIR] [--data DIR] [--work DIR]
-#          [--only scaling,peer,8b,equivalence] [--gathers bf16,int8,fp8] [--halo-gather fp8|int8|none]
+#          [--only scaling,peer,ddp,8b,equivalence] [--gathers bf16,int8,fp8] [--halo-gather fp8|int8|none]
 #          [--peer-forms eager,compile] [--8b-runs bf16,halo] [--8b-layers L] [--peer-8b] [--reshard true|false]
 #          [--timeout S] [--timeout-8b S]
 #          [--equiv-tol T] [--cpu-smoke]
@@ -46,7 +52,7 @@ export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the lent machines
 die() { echo "multi_gpu: $*" >&2; exit 2; }
 args_text="tools/bench/multi_gpu.sh $*"
 gpus="" out="${OUT:-gpu_out/multi_gpu}" build=build-gpu data="" work=runs/multi_gpu
-only=scaling,peer,8b,equivalence gathers=bf16,int8,fp8 halo_gather=fp8 peer_forms=eager,compile
+only=scaling,peer,ddp,8b,equivalence gathers=bf16,int8,fp8 halo_gather=fp8 peer_forms=eager,compile
 peer_8b=0 layers_8b="" reshard=true timeout_s=300 timeout_8b=540 equiv_tol=1e-4 smoke=0 runs_8b=bf16,halo
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -73,7 +79,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 for s in ${only//,/ }; do
-  case "$s" in scaling|peer|8b|equivalence) ;; *) die "--only: unknown stage '$s' (scaling, peer, 8b, equivalence)" ;; esac
+  case "$s" in scaling|peer|ddp|8b|equivalence) ;; *) die "--only: unknown stage '$s' (scaling, peer, ddp, 8b, equivalence)" ;; esac
 done
 has() { [[ ",$only," == *",$1,"* ]]; }
 [[ "$reshard" =~ ^(true|false)$ ]] || die "--reshard: expected true or false, got '$reshard'"
@@ -139,13 +145,14 @@ run_train() {
   printf '  %-34s exit %3d  %4d s\n' "$name" "$rc" "$(($(date +%s) - t0))"
 }
 
-# ours NAME STAGE MODEL NPROC GATHER PIPELINE BATCH_PER_GPU WARMUP LIMIT CONFIG [--set ...]: run_train, then its record.
+# ours NAME STAGE MODEL NPROC GATHER PIPELINE BATCH_PER_GPU WARMUP LIMIT CONFIG [--set ...]: run_train, then its
+# record; run_mode (fsdp unless set for the call: none, ddp, ddp-after) labels how the run is distributed.
 ours() {
   local name=$1 stage=$2 model=$3 nproc=$4 gather=$5 pipeline=$6 bpg=$7 warm=$8 limit=$9 config=${10}
   shift 10
   run_train "$name" "$nproc" "$limit" "$config" --set "data.batch_size=$((bpg * nproc))" "$@"
   records ours --name "$name" --stage "$stage" --model "$model" --gpus "$nproc" --impl hadatrain --gather "$gather" \
-    --pipeline "$pipeline" --batch-per-gpu "$bpg" --seq "$seq" --command "$args_text" --run-dir "$work/$name" \
+    --mode "${run_mode:-fsdp}" --pipeline "$pipeline" --batch-per-gpu "$bpg" --seq "$seq" --command "$args_text" --run-dir "$work/$name" \
     --log "$out/logs/$name.log" --rc "$rc" --refused gather_dtype --warmup-steps "$warm"
 }
 
@@ -194,7 +201,8 @@ run_train prepare_tokens 1 "$timeout_s" "$cfg1" --set dist.mode=none --set model
 if has scaling; then
   echo "== scaling: llama32_1b, $b1 x $seq tokens per GPU, $gpus GPU(s)"
   # The reference of tokens/s per GPU: one process on one GPU, nothing sharded (dist.mode none).
-  ours "scaling_1b_single_call_x$gpus" scaling llama32_1b 1 none exact "$b1" 5 "$timeout_s" "$cfg1" --set dist.mode=none
+  run_mode=none ours "scaling_1b_single_call_x$gpus" scaling llama32_1b 1 none exact "$b1" 5 "$timeout_s" "$cfg1" \
+    --set dist.mode=none
   for g in ${gathers//,/ }; do
     gathered "scaling_1b_${g}_x$gpus" scaling llama32_1b "$gpus" "$g" exact "$b1" 5 "$timeout_s" "$cfg1"
   done
@@ -204,30 +212,57 @@ if has scaling; then
   fi
 fi
 
-if has peer; then
-  echo "== peer: PyTorch FSDP2, llama32_1b, $b1 x $seq tokens per GPU, $gpus GPU(s)"
+# peer_1b WRAP GATHER: PyTorch's 1B step under WRAP (fsdp2 or ddp) in each of --peer-forms, with its records.
+peer_1b() {
+  local wrap=$1 gather=$2 f name tag
+  tag=$([ "$wrap" = ddp ] && echo ddp_ || echo "")
   if ! python3 -c "import torch, transformers" 2>/dev/null; then
     for f in ${peer_forms//,/ }; do
-      records skip --name "peer_1b_torch_${f}_x$gpus" --stage scaling --model llama32_1b --gpus "$gpus" \
-        --impl "torch fsdp2 $f" --gather bf16 --pipeline exact --batch-per-gpu "$b1" --seq "$seq" \
+      records skip --name "peer_1b_torch_${tag}${f}_x$gpus" --stage scaling --model llama32_1b --gpus "$gpus" \
+        --impl "torch $wrap $f" --gather "$gather" --mode "$wrap" --pipeline exact --batch-per-gpu "$b1" --seq "$seq" \
         --command "$args_text" --why "torch or transformers not importable by python3" --out "$out"
     done
     echo "  skipped: torch or transformers not importable by python3"
+    return
+  fi
+  for f in ${peer_forms//,/ }; do
+    name=peer_1b_torch_${tag}${f}_x$gpus
+    rm -f "$out/logs/$name.json"
+    cmd=(python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" tools/bench/fsdp_torch.py
+         "$torch_model" "$b1" "$seq" --form "$f" --wrap "$wrap" --jsonl "$out/logs/$name.json" "${torch_extra[@]}")
+    printf '$ %s\n' "${cmd[*]}" >"$out/logs/$name.log"
+    t0=$(date +%s)
+    timeout -k 30 "$timeout_s" "${cmd[@]}" >>"$out/logs/$name.log" 2>&1
+    rc=$?
+    printf '  %-34s exit %3d  %4d s\n' "$name" "$rc" "$(($(date +%s) - t0))"
+    records torch --name "$name" --stage scaling --model llama32_1b --gpus "$gpus" --impl "torch $wrap $f" \
+      --gather "$gather" --mode "$wrap" --pipeline exact --batch-per-gpu "$b1" --seq "$seq" --command "$args_text" \
+      --jsonl "$out/logs/$name.json" --log "$out/logs/$name.log" --rc "$rc"
+  done
+}
+
+if has peer; then
+  echo "== peer: PyTorch FSDP2, llama32_1b, $b1 x $seq tokens per GPU, $gpus GPU(s)"
+  peer_1b fsdp2 bf16
+fi
+
+if has ddp; then
+  echo "== ddp: llama32_1b replicated, $b1 x $seq tokens per GPU, $gpus GPU(s), the all-reduce during and after the backward"
+  has scaling || run_mode=none ours "scaling_1b_single_call_x$gpus" scaling llama32_1b 1 none exact "$b1" 5 \
+    "$timeout_s" "$cfg1" --set dist.mode=none
+  if knows dist.reduce_in_backward=true; then
+    run_mode=ddp ours "ddp_1b_in_backward_x$gpus" scaling llama32_1b "$gpus" - exact "$b1" 5 "$timeout_s" "$cfg1" \
+      --set dist.mode=ddp --set dist.reduce_in_backward=true
+    run_mode=ddp-after ours "ddp_1b_after_backward_x$gpus" scaling llama32_1b "$gpus" - exact "$b1" 5 "$timeout_s" \
+      "$cfg1" --set dist.mode=ddp --set dist.reduce_in_backward=false
   else
-    for f in ${peer_forms//,/ }; do
-      name=peer_1b_torch_${f}_x$gpus
-      rm -f "$out/logs/$name.json"
-      cmd=(python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" tools/bench/fsdp_torch.py
-           "$torch_model" "$b1" "$seq" --form "$f" --jsonl "$out/logs/$name.json" "${torch_extra[@]}")
-      printf '$ %s\n' "${cmd[*]}" >"$out/logs/$name.log"
-      t0=$(date +%s)
-      timeout -k 30 "$timeout_s" "${cmd[@]}" >>"$out/logs/$name.log" 2>&1
-      rc=$?
-      printf '  %-34s exit %3d  %4d s\n' "$name" "$rc" "$(($(date +%s) - t0))"
-      records torch --name "$name" --stage scaling --model llama32_1b --gpus "$gpus" --impl "torch fsdp2 $f" \
-        --gather bf16 --pipeline exact --batch-per-gpu "$b1" --seq "$seq" --command "$args_text" \
-        --jsonl "$out/logs/$name.json" --log "$out/logs/$name.log" --rc "$rc"
-    done
+    echo "  this build has no dist.reduce_in_backward: its ddp all-reduces after the backward"
+    run_mode=ddp-after ours "ddp_1b_after_backward_x$gpus" scaling llama32_1b "$gpus" - exact "$b1" 5 "$timeout_s" \
+      "$cfg1" --set dist.mode=ddp
+  fi
+  if has peer; then
+    echo "== ddp peer: PyTorch DDP, llama32_1b, $b1 x $seq tokens per GPU, $gpus GPU(s)"
+    peer_1b ddp -
   fi
 fi
 

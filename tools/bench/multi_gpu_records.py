@@ -8,7 +8,9 @@ from tools/bench/fsdp_torch.py's JSON line, and the summary at the end. Standard
     multi_gpu_records.py equiv --a DIR --b DIR --tol T [--from-step S] META...
     multi_gpu_records.py finish --out DIR
 
-META: --name --stage --model --gpus --impl --gather --pipeline --batch-per-gpu --seq --command (--note).
+META: --name --stage --model --gpus --impl --gather --pipeline --batch-per-gpu --seq --command (--mode, --note).
+--mode says how the run is distributed: none (one process), fsdp, ddp (all-reduce during the backward), ddp-after
+(after it), fsdp2 (PyTorch's); without it, none when --gather is none, else fsdp.
 The first four append one record to OUT/all.jsonl (OUT: the folder holding --log, or --out). `finish` writes
 OUT/multi_gpu.jsonl, the measured records in the results page's format (area multi_gpu, docs/results/README.md)
 with date, commit and machine, and prints the summary table.
@@ -45,12 +47,14 @@ def meta_args(ap):
     ap.add_argument("--gpus", type=int, required=True)
     ap.add_argument("--batch-per-gpu", type=int, required=True)
     ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--mode", choices=("", "none", "fsdp", "ddp", "ddp-after", "fsdp2"), default="")
     ap.add_argument("--note", default="")
 
 
 def meta(a):
     rec = {"run": a.name, "stage": a.stage, "model": a.model, "gpus": a.gpus, "impl": a.impl, "all_gather": a.gather,
-           "pipeline": a.pipeline, "batch_per_gpu": a.batch_per_gpu, "seq": a.seq, "command": a.command}
+           "pipeline": a.pipeline, "batch_per_gpu": a.batch_per_gpu, "seq": a.seq, "command": a.command,
+           "mode": a.mode or ("none" if a.gather == "none" else "fsdp")}
     if a.note:
         rec["note"] = a.note
     return rec
@@ -198,6 +202,10 @@ def torch_rec(a):
     rec.update(status="ok", tok_per_s=t["tok_per_s"], tok_per_s_per_gpu=t["tok_per_s_per_gpu"],
                step_ms=t["ms_per_step"], peak_allocated_gib=t["peak_allocated_gib"], mfu_per_gpu=t["mfu_per_gpu"],
                parameters=t["parameters"], timed_steps=t["steps"], torch=t["torch"])
+    if t.get("wrap", "fsdp2") == "ddp":
+        if a.gpus > 1:  # one ring all-reduce of every f32 gradient: 2 (N - 1) / N of its bytes
+            rec["comm_bytes_est"] = round(2 * (a.gpus - 1) / a.gpus * t["parameters"] * 4)
+        return rec
     rec["reshard_after_forward"] = t["reshard_after_forward"]
     if a.gpus > 1:  # bf16 all-gathers (twice with resharding), f32 reduce-scatter
         rec["comm_bytes_est"] = round((a.gpus - 1) / a.gpus * t["parameters"] * (2 * (1 + t["reshard_after_forward"]) + 4))
@@ -243,7 +251,7 @@ def finish(a):
     one = {(r["stage"], r["model"], r["impl"], r["pipeline"]): r.get("tok_per_s_per_gpu")
            for r in recs if r["all_gather"] == "none" and r["status"] == "ok"}
     print(f"\n== multi_gpu summary ({common['machine']}; commit {common['commit']}) ==")
-    head = f"{'run':<26} {'gpus':>4} {'model':<14} {'impl':<20} {'gather':<6} {'status':<22} {'tok/s/GPU':>9} " \
+    head = f"{'run':<30} {'gpus':>4} {'model':<14} {'impl':<20} {'mode':<9} {'gather':<6} {'status':<22} {'tok/s/GPU':>9} " \
            f"{'vs 1proc':>8} {'step ms':>8} {'peak GiB':>8} {'MB/step':>8} {'MFU':>6}"
     print(head)
     for r in recs:
@@ -256,7 +264,8 @@ def finish(a):
         wire_txt = fmt(wire / 1e6, ".4g") if isinstance(wire, (int, float)) else (
             fmt(r["comm_bytes_est"] / 1e6, ".4g") + "e" if "comm_bytes_est" in r else "-")
         pipe = r["impl"] + ("" if r["pipeline"] == "exact" else f" {r['pipeline']}")
-        print(f"{r['run']:<26} {r['gpus']:>4} {r['model']:<14} {pipe[:20]:<20} {r['all_gather']:<6} {st[:22]:<22} "
+        print(f"{r['run']:<30} {r['gpus']:>4} {r['model']:<14} {pipe[:20]:<20} {r.get('mode', '-'):<9} "
+              f"{r['all_gather']:<6} {st[:22]:<22} "
               f"{fmt(r.get('tok_per_s_per_gpu'), '.0f'):>9} {eff:>8} {fmt(r.get('step_ms'), '.1f'):>8} "
               f"{fmt(r.get('peak_allocated_gib'), '.1f'):>8} {wire_txt:>8} {fmt(r.get('mfu_per_gpu'), '.3f'):>6}")
         if r.get("error"):

@@ -440,11 +440,22 @@ def lm_runs_page(recs):
     return "\n".join(lines + notes.lines()).rstrip("\n") + "\n"
 
 
+MODES = {"none": "hadatrain, one process", "fsdp": "hadatrain fsdp", "ddp": "hadatrain ddp, all-reduce in backward",
+         "ddp-after": "hadatrain ddp, all-reduce after backward"}
+
+
+def impl_mode(r):
+    """A multi_gpu row's implementation with how it is distributed (records before --mode: by their all-gather)."""
+    if r["impl"] != "hadatrain":
+        return r["impl"]
+    return MODES[r.get("mode") or ("none" if r["all_gather"] == "none" else "fsdp")]
+
+
 def multi_gpu(recs):
-    """FSDP runs of tools/bench/multi_gpu.sh: throughput rows (stages scaling and 8b), then the equivalence checks.
-    ours / FSDP2 compares a hadatrain row with the fastest PyTorch FSDP2 row of the same call (same date, commit,
-    machine, model and GPU count); "of one process's" with the same call's one-process row (all-gather none: one
-    GPU, nothing sharded) of the same pipeline."""
+    """Runs of tools/bench/multi_gpu.sh: throughput rows (stages scaling, whose rows include ddp's, and 8b), then
+    the equivalence checks. "ours / PyTorch's fastest" compares a hadatrain row with the fastest PyTorch row (FSDP2
+    or DDP, any form) of the same call (same date, commit, machine, model, GPU count and stage); "of one process's"
+    with the same call's one-process row (all-gather none: one GPU, nothing distributed) of the same pipeline."""
     notes, rows, eq = Notes(machine=SHARED["machine"]), [], []
     call = lambda r: (r["date"], r["commit"], r["machine"], r["model"], r["gpus"], r["stage"])
     peers, single = {}, {}
@@ -466,11 +477,12 @@ def multi_gpu(recs):
         wire = next((r[k] for k in sorted(r) if "bytes" in k and k != "comm_bytes_est"), None)
         wire_txt = f"{wire / 1e9:.2f}" if wire else (f"{r['comm_bytes_est'] / 1e9:.2f} (estimate)" if r.get(
             "comm_bytes_est") else "—")
-        rows.append([r["model"], str(r["gpus"]), r["impl"], pipe(r), r["all_gather"], f"{r['tok_per_s_per_gpu']:,}",
+        rows.append([r["model"], str(r["gpus"]), impl_mode(r), pipe(r), "—" if r["all_gather"] == "-" else r["all_gather"],
+                     f"{r['tok_per_s_per_gpu']:,}",
                      eff, vs, num(r["step_ms"]), num(r["peak_allocated_gib"]) if "peak_allocated_gib" in r else "—",
                      wire_txt, f"{r['mfu_per_gpu']:.3f}" if "mfu_per_gpu" in r else "—", measured(r, notes)])
     out = table(["model", "GPUs", "implementation", "pipeline", "all-gather", "tokens/s per GPU",
-                 "of one process's (same call)", "ours / FSDP2 (same call)", "step (ms)", "peak GiB (largest rank)", "GB on the wire per rank and step",
+                 "of one process's (same call)", "ours / PyTorch's fastest (same call)", "step (ms)", "peak GiB (largest rank)", "GB on the wire per rank and step",
                  "MFU per GPU", "measured"], rows)
     if eq:
         out += ["", "Equivalence (per-step training losses, largest relative difference):", ""]
@@ -485,10 +497,15 @@ def multi_gpu_text(recs):
     batch = ("as the script sets it" if any(b is None or q is None for _, b, q in shapes) else
              "; ".join(f"`{m}` {b} × {q} tokens" for m, b, q in shapes))
     estimate = any(r.get("comm_bytes_est") and not any("bytes" in k and k != "comm_bytes_est" for k in r) for r in runs)
-    text = MULTI_GPU.replace("{batch}", batch).replace("{estimate}", ' "estimate": bytes on the wire computed from '
+    peers = sorted({r["impl"].split()[1] for r in runs if r["impl"].startswith("torch") and r.get("tok_per_s_per_gpu")})
+    peer = ("The peer, PyTorch " + " and ".join(p.upper() for p in peers) +
+            " (`tools/bench/fsdp_torch.py`), ran in the same call as the rows it is compared with." if peers else
+            "No PyTorch peer (`tools/bench/fsdp_torch.py`, stage `peer`) ran in these calls, so no row has a ratio "
+            "against one.")
+    text = MULTI_GPU.replace("{batch}", batch).replace("{peer}", peer).replace("{estimate}", ' "estimate": bytes on the wire computed from '
                                                         "the parameter count (ring collectives) where the run logged "
                                                         "none." if estimate else "")
-    return "## Several GPUs (FSDP)\n\n" + fill(text) + "\n"
+    return "## Several GPUs\n\n" + fill(text) + "\n"
 
 
 def kernels(recs):
@@ -666,8 +683,8 @@ the same sweep. The curves below are drawn from the training records (top: loss;
 step)."""
 
 MULTI_GPU = ("`tools/bench/multi_gpu.sh` (docs/distributed.md): full fine-tuning steps of LLaMA shapes sharded by "
-             "`dist.mode: fsdp` (`configs/llm/bench/`), random weights, bf16 compute, beside PyTorch FSDP2 "
-             "(`tools/bench/fsdp_torch.py`) in the same call; per-GPU batch {batch}; tokens/s after the warm-up.{estimate}")
+             "`dist.mode: fsdp` or replicated by `dist.mode: ddp` (`configs/llm/bench/`), random weights, bf16 compute; "
+             "per-GPU batch {batch}; tokens/s after the warm-up. {peer}{estimate}")
 
 KERNELS = """## Kernels
 
