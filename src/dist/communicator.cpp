@@ -2,6 +2,8 @@
 // of engine by name.
 #include "hadatrain/dist/communicator.h"
 
+#include <csignal>
+
 #include <algorithm>
 
 #include "engines.h"
@@ -69,7 +71,28 @@ std::vector<std::string> compiled_engines() {
   return e;
 }
 
+// Note [A peer's closed socket]
+// A rank that dies closes its sockets; a peer that then writes to one gets EPIPE and, unless SIGPIPE is
+// ignored, the signal, whose default action ends the process without a word (exit status 141), before the
+// transport can report the failure. Gloo's TCP pairs write with writev, which has no MSG_NOSIGNAL (our store's
+// sends pass it), so a rank whose peer exited was sometimes killed instead of getting the collective's error
+// (test_dist_failures, under load). Making a communicator therefore ignores SIGPIPE when it is at its default
+// action (a handler the application installed is left alone), as a Python process does from its start: the
+// write fails with EPIPE, the transport throws, and the collective's error names what failed.
+namespace {
+void ignore_sigpipe() {
+  struct sigaction now {};
+  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+}  // namespace
+
 std::unique_ptr<Communicator> make_communicator(Store& store, const CommunicatorOptions& o) {
+  ignore_sigpipe();  // Note [A peer's closed socket]
   const auto have = compiled_engines();
   std::string list;
   for (const auto& e : have) list += (list.empty() ? "" : ", ") + e;
