@@ -1,7 +1,8 @@
 // CPU GEMM on raw pointers, shared by matmul, linear and conv2d: row-major
 //   C (m, n) = op(A) (m, k) · op(B) (k, n) + beta · C.
-// f32/f64 call OpenBLAS; bf16, f16 and fp8 run a reference loop that accumulates in fp32 and rounds each
-// output element once. Internal to src/ops.
+// f32/f64 call OpenBLAS; bf16, f16 and fp8 are widened to f32 and multiplied by OpenBLAS's sgemm, which
+// accumulates in fp32, and each output element is rounded once (Note [Narrow products on the CPU] in gemm.cpp).
+// Internal to src/ops.
 #pragma once
 #include <cstdint>
 #include <optional>
