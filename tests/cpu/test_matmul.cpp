@@ -171,7 +171,7 @@ TEST_CASE("narrow-dtype matmul accumulates in fp32 and rounds each output once",
   Tensor y = matmul(a16, b16);
   CHECK(y.dtype() == DType::bf16);
   CHECK(test::compare(y, exact, std::ldexp(1.0, -8), 1e-6) == "");
-  // The same through a transposed bf16 view (reference loop reading the trans layout).
+  // The same through a transposed bf16 view (op(B) widened from the trans layout).
   Tensor bt = b16.transpose(0, 1).contiguous().transpose(0, 1);
   CHECK(test::compare(matmul(a16, bt), exact, std::ldexp(1.0, -8), 1e-6) == "");
   // f16 (half ulp 2^-11) and fp8 e4m3 (half ulp 2^-4; subnormal spacing 2^-9 near zero).
@@ -180,6 +180,28 @@ TEST_CASE("narrow-dtype matmul accumulates in fp32 and rounds each output once",
   Tensor a8 = rand_t({5, 6}, 19, DType::f8e4m3), b8 = rand_t({6, 4}, 20, DType::f8e4m3);
   CHECK(test::compare(matmul(a8, b8), matmul(a8.to(DType::f64), b8.to(DType::f64)), std::ldexp(1.0, -4),
                       std::ldexp(1.0, -10)) == "");
+}
+
+TEST_CASE("narrow GEMM on raw pointers: transposed A, beta 1 into a strided C, and the f32 accumulator form",
+          "[matmul][dtype]") {
+  // C (m, n) in a row of ldc = n + 3 (the padding must stay untouched) starts from c0 and gets op(A)·op(B) added,
+  // with A stored (k, m) and used transposed; every value is exact in bf16, so f64 gives the exact answer.
+  constexpr int64_t m = 5, n = 7, k = 19, ldc = n + 3;
+  Tensor a = rand_t({k, m}, 31, DType::bf16), b = rand_t({k, n}, 32, DType::bf16);
+  Tensor c0 = rand_t({m, ldc}, 33, DType::bf16);
+  Tensor exact = add(matmul(a.to(DType::f64).transpose(0, 1), b.to(DType::f64)),
+                     c0.to(DType::f64).narrow(1, 0, n));
+  cpu::GemmDims d{.m = m, .n = n, .k = k, .trans_a = cpu::Trans::yes, .trans_b = cpu::Trans::no,
+                  .lda = m, .ldb = n, .ldc = ldc, .beta = 1.0};
+  Tensor c = c0.clone();
+  cpu::gemm<bf16>(d, a.data<bf16>(), b.data<bf16>(), c.data<bf16>());
+  CHECK(test::compare(c.narrow(1, 0, n), exact, std::ldexp(1.0, -8), 1e-6) == "");
+  CHECK(test::compare(c.narrow(1, n, 3), c0.narrow(1, n, 3), 0, 0) == "");
+  // gemm_acc adds into an f32 C without rounding to bf16: within f32's accumulation error of the exact sum.
+  Tensor acc = c0.to(DType::f32);
+  cpu::gemm_acc<bf16>(d, a.data<bf16>(), b.data<bf16>(), acc.data<float>());
+  CHECK(test::compare(acc.narrow(1, 0, n), exact, 1e-6, 1e-6) == "");
+  CHECK(test::compare(acc.narrow(1, n, 3), c0.narrow(1, n, 3).to(DType::f32), 0, 0) == "");
 }
 
 TEST_CASE("matmul with K = 0 gives zeros; empty batches give empty results", "[matmul]") {
