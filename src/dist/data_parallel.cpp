@@ -66,6 +66,12 @@ GradientReducer::GradientReducer(Communicator& comm, nn::ParameterStore& store, 
            comm_.rank(), trainable, trainable_numel, -g[1], g[0], -g[3], g[2]);
 }
 
+int64_t GradientReducer::bucket_bytes() const {
+  int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += static_cast<int64_t>(storage_bytes(b.dtype, b.numel));
+  return bytes;
+}
+
 // Note [Reduction during backward]
 // Backward produces the gradients roughly in reverse store order, so the buckets (consecutive parameters in store
 // order) fill from the last to the first. Armed before the step's last backward, each bucket parameter's

@@ -169,11 +169,9 @@ void DistributedRun::attach(nn::ParameterStore& store) {
   reducer_ = std::make_unique<dist::GradientReducer>(*pg_.comm, store,
                                                      dist::GradientReducerOptions{.bucket_mb = options_.bucket_mb});
   reducer_->broadcast_state(0);
-  int64_t bytes = 0;
-  for (const auto& p : store.params()) bytes += static_cast<int64_t>(p.param->nbytes());
   spdlog::info("dist: gradients all-reduced in {} bucket(s) of at most {:g} MiB {} the backward: {:.2f} MB into the "
                "all-reduce per step per rank", reducer_->buckets(), options_.bucket_mb,
-               options_.reduce_in_backward ? "during" : "after", static_cast<double>(bytes) / 1e6);
+               options_.reduce_in_backward ? "during" : "after", static_cast<double>(reducer_->bucket_bytes()) / 1e6);
 }
 
 data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {

@@ -75,6 +75,9 @@ Run train(dist::Communicator* comm, const Setup& s) {
     reducer->broadcast_state(0);
     for (const auto& p : store->params())
       if (p.param->requires_grad()) run.expected_grad_bytes += 4 * p.param->numel();
+    expect(reducer->bucket_bytes() == run.expected_grad_bytes,
+           fmt::format("the buckets hold {} bytes, the trainable parameters {}", reducer->bucket_bytes(),
+                       run.expected_grad_bytes));
   } else if (s.mode == Mode::fsdp) {
     fsdp = std::make_unique<dist::FullyShardedModel>(
         *comm, store,

@@ -55,6 +55,8 @@ class GradientReducer {
   // Bytes this rank put into all-reduces in the last reduce() (the buckets' sizes; a stale bucket's twice).
   int64_t bytes_last_reduce() const { return bytes_; }
   std::size_t buckets() const { return buckets_.size(); }
+  // Bytes of one reduction of every bucket: the trainable parameters' gradients (frozen ones have none).
+  int64_t bucket_bytes() const;
 
  private:
   struct Bucket {
