@@ -15,20 +15,23 @@ DDP (--wrap ddp): f32 weights and AdamW state on every rank, the forward and bac
 bench_llama_torch.py), gradients all-reduced in f32 by DDP's buckets during backward (bucket_cap_mb 25, its
 default; gradient_as_bucket_view on), the peer of hadatrain's dist.mode ddp.
 Forms: eager; compile (FSDP2: each decoder layer through torch.compile before sharding, as torchtitan does; DDP:
-the wrapped model through torch.compile, whose DDP optimiser splits the graph at the buckets). A whole-step CUDA
-graph is not offered: FSDP2's collectives and its streams are not captured, and DDP's capture needs its static
-graph mode and NCCL capture, which this script does not set up.
+the wrapped model through torch.compile, whose DDP optimiser splits the graph at the buckets); graph (DDP only: the
+whole step, forward, backward with DDP's all-reduces and the optimiser step, captured once into one CUDA graph
+with torch.cuda.graph and replayed, as PyTorch documents for DDP: DDP made on a side stream, at least 11 eager
+warm-up steps there, gradients set to None before the capture, autocast without its weight cache, AdamW
+capturable). FSDP2 has no graph form: its collectives and their streams are not captured.
 Every rank draws its own random token ids (batch per GPU x seq). Timing: REPS timed steps after WARMUP warm-up
 steps, each between two CUDA events on the step's stream; the slowest rank's median is the step time. Peak
-allocated memory: the largest over ranks. Model FLOPs utilisation per GPU: tokens per second per GPU times
+allocated memory: the largest over ranks (graph: from the capture on). Model FLOPs utilisation per GPU: tokens per second per GPU times
 bench_llama_torch.py's model FLOPs per token over --peak-tflops.
-    torchrun --standalone --nproc-per-node N tools/bench/fsdp_torch.py MODEL BATCH_PER_GPU SEQ [--form eager|compile]
+    torchrun --standalone --nproc-per-node N tools/bench/fsdp_torch.py MODEL BATCH_PER_GPU SEQ [--form eager|compile|graph]
         [--wrap fsdp2|ddp] [--layers L] [--checkpointing] [--no-reshard-after-forward] [--warmup 4] [--reps 12] [--jsonl FILE]
         [--device cuda|cpu] [--adamw fused|foreach]
 Rank 0 prints one line starting "torch-fsdp2 " (or "torch-ddp ") and, with --jsonl, appends one JSON object to FILE
 (tools/bench/multi_gpu_records.py turns it into a results-page record).
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -50,7 +53,7 @@ def parse():
     ap.add_argument("model", choices=sorted(PRESETS))
     ap.add_argument("batch", type=int, help="rows per GPU")
     ap.add_argument("seq", type=int)
-    ap.add_argument("--form", choices=("eager", "compile"), default="eager")
+    ap.add_argument("--form", choices=("eager", "compile", "graph"), default="eager")
     ap.add_argument("--wrap", choices=("fsdp2", "ddp"), default="fsdp2", help="shard (FSDP2) or replicate (DDP)")
     ap.add_argument("--layers", type=int, default=0, help="decoder layers (0: the preset's)")
     ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing per decoder layer")
@@ -62,7 +65,10 @@ def parse():
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU for utilisation")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: Gloo, for trying the script")
     ap.add_argument("--adamw", choices=("fused", "foreach"), default="fused", help="AdamW's implementation (cpu: foreach)")
-    return ap.parse_args()
+    a = ap.parse_args()
+    if a.form == "graph" and (a.wrap != "ddp" or a.device != "cuda"):
+        ap.error("--form graph: DDP on CUDA only (FSDP2's collectives are not captured)")
+    return a
 
 
 def main():
@@ -89,12 +95,14 @@ def main():
     if a.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n_params = sum(p.numel() for p in model.parameters())
-    ddp = a.wrap == "ddp"
+    ddp, graph = a.wrap == "ddp", a.form == "graph"
     reshard = a.reshard and not ddp  # DDP keeps every weight on every rank
+    side = torch.cuda.Stream() if graph else None  # the graph form's warm-up stream, where DDP is made
     if ddp:
         from torch.nn.parallel import DistributedDataParallel
-        wrapped = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None,
-                                          gradient_as_bucket_view=True)
+        with torch.cuda.stream(side) if graph else contextlib.nullcontext():
+            wrapped = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None,
+                                              gradient_as_bucket_view=not graph)
         run = torch.compile(wrapped) if a.form == "compile" else wrapped
     else:
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -105,7 +113,8 @@ def main():
         fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
         run = model
     fused = cuda and a.adamw == "fused"
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.1, fused=fused, foreach=not fused)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.1, fused=fused, foreach=not fused,
+                            capturable=graph)
 
     V = cfg.vocab_size
     gen = torch.Generator(device=dev).manual_seed(1000 + rank)  # each rank its own rows
@@ -113,17 +122,38 @@ def main():
     labels = torch.randint(0, V, (a.batch, a.seq), device=dev, generator=gen)
 
     def step():
-        opt.zero_grad(set_to_none=not ddp)  # DDP: keep the gradients as views of its buckets
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=ddp):  # FSDP2 casts through its policy
+        if not graph:  # the graph's gradients are set to None once, before the capture
+            opt.zero_grad(set_to_none=not ddp)  # DDP: keep the gradients as views of its buckets
+        # FSDP2 casts through its policy; a captured step cannot use autocast's weight cache
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=ddp, cache_enabled=not graph):
             logits = run(input_ids=ids, use_cache=False).logits
             loss = F.cross_entropy(logits.float().view(-1, V), labels.view(-1))
         loss.backward()
         opt.step()
         return loss.detach()
 
-    for _ in range(a.warmup):
-        step()
-    if cuda:
+    if graph:
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(max(a.warmup, 11)):  # DDP needs 11 eager iterations before its backward is captured
+                opt.zero_grad(set_to_none=True)
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()  # the graph's memory is allocated by the capture
+        opt.zero_grad(set_to_none=True)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_loss = step()
+
+        def run_step():
+            g.replay()
+            return static_loss.clone()
+    else:
+        run_step = step
+        for _ in range(a.warmup):
+            step()
+    if cuda and not graph:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     dist.barrier()
@@ -133,13 +163,13 @@ def main():
         if cuda:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record(stream)
-            losses.append(step())
+            losses.append(run_step())
             e1.record(stream)
             e1.synchronize()
             times.append(e0.elapsed_time(e1))
         else:
             t0 = time.perf_counter()
-            losses.append(step())
+            losses.append(run_step())
             times.append(1e3 * (time.perf_counter() - t0))
     mine = torch.tensor([statistics.median(times), torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0],
                         dtype=torch.float64, device=dev)
