@@ -10,9 +10,9 @@
 #   ddp          the scaling stage's step under dist.mode ddp (every rank holds the whole model and its AdamW
 #                state), its gradients all-reduced during the backward (dist.reduce_in_backward true, the default)
 #                and after it (false): what the overlap gives, in one build; with the peer stage, beside PyTorch
-#                DDP (fsdp_torch.py --wrap ddp) per --peer-forms. Its rows join the scaling stage's (one model and batch per GPU: a
-#                ratio is against the fastest PyTorch row, FSDP2 or DDP); the one-process reference runs here
-#                when the scaling stage does not
+#                DDP (fsdp_torch.py --wrap ddp) per --peer-forms (graph: DDP's only). Its rows join the scaling
+#                stage's (one model and batch per GPU: a ratio is against the fastest PyTorch row, FSDP2 or DDP);
+#                the one-process reference runs here when the scaling stage does not
 #   8b           the Llama-3-8B-shaped full fine-tuning step, 4 x 2048 tokens per GPU, activation checkpointing
 #                (configs/llm/bench/llama3_8b_fsdp.yaml), bf16 all-gather and HALO-2 fp8 + 8-bit all-gather;
 #                where the whole model cannot fit (one GPU: 16 bytes of master state per parameter alone is
