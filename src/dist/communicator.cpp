@@ -2,6 +2,8 @@
 // of engine by name.
 #include "hadatrain/dist/communicator.h"
 
+#include <pthread.h>
+
 #include <csignal>
 
 #include <algorithm>
@@ -72,27 +74,43 @@ std::vector<std::string> compiled_engines() {
 }
 
 // Note [A peer's closed socket]
-// A rank that dies closes its sockets; a peer that then writes to one gets EPIPE and, unless SIGPIPE is
-// ignored, the signal, whose default action ends the process without a word (exit status 141), before the
-// transport can report the failure. Gloo's TCP pairs write with writev, which has no MSG_NOSIGNAL (our store's
-// sends pass it), so a rank whose peer exited was sometimes killed instead of getting the collective's error
-// (test_dist_failures, under load). Making a communicator therefore ignores SIGPIPE when it is at its default
-// action (a handler the application installed is left alone), as a Python process does from its start: the
-// write fails with EPIPE, the transport throws, and the collective's error names what failed.
+// A rank that dies closes its sockets; a peer that then writes to one gets EPIPE and, unless SIGPIPE is blocked
+// or ignored in the writing thread, the signal, whose default action ends the process without a word (exit
+// status 141) before the transport can report the failure. Gloo's TCP pairs write with writev, which has no
+// MSG_NOSIGNAL (our store's sends pass it), so a rank whose peer exited was sometimes killed instead of getting
+// the collective's error (test_dist_failures, under load). SIGPIPE is synchronous, sent to the thread that wrote,
+// and a thread starts with its creator's signal mask; so the engine is built with SIGPIPE blocked in this thread:
+// the connections made now and every thread the engine starts (Gloo's event loop and our collective worker,
+// NCCL's proxy threads and our watchdog), which do all of the engine's later writes, get EPIPE instead, the
+// transport throws and the collective's error names what failed. This thread's mask is restored afterwards (a
+// SIGPIPE its own connecting writes left pending is dropped first), so the process's disposition is untouched:
+// a rank whose standard output is a closed pipe (`hadatrain launch ... | head`) still ends at its next write.
 namespace {
-void ignore_sigpipe() {
-  struct sigaction now {};
-  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL) {
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    ::sigaction(SIGPIPE, &ignore, nullptr);
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &before_);
   }
-}
+  ~SigpipeBlocked() {
+    if (!sigismember(&before_, SIGPIPE)) {  // blocked here: drop what this thread's writes raised
+      const timespec now{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_{}, before_{};
+};
 }  // namespace
 
 std::unique_ptr<Communicator> make_communicator(Store& store, const CommunicatorOptions& o) {
-  ignore_sigpipe();  // Note [A peer's closed socket]
+  const SigpipeBlocked quiet_pipes;  // for the engine's threads (Note [A peer's closed socket])
   const auto have = compiled_engines();
   std::string list;
   for (const auto& e : have) list += (list.empty() ? "" : ", ") + e;
