@@ -77,8 +77,8 @@ std::vector<std::string> compiled_engines() {
 // A rank that dies closes its sockets; a peer that then writes to one gets EPIPE and, unless SIGPIPE is blocked
 // or ignored in the writing thread, the signal, whose default action ends the process without a word (exit
 // status 141) before the transport can report the failure. Gloo's TCP pairs write with writev, which has no
-// MSG_NOSIGNAL (our store's sends pass it), so a rank whose peer exited was sometimes killed instead of getting
-// the collective's error (test_dist_failures, under load). SIGPIPE is synchronous, sent to the thread that wrote,
+// MSG_NOSIGNAL (our store's sends pass it), so without more a rank whose peer exited can be killed instead of
+// getting the collective's error (test_dist_failures shows it under load). SIGPIPE is synchronous, sent to the thread that wrote,
 // and a thread starts with its creator's signal mask; so the engine is built with SIGPIPE blocked in this thread:
 // the connections made now and every thread the engine starts (Gloo's event loop and our collective worker,
 // NCCL's proxy threads and our watchdog), which do all of the engine's later writes, get EPIPE instead, the
