@@ -31,7 +31,9 @@ AREAS = {  # area: (fields every record needs besides the common ones, the field
     "accuracy": (("recipe", "pipeline", "seed", "top1"), ("recipe", "pipeline", "seed")),
     "kernels": (("group", "name", "metric", "ours"), ("group", "name")),
     "lm": (("recipe", "model", "pipeline", "seed", "val_loss", "val_ppl"), ("recipe", "pipeline", "seed")),
-    "multi_gpu": (("run", "stage", "model", "gpus", "impl", "all_gather", "pipeline", "status"), ("run",)),
+    # multi_gpu: a call's rows are read against each other (its one-process run, its PyTorch peer), so a record
+    # replaces only the same run of the same call
+    "multi_gpu": (("run", "stage", "model", "gpus", "impl", "all_gather", "pipeline", "status"), ("run", "date", "commit")),
 }
 COMMON = ("area", "date", "commit", "machine", "command")
 HIGHER_IS_BETTER = {"fraction of copy", "speed × own bf16 a·bᵀ", "TFLOP/s"}
@@ -451,6 +453,12 @@ def impl_mode(r):
     return MODES[r.get("mode") or ("none" if r["all_gather"] == "none" else "fsdp")]
 
 
+def compiled_peer(recs, c, call):
+    """Whether call c measured PyTorch's torch.compile form (the multi-GPU peer's fastest form so far)."""
+    return any(call(r) == c and r["impl"].startswith("torch") and r["impl"].endswith(" compile") and
+               r.get("tok_per_s_per_gpu") for r in recs)
+
+
 def multi_gpu(recs):
     """Runs of tools/bench/multi_gpu.sh: throughput rows (stages scaling, whose rows include ddp's, and 8b), then
     the equivalence checks. "ours / PyTorch's fastest" compares a hadatrain row with the fastest PyTorch row (FSDP2
@@ -465,6 +473,8 @@ def multi_gpu(recs):
         if r["all_gather"] == "none" and r.get("tok_per_s_per_gpu"):  # one process, nothing sharded
             single[(r["date"], r["commit"], r["machine"], r["model"], r["stage"], r["impl"], r["pipeline"])] = \
                 r["tok_per_s_per_gpu"]
+    for c in [c for c in peers if not compiled_peer(recs, c, call)]:  # a slower form is no peer (multi_gpu_text)
+        del peers[c]
     for r in sorted(recs, key=lambda r: (r["stage"], r["model"], r["gpus"], r["impl"], r["pipeline"], r["all_gather"])):
         if r["stage"] == "equivalence":
             eq.append([r["run"], r["model"], str(r["gpus"]), f"{r['max_rel_diff']:.2g}", f"{r['tolerance']:g}",
@@ -497,9 +507,15 @@ def multi_gpu_text(recs):
     batch = ("as the script sets it" if any(b is None or q is None for _, b, q in shapes) else
              "; ".join(f"`{m}` {b} × {q} tokens" for m, b, q in shapes))
     estimate = any(r.get("comm_bytes_est") and not any("bytes" in k and k != "comm_bytes_est" for k in r) for r in runs)
-    peers = sorted({r["impl"].split()[1] for r in runs if r["impl"].startswith("torch") and r.get("tok_per_s_per_gpu")})
+    torch_rows = [r for r in runs if r["impl"].startswith("torch") and r.get("tok_per_s_per_gpu")]
+    peers = sorted({r["impl"].split()[1] for r in torch_rows})
+    call = lambda r: (r["date"], r["commit"], r["machine"], r["model"], r["gpus"], r["stage"])
+    uncompiled = sorted({r["date"] for r in torch_rows if not compiled_peer(runs, call(r), call)})
     peer = ("The peer, PyTorch " + " and ".join(p.upper() for p in peers) +
-            " (`tools/bench/fsdp_torch.py`), ran in the same call as the rows it is compared with." if peers else
+            " (`tools/bench/fsdp_torch.py`), runs in the same call as the rows it is compared with; a ratio is shown "
+            "only where that call also measured `torch.compile`, PyTorch's fastest form on these steps so far" +
+            (f" (the call{'s' if len(uncompiled) > 1 else ''} of {', '.join(uncompiled)} did not: no ratio)"
+             if uncompiled else "") + "." if peers else
             "No PyTorch peer (`tools/bench/fsdp_torch.py`, stage `peer`) ran in these calls, so no row has a ratio "
             "against one.")
     text = MULTI_GPU.replace("{batch}", batch).replace("{peer}", peer).replace("{estimate}", ' "estimate": bytes on the wire computed from '
@@ -655,7 +671,7 @@ layer whose input another op keeps or can rebuild exactly keeps nothing (docs/gr
 ACCURACY = """## Accuracy per pipeline
 
 Test top-1 after the last epoch, every Linear and Conv2d through the pipeline (HLQ with its low-precision conv
-products; 15-epoch runs: `configs/fashion_mnist_resnet18{,_luq,_lbp_wht}.yaml`). "vs exact" (points, in brackets):
+products; 15-epoch runs: `configs/fashion_mnist_resnet18{,_hlq,_luq,_lbp_wht}.yaml`). "vs exact" (points, in brackets):
 against the exact run of the same call and seed. Metrics and configs: docs/runs/ (docs/runs/README.md).
 """
 
