@@ -74,17 +74,17 @@ std::vector<std::string> compiled_engines() {
 }
 
 // Note [A peer's closed socket]
-// A rank that dies closes its sockets; a peer that then writes to one gets EPIPE and, unless SIGPIPE is blocked
-// or ignored in the writing thread, the signal, whose default action ends the process without a word (exit
-// status 141) before the transport can report the failure. Gloo's TCP pairs write with writev, which has no
-// MSG_NOSIGNAL (our store's sends pass it), so without more a rank whose peer exited can be killed instead of
-// getting the collective's error (test_dist_failures shows it under load). SIGPIPE is synchronous, sent to the thread that wrote,
-// and a thread starts with its creator's signal mask; so the engine is built with SIGPIPE blocked in this thread:
-// the connections made now and every thread the engine starts (Gloo's event loop and our collective worker,
-// NCCL's proxy threads and our watchdog), which do all of the engine's later writes, get EPIPE instead, the
-// transport throws and the collective's error names what failed. This thread's mask is restored afterwards (a
-// SIGPIPE its own connecting writes left pending is dropped first), so the process's disposition is untouched:
-// a rank whose standard output is a closed pipe (`hadatrain launch ... | head`) still ends at its next write.
+// A rank that dies closes its sockets; a peer that then writes to one gets EPIPE and, unless SIGPIPE is blocked or
+// ignored in the writing thread, the signal, whose default action ends the process without a word (exit status 141)
+// before the transport can report the failure. Gloo's TCP pairs write with writev, which has no MSG_NOSIGNAL (our
+// store's sends pass it), so without more a rank whose peer exited can be killed instead of getting the collective's
+// error (test_dist_failures shows it under load). SIGPIPE is synchronous, sent to the thread that wrote, and a thread
+// starts with its creator's signal mask; so the engine is built with SIGPIPE blocked in this thread: the connections
+// made now and every thread the engine starts (Gloo's event loop and our collective worker, NCCL's proxy threads and
+// our watchdog), which do all of the engine's later writes, get EPIPE instead, the transport throws and the
+// collective's error names what failed. This thread's mask is restored afterwards (a SIGPIPE its own connecting writes
+// left pending is dropped first), so the process's disposition is untouched: a rank whose standard output is a closed
+// pipe (`hadatrain launch ... | head`) still ends at its next write.
 namespace {
 class SigpipeBlocked {
  public:

@@ -120,10 +120,12 @@ void GradientReducer::on_gradient(std::size_t param) {
 
 void GradientReducer::issue(std::size_t k) {
   const Bucket& b = buckets_[k];
-  Tensor flat = zeros({b.numel}, {b.dtype, b.device});  // (numel) the bucket's gradients, one after another
+  Tensor flat = empty({b.numel}, {b.dtype, b.device});  // (numel) the bucket's gradients, one after another
   for (std::size_t j = 0; j < b.params.size(); ++j) {
-    const Tensor& g = store_.params()[b.params[j]].param->grad();
-    if (g.defined()) copy_(flat.narrow(0, b.offsets[j], g.numel()), g.reshape({g.numel()}));
+    const Tensor& p = *store_.params()[b.params[j]].param;
+    const Tensor slot = flat.narrow(0, b.offsets[j], p.numel());
+    if (p.grad().defined()) copy_(slot, p.grad().reshape({p.numel()}));
+    else fill_(slot, 0.0);  // a trainable parameter without a gradient counts as zeros
   }
   if (armed_->weight != 1.0) mul_(flat, armed_->weight);
   bytes_ += static_cast<int64_t>(flat.nbytes());

@@ -6,7 +6,8 @@
 //   - 2 and 4 ranks: the per-step global losses and the final weights within 1e-5 relative of the reference
 //     (the same products, summed in another order), with uneven slices (a batch of 10 over 4 ranks);
 //   - every rank ends with bit-identical weights (all-reduce leaves the same bits everywhere);
-//   - the reduction during backward (GradientReducer::arm) gives the reduction after it bit for bit.
+//   - the reduction during backward (GradientReducer::arm) gives the reduction after it bit for bit;
+//   - a trainable parameter that got no gradient is reduced as exact zeros.
 #include <cmath>
 
 #include "dist_testing.h"
@@ -180,6 +181,42 @@ TEST_CASE("ddp: a bucket that gets a gradient after it was issued is reduced aga
       expect(test::compare(during.at(name), t, 0, 0).empty(), name + " differs with the reduction during backward");
     expect(bytes_after == (8 * 8 + 8) * 4, fmt::format("{} bytes after backward", bytes_after));
     expect(bytes_during == 2 * bytes_after, fmt::format("{} bytes during: both buckets went out twice", bytes_during));
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+}
+
+// A trainable parameter that gets no gradient in a step (a layer the step did not use) shares a bucket with used
+// ones: the reduction gives it a gradient of exact zeros and the others their weighted sum over the ranks. Over
+// several steps the buckets' buffers are freed and allocated again, so a slot left unwritten would hold old sums.
+TEST_CASE("ddp: a trainable parameter without a gradient is reduced as zeros", "[dist]") {
+  const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
+    auto pg = dist::init_process_group(env, {.engine = "gloo", .timeout = std::chrono::seconds(30)});
+    Generator gen(5);
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Linear>(8, 8, nn::Bias::yes, gen));  // used
+    m->push_back(std::make_shared<nn::Linear>(8, 8, nn::Bias::yes, gen));  // never used
+    auto store = nn::ParameterStore::attach(*m);
+    dist::GradientReducer reducer(*pg.comm, *store, {.bucket_mb = 1.0});
+    expect(reducer.buckets() == 1, "one bucket for all four parameters");
+    auto& used = dynamic_cast<nn::Linear&>(*(*m)[0]);
+    for (int step = 0; step < 4; ++step) {
+      for (const auto& p : store->params()) p.param->zero_grad();
+      const Tensor x = test::random_tensor({4, 8}, 10 * step + static_cast<uint64_t>(env.rank), DType::f32);
+      sum(used.forward(x)).backward();
+      const Tensor own = used.weight.grad().clone();  // this rank's gradient of the used weight
+      reducer.reduce(0.5);
+      Tensor expected = mul(own, 0.5);  // the other rank's half, from its own input
+      const Tensor other = test::random_tensor({4, 8}, 10 * step + static_cast<uint64_t>(1 - env.rank), DType::f32);
+      expected = add(expected, mul(matmul(full({8, 4}, 1.0, {DType::f32}), other), 0.5));
+      expect(test::compare(used.weight.grad(), expected, 1e-6, 1e-6).empty(), "the used weight's sum");
+      for (const auto& p : store->params()) {
+        if (p.name.rfind("1.", 0) != 0) continue;
+        expect(p.param->grad().defined(), p.name + " has no gradient after the reduction");
+        expect(test::compare(p.param->grad(), zeros(p.param->shape(), {DType::f32}), 0, 0).empty(),
+               fmt::format("{} at step {}: not zeros", p.name, step + 1));
+      }
+    }
   });
   INFO("exit codes " << ht::test::exit_codes(out));
   REQUIRE(ht::test::all_passed(out));

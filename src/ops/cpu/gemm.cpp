@@ -59,9 +59,8 @@ void check_ld(const GemmDims& d) {
 // widened copies, accumulated in f32 and rounded to Out once per element (Out = T, or f32 for gemm_acc):
 // what the tensor cores compute, and the same precision as a loop over k, in sgemm's summation order. The
 // copies (op(A) as (m, k), op(B) as (k, n), and C when beta reads it) cost O(mk + kn + mn) against the
-// product's O(mnk). Against a plain loop over k the difference is the whole CPU step: bf16 training of the
-// sotu_small LLaMA (batch 8 x 128, 2 cores) runs at 127 tokens/s with such a loop (four fifths of the time in
-// it) and at 427 with sgemm, against f32's 474.
+// product's O(mnk), and sgemm is blocked for the caches and threaded, which a loop over k is not: on the CPU the
+// products are most of a training step, so narrow dtypes train at nearly f32's speed.
 template <class T, class Out>
 void gemm_widened(const GemmDims& d, const T* a, const T* b, Out* c) {
   if (trivial_product(d, c)) return;
@@ -70,11 +69,11 @@ void gemm_widened(const GemmDims& d, const T* a, const T* b, Out* c) {
     for (int64_t p = 0; p < d.k; ++p) aw[static_cast<std::size_t>(i * d.k + p)] = convert<float>(at_a(d, a, i, p));
   for (int64_t p = 0; p < d.k; ++p)
     for (int64_t j = 0; j < d.n; ++j) bw[static_cast<std::size_t>(p * d.n + j)] = convert<float>(at_b(d, b, p, j));
-  const bool in_place = std::is_same_v<Out, float>;  // an f32 C takes sgemm's output (and its beta) directly
-  std::vector<float> cw(in_place ? 0 : static_cast<std::size_t>(d.m * d.n));
+  constexpr bool f32_out = std::is_same_v<Out, float>;  // an f32 C takes sgemm's output (and its beta) directly
+  std::vector<float> cw(f32_out ? 0 : static_cast<std::size_t>(d.m * d.n));
   float* cf = nullptr;
   blasint ldc = 0;
-  if constexpr (std::is_same_v<Out, float>) {
+  if constexpr (f32_out) {
     cf = c;
     ldc = blas_int(d.ldc, "ldc");
   } else {
@@ -87,7 +86,7 @@ void gemm_widened(const GemmDims& d, const T* a, const T* b, Out* c) {
   const blasint m = blas_int(d.m, "m"), n = blas_int(d.n, "n"), k = blas_int(d.k, "k");
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, aw.data(), k, bw.data(), n,
               static_cast<float>(d.beta), cf, ldc);
-  if constexpr (!std::is_same_v<Out, float>)
+  if constexpr (!f32_out)
     for (int64_t i = 0; i < d.m; ++i)
       for (int64_t j = 0; j < d.n; ++j) c[i * d.ldc + j] = convert<Out>(cw[static_cast<std::size_t>(i * d.n + j)]);
 }
