@@ -29,6 +29,9 @@ struct Override {
 struct Document {
   std::string source;               // the file name, or the name given to from_string
   std::vector<Override> overrides;  // in command-line order (later ones win)
+  // Dotted keys a --set gave the value null (`--set key=null`): while the key still holds null, it reads as
+  // absent (its default applies, a section reads as not given), but finish() still checks its name.
+  std::vector<std::string> cleared;
 };
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
@@ -363,11 +366,16 @@ struct ConfigReader::Section {
 
   std::string key_path(const std::string& key) const { return path.empty() ? key : path + "." + key; }
 
-  // The (key, value) pair of `key`, or undefined nodes.
+  // The (key, value) pair of `key`, or undefined nodes (also for a key that `--set key=null` cleared).
   std::pair<YAML::Node, YAML::Node> find(const std::string& key) const {
     if (node.IsDefined() && node.IsMap())
       for (auto it = node.begin(); it != node.end(); ++it)
-        if (it->first.IsScalar() && it->first.Scalar() == key) return {it->first, it->second};
+        if (it->first.IsScalar() && it->first.Scalar() == key) {
+          if (it->second.IsNull() &&
+              std::find(doc->cleared.begin(), doc->cleared.end(), key_path(key)) != doc->cleared.end())
+            break;
+          return {it->first, it->second};
+        }
     return {YAML::Node(YAML::NodeType::Undefined), YAML::Node(YAML::NodeType::Undefined)};
   }
 
@@ -448,11 +456,18 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
     }
   }
 
+  // `--set key=null` (or ~) clears the key: its default applies. It creates no section on the way, since a section
+  // made to hold it would be given where none was (a key in an absent section is at its default already).
+  const bool clear = v.IsNull();
   YAML::Node cur = root;
   std::string walked;
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     walked += (i ? "." : "") + parts[i];
     YAML::Node next = cur[parts[i]];
+    if (clear && (!next.IsDefined() || next.IsNull())) {
+      doc.overrides.push_back({key, source});
+      return;
+    }
     if (!next.IsDefined() || next.IsNull()) {
       cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
       next.reset(cur[parts[i]]);
@@ -464,6 +479,7 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   }
   cur[parts.back()] = v;
   doc.overrides.push_back({key, source});
+  if (clear) doc.cleared.push_back(key);
 }
 
 }  // namespace

@@ -350,3 +350,32 @@ TEST_CASE("a config path that is not a file is an error", "[config]") {
   CHECK(error_of([] { load_trainer_config("no/such/config.yaml"); }) ==
         "no/such/config.yaml: config file not found (or not a regular file)");
 }
+
+TEST_CASE("--set key=null clears a key: its default applies, a cleared section reads as absent", "[config]") {
+  const std::string path = write_config("clear.yaml", kConfig);
+  const TrainerConfig d = load_trainer_config(write_config("clear_default.yaml", ""));
+  // A value of the file goes back to its default; `~` is YAML's null too.
+  CHECK(load_trainer_config(path, {"optim.momentum=null"}).optim.momentum == d.optim.momentum);
+  CHECK(load_trainer_config(path, {"model.hidden=~"}).model.hidden == d.model.hidden);
+  // Without the clearing, null is an error, as `lr:` with no value in a file is.
+  CHECK_THAT(error_of([&] { ConfigReader::from_string("lr:\n", "null.yaml").get<double>("lr", 1.0); }),
+             HasSubstr("null.yaml:1:1: lr: expected a number"));
+  // A later --set of the key wins over the clearing, and the clearing over an earlier one.
+  CHECK(load_trainer_config(path, {"optim.momentum=null", "optim.momentum=0.25"}).optim.momentum == 0.25);
+  CHECK(load_trainer_config(path, {"optim.momentum=0.25", "optim.momentum=null"}).optim.momentum == d.optim.momentum);
+  // A section: absent, so its keys take their defaults; holds_section says no.
+  ConfigReader r = ConfigReader::from_string("lora:\n  rank: 8\nname: x\n", "sec.yaml", {"lora=null"});
+  CHECK_FALSE(r.holds_section("lora"));
+  CHECK_FALSE(r.has("lora"));
+  CHECK(r.child("lora").get<int>("rank", 4) == 4);
+  CHECK(r.get<std::string>("name", "") == "x");
+  r.finish();
+  // A key in an absent section is at its default already: no section is made to hold it.
+  ConfigReader e = ConfigReader::from_string("name: x\n", "nosec.yaml", {"lora.rank=null"});
+  CHECK_FALSE(e.holds_section("lora"));
+  CHECK(e.get<std::string>("name", "") == "x");
+  e.finish();
+  // The cleared key's name is still checked.
+  CHECK_THAT(error_of([&] { load_trainer_config(path, {"optim.momentun=null"}); }),
+             HasSubstr("--set optim.momentun=null: optim.momentun: unknown key"));
+}
