@@ -32,6 +32,12 @@ struct Document {
   // Dotted keys a --set gave the value null (`--set key=null`): while the key still holds null, it reads as
   // absent (its default applies, a section reads as not given), but finish() still checks its name.
   std::vector<std::string> cleared;
+  // A `--set key=null` whose path stops at a missing section (nothing to clear): the deepest section it reached
+  // (dotted, "" for the top level) and the missing key there, which that section's finish() still checks.
+  struct Dangling {
+    std::string section, key, source;
+  };
+  std::vector<Dangling> dangling;
 };
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
@@ -466,6 +472,7 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
     YAML::Node next = cur[parts[i]];
     if (clear && (!next.IsDefined() || next.IsNull())) {
       doc.overrides.push_back({key, source});
+      doc.dangling.push_back({walked.substr(0, walked.size() - parts[i].size() - (i ? 1 : 0)), parts[i], source});
       return;
     }
     if (!next.IsDefined() || next.IsNull()) {
@@ -649,6 +656,10 @@ bool ConfigReader::holds_section(const std::string& key) const {
 
 void ConfigReader::finish() {
   const Section& s = *s_;
+  for (const Document::Dangling& d : s.doc->dangling)
+    if (d.section == s.path && std::find(s.known.begin(), s.known.end(), d.key) == s.known.end())
+      throw config_error(fmt::format("{}: {}: unknown key ({} accepts: {})", d.source, s.key_path(d.key),
+                                     s.path.empty() ? "the top level" : s.path, join(s.known, ", ")));
   if (s.node.IsDefined() && s.node.IsMap()) {
     for (auto it = s.node.begin(); it != s.node.end(); ++it) {
       const std::string name = it->first.Scalar();

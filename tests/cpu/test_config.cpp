@@ -373,9 +373,15 @@ TEST_CASE("--set key=null clears a key: its default applies, a cleared section r
   // A key in an absent section is at its default already: no section is made to hold it.
   ConfigReader e = ConfigReader::from_string("name: x\n", "nosec.yaml", {"lora.rank=null"});
   CHECK_FALSE(e.holds_section("lora"));
+  CHECK(e.child("lora").get<int>("rank", 4) == 4);
   CHECK(e.get<std::string>("name", "") == "x");
   e.finish();
-  // The cleared key's name is still checked.
+  // The cleared key's name is still checked, also where the path stops at a missing section.
   CHECK_THAT(error_of([&] { load_trainer_config(path, {"optim.momentun=null"}); }),
              HasSubstr("--set optim.momentun=null: optim.momentun: unknown key"));
+  CHECK_THAT(error_of([&] { load_trainer_config(path, {"optm.lr=null"}); }),
+             HasSubstr("--set optm.lr=null: optm: unknown key (the top level accepts: run, data"));
+  CHECK_THAT(error_of([&] { load_trainer_config(path, {"model.lorra.rank=null"}); }),
+             HasSubstr("--set model.lorra.rank=null: model.lorra: unknown key (model accepts:"));
+  CHECK(load_trainer_config(path, {"checkpoint.every_steps=null"}).optim.lr == 0.1);  // an absent, known section
 }
