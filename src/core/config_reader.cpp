@@ -466,13 +466,14 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
   // made to hold it would be given where none was (a key in an absent section is at its default already).
   const bool clear = v.IsNull();
   YAML::Node cur = root;
-  std::string walked;
+  std::string walked;  // the sections passed so far, dotted
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::string parent = walked;
     walked += (i ? "." : "") + parts[i];
     YAML::Node next = cur[parts[i]];
     if (clear && (!next.IsDefined() || next.IsNull())) {
       doc.overrides.push_back({key, source});
-      doc.dangling.push_back({walked.substr(0, walked.size() - parts[i].size() - (i ? 1 : 0)), parts[i], source});
+      doc.dangling.push_back({parent, parts[i], source});
       return;
     }
     if (!next.IsDefined() || next.IsNull()) {
