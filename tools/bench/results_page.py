@@ -176,28 +176,36 @@ class Notes:
                 models.append(r["model"])
 
     def ref(self, rec):
-        torch = f" (PyTorch {rec['torch']})" if rec.get("torch") else ""
         t, m = template(rec), rec["machine"]
         if t != rec["command"] and self.rows.get((t, m), 0) > self.rows.get((rec["command"], m), 0):
             names = [n for n, _ in PLACEHOLDERS if re.search(rf"\b{n}\b", t)]
             what = {"MODEL": "model (" + ", ".join(f"`{x}`" for x in self.models[(t, m)]) + ")", "BATCH": "batch",
                     "PIPELINE": "pipeline"}
-            text = f"`{t}`{torch}, {words(names)} being the row's {words([what[n] for n in names])}"
+            text = f"`{t}`{{torch}}, {words(names)} being the row's {words([what[n] for n in names])}"
         else:
-            text = f"`{rec['command']}`{torch}"
-        item = (text, m)
-        if item not in self.items:
-            self.items.append(item)
+            text = f"`{rec['command']}`{{torch}}"
+        # One footnote per command and machine: rows of one command that ran ours and PyTorch's processes share it,
+        # with the PyTorch version that any of them records.
+        keys = [(c, mm) for c, mm, _ in self.items]
+        if (text, m) not in keys:
+            self.items.append([text, m, None])
+            keys.append((text, m))
+        i = keys.index((text, m))
+        if rec.get("torch"):
+            self.items[i][2] = rec["torch"]
         if m not in self.machines:
             self.machines.append(m)
-        return f"[{self.items.index(item) + 1}]"
+        return f"[{i + 1}]"
+
+    def commands(self):
+        return [(c.replace("{torch}", f" (PyTorch {t})" if t else ""), m) for c, m, t in self.items]
 
     def lines(self):
         if self.machine is not None:
             return [""] + [f"- [{i}] {cmd}" + ("" if m == self.machine else f" on {m}")
-                           for i, (cmd, m) in enumerate(self.items, 1)]
+                           for i, (cmd, m) in enumerate(self.commands(), 1)]
         one = len(self.machines) == 1
-        out = [""] + [f"- [{i}] {cmd}" + ("" if one else f" on {m}") for i, (cmd, m) in enumerate(self.items, 1)]
+        out = [""] + [f"- [{i}] {cmd}" + ("" if one else f" on {m}") for i, (cmd, m) in enumerate(self.commands(), 1)]
         return out + ([f"- Machine: {self.machines[0]}."] if one else [])
 
 
@@ -645,8 +653,7 @@ The peer is the fastest of PyTorch's eager, `torch.compile` (model and optimiser
 (`torch.cuda.graph`) forms, each in its own process in the same call as ours (`tools/bench/bench_train_torch.py`).
 Both train the same model on random data: bf16 forward, f32 master weights, channels-last ResNets, cross-entropy, SGD
 with momentum 0.9, the f32 image cast to bf16 inside the step; median of 20 steps after 5 warm-up steps. Ours is
-`bench_train`'s step-graph time (`train.cuda_graph: auto`). peer / ours above 1: ours is faster. torch.compile's
-time varies between calls (ResNet-50: 21.15 ms at `8f977c2`, 22.94 ms at `4b0f3e1`).
+`bench_train`'s step-graph time (`train.cuda_graph: auto`). peer / ours above 1: ours is faster.
 
 The LLaMA row is a full fine-tuning step (`tools/bench/bench_llama`, `tools/bench/bench_llama_torch.py`): random
 token ids, f32 master weights, bf16 compute, cross-entropy in f32, AdamW (PyTorch's fused AdamW), median of 12 steps
