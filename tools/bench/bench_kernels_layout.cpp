@@ -95,7 +95,7 @@ void bench_fold(bool csv, double copy_gbs) {
 // ImageNet stem's 3x3 stride-2 max pool and the heads' global average pools, each on an NCHW tensor and on a
 // channels-last one (an (N, H, W, C) tensor viewed as (N, C, H, W), as the channels-last ResNets call it; its
 // output and gradient stay channels last, and grad_out is made in the output's layout, as torch.rand_like).
-// Issue 3 asks for pooling through cuDNN or own kernels, whichever is faster: ours are own kernels
+// Pooling runs through whichever is faster, cuDNN or own kernels, so both are timed: ours are own kernels
 // (cuda/kernels/pool*.cu); the cuDNN columns time cudnnPoolingForward and cudnnPoolingForward + cudnnPoolingBackward
 // (which needs x, y and dy) on dense buffers of the same shapes and layout (CUDNN_POOLING_MAX 3x3 s2 p1;
 // CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING with the whole plane as the window for the global pools), bare

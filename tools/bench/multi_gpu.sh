@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-GPU runs of issue 28 on the GPUs of one node (docs/distributed.md, Multi-GPU), each run in its own
+# The multi-GPU runs on the GPUs of one node (docs/distributed.md, Multi-GPU), each run in its own
 # process group with its own time limit and log, then a summary table (printed last) and result records.
 # Stages (--only picks some; default all, in this order):
 #   scaling      the 1.24B LLaMA (preset llama32_1b, random weights) full fine-tuning step, 8 x 2048 tokens per

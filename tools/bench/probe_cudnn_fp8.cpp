@@ -1,4 +1,4 @@
-// Which convolutions cuDNN runs on fp8 operands (CUDA builds; issue: HLQ's conv products in low precision).
+// Which convolutions cuDNN runs on fp8 operands (CUDA builds): the evidence for how HLQ's conv products run in low precision.
 // For the forward (fprop), the data gradient (dgrad) and the weight gradient (wgrad) of NHWC convolutions with e4m3
 // operands, the probe builds cuDNN backend operation graphs in three forms: the convolution alone writing f32, the
 // convolution alone writing bf16, and the convolution into a virtual f32 tensor scaled by a pointwise multiply into
