@@ -61,6 +61,7 @@ struct Row {
   std::string name;
   double bytes;
   double ms;
+  int64_t elements = 0;  // 0: the table's element count
 };
 
 // Matrix products through matmul (cuBLASLt), reported in TFLOP/s (2·M·N·K per product). f32 runs without
@@ -200,14 +201,22 @@ int main(int argc, char** argv) {
     const Tensor lb = rand({4096}, gen, {DType::f32, dev}).to(DType::bf16);
     rows.push_back({"softmax bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = softmax(mb, 1); })});
     rows.push_back({"layer_norm bf16 (.., 4096)", 2 * f2, time_ms([&] { keep = layer_norm(mb, lw, lb); })});
+    // a Linear's bias gradient, the column sums of g_y (rows, out), at ViT-B/16's batch 256 (50432 tokens) for
+    // out = 768 (proj, fc2) and 3072 (fc1): bytes read only (the sums are a few KB)
+    for (const int64_t out : {int64_t{768}, int64_t{3072}}) {
+      const Tensor g = rand({256 * 197, out}, gen, {DType::f32, dev}).to(DType::bf16);
+      rows.push_back({"sum bf16 cols (50432, " + std::to_string(out) + ")", 2.0 * static_cast<double>(g.numel()),
+                      time_ms([&] { keep = sum(g, {0}); }), g.numel()});
+    }
   }
   const double floor_gbs = rows[0].bytes / rows[0].ms * 1e-6;
   if (csv) std::printf("kernel,elements,ms,GB/s,ratio_to_copy\n");
   else std::printf("%-34s %12s %10s %10s %8s\n", "kernel", "elements", "ms", "GB/s", "vs copy");
   for (const auto& r : rows) {
     const double gbs = r.bytes / r.ms * 1e-6;
-    if (csv) std::printf("%s,%lld,%.4f,%.1f,%.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
-    else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", r.name.c_str(), static_cast<long long>(n), r.ms, gbs, gbs / floor_gbs);
+    const long long elems = r.elements > 0 ? r.elements : static_cast<long long>(n);
+    if (csv) std::printf("%s,%lld,%.4f,%.1f,%.3f\n", r.name.c_str(), elems, r.ms, gbs, gbs / floor_gbs);
+    else std::printf("%-34s %12lld %10.4f %10.1f %8.3f\n", r.name.c_str(), elems, r.ms, gbs, gbs / floor_gbs);
   }
   if (want("gemm")) bench_gemm(csv);
   if (want("lowp")) bench_lowp_gemm(csv);
