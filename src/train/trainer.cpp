@@ -352,7 +352,9 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                       .lr = lr,
                       .throughput = window_rate,
                       .data_wait = data_wait,
-                      .grad_norm = std::nullopt};
+                      .grad_norm = std::nullopt,
+                      .mfu = std::nullopt,
+                      .extra = {}};
         if (cfg.optim.clip_grad_norm > 0) w.grad_norm = runner.grad_norm();
         if (dist_run) w.extra = dist_run->take_comm_bytes(window_steps);
         // Model FLOPs utilisation: achieved training FLOP/s over train.peak_tflops (CUDA only: a CPU has no
