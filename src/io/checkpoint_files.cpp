@@ -18,6 +18,7 @@ namespace {
 
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kEmaFile = "ema.safetensors";
 constexpr const char* kStateFile = "state.json";
 constexpr const char* kLatestFile = "latest";
 constexpr const char* kBestFile = "best";
@@ -142,6 +143,8 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointData& data, const
     save_safetensors(tmp_dir / kModelFile, data.model, meta);
     if (!data.optimizer.empty())
       save_safetensors(tmp_dir / kOptimizerFile, data.optimizer, {{"format", "pt"}, {"step", std::to_string(data.step)}});
+    if (!data.ema.empty())
+      save_safetensors(tmp_dir / kEmaFile, data.ema, {{"format", "pt"}, {"step", std::to_string(data.step)}});
     write_file_atomic(tmp_dir / kStateFile, state_text);
     for (const fs::path& f : data.adopt_files) fs::rename(f, tmp_dir / f.filename());
     // The adopted files' folders (a sharded save's step_<N>.shards.tmp) are empty now: removed here, so that
@@ -221,6 +224,7 @@ Checkpoint load_checkpoint_dir(const fs::path& dir) {
   ck.dir = dir;
   ck.model = load_safetensors(dir / kModelFile);
   if (fs::exists(dir / kOptimizerFile)) ck.optimizer = load_safetensors(dir / kOptimizerFile);
+  if (fs::exists(dir / kEmaFile)) ck.ema = load_safetensors(dir / kEmaFile);
   const std::string text = read_text(dir / kStateFile, dir);
   try {
     ck.state = json::parse(text);

@@ -105,6 +105,19 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   const auto dropout_stream = s.at("dropout_stream").get<uint64_t>();
   load_optimizer_state(parts_, *ck, s.at("optimizer_steps").get<int64_t>());
   parts_.dropout_gen->set_state(dropout_stream);
+  if (parts_.ema != nullptr) {
+    // The average continues where the checkpoint left it; a checkpoint of a run without one starts it from the
+    // resumed weights (the run then differs from one that averaged from the start, so say so).
+    if (ck->ema.has_value() && s.contains("ema_updates")) {
+      parts_.ema->load(ck->ema->tensors, s.at("ema_updates").get<int64_t>(),
+                       fmt::format("--resume: {}/ema.safetensors", ck->dir.string()));
+    } else {
+      parts_.ema->restart();
+      spdlog::warn("--resume: {} holds no weight average (ema.safetensors): the average starts from the resumed "
+                   "weights",
+                   ck->dir.string());
+    }
+  }
   resumed_from_ = ck->dir;
   spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
                st.position.batch);
@@ -130,6 +143,7 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
     d.optimizer = optimizer_tensors(parts_);
     if (parts_.sharded && !parts_.sharded->writer) return {};  // gathered with the writer; it writes
   }
+  if (parts_.ema != nullptr) d.ema = to_list(parts_.ema->tensors());
   // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
   if (const std::string bad = first_non_finite(d.model); !bad.empty())
     throw Error(fmt::format("the checkpoint of step {} was not written: the model's tensor {} (training diverged; "
@@ -147,6 +161,7 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
              {"optimizer_steps", parts_.optimizer->steps()},
              {"run", o_.run_name},
              {"seed", o_.seed}};
+  if (parts_.ema != nullptr) d.state["ema_updates"] = parts_.ema->updates();
   const bool mark = best == io::MarkBest::yes && o_.keep_best;
   fs::path dir;
   try {

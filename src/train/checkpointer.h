@@ -16,6 +16,7 @@
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/philox.h"
 #include "hadatrain/train/trainer.h"
+#include "ema.h"
 
 namespace ht::train {
 
@@ -53,6 +54,7 @@ struct CheckpointedParts {
   optim::Optimizer* optimizer = nullptr;
   Generator* dropout_gen = nullptr;
   const ShardedState* sharded = nullptr;  // unset: the optimiser's store holds the whole model
+  WeightEma* ema = nullptr;               // config `ema`: its average goes into ema.safetensors
 };
 
 struct CheckpointerOptions {

@@ -124,13 +124,19 @@ void RunLog::train(const TrainWindow& w) {
   metrics_.write(rec);
 }
 
-void RunLog::eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev) {
-  spdlog::info("epoch {}/{} done in {:.1f} s: train loss {:.4f}, {}", epoch + 1, o_.epochs, seconds, train_loss,
-               ev.summary);
+void RunLog::eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev,
+                  const EvalResult* average) {
+  spdlog::info("epoch {}/{} done in {:.1f} s: train loss {:.4f}, {}{}", epoch + 1, o_.epochs, seconds, train_loss,
+               ev.summary, average != nullptr ? "; weight average: " + average->summary : std::string());
   MetricsRecord rec("eval");
   rec.add("step", step).add("epoch", epoch + 1).add("train_loss", train_loss).add("test_loss", ev.loss);
   for (const EvalMetric& m : ev.metrics)
     std::visit([&](auto v) { rec.add("test_" + m.name, v); }, m.value);
+  if (average != nullptr) {
+    rec.add("ema_test_loss", average->loss);
+    for (const EvalMetric& m : average->metrics)
+      std::visit([&](auto v) { rec.add("ema_test_" + m.name, v); }, m.value);
+  }
   rec.add("epoch_seconds", seconds).add("host_peak_mb", peak_host_mb());
   metrics_.write(rec);
 }

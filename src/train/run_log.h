@@ -48,8 +48,10 @@ class RunLog {
  public:
   explicit RunLog(RunLogOptions o);
   void train(const TrainWindow& w);
-  // The end of an epoch with an evaluation; train_loss is NaN (written as null) when no step ran.
-  void eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev);
+  // The end of an epoch with an evaluation; train_loss is NaN (written as null) when no step ran. `average`:
+  // the weight average's evaluation (config `ema`), logged beside and recorded as ema_test_* keys.
+  void eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev,
+            const EvalResult* average = nullptr);
   // Redraws the progress line (at most every 0.2 s, and at an epoch's last batch); nothing unless stdout is
   // a terminal. loss: the latest logged window mean (NaN before one).
   void progress(int64_t step, int64_t epoch, int64_t batch, double loss, double throughput);

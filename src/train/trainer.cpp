@@ -30,6 +30,7 @@
 #include "causal_lm_setup.h"
 #include "checkpointer.h"
 #include "distributed.h"
+#include "ema.h"
 #include "run_log.h"
 #include "step_runner.h"
 #include "trainer_setup.h"
@@ -153,6 +154,9 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     return dist_run->shard(std::move(store), cfg.train.grad_accum_steps);
   }) : StoreWrap());
   if (dist_run) dist_run->attach(optimizer->store());  // every rank starts from rank 0's weights
+  // config `ema` (Note [Weight EMA] in ema.h): from the weights every rank now holds; a resume replaces it.
+  std::optional<WeightEma> ema;
+  if (cfg.ema) ema.emplace(*model, *cfg.ema);
   auto clock = std::make_shared<grad::StepClock>();  // Note [Pipeline noise]: the step keys stochastic rounding
   const std::vector<nn::BoundLayer> bound = nn::bind_pipelines(*model, cfg.grad_pipeline, clock);
   log_pipelines(bound);
@@ -187,7 +191,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                             {.model = model.get(),
                              .optimizer = optimizer.get(),
                              .dropout_gen = dropout_gen.get(),
-                             .sharded = sharded_state ? &*sharded_state : nullptr});
+                             .sharded = sharded_state ? &*sharded_state : nullptr,
+                             .ema = ema ? &*ema : nullptr});
   RunState st;
   st.best_score = task->initial_score();
   const std::optional<RunState> resumed = checkpointer.resume(resume);
@@ -322,6 +327,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       runner.run(dist_run ? dist_run->slice(*batch, *task) : *batch, lr, st.step);
       if (dist_run) dist_run->end_step();  // the step's bytes on the wire join the logging window's
       ++st.step;
+      if (ema) ema->after_step(st.step, st.step <= schedule.warmup_steps);  // the step just run had a warm-up lr
       if (st.step == first_step + 1) {
         nn::log_fallbacks(bound);  // the layers whose pipeline fell back, now that their shapes are known
         log_pipeline_memory(bound);
@@ -401,13 +407,17 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
         epoch_done && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
     if (do_eval) {
       const EvalResult ev = evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get());
-      const bool improved = ev.score > st.best_score;
+      const bool improved = ev.score > st.best_score;  // `best` follows the weights, not their average
       if (improved) st.best_score = ev.score;
       result.last_eval = ev;
+      if (ema && cfg.ema->evaluate)
+        result.last_average_eval =
+            ema->with_average([&] { return evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get()); });
       // Over all the epoch's steps, those before a resume included (the checkpoint keeps their sum).
       const double train_loss =
           st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan("");
-      run_log.eval(st.step, epoch, secs, train_loss, ev);
+      run_log.eval(st.step, epoch, secs, train_loss, ev,
+                   result.last_average_eval ? &*result.last_average_eval : nullptr);
       if (epoch_checkpoint) save(improved ? io::MarkBest::yes : io::MarkBest::no, true);
     } else if (epoch_checkpoint) {
       save(io::MarkBest::no);
@@ -418,7 +428,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   return result;
 }
 
-EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir) {
+EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average) {
   check_device(cfg.train.device);
   const Datasets ds = make_datasets(cfg);
   Generator init_gen(cfg.run.seed);
@@ -427,8 +437,15 @@ EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoin
   model->to(cfg.train.dtype);
   const io::Checkpoint ck = read_checkpoint_for_eval(checkpoint_dir);
   load_model_state(*model, ck);
+  if (average) {
+    // The average covers the trained parameters and the buffers; frozen parameters are their own average.
+    HT_CHECK(ck.ema.has_value(), "--ema: {} holds no weight average (ema.safetensors): it was written by a run "
+             "without an ema section", ck.dir.string());
+    model->load_state_dict(ck.ema->tensors, nn::StrictLoad::no);
+  }
   model->to(cfg.train.device);
-  spdlog::info("evaluating {} (step {}) on {}", ck.dir.string(), ck.step, describe_data(cfg, ds));
+  spdlog::info("evaluating {} (step {}{}) on {}", ck.dir.string(), ck.step, average ? ", its weight average" : "",
+               describe_data(cfg, ds));
   const std::unique_ptr<Task> task = make_task(cfg, *model);
   const std::unique_ptr<BatchSource> loader = make_loader(cfg, ds, Split::test);
   return evaluate(*model, *task, *loader, cfg.train.device);

@@ -307,6 +307,15 @@ CheckpointSection read_checkpoint(ConfigReader r, const std::string& out_dir) {
   return s;
 }
 
+EmaSection read_ema(ConfigReader r) {
+  EmaSection s;
+  s.decay = r.get("decay", s.decay, Range::open(0.0, 1.0));
+  s.every_steps = r.get<int64_t>("every_steps", s.every_steps, Range::at_least(1));
+  s.restart_during_warmup = r.get("restart_during_warmup", s.restart_during_warmup);
+  s.evaluate = r.get("evaluate", s.evaluate);
+  return s;
+}
+
 }  // namespace
 
 std::string dataset_name(DatasetKind d) {
@@ -346,6 +355,14 @@ TrainerConfig read_trainer_config(ConfigReader root) {
   c.checkpoint = read_checkpoint(root.child("checkpoint"), c.run.out_dir);
   c.grad_pipeline = read_grad_pipeline(root.child("grad_pipeline"), c.run.seed);
   c.dist = dist::read_dist_options(root.child("dist"));
+  if (root.has("ema")) {
+    c.ema = read_ema(root.child("ema"));
+    // fsdp shards the weights over the ranks (each holds a slice of every tensor): no rank has the whole
+    // weights to average, and no other mode needs more than this process's copy.
+    if (c.dist.mode == dist::DistMode::fsdp)
+      root.fail("ema", "a weight average is not kept under dist.mode fsdp (each rank holds only shards of the "
+                       "weights); use dist.mode ddp or none, or remove the ema section");
+  }
   root.finish();
   c.resolved_yaml = root.resolved_yaml();
   return c;

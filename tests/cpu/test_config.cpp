@@ -285,7 +285,7 @@ TEST_CASE("errors in --set values name the --set as their source", "[config]") {
         "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers; "
         "did you mean 'lr'?)");
   CHECK_THAT(error_of([&] { load_trainer_config(path, {"foo.bar=1"}); }),
-             HasSubstr("--set foo.bar=1: foo: unknown key (the top level accepts: run, data, model, optim, schedule, train, checkpoint, grad_pipeline, dist)"));
+             HasSubstr("--set foo.bar=1: foo: unknown key (the top level accepts: run, data, model, optim, schedule, train, checkpoint, grad_pipeline, dist, ema)"));
   CHECK(error_of([&] { load_trainer_config(path, {"optim.lr=-1"}); }) ==
         "--set optim.lr=-1: optim.lr: expected a number > 0, got -1");
   CHECK(error_of([&] { load_trainer_config(path, {"model.hidden=[1, 0]"}); }) ==

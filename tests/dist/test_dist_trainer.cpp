@@ -6,6 +6,7 @@
 
 #include "dist_testing.h"
 #include "dist_trainer_testing.h"
+#include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
 #include "support/catch.h"
@@ -123,4 +124,31 @@ TEST_CASE("a launched rank with dist.mode none is an error", "[dist][trainer]") 
     expect(err.find("but dist.mode is none: every rank would train alone") != std::string::npos, "got: " + err);
   });
   REQUIRE(ht::test::all_passed(out));
+}
+
+// The weight average (config ema) under ddp: every rank averages the same reduced weights, so rank 0's checkpointed
+// average equals one process's within the losses' tolerance, and its evaluation is logged beside the weights'.
+TEST_CASE("train with dist.mode ddp keeps one process's weight average", "[dist][trainer][ema]") {
+  test::idx8_dataset();
+  const std::vector<std::string> sets = {"ema.decay=0.8", "checkpoint.every_epochs=1", "checkpoint.keep_last=0"};
+  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(config("ref_ema", sets)); });
+  REQUIRE(ht::test::all_passed(ref));
+  const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    std::vector<std::string> mine = sets;
+    for (const char* s : {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=30", "dist.bucket_mb=0.001"})
+      mine.emplace_back(s);
+    run_training(config("ddp2_ema", mine));
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+  const io::Checkpoint a = io::load_checkpoint_dir(io::checkpoint_dir(test::scratch_dir() / "ref_ema" / "checkpoints", 8));
+  const io::Checkpoint b = io::load_checkpoint_dir(io::checkpoint_dir(test::scratch_dir() / "ddp2_ema" / "checkpoints", 8));
+  REQUIRE(a.ema.has_value());
+  REQUIRE(b.ema.has_value());
+  CHECK(b.state.at("ema_updates") == a.state.at("ema_updates"));
+  for (const auto& [name, t] : a.ema->tensors) {
+    INFO(name);
+    CHECK(test::compare(b.ema->at(name), t, 1e-5, 1e-7) == "");
+  }
 }

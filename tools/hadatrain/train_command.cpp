@@ -117,10 +117,12 @@ Command add_eval_command(CLI::App& app) {
   add_common(c.app, *args);
   c.app->add_option("--checkpoint", args->checkpoint, "A step_<N> directory, or a checkpoint root (uses its latest)")
       ->required();
-  c.run = [args] {
+  auto average = std::make_shared<bool>(false);
+  c.app->add_flag("--ema", *average, "Evaluate the checkpoint's weight average (ema.safetensors, config section ema)");
+  c.run = [args, average] {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
-    const train::EvalResult r = train::run_evaluation(cfg, args->checkpoint);
+    const train::EvalResult r = train::run_evaluation(cfg, args->checkpoint, *average);
     // r.total counts the task's evaluated units: tokens with a label for language models, else images
     fmt::print("{} ({} {})\n", r.summary, r.total, r.has("tokens") ? "tokens" : "samples");
     return 0;

@@ -42,6 +42,11 @@ class Range {
   static Range at_least(double lo) { return lower(lo, true); }                  // >= lo
   static Range closed(double lo, double hi) { return both(lo, hi, true); }      // [lo, hi]
   static Range half_open(double lo, double hi) { return both(lo, hi, false); }  // [lo, hi)
+  static Range open(double lo, double hi) {                                     // (lo, hi)
+    Range r = both(lo, hi, false);
+    r.lo_closed_ = false;
+    return r;
+  }
 
   bool contains(double v) const;
   // " > 0", " >= 1", " in [0, 1)", or "" for any().

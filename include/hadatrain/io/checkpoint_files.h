@@ -1,6 +1,7 @@
 // Checkpoint directories on disk (the files only; the Trainer decides what goes in them):
 //   <root>/step_<N>/model.safetensors      model tensors (metadata "format": "pt", "step": "<N>")
 //   <root>/step_<N>/optimizer.safetensors  optimizer tensors (only when the caller gives some)
+//   <root>/step_<N>/ema.safetensors        the weight average, by the model's tensor names (only when given)
 //   <root>/step_<N>/state.json             the caller's JSON: step/epoch, hyper-parameters, loader position, RNGs
 //   <root>/latest                          "step_<N>\n": the checkpoint to resume from
 //   <root>/best                            "step_<N>\n": the checkpoint marked best (optional)
@@ -35,6 +36,7 @@ struct CheckpointData {
   int64_t step = 0;
   TensorList model;
   TensorList optimizer;  // empty: no optimizer.safetensors is written
+  TensorList ema;        // the weight average (config `ema`), by the model's names; empty: no ema.safetensors
   nlohmann::json state = nlohmann::json::object();
   Metadata model_metadata;  // extra __metadata__ for model.safetensors ("format" and "step" are set by us)
   // Files already written and fsync'ed elsewhere on the same filesystem (a sharded checkpoint's per-rank
@@ -53,6 +55,7 @@ struct Checkpoint {
   std::filesystem::path dir;
   SafetensorsContents model;
   std::optional<SafetensorsContents> optimizer;  // nullopt when there is no optimizer.safetensors
+  std::optional<SafetensorsContents> ema;        // nullopt when there is no ema.safetensors
   nlohmann::json state;
 };
 

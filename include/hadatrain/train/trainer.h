@@ -14,6 +14,7 @@ namespace ht::train {
 
 struct TrainResult {
   EvalResult last_eval;  // the last evaluation on the test split (total 0 if none ran)
+  std::optional<EvalResult> last_average_eval;  // config `ema` with evaluate: the weight average's, at the same time
   std::optional<double> best_score;  // the best evaluation score (Task::score_name: top-1); none before one
   int64_t steps = 0;
   std::string out_dir;
@@ -42,7 +43,8 @@ TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume = {}
                          const std::atomic<int>* stop = nullptr);
 
 // Loads the model weights of `checkpoint_dir` (a step_<N> directory, or a checkpoint root whose latest is
-// used) and evaluates them with the config's task on the test split.
-EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir);
+// used) and evaluates them with the config's task on the test split. With `average`, the checkpoint's weight
+// average (ema.safetensors, config `ema`) replaces the weights it covers; ht::Error when it has none.
+EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average = false);
 
 }  // namespace ht::train

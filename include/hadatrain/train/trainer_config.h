@@ -160,6 +160,15 @@ struct CheckpointSection {
   bool sharded = true;
 };
 
+// `ema`: an exponential moving average of the trained weights (Note [Weight EMA] in src/train/ema.h), kept beside
+// them, evaluated and checkpointed. Absent: none.
+struct EmaSection {
+  double decay = 0.9999;               // each update: average = decay * average + (1 - decay) * weights
+  int64_t every_steps = 1;             // update after every this many optimiser steps
+  bool restart_during_warmup = false;  // during the schedule's warm-up every update restarts the average
+  bool evaluate = true;                // evaluate the average beside the weights (ema_* in metrics.jsonl)
+};
+
 struct TrainerConfig {
   RunSection run;
   DataSection data;
@@ -170,6 +179,7 @@ struct TrainerConfig {
   CheckpointSection checkpoint;
   grad::PipelineConfig grad_pipeline;  // train/pipeline_config.h; exact everywhere by default
   dist::DistOptions dist;              // dist/options.h; one process by default
+  std::optional<EmaSection> ema;       // absent: no weight average
   std::string source;
   std::string resolved_yaml;
 };
