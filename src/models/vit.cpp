@@ -1,6 +1,6 @@
 // Vision Transformer: patch embedding (conv with kernel = stride = patch), optional class token, learned
-// position embedding, pre-norm transformer blocks (norm1 -> attn -> +, norm2 -> mlp -> +), final norm and
-// linear head. Linear weights trunc_normal(std 0.02) with zero bias, pos_embed trunc_normal(0.02),
+// position embedding, pre-norm transformer blocks (norm1 -> attn -> +, norm2 -> mlp -> +; with drop_path each
+// branch through DropPath before its +), final norm and linear head. Linear weights trunc_normal(std 0.02) with zero bias, pos_embed trunc_normal(0.02),
 // cls_token normal(1e-6): timm's default ("") weight init.
 #include "hadatrain/models/vit.h"
 
@@ -14,20 +14,28 @@ namespace {
 
 class Block : public nn::Module {
  public:
-  Block(const VitConfig& c, Generator& gen, const std::shared_ptr<Generator>& dgen) {
+  Block(const VitConfig& c, double drop_path, Generator& gen, const std::shared_ptr<Generator>& dgen) {
     norm1_ = register_module("norm1", std::make_shared<nn::LayerNorm>(c.dim, c.ln_eps));
     attn_ = register_module("attn", std::make_shared<nn::SelfAttention>(c.dim, c.heads, nn::Bias::yes, c.dropout, gen, dgen));
     norm2_ = register_module("norm2", std::make_shared<nn::LayerNorm>(c.dim, c.ln_eps));
     mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(c.dim, static_cast<int64_t>(c.dim * c.mlp_ratio),
                                                             nn::ActivationKind::gelu, c.dropout, gen, dgen));
+    if (c.drop_path > 0.0) {  // timm's drop_path1 / drop_path2 (no parameters: the state dict is the same)
+      drop_path1_ = register_module("drop_path1", std::make_shared<nn::DropPath>(drop_path, dgen));
+      drop_path2_ = register_module("drop_path2", std::make_shared<nn::DropPath>(drop_path, dgen));
+    }
   }
   std::string type_name() const override { return "Block"; }
   Tensor forward(const Tensor& x) override {  // (B, N, D)
-    Tensor y = add(x, attn_->forward(norm1_->forward(x)));
-    return add(y, mlp_->forward(norm2_->forward(y)));
+    Tensor y = add(x, drop(drop_path1_, attn_->forward(norm1_->forward(x))));
+    return add(y, drop(drop_path2_, mlp_->forward(norm2_->forward(y))));
   }
 
  private:
+  static Tensor drop(const std::shared_ptr<nn::DropPath>& d, const Tensor& branch) {
+    return d ? d->forward(branch) : branch;
+  }
+  std::shared_ptr<nn::DropPath> drop_path1_, drop_path2_;
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
   std::shared_ptr<nn::SelfAttention> attn_;
   std::shared_ptr<nn::Mlp> mlp_;
@@ -52,6 +60,7 @@ VitConfig VitConfig::vit_b16(int64_t num_classes) {
 }
 
 VisionTransformer::VisionTransformer(const VitConfig& c, Generator& gen, std::shared_ptr<Generator> dgen) : config(c) {
+  HT_CHECK(c.drop_path >= 0.0 && c.drop_path < 1.0, "ViT: drop_path must be in [0, 1), got {}", c.drop_path);
   HT_CHECK(c.image_size % c.patch_size == 0, "ViT: image_size {} must be a multiple of patch_size {}", c.image_size,
            c.patch_size);
   HT_CHECK(c.dim % c.heads == 0, "ViT: dim {} must be divisible by heads {}", c.dim, c.heads);
@@ -78,7 +87,8 @@ VisionTransformer::VisionTransformer(const VitConfig& c, Generator& gen, std::sh
   pos_drop_ = register_module("pos_drop", std::make_shared<nn::Dropout>(c.dropout, dgen));  // so eval() reaches it
   auto blocks = std::make_shared<nn::Sequential>();
   for (int64_t i = 0; i < c.depth; ++i) {
-    auto b = std::make_shared<Block>(c, gen, dgen);
+    const double rate = c.depth > 1 ? c.drop_path * static_cast<double>(i) / static_cast<double>(c.depth - 1) : 0.0;
+    auto b = std::make_shared<Block>(c, rate, gen, dgen);
     blocks->push_back(b);
     blocks_.push_back(b);
   }

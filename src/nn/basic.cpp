@@ -1,7 +1,9 @@
-// Small modules: Dropout, Activation, Sequential, and the transformer Mlp / SelfAttention blocks.
+// Small modules: Dropout, DropPath, Activation, Sequential, and the transformer Mlp / SelfAttention blocks.
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/ops/elementwise.h"
+#include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/ops/shape_ops.h"
+#include "hadatrain/tensor/factory.h"
 
 namespace ht::nn {
 
@@ -13,6 +15,21 @@ Dropout::Dropout(double p_, std::shared_ptr<Generator> gen) : p(p_), gen_(std::m
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p == 0.0) return x;
   return dropout(x, p, *gen_);
+}
+
+DropPath::DropPath(double p_, std::shared_ptr<Generator> gen) : p(p_), gen_(std::move(gen)) {
+  HT_CHECK(p >= 0.0 && p < 1.0, "DropPath: p must be in [0, 1), got {}", p);
+  HT_CHECK(p == 0.0 || gen_ != nullptr, "DropPath with p = {} needs a generator", p);
+}
+
+Tensor DropPath::forward(const Tensor& x) {
+  if (!is_training() || p == 0.0) return x;
+  HT_CHECK(x.dim() >= 1, "DropPath: expected a batch of samples (B, ...), got {}", x.describe());
+  Shape mask_shape;
+  mask_shape.resize(x.dim(), 1);
+  mask_shape[0] = x.size(0);
+  const Tensor mask = dropout(ones(mask_shape, {x.dtype(), x.device()}), p, *gen_);  // 0 or 1/(1-p), per sample
+  return mul(x, mask);
 }
 
 ActivationKind activation_from_name(const std::string& name) {

@@ -217,6 +217,7 @@ ModelSection read_model(ConfigReader r) {
     s.mlp_ratio = r.get("mlp_ratio", 4.0, Range::positive());
     s.pool = r.get_enum("pool", "token", {"token", "mean"});
     s.dropout = r.get("dropout", 0.0, Range::half_open(0.0, 1.0));
+    s.drop_path = r.get("drop_path", 0.0, Range::half_open(0.0, 1.0));
   } else {
     s.stem = r.get_enum("stem", "auto", {"auto", "cifar", "imagenet"});
     s.zero_init_residual = r.get("zero_init_residual", false);

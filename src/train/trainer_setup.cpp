@@ -216,6 +216,7 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
       vc.num_classes = ds.num_classes;
       vc.pool = m.pool == "mean" ? models::VitPool::mean : models::VitPool::class_token;
       vc.dropout = m.dropout;
+      vc.drop_path = m.drop_path;
       return std::make_shared<models::VisionTransformer>(vc, gen, std::move(dropout_gen));
     }
   }

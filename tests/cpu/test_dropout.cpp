@@ -5,6 +5,8 @@
 #include "support/gradcheck.h"
 #include "support/testing.h"
 
+#include "hadatrain/nn/layers.h"
+
 using namespace ht;
 
 namespace {
@@ -117,4 +119,46 @@ TEST_CASE("dropout rejects bad p and integer tensors", "[dropout]") {
   CHECK_THROWS_WITH(dropout(x, -0.1, gen), HasSubstr("p must be in [0, 1)"));
   CHECK_THROWS_WITH(dropout(x, std::nan(""), gen), HasSubstr("p must be in [0, 1)"));
   CHECK_THROWS_WITH(dropout(arange(3, {DType::i64}), 0.5, gen), HasSubstr("floating"));
+}
+
+TEST_CASE("drop path drops whole samples with probability p and scales the others as dropout does", "[dropout]") {
+  const double p = 0.25;
+  auto gen = std::make_shared<Generator>(77);
+  nn::DropPath dp(p, gen);
+  const int64_t B = 4000;
+  const Tensor x = test::random_tensor({B, 3, 5}, 21, DType::f32, 0.5, 1.5);  // never zero
+  const Tensor y = dp.forward(x);
+  CHECK(gen->state() == 1);  // one stream per call: the (B, 1, 1) mask's
+  const auto xv = x.to_vector<double>(), yv = y.to_vector<double>();
+  const float scale = static_cast<float>(1.0 / (1.0 - p));  // dropout's scale, in f32 as the mask holds it
+  int64_t kept = 0;
+  bool whole = true, exact = true, as_drawn = true;
+  for (int64_t b = 0; b < B; ++b) {
+    const bool k = yv[static_cast<std::size_t>(b * 15)] != 0.0;
+    kept += k;
+    as_drawn = as_drawn && k == reference_keep(77, 0, b, p);  // sample b is element b of the mask
+    for (int64_t i = 0; i < 15; ++i) {
+      const auto j = static_cast<std::size_t>(b * 15 + i);
+      whole = whole && (yv[j] != 0.0) == k;
+      exact = exact && (!k || yv[j] == static_cast<double>(static_cast<float>(xv[j]) * scale));
+    }
+  }
+  CHECK(whole);
+  CHECK(exact);
+  CHECK(as_drawn);
+  CHECK(std::abs(static_cast<double>(kept) - 3000.0) < 200.0);  // Bernoulli(0.75) x 4000: sd ~27
+
+  // The gradient passes through the same per-sample mask.
+  const Tensor xg = x.detach().set_requires_grad(true);
+  nn::DropPath again(p, std::make_shared<Generator>(77));
+  sum(again.forward(xg)).backward();
+  CHECK(test::compare(xg.grad(), div(y, x), 1e-6, 0.0) == "");
+
+  // Eval mode and p = 0: the input itself, nothing drawn.
+  dp.eval();
+  CHECK(test::compare(dp.forward(x), x, 0.0, 0.0) == "");
+  nn::DropPath none(0.0, gen);
+  CHECK(test::compare(none.forward(x), x, 0.0, 0.0) == "");
+  CHECK(gen->state() == 1);
+  CHECK_THROWS_WITH(nn::DropPath(1.0, gen), HasSubstr("DropPath: p must be in [0, 1), got 1"));
 }

@@ -140,3 +140,36 @@ TEST_CASE("ViT in eval mode applies no dropout, the position-embedding dropout i
   const Tensor t1 = v.forward(x), t2 = v.forward(x);
   CHECK(test::compare(t1, t2, 0.0, 0.0) != "");  // train mode draws fresh masks
 }
+
+TEST_CASE("ViT drop_path: block i drops with drop_path * i / (depth - 1), only in train mode", "[models]") {
+  Generator gen(11);
+  auto dgen = std::make_shared<Generator>(12);
+  VitConfig c{.image_size = 8, .patch_size = 4, .in_channels = 1, .dim = 16, .depth = 3, .heads = 2,
+              .num_classes = 3, .drop_path = 0.4};
+  VisionTransformer v(c, gen, dgen);
+  std::vector<double> rates;
+  for (auto& [name, m] : v.named_modules())
+    if (auto* d = dynamic_cast<nn::DropPath*>(m)) {
+      rates.push_back(d->p);
+      CHECK(name.find(".drop_path") != std::string::npos);
+    }
+  CHECK(rates == std::vector<double>{0.0, 0.0, 0.2, 0.2, 0.4, 0.4});  // drop_path1 and drop_path2 of each block
+  // No parameters of its own: the same names and count as without it (timm's state dict).
+  Generator gen0(11);
+  VitConfig c0 = c;
+  c0.drop_path = 0.0;
+  VisionTransformer plain(c0, gen0, std::make_shared<Generator>(12));
+  CHECK(v.state_dict().size() == plain.state_dict().size());
+  const Tensor x = test::random_tensor({64, 1, 8, 8}, 13, DType::f32);
+  NoGradGuard ng;
+  v.eval();
+  plain.eval();
+  CHECK(test::compare(v.forward(x), plain.forward(x), 0.0, 0.0) == "");  // same weights, nothing dropped
+  v.train();
+  plain.train();
+  const Tensor dropped = v.forward(x), kept = plain.forward(x);
+  CHECK(dgen->state() == 4);  // two draws in each of the two blocks with a rate above 0
+  // Some samples lose a branch (their logits change), others keep every branch scaled.
+  CHECK(test::compare(dropped, kept, 0.0, 0.0) != "");
+  CHECK_THROWS_WITH(VisionTransformer(VitConfig{.drop_path = 1.0}, gen, dgen), HasSubstr("drop_path must be in [0, 1)"));
+}

@@ -112,3 +112,10 @@ TEST_CASE("an HLQ ViT run (stochastic rounding, rebuilt inputs) resumed mid-epoc
   // product, the qkv / fc1 / fc2 inputs are rebuilt in backward (acbp_rebuild), the dropout draws its own noise.
   check_resume("vit", "{name: vit, patch_size: 4, dim: 16, depth: 1, heads: 2, mlp_ratio: 2, dropout: 0.1}", 6);
 }
+
+TEST_CASE("a ViT run with drop path (per-sample masks) resumed mid-epoch repeats the uninterrupted losses",
+          "[trainer][resume][hlq]") {
+  // Block 1 of 2 drops each branch with p 0.3: its masks come from the checkpointed dropout generator.
+  check_resume("vit_drop_path", "{name: vit, patch_size: 4, dim: 16, depth: 2, heads: 2, mlp_ratio: 2, drop_path: 0.3}",
+               6);
+}

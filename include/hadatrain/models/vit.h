@@ -17,6 +17,9 @@ struct VitConfig {
   int64_t num_classes = 100;
   VitPool pool = VitPool::class_token;
   double dropout = 0.0;  // after the position embedding, in attention proj and MLP
+  // Stochastic depth: block i of n drops each residual branch per sample with probability drop_path * i / (n - 1)
+  // (timm's linear rule; block 0 never drops). 0: no DropPath modules.
+  double drop_path = 0.0;
   double ln_eps = 1e-6;
 
   static VitConfig vit_s4(int64_t num_classes);   // 32x32, patch 4, 384 dim, 12 x 6 heads

@@ -84,6 +84,22 @@ class Dropout : public Module {
   std::shared_ptr<Generator> gen_;
 };
 
+// Stochastic depth ("drop path", Huang et al. 2016; timm's DropPath) on a residual branch: in train mode each
+// sample's x is dropped whole with probability p, else scaled by 1/(1-p); identity in eval mode and at p = 0
+// (which draws nothing). The per-sample mask is dropout of a (B, 1, ..., 1) tensor of ones in x's dtype, so it
+// draws one stream of the shared generator per call (checkpointed, Note [Exact resume]) and its scale rounds as
+// dropout's does.
+class DropPath : public Module {
+ public:
+  DropPath(double p, std::shared_ptr<Generator> gen);
+  std::string type_name() const override { return "DropPath"; }
+  Tensor forward(const Tensor& x) override;
+  double p;
+
+ private:
+  std::shared_ptr<Generator> gen_;
+};
+
 enum class ActivationKind { relu, gelu, gelu_tanh, silu, identity };
 ActivationKind activation_from_name(const std::string& name);  // relu, gelu, gelu_tanh, silu, identity
 

@@ -83,6 +83,7 @@ struct ModelSection {
   double mlp_ratio = 4.0;
   std::string pool = "token";  // token | mean
   double dropout = 0.0;
+  double drop_path = 0.0;  // vit: stochastic depth, rising linearly over the blocks to this rate
   // llama (docs/language_models.md): model.preset with the model.llama.* keys applied (HF config.json names);
   // vocab_size 0 means the tokenizer's. With model.init_from the architecture is the source's instead.
   std::string preset = "tiny";
