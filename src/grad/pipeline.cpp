@@ -57,6 +57,7 @@ Tensor RebuildInput::take() const {
 
 void StepClock::keep_on_device(Device device) {
   word = device.is_cuda() ? zeros({}, {DType::i64, device}) : Tensor();
+  device_word = word.defined() ? word.data<int64_t>() : nullptr;
   set(step);
 }
 

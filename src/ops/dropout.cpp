@@ -1,6 +1,7 @@
 // Inverted dropout: out[i] = keep(i) ? x[i] / (1 - p) : 0, where element i (row-major index over x's
 // shape) is kept when uniform_from_word(philox_word(seed, stream, i)) >= p (Note [Philox stream layout]).
-// Every call draws one fresh stream from the generator, also when p = 0 (then x is returned unchanged), so
+// Every call draws one fresh stream from the generator (Generator::draw: the counter's next id, or the step's next
+// draw on a step-keyed generator, Note [Step-keyed streams]), also when p = 0 (then x is returned unchanged), so
 // the streams later layers get do not depend on earlier layers' p.
 //
 // The mask is never stored: backward recomputes it from (seed, stream) and applies the same keep/scale to
@@ -27,6 +28,7 @@ struct DropoutMask {
   double p = 0;
   uint64_t seed = 0;
   uint64_t stream = 0;
+  const int64_t* step_word = nullptr;  // CUDA only: the step added to stream when the kernel runs
 
   bool keep(int64_t i) const {
     const float u = uniform_from_word(philox_word(seed, stream, static_cast<uint64_t>(i)));
@@ -39,12 +41,14 @@ Tensor apply_mask(const Tensor& x, const DropoutMask& m) {
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
-    cuda_ops::dropout(out, x, m.p, m.seed, m.stream);
+    cuda_ops::dropout(out, x, m.p, m.seed, m.stream, m.step_word);
     return out;
 #else
     no_cuda_kernel("dropout");
 #endif
   }
+  HT_CHECK(m.step_word == nullptr, "dropout: a CPU tensor {} with a generator keyed by a device step (the run's "
+           "model is on CUDA)", x.describe());
   visit_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -67,7 +71,8 @@ Tensor dropout(const Tensor& x, double p, Generator& gen) {
   HT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got {} (p = 1 would drop everything; use zeros)",
            p);
   check_floating("dropout", {&x});
-  const DropoutMask mask{p, gen.seed(), gen.next_stream()};
+  const RandomDraw d = gen.draw();  // Note [Step-keyed streams]
+  const DropoutMask mask{p, d.seed, d.stream, d.step_word};
   if (p == 0.0) return x;
   Tensor out = apply_mask(x.detach(), mask);
   record("DropoutBackward", {&x}, out, [mask](FunctionNode&, std::vector<Tensor>&& g) {

@@ -3,9 +3,11 @@
 // Note [Exact resume]
 // A checkpoint holds everything the next step depends on: parameters and buffers (batch-norm statistics),
 // optimiser state and step count, the loader position (epoch, batch) — data order and augmentation are pure
-// functions of (seed, epoch, index) — the dropout generator's stream counter, and the global step (the
-// schedule is a function of it). Resuming rebuilds the run from the config, loads that state and seeks the
-// loader, so on the CPU the resumed run computes bit-identical losses (tests/cpu/test_trainer.cpp).
+// functions of (seed, epoch, index) — the dropout generator's state (its masks are functions of (seed, step,
+// draw in the step) on the trainer's step-keyed generator, Note [Step-keyed streams]), the weight average with
+// config `ema` (Note [Weight EMA]), and the global step (the schedule is a function of it). Resuming rebuilds the
+// run from the config, loads that state and seeks the loader, so on the CPU the resumed run computes
+// bit-identical losses (tests/cpu/test_trainer.cpp).
 #include "checkpointer.h"
 
 #include <cerrno>

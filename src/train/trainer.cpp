@@ -160,8 +160,10 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   auto clock = std::make_shared<grad::StepClock>();  // Note [Pipeline noise]: the step keys stochastic rounding
   const std::vector<nn::BoundLayer> bound = nn::bind_pipelines(*model, cfg.grad_pipeline, clock);
   log_pipelines(bound);
-  // CUDA: the quantisers read the step from the device (recordable steps); a run without noise writes nothing.
-  if (nn::any_draws_noise(bound)) clock->keep_on_device(device);
+  // CUDA: the quantisers' noise and the dropout masks read the step from the device, so steps with either can be
+  // recorded into a step graph (one 8-byte write per step).
+  if (device.is_cuda()) clock->keep_on_device(device);
+  dropout_gen->key_by_step(clock.get());  // Note [Step-keyed streams]: the k-th draw of step s
   const std::unique_ptr<Task> task = make_task(cfg, *model);
 
   // Data parallelism over images: each rank makes only its rows of every global batch (Note [Sliced batches]).

@@ -162,3 +162,25 @@ TEST_CASE("drop path drops whole samples with probability p and scales the other
   CHECK(gen->state() == 1);
   CHECK_THROWS_WITH(nn::DropPath(1.0, gen), HasSubstr("DropPath: p must be in [0, 1), got 1"));
 }
+
+TEST_CASE("dropout on a step-keyed generator draws each step's masks, the same again for the same step", "[dropout]") {
+  StepSource clock;
+  Generator gen(31);
+  gen.key_by_step(&clock);
+  const Tensor x = test::random_tensor({40, 50}, 3, DType::f64, 0.5, 1.5);
+  clock.step = 4;
+  const Tensor a = dropout(x, 0.4, gen), b = dropout(x, 0.4, gen);
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  bool a_ok = true, b_ok = true;
+  for (std::size_t i = 0; i < av.size(); ++i) {
+    a_ok = a_ok && (av[i] != 0.0) == reference_keep(31, philox_stream(0, 4, Generator::kDrawPurpose), i, 0.4);
+    b_ok = b_ok && (bv[i] != 0.0) == reference_keep(31, philox_stream(1, 4, Generator::kDrawPurpose), i, 0.4);
+  }
+  CHECK(a_ok);
+  CHECK(b_ok);
+  clock.step = 5;
+  const Tensor c = dropout(x, 0.4, gen);
+  CHECK(test::compare(c, a, 0.0, 0.0) != "");  // another step, another mask
+  clock.step = 4;  // the same step again (a resumed run): the same first mask
+  CHECK(test::compare(dropout(x, 0.4, gen), a, 0.0, 0.0) == "");
+}

@@ -87,3 +87,37 @@ TEST_CASE("philox_block gives the four words philox_word gives one at a time", "
     for (uint64_t j = 0; j < 4; ++j) CHECK(w[j] == philox_word(3, 77, 4 * block + j));
   }
 }
+
+TEST_CASE("a step-keyed generator draws philox_stream(k, step, kDrawPurpose), k restarting at every step",
+          "[philox]") {
+  StepSource clock;
+  Generator g(21);
+  const RandomDraw unkeyed = g.draw();  // the counter, as next_stream()
+  CHECK(unkeyed.stream == 0);
+  CHECK(g.state() == 1);
+  g.key_by_step(&clock);
+  CHECK(g.keyed());
+  clock.step = 7;
+  for (uint32_t k = 0; k < 3; ++k) {
+    const RandomDraw d = g.draw();
+    CHECK(d.seed == 21);
+    CHECK(d.stream == philox_stream(k, 7, Generator::kDrawPurpose));
+    CHECK(d.step_word == nullptr);
+  }
+  CHECK(g.state() == 3);  // the draw index in the step
+  g.set_state(1);         // an activation checkpoint's rewind: the recompute draws the forward's streams again
+  CHECK(g.draw().stream == philox_stream(1, 7, Generator::kDrawPurpose));
+  clock.step = 8;
+  CHECK(g.draw().stream == philox_stream(0, 8, Generator::kDrawPurpose));
+  // With a device word the stream carries step 0 and the word is passed on, for the kernel to add.
+  const int64_t word = static_cast<int64_t>(uint64_t{9} << 8);
+  clock.device_word = &word;
+  clock.step = 9;
+  const RandomDraw d = g.draw();
+  CHECK(d.stream == philox_stream(0, 0, Generator::kDrawPurpose));
+  CHECK(d.step_word == &word);
+  CHECK(d.stream + static_cast<uint64_t>(word) == philox_stream(0, 9, Generator::kDrawPurpose));
+  CHECK_THROWS_WITH(g.next_stream(), HasSubstr("step-keyed generator"));
+  g.key_by_step(nullptr);
+  CHECK(g.next_stream() == 1);  // the counter where it was
+}

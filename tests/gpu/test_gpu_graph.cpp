@@ -257,3 +257,39 @@ TEST_CASE("a step through every gradient pipeline records into a step graph", "[
     CHECK(graph.record(body) == "");
   }
 }
+
+// Note [Step-keyed streams]: dropout on a generator keyed by a step clock kept on the device draws the CPU's masks
+// for the same (step, draw), records into a step graph (nothing host-side changes from step to step), and each
+// replay draws the masks of the step the clock holds, not the recorded step's.
+TEST_CASE("dropout keyed by a device step records into a step graph and draws each step's masks", "[gpu][graph]") {
+  grad::StepClock clock;
+  clock.keep_on_device(test::kCuda);
+  REQUIRE(clock.device_word != nullptr);
+  Generator g(5);
+  g.key_by_step(&clock);
+  StepSource host;  // the CPU reference keyed by the host step
+  Generator h(5);
+  h.key_by_step(&host);
+  const Tensor xc = test::random_input({64, 33}, 9, DType::f32), x = xc.to(test::kCuda);
+  const double p = 0.3;
+  cudaDeviceSynchronize();
+  cuda::StepGraph graph(0);
+  cuda::StreamGuard on(graph.stream(), 0);
+  clock.set(3);
+  host.step = 3;
+  CHECK(test::compare(dropout(x, p, g).to(Device::cpu()), dropout(xc, p, h), 0.0, 0.0) == "");
+  const Tensor out = empty({64, 33}, {DType::f32, test::kCuda});
+  clock.set(4);
+  REQUIRE(graph.record([&] { copy_(out, dropout(x, p, g)); }) == "");
+  Tensor previous;
+  for (int64_t s : {5, 6}) {
+    INFO("step " << s);
+    clock.set(s);
+    graph.replay();
+    host.step = s;
+    const Tensor got = out.to(Device::cpu());
+    CHECK(test::compare(got, dropout(xc, p, h), 0.0, 0.0) == "");
+    if (previous.defined()) CHECK(test::compare(got, previous, 0.0, 0.0) != "");  // a new mask each step
+    previous = got;
+  }
+}

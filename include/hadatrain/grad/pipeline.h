@@ -31,6 +31,7 @@
 
 #include "hadatrain/grad/quant.h"
 #include "hadatrain/ops/unfold.h"
+#include "hadatrain/tensor/philox.h"
 #include "hadatrain/tensor/tensor.h"
 
 namespace ht::grad {
@@ -82,10 +83,10 @@ struct PipelineSpec {
 // The training step that keys the pipelines' noise (Note [Pipeline noise]). On a CUDA model the clock also
 // keeps the step in device memory (`word`, int64 (step mod 2^40) << 8, the step field of philox_stream):
 // the quantisers then read the step when they run, so a recorded step graph draws fresh noise at every
-// replay (Note [Step graphs]). set() writes it on the current stream, before the step's work.
-struct StepClock {
-  int64_t step = 0;
-  Tensor word;  // int64 scalar on the model's device, or undefined (host step only)
+// replay (Note [Step graphs]). set() writes it on the current stream, before the step's work. As a StepSource
+// (tensor/philox.h) it also keys the run's dropout generator (Note [Step-keyed streams]).
+struct StepClock : StepSource {
+  Tensor word;  // int64 scalar on the model's device, or undefined (host step only); device_word points to it
   void keep_on_device(Device device);  // CUDA: allocates `word`; the CPU keeps the host step only
   void set(int64_t s);
 };

@@ -78,23 +78,54 @@ HT_HD inline uint64_t philox_stream(uint32_t layer, uint64_t step, uint32_t purp
   return (static_cast<uint64_t>(layer & 0xFFFFu) << 48) | ((step & 0xFFFFFFFFFFull) << 8) | (purpose & 0xFFu);
 }
 
-// A seeded generator handle passed explicitly to random ops (never global). `next_stream()` hands out
-// fresh stream ids so successive calls (e.g. two dropout layers) draw independent numbers. A stream id
-// drawn while a step graph is recorded would be replayed unchanged every step (Note [Step graphs]).
+// The step a step-keyed Generator reads (Note [Step-keyed streams]); grad::StepClock is one. `device_word`: the
+// step field of philox_stream ((step mod 2^40) << 8, int64) in device memory, which kernels add to their stream
+// when they run, or null (the host step goes into the stream itself).
+struct StepSource {
+  int64_t step = 0;
+  const int64_t* device_word = nullptr;
+};
+
+// A random stream as a random op uses it: stream id under seed, plus *step_word (device memory, read by the kernel
+// when it runs) when step_word is set.
+struct RandomDraw {
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  const int64_t* step_word = nullptr;
+};
+
+// Note [Step-keyed streams]
+// A random op in a training step (dropout, drop path) draws its stream from the run's dropout generator. Unkeyed,
+// draw() hands out the counter's next stream id, a host value that a recorded step graph would replay unchanged
+// (Note [Step graphs]). Keyed by a step (key_by_step: the trainer's step clock), the k-th draw of step s uses
+// stream philox_stream(k, s, kDrawPurpose): on the CPU, or without a device word, s is in the stream id; with one
+// the id carries step 0 and the kernel adds the word, so the draw's arguments are the same at every step and the
+// step can be recorded and replayed with each step's own masks. CPU and CUDA draw the same bits either way. The
+// draw index restarts when the step changes; state() / set_state() are that index (an activation checkpoint
+// rewinds it to recompute with the forward's masks; a resumed run starts its next step at 0 anyway), and the
+// counter otherwise.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
-  uint64_t next_stream() {
-    note_step_capture_unsafe("it draws a random stream (dropout or another random op)");
-    return counter_++;
-  }
-  uint64_t state() const { return counter_; }  // for checkpoints
-  void set_state(uint64_t s) { counter_ = s; }
+  // A fresh stream id from the counter (initialisation and other unkeyed uses). Not on a keyed generator.
+  uint64_t next_stream();
+  // The stream of a random op in a step: the counter's next id (unkeyed) or the step's next draw (keyed).
+  RandomDraw draw();
+  // Keys the streams by the step `src` holds from now on (it must outlive this generator's draws); nullptr unkeys.
+  void key_by_step(const StepSource* src);
+  bool keyed() const { return step_src_ != nullptr; }
+  uint64_t state() const { return step_src_ != nullptr ? draws_in_step_ : counter_; }  // for checkpoints
+  void set_state(uint64_t s) { (step_src_ != nullptr ? draws_in_step_ : counter_) = s; }
+
+  static constexpr uint32_t kDrawPurpose = 0xD0;  // the purpose field of a keyed draw's stream
 
  private:
   uint64_t seed_;
   uint64_t counter_ = 0;
+  const StepSource* step_src_ = nullptr;
+  int64_t step_seen_ = -1;
+  uint64_t draws_in_step_ = 0;
 };
 
 }  // namespace ht

@@ -18,17 +18,17 @@ bool has_kernel(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt ==
 
 }  // namespace
 
-void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream) {
+void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream, const int64_t* step_word) {
   if (!has_kernel(out.dtype())) {
     Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
-    dropout(tmp, to_dtype(x, DType::f32), p, seed, stream);
+    dropout(tmp, to_dtype(x, DType::f32), p, seed, stream, step_word);
     cuda_ops::copy(out, tmp);
     return;
   }
   HT_ASSERT(out.is_contiguous(), "dropout: output must be contiguous");
   const Tensor xc = x.contiguous();
   cuda::DeviceGuard guard(out.device().index);
-  kernels::launch_dropout(out.dtype(), out.data_ptr(), xc.data_ptr(), {p, seed, stream, out.numel()},
+  kernels::launch_dropout(out.dtype(), out.data_ptr(), xc.data_ptr(), {p, seed, stream, out.numel(), step_word},
                           cuda::current_stream(out.device().index));
 }
 

@@ -8,8 +8,10 @@
 namespace ht::cuda_ops {
 
 // out (contiguous, x's shape and dtype) = dropout mask of (seed, stream) applied to x (any layout); the
-// mask index is the row-major position in x's shape, as on the CPU.
-void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream);
+// mask index is the row-major position in x's shape, as on the CPU. `step_word` (device int64, or null) is added
+// to the stream when the kernel runs (Note [Step-keyed streams] in tensor/philox.h).
+void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream,
+             const int64_t* step_word = nullptr);
 
 struct RopeCall {
   kernels::RopeFreqArgs freq;  // the frequencies of the op's parameters (cuda/kernels/rope_freq.h)

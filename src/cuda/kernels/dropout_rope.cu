@@ -15,9 +15,10 @@ template <class T>
 __global__ void dropout_kernel(T* out, const T* in, DropoutArgs a) {
   using A = acc_t<T>;  // the CPU's acc_t: float, double for f64
   const A scale = static_cast<A>(1.0 / (1.0 - a.p));
+  const uint64_t stream = a.stream + (a.step_word != nullptr ? static_cast<uint64_t>(*a.step_word) : 0);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float u = uniform_from_word(philox_word(a.seed, a.stream, static_cast<uint64_t>(i)));
+    const float u = uniform_from_word(philox_word(a.seed, stream, static_cast<uint64_t>(i)));
     out[i] = static_cast<double>(u) >= a.p ? convert<T>(convert<A>(in[i]) * scale) : convert<T>(A(0));
   }
 }

@@ -16,6 +16,7 @@ struct DropoutArgs {
   double p;
   uint64_t seed, stream;
   int64_t n;
+  const int64_t* step_word = nullptr;  // device; added to stream when the kernel runs (Note [Step-keyed streams])
 };
 void launch_dropout(DType dt, void* out, const void* in, const DropoutArgs& a, cudaStream_t stream);
 
