@@ -100,6 +100,23 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, Shuffl
   return order;
 }
 
+// Note [Repeated augmentation]
+// With LoaderOptions::repeats = k > 1 (Hoffer et al. 2020; torchvision's RASampler for one process, the
+// --ra-sampler of its ViT recipes) epoch e's samples are the shuffled order with each index repeated k times in a
+// row, cut to the dataset's size rounded down to a multiple of 256 (the whole size below 256): about 1/k of the
+// images per epoch, each k times in the same or the next batch with independent augmentations, and an epoch of
+// about the usual length. Position p holds the virtual index v = i + c·N (i = order[p / k], copy c = p % k, N
+// the dataset's size): the sample is dataset index v mod N, drawn with SampleRng::for_sample(seed, e, v), so copy
+// 0 draws what the sample draws without repeats and every copy its own stream. Sliced and resumed batches follow
+// (Note [Sliced batches], [Loader ordering]): a row's bits depend only on (seed, e, v).
+std::vector<int64_t> repeated_order(const std::vector<int64_t>& order, int64_t repeats) {
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t length = n >= 256 ? n / 256 * 256 : n;
+  std::vector<int64_t> out(static_cast<std::size_t>(length));
+  for (int64_t p = 0; p < length; ++p) out[static_cast<std::size_t>(p)] = order[static_cast<std::size_t>(p / repeats)] + (p % repeats) * n;
+  return out;
+}
+
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opts, LoaderPosition start)
     : dataset_(std::move(dataset)), opts_(std::move(opts)) {
   HT_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
@@ -110,9 +127,14 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   HT_CHECK(opts_.prefetch >= 1, "DataLoader: prefetch must be >= 1, got {}", opts_.prefetch);
   HT_CHECK(opts_.slice_count >= 1 && opts_.slice_index >= 0 && opts_.slice_index < opts_.slice_count,
            "DataLoader: slice {} of {} does not exist", opts_.slice_index, opts_.slice_count);
-  HT_CHECK(n - 1 <= kMaxRngIndex, "DataLoader: {} samples is more than the data RNG supports", n);
+  HT_CHECK(opts_.repeats >= 1, "DataLoader: repeats must be >= 1, got {}", opts_.repeats);
+  HT_CHECK(opts_.repeats == 1 || opts_.shuffle == Shuffle::on, "DataLoader: repeats without shuffling");
+  HT_CHECK(n * opts_.repeats - 1 <= kMaxRngIndex, "DataLoader: {} samples x {} repeats is more than the data RNG "
+           "supports", n, opts_.repeats);
+  epoch_length_ = opts_.repeats > 1 && n >= 256 ? n / 256 * 256 : n;
+  const int64_t len = epoch_length_;
   batches_per_epoch_ =
-      opts_.drop_last == DropLast::yes ? n / opts_.batch_size : (n + opts_.batch_size - 1) / opts_.batch_size;
+      opts_.drop_last == DropLast::yes ? len / opts_.batch_size : (len + opts_.batch_size - 1) / opts_.batch_size;
   HT_CHECK(batches_per_epoch_ > 0, "DataLoader: drop_last with batch_size {} > dataset size {} gives no batches",
            opts_.batch_size, n);
   seek(start);
@@ -142,7 +164,9 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch)
   std::lock_guard<std::mutex> lock(order_mu_);
   auto it = orders_.find(epoch);
   if (it != orders_.end()) return it->second;
-  auto order = std::make_shared<const std::vector<int64_t>>(epoch_order(dataset_->size(), opts_.seed, epoch, opts_.shuffle));
+  std::vector<int64_t> o = epoch_order(dataset_->size(), opts_.seed, epoch, opts_.shuffle);
+  if (opts_.repeats > 1) o = repeated_order(o, opts_.repeats);  // virtual indices (Note [Repeated augmentation])
+  auto order = std::make_shared<const std::vector<int64_t>>(std::move(o));
   orders_[epoch] = order;
   while (orders_.size() > 3) orders_.erase(orders_.begin());  // keep the latest epochs only
   return order;
@@ -158,10 +182,10 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch)
 // whole batch is made, transformed and cut. Batch::global_rows says how many rows the whole batch has: the
 // trainer weighs this rank's loss by its share of them and counts the global batch's throughput.
 Batch DataLoader::make_batch(LoaderPosition pos) {
-  const auto order = order_for(pos.epoch);
+  const auto order = order_for(pos.epoch);  // virtual indices v: dataset index v mod n, augmentation key v
   const int64_t n = dataset_->size();
   const int64_t begin_all = pos.batch * opts_.batch_size;
-  const int64_t whole = std::min(opts_.batch_size, n - begin_all);
+  const int64_t whole = std::min(opts_.batch_size, epoch_length_ - begin_all);
   const bool sliced = opts_.slice_count > 1, cut_after = sliced && opts_.batch_transform;
   const RowSlice mine = sliced && !cut_after ? row_slice(whole, opts_.slice_index, opts_.slice_count)
                                              : RowSlice{0, whole};
@@ -169,6 +193,8 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
   Batch b;
   b.position = pos;
   b.indices.assign(order->begin() + begin, order->begin() + begin + count);
+  const std::vector<int64_t> keys = b.indices;  // the augmentation keys (virtual indices)
+  for (int64_t& i : b.indices) i %= n;            // the dataset indices
   auto host_tensor = [&](const Shape& shape, DType dtype) {
     return opts_.pin_memory ? empty_pinned(shape, dtype, opts_.pin_device) : empty(shape, {dtype, Device::cpu()});
   };
@@ -183,7 +209,7 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
                          dataset_->describe_sample(idx));
     };
     try {
-      SampleRng rng = SampleRng::for_sample(opts_.seed, pos.epoch, idx);
+      SampleRng rng = SampleRng::for_sample(opts_.seed, pos.epoch, keys[static_cast<std::size_t>(k)]);
       const Sample s = dataset_->get(idx, rng);
       if (k == 0) {
         C = s.image.channels, H = s.image.height, W = s.image.width;

@@ -122,6 +122,7 @@ DataSection read_data(ConfigReader r) {
   s.image_size = r.get<int64_t>("image_size", 224, Range::at_least(8));
   s.eval_resize = r.get<int64_t>("eval_resize", 256, Range::at_least(8));
   if (s.eval_resize < s.image_size) r.fail("eval_resize", fmt::format("must be >= data.image_size ({})", s.image_size));
+  s.repeated_augmentation = r.get<int64_t>("repeated_augmentation", 1, Range::at_least(1));
   std::vector<double> mean, std;
   switch (s.dataset) {
     case DatasetKind::fashion_mnist: mean = {0.28604}; std = {0.35302}; break;

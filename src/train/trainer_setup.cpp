@@ -310,6 +310,7 @@ data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds,
   o.prefetch = std::max(4, 2 * cfg.data.num_workers);
   o.seed = cfg.run.seed;
   o.shuffle = split == Split::train ? data::Shuffle::on : data::Shuffle::off;
+  o.repeats = split == Split::train ? cfg.data.repeated_augmentation : 1;
   o.drop_last = data::DropLast::no;
   o.normalize = make_normalize(cfg.data, ds.channels);
   o.pin_memory = cfg.data.pin_memory && cfg.train.device.is_cuda();  // Note [Pinned batches]

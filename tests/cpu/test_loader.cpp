@@ -255,6 +255,60 @@ TEST_CASE("a sliced loader makes only its rows, equal to the whole batch's, and 
   CHECK_THROWS_WITH(DataLoader(ds, o), HasSubstr("slice 6 of 6 does not exist"));
 }
 
+TEST_CASE("repeated augmentation: each index k times in a row, its own augmentation per copy, epochs of about N",
+          "[data][loader]") {
+  const int64_t n = 600, k = 3;  // 600 samples: epochs of 512 (a multiple of 256), 171 distinct images
+  auto ds = std::make_shared<IndexDataset>(n);
+  LoaderOptions o = options(0, 64);
+  o.repeats = k;
+  DataLoader loader(ds, o);
+  CHECK(loader.samples_per_epoch() == 512);
+  CHECK(loader.batches_per_epoch() == 8);
+  const std::vector<int64_t> order = epoch_order(n, o.seed, 0, Shuffle::on);
+  const auto plain = run(ds, options(0, 64), 1);  // the same seed without repeats
+  std::map<int64_t, double> plain_byte;           // dataset index -> its augmentation byte without repeats
+  for (const Flat& b : plain)
+    for (std::size_t r = 0; r < b.indices.size(); ++r) plain_byte[b.indices[r]] = b.images[3 * r + 2];
+  std::vector<int64_t> seen;
+  std::vector<double> bytes;
+  while (auto b = loader.next()) {
+    const Flat f = flat(*b);
+    for (std::size_t r = 0; r < f.indices.size(); ++r) {
+      seen.push_back(f.indices[r]);
+      bytes.push_back(f.images[3 * r + 2]);
+      CHECK(f.images[3 * r] == Approx(static_cast<double>(f.indices[r] % 256) / 255.0));  // the dataset sample
+    }
+  }
+  REQUIRE(seen.size() == 512);
+  int copies_differ = 0;
+  for (std::size_t p = 0; p < seen.size(); ++p) {
+    INFO("position " << p);
+    CHECK(seen[p] == order[p / k]);  // the shuffled order, each index k times in a row
+    if (p % k == 0) CHECK(bytes[p] == plain_byte.at(seen[p]));  // copy 0 draws what the sample draws alone
+    if (p % k != 0 && bytes[p] != bytes[p - 1]) ++copies_differ;
+  }
+  CHECK(copies_differ > 300);  // 341 later copies, each with its own stream (a byte repeats 1 in 256)
+  // The same batches with workers, sliced over ranks and after a seek.
+  LoaderOptions ow = o;
+  ow.num_workers = 2;
+  CHECK(run(ds, ow, 1) == run(ds, o, 1));
+  const auto whole = run(ds, o, 1);
+  LoaderOptions os = o;
+  os.slice_index = 1;
+  os.slice_count = 2;
+  const auto half = run(ds, os, 1);
+  REQUIRE(half.size() == whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) CHECK(half[i] == rows_of(whole[i], row_slice(64, 1, 2)));
+  const auto tail = run(ds, o, 1, {0, 5});
+  REQUIRE(tail.size() == 3);
+  CHECK(tail[0] == whole[5]);
+  // Below 256 samples the epoch keeps the dataset's size.
+  LoaderOptions small = options(0, 10);
+  small.repeats = 2;
+  CHECK(DataLoader(std::make_shared<IndexDataset>(45), small).samples_per_epoch() == 45);
+  CHECK(repeated_order({4, 2, 0}, 2) == std::vector<int64_t>{4, 7, 2});  // virtual indices i + copy * N
+}
+
 TEST_CASE("with a batch transform a sliced loader cuts the transformed whole batch", "[data][loader]") {
   auto ds = std::make_shared<IndexDataset>(30);
   LoaderOptions o = options(0, 10);

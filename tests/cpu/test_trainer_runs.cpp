@@ -266,3 +266,28 @@ TEST_CASE("an unusable checkpoint.dir is reported before the first step", "[trai
   CHECK_NOTHROW(run_training(config_in("bad_checkpoint_dir_off", {"checkpoint.dir=" + bad.string(),
                                                                   "checkpoint.every_steps=0", "train.max_steps=1"})));
 }
+
+TEST_CASE("data.repeated_augmentation trains on repeated rows and resumes mid-epoch to the same losses",
+          "[trainer][checkpoint]") {
+  logging::set_level("warn");
+  // 64 samples (below 256: epochs keep 64 rows), each image twice in a row: 4 steps per epoch, 32 distinct images.
+  const std::vector<std::string> ra = {"data.repeated_augmentation=2"};
+  const TrainerConfig whole_cfg = config_in("ra_whole", ra);
+  const TrainResult whole = run_training(whole_cfg);
+  CHECK(whole.steps == 8);
+  const auto ref = test::train_losses(whole_cfg.run.out_dir);
+  run_training(config_in("ra_off"));
+  CHECK(test::train_losses(temp_dir() / "ra_off").at(2) != ref.at(2));  // other rows from the second batch on
+  std::vector<std::string> part = ra;
+  part.push_back("train.max_steps=3");
+  run_training(config_in("ra_part", part));
+  run_training(config_in("ra_part", ra), {ResumeFrom::Kind::latest, ""});
+  const auto got = test::train_losses(temp_dir() / "ra_part");
+  REQUIRE(got.size() == ref.size());
+  for (const auto& [step, loss] : ref) {
+    INFO("step " << step);
+    CHECK(got.at(step) == loss);
+  }
+  CHECK_THAT(test::error_of([] { config_in("ra_bad", {"data.repeated_augmentation=0"}); }),
+             HasSubstr("data.repeated_augmentation"));
+}

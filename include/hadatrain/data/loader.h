@@ -52,6 +52,10 @@ struct LoaderOptions {
   // (which may mix rows) the whole batch is made, transformed and then cut.
   int slice_index = 0;
   int slice_count = 1;
+  // Repeated augmentation (Note [Repeated augmentation] in loader.cpp): every index of the epoch's order appears
+  // this many times in a row, each copy with its own augmentation, and the epoch keeps about the dataset's size.
+  // 1: off.
+  int64_t repeats = 1;
 };
 
 // Where the loader stands: the next batch next() returns is batch `batch` of epoch `epoch`. This is what a
@@ -107,6 +111,9 @@ Batch slice_rows(const Batch& batch, RowSlice slice);
 // The sample order of an epoch: a Fisher-Yates shuffle of 0..n-1 drawing j = below(i + 1) for i = n-1 .. 1
 // from SampleRng::for_shuffle(seed, epoch), or the identity with Shuffle::off.
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, Shuffle shuffle);
+// Epoch `order` (dataset indices) with every index repeated `repeats` times in a row, cut to the size rounded down
+// to a multiple of 256 (the whole size below 256), as virtual indices i + copy * size (Note [Repeated augmentation]).
+std::vector<int64_t> repeated_order(const std::vector<int64_t>& order, int64_t repeats);
 
 class DataLoader {
  public:
@@ -127,6 +134,7 @@ class DataLoader {
   void seek(LoaderPosition pos);
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int64_t samples_per_epoch() const { return epoch_length_; }  // the dataset's size, unless repeats > 1
   int64_t dataset_size() const { return dataset_->size(); }
   const LoaderOptions& options() const { return opts_; }
 
@@ -146,6 +154,7 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions opts_;
   int64_t batches_per_epoch_ = 0;
+  int64_t epoch_length_ = 0;  // samples per epoch
   LoaderPosition pos_;        // consumer position
   LoaderPosition stream_start_;  // position of sequence number 0 for the producers
   int64_t consumed_ = 0;      // sequence number of the next batch the consumer takes
