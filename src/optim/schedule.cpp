@@ -1,4 +1,5 @@
-// Learning-rate schedules (PyTorch semantics: StepLR, MultiStepLR, cosine annealing) with linear warm-up.
+// Learning-rate schedules (PyTorch semantics: StepLR, MultiStepLR, cosine annealing, cosine annealing with warm
+// restarts) with linear warm-up.
 #include "hadatrain/optim/schedule.h"
 
 #include <algorithm>
@@ -29,6 +30,23 @@ double learning_rate(const ScheduleConfig& s, int64_t step) {
       const int64_t span = s.total_steps - s.warmup_steps;
       HT_CHECK(span > 0, "cosine schedule: total_steps {} must exceed warmup_steps {}", s.total_steps, s.warmup_steps);
       const double t = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(span));
+      return s.min_lr + (s.base_lr - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
+    }
+    case ScheduleKind::cosine_restarts: {
+      // PyTorch's CosineAnnealingWarmRestarts (SGDR) from the end of the warm-up, in steps: cycle i lasts
+      // restart_steps * restart_mult^i steps, each a half cosine from base_lr to min_lr, then back to base_lr.
+      HT_CHECK(s.restart_steps > 0 && s.restart_mult >= 1, "cosine_restarts schedule: restart_steps {} must be "
+               "positive and restart_mult {} at least 1", s.restart_steps, s.restart_mult);
+      int64_t cur = step - s.warmup_steps, len = s.restart_steps;
+      if (s.restart_mult == 1) {
+        cur %= len;
+      } else {
+        while (cur >= len) {
+          cur -= len;
+          len *= s.restart_mult;
+        }
+      }
+      const double t = static_cast<double>(cur) / static_cast<double>(len);
       return s.min_lr + (s.base_lr - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
     }
   }

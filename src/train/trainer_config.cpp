@@ -257,7 +257,8 @@ ScheduleSection read_schedule(ConfigReader r) {
                         {{"constant", ScheduleName::constant},
                          {"step", ScheduleName::step},
                          {"multistep", ScheduleName::multistep},
-                         {"cosine", ScheduleName::cosine}});
+                         {"cosine", ScheduleName::cosine},
+                         {"cosine_restarts", ScheduleName::cosine_restarts}});
   s.warmup_epochs = r.get("warmup_epochs", 0.0, Range::non_negative());
   s.warmup_steps = r.get<int64_t>("warmup_steps", 0, Range::non_negative());
   if (s.warmup_steps > 0 && s.warmup_epochs > 0) r.fail("warmup_steps", "give warmup_steps or warmup_epochs, not both");
@@ -265,7 +266,12 @@ ScheduleSection read_schedule(ConfigReader r) {
   if (s.name == ScheduleName::multistep) s.milestones = r.get_list<double>("milestones", {}, Range::positive());
   if (s.name == ScheduleName::step) s.step_epochs = r.get("step_epochs", 30.0, Range::positive());
   if (s.name == ScheduleName::step || s.name == ScheduleName::multistep) s.gamma = r.get("gamma", 0.1, Range::positive());
-  if (s.name == ScheduleName::cosine) s.min_lr = r.get("min_lr", 0.0, Range::non_negative());
+  if (s.name == ScheduleName::cosine || s.name == ScheduleName::cosine_restarts)
+    s.min_lr = r.get("min_lr", 0.0, Range::non_negative());
+  if (s.name == ScheduleName::cosine_restarts) {
+    s.restart_epochs = r.get("restart_epochs", s.restart_epochs, Range::positive());
+    s.restart_mult = r.get<int64_t>("restart_mult", s.restart_mult, Range::at_least(1));
+  }
   return s;
 }
 

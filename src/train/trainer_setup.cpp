@@ -273,6 +273,11 @@ optim::ScheduleConfig make_schedule(const TrainerConfig& cfg, int64_t spe) {
       for (double e : s.milestones) c.milestones.push_back(steps(e));
       break;
     case ScheduleName::cosine: c.kind = optim::ScheduleKind::cosine; break;
+    case ScheduleName::cosine_restarts:
+      c.kind = optim::ScheduleKind::cosine_restarts;
+      c.restart_steps = std::max<int64_t>(1, steps(s.restart_epochs));
+      c.restart_mult = s.restart_mult;
+      break;
   }
   return c;
 }

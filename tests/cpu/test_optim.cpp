@@ -149,3 +149,44 @@ TEST_CASE("learning-rate schedules", "[optim]") {
   st.base_lr = 1.0;
   CHECK(learning_rate(st, 65) == Approx(0.01));
 }
+
+TEST_CASE("cosine_restarts follows PyTorch's CosineAnnealingWarmRestarts after the warm-up", "[optim]") {
+  // PyTorch's closed form for epoch e (T_mult > 1): n = floor(log_{T_mult}(e / T_0 * (T_mult - 1) + 1)),
+  // T_cur = e - T_0 * (T_mult^n - 1) / (T_mult - 1), T_i = T_0 * T_mult^n; e counted here in steps.
+  auto torch_lr = [](double e, double t0, double mult, double base, double eta_min) {
+    double t_cur = e, t_i = t0;
+    if (e >= t0) {
+      if (mult == 1.0) {
+        t_cur = std::fmod(e, t0);
+      } else {
+        const double n = std::floor(std::log(e / t0 * (mult - 1.0) + 1.0) / std::log(mult));
+        t_cur = e - t0 * (std::pow(mult, n) - 1.0) / (mult - 1.0);
+        t_i = t0 * std::pow(mult, n);
+      }
+    }
+    return eta_min + (base - eta_min) * (1.0 + std::cos(M_PI * t_cur / t_i)) / 2.0;
+  };
+  for (const int64_t mult : {int64_t{1}, int64_t{2}, int64_t{3}}) {
+    ScheduleConfig r;
+    r.kind = ScheduleKind::cosine_restarts;
+    r.base_lr = 2.5e-5;
+    r.min_lr = 1e-6;
+    r.warmup_steps = 7;
+    r.restart_steps = 20;
+    r.restart_mult = mult;
+    for (int64_t step = 7; step < 7 + 400; ++step) {
+      INFO("T_mult " << mult << ", step " << step);
+      CHECK(learning_rate(r, step) == Approx(torch_lr(static_cast<double>(step - 7), 20, mult, 2.5e-5, 1e-6)));
+    }
+    CHECK(learning_rate(r, 7) == Approx(2.5e-5));       // each cycle starts at base_lr
+    CHECK(learning_rate(r, 7 + 20) == Approx(2.5e-5));  // and restarts there after 20 steps
+  }
+  ScheduleConfig two;
+  two.kind = ScheduleKind::cosine_restarts;
+  two.base_lr = 1.0;
+  two.restart_steps = 20;
+  two.restart_mult = 2;
+  CHECK(learning_rate(two, 10) == Approx(0.5));   // the middle of the first cycle (20 steps)
+  CHECK(learning_rate(two, 40) == Approx(0.5));   // the middle of the second (40 steps, from step 20)
+  CHECK(learning_rate(two, 60) == Approx(1.0));   // the third starts
+}

@@ -5,7 +5,7 @@
 
 namespace ht::optim {
 
-enum class ScheduleKind { constant, step, multistep, cosine };
+enum class ScheduleKind { constant, step, multistep, cosine, cosine_restarts };
 
 struct ScheduleConfig {
   ScheduleKind kind = ScheduleKind::constant;
@@ -17,6 +17,8 @@ struct ScheduleConfig {
   int64_t step_size = 0;         // step: multiply by gamma every step_size steps
   std::vector<int64_t> milestones;  // multistep: multiply by gamma at each milestone
   double gamma = 0.1;
+  int64_t restart_steps = 0;  // cosine_restarts: the first cycle's length (PyTorch's T_0, in steps)
+  int64_t restart_mult = 1;   // cosine_restarts: each cycle this many times the previous one (T_mult)
 };
 
 // The learning rate to use for optimiser step `step` (0-based).

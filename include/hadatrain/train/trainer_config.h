@@ -111,7 +111,7 @@ struct OptimSection {
   std::vector<std::pair<std::string, double>> lr_multipliers;
 };
 
-enum class ScheduleName { constant, step, multistep, cosine };
+enum class ScheduleName { constant, step, multistep, cosine, cosine_restarts };
 
 struct ScheduleSection {
   ScheduleName name = ScheduleName::constant;
@@ -122,6 +122,8 @@ struct ScheduleSection {
   double step_epochs = 30;         // step schedule period, in epochs
   double gamma = 0.1;
   double min_lr = 0.0;  // cosine floor
+  double restart_epochs = 10;  // cosine_restarts: the first cycle, in epochs (PyTorch's T_0)
+  int64_t restart_mult = 1;    // cosine_restarts: each cycle this many times the previous one (T_mult)
 };
 
 enum class Precision { fp32, bf16 };
