@@ -43,6 +43,16 @@ class Block : public nn::Module {
 
 }  // namespace
 
+int64_t vit_layer_id(const std::string& name, int64_t depth) {
+  for (const char* stem : {"patch_embed.", "cls_token", "pos_embed"})
+    if (name.rfind(stem, 0) == 0) return 0;
+  if (name.rfind("blocks.", 0) == 0) {
+    const std::size_t dot = name.find('.', 7);
+    return std::stoll(name.substr(7, dot - 7)) + 1;
+  }
+  return depth + 1;
+}
+
 VitConfig VitConfig::vit_s4(int64_t num_classes) {
   VitConfig c;
   c.num_classes = num_classes;

@@ -248,6 +248,7 @@ OptimSection read_optim(ConfigReader r) {
   ConfigReader mult = r.child("lr_multipliers");
   for (const std::string& pattern : mult.keys())
     s.lr_multipliers.emplace_back(pattern, mult.get<double>(pattern, 1.0, Range::non_negative()));
+  s.layer_decay = r.get("layer_decay", 1.0, Range::open_closed(0.0, 1.0));
   return s;
 }
 
@@ -358,6 +359,9 @@ TrainerConfig read_trainer_config(ConfigReader root) {
   c.data = read_data(root.child("data"));
   c.model = read_model(root.child("model"));
   c.optim = read_optim(root.child("optim"));
+  if (c.optim.layer_decay != 1.0 && c.model.name != ModelKind::vit)
+    root.child("optim").fail("layer_decay", fmt::format("layer-wise decay is defined for model.name vit (its blocks), "
+                                                        "not {}", model_name(c.model.name)));
   c.schedule = read_schedule(root.child("schedule"));
   c.train = read_train(root.child("train"));
   c.checkpoint = read_checkpoint(root.child("checkpoint"), c.run.out_dir);

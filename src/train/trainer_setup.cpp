@@ -242,6 +242,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::M
     spdlog::info("train.freeze: {} parameter(s) ({} elements) frozen, {} ({} elements) train", rules.frozen_params,
                  rules.frozen_elements, rules.trainable_params, rules.trainable_elements);
   for (const auto& [name, scale] : rules.scaled) spdlog::info("optim.lr_multipliers: {} learns at {:g} x lr", name, scale);
+  if (o.layer_decay != 1.0) {  // vit only (read_trainer_config)
+    const int64_t depth = cfg.model.depth;
+    for (auto& p : params)
+      p.lr_scale *= std::pow(o.layer_decay, static_cast<double>(depth + 1 - models::vit_layer_id(p.name, depth)));
+    spdlog::info("optim.layer_decay {:g}: the patch embedding learns at {:.4g} x lr, blocks.0 at {:.4g}, blocks.{} at "
+                 "{:.4g}, the final norm and head at 1 (each times its optim.lr_multipliers scale)",
+                 o.layer_decay, std::pow(o.layer_decay, depth + 1.0), std::pow(o.layer_decay, static_cast<double>(depth)),
+                 depth - 1, o.layer_decay);
+  }
   auto store = nn::ParameterStore::attach(model, std::move(params));
   if (shard) store = shard(std::move(store));
   if (o.name == OptimKind::sgd)

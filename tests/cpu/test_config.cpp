@@ -183,7 +183,7 @@ TEST_CASE("a second YAML document after '---' is an error naming the file and it
 TEST_CASE("unknown keys fail with their location, the accepted keys and a suggestion", "[config]") {
   const std::string path = write_config("unknown.yaml", "optim:\n  lr: 0.1\n  momentun: 0.5\n");
   CHECK(error_of([&] { load_trainer_config(path); }) ==
-        path + ":3:3: optim.momentun: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers; "
+        path + ":3:3: optim.momentun: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers, layer_decay; "
                "did you mean 'momentum'?)");
   const std::string top = write_config("top.yaml", "run:\n  name: t\ntrainer:\n  epochs: 1\n");
   CHECK_THAT(error_of([&] { load_trainer_config(top); }),
@@ -282,7 +282,7 @@ TEST_CASE("--set overrides values before typed parsing, and creates sections", "
 TEST_CASE("errors in --set values name the --set as their source", "[config]") {
   const std::string path = write_config("set_err.yaml", kConfig);
   CHECK(error_of([&] { load_trainer_config(path, {"optim.lrr=0.1"}); }) ==
-        "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers; "
+        "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers, layer_decay; "
         "did you mean 'lr'?)");
   CHECK_THAT(error_of([&] { load_trainer_config(path, {"foo.bar=1"}); }),
              HasSubstr("--set foo.bar=1: foo: unknown key (the top level accepts: run, data, model, optim, schedule, train, checkpoint, grad_pipeline, dist, ema)"));

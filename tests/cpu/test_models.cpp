@@ -173,3 +173,25 @@ TEST_CASE("ViT drop_path: block i drops with drop_path * i / (depth - 1), only i
   CHECK(test::compare(dropped, kept, 0.0, 0.0) != "");
   CHECK_THROWS_WITH(VisionTransformer(VitConfig{.drop_path = 1.0}, gen, dgen), HasSubstr("drop_path must be in [0, 1)"));
 }
+
+TEST_CASE("vit_layer_id groups a ViT's parameters as timm's layer decay does", "[models]") {
+  Generator gen(1);
+  VisionTransformer v(VitConfig{.image_size = 8, .patch_size = 4, .in_channels = 1, .dim = 16, .depth = 3, .heads = 2,
+                                .num_classes = 3},
+                      gen, std::make_shared<Generator>(2));
+  std::map<int64_t, int> per_layer;
+  for (const auto& [name, t] : v.named_parameters()) {
+    const int64_t id = vit_layer_id(name, 3);
+    ++per_layer[id];
+    if (name.rfind("blocks.1.", 0) == 0) CHECK(id == 2);
+  }
+  CHECK(vit_layer_id("patch_embed.proj.weight", 3) == 0);
+  CHECK(vit_layer_id("cls_token", 3) == 0);
+  CHECK(vit_layer_id("pos_embed", 3) == 0);
+  CHECK(vit_layer_id("blocks.0.attn.qkv.weight", 3) == 1);
+  CHECK(vit_layer_id("blocks.2.mlp.fc2.bias", 3) == 3);
+  CHECK(vit_layer_id("norm.weight", 3) == 4);
+  CHECK(vit_layer_id("head.bias", 3) == 4);
+  CHECK(per_layer.size() == 5);  // the stem, three blocks, the norm and head
+  CHECK(per_layer[0] == 4);      // patch_embed.proj weight and bias, cls_token, pos_embed
+}

@@ -20,10 +20,12 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
+#include "hadatrain/core/config_reader.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
+#include "train/trainer_setup.h"
 
 using namespace ht;
 using namespace ht::train;
@@ -290,4 +292,37 @@ TEST_CASE("data.repeated_augmentation trains on repeated rows and resumes mid-ep
   }
   CHECK_THAT(test::error_of([] { config_in("ra_bad", {"data.repeated_augmentation=0"}); }),
              HasSubstr("data.repeated_augmentation"));
+}
+
+TEST_CASE("optim.layer_decay scales each ViT layer's learning rate by decay^(depth + 1 - layer), times lr_multipliers",
+          "[trainer][optim]") {
+  auto vit_config = [](std::vector<std::string> sets) {
+    const std::string yaml = fmt::format(
+        "data: {{dataset: mnist, root: {}, batch_size: 16, num_workers: 0}}\n"
+        "model: {{name: vit, patch_size: 4, dim: 16, depth: 2, heads: 2, mlp_ratio: 2}}\n"
+        "optim: {{name: adamw, lr_multipliers: {{\"head.*\": 3}}}}\n",
+        data_dir().string());
+    sets.push_back("run.out_dir=" + (temp_dir() / "layer_decay").string());
+    return read_trainer_config(ConfigReader::from_string(yaml, "layer_decay.yaml", sets));
+  };
+  const TrainerConfig cfg = vit_config({"optim.layer_decay=0.5"});
+  const Datasets ds = make_datasets(cfg);
+  Generator gen(1);
+  auto model = make_model(cfg, ds, gen, std::make_shared<Generator>(2), InitWeights::read);
+  const auto opt = make_optimizer(cfg, *model);
+  int checked = 0;
+  for (const nn::ParamRef& p : opt->store().params()) {
+    INFO(p.name);
+    const double expect = p.name.rfind("head.", 0) == 0       ? 3.0    // layer 3: decay^0, times the multiplier
+                          : p.name.rfind("norm.", 0) == 0     ? 1.0
+                          : p.name.rfind("blocks.1.", 0) == 0 ? 0.5    // layer 2
+                          : p.name.rfind("blocks.0.", 0) == 0 ? 0.25   // layer 1
+                                                              : 0.125;  // the stem, layer 0
+    CHECK(p.lr_scale == expect);
+    ++checked;
+  }
+  CHECK(checked == static_cast<int>(model->named_parameters().size()));
+  CHECK_THAT(test::error_of([] { config_in("layer_decay_bad", {"optim.layer_decay=0.5"}); }),
+             HasSubstr("optim.layer_decay: layer-wise decay is defined for model.name vit"));
+  CHECK_THAT(test::error_of([&] { vit_config({"optim.layer_decay=0"}); }), HasSubstr("optim.layer_decay"));
 }

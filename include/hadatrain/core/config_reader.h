@@ -47,6 +47,11 @@ class Range {
     r.lo_closed_ = false;
     return r;
   }
+  static Range open_closed(double lo, double hi) {                              // (lo, hi]
+    Range r = both(lo, hi, true);
+    r.lo_closed_ = false;
+    return r;
+  }
 
   bool contains(double v) const;
   // " > 0", " >= 1", " in [0, 1)", or "" for any().

@@ -2,6 +2,7 @@
 // ViT-S/4 for 32x32 inputs (dim 384, depth 12, heads 6, patch 4) and ViT-B/16 for 224x224 are presets.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "hadatrain/nn/layers.h"
@@ -25,6 +26,11 @@ struct VitConfig {
   static VitConfig vit_s4(int64_t num_classes);   // 32x32, patch 4, 384 dim, 12 x 6 heads
   static VitConfig vit_b16(int64_t num_classes);  // 224x224, patch 16, 768 dim, 12 x 12 heads
 };
+
+// The layer of parameter `name` for layer-wise learning-rate decay, as timm groups a VisionTransformer: the
+// patch embedding, class token and position embedding 0, blocks.i i + 1, everything after the blocks (the final
+// norm, the head) depth + 1.
+int64_t vit_layer_id(const std::string& name, int64_t depth);
 
 class VisionTransformer : public nn::Module {
  public:

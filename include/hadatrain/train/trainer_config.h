@@ -109,6 +109,10 @@ struct OptimSection {
   // (pattern, multiplier): the first pattern matching a parameter's name scales its learning rate
   // (optim/param_rules.h); a YAML map in document order.
   std::vector<std::pair<std::string, double>> lr_multipliers;
+  // vit: layer-wise learning-rate decay (timm's layer_decay, BEiT / MAE fine-tuning): block i of n learns at
+  // layer_decay^(n - i) x lr, the patch embedding, class token and position embedding at layer_decay^(n + 1), the
+  // final norm and head at 1; multiplies lr_multipliers' scale. 1: off.
+  double layer_decay = 1.0;
 };
 
 enum class ScheduleName { constant, step, multistep, cosine, cosine_restarts };
