@@ -113,7 +113,8 @@ std::vector<int64_t> repeated_order(const std::vector<int64_t>& order, int64_t r
   const int64_t n = static_cast<int64_t>(order.size());
   const int64_t length = n >= 256 ? n / 256 * 256 : n;
   std::vector<int64_t> out(static_cast<std::size_t>(length));
-  for (int64_t p = 0; p < length; ++p) out[static_cast<std::size_t>(p)] = order[static_cast<std::size_t>(p / repeats)] + (p % repeats) * n;
+  for (int64_t p = 0; p < length; ++p)
+    out[static_cast<std::size_t>(p)] = order[static_cast<std::size_t>(p / repeats)] + (p % repeats) * n;
   return out;
 }
 

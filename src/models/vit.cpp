@@ -1,7 +1,7 @@
 // Vision Transformer: patch embedding (conv with kernel = stride = patch), optional class token, learned
 // position embedding, pre-norm transformer blocks (norm1 -> attn -> +, norm2 -> mlp -> +; with drop_path each
-// branch through DropPath before its +), final norm and linear head. Linear weights trunc_normal(std 0.02) with zero bias, pos_embed trunc_normal(0.02),
-// cls_token normal(1e-6): timm's default ("") weight init.
+// branch through DropPath before its +), final norm and linear head. Linear weights trunc_normal(std 0.02) with
+// zero bias, pos_embed trunc_normal(0.02), cls_token normal(1e-6): timm's default ("") weight init.
 #include "hadatrain/models/vit.h"
 
 #include "hadatrain/nn/init.h"

@@ -17,7 +17,9 @@ void check_drop(const char* what, double p, const std::shared_ptr<Generator>& ge
 
 }  // namespace
 
-Dropout::Dropout(double p_, std::shared_ptr<Generator> gen) : p(p_), gen_(std::move(gen)) { check_drop("Dropout", p, gen_); }
+Dropout::Dropout(double p_, std::shared_ptr<Generator> gen) : p(p_), gen_(std::move(gen)) {
+  check_drop("Dropout", p, gen_);
+}
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p == 0.0) return x;

@@ -12,8 +12,9 @@
 // the weights until warm-up ends. The average starts as the weights at construction, and the first update copies
 // them again (torchvision's count of averaged models starts at 0). Evaluation of the average swaps it into the
 // model for the pass (with_average: the weights are copied aside and back, so every holder of the weight tensors,
-// optimiser and step graph included, keeps its storage). A checkpoint holds the average as ema.safetensors (the model's own tensor names, so the file
-// loads as a state dict) and the update count in state.json; a resume restores both and continues exactly.
+// optimiser and step graph included, keeps its storage). A checkpoint holds the average as ema.safetensors (the
+// model's own tensor names, so the file loads as a state dict) and the update count in state.json; a resume
+// restores both and continues exactly.
 #pragma once
 #include <cstdint>
 #include <map>

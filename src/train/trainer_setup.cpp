@@ -248,7 +248,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& cfg, nn::M
       p.lr_scale *= std::pow(o.layer_decay, static_cast<double>(depth + 1 - models::vit_layer_id(p.name, depth)));
     spdlog::info("optim.layer_decay {:g}: the patch embedding learns at {:.4g} x lr, blocks.0 at {:.4g}, blocks.{} at "
                  "{:.4g}, the final norm and head at 1 (each times its optim.lr_multipliers scale)",
-                 o.layer_decay, std::pow(o.layer_decay, depth + 1.0), std::pow(o.layer_decay, static_cast<double>(depth)),
+                 o.layer_decay, std::pow(o.layer_decay, depth + 1.0),
+                 std::pow(o.layer_decay, static_cast<double>(depth)),
                  depth - 1, o.layer_decay);
   }
   auto store = nn::ParameterStore::attach(model, std::move(params));

@@ -171,7 +171,8 @@ TEST_CASE("ViT drop_path: block i drops with drop_path * i / (depth - 1), only i
   CHECK(dgen->state() == 4);  // two draws in each of the two blocks with a rate above 0
   // Some samples lose a branch (their logits change), others keep every branch scaled.
   CHECK(test::compare(dropped, kept, 0.0, 0.0) != "");
-  CHECK_THROWS_WITH(VisionTransformer(VitConfig{.drop_path = 1.0}, gen, dgen), HasSubstr("drop_path must be in [0, 1)"));
+  CHECK_THROWS_WITH(VisionTransformer(VitConfig{.drop_path = 1.0}, gen, dgen),
+                    HasSubstr("drop_path must be in [0, 1)"));
 }
 
 TEST_CASE("vit_layer_id groups a ViT's parameters as timm's layer decay does", "[models]") {
