@@ -4,8 +4,10 @@
 
     tools/plot_metrics.py --out curves.png runs/a/metrics.jsonl runs/b/metrics.jsonl [--label a --label b]
 
-The figure has three panels: training loss against step (the `train` records), test loss and test top-1
-accuracy against epoch (the `eval` records). A run directory may be given instead of its metrics.jsonl.
+The figure has three panels: training loss against step (the `train` records), test loss against epoch, and
+test top-1 accuracy against epoch for image runs or validation perplexity for language-model runs (the `eval`
+records). A run with a weight average (config `ema`) adds its figures as dashed lines. A run directory may be
+given instead of its metrics.jsonl.
 """
 import argparse
 import json
@@ -53,18 +55,29 @@ def main():
     except ImportError:
         sys.exit("error: matplotlib is missing: install Debian's python3-matplotlib (tools/setup.sh does)")
 
+    runs = [load(run) for run in args.runs]
+    # The third panel: top-1 for image runs, perplexity for language-model runs (their eval records hold test_ppl).
+    has_acc = any(e.get("test_acc") is not None for _, _, evals in runs for e in evals)
+    key, scale, title3, ylabel3 = (("test_acc", 100.0, "test top-1", "accuracy (%)") if has_acc else
+                                   ("test_ppl", 1.0, "validation perplexity", "perplexity"))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, run in enumerate(args.runs):
-        path, train, evals = load(run)
+    for i, (path, train, evals) in enumerate(runs):
         label = args.label[i] if args.label else os.path.basename(os.path.dirname(os.path.abspath(path)))
         if train:
             axes[0].plot([s for s, _ in train], [l for _, l in train], label=label, linewidth=1)
-        ev = [e for e in evals if e.get("test_loss") is not None]
-        if ev:
-            axes[1].plot([e["epoch"] for e in ev], [e["test_loss"] for e in ev], marker="o", label=label)
-            axes[2].plot([e["epoch"] for e in ev], [100 * e["test_acc"] for e in ev], marker="o", label=label)
+        color = None  # the run's colour; its weight average is drawn dashed in the same colour
+        for prefix, style, suffix in (("", "-", ""), ("ema_", "--", " (weight average)")):
+            ev = [e for e in evals if e.get(prefix + "test_loss") is not None]
+            if ev:
+                line = axes[1].plot([e["epoch"] for e in ev], [e[prefix + "test_loss"] for e in ev], style, marker="o",
+                                    label=label + suffix, color=color)
+                color = line[0].get_color()
+                pts = [(e["epoch"], scale * e[prefix + key]) for e in ev if e.get(prefix + key) is not None]
+                if pts:
+                    axes[2].plot([x for x, _ in pts], [y for _, y in pts], style, marker="o", label=label + suffix,
+                                 color=color)
     for ax, title, xl, yl in ((axes[0], "training loss", "step", "loss"), (axes[1], "test loss", "epoch", "loss"),
-                              (axes[2], "test top-1", "epoch", "accuracy (%)")):
+                              (axes[2], title3, "epoch", ylabel3)):
         ax.set_title(title)
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
