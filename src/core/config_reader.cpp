@@ -354,7 +354,8 @@ bool Range::contains(double v) const {
 }
 
 std::string Range::describe() const {
-  if (has_lo_ && has_hi_) return fmt::format(" in {}{}, {}{}", lo_closed_ ? "[" : "(", lo_, hi_, hi_closed_ ? "]" : ")");
+  if (has_lo_ && has_hi_)
+    return fmt::format(" in {}{}, {}{}", lo_closed_ ? "[" : "(", lo_, hi_, hi_closed_ ? "]" : ")");
   if (has_lo_) return fmt::format(" {} {}", lo_closed_ ? ">=" : ">", lo_);
   return "";
 }

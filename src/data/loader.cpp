@@ -109,9 +109,11 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, Shuffl
 // the dataset's size): the sample is dataset index v mod N, drawn with SampleRng::for_sample(seed, e, v), so copy
 // 0 draws what the sample draws without repeats and every copy its own stream. Sliced and resumed batches follow
 // (Note [Sliced batches], [Loader ordering]): a row's bits depend only on (seed, e, v).
+int64_t repeated_epoch_length(int64_t n) { return n >= 256 ? n / 256 * 256 : n; }
+
 std::vector<int64_t> repeated_order(const std::vector<int64_t>& order, int64_t repeats) {
   const int64_t n = static_cast<int64_t>(order.size());
-  const int64_t length = n >= 256 ? n / 256 * 256 : n;
+  const int64_t length = repeated_epoch_length(n);
   std::vector<int64_t> out(static_cast<std::size_t>(length));
   for (int64_t p = 0; p < length; ++p)
     out[static_cast<std::size_t>(p)] = order[static_cast<std::size_t>(p / repeats)] + (p % repeats) * n;
@@ -132,10 +134,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   HT_CHECK(opts_.repeats == 1 || opts_.shuffle == Shuffle::on, "DataLoader: repeats without shuffling");
   HT_CHECK(n * opts_.repeats - 1 <= kMaxRngIndex, "DataLoader: {} samples x {} repeats is more than the data RNG "
            "supports", n, opts_.repeats);
-  epoch_length_ = opts_.repeats > 1 && n >= 256 ? n / 256 * 256 : n;
-  const int64_t len = epoch_length_;
-  batches_per_epoch_ =
-      opts_.drop_last == DropLast::yes ? len / opts_.batch_size : (len + opts_.batch_size - 1) / opts_.batch_size;
+  epoch_length_ = opts_.repeats > 1 ? repeated_epoch_length(n) : n;
+  batches_per_epoch_ = opts_.drop_last == DropLast::yes ? epoch_length_ / opts_.batch_size
+                                                        : (epoch_length_ + opts_.batch_size - 1) / opts_.batch_size;
   HT_CHECK(batches_per_epoch_ > 0, "DataLoader: drop_last with batch_size {} > dataset size {} gives no batches",
            opts_.batch_size, n);
   seek(start);
@@ -194,8 +195,7 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
   Batch b;
   b.position = pos;
   b.indices.assign(order->begin() + begin, order->begin() + begin + count);
-  const std::vector<int64_t> keys = b.indices;  // the augmentation keys (virtual indices)
-  for (int64_t& i : b.indices) i %= n;            // the dataset indices
+  for (int64_t& i : b.indices) i %= n;  // the dataset indices; order holds the augmentation keys
   auto host_tensor = [&](const Shape& shape, DType dtype) {
     return opts_.pin_memory ? empty_pinned(shape, dtype, opts_.pin_device) : empty(shape, {dtype, Device::cpu()});
   };
@@ -210,7 +210,7 @@ Batch DataLoader::make_batch(LoaderPosition pos) {
                          dataset_->describe_sample(idx));
     };
     try {
-      SampleRng rng = SampleRng::for_sample(opts_.seed, pos.epoch, keys[static_cast<std::size_t>(k)]);
+      SampleRng rng = SampleRng::for_sample(opts_.seed, pos.epoch, (*order)[static_cast<std::size_t>(begin + k)]);
       const Sample s = dataset_->get(idx, rng);
       if (k == 0) {
         C = s.image.channels, H = s.image.height, W = s.image.width;

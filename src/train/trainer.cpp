@@ -161,8 +161,10 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const std::vector<nn::BoundLayer> bound = nn::bind_pipelines(*model, cfg.grad_pipeline, clock);
   log_pipelines(bound);
   // CUDA: the quantisers' noise and the dropout masks read the step from the device, so steps with either can be
-  // recorded into a step graph (one 8-byte write per step).
-  if (device.is_cuda()) clock->keep_on_device(device);
+  // recorded into a step graph. A run with neither writes nothing per step: the word is made for noise now, and for
+  // dropout after the first step that drew from the generator (below; the step graph is recorded later).
+  const bool device_clock = device.is_cuda();
+  if (device_clock && nn::any_draws_noise(bound)) clock->keep_on_device(device);
   dropout_gen->key_by_step(clock.get());  // Note [Step-keyed streams]: the k-th draw of step s
   const std::unique_ptr<Task> task = make_task(cfg, *model);
 
@@ -327,6 +329,9 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       const double lr = optim::learning_rate(schedule, st.step);
       clock->set(st.step);  // before the step's device work, on the run's stream
       runner.run(dist_run ? dist_run->slice(*batch, *task) : *batch, lr, st.step);
+      // The keyed generator's state is its draws in this step: a step with dropout or drop path (the same masks
+      // with the step in the stream or in the word).
+      if (device_clock && !clock->word.defined() && dropout_gen->state() > 0) clock->keep_on_device(device);
       if (dist_run) dist_run->end_step();  // the step's bytes on the wire join the logging window's
       ++st.step;
       if (ema) ema->after_step(st.step, st.step <= schedule.warmup_steps);  // the step just run had a warm-up lr

@@ -62,6 +62,22 @@ std::vector<std::string> with_graph(std::vector<std::string> sets, const std::st
   return sets;
 }
 
+// The run `<name>_graph` with train.cuda_graph true (a refused recording would throw) and `<name>_eager` with false,
+// 12 steps each: their train records.
+struct GraphAndEager {
+  std::map<int64_t, std::pair<double, double>> graph, eager;
+};
+GraphAndEager graph_and_eager(const std::string& name, const std::vector<std::string>& sets) {
+  const TrainerConfig graph = make_config(name + "_graph", with_graph(sets, "true"));
+  const TrainerConfig eager = make_config(name + "_eager", with_graph(sets, "false"));
+  REQUIRE(run_training(graph).steps == 12);
+  REQUIRE(run_training(eager).steps == 12);
+  GraphAndEager r{losses(graph), losses(eager)};
+  REQUIRE(r.graph.size() == 12);
+  REQUIRE(r.eager.size() == 12);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("trainer: replayed MLP steps (AdamW, clipping, multistep) log the eager losses", "[gpu][trainer][graph]") {
@@ -91,13 +107,7 @@ TEST_CASE("trainer: replayed ResNet-18 steps (bf16, batch norm, channels last) t
           "[gpu][trainer][graph]") {
   const std::vector<std::string> resnet = {"model.name=resnet18", "model.stem=cifar", "train.precision=bf16",
                                            "optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=5e-4"};
-  auto with = [&](const std::string& g) { return with_graph(resnet, g); };
-  const TrainerConfig graph = make_config("resnet_graph", with("true"));
-  const TrainerConfig eager = make_config("resnet_eager", with("false"));
-  REQUIRE(run_training(graph).steps == 12);
-  REQUIRE(run_training(eager).steps == 12);
-  const auto la = losses(graph), lb = losses(eager);
-  REQUIRE(la.size() == 12);
+  const auto [la, lb] = graph_and_eager("resnet", resnet);
   for (int64_t s = 1; s <= 12; ++s) {
     INFO("step " << s << ": graph " << la.at(s).first << ", eager " << lb.at(s).first);
     CHECK(std::isfinite(la.at(s).first));
@@ -115,14 +125,7 @@ TEST_CASE("trainer: steps with dropout and drop path are recorded and replay the
   const std::vector<std::string> vit = {"model.name=vit", "model.patch_size=4", "model.dim=16", "model.depth=2",
                                         "model.heads=2",  "model.mlp_ratio=2",  "model.dropout=0.2",
                                         "model.drop_path=0.3", "optim.name=adamw", "optim.lr=3e-3"};
-  auto with = [&](const std::string& g) { return with_graph(vit, g); };
-  const TrainerConfig graph = make_config("vit_dropout_graph", with("true"));  // a refused recording would throw
-  const TrainerConfig eager = make_config("vit_dropout_eager", with("false"));
-  REQUIRE(run_training(graph).steps == 12);
-  REQUIRE(run_training(eager).steps == 12);
-  const auto la = losses(graph), lb = losses(eager);
-  REQUIRE(la.size() == 12);
-  REQUIRE(lb.size() == 12);
+  const auto [la, lb] = graph_and_eager("vit_dropout", vit);
   for (int64_t s = 1; s <= 12; ++s) {
     INFO("step " << s << ": graph " << la.at(s).first << ", eager " << lb.at(s).first);
     CHECK(la.at(s).first == Approx(lb.at(s).first).epsilon(1e-5));
@@ -136,14 +139,7 @@ TEST_CASE("trainer: HLQ steps are recorded and replay the eager run's noise", "[
   // and moves the losses by far more than 1e-5.
   const std::vector<std::string> mlp = {"model.name=mlp", "model.hidden=[64]", "optim.name=sgd", "optim.lr=0.05",
                                         "optim.momentum=0.9", "grad_pipeline.default.name=hlq"};
-  auto with = [&](const std::string& g) { return with_graph(mlp, g); };
-  const TrainerConfig graph = make_config("hlq_graph", with("true"));  // a refused recording would throw
-  const TrainerConfig eager = make_config("hlq_eager", with("false"));
-  REQUIRE(run_training(graph).steps == 12);
-  REQUIRE(run_training(eager).steps == 12);
-  const auto la = losses(graph), lb = losses(eager);
-  REQUIRE(la.size() == 12);
-  REQUIRE(lb.size() == 12);
+  const auto [la, lb] = graph_and_eager("hlq", mlp);
   CHECK(la.at(1).first != la.at(12).first);
   for (int64_t s = 1; s <= 12; ++s) {
     INFO("step " << s << ": graph " << la.at(s).first << ", eager " << lb.at(s).first);

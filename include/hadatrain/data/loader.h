@@ -114,6 +114,8 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, Shuffl
 // Epoch `order` (dataset indices) with every index repeated `repeats` times in a row, cut to the size rounded down
 // to a multiple of 256 (the whole size below 256), as virtual indices i + copy * size (Note [Repeated augmentation]).
 std::vector<int64_t> repeated_order(const std::vector<int64_t>& order, int64_t repeats);
+// The samples of such an epoch for a dataset of n: n rounded down to a multiple of 256, or n below 256.
+int64_t repeated_epoch_length(int64_t n);
 
 class DataLoader {
  public:

@@ -103,7 +103,8 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);  // padding counts in
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 
 // Inverted dropout: keeps element i when uniform(philox(seed, stream, i)) >= p and scales by 1/(1-p).
-// Draws a fresh stream from `gen` (Generator::draw: keyed by the training step on the trainer's generator). p = 0 returns x.
+// Draws a fresh stream from `gen` (Generator::draw: keyed by the training step on the trainer's generator).
+// p = 0 returns x.
 Tensor dropout(const Tensor& x, double p, Generator& gen);
 
 // SwiGLU's gated product silu(gate) * up (broadcasting like mul): on CUDA, for one shape and dtype, one fused

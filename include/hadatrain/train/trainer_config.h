@@ -43,8 +43,8 @@ struct DataSection {
   AugmentKind augment = AugmentKind::none;
   int64_t image_size = 224;   // image_folder: training crop and evaluation crop
   int64_t eval_resize = 256;  // image_folder: shorter side before the evaluation center crop
-  // Training images per epoch appear this many times in a row, each with its own augmentation (data::LoaderOptions::
-  // repeats, Note [Repeated augmentation]); 1: off.
+  // Training images per epoch appear this many times in a row, each with its own augmentation
+  // (data::LoaderOptions::repeats, Note [Repeated augmentation]); 1: off.
   int64_t repeated_augmentation = 1;
   std::vector<double> normalize_mean, normalize_std;  // per channel (one value = all channels)
   // dataset text | chat: language-model data (data/text_data.h); the image keys above do not apply.

@@ -18,7 +18,8 @@ bool has_kernel(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt ==
 
 }  // namespace
 
-void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream, const int64_t* step_word) {
+void dropout(const Tensor& out, const Tensor& x, double p, uint64_t seed, uint64_t stream,
+             const int64_t* step_word) {
   if (!has_kernel(out.dtype())) {
     Tensor tmp = empty(out.shape(), {DType::f32, out.device()});
     dropout(tmp, to_dtype(x, DType::f32), p, seed, stream, step_word);
