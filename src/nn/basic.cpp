@@ -7,27 +7,14 @@
 
 namespace ht::nn {
 
-namespace {
-
-// Dropout's and DropPath's p and generator (`what` names the module in the error).
-void check_drop(const char* what, double p, const std::shared_ptr<Generator>& gen) {
+RandomDrop::RandomDrop(const char* what, double p_, std::shared_ptr<Generator> gen) : p(p_), gen_(std::move(gen)) {
   HT_CHECK(p >= 0.0 && p < 1.0, "{}: p must be in [0, 1), got {}", what, p);
-  HT_CHECK(p == 0.0 || gen != nullptr, "{} with p = {} needs a generator", what, p);
-}
-
-}  // namespace
-
-Dropout::Dropout(double p_, std::shared_ptr<Generator> gen) : p(p_), gen_(std::move(gen)) {
-  check_drop("Dropout", p, gen_);
+  HT_CHECK(p == 0.0 || gen_ != nullptr, "{} with p = {} needs a generator", what, p);
 }
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p == 0.0) return x;
   return dropout(x, p, *gen_);
-}
-
-DropPath::DropPath(double p_, std::shared_ptr<Generator> gen) : p(p_), gen_(std::move(gen)) {
-  check_drop("DropPath", p, gen_);
 }
 
 Tensor DropPath::forward(const Tensor& x) {

@@ -1,6 +1,7 @@
 // Layers: thin modules over ops, with PyTorch-compatible parameter names and default initialisation.
 #pragma once
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "hadatrain/nn/module.h"
@@ -71,17 +72,24 @@ class LayerNorm : public Module {
   double eps;
 };
 
-// Inverted dropout in train mode, identity in eval mode. Draws from a generator shared across the model
-// (owned by the trainer, saved in checkpoints).
-class Dropout : public Module {
+// What Dropout and DropPath share: the probability p in [0, 1) and the generator their masks draw from, shared
+// across the model (owned by the trainer, saved in checkpoints); required unless p = 0. `what` names the module in
+// the constructor's errors.
+class RandomDrop : public Module {
  public:
-  Dropout(double p, std::shared_ptr<Generator> gen);
-  std::string type_name() const override { return "Dropout"; }
-  Tensor forward(const Tensor& x) override;
   double p;
 
- private:
+ protected:
+  RandomDrop(const char* what, double p, std::shared_ptr<Generator> gen);
   std::shared_ptr<Generator> gen_;
+};
+
+// Inverted dropout in train mode, identity in eval mode.
+class Dropout : public RandomDrop {
+ public:
+  Dropout(double p, std::shared_ptr<Generator> gen) : RandomDrop("Dropout", p, std::move(gen)) {}
+  std::string type_name() const override { return "Dropout"; }
+  Tensor forward(const Tensor& x) override;
 };
 
 // Stochastic depth ("drop path", Huang et al. 2016; timm's DropPath) on a residual branch: in train mode each
@@ -89,15 +97,11 @@ class Dropout : public Module {
 // (which draws nothing). The per-sample mask is dropout of a (B, 1, ..., 1) tensor of ones in x's dtype, so it
 // draws one stream of the shared generator per call (checkpointed, Note [Exact resume]) and its scale rounds as
 // dropout's does.
-class DropPath : public Module {
+class DropPath : public RandomDrop {
  public:
-  DropPath(double p, std::shared_ptr<Generator> gen);
+  DropPath(double p, std::shared_ptr<Generator> gen) : RandomDrop("DropPath", p, std::move(gen)) {}
   std::string type_name() const override { return "DropPath"; }
   Tensor forward(const Tensor& x) override;
-  double p;
-
- private:
-  std::shared_ptr<Generator> gen_;
 };
 
 enum class ActivationKind { relu, gelu, gelu_tanh, silu, identity };
