@@ -47,6 +47,18 @@ RowSlice row_slice(int64_t batch_rows, int index, int count) {
   return {.start = index * base + std::min<int64_t>(index, extra), .rows = base + (index < extra ? 1 : 0)};
 }
 
+int64_t epoch_batches(int64_t rows, int64_t batch_size, DropLast drop_last, int64_t min_last_batch) {
+  HT_CHECK(min_last_batch >= 1, "loader: min_last_batch must be >= 1, got {}", min_last_batch);
+  const int64_t rest = rows % batch_size;
+  const bool last = drop_last == DropLast::no && rest > 0 && rest >= min_last_batch;
+  return rows / batch_size + (last ? 1 : 0);
+}
+
+std::string no_batch_reason(DropLast drop_last, int64_t min_last_batch) {
+  return drop_last == DropLast::yes ? "drop_last keeps full batches only"
+                                    : fmt::format("a batch needs at least {} rows", min_last_batch);
+}
+
 Batch slice_rows(const Batch& batch, RowSlice s) {
   Batch out;
   out.position = batch.position;
@@ -135,10 +147,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   HT_CHECK(n * opts_.repeats - 1 <= kMaxRngIndex, "DataLoader: {} samples x {} repeats is more than the data RNG "
            "supports", n, opts_.repeats);
   epoch_length_ = opts_.repeats > 1 ? repeated_epoch_length(n) : n;
-  batches_per_epoch_ = opts_.drop_last == DropLast::yes ? epoch_length_ / opts_.batch_size
-                                                        : (epoch_length_ + opts_.batch_size - 1) / opts_.batch_size;
-  HT_CHECK(batches_per_epoch_ > 0, "DataLoader: drop_last with batch_size {} > dataset size {} gives no batches",
-           opts_.batch_size, n);
+  batches_per_epoch_ = epoch_batches(epoch_length_, opts_.batch_size, opts_.drop_last, opts_.min_last_batch);
+  HT_CHECK(batches_per_epoch_ > 0, "DataLoader: {} samples per epoch in batches of {} give no batch ({})",
+           epoch_length_, opts_.batch_size, no_batch_reason(opts_.drop_last, opts_.min_last_batch));
   seek(start);
 }
 

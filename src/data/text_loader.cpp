@@ -16,12 +16,11 @@ TextLoader::TextLoader(std::shared_ptr<const TextDataset> dataset, TextLoaderOpt
   HT_CHECK(n > 0, "TextLoader: the dataset has no rows");
   HT_CHECK(opts_.batch_size > 0, "TextLoader: batch_size must be positive, got {}", opts_.batch_size);
   HT_CHECK(n - 1 <= kMaxRngIndex, "TextLoader: {} rows is more than the data RNG supports", n);
-  batches_per_epoch_ =
-      opts_.drop_last == DropLast::yes ? n / opts_.batch_size : (n + opts_.batch_size - 1) / opts_.batch_size;
+  batches_per_epoch_ = epoch_batches(n, opts_.batch_size, opts_.drop_last, opts_.min_last_batch);
   HT_CHECK(batches_per_epoch_ > 0,
-           "TextLoader: drop_last with batch_size {} > {} rows of seq_len {} gives no batches; lower the batch size "
-           "or seq_len, or add text",
-           opts_.batch_size, n, dataset_->seq_len());
+           "TextLoader: {} rows of seq_len {} in batches of {} give no batch ({}); lower the batch size or seq_len, or "
+           "add text",
+           n, dataset_->seq_len(), opts_.batch_size, no_batch_reason(opts_.drop_last, opts_.min_last_batch));
   seek(start);
 }
 

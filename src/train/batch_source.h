@@ -21,9 +21,11 @@ class BatchSource {
   // Continues from `pos` exactly as an uninterrupted source would.
   virtual void seek(data::LoaderPosition pos) = 0;
   virtual int64_t batches_per_epoch() const = 0;
+  // Samples (images, or text rows) per epoch, the batches' rows together before any is dropped.
+  virtual int64_t samples_per_epoch() const = 0;
 };
 
-// A BatchSource over any loader with DataLoader's next / position / seek / batches_per_epoch.
+// A BatchSource over any loader with DataLoader's next / position / seek / batches_per_epoch / samples_per_epoch.
 template <class Loader>
 class LoaderSource final : public BatchSource {
  public:
@@ -33,6 +35,7 @@ class LoaderSource final : public BatchSource {
   data::LoaderPosition position() const override { return loader_.position(); }
   void seek(data::LoaderPosition pos) override { loader_.seek(pos); }
   int64_t batches_per_epoch() const override { return loader_.batches_per_epoch(); }
+  int64_t samples_per_epoch() const override { return loader_.samples_per_epoch(); }
 
  private:
   Loader loader_;

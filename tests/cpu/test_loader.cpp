@@ -189,7 +189,31 @@ TEST_CASE("drop_last keeps only full batches", "[data][loader]") {
   }
   CHECK(seen.size() == 20);  // 3 samples of the shuffled epoch are left out
   o.batch_size = 30;
-  CHECK_THROWS_WITH(DataLoader(ds, o), HasSubstr("gives no batches"));
+  CHECK_THROWS_WITH(DataLoader(ds, o),
+                    HasSubstr("23 samples per epoch in batches of 30 give no batch") &&
+                        HasSubstr("(drop_last keeps full batches only)"));
+}
+
+TEST_CASE("min_last_batch drops a last batch with fewer rows, and only that one", "[data][loader]") {
+  auto ds = std::make_shared<IndexDataset>(23);
+  LoaderOptions o = options(0, 5);
+  o.min_last_batch = 4;  // the last batch holds 3 rows: dropped
+  CHECK(DataLoader(ds, o).batches_per_epoch() == 4);
+  auto batches = run(ds, o, 2);
+  REQUIRE(batches.size() == 8);
+  for (const auto& b : batches) CHECK(b.indices.size() == 5);
+  o.min_last_batch = 3;  // kept
+  batches = run(ds, o, 1);
+  REQUIRE(batches.size() == 5);
+  CHECK(batches.back().indices.size() == 3);
+  CHECK(epoch_batches(25, 5, DropLast::no, 6) == 5);  // full batches are never dropped
+  CHECK(epoch_batches(23, 5, DropLast::yes, 1) == 4);
+  o.batch_size = 30;
+  o.min_last_batch = 24;
+  CHECK_THROWS_WITH(DataLoader(ds, o),
+                    HasSubstr("23 samples per epoch in batches of 30 give no batch (a batch needs at least 24 rows)"));
+  o.min_last_batch = 0;
+  CHECK_THROWS_WITH(DataLoader(ds, o), HasSubstr("min_last_batch must be >= 1, got 0"));
 }
 
 // The rows [start, start + rows) of a flattened batch of 1x1x3 images.

@@ -177,7 +177,13 @@ TEST_CASE("TextLoader: drop_last and the last partial batch", "[text]") {
   CHECK_FALSE(keep.next());
   TextLoader drop(ds, {.batch_size = 4, .drop_last = DropLast::yes});
   CHECK(drop.batches_per_epoch() == 2);
-  CHECK_THROWS_WITH(TextLoader(ds, {.batch_size = 11, .drop_last = DropLast::yes}), HasSubstr("gives no batches"));
+  CHECK_THROWS_WITH(TextLoader(ds, {.batch_size = 11, .drop_last = DropLast::yes}),
+                    HasSubstr("10 rows of seq_len 4 in batches of 11 give no batch") &&
+                        HasSubstr("(drop_last keeps full batches only)"));
+  // min_last_batch (data-parallel runs: the world size) drops a last batch of fewer rows.
+  TextLoader three(ds, {.batch_size = 4, .min_last_batch = 3});
+  CHECK(three.batches_per_epoch() == 2);
+  CHECK(TextLoader(ds, {.batch_size = 4, .min_last_batch = 2}).batches_per_epoch() == 3);
 }
 
 TEST_CASE("check_vocab: a token id beyond the model's vocabulary names the file, the id and the size", "[text]") {

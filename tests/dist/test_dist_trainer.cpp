@@ -101,6 +101,32 @@ TEST_CASE("train with dist.mode ddp: the reduction during and after backward log
   CHECK(losses(test::scratch_dir() / "in_backward_false") == during);
 }
 
+// Every rank needs a row of every batch: an epoch's last batch with fewer rows than ranks (49 images in batches of
+// 16: 1 row on 2 ranks) is dropped instead of stopping the run at the end of the first epoch; the full batches
+// before it are one process's.
+TEST_CASE("train with dist.mode ddp drops an epoch's last batch with fewer rows than ranks", "[dist][trainer]") {
+  test::idx8_dataset();
+  const std::vector<std::string> limit = {"data.train_limit=49"};
+  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(config("ref_short", limit)); });
+  REQUIRE(ht::test::all_passed(ref));
+  const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    std::vector<std::string> mine = limit;
+    for (const char* s : {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=30"}) mine.emplace_back(s);
+    run_training(config("ddp_short", mine));
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+  const auto expected = losses(test::scratch_dir() / "ref_short");
+  const auto got = losses(test::scratch_dir() / "ddp_short");
+  REQUIRE(expected.size() == 8);  // one process: 2 epochs of 4 steps, the last of 1 image
+  REQUIRE(got.size() == 6);       // 2 ranks: 2 epochs of 3 steps
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("step " << i + 1 << ": 2 ranks " << got[i] << ", one process " << expected[i]);
+    CHECK(std::abs(got[i] - expected[i]) <= 1e-5 * std::abs(expected[i]));
+  }
+}
+
 TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {
   test::idx8_dataset();
   const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {

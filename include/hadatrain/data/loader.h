@@ -36,6 +36,9 @@ struct LoaderOptions {
   uint64_t seed = 0;     // shuffle and augmentation key (Note [Data randomness])
   Shuffle shuffle = Shuffle::on;
   DropLast drop_last = DropLast::no;
+  // With DropLast::no, the epoch's last, partial batch is dropped when it holds fewer rows than this
+  // (epoch_batches below). Data-parallel training sets the world size: every rank needs a row of every batch.
+  int64_t min_last_batch = 1;
   Normalize normalize = Normalize::unit();
   // Assemble batches in page-locked host memory (empty_pinned), so that copying them to a CUDA device is
   // asynchronous (Note [Pinned batches] in loader.cpp). The batches hold the same values either way; a no-op
@@ -104,6 +107,11 @@ struct RowSlice {
   int64_t start = 0, rows = 0;
 };
 RowSlice row_slice(int64_t batch_rows, int index, int count);
+// Batches of an epoch of `rows` rows: the full ones, and the partial last one when drop_last is DropLast::no and it
+// holds at least min_last_batch (>= 1, else an error) rows. no_batch_reason: why that count is 0, for the loaders'
+// errors.
+int64_t epoch_batches(int64_t rows, int64_t batch_size, DropLast drop_last, int64_t min_last_batch);
+std::string no_batch_reason(DropLast drop_last, int64_t min_last_batch);
 // The rows [start, start + rows) of every tensor of `batch` (views, no copy), with their indices; global_rows
 // is the whole batch's size.
 Batch slice_rows(const Batch& batch, RowSlice slice);

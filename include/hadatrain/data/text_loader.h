@@ -37,6 +37,7 @@ struct TextLoaderOptions {
   uint64_t seed = 0;  // the shuffle key (Note [Data randomness])
   Shuffle shuffle = Shuffle::on;
   DropLast drop_last = DropLast::no;
+  int64_t min_last_batch = 1;  // as LoaderOptions::min_last_batch
   // Batches in page-locked host memory for asynchronous copies to pin_device (Note [Pinned batches]).
   bool pin_memory = false;
   Device pin_device = Device::cuda(0);
@@ -57,6 +58,7 @@ class TextLoader {
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int64_t dataset_size() const { return dataset_->size(); }
+  int64_t samples_per_epoch() const { return dataset_->size(); }  // rows; as DataLoader's
   int64_t seq_len() const { return dataset_->seq_len(); }
   const TextLoaderOptions& options() const { return opts_; }
 
