@@ -141,8 +141,9 @@ fs::path save_checkpoint(const fs::path& root, const CheckpointData& data, const
     meta["format"] = "pt";  // what HF loaders expect of a PyTorch safetensors file
     meta["step"] = std::to_string(data.step);
     save_safetensors(tmp_dir / kModelFile, data.model, meta);
-    if (!data.optimizer.empty())
-      save_safetensors(tmp_dir / kOptimizerFile, data.optimizer, {{"format", "pt"}, {"step", std::to_string(data.step)}});
+    if (data.optimizer)
+      save_safetensors(tmp_dir / kOptimizerFile, *data.optimizer,
+                       {{"format", "pt"}, {"step", std::to_string(data.step)}});
     if (!data.ema.empty())
       save_safetensors(tmp_dir / kEmaFile, data.ema, {{"format", "pt"}, {"step", std::to_string(data.step)}});
     write_file_atomic(tmp_dir / kStateFile, state_text);

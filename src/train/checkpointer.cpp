@@ -10,13 +10,16 @@
 // bit-identical losses (tests/cpu/test_trainer.cpp).
 #include "checkpointer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <map>
 #include <system_error>
+#include <type_traits>
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/core/error.h"
@@ -54,6 +57,20 @@ void load_optimizer_state(const CheckpointedParts& p, const io::Checkpoint& ck, 
                                   steps);
 }
 
+// One value of a checkpoint's state.json for --resume; a missing key or a value of another type is an error naming
+// the file and the key (a state.json written by another program, or edited), not a JSON library message.
+template <class T>
+T state_value(const io::Checkpoint& ck, const std::string& key) {
+  const std::string file = (ck.dir / "state.json").string();
+  const auto it = ck.state.is_object() ? ck.state.find(key) : ck.state.end();
+  HT_CHECK(it != ck.state.end(), "--resume: {} has no \"{}\"", file, key);
+  constexpr bool real = std::is_floating_point_v<T>, non_negative = std::is_unsigned_v<T>;
+  const bool ok = real ? it->is_number() : non_negative ? it->is_number_unsigned() : it->is_number_integer();
+  HT_CHECK(ok, "--resume: {}: \"{}\" is {}, expected {}", file, key, it->dump(),
+           real ? "a number" : non_negative ? "a non-negative integer" : "an integer");
+  return it->get<T>();
+}
+
 // The first tensor of `tensors` (in their order) holding a NaN or an infinity: "'<name>' holds NaN" or
 // "'<name>' holds +infinity"; "" when every floating-point tensor is finite. One pass over a host copy of
 // each tensor, so it runs only where a checkpoint is written or evaluated, never per step.
@@ -89,29 +106,32 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   dist::consolidate_checkpoint(*ck);  // a sharded checkpoint's shards joined: any world size resumes it
   // The seed fixes the data order and the dropout masks: a resume under another seed would continue a
   // different run from this one's weights.
-  if (const auto it = ck->state.find("seed"); it != ck->state.end() && it->get<uint64_t>() != o_.seed)
-    throw Error(fmt::format("--resume: the checkpoint {} was written with run.seed {}, but the config has run.seed {}; "
-                            "resume with --set run.seed={} or start a new run",
-                            ck->dir.string(), it->get<uint64_t>(), o_.seed, it->get<uint64_t>()));
+  if (ck->state.is_object() && ck->state.contains("seed")) {
+    const auto seed = state_value<uint64_t>(*ck, "seed");
+    if (seed != o_.seed)
+      throw Error(fmt::format("--resume: the checkpoint {} was written with run.seed {}, but the config has run.seed "
+                              "{}; resume with --set run.seed={} or start a new run",
+                              ck->dir.string(), seed, o_.seed, seed));
+  }
   load_model_tensors(parts_, *ck);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;
   RunState st;
-  st.step = s.at("step").get<int64_t>();
-  st.position = {s.at("epoch").get<int64_t>(), s.at("batch").get<int64_t>()};
-  st.best_score = s.at("best_" + o_.score_name).get<double>();
+  st.step = state_value<int64_t>(*ck, "step");
+  st.position = {state_value<int64_t>(*ck, "epoch"), state_value<int64_t>(*ck, "batch")};
+  st.best_score = state_value<double>(*ck, "best_" + o_.score_name);
   if (s.contains("epoch_loss_sum") && s.contains("epoch_loss_steps")) {
-    st.epoch_loss = s.at("epoch_loss_sum").get<double>();
-    st.epoch_steps = s.at("epoch_loss_steps").get<int64_t>();
+    st.epoch_loss = state_value<double>(*ck, "epoch_loss_sum");
+    st.epoch_steps = state_value<int64_t>(*ck, "epoch_loss_steps");
   }
-  const auto dropout_stream = s.at("dropout_stream").get<uint64_t>();
-  load_optimizer_state(parts_, *ck, s.at("optimizer_steps").get<int64_t>());
+  const auto dropout_stream = state_value<uint64_t>(*ck, "dropout_stream");
+  load_optimizer_state(parts_, *ck, state_value<int64_t>(*ck, "optimizer_steps"));
   parts_.dropout_gen->set_state(dropout_stream);
   if (parts_.ema != nullptr) {
     // The average continues where the checkpoint left it; a checkpoint of a run without one starts it from the
     // resumed weights (the run then differs from one that averaged from the start, so say so).
     if (ck->ema.has_value() && s.contains("ema_updates")) {
-      parts_.ema->load(ck->ema->tensors, s.at("ema_updates").get<int64_t>(),
+      parts_.ema->load(ck->ema->tensors, state_value<int64_t>(*ck, "ema_updates"),
                        fmt::format("--resume: {}/ema.safetensors", ck->dir.string()));
     } else {
       parts_.ema->restart();
@@ -132,7 +152,7 @@ std::string Checkpointer::last_good_checkpoint() const {
               : fmt::format("no checkpoint was written in {}", o_.dir.string());
 }
 
-fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
+fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverged) {
   io::CheckpointData d;
   d.step = st.step;
   if (parts_.sharded && parts_.sharded->write_shards) {
@@ -147,10 +167,12 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   }
   if (parts_.ema != nullptr) d.ema = to_list(parts_.ema->tensors());
   // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
-  if (const std::string bad = first_non_finite(d.model); !bad.empty())
+  if (const std::string bad = first_non_finite(d.model); !bad.empty()) {
+    diverged = true;
     throw Error(fmt::format("the checkpoint of step {} was not written: the model's tensor {} (training diverged; "
                             "lower optim.lr); {}",
                             st.step, bad, last_good_checkpoint()));
+  }
   d.model_metadata = o_.model_metadata;
   d.state = {{"step", st.step},
              {"epoch", st.position.epoch},
@@ -165,13 +187,39 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
              {"seed", o_.seed}};
   if (parts_.ema != nullptr) d.state["ema_updates"] = parts_.ema->updates();
   const bool mark = best == io::MarkBest::yes && o_.keep_best;
+  // io::save_checkpoint removes what it began when it fails, leaving `latest` and every earlier checkpoint as they
+  // were.
+  return io::save_checkpoint(o_.dir, d,
+                             {.keep_last = o_.keep_last, .best = mark ? io::MarkBest::yes : io::MarkBest::no});
+}
+
+fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   fs::path dir;
+  std::string why;  // this rank's reason, when it did not write
+  bool diverged = false;
+  auto outcome = SaveOutcome::written;
   try {
-    dir = io::save_checkpoint(o_.dir, d, {.keep_last = o_.keep_last, .best = mark ? io::MarkBest::yes : io::MarkBest::no});
+    dir = write(st, best, diverged);
   } catch (const Error& e) {
-    // io::save_checkpoint removed what it had begun and left `latest` and every earlier checkpoint as they were.
-    const std::string what = fmt::format("the checkpoint of step {} could not be written: {}; {}", st.step, e.what(),
-                                         last_good_checkpoint());
+    outcome = diverged ? SaveOutcome::diverged : SaveOutcome::failed;
+    why = diverged ? e.what() : fmt::format("the checkpoint of step {} could not be written: {}", st.step, e.what());
+  }
+  if (parts_.sharded && parts_.sharded->outcomes) {
+    // Every rank takes the course of the worst outcome, so none waits in a collective for a rank that stopped.
+    const std::vector<int> all = parts_.sharded->outcomes(static_cast<int>(outcome));
+    std::vector<int> bad;
+    for (std::size_t r = 0; r < all.size(); ++r)
+      if (all[r] > static_cast<int>(outcome)) bad.push_back(static_cast<int>(r));
+    if (!bad.empty()) {
+      outcome = static_cast<SaveOutcome>(*std::max_element(all.begin(), all.end()));
+      why = fmt::format("the checkpoint of step {} was not written: rank(s) {} {} (their logs say why)", st.step,
+                        fmt::join(bad, ", "),
+                        outcome == SaveOutcome::diverged ? "found a non-finite model tensor" : "could not write");
+    }
+  }
+  if (outcome == SaveOutcome::diverged) throw Error(why);
+  if (outcome == SaveOutcome::failed) {
+    const std::string what = fmt::format("{}; {}", why, last_good_checkpoint());
     if (!o_.continue_on_save_failure)
       throw Error(fmt::format("{}. Training stopped (checkpoint.on_save_failure is stop): free space or fix {} and "
                               "resume with --resume, or set checkpoint.on_save_failure=continue to train on when a save fails",
@@ -179,7 +227,7 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
     spdlog::warn("{}; training goes on (checkpoint.on_save_failure is continue)", what);
     return {};
   }
-  spdlog::info("checkpoint written: {}", dir.string());
+  if (!dir.empty()) spdlog::info("checkpoint written: {}", dir.string());
   return dir;
 }
 

@@ -42,11 +42,17 @@ struct ShardedState {
   // checkpoint.sharded (set: a sharded checkpoint, nothing is gathered): every rank writes its own
   // shard-<rank>-of-<N>.safetensors into `dir` for `step` (barriers before and after: when it returns every
   // rank's file is durable) and gets every rank's file back, which the writer moves into the checkpoint
-  // (io::CheckpointData::adopt_files); `unsharded` is what model.safetensors holds then (buffers, frozen
-  // parameters).
+  // (io::CheckpointData::adopt_files); `unsharded` is what model.safetensors holds then: the buffers (every
+  // parameter, frozen ones too, is in the shards).
+  // write_shards throws on every rank when any rank could not write (each says whether it was this one).
   std::function<std::vector<std::filesystem::path>(const std::filesystem::path& dir, int64_t step)> write_shards;
   std::function<std::map<std::string, Tensor>()> unsharded;
+  // Every rank's outcome of a save, on every rank (one collective): each passes its own (SaveOutcome as int).
+  std::function<std::vector<int>(int outcome)> outcomes;
 };
+
+// How a save went on one rank; a save's outcome over the ranks is the worst of theirs.
+enum class SaveOutcome : int { written = 0, failed = 1, diverged = 2 };
 
 // The objects whose state a checkpoint holds; they outlive the Checkpointer.
 struct CheckpointedParts {
@@ -84,7 +90,8 @@ class Checkpointer {
   // the step and the first non-finite model tensor, writing nothing, when the model holds a NaN or infinity.
   // A save that fails (an I/O error: io::save_checkpoint leaves every earlier checkpoint as it was) throws
   // ht::Error naming the step, the cause and the last good checkpoint, or with continue_on_save_failure logs
-  // that as a warning and returns an empty path.
+  // that as a warning and returns an empty path. With a sharded model every rank calls it and every rank takes
+  // the same course, whichever rank failed (ShardedState::outcomes). Ranks other than the writer return "".
   std::filesystem::path save(const RunState& state, io::MarkBest best);
 
   const std::filesystem::path& dir() const { return o_.dir; }
@@ -94,6 +101,10 @@ class Checkpointer {
   const std::filesystem::path& resumed_from() const { return resumed_from_; }
 
  private:
+  // save() without the failure policy: throws ht::Error when the checkpoint is not written; sets `diverged`
+  // first when that is because the model holds a non-finite value.
+  std::filesystem::path write(const RunState& state, io::MarkBest best, bool& diverged);
+
   CheckpointerOptions o_;
   CheckpointedParts parts_;
   std::filesystem::path resumed_from_;

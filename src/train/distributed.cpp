@@ -5,6 +5,7 @@
 #include <cctype>
 #include <filesystem>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/core/error.h"
@@ -14,6 +15,37 @@
 #include "hadatrain/train/trainer_config.h"
 
 namespace ht::train {
+namespace {
+
+// `values` added over the ranks, in place (f64, one all-reduce on the communicator's device).
+void sum_over(dist::Communicator& comm, std::vector<double>& values) {
+  if (values.empty()) return;
+  Tensor t = from_vector(values, {static_cast<int64_t>(values.size())}, {DType::f64, Device::cpu()}).to(comm.device());
+  comm.all_reduce(t, dist::ReduceOp::sum)->synchronize();
+  values = t.to(Device::cpu()).to_vector<double>();
+}
+
+// Every rank's `value` (a small integer), on every rank: a slot per rank, added over the ranks.
+std::vector<int> every_ranks(dist::Communicator& comm, int value) {
+  std::vector<double> slots(static_cast<std::size_t>(comm.size()), 0.0);
+  slots[static_cast<std::size_t>(comm.rank())] = value;
+  sum_over(comm, slots);
+  return {slots.begin(), slots.end()};
+}
+
+// Returns when no rank has an `error`; else throws on every rank: this rank's error, or which ranks could not
+// `what` (their own logs say why).
+void throw_unless_every_rank_ok(dist::Communicator& comm, const std::string& error, const char* what) {
+  const std::vector<int> failed = every_ranks(comm, error.empty() ? 0 : 1);
+  std::vector<int> ranks;
+  for (std::size_t r = 0; r < failed.size(); ++r)
+    if (failed[r] != 0) ranks.push_back(static_cast<int>(r));
+  if (ranks.empty()) return;
+  if (!error.empty()) throw Error(error);
+  throw Error(fmt::format("rank(s) {} could not {}", fmt::join(ranks, ", "), what));
+}
+
+}  // namespace
 
 std::string stable_hash(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -139,18 +171,26 @@ ShardedState DistributedRun::sharded_state(nn::Module& model, bool shard_files) 
     model.load_state_dict(rest, nn::StrictLoad::no);
   };
   s.shard_optimizer = [f](const std::map<std::string, Tensor>& whole) { return f->shard_optimizer_state(whole); };
-  if (!shard_files) return s;
   dist::Communicator* comm = pg_.comm.get();
+  s.outcomes = [comm](int outcome) { return every_ranks(*comm, outcome); };
+  if (!shard_files) return s;
   s.write_shards = [f, comm](const std::filesystem::path& dir, int64_t step) {
+    // In place of barriers, every rank learns whether every rank got through, so that a rank that fails throws
+    // here with all the others rather than leaving them in a collective it never joins.
+    std::string error;
     if (comm->rank() == 0) {  // a fresh folder: shards of an interrupted save of this step go
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
       std::filesystem::create_directories(dir, ec);
-      HT_CHECK(!ec, "checkpoint: cannot create {} for the ranks' shards: {}", dir.string(), ec.message());
+      if (ec) error = fmt::format("cannot create {} for the ranks' shards: {}", dir.string(), ec.message());
     }
-    comm->barrier();
-    f->save_sharded(dir, step);  // this rank's file, written atomically (temporary file, fsync, rename)
-    comm->barrier();             // every rank's file is durable
+    throw_unless_every_rank_ok(*comm, error, "make the shard folder");
+    try {
+      f->save_sharded(dir, step);  // this rank's file, written atomically (temporary file, fsync, rename)
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    throw_unless_every_rank_ok(*comm, error, "write its shard");  // every rank's file is durable
     std::vector<std::filesystem::path> files;
     for (int r = 0; r < comm->size(); ++r)
       files.push_back(dir / fmt::format("shard-{}-of-{}.safetensors", r, comm->size()));
@@ -251,12 +291,6 @@ void DistributedRun::broadcast_buffers(nn::Module& model) {
   dist::broadcast_tensors(*pg_.comm, buffers, 0);
 }
 
-void DistributedRun::sum_over_ranks(std::vector<double>& values) {
-  if (values.empty()) return;
-  Tensor t = from_vector(values, {static_cast<int64_t>(values.size())}, {DType::f64, Device::cpu()})
-                 .to(pg_.comm->device());
-  pg_.comm->all_reduce(t, dist::ReduceOp::sum)->synchronize();
-  values = t.to(Device::cpu()).to_vector<double>();
-}
+void DistributedRun::sum_over_ranks(std::vector<double>& values) { sum_over(*pg_.comm, values); }
 
 }  // namespace ht::train

@@ -87,7 +87,8 @@ class DistributedRun {
 
 // dist.fsdp_units empty: one unit per transformer block or ResNet stage, from the parameter names: the
 // prefix through the first name part that is a number ("model.layers.3.") or a word ending in digits
-// ("layer2."); a parameter with neither is its own unit.
+// ("layer2."); a parameter with neither shares a unit with the other parameters of its module
+// (dist::FullyShardedModel).
 std::vector<std::string> fsdp_auto_units(const nn::ParameterStore& store);
 
 // This rank's view of the run's config: on rank 0 (or without dist_run) the config itself; on rank r > 0

@@ -74,7 +74,9 @@ void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
     spdlog::info("grad pipeline: {} of the {} layer(s) with recompute_output have their output rebuilt in backward "
                  "instead of kept{}",
                  rebuilt, asked,
-                 rebuilt < asked ? " (the others' input is neither kept by another op nor rebuildable)" : "");
+                 rebuilt < asked ? " (for the others, their pipeline's forward is not the plain product, as halo's, or their "
+                                   "input is neither kept by another op nor rebuildable)"
+                                 : "");
   if (active == 0) return;
   spdlog::info("grad pipeline: the first step's {} pipeline layer(s) kept {:.2f} MiB for backward; {} kept nothing of "
                "their own (an input another op keeps, or one rebuilt in backward)",
@@ -169,15 +171,19 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const std::unique_ptr<Task> task = make_task(cfg, *model);
 
   // Data parallelism over images: each rank makes only its rows of every global batch (Note [Sliced batches]).
+  // Every rank needs a row of every batch, so an epoch's last batch with fewer rows than ranks is dropped.
   const bool sliced = dist_run && task->rows_are_units();
+  const int world = dist_run ? dist_run->world_size() : 1;
   const std::unique_ptr<BatchSource> train_batches =
-      make_loader(cfg, ds, Split::train, sliced ? dist_run->rank() : 0, sliced ? dist_run->world_size() : 1);
+      make_loader(cfg, ds, Split::train, sliced ? dist_run->rank() : 0, sliced ? world : 1, world);
   if (sliced)
     spdlog::info("dist: this rank reads and decodes only its {} of each global batch's {} images",
-                 data::row_slice(cfg.data.batch_size, dist_run->rank(), dist_run->world_size()).rows,
-                 cfg.data.batch_size);
+                 data::row_slice(cfg.data.batch_size, dist_run->rank(), world).rows, cfg.data.batch_size);
   BatchSource& loader = *train_batches;
   const int64_t spe = loader.batches_per_epoch();
+  if (const int64_t left = loader.samples_per_epoch() - spe * cfg.data.batch_size; left > 0)
+    spdlog::info("dist: each epoch's last batch, {} row(s), is dropped: every one of the {} ranks needs a row",
+                 left, world);
   const optim::ScheduleConfig schedule = make_schedule(cfg, spe);
 
   // dist.mode fsdp: every rank writes its shards (checkpoint.sharded), or the whole tensors are gathered from

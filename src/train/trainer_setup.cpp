@@ -347,14 +347,15 @@ data::LoaderOptions loader_options(const TrainerConfig& cfg, const Datasets& ds,
 }
 
 std::unique_ptr<BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split, int slice_index,
-                                         int slice_count) {
+                                         int slice_count, int64_t min_last_batch) {
   if (ds.text_train) {
     HT_ASSERT(slice_count == 1, "make_loader: text batches are made whole");
-    return make_text_loader(cfg, ds, split);
+    return make_text_loader(cfg, ds, split, min_last_batch);
   }
   data::LoaderOptions o = loader_options(cfg, ds, split);
   o.slice_index = slice_index;
   o.slice_count = slice_count;
+  o.min_last_batch = min_last_batch;
   return std::make_unique<LoaderSource<data::DataLoader>>(split == Split::train ? ds.train : ds.test, o);
 }
 

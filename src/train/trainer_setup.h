@@ -51,9 +51,10 @@ bool resnet_channels_last(const TrainerConfig& cfg);
 std::unique_ptr<Task> make_task(const TrainerConfig& cfg, nn::Module& model);
 // The batches of one split: the image loader, or the text loader for data.dataset text | chat.
 // `slice_index` of `slice_count` > 1: an image loader makes only that slice of each batch (data-parallel ranks,
-// Note [Sliced batches] in data/loader.cpp); text batches are always whole.
+// Note [Sliced batches] in data/loader.cpp); text batches are always whole. `min_last_batch`: the epoch's last
+// batch is dropped when it has fewer rows (data-parallel training: the world size, as every rank needs a row).
 std::unique_ptr<class BatchSource> make_loader(const TrainerConfig& cfg, const Datasets& ds, Split split,
-                                               int slice_index = 0, int slice_count = 1);
+                                               int slice_index = 0, int slice_count = 1, int64_t min_last_batch = 1);
 // "fashion_mnist (60000 train / 10000 test samples, 10 classes)", "text (1200 train / 60 validation rows of
 // 512 tokens, vocabulary 32000)".
 std::string describe_data(const TrainerConfig& cfg, const Datasets& ds);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "support/catch.h"
@@ -117,6 +118,50 @@ TEST_CASE("resuming a run that has nothing left to train evaluates the checkpoin
     CHECK(read_text(out / "metrics.jsonl") == metrics);
     CHECK(read_text(out / "config.yaml") == config);
   }
+}
+
+// SGD without momentum keeps no optimiser state: its checkpoints hold an optimizer.safetensors without tensors,
+// and a resume from one continues to the uninterrupted run's result.
+TEST_CASE("a run whose optimiser keeps no state resumes to the uninterrupted run's result", "[trainer][checkpoint]") {
+  logging::set_level("warn");
+  const TrainResult whole = run_training(config_in("stateless_whole", {"optim.momentum=0", "train.max_steps=4"}));
+  REQUIRE(whole.steps == 4);
+  const TrainerConfig first = config_in("stateless", {"optim.momentum=0", "train.max_steps=2"});
+  run_training(first);
+  const io::Checkpoint ck = io::load_checkpoint_dir(io::checkpoint_dir(first.checkpoint.dir, 2));
+  REQUIRE(ck.optimizer.has_value());
+  CHECK(ck.optimizer->tensors.empty());
+  const TrainResult resumed =
+      run_training(config_in("stateless", {"optim.momentum=0", "train.max_steps=4"}), {ResumeFrom::Kind::latest, ""});
+  CHECK(resumed.steps == 4);
+  CHECK(resumed.last_eval.loss == whole.last_eval.loss);
+}
+
+// A state.json written by another program or edited by hand: the error names the file and the key, not a JSON
+// library's exception.
+TEST_CASE("a resume from a state.json with a missing or mistyped key names the file and the key",
+          "[trainer][checkpoint][errors]") {
+  logging::set_level("warn");
+  const TrainerConfig cfg = config_in("bad_state", {"train.max_steps=2"});
+  run_training(cfg);
+  const fs::path state = io::checkpoint_dir(cfg.checkpoint.dir, 2) / "state.json";
+  const nlohmann::json good = nlohmann::json::parse(read_text(state));
+  auto resume_with = [&](nlohmann::json j) {
+    std::ofstream(state) << j.dump();
+    return test::error_of([&] {
+      run_training(config_in("bad_state", {"train.max_steps=4"}), {ResumeFrom::Kind::latest, ""});
+    });
+  };
+  nlohmann::json j = good;
+  j.erase("step");
+  CHECK_THAT(resume_with(j), HasSubstr("--resume: " + state.string() + " has no \"step\""));
+  j = good;
+  j["epoch"] = "zero";
+  CHECK_THAT(resume_with(j), HasSubstr(state.string() + ": \"epoch\" is \"zero\", expected an integer"));
+  j = good;
+  j["seed"] = -3;
+  CHECK_THAT(resume_with(j), HasSubstr("\"seed\" is -3, expected a non-negative integer"));
+  CHECK(resume_with(good).empty());
 }
 
 TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml", "[trainer][checkpoint]") {

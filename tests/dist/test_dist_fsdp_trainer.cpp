@@ -5,6 +5,8 @@
 // equivalence]), with gradient accumulation too (communicating once per step), the clipped gradient norm is
 // the one-process norm, and every rank logs the same losses; a 2-rank checkpoint resumes on 1 and 4 ranks.
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
@@ -12,6 +14,7 @@
 
 #include "dist_testing.h"
 #include "dist_trainer_testing.h"
+#include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/train/trainer.h"
@@ -114,9 +117,9 @@ TEST_CASE("train with dist.mode fsdp: an MLP on images on 2 and 4 ranks logs one
   check_fsdp_matches_one_process(mlp, "mlp4", 4, 8, {"dist.fsdp_units=[layers.0.]", "dist.prefetch=false"});
 }
 
-// A checkpoint written by 2 fsdp ranks (whole tensors gathered from the shards, rank 0 writes) resumed on 1
-// and on 4 ranks continues with the uninterrupted run's losses (within 1e-5 relative: the sums' order
-// differs with the world size; the checkpoint itself holds the exact f32 state).
+// A checkpoint written by 2 fsdp ranks (checkpoint.sharded, the default: each rank writes its shard file, rank 0
+// publishes the step) resumed on 1 and on 4 ranks continues with the uninterrupted run's losses (within 1e-5
+// relative: the sums' order differs with the world size; the checkpoint itself holds the exact f32 state).
 TEST_CASE("train with dist.mode fsdp: a 2-rank checkpoint resumes on 1 and on 4 ranks", "[dist][fsdp][trainer]") {
   test::scratch_dir();  // made once, before the fork: every rank and run shares it
   const auto ref = ht::test::run_ranks(1, [](const dist::DistEnv&) { run_training(tiny_lm("ck_ref")); });
@@ -134,7 +137,7 @@ TEST_CASE("train with dist.mode fsdp: a 2-rank checkpoint resumes on 1 and on 4 
   REQUIRE(ht::test::all_passed(two));
   const fs::path step3 = test::scratch_dir() / "ck_two" / "checkpoints" / "step_3";
   REQUIRE(fs::exists(step3 / "model.safetensors"));
-  CHECK_FALSE(fs::exists(test::scratch_dir() / "ck_two" / "rank1" / "checkpoints"));  // rank 0 writes
+  CHECK_FALSE(fs::exists(test::scratch_dir() / "ck_two" / "rank1" / "checkpoints"));  // all in rank 0's checkpoint.dir
   const auto expected = losses(test::scratch_dir() / "ck_ref");
   REQUIRE(expected.size() == 6);
   for (const int world : {1, 4}) {
@@ -300,4 +303,53 @@ TEST_CASE("an interrupted sharded save leaves the previous checkpoint the latest
   CHECK(io::latest_checkpoint_step(root) == std::optional<int64_t>(6));
   CHECK_FALSE(fs::exists(root / "step_6.shards.tmp"));
   CHECK(fs::exists(root / "step_6" / "shard-1-of-2.safetensors"));
+}
+
+// A rank that cannot write its shard (a full disk, injected on rank 1 for step 2's shard) makes every rank take
+// the same course at once: with on_save_failure continue all train on and the next save works; with stop all
+// stop with the reason, rank 1 naming the disk and rank 0 naming rank 1, instead of rank 0 waiting out
+// dist.timeout_s in a barrier rank 1 never reached.
+TEST_CASE("a shard that cannot be written stops or continues every rank alike", "[dist][fsdp][trainer]") {
+  test::scratch_dir();
+  auto full_disk_on_rank1 = [](const dist::DistEnv& env) {
+    if (env.rank != 1) return;
+    io::set_write_fault_hook([](const fs::path& target, std::size_t) -> std::optional<io::WriteFault> {
+      if (target.filename() == "shard-1-of-2.safetensors" && target.parent_path().filename() == "step_2.shards.tmp")
+        return io::WriteFault{.bytes_written = 0, .error = ENOSPC};
+      return std::nullopt;
+    });
+  };
+  const std::vector<std::string> fsdp = {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30",
+                                         "checkpoint.every_steps=2", "train.max_steps=4"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), fsdp.begin(), fsdp.end());
+    return sets;
+  };
+  const auto goes_on = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    full_disk_on_rank1(env);
+    run_training(tiny_lm("sh_full_continue", with({"checkpoint.on_save_failure=continue"})));
+  });
+  INFO("continue: exit codes " << ht::test::exit_codes(goes_on));
+  REQUIRE(ht::test::all_passed(goes_on));
+  const fs::path root = test::scratch_dir() / "sh_full_continue" / "checkpoints";
+  CHECK(io::list_checkpoints(root) == std::vector<int64_t>{4});
+  CHECK(losses(test::scratch_dir() / "sh_full_continue").size() == 4);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto stops = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    full_disk_on_rank1(env);
+    const std::string err = test::error_of([&] { run_training(tiny_lm("sh_full_stop", with({}))); });
+    ht::test::expect(err.find("the checkpoint of step 2") != std::string::npos &&
+                         err.find("Training stopped") != std::string::npos,
+                     "the error names the step and the policy; got: " + err);
+    ht::test::expect(env.rank == 1 ? err.find("No space left on device") != std::string::npos
+                                   : err.find("rank(s) 1 could not write its shard") != std::string::npos,
+                     "the error says what failed where; got: " + err);
+  });
+  INFO("stop: exit codes " << ht::test::exit_codes(stops));
+  CHECK(ht::test::all_passed(stops));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // not dist.timeout_s in a barrier
+  CHECK(io::list_checkpoints(test::scratch_dir() / "sh_full_stop" / "checkpoints").empty());
 }

@@ -49,7 +49,8 @@ std::string check_content(const io::Checkpoint& ck) {
     if (it == ck.model.tensors.end()) return "tensor " + name + " is missing";
     if (!test::compare(it->second, t, 0, 0).empty()) return "tensor " + name + " differs";
   }
-  if (!ck.optimizer || !test::compare(ck.optimizer->tensors.at("w.momentum"), want.optimizer.at(0).second, 0, 0).empty())
+  if (!ck.optimizer ||
+      !test::compare(ck.optimizer->tensors.at("w.momentum"), want.optimizer->at(0).second, 0, 0).empty())
     return "optimizer tensor differs";
   if (ck.state != want.state) return "state.json differs";
   return "";

@@ -181,8 +181,8 @@ ConsolidatedState consolidate_sharded(const std::filesystem::path& dir);
 
 // True when a checkpoint directory holds shard-<rank>-of-<N>.safetensors files (checkpoint.sharded).
 bool has_shards(const std::filesystem::path& dir);
-// A loaded checkpoint made whole when its directory holds shards: their parameters join ck.model's tensors
-// (model.safetensors holds the rest: buffers, frozen parameters) and their optimiser state becomes
+// A loaded checkpoint made whole when its directory holds shards: their parameters, frozen ones included, join
+// ck.model's tensors (model.safetensors holds the rest: the buffers) and their optimiser state becomes
 // ck.optimizer, so that it loads like a plain checkpoint on any world size and in any dist.mode. A plain
 // checkpoint is left as it is.
 void consolidate_checkpoint(io::Checkpoint& ck);

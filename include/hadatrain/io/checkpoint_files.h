@@ -2,7 +2,8 @@
 //   <root>/step_<N>/model.safetensors      model tensors (metadata "format": "pt", "step": "<N>")
 //   <root>/step_<N>/optimizer.safetensors  optimizer tensors (only when the caller gives some)
 //   <root>/step_<N>/ema.safetensors        the weight average, by the model's tensor names (only when given)
-//   <root>/step_<N>/state.json             the caller's JSON: step/epoch, hyper-parameters, loader position, RNGs
+//   <root>/step_<N>/state.json             the caller's JSON (the Trainer's: step, loader position, best score,
+//                                          epoch loss, dropout RNG, optimizer name and steps, run, seed, EMA updates)
 //   <root>/latest                          "step_<N>\n": the checkpoint to resume from
 //   <root>/best                            "step_<N>\n": the checkpoint marked best (optional)
 // See Note [Checkpoint directory protocol] and docs/checkpoints.md.
@@ -35,7 +36,9 @@ enum class MarkBest { no, yes };
 struct CheckpointData {
   int64_t step = 0;
   TensorList model;
-  TensorList optimizer;  // empty: no optimizer.safetensors is written
+  // nullopt: no optimizer.safetensors is written; an empty list writes one without tensors (an optimiser that
+  // keeps no state, such as SGD without momentum, or none yet), which a resume then finds.
+  std::optional<TensorList> optimizer;
   TensorList ema;        // the weight average (config `ema`), by the model's names; empty: no ema.safetensors
   nlohmann::json state = nlohmann::json::object();
   Metadata model_metadata;  // extra __metadata__ for model.safetensors ("format" and "step" are set by us)
