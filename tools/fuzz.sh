@@ -2,8 +2,8 @@
 # Runs a libFuzzer target of tests/fuzz for a given time:
 #   tools/fuzz.sh TARGET SECONDS [BUILD_DIR]     e.g. tools/fuzz.sh config 60
 #   tools/fuzz.sh --build [BUILD_DIR]            builds every target, runs none
-# TARGET is config, safetensors, idx, cifar, image or tokenizer (tests/fuzz/fuzz_<TARGET>.cpp). The targets are built in
-# BUILD_DIR (default build-fuzz/) by tests/fuzz/project with clang, libFuzzer, AddressSanitizer and
+# TARGET is config, safetensors, idx, cifar, image, tokenizer or llama (tests/fuzz/fuzz_<TARGET>.cpp). The targets
+# are built in BUILD_DIR (default build-fuzz/) by tests/fuzz/project with clang, libFuzzer, AddressSanitizer and
 # UndefinedBehaviorSanitizer. The run starts from the committed seed corpus tests/fuzz/corpus/<TARGET>/
 # (read only: new inputs go to BUILD_DIR/corpus/<TARGET>/); a crash, a leak or a sanitizer report stops it
 # with a non-zero exit code and leaves the input as BUILD_DIR/crash-* (reproduce: BUILD_DIR/fuzz_<TARGET> FILE).
@@ -21,6 +21,7 @@ else
   [ -f "$root/tests/fuzz/fuzz_$target.cpp" ] || { echo "fuzz.sh: no target '$target' (tests/fuzz/fuzz_$target.cpp)" >&2; exit 2; }
   [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2; }
 fi
+build="$(realpath -m "$build")"  # the run below works from inside it, so a relative BUILD_DIR must not stay relative
 
 cxx="${FUZZ_CXX:-}"
 if [ -z "$cxx" ]; then
@@ -32,9 +33,10 @@ fi
 cc="${cxx/clang++/clang}"
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
+  mkdir -p "$build"
   cmake -S "$root/tests/fuzz/project" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="$cc" >"$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log" >&2; exit 1; }
+    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="$cc" >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log" >&2; exit 1; }
 fi
 if [ "$build_only" = 1 ]; then
   exec cmake --build "$build" -j "$(nproc)"

@@ -5,6 +5,7 @@
 // pairing (interleaved_to_rotate_half, with the kv head count for k).
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "hadatrain/io/hf_checkpoint.h"
 #include "hadatrain/tensor/factory.h"
@@ -72,7 +73,7 @@ Llama2cModel read_llama2c(const fs::path& path) {
     in.seekg(0);
     in.read(reinterpret_cast<char*>(&h), sizeof(Header));
     shared = h.vocab > 0;
-    h.vocab = h.vocab < 0 ? -h.vocab : h.vocab;
+    if (h.vocab < 0 && h.vocab != std::numeric_limits<int32_t>::min()) h.vocab = -h.vocab;  // -2^31 stays negative
     m.version = 0;
     offset = 28;
   }
@@ -84,10 +85,16 @@ Llama2cModel read_llama2c(const fs::path& path) {
            path.string(), h.dim, h.hidden, h.layers, h.heads, h.kv_heads, h.vocab, h.seq_len);
   const int64_t D = h.dim, F = h.hidden, L = h.layers, V = h.vocab, hs = D / h.heads;
   const int64_t q = h.heads * hs, kv = h.kv_heads * hs;
-  const int64_t per_layer = 2 * D + D * q + 2 * D * kv + q * D + 3 * D * F;
-  const int64_t freq = m.version == 0 ? 2 * static_cast<int64_t>(h.seq_len) * (hs / 2) : 0;
-  const int64_t floats = V * D + L * per_layer + D + freq + (shared ? 0 : V * D);
-  const uint64_t expected = offset + 4 * static_cast<uint64_t>(floats);
+  // In 128 bits: every size is below 2^31, so no term of the count can overflow, and a header whose sizes
+  // multiply past 2^64 cannot wrap around to the file's size.
+  using u128 = unsigned __int128;
+  const u128 per_layer = u128(2 * D) + u128(D) * q + u128(2 * D) * kv + u128(q) * D + u128(3 * D) * F;
+  const u128 freq = m.version == 0 ? u128(2 * static_cast<int64_t>(h.seq_len)) * (hs / 2) : 0;
+  const u128 floats = u128(V) * D + u128(L) * per_layer + D + freq + (shared ? 0 : u128(V) * D);
+  const u128 expected_bytes = offset + 4 * floats;
+  const uint64_t expected =
+      expected_bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
+                                                            : static_cast<uint64_t>(expected_bytes);
   HT_CHECK(file_size == expected,
            "llama2.c checkpoint '{}' (v{}): the header (dim {}, hidden_dim {}, {} layers, {} heads, {} kv heads, vocab "
            "{}, seq_len {}, {} classifier) implies {} bytes, the file has {}",

@@ -4,7 +4,9 @@
 // has and both versions load).
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "hadatrain/models/llama.h"
@@ -73,7 +75,40 @@ void read_rope(const Reader& r, const json& obj, const char* key, LlamaConfig& c
   s.high_freq_factor = r.number(obj, "high_freq_factor", s.high_freq_factor);
   const double orig = r.number(obj, "original_max_position_embeddings",
                                static_cast<double>(s.original_max_position_embeddings));
+  HT_CHECK(orig >= 1.0 && orig <= 0x1p53 && orig == std::floor(orig),
+           "{}: '{}.original_max_position_embeddings' must be a whole number from 1 to 2^53, got {}", r.file, key,
+           orig);
   s.original_max_position_embeddings = static_cast<int64_t>(orig);
+}
+
+// The parameter count, or nullopt when it exceeds int64: the sizes come from files (config.json, a llama2.c
+// header), and validate() refuses a config whose tensors no int64 element count describes.
+std::optional<int64_t> parameter_count(const LlamaConfig& c) {
+  bool overflow = false;
+  auto mul = [&](int64_t a, int64_t b) {
+    int64_t r = 0;
+    overflow |= __builtin_mul_overflow(a, b, &r);
+    return r;
+  };
+  auto add = [&](int64_t a, int64_t b) {
+    int64_t r = 0;
+    overflow |= __builtin_add_overflow(a, b, &r);
+    return r;
+  };
+  const int64_t H = c.hidden_size, hd = c.resolved_head_dim();
+  // q and o: H·heads·hd each; k and v: H·kv_heads·hd each
+  const int64_t attn = mul(mul(mul(H, add(c.num_attention_heads, c.num_key_value_heads)), hd), 2);
+  const int64_t layer = add(add(attn, mul(mul(3, H), c.intermediate_size)), mul(2, H));
+  const int64_t embeddings = mul(mul(c.vocab_size, H), c.tie_word_embeddings ? 1 : 2);
+  const int64_t n = add(add(embeddings, mul(c.num_hidden_layers, layer)), H);
+  if (overflow) return std::nullopt;
+  return n;
+}
+
+std::string too_many_parameters(const LlamaConfig& c) {
+  return fmt::format("vocab_size {}, hidden_size {}, intermediate_size {}, {} layers and {} + {} heads of {} describe "
+                     "more than 2^63 - 1 parameters", c.vocab_size, c.hidden_size, c.intermediate_size,
+                     c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.resolved_head_dim());
 }
 
 }  // namespace
@@ -119,13 +154,13 @@ void LlamaConfig::validate(const std::string& where) const {
   token(bos_token_id, "bos_token_id");
   for (int64_t e : eos_token_ids) token(e, "eos_token_id");
   if (pad_token_id) token(*pad_token_id, "pad_token_id");
+  HT_CHECK(parameter_count(*this).has_value(), "{}: {}", where, too_many_parameters(*this));
 }
 
 int64_t LlamaConfig::num_parameters() const {
-  const int64_t H = hidden_size, hd = resolved_head_dim();
-  const int64_t attn = H * num_attention_heads * hd * 2 + H * num_key_value_heads * hd * 2;
-  const int64_t layer = attn + 3 * H * intermediate_size + 2 * H;
-  return vocab_size * H * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + H;
+  const std::optional<int64_t> n = parameter_count(*this);
+  HT_CHECK(n.has_value(), "LlamaConfig: {}", too_many_parameters(*this));
+  return *n;
 }
 
 LlamaConfig LlamaConfig::from_json(const json& j, const std::string& file) {

@@ -15,9 +15,8 @@ const CudaHooks* pinning_hooks() {
 Tensor empty_pinned(const Shape& shape, DType dtype, Device device) {
   const CudaHooks* h = pinning_hooks();
   if (h == nullptr) return empty(shape, {dtype, Device::cpu()});
-  for (int64_t d : shape) HT_CHECK(d >= 0, "cannot create a tensor with negative size {}", to_string(shape));
   auto storage = std::make_shared<StorageImpl>();
-  storage->nbytes = storage_bytes(dtype, numel_of(shape));
+  storage->nbytes = new_tensor_bytes(shape, dtype);
   storage->data = h->allocate_pinned(storage->nbytes, device);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);

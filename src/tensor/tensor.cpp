@@ -2,6 +2,7 @@
 #include "hadatrain/tensor/tensor.h"
 
 #include <cstring>
+#include <limits>
 
 #include "hadatrain/autograd/meta.h"
 #include "hadatrain/ops/copy.h"
@@ -41,10 +42,22 @@ std::string Tensor::describe() const {
   return fmt::format("{} {} on {}", dtype_name(dtype()), to_string(shape()), to_string(device()));
 }
 
+std::size_t new_tensor_bytes(const Shape& shape, DType dtype) {
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    HT_CHECK(d >= 0, "cannot create a tensor with negative size {}", to_string(shape));
+    HT_CHECK(!__builtin_mul_overflow(numel, d, &numel), "cannot create a tensor of shape {}: more than 2^63 - 1 "
+             "elements", to_string(shape));
+  }
+  const auto limit = static_cast<int64_t>(std::numeric_limits<int64_t>::max() / itemsize(dtype));
+  HT_CHECK(numel <= limit, "cannot create a {} tensor of shape {}: more than 2^63 - 1 bytes", dtype_name(dtype),
+           to_string(shape));
+  return storage_bytes(dtype, numel);
+}
+
 Tensor empty(const Shape& shape, TensorOptions opts) {
-  for (int64_t d : shape) HT_CHECK(d >= 0, "cannot create a tensor with negative size {}", to_string(shape));
   auto storage = std::make_shared<StorageImpl>();
-  storage->nbytes = storage_bytes(opts.dtype, numel_of(shape));
+  storage->nbytes = new_tensor_bytes(shape, opts.dtype);
   storage->data = allocator_for(opts.device.type).allocate(storage->nbytes, opts.device);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);

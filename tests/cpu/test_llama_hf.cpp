@@ -5,7 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -245,4 +247,40 @@ TEST_CASE("llama2.c v0 and v1 files import into HF layout", "[llama][llama2c]") 
   const Tensor half = io::interleaved_to_rotate_half(w, 2);
   CHECK(half.to_vector<double>()[3 * (8 + 4 + 1)] == w.to_vector<double>()[3 * (8 + 2 * 1 + 1)]);
   CHECK(test::compare(io::rotate_half_to_interleaved(half, 2), w, 0, 0) == "");
+}
+
+TEST_CASE("headers and configs whose sizes overflow are refused with their values", "[llama][llama2c][hf]") {
+  test::TempDir tmp("llama2c_overflow");
+  const fs::path p = tmp.path / "m.bin";
+  auto write_header = [&](std::vector<int32_t> h) {
+    h.resize(7);
+    std::ofstream out(p, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(h.data()), 28);
+    const std::string body(64, '\0');
+    out.write(body.data(), static_cast<std::streamsize>(body.size()));
+  };
+  // A vocabulary of -2^31 (separate classifier): its negation overflowed.
+  write_header({8, 16, 1, 2, 1, std::numeric_limits<int32_t>::min(), 4});
+  CHECK_THROWS_WITH(io::read_llama2c(p), HasSubstr("implausible header") && HasSubstr("vocab_size -2147483648"));
+  // Sizes near 2^30 whose weight count is beyond 2^64: it overflowed int64 (and could wrap to the file's size).
+  write_header({1 << 30, 1 << 30, 1 << 30, 2, 1, 1 << 30, 4});
+  CHECK_THROWS_WITH(io::read_llama2c(p), HasSubstr("implies 18446744073709551615 bytes, the file has 92"));
+
+  nlohmann::json j = LlamaConfig::tiny().to_json();
+  j["vocab_size"] = int64_t{3'000'000'000'000};
+  j["hidden_size"] = int64_t{4'000'000'000};
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "big/config.json"),
+                    HasSubstr("big/config.json") && HasSubstr("vocab_size 3000000000000") &&
+                        HasSubstr("more than 2^63 - 1 parameters"));
+  j = LlamaConfig::tiny().to_json();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 1e300}};
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "rope/config.json"),
+                    HasSubstr("rope/config.json") && HasSubstr("'rope_scaling.original_max_position_embeddings'") &&
+                        HasSubstr("whole number"));
+  j["rope_scaling"]["original_max_position_embeddings"] = 8192;
+  CHECK(LlamaConfig::from_json(j, "rope/config.json").rope_scaling.original_max_position_embeddings == 8192);
+  // A tensor whose element or byte count overflows is refused before anything is allocated.
+  CHECK_THROWS_WITH(empty({int64_t{1} << 40, int64_t{1} << 40}), HasSubstr("more than 2^63 - 1 elements"));
+  CHECK_THROWS_WITH(empty({int64_t{1} << 62}, {DType::f32}), HasSubstr("more than 2^63 - 1 bytes"));
 }

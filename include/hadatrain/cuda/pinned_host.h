@@ -31,8 +31,8 @@ class PinnedBuffer {
 // True when `ptr` points into page-locked host memory (cudaHostAlloc or cudaHostRegister).
 bool is_pinned(const void* ptr);
 
-// The pinned-host cache behind empty_pinned (Note [Pinned host memory] in pinned.cpp): a CPU DataPtr whose
-// deleter returns the block to the cache. Throws ht::Error when page-locked memory runs out.
+// The pinned-host cache behind empty_pinned (Note [Pinned host memory] in cuda/runtime/pinned_host.cpp): a CPU
+// DataPtr whose deleter returns the block to the cache. Throws ht::Error when page-locked memory runs out.
 DataPtr allocate_pinned_host(std::size_t nbytes);
 // Marks the cached block holding `ptr` as used by work queued on `stream` (a stream of the current device):
 // the block is not handed out again before that work has finished. No-op for memory outside the cache.

@@ -127,6 +127,9 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+// The bytes a new contiguous tensor of `shape` and `dtype` needs; throws ht::Error naming the shape when a size
+// is negative or the element or byte count exceeds 2^63 - 1 (a shape taken from a file's header or a config).
+std::size_t new_tensor_bytes(const Shape& shape, DType dtype);
 // Allocates uninitialised memory for a contiguous tensor.
 Tensor empty(const Shape& shape, TensorOptions opts = {});
 Tensor empty_like(const Tensor& t);
