@@ -31,10 +31,12 @@ int pick_free_port() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
   ::close(fd);
+  HT_CHECK(ok, "launch: cannot find a free port (bind or getsockname: {}); give --master-port", std::strerror(err));
   return ntohs(addr.sin_port);
 }
 
@@ -47,9 +49,11 @@ int launch(const LaunchOptions& o) {
   HT_CHECK(o.nproc_per_node >= 1, "launch: --nproc-per-node {} must be at least 1", o.nproc_per_node);
   HT_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node-rank {} is not below --nnodes {}",
            o.node_rank, o.nnodes);
-  HT_CHECK(o.nnodes == 1 || o.master_port != 0,
-           "launch: several nodes need --master-addr and --master-port (the same on every node)");
+  HT_CHECK(o.nnodes == 1 || (o.master_port != 0 && !o.master_addr.empty()),
+           "launch: several nodes need --master-addr and --master-port (the same on every node; got {} and {})",
+           o.master_addr.empty() ? "none" : o.master_addr, o.master_port);
   const int port = o.master_port != 0 ? o.master_port : pick_free_port();
+  const std::string master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
   const int world = o.nnodes * o.nproc_per_node;
 
   struct sigaction sa {}, old_int {}, old_term {};
@@ -77,7 +81,7 @@ int launch(const LaunchOptions& o) {
       ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node).c_str(), 1);
       ::setenv("GROUP_RANK", std::to_string(o.node_rank).c_str(), 1);
-      ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+      ::setenv("MASTER_ADDR", master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::execvp(args[0], args.data());
       std::fprintf(stderr, "launch: rank %d: cannot run %s: %s\n", rank, args[0], std::strerror(errno));
@@ -87,7 +91,7 @@ int launch(const LaunchOptions& o) {
     pids.push_back(pid);
   }
   spdlog::info("launch: {} rank(s) of {} started on this node (MASTER_ADDR {} MASTER_PORT {})", pids.size(), world,
-               o.master_addr, port);
+               master_addr, port);
 
   std::vector<bool> running(pids.size(), true);
   std::size_t left = pids.size();

@@ -24,9 +24,17 @@ DistOptions read_dist_options(ConfigReader r) {
                                 {{"none", ReduceQuant::none}, {"int8", ReduceQuant::int8}, {"int4", ReduceQuant::int4}});
   o.reduce_quant_block = r.get<int64_t>("reduce_quant_block", 256, Range::at_least(2));
   o.reduce_quant_error_every = r.get<int64_t>("reduce_quant_error_every", 100, Range::at_least(0));
-  HT_CHECK(o.mode == DistMode::fsdp || (o.gather_dtype == GatherDType::f32 && o.reduce_quant == ReduceQuant::none),
-           "dist.gather_dtype {} / dist.reduce_quant {}: low-precision communication is for dist.mode fsdp, got mode {}",
-           gather_dtype_name(o.gather_dtype), reduce_quant_name(o.reduce_quant), dist_mode_name(o.mode));
+  // The FSDP library checks the same (fsdp_lowp.cpp); here the error names the config's file and line.
+  if (o.reduce_quant_block % 2 != 0)
+    r.fail("reduce_quant_block", fmt::format("expected an even number of values (int4 codes pack in pairs), got {}",
+                                             o.reduce_quant_block));
+  const std::string not_fsdp =
+      fmt::format("low-precision communication is for dist.mode fsdp, got mode {}", dist_mode_name(o.mode));
+  if (o.mode != DistMode::fsdp && o.gather_dtype != GatherDType::f32) r.fail("gather_dtype", not_fsdp);
+  if (o.mode != DistMode::fsdp && o.reduce_quant != ReduceQuant::none) r.fail("reduce_quant", not_fsdp);
+  if (o.reduce_quant != ReduceQuant::none && o.reduce_dtype != "f32")
+    r.fail("reduce_dtype", fmt::format("dist.reduce_quant {} replaces the reduce-scatter's dtype: leave reduce_dtype "
+                                       "at f32 (got {})", reduce_quant_name(o.reduce_quant), o.reduce_dtype));
   return o;
 }
 

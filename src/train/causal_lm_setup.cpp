@@ -32,6 +32,17 @@ nlohmann::json lora_to_json(const nn::LoraConfig& c) {
   return {{"rank", c.rank}, {"alpha", c.alpha}, {"dropout", c.dropout}, {"target_modules", c.target_modules}};
 }
 
+// A metadata value of model.safetensors that hadatrain wrote as JSON, read by `read`; a value that is not what we
+// write (the file edited, or made by another program) is an error naming the file and the key.
+template <class F>
+auto read_json_metadata(const io::Metadata& md, const char* key, const fs::path& file, F&& read) {
+  try {
+    return read(nlohmann::json::parse(md.at(key)));
+  } catch (const nlohmann::json::exception& e) {
+    HT_FAIL("{}: the metadata \"{}\" is not what hadatrain writes ({})", file.string(), key, e.what());
+  }
+}
+
 nn::LoraConfig lora_from_json(const nlohmann::json& j) {
   nn::LoraConfig c;
   c.rank = j.at("rank").get<int64_t>();
@@ -170,13 +181,15 @@ std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& 
   return std::make_unique<CausalLm>(o);
 }
 
-std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split) {
+std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split,
+                                              int64_t min_last_batch) {
   data::TextLoaderOptions o;
   o.batch_size = split == Split::train ? cfg.data.batch_size : cfg.data.eval_batch_size;
   o.labels = data::LabelLayout::next_token;
   o.seed = cfg.run.seed;
   o.shuffle = split == Split::train ? data::Shuffle::on : data::Shuffle::off;
   o.drop_last = data::DropLast::no;
+  o.min_last_batch = min_last_batch;
   o.pin_memory = cfg.data.pin_memory && cfg.train.device.is_cuda();
   if (o.pin_memory) o.pin_device = cfg.train.device;
   return std::make_unique<LoaderSource<data::TextLoader>>(split == Split::train ? ds.text_train : ds.text_test, o);
@@ -220,8 +233,11 @@ LlamaSource find_llama_source(const fs::path& path) {
            (dir / "model.safetensors").string(), kLlamaConfigKey);
   src.kind = LlamaSource::Kind::checkpoint;
   src.dir = dir;
-  src.config = models::LlamaConfig::from_json(nlohmann::json::parse(config->second), (dir / "model.safetensors").string());
-  if (const auto lora = md.find(kLoraKey); lora != md.end()) src.lora = lora_from_json(nlohmann::json::parse(lora->second));
+  const fs::path file = dir / "model.safetensors";
+  src.config = read_json_metadata(md, kLlamaConfigKey, file, [&](const nlohmann::json& j) {
+    return models::LlamaConfig::from_json(j, file.string());
+  });
+  if (md.count(kLoraKey)) src.lora = read_json_metadata(md, kLoraKey, file, lora_from_json);
   if (const auto tok = md.find(kTokenizerKey); tok != md.end()) src.tokenizer = tok->second;
   return src;
 }

@@ -41,7 +41,8 @@ void store_frozen_in_compute_dtype(const TrainerConfig& cfg, nn::Module& model);
 std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& model);
 
 // The text loader of one split as a BatchSource.
-std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split);
+std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split,
+                                              int64_t min_last_batch = 1);
 
 // What an LM checkpoint records about its model (train/lm_source.h's keys); empty for other models.
 io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, nn::Module& model);

@@ -20,6 +20,8 @@ DataSection read_text_data(ConfigReader r, DataSection s) {
   if (t.paths.empty()) r.fail("paths", chat ? "expected a list of JSONL files, folders or glob patterns"
                                             : "expected a list of text files, folders or glob patterns");
   t.val_paths = r.get_list<std::string>("val_paths", {});
+  if (!t.val_paths.empty() && r.has("val_fraction"))
+    r.fail("val_fraction", "does not apply with data.val_paths, which give the validation text; remove one of them");
   t.val_fraction = t.val_paths.empty() ? r.get("val_fraction", 0.05, Range::half_open(0.0, 1.0)) : 0.0;
   t.tokenizer = r.get<std::string>("tokenizer", "");
   if (t.tokenizer.empty()) r.fail("tokenizer", "expected a tokenizer file or folder (tokenizer.model, tokenizer.json)");
@@ -204,6 +206,13 @@ ModelSection read_model(ConfigReader r) {
   s.init_from = r.get<std::string>("init_from", "");
   s.init_from_reset = r.get_list<std::string>("init_from_reset", {});
   if (s.init_from.empty() && !s.init_from_reset.empty()) r.fail("init_from_reset", "needs model.init_from");
+  if (s.name == ModelKind::llama) {  // read above for every model; a llama has neither, so a value is an error
+    if (s.num_classes != 0)
+      r.fail("num_classes", "does not apply to llama: its outputs are the vocabulary (model.llama.vocab_size, or "
+                            "init_from's)");
+    if (!s.init_from_reset.empty())
+      r.fail("init_from_reset", "does not apply to llama: its init_from loads every weight of the checkpoint");
+  }
   if (s.name == ModelKind::mlp) {
     s.hidden = r.get_list<int64_t>("hidden", {256, 128}, Range::at_least(1));
     s.activation = r.get_enum("activation", "relu", {"relu", "gelu"});

@@ -252,6 +252,23 @@ TEST_CASE("out-of-range values name the allowed range", "[config]") {
   CHECK(error_of([&] { load_trainer_config(path); }).empty());
 }
 
+TEST_CASE("dist options that cannot go together name the file, line and key", "[config]") {
+  auto err = [&](const std::string& name, const std::string& dist) {
+    return error_of([&] { load_trainer_config(write_config(name, "dist:\n" + dist)); });
+  };
+  CHECK_THAT(err("gather.yaml", "  mode: ddp\n  gather_dtype: int8\n"),
+             HasSubstr("gather.yaml:3:17: dist.gather_dtype: low-precision communication is for dist.mode fsdp, got "
+                       "mode ddp"));
+  CHECK_THAT(err("rq.yaml", "  reduce_quant: int4\n"),
+             HasSubstr("rq.yaml:2:17: dist.reduce_quant: low-precision communication is for dist.mode fsdp, got mode "
+                       "none"));
+  CHECK_THAT(err("block.yaml", "  mode: fsdp\n  reduce_quant: int4\n  reduce_quant_block: 255\n"),
+             HasSubstr("block.yaml:4:23: dist.reduce_quant_block: expected an even number"));
+  CHECK_THAT(err("rdt.yaml", "  mode: fsdp\n  reduce_quant: int8\n  reduce_dtype: bf16\n"),
+             HasSubstr("rdt.yaml:4:17: dist.reduce_dtype: dist.reduce_quant int8 replaces the reduce-scatter's dtype"));
+  CHECK(err("fine.yaml", "  mode: fsdp\n  reduce_quant: int4\n  reduce_quant_block: 128\n").empty());
+}
+
 TEST_CASE("duplicate keys are errors", "[config]") {
   const std::string path = write_config("dup.yaml", "optim:\n  lr: 0.1\n  lr: 0.2\n");
   CHECK(error_of([&] { load_trainer_config(path); }) ==

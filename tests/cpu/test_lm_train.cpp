@@ -142,3 +142,20 @@ TEST_CASE("LM config mistakes are named", "[lm_train]") {
   CHECK(test::error_of([&] { run_training(long_rows); })
             .find("data.seq_len 300 is longer than the model's max_position_embeddings") != std::string::npos);
 }
+
+// Metadata that hadatrain writes as JSON, edited or made by another program: the error names the file and the key.
+TEST_CASE("a checkpoint whose Llama or LoRA metadata is not what hadatrain writes is named", "[lm_train]") {
+  const fs::path dir = test::scratch_dir() / "bad_llama_metadata";
+  fs::create_directories(dir);
+  const nlohmann::json config = models::LlamaConfig::tiny().to_json();
+  auto error_with = [&](const io::Metadata& md) {
+    io::save_safetensors(dir / "model.safetensors", {{"w", zeros({1})}}, md);
+    return test::error_of([&] { find_llama_source(dir); });
+  };
+  const std::string file = (dir / "model.safetensors").string();
+  CHECK_THAT(error_with({{kLlamaConfigKey, "{\"vocab_size\": "}}),
+             HasSubstr(file + ": the metadata \"hadatrain.llama_config\" is not what hadatrain writes"));
+  CHECK_THAT(error_with({{kLlamaConfigKey, config.dump()}, {kLoraKey, "{\"rank\": 8}"}}),
+             HasSubstr(file + ": the metadata \"hadatrain.lora\" is not what hadatrain writes"));
+  CHECK(error_with({{kLlamaConfigKey, config.dump()}}).empty());
+}

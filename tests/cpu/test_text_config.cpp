@@ -71,4 +71,13 @@ TEST_CASE("config: text data errors name the key", "[text]") {
   CHECK_THROWS_WITH(read("data: {dataset: text, paths: [a], tokenizer: t, root: /x}"), HasSubstr("data.root"));
   CHECK_THROWS_WITH(read("data: {dataset: text, paths: [a], tokenizer: t, layout: pack}"), HasSubstr("data.layout"));
   CHECK_THROWS_WITH(read("data: {dataset: chat, paths: [a], tokenizer: t, layout: stack}"), HasSubstr("data.layout"));
+  // Both ways of choosing the validation text at once.
+  CHECK_THROWS_WITH(read("data: {dataset: text, paths: [a], val_paths: [b], val_fraction: 0.1, tokenizer: t}"),
+                    HasSubstr("data.val_fraction") && HasSubstr("does not apply with data.val_paths"));
+  // Image-model keys that a llama has no use for are errors, not ignored.
+  const std::string text = "data: {dataset: text, paths: [a], tokenizer: t}\n";
+  CHECK_THROWS_WITH(read(text + "model: {name: llama, num_classes: 10}"),
+                    HasSubstr("model.num_classes") && HasSubstr("does not apply to llama"));
+  CHECK_THROWS_WITH(read(text + "model: {name: llama, init_from: x, init_from_reset: [lm_head.*]}"),
+                    HasSubstr("model.init_from_reset") && HasSubstr("does not apply to llama"));
 }

@@ -51,3 +51,15 @@ TEST_CASE("launch of a program that does not exist fails with 127", "[dist]") {
   CHECK(dist::launch({.nproc_per_node = 2, .argv = {"/no/such/program"}, .grace = std::chrono::milliseconds(200)}) ==
         127);
 }
+
+// Another node cannot reach rank 0 at 127.0.0.1: several nodes must name rank 0's host and port.
+TEST_CASE("a launch on several nodes without --master-addr or --master-port is an error", "[dist]") {
+  dist::LaunchOptions o = sh(1, "exit 0");
+  o.nnodes = 2;
+  o.master_port = 29500;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr("several nodes need --master-addr and --master-port") &&
+                                         HasSubstr("got none and 29500"));
+  o.master_addr = "node0";
+  o.master_port = 0;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr("got node0 and 0"));
+}

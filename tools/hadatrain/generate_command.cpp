@@ -3,6 +3,7 @@
 // DIR is an HF folder or a checkpoint of a language-model run (train/lm_source.h).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,7 +105,13 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   c.app->add_option("--top-p", a->top_p, "Nucleus sampling: the most likely tokens up to this probability")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {  // (0, 1]: sampling from no token at all is not a choice
+            char* end = nullptr;
+            const double p = std::strtod(v.c_str(), &end);
+            return !v.empty() && *end == '\0' && p > 0.0 && p <= 1.0 ? "" : "must be a number in (0, 1], got " + v;
+          },
+          "in (0, 1]"))
       ->capture_default_str();
   c.app->add_option("--seed", a->seed, "Seed of the sampling draws (same seed, same text)")->capture_default_str();
   c.app->add_option("--tokenizer", a->tokenizer,

@@ -93,7 +93,8 @@ Command add_launch_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   c.app->add_option("--nnodes", s->options.nnodes, "Nodes in the job (one launch per node)")->check(CLI::PositiveNumber);
   c.app->add_option("--node-rank", s->options.node_rank, "This node's index, 0 .. nnodes-1");
-  c.app->add_option("--master-addr", s->options.master_addr, "Rank 0's host (MASTER_ADDR)");
+  c.app->add_option("--master-addr", s->options.master_addr,
+                    "Rank 0's host (MASTER_ADDR); default 127.0.0.1, required with --nnodes > 1");
   c.app->add_option("--master-port", s->options.master_port, "Rank 0's store port (MASTER_PORT); 0: a free port");
   c.app->add_option("command", s->rest, "The hadatrain command and its arguments, after --")->required();
   c.app->positionals_at_end();

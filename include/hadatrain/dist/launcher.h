@@ -15,7 +15,7 @@ struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1;       // several nodes: one launch per node, each with its node_rank and the same master
   int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
+  std::string master_addr;  // rank 0's host; empty: 127.0.0.1 (one node only: several must name it)
   int master_port = 0;  // 0: a free port of this machine (one node only)
   std::vector<std::string> argv;  // the program and its arguments, run once per local rank
   std::chrono::milliseconds grace{std::chrono::seconds(10)};  // SIGTERM to SIGKILL when stopping the others

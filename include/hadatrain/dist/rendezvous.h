@@ -1,8 +1,8 @@
 // Rendezvous from the launcher's environment: the variables torchrun (and `hadatrain launch`) set — RANK,
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT — or, when those are absent, Slurm's — SLURM_PROCID,
-// SLURM_NTASKS, SLURM_LOCALID, and the first host of SLURM_NODELIST (or SLURM_JOB_NODELIST) as the server
-// unless MASTER_ADDR is set. No variables at all means one process (rank 0 of 1). A ProcessGroup is that
-// placement, the store every rank reaches and the job's communicator.
+// SLURM_NTASKS, SLURM_LOCALID, and the first host of SLURM_STEP_NODELIST (else SLURM_NODELIST, else
+// SLURM_JOB_NODELIST) as the server unless MASTER_ADDR is set. No variables at all means one process (rank 0
+// of 1). A ProcessGroup is that placement, the store every rank reaches and the job's communicator.
 #pragma once
 #include <chrono>
 #include <functional>
