@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -23,7 +24,7 @@ namespace ht {
 namespace {
 
 // Note [Backward profile]
-// With HADATRAIN_PROFILE_BACKWARD set in the environment, every node's apply() is timed between two device
+// With HADATRAIN_PROFILE_BACKWARD=1 in the environment, every node's apply() is timed between two device
 // synchronisations (CUDA device 0 when present) and summed by node name; backward_profile_report() returns
 // the table. Synchronising serialises the GPU, so the totals are for finding where time goes, not for
 // step times. Off (one getenv at start-up) it costs nothing.
@@ -34,10 +35,6 @@ struct Profile {
 Profile& profile() {
   static Profile p;
   return p;
-}
-bool profiling() {
-  static const bool on = std::getenv("HADATRAIN_PROFILE_BACKWARD") != nullptr;
-  return on;
 }
 void device_sync() {
   if (const CudaHooks* h = cuda_hooks(); h != nullptr && h->device_count() > 0) h->synchronize(Device::cuda(0));
@@ -106,7 +103,7 @@ std::vector<Tensor> execute(const std::vector<Edge>& root_edges, std::vector<Ten
     }
     if (run) {
       std::chrono::steady_clock::time_point t0;
-      if (profiling()) {
+      if (backward_profiling()) {
         device_sync();
         t0 = std::chrono::steady_clock::now();
       }
@@ -137,7 +134,7 @@ std::vector<Tensor> execute(const std::vector<Edge>& root_edges, std::vector<Ten
           slot = std::move(into[i]);  // declined: the buffer goes back, the node's gradient is added below
         }
       }
-      if (profiling()) {
+      if (backward_profiling()) {
         device_sync();
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::lock_guard<std::mutex> lock(profile().mu);
@@ -207,6 +204,16 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     keep.push_back(e);
   }
   return execute(root_edges_of(outputs), default_root_grads(outputs, grad_outputs), opts, &caps);
+}
+
+bool backward_profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("HADATRAIN_PROFILE_BACKWARD");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return false;
+    HT_CHECK(std::strcmp(v, "1") == 0, "HADATRAIN_PROFILE_BACKWARD={} is not 0 or 1", v);
+    return true;
+  }();
+  return on;
 }
 
 std::string backward_profile_report() {

@@ -68,7 +68,7 @@ Tensor conv_forward_product(const ProductInfo& info, const Tensor& w);
 // The conv2d params of an unfold window (groups 1, NCHW).
 Conv2dParams conv_params(const Unfold2dParams& u);
 
-// Exact backward products in f32 (B, L, O) g, (B, L, I) x, (O, I) w:
+// Exact backward products (matmul in g's dtype, f32 accumulation) of (B, L, O) g, (B, L, I) x, (O, I) w:
 Tensor exact_grad_x(const Tensor& g_y, const Tensor& w);  // (B, L, I) in g's dtype
 Tensor exact_grad_w(const Tensor& g_y, const Tensor& x);  // (O, I) in g's dtype
 

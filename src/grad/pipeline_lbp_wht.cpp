@@ -37,7 +37,15 @@ int walsh8(int u, int i) {
   return (__builtin_popcount(h & i) & 1) ? -1 : 1;
 }
 
-// (r, 64) f32 basis of the kept (u, v), u + v < order, ordered by (u + v, u).
+// How many (u, v) with u, v < 8 have u + v < order: k(k+1)/2 up to order 8, all 64 at order 15.
+int64_t kept_bases(int64_t order) {
+  int64_t n = 0;
+  for (int u = 0; u < kPatch; ++u)
+    for (int v = 0; v < kPatch; ++v) n += u + v < order ? 1 : 0;
+  return n;
+}
+
+// (r, 64) f32 basis of the kept (u, v), u + v < order, ordered by (u + v, u): r = kept_bases(order).
 Tensor basis(int64_t order, Device device) {
   std::vector<float> rows;
   int64_t r = 0;
@@ -233,7 +241,7 @@ HT_BUILTIN_PIPELINE(lbp_wht) {
       .make = make_lbp_wht_pipeline,
       .describe =
           [](const LbpWhtOptions& o) {
-            return fmt::format("lbp_wht (order {}, {} of 64 bases)", o.order, o.order * (o.order + 1) / 2);
+            return fmt::format("lbp_wht (order {}, {} of 64 bases)", o.order, kept_bases(o.order));
           }});
 }
 

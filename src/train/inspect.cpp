@@ -40,15 +40,17 @@ class CapturePipeline final : public grad::Pipeline {
   std::string name() const override { return "capture"; }
   grad::ForwardResult forward(const Tensor& x, const Tensor& w, const grad::ProductInfo& info,
                               const grad::NoiseKey& key, grad::SaveForBackward save) override {
-    c_->x = x;
-    c_->w = w;
+    // Detached: the product op makes y's tensor the output of a node that holds this pipeline, which holds the
+    // capture, so an attached y would keep every layer's capture and node alive (a reference cycle).
+    c_->x = x.detach();
+    c_->w = w.detach();
     c_->info = info;
     c_->deferred = static_cast<bool>(info.rebuild) || kept_for_backward(info.image.defined() ? info.image : x);
     // The inspected pipelines run after this backward released every node's saved tensors, so nothing can be
     // rebuilt then: they are given the input as shared instead (see inspect_grads).
     c_->info.rebuild = {};
     grad::ForwardResult r = exact_->forward(x, w, info, key, save);
-    c_->y = r.y;
+    c_->y = r.y.detach();
     return r;
   }
   grad::Grads backward(grad::SavedState& s, const Tensor& g_y, grad::Wanted) override {

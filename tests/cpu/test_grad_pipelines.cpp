@@ -521,10 +521,17 @@ TEST_CASE("Conv2d with a bound lossless pipeline matches the plain convolution",
     return std::make_tuple(y, xg.grad().clone(), conv->weight.grad().clone(), conv->bias.grad().clone());
   };
   const auto [y0, gx0, gw0, gb0] = run_conv();
-  for (const std::string name : {"hlq", "lbp_wht"}) {
+  // halo on a Conv2d multiplies the im2col columns (I = 3·3·3 = 27, rotated at levels 1 and 2 zero-padded to 28
+  // along I and, at level 2, along the 128 tokens): without quantisation its rotations cancel.
+  for (const std::string name : {"hlq", "lbp_wht", "halo0", "halo1", "halo2"}) {
     grad::PipelineConfig cfg;
     if (name == "hlq") {
       cfg.default_spec = hlq_lossless();
+    } else if (name.rfind("halo", 0) == 0) {
+      cfg.default_spec.name = "halo";
+      auto& h = cfg.default_spec.options_as<grad::HaloOptions>();
+      h.level = name.back() - '0';
+      h.quantize = false;
     } else {
       cfg.default_spec.name = name;
       cfg.default_spec.options_as<grad::LbpWhtOptions>().order = 15;

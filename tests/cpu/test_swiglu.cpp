@@ -1,5 +1,5 @@
 // swiglu(g, u) = silu(g) * u: values and both gradients against the formulas in double, the finite-difference
-// check. (On the CPU swiglu is the mul(silu(g), u) composition; tests/gpu/test_gpu_rope_swiglu.cpp checks the
+// check. (On the CPU swiglu is the mul(silu(g), u) composition; tests/gpu/test_gpu_swiglu.cpp checks the
 // fused CUDA kernels against it.)
 #include <cmath>
 

@@ -57,7 +57,13 @@ def write_sweep(d, bad_run=None):
     for run, stage, config, name, level, carrier, loss in RUNS:
         rows.append(",".join([run, stage, config, name, "0", level, carrier, "done", "2", "10", str(loss), "1", "", "",
                               str(loss), "1", "1", "tok/s", "1"]))
-        with open(os.path.join(d, run + ".metrics.jsonl"), "w") as f:
+        # as `hadatrain sweep` writes them (RUN/metrics.jsonl), and one flattened (RUN.metrics.jsonl)
+        if run == RUNS[0][0]:
+            path = os.path.join(d, run + ".metrics.jsonl")
+        else:
+            os.makedirs(os.path.join(d, run))
+            path = os.path.join(d, run, "metrics.jsonl")
+        with open(path, "w") as f:
             f.write(json.dumps({"type": "train", "step": 1, "epoch": 1, "loss": 9.0}) + "\n")
             for epoch, value in ((1, loss + 1), (2, loss + (0.25 if run == bad_run else 0.0))):
                 f.write(json.dumps({"type": "eval", "step": 5 * epoch, "epoch": epoch, "test_loss": value,

@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
               batch / med * 1000.0,
               static_cast<double>(mem.peak_allocated_bytes) / (1 << 30));
   // Where a step's time goes: forward, backward and optimiser phases between device synchronisations
-  // (median of 5 steps), and with HADATRAIN_PROFILE_BACKWARD set the backward time per node type
+  // (median of 5 steps), and with HADATRAIN_PROFILE_BACKWARD=1 the backward time per node type
   // (Note [Backward profile]; the step time above is then distorted by the synchronisations).
   std::vector<double> fw, bw, op;
   backward_profile_reset();  // the table covers the 5 phase steps below, after every one-off first call
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
   // The same step recorded once into a CUDA graph and replayed (cuda/graph.h): what the trainer runs with
   // train.cuda_graph. Warm-up steps on the graph's stream first (workspaces there, buffers exist). Not with
   // HADATRAIN_PROFILE_BACKWARD: its per-node synchronisations cannot be recorded.
-  if (std::getenv("HADATRAIN_PROFILE_BACKWARD") != nullptr) {
+  if (backward_profiling()) {
     std::printf("  step graph: not recorded (HADATRAIN_PROFILE_BACKWARD synchronises after every backward node)\n");
   } else {
     cuda::StepGraph graph(0);

@@ -4,7 +4,8 @@
     python3 tools/bench/lm_sweep_records.py SWEEP_DIR --plan PLAN --commit C --date D --machine M \
         [--out FILE] [--copy-metrics DIR] [--command CMD]
 
-SWEEP_DIR holds the sweep's results.csv and one RUN.metrics.jsonl per run. Each run that finished (status done)
+SWEEP_DIR holds the sweep's results.csv and each run's metrics, as `hadatrain sweep` writes them (RUN/metrics.jsonl)
+or flattened into RUN.metrics.jsonl. Each run that finished (status done)
 gives one record: recipe (the config path the plan names), pipeline (a readable name: the value of the
 `*.name` override, with `LEVEL_CARRIER` appended for a HALO run, e.g. halo1_fp8, and any other pipeline option
 the run sets in brackets, e.g. `hlq (rank: full)`), seed, the final validation loss
@@ -133,9 +134,10 @@ def main():
         seed = next((int(o.split("=", 1)[1]) for o in overrides if o.startswith("run.seed=")), None)
         if seed is None:
             fail(f"{table}:{i}: run {row['run']} has no run.seed override")
-        metrics = os.path.join(a.sweep_dir, row["run"] + ".metrics.jsonl")
+        nested = os.path.join(a.sweep_dir, row["run"], "metrics.jsonl")
+        metrics = nested if os.path.exists(nested) else os.path.join(a.sweep_dir, row["run"] + ".metrics.jsonl")
         if not os.path.exists(metrics):
-            fail(f"{metrics} does not exist (run {row['run']})")
+            fail(f"neither {nested} nor {metrics} exists (run {row['run']})")
         ev = evals(metrics)
         if not ev:
             fail(f"{metrics}: no eval records")

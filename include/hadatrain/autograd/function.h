@@ -33,8 +33,9 @@ void connect(const std::shared_ptr<Node>& node, const std::vector<Tensor>& input
 
 namespace ht {
 
-// A backward node given as a function, for ops whose backward needs only captured metadata (views,
-// reshapes). Saved tensors, if any, go through Node::save inside the op and are read with saved().
+// A backward node given as a function, for ops with no Node class of their own: the function captures the
+// metadata it needs (shapes, dtypes), and the tensors it needs (where's condition, swiglu's inputs) go through
+// Node::save inside the op and are read with saved().
 class FunctionNode final : public Node {
  public:
   using Fn = std::function<std::vector<Tensor>(FunctionNode& self, std::vector<Tensor>&& grads)>;

@@ -5,8 +5,11 @@
 
 namespace ht {
 
-// The per-node-name backward time table collected when HADATRAIN_PROFILE_BACKWARD is set; the header line
-// alone otherwise.
+// Whether the backward is profiled: HADATRAIN_PROFILE_BACKWARD=1 in the environment (read once; unset or 0: off,
+// another value is an error naming it).
+bool backward_profiling();
+
+// The per-node-name backward time table collected while backward_profiling(); the header line alone otherwise.
 std::string backward_profile_report();
 
 // Drops what the profile collected so far (e.g. warm-up steps, whose first calls include one-off costs such

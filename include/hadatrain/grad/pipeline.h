@@ -16,7 +16,8 @@
 // Stochastic rounding draws from Philox keyed by (seed, layer, step, role) (DESIGN.md rule 9). The layer id
 // and seed are fixed when pipelines are bound to a model; the step is read from a StepClock shared with the
 // trainer when the forward runs, and kept in the autograd node, so backward uses the forward's key. The
-// trainer sets the clock to its count of forward/backward passes, so a resumed run repeats the noise.
+// trainer sets the clock to the optimiser step (the micro-batches of an accumulated step share it), so a resumed
+// run repeats the noise.
 // On a CUDA model the clock also holds the step in device memory (StepClock::word) and the key carries
 // that pointer instead of the number: the quantiser kernels add the word to the step-0 stream when they run.
 // The streams are the same as the host-step ones (philox_stream's fields are disjoint), so CPU and CUDA

@@ -132,7 +132,8 @@ Tensor dequantize(const Quantized& q, Granularity granularity);
 //   a < 1 (stochastic underflow): q = 1 with probability a (u < a), else 0.
 //   a >= 1: e = exponent with 2^e <= a < 2^(e+1) (from the f32 bits), p = a / 2^e − 1 (exact),
 //           q = 2^(e+1) if u < p else 2^e; q = min(q, 2^(2^(bits−1)−1)).
-//   value = sign(x)·q; E[value·α] = x. m == 0 gives zeros and α = 0. u as in quantize(), from `noise`.
+//   value = sign(x)·q; E[value·α] = x. m == 0 gives zeros and α = 0. u = uniform_from_word(philox_word(noise.seed,
+//   noise.stream, i)) for element i: a 32-bit draw per element, not quantize()'s 16-bit layout (sr_noise.h).
 // values are returned as f8e4m3 (every ±2^k, k <= 7, and 0 are exact there), scale (α) f32 as for quantize.
 struct LuqSpec {
   int bits = 4;  // 2..4 (2^(2^(bits−1)−1) must fit e4m3 exactly)

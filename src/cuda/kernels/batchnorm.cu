@@ -29,8 +29,7 @@
 // same partial sums in the same order. The normalize / dx passes walk each block's range backwards (walk: they
 // first read what the reduction just read, still in L2). Channels-first kernels are compiled for 8 resident
 // 256-thread blocks per SM (6 for dx and sums with a fused activation), channels-last ones for 4 (3 for dx
-// and for sums with a fused activation), channels-last grids being one wave of those. (Measured against the
-// previous kernels on an H200, bf16: equal or faster on every benchmarked shape; docs/cuda_backend.md.)
+// and for sums with a fused activation), channels-last grids being one wave of those.
 // Channels-first normalize and dx store their 16-byte packs with one explicit 16-byte store (Note [Batch-norm
 // 16-byte stores] in batchnorm_common.cuh). Channels-last reductions take the two-level ticket kernels (Note
 // [Batch-norm channels-last tickets]) from kClTicketsMinC channels up, the split kernels below.

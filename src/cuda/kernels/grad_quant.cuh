@@ -1,7 +1,7 @@
 // Launchers of the quantisation kernels of the gradient pipelines (include/hadatrain/grad/quant.h,
-// docs/gradient_pipelines_quant.md): blockwise Hadamard rotation (T <= 16 in registers, larger blocks by
-// extra in-place stages), symmetric b-bit quantisation with absmax / SAWB scales and nearest / stochastic
-// rounding, LUQ, and int4 packing. Inputs are dense, row-major, f32 / bf16 / f16 (the glue converts other
+// docs/gradient_pipelines.md, "Quantisation primitives"): blockwise Hadamard rotation (T <= 16 in registers,
+// larger blocks by extra in-place stages), symmetric b-bit quantisation with absmax / SAWB scales and nearest /
+// stochastic rounding, LUQ, and int4 packing. Inputs are dense, row-major, f32 / bf16 / f16 (the glue converts other
 // dtypes to f32 first, exactly as the CPU reference does). Every result equals the CPU reference bit for bit
 // (Note [Bit-identical quantisation]): fp32 math with explicit _rn intrinsics, SAWB sums in double.
 #pragma once

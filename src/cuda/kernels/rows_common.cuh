@@ -1,8 +1,8 @@
 // Device helpers of the row kernels (cuda/kernels/rows*.cu; the constants and launch shapes are in
 // rows_launch.cuh, the staged kernels' own helpers in rows_staged.cuh): math wrappers, the row-group
 // reductions and loops of the multi-pass kernels, the row cache and pack arithmetic of the register-resident
-// and staged kernels, the norm parameters, and programmatic dependent launch. The helpers are HT_DEV
-// (__forceinline__): each kernel compiles as when they shared its file.
+// and staged kernels, and the norm parameters. The helpers are HT_DEV (__forceinline__): each kernel compiles as
+// when they shared its file.
 #pragma once
 #include <cstring>
 #include <limits>
