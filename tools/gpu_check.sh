@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU check, run on the GPU machine from the repository root: configures a Release build with the CUDA
 # backend for Hopper (sm_90a) in build-gpu/, builds everything with all cores, runs the `gpu` test label,
-# then the `cpu` label, copies the logs into $OUT (default ./gpu_out) and prints a per-label summary table
-# last (the device tool returns only the tail of the output), then runs the kernel benchmarks
+# then the `cpu` label, copies the logs into $OUT (default ./gpu_out), runs the kernel benchmarks
 # (tools/bench/run_benchmarks.sh, group `kernels`; GPU_CHECK_BENCH lists other groups, "" skips them;
-# GPU_CHECK_CPU=0 skips the cpu label).
+# GPU_CHECK_CPU=0 skips the cpu label) and prints a per-label summary table last (the device tool returns only
+# the tail of the output).
 # Exit code: 0 when no test failed; 1 at once when nvidia-smi fails or lists no GPU, or when the CUDA runtime's
 # device query fails or finds no device (every gpu test would fail too: HT_TEST_REQUIRE_CUDA=1).
 # Usage: tools/gpu_check.sh [extra ctest args, e.g. -R test_gpu_copy]
