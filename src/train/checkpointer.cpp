@@ -158,12 +158,13 @@ fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverg
   if (parts_.sharded && parts_.sharded->write_shards) {
     // A sharded checkpoint: every rank's shard file is durable before the writer publishes the step.
     d.adopt_files = parts_.sharded->write_shards(o_.dir / fmt::format("step_{}.shards.tmp", st.step), st.step);
-    if (!parts_.sharded->writer) return {};
+    if (!parts_.role.writer) return {};
     d.model = to_list(parts_.sharded->unsharded());
   } else {
+    if (!parts_.sharded && !parts_.role.writer) return {};  // ddp: the writer holds the same replica
     d.model = model_tensors(parts_);
     d.optimizer = optimizer_tensors(parts_);
-    if (parts_.sharded && !parts_.sharded->writer) return {};  // gathered with the writer; it writes
+    if (!parts_.role.writer) return {};  // fsdp: gathered with the writer; it writes
   }
   if (parts_.ema != nullptr) d.ema = to_list(parts_.ema->tensors());
   // A checkpoint is something to resume or evaluate from: one with non-finite weights is never written.
@@ -204,9 +205,9 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
     outcome = diverged ? SaveOutcome::diverged : SaveOutcome::failed;
     why = diverged ? e.what() : fmt::format("the checkpoint of step {} could not be written: {}", st.step, e.what());
   }
-  if (parts_.sharded && parts_.sharded->outcomes) {
+  if (parts_.role.outcomes) {
     // Every rank takes the course of the worst outcome, so none waits in a collective for a rank that stopped.
-    const std::vector<int> all = parts_.sharded->outcomes(static_cast<int>(outcome));
+    const std::vector<int> all = parts_.role.outcomes(static_cast<int>(outcome));
     std::vector<int> bad;
     for (std::size_t r = 0; r < all.size(); ++r)
       if (all[r] > static_cast<int>(outcome)) bad.push_back(static_cast<int>(r));
@@ -227,7 +228,8 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
     spdlog::warn("{}; training goes on (checkpoint.on_save_failure is continue)", what);
     return {};
   }
-  if (!dir.empty()) spdlog::info("checkpoint written: {}", dir.string());
+  if (!parts_.role.writer) return io::checkpoint_dir(o_.dir, st.step);  // what the writer wrote
+  spdlog::info("checkpoint written: {}", dir.string());
   return dir;
 }
 

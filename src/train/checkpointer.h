@@ -31,6 +31,14 @@ struct RunState {
   int64_t epoch_steps = 0;
 };
 
+// A rank's part in a save under dist (train/distributed.h): every rank calls save at the same steps and only the
+// writer (rank 0) writes; `outcomes` gives every rank's outcome of a save, on every rank (one collective: each
+// passes its own SaveOutcome as int), so that all take the same course whichever rank failed. Unset outside dist.
+struct RankRole {
+  bool writer = true;
+  std::function<std::vector<int>(int outcome)> outcomes;
+};
+
 // When the optimiser's store holds only this rank's shards (dist.mode fsdp, train/distributed.h): the whole
 // model and optimiser tensors a checkpoint holds, gathered from every rank's shards (collectives: every rank
 // calls save; only the writer writes), and the loaders that cut whole tensors into this rank's shards.
@@ -38,7 +46,6 @@ struct ShardedState {
   std::function<std::map<std::string, Tensor>()> model, optimizer;
   std::function<void(const std::map<std::string, Tensor>&)> load_model;
   std::function<std::map<std::string, Tensor>(const std::map<std::string, Tensor>&)> shard_optimizer;
-  bool writer = true;  // rank 0 writes; the other ranks gather with it and write nothing
   // checkpoint.sharded (set: a sharded checkpoint, nothing is gathered): every rank writes its own
   // shard-<rank>-of-<N>.safetensors into `dir` for `step` (barriers before and after: when it returns every
   // rank's file is durable) and gets every rank's file back, which the writer moves into the checkpoint
@@ -47,8 +54,6 @@ struct ShardedState {
   // write_shards throws on every rank when any rank could not write (each says whether it was this one).
   std::function<std::vector<std::filesystem::path>(const std::filesystem::path& dir, int64_t step)> write_shards;
   std::function<std::map<std::string, Tensor>()> unsharded;
-  // Every rank's outcome of a save, on every rank (one collective): each passes its own (SaveOutcome as int).
-  std::function<std::vector<int>(int outcome)> outcomes;
 };
 
 // How a save went on one rank; a save's outcome over the ranks is the worst of theirs.
@@ -60,6 +65,7 @@ struct CheckpointedParts {
   optim::Optimizer* optimizer = nullptr;
   Generator* dropout_gen = nullptr;
   const ShardedState* sharded = nullptr;  // unset: the optimiser's store holds the whole model
+  RankRole role;                          // under dist: ddp and fsdp alike
   WeightEma* ema = nullptr;               // config `ema`: its average goes into ema.safetensors
 };
 
@@ -90,8 +96,9 @@ class Checkpointer {
   // the step and the first non-finite model tensor, writing nothing, when the model holds a NaN or infinity.
   // A save that fails (an I/O error: io::save_checkpoint leaves every earlier checkpoint as it was) throws
   // ht::Error naming the step, the cause and the last good checkpoint, or with continue_on_save_failure logs
-  // that as a warning and returns an empty path. With a sharded model every rank calls it and every rank takes
-  // the same course, whichever rank failed (ShardedState::outcomes). Ranks other than the writer return "".
+  // that as a warning and returns an empty path. Under dist every rank calls it and every rank takes the same
+  // course, whichever rank failed (RankRole::outcomes); ranks other than the writer return the directory the
+  // writer wrote.
   std::filesystem::path save(const RunState& state, io::MarkBest best);
 
   const std::filesystem::path& dir() const { return o_.dir; }

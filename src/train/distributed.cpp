@@ -62,8 +62,8 @@ TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_r
   if (c.train.device.is_cuda() && dist_run->launched()) c.train.device = Device::cuda(dist_run->local_rank());
   if (dist_run->rank() == 0) return c;
   c.run.out_dir = (std::filesystem::path(cfg.run.out_dir) / fmt::format("rank{}", dist_run->rank())).string();
-  // fsdp: every rank takes part in a checkpoint's gather (rank 0 writes it); ddp: rank 0 alone saves.
-  if (!dist_run->sharded()) c.checkpoint.every_epochs = c.checkpoint.every_steps = 0;
+  // Every rank calls the checkpointer at the same steps (fsdp: it gathers with rank 0; ddp: it holds the same
+  // replica): rank 0 writes, and all learn how the save went (DistributedRun::rank_role).
   return c;
 }
 
@@ -153,7 +153,6 @@ ShardedState DistributedRun::sharded_state(nn::Module& model, bool shard_files) 
   HT_ASSERT(fsdp_, "DistributedRun::sharded_state outside dist.mode fsdp");
   dist::FullyShardedModel* f = fsdp_.get();
   ShardedState s;
-  s.writer = rank() == 0;
   s.model = [f, &model] {
     std::map<std::string, Tensor> out = model.state_dict();  // buffers and the sharded parameters' empty slots
     for (auto& [name, t] : f->full_state()) out[name] = t;
@@ -171,9 +170,8 @@ ShardedState DistributedRun::sharded_state(nn::Module& model, bool shard_files) 
     model.load_state_dict(rest, nn::StrictLoad::no);
   };
   s.shard_optimizer = [f](const std::map<std::string, Tensor>& whole) { return f->shard_optimizer_state(whole); };
-  dist::Communicator* comm = pg_.comm.get();
-  s.outcomes = [comm](int outcome) { return every_ranks(*comm, outcome); };
   if (!shard_files) return s;
+  dist::Communicator* comm = pg_.comm.get();
   s.write_shards = [f, comm](const std::filesystem::path& dir, int64_t step) {
     // In place of barriers, every rank learns whether every rank got through, so that a rank that fails throws
     // here with all the others rather than leaving them in a collective it never joins.
@@ -289,6 +287,11 @@ void DistributedRun::broadcast_buffers(nn::Module& model) {
   std::vector<std::pair<std::string, Tensor>> buffers;
   for (const auto& [name, t] : model.named_buffers()) buffers.emplace_back(name, *t);
   dist::broadcast_tensors(*pg_.comm, buffers, 0);
+}
+
+RankRole DistributedRun::rank_role() const {
+  dist::Communicator* comm = pg_.comm.get();
+  return {.writer = rank() == 0, .outcomes = [comm](int outcome) { return every_ranks(*comm, outcome); }};
 }
 
 void DistributedRun::sum_over_ranks(std::vector<double>& values) { sum_over(*pg_.comm, values); }

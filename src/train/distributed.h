@@ -44,6 +44,8 @@ class DistributedRun {
   // on resume. `model` keeps the buffers, which are not sharded (frozen parameters are sharded too).
   // `shard_files` (checkpoint.sharded): every rank writes its own shards instead (nothing is gathered).
   ShardedState sharded_state(nn::Module& model, bool shard_files) const;
+  // This rank's part in a checkpoint save (checkpointer.h): rank 0 writes; every rank learns every rank's outcome.
+  RankRole rank_role() const;
   // This rank's rows of a global batch; remembers its share for after_backward: its slice's loss weight
   // (Task::loss_weight: images, or tokens with a label) over the whole batch's, which every rank computes
   // from the global batch it holds, so no collective is needed. A batch the loader made as this rank's slice

@@ -202,6 +202,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                              .optimizer = optimizer.get(),
                              .dropout_gen = dropout_gen.get(),
                              .sharded = sharded_state ? &*sharded_state : nullptr,
+                             .role = dist_run ? dist_run->rank_role() : RankRole{},
                              .ema = ema ? &*ema : nullptr});
   RunState st;
   st.best_score = task->initial_score();
@@ -229,8 +230,10 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   }
   if (!resumed) warn_if_replacing_a_run(cfg.run.out_dir, checkpointer.dir());
   const bool checkpointing = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_epochs > 0;
-  // An unusable checkpoint.dir is reported now, before any step, not at the first save.
-  if (checkpointing) check_checkpoint_dir_usable(checkpointer.dir());
+  // An unusable checkpoint.dir is reported now, before any step, not at the first save, by the ranks that write
+  // into it (rank 0; every rank with sharded checkpoint files).
+  if (checkpointing && (!dist_run || dist_run->rank() == 0 || (sharded_state && cfg.checkpoint.sharded)))
+    check_checkpoint_dir_usable(checkpointer.dir());
   // The run's folder and its config.yaml only now, after a resume has succeeded: a failed one leaves none.
   std::error_code ec;
   fs::create_directories(cfg.run.out_dir, ec);

@@ -1,11 +1,14 @@
 // `hadatrain train` with dist.mode ddp over Gloo, ranks forked with the launcher's variables set: the logged
 // losses of 2 and 4 ranks, and of 2 ranks with gradient accumulation, equal one process's with the same global
 // batch (Note [Data-parallel equivalence]; within 1e-5 relative: the same products summed in another order),
-// every rank logs the same losses, and ranks whose configs differ stop at the start naming the rank.
+// every rank logs the same losses, ranks whose configs differ stop at the start naming the rank, and a
+// checkpoint rank 0 cannot write stops or continues every rank alike.
+#include <cerrno>
 #include <cstdlib>
 
 #include "dist_testing.h"
 #include "dist_trainer_testing.h"
+#include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
@@ -125,6 +128,56 @@ TEST_CASE("train with dist.mode ddp drops an epoch's last batch with fewer rows 
     INFO("step " << i + 1 << ": 2 ranks " << got[i] << ", one process " << expected[i]);
     CHECK(std::abs(got[i] - expected[i]) <= 1e-5 * std::abs(expected[i]));
   }
+}
+
+// Under ddp every rank calls the save and rank 0 writes: a checkpoint rank 0 cannot write (a full disk, injected
+// for step 2's) makes every rank take the same course. With on_save_failure continue all train on, the next save
+// works and rank 1 reports rank 0's checkpoint; with stop all stop, rank 0 naming the disk and rank 1 naming rank
+// 0, rather than rank 1 meeting a closed connection (Gloo) or waiting out dist.timeout_s (NCCL) at its next
+// collective.
+TEST_CASE("a checkpoint rank 0 cannot write stops or continues every ddp rank alike", "[dist][trainer]") {
+  test::idx8_dataset();
+  auto full_disk_on_rank0 = [](const dist::DistEnv& env) {
+    if (env.rank != 0) return;
+    io::set_write_fault_hook([](const fs::path& target, std::size_t n) -> std::optional<io::WriteFault> {
+      if (target.string().find("step_2.tmp") == std::string::npos) return std::nullopt;
+      return io::WriteFault{.bytes_written = n / 2, .error = ENOSPC};
+    });
+  };
+  auto sets = [](std::vector<std::string> extra) {
+    for (const char* s : {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=30", "checkpoint.every_steps=2",
+                          "train.max_steps=4"})
+      extra.emplace_back(s);
+    return extra;
+  };
+  const auto goes_on = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    full_disk_on_rank0(env);
+    const TrainResult r = run_training(config("ddp_full_continue", sets({"checkpoint.on_save_failure=continue"})));
+    expect(fs::path(r.checkpoint).filename() == "step_4",
+           "every rank reports step 4's checkpoint; got " + r.checkpoint);
+  });
+  INFO("continue: exit codes " << ht::test::exit_codes(goes_on));
+  REQUIRE(ht::test::all_passed(goes_on));
+  CHECK(io::list_checkpoints(test::scratch_dir() / "ddp_full_continue" / "checkpoints") == std::vector<int64_t>{4});
+  CHECK(losses(test::scratch_dir() / "ddp_full_continue").size() == 4);
+  CHECK(losses(test::scratch_dir() / "ddp_full_continue" / "rank1").size() == 4);
+  CHECK_FALSE(fs::exists(test::scratch_dir() / "ddp_full_continue" / "rank1" / "checkpoints"));
+
+  const auto stops = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    full_disk_on_rank0(env);
+    const std::string err = test::error_of([&] { run_training(config("ddp_full_stop", sets({}))); });
+    expect(err.find("the checkpoint of step 2") != std::string::npos &&
+               err.find("Training stopped") != std::string::npos,
+           "the error names the step and the policy; got: " + err);
+    expect(env.rank == 0 ? err.find("No space left on device") != std::string::npos
+                         : err.find("rank(s) 0 could not write") != std::string::npos,
+           "the error says what failed where; got: " + err);
+  });
+  INFO("stop: exit codes " << ht::test::exit_codes(stops));
+  REQUIRE(ht::test::all_passed(stops));
+  CHECK(io::list_checkpoints(test::scratch_dir() / "ddp_full_stop" / "checkpoints").empty());
 }
 
 TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {
