@@ -281,12 +281,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   int64_t saved_step = -1;  // the step of the last checkpoint this process wrote
   // `epoch_end_done`: the epoch's evaluation is done or follows at once (a train.max_steps stop), so a
   // checkpoint at the epoch's last batch continues at the next epoch and a resume does not evaluate it again.
-  auto save = [&](io::MarkBest best, bool epoch_end_done = false) {
+  auto save = [&](io::MarkBest best, bool epoch_end_done = false, SaveBy by = SaveBy::every_rank) {
     st.position = loader.position();
     if (epoch_end_done && st.position.batch == spe) st.position = {st.position.epoch + 1, 0};
     RunState saved = st;
     if (saved.position.batch == 0) saved.epoch_loss = 0.0, saved.epoch_steps = 0;  // a new epoch: nothing of it ran
-    const std::filesystem::path dir = checkpointer.save(saved, best);
+    const std::filesystem::path dir = checkpointer.save(saved, best, by);
     if (dir.empty()) return;  // checkpoint.on_save_failure=continue: the failure was logged
     result.checkpoint = dir.string();
     saved_step = st.step;
@@ -408,7 +408,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
         run_log.clear_progress();
         read_losses();
         result.stopped_by = stop_request->load(std::memory_order_relaxed);
-        if (checkpointing && saved_step != st.step) save(io::MarkBest::no);
+        // Ranks may see the request at different steps, so under ddp rank 0 saves alone, with no collective;
+        // under fsdp every rank must gather (docs/distributed.md).
+        if (checkpointing && saved_step != st.step) {
+          if (!dist_run || dist_run->sharded()) save(io::MarkBest::no);
+          else if (dist_run->rank() == 0) save(io::MarkBest::no, false, SaveBy::this_rank_alone);
+        }
         stop = true;
         break;
       }

@@ -3,7 +3,9 @@
 // batch (Note [Data-parallel equivalence]; within 1e-5 relative: the same products summed in another order),
 // every rank logs the same losses, ranks whose configs differ stop at the start naming the rank, and a
 // checkpoint rank 0 cannot write stops or continues every rank alike.
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 
 #include "dist_testing.h"
@@ -178,6 +180,30 @@ TEST_CASE("a checkpoint rank 0 cannot write stops or continues every ddp rank al
   INFO("stop: exit codes " << ht::test::exit_codes(stops));
   REQUIRE(ht::test::all_passed(stops));
   CHECK(io::list_checkpoints(test::scratch_dir() / "ddp_full_stop" / "checkpoints").empty());
+}
+
+// A stop request seen by rank 0 alone (ranks may see one at different steps): rank 0 saves the step it finished
+// without a collective and returns; rank 1 fails at its next collective instead of pairing an outcome exchange
+// with a gradient all-reduce.
+TEST_CASE("under ddp a stop request one rank sees is saved by rank 0 alone", "[dist][trainer]") {
+  test::idx8_dataset();
+  const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    const std::atomic<int> stop{env.rank == 0 ? SIGTERM : 0};
+    const TrainerConfig cfg =
+        config("ddp_stop", {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=20", "checkpoint.every_steps=100"});
+    if (env.rank == 0) {
+      const TrainResult r = run_training(cfg, {}, &stop);
+      expect(r.stopped_by == SIGTERM && fs::path(r.checkpoint).filename() == "step_1",
+             "rank 0 stops after step 1 and saves it; got checkpoint " + r.checkpoint);
+    } else {
+      const std::string err = test::error_of([&] { run_training(cfg, {}, &stop); });
+      expect(!err.empty(), "rank 1 fails at its next collective once rank 0 has stopped");
+    }
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+  CHECK(io::list_checkpoints(test::scratch_dir() / "ddp_stop" / "checkpoints") == std::vector<int64_t>{1});
 }
 
 TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {
