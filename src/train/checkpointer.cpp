@@ -194,7 +194,7 @@ fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverg
                              {.keep_last = o_.keep_last, .best = mark ? io::MarkBest::yes : io::MarkBest::no});
 }
 
-fs::path Checkpointer::save(const RunState& st, io::MarkBest best, SaveBy by) {
+fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   fs::path dir;
   std::string why;  // this rank's reason, when it did not write
   bool diverged = false;
@@ -205,7 +205,7 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best, SaveBy by) {
     outcome = diverged ? SaveOutcome::diverged : SaveOutcome::failed;
     why = diverged ? e.what() : fmt::format("the checkpoint of step {} could not be written: {}", st.step, e.what());
   }
-  if (parts_.role.outcomes && by == SaveBy::every_rank) {
+  if (parts_.role.outcomes) {
     // Every rank takes the course of the worst outcome, so none waits in a collective for a rank that stopped.
     const std::vector<int> all = parts_.role.outcomes(static_cast<int>(outcome));
     std::vector<int> bad;

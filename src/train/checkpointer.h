@@ -56,10 +56,6 @@ struct ShardedState {
   std::function<std::map<std::string, Tensor>()> unsharded;
 };
 
-// Who calls a save: every rank at the same step (under dist the ranks then exchange their outcomes), or this rank
-// alone (ddp's writer on a stop request, which the ranks may see at different steps: no collective).
-enum class SaveBy { every_rank, this_rank_alone };
-
 // How a save went on one rank; a save's outcome over the ranks is the worst of theirs.
 enum class SaveOutcome : int { written = 0, failed = 1, diverged = 2 };
 
@@ -100,10 +96,10 @@ class Checkpointer {
   // the step and the first non-finite model tensor, writing nothing, when the model holds a NaN or infinity.
   // A save that fails (an I/O error: io::save_checkpoint leaves every earlier checkpoint as it was) throws
   // ht::Error naming the step, the cause and the last good checkpoint, or with continue_on_save_failure logs
-  // that as a warning and returns an empty path. Under dist every rank calls it (SaveBy::every_rank) and every
-  // rank takes the same course, whichever rank failed (RankRole::outcomes); ranks other than the writer return
-  // the directory the writer wrote. SaveBy::this_rank_alone: the writer alone, without the exchange.
-  std::filesystem::path save(const RunState& state, io::MarkBest best, SaveBy by = SaveBy::every_rank);
+  // that as a warning and returns an empty path. Under dist every rank calls it and every rank takes the same
+  // course, whichever rank failed (RankRole::outcomes); ranks other than the writer return the directory the
+  // writer wrote.
+  std::filesystem::path save(const RunState& state, io::MarkBest best);
 
   const std::filesystem::path& dir() const { return o_.dir; }
   // "the last good checkpoint is DIR", or that there is none yet in dir().

@@ -289,6 +289,31 @@ void DistributedRun::broadcast_buffers(nn::Module& model) {
   dist::broadcast_tensors(*pg_.comm, buffers, 0);
 }
 
+// Note [Agreeing on a stop]
+// A stop request (SIGINT/SIGTERM, forwarded by the launcher to every rank) reaches the ranks at different moments,
+// and a step boundary is not the same instant on every rank, so a rank that stopped at the step where it saw the
+// request would leave the others in a collective it never joins (and a save there would pair its collectives with
+// another rank's gradient reduction). So after every step each rank issues an all-reduce (max) of its request, one
+// f32, and reads the one it issued after the previous step: every rank reads the same value at the same step, and
+// all stop after the step that follows the first request seen, then save together. The read waits only for the
+// previous step's collectives (on NCCL: that step's queue; the host stays at most one step ahead, not blocked on
+// the current one). A request that arrives during the last step of the run is not acted on: the run ends there.
+int DistributedRun::agreed_stop(int request) {
+  int agreed = 0;
+  if (stop_work_) {
+    stop_work_->synchronize();
+    agreed = static_cast<int>(stop_flag_.to(Device::cpu()).item());
+  }
+  stop_flag_ = full({1}, static_cast<double>(request), {DType::f32, pg_.comm->device()});
+  stop_work_ = pg_.comm->all_reduce(stop_flag_, dist::ReduceOp::max);
+  return agreed;
+}
+
+void DistributedRun::settle_stop() {
+  if (stop_work_) stop_work_->synchronize();
+  stop_work_.reset();
+}
+
 RankRole DistributedRun::rank_role() const {
   dist::Communicator* comm = pg_.comm.get();
   return {.writer = rank() == 0, .outcomes = [comm](int outcome) { return every_ranks(*comm, outcome); }};

@@ -61,10 +61,10 @@ class DistributedRun {
   // Bytes on the wire (dist/communicator.h, Note [Bytes on the wire]): end_step() adds what this rank's
   // collectives sent since slice() began the step to the window; take_comm_bytes(steps) returns the window's
   // per-step means for metrics.jsonl (comm_bytes: sent by this rank over all kinds; comm_bytes_<kind>: per
-  // collective kind) and starts a new window. Collectives between steps (evaluation, checkpoints) are not in it.
-  // Under fsdp with dist.reduce_quant it also returns reduce_quant_rel_error, the quantised reduce-scatter's
-  // relative L2 error against f32 on the window's last measured step (dist.reduce_quant_error_every), when a step
-  // of the window measured it.
+  // collective kind) and starts a new window. Collectives between steps (evaluation, checkpoints, agreed_stop)
+  // are not in it. Under fsdp with dist.reduce_quant it also returns reduce_quant_rel_error, the quantised
+  // reduce-scatter's relative L2 error against f32 on the window's last measured step
+  // (dist.reduce_quant_error_every), when a step of the window measured it.
   void end_step();
   std::vector<std::pair<std::string, double>> take_comm_bytes(int64_t steps);
 
@@ -76,6 +76,12 @@ class DistributedRun {
   void broadcast_buffers(nn::Module& model);
   void sum_over_ranks(std::vector<double>& values);
 
+  // Note [Agreeing on a stop]: called by every rank after every step with its own stop request (the signal, 0 for
+  // none); returns the largest request of any rank at the previous step, the same on every rank, so that all stop
+  // (and save) after the same step. settle_stop() waits for the last poll's collective (the end of the step loop).
+  int agreed_stop(int request);
+  void settle_stop();
+
  private:
   DistributedRun(dist::ProcessGroup pg, dist::DistOptions options) : pg_(std::move(pg)), options_(options) {}
   dist::ProcessGroup pg_;
@@ -85,6 +91,8 @@ class DistributedRun {
   double share_ = 1.0;
   dist::CommBytes step_start_, window_;
   int64_t reported_error_steps_ = 0;  // fsdp's reduce_error_steps() at the last take_comm_bytes
+  Tensor stop_flag_;                     // the last agreed_stop's request, becoming the max over the ranks
+  std::unique_ptr<dist::Work> stop_work_;
 };
 
 // dist.fsdp_units empty: one unit per transformer block or ResNet stage, from the parameter names: the

@@ -281,12 +281,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   int64_t saved_step = -1;  // the step of the last checkpoint this process wrote
   // `epoch_end_done`: the epoch's evaluation is done or follows at once (a train.max_steps stop), so a
   // checkpoint at the epoch's last batch continues at the next epoch and a resume does not evaluate it again.
-  auto save = [&](io::MarkBest best, bool epoch_end_done = false, SaveBy by = SaveBy::every_rank) {
+  auto save = [&](io::MarkBest best, bool epoch_end_done = false) {
     st.position = loader.position();
     if (epoch_end_done && st.position.batch == spe) st.position = {st.position.epoch + 1, 0};
     RunState saved = st;
     if (saved.position.batch == 0) saved.epoch_loss = 0.0, saved.epoch_steps = 0;  // a new epoch: nothing of it ran
-    const std::filesystem::path dir = checkpointer.save(saved, best, by);
+    const std::filesystem::path dir = checkpointer.save(saved, best);
     if (dir.empty()) return;  // checkpoint.on_save_failure=continue: the failure was logged
     result.checkpoint = dir.string();
     saved_step = st.step;
@@ -403,17 +403,14 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
         break;
       }
       // A stop request (SIGINT/SIGTERM in the CLI), seen between steps: this step is done; keep it in a
-      // checkpoint when checkpointing is on, and return without evaluating.
-      if (stop_request && stop_request->load(std::memory_order_relaxed) != 0) {
+      // checkpoint when checkpointing is on, and return without evaluating. Under dist the ranks agree on the step
+      // first (Note [Agreeing on a stop] in src/train/distributed.cpp) and save it together.
+      const int request = stop_request ? stop_request->load(std::memory_order_relaxed) : 0;
+      if (const int stop_by = dist_run ? dist_run->agreed_stop(request) : request; stop_by != 0) {
         run_log.clear_progress();
         read_losses();
-        result.stopped_by = stop_request->load(std::memory_order_relaxed);
-        // Ranks may see the request at different steps, so under ddp rank 0 saves alone, with no collective;
-        // under fsdp every rank must gather (docs/distributed.md).
-        if (checkpointing && saved_step != st.step) {
-          if (!dist_run || dist_run->sharded()) save(io::MarkBest::no);
-          else if (dist_run->rank() == 0) save(io::MarkBest::no, false, SaveBy::this_rank_alone);
-        }
+        result.stopped_by = stop_by;
+        if (checkpointing && saved_step != st.step) save(io::MarkBest::no);
         stop = true;
         break;
       }
@@ -444,6 +441,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       save(io::MarkBest::no);
     }
   }
+  if (dist_run) dist_run->settle_stop();
   result.steps = st.step;
   if (st.best_score > task->initial_score()) result.best_score = st.best_score;
   return result;
