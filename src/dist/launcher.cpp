@@ -97,9 +97,11 @@ int launch(const LaunchOptions& o) {
   std::size_t left = pids.size();
   int result = 0;
   bool failed = false, killed = false;
+  int forwarded = 0;  // the last signal forwarded to the ranks
   std::chrono::steady_clock::time_point kill_at{};
   while (left > 0) {
     if (const int sig = g_forward_signal.exchange(0); sig != 0) {
+      forwarded = sig;
       for (std::size_t i = 0; i < pids.size(); ++i)
         if (running[i]) ::kill(-pids[i], sig);
     }
@@ -111,11 +113,19 @@ int launch(const LaunchOptions& o) {
         running[i] = false;
         --left;
         const int code = exit_code_of(status);
+        const int rank = o.node_rank * o.nproc_per_node + static_cast<int>(i);
+        if (forwarded != 0 && code == 128 + forwarded && !failed) {
+          // A rank that stopped on the forwarded signal (hadatrain train: after the step the ranks agreed on, its
+          // checkpoint written) is not a failure: the others stop on the same signal, and a second one would end
+          // them at once (hadatrain train's second-signal rule), before they have reported their stop.
+          if (result == 0) result = code;
+          spdlog::info("launch: rank {} stopped on the forwarded signal {}", rank, forwarded);
+          continue;
+        }
         if (code != 0 && !failed) {  // the first failure: its code is the launch's
           result = code;
           failed = true;
           kill_at = std::chrono::steady_clock::now() + o.grace;
-          const int rank = o.node_rank * o.nproc_per_node + static_cast<int>(i);
           spdlog::error("launch: rank {} {} {}; stopping the other {} rank(s) on this node", rank,
                         WIFEXITED(status) ? "exited with code" : "was killed by signal",
                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), left);
