@@ -297,7 +297,8 @@ void DistributedRun::broadcast_buffers(nn::Module& model) {
 // f32, and reads the one it issued after the previous step: every rank reads the same value at the same step, and
 // all stop after the step that follows the first request seen, then save together. The read waits only for the
 // previous step's collectives (on NCCL: that step's queue; the host stays at most one step ahead, not blocked on
-// the current one). A request that arrives during the last step of the run is not acted on: the run ends there.
+// the current one). A request seen too late to be agreed on before the run's last step is not acted on: the run
+// ends there.
 int DistributedRun::agreed_stop(int request) {
   int agreed = 0;
   if (stop_work_) {
