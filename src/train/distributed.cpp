@@ -8,6 +8,13 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#ifdef HADATRAIN_CUDA
+#include <cuda_runtime_api.h>
+
+#include "hadatrain/cuda/check.h"
+#include "hadatrain/cuda/context.h"
+#include "hadatrain/cuda/pinned_host.h"
+#endif
 #include "hadatrain/core/error.h"
 #include "hadatrain/ops/elementwise.h"
 #include "hadatrain/tensor/factory.h"
@@ -296,22 +303,58 @@ void DistributedRun::broadcast_buffers(nn::Module& model) {
 // another rank's gradient reduction). So after every step each rank issues an all-reduce (max) of its request, one
 // f32, and reads the one it issued after the previous step: every rank reads the same value at the same step, and
 // all stop after the step that follows the first request seen, then save together. The read waits only for the
-// previous step's collectives (on NCCL: that step's queue; the host stays at most one step ahead, not blocked on
-// the current one). A request seen too late to be agreed on before the run's last step is not acted on: the run
-// ends there.
+// previous step's collectives: on a CUDA communicator the current stream waits for the all-reduce, the value is
+// copied to pinned host memory behind it and an event recorded after the copy, and the next poll waits for that
+// event alone, not for the step queued since (reading the tensor would wait for the whole current stream and take
+// away the host's step ahead, Note [Deferred loss reads] in trainer.cpp). A request seen too late to be agreed on
+// before the run's last step is not acted on: the run ends there.
+struct DistributedRun::StopCopy {
+#ifdef HADATRAIN_CUDA
+  Tensor host;  // one pinned f32
+  cuda::Event ready;
+#endif
+};
+
 int DistributedRun::agreed_stop(int request) {
   int agreed = 0;
   if (stop_work_) {
-    stop_work_->synchronize();
-    agreed = static_cast<int>(stop_flag_.to(Device::cpu()).item());
+#ifdef HADATRAIN_CUDA
+    if (stop_copy_) {
+      stop_copy_->ready.synchronize();
+      agreed = static_cast<int>(stop_copy_->host.data<float>()[0]);
+    } else
+#endif
+    {
+      stop_work_->synchronize();
+      agreed = static_cast<int>(stop_flag_.item());
+    }
   }
-  stop_flag_ = full({1}, static_cast<double>(request), {DType::f32, pg_.comm->device()});
+  const Device device = pg_.comm->device();
+  stop_flag_ = full({1}, static_cast<double>(request), {DType::f32, device});
   stop_work_ = pg_.comm->all_reduce(stop_flag_, dist::ReduceOp::max);
+#ifdef HADATRAIN_CUDA
+  if (device.is_cuda()) {
+    const cuda::DeviceGuard on_device(device.index);
+    if (!stop_copy_) {
+      stop_copy_ = std::make_shared<StopCopy>();
+      stop_copy_->host = empty_pinned({1}, DType::f32, device);
+    }
+    stop_work_->wait();  // the current stream waits for the all-reduce (no host block)
+    const cudaStream_t stream = cuda::current_stream(device.index);
+    HT_CUDA_CHECK(cudaMemcpyAsync(stop_copy_->host.data_ptr(), stop_flag_.data_ptr(), sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream));
+    cuda::record_pinned_use(stop_copy_->host.data_ptr(), stream);  // not reused before the copy has run
+    stop_copy_->ready.record(stream);
+  }
+#endif
   return agreed;
 }
 
 void DistributedRun::settle_stop() {
   if (stop_work_) stop_work_->synchronize();
+#ifdef HADATRAIN_CUDA
+  if (stop_work_ && stop_copy_) stop_copy_->ready.synchronize();
+#endif
   stop_work_.reset();
 }
 

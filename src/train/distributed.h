@@ -93,6 +93,10 @@ class DistributedRun {
   int64_t reported_error_steps_ = 0;  // fsdp's reduce_error_steps() at the last take_comm_bytes
   Tensor stop_flag_;                     // the last agreed_stop's request, becoming the max over the ranks
   std::unique_ptr<dist::Work> stop_work_;
+  // On a CUDA communicator: stop_flag_ copied to pinned host memory on the current stream, and an event after it
+  // (Note [Agreeing on a stop]); null on Gloo.
+  struct StopCopy;
+  std::shared_ptr<StopCopy> stop_copy_;
 };
 
 // dist.fsdp_units empty: one unit per transformer block or ResNet stage, from the parameter names: the
