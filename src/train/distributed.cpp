@@ -320,6 +320,7 @@ int DistributedRun::agreed_stop(int request) {
   if (stop_work_) {
 #ifdef HADATRAIN_CUDA
     if (stop_copy_) {
+      stop_work_->synchronize();  // bounded by dist.timeout_s; then the copy behind it
       stop_copy_->ready.synchronize();
       agreed = static_cast<int>(stop_copy_->host.data<float>()[0]);
     } else
