@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/dist/data_parallel.h"
 #include "hadatrain/tensor/factory.h"
+#include "hadatrain/train/trainer.h"
 #include "support/testing.h"
 
 namespace ht::test {
@@ -115,6 +117,16 @@ train::TrainerConfig idx8_config(const std::string& file, const std::string& yam
   std::filesystem::rename(tmp, path);
   sets.push_back("run.out_dir=" + (scratch_dir() / run_name).string());
   return train::load_trainer_config(path.string(), sets);
+}
+
+std::vector<RankOutcome> run_stop_seen_by_rank0(const std::function<train::TrainerConfig()>& config, int signal) {
+  return run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    const std::atomic<int> stop{env.rank == 0 ? signal : 0};
+    const train::TrainResult r = train::run_training(config(), {}, &stop);
+    expect(r.stopped_by == signal && r.steps == 2 && std::filesystem::path(r.checkpoint).filename() == "step_2",
+           fmt::format("stopped by {} after {} steps, checkpoint {}", r.stopped_by, r.steps, r.checkpoint));
+  });
 }
 
 RuleBatch rule_batch(Generator& gen, int64_t batch, int64_t seq, int64_t vocab) {

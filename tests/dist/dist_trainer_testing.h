@@ -2,9 +2,11 @@
 // do not see namespace ht::train (several name their own run function `train`).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "dist_testing.h"
 #include "hadatrain/train/trainer_config.h"
 
 namespace ht::test {
@@ -15,5 +17,10 @@ namespace ht::test {
 // the fork (it is not written that way).
 train::TrainerConfig idx8_config(const std::string& file, const std::string& yaml, const std::string& run_name,
                                  std::vector<std::string> sets = {});
+
+// Two ranks (launcher variables set) train `config()` with a stop request, `signal`, that only rank 0 sees, from
+// before the first step (Note [Agreeing on a stop] in src/train/distributed.cpp): each rank expects to return stopped
+// by it after step 2, the step its checkpoint holds. Returns the ranks' outcomes.
+std::vector<RankOutcome> run_stop_seen_by_rank0(const std::function<train::TrainerConfig()>& config, int signal);
 
 }  // namespace ht::test

@@ -5,7 +5,6 @@
 // equivalence]), with gradient accumulation too (communicating once per step), the clipped gradient norm is
 // the one-process norm, and every rank logs the same losses; a 2-rank checkpoint resumes on 1 and 4 ranks.
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -360,15 +359,12 @@ TEST_CASE("a shard that cannot be written stops or continues every rank alike", 
 // sharded checkpoint they write together (every rank's shard, rank 0's publication), and both return with the signal.
 TEST_CASE("under fsdp a stop request one rank sees stops every rank after the same step", "[dist][fsdp][trainer]") {
   test::scratch_dir();
-  const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
-    set_rank_env(env);
-    const std::atomic<int> stop{env.rank == 0 ? SIGINT : 0};
-    const TrainResult r = run_training(tiny_lm("fsdp_stop", {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30",
-                                                             "checkpoint.every_steps=100"}),
-                                       {}, &stop);
-    ht::test::expect(r.stopped_by == SIGINT && r.steps == 2 && fs::path(r.checkpoint).filename() == "step_2",
-                     fmt::format("stopped by {} after {} steps, checkpoint {}", r.stopped_by, r.steps, r.checkpoint));
-  });
+  const auto out = ht::test::run_stop_seen_by_rank0(
+      [] {
+        return tiny_lm("fsdp_stop",
+                       {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30", "checkpoint.every_steps=100"});
+      },
+      SIGINT);
   INFO("exit codes " << ht::test::exit_codes(out));
   REQUIRE(ht::test::all_passed(out));
   const fs::path step2 = test::scratch_dir() / "fsdp_stop" / "checkpoints" / "step_2";

@@ -3,7 +3,6 @@
 // batch (Note [Data-parallel equivalence]; within 1e-5 relative: the same products summed in another order),
 // every rank logs the same losses, ranks whose configs differ stop at the start naming the rank, and a
 // checkpoint rank 0 cannot write stops or continues every rank alike.
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -188,15 +187,12 @@ TEST_CASE("a checkpoint rank 0 cannot write stops or continues every ddp rank al
 // it, without the agreement, aborts (rank 0's outcome exchange meets rank 1's gradient reduction).
 TEST_CASE("under ddp a stop request one rank sees stops every rank after the same step", "[dist][trainer]") {
   test::idx8_dataset();
-  const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
-    set_rank_env(env);
-    const std::atomic<int> stop{env.rank == 0 ? SIGTERM : 0};
-    const TrainResult r = run_training(
-        config("ddp_stop", {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=20", "checkpoint.every_steps=100"}),
-        {}, &stop);
-    expect(r.stopped_by == SIGTERM && r.steps == 2 && fs::path(r.checkpoint).filename() == "step_2",
-           fmt::format("stopped by {} after {} steps, checkpoint {}", r.stopped_by, r.steps, r.checkpoint));
-  });
+  const auto out = ht::test::run_stop_seen_by_rank0(
+      [] {
+        return config("ddp_stop",
+                      {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=20", "checkpoint.every_steps=100"});
+      },
+      SIGTERM);
   INFO("exit codes " << ht::test::exit_codes(out));
   REQUIRE(ht::test::all_passed(out));
   CHECK(io::list_checkpoints(test::scratch_dir() / "ddp_stop" / "checkpoints") == std::vector<int64_t>{2});
