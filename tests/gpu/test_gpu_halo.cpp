@@ -4,7 +4,8 @@
 // bit for bit; the int8 products and the whole int8 pipeline bit for bit (the int8 GEMM is exact and every other
 // step is one fixed f32 sequence), the fp8 pipeline within fp8 GEMM accumulation tolerance; and a forward +
 // backward recorded into a step graph (no host synchronisation) equal to the eager run; the int8 pipeline again at
-// sizes the fast row kernels and the wide transposes take (cuda/kernels/halo_fast.cu, halo_transpose.cu).
+// sizes the fast row kernels and the wide transposes take (cuda/kernels/halo_fast.cu, halo_transpose.cu); rows
+// holding a NaN.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -12,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -202,6 +204,30 @@ TEST_CASE("halo_quantize_pair on CUDA gives the CPU's rotated and unrotated code
         CHECK(same_codes(rotated, halo_quantize(x, carrier, rot)) == "");
         CHECK(same_codes(plain, halo_quantize(x, carrier)) == "");
       }
+}
+
+TEST_CASE("the quantisers on CUDA give the CPU's codes for rows holding a NaN", "[gpu][halo]") {
+  // Note [HALO codes by four]: a group of four values holding a NaN leaves the paired conversion for e4m3_code; the
+  // absmax skips NaNs on both sides (fmax), a NaN row rotates to NaNs, and both carriers encode them as the CPU does.
+  // Positive NaNs only: CUDA's arithmetic returns its canonical (positive) NaN, x86 keeps the operand's sign.
+  uint64_t seed = 470;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (Carrier carrier : {Carrier::int8, Carrier::fp8}) {
+      Tensor x = test::random_input({6, 8192}, seed++, DType::f32, -3.0, 3.0);
+      for (int64_t at : {int64_t{2} * 8192 + 5, int64_t{4} * 8192 + 4099, int64_t{4} * 8192 + 8191})
+        x.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+      x = x.to(dt);
+      const HaloRotation rot = halo_rotation_size(8192);
+      INFO(dtype_name(dt) << (carrier == Carrier::int8 ? " int8" : " fp8"));
+      const auto [rotated, plain] = halo_quantize_pair(x.to(kCuda), carrier, rot);
+      CHECK(same_codes(rotated, halo_quantize(x, carrier, rot)) == "");
+      CHECK(same_codes(plain, halo_quantize(x, carrier)) == "");
+      CHECK(same_codes(halo_quantize(x.to(kCuda), carrier), halo_quantize(x, carrier)) == "");
+      const auto [codes, codes_t] = halo_quantize_transposed(x.to(kCuda), carrier);
+      const auto [codes_cpu, codes_t_cpu] = halo_quantize_transposed(x, carrier);
+      CHECK(same_codes(codes, codes_cpu) == "");
+      CHECK(test::compare_bits(codes_t, codes_t_cpu) == "");
+    }
 }
 
 TEST_CASE("halo_transpose on CUDA gives the CPU's transpose for codes and bf16 of odd shapes", "[gpu][halo]") {

@@ -172,7 +172,7 @@ __global__ void quantize_plain_kernel(HaloRowsArgs a, uint8_t* codes, bool int8,
     Vec16<DT>::load(a.x, g * V, v);
     uint32_t w[2] = {0, 0};
 #pragma unroll
-    for (int e = 0; e < V; ++e) w[e / 4] |= uint32_t{code_of(v[e], m, r, int8)} << (8 * (e % 4));
+    for (int j = 0; j < V / 4; ++j) w[j] = codes4(v + 4 * j, m, r, int8);  // Note [HALO codes by four]
     if constexpr (V == 4) reinterpret_cast<uint32_t*>(codes)[g] = w[0];
     else reinterpret_cast<uint2*>(codes)[g] = make_uint2(w[0], w[1]);
   }

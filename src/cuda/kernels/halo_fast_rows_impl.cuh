@@ -131,13 +131,13 @@ __device__ __forceinline__ void kk_stage(float* buf, int P, const HaloSigns& s) 
 }
 
 // What the paired quantiser (Note [HALO paired quantiser]) does with a lane's 16 unrotated values v, the row's
-// columns start ... start + 15 (zeros from C on): absmax mode raises *mx_plain; quantize mode writes their codes.
-template <Mode M>
+// columns start ... start + 15 (zeros from C on): absmax mode raises *mx_plain; quantize mode writes their codes in
+// the carrier I8 (int8, else e4m3; Note [HALO codes by four]).
+template <Mode M, bool I8>
 struct PlainSide {
   float* mx_plain;         // absmax mode
-  uint8_t* codes_plain;    // quantize mode: codes (R, C), the unrotated absmax, its reciprocal step, the carrier
+  uint8_t* codes_plain;    // quantize mode: codes (R, C), the unrotated absmax and its reciprocal step
   float m, r;
-  bool int8;
   __device__ __forceinline__ void operator()(const float* v, int64_t row, int start, int C) const {
     if constexpr (M == Mode::absmax) {
 #pragma unroll
@@ -145,14 +145,12 @@ struct PlainSide {
     } else if constexpr (M == Mode::quantize) {
       uint8_t* dst = codes_plain + row * C + start;
       if (start + 16 <= C && C % 16 == 0 && reinterpret_cast<uintptr_t>(codes_plain) % 16 == 0) {
-        uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int e = 0; e < 16; ++e) w[e / 4] |= uint32_t{code_of(v[e], m, r, int8)} << (8 * (e % 4));
-        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(codes4<I8>(v, m, r), codes4<I8>(v + 4, m, r), codes4<I8>(v + 8, m, r), codes4<I8>(v + 12, m, r));
       } else {
 #pragma unroll
         for (int e = 0; e < 16; ++e)
-          if (start + e < C) dst[e] = code_of(v[e], m, r, int8);
+          if (start + e < C) dst[e] = code_of(v[e], m, r, I8);
       }
     }
   }
@@ -272,21 +270,22 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
   }
 }
 
-template <DType DT, int K, Mode M, bool Pair>
+// I8: the carrier of quantize mode's codes (o.int8; Note [HALO codes by four]), false in the other modes.
+template <DType DT, int K, Mode M, bool Pair, bool I8>
 __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSigns s, Out o) {
   extern __shared__ float4 smem[];
   const int n4 = static_cast<int>(a.n) / 4;
   const bool vec = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   float m = 0.0f, r = 0.0f, mx = 0.0f, mx_plain = 0.0f;
-  PlainSide<M> plain{&mx_plain, o.codes_plain, 0.0f, 0.0f, o.int8};
+  PlainSide<M, I8> plain{&mx_plain, o.codes_plain, 0.0f, 0.0f};
   if constexpr (M == Mode::quantize) {
     m = *o.m;
-    r = reciprocal_step(m, o.int8);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale = scale_of(m, o.int8);
+    r = reciprocal_step(m, I8);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale = scale_of(m, I8);
     if constexpr (Pair) {
       plain.m = *o.m_plain;
-      plain.r = reciprocal_step(plain.m, o.int8);
-      if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale_plain = scale_of(plain.m, o.int8);
+      plain.r = reciprocal_step(plain.m, I8);
+      if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale_plain = scale_of(plain.m, I8);
     }
   }
   const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&
@@ -318,16 +317,11 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
       }
     } else if constexpr (M == Mode::quantize) {
       uint32_t* dst = reinterpret_cast<uint32_t*>(o.codes + row * a.n);
-      const auto codes = [&](auto int8) {  // the carrier as a constant: no test per value
-        constexpr bool I8 = decltype(int8)::value;
-        for (int u = threadIdx.x, j = su; u < n4; u += blockDim.x, j += blockDim.x) {
-          const float4 f = smem[j];
-          dst[u] = uint32_t{code_of(f.x, m, r, I8)} | uint32_t{code_of(f.y, m, r, I8)} << 8 |
-                   uint32_t{code_of(f.z, m, r, I8)} << 16 | uint32_t{code_of(f.w, m, r, I8)} << 24;
-        }
-      };
-      if (o.int8) codes(std::true_type{});
-      else codes(std::false_type{});
+      for (int u = threadIdx.x, j = su; u < n4; u += blockDim.x, j += blockDim.x) {
+        const float4 f = smem[j];
+        const float v[4] = {f.x, f.y, f.z, f.w};
+        dst[u] = codes4<I8>(v, m, r);
+      }
     } else {
       for (int u = threadIdx.x, j = su; 4 * u < o.cols; u += blockDim.x, j += blockDim.x) {
         const float4 f = smem[j];
@@ -367,9 +361,9 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
   }
 }
 
-template <DType DT, int K, Mode M, bool Pair>
+template <DType DT, int K, Mode M, bool Pair, bool I8>
 void launch(const HaloRowsArgs& a, const HaloSigns& s, Out o, cudaStream_t stream) {
-  constexpr auto kernel = &rows_kernel<DT, K, M, Pair>;
+  constexpr auto kernel = &rows_kernel<DT, K, M, Pair, I8>;
   const size_t rotated = static_cast<size_t>(a.n) * sizeof(float);
   const size_t row_bytes = static_cast<size_t>(a.C) * Vec16<DT>::kBytes;
   // the kernel's `vec` (C a multiple of V, x 16-byte aligned) and room for the staged row
@@ -382,15 +376,22 @@ void launch(const HaloRowsArgs& a, const HaloSigns& s, Out o, cudaStream_t strea
 
 template <int K>
 void run(Mode mode, bool pair, const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
-  const auto by_dtype = [&](auto m, auto p) {
+  const auto by_carrier = [&](auto m, auto p, auto i8) {
     constexpr Mode M = decltype(m)::value;
-    constexpr bool Pair = decltype(p)::value;
+    constexpr bool Pair = decltype(p)::value, I8 = decltype(i8)::value;
     switch (a.in_dtype) {
-      case DType::f32: return launch<DType::f32, K, M, Pair>(a, s, o, stream);
-      case DType::bf16: return launch<DType::bf16, K, M, Pair>(a, s, o, stream);
-      case DType::f16: return launch<DType::f16, K, M, Pair>(a, s, o, stream);
+      case DType::f32: return launch<DType::f32, K, M, Pair, I8>(a, s, o, stream);
+      case DType::bf16: return launch<DType::bf16, K, M, Pair, I8>(a, s, o, stream);
+      case DType::f16: return launch<DType::f16, K, M, Pair, I8>(a, s, o, stream);
       default: HT_UNSUPPORTED_DTYPE("halo fast rows", a.in_dtype);
     }
+  };
+  // the carrier is a template argument of quantize mode only (Note [HALO codes by four])
+  const auto by_dtype = [&](auto m, auto p) {
+    if constexpr (decltype(m)::value == Mode::quantize) {
+      if (o.int8) return by_carrier(m, p, std::true_type{});
+    }
+    return by_carrier(m, p, std::false_type{});
   };
   using std::integral_constant;
   switch (mode) {

@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(256) transpose_wide_kernel(const uint8_t* x, i
 // (R, C) and (C, R), from one read of x: a CTA takes a tile of 128 rows × 128 columns, each thread quantises the
 // 16-byte vectors it loads (all loads issued first) and stores their codes in place (8 or 4 bytes; 16 threads write
 // a row's 128 codes), and the tile's codes leave transposed through write_tile_transposed. The codes are
-// halo_detail::code_of's, as in the other passes; the absmax pass before it is the unrotated one of halo.cu.
+// halo_detail::code_of's, four at a time (codes4, Note [HALO codes by four]); the absmax pass before it is the
+// unrotated one of halo.cu.
 template <DType DT>
 __global__ void __launch_bounds__(256) quantize_transposed_kernel(const void* x, int64_t R, int64_t C, uint8_t* codes,
                                                                   uint8_t* codes_t, bool int8, const float* absmax,
@@ -127,9 +128,7 @@ __global__ void __launch_bounds__(256) quantize_transposed_kernel(const void* x,
     const int64_t gr = r0 + rr;
     uint32_t w[V / 4];
 #pragma unroll
-    for (int j = 0; j < V / 4; ++j) w[j] = 0;
-#pragma unroll
-    for (int e = 0; e < V; ++e) w[e / 4] |= uint32_t{halo_detail::code_of(v[q][e], m, r, int8)} << (8 * (e % 4));
+    for (int j = 0; j < V / 4; ++j) w[j] = halo_detail::codes4(v[q] + 4 * j, m, r, int8);
     if (gr < R && gc < C) {
       if constexpr (V == 8) *reinterpret_cast<uint2*>(codes + gr * C + gc) = make_uint2(w[0], w[1]);
       else *reinterpret_cast<uint32_t*>(codes + gr * C + gc) = w[0];
