@@ -215,9 +215,9 @@ void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const st
   line("paired Q(g_yᵀ), Q(g_yᵀ·H_T) fp8 along g_y's columns (two passes over g_y, both codes)",
        static_cast<double>(O) * T * 2 * b16 + static_cast<double>(O) * (T + rot_t.n),
        [&] { (void)grad::halo_quantize_columns(g2, grad::Carrier::fp8, rot_t, true); });
-  const Tensor gx_product = g2.narrow(1, 0, I).contiguous();  // a bf16 (T, n_I) matrix, as the g_x product's output
-  line("rotate back along columns (n_T, n_I) bf16 -> (T, n_I) bf16", static_cast<double>(I) * (rot_t.n + T) * b16, [&] {
-    (void)grad::halo_rotate_columns(gx_product, {rot_t, grad::HaloDirection::inverse, T, 1.0f, DType::bf16});
+  // x2 (T, I) bf16 as g_x's product (n_T, n_I) (the same shape at unpadded sizes)
+  line("rotate back along columns (n_T, n_I) bf16 -> (T, n_I) bf16", static_cast<double>(I) * (T + T) * b16, [&] {
+    (void)grad::halo_rotate_columns(x2, {rot_t, grad::HaloDirection::inverse, T, 1.0f, DType::bf16});
   });
   line("rotate back (O, n_I) bf16 -> (O, I) bf16", static_cast<double>(O) * (rot_i.n + I) * b16, [&] {
     (void)grad::halo_rotate(gw, {rot_i, grad::HaloDirection::inverse, I, 1.0f, DType::bf16});
