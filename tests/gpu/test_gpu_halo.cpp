@@ -229,7 +229,7 @@ TEST_CASE("halo_quantize_columns and halo_rotate_columns on CUDA give the CPU's 
       const Tensor x = test::random_input({c.T, c.C}, seed++, DType::f32, -3.0, 3.0).to(dt), xg = x.to(kCuda);
       // the quantisers' input: at T = 2048 column 7 holds a NaN (its rotated column is NaNs; codes only: a NaN's f32
       // bits differ between CUDA's canonical NaN and x86's propagated one, Note [HALO codes by four])
-      Tensor xq = x.to(DType::f32);
+      Tensor xq = x.to(DType::f32).clone();  // a copy: to() of an f32 tensor is the tensor itself
       if (c.T == 2048) xq.data<float>()[5 * c.C + 7] = std::numeric_limits<float>::quiet_NaN();
       xq = xq.to(dt);
       const Tensor xqg = xq.to(kCuda);

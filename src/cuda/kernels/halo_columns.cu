@@ -29,6 +29,8 @@
 // either way): no bank conflicts.
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "cuda/kernels/cluster.cuh"
 #include "cuda/kernels/halo.cuh"
 #include "cuda/kernels/halo_common.cuh"
@@ -112,17 +114,56 @@ __device__ __forceinline__ void column_sweep(float* buf, int rc, int b0) {
   }
 }
 
+// Row r of a staged slab sits at row slot sr(r) (Note [HALO column kernels], staging): rows 16 apart land in
+// different 32-byte (bf16, f16) or 64-byte (f32) quarters or halves of a 128-byte line, so pass 1's warps, whose
+// threads read rows 16·grp + j, see at most the conflicts the access size forces.
+template <int RowBytes>
+__device__ __forceinline__ int staged_row(int r) {
+  constexpr int kPerLine = 128 / RowBytes;
+  return (r & ~(kPerLine - 1)) | ((r ^ (r >> 4)) & (kPerLine - 1));
+}
+
+// The CTA's slab of strip col0 (rows row0 ... row0 + rc − 1, kWidth columns) copied into stage with 16-byte
+// cp.async copies; the caller waits for them before a barrier.
+template <DType DT>
+__device__ __forceinline__ void stage_slab(uint8_t* stage, const void* x, int64_t C, int row0, int64_t col0, int rc) {
+  constexpr int kEsize = DT == DType::f32 ? 4 : 2, kRowBytes = kWidth * kEsize, kChunks = kRowBytes / 16;
+  const auto* src = static_cast<const uint8_t*>(x);
+  for (int u = threadIdx.x; u < rc * kChunks; u += blockDim.x) {
+    const int r = u / kChunks, k = u % kChunks;
+    copy16_async(stage + staged_row<kRowBytes>(r) * kRowBytes + 16 * k,
+                 src + ((row0 + r) * C + col0) * kEsize + 16 * k);
+  }
+}
+
+// Four elements of row r, columns 4·cq ... 4·cq + 3 of a staged slab, as f32.
+template <DType DT>
+__device__ __forceinline__ void load4_staged(const uint8_t* stage, int r, int cq, float* v) {
+  constexpr int kEsize = DT == DType::f32 ? 4 : 2, kRowBytes = kWidth * kEsize;
+  const uint8_t* p = stage + staged_row<kRowBytes>(r) * kRowBytes + cq * 4 * kEsize;
+  if constexpr (DT == DType::f32) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    unpack2<DT>(w.x, v);
+    unpack2<DT>(w.y, v + 2);
+  }
+}
+
 // I8: the carrier of quantize mode's codes (false in the other modes). Pair: the unrotated side (absmax and
-// quantize modes).
+// quantize modes). A cluster takes the strips cluster_id, cluster_id + clusters, ...; staged: each CTA's next slab
+// is copied into shared memory (after the f32 slab) while the current strip is rotated.
 template <DType DT, ColMode M, bool Pair, bool I8>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kColThreads)
-    columns_kernel(const void* x, int64_t C, int log_n, ColOut o) {
+    columns_kernel(const void* x, int64_t C, int log_n, ColOut o, bool staged) {
   extern __shared__ float4 cols_smem[];
   float* buf = reinterpret_cast<float*>(cols_smem);
   const int n = 1 << log_n, log_rc = log_n - 3, rc = 1 << log_rc;
   const int rank = static_cast<int>(cluster_rank());
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x / kCluster) * kWidth;
+  const int64_t strips = C / kWidth, clusters = gridDim.x / kCluster;
   const int row0 = rank * rc;
+  uint8_t* stage = staged ? reinterpret_cast<uint8_t*>(buf + rc * kWidth) : nullptr;
   float m = 0.0f, r = 0.0f, m_plain = 0.0f, r_plain = 0.0f, mx = 0.0f, mx_plain = 0.0f;
   if constexpr (M == ColMode::quantize) {
     m = *o.m;
@@ -134,100 +175,120 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kColThreads)
       if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale_plain = scale_of(m_plain, I8);
     }
   }
-  // pass 1: rows row0 + 16·grp + j (j < 16) of columns 4·cq ... 4·cq + 3
-  for (int q = threadIdx.x; q < rc / 4; q += blockDim.x) {
-    const int cq = q & 3, grp = q >> 2;
-    float v[16][4];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) load4<DT>(x, (row0 + 16 * grp + j) * C + col0 + 4 * cq, v[j]);
-    if constexpr (Pair && M == ColMode::absmax) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) mx_plain = fmaxf(mx_plain, fabsf(v[j][e]));
-    } else if constexpr (Pair && M == ColMode::quantize) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {  // column col0 + 4·cq + e: its 16 codes, consecutive in its (C, n) row
-        uint32_t w[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float t[4] = {v[4 * k][e], v[4 * k + 1][e], v[4 * k + 2][e], v[4 * k + 3][e]};
-          w[k] = codes4<I8>(t, m_plain, r_plain);
-        }
-        *reinterpret_cast<uint4*>(o.codes_plain + (col0 + 4 * cq + e) * n + row0 + 16 * grp) =
-            make_uint4(w[0], w[1], w[2], w[3]);
-      }
-    }
-#pragma unroll
-    for (int h = 1; h < 16; h <<= 1)
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        if ((j & h) == 0)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) bfly(v[j][e], v[j + h][e]);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) cols_smem[slot(16 * grp + j, cq)] = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
+  int64_t strip = blockIdx.x / kCluster;
+  if (stage != nullptr) {
+    if (strip < strips) stage_slab<DT>(stage, x, C, row0, strip * kWidth, rc);
+    copy_async_wait_all();
+    __syncthreads();
   }
-  __syncthreads();
-  // pass 2
-  for (int b0 = 4; b0 < log_rc;) {
-    const int s = log_rc - b0 < 4 ? log_rc - b0 : 4;
-    switch (s) {
-      case 1: column_sweep<1>(buf, rc, b0); break;
-      case 2: column_sweep<2>(buf, rc, b0); break;
-      case 3: column_sweep<3>(buf, rc, b0); break;
-      default: column_sweep<4>(buf, rc, b0); break;
+  for (; strip < strips; strip += clusters) {
+    const int64_t col0 = strip * kWidth;
+    // pass 1: rows row0 + 16·grp + j (j < 16) of columns 4·cq ... 4·cq + 3
+    for (int q = threadIdx.x; q < rc / 4; q += blockDim.x) {
+      const int cq = q & 3, grp = q >> 2;
+      float v[16][4];
+      if (stage != nullptr) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) load4_staged<DT>(stage, 16 * grp + j, cq, v[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) load4<DT>(x, (row0 + 16 * grp + j) * C + col0 + 4 * cq, v[j]);
+      }
+      if constexpr (Pair && M == ColMode::absmax) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mx_plain = fmaxf(mx_plain, fabsf(v[j][e]));
+      } else if constexpr (Pair && M == ColMode::quantize) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {  // column col0 + 4·cq + e: its 16 codes, consecutive in its (C, n) row
+          uint32_t w[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float t[4] = {v[4 * k][e], v[4 * k + 1][e], v[4 * k + 2][e], v[4 * k + 3][e]};
+            w[k] = codes4<I8>(t, m_plain, r_plain);
+          }
+          *reinterpret_cast<uint4*>(o.codes_plain + (col0 + 4 * cq + e) * n + row0 + 16 * grp) =
+              make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+#pragma unroll
+      for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          if ((j & h) == 0)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) bfly(v[j][e], v[j + h][e]);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) cols_smem[slot(16 * grp + j, cq)] = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
     }
     __syncthreads();
-    b0 += s;
-  }
-  cluster_sync_all();
-  // pass 3: slab rows j of this CTA's eighth, in every CTA of the cluster
-  const int share = rc / kCluster;
-  const float4* peer[kCluster];
-#pragma unroll
-  for (int p = 0; p < kCluster; ++p) peer[p] = cluster_peer(static_cast<const float4*>(cols_smem), p);
-  for (int q = threadIdx.x; q < share * 4; q += blockDim.x) {
-    const int cq = q & 3, j = rank * share + (q >> 2), s = slot(j, cq);
-    float v[kCluster][4];
-#pragma unroll
-    for (int p = 0; p < kCluster; ++p) {
-      const float4 f = peer[p][s];
-      v[p][0] = f.x, v[p][1] = f.y, v[p][2] = f.z, v[p][3] = f.w;
+    // the staging area is free: the next strip's slab comes in during passes 2 and 3
+    if (stage != nullptr && strip + clusters < strips) stage_slab<DT>(stage, x, C, row0, (strip + clusters) * kWidth, rc);
+    // pass 2
+    for (int b0 = 4; b0 < log_rc;) {
+      const int s = log_rc - b0 < 4 ? log_rc - b0 : 4;
+      switch (s) {
+        case 1: column_sweep<1>(buf, rc, b0); break;
+        case 2: column_sweep<2>(buf, rc, b0); break;
+        case 3: column_sweep<3>(buf, rc, b0); break;
+        default: column_sweep<4>(buf, rc, b0); break;
+      }
+      __syncthreads();
+      b0 += s;
     }
+    cluster_sync_all();
+    // pass 3: slab rows j of this CTA's eighth, in every CTA of the cluster
+    const int share = rc / kCluster;
+    const float4* peer[kCluster];
 #pragma unroll
-    for (int h = 1; h < kCluster; h <<= 1)
+    for (int p = 0; p < kCluster; ++p) peer[p] = cluster_peer(static_cast<const float4*>(cols_smem), p);
+    for (int q = threadIdx.x; q < share * 4; q += blockDim.x) {
+      const int cq = q & 3, j = rank * share + (q >> 2), sl = slot(j, cq);
+      float v[kCluster][4];
 #pragma unroll
-      for (int p = 0; p < kCluster; ++p)
-        if ((p & h) == 0)
+      for (int p = 0; p < kCluster; ++p) {
+        const float4 f = peer[p][sl];
+        v[p][0] = f.x, v[p][1] = f.y, v[p][2] = f.z, v[p][3] = f.w;
+      }
 #pragma unroll
-          for (int e = 0; e < 4; ++e) bfly(v[p][e], v[p + h][e]);
+      for (int h = 1; h < kCluster; h <<= 1)
 #pragma unroll
-    for (int p = 0; p < kCluster; ++p) {
-      const int64_t row = static_cast<int64_t>(p) * rc + j;
-      if constexpr (M == ColMode::absmax) {
+        for (int p = 0; p < kCluster; ++p)
+          if ((p & h) == 0)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) mx = fmaxf(mx, fabsf(v[p][e]));
-      } else if constexpr (M == ColMode::quantize) {
-        *reinterpret_cast<uint32_t*>(o.codes + row * C + col0 + 4 * cq) = codes4<I8>(v[p], m, r);
-      } else {
-        if (row < o.rows_kept) {
-          float w[4];
+            for (int e = 0; e < 4; ++e) bfly(v[p][e], v[p + h][e]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) w[e] = __fmul_rn(v[p][e], o.mult);
-          const int64_t at = row * C + col0 + 4 * cq;
-          if (o.out_dtype == DType::f32) {
-            *reinterpret_cast<float4*>(static_cast<float*>(o.out) + at) = make_float4(w[0], w[1], w[2], w[3]);
-          } else {
-            const uint32_t lo = uint32_t{detail::float_to_bf16_bits(w[0])} | uint32_t{detail::float_to_bf16_bits(w[1])} << 16;
-            const uint32_t hi = uint32_t{detail::float_to_bf16_bits(w[2])} | uint32_t{detail::float_to_bf16_bits(w[3])} << 16;
-            *reinterpret_cast<uint2*>(static_cast<uint16_t*>(o.out) + at) = make_uint2(lo, hi);
+      for (int p = 0; p < kCluster; ++p) {
+        const int64_t row = static_cast<int64_t>(p) * rc + j;
+        if constexpr (M == ColMode::absmax) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mx = fmaxf(mx, fabsf(v[p][e]));
+        } else if constexpr (M == ColMode::quantize) {
+          *reinterpret_cast<uint32_t*>(o.codes + row * C + col0 + 4 * cq) = codes4<I8>(v[p], m, r);
+        } else {
+          if (row < o.rows_kept) {
+            float w[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) w[e] = __fmul_rn(v[p][e], o.mult);
+            const int64_t at = row * C + col0 + 4 * cq;
+            if (o.out_dtype == DType::f32) {
+              *reinterpret_cast<float4*>(static_cast<float*>(o.out) + at) = make_float4(w[0], w[1], w[2], w[3]);
+            } else {
+              const uint32_t lo =
+                  uint32_t{detail::float_to_bf16_bits(w[0])} | uint32_t{detail::float_to_bf16_bits(w[1])} << 16;
+              const uint32_t hi =
+                  uint32_t{detail::float_to_bf16_bits(w[2])} | uint32_t{detail::float_to_bf16_bits(w[3])} << 16;
+              *reinterpret_cast<uint2*>(static_cast<uint16_t*>(o.out) + at) = make_uint2(lo, hi);
+            }
           }
         }
       }
     }
+    if (stage != nullptr) copy_async_wait_all();  // the next slab, before the barriers that publish it
+    cluster_sync_all();  // no CTA overwrites its slab (or leaves) while another reads it
+    __syncthreads();
   }
-  cluster_sync_all();  // no CTA leaves while another reads its shared memory
   if constexpr (M == ColMode::absmax) {
     block_max_into(o.absmax, mx);
     if constexpr (Pair) {
@@ -241,15 +302,47 @@ constinit LaunchCounter g_column_launches;  // halo_column_launches()
 
 bool aligned_to(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// Shared memory of a CTA: its f32 slab (n/8 rows of kWidth values) and, staged, the next slab in the input dtype;
+// staging is left out where both would not fit kMaxColSmem (f32 input at n = 16384).
+constexpr size_t kMaxColSmem = 192 * 1024;
+
 template <DType DT, ColMode M, bool Pair, bool I8>
 void launch_columns(const HaloColumnsArgs& a, const ColOut& o, cudaStream_t stream) {
   constexpr auto kernel = &columns_kernel<DT, M, Pair, I8>;
-  const size_t smem = static_cast<size_t>(a.n) * kWidth / kCluster * sizeof(float);
-  opt_in_shared<kernel>(smem, static_cast<size_t>(kMaxColumnRotation) * kWidth / kCluster * sizeof(float));
+  constexpr size_t kEsize = DT == DType::f32 ? 4 : 2;
+  const size_t rc = static_cast<size_t>(a.n) / kCluster;
+  const size_t work = rc * kWidth * sizeof(float), staging = rc * kWidth * kEsize;
+  const bool staged = aligned_to(a.x, 16) && work + staging <= kMaxColSmem;
+  const size_t smem = work + (staged ? staging : 0);
+  opt_in_shared<kernel>(smem, kMaxColSmem);
   int log_n = 0;
   while ((int64_t{1} << log_n) < a.n) ++log_n;
-  const auto grid = static_cast<unsigned>(a.C / kWidth * kCluster);
-  kernel<<<grid, kColThreads, smem, stream>>>(a.x, a.C, log_n, o);
+  // as many clusters as are resident at once (each takes strips in turn: the staging overlaps them), asked once
+  // per kernel and size
+  static std::atomic<int> resident[16];
+  const int key = log_n + (staged ? 8 : 0) - 8;  // log_n 8 ... 14
+  int clusters = resident[key].load();
+  if (clusters == 0) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kCluster, 1, 1);
+    cfg.blockDim = dim3(kColThreads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+      (void)cudaGetLastError();
+      clusters = 1 << 20;  // unknown: one cluster per strip
+    }
+    resident[key] = clusters;
+  }
+  const int64_t strips = a.C / kWidth;
+  const int64_t grid_clusters = strips < clusters ? strips : clusters;
+  kernel<<<static_cast<unsigned>(grid_clusters * kCluster), kColThreads, smem, stream>>>(a.x, a.C, log_n, o, staged);
   g_column_launches.add();
 }
 
