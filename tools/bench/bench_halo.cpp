@@ -25,7 +25,8 @@
 //   HT_BENCH_KERNELS=1 adds, for each layer, the HALO primitives alone on its operands (eager, current stream): the
 //   rotating quantisers of x and W, the paired quantiser of g_yᵀ, a rotation back, the byte and bf16 transposes,
 //   each as a JSON line on stderr with its median ms and the rate its minimal bytes imply (GB/s: reads of the
-//   input per pass plus the outputs written), to compare with the memory rate.
+//   input per pass plus the outputs written), to compare with the memory rate; HT_BENCH_KERNELS=only prints those
+//   alone (no pipeline timing: a short run to profile the kernels).
 //   HT_BENCH_ERRORS=1 adds each case's relative errors of Y, g_x and g_w against f64 products of the same operands,
 //   as records on stdout (Note [Errors per layer]).
 #include <cuda_runtime.h>
@@ -369,7 +370,8 @@ int main(int argc, char** argv) {
   variants.push_back({"hlq rank full", hlq_full});
 
   const bool phases = env_or("HT_BENCH_PHASES", "0") == "1";
-  const bool kernels = env_or("HT_BENCH_KERNELS", "0") == "1";
+  const std::string kernels_env = env_or("HT_BENCH_KERNELS", "0");
+  const bool kernels = kernels_env == "1" || kernels_env == "only";
   const bool errors = env_or("HT_BENCH_ERRORS", "0") == "1";
   const std::string error_group = small ? "Errors per layer (Llama-3.2-1B, 16384 tokens, bf16, Gaussian operands)"
                                         : "Errors per layer (Llama-3-8B, 8192 tokens, bf16, Gaussian operands)";
@@ -380,6 +382,7 @@ int main(int argc, char** argv) {
     const Tensor w = mul(randn({l.O, l.I}, gen, {DType::f32, dev}), 0.02).to(DType::bf16);
     const Tensor g = mul(randn({B, L, l.O}, gen, {DType::f32, dev}), 1e-3).to(DType::bf16);
     if (kernels) print_kernels(reshape(x, {B * L, l.I}), w, reshape(g, {B * L, l.O}), l.name, commit);
+    if (kernels_env == "only") continue;
     Reference ref;
     if (errors) ref = reference_products(reshape(x, {B * L, l.I}), w, reshape(g, {B * L, l.O}));
     std::vector<std::string> error_lines;  // printed after the timing records
