@@ -5,7 +5,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -197,14 +196,6 @@ void write_codes(const std::vector<float>& v, float m, Carrier carrier, HaloQuan
   }
 }
 
-// Codes (R, n) of the carrier and a scale, uninitialised, on `device`.
-HaloQuantized empty_quantized(int64_t R, int64_t n, Carrier carrier, Device device) {
-  HaloQuantized q;
-  q.codes = empty({R, n}, {carrier == Carrier::int8 ? DType::i8 : DType::f8e4m3, device});
-  q.scale = empty({1}, {DType::f32, device});
-  return q;
-}
-
 // The output tensors of a quantisation of x (R, C); n: the codes' columns.
 HaloQuantized quantize_outputs(const char* op, const Tensor& x, Carrier carrier, HaloRotation rotation, int64_t* n) {
   check_rows(op, x);
@@ -213,7 +204,10 @@ HaloQuantized quantize_outputs(const char* op, const Tensor& x, Carrier carrier,
   HT_CHECK(!rotate || C <= rotation.n, "{}: x {} has more columns than the rotation size {}", op, x.describe(),
            rotation.n);
   *n = rotate ? rotation.n : C;
-  return empty_quantized(x.size(0), *n, carrier, x.device());
+  HaloQuantized q;
+  q.codes = empty({x.size(0), *n}, {carrier == Carrier::int8 ? DType::i8 : DType::f8e4m3, x.device()});
+  q.scale = empty({1}, {DType::f32, x.device()});
+  return q;
 }
 
 }  // namespace
@@ -266,41 +260,6 @@ std::pair<HaloQuantized, Tensor> halo_quantize_transposed(const Tensor& x, Carri
 #else
   no_cuda_kernel(op);
 #endif
-}
-
-HaloColumnsQuantized halo_quantize_columns(const Tensor& x, Carrier carrier, HaloRotation rotation, bool plain) {
-  constexpr const char* op = "halo_quantize_columns";
-  check_rows(op, x);
-  HT_CHECK(rotation.n > 1 && x.size(0) <= rotation.n, "{}: x {} has more rows than the rotation size {}", op,
-           x.describe(), rotation.n);
-#ifdef HADATRAIN_CUDA
-  if (cuda_ops::halo_columns_apply(x, rotation)) {
-    HaloColumnsQuantized q;
-    q.rotated = empty_quantized(rotation.n, x.size(1), carrier, x.device());
-    if (plain) q.plain = empty_quantized(x.size(1), x.size(0), carrier, x.device());
-    cuda_ops::halo_quantize_columns(q.rotated.codes, q.rotated.scale, q.plain.codes, q.plain.scale, x, rotation);
-    return q;
-  }
-#endif
-  const Tensor xt = halo_transpose(x);  // (C, R)
-  HaloColumnsQuantized q;
-  if (plain) std::tie(q.rotated, q.plain) = halo_quantize_pair(xt, carrier, rotation);
-  else q.rotated = halo_quantize(xt, carrier, rotation);
-  q.rotated.codes = halo_transpose(q.rotated.codes);
-  return q;
-}
-
-Tensor halo_rotate_columns(const Tensor& x, const HaloRotate& spec) {
-  check_rows("halo_rotate_columns", x);
-#ifdef HADATRAIN_CUDA
-  if (cuda_ops::halo_columns_apply(x, spec.rotation) && spec.cols >= 0 && spec.cols <= spec.rotation.n &&
-      (spec.out_dtype == DType::f32 || spec.out_dtype == DType::bf16)) {
-    Tensor out = empty({spec.cols, x.size(1)}, {spec.out_dtype, x.device()});
-    cuda_ops::halo_rotate_columns(out, x, spec);
-    return out;
-  }
-#endif
-  return halo_transpose(halo_rotate(halo_transpose(x), spec));
 }
 
 Tensor halo_absmax(const Tensor& x, HaloRotation rotation) {

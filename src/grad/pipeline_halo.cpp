@@ -5,16 +5,16 @@
 //
 //   forward    y   = [Q(x·H̃)·Q(W·H̃)ᵀ] / n_I                          (level 0: no H̃, no 1/n)
 //   backward   g_x = [Q(g_y)·Q(W·H̃)] · H̃ᵀ / n_I                       (level 0, 1)
-//              g_x = H̃_T·[Q(H̃_Tᵀ·g_y)·Q(W·H̃)]·H̃ᵀ / (n_T·n_I)        (level 2: below)
+//              g_x = H̃_T·[Q(H̃_Tᵀ·g_y)·Q(W·H̃)]·H̃ᵀ / (n_T·n_I)        (level 2, computed transposed: below)
 //              g_w = [Q(g_y)ᵀ·Q(x·H̃)] · H̃ᵀ / n_I                      (every level; level 0 without H̃)
 // H̃ are the unnormalised rotations of Note [HALO rotations] (sizes n_I >= I and n_T >= T, zero-padded and
 // cropped), 1/n folded into each product's scale. Every product is an "NT" 8-bit GEMM (both operands
 // contiguous along the contracted dimension, the cuBLASLt fp8 layout), so the forward keeps Q(x·H̃) as (n_I, T)
 // and Q(W·H̃) as (n_I, O) byte transposes of the codes it multiplied (one quantisation each, reused by
 // backward: the 8-bit tensors are all it saves). Level 2's g_x:
-//   Ẽ = Q(H̃_Tᵀ·g_y) (n_T, O): the codes of g_yᵀ's rows rotated along T, in g_y's layout (halo_quantize_columns);
-//   M = [Ẽ·Q(W·H̃)] / (n_T·n_I)  (n_T, n_I) = H̃_Tᵀ·g_y·W·H̃_I / (n_T·n_I), the NT product of Ẽ and Q(W·H̃)ᵀ;
-//   g_x = (H̃_T·M cropped to T rows) · H̃_Iᵀ cropped to I columns (halo_rotate_columns, then the row rotation).
+//   Ẽ = Q(g_yᵀ rotated along T) (O, n_T), transposed to (n_T, O);
+//   M = [Q(W·H̃)ᵀ·Ẽᵀ] / (n_I·n_T)  (n_I, n_T) = H̃_Iᵀ·Wᵀ·g_yᵀ·H̃_T / (n_I·n_T);
+//   g_x = ((M·H̃_Tᵀ) cropped to T columns)ᵀ · H̃_Iᵀ cropped to I columns.
 // Each GEMM rounds once to x's dtype (bf16 in a bf16 model, as the reference's BF16 outputs) before the rotation
 // back. The bias stays outside: product() sums g_y for it; the forward adds it after the product.
 //
@@ -31,17 +31,15 @@
 //                Q(g_y)ᵀ          written by Q(g_y)'s second pass     T·O   (halo_quantize_transposed)
 //                g_x, g_w GEMMs   bf16 out                           2·T·n_I, 2·O·n_I (+ operands)
 //                rotate back      level 1 only, one pass each        2·T·(n_I + I), 2·O·(n_I + I)
-//   backward 2   Q(g_yᵀ), Q(g_yᵀ·H_T) paired along g_y's columns: two passes for both, codes (O, T) and (n_T, O)
-//                (Note [HALO column kernels])                         4·T·O + T·O + O·n_T
+//   backward 2   g_yᵀ             bf16 transpose (both level-2 quantisers read g_y along T)   4·T·O
+//                Q(g_yᵀ), Q(g_yᵀ·H_T) paired: two passes for both      4·T·O + T·O + O·n_T
+//                (Note [HALO paired quantiser]; unpaired when only one gradient is wanted: 4·T·O more)
 //                g_w GEMM, rotate back as level 1
-//                g_x GEMM (n_T, n_I), rotate back along T (columns), rotate back along I:
-//                                                                    2·n_I·n_T + 2·n_I·(n_T + T) + 2·T·(n_I + I)
-//                Where the column kernels do not apply (a token count that is not a power of two from 256 to
-//                16384, O or n_I not a multiple of 16, the CPU), g_y is transposed first (4·T·O), the rotated
-//                codes after (2·O·n_T), and the rotation back along T is a row rotation between two bf16
-//                transposes (8·T·n_I more).
+//                its transpose    bytes                              2·O·n_T
+//                g_x GEMM (n_I, n_T), rotate back along T, bf16 transpose, rotate back along I:
+//                                                                    2·n_I·n_T + 2·n_I·(n_T + T) + 4·T·n_I + 2·T·(n_I + I)
 // Llama-3-8B up_proj at 8192 tokens (T·I = 33.5 M, T·O = 117 M, O·I = 58.7 M elements): about 0.65 GB outside the
-// GEMMs in the forward, 0.8 / 1.2 / 1.2 GB in the level-0 / 1 / 2 backward, i.e. 0.2 and 0.25 / 0.37 / 0.37 ms at
+// GEMMs in the forward, 0.8 / 1.2 / 2.0 GB in the level-0 / 1 / 2 backward, i.e. 0.2 and 0.25 / 0.37 / 0.65 ms at
 // 3.2 TB/s. Whether the row kernels (cuda/kernels/halo_fast.cu) reach that rate is measured, not assumed:
 // bench_halo's HT_BENCH_PHASES=1 prints each phase's time (the phase names are the halo_phase marks below) and
 // HT_BENCH_KERNELS=1 each kernel's GB/s.
@@ -172,37 +170,37 @@ class HaloPipeline final : public Pipeline {
       if (wanted.w && !side.concurrent()) run_gw();
       side.join({g.w});
     } else {
-      // Note [HALO column kernels] (cuda/kernels/halo_columns.cu): both level-2 quantisations read g_y along T, its
-      // columns, and g_x's product is rotated back along T, its columns again; on CUDA at the column kernels' sizes
-      // none of the three needs a transpose.
+      halo_phase("bwd g_yᵀ (bf16 transpose)");
+      const Tensor et = halo_transpose(e);  // (O, T): both level-2 quantisations read g_y along T
       const HaloRotation rot_t = halo_rotation_size(T);
-      Operand qr;  // Q(H̃_Tᵀ·g_y) (n_T, O): g_x's operand
-      if (o_.quantize && wanted.x) {
-        halo_phase(wanted.w ? "bwd Q(g_yᵀ·H_T) and Q(g_yᵀ) (paired, along columns)" : "bwd Q(g_yᵀ·H_T) (along columns)");
-        const HaloColumnsQuantized q = halo_quantize_columns(e, o_.carrier, rot_t, wanted.w);
-        qr = {q.rotated.codes, q.rotated.scale};
-        if (wanted.w) qet = {q.plain.codes, q.plain.scale};
+      Operand qrt;  // Q(g_yᵀ·H̃_T) (O, n_T)
+      if (o_.quantize && wanted.w && wanted.x) {
+        halo_phase("bwd Q(g_yᵀ) and Q(g_yᵀ·H_T) (paired)");
+        auto [rotated, plain] = halo_quantize_pair(et, o_.carrier, rot_t);
+        qet = {plain.codes, plain.scale};
+        qrt = {rotated.codes, rotated.scale};
       } else {
-        halo_phase("bwd g_yᵀ (bf16 transpose)");
-        const Tensor et = halo_transpose(e);  // (O, T)
         if (wanted.w) {
           halo_phase("bwd Q(g_yᵀ)");
           qet = prepare(et, {});
         }
         if (wanted.x) {
-          halo_phase("bwd Q(g_yᵀ·H_T)ᵀ");
-          qr = prepare(et, rot_t).transposed();
+          halo_phase("bwd Q(g_yᵀ·H_T)");
+          qrt = prepare(et, rot_t);
         }
       }
       SideBranch side(g_y.device(), overlap);
       if (wanted.w) side.run(run_gw);  // in place when not concurrent: g_w first, as on one stream
       if (wanted.x) {
+        halo_phase("bwd Q(g_yᵀ·H_T)ᵀ (transpose)");
+        const Operand qr = qrt.transposed();  // (n_T, O): Q(H̃_Tᵀ·g_y)
         const float mult = static_cast<float>(1.0 / (static_cast<double>(rot_in.n) * static_cast<double>(rot_t.n)));
         halo_phase("bwd g_x GEMM");
-        const Tensor m = product(qr, s.wt, mult, inter(s.x_dtype));  // (n_T, n_I)
-        halo_phase("bwd g_x rotate back along T (along columns)");
-        const Tensor mt = rot_t.n > 1 ? halo_rotate_columns(m, {rot_t, HaloDirection::inverse, T, 1.0f, inter(s.x_dtype)})
-                                      : m.to(inter(s.x_dtype));  // (T, n_I)
+        const Tensor m = product(s.wt, qr, mult, inter(s.x_dtype));  // (n_I, n_T)
+        halo_phase("bwd g_x rotate back along T");
+        const Tensor mr = rotate_back(m, rot_t, T, inter(s.x_dtype));
+        halo_phase("bwd g_x transpose");
+        const Tensor mt = halo_transpose(mr);  // (T, n_I)
         halo_phase("bwd g_x rotate back along in");
         g.x = rotate_back(mt, rot_in, s.I, s.x_dtype);
       }

@@ -4,8 +4,8 @@
 // bit for bit; the int8 products and the whole int8 pipeline bit for bit (the int8 GEMM is exact and every other
 // step is one fixed f32 sequence), the fp8 pipeline within fp8 GEMM accumulation tolerance; and a forward +
 // backward recorded into a step graph (no host synchronisation) equal to the eager run; the int8 pipeline again at
-// sizes the fast row kernels, the column kernels and the wide transposes take (cuda/kernels/halo_fast.cu,
-// halo_columns.cu, halo_transpose.cu); rows holding a NaN.
+// sizes the fast row kernels and the wide transposes take (cuda/kernels/halo_fast.cu, halo_transpose.cu); rows
+// holding a NaN.
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/kernels/halo.cuh"  // halo_column_launches
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/ops/ops.h"
@@ -207,57 +206,6 @@ TEST_CASE("halo_quantize_pair on CUDA gives the CPU's rotated and unrotated code
       }
 }
 
-TEST_CASE("halo_quantize_columns and halo_rotate_columns on CUDA give the CPU's codes, scales and values bit for bit",
-          "[gpu][halo]") {
-  // Note [HALO column kernels]: the cluster kernels at every rows-per-CTA shape they take (n = 256 ... 16384, one
-  // to four pass-2 sweeps), one and many strips, each input dtype, both carriers, with and without the unrotated
-  // side, a NaN; and the transposing fallback (a token count that is not a power of two, C not a multiple of 16).
-  // halo_column_launches() tells which path ran, so a fallback that hid a kernel fault would fail.
-  struct Case {
-    int64_t T, C;
-    bool kernels;
-  };
-  uint64_t seed = 480;
-  for (const Case& c : std::vector<Case>{{256, 16, true},
-                                         {512, 48, true},
-                                         {2048, 32, true},
-                                         {8192, 64, true},
-                                         {16384, 16, true},
-                                         {300, 32, false},
-                                         {512, 24, false}})
-    for (DType dt : {DType::bf16, DType::f32, DType::f16}) {
-      const Tensor x = test::random_input({c.T, c.C}, seed++, DType::f32, -3.0, 3.0).to(dt), xg = x.to(kCuda);
-      // the quantisers' input: at T = 2048 column 7 holds a NaN (its rotated column is NaNs; codes only: a NaN's f32
-      // bits differ between CUDA's canonical NaN and x86's propagated one, Note [HALO codes by four])
-      Tensor xq = x.to(DType::f32).clone();  // a copy: to() of an f32 tensor is the tensor itself
-      if (c.T == 2048) xq.data<float>()[5 * c.C + 7] = std::numeric_limits<float>::quiet_NaN();
-      xq = xq.to(dt);
-      const Tensor xqg = xq.to(kCuda);
-      const HaloRotation rot = halo_rotation_size(c.T);
-      for (Carrier carrier : {Carrier::int8, Carrier::fp8})
-        for (bool plain : {true, false}) {
-          INFO("(" << c.T << ", " << c.C << ") " << dtype_name(dt) << (carrier == Carrier::int8 ? " int8" : " fp8")
-                   << (plain ? " paired" : " rotated only"));
-          const int64_t before = kernels::halo_column_launches();
-          const HaloColumnsQuantized gpu = halo_quantize_columns(xqg, carrier, rot, plain);
-          CHECK(kernels::halo_column_launches() - before == (c.kernels ? 2 : 0));  // absmax and quantise passes
-          const HaloColumnsQuantized cpu = halo_quantize_columns(xq, carrier, rot, plain);
-          CHECK(same_codes(gpu.rotated, cpu.rotated) == "");
-          REQUIRE(gpu.plain.codes.defined() == plain);
-          if (plain) CHECK(same_codes(gpu.plain, cpu.plain) == "");
-        }
-      // the rotation back of g_x's product: (n, C) -> the first rows, scaled, to bf16 and f32
-      for (DType out : {DType::bf16, DType::f32}) {
-        const HaloRotate spec{rot, HaloDirection::inverse, c.T - 3, 0.25f, out};
-        INFO("rotate back (" << c.T << ", " << c.C << ") " << dtype_name(dt) << " -> " << dtype_name(out));
-        const int64_t before = kernels::halo_column_launches();
-        const Tensor gpu = halo_rotate_columns(xg, spec);
-        CHECK(kernels::halo_column_launches() - before == (c.kernels ? 1 : 0));
-        CHECK(test::compare_bits(gpu, halo_rotate_columns(x, spec)) == "");
-      }
-    }
-}
-
 TEST_CASE("the quantisers on CUDA give the CPU's codes for rows holding a NaN", "[gpu][halo]") {
   // Note [HALO codes by four]: a group of four values holding a NaN leaves the paired conversion for e4m3_code; the
   // absmax skips NaNs on both sides (fmax), a NaN row rotates to NaNs, and both carriers encode them as the CPU does.
@@ -443,8 +391,7 @@ TEST_CASE("the halo pipeline on CUDA equals the CPU's (int8 bit for bit) and rec
 
 TEST_CASE("the int8 halo pipeline on CUDA at the fast kernels' sizes equals the CPU's bit for bit", "[gpu][halo]") {
   // T = 512 tokens and I = 512: every rotation, quantiser and rotation back goes through the fast row kernels with
-  // staged rows (Note [HALO row prefetch]) or, at level 2 along T, the column kernels (Note [HALO column kernels]:
-  // three launches), and every transpose through the wide kernel (Note [HALO transposes])
+  // staged rows (Note [HALO row prefetch]) and every transpose through the wide kernel (Note [HALO transposes])
   const int64_t B = 2, L = 256, I = 512, O = 384;
   const Tensor x = test::random_input({B, L, I}, 31, DType::bf16);
   const Tensor w = test::random_input({O, I}, 32, DType::bf16, -0.2, 0.2);
@@ -456,9 +403,7 @@ TEST_CASE("the int8 halo pipeline on CUDA at the fast kernels' sizes equals the 
     const Grads gc = cpu->backward(*fc.saved, g, {true, true});
     auto gpu = make_halo_pipeline(opts(level, Carrier::int8));
     ForwardResult fg = gpu->forward(x.to(kCuda), w.to(kCuda), ProductInfo{}, NoiseKey{}, SaveForBackward::yes);
-    const int64_t before = kernels::halo_column_launches();
     const Grads gr = gpu->backward(*fg.saved, g.to(kCuda), {true, true});
-    CHECK(kernels::halo_column_launches() - before == (level == 2 ? 3 : 0));
     CHECK(test::compare_bits(fg.y, fc.y) == "");
     CHECK(test::compare_bits(gr.x, gc.x) == "");
     CHECK(test::compare_bits(gr.w, gc.w) == "");

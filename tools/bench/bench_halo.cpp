@@ -213,13 +213,6 @@ void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const st
   line("paired Q(g_yᵀ), Q(g_yᵀ·H_T) fp8 (two passes over g_yᵀ, both codes)",
        static_cast<double>(O) * T * 2 * b16 + static_cast<double>(O) * (T + rot_t.n),
        [&] { (void)grad::halo_quantize_pair(gt, grad::Carrier::fp8, rot_t); });
-  line("paired Q(g_yᵀ), Q(g_yᵀ·H_T) fp8 along g_y's columns (two passes over g_y, both codes)",
-       static_cast<double>(O) * T * 2 * b16 + static_cast<double>(O) * (T + rot_t.n),
-       [&] { (void)grad::halo_quantize_columns(g2, grad::Carrier::fp8, rot_t, true); });
-  // x2 (T, I) bf16 as g_x's product (n_T, n_I) (the same shape at unpadded sizes)
-  line("rotate back along columns (n_T, n_I) bf16 -> (T, n_I) bf16", static_cast<double>(I) * (T + T) * b16, [&] {
-    (void)grad::halo_rotate_columns(x2, {rot_t, grad::HaloDirection::inverse, T, 1.0f, DType::bf16});
-  });
   line("rotate back (O, n_I) bf16 -> (O, I) bf16", static_cast<double>(O) * (rot_i.n + I) * b16, [&] {
     (void)grad::halo_rotate(gw, {rot_i, grad::HaloDirection::inverse, I, 1.0f, DType::bf16});
   });
@@ -256,9 +249,12 @@ PassBytes halo2_pass_bytes(int64_t T, int64_t I, int64_t O) {
   PassBytes b;
   // Q(x·H) and Q(W·H) (two passes each, codes written), then the byte transposes of both that backward keeps
   b.fwd = 4 * t * i + t * ni + 4 * o * i + o * ni + 2 * t * ni + 2 * o * ni;
-  b.bwd = 4 * t * o + t * o + o * nt  // the paired column quantiser: two passes over g_y, both codes
+  b.bwd = 4 * t * o                     // g_yᵀ, a bf16 transpose
+          + 4 * t * o + t * o + o * nt  // the paired quantiser: two passes over g_yᵀ, both codes
           + 2 * o * (ni + i)            // g_w rotated back along in
-          + 2 * ni * (nt + t)           // g_x rotated back along T (its columns)
+          + 2 * o * nt                  // Q(g_yᵀ·H_T)ᵀ, a byte transpose
+          + 2 * ni * (nt + t)           // g_x rotated back along T
+          + 4 * t * ni                  // its bf16 transpose
           + 2 * t * (ni + i);           // rotated back along in
   return b;
 }
@@ -469,7 +465,7 @@ int main(int argc, char** argv) {
         (fast ? floor_total : precise_total) = record_graph([&] {
           gemm(qx, qw);    // Y (T, O)
           gemm(qet, qxt);  // g_w (O, n_I)
-          gemm(qr, qwt);   // g_x before its rotations back (n_T, n_I)
+          gemm(qwt, qr);   // g_x (n_I, n_T)
         });
       }
     }

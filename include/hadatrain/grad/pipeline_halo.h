@@ -134,23 +134,6 @@ HaloQuantized halo_quantize_with_absmax(const Tensor& x, Carrier carrier, HaloRo
 // codes · scale as f32 (R, n): the values the products see (tests, inspect).
 Tensor halo_dequantize(const HaloQuantized& q);
 
-// ---- along columns (HALO-2's token rotation) ---------------------------------------------------------------
-
-// The quantisers of xᵀ (x (R, C): the token rotation of g_y (T, O) runs along its columns) in the layouts the
-// products read: rotated.codes (n, C) = halo_quantize(xᵀ, carrier, rotation).codes transposed, with its scale;
-// when `plain`, plain = halo_quantize(xᵀ, carrier) (codes (C, R)), else undefined. Bit for bit those codes and
-// scales. On CUDA, where the column kernels take x (Note [HALO column kernels] in
-// src/cuda/kernels/halo_columns.cu: K = 1, R = n from 256 to 16384, C a multiple of 16), one absmax and one
-// quantise pass over x without a transpose; elsewhere the transposes and halo_quantize_pair / halo_quantize.
-struct HaloColumnsQuantized {
-  HaloQuantized rotated;  // (n, C)
-  HaloQuantized plain;    // (C, R), or undefined
-};
-HaloColumnsQuantized halo_quantize_columns(const Tensor& x, Carrier carrier, HaloRotation rotation, bool plain);
-// x (R, C), R <= n: out (spec.cols, C) = halo_rotate(xᵀ, spec)ᵀ, the same bits; on CUDA one pass where the column
-// kernels take x (as above), else the transposes around halo_rotate.
-Tensor halo_rotate_columns(const Tensor& x, const HaloRotate& spec);
-
 // ---- scaled 8-bit product -----------------------------------------------------------------------------
 
 // out (M, N) of out_dtype = ((s_a·s_b)·mult) · (a · bᵀ) for codes a (M, K), b (N, K) of one dtype (i8 or

@@ -130,52 +130,6 @@ void halo_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& s_a, con
                                  mult, out.data_ptr(), out.dtype(), cuda::current_stream(out.device().index));
 }
 
-namespace {
-kernels::HaloColumnsArgs columns_args(const Tensor& x) {
-  kernels::HaloColumnsArgs a;
-  a.in_dtype = x.dtype();
-  a.x = x.data_ptr();
-  a.n = x.size(0);
-  a.C = x.size(1);
-  return a;
-}
-}  // namespace
-
-bool halo_columns_apply(const Tensor& x, grad::HaloRotation rotation) {
-  const DType d = x.dtype();
-  if (!x.device().is_cuda() || x.dim() != 2 || !x.is_contiguous() || rotation.k != 1 || x.size(0) != rotation.n)
-    return false;
-  if (d != DType::f32 && d != DType::bf16 && d != DType::f16) return false;
-  return kernels::halo_columns_apply(columns_args(x));
-}
-
-void halo_quantize_columns(const Tensor& codes, const Tensor& scale, const Tensor& codes_plain,
-                           const Tensor& scale_plain, const Tensor& x, grad::HaloRotation rotation) {
-  HT_ASSERT(halo_columns_apply(x, rotation) && reinterpret_cast<uintptr_t>(codes.data_ptr()) % 4 == 0 &&
-                (!codes_plain.defined() || reinterpret_cast<uintptr_t>(codes_plain.data_ptr()) % 16 == 0),
-            "halo_quantize_columns: x {} (rotation {}) or its outputs are not taken by the column kernels",
-            x.describe(), rotation.n);
-  cuda::DeviceGuard guard(codes.device().index);
-  Tensor absmax = empty({2}, {DType::f32, codes.device()});
-  const bool plain = codes_plain.defined();
-  kernels::launch_halo_quantize_columns(columns_args(x), codes.data_ptr(), plain ? codes_plain.data_ptr() : nullptr,
-                                        codes.dtype(), static_cast<float*>(absmax.data_ptr()),
-                                        static_cast<float*>(scale.data_ptr()),
-                                        plain ? static_cast<float*>(scale_plain.data_ptr()) : nullptr,
-                                        cuda::current_stream(codes.device().index));
-}
-
-void halo_rotate_columns(const Tensor& out, const Tensor& x, const grad::HaloRotate& spec) {
-  HT_ASSERT(halo_columns_apply(x, spec.rotation) && spec.cols <= spec.rotation.n &&
-                reinterpret_cast<uintptr_t>(out.data_ptr()) % (out.dtype() == DType::f32 ? 16 : 8) == 0,
-            "halo_rotate_columns: x {} (rotation {}, {} rows kept) or out {} is not taken by the column kernels",
-            x.describe(), spec.rotation.n, spec.cols, out.describe());
-  if (out.numel() == 0) return;
-  cuda::DeviceGuard guard(out.device().index);
-  kernels::launch_halo_rotate_columns(columns_args(x), out.data_ptr(), out.dtype(), spec.cols, spec.mult,
-                                      cuda::current_stream(out.device().index));
-}
-
 void halo_transpose(const Tensor& out, const Tensor& x) {
   if (out.numel() == 0) return;
   cuda::DeviceGuard guard(out.device().index);

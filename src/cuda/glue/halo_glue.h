@@ -25,16 +25,6 @@ void halo_quantize_given(const Tensor& codes, const Tensor& scale, const Tensor&
 // out (M, N) f32 / bf16 = float(acc)·((s_a·s_b)·mult); acc (M, N) i32 contiguous, s_a / s_b f32 (1) on the device.
 void halo_scale_i32(const Tensor& out, const Tensor& acc, const Tensor& s_a, const Tensor& s_b, float mult);
 
-// The column kernels (Note [HALO column kernels] in cuda/kernels/halo_columns.cu) take x (R, C) with this rotation
-// along R: K = 1, R = rotation.n (256 ... 16384), C a multiple of 16, x contiguous f32 / bf16 / f16.
-bool halo_columns_apply(const Tensor& x, grad::HaloRotation rotation);
-// For x they take: codes (n, C) and scale of xᵀ's rows rotated, its codes transposed; codes_plain (C, n) and
-// scale_plain of xᵀ unrotated (codes_plain undefined: not made).
-void halo_quantize_columns(const Tensor& codes, const Tensor& scale, const Tensor& codes_plain,
-                           const Tensor& scale_plain, const Tensor& x, grad::HaloRotation rotation);
-// out (spec.cols, C) = halo_rotate(xᵀ, spec)ᵀ for x they take.
-void halo_rotate_columns(const Tensor& out, const Tensor& x, const grad::HaloRotate& spec);
-
 // out (C, R) contiguous = x (R, C)ᵀ, x contiguous with 1- or 2-byte elements, on out's device.
 void halo_transpose(const Tensor& out, const Tensor& x);
 

@@ -68,30 +68,6 @@ void launch_halo_quantize_transposed(const HaloRowsArgs& a, void* codes, void* c
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream);
 
-// ---- column kernels (Note [HALO column kernels] in halo_columns.cu) ----
-// x (n, C) contiguous (f32, bf16 or f16) whose columns are rotated along their n values (K = 1: n a power of two).
-struct HaloColumnsArgs {
-  DType in_dtype;
-  const void* x;
-  int64_t n = 0, C = 0;
-};
-// Whether the column kernels take a: 256 <= n <= 16384 a power of two, C a multiple of 16, x aligned to 4
-// elements.
-bool halo_columns_apply(const HaloColumnsArgs& a);
-// Column kernel launches in this process (the GPU tests read it to see that the column kernels ran).
-int64_t halo_column_launches();
-// The quantiser of xᵀ's rows rotated (codes (n, C) = its codes transposed, *scale) and, when codes_plain is not
-// null, unrotated (codes_plain (C, n) = its codes, *scale_plain), in one absmax and one quantise pass over x;
-// absmax: two device f32 words, zeroed here. Preconditions (the caller's): halo_columns_apply(a), codes 4-byte and
-// codes_plain 16-byte aligned.
-void launch_halo_quantize_columns(const HaloColumnsArgs& a, void* codes, void* codes_plain, DType code_dtype,
-                                  float* absmax, float* scale, float* scale_plain, cudaStream_t stream);
-// out (rows_kept, C) of out_dtype (f32 or bf16) = the first rows_kept rows of mult·H̃ᵀ·x (the rows of xᵀ rotated
-// back, transposed), rounded once. Preconditions (the caller's): halo_columns_apply(a), rows_kept <= n, out aligned
-// to four elements.
-void launch_halo_rotate_columns(const HaloColumnsArgs& a, void* out, DType out_dtype, int64_t rows_kept, float mult,
-                                cudaStream_t stream);
-
 // out (C, R) = x (R, C)ᵀ for elements of elem_bytes 1 or 2 (codes, bf16 / f16), both contiguous: tiles through
 // shared memory, coalesced reads and writes (Note [HALO transposes] in halo_transpose.cu).
 void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, void* out, cudaStream_t stream);

@@ -1,18 +1,12 @@
 // Device helpers of the staged layer_norm / rms_norm kernels (rows_norm_staged_fwd.cu, rows_norm_staged_bwd.cu;
-// Note [Staged norm kernels] below): cp.async, the row-group sums and named barriers (thread block clusters: cluster.cuh),
+// Note [Staged norm kernels] below): cp.async, the row-group sums and named barriers, thread block clusters,
 // the parameters staged into shared memory or registers, and the row-group bookkeeping. HT_DEV
 // (__forceinline__), as rows_common.cuh.
 #pragma once
-#include "cuda/kernels/cluster.cuh"
 #include "cuda/kernels/cp_async.cuh"
 #include "cuda/kernels/rows_common.cuh"
 
 namespace ht::kernels::rk {
-
-using kernels::cluster_blocks;
-using kernels::cluster_peer;
-using kernels::cluster_rank;
-using kernels::cluster_sync_all;
 
 // ---- layer_norm / rms_norm, staged rows ---------------------------------------------------------------------
 // Note [Staged norm kernels]
@@ -91,6 +85,41 @@ HT_DEV void group_sum2(A& u, A& v, int tpr, A (*red)[2][kRowBlock / 32], int& ph
       v += buf[1][first + w];
     }
   }
+}
+
+// Thread block clusters (sm_90; a launch without a cluster dimension is a cluster of one block).
+HT_DEV unsigned cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return __clusterRelativeBlockRank();
+#else
+  return 0;
+#endif
+}
+HT_DEV unsigned cluster_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return __clusterSizeInBlocks();
+#else
+  return 1;
+#endif
+}
+// Every thread of every block of the cluster; shared-memory writes before it are visible cluster-wide after.
+HT_DEV void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+#else
+  __syncthreads();
+#endif
+}
+// The address of p (this block's shared memory) in block `rank` of the cluster.
+template <class A>
+HT_DEV const A* cluster_peer(const A* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<const A*>(__cluster_map_shared_rank(p, rank));
+#else
+  (void)rank;
+  return p;
+#endif
 }
 
 // A norm parameter (D) into shared memory as A (`none` without it), by 16-byte packs when it starts
