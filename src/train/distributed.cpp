@@ -315,21 +315,21 @@ struct DistributedRun::StopCopy {
 #endif
 };
 
-int DistributedRun::agreed_stop(int request) {
-  int agreed = 0;
-  if (stop_work_) {
+// The last poll's all-reduced flag, once its collective (bounded by dist.timeout_s) and, on CUDA, the copy behind it
+// have run.
+int DistributedRun::wait_stop() {
+  stop_work_->synchronize();
 #ifdef HADATRAIN_CUDA
-    if (stop_copy_) {
-      stop_work_->synchronize();  // bounded by dist.timeout_s; then the copy behind it
-      stop_copy_->ready.synchronize();
-      agreed = static_cast<int>(stop_copy_->host.data<float>()[0]);
-    } else
-#endif
-    {
-      stop_work_->synchronize();
-      agreed = static_cast<int>(stop_flag_.item());
-    }
+  if (stop_copy_) {
+    stop_copy_->ready.synchronize();
+    return static_cast<int>(stop_copy_->host.data<float>()[0]);
   }
+#endif
+  return static_cast<int>(stop_flag_.item());
+}
+
+int DistributedRun::agreed_stop(int request) {
+  const int agreed = stop_work_ ? wait_stop() : 0;
   const Device device = pg_.comm->device();
   stop_flag_ = full({1}, static_cast<double>(request), {DType::f32, device});
   stop_work_ = pg_.comm->all_reduce(stop_flag_, dist::ReduceOp::max);
@@ -352,10 +352,7 @@ int DistributedRun::agreed_stop(int request) {
 }
 
 void DistributedRun::settle_stop() {
-  if (stop_work_) stop_work_->synchronize();
-#ifdef HADATRAIN_CUDA
-  if (stop_work_ && stop_copy_) stop_copy_->ready.synchronize();
-#endif
+  if (stop_work_) (void)wait_stop();
   stop_work_.reset();
 }
 

@@ -97,6 +97,7 @@ class DistributedRun {
   // (Note [Agreeing on a stop]); null on Gloo.
   struct StopCopy;
   std::shared_ptr<StopCopy> stop_copy_;
+  int wait_stop();  // the last agreed_stop's result, once its collective and copy have run
 };
 
 // dist.fsdp_units empty: one unit per transformer block or ResNet stage, from the parameter names: the
