@@ -49,6 +49,16 @@
 // during phases B to D; phase A then reads the staged row (the same values: only where they come from changes).
 // The first row is staged before the loop; the wait for a row's copies precedes the barrier that ends the
 // previous row.
+//
+// Note [HALO row order]
+// Consecutive passes over the same tensor share the part of it still in L2 (50 MiB on an H100 or H200) when the
+// next pass starts, if that pass starts where the previous one ended. The CTAs of a pass move through the rows
+// together (CTA b takes rows b, b + G, ...), as the CTAs of a transpose move through its row bands, and most
+// producers write their rows in order. So the absmax pass of a rotating quantiser takes the rows from the last to
+// the first (its input was just written, the last rows last), its quantise pass from the first to the last (where
+// the absmax pass ended), and the wide transposes (halo_transpose.cu) take their input's row bands from the last to
+// the first (a quantise or rotation pass before them ended on the last rows). Each row's values do not depend on
+// when it is processed: the order changes no bit.
 #include "cuda/kernels/halo_common.cuh"
 #include "cuda/kernels/halo_fast.cuh"
 #include "cuda/kernels/halo_fast_rows.cuh"

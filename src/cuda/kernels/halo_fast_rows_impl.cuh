@@ -290,17 +290,20 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
   }
   const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&
                        reinterpret_cast<uintptr_t>(o.out) % (o.out_dtype == DType::f32 ? 16 : 8) == 0;
+  // Note [HALO row order] (halo_fast.cu): the absmax pass takes the rows from the last to the first
+  constexpr bool kReverse = M == Mode::absmax;
+  const auto row_at = [&](int64_t i) { return kReverse ? a.R - 1 - i : i; };
   // Note [HALO row prefetch]: the CTA's first row staged before the loop, each next one after phase A
   void* stage = o.staged ? static_cast<void*>(reinterpret_cast<float*>(smem) + a.n) : nullptr;
   if (stage != nullptr) {
-    if (blockIdx.x < a.R) stage_row<DT>(stage, a, blockIdx.x);
+    if (blockIdx.x < a.R) stage_row<DT>(stage, a, row_at(blockIdx.x));
     copy_async_wait_all();
     __syncthreads();
   }
-  for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
-    const int64_t next = row + gridDim.x;
+  for (int64_t i = blockIdx.x; i < a.R; i += gridDim.x) {
+    const int64_t row = row_at(i), next = i + gridDim.x;
     const auto after_a = [&] {
-      if (stage != nullptr && next < a.R) stage_row<DT>(stage, a, next);
+      if (stage != nullptr && next < a.R) stage_row<DT>(stage, a, row_at(next));
     };
     constexpr bool kRegMax = M == Mode::absmax && K == 1;
     if constexpr (Pair) rotate_row<DT, K, kRegMax>(smem, a, s, row, vec, plain, stage, after_a, mx);

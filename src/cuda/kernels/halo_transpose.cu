@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(256) transpose_wide_kernel(const uint8_t* x, i
   constexpr int kPitch = kTilePitch;
   __shared__ uint32_t tile[kTile * kPitch];
   const int t = threadIdx.x;
-  const int64_t r0 = blockIdx.y * int64_t{kTile}, c0 = blockIdx.x * int64_t{kTile};
+  // the last row band first (Note [HALO row order] in halo_fast.cu)
+  const int64_t r0 = (gridDim.y - 1 - blockIdx.y) * int64_t{kTile}, c0 = blockIdx.x * int64_t{kTile};
   {
     const int c16 = t % 8;
     const int64_t gc = c0 + c16 * kPer16;
