@@ -68,6 +68,10 @@ void launch_halo_quantize_transposed(const HaloRowsArgs& a, void* codes, void* c
 void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, const float* s_b, float mult,
                            void* out, DType out_dtype, cudaStream_t stream);
 
+// Launches of the square row kernels (cuda/kernels/halo_square.cuh) in this process (the GPU tests read it to see
+// that rows of 4096 went through them).
+int64_t halo_square_launches();
+
 // out (C, R) = x (R, C)ᵀ for elements of elem_bytes 1 or 2 (codes, bf16 / f16), both contiguous: tiles through
 // shared memory, coalesced reads and writes (Note [HALO transposes] in halo_transpose.cu).
 void launch_halo_transpose(const void* x, int64_t R, int64_t C, int elem_bytes, void* out, cudaStream_t stream);

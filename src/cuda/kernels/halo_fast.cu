@@ -62,6 +62,7 @@
 #include "cuda/kernels/halo_common.cuh"
 #include "cuda/kernels/halo_fast.cuh"
 #include "cuda/kernels/halo_fast_rows.cuh"
+#include "cuda/kernels/halo_square.cuh"
 #include "cuda/kernels/kernel_launch.cuh"
 
 namespace ht::kernels::halo_fast {
@@ -88,6 +89,7 @@ bool applies(const HaloRowsArgs& a) {
 void rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols, float mult,
             cudaStream_t stream) {
   if (out_dtype != DType::f32 && out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("halo_rotate", out_dtype);
+  if (halo_square::rotate_applies(a, out, out_dtype, cols)) return halo_square::rotate(a, out, out_dtype, mult, stream);
   Out o;
   o.out = out;
   o.out_dtype = out_dtype;
@@ -98,6 +100,7 @@ void rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_
 }
 
 void absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaStream_t stream) {
+  if (halo_square::applies(a)) return halo_square::absmax(a, absmax, stream);
   Out o;
   o.absmax = absmax;
   dispatch(Mode::absmax, false, a, signs, o, stream);
@@ -106,6 +109,7 @@ void absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaSt
 
 void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, bool int8, const float* absmax,
               float* scale, cudaStream_t stream) {
+  if (halo_square::quantize_applies(a, codes)) return halo_square::quantize(a, codes, int8, absmax, scale, stream);
   Out o;
   o.codes = codes;
   o.int8 = int8;
