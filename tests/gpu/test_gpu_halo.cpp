@@ -5,7 +5,7 @@
 // step is one fixed f32 sequence), the fp8 pipeline within fp8 GEMM accumulation tolerance; and a forward +
 // backward recorded into a step graph (no host synchronisation) equal to the eager run; the int8 pipeline again at
 // sizes the fast row kernels and the wide transposes take (cuda/kernels/halo_fast.cu, halo_transpose.cu); rows
-// holding a NaN; rows of 4096 through the square kernels (cuda/kernels/halo_square.cu).
+// holding a NaN; rows of 4096 and 8192 through the square kernels (cuda/kernels/halo_square.cu).
 #include "support/catch.h"
 #include "support/gpu_testing.h"
 #include "support/testing.h"
@@ -186,48 +186,56 @@ TEST_CASE("halo_absmax and halo_quantize_with_absmax on CUDA at the fast kernels
     }
 }
 
-TEST_CASE("rows of 4096 go through the square kernels and give the CPU's codes and values bit for bit",
+TEST_CASE("rows of 4096 and 8192 go through the square kernels and give the CPU's codes and values bit for bit",
           "[gpu][halo]") {
-  // Note [HALO square rows] (cuda/kernels/halo_square.cu): the absmax and quantise passes with both carriers and the
-  // rotation to f32 and bf16, every input dtype, one row, a few, and more rows than the persistent grid has CTAs;
-  // the launch counter shows which kernels ran (a fallback to the fast row kernels would hide a fault). Rows that
-  // keep fewer columns or start off a 16-byte boundary take the fast row kernels (the tests above).
-  const HaloRotation rot = halo_rotation_size(4096);
-  REQUIRE(rot.n == 4096);
-  REQUIRE(rot.k == 1);
+  // Note [HALO square rows] (cuda/kernels/halo_square.cu): the absmax and quantise passes with both carriers, paired
+  // and not, and the rotation to f32 and bf16, every input dtype, one row, a few, and more rows than the persistent
+  // grid has CTAs; the launch counter shows which kernels ran (a fallback to the fast row kernels would hide a
+  // fault). Rows that keep fewer columns or start off a 16-byte boundary take the fast row kernels (tests above).
   uint64_t seed = 700;
-  for (int64_t R : {1, 3, 2000})
-    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-      const Tensor x = test::random_input({R, 4096}, seed++, dt, -3.0, 3.0);
-      const Tensor xg = x.to(kCuda);
-      for (Carrier c : {Carrier::int8, Carrier::fp8}) {
-        INFO("quantise (" << R << ", 4096) " << dtype_name(dt) << (c == Carrier::int8 ? " int8" : " fp8"));
-        const int64_t before = kernels::halo_square_launches();
-        CHECK(same_codes(halo_quantize(xg, c, rot), halo_quantize(x, c, rot)) == "");
-        CHECK(kernels::halo_square_launches() - before == 2);  // the absmax and the quantise pass
-      }
-      for (HaloDirection d : {HaloDirection::forward, HaloDirection::inverse})
-        for (DType out : {DType::f32, DType::bf16}) {
-          INFO("rotate (" << R << ", 4096) " << dtype_name(dt) << " -> " << dtype_name(out));
-          const HaloRotate spec{rot, d, 4096, 1.0f / 4096.0f, out};
-          const int64_t before = kernels::halo_square_launches();
-          CHECK(test::compare_bits(halo_rotate(xg, spec), halo_rotate(x, spec)) == "");
-          CHECK(kernels::halo_square_launches() - before == 1);
+  for (int64_t n : {4096, 8192}) {
+    const HaloRotation rot = halo_rotation_size(n);
+    REQUIRE(rot.n == n);
+    REQUIRE(rot.k == 1);
+    for (int64_t R : {1, 3, 1200})
+      for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+        const Tensor x = test::random_input({R, n}, seed++, dt, -3.0, 3.0);
+        const Tensor xg = x.to(kCuda);
+        for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+          INFO("quantise (" << R << ", " << n << ") " << dtype_name(dt) << (c == Carrier::int8 ? " int8" : " fp8"));
+          int64_t before = kernels::halo_square_launches();
+          const HaloQuantized cpu = halo_quantize(x, c, rot);
+          CHECK(same_codes(halo_quantize(xg, c, rot), cpu) == "");
+          CHECK(kernels::halo_square_launches() - before == 2);  // the absmax and the quantise pass
+          before = kernels::halo_square_launches();
+          const auto [rotated, plain] = halo_quantize_pair(xg, c, rot);
+          CHECK(same_codes(rotated, cpu) == "");
+          CHECK(same_codes(plain, halo_quantize(x, c)) == "");
+          CHECK(kernels::halo_square_launches() - before == 2);
         }
-    }
-  // rows holding a NaN: the absmax skips it, the row rotates to NaNs, both carriers encode them as the CPU does
-  // (positive NaNs only, as in the NaN test below)
-  for (DType dt : {DType::bf16, DType::f32})
-    for (Carrier c : {Carrier::int8, Carrier::fp8}) {
-      Tensor x = test::random_input({6, 4096}, seed++, DType::f32, -3.0, 3.0);
-      for (int64_t at : {int64_t{2} * 4096 + 5, int64_t{4} * 4096 + 2049, int64_t{5} * 4096 + 4095})
-        x.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
-      x = x.to(dt);
-      INFO("NaN rows " << dtype_name(dt) << (c == Carrier::int8 ? " int8" : " fp8"));
-      const int64_t before = kernels::halo_square_launches();
-      CHECK(same_codes(halo_quantize(x.to(kCuda), c, rot), halo_quantize(x, c, rot)) == "");
-      CHECK(kernels::halo_square_launches() - before == 2);
-    }
+        for (HaloDirection d : {HaloDirection::forward, HaloDirection::inverse})
+          for (DType out : {DType::f32, DType::bf16}) {
+            INFO("rotate (" << R << ", " << n << ") " << dtype_name(dt) << " -> " << dtype_name(out));
+            const HaloRotate spec{rot, d, n, 1.0f / static_cast<float>(n), out};
+            const int64_t before = kernels::halo_square_launches();
+            CHECK(test::compare_bits(halo_rotate(xg, spec), halo_rotate(x, spec)) == "");
+            CHECK(kernels::halo_square_launches() - before == 1);
+          }
+      }
+    // rows holding a NaN: the absmax skips it, the row rotates to NaNs, both carriers encode them as the CPU does
+    // (positive NaNs only, as in the NaN test below)
+    for (DType dt : {DType::bf16, DType::f32})
+      for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+        Tensor x = test::random_input({6, n}, seed++, DType::f32, -3.0, 3.0);
+        for (int64_t at : {2 * n + 5, 4 * n + n / 2 + 1, 5 * n + n - 1})
+          x.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+        x = x.to(dt);
+        INFO("NaN rows (6, " << n << ") " << dtype_name(dt) << (c == Carrier::int8 ? " int8" : " fp8"));
+        const int64_t before = kernels::halo_square_launches();
+        CHECK(same_codes(halo_quantize(x.to(kCuda), c, rot), halo_quantize(x, c, rot)) == "");
+        CHECK(kernels::halo_square_launches() - before == 2);
+      }
+  }
 }
 
 TEST_CASE("halo_quantize_pair on CUDA gives the CPU's rotated and unrotated codes and scales bit for bit",

@@ -121,6 +121,7 @@ void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, boo
 
 void absmax_pair(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, float* absmax_plain,
                  cudaStream_t stream) {
+  if (halo_square::applies(a)) return halo_square::absmax_pair(a, absmax, absmax_plain, stream);
   Out o;
   o.absmax = absmax;
   o.absmax_plain = absmax_plain;
@@ -131,6 +132,8 @@ void absmax_pair(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, f
 void quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, uint8_t* codes_plain, bool int8,
                    const float* absmax, const float* absmax_plain, float* scale, float* scale_plain,
                    cudaStream_t stream) {
+  if (halo_square::quantize_pair_applies(a, codes, codes_plain))
+    return halo_square::quantize_pair(a, codes, codes_plain, int8, absmax, absmax_plain, scale, scale_plain, stream);
   Out o;
   o.codes = codes;
   o.int8 = int8;

@@ -1,19 +1,23 @@
 // HALO's square row kernels (contract: cuda/kernels/halo_square.cuh). Bit-identical to the CPU reference
-// (src/grad/halo_quant.cpp) and to the fast row kernels of halo_fast.cu: the stages h = 1, 2, ..., 2048 run in that
+// (src/grad/halo_quant.cpp) and to the fast row kernels of halo_fast.cu: the stages h = 1, 2, ..., n/2 run in that
 // order, each the same f32 __fadd_rn / __fsub_rn of the same pair, and the codes are code_of's.
 //
 // Note [HALO square rows]
-// A row of 4096 = 64·64 values is rotated in two register phases with one round trip through shared memory between
-// them. A CTA of 64 threads takes a row at a time (grid-stride over the rows, as many CTAs as fit on the device):
-//  1. Thread u holds the 64 consecutive values 64u + j (j < 64), read from the row staged in shared memory, and runs
-//     the stages h = 1 ... 32 in registers; it stores them as 16 float4 units, unit q of row u at u·16 + (q ^ (u & 7))
-//     (the swizzle spreads a quarter-warp's eight 16-byte stores over all 32 banks). One barrier.
-//  2. Thread j holds the 64 values 64u + j (u < 64), one per 64-value row of the buffer (32 lanes read 32 distinct
-//     banks: the swizzle only permutes whole units within a row), and runs h = 64 ... 2048 as the stages 1 ... 32 of
-//     its registers. Its value u is then the rotated value 64u + j: the absmax pass takes max |v| there; the quantise
-//     and rotation passes write each result (a code, or the value times mult as f32 or bf16) into an output row in
-//     shared memory, and after a barrier the CTA copies that row out with 16-byte stores, a warp's 32 lanes 512
-//     consecutive bytes.
+// A row of n = 4096 = 64·64 or 8192 = 64·128 values is rotated in two register phases with one round trip through
+// shared memory between them. A CTA of S = n/64 threads (64 or 128) takes a row at a time (grid-stride over the
+// rows, as many CTAs as fit on the device):
+//  1. Thread u holds the 64 consecutive values 64u + e (e < 64), read from the row staged in shared memory, and runs
+//     the stages h = 1 ... 32 in registers; at n = 8192 the stage h = 64 pairs it with lane u ^ 1 through one warp
+//     shuffle. It stores its values as 16 float4 units, unit q of row u at u·16 + (q ^ (u & 7)) (the swizzle
+//     spreads a quarter-warp's eight 16-byte stores over all 32 banks). One barrier.
+//  2. Thread j holds the 64 values S·w + j (w < 64), each in a 64-value row of the buffer (a warp's 32 lanes read
+//     32 distinct banks: the swizzle only permutes whole units within a row), and runs h = S ... n/2 as the stages
+//     1 ... 32 of its registers. Its value w is then the rotated value S·w + j: the absmax pass takes max |v|
+//     there; the quantise and rotation passes write each result (a code, or the value times mult as f32 or bf16)
+//     into an output row in shared memory, and after a barrier the CTA copies that row out with 16-byte stores, a
+//     warp's 32 lanes 512 consecutive bytes.
+// The paired passes (Note [HALO paired quantiser] in halo_fast.cu) take the unrotated side in phase 1, from the
+// 64 values a thread loaded: their max |v|, or their 64 codes written to the unrotated codes' row directly.
 // The next row of the CTA is copied into the staging area with cp.async once phase 1 has read the current one
 // (Note [HALO row prefetch]: loads stay in flight while the row is rotated), each thread copying 16-byte units of
 // the row in order (a warp 512 consecutive bytes) to where phase 1's threads read them. Against the fast row kernels
@@ -25,6 +29,8 @@
 // e4m3_code both encode as 0x7F; so the codes are converted in pairs with no NaN test (tested on rows holding NaNs).
 #include "cuda/kernels/halo_square.cuh"
 
+#include <type_traits>
+
 #include "cuda/kernels/halo_common.cuh"
 #include "cuda/kernels/kernel_launch.cuh"
 
@@ -35,21 +41,25 @@ namespace {
 
 using namespace halo_detail;
 
-constexpr int kN = 4096;  // values a row
-constexpr int kV = 64;    // values a thread holds in each phase, and threads a CTA
+constexpr int kV = 64;  // values a thread holds in each phase
 
 constinit LaunchCounter g_launches;  // halo_square_launches()
 
 enum class Mode { absmax, quantize, rotate };
 
 struct Params {
-  const void* x = nullptr;  // (R, 4096)
+  const void* x = nullptr;  // (R, n)
   int64_t R = 0;
   float* absmax = nullptr;  // absmax: the device word to raise
-  uint8_t* codes = nullptr;  // quantize: codes (R, 4096), the absmax m given, the scale written by CTA 0
+  uint8_t* codes = nullptr;  // quantize: codes (R, n), the absmax m given, the scale written by CTA 0
   const float* m = nullptr;
   float* scale = nullptr;
-  void* out = nullptr;  // rotate: out (R, 4096), each value times mult
+  // Note [HALO paired quantiser]: the unrotated side's absmax word, or its codes (R, n), absmax and scale
+  float* absmax_plain = nullptr;
+  uint8_t* codes_plain = nullptr;
+  const float* m_plain = nullptr;
+  float* scale_plain = nullptr;
+  void* out = nullptr;  // rotate: out (R, n), each value times mult
   float mult = 1.0f;
 };
 
@@ -59,11 +69,11 @@ constexpr int kInBytes = DT == DType::f32 ? 4 : 2;
 template <DType DT>
 constexpr int kUnits = kV * kInBytes<DT> / 16;
 
-// Shared memory: the row as f32 (16 KiB), the staged input row, the output row of the quantise or rotation pass.
-template <DType DT, Mode M, DType OT>
+// Shared memory: the row as f32, the staged input row, the output row of the quantise or rotation pass.
+template <int N, DType DT, Mode M, DType OT>
 constexpr size_t smem_bytes() {
-  const size_t out = M == Mode::quantize ? kN : M == Mode::rotate ? size_t{kN} * (OT == DType::f32 ? 4 : 2) : 0;
-  return size_t{kN} * 4 + size_t{kN} * kInBytes<DT> + out;
+  const size_t out = M == Mode::quantize ? N : M == Mode::rotate ? size_t{N} * (OT == DType::f32 ? 4 : 2) : 0;
+  return size_t{N} * 4 + size_t{N} * kInBytes<DT> + out;
 }
 
 __device__ __forceinline__ void butterfly(float& a, float& b) {
@@ -81,152 +91,204 @@ __device__ __forceinline__ void stages(float (&v)[kV]) {
       if ((e & h) == 0) butterfly(v[e], v[e + h]);
 }
 
-// Row `row` of x into the staging area with cp.async: 16-byte unit c of the row (c = thread + 64·k) belongs to
+// Row `row` of x into the staging area with cp.async: 16-byte unit c of the row (c = thread + S·k) belongs to
 // phase 1's thread u = c / U as its unit q = c % U, kept at u·16U + 16·(q ^ (u & 7)) bytes (Note [HALO square rows]).
-template <DType DT>
+template <int N, DType DT>
 __device__ __forceinline__ void stage_row(char* stage, const void* x, int64_t row) {
-  constexpr int U = kUnits<DT>;
-  const char* src = static_cast<const char*>(x) + row * (int64_t{kN} * kInBytes<DT>);
+  constexpr int U = kUnits<DT>, S = N / kV;
+  const char* src = static_cast<const char*>(x) + row * (int64_t{N} * kInBytes<DT>);
 #pragma unroll
   for (int k = 0; k < U; ++k) {
-    const int c = static_cast<int>(threadIdx.x) + kV * k, u = c / U, q = c % U;
+    const int c = static_cast<int>(threadIdx.x) + S * k, u = c / U, q = c % U;
     copy16_async(stage + u * 16 * U + 16 * (q ^ (u & 7)), src + 16 * int64_t{c});
   }
 }
 
-// OT: the rotation pass's output dtype (f32 or bf16; unused by the other passes). I8: the quantise pass's carrier.
-template <DType DT, Mode M, bool I8, DType OT>
-__global__ void __launch_bounds__(kV) square_kernel(Params p) {
+// N: the row's values (4096 or 8192). Pair: the unrotated side too (absmax and quantise passes). OT: the rotation
+// pass's output dtype (f32 or bf16; unused by the other passes). I8: the quantise pass's carrier.
+template <int N, DType DT, Mode M, bool Pair, bool I8, DType OT>
+__global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
+  constexpr int S = N / kV;  // threads, and the stride of phase 2's values
+  static_assert(S == 64 || S == 128, "rows of 4096 or 8192 values");
   extern __shared__ float4 square_smem[];
   float* const buf = reinterpret_cast<float*>(square_smem);
-  char* const stage = reinterpret_cast<char*>(buf + kN);
-  char* const outa = stage + kN * kInBytes<DT>;
+  char* const stage = reinterpret_cast<char*>(buf + N);
+  char* const outa = stage + N * kInBytes<DT>;
   constexpr int U = kUnits<DT>, VL = Vec16<DT>::V;
   const int t = static_cast<int>(threadIdx.x), sx = t & 7;
-  float m = 0.0f, r = 0.0f, mx = 0.0f;
+  float m = 0.0f, r = 0.0f, mx = 0.0f, m_plain = 0.0f, r_plain = 0.0f, mx_plain = 0.0f;
   if constexpr (M == Mode::quantize) {
     m = *p.m;
     r = reciprocal_step(m, I8);
     if (blockIdx.x == 0 && t == 0) *p.scale = scale_of(m, I8);
+    if constexpr (Pair) {
+      m_plain = *p.m_plain;
+      r_plain = reciprocal_step(m_plain, I8);
+      if (blockIdx.x == 0 && t == 0) *p.scale_plain = scale_of(m_plain, I8);
+    }
   }
   // Note [HALO row order] (halo_fast.cu): the absmax pass takes the rows from the last to the first
   constexpr bool kReverse = M == Mode::absmax;
   const auto row_at = [&](int64_t i) { return kReverse ? p.R - 1 - i : i; };
   const char* const my_stage = stage + t * 16 * U;
-  int off[8];  // phase 2: word of value 64u + t within row u of the buffer, for u & 7 = c
+  // phase 2: value S·w + t sits in row u = (S/64)·w + (t >> 6) of the buffer, at word 4·(((t & 63) >> 2) ^ (u & 7)) +
+  // (t & 3) of that row; off[c] is that word for (S/64)·w & 7 = c
+  const float* const col = buf + kV * (t >> 6);
+  int off[8];
 #pragma unroll
-  for (int c = 0; c < 8; ++c) off[c] = 4 * ((t >> 2) ^ c) + (t & 3);
-  if (blockIdx.x < p.R) stage_row<DT>(stage, p.x, row_at(blockIdx.x));
+  for (int c = 0; c < 8; ++c) off[c] = 4 * (((t & 63) >> 2) ^ ((c + (t >> 6)) & 7)) + (t & 3);
+  if (blockIdx.x < p.R) stage_row<N, DT>(stage, p.x, row_at(blockIdx.x));
   for (int64_t i = blockIdx.x; i < p.R; i += gridDim.x) {
     const int64_t row = row_at(i);
     copy_async_wait_all();
     __syncthreads();  // the staged row is complete; the previous row's phase 2 is done with buf
     float v[kV];
-    // 1: values 64t ... 64t + 63, the stages h = 1 ... 32
+    // 1: values 64t ... 64t + 63, the stages h = 1 ... 32 (and 64 at N = 8192)
 #pragma unroll
     for (int q = 0; q < U; ++q)
       Vec16<DT>::unpack(*reinterpret_cast<const uint4*>(my_stage + 16 * (q ^ sx)), v + VL * q);
+    if constexpr (Pair && M == Mode::absmax) {
+#pragma unroll
+      for (int e = 0; e < kV; ++e) mx_plain = fmaxf(mx_plain, fabsf(v[e]));
+    } else if constexpr (Pair && M == Mode::quantize) {
+      uint4* const dst = reinterpret_cast<uint4*>(p.codes_plain + row * int64_t{N} + kV * t);
+#pragma unroll
+      for (int q = 0; q < kV / 16; ++q)
+        dst[q] = make_uint4(codes4<I8>(v + 16 * q, m_plain, r_plain), codes4<I8>(v + 16 * q + 4, m_plain, r_plain),
+                            codes4<I8>(v + 16 * q + 8, m_plain, r_plain),
+                            codes4<I8>(v + 16 * q + 12, m_plain, r_plain));
+    }
     stages(v);
+    if constexpr (S == 128) {
+      // h = 64: the partner is lane t ^ 1. The lane holding a computes o + v = b + a, the other o + (−v) = a − b
+      // (IEEE: x − y is x + (−y); addition commutes), both one addition, the second with v's sign bit flipped.
+      const unsigned flip = static_cast<unsigned>(t & 1) << 31;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        const float o = __shfl_xor_sync(0xffffffffU, v[e], 1);
+        v[e] = __fadd_rn(o, __uint_as_float(__float_as_uint(v[e]) ^ flip));
+      }
+    }
 #pragma unroll
     for (int q = 0; q < kV / 4; ++q)
       reinterpret_cast<float4*>(buf)[t * (kV / 4) + (q ^ sx)] =
           make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
     __syncthreads();  // buf holds the row; every thread has read its staged values
-    if (i + gridDim.x < p.R) stage_row<DT>(stage, p.x, row_at(i + gridDim.x));
-    // 2: values 64u + t, the stages h = 64 ... 2048
+    if (i + gridDim.x < p.R) stage_row<N, DT>(stage, p.x, row_at(i + gridDim.x));
+    // 2: values S·w + t, the stages h = S ... N/2
 #pragma unroll
-    for (int u = 0; u < kV; ++u) v[u] = buf[kV * u + off[u & 7]];
+    for (int w = 0; w < kV; ++w) {
+      constexpr int kRowsPerW = S / kV;  // buffer rows between w and w + 1
+      v[w] = col[kV * kRowsPerW * w + off[(kRowsPerW * w) & 7]];
+    }
     stages(v);
     if constexpr (M == Mode::absmax) {
 #pragma unroll
-      for (int u = 0; u < kV; ++u) mx = fmaxf(mx, fabsf(v[u]));
+      for (int w = 0; w < kV; ++w) mx = fmaxf(mx, fabsf(v[w]));
     } else {
       if constexpr (M == Mode::quantize) {
         uint8_t* const oc = reinterpret_cast<uint8_t*>(outa) + t;
         if (m == 0.0f) {
 #pragma unroll
-          for (int u = 0; u < kV; ++u) oc[kV * u] = 0;
+          for (int w = 0; w < kV; ++w) oc[S * w] = 0;
         } else if constexpr (I8) {
 #pragma unroll
-          for (int u = 0; u < kV; ++u) {
-            const float c = fminf(fmaxf(__fmul_rn(v[u], r), -127.0f), 127.0f);
-            oc[kV * u] = static_cast<uint8_t>(static_cast<int8_t>(rintf(c)));
+          for (int w = 0; w < kV; ++w) {
+            const float c = fminf(fmaxf(__fmul_rn(v[w], r), -127.0f), 127.0f);
+            oc[S * w] = static_cast<uint8_t>(static_cast<int8_t>(rintf(c)));
           }
         } else {
 #pragma unroll
-          for (int u = 0; u < kV; u += 2) {
-            const float t0 = __fmul_rn(v[u], r), t1 = __fmul_rn(v[u + 1], r);
+          for (int w = 0; w < kV; w += 2) {
+            const float t0 = __fmul_rn(v[w], r), t1 = __fmul_rn(v[w + 1], r);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
             unsigned short pair;  // t0's code in the low byte
             asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(t1), "f"(t0));
-            oc[kV * u] = static_cast<uint8_t>(pair & 0xffU);
-            oc[kV * (u + 1)] = static_cast<uint8_t>(pair >> 8);
+            oc[S * w] = static_cast<uint8_t>(pair & 0xffU);
+            oc[S * (w + 1)] = static_cast<uint8_t>(pair >> 8);
 #else
-            oc[kV * u] = e4m3_code(t0);
-            oc[kV * (u + 1)] = e4m3_code(t1);
+            oc[S * w] = e4m3_code(t0);
+            oc[S * (w + 1)] = e4m3_code(t1);
 #endif
           }
         }
       } else if constexpr (OT == DType::f32) {
         float* const of = reinterpret_cast<float*>(outa) + t;
 #pragma unroll
-        for (int u = 0; u < kV; ++u) of[kV * u] = __fmul_rn(v[u], p.mult);
+        for (int w = 0; w < kV; ++w) of[S * w] = __fmul_rn(v[w], p.mult);
       } else {
         uint16_t* const ob = reinterpret_cast<uint16_t*>(outa) + t;
 #pragma unroll
-        for (int u = 0; u < kV; ++u) ob[kV * u] = detail::float_to_bf16_bits(__fmul_rn(v[u], p.mult));
+        for (int w = 0; w < kV; ++w) ob[S * w] = detail::float_to_bf16_bits(__fmul_rn(v[w], p.mult));
       }
       __syncthreads();  // the output row is complete
       constexpr int kOutBytes = M == Mode::quantize ? 1 : (OT == DType::f32 ? 4 : 2);
-      constexpr int kOutUnits = kN * kOutBytes / 16;
+      constexpr int kOutUnits = N * kOutBytes / 16;
       uint4* const dst = reinterpret_cast<uint4*>(
           (M == Mode::quantize ? static_cast<char*>(static_cast<void*>(p.codes)) : static_cast<char*>(p.out)) +
-          row * (int64_t{kN} * kOutBytes));
+          row * (int64_t{N} * kOutBytes));
 #pragma unroll
-      for (int k = 0; k < kOutUnits / kV; ++k) dst[t + kV * k] = reinterpret_cast<const uint4*>(outa)[t + kV * k];
+      for (int k = 0; k < kOutUnits / S; ++k) dst[t + S * k] = reinterpret_cast<const uint4*>(outa)[t + S * k];
     }
   }
-  if constexpr (M == Mode::absmax) block_max_into(p.absmax, mx);
+  if constexpr (M == Mode::absmax) {
+    block_max_into(p.absmax, mx);
+    if constexpr (Pair) {
+      __syncthreads();  // block_max's scratch is read by warp 0 above before it is written again
+      block_max_into(p.absmax_plain, mx_plain);
+    }
+  }
 }
 
-template <DType DT, Mode M, bool I8, DType OT>
+template <int N, DType DT, Mode M, bool Pair, bool I8, DType OT>
 void launch(const Params& p, cudaStream_t stream) {
-  constexpr auto kernel = &square_kernel<DT, M, I8, OT>;
-  constexpr size_t smem = smem_bytes<DT, M, OT>();
+  constexpr auto kernel = &square_kernel<N, DT, M, Pair, I8, OT>;
+  constexpr size_t smem = smem_bytes<N, DT, M, OT>();
+  constexpr int kThreads = N / kV;
   opt_in_shared<kernel>(smem, smem);
   // persistent: as many CTAs as fit on the device (each holds a staged row in flight)
-  static const int64_t resident = cuda::resident_blocks(reinterpret_cast<const void*>(kernel), kV, smem);
+  static const int64_t resident = cuda::resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem);
   const int64_t cap = resident > 0 ? resident : kMaxRowBlocks;
   const auto grid = static_cast<unsigned>(p.R < 1 ? 1 : (p.R < cap ? p.R : cap));
-  kernel<<<grid, kV, smem, stream>>>(p);
+  kernel<<<grid, kThreads, smem, stream>>>(p);
   g_launches.add();
 }
 
-template <Mode M, bool I8, DType OT>
-void by_input(DType in, const Params& p, cudaStream_t stream) {
-  switch (in) {
-    case DType::f32: return launch<DType::f32, M, I8, OT>(p, stream);
-    case DType::bf16: return launch<DType::bf16, M, I8, OT>(p, stream);
-    case DType::f16: return launch<DType::f16, M, I8, OT>(p, stream);
-    default: HT_UNSUPPORTED_DTYPE("halo square rows", in);
+template <Mode M, bool Pair, bool I8, DType OT>
+void dispatch(const HaloRowsArgs& a, const Params& p, cudaStream_t stream) {
+  const auto by_n = [&](auto dt) {
+    constexpr DType DT = decltype(dt)::value;
+    if (a.n == 4096) launch<4096, DT, M, Pair, I8, OT>(p, stream);
+    else launch<8192, DT, M, Pair, I8, OT>(p, stream);
+  };
+  switch (a.in_dtype) {
+    case DType::f32: return by_n(std::integral_constant<DType, DType::f32>{});
+    case DType::bf16: return by_n(std::integral_constant<DType, DType::bf16>{});
+    case DType::f16: return by_n(std::integral_constant<DType, DType::f16>{});
+    default: HT_UNSUPPORTED_DTYPE("halo square rows", a.in_dtype);
   }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+Params rows_of(const HaloRowsArgs& a) {
+  Params p;
+  p.x = a.x;
+  p.R = a.R;
+  return p;
+}
+
 }  // namespace
 
 bool applies(const HaloRowsArgs& a) {
-  return a.n == kN && a.C == kN && a.k == 1 && aligned16(a.x) &&
+  return (a.n == 4096 || a.n == 8192) && a.C == a.n && a.k == 1 && aligned16(a.x) &&
          (a.in_dtype == DType::f32 || a.in_dtype == DType::bf16 || a.in_dtype == DType::f16);
 }
 
 void absmax(const HaloRowsArgs& a, float* absmax, cudaStream_t stream) {
-  Params p;
-  p.x = a.x;
-  p.R = a.R;
+  Params p = rows_of(a);
   p.absmax = absmax;
-  by_input<Mode::absmax, false, DType::f32>(a.in_dtype, p, stream);
+  dispatch<Mode::absmax, false, false, DType::f32>(a, p, stream);
   HT_CHECK_LAUNCH("halo_absmax_square");
 }
 
@@ -234,29 +296,51 @@ bool quantize_applies(const HaloRowsArgs& a, const void* codes) { return applies
 
 void quantize(const HaloRowsArgs& a, uint8_t* codes, bool int8, const float* absmax, float* scale,
               cudaStream_t stream) {
-  Params p;
-  p.x = a.x;
-  p.R = a.R;
+  Params p = rows_of(a);
   p.codes = codes;
   p.m = absmax;
   p.scale = scale;
-  if (int8) by_input<Mode::quantize, true, DType::f32>(a.in_dtype, p, stream);
-  else by_input<Mode::quantize, false, DType::f32>(a.in_dtype, p, stream);
+  if (int8) dispatch<Mode::quantize, false, true, DType::f32>(a, p, stream);
+  else dispatch<Mode::quantize, false, false, DType::f32>(a, p, stream);
   HT_CHECK_LAUNCH("halo_quantize_square");
 }
 
+void absmax_pair(const HaloRowsArgs& a, float* absmax, float* absmax_plain, cudaStream_t stream) {
+  Params p = rows_of(a);
+  p.absmax = absmax;
+  p.absmax_plain = absmax_plain;
+  dispatch<Mode::absmax, true, false, DType::f32>(a, p, stream);
+  HT_CHECK_LAUNCH("halo_absmax_pair_square");
+}
+
+bool quantize_pair_applies(const HaloRowsArgs& a, const void* codes, const void* codes_plain) {
+  return applies(a) && aligned16(codes) && aligned16(codes_plain);
+}
+
+void quantize_pair(const HaloRowsArgs& a, uint8_t* codes, uint8_t* codes_plain, bool int8, const float* absmax,
+                   const float* absmax_plain, float* scale, float* scale_plain, cudaStream_t stream) {
+  Params p = rows_of(a);
+  p.codes = codes;
+  p.m = absmax;
+  p.scale = scale;
+  p.codes_plain = codes_plain;
+  p.m_plain = absmax_plain;
+  p.scale_plain = scale_plain;
+  if (int8) dispatch<Mode::quantize, true, true, DType::f32>(a, p, stream);
+  else dispatch<Mode::quantize, true, false, DType::f32>(a, p, stream);
+  HT_CHECK_LAUNCH("halo_quantize_pair_square");
+}
+
 bool rotate_applies(const HaloRowsArgs& a, const void* out, DType out_dtype, int64_t cols) {
-  return applies(a) && cols == kN && aligned16(out) && (out_dtype == DType::f32 || out_dtype == DType::bf16);
+  return applies(a) && cols == a.n && aligned16(out) && (out_dtype == DType::f32 || out_dtype == DType::bf16);
 }
 
 void rotate(const HaloRowsArgs& a, void* out, DType out_dtype, float mult, cudaStream_t stream) {
-  Params p;
-  p.x = a.x;
-  p.R = a.R;
+  Params p = rows_of(a);
   p.out = out;
   p.mult = mult;
-  if (out_dtype == DType::f32) by_input<Mode::rotate, false, DType::f32>(a.in_dtype, p, stream);
-  else by_input<Mode::rotate, false, DType::bf16>(a.in_dtype, p, stream);
+  if (out_dtype == DType::f32) dispatch<Mode::rotate, false, false, DType::f32>(a, p, stream);
+  else dispatch<Mode::rotate, false, false, DType::bf16>(a, p, stream);
   HT_CHECK_LAUNCH("halo_rotate_square");
 }
 
