@@ -4,6 +4,9 @@
 #ifdef HADATRAIN_CUDA
 #include "cuda/glue/halo_glue.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "hadatrain/core/error.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/ops/copy.h"
@@ -28,6 +31,18 @@ kernels::HaloSigns signs_of(int k) {
   return s;
 }
 
+// HADATRAIN_HALO_SQUARE=0 keeps rows of 2048 ... 16384 values on the fast row kernels (Note [HALO square rows] in
+// cuda/kernels/halo_square.cu): the same bits, for measuring what the square kernels give; read once.
+bool square_rows() {
+  static const bool on = [] {
+    const char* v = std::getenv("HADATRAIN_HALO_SQUARE");
+    if (!v || !*v || std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "0") == 0) return false;
+    HT_FAIL("HADATRAIN_HALO_SQUARE={} is not 0 or 1", v);
+  }();
+  return on;
+}
+
 kernels::HaloRowsArgs rows_args(const Tensor& in, grad::HaloRotation rotation, bool inverse) {
   kernels::HaloRowsArgs a;
   a.in_dtype = in.dtype();
@@ -37,6 +52,7 @@ kernels::HaloRowsArgs rows_args(const Tensor& in, grad::HaloRotation rotation, b
   a.n = rotation.n > 1 ? rotation.n : 0;
   a.k = rotation.k;
   a.inverse = inverse;
+  a.square = square_rows();
   return a;
 }
 

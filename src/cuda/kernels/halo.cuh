@@ -33,6 +33,7 @@ struct HaloRowsArgs {
   int64_t n = 0;            // rotation size K·2^j >= C; 0: no rotation (the row as it is, n = C)
   int k = 1;                // K: 1, 12, 20, 28, 36, 44 or 60
   bool inverse = false;     // v·H̃ᵀ instead of v·H̃
+  bool square = true;       // the square row kernels may take the rows (HADATRAIN_HALO_SQUARE=0: never)
 };
 
 // out (R, cols) of out_dtype (f32 or bf16) = first cols columns of mult·rotate(x row), rounded once.

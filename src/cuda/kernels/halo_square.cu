@@ -3,16 +3,18 @@
 // order, each the same f32 __fadd_rn / __fsub_rn of the same pair, and the codes are code_of's.
 //
 // Note [HALO square rows]
-// A row of n = 4096 = 64·64 or 8192 = 64·128 values is rotated in two register phases with one round trip through
-// shared memory between them. A CTA of S = n/64 threads (64 or 128) takes a row at a time (grid-stride over the
+// A row of n = 64·S values (S = 32, 64, 128 or 256: n = 2048 ... 16384) is rotated in two register phases with one
+// round trip through shared memory between them. A CTA of S threads takes a row at a time (grid-stride over the
 // rows, as many CTAs as fit on the device):
 //  1. Thread u holds the 64 consecutive values 64u + e (e < 64), read from the row staged in shared memory, and runs
-//     the stages h = 1 ... 32 in registers; at n = 8192 the stage h = 64 pairs it with lane u ^ 1 through one warp
-//     shuffle. It stores its values as 16 float4 units, unit q of row u at u·16 + (q ^ (u & 7)) (the swizzle
-//     spreads a quarter-warp's eight 16-byte stores over all 32 banks). One barrier.
-//  2. Thread j holds the 64 values S·w + j (w < 64), each in a 64-value row of the buffer (a warp's 32 lanes read
-//     32 distinct banks: the swizzle only permutes whole units within a row), and runs h = S ... n/2 as the stages
-//     1 ... 32 of its registers. Its value w is then the rotated value S·w + j: the absmax pass takes max |v|
+//     the stages h = 1 ... 32 in registers; for S > 64 the stages h = 64 ... S/2 pair it with lane u ^ (h/64)
+//     through warp shuffles (one at n = 8192, two at 16384). It stores its values as 16 float4 units, unit q of row
+//     u at u·16 + (q ^ (u & 7)) (the swizzle spreads a quarter-warp's eight 16-byte stores over all 32 banks). One
+//     barrier.
+//  2. Thread j holds the 64 values S·w + j (w < 64) (a warp's 32 lanes read 32 distinct banks: the swizzle only
+//     permutes whole units within a row), and runs the stages h = max(64, S) ... n/2 in its registers (w's bits;
+//     at S = 32 bit 0 of w is bit 5 of the index, whose stage phase 1 ran). Its value w is then the rotated value
+//     S·w + j: the absmax pass takes max |v|
 //     there; the quantise and rotation passes write each result (a code, or the value times mult as f32 or bf16)
 //     into an output row in shared memory, and after a barrier the CTA copies that row out with 16-byte stores, a
 //     warp's 32 lanes 512 consecutive bytes.
@@ -82,10 +84,11 @@ __device__ __forceinline__ void butterfly(float& a, float& b) {
   b = __fsub_rn(u, v);
 }
 
-// The stages 1, 2, ..., 32 of 64 registers: v[e] and v[e + h] for e without bit h.
+// The stages H0, 2·H0, ..., 32 of 64 registers: v[e] and v[e + h] for e without bit h.
+template <int H0>
 __device__ __forceinline__ void stages(float (&v)[kV]) {
 #pragma unroll
-  for (int h = 1; h < kV; h <<= 1)
+  for (int h = H0; h < kV; h <<= 1)
 #pragma unroll
     for (int e = 0; e < kV; ++e)
       if ((e & h) == 0) butterfly(v[e], v[e + h]);
@@ -104,12 +107,12 @@ __device__ __forceinline__ void stage_row(char* stage, const void* x, int64_t ro
   }
 }
 
-// N: the row's values (4096 or 8192). Pair: the unrotated side too (absmax and quantise passes). OT: the rotation
+// N: the row's values (2048, 4096, 8192 or 16384). Pair: the unrotated side too (absmax and quantise passes). OT: the rotation
 // pass's output dtype (f32 or bf16; unused by the other passes). I8: the quantise pass's carrier.
 template <int N, DType DT, Mode M, bool Pair, bool I8, DType OT>
 __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
   constexpr int S = N / kV;  // threads, and the stride of phase 2's values
-  static_assert(S == 64 || S == 128, "rows of 4096 or 8192 values");
+  static_assert(S == 32 || S == 64 || S == 128 || S == 256, "rows of 2048, 4096, 8192 or 16384 values");
   extern __shared__ float4 square_smem[];
   float* const buf = reinterpret_cast<float*>(square_smem);
   char* const stage = reinterpret_cast<char*>(buf + N);
@@ -131,19 +134,22 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
   constexpr bool kReverse = M == Mode::absmax;
   const auto row_at = [&](int64_t i) { return kReverse ? p.R - 1 - i : i; };
   const char* const my_stage = stage + t * 16 * U;
-  // phase 2: value S·w + t sits in row u = (S/64)·w + (t >> 6) of the buffer, at word 4·(((t & 63) >> 2) ^ (u & 7)) +
-  // (t & 3) of that row; off[c] is that word for (S/64)·w & 7 = c
-  const float* const col = buf + kV * (t >> 6);
+  // phase 2: value S·w + t is value e = (S·w + t) & 63 of the buffer's row u = (S·w + t) >> 6, at word
+  // 4·((e >> 2) ^ (u & 7)) + (e & 3) of that row. S >= 64: u = (S/64)·w + (t >> 6), e = t & 63, and off[c] is that
+  // word for (S/64)·w & 7 = c. S = 32: u = w >> 1, e = 32·(w & 1) + t (bit 5 of e is above the swizzle's bits), so
+  // the value sits at 32·w + off[u & 7].
+  const float* const col = buf + (S >= kV ? kV * (t >> 6) : 0);
   int off[8];
 #pragma unroll
-  for (int c = 0; c < 8; ++c) off[c] = 4 * (((t & 63) >> 2) ^ ((c + (t >> 6)) & 7)) + (t & 3);
+  for (int c = 0; c < 8; ++c)
+    off[c] = 4 * (((t & 63) >> 2) ^ ((c + (S >= kV ? t >> 6 : 0)) & 7)) + (t & 3);
   if (blockIdx.x < p.R) stage_row<N, DT>(stage, p.x, row_at(blockIdx.x));
   for (int64_t i = blockIdx.x; i < p.R; i += gridDim.x) {
     const int64_t row = row_at(i);
     copy_async_wait_all();
     __syncthreads();  // the staged row is complete; the previous row's phase 2 is done with buf
     float v[kV];
-    // 1: values 64t ... 64t + 63, the stages h = 1 ... 32 (and 64 at N = 8192)
+    // 1: values 64t ... 64t + 63, the stages h = 1 ... 32 (and h = 64 ... S/2 for S > 64)
 #pragma unroll
     for (int q = 0; q < U; ++q)
       Vec16<DT>::unpack(*reinterpret_cast<const uint4*>(my_stage + 16 * (q ^ sx)), v + VL * q);
@@ -158,14 +164,16 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
                             codes4<I8>(v + 16 * q + 8, m_plain, r_plain),
                             codes4<I8>(v + 16 * q + 12, m_plain, r_plain));
     }
-    stages(v);
-    if constexpr (S == 128) {
-      // h = 64: the partner is lane t ^ 1. The lane holding a computes o + v = b + a, the other o + (−v) = a − b
-      // (IEEE: x − y is x + (−y); addition commutes), both one addition, the second with v's sign bit flipped.
-      const unsigned flip = static_cast<unsigned>(t & 1) << 31;
+    stages<1>(v);
+    // S > 64: the stages h = 64 ... S/2 pair thread t with lane t ^ (h/64). The lane holding a computes o + v = b + a,
+    // the other o + (−v) = a − b (IEEE: x − y is x + (−y); addition commutes), both one addition, the second with
+    // v's sign bit flipped.
+#pragma unroll
+    for (int l = 1; l < S / kV; l <<= 1) {
+      const unsigned flip = (t & l) != 0 ? 0x80000000U : 0U;
 #pragma unroll
       for (int e = 0; e < kV; ++e) {
-        const float o = __shfl_xor_sync(0xffffffffU, v[e], 1);
+        const float o = __shfl_xor_sync(0xffffffffU, v[e], l);
         v[e] = __fadd_rn(o, __uint_as_float(__float_as_uint(v[e]) ^ flip));
       }
     }
@@ -175,13 +183,17 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
           make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
     __syncthreads();  // buf holds the row; every thread has read its staged values
     if (i + gridDim.x < p.R) stage_row<N, DT>(stage, p.x, row_at(i + gridDim.x));
-    // 2: values S·w + t, the stages h = S ... N/2
+    // 2: values S·w + t, the stages h = 64 ... N/2 not yet run (at S = 32, h = 32 was phase 1's last)
 #pragma unroll
     for (int w = 0; w < kV; ++w) {
-      constexpr int kRowsPerW = S / kV;  // buffer rows between w and w + 1
-      v[w] = col[kV * kRowsPerW * w + off[(kRowsPerW * w) & 7]];
+      if constexpr (S >= kV) {
+        constexpr int kRowsPerW = S / kV;  // buffer rows between w and w + 1
+        v[w] = col[kV * kRowsPerW * w + off[(kRowsPerW * w) & 7]];
+      } else {
+        v[w] = col[S * w + off[(w >> 1) & 7]];
+      }
     }
-    stages(v);
+    stages<(S >= kV ? 1 : kV / S)>(v);
     if constexpr (M == Mode::absmax) {
 #pragma unroll
       for (int w = 0; w < kV; ++w) mx = fmaxf(mx, fabsf(v[w]));
@@ -258,8 +270,12 @@ template <Mode M, bool Pair, bool I8, DType OT>
 void dispatch(const HaloRowsArgs& a, const Params& p, cudaStream_t stream) {
   const auto by_n = [&](auto dt) {
     constexpr DType DT = decltype(dt)::value;
-    if (a.n == 4096) launch<4096, DT, M, Pair, I8, OT>(p, stream);
-    else launch<8192, DT, M, Pair, I8, OT>(p, stream);
+    switch (a.n) {
+      case 2048: return launch<2048, DT, M, Pair, I8, OT>(p, stream);
+      case 4096: return launch<4096, DT, M, Pair, I8, OT>(p, stream);
+      case 8192: return launch<8192, DT, M, Pair, I8, OT>(p, stream);
+      default: return launch<16384, DT, M, Pair, I8, OT>(p, stream);
+    }
   };
   switch (a.in_dtype) {
     case DType::f32: return by_n(std::integral_constant<DType, DType::f32>{});
@@ -281,7 +297,8 @@ Params rows_of(const HaloRowsArgs& a) {
 }  // namespace
 
 bool applies(const HaloRowsArgs& a) {
-  return (a.n == 4096 || a.n == 8192) && a.C == a.n && a.k == 1 && aligned16(a.x) &&
+  return a.square && (a.n == 2048 || a.n == 4096 || a.n == 8192 || a.n == 16384) && a.C == a.n && a.k == 1 &&
+         aligned16(a.x) &&
          (a.in_dtype == DType::f32 || a.in_dtype == DType::bf16 || a.in_dtype == DType::f16);
 }
 

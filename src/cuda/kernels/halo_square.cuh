@@ -1,7 +1,8 @@
-// HALO's square row kernels (Note [HALO square rows] in halo_square.cu): rows of exactly 4096 = 64·64 or 8192 =
-// 64·128 values rotated by H_n (K = 1, no padding): the Llama-3 width of every q/k/v/o/gate/up input, and level 2's
-// token rotation at 4096 or 8192 tokens. The entry points of halo_fast.cu hand such rows here; same contract and the
-// same bits as theirs. Internal to src/cuda/kernels.
+// HALO's square row kernels (Note [HALO square rows] in halo_square.cu): rows of exactly 2048, 4096, 8192 or 16384
+// values rotated by H_n (K = 1, no padding): the Llama-3 widths of 2048 and 4096 (every projection input but the
+// 14336-wide down_proj's of Llama-3-8B) and 8192, and level 2's token rotation at 2048 to 16384 tokens. The entry
+// points of halo_fast.cu hand such rows here; same contract and the same bits as theirs. Internal to
+// src/cuda/kernels.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -11,8 +12,8 @@
 
 namespace ht::kernels::halo_square {
 
-// Whether these kernels take rows a: n = C = 4096 or 8192, K = 1, input f32, bf16 or f16 from a 16-byte aligned
-// start.
+// Whether these kernels take rows a: n = C = 2048, 4096, 8192 or 16384, K = 1, input f32, bf16 or f16 from a
+// 16-byte aligned start, and a.square (HADATRAIN_HALO_SQUARE is not 0).
 bool applies(const HaloRowsArgs& a);
 
 // As halo_fast::absmax, quantize and rotate; quantize needs 16-byte aligned codes, rotate all n columns kept
