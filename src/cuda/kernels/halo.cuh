@@ -7,7 +7,8 @@
 // max |v|, one atomicMax per CTA on the f32 bits of a zeroed device word) and the quantise pass (the same rotation
 // again, then the codes); the scale never leaves the device. Rotations whose power-of-two part is at least 512 (every
 // LLaMA width and token count of 512 and more) go to the kernels of cuda/kernels/halo_fast.cuh instead (Note [HALO
-// fast rows]: 16-byte loads, 3 to 5 barriers a row, the next row prefetched), with the same results; the unrotated
+// fast rows]: 16-byte loads, 3 to 5 barriers a row, the next row prefetched), and rows of exactly 2048 ... 16384
+// values (K = 1) from there to the square row kernels (halo_square.cuh), with the same results; the unrotated
 // passes and the int32 epilogue move 16 bytes per thread and step, and the transposes (halo_transpose.cu) 16-byte
 // vectors where the shapes allow (Note [HALO transposes]).
 #pragma once
@@ -70,7 +71,7 @@ void launch_halo_scale_i32(const int32_t* acc, int64_t count, const float* s_a, 
                            void* out, DType out_dtype, cudaStream_t stream);
 
 // Launches of the square row kernels (cuda/kernels/halo_square.cuh) in this process (the GPU tests read it to see
-// that rows of 4096 went through them).
+// that rows of 2048 ... 16384 values went through them).
 int64_t halo_square_launches();
 
 // out (C, R) = x (R, C)ᵀ for elements of elem_bytes 1 or 2 (codes, bf16 / f16), both contiguous: tiles through
