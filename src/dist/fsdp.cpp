@@ -10,6 +10,7 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/core/error.h"
+#include "hadatrain/io/json_metadata.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/allocator.h"
@@ -534,15 +535,11 @@ ConsolidatedState consolidate_sharded(const std::filesystem::path& dir) {
     files.push_back(io::load_safetensors(path));
     const auto it = files.back().metadata.find("hadatrain_fsdp");
     HT_CHECK(it != files.back().metadata.end(), "fsdp: {} has no hadatrain_fsdp metadata", path.string());
-    int meta_rank = -1, meta_world = -1;
-    try {  // our own metadata; edited or made elsewhere, it is named rather than left to the JSON library's message
-      const auto meta = nlohmann::json::parse(it->second);
-      meta_rank = meta.at("rank").get<int>();
-      meta_world = meta.at("world_size").get<int>();
-      if (r == 0) shapes = meta.at("shapes");
-    } catch (const nlohmann::json::exception& e) {
-      HT_FAIL("fsdp: {}: the hadatrain_fsdp metadata is not what hadatrain writes ({})", path.string(), e.what());
-    }
+    const auto [meta_rank, meta_world] =
+        io::read_json_metadata(files.back().metadata, "hadatrain_fsdp", path, [&](const nlohmann::json& meta) {
+          if (r == 0) shapes = meta.at("shapes");
+          return std::pair{meta.at("rank").get<int>(), meta.at("world_size").get<int>()};
+        });
     HT_CHECK(meta_world == world && meta_rank == r, "fsdp: {} says rank {} of {}", path.string(), meta_rank,
              meta_world);
   }

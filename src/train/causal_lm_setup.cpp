@@ -14,6 +14,7 @@
 #include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/io/json_metadata.h"
 #include "hadatrain/train/causal_lm.h"
 
 namespace ht::train {
@@ -30,17 +31,6 @@ std::string expand_home(const std::string& p) {
 
 nlohmann::json lora_to_json(const nn::LoraConfig& c) {
   return {{"rank", c.rank}, {"alpha", c.alpha}, {"dropout", c.dropout}, {"target_modules", c.target_modules}};
-}
-
-// A metadata value of model.safetensors that hadatrain wrote as JSON, read by `read`; a value that is not what we
-// write (the file edited, or made by another program) is an error naming the file and the key.
-template <class F>
-auto read_json_metadata(const io::Metadata& md, const char* key, const fs::path& file, F&& read) {
-  try {
-    return read(nlohmann::json::parse(md.at(key)));
-  } catch (const nlohmann::json::exception& e) {
-    HT_FAIL("{}: the metadata \"{}\" is not what hadatrain writes ({})", file.string(), key, e.what());
-  }
 }
 
 nn::LoraConfig lora_from_json(const nlohmann::json& j) {
@@ -234,10 +224,10 @@ LlamaSource find_llama_source(const fs::path& path) {
   src.kind = LlamaSource::Kind::checkpoint;
   src.dir = dir;
   const fs::path file = dir / "model.safetensors";
-  src.config = read_json_metadata(md, kLlamaConfigKey, file, [&](const nlohmann::json& j) {
+  src.config = io::read_json_metadata(md, kLlamaConfigKey, file, [&](const nlohmann::json& j) {
     return models::LlamaConfig::from_json(j, file.string());
   });
-  if (md.count(kLoraKey)) src.lora = read_json_metadata(md, kLoraKey, file, lora_from_json);
+  if (md.count(kLoraKey)) src.lora = io::read_json_metadata(md, kLoraKey, file, lora_from_json);
   if (const auto tok = md.find(kTokenizerKey); tok != md.end()) src.tokenizer = tok->second;
   return src;
 }

@@ -13,6 +13,7 @@
 #include "hadatrain/data/mnist.h"
 #include "hadatrain/dist/data_parallel.h"
 #include "hadatrain/dist/fsdp.h"
+#include "hadatrain/io/safetensors.h"
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/ops/nn_ops.h"
 #include "hadatrain/optim/optimizer.h"
@@ -184,4 +185,12 @@ TEST_CASE("a sharded checkpoint of 2 ranks resumes on 4", "[dist]") {
   REQUIRE(ht::test::all_passed(resumed));
   std::filesystem::remove(dir / "shard-1-of-2.safetensors");
   REQUIRE_THROWS_WITH(dist::consolidate_sharded(dir), HasSubstr("lacks shard-1-of-2.safetensors (it was written by 2 ranks)"));
+  // a shard whose layout metadata is not what hadatrain writes: named by file and key (io/json_metadata.h)
+  const auto shard0 = dir / "shard-0-of-2.safetensors";
+  io::SafetensorsContents c = io::load_safetensors(shard0);
+  io::TensorList tensors(c.tensors.begin(), c.tensors.end());
+  c.metadata["hadatrain_fsdp"] = R"({"rank": 0, "world_size": 2})";  // no "shapes"
+  io::save_safetensors(shard0, tensors, c.metadata);
+  REQUIRE_THROWS_WITH(dist::consolidate_sharded(dir),
+                      HasSubstr(shard0.string() + ": the metadata \"hadatrain_fsdp\" is not what hadatrain writes"));
 }
