@@ -29,7 +29,7 @@ if [ -z "$cxx" ]; then
     if command -v "$c" >/dev/null; then cxx=$(command -v "$c"); break; fi
   done
 fi
-[ -n "$cxx" ] || { echo "fuzz.sh: clang++ not found (Debian: apt-get install clang)" >&2; exit 2; }
+[ -n "$cxx" ] || { echo "fuzz.sh: clang++ not found (Debian and Ubuntu: tools/setup.sh --fuzz installs it)" >&2; exit 2; }
 cc="${cxx/clang++/clang}"
 
 if [ ! -f "$build/CMakeCache.txt" ]; then

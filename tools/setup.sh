@@ -2,6 +2,8 @@
 # Installs the Debian/Ubuntu packages hadatrain needs to build, test and run its main job (Fashion-MNIST
 # comes as a package). Idempotent: packages already installed are left alone, and apt-get runs (once
 # `apt-get update`, then one install) only when something is missing. Uses sudo when not run as root.
+#   tools/setup.sh           the packages above
+#   tools/setup.sh --fuzz    and clang with libFuzzer's runtime, for tools/fuzz.sh and CTest's `fuzz` label
 set -euo pipefail
 
 packages=(
@@ -16,6 +18,16 @@ packages=(
   dataset-fashion-mnist                                  # the main job's data (/usr/share/datasets/fashion-mnist)
   python3-matplotlib                                     # tools/plot_metrics.py (PNG curves from metrics.jsonl)
 )
+
+case "${1:-}" in
+  "") ;;
+  --fuzz)
+    # clang-N only recommends its compiler-rt (libFuzzer, the sanitizer runtimes), which --no-install-recommends
+    # below would leave out: name it by clang's version
+    v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -1)
+    packages+=(clang ${v:+"libclang-rt-$v-dev"}) ;;
+  *) echo "setup: unknown option '$1' (tools/setup.sh [--fuzz])" >&2; exit 2 ;;
+esac
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup: dpkg-query not found: tools/setup.sh supports Debian and Ubuntu; install the equivalents of:" >&2
