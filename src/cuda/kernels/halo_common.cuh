@@ -76,6 +76,14 @@ __device__ __forceinline__ uint32_t codes4(const float* v, float m, float r, boo
   return int8 ? codes4<true>(v, m, r) : codes4<false>(v, m, r);
 }
 
+// One butterfly (a, b) -> (a + b, a − b), each an f32 __fadd_rn / __fsub_rn: the CPU reference's operations, so
+// every kernel that runs the same stages on the same pairs gives its bits.
+__device__ __forceinline__ void butterfly(float& a, float& b) {
+  const float u = a, v = b;
+  a = __fadd_rn(u, v);
+  b = __fsub_rn(u, v);
+}
+
 // r = qmax / m (0 when m = 0), the quantiser's one f32 division per element's multiplier.
 __device__ __forceinline__ float reciprocal_step(float m, bool int8) {
   return m == 0.0f ? 0.0f : __fdiv_rn(int8 ? 127.0f : 448.0f, m);

@@ -73,7 +73,9 @@ using rows::kMaxN;
 using rows::Mode;
 using rows::Out;
 
+// The square row kernels when they take the rows (Note [HALO square rows] in halo_square.cu), else the fast ones.
 void dispatch(Mode mode, bool pair, const HaloRowsArgs& a, const HaloSigns& s, const Out& o, cudaStream_t stream) {
+  if (halo_square::run(mode, pair, a, o, stream)) return;
   halo_detail::with_k(a.k, [&](auto k) { rows::run<decltype(k)::value>(mode, pair, a, s, o, stream); });
 }
 
@@ -89,7 +91,6 @@ bool applies(const HaloRowsArgs& a) {
 void rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_dtype, int64_t cols, float mult,
             cudaStream_t stream) {
   if (out_dtype != DType::f32 && out_dtype != DType::bf16) HT_UNSUPPORTED_DTYPE("halo_rotate", out_dtype);
-  if (halo_square::rotate_applies(a, out, out_dtype, cols)) return halo_square::rotate(a, out, out_dtype, mult, stream);
   Out o;
   o.out = out;
   o.out_dtype = out_dtype;
@@ -100,7 +101,6 @@ void rotate(const HaloRowsArgs& a, const HaloSigns& signs, void* out, DType out_
 }
 
 void absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaStream_t stream) {
-  if (halo_square::applies(a)) return halo_square::absmax(a, absmax, stream);
   Out o;
   o.absmax = absmax;
   dispatch(Mode::absmax, false, a, signs, o, stream);
@@ -109,7 +109,6 @@ void absmax(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, cudaSt
 
 void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, bool int8, const float* absmax,
               float* scale, cudaStream_t stream) {
-  if (halo_square::quantize_applies(a, codes)) return halo_square::quantize(a, codes, int8, absmax, scale, stream);
   Out o;
   o.codes = codes;
   o.int8 = int8;
@@ -121,7 +120,6 @@ void quantize(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, boo
 
 void absmax_pair(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, float* absmax_plain,
                  cudaStream_t stream) {
-  if (halo_square::applies(a)) return halo_square::absmax_pair(a, absmax, absmax_plain, stream);
   Out o;
   o.absmax = absmax;
   o.absmax_plain = absmax_plain;
@@ -132,8 +130,6 @@ void absmax_pair(const HaloRowsArgs& a, const HaloSigns& signs, float* absmax, f
 void quantize_pair(const HaloRowsArgs& a, const HaloSigns& signs, uint8_t* codes, uint8_t* codes_plain, bool int8,
                    const float* absmax, const float* absmax_plain, float* scale, float* scale_plain,
                    cudaStream_t stream) {
-  if (halo_square::quantize_pair_applies(a, codes, codes_plain))
-    return halo_square::quantize_pair(a, codes, codes_plain, int8, absmax, absmax_plain, scale, scale_plain, stream);
   Out o;
   o.codes = codes;
   o.int8 = int8;

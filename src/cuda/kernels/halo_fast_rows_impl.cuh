@@ -42,12 +42,6 @@ constexpr size_t kMaxSmem = kMaxN * sizeof(float) > kMaxStagedSmem ? kMaxN * siz
 __device__ __forceinline__ int sw(int i) { return i ^ ((i >> 3) & 12) ^ ((i >> 4) & 16); }
 __device__ __forceinline__ int sw4(int u) { return u ^ ((u >> 3) & 3) ^ ((u >> 4) & 4); }
 
-__device__ __forceinline__ void butterfly(float& a, float& b) {
-  const float u = a, v = b;
-  a = __fadd_rn(u, v);
-  b = __fsub_rn(u, v);
-}
-
 // One pass of phase B (Note [HALO fast rows]): the stages h0 = 2^log_h0 ... 2^(log_h0 + S − 1), h0 >= 512, each
 // thread taking groups of 2^S values base + h0·t. Since h0·t is a multiple of 512 and sw() changes bits 2 to 4
 // from bits 5, 6 and 8 only, sw(base + h0·t) = sw(base) + h0·t: one swizzle per group. RegMax and `last`: the

@@ -33,6 +33,7 @@
 
 #include <type_traits>
 
+#include "cuda/kernels/convert.cuh"
 #include "cuda/kernels/halo_common.cuh"
 #include "cuda/kernels/kernel_launch.cuh"
 
@@ -47,23 +48,8 @@ constexpr int kV = 64;  // values a thread holds in each phase
 
 constinit LaunchCounter g_launches;  // halo_square_launches()
 
-enum class Mode { absmax, quantize, rotate };
-
-struct Params {
-  const void* x = nullptr;  // (R, n)
-  int64_t R = 0;
-  float* absmax = nullptr;  // absmax: the device word to raise
-  uint8_t* codes = nullptr;  // quantize: codes (R, n), the absmax m given, the scale written by CTA 0
-  const float* m = nullptr;
-  float* scale = nullptr;
-  // Note [HALO paired quantiser]: the unrotated side's absmax word, or its codes (R, n), absmax and scale
-  float* absmax_plain = nullptr;
-  uint8_t* codes_plain = nullptr;
-  const float* m_plain = nullptr;
-  float* scale_plain = nullptr;
-  void* out = nullptr;  // rotate: out (R, n), each value times mult
-  float mult = 1.0f;
-};
+using halo_fast::rows::Mode;
+using halo_fast::rows::Out;
 
 template <DType DT>
 constexpr int kInBytes = DT == DType::f32 ? 4 : 2;
@@ -76,12 +62,6 @@ template <int N, DType DT, Mode M, DType OT>
 constexpr size_t smem_bytes() {
   const size_t out = M == Mode::quantize ? N : M == Mode::rotate ? size_t{N} * (OT == DType::f32 ? 4 : 2) : 0;
   return size_t{N} * 4 + size_t{N} * kInBytes<DT> + out;
-}
-
-__device__ __forceinline__ void butterfly(float& a, float& b) {
-  const float u = a, v = b;
-  a = __fadd_rn(u, v);
-  b = __fsub_rn(u, v);
 }
 
 // The stages H0, 2·H0, ..., 32 of 64 registers: v[e] and v[e + h] for e without bit h.
@@ -110,7 +90,7 @@ __device__ __forceinline__ void stage_row(char* stage, const void* x, int64_t ro
 // N: the row's values (2048, 4096, 8192 or 16384). Pair: the unrotated side too (absmax and quantise passes). OT: the rotation
 // pass's output dtype (f32 or bf16; unused by the other passes). I8: the quantise pass's carrier.
 template <int N, DType DT, Mode M, bool Pair, bool I8, DType OT>
-__global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
+__global__ void __launch_bounds__(N / kV) square_kernel(HaloRowsArgs a, Out o) {
   constexpr int S = N / kV;  // threads, and the stride of phase 2's values
   static_assert(S == 32 || S == 64 || S == 128 || S == 256, "rows of 2048, 4096, 8192 or 16384 values");
   extern __shared__ float4 square_smem[];
@@ -121,18 +101,18 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
   const int t = static_cast<int>(threadIdx.x), sx = t & 7;
   float m = 0.0f, r = 0.0f, mx = 0.0f, m_plain = 0.0f, r_plain = 0.0f, mx_plain = 0.0f;
   if constexpr (M == Mode::quantize) {
-    m = *p.m;
+    m = *o.m;
     r = reciprocal_step(m, I8);
-    if (blockIdx.x == 0 && t == 0) *p.scale = scale_of(m, I8);
+    if (blockIdx.x == 0 && t == 0) *o.scale = scale_of(m, I8);
     if constexpr (Pair) {
-      m_plain = *p.m_plain;
+      m_plain = *o.m_plain;
       r_plain = reciprocal_step(m_plain, I8);
-      if (blockIdx.x == 0 && t == 0) *p.scale_plain = scale_of(m_plain, I8);
+      if (blockIdx.x == 0 && t == 0) *o.scale_plain = scale_of(m_plain, I8);
     }
   }
   // Note [HALO row order] (halo_fast.cu): the absmax pass takes the rows from the last to the first
   constexpr bool kReverse = M == Mode::absmax;
-  const auto row_at = [&](int64_t i) { return kReverse ? p.R - 1 - i : i; };
+  const auto row_at = [&](int64_t i) { return kReverse ? a.R - 1 - i : i; };
   const char* const my_stage = stage + t * 16 * U;
   // phase 2: value S·w + t is value e = (S·w + t) & 63 of the buffer's row u = (S·w + t) >> 6, at word
   // 4·((e >> 2) ^ (u & 7)) + (e & 3) of that row. S >= 64: u = (S/64)·w + (t >> 6), e = t & 63, and off[c] is that
@@ -143,8 +123,8 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
 #pragma unroll
   for (int c = 0; c < 8; ++c)
     off[c] = 4 * (((t & 63) >> 2) ^ ((c + (S >= kV ? t >> 6 : 0)) & 7)) + (t & 3);
-  if (blockIdx.x < p.R) stage_row<N, DT>(stage, p.x, row_at(blockIdx.x));
-  for (int64_t i = blockIdx.x; i < p.R; i += gridDim.x) {
+  if (blockIdx.x < a.R) stage_row<N, DT>(stage, a.x, row_at(blockIdx.x));
+  for (int64_t i = blockIdx.x; i < a.R; i += gridDim.x) {
     const int64_t row = row_at(i);
     copy_async_wait_all();
     __syncthreads();  // the staged row is complete; the previous row's phase 2 is done with buf
@@ -157,7 +137,7 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
 #pragma unroll
       for (int e = 0; e < kV; ++e) mx_plain = fmaxf(mx_plain, fabsf(v[e]));
     } else if constexpr (Pair && M == Mode::quantize) {
-      uint4* const dst = reinterpret_cast<uint4*>(p.codes_plain + row * int64_t{N} + kV * t);
+      uint4* const dst = reinterpret_cast<uint4*>(o.codes_plain + row * int64_t{N} + kV * t);
 #pragma unroll
       for (int q = 0; q < kV / 16; ++q)
         dst[q] = make_uint4(codes4<I8>(v + 16 * q, m_plain, r_plain), codes4<I8>(v + 16 * q + 4, m_plain, r_plain),
@@ -165,16 +145,16 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
                             codes4<I8>(v + 16 * q + 12, m_plain, r_plain));
     }
     stages<1>(v);
-    // S > 64: the stages h = 64 ... S/2 pair thread t with lane t ^ (h/64). The lane holding a computes o + v = b + a,
-    // the other o + (−v) = a − b (IEEE: x − y is x + (−y); addition commutes), both one addition, the second with
+    // S > 64: the stages h = 64 ... S/2 pair thread t with lane t ^ (h/64). The lane holding a computes partner + v = b + a,
+    // the other partner + (−v) = a − b (IEEE: x − y is x + (−y); addition commutes), both one addition, the second with
     // v's sign bit flipped.
 #pragma unroll
     for (int l = 1; l < S / kV; l <<= 1) {
       const unsigned flip = (t & l) != 0 ? 0x80000000U : 0U;
 #pragma unroll
       for (int e = 0; e < kV; ++e) {
-        const float o = __shfl_xor_sync(0xffffffffU, v[e], l);
-        v[e] = __fadd_rn(o, __uint_as_float(__float_as_uint(v[e]) ^ flip));
+        const float partner = __shfl_xor_sync(0xffffffffU, v[e], l);
+        v[e] = __fadd_rn(partner, __uint_as_float(__float_as_uint(v[e]) ^ flip));
       }
     }
 #pragma unroll
@@ -182,7 +162,7 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
       reinterpret_cast<float4*>(buf)[t * (kV / 4) + (q ^ sx)] =
           make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
     __syncthreads();  // buf holds the row; every thread has read its staged values
-    if (i + gridDim.x < p.R) stage_row<N, DT>(stage, p.x, row_at(i + gridDim.x));
+    if (i + gridDim.x < a.R) stage_row<N, DT>(stage, a.x, row_at(i + gridDim.x));
     // 2: values S·w + t, the stages h = 64 ... N/2 not yet run (at S = 32, h = 32 was phase 1's last)
 #pragma unroll
     for (int w = 0; w < kV; ++w) {
@@ -227,33 +207,33 @@ __global__ void __launch_bounds__(N / kV) square_kernel(Params p) {
       } else if constexpr (OT == DType::f32) {
         float* const of = reinterpret_cast<float*>(outa) + t;
 #pragma unroll
-        for (int w = 0; w < kV; ++w) of[S * w] = __fmul_rn(v[w], p.mult);
+        for (int w = 0; w < kV; ++w) of[S * w] = __fmul_rn(v[w], o.mult);
       } else {
         uint16_t* const ob = reinterpret_cast<uint16_t*>(outa) + t;
 #pragma unroll
-        for (int w = 0; w < kV; ++w) ob[S * w] = detail::float_to_bf16_bits(__fmul_rn(v[w], p.mult));
+        for (int w = 0; w < kV; ++w) ob[S * w] = detail::float_to_bf16_bits(__fmul_rn(v[w], o.mult));
       }
       __syncthreads();  // the output row is complete
       constexpr int kOutBytes = M == Mode::quantize ? 1 : (OT == DType::f32 ? 4 : 2);
       constexpr int kOutUnits = N * kOutBytes / 16;
       uint4* const dst = reinterpret_cast<uint4*>(
-          (M == Mode::quantize ? static_cast<char*>(static_cast<void*>(p.codes)) : static_cast<char*>(p.out)) +
+          (M == Mode::quantize ? static_cast<char*>(static_cast<void*>(o.codes)) : static_cast<char*>(o.out)) +
           row * (int64_t{N} * kOutBytes));
 #pragma unroll
       for (int k = 0; k < kOutUnits / S; ++k) dst[t + S * k] = reinterpret_cast<const uint4*>(outa)[t + S * k];
     }
   }
   if constexpr (M == Mode::absmax) {
-    block_max_into(p.absmax, mx);
+    block_max_into(o.absmax, mx);
     if constexpr (Pair) {
       __syncthreads();  // block_max's scratch is read by warp 0 above before it is written again
-      block_max_into(p.absmax_plain, mx_plain);
+      block_max_into(o.absmax_plain, mx_plain);
     }
   }
 }
 
 template <int N, DType DT, Mode M, bool Pair, bool I8, DType OT>
-void launch(const Params& p, cudaStream_t stream) {
+void launch(const HaloRowsArgs& a, const Out& o, cudaStream_t stream) {
   constexpr auto kernel = &square_kernel<N, DT, M, Pair, I8, OT>;
   constexpr size_t smem = smem_bytes<N, DT, M, OT>();
   constexpr int kThreads = N / kV;
@@ -261,104 +241,64 @@ void launch(const Params& p, cudaStream_t stream) {
   // persistent: as many CTAs as fit on the device (each holds a staged row in flight)
   static const int64_t resident = cuda::resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem);
   const int64_t cap = resident > 0 ? resident : kMaxRowBlocks;
-  const auto grid = static_cast<unsigned>(p.R < 1 ? 1 : (p.R < cap ? p.R : cap));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  const auto grid = static_cast<unsigned>(a.R < 1 ? 1 : (a.R < cap ? a.R : cap));
+  kernel<<<grid, kThreads, smem, stream>>>(a, o);
   g_launches.add();
 }
 
 template <Mode M, bool Pair, bool I8, DType OT>
-void dispatch(const HaloRowsArgs& a, const Params& p, cudaStream_t stream) {
+void by_size(const HaloRowsArgs& a, const Out& o, cudaStream_t stream) {
   const auto by_n = [&](auto dt) {
     constexpr DType DT = decltype(dt)::value;
     switch (a.n) {
-      case 2048: return launch<2048, DT, M, Pair, I8, OT>(p, stream);
-      case 4096: return launch<4096, DT, M, Pair, I8, OT>(p, stream);
-      case 8192: return launch<8192, DT, M, Pair, I8, OT>(p, stream);
-      default: return launch<16384, DT, M, Pair, I8, OT>(p, stream);
+      case 2048: return launch<2048, DT, M, Pair, I8, OT>(a, o, stream);
+      case 4096: return launch<4096, DT, M, Pair, I8, OT>(a, o, stream);
+      case 8192: return launch<8192, DT, M, Pair, I8, OT>(a, o, stream);
+      default: return launch<16384, DT, M, Pair, I8, OT>(a, o, stream);
     }
   };
   switch (a.in_dtype) {
     case DType::f32: return by_n(std::integral_constant<DType, DType::f32>{});
     case DType::bf16: return by_n(std::integral_constant<DType, DType::bf16>{});
-    case DType::f16: return by_n(std::integral_constant<DType, DType::f16>{});
-    default: HT_UNSUPPORTED_DTYPE("halo square rows", a.in_dtype);
+    default: return by_n(std::integral_constant<DType, DType::f16>{});
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-Params rows_of(const HaloRowsArgs& a) {
-  Params p;
-  p.x = a.x;
-  p.R = a.R;
-  return p;
+bool takes(Mode mode, const HaloRowsArgs& a, const Out& o) {
+  const bool rows = a.square && (a.n == 2048 || a.n == 4096 || a.n == 8192 || a.n == 16384) && a.C == a.n &&
+                    a.k == 1 && aligned_to(a.x, 16) &&
+                    (a.in_dtype == DType::f32 || a.in_dtype == DType::bf16 || a.in_dtype == DType::f16);
+  if (!rows) return false;
+  switch (mode) {
+    case Mode::absmax: return true;
+    case Mode::quantize: return aligned_to(o.codes, 16) && (o.codes_plain == nullptr || aligned_to(o.codes_plain, 16));
+    case Mode::rotate:
+      return o.cols == a.n && aligned_to(o.out, 16) && (o.out_dtype == DType::f32 || o.out_dtype == DType::bf16);
+  }
+  return false;
 }
 
 }  // namespace
 
-bool applies(const HaloRowsArgs& a) {
-  return a.square && (a.n == 2048 || a.n == 4096 || a.n == 8192 || a.n == 16384) && a.C == a.n && a.k == 1 &&
-         aligned16(a.x) &&
-         (a.in_dtype == DType::f32 || a.in_dtype == DType::bf16 || a.in_dtype == DType::f16);
-}
-
-void absmax(const HaloRowsArgs& a, float* absmax, cudaStream_t stream) {
-  Params p = rows_of(a);
-  p.absmax = absmax;
-  dispatch<Mode::absmax, false, false, DType::f32>(a, p, stream);
-  HT_CHECK_LAUNCH("halo_absmax_square");
-}
-
-bool quantize_applies(const HaloRowsArgs& a, const void* codes) { return applies(a) && aligned16(codes); }
-
-void quantize(const HaloRowsArgs& a, uint8_t* codes, bool int8, const float* absmax, float* scale,
-              cudaStream_t stream) {
-  Params p = rows_of(a);
-  p.codes = codes;
-  p.m = absmax;
-  p.scale = scale;
-  if (int8) dispatch<Mode::quantize, false, true, DType::f32>(a, p, stream);
-  else dispatch<Mode::quantize, false, false, DType::f32>(a, p, stream);
-  HT_CHECK_LAUNCH("halo_quantize_square");
-}
-
-void absmax_pair(const HaloRowsArgs& a, float* absmax, float* absmax_plain, cudaStream_t stream) {
-  Params p = rows_of(a);
-  p.absmax = absmax;
-  p.absmax_plain = absmax_plain;
-  dispatch<Mode::absmax, true, false, DType::f32>(a, p, stream);
-  HT_CHECK_LAUNCH("halo_absmax_pair_square");
-}
-
-bool quantize_pair_applies(const HaloRowsArgs& a, const void* codes, const void* codes_plain) {
-  return applies(a) && aligned16(codes) && aligned16(codes_plain);
-}
-
-void quantize_pair(const HaloRowsArgs& a, uint8_t* codes, uint8_t* codes_plain, bool int8, const float* absmax,
-                   const float* absmax_plain, float* scale, float* scale_plain, cudaStream_t stream) {
-  Params p = rows_of(a);
-  p.codes = codes;
-  p.m = absmax;
-  p.scale = scale;
-  p.codes_plain = codes_plain;
-  p.m_plain = absmax_plain;
-  p.scale_plain = scale_plain;
-  if (int8) dispatch<Mode::quantize, true, true, DType::f32>(a, p, stream);
-  else dispatch<Mode::quantize, true, false, DType::f32>(a, p, stream);
-  HT_CHECK_LAUNCH("halo_quantize_pair_square");
-}
-
-bool rotate_applies(const HaloRowsArgs& a, const void* out, DType out_dtype, int64_t cols) {
-  return applies(a) && cols == a.n && aligned16(out) && (out_dtype == DType::f32 || out_dtype == DType::bf16);
-}
-
-void rotate(const HaloRowsArgs& a, void* out, DType out_dtype, float mult, cudaStream_t stream) {
-  Params p = rows_of(a);
-  p.out = out;
-  p.mult = mult;
-  if (out_dtype == DType::f32) dispatch<Mode::rotate, false, false, DType::f32>(a, p, stream);
-  else dispatch<Mode::rotate, false, false, DType::bf16>(a, p, stream);
-  HT_CHECK_LAUNCH("halo_rotate_square");
+bool run(Mode mode, bool pair, const HaloRowsArgs& a, const Out& o, cudaStream_t stream) {
+  if (!takes(mode, a, o)) return false;
+  switch (mode) {
+    case Mode::absmax:
+      if (pair) by_size<Mode::absmax, true, false, DType::f32>(a, o, stream);
+      else by_size<Mode::absmax, false, false, DType::f32>(a, o, stream);
+      break;
+    case Mode::quantize:
+      if (pair && o.int8) by_size<Mode::quantize, true, true, DType::f32>(a, o, stream);
+      else if (pair) by_size<Mode::quantize, true, false, DType::f32>(a, o, stream);
+      else if (o.int8) by_size<Mode::quantize, false, true, DType::f32>(a, o, stream);
+      else by_size<Mode::quantize, false, false, DType::f32>(a, o, stream);
+      break;
+    case Mode::rotate:
+      if (o.out_dtype == DType::f32) by_size<Mode::rotate, false, false, DType::f32>(a, o, stream);
+      else by_size<Mode::rotate, false, false, DType::bf16>(a, o, stream);
+      break;
+  }
+  return true;
 }
 
 }  // namespace halo_square
