@@ -150,6 +150,39 @@ TEST_CASE("halo_rotate on CUDA gives the CPU's values bit for bit", "[gpu][halo]
       }
 }
 
+TEST_CASE("halo_rotate to bf16 on CUDA rounds ties, subnormals, overflow, Inf and NaN as the CPU does", "[gpu][halo]") {
+  // Note [HALO bf16 pairs] (cuda/kernels/halo_common.cuh): the rotation passes round their bf16 outputs in pairs
+  // with cvt.rn.bf16x2.f32 and re-encode a NaN as the CPU's encoder does. Row k holds v[k] and zeros, so with mult 1
+  // every rotated value is exactly v[k] (the unnormalised Hadamard's entries are ±1, and x + 0 = x), and the
+  // conversion sees v[k] itself: the f32 values at, just below and just above the midpoint between neighbouring
+  // bf16 values (ties to even), bf16 subnormals, the largest finite bf16 and the tie above it (rounds to Inf), ±0,
+  // ±Inf and a NaN. Through the square kernel (4096), the fast K = 1 kernel (512, all columns and cropped: vector
+  // and element stores) and the fast K = 28 kernel (14336).
+  std::vector<float> v = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (uint32_t c : {0x0000u, 0x0001u, 0x0002u, 0x003Fu, 0x0040u, 0x007Fu, 0x0080u, 0x0081u, 0x3F80u, 0x3F81u,
+                     0x4000u, 0x7F00u, 0x7F7Eu, 0x7F7Fu})
+    for (uint32_t low : {0x7FFFu, 0x8000u, 0x8001u})
+      for (uint32_t sign : {0u, 0x80000000u}) v.push_back(detail::f32_from_bits(sign | c << 16 | low));
+  for (int64_t n : {4096, 512, 14336}) {
+    const int64_t R = static_cast<int64_t>(v.size());
+    std::vector<float> rows(static_cast<std::size_t>(R * n), 0.0f);
+    for (int64_t k = 0; k < R; ++k) rows[static_cast<std::size_t>(k * n)] = v[static_cast<std::size_t>(k)];
+    const Tensor x = from_vector(rows, {R, n}, {DType::f32});
+    const HaloRotation rot = halo_rotation_size(n);
+    for (int64_t cols : {rot.n, rot.n - 3}) {
+      INFO("n " << n << " K " << rot.k << " cols " << cols);
+      const HaloRotate spec{rot, HaloDirection::forward, cols, 1.0f, DType::bf16};
+      const int64_t before = kernels::halo_square_launches();
+      const Tensor cpu = halo_rotate(x, spec);
+      CHECK(test::compare_bits(halo_rotate(x.to(kCuda), spec), cpu) == "");
+      const char* square_env = std::getenv("HADATRAIN_HALO_SQUARE");
+      const bool square = n == 4096 && cols == n && !(square_env != nullptr && std::string(square_env) == "0");
+      CHECK(kernels::halo_square_launches() - before == (square ? 1 : 0));
+    }
+  }
+}
+
 TEST_CASE("halo_rotate on CUDA at the fast kernels' sizes gives the CPU's values bit for bit", "[gpu][halo]") {
   // power-of-two parts >= 512 (cuda/kernels/halo_fast.cu), every order, both directions, f32 and bf16 inputs and
   // outputs, all columns kept (vector stores) or cropped to an odd count (element stores)

@@ -191,8 +191,7 @@ __global__ void scale_i32_kernel(const int32_t* acc, int64_t count, const float*
     if (out_dtype == DType::f32) {
       reinterpret_cast<float4*>(out)[g] = make_float4(v[0], v[1], v[2], v[3]);
     } else {
-      const uint32_t lo = uint32_t{detail::float_to_bf16_bits(v[0])} | uint32_t{detail::float_to_bf16_bits(v[1])} << 16;
-      const uint32_t hi = uint32_t{detail::float_to_bf16_bits(v[2])} | uint32_t{detail::float_to_bf16_bits(v[3])} << 16;
+      const uint32_t lo = bf16_pair(v[0], v[1]), hi = bf16_pair(v[2], v[3]);  // Note [HALO bf16 pairs]
       reinterpret_cast<uint2*>(out)[g] = make_uint2(lo, hi);
     }
   }

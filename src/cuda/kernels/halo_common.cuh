@@ -76,6 +76,31 @@ __device__ __forceinline__ uint32_t codes4(const float* v, float m, float r, boo
   return int8 ? codes4<true>(v, m, r) : codes4<false>(v, m, r);
 }
 
+// Note [HALO bf16 pairs]
+// The rotation passes' bf16 outputs are detail::float_to_bf16_bits of each value, bit for bit (the CPU
+// reference's encoder). In software that is about eight integer instructions a value, as many as the rotation's
+// additions in a row of 256; cvt.rn.bf16x2.f32 rounds two values in one, with the same round-to-nearest-even,
+// subnormals and overflow to Inf (test_gpu_copy compares it with the encoder on every kind of f32). Only NaN
+// differs: the instruction writes the canonical 0x7FFF, the encoder sign | 0x7FC0. bf16_pair_hw is the
+// instruction alone; its callers test their values for NaN (y != y: setp.nan, folded into one predicate) and
+// re-encode only then.
+// The bf16 bits of y0 (low half) and y1: exact for non-NaN values (above); device code for sm_80 and newer.
+__device__ __forceinline__ uint32_t bf16_pair_hw(float y0, float y1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(y1), "f"(y0));
+  return w;
+#else
+  return uint32_t{detail::float_to_bf16_bits(y0)} | uint32_t{detail::float_to_bf16_bits(y1)} << 16;
+#endif
+}
+// The same bits with NaN encoded as the CPU does: float_to_bf16_bits of both, exactly.
+__device__ __forceinline__ uint32_t bf16_pair(float y0, float y1) {
+  if ((y0 != y0) | (y1 != y1))  // one setp.nan
+    return uint32_t{detail::float_to_bf16_bits(y0)} | uint32_t{detail::float_to_bf16_bits(y1)} << 16;
+  return bf16_pair_hw(y0, y1);
+}
+
 // One butterfly (a, b) -> (a + b, a − b), each an f32 __fadd_rn / __fsub_rn: the CPU reference's operations, so
 // every kernel that runs the same stages on the same pairs gives its bits.
 __device__ __forceinline__ void butterfly(float& a, float& b) {

@@ -333,14 +333,14 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
             for (int j = 0; j < 4 && 4 * u + j < o.cols; ++j) dst[j] = w[j];
           }
         } else {
-          uint16_t b[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) b[j] = detail::float_to_bf16_bits(w[j]);
+          // Note [HALO bf16 pairs] (halo_common.cuh)
+          const uint32_t lo = bf16_pair(w[0], w[1]), hi = bf16_pair(w[2], w[3]);
           uint16_t* dst = static_cast<uint16_t*>(o.out) + at;
           if (out_vec) {
-            *reinterpret_cast<uint2*>(dst) = make_uint2(uint32_t{b[0]} | uint32_t{b[1]} << 16,
-                                                        uint32_t{b[2]} | uint32_t{b[3]} << 16);
+            *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
           } else {
+            const uint16_t b[4] = {static_cast<uint16_t>(lo & 0xffffU), static_cast<uint16_t>(lo >> 16),
+                                   static_cast<uint16_t>(hi & 0xffffU), static_cast<uint16_t>(hi >> 16)};
             for (int j = 0; j < 4 && 4 * u + j < o.cols; ++j) dst[j] = b[j];
           }
         }

@@ -14,10 +14,14 @@
 //  2. Thread j holds the 64 values S·w + j (w < 64) (a warp's 32 lanes read 32 distinct banks: the swizzle only
 //     permutes whole units within a row), and runs the stages h = max(64, S) ... n/2 in its registers (w's bits;
 //     at S = 32 bit 0 of w is bit 5 of the index, whose stage phase 1 ran). Its value w is then the rotated value
-//     S·w + j: the absmax pass takes max |v|
-//     there; the quantise and rotation passes write each result (a code, or the value times mult as f32 or bf16)
-//     into an output row in shared memory, and after a barrier the CTA copies that row out with 16-byte stores, a
-//     warp's 32 lanes 512 consecutive bytes.
+//     S·w + j. The quantise and rotation passes write each result (a code, or the value times mult as f32 or bf16,
+//     the bf16 ones rounded in pairs: Note [HALO bf16 pairs] in halo_common.cuh) into an output row in shared
+//     memory, and after a barrier the CTA copies that row out with 16-byte stores, a warp's 32 lanes 512
+//     consecutive bytes. The absmax pass stops before the last stage and takes fl(|a| + |b|) of each of its pairs
+//     (a, b), which is max(|fl(a + b)|, |fl(a − b)|) exactly: with a and b of the same sign |a + b| = |a| + |b| and
+//     |a − b| <= |a| + |b|, otherwise the other way round, and rounding to nearest is symmetric and monotonic; a
+//     NaN or an Inf gives the same max (fmaxf skips NaN; Inf − Inf is NaN where Inf + Inf is Inf). One addition and
+//     one max for two values instead of two of each.
 // The paired passes (Note [HALO paired quantiser] in halo_fast.cu) take the unrotated side in phase 1, from the
 // 64 values a thread loaded: their max |v|, or their 64 codes written to the unrotated codes' row directly.
 // The next row of the CTA is copied into the staging area with cp.async once phase 1 has read the current one
@@ -64,11 +68,11 @@ constexpr size_t smem_bytes() {
   return size_t{N} * 4 + size_t{N} * kInBytes<DT> + out;
 }
 
-// The stages H0, 2·H0, ..., 32 of 64 registers: v[e] and v[e + h] for e without bit h.
-template <int H0>
+// The stages H0, 2·H0, ..., below HEnd of 64 registers: v[e] and v[e + h] for e without bit h.
+template <int H0, int HEnd = kV>
 __device__ __forceinline__ void stages(float (&v)[kV]) {
 #pragma unroll
-  for (int h = H0; h < kV; h <<= 1)
+  for (int h = H0; h < HEnd; h <<= 1)
 #pragma unroll
     for (int e = 0; e < kV; ++e)
       if ((e & h) == 0) butterfly(v[e], v[e + h]);
@@ -173,11 +177,14 @@ __global__ void __launch_bounds__(N / kV) square_kernel(HaloRowsArgs a, Out o) {
         v[w] = col[S * w + off[(w >> 1) & 7]];
       }
     }
-    stages<(S >= kV ? 1 : kV / S)>(v);
+    constexpr int kH0 = S >= kV ? 1 : kV / S;
     if constexpr (M == Mode::absmax) {
+      // Note [HALO square rows], absmax: the last stage's pair (a, b) as fl(|a| + |b|)
+      stages<kH0, kV / 2>(v);
 #pragma unroll
-      for (int w = 0; w < kV; ++w) mx = fmaxf(mx, fabsf(v[w]));
+      for (int w = 0; w < kV / 2; ++w) mx = fmaxf(mx, __fadd_rn(fabsf(v[w]), fabsf(v[w + kV / 2])));
     } else {
+      stages<kH0>(v);
       if constexpr (M == Mode::quantize) {
         uint8_t* const oc = reinterpret_cast<uint8_t*>(outa) + t;
         if (m == 0.0f) {
@@ -209,9 +216,21 @@ __global__ void __launch_bounds__(N / kV) square_kernel(HaloRowsArgs a, Out o) {
 #pragma unroll
         for (int w = 0; w < kV; ++w) of[S * w] = __fmul_rn(v[w], o.mult);
       } else {
+        // Note [HALO bf16 pairs] (halo_common.cuh): rounded in pairs, the row's NaN test kept in one predicate
         uint16_t* const ob = reinterpret_cast<uint16_t*>(outa) + t;
+        bool nan = false;
 #pragma unroll
-        for (int w = 0; w < kV; ++w) ob[S * w] = detail::float_to_bf16_bits(__fmul_rn(v[w], o.mult));
+        for (int w = 0; w < kV; w += 2) {
+          const float y0 = __fmul_rn(v[w], o.mult), y1 = __fmul_rn(v[w + 1], o.mult);
+          nan = nan | (y0 != y0) | (y1 != y1);  // setp.nan, folded into one predicate
+          const uint32_t b = bf16_pair_hw(y0, y1);
+          ob[S * w] = static_cast<uint16_t>(b & 0xffffU);
+          ob[S * (w + 1)] = static_cast<uint16_t>(b >> 16);
+        }
+        if (nan) {  // unrolled: v stays in registers
+#pragma unroll
+          for (int w = 0; w < kV; ++w) ob[S * w] = detail::float_to_bf16_bits(__fmul_rn(v[w], o.mult));
+        }
       }
       __syncthreads();  // the output row is complete
       constexpr int kOutBytes = M == Mode::quantize ? 1 : (OT == DType::f32 ? 4 : 2);
