@@ -109,6 +109,17 @@ __device__ __forceinline__ void butterfly(float& a, float& b) {
   b = __fsub_rn(u, v);
 }
 
+// Note [HALO shuffle stage]
+// A butterfly stage whose pairs (a, b) sit in lanes l and l ^ d of a warp: each lane receives its partner's value p
+// by __shfl_xor_sync and computes its own result in one instruction, fma(v, sign, p) with sign = +1 in the lane
+// holding a (b + a = a + b: addition commutes) and −1 in the lane holding b (a + (−b) = a − b). v·(±1) is exact, so
+// the fused multiply-add rounds a ± b once, as __fadd_rn / __fsub_rn do (signed zeros, Inf, NaN included): the same
+// bits with no branch and no separate negation.
+__device__ __forceinline__ float shuffle_butterfly(float v, int d, float sign) {
+  const float p = __shfl_xor_sync(0xffffffffU, v, d);
+  return __fmaf_rn(v, sign, p);
+}
+
 // r = qmax / m (0 when m = 0), the quantiser's one f32 division per element's multiplier.
 __device__ __forceinline__ float reciprocal_step(float m, bool int8) {
   return m == 0.0f ? 0.0f : __fdiv_rn(int8 ? 127.0f : 448.0f, m);

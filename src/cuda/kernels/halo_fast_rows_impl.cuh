@@ -224,14 +224,10 @@ __device__ __forceinline__ void rotate_row(float4* smem, const HaloRowsArgs& a, 
 #pragma unroll
       for (int e = 0; e < 16; ++e)
         if ((e & h) == 0) butterfly(v[e], v[e + h]);
-    // h = 256: the partner is lane l ^ 16. The lane holding a computes o + v = a + b, the other o + (−v) = a − b
-    // (IEEE: x − y is x + (−y)), so both run one addition, the second with v's sign bit flipped: no branch.
-    const unsigned flip = static_cast<unsigned>(lane & 16) << 27;
+    // h = 256: the partner is lane l ^ 16 (Note [HALO shuffle stage] in halo_common.cuh)
+    const float sign = (lane & 16) != 0 ? -1.0f : 1.0f;
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      const float o = __shfl_xor_sync(0xffffffffU, v[e], 16);
-      v[e] = __fadd_rn(o, __uint_as_float(__float_as_uint(v[e]) ^ flip));
-    }
+    for (int e = 0; e < 16; ++e) v[e] = shuffle_butterfly(v[e], 16, sign);
     if (RegMax && P == kChunk) {  // no phase B: these are the rotated values
 #pragma unroll
       for (int e = 0; e < 16; ++e) mx = fmaxf(mx, fabsf(v[e]));

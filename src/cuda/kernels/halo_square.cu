@@ -149,17 +149,13 @@ __global__ void __launch_bounds__(N / kV) square_kernel(HaloRowsArgs a, Out o) {
                             codes4<I8>(v + 16 * q + 12, m_plain, r_plain));
     }
     stages<1>(v);
-    // S > 64: the stages h = 64 ... S/2 pair thread t with lane t ^ (h/64). The lane holding a computes partner + v = b + a,
-    // the other partner + (−v) = a − b (IEEE: x − y is x + (−y); addition commutes), both one addition, the second with
-    // v's sign bit flipped.
+    // S > 64: the stages h = 64 ... S/2 pair thread t with lane t ^ (h/64), one instruction a value (Note [HALO shuffle
+    // stage] in halo_common.cuh)
 #pragma unroll
     for (int l = 1; l < S / kV; l <<= 1) {
-      const unsigned flip = (t & l) != 0 ? 0x80000000U : 0U;
+      const float sign = (t & l) != 0 ? -1.0f : 1.0f;
 #pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        const float partner = __shfl_xor_sync(0xffffffffU, v[e], l);
-        v[e] = __fadd_rn(partner, __uint_as_float(__float_as_uint(v[e]) ^ flip));
-      }
+      for (int e = 0; e < kV; ++e) v[e] = shuffle_butterfly(v[e], l, sign);
     }
 #pragma unroll
     for (int q = 0; q < kV / 4; ++q)
