@@ -61,7 +61,7 @@ __device__ __forceinline__ uint32_t codes4(const float* v, float m, float r) {
     return w;
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    if (!(isnan(t[0]) || isnan(t[1]) || isnan(t[2]) || isnan(t[3]))) {
+    if (!((t[0] != t[0]) | (t[1] != t[1]) | (t[2] != t[2]) | (t[3] != t[3]))) {  // setp.nan, two a pair
       unsigned short lo, hi;  // the second source lands in the low byte
       asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(t[1]), "f"(t[0]));
       asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(t[3]), "f"(t[2]));
