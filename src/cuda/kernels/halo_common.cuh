@@ -80,7 +80,7 @@ __device__ __forceinline__ uint32_t codes4(const float* v, float m, float r, boo
 // The rotation passes' bf16 outputs are detail::float_to_bf16_bits of each value, bit for bit (the CPU
 // reference's encoder). In software that is about eight integer instructions a value, as many as the rotation's
 // additions in a row of 256; cvt.rn.bf16x2.f32 rounds two values in one, with the same round-to-nearest-even,
-// subnormals and overflow to Inf (test_gpu_copy compares it with the encoder on every kind of f32). Only NaN
+// subnormals and overflow to Inf (test_gpu_halo rotates ties, subnormals, the largest bf16, Inf and NaN). Only NaN
 // differs: the instruction writes the canonical 0x7FFF, the encoder sign | 0x7FC0. bf16_pair_hw is the
 // instruction alone; its callers test their values for NaN (y != y: setp.nan, folded into one predicate) and
 // re-encode only then.
