@@ -1,6 +1,7 @@
 // HALO's square row kernels (contract: cuda/kernels/halo_square.cuh). Bit-identical to the CPU reference
 // (src/grad/halo_quant.cpp) and to the fast row kernels of halo_fast.cu: the stages h = 1, 2, ..., n/2 run in that
-// order, each the same f32 __fadd_rn / __fsub_rn of the same pair, and the codes are code_of's.
+// order, each the same f32 addition or subtraction of the same pair (a shuffle stage's as a multiply-add by ±1, Note
+// [HALO shuffle stage]), and the codes are code_of's.
 //
 // Note [HALO square rows]
 // A row of n = 64·S values (S = 32, 64, 128 or 256: n = 2048 ... 16384) is rotated in two register phases with one
