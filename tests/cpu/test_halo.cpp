@@ -9,7 +9,6 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
-#include "hadatrain/grad/halo_paley.h"
 #include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/grad/registry.h"
 #include "hadatrain/ops/ops.h"
@@ -128,38 +127,6 @@ TEST_CASE("halo: every Paley order is a Hadamard matrix and rotation sizes are t
   CHECK(halo_rotation_size(11008).n == 11264);  // Llama-2-7B's 172·64 is not built: padded to 44·256
   CHECK(halo_rotation_size(10).n == 12);
   CHECK_THROWS(halo_rotation_size(40000));
-}
-
-TEST_CASE("halo: the K×K stage multiplies by H_K, in the paired order for 28 and 36", "[halo]") {
-  // A rotation of size K (no power-of-two part) is the K×K stage alone: the identity's rows rotate to H_K's rows
-  // (forward, v·H_K) or columns (inverse, v·H_Kᵀ), exactly; a random row matches the f64 product. The orders 28 and
-  // 36 take Note [HALO paired K×K stage] (grad/halo_paley.h), the others the dense sum: the same matrix either way.
-  Generator gen(3);
-  for (int k : kHaloPaleyOrders) {
-    INFO("order " << k << (paley::pair_form(k) ? " (paired)" : ""));
-    const HaloRotation rot = halo_rotation_size(k);
-    REQUIRE(rot.n == k);
-    REQUIRE(rot.k == k);
-    const auto s = halo_hadamard_signs(k);
-    const auto h = [&](int r, int c) { return ((s[static_cast<std::size_t>(r)] >> c) & 1U) != 0 ? -1.0 : 1.0; };
-    std::vector<float> eye(static_cast<std::size_t>(k * k), 0.0f);
-    for (int i = 0; i < k; ++i) eye[static_cast<std::size_t>(i * k + i)] = 1.0f;
-    const Tensor id = from_vector(eye, {k, k});
-    const Mat fwd = rows_of(halo_rotate(id, {rot, HaloDirection::forward, k, 1.0f, DType::f32}));
-    const Mat inv = rows_of(halo_rotate(id, {rot, HaloDirection::inverse, k, 1.0f, DType::f32}));
-    int wrong = 0;
-    for (int r = 0; r < k; ++r)
-      for (int c = 0; c < k; ++c)
-        wrong += (fwd[r][c] != h(r, c)) + (inv[r][c] != h(c, r));
-    CHECK(wrong == 0);
-    const Tensor x = randn({4, k}, gen);
-    const Mat xr = rows_of(x), got = rows_of(halo_rotate(x, {rot, HaloDirection::forward, k, 1.0f, DType::f32}));
-    Mat want(4, std::vector<double>(static_cast<std::size_t>(k), 0.0));
-    for (int i = 0; i < 4; ++i)
-      for (int c = 0; c < k; ++c)
-        for (int r = 0; r < k; ++r) want[i][c] += xr[i][r] * h(r, c);
-    CHECK(rel_err(got, want) < 1e-6);
-  }
 }
 
 TEST_CASE("halo: a rotation and its inverse give n times the row, for padded and K·2^j sizes", "[halo]") {
