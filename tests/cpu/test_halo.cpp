@@ -129,6 +129,37 @@ TEST_CASE("halo: every Paley order is a Hadamard matrix and rotation sizes are t
   CHECK_THROWS(halo_rotation_size(40000));
 }
 
+TEST_CASE("halo: the K×K stage multiplies by H_K exactly", "[halo]") {
+  // A rotation of size K (no power-of-two part) is the K×K stage alone: the identity's rows rotate to H_K's rows
+  // (forward, v·H_K) or columns (inverse, v·H_Kᵀ), exactly; a random row matches the f64 product.
+  Generator gen(3);
+  for (int k : kHaloPaleyOrders) {
+    INFO("order " << k);
+    const HaloRotation rot = halo_rotation_size(k);
+    REQUIRE(rot.n == k);
+    REQUIRE(rot.k == k);
+    const auto s = halo_hadamard_signs(k);
+    const auto h = [&](int r, int c) { return ((s[static_cast<std::size_t>(r)] >> c) & 1U) != 0 ? -1.0 : 1.0; };
+    std::vector<float> eye(static_cast<std::size_t>(k * k), 0.0f);
+    for (int i = 0; i < k; ++i) eye[static_cast<std::size_t>(i * k + i)] = 1.0f;
+    const Tensor id = from_vector(eye, {k, k});
+    const Mat fwd = rows_of(halo_rotate(id, {rot, HaloDirection::forward, k, 1.0f, DType::f32}));
+    const Mat inv = rows_of(halo_rotate(id, {rot, HaloDirection::inverse, k, 1.0f, DType::f32}));
+    int wrong = 0;
+    for (int r = 0; r < k; ++r)
+      for (int c = 0; c < k; ++c)
+        wrong += (fwd[r][c] != h(r, c)) + (inv[r][c] != h(c, r));
+    CHECK(wrong == 0);
+    const Tensor x = randn({4, k}, gen);
+    const Mat xr = rows_of(x), got = rows_of(halo_rotate(x, {rot, HaloDirection::forward, k, 1.0f, DType::f32}));
+    Mat want(4, std::vector<double>(static_cast<std::size_t>(k), 0.0));
+    for (int i = 0; i < 4; ++i)
+      for (int c = 0; c < k; ++c)
+        for (int r = 0; r < k; ++r) want[i][c] += xr[i][r] * h(r, c);
+    CHECK(rel_err(got, want) < 1e-6);
+  }
+}
+
 TEST_CASE("halo: a rotation and its inverse give n times the row, for padded and K·2^j sizes", "[halo]") {
   Generator gen(1);
   for (int64_t c : {16, 10, 24, 56, 80, 60, 88, 120}) {
