@@ -6,8 +6,12 @@
 # data (loader and JPEG decode). BENCH_PIPELINES (default "exact") lists the pipelines of the train group;
 # BENCH_MODELS (MODEL:BATCH,...) narrows its models. hlq_conv (not in the default set): HLQ's convolution options
 # on ResNet training steps (the default low-precision conv products against their simulated forms, for
-# comparison only; acbp_conv input_map) and bench_kernels' hla block.
+# comparison only; acbp_conv input_map) and bench_kernels' hla block. llama and halo (not in the default set
+# either): the 1B LLaMA step per pipeline against our exact step (tools/bench/llama_steps.py: OUT/llama_steps.jsonl,
+# pipelines BENCH_LLAMA_PIPELINES, default halo0_fp8 halo1_fp8 halo2_fp8 hlq) and HALO per layer at the 8B and 1B
+# shapes (bench_halo: OUT/halo_8b.jsonl, OUT/halo_1b.jsonl), all records for the results page.
 # Results go to the results page: python3 tools/bench/results_page.py --merge OUT/steps.jsonl OUT/memory.jsonl
+# (and OUT/llama_steps.jsonl, OUT/halo_*.jsonl)
 # Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
 set -uo pipefail
 build=${1:?usage: run_benchmarks.sh BUILD_DIR OUT [group...]}
@@ -51,12 +55,20 @@ if has hlq_conv; then
   for p in exact hlq hlq_sim hlq_gx_sim hlq_gw_sim hlq_map; do run "bench_train_resnet34_${p}" "$build/tools/bench_train" resnet34 256 bf16 "$p"; done
   for p in exact hlq hlq_sim hlq_gx_sim hlq_gw_sim; do run "bench_train_resnet50_${p}" "$build/tools/bench_train" resnet50 128 bf16 "$p"; done
 fi
+if has llama; then
+  python3 tools/bench/llama_steps.py "$build" "$out/llama_steps.jsonl" ${BENCH_LLAMA_PIPELINES:-halo0_fp8 halo1_fp8 halo2_fp8 hlq} \
+    >"$out/llama_steps.txt" 2>&1 || echo "(llama_steps: no records; $out/llama_steps.jsonl.log)" >>"$out/llama_steps.txt"
+fi
+if has halo; then
+  "$build/tools/bench_halo" "" "" llama3_8b >"$out/halo_8b.jsonl" 2>"$out/halo_8b.txt" || echo "(exit $?)" >>"$out/halo_8b.txt"
+  "$build/tools/bench_halo" "" "halo2 fp8" llama32_1b >"$out/halo_1b.jsonl" 2>"$out/halo_1b.txt" || echo "(exit $?)" >>"$out/halo_1b.txt"
+fi
 if has data && [ -x "$build/tools/bench_data" ]; then
   run bench_data "$build/tools/bench_data"
 fi
 
 echo "== benchmark results (full logs in $out) =="
-cat "$out/peer_compare.txt" 2>/dev/null
+cat "$out/peer_compare.txt" "$out/llama_steps.txt" 2>/dev/null
 grep -h -E "^hadatrain " "$out"/bench_train*.txt 2>/dev/null
 grep -h -E "^layer|exact bf16|  hlq  " "$out/bench_grad.txt" 2>/dev/null  # the header and the exact / hlq rows
 exit 0
