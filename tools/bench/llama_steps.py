@@ -22,7 +22,6 @@ the lent GPU machine); the machine as peer_compare.py names it. Merge with:
                                        [--runs 2] [--timeout 600]
 """
 import argparse
-import datetime
 import json
 import os
 import re
@@ -31,7 +30,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from peer_compare import commit, machine, sh  # noqa: E402
+from peer_compare import record_fields, sh  # noqa: E402
 
 # bench_llama's report line (tools/bench/bench_llama.cpp, `report`)
 LINE = re.compile(r"^hadatrain (\S+) batch (\d+)x(\d+) (\S+), (eager|step graph): ([\d.]+) ms/step, (\d+) tok/s, "
@@ -79,12 +78,7 @@ def main():
     log = a.out + ".log"
     if os.path.exists(log):
         os.remove(log)
-    common = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": commit(),
-        "machine": machine(),
-        "command": " ".join(shlex.quote(c) for c in ["python3", "tools/bench/llama_steps.py"] + sys.argv[1:]),
-    }
+    common = record_fields("llama_steps.py")
     if common["commit"] == "unknown":
         print("llama_steps: no git tree and no $HADATRAIN_COMMIT: the records would say commit 'unknown', which "
               "results_page.py refuses", file=sys.stderr)

@@ -74,6 +74,17 @@ def machine():
     return f"{gpus}, {os.cpu_count()} CPU cores"
 
 
+def record_fields(script):
+    """The fields every results record has (docs/results/README.md) for a call of tools/bench/SCRIPT with this
+    process's arguments: today's date (UTC), the commit, the machine and the command."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "commit": commit(),
+        "machine": machine(),
+        "command": " ".join(shlex.quote(c) for c in ["python3", f"tools/bench/{script}"] + sys.argv[1:]),
+    }
+
+
 def ours(build, model, batch, pipeline, log, timeout):
     cmd = [os.path.join(build, "tools", "bench_train"), model, str(batch), "bf16", pipeline]
     rc, out = sh(cmd, log, timeout)
@@ -123,12 +134,7 @@ def main():
             ap.error(f"unknown PyTorch form '{f}' (eager, compile, graph)")
     os.makedirs(a.out, exist_ok=True)
     log = os.path.join(a.out, "peer_compare.log")
-    common = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": commit(),
-        "machine": machine(),
-        "command": " ".join(shlex.quote(c) for c in ["python3", "tools/bench/peer_compare.py"] + sys.argv[1:]),
-    }
+    common = record_fields("peer_compare.py")
     if common["commit"] == "unknown":
         print("peer_compare: no git tree and no $HADATRAIN_COMMIT: the records say commit 'unknown', which "
               "results_page.py refuses", file=sys.stderr)
