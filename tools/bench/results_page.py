@@ -83,6 +83,26 @@ def check(rec, where):
             fail(f"{where}: val_loss {rec['val_loss']} but {rec['metrics']} ends at {last}")
 
 
+def gpu(rec):
+    """The GPU a record's machine names ("NVIDIA H200" of "1x NVIDIA H200 (driver ...), 16 CPU cores")."""
+    m = re.match(r"\d+x (.+?)(?: \(|,|$)", rec["machine"])
+    return m.group(1) if m else rec["machine"]
+
+
+def one_gpu_per_table(recs, where):
+    """A kernels table compares its rows' figures, so each group's records must come from one GPU: a record from
+    another GPU names it in its group (`HALO per layer on an H100 (...)`). Fails naming the group and both GPUs."""
+    seen = {}
+    for r in recs:
+        if r["area"] != "kernels":
+            continue
+        g = seen.setdefault(r["group"], (gpu(r), r["name"]))
+        if g[0] != gpu(r):
+            fail(f"{where}: the kernels group {r['group']!r} holds '{g[1]}' from {g[0]} and '{r['name']}' from "
+                 f"{gpu(r)}: a table compares one GPU's figures; name the other GPU in its records' group "
+                 f"(e.g. 'HALO per layer on an H100 (...)')")
+
+
 def key(rec):
     return tuple(rec[k] for k in AREAS[rec["area"]][1])
 
@@ -118,6 +138,7 @@ def merge(files):
                 continue
             path = os.path.join(RESULTS, f"{area}.jsonl")
             keep = [r for r in load(area) if key(r) not in {key(a) for a in add}]
+            one_gpu_per_table(keep + add, f"merging {f}")
             with open(path, "w", encoding="utf-8") as out:
                 for r in keep + add:
                     out.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -719,6 +740,7 @@ bytes read and written over the time, over a same-dtype copy's bandwidth in the 
 def render():
     """{path: text} of the page and the files it links to that the records give."""
     data = {a: load(a) for a in AREAS}
+    one_gpu_per_table(data["kernels"], os.path.relpath(os.path.join(RESULTS, "kernels.jsonl"), ROOT))
     machines = {}
     for r in (r for recs in data.values() for r in recs):
         machines[r["machine"]] = machines.get(r["machine"], 0) + 1
