@@ -39,6 +39,13 @@ std::string same_codes(const HaloQuantized& gpu, const HaloQuantized& cpu) {
   return msg.empty() ? "" : "scale: " + msg;
 }
 
+// Whether the square row kernels take their rows in this process (test_gpu_halo_no_square sets
+// HADATRAIN_HALO_SQUARE=0, the one value that turns them off).
+bool square_kernels_on() {
+  const char* v = std::getenv("HADATRAIN_HALO_SQUARE");
+  return !(v != nullptr && std::string(v) == "0");
+}
+
 HaloOptions opts(int level, Carrier c) {
   HaloOptions o;
   o.level = level;
@@ -176,8 +183,7 @@ TEST_CASE("halo_rotate to bf16 on CUDA rounds ties, subnormals, overflow, Inf an
       const int64_t before = kernels::halo_square_launches();
       const Tensor cpu = halo_rotate(x, spec);
       CHECK(test::compare_bits(halo_rotate(x.to(kCuda), spec), cpu) == "");
-      const char* square_env = std::getenv("HADATRAIN_HALO_SQUARE");
-      const bool square = n == 4096 && cols == n && !(square_env != nullptr && std::string(square_env) == "0");
+      const bool square = n == 4096 && cols == n && square_kernels_on();
       CHECK(kernels::halo_square_launches() - before == (square ? 1 : 0));
     }
   }
@@ -228,8 +234,7 @@ TEST_CASE("rows of 2048 to 16384 go through the square kernels and give the CPU'
   // The launch counter shows which kernels ran (a fallback to the fast row kernels would hide a fault). Rows that
   // keep fewer columns or start off a 16-byte boundary take the fast row kernels (the tests above).
   // test_gpu_halo_no_square runs this with HADATRAIN_HALO_SQUARE=0: the same bits from the fast row kernels
-  const char* square_env = std::getenv("HADATRAIN_HALO_SQUARE");
-  const int64_t per_pass = square_env != nullptr && std::string(square_env) == "0" ? 0 : 1;
+  const int64_t per_pass = square_kernels_on() ? 1 : 0;
   uint64_t seed = 700;
   for (int64_t n : {2048, 4096, 8192, 16384}) {
     const HaloRotation rot = halo_rotation_size(n);

@@ -131,8 +131,7 @@ template <int K>
 __global__ void quantize_rotated_kernel(HaloRowsArgs a, HaloSigns s, uint8_t* codes, bool int8, const float* absmax,
                                         float* scale) {
   extern __shared__ float buf[];
-  const float m = *absmax, r = reciprocal_step(m, int8);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = scale_of(m, int8);
+  const auto [m, r] = quant_step(absmax, scale, int8);
   for (int64_t row = blockIdx.x; row < a.R; row += gridDim.x) {
     rotate_row<K>(buf, a, s, row);
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) codes[row * a.n + i] = code_of(buf[i], m, r, int8);
@@ -163,8 +162,7 @@ template <DType DT>
 __global__ void quantize_plain_kernel(HaloRowsArgs a, uint8_t* codes, bool int8, const float* absmax, float* scale,
                                       bool vec) {
   constexpr int V = Vec16<DT>::V;
-  const float m = *absmax, r = reciprocal_step(m, int8);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = scale_of(m, int8);
+  const auto [m, r] = quant_step(absmax, scale, int8);
   const int64_t count = a.R * a.C, groups = vec ? count / V : 0;
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
   for (int64_t g = tid; g < groups; g += step) {

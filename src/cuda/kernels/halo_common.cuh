@@ -20,22 +20,35 @@ namespace ht::kernels::halo_detail {
 // subnormals kept), in one instruction for a non-NaN t: cvt.rn.satfinite.e4m3x2.f32 (sm_89 and later) rounds the
 // same way, clamps ±inf and magnitudes beyond 448 to ±448 and keeps the sign of zero. A NaN keeps the software
 // encoding (sign | 0x7F) rather than the instruction's canonical NaN.
+// The e4m3 codes of t0 (low byte) and t1 by that instruction, one for both: e4m3_code's for non-NaN values; before
+// sm_89, the software encoder's.
+__device__ __forceinline__ unsigned short e4m3_pair(float t0, float t1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(t1), "f"(t0));  // the second source: low byte
+  return pair;
+#else
+  return static_cast<unsigned short>(detail::float_to_e4m3_bits(t0) | detail::float_to_e4m3_bits(t1) << 8);
+#endif
+}
+
 __device__ __forceinline__ uint8_t e4m3_code(float t) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if (!isnan(t)) {
-    unsigned short pair;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(t));  // t in the low byte
-    return static_cast<uint8_t>(pair & 0xffU);
-  }
+  if (!isnan(t)) return static_cast<uint8_t>(e4m3_pair(t, 0.0f) & 0xffU);
 #endif
   return detail::float_to_e4m3_bits(t);
+}
+
+// The int8 code of t = v·r: t clamped to ±127, rounded half to even (Note [HALO quantiser]).
+__device__ __forceinline__ uint8_t int8_code(float t) {
+  return static_cast<uint8_t>(static_cast<int8_t>(rintf(fminf(fmaxf(t, -127.0f), 127.0f))));
 }
 
 // The code of v (Note [HALO quantiser] in include/hadatrain/grad/pipeline_halo.h); m == 0 writes +0.
 __device__ __forceinline__ uint8_t code_of(float v, float m, float r, bool int8) {
   if (m == 0.0f) return 0;
   const float t = __fmul_rn(v, r);
-  if (int8) return static_cast<uint8_t>(static_cast<int8_t>(rintf(fminf(fmaxf(t, -127.0f), 127.0f))));
+  if (int8) return int8_code(t);
   return e4m3_code(t);
 }
 
@@ -56,16 +69,12 @@ __device__ __forceinline__ uint32_t codes4(const float* v, float m, float r) {
   if constexpr (I8) {
     uint32_t w = 0;
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      w |= uint32_t{static_cast<uint8_t>(static_cast<int8_t>(rintf(fminf(fmaxf(t[e], -127.0f), 127.0f))))} << (8 * e);
+    for (int e = 0; e < 4; ++e) w |= uint32_t{int8_code(t[e])} << (8 * e);
     return w;
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     if (!((t[0] != t[0]) | (t[1] != t[1]) | (t[2] != t[2]) | (t[3] != t[3]))) {  // setp.nan, two a pair
-      unsigned short lo, hi;  // the second source lands in the low byte
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(t[1]), "f"(t[0]));
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(t[3]), "f"(t[2]));
-      return uint32_t{lo} | uint32_t{hi} << 16;
+      return uint32_t{e4m3_pair(t[0], t[1])} | uint32_t{e4m3_pair(t[2], t[3])} << 16;
     }
 #endif
     return uint32_t{e4m3_code(t[0])} | uint32_t{e4m3_code(t[1])} << 8 | uint32_t{e4m3_code(t[2])} << 16 |
@@ -126,6 +135,17 @@ __device__ __forceinline__ float reciprocal_step(float m, bool int8) {
 }
 __device__ __forceinline__ float scale_of(float m, bool int8) {
   return m == 0.0f ? 0.0f : __fdiv_rn(m, int8 ? 127.0f : 448.0f);
+}
+
+// A quantise pass's start in a 1-D grid: the tensor's absmax m = *absmax and step r = reciprocal_step(m); the
+// first thread of CTA 0 writes *scale = scale_of(m).
+struct QuantStep {
+  float m, r;
+};
+__device__ __forceinline__ QuantStep quant_step(const float* absmax, float* scale, bool int8) {
+  const float m = *absmax, r = reciprocal_step(m, int8);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = scale_of(m, int8);
+  return {m, r};
 }
 
 // max over the block of v (every thread passes its own); the result in thread 0. It has a barrier and a static

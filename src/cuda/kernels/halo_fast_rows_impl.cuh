@@ -269,13 +269,13 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
   float m = 0.0f, r = 0.0f, mx = 0.0f, mx_plain = 0.0f;
   PlainSide<M, I8> plain{&mx_plain, o.codes_plain, 0.0f, 0.0f};
   if constexpr (M == Mode::quantize) {
-    m = *o.m;
-    r = reciprocal_step(m, I8);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale = scale_of(m, I8);
+    const QuantStep q = quant_step(o.m, o.scale, I8);
+    m = q.m;
+    r = q.r;
     if constexpr (Pair) {
-      plain.m = *o.m_plain;
-      plain.r = reciprocal_step(plain.m, I8);
-      if (blockIdx.x == 0 && threadIdx.x == 0) *o.scale_plain = scale_of(plain.m, I8);
+      const QuantStep p = quant_step(o.m_plain, o.scale_plain, I8);
+      plain.m = p.m;
+      plain.r = p.r;
     }
   }
   const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&

@@ -56,17 +56,15 @@ constinit LaunchCounter g_launches;  // halo_square_launches()
 using halo_fast::rows::Mode;
 using halo_fast::rows::Out;
 
-template <DType DT>
-constexpr int kInBytes = DT == DType::f32 ? 4 : 2;
 // 16-byte units of a thread's 64 input values
 template <DType DT>
-constexpr int kUnits = kV * kInBytes<DT> / 16;
+constexpr int kUnits = kV * Vec16<DT>::kBytes / 16;
 
 // Shared memory: the row as f32, the staged input row, the output row of the quantise or rotation pass.
 template <int N, DType DT, Mode M, DType OT>
 constexpr size_t smem_bytes() {
   const size_t out = M == Mode::quantize ? N : M == Mode::rotate ? size_t{N} * (OT == DType::f32 ? 4 : 2) : 0;
-  return size_t{N} * 4 + size_t{N} * kInBytes<DT> + out;
+  return size_t{N} * 4 + size_t{N} * Vec16<DT>::kBytes + out;
 }
 
 // The stages H0, 2·H0, ..., below HEnd of 64 registers: v[e] and v[e + h] for e without bit h.
@@ -84,7 +82,7 @@ __device__ __forceinline__ void stages(float (&v)[kV]) {
 template <int N, DType DT>
 __device__ __forceinline__ void stage_row(char* stage, const void* x, int64_t row) {
   constexpr int U = kUnits<DT>, S = N / kV;
-  const char* src = static_cast<const char*>(x) + row * (int64_t{N} * kInBytes<DT>);
+  const char* src = static_cast<const char*>(x) + row * (int64_t{N} * Vec16<DT>::kBytes);
 #pragma unroll
   for (int k = 0; k < U; ++k) {
     const int c = static_cast<int>(threadIdx.x) + S * k, u = c / U, q = c % U;
@@ -101,18 +99,18 @@ __global__ void __launch_bounds__(N / kV) square_kernel(HaloRowsArgs a, Out o) {
   extern __shared__ float4 square_smem[];
   float* const buf = reinterpret_cast<float*>(square_smem);
   char* const stage = reinterpret_cast<char*>(buf + N);
-  char* const outa = stage + N * kInBytes<DT>;
+  char* const outa = stage + N * Vec16<DT>::kBytes;
   constexpr int U = kUnits<DT>, VL = Vec16<DT>::V;
   const int t = static_cast<int>(threadIdx.x), sx = t & 7;
   float m = 0.0f, r = 0.0f, mx = 0.0f, m_plain = 0.0f, r_plain = 0.0f, mx_plain = 0.0f;
   if constexpr (M == Mode::quantize) {
-    m = *o.m;
-    r = reciprocal_step(m, I8);
-    if (blockIdx.x == 0 && t == 0) *o.scale = scale_of(m, I8);
+    const QuantStep q = quant_step(o.m, o.scale, I8);
+    m = q.m;
+    r = q.r;
     if constexpr (Pair) {
-      m_plain = *o.m_plain;
-      r_plain = reciprocal_step(m_plain, I8);
-      if (blockIdx.x == 0 && t == 0) *o.scale_plain = scale_of(m_plain, I8);
+      const QuantStep p = quant_step(o.m_plain, o.scale_plain, I8);
+      m_plain = p.m;
+      r_plain = p.r;
     }
   }
   // Note [HALO row order] (halo_fast.cu): the absmax pass takes the rows from the last to the first
@@ -189,23 +187,13 @@ __global__ void __launch_bounds__(N / kV) square_kernel(HaloRowsArgs a, Out o) {
           for (int w = 0; w < kV; ++w) oc[S * w] = 0;
         } else if constexpr (I8) {
 #pragma unroll
-          for (int w = 0; w < kV; ++w) {
-            const float c = fminf(fmaxf(__fmul_rn(v[w], r), -127.0f), 127.0f);
-            oc[S * w] = static_cast<uint8_t>(static_cast<int8_t>(rintf(c)));
-          }
+          for (int w = 0; w < kV; ++w) oc[S * w] = int8_code(__fmul_rn(v[w], r));
         } else {
 #pragma unroll
           for (int w = 0; w < kV; w += 2) {
-            const float t0 = __fmul_rn(v[w], r), t1 = __fmul_rn(v[w + 1], r);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-            unsigned short pair;  // t0's code in the low byte
-            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(t1), "f"(t0));
+            const unsigned short pair = e4m3_pair(__fmul_rn(v[w], r), __fmul_rn(v[w + 1], r));
             oc[S * w] = static_cast<uint8_t>(pair & 0xffU);
             oc[S * (w + 1)] = static_cast<uint8_t>(pair >> 8);
-#else
-            oc[S * w] = e4m3_code(t0);
-            oc[S * (w + 1)] = e4m3_code(t1);
-#endif
           }
         }
       } else if constexpr (OT == DType::f32) {
