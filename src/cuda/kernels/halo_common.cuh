@@ -147,6 +147,13 @@ __device__ __forceinline__ QuantStep quant_step(const float* absmax, float* scal
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale = scale_of(m, int8);
   return {m, r};
 }
+// The row kernels' quantise passes (outputs o: halo_fast::rows::Out): the rotated side's step (o.m, o.scale) and,
+// when Pair, the unrotated side's (o.m_plain, o.scale_plain; Note [HALO paired quantiser]); zeros otherwise.
+template <bool Pair, class O>
+__device__ __forceinline__ void quant_steps(const O& o, bool int8, QuantStep& rotated, QuantStep& plain) {
+  rotated = quant_step(o.m, o.scale, int8);
+  if constexpr (Pair) plain = quant_step(o.m_plain, o.scale_plain, int8);
+}
 
 // max over the block of v (every thread passes its own); the result in thread 0. It has a barrier and a static
 // scratch: every thread of the block calls it, once per kernel.

@@ -266,18 +266,11 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(HaloRowsArgs a, HaloSign
   extern __shared__ float4 smem[];
   const int n4 = static_cast<int>(a.n) / 4;
   const bool vec = a.C % Vec16<DT>::V == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  float m = 0.0f, r = 0.0f, mx = 0.0f, mx_plain = 0.0f;
-  PlainSide<M, I8> plain{&mx_plain, o.codes_plain, 0.0f, 0.0f};
-  if constexpr (M == Mode::quantize) {
-    const QuantStep q = quant_step(o.m, o.scale, I8);
-    m = q.m;
-    r = q.r;
-    if constexpr (Pair) {
-      const QuantStep p = quant_step(o.m_plain, o.scale_plain, I8);
-      plain.m = p.m;
-      plain.r = p.r;
-    }
-  }
+  float mx = 0.0f, mx_plain = 0.0f;
+  QuantStep q{0.0f, 0.0f}, qp{0.0f, 0.0f};
+  if constexpr (M == Mode::quantize) quant_steps<Pair>(o, I8, q, qp);
+  const float m = q.m, r = q.r;
+  const PlainSide<M, I8> plain{&mx_plain, o.codes_plain, qp.m, qp.r};
   const bool out_vec = M == Mode::rotate && o.cols % 4 == 0 &&
                        reinterpret_cast<uintptr_t>(o.out) % (o.out_dtype == DType::f32 ? 16 : 8) == 0;
   // Note [HALO row order] (halo_fast.cu): the absmax pass takes the rows from the last to the first

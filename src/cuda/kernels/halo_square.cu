@@ -102,17 +102,10 @@ __global__ void __launch_bounds__(N / kV) square_kernel(HaloRowsArgs a, Out o) {
   char* const outa = stage + N * Vec16<DT>::kBytes;
   constexpr int U = kUnits<DT>, VL = Vec16<DT>::V;
   const int t = static_cast<int>(threadIdx.x), sx = t & 7;
-  float m = 0.0f, r = 0.0f, mx = 0.0f, m_plain = 0.0f, r_plain = 0.0f, mx_plain = 0.0f;
-  if constexpr (M == Mode::quantize) {
-    const QuantStep q = quant_step(o.m, o.scale, I8);
-    m = q.m;
-    r = q.r;
-    if constexpr (Pair) {
-      const QuantStep p = quant_step(o.m_plain, o.scale_plain, I8);
-      m_plain = p.m;
-      r_plain = p.r;
-    }
-  }
+  float mx = 0.0f, mx_plain = 0.0f;
+  QuantStep q{0.0f, 0.0f}, qp{0.0f, 0.0f};
+  if constexpr (M == Mode::quantize) quant_steps<Pair>(o, I8, q, qp);
+  const float m = q.m, r = q.r, m_plain = qp.m, r_plain = qp.r;
   // Note [HALO row order] (halo_fast.cu): the absmax pass takes the rows from the last to the first
   constexpr bool kReverse = M == Mode::absmax;
   const auto row_at = [&](int64_t i) { return kReverse ? a.R - 1 - i : i; };
