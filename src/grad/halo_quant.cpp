@@ -34,6 +34,34 @@ void rotate_row(float* v, const HaloRotation& rot, const std::vector<uint64_t>& 
           v[seg + i + h] = a - b;
         }
   if (rot.k == 1) return;
+  if (paley::pair_form(rot.k)) {  // Note [HALO paired K×K stage] (grad/halo_paley.h)
+    const int half = rot.k / 2;
+    float ps[kHaloMaxK / 2], ms[kHaloMaxK / 2];
+    // H_K[2i][c] < 0, the sign of term i of output c
+    const auto neg = [&](int i, int c) { return ((signs[static_cast<std::size_t>(2 * i)] >> c) & 1U) != 0; };
+    for (int64_t p = 0; p < p_len; ++p) {
+      for (int i = 0; i < half; ++i) {
+        const float a = v[(2 * i) * p_len + p], b = v[(2 * i + 1) * p_len + p];
+        ps[i] = a + b;
+        ms[i] = a - b;
+      }
+      for (int j = 0; j < half; ++j)
+        for (int odd = 0; odd < 2; ++odd) {
+          const int c = 2 * j + odd;
+          float acc = 0.0f;
+          for (int i = 0; i < half; ++i) {
+            // the term's value and sign: t_j = m_j, t'_j = −p_j; off the diagonal ±p_i (even c) or ±m_i (odd c)
+            const float t = i == j ? (odd != 0 ? ps[i] : ms[i]) : (odd != 0 ? ms[i] : ps[i]);
+            const bool minus = i == j ? odd != 0 : neg(i, c);
+            if (i == 0) acc = minus ? -t : t;
+            else acc = minus ? acc - t : acc + t;
+          }
+          tmp[c] = acc;
+        }
+      for (int c = 0; c < rot.k; ++c) v[c * p_len + p] = tmp[c];
+    }
+    return;
+  }
   for (int64_t p = 0; p < p_len; ++p) {
     for (int i = 0; i < rot.k; ++i) {
       float acc = 0.0f;
@@ -82,6 +110,17 @@ std::vector<uint64_t> checked_rows(const std::array<uint64_t, K>& rows) {
   for (std::size_t i = 0; i < K; ++i)
     for (std::size_t j = 0; j < K; ++j) h[i][j] = (rows[i] >> j) & 1U ? -1 : 1;
   HT_ASSERT(paley::is_hadamard(h, static_cast<int>(K)), "halo: the Paley matrix of order {} is not a Hadamard matrix", K);
+  if (paley::pair_form(static_cast<int>(K))) {  // Note [HALO paired K×K stage]: blocks S_ij·B off the diagonal, D on it
+    for (std::size_t i = 0; i < K / 2; ++i)
+      for (std::size_t j = 0; j < K / 2; ++j) {
+        const int e = h[2 * i][2 * j];
+        const bool ok = i == j ? h[2 * i][2 * j] == 1 && h[2 * i][2 * j + 1] == -1 && h[2 * i + 1][2 * j] == -1 &&
+                                     h[2 * i + 1][2 * j + 1] == -1
+                               : h[2 * i][2 * j + 1] == e && h[2 * i + 1][2 * j] == e && h[2 * i + 1][2 * j + 1] == -e &&
+                                     h[2 * j][2 * i] == e;
+        HT_ASSERT(ok, "halo: the Paley matrix of order {} is not in the paired block form at block ({}, {})", K, i, j);
+      }
+  }
   return std::vector<uint64_t>(rows.begin(), rows.end());
 }
 

@@ -9,6 +9,7 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
+#include "hadatrain/grad/halo_paley.h"
 #include "hadatrain/grad/pipeline_halo.h"
 #include "hadatrain/grad/registry.h"
 #include "hadatrain/ops/ops.h"
@@ -129,12 +130,13 @@ TEST_CASE("halo: every Paley order is a Hadamard matrix and rotation sizes are t
   CHECK_THROWS(halo_rotation_size(40000));
 }
 
-TEST_CASE("halo: the K×K stage multiplies by H_K exactly", "[halo]") {
+TEST_CASE("halo: the K×K stage multiplies by H_K, in the paired order for 28 and 36", "[halo]") {
   // A rotation of size K (no power-of-two part) is the K×K stage alone: the identity's rows rotate to H_K's rows
-  // (forward, v·H_K) or columns (inverse, v·H_Kᵀ), exactly; a random row matches the f64 product.
+  // (forward, v·H_K) or columns (inverse, v·H_Kᵀ), exactly; a random row matches the f64 product. The orders 28 and
+  // 36 take Note [HALO paired K×K stage] (grad/halo_paley.h), the others the dense sum: the same matrix either way.
   Generator gen(3);
   for (int k : kHaloPaleyOrders) {
-    INFO("order " << k);
+    INFO("order " << k << (paley::pair_form(k) ? " (paired)" : ""));
     const HaloRotation rot = halo_rotation_size(k);
     REQUIRE(rot.n == k);
     REQUIRE(rot.k == k);

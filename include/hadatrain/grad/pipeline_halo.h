@@ -16,7 +16,9 @@
 //  1. on each run of 2^j values, the Sylvester butterfly of Note [Bit-identical quantisation] (grad/quant.h):
 //     for h = 1, 2, ..., 2^(j−1), every pair (a, b) = (v[i], v[i+h]) with (i / h) even becomes (a + b, a − b);
 //  2. for each p < 2^j, with u_k = v[k·2^j + p]: out_i = Σ_{k=0..K−1} ±u_k summed from 0.0f in k order, the
-//     sign H_K[k][i] (forward, v·H̃) or H_K[i][k] (inverse, v·H̃ᵀ). Skipped when K = 1.
+//     sign H_K[k][i] (forward, v·H̃) or H_K[i][k] (inverse, v·H̃ᵀ); for K = 28 and 36 (Paley II, symmetric) the
+//     pair sums and differences first and K/2 terms an output (Note [HALO paired K×K stage] in
+//     grad/halo_paley.h). Skipped when K = 1.
 // halo_rotation_size(n) is the smallest such size >= n: a dimension of another size is zero-padded and its
 // rotated-back result cropped (exact without quantisation; the reference rejects such sizes, §4 / §9).
 // The 1/n that makes the rotations orthonormal is applied once per product, in its scale (HaloProduct::mult).

@@ -90,6 +90,10 @@ __device__ void rotate_row(float* buf, const HaloRowsArgs& a, const HaloSigns& s
       float u[K];  // column p of the (K, P) view, in registers: the results can go straight back to buf
 #pragma unroll
       for (int k = 0; k < K; ++k) u[k] = buf[k * P + p];
+      if constexpr (grad::paley::pair_form(K)) {
+        paired_kk_column<K>(buf + p, P, u, s);
+        continue;
+      }
 #pragma unroll 1
       for (int i = 0; i < K; ++i) {
         float acc = 0.0f;

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/halo.cuh"
 #include "cuda/kernels/kernel_launch.cuh"
+#include "hadatrain/grad/halo_paley.h"
 #include "hadatrain/tensor/dtype_enum.h"
 #include "hadatrain/tensor/scalar_types.h"
 
@@ -127,6 +129,35 @@ __device__ __forceinline__ void butterfly(float& a, float& b) {
 __device__ __forceinline__ float shuffle_butterfly(float v, int d, float sign) {
   const float p = __shfl_xor_sync(0xffffffffU, v, d);
   return __fmaf_rn(v, sign, p);
+}
+
+// The K×K stage of a Paley II order (K = 28, 36) on one column u (u[k] = value k·stride of col), in the order of
+// Note [HALO paired K×K stage] (grad/halo_paley.h), the signs read from s at run time; output c to col[c·stride].
+// H_K is symmetric, so the direction does not matter. halo_fast_rows_impl.cuh has K = 28 with the signs folded in.
+template <int K>
+__device__ __forceinline__ void paired_kk_column(float* col, int stride, const float (&u)[K], const HaloSigns& s) {
+  static_assert(grad::paley::pair_form(K), "a Paley II order");
+  constexpr int kHalf = K / 2;
+  float ps[kHalf], ms[kHalf];
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    ps[i] = __fadd_rn(u[2 * i], u[2 * i + 1]);
+    ms[i] = __fsub_rn(u[2 * i], u[2 * i + 1]);
+  }
+#pragma unroll 1
+  for (int c = 0; c < K; ++c) {
+    const int j = c >> 1;
+    const bool odd = (c & 1) != 0;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+      const float t = i == j ? (odd ? ps[i] : ms[i]) : (odd ? ms[i] : ps[i]);
+      const bool minus = i == j ? odd : ((s.row[2 * i] >> c) & 1U) != 0;
+      if (i == 0) acc = minus ? -t : t;
+      else acc = minus ? __fsub_rn(acc, t) : __fadd_rn(acc, t);
+    }
+    col[c * stride] = acc;
+  }
 }
 
 // r = qmax / m (0 when m = 0), the quantiser's one f32 division per element's multiplier.

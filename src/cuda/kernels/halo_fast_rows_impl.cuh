@@ -98,6 +98,40 @@ __device__ __forceinline__ void folded_column(float* col, int P, const float* u,
   ((col[I * P] = folded_output<K, Inv, I>(u, std::make_integer_sequence<int, K>{})), ...);
 }
 
+// Note [HALO paired K×K stage] (grad/halo_paley.h) with the signs folded: term I of output C = 2J + Odd is m_J
+// (even) or −p_J (odd) on the diagonal, else ±p_I (even) or ±m_I (odd) with the sign of H_K[2I][C].
+template <int K, int J, bool Odd, int I>
+struct PairTerm {
+  static constexpr bool kDiag = I == J;
+  static constexpr bool kMinus = kDiag ? Odd : ((kPaley<K>[2 * I] >> (2 * J + (Odd ? 1 : 0))) & 1U) != 0;
+  __device__ __forceinline__ static float value(const float* ps, const float* ms) {
+    if constexpr (kDiag == Odd) return ps[I];  // off the diagonal and even, or on it and odd
+    else return ms[I];
+  }
+};
+
+template <int K, int J, bool Odd, int I0, int... I>
+__device__ __forceinline__ float pair_output(const float* ps, const float* ms, std::integer_sequence<int, I0, I...>) {
+  using T0 = PairTerm<K, J, Odd, I0>;
+  float acc = T0::kMinus ? -T0::value(ps, ms) : T0::value(ps, ms);  // t_0 itself (a negation is exact)
+  ((acc = signed_add<PairTerm<K, J, Odd, I>::kMinus>(acc, PairTerm<K, J, Odd, I>::value(ps, ms))), ...);
+  return acc;
+}
+
+template <int K, int... J>
+__device__ __forceinline__ void paired_column(float* col, int P, const float* u, std::integer_sequence<int, J...>) {
+  constexpr int kHalf = K / 2;
+  float ps[kHalf], ms[kHalf];
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    ps[i] = __fadd_rn(u[2 * i], u[2 * i + 1]);
+    ms[i] = __fsub_rn(u[2 * i], u[2 * i + 1]);
+  }
+  ((col[(2 * J) * P] = pair_output<K, J, false>(ps, ms, std::make_integer_sequence<int, kHalf>{}),
+    col[(2 * J + 1) * P] = pair_output<K, J, true>(ps, ms, std::make_integer_sequence<int, kHalf>{})),
+   ...);
+}
+
 // Columns p < P of buf (one per thread, strided by the block), each replaced by its K outputs. P is a multiple of
 // 512, so sw(k·P + p) = sw(p) + k·P (as in pass_b).
 template <int K, bool Inv>
@@ -107,7 +141,11 @@ __device__ __forceinline__ void kk_stage(float* buf, int P, const HaloSigns& s) 
     float u[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) u[k] = col[k * P];
-    if constexpr (K <= kMaxFoldedK) {
+    if constexpr (grad::paley::pair_form(K) && K <= kMaxFoldedK) {
+      paired_column<K>(col, P, u, std::make_integer_sequence<int, K / 2>{});
+    } else if constexpr (grad::paley::pair_form(K)) {
+      paired_kk_column<K>(col, P, u, s);
+    } else if constexpr (K <= kMaxFoldedK) {
       folded_column<K, Inv>(col, P, u, std::make_integer_sequence<int, K>{});
     } else {
 #pragma unroll 1
