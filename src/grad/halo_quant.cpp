@@ -22,7 +22,10 @@
 namespace ht::grad {
 namespace {
 
-// One row of n values rotated in place (Note [HALO rotations]); tmp holds K floats.
+// A NaN as CUDA's f32 arithmetic returns it for any NaN operand: 0x7FFFFFFF (Note [HALO rotations], NaN).
+float canonical_nan(float x) { return x != x ? detail::f32_from_bits(0x7FFFFFFFu) : x; }
+
+// One row of n values rotated in place (Note [HALO rotations]); tmp holds K floats. NaNs left as x86 makes them.
 void rotate_row(float* v, const HaloRotation& rot, const std::vector<uint64_t>& signs, HaloDirection dir, float* tmp) {
   const int64_t p_len = rot.n / rot.k;
   for (int64_t h = 1; h < p_len; h <<= 1)
@@ -172,7 +175,8 @@ Tensor halo_rotate(const Tensor& x, const HaloRotate& spec) {
     const float* src = xf.data<float>() + r * C;
     for (int64_t i = 0; i < rot.n; ++i) row[static_cast<std::size_t>(i)] = i < C ? src[i] : 0.0f;
     rotate_row(row.data(), rot, signs, spec.direction, tmp.data());
-    for (int64_t i = 0; i < spec.cols; ++i) of.data<float>()[r * spec.cols + i] = row[static_cast<std::size_t>(i)] * spec.mult;
+    for (int64_t i = 0; i < spec.cols; ++i)
+      of.data<float>()[r * spec.cols + i] = canonical_nan(row[static_cast<std::size_t>(i)]) * spec.mult;
   }
   return spec.out_dtype == DType::f32 ? of : of.to(spec.out_dtype);  // one RNE rounding of each f32 value
 }
@@ -192,7 +196,8 @@ Tensor halo_transpose(const Tensor& x) {
 
 namespace {
 
-// x (R, C) -> (R, n) f32 values, rotated at rotation.n (zero-padded) or as they are (n = C): the quantiser's v.
+// x (R, C) -> (R, n) f32 values, rotated at rotation.n (zero-padded) or as they are (n = C): the quantiser's v,
+// NaNs canonical.
 std::vector<float> quantizer_values(const Tensor& x, HaloRotation rotation, int64_t n) {
   const int64_t R = x.size(0), C = x.size(1);
   const Tensor xf = cpu_f32(x);
@@ -204,9 +209,10 @@ std::vector<float> quantizer_values(const Tensor& x, HaloRotation rotation, int6
       float* row = v.data() + r * n;
       for (int64_t i = 0; i < n; ++i) row[i] = i < C ? xf.data<float>()[r * C + i] : 0.0f;
       rotate_row(row, rotation, signs, HaloDirection::forward, tmp.data());
+      for (int64_t i = 0; i < n; ++i) row[i] = canonical_nan(row[i]);
     }
-  } else {
-    for (int64_t i = 0; i < R * n; ++i) v[static_cast<std::size_t>(i)] = xf.data<float>()[i];
+  } else {  // CUDA multiplies these by r, which makes a NaN canonical there too
+    for (int64_t i = 0; i < R * n; ++i) v[static_cast<std::size_t>(i)] = canonical_nan(xf.data<float>()[i]);
   }
   return v;
 }

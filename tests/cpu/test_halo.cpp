@@ -1,9 +1,11 @@
 // HALO (grad/pipeline_halo.h) on the CPU: the Hadamard matrices and rotations, the quantiser's definition, the
 // scaled products, the pipeline's three products exact with quantisation off, against an f64 oracle built from
 // the quantiser's own codes and scales with quantisation on, and its error against the exact products.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <limits>
 #include <vector>
 
 #include "support/catch.h"
@@ -159,6 +161,47 @@ TEST_CASE("halo: the K×K stage multiplies by H_K, in the paired order for 28 an
       for (int c = 0; c < k; ++c)
         for (int r = 0; r < k; ++r) want[i][c] += xr[i][r] * h(r, c);
     CHECK(rel_err(got, want) < 1e-6);
+  }
+}
+
+TEST_CASE("halo: a NaN out of a rotation or into the quantiser is the canonical NaN, whatever its sign", "[halo]") {
+  // Note [HALO rotations], NaN: CUDA's additions return 0x7FFFFFFF for any NaN operand; x86 keeps the sign of a
+  // NaN operand (a negated one in the paired K×K stage's first term too) and makes 0xFFC00000 of Inf − Inf.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n : {16, 28, 56, 36, 12}) {
+    const HaloRotation rot = halo_rotation_size(n);
+    std::vector<float> rows(static_cast<std::size_t>(3 * n), 1.0f);
+    rows[0] = -nan;                                                                   // a negative NaN
+    rows[static_cast<std::size_t>(n + 1)] = nan;                                      // a positive one
+    rows[static_cast<std::size_t>(2 * n)] = inf;                                      // Inf − Inf in the butterfly
+    rows[static_cast<std::size_t>(2 * n + (rot.k == 1 ? 1 : n / rot.k))] = -inf;     // or in the K×K stage
+    const Tensor x = from_vector(rows, {3, n});
+    for (HaloDirection d : {HaloDirection::forward, HaloDirection::inverse}) {
+      INFO("n " << n << " K " << rot.k << (d == HaloDirection::forward ? " forward" : " inverse"));
+      const Tensor r = halo_rotate(x, {rot, d, n, 0.5f, DType::f32});
+      const Tensor b = halo_rotate(x, {rot, d, n, 0.5f, DType::bf16});
+      std::array<int, 3> nans{};
+      int not_canonical = 0;
+      for (int64_t i = 0; i < 3 * n; ++i) {
+        const float e = r.data<float>()[i];
+        if (e != e) {
+          ++nans[static_cast<std::size_t>(i / n)];
+          not_canonical += detail::f32_bits(e) != 0x7FFFFFFFu || b.data<bf16>()[i].bits != 0x7FC0u;
+        }
+      }
+      // every output sums all of its row's inputs: rows 0 and 1 are all NaN; in row 2 the outputs where Inf and
+      // −Inf meet with the same sign are NaN, the others ±Inf
+      CHECK(nans[0] == n);
+      CHECK(nans[1] == n);
+      CHECK(nans[2] > 0);
+      CHECK(nans[2] < n);
+      CHECK(not_canonical == 0);
+    }
+    // the quantiser: rotated, and unrotated (CUDA multiplies the value by r): a NaN's e4m3 code is sign | 0x7F
+    for (HaloRotation q : {rot, HaloRotation{}}) {
+      const HaloQuantized c = halo_quantize(x, Carrier::fp8, q);
+      CHECK(static_cast<const uint8_t*>(c.codes.data_ptr())[0] == 0x7Fu);
+    }
   }
 }
 

@@ -157,16 +157,22 @@ TEST_CASE("halo_rotate on CUDA gives the CPU's values bit for bit", "[gpu][halo]
       }
 }
 
-TEST_CASE("halo_rotate to bf16 on CUDA rounds ties, subnormals, overflow, Inf and NaN as the CPU does", "[gpu][halo]") {
+TEST_CASE("halo_rotate on CUDA rounds to bf16 and keeps ties, subnormals, overflow, Inf and NaN as the CPU does",
+          "[gpu][halo]") {
   // Note [HALO bf16 pairs] (cuda/kernels/halo_common.cuh): the rotation passes round their bf16 outputs in pairs
   // with cvt.rn.bf16x2.f32 and re-encode a NaN as the CPU's encoder does. Row k holds v[k] and zeros, so with mult 1
   // every rotated value is exactly v[k] (the unnormalised Hadamard's entries are ±1, and x + 0 = x), and the
   // conversion sees v[k] itself: the f32 values at, just below and just above the midpoint between neighbouring
   // bf16 values (ties to even), bf16 subnormals, the largest finite bf16 and the tie above it (rounds to Inf), ±0,
-  // ±Inf and a NaN. Through the square kernel (4096), the fast K = 1 kernel (512, all columns and cropped: vector
-  // and element stores) and the fast K = 28 kernel (14336).
-  std::vector<float> v = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  // ±Inf and ±NaN (both come out as the canonical NaN: Note [HALO rotations], NaN; in the paired K×K stage of
+  // K = 28 the first term may be a negated NaN). Through the square kernel (4096), the fast K = 1 kernel (512, all
+  // columns and cropped: vector and element stores) and the fast K = 28 kernel (14336); bf16 and f32 outputs.
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN()};
   for (uint32_t c : {0x0000u, 0x0001u, 0x0002u, 0x003Fu, 0x0040u, 0x007Fu, 0x0080u, 0x0081u, 0x3F80u, 0x3F81u,
                      0x4000u, 0x7F00u, 0x7F7Eu, 0x7F7Fu})
     for (uint32_t low : {0x7FFFu, 0x8000u, 0x8001u})
@@ -177,15 +183,16 @@ TEST_CASE("halo_rotate to bf16 on CUDA rounds ties, subnormals, overflow, Inf an
     for (int64_t k = 0; k < R; ++k) rows[static_cast<std::size_t>(k * n)] = v[static_cast<std::size_t>(k)];
     const Tensor x = from_vector(rows, {R, n}, {DType::f32});
     const HaloRotation rot = halo_rotation_size(n);
-    for (int64_t cols : {rot.n, rot.n - 3}) {
-      INFO("n " << n << " K " << rot.k << " cols " << cols);
-      const HaloRotate spec{rot, HaloDirection::forward, cols, 1.0f, DType::bf16};
-      const int64_t before = kernels::halo_square_launches();
-      const Tensor cpu = halo_rotate(x, spec);
-      CHECK(test::compare_bits(halo_rotate(x.to(kCuda), spec), cpu) == "");
-      const bool square = n == 4096 && cols == n && square_kernels_on();
-      CHECK(kernels::halo_square_launches() - before == (square ? 1 : 0));
-    }
+    for (int64_t cols : {rot.n, rot.n - 3})
+      for (DType out : {DType::bf16, DType::f32}) {
+        INFO("n " << n << " K " << rot.k << " cols " << cols << " " << dtype_name(out));
+        const HaloRotate spec{rot, HaloDirection::forward, cols, 1.0f, out};
+        const int64_t before = kernels::halo_square_launches();
+        const Tensor cpu = halo_rotate(x, spec);
+        CHECK(test::compare_bits(halo_rotate(x.to(kCuda), spec), cpu) == "");
+        const bool square = n == 4096 && cols == n && square_kernels_on();
+        CHECK(kernels::halo_square_launches() - before == (square ? 1 : 0));
+      }
   }
 }
 
@@ -268,13 +275,14 @@ TEST_CASE("rows of 2048 to 16384 go through the square kernels and give the CPU'
             CHECK(kernels::halo_square_launches() - before == per_pass);
           }
       }
-    // rows holding a NaN: the absmax skips it, the row rotates to NaNs, both carriers encode them as the CPU does
-    // (positive NaNs only, as in the NaN test below)
+    // rows holding a NaN (one of them negative): the absmax skips it, the row rotates to NaNs, both carriers encode
+    // them as the CPU does (Note [HALO rotations], NaN)
     for (DType dt : {DType::bf16, DType::f32})
       for (Carrier c : {Carrier::int8, Carrier::fp8}) {
         Tensor x = test::random_input({6, n}, seed++, DType::f32, -3.0, 3.0);
         for (int64_t at : {2 * n + 5, 4 * n + n / 2 + 1, 5 * n + n - 1})
           x.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+        x.data<float>()[4 * n + n / 2 + 1] = -std::numeric_limits<float>::quiet_NaN();
         x = x.to(dt);
         INFO("NaN rows (6, " << n << ") " << dtype_name(dt) << (c == Carrier::int8 ? " int8" : " fp8"));
         const int64_t before = kernels::halo_square_launches();
@@ -308,13 +316,15 @@ TEST_CASE("halo_quantize_pair on CUDA gives the CPU's rotated and unrotated code
 TEST_CASE("the quantisers on CUDA give the CPU's codes for rows holding a NaN", "[gpu][halo]") {
   // Note [HALO codes by four]: a group of four values holding a NaN leaves the paired conversion for e4m3_code; the
   // absmax skips NaNs on both sides (fmax), a NaN row rotates to NaNs, and both carriers encode them as the CPU does.
-  // Positive NaNs only: CUDA's arithmetic returns its canonical (positive) NaN, x86 keeps the operand's sign.
+  // One NaN is negative: CUDA's arithmetic returns its canonical (positive) NaN for it, and the CPU reference
+  // replaces its NaNs by that one (Note [HALO rotations], NaN), so the codes' signs agree.
   uint64_t seed = 470;
   for (DType dt : {DType::bf16, DType::f32})
     for (Carrier carrier : {Carrier::int8, Carrier::fp8}) {
       Tensor x = test::random_input({6, 8192}, seed++, DType::f32, -3.0, 3.0);
       for (int64_t at : {int64_t{2} * 8192 + 5, int64_t{4} * 8192 + 4099, int64_t{4} * 8192 + 8191})
         x.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+      x.data<float>()[int64_t{2} * 8192 + 5] = -std::numeric_limits<float>::quiet_NaN();
       x = x.to(dt);
       const HaloRotation rot = halo_rotation_size(8192);
       INFO(dtype_name(dt) << (carrier == Carrier::int8 ? " int8" : " fp8"));

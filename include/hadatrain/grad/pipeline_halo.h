@@ -19,6 +19,10 @@
 //     sign H_K[k][i] (forward, v·H̃) or H_K[i][k] (inverse, v·H̃ᵀ); for K = 28 and 36 (Paley II, symmetric) the
 //     pair sums and differences first and K/2 terms an output (Note [HALO paired K×K stage] in
 //     grad/halo_paley.h). Skipped when K = 1.
+// NaN: a rotated value that is NaN is the canonical NaN 0x7FFFFFFF, whatever the NaN operands' signs. CUDA's f32
+// additions return it for any NaN operand; x86 keeps an operand's sign (and makes 0xFFC00000 of Inf − Inf), so the
+// CPU reference replaces its NaNs by it (and the quantiser's unrotated values', which CUDA multiplies by r). The
+// sign matters: it is in a bf16 output's bits and an e4m3 code's (sign | 0x7F).
 // halo_rotation_size(n) is the smallest such size >= n: a dimension of another size is zero-padded and its
 // rotated-back result cropped (exact without quantisation; the reference rejects such sizes, §4 / §9).
 // The 1/n that makes the rotations orthonormal is applied once per product, in its scale (HaloProduct::mult).
