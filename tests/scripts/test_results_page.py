@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/bench/results_page.py's merge on a scratch copy of the records: a kernels record replaces the one with its
-group and name, and a record from another GPU than its group's is refused (naming the group and both GPUs) and
-leaves the records as they were; the same record under a group that names its GPU merges."""
+group and name in its place (the file's order, and with it the page's, stays), new keys go last, and a record from
+another GPU than its group's is refused (naming the group and both GPUs) and leaves the records as they were; the
+same record under a group that names its GPU merges."""
 import json
 import os
 import shutil
@@ -57,9 +58,10 @@ def main():
               "the GPU named in the group merges")
         check(merge(d, [rec("HALO per layer (8B)", "up_proj, exact", 4.2, h200)]) is None, "the same GPU merges")
         recs = [json.loads(l) for l in open(kernels)]
-        up = [r for r in recs if r["name"] == "up_proj, exact"]
-        check(len(recs) == 3 and sorted(r["ours"] for r in up) == [4.0, 4.2],
-              f"a record replaces the one with its group and name: {recs}")
+        check([(r["group"], r["name"], r["ours"]) for r in recs] ==
+              [("HALO per layer (8B)", "up_proj, exact", 4.2), ("HALO per layer (8B)", "q_proj, exact", 1.1),
+               ("HALO per layer on an H100 (8B)", "up_proj, exact", 4.0)],
+              f"a record replaces the one with its group and name in its place, a new one goes last: {recs}")
     # the repository's records pass the rule (--check applies it too)
     results_page.RESULTS = os.path.join(ROOT, "docs", "results")
     results_page.one_gpu_per_table(results_page.load("kernels"), "docs/results/kernels.jsonl")

@@ -53,6 +53,7 @@
 #include "timing.h"
 
 using namespace ht;
+using ht::bench::command_line;
 using ht::bench::env_or;
 using ht::bench::shell_line;
 
@@ -307,8 +308,7 @@ int main(int argc, char** argv) {
   char date[16];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  std::string command = argv[0];
-  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+  const std::string command = command_line(argc, argv);
 
   const std::string preset = argc > 3 ? argv[3] : "llama3_8b";
   if (preset != "llama3_8b" && preset != "llama32_1b") {

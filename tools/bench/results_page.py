@@ -137,10 +137,13 @@ def merge(files):
             if not add:
                 continue
             path = os.path.join(RESULTS, f"{area}.jsonl")
-            keep = [r for r in load(area) if key(r) not in {key(a) for a in add}]
-            one_gpu_per_table(keep + add, f"merging {f}")
+            # a record takes the place of the one with its key, so that tables and rows keep their order on the
+            # page; records with new keys go last
+            fresh = {key(a): a for a in add}
+            merged = [fresh.pop(key(r), r) for r in load(area)] + list(fresh.values())
+            one_gpu_per_table(merged, f"merging {f}")
             with open(path, "w", encoding="utf-8") as out:
-                for r in keep + add:
+                for r in merged:
                     out.write(json.dumps(r, ensure_ascii=False) + "\n")
             print(f"{path}: {len(add)} record(s) merged")
 

@@ -2,7 +2,7 @@
 // runs of f, each between two CUDA events on the default stream (median_ms_on: on `stream`, for work issued
 // there, e.g. a step graph's replays), after `warmup` untimed runs and a device synchronisation (then
 // `after_warmup`, e.g. to reset the peak-memory counter); median_ms_prepared with untimed work before each run.
-// Also what a record names its run by: shell_line (a command's output, e.g. the commit) and env_or.
+// Also what a record names its run by: shell_line (a command's output, e.g. the commit), env_or and command_line.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -76,6 +76,29 @@ inline std::string shell_line(const char* cmd) {
 inline std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
+}
+
+// argv as a shell would read it back: an empty argument, or one with a character outside [A-Za-z0-9_./=:+,-], in
+// double quotes (with ", \, $ and ` escaped), so that `bench_halo "" "halo2 fp8"` is recorded as typed.
+inline std::string command_line(int argc, char** argv) {
+  std::string line;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool plain = !a.empty() && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                         "0123456789_./=:+,-") == std::string::npos;
+    if (i > 0) line += ' ';
+    if (plain) {
+      line += a;
+      continue;
+    }
+    line += '"';
+    for (char c : a) {
+      if (c == '"' || c == '\\' || c == '$' || c == '`') line += '\\';
+      line += c;
+    }
+    line += '"';
+  }
+  return line;
 }
 
 }  // namespace ht::bench
