@@ -2,15 +2,17 @@
 // instantiate rows::run<K> (halo_fast_k<K>.cu), one per rotation order K. Internal to src/cuda/kernels.
 //
 // Note [HALO folded K×K stage]
-// Phase C of Note [HALO fast rows] multiplies each column of K values by the K×K Hadamard matrix, each output
-// summed in the reference's k order: acc = 0, then acc ± u[k] for k = 0 ... K − 1, the sign from H_K. Read from a
+// Phase C of Note [HALO fast rows] multiplies each column of K values by the K×K Hadamard matrix in the reference's
+// order: acc = 0, then acc ± u[k] for k = 0 ... K − 1, the sign from H_K; for K = 28 and 36 the pair sums and
+// differences, then K/2 terms an output (Note [HALO paired K×K stage] in grad/halo_paley.h). Read from a
 // runtime table (HaloSigns), each term costs a shift, a test and a select beside its addition, several times the
 // addition itself. The matrices are fixed (grad/halo_paley.h computes them at compile time), so for K <=
 // kMaxFoldedK the signs are template arguments and each term is one __fadd_rn or __fsub_rn: the same operations in
-// the same order, hence the same bits. The larger orders (36, 44, 60: rotation sizes no LLaMA width needs; every
-// Llama-2/3 width is K = 1 or 28, Qwen2's 18944 pads to 20·1024) keep the runtime table, which holds their code size,
-// and with it the build time, to that of the loop: unrolled, K = 60 would be 3,600 additions in each of two
-// directions in each of the 15 kernel variants of its translation unit.
+// the same order, hence the same bits (folded_column; paired_column for K = 28). The larger orders (36, 44, 60:
+// rotation sizes no LLaMA width needs; every Llama-2/3 width is K = 1 or 28, Qwen2's 18944 pads to 20·1024) keep the
+// runtime table (36 in the paired order, paired_kk_column), which holds their code size, and with it the build time,
+// to that of the loop: unrolled, K = 60 would be 3,600 additions in each of two directions in each of the 15 kernel
+// variants of its translation unit.
 #pragma once
 #include <array>
 #include <type_traits>
