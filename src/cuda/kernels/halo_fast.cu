@@ -2,7 +2,8 @@
 // halo_fast_rows_impl.cuh, compiled once per rotation order K (halo_fast_k<K>.cu). Bit-identical to the CPU reference
 // (src/grad/halo_quant.cpp) and to the general kernels of halo.cu: every butterfly is the same f32 __fadd_rn /
 // __fsub_rn of the same pair (the shuffle stage's as a multiply-add by ±1, the same rounding: Note [HALO shuffle
-// stage] in halo_common.cuh), the K×K stage sums in the same k order, the quantiser is the same code_of.
+// stage] in halo_common.cuh), the K×K stage sums in the same order (for 28 and 36 Note [HALO paired K×K stage] in
+// grad/halo_paley.h), the quantiser is the same code_of.
 //
 // Note [HALO fast rows]
 // One CTA of 256 threads (128 for rows of at most 4096 values) per row at a time (grid-stride over rows), the row
