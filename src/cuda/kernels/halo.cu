@@ -92,17 +92,17 @@ __device__ void rotate_row(float* buf, const HaloRowsArgs& a, const HaloSigns& s
       for (int k = 0; k < K; ++k) u[k] = buf[k * P + p];
       if constexpr (grad::paley::pair_form(K)) {
         paired_kk_column<K>(buf + p, P, u, s);
-        continue;
-      }
+      } else {
 #pragma unroll 1
-      for (int i = 0; i < K; ++i) {
-        float acc = 0.0f;
+        for (int i = 0; i < K; ++i) {
+          float acc = 0.0f;
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const bool neg = a.inverse ? (s.row[i] >> k) & 1U : (s.row[k] >> i) & 1U;
-          acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
+          for (int k = 0; k < K; ++k) {
+            const bool neg = a.inverse ? (s.row[i] >> k) & 1U : (s.row[k] >> i) & 1U;
+            acc = neg ? __fsub_rn(acc, u[k]) : __fadd_rn(acc, u[k]);
+          }
+          buf[i * P + p] = acc;
         }
-        buf[i * P + p] = acc;
       }
     }
     __syncthreads();

@@ -131,6 +131,17 @@ __device__ __forceinline__ float shuffle_butterfly(float v, int d, float sign) {
   return __fmaf_rn(v, sign, p);
 }
 
+// The pair sums p_i = u_2i + u_2i+1 and differences m_i = u_2i − u_2i+1 (i < K/2) that Note [HALO paired K×K stage]
+// (grad/halo_paley.h) starts from.
+template <int K>
+__device__ __forceinline__ void pair_sums(const float* u, float (&ps)[K / 2], float (&ms)[K / 2]) {
+#pragma unroll
+  for (int i = 0; i < K / 2; ++i) {
+    ps[i] = __fadd_rn(u[2 * i], u[2 * i + 1]);
+    ms[i] = __fsub_rn(u[2 * i], u[2 * i + 1]);
+  }
+}
+
 // The K×K stage of a Paley II order (K = 28, 36) on one column u (u[k] = value k·stride of col), in the order of
 // Note [HALO paired K×K stage] (grad/halo_paley.h), the signs read from s at run time; output c to col[c·stride].
 // H_K is symmetric, so the direction does not matter. halo_fast_rows_impl.cuh has K = 28 with the signs folded in.
@@ -139,11 +150,7 @@ __device__ __forceinline__ void paired_kk_column(float* col, int stride, const f
   static_assert(grad::paley::pair_form(K), "a Paley II order");
   constexpr int kHalf = K / 2;
   float ps[kHalf], ms[kHalf];
-#pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    ps[i] = __fadd_rn(u[2 * i], u[2 * i + 1]);
-    ms[i] = __fsub_rn(u[2 * i], u[2 * i + 1]);
-  }
+  pair_sums<K>(u, ps, ms);
 #pragma unroll 1
   for (int c = 0; c < K; ++c) {
     const int j = c >> 1;

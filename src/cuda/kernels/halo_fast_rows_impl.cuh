@@ -124,11 +124,7 @@ template <int K, int... J>
 __device__ __forceinline__ void paired_column(float* col, int P, const float* u, std::integer_sequence<int, J...>) {
   constexpr int kHalf = K / 2;
   float ps[kHalf], ms[kHalf];
-#pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    ps[i] = __fadd_rn(u[2 * i], u[2 * i + 1]);
-    ms[i] = __fsub_rn(u[2 * i], u[2 * i + 1]);
-  }
+  pair_sums<K>(u, ps, ms);
   ((col[(2 * J) * P] = pair_output<K, J, false>(ps, ms, std::make_integer_sequence<int, kHalf>{}),
     col[(2 * J + 1) * P] = pair_output<K, J, true>(ps, ms, std::make_integer_sequence<int, kHalf>{})),
    ...);
