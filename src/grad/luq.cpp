@@ -42,8 +42,9 @@ Quantized luq_quantize(const Tensor& x, const LuqSpec& spec) {
   HT_CHECK(spec.noise.step_word == nullptr || x.is_cuda(),
            "luq_quantize: a device step word for the noise needs a CUDA input, got {}", x.describe());
   const detail::Groups groups = detail::groups_of(x, spec.granularity);
-  Quantized q{empty(x.shape(), {DType::f8e4m3, x.device()}), empty(groups.scale_shape, {DType::f32, x.device()}),
-              Tensor()};
+  Quantized q;
+  q.values = empty(x.shape(), {DType::f8e4m3, x.device()});
+  q.scale = empty(groups.scale_shape, {DType::f32, x.device()});
   if (x.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     cuda_ops::grad_luq(q, x, spec);

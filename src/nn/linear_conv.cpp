@@ -63,7 +63,7 @@ Tensor Linear::forward(const Tensor& x) {
   }
   // x itself is the output of an op that can rebuild it from what it keeps (Note [Rebuilt inputs]).
   if (auto fn = rebuilder_of(x))
-    info.rebuild = {std::move(fn), [s = x3.shape()](const Tensor& t) { return reshape(t, s); }};
+    info.rebuild = {std::move(fn), [s = x3.shape()](const Tensor& t) { return reshape(t, s); }, nullptr};
   const bool train = is_training();
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                train ? &grad_pipeline.saved_bytes : nullptr, grad_pipeline.recompute_output,
@@ -126,7 +126,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   info.grid_w = (xn.size(3) + 2 * options.padding - span) / options.stride + 1;
   // A batch norm's (or its channels-last reshape's) output, rebuilt in backward (Note [Rebuilt inputs]).
   if (auto fn = rebuilder_of(x))
-    info.rebuild = {std::move(fn), [nhwc](const Tensor& t) { return nhwc ? permute(t, {0, 3, 1, 2}) : t; }};
+    info.rebuild = {std::move(fn), [nhwc](const Tensor& t) { return nhwc ? permute(t, {0, 3, 1, 2}) : t; }, nullptr};
   const grad::ProductCall call{grad_pipeline.pipeline, info, grad_pipeline.key_now(),
                                is_training() ? &grad_pipeline.saved_bytes : nullptr};
   const Tensor y3 = grad::conv_product(xn, reshape(materialise(weight, x.dtype()), {O, -1}), u, call);  // (N, L, O)

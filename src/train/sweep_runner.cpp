@@ -134,7 +134,7 @@ std::string accuracy_records(const SweepPlan& plan, const std::vector<SweepRow>&
 }
 
 fs::path plot_script(const std::string& exe) {
-  for (const fs::path p : {fs::path("tools/plot_metrics.py"), fs::path(exe).parent_path() / "../../tools/plot_metrics.py"}) {
+  for (const fs::path& p : {fs::path("tools/plot_metrics.py"), fs::path(exe).parent_path() / "../../tools/plot_metrics.py"}) {
     std::error_code ec;
     if (fs::is_regular_file(p, ec)) return p;
   }
