@@ -134,7 +134,7 @@ SweepPlan load_sweep_plan(const std::string& path, const SweepPlanOptions& optio
         } else {
           run.values.emplace_back(axes[a].first, v);
         }
-        run.name += "-" + name_part(run.values.back().second);
+        run.name += fmt::format("-{}", name_part(run.values.back().second));
       }
       for (const std::string& o : overrides) run.overrides.push_back(substitute(o, plan));
       for (const auto& [k, v] : run.values)
@@ -262,7 +262,7 @@ std::string sweep_markdown(const SweepPlan& plan, const std::vector<SweepRow>& r
 std::string sweep_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows) {
   const auto keys = grid_keys(plan);
   std::string out = "run,stage";
-  for (const auto& k : keys) out += "," + csv_field(k);
+  for (const auto& k : keys) out += fmt::format(",{}", csv_field(k));
   // The language-model columns come before final_top1 so that the columns after it keep their places from the end
   // (tests/cli/check_transfer.cmake reads final_top1 counting from the end).
   out += ",status,epochs,steps,best_test_loss,final_ppl,final_top1,best_top1,final_test_loss,seconds,throughput,"
@@ -270,7 +270,7 @@ std::string sweep_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows) 
   auto num = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
   for (const SweepRow& r : rows) {
     out += csv_field(r.run) + "," + csv_field(r.stage);
-    for (const auto& k : keys) out += "," + csv_field(value_of(r, k));
+    for (const auto& k : keys) out += fmt::format(",{}", csv_field(value_of(r, k)));
     out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.epochs, r.steps,
                        num(r.best_test_loss), num(r.final_ppl), num(r.final_top1),
                        num(r.best_top1), num(r.final_test_loss), r.seconds, num(r.throughput), r.throughput_unit,

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "hadatrain/data/image_folder.h"
 #include "hadatrain/data/loader.h"
 #include "support/catch.h"
@@ -307,7 +309,7 @@ TEST_CASE("a flat folder with a list file (ImageNet val as distributed)", "[data
 TEST_CASE("a corrupt file inside a folder surfaces through the loader with its path", "[data][image][loader]") {
   TempDir tmp("loaderr");
   const auto bytes = encode_jpeg(Image::zeros(8, 8, 3, ImageLayout::hwc), {90, JpegColor::rgb});
-  for (int i = 0; i < 6; ++i) write_file(tmp.path / "c" / ("f" + std::to_string(i) + ".jpg"), bytes);
+  for (int i = 0; i < 6; ++i) write_file(tmp.path / "c" / fmt::format("f{}.jpg", i), bytes);
   write_file(tmp.path / "c/f3.jpg", std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() / 2)));
   auto ds = std::make_shared<const ImageFolder>(ImageFolderOptions{tmp.path});
   LoaderOptions o;

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cuda/kernels/halo.cuh"  // halo_square_launches
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline_halo.h"
@@ -399,10 +401,9 @@ std::string fp8_product_within_bound(const Tensor& gpu, const Tensor& cpu, const
       const double bound = s * static_cast<double>(K) * (std::ldexp(1.0, -12) + std::ldexp(1.0, -24)) * p +
                            out_rel * std::fabs(y) + 1e-30;
       if (!(std::fabs(v - y) <= bound) && ++bad <= 3)
-        msg += "[" + std::to_string(i) + ", " + std::to_string(j) + "] gpu " + std::to_string(v) + " cpu " +
-               std::to_string(y) + " bound " + std::to_string(bound) + "\n";
+        msg += fmt::format("[{}, {}] gpu {} cpu {} bound {}\n", i, j, v, y, bound);
     }
-  return bad == 0 ? "" : std::to_string(bad) + " elements beyond the accumulation bound:\n" + msg;
+  return bad == 0 ? "" : fmt::format("{} elements beyond the accumulation bound:\n{}", bad, msg);
 }
 
 }  // namespace
