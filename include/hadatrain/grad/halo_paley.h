@@ -65,9 +65,9 @@ constexpr Matrix matrix(int k) {
 //   out_2j+1   = Σ_i t'_i, t'_j = −p_j, t'_i = S_ij·m_i (i ≠ j)
 // with S_ij = H_K[2i][2j] = H_K[2i][2j + 1]. The K×K stage of those orders is computed so: the K/2 pair sums and
 // differences first, then each output as its K/2 terms summed in i order in f32, starting from t_0 itself (the
-// other orders start from 0.0f and add ±u_k, K terms). K + K·K/2 additions instead of K·K: 420 instead of 784 at
-// K = 28. The CPU reference (grad/halo_quant.cpp) and every CUDA kernel use this order for these K, so their bits
-// agree; pair_form(K) says which orders take it, and halo_hadamard_signs checks the block form of their tables.
+// other orders start from 0.0f and add ±u_k, K terms). K + K·(K/2 − 1) additions instead of K·K: 392 instead of
+// 784 at K = 28. The CPU reference (grad/halo_quant.cpp) and every CUDA kernel use this order for these K, so their
+// bits agree; pair_form(K) says which orders take it, and halo_hadamard_signs checks the block form of their tables.
 constexpr bool pair_form(int k) {
   const int q = k / 2 - 1;
   return k % 2 == 0 && is_prime(q) && q % 4 == 1 && !(is_prime(k - 1) && (k - 1) % 4 == 3);
