@@ -25,8 +25,9 @@ namespace {
 // A NaN as CUDA's f32 arithmetic returns it for any NaN operand: 0x7FFFFFFF (Note [HALO rotations], NaN).
 float canonical_nan(float x) { return x != x ? detail::f32_from_bits(0x7FFFFFFFu) : x; }
 
-// One row of n values rotated in place (Note [HALO rotations]); tmp holds K floats. NaNs left as x86 makes them.
-void rotate_row(float* v, const HaloRotation& rot, const std::vector<uint64_t>& signs, HaloDirection dir, float* tmp) {
+// The rotation's stages on one row of n values in place (Note [HALO rotations]); tmp holds K floats. NaNs are
+// left as x86 makes them: rotate_row canonicalises.
+void rotate_stages(float* v, const HaloRotation& rot, const std::vector<uint64_t>& signs, HaloDirection dir, float* tmp) {
   const int64_t p_len = rot.n / rot.k;
   for (int64_t h = 1; h < p_len; h <<= 1)
     for (int64_t seg = 0; seg < rot.n; seg += p_len)
@@ -78,6 +79,12 @@ void rotate_row(float* v, const HaloRotation& rot, const std::vector<uint64_t>& 
     }
     for (int i = 0; i < rot.k; ++i) v[i * p_len + p] = tmp[i];
   }
+}
+
+// One row of n values rotated in place (Note [HALO rotations]), NaNs canonical; tmp holds K floats.
+void rotate_row(float* v, const HaloRotation& rot, const std::vector<uint64_t>& signs, HaloDirection dir, float* tmp) {
+  rotate_stages(v, rot, signs, dir, tmp);
+  for (int64_t i = 0; i < rot.n; ++i) v[i] = canonical_nan(v[i]);
 }
 
 // x (R, C) as contiguous f32 on the CPU.
@@ -176,7 +183,7 @@ Tensor halo_rotate(const Tensor& x, const HaloRotate& spec) {
     for (int64_t i = 0; i < rot.n; ++i) row[static_cast<std::size_t>(i)] = i < C ? src[i] : 0.0f;
     rotate_row(row.data(), rot, signs, spec.direction, tmp.data());
     for (int64_t i = 0; i < spec.cols; ++i)
-      of.data<float>()[r * spec.cols + i] = canonical_nan(row[static_cast<std::size_t>(i)]) * spec.mult;
+      of.data<float>()[r * spec.cols + i] = row[static_cast<std::size_t>(i)] * spec.mult;
   }
   return spec.out_dtype == DType::f32 ? of : of.to(spec.out_dtype);  // one RNE rounding of each f32 value
 }
@@ -209,7 +216,6 @@ std::vector<float> quantizer_values(const Tensor& x, HaloRotation rotation, int6
       float* row = v.data() + r * n;
       for (int64_t i = 0; i < n; ++i) row[i] = i < C ? xf.data<float>()[r * C + i] : 0.0f;
       rotate_row(row, rotation, signs, HaloDirection::forward, tmp.data());
-      for (int64_t i = 0; i < n; ++i) row[i] = canonical_nan(row[i]);
     }
   } else {  // CUDA multiplies these by r, which makes a NaN canonical there too
     for (int64_t i = 0; i < R * n; ++i) v[static_cast<std::size_t>(i)] = canonical_nan(xf.data<float>()[i]);
