@@ -44,24 +44,13 @@ struct ConvCase {
 };
 
 std::vector<ConvCase> conv_cases() {
-  std::vector<ConvCase> cs;
-  Conv2dParams p;
-  p.stride_h = p.stride_w = 2;
-  p.pad_h = p.pad_w = 1;
-  cs.push_back({"3x3 stride 2 pad 1", 2, 3, 7, 6, 5, 3, p, true});
-  p = {};
-  p.groups = 2;
-  p.pad_h = 1;
-  cs.push_back({"groups 2, pad (1, 0)", 2, 4, 5, 6, 6, 3, p, true});
-  p = {};
-  cs.push_back({"1x1", 3, 5, 4, 3, 7, 1, p, false});
-  p = {};
-  p.dilation_h = 2;
-  p.dilation_w = 2;
-  p.pad_h = p.pad_w = 2;
-  p.stride_w = 2;
-  cs.push_back({"dilation 2, stride (1, 2)", 1, 3, 8, 9, 4, 3, p, true});
-  return cs;
+  return {
+      {"3x3 stride 2 pad 1", 2, 3, 7, 6, 5, 3, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, true},
+      {"groups 2, pad (1, 0)", 2, 4, 5, 6, 6, 3, {.pad_h = 1, .groups = 2}, true},
+      {"1x1", 3, 5, 4, 3, 7, 1, {}, false},
+      {"dilation 2, stride (1, 2)", 1, 3, 8, 9, 4, 3,
+       {.stride_w = 2, .pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2}, true},
+  };
 }
 
 }  // namespace

@@ -113,6 +113,7 @@ class LlamaAttention : public nn::Module {
  public:
   LlamaAttention(const LlamaConfig& c, int64_t layer, const std::string& prefix, const LinearFactory& make);
   std::string type_name() const override { return "LlamaAttention"; }
+  using nn::Module::forward;  // the single-input call throws: attention needs the context
   Tensor forward(const Tensor& x, const LlamaBlockContext& ctx);  // (B, T, H) -> (B, T, H)
   std::shared_ptr<nn::Linear> q_proj, k_proj, v_proj, o_proj;
 
