@@ -21,6 +21,7 @@ import results_page  # noqa: E402  (its record check: what --merge accepts)
 FAKE = r'''#!/usr/bin/env python3
 import os, sys
 preset, batch, seq, pipeline = sys.argv[1:5]
+lora = " lora" if sys.argv[5:] == ["--lora"] else ""
 calls = os.environ["CALLS"]
 k = (int(open(calls).read()) if os.path.exists(calls) else 0) + 1
 open(calls, "w").write(str(k))
@@ -32,12 +33,12 @@ base = {"exact": 270.0, "halo2_fp8": 280.0, "hlq": 250.0}[pipeline]
 ms = base + k
 tok = int(batch) * int(seq) / ms * 1000.0
 print(f"bench_llama: {preset}, 1.236 B parameters, 1.236 B trainable")
-print(f"hadatrain {preset} batch {batch}x{seq} {pipeline}, eager: {ms + 1:.2f} ms/step, {tok:.0f} tok/s, "
+print(f"hadatrain {preset} batch {batch}x{seq} {pipeline}{lora}, eager: {ms + 1:.2f} ms/step, {tok:.0f} tok/s, "
       f"MFU {0.5 + k / 1000:.3f}, peak allocated {44 + k:.2f} GiB")
 if os.environ.get("NO_GRAPH_AT") == str(k):
     print("  step graph: not used: a host synchronisation while recording")
     sys.exit(0)
-print(f"hadatrain {preset} batch {batch}x{seq} {pipeline}, step graph: {ms:.2f} ms/step, {tok:.0f} tok/s, "
+print(f"hadatrain {preset} batch {batch}x{seq} {pipeline}{lora}, step graph: {ms:.2f} ms/step, {tok:.0f} tok/s, "
       f"MFU {0.5 + k / 1000:.3f}, peak allocated {40 + k:.2f} GiB")
 '''
 
@@ -93,6 +94,15 @@ def main():
                   f"command {r['command']}")
             check(len(r["processes"]) == 2 and r["processes"][0].endswith("bench_llama llama32_1b 8 2048 exact"),
                   f"processes {r['processes']}")
+
+        rc, out, order, recs = run(d, "halo2_fp8", "--preset", "llama3_8b", "--batch", "4", "--lora", "--runs", "1")
+        check(rc == 0 and recs is not None and len(recs) == 1, f"--lora: exit {rc}: {out}")
+        r = recs[0]
+        results_page.check(r, "llama_steps --lora record")
+        check(r["model"] == "llama3_8b_lora" and r["batch"] == 4 and r["exact_ms"] == 271.0 and r["ours_ms"] == 282.0,
+              f"--lora record {r}")
+        check(r["processes"] == [f"{d}/build/tools/bench_llama llama3_8b 4 2048 exact --lora",
+                                 f"{d}/build/tools/bench_llama llama3_8b 4 2048 halo2_fp8 --lora"], f"{r['processes']}")
 
         rc, out, order, recs = run(d, "halo2_fp8", "--runs", "2", FAIL_AT="3")
         check(rc == 1 and recs is None and "exit 3" in out, f"a failing process: exit {rc}, {recs}, {out}")

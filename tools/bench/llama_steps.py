@@ -2,9 +2,10 @@
 """Our LLaMA training step per gradient pipeline against our exact step, in one call on one GPU.
 
 The rows of the results page's "Gradient pipelines: step time against our exact step" for LLaMA. For each of RUNS
-rounds it runs BUILD_DIR/tools/bench_llama PRESET BATCH SEQ P for exact and then for each PIPELINE, each in its own
-process, so exact and the pipelines alternate. Each process prints an eager and a step-graph line
-(tools/bench/bench_llama.cpp). OUT (a JSON-lines file, replaced) gets one `steps` record per pipeline:
+rounds it runs BUILD_DIR/tools/bench_llama PRESET BATCH SEQ P [--lora] for exact and then for each PIPELINE, each in
+its own process, so exact and the pipelines alternate. With --lora every process trains bench_llama's LoRA set-up
+(rank 16 on q, k, v, o; the base frozen in bf16) and the records' model is PRESET_lora. Each process prints an eager
+and a step-graph line (tools/bench/bench_llama.cpp). OUT (a JSON-lines file, replaced) gets one `steps` record per pipeline:
   ours_ms                  the mean over the rounds of the step graph's ms/step (ours_form: step graph)
   ours_eager_ms            the mean of the eager step's
   ours_tok_per_s, ours_mfu the step graph's, from those means (tokens per step / ours_ms; the mean MFU)
@@ -19,7 +20,7 @@ The commit is `git describe --always --dirty` of the tree, or $HADATRAIN_COMMIT 
 the lent GPU machine); the machine as peer_compare.py names it. Merge with:
     python3 tools/bench/results_page.py --merge OUT
     python3 tools/bench/llama_steps.py BUILD_DIR OUT PIPELINE... [--preset llama32_1b] [--batch 8] [--seq 2048]
-                                       [--runs 2] [--timeout 600]
+                                       [--lora] [--runs 2] [--timeout 600]
 """
 import argparse
 import json
@@ -33,16 +34,18 @@ sys.path.insert(0, HERE)
 from peer_compare import record_fields, sh  # noqa: E402
 
 # bench_llama's report line (tools/bench/bench_llama.cpp, `report`)
-LINE = re.compile(r"^hadatrain (\S+) batch (\d+)x(\d+) (\S+), (eager|step graph): ([\d.]+) ms/step, (\d+) tok/s, "
-                  r"MFU ([\d.]+), peak allocated ([\d.]+) GiB$", re.M)
+LINE = re.compile(r"^hadatrain (?P<preset>\S+) batch (\d+)x(\d+) (?P<pipeline>\S+)(?P<lora> lora)?, "
+                  r"(?P<form>eager|step graph): (?P<ms>[\d.]+) ms/step, (\d+) tok/s, "
+                  r"MFU (?P<mfu>[\d.]+), peak allocated (?P<gib>[\d.]+) GiB$", re.M)
 NOT_USED = re.compile(r"step graph: not used: (.*)$", re.M)
 
 
-def one_run(build, preset, batch, seq, pipeline, log, timeout):
+def one_run(build, preset, batch, seq, pipeline, lora, log, timeout):
     """bench_llama's eager and step-graph figures for one process: (dict, command) or raises RuntimeError."""
     cmd = [os.path.join(build, "tools", "bench_llama"), preset, str(batch), str(seq), pipeline]
+    cmd += ["--lora"] if lora else []
     rc, out = sh(cmd, log, timeout)
-    lines = {m.group(5): m for m in LINE.finditer(out) if m.group(4) == pipeline}
+    lines = {m["form"]: m for m in LINE.finditer(out) if m["pipeline"] == pipeline and bool(m["lora"]) == lora}
     if rc != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {rc} (output in the log)")
     if "step graph" not in lines:
@@ -51,8 +54,7 @@ def one_run(build, preset, batch, seq, pipeline, log, timeout):
     if "eager" not in lines:
         raise RuntimeError(f"{' '.join(cmd)}: no eager line")
     g, e = lines["step graph"], lines["eager"]
-    return {"ms": float(g.group(6)), "mfu": float(g.group(8)), "gib": float(g.group(9)),
-            "eager_ms": float(e.group(6))}, cmd
+    return {"ms": float(g["ms"]), "mfu": float(g["mfu"]), "gib": float(g["gib"]), "eager_ms": float(e["ms"])}, cmd
 
 
 def mean(xs):
@@ -67,6 +69,7 @@ def main():
     ap.add_argument("--preset", default="llama32_1b")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--lora", action="store_true", help="bench_llama's LoRA set-up in every process")
     ap.add_argument("--runs", type=int, default=2, help="rounds of exact and every pipeline (default %(default)s)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per process")
     a = ap.parse_args()
@@ -88,7 +91,7 @@ def main():
     try:
         for r in range(a.runs):
             for p in order:
-                res, cmd = one_run(a.build, a.preset, a.batch, a.seq, p, log, a.timeout)
+                res, cmd = one_run(a.build, a.preset, a.batch, a.seq, p, a.lora, log, a.timeout)
                 runs[p].append(res)
                 cmds[p] = " ".join(shlex.quote(c) for c in cmd)
                 print(f"round {r + 1}/{a.runs} {p}: step graph {res['ms']:.2f} ms, eager {res['eager_ms']:.2f} ms",
@@ -101,7 +104,8 @@ def main():
     records = []
     for p in order[1:]:
         ms = mean([x["ms"] for x in runs[p]])
-        rec = {"area": "steps", "model": a.preset, "batch": a.batch, "seq": a.seq, "dtype": "bf16", "pipeline": p,
+        rec = {"area": "steps", "model": a.preset + ("_lora" if a.lora else ""), "batch": a.batch, "seq": a.seq,
+               "dtype": "bf16", "pipeline": p,
                "ours_ms": round(ms, 2), "ours_form": "step graph",
                "ours_eager_ms": round(mean([x["eager_ms"] for x in runs[p]]), 2),
                "ours_peak_allocated_gib": max(x["gib"] for x in runs[p]),
