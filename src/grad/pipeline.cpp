@@ -227,6 +227,8 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const 
   const bool grad = needs_grad({&x, &w, &bias});
   ProductInfo info = call.info;
   info.bias = bias.defined() ? bias.detach() : Tensor();
+  info.x_grad = needs_grad({&x});
+  info.w_grad = needs_grad({&w});
   // The node may rebuild x to rebuild y; the pipeline's copy of info.rebuild then takes that x (Note [Recomputed
   // outputs]). Set before the pipeline's forward copies it.
   if (grad && call.recompute_output && info.rebuild) info.rebuild.left = std::make_shared<Tensor>();
@@ -259,6 +261,8 @@ Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& 
   c.info.grid_w = grid.w;
   c.info.image = image.detach();
   c.info.window = window;
+  c.info.x_grad = needs_grad({&image});
+  c.info.w_grad = needs_grad({&w});
   const bool grad = needs_grad({&image, &w});
   ForwardResult r;
   {

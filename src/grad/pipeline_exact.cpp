@@ -23,10 +23,10 @@ class ExactPipeline final : public Pipeline {
     ForwardResult r;
     r.y = forward_product(x, w, info);  // (B, L, O)
     if (save == SaveForBackward::yes) {
-      auto s = std::make_unique<ExactSaved>();
-      s->x = SavedTensor(x);
-      s->w = w;
-      s->bytes = tensor_bytes(x);
+      auto s = std::make_unique<ExactSaved>();  // Note [What a product keeps] (grad/pipeline.h)
+      if (info.w_grad) s->x = SavedTensor(x);
+      if (info.x_grad) s->w = w;
+      s->bytes = info.w_grad ? tensor_bytes(x) : 0;
       r.saved = std::move(s);
     }
     return r;

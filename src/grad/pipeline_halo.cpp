@@ -114,9 +114,11 @@ class HaloPipeline final : public Pipeline {
     r.y = reshape(y, {B, L, O});
     if (save == SaveForBackward::yes) {
       auto s = std::make_unique<HaloSaved>();
+      // Note [What a product keeps] (grad/pipeline.h): Q(x·H̃)ᵀ only for g_w, Q(W·H̃)ᵀ only for g_x (LoRA's frozen
+      // base keeps only the latter)
       halo_phase("fwd save Q(x·H)ᵀ, Q(W·H)ᵀ (transposes)");
-      s->xt = qx.transposed();
-      s->wt = qw.transposed();
+      if (info.w_grad) s->xt = qx.transposed();
+      if (info.x_grad) s->wt = qw.transposed();
       s->B = B, s->L = L, s->I = I, s->O = O;
       s->x_dtype = x.dtype();
       s->w_dtype = w.dtype();
@@ -129,6 +131,8 @@ class HaloPipeline final : public Pipeline {
 
   Grads backward(SavedState& saved, const Tensor& g_y, Wanted wanted) override {
     auto& s = static_cast<HaloSaved&>(saved);
+    HT_ASSERT((!wanted.w || s.xt.v.defined()) && (!wanted.x || s.wt.v.defined()),
+              "halo: backward asked for a gradient its forward was told it would not need");
     const int64_t T = s.B * s.L;
     const HaloRotation rot_in = in_rotation(s.I);
     const Tensor e = reshape(g_y, {T, s.O});  // (T, O)

@@ -138,7 +138,8 @@ class HlqPipeline final : public Pipeline {
     mark_phase(nullptr);
     if (save == SaveForBackward::no) return r;
     auto s = new_saved(w, x.dtype(), x.size(1), key);
-    if (!s->later.defer(x, info.rebuild, later_allowed())) {
+    // ACBP serves g_w only: a frozen weight's product keeps no x (Note [What a product keeps] in grad/pipeline.h)
+    if (info.w_grad && !s->later.defer(x, info.rebuild, later_allowed())) {
       PhaseScope phase("forward: ACBP (project, quantise x)");
       s->bytes = save_input(*s, x);
     }
@@ -169,7 +170,7 @@ class HlqPipeline final : public Pipeline {
     s->conv.grid_h = info.grid_h;
     s->conv.grid_w = info.grid_w;
     s->conv.window = info.window;
-    if (!s->later.defer(image, info.rebuild, later_allowed())) {
+    if (info.w_grad && !s->later.defer(image, info.rebuild, later_allowed())) {
       PhaseScope phase("forward: ACBP (project, quantise x)");
       s->bytes = save_input(*s, image);
     }

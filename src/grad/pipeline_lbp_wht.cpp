@@ -94,6 +94,7 @@ struct LbpSaved final : SavedState {
   Tensor xp;       // (r·B·P, I) coefficients, x's dtype (a valid grid)
   SavedTensor x;   // the whole x when the layer runs exact (counted: Note [Shared saved inputs])
   Tensor x_extra;  // (B, E, I)
+  int64_t I = 0;
 };
 
 class LbpWhtPipeline final : public Pipeline {
@@ -131,8 +132,7 @@ class LbpWhtPipeline final : public Pipeline {
       if (wanted.w) g.w = exact_grad_w(g_y, s.x.get());
       return g;
     }
-    const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), E = s.grid.extra;
-    const int64_t I = s.xp.size(1);
+    const int64_t B = g_y.size(0), L = g_y.size(1), O = g_y.size(2), E = s.grid.extra, I = s.I;
     // Note [LBP-WHT products]: the two large products (g_w, and g_p·W for g_x) run in the compute dtype with fp32
     // accumulation and f32 results (matmul_f32: tensor cores for bf16), as exact's do; g_p is rounded once to the
     // compute dtype (f32 products made a ViT-S/4 step four times slower than exact's).
@@ -163,6 +163,8 @@ class LbpWhtPipeline final : public Pipeline {
     s->w = w;
     s->x_dtype = x.dtype();
     s->grid = grid_of(x.size(1), info);
+    s->I = x.size(2);
+    if (!info.w_grad) return s;  // x serves g_w only (Note [What a product keeps] in grad/pipeline.h)
     if (!s->grid.valid()) {
       s->x = SavedTensor(x);  // exact fallback
       s->bytes = tensor_bytes(x);

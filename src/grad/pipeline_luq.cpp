@@ -112,7 +112,8 @@ class LuqPipeline final : public Pipeline {
     s->x_dtype = in.dtype();
     s->key = key;
     s->window = window;
-    if (!s->later.defer(in, info.rebuild, {})) {
+    // x's codes serve g_w only (Note [What a product keeps] in grad/pipeline.h)
+    if (info.w_grad && !s->later.defer(in, info.rebuild, {})) {
       const Quantized qx = quantize_input(*s, in);
       s->xq = o_.x_bits <= 4 ? pack_int4_any(qx.values) : qx.values;
       s->xs = qx.scale;

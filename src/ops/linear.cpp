@@ -76,23 +76,27 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return reshape(y, out_shape);
 }
 
+// Keeps x only for g_W and W only for g_x: a frozen weight's layer (LoRA's base, a frozen projection) keeps no
+// input, so an activation no other op keeps is freed after the forward (Note [What a product keeps] in
+// grad/pipeline.h). Which gradients can be asked for is fixed when the node is connected (its edges).
 class LinearBackward final : public Node {
  public:
-  LinearBackward(const Tensor& x, const Tensor& w) {
-    save(x);
-    save(w);
+  LinearBackward(const Tensor& x, const Tensor& w, bool x_grad, bool w_grad) : x_shape_(x.shape()) {
+    save(w_grad ? x : Tensor());
+    save(x_grad ? w : Tensor());
   }
   std::string name() const override { return "LinearBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    const Tensor& x = saved(0);  // (..., in)
-    const Tensor& w = saved(1);  // (out, in)
     const Tensor g2 = as_rows(grads[0]);  // (R, out)
     Tensor gx, gw, gb;
-    if (needs_input_grad(0)) gx = reshape(matmul(g2, w), x.shape());            // (R, in)
-    if (needs_input_grad(1)) gw = matmul(transpose(g2, 0, 1), as_rows(x));       // (out, in)
+    if (needs_input_grad(0)) gx = reshape(matmul(g2, saved(1)), x_shape_);         // (R, in) = g·W
+    if (needs_input_grad(1)) gw = matmul(transpose(g2, 0, 1), as_rows(saved(0)));  // (out, in) = gᵀ·x
     if (needs_input_grad(2)) gb = sum(g2, {0});                                  // (out)
     return {gx, gw, gb};
   }
+
+ private:
+  Shape x_shape_;  // (..., in)
 };
 
 }  // namespace
@@ -100,7 +104,9 @@ class LinearBackward final : public Node {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_linear(x, weight, bias);
   Tensor out = linear_forward(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor());
-  if (needs_grad({&x, &weight, &bias})) connect(std::make_shared<LinearBackward>(x, weight), {&x, &weight, &bias}, {&out});
+  if (needs_grad({&x, &weight, &bias}))
+    connect(std::make_shared<LinearBackward>(x, weight, needs_grad({&x}), needs_grad({&weight})), {&x, &weight, &bias},
+            {&out});
   return out;
 }
 

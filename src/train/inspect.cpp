@@ -44,12 +44,16 @@ class CapturePipeline final : public grad::Pipeline {
     // capture, so an attached y would keep every layer's capture and node alive (a reference cycle).
     c_->x = x.detach();
     c_->w = w.detach();
-    c_->info = info;
+    // Both gradients of every layer are inspected, also where training asks for one (the stem's image needs none):
+    // keep what both read (Note [What a product keeps] in grad/pipeline.h).
+    grad::ProductInfo both = info;
+    both.x_grad = both.w_grad = true;
+    c_->info = both;
     c_->deferred = static_cast<bool>(info.rebuild) || kept_for_backward(info.image.defined() ? info.image : x);
     // The inspected pipelines run after this backward released every node's saved tensors, so nothing can be
     // rebuilt then: they are given the input as shared instead (see inspect_grads).
     c_->info.rebuild = {};
-    grad::ForwardResult r = exact_->forward(x, w, info, key, save);
+    grad::ForwardResult r = exact_->forward(x, w, both, key, save);
     c_->y = r.y.detach();
     return r;
   }

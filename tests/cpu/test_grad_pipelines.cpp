@@ -5,6 +5,7 @@
 #include <map>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/autograd/node.h"
 #include "hadatrain/autograd/saved_tensor.h"
 #include "hadatrain/core/capture.h"
 #include "hadatrain/core/config_reader.h"
@@ -383,6 +384,65 @@ TEST_CASE("every pipeline adds a product's bias in its forward and leaves its gr
     CHECK(test::compare(gb, b2.grad(), 1e-6, 1e-6) == "");
     CHECK(test::compare(gb, sum(g, {0, 1}), 1e-6, 1e-6) == "");
   }
+}
+
+TEST_CASE("a product keeps only what the gradients it can be asked for read (Note [What a product keeps])", "[grad]") {
+  const Tensor x0 = test::random_tensor({2, 64, 16}, 4, DType::f32);
+  const Tensor w0 = test::random_tensor({8, 16}, 5, DType::f32);
+  const Tensor g = test::random_tensor({2, 64, 8}, 7, DType::f32);
+  for (const char* name : {"exact", "hlq", "lbp_wht", "luq", "halo"}) {
+    INFO(name);
+    grad::PipelineSpec spec;
+    spec.name = name;
+    int64_t bytes = -1;
+    grad::ProductCall call{grad::make_pipeline(spec), {}, grad::NoiseKey{3, 1, 4}, &bytes};
+    // (x trainable, w trainable) -> y, g_x, g_w and the saved bytes
+    auto run = [&](bool x_grad, bool w_grad) {
+      Tensor x = x0.detach(), w = w0.detach();
+      x.set_requires_grad(x_grad);
+      w.set_requires_grad(w_grad);
+      const Tensor y = grad::product(x, w, call);
+      sum(mul(y, g)).backward();
+      return std::tuple{y, x.grad(), w.grad(), bytes};
+    };
+    const auto [y, gx, gw, both_bytes] = run(true, true);
+    REQUIRE(both_bytes > 0);  // every pipeline keeps some form of x for g_w
+    // A frozen weight (LoRA's base): the same y and g_x, bit for bit, and no activation kept.
+    const auto [y_fw, gx_fw, gw_fw, fw_bytes] = run(true, false);
+    CHECK(test::compare(y_fw, y, 0.0, 0.0) == "");
+    CHECK(test::compare(gx_fw, gx, 0.0, 0.0) == "");
+    CHECK(!gw_fw.defined());
+    CHECK(fw_bytes == 0);
+    // An input that needs no gradient: the same g_w, x's form kept as before.
+    const auto [y_fx, gx_fx, gw_fx, fx_bytes] = run(false, true);
+    CHECK(test::compare(gw_fx, gw, 0.0, 0.0) == "");
+    CHECK(!gx_fx.defined());
+    CHECK(fx_bytes == both_bytes);
+  }
+}
+
+TEST_CASE("linear keeps x only for g_W and W only for g_x", "[grad][autograd]") {
+  const Tensor x0 = test::random_tensor({3, 5, 6}, 1, DType::f32), w0 = test::random_tensor({4, 6}, 2, DType::f32);
+  const Tensor g = test::random_tensor({3, 5, 4}, 3, DType::f32);
+  auto run = [&](bool x_grad, bool w_grad) {
+    Tensor x = x0.detach(), w = w0.detach();
+    x.set_requires_grad(x_grad);
+    w.set_requires_grad(w_grad);
+    const Tensor y = linear(x, w, Tensor());
+    const std::size_t kept = y.grad_fn()->saved_bytes();
+    sum(mul(y, g)).backward();
+    return std::tuple{x.grad(), w.grad(), kept};
+  };
+  const auto [gx, gw, both] = run(true, true);
+  CHECK(both == x0.nbytes() + w0.nbytes());
+  const auto [gx_fw, gw_fw, kept_fw] = run(true, false);  // frozen weight: W only
+  CHECK(kept_fw == w0.nbytes());
+  CHECK(test::compare(gx_fw, gx, 0.0, 0.0) == "");
+  CHECK(!gw_fw.defined());
+  const auto [gx_fx, gw_fx, kept_fx] = run(false, true);  // an input without a gradient: x only
+  CHECK(kept_fx == x0.nbytes());
+  CHECK(test::compare(gw_fx, gw, 0.0, 0.0) == "");
+  CHECK(!gx_fx.defined());
 }
 
 TEST_CASE("Linear with a bound pipeline matches the plain layer when lossless", "[grad]") {

@@ -137,7 +137,20 @@ struct ProductInfo {
   // which forward_product does in the GEMM's epilogue (one rounding, no separate pass); the product op gives the
   // bias its gradient (the sum of g_y over the rows) unless the pipeline's backward returns it (Wanted::b).
   Tensor bias;
+  // Whether backward can be asked for g_x and for g_w (Note [What a product keeps]); set by product() and
+  // conv_product() when they save for backward.
+  bool x_grad = true, w_grad = true;
 };
+
+// Note [What a product keeps]
+// Which gradients a product's backward can be asked for is known in its forward: the node's edges are fixed when it
+// is connected, and an input that needs no gradient (a frozen weight: LoRA's base, a frozen layer; an input no
+// trainable parameter made) has none. A forward keeps only what the possible gradients read: what only g_w reads
+// (exact's x, HLQ's and LUQ's compressed x, LBP-WHT's patch coefficients, HALO's Q(x·H̃)ᵀ) is not kept when
+// ProductInfo::w_grad is false, and what only g_x reads (exact's W, HALO's Q(W·H̃)ᵀ) when x_grad is false. With
+// LoRA every base product keeps no input, so an activation that no other op keeps (the input of a projection
+// without adapters) is freed after the forward, and HALO neither transposes nor keeps its x codes. The plain
+// linear op keeps the same way (ops/linear.cpp). A backward still asserts what it reads was kept.
 
 // ---- the interface -------------------------------------------------------------------------------------
 
