@@ -41,27 +41,22 @@ void rotate_stages(float* v, const HaloRotation& rot, const std::vector<uint64_t
   if (paley::pair_form(rot.k)) {  // Note [HALO paired K×K stage] (grad/halo_paley.h)
     const int half = rot.k / 2;
     float ps[kHaloMaxK / 2], ms[kHaloMaxK / 2];
-    // H_K[2i][c] < 0, the sign of term i of output c
-    const auto neg = [&](int i, int c) { return ((signs[static_cast<std::size_t>(2 * i)] >> c) & 1U) != 0; };
     for (int64_t p = 0; p < p_len; ++p) {
       for (int i = 0; i < half; ++i) {
         const float a = v[(2 * i) * p_len + p], b = v[(2 * i + 1) * p_len + p];
         ps[i] = a + b;
         ms[i] = a - b;
       }
-      for (int j = 0; j < half; ++j)
-        for (int odd = 0; odd < 2; ++odd) {
-          const int c = 2 * j + odd;
-          float acc = 0.0f;
-          for (int i = 0; i < half; ++i) {
-            // the term's value and sign: t_j = m_j, t'_j = −p_j; off the diagonal ±p_i (even c) or ±m_i (odd c)
-            const float t = i == j ? (odd != 0 ? ps[i] : ms[i]) : (odd != 0 ? ms[i] : ps[i]);
-            const bool minus = i == j ? odd != 0 : neg(i, c);
-            if (i == 0) acc = minus ? -t : t;
-            else acc = minus ? acc - t : acc + t;
-          }
-          tmp[c] = acc;
+      for (int c = 0; c < rot.k; ++c) {
+        float acc = 0.0f;
+        for (int i = 0; i < half; ++i) {
+          const paley::PairTerm term = paley::pair_term(i, c, signs[static_cast<std::size_t>(2 * i)]);
+          const float t = term.sum ? ps[i] : ms[i];
+          if (i == 0) acc = term.minus ? -t : t;
+          else acc = term.minus ? acc - t : acc + t;
         }
+        tmp[c] = acc;
+      }
       for (int c = 0; c < rot.k; ++c) v[c * p_len + p] = tmp[c];
     }
     return;

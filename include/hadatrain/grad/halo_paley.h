@@ -72,6 +72,17 @@ constexpr bool pair_form(int k) {
   const int q = k / 2 - 1;
   return k % 2 == 0 && is_prime(q) && q % 4 == 1 && !(is_prime(k - 1) && (k - 1) % 4 == 3);
 }
+// Term i of output c (= 2j + odd) in that order: whether it is the pair sum p_i (else the difference m_i) and whether
+// it is subtracted; row2i holds the signs of H_K's row 2i (bit c set: −1). The CPU reference and the folded CUDA
+// kernels (halo_fast_rows_impl.cuh's PairTerm) take their terms from here; the runtime-sign kernel
+// (paired_kk_column in cuda/kernels/halo_common.cuh) writes the same two selections inline.
+struct PairTerm {
+  bool sum, minus;
+};
+constexpr PairTerm pair_term(int i, int c, uint64_t row2i) {
+  const bool odd = (c & 1) != 0, diag = i == c >> 1;
+  return {diag == odd, diag ? odd : ((row2i >> c) & 1U) != 0};
+}
 
 // H·Hᵀ = k·I with every entry ±1.
 constexpr bool is_hadamard(const Matrix& h, int k) {

@@ -158,6 +158,7 @@ __device__ __forceinline__ void paired_kk_column(float* col, int stride, const f
     float acc = 0.0f;
 #pragma unroll
     for (int i = 0; i < kHalf; ++i) {
+      // grad::paley::pair_term's selections, inline
       const float t = i == j ? (odd ? ps[i] : ms[i]) : (odd ? ms[i] : ps[i]);
       const bool minus = i == j ? odd : ((s.row[2 * i] >> c) & 1U) != 0;
       if (i == 0) acc = minus ? -t : t;

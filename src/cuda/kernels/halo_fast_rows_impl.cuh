@@ -100,14 +100,14 @@ __device__ __forceinline__ void folded_column(float* col, int P, const float* u,
   ((col[I * P] = folded_output<K, Inv, I>(u, std::make_integer_sequence<int, K>{})), ...);
 }
 
-// Note [HALO paired K×K stage] (grad/halo_paley.h) with the signs folded: term I of output C = 2J + Odd is m_J
-// (even) or −p_J (odd) on the diagonal, else ±p_I (even) or ±m_I (odd) with the sign of H_K[2I][C].
+// Note [HALO paired K×K stage] (grad/halo_paley.h) with the signs folded: term I of output C = 2J + Odd as
+// grad::paley::pair_term gives it for H_K's row 2I, at compile time.
 template <int K, int J, bool Odd, int I>
 struct PairTerm {
-  static constexpr bool kDiag = I == J;
-  static constexpr bool kMinus = kDiag ? Odd : ((kPaley<K>[2 * I] >> (2 * J + (Odd ? 1 : 0))) & 1U) != 0;
+  static constexpr grad::paley::PairTerm kTerm = grad::paley::pair_term(I, 2 * J + (Odd ? 1 : 0), kPaley<K>[2 * I]);
+  static constexpr bool kMinus = kTerm.minus;
   __device__ __forceinline__ static float value(const float* ps, const float* ms) {
-    if constexpr (kDiag == Odd) return ps[I];  // off the diagonal and even, or on it and odd
+    if constexpr (kTerm.sum) return ps[I];
     else return ms[I];
   }
 };
