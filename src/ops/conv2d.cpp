@@ -301,30 +301,33 @@ void conv2d_grad_weight(const Tensor& g, const Tensor& x, const Conv2dParams& p,
 }
 
 // On CUDA, g_x is added into the input's gradient gathered so far (a residual input's other branch) by cuDNN with
-// beta = 1 (Note [Gradients accumulated in place]).
+// beta = 1 (Note [Gradients accumulated in place]). Keeps x only for g_W and W (and cuDNN's filter) only for g_x,
+// as linear does (Note [What a product keeps] in grad/pipeline.h): a frozen convolution keeps no input.
 class Conv2dBackward final : public AccumulatingNode {
  public:
   // filter: CUDA only, the filter the forward gave cuDNN (reused by backward data), else undefined.
-  Conv2dBackward(const Tensor& x, const Tensor& w, const Tensor& filter, const Conv2dParams& p)
-      : AccumulatingNode(x.is_cuda()), p_(p), has_filter_(filter.defined()) {
-    save(x);
-    save(w);
+  // x_grad, w_grad: whether g_x, g_W can be asked for (the node's edges, fixed when it is connected).
+  Conv2dBackward(const Tensor& x, const Tensor& w, const Tensor& filter, const Conv2dParams& p, const ConvShapes& s,
+                 bool x_grad, bool w_grad)
+      : AccumulatingNode(x.is_cuda()), p_(p), s_(s), x_shape_(x.shape()), has_filter_(x_grad && filter.defined()) {
+    save(w_grad ? x : Tensor());
+    save(x_grad ? w : Tensor());
     if (has_filter_) save(filter);
   }
   std::string name() const override { return "Conv2dBackward"; }
 
  private:
   std::vector<Tensor> run(std::vector<Tensor>&& grads, const std::vector<Tensor>& into) override {
-    const Tensor& x = saved(0);  // (N, C, H, W) or nhwc (N, H, W, C)
-    const Tensor& w = saved(1);  // (O, C/groups, KH, KW)
+    const Tensor& x = saved(0);  // (N, C, H, W) or nhwc (N, H, W, C); undefined without g_W
+    const Tensor& w = saved(1);  // (O, C/groups, KH, KW); undefined without g_x
     const Tensor g = contiguous(grads[0]);  // (N, O, OH, OW) or nhwc (N, OH, OW, O)
     const bool nhwc = p_.layout == ConvLayout::nhwc;
-    const ConvShapes s = conv_shapes(x, w, Tensor(), p_);
+    const ConvShapes& s = s_;
     Tensor gx, gw, gb;
     bool accumulate = false;
     if (needs_input_grad(0)) {
-      accumulate = g.is_cuda() && !into.empty() && usable_grad_buffer(into[0], x.shape(), g.dtype(), g.device());
-      gx = accumulate ? into[0] : empty(x.shape(), {g.dtype(), g.device()});
+      accumulate = g.is_cuda() && !into.empty() && usable_grad_buffer(into[0], x_shape_, g.dtype(), g.device());
+      gx = accumulate ? into[0] : empty(x_shape_, {g.dtype(), g.device()});
     }
     if (g.is_cuda()) {
 #ifdef HADATRAIN_CUDA
@@ -343,7 +346,7 @@ class Conv2dBackward final : public AccumulatingNode {
       HT_ASSERT(!nhwc, "conv2d backward: the CPU path takes NCHW");
       if (gx.defined()) conv2d_grad_input(g, w, p_, s, gx);
       if (needs_input_grad(1)) {
-        gw = empty(w.shape(), {g.dtype(), g.device()});
+        gw = empty(Shape{s.O, s.Cg, s.KH, s.KW}, {g.dtype(), g.device()});
         conv2d_grad_weight(g, x, p_, s, gw);
       }
     }
@@ -352,6 +355,8 @@ class Conv2dBackward final : public AccumulatingNode {
   }
 
   Conv2dParams p_;
+  ConvShapes s_;
+  Shape x_shape_;
   bool has_filter_;
 };
 
@@ -369,7 +374,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor out =
       conv2d_forward(x.detach(), weight.detach(), bias.defined() ? bias.detach() : Tensor(), p, s, &filter);
   if (needs_grad({&x, &weight, &bias}))
-    connect(std::make_shared<Conv2dBackward>(x, weight, filter, p), {&x, &weight, &bias}, {&out});
+    connect(std::make_shared<Conv2dBackward>(x, weight, filter, p, s, needs_grad({&x}), needs_grad({&weight})),
+            {&x, &weight, &bias}, {&out});
   return out;
 }
 

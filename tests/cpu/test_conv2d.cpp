@@ -9,6 +9,7 @@
 #include "support/testing.h"
 
 #include "hadatrain/autograd/engine.h"
+#include "hadatrain/autograd/node.h"
 
 using namespace ht;
 
@@ -163,6 +164,35 @@ TEST_CASE("conv2d gradients pass the finite-difference check", "[conv2d][gradche
   Tensor wc = rand_t({3, 2, 2, 2}, 17);
   CHECK(test::gradcheck([](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {}); }, {xc, wc}) ==
         "");
+}
+
+TEST_CASE("conv2d keeps x only for g_W and W only for g_x", "[conv2d][autograd]") {
+  const ConvCase cc{2, 4, 6, 5, 6, 3, 3, params(2, 1, 1, 2)};
+  const Tensor x0 = rand_t({cc.N, cc.C, cc.H, cc.W}, 31), w0 = rand_t({cc.O, cc.C / 2, cc.KH, cc.KW}, 32);
+  const Tensor b0 = rand_t({cc.O}, 33);
+  auto run = [&](bool x_grad, bool w_grad) {
+    Tensor x = x0.detach(), w = w0.detach(), b = b0.detach();
+    x.set_requires_grad(x_grad);
+    w.set_requires_grad(w_grad);
+    b.set_requires_grad(true);
+    const Tensor y = conv2d(x, w, b, cc.p);
+    const std::size_t kept = y.grad_fn()->saved_bytes();
+    sum(mul(y, rand_t(y.shape(), 34))).backward();
+    return std::tuple{x.grad(), w.grad(), b.grad(), kept};
+  };
+  const auto [gx, gw, gb, both] = run(true, true);
+  CHECK(both == x0.nbytes() + w0.nbytes());
+  const auto [gx_fw, gw_fw, gb_fw, kept_fw] = run(true, false);  // frozen weight: W only
+  CHECK(kept_fw == w0.nbytes());
+  CHECK(test::compare(gx_fw, gx, 0.0, 0.0) == "");
+  CHECK(!gw_fw.defined());
+  const auto [gx_fx, gw_fx, gb_fx, kept_fx] = run(false, true);  // an input without a gradient: x only
+  CHECK(kept_fx == x0.nbytes());
+  CHECK(test::compare(gw_fx, gw, 0.0, 0.0) == "");
+  CHECK(!gx_fx.defined());
+  const auto [gx_b, gw_b, gb_b, kept_b] = run(false, false);  // only the bias: nothing
+  CHECK(kept_b == 0);
+  CHECK(test::compare(gb_b, gb, 0.0, 0.0) == "");
 }
 
 TEST_CASE("bf16 conv2d forward and backward stay close to f64", "[conv2d][dtype]") {

@@ -150,9 +150,9 @@ struct ProductInfo {
 // ProductInfo::w_grad is false, and what only g_x reads (exact's W, HALO's Q(W·H̃)ᵀ) when x_grad is false. With
 // LoRA every base product keeps no input, so an activation that no other op keeps (the input of a projection
 // without adapters) is freed after the forward, and HALO neither transposes nor keeps its x codes. The plain
-// linear op keeps the same way (ops/linear.cpp). The product node asks only for these gradients (its edges); code
-// that runs a pipeline's backward itself (inspect-grads, the benchmarks, tests) passes ProductInfo's defaults, which
-// keep both.
+// linear and conv2d ops keep the same way (ops/linear.cpp, ops/conv2d.cpp). The product node asks only for these
+// gradients (its edges); code that runs a pipeline's backward itself (inspect-grads, the benchmarks, tests) passes
+// ProductInfo's defaults, which keep both.
 
 // ---- the interface -------------------------------------------------------------------------------------
 
