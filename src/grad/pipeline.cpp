@@ -2,6 +2,7 @@
 // selection by module-name globs, and the helpers the pipelines share (the registry is registry.cpp).
 #include "hadatrain/grad/pipeline.h"
 
+#include <deque>
 #include <optional>
 
 #include <fmt/format.h>
@@ -298,6 +299,46 @@ bool glob_match(const std::string& pattern, const std::string& name) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
+}
+
+// ---- products that read the same input (Note [Shared product inputs]) --------------------------------------
+
+namespace {
+
+struct SharedInputEntry {
+  Tensor x;  // held: its storage cannot be freed and handed to another tensor while the entry lives
+  std::string derived;
+  std::shared_ptr<void> value;
+};
+
+struct SharedInputs {
+  int depth = 0;
+  std::deque<SharedInputEntry> entries;  // a handful per scope, searched in order; slots stay where they are
+};
+
+SharedInputs& shared_inputs() {
+  thread_local SharedInputs s;
+  return s;
+}
+
+}  // namespace
+
+SharedInputScope::SharedInputScope() { ++shared_inputs().depth; }
+
+SharedInputScope::~SharedInputScope() {
+  SharedInputs& s = shared_inputs();
+  if (--s.depth == 0) s.entries.clear();
+}
+
+std::shared_ptr<void>* shared_input_slot(const Tensor& x, const std::string& derived) {
+  SharedInputs& s = shared_inputs();
+  if (s.depth == 0 || !x.defined() || !x.storage()) return nullptr;
+  for (SharedInputEntry& e : s.entries)
+    if (e.x.storage() == x.storage() && e.x.offset() == x.offset() && e.x.shape() == x.shape() &&
+        e.x.strides() == x.strides() && e.x.dtype() == x.dtype() && e.derived == derived)
+      return &e.value;
+  s.entries.push_back({x, derived, nullptr});
+  return &s.entries.back().value;
 }
 
 const PipelineSpec& select_spec(const PipelineConfig& config, const std::string& module_name) {

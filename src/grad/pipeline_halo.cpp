@@ -101,9 +101,9 @@ class HaloPipeline final : public Pipeline {
     const int64_t B = x.size(0), L = x.size(1), I = x.size(2), O = w.size(0), T = B * L;
     const HaloRotation rot_in = in_rotation(I);
     note_padding(I, T);
-    halo_phase("fwd Q(x·H)");
-    const Operand qx = prepare(reshape(x, {T, I}), rot_in);  // (T, n_I)
-    const Operand qw = weight_operand(w, rot_in);            // (O, n_I)
+    const std::shared_ptr<XOperand> sx = x_operand(reshape(x, {T, I}), rot_in);
+    const Operand& qx = sx->q;                     // (T, n_I)
+    const Operand qw = weight_operand(w, rot_in);  // (O, n_I)
     halo_phase("fwd y GEMM");
     Tensor y = product(qx, qw, inverse_size(rot_in), x.dtype());  // (T, O)
     if (info.bias.defined()) {
@@ -117,12 +117,18 @@ class HaloPipeline final : public Pipeline {
       // Note [What a product keeps] (grad/pipeline.h): Q(x·H̃)ᵀ only for g_w, Q(W·H̃)ᵀ only for g_x (LoRA's frozen
       // base keeps only the latter)
       halo_phase("fwd save Q(x·H)ᵀ, Q(W·H)ᵀ (transposes)");
-      if (info.w_grad) s->xt = qx.transposed();
+      if (info.w_grad) {
+        // a Q(x·H̃)ᵀ shared with other products (Note [Shared product inputs]) counts in the one that made it
+        if (!sx->t.v.defined()) {
+          sx->t = qx.transposed();
+          s->bytes = tensor_bytes(sx->t.v);
+        }
+        s->xt = sx->t;
+      }
       if (info.x_grad) s->wt = qw.transposed();
       s->B = B, s->L = L, s->I = I, s->O = O;
       s->x_dtype = x.dtype();
       s->w_dtype = w.dtype();
-      s->bytes = tensor_bytes(s->xt.v);
       r.saved = std::move(s);
     }
     halo_phase("end");
@@ -231,6 +237,28 @@ class HaloPipeline final : public Pipeline {
     if (o_.level == 2 && halo_rotation_size(T).n != T)
       why += fmt::format("{}{} tokens rotated at {} (zero-padded)", why.empty() ? "" : "; ", T, halo_rotation_size(T).n);
     fallback_ = why;
+  }
+
+  // Q(x·H̃) of x (T, I) and, once a product asks for it, its codes transposed: shared with the products that read
+  // the same x inside a SharedInputScope (Note [Shared product inputs] in grad/pipeline.h; the key holds what
+  // the operand depends on: quantised or not, the carrier and the rotation), else this product's own.
+  struct XOperand {
+    Operand q;  // (T, n_I)
+    Operand t;  // (n_I, T), undefined until a product keeps it for g_w
+  };
+  std::shared_ptr<XOperand> x_operand(const Tensor& x2, HaloRotation rot) const {
+    std::shared_ptr<void>* slot = shared_input_slot(
+        x2, fmt::format("halo {} {}x{}", !o_.quantize ? "f32" : o_.carrier == Carrier::int8 ? "int8" : "fp8", rot.n,
+                        rot.k));
+    if (slot != nullptr && *slot != nullptr) {
+      halo_phase("fwd Q(x·H) shared");
+      return std::static_pointer_cast<XOperand>(*slot);
+    }
+    halo_phase("fwd Q(x·H)");
+    auto sx = std::make_shared<XOperand>();
+    sx->q = prepare(x2, rot);
+    if (slot != nullptr) *slot = sx;
+    return sx;
   }
 
   // x (R, C) quantised (or, without quantisation, as f32), rotated at `rot` when rot.n > 1: (R, n or C).

@@ -6,6 +6,7 @@
 
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/core/capture.h"
+#include "hadatrain/grad/pipeline.h"
 #include "hadatrain/nn/init.h"
 #include "hadatrain/ops/copy.h"
 #include "hadatrain/ops/elementwise.h"
@@ -82,9 +83,16 @@ Tensor LlamaAttention::forward(const Tensor& x, const LlamaBlockContext& ctx) {
   rope.position_offset = ctx.position_offset;
   // (B, T, n*hd) -> (B, n, T, hd) views; the rotation writes contiguous (B, n, T, hd) tensors.
   auto heads = [&](const Tensor& y, int64_t n) { return reshape(y, {B, T, n, head_dim_}).transpose(1, 2); };
-  Tensor q = rotary_embedding(heads(q_proj->forward(x), heads_), rope);      // (B, nh, T, hd)
-  Tensor k = rotary_embedding(heads(k_proj->forward(x), kv_heads_), rope);   // (B, nkv, T, hd)
-  Tensor v = heads(v_proj->forward(x), kv_heads_);                           // (B, nkv, T, hd)
+  Tensor yq, yk, yv;
+  {
+    const grad::SharedInputScope shared;  // the three read x (Note [Shared product inputs] in grad/pipeline.h)
+    yq = q_proj->forward(x);
+    yk = k_proj->forward(x);
+    yv = v_proj->forward(x);
+  }
+  Tensor q = rotary_embedding(heads(yq, heads_), rope);     // (B, nh, T, hd)
+  Tensor k = rotary_embedding(heads(yk, kv_heads_), rope);  // (B, nkv, T, hd)
+  Tensor v = heads(yv, kv_heads_);                          // (B, nkv, T, hd)
   AttentionOptions ao;
   ao.mask = AttnMask::causal;
   if (ctx.cache != nullptr) {
@@ -112,8 +120,14 @@ LlamaMlp::LlamaMlp(const LlamaConfig& c, const std::string& prefix, const Linear
 }
 
 Tensor LlamaMlp::forward(const Tensor& x) {
-  // silu(gate) * up as one fused op on CUDA (ops/nn_ops.h swiglu); (B, T, I) inside
-  return down_proj->forward(swiglu(gate_proj->forward(x), up_proj->forward(x)));
+  Tensor gate, up;  // (B, T, I)
+  {
+    const grad::SharedInputScope shared;  // both read x (Note [Shared product inputs] in grad/pipeline.h)
+    gate = gate_proj->forward(x);
+    up = up_proj->forward(x);
+  }
+  // silu(gate) * up as one fused op on CUDA (ops/nn_ops.h swiglu)
+  return down_proj->forward(swiglu(gate, up));
 }
 
 LlamaBlock::LlamaBlock(const LlamaConfig& c, int64_t layer_, const LinearFactory& make) : layer(layer_) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "support/catch.h"
@@ -420,4 +421,89 @@ TEST_CASE("halo: the phase hook sees each level's phases in order, and nothing o
   seen.clear();
   (void)run(opts(2, Carrier::fp8, true), x, w, g);
   CHECK(seen.empty());
+}
+
+TEST_CASE("halo: products that read one x inside a SharedInputScope quantise it once and keep one Q(x·H)ᵀ, the same bits",
+          "[halo]") {
+  // Note [Shared product inputs] (grad/pipeline.h): q, k and v projections of one input, each its own pipeline.
+  Generator gen(21);
+  const Tensor x = randn({2, 6, 24}, gen);  // I = 24: rotated at 24 = 12·2 at levels 1 and 2
+  std::vector<Tensor> ws, gs;
+  for (int64_t o : {16, 8, 8}) {
+    ws.push_back(randn({o, 24}, gen));
+    gs.push_back(randn({2, 6, o}, gen));
+  }
+  struct Run {
+    std::vector<Products> p;
+    int64_t bytes = 0;
+    int quantised = 0, shared = 0;
+  };
+  // The three products on x (`first_w_grad`: whether the first one is asked to keep x's form for g_w, as a LoRA
+  // base is not), then, when `scope` is set, inside one scope.
+  auto run3 = [&](const HaloOptions& o, bool scope, bool first_w_grad) {
+    Run r;
+    set_halo_phase_hook([&](const char* phase) {
+      r.quantised += std::string(phase) == "fwd Q(x·H)";
+      r.shared += std::string(phase) == "fwd Q(x·H) shared";
+    });
+    std::vector<std::shared_ptr<Pipeline>> ps;
+    std::vector<ForwardResult> fs;
+    {
+      std::optional<SharedInputScope> s;
+      if (scope) s.emplace();
+      for (std::size_t i = 0; i < ws.size(); ++i) {
+        ProductInfo info;
+        info.w_grad = i > 0 || first_w_grad;
+        ps.push_back(make_halo_pipeline(o));
+        fs.push_back(ps.back()->forward(x, ws[i], info, NoiseKey{}, SaveForBackward::yes));
+        r.bytes += fs.back().saved->bytes;
+      }
+    }
+    set_halo_phase_hook({});
+    for (std::size_t i = ws.size(); i-- > 0;) {  // backward in reverse, as autograd runs it
+      const bool w_grad = i > 0 || first_w_grad;
+      Grads g = ps[i]->backward(*fs[i].saved, gs[i], {true, w_grad});
+      const int64_t T = x.size(0) * x.size(1);
+      r.p.push_back({rows_of(reshape(fs[i].y, {T, ws[i].size(0)})), rows_of(reshape(g.x, {T, x.size(2)})),
+                     w_grad ? rows_of(g.w) : Mat{}});
+    }
+    return r;
+  };
+  for (int level : {0, 1, 2})
+    for (Carrier c : {Carrier::int8, Carrier::fp8})
+      for (bool first_w_grad : {true, false}) {
+        INFO("level " << level << (c == Carrier::int8 ? " int8" : " fp8") << (first_w_grad ? "" : ", first frozen"));
+        const Run alone = run3(opts(level, c), false, first_w_grad), shared = run3(opts(level, c), true, first_w_grad);
+        CHECK(alone.quantised == 3);
+        CHECK(alone.shared == 0);
+        CHECK(shared.quantised == 1);
+        CHECK(shared.shared == 2);
+        for (std::size_t i = 0; i < alone.p.size(); ++i) {
+          CHECK(shared.p[i].y == alone.p[i].y);
+          CHECK(shared.p[i].gx == alone.p[i].gx);
+          CHECK(shared.p[i].gw == alone.p[i].gw);
+        }
+        // one Q(x·H)ᵀ (T, n_I) of one-byte codes instead of one per product that keeps it
+        const int64_t one = 12 * (level == 0 ? 24 : halo_rotation_size(24).n);
+        CHECK(alone.bytes == (first_w_grad ? 3 : 2) * one);
+        CHECK(shared.bytes == one);
+      }
+
+  // Not shared: another carrier, another tensor holding the same values, or after the scope closed.
+  int quantised = 0;
+  set_halo_phase_hook([&](const char* phase) { quantised += std::string(phase) == "fwd Q(x·H)"; });
+  {
+    const SharedInputScope s;
+    const HaloOptions o8 = opts(2, Carrier::int8), f8 = opts(2, Carrier::fp8);
+    (void)make_halo_pipeline(o8)->forward(x, ws[0], ProductInfo{}, NoiseKey{}, SaveForBackward::no);
+    (void)make_halo_pipeline(f8)->forward(x, ws[1], ProductInfo{}, NoiseKey{}, SaveForBackward::no);
+    (void)make_halo_pipeline(o8)->forward(x.clone(), ws[2], ProductInfo{}, NoiseKey{}, SaveForBackward::no);
+    CHECK(quantised == 3);
+    (void)make_halo_pipeline(f8)->forward(x, ws[2], ProductInfo{}, NoiseKey{}, SaveForBackward::no);
+    CHECK(quantised == 3);  // fp8 of x was made above
+  }
+  (void)make_halo_pipeline(opts(2, Carrier::int8))->forward(x, ws[0], ProductInfo{}, NoiseKey{}, SaveForBackward::no);
+  CHECK(quantised == 4);
+  set_halo_phase_hook({});
+  CHECK(shared_input_slot(x, "anything") == nullptr);  // outside a scope
 }

@@ -2,7 +2,7 @@
 // lm_head stays exact; the quantised forward and backward run through the whole model, close to the exact model's
 // logits and embedding gradient but not equal to them; and with LoRA adapters on q_proj / v_proj the frozen base
 // products run through HALO (g_x only, no weight gradient) while the adapters, which the patterns do not name,
-// stay exact and train.
+// stay exact and train. The projections that read one input (q, k, v; gate, up) quantise it once.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -74,7 +74,17 @@ TEST_CASE("halo on LLaMA: patterns select the projections, lm_head stays exact, 
   CHECK(quantised == 7 * 2);  // seven projections in each of the two blocks
 
   const Tensor ids = token_ids();
+  // q, k and v share one Q(x·H) of their input, gate and up another (Note [Shared product inputs]): per block
+  // four quantisations of an input (those two, o_proj's and down_proj's) and three reuses
+  int quantised_x = 0, shared_x = 0;
+  grad::set_halo_phase_hook([&](const char* phase) {
+    quantised_x += std::string(phase) == "fwd Q(x·H)";
+    shared_x += std::string(phase) == "fwd Q(x·H) shared";
+  });
   const Tensor le = exact->forward(ids), lh = halo->forward(ids);  // (B, T, V) logits
+  grad::set_halo_phase_hook({});
+  CHECK(quantised_x == 4 * 2);
+  CHECK(shared_x == 3 * 2);
   const double err = rel_err(lh, le);
   INFO("logits relative error " << err);
   CHECK(err > 0.0);   // the projections' forward is quantised

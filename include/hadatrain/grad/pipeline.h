@@ -245,6 +245,30 @@ Tensor product(const Tensor& x, const Tensor& w, const ProductCall& call, const 
 // columns' gradient and folds it back to the image (fold2d, unfold2d's adjoint).
 Tensor conv_product(const Tensor& image, const Tensor& w, const Unfold2dParams& window, const ProductCall& call);
 
+// ---- products that read the same input ---------------------------------------------------------------
+
+// Note [Shared product inputs]
+// Several products often read one input: q_proj, k_proj and v_proj the attention's normalised input, gate_proj
+// and up_proj the MLP's. Inside a SharedInputScope a pipeline may derive what it computes from such an input once
+// and hand it to the other products: HALO's Q(x·H̃) and, for g_w, its transposed codes (grad/pipeline_halo.h),
+// which saves their passes over x and keeps one Q(x·H̃)ᵀ for backward instead of one per product (the same bits:
+// HALO's quantiser is deterministic). The code that opens a scope promises that nothing read inside it is
+// written in place before it closes (LlamaAttention and LlamaMlp open one around their projections, whose input
+// is an RMSNorm's fresh output). Each entry holds the input itself, so its storage is not freed and reused by
+// another tensor while the scope is open; entries are found by storage, offset, shape, strides and dtype and by
+// what was derived (a key the pipeline makes of its name and the options the derivation reads), and are dropped
+// when the outermost scope on the thread closes. Outside a scope shared_input_slot is null: nothing is shared.
+class SharedInputScope {
+ public:
+  SharedInputScope();
+  ~SharedInputScope();
+  SharedInputScope(const SharedInputScope&) = delete;
+  SharedInputScope& operator=(const SharedInputScope&) = delete;
+};
+// The slot for what `derived` is derived from x while a scope is open on this thread (empty when nothing has
+// been stored under that key yet), else null.
+std::shared_ptr<void>* shared_input_slot(const Tensor& x, const std::string& derived);
+
 // ---- per-layer selection -------------------------------------------------------------------------------
 
 // The config's `grad_pipeline` section: a default and ordered (pattern, spec) overrides; the first pattern
