@@ -506,4 +506,24 @@ TEST_CASE("halo: products that read one x inside a SharedInputScope quantise it 
   CHECK(quantised == 4);
   set_halo_phase_hook({});
   CHECK(shared_input_slot(x, "anything") == nullptr);  // outside a scope
+
+  // Nested scopes: an entry made inside the inner one lives until the outermost closes.
+  {
+    const SharedInputScope outer;
+    {
+      const SharedInputScope inner;
+      *shared_input_slot(x, "k") = std::make_shared<int>(7);
+    }
+    std::shared_ptr<void>* slot = shared_input_slot(x, "k");
+    REQUIRE(slot != nullptr);
+    REQUIRE(*slot != nullptr);
+    CHECK(*std::static_pointer_cast<int>(*slot) == 7);
+    CHECK(*shared_input_slot(x, "other") == nullptr);                            // another key
+    CHECK(*shared_input_slot(reshape(x, {12, 24}), "k") == nullptr);             // another shape of x
+    CHECK(*shared_input_slot(narrow(x, 2, 1, 8).contiguous(), "k") == nullptr);  // another storage
+  }
+  {
+    const SharedInputScope again;
+    CHECK(*shared_input_slot(x, "k") == nullptr);  // dropped when the outermost scope closed
+  }
 }
