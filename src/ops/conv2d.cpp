@@ -309,7 +309,7 @@ class Conv2dBackward final : public AccumulatingNode {
   // x_grad, w_grad: whether g_x, g_W can be asked for (the node's edges, fixed when it is connected).
   Conv2dBackward(const Tensor& x, const Tensor& w, const Tensor& filter, const Conv2dParams& p, const ConvShapes& s,
                  bool x_grad, bool w_grad)
-      : AccumulatingNode(x.is_cuda()), p_(p), s_(s), x_shape_(x.shape()), has_filter_(x_grad && filter.defined()) {
+      : AccumulatingNode(x.is_cuda()), p_(p), s_(s), has_filter_(x_grad && filter.defined()) {
     save(w_grad ? x : Tensor());
     save(x_grad ? w : Tensor());
     if (has_filter_) save(filter);
@@ -326,8 +326,9 @@ class Conv2dBackward final : public AccumulatingNode {
     Tensor gx, gw, gb;
     bool accumulate = false;
     if (needs_input_grad(0)) {
-      accumulate = g.is_cuda() && !into.empty() && usable_grad_buffer(into[0], x_shape_, g.dtype(), g.device());
-      gx = accumulate ? into[0] : empty(x_shape_, {g.dtype(), g.device()});
+      const Shape xs = nhwc ? Shape{s.N, s.H, s.W, s.C} : Shape{s.N, s.C, s.H, s.W};  // x's shape
+      accumulate = g.is_cuda() && !into.empty() && usable_grad_buffer(into[0], xs, g.dtype(), g.device());
+      gx = accumulate ? into[0] : empty(xs, {g.dtype(), g.device()});
     }
     if (g.is_cuda()) {
 #ifdef HADATRAIN_CUDA
@@ -355,8 +356,7 @@ class Conv2dBackward final : public AccumulatingNode {
   }
 
   Conv2dParams p_;
-  ConvShapes s_;
-  Shape x_shape_;
+  ConvShapes s_;  // x's and W's sizes: either may not be kept
   bool has_filter_;
 };
 
