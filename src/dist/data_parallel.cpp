@@ -169,6 +169,7 @@ void broadcast_tensors(Communicator& comm, const std::vector<std::pair<std::stri
     if (!t.defined() || t.numel() == 0) continue;
     HT_CHECK(t.is_contiguous(), "data parallel: '{}' {} is not contiguous and cannot be broadcast", name,
              t.describe());
+    mark_written(t);  // Note [Storage versions]: the collective writes it in place
     flights.push_back(comm.broadcast(t, root));
   }
   for (auto& f : flights) f->wait();

@@ -169,6 +169,7 @@ class FsdpPolicy final : public nn::MaterialisePolicy, public std::enable_shared
         gathered_[i] = empty({p.chunk * n}, {p.shard.dtype(), m_.comm_.device()});  // (N * chunk) padded flat
       }
       allocated = true;
+      mark_written(gathered_[i]);  // Note [Storage versions]: refilled in place by the gather
       pending_[unit].push_back(m_.lowp_->gather(m_.params_, i, gathered_[i], m_.bytes_));
     }
     if (allocated) note_allocation();

@@ -57,6 +57,8 @@
 // bitwise reproducible on CUDA); and fast makes the three GEMMs 3–10 % faster, the layer up to 6 % (two calls).
 // Integer operands, where the fast accumulator is exact, are HLQ's case (Note [Fast accumulation of integer
 // codes]); HALO's e4m3 values are not integers, so its fast products differ from the precise ones in their low bits.
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "hadatrain/grad/pipeline_halo.h"
@@ -74,6 +76,12 @@ HaloPhaseHook& phase_hook() {
   static HaloPhaseHook hook;
   return hook;
 }
+
+std::atomic<int64_t>& frozen_uses() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+void note_frozen_weight_use() { frozen_uses().fetch_add(1); }
 
 // One operand of a product: 8-bit codes and their scale, or (quantize: false) f32 values and no scale.
 struct Operand {
@@ -102,8 +110,9 @@ class HaloPipeline final : public Pipeline {
     const HaloRotation rot_in = in_rotation(I);
     note_padding(I, T);
     const std::shared_ptr<XOperand> sx = x_operand(reshape(x, {T, I}), rot_in);
-    const Operand& qx = sx->q;                     // (T, n_I)
-    const Operand qw = weight_operand(w, rot_in);  // (O, n_I)
+    const Operand& qx = sx->q;  // (T, n_I)
+    const std::shared_ptr<WOperand> sw = weight_operand(w, rot_in, info.w_grad);
+    const Operand& qw = sw->q;  // (O, n_I)
     halo_phase("fwd y GEMM");
     Tensor y = product(qx, qw, inverse_size(rot_in), x.dtype());  // (T, O)
     if (info.bias.defined()) {
@@ -125,7 +134,10 @@ class HaloPipeline final : public Pipeline {
         }
         s->xt = sx->t;
       }
-      if (info.x_grad) s->wt = qw.transposed();
+      if (info.x_grad) {
+        if (!sw->t.v.defined()) sw->t = qw.transposed();  // a frozen weight's cached codes keep it (below)
+        s->wt = sw->t;
+      }
       s->B = B, s->L = L, s->I = I, s->O = O;
       s->x_dtype = x.dtype();
       s->w_dtype = w.dtype();
@@ -271,18 +283,72 @@ class HaloPipeline final : public Pipeline {
     return {x.to(DType::f32).contiguous(), {}};
   }
 
+  // Q(W·H̃) of W (O, I) and, once a product keeps it for g_x, its codes transposed.
+  struct WOperand {
+    Operand q;  // (O, n_I)
+    Operand t;  // (n_I, O), undefined until a product keeps it
+  };
+
+  // Note [HALO's frozen weight codes]
+  // A weight that needs no gradient (LoRA's frozen base, a frozen layer) has the same Q(W·H̃) in every forward
+  // while its values do not change, so with `cache_frozen_weight` (the default) the pipeline keeps the codes it
+  // made, and the transpose a g_x product keeps, and hands them to the next forwards instead of quantising W
+  // again (phase mark "fwd Q(W·H) cached"). It keeps them from the second forward that sees the weight unchanged
+  // on: a weight refilled before every forward (FSDP's gathered weights, whose gathers raise the version) is never
+  // cached, so the codes of all of a sharded model's layers are not held at once. It does so for a product that
+  // is told it will not be asked for g_w
+  // (ProductInfo::w_grad false: the product op sets it from the weight's edge) of a weight that does not require
+  // grad; code that runs a pipeline's backward itself (the benchmarks, inspect-grads) keeps the default, which
+  // quantises W in every forward as training it would. They are reused only for the same storage (held weakly: a weight that
+  // is gone is never matched), offset, shape, strides and dtype, and the same storage version (Note [Storage
+  // versions] in tensor/allocator.h): copy_, fill_, add_ and mul_ into the weight (a checkpoint load, a LoRA
+  // merge) raise it, and so do FSDP's gathers into a gathered weight. A weight that requires grad drops the entry
+  // and is never cached: its optimiser writes it in place, also from a replayed step graph, where no host code
+  // runs. The cost is the codes' memory for as long as the pipeline lives: one byte per element of W, two with
+  // the transpose (LoRA keeps it for g_x in every step anyway, until backward).
+  struct FrozenWeight {  // the weight last seen, and its codes once it was seen unchanged twice
+    std::weak_ptr<StorageImpl> storage;
+    int64_t offset = 0;
+    Shape shape;
+    Strides strides;
+    DType dtype = DType::f32;
+    uint64_t version = 0;
+    std::shared_ptr<WOperand> codes;
+  };
+  FrozenWeight frozen_;
+
+  bool frozen_seen(const Tensor& w) const {
+    return frozen_.storage.lock() == w.storage() && frozen_.offset == w.offset() &&
+           frozen_.shape == w.shape() && frozen_.strides == w.strides() && frozen_.dtype == w.dtype() &&
+           frozen_.version == storage_version(w);
+  }
+
   // Q(W·H̃) (O, n_I): the codes and scale of FSDP's 8-bit all-gather when they are attached to w and are this
-  // level's (W rotated: 1 or 2) in this carrier (grad/pipeline_halo_weight.h), else quantised here.
-  Operand weight_operand(const Tensor& w, HaloRotation rot) const {
+  // level's (W rotated: 1 or 2) in this carrier (grad/pipeline_halo_weight.h); a frozen weight's cached codes
+  // (Note [HALO's frozen weight codes]); else quantised here.
+  std::shared_ptr<WOperand> weight_operand(const Tensor& w, HaloRotation rot, bool w_grad) {
     if (o_.quantize && o_.level >= 1)
       if (const auto g = gathered_weight(w);
           g && g->carrier == o_.carrier && g->rotation.n == rot.n && g->rotation.k == rot.k && g->cols == w.size(1)) {
         halo_phase("fwd Q(W·H) from the 8-bit gather");
         note_gathered_weight_use();
-        return {g->codes, g->scale};
+        return std::make_shared<WOperand>(WOperand{{g->codes, g->scale}, {}});
       }
+    const bool cache =
+        o_.quantize && o_.cache_frozen_weight && !w_grad && !w.requires_grad() && w.storage() != nullptr;
+    const bool seen = cache && frozen_seen(w);
+    if (!cache) {
+      if (w.requires_grad()) frozen_ = {};
+    } else if (seen && frozen_.codes != nullptr) {
+      halo_phase("fwd Q(W·H) cached");
+      note_frozen_weight_use();
+      return frozen_.codes;
+    }
     halo_phase("fwd Q(W·H)");
-    return prepare(w, rot);
+    auto sw = std::make_shared<WOperand>(WOperand{prepare(w, rot), {}});
+    if (cache)  // kept from the second forward that sees the weight unchanged on
+      frozen_ = {w.storage(), w.offset(), w.shape(), w.strides(), w.dtype(), storage_version(w), seen ? sw : nullptr};
+    return sw;
   }
 
   // (M, N) of `out` = mult·(a·bᵀ) with a's and b's scales.
@@ -305,16 +371,18 @@ HaloOptions read_halo(ConfigReader& r) {
   o.quantize = r.get("quantize", true);
   o.overlap = r.get("overlap", true);
   o.fp8_accumulation = read_fp8_accumulation(r, o.carrier);
+  o.cache_frozen_weight = r.get("cache_frozen_weight", true);
   return o;
 }
 
 std::string describe_halo(const HaloOptions& o) {
-  return fmt::format("halo (level {}, {}{}{}{}; forward quantised)", o.level,
+  return fmt::format("halo (level {}, {}{}{}{}{}; forward quantised)", o.level,
                      o.carrier == Carrier::fp8 ? "fp8 e4m3" : "int8",
                      o.carrier == Carrier::fp8 && o.fp8_accumulation == Fp8Accumulation::precise
                          ? ", precise accumulation"
                          : "",
-                     o.quantize ? "" : ", quantisation off", o.overlap ? "" : ", one stream");
+                     o.quantize ? "" : ", quantisation off", o.overlap ? "" : ", one stream",
+                     o.cache_frozen_weight ? "" : ", frozen weights quantised every forward");
 }
 
 }  // namespace
@@ -326,6 +394,8 @@ void halo_phase(const char* phase) {
 }
 
 bool halo_phases_marked() { return static_cast<bool>(phase_hook()); }
+
+int64_t frozen_weight_uses() { return frozen_uses().load(); }
 
 std::shared_ptr<Pipeline> make_halo_pipeline(const HaloOptions& o) {
   HT_CHECK(o.level >= 0 && o.level <= 2, "halo: level must be 0, 1 or 2, got {}", o.level);

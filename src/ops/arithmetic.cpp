@@ -274,6 +274,7 @@ void add_(const Tensor& self, const Tensor& other, double alpha) {
   HT_CHECK(broadcast_shapes(self.shape(), other.shape(), "add_") == self.shape(),
            "add_: {} cannot be broadcast to {}", other.describe(), self.describe());
   const Tensor oc = other.dtype() == self.dtype() ? other.detach() : to_dtype(other.detach(), self.dtype());
+  mark_written(self);
   if (self.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     check_floating("add_", {&self});
@@ -294,6 +295,7 @@ void add_(const Tensor& self, const Tensor& other, double alpha) {
 void mul_(const Tensor& self, double s) {
   HT_CHECK(!(grad_enabled() && self.requires_grad()), "mul_: in-place update of {} that requires grad; use NoGradGuard",
            self.describe());
+  mark_written(self);
   if (self.is_cuda()) {
 #ifdef HADATRAIN_CUDA
     check_floating("mul_", {&self});

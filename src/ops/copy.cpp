@@ -149,6 +149,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
   HT_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(),
            "copy_: source {} cannot be broadcast to destination {}", src.describe(), dst.describe());
   if (dst.numel() == 0) return;
+  mark_written(dst);
   if (dst.is_cpu() && src.is_cpu()) return cpu_copy(dst, src);
 #ifdef HADATRAIN_CUDA
   cuda_copy(dst, src);

@@ -73,6 +73,15 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), {t.dtype(), t.device()}); }
 Tensor empty_like(const Tensor& t, DType dtype) { return empty(t.shape(), {dtype, t.device()}); }
 
+uint64_t storage_version(const Tensor& t) {
+  if (!t.defined() || t.storage() == nullptr) return 0;
+  return t.storage()->version.load(std::memory_order_acquire);
+}
+
+void mark_written(const Tensor& t) {
+  if (t.defined() && t.storage() != nullptr) t.storage()->version.fetch_add(1, std::memory_order_acq_rel);
+}
+
 Tensor make_view(const Tensor& t, const Shape& shape, const Strides& strides, int64_t offset) {
   HT_ASSERT(shape.size() == strides.size(), "view shape {} and strides {} differ in rank", to_string(shape),
             to_string(strides));

@@ -383,6 +383,9 @@ TEST_CASE("halo: registered with its options and description", "[halo]") {
   o.carrier = Carrier::int8;  // int8 products sum in int32: the field does not apply
   o.fp8_accumulation = Fp8Accumulation::fast;
   CHECK(describe(spec) == "halo (level 1, int8; forward quantised)");
+  o.cache_frozen_weight = false;
+  CHECK(describe(spec) == "halo (level 1, int8, frozen weights quantised every forward; forward quantised)");
+  o.cache_frozen_weight = true;
   CHECK_NOTHROW(make_pipeline(spec));
   o.carrier = Carrier::fp8;
   auto p = make_pipeline(spec);
@@ -526,4 +529,83 @@ TEST_CASE("halo: products that read one x inside a SharedInputScope quantise it 
     const SharedInputScope again;
     CHECK(*shared_input_slot(x, "k") == nullptr);  // dropped when the outermost scope closed
   }
+}
+
+TEST_CASE("halo: a frozen weight is quantised once and its codes reused until it is written, the same bits", "[halo]") {
+  // Note [HALO's frozen weight codes] (src/grad/pipeline_halo.cpp), Note [Storage versions] (tensor/allocator.h)
+  Generator gen(23);
+  const Tensor x = randn({2, 6, 24}, gen), g = randn({2, 6, 16}, gen);
+  int quantised = 0, cached = 0;
+  set_halo_phase_hook([&](const char* phase) {
+    quantised += std::string(phase) == "fwd Q(W·H)";
+    cached += std::string(phase) == "fwd Q(W·H) cached";
+  });
+  // One forward + backward (g_x only, as LoRA's base asks) of pipeline p on w: y and g_x.
+  auto step = [&](Pipeline& p, const Tensor& w, bool w_grad = false) {
+    ProductInfo info;
+    info.w_grad = w_grad;
+    ForwardResult f = p.forward(x, w, info, NoiseKey{}, SaveForBackward::yes);
+    Grads gr = p.backward(*f.saved, g, {true, w_grad});
+    return Products{rows_of(reshape(f.y, {12, 16})), rows_of(reshape(gr.x, {12, 24})), {}};
+  };
+  auto same = [](const Products& a, const Products& b) { return a.y == b.y && a.gx == b.gx; };
+  for (int level : {0, 1, 2})
+    for (Carrier c : {Carrier::int8, Carrier::fp8}) {
+      INFO("level " << level << (c == Carrier::int8 ? " int8" : " fp8"));
+      const HaloOptions o = opts(level, c);
+      Tensor w = randn({16, 24}, gen);
+      auto p = make_halo_pipeline(o);
+      quantised = cached = 0;
+      // kept from the second forward that sees w unchanged on (a weight refilled before every forward is not kept)
+      const Products first = step(*p, w), second = step(*p, w), third = step(*p, w), fourth = step(*p, w);
+      CHECK(quantised == 2);
+      CHECK(cached == 2);
+      CHECK(same(second, first));
+      CHECK(same(third, first));
+      CHECK(same(fourth, first));
+      const int64_t uses = frozen_weight_uses();
+      (void)step(*p, reshape(w, {16, 24}));  // a view of the same storage, offset, shape and strides
+      CHECK(frozen_weight_uses() == uses + 1);
+
+      // Written in place (a checkpoint load, a LoRA merge): quantised again, as a new pipeline quantises the new values.
+      for (int write = 0; write < 3; ++write) {
+        INFO("write " << write);
+        if (write == 0) mul_(w, 0.5);
+        if (write == 1) add_(w, randn({16, 24}, gen));
+        if (write == 2) copy_(w, randn({16, 24}, gen));
+        quantised = cached = 0;
+        const Products after = step(*p, w);
+        CHECK(quantised == 1);
+        CHECK(cached == 0);
+        CHECK_FALSE(same(after, first));
+        CHECK(same(after, step(*make_halo_pipeline(o), w)));
+      }
+      // Not reused: another storage with the same values, a view at another offset, a weight that requires grad,
+      // a product asked for g_w, the option off.
+      quantised = cached = 0;
+      (void)step(*p, w.clone());
+      (void)step(*p, w);  // the clone replaced w's entry
+      CHECK(quantised == 2);
+      const Tensor both = cat({randn({1, 24}, gen), w}, 0);
+      for (int i = 0; i < 3; ++i) (void)step(*p, narrow(both, 0, 1, 16));
+      CHECK(quantised == 4);
+      CHECK(cached == 1);
+      quantised = cached = 0;
+      Tensor trained = w.clone();
+      trained.set_requires_grad(true);
+      (void)step(*p, trained, true);
+      (void)step(*p, trained, true);
+      (void)step(*p, w, true);
+      (void)step(*p, w, true);
+      CHECK(quantised == 4);
+      CHECK(cached == 0);
+      HaloOptions off = o;
+      off.cache_frozen_weight = false;
+      auto p_off = make_halo_pipeline(off);
+      (void)step(*p_off, w);
+      CHECK(same(step(*p_off, w), step(*p, w)));
+      CHECK(quantised == 7);  // p's too: the weight that requires grad dropped its entry
+      CHECK(cached == 0);
+    }
+  set_halo_phase_hook({});
 }

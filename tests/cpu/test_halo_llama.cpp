@@ -142,4 +142,27 @@ TEST_CASE("halo with LoRA on LLaMA: the frozen base runs HALO, the adapters stay
     }
   }
   CHECK(adapters_with_grad == 2 * 2 * 2);  // A and B of q_proj and v_proj in two blocks
+
+  // Note [HALO's frozen weight codes]: from the second step that sees the frozen base unchanged, each of the 14
+  // projections (7 in each of two blocks) reuses its codes, with the same logits; a write into one base weight (as
+  // a checkpoint load or a LoRA merge makes) has the next step quantise that one again.
+  auto step = [&] {
+    const Tensor out = model->forward(token_ids());
+    sum(mul(out, randn(out.shape(), gen))).backward();
+    return out.to(DType::f64).contiguous().to_vector<double>();
+  };
+  const int64_t before = grad::frozen_weight_uses();
+  const auto second = step();
+  CHECK(grad::frozen_weight_uses() == before);
+  const auto third = step();
+  CHECK(grad::frozen_weight_uses() == before + 14);
+  CHECK(third == second);
+  for (const auto& [name, p] : model->named_parameters())
+    if (name == "model.layers.0.mlp.up_proj.weight") {
+      NoGradGuard no_grad;
+      mul_(*p, 0.5);
+    }
+  const auto written = step();
+  CHECK(grad::frozen_weight_uses() == before + 14 + 13);
+  CHECK(written != third);
 }

@@ -26,6 +26,33 @@ TEST_CASE("views share storage and index correctly", "[views]") {
   CHECK(e.contiguous().to_vector<double>()[5] == 2);
 }
 
+TEST_CASE("an in-place write raises its storage's version, seen through every view", "[views]") {
+  // Note [Storage versions] (tensor/allocator.h)
+  Tensor t = zeros({4, 6});
+  const Tensor view = narrow(t, 0, 1, 2);
+  CHECK(storage_version(Tensor{}) == 0);
+  uint64_t v = storage_version(t);  // zeros() filled it
+  auto raised = [&] {
+    const uint64_t now = storage_version(t);
+    const bool up = now > v && storage_version(view) == now;
+    v = now;
+    return up;
+  };
+  copy_(view, ones({2, 6}));
+  CHECK(raised());
+  fill_(t, 2.0);
+  CHECK(raised());
+  add_(view, ones({2, 6}));
+  CHECK(raised());
+  mul_(t, 3.0);
+  CHECK(raised());
+  mark_written(view);
+  CHECK(raised());
+  (void)add(t, t);  // reading t, writing a new tensor: t's version stays
+  (void)t.clone();
+  CHECK(storage_version(t) == v);
+}
+
 TEST_CASE("reshape views when it can and copies when it must; view refuses to copy", "[views]") {
   Tensor x = arange(24, {DType::f64}).reshape({2, 3, 4});
   Tensor merged = x.reshape({6, 4});

@@ -62,7 +62,14 @@ struct HaloOptions {
   // [HALO's fp8 accumulation] in src/grad/pipeline_halo.cpp gives the figures the default rests on. The int8
   // carrier sums in int32 and ignores this field (a config that asks it for `fast` is an error).
   Fp8Accumulation fp8_accumulation = Fp8Accumulation::fast;
+  // A weight that needs no gradient (LoRA's frozen base) is quantised once and its codes reused while its storage
+  // and version are the same (Note [HALO's frozen weight codes] in src/grad/pipeline_halo.cpp); false quantises it
+  // in every forward (no memory kept between steps).
+  bool cache_frozen_weight = true;
 };
+
+// How many times a halo pipeline's forward reused a frozen weight's cached codes since the process started (tests).
+int64_t frozen_weight_uses();
 
 // A new halo pipeline for one layer.
 std::shared_ptr<Pipeline> make_halo_pipeline(const HaloOptions& o);

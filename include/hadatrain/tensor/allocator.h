@@ -57,6 +57,12 @@ struct StorageImpl {
   // How many tensors kept for backward (SavedTensor: autograd nodes, pipeline states) hold this storage now.
   // A gradient pipeline that compresses its input need not when this is > 0 (Note [Shared saved inputs]).
   std::atomic<int32_t> graph_saves{0};
+  // Note [Storage versions]: raised by every in-place write through the tensor API (copy_, fill_, add_, mul_) and
+  // by the writers that refill a storage outside it (FSDP's gathers, a broadcast of parameters). What is derived
+  // from a tensor's values and kept across steps (the halo pipeline's codes of a frozen weight) is valid while the
+  // version it was made at is the storage's: a kernel that writes an existing tensor through data_ptr() must call
+  // mark_written (tensor/tensor.h). Freshly allocated outputs need not: a new storage is another identity.
+  std::atomic<uint64_t> version{0};
 };
 
 }  // namespace ht

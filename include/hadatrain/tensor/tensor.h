@@ -141,6 +141,10 @@ Tensor empty_like(const Tensor& t, DType dtype);
 Tensor empty_pinned(const Shape& shape, DType dtype, Device device = Device::cuda(0));
 // True when t is a CPU tensor whose storage is page-locked host memory (always false without CUDA).
 bool is_pinned(const Tensor& t);
+// Note [Storage versions] (tensor/allocator.h): the version of t's storage (0 for an undefined tensor or one
+// without storage), and the write that raises it.
+uint64_t storage_version(const Tensor& t);
+void mark_written(const Tensor& t);
 // A new view over t's storage (no autograd history; view ops attach it).
 Tensor make_view(const Tensor& t, const Shape& shape, const Strides& strides, int64_t offset);
 
