@@ -43,6 +43,7 @@ class AdamW final : public Optimizer {
       Tensor& p = *params[i].param;
       const Tensor& g = p.grad();
       if (!g.defined()) continue;
+      mark_written(p);  // Note [Storage versions]: updated in place below (not when a step graph replays it)
       Tensor& m_i = store_->state(i, kExpAvg);
       Tensor& v_i = store_->state(i, kExpAvgSq);
       if (!m_i.defined()) {

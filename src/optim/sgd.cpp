@@ -39,6 +39,7 @@ class Sgd final : public Optimizer {
       Tensor& p = *params[i].param;
       const Tensor& g = p.grad();
       if (!g.defined()) continue;
+      mark_written(p);  // Note [Storage versions]: updated in place below (not when a step graph replays it)
       Tensor& buf = store_->state(i, kMomentum);
       const bool first = !buf.defined();
       if (o_.momentum > 0 && first) buf = zeros_like(p);
