@@ -295,22 +295,24 @@ class HaloPipeline final : public Pipeline {
   };
 
   // Note [HALO's frozen weight codes]
-  // A weight that needs no gradient (LoRA's frozen base, a frozen layer) has the same Q(W·H̃) in every forward
-  // while its values do not change, so with `cache_frozen_weight` (the default) the pipeline keeps the codes it
-  // made, and the transpose a g_x product keeps, and hands them to the next forwards instead of quantising W
-  // again (phase mark "fwd Q(W·H) cached"). It keeps them from the second forward that sees the weight unchanged
-  // on: a weight refilled before every forward (FSDP's gathered weights, whose gathers raise the version) is never
-  // cached, so the codes of all of a sharded model's layers are not held at once. It does so for a product that
-  // is told it will not be asked for g_w
-  // (ProductInfo::w_grad false: the product op sets it from the weight's edge) of a weight that does not require
-  // grad; code that runs a pipeline's backward itself (the benchmarks, inspect-grads) keeps the default, which
-  // quantises W in every forward as training it would. They are reused only for the same storage (held weakly: a weight that
-  // is gone is never matched), offset, shape, strides and dtype, and the same storage version (Note [Storage
-  // versions] in tensor/allocator.h): copy_, fill_, add_ and mul_ into the weight (a checkpoint load, a LoRA
-  // merge) raise it, and so do FSDP's gathers into a gathered weight. A weight that requires grad drops the entry
-  // and is never cached: its optimiser writes it in place, also from a replayed step graph, where no host code
-  // runs. The cost is the codes' memory for as long as the pipeline lives: one byte per element of W, two with
-  // the transpose (LoRA keeps it for g_x in every step anyway, until backward).
+  // A weight that needs no gradient (LoRA's frozen base, a frozen layer) has the same Q(W·H̃) in every forward while
+  // its values do not change, so with `cache_frozen_weight` (the default) the pipeline keeps the codes it made, and
+  // the transpose a g_x product keeps, and hands them to later forwards instead of quantising W again (phase mark
+  // "fwd Q(W·H) cached").
+  // - Which products: those told they will not be asked for g_w (ProductInfo::w_grad false: the product op sets it
+  //   from the weight's edge) of a weight that does not require grad. Code that runs a pipeline's backward itself
+  //   (the benchmarks, inspect-grads) keeps ProductInfo's default and quantises W in every forward, as training W
+  //   would.
+  // - When: from the second forward that sees the weight unchanged on. A weight refilled before every forward
+  //   (FSDP's gathered weights, whose gathers raise the version) is never kept, so a sharded model's layers do not
+  //   all hold codes at once.
+  // - Unchanged: the same storage (held weakly: a weight that is gone is never matched), offset, shape, strides,
+  //   dtype and storage version (Note [Storage versions] in tensor/allocator.h). copy_, fill_, add_ and mul_ into
+  //   the weight (a checkpoint load, a LoRA merge) raise the version, and so do FSDP's gathers. A weight that
+  //   requires grad drops the entry and is never kept: its optimiser writes it in place, also from a replayed step
+  //   graph, where no host code runs.
+  // - Cost: the codes' memory for as long as the pipeline lives, one byte per element of W, two with the transpose
+  //   (which LoRA kept from each forward to its backward anyway).
   struct FrozenWeight {  // the weight last seen, and its codes once it was seen unchanged twice
     std::weak_ptr<StorageImpl> storage;
     int64_t offset = 0;
