@@ -77,11 +77,7 @@ HaloPhaseHook& phase_hook() {
   return hook;
 }
 
-std::atomic<int64_t>& frozen_uses() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-void note_frozen_weight_use() { frozen_uses().fetch_add(1); }
+std::atomic<int64_t> g_frozen_weight_uses{0};  // frozen_weight_uses()
 
 // One operand of a product: 8-bit codes and their scale, or (quantize: false) f32 values and no scale.
 struct Operand {
@@ -304,8 +300,7 @@ class HaloPipeline final : public Pipeline {
   // - Unchanged: the same storage (held weakly: a weight that is gone is never matched), offset, shape, strides,
   //   dtype and storage version (Note [Storage versions] in tensor/allocator.h). copy_, fill_, add_ and mul_ into
   //   the weight (a checkpoint load, a LoRA merge) raise the version, and so do FSDP's gathers. A weight that
-  //   requires grad drops the entry and is never kept: its optimiser writes it in place, also from a replayed step
-  //   graph, where no host code runs.
+  //   requires grad drops the entry and is never kept: its optimiser writes it every step.
   // - Cost: the codes' memory for as long as the pipeline lives, one byte per element of W, two with the transpose
   //   (which LoRA kept from each forward to its backward anyway).
   struct FrozenWeight {  // the weight last seen, and its codes once it was seen unchanged twice
@@ -336,14 +331,13 @@ class HaloPipeline final : public Pipeline {
         note_gathered_weight_use();
         return std::make_shared<WOperand>(WOperand{{g->codes, g->scale}, {}});
       }
+    if (w.requires_grad()) frozen_ = {};
     const bool cache =
         o_.quantize && o_.cache_frozen_weight && !w_grad && !w.requires_grad() && w.storage() != nullptr;
     const bool seen = cache && frozen_seen(w);
-    if (!cache) {
-      if (w.requires_grad()) frozen_ = {};
-    } else if (seen && frozen_.codes != nullptr) {
+    if (seen && frozen_.codes != nullptr) {
       halo_phase("fwd Q(W·H) cached");
-      note_frozen_weight_use();
+      g_frozen_weight_uses.fetch_add(1);
       return frozen_.codes;
     }
     halo_phase("fwd Q(W·H)");
@@ -397,7 +391,7 @@ void halo_phase(const char* phase) {
 
 bool halo_phases_marked() { return static_cast<bool>(phase_hook()); }
 
-int64_t frozen_weight_uses() { return frozen_uses().load(); }
+int64_t frozen_weight_uses() { return g_frozen_weight_uses.load(); }
 
 std::shared_ptr<Pipeline> make_halo_pipeline(const HaloOptions& o) {
   HT_CHECK(o.level >= 0 && o.level <= 2, "halo: level must be 0, 1 or 2, got {}", o.level);

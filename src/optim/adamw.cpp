@@ -23,7 +23,7 @@ class AdamW final : public Optimizer {
   }
   std::string name() const override { return "adamw"; }
 
-  void begin_step(double lr) override {
+  void stage(double lr) override {
     ++steps_;
     lr_ = lr;
     bc1_ = 1.0 - std::pow(o_.beta1, static_cast<double>(steps_));
@@ -43,7 +43,6 @@ class AdamW final : public Optimizer {
       Tensor& p = *params[i].param;
       const Tensor& g = p.grad();
       if (!g.defined()) continue;
-      mark_written(p);  // Note [Storage versions]: updated in place below (not when a step graph replays it)
       Tensor& m_i = store_->state(i, kExpAvg);
       Tensor& v_i = store_->state(i, kExpAvgSq);
       if (!m_i.defined()) {

@@ -25,6 +25,12 @@ Optimizer::Optimizer(std::shared_ptr<nn::ParameterStore> store, std::vector<std:
   store_->define_state(std::move(state_slots));
 }
 
+void Optimizer::begin_step(double lr) {
+  for (const auto& p : store_->params())
+    if (p.param->requires_grad()) mark_written(*p.param);
+  stage(lr);
+}
+
 void Optimizer::load_state_tensors(const std::map<std::string, Tensor>& state, int64_t steps) {
   store_->load_state_tensors(state);
   steps_ = steps;

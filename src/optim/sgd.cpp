@@ -21,7 +21,7 @@ class Sgd final : public Optimizer {
   }
   std::string name() const override { return "sgd"; }
 
-  void begin_step(double lr) override {
+  void stage(double lr) override {
     lr_ = lr;
     ++steps_;
 #ifdef HADATRAIN_CUDA
@@ -39,7 +39,6 @@ class Sgd final : public Optimizer {
       Tensor& p = *params[i].param;
       const Tensor& g = p.grad();
       if (!g.defined()) continue;
-      mark_written(p);  // Note [Storage versions]: updated in place below (not when a step graph replays it)
       Tensor& buf = store_->state(i, kMomentum);
       const bool first = !buf.defined();
       if (o_.momentum > 0 && first) buf = zeros_like(p);

@@ -84,6 +84,21 @@ TEST_CASE("AdamW follows torch.optim.AdamW for three steps", "[optim]") {
   CHECK(w.to_vector<double>() == w2.to_vector<double>());
 }
 
+TEST_CASE("an optimiser's host half raises the storage version of the parameters it updates, not a frozen one",
+          "[optim]") {
+  // Note [Storage versions] (tensor/allocator.h): begin_step also runs before a replayed step graph's apply()
+  Tensor w = param({0.5, -1.5});
+  Tensor frozen = ones({2});  // requires no grad
+  auto opt = make_adamw({{"w", &w, true}, {"frozen", &frozen, true}}, AdamWOptions{});
+  const uint64_t w0 = storage_version(w), f0 = storage_version(frozen);
+  opt->begin_step(0.01);
+  CHECK(storage_version(w) == w0 + 1);
+  CHECK(storage_version(frozen) == f0);
+  set_grad(w, {0.1, -0.2});
+  opt->apply();
+  CHECK(storage_version(w) == w0 + 1);  // apply() is the device half: no host bookkeeping
+}
+
 TEST_CASE("weight decay groups skip 1-dim parameters and listed names", "[optim]") {
   Tensor w = zeros({2, 2}), b = zeros({2}), pos = zeros({1, 4, 2});
   auto refs = make_param_refs({{"fc.weight", &w}, {"fc.bias", &b}, {"pos_embed", &pos}}, {"pos_embed"});

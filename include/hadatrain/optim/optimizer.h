@@ -25,9 +25,11 @@ class Optimizer {
     begin_step(lr);
     apply();
   }
-  // The host half of a step: counts it and stages its hyper-parameters (learning rate, bias corrections)
-  // where apply() reads them; for CUDA parameters a small device buffer written in stream order.
-  virtual void begin_step(double lr) = 0;
+  // The host half of a step: raises the storage version of every parameter that requires grad (Note [Storage
+  // versions] in tensor/allocator.h: apply() updates them in place, also when a step graph replays it, where no
+  // host code runs but this half does), then counts the step and stages its hyper-parameters (learning rate, bias
+  // corrections) where apply() reads them; for CUDA parameters a small device buffer written in stream order.
+  void begin_step(double lr);
   // The device half: updates every parameter that has a gradient with the staged hyper-parameters. It
   // passes no per-step host value to the device, so a step graph may record it (cuda/graph.h); momentum
   // and moment buffers are created on the first apply() that sees a parameter's gradient.
@@ -41,6 +43,8 @@ class Optimizer {
   nn::ParameterStore& store() const { return *store_; }
 
  protected:
+  // begin_step's own part for each optimiser: count the step, stage the hyper-parameters.
+  virtual void stage(double lr) = 0;
   // Takes the store's parameters (each a leaf in f32 or f64) and names the optimiser's state slots in it.
   Optimizer(std::shared_ptr<nn::ParameterStore> store, std::vector<std::string> state_slots);
   // Indices of the CUDA devices that hold parameters (ascending).

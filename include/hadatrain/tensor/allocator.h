@@ -58,13 +58,13 @@ struct StorageImpl {
   // A gradient pipeline that compresses its input need not when this is > 0 (Note [Shared saved inputs]).
   std::atomic<int32_t> graph_saves{0};
   // Note [Storage versions]: raised by every in-place write through the tensor API (copy_, fill_, add_, mul_) and
-  // by the writers that update a storage outside it (the optimisers' steps, FSDP's gathers, a broadcast of
-  // parameters). What is derived from a tensor's values and kept across steps (the halo pipeline's codes of a frozen
-  // weight) is valid while the version it was made at is the storage's: code that writes an existing tensor through
-  // data_ptr() must call mark_written (tensor/tensor.h). Freshly allocated outputs need not: a new storage is another
-  // identity. A replayed CUDA graph runs no host code, so what its kernels write in place (a step graph's optimiser
-  // update) does not raise it: whatever is kept must not be derived from such a tensor (HALO keeps nothing of a
-  // weight that requires grad).
+  // by the writers that update a storage outside it (an optimiser's step, in its host half Optimizer::begin_step,
+  // which also runs before a replayed step graph; FSDP's gathers; a broadcast of parameters). What is derived from
+  // a tensor's values and kept across steps (the halo pipeline's codes of a frozen weight) is valid while the
+  // version it was made at is the storage's: code that writes an existing tensor through data_ptr() must call
+  // mark_written (tensor/tensor.h). Freshly allocated outputs need not: a new storage is another identity. A
+  // replayed CUDA graph runs no host code, so a write recorded in it raises the version only where host code
+  // outside the graph does so for it, as begin_step does for the optimiser's update.
   std::atomic<uint64_t> version{0};
 };
 
