@@ -83,6 +83,22 @@ void log_pipeline_memory(const std::vector<nn::BoundLayer>& layers) {
                active, static_cast<double>(bytes) / (1 << 20), none);
 }
 
+// After the second step: what the pipeline layers keep between steps (grad::Pipeline::kept_bytes: HALO's codes of
+// frozen weights, kept from the second forward that sees a weight unchanged), when any keeps something.
+void log_pipeline_kept_memory(const std::vector<nn::BoundLayer>& layers) {
+  int64_t bytes = 0;
+  int keeping = 0;
+  for (const auto& l : layers) {
+    if (!l.binding->pipeline) continue;
+    const int64_t b = l.binding->pipeline->kept_bytes();
+    bytes += b;
+    keeping += b > 0;
+  }
+  if (keeping == 0) return;
+  spdlog::info("grad pipeline: {} layer(s) keep {:.2f} MiB between steps, their frozen weights' codes (halo's "
+               "cache_frozen_weight; false quantises them in every forward instead)",
+               keeping, static_cast<double>(bytes) / (1 << 20));
+}
 
 // A new run in a folder that already holds a run's metrics or checkpoints replaces that run's metrics.jsonl and
 // config.yaml, and its checkpoints re-point `latest` and `best`; it proceeds, but says so first.
@@ -348,6 +364,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
         nn::log_fallbacks(bound);  // the layers whose pipeline fell back, now that their shapes are known
         log_pipeline_memory(bound);
       }
+      if (st.step == first_step + 2) log_pipeline_kept_memory(bound);
       ++st.epoch_steps;
       ++unread_steps;
       // On the CPU a non-finite loss is seen at its step (reading it costs nothing); on CUDA at the next read.

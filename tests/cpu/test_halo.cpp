@@ -557,7 +557,12 @@ TEST_CASE("halo: a frozen weight is quantised once and its codes reused until it
       auto p = make_halo_pipeline(o);
       quantised = cached = 0;
       // kept from the second forward that sees w unchanged on (a weight refilled before every forward is not kept)
-      const Products first = step(*p, w), second = step(*p, w), third = step(*p, w), fourth = step(*p, w);
+      const Products first = step(*p, w);
+      CHECK(p->kept_bytes() == 0);  // seen once: nothing kept yet
+      const Products second = step(*p, w), third = step(*p, w), fourth = step(*p, w);
+      // kept: the codes (16, n_I) and their transpose, one byte an element, and the f32 scale they share
+      const int64_t n_i = level == 0 ? 24 : halo_rotation_size(24).n;
+      CHECK(p->kept_bytes() == 2 * 16 * n_i + 4);
       CHECK(quantised == 2);
       CHECK(cached == 2);
       CHECK(same(second, first));
@@ -606,6 +611,7 @@ TEST_CASE("halo: a frozen weight is quantised once and its codes reused until it
       CHECK(same(step(*p_off, w), step(*p, w)));
       CHECK(quantised == 7);  // p's too: the weight that requires grad dropped its entry
       CHECK(cached == 0);
+      CHECK(p_off->kept_bytes() == 0);
     }
   set_halo_phase_hook({});
 }

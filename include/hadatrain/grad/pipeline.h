@@ -217,6 +217,10 @@ class Pipeline {
   // row: 197 tokens per sample have no power-of-two factor"). The fallbacks of a model's layers are logged in
   // one line after its first step (nn::log_fallbacks).
   virtual std::string fallback() const { return {}; }
+  // Device or host bytes the pipeline keeps from one step to the next, beside the model's own tensors (HALO's
+  // codes of a frozen weight, Note [HALO's frozen weight codes]); 0 for a pipeline that keeps nothing. The
+  // trainer logs the model's sum once these are in place (after the second step).
+  virtual int64_t kept_bytes() const { return 0; }
 };
 
 // A new pipeline for one layer, through the registry (grad/registry.h). Throws for an unknown name, listing
