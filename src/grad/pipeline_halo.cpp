@@ -102,8 +102,7 @@ class HaloPipeline final : public Pipeline {
   int64_t kept_bytes() const override {
     if (frozen_.codes == nullptr) return 0;
     const WOperand& c = *frozen_.codes;  // the transpose shares the codes' scale
-    auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : int64_t{0}; };
-    return bytes(c.q.v) + bytes(c.q.scale) + bytes(c.t.v);
+    return tensor_bytes(c.q.v) + tensor_bytes(c.q.scale) + tensor_bytes(c.t.v);
   }
 
   ForwardResult forward(const Tensor& x, const Tensor& w, const ProductInfo& info, const NoiseKey&,
