@@ -114,31 +114,36 @@ class HaloPipeline final : public Pipeline {
     const Operand& qx = sx->q;  // (T, n_I)
     const std::shared_ptr<WOperand> sw = weight_operand(w, rot_in, info.w_grad);
     const Operand& qw = sw->q;  // (O, n_I)
+    // Note [What a product keeps] (grad/pipeline.h): Q(x·H̃)ᵀ only for g_w, Q(W·H̃)ᵀ only for g_x (LoRA's frozen base
+    // keeps only the latter); one made already (shared with other products, Note [Shared product inputs], or a
+    // frozen weight's, Note [HALO's frozen weight codes]) is not made again, and counts in the product that made it.
+    const bool save_yes = save == SaveForBackward::yes;
+    const bool make_xt = save_yes && info.w_grad && !sx->t.v.defined();
+    const bool make_wt = save_yes && info.x_grad && !sw->t.v.defined();
+    auto make_transposes = [&] {
+      halo_phase("fwd save Q(x·H)ᵀ, Q(W·H)ᵀ (transposes)");
+      if (make_xt) sx->t = qx.transposed();
+      if (make_wt) sw->t = qw.transposed();
+    };
+    // Note [HALO's saved transposes]: they read only the codes, so on CUDA they run on a side stream beside the y
+    // GEMM (`overlap`; phase marks keep one stream); the same bytes either way.
+    SideBranch side(x.device(), o_.overlap && (make_xt || make_wt) && !halo_phases_marked());
+    if (side.concurrent()) side.run(make_transposes);
     halo_phase("fwd y GEMM");
     Tensor y = product(qx, qw, inverse_size(rot_in), x.dtype());  // (T, O)
     if (info.bias.defined()) {
       halo_phase("fwd bias");
       y = add(y, info.bias);
     }
+    if (save_yes && !side.concurrent()) make_transposes();
+    side.join({make_xt ? sx->t.v : Tensor{}, make_wt ? sw->t.v : Tensor{}});
     ForwardResult r;
     r.y = reshape(y, {B, L, O});
-    if (save == SaveForBackward::yes) {
+    if (save_yes) {
       auto s = std::make_unique<HaloSaved>();
-      // Note [What a product keeps] (grad/pipeline.h): Q(x·H̃)ᵀ only for g_w, Q(W·H̃)ᵀ only for g_x (LoRA's frozen
-      // base keeps only the latter)
-      halo_phase("fwd save Q(x·H)ᵀ, Q(W·H)ᵀ (transposes)");
-      if (info.w_grad) {
-        // a Q(x·H̃)ᵀ shared with other products (Note [Shared product inputs]) counts in the one that made it
-        if (!sx->t.v.defined()) {
-          sx->t = qx.transposed();
-          s->bytes = tensor_bytes(sx->t.v);
-        }
-        s->xt = sx->t;
-      }
-      if (info.x_grad) {
-        if (!sw->t.v.defined()) sw->t = qw.transposed();  // a frozen weight's cached codes keep it (below)
-        s->wt = sw->t;
-      }
+      if (info.w_grad) s->xt = sx->t;
+      if (make_xt) s->bytes = tensor_bytes(sx->t.v);
+      if (info.x_grad) s->wt = sw->t;
       s->B = B, s->L = L, s->I = I, s->O = O;
       s->x_dtype = x.dtype();
       s->w_dtype = w.dtype();

@@ -55,7 +55,8 @@ struct HaloOptions {
   // the rotation algebra, and the rotation's own effect in inspect-grads)
   bool quantize = true;
   // On CUDA, g_w's GEMM and rotation back run on a side stream beside g_x's chain (Note [HALO's two chains] in
-  // src/grad/pipeline_halo.cpp); the same values either way. Off: one stream.
+  // src/grad/pipeline_halo.cpp), and the forward's saved transposes beside its y GEMM (Note [HALO's saved
+  // transposes]); the same values either way. Off: one stream.
   bool overlap = true;
   // fp8 carrier: how CUDA's products sum (ops/lowp_matmul.h, Fp8Accumulation). `fast` (the default) is the
   // reference's FP8 kernel's mode (halo.md §8, §10); `precise` promotes the partial sums to f32 along K. Note
