@@ -578,12 +578,12 @@ def kernels(recs):
                          num(t, digits) if t is not None else "not recorded", vs, measured(r, notes)])
     out += table(["group", "kernel", "unit", "ours", "PyTorch eager, same call", "ours vs PyTorch (speed)",
                   "measured"], rows)
-    return (out + halo_layers([r for r in recs if r["group"].startswith(LAYER_GROUPS[:2])], notes) +
-            layer_errors([r for r in recs if r["group"].startswith(LAYER_GROUPS[2])], notes) + notes.lines())
+    return (out + halo_layers([r for r in recs if r["group"].startswith(LAYER_GROUPS[0])], notes) +
+            layer_errors([r for r in recs if r["group"].startswith(LAYER_GROUPS[1])], notes) + notes.lines())
 
 
 # Groups of per-layer records (bench_halo's), shown as one table per group by halo_layers and layer_errors
-LAYER_GROUPS = ("HALO per layer", "HLQ per layer", "Errors per layer")
+LAYER_GROUPS = ("HALO per layer", "Errors per layer")
 
 
 def layer_errors(recs, notes):
