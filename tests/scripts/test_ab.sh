@@ -29,15 +29,17 @@ int main(int argc, char** argv) {
 EOF
 echo 'add_executable(check check.cpp)' >tests/CMakeLists.txt
 echo 'int main() { return 0; }' >tests/check.cpp
-cp tools/probe.cpp probe.orig
-sed -i 's/"ours\\": %d/"ours\\": %d0/' tools/probe.cpp  # B prints 10 where A prints 1
-diff -u probe.orig tools/probe.cpp | sed '1s#^--- probe.orig#--- a/tools/probe.cpp#; 2s#^+++ tools/probe.cpp#+++ b/tools/probe.cpp#' \
-  >"$work/b.patch" || true
-cp probe.orig tools/probe.cpp
-sed 's/return 0;/return 3;/' tests/check.cpp >tests/check_fail.cpp
-diff -u tests/check.cpp tests/check_fail.cpp | sed '1s#^--- tests/check.cpp#--- a/tests/check.cpp#; 2s#^+++ tests/check_fail.cpp#+++ b/tests/check.cpp#' \
-  >"$work/fail.patch" || true
-rm tests/check_fail.cpp
+# Writes to PATCH_FILE the unified diff (paths a/PATH, b/PATH) that SED_EXPR makes of PATH; the original stays
+# in PATCH_FILE.d/a
+make_patch() {  # PATCH_FILE PATH SED_EXPR
+  local d="$1.d"
+  mkdir -p "$d/a/$(dirname "$2")" "$d/b/$(dirname "$2")"
+  cp "$2" "$d/a/$2"
+  sed "$3" "$2" >"$d/b/$2"
+  (cd "$d" && diff -u "a/$2" "b/$2") >"$1" || true
+}
+make_patch "$work/b.patch" tools/probe.cpp 's/"ours\\": %d/"ours\\": %d0/'  # B prints 10 where A prints 1
+make_patch "$work/fail.patch" tests/check.cpp 's/return 0;/return 3;/'
 fail() { echo "test_ab: $*" >&2; exit 1; }
 
 # A against B, two runs each, with B's test
@@ -52,7 +54,7 @@ grep -A1 "^== B2" "$work/ab.log" | grep -q "probe xyz *10" || fail "no summary r
 grep -q '%d0' tools/probe.cpp || fail "the tree is not left patched"
 
 # B's test fails: the call fails
-cp probe.orig tools/probe.cpp
+cp "$work/b.patch.d/a/tools/probe.cpp" tools/probe.cpp
 if OUT="$work/out_fail" bash tools/bench/ab.sh --runs 1 --build "$work/build" --test check "$work/fail.patch" probe \
     >"$work/ab_fail.log" 2>&1; then
   fail "ab.sh passed although B's test fails"
