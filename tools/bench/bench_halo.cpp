@@ -11,7 +11,8 @@
 // tools/bench/results_page.py --merge FILE`), with the forward, backward and their speed-up over exact bf16.
 // Two more lines per layer bound HALO-2 fp8 (Note [HALO's bound per layer]): its three fp8 GEMMs alone ("halo2
 // fp8 GEMMs alone", with the default's fast accumulation, and "... precise-accumulation GEMMs alone"), timed in the
-// same rounds, and those plus its memory passes' bytes at the HBM's peak rate ("halo2 fp8 bound").
+// same rounds, and those plus its memory passes' bytes at the HBM's peak rate ("halo2 fp8 bound") and at the rate
+// of a plain copy measured in the same rounds ("halo2 fp8 bound at the copy rate").
 // Each line also has the eager step as a training step issues it (first_call_ms: the first forward + backward, host
 // wall clock to completion, GEMM plan creation and tuning included; eager_ms: the median of 10 later ones), so a
 // cost that only eager steps pay (a host synchronisation, per-call set-up) shows beside the replayed time.
@@ -41,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "hadatrain/cuda/check.h"
 #include "hadatrain/cuda/context.h"
 #include "hadatrain/cuda/graph.h"
 #include "hadatrain/grad/pipeline.h"
@@ -233,7 +235,10 @@ void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const st
 // and write; GEMM operands and outputs excluded), and the memory rate is the HBM's peak (from the device's memory
 // clock and bus width), which no kernel exceeds: floor + bytes / peak is then the least time of that dataflow on
 // this GPU, and exact's time over it the most speed it can show. The line also gives the rate every pass would
-// need for 1.5× (required_GB_per_s; none where the GEMMs alone leave no time).
+// need for 1.5× (required_GB_per_s; none where the GEMMs alone leave no time). No kernel reaches the peak either: a
+// second line ("halo2 fp8 bound at the copy rate") puts the same bytes at the rate of the faster of two plain
+// copies of g_y replayed in the same rounds (our copy kernel, `clone`, and cudaMemcpyAsync device to device; the
+// rate counts the bytes read and written), the most a pass that only moves its bytes could reach here.
 std::string fmt_required(double gb_per_s) {
   char b[64];
   std::snprintf(b, sizeof b, "\"required_GB_per_s\": %.1f, ", gb_per_s);
@@ -448,9 +453,18 @@ int main(int argc, char** argv) {
     const bool bound = std::string("halo2 fp8 bound").find(variant_filter) != std::string::npos;
     const int64_t T = B * L;
     const grad::HaloRotation rot_i = grad::halo_rotation_size(l.I), rot_t = grad::halo_rotation_size(T);
-    std::unique_ptr<cuda::StepGraph> floor_fwd, floor_total, precise_fwd, precise_total;
+    std::unique_ptr<cuda::StepGraph> floor_fwd, floor_total, precise_fwd, precise_total, copy_clone, copy_memcpy;
     grad::HaloQuantized qx, qw, qet, qxt, qwt, qr;  // the operands, alive while their graphs replay
+    Tensor copy_dst;                                // cudaMemcpyAsync's destination, alive while its graph replays
+    const double copy_bytes = 2.0 * static_cast<double>(g.numel()) * 2.0;  // read and write g_y's bf16 bytes
     if (bound) {
+      // the copy rate: g_y copied by our copy kernel (clone) and by cudaMemcpyAsync, device to device
+      copy_dst = empty_like(g);
+      copy_clone = record_graph([&] { (void)g.clone(); });
+      copy_memcpy = record_graph([&] {
+        HT_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data_ptr(), g.data_ptr(), static_cast<size_t>(copy_bytes / 2),
+                                      cudaMemcpyDeviceToDevice, cuda::current_stream()));
+      });
       const auto codes = [&](int64_t rows, int64_t cols) {
         return grad::halo_quantize(randn({rows, cols}, gen, {DType::f32, dev}).to(DType::bf16), grad::Carrier::fp8);
       };
@@ -469,7 +483,8 @@ int main(int argc, char** argv) {
         });
       }
     }
-    for (cuda::StepGraph* f : {floor_fwd.get(), floor_total.get(), precise_fwd.get(), precise_total.get()})
+    for (cuda::StepGraph* f : {floor_fwd.get(), floor_total.get(), precise_fwd.get(), precise_total.get(),
+                               copy_clone.get(), copy_memcpy.get()})
       graphs.push_back(f);
     const std::vector<double> ms = round_robin_ms(graphs);
     const double base_fwd = ms[0], base_total = ms[1], base_bwd = base_total - base_fwd;
@@ -512,11 +527,23 @@ int main(int argc, char** argv) {
                     pb.fwd, pb.bwd, peak,
                     left_ms > 0 ? fmt_required((pb.fwd + pb.bwd) / (left_ms * 1e6)).c_str() : "");
       row("halo2 fp8 bound", gemm_fwd + pb.fwd / (peak * 1e6), gemm_total + (pb.fwd + pb.bwd) / (peak * 1e6), extra);
+      // the same bytes at the faster measured copy (NaN, hence no row, if neither graph was recorded)
+      const double copy_ms = std::fmin(ms[f + 4], ms[f + 5]);
+      if (std::isfinite(copy_ms)) {
+        const double copy = copy_bytes / (copy_ms * 1e6);
+        std::snprintf(extra, sizeof extra,
+                      "\"pass_bytes_forward\": %.0f, \"pass_bytes_backward\": %.0f, \"copy_GB_per_s\": %.1f, "
+                      "\"clone_ms\": %.4f, \"memcpy_ms\": %.4f, ",
+                      pb.fwd, pb.bwd, copy, ms[f + 4], ms[f + 5]);
+        row("halo2 fp8 bound at the copy rate", gemm_fwd + pb.fwd / (copy * 1e6),
+            gemm_total + (pb.fwd + pb.bwd) / (copy * 1e6), extra);
+      }
       std::fflush(stdout);
     }
     for (const std::string& e : error_lines) std::fputs(e.c_str(), stdout);
     std::fflush(stdout);
     floor_fwd.reset(), floor_total.reset(), precise_fwd.reset(), precise_total.reset();
+    copy_clone.reset(), copy_memcpy.reset();
     for (auto& c : cases) c->fwd.reset(), c->total.reset();  // their memory pools, before the eager phase runs
     for (auto& c : cases) {
       Case& k = *c;

@@ -656,6 +656,10 @@ def halo_group(recs, notes, first):
                  "rounds; `halo2 fp8 bound`: those plus the bytes of the level-2 dataflow's memory passes at the HBM's "
                  "peak rate, the least time that dataflow can take (Note [HALO's bound per layer] in "
                  "tools/bench/bench_halo.cpp).")
+    if "halo2 fp8 bound at the copy rate" in variants:
+        text += (" `halo2 fp8 bound at the copy rate`: the same bytes at the rate of a plain copy of g_y measured in "
+                 "the same rounds (the faster of our copy kernel and cudaMemcpyAsync), the most a pass that only "
+                 "moves its bytes reaches on this GPU.")
     head = ["layer"] + ([f"{v}, {what}" for _, what in timed for v in variants] if len(timed) > 1 else variants) + \
         ["measured"]
     return ["", text, ""] + table(head, rows)
