@@ -657,9 +657,9 @@ def halo_group(recs, notes, first):
                  "peak rate, the least time that dataflow can take (Note [HALO's bound per layer] in "
                  "tools/bench/bench_halo.cpp).")
     if "halo2 fp8 bound at the copy rate" in variants:
-        text += (" `halo2 fp8 bound at the copy rate`: the same bytes at the rate of a plain copy of g_y measured in "
-                 "the same rounds (the faster of our copy kernel and cudaMemcpyAsync), the most a pass that only "
-                 "moves its bytes reaches on this GPU.")
+        text += (" `halo2 fp8 bound at the copy rate`: the same bytes at the rate of a plain 1 GiB copy measured in "
+                 "the same rounds (the faster of our copy kernel and cudaMemcpyAsync), what a pass that only moves "
+                 "its bytes through DRAM reaches on this GPU (a pass that finds its input in L2 can beat it).")
     head = ["layer"] + ([f"{v}, {what}" for _, what in timed for v in variants] if len(timed) > 1 else variants) + \
         ["measured"]
     return ["", text, ""] + table(head, rows)
