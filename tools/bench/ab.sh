@@ -35,6 +35,7 @@ OUT=${OUT:-$PWD/ab_out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the lent machines
 bin_dir=$(mktemp -d)
+trap 'rm -rf "$bin_dir"' EXIT  # the two binaries, on every exit
 
 build_targets() {  # log-name target...
   local log="$OUT/$1.log"
@@ -119,4 +120,3 @@ else:
 PY
   done
 done
-rm -rf "$bin_dir"
