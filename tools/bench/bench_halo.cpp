@@ -25,9 +25,10 @@
 //   HLQ the same variable prints, on stderr, the table of its phase marks (grad::mark_phase; tools/bench/phase_timer.h).
 //   HT_BENCH_KERNELS=1 adds, for each layer, the HALO primitives alone on its operands (eager, current stream): the
 //   rotating quantisers of x and W (whole, and their absmax and quantise passes apart), the paired quantiser of
-//   g_yᵀ and the rotated absmax pass of g_yᵀ alone, a rotation back, the byte and bf16 transposes, each as a JSON line on stderr with its median ms and the rate its minimal bytes imply (GB/s: reads of the
-//   input per pass plus the outputs written), to compare with the memory rate; HT_BENCH_KERNELS=only prints those
-//   alone (no pipeline timing: a short run to profile the kernels).
+//   g_yᵀ and the rotated absmax pass of g_yᵀ alone, a rotation back, the byte and bf16 transposes, each as a JSON
+//   line on stderr with its median ms and the rate its minimal bytes imply (GB/s: reads of the input per pass plus
+//   the outputs written), to compare with the memory rate; HT_BENCH_KERNELS=only prints those alone (no pipeline
+//   timing: a short run to profile the kernels).
 //   HT_BENCH_ERRORS=1 adds each case's relative errors of Y, g_x and g_w against f64 products of the same operands,
 //   as records on stdout (Note [Errors per layer]).
 #include <cuda_runtime.h>
@@ -41,6 +42,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "hadatrain/cuda/check.h"
 #include "hadatrain/cuda/context.h"
@@ -201,33 +204,31 @@ void print_kernels(const Tensor& x2, const Tensor& w, const Tensor& g2, const st
   const Tensor gt = grad::halo_transpose(g2);  // (O, T), as level 2 quantises it
   const Tensor wq = grad::halo_quantize(w, grad::Carrier::fp8, rot_i).codes;  // (O, n_I)
   const Tensor gw = w.contiguous();  // a bf16 (O, I) matrix to rotate back, as the g_w product's output
-  auto line = [&](const char* what, double bytes, const std::function<void()>& f) {
+  auto line = [&](const std::string& what, double bytes, const std::function<void()>& f) {
     const double ms = bench::median_ms(f, 3, 20);
     std::fprintf(stderr,
                  "{\"kernels\": \"halo primitives\", \"layer\": \"%s\", \"kernel\": \"%s\", \"ms\": %.4f, "
                  "\"GB_per_s\": %.1f, \"commit\": \"%s\"}\n",
-                 layer.c_str(), what, ms, bytes / (ms * 1e6), commit.c_str());
+                 layer.c_str(), what.c_str(), ms, bytes / (ms * 1e6), commit.c_str());
   };
   const double b16 = 2.0;  // bytes of a bf16 element
-  line("Q(x·H) fp8 (two passes over x, codes)", static_cast<double>(T) * I * 2 * b16 + static_cast<double>(T) * rot_i.n,
-       [&] { (void)grad::halo_quantize(x2, grad::Carrier::fp8, rot_i); });
-  line("Q(W·H) fp8 (two passes over W, codes)", static_cast<double>(O) * I * 2 * b16 + static_cast<double>(O) * rot_i.n,
-       [&] { (void)grad::halo_quantize(w, grad::Carrier::fp8, rot_i); });
-  // The two passes apart (halo_quantize is halo_absmax and then halo_quantize_with_absmax, the same kernels): what
-  // the absmax pass costs is what a quantiser given its scale from elsewhere (a previous step's absmax, delayed
-  // scaling; not the specification's, halo.md §3) would save. The paired quantiser's absmax pass takes the rotated
-  // and the unrotated max of g_yᵀ in one kernel; the rotated one alone stands in for it here.
-  const Tensor mx = grad::halo_absmax(x2, rot_i), mw = grad::halo_absmax(w, rot_i);
-  line("Q(x·H) absmax pass alone (reads x)", static_cast<double>(T) * I * b16,
-       [&] { (void)grad::halo_absmax(x2, rot_i); });
-  line("Q(x·H) fp8 quantise pass alone, absmax given (reads x, codes)",
-       static_cast<double>(T) * I * b16 + static_cast<double>(T) * rot_i.n,
-       [&] { (void)grad::halo_quantize_with_absmax(x2, grad::Carrier::fp8, rot_i, mx); });
-  line("Q(W·H) absmax pass alone (reads W)", static_cast<double>(O) * I * b16,
-       [&] { (void)grad::halo_absmax(w, rot_i); });
-  line("Q(W·H) fp8 quantise pass alone, absmax given (reads W, codes)",
-       static_cast<double>(O) * I * b16 + static_cast<double>(O) * rot_i.n,
-       [&] { (void)grad::halo_quantize_with_absmax(w, grad::Carrier::fp8, rot_i, mw); });
+  // A rotating quantiser Q(t·H) of x or W whole, then its two passes apart (halo_quantize is halo_absmax and then
+  // halo_quantize_with_absmax, the same kernels): what the absmax pass costs is what a quantiser given its scale
+  // from elsewhere (a previous step's absmax, delayed scaling; not the specification's, halo.md §3) would save.
+  const auto rotating_quantiser = [&](const std::string& name, const Tensor& t) {
+    const double read = static_cast<double>(t.numel()) * b16, codes = static_cast<double>(t.size(0)) * rot_i.n;
+    line(fmt::format("Q({}·H) fp8 (two passes over {}, codes)", name, name), 2 * read + codes,
+         [&] { (void)grad::halo_quantize(t, grad::Carrier::fp8, rot_i); });
+    const Tensor m = grad::halo_absmax(t, rot_i);
+    line(fmt::format("Q({}·H) absmax pass alone (reads {})", name, name), read,
+         [&] { (void)grad::halo_absmax(t, rot_i); });
+    line(fmt::format("Q({}·H) fp8 quantise pass alone, absmax given (reads {}, codes)", name, name), read + codes,
+         [&] { (void)grad::halo_quantize_with_absmax(t, grad::Carrier::fp8, rot_i, m); });
+  };
+  rotating_quantiser("x", x2);
+  rotating_quantiser("W", w);
+  // The paired quantiser's absmax pass takes the rotated and the unrotated max of g_yᵀ in one kernel; the rotated
+  // one alone stands in for it here.
   line("absmax pass of g_yᵀ·H_T alone (reads g_yᵀ; rotated max only)", static_cast<double>(O) * T * b16,
        [&] { (void)grad::halo_absmax(gt, rot_t); });
   line("paired Q(g_yᵀ), Q(g_yᵀ·H_T) fp8 (two passes over g_yᵀ, both codes)",
