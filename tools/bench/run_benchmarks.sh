@@ -9,7 +9,11 @@
 # comparison only; acbp_conv input_map) and bench_kernels' hla block. llama and halo (not in the default set
 # either): the 1B LLaMA step per pipeline against our exact step (tools/bench/llama_steps.py: OUT/llama_steps.jsonl,
 # pipelines BENCH_LLAMA_PIPELINES, default halo0_fp8 halo1_fp8 halo2_fp8 hlq) and HALO per layer at the 8B and 1B
-# shapes (bench_halo: OUT/halo_8b.jsonl, OUT/halo_1b.jsonl), all records for the results page.
+# shapes (bench_halo: OUT/halo_8b.jsonl, OUT/halo_1b.jsonl), all records for the results page. halo_kernels (not in
+# the default set): the HALO-2 fp8 passes alone on the 8B up_proj's operands (bench_halo with HT_BENCH_KERNELS=only:
+# OUT/halo_kernels.txt, each rotating quantiser's absmax and quantise passes apart) and, where Nsight Compute is
+# installed, the same run under it (clocks and caches untouched; OUT/halo_ncu.csv and, one line per kernel from
+# tools/bench/ncu_summary.py, OUT/halo_ncu.txt: instructions, issue use, DRAM bytes).
 # Results go to the results page: python3 tools/bench/results_page.py --merge OUT/steps.jsonl OUT/memory.jsonl
 # (and OUT/llama_steps.jsonl, OUT/halo_*.jsonl)
 # Usage: tools/bench/run_benchmarks.sh BUILD_DIR OUT [group...]
@@ -63,12 +67,25 @@ if has halo; then
   "$build/tools/bench_halo" "" "" llama3_8b >"$out/halo_8b.jsonl" 2>"$out/halo_8b.txt" || echo "(exit $?)" >>"$out/halo_8b.txt"
   "$build/tools/bench_halo" "" "halo2 fp8" llama32_1b >"$out/halo_1b.jsonl" 2>"$out/halo_1b.txt" || echo "(exit $?)" >>"$out/halo_1b.txt"
 fi
+if has halo_kernels; then
+  kernels=("$build/tools/bench_halo" up_proj "halo2 fp8" llama3_8b)
+  HT_BENCH_KERNELS=only "${kernels[@]}" >"$out/halo_kernels.txt" 2>&1 || echo "(exit $?)" >>"$out/halo_kernels.txt"
+  if command -v ncu >/dev/null; then
+    HT_BENCH_KERNELS=only ncu --clock-control none --cache-control none --csv --print-units base \
+      --metrics "$(python3 tools/bench/ncu_summary.py --metrics)" \
+      -k "regex:square|rows|absmax|quantize|transpose|rotate" -c 420 "${kernels[@]}" >"$out/halo_ncu.csv" 2>"$out/halo_ncu.log" &&
+      python3 tools/bench/ncu_summary.py "$out/halo_ncu.csv" >"$out/halo_ncu.txt" 2>&1 || echo "(ncu: exit $?; $out/halo_ncu.log)" >>"$out/halo_ncu.txt"
+  else
+    echo "halo_kernels: no ncu here, so no instruction figures" >"$out/halo_ncu.txt"
+  fi
+fi
 if has data && [ -x "$build/tools/bench_data" ]; then
   run bench_data "$build/tools/bench_data"
 fi
 
 echo "== benchmark results (full logs in $out) =="
-cat "$out/peer_compare.txt" "$out/llama_steps.txt" 2>/dev/null
+cat "$out/peer_compare.txt" "$out/llama_steps.txt" "$out/halo_ncu.txt" 2>/dev/null
+grep -h '"kernels"' "$out/halo_kernels.txt" 2>/dev/null
 grep -h -E "^hadatrain " "$out"/bench_train*.txt 2>/dev/null
 grep -h -E "^layer|exact bf16|  hlq  " "$out/bench_grad.txt" 2>/dev/null  # the header and the exact / hlq rows
 exit 0
