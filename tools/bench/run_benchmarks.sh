@@ -69,7 +69,7 @@ if has halo; then
 fi
 if has halo_kernels; then
   kernels=("$build/tools/bench_halo" up_proj "halo2 fp8" llama3_8b)
-  HT_BENCH_KERNELS=only "${kernels[@]}" >"$out/halo_kernels.txt" 2>&1 || echo "(exit $?)" >>"$out/halo_kernels.txt"
+  run halo_kernels env HT_BENCH_KERNELS=only "${kernels[@]}"
   if command -v ncu >/dev/null; then
     HT_BENCH_KERNELS=only ncu --clock-control none --cache-control none --csv --print-units base \
       --metrics "$(python3 tools/bench/ncu_summary.py --metrics)" \
