@@ -16,7 +16,7 @@ HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context",
           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')
 
 
-def rows(launch_id, kernel, grid, ns, warp_inst, read, write, time_unit="nsecond"):
+def rows(launch_id, kernel, grid, ns, warp_inst, read, write, time_unit="ns"):
     values = {"gpu__time_duration.sum": (time_unit, ns), "smsp__inst_executed.sum": ("inst", warp_inst),
               "smsp__issue_active.avg.pct_of_peak_sustained_active": ("%", 80),
               "sm__warps_active.avg.pct_of_peak_sustained_active": ("%", 50),

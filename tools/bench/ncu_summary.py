@@ -19,7 +19,9 @@ import sys
 METRICS = ("gpu__time_duration.sum", "smsp__inst_executed.sum",
            "smsp__issue_active.avg.pct_of_peak_sustained_active",
            "sm__warps_active.avg.pct_of_peak_sustained_active", "dram__bytes_read.sum", "dram__bytes_write.sum")
-BASE_UNITS = {"gpu__time_duration.sum": "nsecond", "dram__bytes_read.sum": "byte", "dram__bytes_write.sum": "byte"}
+# ncu 2025's base units are spelt "ns" and "byte" (older releases wrote "nsecond")
+BASE_UNITS = {"gpu__time_duration.sum": ("ns", "nsecond"), "dram__bytes_read.sum": ("byte",),
+              "dram__bytes_write.sum": ("byte",)}
 
 
 def launches(path):
@@ -29,9 +31,9 @@ def launches(path):
     out = collections.OrderedDict()
     for n, row in enumerate(csv.DictReader(lines), start=2):
         name, unit = row["Metric Name"], row["Metric Unit"]
-        if name in BASE_UNITS and unit != BASE_UNITS[name]:
-            sys.exit(f"{path}: CSV row {n}: {name} in {unit!r}, expected {BASE_UNITS[name]!r} (run ncu with "
-                     "--print-units base)")
+        if name in BASE_UNITS and unit not in BASE_UNITS[name]:
+            sys.exit(f"{path}: CSV row {n}: {name} in {unit!r}, expected {' or '.join(map(repr, BASE_UNITS[name]))} "
+                     "(run ncu with --print-units base)")
         launch = out.setdefault(row["ID"], {"kernel": row["Kernel Name"].split("(")[0], "grid": row["Grid Size"]})
         launch[name] = float(row["Metric Value"].replace(",", ""))
     return out
