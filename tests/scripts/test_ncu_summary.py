@@ -21,7 +21,7 @@ def rows(launch_id, kernel, grid, ns, warp_inst, read, write, time_unit="ns"):
               "smsp__issue_active.avg.pct_of_peak_sustained_active": ("%", 80),
               "sm__warps_active.avg.pct_of_peak_sustained_active": ("%", 50),
               "dram__bytes_read.sum": ("byte", read), "dram__bytes_write.sum": ("byte", write)}
-    return "".join(f'"{launch_id}","1","bench","host","void {kernel}(Args, int)","1","7","(256, 1, 1)","{grid}",'
+    return "".join(f'"{launch_id}","1","bench","host","void ns::<unnamed>::{kernel}(Args, int)","1","7","(256, 1, 1)","{grid}",'
                    f'"0","9.0","Command line profiler metrics","{m}","{u}","{v:,}"\n' for m, (u, v) in values.items())
 
 
@@ -39,8 +39,8 @@ def main():
                  + rows(3, "rows_kernel<4096>", "(14336, 1, 1)", 100000, 2_000_000, 112_000_000, 14_000_000))
     got = ncu_summary.summary(path)
     assert [(r["kernel"], r["grid"], r["launches"]) for r in got] == [
-        ("void rows_kernel<4096>", "(8192, 1, 1)", 2), ("void transpose_kernel", "(64, 64, 1)", 1),
-        ("void rows_kernel<4096>", "(14336, 1, 1)", 1)], got
+        ("rows_kernel<4096>", "(8192, 1, 1)", 2), ("transpose_kernel", "(64, 64, 1)", 1),
+        ("rows_kernel<4096>", "(14336, 1, 1)", 1)], got
     first = got[0]
     assert abs(first["us"] - 70.0) < 1e-9, first  # the mean of 60 and 80 µs
     assert abs(first["thread_inst_M"] - 32.0) < 1e-9, first  # 1 M warp instructions × 32

@@ -6,14 +6,16 @@
     python3 tools/bench/ncu_summary.py --metrics     # METRICS, comma-separated: what to pass to ncu
 
 METRICS are those of `METRICS` below (run_benchmarks.sh's halo_kernels group passes them). Launches of one kernel
-with one grid are one line (kernels named and gridded alike are the same pass run again), in the order of their
-first launch: the launches, the mean duration, the thread instructions (warp instructions × 32), the share of
-cycles in which a scheduler issued (issue-bound passes sit near the top), the achieved occupancy, and the DRAM
-bytes read and written with the rate they make. The figures are each launch's own; `--print-units base` keeps
-them in nanoseconds and bytes, which this script expects (it refuses other units, naming the row).
+with one grid are one line, in the order of their first launch (a kernel with a persistent grid run on two operands,
+such as the absmax passes of x and W, is one line: its figures are then a mean over both), with the launches, the
+mean duration, the thread instructions (warp instructions × 32), the share of cycles in which a scheduler issued
+(issue-bound passes sit near the top), the achieved occupancy, and the DRAM bytes read and written with the rate
+they make. The figures are each launch's own; `--print-units base` keeps them in nanoseconds and bytes, which this
+script expects (it refuses other units, naming the row). Names lose their return type, namespaces and parameters.
 """
 import collections
 import csv
+import re
 import sys
 
 METRICS = ("gpu__time_duration.sum", "smsp__inst_executed.sum",
@@ -22,6 +24,14 @@ METRICS = ("gpu__time_duration.sum", "smsp__inst_executed.sum",
 # ncu 2025's base units are spelt "ns" and "byte" (older releases wrote "nsecond")
 BASE_UNITS = {"gpu__time_duration.sum": ("ns", "nsecond"), "dram__bytes_read.sum": ("byte",),
               "dram__bytes_write.sum": ("byte",)}
+
+
+def short_name(kernel):
+    """A kernel's name without its return type, namespaces and parameters, its template arguments kept:
+    "void ns::<unnamed>::square_kernel<4096, 2>(Args, Out)" -> "square_kernel<4096, 2>"."""
+    kernel = re.sub(r"\(anonymous namespace\)::|<?unnamed>::", "", kernel)  # ncu writes the last one either way
+    head, sep, targs = kernel.split("(")[0].partition("<")
+    return head.split("::")[-1].split(" ")[-1] + sep + targs
 
 
 def launches(path):
@@ -34,7 +44,7 @@ def launches(path):
         if name in BASE_UNITS and unit not in BASE_UNITS[name]:
             sys.exit(f"{path}: CSV row {n}: {name} in {unit!r}, expected {' or '.join(map(repr, BASE_UNITS[name]))} "
                      "(run ncu with --print-units base)")
-        launch = out.setdefault(row["ID"], {"kernel": row["Kernel Name"].split("(")[0], "grid": row["Grid Size"]})
+        launch = out.setdefault(row["ID"], {"kernel": short_name(row["Kernel Name"]), "grid": row["Grid Size"]})
         launch[name] = float(row["Metric Value"].replace(",", ""))
     return out
 
@@ -65,7 +75,7 @@ def main():
         print(",".join(METRICS))
         return
     for r in summary(sys.argv[1]):
-        print(f"{r['kernel'][-48:]:48s} grid {r['grid']:>15s} x{r['launches']:<3d} {r['us']:8.1f} us  "
+        print(f"{r['kernel'][:40]:40s} grid {r['grid']:>15s} x{r['launches']:<3d} {r['us']:8.1f} us  "
               f"{r['thread_inst_M']:8.1f} M inst  issue {r['issue_pct']:5.1f} %  occupancy {r['occupancy_pct']:5.1f} %  "
               f"DRAM {r['dram_read_MB']:7.1f} MB read {r['dram_write_MB']:7.1f} MB written {r['dram_TB_per_s']:5.2f} TB/s")
 
