@@ -32,6 +32,11 @@ def write(text):
     return f.name
 
 
+def run_script(path):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench", "ncu_summary.py"), path],
+                          capture_output=True, text=True)
+
+
 def main():
     path = write(HEADER + rows(0, "rows_kernel<4096>", "(8192, 1, 1)", 60000, 1_000_000, 64_000_000, 8_000_000)
                  + rows(1, "transpose_kernel", "(64, 64, 1)", 10000, 100_000, 1_000_000, 1_000_000)
@@ -46,12 +51,10 @@ def main():
     assert abs(first["thread_inst_M"] - 32.0) < 1e-9, first  # 1 M warp instructions × 32
     assert abs(first["dram_TB_per_s"] - 72e6 / 70e3 / 1e3) < 1e-12, first  # 72 MB in 70 µs: 1.03 TB/s
     assert abs(got[1]["dram_TB_per_s"] - 0.2) < 1e-12, got[1]  # 2 MB in 10 µs
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench", "ncu_summary.py"), path],
-                         capture_output=True, text=True)
+    out = run_script(path)
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 3, out
     bad = write(HEADER + rows(0, "rows_kernel<4096>", "(8192, 1, 1)", 60, 1, 1, 1, time_unit="usecond"))
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench", "ncu_summary.py"), bad],
-                         capture_output=True, text=True)
+    out = run_script(bad)
     assert out.returncode != 0 and "row 2" in out.stderr and "usecond" in out.stderr, out
     for p in (path, bad):
         os.unlink(p)

@@ -29,7 +29,8 @@ BASE_UNITS = {"gpu__time_duration.sum": ("ns", "nsecond"), "dram__bytes_read.sum
 def short_name(kernel):
     """A kernel's name without its return type, namespaces and parameters, its template arguments kept:
     "void ns::<unnamed>::square_kernel<4096, 2>(Args, Out)" -> "square_kernel<4096, 2>"."""
-    kernel = re.sub(r"\(anonymous namespace\)::|<?unnamed>::", "", kernel)  # ncu writes the last one either way
+    # an anonymous namespace: "(anonymous namespace)::", or ncu's "<unnamed>::" (seen in its CSV also as "unnamed>::")
+    kernel = re.sub(r"\(anonymous namespace\)::|<?unnamed>::", "", kernel)
     head, sep, targs = kernel.split("(")[0].partition("<")
     return head.split("::")[-1].split(" ")[-1] + sep + targs
 
