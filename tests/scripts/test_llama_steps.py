@@ -29,7 +29,7 @@ with open(os.environ["ORDER"], "a") as f:
     f.write(pipeline + "\n")
 if os.environ.get("FAIL_AT") == str(k):
     sys.exit(3)
-base = {"exact": 270.0, "halo2_fp8": 280.0, "hlq": 250.0}[pipeline]
+base = {"exact": 270.0, "halo2_fp8": 280.0, "hlq": 250.0, "halo2_fp8_precise": 290.0}[pipeline]
 ms = base + k
 tok = int(batch) * int(seq) / ms * 1000.0
 print(f"bench_llama: {preset}, 1.236 B parameters, 1.236 B trainable")
@@ -103,6 +103,13 @@ def main():
               f"--lora record {r}")
         check(r["processes"] == [f"{d}/build/tools/bench_llama llama3_8b 4 2048 exact --lora",
                                  f"{d}/build/tools/bench_llama llama3_8b 4 2048 halo2_fp8 --lora"], f"{r['processes']}")
+
+        # a shorthand name gets the label of what it sets (the page shows it beside the name); a plain one none
+        check("label" not in recs[0], f"label of halo2_fp8: {recs[0].get('label')}")
+        rc, out, order, recs = run(d, "halo2_fp8_precise", "--runs", "1")
+        check(rc == 0 and recs is not None and recs[0].get("label") == "fp8_accumulation: precise",
+              f"halo2_fp8_precise's label: exit {rc}, {recs}")
+        results_page.check(recs[0], "llama_steps labelled record")
 
         rc, out, order, recs = run(d, "halo2_fp8", "--runs", "2", FAIL_AT="3")
         check(rc == 1 and recs is None and "exit 3" in out, f"a failing process: exit {rc}, {recs}, {out}")

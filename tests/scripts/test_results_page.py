@@ -2,7 +2,8 @@
 """tools/bench/results_page.py's merge on a scratch copy of the records: a kernels record replaces the one with its
 group and name in its place (the file's order, and with it the page's, stays), new keys go last, and a record from
 another GPU than its group's is refused (naming the group and both GPUs) and leaves the records as they were; the
-same record under a group that names its GPU merges."""
+same record under a group that names its GPU merges. A step record from another GPU is another row beside the one of
+the page's GPU (which a newer step of that GPU replaces), and its pipeline cell names that GPU."""
 import json
 import os
 import shutil
@@ -62,6 +63,23 @@ def main():
               [("HALO per layer (8B)", "up_proj, exact", 4.2), ("HALO per layer (8B)", "q_proj, exact", 1.1),
                ("HALO per layer on an H100 (8B)", "up_proj, exact", 4.0)],
               f"a record replaces the one with its group and name in its place, a new one goes last: {recs}")
+
+        def step(pipeline, ms, machine, date="2026-12-06"):
+            return {"area": "steps", "model": "llama32_1b", "batch": 8, "pipeline": pipeline, "ours_ms": ms,
+                    "exact_ms": 270.0, "date": date, "commit": "abc1234", "command": "llama_steps", "machine": machine}
+        steps = os.path.join(d, "steps.jsonl")
+        with open(steps, "w") as f:
+            f.write(json.dumps(step("halo1_fp8", 245.0, h200)) + "\n")
+        check(merge(d, [step("halo1_fp8", 236.0, h100, "2026-12-07")]) is None, "a step from another GPU merges")
+        check(merge(d, [step("halo1_fp8", 244.0, h200, "2026-12-07")]) is None, "a newer step of the same GPU merges")
+        recs = results_page.load("steps")
+        check(sorted((r["machine"], r["ours_ms"]) for r in recs) == [(h100, 236.0), (h200, 244.0)],
+              f"one row per GPU, the newer one of each: {recs}")
+        results_page.SHARED["machine"] = h200
+        lines = results_page.steps_vs_exact(recs)
+        rows = [l for l in lines if l.startswith("| LLaMA")]
+        check(len(rows) == 2 and "| halo1_fp8 | 244.00 |" in rows[0] and "| halo1_fp8 on H100 | 236.00 |" in rows[1],
+              f"the page's GPU first, the other named: {rows}")
     # the repository's records pass the rule (--check applies it too)
     results_page.RESULTS = os.path.join(ROOT, "docs", "results")
     results_page.one_gpu_per_table(results_page.load("kernels"), "docs/results/kernels.jsonl")

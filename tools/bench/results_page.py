@@ -104,7 +104,10 @@ def one_gpu_per_table(recs, where):
 
 
 def key(rec):
-    return tuple(rec[k] for k in AREAS[rec["area"]][1])
+    """A record's key: its area's key fields and, for a step, the GPU it ran on (a step on another GPU is another
+    row, not a newer measurement of the same one)."""
+    k = tuple(rec[f] for f in AREAS[rec["area"]][1])
+    return k + (gpu(rec),) if rec["area"] == "steps" else k
 
 
 def load(area):
@@ -238,7 +241,11 @@ def measured(rec, notes):
 
 
 def pipe(rec):
-    return f"{rec['pipeline']} ({rec['label']})" if rec.get("label") else rec["pipeline"]
+    """The pipeline cell: its name, its label and, for a record from another GPU than the page's, that GPU."""
+    name = f"{rec['pipeline']} ({rec['label']})" if rec.get("label") else rec["pipeline"]
+    if SHARED["machine"] is not None and rec["area"] == "steps" and gpu(rec) != gpu({"machine": SHARED["machine"]}):
+        name += f" on {gpu(rec).removeprefix('NVIDIA ').split()[0]}"
+    return name
 
 
 def table(head, rows):
@@ -315,8 +322,9 @@ def lora_text(recs):
 
 
 def order(r):
+    page_gpu = gpu({"machine": SHARED["machine"]}) if SHARED["machine"] is not None else None
     return (list(MODEL_NAMES).index(r["model"]) if r["model"] in MODEL_NAMES else 99, r["model"], r["batch"],
-            r["pipeline"])
+            r["pipeline"], gpu(r) != page_gpu)
 
 
 def steps_vs_exact(recs):
