@@ -39,10 +39,9 @@ LINE = re.compile(r"^hadatrain (?P<preset>\S+) batch (\d+)x(\d+) (?P<pipeline>\S
                   r"MFU (?P<mfu>[\d.]+), peak allocated (?P<gib>[\d.]+) GiB$", re.M)
 NOT_USED = re.compile(r"step graph: not used: (.*)$", re.M)
 
-# What a bench_llama pipeline's shorthand name sets (tools/bench/bench_llama.cpp), shown beside it on the page.
-LABELS = {"halo0_fp8_precise": "fp8_accumulation: precise", "halo1_fp8_precise": "fp8_accumulation: precise",
-          "halo2_fp8_precise": "fp8_accumulation: precise", "hlq_precise": "fp8_accumulation: precise",
-          "hlq_fast": "fp8_accumulation: fast", "hlq_full": "rank: full"}
+# What the suffix of a bench_llama pipeline's shorthand name sets (tools/bench/bench_llama.cpp: halo2_fp8_precise,
+# hlq_fast, hlq_full, ...), shown beside the name on the page.
+LABELS = {"_precise": "fp8_accumulation: precise", "_fast": "fp8_accumulation: fast", "_full": "rank: full"}
 
 
 def one_run(build, preset, batch, seq, pipeline, lora, log, timeout):
@@ -116,8 +115,9 @@ def main():
                "ours_peak_allocated_gib": max(x["gib"] for x in runs[p]),
                "ours_tok_per_s": round(tokens / (ms / 1000.0)), "ours_mfu": round(mean([x["mfu"] for x in runs[p]]), 3),
                "exact_ms": round(exact_ms, 2), "runs": a.runs, "processes": [cmds["exact"], cmds[p]]}
-        if p in LABELS:
-            rec["label"] = LABELS[p]
+        label = next((v for k, v in LABELS.items() if p.endswith(k)), None)
+        if label:
+            rec["label"] = label
         rec.update(common)
         records.append(rec)
         print(f"{a.preset} {p}: {rec['ours_ms']:.2f} ms against exact's {rec['exact_ms']:.2f} "

@@ -89,6 +89,11 @@ def gpu(rec):
     return m.group(1) if m else rec["machine"]
 
 
+def page_gpu():
+    """The GPU of the page's machine (SHARED, set by render()), or None before it is set."""
+    return gpu({"machine": SHARED["machine"]}) if SHARED["machine"] is not None else None
+
+
 def one_gpu_per_table(recs, where):
     """A kernels table compares its rows' figures, so each group's records must come from one GPU: a record from
     another GPU names it in its group (`HALO per layer on an H100 (...)`). Fails naming the group and both GPUs."""
@@ -243,7 +248,7 @@ def measured(rec, notes):
 def pipe(rec):
     """The pipeline cell: its name, its label and, for a record from another GPU than the page's, that GPU."""
     name = f"{rec['pipeline']} ({rec['label']})" if rec.get("label") else rec["pipeline"]
-    if SHARED["machine"] is not None and rec["area"] == "steps" and gpu(rec) != gpu({"machine": SHARED["machine"]}):
+    if rec["area"] == "steps" and page_gpu() not in (None, gpu(rec)):
         name += f" on {gpu(rec).removeprefix('NVIDIA ').split()[0]}"
     return name
 
@@ -322,9 +327,8 @@ def lora_text(recs):
 
 
 def order(r):
-    page_gpu = gpu({"machine": SHARED["machine"]}) if SHARED["machine"] is not None else None
     return (list(MODEL_NAMES).index(r["model"]) if r["model"] in MODEL_NAMES else 99, r["model"], r["batch"],
-            r["pipeline"], gpu(r) != page_gpu)
+            r["pipeline"], gpu(r) != page_gpu())
 
 
 def steps_vs_exact(recs):
