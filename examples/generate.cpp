@@ -15,7 +15,7 @@
 
 #include "hadatrain/core/error.h"
 #include "hadatrain/data/tokenizer.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/models/llama_generate.h"
 #include "hadatrain/train/lm_source.h"
 
@@ -58,8 +58,8 @@ int main(int argc, char** argv) try {
   Generator gen(7);
   models::Llama written(c, {.init = models::LlamaInit::normal, .gen = &gen});
   const fs::path dir = fs::temp_directory_path() / ("hadatrain_example_generate_" + std::to_string(::getpid()));
-  io::save_hf_checkpoint(dir, written, {.dtype = DType::f32});
-  auto read = io::load_hf_llama(dir, {});
+  models::save_hf_checkpoint(dir, written, {.dtype = DType::f32});
+  auto read = models::load_hf_llama(dir, {});
   fs::remove_all(dir);
 
   const std::vector<int64_t> a = generate_text(written, *tok, "Call me", {}, 16);  // greedy

@@ -32,7 +32,7 @@ fi
 [ -n "$cxx" ] || { echo "fuzz.sh: clang++ not found (Debian and Ubuntu: tools/setup.sh --fuzz installs it)" >&2; exit 2; }
 cc="${cxx/clang++/clang}"
 
-if [ ! -f "$build/CMakeCache.txt" ]; then
+if [ ! -f "$build/build.ninja" ]; then  # also after a configure that failed (a cache but no build files)
   mkdir -p "$build"
   cmake -S "$root/tests/fuzz/project" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="$cc" >"$build/configure.log" 2>&1 ||

@@ -81,7 +81,7 @@ LoraFactory::LoraFactory(LoraConfig c, std::shared_ptr<Generator> gen, std::shar
   HT_CHECK(gen_ != nullptr, "lora: the factory needs a generator for the adapters' init");
 }
 
-models::LinearFactory LoraFactory::factory() {
+LinearFactory LoraFactory::factory() {
   return [this](const std::string& name, int64_t in, int64_t out) -> std::shared_ptr<Linear> {
     bool hit = false;
     for (std::size_t i = 0; i < config_.target_modules.size(); ++i)

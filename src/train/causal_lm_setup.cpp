@@ -13,7 +13,7 @@
 #include "hadatrain/data/text_loader.h"
 #include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/checkpoint_files.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/json_metadata.h"
 #include "hadatrain/train/causal_lm.h"
 
@@ -78,7 +78,7 @@ std::shared_ptr<models::Llama> build_llama(const models::LlamaConfig& c, const s
 
 // The weights of `src` under HF names (a LoRA checkpoint also holds its adapters).
 std::map<std::string, Tensor> source_tensors(const LlamaSource& src) {
-  if (src.kind == LlamaSource::Kind::hf) return io::read_hf_weights(src.dir).tensors;
+  if (src.kind == LlamaSource::Kind::hf) return models::read_hf_weights(src.dir).tensors;
   io::Checkpoint ck;  // a sharded checkpoint's shards joined to what model.safetensors holds
   ck.dir = src.dir;
   ck.model = io::load_safetensors(src.dir / "model.safetensors");
@@ -134,7 +134,7 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
   }
   auto model = build_llama(c, m.lora, src.has_value(), init_gen, dropout_gen);
   if (src && weights == InitWeights::read) {
-    io::load_hf_tensors(*model, source_tensors(*src), src->dir.string());
+    models::load_hf_tensors(*model, source_tensors(*src), src->dir.string());
     spdlog::info("model.init_from: weights of {}", src->dir.string());
   } else if (src) {
     spdlog::info("model.init_from: the architecture of {} (the resumed checkpoint holds the weights)",
@@ -204,7 +204,7 @@ LlamaSource find_llama_source(const fs::path& path) {
   if (fs::exists(path / "config.json", ec)) {
     src.kind = LlamaSource::Kind::hf;
     src.dir = path;
-    src.config = io::read_hf_config(path);
+    src.config = models::read_hf_config(path);
     src.tokenizer = path;
     return src;
   }
@@ -241,10 +241,10 @@ std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device 
     std::map<std::string, Tensor> base, adapters;
     for (const auto& [name, t] : tensors)
       (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos ? adapters : base)[name] = t;
-    io::load_hf_tensors(*model, base, src.dir.string());
+    models::load_hf_tensors(*model, base, src.dir.string());
     model->load_state_dict(adapters, nn::StrictLoad::no);
   } else {
-    io::load_hf_tensors(*model, tensors, src.dir.string());
+    models::load_hf_tensors(*model, tensors, src.dir.string());
   }
   model->to(device);
   return model;

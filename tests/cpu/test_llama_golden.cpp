@@ -8,7 +8,7 @@
 #include "support/catch.h"
 #include "support/testing.h"
 
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/ops/ops.h"
@@ -30,7 +30,7 @@ void check_golden(const std::string& name) {
   std::map<std::string, Tensor> params;
   for (const auto& [k, t] : f.tensors)
     if (k.rfind("param.", 0) == 0) params[k.substr(6)] = t;
-  io::load_hf_tensors(model, params, path.string());
+  models::load_hf_tensors(model, params, path.string());
 
   const Tensor ids = f.at("ids"), labels = f.at("labels");  // (B, T)
   const int64_t B = ids.size(0), T = ids.size(1), V = c.vocab_size;
@@ -50,7 +50,7 @@ void check_golden(const std::string& name) {
     CHECK(test::compare(slot->grad(), f.at("grad." + pname), 1e-9, 1e-13) == "");
     ++compared;
   }
-  CHECK(compared == static_cast<int64_t>(io::hf_llama_shapes(c).size()));
+  CHECK(compared == static_cast<int64_t>(models::hf_llama_shapes(c).size()));
 }
 
 }  // namespace

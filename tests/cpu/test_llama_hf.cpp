@@ -15,7 +15,7 @@
 #include "support/testing.h"
 
 #include "hadatrain/autograd/grad_mode.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/ops/ops.h"
@@ -64,17 +64,17 @@ TEST_CASE("HF checkpoints round-trip: one file and shards, bf16 and f32", "[llam
     LlamaConfig c = LlamaConfig::tiny();
     c.tie_word_embeddings = tied;
     auto m = random_llama(c, tied ? 7 : 8);
-    const std::map<std::string, Tensor> sd = io::hf_state_dict(*m);
+    const std::map<std::string, Tensor> sd = models::hf_state_dict(*m);
     write_text(tmp.path / "tokenizer.json", "{\"model\": {}}");
     for (DType dt : {DType::bf16, DType::f32}) {
       for (uint64_t shard : {uint64_t{1} << 30, uint64_t{20000}}) {
         INFO("tied " << tied << ", dtype " << dtype_name(dt) << ", max shard bytes " << shard);
         const fs::path dir = tmp.path / "out";
-        io::HfWriteOptions o;
+        models::HfWriteOptions o;
         o.dtype = dt;
         o.max_shard_bytes = shard;
         o.copy_tokenizer_from = tmp.path;
-        io::save_hf_checkpoint(dir, *m, o);
+        models::save_hf_checkpoint(dir, *m, o);
         const bool sharded = shard < (uint64_t{1} << 30);
         CHECK(fs::exists(dir / "model.safetensors.index.json") == sharded);
         CHECK(fs::exists(dir / "model.safetensors") == !sharded);  // the other layout's files are gone
@@ -88,14 +88,14 @@ TEST_CASE("HF checkpoints round-trip: one file and shards, bf16 and f32", "[llam
         const nlohmann::json cj = nlohmann::json::parse(read_text(dir / "config.json"));
         CHECK(cj["torch_dtype"] == (dt == DType::bf16 ? "bfloat16" : "float32"));
         CHECK(cj["model_type"] == "llama");
-        const io::HfWeights w = io::read_hf_weights(dir);
+        const models::HfWeights w = models::read_hf_weights(dir);
         LlamaConfig written = c;
         written.dtype = dt;
         CHECK(w.config.to_json() == written.to_json());
         check_same_tensors(w.tensors, sd, dt);
         // A model loaded from the folder holds the written weights.
-        auto loaded = io::load_hf_llama(dir, {models::LlamaInit::none, nullptr, {}, DType::f32});
-        check_same_tensors(io::hf_state_dict(*loaded), w.tensors, DType::f32);
+        auto loaded = models::load_hf_llama(dir, {models::LlamaInit::none, nullptr, {}, DType::f32});
+        check_same_tensors(models::hf_state_dict(*loaded), w.tensors, DType::f32);
       }
     }
   }
@@ -105,25 +105,25 @@ TEST_CASE("bad HF folders give errors naming the file and the tensor", "[llama][
   test::TempDir tmp("hf_bad");
   const LlamaConfig c = LlamaConfig::tiny();
   auto m = random_llama(c, 9);
-  io::HfWriteOptions o;
+  models::HfWriteOptions o;
   o.dtype = DType::f32;
   const fs::path one = tmp.path / "one", shards = tmp.path / "shards";
-  io::save_hf_checkpoint(one, *m, o);
+  models::save_hf_checkpoint(one, *m, o);
   o.max_shard_bytes = 20000;
-  io::save_hf_checkpoint(shards, *m, o);
+  models::save_hf_checkpoint(shards, *m, o);
 
   SECTION("config.json disagrees with the tensor shapes") {
     nlohmann::json j = nlohmann::json::parse(read_text(one / "config.json"));
     j["intermediate_size"] = 96;
     write_text(one / "config.json", j.dump());
-    CHECK_THROWS_WITH(io::read_hf_weights(one),
+    CHECK_THROWS_WITH(models::read_hf_weights(one),
                       HasSubstr((one / "model.safetensors").string()) && HasSubstr("mlp.down_proj.weight") &&
                           HasSubstr("(64, 128)") && HasSubstr("(64, 96)") && HasSubstr("config.json"));
   }
   SECTION("a truncated shard") {
     const fs::path shard = shards / shard_files(shards).at(1);
     fs::resize_file(shard, fs::file_size(shard) - 100);
-    CHECK_THROWS_WITH(io::read_hf_weights(shards), HasSubstr(shard.string()));
+    CHECK_THROWS_WITH(models::read_hf_weights(shards), HasSubstr(shard.string()));
   }
   SECTION("an index naming a missing shard") {
     std::string index = read_text(shards / "model.safetensors.index.json");
@@ -131,22 +131,22 @@ TEST_CASE("bad HF folders give errors naming the file and the tensor", "[llama][
     for (std::size_t p = index.find(from); p != std::string::npos; p = index.find(from))
       index.replace(p, from.size(), "model-00009-of-00009.safetensors");
     write_text(shards / "model.safetensors.index.json", index);
-    CHECK_THROWS_WITH(io::read_hf_weights(shards),
+    CHECK_THROWS_WITH(models::read_hf_weights(shards),
                       HasSubstr("model-00009-of-00009.safetensors") && HasSubstr("does not exist"));
   }
   SECTION("missing and unexpected tensors are listed; rotary_emb.inv_freq is ignored") {
-    std::map<std::string, Tensor> sd = io::hf_state_dict(*m);
+    std::map<std::string, Tensor> sd = models::hf_state_dict(*m);
     sd.erase("model.layers.1.mlp.up_proj.weight");
     sd["model.layers.0.self_attn.rotary_emb.inv_freq"] = ones({8});
     sd["model.extra.weight"] = ones({3});
     io::TensorList list(sd.begin(), sd.end());
     io::save_safetensors(one / "model.safetensors", list);
-    CHECK_THROWS_WITH(io::read_hf_weights(one), HasSubstr("missing tensors [model.layers.1.mlp.up_proj.weight]") &&
+    CHECK_THROWS_WITH(models::read_hf_weights(one), HasSubstr("missing tensors [model.layers.1.mlp.up_proj.weight]") &&
                                                     HasSubstr("unexpected tensors [model.extra.weight]"));
     sd.erase("model.extra.weight");
     sd["model.layers.1.mlp.up_proj.weight"] = m->blocks()[1]->mlp->up_proj->weight.detach();
     io::save_safetensors(one / "model.safetensors", io::TensorList(sd.begin(), sd.end()));
-    CHECK(io::read_hf_weights(one).tensors.size() == io::hf_llama_shapes(c).size());
+    CHECK(models::read_hf_weights(one).tensors.size() == models::hf_llama_shapes(c).size());
   }
   SECTION("a token id beyond the vocabulary") {
     NoGradGuard ng;
@@ -154,7 +154,7 @@ TEST_CASE("bad HF folders give errors naming the file and the tensor", "[llama][
   }
   SECTION("no weights at all") {
     fs::remove(one / "model.safetensors");
-    CHECK_THROWS_WITH(io::read_hf_weights(one), HasSubstr("holds neither model.safetensors"));
+    CHECK_THROWS_WITH(models::read_hf_weights(one), HasSubstr("holds neither model.safetensors"));
   }
 }
 
@@ -163,7 +163,7 @@ namespace {
 // Writes `m` as a llama2.c checkpoint: q/k rows back to the interleaved pairing, arrays in the version's order.
 void write_llama2c(const fs::path& path, Llama& m, int version, bool shared) {
   const LlamaConfig& c = m.config;
-  const std::map<std::string, Tensor> sd = io::hf_state_dict(m);
+  const std::map<std::string, Tensor> sd = models::hf_state_dict(m);
   std::ofstream out(path, std::ios::binary);
   const int32_t hdr[7] = {static_cast<int32_t>(c.hidden_size), static_cast<int32_t>(c.intermediate_size),
                           static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_attention_heads),
@@ -190,8 +190,8 @@ void write_llama2c(const fs::path& path, Llama& m, int version, bool shared) {
   auto layers = [&](const std::string& name) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       Tensor t = sd.at("model.layers." + std::to_string(i) + "." + name);
-      if (name == "self_attn.q_proj.weight") t = io::rotate_half_to_interleaved(t, c.num_attention_heads);
-      if (name == "self_attn.k_proj.weight") t = io::rotate_half_to_interleaved(t, c.num_key_value_heads);
+      if (name == "self_attn.q_proj.weight") t = models::rotate_half_to_interleaved(t, c.num_attention_heads);
+      if (name == "self_attn.k_proj.weight") t = models::rotate_half_to_interleaved(t, c.num_key_value_heads);
       put(t);
     }
   };
@@ -232,21 +232,21 @@ TEST_CASE("llama2.c v0 and v1 files import into HF layout", "[llama][llama2c]") 
       auto m = random_llama(c, 20 + version);
       const fs::path p = tmp.path / "m.bin";
       write_llama2c(p, *m, version, shared);
-      const io::Llama2cModel got = io::read_llama2c(p);
+      const models::Llama2cModel got = models::read_llama2c(p);
       CHECK(got.version == version);
       CHECK(got.config.to_json() == c.to_json());
-      check_same_tensors(got.tensors, io::hf_state_dict(*m), DType::f32);
+      check_same_tensors(got.tensors, models::hf_state_dict(*m), DType::f32);
       // A truncated file: the size check names both sizes.
       const uint64_t size = fs::file_size(p);
       fs::resize_file(p, size - 4);
-      CHECK_THROWS_WITH(io::read_llama2c(p), HasSubstr(std::to_string(size) + " bytes, the file has " +
+      CHECK_THROWS_WITH(models::read_llama2c(p), HasSubstr(std::to_string(size) + " bytes, the file has " +
                                                        std::to_string(size - 4)));
     }
   // The permutation and its inverse: HF row h*hd + c*hd/2 + j is Meta row h*hd + 2j + c.
   const Tensor w = reshape(arange(2 * 8 * 3, {DType::f64}), {16, 3});  // 2 heads, hd 8
-  const Tensor half = io::interleaved_to_rotate_half(w, 2);
+  const Tensor half = models::interleaved_to_rotate_half(w, 2);
   CHECK(half.to_vector<double>()[3 * (8 + 4 + 1)] == w.to_vector<double>()[3 * (8 + 2 * 1 + 1)]);
-  CHECK(test::compare(io::rotate_half_to_interleaved(half, 2), w, 0, 0) == "");
+  CHECK(test::compare(models::rotate_half_to_interleaved(half, 2), w, 0, 0) == "");
 }
 
 TEST_CASE("headers and configs whose sizes overflow are refused with their values", "[llama][llama2c][hf]") {
@@ -261,10 +261,10 @@ TEST_CASE("headers and configs whose sizes overflow are refused with their value
   };
   // A vocabulary of -2^31 (separate classifier): its negation overflowed.
   write_header({8, 16, 1, 2, 1, std::numeric_limits<int32_t>::min(), 4});
-  CHECK_THROWS_WITH(io::read_llama2c(p), HasSubstr("implausible header") && HasSubstr("vocab_size -2147483648"));
+  CHECK_THROWS_WITH(models::read_llama2c(p), HasSubstr("implausible header") && HasSubstr("vocab_size -2147483648"));
   // Sizes near 2^30 whose weight count is beyond 2^64: it overflowed int64 (and could wrap to the file's size).
   write_header({1 << 30, 1 << 30, 1 << 30, 2, 1, 1 << 30, 4});
-  CHECK_THROWS_WITH(io::read_llama2c(p), HasSubstr("implies 18446744073709551615 bytes, the file has 92"));
+  CHECK_THROWS_WITH(models::read_llama2c(p), HasSubstr("implies 18446744073709551615 bytes, the file has 92"));
 
   nlohmann::json j = LlamaConfig::tiny().to_json();
   j["vocab_size"] = int64_t{3'000'000'000'000};

@@ -8,7 +8,7 @@
 #include "support/testing.h"
 
 #include "hadatrain/autograd/grad_mode.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/models/llama_generate.h"
@@ -48,7 +48,7 @@ TEST_CASE("Llama parameters carry Hugging Face's names and shapes", "[llama]") {
     auto m = random_llama(c, 1);
     std::map<std::string, Shape> got;
     for (auto& [name, t] : m->named_parameters()) got[name] = t->shape();
-    CHECK(got == io::hf_llama_shapes(c));
+    CHECK(got == models::hf_llama_shapes(c));
     CHECK(got.count("lm_head.weight") == (tied ? 0u : 1u));
     CHECK(m->num_parameters() == c.num_parameters());
     CHECK(m->blocks().size() == static_cast<std::size_t>(c.num_hidden_layers));
@@ -123,7 +123,7 @@ TEST_CASE("llama3 rope scaling keeps high, divides low and blends medium frequen
 }
 
 TEST_CASE("stories260K imported from llama2.c gives run.c's logits", "[llama][llama2c]") {
-  const io::Llama2cModel m = io::read_llama2c(stories260k());
+  const models::Llama2cModel m = models::read_llama2c(stories260k());
   CHECK(m.version == 0);
   CHECK(m.config.hidden_size == 64);
   CHECK(m.config.num_hidden_layers == 5);
@@ -132,7 +132,7 @@ TEST_CASE("stories260K imported from llama2.c gives run.c's logits", "[llama][ll
   CHECK(m.config.vocab_size == 512);
   CHECK(m.config.tie_word_embeddings);
   Llama model(m.config, {models::LlamaInit::none, nullptr, {}, DType::f64});
-  io::load_hf_tensors(model, m.tensors, "stories260K");
+  models::load_hf_tensors(model, m.tensors, "stories260K");
   const io::SafetensorsContents ref = io::load_safetensors("tests/fixtures/llama_stories260k_logits.safetensors");
   const Tensor ids = ref.at("ids");  // (T)
   const int64_t T = ids.numel();

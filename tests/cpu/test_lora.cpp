@@ -5,7 +5,7 @@
 #include "support/testing.h"
 
 #include "hadatrain/autograd/grad_mode.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/nn/init.h"
 #include "hadatrain/nn/lora.h"
@@ -75,17 +75,17 @@ TEST_CASE("LoRA merged equals unmerged, and the merged model writes a plain HF c
   for (auto& [name, l] : nn::lora_layers(*lm.model)) nn::init::normal_(l->lora_B->weight, 0.0, 0.1, g);
   NoGradGuard ng;
   const Tensor unmerged = lm.model->forward(ids());
-  CHECK_THROWS_WITH(io::hf_state_dict(*lm.model), HasSubstr("not merged"));
+  CHECK_THROWS_WITH(models::hf_state_dict(*lm.model), HasSubstr("not merged"));
   CHECK(nn::merge_lora(*lm.model) == 2 * c.num_hidden_layers + c.num_hidden_layers + 1);
   const Tensor merged = lm.model->forward(ids());
   CHECK(test::compare(merged, unmerged, 1e-12, 1e-12) == "");
   CHECK(test::compare(merged, plain_llama(c, 2)->forward(ids()), 1e-3, 1e-3) != "");  // the adapters did change it
 
   test::TempDir tmp("lora_merged");
-  io::HfWriteOptions o;
+  models::HfWriteOptions o;
   o.dtype = DType::f32;
-  io::save_hf_checkpoint(tmp.path, *lm.model, o);
-  auto back = io::load_hf_llama(tmp.path, {models::LlamaInit::none, nullptr, {}, DType::f64});
+  models::save_hf_checkpoint(tmp.path, *lm.model, o);
+  auto back = models::load_hf_llama(tmp.path, {models::LlamaInit::none, nullptr, {}, DType::f64});
   CHECK(nn::lora_layers(*back).empty());
   CHECK(test::compare(back->forward(ids()), merged, 1e-5, 1e-5) == "");  // f32 storage
 }

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "hadatrain/grad/pipeline_halo.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/nn/lora.h"
@@ -253,8 +253,8 @@ TEST_CASE("a bf16 LoRA run through the trainer: bf16 base in the checkpoint, exa
   CHECK(nn::merge_lora(*model) == 3 * 2);
   for (const DType dtype : {DType::f32, DType::bf16}) {
     const fs::path hf = test::scratch_dir() / "lora_bf16" / (dtype == DType::f32 ? "merged_f32" : "merged_bf16");
-    io::save_hf_checkpoint(hf, *model, {.dtype = dtype});
-    const io::HfWeights w = io::read_hf_weights(hf);
+    models::save_hf_checkpoint(hf, *model, {.dtype = dtype});
+    const models::HfWeights w = models::read_hf_weights(hf);
     for (const char* layer : {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}) {
       INFO(layer << " in " << dtype_name(dtype));
       const std::string l = layer;

@@ -1,6 +1,6 @@
 // Fuzz target: the readers of LLaMA model descriptions from outside. Input: the first byte picks the reader
 // (even: the rest is an HF config.json, parsed and read by models::LlamaConfig::from_json, whose parameter count
-// is then taken; odd: the rest is a llama2.c checkpoint, read by io::read_llama2c, which checks the file's size
+// is then taken; odd: the rest is a llama2.c checkpoint, read by models::read_llama2c, which checks the file's size
 // against its header before it reads a weight).
 #include <cstddef>
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hadatrain/core/error.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/models/llama.h"
 #include "fuzz_input.h"
 
@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       (void)c.to_json();
     } else {
       const auto path = ht::fuzz::write_input("model.bin", data + 1, size - 1);
-      (void)ht::io::read_llama2c(path);
+      (void)ht::models::read_llama2c(path);
     }
   } catch (const ht::Error&) {
   }

@@ -14,7 +14,7 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/nn/lora.h"
 #include "hadatrain/train/lm_source.h"
 
@@ -35,11 +35,11 @@ int run_convert(const ConvertArgs& a) {
   std::error_code ec;
   if (fs::is_regular_file(in, ec)) {
     // llama2.c -> HF
-    const io::Llama2cModel m = io::read_llama2c(in);
-    io::HfWriteOptions o;
+    const models::Llama2cModel m = models::read_llama2c(in);
+    models::HfWriteOptions o;
     o.dtype = dtype_of(a.dtype);
     if (!a.tokenizer.empty()) o.copy_tokenizer_from = a.tokenizer;
-    io::save_hf_checkpoint(out, m.config, m.tensors, o);
+    models::save_hf_checkpoint(out, m.config, m.tensors, o);
     fmt::print("wrote {} (HF layout, {}) from the llama2.c v{} checkpoint {}: {} layers, hidden {}, vocabulary {}\n",
                out.string(), a.dtype, m.version, in.string(), m.config.num_hidden_layers, m.config.hidden_size,
                m.config.vocab_size);
@@ -48,7 +48,7 @@ int run_convert(const ConvertArgs& a) {
   const train::LlamaSource src = train::find_llama_source(in);
   if (src.kind == train::LlamaSource::Kind::hf) {
     // HF -> ours: the weights in f32 (master precision) as step_0 of a checkpoint root.
-    io::HfWeights w = io::read_hf_weights(in);
+    models::HfWeights w = models::read_hf_weights(in);
     io::CheckpointData d;
     d.step = 0;
     for (auto& [name, t] : w.tensors) d.model.emplace_back(name, t.to(DType::f32));
@@ -63,11 +63,11 @@ int run_convert(const ConvertArgs& a) {
   // ours -> HF (LoRA merged)
   std::shared_ptr<models::Llama> model = train::load_llama_source(src);
   const int64_t merged = nn::merge_lora(*model);
-  io::HfWriteOptions o;
+  models::HfWriteOptions o;
   o.dtype = dtype_of(a.dtype);
   const fs::path tok = a.tokenizer.empty() ? src.tokenizer : fs::path(a.tokenizer);
   if (!tok.empty()) o.copy_tokenizer_from = fs::is_directory(tok, ec) ? tok : tok.parent_path();
-  io::save_hf_checkpoint(out, *model, o);
+  models::save_hf_checkpoint(out, *model, o);
   fmt::print("wrote {} (HF layout, {}) from {}{}\n", out.string(), a.dtype, src.dir.string(),
              merged > 0 ? fmt::format(" with its {} LoRA layer(s) merged", merged) : "");
   return 0;

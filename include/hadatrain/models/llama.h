@@ -2,7 +2,7 @@
 // (RMSNorm -> grouped-query self-attention with rotary embeddings -> residual; RMSNorm -> SwiGLU MLP ->
 // residual), a final RMSNorm and the LM head (or the embedding itself when tie_word_embeddings).
 // Parameter names are exactly HF's ("model.layers.3.self_attn.q_proj.weight", "lm_head.weight", ...), so HF
-// checkpoints map 1:1 (io/hf_checkpoint.h) and gradient pipelines, LoRA and freezing select layers by them.
+// checkpoints map 1:1 (models/hf_checkpoint.h) and gradient pipelines, LoRA and freezing select layers by them.
 // The formats and the maths: reference/data-formats.md §6.
 #pragma once
 #include <filesystem>
@@ -67,10 +67,8 @@ struct LlamaConfig {
   static LlamaConfig preset(const std::string& name);
 };
 
-// Makes the Linear at full parameter-name prefix `name` (e.g. "model.layers.0.self_attn.q_proj") with the
-// given features and no bias. The default makes a plain nn::Linear; LoRA (nn/lora.h) makes its wrapper for
-// the layers it targets.
-using LinearFactory = std::function<std::shared_ptr<nn::Linear>(const std::string& name, int64_t in, int64_t out)>;
+// How a Llama makes its Linears (nn/layers.h); empty: plain nn::Linear.
+using LinearFactory = nn::LinearFactory;
 
 // How the weights start: init draws HF's init (normal(0, initializer_range) for Linears and the embedding,
 // ones for norms) from `gen`; none leaves the matrices uninitialised, for a caller that loads every weight

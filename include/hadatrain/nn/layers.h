@@ -1,6 +1,8 @@
 // Layers: thin modules over ops, with PyTorch-compatible parameter names and default initialisation.
 #pragma once
+#include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,11 @@ class Linear : public Module {
   int64_t in_features, out_features;
   PipelineBinding grad_pipeline;  // nn/pipelines.h; inactive by default (exact)
 };
+
+// Makes the Linear at full parameter-name prefix `name` (e.g. "model.layers.0.self_attn.q_proj") with the
+// given features and no bias. A model built from one (models/llama.h) makes a plain Linear when it is empty;
+// LoRA (nn/lora.h) makes its wrapper for the layers it targets.
+using LinearFactory = std::function<std::shared_ptr<Linear>(const std::string& name, int64_t in, int64_t out)>;
 
 struct Conv2dOptions {
   int64_t in_channels = 0, out_channels = 0;

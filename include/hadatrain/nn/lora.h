@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "hadatrain/models/llama.h"
 #include "hadatrain/nn/layers.h"
 
 namespace ht::nn {
@@ -46,13 +45,13 @@ class LoraLinear : public Linear {
   bool merged_ = false;
 };
 
-// A LinearFactory (models/llama.h) that makes LoraLinear layers for the targeted names and plain Linear
+// A LinearFactory (nn/layers.h) that makes LoraLinear layers for the targeted names and plain Linear
 // layers (uninitialised when `init` is none, else torch.nn.Linear's init from gen) for the others. Build the
 // model with it, then call check_targets() to make sure every pattern selected a layer.
 class LoraFactory {
  public:
   LoraFactory(LoraConfig c, std::shared_ptr<Generator> gen, std::shared_ptr<Generator> dropout_gen);
-  models::LinearFactory factory();
+  LinearFactory factory();
   // Throws naming the patterns that selected no layer.
   void check_targets() const;
   const std::vector<std::string>& wrapped() const { return wrapped_; }  // full names of the LoRA layers

@@ -1,8 +1,8 @@
-// Hugging Face LLaMA folders (io/hf_checkpoint.h): config.json plus model.safetensors or an index and shards.
+// Hugging Face LLaMA folders (models/hf_checkpoint.h): config.json plus model.safetensors or an index and shards.
 // Reading checks the safetensors headers against config.json before any tensor data is read, so a wrong
 // checkpoint fails fast, naming the file and the tensor; writing lays tensors out in model order (embedding,
 // layers, norm, head), one file or shards of at most max_shard_bytes each.
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 
 #include <fmt/ranges.h>
 
@@ -19,8 +19,10 @@
 #include "hadatrain/nn/lora.h"
 #include "hadatrain/ops/copy.h"
 
-namespace ht::io {
+namespace ht::models {
 namespace fs = std::filesystem;
+using io::load_safetensors, io::read_safetensors_header, io::save_safetensors, io::write_file_atomic;
+using io::Metadata, io::SafetensorsContents, io::SafetensorsHeader, io::TensorInfo, io::TensorList;
 using nlohmann::json;
 
 namespace {
@@ -35,7 +37,7 @@ bool ignored_tensor(const std::string& name) {
 }
 
 // HF names in model order (embedding, layer 0 ... L-1, final norm, head).
-std::vector<std::string> ordered_names(const models::LlamaConfig& c) {
+std::vector<std::string> ordered_names(const LlamaConfig& c) {
   std::vector<std::string> out{"model.embed_tokens.weight"};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -69,7 +71,7 @@ std::string list(const std::vector<std::string>& names) {
 
 }  // namespace
 
-std::map<std::string, Shape> hf_llama_shapes(const models::LlamaConfig& c) {
+std::map<std::string, Shape> hf_llama_shapes(const LlamaConfig& c) {
   const int64_t H = c.hidden_size, hd = c.resolved_head_dim(), I = c.intermediate_size;
   const int64_t q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
   std::map<std::string, Shape> out{{"model.embed_tokens.weight", {c.vocab_size, H}}, {"model.norm.weight", {H}}};
@@ -89,11 +91,11 @@ std::map<std::string, Shape> hf_llama_shapes(const models::LlamaConfig& c) {
   return out;
 }
 
-models::LlamaConfig read_hf_config(const fs::path& dir) {
+LlamaConfig read_hf_config(const fs::path& dir) {
   const fs::path path = dir / kConfig;
   HT_CHECK(fs::is_regular_file(path), "'{}' is not a Hugging Face checkpoint folder: it has no {}", dir.string(),
            kConfig);
-  return models::LlamaConfig::from_json(read_json(path, "config"), path.string());
+  return LlamaConfig::from_json(read_json(path, "config"), path.string());
 }
 
 HfWeights read_hf_weights(const fs::path& dir) {
@@ -167,7 +169,7 @@ HfWeights read_hf_weights(const fs::path& dir) {
   return out;
 }
 
-void load_hf_tensors(models::Llama& model, const std::map<std::string, Tensor>& weights, const std::string& source) {
+void load_hf_tensors(Llama& model, const std::map<std::string, Tensor>& weights, const std::string& source) {
   const std::map<std::string, Shape> expected = hf_llama_shapes(model.config);
   std::vector<std::string> missing, unexpected;
   for (const auto& [name, shape] : expected)
@@ -186,16 +188,16 @@ void load_hf_tensors(models::Llama& model, const std::map<std::string, Tensor>& 
   }
 }
 
-std::shared_ptr<models::Llama> load_hf_llama(const fs::path& dir, models::LlamaBuild build, Device device) {
+std::shared_ptr<Llama> load_hf_llama(const fs::path& dir, LlamaBuild build, Device device) {
   HfWeights w = read_hf_weights(dir);
-  build.init = models::LlamaInit::none;
-  auto model = std::make_shared<models::Llama>(w.config, build);
+  build.init = LlamaInit::none;
+  auto model = std::make_shared<Llama>(w.config, build);
   if (device != Device::cpu()) model->to(device);
   load_hf_tensors(*model, w.tensors, dir.string());
   return model;
 }
 
-std::map<std::string, Tensor> hf_state_dict(models::Llama& model) {
+std::map<std::string, Tensor> hf_state_dict(Llama& model) {
   for (auto& [name, layer] : nn::lora_layers(model))
     HT_CHECK(layer->merged(), "hf_state_dict: LoRA layer '{}' is not merged; merge the adapters first "
              "(nn::merge_lora) to write a plain Hugging Face checkpoint", name);
@@ -206,7 +208,7 @@ std::map<std::string, Tensor> hf_state_dict(models::Llama& model) {
   return out;
 }
 
-void save_hf_checkpoint(const fs::path& dir, const models::LlamaConfig& config,
+void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
                         const std::map<std::string, Tensor>& tensors, const HfWriteOptions& o) {
   config.validate();
   HT_CHECK(is_floating(o.dtype), "save_hf_checkpoint: dtype must be floating (bf16 or f32), got {}",
@@ -273,7 +275,7 @@ void save_hf_checkpoint(const fs::path& dir, const models::LlamaConfig& config,
     if (weights && !written.count(n)) fs::remove(entry.path());
   }
 
-  models::LlamaConfig written_config = config;
+  LlamaConfig written_config = config;
   written_config.dtype = o.dtype;
   write_file_atomic(dir / kConfig, written_config.to_json().dump(2) + "\n");
   if (!o.copy_tokenizer_from.empty() && fs::absolute(o.copy_tokenizer_from) != fs::absolute(dir)) {
@@ -285,8 +287,8 @@ void save_hf_checkpoint(const fs::path& dir, const models::LlamaConfig& config,
   }
 }
 
-void save_hf_checkpoint(const fs::path& dir, models::Llama& model, const HfWriteOptions& o) {
+void save_hf_checkpoint(const fs::path& dir, Llama& model, const HfWriteOptions& o) {
   save_hf_checkpoint(dir, model.config, hf_state_dict(model), o);
 }
 
-}  // namespace ht::io
+}  // namespace ht::models

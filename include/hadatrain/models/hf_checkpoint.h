@@ -12,17 +12,17 @@
 
 #include "hadatrain/models/llama.h"
 
-namespace ht::io {
+namespace ht::models {
 
 // The tensor names and shapes a Llama of `config` has in HF's layout, sorted by name (lm_head.weight only
 // when untied).
-std::map<std::string, Shape> hf_llama_shapes(const models::LlamaConfig& config);
+std::map<std::string, Shape> hf_llama_shapes(const LlamaConfig& config);
 
 // config.json of an HF folder (errors name the file and the key).
-models::LlamaConfig read_hf_config(const std::filesystem::path& dir);
+LlamaConfig read_hf_config(const std::filesystem::path& dir);
 
 struct HfWeights {
-  models::LlamaConfig config;
+  LlamaConfig config;
   std::map<std::string, Tensor> tensors;  // HF names, CPU, the file's dtype; rotary_emb.inv_freq dropped
 };
 
@@ -33,15 +33,15 @@ HfWeights read_hf_weights(const std::filesystem::path& dir);
 
 // A Llama built from an HF folder: weights converted to build.master_dtype on `device`. build.init is
 // ignored (every weight is loaded). LoRA-wrapped layers (build.make_linear) keep their fresh adapters.
-std::shared_ptr<models::Llama> load_hf_llama(const std::filesystem::path& dir, models::LlamaBuild build,
+std::shared_ptr<Llama> load_hf_llama(const std::filesystem::path& dir, LlamaBuild build,
                                              Device device = Device::cpu());
 // Copies `weights` (HF names) into an existing model; missing or unexpected tensors and shape mismatches
 // are errors naming `source`. Parameters that are not part of the HF layout (LoRA adapters) are left alone.
-void load_hf_tensors(models::Llama& model, const std::map<std::string, Tensor>& weights, const std::string& source);
+void load_hf_tensors(Llama& model, const std::map<std::string, Tensor>& weights, const std::string& source);
 
 // The model's tensors under HF's names (shared storage, detached). An error when a LoRA layer is not
 // merged (nn::merge_lora first): its base weight alone is not what the model computes.
-std::map<std::string, Tensor> hf_state_dict(models::Llama& model);
+std::map<std::string, Tensor> hf_state_dict(Llama& model);
 
 struct HfWriteOptions {
   DType dtype = DType::bf16;  // bf16 or f32 (f64 and f16 are accepted too)
@@ -55,9 +55,9 @@ struct HfWriteOptions {
 // Writes config.json (torch_dtype and dtype set to the written dtype) and the weights, every file atomically,
 // removes weight files of an earlier write to `dir` that the new layout does not use, and copies the
 // tokenizer files along. `tensors` (any device and dtype) must be exactly hf_llama_shapes(config).
-void save_hf_checkpoint(const std::filesystem::path& dir, const models::LlamaConfig& config,
+void save_hf_checkpoint(const std::filesystem::path& dir, const LlamaConfig& config,
                         const std::map<std::string, Tensor>& tensors, const HfWriteOptions& o = {});
-void save_hf_checkpoint(const std::filesystem::path& dir, models::Llama& model, const HfWriteOptions& o = {});
+void save_hf_checkpoint(const std::filesystem::path& dir, Llama& model, const HfWriteOptions& o = {});
 
 // --- llama2.c (.bin) ---
 
@@ -68,7 +68,7 @@ Tensor interleaved_to_rotate_half(const Tensor& w, int64_t heads);
 Tensor rotate_half_to_interleaved(const Tensor& w, int64_t heads);
 
 struct Llama2cModel {
-  models::LlamaConfig config;             // θ 10000, eps 1e-5, max_position_embeddings = seq_len
+  LlamaConfig config;             // θ 10000, eps 1e-5, max_position_embeddings = seq_len
   std::map<std::string, Tensor> tensors;  // HF names and rotate-half layout, f32 on the CPU
   int version = 0;                        // 0 (legacy header) or 1 (ak42)
 };
@@ -76,4 +76,4 @@ struct Llama2cModel {
 // "ak42", 256-byte header). The file size must equal what the header implies (an error gives both).
 Llama2cModel read_llama2c(const std::filesystem::path& path);
 
-}  // namespace ht::io
+}  // namespace ht::models

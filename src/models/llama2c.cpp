@@ -7,10 +7,10 @@
 #include <fstream>
 #include <limits>
 
-#include "hadatrain/io/hf_checkpoint.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/tensor/factory.h"
 
-namespace ht::io {
+namespace ht::models {
 namespace fs = std::filesystem;
 
 namespace {
@@ -101,7 +101,7 @@ Llama2cModel read_llama2c(const fs::path& path) {
            path.string(), m.version, D, F, L, h.heads, h.kv_heads, V, h.seq_len, shared ? "shared" : "separate",
            expected, file_size);
 
-  models::LlamaConfig& c = m.config;
+  LlamaConfig& c = m.config;
   c.vocab_size = V;
   c.hidden_size = D;
   c.intermediate_size = F;
@@ -169,4 +169,4 @@ Llama2cModel read_llama2c(const fs::path& path) {
   return m;
 }
 
-}  // namespace ht::io
+}  // namespace ht::models
