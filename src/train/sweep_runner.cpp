@@ -148,21 +148,29 @@ void plot_stages(const SweepPlan& plan, const std::string& exe) {
     return;
   }
   for (const std::string& stage : plan.stages) {
+    // The options and every --label first, then "--" and the runs: argparse takes the positional runs in one
+    // piece only, so runs interleaved with labels would not parse.
     std::vector<std::string> argv{"/usr/bin/python3", script.string(), "--out", (plan.out_dir / (stage + ".png")).string()};
+    std::vector<std::string> runs;
     for (const SweepRun& r : plan.runs) {
       std::error_code ec;
       if (r.stage != stage || !fs::exists(r.dir / "metrics.jsonl", ec)) continue;
-      argv.push_back((r.dir / "metrics.jsonl").string());
       argv.push_back("--label");
       argv.push_back(r.name);
+      runs.push_back((r.dir / "metrics.jsonl").string());
     }
-    if (argv.size() == 4) continue;
+    if (runs.empty()) continue;
+    argv.push_back("--");
+    argv.insert(argv.end(), runs.begin(), runs.end());
     const fs::path log = plan.out_dir / "plot.log";
     const pid_t pid = spawn(argv, log);
     int status = 0;
     waitpid(pid, &status, 0);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) spdlog::info("sweep: curves of stage {} in {}", stage, argv[3]);
-    else spdlog::warn("sweep: no curves for stage {} (python3 with matplotlib is needed; see {})", stage, log.string());
+    else
+      spdlog::warn("sweep: no curves for stage {}: {} {} (it needs python3 with matplotlib; its output is in {})", stage,
+                   script.string(), WIFEXITED(status) ? fmt::format("exited with {}", WEXITSTATUS(status)) : "was killed",
+                   log.string());
   }
 }
 
