@@ -43,9 +43,10 @@ bool is_complete(const fs::path& dir) {
          fs::is_regular_file(dir / kStateFile, ec);
 }
 
-// Leftovers of interrupted saves: step_<N>.tmp and step_<N>.old.tmp directories.
+// Leftovers of interrupted saves and prunes: step_<N>.tmp, step_<N>.old.tmp, step_<N>.shards.tmp and
+// step_<N>.pruned.tmp directories.
 bool is_leftover(const std::string& name) {
-  for (std::string_view suffix : {".old.tmp", ".shards.tmp", ".tmp"}) {
+  for (std::string_view suffix : {".old.tmp", ".shards.tmp", ".pruned.tmp", ".tmp"}) {
     if (name.size() > suffix.size() && name.ends_with(suffix) &&
         parse_step_name(std::string_view(name).substr(0, name.size() - suffix.size())))
       return true;
@@ -88,9 +89,15 @@ void prune(const fs::path& root, int64_t written, int keep_last) {
   std::sort(older.rbegin(), older.rend());  // newest first
   const std::optional<int64_t> best = best_checkpoint_step(root);
   const std::size_t keep_older = static_cast<std::size_t>(std::max(keep_last - 1, 0));
+  // A pruned checkpoint is renamed to step_<N>.pruned.tmp before its files go: a process stopped while removing
+  // them leaves a leftover the next save removes, never a step_<N> folder missing some of its files.
   for (std::size_t i = keep_older; i < older.size(); ++i) {
     if (best && *best == older[i]) continue;
-    fs::remove_all(checkpoint_dir(root, older[i]));
+    fs::path doomed = checkpoint_dir(root, older[i]);
+    doomed += ".pruned.tmp";
+    fs::remove_all(doomed);
+    fs::rename(checkpoint_dir(root, older[i]), doomed);
+    fs::remove_all(doomed);
   }
 }
 

@@ -71,6 +71,13 @@ T state_value(const io::Checkpoint& ck, const std::string& key) {
   return it->get<T>();
 }
 
+// A count of state.json (a step, an epoch, a batch, an update count): an integer >= 0.
+int64_t count_value(const io::Checkpoint& ck, const std::string& key) {
+  const auto v = state_value<int64_t>(ck, key);
+  HT_CHECK(v >= 0, "--resume: {}: \"{}\" is {}, expected an integer >= 0", (ck.dir / "state.json").string(), key, v);
+  return v;
+}
+
 // The first tensor of `tensors` (in their order) holding a NaN or an infinity: "'<name>' holds NaN" or
 // "'<name>' holds +infinity"; "" when every floating-point tensor is finite. One pass over a host copy of
 // each tensor, so it runs only where a checkpoint is written or evaluated, never per step.
@@ -113,25 +120,34 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
                               "{}; resume with --set run.seed={} or start a new run",
                               ck->dir.string(), seed, o_.seed, seed));
   }
+  // The optimiser's state is kept by slot names of its own (SGD's momentum, AdamW's moments): under another
+  // optimiser a resume would drop it and start that one's state from zero without a word.
+  if (const auto it = ck->state.find("optimizer"); ck->state.is_object() && it != ck->state.end() && it->is_string() &&
+                                                   it->get<std::string>() != parts_.optimizer->name())
+    throw Error(fmt::format("--resume: the checkpoint {} was written with optim.name {}, but the config has optim.name "
+                            "{}; resume with --set optim.name={}, or start a new run from its weights with "
+                            "model.init_from",
+                            ck->dir.string(), it->get<std::string>(), parts_.optimizer->name(),
+                            it->get<std::string>()));
   load_model_tensors(parts_, *ck);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;
   RunState st;
-  st.step = state_value<int64_t>(*ck, "step");
-  st.position = {state_value<int64_t>(*ck, "epoch"), state_value<int64_t>(*ck, "batch")};
+  st.step = count_value(*ck, "step");
+  st.position = {count_value(*ck, "epoch"), count_value(*ck, "batch")};
   st.best_score = state_value<double>(*ck, "best_" + o_.score_name);
   if (s.contains("epoch_loss_sum") && s.contains("epoch_loss_steps")) {
     st.epoch_loss = state_value<double>(*ck, "epoch_loss_sum");
-    st.epoch_steps = state_value<int64_t>(*ck, "epoch_loss_steps");
+    st.epoch_steps = count_value(*ck, "epoch_loss_steps");
   }
   const auto dropout_stream = state_value<uint64_t>(*ck, "dropout_stream");
-  load_optimizer_state(parts_, *ck, state_value<int64_t>(*ck, "optimizer_steps"));
+  load_optimizer_state(parts_, *ck, count_value(*ck, "optimizer_steps"));
   parts_.dropout_gen->set_state(dropout_stream);
   if (parts_.ema != nullptr) {
     // The average continues where the checkpoint left it; a checkpoint of a run without one starts it from the
     // resumed weights (the run then differs from one that averaged from the start, so say so).
     if (ck->ema.has_value() && s.contains("ema_updates")) {
-      parts_.ema->load(ck->ema->tensors, state_value<int64_t>(*ck, "ema_updates"),
+      parts_.ema->load(ck->ema->tensors, count_value(*ck, "ema_updates"),
                        fmt::format("--resume: {}/ema.safetensors", ck->dir.string()));
     } else {
       parts_.ema->restart();

@@ -132,6 +132,11 @@ TEST_CASE("latest follows saves; keep_last prunes older checkpoints but keeps th
 
   io::save_checkpoint(root, make_data(80), {.keep_last = 1});
   CHECK(steps_of(root) == std::vector<int64_t>{40, 80});
+  // Pruning renames a checkpoint before removing it and leaves nothing of it behind.
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"best", "latest", "step_40", "step_80"});
   CHECK_THROWS_WITH(io::save_checkpoint(root, make_data(90), {.keep_last = -1}), HasSubstr("keep_last"));
 }
 
@@ -171,6 +176,9 @@ TEST_CASE("leftovers of a crash are ignored when loading and removed by the next
   fs::create_directories(root / "step_7.tmp");
   write_raw(root / "step_7.tmp" / "model.safetensors", "partial");
   write_raw(root / "step_7.tmp" / "state.json", "{\"step\": 7}");
+  // A prune of step 3 that died while removing its files (it renames the folder first).
+  fs::create_directories(root / "step_3.pruned.tmp");
+  write_raw(root / "step_3.pruned.tmp" / "state.json", "{\"step\": 3}");
   // A step directory someone emptied by hand, and unrelated files.
   fs::create_directories(root / "step_9");
   write_raw(root / "step_9" / "state.json", "{}");
@@ -191,6 +199,7 @@ TEST_CASE("leftovers of a crash are ignored when loading and removed by the next
 
   io::save_checkpoint(root, make_data(6));
   CHECK_FALSE(fs::exists(root / "step_7.tmp"));
+  CHECK_FALSE(fs::exists(root / "step_3.pruned.tmp"));
   CHECK(fs::exists(root / "notes.txt"));
   CHECK(fs::exists(root / "step_9"));  // not ours to delete
   CHECK(io::latest_checkpoint_step(root) == 6);

@@ -4,7 +4,7 @@
 // --resume leaves no new folder and does not rewrite config.yaml; a stop request finishes the step,
 // checkpoints and returns; a diverged run's error names the step; no checkpoint with non-finite weights is
 // written or evaluated; an unusable checkpoint.dir is reported before the first step; a resume under another
-// run.seed than the checkpoint's is refused; a new run in a folder that holds a run warns.
+// run.seed or optim.name than the checkpoint's, or with a negative count in state.json, is refused; a new run in a folder that holds a run warns.
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -161,7 +161,28 @@ TEST_CASE("a resume from a state.json with a missing or mistyped key names the f
   j = good;
   j["seed"] = -3;
   CHECK_THAT(resume_with(j), HasSubstr("\"seed\" is -3, expected a non-negative integer"));
+  // A negative count is refused before anything is written: metrics.jsonl keeps the records of steps 1 and 2.
+  const fs::path metrics = fs::path(cfg.run.out_dir) / "metrics.jsonl";
+  const std::string records = read_text(metrics);
+  for (const char* key : {"step", "epoch", "batch", "optimizer_steps"}) {
+    j = good;
+    j[key] = -4;
+    CHECK_THAT(resume_with(j), HasSubstr(state.string() + ": \"" + key + "\" is -4, expected an integer >= 0"));
+    CHECK(read_text(metrics) == records);
+  }
   CHECK(resume_with(good).empty());
+}
+
+TEST_CASE("a resume under another optimiser than the checkpoint's is an error naming both", "[trainer][checkpoint][errors]") {
+  logging::set_level("off");
+  run_training(config_in("optim_resume", {"train.max_steps=2", "optim.momentum=0.9"}));
+  const std::string err = test::error_of([] {
+    run_training(config_in("optim_resume", {"optim.name=adamw"}), {ResumeFrom::Kind::latest, ""});
+  });
+  INFO(err);
+  CHECK_THAT(err, HasSubstr("was written with optim.name sgd, but the config has optim.name adamw"));
+  CHECK_THAT(err, HasSubstr((temp_dir() / "optim_resume" / "checkpoints" / "step_2").string()));
+  CHECK(run_training(config_in("optim_resume", {"optim.momentum=0.9"}), {ResumeFrom::Kind::latest, ""}).steps == 8);
 }
 
 TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml", "[trainer][checkpoint]") {

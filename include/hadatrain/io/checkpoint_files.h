@@ -27,7 +27,8 @@ namespace ht::io {
 // Loading follows `latest` when it names a complete checkpoint; when `latest` is missing or stale it falls
 // back to the highest complete step_<N>. Pruning (keep_last K) only considers checkpoints with a step below the
 // one just written: it keeps the newest K (counting the new one), never deletes the one `best` names, and never
-// deletes higher-numbered checkpoints (those are left by an abandoned run resumed from an earlier step).
+// deletes higher-numbered checkpoints (those are left by an abandoned run resumed from an earlier step). A pruned
+// step_<N> is renamed to step_<N>.pruned.tmp/ before its files are removed (a leftover if that is interrupted).
 // A sharded checkpoint's ranks write their shards into <root>/step_<N>.shards.tmp/ first (a leftover like
 // the others); save_checkpoint moves them into step_<N>.tmp/ (CheckpointData::adopt_files) before the rename.
 
