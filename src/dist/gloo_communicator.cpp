@@ -220,6 +220,7 @@ class GlooCommunicator final : public Communicator {
              "all_gather: out must be {} x the input {}, got {}", size(), input.describe(), out.describe());
     count_bytes(Collective::all_gather, static_cast<int64_t>(out.nbytes()));
     return submit(fmt::format("gloo all_gather of {}", input.describe()), [=, this] {
+      if (out.nbytes() == 0) return;  // nothing to move, and Gloo's allgather divides by the output's size
       gloo::AllgatherOptions opts(ctx_);
       opts.setInput(static_cast<uint8_t*>(input.data_ptr()), input.nbytes());
       opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
@@ -246,7 +247,8 @@ class GlooCommunicator final : public Communicator {
         gloo::allreduce(opts);
       }
       const std::size_t chunk = out.nbytes();
-      std::memcpy(out.data_ptr(), static_cast<const char*>(scratch.data_ptr()) + chunk * rank(), chunk);
+      if (chunk > 0)  // an empty tensor's data pointer is null, which memcpy must not get
+        std::memcpy(out.data_ptr(), static_cast<const char*>(scratch.data_ptr()) + chunk * rank(), chunk);
       if (op == ReduceOp::avg && size() > 1) divide(out, size());
     });
   }
@@ -260,7 +262,7 @@ class GlooCommunicator final : public Communicator {
     count_bytes(Collective::all_to_all, static_cast<int64_t>(input.nbytes()));
     return submit(fmt::format("gloo all_to_all of {}", input.describe()), [=, this] {
       if (size() == 1) {
-        std::memcpy(out.data_ptr(), input.data_ptr(), input.nbytes());
+        if (input.nbytes() > 0) std::memcpy(out.data_ptr(), input.data_ptr(), input.nbytes());
         return;
       }
       gloo::AlltoallOptions opts(ctx_);

@@ -1,9 +1,19 @@
 // The one-node launcher (dist/launcher.h) with shell commands as ranks: the variables each rank sees, exit
-// codes, and that one failed rank stops the others (SIGTERM, then SIGKILL after the grace period) instead of
-// leaving them running.
+// codes, that one failed rank stops the others (SIGTERM, then SIGKILL after the grace period) instead of
+// leaving them running, that a stop signal or a failure while the ranks are being started stops the start, and
+// the options' ranges.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <climits>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <thread>
 
 #include "hadatrain/dist/launcher.h"
 #include "support/catch.h"
@@ -21,6 +31,71 @@ std::string read_file(const std::filesystem::path& p) {
 }
 dist::LaunchOptions sh(int n, const std::string& script) {
   return {.nproc_per_node = n, .argv = {"/bin/sh", "-c", script}, .grace = std::chrono::milliseconds(500)};
+}
+
+// The processes whose parent is this one (zombies included), from /proc.
+std::vector<pid_t> children_of_this_process() {
+  std::vector<pid_t> kids;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses, so read after the last ')'.
+    const std::string stat = read_file(e.path() / "stat");
+    const std::size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;  // the process ended while being read
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == ::getpid()) kids.push_back(std::stoi(name));
+  }
+  return kids;
+}
+
+struct LaunchRun {
+  int status = 0;              // the launcher process's wait status
+  Clock::duration took{};      // from its fork to its end
+  std::string log;             // its standard output and error
+  std::vector<pid_t> left;     // processes it left behind (killed and reaped since)
+};
+
+// Runs dist::launch(o) in a child process, its output going to `log`, with this process as the child subreaper (so
+// a rank the launcher leaves behind is reparented here and counted in `left`). A launcher still running after
+// `limit` is killed.
+LaunchRun run_launcher(const dist::LaunchOptions& o, const std::filesystem::path& log, std::chrono::seconds limit) {
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  LaunchRun run;
+  const auto t0 = Clock::now();
+  const pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    int code = 99;
+    try {
+      code = dist::launch(o);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "launch threw: %s\n", e.what());
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  while (::waitpid(launcher, &run.status, WNOHANG) == 0) {
+    if (Clock::now() - t0 > limit) {
+      ::kill(launcher, SIGKILL);
+      ::waitpid(launcher, &run.status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  run.took = Clock::now() - t0;
+  run.left = children_of_this_process();
+  for (const pid_t p : run.left) ::kill(-p, SIGKILL), ::kill(p, SIGKILL);
+  for (const pid_t p : run.left) ::waitpid(p, nullptr, 0);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  run.log = read_file(log);
+  return run;
 }
 }  // namespace
 
@@ -62,4 +137,64 @@ TEST_CASE("a launch on several nodes without --master-addr or --master-port is a
   o.master_addr = "node0";
   o.master_port = 0;
   CHECK_THROWS_WITH(dist::launch(o), HasSubstr("got node0 and 0"));
+}
+
+// Rank 0 sends SIGTERM to the launcher (its parent) as soon as it runs, while the later ranks are still being forked;
+// each rank would sleep for a minute. The launcher stops forking, passes the signal to the ranks it started and exits
+// with 143 at once, leaving no process behind.
+TEST_CASE("a stop signal while the ranks are being started stops the start and the started ranks", "[dist]") {
+  const auto dir = test::scratch_dir() / "launch_stop_start";
+  std::filesystem::create_directories(dir);
+  const int n = dist::max_local_ranks();
+  const LaunchRun run = run_launcher(
+      sh(n, "if [ $LOCAL_RANK = 0 ]; then kill -TERM $PPID; fi; exec sleep 60"), dir / "log", std::chrono::seconds(30));
+  INFO("launcher log:\n" << run.log);
+  CHECK((WIFEXITED(run.status) && WEXITSTATUS(run.status) == 128 + SIGTERM));
+  CHECK(run.took < std::chrono::seconds(10));
+  std::smatch m;
+  const std::regex stopped("signal 15 before every rank was started \\(([0-9]+) of ([0-9]+) started\\)");
+  REQUIRE(std::regex_search(run.log, m, stopped));
+  CHECK(std::stoi(m[1].str()) < n);
+  CHECK(std::stoi(m[2].str()) == n);
+  CHECK(run.left.empty());
+}
+
+// Rank 0 fails at once while the later ranks are being forked: the launcher reaps it between two forks, starts no
+// more ranks, stops the started ones and returns rank 0's code.
+TEST_CASE("a rank that fails while the ranks are being started stops the start", "[dist]") {
+  const auto dir = test::scratch_dir() / "launch_fail_start";
+  std::filesystem::create_directories(dir);
+  const int n = dist::max_local_ranks();
+  const LaunchRun run = run_launcher(sh(n, "if [ $LOCAL_RANK = 0 ]; then exit 3; fi; exec sleep 60"), dir / "log",
+                                     std::chrono::seconds(30));
+  INFO("launcher log:\n" << run.log);
+  CHECK((WIFEXITED(run.status) && WEXITSTATUS(run.status) == 3));
+  CHECK(run.took < std::chrono::seconds(10));
+  CHECK_THAT(run.log, HasSubstr("launch: rank 0 exited with code 3; stopping the other"));
+  CHECK_THAT(run.log, !HasSubstr("started on this node"));  // the start never completed
+  CHECK(run.left.empty());
+}
+
+TEST_CASE("the launcher's options are checked against their ranges before any rank starts", "[dist]") {
+  dist::LaunchOptions o = sh(1, "exit 0");
+  o.nproc_per_node = dist::max_local_ranks() + 1;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr(fmt::format("--nproc-per-node {} is not from 1 to {}",
+                                                           o.nproc_per_node, dist::max_local_ranks())));
+  o.nproc_per_node = 0;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr("--nproc-per-node 0 is not from 1 to"));
+  o.nproc_per_node = 2;
+  o.master_port = 70000;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr("--master-port 70000 is not a TCP port"));
+  o.master_port = -5;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr("--master-port -5 is not a TCP port"));
+  o.master_port = 0;
+  o.node_rank = -1;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr("--node-rank -1 is not from 0 to --nnodes - 1 = 0"));
+  o.node_rank = 0;
+  o.nnodes = INT_MAX;
+  o.master_addr = "node0";
+  o.master_port = 29500;
+  CHECK_THROWS_WITH(dist::launch(o), HasSubstr("is more than 2147483647 ranks"));
+  CHECK(dist::max_local_ranks() >= 1024);
+  CHECK(dist::max_local_ranks() >= ::sysconf(_SC_NPROCESSORS_ONLN));
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -23,6 +24,18 @@ inline CLI::Validator log_level_check() {
         return fmt::format("unknown log level '{}': expected trace, debug, info, warn, error or off", level);
       },
       "LEVEL");
+}
+
+// A numeric option's value against its range, for the checks a subcommand runs once its options are parsed (its
+// parse_complete_callback): outside [lo, hi] it throws CLI11's ValidationError, a usage error (exit 2) naming the
+// option and the value, "--elements: must be an integer from 1 to 1099511627776, got 0". `why`, when given, follows
+// the range in parentheses. NaN is outside every range.
+template <class T>
+void check_option_range(const std::string& option, T value, T lo, T hi, const std::string& why = {}) {
+  if (value >= lo && value <= hi) return;
+  throw CLI::ValidationError(option, fmt::format("must be {} from {} to {}{}, got {}",
+                                                 std::is_integral_v<T> ? "an integer" : "a number", lo, hi,
+                                                 why.empty() ? "" : " (" + why + ")", value));
 }
 
 Command add_version_command(CLI::App& app);  // version_command.cpp

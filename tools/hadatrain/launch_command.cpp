@@ -31,6 +31,12 @@ struct CheckOptions {
   double timeout_s = 60;
 };
 
+// comm-check's ranges. --elements: at least one element, so every rank's reduce-scatter chunk has one to check; at
+// most 2^40 (4 TiB of f32, past any device's memory), far from overflowing the element and byte counts.
+// --timeout-s: whole milliseconds from 1 ms (less is 0 ms, no wait at all) to a day.
+constexpr int64_t kMaxCheckElements = int64_t{1} << 40;
+constexpr double kMinTimeoutS = 1e-3, kMaxTimeoutS = 86400;
+
 int run_comm_check(const CheckOptions& o) {
   const dist::DistEnv env = dist::dist_env_from_environment();
   Device device = Device::cpu();
@@ -89,13 +95,32 @@ Command add_launch_command(CLI::App& app) {
   c.app = app.add_subcommand("launch",
                              "Run a hadatrain command once per rank on this node with torchrun's variables "
                              "(e.g. launch --nproc-per-node 2 -- train --config c.yaml)");
-  c.app->add_option("--nproc-per-node", s->options.nproc_per_node, "Ranks (processes) on this node")->required()
-      ->check(CLI::PositiveNumber);
-  c.app->add_option("--nnodes", s->options.nnodes, "Nodes in the job (one launch per node)")->check(CLI::PositiveNumber);
+  const int max_ranks = dist::max_local_ranks();
+  c.app->add_option("--nproc-per-node", s->options.nproc_per_node,
+                    fmt::format("Ranks (processes) on this node, 1 .. {} (the larger of 1024 and this machine's CPUs)",
+                                max_ranks))
+      ->required();
+  c.app->add_option("--nnodes", s->options.nnodes, "Nodes in the job (one launch per node)");
   c.app->add_option("--node-rank", s->options.node_rank, "This node's index, 0 .. nnodes-1");
   c.app->add_option("--master-addr", s->options.master_addr,
                     "Rank 0's host (MASTER_ADDR); default 127.0.0.1, required with --nnodes > 1");
-  c.app->add_option("--master-port", s->options.master_port, "Rank 0's store port (MASTER_PORT); 0: a free port");
+  c.app->add_option("--master-port", s->options.master_port,
+                    "Rank 0's store port (MASTER_PORT), 1 .. 65535; 0: a free port (one node only)");
+  // The ranges of dist/launcher.h, as usage errors before anything starts.
+  c.app->parse_complete_callback([s, max_ranks] {
+    const dist::LaunchOptions& o = s->options;
+    check_option_range("--nproc-per-node", o.nproc_per_node, 1, max_ranks,
+                       "the larger of 1024 and this machine's CPUs");
+    check_option_range("--nnodes", o.nnodes, 1, INT_MAX / o.nproc_per_node,
+                       fmt::format("--nnodes x --nproc-per-node {} is at most {} ranks", o.nproc_per_node, INT_MAX));
+    check_option_range("--node-rank", o.node_rank, 0, o.nnodes - 1, fmt::format("--nnodes {}", o.nnodes));
+    check_option_range("--master-port", o.master_port, 0, 65535, "0: a free port");
+    if (o.nnodes > 1 && (o.master_port == 0 || o.master_addr.empty()))
+      throw CLI::ValidationError("--nnodes " + std::to_string(o.nnodes),
+                                 fmt::format("several nodes need --master-addr and --master-port, the same on every "
+                                             "node (got {} and {})",
+                                             o.master_addr.empty() ? "none" : o.master_addr, o.master_port));
+  });
   c.app->add_option("command", s->rest, "The hadatrain command and its arguments, after --")->required();
   c.app->positionals_at_end();
   c.run = [s, argv0 = std::string("hadatrain")] {
@@ -114,8 +139,16 @@ Command add_comm_check_command(CLI::App& app) {
                              "Connect to the job's ranks (torchrun/Slurm/launch variables) and check every collective");
   c.app->add_option("--engine", o->engine, "gloo or nccl (default: nccl on cuda, gloo on cpu)");
   c.app->add_option("--device", o->device, "cpu, or cuda (the device LOCAL_RANK)");
-  c.app->add_option("--elements", o->elements, "f32 elements of the timed all-reduce");
-  c.app->add_option("--timeout-s", o->timeout_s, "Seconds before a missing rank is an error");
+  c.app->add_option("--elements", o->elements,
+                    fmt::format("f32 elements of the timed all-reduce, 1 .. {}", kMaxCheckElements))
+      ->capture_default_str();
+  c.app->add_option("--timeout-s", o->timeout_s,
+                    fmt::format("Seconds before a missing rank is an error, {} .. {}", kMinTimeoutS, kMaxTimeoutS))
+      ->capture_default_str();
+  c.app->parse_complete_callback([o] {
+    check_option_range("--elements", o->elements, int64_t{1}, kMaxCheckElements);
+    check_option_range("--timeout-s", o->timeout_s, kMinTimeoutS, kMaxTimeoutS);
+  });
   c.run = [o] { return run_comm_check(*o); };
   return c;
 }
