@@ -22,7 +22,8 @@ namespace ht::data {
 // from everything before it, and never on the prompt. pad: s = 0 and the row is one example, padded with
 // pad_id() after x[L-1] (labels kIgnoreIndex there; padding at the end cannot affect earlier positions under
 // causal attention); an example longer than T + 1 tokens is truncated. pack: the examples are concatenated
-// into one stream and row i starts at s = i*T, exactly like Note [Packing] in text_dataset.cpp.
+// into one stream and window w starts at s = w*T, exactly like Note [Packing] in text_dataset.cpp; the rows are
+// the windows with a response token among their labels, in order (a window inside prompts is left out).
 
 namespace {
 
@@ -157,8 +158,20 @@ ChatDataset::ChatDataset(const std::vector<std::filesystem::path>& files, const 
              files.front().string(), T + 1);
   } else {
     const auto total = static_cast<int64_t>(ids_.size());
-    rows_ = total > T ? (total - 1) / T : 0;
-    HT_CHECK(rows_ > 0, "chat data: the examples hold {} tokens, fewer than one window of seq_len + 1 = {}", total, T + 1);
+    const int64_t windows = total > T ? (total - 1) / T : 0;
+    HT_CHECK(windows > 0, "chat data: the examples hold {} tokens, fewer than one window of seq_len + 1 = {}", total,
+             T + 1);
+    // Window w's labels are the stream positions w*T + 1 ... w*T + T (all inside the stream: w*T + T <= total - 1).
+    for (int64_t w = 0; w < windows; ++w) {
+      const auto first = response_.begin() + w * T + 1;
+      if (std::find(first, first + T, uint8_t{1}) != first + T) row_window_.push_back(w);
+    }
+    rows_ = static_cast<int64_t>(row_window_.size());
+    if (rows_ < windows)
+      logging::warn("chat data: {} of {} packed windows of seq_len = {} tokens lie inside prompts (no response token) "
+                    "and are left out",
+                    windows - rows_, windows, T);
+    HT_CHECK(rows_ > 0, "chat data: no packed window of {} holds a response token", files.front().string());
   }
 }
 
@@ -175,7 +188,7 @@ void ChatDataset::get(int64_t i, int64_t* input_ids, int64_t* labels) const {
     s = starts_[e];
     L = starts_[e + 1] - s;
   } else {
-    s = i * T;
+    s = row_window_[static_cast<std::size_t>(i)] * T;
     L = static_cast<int64_t>(ids_.size()) - s;
   }
   for (int64_t t = 0; t < T; ++t) {
@@ -188,7 +201,8 @@ void ChatDataset::get(int64_t i, int64_t* input_ids, int64_t* labels) const {
 std::string ChatDataset::describe(int64_t i) const {
   if (i < 0 || i >= rows_) return fmt::format("row {} (out of range)", i);
   if (opts_.layout == ChatLayout::pad) return fmt::format("example {}", where_[static_cast<std::size_t>(row_example_[static_cast<std::size_t>(i)])]);
-  return fmt::format("window {} (starting in example {})", i, where_[example_at(i * opts_.seq_len)]);
+  const int64_t w = row_window_[static_cast<std::size_t>(i)];
+  return fmt::format("window {} (starting in example {})", w, where_[example_at(w * opts_.seq_len)]);
 }
 
 void ChatDataset::check_vocab(int64_t vocab_size, const std::string& whose) const {

@@ -124,15 +124,36 @@ TEST_CASE("ChatDataset pack: examples concatenated into windows, response labels
     stream.insert(stream.end(), ids.begin(), ids.end());
     for (std::size_t k = 0; k < ids.size(); ++k) response.push_back(k + 3 >= ids.size() ? 1 : 0);  // "aN" + eot
   }
-  REQUIRE(ds.size() == static_cast<int64_t>((stream.size() - 1) / 16));
+  // The rows are the windows with a response token among their labels (stream positions w*16 + 1 ... w*16 + 16);
+  // the others lie inside prompts and are left out.
+  const std::size_t windows = (stream.size() - 1) / 16;
+  std::vector<std::size_t> kept;
+  for (std::size_t w = 0; w < windows; ++w)
+    if (std::find(response.begin() + w * 16 + 1, response.begin() + w * 16 + 17, int64_t{1}) != response.begin() + w * 16 + 17)
+      kept.push_back(w);
+  REQUIRE(kept.size() < windows);  // the examples (28 tokens, the last 3 the response) leave prompt-only windows
+  REQUIRE(ds.size() == static_cast<int64_t>(kept.size()));
   for (int64_t i = 0; i < ds.size(); ++i) {
     const auto [in, lab] = row(ds, i);
+    const std::size_t w = kept[static_cast<std::size_t>(i)];
+    CHECK_THAT(ds.describe(i), HasSubstr(fmt::format("window {} ", w)));
+    bool counted = false;
     for (std::size_t t = 0; t < 16; ++t) {
-      const std::size_t s = static_cast<std::size_t>(i) * 16 + t;
+      const std::size_t s = w * 16 + t;
       CHECK(in[t] == stream[s]);
       CHECK(lab[t] == (response[s + 1] ? stream[s + 1] : X));
+      counted = counted || lab[t] != X;
     }
+    CHECK(counted);
   }
+  // One example whose response ("a" and the end of turn, its last two tokens) lies after the last whole window:
+  // no row, an error naming the file.
+  std::size_t n = 200;
+  while ((llama3_ids(std::string(n, 'q'), "a").size() - 1) % 16 < 2) ++n;
+  const fs::path prompts = jsonl("prompts.jsonl", std::string(R"({"messages":[{"role":"user","content":")") +
+                                                      std::string(n, 'q') + R"("},{"role":"assistant","content":"a"}]})" "\n");
+  CHECK_THROWS_WITH(ChatDataset({prompts}, tok, {.seq_len = 16, .layout = ChatLayout::pack}),
+                    HasSubstr("no packed window of " + prompts.string() + " holds a response token"));
 }
 
 TEST_CASE("ChatDataset: a bad line names the file and the line; ids beyond the model's vocabulary are an error", "[text]") {

@@ -41,8 +41,10 @@ int32_t pad_id(const Tokenizer& tok);
 
 class ChatDataset final : public TextDataset {
  public:
-  // Reads and tokenises every example of `files` (in order). Rows whose labels would all be kIgnoreIndex (the
-  // response lies beyond seq_len) are left out, with a warning that counts them.
+  // Reads and tokenises every example of `files` (in order). Rows whose labels would all be kIgnoreIndex are left
+  // out, with a warning that counts them: pad, an example whose response lies beyond seq_len; pack, a window that
+  // lies inside prompts (it would add nothing to the loss, and a batch, a rank's rows or a micro-batch of such
+  // windows alone would have a loss that is a mean over nothing).
   ChatDataset(const std::vector<std::filesystem::path>& files, const Tokenizer& tok, ChatDataOptions opts);
 
   int64_t size() const override { return rows_; }
@@ -63,6 +65,7 @@ class ChatDataset final : public TextDataset {
   std::vector<int64_t> starts_;        // example e is [starts_[e], starts_[e+1])
   std::vector<std::string> where_;     // "file:line" of each example
   std::vector<int64_t> row_example_;   // pad layout: the example of each row
+  std::vector<int64_t> row_window_;    // pack layout: the window of each row (row i reads the stream from window*T)
   int64_t rows_ = 0;
   int64_t truncated_ = 0;
   int32_t pad_ = 0;
