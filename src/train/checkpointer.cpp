@@ -136,6 +136,8 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   st.step = count_value(*ck, "step");
   st.position = {count_value(*ck, "epoch"), count_value(*ck, "batch")};
   st.best_score = state_value<double>(*ck, "best_" + o_.score_name);
+  const std::string best_checkpoint_key = "best_checkpoint_" + o_.score_name;
+  st.best_checkpoint_score = s.contains(best_checkpoint_key) ? state_value<double>(*ck, best_checkpoint_key) : st.best_score;
   if (s.contains("epoch_loss_sum") && s.contains("epoch_loss_steps")) {
     st.epoch_loss = state_value<double>(*ck, "epoch_loss_sum");
     st.epoch_steps = count_value(*ck, "epoch_loss_steps");
@@ -195,6 +197,7 @@ fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverg
              {"epoch", st.position.epoch},
              {"batch", st.position.batch},
              {"best_" + o_.score_name, st.best_score},
+             {"best_checkpoint_" + o_.score_name, st.best_checkpoint_score},
              {"epoch_loss_sum", st.epoch_loss},
              {"epoch_loss_steps", st.epoch_steps},
              {"dropout_stream", parts_.dropout_gen->state()},

@@ -221,7 +221,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                              .role = dist_run ? dist_run->rank_role() : RankRole{},
                              .ema = ema ? &*ema : nullptr});
   RunState st;
-  st.best_score = task->initial_score();
+  st.best_score = st.best_checkpoint_score = task->initial_score();
   const std::optional<RunState> resumed = checkpointer.resume(resume);
   if (resumed) {
     st = *resumed;
@@ -422,8 +422,14 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       // A stop request (SIGINT/SIGTERM in the CLI), seen between steps: this step is done; keep it in a
       // checkpoint when checkpointing is on, and return without evaluating. Under dist the ranks agree on the step
       // first (Note [Agreeing on a stop] in src/train/distributed.cpp) and save it together.
+      // A request that comes with the run's last step lets the run end as it would have (its evaluation and epoch
+      // checkpoint follow): a checkpoint of this step alone would leave a resume nothing to train and no way to log
+      // that evaluation.
       const int request = stop_request ? stop_request->load(std::memory_order_relaxed) : 0;
-      if (const int stop_by = dist_run ? dist_run->agreed_stop(request) : request; stop_by != 0) {
+      const int stop_by = dist_run ? dist_run->agreed_stop(request) : request;
+      if (stop_by != 0 && st.step >= end_step)
+        spdlog::info("a stop request came with the run's last step ({}): finishing its evaluation", st.step);
+      if (stop_by != 0 && st.step < end_step) {
         run_log.clear_progress();
         read_losses();
         result.stopped_by = stop_by;
@@ -438,12 +444,18 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     const bool epoch_done = !stop;  // a max_steps stop still evaluates, so short runs report a result
     const double secs = seconds_since(epoch_start);
     const bool do_eval = (epoch + 1) % cfg.train.eval_every == 0 || epoch + 1 == cfg.train.epochs || stop;
-    const bool epoch_checkpoint =
-        epoch_done && cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
+    const bool epoch_checkpoint_due = cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
+    const bool epoch_checkpoint = epoch_done && epoch_checkpoint_due;
+    // A train.max_steps stop at the epoch's last batch wrote its checkpoint before this evaluation (above): it is
+    // this epoch's checkpoint, written again below when the evaluation changes what it must hold.
+    const bool stop_checkpoint_ends_epoch = stop && saved_step == st.step && loader.position().batch == spe;
     if (do_eval) {
       const EvalResult ev = evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get());
       const bool improved = ev.score > st.best_score;  // `best` follows the weights, not their average
       if (improved) st.best_score = ev.score;
+      // `best` names the epoch checkpoint with the best score among those that have one.
+      const bool best_checkpoint = epoch_checkpoint_due && ev.score > st.best_checkpoint_score;
+      if (best_checkpoint) st.best_checkpoint_score = ev.score;
       result.last_eval = ev;
       if (ema && cfg.ema->evaluate)
         result.last_average_eval =
@@ -453,7 +465,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
           st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan("");
       run_log.eval(st.step, epoch, secs, train_loss, ev,
                    result.last_average_eval ? &*result.last_average_eval : nullptr);
-      if (epoch_checkpoint) save(improved ? io::MarkBest::yes : io::MarkBest::no, true);
+      if (epoch_checkpoint || (stop_checkpoint_ends_epoch && (improved || best_checkpoint)))
+        save(best_checkpoint ? io::MarkBest::yes : io::MarkBest::no, true);
     } else if (epoch_checkpoint) {
       save(io::MarkBest::no);
     }

@@ -2,7 +2,8 @@
 // config.yaml re-run with another run.out_dir writes only into the new folder; a resumed run that has nothing
 // left to train says so and evaluates the checkpoint instead of reporting an empty evaluation; a failed
 // --resume leaves no new folder and does not rewrite config.yaml; a stop request finishes the step,
-// checkpoints and returns; a diverged run's error names the step; no checkpoint with non-finite weights is
+// checkpoints and returns (with the run's last step, the run ends as it would have); `best` names the best of the
+// evaluated epoch checkpoints, also across a max_steps stop at an epoch's end; a diverged run's error names the step; no checkpoint with non-finite weights is
 // written or evaluated; an unusable checkpoint.dir is reported before the first step; a resume under another
 // run.seed or optim.name than the checkpoint's, or with a negative count in state.json, is refused; a new run in a folder that holds a run warns.
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -391,4 +393,85 @@ TEST_CASE("optim.layer_decay scales each ViT layer's learning rate by decay^(dep
   CHECK_THAT(test::error_of([] { config_in("layer_decay_bad", {"optim.layer_decay=0.5"}); }),
              HasSubstr("optim.layer_decay: layer-wise decay is defined for model.name vit"));
   CHECK_THAT(test::error_of([&] { vit_config({"optim.layer_decay=0"}); }), HasSubstr("optim.layer_decay"));
+}
+
+namespace {
+
+// step -> test_acc (top-1) of the eval records of <out_dir>/metrics.jsonl.
+std::map<int64_t, double> eval_top1(const fs::path& out_dir) {
+  std::map<int64_t, double> out;
+  std::ifstream in(out_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto rec = nlohmann::json::parse(line);
+    if (rec.at("type") == "eval") out[rec.at("step").get<int64_t>()] = rec.at("test_acc").get<double>();
+  }
+  return out;
+}
+
+std::string pointer(const fs::path& checkpoints, const char* name) {
+  return fs::exists(checkpoints / name) ? read_text(checkpoints / name) : std::string("(none)");
+}
+
+}  // namespace
+
+TEST_CASE("best names the epoch checkpoint with the best score among the evaluations that have one",
+          "[trainer][checkpoint]") {
+  logging::set_level("off");
+  // Every epoch evaluated, every third one checkpointed: the other epochs' scores must not decide `best` (here
+  // epoch 4 scores as high as epoch 6 and higher than epoch 3, so epoch 6's checkpoint is `best` only if epoch 4's
+  // evaluation, which has no checkpoint, does not count).
+  const TrainerConfig cfg = config_in("best_of_saved", {"train.epochs=6", "checkpoint.every_steps=0",
+                                                        "checkpoint.every_epochs=3", "checkpoint.keep_last=0",
+                                                        "optim.lr=0.5"});
+  run_training(cfg);
+  const auto top1 = eval_top1(cfg.run.out_dir);
+  REQUIRE(top1.size() == 6);
+  int64_t best_step = -1;
+  double best = -1;
+  std::string scores;
+  for (const auto& [step, score] : top1) {
+    scores += fmt::format(" {}:{}", step, score);
+    if (step % 12 == 0 && score > best) best = score, best_step = step;  // 4 steps an epoch: epochs 3 and 6
+  }
+  INFO("top-1 per step:" << scores);
+  CHECK(top1.at(16) >= top1.at(24));  // the case this test is for (a change of the run's numbers may need new settings)
+  CHECK(top1.at(16) > top1.at(12));
+  CHECK(pointer(cfg.checkpoint.dir, "best") == fmt::format("step_{}\n", best_step));
+}
+
+TEST_CASE("a max_steps stop at an epoch's end keeps that epoch's evaluation in its checkpoint and best",
+          "[trainer][checkpoint]") {
+  logging::set_level("off");
+  const std::vector<std::string> sets = {"train.epochs=3", "checkpoint.every_steps=0", "checkpoint.every_epochs=1",
+                                         "checkpoint.keep_last=0"};
+  const TrainerConfig whole = config_in("stop_at_epoch_whole", sets);
+  run_training(whole);
+  std::vector<std::string> first = sets;
+  first.push_back("train.max_steps=4");  // the first epoch's last step
+  const TrainerConfig split = config_in("stop_at_epoch_split", first);
+  run_training(split);
+  // The stop's checkpoint holds the epoch's score and is `best`, as the uninterrupted run's epoch checkpoint is.
+  CHECK(pointer(split.checkpoint.dir, "best") == "step_4\n");
+  const auto state = nlohmann::json::parse(read_text(io::checkpoint_dir(split.checkpoint.dir, 4) / "state.json"));
+  const auto whole_state = nlohmann::json::parse(read_text(io::checkpoint_dir(whole.checkpoint.dir, 4) / "state.json"));
+  CHECK(state.at("best_top1") == whole_state.at("best_top1"));
+  CHECK(state.at("best_checkpoint_top1") == whole_state.at("best_checkpoint_top1"));
+  run_training(config_in("stop_at_epoch_split", sets), {ResumeFrom::Kind::latest, ""});
+  CHECK(pointer(split.checkpoint.dir, "best") == pointer(whole.checkpoint.dir, "best"));
+  CHECK(eval_top1(split.run.out_dir) == eval_top1(whole.run.out_dir));
+}
+
+TEST_CASE("a stop request that comes with the run's last step lets the run end with its evaluation",
+          "[trainer][checkpoint]") {
+  logging::set_level("off");
+  const std::atomic<int> sigterm{SIGTERM};
+  const TrainerConfig cfg = config_in("stop_at_last_step", {"train.epochs=1", "train.max_steps=0",
+                                                            "checkpoint.every_steps=0", "checkpoint.every_epochs=1",
+                                                            "data.train_limit=16"});  // one step in all
+  const TrainResult r = run_training(cfg, {}, &sigterm);
+  CHECK(r.stopped_by == 0);
+  CHECK(r.steps == 1);
+  CHECK(r.last_eval.total > 0);
+  CHECK(eval_top1(cfg.run.out_dir).size() == 1);
+  CHECK(io::list_checkpoints(cfg.checkpoint.dir) == std::vector<int64_t>{1});
 }
