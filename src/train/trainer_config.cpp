@@ -373,6 +373,11 @@ TrainerConfig read_trainer_config(ConfigReader root) {
                                                         "not {}", model_name(c.model.name)));
   c.schedule = read_schedule(root.child("schedule"));
   c.train = read_train(root.child("train"));
+  // With data.mix every training batch carries soft targets, smoothed by mix.label_smoothing (timm's
+  // SoftTargetCrossEntropy after Mixup): train.label_smoothing would be ignored, so it is an error.
+  if (c.train.label_smoothing > 0 && c.data.mix.enabled())
+    root.child("train").fail("label_smoothing", "data.mix is on, and its soft targets are smoothed by "
+                                                "data.mix.label_smoothing instead; remove train.label_smoothing");
   c.checkpoint = read_checkpoint(root.child("checkpoint"), c.run.out_dir);
   c.grad_pipeline = read_grad_pipeline(root.child("grad_pipeline"), c.run.seed);
   c.dist = dist::read_dist_options(root.child("dist"));

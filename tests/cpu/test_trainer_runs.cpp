@@ -395,6 +395,17 @@ TEST_CASE("optim.layer_decay scales each ViT layer's learning rate by decay^(dep
   CHECK_THAT(test::error_of([&] { vit_config({"optim.layer_decay=0"}); }), HasSubstr("optim.layer_decay"));
 }
 
+TEST_CASE("train.label_smoothing with data.mix is an error: the mix's soft targets carry their own smoothing",
+          "[trainer][config]") {
+  CHECK_THAT(test::error_of([] {
+               config_in("ls_mix", {"train.label_smoothing=0.1", "data.mix.mixup_alpha=0.8"});
+             }),
+             HasSubstr("train.label_smoothing: data.mix is on, and its soft targets are smoothed by "
+                       "data.mix.label_smoothing instead"));
+  CHECK(test::error_of([] { config_in("ls_mix", {"data.mix.mixup_alpha=0.8"}); }).empty());
+  CHECK(test::error_of([] { config_in("ls_mix", {"train.label_smoothing=0.1"}); }).empty());
+}
+
 namespace {
 
 // step -> test_acc (top-1) of the eval records of <out_dir>/metrics.jsonl.
