@@ -44,9 +44,13 @@ int main(int argc, char** argv) try {
   if (argc >= 3) {
     const train::LlamaSource src = train::find_llama_source(argv[1]);
     const std::string tok_path = argc >= 4 ? argv[3] : src.tokenizer.string();
-    const auto tok = data::load_tokenizer(tok_path);
+    // A tokenizer with more ids than the model is refused; with fewer, only its ids are drawn (the model's
+    // embedding may be padded past them: Note [Tokenizer and model vocabularies] in train/lm_source.h).
+    const auto tok = train::load_tokenizer_for(tok_path, src.config.vocab_size,
+                                               {.what = "tokenizer", .model = src.dir.string()});
     auto model = train::load_llama_source(src);
-    generate_text(*model, *tok, argv[2], {.temperature = 0.8, .top_p = 0.95, .seed = 0}, 64);
+    generate_text(*model, *tok, argv[2],
+                  {.temperature = 0.8, .top_p = 0.95, .seed = 0, .vocab_limit = tok->vocab_size()}, 64);
     return 0;
   }
   // A tiny Llama for the character tokenizer (80 pieces), written as an HF folder and read back.

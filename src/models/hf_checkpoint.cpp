@@ -229,7 +229,12 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
     if (!expected.count(name)) unexpected.push_back(name);
   HT_CHECK(missing.empty() && unexpected.empty(), "save_hf_checkpoint '{}': missing tensors [{}]; unexpected "
            "tensors [{}]", dir.string(), list(missing), list(unexpected));
-  fs::create_directories(dir);
+  const std::vector<HfTokenizerFile> tokenizer_files =
+      o.copy_tokenizer_from.empty() ? std::vector<HfTokenizerFile>{} : hf_tokenizer_files(o.copy_tokenizer_from);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  HT_CHECK(!ec && fs::is_directory(dir), "save_hf_checkpoint: cannot create the folder {}: {}", dir.string(),
+           ec ? ec.message() : "a file of that name exists");
 
   // Shards in model order, each closed before it would pass max_shard_bytes (a larger tensor gets its own).
   std::vector<TensorList> shards(1);
@@ -278,13 +283,36 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
   LlamaConfig written_config = config;
   written_config.dtype = o.dtype;
   write_file_atomic(dir / kConfig, written_config.to_json().dump(2) + "\n");
-  if (!o.copy_tokenizer_from.empty() && fs::absolute(o.copy_tokenizer_from) != fs::absolute(dir)) {
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                          "generation_config.json"}) {
-      const fs::path src = o.copy_tokenizer_from / f;
-      if (fs::is_regular_file(src)) fs::copy_file(src, dir / f, fs::copy_options::overwrite_existing);
-    }
+  for (const HfTokenizerFile& f : tokenizer_files) {
+    const fs::path target = dir / f.name;
+    if (fs::exists(target, ec) && fs::equivalent(f.source, target, ec)) continue;  // the folder's own file
+    fs::copy_file(f.source, target, fs::copy_options::overwrite_existing, ec);
+    HT_CHECK(!ec, "save_hf_checkpoint: cannot copy the tokenizer file {} to {}: {}", f.source.string(),
+             target.string(), ec.message());
   }
+}
+
+std::vector<HfTokenizerFile> hf_tokenizer_files(const fs::path& path) {
+  std::error_code ec;
+  HT_CHECK(fs::exists(path, ec), "tokenizer {} does not exist (expected a tokenizer.json, a SentencePiece model or "
+           "a folder holding one)", path.string());
+  std::vector<HfTokenizerFile> out;
+  if (!fs::is_directory(path, ec)) {
+    if (path.extension() == ".json") {
+      out.push_back({path, "tokenizer.json"});
+      const fs::path config = path.parent_path() / "tokenizer_config.json";
+      if (fs::is_regular_file(config, ec)) out.push_back({config, "tokenizer_config.json"});
+    } else {
+      out.push_back({path, "tokenizer.model"});
+    }
+    return out;
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                        "generation_config.json"})
+    if (fs::is_regular_file(path / f, ec)) out.push_back({path / f, f});
+  HT_CHECK(!out.empty() && (out[0].name == "tokenizer.json" || out[0].name == "tokenizer.model"),
+           "the folder {} holds neither tokenizer.json nor tokenizer.model", path.string());
+  return out;
 }
 
 void save_hf_checkpoint(const fs::path& dir, Llama& model, const HfWriteOptions& o) {

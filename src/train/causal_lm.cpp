@@ -66,7 +66,7 @@ class LmEvaluator final : public Evaluator {
     r.score = -r.loss;
     const double ppl = std::exp(r.loss);
     r.metrics = {{"ppl", ppl}, {"tokens", tokens_}};
-    r.summary = fmt::format("validation loss {:.4f}, perplexity {:.3f} ({} tokens)", r.loss, ppl, tokens_);
+    r.summary = fmt::format("validation loss {:.4f}, perplexity {:.3f}", r.loss, ppl);  // the count is r.total
     return r;
   }
 

@@ -250,4 +250,24 @@ std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device 
   return model;
 }
 
+std::unique_ptr<data::Tokenizer> load_tokenizer_for(const fs::path& path, int64_t model_vocab,
+                                                    const TokenizerOrigin& origin) {
+  std::error_code ec;
+  const fs::path expanded = expand_home(path.string());
+  HT_CHECK(!expanded.empty(), "{}: no tokenizer path given", origin.what);
+  HT_CHECK(fs::exists(expanded, ec), "{}: {} does not exist (expected a tokenizer.json, a SentencePiece model or a "
+           "folder holding one)", origin.what, path.string());
+  std::unique_ptr<data::Tokenizer> tok;
+  try {
+    tok = data::load_tokenizer(expanded);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {} is not a tokenizer hadatrain can load: {}", origin.what, path.string(), e.what()));
+  }
+  // Note [Tokenizer and model vocabularies]
+  HT_CHECK(tok->vocab_size() <= model_vocab, "{}: the tokenizer {} has {} ids, more than the {} of the model {} "
+           "(vocab_size): ids from {} on have no embedding row, so it is not this model's tokenizer", origin.what,
+           path.string(), tok->vocab_size(), model_vocab, origin.model, model_vocab);
+  return tok;
+}
+
 }  // namespace ht::train

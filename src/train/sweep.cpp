@@ -10,6 +10,7 @@
 #include "hadatrain/core/config_reader.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/grad/pipeline.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/train/trainer_config.h"
 
 namespace ht::train {
@@ -168,6 +169,9 @@ SweepPlan load_sweep_plan(const std::string& path, const SweepPlanOptions& optio
     HT_CHECK(std::any_of(plan.runs.begin(), plan.runs.end(), [&](const SweepRun& r) { return grad::glob_match(g, r.name); }),
              "sweep --only {}: no run of {} is named like that (runs are named <stage>[-<value>...], e.g. {})", g, path,
              plan.runs.front().name);
+  // Where the runs will write, checked with the plan (a dry run too), before any run starts.
+  io::check_output_path(plan.out_dir, io::OutputKind::directory,
+                        options.out_dir.empty() ? fmt::format("sweep.out_dir of {}", path) : "--out-dir");
   return plan;
 }
 

@@ -22,6 +22,7 @@
 #include "hadatrain/core/error.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/train/sweep.h"
 
 namespace ht::train {
@@ -178,7 +179,7 @@ void plot_stages(const SweepPlan& plan, const std::string& exe) {
 
 int run_sweep(const SweepPlan& plan, const SweepOptions& o) {
   const std::string exe = o.executable.empty() ? fs::read_symlink("/proc/self/exe").string() : o.executable;
-  if (!o.dry_run) fs::create_directories(plan.out_dir);
+  if (!o.dry_run) io::create_output_directory(plan.out_dir, "sweep out_dir");
   std::map<std::string, std::string> status;  // run name -> done / failed (exit N) / skipped
   for (const std::string& stage : plan.stages) {
     std::vector<const SweepRun*> todo;
@@ -204,7 +205,7 @@ int run_sweep(const SweepPlan& plan, const SweepOptions& o) {
           status[r.name] = "not run";
           continue;
         }
-        fs::create_directories(r.dir);
+        io::create_output_directory(r.dir, "sweep run " + r.name);
         running.emplace(spawn(argv, r.dir / "sweep.log"), &r);
       }
       if (running.empty()) break;

@@ -23,6 +23,7 @@
 #include "hadatrain/data/loader.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/train/init_from.h"
 #include "hadatrain/train/task.h"
@@ -144,6 +145,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const std::unique_ptr<DistributedRun> dist_run = DistributedRun::start(run_cfg);
   const TrainerConfig cfg = rank_config(run_cfg, dist_run.get());
   check_device(cfg.train.device);
+  // The run's folder is created after setup (below); one that cannot be is reported before the setup's work.
+  io::check_output_path(cfg.run.out_dir, io::OutputKind::directory, "run.out_dir");
   const Device device = cfg.train.device;
   const DType dtype = compute_dtype(cfg);
 
@@ -251,9 +254,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   if (checkpointing && (!dist_run || dist_run->rank() == 0 || (sharded_state && cfg.checkpoint.sharded)))
     check_checkpoint_dir_usable(checkpointer.dir());
   // The run's folder and its config.yaml only now, after a resume has succeeded: a failed one leaves none.
-  std::error_code ec;
-  fs::create_directories(cfg.run.out_dir, ec);
-  HT_CHECK(!ec, "run.out_dir: cannot create {}: {}", cfg.run.out_dir, ec.message());
+  io::create_output_directory(cfg.run.out_dir, "run.out_dir");
   io::write_file_atomic(fs::path(cfg.run.out_dir) / "config.yaml",
                         fmt::format("# Resolved config of run {} ({} with defaults and --set overrides applied)\n{}",
                                     cfg.run.name, cfg.source, cfg.resolved_yaml));

@@ -1,5 +1,5 @@
 // Hugging Face LLaMA folders: write and read back (one file and shards, bf16 and f32, tied and untied), the
-// errors for bad folders (config.json against the tensors, truncated shard, index naming a missing file,
+// tokenizer files carried along (a file under its standard name, a folder's files), the errors for bad folders (config.json against the tensors, truncated shard, index naming a missing file,
 // missing and unexpected tensors), and llama2.c imports (v0 with a separate classifier, v1) written here from
 // a model in HF layout through the inverse q/k permutation.
 #include <cstring>
@@ -15,6 +15,7 @@
 #include "support/testing.h"
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/data/tokenizer.h"
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/llama.h"
@@ -99,6 +100,55 @@ TEST_CASE("HF checkpoints round-trip: one file and shards, bf16 and f32", "[llam
       }
     }
   }
+}
+
+TEST_CASE("a tokenizer file is carried into an HF folder under its standard name", "[llama][hf][tokenizer]") {
+  test::TempDir tmp("hf_tokenizer");
+  const LlamaConfig c = LlamaConfig::tiny();
+  auto m = random_llama(c, 9);
+  const std::string sp = read_text("tests/fixtures/lm_char.model");
+  REQUIRE(!sp.empty());
+  fs::create_directories(tmp.path / "run");
+  write_text(tmp.path / "run" / "lm_char.model", sp);          // a SentencePiece model under another name
+  write_text(tmp.path / "run" / "tokenizer_config.json", "{}");  // not the SentencePiece model's: stays behind
+  write_text(tmp.path / "my_bpe.json", "{\"model\": {}}");
+  write_text(tmp.path / "tokenizer_config.json", "{\"eos_token\": \"x\"}");  // beside my_bpe.json: read with it
+  auto files_of = [](const fs::path& dir) {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+    return names;
+  };
+
+  models::HfWriteOptions o;
+  o.copy_tokenizer_from = tmp.path / "run" / "lm_char.model";
+  models::save_hf_checkpoint(tmp.path / "hf_sp", *m, o);
+  CHECK(files_of(tmp.path / "hf_sp") == std::set<std::string>{"config.json", "model.safetensors", "tokenizer.model"});
+  CHECK(read_text(tmp.path / "hf_sp" / "tokenizer.model") == sp);
+  if (data::tokenizer_engine_built("sentencepiece"))  // the folder is a tokenizer now: the 80 pieces
+    CHECK(data::load_tokenizer(tmp.path / "hf_sp")->vocab_size() == 80);
+
+  o.copy_tokenizer_from = tmp.path / "my_bpe.json";
+  models::save_hf_checkpoint(tmp.path / "hf_json", *m, o);
+  CHECK(files_of(tmp.path / "hf_json") ==
+        std::set<std::string>{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"});
+  CHECK(read_text(tmp.path / "hf_json" / "tokenizer.json") == "{\"model\": {}}");
+  CHECK(read_text(tmp.path / "hf_json" / "tokenizer_config.json") == "{\"eos_token\": \"x\"}");
+
+  // A folder's tokenizer files keep their names; writing into the tokenizer's own folder copies nothing onto itself.
+  o.copy_tokenizer_from = tmp.path / "hf_json";
+  models::save_hf_checkpoint(tmp.path / "hf_json", *m, o);
+  CHECK(read_text(tmp.path / "hf_json" / "tokenizer.json") == "{\"model\": {}}");
+
+  // A missing path and a folder without a tokenizer fail before anything is written.
+  o.copy_tokenizer_from = tmp.path / "no" / "tok.model";
+  CHECK_THAT(test::error_of([&] { models::save_hf_checkpoint(tmp.path / "hf_missing", *m, o); }),
+             HasSubstr("tokenizer " + (tmp.path / "no" / "tok.model").string() + " does not exist"));
+  CHECK_FALSE(fs::exists(tmp.path / "hf_missing"));
+  fs::create_directories(tmp.path / "empty");
+  o.copy_tokenizer_from = tmp.path / "empty";
+  CHECK_THAT(test::error_of([&] { models::save_hf_checkpoint(tmp.path / "hf_empty", *m, o); }),
+             HasSubstr("the folder " + (tmp.path / "empty").string() + " holds neither tokenizer.json nor tokenizer.model"));
+  CHECK_FALSE(fs::exists(tmp.path / "hf_empty"));
 }
 
 TEST_CASE("bad HF folders give errors naming the file and the tensor", "[llama][hf]") {

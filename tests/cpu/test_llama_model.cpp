@@ -3,6 +3,7 @@
 // decoding against the full-sequence forward, Llama-3 rope scaling, and generation.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "support/catch.h"
 #include "support/testing.h"
@@ -218,6 +219,49 @@ TEST_CASE("sampling: temperature, top-p and seeds", "[llama][generate]") {
     const int64_t t = models::sample_token(logits, o, step);
     CHECK((t == 1 || t == 4));
   }
+}
+
+TEST_CASE("sampling with vocab_limit draws only ids below it", "[llama][generate]") {
+  // The two largest logits are ids 5 and 6, past a limit of 5 (a padded embedding's rows).
+  const Tensor logits = from_vector(std::vector<double>{0.0, 1.0, 0.5, -1.0, 0.2, 9.0, 8.0}, {7}, {DType::f64});
+  models::SamplingOptions o;
+  o.vocab_limit = 5;
+  CHECK(models::sample_token(logits, o, 0) == 1);  // greedy: the argmax of ids 0..4
+  o.temperature = 1.0;
+  std::vector<int> counts(7);
+  for (uint64_t step = 0; step < 2000; ++step) ++counts[static_cast<std::size_t>(models::sample_token(logits, o, step))];
+  CHECK(counts[5] + counts[6] == 0);
+  // softmax of (0, 1, 0.5, -1, 0.2) over the five: id 1 has 0.3908
+  CHECK(counts[1] / 2000.0 == Approx(0.3908).margin(0.03));
+  CHECK(counts[3] > 0);
+  // Without the limit the two large logits take almost every draw.
+  o.vocab_limit = 0;
+  int past = 0;
+  for (uint64_t step = 0; step < 200; ++step) past += models::sample_token(logits, o, step) >= 5;
+  CHECK(past > 190);
+  o.vocab_limit = 8;
+  CHECK_THROWS_WITH(models::sample_token(logits, o, 0), HasSubstr("vocab_limit must be in [0, 7]"));
+}
+
+TEST_CASE("generate's inputs are checked before any token is computed", "[llama][generate]") {
+  LlamaConfig c = LlamaConfig::tiny();  // 128 ids, 256 positions
+  models::GenerateOptions o;
+  o.max_new_tokens = 10;
+  CHECK(models::check_generate_inputs(c, {1, 2, 3}, o) == 13);
+  // A request past the positions is bounded by them, without overflowing prompt + max_new_tokens.
+  o.max_new_tokens = std::numeric_limits<int64_t>::max();
+  CHECK(models::check_generate_inputs(c, {1, 2, 3}, o) == 256);
+  const std::vector<int64_t> long_prompt(257, 5);
+  CHECK_THROWS_WITH(models::check_generate_inputs(c, long_prompt, o),
+                    HasSubstr("the prompt has 257 tokens, more than the 256 positions available"));
+  o.max_new_tokens = 4;
+  o.sampling.temperature = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(models::check_generate_inputs(c, {1}, o), HasSubstr("temperature must be a finite number"));
+  o.sampling.temperature = 0.0;
+  o.sampling.vocab_limit = 129;
+  CHECK_THROWS_WITH(models::check_generate_inputs(c, {1}, o), HasSubstr("vocab_limit must be in [0, 128]"));
+  o.sampling.vocab_limit = 0;
+  CHECK_THROWS_WITH(models::check_generate_inputs(c, {1, 128}, o), HasSubstr("outside the vocabulary [0, 128)"));
 }
 
 TEST_CASE("Llama computes in the compute dtype and its bf16 logits follow f32", "[llama]") {

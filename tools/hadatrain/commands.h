@@ -1,7 +1,13 @@
 // The hadatrain subcommands. Each file registers one subcommand's options on the CLI11 app and returns the
 // function main() runs when that subcommand was chosen; library errors propagate to main().
 #pragma once
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -36,6 +42,50 @@ void check_option_range(const std::string& option, T value, T lo, T hi, const st
   throw CLI::ValidationError(option, fmt::format("must be {} from {} to {}{}, got {}",
                                                  std::is_integral_v<T> ? "an integer" : "a number", lo, hi,
                                                  why.empty() ? "" : " (" + why + ")", value));
+}
+
+// Checks of numeric flags, run on the text before CLI11 converts it, so that a bad value is a usage error (exit 2)
+// "--flag: must be <range>, got <text>": the whole text must be the number (no trailing characters), and
+// NaN, infinities and out-of-range values are refused, which CLI11's own conversion and range checks let through
+// (NaN compares false with every bound; "-1" converts to a large unsigned value).
+// A real number that std::strtod reads in full, is finite and satisfies `ok`; `range` describes it ("a number in
+// (0, 1]").
+inline CLI::Validator number_check(std::string range, std::function<bool(double)> ok) {
+  return CLI::Validator(
+      [range, ok](std::string& v) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double x = std::strtod(v.c_str(), &end);
+        const bool read = !v.empty() && *end == '\0' && errno != ERANGE;
+        return read && std::isfinite(x) && ok(x) ? "" : "must be " + range + ", got " + v;
+      },
+      range);
+}
+// A decimal integer in [lo, hi].
+inline CLI::Validator integer_check(int64_t lo, int64_t hi) {
+  const std::string range = fmt::format("an integer from {} to {}", lo, hi);
+  return CLI::Validator(
+      [range, lo, hi](std::string& v) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long x = std::strtoll(v.c_str(), &end, 10);
+        const bool read = !v.empty() && *end == '\0' && errno != ERANGE;
+        return read && x >= lo && x <= hi ? "" : "must be " + range + ", got " + v;
+      },
+      range);
+}
+// A decimal integer from 0 to 2^64 - 1 (no sign).
+inline CLI::Validator unsigned_check() {
+  const std::string range = fmt::format("an integer from 0 to {}", std::numeric_limits<uint64_t>::max());
+  return CLI::Validator(
+      [range](std::string& v) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        std::strtoull(v.c_str(), &end, 10);
+        const bool digits = !v.empty() && std::isdigit(static_cast<unsigned char>(v[0]));
+        return digits && *end == '\0' && errno != ERANGE ? "" : "must be " + range + ", got " + v;
+      },
+      range);
 }
 
 Command add_version_command(CLI::App& app);  // version_command.cpp

@@ -9,11 +9,13 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "commands.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/nn/lora.h"
 #include "hadatrain/train/lm_source.h"
@@ -29,47 +31,73 @@ struct ConvertArgs {
 
 DType dtype_of(const std::string& name) { return name == "f32" ? DType::f32 : DType::bf16; }
 
+// The tokenizer to carry into the output, checked against the model's vocabulary before anything is written
+// (Note [Tokenizer and model vocabularies]): --tokenizer, else the one the input records ("" when neither).
+fs::path checked_tokenizer(const ConvertArgs& a, const fs::path& recorded, const std::string& recorded_what,
+                           const models::LlamaConfig& config, const fs::path& model) {
+  const bool flag = !a.tokenizer.empty();
+  const fs::path path = flag ? fs::path(a.tokenizer) : recorded;
+  if (path.empty()) return path;
+  const std::string what = flag ? "--tokenizer" : recorded_what + " (pass --tokenizer to carry another one)";
+  const auto tok = train::load_tokenizer_for(path, config.vocab_size, {.what = what, .model = model.string()});
+  spdlog::info("tokenizer {}: {} ids{}", path.string(), tok->vocab_size(),
+               tok->vocab_size() < config.vocab_size
+                   ? fmt::format(" (the model's embedding has {} rows: padding)", config.vocab_size)
+                   : "");
+  return path;
+}
+
 int run_convert(const ConvertArgs& a) {
   ht::logging::set_level(a.log_level);
   const fs::path in = a.input, out = a.output;
   std::error_code ec;
   if (fs::is_regular_file(in, ec)) {
     // llama2.c -> HF
+    io::check_output_path(out, io::OutputKind::directory, "--output");
     const models::Llama2cModel m = models::read_llama2c(in);
     models::HfWriteOptions o;
     o.dtype = dtype_of(a.dtype);
-    if (!a.tokenizer.empty()) o.copy_tokenizer_from = a.tokenizer;
+    o.copy_tokenizer_from = checked_tokenizer(a, {}, "", m.config, in);
     models::save_hf_checkpoint(out, m.config, m.tensors, o);
-    fmt::print("wrote {} (HF layout, {}) from the llama2.c v{} checkpoint {}: {} layers, hidden {}, vocabulary {}\n",
+    fmt::print("wrote {} (HF layout, {}) from the llama2.c v{} checkpoint {}: {} layers, hidden {}, vocabulary {}{}\n",
                out.string(), a.dtype, m.version, in.string(), m.config.num_hidden_layers, m.config.hidden_size,
-               m.config.vocab_size);
+               m.config.vocab_size, o.copy_tokenizer_from.empty() ? ", no tokenizer" : "");
     return 0;
   }
   const train::LlamaSource src = train::find_llama_source(in);
   if (src.kind == train::LlamaSource::Kind::hf) {
-    // HF -> ours: the weights in f32 (master precision) as step_0 of a checkpoint root.
+    // HF -> ours: the weights in f32 (master precision) as step_0 of a checkpoint root. The tokenizer is
+    // recorded, not copied: --tokenizer, else the HF folder when it holds one.
+    io::check_output_path(out, io::OutputKind::directory, "--output");
+    fs::path tok;
+    if (!a.tokenizer.empty()) tok = checked_tokenizer(a, {}, "", src.config, in);
+    else if (fs::exists(in / "tokenizer.json", ec) || fs::exists(in / "tokenizer.model", ec))
+      tok = checked_tokenizer(a, in, fmt::format("the tokenizer of {}", in.string()), src.config, in);
     models::HfWeights w = models::read_hf_weights(in);
     io::CheckpointData d;
     d.step = 0;
     for (auto& [name, t] : w.tensors) d.model.emplace_back(name, t.to(DType::f32));
     d.model_metadata[train::kLlamaConfigKey] = w.config.to_json().dump();
-    const std::string tok = a.tokenizer.empty() ? fs::absolute(in).string() : fs::absolute(a.tokenizer).string();
-    d.model_metadata[train::kTokenizerKey] = tok;
+    if (!tok.empty()) d.model_metadata[train::kTokenizerKey] = fs::absolute(tok).string();
     d.state = {{"step", 0}, {"converted_from", fs::absolute(in).string()}};
+    io::create_output_directory(out, "--output");
     const fs::path dir = io::save_checkpoint(out, d);
-    fmt::print("wrote {} (our checkpoint format, f32) from the HF folder {}\n", dir.string(), in.string());
+    fmt::print("wrote {} (our checkpoint format, f32) from the HF folder {}{}\n", dir.string(), in.string(),
+               tok.empty() ? "; it records no tokenizer" : "");
     return 0;
   }
   // ours -> HF (LoRA merged)
-  std::shared_ptr<models::Llama> model = train::load_llama_source(src);
-  const int64_t merged = nn::merge_lora(*model);
+  io::check_output_path(out, io::OutputKind::directory, "--output");
+  const std::string recorded = fmt::format("the tokenizer {} records", (src.dir / "model.safetensors").string());
   models::HfWriteOptions o;
   o.dtype = dtype_of(a.dtype);
-  const fs::path tok = a.tokenizer.empty() ? src.tokenizer : fs::path(a.tokenizer);
-  if (!tok.empty()) o.copy_tokenizer_from = fs::is_directory(tok, ec) ? tok : tok.parent_path();
+  o.copy_tokenizer_from = checked_tokenizer(a, src.tokenizer, recorded, src.config, src.dir);
+  std::shared_ptr<models::Llama> model = train::load_llama_source(src);
+  const int64_t merged = nn::merge_lora(*model);
   models::save_hf_checkpoint(out, *model, o);
-  fmt::print("wrote {} (HF layout, {}) from {}{}\n", out.string(), a.dtype, src.dir.string(),
-             merged > 0 ? fmt::format(" with its {} LoRA layer(s) merged", merged) : "");
+  fmt::print("wrote {} (HF layout, {}) from {}{}{}\n", out.string(), a.dtype, src.dir.string(),
+             merged > 0 ? fmt::format(" with its {} LoRA layer(s) merged", merged) : "",
+             o.copy_tokenizer_from.empty() ? ", no tokenizer" : "");
   return 0;
 }
 
@@ -88,7 +116,8 @@ Command add_convert_command(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   c.app->add_option("--tokenizer", a->tokenizer,
-                    "Tokenizer file or folder to carry along (default: the one the input names, if any)");
+                    "Tokenizer file or folder to carry along (default: the one the input names, if any); a file is "
+                    "copied as tokenizer.model (SentencePiece) or tokenizer.json");
   c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")
       ->check(log_level_check())
       ->capture_default_str();

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +22,8 @@
 
 namespace ht::cli {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct GenerateArgs {
   std::string checkpoint, prompt, tokenizer, device = "cpu", precision = "fp32", log_level = "warn";
@@ -42,14 +46,25 @@ const char* reason_text(models::StopReason r) {
 int run_generate(const GenerateArgs& a) {
   ht::logging::set_level(a.log_level);
   const train::LlamaSource src = train::find_llama_source(a.checkpoint);
-  const std::string tok_path = !a.tokenizer.empty() ? a.tokenizer : src.tokenizer.string();
+  const bool flag = !a.tokenizer.empty();
+  const std::string tok_path = flag ? a.tokenizer : src.tokenizer.string();
   HT_CHECK(!tok_path.empty(), "{} does not say which tokenizer it was trained with: give --tokenizer PATH",
            src.dir.string());
-  const std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(tok_path);
+  std::error_code ec;
+  HT_CHECK(flag || src.kind != train::LlamaSource::Kind::hf || fs::exists(src.dir / "tokenizer.json", ec) ||
+               fs::exists(src.dir / "tokenizer.model", ec),
+           "the HF folder {} holds no tokenizer (tokenizer.json or tokenizer.model): give --tokenizer PATH",
+           src.dir.string());
+  const std::string recorded =
+      src.kind == train::LlamaSource::Kind::hf
+          ? fmt::format("the tokenizer of {} (give --tokenizer PATH for another)", src.dir.string())
+          : fmt::format("the tokenizer {} records (give --tokenizer PATH for another)",
+                        (src.dir / "model.safetensors").string());
+  const int64_t V = src.config.vocab_size;
+  const std::unique_ptr<data::Tokenizer> tok =
+      train::load_tokenizer_for(tok_path, V, {.what = flag ? "--tokenizer" : recorded, .model = src.dir.string()});
   const Device device = parse_device(a.device);
   if (device.is_cuda()) require_cuda("hadatrain generate --device cuda");
-  std::shared_ptr<models::Llama> model = train::load_llama_source(src, device);
-  if (a.precision == "bf16") model->compute_dtype = DType::bf16;
 
   std::vector<int64_t> prompt;
   if (!a.no_bos && tok->bos_id()) prompt.push_back(*tok->bos_id());
@@ -58,10 +73,25 @@ int run_generate(const GenerateArgs& a) {
 
   models::GenerateOptions o;
   o.max_new_tokens = a.max_new_tokens;
-  o.sampling = {.temperature = a.temperature, .top_p = a.top_p, .seed = a.seed};
+  // Note [Tokenizer and model vocabularies]: embedding rows past the tokenizer's ids are never drawn.
+  o.sampling = {.temperature = a.temperature, .top_p = a.top_p, .seed = a.seed, .vocab_limit = tok->vocab_size()};
   if (const auto eos = tok->eos_id()) o.stop_ids.push_back(*eos);
-  for (int64_t id : model->config.eos_token_ids)
-    if (id < model->config.vocab_size) o.stop_ids.push_back(id);
+  for (int64_t id : src.config.eos_token_ids)
+    if (id < tok->vocab_size()) o.stop_ids.push_back(id);
+  // Everything that can fail is checked before anything is printed.
+  const int64_t positions = src.config.max_position_embeddings;
+  HT_CHECK(static_cast<int64_t>(prompt.size()) <= positions, "--prompt is {} tokens long{}, more than the {} "
+           "positions of the model {} (max_position_embeddings): shorten it", prompt.size(),
+           a.no_bos || !tok->bos_id() ? "" : " with BOS", positions, src.dir.string());
+  models::check_generate_inputs(src.config, prompt, o);
+  // On stderr, as the closing count: stdout holds the text alone.
+  if (tok->vocab_size() < V)
+    fmt::print(stderr, "note: the model {} has {} embedding rows, its tokenizer {} has {} ids: ids {} to {} are never "
+               "drawn (padding of the embedding; if the tokenizer is not the model's, the text is garbage)\n",
+               src.dir.string(), V, tok_path, tok->vocab_size(), tok->vocab_size(), V - 1);
+
+  std::shared_ptr<models::Llama> model = train::load_llama_source(src, device);
+  if (a.precision == "bf16") model->compute_dtype = DType::bf16;
 
   // Streaming: the prompt's ids and the new ones decoded together, and what was not printed yet printed (a token
   // alone may be part of a multi-byte character, and SentencePiece drops the space of a text's first piece).
@@ -99,21 +129,18 @@ Command add_generate_command(CLI::App& app) {
       ->required();
   c.app->add_option("--prompt", a->prompt, "The text to continue")->required();
   c.app->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_check(1, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   c.app->add_option("--temperature", a->temperature, "0: greedy; above 0: sample from softmax(logits / T)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(number_check("a finite number >= 0", [](double t) { return t >= 0.0; }))
       ->capture_default_str();
+  // (0, 1]: sampling from no token at all is not a choice
   c.app->add_option("--top-p", a->top_p, "Nucleus sampling: the most likely tokens up to this probability")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {  // (0, 1]: sampling from no token at all is not a choice
-            char* end = nullptr;
-            const double p = std::strtod(v.c_str(), &end);
-            return !v.empty() && *end == '\0' && p > 0.0 && p <= 1.0 ? "" : "must be a number in (0, 1], got " + v;
-          },
-          "in (0, 1]"))
+      ->check(number_check("a number in (0, 1]", [](double p) { return p > 0.0 && p <= 1.0; }))
       ->capture_default_str();
-  c.app->add_option("--seed", a->seed, "Seed of the sampling draws (same seed, same text)")->capture_default_str();
+  c.app->add_option("--seed", a->seed, "Seed of the sampling draws (same seed, same text)")
+      ->check(unsigned_check())
+      ->capture_default_str();
   c.app->add_option("--tokenizer", a->tokenizer,
                     "Tokenizer file or folder (default: the HF folder's, or the one the run was trained with)");
   c.app->add_option("--device", a->device, "cpu, cuda or cuda:N")->capture_default_str();

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/atomic_file.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/train/inspect.h"
 
 namespace ht::cli {
@@ -49,6 +50,7 @@ Command add_inspect_command(CLI::App& app) {
   c.run = [a] {
     ht::logging::set_level(a->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(a->config, a->sets);
+    if (!a->json.empty()) io::check_output_path(a->json, io::OutputKind::file, "--json");  // before the work
     train::InspectOptions o;
     for (const std::string& entry : train::split_pipeline_list(a->pipelines))
       o.pipelines.push_back(train::inspected_pipeline(cfg, entry));
@@ -56,7 +58,7 @@ Command add_inspect_command(CLI::App& app) {
     fmt::print("{}", train::format_grad_report(report));
     if (!a->json.empty()) {
       const std::filesystem::path dir = std::filesystem::path(a->json).parent_path();
-      if (!dir.empty()) std::filesystem::create_directories(dir);  // as the trainer does for run.out_dir
+      if (!dir.empty()) io::create_output_directory(dir, "--json");  // as the trainer does for run.out_dir
       io::write_file_atomic(a->json, train::grad_report_json(report));
       fmt::print("report written to {}\n", a->json);
     }

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hadatrain/models/llama.h"
 
@@ -47,14 +48,29 @@ struct HfWriteOptions {
   DType dtype = DType::bf16;  // bf16 or f32 (f64 and f16 are accepted too)
   // Shard the weights into model-0000i-of-0000K.safetensors plus the index once they exceed this many bytes.
   uint64_t max_shard_bytes = 5ull << 30;
-  // A folder whose tokenizer files (tokenizer.json, tokenizer.model, tokenizer_config.json,
-  // special_tokens_map.json, generation_config.json) are copied along when present; empty: none.
+  // A tokenizer folder or file whose files (hf_tokenizer_files) are copied into the folder; empty: none.
   std::filesystem::path copy_tokenizer_from;
 };
 
+// A file of a tokenizer and the name it has in an HF folder.
+struct HfTokenizerFile {
+  std::filesystem::path source;
+  std::string name;  // "tokenizer.model", "tokenizer.json", "tokenizer_config.json", ...
+};
+// The files that stand for the tokenizer at `path` in an HF folder, told apart as data::load_tokenizer does:
+//   a folder: those of tokenizer.json, tokenizer.model, tokenizer_config.json, special_tokens_map.json and
+//     generation_config.json it holds (it must hold tokenizer.json or tokenizer.model);
+//   a .json file: the file as tokenizer.json, and the tokenizer_config.json beside it when there is one (the
+//     loader reads its BOS and EOS tokens from there);
+//   any other file: a SentencePiece model, as tokenizer.model.
+// Throws ht::Error naming the path when it does not exist or is a folder without a tokenizer. The contents are
+// not read: data::load_tokenizer checks those.
+std::vector<HfTokenizerFile> hf_tokenizer_files(const std::filesystem::path& path);
+
 // Writes config.json (torch_dtype and dtype set to the written dtype) and the weights, every file atomically,
 // removes weight files of an earlier write to `dir` that the new layout does not use, and copies the
-// tokenizer files along. `tensors` (any device and dtype) must be exactly hf_llama_shapes(config).
+// tokenizer files along. `tensors` (any device and dtype) must be exactly hf_llama_shapes(config). Bad tensors
+// and a copy_tokenizer_from that hf_tokenizer_files refuses are errors before anything is written.
 void save_hf_checkpoint(const std::filesystem::path& dir, const LlamaConfig& config,
                         const std::map<std::string, Tensor>& tensors, const HfWriteOptions& o = {});
 void save_hf_checkpoint(const std::filesystem::path& dir, Llama& model, const HfWriteOptions& o = {});

@@ -15,6 +15,9 @@ struct SamplingOptions {
   double temperature = 0.0;  // 0: greedy (argmax); > 0: sample from softmax(logits / temperature)
   double top_p = 1.0;        // keep the smallest set of most likely tokens whose probability reaches top_p
   uint64_t seed = 0;
+  // > 0: only ids below it are drawn (greedy too), e.g. the tokenizer's vocabulary when the model's embedding is
+  // padded past it; 0: every id of the logits.
+  int64_t vocab_limit = 0;
 };
 
 struct GenerateOptions {
@@ -42,8 +45,16 @@ using TokenCallback = std::function<bool(int64_t token)>;
 // token being drawn (0 for the first new token): the Philox counter of the draw.
 int64_t sample_token(const Tensor& logits, const SamplingOptions& o, uint64_t step);
 
-// Generates from `prompt` (token ids, at least one) in eval mode without gradients. The prompt plus
-// max_new_tokens may not exceed the cache length (an error says so); the model's config bounds the cache.
+// The cache length generate uses: o.max_length, else min(prompt + max_new_tokens, max_position_embeddings).
+// Throws ht::Error for what generate refuses, so that a caller can check before it prints or loads anything: an
+// empty prompt, prompt ids outside [0, vocab_size), a prompt longer than the cache, max_new_tokens < 0, and
+// sampling options out of range (temperature not finite or < 0, top_p outside (0, 1], vocab_limit outside
+// [0, vocab_size]).
+int64_t check_generate_inputs(const LlamaConfig& config, const std::vector<int64_t>& prompt,
+                              const GenerateOptions& o);
+
+// Generates from `prompt` (token ids, at least one) in eval mode without gradients, after
+// check_generate_inputs; the model's config bounds the cache.
 GenerateResult generate(Llama& model, const std::vector<int64_t>& prompt, const GenerateOptions& o,
                         const TokenCallback& on_token = {});
 

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string_view>
 
+#include "hadatrain/data/tokenizer.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/nn/lora.h"
 
@@ -34,5 +36,26 @@ struct LlamaSource {
 LlamaSource find_llama_source(const std::filesystem::path& path);
 // The model of `src` with its weights, in f32 on `device` (LoRA layers as recorded, unmerged).
 std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device device = Device::cpu());
+
+// Note [Tokenizer and model vocabularies]
+// A tokenizer goes with a model when every id it produces has a row in the model's embedding: a tokenizer with
+// more ids than the model's vocab_size is refused (it is another model's tokenizer). One with fewer ids is
+// accepted: Hugging Face models often pad the embedding past the tokenizer's vocabulary (to a multiple of 64 or
+// 128, for tensor-core shapes and sharding; e.g. 32011 tokens and 32064 rows), and the padded rows belong to no
+// token. Generation then draws only ids the tokenizer has (models::SamplingOptions::vocab_limit), so the text it
+// streams always decodes. The two sizes are not compared further: a padded model and a model paired with the
+// wrong smaller tokenizer look alike, so generate says how many rows it leaves out.
+
+// Where a tokenizer path came from, for errors: `what` is the flag or the record that named it ("--tokenizer",
+// "the tokenizer recorded in .../model.safetensors"); `model` names the model it is for (its folder).
+struct TokenizerOrigin {
+  std::string_view what;
+  std::string_view model;
+};
+// Loads the tokenizer at `path` for a model of `model_vocab` ids. Errors start with origin.what and name the
+// path: a path that does not exist, a file or folder that is no tokenizer load_tokenizer reads, and a tokenizer
+// with more ids than the model (both sizes and the model's folder named).
+std::unique_ptr<data::Tokenizer> load_tokenizer_for(const std::filesystem::path& path, int64_t model_vocab,
+                                                    const TokenizerOrigin& origin);
 
 }  // namespace ht::train

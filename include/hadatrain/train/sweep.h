@@ -60,7 +60,8 @@ struct SweepPlanOptions {
 
 // Reads and expands a plan. A run's overrides, in order: sweep.set, its stage's set, its grid values, then the
 // command line's. In all of them {out_dir} is sweep.out_dir and ${NAME} an environment variable. Config paths
-// are taken relative to the working directory, as `hadatrain train` takes them.
+// are taken relative to the working directory, as `hadatrain train` takes them. An out_dir that cannot be
+// created or written is an error naming it (--out-dir, or sweep.out_dir and the plan file); nothing is created.
 SweepPlan load_sweep_plan(const std::string& path, const SweepPlanOptions& options = {});
 
 // One row of the results table, read from a run's metrics.jsonl.

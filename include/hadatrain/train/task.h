@@ -35,7 +35,8 @@ struct EvalResult {
   int64_t total = 0;           // units evaluated (images, tokens); 0 when no evaluation ran
   double score = 0.0;          // the task's higher-is-better figure; the best checkpoint maximises it
   std::vector<EvalMetric> metrics;  // the task's figures, in the order of the eval record
-  std::string summary;         // the figures for the log line: "test loss 0.4123, top-1 85.10%, top-5 97.20%"
+  std::string summary;         // the figures for the log line, without the count (`total`): "test loss 0.4123,
+                               // top-1 85.10%, top-5 97.20%"
 
   bool has(std::string_view name) const;
   // The metric `name` as a number (counts converted); throws ht::Error naming the metrics there are.
