@@ -142,6 +142,10 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     st.epoch_loss = state_value<double>(*ck, "epoch_loss_sum");
     st.epoch_steps = count_value(*ck, "epoch_loss_steps");
   }
+  if (s.contains("window_loss_sum") && s.contains("window_loss_steps")) {
+    st.window_loss = state_value<double>(*ck, "window_loss_sum");
+    st.window_steps = count_value(*ck, "window_loss_steps");
+  }
   const auto dropout_stream = state_value<uint64_t>(*ck, "dropout_stream");
   load_optimizer_state(parts_, *ck, count_value(*ck, "optimizer_steps"));
   parts_.dropout_gen->set_state(dropout_stream);
@@ -200,6 +204,8 @@ fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverg
              {"best_checkpoint_" + o_.score_name, st.best_checkpoint_score},
              {"epoch_loss_sum", st.epoch_loss},
              {"epoch_loss_steps", st.epoch_steps},
+             {"window_loss_sum", st.window_loss},
+             {"window_loss_steps", st.window_steps},
              {"dropout_stream", parts_.dropout_gen->state()},
              {"optimizer", parts_.optimizer->name()},
              {"optimizer_steps", parts_.optimizer->steps()},

@@ -32,6 +32,10 @@ struct RunState {
   // number, so that an epoch split by a resume reports the train_loss of all its steps.
   double epoch_loss = 0.0;
   int64_t epoch_steps = 0;
+  // The steps since the last train record of metrics.jsonl: their loss sum and number, so that a resumed run's
+  // next record averages the same steps as the uninterrupted run's.
+  double window_loss = 0.0;
+  int64_t window_steps = 0;
 };
 
 // A rank's part in a save under dist (train/distributed.h): every rank calls save at the same steps and only the

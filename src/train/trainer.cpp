@@ -318,8 +318,10 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
 #endif
   for (int64_t epoch = loader.position().epoch; epoch < cfg.train.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
+    // The throughput window (units, data wait, time) starts again with each epoch, after the evaluation before
+    // it; the loss window (st.window_loss over st.window_steps) runs from one train record to the next across
+    // epochs and, in a checkpoint, across a resume, so every step is in exactly one record's mean.
     auto window_start = epoch_start;
-    double window_loss = 0.0;
     // The epoch's loss sum and step count live in st (a checkpoint keeps them); a resumed epoch continues them.
     if (loader.position().batch == 0) st.epoch_loss = 0.0, st.epoch_steps = 0;
     // Note [Deferred loss reads]: reading a step's loss (item()) synchronises the device, so the host could
@@ -339,12 +341,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                                 bad, epoch + 1, std::isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity",
                                 bad, checkpointing ? checkpointer.last_good_checkpoint() : "checkpointing is off"));
       }
-      window_loss += v;
+      st.window_loss += v;
       st.epoch_loss += v;
       unread_steps = 0;
     };
     double window_wait = 0.0;  // seconds of this logging window spent waiting in loader.next() (data_wait)
-    int64_t window_steps = 0, window_units = 0;
+    int64_t window_steps = 0, window_units = 0;  // steps and units this process ran in the throughput window
     auto timed_next = [&] {
       const auto t0 = Clock::now();
       auto b = loader.next();
@@ -371,6 +373,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       // On the CPU a non-finite loss is seen at its step (reading it costs nothing); on CUDA at the next read.
       if (runner.saw_non_finite_loss()) read_losses();
       ++window_steps;
+      ++st.window_steps;
       window_units += batch->global_rows > 0 ? batch->global_rows : task->units(*batch);  // the global batch's
       const double throughput = static_cast<double>(window_units) / std::max(seconds_since(window_start), 1e-9);
       if (st.step == 1 || st.step % cfg.train.log_every == 0) {
@@ -380,7 +383,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
         // queued when they return (a recorded step graph queues many ahead), so a rate taken before the read
         // would be the host's issue rate, not the training rate.
         const double window_rate = static_cast<double>(window_units) / std::max(seconds_since(window_start), 1e-9);
-        const double mean_loss = window_loss / static_cast<double>(window_steps);
+        const double mean_loss = st.window_loss / static_cast<double>(st.window_steps);
         shown_loss = mean_loss;
         // The share of the window the loop waited for batches: near 0 when the loader keeps up, near 1 when
         // training is starved for data (more data.num_workers, or a faster data path).
@@ -402,7 +405,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
         if (device.is_cuda() && task->flops_per_unit() > 0)
           w.mfu = window_rate * task->flops_per_unit() / (cfg.train.peak_tflops * 1e12);
         run_log.train(w);
-        window_loss = 0.0;
+        st.window_loss = 0.0;
+        st.window_steps = 0;
         window_steps = window_units = 0;
         window_wait = 0.0;
         window_start = Clock::now();

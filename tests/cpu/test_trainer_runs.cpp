@@ -486,3 +486,25 @@ TEST_CASE("a stop request that comes with the run's last step lets the run end w
   CHECK(eval_top1(cfg.run.out_dir).size() == 1);
   CHECK(io::list_checkpoints(cfg.checkpoint.dir) == std::vector<int64_t>{1});
 }
+
+TEST_CASE("a train record averages every step since the one before, across epochs and across a resume",
+          "[trainer][checkpoint]") {
+  logging::set_level("off");
+  // 4 steps an epoch, a record every 3 steps: the record at step 6 spans the epochs' seam (steps 4, 5, 6).
+  const std::vector<std::string> sets = {"train.log_every=3", "checkpoint.every_steps=0", "checkpoint.every_epochs=0"};
+  run_training(config_in("window_each", {"train.log_every=1", "checkpoint.every_steps=0"}));
+  const auto each = test::train_losses(temp_dir() / "window_each");
+  run_training(config_in("window_whole", sets));
+  const auto whole = test::train_losses(temp_dir() / "window_whole");
+  REQUIRE(whole.count(6) == 1);
+  const double mean = (each.at(4) + each.at(5) + each.at(6)) / 3.0;
+  CHECK(std::abs(whole.at(6) - mean) <= 1e-12 * std::abs(mean));
+  CHECK(std::abs(whole.at(3) - (each.at(2) + each.at(3)) / 2.0) <= 1e-12 * std::abs(whole.at(3)));
+  // Split at step 5, inside that window: the resumed run's records are the uninterrupted run's.
+  std::vector<std::string> first = sets;
+  first.push_back("train.max_steps=5");
+  first.push_back("checkpoint.every_steps=5");
+  run_training(config_in("window_split", first));
+  run_training(config_in("window_split", sets), {ResumeFrom::Kind::latest, ""});
+  CHECK(test::train_losses(temp_dir() / "window_split") == whole);
+}
