@@ -10,7 +10,8 @@ DistOptions read_dist_options(ConfigReader r) {
   o.mode = r.get_choice("mode", DistMode::none, {{"none", DistMode::none}, {"ddp", DistMode::ddp}, {"fsdp", DistMode::fsdp}});
   o.engine = r.get_enum("engine", "auto", {"auto", "gloo", "nccl"});
   if (o.engine == "auto") o.engine.clear();
-  o.timeout_s = r.get("timeout_s", 300.0, Range::positive());
+  // Whole milliseconds from 1 ms to one week: the collectives take their timeout in milliseconds (an int64).
+  o.timeout_s = r.get("timeout_s", 300.0, Range::closed(0.001, 604800.0));
   o.bucket_mb = r.get("bucket_mb", 25.0, Range::positive());
   o.reduce_in_backward = r.get("reduce_in_backward", true);
   o.fsdp_units = r.get_list<std::string>("fsdp_units", {});

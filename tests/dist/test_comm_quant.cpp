@@ -6,8 +6,11 @@
 //   - block-quantised reduce-scatter (Note [Quantised reduce-scatter]): every element of the dequantised sum is
 //     within Σ_r s_r/2 of the exact sum (int8 and int4, chunks that need padding); values that are levels
 //     times their block's scale sum exactly; option errors name the key;
-//   - the dist config keys (gather_dtype, reduce_quant, reduce_quant_block) and their errors.
+//   - the dist config keys (gather_dtype, reduce_quant, reduce_quant_block, timeout_s) and their errors.
 #include <cmath>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "hadatrain/core/config_reader.h"
 #include "hadatrain/dist/comm_quant.h"
@@ -230,4 +233,9 @@ TEST_CASE("dist config: the low-precision communication keys", "[comm_quant][con
   CHECK(test::error_of([&] { read("dist:\n  mode: fsdp\n  gather_dtype: int4\n"); }).find("gather_dtype") != std::string::npos);
   CHECK(test::error_of([&] { read("dist:\n  mode: ddp\n  gather_dtype: int8\n"); }).find("for dist.mode fsdp") !=
         std::string::npos);
+  // The collectives' timeout is whole milliseconds: a value that would round to 0 ms or overflow is refused.
+  CHECK(read("dist:\n  mode: ddp\n  timeout_s: 0.001\n").timeout_s == 0.001);
+  for (const char* bad : {"0.0001", "1e300", "604801"})
+    CHECK(test::error_of([&] { read(fmt::format("dist:\n  mode: ddp\n  timeout_s: {}\n", bad)); }).find("dist.timeout_s") !=
+          std::string::npos);
 }
