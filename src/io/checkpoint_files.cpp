@@ -223,6 +223,16 @@ std::optional<int64_t> best_checkpoint_step(const fs::path& root) {
   return read_pointer(root, kBestFile);
 }
 
+fs::path resolve_checkpoint_pointer(const fs::path& path) {
+  const std::string file = path.filename().string();
+  std::error_code ec;
+  if ((file != kLatestFile && file != kBestFile) || !fs::is_regular_file(path, ec)) return path;
+  const fs::path root = path.parent_path();
+  const std::optional<int64_t> step = file == kLatestFile ? latest_checkpoint_step(root) : best_checkpoint_step(root);
+  HT_CHECK(step.has_value(), "checkpoint pointer '{}' names no complete checkpoint", path.string());
+  return checkpoint_dir(root, *step);
+}
+
 Checkpoint load_checkpoint_dir(const fs::path& dir) {
   HT_CHECK(fs::is_directory(dir), "checkpoint '{}' is not a directory", dir.string());
   for (const char* required : {kModelFile, kStateFile})

@@ -107,7 +107,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     ck = io::load_latest_checkpoint(o_.dir);
     HT_CHECK(ck.has_value(), "--resume: no checkpoint found in {}", o_.dir.string());
   } else if (from.kind == ResumeFrom::Kind::path) {
-    ck = io::load_checkpoint_dir(from.path);
+    ck = io::load_checkpoint_dir(io::resolve_checkpoint_pointer(from.path));  // a step_<N> folder, latest or best
   }
   if (!ck) return std::nullopt;
   dist::consolidate_checkpoint(*ck);  // a sharded checkpoint's shards joined: any world size resumes it
@@ -119,6 +119,15 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
       throw Error(fmt::format("--resume: the checkpoint {} was written with run.seed {}, but the config has run.seed "
                               "{}; resume with --set run.seed={} or start a new run",
                               ck->dir.string(), seed, o_.seed, seed));
+  }
+  // The loader position is a batch index: under another data.batch_size it would name other samples (some twice,
+  // some never).
+  if (ck->state.is_object() && ck->state.contains("batch_size") && o_.batch_size > 0) {
+    const auto b = count_value(*ck, "batch_size");
+    if (b != o_.batch_size)
+      throw Error(fmt::format("--resume: the checkpoint {} was written with data.batch_size {}, but the config has "
+                              "data.batch_size {}; resume with --set data.batch_size={} or start a new run",
+                              ck->dir.string(), b, o_.batch_size, b));
   }
   // The optimiser's state is kept by slot names of its own (SGD's momentum, AdamW's moments): under another
   // optimiser a resume would drop it and start that one's state from zero without a word.
@@ -210,7 +219,8 @@ fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverg
              {"optimizer", parts_.optimizer->name()},
              {"optimizer_steps", parts_.optimizer->steps()},
              {"run", o_.run_name},
-             {"seed", o_.seed}};
+             {"seed", o_.seed},
+             {"batch_size", o_.batch_size}};
   if (parts_.ema != nullptr) d.state["ema_updates"] = parts_.ema->updates();
   const bool mark = best == io::MarkBest::yes && o_.keep_best;
   // io::save_checkpoint removes what it began when it fails, leaving `latest` and every earlier checkpoint as they
@@ -258,12 +268,13 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   return dir;
 }
 
-io::Checkpoint read_checkpoint_for_eval(const std::string& dir) {
+io::Checkpoint read_checkpoint_for_eval(const std::string& path) {
+  const fs::path dir = io::resolve_checkpoint_pointer(path);  // checkpoints/best or latest: the step it names
   std::optional<io::Checkpoint> ck;
   std::error_code ec;
   if (fs::exists(fs::path(dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(dir);
   else ck = io::load_latest_checkpoint(dir);
-  HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir);
+  HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir.string());
   dist::consolidate_checkpoint(*ck);
   const std::string bad = first_non_finite(ck->model.tensors);
   HT_CHECK(bad.empty(), "--checkpoint: {} cannot be evaluated: its model tensor {}", ck->dir.string(), bad);

@@ -82,6 +82,7 @@ struct CheckpointerOptions {
   bool keep_best = true;      // checkpoint.keep_best: point `best` at the best-scoring checkpoint
   std::string run_name;       // recorded in the state
   uint64_t seed = 0;          // run.seed, recorded in the state
+  int64_t batch_size = 0;     // data.batch_size, recorded in the state (the loader position counts its batches)
   std::string score_name;     // Task::score_name; the state key is "best_<score_name>"
   io::Metadata model_metadata;  // extra model.safetensors metadata (a language model's config, its tokenizer)
   // checkpoint.on_save_failure: a save that fails (disk full, I/O error) stops the run (false) or is

@@ -86,13 +86,8 @@ std::map<std::string, Tensor> read_pretrained(const fs::path& path) {
            "docs/reproduction.md says where pretrained weights come from)",
            path.string());
   // A checkpoint pointer file (checkpoints/latest, checkpoints/best): the checkpoint it names.
-  const std::string file = path.filename().string();
-  if ((file == "latest" || file == "best") && fs::is_regular_file(path, ec)) {
-    const auto step = file == "latest" ? io::latest_checkpoint_step(path.parent_path())
-                                       : io::best_checkpoint_step(path.parent_path());
-    HT_CHECK(step.has_value(), "model.init_from: {} names no complete checkpoint", path.string());
-    return io::load_safetensors(io::checkpoint_dir(path.parent_path(), *step) / "model.safetensors").tensors;
-  }
+  if (const fs::path named = io::resolve_checkpoint_pointer(path); named != path)
+    return io::load_safetensors(named / "model.safetensors").tensors;
   if (fs::is_directory(path, ec)) {
     if (fs::exists(path / "model.safetensors.index.json", ec)) return io::load_sharded_safetensors(path).tensors;
     if (fs::exists(path / "model.safetensors", ec)) return io::load_safetensors(path / "model.safetensors").tensors;
@@ -225,6 +220,13 @@ InitFromReport init_from(nn::Module& model, const std::map<std::string, Tensor>&
   }
   for (const auto& [name, t] : source)
     if (target.count(name) == 0) r.unexpected.push_back(name);
+  // A file none of whose tensors the model has is another model's (or names them under a prefix we do not strip):
+  // training would start from scratch while the config says it starts from these weights.
+  HT_CHECK(!r.loaded.empty() || (r.missing.empty() && r.unexpected.empty()),
+           "model.init_from {}: none of its {} tensor(s) is a tensor of the model (the model's {} are missing, "
+           "e.g. {}; the file's are unexpected, e.g. {}): it holds another model, or names its tensors otherwise",
+           source_name, source.size(), target.size(), r.missing.empty() ? "-" : r.missing.front(),
+           r.unexpected.empty() ? "-" : r.unexpected.front());
   model.load_state_dict(values, nn::StrictLoad::no);
   return r;
 }

@@ -162,8 +162,6 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   // comes from there.
   auto model = make_model(cfg, ds, init_gen, dropout_gen,
                           resume.kind == ResumeFrom::Kind::none ? InitWeights::read : InitWeights::replaced_by_checkpoint);
-  if (!cfg.model.init_from.empty() && resume.kind == ResumeFrom::Kind::none && cfg.model.name != ModelKind::llama)
-    for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines()) spdlog::info("{}", line);
   model->to(cfg.train.dtype);
   // bf16: a frozen LLaMA base held in bf16, rounded on the host (causal_lm_setup.h). Also under dist.mode:
   // DDP reduces only trainable parameters and FSDP gathers a frozen bf16 shard as it is (docs/distributed.md).
@@ -214,6 +212,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                              .keep_best = cfg.checkpoint.keep_best,
                              .run_name = cfg.run.name,
                              .seed = cfg.run.seed,
+                             .batch_size = cfg.data.batch_size,
                              .score_name = task->score_name(),
                              .model_metadata = lm_checkpoint_metadata(cfg, *model),
                              .continue_on_save_failure = cfg.checkpoint.continue_on_save_failure},

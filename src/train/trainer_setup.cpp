@@ -18,6 +18,7 @@
 #include "hadatrain/nn/layers.h"
 #include "hadatrain/optim/param_rules.h"
 #include "hadatrain/tensor/cuda_hooks.h"
+#include "hadatrain/train/init_from.h"
 #include "hadatrain/train/image_classification.h"
 #include "causal_lm_setup.h"
 
@@ -169,8 +170,12 @@ Datasets make_datasets(const TrainerConfig& cfg) {
   return ds;
 }
 
-std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& gen,
-                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
+namespace {
+
+// The model of cfg.model, its weights from the initialiser (a LLaMA reads model.init_from itself when `weights`
+// says so: its architecture comes from there).
+std::shared_ptr<nn::Module> build_model(const TrainerConfig& cfg, const Datasets& ds, Generator& gen,
+                                        std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
   const ModelSection& m = cfg.model;
   switch (m.name) {
     case ModelKind::mlp: {
@@ -221,6 +226,17 @@ std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets&
     }
   }
   HT_FAIL("unknown model");
+}
+
+}  // namespace
+
+std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& gen,
+                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
+  auto model = build_model(cfg, ds, gen, std::move(dropout_gen), weights);
+  if (weights == InitWeights::read && !cfg.model.init_from.empty() && cfg.model.name != ModelKind::llama)
+    for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines())
+      spdlog::info("{}", line);
+  return model;
 }
 
 optim::FreezeRules freeze_rules(const TrainerConfig& cfg) {

@@ -29,6 +29,7 @@ Datasets make_datasets(const TrainerConfig& cfg);
 data::Normalize make_normalize(const DataSection& d, int64_t channels);
 // What the model's weights start from: model.init_from's (or the initialiser's), or nothing worth reading
 // because a checkpoint's replace them (a resumed run: model.init_from then gives a LLaMA's architecture only).
+// make_model applies model.init_from for InitWeights::read (the report's lines logged), for every model kind.
 enum class InitWeights { read, replaced_by_checkpoint };
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
                                        std::shared_ptr<Generator> dropout_gen,

@@ -282,3 +282,17 @@ TEST_CASE("a save that adopts files removes their emptied folder without reporti
   CHECK(log.find("step_2.shards.tmp") == std::string::npos);
   CHECK(log.find("step_1.shards.tmp left by an interrupted checkpoint save") != std::string::npos);
 }
+
+TEST_CASE("a latest or best pointer file resolves to the checkpoint it names; other paths stay", "[checkpoint]") {
+  TempDir tmp("ck_pointer");
+  const fs::path root = tmp.path;
+  io::save_checkpoint(root, make_data(10), {.best = io::MarkBest::yes});
+  io::save_checkpoint(root, make_data(20));
+  CHECK(io::resolve_checkpoint_pointer(root / "latest") == io::checkpoint_dir(root, 20));
+  CHECK(io::resolve_checkpoint_pointer(root / "best") == io::checkpoint_dir(root, 10));
+  CHECK(io::resolve_checkpoint_pointer(io::checkpoint_dir(root, 10)) == io::checkpoint_dir(root, 10));
+  CHECK(io::resolve_checkpoint_pointer(root) == root);
+  fs::remove_all(io::checkpoint_dir(root, 10));  // best now names a checkpoint that is gone
+  CHECK_THROWS_WITH(io::resolve_checkpoint_pointer(root / "best"),
+                    HasSubstr("checkpoint pointer '" + (root / "best").string() + "' names no complete checkpoint"));
+}

@@ -1,10 +1,11 @@
 // model.init_from (train/init_from.h): name mapping from wrapped state dicts, missing and unexpected keys,
-// classifier re-initialisation, shape errors, and ViT position-embedding resampling against a numpy reference
+// a file the model has no tensor of, classifier re-initialisation, shape errors, and ViT position-embedding resampling against a numpy reference
 // of PyTorch's antialiased bicubic interpolation.
 #include "support/catch.h"
 #include "support/testing.h"
 
 #include <cmath>
+#include <map>
 
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/resnet.h"
@@ -75,6 +76,18 @@ TEST_CASE("init_from: missing tensors keep their initialisation and are listed",
   const auto lines = r.lines();
   REQUIRE(lines.size() == 2);
   CHECK(lines[1].find("layer4.1.bn2.running_var") != std::string::npos);
+}
+
+TEST_CASE("init_from: a file none of whose tensors the model has is an error", "[init_from]") {
+  auto src = resnet18(10, 1);
+  auto dst = resnet18(10, 2);
+  std::map<std::string, Tensor> prefixed;  // every name under a prefix that is not stripped
+  for (const auto& [name, t] : src->state_dict()) prefixed.emplace("backbone." + name, t);
+  const Tensor before = dst->state_dict().at("conv1.weight").clone();
+  CHECK_THROWS_WITH(init_from(*dst, prefixed, "w.safetensors"),
+                    HasSubstr("model.init_from w.safetensors: none of its") &&
+                        HasSubstr("is a tensor of the model") && HasSubstr("backbone."));
+  CHECK(test::compare(dst->state_dict().at("conv1.weight"), before, 0, 0) == "");
 }
 
 TEST_CASE("init_from: a classifier with another class count is re-initialised and reported", "[init_from]") {

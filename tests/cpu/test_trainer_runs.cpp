@@ -187,6 +187,17 @@ TEST_CASE("a resume under another optimiser than the checkpoint's is an error na
   CHECK(run_training(config_in("optim_resume", {"optim.momentum=0.9"}), {ResumeFrom::Kind::latest, ""}).steps == 8);
 }
 
+TEST_CASE("a resume under another data.batch_size than the checkpoint's is an error naming both",
+          "[trainer][checkpoint][errors]") {
+  logging::set_level("off");
+  run_training(config_in("batch_resume", {"train.max_steps=3", "checkpoint.every_steps=3"}));
+  const std::string err = test::error_of([] {
+    run_training(config_in("batch_resume", {"data.batch_size=8"}), {ResumeFrom::Kind::latest, ""});
+  });
+  CHECK_THAT(err, HasSubstr("was written with data.batch_size 16, but the config has data.batch_size 8"));
+  CHECK(run_training(config_in("batch_resume"), {ResumeFrom::Kind::latest, ""}).steps == 8);
+}
+
 TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml", "[trainer][checkpoint]") {
   logging::set_level("warn");
   const fs::path fresh = temp_dir() / "failed_resume_fresh";
@@ -470,6 +481,12 @@ TEST_CASE("a max_steps stop at an epoch's end keeps that epoch's evaluation in i
   run_training(config_in("stop_at_epoch_split", sets), {ResumeFrom::Kind::latest, ""});
   CHECK(pointer(split.checkpoint.dir, "best") == pointer(whole.checkpoint.dir, "best"));
   CHECK(eval_top1(split.run.out_dir) == eval_top1(whole.run.out_dir));
+  // eval and --resume take the pointer files as init_from does.
+  const fs::path best = fs::path(whole.checkpoint.dir) / "best";
+  const std::string best_dir = (fs::path(whole.checkpoint.dir) / read_text(best).substr(0, read_text(best).size() - 1)).string();
+  CHECK(run_evaluation(whole, best.string(), false).loss == run_evaluation(whole, best_dir, false).loss);
+  const TrainResult again = run_training(config_in("stop_at_epoch_whole", sets), {ResumeFrom::Kind::path, best.string()});
+  CHECK(again.steps == 12);
 }
 
 TEST_CASE("a stop request that comes with the run's last step lets the run end with its evaluation",

@@ -79,6 +79,11 @@ std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& root)
 // The step `best` names when it names a complete checkpoint, else nullopt.
 std::optional<int64_t> best_checkpoint_step(const std::filesystem::path& root);
 
+// A checkpoint pointer file (<root>/latest or <root>/best) resolved to the step_<N> folder it names, so that every
+// command that takes a checkpoint takes a pointer too; any other path comes back as it is. A pointer that names no
+// complete checkpoint is an error naming it.
+std::filesystem::path resolve_checkpoint_pointer(const std::filesystem::path& path);
+
 // Loads one checkpoint directory (tensors on the CPU). Errors name the directory and the file.
 Checkpoint load_checkpoint_dir(const std::filesystem::path& dir);
 // Loads the latest complete checkpoint under root, or nullopt when there is none.
