@@ -121,6 +121,34 @@ TEST_CASE("a LoRA run from a checkpoint trains only its adapters and records the
   CHECK(src.lora->rank == 16);
 }
 
+// LoRA dropout draws its masks from the step-keyed dropout generator; an activation checkpoint rewinds the draw index
+// to recompute a block with the forward's masks. From the second step on, the first block's checkpoint is taken
+// before the step's first draw: it must rewind to draw 0 of this step, not to the previous step's count.
+TEST_CASE("activation checkpointing leaves a LoRA run with dropout as it is", "[lm_train]") {
+  const TrainerConfig base = tiny_lm("lora_ac_base", {"train.max_steps=3"});
+  run_training(base);
+  auto lora = [&](const std::string& name, bool checkpointing) {
+    const TrainerConfig c = load_trainer_config(
+        kRoot + "/configs/llm/moby_dick_finetune_lora.yaml",
+        {"train.device=cpu", "train.precision=fp32", "train.max_steps=5", "train.log_every=1",
+         "data.paths=[" + kRoot + "/tests/fixtures/lm_text]", "data.val_fraction=0.25",
+         "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
+         "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(), "data.seq_len=16", "data.batch_size=4",
+         "data.eval_batch_size=16", "schedule.warmup_steps=1", "checkpoint.every_epochs=0", "checkpoint.every_steps=0",
+         "model.lora.dropout=0.3", std::string("model.activation_checkpointing=") + (checkpointing ? "true" : "false"),
+         "model.init_from=" + (fs::path(base.run.out_dir) / "checkpoints").string(),
+         "run.out_dir=" + (test::scratch_dir() / "lm" / name).string()});
+    run_training(c);
+    return test::train_losses(c.run.out_dir);
+  };
+  const auto plain = lora("lora_dropout_plain", false), ck = lora("lora_dropout_ckpt", true);
+  REQUIRE(plain.size() == 5);
+  for (int64_t s = 1; s <= 5; ++s) {
+    INFO("step " << s);
+    CHECK(ck.at(s) == plain.at(s));  // the same masks, the same ops
+  }
+}
+
 TEST_CASE("LM config mistakes are named", "[lm_train]") {
   const std::string cfg = kRoot + "/configs/llm/moby_dick_finetune_full.yaml";
   // The architecture comes from init_from: a preset beside it is an error naming the key.

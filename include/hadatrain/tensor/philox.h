@@ -103,7 +103,8 @@ struct RandomDraw {
 // step can be recorded and replayed with each step's own masks. CPU and CUDA draw the same bits either way. The
 // draw index restarts when the step changes; state() / set_state() are that index (an activation checkpoint
 // rewinds it to recompute with the forward's masks; a resumed run starts its next step at 0 anyway), and the
-// counter otherwise.
+// counter otherwise. state() is 0 in a step that has not drawn yet: a checkpoint taken before the step's first
+// draw must rewind to draw 0, not to the previous step's count.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
@@ -115,7 +116,12 @@ class Generator {
   // Keys the streams by the step `src` holds from now on (it must outlive this generator's draws); nullptr unkeys.
   void key_by_step(const StepSource* src);
   bool keyed() const { return step_src_ != nullptr; }
-  uint64_t state() const { return step_src_ != nullptr ? draws_in_step_ : counter_; }  // for checkpoints
+  // For checkpoints. Keyed: the draws made in the source's current step, 0 before its first (draws_in_step_ still
+  // counts the previous step's until draw() sees the new step).
+  uint64_t state() const {
+    if (step_src_ == nullptr) return counter_;
+    return step_src_->step == step_seen_ ? draws_in_step_ : 0;
+  }
   void set_state(uint64_t s) { (step_src_ != nullptr ? draws_in_step_ : counter_) = s; }
 
   static constexpr uint32_t kDrawPurpose = 0xD0;  // the purpose field of a keyed draw's stream
