@@ -198,9 +198,13 @@ void build_cache(const fs::path& path, const std::vector<SourceInfo>& files, con
           const std::string text = read_file(files[i].path);
           HT_CHECK(crc_update(0, text.data(), text.size()) == files[i].crc,
                    "text file {} changed while it was being tokenised; run again", files[i].path.string());
-          ids[i - g0] = tok.encode(text);
+          try {
+            ids[i - g0] = tok.encode(text);
+          } catch (const Error& e) {  // the tokenizer's errors (invalid UTF-8 at byte N) do not know the file
+            throw Error(fmt::format("tokenising {}: {}", files[i].path.string(), e.what()));
+          }
         } catch (const Error&) {
-          errors[i - g0] = std::current_exception();  // already names the file
+          errors[i - g0] = std::current_exception();  // names the file
         } catch (const std::exception& e) {
           errors[i - g0] = std::make_exception_ptr(Error(fmt::format("tokenising {}: {}", files[i].path.string(), e.what())));
         }

@@ -42,6 +42,14 @@ std::filesystem::path expand_home(const std::filesystem::path& path) {
 
 }  // namespace
 
+std::size_t settled_length(std::string_view text) {
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
+  std::size_t end = text.size();
+  while (end >= kReplacement.size() && text.substr(end - kReplacement.size(), kReplacement.size()) == kReplacement)
+    end -= kReplacement.size();
+  return end;
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path_in) {
   namespace fs = std::filesystem;
   const fs::path path = expand_home(path_in);

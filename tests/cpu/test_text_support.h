@@ -7,6 +7,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "hadatrain/core/error.h"
 #include "hadatrain/data/tokenizer.h"
 
 namespace text_test {
@@ -17,7 +18,7 @@ struct ByteTokenizerOptions {
   int64_t vocab_size = 261;
   std::string fingerprint = "bytes-v1";
   int32_t bad_id_for = -1;  // encode() emits vocab_size for this byte (a broken tokenizer)
-  std::string throw_on;     // encode() throws when the text contains this string
+  std::string throw_on;     // encode() throws ht::Error when the text contains this string
 };
 
 // Bytes 0..255 are ids 0..255; 256 <|begin_of_text|>, 257 <|end_of_text|>, 258 <|start_header_id|>,
@@ -28,7 +29,7 @@ class ByteTokenizer final : public ht::data::Tokenizer {
   std::string kind() const override { return "bytes"; }
   std::vector<int32_t> encode(std::string_view text, bool parse_special) const override {
     if (!o_.throw_on.empty() && text.find(o_.throw_on) != std::string_view::npos)
-      throw std::runtime_error("test tokenizer refuses this text");
+      throw ht::Error("test tokenizer refuses this text");  // as the real ones do (ht::Error, no file named)
     std::vector<int32_t> ids;
     for (std::size_t i = 0; i < text.size();) {
       bool special = false;

@@ -155,6 +155,33 @@ TEST_CASE("tokenizers: decode(encode(x)) == x on every line", "[tokenizer]") {
   CHECK(wrong2 == 0);
 }
 
+// What generate streams: decodes of growing prefixes of the ids, each printed up to its settled length. Llama-2's
+// byte-fallback pieces (an emoji is four <0xNN> pieces) decode to U+FFFD until the character's last byte: the
+// printed text must stay a prefix of the final text and end equal to it.
+TEST_CASE("tokenizers: a stream of settled prefixes of the decodes is the whole decode", "[tokenizer]") {
+  CHECK(settled_length("ab\xEF\xBF\xBD\xEF\xBF\xBD") == 2);
+  CHECK(settled_length("a\xEF\xBF\xBD" "b") == 5);  // a replacement inside the text is settled
+  CHECK(settled_length("") == 0);
+  if (!tk_test::engines_built()) return;
+  const std::string text = "Party \xF0\x9F\x8E\x89 time. \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x8E\x89\xF0\x9F\x8E\x89!";
+  for (const Tokenizer* tok : {&llama2(), &llama3()}) {
+    INFO(tok->kind());
+    const std::vector<int32_t> ids = tok->encode(text);
+    std::string printed;
+    bool unsettled_seen = false;
+    for (std::size_t n = 1; n <= ids.size(); ++n) {
+      const std::string d = tok->decode(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n)));
+      const std::size_t end = settled_length(d);
+      unsettled_seen = unsettled_seen || end < d.size();
+      REQUIRE(end >= printed.size());
+      CHECK(d.compare(0, printed.size(), printed) == 0);  // what was printed is still the start of the text
+      printed += d.substr(printed.size(), end - printed.size());
+    }
+    CHECK(printed == text);
+    if (tok->kind() == "sentencepiece") CHECK(unsettled_seen);  // the byte pieces did leave unfinished characters
+  }
+}
+
 TEST_CASE("tokenizers: encode from several threads at once gives the reference ids", "[tokenizer]") {
   if (!tk_test::engines_built()) return;
   // A fresh Llama-3 tokenizer, so that the threads fill its per-word cache together.

@@ -94,7 +94,9 @@ int run_generate(const GenerateArgs& a) {
   if (a.precision == "bf16") model->compute_dtype = DType::bf16;
 
   // Streaming: the prompt's ids and the new ones decoded together, and what was not printed yet printed (a token
-  // alone may be part of a multi-byte character, and SentencePiece drops the space of a text's first piece).
+  // alone may be part of a multi-byte character, and SentencePiece drops the space of a text's first piece). A
+  // decode that ends inside a character ends in U+FFFD until its last byte comes: that tail waits
+  // (data::settled_length), so what is printed stays a prefix of the final text.
   std::vector<int32_t> ids;
   for (std::size_t i = a.no_bos || !tok->bos_id() ? 0 : 1; i < prompt.size(); ++i) ids.push_back(static_cast<int32_t>(prompt[i]));
   const std::string start = tok->decode(ids);
@@ -106,13 +108,14 @@ int run_generate(const GenerateArgs& a) {
     if (std::find(stops.begin(), stops.end(), t) != stops.end()) return true;
     ids.push_back(static_cast<int32_t>(t));
     const std::string text = tok->decode(ids);
-    if (text.size() > shown) {
-      fmt::print("{}", text.substr(shown));
+    if (const std::size_t end = data::settled_length(text); end > shown) {
+      fmt::print("{}", text.substr(shown, end - shown));
       std::fflush(stdout);
-      shown = text.size();
+      shown = end;
     }
     return true;
   });
+  if (const std::string text = tok->decode(ids); text.size() > shown) fmt::print("{}", text.substr(shown));
   fmt::print("\n");
   fmt::print(stderr, "[{} new tokens, {}]\n", result.tokens.size(), reason_text(result.reason));
   return 0;

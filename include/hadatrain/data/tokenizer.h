@@ -46,6 +46,12 @@ class Tokenizer {
 // what was expected when nothing usable is there or a file does not parse.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
+// For streaming a decode: the length of `text` without its trailing U+FFFD replacement characters. Decoding ids
+// that end inside a multi-byte character (SentencePiece byte-fallback pieces, one byte each) gives U+FFFD for the
+// bytes so far, which the next ids may turn into the character: print text[0, settled_length) now and the rest
+// once it settles (or at the end).
+std::size_t settled_length(std::string_view text);
+
 // Whether this build has the engine of `kind` ("sentencepiece": libsentencepiece; "bpe": PCRE2). Both are
 // optional at build time; without one, loading its files throws an error that says so.
 bool tokenizer_engine_built(std::string_view kind);
