@@ -100,6 +100,13 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
   ds.text_train = t.train;
   ds.text_test = t.val;
   ds.vocab_size = tok->vocab_size();
+  if (const auto b = tok->bos_id()) ds.bos_id = *b;
+  if (const auto e = tok->eos_id()) ds.eos_ids.push_back(*e);
+  // Chat data ends each assistant turn with the template's end-of-turn token (Llama-3's <|eot_id|>): a model
+  // trained on it stops there, as Llama-3-Instruct's config.json lists it among its eos ids.
+  if (cfg.data.dataset == DatasetKind::chat)
+    if (const auto eot = tok->token_to_id("<|eot_id|>"); eot && (ds.eos_ids.empty() || ds.eos_ids.front() != *eot))
+      ds.eos_ids.push_back(*eot);
 }
 
 // Note [LM model sources]
@@ -122,8 +129,12 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
                          "(hadatrain convert merges the adapters) and start from that",
              src->dir.string());
     c = src->config;
-  } else if (c.vocab_size == 0) {
-    c.vocab_size = ds.vocab_size;
+  } else {
+    if (c.vocab_size == 0) c.vocab_size = ds.vocab_size;
+    // A model made here speaks its tokenizer: the preset's ids (1 and 2, Llama-2's) are other tokens in another
+    // vocabulary (Llama-3's '"' and '#'), where generation would stop.
+    if (ds.bos_id) c.bos_token_id = *ds.bos_id;
+    if (!ds.eos_ids.empty()) c.eos_token_ids = ds.eos_ids;
   }
   c.validate(m.init_from.empty() ? "model.llama" : m.init_from);
   if (ds.text_train) {

@@ -2,6 +2,8 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "hadatrain/data/dataset.h"
 #include "hadatrain/data/loader.h"
@@ -20,6 +22,10 @@ struct Datasets {
   std::shared_ptr<const data::Dataset> train, test;  // images (null for language-model data)
   std::shared_ptr<const data::TextDataset> text_train, text_test;  // data.dataset text | chat
   int64_t vocab_size = 0;                                          // the tokenizer's, for text data
+  // The tokenizer's begin and end ids (text data), which a LLaMA built from a preset records as its
+  // bos_token_id / eos_token_id (generate stops at those): its end of text, and for chat data its end of turn too.
+  std::optional<int64_t> bos_id;
+  std::vector<int64_t> eos_ids;
   int64_t num_classes = 0;
   int64_t channels = 0, height = 0, width = 0;  // of the images the model sees
 };

@@ -5,6 +5,7 @@
 #include "support/catch.h"
 #include "support/testing.h"
 #include "support/lm_run_testing.h"
+#include "test_tokenizer_support.h"
 
 #include <filesystem>
 #include <fstream>
@@ -147,6 +148,19 @@ TEST_CASE("activation checkpointing leaves a LoRA run with dropout as it is", "[
     INFO("step " << s);
     CHECK(ck.at(s) == plain.at(s));  // the same masks, the same ops
   }
+}
+
+// A model made from a preset records its tokenizer's bos and eos ids (generate stops at eos ids), not the preset's
+// 1 and 2, which are '"' and '#' in Llama-3's vocabulary.
+TEST_CASE("a LLaMA made from a preset records its tokenizer's bos and eos ids", "[lm_train]") {
+  if (!tk_test::engines_built()) return;
+  const TrainerConfig c = tiny_lm("llama3_ids", {"train.max_steps=1", "checkpoint.every_steps=1",
+                                                 "data.tokenizer=" + tk_test::cached("llama3").string()});
+  run_training(c);
+  const LlamaSource src = find_llama_source(fs::path(c.run.out_dir) / "checkpoints");
+  CHECK(src.config.vocab_size == 128256);
+  CHECK(src.config.bos_token_id == 128000);
+  CHECK(src.config.eos_token_ids == std::vector<int64_t>{128001});
 }
 
 TEST_CASE("LM config mistakes are named", "[lm_train]") {
