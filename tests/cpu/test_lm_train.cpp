@@ -34,6 +34,19 @@ TrainerConfig tiny_lm(const std::string& name, std::vector<std::string> extra = 
   return test::tiny_lm_run(test::scratch_dir() / "lm" / name, sets);
 }
 
+// The LoRA fine-tuning recipe (configs/llm/moby_dick_finetune_lora.yaml) at test size from `base_ck`, then `extra`.
+TrainerConfig lora_lm(const std::string& name, const fs::path& base_ck, const std::vector<std::string>& extra) {
+  std::vector<std::string> sets = {
+      "train.device=cpu", "train.precision=fp32", "train.log_every=1",
+      "data.paths=[" + kRoot + "/tests/fixtures/lm_text]", "data.val_fraction=0.25",
+      "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
+      "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(), "data.seq_len=16", "data.batch_size=4",
+      "data.eval_batch_size=16", "schedule.warmup_steps=1", "checkpoint.every_epochs=0",
+      "model.init_from=" + base_ck.string(), "run.out_dir=" + (test::scratch_dir() / "lm" / name).string()};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return load_trainer_config(kRoot + "/configs/llm/moby_dick_finetune_lora.yaml", sets);
+}
+
 }  // namespace
 
 TEST_CASE("an LM run resumed from its step-3 checkpoint repeats the uninterrupted losses bit for bit", "[lm_train]") {
@@ -88,14 +101,7 @@ TEST_CASE("a LoRA run from a checkpoint trains only its adapters and records the
   const TrainerConfig base = tiny_lm("lora_base", {"train.max_steps=3"});
   run_training(base);
   const fs::path base_ck = fs::path(base.run.out_dir) / "checkpoints";
-  const TrainerConfig lora = load_trainer_config(
-      kRoot + "/configs/llm/moby_dick_finetune_lora.yaml",
-      {"train.device=cpu", "train.precision=fp32", "train.max_steps=3", "train.log_every=1",
-       "data.paths=[" + kRoot + "/tests/fixtures/lm_text]", "data.val_fraction=0.25",
-       "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
-       "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(), "data.seq_len=16", "data.batch_size=4",
-       "data.eval_batch_size=16", "schedule.warmup_steps=1", "checkpoint.every_epochs=0", "checkpoint.every_steps=3",
-       "model.init_from=" + base_ck.string(), "run.out_dir=" + (test::scratch_dir() / "lm" / "lora").string()});
+  const TrainerConfig lora = lora_lm("lora", base_ck, {"train.max_steps=3", "checkpoint.every_steps=3"});
   run_training(lora);
   const auto before = io::load_safetensors(base_ck / "step_3" / "model.safetensors");
   const auto after = io::load_safetensors(fs::path(lora.run.out_dir) / "checkpoints" / "step_3" / "model.safetensors");
@@ -129,16 +135,9 @@ TEST_CASE("activation checkpointing leaves a LoRA run with dropout as it is", "[
   const TrainerConfig base = tiny_lm("lora_ac_base", {"train.max_steps=3"});
   run_training(base);
   auto lora = [&](const std::string& name, bool checkpointing) {
-    const TrainerConfig c = load_trainer_config(
-        kRoot + "/configs/llm/moby_dick_finetune_lora.yaml",
-        {"train.device=cpu", "train.precision=fp32", "train.max_steps=5", "train.log_every=1",
-         "data.paths=[" + kRoot + "/tests/fixtures/lm_text]", "data.val_fraction=0.25",
-         "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
-         "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(), "data.seq_len=16", "data.batch_size=4",
-         "data.eval_batch_size=16", "schedule.warmup_steps=1", "checkpoint.every_epochs=0", "checkpoint.every_steps=0",
-         "model.lora.dropout=0.3", std::string("model.activation_checkpointing=") + (checkpointing ? "true" : "false"),
-         "model.init_from=" + (fs::path(base.run.out_dir) / "checkpoints").string(),
-         "run.out_dir=" + (test::scratch_dir() / "lm" / name).string()});
+    const TrainerConfig c = lora_lm(name, fs::path(base.run.out_dir) / "checkpoints",
+                                    {"train.max_steps=5", "checkpoint.every_steps=0", "model.lora.dropout=0.3",
+                                     std::string("model.activation_checkpointing=") + (checkpointing ? "true" : "false")});
     run_training(c);
     return test::train_losses(c.run.out_dir);
   };
