@@ -18,9 +18,11 @@ std::string some_names(const std::vector<nn::ParamRef>& params) {
   return out;
 }
 
-void check_matches(const std::string& what, const std::string& pattern, const std::vector<nn::ParamRef>& params) {
+// `pattern` as the config wrote it (train.freeze's '!' kept) and the glob it matches with.
+void check_matches(const std::string& what, const std::string& pattern, const std::string& glob,
+                   const std::vector<nn::ParamRef>& params) {
   for (const auto& p : params)
-    if (grad::glob_match(pattern, p.name)) return;
+    if (grad::glob_match(glob, p.name)) return;
   HT_FAIL("{}: the pattern '{}' matches no parameter (parameters: {})", what, pattern, some_names(params));
 }
 
@@ -37,11 +39,11 @@ ParamRulesReport apply_param_rules(std::vector<nn::ParamRef>& params, const Free
                                    const LrMultipliers& lr_multipliers) {
   for (const std::string& p : freeze.patterns) {
     HT_CHECK(!strip_bang(p).empty(), "train.freeze: an empty pattern");
-    check_matches("train.freeze", strip_bang(p), params);
+    check_matches("train.freeze", p, strip_bang(p), params);
   }
   for (const auto& [pattern, mult] : lr_multipliers) {
     HT_CHECK(mult >= 0, "optim.lr_multipliers: '{}' has multiplier {}; it must be >= 0", pattern, mult);
-    check_matches("optim.lr_multipliers", pattern, params);
+    check_matches("optim.lr_multipliers", pattern, pattern, params);
   }
   ParamRulesReport r;
   for (nn::ParamRef& p : params) {

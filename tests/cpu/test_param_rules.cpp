@@ -105,7 +105,7 @@ TEST_CASE("param rules: a pattern matching nothing, or freezing everything, is a
   auto model = small_resnet();
   auto params = make_param_refs(model->named_parameters());
   CHECK_THROWS_WITH(apply_param_rules(params, {{"*", "!layer5.*"}}, {}),
-                    HasSubstr("train.freeze: the pattern 'layer5.*' matches no parameter (parameters: conv1.weight"));
+                    HasSubstr("train.freeze: the pattern '!layer5.*' matches no parameter (parameters: conv1.weight"));
   CHECK_THROWS_WITH(apply_param_rules(params, {}, {{"head.*", 2.0}}),
                     HasSubstr("optim.lr_multipliers: the pattern 'head.*' matches no parameter"));
   CHECK_THROWS_WITH(apply_param_rules(params, {{"*"}}, {}), HasSubstr("freeze all"));
