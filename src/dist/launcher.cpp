@@ -98,17 +98,11 @@ class Ranks {
   void stop_start(int sig) {
     spdlog::warn("launch: signal {} before every rank was started ({} of {} started); stopping them", sig,
                  pids_.size(), o_.nproc_per_node);
-    start_stopped_ = true;
     result_ = 128 + sig;
-    kill_at_ = std::chrono::steady_clock::now() + o_.grace;
-    signal_running(sig);
+    stop_started(sig);
   }
   // A fork that failed: the launch throws once the started ranks, stopped like a failed rank's peers, have ended.
-  void stop_for_fork_failure() {
-    start_stopped_ = true;
-    kill_at_ = std::chrono::steady_clock::now() + o_.grace;
-    signal_running(SIGTERM);
-  }
+  void stop_for_fork_failure() { stop_started(SIGTERM); }
 
   // Reaps every rank that has ended; returns whether one had.
   bool reap() {
@@ -135,6 +129,12 @@ class Ranks {
   }
 
  private:
+  // No more ranks start; the started ones get `sig` now and SIGKILL after the grace period.
+  void stop_started(int sig) {
+    start_stopped_ = true;
+    kill_at_ = std::chrono::steady_clock::now() + o_.grace;
+    signal_running(sig);
+  }
   void signal_running(int sig) {
     for (std::size_t i = 0; i < pids_.size(); ++i)
       if (running_[i]) ::kill(-pids_[i], sig);

@@ -15,6 +15,7 @@
 
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/io/atomic_file.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/nn/lora.h"
 #include "hadatrain/ops/copy.h"
@@ -231,10 +232,7 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
            "tensors [{}]", dir.string(), list(missing), list(unexpected));
   const std::vector<HfTokenizerFile> tokenizer_files =
       o.copy_tokenizer_from.empty() ? std::vector<HfTokenizerFile>{} : hf_tokenizer_files(o.copy_tokenizer_from);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  HT_CHECK(!ec && fs::is_directory(dir), "save_hf_checkpoint: cannot create the folder {}: {}", dir.string(),
-           ec ? ec.message() : "a file of that name exists");
+  io::create_output_directory(dir, "save_hf_checkpoint");
 
   // Shards in model order, each closed before it would pass max_shard_bytes (a larger tensor gets its own).
   std::vector<TensorList> shards(1);
@@ -283,6 +281,7 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
   LlamaConfig written_config = config;
   written_config.dtype = o.dtype;
   write_file_atomic(dir / kConfig, written_config.to_json().dump(2) + "\n");
+  std::error_code ec;
   for (const HfTokenizerFile& f : tokenizer_files) {
     const fs::path target = dir / f.name;
     if (fs::exists(target, ec) && fs::equivalent(f.source, target, ec)) continue;  // the folder's own file

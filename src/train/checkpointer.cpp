@@ -24,6 +24,7 @@
 
 #include "hadatrain/core/error.h"
 #include "hadatrain/dist/fsdp.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/tensor/dtype.h"
 
 namespace ht::train {
@@ -78,6 +79,17 @@ int64_t count_value(const io::Checkpoint& ck, const std::string& key) {
   return v;
 }
 
+// --resume refuses a config whose `key` differs from the value the checkpoint's run recorded: the error names both
+// values and how to go on (`otherwise` follows "resume with --set key=recorded").
+template <class T>
+void refuse_another(const io::Checkpoint& ck, const std::string& key, const T& recorded, const T& configured,
+                    const std::string& otherwise) {
+  if (recorded == configured) return;
+  throw Error(fmt::format("--resume: the checkpoint {} was written with {} {}, but the config has {} {}; resume with "
+                          "--set {}={}{}",
+                          ck.dir.string(), key, recorded, key, configured, key, recorded, otherwise));
+}
+
 // The first tensor of `tensors` (in their order) holding a NaN or an infinity: "'<name>' holds NaN" or
 // "'<name>' holds +infinity"; "" when every floating-point tensor is finite. One pass over a host copy of
 // each tensor, so it runs only where a checkpoint is written or evaluated, never per step.
@@ -113,31 +125,17 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   dist::consolidate_checkpoint(*ck);  // a sharded checkpoint's shards joined: any world size resumes it
   // The seed fixes the data order and the dropout masks: a resume under another seed would continue a
   // different run from this one's weights.
-  if (ck->state.is_object() && ck->state.contains("seed")) {
-    const auto seed = state_value<uint64_t>(*ck, "seed");
-    if (seed != o_.seed)
-      throw Error(fmt::format("--resume: the checkpoint {} was written with run.seed {}, but the config has run.seed "
-                              "{}; resume with --set run.seed={} or start a new run",
-                              ck->dir.string(), seed, o_.seed, seed));
-  }
+  if (ck->state.is_object() && ck->state.contains("seed"))
+    refuse_another(*ck, "run.seed", state_value<uint64_t>(*ck, "seed"), o_.seed, " or start a new run");
   // The loader position is a batch index: under another data.batch_size it would name other samples (some twice,
   // some never).
-  if (ck->state.is_object() && ck->state.contains("batch_size") && o_.batch_size > 0) {
-    const auto b = count_value(*ck, "batch_size");
-    if (b != o_.batch_size)
-      throw Error(fmt::format("--resume: the checkpoint {} was written with data.batch_size {}, but the config has "
-                              "data.batch_size {}; resume with --set data.batch_size={} or start a new run",
-                              ck->dir.string(), b, o_.batch_size, b));
-  }
+  if (ck->state.is_object() && ck->state.contains("batch_size") && o_.batch_size > 0)
+    refuse_another(*ck, "data.batch_size", count_value(*ck, "batch_size"), o_.batch_size, " or start a new run");
   // The optimiser's state is kept by slot names of its own (SGD's momentum, AdamW's moments): under another
   // optimiser a resume would drop it and start that one's state from zero without a word.
-  if (const auto it = ck->state.find("optimizer"); ck->state.is_object() && it != ck->state.end() && it->is_string() &&
-                                                   it->get<std::string>() != parts_.optimizer->name())
-    throw Error(fmt::format("--resume: the checkpoint {} was written with optim.name {}, but the config has optim.name "
-                            "{}; resume with --set optim.name={}, or start a new run from its weights with "
-                            "model.init_from",
-                            ck->dir.string(), it->get<std::string>(), parts_.optimizer->name(),
-                            it->get<std::string>()));
+  if (const auto it = ck->state.find("optimizer"); ck->state.is_object() && it != ck->state.end() && it->is_string())
+    refuse_another(*ck, "optim.name", it->get<std::string>(), parts_.optimizer->name(),
+                   ", or start a new run from its weights with model.init_from");
   load_model_tensors(parts_, *ck);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;
@@ -282,10 +280,7 @@ io::Checkpoint read_checkpoint_for_eval(const std::string& path) {
 }
 
 void check_checkpoint_dir_usable(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  HT_CHECK(!ec, "checkpoint.dir: cannot create {}: {}", dir.string(), ec.message());
-  HT_CHECK(fs::is_directory(dir, ec), "checkpoint.dir: {} is not a directory", dir.string());
+  io::create_output_directory(dir, "checkpoint.dir");
   HT_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "checkpoint.dir: {} is not writable: {}", dir.string(),
            std::error_code(errno, std::generic_category()).message());
 }

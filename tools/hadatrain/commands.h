@@ -32,8 +32,9 @@ inline CLI::Validator log_level_check() {
       "LEVEL");
 }
 
-// A numeric option's value against its range, for the checks a subcommand runs once its options are parsed (its
-// parse_complete_callback): outside [lo, hi] it throws CLI11's ValidationError, a usage error (exit 2) naming the
+// A numeric option's value against a range that depends on other options or comes with a reason (launch's), for
+// the checks a subcommand runs once its options are parsed (its parse_complete_callback; a plain fixed range is a
+// validator below, checked on the option's text): outside [lo, hi] it throws CLI11's ValidationError, a usage error (exit 2) naming the
 // option and the value, "--elements: must be an integer from 1 to 1099511627776, got 0". `why`, when given, follows
 // the range in parentheses. NaN is outside every range.
 template <class T>

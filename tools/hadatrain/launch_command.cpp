@@ -139,16 +139,13 @@ Command add_comm_check_command(CLI::App& app) {
                              "Connect to the job's ranks (torchrun/Slurm/launch variables) and check every collective");
   c.app->add_option("--engine", o->engine, "gloo or nccl (default: nccl on cuda, gloo on cpu)");
   c.app->add_option("--device", o->device, "cpu, or cuda (the device LOCAL_RANK)");
-  c.app->add_option("--elements", o->elements,
-                    fmt::format("f32 elements of the timed all-reduce, 1 .. {}", kMaxCheckElements))
+  c.app->add_option("--elements", o->elements, "f32 elements of the timed all-reduce")
+      ->check(integer_check(1, kMaxCheckElements))
       ->capture_default_str();
-  c.app->add_option("--timeout-s", o->timeout_s,
-                    fmt::format("Seconds before a missing rank is an error, {} .. {}", kMinTimeoutS, kMaxTimeoutS))
+  c.app->add_option("--timeout-s", o->timeout_s, "Seconds before a missing rank is an error")
+      ->check(number_check(fmt::format("a number from {} to {}", kMinTimeoutS, kMaxTimeoutS),
+                           [](double t) { return t >= kMinTimeoutS && t <= kMaxTimeoutS; }))
       ->capture_default_str();
-  c.app->parse_complete_callback([o] {
-    check_option_range("--elements", o->elements, int64_t{1}, kMaxCheckElements);
-    check_option_range("--timeout-s", o->timeout_s, kMinTimeoutS, kMaxTimeoutS);
-  });
   c.run = [o] { return run_comm_check(*o); };
   return c;
 }
