@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 
@@ -203,6 +204,13 @@ std::string ChatDataset::describe(int64_t i) const {
   if (opts_.layout == ChatLayout::pad) return fmt::format("example {}", where_[static_cast<std::size_t>(row_example_[static_cast<std::size_t>(i)])]);
   const int64_t w = row_window_[static_cast<std::size_t>(i)];
   return fmt::format("window {} (starting in example {})", w, where_[example_at(w * opts_.seq_len)]);
+}
+
+uint64_t ChatDataset::digest() const {
+  Fnv1a h;
+  h.add("chat\n").add_value(opts_.seq_len).add_value(opts_.layout).add_value(pad_);
+  h.add_values(ids_).add_values(response_).add_values(starts_).add_values(row_example_).add_values(row_window_);
+  return h.value();
 }
 
 void ChatDataset::check_vocab(int64_t vocab_size, const std::string& whose) const {

@@ -2,6 +2,7 @@
 // chat, and the validation split.
 #include "hadatrain/data/text_data.h"
 
+#include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 
@@ -16,6 +17,10 @@ TextSubset::TextSubset(std::shared_ptr<const TextDataset> base, std::vector<int6
 void TextSubset::get(int64_t i, int64_t* input_ids, int64_t* labels) const {
   HT_CHECK(i >= 0 && i < size(), "TextSubset: row {} is outside [0, {})", i, size());
   base_->get(rows_[static_cast<std::size_t>(i)], input_ids, labels);
+}
+
+uint64_t TextSubset::digest() const {
+  return Fnv1a().add("subset\n").add_value(base_->digest()).add_values(rows_).value();
 }
 
 std::string TextSubset::describe(int64_t i) const {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/data/sample_rng.h"
 
@@ -120,6 +121,13 @@ void PackedTextDataset::check_vocab(int64_t vocab_size, const std::string& whose
             "tokenizer's ({})",
             store_->document_file(d).string(), mx, at, whose, vocab_size, store_->vocab_size());
   }
+}
+
+uint64_t PackedTextDataset::digest() const {
+  Fnv1a h;
+  h.add("packed text\n").add_value(store_->content_digest()).add_values(docs_).add_value(opts_.seq_len);
+  for (const auto& id : {opts_.bos, opts_.eos}) h.add_value(id ? int64_t{*id} : int64_t{-1});
+  return h.value();
 }
 
 DocumentSplit split_documents(int64_t n, double val_fraction, uint64_t seed) {

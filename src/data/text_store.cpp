@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/atomic_file.h"
@@ -61,12 +62,6 @@ struct Header {
   uint64_t reserved[2];
 };
 static_assert(sizeof(Header) == 64, "the token cache header is 64 bytes");
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 uint32_t crc_update(uint32_t crc, const void* data, std::size_t n) {
   auto* p = static_cast<const Bytef*>(data);
@@ -150,7 +145,7 @@ uint64_t cache_digest(const Tokenizer& tok, const std::vector<SourceInfo>& files
     if (with_contents) k += fmt::format(" {} {} {:08x}", f.size, f.mtime_ns, f.crc);
     k += '\n';
   }
-  return fnv1a(k);
+  return Fnv1a().add(k).value();
 }
 
 uint64_t padded(uint64_t n) { return (n + 7) / 8 * 8; }
@@ -394,6 +389,10 @@ std::shared_ptr<const TokenStore> TokenStore::open(const TokenStoreOptions& opts
   store->offsets_ = reinterpret_cast<const uint64_t*>(base + sizeof h + padded(h.num_tokens * h.token_bytes));
   store->max_ids_ = reinterpret_cast<const uint32_t*>(store->offsets_ + h.num_documents + 1);
   store->files_ = paths;
+  Fnv1a content;
+  content.add(fmt::format("{} {} {}\n", tok.kind(), tok.fingerprint(), tok.vocab_size()));
+  for (const auto& f : files) content.add_value(f.size).add_value(f.crc);
+  store->content_digest_ = content.value();
   return store;
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "data/tokenizer_engines.h"
+#include "hadatrain/core/digest.h"
 
 namespace ht::data {
 namespace detail {
@@ -18,14 +19,7 @@ std::string read_file_bytes(const std::filesystem::path& path) {
   return std::move(out).str();
 }
 
-std::string fnv1a_hex(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return fmt::format("{:016x}", h);
-}
+std::string fnv1a_hex(std::string_view bytes) { return fmt::format("{:016x}", Fnv1a().add(bytes).value()); }
 
 }  // namespace detail
 

@@ -65,10 +65,14 @@ T state_value(const io::Checkpoint& ck, const std::string& key) {
   const std::string file = (ck.dir / "state.json").string();
   const auto it = ck.state.is_object() ? ck.state.find(key) : ck.state.end();
   HT_CHECK(it != ck.state.end(), "--resume: {} has no \"{}\"", file, key);
-  constexpr bool real = std::is_floating_point_v<T>, non_negative = std::is_unsigned_v<T>;
-  const bool ok = real ? it->is_number() : non_negative ? it->is_number_unsigned() : it->is_number_integer();
+  constexpr bool text = std::is_same_v<T, std::string>, real = std::is_floating_point_v<T>,
+                 non_negative = std::is_unsigned_v<T>;
+  const bool ok = text ? it->is_string()
+                  : real ? it->is_number()
+                  : non_negative ? it->is_number_unsigned()
+                                 : it->is_number_integer();
   HT_CHECK(ok, "--resume: {}: \"{}\" is {}, expected {}", file, key, it->dump(),
-           real ? "a number" : non_negative ? "a non-negative integer" : "an integer");
+           text ? "a string" : real ? "a number" : non_negative ? "a non-negative integer" : "an integer");
   return it->get<T>();
 }
 
@@ -136,6 +140,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   if (const auto it = ck->state.find("optimizer"); ck->state.is_object() && it != ck->state.end() && it->is_string())
     refuse_another(*ck, "optim.name", it->get<std::string>(), parts_.optimizer->name(),
                    ", or start a new run from its weights with model.init_from");
+  check_same_data(*ck);
   load_model_tensors(parts_, *ck);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;
@@ -173,6 +178,32 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
                st.position.batch);
   return st;
+}
+
+// The loader's position (epoch, batch) and the data order (a function of the seed and the row count) name rows of the
+// data the run trained on: under data with other rows, or the same number of other rows, a resume would continue
+// on rows the run never planned (some twice, some never, some other text), so it is refused. A checkpoint that
+// records neither (written before the state held them) is not checked.
+void Checkpointer::check_same_data(const io::Checkpoint& ck) const {
+  if (!ck.state.is_object()) return;
+  const std::string fix = "restore the data the run trained on, or start a new run from its weights with model.init_from";
+  if (ck.state.contains("train_rows")) {
+    const int64_t rows = count_value(ck, "train_rows");
+    HT_CHECK(rows == o_.train_rows,
+             "--resume: the checkpoint {} was written training on {} rows, but this config's training data has {}: "
+             "the data changed since (other files or text, or another split or sequence length), so the loader's "
+             "position would name other rows; {}",
+             ck.dir.string(), rows, o_.train_rows, fix);
+  }
+  if (ck.state.contains("train_digest") && o_.train_digest) {
+    const auto recorded = state_value<std::string>(ck, "train_digest");
+    const std::string now = fmt::format("{:016x}", *o_.train_digest);
+    HT_CHECK(recorded == now,
+             "--resume: the checkpoint {} was written training on other rows than this config's data gives (the rows' "
+             "digest was {}, now {}; the same number, {}): a source file's text, the files or the tokenizer changed "
+             "since; {}",
+             ck.dir.string(), recorded, now, o_.train_rows, fix);
+  }
 }
 
 std::string Checkpointer::last_good_checkpoint() const {
@@ -218,7 +249,9 @@ fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverg
              {"optimizer_steps", parts_.optimizer->steps()},
              {"run", o_.run_name},
              {"seed", o_.seed},
-             {"batch_size", o_.batch_size}};
+             {"batch_size", o_.batch_size},
+             {"train_rows", o_.train_rows}};
+  if (o_.train_digest) d.state["train_digest"] = fmt::format("{:016x}", *o_.train_digest);
   if (parts_.ema != nullptr) d.state["ema_updates"] = parts_.ema->updates();
   const bool mark = best == io::MarkBest::yes && o_.keep_best;
   // io::save_checkpoint removes what it began when it fails, leaving `latest` and every earlier checkpoint as they

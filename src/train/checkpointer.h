@@ -83,6 +83,10 @@ struct CheckpointerOptions {
   std::string run_name;       // recorded in the state
   uint64_t seed = 0;          // run.seed, recorded in the state
   int64_t batch_size = 0;     // data.batch_size, recorded in the state (the loader position counts its batches)
+  // The training data as the loader position refers to it, recorded in the state: its rows (samples) and, for
+  // language-model data, their digest (data::TextDataset::digest). --resume refuses data that differs.
+  int64_t train_rows = 0;
+  std::optional<uint64_t> train_digest;
   std::string score_name;     // Task::score_name; the state key is "best_<score_name>"
   io::Metadata model_metadata;  // extra model.safetensors metadata (a language model's config, its tokenizer)
   // checkpoint.on_save_failure: a save that fails (disk full, I/O error) stops the run (false) or is
@@ -119,6 +123,9 @@ class Checkpointer {
   // save() without the failure policy: throws ht::Error when the checkpoint is not written; sets `diverged`
   // first when that is because the model holds a non-finite value.
   std::filesystem::path write(const RunState& state, io::MarkBest best, bool& diverged);
+
+  // Throws ht::Error when the checkpoint's run trained on other rows than o_ describes.
+  void check_same_data(const io::Checkpoint& ck) const;
 
   CheckpointerOptions o_;
   CheckpointedParts parts_;

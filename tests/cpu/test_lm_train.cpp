@@ -82,6 +82,41 @@ TEST_CASE("an LM run resumed from its step-3 checkpoint repeats the uninterrupte
   CHECK(ev.loss == r.last_eval.loss);
 }
 
+TEST_CASE("an LM resume on edited text is an error; the same text elsewhere resumes", "[lm_train]") {
+  const fs::path corpus = test::scratch_dir() / "lm" / "edited_corpus";
+  const fs::path moved = test::scratch_dir() / "lm" / "moved_corpus";
+  for (const auto& d : {corpus, moved}) {
+    fs::remove_all(d);
+    fs::create_directories(d);
+    fs::copy(kRoot + "/tests/fixtures/lm_text", d, fs::copy_options::recursive);
+  }
+  const auto on = [](const fs::path& d, std::vector<std::string> sets = {}) {
+    sets.push_back("data.paths=[" + d.string() + "]");
+    return tiny_lm("edited", sets);
+  };
+  run_training(on(corpus, {"train.max_steps=3"}));
+  // One character replaced by another: the same token count and rows, other text.
+  const fs::path file = corpus / "1801_thomas_jefferson_dr.txt";
+  std::string text;
+  {
+    std::ifstream in(file, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::size_t at = text.find('e', 100);
+  REQUIRE(at != std::string::npos);
+  text[at] = 'a';
+  std::ofstream(file, std::ios::binary) << text;
+  const std::string err = test::error_of([&] { run_training(on(corpus), {.kind = ResumeFrom::Kind::latest}); });
+  CHECK_THAT(err, HasSubstr("was written training on other rows than this config's data gives"));
+  CHECK_THAT(err, HasSubstr("step_3"));
+  // Twice the text: more rows.
+  std::ofstream(file, std::ios::binary | std::ios::app) << text;
+  CHECK_THAT(test::error_of([&] { run_training(on(corpus), {.kind = ResumeFrom::Kind::latest}); }),
+             HasSubstr("but this config's training data has"));
+  // The same files in another folder are the same data.
+  CHECK(run_training(on(moved), {.kind = ResumeFrom::Kind::latest}).steps == 6);
+}
+
 TEST_CASE("activation checkpointing and gradient accumulation leave an LM run's losses as they are", "[lm_train]") {
   const TrainerConfig plain = tiny_lm("plain", {"train.max_steps=4", "checkpoint.every_steps=0"});
   run_training(plain);

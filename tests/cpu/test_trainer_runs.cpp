@@ -198,6 +198,18 @@ TEST_CASE("a resume under another data.batch_size than the checkpoint's is an er
   CHECK(run_training(config_in("batch_resume"), {ResumeFrom::Kind::latest, ""}).steps == 8);
 }
 
+TEST_CASE("a resume on training data with another number of rows is an error naming both counts",
+          "[trainer][checkpoint][errors]") {
+  logging::set_level("off");
+  run_training(config_in("rows_resume", {"train.max_steps=3", "checkpoint.every_steps=3"}));
+  const std::string err = test::error_of([] {
+    run_training(config_in("rows_resume", {"data.train_limit=48"}), {ResumeFrom::Kind::latest, ""});
+  });
+  CHECK_THAT(err, HasSubstr("was written training on 64 rows, but this config's training data has 48"));
+  CHECK_THAT(err, HasSubstr((temp_dir() / "rows_resume" / "checkpoints" / "step_3").string()));
+  CHECK(run_training(config_in("rows_resume"), {ResumeFrom::Kind::latest, ""}).steps == 8);
+}
+
 TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml", "[trainer][checkpoint]") {
   logging::set_level("warn");
   const fs::path fresh = temp_dir() / "failed_resume_fresh";

@@ -52,6 +52,7 @@ class ChatDataset final : public TextDataset {
   void get(int64_t i, int64_t* input_ids, int64_t* labels) const override;
   std::string describe(int64_t i) const override;
   void check_vocab(int64_t vocab_size, const std::string& whose) const override;
+  uint64_t digest() const override;  // of every example's ids and response flags and the rows' layout
 
   int64_t num_examples() const { return static_cast<int64_t>(where_.size()); }
   int64_t num_truncated() const { return truncated_; }

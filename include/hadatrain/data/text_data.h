@@ -52,6 +52,7 @@ class TextSubset final : public TextDataset {
   void get(int64_t i, int64_t* input_ids, int64_t* labels) const override;
   std::string describe(int64_t i) const override;
   void check_vocab(int64_t vocab_size, const std::string& whose) const override { base_->check_vocab(vocab_size, whose); }
+  uint64_t digest() const override;  // the base's and the rows taken
 
  private:
   std::shared_ptr<const TextDataset> base_;

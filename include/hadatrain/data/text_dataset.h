@@ -30,6 +30,10 @@ class TextDataset {
   // >= vocab_size (a model with a smaller vocabulary than the tokenizer); `whose` names the vocabulary
   // ("model.vocab_size").
   virtual void check_vocab(int64_t vocab_size, const std::string& whose) const = 0;
+  // A digest of the rows: equal digests mean the same rows (the same tokens and labels in the same order), as far
+  // as a 64-bit digest tells (core/digest.h). A checkpoint records the training rows' digest, and --resume
+  // refuses data that changed since (the loader's position would name other rows).
+  virtual uint64_t digest() const = 0;
 };
 
 struct PackOptions {
@@ -57,6 +61,8 @@ class PackedTextDataset final : public TextDataset {
   void get(int64_t i, int64_t* input_ids, int64_t* labels) const override;
   std::string describe(int64_t i) const override;
   void check_vocab(int64_t vocab_size, const std::string& whose) const override;
+  // The store's content digest, the documents taken, seq_len and BOS/EOS: what fixes every window.
+  uint64_t digest() const override;
 
   int64_t stream_size() const { return starts_.back(); }
   // Stream tokens [begin, begin + n) into out.

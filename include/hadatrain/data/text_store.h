@@ -68,6 +68,10 @@ class TokenStore {
   int token_bytes() const { return token_bytes_; }
   const std::filesystem::path& cache_file() const { return cache_file_; }
   CacheUse cache_use() const { return cache_use_; }
+  // A digest of the tokenizer (its kind, fingerprint and vocabulary size) and every source file's size and CRC-32
+  // in order: equal for the same texts tokenised by the same tokenizer, wherever the files lie and whatever their
+  // modification times (the cache key also covers paths and times).
+  uint64_t content_digest() const { return content_digest_; }
 
   struct Mapping;  // the mapped cache file (text_store.cpp)
 
@@ -83,6 +87,7 @@ class TokenStore {
   int token_bytes_ = 4;
   std::filesystem::path cache_file_;
   CacheUse cache_use_ = CacheUse::reused;
+  uint64_t content_digest_ = 0;
 };
 
 }  // namespace ht::data
