@@ -105,6 +105,19 @@ const std::string& prepared_metrics_path(const RunLogOptions& o) {
 
 }  // namespace
 
+bool metrics_has_eval_at(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!rec.is_object()) continue;
+    const auto s = rec.find("step");
+    const auto type = rec.find("type");
+    if (s != rec.end() && s->is_number_integer() && s->get<int64_t>() == step && type != rec.end() && *type == "eval")
+      return true;
+  }
+  return false;
+}
+
 RunLog::RunLog(RunLogOptions o)
     : o_(std::move(o)), metrics_(prepared_metrics_path(o_), o_.mode), tty_(isatty(STDOUT_FILENO) == 1), last_draw_(Clock::now()) {}
 

@@ -44,6 +44,9 @@ struct TrainWindow {
   std::vector<std::pair<std::string, double>> extra;  // further keys of the record (dist: comm_bytes per step)
 };
 
+// Whether the metrics file at `path` holds an eval record of `step` (false when there is no file).
+bool metrics_has_eval_at(const std::string& path, int64_t step);
+
 class RunLog {
  public:
   explicit RunLog(RunLogOptions o);

@@ -242,6 +242,27 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                  "nothing to train; evaluating its weights",
                  checkpointer.resumed_from().string(), st.step, cfg.train.epochs, cfg.train.max_steps);
     result.last_eval = evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get());
+    // A run killed during its final evaluation left a checkpoint of its last step and no record of that
+    // evaluation: the record is appended now, the one thing such a resume writes.
+    const std::string metrics = (fs::path(cfg.run.out_dir) / "metrics.jsonl").string();
+    if (std::error_code ec; fs::exists(metrics, ec) && !metrics_has_eval_at(metrics, st.step)) {
+      RunLog log({.metrics_path = metrics,
+                  .mode = MetricsMode::append,
+                  .resume_step = st.step,
+                  .evaluates_at_resume_step = true,
+                  .unit = task->unit(),
+                  .device = device,
+                  .epochs = cfg.train.epochs,
+                  .steps_per_epoch = spe,
+                  .total_steps = end_step});
+      // The epoch of the last step: a checkpoint that ends its epoch continues at the next one.
+      const int64_t epoch = std::min(st.position.batch == 0 ? st.position.epoch - 1 : st.position.epoch,
+                                     cfg.train.epochs - 1);
+      log.eval(st.step, std::max<int64_t>(epoch, 0), 0.0,
+               st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan(""), result.last_eval);
+      spdlog::info("{} had no record of the evaluation at step {} (the run stopped during it): recorded", metrics,
+                   st.step);
+    }
     result.steps = st.step;
     result.already_complete = true;
     result.checkpoint = checkpointer.resumed_from().string();

@@ -122,6 +122,36 @@ TEST_CASE("resuming a run that has nothing left to train evaluates the checkpoin
   }
 }
 
+TEST_CASE("resuming a run stopped during its final evaluation records that evaluation", "[trainer][checkpoint]") {
+  logging::set_level("warn");
+  const TrainerConfig full = config_in("final_eval_killed");  // 2 epochs of 4 steps, checkpoints every 2 steps
+  run_training(full);
+  const fs::path metrics = temp_dir() / "final_eval_killed" / "metrics.jsonl";
+  std::string text = read_text(metrics);
+  // The state a kill during the final evaluation leaves: the last step's checkpoint, no record of the evaluation.
+  REQUIRE(text.size() > 1);
+  const std::size_t last = text.rfind('\n', text.size() - 2) + 1;
+  const nlohmann::json final_eval = nlohmann::json::parse(text.substr(last));
+  REQUIRE(final_eval["type"] == "eval");
+  REQUIRE(final_eval["step"] == 8);
+  REQUIRE(final_eval["train_loss"].is_number());
+  REQUIRE(final_eval["test_acc"].is_number());
+  text.resize(last);
+  std::ofstream(metrics, std::ios::binary | std::ios::trunc) << text;
+
+  CHECK(run_training(config_in("final_eval_killed"), {ResumeFrom::Kind::latest, ""}).already_complete);
+  const std::string after = read_text(metrics);
+  REQUIRE(after.substr(0, last) == text);
+  const nlohmann::json added = nlohmann::json::parse(after.substr(last));
+  for (const char* key : {"type", "step", "epoch", "train_loss", "test_loss", "test_acc"}) {
+    INFO(key);
+    CHECK(added[key] == final_eval[key]);
+  }
+  // Recorded once: a second resume finds it and writes nothing.
+  run_training(config_in("final_eval_killed"), {ResumeFrom::Kind::latest, ""});
+  CHECK(read_text(metrics) == after);
+}
+
 // SGD without momentum keeps no optimiser state: its checkpoints hold an optimizer.safetensors without tensors,
 // and a resume from one continues to the uninterrupted run's result.
 TEST_CASE("a run whose optimiser keeps no state resumes to the uninterrupted run's result", "[trainer][checkpoint]") {
