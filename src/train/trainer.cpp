@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #ifdef HADATRAIN_CUDA
@@ -504,7 +506,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   return result;
 }
 
-EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average) {
+CheckpointEvaluation run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average) {
   check_device(cfg.train.device);
   const Datasets ds = make_datasets(cfg);
   Generator init_gen(cfg.run.seed);
@@ -524,7 +526,23 @@ EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoin
                describe_data(cfg, ds));
   const std::unique_ptr<Task> task = make_task(cfg, *model);
   const std::unique_ptr<BatchSource> loader = make_loader(cfg, ds, Split::test);
-  return evaluate(*model, *task, *loader, cfg.train.device);
+  CheckpointEvaluation out;
+  static_cast<EvalResult&>(out) = evaluate(*model, *task, *loader, cfg.train.device);
+  out.checkpoint = ck.dir;
+  out.step = ck.step;
+  out.average = average;
+  return out;
+}
+
+std::string evaluation_json(const CheckpointEvaluation& e) {
+  nlohmann::ordered_json j;
+  j["checkpoint"] = e.checkpoint.string();
+  j["step"] = e.step;
+  j["weights"] = e.average ? "average" : "model";
+  j["loss"] = e.loss;
+  j["total"] = e.total;
+  for (const EvalMetric& m : e.metrics) std::visit([&](auto v) { j[m.name] = v; }, m.value);
+  return j.dump(2) + "\n";
 }
 
 }  // namespace ht::train

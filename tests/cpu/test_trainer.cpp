@@ -244,7 +244,18 @@ TEST_CASE("a ResNet-18 resumed from an epoch checkpoint restores batch-norm stat
   // what the run reported.
   for (const fs::path& dir : {io::checkpoint_dir(full.checkpoint.dir, 8), fs::path(full.checkpoint.dir)}) {
     INFO(dir);
-    const EvalResult e = run_evaluation(full, dir.string());
+    const CheckpointEvaluation e = run_evaluation(full, dir.string());
+    CHECK(e.checkpoint == io::checkpoint_dir(full.checkpoint.dir, 8));  // the root resolves to its latest
+    CHECK(e.step == 8);
+    // `eval --json`: the same figures, named as the task names them.
+    const json j = json::parse(evaluation_json(e));
+    CHECK(j.at("checkpoint") == e.checkpoint.string());
+    CHECK(j.at("step") == 8);
+    CHECK(j.at("weights") == "model");
+    CHECK(j.at("loss").get<double>() == e.loss);
+    CHECK(j.at("total") == kTest);
+    CHECK(j.at("correct") == e.count("correct"));
+    CHECK(j.at("top5").get<double>() == e.number("top5"));
     CHECK(e.total == kTest);
     CHECK(e.count("correct") == a.last_eval.count("correct"));
     CHECK(e.number("top5") == a.last_eval.number("top5"));

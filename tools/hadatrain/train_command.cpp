@@ -1,5 +1,5 @@
 // `hadatrain train --config FILE [--set key=value]... [--resume [DIR]] [--log-level LEVEL]` and
-// `hadatrain eval --config FILE --checkpoint DIR`.
+// `hadatrain eval --config FILE --checkpoint DIR [--ema] [--json FILE]`.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +13,8 @@
 
 #include "commands.h"
 #include "hadatrain/core/logging.h"
+#include "hadatrain/io/atomic_file.h"
+#include "hadatrain/io/output_path.h"
 #include "hadatrain/train/trainer.h"
 
 namespace ht::cli {
@@ -119,12 +121,20 @@ Command add_eval_command(CLI::App& app) {
       ->required();
   auto average = std::make_shared<bool>(false);
   c.app->add_flag("--ema", *average, "Evaluate the checkpoint's weight average (ema.safetensors, config section ema)");
-  c.run = [args, average] {
+  auto json = std::make_shared<std::string>();
+  c.app->add_option("--json", *json, "Also write the figures as JSON to this file (checkpoint, step, loss, metrics)");
+  c.run = [args, average, json] {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
-    const train::EvalResult r = train::run_evaluation(cfg, args->checkpoint, *average);
+    if (!json->empty()) io::check_output_path(*json, io::OutputKind::file, "--json");  // before the work
+    const train::CheckpointEvaluation r = train::run_evaluation(cfg, args->checkpoint, *average);
     // r.total counts the task's evaluated units: tokens with a label for language models, else images
     fmt::print("{} ({} {})\n", r.summary, r.total, r.has("tokens") ? "tokens" : "samples");
+    if (!json->empty()) {
+      const std::filesystem::path dir = std::filesystem::path(*json).parent_path();
+      if (!dir.empty()) io::create_output_directory(dir, "--json");
+      io::write_file_atomic(*json, train::evaluation_json(r));
+    }
     return 0;
   };
   return c;

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -42,9 +43,20 @@ struct ResumeFrom {
 TrainResult run_training(const TrainerConfig& cfg, const ResumeFrom& resume = {},
                          const std::atomic<int>* stop = nullptr);
 
+// An evaluation of a checkpoint: its figures and which checkpoint they are of.
+struct CheckpointEvaluation : EvalResult {
+  std::filesystem::path checkpoint;  // the step_<N> directory evaluated
+  int64_t step = 0;                  // its step
+  bool average = false;              // its weight average was evaluated (--ema)
+};
+
 // Loads the model weights of `checkpoint_dir` (a step_<N> directory, or a checkpoint root whose latest is
 // used) and evaluates them with the config's task on the test split. With `average`, the checkpoint's weight
 // average (ema.safetensors, config `ema`) replaces the weights it covers; ht::Error when it has none.
-EvalResult run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average = false);
+CheckpointEvaluation run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average = false);
+
+// The evaluation as one JSON object (`hadatrain eval --json`): "checkpoint", "step", "weights" ("model" or
+// "average"), "loss", "total" and the task's figures by name ("acc", "top5", "ppl", "tokens", ...).
+std::string evaluation_json(const CheckpointEvaluation& e);
 
 }  // namespace ht::train
