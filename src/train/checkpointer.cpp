@@ -26,6 +26,7 @@
 #include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/tensor/dtype.h"
+#include "hadatrain/train/lm_source.h"
 
 namespace ht::train {
 namespace {
@@ -141,6 +142,17 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     refuse_another(*ck, "optim.name", it->get<std::string>(), parts_.optimizer->name(),
                    ", or start a new run from its weights with model.init_from");
   check_same_data(*ck);
+  // LoRA adapters were trained under the checkpoint's settings: another alpha or dropout would continue another
+  // run from them (alpha scales the adapters' output), and another rank or target list does not fit them.
+  const auto lora_then = ck->model.metadata.find(kLoraKey), lora_now = o_.model_metadata.find(kLoraKey);
+  if (lora_then != ck->model.metadata.end() && lora_now != o_.model_metadata.end()) {
+    const auto then = nlohmann::json::parse(lora_then->second, nullptr, false);
+    const auto now = nlohmann::json::parse(lora_now->second, nullptr, false);
+    if (then.is_object())
+      for (const auto& [key, value] : now.items())
+        if (then.contains(key))
+          refuse_another(*ck, "model.lora." + key, then[key].dump(), value.dump(), " or start a new run");
+  }
   load_model_tensors(parts_, *ck);
   HT_CHECK(ck->optimizer.has_value(), "--resume: {} has no optimizer.safetensors", ck->dir.string());
   const auto& s = ck->state;

@@ -161,6 +161,14 @@ TEST_CASE("a LoRA run from a checkpoint trains only its adapters and records the
   const LlamaSource src = find_llama_source(fs::path(lora.run.out_dir) / "checkpoints");
   REQUIRE(src.lora.has_value());
   CHECK(src.lora->rank == 16);
+  // A resume continues under the adapters' settings only: another alpha would rescale what they learned.
+  const std::string err = test::error_of([&] {
+    run_training(lora_lm("lora", base_ck, {"train.max_steps=4", "model.lora.alpha=7"}), {.kind = ResumeFrom::Kind::latest});
+  });
+  CHECK_THAT(err, HasSubstr(fmt::format("was written with model.lora.alpha {}, but the config has model.lora.alpha "
+                                        "7.0; resume with --set model.lora.alpha={}",
+                                        nlohmann::json(src.lora->alpha).dump(), nlohmann::json(src.lora->alpha).dump())));
+  CHECK(run_training(lora_lm("lora", base_ck, {"train.max_steps=4"}), {.kind = ResumeFrom::Kind::latest}).steps == 4);
 }
 
 // LoRA dropout draws its masks from the step-keyed dropout generator; an activation checkpoint rewinds the draw index
