@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cmath>
 #include <map>
+#include <set>
 #include <system_error>
 #include <type_traits>
 #include <unistd.h>
@@ -171,6 +172,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
     st.window_steps = count_value(*ck, "window_loss_steps");
   }
   const auto dropout_stream = state_value<uint64_t>(*ck, "dropout_stream");
+  check_same_trained_parameters(*ck, count_value(*ck, "optimizer_steps"));
   load_optimizer_state(parts_, *ck, count_value(*ck, "optimizer_steps"));
   parts_.dropout_gen->set_state(dropout_stream);
   if (parts_.ema != nullptr) {
@@ -216,6 +218,40 @@ void Checkpointer::check_same_data(const io::Checkpoint& ck) const {
              "since; {}",
              ck.dir.string(), recorded, now, o_.train_rows, fix);
   }
+}
+
+// The optimiser's state covers the parameters the checkpoint's run trained. A parameter that trains now without
+// state would start its moments from zero with the run's step count in AdamW's bias correction (its first updates
+// about 3x too large), and state of a parameter that is frozen now would be dropped: train.freeze or model.lora
+// differ from the run's. Checked when the checkpoint holds state at all (SGD without momentum keeps none).
+void Checkpointer::check_same_trained_parameters(const io::Checkpoint& ck, int64_t optimizer_steps) const {
+  if (!ck.optimizer || ck.optimizer->tensors.empty() || optimizer_steps == 0) return;
+  const auto& slots = parts_.optimizer->store().state_names();
+  if (slots.empty()) return;
+  std::vector<std::string> new_now, frozen_now;
+  std::set<std::string> trained;
+  for (const auto& p : parts_.optimizer->params()) {
+    if (!p.param->requires_grad()) continue;  // frozen: no gradient, no state
+    trained.insert(p.name);
+    if (!ck.optimizer->tensors.count(p.name + "." + slots.front())) new_now.push_back(p.name);
+  }
+  for (const auto& [key, t] : ck.optimizer->tensors) {
+    const std::string suffix = "." + slots.front();
+    if (key.size() > suffix.size() && key.ends_with(suffix) && !trained.count(key.substr(0, key.size() - suffix.size())))
+      frozen_now.push_back(key.substr(0, key.size() - suffix.size()));
+  }
+  const auto some = [](const std::vector<std::string>& names) {
+    return fmt::format("'{}'{}", fmt::join(names.begin(), names.begin() + std::min<std::size_t>(names.size(), 3), "', '"),
+                       names.size() > 3 ? fmt::format(" and {} more", names.size() - 3) : "");
+  };
+  const std::string fix = "resume with the run's train.freeze and model.lora, or start a new run from its weights with "
+                          "model.init_from";
+  HT_CHECK(new_now.empty(), "--resume: {} parameter(s) train under this config that the checkpoint {} kept frozen ({}): "
+           "they have no optimiser state, and {} would start theirs at the run's step {}; {}",
+           new_now.size(), ck.dir.string(), some(new_now), parts_.optimizer->name(), optimizer_steps, fix);
+  HT_CHECK(frozen_now.empty(), "--resume: {} parameter(s) the checkpoint {} trained are frozen under this config ({}): "
+           "their optimiser state would be dropped; {}",
+           frozen_now.size(), ck.dir.string(), some(frozen_now), fix);
 }
 
 std::string Checkpointer::last_good_checkpoint() const {

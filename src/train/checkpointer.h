@@ -126,6 +126,8 @@ class Checkpointer {
 
   // Throws ht::Error when the checkpoint's run trained on other rows than o_ describes.
   void check_same_data(const io::Checkpoint& ck) const;
+  // Throws ht::Error when the parameters with optimiser state in the checkpoint are not the ones that train now.
+  void check_same_trained_parameters(const io::Checkpoint& ck, int64_t optimizer_steps) const;
 
   CheckpointerOptions o_;
   CheckpointedParts parts_;

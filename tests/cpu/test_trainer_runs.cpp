@@ -240,6 +240,30 @@ TEST_CASE("a resume on training data with another number of rows is an error nam
   CHECK(run_training(config_in("rows_resume"), {ResumeFrom::Kind::latest, ""}).steps == 8);
 }
 
+TEST_CASE("a resume under other trained parameters than the checkpoint's is an error naming them",
+          "[trainer][checkpoint][errors]") {
+  logging::set_level("off");
+  // Biases frozen, then trained on resume: they have no AdamW moments, and the run's step count would scale their
+  // first updates up.
+  run_training(config_in("freeze_resume", {"train.max_steps=2", "optim.name=adamw", "train.freeze=['*.bias']"}));
+  const std::string more = test::error_of([] {
+    run_training(config_in("freeze_resume", {"optim.name=adamw"}), {ResumeFrom::Kind::latest, ""});
+  });
+  CHECK_THAT(more, HasSubstr("--resume: 2 parameter(s) train under this config that the checkpoint "));
+  CHECK_THAT(more, HasSubstr(".bias'): they have no optimiser state, and adamw would start theirs at the run's step 2"));
+  // Trained, then frozen on resume: their state would be dropped.
+  run_training(config_in("unfreeze_resume", {"train.max_steps=2", "optim.name=adamw"}));
+  const std::string fewer = test::error_of([] {
+    run_training(config_in("unfreeze_resume", {"optim.name=adamw", "train.freeze=['*.bias']"}),
+                 {ResumeFrom::Kind::latest, ""});
+  });
+  CHECK_THAT(fewer, HasSubstr("--resume: 2 parameter(s) the checkpoint "));
+  CHECK_THAT(fewer, HasSubstr("are frozen under this config"));
+  CHECK(run_training(config_in("freeze_resume", {"optim.name=adamw", "train.freeze=['*.bias']"}),
+                     {ResumeFrom::Kind::latest, ""})
+            .steps == 8);
+}
+
 TEST_CASE("a failed resume leaves no new folder and does not rewrite config.yaml", "[trainer][checkpoint]") {
   logging::set_level("warn");
   const fs::path fresh = temp_dir() / "failed_resume_fresh";
