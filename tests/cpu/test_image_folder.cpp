@@ -1,6 +1,7 @@
 // Image folders and decoding: JPEGs made by the test with libjpeg's compressor (RGB, grayscale, CMYK with and
 // without an Adobe marker, YCCK), PNGs written byte by byte (a PNG named .JPEG; the pixel rules PIL follows for
-// 16-bit, gAMA, alpha, grey and palette files), truncated and corrupt files, class/file order, list files.
+// 16-bit, gAMA, alpha, grey and palette files), truncated and corrupt files, class/file order, symbolic links
+// (followed; a loop is an error), list files.
 #include <unistd.h>
 
 #include <filesystem>
@@ -396,4 +397,48 @@ TEST_CASE("a corrupt file inside a folder surfaces through the loader with its p
   CHECK(loader.next()->indices == std::vector<int64_t>{0, 1});
   CHECK_THROWS_WITH(loader.next(), HasSubstr("batch 1") && HasSubstr("dataset index 3") && HasSubstr("f3.jpg") &&
                                        (HasSubstr("truncated") || HasSubstr("cannot decode JPEG")));
+}
+
+TEST_CASE("symbolic links: followed as torchvision does; a link loop is an error naming the link", "[data][image]") {
+  TempDir tmp("links");
+  const auto jpeg = encode_jpeg(Image::zeros(4, 4, 3, ImageLayout::hwc), {90, JpegColor::rgb});
+  // Links to folders and files outside the root are followed; a folder reached by two links is listed twice.
+  const fs::path shared = tmp.path / "shared";
+  write_file(shared / "s.jpg", jpeg);
+  const fs::path root = tmp.path / "root";
+  write_file(root / "a/a.jpg", jpeg);
+  fs::create_directory_symlink(shared, root / "a/one");
+  fs::create_directory_symlink(shared, root / "a/two");
+  fs::create_symlink(shared / "s.jpg", root / "a/file_link.jpg");
+  fs::create_directory_symlink(shared, root / "b");  // a class folder that is a link
+  {
+    ImageFolder folder({root});
+    CHECK(folder.classes() == std::vector<std::string>{"a", "b"});
+    std::vector<std::string> rel;
+    for (int64_t i = 0; i < folder.size(); ++i) rel.push_back(folder.file(i).lexically_relative(root).generic_string());
+    CHECK(rel == std::vector<std::string>{"a/a.jpg", "a/file_link.jpg", "a/one/s.jpg", "a/two/s.jpg", "b/s.jpg"});
+  }
+  // A link to the folder that holds it.
+  fs::create_directory_symlink(root / "a", root / "a/sub_loop");
+  CHECK_THROWS_WITH(ImageFolder({root}),
+                    HasSubstr("image folder " + root.string() + ": " + (root / "a/sub_loop").string() +
+                              " is a symbolic link loop: it leads to " + (root / "a").string() +
+                              ", a folder the scan is already in") &&
+                        HasSubstr("remove the link"));
+  fs::remove(root / "a/sub_loop");
+  // Two links that lead into each other's folders.
+  write_file(root / "c/x/x.jpg", jpeg);
+  write_file(root / "c/y/y.jpg", jpeg);
+  fs::create_directory_symlink(root / "c/y", root / "c/x/to_y");
+  fs::create_directory_symlink(root / "c/x", root / "c/y/to_x");
+  CHECK_THROWS_WITH(ImageFolder({root}), HasSubstr(" is a symbolic link loop: it leads to " + (root / "c").string()));
+  fs::remove_all(root / "c");
+  // A link to itself cannot be resolved at all.
+  fs::create_symlink(root / "a/self.jpg", root / "a/self.jpg");
+  CHECK_THROWS_WITH(ImageFolder({root}), HasSubstr("image folder " + root.string() + ": cannot read " +
+                                                   (root / "a/self.jpg").string() + ": Too many levels of symbolic links"));
+  fs::remove(root / "a/self.jpg");
+  // A dangling link is skipped.
+  fs::create_symlink(tmp.path / "gone.jpg", root / "a/dangling.jpg");
+  CHECK(ImageFolder({root}).size() == 5);
 }
