@@ -1,5 +1,6 @@
-// JPEG decoding/encoding through libjpeg(-turbo), PNG decoding through libpng when available, and format
-// sniffing. See Note [libjpeg errors] for how libjpeg's fatal errors become exceptions.
+// JPEG decoding/encoding through libjpeg(-turbo), PNG decoding through libpng when available (to Pillow's pixels:
+// Note [PNG as PIL decodes it]), and format sniffing. Note [libjpeg errors] and Note [libpng errors] say how the
+// libraries' fatal errors become exceptions.
 #include "hadatrain/data/image_codec.h"
 
 #include <algorithm>
@@ -204,32 +205,132 @@ int jpeg_encode_phase(jpeg_compress_struct* cinfo, JpegErrorManager* err, unsign
 }
 
 #if defined(HADATRAIN_HAVE_PNG)
+// Note [PNG as PIL decodes it]
+// torchvision's ImageFolder loads a file with Pillow's Image.open(f).convert("RGB"), so the pixels our PNG
+// decoder returns are the ones Pillow gives (test_golden_png checks every colour type and bit depth):
+// - no colour management: a gAMA chunk (and sRGB, cHRM, iCCP) changes nothing;
+// - 16-bit samples keep their high byte (v >> 8, not the rounded v / 257);
+// - palette images are looked up in the palette; grey of 1, 2 or 4 bits is scaled to 0..255 by repeating its
+//   bits (a 2-bit 1 becomes 85); grey is replicated into R, G and B;
+// - alpha, and tRNS transparency, are dropped without compositing onto any background.
+// One exception: Pillow opens 16-bit grey as 32-bit integers and converts them to RGB by clamping to 255, so
+// every sample above 255 becomes white. We keep the high byte there too, as for every other 16-bit PNG.
+// libpng's simplified API (png_image_*) cannot decode this way: it converts 16-bit data as linear light to
+// sRGB and corrects gAMA. The low-level API does only the transformations asked for: expand palettes and
+// low-bit grey, strip 16-bit samples to their high byte (png_set_strip_16; png_set_scale_16 would round),
+// and nothing for gamma.
+
+// Note [libpng errors]
+// libpng reports a fatal error through its error callback, which must not return: ours records the message and
+// png_longjmp()s to the setjmp() of the phase being run, as for libjpeg (Note [libjpeg errors]): every libpng
+// call happens inside one of the C-style png_*_phase functions, which hold no objects with destructors, call
+// setjmp first and return a status. libpng's warnings (a questionable colour profile, which matters nowhere
+// here since no colour management is done; an ancillary chunk with a bad CRC, which libpng skips) are ignored.
+struct PngErrorManager {
+  char message[256];
+};
+
+struct PngSource {
+  const unsigned char* data;
+  std::size_t size;
+  std::size_t pos;
+};
+
+extern "C" void png_error_longjmp(png_structp png, png_const_charp msg) {
+  auto* err = static_cast<PngErrorManager*>(png_get_error_ptr(png));
+  std::snprintf(err->message, sizeof err->message, "%s", msg);
+  png_longjmp(png, 1);
+}
+
+extern "C" void png_warning_quiet(png_structp, png_const_charp) {}
+
+extern "C" void png_read_from_memory(png_structp png, png_bytep out, png_size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) png_error(png, "the file is truncated");
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+struct PngHeader {
+  png_uint_32 width = 0, height = 0;
+  int channels = 0;          // after the transformations: 1 grey, 2 grey + alpha, 3 RGB, 4 RGBA
+  std::size_t row_bytes = 0;  // after the transformations
+};
+
+// ---- C-style phases (Note [libpng errors]): no C++ objects with destructors inside. ----
+
+int png_create_phase(png_structp* png, png_infop* info, PngErrorManager* err) {
+  *png = png_create_read_struct(PNG_LIBPNG_VER_STRING, err, png_error_longjmp, png_warning_quiet);
+  if (*png == nullptr) return 1;
+  if (setjmp(png_jmpbuf(*png))) return 1;
+  *info = png_create_info_struct(*png);
+  return *info == nullptr ? 1 : 0;
+}
+
+// Reads the header: the image's size (h->width, h->height) with no transformation set yet.
+int png_header_phase(png_structp png, png_infop info, PngSource* src, PngHeader* h) {
+  if (setjmp(png_jmpbuf(png))) return 1;
+  png_set_read_fn(png, src, png_read_from_memory);
+  png_read_info(png, info);
+  h->width = png_get_image_width(png, info);
+  h->height = png_get_image_height(png, info);
+  return 0;
+}
+
+// Sets Note [PNG as PIL decodes it]'s transformations and reports the rows they give.
+int png_transform_phase(png_structp png, png_infop info, PngHeader* h) {
+  if (setjmp(png_jmpbuf(png))) return 1;
+  const int colour = png_get_color_type(png, info);
+  if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (colour == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  h->channels = png_get_channels(png, info);
+  h->row_bytes = png_get_rowbytes(png, info);
+  return png_get_bit_depth(png, info) == 8 ? 0 : 2;
+}
+
+int png_rows_phase(png_structp png, png_bytepp rows) {
+  if (setjmp(png_jmpbuf(png))) return 1;
+  png_read_image(png, rows);
+  return 0;
+}
+
+struct PngReadGuard {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  ~PngReadGuard() {
+    if (png) png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+  }
+};
+
 Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
-  png_image png;
-  std::memset(&png, 0, sizeof png);
-  png.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) {
-    const std::string msg = png.message;
-    png_image_free(&png);
-    HT_FAIL("{}: cannot decode PNG: {}", name, msg);
-  }
-  if (int64_t{png.width} * int64_t{png.height} > kMaxImagePixels) {
-    const int64_t w = png.width, h = png.height;
-    png_image_free(&png);
-    check_image_size(w, h, name, "PNG");
-  }
-  png.format = PNG_FORMAT_RGBA;  // alpha is dropped below (as PIL's convert("RGB"))
-  std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(png));
-  if (!png_image_finish_read(&png, nullptr, rgba.data(), 0, nullptr)) {
-    const std::string msg = png.message;
-    png_image_free(&png);
-    HT_FAIL("{}: cannot decode PNG: {}", name, msg);
-  }
-  Image img = Image::zeros(png.height, png.width, 3, ImageLayout::hwc);
+  PngErrorManager err{};
+  std::snprintf(err.message, sizeof err.message, "%s", "out of memory");
+  PngReadGuard guard;
+  if (png_create_phase(&guard.png, &guard.info, &err) != 0) HT_FAIL("{}: cannot decode PNG: {}", name, err.message);
+  PngSource src{bytes.data(), bytes.size(), 0};
+  PngHeader h;
+  if (png_header_phase(guard.png, guard.info, &src, &h) != 0) HT_FAIL("{}: cannot decode PNG: {}", name, err.message);
+  check_image_size(h.width, h.height, name, "PNG");
+  const int rc = png_transform_phase(guard.png, guard.info, &h);
+  if (rc == 1) HT_FAIL("{}: cannot decode PNG: {}", name, err.message);
+  HT_ASSERT(rc == 0 && h.channels >= 1 && h.channels <= 4 && h.row_bytes == std::size_t{h.width} * h.channels,
+            "{}: libpng's transformations gave {} channel(s) and {} bytes per row of {} pixels", name, h.channels,
+            h.row_bytes, h.width);
+  std::vector<uint8_t> raw(h.row_bytes * h.height);  // (H, W, channels)
+  std::vector<png_bytep> rows(h.height);
+  for (std::size_t y = 0; y < rows.size(); ++y) rows[y] = raw.data() + y * h.row_bytes;
+  if (png_rows_phase(guard.png, rows.data()) != 0) HT_FAIL("{}: cannot decode PNG: {}", name, err.message);
+
+  Image img = Image::zeros(h.height, h.width, 3, ImageLayout::hwc);
   const int64_t n = img.height * img.width;
+  const int k = h.channels;
+  const bool grey = k <= 2;  // grey, grey + alpha
   for (int64_t i = 0; i < n; ++i)
-    for (int c = 0; c < 3; ++c) img.pixels[static_cast<std::size_t>(3 * i + c)] = rgba[static_cast<std::size_t>(4 * i + c)];
-  png_image_free(&png);
+    for (int c = 0; c < 3; ++c)
+      img.pixels[static_cast<std::size_t>(3 * i + c)] = raw[static_cast<std::size_t>(k * i + (grey ? 0 : c))];
   return img;
 }
 #endif

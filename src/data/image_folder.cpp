@@ -1,5 +1,5 @@
-// ImageNet-style image folders: class discovery, the torchvision file order, the flat list-file layout,
-// decoding with counters, and a decode-throughput measurement.
+// ImageNet-style image folders: class discovery, the torchvision file order (symbolic links followed, loops
+// refused), the flat list-file layout, decoding with counters, and a decode-throughput measurement.
 #include "hadatrain/data/image_folder.h"
 
 #include <algorithm>
@@ -36,6 +36,50 @@ int64_t now_ns() {
       .count();
 }
 
+// Note [Symbolic links in image folders]
+// Symbolic links are followed, to files and to folders, as torchvision's ImageFolder does (os.walk with
+// followlinks=True): datasets are often made of links into one shared copy, and a folder reached by two links is
+// listed twice, there as here. A link that leads back into a folder the scan is already in (the folder that holds
+// the link, one above it, or one the scan came through by another link) would make the walk endless: os.walk
+// goes on until the path grows too long, listing the same files dozens of times, and std::filesystem stops with
+// "Too many levels of symbolic links". Such a link is an error naming the link, as the scan reached it, and the
+// folder it leads to; so is an entry whose links cannot be resolved at all (a link to itself). Loops are found
+// by keeping the resolved path of every folder from the class folder down to the one being listed.
+
+// The image files under class folder `dir`, as (folder relative to dir, file name) pairs in the order found.
+std::vector<std::pair<std::string, std::string>> walk_class_folder(const fs::path& root, const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::error_code ec;
+  std::vector<fs::path> inside{fs::canonical(dir, ec)};  // resolved folders from `dir` down to the one listed
+  HT_CHECK(!ec, "image folder {}: cannot resolve {}: {}", root.string(), dir.string(), ec.message());
+  fs::path listing = dir;  // the folder whose entries come next, for an error while listing it
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const fs::path& path = it->path();
+    inside.resize(static_cast<std::size_t>(it.depth()) + 1);
+    std::error_code st;
+    const fs::file_status status = it->status(st);  // through links
+    if (st && status.type() == fs::file_type::not_found) continue;  // a dangling link: no file to read
+    HT_CHECK(!st, "image folder {}: cannot read {}: {}", root.string(), path.string(), st.message());
+    if (fs::is_directory(status)) {
+      fs::path real = fs::canonical(path, st);
+      HT_CHECK(!st, "image folder {}: cannot resolve {}: {}", root.string(), path.string(), st.message());
+      HT_CHECK(std::find(inside.begin(), inside.end(), real) == inside.end(),
+               "image folder {}: {} is a symbolic link loop: it leads to {}, a folder the scan is already in, so "
+               "following it (as torchvision does) would list the same files without end; remove the link or "
+               "point it elsewhere",
+               root.string(), path.string(), real.string());
+      inside.push_back(std::move(real));
+      listing = path;
+      continue;
+    }
+    if (fs::is_regular_file(status) && has_image_extension(path))
+      entries.emplace_back(path.parent_path().lexically_relative(dir).generic_string(), path.filename().string());
+  }
+  HT_CHECK(!ec, "image folder {}: cannot list {}: {}", root.string(), listing.string(), ec.message());
+  return entries;
+}
+
 }  // namespace
 
 bool has_image_extension(const fs::path& file) {
@@ -52,8 +96,15 @@ ImageFolder::ImageFolder(ImageFolderOptions opts) : opts_(std::move(opts)) {
 
 void ImageFolder::scan_class_folders() {
   std::vector<std::string> found;
-  for (const auto& e : fs::directory_iterator(opts_.root))
-    if (e.is_directory()) found.push_back(e.path().filename().string());
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(opts_.root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code st;
+    const fs::file_status status = it->status(st);  // through links (Note [Symbolic links in image folders])
+    HT_CHECK(!st || status.type() == fs::file_type::not_found, "image folder {}: cannot read {}: {}",
+             opts_.root.string(), it->path().string(), st.message());
+    if (fs::is_directory(status)) found.push_back(it->path().filename().string());
+  }
+  HT_CHECK(!ec, "image folder {}: cannot list it: {}", opts_.root.string(), ec.message());
   std::sort(found.begin(), found.end());
   HT_CHECK(!found.empty(), "image folder {}: no class sub-folders (expected root/<class>/<image files>)",
            opts_.root.string());
@@ -73,13 +124,7 @@ void ImageFolder::scan_class_folders() {
     // torchvision: sorted(os.walk(class_dir, followlinks=True)), then sorted file names per directory. Sorting
     // (directory relative to the class folder, file name) pairs gives the same order.
     const fs::path dir = opts_.root / cls;
-    std::vector<std::pair<std::string, std::string>> entries;
-    for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink);
-         it != fs::recursive_directory_iterator(); ++it) {
-      if (!it->is_regular_file() || !has_image_extension(it->path())) continue;
-      entries.emplace_back(it->path().parent_path().lexically_relative(dir).generic_string(),
-                           it->path().filename().string());
-    }
+    std::vector<std::pair<std::string, std::string>> entries = walk_class_folder(opts_.root, dir);
     HT_CHECK(!entries.empty(), "image folder {}: class folder {} holds no .jpeg/.jpg/.png file", opts_.root.string(),
              cls);
     for (auto& e : entries)

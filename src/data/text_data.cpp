@@ -2,6 +2,8 @@
 // chat, and the validation split.
 #include "hadatrain/data/text_data.h"
 
+#include <tuple>
+
 #include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
@@ -55,6 +57,59 @@ std::shared_ptr<const TextDataset> open_chat(const TextDataOptions& o, const std
   return std::make_shared<const ChatDataset>(list_text_files(sources, extensions_of(o)), tok, co);
 }
 
+std::string plural(std::size_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+
+std::string joined(const std::vector<std::string>& paths) {
+  std::string out;
+  for (const auto& p : paths) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+// The files of `docs`, the first three named.
+std::string files_of(const TokenStore& store, const std::vector<int64_t>& docs) {
+  std::string out;
+  for (std::size_t i = 0; i < docs.size() && i < 3; ++i)
+    out += (i ? ", " : "") + store.document_file(docs[i]).string();
+  if (docs.size() > 3) out += fmt::format(" and {} more", docs.size() - 3);
+  return out;
+}
+
+// Note [Splitting documents with text]
+// data.val_fraction holds out whole documents. A document whose file gives no token (an empty file, or one the
+// tokenizer turns into nothing) adds nothing to the packed stream (Note [Packing]), so the split is drawn among
+// the documents with tokens only:
+// otherwise a seed could draw empty documents alone for validation and leave it without a single row. The
+// documents with tokens are split as split_documents(n, val_fraction, seed) splits 0..n-1, so a corpus without
+// empty files splits as it always did. A side that still holds less than one row (short documents) is an
+// error naming its files, its token count, and the settings that change it.
+DocumentSplit split_documents_with_text(const TokenStore& store, const TextDataOptions& o, const PackOptions& pack,
+                                        uint64_t seed) {
+  std::vector<int64_t> with_text;
+  for (int64_t d = 0; d < store.num_documents(); ++d)
+    if (store.document_size(d) > 0) with_text.push_back(d);
+  const std::size_t empty = static_cast<std::size_t>(store.num_documents()) - with_text.size();
+  HT_CHECK(with_text.size() >= 2,
+           "text data: data.val_fraction {} holds out whole documents, but {} holds {} with tokens ({}, {} of them "
+           "empty); give validation files in data.val_paths",
+           o.val_fraction, joined(o.paths), plural(with_text.size(), "document"),
+           plural(static_cast<std::size_t>(store.num_documents()), "file"), empty);
+  const DocumentSplit s = split_documents(static_cast<int64_t>(with_text.size()), o.val_fraction, seed);
+  DocumentSplit out;
+  for (int64_t i : s.train) out.train.push_back(with_text[static_cast<std::size_t>(i)]);
+  for (int64_t i : s.val) out.val.push_back(with_text[static_cast<std::size_t>(i)]);
+  for (const auto& [side, docs, fix] :
+       {std::tuple{"training", &out.train, "lower data.val_fraction, use more text or lower data.seq_len"},
+        std::tuple{"validation", &out.val, "raise data.val_fraction, give data.val_paths or lower data.seq_len"}}) {
+    const int64_t tokens = packed_stream_size(store, *docs, pack);
+    HT_CHECK(tokens > o.seq_len,
+             "text data: the {} split holds {} ({}) of {} tokens with BOS/EOS, fewer than one row of data.seq_len + 1 "
+             "= {}: data.val_fraction {} of the {} with tokens in {} (chosen by run.seed {}); {}",
+             side, plural(docs->size(), "document"), files_of(store, *docs), tokens, o.seq_len + 1, o.val_fraction,
+             plural(with_text.size(), "document"), joined(o.paths), seed, fix);
+  }
+  return out;
+}
+
 }  // namespace
 
 TextDatasets make_text_datasets(const TextDataOptions& o, const Tokenizer& tok, uint64_t seed) {
@@ -66,11 +121,12 @@ TextDatasets make_text_datasets(const TextDataOptions& o, const Tokenizer& tok, 
     const PackOptions pack = pack_options(tok, o.seq_len);
     auto store = open_store(o, o.paths, tok);
     if (split) {
-      const DocumentSplit s = split_documents(store->num_documents(), o.val_fraction, seed);
+      const DocumentSplit s = split_documents_with_text(*store, o, pack, seed);
       ds.train = std::make_shared<const PackedTextDataset>(store, s.train, pack);
       ds.val = std::make_shared<const PackedTextDataset>(store, s.val, pack);
-      logging::info("text data: {} documents, {} for validation (val_fraction {})", store->num_documents(),
-                    s.val.size(), o.val_fraction);
+      const std::size_t empty = static_cast<std::size_t>(store->num_documents()) - s.train.size() - s.val.size();
+      logging::info("text data: {} documents{}, {} for validation (val_fraction {})", store->num_documents(),
+                    empty ? fmt::format(" ({} empty, left out)", empty) : std::string(), s.val.size(), o.val_fraction);
     } else {
       ds.train = std::make_shared<const PackedTextDataset>(store, pack);
       if (!o.val_paths.empty())

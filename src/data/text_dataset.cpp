@@ -28,6 +28,16 @@ PackOptions pack_options(const Tokenizer& tok, int64_t seq_len) {
   return o;
 }
 
+int64_t packed_stream_size(const TokenStore& store, const std::vector<int64_t>& documents, const PackOptions& opts) {
+  const int64_t extra = (opts.bos ? 1 : 0) + (opts.eos ? 1 : 0);
+  int64_t total = 0;
+  for (int64_t d : documents) {
+    const int64_t n = store.document_size(d);
+    total += n == 0 ? 0 : n + extra;
+  }
+  return total;
+}
+
 PackedTextDataset::PackedTextDataset(std::shared_ptr<const TokenStore> store, PackOptions opts)
     : PackedTextDataset(store, [&] {
         std::vector<int64_t> all(static_cast<std::size_t>(store ? store->num_documents() : 0));

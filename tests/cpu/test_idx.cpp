@@ -120,9 +120,15 @@ TEST_CASE("a truncated IDX file names the file and the record where the data ran
     const std::string msg = error_of([&] { read_idx_images(path); });
     CHECK_THAT(msg, HasSubstr(path + ": truncated IDX file: the header announces 7 images but the data ends in "
                                     "image 4 (0-based), after 54 of 84 data bytes"));
-    // A limit that reads only the complete prefix does not hide the damage (the size is checked against the header).
-    CHECK_THAT(error_of([&] { read_idx_images(path, 4); }), HasSubstr(path + ": the "));
-    CHECK_THAT(error_of([&] { read_idx_images(path, 4); }), HasSubstr("announces 7 images (100 bytes with the header)"));
+    // A limit that reads only the complete prefix does not hide the damage: a raw file's size is checked against
+    // the header, a gzip file is read to its end.
+    if (c == Compression::raw)
+      CHECK_THAT(error_of([&] { read_idx_images(path, 4); }),
+                 HasSubstr(path + ": the file holds 70 bytes, but its header announces 7 images (100 bytes with the "
+                                  "header): the file is truncated"));
+    else
+      CHECK_THAT(error_of([&] { read_idx_images(path, 4); }),
+                 HasSubstr(path + ": truncated IDX file: the header announces 7 images but the data ends in image 4"));
   }
   const std::string labels = write_file(temp_dir() / "short_labels", idx_bytes(kIdxLabelsMagic, {10}, label_data(6)),
                                         Compression::raw);

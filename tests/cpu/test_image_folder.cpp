@@ -1,5 +1,7 @@
 // Image folders and decoding: JPEGs made by the test with libjpeg's compressor (RGB, grayscale, CMYK with and
-// without an Adobe marker, YCCK), a PNG named .JPEG, truncated and corrupt files, class/file order, list files.
+// without an Adobe marker, YCCK), PNGs written byte by byte (a PNG named .JPEG; the pixel rules PIL follows for
+// 16-bit, gAMA, alpha, grey and palette files), truncated and corrupt files, class/file order, symbolic links
+// (followed; a loop is an error), list files.
 #include <unistd.h>
 
 #include <filesystem>
@@ -70,18 +72,22 @@ void chunk(std::vector<uint8_t>& png, const char* type, const std::vector<uint8_
   png.insert(png.end(), body.begin(), body.end());
   put32(png, crc32(body.data(), body.size()));
 }
-std::vector<uint8_t> make_png(const Image& rgb) {
+// A PNG of `rows` (each row's samples already packed as the PNG stores them, without the filter byte) with
+// the given bit depth and colour type, and `extra` chunks (name, data) between IHDR and IDAT.
+std::vector<uint8_t> make_png(uint32_t width, const std::vector<std::vector<uint8_t>>& rows, int bit_depth,
+                              int colour_type, const std::vector<std::pair<std::string, std::vector<uint8_t>>>& extra = {}) {
   std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
   std::vector<uint8_t> ihdr;
-  put32(ihdr, static_cast<uint32_t>(rgb.width));
-  put32(ihdr, static_cast<uint32_t>(rgb.height));
-  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8 bits, truecolour, deflate, no filter, no interlace
+  put32(ihdr, width);
+  put32(ihdr, static_cast<uint32_t>(rows.size()));
+  // bit depth, colour type, deflate, no filter, no interlace
+  ihdr.insert(ihdr.end(), {static_cast<uint8_t>(bit_depth), static_cast<uint8_t>(colour_type), 0, 0, 0});
   chunk(png, "IHDR", ihdr);
+  for (const auto& [name, data] : extra) chunk(png, name.c_str(), data);
   std::vector<uint8_t> raw;
-  for (int64_t y = 0; y < rgb.height; ++y) {
+  for (const auto& row : rows) {
     raw.push_back(0);  // filter: none
-    for (int64_t x = 0; x < rgb.width; ++x)
-      for (int c = 0; c < 3; ++c) raw.push_back(rgb.at(c, y, x));
+    raw.insert(raw.end(), row.begin(), row.end());
   }
   std::vector<uint8_t> z = {0x78, 0x01, 0x01};  // zlib header, final stored block
   const auto n = static_cast<uint16_t>(raw.size());
@@ -94,6 +100,29 @@ std::vector<uint8_t> make_png(const Image& rgb) {
   chunk(png, "IDAT", z);
   chunk(png, "IEND", {});
   return png;
+}
+
+// An 8-bit RGB PNG of an image.
+std::vector<uint8_t> make_png(const Image& rgb) {
+  std::vector<std::vector<uint8_t>> rows(static_cast<std::size_t>(rgb.height));
+  for (int64_t y = 0; y < rgb.height; ++y)
+    for (int64_t x = 0; x < rgb.width; ++x)
+      for (int c = 0; c < 3; ++c) rows[static_cast<std::size_t>(y)].push_back(rgb.at(c, y, x));
+  return make_png(static_cast<uint32_t>(rgb.width), rows, 8, 2);
+}
+
+// 16-bit samples, big-endian as PNG stores them.
+std::vector<uint8_t> be16(std::initializer_list<unsigned> samples) {
+  std::vector<uint8_t> out;
+  for (unsigned v : samples) out.insert(out.end(), {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)});
+  return out;
+}
+
+// The decoded image's pixels, (H, W, 3) flattened.
+std::vector<int> decoded(const std::vector<uint8_t>& png, const std::string& name) {
+  const Image img = decode_image(png, name);
+  REQUIRE(img.channels == 3);
+  return {img.pixels.begin(), img.pixels.end()};
 }
 
 const Quadrants kColours{{{{200, 30, 40, 0}, {20, 180, 60, 0}, {50, 60, 220, 0}, {240, 240, 240, 0}}}};
@@ -167,6 +196,54 @@ TEST_CASE("PNG files: decoded with libpng when built with it, else a clear error
   broken.resize(40);
   write_file(tmp.path / "broken.JPEG", broken);
   CHECK_THROWS_WITH(read_image(tmp.path / "broken.JPEG"), HasSubstr("broken.JPEG") && HasSubstr("PNG"));
+  if (!png_decoding_available()) return;
+  // Truncated inside the image data.
+  std::vector<uint8_t> cut = make_png(src);
+  cut.resize(cut.size() - 40);
+  CHECK_THROWS_WITH(decode_image(cut, "cut.png"), HasSubstr("cut.png: cannot decode PNG: the file is truncated"));
+  // A header announcing 60000 x 60000 pixels (IHDR's width and height patched, its CRC recomputed): refused
+  // before a buffer is allocated.
+  std::vector<uint8_t> huge = make_png(src);
+  for (std::size_t i : {16, 20}) std::copy_n(std::array<uint8_t, 4>{0, 0, 0xEA, 0x60}.begin(), 4, huge.begin() + static_cast<long>(i));
+  const uint32_t crc = crc32(huge.data() + 12, 17);  // "IHDR" + its 13 bytes
+  for (int k = 0; k < 4; ++k) huge[static_cast<std::size_t>(29 + k)] = static_cast<uint8_t>(crc >> (24 - 8 * k));
+  CHECK_THROWS_WITH(decode_image(huge, "huge.png"),
+                    HasSubstr("huge.png: the PNG header gives 60000 x 60000 pixels; hadatrain decodes images of at most"));
+  // A corrupt file leaves no state behind: the good file decodes afterwards.
+  CHECK(decode_image(make_png(src), "good.png").pixels == src.pixels);
+}
+
+TEST_CASE("PNG pixels as PIL decodes them: 16-bit high byte, no gamma, alpha dropped, grey and palettes expanded",
+          "[data][image]") {
+  if (!png_decoding_available()) return;  // the test above checks the error a build without libpng gives
+  const std::pair<std::string, std::vector<uint8_t>> linear{"gAMA", {0x00, 0x01, 0x86, 0xA0}};  // gamma 1.0
+  // 16-bit RGB: the high byte of each sample (0x10F0 -> 0x10, where round(v / 257) is 0x11).
+  CHECK(decoded(make_png(2, {be16({0x10F0, 0x80FF, 0xFFFF, 0x0000, 0x00FF, 0x7F80})}, 16, 2), "rgb16") ==
+        std::vector<int>{0x10, 0x80, 0xFF, 0x00, 0x00, 0x7F});
+  // ... also with a gAMA chunk, and for RGBA (alpha dropped, colour kept where alpha is 0) and grey + alpha.
+  CHECK(decoded(make_png(1, {be16({0x10F0, 0x2345, 0xABCD})}, 16, 2, {linear}), "rgb16_gama") ==
+        std::vector<int>{0x10, 0x23, 0xAB});
+  CHECK(decoded(make_png(1, {be16({0x10F0, 0x2345, 0xABCD, 0x0000})}, 16, 6), "rgba16") ==
+        std::vector<int>{0x10, 0x23, 0xAB});
+  CHECK(decoded(make_png(1, {be16({0xC0FF, 0x0100})}, 16, 4), "ga16") == std::vector<int>{0xC0, 0xC0, 0xC0});
+  // 16-bit grey: the high byte too (Pillow alone clamps the value to 255 there: Note [PNG as PIL decodes it]).
+  CHECK(decoded(make_png(2, {be16({0x1234, 0x00FF})}, 16, 0), "grey16") == std::vector<int>{0x12, 0x12, 0x12, 0, 0, 0});
+  // A gAMA chunk other than sRGB's changes nothing (8-bit RGB, RGBA with alpha 0, grey).
+  CHECK(decoded(make_png(1, {{128, 64, 200}}, 8, 2, {linear}), "rgb8_gama") == std::vector<int>{128, 64, 200});
+  CHECK(decoded(make_png(1, {{10, 20, 30, 0}}, 8, 6, {linear}), "rgba8_gama") == std::vector<int>{10, 20, 30});
+  CHECK(decoded(make_png(1, {{100}}, 8, 0, {linear}), "grey8_gama") == std::vector<int>{100, 100, 100});
+  // Grey of 1, 2 and 4 bits scaled to 0..255 (repeated bits); a row of 3 samples ends inside its byte.
+  CHECK(decoded(make_png(3, {{0b10100000}}, 1, 0), "grey1") == std::vector<int>{255, 255, 255, 0, 0, 0, 255, 255, 255});
+  CHECK(decoded(make_png(3, {{0b01101100}}, 2, 0), "grey2") == std::vector<int>{85, 85, 85, 170, 170, 170, 255, 255, 255});
+  CHECK(decoded(make_png(2, {{0x5F}}, 4, 0), "grey4") == std::vector<int>{85, 85, 85, 255, 255, 255});
+  // Grey + alpha, 8 bits.
+  CHECK(decoded(make_png(1, {{77, 0}}, 8, 4), "ga8") == std::vector<int>{77, 77, 77});
+  // Palettes of 2 and 8 bits, with tRNS (dropped) and gAMA (ignored).
+  const std::pair<std::string, std::vector<uint8_t>> plte{"PLTE", {1, 2, 3, 40, 50, 60, 200, 100, 0, 9, 8, 7}};
+  const std::pair<std::string, std::vector<uint8_t>> trns{"tRNS", {0, 128}};
+  CHECK(decoded(make_png(3, {{0b11100100}}, 2, 3, {linear, plte, trns}), "pal2") ==
+        std::vector<int>{9, 8, 7, 200, 100, 0, 40, 50, 60});
+  CHECK(decoded(make_png(2, {{1, 0}}, 8, 3, {plte, trns}), "pal8") == std::vector<int>{40, 50, 60, 1, 2, 3});
 }
 
 TEST_CASE("truncated, corrupt, empty and foreign files give errors naming the file", "[data][image]") {
@@ -320,4 +397,48 @@ TEST_CASE("a corrupt file inside a folder surfaces through the loader with its p
   CHECK(loader.next()->indices == std::vector<int64_t>{0, 1});
   CHECK_THROWS_WITH(loader.next(), HasSubstr("batch 1") && HasSubstr("dataset index 3") && HasSubstr("f3.jpg") &&
                                        (HasSubstr("truncated") || HasSubstr("cannot decode JPEG")));
+}
+
+TEST_CASE("symbolic links: followed as torchvision does; a link loop is an error naming the link", "[data][image]") {
+  TempDir tmp("links");
+  const auto jpeg = encode_jpeg(Image::zeros(4, 4, 3, ImageLayout::hwc), {90, JpegColor::rgb});
+  // Links to folders and files outside the root are followed; a folder reached by two links is listed twice.
+  const fs::path shared = tmp.path / "shared";
+  write_file(shared / "s.jpg", jpeg);
+  const fs::path root = tmp.path / "root";
+  write_file(root / "a/a.jpg", jpeg);
+  fs::create_directory_symlink(shared, root / "a/one");
+  fs::create_directory_symlink(shared, root / "a/two");
+  fs::create_symlink(shared / "s.jpg", root / "a/file_link.jpg");
+  fs::create_directory_symlink(shared, root / "b");  // a class folder that is a link
+  {
+    ImageFolder folder({root});
+    CHECK(folder.classes() == std::vector<std::string>{"a", "b"});
+    std::vector<std::string> rel;
+    for (int64_t i = 0; i < folder.size(); ++i) rel.push_back(folder.file(i).lexically_relative(root).generic_string());
+    CHECK(rel == std::vector<std::string>{"a/a.jpg", "a/file_link.jpg", "a/one/s.jpg", "a/two/s.jpg", "b/s.jpg"});
+  }
+  // A link to the folder that holds it.
+  fs::create_directory_symlink(root / "a", root / "a/sub_loop");
+  CHECK_THROWS_WITH(ImageFolder({root}),
+                    HasSubstr("image folder " + root.string() + ": " + (root / "a/sub_loop").string() +
+                              " is a symbolic link loop: it leads to " + (root / "a").string() +
+                              ", a folder the scan is already in") &&
+                        HasSubstr("remove the link"));
+  fs::remove(root / "a/sub_loop");
+  // Two links that lead into each other's folders.
+  write_file(root / "c/x/x.jpg", jpeg);
+  write_file(root / "c/y/y.jpg", jpeg);
+  fs::create_directory_symlink(root / "c/y", root / "c/x/to_y");
+  fs::create_directory_symlink(root / "c/x", root / "c/y/to_x");
+  CHECK_THROWS_WITH(ImageFolder({root}), HasSubstr(" is a symbolic link loop: it leads to " + (root / "c").string()));
+  fs::remove_all(root / "c");
+  // A link to itself cannot be resolved at all.
+  fs::create_symlink(root / "a/self.jpg", root / "a/self.jpg");
+  CHECK_THROWS_WITH(ImageFolder({root}), HasSubstr("image folder " + root.string() + ": cannot read " +
+                                                   (root / "a/self.jpg").string() + ": Too many levels of symbolic links"));
+  fs::remove(root / "a/self.jpg");
+  // A dangling link is skipped.
+  fs::create_symlink(tmp.path / "gone.jpg", root / "a/dangling.jpg");
+  CHECK(ImageFolder({root}).size() == 5);
 }

@@ -1,6 +1,7 @@
 // Causal-LM text data: packing (exact tokens, BOS/EOS placement, windows overlapping by one), the label
 // layouts, the validation split, per-epoch permutations, exact resume mid-epoch, make_text_datasets and the
 // vocabulary check.
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -224,4 +225,71 @@ TEST_CASE("make_text_datasets: a held-out share of documents, or separate valida
   o.val_paths.clear();
   o.val_fraction = 0.0;
   CHECK_FALSE(make_text_datasets(o, tok, 3).val);
+}
+
+TEST_CASE("make_text_datasets: empty documents are left out of the split, for every seed", "[text]") {
+  // 10 documents, 4 of them empty (d01, d04, d05, d08): a held-out share of 0.1 is one document with text.
+  const fs::path d = text_test::scratch() / "empty_docs";
+  for (int i = 0; i < 10; ++i)
+    text_test::write_text(d / fmt::format("d{:02d}.txt", i), i == 1 || i == 4 || i == 5 || i == 8 ? std::string()
+                                                                 : std::string(20, static_cast<char>('a' + i)));
+  ByteTokenizer tok;
+  TextDataOptions o;
+  o.paths = {d.string()};
+  o.seq_len = 8;
+  o.cache_dir = (text_test::scratch() / "cache").string();
+  o.val_fraction = 0.1;
+  const std::vector<int64_t> with_text{0, 2, 3, 6, 7, 9};
+  for (uint64_t seed = 0; seed < 24; ++seed) {
+    INFO("seed " << seed);
+    const TextDatasets ds = make_text_datasets(o, tok, seed);
+    const auto& va = dynamic_cast<const PackedTextDataset&>(*ds.val);
+    const auto& tr = dynamic_cast<const PackedTextDataset&>(*ds.train);
+    REQUIRE(va.documents().size() == 1);
+    CHECK(std::find(with_text.begin(), with_text.end(), va.documents()[0]) != with_text.end());
+    CHECK(tr.documents().size() == 5);
+    CHECK(va.size() == 2);  // 22 tokens with BOS/EOS: (22 - 1) / 8 rows
+    // The split is the one split_documents makes over the 6 documents with text.
+    CHECK(va.documents()[0] == with_text[static_cast<std::size_t>(split_documents(6, 0.1, seed).val[0])]);
+  }
+}
+
+TEST_CASE("make_text_datasets: a validation split too small for a row names the files, the counts and the settings",
+          "[text]") {
+  ByteTokenizer tok;
+  TextDataOptions o;
+  o.seq_len = 8;
+  o.cache_dir = (text_test::scratch() / "cache").string();
+  o.val_fraction = 0.2;
+  // One document with text among three: nothing to hold out.
+  const fs::path one = text_test::scratch() / "one_with_text";
+  text_test::write_text(one / "a.txt", "");
+  text_test::write_text(one / "b.txt", std::string(40, 'b'));
+  text_test::write_text(one / "c.txt", "");
+  o.paths = {one.string()};
+  CHECK_THROWS_WITH(make_text_datasets(o, tok, 0),
+                    HasSubstr("text data: data.val_fraction 0.2 holds out whole documents, but " + one.string() +
+                              " holds 1 document with tokens (3 files, 2 of them empty)") &&
+                        HasSubstr("data.val_paths"));
+  // Five documents with text, one of them 2 bytes long: the seeds that hold it out leave a validation split of
+  // 4 tokens with BOS/EOS, fewer than one row of 9.
+  const fs::path shortdoc = text_test::scratch() / "short_doc";
+  for (int i = 0; i < 5; ++i)
+    text_test::write_text(shortdoc / fmt::format("d{}.txt", i), i == 3 ? std::string("xy") : std::string(30, 'a'));
+  o.paths = {shortdoc.string()};
+  int failed = 0;
+  for (uint64_t seed = 0; seed < 16; ++seed) {
+    if (split_documents(5, 0.2, seed).val != std::vector<int64_t>{3}) {
+      CHECK_NOTHROW(make_text_datasets(o, tok, seed));
+      continue;
+    }
+    ++failed;
+    CHECK_THROWS_WITH(make_text_datasets(o, tok, seed),
+                      HasSubstr("text data: the validation split holds 1 document (" + (shortdoc / "d3.txt").string() +
+                                ") of 4 tokens with BOS/EOS, fewer than one row of data.seq_len + 1 = 9") &&
+                          HasSubstr(fmt::format("data.val_fraction 0.2 of the 5 documents with tokens in {} (chosen "
+                                                "by run.seed {})", shortdoc.string(), seed)) &&
+                          HasSubstr("raise data.val_fraction, give data.val_paths or lower data.seq_len"));
+  }
+  CHECK(failed > 0);
 }

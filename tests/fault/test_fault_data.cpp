@@ -1,6 +1,7 @@
 // data.train_limit / test_limit read only the first records of an IDX file, but never hide a damaged file
-// (docs/checkpoints.md): a truncated file (raw or gzip) is an error even when the records read are all there,
-// and an images file and a labels file whose headers announce different counts are an error before any limit
+// (docs/checkpoints.md, Note [Limited IDX reads] in src/data/idx.cpp): a truncated file (raw or gzip) and a gzip
+// file with a flipped byte past the records read are errors even when the records read are all there, and an
+// images file and a labels file whose headers announce different counts are an error before any limit
 // applies. A whole gzip file is read with a limit as before.
 #include <zlib.h>
 
@@ -77,8 +78,51 @@ TEST_CASE("a limited read of a truncated IDX file is an error", "[fault][data]")
     write_bytes(gz, bytes.substr(0, bytes.size() / 2));
     const std::string err = test::error_of([&] { load_mnist(dir, MnistSplit::train, 8); });
     INFO(err);
-    CHECK(err.find(gz.string() + ": the gzip trailer records ") != std::string::npos);
-    CHECK(err.find("the file is truncated or damaged") != std::string::npos);
+    CHECK(err.find(gz.string() + ": truncated IDX file: the header announces 64 images but the data ends in image ") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("a limited read of a damaged gzip IDX file is an error, wherever the damage is", "[fault][data]") {
+  test::TempDir tmp("idx_gz_damage");
+  // 1000 images of 28x28 (784 kB): more than zlib decompresses ahead of a read (gzread inflates up to twice its
+  // 256 kB buffer at a time), so a limit of 8 stops far before the stream's last bytes.
+  const fs::path dir = tmp.path / "big";
+  test::write_idx_dataset(dir, 28, 1000, 16);
+  const fs::path gz = gzip_file(dir / "train-images-idx3-ubyte");
+  gzip_file(dir / "train-labels-idx1-ubyte");
+  REQUIRE(load_mnist(dir, MnistSplit::train, 8).size() == 8);
+  REQUIRE(load_mnist(dir, MnistSplit::train).size() == 1000);
+  const std::string good = read_bytes(gz);
+  const auto error_with = [&](const std::string& bytes, int64_t limit) {
+    write_bytes(gz, bytes);
+    return test::error_of([&] { load_mnist(dir, MnistSplit::train, limit); });
+  };
+  for (const int64_t limit : {int64_t{8}, int64_t{0}}) {
+    INFO("limit " << limit);
+    // A byte flipped in the deflate data 20 bytes before the trailer: the stream decodes to other bytes or
+    // fails to decode; either way the images past the limit are not those that were compressed.
+    std::string flipped = good;
+    flipped[flipped.size() - 28] = static_cast<char>(flipped[flipped.size() - 28] ^ 0x10);
+    std::string err = error_with(flipped, limit);
+    INFO(err);
+    CHECK(err.find(gz.string() + ": the gzip data is damaged (zlib: ") != std::string::npos);
+    CHECK(err.find("), found while decompressing images ") != std::string::npos);
+    // A byte flipped in the trailer's CRC-32: the data decodes, the checksum does not match it.
+    std::string crc = good;
+    crc[crc.size() - 6] = static_cast<char>(crc[crc.size() - 6] ^ 0x01);
+    err = error_with(crc, limit);
+    CHECK(err.find(gz.string() + ": the gzip data is damaged (zlib: incorrect data check: the CRC-32 in the gzip "
+                                 "trailer does not match the data), found while decompressing images ") !=
+          std::string::npos);
+    // The last 3 bytes missing: every image decodes, but the trailer is incomplete.
+    err = error_with(good.substr(0, good.size() - 3), limit);
+    CHECK(err.find(gz.string() + ": the gzip stream ends before its trailer (CRC-32 and length) after the 1000 "
+                                 "images: the file is truncated") == 0);
+    // Cut in the last tenth of the stream: the data ends inside an image.
+    err = error_with(good.substr(0, good.size() * 9 / 10), limit);
+    CHECK(err.find(gz.string() + ": truncated IDX file: the header announces 1000 images but the data ends in image ") !=
+          std::string::npos);
   }
 }
 

@@ -17,13 +17,13 @@ namespace ht::data {
 inline constexpr uint32_t kIdxImagesMagic = 0x00000803;
 inline constexpr uint32_t kIdxLabelsMagic = 0x00000801;
 
-// Reads an images file. `limit` > 0 reads only the first `limit` records (the rest is not decompressed);
-// limit = 0 reads all and checks that nothing follows the last record.
+// Reads an images file. `limit` > 0 keeps only the first `limit` records; limit = 0 keeps all. Either way the
+// whole file is checked: nothing may follow the last record, a gzip file is decompressed to its end (zlib
+// checks its trailer's CRC-32 and length) and a raw file's size must match the header, so a damaged file is
+// an error even when the records kept are all there (Note [Limited IDX reads] in idx.cpp).
 Tensor read_idx_images(const std::string& path, int64_t limit = 0);  // (N, 1, rows, cols) u8
 // Reads a labels file, with the same `limit` rule.
 Tensor read_idx_labels(const std::string& path, int64_t limit = 0);  // (N) u8
-// With limit < N the file's size is still checked against the header (a raw file's size, a gzip file's
-// recorded uncompressed size), so a truncated file is an error even when the records read are all there.
 
 // The record count N of an images (`images` true) or labels file's header, reading only the header.
 int64_t read_idx_count(const std::string& path, bool images);

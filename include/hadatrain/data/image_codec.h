@@ -27,7 +27,9 @@ struct DecodeOptions {
 };
 
 // Decodes JPEG or PNG bytes to an RGB HWC image. Grayscale becomes RGB by replication; CMYK and YCCK JPEGs
-// are converted with R = (255 - C)(255 - K) / 255 etc., reading Adobe-marked files as inverted CMYK. Errors
+// are converted with R = (255 - C)(255 - K) / 255 etc., reading Adobe-marked files as inverted CMYK. PNGs give
+// Pillow's convert("RGB") pixels: no gamma correction, 16-bit samples' high byte, alpha dropped
+// (Note [PNG as PIL decodes it] in image_codec.cpp, which names the one difference, 16-bit grey). Errors
 // (corrupt or truncated data, unknown format, PNG without libpng) throw ht::Error naming `name`.
 // A truncated JPEG ("premature end of data") is an error; libjpeg's other recoverable warnings (e.g.
 // extraneous bytes before a marker, common in ImageNet) are not, as in PIL.

@@ -2,8 +2,9 @@
 //   root/<class>/**/<file>.{jpeg,jpg,png}   (extensions case-insensitive)
 // Class index = position of the class folder's name in sorted (byte) order, which is what pretrained
 // ImageNet weights expect. Files are listed as torchvision does: the directories of a class walked in
-// sorted path order, the files of each directory in sorted name order. Also a flat directory plus a list
-// file of "<file> <class name | class index>" lines (ImageNet val as distributed).
+// sorted path order, the files of each directory in sorted name order, symbolic links followed (a link loop
+// is an error naming the link). Also a flat directory plus a list file of "<file> <class name | class index>"
+// lines (ImageNet val as distributed).
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -45,6 +45,10 @@ struct PackOptions {
 // The BOS and EOS ids of `tok` as PackOptions uses them.
 PackOptions pack_options(const Tokenizer& tok, int64_t seq_len);
 
+// The size of the stream PackedTextDataset makes of `documents`: their tokens plus a BOS and an EOS (those the
+// options have) for each non-empty document. It holds (size - 1) / seq_len windows.
+int64_t packed_stream_size(const TokenStore& store, const std::vector<int64_t>& documents, const PackOptions& opts);
+
 // Documents of a token store, packed into one stream [BOS] doc [EOS] [BOS] doc [EOS] ... (empty documents
 // skipped) and cut into windows of seq_len + 1 tokens that overlap by one: window i is stream tokens
 // [i*T, i*T + T + 1), input = its first T tokens, labels = its last T. Trailing tokens that do not fill a
