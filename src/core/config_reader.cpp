@@ -38,6 +38,10 @@ struct Document {
     std::string section, key, source;
   };
   std::vector<Dangling> dangling;
+  // The file's tree before the overrides (a copy where there are some), which as_in_file() reads.
+  YAML::Node file_root;
+  // What finish() dropped (Note [A --set that switches a choice] in config_reader.h).
+  std::vector<std::string> notes;
 };
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
@@ -216,6 +220,13 @@ std::string explain_parse_error(const std::string& msg) {
   return msg;
 }
 
+// Whether an override wrote the key at `dotted`, a key below it or a section holding it.
+bool overridden_at(const Document& d, const std::string& dotted) {
+  for (const Override& o : d.overrides)
+    if (o.key == dotted || starts_with(dotted, o.key + ".") || starts_with(o.key, dotted + ".")) return true;
+  return false;
+}
+
 // Where the value at `dotted` (whose node has mark `m`) came from: the --set that wrote it or a section
 // holding it, the --set that created it (nodes made by an override have no file position), or file:line:col.
 std::string where(const Document& d, const YAML::Mark& m, const std::string& dotted) {
@@ -250,6 +261,25 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
   for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
   return out;
+}
+
+// "a", "a and b", "a, b and c".
+std::string join_words(const std::vector<std::string>& v) {
+  if (v.size() < 2) return join(v, "");
+  return join(std::vector<std::string>(v.begin(), v.end() - 1), ", ") + " and " + v.back();
+}
+
+// The overrides that changed the section at `keys` (its path from the root), for a note: those that wrote in it,
+// else those that wrote in the nearest section above it that some wrote in.
+std::string overrides_behind(const Document& d, const std::vector<std::string>& keys) {
+  for (std::size_t n = keys.size(); n > 0; --n) {
+    const std::string prefix = join(std::vector<std::string>(keys.begin(), keys.begin() + n), ".") + ".";
+    std::vector<std::string> sets;
+    for (const Override& o : d.overrides)
+      if (starts_with(o.key, prefix)) sets.push_back(o.text);
+    if (!sets.empty()) return join(sets, ", ");
+  }
+  return "--set";
 }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -367,9 +397,20 @@ struct ConfigReader::Section {
   YAML::Node node;      // the section's map; undefined when the section is absent
   YAML::Mark mark;      // where the section starts (its key in the parent), null when unknown
   std::string path;     // dotted path, "" for the root
+  std::vector<std::string> keys_from_root;  // the path as keys (a key may hold a '.': a layer pattern)
   std::vector<std::string> known;  // keys the schema asked for
+  std::vector<std::pair<std::string, std::string>> rejected;  // key -> why this reading does not take it (reject)
   std::vector<std::pair<std::string, std::shared_ptr<Section>>> children;
   YAML::Node resolved;  // map of the values asked for
+  // The same section read from the file alone (drop_keys_only_read_by); null when not given.
+  std::shared_ptr<const Section> file_reading;
+
+  bool knows(const std::string& key) const { return std::find(known.begin(), known.end(), key) != known.end(); }
+  std::shared_ptr<const Section> child_named(const std::string& key) const {
+    for (const auto& [name, c] : children)
+      if (name == key) return c;
+    return nullptr;
+  }
 
   std::string key_path(const std::string& key) const { return path.empty() ? key : path + "." + key; }
 
@@ -463,8 +504,11 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
     }
   }
 
-  // `--set key=null` (or ~) clears the key: its default applies. It creates no section on the way, since a section
-  // made to hold it would be given where none was (a key in an absent section is at its default already).
+  // `--set key=null` (or ~) clears the key: its default applies. A key that was given (by the file or an earlier
+  // --set) is removed, whatever its name, so one the section does not accept can be taken out (an SGD key after
+  // --set optim.name=adamw). A key nothing gave is left holding null, which reads as absent while finish() still
+  // checks its name (a misspelt key is reported). It creates no section on the way, since a section made to hold it
+  // would be given where none was (a key in an absent section is at its default already).
   const bool clear = v.IsNull();
   YAML::Node cur = root;
   std::string walked;  // the sections passed so far, dotted
@@ -486,9 +530,18 @@ void apply_override(Document& doc, YAML::Node& root, const std::string& text) {
     }
     cur.reset(next);
   }
-  cur[parts.back()] = v;
   doc.overrides.push_back({key, source});
-  if (clear) doc.cleared.push_back(key);
+  if (clear) {
+    const YAML::Node given = cur[parts.back()];
+    const bool placeholder = given.IsDefined() && given.IsNull() &&
+                             std::find(doc.cleared.begin(), doc.cleared.end(), key) != doc.cleared.end();
+    if (given.IsDefined() && !placeholder) {
+      cur.remove(parts.back());
+      return;
+    }
+    doc.cleared.push_back(key);
+  }
+  cur[parts.back()] = v;
 }
 
 }  // namespace
@@ -533,6 +586,7 @@ ConfigReader ConfigReader::from_string(const std::string& yaml, const std::strin
     throw_at(*doc, root.Mark(), "",
              fmt::format("expected a map of sections at the top level (run:, data:, ...), got {}",
                          describe_found(root)));
+  doc->file_root = overrides.empty() ? root : YAML::Clone(root);
   for (const std::string& o : overrides) apply_override(*doc, root, o);
   return ConfigReader(make_root(doc, root));
 }
@@ -629,6 +683,8 @@ ConfigReader ConfigReader::child(const std::string& key) {
   c->node = (k.IsDefined() && v.IsMap()) ? v : YAML::Node(YAML::NodeType::Undefined);
   c->mark = k.IsDefined() ? k.Mark() : s.mark;
   c->path = s.key_path(key);
+  c->keys_from_root = s.keys_from_root;
+  c->keys_from_root.push_back(key);
   s.resolved[key] = YAML::Node(YAML::NodeType::Map);
   c->resolved.reset(s.resolved[key]);
   c->check_keys();
@@ -656,16 +712,34 @@ bool ConfigReader::holds_section(const std::string& key) const {
   return k.IsDefined() && v.IsMap();
 }
 
+void ConfigReader::reject(const std::string& key, const std::string& reason) {
+  s_->rejected.emplace_back(key, reason);
+}
+
 void ConfigReader::finish() {
-  const Section& s = *s_;
+  Section& s = *s_;
   for (const Document::Dangling& d : s.doc->dangling)
-    if (d.section == s.path && std::find(s.known.begin(), s.known.end(), d.key) == s.known.end())
+    if (d.section == s.path && !s.knows(d.key))
       throw config_error(fmt::format("{}: {}: unknown key ({} accepts: {})", d.source, s.key_path(d.key),
                                      s.path.empty() ? "the top level" : s.path, join(s.known, ", ")));
+  // Note [A --set that switches a choice]: the file's keys that only the file's own reading takes are dropped.
+  std::vector<std::string> dropped, kept;
   if (s.node.IsDefined() && s.node.IsMap()) {
     for (auto it = s.node.begin(); it != s.node.end(); ++it) {
       const std::string name = it->first.Scalar();
-      if (std::find(s.known.begin(), s.known.end(), name) != s.known.end()) continue;
+      const bool file_choice = s.file_reading && s.file_reading->knows(name) &&
+                               !overridden_at(*s.doc, s.key_path(name));
+      if (s.knows(name)) {
+        if (file_choice) kept.push_back(s.key_path(name));
+        continue;
+      }
+      if (file_choice) {
+        const YAML::Mark m = it->first.Mark();
+        dropped.push_back(fmt::format("{} ({}:{}:{})", s.key_path(name), s.doc->source, m.line + 1, m.column + 1));
+        continue;
+      }
+      for (const auto& [key, reason] : s.rejected)
+        if (key == name) throw_at(*s.doc, s.mark_of(name), s.key_path(name), reason);
       // Suggest the closest known key when it is a plausible typo (1-2 edits, fewer than the name's length).
       std::string hint;
       std::size_t best = 3;
@@ -681,8 +755,37 @@ void ConfigReader::finish() {
                fmt::format("unknown key ({} accepts: {}{})", section, join(s.known, ", "), hint));
     }
   }
-  for (const auto& [name, c] : s.children) ConfigReader(c).finish();
+  if (!dropped.empty())
+    s.doc->notes.push_back(fmt::format("{}: dropped the file's {}: {} to the file's own {} settings only{}",
+                                       overrides_behind(*s.doc, s.keys_from_root), join_words(dropped),
+                                       dropped.size() == 1 ? "it applies" : "they apply", s.path,
+                                       kept.empty() ? "" : fmt::format("; {} keep{} the file's value{}",
+                                                                       join_words(kept), kept.size() == 1 ? "s" : "",
+                                                                       kept.size() == 1 ? "" : "s")));
+  for (const auto& [name, c] : s.children) {
+    if (!c->file_reading && s.file_reading) c->file_reading = s.file_reading->child_named(name);
+    ConfigReader(c).finish();
+  }
 }
+
+bool ConfigReader::overridden() const {
+  for (const Override& o : s_->doc->overrides)
+    if (s_->path.empty() || starts_with(o.key, s_->path + ".")) return true;
+  return false;
+}
+
+ConfigReader ConfigReader::as_in_file() const {
+  auto doc = std::make_shared<Document>();
+  doc->source = s_->doc->source;
+  doc->file_root = s_->doc->file_root;
+  ConfigReader r(make_root(doc, doc->file_root));
+  for (const std::string& key : s_->keys_from_root) r = r.child(key);
+  return r;
+}
+
+void ConfigReader::drop_keys_only_read_by(const ConfigReader& file_reading) { s_->file_reading = file_reading.s_; }
+
+const std::vector<std::string>& ConfigReader::notes() const { return s_->doc->notes; }
 
 void ConfigReader::fail(const std::string& key, const std::string& message) const {
   throw_at(*s_->doc, s_->mark_of(key), s_->key_path(key), message);

@@ -1,6 +1,7 @@
 // The language-model parts of the trainer's setup (causal_lm_setup.h).
 #include "causal_lm_setup.h"
 
+#include <charconv>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -100,6 +101,7 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
   ds.text_train = t.train;
   ds.text_test = t.val;
   ds.vocab_size = tok->vocab_size();
+  ds.tokenizer_fingerprint = tok->fingerprint();
   if (const auto b = tok->bos_id()) ds.bos_id = *b;
   if (const auto e = tok->eos_id()) ds.eos_ids.push_back(*e);
   // Chat data ends each assistant turn with the template's end-of-turn token (Llama-3's <|eot_id|>): a model
@@ -108,6 +110,60 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
     if (const auto eot = tok->token_to_id("<|eot_id|>"); eot && (ds.eos_ids.empty() || ds.eos_ids.front() != *eot))
       ds.eos_ids.push_back(*eot);
 }
+
+// Note [init_from's tokenizer]
+// The rows of a model's embedding (and of an untied LM head) stand for the ids of the tokenizer it was trained with,
+// so model.init_from compares data.tokenizer with that one: the fingerprint and size a checkpoint records, the file
+// a checkpoint records without them, or the tokenizer in an HF folder. The same fingerprint: the same tokenizer.
+// Another number of ids is an error: the ids would index rows trained for other tokens. (A tokenizer extended with
+// tokens of its own is refused too: sizes and fingerprints cannot tell it from another tokenizer.) The same number
+// with another fingerprint is a warning naming both: the same vocabulary in other files (a copy beside another
+// tokenizer_config.json) is fine, another vocabulary of the same size is a mistake, and the files alone do not say
+// which. A source whose tokenizer is unknown (an HF folder without one, a checkpoint whose recorded file is gone and
+// that records no fingerprint) gets a warning that data.tokenizer could not be checked.
+namespace {
+void check_source_tokenizer(const LlamaSource& src, const std::string& data_tokenizer, const Datasets& ds) {
+  const std::string source = src.dir.string();
+  std::string path = src.tokenizer.string(), fingerprint = src.tokenizer_fingerprint;
+  int64_t vocab = src.tokenizer_vocab_size;
+  if (fingerprint.empty() || vocab == 0) {
+    std::string why;
+    std::error_code ec;
+    if (path.empty())
+      why = "its model.safetensors records no tokenizer";
+    else if (!fs::exists(path, ec))
+      why = fmt::format("it records the tokenizer {}, which does not exist", path);
+    else if (src.kind == LlamaSource::Kind::hf && !fs::exists(src.dir / "tokenizer.json", ec) &&
+             !fs::exists(src.dir / "tokenizer.model", ec))
+      why = "the folder holds no tokenizer (tokenizer.json or tokenizer.model)";
+    if (why.empty()) {
+      try {
+        const std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(path);
+        fingerprint = tok->fingerprint();
+        vocab = tok->vocab_size();
+      } catch (const Error& e) {
+        why = fmt::format("its tokenizer {} cannot be read: {}", path, e.what());
+      }
+    }
+    if (!why.empty()) {
+      spdlog::warn("model.init_from {}: {}, so data.tokenizer {} ({} ids) cannot be checked against the tokenizer the "
+                   "model was trained with; make sure it is that one (the embedding rows stand for its ids)",
+                   source, why, data_tokenizer, ds.vocab_size);
+      return;
+    }
+  }
+  if (fingerprint == ds.tokenizer_fingerprint) return;
+  const std::string theirs = fmt::format("the tokenizer {} ({} ids, fingerprint {})", path, vocab, fingerprint);
+  const std::string ours = fmt::format("data.tokenizer {} ({} ids, fingerprint {})", data_tokenizer, ds.vocab_size,
+                                       ds.tokenizer_fingerprint);
+  HT_CHECK(vocab == ds.vocab_size, "model.init_from {}: the model was trained with {}, but {} has another number of "
+           "ids: its ids would index embedding rows trained for other tokens. Set data.tokenizer to {}",
+           source, theirs, ours, path);
+  spdlog::warn("model.init_from {}: the model was trained with {}; {} has as many ids but other files. If its ids "
+               "are not the same tokens, the embedding rows mean other tokens: set data.tokenizer to {} unless it "
+               "holds the same vocabulary", source, theirs, ours, path);
+}
+}  // namespace
 
 // Note [LM model sources]
 // model.init_from names where the weights come from: an HF folder (config.json + safetensors) or one of our
@@ -137,6 +193,7 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
     if (!ds.eos_ids.empty()) c.eos_token_ids = ds.eos_ids;
   }
   c.validate(m.init_from.empty() ? "model.llama" : m.init_from);
+  if (src && !ds.tokenizer_fingerprint.empty()) check_source_tokenizer(*src, cfg.data.text.tokenizer, ds);
   if (ds.text_train) {
     ds.text_train->check_vocab(c.vocab_size, "the model's vocab_size");
     HT_CHECK(cfg.data.text.seq_len <= c.max_position_embeddings,
@@ -196,12 +253,16 @@ std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Da
   return std::make_unique<LoaderSource<data::TextLoader>>(split == Split::train ? ds.text_train : ds.text_test, o);
 }
 
-io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, nn::Module& model) {
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model) {
   io::Metadata md;
   const auto* llama = dynamic_cast<const models::Llama*>(&model);
   if (llama == nullptr) return md;
   md[kLlamaConfigKey] = llama->config.to_json().dump();
-  if (!cfg.data.text.tokenizer.empty()) md[kTokenizerKey] = fs::absolute(expand_home(cfg.data.text.tokenizer)).string();
+  if (!cfg.data.text.tokenizer.empty()) {
+    md[kTokenizerKey] = fs::absolute(expand_home(cfg.data.text.tokenizer)).string();
+    md[kTokenizerFingerprintKey] = ds.tokenizer_fingerprint;
+    md[kTokenizerVocabSizeKey] = std::to_string(ds.vocab_size);
+  }
   if (cfg.model.lora) md[kLoraKey] = lora_to_json(*cfg.model.lora).dump();
   return md;
 }
@@ -240,6 +301,16 @@ LlamaSource find_llama_source(const fs::path& path) {
   });
   if (md.count(kLoraKey)) src.lora = io::read_json_metadata(md, kLoraKey, file, lora_from_json);
   if (const auto tok = md.find(kTokenizerKey); tok != md.end()) src.tokenizer = tok->second;
+  if (const auto fp = md.find(kTokenizerFingerprintKey); fp != md.end()) src.tokenizer_fingerprint = fp->second;
+  if (const auto n = md.find(kTokenizerVocabSizeKey); n != md.end()) {
+    const std::string& text = n->second;
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    HT_CHECK(ec == std::errc() && end == text.data() + text.size() && v > 0,
+             "{}: {} holds '{}', expected a positive integer (the number of ids of the run's tokenizer)", file.string(),
+             kTokenizerVocabSizeKey, text);
+    src.tokenizer_vocab_size = v;
+  }
   return src;
 }
 

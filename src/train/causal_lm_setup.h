@@ -44,7 +44,7 @@ std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& 
 std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split,
                                               int64_t min_last_batch = 1);
 
-// What an LM checkpoint records about its model (train/lm_source.h's keys); empty for other models.
-io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, nn::Module& model);
+// What an LM checkpoint records about its model and tokenizer (train/lm_source.h's keys); empty for other models.
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model);
 
 }  // namespace ht::train

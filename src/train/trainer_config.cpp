@@ -5,8 +5,29 @@
 
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 namespace ht::train {
 namespace {
+
+// The section `key` of `root` read by `read`, a function of that section alone. Where a --set wrote into the
+// section, `read` also runs over the section as the file alone gives it, so that finish() drops the file's keys of a
+// choice the --set replaced (Note [A --set that switches a choice] in config_reader.h).
+template <class Read>
+auto read_section(ConfigReader& root, const std::string& key, Read read) {
+  ConfigReader s = root.child(key);
+  auto out = read(s);
+  if (s.overridden()) {
+    ConfigReader file = s.as_in_file();
+    try {
+      read(file);
+    } catch (const Error&) {
+      // The file's own section may hold a mistake that a --set corrects: the keys read up to it still count.
+    }
+    s.drop_keys_only_read_by(file);
+  }
+  return out;
+}
 
 bool is_mnist(DatasetKind d) { return d == DatasetKind::fashion_mnist || d == DatasetKind::mnist; }
 bool is_cifar(DatasetKind d) { return d == DatasetKind::cifar10 || d == DatasetKind::cifar100; }
@@ -74,10 +95,10 @@ std::optional<data::RandAugmentOptions> read_rand_augment(ConfigReader& r) {
   o = timm ? data::RandAugmentOptions::timm_defaults() : data::RandAugmentOptions::torchvision_defaults();
   if (timm) {
     o.increasing = ra.get("increasing", o.increasing);
-    if (ra.has("num_magnitude_bins")) ra.fail("num_magnitude_bins", "applies to policy torchvision only");
+    ra.reject("num_magnitude_bins", "applies to policy torchvision only");
   } else {
     o.num_magnitude_bins = ra.get("num_magnitude_bins", o.num_magnitude_bins, Range::at_least(2));
-    if (ra.has("increasing")) ra.fail("increasing", "applies to policy timm only (torchvision's ops are fixed)");
+    ra.reject("increasing", "applies to policy timm only (torchvision's ops are fixed)");
   }
   o.num_ops = ra.get("num_ops", o.num_ops, Range::closed(1, 64));
   o.magnitude = ra.get("magnitude", o.magnitude, Range::closed(0.0, o.max_magnitude()));
@@ -177,7 +198,7 @@ void read_llama(ConfigReader& r, ModelSection& s) {
     c.initializer_range = l.get("initializer_range", p.initializer_range, Range::positive());
   } else {
     for (const char* key : {"preset", "llama"})
-      if (r.has(key)) r.fail(key, "the architecture comes from model.init_from; remove this key");
+      r.reject(key, "the architecture comes from model.init_from; remove this key");
   }
   s.activation_checkpointing = r.get("activation_checkpointing", false);
   ConfigReader l = r.child("lora");
@@ -364,25 +385,27 @@ std::string model_name(ModelKind m) {
 TrainerConfig read_trainer_config(ConfigReader root) {
   TrainerConfig c;
   c.source = root.source();
-  c.run = read_run(root.child("run"), std::filesystem::path(root.source()).stem().string());
-  c.data = read_data(root.child("data"));
-  c.model = read_model(root.child("model"));
-  c.optim = read_optim(root.child("optim"));
+  const std::string default_name = std::filesystem::path(root.source()).stem().string();
+  c.run = read_section(root, "run", [&](ConfigReader r) { return read_run(r, default_name); });
+  c.data = read_section(root, "data", read_data);
+  c.model = read_section(root, "model", read_model);
+  c.optim = read_section(root, "optim", read_optim);
   if (c.optim.layer_decay != 1.0 && c.model.name != ModelKind::vit)
     root.child("optim").fail("layer_decay", fmt::format("layer-wise decay is defined for model.name vit (its blocks), "
                                                         "not {}", model_name(c.model.name)));
-  c.schedule = read_schedule(root.child("schedule"));
-  c.train = read_train(root.child("train"));
+  c.schedule = read_section(root, "schedule", read_schedule);
+  c.train = read_section(root, "train", read_train);
   // With data.mix every training batch carries soft targets, smoothed by mix.label_smoothing (timm's
   // SoftTargetCrossEntropy after Mixup): train.label_smoothing would be ignored, so it is an error.
   if (c.train.label_smoothing > 0 && c.data.mix.enabled())
     root.child("train").fail("label_smoothing", "data.mix is on, and its soft targets are smoothed by "
                                                 "data.mix.label_smoothing instead; remove train.label_smoothing");
-  c.checkpoint = read_checkpoint(root.child("checkpoint"), c.run.out_dir);
-  c.grad_pipeline = read_grad_pipeline(root.child("grad_pipeline"), c.run.seed);
-  c.dist = dist::read_dist_options(root.child("dist"));
+  c.checkpoint = read_section(root, "checkpoint", [&](ConfigReader r) { return read_checkpoint(r, c.run.out_dir); });
+  c.grad_pipeline =
+      read_section(root, "grad_pipeline", [&](ConfigReader r) { return read_grad_pipeline(r, c.run.seed); });
+  c.dist = read_section(root, "dist", dist::read_dist_options);
   if (root.has("ema")) {
-    c.ema = read_ema(root.child("ema"));
+    c.ema = read_section(root, "ema", read_ema);
     // fsdp shards the weights over the ranks (each holds a slice of every tensor): no rank has the whole
     // weights to average, and no other mode needs more than this process's copy.
     if (c.dist.mode == dist::DistMode::fsdp)
@@ -390,6 +413,7 @@ TrainerConfig read_trainer_config(ConfigReader root) {
                        "weights); use dist.mode ddp or none, or remove the ema section");
   }
   root.finish();
+  for (const std::string& note : root.notes()) spdlog::warn("{}", note);
   c.resolved_yaml = root.resolved_yaml();
   return c;
 }

@@ -22,6 +22,7 @@ struct Datasets {
   std::shared_ptr<const data::Dataset> train, test;  // images (null for language-model data)
   std::shared_ptr<const data::TextDataset> text_train, text_test;  // data.dataset text | chat
   int64_t vocab_size = 0;                                          // the tokenizer's, for text data
+  std::string tokenizer_fingerprint;  // data::Tokenizer::fingerprint() of data.tokenizer, for text data
   // The tokenizer's begin and end ids (text data), which a LLaMA built from a preset records as its
   // bos_token_id / eos_token_id (generate stops at those): its end of text, and for chat data its end of turn too.
   std::optional<int64_t> bos_id;

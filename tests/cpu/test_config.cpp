@@ -393,7 +393,18 @@ TEST_CASE("--set key=null clears a key: its default applies, a cleared section r
   CHECK(e.child("lora").get<int>("rank", 4) == 4);
   CHECK(e.get<std::string>("name", "") == "x");
   e.finish();
-  // The cleared key's name is still checked, also where the path stops at a missing section.
+  // A key the file gives is removed whatever its name: one the section does not accept (SGD's momentum under
+  // --set optim.name=adamw), or one it never accepts (a misspelt key the file holds).
+  const TrainerConfig adamw = load_trainer_config(path, {"optim.name=adamw", "optim.momentum=null"});
+  CHECK(adamw.optim.name == OptimKind::adamw);
+  CHECK(adamw.resolved_yaml.find("momentum") == std::string::npos);
+  const std::string typo = write_config("clear_typo.yaml", "optim:\n  lr: 0.1\n  momentun: 0.5\n");
+  CHECK_THAT(error_of([&] { load_trainer_config(typo); }), HasSubstr("optim.momentun: unknown key"));
+  CHECK(load_trainer_config(typo, {"optim.momentun=null"}).optim.lr == 0.1);
+  // A key nothing gave keeps its name checked, also where the path stops at a missing section, and clearing it
+  // twice does not take that check away.
+  CHECK_THAT(error_of([&] { load_trainer_config(path, {"optim.momentun=null", "optim.momentun=null"}); }),
+             HasSubstr("--set optim.momentun=null: optim.momentun: unknown key"));
   CHECK_THAT(error_of([&] { load_trainer_config(path, {"optim.momentun=null"}); }),
              HasSubstr("--set optim.momentun=null: optim.momentun: unknown key"));
   CHECK_THAT(error_of([&] { load_trainer_config(path, {"optm.lr=null"}); }),
@@ -401,4 +412,82 @@ TEST_CASE("--set key=null clears a key: its default applies, a cleared section r
   CHECK_THAT(error_of([&] { load_trainer_config(path, {"model.lorra.rank=null"}); }),
              HasSubstr("--set model.lorra.rank=null: model.lorra: unknown key (model accepts:"));
   CHECK(load_trainer_config(path, {"checkpoint.every_steps=null"}).optim.lr == 0.1);  // an absent, known section
+}
+
+namespace {
+
+// read_trainer_config of `yaml` with `overrides`, and the notes its reader left.
+std::pair<TrainerConfig, std::vector<std::string>> read_with_notes(const std::string& yaml,
+                                                                   const std::vector<std::string>& overrides) {
+  ConfigReader root = ConfigReader::from_string(yaml, "switch.yaml", overrides);
+  TrainerConfig c = read_trainer_config(root);
+  return {c, root.notes()};
+}
+
+}  // namespace
+
+TEST_CASE("a --set that switches a choice drops the file's keys of the old choice, with a note", "[config]") {
+  // Note [A --set that switches a choice]. optim.name: SGD's momentum and nesterov go, lr and weight_decay stay.
+  const std::string sgd = "optim:\n  name: sgd\n  lr: 0.1\n  momentum: 0.5\n  nesterov: true\n  weight_decay: 1.0e-4\n";
+  const auto [c, notes] = read_with_notes(sgd, {"optim.name=adamw"});
+  CHECK(c.optim.name == OptimKind::adamw);
+  CHECK(c.optim.lr == 0.1);
+  CHECK(c.optim.weight_decay == 1e-4);
+  CHECK(c.optim.beta2 == 0.999);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0] == "--set optim.name=adamw: dropped the file's optim.momentum (switch.yaml:4:3) and optim.nesterov "
+                    "(switch.yaml:5:3): they apply to the file's own optim settings only; optim.lr and "
+                    "optim.weight_decay keep the file's values");
+  CHECK(c.resolved_yaml.find("momentum") == std::string::npos);
+  // Without a switch nothing is dropped and nothing noted.
+  CHECK(read_with_notes(sgd, {"optim.lr=0.2"}).second.empty());
+
+  // A key of the old choice that a --set gives is still an error, and so is a file key that the file's own choice
+  // does not read either (a misspelt key is not dropped).
+  CHECK_THAT(error_of([&] { read_with_notes(sgd, {"optim.name=adamw", "optim.nesterov=false"}); }),
+             HasSubstr("--set optim.nesterov=false: optim.nesterov: unknown key"));
+  CHECK_THAT(error_of([&] { read_with_notes("optim:\n  momentun: 0.5\n", {"optim.name=adamw"}); }),
+             HasSubstr("switch.yaml:2:3: optim.momentun: unknown key"));
+
+  // schedule.name: multistep's milestones and gamma do not apply to cosine.
+  const auto [s, s_notes] =
+      read_with_notes("schedule:\n  name: multistep\n  milestones: [2, 4]\n  gamma: 0.5\n", {"schedule.name=cosine"});
+  CHECK(s.schedule.name == ScheduleName::cosine);
+  REQUIRE(s_notes.size() == 1);
+  CHECK_THAT(s_notes[0], HasSubstr("--set schedule.name=cosine: dropped the file's schedule.milestones (switch.yaml:3:3) "
+                                   "and schedule.gamma (switch.yaml:4:3)"));
+
+  // model.name: a ResNet's stem goes when the model becomes an MLP; so do a preset's keys under model.init_from.
+  CHECK(read_with_notes("model:\n  name: resnet18\n  stem: cifar\n", {"model.name=mlp"}).first.model.name ==
+        ModelKind::mlp);
+  const auto [l, l_notes] = read_with_notes(
+      "model:\n  name: llama\n  preset: tiny\n  llama:\n    hidden_size: 64\n"
+      "data:\n  dataset: text\n  paths: [a.txt]\n  tokenizer: t.model\n",
+      {"model.init_from=some/checkpoint"});
+  CHECK(l.model.init_from == "some/checkpoint");
+  REQUIRE(l_notes.size() == 1);
+  CHECK_THAT(l_notes[0], HasSubstr("dropped the file's model.preset (switch.yaml:3:3) and model.llama (switch.yaml:4:3)"));
+  // Without the switch, such a key is refused with its reason.
+  CHECK_THAT(error_of([&] { read_with_notes("model:\n  name: llama\n  init_from: x\n  preset: tiny\n"
+                                            "data:\n  dataset: text\n  paths: [a.txt]\n  tokenizer: t.model\n",
+                                            {}); }),
+             HasSubstr("switch.yaml:4:11: model.preset: the architecture comes from model.init_from"));
+
+  // A grad_pipeline entry's name: the file's HLQ options go with it, in a section below the --set's.
+  const auto [g, g_notes] = read_with_notes(
+      "grad_pipeline:\n  default:\n    name: hlq\n    gx_bits: 4\n    recompute_output: true\n",
+      {"grad_pipeline.default.name=exact"});
+  CHECK(g.grad_pipeline.default_spec.name == "exact");
+  CHECK(g.grad_pipeline.default_spec.recompute_output);
+  REQUIRE(g_notes.size() == 1);
+  CHECK(g_notes[0] == "--set grad_pipeline.default.name=exact: dropped the file's grad_pipeline.default.gx_bits "
+                      "(switch.yaml:4:5): it applies to the file's own grad_pipeline.default settings only; "
+                      "grad_pipeline.default.recompute_output keeps the file's value");
+
+  // data.rand_augment.policy: timm's `increasing` does not apply to torchvision's ops.
+  const auto [r, r_notes] = read_with_notes("data:\n  rand_augment:\n    policy: timm\n    increasing: false\n",
+                                            {"data.rand_augment.policy=torchvision"});
+  CHECK(r.data.rand_augment->policy == data::RandAugmentPolicy::torchvision);
+  REQUIRE(r_notes.size() == 1);
+  CHECK_THAT(r_notes[0], HasSubstr("dropped the file's data.rand_augment.increasing (switch.yaml:4:5)"));
 }

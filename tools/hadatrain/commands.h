@@ -1,6 +1,7 @@
 // The hadatrain subcommands. Each file registers one subcommand's options on the CLI11 app and returns the
 // function main() runs when that subcommand was chosen; library errors propagate to main().
 #pragma once
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -75,6 +77,17 @@ inline CLI::Validator integer_check(int64_t lo, int64_t hi) {
       },
       range);
 }
+// One of `allowed`: "--device: must be cpu or cuda, got gpu".
+inline CLI::Validator choice_check(std::vector<std::string> allowed) {
+  std::string words;
+  for (std::size_t i = 0; i < allowed.size(); ++i)
+    words += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
+  return CLI::Validator(
+      [allowed, words](std::string& v) -> std::string {
+        return std::find(allowed.begin(), allowed.end(), v) != allowed.end() ? "" : "must be " + words + ", got " + v;
+      },
+      words);
+}
 // A decimal integer from 0 to 2^64 - 1 (no sign).
 inline CLI::Validator unsigned_check() {
   const std::string range = fmt::format("an integer from 0 to {}", std::numeric_limits<uint64_t>::max());
@@ -96,7 +109,10 @@ Command add_inspect_command(CLI::App& app);  // inspect_command.cpp
 Command add_generate_command(CLI::App& app);  // generate_command.cpp
 Command add_convert_command(CLI::App& app);   // convert_command.cpp
 Command add_sweep_command(CLI::App& app);    // sweep_command.cpp
-Command add_launch_command(CLI::App& app);      // launch_command.cpp
+// launch_command.cpp. `check_rank_command` parses the command line each rank will run (the arguments after `--`)
+// as a rank would, without running it, and throws CLI11's ParseError for a usage error in it (main.cpp).
+Command add_launch_command(CLI::App& app,
+                           std::function<void(const std::vector<std::string>&)> check_rank_command);
 Command add_comm_check_command(CLI::App& app);  // launch_command.cpp
 
 }  // namespace ht::cli

@@ -39,9 +39,8 @@ constexpr double kMinTimeoutS = 1e-3, kMaxTimeoutS = 86400;
 
 int run_comm_check(const CheckOptions& o) {
   const dist::DistEnv env = dist::dist_env_from_environment();
-  Device device = Device::cpu();
-  if (o.device == "cuda") device = Device::cuda(env.local_rank);
-  else HT_CHECK(o.device == "cpu", "comm-check --device: expected cpu or cuda, got {}", o.device);
+  // --device is cpu or cuda, and --engine fits it (checked as the command line is read: add_comm_check_command).
+  const Device device = o.device == "cuda" ? Device::cuda(env.local_rank) : Device::cpu();
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   dist::ProcessGroup pg = dist::init_process_group(env, {.engine = o.engine, .device = device, .timeout = timeout});
   dist::Communicator& c = *pg.comm;
@@ -85,7 +84,8 @@ int run_comm_check(const CheckOptions& o) {
 
 }  // namespace
 
-Command add_launch_command(CLI::App& app) {
+Command add_launch_command(CLI::App& app,
+                           std::function<void(const std::vector<std::string>&)> check_rank_command) {
   struct State {
     dist::LaunchOptions options;
     std::vector<std::string> rest;
@@ -106,8 +106,11 @@ Command add_launch_command(CLI::App& app) {
                     "Rank 0's host (MASTER_ADDR); default 127.0.0.1, required with --nnodes > 1");
   c.app->add_option("--master-port", s->options.master_port,
                     "Rank 0's store port (MASTER_PORT), 1 .. 65535; 0: a free port (one node only)");
-  // The ranges of dist/launcher.h, as usage errors before anything starts.
-  c.app->parse_complete_callback([s, max_ranks] {
+  c.app->add_option("command", s->rest, "The hadatrain command and its arguments, after --")->required();
+  c.app->positionals_at_end();
+  // The ranges of dist/launcher.h, as usage errors before anything starts; then a usage error in the ranks' command
+  // stops the launch here, once, instead of in every rank it would start.
+  c.app->parse_complete_callback([s, max_ranks, check = std::move(check_rank_command)] {
     const dist::LaunchOptions& o = s->options;
     check_option_range("--nproc-per-node", o.nproc_per_node, 1, max_ranks,
                        "the larger of 1024 and this machine's CPUs");
@@ -120,9 +123,8 @@ Command add_launch_command(CLI::App& app) {
                                  fmt::format("several nodes need --master-addr and --master-port, the same on every "
                                              "node (got {} and {})",
                                              o.master_addr.empty() ? "none" : o.master_addr, o.master_port));
+    check(s->rest);
   });
-  c.app->add_option("command", s->rest, "The hadatrain command and its arguments, after --")->required();
-  c.app->positionals_at_end();
   c.run = [s, argv0 = std::string("hadatrain")] {
     dist::LaunchOptions o = s->options;
     o.argv = {self_path(argv0.c_str())};
@@ -137,8 +139,11 @@ Command add_comm_check_command(CLI::App& app) {
   Command c;
   c.app = app.add_subcommand("comm-check",
                              "Connect to the job's ranks (torchrun/Slurm/launch variables) and check every collective");
-  c.app->add_option("--engine", o->engine, "gloo or nccl (default: nccl on cuda, gloo on cpu)");
-  c.app->add_option("--device", o->device, "cpu, or cuda (the device LOCAL_RANK)");
+  c.app->add_option("--engine", o->engine, "gloo or nccl (default: nccl on cuda, gloo on cpu)")
+      ->check(choice_check({"gloo", "nccl"}));
+  c.app->add_option("--device", o->device, "cpu, or cuda (the device LOCAL_RANK)")
+      ->check(choice_check({"cpu", "cuda"}))
+      ->capture_default_str();
   c.app->add_option("--elements", o->elements, "f32 elements of the timed all-reduce")
       ->check(integer_check(1, kMaxCheckElements))
       ->capture_default_str();
@@ -146,6 +151,15 @@ Command add_comm_check_command(CLI::App& app) {
       ->check(number_check(fmt::format("a number from {} to {}", kMinTimeoutS, kMaxTimeoutS),
                            [](double t) { return t >= kMinTimeoutS && t <= kMaxTimeoutS; }))
       ->capture_default_str();
+  // Gloo moves CPU tensors and NCCL CUDA tensors (dist/communicator.h): another pairing is a usage error too.
+  c.app->parse_complete_callback([o] {
+    if (o->engine == "gloo" && o->device != "cpu")
+      throw CLI::ValidationError("--engine gloo", "Gloo moves CPU tensors, got --device " + o->device +
+                                                      " (use --device cpu, or --engine nccl on CUDA)");
+    if (o->engine == "nccl" && o->device != "cuda")
+      throw CLI::ValidationError("--engine nccl", "NCCL moves CUDA tensors, got --device " + o->device +
+                                                      " (use --device cuda, or --engine gloo on the CPU)");
+  });
   c.run = [o] { return run_comm_check(*o); };
   return c;
 }

@@ -48,20 +48,45 @@ std::string unknown_command_error(const std::string& word, const std::vector<ht:
   return fmt::format("unknown command '{}' (commands: {}{})", word, names, hint);
 }
 
+std::vector<ht::cli::Command> add_commands(CLI::App& app);
+
+// launch's check of the command line its ranks run: parsed here as each rank will parse it, with nothing run, so
+// that a usage error in it ends the launch before any rank starts. Throws CLI11's ValidationError (exit code 2)
+// with the rank's message; --help and the like (exit code 0) pass, for the ranks to print.
+void check_rank_command(const std::vector<std::string>& args) {
+  CLI::App app;
+  app.require_subcommand(1);
+  const std::vector<ht::cli::Command> commands = add_commands(app);
+  std::string line;
+  for (const std::string& a : args) line += (line.empty() ? "" : " ") + a;
+  const auto fail = [&](const std::string& message) {
+    throw CLI::ValidationError(fmt::format("{} (in the command each rank runs: {}; no rank was started)", message, line));
+  };
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-' &&
+      std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->get_name() == args[0]; }))
+    fail(unknown_command_error(args[0], commands));
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes a vector last argument first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) fail(e.what());
+  }
+}
+
+std::vector<ht::cli::Command> add_commands(CLI::App& app) {
+  return {ht::cli::add_version_command(app),  ht::cli::add_train_command(app),
+          ht::cli::add_eval_command(app),     ht::cli::add_inspect_command(app),
+          ht::cli::add_generate_command(app), ht::cli::add_convert_command(app),
+          ht::cli::add_sweep_command(app),    ht::cli::add_launch_command(app, check_rank_command),
+          ht::cli::add_comm_check_command(app)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"hadatrain: a C++20 deep-learning training framework (tensors, autograd, training from YAML configs)"};
   app.require_subcommand(1);
-  const std::vector<ht::cli::Command> commands = {ht::cli::add_version_command(app),
-                                                  ht::cli::add_train_command(app),
-                                                  ht::cli::add_eval_command(app),
-                                                  ht::cli::add_inspect_command(app),
-                                                  ht::cli::add_generate_command(app),
-                                                  ht::cli::add_convert_command(app),
-                                                  ht::cli::add_sweep_command(app),
-                                                  ht::cli::add_launch_command(app),
-                                                  ht::cli::add_comm_check_command(app)};
+  const std::vector<ht::cli::Command> commands = add_commands(app);
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->get_name() == argv[1]; })) {
     fmt::print(stderr, "error: {}\nRun with --help for more information.\n", unknown_command_error(argv[1], commands));

@@ -20,6 +20,22 @@
 // scalar or flow value (`--set model.hidden=[512,256]`) and written at the dotted path, creating sections as
 // needed. The document remembers each override, so an error about a value that came from an override (or
 // a key it introduced, found unknown by finish()) names `--set a.b=c` as its source instead of a file line.
+// `--set a.b=null` (or ~) removes a key the file (or an earlier --set) gives, whatever its name: the section then
+// reads as if it never held it. A key nothing gave is left holding null, which reads as absent, and finish()
+// still checks its name, so a misspelt one is reported.
+//
+// Note [A --set that switches a choice]
+// The keys a section accepts can depend on a value in it: optim.momentum exists for optim.name sgd only,
+// schedule.milestones for schedule.name multistep, model.hidden for model.name mlp, the image keys of data for
+// the image datasets, a grad_pipeline entry's options for its pipeline, data.rand_augment.increasing for policy
+// timm, model.preset without model.init_from. A --set that changes such a value (`--set optim.name=adamw` on a
+// file that sets SGD's momentum) would leave the file's keys for the old choice behind, and the strict reading
+// would refuse them as unknown. So the section's reader also runs over the section as the file alone gives it
+// (as_in_file(), handed to drop_keys_only_read_by()): a key that the file gives and that reading accepts but this
+// one does not belongs to the choice the --set replaced. finish() drops it and leaves a note (notes()) naming the
+// --set, the key and its file line, and the file's keys that both readings accept and so keep their values
+// (optim.lr: an SGD learning rate is rarely right for AdamW). A key that a --set gives, or that the file's own
+// reading refuses too (a misspelt key), is still an error.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -113,10 +129,28 @@ class ConfigReader {
   // module-name patterns). Does not mark them known: read each with child()/get().
   std::vector<std::string> keys() const;
 
+  // `key` does not apply in this reading, for `reason` ("applies to policy timm only"): when the section holds it,
+  // finish() reports "<where>: <key>: <reason>" instead of "unknown key" (or drops it: Note [A --set that switches
+  // a choice]). Does not mark the key as known.
+  void reject(const std::string& key, const std::string& reason);
+
   // Throws the error for every key in this section and the sections reached through child() that no
   // get()/child()/has() asked for: "<where>: optim.lrr: unknown key (optim accepts: lr, ...; did you mean
-  // 'lr'?)".
+  // 'lr'?)". Keys of a choice a --set replaced are dropped instead, with a note (drop_keys_only_read_by).
   void finish();
+
+  // Note [A --set that switches a choice].
+  // Whether a --set wrote a key in this section or below it.
+  bool overridden() const;
+  // This section as the config file alone gives it, before any --set: a reader of its own over a copy of the
+  // file's tree (nothing asked of it is recorded in this one; its errors are not meant to be shown).
+  ConfigReader as_in_file() const;
+  // `file_reading` is as_in_file() of this section, read by the same schema. finish() drops the keys of this
+  // section and of the sections below it that the file gives and `file_reading` asked for but this reading did
+  // not, and records a note for each section it dropped keys from.
+  void drop_keys_only_read_by(const ConfigReader& file_reading);
+  // What finish() dropped, one line per section, for the caller to log.
+  const std::vector<std::string>& notes() const;
 
   // Throws an ht::Error located at `key` of this section (its value if present, else the section).
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;

@@ -17,9 +17,12 @@
 namespace ht::train {
 
 // Metadata keys of an LM checkpoint's model.safetensors: the model's HF config.json, the tokenizer the run
-// used (absolute path), and the LoRA config when adapters are present.
+// used (absolute path, its data::Tokenizer::fingerprint() and its number of ids), and the LoRA config when
+// adapters are present.
 inline constexpr const char* kLlamaConfigKey = "hadatrain.llama_config";
 inline constexpr const char* kTokenizerKey = "hadatrain.tokenizer";
+inline constexpr const char* kTokenizerFingerprintKey = "hadatrain.tokenizer_fingerprint";
+inline constexpr const char* kTokenizerVocabSizeKey = "hadatrain.tokenizer_vocab_size";
 inline constexpr const char* kLoraKey = "hadatrain.lora";
 
 // A model described by one of our LM checkpoints or an HF folder, for generate, convert and init_from.
@@ -30,6 +33,9 @@ struct LlamaSource {
   models::LlamaConfig config;
   std::optional<nn::LoraConfig> lora;  // a checkpoint of a LoRA run: its adapters are in the weights
   std::filesystem::path tokenizer;  // the HF folder, or the tokenizer the run recorded ("" when unknown)
+  // What the checkpoint records of that tokenizer ("" and 0 for an HF folder and a checkpoint that records none).
+  std::string tokenizer_fingerprint;
+  int64_t tokenizer_vocab_size = 0;
 };
 // `path`: an HF folder (config.json), a step_<N> checkpoint folder, or a checkpoint root (its `latest`).
 // Errors name the path and say what was expected there.
