@@ -11,34 +11,12 @@
 #include "hadatrain/data/image_codec.h"
 #include "hadatrain/io/safetensors.h"
 #include "support/catch.h"
+#include "support/image_testing.h"
 
 using namespace ht;
 using namespace ht::data;
-
-namespace {
-
-Image image_of(const Tensor& t) {
-  REQUIRE(t.dim() == 3);
-  Image img = Image::zeros(t.size(0), t.size(1), t.size(2), ImageLayout::hwc);
-  REQUIRE(static_cast<int64_t>(img.pixels.size()) == t.numel());
-  std::memcpy(img.pixels.data(), t.data<uint8_t>(), img.pixels.size());
-  return img;
-}
-
-// The number of values of `ours` that differ from `want`, reported with the first one.
-int64_t mismatches(const std::string& name, const Image& want, const Image& ours) {
-  REQUIRE(want.same_geometry(ours));
-  int64_t bad = 0;
-  for (int64_t y = 0; y < want.height; ++y)
-    for (int64_t x = 0; x < want.width; ++x)
-      for (int64_t c = 0; c < want.channels; ++c)
-        if (ours.at(c, y, x) != want.at(c, y, x) && bad++ == 0)
-          UNSCOPED_INFO(name << ": first difference at (y " << y << ", x " << x << ", c " << c << "): ours "
-                             << int(ours.at(c, y, x)) << ", expected " << int(want.at(c, y, x)));
-  return bad;
-}
-
-}  // namespace
+using ht::test::image_of;
+using ht::test::mismatches;
 
 TEST_CASE("PNG decoding equals Pillow's convert(\"RGB\") pixel for pixel", "[data][image][golden]") {
   const io::SafetensorsContents f = io::load_safetensors("tests/fixtures/png_pil.safetensors");

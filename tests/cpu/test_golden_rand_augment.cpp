@@ -11,39 +11,23 @@
 #include "hadatrain/data/image_ops.h"
 #include "hadatrain/io/safetensors.h"
 #include "support/catch.h"
+#include "support/image_testing.h"
 
 using namespace ht;
 using namespace ht::data;
 
 namespace {
 
-Image image_of(const Tensor& t) {
-  REQUIRE(t.dim() == 3);
-  Image img = Image::zeros(t.size(0), t.size(1), t.size(2), ImageLayout::hwc);
-  REQUIRE(static_cast<int64_t>(img.pixels.size()) == t.numel());
-  std::memcpy(img.pixels.data(), t.data<uint8_t>(), img.pixels.size());
-  return img;
-}
-
 // The number of values of `ours` that differ from Pillow's `name` (0 expected), reported with the first one.
 int64_t mismatches(const io::SafetensorsContents& f, const std::string& name, const Image& ours) {
-  const Image pil = image_of(f.at(name));
-  REQUIRE(pil.same_geometry(ours));
-  int64_t bad = 0;
-  for (int64_t y = 0; y < pil.height; ++y)
-    for (int64_t x = 0; x < pil.width; ++x)
-      for (int64_t c = 0; c < pil.channels; ++c)
-        if (ours.at(c, y, x) != pil.at(c, y, x) && bad++ == 0)
-          UNSCOPED_INFO(name << ": first difference at (y " << y << ", x " << x << ", c " << c << "): ours "
-                             << int(ours.at(c, y, x)) << ", Pillow " << int(pil.at(c, y, x)));
-  return bad;
+  return test::mismatches(name, test::image_of(f.at(name)), ours, "Pillow");
 }
 
 }  // namespace
 
 TEST_CASE("RandAugment's ops equal Pillow's pixel for pixel", "[data][rand_augment][golden]") {
   const io::SafetensorsContents f = io::load_safetensors("tests/fixtures/rand_augment_pil.safetensors");
-  const Image in = image_of(f.at("in"));
+  const Image in = test::image_of(f.at("in"));
   CHECK(mismatches(f, "autocontrast", auto_contrast(in)) == 0);
   CHECK(mismatches(f, "equalize", equalize(in)) == 0);
   CHECK(mismatches(f, "invert", invert(in)) == 0);
