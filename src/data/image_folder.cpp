@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "data/file_walk.h"
 #include "hadatrain/core/error.h"
 
 namespace ht::data {
@@ -36,47 +37,14 @@ int64_t now_ns() {
       .count();
 }
 
-// Note [Symbolic links in image folders]
-// Symbolic links are followed, to files and to folders, as torchvision's ImageFolder does (os.walk with
-// followlinks=True): datasets are often made of links into one shared copy, and a folder reached by two links is
-// listed twice, there as here. A link that leads back into a folder the scan is already in (the folder that holds
-// the link, one above it, or one the scan came through by another link) would make the walk endless: os.walk
-// goes on until the path grows too long, listing the same files dozens of times, and std::filesystem stops with
-// "Too many levels of symbolic links". Such a link is an error naming the link, as the scan reached it, and the
-// folder it leads to; so is an entry whose links cannot be resolved at all (a link to itself). Loops are found
-// by keeping the resolved path of every folder from the class folder down to the one being listed.
-
 // The image files under class folder `dir`, as (folder relative to dir, file name) pairs in the order found.
+// Symbolic links are followed as torchvision's ImageFolder follows them (os.walk with followlinks=True; a loop is an
+// error naming the link: data/file_walk.h).
 std::vector<std::pair<std::string, std::string>> walk_class_folder(const fs::path& root, const fs::path& dir) {
   std::vector<std::pair<std::string, std::string>> entries;
-  std::error_code ec;
-  std::vector<fs::path> inside{fs::canonical(dir, ec)};  // resolved folders from `dir` down to the one listed
-  HT_CHECK(!ec, "image folder {}: cannot resolve {}: {}", root.string(), dir.string(), ec.message());
-  fs::path listing = dir;  // the folder whose entries come next, for an error while listing it
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    const fs::path& path = it->path();
-    inside.resize(static_cast<std::size_t>(it.depth()) + 1);
-    std::error_code st;
-    const fs::file_status status = it->status(st);  // through links
-    if (st && status.type() == fs::file_type::not_found) continue;  // a dangling link: no file to read
-    HT_CHECK(!st, "image folder {}: cannot read {}: {}", root.string(), path.string(), st.message());
-    if (fs::is_directory(status)) {
-      fs::path real = fs::canonical(path, st);
-      HT_CHECK(!st, "image folder {}: cannot resolve {}: {}", root.string(), path.string(), st.message());
-      HT_CHECK(std::find(inside.begin(), inside.end(), real) == inside.end(),
-               "image folder {}: {} is a symbolic link loop: it leads to {}, a folder the scan is already in, so "
-               "following it (as torchvision does) would list the same files without end; remove the link or "
-               "point it elsewhere",
-               root.string(), path.string(), real.string());
-      inside.push_back(std::move(real));
-      listing = path;
-      continue;
-    }
-    if (fs::is_regular_file(status) && has_image_extension(path))
+  for (const fs::path& path : files_under(dir, "image folder " + root.string()))
+    if (has_image_extension(path))
       entries.emplace_back(path.parent_path().lexically_relative(dir).generic_string(), path.filename().string());
-  }
-  HT_CHECK(!ec, "image folder {}: cannot list {}: {}", root.string(), listing.string(), ec.message());
   return entries;
 }
 
@@ -99,7 +67,7 @@ void ImageFolder::scan_class_folders() {
   std::error_code ec;
   for (auto it = fs::directory_iterator(opts_.root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     std::error_code st;
-    const fs::file_status status = it->status(st);  // through links (Note [Symbolic links in image folders])
+    const fs::file_status status = it->status(st);  // through links (Note [Symbolic links in folder walks] in file_walk.cpp)
     HT_CHECK(!st || status.type() == fs::file_type::not_found, "image folder {}: cannot read {}: {}",
              opts_.root.string(), it->path().string(), st.message());
     if (fs::is_directory(status)) found.push_back(it->path().filename().string());

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "data/file_walk.h"
 #include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
@@ -106,16 +107,12 @@ std::string normalised_extension(const std::string& e) { return e.empty() || e[0
 
 void add_folder(const fs::path& dir, const std::vector<std::string>& extensions, std::vector<fs::path>& out) {
   std::vector<fs::path> found;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file()) continue;
-    const std::string ext = it->path().extension().string();
+  for (const fs::path& path : files_under(dir, "text source " + dir.string())) {
+    const std::string ext = path.extension().string();
     if (extensions.empty() ||
         std::any_of(extensions.begin(), extensions.end(), [&](const std::string& e) { return normalised_extension(e) == ext; }))
-      found.push_back(it->path());
+      found.push_back(path);
   }
-  HT_CHECK(!ec, "text source {}: cannot list the folder: {}", dir.string(), ec.message());
   std::string exts;
   for (const auto& e : extensions) exts += (exts.empty() ? "" : ", ") + normalised_extension(e);
   HT_CHECK(!found.empty(), "text source {}: the folder holds no file with extension {}", dir.string(), exts);

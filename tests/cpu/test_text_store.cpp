@@ -68,6 +68,19 @@ TEST_CASE("list_text_files: folders sorted and filtered by extension, files and 
   CHECK_THROWS_WITH(list_text_files({d.string()}, {".md"}), HasSubstr("no file with extension .md"));
 }
 
+TEST_CASE("list_text_files: a folder's links are followed; a link loop is an error naming the link", "[text]") {
+  const fs::path d = make_corpus("linked");
+  const fs::path shared = text_test::scratch() / "linked_shared";
+  text_test::write_text(shared / "s.txt", "shared text");
+  fs::create_directory_symlink(shared, d / "shared");
+  fs::create_symlink(text_test::scratch() / "gone.txt", d / "dangling.txt");  // skipped: no file to read
+  CHECK(list_text_files({d.string()}, {".txt"}).size() == 4);
+  fs::create_directory_symlink(d, d / "sub" / "up");
+  CHECK_THROWS_WITH(list_text_files({d.string()}, {".txt"}),
+                    HasSubstr("text source " + d.string() + ": " + (d / "sub" / "up").string() +
+                              " is a symbolic link loop: it leads to " + fs::canonical(d).string()));
+}
+
 TEST_CASE("TokenStore: documents and tokens are the files' bytes in order, and the cache is reused", "[text]") {
   const fs::path d = make_corpus("reuse");
   ByteTokenizer tok;
