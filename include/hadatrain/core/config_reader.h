@@ -165,7 +165,7 @@ class ConfigReader {
   YAML::Node resolved() const;
   std::string resolved_yaml() const;
 
-  struct Section;  // implementation detail (config_reader.cpp)
+  struct Section;  // implementation detail (src/core/config_internal.h)
 
  private:
   explicit ConfigReader(std::shared_ptr<Section> s) : s_(std::move(s)) {}
