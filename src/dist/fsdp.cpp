@@ -328,6 +328,35 @@ std::vector<Tensor> FsdpGatherNode::apply(std::vector<Tensor>&& grads) {
   return {p->backward(param_, grads[0], generation_)};
 }
 
+namespace {
+
+// Every prefix of FsdpOptions::units (dist.fsdp_units) takes at least one parameter: the first prefix a name
+// starts with takes it, so a typo, or a prefix an earlier one covers, would leave its layers silently in units of
+// one module each. Checked before any collective, so every rank (the same config) stops alike.
+void check_unit_prefixes(const std::vector<nn::ParamRef>& params, const std::vector<std::string>& units) {
+  std::vector<bool> takes(units.size(), false);
+  for (const nn::ParamRef& ref : params)
+    for (std::size_t u = 0; u < units.size(); ++u)
+      if (ref.name.rfind(units[u], 0) == 0) {
+        takes[u] = true;
+        break;
+      }
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (takes[u]) continue;
+    for (std::size_t e = 0; e < u; ++e)
+      HT_CHECK(units[u].rfind(units[e], 0) != 0,
+               "dist.fsdp_units: '{}' takes no parameter: the earlier prefix '{}' takes every name it would (list "
+               "the longer prefix first)",
+               units[u], units[e]);
+    HT_CHECK(false,
+             "dist.fsdp_units: '{}' is the start of no parameter name of the model ({} parameters, the first '{}'); "
+             "a unit is every parameter whose name starts with its prefix",
+             units[u], params.size(), params.empty() ? "" : params.front().name);
+  }
+}
+
+}  // namespace
+
 FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::ParameterStore> model_store,
                                      FsdpOptions options)
     : comm_(comm), model_store_(std::move(model_store)), options_(std::move(options)) {
@@ -336,6 +365,7 @@ FullyShardedModel::FullyShardedModel(Communicator& comm, std::shared_ptr<nn::Par
   const int n = comm_.size(), r = comm_.rank();
   share_ = 1.0 / n;
   lowp_ = std::make_unique<FsdpLowPrecision>(comm_, options_);
+  check_unit_prefixes(model_store_->params(), options_.units);
   std::map<std::string, std::size_t> unit_of_prefix;
   params_.reserve(model_store_->size());
   for (const nn::ParamRef& ref : model_store_->params()) {

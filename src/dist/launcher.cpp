@@ -4,6 +4,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -214,6 +217,7 @@ int launch(const LaunchOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   Ranks ranks(o);
   std::string fork_error;  // why a fork failed, thrown once the ranks started before it have ended
+  [[maybe_unused]] const pid_t launcher = ::getpid();  // the ranks' parent (the parent-death signal below)
   for (int local = 0; local < o.nproc_per_node; ++local) {
     if (const int sig = g_forward_signal.exchange(0); sig != 0) ranks.stop_start(sig);
     ranks.reap();
@@ -222,6 +226,12 @@ int launch(const LaunchOptions& o) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);  // its own process group: stopping a rank stops what it started too
+#ifdef __linux__
+      // A launcher that dies without stopping the ranks (SIGKILL) stops them still (dist/launcher.h); one that died
+      // before this call is no longer the parent.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(128 + SIGTERM);
+#endif
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
       ::pthread_sigmask(SIG_SETMASK, &mask_before, nullptr);

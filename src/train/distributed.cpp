@@ -226,6 +226,7 @@ data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
     HT_ASSERT(batch.size() == s.rows, "rank {} holds {} rows of a {}-row batch, expected {}", rank(), batch.size(),
               batch.global_rows, s.rows);
     step_start_ = pg_.comm->bytes();
+    global_rows_ = batch.global_rows;
     share_ = static_cast<double>(s.rows) / static_cast<double>(batch.global_rows);
     if (fsdp_) fsdp_->set_share(share_);
     return batch;
@@ -234,10 +235,16 @@ data::Batch DistributedRun::slice(const data::Batch& batch, const Task& task) {
   HT_CHECK(total > 0, "batch {} of epoch {} has no unit its loss is a mean over (every label ignored)",
            batch.position.batch + 1, batch.position.epoch + 1);
   step_start_ = pg_.comm->bytes();
+  global_rows_ = batch.size();
   data::Batch mine = data::slice_rows(batch, data::row_slice(batch.size(), rank(), world_size()));
   share_ = task.loss_weight(mine) / total;
   if (fsdp_) fsdp_->set_share(share_);
   return mine;
+}
+
+int64_t DistributedRun::micro_batches(int64_t k) const {
+  HT_ASSERT(global_rows_ >= world_size(), "micro_batches before slice() or of a batch with fewer rows than ranks");
+  return std::min(k, global_rows_ / world_size());
 }
 
 void DistributedRun::before_last_backward() {

@@ -51,6 +51,10 @@ class DistributedRun {
   // from the global batch it holds, so no collective is needed. A batch the loader made as this rank's slice
   // (Batch::global_rows, for a task whose rows are its units) is returned as it is, its share its rows' share.
   data::Batch slice(const data::Batch& batch, const Task& task);
+  // The micro-batches every rank runs in the step of the last slice() with train.grad_accum_steps `k`:
+  // min(k, floor(G/N)) for a global batch of G rows, the rows of the smallest slice (Note [Micro-batches on every
+  // rank] in step_runner.h).
+  int64_t micro_batches(int64_t k) const;
   // ddp: before the step's last backward, so that the buckets are all-reduced as backward fills them (Note
   // [Reduction during backward] in dist/data_parallel.cpp; dist.reduce_in_backward false: after it). Nothing
   // under fsdp, which reduce-scatters each gradient as backward produces it.
@@ -89,6 +93,7 @@ class DistributedRun {
   std::unique_ptr<dist::GradientReducer> reducer_;
   std::unique_ptr<dist::FullyShardedModel> fsdp_;
   double share_ = 1.0;
+  int64_t global_rows_ = 0;  // the last slice()'s global batch
   dist::CommBytes step_start_, window_;
   int64_t reported_error_steps_ = 0;  // fsdp's reduce_error_steps() at the last take_comm_bytes
   Tensor stop_flag_;                     // the last agreed_stop's request, becoming the max over the ranks

@@ -18,20 +18,35 @@
 
 namespace ht::train {
 
-std::vector<MicroBatch> plan_micro_batches(const Task& task, const data::Batch& batch, int64_t grad_accum_steps) {
-  HT_ASSERT(grad_accum_steps >= 1, "grad_accum_steps {} < 1", grad_accum_steps);
+namespace {
+
+// `k` micro-batches of consecutive rows of `batch`, sizes as even as possible; each scale the micro-batch's loss
+// weight (unnormalised).
+std::vector<MicroBatch> split_rows(const Task& task, const data::Batch& batch, int64_t k) {
   const int64_t b = batch.size();
-  const int64_t k = std::min(grad_accum_steps, std::max<int64_t>(b, 1));
   std::vector<MicroBatch> plan;
-  double total = 0.0;
   int64_t start = 0;
   for (int64_t i = 0; i < k; ++i) {
     const int64_t rows = b / k + (i < b % k ? 1 : 0);
-    const double w = task.loss_weight(data::slice_rows(batch, {start, rows}));
-    plan.push_back({start, rows, w});
-    total += w;
+    plan.push_back({start, rows, task.loss_weight(data::slice_rows(batch, {start, rows}))});
     start += rows;
   }
+  return plan;
+}
+
+double total_weight(const std::vector<MicroBatch>& plan) {
+  double total = 0.0;
+  for (const MicroBatch& m : plan) total += m.scale;
+  return total;
+}
+
+}  // namespace
+
+std::vector<MicroBatch> plan_micro_batches(const Task& task, const data::Batch& batch, int64_t grad_accum_steps) {
+  HT_ASSERT(grad_accum_steps >= 1, "grad_accum_steps {} < 1", grad_accum_steps);
+  const std::vector<MicroBatch> plan =
+      split_rows(task, batch, std::min(grad_accum_steps, std::max<int64_t>(batch.size(), 1)));
+  const double total = total_weight(plan);
   HT_CHECK(total > 0, "{}: batch {} of epoch {} has nothing the loss counts (every label is ignored)", task.name(),
            batch.position.batch + 1, batch.position.epoch + 1);
   std::vector<MicroBatch> kept;
@@ -41,6 +56,14 @@ std::vector<MicroBatch> plan_micro_batches(const Task& task, const data::Batch& 
     kept.push_back(m);
   }
   return kept;
+}
+
+std::vector<MicroBatch> plan_rank_micro_batches(const Task& task, const data::Batch& batch, int64_t count) {
+  HT_ASSERT(count >= 1 && count <= batch.size(), "{} micro-batches of a {}-row slice", count, batch.size());
+  std::vector<MicroBatch> plan = split_rows(task, batch, count);
+  const double total = total_weight(plan);
+  for (MicroBatch& m : plan) m.scale = total > 0 ? m.scale / total : 0.0;
+  return plan;
 }
 
 GraphMode graph_mode_from_name(const std::string& name) {
@@ -113,8 +136,11 @@ void StepRunner::device_step(const data::Batch& on_device) {
       const Tensor loss = micro_step_loss(on_device, i);
       if (i + 1 == plan_.size() && p_.before_last_backward) p_.before_last_backward();
       loss.backward();
+      // Note [Micro-batches on every rank]: a rank's micro-batch that counts nothing (a NaN mean) adds nothing.
+      if (plan_[i].scale == 0.0) continue;
       step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
     }
+    if (!step_loss.defined()) step_loss = zeros({}, {DType::f32, device_});  // this rank's rows count nothing
   }
   if (p_.after_backward) step_loss = p_.after_backward(step_loss);
   clip_gradients();
@@ -136,7 +162,8 @@ void StepRunner::run(const data::Batch& batch, double lr, int64_t step) {
   p_.task->check_batch(batch);
   plan_.clear();
   if (p_.grad_accum_steps > 1) {
-    plan_ = plan_micro_batches(*p_.task, batch, p_.grad_accum_steps);
+    plan_ = p_.micro_batches ? plan_rank_micro_batches(*p_.task, batch, p_.micro_batches(p_.grad_accum_steps))
+                             : plan_micro_batches(*p_.task, batch, p_.grad_accum_steps);
     std::vector<double> scales(static_cast<std::size_t>(p_.grad_accum_steps), 0.0);
     for (std::size_t i = 0; i < plan_.size(); ++i) scales[i] = plan_[i].scale;
     copy_(scales_, from_vector(scales, {p_.grad_accum_steps}, {DType::f64}));

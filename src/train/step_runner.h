@@ -57,6 +57,9 @@ struct StepParts {
   // loss to log (the global batch's).
   std::function<void()> before_last_backward;
   std::function<Tensor(const Tensor&)> after_backward;
+  // Data parallelism with train.grad_accum_steps > 1: the number of micro-batches every rank runs in this step,
+  // given grad_accum_steps (Note [Micro-batches on every rank]).
+  std::function<int64_t(int64_t)> micro_batches;
   // Sharded parameters (dist.mode fsdp): clips by the norm over every rank's gradient shards and returns it
   // (replaces the local clipping); after_step runs after the optimiser step (drops the gathered weights).
   std::function<double(double)> clip_global;
@@ -75,6 +78,16 @@ struct MicroBatch {
 // gradients are those of the whole batch's mean loss, and the logged loss is that mean. A micro-batch with
 // w_i = 0 (every label ignored) is left out. A batch with W = 0 is an error naming its position.
 std::vector<MicroBatch> plan_micro_batches(const Task& task, const data::Batch& batch, int64_t grad_accum_steps);
+
+// Note [Micro-batches on every rank]
+// Under fsdp every forward gathers weights with the other ranks, so every rank must run as many micro-batches
+// as the others in a step, although their slices of the global batch differ (the first G mod N ranks hold one
+// row more) and so may which of their micro-batches count nothing. A rank's plan is therefore `count`
+// micro-batches of its slice (count <= its rows; the trainer gives min(grad_accum_steps, floor(G/N)), the same
+// on every rank: DistributedRun::micro_batches), none left out: a micro-batch with w_i = 0 runs with scale 0
+// (its loss is not added to the step's), and a slice with W = 0 (every label of this rank's rows ignored, the
+// others' counted) has scale 0 throughout. Under ddp the same plan keeps the ranks' steps alike.
+std::vector<MicroBatch> plan_rank_micro_batches(const Task& task, const data::Batch& batch, int64_t count);
 
 class StepRunner {
  public:

@@ -314,6 +314,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                                                       : std::function<void()>(),
                      .after_backward = dist_run ? [&](const Tensor& loss) { return dist_run->after_backward(loss); }
                                                 : std::function<Tensor(const Tensor&)>(),
+                     .micro_batches = dist_run ? [&](int64_t k) { return dist_run->micro_batches(k); }
+                                               : std::function<int64_t(int64_t)>(),
                      .clip_global = dist_run && dist_run->fsdp()
                                         ? [&](double max_norm) { return dist_run->fsdp()->clip_grad_norm(max_norm); }
                                         : std::function<double(double)>(),

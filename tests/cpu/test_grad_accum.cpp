@@ -153,3 +153,29 @@ TEST_CASE("the micro-batch plan: even split, ignored micro-batches left out, an 
             .starts_with("causal language modelling: batch 5 of epoch 2 has nothing the loss counts (every label is "
                          "ignored)"));
 }
+
+TEST_CASE("a rank's micro-batch plan: the count given, none left out, a slice that counts nothing allowed",
+          "[grad_accum]") {
+  // Note [Micro-batches on every rank]: every rank runs `count` forwards whatever its rows count.
+  CausalLm lm;
+  data::Batch b = lm_batch(0);
+  std::vector<int64_t> labels = b.at(lm_key::labels).to_vector<int64_t>();
+  for (int i = 0; i < 15; ++i) labels[static_cast<std::size_t>(i)] = -100;  // rows 0-2 ignored
+  b.set(lm_key::labels, from_vector(labels, {6, 5}, {DType::i64}));
+  const std::vector<MicroBatch> p = plan_rank_micro_batches(lm, b, 2);
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].start == 0);
+  CHECK(p[0].rows == 3);
+  CHECK(p[0].scale == 0.0);
+  CHECK(p[1].start == 3);
+  CHECK(p[1].scale == 1.0);
+  b.set(lm_key::labels, full({6, 5}, -100.0, {DType::i64}));
+  const std::vector<MicroBatch> none = plan_rank_micro_batches(lm, b, 3);
+  REQUIRE(none.size() == 3);
+  for (const MicroBatch& m : none) CHECK(m.scale == 0.0);
+  ImageClassification images;
+  const std::vector<MicroBatch> two = plan_rank_micro_batches(images, image_batch(3, 1), 2);  // 3 rows, 2 parts
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].rows == 2);
+  CHECK(std::abs(two[0].scale - 2.0 / 3.0) < 1e-15);
+}

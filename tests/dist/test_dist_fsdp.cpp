@@ -194,3 +194,27 @@ TEST_CASE("a sharded checkpoint of 2 ranks resumes on 4", "[dist]") {
   REQUIRE_THROWS_WITH(dist::consolidate_sharded(dir),
                       HasSubstr(shard0.string() + ": the metadata \"hadatrain_fsdp\" is not what hadatrain writes"));
 }
+
+TEST_CASE("an fsdp unit prefix that takes no parameter is an error naming it", "[dist]") {
+  const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
+    auto pg = connect(env);
+    auto error = [&](std::vector<std::string> units) {
+      auto model = make_mlp();  // parameters 1.weight, 1.bias, 3.weight, 3.bias
+      return test::error_of([&] {
+        dist::FullyShardedModel(*pg.comm, nn::ParameterStore::attach(*model), {.units = std::move(units)});
+      });
+    };
+    const std::string typo = error({"1.", "layers.3."});
+    expect(typo.starts_with("dist.fsdp_units: 'layers.3.' is the start of no parameter name of the model (4 "
+                            "parameters, the first '1.weight')"),
+           typo);
+    const std::string covered = error({"1", "1."});
+    expect(covered.starts_with("dist.fsdp_units: '1.' takes no parameter: the earlier prefix '1' takes every name "
+                               "it would"),
+           covered);
+    expect(error({"1.", "3."}).empty(), "prefixes that each take parameters are accepted");
+    pg.comm->barrier();
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+}

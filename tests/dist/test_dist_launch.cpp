@@ -1,6 +1,7 @@
 // The one-node launcher (dist/launcher.h) with shell commands as ranks: the variables each rank sees, exit
 // codes, that one failed rank stops the others (SIGTERM, then SIGKILL after the grace period) instead of
-// leaving them running, that a stop signal or a failure while the ranks are being started stops the start, and
+// leaving them running, that a stop signal or a failure while the ranks are being started stops the start, that
+// the ranks of a launcher killed by SIGKILL get SIGTERM, and
 // the options' ranges.
 #include <fcntl.h>
 #include <signal.h>
@@ -173,6 +174,56 @@ TEST_CASE("a rank that fails while the ranks are being started stops the start",
   CHECK_THAT(run.log, HasSubstr("launch: rank 0 exited with code 3; stopping the other"));
   CHECK_THAT(run.log, !HasSubstr("started on this node"));  // the start never completed
   CHECK(run.left.empty());
+}
+
+// The launcher is killed (SIGKILL: no signal to forward, no stop of its ranks) while its ranks run; each rank would
+// sleep for a minute. The ranks get SIGTERM from the kernel (the parent-death signal) and end at once instead of
+// running on without it.
+TEST_CASE("the ranks of a launcher killed by SIGKILL get SIGTERM", "[dist]") {
+  const auto dir = test::scratch_dir() / "launch_killed";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);  // the orphaned ranks become this process's children
+  const pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    const int fd = ::open((dir / "log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    int code = 99;
+    try {
+      code = dist::launch(sh(2, "echo $$ > " + dir.string() + "/pid$RANK.tmp && mv " + dir.string() + "/pid$RANK.tmp " +
+                                    dir.string() + "/pid$RANK && exec sleep 60"));
+    } catch (const std::exception&) {
+    }
+    ::_exit(code);
+  }
+  std::vector<pid_t> ranks;
+  const auto t0 = Clock::now();
+  for (int r = 0; r < 2; ++r) {
+    const auto file = dir / ("pid" + std::to_string(r));
+    while (!std::filesystem::exists(file) && Clock::now() - t0 < std::chrono::seconds(20))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE(std::filesystem::exists(file));
+    ranks.push_back(std::stoi(read_file(file)));
+  }
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  const auto killed = Clock::now();
+  for (const pid_t rank : ranks) {
+    int status = 0;
+    pid_t done = 0;
+    while ((done = ::waitpid(rank, &status, WNOHANG)) == 0 && Clock::now() - killed < std::chrono::seconds(5))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (done == 0) {  // still running: the failure; end it here
+      ::kill(-rank, SIGKILL);
+      ::waitpid(rank, &status, 0);
+    }
+    INFO("rank pid " << rank);
+    CHECK(done == rank);
+    CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM));
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST_CASE("the launcher's options are checked against their ranges before any rank starts", "[dist]") {

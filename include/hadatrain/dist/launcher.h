@@ -10,6 +10,11 @@
 // rank is started stops the start too: no rank of an incomplete job can pass the rendezvous, so the started ranks
 // get the signal (SIGKILL after the grace period) and the launch returns 128 + the signal. The launcher reaps with
 // waitpid(-1): the process that calls it has no other children to wait for while it runs.
+//
+// A launcher that ends without stopping its ranks (SIGKILL, the out-of-memory killer) does not leave them
+// training on their own: on Linux every rank gets SIGTERM when the thread that started it ends (the parent-death
+// signal), which hadatrain train takes as a stop request (all ranks stop after the same step and save). So call
+// launch() from a thread that lives until it returns (the main thread in `hadatrain launch`).
 #pragma once
 #include <chrono>
 #include <string>
