@@ -4,6 +4,8 @@
 
 #include <tuple>
 
+#include <fmt/ranges.h>
+
 #include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
@@ -59,12 +61,6 @@ std::shared_ptr<const TextDataset> open_chat(const TextDataOptions& o, const std
 
 std::string plural(std::size_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
 
-std::string joined(const std::vector<std::string>& paths) {
-  std::string out;
-  for (const auto& p : paths) out += (out.empty() ? "" : ", ") + p;
-  return out;
-}
-
 // The files of `docs`, the first three named.
 std::string files_of(const TokenStore& store, const std::vector<int64_t>& docs) {
   std::string out;
@@ -91,7 +87,7 @@ DocumentSplit split_documents_with_text(const TokenStore& store, const TextDataO
   HT_CHECK(with_text.size() >= 2,
            "text data: data.val_fraction {} holds out whole documents, but {} holds {} with tokens ({}, {} of them "
            "empty); give validation files in data.val_paths",
-           o.val_fraction, joined(o.paths), plural(with_text.size(), "document"),
+           o.val_fraction, fmt::join(o.paths, ", "), plural(with_text.size(), "document"),
            plural(static_cast<std::size_t>(store.num_documents()), "file"), empty);
   const DocumentSplit s = split_documents(static_cast<int64_t>(with_text.size()), o.val_fraction, seed);
   DocumentSplit out;
@@ -105,7 +101,7 @@ DocumentSplit split_documents_with_text(const TokenStore& store, const TextDataO
              "text data: the {} split holds {} ({}) of {} tokens with BOS/EOS, fewer than one row of data.seq_len + 1 "
              "= {}: data.val_fraction {} of the {} with tokens in {} (chosen by run.seed {}); {}",
              side, plural(docs->size(), "document"), files_of(store, *docs), tokens, o.seq_len + 1, o.val_fraction,
-             plural(with_text.size(), "document"), joined(o.paths), seed, fix);
+             plural(with_text.size(), "document"), fmt::join(o.paths, ", "), seed, fix);
   }
   return out;
 }

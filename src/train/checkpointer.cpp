@@ -228,18 +228,18 @@ void Checkpointer::check_same_trained_parameters(const io::Checkpoint& ck, int64
   if (!ck.optimizer || ck.optimizer->tensors.empty() || optimizer_steps == 0) return;
   const auto& slots = parts_.optimizer->store().state_names();
   if (slots.empty()) return;
+  const std::string slot = "." + slots.front();  // every trained parameter has each slot; the first tells
   std::vector<std::string> new_now, frozen_now;
   std::set<std::string> trained;
   for (const auto& p : parts_.optimizer->params()) {
     if (!p.param->requires_grad()) continue;  // frozen: no gradient, no state
     trained.insert(p.name);
-    if (!ck.optimizer->tensors.count(p.name + "." + slots.front())) new_now.push_back(p.name);
+    if (!ck.optimizer->tensors.count(p.name + slot)) new_now.push_back(p.name);
   }
-  for (const auto& [key, t] : ck.optimizer->tensors) {
-    const std::string suffix = "." + slots.front();
-    if (key.size() > suffix.size() && key.ends_with(suffix) && !trained.count(key.substr(0, key.size() - suffix.size())))
-      frozen_now.push_back(key.substr(0, key.size() - suffix.size()));
-  }
+  for (const auto& [key, t] : ck.optimizer->tensors)
+    if (key.size() > slot.size() && key.ends_with(slot))
+      if (std::string name = key.substr(0, key.size() - slot.size()); !trained.count(name))
+        frozen_now.push_back(std::move(name));
   const auto some = [](const std::vector<std::string>& names) {
     return fmt::format("'{}'{}", fmt::join(names.begin(), names.begin() + std::min<std::size_t>(names.size(), 3), "', '"),
                        names.size() > 3 ? fmt::format(" and {} more", names.size() - 3) : "");

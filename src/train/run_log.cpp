@@ -56,6 +56,14 @@ std::string duration_text(double seconds) {
 // up to the checkpoint's step, and eval records before it, or at it unless the resumed run evaluates there
 // again. Lines that are not JSON objects (the cut-off line) are dropped with a warning naming the line. So
 // after any fault and a resume the file is valid JSONL and logs each step once.
+// A record's "type" and "step", when it has both.
+std::optional<std::pair<std::string, int64_t>> type_and_step(const nlohmann::json& rec) {
+  const auto s = rec.find("step");
+  const auto type = rec.find("type");
+  if (s == rec.end() || !s->is_number_integer() || type == rec.end() || !type->is_string()) return std::nullopt;
+  return std::pair{type->get<std::string>(), s->get<int64_t>()};
+}
+
 void trim_metrics_for_resume(const std::string& path, int64_t step, bool evaluates_at_step) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return;
@@ -79,11 +87,9 @@ void trim_metrics_for_resume(const std::string& path, int64_t step, bool evaluat
                    whole ? "damaged" : "cut-off");
       continue;
     }
-    const auto s = rec.find("step");
-    const auto type = rec.find("type");
-    if (s != rec.end() && s->is_number_integer() && type != rec.end() && type->is_string()) {
-      const int64_t at = s->get<int64_t>();
-      const bool later = *type == "eval" ? (at > step || (at == step && evaluates_at_step)) : at > step;
+    if (const auto key = type_and_step(rec)) {
+      const auto& [type, at] = *key;
+      const bool later = type == "eval" ? (at > step || (at == step && evaluates_at_step)) : at > step;
       if (later) {
         ++dropped_later;
         continue;
@@ -109,11 +115,7 @@ bool metrics_has_eval_at(const std::string& path, int64_t step) {
   std::ifstream in(path, std::ios::binary);
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!rec.is_object()) continue;
-    const auto s = rec.find("step");
-    const auto type = rec.find("type");
-    if (s != rec.end() && s->is_number_integer() && s->get<int64_t>() == step && type != rec.end() && *type == "eval")
-      return true;
+    if (rec.is_object() && type_and_step(rec) == std::pair<std::string, int64_t>{"eval", step}) return true;
   }
   return false;
 }
