@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
+#include <optional>
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #ifdef HADATRAIN_CUDA
 #include <cuda_runtime_api.h>
@@ -52,15 +55,55 @@ void throw_unless_every_rank_ok(dist::Communicator& comm, const std::string& err
   throw Error(fmt::format("rank(s) {} could not {}", fmt::join(ranks, ", "), what));
 }
 
+// The resolved config as (dotted key, value) pairs in document order: a section's entries by key, a list of plain
+// values as one value in flow style ([16, 16]), a list holding sections by index (grad_pipeline.rules.0.pattern).
+void flatten_config(const YAML::Node& node, const std::string& path, std::vector<std::pair<std::string, std::string>>& out) {
+  const auto at = [&](const std::string& key) { return path.empty() ? key : path + "." + key; };
+  if (node.IsMap()) {
+    for (const auto& kv : node) flatten_config(kv.second, at(kv.first.as<std::string>()), out);
+    return;
+  }
+  const bool plain_list = node.IsSequence() && std::all_of(node.begin(), node.end(), [](const YAML::Node& e) {
+                            return e.IsScalar() || e.IsNull();
+                          });
+  if (node.IsSequence() && !plain_list) {
+    for (std::size_t i = 0; i < node.size(); ++i) flatten_config(node[i], at(std::to_string(i)), out);
+    return;
+  }
+  YAML::Emitter text;
+  text << YAML::Flow << node;
+  out.emplace_back(path, text.c_str());
+}
+
 }  // namespace
 
-std::string stable_hash(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
+std::string config_difference(const std::string& reference, const std::string& other, int rank) {
+  std::vector<std::pair<std::string, std::string>> ref_values, other_values;
+  flatten_config(YAML::Load(reference), "", ref_values);
+  flatten_config(YAML::Load(other), "", other_values);
+  const std::map<std::string, std::string> ref_map(ref_values.begin(), ref_values.end()),
+      other_map(other_values.begin(), other_values.end());
+  std::vector<std::string> keys;  // rank 0's order, then the keys only the other rank's config has
+  for (const auto& [key, value] : ref_values) keys.push_back(key);
+  for (const auto& [key, value] : other_values)
+    if (!ref_map.count(key)) keys.push_back(key);
+  const auto value = [](const std::map<std::string, std::string>& values, const std::string& key) {
+    const auto it = values.find(key);
+    return it == values.end() ? std::nullopt : std::optional(it->second);
+  };
+  const auto shown = [](const std::optional<std::string>& v) {
+    if (!v) return std::string("no such key");
+    return v->size() <= 80 ? *v : v->substr(0, 77) + "...";
+  };
+  std::vector<std::string> lines;
+  for (const std::string& key : keys)
+    if (const auto a = value(ref_map, key), b = value(other_map, key); a != b)
+      lines.push_back(fmt::format("{}: rank {} has {}, rank 0 has {}", key, rank, shown(b), shown(a)));
+  if (lines.empty()) return fmt::format("rank {}'s resolved config is written differently but no key differs", rank);
+  constexpr std::size_t kShown = 8;
+  std::string out = fmt::format("{}", fmt::join(lines.begin(), lines.begin() + std::min(lines.size(), kShown), "; "));
+  if (lines.size() > kShown) out += fmt::format("; and {} more key(s)", lines.size() - kShown);
+  return out;
 }
 
 TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_run) {
@@ -90,8 +133,9 @@ std::unique_ptr<DistributedRun> DistributedRun::start(const TrainerConfig& cfg) 
   if (device.is_cuda() && env.source != "none") device = Device::cuda(env.local_rank);
   dist::ProcessGroup pg =
       dist::init_process_group(env, {.engine = cfg.dist.engine, .device = device, .timeout = timeout});
-  // Rank 0's run.out_dir and the rest of the config must be every rank's: compare the resolved config.
-  dist::check_same_on_all_ranks(*pg.store, env, "resolved config hash", stable_hash(cfg.resolved_yaml));
+  // Rank 0's run.out_dir and the rest of the config must be every rank's: compare the resolved config (Note
+  // [Comparing the ranks' configs] in src/dist/rendezvous.cpp).
+  dist::check_same_on_all_ranks(*pg.store, env, "resolved config", cfg.resolved_yaml, config_difference);
   spdlog::info("dist: rank {} of {} ({} variables, {} engine on {}), dist.mode {}; global batch {} cut over the ranks",
                env.rank, env.world_size, env.source, pg.comm->engine(), to_string(device),
                dist::dist_mode_name(cfg.dist.mode), cfg.data.batch_size);

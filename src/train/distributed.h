@@ -117,7 +117,9 @@ std::vector<std::string> fsdp_auto_units(const nn::ParameterStore& store);
 // on CUDA under a launcher, train.device is the GPU LOCAL_RANK.
 TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_run);
 
-// FNV-1a 64 of `text` as 16 hex digits (the same on every machine and build).
-std::string stable_hash(const std::string& text);
+// What differs between two ranks' resolved configs (YAML text): each key whose value differs, "optim.lr: rank 1
+// has 0.2, rank 0 has 0.1", joined by "; " (at most 8, then how many more); a key only one config holds is "no such
+// key" in the other. `rank` is the rank of `other`.
+std::string config_difference(const std::string& reference, const std::string& other, int rank);
 
 }  // namespace ht::train
