@@ -12,10 +12,12 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/train/trainer.h"
+#include "hadatrain/train/trainer_config.h"
 
 namespace ht::cli {
 namespace {
@@ -72,6 +74,16 @@ Command add_train_command(CLI::App& app) {
                     "Continue a run: 'latest' (the newest checkpoint in checkpoint.dir) or a step_<N> directory")
       ->expected(0, 1)
       ->default_str("latest");
+  // Note [Checks before the ranks start] in launch_command.cpp: the config as run() loads it, and a mode that
+  // trains on every rank when the job has several.
+  c.check_launch = [args](int world_size) {
+    ht::logging::set_level(args->log_level);
+    const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
+    if (world_size > 1 && cfg.dist.mode == dist::DistMode::none)
+      throw Error(fmt::format("dist.mode is none but the launch starts {} ranks: every rank would train alone; set "
+                              "dist.mode: ddp or fsdp (--set dist.mode=ddp)",
+                              world_size));
+  };
   c.run = [args] {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
@@ -123,6 +135,10 @@ Command add_eval_command(CLI::App& app) {
   c.app->add_flag("--ema", *average, "Evaluate the checkpoint's weight average (ema.safetensors, config section ema)");
   auto json = std::make_shared<std::string>();
   c.app->add_option("--json", *json, "Also write the figures as JSON to this file (checkpoint, step, loss, metrics)");
+  c.check_launch = [args](int) {  // Note [Checks before the ranks start] in launch_command.cpp
+    ht::logging::set_level(args->log_level);
+    train::load_trainer_config(args->config, args->sets);
+  };
   c.run = [args, average, json] {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
