@@ -117,6 +117,23 @@ TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_r
   return c;
 }
 
+namespace {
+
+// Connects this process to the job's ranks (one process per GPU: with a launcher, rank r of a node uses its GPU
+// LOCAL_RANK) and checks that every rank resolved the same config: rank 0's run.out_dir and the rest of the config
+// must be every rank's (Note [Comparing the ranks' configs] in src/dist/rendezvous.cpp).
+dist::ProcessGroup join_ranks(const TrainerConfig& cfg, const dist::DistEnv& env) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
+  Device device = cfg.train.device;
+  if (device.is_cuda() && env.source != "none") device = Device::cuda(env.local_rank);
+  dist::ProcessGroup pg =
+      dist::init_process_group(env, {.engine = cfg.dist.engine, .device = device, .timeout = timeout});
+  dist::check_same_on_all_ranks(*pg.store, env, "resolved config", cfg.resolved_yaml, config_difference);
+  return pg;
+}
+
+}  // namespace
+
 std::unique_ptr<DistributedRun> DistributedRun::start(const TrainerConfig& cfg) {
   dist::DistEnv env = dist::dist_env_from_environment();
   if (env.source == "none") env.master_port = 0;  // one process: its own store on a free port
@@ -127,18 +144,21 @@ std::unique_ptr<DistributedRun> DistributedRun::start(const TrainerConfig& cfg) 
              env.rank, env.world_size, env.source);
     return nullptr;
   }
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
-  Device device = cfg.train.device;
-  // One process per GPU: with a launcher, rank r of this node uses GPU LOCAL_RANK.
-  if (device.is_cuda() && env.source != "none") device = Device::cuda(env.local_rank);
-  dist::ProcessGroup pg =
-      dist::init_process_group(env, {.engine = cfg.dist.engine, .device = device, .timeout = timeout});
-  // Rank 0's run.out_dir and the rest of the config must be every rank's: compare the resolved config (Note
-  // [Comparing the ranks' configs] in src/dist/rendezvous.cpp).
-  dist::check_same_on_all_ranks(*pg.store, env, "resolved config", cfg.resolved_yaml, config_difference);
+  dist::ProcessGroup pg = join_ranks(cfg, env);
   spdlog::info("dist: rank {} of {} ({} variables, {} engine on {}), dist.mode {}; global batch {} cut over the ranks",
-               env.rank, env.world_size, env.source, pg.comm->engine(), to_string(device),
+               env.rank, env.world_size, env.source, pg.comm->engine(), to_string(pg.comm->device()),
                dist::dist_mode_name(cfg.dist.mode), cfg.data.batch_size);
+  return std::unique_ptr<DistributedRun>(new DistributedRun(std::move(pg), cfg.dist));
+}
+
+std::unique_ptr<DistributedRun> DistributedRun::start_evaluation(const TrainerConfig& cfg, const std::string& evaluated) {
+  const dist::DistEnv env = dist::dist_env_from_environment();
+  if (env.world_size == 1) return nullptr;
+  dist::ProcessGroup pg = join_ranks(cfg, env);
+  dist::check_same_on_all_ranks(*pg.store, env, "checkpoint to evaluate", evaluated);
+  spdlog::info("dist: rank {} of {} ({} variables, {} engine on {}): evaluating this rank's rows of every test batch; "
+               "rank 0 reports the whole test set's figures",
+               env.rank, env.world_size, env.source, pg.comm->engine(), to_string(pg.comm->device()));
   return std::unique_ptr<DistributedRun>(new DistributedRun(std::move(pg), cfg.dist));
 }
 
@@ -334,7 +354,9 @@ std::vector<std::pair<std::string, double>> DistributedRun::take_comm_bytes(int6
 // evaluated whole on every rank instead. Before it, every rank takes rank 0's buffers: batch norm's running
 // statistics are updated from each rank's own rows in training, so without that the ranks would evaluate
 // different models; rank 0's are the checkpoint's. The result equals one process's evaluation of rank 0's model
-// up to the order of the sums.
+// up to the order of the sums. `hadatrain eval` under a launcher evaluates the same way (start_evaluation: every
+// rank loads the checkpoint whole, whatever dist.mode the config names), and only rank 0 prints and writes the
+// result, so N ranks share one evaluation instead of running N identical ones that race for the outputs.
 bool DistributedRun::can_shard_evaluation(int64_t rows, int64_t batch_size) const {
   if (rows <= 0 || batch_size <= 0) return false;
   const int64_t last = rows % batch_size == 0 ? batch_size : rows % batch_size;

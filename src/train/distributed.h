@@ -24,6 +24,11 @@ class DistributedRun {
   // Null for a one-process run (dist.mode none and no launcher variables, or WORLD_SIZE 1 with mode none).
   // dist.mode none under a launcher with WORLD_SIZE > 1 is an error (every rank would train alone).
   static std::unique_ptr<DistributedRun> start(const TrainerConfig& cfg);
+  // `hadatrain eval` under a launcher (Note [Sharded evaluation]): null for one process (WORLD_SIZE 1); else joins
+  // the ranks whatever dist.mode says (each rank holds the whole model; evaluation uses can_shard_evaluation,
+  // broadcast_buffers and sum_over_ranks only) and checks that every rank resolved the same config and evaluates
+  // the same `evaluated` (the checkpoint argument and which weights).
+  static std::unique_ptr<DistributedRun> start_evaluation(const TrainerConfig& cfg, const std::string& evaluated);
 
   int rank() const { return pg_.env.rank; }
   int local_rank() const { return pg_.env.local_rank; }

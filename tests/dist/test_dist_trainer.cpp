@@ -222,6 +222,49 @@ TEST_CASE("ranks with different configs stop at the start naming the keys and va
   REQUIRE(ht::test::all_passed(out));
 }
 
+// Note [Sharded evaluation]: `hadatrain eval` under a launcher (run_evaluation with the launcher's variables, any
+// dist.mode): every rank evaluates its rows of each test batch and gets the whole test set's figures, one process's
+// (the counts exactly, the loss within 1e-6 relative: the same sums in another order; a rank that evaluated every
+// row would count them N times), and knows its rank, so that rank 0 alone reports. Ranks asked to evaluate
+// different checkpoints stop naming both.
+TEST_CASE("eval under a launcher shares one evaluation over the ranks", "[dist][trainer]") {
+  test::idx8_dataset();
+  const auto trained = ht::test::run_ranks(1, [](const dist::DistEnv&) {
+    run_training(config("eval_ranks", {"checkpoint.every_epochs=1", "checkpoint.keep_last=0"}));
+  });
+  REQUIRE(ht::test::all_passed(trained));
+  const fs::path root = test::scratch_dir() / "eval_ranks" / "checkpoints";
+  const CheckpointEvaluation one = run_evaluation(config("eval_ranks"), root.string());
+  REQUIRE(one.total == test::kIdx8Test);
+  const std::vector<std::string> sets = {"dist.engine=gloo", "dist.timeout_s=20"};
+  for (const int world : {2, 3}) {
+    const auto out = ht::test::run_ranks(world, [&](const dist::DistEnv& env) {
+      set_rank_env(env);
+      const CheckpointEvaluation r = run_evaluation(config("eval_ranks", sets), root.string());
+      expect(r.rank == env.rank && r.world_size == world, fmt::format("rank {} of {}", r.rank, r.world_size));
+      expect(r.total == one.total && r.count("correct") == one.count("correct"),
+             fmt::format("{} correct of {}, one process {} of {}", r.count("correct"), r.total, one.count("correct"),
+                         one.total));
+      expect(std::abs(r.loss - one.loss) <= 1e-6 * std::abs(one.loss),
+             fmt::format("loss {} against one process's {}", r.loss, one.loss));
+      expect(r.step == one.step && r.checkpoint == one.checkpoint, "the same checkpoint");
+    });
+    INFO(world << " ranks: exit codes " << ht::test::exit_codes(out));
+    REQUIRE(ht::test::all_passed(out));
+  }
+  const auto mismatch = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    const std::string step4 = (root / "step_4").string();
+    const std::string err =
+        test::error_of([&] { run_evaluation(config("eval_ranks", sets), env.rank == 1 ? step4 : root.string()); });
+    const std::string want = fmt::format("the ranks disagree on the checkpoint to evaluate: rank 1 has {} but rank 0 has {}",
+                                         step4, root.string());
+    expect(err.find(want) != std::string::npos, "the error should say '" + want + "'; it says: " + err);
+  });
+  INFO("exit codes " << ht::test::exit_codes(mismatch));
+  REQUIRE(ht::test::all_passed(mismatch));
+}
+
 TEST_CASE("a launched rank with dist.mode none is an error", "[dist][trainer]") {
   test::idx8_dataset();
   const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {

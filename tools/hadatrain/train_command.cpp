@@ -144,8 +144,12 @@ Command add_eval_command(CLI::App& app) {
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
     if (!json->empty()) io::check_output_path(*json, io::OutputKind::file, "--json");  // before the work
     const train::CheckpointEvaluation r = train::run_evaluation(cfg, args->checkpoint, *average);
+    // Under a launcher the ranks shared the evaluation and each holds its figures: rank 0 alone prints and writes
+    // them (Note [Sharded evaluation] in src/train/distributed.cpp).
+    if (r.rank != 0) return 0;
     // r.total counts the task's evaluated units: tokens with a label for language models, else images
-    fmt::print("{} ({} {})\n", r.summary, r.total, r.has("tokens") ? "tokens" : "samples");
+    fmt::print("{} ({} {}{})\n", r.summary, r.total, r.has("tokens") ? "tokens" : "samples",
+               r.world_size > 1 ? fmt::format(", evaluated by {} ranks", r.world_size) : "");
     if (!json->empty()) {
       const std::filesystem::path dir = std::filesystem::path(*json).parent_path();
       if (!dir.empty()) io::create_output_directory(dir, "--json");
