@@ -10,7 +10,6 @@
 #include "hadatrain/autograd/function.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/core/error.h"
-#include "hadatrain/io/json_metadata.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/tensor/allocator.h"
@@ -546,66 +545,6 @@ void FullyShardedModel::save_sharded(const std::filesystem::path& dir, int64_t s
   if (step >= 0) meta["step"] = step;
   io::save_safetensors(dir / fmt::format("shard-{}-of-{}.safetensors", comm_.rank(), comm_.size()), tensors,
                        {{"hadatrain_fsdp", meta.dump()}});
-}
-
-ConsolidatedState consolidate_sharded(const std::filesystem::path& dir) {
-  int world = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    int r = 0, n = 0;
-    if (std::sscanf(e.path().filename().string().c_str(), "shard-%d-of-%d.safetensors", &r, &n) == 2) world = n;
-  }
-  HT_CHECK(!ec && world > 0, "fsdp: {} holds no shard-<rank>-of-<N>.safetensors files{}", dir.string(),
-           ec ? ": " + ec.message() : "");
-  std::vector<io::SafetensorsContents> files;
-  nlohmann::json shapes;
-  for (int r = 0; r < world; ++r) {
-    const auto path = dir / fmt::format("shard-{}-of-{}.safetensors", r, world);
-    HT_CHECK(std::filesystem::exists(path), "fsdp: the sharded checkpoint {} lacks {} (it was written by {} ranks)",
-             dir.string(), path.filename().string(), world);
-    files.push_back(io::load_safetensors(path));
-    const auto it = files.back().metadata.find("hadatrain_fsdp");
-    HT_CHECK(it != files.back().metadata.end(), "fsdp: {} has no hadatrain_fsdp metadata", path.string());
-    const auto [meta_rank, meta_world] =
-        io::read_json_metadata(files.back().metadata, "hadatrain_fsdp", path, [&](const nlohmann::json& meta) {
-          if (r == 0) shapes = meta.at("shapes");
-          return std::pair{meta.at("rank").get<int>(), meta.at("world_size").get<int>()};
-        });
-    HT_CHECK(meta_world == world && meta_rank == r, "fsdp: {} says rank {} of {}", path.string(), meta_rank,
-             meta_world);
-  }
-  ConsolidatedState out;
-  out.world_size = world;
-  for (const auto& [key, shape_json] : shapes.items()) {
-    const Shape shape(shape_json.get<std::vector<int64_t>>());
-    std::vector<Tensor> chunks;
-    for (int r = 0; r < world; ++r) chunks.push_back(files[r].at(key));
-    Tensor joined = cat(chunks, 0);
-    const int64_t numel = numel_of(shape);
-    HT_CHECK(joined.numel() >= numel, "fsdp: the shards of '{}' hold {} elements, fewer than its shape {}", key,
-             joined.numel(), to_string(shape));
-    Tensor whole = joined.narrow(0, 0, numel).contiguous().view(shape);
-    if (key.rfind("model/", 0) == 0) out.model.emplace(key.substr(6), whole);
-    else out.optimizer.emplace(key.substr(6), whole);
-  }
-  return out;
-}
-
-bool has_shards(const std::filesystem::path& dir) {
-  std::error_code ec;
-  return std::any_of(std::filesystem::directory_iterator(dir, ec), std::filesystem::directory_iterator(),
-                     [](const std::filesystem::directory_entry& e) {
-                       return e.path().filename().string().rfind("shard-", 0) == 0 && e.path().extension() == ".safetensors";
-                     });
-}
-
-void consolidate_checkpoint(io::Checkpoint& ck) {
-  if (!has_shards(ck.dir)) return;
-  ConsolidatedState whole = consolidate_sharded(ck.dir);
-  for (auto& [name, t] : whole.model) ck.model.tensors[name] = std::move(t);
-  io::SafetensorsContents optimizer;
-  optimizer.tensors = std::move(whole.optimizer);
-  ck.optimizer = std::move(optimizer);
 }
 
 }  // namespace ht::dist

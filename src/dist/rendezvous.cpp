@@ -3,7 +3,12 @@
 #include "hadatrain/dist/rendezvous.h"
 
 #include <cstdlib>
+#include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 
 namespace ht::dist {
@@ -98,17 +103,33 @@ ProcessGroup init_process_group(const DistEnv& env, const ProcessGroupOptions& o
   return pg;
 }
 
-void check_same_on_all_ranks(Store& store, const DistEnv& env, const std::string& what, const std::string& text) {
+// Note [Comparing the ranks' configs]
+// Every rank publishes a 64-bit digest of its text and reads every rank's (N small keys per rank, as before any
+// collective exists), so all ranks find the same first rank d that differs from rank 0 and all fail together.
+// The texts themselves (a resolved config is a few kB) travel only then: rank 0 and rank d publish theirs and
+// every rank reads those two, so a matching job moves digests alone, and a mismatch two texts per rank, not N.
+// `describe` turns the two texts into what differs (the config's keys and values, train/distributed.cpp).
+void check_same_on_all_ranks(Store& store, const DistEnv& env, const std::string& what, const std::string& text,
+                             const DescribeDifference& describe) {
   const std::string key = "check/" + what + "/";
-  store.set_string(key + std::to_string(env.rank), text);
+  store.set_string(key + std::to_string(env.rank), fmt::format("{:016x}", Fnv1a().add(text).value()));
   const std::string reference = store.get_string(key + "0");
-  for (int r = 1; r < env.world_size; ++r) {
-    const std::string other = store.get_string(key + std::to_string(r));
-    HT_CHECK(other == reference,
-             "the ranks disagree on the {}: rank {} has {} but rank 0 has {}; every rank must run the same "
-             "config (check the command line and --set overrides of rank {})",
-             what, r, other, reference, r);
-  }
+  std::vector<int> differ;
+  for (int r = 1; r < env.world_size; ++r)
+    if (store.get_string(key + std::to_string(r)) != reference) differ.push_back(r);
+  if (differ.empty()) return;
+  const int d = differ[0];
+  if (env.rank == 0 || env.rank == d) store.set_string(key + "text/" + std::to_string(env.rank), text);
+  const std::string mine0 = env.rank == 0 ? text : store.get_string(key + "text/0");
+  const std::string other = env.rank == d ? text : store.get_string(key + "text/" + std::to_string(d));
+  const std::string how =
+      describe ? describe(mine0, other, d) : fmt::format("rank {} has {} but rank 0 has {}", d, other, mine0);
+  const std::string more =
+      differ.size() == 1 ? "" : fmt::format(" (rank(s) {} differ from rank 0 too)",
+                                            fmt::join(differ.begin() + 1, differ.end(), ", "));
+  HT_FAIL("the ranks disagree on the {}: {}{}; every rank must run the same config (check the command line and --set "
+          "overrides of rank {})",
+          what, how, more, d);
 }
 
 }  // namespace ht::dist

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
+#include <optional>
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #ifdef HADATRAIN_CUDA
 #include <cuda_runtime_api.h>
@@ -52,15 +55,55 @@ void throw_unless_every_rank_ok(dist::Communicator& comm, const std::string& err
   throw Error(fmt::format("rank(s) {} could not {}", fmt::join(ranks, ", "), what));
 }
 
+// The resolved config as (dotted key, value) pairs in document order: a section's entries by key, a list of plain
+// values as one value in flow style ([16, 16]), a list holding sections by index (grad_pipeline.rules.0.pattern).
+void flatten_config(const YAML::Node& node, const std::string& path, std::vector<std::pair<std::string, std::string>>& out) {
+  const auto at = [&](const std::string& key) { return path.empty() ? key : path + "." + key; };
+  if (node.IsMap()) {
+    for (const auto& kv : node) flatten_config(kv.second, at(kv.first.as<std::string>()), out);
+    return;
+  }
+  const bool plain_list = node.IsSequence() && std::all_of(node.begin(), node.end(), [](const YAML::Node& e) {
+                            return e.IsScalar() || e.IsNull();
+                          });
+  if (node.IsSequence() && !plain_list) {
+    for (std::size_t i = 0; i < node.size(); ++i) flatten_config(node[i], at(std::to_string(i)), out);
+    return;
+  }
+  YAML::Emitter text;
+  text << YAML::Flow << node;
+  out.emplace_back(path, text.c_str());
+}
+
 }  // namespace
 
-std::string stable_hash(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
+std::string config_difference(const std::string& reference, const std::string& other, int rank) {
+  std::vector<std::pair<std::string, std::string>> ref_values, other_values;
+  flatten_config(YAML::Load(reference), "", ref_values);
+  flatten_config(YAML::Load(other), "", other_values);
+  const std::map<std::string, std::string> ref_map(ref_values.begin(), ref_values.end()),
+      other_map(other_values.begin(), other_values.end());
+  std::vector<std::string> keys;  // rank 0's order, then the keys only the other rank's config has
+  for (const auto& [key, value] : ref_values) keys.push_back(key);
+  for (const auto& [key, value] : other_values)
+    if (!ref_map.count(key)) keys.push_back(key);
+  const auto value = [](const std::map<std::string, std::string>& values, const std::string& key) {
+    const auto it = values.find(key);
+    return it == values.end() ? std::nullopt : std::optional(it->second);
+  };
+  const auto shown = [](const std::optional<std::string>& v) {
+    if (!v) return std::string("no such key");
+    return v->size() <= 80 ? *v : v->substr(0, 77) + "...";
+  };
+  std::vector<std::string> lines;
+  for (const std::string& key : keys)
+    if (const auto a = value(ref_map, key), b = value(other_map, key); a != b)
+      lines.push_back(fmt::format("{}: rank {} has {}, rank 0 has {}", key, rank, shown(b), shown(a)));
+  if (lines.empty()) return fmt::format("rank {}'s resolved config is written differently but no key differs", rank);
+  constexpr std::size_t kShown = 8;
+  std::string out = fmt::format("{}", fmt::join(lines.begin(), lines.begin() + std::min(lines.size(), kShown), "; "));
+  if (lines.size() > kShown) out += fmt::format("; and {} more key(s)", lines.size() - kShown);
+  return out;
 }
 
 TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_run) {
@@ -74,6 +117,23 @@ TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_r
   return c;
 }
 
+namespace {
+
+// Connects this process to the job's ranks (one process per GPU: with a launcher, rank r of a node uses its GPU
+// LOCAL_RANK) and checks that every rank resolved the same config: rank 0's run.out_dir and the rest of the config
+// must be every rank's (Note [Comparing the ranks' configs] in src/dist/rendezvous.cpp).
+dist::ProcessGroup join_ranks(const TrainerConfig& cfg, const dist::DistEnv& env) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
+  Device device = cfg.train.device;
+  if (device.is_cuda() && env.source != "none") device = Device::cuda(env.local_rank);
+  dist::ProcessGroup pg =
+      dist::init_process_group(env, {.engine = cfg.dist.engine, .device = device, .timeout = timeout});
+  dist::check_same_on_all_ranks(*pg.store, env, "resolved config", cfg.resolved_yaml, config_difference);
+  return pg;
+}
+
+}  // namespace
+
 std::unique_ptr<DistributedRun> DistributedRun::start(const TrainerConfig& cfg) {
   dist::DistEnv env = dist::dist_env_from_environment();
   if (env.source == "none") env.master_port = 0;  // one process: its own store on a free port
@@ -84,17 +144,21 @@ std::unique_ptr<DistributedRun> DistributedRun::start(const TrainerConfig& cfg) 
              env.rank, env.world_size, env.source);
     return nullptr;
   }
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
-  Device device = cfg.train.device;
-  // One process per GPU: with a launcher, rank r of this node uses GPU LOCAL_RANK.
-  if (device.is_cuda() && env.source != "none") device = Device::cuda(env.local_rank);
-  dist::ProcessGroup pg =
-      dist::init_process_group(env, {.engine = cfg.dist.engine, .device = device, .timeout = timeout});
-  // Rank 0's run.out_dir and the rest of the config must be every rank's: compare the resolved config.
-  dist::check_same_on_all_ranks(*pg.store, env, "resolved config hash", stable_hash(cfg.resolved_yaml));
+  dist::ProcessGroup pg = join_ranks(cfg, env);
   spdlog::info("dist: rank {} of {} ({} variables, {} engine on {}), dist.mode {}; global batch {} cut over the ranks",
-               env.rank, env.world_size, env.source, pg.comm->engine(), to_string(device),
+               env.rank, env.world_size, env.source, pg.comm->engine(), to_string(pg.comm->device()),
                dist::dist_mode_name(cfg.dist.mode), cfg.data.batch_size);
+  return std::unique_ptr<DistributedRun>(new DistributedRun(std::move(pg), cfg.dist));
+}
+
+std::unique_ptr<DistributedRun> DistributedRun::start_evaluation(const TrainerConfig& cfg, const std::string& evaluated) {
+  const dist::DistEnv env = dist::dist_env_from_environment();
+  if (env.world_size == 1) return nullptr;
+  dist::ProcessGroup pg = join_ranks(cfg, env);
+  dist::check_same_on_all_ranks(*pg.store, env, "checkpoint to evaluate", evaluated);
+  spdlog::info("dist: rank {} of {} ({} variables, {} engine on {}): evaluating this rank's rows of every test batch; "
+               "rank 0 reports the whole test set's figures",
+               env.rank, env.world_size, env.source, pg.comm->engine(), to_string(pg.comm->device()));
   return std::unique_ptr<DistributedRun>(new DistributedRun(std::move(pg), cfg.dist));
 }
 
@@ -290,7 +354,9 @@ std::vector<std::pair<std::string, double>> DistributedRun::take_comm_bytes(int6
 // evaluated whole on every rank instead. Before it, every rank takes rank 0's buffers: batch norm's running
 // statistics are updated from each rank's own rows in training, so without that the ranks would evaluate
 // different models; rank 0's are the checkpoint's. The result equals one process's evaluation of rank 0's model
-// up to the order of the sums.
+// up to the order of the sums. `hadatrain eval` under a launcher evaluates the same way (start_evaluation: every
+// rank loads the checkpoint whole, whatever dist.mode the config names), and only rank 0 prints and writes the
+// result, so N ranks share one evaluation instead of running N identical ones that race for the outputs.
 bool DistributedRun::can_shard_evaluation(int64_t rows, int64_t batch_size) const {
   if (rows <= 0 || batch_size <= 0) return false;
   const int64_t last = rows % batch_size == 0 ? batch_size : rows % batch_size;

@@ -24,6 +24,11 @@ class DistributedRun {
   // Null for a one-process run (dist.mode none and no launcher variables, or WORLD_SIZE 1 with mode none).
   // dist.mode none under a launcher with WORLD_SIZE > 1 is an error (every rank would train alone).
   static std::unique_ptr<DistributedRun> start(const TrainerConfig& cfg);
+  // `hadatrain eval` under a launcher (Note [Sharded evaluation]): null for one process (WORLD_SIZE 1); else joins
+  // the ranks whatever dist.mode says (each rank holds the whole model; evaluation uses can_shard_evaluation,
+  // broadcast_buffers and sum_over_ranks only) and checks that every rank resolved the same config and evaluates
+  // the same `evaluated` (the checkpoint argument and which weights).
+  static std::unique_ptr<DistributedRun> start_evaluation(const TrainerConfig& cfg, const std::string& evaluated);
 
   int rank() const { return pg_.env.rank; }
   int local_rank() const { return pg_.env.local_rank; }
@@ -117,7 +122,9 @@ std::vector<std::string> fsdp_auto_units(const nn::ParameterStore& store);
 // on CUDA under a launcher, train.device is the GPU LOCAL_RANK.
 TrainerConfig rank_config(const TrainerConfig& cfg, const DistributedRun* dist_run);
 
-// FNV-1a 64 of `text` as 16 hex digits (the same on every machine and build).
-std::string stable_hash(const std::string& text);
+// What differs between two ranks' resolved configs (YAML text): each key whose value differs, "optim.lr: rank 1
+// has 0.2, rank 0 has 0.1", joined by "; " (at most 8, then how many more); a key only one config holds is "no such
+// key" in the other. `rank` is the rank of `other`.
+std::string config_difference(const std::string& reference, const std::string& other, int rank);
 
 }  // namespace ht::train

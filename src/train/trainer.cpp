@@ -508,7 +508,11 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   return result;
 }
 
-CheckpointEvaluation run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average) {
+CheckpointEvaluation run_evaluation(const TrainerConfig& run_cfg, const std::string& checkpoint_dir, bool average) {
+  // Under a launcher the ranks share the evaluation, rank 0 reports (Note [Sharded evaluation] in distributed.cpp).
+  const std::unique_ptr<DistributedRun> dist_run =
+      DistributedRun::start_evaluation(run_cfg, checkpoint_dir + (average ? " (its weight average, --ema)" : ""));
+  const TrainerConfig cfg = rank_config(run_cfg, dist_run.get());  // on CUDA: the GPU LOCAL_RANK
   check_device(cfg.train.device);
   const Datasets ds = make_datasets(cfg);
   Generator init_gen(cfg.run.seed);
@@ -527,12 +531,15 @@ CheckpointEvaluation run_evaluation(const TrainerConfig& cfg, const std::string&
   spdlog::info("evaluating {} (step {}{}) on {}", ck.dir.string(), ck.step, average ? ", its weight average" : "",
                describe_data(cfg, ds));
   const std::unique_ptr<Task> task = make_task(cfg, *model);
-  const std::unique_ptr<BatchSource> loader = make_loader(cfg, ds, Split::test);
   CheckpointEvaluation out;
-  static_cast<EvalResult&>(out) = evaluate(*model, *task, *loader, cfg.train.device);
+  static_cast<EvalResult&>(out) = evaluate_test_set(*model, *task, cfg, ds, cfg.train.device, dist_run.get());
   out.checkpoint = ck.dir;
   out.step = ck.step;
   out.average = average;
+  if (dist_run) {
+    out.rank = dist_run->rank();
+    out.world_size = dist_run->world_size();
+  }
   return out;
 }
 

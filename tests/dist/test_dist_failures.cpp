@@ -95,6 +95,24 @@ TEST_CASE("ranks whose configs differ are named at the start", "[dist]") {
   REQUIRE(ht::test::all_passed(out));
 }
 
+// Note [Comparing the ranks' configs]: every rank names the first rank that differs, what differs (the caller's
+// description of the two texts) and the other ranks that differ too.
+TEST_CASE("ranks whose texts differ are described by the caller, the other differing ranks named", "[dist]") {
+  const auto out = ht::test::run_ranks(4, [](const dist::DistEnv& env) {
+    auto pg = connect(env, std::chrono::seconds(10));
+    const std::string text = env.rank == 1 || env.rank == 3 ? "lr: 0.2" : "lr: 0.1";
+    const auto describe = [](const std::string& reference, const std::string& other, int rank) {
+      return fmt::format("[{}] of rank {} against [{}]", other, rank, reference);
+    };
+    expect_error([&] { dist::check_same_on_all_ranks(*pg.store, env, "config", text, describe); },
+                 "the ranks disagree on the config: [lr: 0.2] of rank 1 against [lr: 0.1] (rank(s) 3 differ from rank 0 "
+                 "too); every rank must run the same config (check the command line and --set overrides of rank 1)",
+                 std::chrono::seconds(5));
+  });
+  INFO("exit codes " << ht::test::exit_codes(out));
+  REQUIRE(ht::test::all_passed(out));
+}
+
 TEST_CASE("a store client without a server gives up after the timeout naming the address", "[dist]") {
   const int port = ht::test::free_port();
   const auto t0 = Clock::now();

@@ -15,9 +15,11 @@
 
 #include "dist_testing.h"
 #include "dist_trainer_testing.h"
+#include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/safetensors.h"
+#include "hadatrain/train/lm_source.h"
 #include "hadatrain/train/trainer.h"
 #include "hadatrain/train/trainer_config.h"
 #include "support/catch.h"
@@ -313,6 +315,85 @@ TEST_CASE("an interrupted sharded save leaves the previous checkpoint the latest
   CHECK(io::latest_checkpoint_step(root) == std::optional<int64_t>(6));
   CHECK_FALSE(fs::exists(root / "step_6.shards.tmp"));
   CHECK(fs::exists(root / "step_6" / "shard-1-of-2.safetensors"));
+}
+
+// Note [One save's shards]: a checkpoint folder whose shard files come from different saves (a leftover of another
+// world size, a shard copied in from another step, model.safetensors of another step than its shards) is an error
+// naming the folder, the files and what differs, in --resume, eval and the library; never a model joined from them.
+TEST_CASE("a sharded checkpoint folder that mixes saves is an error naming the files", "[dist][fsdp][trainer]") {
+  test::scratch_dir();
+  const fs::path root = test::scratch_dir() / "sh_mixed" / "checkpoints";
+  const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    run_training(tiny_lm("sh_mixed", {"checkpoint.every_steps=2", "checkpoint.keep_last=0", "train.max_steps=4",
+                                      "dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30"}));
+  });
+  REQUIRE(ht::test::all_passed(out));
+  REQUIRE(fs::exists(root / "step_4" / "shard-1-of-2.safetensors"));
+  // A folder made from step_2, with one file replaced or added, as a hand copy would.
+  auto mixed = [&](const std::string& name, const std::string& from_step4, const std::string& as) {
+    const fs::path dir = test::scratch_dir() / "sh_mixed" / name;
+    fs::copy(root / "step_2", dir, fs::copy_options::recursive);
+    fs::copy_file(root / "step_4" / from_step4, dir / as, fs::copy_options::overwrite_existing);
+    return dir;
+  };
+  auto resume_error = [&](const fs::path& dir) {
+    return test::error_of([&] {
+      run_training(tiny_lm("sh_mixed_resume", {}), ResumeFrom{.kind = ResumeFrom::Kind::path, .path = dir.string()});
+    });
+  };
+  auto eval_error = [&](const fs::path& dir) {
+    return test::error_of([&] { run_evaluation(tiny_lm("sh_mixed_eval", {}), dir.string()); });
+  };
+
+  // A leftover shard of a 4-rank save beside the 2-rank save's.
+  const fs::path worlds = mixed("worlds", "shard-0-of-2.safetensors", "shard-0-of-4.safetensors");
+  const std::string world_error = "fsdp: the sharded checkpoint " + worlds.string() +
+                                  " holds the shards of 2 world sizes: shard-0-of-2.safetensors, "
+                                  "shard-1-of-2.safetensors of 2 ranks; shard-0-of-4.safetensors of 4 ranks";
+  CHECK_THAT(resume_error(worlds), HasSubstr(world_error));
+  CHECK_THAT(eval_error(worlds), HasSubstr(world_error));
+  CHECK_THAT(test::error_of([&] { dist::consolidate_sharded(worlds); }), HasSubstr(world_error));
+  CHECK_THAT(test::error_of([&] { load_llama_source(find_llama_source(worlds)); }), HasSubstr(world_error));  // convert
+
+  // Rank 1's shard of step 4 in step 2's folder.
+  const fs::path steps = mixed("steps", "shard-1-of-2.safetensors", "shard-1-of-2.safetensors");
+  const std::string step_error = "fsdp: the shards of the sharded checkpoint " + steps.string() +
+                                 " were written at different steps (shard-0-of-2.safetensors at step 2, "
+                                 "shard-1-of-2.safetensors at step 4)";
+  CHECK_THAT(resume_error(steps), HasSubstr(step_error));
+  CHECK_THAT(eval_error(steps), HasSubstr(step_error));
+
+  // Both shards of step 4 beside step 2's model.safetensors and state.json.
+  const fs::path model = mixed("model", "shard-1-of-2.safetensors", "shard-1-of-2.safetensors");
+  fs::copy_file(root / "step_4" / "shard-0-of-2.safetensors", model / "shard-0-of-2.safetensors",
+                fs::copy_options::overwrite_existing);
+  const std::string model_error = "fsdp: the sharded checkpoint " + model.string() +
+                                  " mixes saves: its model.safetensors is of step 2 but its shards "
+                                  "(shard-*-of-2.safetensors) were written at step 4";
+  CHECK_THAT(resume_error(model), HasSubstr(model_error));
+  CHECK_THAT(eval_error(model), HasSubstr(model_error));
+  CHECK_NOTHROW(dist::consolidate_sharded(model));  // the shards alone are one save's
+
+  // Rank 1's shard of another model (its layout metadata says so).
+  const fs::path tensors = mixed("tensors", "shard-1-of-2.safetensors", "unused.safetensors");
+  io::SafetensorsContents shard1 = io::load_safetensors(tensors / "shard-1-of-2.safetensors");
+  auto layout = nlohmann::json::parse(shard1.metadata.at("hadatrain_fsdp"));
+  layout["shapes"]["model/lm_head.weight"] = {3, 5};
+  shard1.metadata["hadatrain_fsdp"] = layout.dump();
+  io::save_safetensors(tensors / "shard-1-of-2.safetensors", io::TensorList(shard1.tensors.begin(), shard1.tensors.end()),
+                       shard1.metadata);
+  CHECK_THAT(eval_error(tensors), HasSubstr("fsdp: the shards of the sharded checkpoint " + tensors.string() +
+                                            " hold different tensors: 'model/lm_head.weight' is "));
+  CHECK_THAT(eval_error(tensors), HasSubstr(" but [3,5] in shard-1-of-2.safetensors"));
+
+  // A name no save writes.
+  const fs::path rank = mixed("rank", "shard-1-of-2.safetensors", "shard-2-of-2.safetensors");
+  CHECK_THAT(eval_error(rank), HasSubstr("fsdp: the sharded checkpoint " + rank.string() +
+                                         " holds shard-2-of-2.safetensors, which names rank 2 of 2"));
+  // The untouched folders still load.
+  CHECK(dist::consolidate_sharded(root / "step_2").world_size == 2);
+  CHECK(run_evaluation(tiny_lm("sh_mixed_eval", {}), (root / "step_4").string()).total > 0);
 }
 
 // A rank that cannot write its shard (a full disk, injected on rank 1 for step 2's shard) makes every rank take

@@ -1,7 +1,7 @@
 // `hadatrain train` with dist.mode ddp over Gloo, ranks forked with the launcher's variables set: the logged
 // losses of 2 and 4 ranks, and of 2 ranks with gradient accumulation, equal one process's with the same global
 // batch (Note [Data-parallel equivalence]; within 1e-5 relative: the same products summed in another order),
-// every rank logs the same losses, ranks whose configs differ stop at the start naming the rank, and a
+// every rank logs the same losses, ranks whose configs differ stop at the start naming the keys and values, and a
 // checkpoint rank 0 cannot write stops or continues every rank alike.
 #include <cerrno>
 #include <csignal>
@@ -200,19 +200,69 @@ TEST_CASE("under ddp a stop request one rank sees stops every rank after the sam
   CHECK(losses(test::scratch_dir() / "ddp_stop" / "rank1").size() == 2);
 }
 
-TEST_CASE("ranks with different configs stop at the start naming the rank", "[dist][trainer]") {
+// Note [Comparing the ranks' configs]: the error names each key that differs with both ranks' values, a list as
+// one value, a key only one rank's config reads (SGD's momentum against AdamW) as "no such key" on the other.
+TEST_CASE("ranks with different configs stop at the start naming the keys and values", "[dist][trainer]") {
   test::idx8_dataset();
   const auto out = ht::test::run_ranks(2, [](const dist::DistEnv& env) {
     set_rank_env(env);
-    const std::string err = test::error_of([&] {
-      run_training(config("mismatch", {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=10",
-                                       env.rank == 1 ? "optim.lr=0.2" : "optim.lr=0.1"}));
-    });
-    expect(err.find("the ranks disagree on the resolved config hash: rank 1 has") != std::string::npos,
-           "the mismatch names rank 1; got: " + err);
+    std::vector<std::string> sets = {"dist.mode=ddp", "dist.engine=gloo", "dist.timeout_s=10"};
+    if (env.rank == 1)
+      for (const char* s : {"optim.lr=0.2", "model.hidden=[16, 8]", "optim.name=adamw"}) sets.emplace_back(s);
+    const std::string err = test::error_of([&] { run_training(config("mismatch", sets)); });
+    for (const char* part : {"the ranks disagree on the resolved config: ", "model.hidden: rank 1 has [16, 8], rank 0 has [16]",
+                             "optim.name: rank 1 has adamw, rank 0 has sgd", "optim.lr: rank 1 has 0.2, rank 0 has 0.1",
+                             "optim.momentum: rank 1 has no such key, rank 0 has 0.9",
+                             "optim.beta1: rank 1 has 0.9, rank 0 has no such key",
+                             "; every rank must run the same config (check the command line and --set overrides of rank 1)"})
+      expect(err.find(part) != std::string::npos, fmt::format("the error should say '{}'; it says: {}", part, err));
+    expect(err.find("run.seed") == std::string::npos, "keys that agree are not named; got: " + err);
   });
   INFO("exit codes " << ht::test::exit_codes(out));
   REQUIRE(ht::test::all_passed(out));
+}
+
+// Note [Sharded evaluation]: `hadatrain eval` under a launcher (run_evaluation with the launcher's variables, any
+// dist.mode): every rank evaluates its rows of each test batch and gets the whole test set's figures, one process's
+// (the counts exactly, the loss within 1e-6 relative: the same sums in another order; a rank that evaluated every
+// row would count them N times), and knows its rank, so that rank 0 alone reports. Ranks asked to evaluate
+// different checkpoints stop naming both.
+TEST_CASE("eval under a launcher shares one evaluation over the ranks", "[dist][trainer]") {
+  test::idx8_dataset();
+  const auto trained = ht::test::run_ranks(1, [](const dist::DistEnv&) {
+    run_training(config("eval_ranks", {"checkpoint.every_epochs=1", "checkpoint.keep_last=0"}));
+  });
+  REQUIRE(ht::test::all_passed(trained));
+  const fs::path root = test::scratch_dir() / "eval_ranks" / "checkpoints";
+  const CheckpointEvaluation one = run_evaluation(config("eval_ranks"), root.string());
+  REQUIRE(one.total == test::kIdx8Test);
+  const std::vector<std::string> sets = {"dist.engine=gloo", "dist.timeout_s=20"};
+  for (const int world : {2, 3}) {
+    const auto out = ht::test::run_ranks(world, [&](const dist::DistEnv& env) {
+      set_rank_env(env);
+      const CheckpointEvaluation r = run_evaluation(config("eval_ranks", sets), root.string());
+      expect(r.rank == env.rank && r.world_size == world, fmt::format("rank {} of {}", r.rank, r.world_size));
+      expect(r.total == one.total && r.count("correct") == one.count("correct"),
+             fmt::format("{} correct of {}, one process {} of {}", r.count("correct"), r.total, one.count("correct"),
+                         one.total));
+      expect(std::abs(r.loss - one.loss) <= 1e-6 * std::abs(one.loss),
+             fmt::format("loss {} against one process's {}", r.loss, one.loss));
+      expect(r.step == one.step && r.checkpoint == one.checkpoint, "the same checkpoint");
+    });
+    INFO(world << " ranks: exit codes " << ht::test::exit_codes(out));
+    REQUIRE(ht::test::all_passed(out));
+  }
+  const auto mismatch = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
+    set_rank_env(env);
+    const std::string step4 = (root / "step_4").string();
+    const std::string err =
+        test::error_of([&] { run_evaluation(config("eval_ranks", sets), env.rank == 1 ? step4 : root.string()); });
+    const std::string want = fmt::format("the ranks disagree on the checkpoint to evaluate: rank 1 has {} but rank 0 has {}",
+                                         step4, root.string());
+    expect(err.find(want) != std::string::npos, "the error should say '" + want + "'; it says: " + err);
+  });
+  INFO("exit codes " << ht::test::exit_codes(mismatch));
+  REQUIRE(ht::test::all_passed(mismatch));
 }
 
 TEST_CASE("a launched rank with dist.mode none is an error", "[dist][trainer]") {

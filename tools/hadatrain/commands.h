@@ -19,9 +19,15 @@
 
 namespace ht::cli {
 
+// What `launch` checks, before it starts any rank, of the command its ranks run (Note [Checks before the ranks
+// start] in launch_command.cpp): throws ht::Error for what every rank would fail on. `world_size` is the job's
+// rank count.
+using LaunchCheck = std::function<void(int world_size)>;
+
 struct Command {
   CLI::App* app = nullptr;   // the subcommand, to ask whether it was selected
   std::function<int()> run;  // returns the process exit code
+  LaunchCheck check_launch;  // empty: nothing beyond the command line (train, eval: the config)
 };
 
 // The check of --log-level: a level logging::set_level accepts, so a wrong one is a usage error (exit 2).
@@ -109,10 +115,11 @@ Command add_inspect_command(CLI::App& app);  // inspect_command.cpp
 Command add_generate_command(CLI::App& app);  // generate_command.cpp
 Command add_convert_command(CLI::App& app);   // convert_command.cpp
 Command add_sweep_command(CLI::App& app);    // sweep_command.cpp
-// launch_command.cpp. `check_rank_command` parses the command line each rank will run (the arguments after `--`)
-// as a rank would, without running it, and throws CLI11's ParseError for a usage error in it (main.cpp).
+// launch_command.cpp. `parse_rank_command` parses the command line each rank will run (the arguments after `--`)
+// as a rank would, without running it, throws CLI11's ParseError for a usage error in it and returns that command's
+// check_launch (main.cpp).
 Command add_launch_command(CLI::App& app,
-                           std::function<void(const std::vector<std::string>&)> check_rank_command);
+                           std::function<LaunchCheck(const std::vector<std::string>&)> parse_rank_command);
 Command add_comm_check_command(CLI::App& app);  // launch_command.cpp
 
 }  // namespace ht::cli

@@ -7,7 +7,10 @@
 #include <chrono>
 #include <climits>
 
+#include <fmt/ranges.h>
+
 #include "commands.h"
+#include "hadatrain/core/error.h"
 #include "hadatrain/dist/launcher.h"
 #include "hadatrain/dist/rendezvous.h"
 #include "hadatrain/tensor/factory.h"
@@ -84,11 +87,21 @@ int run_comm_check(const CheckOptions& o) {
 
 }  // namespace
 
+// Note [Checks before the ranks start]
+// What every rank would fail on at its start is found by the launcher, once, before it starts any: a usage error in
+// the ranks' command line (parsed as a rank parses it: exit code 2, as the rank's would be), and then what the
+// command's check_launch finds (train and eval: the config file loaded and validated with its --set overrides, as
+// the command loads it; train: dist.mode none in a job of several ranks). Such an error is reported as the rank
+// would report it ("error: ...", exit code 1), followed by the command and "no rank was started", instead of once
+// per rank after every rank has started. A command without a check_launch (comm-check, version, ...) starts as
+// before. What the check cannot see (a missing dataset, a checkpoint that does not load, another node's
+// command) still fails in the ranks, and the launcher stops them all (dist/launcher.h).
 Command add_launch_command(CLI::App& app,
-                           std::function<void(const std::vector<std::string>&)> check_rank_command) {
+                           std::function<LaunchCheck(const std::vector<std::string>&)> parse_rank_command) {
   struct State {
     dist::LaunchOptions options;
     std::vector<std::string> rest;
+    LaunchCheck check;  // the ranks' command's check_launch
   };
   auto s = std::make_shared<State>();
   Command c;
@@ -110,7 +123,7 @@ Command add_launch_command(CLI::App& app,
   c.app->positionals_at_end();
   // The ranges of dist/launcher.h, as usage errors before anything starts; then a usage error in the ranks' command
   // stops the launch here, once, instead of in every rank it would start.
-  c.app->parse_complete_callback([s, max_ranks, check = std::move(check_rank_command)] {
+  c.app->parse_complete_callback([s, max_ranks, parse = std::move(parse_rank_command)] {
     const dist::LaunchOptions& o = s->options;
     check_option_range("--nproc-per-node", o.nproc_per_node, 1, max_ranks,
                        "the larger of 1024 and this machine's CPUs");
@@ -123,10 +136,18 @@ Command add_launch_command(CLI::App& app,
                                  fmt::format("several nodes need --master-addr and --master-port, the same on every "
                                              "node (got {} and {})",
                                              o.master_addr.empty() ? "none" : o.master_addr, o.master_port));
-    check(s->rest);
+    s->check = parse(s->rest);
   });
   c.run = [s, argv0 = std::string("hadatrain")] {
     dist::LaunchOptions o = s->options;
+    if (s->check) {  // Note [Checks before the ranks start]
+      try {
+        s->check(o.nproc_per_node * o.nnodes);
+      } catch (const Error& e) {
+        throw Error(fmt::format("{} (in the command each rank runs: {}; no rank was started)", e.what(),
+                                fmt::join(s->rest, " ")));
+      }
+    }
     o.argv = {self_path(argv0.c_str())};
     o.argv.insert(o.argv.end(), s->rest.begin(), s->rest.end());
     return dist::launch(o);

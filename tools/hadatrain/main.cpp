@@ -52,8 +52,9 @@ std::vector<ht::cli::Command> add_commands(CLI::App& app);
 
 // launch's check of the command line its ranks run: parsed here as each rank will parse it, with nothing run, so
 // that a usage error in it ends the launch before any rank starts. Throws CLI11's ValidationError (exit code 2)
-// with the rank's message; --help and the like (exit code 0) pass, for the ranks to print.
-void check_rank_command(const std::vector<std::string>& args) {
+// with the rank's message; --help and the like (exit code 0) pass, for the ranks to print. Returns the parsed
+// command's check_launch, which launch runs before it starts the ranks (empty after --help).
+ht::cli::LaunchCheck parse_rank_command(const std::vector<std::string>& args) {
   CLI::App app;
   app.require_subcommand(1);
   const std::vector<ht::cli::Command> commands = add_commands(app);
@@ -70,14 +71,18 @@ void check_rank_command(const std::vector<std::string>& args) {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() != 0) fail(e.what());
+    return {};
   }
+  for (const auto& c : commands)
+    if (c.app->parsed()) return c.check_launch;
+  return {};
 }
 
 std::vector<ht::cli::Command> add_commands(CLI::App& app) {
   return {ht::cli::add_version_command(app),  ht::cli::add_train_command(app),
           ht::cli::add_eval_command(app),     ht::cli::add_inspect_command(app),
           ht::cli::add_generate_command(app), ht::cli::add_convert_command(app),
-          ht::cli::add_sweep_command(app),    ht::cli::add_launch_command(app, check_rank_command),
+          ht::cli::add_sweep_command(app),    ht::cli::add_launch_command(app, parse_rank_command),
           ht::cli::add_comm_check_command(app)};
 }
 

@@ -12,10 +12,12 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/train/trainer.h"
+#include "hadatrain/train/trainer_config.h"
 
 namespace ht::cli {
 namespace {
@@ -72,6 +74,16 @@ Command add_train_command(CLI::App& app) {
                     "Continue a run: 'latest' (the newest checkpoint in checkpoint.dir) or a step_<N> directory")
       ->expected(0, 1)
       ->default_str("latest");
+  // Note [Checks before the ranks start] in launch_command.cpp: the config as run() loads it, and a mode that
+  // trains on every rank when the job has several.
+  c.check_launch = [args](int world_size) {
+    ht::logging::set_level(args->log_level);
+    const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
+    if (world_size > 1 && cfg.dist.mode == dist::DistMode::none)
+      throw Error(fmt::format("dist.mode is none but the launch starts {} ranks: every rank would train alone; set "
+                              "dist.mode: ddp or fsdp (--set dist.mode=ddp)",
+                              world_size));
+  };
   c.run = [args] {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
@@ -123,13 +135,21 @@ Command add_eval_command(CLI::App& app) {
   c.app->add_flag("--ema", *average, "Evaluate the checkpoint's weight average (ema.safetensors, config section ema)");
   auto json = std::make_shared<std::string>();
   c.app->add_option("--json", *json, "Also write the figures as JSON to this file (checkpoint, step, loss, metrics)");
+  c.check_launch = [args](int) {  // Note [Checks before the ranks start] in launch_command.cpp
+    ht::logging::set_level(args->log_level);
+    train::load_trainer_config(args->config, args->sets);
+  };
   c.run = [args, average, json] {
     ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
     if (!json->empty()) io::check_output_path(*json, io::OutputKind::file, "--json");  // before the work
     const train::CheckpointEvaluation r = train::run_evaluation(cfg, args->checkpoint, *average);
+    // Under a launcher the ranks shared the evaluation and each holds its figures: rank 0 alone prints and writes
+    // them (Note [Sharded evaluation] in src/train/distributed.cpp).
+    if (r.rank != 0) return 0;
     // r.total counts the task's evaluated units: tokens with a label for language models, else images
-    fmt::print("{} ({} {})\n", r.summary, r.total, r.has("tokens") ? "tokens" : "samples");
+    fmt::print("{} ({} {}{})\n", r.summary, r.total, r.has("tokens") ? "tokens" : "samples",
+               r.world_size > 1 ? fmt::format(", evaluated by {} ranks", r.world_size) : "");
     if (!json->empty()) {
       const std::filesystem::path dir = std::filesystem::path(*json).parent_path();
       if (!dir.empty()) io::create_output_directory(dir, "--json");

@@ -172,10 +172,13 @@ class FullyShardedModel {
 // A sharded checkpoint made whole, in one process (no communicator): the N shard files of `dir` read and
 // their chunks joined, parameters and optimiser state by name as full_state() and full_optimizer_state()
 // give them; `model` and `optimizer` of the result can be written as a plain checkpoint or loaded by a run
-// with any world size. Missing or mismatched shard files are errors naming them.
+// with any world size. The shard files must be one save's (Note [One save's shards] in
+// src/dist/fsdp_checkpoint.cpp): missing ones, those of several world sizes, of different steps or with
+// different tensors are errors naming the folder, the files and what differs.
 struct ConsolidatedState {
   std::map<std::string, Tensor> model, optimizer;
   int world_size = 0;
+  int64_t step = -1;  // the step the shards record (save_sharded's `step`); -1 when they record none
 };
 ConsolidatedState consolidate_sharded(const std::filesystem::path& dir);
 
@@ -183,7 +186,8 @@ ConsolidatedState consolidate_sharded(const std::filesystem::path& dir);
 bool has_shards(const std::filesystem::path& dir);
 // A loaded checkpoint made whole when its directory holds shards: their parameters, frozen ones included, join
 // ck.model's tensors (model.safetensors holds the rest: the buffers) and their optimiser state becomes
-// ck.optimizer, so that it loads like a plain checkpoint on any world size and in any dist.mode. A plain
+// ck.optimizer, so that it loads like a plain checkpoint on any world size and in any dist.mode. Shards of
+// another step than ck.model's "step" metadata (model.safetensors) are an error naming the folder. A plain
 // checkpoint is left as it is.
 void consolidate_checkpoint(io::Checkpoint& ck);
 

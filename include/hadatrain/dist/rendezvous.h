@@ -48,8 +48,13 @@ struct ProcessGroup {
 // communicator over it.
 ProcessGroup init_process_group(const DistEnv& env, const ProcessGroupOptions& options);
 
-// Every rank's text (the hash of its resolved config, say) compared through the store: an error on every
-// rank naming the first rank whose text differs from rank 0's and both values. `what` names the text.
-void check_same_on_all_ranks(Store& store, const DistEnv& env, const std::string& what, const std::string& text);
+// Every rank's text (its resolved config, say) compared with rank 0's through the store: an error on every
+// rank naming the first rank d whose text differs, what differs and the other ranks that differ too. `what` names
+// the text. `describe(rank 0's text, rank d's text, d)` says what differs; without it, both texts in full ("rank 2
+// has X but rank 0 has Y"). Digests travel always, the texts only when they differ (Note [Comparing the ranks'
+// configs] in src/dist/rendezvous.cpp).
+using DescribeDifference = std::function<std::string(const std::string& reference, const std::string& other, int rank)>;
+void check_same_on_all_ranks(Store& store, const DistEnv& env, const std::string& what, const std::string& text,
+                             const DescribeDifference& describe = {});
 
 }  // namespace ht::dist

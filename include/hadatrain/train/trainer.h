@@ -48,11 +48,15 @@ struct CheckpointEvaluation : EvalResult {
   std::filesystem::path checkpoint;  // the step_<N> directory evaluated
   int64_t step = 0;                  // its step
   bool average = false;              // its weight average was evaluated (--ema)
+  int rank = 0, world_size = 1;      // under a launcher: this rank, and the ranks that shared the evaluation
 };
 
 // Loads the model weights of `checkpoint_dir` (a step_<N> directory, or a checkpoint root whose latest is
 // used) and evaluates them with the config's task on the test split. With `average`, the checkpoint's weight
-// average (ema.safetensors, config `ema`) replaces the weights it covers; ht::Error when it has none.
+// average (ema.safetensors, config `ema`) replaces the weights it covers; ht::Error when it has none. Under a
+// launcher (WORLD_SIZE > 1, any dist.mode) every rank loads the checkpoint, evaluates its rows of every test batch
+// and gets the whole test set's figures (the ranks' sums added; docs/distributed.md): one process's up to the
+// order of the sums. Every rank must call it with the same config and checkpoint (an error naming what differs).
 CheckpointEvaluation run_evaluation(const TrainerConfig& cfg, const std::string& checkpoint_dir, bool average = false);
 
 // The evaluation as one JSON object (`hadatrain eval --json`): "checkpoint", "step", "weights" ("model" or
