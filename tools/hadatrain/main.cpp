@@ -50,6 +50,14 @@ std::string unknown_command_error(const std::string& word, const std::vector<ht:
 
 std::vector<ht::cli::Command> add_commands(CLI::App& app);
 
+// Note [Commands under launch]
+// launch starts its command once per rank. train, eval and comm-check join the ranks into one job (one training run,
+// one shared evaluation, one check of the collectives); version only prints. The others do not join the ranks, so
+// under launch they would run once per rank: convert and sweep writing the same outputs from every rank at once,
+// generate and inspect-grads printing the same text N times, launch starting N launches of N ranks. launch refuses
+// them as a usage error before any rank starts.
+constexpr const char* kUnderLaunch[] = {"version", "train", "eval", "comm-check"};
+
 // launch's check of the command line its ranks run: parsed here as each rank will parse it, with nothing run, so
 // that a usage error in it ends the launch before any rank starts. Throws CLI11's ValidationError (exit code 2)
 // with the rank's message; --help and the like (exit code 0) pass, for the ranks to print. Returns the parsed
@@ -73,8 +81,15 @@ ht::cli::LaunchCheck parse_rank_command(const std::vector<std::string>& args) {
     if (e.get_exit_code() != 0) fail(e.what());
     return {};
   }
-  for (const auto& c : commands)
-    if (c.app->parsed()) return c.check_launch;
+  for (const auto& c : commands) {
+    if (!c.app->parsed()) continue;
+    const std::string name = c.app->get_name();
+    if (std::none_of(std::begin(kUnderLaunch), std::end(kUnderLaunch), [&](const char* n) { return name == n; }))
+      fail(fmt::format("'{}' does not join the ranks, so every rank would run it on its own; run it without launch "
+                       "(launch runs train, eval, comm-check and version)",
+                       name));
+    return c.check_launch;
+  }
   return {};
 }
 
