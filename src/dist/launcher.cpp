@@ -158,9 +158,9 @@ class Ranks {
       result_ = code;
       failed_ = true;
       kill_at_ = std::chrono::steady_clock::now() + o_.grace;
-      spdlog::error("launch: rank {} {} {}; stopping the other {} rank(s) on this node", rank,
-                    WIFEXITED(status) ? "exited with code" : "was killed by signal",
-                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), left_);
+      spdlog::error("launch: rank {} {} {}{}", rank, WIFEXITED(status) ? "exited with code" : "was killed by signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                    left_ == 0 ? "" : fmt::format("; stopping the other {} rank(s) on this node", left_));
       signal_running(SIGTERM);
     }
   }

@@ -176,6 +176,17 @@ TEST_CASE("a rank that fails while the ranks are being started stops the start",
   CHECK(run.left.empty());
 }
 
+// A launch of one rank that fails reports the failure without "stopping the other 0 rank(s)".
+TEST_CASE("a single rank that fails is reported alone", "[dist]") {
+  const auto dir = test::scratch_dir() / "launch_fail_one";
+  std::filesystem::create_directories(dir);
+  const LaunchRun run = run_launcher(sh(1, "exit 4"), dir / "log", std::chrono::seconds(30));
+  INFO("launcher log:\n" << run.log);
+  CHECK((WIFEXITED(run.status) && WEXITSTATUS(run.status) == 4));
+  CHECK_THAT(run.log, HasSubstr("launch: rank 0 exited with code 4"));
+  CHECK_THAT(run.log, !HasSubstr("stopping the other"));
+}
+
 // The launcher is killed (SIGKILL: no signal to forward, no stop of its ranks) while its ranks run; each rank would
 // sleep for a minute. The ranks get SIGTERM from the kernel (the parent-death signal) and end at once instead of
 // running on without it.
