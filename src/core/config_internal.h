@@ -106,13 +106,25 @@ struct ConfigReader::Section {
   std::string path;     // dotted path, "" for the root
   std::vector<std::string> keys_from_root;  // the path as keys (a key may hold a '.': a layer pattern)
   std::vector<std::string> known;  // keys the schema asked for
-  std::vector<std::pair<std::string, std::string>> rejected;  // key -> why this reading does not take it (reject)
+  struct Rejection {
+    std::string key, reason;
+    std::string decided_by;  // the dotted key of another section that decided it, or ""
+  };
+  std::vector<Rejection> rejected;  // keys this reading does not take, and why (reject, reject_unless)
+  std::vector<std::string> inert;   // rejected keys that hold the value reject_unless lets pass
   std::vector<std::pair<std::string, std::shared_ptr<Section>>> children;
   YAML::Node resolved;  // map of the values asked for
   // The same section read from the file alone (drop_keys_only_read_by); null when not given.
   std::shared_ptr<const Section> file_reading;
 
   bool knows(const std::string& key) const { return std::find(known.begin(), known.end(), key) != known.end(); }
+  const Rejection* rejection(const std::string& key) const {
+    for (const Rejection& r : rejected)
+      if (r.key == key) return &r;
+    return nullptr;
+  }
+  // Whether this reading takes `key`: asked for, and not rejected.
+  bool accepts(const std::string& key) const { return knows(key) && rejection(key) == nullptr; }
   std::shared_ptr<const Section> child_named(const std::string& key) const {
     for (const auto& [name, c] : children)
       if (name == key) return c;

@@ -281,8 +281,34 @@ bool ConfigReader::holds_section(const std::string& key) const {
   return k.IsDefined() && v.IsMap();
 }
 
-void ConfigReader::reject(const std::string& key, const std::string& reason) {
-  s_->rejected.emplace_back(key, reason);
+void ConfigReader::reject(const std::string& key, const std::string& reason, const std::string& decided_by) {
+  s_->rejected.push_back({key, reason, decided_by});
+}
+
+namespace {
+
+// Whether `n` holds `v` (read as a value of type T).
+template <class T>
+bool holds(const YAML::Node& n, const T& v) {
+  std::string err;
+  const std::optional<T> parsed = parse_value<T>(n, Range::any(), err);
+  return parsed && *parsed == v;
+}
+bool holds(const YAML::Node& n, const std::vector<std::string>& v) {
+  if (!n.IsSequence() || n.size() != v.size()) return false;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!holds<std::string>(n[i], v[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+template <class T>
+void ConfigReader::reject_unless(const std::string& key, const T& inert, const std::string& reason,
+                                 const std::string& decided_by) {
+  reject(key, reason, decided_by);
+  const auto [k, v] = s_->find(key);
+  if (k.IsDefined() && holds(v, inert)) s_->inert.push_back(key);
 }
 
 void ConfigReader::fail(const std::string& key, const std::string& message) const {
@@ -301,6 +327,16 @@ std::string ConfigReader::resolved_yaml() const {
 }
 
 // The value types a config may hold (config_reader.h).
+template void ConfigReader::reject_unless<bool>(const std::string&, const bool&, const std::string&, const std::string&);
+template void ConfigReader::reject_unless<int>(const std::string&, const int&, const std::string&, const std::string&);
+template void ConfigReader::reject_unless<int64_t>(const std::string&, const int64_t&, const std::string&,
+                                                   const std::string&);
+template void ConfigReader::reject_unless<double>(const std::string&, const double&, const std::string&,
+                                                  const std::string&);
+template void ConfigReader::reject_unless<std::string>(const std::string&, const std::string&, const std::string&,
+                                                       const std::string&);
+template void ConfigReader::reject_unless<std::vector<std::string>>(const std::string&, const std::vector<std::string>&,
+                                                                    const std::string&, const std::string&);
 template bool ConfigReader::get<bool>(const std::string&, const bool&, const Range&);
 template bool ConfigReader::require<bool>(const std::string&, const Range&);
 template std::vector<bool> ConfigReader::get_list<bool>(const std::string&,

@@ -225,7 +225,19 @@ int jpeg_encode_phase(jpeg_compress_struct* cinfo, JpegErrorManager* err, unsign
 // png_longjmp()s to the setjmp() of the phase being run, as for libjpeg (Note [libjpeg errors]): every libpng
 // call happens inside one of the C-style png_*_phase functions, which hold no objects with destructors, call
 // setjmp first and return a status. libpng's warnings (a questionable colour profile, which matters nowhere
-// here since no colour management is done; an ancillary chunk with a bad CRC, which libpng skips) are ignored.
+// here since no colour management is done) are ignored. A chunk with a bad CRC is an error, ancillary chunks too
+// (Note [PNG chunk CRCs]).
+
+// Note [PNG chunk CRCs]
+// A chunk whose CRC does not match its bytes was damaged after it was written. libpng by default stops only for
+// critical chunks (IHDR, PLTE, IDAT, IEND) and warns and skips an ancillary one (tEXt, gAMA, a private chunk);
+// Pillow, whose pixels we match, raises "broken PNG file" for a bad CRC on any chunk before the image data
+// (ancillary ones too, unless ImageFile.LOAD_TRUNCATED_IMAGES is set). So ancillary chunks are checked as critical
+// ones are (png_set_crc_action), and the error names the file and the chunk ("x.png: cannot decode PNG: tEXt: CRC
+// error"): a data set with a damaged file fails loudly instead of training on it. One difference remains, on the
+// strict side: Pillow does not check the CRCs of the IDAT chunks themselves (it inflates their data as it comes),
+// and libpng does, so a file whose IDAT CRC alone is wrong is an error here and opens in Pillow. Chunks after the
+// image data are read by neither.
 struct PngErrorManager {
   char message[256];
 };
@@ -271,6 +283,7 @@ int png_create_phase(png_structp* png, png_infop* info, PngErrorManager* err) {
 int png_header_phase(png_structp png, png_infop info, PngSource* src, PngHeader* h) {
   if (setjmp(png_jmpbuf(png))) return 1;
   png_set_read_fn(png, src, png_read_from_memory);
+  png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_ERROR_QUIT);  // Note [PNG chunk CRCs]
   png_read_info(png, info);
   h->width = png_get_image_width(png, info);
   h->height = png_get_image_height(png, info);

@@ -40,9 +40,15 @@ HlqOptions read_hlq(ConfigReader& r) {
   o.pad_to = r.get<int64_t>("pad_to", 16, Range::at_least(2));
   if ((o.pad_to & (o.pad_to - 1)) != 0) r.fail("pad_to", fmt::format("expected a power of two, got {}", o.pad_to));
   o.x_scale = r.get_choice("x_quant", ScaleRule::sawb, {{"sawb", ScaleRule::sawb}, {"absmax", ScaleRule::absmax}});
-  o.acbp_bits = read_bits(r, "acbp_bits", o.gw_bits == 0 ? 0 : 8, {0, 4, 8});
-  if (o.gw_bits == 0 && o.acbp_bits != 0)
-    r.fail("acbp_bits", "a compressed saved activation needs a quantised g_w path: use acbp_bits 0 with gw_bits 0");
+  // Without a quantised g_w (gw_bits 0) nothing compressed is saved: acbp_bits does not apply, and 0, what a saved
+  // config records, passes (Note [A --set that switches a choice] in core/config_reader.h).
+  if (o.gw_bits == 0) {
+    r.reject_unless("acbp_bits", 0, "a compressed saved activation needs a quantised g_w path: use acbp_bits 0 with "
+                                    "gw_bits 0");
+    o.acbp_bits = 0;
+  } else {
+    o.acbp_bits = read_bits(r, "acbp_bits", 8, {0, 4, 8});
+  }
   o.acbp_conv = r.get_choice("acbp_conv", AcbpConv::columns,
                              {{"columns", AcbpConv::columns}, {"input_map", AcbpConv::input_map}});
   o.conv_gx = r.get_choice("conv_gx", ConvGx::columns,

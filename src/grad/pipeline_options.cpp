@@ -20,12 +20,13 @@ WeightQuant read_weight_quant(ConfigReader& r, const std::string& key) {
 }
 
 Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier) {
-  const Fp8Accumulation def = carrier == Carrier::fp8 ? Fp8Accumulation::fast : Fp8Accumulation::precise;
-  const auto a = r.get_choice("fp8_accumulation", def,
-                              {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
-  if (a == Fp8Accumulation::fast && carrier != Carrier::fp8)
-    r.fail("fp8_accumulation", "fast accumulation is for the fp8 carrier's products; this layer's carrier is int8");
-  return a;
+  if (carrier != Carrier::fp8) {
+    r.reject_unless("fp8_accumulation", "precise",
+                    "fast accumulation is for the fp8 carrier's products; this layer's carrier is int8");
+    return Fp8Accumulation::precise;
+  }
+  return r.get_choice("fp8_accumulation", Fp8Accumulation::fast,
+                      {{"precise", Fp8Accumulation::precise}, {"fast", Fp8Accumulation::fast}});
 }
 
 ScaleGranularity read_granularity(ConfigReader& r, const std::string& key, ScaleGranularity def,

@@ -14,9 +14,9 @@ namespace ht::grad {
 int read_bits(ConfigReader& r, const std::string& key, int def, const std::vector<int>& allowed);
 // sawb | absmax | absmax_sr, sawb by default.
 WeightQuant read_weight_quant(ConfigReader& r, const std::string& key);
-// `fp8_accumulation`: fast (the default of HLQ's and HALO's fp8 products) | precise; fast only with the fp8
-// carrier (asking for it with the int8 carrier is an error that names the key; with int8, an absent key reads as
-// precise).
+// `fp8_accumulation`: fast (the default of HLQ's and HALO's fp8 products) | precise, for the fp8 carrier. With the
+// int8 carrier the key does not apply: precise, the value a saved config records, passes, another is an error that
+// names the key (Note [A --set that switches a choice] in core/config_reader.h).
 Fp8Accumulation read_fp8_accumulation(ConfigReader& r, Carrier carrier);
 // tensor | sample (| token when allow_token).
 ScaleGranularity read_granularity(ConfigReader& r, const std::string& key, ScaleGranularity def,

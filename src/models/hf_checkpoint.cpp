@@ -162,7 +162,10 @@ HfWeights read_hf_weights(const fs::path& dir) {
            dir.string(), kConfig, out.config.num_hidden_layers,
            out.config.tie_word_embeddings ? "tied embeddings" : "an lm_head", list(missing), list(unexpected));
 
+  out.files.push_back(kConfig);
+  if (fs::is_regular_file(index)) out.files.push_back(kIndex);
   for (auto& [file, names] : names_by_file) {
+    out.files.push_back(file);
     SafetensorsContents part = load_safetensors(dir / file);
     for (auto& [name, t] : part.tensors)
       if (expected.count(name) && file_of[name] == file) out.tensors.emplace(name, std::move(t));

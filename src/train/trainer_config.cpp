@@ -10,25 +10,6 @@
 namespace ht::train {
 namespace {
 
-// The section `key` of `root` read by `read`, a function of that section alone. Where a --set wrote into the
-// section, `read` also runs over the section as the file alone gives it, so that finish() drops the file's keys of a
-// choice the --set replaced (Note [A --set that switches a choice] in config_reader.h).
-template <class Read>
-auto read_section(ConfigReader& root, const std::string& key, Read read) {
-  ConfigReader s = root.child(key);
-  auto out = read(s);
-  if (s.overridden()) {
-    ConfigReader file = s.as_in_file();
-    try {
-      read(file);
-    } catch (const Error&) {
-      // The file's own section may hold a mistake that a --set corrects: the keys read up to it still count.
-    }
-    s.drop_keys_only_read_by(file);
-  }
-  return out;
-}
-
 bool is_mnist(DatasetKind d) { return d == DatasetKind::fashion_mnist || d == DatasetKind::mnist; }
 bool is_cifar(DatasetKind d) { return d == DatasetKind::cifar10 || d == DatasetKind::cifar100; }
 
@@ -41,9 +22,12 @@ DataSection read_text_data(ConfigReader r, DataSection s) {
   if (t.paths.empty()) r.fail("paths", chat ? "expected a list of JSONL files, folders or glob patterns"
                                             : "expected a list of text files, folders or glob patterns");
   t.val_paths = r.get_list<std::string>("val_paths", {});
-  if (!t.val_paths.empty() && r.has("val_fraction"))
-    r.fail("val_fraction", "does not apply with data.val_paths, which give the validation text; remove one of them");
-  t.val_fraction = t.val_paths.empty() ? r.get("val_fraction", 0.05, Range::half_open(0.0, 1.0)) : 0.0;
+  if (t.val_paths.empty()) {
+    t.val_fraction = r.get("val_fraction", 0.05, Range::half_open(0.0, 1.0));
+  } else {
+    r.reject("val_fraction", "does not apply with data.val_paths, which give the validation text; remove one of them");
+    t.val_fraction = 0.0;
+  }
   t.tokenizer = r.get<std::string>("tokenizer", "");
   if (t.tokenizer.empty()) r.fail("tokenizer", "expected a tokenizer file or folder (tokenizer.model, tokenizer.json)");
   t.seq_len = r.get<int64_t>("seq_len", 512, Range::at_least(2));
@@ -134,9 +118,12 @@ DataSection read_data(ConfigReader r) {
   s.pin_memory = r.get("pin_memory", true);
   s.train_limit = r.get<int64_t>("train_limit", 0, Range::non_negative());
   s.test_limit = r.get<int64_t>("test_limit", 0, Range::non_negative());
-  s.label = r.get_choice("label", CifarLabelKind::fine, {{"fine", CifarLabelKind::fine}, {"coarse", CifarLabelKind::coarse}});
-  if (s.label == CifarLabelKind::coarse && s.dataset != DatasetKind::cifar100)
-    r.fail("label", "coarse labels exist only for cifar100");
+  // Keys that apply to some datasets only are rejected for the others, except at the value where they do nothing
+  // (Note [A --set that switches a choice] in config_reader.h).
+  if (s.dataset == DatasetKind::cifar100)
+    s.label = r.get_choice("label", CifarLabelKind::fine, {{"fine", CifarLabelKind::fine}, {"coarse", CifarLabelKind::coarse}});
+  else
+    r.reject_unless("label", "fine", "coarse labels exist only for cifar100");
   const AugmentKind def_aug = is_cifar(s.dataset)                      ? AugmentKind::cifar
                               : s.dataset == DatasetKind::image_folder ? AugmentKind::imagenet
                                                                        : AugmentKind::none;
@@ -161,9 +148,10 @@ DataSection read_data(ConfigReader r) {
   s.normalize_std = norm.get_list<double>("std", std, Range::positive());
   if (s.normalize_mean.size() != s.normalize_std.size())
     norm.fail("std", fmt::format("has {} values but mean has {}", s.normalize_std.size(), s.normalize_mean.size()));
-  s.resize = r.get<int64_t>("resize", 0, Range::non_negative());
-  if (s.resize > 0 && s.dataset == DatasetKind::image_folder)
-    r.fail("resize", "image_folder images are already cropped to data.image_size; use that instead");
+  if (s.dataset == DatasetKind::image_folder)
+    r.reject_unless("resize", int64_t{0}, "image_folder images are already cropped to data.image_size; use that instead");
+  else
+    s.resize = r.get<int64_t>("resize", 0, Range::non_negative());
   ConfigReader mix = r.child("mix");
   s.mix.mixup_alpha = mix.get("mixup_alpha", 0.0, Range::non_negative());
   s.mix.cutmix_alpha = mix.get("cutmix_alpha", 0.0, Range::non_negative());
@@ -223,17 +211,22 @@ ModelSection read_model(ConfigReader r) {
                          {"resnet50", ModelKind::resnet50},
                          {"vit", ModelKind::vit},
                          {"llama", ModelKind::llama}});
-  s.num_classes = r.get<int64_t>("num_classes", 0, Range::non_negative());
+  // A llama has neither a class count nor weights to reset; the config.yaml of a llama run before these keys were
+  // rejected records them at 0 and [] (Note [A --set that switches a choice] in config_reader.h).
+  const bool llama = s.name == ModelKind::llama;
+  if (llama)
+    r.reject_unless("num_classes", int64_t{0}, "does not apply to llama: its outputs are the vocabulary "
+                                               "(model.llama.vocab_size, or init_from's)");
+  else
+    s.num_classes = r.get<int64_t>("num_classes", 0, Range::non_negative());
   s.init_from = r.get<std::string>("init_from", "");
-  s.init_from_reset = r.get_list<std::string>("init_from_reset", {});
-  if (s.init_from.empty() && !s.init_from_reset.empty()) r.fail("init_from_reset", "needs model.init_from");
-  if (s.name == ModelKind::llama) {  // read above for every model; a llama has neither, so a value is an error
-    if (s.num_classes != 0)
-      r.fail("num_classes", "does not apply to llama: its outputs are the vocabulary (model.llama.vocab_size, or "
-                            "init_from's)");
-    if (!s.init_from_reset.empty())
-      r.fail("init_from_reset", "does not apply to llama: its init_from loads every weight of the checkpoint");
-  }
+  if (llama)
+    r.reject_unless("init_from_reset", std::vector<std::string>{},
+                    "does not apply to llama: its init_from loads every weight of the checkpoint");
+  else if (s.init_from.empty())
+    r.reject_unless("init_from_reset", std::vector<std::string>{}, "needs model.init_from");
+  else
+    s.init_from_reset = r.get_list<std::string>("init_from_reset", {});
   if (s.name == ModelKind::mlp) {
     s.hidden = r.get_list<int64_t>("hidden", {256, 128}, Range::at_least(1));
     s.activation = r.get_enum("activation", "relu", {"relu", "gelu"});
@@ -258,7 +251,7 @@ ModelSection read_model(ConfigReader r) {
   return s;
 }
 
-OptimSection read_optim(ConfigReader r) {
+OptimSection read_optim(ConfigReader r, ModelKind model) {
   OptimSection s;
   s.name = r.get_choice("name", OptimKind::sgd, {{"sgd", OptimKind::sgd}, {"adamw", OptimKind::adamw}});
   s.lr = r.get("lr", s.name == OptimKind::sgd ? 0.05 : 1e-3, Range::positive());
@@ -278,7 +271,12 @@ OptimSection read_optim(ConfigReader r) {
   ConfigReader mult = r.child("lr_multipliers");
   for (const std::string& pattern : mult.keys())
     s.lr_multipliers.emplace_back(pattern, mult.get<double>(pattern, 1.0, Range::non_negative()));
-  s.layer_decay = r.get("layer_decay", 1.0, Range::open_closed(0.0, 1.0));
+  if (model == ModelKind::vit)
+    s.layer_decay = r.get("layer_decay", 1.0, Range::open_closed(0.0, 1.0));
+  else
+    r.reject_unless("layer_decay", 1.0,
+                    fmt::format("layer-wise decay is defined for model.name vit (its blocks), not {}", model_name(model)),
+                    "model.name");
   return s;
 }
 
@@ -306,7 +304,7 @@ ScheduleSection read_schedule(ConfigReader r) {
   return s;
 }
 
-TrainSection read_train(ConfigReader r) {
+TrainSection read_train(ConfigReader r, const DataSection& data) {
   TrainSection s;
   s.epochs = r.get<int64_t>("epochs", 3, Range::at_least(1));
   s.log_every = r.get<int64_t>("log_every", 100, Range::at_least(1));
@@ -319,7 +317,14 @@ TrainSection read_train(ConfigReader r) {
   }
   s.dtype = r.get_choice("dtype", DType::f32, {{"f32", DType::f32}, {"f64", DType::f64}});
   s.precision = r.get_choice("precision", Precision::fp32, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}});
-  s.label_smoothing = r.get("label_smoothing", 0.0, Range::half_open(0.0, 1.0));
+  // With data.mix every training batch carries soft targets, smoothed by mix.label_smoothing (timm's
+  // SoftTargetCrossEntropy after Mixup): train.label_smoothing would be ignored, so it is refused.
+  if (data.mix.enabled())
+    r.reject_unless("label_smoothing", 0.0, "data.mix is on, and its soft targets are smoothed by "
+                                            "data.mix.label_smoothing instead; remove train.label_smoothing",
+                    "data.mix");
+  else
+    s.label_smoothing = r.get("label_smoothing", 0.0, Range::half_open(0.0, 1.0));
   s.eval_every = r.get<int64_t>("eval_every", 1, Range::at_least(1));
   s.tf32 = r.get("tf32", false);
   s.cuda_graph = r.get_enum("cuda_graph", "auto", {"auto", "true", "false"});
@@ -382,35 +387,54 @@ std::string model_name(ModelKind m) {
   return "?";
 }
 
-TrainerConfig read_trainer_config(ConfigReader root) {
+namespace {
+
+// How read_sections treats an error in a section: `stop` throws it; `go_on` (the config as the file alone gives it,
+// Note [A --set that switches a choice] in config_reader.h) goes on with the section's defaults, since the file may
+// hold a mistake that a --set corrects: the keys read up to the error still count.
+enum class OnError { stop, go_on };
+
+// Every section of `root`, in an order where a section's defaults and checks see the sections they depend on.
+TrainerConfig read_sections(ConfigReader root, OnError on_error) {
   TrainerConfig c;
   c.source = root.source();
+  const auto section = [&](const std::string& key, auto read) {
+    if (on_error == OnError::stop) return read(root.child(key));
+    try {
+      return read(root.child(key));
+    } catch (const Error&) {
+      return decltype(read(root.child(key))){};
+    }
+  };
   const std::string default_name = std::filesystem::path(root.source()).stem().string();
-  c.run = read_section(root, "run", [&](ConfigReader r) { return read_run(r, default_name); });
-  c.data = read_section(root, "data", read_data);
-  c.model = read_section(root, "model", read_model);
-  c.optim = read_section(root, "optim", read_optim);
-  if (c.optim.layer_decay != 1.0 && c.model.name != ModelKind::vit)
-    root.child("optim").fail("layer_decay", fmt::format("layer-wise decay is defined for model.name vit (its blocks), "
-                                                        "not {}", model_name(c.model.name)));
-  c.schedule = read_section(root, "schedule", read_schedule);
-  c.train = read_section(root, "train", read_train);
-  // With data.mix every training batch carries soft targets, smoothed by mix.label_smoothing (timm's
-  // SoftTargetCrossEntropy after Mixup): train.label_smoothing would be ignored, so it is an error.
-  if (c.train.label_smoothing > 0 && c.data.mix.enabled())
-    root.child("train").fail("label_smoothing", "data.mix is on, and its soft targets are smoothed by "
-                                                "data.mix.label_smoothing instead; remove train.label_smoothing");
-  c.checkpoint = read_section(root, "checkpoint", [&](ConfigReader r) { return read_checkpoint(r, c.run.out_dir); });
-  c.grad_pipeline =
-      read_section(root, "grad_pipeline", [&](ConfigReader r) { return read_grad_pipeline(r, c.run.seed); });
-  c.dist = read_section(root, "dist", dist::read_dist_options);
+  c.run = section("run", [&](ConfigReader r) { return read_run(r, default_name); });
+  c.data = section("data", read_data);
+  c.model = section("model", read_model);
+  c.optim = section("optim", [&](ConfigReader r) { return read_optim(r, c.model.name); });
+  c.schedule = section("schedule", read_schedule);
+  c.train = section("train", [&](ConfigReader r) { return read_train(r, c.data); });
+  c.checkpoint = section("checkpoint", [&](ConfigReader r) { return read_checkpoint(r, c.run.out_dir); });
+  c.grad_pipeline = section("grad_pipeline", [&](ConfigReader r) { return read_grad_pipeline(r, c.run.seed); });
+  c.dist = section("dist", dist::read_dist_options);
   if (root.has("ema")) {
-    c.ema = read_section(root, "ema", read_ema);
+    c.ema = section("ema", read_ema);
     // fsdp shards the weights over the ranks (each holds a slice of every tensor): no rank has the whole
     // weights to average, and no other mode needs more than this process's copy.
-    if (c.dist.mode == dist::DistMode::fsdp)
+    if (c.dist.mode == dist::DistMode::fsdp && on_error == OnError::stop)
       root.fail("ema", "a weight average is not kept under dist.mode fsdp (each rank holds only shards of the "
                        "weights); use dist.mode ddp or none, or remove the ema section");
+  }
+  return c;
+}
+
+}  // namespace
+
+TrainerConfig read_trainer_config(ConfigReader root) {
+  TrainerConfig c = read_sections(root, OnError::stop);
+  if (root.overridden()) {  // Note [A --set that switches a choice] in config_reader.h
+    ConfigReader file = root.as_in_file();
+    read_sections(file, OnError::go_on);
+    root.drop_keys_only_read_by(file);
   }
   root.finish();
   for (const std::string& note : root.notes()) spdlog::warn("{}", note);

@@ -183,7 +183,7 @@ TEST_CASE("a second YAML document after '---' is an error naming the file and it
 TEST_CASE("unknown keys fail with their location, the accepted keys and a suggestion", "[config]") {
   const std::string path = write_config("unknown.yaml", "optim:\n  lr: 0.1\n  momentun: 0.5\n");
   CHECK(error_of([&] { load_trainer_config(path); }) ==
-        path + ":3:3: optim.momentun: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers, layer_decay; "
+        path + ":3:3: optim.momentun: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers; "
                "did you mean 'momentum'?)");
   const std::string top = write_config("top.yaml", "run:\n  name: t\ntrainer:\n  epochs: 1\n");
   CHECK_THAT(error_of([&] { load_trainer_config(top); }),
@@ -299,7 +299,7 @@ TEST_CASE("--set overrides values before typed parsing, and creates sections", "
 TEST_CASE("errors in --set values name the --set as their source", "[config]") {
   const std::string path = write_config("set_err.yaml", kConfig);
   CHECK(error_of([&] { load_trainer_config(path, {"optim.lrr=0.1"}); }) ==
-        "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers, layer_decay; "
+        "--set optim.lrr=0.1: optim.lrr: unknown key (optim accepts: name, lr, momentum, nesterov, weight_decay, decay_norm_and_bias, clip_grad_norm, lr_multipliers; "
         "did you mean 'lr'?)");
   CHECK_THAT(error_of([&] { load_trainer_config(path, {"foo.bar=1"}); }),
              HasSubstr("--set foo.bar=1: foo: unknown key (the top level accepts: run, data, model, optim, schedule, train, checkpoint, grad_pipeline, dist, ema)"));
@@ -490,4 +490,125 @@ TEST_CASE("a --set that switches a choice drops the file's keys of the old choic
   CHECK(r.data.rand_augment->policy == data::RandAugmentPolicy::torchvision);
   REQUIRE(r_notes.size() == 1);
   CHECK_THAT(r_notes[0], HasSubstr("dropped the file's data.rand_augment.increasing (switch.yaml:4:5)"));
+}
+
+TEST_CASE("a --set that switches a choice drops the file's keys that apply to the old choice by their value",
+          "[config]") {
+  // Note [A --set that switches a choice], keys a choice takes at one value only (ConfigReader::reject_unless).
+  // model.name llama: the file's ResNet class count goes with the stem, instead of "does not apply to llama".
+  const auto [m, m_notes] = read_with_notes("model:\n  name: resnet18\n  num_classes: 10\n  stem: cifar\n",
+                                            {"model.name=llama"});
+  CHECK(m.model.name == ModelKind::llama);
+  CHECK(m.model.num_classes == 0);
+  REQUIRE(m_notes.size() == 1);
+  CHECK(m_notes[0] == "--set model.name=llama: dropped the file's model.num_classes (switch.yaml:3:3) and model.stem "
+                      "(switch.yaml:4:3): they apply to the file's own model settings only");
+  CHECK(m.resolved_yaml.find("num_classes") == std::string::npos);
+  // model.init_from cleared: init_from_reset needs it.
+  const auto [i, i_notes] = read_with_notes(
+      "model:\n  name: resnet18\n  init_from: w.safetensors\n  init_from_reset: [fc.*]\n", {"model.init_from=null"});
+  CHECK(i.model.init_from_reset.empty());
+  REQUIRE(i_notes.size() == 1);
+  CHECK_THAT(i_notes[0], HasSubstr("--set model.init_from=null: dropped the file's model.init_from_reset "
+                                   "(switch.yaml:4:3): it applies to the file's own model settings only"));
+
+  // dist.mode fsdp -> ddp: every fsdp key the file gives goes, whatever its value; timeout_s applies to both.
+  const std::string fsdp = "dist:\n  mode: fsdp\n  fsdp_units: [layers.]\n  prefetch: true\n  gather_dtype: int8\n"
+                           "  timeout_s: 60\n";
+  const auto [d, d_notes] = read_with_notes(fsdp, {"dist.mode=ddp"});
+  CHECK(d.dist.mode == dist::DistMode::ddp);
+  CHECK(d.dist.fsdp_units.empty());
+  CHECK(d.dist.gather_dtype == dist::GatherDType::f32);
+  CHECK(d.dist.timeout_s == 60);
+  REQUIRE(d_notes.size() == 1);
+  CHECK(d_notes[0] == "--set dist.mode=ddp: dropped the file's dist.fsdp_units (switch.yaml:3:3), dist.prefetch "
+                      "(switch.yaml:4:3) and dist.gather_dtype (switch.yaml:5:3): they apply to the file's own dist "
+                      "settings only; dist.timeout_s keeps the file's value");
+  // ... and ddp -> fsdp: ddp's bucket size goes; dist.reduce_quant int8 replaces the file's bf16 reduce-scatter.
+  CHECK_THAT(read_with_notes("dist:\n  mode: ddp\n  bucket_mb: 50\n", {"dist.mode=fsdp"}).second.at(0),
+             HasSubstr("dropped the file's dist.bucket_mb (switch.yaml:3:3)"));
+  const auto [q, q_notes] = read_with_notes("dist:\n  mode: fsdp\n  reduce_dtype: bf16\n", {"dist.reduce_quant=int8"});
+  CHECK(q.dist.reduce_dtype == "f32");
+  REQUIRE(q_notes.size() == 1);
+  CHECK_THAT(q_notes[0], HasSubstr("--set dist.reduce_quant=int8: dropped the file's dist.reduce_dtype (switch.yaml:3:3)"));
+
+  // data.dataset: CIFAR-100's coarse labels, and a resize, which image_folder does not take.
+  CHECK_THAT(read_with_notes("data:\n  dataset: cifar100\n  root: /x\n  label: coarse\n", {"data.dataset=cifar10"})
+                 .second.at(0),
+             HasSubstr("--set data.dataset=cifar10: dropped the file's data.label (switch.yaml:4:3)"));
+  const auto [f, f_notes] = read_with_notes("data:\n  dataset: cifar10\n  root: /x\n  resize: 64\n",
+                                            {"data.dataset=image_folder"});
+  CHECK(f.data.resize == 0);
+  REQUIRE(f_notes.size() == 1);
+  CHECK_THAT(f_notes[0], HasSubstr("dropped the file's data.resize (switch.yaml:4:3)"));
+  // data.val_paths given: the file's val_fraction does not apply.
+  const auto [v, v_notes] = read_with_notes("data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n  val_fraction: 0.1\n"
+                                            "model:\n  name: llama\n",
+                                            {"data.val_paths=[b]"});
+  CHECK(v.data.text.val_fraction == 0.0);
+  REQUIRE(v_notes.size() == 1);
+  CHECK_THAT(v_notes[0], HasSubstr("--set data.val_paths=[b]: dropped the file's data.val_fraction (switch.yaml:5:3)"));
+
+  // A grad_pipeline entry's carrier and g_w bits: fast accumulation is the fp8 carrier's, ACBP needs a quantised g_w.
+  const auto [g, g_notes] = read_with_notes(
+      "grad_pipeline:\n  default:\n    name: hlq\n    fp8_accumulation: fast\n    acbp_bits: 4\n",
+      {"grad_pipeline.default.carrier=int8", "grad_pipeline.default.gw_bits=0"});
+  REQUIRE(g_notes.size() == 1);
+  CHECK_THAT(g_notes[0], HasSubstr("dropped the file's grad_pipeline.default.fp8_accumulation (switch.yaml:4:5) and "
+                                   "grad_pipeline.default.acbp_bits (switch.yaml:5:5)"));
+
+  // Keys of another section: optim.layer_decay is ViT's, train.label_smoothing gives way to data.mix. The note names
+  // the --set that decided it, not every --set given.
+  const auto [l, l_notes] = read_with_notes("model:\n  name: vit\noptim:\n  name: adamw\n  layer_decay: 0.65\n",
+                                            {"run.name=x", "model.name=resnet18"});
+  CHECK(l.optim.layer_decay == 1.0);
+  REQUIRE(l_notes.size() == 1);
+  CHECK(l_notes[0] == "--set model.name=resnet18: dropped the file's optim.layer_decay (switch.yaml:5:3): it applies "
+                      "to the file's own model.name settings only");
+  const auto [s, s_notes] = read_with_notes("train:\n  label_smoothing: 0.1\n", {"data.mix.mixup_alpha=0.8"});
+  CHECK(s.train.label_smoothing == 0.0);
+  REQUIRE(s_notes.size() == 1);
+  CHECK(s_notes[0] == "--set data.mix.mixup_alpha=0.8: dropped the file's train.label_smoothing (switch.yaml:2:3): it "
+                      "applies to the file's own data.mix settings only");
+  // A --set that changes nothing such a key depends on drops nothing.
+  CHECK(read_with_notes("model:\n  name: vit\noptim:\n  name: adamw\n  layer_decay: 0.65\n", {"optim.lr=0.1"})
+            .second.empty());
+
+  // Still errors: such a key that a --set gives, and one that the file's own choice refuses too.
+  CHECK_THAT(error_of([&] { read_with_notes("model:\n  name: resnet18\n", {"model.name=llama", "model.num_classes=10"}); }),
+             HasSubstr("--set model.num_classes=10: model.num_classes: does not apply to llama"));
+  // (A --set that makes such a file key apply is no switch away from it: nothing to drop.)
+  CHECK(read_with_notes("model:\n  name: resnet18\noptim:\n  layer_decay: 0.5\n", {"model.name=vit"}).first.optim.layer_decay ==
+        0.5);
+  CHECK_THAT(error_of([&] { read_with_notes("model:\n  name: mlp\noptim:\n  layer_decay: 0.5\n", {"model.name=resnet18"}); }),
+             HasSubstr("switch.yaml:4:16: optim.layer_decay: layer-wise decay is defined for model.name vit (its "
+                       "blocks), not resnet18"));
+  CHECK_THAT(error_of([&] { read_with_notes("dist:\n  mode: ddp\n  fsdp_units: [a.]\n", {"dist.timeout_s=5"}); }),
+             HasSubstr("switch.yaml:3:15: dist.fsdp_units: applies to dist.mode fsdp only, got mode ddp"));
+}
+
+TEST_CASE("a key that applies to another choice is an error unless it holds the value a saved config records",
+          "[config]") {
+  // Without a --set, an fsdp key under ddp is refused instead of being ignored ...
+  CHECK_THAT(error_of([&] { read_with_notes("dist:\n  mode: ddp\n  reshard_after_forward: false\n", {}); }),
+             HasSubstr("switch.yaml:3:26: dist.reshard_after_forward: applies to dist.mode fsdp only, got mode ddp"));
+  CHECK_THAT(error_of([&] { read_with_notes("dist:\n  mode: fsdp\n  reduce_in_backward: false\n", {}); }),
+             HasSubstr("switch.yaml:3:23: dist.reduce_in_backward: applies to dist.mode ddp only, got mode fsdp"));
+  // ... but the value a config.yaml saved by a run records for it (every key at its default) passes, so such files
+  // run again; it is left out of the resolved config.
+  const auto [saved, notes] = read_with_notes(
+      "model:\n  name: llama\n  num_classes: 0\n  init_from_reset: []\n"
+      "data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n"
+      "optim:\n  layer_decay: 1.0\n"
+      "dist:\n  mode: ddp\n  fsdp_units: []\n  reduce_dtype: f32\n  prefetch: true\n  reshard_after_forward: true\n"
+      "  gather_dtype: fp32\n  reduce_quant: none\n  reduce_quant_block: 256\n  reduce_quant_error_every: 100\n",
+      {});
+  CHECK(notes.empty());
+  CHECK(saved.dist.mode == dist::DistMode::ddp);
+  CHECK(saved.resolved_yaml.find("fsdp_units") == std::string::npos);
+  CHECK(saved.resolved_yaml.find("num_classes") == std::string::npos);
+  CHECK(saved.resolved_yaml.find("layer_decay") == std::string::npos);
+  // A switch drops such a key even at that value: it belongs to the old choice.
+  CHECK_THAT(read_with_notes("dist:\n  mode: fsdp\n  prefetch: true\n", {"dist.mode=none"}).second.at(0),
+             HasSubstr("dropped the file's dist.prefetch (switch.yaml:3:3)"));
 }

@@ -213,6 +213,48 @@ TEST_CASE("PNG files: decoded with libpng when built with it, else a clear error
   CHECK(decode_image(make_png(src), "good.png").pixels == src.pixels);
 }
 
+namespace {
+// `png` with the CRC of its first `type` chunk made wrong (its last byte flipped).
+std::vector<uint8_t> with_bad_crc(std::vector<uint8_t> png, const char* type) {
+  for (std::size_t at = 8; at + 12 <= png.size();) {
+    const uint32_t length = (uint32_t{png[at]} << 24) | (uint32_t{png[at + 1]} << 16) | (uint32_t{png[at + 2]} << 8) |
+                            png[at + 3];
+    if (std::equal(type, type + 4, png.begin() + static_cast<long>(at + 4))) {
+      png[at + 8 + length + 3] ^= 0xFF;
+      return png;
+    }
+    at += 12 + length;
+  }
+  FAIL("no " << type << " chunk");
+  return png;
+}
+}  // namespace
+
+TEST_CASE("a PNG chunk with a bad CRC is an error naming the file and the chunk, ancillary or critical",
+          "[data][image]") {
+  if (!png_decoding_available()) return;
+  // Pillow refuses a bad CRC on any chunk it reads before the image data, ancillary ones too (a tEXt note, a gAMA, a
+  // private chunk): so does the loader, where a corrupt file passing would be silent damage to the data set.
+  const std::pair<std::string, std::vector<uint8_t>> text{"tEXt", {'k', 0, 'v'}};
+  const std::pair<std::string, std::vector<uint8_t>> gama{"gAMA", {0x00, 0x01, 0x86, 0xA0}};
+  const std::pair<std::string, std::vector<uint8_t>> priv{"prVt", {1, 2, 3}};
+  const std::pair<std::string, std::vector<uint8_t>> plte{"PLTE", {1, 2, 3, 40, 50, 60}};
+  const std::vector<uint8_t> rgb = make_png(1, {{128, 64, 200}}, 8, 2, {text, gama, priv});
+  REQUIRE(decoded(rgb, "good.png") == std::vector<int>{128, 64, 200});  // the fixture is sound
+  for (const char* type : {"tEXt", "gAMA", "prVt", "IHDR", "IDAT"}) {
+    INFO(type);
+    CHECK_THROWS_WITH(decode_image(with_bad_crc(rgb, type), "bad.png"),
+                      HasSubstr(fmt::format("bad.png: cannot decode PNG: {}: CRC error", type)));
+  }
+  CHECK_THROWS_WITH(decode_image(with_bad_crc(make_png(2, {{1, 0}}, 8, 3, {plte}), "PLTE"), "pal.png"),
+                    HasSubstr("pal.png: cannot decode PNG: PLTE: CRC error"));
+  // Read from a file, the error names its path.
+  TempDir tmp("png_crc");
+  write_file(tmp.path / "n01.png", with_bad_crc(rgb, "tEXt"));
+  CHECK_THROWS_WITH(read_image(tmp.path / "n01.png"),
+                    HasSubstr((tmp.path / "n01.png").string()) && HasSubstr("tEXt: CRC error"));
+}
+
 TEST_CASE("PNG pixels as PIL decodes them: 16-bit high byte, no gamma, alpha dropped, grey and palettes expanded",
           "[data][image]") {
   if (!png_decoding_available()) return;  // the test above checks the error a build without libpng gives

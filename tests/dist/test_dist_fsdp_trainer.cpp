@@ -65,13 +65,17 @@ using ht::test::set_rank_env;
 
 using MakeConfig = TrainerConfig (*)(const std::string&, std::vector<std::string>);
 
-// One process (dist.mode none) against `world` fsdp ranks; `extra` applies to both.
+// One process (dist.mode none) against `world` fsdp ranks; `extra` applies to both, but for its dist keys, which are
+// fsdp's (a config error under dist.mode none) and go to the fsdp ranks only.
 void check_fsdp_matches_one_process(MakeConfig make, const std::string& tag, int world, std::size_t steps,
                                     const std::vector<std::string>& extra = {}) {
   const std::string ref_name = tag + "_ref", name = fmt::format("{}_fsdp{}", tag, world);
+  std::vector<std::string> ref_extra;
+  for (const std::string& s : extra)
+    if (s.rfind("dist.", 0) != 0) ref_extra.push_back(s);
   test::scratch_dir();  // made once, before the fork: every rank and run shares it
-  make(ref_name, extra);  // the image config file too
-  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(make(ref_name, extra)); });
+  make(ref_name, ref_extra);  // the image config file too
+  const auto ref = ht::test::run_ranks(1, [&](const dist::DistEnv&) { run_training(make(ref_name, ref_extra)); });
   REQUIRE(ht::test::all_passed(ref));
   std::vector<std::string> sets = extra;
   for (const char* s : {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30"}) sets.push_back(s);

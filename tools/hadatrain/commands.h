@@ -112,6 +112,7 @@ Command add_version_command(CLI::App& app);  // version_command.cpp
 Command add_train_command(CLI::App& app);    // train_command.cpp
 Command add_eval_command(CLI::App& app);     // train_command.cpp
 Command add_inspect_command(CLI::App& app);  // inspect_command.cpp
+Command add_inspect_checkpoint_command(CLI::App& app);  // inspect_checkpoint_command.cpp
 Command add_generate_command(CLI::App& app);  // generate_command.cpp
 Command add_convert_command(CLI::App& app);   // convert_command.cpp
 Command add_sweep_command(CLI::App& app);    // sweep_command.cpp

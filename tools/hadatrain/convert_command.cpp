@@ -1,7 +1,8 @@
 // `hadatrain convert --input PATH --output DIR [--dtype bf16|f32]`: language-model checkpoints from one
 // format to another, chosen by what PATH is (docs/language_models.md):
 //   a llama2.c .bin file          -> an HF folder (q/k rows permuted to HF's rotary layout)
-//   an HF folder (config.json)    -> a checkpoint root of ours (DIR/step_0, usable as model.init_from)
+//   an HF folder (config.json)    -> a checkpoint root of ours (DIR/step_0, usable as model.init_from), recording
+//                                    the folder, its config.json's essentials and its files (hf_source_record)
 //   one of our LM checkpoints     -> an HF folder; a LoRA run's adapters are merged into the weights first
 #include <filesystem>
 #include <memory>
@@ -67,7 +68,8 @@ int run_convert(const ConvertArgs& a) {
   const train::LlamaSource src = train::find_llama_source(in);
   if (src.kind == train::LlamaSource::Kind::hf) {
     // HF -> ours: the weights in f32 (master precision) as step_0 of a checkpoint root. The tokenizer is
-    // recorded, not copied: --tokenizer, else the HF folder when it holds one.
+    // recorded, not copied: --tokenizer, else the HF folder when it holds one. So is where the weights came from
+    // (train::hf_source_record), which `hadatrain inspect-checkpoint` shows.
     io::check_output_path(out, io::OutputKind::directory, "--output");
     fs::path tok;
     if (!a.tokenizer.empty()) tok = checked_tokenizer(a, {}, "", src.config, in);
@@ -79,6 +81,7 @@ int run_convert(const ConvertArgs& a) {
     for (auto& [name, t] : w.tensors) d.model.emplace_back(name, t.to(DType::f32));
     d.model_metadata[train::kLlamaConfigKey] = w.config.to_json().dump();
     if (!tok.empty()) d.model_metadata[train::kTokenizerKey] = fs::absolute(tok).string();
+    d.model_metadata[train::kSourceKey] = train::hf_source_record(in, w).dump();
     d.state = {{"step", 0}, {"converted_from", fs::absolute(in).string()}};
     io::create_output_directory(out, "--output");
     const fs::path dir = io::save_checkpoint(out, d);

@@ -96,6 +96,7 @@ ht::cli::LaunchCheck parse_rank_command(const std::vector<std::string>& args) {
 std::vector<ht::cli::Command> add_commands(CLI::App& app) {
   return {ht::cli::add_version_command(app),  ht::cli::add_train_command(app),
           ht::cli::add_eval_command(app),     ht::cli::add_inspect_command(app),
+          ht::cli::add_inspect_checkpoint_command(app),
           ht::cli::add_generate_command(app), ht::cli::add_convert_command(app),
           ht::cli::add_sweep_command(app),    ht::cli::add_launch_command(app, parse_rank_command),
           ht::cli::add_comm_check_command(app)};

@@ -25,17 +25,25 @@
 // still checks its name, so a misspelt one is reported.
 //
 // Note [A --set that switches a choice]
-// The keys a section accepts can depend on a value in it: optim.momentum exists for optim.name sgd only,
+// The keys a section accepts can depend on a value: optim.momentum exists for optim.name sgd only,
 // schedule.milestones for schedule.name multistep, model.hidden for model.name mlp, the image keys of data for
 // the image datasets, a grad_pipeline entry's options for its pipeline, data.rand_augment.increasing for policy
-// timm, model.preset without model.init_from. A --set that changes such a value (`--set optim.name=adamw` on a
-// file that sets SGD's momentum) would leave the file's keys for the old choice behind, and the strict reading
-// would refuse them as unknown. So the section's reader also runs over the section as the file alone gives it
-// (as_in_file(), handed to drop_keys_only_read_by()): a key that the file gives and that reading accepts but this
-// one does not belongs to the choice the --set replaced. finish() drops it and leaves a note (notes()) naming the
-// --set, the key and its file line, and the file's keys that both readings accept and so keep their values
-// (optim.lr: an SGD learning rate is rarely right for AdamW). A key that a --set gives, or that the file's own
-// reading refuses too (a misspelt key), is still an error.
+// timm, model.preset without model.init_from, dist.fsdp_units for dist.mode fsdp, optim.layer_decay (a key of another
+// section) for model.name vit. A --set that changes such a value (`--set optim.name=adamw` on a file that sets SGD's
+// momentum) would leave the file's keys for the old choice behind, and the strict reading would refuse them. So the
+// config's reader also runs over the config as the file alone gives it (as_in_file() of the root, handed to
+// drop_keys_only_read_by()): a key that the file gives and that reading accepts but this one does not belongs to
+// the choice the --set replaced. finish() drops it and leaves a note (notes()) naming the --set, the key and its
+// file line, and the file's keys that both readings accept and so keep their values (optim.lr: an SGD learning
+// rate is rarely right for AdamW). A key that a --set gives, or that the file's own reading refuses too (a misspelt
+// key), is still an error.
+// What a reading does not accept is what it did not ask for, or what it rejected: reject() for a key that does not
+// apply to this choice with a reason for the error, and reject_unless() for a key that a config.yaml saved by a run
+// records at a value where the key does nothing (model.num_classes 0 for a llama, dist.fsdp_units [] under ddp:
+// the runs recorded every key they read). That value passes silently in a file, so saved configs run again; any other
+// value is an error with the reason; and a --set that switches the choice drops the file's key whatever its value,
+// since it belongs to the old choice. A key whose choice is decided in another section (optim.layer_decay by
+// model.name) names that key (`decided_by`), so that the note names the --set of it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -131,12 +139,24 @@ class ConfigReader {
 
   // `key` does not apply in this reading, for `reason` ("applies to policy timm only"): when the section holds it,
   // finish() reports "<where>: <key>: <reason>" instead of "unknown key" (or drops it: Note [A --set that switches
-  // a choice]). Does not mark the key as known.
-  void reject(const std::string& key, const std::string& reason);
+  // a choice]). The reading goes on without the key (its default). `decided_by` is the dotted key of another
+  // section whose value decided this ("model.name"), "" for a value of this section. Does not mark the key as known.
+  void reject(const std::string& key, const std::string& reason, const std::string& decided_by = "");
+  // reject(), except that the key may hold `inert`, the value at which it does nothing, which passes silently and
+  // is not recorded: a config.yaml saved by a run holds every key the run read, this one at that value.
+  // T: bool, int, int64_t, double, std::string or std::vector<std::string>.
+  template <class T>
+  void reject_unless(const std::string& key, const T& inert, const std::string& reason,
+                     const std::string& decided_by = "");
+  void reject_unless(const std::string& key, const char* inert, const std::string& reason,
+                     const std::string& decided_by = "") {
+    reject_unless<std::string>(key, std::string(inert), reason, decided_by);
+  }
 
   // Throws the error for every key in this section and the sections reached through child() that no
-  // get()/child()/has() asked for: "<where>: optim.lrr: unknown key (optim accepts: lr, ...; did you mean
-  // 'lr'?)". Keys of a choice a --set replaced are dropped instead, with a note (drop_keys_only_read_by).
+  // get()/child()/has() asked for, or that the reading rejected: "<where>: optim.lrr: unknown key (optim accepts:
+  // lr, ...; did you mean 'lr'?)". Keys of a choice a --set replaced are dropped instead, with a note
+  // (drop_keys_only_read_by).
   void finish();
 
   // Note [A --set that switches a choice].
@@ -146,8 +166,8 @@ class ConfigReader {
   // file's tree (nothing asked of it is recorded in this one; its errors are not meant to be shown).
   ConfigReader as_in_file() const;
   // `file_reading` is as_in_file() of this section, read by the same schema. finish() drops the keys of this
-  // section and of the sections below it that the file gives and `file_reading` asked for but this reading did
-  // not, and records a note for each section it dropped keys from.
+  // section and of the sections below it that the file gives and `file_reading` accepts but this reading does not,
+  // and records a note for each section it dropped keys from.
   void drop_keys_only_read_by(const ConfigReader& file_reading);
   // What finish() dropped, one line per section, for the caller to log.
   const std::vector<std::string>& notes() const;

@@ -25,6 +25,8 @@ LlamaConfig read_hf_config(const std::filesystem::path& dir);
 struct HfWeights {
   LlamaConfig config;
   std::map<std::string, Tensor> tensors;  // HF names, CPU, the file's dtype; rotary_emb.inv_freq dropped
+  // The files read, relative to the folder: config.json, then model.safetensors or the index and its shards (sorted).
+  std::vector<std::string> files;
 };
 
 // Reads config.json and the weights (single file or index + shards) and checks them against each other:

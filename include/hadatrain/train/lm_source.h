@@ -10,7 +10,10 @@
 #include <optional>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "hadatrain/data/tokenizer.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/nn/lora.h"
 
@@ -24,6 +27,8 @@ inline constexpr const char* kTokenizerKey = "hadatrain.tokenizer";
 inline constexpr const char* kTokenizerFingerprintKey = "hadatrain.tokenizer_fingerprint";
 inline constexpr const char* kTokenizerVocabSizeKey = "hadatrain.tokenizer_vocab_size";
 inline constexpr const char* kLoraKey = "hadatrain.lora";
+// A checkpoint that `hadatrain convert` made from an HF folder: what it was made from (hf_source_record, JSON).
+inline constexpr const char* kSourceKey = "hadatrain.source";
 
 // A model described by one of our LM checkpoints or an HF folder, for generate, convert and init_from.
 struct LlamaSource {
@@ -42,6 +47,17 @@ struct LlamaSource {
 LlamaSource find_llama_source(const std::filesystem::path& path);
 // The model of `src` with its weights, in f32 on `device` (LoRA layers as recorded, unmerged).
 std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device device = Device::cpu());
+
+// The provenance a checkpoint converted from the HF folder `dir` records (kSourceKey), from what read_hf_weights
+// read there (`w`: its tensors still in the files' dtypes):
+//   {"format": "hf", "folder": absolute path, "converted_by": "hadatrain <version>",
+//    "config": config.json's architectures, model_type, torch_dtype, dtype, transformers_version and _name_or_path
+//              (those it gives),
+//    "dtypes": the weights' dtypes as stored ("bf16", ...),
+//    "files": [{"name": "config.json", "bytes": N, "crc32": "8 hex digits"}, ...] for every file read}.
+// The CRC-32 tells a file that changed or was damaged since from the one converted; it is no protection against a
+// file made to collide. Errors name the file that cannot be read.
+nlohmann::json hf_source_record(const std::filesystem::path& dir, const models::HfWeights& w);
 
 // Note [Tokenizer and model vocabularies]
 // A tokenizer goes with a model when every id it produces has a row in the model's embedding: a tokenizer with
