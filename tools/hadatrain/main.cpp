@@ -54,8 +54,8 @@ std::vector<ht::cli::Command> add_commands(CLI::App& app);
 // launch starts its command once per rank. train, eval and comm-check join the ranks into one job (one training run,
 // one shared evaluation, one check of the collectives); version only prints. The others do not join the ranks, so
 // under launch they would run once per rank: convert and sweep writing the same outputs from every rank at once,
-// generate and inspect-grads printing the same text N times, launch starting N launches of N ranks. launch refuses
-// them as a usage error before any rank starts.
+// generate, inspect-grads and inspect-checkpoint printing the same text N times, launch starting N launches of N
+// ranks. launch refuses them as a usage error before any rank starts.
 constexpr const char* kUnderLaunch[] = {"version", "train", "eval", "comm-check"};
 
 // launch's check of the command line its ranks run: parsed here as each rank will parse it, with nothing run, so
