@@ -9,6 +9,7 @@
 #include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
+#include "hadatrain/core/name_list.h"
 
 namespace ht::data {
 
@@ -63,11 +64,9 @@ std::string plural(std::size_t n, const char* word) { return fmt::format("{} {}{
 
 // The files of `docs`, the first three named.
 std::string files_of(const TokenStore& store, const std::vector<int64_t>& docs) {
-  std::string out;
-  for (std::size_t i = 0; i < docs.size() && i < 3; ++i)
-    out += (i ? ", " : "") + store.document_file(docs[i]).string();
-  if (docs.size() > 3) out += fmt::format(" and {} more", docs.size() - 3);
-  return out;
+  std::vector<std::string> files;
+  for (int64_t d : docs) files.push_back(store.document_file(d).string());
+  return first_names(files, 3);
 }
 
 // Note [Splitting documents with text]

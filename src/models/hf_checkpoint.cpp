@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/core/name_list.h"
 #include "hadatrain/io/atomic_file.h"
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/io/safetensors.h"
@@ -64,11 +65,7 @@ json read_json(const fs::path& path, const char* what) {
   }
 }
 
-std::string list(const std::vector<std::string>& names) {
-  constexpr std::size_t kShown = 12;
-  if (names.size() <= kShown) return fmt::format("{}", fmt::join(names, ", "));
-  return fmt::format("{}, ... ({} in all)", fmt::join(names.begin(), names.begin() + kShown, ", "), names.size());
-}
+std::string list(const std::vector<std::string>& names) { return first_names(names, 12); }
 
 }  // namespace
 

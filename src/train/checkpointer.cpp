@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/core/name_list.h"
 #include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/tensor/dtype.h"
@@ -240,10 +241,7 @@ void Checkpointer::check_same_trained_parameters(const io::Checkpoint& ck, int64
     if (key.size() > slot.size() && key.ends_with(slot))
       if (std::string name = key.substr(0, key.size() - slot.size()); !trained.count(name))
         frozen_now.push_back(std::move(name));
-  const auto some = [](const std::vector<std::string>& names) {
-    return fmt::format("'{}'{}", fmt::join(names.begin(), names.begin() + std::min<std::size_t>(names.size(), 3), "', '"),
-                       names.size() > 3 ? fmt::format(" and {} more", names.size() - 3) : "");
-  };
+  const auto some = [](const std::vector<std::string>& names) { return first_names(names, 3, "'"); };
   const std::string fix = "resume with the run's train.freeze and model.lora, or start a new run from its weights with "
                           "model.init_from";
   HT_CHECK(new_now.empty(), "--resume: {} parameter(s) train under this config that the checkpoint {} kept frozen ({}): "

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/core/name_list.h"
 #include "hadatrain/grad/pipeline.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/safetensors.h"
@@ -69,13 +70,7 @@ int64_t square_side(int64_t n) {
   return s * s == n ? s : -1;
 }
 
-std::string list(const std::vector<std::string>& names) {
-  constexpr std::size_t kShown = 12;
-  std::vector<std::string> shown(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(std::min(kShown, names.size())));
-  std::string s = fmt::format("{}", fmt::join(shown, ", "));
-  if (names.size() > kShown) s += fmt::format(", ... ({} in all)", names.size());
-  return s;
-}
+std::string list(const std::vector<std::string>& names) { return first_names(names, 12); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "hadatrain/core/name_list.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/resnet.h"
 #include "hadatrain/models/vit.h"
@@ -176,4 +177,14 @@ TEST_CASE("init_from: a ViT for another image size gets its position embedding r
   // The class token's position is kept as it is.
   CHECK(test::compare(dst->pos_embed.narrow(1, 0, 1), src->pos_embed.narrow(1, 0, 1), 0, 0) == "");
   CHECK(has_prefix(r.loaded, "blocks.0.attn.qkv.weight"));
+}
+
+// The lists of tensor names in init_from's and the HF reader's messages, and of files and parameters elsewhere.
+TEST_CASE("first_names shows the first names and counts the rest", "[init_from]") {
+  const std::vector<std::string> names{"a", "b", "c", "d", "e"};
+  CHECK(first_names(names, 3) == "a, b, c and 2 more");
+  CHECK(first_names(names, 3, "'") == "'a', 'b', 'c' and 2 more");
+  CHECK(first_names(names, 5) == "a, b, c, d, e");
+  CHECK(first_names(names, 12) == "a, b, c, d, e");
+  CHECK(first_names({}, 3).empty());
 }
