@@ -52,6 +52,12 @@ DistOptions read_dist_options(ConfigReader r) {
     r.reject_unless("reduce_dtype", "f32",
                     fmt::format("dist.reduce_quant {} replaces the reduce-scatter's dtype: leave reduce_dtype at f32 or "
                                 "remove it", reduce_quant_name(o.reduce_quant)));
+  if (o.reduce_quant == ReduceQuant::none) {  // the quantised reduce-scatter's block and error check do not apply
+    const std::string quant_only = "applies to a quantised reduce-scatter only (dist.reduce_quant int8 or int4), got none";
+    r.reject_unless("reduce_quant_block", def.reduce_quant_block, quant_only);
+    r.reject_unless("reduce_quant_error_every", def.reduce_quant_error_every, quant_only);
+    return o;
+  }
   o.reduce_quant_block = r.get<int64_t>("reduce_quant_block", def.reduce_quant_block, Range::at_least(2));
   o.reduce_quant_error_every = r.get<int64_t>("reduce_quant_error_every", def.reduce_quant_error_every, Range::at_least(0));
   // The FSDP library checks the same (fsdp_lowp.cpp); here the error names the config's file and line.

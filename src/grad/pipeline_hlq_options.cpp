@@ -29,11 +29,20 @@ HlqOptions read_hlq(ConfigReader& r) {
   } else {
     r.fail("rank", fmt::format("expected pct, full or rows, got '{}'", rank));
   }
-  o.rank.pct = r.get("rank_pct", 50.0, Range::positive());
-  if (o.rank.pct > 50.0)
-    r.fail("rank_pct", fmt::format("must be in (0, 50] (above 50 the reference rule duplicates rows), got {}",
-                                   o.rank.pct));
-  o.rank.rows = r.get<int64_t>("rank_rows", 1, Range::at_least(1));
+  // rank_pct is rank pct's and rank_rows rank rows'; under another rank each is refused, except at the default a
+  // saved config records (Note [A --set that switches a choice] in core/config_reader.h).
+  if (o.rank.kind == HlaRank::Kind::percentile) {
+    o.rank.pct = r.get("rank_pct", 50.0, Range::positive());
+    if (o.rank.pct > 50.0)
+      r.fail("rank_pct", fmt::format("must be in (0, 50] (above 50 the reference rule duplicates rows), got {}",
+                                     o.rank.pct));
+  } else {
+    r.reject_unless("rank_pct", 50.0, fmt::format("applies to rank pct only, got rank {}", rank));
+  }
+  if (o.rank.kind == HlaRank::Kind::rows)
+    o.rank.rows = r.get<int64_t>("rank_rows", 1, Range::at_least(1));
+  else
+    r.reject_unless("rank_rows", int64_t{1}, fmt::format("applies to rank rows only, got rank {}", rank));
   o.fallback = r.get_choice("fallback", HlaFallback::ref,
                             {{"ref", HlaFallback::ref}, {"split_extra", HlaFallback::split_extra}, {"pad", HlaFallback::pad}});
   o.extra_tokens = r.get<int64_t>("extra_tokens", 1, Range::at_least(1));

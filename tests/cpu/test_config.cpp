@@ -611,4 +611,26 @@ TEST_CASE("a key that applies to another choice is an error unless it holds the 
   // A switch drops such a key even at that value: it belongs to the old choice.
   CHECK_THAT(read_with_notes("dist:\n  mode: fsdp\n  prefetch: true\n", {"dist.mode=none"}).second.at(0),
              HasSubstr("dropped the file's dist.prefetch (switch.yaml:3:3)"));
+
+  // HLQ's rank_pct is rank pct's and rank_rows rank rows' (both were read, and ignored, under any rank).
+  const std::string hlq = "grad_pipeline:\n  default:\n    name: hlq\n";
+  CHECK_THAT(error_of([&] { read_with_notes(hlq + "    rank: full\n    rank_pct: 25\n", {}); }),
+             HasSubstr("switch.yaml:5:15: grad_pipeline.default.rank_pct: applies to rank pct only, got rank full"));
+  CHECK_THAT(error_of([&] { read_with_notes(hlq + "    rank_rows: 8\n", {}); }),
+             HasSubstr("switch.yaml:4:16: grad_pipeline.default.rank_rows: applies to rank rows only, got rank pct"));
+  CHECK(read_with_notes(hlq + "    rank: full\n    rank_pct: 50\n    rank_rows: 1\n", {}).second.empty());
+  CHECK_THAT(read_with_notes(hlq + "    rank_pct: 25\n", {"grad_pipeline.default.rank=rows",
+                                                         "grad_pipeline.default.rank_rows=8"})
+                 .second.at(0),
+             HasSubstr("dropped the file's grad_pipeline.default.rank_pct (switch.yaml:4:5)"));
+  // The quantised reduce-scatter's block and error check need one.
+  CHECK_THAT(error_of([&] { read_with_notes("dist:\n  mode: fsdp\n  reduce_quant_block: 64\n", {}); }),
+             HasSubstr("switch.yaml:3:23: dist.reduce_quant_block: applies to a quantised reduce-scatter only"));
+  const auto [rq, rq_notes] = read_with_notes("dist:\n  mode: fsdp\n  reduce_quant: int4\n  reduce_quant_block: 64\n"
+                                              "  reduce_quant_error_every: 0\n",
+                                              {"dist.reduce_quant=none"});
+  CHECK(rq.dist.reduce_quant_block == dist::DistOptions{}.reduce_quant_block);
+  REQUIRE(rq_notes.size() == 1);
+  CHECK_THAT(rq_notes[0], HasSubstr("dropped the file's dist.reduce_quant_block (switch.yaml:4:3) and "
+                                    "dist.reduce_quant_error_every (switch.yaml:5:3)"));
 }

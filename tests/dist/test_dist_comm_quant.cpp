@@ -230,8 +230,7 @@ namespace {
 using ht::test::set_rank_env;
 
 std::vector<double> fsdp_lm_losses(const std::string& name, const std::vector<std::string>& extra) {
-  std::vector<std::string> sets = {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30", "optim.clip_grad_norm=0.5",
-                                   "dist.reduce_quant_error_every=2"};
+  std::vector<std::string> sets = {"dist.mode=fsdp", "dist.engine=gloo", "dist.timeout_s=30", "optim.clip_grad_norm=0.5"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   const auto out = ht::test::run_ranks(2, [&](const dist::DistEnv& env) {
     set_rank_env(env);
@@ -262,7 +261,7 @@ TEST_CASE("train a tiny LLaMA on 2 ranks with int8 weight all-gathers and an int
   test::scratch_dir();  // made once, before the fork
   const auto ref = fsdp_lm_losses("cq_lm_f32", {});
   const auto got = fsdp_lm_losses("cq_lm_int8", {"dist.gather_dtype=int8", "dist.reduce_quant=int8",
-                                                 "dist.reduce_quant_block=64"});
+                                                 "dist.reduce_quant_block=64", "dist.reduce_quant_error_every=2"});
   REQUIRE(ref.size() == 6);
   REQUIRE(got.size() == ref.size());
   for (std::size_t i = 0; i < ref.size(); ++i) {
