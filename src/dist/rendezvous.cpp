@@ -127,7 +127,7 @@ void check_same_on_all_ranks(Store& store, const DistEnv& env, const std::string
   const std::string more =
       differ.size() == 1 ? "" : fmt::format(" (rank(s) {} differ from rank 0 too)",
                                             fmt::join(differ.begin() + 1, differ.end(), ", "));
-  HT_FAIL("the ranks disagree on the {}: {}{}; every rank must run the same config (check the command line and --set "
+  HT_FAIL("the ranks disagree on the {}: {}{}; every rank must run the same command (check the arguments and --set "
           "overrides of rank {})",
           what, how, more, d);
 }

@@ -106,7 +106,7 @@ TEST_CASE("ranks whose texts differ are described by the caller, the other diffe
     };
     expect_error([&] { dist::check_same_on_all_ranks(*pg.store, env, "config", text, describe); },
                  "the ranks disagree on the config: [lr: 0.2] of rank 1 against [lr: 0.1] (rank(s) 3 differ from rank 0 "
-                 "too); every rank must run the same config (check the command line and --set overrides of rank 1)",
+                 "too); every rank must run the same command (check the arguments and --set overrides of rank 1)",
                  std::chrono::seconds(5));
   });
   INFO("exit codes " << ht::test::exit_codes(out));

@@ -214,7 +214,7 @@ TEST_CASE("ranks with different configs stop at the start naming the keys and va
                              "optim.name: rank 1 has adamw, rank 0 has sgd", "optim.lr: rank 1 has 0.2, rank 0 has 0.1",
                              "optim.momentum: rank 1 has no such key, rank 0 has 0.9",
                              "optim.beta1: rank 1 has 0.9, rank 0 has no such key",
-                             "; every rank must run the same config (check the command line and --set overrides of rank 1)"})
+                             "; every rank must run the same command (check the arguments and --set overrides of rank 1)"})
       expect(err.find(part) != std::string::npos, fmt::format("the error should say '{}'; it says: {}", part, err));
     expect(err.find("run.seed") == std::string::npos, "keys that agree are not named; got: " + err);
   });
