@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "hadatrain/core/logging.h"
+
 namespace ht::train {
 namespace {
 
@@ -437,7 +439,7 @@ TrainerConfig read_trainer_config(ConfigReader root) {
     root.drop_keys_only_read_by(file);
   }
   root.finish();
-  for (const std::string& note : root.notes()) spdlog::warn("{}", note);
+  for (const std::string& note : root.notes()) logging::warn_once_per_job("{}", note);
   c.resolved_yaml = root.resolved_yaml();
   return c;
 }

@@ -141,12 +141,16 @@ Command add_launch_command(CLI::App& app,
   c.run = [s, argv0 = std::string("hadatrain")] {
     dist::LaunchOptions o = s->options;
     if (s->check) {  // Note [Checks before the ranks start]
+      // Quietly: what loading the config logs (a --set's dropped keys) rank 0 logs again once it runs.
+      const spdlog::level::level_enum level = spdlog::get_level();
+      spdlog::set_level(spdlog::level::err);
       try {
         s->check(o.nproc_per_node * o.nnodes);
       } catch (const Error& e) {
         throw Error(fmt::format("{} (in the command each rank runs: {}; no rank was started)", e.what(),
                                 fmt::join(s->rest, " ")));
       }
+      spdlog::set_level(level);
     }
     o.argv = {self_path(argv0.c_str())};
     o.argv.insert(o.argv.end(), s->rest.begin(), s->rest.end());

@@ -12,6 +12,8 @@
 
 #include "commands.h"
 #include "hadatrain/core/error.h"
+#include "hadatrain/core/logging.h"
+#include "hadatrain/dist/rendezvous.h"
 
 namespace {
 
@@ -120,6 +122,14 @@ int main(int argc, char** argv) {
   }
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   try {
+    // A rank of a job (torchrun, Slurm or launch variables) tags its lines, and only rank 0 logs the progress (Note
+    // [Logs of several ranks] in core/logging.h). Variables that do not describe a job are reported by the command
+    // that joins the ranks, with the variable named.
+    try {
+      const ht::dist::DistEnv env = ht::dist::dist_env_from_environment();
+      ht::logging::set_rank(env.rank, env.world_size);
+    } catch (const ht::Error&) {
+    }
     for (const auto& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const ht::Error& e) {

@@ -77,7 +77,6 @@ Command add_train_command(CLI::App& app) {
   // Note [Checks before the ranks start] in launch_command.cpp: the config as run() loads it, and a mode that
   // trains on every rank when the job has several.
   c.check_launch = [args](int world_size) {
-    ht::logging::set_level(args->log_level);
     const train::TrainerConfig cfg = train::load_trainer_config(args->config, args->sets);
     if (world_size > 1 && cfg.dist.mode == dist::DistMode::none)
       throw Error(fmt::format("dist.mode is none but the launch starts {} ranks: every rank would train alone; set "
@@ -136,7 +135,6 @@ Command add_eval_command(CLI::App& app) {
   auto json = std::make_shared<std::string>();
   c.app->add_option("--json", *json, "Also write the figures as JSON to this file (checkpoint, step, loss, metrics)");
   c.check_launch = [args](int) {  // Note [Checks before the ranks start] in launch_command.cpp
-    ht::logging::set_level(args->log_level);
     train::load_trainer_config(args->config, args->sets);
   };
   c.run = [args, average, json] {
