@@ -237,6 +237,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const int64_t end_step = cfg.train.max_steps > 0 ? std::min(cfg.train.max_steps, planned) : planned;
   TrainResult result;
   result.out_dir = cfg.run.out_dir;
+  if (dist_run) result.rank = dist_run->rank();
   if (resumed && (st.step >= end_step || st.position.epoch >= cfg.train.epochs)) {
     // Nothing left to train: report the checkpoint's weights evaluated, and write nothing (the run's folder,
     // config.yaml and metrics.jsonl stay as the finished run left them).

@@ -106,6 +106,8 @@ Command add_train_command(CLI::App& app) {
                    signal_name(r.stopped_by), r.steps, r.checkpoint);
       return 128 + r.stopped_by;
     }
+    // The ranks' figures are rank 0's (shared evaluation): rank 0 alone prints them, as hadatrain eval does.
+    if (r.rank != 0) return 0;
     if (r.already_complete)
       fmt::print("run already complete: the checkpoint {} is at step {}; nothing was trained. Its weights on the "
                  "test split:\n",

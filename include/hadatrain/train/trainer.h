@@ -27,6 +27,7 @@ struct TrainResult {
   // already_complete: the checkpoint resumed from; otherwise the last checkpoint this run wrote (at a stop,
   // the one holding the stopped step); "" when none.
   std::string checkpoint;
+  int rank = 0;  // under a launcher: this rank (its figures are rank 0's; `hadatrain train` prints rank 0's)
 };
 
 // What to resume from: nothing, the latest checkpoint in checkpoint.dir, or a given checkpoint directory.
