@@ -92,8 +92,12 @@ int run_inspect_checkpoint(const InspectCheckpointArgs& a) {
     if (key != "format" && key != "step") fmt::print("{}", metadata_entry(key, value));
 
   std::ifstream state(dir / "state.json", std::ios::binary);
+  if (!state) return 0;  // model weights only (a converted checkpoint has a state.json; a hand-made folder may not)
   const json st = json::parse(state, nullptr, /*allow_exceptions=*/false);
-  if (!st.is_discarded()) fmt::print("state.json:\n{}", indented(st.dump(2), "  "));
+  if (st.is_discarded())
+    fmt::print("state.json: not valid JSON\n");
+  else
+    fmt::print("state.json:\n{}", indented(st.dump(2), "  "));
   return 0;
 }
 
