@@ -136,6 +136,9 @@ run_train() {
   rm -rf "$dir"
   local cmd=("$hadatrain" launch --nproc-per-node "$nproc" -- train --config "$config" "${common[@]}"
              --set "run.out_dir=$dir" "$@")
+  # dist.reshard_after_forward is fsdp's: a run of another dist.mode takes it out again (an fsdp-only key at another
+  # value than its default is an error under ddp or none).
+  case " $* " in *" dist.mode=ddp "* | *" dist.mode=none "*) cmd+=(--set dist.reshard_after_forward=null) ;; esac
   printf '$ %s\n' "${cmd[*]}" >"$log"
   t0=$(date +%s)
   timeout -k 30 "$limit" "${cmd[@]}" >>"$log" 2>&1
