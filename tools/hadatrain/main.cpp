@@ -123,11 +123,14 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   try {
     // A rank of a job (torchrun, Slurm or launch variables) tags its lines, and only rank 0 logs the progress (Note
-    // [Logs of several ranks] in core/logging.h). Variables that do not describe a job are reported by the command
-    // that joins the ranks, with the variable named.
+    // [Logs of several ranks] in core/logging.h); not a launcher, which may run as one task per node under srun.
+    // Variables that do not describe a job are reported by the command that joins the ranks, with the variable named.
+    const bool launcher = std::any_of(commands.begin(), commands.end(), [](const auto& c) {
+      return c.app->parsed() && c.app->get_name() == "launch";
+    });
     try {
       const ht::dist::DistEnv env = ht::dist::dist_env_from_environment();
-      ht::logging::set_rank(env.rank, env.world_size);
+      if (!launcher) ht::logging::set_rank(env.rank, env.world_size);
     } catch (const ht::Error&) {
     }
     for (const auto& c : commands)
