@@ -7,7 +7,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -64,17 +63,6 @@ struct Header {
 };
 static_assert(sizeof(Header) == 64, "the token cache header is 64 bytes");
 
-uint32_t crc_update(uint32_t crc, const void* data, std::size_t n) {
-  auto* p = static_cast<const Bytef*>(data);
-  while (n > 0) {
-    const auto k = static_cast<uInt>(std::min<std::size_t>(n, std::size_t{1} << 30));
-    crc = static_cast<uint32_t>(::crc32(crc, p, k));
-    p += k;
-    n -= k;
-  }
-  return crc;
-}
-
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   HT_CHECK(in.good(), "cannot open text file {}: {}", path.string(), std::strerror(errno));
@@ -99,7 +87,7 @@ SourceInfo describe_source(const fs::path& path) {
   s.size = static_cast<uint64_t>(st.st_size);
   s.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   const std::string text = read_file(path);
-  s.crc = crc_update(0, text.data(), text.size());
+  s.crc = crc32_update(0, text.data(), text.size());
   return s;
 }
 
@@ -188,7 +176,7 @@ void build_cache(const fs::path& path, const std::vector<SourceInfo>& files, con
       for (std::size_t i = next++; i < g1; i = next++) {
         try {
           const std::string text = read_file(files[i].path);
-          HT_CHECK(crc_update(0, text.data(), text.size()) == files[i].crc,
+          HT_CHECK(crc32_update(0, text.data(), text.size()) == files[i].crc,
                    "text file {} changed while it was being tokenised; run again", files[i].path.string());
           try {
             ids[i - g0] = tok.encode(text);
@@ -224,7 +212,7 @@ void build_cache(const fs::path& path, const std::vector<SourceInfo>& files, con
           std::memcpy(buf.data() + 4 * k, &u, 4);
         }
       }
-      crc = crc_update(crc, buf.data(), buf.size());
+      crc = crc32_update(crc, buf.data(), buf.size());
       out.write(buf.data(), buf.size());
       offsets.push_back(offsets.back() + doc.size());
       max_ids.push_back(mx);
@@ -232,11 +220,11 @@ void build_cache(const fs::path& path, const std::vector<SourceInfo>& files, con
   }
   const uint64_t tok_bytes = offsets.back() * token_bytes;
   const std::vector<unsigned char> pad(padded(tok_bytes) - tok_bytes, 0);
-  crc = crc_update(crc, pad.data(), pad.size());
+  crc = crc32_update(crc, pad.data(), pad.size());
   out.write(pad.data(), pad.size());
-  crc = crc_update(crc, offsets.data(), offsets.size() * 8);
+  crc = crc32_update(crc, offsets.data(), offsets.size() * 8);
   out.write(offsets.data(), offsets.size() * 8);
-  crc = crc_update(crc, max_ids.data(), max_ids.size() * 4);
+  crc = crc32_update(crc, max_ids.data(), max_ids.size() * 4);
   out.write(max_ids.data(), max_ids.size() * 4);
 
   std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -306,7 +294,7 @@ std::string check_cache(const TokenStore::Mapping& m, std::size_t num_files, uin
   if (h.num_tokens > (uint64_t{1} << 40)) return fmt::format("implausible token count {}", h.num_tokens);
   if (m.size != expected_size(h)) return fmt::format("{} bytes where the header implies {} (truncated?)", m.size, expected_size(h));
   const auto* base = static_cast<const unsigned char*>(m.addr);
-  if (crc_update(0, base + sizeof h, m.size - sizeof h) != h.payload_crc) return "CRC mismatch (corrupt)";
+  if (crc32_update(0, base + sizeof h, m.size - sizeof h) != h.payload_crc) return "CRC mismatch (corrupt)";
   const auto* offsets = reinterpret_cast<const uint64_t*>(base + sizeof h + padded(h.num_tokens * h.token_bytes));
   if (offsets[0] != 0 || offsets[h.num_documents] != h.num_tokens) return "document index does not span the tokens";
   for (uint64_t d = 0; d < h.num_documents; ++d)

@@ -8,8 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <zlib.h>
-
+#include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/train/lm_source.h"
 
@@ -29,16 +28,14 @@ FileDigest digest_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   HT_CHECK(in.good(), "{}: cannot open it to record its CRC-32: {}", path.string(), std::strerror(errno));
   FileDigest d;
-  uLong crc = ::crc32(0L, Z_NULL, 0);
   std::vector<char> block(std::size_t{1} << 20);
   while (in) {
     in.read(block.data(), static_cast<std::streamsize>(block.size()));
-    const auto n = static_cast<uInt>(in.gcount());
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(block.data()), n);
+    const auto n = static_cast<std::size_t>(in.gcount());
+    d.crc = crc32_update(d.crc, block.data(), n);
     d.bytes += n;
   }
   HT_CHECK(!in.bad(), "{}: read error while recording its CRC-32", path.string());
-  d.crc = static_cast<uint32_t>(crc);
   return d;
 }
 

@@ -37,4 +37,8 @@ class Fnv1a {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
+// CRC-32 (zlib's, the one PNG and gzip use) of `n` bytes continued from `crc` (0 to start), for any n: the token
+// cache's payload check and the source files a converted checkpoint records.
+uint32_t crc32_update(uint32_t crc, const void* data, std::size_t n);
+
 }  // namespace ht
