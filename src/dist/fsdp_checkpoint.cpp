@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/core/name_list.h"
 #include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/json_metadata.h"
 #include "hadatrain/io/safetensors.h"
@@ -28,13 +29,8 @@ std::optional<std::pair<int, int>> shard_file_rank(const std::string& name) {
   return std::pair{r, n};
 }
 
-// "shard-0-of-2.safetensors, shard-1-of-2.safetensors", at most four names, then how many more.
-std::string some_names(const std::vector<std::string>& names) {
-  const std::size_t shown = names.size() <= 4 ? names.size() : 3;
-  std::string out = fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
-  if (shown < names.size()) out += fmt::format(" and {} more", names.size() - shown);
-  return out;
-}
+// "shard-0-of-2.safetensors, shard-1-of-2.safetensors": four names whole, more as three and how many more.
+std::string some_names(const std::vector<std::string>& names) { return first_names(names, names.size() <= 4 ? 4 : 3); }
 
 std::string step_text(const std::optional<int64_t>& step) {
   return step ? fmt::format("step {}", *step) : std::string("no step");
