@@ -317,8 +317,10 @@ TrainSection read_train(ConfigReader r, const DataSection& data) {
   } catch (const Error&) {
     r.fail("device", fmt::format("expected cpu, cuda or cuda:N, got {}", device));
   }
-  s.dtype = r.get_choice("dtype", DType::f32, {{"f32", DType::f32}, {"f64", DType::f64}});
-  s.precision = r.get_choice("precision", Precision::fp32, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}});
+  // fp32 or f32, fp64 or f64 (Note [Float spellings] in core/spellings.h).
+  s.dtype = r.get_choice("dtype", DType::f32, {{"fp32", DType::f32}, {"fp64", DType::f64}}, float_spellings());
+  s.precision = r.get_choice("precision", Precision::fp32, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}},
+                             float_spellings());
   // With data.mix every training batch carries soft targets, smoothed by mix.label_smoothing (timm's
   // SoftTargetCrossEntropy after Mixup): train.label_smoothing would be ignored, so it is refused.
   if (data.mix.enabled())

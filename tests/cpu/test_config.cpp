@@ -528,7 +528,7 @@ TEST_CASE("a --set that switches a choice drops the file's keys that apply to th
   CHECK_THAT(read_with_notes("dist:\n  mode: ddp\n  bucket_mb: 50\n", {"dist.mode=fsdp"}).second.at(0),
              HasSubstr("dropped the file's dist.bucket_mb (switch.yaml:3:3)"));
   const auto [q, q_notes] = read_with_notes("dist:\n  mode: fsdp\n  reduce_dtype: bf16\n", {"dist.reduce_quant=int8"});
-  CHECK(q.dist.reduce_dtype == "f32");
+  CHECK(q.dist.reduce_dtype == DType::f32);
   REQUIRE(q_notes.size() == 1);
   CHECK_THAT(q_notes[0], HasSubstr("--set dist.reduce_quant=int8: dropped the file's dist.reduce_dtype (switch.yaml:3:3)"));
 
