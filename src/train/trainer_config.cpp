@@ -351,8 +351,20 @@ CheckpointSection read_checkpoint(ConfigReader r, const std::string& out_dir) {
   const std::string dir = r.get<std::string>("dir", "");
   s.dir = dir.empty() ? (std::filesystem::path(out_dir) / "checkpoints").string() : dir;
   s.continue_on_save_failure = r.get_enum("on_save_failure", "stop", {"stop", "continue"}) == "continue";
-  s.sharded = r.get("sharded", true);
-  return s;
+  return s;  // sharded: read_sharded, once dist.mode is known
+}
+
+// checkpoint.sharded, read after the dist section: only fsdp has shards to write, so under another mode the key is
+// rejected, except at true, which a config.yaml saved by a run records (Note [A --set that switches a choice] in
+// config_reader.h). It is the checkpoint section's last key, so the resolved config keeps the order it has when the
+// sections are read one after the other.
+bool read_sharded(ConfigReader r, dist::DistMode mode) {
+  if (mode == dist::DistMode::fsdp) return r.get("sharded", true);
+  r.reject_unless("sharded", true,
+                  fmt::format("applies to dist.mode fsdp only (no other mode writes shards), got mode {}",
+                              dist::dist_mode_name(mode)),
+                  "dist.mode");
+  return true;
 }
 
 EmaSection read_ema(ConfigReader r) {
@@ -420,6 +432,7 @@ TrainerConfig read_sections(ConfigReader root, OnError on_error) {
   c.checkpoint = section("checkpoint", [&](ConfigReader r) { return read_checkpoint(r, c.run.out_dir); });
   c.grad_pipeline = section("grad_pipeline", [&](ConfigReader r) { return read_grad_pipeline(r, c.run.seed); });
   c.dist = section("dist", dist::read_dist_options);
+  c.checkpoint.sharded = section("checkpoint", [&](ConfigReader r) { return read_sharded(r, c.dist.mode); });
   if (root.has("ema")) {
     c.ema = section("ema", read_ema);
     // fsdp shards the weights over the ranks (each holds a slice of every tensor): no rank has the whole
