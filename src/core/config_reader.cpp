@@ -326,6 +326,11 @@ void ConfigReader::fail(const std::string& key, const std::string& message) cons
   throw_at(*s_->doc, s_->mark_of(key), s_->key_path(key), message);
 }
 
+std::string ConfigReader::location(const std::string& key) const {
+  const auto [k, v] = s_->find(key);
+  return k.IsDefined() ? where(*s_->doc, s_->mark_of(key), s_->key_path(key)) : "";
+}
+
 const std::string& ConfigReader::path() const { return s_->path; }
 std::string ConfigReader::key_path(const std::string& key) const { return s_->key_path(key); }
 const std::string& ConfigReader::source() const { return s_->doc->source; }

@@ -1,5 +1,6 @@
 // Checks between keys that the config alone decides, made when it is read, so that the error names the file, line
-// and key: checkpoint.sharded outside fsdp.
+// and key (and the other key with its line): checkpoint.sharded outside fsdp, the data keys that depend on the
+// dataset's images, data against model, and a llama preset's shape.
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,8 @@ std::string error_reading(const std::string& yaml, const std::vector<std::string
 }
 
 bool holds(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const std::string kText = "data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n";  // 4 lines, seq_len 512
 
 }  // namespace
 
@@ -72,4 +75,74 @@ TEST_CASE("--set dist.mode away from fsdp drops the file's checkpoint.sharded wi
   CHECK_FALSE(read(fsdp, {"dist.timeout_s=10"}).checkpoint.sharded);
   // One that makes the key apply is no switch away from it.
   CHECK_FALSE(read("checkpoint:\n  sharded: false\n", {"dist.mode=fsdp"}).checkpoint.sharded);
+}
+
+TEST_CASE("data keys that depend on the dataset's images are checked when the config is read", "[config]") {
+  const std::string folder = "data:\n  dataset: image_folder\n  root: /x\n";
+  CHECK(error_reading(folder + "  augment: none\n") ==
+        "c.yaml:4:12: data.augment: none cannot be used with image_folder: its images differ in size, and a batch "
+        "needs them cropped to one (use imagenet, the default)");
+  CHECK(read(folder + "  augment: imagenet\n").data.augment == AugmentKind::imagenet);
+  // Normalisation: one value, or one per channel (1 for MNIST-layout files, 3 for the others).
+  CHECK(error_reading("data:\n  dataset: cifar10\n  root: /x\n  normalize:\n    mean: [0.5, 0.5]\n    std: [0.2, 0.2]\n") ==
+        "c.yaml:5:11: data.normalize.mean: expected one value, or one per channel of the cifar10 images (3), got 2");
+  CHECK(error_reading("data:\n  normalize:\n    mean: [0.5, 0.5, 0.5]\n    std: [0.2, 0.2, 0.2]\n") ==
+        "c.yaml:3:11: data.normalize.mean: expected one value, or one per channel of the fashion_mnist images (1), "
+        "got 3");
+  CHECK(read(folder + "  normalize:\n    mean: [0.5]\n    std: [0.25]\n").data.normalize_std == std::vector<double>{0.25});
+  // RandAugment's fill: the same rule.
+  CHECK(error_reading(folder + "  rand_augment:\n    fill: [124, 116]\n") ==
+        "c.yaml:5:11: data.rand_augment.fill: expected one value, or one per channel (3), got 2");
+  CHECK(error_reading("data:\n  rand_augment:\n    fill: [1, 2, 3]\n") ==
+        "c.yaml:3:11: data.rand_augment.fill: expected one value, or one per channel (1), got 3");
+  CHECK(read(folder + "  rand_augment:\n    fill: [124, 116, 104]\n").data.rand_augment->warp.fill.size() == 3);
+  // A language-model run needs validation text.
+  CHECK(error_reading(kText + "  val_fraction: 0\nmodel:\n  name: llama\n") ==
+        "c.yaml:5:17: data.val_fraction: a language-model run needs validation text: give a share in (0, 1) here, or "
+        "data.val_paths");
+  CHECK(read(kText + "  val_paths: [b]\n  seq_len: 16\nmodel:\n  name: llama\n").data.text.val_paths.size() == 1);
+}
+
+TEST_CASE("the data and the model are checked against each other when the config is read", "[config]") {
+  // llama trains on text or chat, the other models on images: the error names model.name and data.dataset's line.
+  CHECK(error_reading("data:\n  dataset: mnist\n  root: /x\nmodel:\n  name: llama\n") ==
+        "c.yaml:5:9: model.name: data.dataset mnist (c.yaml:2:12) and model.name llama do not go together: a language "
+        "model (llama) trains on text or chat data, the other models on images");
+  CHECK(holds(error_reading("model:\n  name: llama\n"),
+              "c.yaml:2:9: model.name: data.dataset fashion_mnist (the default) and model.name llama do not go"));
+  CHECK(holds(error_reading(kText + "model:\n  name: vit\n"),
+              "c.yaml:6:9: model.name: data.dataset text (c.yaml:2:12) and model.name vit do not go together"));
+  CHECK(holds(error_reading(kText, {"model.name=resnet18"}),
+              "--set model.name=resnet18: model.name: data.dataset text (c.yaml:2:12) and model.name resnet18"));
+  // data.seq_len fits a preset's positions (tiny: 256).
+  const std::string llama = "model:\n  name: llama\n";
+  CHECK(error_reading(kText + "  seq_len: 300\n" + llama) ==
+        "c.yaml:5:12: data.seq_len: 300 is longer than the model's max_position_embeddings 256 (model.preset tiny's)");
+  CHECK(error_reading(kText + "  seq_len: 200\n" + llama + "  llama:\n    max_position_embeddings: 128\n") ==
+        "c.yaml:5:12: data.seq_len: 200 is longer than the model's max_position_embeddings 128 "
+        "(model.llama.max_position_embeddings, c.yaml:9:30)");
+  CHECK(read(kText + "  seq_len: 256\n" + llama).data.text.seq_len == 256);
+  CHECK(error_reading(kText + llama) ==
+        "c.yaml:1:1: data.seq_len: 512 (the default) is longer than the model's max_position_embeddings 256 "
+        "(model.preset tiny's)");
+  // With init_from the architecture comes from the source's files, which the run reads.
+  CHECK(read(kText + "  seq_len: 300\n" + llama + "  init_from: some/hf\n").model.init_from == "some/hf");
+}
+
+TEST_CASE("a llama preset's shape overrides are checked when the config is read", "[config]") {
+  const std::string llama = kText + "  seq_len: 16\nmodel:\n  name: llama\n  llama:\n";  // the llama keys from line 9
+  CHECK(error_reading(llama + "    num_key_value_heads: 3\n") ==
+        "c.yaml:9:26: model.llama.num_key_value_heads: num_attention_heads 4 is not a multiple of num_key_value_heads 3");
+  // The key the config gives is the one named: hidden_size here (the preset gave the 4 heads) ...
+  CHECK(error_reading(llama + "    hidden_size: 66\n") ==
+        "c.yaml:9:18: model.llama.hidden_size: hidden_size 66 is not a multiple of num_attention_heads 4 (with head_dim "
+        "0 the head dim is hidden_size / num_attention_heads)");
+  // ... and the heads when both are given.
+  CHECK(error_reading(llama + "    hidden_size: 60\n    num_attention_heads: 4\n") ==
+        "c.yaml:10:26: model.llama.num_attention_heads: the head dim 15 (hidden_size / num_attention_heads) must be "
+        "even: rotary embeddings turn pairs of its values");
+  CHECK(error_reading(llama + "    head_dim: 7\n") ==
+        "c.yaml:9:15: model.llama.head_dim: the head dim 7 must be even: rotary embeddings turn pairs of its values");
+  const TrainerConfig ok = read(llama + "    hidden_size: 60\n    num_attention_heads: 6\n    num_key_value_heads: 3\n");
+  CHECK(ok.model.llama.resolved_head_dim() == 10);
 }

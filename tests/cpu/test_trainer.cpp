@@ -488,8 +488,8 @@ TEST_CASE("trainer config errors name file:line: key and say what is wrong", "[t
   CHECK_THAT(err("schedule:\n  warmup_start_factor: 2\n"), HasSubstr("schedule.warmup_start_factor: expected a number in [0, 1], got 2"));
   CHECK_THAT(err("data:\n  image_size: 4\n"), HasSubstr("data.image_size: expected an integer >= 8, got 4"));
   CHECK_THAT(err("run:\n  name: a/b\n"), HasSubstr("t.yaml:2:9: run.name: expected a non-empty name of letters, digits"));
-  CHECK_THAT(err("data:\n  normalize:\n    mean: [0.5, 0.5]\n    std: [0.2]\n"),
-             HasSubstr("t.yaml:4:10: data.normalize.std: has 1 values but mean has 2"));
+  CHECK_THAT(err("data:\n  dataset: cifar10\n  root: /x\n  normalize:\n    mean: [0.5, 0.5, 0.5]\n    std: [0.2]\n"),
+             HasSubstr("t.yaml:6:10: data.normalize.std: has 1 values but mean has 3"));
 }
 
 TEST_CASE("dataset-dependent defaults fill a short config", "[trainer][config]") {

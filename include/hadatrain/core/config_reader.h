@@ -183,6 +183,9 @@ class ConfigReader {
 
   // Throws an ht::Error located at `key` of this section (its value if present, else the section).
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+  // Where the value of `key` came from, for a message about another key that names this one too: file:line:column,
+  // or the --set that gave it; "" when the key is not given (its default applies).
+  std::string location(const std::string& key) const;
 
   // The full dotted path of this section ("" for the root) and of `key` within it.
   const std::string& path() const;
