@@ -325,7 +325,10 @@ ScheduleSection read_schedule(ConfigReader r) {
                          {"cosine_restarts", ScheduleName::cosine_restarts}});
   s.warmup_epochs = r.get("warmup_epochs", 0.0, Range::non_negative());
   s.warmup_steps = r.get<int64_t>("warmup_steps", 0, Range::non_negative());
-  if (s.warmup_steps > 0 && s.warmup_epochs > 0) r.fail("warmup_steps", "give warmup_steps or warmup_epochs, not both");
+  if (s.warmup_steps > 0 && s.warmup_epochs > 0)
+    r.fail("warmup_steps", fmt::format("give warmup_steps or warmup_epochs, not both: schedule.warmup_epochs ({}) is {} "
+                                       "as well; remove one of them or set it to 0",
+                                       r.location("warmup_epochs"), s.warmup_epochs));
   s.warmup_start_factor = r.get("warmup_start_factor", 0.0, Range::closed(0.0, 1.0));
   if (s.name == ScheduleName::multistep) s.milestones = r.get_list<double>("milestones", {}, Range::positive());
   if (s.name == ScheduleName::step) s.step_epochs = r.get("step_epochs", 30.0, Range::positive());

@@ -1,6 +1,6 @@
 // Checks between keys that the config alone decides, made when it is read, so that the error names the file, line
 // and key (and the other key with its line): checkpoint.sharded outside fsdp, the data keys that depend on the
-// dataset's images, data against model, and a llama preset's shape.
+// dataset's images, data against model, a llama preset's shape, and the two warm-up lengths.
 #include <string>
 #include <utility>
 #include <vector>
@@ -145,4 +145,16 @@ TEST_CASE("a llama preset's shape overrides are checked when the config is read"
         "c.yaml:9:15: model.llama.head_dim: the head dim 7 must be even: rotary embeddings turn pairs of its values");
   const TrainerConfig ok = read(llama + "    hidden_size: 60\n    num_attention_heads: 6\n    num_key_value_heads: 3\n");
   CHECK(ok.model.llama.resolved_head_dim() == 10);
+}
+
+TEST_CASE("warmup_steps with warmup_epochs names both keys and where each is given", "[config]") {
+  CHECK(error_reading("schedule:\n  warmup_epochs: 2\n  warmup_steps: 100\n") ==
+        "c.yaml:3:17: schedule.warmup_steps: give warmup_steps or warmup_epochs, not both: schedule.warmup_epochs "
+        "(c.yaml:2:18) is 2 as well; remove one of them or set it to 0");
+  CHECK(error_reading("schedule:\n  warmup_steps: 100\n", {"schedule.warmup_epochs=0.5"}) ==
+        "c.yaml:2:17: schedule.warmup_steps: give warmup_steps or warmup_epochs, not both: schedule.warmup_epochs "
+        "(--set schedule.warmup_epochs=0.5) is 0.5 as well; remove one of them or set it to 0");
+  CHECK(read("schedule:\n  warmup_epochs: 2\n  warmup_steps: 0\n").schedule.warmup_epochs == 2.0);
+  CHECK(read("schedule:\n  warmup_epochs: 2\n", {"schedule.warmup_epochs=0", "schedule.warmup_steps=50"})
+            .schedule.warmup_steps == 50);
 }
