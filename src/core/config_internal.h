@@ -78,6 +78,10 @@ std::optional<std::pair<std::size_t, std::size_t>> first_too_deep_bracket(const 
 std::optional<YAML::Mark> first_stuck_token(const std::string& text);
 std::string stuck_token_message(const std::string& text, const YAML::Mark& mark);
 
+// Where the value at `dotted` (whose node has mark `m`) came from: the --set that wrote it or a section holding it,
+// the --set that created it (nodes made by an override have no file position), or file:line:col.
+std::string where(const Document& d, const YAML::Mark& m, const std::string& dotted);
+
 // Throws the error "<where>: <dotted>: <msg>" for the value at `dotted` (whose node has mark `m`), <where> being
 // file:line:col or the --set it came from (Note [Config override sources] in config_reader.h).
 [[noreturn]] void throw_at(const Document& d, const YAML::Mark& m, const std::string& dotted, const std::string& msg);

@@ -223,16 +223,20 @@ std::vector<T> ConfigReader::get_list(const std::string& key, const std::vector<
 }
 
 std::string ConfigReader::get_enum(const std::string& key, const std::string& def,
-                                   const std::vector<std::string>& allowed) {
+                                   const std::vector<std::string>& allowed, const Spellings& spellings) {
   Section& s = *s_;
   s.remember(key);
   const auto [k, v] = s.find(key);
   std::string out = def;
   if (k.IsDefined()) {
-    if (!v.IsScalar() || std::find(allowed.begin(), allowed.end(), v.Scalar()) == allowed.end())
+    const std::string given = v.IsScalar() ? canonical_spelling(v.Scalar(), spellings) : "";
+    if (!v.IsScalar() || std::find(allowed.begin(), allowed.end(), given) == allowed.end()) {
+      std::vector<std::string> names;
+      for (const std::string& a : allowed) names.push_back(with_aliases(a, spellings));
       throw_at(*s.doc, s.mark_of(key), s.key_path(key),
-               fmt::format("expected one of {}, got {}", join(allowed, ", "), describe_found(v)));
-    out = v.Scalar();
+               fmt::format("expected one of {}, got {}", join(names, ", "), describe_found(v)));
+    }
+    out = given;
   }
   s.resolved[key] = out;
   return out;
@@ -311,8 +315,20 @@ void ConfigReader::reject_unless(const std::string& key, const T& inert, const s
   if (k.IsDefined() && holds(v, inert)) s_->inert.push_back(key);
 }
 
+void ConfigReader::reject_unless(const std::string& key, const std::string& inert, const Spellings& spellings,
+                                 const std::string& reason, const std::string& decided_by) {
+  reject(key, reason, decided_by);
+  const auto [k, v] = s_->find(key);
+  if (k.IsDefined() && v.IsScalar() && canonical_spelling(v.Scalar(), spellings) == inert) s_->inert.push_back(key);
+}
+
 void ConfigReader::fail(const std::string& key, const std::string& message) const {
   throw_at(*s_->doc, s_->mark_of(key), s_->key_path(key), message);
+}
+
+std::string ConfigReader::location(const std::string& key) const {
+  const auto [k, v] = s_->find(key);
+  return k.IsDefined() ? where(*s_->doc, s_->mark_of(key), s_->key_path(key)) : "";
 }
 
 const std::string& ConfigReader::path() const { return s_->path; }

@@ -249,10 +249,6 @@ YAML::Node parse_yaml_text(const std::string& yaml, const std::string& source_na
 
 // --- where an error points ---
 
-namespace {
-
-// Where the value at `dotted` (whose node has mark `m`) came from: the --set that wrote it or a section
-// holding it, the --set that created it (nodes made by an override have no file position), or file:line:col.
 std::string where(const Document& d, const YAML::Mark& m, const std::string& dotted) {
   const Override* best = nullptr;
   for (const Override& o : d.overrides) {
@@ -264,8 +260,6 @@ std::string where(const Document& d, const YAML::Mark& m, const std::string& dot
   if (!m.is_null()) return fmt::format("{}:{}:{}", d.source, m.line + 1, m.column + 1);
   return d.source;
 }
-
-}  // namespace
 
 [[noreturn]] void throw_at(const Document& d, const YAML::Mark& m, const std::string& dotted, const std::string& msg) {
   if (dotted.empty()) throw config_error(fmt::format("{}: {}", where(d, m, dotted), msg));

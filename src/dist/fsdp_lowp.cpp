@@ -46,7 +46,7 @@ class DecodedGather final : public Work {
 
 FsdpLowPrecision::FsdpLowPrecision(Communicator& comm, const FsdpOptions& options) : comm_(comm), options_(options) {
   HT_CHECK(options_.reduce_quant == ReduceQuant::none || options_.reduce_dtype == DType::f32,
-           "dist.reduce_quant {} replaces the reduce-scatter's dtype: leave dist.reduce_dtype at f32 (got {})",
+           "dist.reduce_quant {} replaces the reduce-scatter's dtype: leave dist.reduce_dtype at fp32 (got {})",
            reduce_quant_name(options_.reduce_quant), dtype_name(options_.reduce_dtype));
   HT_CHECK(options_.reduce_quant_block >= 2 && options_.reduce_quant_block % 2 == 0,
            "dist.reduce_quant_block: expected an even number of values of at least 2, got {}",

@@ -7,6 +7,7 @@ namespace ht::dist {
 
 // Keys that apply to one mode are rejected under the others, except at their defaults, which a config.yaml saved by a
 // run records (Note [A --set that switches a choice] in core/config_reader.h); so are those of a reduce_quant choice.
+// The dtypes take fp32 or f32 (Note [Float spellings] in core/spellings.h).
 DistOptions read_dist_options(ConfigReader r) {
   const DistOptions def;
   DistOptions o;
@@ -28,10 +29,10 @@ DistOptions read_dist_options(ConfigReader r) {
     const std::string fsdp_only = fmt::format("applies to dist.mode fsdp only, got mode {}", mode);
     const std::string lowp = fmt::format("low-precision communication is for dist.mode fsdp, got mode {}", mode);
     r.reject_unless("fsdp_units", def.fsdp_units, fsdp_only);
-    r.reject_unless("reduce_dtype", def.reduce_dtype, fsdp_only);
+    r.reject_unless("reduce_dtype", "fp32", float_spellings(), fsdp_only);
     r.reject_unless("prefetch", def.prefetch, fsdp_only);
     r.reject_unless("reshard_after_forward", def.reshard_after_forward, fsdp_only);
-    r.reject_unless("gather_dtype", "fp32", lowp);
+    r.reject_unless("gather_dtype", "fp32", float_spellings(), lowp);
     r.reject_unless("reduce_quant", "none", lowp);
     r.reject_unless("reduce_quant_block", def.reduce_quant_block, fsdp_only);
     r.reject_unless("reduce_quant_error_every", def.reduce_quant_error_every, fsdp_only);
@@ -42,15 +43,17 @@ DistOptions read_dist_options(ConfigReader r) {
   o.reshard_after_forward = r.get("reshard_after_forward", def.reshard_after_forward);
   o.gather_dtype = r.get_choice("gather_dtype", GatherDType::f32,
                                 {{"fp32", GatherDType::f32}, {"bf16", GatherDType::bf16}, {"int8", GatherDType::int8},
-                                 {"fp8", GatherDType::fp8}});
+                                 {"fp8", GatherDType::fp8}},
+                                float_spellings());
   o.reduce_quant = r.get_choice("reduce_quant", ReduceQuant::none,
                                 {{"none", ReduceQuant::none}, {"int8", ReduceQuant::int8}, {"int4", ReduceQuant::int4}});
   // A quantised reduce-scatter replaces the reduce-scatter's dtype: reduce_dtype applies to reduce_quant none only.
   if (o.reduce_quant == ReduceQuant::none)
-    o.reduce_dtype = r.get_enum("reduce_dtype", "f32", {"f32", "bf16"});
+    o.reduce_dtype = r.get_choice("reduce_dtype", DType::f32, {{"fp32", DType::f32}, {"bf16", DType::bf16}},
+                                  float_spellings());
   else
-    r.reject_unless("reduce_dtype", "f32",
-                    fmt::format("dist.reduce_quant {} replaces the reduce-scatter's dtype: leave reduce_dtype at f32 or "
+    r.reject_unless("reduce_dtype", "fp32", float_spellings(),
+                    fmt::format("dist.reduce_quant {} replaces the reduce-scatter's dtype: leave reduce_dtype at fp32 or "
                                 "remove it", reduce_quant_name(o.reduce_quant)));
   if (o.reduce_quant == ReduceQuant::none) {  // the quantised reduce-scatter's block and error check do not apply
     const std::string quant_only = "applies to a quantised reduce-scatter only (dist.reduce_quant int8 or int4), got none";

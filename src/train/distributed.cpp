@@ -191,7 +191,7 @@ std::shared_ptr<nn::ParameterStore> DistributedRun::shard(std::shared_ptr<nn::Pa
   fsdp_ = std::make_unique<dist::FullyShardedModel>(
       *pg_.comm, model_store,
       dist::FsdpOptions{.units = units,
-                        .reduce_dtype = options_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32,
+                        .reduce_dtype = options_.reduce_dtype,
                         .prefetch = options_.prefetch,
                         .reshard_after_forward = options_.reshard_after_forward,
                         .gather_dtype = options_.gather_dtype,
@@ -204,7 +204,8 @@ std::shared_ptr<nn::ParameterStore> DistributedRun::shard(std::shared_ptr<nn::Pa
   spdlog::info("dist: fsdp over {} rank(s): {} unit(s) ({}), {} of {} parameter elements per rank (fp32 master, "
                "gradients and optimiser state sharded), reduce-scatter in {}, prefetch {}, reshard_after_forward {}{}",
                world_size(), fsdp_->units(), options_.fsdp_units.empty() ? "automatic" : "dist.fsdp_units", mine, whole,
-               options_.reduce_dtype, options_.prefetch ? "on" : "off", options_.reshard_after_forward ? "on" : "off",
+               options_.reduce_dtype == DType::bf16 ? "bf16" : "fp32", options_.prefetch ? "on" : "off",
+               options_.reshard_after_forward ? "on" : "off",
                grad_accum_steps > 1 ? "; gradient accumulation communicates on the last micro-step" : "");
   if (options_.gather_dtype != dist::GatherDType::f32 || options_.reduce_quant != dist::ReduceQuant::none)
     spdlog::info("dist: weights all-gathered in {} ({} parameter(s) as rotated 8-bit rows), gradients reduce-scattered "

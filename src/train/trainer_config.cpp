@@ -4,6 +4,7 @@
 #include "hadatrain/train/pipeline_config.h"
 
 #include <filesystem>
+#include <initializer_list>
 
 #include <spdlog/spdlog.h>
 
@@ -26,6 +27,9 @@ DataSection read_text_data(ConfigReader r, DataSection s) {
   t.val_paths = r.get_list<std::string>("val_paths", {});
   if (t.val_paths.empty()) {
     t.val_fraction = r.get("val_fraction", 0.05, Range::half_open(0.0, 1.0));
+    if (t.val_fraction == 0.0)
+      r.fail("val_fraction", "a language-model run needs validation text: give a share in (0, 1) here, or "
+                             "data.val_paths");
   } else {
     r.reject("val_fraction", "does not apply with data.val_paths, which give the validation text; remove one of them");
     t.val_fraction = 0.0;
@@ -59,8 +63,8 @@ RunSection read_run(ConfigReader r, const std::string& default_name) {
   return s;
 }
 
-// data.rand_augment: timm's string, or a section whose policy sets the other keys' defaults.
-std::optional<data::RandAugmentOptions> read_rand_augment(ConfigReader& r) {
+// data.rand_augment: timm's string, or a section whose policy sets the other keys' defaults. `channels`: the images'.
+std::optional<data::RandAugmentOptions> read_rand_augment(ConfigReader& r, std::size_t channels) {
   const std::string key = "rand_augment";
   if (!r.has(key)) return std::nullopt;
   data::RandAugmentOptions o;
@@ -94,6 +98,8 @@ std::optional<data::RandAugmentOptions> read_rand_augment(ConfigReader& r) {
                                   {{"bilinear", data::Resample::bilinear}, {"nearest", data::Resample::nearest}});
   for (int64_t v : ra.get_list<int64_t>("fill", {0}, Range::closed(0, 255)))
     o.warp.fill.push_back(static_cast<uint8_t>(v));
+  if (o.warp.fill.size() != 1 && o.warp.fill.size() != channels)
+    ra.fail("fill", fmt::format("expected one value, or one per channel ({}), got {}", channels, o.warp.fill.size()));
   return o;
 }
 
@@ -131,6 +137,9 @@ DataSection read_data(ConfigReader r) {
                                                                        : AugmentKind::none;
   s.augment = r.get_choice("augment", def_aug,
                            {{"none", AugmentKind::none}, {"cifar", AugmentKind::cifar}, {"imagenet", AugmentKind::imagenet}});
+  if (s.dataset == DatasetKind::image_folder && s.augment == AugmentKind::none)
+    r.fail("augment", "none cannot be used with image_folder: its images differ in size, and a batch needs them cropped "
+                      "to one (use imagenet, the default)");
   s.image_size = r.get<int64_t>("image_size", 224, Range::at_least(8));
   s.eval_resize = r.get<int64_t>("eval_resize", 256, Range::at_least(8));
   if (s.eval_resize < s.image_size) r.fail("eval_resize", fmt::format("must be >= data.image_size ({})", s.image_size));
@@ -145,8 +154,13 @@ DataSection read_data(ConfigReader r) {
     case DatasetKind::text:
     case DatasetKind::chat: break;  // read by read_text_data
   }
+  // The images' channels: MNIST-layout files hold grey images, CIFAR and decoded image files are RGB.
+  const std::size_t channels = is_mnist(s.dataset) ? 1 : 3;
   ConfigReader norm = r.child("normalize");
   s.normalize_mean = norm.get_list<double>("mean", mean);
+  if (s.normalize_mean.size() != 1 && s.normalize_mean.size() != channels)
+    norm.fail("mean", fmt::format("expected one value, or one per channel of the {} images ({}), got {}",
+                                  dataset_name(s.dataset), channels, s.normalize_mean.size()));
   s.normalize_std = norm.get_list<double>("std", std, Range::positive());
   if (s.normalize_mean.size() != s.normalize_std.size())
     norm.fail("std", fmt::format("has {} values but mean has {}", s.normalize_std.size(), s.normalize_mean.size()));
@@ -162,7 +176,7 @@ DataSection read_data(ConfigReader r) {
   s.mix.label_smoothing = mix.get("label_smoothing", 0.1, Range::half_open(0.0, 1.0));
   s.mix.mode = mix.get_enum("mode", "batch", {"batch", "elem"});
   s.mix.correct_lam = mix.get("correct_lam", true);
-  s.rand_augment = read_rand_augment(r);
+  s.rand_augment = read_rand_augment(r, channels);
   return s;
 }
 
@@ -186,6 +200,25 @@ void read_llama(ConfigReader& r, ModelSection& s) {
     c.rope_theta = l.get("rope_theta", p.rope_theta, Range::positive());
     c.tie_word_embeddings = l.get("tie_word_embeddings", p.tie_word_embeddings);
     c.initializer_range = l.get("initializer_range", p.initializer_range, Range::positive());
+    // The shape rules of LlamaConfig::validate, which the model checks again once the tokenizer gives the vocabulary.
+    // An error points at the first of the keys involved that the config gives (the preset gave the others).
+    const auto given = [&](std::initializer_list<const char*> keys) {
+      for (const char* k : keys)
+        if (!l.location(k).empty()) return k;
+      return *keys.begin();
+    };
+    if (c.num_attention_heads % c.num_key_value_heads != 0)
+      l.fail(given({"num_key_value_heads", "num_attention_heads"}),
+             fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}", c.num_attention_heads,
+                         c.num_key_value_heads));
+    if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
+      l.fail(given({"num_attention_heads", "hidden_size"}),
+             fmt::format("hidden_size {} is not a multiple of num_attention_heads {} (with head_dim 0 the head dim is "
+                         "hidden_size / num_attention_heads)", c.hidden_size, c.num_attention_heads));
+    if (c.resolved_head_dim() % 2 != 0)
+      l.fail(c.head_dim > 0 ? "head_dim" : given({"num_attention_heads", "hidden_size"}),
+             fmt::format("the head dim {}{} must be even: rotary embeddings turn pairs of its values",
+                         c.resolved_head_dim(), c.head_dim > 0 ? "" : " (hidden_size / num_attention_heads)"));
   } else {
     for (const char* key : {"preset", "llama"})
       r.reject(key, "the architecture comes from model.init_from; remove this key");
@@ -292,7 +325,10 @@ ScheduleSection read_schedule(ConfigReader r) {
                          {"cosine_restarts", ScheduleName::cosine_restarts}});
   s.warmup_epochs = r.get("warmup_epochs", 0.0, Range::non_negative());
   s.warmup_steps = r.get<int64_t>("warmup_steps", 0, Range::non_negative());
-  if (s.warmup_steps > 0 && s.warmup_epochs > 0) r.fail("warmup_steps", "give warmup_steps or warmup_epochs, not both");
+  if (s.warmup_steps > 0 && s.warmup_epochs > 0)
+    r.fail("warmup_steps", fmt::format("give warmup_steps or warmup_epochs, not both: schedule.warmup_epochs ({}) is {} "
+                                       "as well; remove one of them or set it to 0",
+                                       r.location("warmup_epochs"), s.warmup_epochs));
   s.warmup_start_factor = r.get("warmup_start_factor", 0.0, Range::closed(0.0, 1.0));
   if (s.name == ScheduleName::multistep) s.milestones = r.get_list<double>("milestones", {}, Range::positive());
   if (s.name == ScheduleName::step) s.step_epochs = r.get("step_epochs", 30.0, Range::positive());
@@ -317,8 +353,10 @@ TrainSection read_train(ConfigReader r, const DataSection& data) {
   } catch (const Error&) {
     r.fail("device", fmt::format("expected cpu, cuda or cuda:N, got {}", device));
   }
-  s.dtype = r.get_choice("dtype", DType::f32, {{"f32", DType::f32}, {"f64", DType::f64}});
-  s.precision = r.get_choice("precision", Precision::fp32, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}});
+  // fp32 or f32, fp64 or f64 (Note [Float spellings] in core/spellings.h).
+  s.dtype = r.get_choice("dtype", DType::f32, {{"fp32", DType::f32}, {"fp64", DType::f64}}, float_spellings());
+  s.precision = r.get_choice("precision", Precision::fp32, {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}},
+                             float_spellings());
   // With data.mix every training batch carries soft targets, smoothed by mix.label_smoothing (timm's
   // SoftTargetCrossEntropy after Mixup): train.label_smoothing would be ignored, so it is refused.
   if (data.mix.enabled())
@@ -349,8 +387,20 @@ CheckpointSection read_checkpoint(ConfigReader r, const std::string& out_dir) {
   const std::string dir = r.get<std::string>("dir", "");
   s.dir = dir.empty() ? (std::filesystem::path(out_dir) / "checkpoints").string() : dir;
   s.continue_on_save_failure = r.get_enum("on_save_failure", "stop", {"stop", "continue"}) == "continue";
-  s.sharded = r.get("sharded", true);
-  return s;
+  return s;  // sharded: read_sharded, once dist.mode is known
+}
+
+// checkpoint.sharded, read after the dist section: only fsdp has shards to write, so under another mode the key is
+// rejected, except at true, which a config.yaml saved by a run records (Note [A --set that switches a choice] in
+// config_reader.h). It is the checkpoint section's last key, so the resolved config keeps the order it has when the
+// sections are read one after the other.
+bool read_sharded(ConfigReader r, dist::DistMode mode) {
+  if (mode == dist::DistMode::fsdp) return r.get("sharded", true);
+  r.reject_unless("sharded", true,
+                  fmt::format("applies to dist.mode fsdp only (no other mode writes shards), got mode {}",
+                              dist::dist_mode_name(mode)),
+                  "dist.mode");
+  return true;
 }
 
 EmaSection read_ema(ConfigReader r) {
@@ -396,6 +446,32 @@ namespace {
 // hold a mistake that a --set corrects: the keys read up to the error still count.
 enum class OnError { stop, go_on };
 
+// `key` of `section` and its `value`, for a message about another key: "data.dataset mnist (x.yaml:2:12)",
+// "data.dataset fashion_mnist (the default)".
+std::string named(ConfigReader section, const std::string& key, const std::string& value) {
+  const std::string at = section.location(key);
+  return fmt::format("{} {} ({})", section.key_path(key), value, at.empty() ? "the default" : at);
+}
+
+// The checks between data and model: a language model (llama) trains on text or chat data, the others on images; a
+// llama made from a preset (no init_from) fits data.seq_len in its positions (init_from's are checked at setup).
+void check_data_fits_model(ConfigReader root, const TrainerConfig& c) {
+  ConfigReader data = root.child("data"), model = root.child("model");
+  const bool text = c.data.dataset == DatasetKind::text || c.data.dataset == DatasetKind::chat;
+  if (text != (c.model.name == ModelKind::llama))
+    model.fail("name", fmt::format("{} and model.name {} do not go together: a language model (llama) trains on "
+                                   "text or chat data, the other models on images",
+                                   named(data, "dataset", dataset_name(c.data.dataset)), model_name(c.model.name)));
+  if (text && c.model.init_from.empty() && c.data.text.seq_len > c.model.llama.max_position_embeddings) {
+    const std::string positions = model.child("llama").location("max_position_embeddings");
+    data.fail("seq_len", fmt::format("{}{} is longer than the model's max_position_embeddings {} ({})",
+                                     c.data.text.seq_len, data.location("seq_len").empty() ? " (the default)" : "",
+                                     c.model.llama.max_position_embeddings,
+                                     positions.empty() ? "model.preset " + c.model.preset + "'s"
+                                                       : "model.llama.max_position_embeddings, " + positions));
+  }
+}
+
 // Every section of `root`, in an order where a section's defaults and checks see the sections they depend on.
 TrainerConfig read_sections(ConfigReader root, OnError on_error) {
   TrainerConfig c;
@@ -418,6 +494,7 @@ TrainerConfig read_sections(ConfigReader root, OnError on_error) {
   c.checkpoint = section("checkpoint", [&](ConfigReader r) { return read_checkpoint(r, c.run.out_dir); });
   c.grad_pipeline = section("grad_pipeline", [&](ConfigReader r) { return read_grad_pipeline(r, c.run.seed); });
   c.dist = section("dist", dist::read_dist_options);
+  c.checkpoint.sharded = section("checkpoint", [&](ConfigReader r) { return read_sharded(r, c.dist.mode); });
   if (root.has("ema")) {
     c.ema = section("ema", read_ema);
     // fsdp shards the weights over the ranks (each holds a slice of every tensor): no rank has the whole
@@ -439,6 +516,8 @@ TrainerConfig read_trainer_config(ConfigReader root) {
     root.drop_keys_only_read_by(file);
   }
   root.finish();
+  // After finish(): a key that is misspelt or does not apply is named before what the values mean together.
+  check_data_fits_model(root, c);
   for (const std::string& note : root.notes()) logging::warn_once_per_job("{}", note);
   c.resolved_yaml = root.resolved_yaml();
   return c;

@@ -497,7 +497,8 @@ TEST_CASE("a --set that switches a choice drops the file's keys that apply to th
   // Note [A --set that switches a choice], keys a choice takes at one value only (ConfigReader::reject_unless).
   // model.name llama: the file's ResNet class count goes with the stem, instead of "does not apply to llama".
   const auto [m, m_notes] = read_with_notes("model:\n  name: resnet18\n  num_classes: 10\n  stem: cifar\n",
-                                            {"model.name=llama"});
+                                            {"model.name=llama", "data.dataset=text", "data.paths=[a]",
+                                             "data.tokenizer=t", "data.seq_len=16"});
   CHECK(m.model.name == ModelKind::llama);
   CHECK(m.model.num_classes == 0);
   REQUIRE(m_notes.size() == 1);
@@ -528,7 +529,7 @@ TEST_CASE("a --set that switches a choice drops the file's keys that apply to th
   CHECK_THAT(read_with_notes("dist:\n  mode: ddp\n  bucket_mb: 50\n", {"dist.mode=fsdp"}).second.at(0),
              HasSubstr("dropped the file's dist.bucket_mb (switch.yaml:3:3)"));
   const auto [q, q_notes] = read_with_notes("dist:\n  mode: fsdp\n  reduce_dtype: bf16\n", {"dist.reduce_quant=int8"});
-  CHECK(q.dist.reduce_dtype == "f32");
+  CHECK(q.dist.reduce_dtype == DType::f32);
   REQUIRE(q_notes.size() == 1);
   CHECK_THAT(q_notes[0], HasSubstr("--set dist.reduce_quant=int8: dropped the file's dist.reduce_dtype (switch.yaml:3:3)"));
 
@@ -543,7 +544,7 @@ TEST_CASE("a --set that switches a choice drops the file's keys that apply to th
   CHECK_THAT(f_notes[0], HasSubstr("dropped the file's data.resize (switch.yaml:4:3)"));
   // data.val_paths given: the file's val_fraction does not apply.
   const auto [v, v_notes] = read_with_notes("data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n  val_fraction: 0.1\n"
-                                            "model:\n  name: llama\n",
+                                            "  seq_len: 16\nmodel:\n  name: llama\n",
                                             {"data.val_paths=[b]"});
   CHECK(v.data.text.val_fraction == 0.0);
   REQUIRE(v_notes.size() == 1);
@@ -598,7 +599,7 @@ TEST_CASE("a key that applies to another choice is an error unless it holds the 
   // run again; it is left out of the resolved config.
   const auto [saved, notes] = read_with_notes(
       "model:\n  name: llama\n  num_classes: 0\n  init_from_reset: []\n"
-      "data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n"
+      "data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n  seq_len: 16\n"
       "optim:\n  layer_decay: 1.0\n"
       "dist:\n  mode: ddp\n  fsdp_units: []\n  reduce_dtype: f32\n  prefetch: true\n  reshard_after_forward: true\n"
       "  gather_dtype: fp32\n  reduce_quant: none\n  reduce_quant_block: 256\n  reduce_quant_error_every: 100\n",

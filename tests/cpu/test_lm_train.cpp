@@ -214,17 +214,25 @@ TEST_CASE("LM config mistakes are named", "[lm_train]") {
             .find("give warmup_steps or warmup_epochs, not both") != std::string::npos);
   CHECK(test::error_of([&] { load_trainer_config(cfg, {"train.grad_accum_steps=0"}); }).find("grad_accum_steps") !=
         std::string::npos);
-  // A language model needs text: llama on images (and a classifier on text) is refused before anything loads.
+  // A language model needs text: llama on images (and a classifier on text) is refused when the config is read,
+  // naming both keys' lines (tests/cpu/test_config_checks.cpp has the others).
   const fs::path yaml = test::scratch_dir() / "llama_on_images.yaml";
   std::ofstream(yaml) << "data:\n  dataset: mnist\n  root: " << test::idx8_dataset().string()
                       << "\nmodel:\n  name: llama\n  preset: tiny\n";
-  const TrainerConfig images = load_trainer_config(yaml.string(), {"run.out_dir=" + (test::scratch_dir() / "li").string()});
-  CHECK(test::error_of([&] { run_training(images); })
-            .find("data.dataset mnist and model.name llama do not go together") != std::string::npos);
-  // data.seq_len beyond the model's context (the tiny preset: 256 positions).
-  const TrainerConfig long_rows = tiny_lm("long_rows", {"data.seq_len=300"});
+  CHECK(test::error_of([&] { load_trainer_config(yaml.string()); })
+            .find("llama_on_images.yaml:5:9: model.name: data.dataset mnist (" + yaml.string() +
+                  ":2:12) and model.name llama do not go together") != std::string::npos);
+  // data.seq_len beyond the model's context (the tiny preset: 256 positions) is found when the config is read ...
+  CHECK(test::error_of([&] { tiny_lm("long_rows", {"data.seq_len=300"}); })
+            .find("--set data.seq_len=300: data.seq_len: 300 is longer than the model's max_position_embeddings 256 "
+                  "(model.preset tiny's)") != std::string::npos);
+  // ... and with init_from, whose architecture the run reads, when the run starts.
+  const TrainerConfig base = tiny_lm("long_rows_base", {"train.max_steps=1", "checkpoint.every_steps=1"});
+  run_training(base);
+  const TrainerConfig long_rows = tiny_lm("long_rows", {"data.seq_len=300", "model.preset=null",
+                                                        "model.init_from=" + base.run.out_dir + "/checkpoints"});
   CHECK(test::error_of([&] { run_training(long_rows); })
-            .find("data.seq_len 300 is longer than the model's max_position_embeddings") != std::string::npos);
+            .find("data.seq_len 300 is longer than the model's max_position_embeddings 256") != std::string::npos);
 }
 
 // Metadata that hadatrain writes as JSON, edited or made by another program: the error names the file and the key.

@@ -339,7 +339,9 @@ TEST_CASE("data.rand_augment: a section, timm's string, and errors naming the ke
   REQUIRE(s.has_value());
   CHECK(s->magnitude == 7);
   CHECK(s->increasing);
-  const auto t = read("data:\n  rand_augment: {policy: torchvision, magnitude: 9, interpolation: nearest, fill: [1, 2, 3]}\n");
+  // One fill value per channel of CIFAR's RGB images (the default dataset, Fashion-MNIST, has one channel).
+  const auto t = read("data:\n  dataset: cifar10\n  root: /x\n"
+                      "  rand_augment: {policy: torchvision, magnitude: 9, interpolation: nearest, fill: [1, 2, 3]}\n");
   REQUIRE(t.has_value());
   CHECK(t->policy == RandAugmentPolicy::torchvision);
   CHECK(t->prob == 1.0);

@@ -25,6 +25,8 @@ data:
   val_fraction: 0.1
   cache_dir: /tmp/tok
   batch_size: 16
+model:
+  name: llama
 )");
   CHECK(c.data.dataset == DatasetKind::text);
   const data::TextDataOptions& t = c.data.text;
@@ -50,6 +52,9 @@ data:
   tokenizer: llama3/
   layout: pack
   chat_format: llama3
+model:
+  name: llama
+  preset: sotu_small
 )");
   const data::TextDataOptions& t = c.data.text;
   CHECK(t.kind == data::TextKind::chat);
@@ -59,7 +64,8 @@ data:
   CHECK(t.val_fraction == 0.0);
   CHECK(t.extensions == std::vector<std::string>{".jsonl"});
   CHECK(t.seq_len == 512);
-  CHECK(read("data: {dataset: chat, paths: [a.jsonl], tokenizer: t}").data.text.chat_format.empty());  // auto
+  CHECK(read("data: {dataset: chat, paths: [a.jsonl], tokenizer: t, seq_len: 64}\nmodel: {name: llama}")
+            .data.text.chat_format.empty());  // auto
 }
 
 TEST_CASE("config: text data errors name the key", "[text]") {

@@ -481,15 +481,15 @@ TEST_CASE("trainer config errors name file:line: key and say what is wrong", "[t
   // Ranges and choices of trainer keys.
   CHECK_THAT(err("model:\n  name: resnet101\n"), HasSubstr("t.yaml:2:9: model.name: expected one of mlp, resnet18, resnet34, resnet50, vit"));
   CHECK_THAT(err("model:\n  name: vit\n  dropout: 1.0\n"), HasSubstr("t.yaml:3:12: model.dropout: expected a number in [0, 1), got 1"));
-  CHECK_THAT(err("train:\n  precision: fp16\n"), HasSubstr("t.yaml:2:14: train.precision: expected one of fp32, bf16"));
+  CHECK_THAT(err("train:\n  precision: fp16\n"), HasSubstr("t.yaml:2:14: train.precision: expected one of fp32 (or f32), bf16"));
   CHECK_THAT(err("train:\n  device: tpu\n"), HasSubstr("t.yaml:2:11: train.device: expected cpu, cuda or cuda:N, got tpu"));
   CHECK_THAT(err("train:\n  label_smoothing: 1\n"), HasSubstr("train.label_smoothing: expected a number in [0, 1)"));
   CHECK_THAT(err("train:\n  eval_every: 0\n"), HasSubstr("train.eval_every: expected an integer >= 1, got 0"));
   CHECK_THAT(err("schedule:\n  warmup_start_factor: 2\n"), HasSubstr("schedule.warmup_start_factor: expected a number in [0, 1], got 2"));
   CHECK_THAT(err("data:\n  image_size: 4\n"), HasSubstr("data.image_size: expected an integer >= 8, got 4"));
   CHECK_THAT(err("run:\n  name: a/b\n"), HasSubstr("t.yaml:2:9: run.name: expected a non-empty name of letters, digits"));
-  CHECK_THAT(err("data:\n  normalize:\n    mean: [0.5, 0.5]\n    std: [0.2]\n"),
-             HasSubstr("t.yaml:4:10: data.normalize.std: has 1 values but mean has 2"));
+  CHECK_THAT(err("data:\n  dataset: cifar10\n  root: /x\n  normalize:\n    mean: [0.5, 0.5, 0.5]\n    std: [0.2]\n"),
+             HasSubstr("t.yaml:6:10: data.normalize.std: has 1 values but mean has 3"));
 }
 
 TEST_CASE("dataset-dependent defaults fill a short config", "[trainer][config]") {

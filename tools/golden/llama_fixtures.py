@@ -11,7 +11,7 @@ Needs torch and transformers (4.4x or 5.x). Run from the repository root:
 A second mode checks that transformers loads a folder hadatrain wrote, unchanged, and computes stories260K's
 reference logits with it (tests/fixtures/llama_stories260k_logits.safetensors, from llama2.c's maths):
 
-    hadatrain convert --input ../shared/data/stories260K.bin --output /tmp/stories260k_hf --dtype f32
+    hadatrain convert --input ../shared/data/stories260K.bin --output /tmp/stories260k_hf --dtype fp32
     python3 tools/golden/llama_fixtures.py --check-hf /tmp/stories260k_hf
 
 Each file holds: `config` (in __metadata__, the config.json text transformers was built from: hadatrain's

@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "hadatrain/core/spellings.h"
+
 namespace ht::cli {
 
 // What `launch` checks, before it starts any rank, of the command its ranks run (Note [Checks before the ranks
@@ -91,6 +93,21 @@ inline CLI::Validator choice_check(std::vector<std::string> allowed) {
   return CLI::Validator(
       [allowed, words](std::string& v) -> std::string {
         return std::find(allowed.begin(), allowed.end(), v) != allowed.end() ? "" : "must be " + words + ", got " + v;
+      },
+      words);
+}
+// One of `allowed`, or an alias of one of them in `spellings` (core/spellings.h), which the option then holds as the
+// name it stands for (a transform: add it with ->transform): "--precision: must be fp32 (or f32) or bf16, got fp16".
+inline CLI::Validator spelling_check(std::vector<std::string> allowed, Spellings spellings) {
+  std::string words;
+  for (std::size_t i = 0; i < allowed.size(); ++i)
+    words += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + with_aliases(allowed[i], spellings);
+  return CLI::Validator(
+      [allowed, spellings, words](std::string& v) -> std::string {
+        const std::string name = canonical_spelling(v, spellings);
+        if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) return "must be " + words + ", got " + v;
+        v = name;
+        return "";
       },
       words);
 }

@@ -1,4 +1,4 @@
-// `hadatrain convert --input PATH --output DIR [--dtype bf16|f32]`: language-model checkpoints from one
+// `hadatrain convert --input PATH --output DIR [--dtype bf16|fp32]`: language-model checkpoints from one
 // format to another, chosen by what PATH is (docs/language_models.md):
 //   a llama2.c .bin file          -> an HF folder (q/k rows permuted to HF's rotary layout)
 //   an HF folder (config.json)    -> a checkpoint root of ours (DIR/step_0, usable as model.init_from), recording
@@ -30,7 +30,7 @@ struct ConvertArgs {
   std::string input, output, dtype = "bf16", tokenizer, log_level = "info";
 };
 
-DType dtype_of(const std::string& name) { return name == "f32" ? DType::f32 : DType::bf16; }
+DType dtype_of(const std::string& name) { return name == "fp32" ? DType::f32 : DType::bf16; }
 
 // The tokenizer to carry into the output, checked against the model's vocabulary before anything is written
 // (Note [Tokenizer and model vocabularies]): --tokenizer, else the one the input records ("" when neither).
@@ -115,8 +115,8 @@ Command add_convert_command(CLI::App& app) {
       ->required();
   c.app->add_option("--output", a->output, "The folder to write (an HF folder, or a checkpoint root for HF input)")
       ->required();
-  c.app->add_option("--dtype", a->dtype, "Weights of an HF folder written in bf16 or f32")
-      ->check(CLI::IsMember({"bf16", "f32"}))
+  c.app->add_option("--dtype", a->dtype, "The dtype of the weights of an HF folder written")
+      ->transform(spelling_check({"bf16", "fp32"}, float_spellings()))
       ->capture_default_str();
   c.app->add_option("--tokenizer", a->tokenizer,
                     "Tokenizer file or folder to carry along (default: the one the input names, if any); a file is "

@@ -147,8 +147,8 @@ Command add_generate_command(CLI::App& app) {
   c.app->add_option("--tokenizer", a->tokenizer,
                     "Tokenizer file or folder (default: the HF folder's, or the one the run was trained with)");
   c.app->add_option("--device", a->device, "cpu, cuda or cuda:N")->capture_default_str();
-  c.app->add_option("--precision", a->precision, "fp32 or bf16 compute")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  c.app->add_option("--precision", a->precision, "The compute dtype")
+      ->transform(spelling_check({"fp32", "bf16"}, float_spellings()))
       ->capture_default_str();
   c.app->add_flag("--no-bos", a->no_bos, "Do not put the tokenizer's BOS token before the prompt");
   c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")

@@ -54,6 +54,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "hadatrain/core/error.h"
+#include "hadatrain/core/spellings.h"
 
 namespace ht {
 
@@ -121,11 +122,15 @@ class ConfigReader {
   // A list (block or flow sequence) of T, every element checked against `range`.
   template <class T>
   std::vector<T> get_list(const std::string& key, const std::vector<T>& def, const Range& range = Range::any());
-  // A string that must be one of `allowed`.
-  std::string get_enum(const std::string& key, const std::string& def, const std::vector<std::string>& allowed);
+  // A string that must be one of `allowed`, or an alias of one of them in `spellings` (core/spellings.h), which
+  // reads as, and is recorded as, the name it stands for: get_enum("precision", "fp32", {"fp32", "bf16"},
+  // float_spellings()) returns fp32 for f32. An error lists every accepted name.
+  std::string get_enum(const std::string& key, const std::string& def, const std::vector<std::string>& allowed,
+                       const Spellings& spellings = {});
   // get_enum mapped onto an enum class: choices = {{"relu", Act::relu}, {"gelu", Act::gelu}}.
   template <class E>
-  E get_choice(const std::string& key, E def, const std::vector<std::pair<std::string, E>>& choices);
+  E get_choice(const std::string& key, E def, const std::vector<std::pair<std::string, E>>& choices,
+               const Spellings& spellings = {});
 
   // The sub-section `key` (a map). Absent or null sections read as empty, so all their values default.
   ConfigReader child(const std::string& key);
@@ -152,6 +157,10 @@ class ConfigReader {
                      const std::string& decided_by = "") {
     reject_unless<std::string>(key, std::string(inert), reason, decided_by);
   }
+  // reject_unless for a string option whose values have other spellings: `inert` passes in any of them, as the
+  // reading of the option would take it (Note [Float spellings] in core/spellings.h).
+  void reject_unless(const std::string& key, const std::string& inert, const Spellings& spellings,
+                     const std::string& reason, const std::string& decided_by = "");
 
   // Throws the error for every key in this section and the sections reached through child() that no
   // get()/child()/has() asked for, or that the reading rejected: "<where>: optim.lrr: unknown key (optim accepts:
@@ -174,6 +183,9 @@ class ConfigReader {
 
   // Throws an ht::Error located at `key` of this section (its value if present, else the section).
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+  // Where the value of `key` came from, for a message about another key that names this one too: file:line:column,
+  // or the --set that gave it; "" when the key is not given (its default applies).
+  std::string location(const std::string& key) const;
 
   // The full dotted path of this section ("" for the root) and of `key` within it.
   const std::string& path() const;
@@ -193,7 +205,8 @@ class ConfigReader {
 };
 
 template <class E>
-E ConfigReader::get_choice(const std::string& key, E def, const std::vector<std::pair<std::string, E>>& choices) {
+E ConfigReader::get_choice(const std::string& key, E def, const std::vector<std::pair<std::string, E>>& choices,
+                           const Spellings& spellings) {
   std::vector<std::string> names;
   std::string def_name;
   for (const auto& [name, value] : choices) {
@@ -201,7 +214,7 @@ E ConfigReader::get_choice(const std::string& key, E def, const std::vector<std:
     if (value == def) def_name = name;
   }
   HT_ASSERT(!def_name.empty(), "default of config key {} is not among its choices", key_path(key));
-  const std::string picked = get_enum(key, def_name, names);
+  const std::string picked = get_enum(key, def_name, names, spellings);
   for (const auto& [name, value] : choices)
     if (name == picked) return value;
   HT_ASSERT(false, "unreachable: {} not among choices", picked);

@@ -6,6 +6,7 @@
 
 #include "hadatrain/core/config_reader.h"
 #include "hadatrain/dist/comm_quant.h"
+#include "hadatrain/tensor/dtype.h"
 
 namespace ht::dist {
 
@@ -22,7 +23,7 @@ struct DistOptions {
   // fsdp: name prefixes of the units (one all-gather each); empty: automatic (fsdp_auto_units in
   // train/distributed.h: one unit per transformer block or ResNet stage).
   std::vector<std::string> fsdp_units;
-  std::string reduce_dtype = "f32";  // fsdp: the gradient reduce-scatter's dtype (f32 | bf16)
+  DType reduce_dtype = DType::f32;   // fsdp: the gradient reduce-scatter's dtype (f32 | bf16)
   bool prefetch = true;              // fsdp: issue the next unit's all-gather with the current one's
   bool reshard_after_forward = true;  // fsdp: free a unit's gathered weights after its forward, gather in backward
   // fsdp, low-precision communication (dist/comm_quant.h): what the shards travel as in the all-gathers
