@@ -96,7 +96,7 @@ if [ "$smoke" = 1 ]; then
           --set data.val_fraction=0.25 --set "data.seq_len=$seq" --set data.eval_batch_size=4
           --set model.preset=tiny --set model.llama.vocab_size=0 --set train.device=cpu --set train.precision=fp32
           --set dist.engine=gloo --set dist.timeout_s=60)
-  small_preset=tiny torch_model=tiny torch_extra=(--device cpu)
+  small_preset=tiny small_seq=$seq torch_model=tiny torch_extra=(--device cpu)
 else
   if [ -z "$gpus" ]; then
     if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
@@ -114,7 +114,7 @@ else
     die "$data lacks sotu/ or llama2/tokenizer.model: run tools/fetch_lm_data.sh, or copy ~/.cache/hadatrain/lm/{sotu,llama2} into a folder and pass --data"
   seq=2048 b1=8 b8=4 beq=2  # beq: rows per GPU of the equivalence runs (f32 compute: half the 1B runs' batch)
   common=(--set "data.paths=[$data/sotu]" --set "data.tokenizer=$data/llama2/tokenizer.model")
-  small_preset=sotu_small torch_model=llama32_1b torch_extra=()
+  small_preset=sotu_small small_seq=512 torch_model=llama32_1b torch_extra=()  # small_seq: sotu_small's positions
 fi
 { [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -ge 1 ]; } || die "--gpus: expected a positive number, got '$gpus'"
 common+=(--set "data.cache_dir=$work/tokens")
@@ -344,12 +344,12 @@ if has equivalence; then
     fi
     if [ "$gpus" -ge 4 ]; then
       echo "== equivalence: a checkpoint of a 4-GPU run ($small_preset) resumed on 2 GPUs"
-      rs=(--set "model.preset=$small_preset" --set train.precision=fp32 --set train.tf32=false --set train.max_steps=6
-          --set train.log_every=1 --set "data.batch_size=$((2 * beq))")
+      rs=(--set "model.preset=$small_preset" --set "data.seq_len=$small_seq" --set train.precision=fp32
+          --set train.tf32=false --set train.max_steps=6 --set train.log_every=1 --set "data.batch_size=$((2 * beq))")
       run_train resume_x4 4 "$timeout_s" "$cfg1" "${rs[@]}" --set checkpoint.every_steps=3
       rc4=$rc
       run_train resume_x2 2 "$timeout_s" "$cfg1" "${rs[@]}" --resume "$work/resume_x4/checkpoints/step_3"
-      meta[3]=$small_preset
+      meta[3]=$small_preset meta[15]=$small_seq  # the model and --seq of the records below
       if [ "$rc4" -ne 0 ] || [ "$rc" -ne 0 ]; then
         records skip --name resume_x4_to_x2 "${meta[@]}" \
           --why "a run failed (exit $rc4 on 4 GPUs, $rc on 2): $out/logs/resume_x4.log, resume_x2.log"
