@@ -96,8 +96,8 @@ LlamaConfig read_hf_config(const fs::path& dir) {
   return LlamaConfig::from_json(read_json(path, "config"), path.string());
 }
 
-HfWeights read_hf_weights(const fs::path& dir) {
-  HfWeights out;
+HfLayout read_hf_layout(const fs::path& dir) {
+  HfLayout out;
   out.config = read_hf_config(dir);
   const std::string config_path = (dir / kConfig).string();
 
@@ -127,7 +127,7 @@ HfWeights read_hf_weights(const fs::path& dir) {
 
   // Headers first: every tensor's file, dtype and shape, checked against config.json.
   const std::map<std::string, Shape> expected = hf_llama_shapes(out.config);
-  std::map<std::string, std::string> file_of;
+  std::map<std::string, HfLayout::Stored> file_of;
   for (auto& [file, names] : names_by_file) {
     const fs::path path = dir / file;
     const SafetensorsHeader header = read_safetensors_header(path);  // truncation and bad headers name the file
@@ -135,9 +135,9 @@ HfWeights read_hf_weights(const fs::path& dir) {
     for (const TensorInfo& t : header.tensors) {
       in_file.insert(t.name);
       if (!names.empty() && std::find(names.begin(), names.end(), t.name) == names.end()) continue;
-      HT_CHECK(!file_of.count(t.name), "tensor '{}' is in both '{}' and '{}'", t.name, (dir / file_of[t.name]).string(),
-               path.string());
-      file_of[t.name] = file;
+      HT_CHECK(!file_of.count(t.name), "tensor '{}' is in both '{}' and '{}'", t.name,
+               (dir / file_of.at(t.name).file).string(), path.string());
+      file_of[t.name] = {file, t.dtype};
       HT_CHECK(is_floating(t.dtype), "'{}': tensor '{}' has dtype {}; LLaMA weights are floating", path.string(),
                t.name, dtype_name(t.dtype));
       auto e = expected.find(t.name);
@@ -161,11 +161,21 @@ HfWeights read_hf_weights(const fs::path& dir) {
 
   out.files.push_back(kConfig);
   if (fs::is_regular_file(index)) out.files.push_back(kIndex);
-  for (auto& [file, names] : names_by_file) {
-    out.files.push_back(file);
+  for (const auto& [file, names] : names_by_file) out.files.push_back(file);
+  for (auto& [name, stored] : file_of)
+    if (expected.count(name)) out.stored.emplace(name, std::move(stored));
+  return out;
+}
+
+HfWeights read_hf_weights(const fs::path& dir) {
+  HfWeights out;
+  static_cast<HfLayout&>(out) = read_hf_layout(dir);
+  for (const std::string& file : out.files) {
+    if (file == kConfig || file == kIndex) continue;
     SafetensorsContents part = load_safetensors(dir / file);
     for (auto& [name, t] : part.tensors)
-      if (expected.count(name) && file_of[name] == file) out.tensors.emplace(name, std::move(t));
+      if (const auto it = out.stored.find(name); it != out.stored.end() && it->second.file == file)
+        out.tensors.emplace(name, std::move(t));
   }
   return out;
 }

@@ -22,16 +22,27 @@ std::map<std::string, Shape> hf_llama_shapes(const LlamaConfig& config);
 // config.json of an HF folder (errors name the file and the key).
 LlamaConfig read_hf_config(const std::filesystem::path& dir);
 
-struct HfWeights {
+// What an HF folder's weights are made of, from config.json, the index and the safetensors headers alone.
+struct HfLayout {
   LlamaConfig config;
-  std::map<std::string, Tensor> tensors;  // HF names, CPU, the file's dtype; rotary_emb.inv_freq dropped
   // The files read, relative to the folder: config.json, then model.safetensors or the index and its shards (sorted).
   std::vector<std::string> files;
+  // Each tensor of the Llama (HF names; rotary_emb.inv_freq left out): the file that holds it and its dtype there.
+  struct Stored {
+    std::string file;
+    DType dtype = DType::f32;
+  };
+  std::map<std::string, Stored> stored;
 };
+// Reads config.json and the safetensors headers (no tensor data) and checks them against each other: missing and
+// unexpected tensors are listed, a shape that disagrees with config.json names the tensor, its file and both
+// shapes, truncated shards and index entries naming missing files name the file.
+HfLayout read_hf_layout(const std::filesystem::path& dir);
 
-// Reads config.json and the weights (single file or index + shards) and checks them against each other:
-// missing and unexpected tensors are listed, a shape that disagrees with config.json names the tensor, its
-// file and both shapes, truncated shards and index entries naming missing files name the file.
+struct HfWeights : HfLayout {
+  std::map<std::string, Tensor> tensors;  // HF names, CPU, the file's dtype
+};
+// read_hf_layout, then the tensors.
 HfWeights read_hf_weights(const std::filesystem::path& dir);
 
 // A Llama built from an HF folder: weights converted to build.master_dtype on `device`. build.init is
