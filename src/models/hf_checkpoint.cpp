@@ -67,6 +67,18 @@ json read_json(const fs::path& path, const char* what) {
 
 std::string list(const std::vector<std::string>& names) { return first_names(names, 12); }
 
+// Note [HF provenance file]
+// What `hadatrain convert` made an HF folder from goes into a file of its own, kHfProvenanceFile, beside
+// config.json, not into config.json or the safetensors metadata. transformers' from_pretrained reads the files it
+// knows (config.json, the weights and their index, the tokenizer's and generation_config.json) and leaves other files
+// alone, so the folder loads unchanged. In config.json the record would become an attribute of the loaded config
+// that save_pretrained writes again, so a model fine-tuned elsewhere would still claim to be our checkpoint's
+// weights; in the safetensors metadata it would be one copy per shard, which tools that rewrite shards drop. The
+// file is also what the hub shows and sha256sum can check like any other file.
+// The file describes the weights beside it: save_hf_checkpoint removes an earlier one before it writes any weight
+// and writes the new one last, so a write that fails midway leaves a folder with no record rather than one whose
+// record describes other weights.
+
 }  // namespace
 
 std::map<std::string, Shape> hf_llama_shapes(const LlamaConfig& c) {
@@ -243,6 +255,11 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
   const std::vector<HfTokenizerFile> tokenizer_files =
       o.copy_tokenizer_from.empty() ? std::vector<HfTokenizerFile>{} : hf_tokenizer_files(o.copy_tokenizer_from);
   io::create_output_directory(dir, "save_hf_checkpoint");
+  // Note [HF provenance file]: an earlier write's record goes before any of its weights are replaced.
+  std::error_code ec;
+  fs::remove(dir / kHfProvenanceFile, ec);
+  HT_CHECK(!ec, "save_hf_checkpoint: cannot remove the earlier {}: {}", (dir / kHfProvenanceFile).string(),
+           ec.message());
 
   // Shards in model order, each closed before it would pass max_shard_bytes (a larger tensor gets its own).
   std::vector<TensorList> shards(1);
@@ -291,7 +308,6 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
   LlamaConfig written_config = config;
   written_config.dtype = o.dtype;
   write_file_atomic(dir / kConfig, written_config.to_json().dump(2) + "\n");
-  std::error_code ec;
   for (const HfTokenizerFile& f : tokenizer_files) {
     const fs::path target = dir / f.name;
     if (fs::exists(target, ec) && fs::equivalent(f.source, target, ec)) continue;  // the folder's own file
@@ -299,6 +315,7 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
     HT_CHECK(!ec, "save_hf_checkpoint: cannot copy the tokenizer file {} to {}: {}", f.source.string(),
              target.string(), ec.message());
   }
+  if (o.provenance) write_file_atomic(dir / kHfProvenanceFile, o.provenance());
 }
 
 std::vector<HfTokenizerFile> hf_tokenizer_files(const fs::path& path) {

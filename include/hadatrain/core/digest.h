@@ -1,8 +1,9 @@
 // Digests of bytes. FNV-1a (64 bits) and CRC-32 are cheap checks that tell contents that changed from the ones seen
 // before, not contents made to collide: FNV-1a for names and fingerprints that must be stable across builds and
 // machines (the token cache's file name and key, a tokenizer's fingerprint, the training data's digest a checkpoint
-// records), CRC-32 for the token cache's payload. SHA-256 (FIPS 180-4) is the digest others publish: the Hugging
-// Face hub lists each LFS file's SHA-256, so a converted checkpoint records its source files' (sha256_file).
+// records), CRC-32 for the token cache's payload and text files. SHA-256 (FIPS 180-4) is the digest others publish:
+// the Hugging Face hub lists each LFS file's SHA-256, so a converted checkpoint records its source files'
+// (sha256_file).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -43,7 +44,7 @@ class Fnv1a {
 };
 
 // CRC-32 (zlib's, the one PNG and gzip use) of `n` bytes continued from `crc` (0 to start), for any n: the token
-// cache's payload check and the source files a converted checkpoint records.
+// cache's payload check and its text source files'.
 uint32_t crc32_update(uint32_t crc, const void* data, std::size_t n);
 
 // SHA-256 (FIPS 180-4, section 6.2) of a message fed in pieces of any size, written here from the standard (tested

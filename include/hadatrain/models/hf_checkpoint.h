@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,7 +64,15 @@ struct HfWriteOptions {
   uint64_t max_shard_bytes = 5ull << 30;
   // A tokenizer folder or file whose files (hf_tokenizer_files) are copied into the folder; empty: none.
   std::filesystem::path copy_tokenizer_from;
+  // The text of kHfProvenanceFile (what the weights were made from, JSON), asked for once the weights, config.json
+  // and the tokenizer files are written, so that a caller may compute it beside the write; unset: the folder gets
+  // none.
+  std::function<std::string()> provenance;
 };
+
+// The file of an HF folder written by `hadatrain convert` that says what its weights were made from (Note [HF
+// provenance file] in hf_checkpoint.cpp). transformers reads only the files it knows and leaves it alone.
+inline constexpr const char* kHfProvenanceFile = "hadatrain_provenance.json";
 
 // A file of a tokenizer and the name it has in an HF folder.
 struct HfTokenizerFile {
@@ -81,9 +90,10 @@ struct HfTokenizerFile {
 std::vector<HfTokenizerFile> hf_tokenizer_files(const std::filesystem::path& path);
 
 // Writes config.json (torch_dtype and dtype set to the written dtype) and the weights, every file atomically,
-// removes weight files of an earlier write to `dir` that the new layout does not use, and copies the
-// tokenizer files along. `tensors` (any device and dtype) must be exactly hf_llama_shapes(config). Bad tensors
-// and a copy_tokenizer_from that hf_tokenizer_files refuses are errors before anything is written.
+// removes weight files of an earlier write to `dir` that the new layout does not use, copies the tokenizer files
+// along and writes o.provenance's text last (an earlier provenance file is removed first). `tensors` (any device and
+// dtype) must be exactly hf_llama_shapes(config). Bad tensors and a copy_tokenizer_from that hf_tokenizer_files
+// refuses are errors before anything is written.
 void save_hf_checkpoint(const std::filesystem::path& dir, const LlamaConfig& config,
                         const std::map<std::string, Tensor>& tensors, const HfWriteOptions& o = {});
 void save_hf_checkpoint(const std::filesystem::path& dir, Llama& model, const HfWriteOptions& o = {});
