@@ -250,15 +250,19 @@ Checkpoint load_checkpoint_dir(const fs::path& dir) {
     HT_FAIL("checkpoint '{}': {} is not valid JSON: {}", dir.string(), kStateFile, e.what());
   }
 
-  auto it = ck.model.metadata.find("step");
+  ck.step = checkpoint_step(ck.model.metadata, dir);
+  return ck;
+}
+
+int64_t checkpoint_step(const Metadata& model_metadata, const fs::path& dir) {
+  auto it = model_metadata.find("step");
   std::optional<int64_t> step;
-  if (it != ck.model.metadata.end()) step = parse_step_name("step_" + it->second);
+  if (it != model_metadata.end()) step = parse_step_name("step_" + it->second);
   if (!step) {
     const fs::path name = dir.has_filename() ? dir.filename() : dir.parent_path().filename();  // "ck/step_5/"
     step = parse_step_name(name.string());
   }
-  ck.step = step.value_or(-1);
-  return ck;
+  return step.value_or(-1);
 }
 
 std::optional<Checkpoint> load_latest_checkpoint(const fs::path& root) {

@@ -67,6 +67,18 @@ json read_json(const fs::path& path, const char* what) {
 
 std::string list(const std::vector<std::string>& names) { return first_names(names, 12); }
 
+// Note [HF provenance file]
+// What `hadatrain convert` made an HF folder from goes into a file of its own, kHfProvenanceFile, beside
+// config.json, not into config.json or the safetensors metadata. transformers' from_pretrained reads the files it
+// knows (config.json, the weights and their index, the tokenizer's and generation_config.json) and leaves other files
+// alone, so the folder loads unchanged. In config.json the record would become an attribute of the loaded config
+// that save_pretrained writes again, so a model fine-tuned elsewhere would still claim to be our checkpoint's
+// weights; in the safetensors metadata it would be one copy per shard, which tools that rewrite shards drop. The
+// file is also what the hub shows and sha256sum can check like any other file.
+// The file describes the weights beside it: save_hf_checkpoint removes an earlier one before it writes any weight
+// and writes the new one last, so a write that fails midway leaves a folder with no record rather than one whose
+// record describes other weights.
+
 }  // namespace
 
 std::map<std::string, Shape> hf_llama_shapes(const LlamaConfig& c) {
@@ -96,8 +108,8 @@ LlamaConfig read_hf_config(const fs::path& dir) {
   return LlamaConfig::from_json(read_json(path, "config"), path.string());
 }
 
-HfWeights read_hf_weights(const fs::path& dir) {
-  HfWeights out;
+HfLayout read_hf_layout(const fs::path& dir) {
+  HfLayout out;
   out.config = read_hf_config(dir);
   const std::string config_path = (dir / kConfig).string();
 
@@ -127,7 +139,7 @@ HfWeights read_hf_weights(const fs::path& dir) {
 
   // Headers first: every tensor's file, dtype and shape, checked against config.json.
   const std::map<std::string, Shape> expected = hf_llama_shapes(out.config);
-  std::map<std::string, std::string> file_of;
+  std::map<std::string, HfLayout::Stored> file_of;
   for (auto& [file, names] : names_by_file) {
     const fs::path path = dir / file;
     const SafetensorsHeader header = read_safetensors_header(path);  // truncation and bad headers name the file
@@ -135,9 +147,9 @@ HfWeights read_hf_weights(const fs::path& dir) {
     for (const TensorInfo& t : header.tensors) {
       in_file.insert(t.name);
       if (!names.empty() && std::find(names.begin(), names.end(), t.name) == names.end()) continue;
-      HT_CHECK(!file_of.count(t.name), "tensor '{}' is in both '{}' and '{}'", t.name, (dir / file_of[t.name]).string(),
-               path.string());
-      file_of[t.name] = file;
+      HT_CHECK(!file_of.count(t.name), "tensor '{}' is in both '{}' and '{}'", t.name,
+               (dir / file_of.at(t.name).file).string(), path.string());
+      file_of[t.name] = {file, t.dtype};
       HT_CHECK(is_floating(t.dtype), "'{}': tensor '{}' has dtype {}; LLaMA weights are floating", path.string(),
                t.name, dtype_name(t.dtype));
       auto e = expected.find(t.name);
@@ -161,11 +173,21 @@ HfWeights read_hf_weights(const fs::path& dir) {
 
   out.files.push_back(kConfig);
   if (fs::is_regular_file(index)) out.files.push_back(kIndex);
-  for (auto& [file, names] : names_by_file) {
-    out.files.push_back(file);
+  for (const auto& [file, names] : names_by_file) out.files.push_back(file);
+  for (auto& [name, stored] : file_of)
+    if (expected.count(name)) out.stored.emplace(name, std::move(stored));
+  return out;
+}
+
+HfWeights read_hf_weights(const fs::path& dir) {
+  HfWeights out;
+  static_cast<HfLayout&>(out) = read_hf_layout(dir);
+  for (const std::string& file : out.files) {
+    if (file == kConfig || file == kIndex) continue;
     SafetensorsContents part = load_safetensors(dir / file);
     for (auto& [name, t] : part.tensors)
-      if (expected.count(name) && file_of[name] == file) out.tensors.emplace(name, std::move(t));
+      if (const auto it = out.stored.find(name); it != out.stored.end() && it->second.file == file)
+        out.tensors.emplace(name, std::move(t));
   }
   return out;
 }
@@ -233,6 +255,11 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
   const std::vector<HfTokenizerFile> tokenizer_files =
       o.copy_tokenizer_from.empty() ? std::vector<HfTokenizerFile>{} : hf_tokenizer_files(o.copy_tokenizer_from);
   io::create_output_directory(dir, "save_hf_checkpoint");
+  // Note [HF provenance file]: an earlier write's record goes before any of its weights are replaced.
+  std::error_code ec;
+  fs::remove(dir / kHfProvenanceFile, ec);
+  HT_CHECK(!ec, "save_hf_checkpoint: cannot remove the earlier {}: {}", (dir / kHfProvenanceFile).string(),
+           ec.message());
 
   // Shards in model order, each closed before it would pass max_shard_bytes (a larger tensor gets its own).
   std::vector<TensorList> shards(1);
@@ -281,7 +308,6 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
   LlamaConfig written_config = config;
   written_config.dtype = o.dtype;
   write_file_atomic(dir / kConfig, written_config.to_json().dump(2) + "\n");
-  std::error_code ec;
   for (const HfTokenizerFile& f : tokenizer_files) {
     const fs::path target = dir / f.name;
     if (fs::exists(target, ec) && fs::equivalent(f.source, target, ec)) continue;  // the folder's own file
@@ -289,6 +315,7 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
     HT_CHECK(!ec, "save_hf_checkpoint: cannot copy the tokenizer file {} to {}: {}", f.source.string(),
              target.string(), ec.message());
   }
+  if (o.provenance) write_file_atomic(dir / kHfProvenanceFile, o.provenance());
 }
 
 std::vector<HfTokenizerFile> hf_tokenizer_files(const fs::path& path) {

@@ -17,6 +17,7 @@
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/json_metadata.h"
 #include "hadatrain/train/causal_lm.h"
+#include "hadatrain/train/provenance.h"
 
 namespace ht::train {
 namespace {
@@ -253,7 +254,8 @@ std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Da
   return std::make_unique<LoaderSource<data::TextLoader>>(split == Split::train ? ds.text_train : ds.text_test, o);
 }
 
-io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model) {
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model,
+                                    InitFromRecord init_from) {
   io::Metadata md;
   const auto* llama = dynamic_cast<const models::Llama*>(&model);
   if (llama == nullptr) return md;
@@ -264,6 +266,13 @@ io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds
     md[kTokenizerVocabSizeKey] = std::to_string(ds.vocab_size);
   }
   if (cfg.model.lora) md[kLoraKey] = lora_to_json(*cfg.model.lora).dump();
+  if (init_from == InitFromRecord::make && !cfg.model.init_from.empty()) {
+    const LlamaSource src = find_llama_source(cfg.model.init_from);
+    if (src.kind == LlamaSource::Kind::hf)
+      spdlog::info("model.init_from: recording the SHA-256 of the files of {} in the run's checkpoints",
+                   src.dir.string());
+    md[kInitFromKey] = init_from_record(cfg.model.init_from, src).dump();
+  }
   return md;
 }
 
@@ -295,6 +304,7 @@ LlamaSource find_llama_source(const fs::path& path) {
            (dir / "model.safetensors").string(), kLlamaConfigKey);
   src.kind = LlamaSource::Kind::checkpoint;
   src.dir = dir;
+  src.metadata = md;
   const fs::path file = dir / "model.safetensors";
   src.config = io::read_json_metadata(md, kLlamaConfigKey, file, [&](const nlohmann::json& j) {
     return models::LlamaConfig::from_json(j, file.string());

@@ -44,7 +44,14 @@ std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& 
 std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split,
                                               int64_t min_last_batch = 1);
 
-// What an LM checkpoint records about its model and tokenizer (train/lm_source.h's keys); empty for other models.
-io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model);
+// Whether lm_checkpoint_metadata records what the run started from (model.init_from): `make` for a new run's
+// checkpoint writer; a resumed run carries its checkpoint's record instead, and other ranks write no checkpoint
+// (Note [Provenance of a fine-tuned run] in provenance.cpp).
+enum class InitFromRecord { make, none };
+// What an LM checkpoint records about its model and tokenizer (train/lm_source.h's keys), and with
+// InitFromRecord::make and model.init_from set what the run started from (kInitFromKey: train::init_from_record,
+// which reads an HF folder's weight files once more for their SHA-256); empty for other models.
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model,
+                                    InitFromRecord init_from);
 
 }  // namespace ht::train

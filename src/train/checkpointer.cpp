@@ -189,6 +189,10 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
                    ck->dir.string());
     }
   }
+  // The record of what the run started from goes on into its next checkpoints (Note [Provenance of a fine-tuned run]
+  // in provenance.cpp).
+  if (const auto it = ck->model.metadata.find(kInitFromKey); it != ck->model.metadata.end())
+    o_.model_metadata[kInitFromKey] = it->second;
   resumed_from_ = ck->dir;
   spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
                st.position.batch);

@@ -209,6 +209,11 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   // them and rank 0 writes.
   std::optional<ShardedState> sharded_state;
   if (dist_run && dist_run->fsdp()) sharded_state = dist_run->sharded_state(*model, cfg.checkpoint.sharded);
+  // What a new run started from, recorded by the rank that writes checkpoints; a resumed run carries its checkpoint's
+  // record (Note [Provenance of a fine-tuned run] in provenance.cpp).
+  const InitFromRecord record_init_from = resume.kind == ResumeFrom::Kind::none && (!dist_run || dist_run->rank() == 0)
+                                              ? InitFromRecord::make
+                                              : InitFromRecord::none;
   Checkpointer checkpointer({.dir = cfg.checkpoint.dir,
                              .keep_last = cfg.checkpoint.keep_last,
                              .keep_best = cfg.checkpoint.keep_best,
@@ -218,7 +223,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                              .train_rows = ds.text_train ? ds.text_train->size() : ds.train->size(),
                              .train_digest = ds.text_train ? std::optional(ds.text_train->digest()) : std::nullopt,
                              .score_name = task->score_name(),
-                             .model_metadata = lm_checkpoint_metadata(cfg, ds, *model),
+                             .model_metadata = lm_checkpoint_metadata(cfg, ds, *model, record_init_from),
                              .continue_on_save_failure = cfg.checkpoint.continue_on_save_failure},
                             {.model = model.get(),
                              .optimizer = optimizer.get(),

@@ -1,10 +1,15 @@
 // `hadatrain convert --input PATH --output DIR [--dtype bf16|fp32]`: language-model checkpoints from one
-// format to another, chosen by what PATH is (docs/language_models.md):
-//   a llama2.c .bin file          -> an HF folder (q/k rows permuted to HF's rotary layout)
+// format to another, chosen by what PATH is (docs/language_models.md), each output recording what it was made from
+// (train/provenance.h):
+//   a llama2.c .bin file          -> an HF folder (q/k rows permuted to HF's rotary layout); its
+//                                    hadatrain_provenance.json names the file and its SHA-256
 //   an HF folder (config.json)    -> a checkpoint root of ours (DIR/step_0, usable as model.init_from), recording
-//                                    the folder, its config.json's essentials and its files (hf_source_record)
-//   one of our LM checkpoints     -> an HF folder; a LoRA run's adapters are merged into the weights first
+//                                    the folder, its config.json's essentials, its files' SHA-256 and the
+//                                    tokenizer's (train::checkpoint_from_hf)
+//   one of our LM checkpoints     -> an HF folder; a LoRA run's adapters are merged into the weights first; its
+//                                    hadatrain_provenance.json names the checkpoint and nests its records
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -13,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "hadatrain/core/digest.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
@@ -20,6 +26,7 @@
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/nn/lora.h"
 #include "hadatrain/train/lm_source.h"
+#include "hadatrain/train/provenance.h"
 
 namespace ht::cli {
 namespace {
@@ -32,20 +39,33 @@ struct ConvertArgs {
 
 DType dtype_of(const std::string& name) { return name == "fp32" ? DType::f32 : DType::bf16; }
 
+// A tokenizer to carry into the output: its path and the tokenizer loaded from there ("" and null: none).
+struct CheckedTokenizer {
+  fs::path path;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+};
+
 // The tokenizer to carry into the output, checked against the model's vocabulary before anything is written
-// (Note [Tokenizer and model vocabularies]): --tokenizer, else the one the input records ("" when neither).
-fs::path checked_tokenizer(const ConvertArgs& a, const fs::path& recorded, const std::string& recorded_what,
-                           const models::LlamaConfig& config, const fs::path& model) {
+// (Note [Tokenizer and model vocabularies]): --tokenizer, else the one the input records (none when neither).
+CheckedTokenizer checked_tokenizer(const ConvertArgs& a, const fs::path& recorded, const std::string& recorded_what,
+                                   const models::LlamaConfig& config, const fs::path& model) {
   const bool flag = !a.tokenizer.empty();
-  const fs::path path = flag ? fs::path(a.tokenizer) : recorded;
-  if (path.empty()) return path;
+  CheckedTokenizer out;
+  out.path = flag ? fs::path(a.tokenizer) : recorded;
+  if (out.path.empty()) return out;
   const std::string what = flag ? "--tokenizer" : recorded_what + " (pass --tokenizer to carry another one)";
-  const auto tok = train::load_tokenizer_for(path, config.vocab_size, {.what = what, .model = model.string()});
-  spdlog::info("tokenizer {}: {} ids{}", path.string(), tok->vocab_size(),
-               tok->vocab_size() < config.vocab_size
+  out.tokenizer = train::load_tokenizer_for(out.path, config.vocab_size, {.what = what, .model = model.string()});
+  spdlog::info("tokenizer {}: {} ids{}", out.path.string(), out.tokenizer->vocab_size(),
+               out.tokenizer->vocab_size() < config.vocab_size
                    ? fmt::format(" (the model's embedding has {} rows: padding)", config.vocab_size)
                    : "");
-  return path;
+  return out;
+}
+
+// An HF folder's provenance record with the tokenizer it carries.
+std::string provenance_text(nlohmann::json record, const CheckedTokenizer& tok) {
+  if (tok.tokenizer) record["tokenizer"] = train::tokenizer_record(tok.path, *tok.tokenizer);
+  return record.dump(2) + "\n";
 }
 
 int run_convert(const ConvertArgs& a) {
@@ -55,10 +75,14 @@ int run_convert(const ConvertArgs& a) {
   if (fs::is_regular_file(in, ec)) {
     // llama2.c -> HF
     io::check_output_path(out, io::OutputKind::directory, "--output");
-    const models::Llama2cModel m = models::read_llama2c(in);
+    const models::Llama2cModel m = models::read_llama2c(in);  // its header checked before its weights are read
     models::HfWriteOptions o;
     o.dtype = dtype_of(a.dtype);
-    o.copy_tokenizer_from = checked_tokenizer(a, {}, "", m.config, in);
+    const CheckedTokenizer tok = checked_tokenizer(a, {}, "", m.config, in);
+    o.copy_tokenizer_from = tok.path;
+    // The file's SHA-256 for the provenance record, on a thread of its own while the HF folder is written.
+    std::future<FileSha256> digest = std::async(std::launch::async, [&] { return sha256_file(in); });
+    o.provenance = [&] { return provenance_text(train::llama2c_provenance_record(in, m.version, digest.get()), tok); };
     models::save_hf_checkpoint(out, m.config, m.tensors, o);
     fmt::print("wrote {} (HF layout, {}) from the llama2.c v{} checkpoint {}: {} layers, hidden {}, vocabulary {}{}\n",
                out.string(), a.dtype, m.version, in.string(), m.config.num_hidden_layers, m.config.hidden_size,
@@ -68,25 +92,18 @@ int run_convert(const ConvertArgs& a) {
   const train::LlamaSource src = train::find_llama_source(in);
   if (src.kind == train::LlamaSource::Kind::hf) {
     // HF -> ours: the weights in f32 (master precision) as step_0 of a checkpoint root. The tokenizer is
-    // recorded, not copied: --tokenizer, else the HF folder when it holds one. So is where the weights came from
-    // (train::hf_source_record), which `hadatrain inspect-checkpoint` shows.
+    // recorded, not copied: --tokenizer, else the HF folder when it holds one. So is where the weights came from,
+    // which `hadatrain inspect-checkpoint` shows.
     io::check_output_path(out, io::OutputKind::directory, "--output");
-    fs::path tok;
+    CheckedTokenizer tok;
     if (!a.tokenizer.empty()) tok = checked_tokenizer(a, {}, "", src.config, in);
     else if (fs::exists(in / "tokenizer.json", ec) || fs::exists(in / "tokenizer.model", ec))
       tok = checked_tokenizer(a, in, fmt::format("the tokenizer of {}", in.string()), src.config, in);
-    models::HfWeights w = models::read_hf_weights(in);
-    io::CheckpointData d;
-    d.step = 0;
-    for (auto& [name, t] : w.tensors) d.model.emplace_back(name, t.to(DType::f32));
-    d.model_metadata[train::kLlamaConfigKey] = w.config.to_json().dump();
-    if (!tok.empty()) d.model_metadata[train::kTokenizerKey] = fs::absolute(tok).string();
-    d.model_metadata[train::kSourceKey] = train::hf_source_record(in, w).dump();
-    d.state = {{"step", 0}, {"converted_from", fs::absolute(in).string()}};
+    const io::CheckpointData d = train::checkpoint_from_hf(in, tok.path, tok.tokenizer.get());
     io::create_output_directory(out, "--output");
     const fs::path dir = io::save_checkpoint(out, d);
     fmt::print("wrote {} (our checkpoint format, f32) from the HF folder {}{}\n", dir.string(), in.string(),
-               tok.empty() ? "; it records no tokenizer" : "");
+               tok.path.empty() ? "; it records no tokenizer" : "");
     return 0;
   }
   // ours -> HF (LoRA merged)
@@ -94,9 +111,11 @@ int run_convert(const ConvertArgs& a) {
   const std::string recorded = fmt::format("the tokenizer {} records", (src.dir / "model.safetensors").string());
   models::HfWriteOptions o;
   o.dtype = dtype_of(a.dtype);
-  o.copy_tokenizer_from = checked_tokenizer(a, src.tokenizer, recorded, src.config, src.dir);
+  const CheckedTokenizer tok = checked_tokenizer(a, src.tokenizer, recorded, src.config, src.dir);
+  o.copy_tokenizer_from = tok.path;
   std::shared_ptr<models::Llama> model = train::load_llama_source(src);
   const int64_t merged = nn::merge_lora(*model);
+  o.provenance = [&] { return provenance_text(train::hf_provenance_record(src, o.dtype, merged), tok); };
   models::save_hf_checkpoint(out, *model, o);
   fmt::print("wrote {} (HF layout, {}) from {}{}{}\n", out.string(), a.dtype, src.dir.string(),
              merged > 0 ? fmt::format(" with its {} LoRA layer(s) merged", merged) : "",

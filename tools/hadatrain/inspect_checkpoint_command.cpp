@@ -1,13 +1,15 @@
 // `hadatrain inspect-checkpoint --checkpoint DIR`: what a checkpoint holds and records, without loading its tensors:
-// its files and sizes, the model tensors' count and dtypes, the metadata of model.safetensors (an LM checkpoint's
-// config.json, tokenizer and LoRA config; a converted one's source, train::kSourceKey) and state.json. DIR is a
-// step_<N> folder, a checkpoint root (its latest checkpoint) or a root's `latest` or `best` file.
+// its files and sizes, the model tensors' count and dtypes, where its weights came from (the line of descent its
+// records tell, train/provenance.h), the metadata of model.safetensors (an LM checkpoint's config.json, tokenizer and
+// LoRA config; a converted one's source, a fine-tuned one's init_from) and state.json. DIR is a step_<N> folder, a
+// checkpoint root (its latest checkpoint) or a root's `latest` or `best` file.
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/safetensors.h"
+#include "hadatrain/train/provenance.h"
 
 namespace ht::cli {
 namespace {
@@ -87,6 +90,12 @@ int run_inspect_checkpoint(const InspectCheckpointArgs& a) {
   fmt::print("model.safetensors: {} tensors{}, {} elements\n", model.tensors.size(),
              by_dtype.empty() ? "" : " (" + by_dtype + ")", elements);
 
+  const std::vector<std::string> descent = train::provenance_lines(model.metadata);
+  if (!descent.empty()) {
+    fmt::print("made from (newest first):\n");
+    for (const std::string& line : descent) fmt::print("  {}\n", line);
+  }
+
   fmt::print("metadata of model.safetensors:\n");
   for (const auto& [key, value] : model.metadata)
     if (key != "format" && key != "step") fmt::print("{}", metadata_entry(key, value));
@@ -107,8 +116,8 @@ Command add_inspect_checkpoint_command(CLI::App& app) {
   auto a = std::make_shared<InspectCheckpointArgs>();
   Command c;
   c.app = app.add_subcommand("inspect-checkpoint",
-                             "Show what a checkpoint holds and records (files, tensors, metadata such as a converted "
-                             "checkpoint's source, state.json) without loading it");
+                             "Show what a checkpoint holds and records (files, tensors, where its weights came from, "
+                             "metadata, state.json) without loading it");
   c.app->add_option("--checkpoint", a->checkpoint, "A step_<N> checkpoint folder, a checkpoint root, or its latest or "
                                                    "best file")
       ->required();

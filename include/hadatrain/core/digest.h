@@ -1,9 +1,15 @@
-// A cheap 64-bit digest (FNV-1a) for names and fingerprints that must be stable across builds and machines: the
-// token cache's file name and key, a tokenizer's fingerprint, the training data's digest a checkpoint records.
-// Not a cryptographic hash: it tells apart contents that changed, not contents made to collide.
+// Digests of bytes. FNV-1a (64 bits) and CRC-32 are cheap checks that tell contents that changed from the ones seen
+// before, not contents made to collide: FNV-1a for names and fingerprints that must be stable across builds and
+// machines (the token cache's file name and key, a tokenizer's fingerprint, the training data's digest a checkpoint
+// records), CRC-32 for the token cache's payload and text files. SHA-256 (FIPS 180-4) is the digest others publish:
+// the Hugging Face hub lists each LFS file's SHA-256, so a converted checkpoint records its source files'
+// (sha256_file).
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -38,7 +44,38 @@ class Fnv1a {
 };
 
 // CRC-32 (zlib's, the one PNG and gzip use) of `n` bytes continued from `crc` (0 to start), for any n: the token
-// cache's payload check and the source files a converted checkpoint records.
+// cache's payload check and its text source files'.
 uint32_t crc32_update(uint32_t crc, const void* data, std::size_t n);
+
+// SHA-256 (FIPS 180-4, section 6.2) of a message fed in pieces of any size, written here from the standard (tested
+// against its examples in tests/cpu/test_digest.cpp). The message may be up to 2^61 - 1 bytes (its bit length
+// is a 64-bit field of the padding).
+//   Sha256 h;
+//   h.add(part1).add(part2.data(), part2.size());
+//   std::string hex = h.hex();   // 64 lowercase hex digits, as sha256sum and the hub print them
+class Sha256 {
+ public:
+  Sha256& add(const void* data, std::size_t n);
+  Sha256& add(std::string_view s) { return add(s.data(), s.size()); }
+  // The digest of the bytes added so far. The object is unchanged: more bytes may follow, for a longer message.
+  std::array<uint8_t, 32> digest() const;
+  std::string hex() const;
+
+ private:
+  void compress(const unsigned char* blocks, std::size_t count);  // `count` whole 64-byte blocks
+
+  std::array<uint32_t, 8> h_ = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};  // H(0), section 5.3.3
+  std::array<unsigned char, 64> block_{};  // the message's bytes past the last whole block
+  std::size_t buffered_ = 0;               // how many of them
+  uint64_t bytes_ = 0;                     // the message's length so far
+};
+
+// A file's size and SHA-256 (hex), read in blocks (a weight shard may be several GB). Errors name the file.
+struct FileSha256 {
+  uint64_t bytes = 0;
+  std::string sha256;
+};
+FileSha256 sha256_file(const std::filesystem::path& path);
 
 }  // namespace ht

@@ -86,6 +86,9 @@ std::filesystem::path resolve_checkpoint_pointer(const std::filesystem::path& pa
 
 // Loads one checkpoint directory (tensors on the CPU). Errors name the directory and the file.
 Checkpoint load_checkpoint_dir(const std::filesystem::path& dir);
+// The step of the checkpoint in `dir` whose model.safetensors holds `model_metadata`: its "step", else the folder's
+// name step_<N>; -1 when neither says (Checkpoint::step).
+int64_t checkpoint_step(const Metadata& model_metadata, const std::filesystem::path& dir);
 // Loads the latest complete checkpoint under root, or nullopt when there is none.
 std::optional<Checkpoint> load_latest_checkpoint(const std::filesystem::path& root);
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,16 +23,27 @@ std::map<std::string, Shape> hf_llama_shapes(const LlamaConfig& config);
 // config.json of an HF folder (errors name the file and the key).
 LlamaConfig read_hf_config(const std::filesystem::path& dir);
 
-struct HfWeights {
+// What an HF folder's weights are made of, from config.json, the index and the safetensors headers alone.
+struct HfLayout {
   LlamaConfig config;
-  std::map<std::string, Tensor> tensors;  // HF names, CPU, the file's dtype; rotary_emb.inv_freq dropped
   // The files read, relative to the folder: config.json, then model.safetensors or the index and its shards (sorted).
   std::vector<std::string> files;
+  // Each tensor of the Llama (HF names; rotary_emb.inv_freq left out): the file that holds it and its dtype there.
+  struct Stored {
+    std::string file;
+    DType dtype = DType::f32;
+  };
+  std::map<std::string, Stored> stored;
 };
+// Reads config.json and the safetensors headers (no tensor data) and checks them against each other: missing and
+// unexpected tensors are listed, a shape that disagrees with config.json names the tensor, its file and both
+// shapes, truncated shards and index entries naming missing files name the file.
+HfLayout read_hf_layout(const std::filesystem::path& dir);
 
-// Reads config.json and the weights (single file or index + shards) and checks them against each other:
-// missing and unexpected tensors are listed, a shape that disagrees with config.json names the tensor, its
-// file and both shapes, truncated shards and index entries naming missing files name the file.
+struct HfWeights : HfLayout {
+  std::map<std::string, Tensor> tensors;  // HF names, CPU, the file's dtype
+};
+// read_hf_layout, then the tensors.
 HfWeights read_hf_weights(const std::filesystem::path& dir);
 
 // A Llama built from an HF folder: weights converted to build.master_dtype on `device`. build.init is
@@ -52,7 +64,15 @@ struct HfWriteOptions {
   uint64_t max_shard_bytes = 5ull << 30;
   // A tokenizer folder or file whose files (hf_tokenizer_files) are copied into the folder; empty: none.
   std::filesystem::path copy_tokenizer_from;
+  // The text of kHfProvenanceFile (what the weights were made from, JSON), asked for once the weights, config.json
+  // and the tokenizer files are written, so that a caller may compute it beside the write; unset: the folder gets
+  // none.
+  std::function<std::string()> provenance;
 };
+
+// The file of an HF folder written by `hadatrain convert` that says what its weights were made from (Note [HF
+// provenance file] in hf_checkpoint.cpp). transformers reads only the files it knows and leaves it alone.
+inline constexpr const char* kHfProvenanceFile = "hadatrain_provenance.json";
 
 // A file of a tokenizer and the name it has in an HF folder.
 struct HfTokenizerFile {
@@ -70,9 +90,10 @@ struct HfTokenizerFile {
 std::vector<HfTokenizerFile> hf_tokenizer_files(const std::filesystem::path& path);
 
 // Writes config.json (torch_dtype and dtype set to the written dtype) and the weights, every file atomically,
-// removes weight files of an earlier write to `dir` that the new layout does not use, and copies the
-// tokenizer files along. `tensors` (any device and dtype) must be exactly hf_llama_shapes(config). Bad tensors
-// and a copy_tokenizer_from that hf_tokenizer_files refuses are errors before anything is written.
+// removes weight files of an earlier write to `dir` that the new layout does not use, copies the tokenizer files
+// along and writes o.provenance's text last (an earlier provenance file is removed first). `tensors` (any device and
+// dtype) must be exactly hf_llama_shapes(config). Bad tensors and a copy_tokenizer_from that hf_tokenizer_files
+// refuses are errors before anything is written.
 void save_hf_checkpoint(const std::filesystem::path& dir, const LlamaConfig& config,
                         const std::map<std::string, Tensor>& tensors, const HfWriteOptions& o = {});
 void save_hf_checkpoint(const std::filesystem::path& dir, Llama& model, const HfWriteOptions& o = {});

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hadatrain/data/tokenizer.h"
+#include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/models/llama.h"
 #include "hadatrain/nn/lora.h"
@@ -27,8 +28,11 @@ inline constexpr const char* kTokenizerKey = "hadatrain.tokenizer";
 inline constexpr const char* kTokenizerFingerprintKey = "hadatrain.tokenizer_fingerprint";
 inline constexpr const char* kTokenizerVocabSizeKey = "hadatrain.tokenizer_vocab_size";
 inline constexpr const char* kLoraKey = "hadatrain.lora";
-// A checkpoint that `hadatrain convert` made from an HF folder: what it was made from (hf_source_record, JSON).
+// Where the weights came from (train/provenance.h, JSON): a checkpoint that `hadatrain convert` made from an HF
+// folder records that folder (hf_source_record); a checkpoint of a run started from model.init_from records what it
+// started from (init_from_record).
 inline constexpr const char* kSourceKey = "hadatrain.source";
+inline constexpr const char* kInitFromKey = "hadatrain.init_from";
 
 // A model described by one of our LM checkpoints or an HF folder, for generate, convert and init_from.
 struct LlamaSource {
@@ -41,23 +45,13 @@ struct LlamaSource {
   // What the checkpoint records of that tokenizer ("" and 0 for an HF folder and a checkpoint that records none).
   std::string tokenizer_fingerprint;
   int64_t tokenizer_vocab_size = 0;
+  io::Metadata metadata;  // a checkpoint's model.safetensors metadata (empty for an HF folder)
 };
 // `path`: an HF folder (config.json), a step_<N> checkpoint folder, or a checkpoint root (its `latest`).
 // Errors name the path and say what was expected there.
 LlamaSource find_llama_source(const std::filesystem::path& path);
 // The model of `src` with its weights, in f32 on `device` (LoRA layers as recorded, unmerged).
 std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device device = Device::cpu());
-
-// The provenance a checkpoint converted from the HF folder `dir` records (kSourceKey), from what read_hf_weights
-// read there (`w`: its tensors still in the files' dtypes):
-//   {"format": "hf", "folder": absolute path, "converted_by": "hadatrain <version>",
-//    "config": config.json's architectures, model_type, torch_dtype, dtype, transformers_version and _name_or_path
-//              (those it gives),
-//    "dtypes": the weights' dtypes as stored ("bf16", ...),
-//    "files": [{"name": "config.json", "bytes": N, "crc32": "8 hex digits"}, ...] for every file read}.
-// The CRC-32 tells a file that changed or was damaged since from the one converted; it is no protection against a
-// file made to collide. Errors name the file that cannot be read.
-nlohmann::json hf_source_record(const std::filesystem::path& dir, const models::HfWeights& w);
 
 // Note [Tokenizer and model vocabularies]
 // A tokenizer goes with a model when every id it produces has a row in the model's embedding: a tokenizer with

@@ -1,0 +1,75 @@
+// Where a language model's weights came from (docs/language_models.md, Provenance). hadatrain records it beside
+// every set of weights it makes from others, and each record nests the record of what it was made from, so a line
+// of descent (HF folder -> converted checkpoint -> fine-tuned -> fine-tuned again -> HF folder) stays traceable:
+//   a checkpoint `hadatrain convert` made from an HF folder   kSourceKey: hf_source_record (+ the tokenizer's record)
+//   a checkpoint of a run started from model.init_from        kInitFromKey: init_from_record
+//   an HF folder `hadatrain convert` wrote                    models::kHfProvenanceFile: hf_provenance_record
+// Files are identified by size and SHA-256, the digest the Hugging Face hub lists for each LFS file.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hadatrain/core/digest.h"
+#include "hadatrain/data/tokenizer.h"
+#include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/models/hf_checkpoint.h"
+#include "hadatrain/train/lm_source.h"
+
+namespace ht::train {
+
+// Each file's size and SHA-256, several files at once (up to one thread per core, the largest first: an 8B model's
+// shards are ~5 GB each). Errors name the file that cannot be read.
+std::vector<FileSha256> sha256_files(const std::vector<std::filesystem::path>& files);
+
+// A tokenizer as a record names it: {"path": absolute, "fingerprint", "vocab_size", "files": [{"path", "bytes",
+// "sha256"}]}, its files those models::hf_tokenizer_files names (the model file, tokenizer_config.json, ...).
+nlohmann::json tokenizer_record(const std::filesystem::path& path, const data::Tokenizer& tok);
+
+// What a checkpoint converted from the HF folder `dir` records of it (kSourceKey), from its layout (read_hf_layout
+// or read_hf_weights):
+//   {"format": "hf", "folder": absolute path, "converted_by": "hadatrain <version>",
+//    "config": config.json's architectures, model_type, torch_dtype, dtype, transformers_version and _name_or_path
+//              (those it gives),
+//    "dtypes": the weights' dtypes as stored ("bf16", ...),
+//    "files": [{"name": "config.json", "bytes": N, "sha256": "64 hex digits"}, ...] for every file read,
+//    "provenance": the folder's models::kHfProvenanceFile, when it has one (then among "files" too)}.
+// The SHA-256 can be compared with the hub's listing and with sha256sum. Errors name the file that cannot be read,
+// and a provenance file that is not a JSON object.
+nlohmann::json hf_source_record(const std::filesystem::path& dir, const models::HfLayout& layout);
+
+// The checkpoint `hadatrain convert` makes of the HF folder `dir`: its weights in f32 as step 0, the model's
+// config.json, and where it came from (kSourceKey: hf_source_record, with "tokenizer": tokenizer_record when a
+// tokenizer is given). `tokenizer` (null: none) is the tokenizer loaded from `tokenizer_path`, already checked
+// against the model; the checkpoint records its path, fingerprint and number of ids as a run's checkpoint does.
+io::CheckpointData checkpoint_from_hf(const std::filesystem::path& dir, const std::filesystem::path& tokenizer_path,
+                                      const data::Tokenizer* tokenizer);
+
+// What a run started from model.init_from `init_from` (its source `src`, from find_llama_source) records in each of
+// its checkpoints (kInitFromKey; Note [Provenance of a fine-tuned run] in provenance.cpp):
+//   {"model.init_from": the config's value, "folder": the folder the weights were read from (absolute),
+//    "kind": "checkpoint" | "hf",
+//    a checkpoint: "step", and its own records, nested: "source" (its kSourceKey) and "init_from" (its kInitFromKey),
+//    an HF folder: "source": hf_source_record of it (which reads every weight file once more for its SHA-256)}.
+// Errors name the checkpoint whose record is not JSON.
+nlohmann::json init_from_record(const std::string& init_from, const LlamaSource& src);
+
+// What an HF folder `hadatrain convert` writes from our checkpoint `src` records (models::kHfProvenanceFile):
+//   {"format": "hadatrain", "checkpoint": the step_<N> folder (absolute), "step", "written_by": "hadatrain <version>",
+//    "dtype": the weights' written dtype, "lora_merged": the LoRA layers merged into them (when any),
+//    "source" / "init_from": the checkpoint's own records, nested (when it has them)}.
+// The caller adds "tokenizer" (tokenizer_record) when it carries one.
+nlohmann::json hf_provenance_record(const LlamaSource& src, DType dtype, int64_t lora_merged);
+// The same for an HF folder written from the llama2.c file `file` (`digest`: its sha256_file): {"format": "llama2c",
+// "file": absolute, "version", "bytes", "sha256", "written_by"}.
+nlohmann::json llama2c_provenance_record(const std::filesystem::path& file, int version, const FileSha256& digest);
+
+// The line of descent that a checkpoint's records (its model.safetensors metadata) tell, newest first, one line
+// per step: "trained from the checkpoint DIR (step N)", "converted from the HF folder DIR (...)", "which hadatrain
+// convert wrote from the checkpoint DIR (step N)", ... Empty when the checkpoint records none. A record that is not
+// what hadatrain writes is said to be so in its line, never an error: inspecting a damaged checkpoint must work.
+std::vector<std::string> provenance_lines(const io::Metadata& md);
+
+}  // namespace ht::train
