@@ -116,6 +116,47 @@ std::string first_non_finite(const Tensors& tensors) {
 
 void load_model_state(nn::Module& model, const io::Checkpoint& ck) { model.load_state_dict(ck.model.tensors); }
 
+namespace {
+
+bool is_lora_adapter(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
+
+// What to evaluate a checkpoint with: the config its run saved beside its checkpoints
+// (<run.out_dir>/config.yaml, two levels above <checkpoint.dir>/step_<N>), when it is there.
+std::string run_config_hint(const io::Checkpoint& ck) {
+  const fs::path saved = ck.dir.parent_path().parent_path() / "config.yaml";
+  std::error_code ec;
+  return fs::is_regular_file(saved, ec) ? fmt::format("the config of the run that wrote it ({})", saved.string())
+                                        : std::string("the config of the run that wrote it");
+}
+
+}  // namespace
+
+void load_model_state_for_eval(nn::Module& model, const io::Checkpoint& ck) {
+  const std::map<std::string, Tensor> slots = model.state_dict();
+  const auto has_adapters = [](const auto& tensors) {
+    return std::any_of(tensors.begin(), tensors.end(), [](const auto& kv) { return is_lora_adapter(kv.first); });
+  };
+  const bool ck_lora = has_adapters(ck.model.tensors), model_lora = has_adapters(slots);
+  const auto recorded = ck.model.metadata.find(kLoraKey);
+  HT_CHECK(!ck_lora || model_lora, "--checkpoint: {} holds LoRA adapters{}, but the config has no model.lora, so its "
+           "model has no place for them: evaluate it with {}, or merge the adapters with hadatrain convert "
+           "(--input {} --output HF_DIR, then --input HF_DIR --output DIR) and evaluate DIR",
+           ck.dir.string(), recorded != ck.model.metadata.end() ? " (model.lora " + recorded->second + ")" : "",
+           run_config_hint(ck), ck.dir.string());
+  HT_CHECK(ck_lora || !model_lora, "--checkpoint: {} holds no LoRA adapters, but the config has model.lora: evaluate "
+           "the model it holds with --set model.lora=null", ck.dir.string());
+  for (const auto& [name, t] : ck.model.tensors) {
+    const auto slot = slots.find(name);
+    HT_CHECK(slot == slots.end() || slot->second.shape() == t.shape(), "--checkpoint: {} does not fit the model the "
+             "config builds: its '{}' has shape {}, the config's model {} (another architecture or vocabulary): "
+             "evaluate it with {}", ck.dir.string(), name, to_string(t.shape()), to_string(slot->second.shape()),
+             run_config_hint(ck));
+  }
+  model.load_state_dict(ck.model.tensors);
+}
+
 Checkpointer::Checkpointer(CheckpointerOptions o, CheckpointedParts parts) : o_(std::move(o)), parts_(parts) {
   HT_ASSERT(parts_.model && parts_.optimizer && parts_.dropout_gen, "Checkpointer: a part is missing");
 }
@@ -353,6 +394,11 @@ io::Checkpoint read_checkpoint_for_eval(const std::string& path) {
   const fs::path dir = io::resolve_checkpoint_pointer(path);  // checkpoints/best or latest: the step it names
   std::optional<io::Checkpoint> ck;
   std::error_code ec;
+  // An HF folder holds the weights alone: eval reads a run's checkpoint (its state.json gives the step it reports).
+  HT_CHECK(!fs::exists(dir / "config.json", ec) || fs::exists(dir / "state.json", ec),
+           "--checkpoint: {} is a Hugging Face model folder (it holds config.json), not a checkpoint of a hadatrain "
+           "run: convert it first (hadatrain convert --input {} --output DIR) and evaluate DIR", dir.string(),
+           dir.string());
   if (fs::exists(fs::path(dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(dir);
   else ck = io::load_latest_checkpoint(dir);
   HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir.string());

@@ -143,5 +143,9 @@ io::Checkpoint read_checkpoint_for_eval(const std::string& dir);
 void check_checkpoint_dir_usable(const std::filesystem::path& dir);
 // The checkpoint's model tensors loaded into `model`.
 void load_model_state(nn::Module& model, const io::Checkpoint& ck);
+// `hadatrain eval`: the same, after checking that the checkpoint fits the model the eval's config builds. A
+// checkpoint with LoRA adapters and a config without model.lora (or the other way round), and a tensor of another
+// shape, are errors naming the checkpoint (and the tensor with both shapes) and the config to evaluate it with.
+void load_model_state_for_eval(nn::Module& model, const io::Checkpoint& ck);
 
 }  // namespace ht::train

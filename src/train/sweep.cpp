@@ -107,7 +107,14 @@ SweepPlan load_sweep_plan(const std::string& path, const SweepPlanOptions& optio
     }
     for (const std::string& config : configs) {
       std::error_code ec;
-      if (!fs::is_regular_file(config, ec)) s.fail(s.has("configs") ? "configs" : "config", fmt::format("{} is not a file", config));
+      if (fs::is_regular_file(config, ec)) continue;
+      // A relative path is read from the working directory (as hadatrain train reads --config), not from the
+      // plan's folder: the plans in configs/ name their configs from the repository's root.
+      const std::string where =
+          fs::path(config).is_relative() ? fmt::format(" (relative paths are read from the working directory {})",
+                                                        fs::current_path(ec).string())
+                                         : "";
+      s.fail(s.has("configs") ? "configs" : "config", fmt::format("{} is not a file{}", config, where));
     }
     std::vector<std::string> overrides = common;
     for (const std::string& o : s.get_list<std::string>("set", {})) overrides.push_back(o);

@@ -526,7 +526,7 @@ CheckpointEvaluation run_evaluation(const TrainerConfig& run_cfg, const std::str
   auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0), InitWeights::replaced_by_checkpoint);
   model->to(cfg.train.dtype);
   const io::Checkpoint ck = read_checkpoint_for_eval(checkpoint_dir);
-  load_model_state(*model, ck);
+  load_model_state_for_eval(*model, ck);
   if (average) {
     // The average covers the trained parameters and the buffers; frozen parameters are their own average.
     HT_CHECK(ck.ema.has_value(), "--ema: {} holds no weight average (ema.safetensors): it was written by a run "

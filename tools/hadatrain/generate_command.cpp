@@ -69,7 +69,9 @@ int run_generate(const GenerateArgs& a) {
   std::vector<int64_t> prompt;
   if (!a.no_bos && tok->bos_id()) prompt.push_back(*tok->bos_id());
   for (int32_t id : tok->encode(a.prompt)) prompt.push_back(id);
-  HT_CHECK(!prompt.empty(), "--prompt is empty and the tokenizer has no BOS token to start from");
+  HT_CHECK(!prompt.empty(), "--prompt is empty and {}: the model needs at least one token to continue; give a prompt{}",
+           a.no_bos ? "--no-bos leaves out the BOS token" : "the tokenizer has no BOS token to start from",
+           a.no_bos ? " or drop --no-bos" : "");
 
   models::GenerateOptions o;
   o.max_new_tokens = a.max_new_tokens;
