@@ -206,7 +206,7 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
     models::load_hf_tensors(*model, source_tensors(*src), src->dir.string());
     spdlog::info("model.init_from: weights of {}", src->dir.string());
   } else if (src) {
-    spdlog::info("model.init_from: the architecture of {} (the resumed checkpoint holds the weights)",
+    spdlog::info("model.init_from: the architecture of {} (the weights come from the checkpoint resumed or evaluated)",
                  src->dir.string());
   }
   if (cfg.train.precision == Precision::bf16) model->compute_dtype = DType::bf16;

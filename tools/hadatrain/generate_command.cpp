@@ -132,7 +132,20 @@ Command add_generate_command(CLI::App& app) {
   c.app->add_option("--checkpoint", a->checkpoint,
                     "An HF model folder, a step_<N> checkpoint of a language-model run, or its checkpoint root")
       ->required();
-  c.app->add_option("--prompt", a->prompt, "The text to continue")->required();
+  // CLI11 takes the argument after --prompt as its value even when it is one of this command's options, so
+  // `--prompt --no-bos` would continue the text "--no-bos" and `--prompt --max-new-tokens 3` report a stray "3".
+  CLI::App* sub = c.app;
+  c.app->add_option("--prompt", a->prompt, "The text to continue")
+      ->required()
+      ->check(CLI::Validator(
+          [sub](std::string& v) -> std::string {
+            const std::string name = v.substr(0, v.find('='));
+            if (name.size() < 2 || name[0] != '-' || sub->get_option_no_throw(name) == nullptr) return "";
+            return fmt::format("got {}, which is one of generate's options: put the prompt's text right after "
+                               "--prompt (quoted when it has spaces)",
+                               v);
+          },
+          "TEXT"));
   c.app->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most")
       ->check(integer_check(1, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
