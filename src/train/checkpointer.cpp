@@ -27,6 +27,8 @@
 #include "hadatrain/core/name_list.h"
 #include "hadatrain/dist/fsdp.h"
 #include "hadatrain/io/output_path.h"
+#include "hadatrain/models/hf_checkpoint.h"
+#include "hadatrain/models/llama.h"
 #include "hadatrain/tensor/dtype.h"
 #include "hadatrain/train/lm_source.h"
 
@@ -133,7 +135,15 @@ std::string run_config_hint(const io::Checkpoint& ck) {
 
 }  // namespace
 
-void load_model_state_for_eval(nn::Module& model, const io::Checkpoint& ck) {
+void load_model_state_for_eval(nn::Module& model, const EvalWeights& w) {
+  const io::Checkpoint& ck = w.ck;
+  if (w.source == EvalSource::hf_folder) {
+    auto* llama = dynamic_cast<models::Llama*>(&model);
+    HT_CHECK(llama != nullptr, "--checkpoint: {} is a Hugging Face LLaMA folder, but the config builds no LLaMA "
+             "(model.name llama)", ck.dir.string());
+    models::load_hf_tensors(*llama, ck.model.tensors, ck.dir.string());
+    return;
+  }
   const std::map<std::string, Tensor> slots = model.state_dict();
   const auto has_adapters = [](const auto& tensors) {
     return std::any_of(tensors.begin(), tensors.end(), [](const auto& kv) { return is_lora_adapter(kv.first); });
@@ -390,22 +400,27 @@ fs::path Checkpointer::save(const RunState& st, io::MarkBest best) {
   return dir;
 }
 
-io::Checkpoint read_checkpoint_for_eval(const std::string& path) {
+EvalWeights read_checkpoint_for_eval(const std::string& path) {
   const fs::path dir = io::resolve_checkpoint_pointer(path);  // checkpoints/best or latest: the step it names
-  std::optional<io::Checkpoint> ck;
+  EvalWeights w;
   std::error_code ec;
-  // An HF folder holds the weights alone: eval reads a run's checkpoint (its state.json gives the step it reports).
-  HT_CHECK(!fs::exists(dir / "config.json", ec) || fs::exists(dir / "state.json", ec),
-           "--checkpoint: {} is a Hugging Face model folder (it holds config.json), not a checkpoint of a hadatrain "
-           "run: convert it first (hadatrain convert --input {} --output DIR) and evaluate DIR", dir.string(),
-           dir.string());
-  if (fs::exists(fs::path(dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(dir);
-  else ck = io::load_latest_checkpoint(dir);
-  HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir.string());
-  dist::consolidate_checkpoint(*ck);
-  const std::string bad = first_non_finite(ck->model.tensors);
-  HT_CHECK(bad.empty(), "--checkpoint: {} cannot be evaluated: its model tensor {}", ck->dir.string(), bad);
-  return std::move(*ck);
+  if (fs::exists(dir / "config.json", ec) && !fs::exists(dir / "state.json", ec)) {
+    // An HF folder holds the weights alone: no step of ours, so it reports step 0, as its conversion would be.
+    w.source = EvalSource::hf_folder;
+    w.ck.dir = dir;
+    w.ck.step = 0;
+    w.ck.model.tensors = models::read_hf_weights(dir).tensors;
+  } else {
+    std::optional<io::Checkpoint> ck;
+    if (fs::exists(fs::path(dir) / "model.safetensors", ec)) ck = io::load_checkpoint_dir(dir);
+    else ck = io::load_latest_checkpoint(dir);
+    HT_CHECK(ck.has_value(), "--checkpoint: no checkpoint found in {}", dir.string());
+    dist::consolidate_checkpoint(*ck);
+    w.ck = std::move(*ck);
+  }
+  const std::string bad = first_non_finite(w.ck.model.tensors);
+  HT_CHECK(bad.empty(), "--checkpoint: {} cannot be evaluated: its model tensor {}", w.ck.dir.string(), bad);
+  return w;
 }
 
 void check_checkpoint_dir_usable(const fs::path& dir) {

@@ -134,10 +134,18 @@ class Checkpointer {
   std::filesystem::path resumed_from_;
 };
 
-// `hadatrain eval`: the checkpoint at `dir` (a step_<N> directory, or a checkpoint root whose latest is used);
-// throws ht::Error naming `dir` when there is none, and naming the checkpoint and its first non-finite model
-// tensor when its weights hold a NaN or infinity (evaluating them would report a NaN loss).
-io::Checkpoint read_checkpoint_for_eval(const std::string& dir);
+// What `hadatrain eval` evaluates: a run's checkpoint, or the weights of a Hugging Face LLaMA folder (HF names, no
+// optimiser state, reported as step 0).
+enum class EvalSource { checkpoint, hf_folder };
+struct EvalWeights {
+  io::Checkpoint ck;
+  EvalSource source = EvalSource::checkpoint;
+};
+// `hadatrain eval`: the checkpoint at `dir` (a step_<N> directory, or a checkpoint root whose latest is used), or
+// the HF folder at `dir` (config.json without state.json); throws ht::Error naming `dir` when there is none, and
+// naming the checkpoint and its first non-finite model tensor when its weights hold a NaN or infinity (evaluating
+// them would report a NaN loss).
+EvalWeights read_checkpoint_for_eval(const std::string& dir);
 // checkpoint.dir checked at a run's start, before any step: created when missing, and a writable directory;
 // throws ht::Error naming `dir` otherwise.
 void check_checkpoint_dir_usable(const std::filesystem::path& dir);
@@ -146,6 +154,8 @@ void load_model_state(nn::Module& model, const io::Checkpoint& ck);
 // `hadatrain eval`: the same, after checking that the checkpoint fits the model the eval's config builds. A
 // checkpoint with LoRA adapters and a config without model.lora (or the other way round), and a tensor of another
 // shape, are errors naming the checkpoint (and the tensor with both shapes) and the config to evaluate it with.
-void load_model_state_for_eval(nn::Module& model, const io::Checkpoint& ck);
+// An HF folder's weights go in as `model.init_from` would load them (models::load_hf_tensors: tied embeddings, fresh
+// LoRA adapters kept), into a LLaMA only.
+void load_model_state_for_eval(nn::Module& model, const EvalWeights& w);
 
 }  // namespace ht::train

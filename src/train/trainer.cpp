@@ -525,8 +525,9 @@ CheckpointEvaluation run_evaluation(const TrainerConfig& run_cfg, const std::str
   // The checkpoint's weights replace every parameter (a strict load): model.init_from gives the architecture only.
   auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0), InitWeights::replaced_by_checkpoint);
   model->to(cfg.train.dtype);
-  const io::Checkpoint ck = read_checkpoint_for_eval(checkpoint_dir);
-  load_model_state_for_eval(*model, ck);
+  const EvalWeights weights = read_checkpoint_for_eval(checkpoint_dir);
+  const io::Checkpoint& ck = weights.ck;
+  load_model_state_for_eval(*model, weights);
   if (average) {
     // The average covers the trained parameters and the buffers; frozen parameters are their own average.
     HT_CHECK(ck.ema.has_value(), "--ema: {} holds no weight average (ema.safetensors): it was written by a run "
