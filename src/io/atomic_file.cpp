@@ -70,6 +70,11 @@ std::optional<WriteFault> injected_write_fault(const fs::path& target, std::size
 AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
   HT_CHECK(!path_.empty(), "atomic file write: empty path");
   HT_CHECK(path_.has_filename(), "atomic file write: '{}' names a directory, not a file", path_.string());
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(path_, ec))) {  // written through (Note [Atomic file replacement])
+    fs::path target = fs::weakly_canonical(path_, ec);
+    if (!ec) path_ = std::move(target);
+  }
   temp_ = path_;
   temp_ += ".tmp." + std::to_string(::getpid());
   const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);

@@ -41,6 +41,10 @@ void check_output_path(const fs::path& path, OutputKind kind, std::string_view w
       HT_CHECK(writable_dir(abs), "{}: the folder {} is not writable: {}", what, path.string(), std::strerror(errno));
     } else {
       HT_CHECK(!is_dir, "{}: {} is a directory (expected a file name)", what, path.string());
+      // An output file is replaced whole (written beside it, then renamed over it): over a terminal, a pipe or a
+      // device such as /dev/stdout that would put a regular file in its place, and no byte would reach it.
+      HT_CHECK(fs::is_regular_file(st), "{}: {} is not a regular file (a terminal, pipe or device): hadatrain "
+               "replaces an output file whole, so give a file's name", what, path.string());
       const fs::path parent = abs.parent_path();
       HT_CHECK(writable_dir(parent), "{}: cannot replace {}: its folder {} is not writable: {}", what, path.string(),
                parent.string(), std::strerror(errno));

@@ -1,5 +1,5 @@
 // io::check_output_path: the outputs a command can write (a missing file or folder under a writable folder, an
-// existing folder or file of the right kind) pass and nothing is created; a regular file in the way, a folder where
+// existing folder or file of the right kind) pass and nothing is created; a regular file in the way, a device or pipe where a file is wanted, a folder where
 // a file is wanted, a dangling link and a folder that is not writable fail with the caller's name and the path.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,6 +33,15 @@ TEST_CASE("output paths that cannot be written name the flag and the path", "[io
   const fs::path file = tmp.path / "file";
   std::ofstream(file) << "x";
   const std::string f = file.string();
+  // A device or a pipe would be replaced by a regular file (the rename of an atomic write), never written to.
+  CHECK_THAT(test::error_of([&] { io::check_output_path("/dev/null", OutputKind::file, "--json"); }),
+             HasSubstr("--json: /dev/null is not a regular file (a terminal, pipe or device)"));
+  const fs::path fifo = tmp.path / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THAT(test::error_of([&] { io::check_output_path(fifo, OutputKind::file, "--json"); }),
+             HasSubstr("is not a regular file"));
+  fs::create_symlink(file, tmp.path / "link.json");  // a link to a regular file passes
+  io::check_output_path(tmp.path / "link.json", OutputKind::file, "--json");
   CHECK_THAT(test::error_of([&] { io::check_output_path(file, OutputKind::directory, "--output"); }),
              HasSubstr("--output: " + f + " exists and is not a directory"));
   CHECK_THAT(test::error_of([&] { io::check_output_path(file / "x.json", OutputKind::file, "--json"); }),

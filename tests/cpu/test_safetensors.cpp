@@ -431,6 +431,14 @@ TEST_CASE("atomic writes replace the file and report unwritable paths", "[safete
   io::write_file_atomic(file, std::span<const std::byte>(raw));
   CHECK(read_file(file) == std::string("\x00\xff\x07", 3));
   CHECK(entries_of(dir.path) == std::vector<std::string>{"out.txt"});
+  // Through a link: the file it names is replaced and the link stays a link.
+  fs::create_directory(dir.path / "sub");
+  fs::create_symlink(fs::path("..") / "out.txt", dir.path / "sub" / "link.txt");
+  io::write_file_atomic(dir.path / "sub" / "link.txt", std::string_view("through the link"));
+  CHECK(fs::is_symlink(dir.path / "sub" / "link.txt"));
+  CHECK(read_file(file) == "through the link");
+  CHECK(entries_of(dir.path / "sub") == std::vector<std::string>{"link.txt"});
+  fs::remove_all(dir.path / "sub");
   const fs::path nowhere = dir.path / "no_such_dir" / "f.txt";
   CHECK_THROWS_WITH(io::write_file_atomic(nowhere, std::string_view("x")),
                     HasSubstr(nowhere.string()) && HasSubstr("No such file or directory"));

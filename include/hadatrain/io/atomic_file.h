@@ -17,6 +17,8 @@ namespace ht::io {
 // 1. The content goes to `<path>.tmp.<pid>` (same directory, hence same file system, so rename is atomic).
 // 2. The temporary file is flushed and fsync'ed, then renamed over `path` (POSIX rename replaces atomically).
 // 3. The directory is fsync'ed so the rename itself survives a power loss.
+// A `path` that is a symbolic link is written through: steps 1-3 run beside the file it names, which is replaced,
+// and the link stays (a rename over the link itself would turn it into a file and leave its target as it was).
 // On any failure before the rename (including an exception thrown by the caller's writer) the temporary file
 // is removed and `path` is untouched. I/O failures throw ht::Error naming the path and strerror(errno);
 // exceptions thrown by the caller's writer propagate unchanged after the clean-up.
