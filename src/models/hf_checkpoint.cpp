@@ -53,7 +53,9 @@ std::vector<std::string> ordered_names(const LlamaConfig& c) {
   return out;
 }
 
-json read_json(const fs::path& path, const char* what) {
+}  // namespace
+
+json read_json_file(const fs::path& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   HT_CHECK(in.good(), "{} '{}' cannot be opened", what, path.string());
   std::stringstream ss;
@@ -64,6 +66,8 @@ json read_json(const fs::path& path, const char* what) {
     HT_FAIL("{} '{}': invalid JSON: {}", what, path.string(), e.what());
   }
 }
+
+namespace {
 
 std::string list(const std::vector<std::string>& names) { return first_names(names, 12); }
 
@@ -105,7 +109,7 @@ LlamaConfig read_hf_config(const fs::path& dir) {
   const fs::path path = dir / kConfig;
   HT_CHECK(fs::is_regular_file(path), "'{}' is not a Hugging Face checkpoint folder: it has no {}", dir.string(),
            kConfig);
-  return LlamaConfig::from_json(read_json(path, "config"), path.string());
+  return LlamaConfig::from_json(read_json_file(path, "config"), path.string());
 }
 
 HfLayout read_hf_layout(const fs::path& dir) {
@@ -117,7 +121,7 @@ HfLayout read_hf_layout(const fs::path& dir) {
   std::map<std::string, std::vector<std::string>> names_by_file;
   const fs::path index = dir / kIndex;
   if (fs::is_regular_file(index)) {
-    const json root = read_json(index, "safetensors index");
+    const json root = read_json_file(index, "safetensors index");
     HT_CHECK(root.is_object() && root.contains("weight_map") && root["weight_map"].is_object(),
              "safetensors index '{}': expected an object with a \"weight_map\" object", index.string());
     for (const auto& [name, file] : root["weight_map"].items()) {
@@ -179,9 +183,11 @@ HfLayout read_hf_layout(const fs::path& dir) {
   return out;
 }
 
-HfWeights read_hf_weights(const fs::path& dir) {
+HfWeights read_hf_weights(const fs::path& dir) { return read_hf_weights(dir, read_hf_layout(dir)); }
+
+HfWeights read_hf_weights(const fs::path& dir, HfLayout layout) {
   HfWeights out;
-  static_cast<HfLayout&>(out) = read_hf_layout(dir);
+  static_cast<HfLayout&>(out) = std::move(layout);
   for (const std::string& file : out.files) {
     if (file == kConfig || file == kIndex) continue;
     SafetensorsContents part = load_safetensors(dir / file);

@@ -261,9 +261,7 @@ io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds
   if (llama == nullptr) return md;
   md[kLlamaConfigKey] = llama->config.to_json().dump();
   if (!cfg.data.text.tokenizer.empty()) {
-    md[kTokenizerKey] = fs::absolute(expand_home(cfg.data.text.tokenizer)).string();
-    md[kTokenizerFingerprintKey] = ds.tokenizer_fingerprint;
-    md[kTokenizerVocabSizeKey] = std::to_string(ds.vocab_size);
+    record_tokenizer(md, expand_home(cfg.data.text.tokenizer), ds.tokenizer_fingerprint, ds.vocab_size);
   }
   if (cfg.model.lora) md[kLoraKey] = lora_to_json(*cfg.model.lora).dump();
   if (init_from == InitFromRecord::make && !cfg.model.init_from.empty()) {
@@ -274,6 +272,12 @@ io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds
     md[kInitFromKey] = init_from_record(cfg.model.init_from, src).dump();
   }
   return md;
+}
+
+void record_tokenizer(io::Metadata& md, const fs::path& path, const std::string& fingerprint, int64_t vocab_size) {
+  md[kTokenizerKey] = fs::absolute(path).string();
+  md[kTokenizerFingerprintKey] = fingerprint;
+  md[kTokenizerVocabSizeKey] = std::to_string(vocab_size);
 }
 
 LlamaSource find_llama_source(const fs::path& path) {

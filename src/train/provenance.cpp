@@ -35,14 +35,8 @@ std::string written_by() { return fmt::format("hadatrain {}", HADATRAIN_VERSION)
 
 // config.json's keys that say what the model is and where it came from, those the file gives.
 json config_essentials(const fs::path& config_path) {
-  std::ifstream in(config_path, std::ios::binary);
   json out = json::object();
-  json config;
-  try {
-    config = json::parse(in);
-  } catch (const json::exception& e) {
-    HT_FAIL("{}: invalid JSON: {}", config_path.string(), e.what());
-  }
+  const json config = models::read_json_file(config_path, "config");
   for (const char* key : {"architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path"})
     if (config.contains(key)) out[key] = config[key];
   return out;
@@ -151,16 +145,14 @@ io::CheckpointData checkpoint_from_hf(const fs::path& dir, const fs::path& token
   // the same files (so mostly from the page cache) and spends its time converting to f32.
   const models::HfLayout layout = models::read_hf_layout(dir);
   std::future<json> record = std::async(std::launch::async, [&] { return hf_source_record(dir, layout); });
-  models::HfWeights w = models::read_hf_weights(dir);
+  models::HfWeights w = models::read_hf_weights(dir, layout);
   io::CheckpointData d;
   d.step = 0;
   for (auto& [name, t] : w.tensors) d.model.emplace_back(name, t.to(DType::f32));
   json source = record.get();
   d.model_metadata[kLlamaConfigKey] = w.config.to_json().dump();
   if (tokenizer != nullptr) {
-    d.model_metadata[kTokenizerKey] = fs::absolute(tokenizer_path).string();
-    d.model_metadata[kTokenizerFingerprintKey] = tokenizer->fingerprint();
-    d.model_metadata[kTokenizerVocabSizeKey] = std::to_string(tokenizer->vocab_size());
+    record_tokenizer(d.model_metadata, tokenizer_path, tokenizer->fingerprint(), tokenizer->vocab_size());
     source["tokenizer"] = tokenizer_record(tokenizer_path, *tokenizer);
   }
   d.model_metadata[kSourceKey] = source.dump();

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hadatrain/models/llama.h"
 
 namespace ht::models {
@@ -45,6 +47,10 @@ struct HfWeights : HfLayout {
 };
 // read_hf_layout, then the tensors.
 HfWeights read_hf_weights(const std::filesystem::path& dir);
+// The tensors of `dir`, whose layout `layout` was read by read_hf_layout.
+HfWeights read_hf_weights(const std::filesystem::path& dir, HfLayout layout);
+// A JSON file of an HF folder; errors name `what`, the file, and the parser's message.
+nlohmann::json read_json_file(const std::filesystem::path& path, const char* what);
 
 // A Llama built from an HF folder: weights converted to build.master_dtype on `device`. build.init is
 // ignored (every weight is loaded). LoRA-wrapped layers (build.make_linear) keep their fresh adapters.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,9 @@ inline constexpr const char* kTokenizerKey = "hadatrain.tokenizer";
 inline constexpr const char* kTokenizerFingerprintKey = "hadatrain.tokenizer_fingerprint";
 inline constexpr const char* kTokenizerVocabSizeKey = "hadatrain.tokenizer_vocab_size";
 inline constexpr const char* kLoraKey = "hadatrain.lora";
+// The three tokenizer keys above, into `md`: the path made absolute.
+void record_tokenizer(io::Metadata& md, const std::filesystem::path& path, const std::string& fingerprint,
+                      int64_t vocab_size);
 // Where the weights came from (train/provenance.h, JSON): a checkpoint that `hadatrain convert` made from an HF
 // folder records that folder (hf_source_record); a checkpoint of a run started from model.init_from records what it
 // started from (init_from_record).
