@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -85,17 +86,6 @@ inline CLI::Validator integer_check(int64_t lo, int64_t hi) {
       },
       range);
 }
-// One of `allowed`: "--device: must be cpu or cuda, got gpu".
-inline CLI::Validator choice_check(std::vector<std::string> allowed) {
-  std::string words;
-  for (std::size_t i = 0; i < allowed.size(); ++i)
-    words += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
-  return CLI::Validator(
-      [allowed, words](std::string& v) -> std::string {
-        return std::find(allowed.begin(), allowed.end(), v) != allowed.end() ? "" : "must be " + words + ", got " + v;
-      },
-      words);
-}
 // One of `allowed`, or an alias of one of them in `spellings` (core/spellings.h), which the option then holds as the
 // name it stands for (a transform: add it with ->transform): "--precision: must be fp32 (or f32) or bf16, got fp16".
 inline CLI::Validator spelling_check(std::vector<std::string> allowed, Spellings spellings) {
@@ -111,6 +101,8 @@ inline CLI::Validator spelling_check(std::vector<std::string> allowed, Spellings
       },
       words);
 }
+// One of `allowed`: "--device: must be cpu or cuda, got gpu".
+inline CLI::Validator choice_check(std::vector<std::string> allowed) { return spelling_check(std::move(allowed), {}); }
 // A decimal integer from 0 to 2^64 - 1 (no sign).
 inline CLI::Validator unsigned_check() {
   const std::string range = fmt::format("an integer from 0 to {}", std::numeric_limits<uint64_t>::max());
