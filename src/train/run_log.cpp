@@ -121,7 +121,7 @@ bool metrics_has_eval_at(const std::string& path, int64_t step) {
 }
 
 RunLog::RunLog(RunLogOptions o)
-    : o_(std::move(o)), metrics_(prepared_metrics_path(o_), o_.mode), tty_(isatty(STDOUT_FILENO) == 1), last_draw_(Clock::now()) {}
+    : o_(std::move(o)), metrics_(prepared_metrics_path(o_), o_.mode), tty_(isatty(STDERR_FILENO) == 1), last_draw_(Clock::now()) {}
 
 void RunLog::train(const TrainWindow& w) {
   spdlog::info("epoch {}/{} step {} ({}/{}) loss {:.4f} lr {:.4g} {:.0f} {}/s data_wait {:.2f}{}", w.epoch + 1,
@@ -175,15 +175,15 @@ void RunLog::progress(int64_t step, int64_t epoch, int64_t batch, double loss, d
       fmt::format(" step {}/{} | epoch {:.2f}/{} | loss {:.4f} | {:.0f} {}/s | {} left", step, o_.total_steps,
                   epoch_fraction, o_.epochs, loss, throughput, o_.unit, left);
   // Pad over a longer previous line.
-  fmt::print("\r{}{}", line, std::string(drawn_ > line.size() ? drawn_ - line.size() : 0, ' '));
-  std::fflush(stdout);
+  fmt::print(stderr, "\r{}{}", line, std::string(drawn_ > line.size() ? drawn_ - line.size() : 0, ' '));
+  std::fflush(stderr);
   drawn_ = line.size();
 }
 
 void RunLog::clear_progress() {
   if (!tty_ || drawn_ == 0) return;
-  fmt::print("\r{}\r", std::string(drawn_, ' '));
-  std::fflush(stdout);
+  fmt::print(stderr, "\r{}\r", std::string(drawn_, ' '));
+  std::fflush(stderr);
   drawn_ = 0;
 }
 

@@ -1,5 +1,5 @@
 // The run's output: the train and eval log lines, their JSONL records (metrics.jsonl, train/metrics.h) and,
-// when stdout is a terminal, a progress line redrawn in place (step, epoch fraction, loss, throughput, time
+// when stderr is a terminal, a progress line redrawn in place (step, epoch fraction, loss, throughput, time
 // left). Internal to src/train; the loop hands it numbers, it knows no task.
 #pragma once
 #include <chrono>
@@ -55,7 +55,7 @@ class RunLog {
   // the weight average's evaluation (config `ema`), logged beside and recorded as ema_test_* keys.
   void eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev,
             const EvalResult* average = nullptr);
-  // Redraws the progress line (at most every 0.2 s, and at an epoch's last batch); nothing unless stdout is
+  // Redraws the progress line (at most every 0.2 s, and at an epoch's last batch); nothing unless stderr is
   // a terminal. loss: the latest logged window mean (NaN before one).
   void progress(int64_t step, int64_t epoch, int64_t batch, double loss, double throughput);
   // Erases the progress line so that a log line starts on a clean line.

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
@@ -120,6 +121,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help exits 0; usage errors 2
   }
+  // Note [Log on stderr] in core/logging.h
+  spdlog::set_default_logger(spdlog::stderr_color_mt("hadatrain"));
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   try {
     // A rank of a job (torchrun, Slurm or launch variables) tags its lines, and only rank 0 logs the progress (Note

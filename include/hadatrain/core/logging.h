@@ -1,8 +1,14 @@
-// Logging through spdlog. One named logger ("hadatrain"); the CLI sets its level.
+// Logging through spdlog's default logger; the CLI makes it "hadatrain" on stderr and sets its level.
 #pragma once
 #include <spdlog/spdlog.h>
 
 namespace ht::logging {
+
+// Note [Log on stderr]
+// The CLI's log lines and its terminal progress line (train::RunLog) go to stderr; stdout carries a command's
+// results alone: train's and eval's result line, generate's text, the reports of inspect-grads and
+// inspect-checkpoint. So `hadatrain eval ... > result.txt` holds the result, `generate ... | wc -w` counts only the
+// text, and `2>&1` keeps both in one stream as before. Errors ("error: ...") were on stderr already.
 
 // Sets the level from a name: trace, debug, info, warn, error, off. Throws ht::Error on an unknown name.
 // A rank other than 0 (set_rank) logs warnings and errors whatever the level asks for.
