@@ -4,10 +4,10 @@
 
     tools/plot_metrics.py --out curves.png runs/a/metrics.jsonl runs/b/metrics.jsonl [--label a --label b]
 
-The figure has three panels: training loss against step (the `train` records), test loss against epoch, and
-test top-1 accuracy against epoch for image runs or validation perplexity for language-model runs (the `eval`
-records). A run with a weight average (config `ema`) adds its figures as dashed lines. A run directory may be
-given instead of its metrics.jsonl.
+The figure has three panels, all against the optimiser step: training loss (the `train` records), test loss, and
+test top-1 accuracy for image runs or validation perplexity for language-model runs (the `eval` records: those of
+epoch ends and those of `train.eval_every_steps`). A run with a weight average (config `ema`) adds its figures as
+dashed lines. A run directory may be given instead of its metrics.jsonl.
 """
 import argparse
 import json
@@ -69,15 +69,15 @@ def main():
         for prefix, style, suffix in (("", "-", ""), ("ema_", "--", " (weight average)")):
             ev = [e for e in evals if e.get(prefix + "test_loss") is not None]
             if ev:
-                line = axes[1].plot([e["epoch"] for e in ev], [e[prefix + "test_loss"] for e in ev], style, marker="o",
+                line = axes[1].plot([e["step"] for e in ev], [e[prefix + "test_loss"] for e in ev], style, marker="o",
                                     label=label + suffix, color=color)
                 color = line[0].get_color()
-                pts = [(e["epoch"], scale * e[prefix + key]) for e in ev if e.get(prefix + key) is not None]
+                pts = [(e["step"], scale * e[prefix + key]) for e in ev if e.get(prefix + key) is not None]
                 if pts:
                     axes[2].plot([x for x, _ in pts], [y for _, y in pts], style, marker="o", label=label + suffix,
                                  color=color)
-    for ax, title, xl, yl in ((axes[0], "training loss", "step", "loss"), (axes[1], "test loss", "epoch", "loss"),
-                              (axes[2], title3, "epoch", ylabel3)):
+    for ax, title, xl, yl in ((axes[0], "training loss", "step", "loss"), (axes[1], "test loss", "step", "loss"),
+                              (axes[2], title3, "step", ylabel3)):
         ax.set_title(title)
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)

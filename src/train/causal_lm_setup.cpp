@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <numeric>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -88,6 +89,17 @@ std::map<std::string, Tensor> source_tensors(const LlamaSource& src) {
   return std::move(ck.model.tensors);
 }
 
+// data.train_limit / test_limit: the first `limit` rows of `d` in its order (0, or a limit at or above its size: all).
+// `key` names the limit in the log line that says how many rows it keeps.
+std::shared_ptr<const data::TextDataset> first_rows(std::shared_ptr<const data::TextDataset> d, int64_t limit,
+                                                    const char* key) {
+  if (limit <= 0 || limit >= d->size()) return d;
+  spdlog::info("{} {}: the first {} of the split's {} rows", key, limit, limit, d->size());
+  std::vector<int64_t> rows(static_cast<std::size_t>(limit));
+  std::iota(rows.begin(), rows.end(), int64_t{0});
+  return std::make_shared<const data::TextSubset>(std::move(d), std::move(rows));
+}
+
 }  // namespace
 
 void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
@@ -99,8 +111,8 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
   data::TextDatasets t = data::make_text_datasets(o, *tok, cfg.run.seed);
   HT_CHECK(t.val != nullptr, "data.val_fraction is 0 and data.val_paths is empty: a language-model run needs "
                              "validation text (set one of them)");
-  ds.text_train = t.train;
-  ds.text_test = t.val;
+  ds.text_train = first_rows(t.train, cfg.data.train_limit, "data.train_limit");
+  ds.text_test = first_rows(t.val, cfg.data.test_limit, "data.test_limit");
   ds.vocab_size = tok->vocab_size();
   ds.tokenizer_fingerprint = tok->fingerprint();
   if (const auto b = tok->bos_id()) ds.bos_id = *b;

@@ -25,8 +25,9 @@ struct RunState {
   int64_t step = 0;               // optimiser steps done
   data::LoaderPosition position;  // where the training loader continues
   double best_score = 0.0;        // the best evaluation score so far (Task::initial_score before any)
-  // The best score of an evaluation that came with an epoch checkpoint (the one `best` names): with eval_every
-  // below every_epochs some evaluations have no checkpoint, and they do not count here.
+  // The best score of an evaluation that came with a checkpoint that can become `best` (an epoch checkpoint, or a
+  // step checkpoint at a step evaluation: Note [Step evaluations] in trainer.cpp); the other evaluations do not
+  // count here.
   double best_checkpoint_score = 0.0;
   // The epoch in progress (position.epoch) up to position.batch: the sum of its steps' losses and their
   // number, so that an epoch split by a resume reports the train_loss of all its steps.

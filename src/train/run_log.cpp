@@ -139,12 +139,17 @@ void RunLog::train(const TrainWindow& w) {
   metrics_.write(rec);
 }
 
-void RunLog::eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev,
-                  const EvalResult* average) {
-  spdlog::info("epoch {}/{} done in {:.1f} s: train loss {:.4f}, {}{}", epoch + 1, o_.epochs, seconds, train_loss,
-               ev.summary, average != nullptr ? "; weight average: " + average->summary : std::string());
+void RunLog::eval(const EvalAt& at, const EvalResult& ev, const EvalResult* average) {
+  const std::string averaged = average != nullptr ? "; weight average: " + average->summary : std::string();
+  const bool mid_epoch = at.point == EvalPoint::mid_epoch;
+  if (mid_epoch)
+    spdlog::info("step {} (epoch {}/{}, {}/{}): train loss so far {:.4f}, {}{}", at.step, at.epoch + 1, o_.epochs,
+                 at.batch, o_.steps_per_epoch, at.train_loss, ev.summary, averaged);
+  else
+    spdlog::info("epoch {}/{} done in {:.1f} s: train loss {:.4f}, {}{}", at.epoch + 1, o_.epochs, at.seconds,
+                 at.train_loss, ev.summary, averaged);
   MetricsRecord rec("eval");
-  rec.add("step", step).add("epoch", epoch + 1).add("train_loss", train_loss).add("test_loss", ev.loss);
+  rec.add("step", at.step).add("epoch", at.epoch + 1).add("train_loss", at.train_loss).add("test_loss", ev.loss);
   for (const EvalMetric& m : ev.metrics)
     std::visit([&](auto v) { rec.add("test_" + m.name, v); }, m.value);
   if (average != nullptr) {
@@ -152,7 +157,9 @@ void RunLog::eval(int64_t step, int64_t epoch, double seconds, double train_loss
     for (const EvalMetric& m : average->metrics)
       std::visit([&](auto v) { rec.add("ema_test_" + m.name, v); }, m.value);
   }
-  rec.add("epoch_seconds", seconds).add("host_peak_mb", peak_host_mb());
+  // epoch_seconds only at an epoch's end, so that their sum over the records is the run's training time.
+  if (!mid_epoch) rec.add("epoch_seconds", at.seconds);
+  rec.add("host_peak_mb", peak_host_mb());
   metrics_.write(rec);
 }
 

@@ -44,6 +44,20 @@ struct TrainWindow {
   std::vector<std::pair<std::string, double>> extra;  // further keys of the record (dist: comm_bytes per step)
 };
 
+// Where an evaluation falls: at the end of an epoch (or of the run, at a train.max_steps stop), or after a step
+// inside an epoch (train.eval_every_steps).
+enum class EvalPoint { epoch_end, mid_epoch };
+
+// What an eval record says besides the evaluation's figures.
+struct EvalAt {
+  int64_t step = 0;         // global steps done
+  int64_t epoch = 0;        // 0-based
+  int64_t batch = 0;        // batches of the epoch done
+  double seconds = 0.0;     // epoch_end: the epoch's training time (evaluations not counted); not recorded mid-epoch
+  double train_loss = 0.0;  // the mean loss of the epoch's steps so far; NaN (written as null) when none ran
+  EvalPoint point = EvalPoint::epoch_end;
+};
+
 // Whether the metrics file at `path` holds an eval record of `step` (false when there is no file).
 bool metrics_has_eval_at(const std::string& path, int64_t step);
 
@@ -51,10 +65,9 @@ class RunLog {
  public:
   explicit RunLog(RunLogOptions o);
   void train(const TrainWindow& w);
-  // The end of an epoch with an evaluation; train_loss is NaN (written as null) when no step ran. `average`:
-  // the weight average's evaluation (config `ema`), logged beside and recorded as ema_test_* keys.
-  void eval(int64_t step, int64_t epoch, double seconds, double train_loss, const EvalResult& ev,
-            const EvalResult* average = nullptr);
+  // An evaluation. `average`: the weight average's evaluation (config `ema`), logged beside and recorded as
+  // ema_test_* keys.
+  void eval(const EvalAt& at, const EvalResult& ev, const EvalResult* average = nullptr);
   // Redraws the progress line (at most every 0.2 s, and at an epoch's last batch); nothing unless stderr is
   // a terminal. loss: the latest logged window mean (NaN before one).
   void progress(int64_t step, int64_t epoch, int64_t batch, double loss, double throughput);

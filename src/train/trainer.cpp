@@ -1,14 +1,15 @@
 // The training loop behind `hadatrain train`: per step, the learning rate from the schedule and one step of
 // the step runner (the task's loss, backward, clipping, the optimiser); periodic log lines and JSONL records,
-// evaluation by the task at epoch ends, checkpoints and exact resume through the checkpointer. The loop
-// knows no task: what a batch holds, what the loss is and what evaluation measures are the Task's
-// (train/task.h). run_training wires the parts from a TrainerConfig.
+// evaluation by the task at epoch ends and every train.eval_every_steps steps, checkpoints and exact resume
+// through the checkpointer. The loop knows no task: what a batch holds, what the loss is and what evaluation
+// measures are the Task's (train/task.h). run_training wires the parts from a TrainerConfig.
 #include "hadatrain/train/trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <variant>
@@ -266,8 +267,13 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       // The epoch of the last step: a checkpoint that ends its epoch continues at the next one.
       const int64_t epoch = std::min(st.position.batch == 0 ? st.position.epoch - 1 : st.position.epoch,
                                      cfg.train.epochs - 1);
-      log.eval(st.step, std::max<int64_t>(epoch, 0), 0.0,
-               st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan(""), result.last_eval);
+      log.eval({.step = st.step,
+                .epoch = std::max<int64_t>(epoch, 0),
+                .batch = st.position.batch == 0 ? spe : st.position.batch,
+                .seconds = 0.0,
+                .train_loss = st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan(""),
+                .point = EvalPoint::epoch_end},
+               result.last_eval);
       spdlog::info("{} had no record of the evaluation at step {} (the run stopped during it): recorded", metrics,
                    st.step);
     }
@@ -327,7 +333,9 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                                         : std::function<double(double)>(),
                      .after_step = dist_run && dist_run->fsdp() ? [&] { dist_run->fsdp()->end_step(); }
                                                                 : std::function<void()>()});
-  int64_t saved_step = -1;  // the step of the last checkpoint this process wrote
+  // The step of the last checkpoint this process wrote, or of the one it resumed from (a checkpoint at an epoch's last
+  // step, written before the epoch's evaluation, that the evaluation may have to write again: below).
+  int64_t saved_step = resumed ? st.step : -1;
   // `epoch_end_done`: the epoch's evaluation is done or follows at once (a train.max_steps stop), so a
   // checkpoint at the epoch's last batch continues at the next epoch and a resume does not evaluate it again.
   auto save = [&](io::MarkBest best, bool epoch_end_done = false) {
@@ -339,6 +347,48 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     if (dir.empty()) return;  // checkpoint.on_save_failure=continue: the failure was logged
     result.checkpoint = dir.string();
     saved_step = st.step;
+  };
+  // Note [Step evaluations]
+  // train.eval_every_steps N evaluates after every step that N divides, the steps counted from the run's start as
+  // max_steps counts them, so a resumed run evaluates where the uninterrupted one did. A step inside an epoch is
+  // evaluated in the loop, after the step and before its checkpoint: that checkpoint holds the evaluation's scores,
+  // and a resume from it continues at the next step without evaluating again. A step that ends an epoch or the run
+  // is evaluated at the epoch's end, once, whatever train.eval_every says of that epoch; a checkpoint of that step
+  // written before the evaluation (checkpoint.every_steps, a max_steps stop) is written again after it when the
+  // evaluation raised a best score, so that it too holds the scores. `best` can name a checkpoint written at an
+  // evaluation: an epoch checkpoint (checkpoint.every_epochs) at an evaluated epoch's end, or a step checkpoint
+  // (checkpoint.every_steps) at a step N divides; it names the one with the best score among those.
+  const int64_t eval_steps = cfg.train.eval_every_steps;
+  auto step_eval_due = [&](int64_t step) { return eval_steps > 0 && step % eval_steps == 0; };
+  auto step_checkpoint_due = [&](int64_t step) {
+    return cfg.checkpoint.every_steps > 0 && step % cfg.checkpoint.every_steps == 0;
+  };
+  if (eval_steps > 0 && cfg.checkpoint.every_steps > 0 && cfg.checkpoint.every_epochs == 0 && cfg.checkpoint.keep_best &&
+      std::lcm(eval_steps, cfg.checkpoint.every_steps) > end_step)
+    spdlog::warn("no checkpoint of this run can become best: a step checkpoint can at a step that both "
+                 "train.eval_every_steps {} and checkpoint.every_steps {} divide, and the first such step, {}, is after "
+                 "the run's last, {}; make every_steps a multiple of eval_every_steps",
+                 eval_steps, cfg.checkpoint.every_steps, std::lcm(eval_steps, cfg.checkpoint.every_steps), end_step);
+  // What an evaluation changed: the best score (`improved`), and the best score of the evaluations with a
+  // checkpoint (`best_checkpoint`: that checkpoint is written with MarkBest::yes).
+  struct Scored {
+    bool improved = false, best_checkpoint = false;
+  };
+  // One evaluation (and the weight average's), its scores and its record. `with_checkpoint`: a checkpoint of this
+  // step that can become `best` is written after it.
+  auto evaluate_now = [&](const EvalAt& at, bool with_checkpoint) {
+    const EvalResult ev = evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get());
+    Scored sc;
+    sc.improved = ev.score > st.best_score;  // `best` follows the weights, not their average
+    if (sc.improved) st.best_score = ev.score;
+    sc.best_checkpoint = with_checkpoint && ev.score > st.best_checkpoint_score;
+    if (sc.best_checkpoint) st.best_checkpoint_score = ev.score;
+    result.last_eval = ev;
+    if (ema && cfg.ema->evaluate)
+      result.last_average_eval =
+          ema->with_average([&] { return evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get()); });
+    run_log.eval(at, ev, result.last_average_eval ? &*result.last_average_eval : nullptr);
+    return sc;
   };
   bool stop = false;
   const int64_t first_step = st.step;  // 0, or the step a resumed run starts from
@@ -354,6 +404,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     // it; the loss window (st.window_loss over st.window_steps) runs from one train record to the next across
     // epochs and, in a checkpoint, across a resume, so every step is in exactly one record's mean.
     auto window_start = epoch_start;
+    double evaluating = 0.0;  // seconds of this epoch spent in step evaluations (not in epoch_seconds)
     // The epoch's loss sum and step count live in st (a checkpoint keeps them); a resumed epoch continues them.
     if (loader.position().batch == 0) st.epoch_loss = 0.0, st.epoch_steps = 0;
     // Note [Deferred loss reads]: reading a step's loss (item()) synchronises the device, so the host could
@@ -445,12 +496,30 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       }
       run_log.progress(st.step, epoch, batch->position.batch + 1, shown_loss, throughput);
       const bool last_step = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
+      // Note [Step evaluations]: a step inside the epoch, before its checkpoint.
+      io::MarkBest step_best = io::MarkBest::no;
+      if (step_eval_due(st.step) && !last_step && batch->position.batch + 1 < spe) {
+        run_log.clear_progress();
+        read_losses();
+        const auto eval_start = Clock::now();
+        const Scored sc = evaluate_now({.step = st.step,
+                                        .epoch = epoch,
+                                        .batch = batch->position.batch + 1,
+                                        .seconds = 0.0,
+                                        .train_loss = st.epoch_loss / static_cast<double>(st.epoch_steps),
+                                        .point = EvalPoint::mid_epoch},
+                                       step_checkpoint_due(st.step));
+        if (sc.best_checkpoint) step_best = io::MarkBest::yes;
+        const auto spent = Clock::now() - eval_start;
+        window_start += spent;  // the throughput window and the epoch's time leave the evaluation out
+        evaluating += std::chrono::duration<double>(spent).count();
+      }
       // A train.max_steps stop at an epoch's last batch: the evaluation that follows ends the epoch, so its
       // checkpoint continues at the next epoch (a resume does not evaluate that epoch again). It is written
       // before that evaluation, like every step checkpoint, so the resumed run continues exactly.
-      if ((cfg.checkpoint.every_steps > 0 && st.step % cfg.checkpoint.every_steps == 0) || (last_step && checkpointing)) {
+      if (step_checkpoint_due(st.step) || (last_step && checkpointing)) {
         read_losses();
-        save(io::MarkBest::no, last_step);
+        save(step_best, last_step);
       }
       if (last_step) {
         stop = true;
@@ -479,31 +548,36 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     if (result.stopped_by != 0) break;
     read_losses();
     const bool epoch_done = !stop;  // a max_steps stop still evaluates, so short runs report a result
-    const double secs = seconds_since(epoch_start);
-    const bool do_eval = (epoch + 1) % cfg.train.eval_every == 0 || epoch + 1 == cfg.train.epochs || stop;
+    const double secs = seconds_since(epoch_start) - evaluating;
+    const bool step_eval = step_eval_due(st.step);  // Note [Step evaluations]: this step's, done here
+    const bool do_eval = (epoch + 1) % cfg.train.eval_every == 0 || epoch + 1 == cfg.train.epochs || stop || step_eval;
     const bool epoch_checkpoint_due = cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
     const bool epoch_checkpoint = epoch_done && epoch_checkpoint_due;
-    // A train.max_steps stop at the epoch's last batch wrote its checkpoint before this evaluation (above): it is
-    // this epoch's checkpoint, written again below when the evaluation changes what it must hold.
-    const bool stop_checkpoint_ends_epoch = stop && saved_step == st.step && loader.position().batch == spe;
+    // The epoch ran to its end (the loader then stands at the next epoch), or a max_steps stop came at its last step.
+    const bool at_epoch_end = epoch_done || loader.position().batch == spe;
+    // A checkpoint of this step written before this evaluation: a step checkpoint or a train.max_steps stop's (above),
+    // or the checkpoint this run resumed from.
+    const bool checkpoint_before_eval = checkpointing && saved_step == st.step;
     if (do_eval) {
-      const EvalResult ev = evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get());
-      const bool improved = ev.score > st.best_score;  // `best` follows the weights, not their average
-      if (improved) st.best_score = ev.score;
-      // `best` names the epoch checkpoint with the best score among those that have one.
-      const bool best_checkpoint = epoch_checkpoint_due && ev.score > st.best_checkpoint_score;
-      if (best_checkpoint) st.best_checkpoint_score = ev.score;
-      result.last_eval = ev;
-      if (ema && cfg.ema->evaluate)
-        result.last_average_eval =
-            ema->with_average([&] { return evaluate_test_set(*model, *task, cfg, ds, device, dist_run.get()); });
       // Over all the epoch's steps, those before a resume included (the checkpoint keeps their sum).
       const double train_loss =
           st.epoch_steps ? st.epoch_loss / static_cast<double>(st.epoch_steps) : std::nan("");
-      run_log.eval(st.step, epoch, secs, train_loss, ev,
-                   result.last_average_eval ? &*result.last_average_eval : nullptr);
-      if (epoch_checkpoint || (stop_checkpoint_ends_epoch && (improved || best_checkpoint)))
-        save(best_checkpoint ? io::MarkBest::yes : io::MarkBest::no, true);
+      // `best` names the best-scoring checkpoint among those written at an evaluation: this epoch's (also when a
+      // max_steps stop at its last step wrote it), or a step checkpoint at a step evaluation.
+      const bool with_checkpoint =
+          (epoch_checkpoint_due && at_epoch_end) || (step_eval && step_checkpoint_due(st.step));
+      const Scored sc = evaluate_now({.step = st.step,
+                                      .epoch = epoch,
+                                      .batch = at_epoch_end ? spe : loader.position().batch,
+                                      .seconds = secs,
+                                      .train_loss = train_loss,
+                                      .point = EvalPoint::epoch_end},
+                                     with_checkpoint);
+      // The checkpoint written before the evaluation is written again when it must hold the evaluation's scores: a
+      // run resumed from it does not evaluate this step again (at an epoch's end it continues at the next epoch).
+      const bool rewrite = checkpoint_before_eval && ((stop && at_epoch_end) || step_eval) &&
+                           (sc.improved || sc.best_checkpoint);
+      if (epoch_checkpoint || rewrite) save(sc.best_checkpoint ? io::MarkBest::yes : io::MarkBest::no, true);
     } else if (epoch_checkpoint) {
       save(io::MarkBest::no);
     }

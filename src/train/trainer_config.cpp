@@ -48,6 +48,9 @@ DataSection read_text_data(ConfigReader r, DataSection s) {
   s.batch_size = r.get<int64_t>("batch_size", 8, Range::at_least(1));
   s.eval_batch_size = r.get<int64_t>("eval_batch_size", 8, Range::at_least(1));
   s.pin_memory = r.get("pin_memory", true);
+  // The first N rows of each split (windows of seq_len tokens, or chat examples / packed rows), as for images.
+  s.train_limit = r.get<int64_t>("train_limit", 0, Range::non_negative());
+  s.test_limit = r.get<int64_t>("test_limit", 0, Range::non_negative());
   return s;
 }
 
@@ -366,6 +369,7 @@ TrainSection read_train(ConfigReader r, const DataSection& data) {
   else
     s.label_smoothing = r.get("label_smoothing", 0.0, Range::half_open(0.0, 1.0));
   s.eval_every = r.get<int64_t>("eval_every", 1, Range::at_least(1));
+  s.eval_every_steps = r.get<int64_t>("eval_every_steps", 0, Range::non_negative());
   s.tf32 = r.get("tf32", false);
   s.cuda_graph = r.get_enum("cuda_graph", "auto", {"auto", "true", "false"});
   s.grad_accum_steps = r.get<int64_t>("grad_accum_steps", 1, Range::at_least(1));

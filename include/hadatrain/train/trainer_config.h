@@ -37,7 +37,8 @@ struct DataSection {
   int64_t eval_batch_size = 1000;
   int num_workers = 1;
   bool pin_memory = true;   // CUDA training: batches in page-locked memory, asynchronous copies
-  int64_t train_limit = 0;  // first N training samples only (0 = all)
+  // The first N samples of the training / test split only (0 = all); language-model data: the first N rows.
+  int64_t train_limit = 0;
   int64_t test_limit = 0;
   CifarLabelKind label = CifarLabelKind::fine;
   AugmentKind augment = AugmentKind::none;
@@ -141,6 +142,9 @@ struct TrainSection {
   Precision precision = Precision::fp32;  // forward compute dtype (bf16 casts activations and weights)
   double label_smoothing = 0.0;
   int64_t eval_every = 1;  // epochs between evaluations (the last epoch is always evaluated)
+  // Also evaluate after every this many optimiser steps, counted from the run's start (0 = off); a step that ends
+  // an epoch or the run is evaluated once, at that epoch's end.
+  int64_t eval_every_steps = 0;
   bool tf32 = false;       // f32 matrix products on CUDA may use TF32 tensor cores (cuBLASLt)
   // Record the training step into a CUDA graph and replay it (cuda/graph.h): "auto" (on CUDA; steps run
   // eagerly when a step cannot be recorded), "true" (a refused recording is an error), "false".
@@ -160,7 +164,7 @@ struct CheckpointSection {
   int64_t every_epochs = 0;  // 0 = no epoch checkpoints
   int64_t every_steps = 0;   // 0 = no step checkpoints
   int keep_last = 2;
-  bool keep_best = true;  // point `best` at the checkpoint with the highest test accuracy
+  bool keep_best = true;  // point `best` at the best-scoring checkpoint written at an evaluation
   std::string dir;        // default: <out_dir>/checkpoints
   // on_save_failure: stop (a failed save stops the run, naming the last good checkpoint) or continue (warn
   // and train on; the next save tries again).
