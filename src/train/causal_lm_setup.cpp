@@ -103,6 +103,8 @@ std::shared_ptr<const data::TextDataset> first_rows(std::shared_ptr<const data::
 }  // namespace
 
 void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
+  HT_ASSERT(cfg.data.text.seq_len > 0, "data.seq_len is not decided yet: the config goes through with_source_seq_len "
+                                       "before its data is made");
   data::TextDataOptions o = cfg.data.text;
   for (auto& p : o.paths) p = expand_home(p);
   for (auto& p : o.val_paths) p = expand_home(p);
@@ -177,6 +179,16 @@ void check_source_tokenizer(const LlamaSource& src, const std::string& data_toke
                "holds the same vocabulary", source, theirs, ours, path);
 }
 }  // namespace
+
+TrainerConfig with_source_seq_len(TrainerConfig cfg) {
+  const bool text = cfg.data.dataset == DatasetKind::text || cfg.data.dataset == DatasetKind::chat;
+  if (!text || cfg.data.text.seq_len != 0 || cfg.model.init_from.empty()) return cfg;
+  const int64_t positions = find_llama_source(cfg.model.init_from).config.max_position_embeddings;
+  set_default_seq_len(cfg, positions);
+  spdlog::info("data.seq_len {}: model.init_from {}'s max_position_embeddings {}, at most 512 (data.seq_len not given)",
+               cfg.data.text.seq_len, cfg.model.init_from, positions);
+  return cfg;
+}
 
 // Note [LM model sources]
 // model.init_from names where the weights come from: an HF folder (config.json + safetensors) or one of our

@@ -24,6 +24,10 @@ namespace ht::train {
 // The text datasets of data.dataset text | chat, with the tokenizer's vocabulary size.
 void make_text_datasets(const TrainerConfig& cfg, Datasets& ds);
 
+// `cfg` with data.seq_len set when the config left it to model.init_from's source (Note [data.seq_len's default] in
+// trainer_config.cpp): the source's architecture is read for its max_position_embeddings. Otherwise `cfg` as it is.
+TrainerConfig with_source_seq_len(TrainerConfig cfg);
+
 // model.name llama (Note [LM model sources] in causal_lm_setup.cpp).
 // InitWeights::replaced_by_checkpoint: model.init_from's architecture without reading its weights.
 std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,

@@ -19,6 +19,7 @@
 #include "hadatrain/train/pipeline_config.h"
 #include "hadatrain/train/task.h"
 #include "batch_source.h"
+#include "causal_lm_setup.h"
 #include "trainer_setup.h"
 
 namespace ht::train {
@@ -134,8 +135,9 @@ std::vector<std::string> split_pipeline_list(const std::string& list) {
   return out;
 }
 
-std::vector<LayerGradReport> inspect_grads(const TrainerConfig& cfg, const InspectOptions& opts) {
+std::vector<LayerGradReport> inspect_grads(const TrainerConfig& config, const InspectOptions& opts) {
   HT_CHECK(!opts.pipelines.empty(), "inspect-grads: no pipelines given");
+  const TrainerConfig cfg = with_source_seq_len(config);  // data.seq_len left to model.init_from's positions
   const Device device = cfg.train.device;
   check_device(device);
   const Datasets ds = make_datasets(cfg);

@@ -146,7 +146,8 @@ EvalResult evaluate_test_set(nn::Module& model, const Task& task, const TrainerC
 TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume, const std::atomic<int>* stop_request) {
   // dist.mode ddp (docs/distributed.md): joins the other ranks; cfg is this rank's view (rank_config).
   const std::unique_ptr<DistributedRun> dist_run = DistributedRun::start(run_cfg);
-  const TrainerConfig cfg = rank_config(run_cfg, dist_run.get());
+  // with_source_seq_len: data.seq_len left to model.init_from's positions is decided now, before the data's rows.
+  const TrainerConfig cfg = with_source_seq_len(rank_config(run_cfg, dist_run.get()));
   check_device(cfg.train.device);
   // The run's folder is created after setup (below); one that cannot be is reported before the setup's work.
   io::check_output_path(cfg.run.out_dir, io::OutputKind::directory, "run.out_dir");
@@ -592,7 +593,7 @@ CheckpointEvaluation run_evaluation(const TrainerConfig& run_cfg, const std::str
   // Under a launcher the ranks share the evaluation, rank 0 reports (Note [Sharded evaluation] in distributed.cpp).
   const std::unique_ptr<DistributedRun> dist_run =
       DistributedRun::start_evaluation(run_cfg, checkpoint_dir + (average ? " (its weight average, --ema)" : ""));
-  const TrainerConfig cfg = rank_config(run_cfg, dist_run.get());  // on CUDA: the GPU LOCAL_RANK
+  const TrainerConfig cfg = with_source_seq_len(rank_config(run_cfg, dist_run.get()));  // on CUDA: the GPU LOCAL_RANK
   check_device(cfg.train.device);
   const Datasets ds = make_datasets(cfg);
   Generator init_gen(cfg.run.seed);

@@ -36,7 +36,8 @@ DataSection read_text_data(ConfigReader r, DataSection s) {
   }
   t.tokenizer = r.get<std::string>("tokenizer", "");
   if (t.tokenizer.empty()) r.fail("tokenizer", "expected a tokenizer file or folder (tokenizer.model, tokenizer.json)");
-  t.seq_len = r.get<int64_t>("seq_len", 512, Range::at_least(2));
+  // Absent: 0 until the model's positions are known (Note [data.seq_len's default]).
+  t.seq_len = r.has("seq_len") ? r.get<int64_t>("seq_len", 0, Range::at_least(2)) : 0;
   t.cache_dir = r.get<std::string>("cache_dir", "");
   t.extensions = r.get_list<std::string>("extensions", {chat ? ".jsonl" : ".txt"});
   if (chat) {
@@ -443,6 +444,26 @@ std::string model_name(ModelKind m) {
   return "?";
 }
 
+// Note [data.seq_len's default]
+// A config without data.seq_len takes the model's context: its max_position_embeddings, at most 512 (the rows of the
+// recipes; a large context such as Llama-3.2's 131072 positions would make rows no test-size run affords). A
+// preset's positions (with the model.llama overrides) are known when the config is read, and read_sections records
+// the value then. model.init_from's are in the source's files, read when the run starts: seq_len stays 0 in the
+// config until with_source_seq_len (causal_lm_setup.h) sets it and records it in resolved_yaml. Either way the run's
+// config.yaml holds the value used, so the saved config runs again the same. A seq_len the config gives that is
+// longer than the model's positions is an error: check_data_fits_model for a preset, make_llama for init_from.
+int64_t default_seq_len(int64_t max_position_embeddings) { return std::min<int64_t>(512, max_position_embeddings); }
+
+void set_default_seq_len(TrainerConfig& c, int64_t max_position_embeddings) {
+  HT_ASSERT(c.data.text.seq_len == 0, "data.seq_len is already {}", c.data.text.seq_len);
+  c.data.text.seq_len = default_seq_len(max_position_embeddings);
+  YAML::Node resolved = YAML::Load(c.resolved_yaml);
+  resolved["data"]["seq_len"] = c.data.text.seq_len;
+  YAML::Emitter out;
+  out << resolved;
+  c.resolved_yaml = std::string(out.c_str()) + "\n";
+}
+
 namespace {
 
 // How read_sections treats an error in a section: `stop` throws it; `go_on` (the config as the file alone gives it,
@@ -468,9 +489,8 @@ void check_data_fits_model(ConfigReader root, const TrainerConfig& c) {
                                    named(data, "dataset", dataset_name(c.data.dataset)), model_name(c.model.name)));
   if (text && c.model.init_from.empty() && c.data.text.seq_len > c.model.llama.max_position_embeddings) {
     const std::string positions = model.child("llama").location("max_position_embeddings");
-    data.fail("seq_len", fmt::format("{}{} is longer than the model's max_position_embeddings {} ({})",
-                                     c.data.text.seq_len, data.location("seq_len").empty() ? " (the default)" : "",
-                                     c.model.llama.max_position_embeddings,
+    data.fail("seq_len", fmt::format("{} is longer than the model's max_position_embeddings {} ({})",
+                                     c.data.text.seq_len, c.model.llama.max_position_embeddings,
                                      positions.empty() ? "model.preset " + c.model.preset + "'s"
                                                        : "model.llama.max_position_embeddings, " + positions));
   }
@@ -492,6 +512,11 @@ TrainerConfig read_sections(ConfigReader root, OnError on_error) {
   c.run = section("run", [&](ConfigReader r) { return read_run(r, default_name); });
   c.data = section("data", read_data);
   c.model = section("model", read_model);
+  // Note [data.seq_len's default]: a preset's positions are known now.
+  const bool text = c.data.dataset == DatasetKind::text || c.data.dataset == DatasetKind::chat;
+  if (text && c.data.text.seq_len == 0 && c.model.name == ModelKind::llama && c.model.init_from.empty())
+    c.data.text.seq_len =
+        root.child("data").get<int64_t>("seq_len", default_seq_len(c.model.llama.max_position_embeddings));
   c.optim = section("optim", [&](ConfigReader r) { return read_optim(r, c.model.name); });
   c.schedule = section("schedule", read_schedule);
   c.train = section("train", [&](ConfigReader r) { return read_train(r, c.data); });

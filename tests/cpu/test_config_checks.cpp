@@ -34,7 +34,7 @@ std::string error_reading(const std::string& yaml, const std::vector<std::string
 
 bool holds(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-const std::string kText = "data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n";  // 4 lines, seq_len 512
+const std::string kText = "data:\n  dataset: text\n  paths: [a]\n  tokenizer: t\n";  // 4 lines, no seq_len
 
 }  // namespace
 
@@ -122,11 +122,36 @@ TEST_CASE("the data and the model are checked against each other when the config
         "c.yaml:5:12: data.seq_len: 200 is longer than the model's max_position_embeddings 128 "
         "(model.llama.max_position_embeddings, c.yaml:9:30)");
   CHECK(read(kText + "  seq_len: 256\n" + llama).data.text.seq_len == 256);
-  CHECK(error_reading(kText + llama) ==
-        "c.yaml:1:1: data.seq_len: 512 (the default) is longer than the model's max_position_embeddings 256 "
-        "(model.preset tiny's)");
   // With init_from the architecture comes from the source's files, which the run reads.
   CHECK(read(kText + "  seq_len: 300\n" + llama + "  init_from: some/hf\n").model.init_from == "some/hf");
+}
+
+TEST_CASE("data.seq_len defaults to the preset's positions, at most 512, and the resolved config records it",
+          "[config]") {
+  const std::string llama = "model:\n  name: llama\n";
+  const TrainerConfig tiny = read(kText + llama);  // tiny: 256 positions
+  CHECK(tiny.data.text.seq_len == 256);
+  CHECK(holds(tiny.resolved_yaml, "\n  seq_len: 256\n"));
+  CHECK(read(kText + llama + "  llama:\n    max_position_embeddings: 100\n").data.text.seq_len == 100);
+  CHECK(read(kText + llama, {"model.llama.max_position_embeddings=40"}).data.text.seq_len == 40);
+  CHECK(read(kText + llama + "  preset: sotu_small\n").data.text.seq_len == 512);
+  CHECK(read(kText + llama + "  preset: llama32_1b\n").data.text.seq_len == 512);  // 131072 positions
+  // The saved config gives the value, and reads back to it whatever the model's positions become.
+  const TrainerConfig again = read(tiny.resolved_yaml, {"model.llama.max_position_embeddings=300"});
+  CHECK(again.data.text.seq_len == 256);
+  // With init_from the source's positions decide it when the run starts (set_default_seq_len): 0 until then, and
+  // not in the resolved config.
+  TrainerConfig from = read(kText + llama + "  init_from: some/hf\n");
+  CHECK(from.data.text.seq_len == 0);
+  CHECK(!holds(from.resolved_yaml, "seq_len"));
+  const std::string before = from.resolved_yaml;
+  set_default_seq_len(from, 2048);
+  CHECK(from.data.text.seq_len == 512);
+  // The resolved config gains the key, and its other values stay.
+  YAML::Node after = YAML::Load(from.resolved_yaml);
+  CHECK(after["data"]["seq_len"].as<int64_t>() == 512);
+  after["data"].remove("seq_len");
+  CHECK(YAML::Dump(after) == YAML::Dump(YAML::Load(before)));
 }
 
 TEST_CASE("a llama preset's shape overrides are checked when the config is read", "[config]") {

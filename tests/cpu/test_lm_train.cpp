@@ -233,6 +233,13 @@ TEST_CASE("LM config mistakes are named", "[lm_train]") {
                                                         "model.init_from=" + base.run.out_dir + "/checkpoints"});
   CHECK(test::error_of([&] { run_training(long_rows); })
             .find("data.seq_len 300 is longer than the model's max_position_embeddings 256") != std::string::npos);
+  // Without data.seq_len the rows take init_from's positions (256, under 512) when the run starts, and the run's
+  // config.yaml records them.
+  const TrainerConfig fitted = tiny_lm("source_rows", {"data.seq_len=null", "model.preset=null", "train.max_steps=1",
+                                                       "model.init_from=" + base.run.out_dir + "/checkpoints"});
+  CHECK(fitted.data.text.seq_len == 0);
+  run_training(fitted);
+  CHECK(load_trainer_config(fitted.run.out_dir + "/config.yaml").data.text.seq_len == 256);
 }
 
 // Metadata that hadatrain writes as JSON, edited or made by another program: the error names the file and the key.

@@ -48,7 +48,8 @@ struct DataSection {
   // (data::LoaderOptions::repeats, Note [Repeated augmentation]); 1: off.
   int64_t repeated_augmentation = 1;
   std::vector<double> normalize_mean, normalize_std;  // per channel (one value = all channels)
-  // dataset text | chat: language-model data (data/text_data.h); the image keys above do not apply.
+  // dataset text | chat: language-model data (data/text_data.h); the image keys above do not apply. text.seq_len
+  // is 0 in a config with model.init_from and no data.seq_len until the run sets it (set_default_seq_len).
   data::TextDataOptions text;
   // Bilinear resize of every image (train and test) to resize x resize before the augmentation, e.g. CIFAR at
   // 224 for a model pretrained on ImageNet (0 = keep the dataset's size).
@@ -201,6 +202,13 @@ struct TrainerConfig {
 // Reads every section from `root`, rejects unknown keys and records the resolved YAML.
 TrainerConfig read_trainer_config(ConfigReader root);
 TrainerConfig load_trainer_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// data.seq_len when the config does not give it: the model's max_position_embeddings, at most 512
+// (Note [data.seq_len's default] in trainer_config.cpp).
+int64_t default_seq_len(int64_t max_position_embeddings);
+// Sets the data.seq_len of a config read without one and with model.init_from (0 until the source's positions are
+// read) to default_seq_len(max_position_embeddings), and records it in resolved_yaml.
+void set_default_seq_len(TrainerConfig& c, int64_t max_position_embeddings);
 
 std::string dataset_name(DatasetKind d);
 std::string model_name(ModelKind m);
