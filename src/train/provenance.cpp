@@ -286,6 +286,7 @@ std::string string_at(const json& r, const char* key) {
 }
 
 void describe_init_from(const json& r, const std::string& how, Lines& out);
+void describe_hf_provenance(const json& p, const std::string& by, Lines& out);
 
 // A kSourceKey record (format "hf"): the folder, its name on the hub, its files; then what the folder was made from.
 void describe_hf(const json& r, const std::string& how, Lines& out) {
@@ -299,9 +300,11 @@ void describe_hf(const json& r, const std::string& how, Lines& out) {
   const std::size_t files = r.contains("files") && r["files"].is_array() ? r["files"].size() : 0;
   out.push_back(fmt::format("{} the HF folder {} ({}{} file(s), each with its SHA-256)", how, text_of(r, "folder"), what,
                             files));
-  if (!r.contains("provenance")) return;
-  const json& p = r["provenance"];
-  const std::string by = "which hadatrain convert wrote from";
+  if (r.contains("provenance")) describe_hf_provenance(r["provenance"], "which hadatrain convert wrote from", out);
+}
+
+// An HF folder's models::kHfProvenanceFile: what `hadatrain convert` wrote the folder from ("by" starts the line).
+void describe_hf_provenance(const json& p, const std::string& by, Lines& out) {
   const std::string format = string_at(p, "format");
   if (format == "llama2c") {
     out.push_back(fmt::format("{} the llama2.c file {}", by, text_of(p, "file")));
@@ -342,6 +345,13 @@ std::vector<std::string> provenance_lines(const io::Metadata& md) {
   const auto parsed = [&](const char* key) { return json::parse(md.at(key), nullptr, /*allow_exceptions=*/false); };
   if (md.count(kInitFromKey)) describe_init_from(parsed(kInitFromKey), "trained from", out);
   if (md.count(kSourceKey)) describe_hf(parsed(kSourceKey), "converted from", out);
+  return out;
+}
+
+std::vector<std::string> hf_provenance_lines(const std::string& text) {
+  Lines out;
+  describe_hf_provenance(json::parse(text, nullptr, /*allow_exceptions=*/false), "written by hadatrain convert from",
+                         out);
   return out;
 }
 

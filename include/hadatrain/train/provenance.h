@@ -79,5 +79,9 @@ nlohmann::json llama2c_provenance_record(const std::filesystem::path& file, int 
 // convert wrote from the checkpoint DIR (step N)", ... Empty when the checkpoint records none. A record that is not
 // what hadatrain writes is said to be so in its line, never an error: inspecting a damaged checkpoint must work.
 std::vector<std::string> provenance_lines(const io::Metadata& md);
+// The same for an HF folder from the text of its models::kHfProvenanceFile: "written by hadatrain convert from the
+// checkpoint DIR (step N)" (or "... from the llama2.c file FILE"), then what that checkpoint was made from. A text
+// that is not what hadatrain writes is said to be so in its line.
+std::vector<std::string> hf_provenance_lines(const std::string& text);
 
 }  // namespace ht::train
