@@ -332,7 +332,8 @@ void describe_init_from(const json& r, const std::string& how, Lines& out) {
                               text_of(r, "sha256")));
   } else if (kind == "folder") {
     const std::size_t files = r.contains("files") && r["files"].is_array() ? r["files"].size() : 0;
-    out.push_back(fmt::format("{} the folder {} ({} file(s), each with its SHA-256)", how, text_of(r, "folder"), files));
+    out.push_back(
+        fmt::format("{} the folder {} ({} file(s), each with its SHA-256)", how, text_of(r, "folder"), files));
   } else {
     out.push_back(fmt::format("{} a model whose record is not what hadatrain writes", how));
   }

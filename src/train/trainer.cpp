@@ -532,7 +532,8 @@ CheckpointEvaluation run_evaluation(const TrainerConfig& run_cfg, const std::str
   const Datasets ds = make_datasets(cfg);
   Generator init_gen(cfg.run.seed);
   // The checkpoint's weights replace every parameter (a strict load): model.init_from gives the architecture only.
-  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0), {.weights = InitWeights::replaced_by_checkpoint});
+  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0),
+                          {.weights = InitWeights::replaced_by_checkpoint});
   model->to(cfg.train.dtype);
   const EvalWeights weights = read_checkpoint_for_eval(checkpoint_dir);
   const io::Checkpoint& ck = weights.ck;
