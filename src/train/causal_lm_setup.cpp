@@ -18,7 +18,6 @@
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/json_metadata.h"
 #include "hadatrain/train/causal_lm.h"
-#include "hadatrain/train/provenance.h"
 
 namespace ht::train {
 namespace {
@@ -180,10 +179,12 @@ void check_source_tokenizer(const LlamaSource& src, const std::string& data_toke
 }
 }  // namespace
 
-TrainerConfig with_source_seq_len(TrainerConfig cfg) {
+TrainerConfig with_source_seq_len(TrainerConfig cfg, const InitFromSource* init_from) {
   const bool text = cfg.data.dataset == DatasetKind::text || cfg.data.dataset == DatasetKind::chat;
   if (!text || cfg.data.text.seq_len != 0 || cfg.model.init_from.empty()) return cfg;
-  const int64_t positions = find_llama_source(cfg.model.init_from).config.max_position_embeddings;
+  const int64_t positions = init_from != nullptr && init_from->llama
+                                ? init_from->llama->config.max_position_embeddings
+                                : find_llama_source(cfg.model.init_from).config.max_position_embeddings;
   set_default_seq_len(cfg, positions);
   spdlog::info("data.seq_len {}: model.init_from {}'s max_position_embeddings {}, at most 512 (data.seq_len not given)",
                cfg.data.text.seq_len, cfg.model.init_from, positions);
@@ -200,12 +201,14 @@ TrainerConfig with_source_seq_len(TrainerConfig cfg) {
 // the source did). A resumed run reads the source's architecture only: its checkpoint holds every weight (the
 // frozen base included), so reading the source's weights too would only cost time (16 GB for an 8B base).
 std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
-                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
+                                       std::shared_ptr<Generator> dropout_gen, const ModelStart& start) {
   const ModelSection& m = cfg.model;
   std::optional<LlamaSource> src;
   models::LlamaConfig c = m.llama;
   if (!m.init_from.empty()) {
-    src = find_llama_source(m.init_from);
+    HT_ASSERT(start.init_from != nullptr && start.init_from->llama.has_value(),
+              "make_llama: model.init_from {} is not resolved", m.init_from);
+    src = *start.init_from->llama;  // Note [model.init_from resolved once] in trainer_setup.cpp
     HT_CHECK(!src->lora, "model.init_from: {} is a checkpoint of a LoRA run; convert it to an HF folder first "
                          "(hadatrain convert merges the adapters) and start from that",
              src->dir.string());
@@ -226,7 +229,7 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
              c.max_position_embeddings);
   }
   auto model = build_llama(c, m.lora, src.has_value(), init_gen, dropout_gen);
-  if (src && weights == InitWeights::read) {
+  if (src && start.weights == InitWeights::read) {
     models::load_hf_tensors(*model, source_tensors(*src), src->dir.string());
     spdlog::info("model.init_from: weights of {}", src->dir.string());
   } else if (src) {
@@ -278,8 +281,7 @@ std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Da
   return std::make_unique<LoaderSource<data::TextLoader>>(split == Split::train ? ds.text_train : ds.text_test, o);
 }
 
-io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model,
-                                    InitFromRecord init_from) {
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model) {
   io::Metadata md;
   const auto* llama = dynamic_cast<const models::Llama*>(&model);
   if (llama == nullptr) return md;
@@ -288,13 +290,6 @@ io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds
     record_tokenizer(md, expand_home(cfg.data.text.tokenizer), ds.tokenizer_fingerprint, ds.vocab_size);
   }
   if (cfg.model.lora) md[kLoraKey] = lora_to_json(*cfg.model.lora).dump();
-  if (init_from == InitFromRecord::make && !cfg.model.init_from.empty()) {
-    const LlamaSource src = find_llama_source(cfg.model.init_from);
-    if (src.kind == LlamaSource::Kind::hf)
-      spdlog::info("model.init_from: recording the SHA-256 of the files of {} in the run's checkpoints",
-                   src.dir.string());
-    md[kInitFromKey] = init_from_record(cfg.model.init_from, src).dump();
-  }
   return md;
 }
 

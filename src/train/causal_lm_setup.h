@@ -25,13 +25,14 @@ namespace ht::train {
 void make_text_datasets(const TrainerConfig& cfg, Datasets& ds);
 
 // `cfg` with data.seq_len set when the config left it to model.init_from's source (Note [data.seq_len's default] in
-// trainer_config.cpp): the source's architecture is read for its max_position_embeddings. Otherwise `cfg` as it is.
-TrainerConfig with_source_seq_len(TrainerConfig cfg);
+// trainer_config.cpp): the source's max_position_embeddings, from `init_from` (resolve_init_from's) when given, else
+// read from the source. Otherwise `cfg` as it is.
+TrainerConfig with_source_seq_len(TrainerConfig cfg, const InitFromSource* init_from = nullptr);
 
-// model.name llama (Note [LM model sources] in causal_lm_setup.cpp).
-// InitWeights::replaced_by_checkpoint: model.init_from's architecture without reading its weights.
+// model.name llama (Note [LM model sources] in causal_lm_setup.cpp), from start.init_from (model.init_from resolved,
+// required when the config sets it). InitWeights::replaced_by_checkpoint: its architecture without reading its weights.
 std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
-                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights = InitWeights::read);
+                                       std::shared_ptr<Generator> dropout_gen, const ModelStart& start);
 
 // train.precision bf16 on a Llama: freezes what the freeze rules freeze (freeze_rules: the LoRA base,
 // train.freeze's patterns; make_optimizer applies the same rules again) and holds the frozen matrices in bf16
@@ -48,14 +49,8 @@ std::unique_ptr<Task> make_causal_lm_task(const TrainerConfig& cfg, nn::Module& 
 std::unique_ptr<BatchSource> make_text_loader(const TrainerConfig& cfg, const Datasets& ds, Split split,
                                               int64_t min_last_batch = 1);
 
-// Whether lm_checkpoint_metadata records what the run started from (model.init_from): `make` for a new run's
-// checkpoint writer; a resumed run carries its checkpoint's record instead, and other ranks write no checkpoint
-// (Note [Provenance of a fine-tuned run] in provenance.cpp).
-enum class InitFromRecord { make, none };
-// What an LM checkpoint records about its model and tokenizer (train/lm_source.h's keys), and with
-// InitFromRecord::make and model.init_from set what the run started from (kInitFromKey: train::init_from_record,
-// which reads an HF folder's weight files once more for their SHA-256); empty for other models.
-io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model,
-                                    InitFromRecord init_from);
+// What an LM checkpoint records about its model and tokenizer (train/lm_source.h's keys); empty for other models.
+// What a run started from (kInitFromKey) is the trainer's to add, for every model (init_from_record).
+io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds, nn::Module& model);
 
 }  // namespace ht::train

@@ -74,27 +74,31 @@ std::string list(const std::vector<std::string>& names) { return first_names(nam
 
 }  // namespace
 
-std::map<std::string, Tensor> read_pretrained(const fs::path& path) {
+fs::path resolve_pretrained(const fs::path& path) {
   std::error_code ec;
   HT_CHECK(fs::exists(path, ec),
            "model.init_from: {} does not exist (expected a .safetensors file or a folder holding model.safetensors; "
            "docs/reproduction.md says where pretrained weights come from)",
            path.string());
   // A checkpoint pointer file (checkpoints/latest, checkpoints/best): the checkpoint it names.
-  if (const fs::path named = io::resolve_checkpoint_pointer(path); named != path)
-    return io::load_safetensors(named / "model.safetensors").tensors;
-  if (fs::is_directory(path, ec)) {
-    if (fs::exists(path / "model.safetensors.index.json", ec)) return io::load_sharded_safetensors(path).tensors;
-    if (fs::exists(path / "model.safetensors", ec)) return io::load_safetensors(path / "model.safetensors").tensors;
-    // A run's checkpoint folder (step_<N>/ folders): its latest checkpoint.
-    const auto step = io::latest_checkpoint_step(path);
-    HT_CHECK(step.has_value(),
-             "model.init_from: the folder {} holds neither model.safetensors, model.safetensors.index.json nor "
-             "step_<N> checkpoints",
-             path.string());
-    return io::load_safetensors(io::checkpoint_dir(path, *step) / "model.safetensors").tensors;
-  }
-  return io::load_safetensors(path).tensors;
+  if (const fs::path named = io::resolve_checkpoint_pointer(path); named != path) return named;
+  if (!fs::is_directory(path, ec)) return path;
+  if (fs::exists(path / "model.safetensors.index.json", ec) || fs::exists(path / "model.safetensors", ec)) return path;
+  // A run's checkpoint folder (step_<N> folders): its latest checkpoint.
+  const auto step = io::latest_checkpoint_step(path);
+  HT_CHECK(step.has_value(),
+           "model.init_from: the folder {} holds neither model.safetensors, model.safetensors.index.json nor "
+           "step_<N> checkpoints",
+           path.string());
+  return io::checkpoint_dir(path, *step);
+}
+
+std::map<std::string, Tensor> read_pretrained(const fs::path& path) {
+  const fs::path source = resolve_pretrained(path);
+  std::error_code ec;
+  if (!fs::is_directory(source, ec)) return io::load_safetensors(source).tensors;
+  if (fs::exists(source / "model.safetensors.index.json", ec)) return io::load_sharded_safetensors(source).tensors;
+  return io::load_safetensors(source / "model.safetensors").tensors;
 }
 
 std::map<std::string, Tensor> strip_wrapper_prefix(std::map<std::string, Tensor> source) {

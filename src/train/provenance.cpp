@@ -42,19 +42,46 @@ json config_essentials(const fs::path& config_path) {
   return out;
 }
 
-// The record a checkpoint keeps under `key` (kSourceKey, kInitFromKey), parsed; errors name the file and the key.
-json checkpoint_record(const LlamaSource& src, const char* key) {
-  const fs::path file = src.dir / "model.safetensors";
-  json r = io::read_json_metadata(src.metadata, key, file, [](json j) { return j; });
+// The record the checkpoint `dir` (its model.safetensors metadata `md`) keeps under `key` (kSourceKey, kInitFromKey),
+// parsed; errors name the file and the key.
+json checkpoint_record(const fs::path& dir, const io::Metadata& md, const char* key) {
+  const fs::path file = dir / "model.safetensors";
+  json r = io::read_json_metadata(md, key, file, [](json j) { return j; });
   HT_CHECK(r.is_object(), "{}: the metadata \"{}\" is {}, not what hadatrain writes (a JSON object)", file.string(),
            key, r.dump());
   return r;
 }
 
 // A checkpoint's own records, nested into the record of what was made from it.
-void nest_checkpoint_records(const LlamaSource& src, json& r) {
-  if (src.metadata.count(kSourceKey)) r["source"] = checkpoint_record(src, kSourceKey);
-  if (src.metadata.count(kInitFromKey)) r["init_from"] = checkpoint_record(src, kInitFromKey);
+void nest_checkpoint_records(const fs::path& dir, const io::Metadata& md, json& r) {
+  if (md.count(kSourceKey)) r["source"] = checkpoint_record(dir, md, kSourceKey);
+  if (md.count(kInitFromKey)) r["init_from"] = checkpoint_record(dir, md, kInitFromKey);
+}
+
+// The weight files of a folder read_pretrained reads (relative names): the index and its shards (sorted), or
+// model.safetensors. Errors name an index that is not one.
+std::vector<std::string> pretrained_folder_files(const fs::path& dir) {
+  const fs::path index = dir / "model.safetensors.index.json";
+  std::error_code ec;
+  if (!fs::exists(index, ec)) return {"model.safetensors"};
+  const json j = models::read_json_file(index, "the index");
+  HT_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+           "{}: no \"weight_map\" object, so not a safetensors index", index.string());
+  std::set<std::string> shards;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    HT_CHECK(file.is_string(), "{}: \"weight_map\" maps '{}' to {}, expected a file name", index.string(), name,
+             file.dump());
+    shards.insert(file.get<std::string>());
+  }
+  std::vector<std::string> out = {"model.safetensors.index.json"};
+  out.insert(out.end(), shards.begin(), shards.end());
+  return out;
+}
+
+// One of our checkpoints, as read_pretrained finds it: a folder with state.json beside model.safetensors.
+bool is_our_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path / "model.safetensors", ec) && fs::is_regular_file(path / "state.json", ec);
 }
 
 }  // namespace
@@ -161,28 +188,61 @@ io::CheckpointData checkpoint_from_hf(const fs::path& dir, const fs::path& token
 }
 
 // Note [Provenance of a fine-tuned run]
-// A run started from model.init_from records in every checkpoint it writes what it started from (kInitFromKey): the
-// folder its weights were read from, and that source's own records nested (a checkpoint's kSourceKey and
-// kInitFromKey; an HF folder's hf_source_record), so a checkpoint trained from a checkpoint trained from a converted
-// one still names the HF folder and its files' SHA-256. The record is made once, when a new run starts, by the rank
-// that writes checkpoints (for an HF folder that reads every weight file once more). A resumed run keeps the record
-// of the checkpoint it resumes (Checkpointer::resume), whatever model.init_from names now: its weights descend from
-// what that run started from, and model.init_from then gives the architecture only (a checkpoint root's `latest` may
-// have moved on since). A checkpoint that records nothing gives a resumed run nothing to carry, and the run claims
-// nothing it did not record when the weights were read.
-json init_from_record(const std::string& init_from, const LlamaSource& src) {
+// A run started from model.init_from records in every checkpoint it writes what it started from (kInitFromKey), for
+// every model (a LLaMA, a ResNet or ViT from timm's or torchvision's weights or from one of our checkpoints): the
+// checkpoint, folder or file its weights were read from, which is the one source the model was built from (Note
+// [model.init_from resolved once] in trainer_setup.cpp), and that source's own records nested (a checkpoint's
+// kSourceKey and kInitFromKey; an HF folder's hf_source_record; a file's or hub folder's SHA-256), so a checkpoint
+// trained from a checkpoint trained from a converted one still names the HF folder and its files' SHA-256. The record
+// is made once, when a new run starts, by the rank that writes checkpoints (for anything but one of our checkpoints
+// that reads every weight file once more). A resumed run keeps the record of the checkpoint it resumes
+// (Checkpointer::resume), whatever model.init_from names now: its weights descend from what that run started from,
+// and model.init_from then gives the architecture only (a checkpoint root's `latest` may have moved on since). A
+// checkpoint that records nothing gives a resumed run nothing to carry, and the run claims nothing it did not record
+// when the weights were read.
+json init_from_record(const InitFromSource& src) {
   json r;
-  r["model.init_from"] = init_from;
-  r["folder"] = absolute_folder(src.dir);
-  if (src.kind == LlamaSource::Kind::hf) {
+  r["model.init_from"] = src.value;
+  if (src.llama && src.llama->kind == LlamaSource::Kind::hf) {
     r["kind"] = "hf";
-    r["source"] = hf_source_record(src.dir, models::read_hf_layout(src.dir));
+    r["folder"] = absolute_folder(src.llama->dir);
+    r["source"] = hf_source_record(src.llama->dir, models::read_hf_layout(src.llama->dir));
     return r;
   }
-  r["kind"] = "checkpoint";
-  r["step"] = io::checkpoint_step(src.metadata, src.dir);
-  nest_checkpoint_records(src, r);
+  if (src.llama || is_our_checkpoint(src.path)) {
+    const io::Metadata md =
+        src.llama ? src.llama->metadata : io::read_safetensors_header(src.path / "model.safetensors").metadata;
+    r["kind"] = "checkpoint";
+    r["folder"] = absolute_folder(src.path);
+    r["step"] = io::checkpoint_step(md, src.path);
+    nest_checkpoint_records(src.path, md, r);
+    return r;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(src.path, ec)) {
+    const FileSha256 d = sha256_file(src.path);
+    r["kind"] = "file";
+    r["file"] = fs::absolute(src.path).lexically_normal().string();
+    r["bytes"] = d.bytes;
+    r["sha256"] = d.sha256;
+    return r;
+  }
+  const std::vector<std::string> names = pretrained_folder_files(src.path);
+  std::vector<fs::path> paths;
+  for (const std::string& name : names) paths.push_back(src.path / name);
+  const std::vector<FileSha256> digests = sha256_files(paths);
+  json files = json::array();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    files.push_back({{"name", names[i]}, {"bytes", digests[i].bytes}, {"sha256", digests[i].sha256}});
+  r["kind"] = "folder";
+  r["folder"] = absolute_folder(src.path);
+  r["files"] = files;
   return r;
+}
+
+bool init_from_record_digests(const InitFromSource& src) {
+  if (src.llama) return src.llama->kind == LlamaSource::Kind::hf;
+  return !is_our_checkpoint(src.path);
 }
 
 json hf_provenance_record(const LlamaSource& src, DType dtype, int64_t lora_merged) {
@@ -195,7 +255,7 @@ json hf_provenance_record(const LlamaSource& src, DType dtype, int64_t lora_merg
   r["written_by"] = written_by();
   r["dtype"] = std::string(dtype_name(dtype));
   if (lora_merged > 0) r["lora_merged"] = lora_merged;
-  nest_checkpoint_records(src, r);
+  nest_checkpoint_records(src.dir, src.metadata, r);
   return r;
 }
 
@@ -226,6 +286,7 @@ std::string string_at(const json& r, const char* key) {
 }
 
 void describe_init_from(const json& r, const std::string& how, Lines& out);
+void describe_hf_provenance(const json& p, const std::string& by, Lines& out);
 
 // A kSourceKey record (format "hf"): the folder, its name on the hub, its files; then what the folder was made from.
 void describe_hf(const json& r, const std::string& how, Lines& out) {
@@ -239,9 +300,11 @@ void describe_hf(const json& r, const std::string& how, Lines& out) {
   const std::size_t files = r.contains("files") && r["files"].is_array() ? r["files"].size() : 0;
   out.push_back(fmt::format("{} the HF folder {} ({}{} file(s), each with its SHA-256)", how, text_of(r, "folder"), what,
                             files));
-  if (!r.contains("provenance")) return;
-  const json& p = r["provenance"];
-  const std::string by = "which hadatrain convert wrote from";
+  if (r.contains("provenance")) describe_hf_provenance(r["provenance"], "which hadatrain convert wrote from", out);
+}
+
+// An HF folder's models::kHfProvenanceFile: what `hadatrain convert` wrote the folder from ("by" starts the line).
+void describe_hf_provenance(const json& p, const std::string& by, Lines& out) {
   const std::string format = string_at(p, "format");
   if (format == "llama2c") {
     out.push_back(fmt::format("{} the llama2.c file {}", by, text_of(p, "file")));
@@ -255,7 +318,7 @@ void describe_hf(const json& r, const std::string& how, Lines& out) {
   }
 }
 
-// A kInitFromKey record: the checkpoint or HF folder a run started from, then what that was made from.
+// A kInitFromKey record: the checkpoint, HF folder, file or folder a run started from, then what that was made from.
 void describe_init_from(const json& r, const std::string& how, Lines& out) {
   const std::string kind = string_at(r, "kind");
   if (kind == "hf") {
@@ -264,6 +327,13 @@ void describe_init_from(const json& r, const std::string& how, Lines& out) {
     out.push_back(fmt::format("{} the checkpoint {} (step {})", how, text_of(r, "folder"), text_of(r, "step")));
     if (r.contains("source")) describe_hf(r["source"], "which was converted from", out);
     if (r.contains("init_from")) describe_init_from(r["init_from"], "which was trained from", out);
+  } else if (kind == "file") {
+    out.push_back(fmt::format("{} the file {} ({} bytes, SHA-256 {})", how, text_of(r, "file"), text_of(r, "bytes"),
+                              text_of(r, "sha256")));
+  } else if (kind == "folder") {
+    const std::size_t files = r.contains("files") && r["files"].is_array() ? r["files"].size() : 0;
+    out.push_back(
+        fmt::format("{} the folder {} ({} file(s), each with its SHA-256)", how, text_of(r, "folder"), files));
   } else {
     out.push_back(fmt::format("{} a model whose record is not what hadatrain writes", how));
   }
@@ -276,6 +346,13 @@ std::vector<std::string> provenance_lines(const io::Metadata& md) {
   const auto parsed = [&](const char* key) { return json::parse(md.at(key), nullptr, /*allow_exceptions=*/false); };
   if (md.count(kInitFromKey)) describe_init_from(parsed(kInitFromKey), "trained from", out);
   if (md.count(kSourceKey)) describe_hf(parsed(kSourceKey), "converted from", out);
+  return out;
+}
+
+std::vector<std::string> hf_provenance_lines(const std::string& text) {
+  Lines out;
+  describe_hf_provenance(json::parse(text, nullptr, /*allow_exceptions=*/false), "written by hadatrain convert from",
+                         out);
   return out;
 }
 

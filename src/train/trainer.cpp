@@ -29,6 +29,7 @@
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/nn/pipelines.h"
 #include "hadatrain/train/init_from.h"
+#include "hadatrain/train/provenance.h"
 #include "hadatrain/train/task.h"
 #include "batch_source.h"
 #include "causal_lm_setup.h"
@@ -146,8 +147,16 @@ EvalResult evaluate_test_set(nn::Module& model, const Task& task, const TrainerC
 TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume, const std::atomic<int>* stop_request) {
   // dist.mode ddp (docs/distributed.md): joins the other ranks; cfg is this rank's view (rank_config).
   const std::unique_ptr<DistributedRun> dist_run = DistributedRun::start(run_cfg);
-  // with_source_seq_len: data.seq_len left to model.init_from's positions is decided now, before the data's rows.
-  const TrainerConfig cfg = with_source_seq_len(rank_config(run_cfg, dist_run.get()));
+  const TrainerConfig rank_cfg = rank_config(run_cfg, dist_run.get());
+  // Pretrained weights only for a new run: a resumed one loads its checkpoint's weights instead (Checkpointer::
+  // resume fails when there is none). A llama reads model.init_from itself, when it is built: its architecture
+  // comes from there. model.init_from is resolved once, for data.seq_len's default, the model and the record of
+  // what the run started from (Note [model.init_from resolved once] in trainer_setup.cpp).
+  const InitWeights weights =
+      resume.kind == ResumeFrom::Kind::none ? InitWeights::read : InitWeights::replaced_by_checkpoint;
+  const std::optional<InitFromSource> init_from = resolve_init_from(rank_cfg, weights);
+  // data.seq_len left to model.init_from's positions is decided now, before the data's rows.
+  const TrainerConfig cfg = with_source_seq_len(rank_cfg, init_from ? &*init_from : nullptr);
   check_device(cfg.train.device);
   // The run's folder is created after setup (below); one that cannot be is reported before the setup's work.
   io::check_output_path(cfg.run.out_dir, io::OutputKind::directory, "run.out_dir");
@@ -161,11 +170,8 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   StepStream step_stream(device, graph_mode);
   Generator init_gen(cfg.run.seed);
   auto dropout_gen = std::make_shared<Generator>(cfg.run.seed ^ 0xD50F'0000'0000'0000ull);
-  // Pretrained weights only for a new run: a resumed one loads its checkpoint's weights instead (Checkpointer::
-  // resume fails when there is none). A llama reads model.init_from itself, when it is built: its architecture
-  // comes from there.
   auto model = make_model(cfg, ds, init_gen, dropout_gen,
-                          resume.kind == ResumeFrom::Kind::none ? InitWeights::read : InitWeights::replaced_by_checkpoint);
+                          {.weights = weights, .init_from = init_from ? &*init_from : nullptr});
   model->to(cfg.train.dtype);
   // bf16: a frozen LLaMA base held in bf16, rounded on the host (causal_lm_setup.h). Also under dist.mode:
   // DDP reduces only trainable parameters and FSDP gathers a frozen bf16 shard as it is (docs/distributed.md).
@@ -213,9 +219,13 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   if (dist_run && dist_run->fsdp()) sharded_state = dist_run->sharded_state(*model, cfg.checkpoint.sharded);
   // What a new run started from, recorded by the rank that writes checkpoints; a resumed run carries its checkpoint's
   // record (Note [Provenance of a fine-tuned run] in provenance.cpp).
-  const InitFromRecord record_init_from = resume.kind == ResumeFrom::Kind::none && (!dist_run || dist_run->rank() == 0)
-                                              ? InitFromRecord::make
-                                              : InitFromRecord::none;
+  io::Metadata model_metadata = lm_checkpoint_metadata(cfg, ds, *model);
+  if (init_from && resume.kind == ResumeFrom::Kind::none && (!dist_run || dist_run->rank() == 0)) {
+    if (init_from_record_digests(*init_from))
+      spdlog::info("model.init_from: recording the SHA-256 of the files of {} in the run's checkpoints",
+                   init_from->path.string());
+    model_metadata[kInitFromKey] = init_from_record(*init_from).dump();
+  }
   Checkpointer checkpointer({.dir = cfg.checkpoint.dir,
                              .keep_last = cfg.checkpoint.keep_last,
                              .keep_best = cfg.checkpoint.keep_best,
@@ -225,7 +235,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
                              .train_rows = ds.text_train ? ds.text_train->size() : ds.train->size(),
                              .train_digest = ds.text_train ? std::optional(ds.text_train->digest()) : std::nullopt,
                              .score_name = task->score_name(),
-                             .model_metadata = lm_checkpoint_metadata(cfg, ds, *model, record_init_from),
+                             .model_metadata = std::move(model_metadata),
                              .continue_on_save_failure = cfg.checkpoint.continue_on_save_failure},
                             {.model = model.get(),
                              .optimizer = optimizer.get(),
@@ -598,7 +608,8 @@ CheckpointEvaluation run_evaluation(const TrainerConfig& run_cfg, const std::str
   const Datasets ds = make_datasets(cfg);
   Generator init_gen(cfg.run.seed);
   // The checkpoint's weights replace every parameter (a strict load): model.init_from gives the architecture only.
-  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0), InitWeights::replaced_by_checkpoint);
+  auto model = make_model(cfg, ds, init_gen, std::make_shared<Generator>(0),
+                          {.weights = InitWeights::replaced_by_checkpoint});
   model->to(cfg.train.dtype);
   const EvalWeights weights = read_checkpoint_for_eval(checkpoint_dir);
   const io::Checkpoint& ck = weights.ck;

@@ -166,10 +166,10 @@ Datasets make_datasets(const TrainerConfig& cfg) {
 
 namespace {
 
-// The model of cfg.model, its weights from the initialiser (a LLaMA reads model.init_from itself when `weights`
-// says so: its architecture comes from there).
+// The model of cfg.model, its weights from the initialiser (a LLaMA reads model.init_from, start.init_from, itself
+// when start.weights says so: its architecture comes from there).
 std::shared_ptr<nn::Module> build_model(const TrainerConfig& cfg, const Datasets& ds, Generator& gen,
-                                        std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
+                                        std::shared_ptr<Generator> dropout_gen, const ModelStart& start) {
   const ModelSection& m = cfg.model;
   switch (m.name) {
     case ModelKind::mlp: {
@@ -201,7 +201,7 @@ std::shared_ptr<nn::Module> build_model(const TrainerConfig& cfg, const Datasets
                                           : models::ResNetFusion::bn_add_relu;
       return std::make_shared<models::ResNet>(rc, gen);
     }
-    case ModelKind::llama: return make_llama(cfg, ds, gen, std::move(dropout_gen), weights);
+    case ModelKind::llama: return make_llama(cfg, ds, gen, std::move(dropout_gen), start);
     case ModelKind::vit: {
       HT_CHECK(ds.height == ds.width, "model vit: images must be square, got {}x{}", ds.height, ds.width);
       models::VitConfig vc;
@@ -224,11 +224,38 @@ std::shared_ptr<nn::Module> build_model(const TrainerConfig& cfg, const Datasets
 
 }  // namespace
 
+// Note [model.init_from resolved once]
+// model.init_from may name a checkpoint root (or its `latest` file), whose `latest` another run moves on as it writes.
+// A run reads it once: resolve_init_from turns it into the step_<N> folder (or file, or HF folder) named now, and the
+// model is built from that (make_model), data.seq_len's default is its positions (with_source_seq_len), and a new
+// run's checkpoints record that (init_from_record), so the record names the weights loaded, never a step written
+// after them. For a LLaMA the source's model.safetensors header (its
+// architecture, tokenizer and records) is read once too.
+std::optional<InitFromSource> resolve_init_from(const TrainerConfig& cfg, InitWeights weights) {
+  if (cfg.model.init_from.empty()) return std::nullopt;
+  if (cfg.model.name != ModelKind::llama && weights != InitWeights::read) return std::nullopt;
+  InitFromSource s;
+  s.value = cfg.model.init_from;
+  if (cfg.model.name == ModelKind::llama) {
+    s.llama = find_llama_source(cfg.model.init_from);
+    s.path = s.llama->dir;
+  } else {
+    s.path = resolve_pretrained(cfg.model.init_from);
+  }
+  return s;
+}
+
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& gen,
-                                       std::shared_ptr<Generator> dropout_gen, InitWeights weights) {
-  auto model = build_model(cfg, ds, gen, std::move(dropout_gen), weights);
-  if (weights == InitWeights::read && !cfg.model.init_from.empty() && cfg.model.name != ModelKind::llama)
-    for (const std::string& line : init_from_path(*model, cfg.model.init_from, {cfg.model.init_from_reset}).lines())
+                                       std::shared_ptr<Generator> dropout_gen, const ModelStart& start) {
+  std::optional<InitFromSource> resolved;
+  ModelStart s = start;
+  if (s.init_from == nullptr && (resolved = resolve_init_from(cfg, s.weights))) s.init_from = &*resolved;
+  HT_ASSERT(s.init_from == nullptr || (s.init_from->value == cfg.model.init_from &&
+                                       s.init_from->llama.has_value() == (cfg.model.name == ModelKind::llama)),
+            "make_model: the resolved model.init_from is not the config's");
+  auto model = build_model(cfg, ds, gen, std::move(dropout_gen), s);
+  if (s.weights == InitWeights::read && s.init_from != nullptr && cfg.model.name != ModelKind::llama)
+    for (const std::string& line : init_from_path(*model, s.init_from->path, {cfg.model.init_from_reset}).lines())
       spdlog::info("{}", line);
   return model;
 }

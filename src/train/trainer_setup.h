@@ -13,6 +13,7 @@
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/optim/param_rules.h"
 #include "hadatrain/optim/schedule.h"
+#include "hadatrain/train/init_from.h"
 #include "hadatrain/train/task.h"
 #include "hadatrain/train/trainer_config.h"
 
@@ -38,9 +39,18 @@ data::Normalize make_normalize(const DataSection& d, int64_t channels);
 // because a checkpoint's replace them (a resumed run: model.init_from then gives a LLaMA's architecture only).
 // make_model applies model.init_from for InitWeights::read (the report's lines logged), for every model kind.
 enum class InitWeights { read, replaced_by_checkpoint };
+// model.init_from resolved once (Note [model.init_from resolved once] in trainer_setup.cpp): nullopt when unset, and
+// for models other than a LLaMA when `weights` says a checkpoint's replace it (it is not read then, and need not
+// exist any more).
+std::optional<InitFromSource> resolve_init_from(const TrainerConfig& cfg, InitWeights weights);
+struct ModelStart {
+  InitWeights weights = InitWeights::read;
+  // cfg.model.init_from resolved by the caller, which records it (a new run's checkpoints); null: make_model
+  // resolves it itself (eval, inspect-grads: nothing is recorded).
+  const InitFromSource* init_from = nullptr;
+};
 std::shared_ptr<nn::Module> make_model(const TrainerConfig& cfg, const Datasets& ds, Generator& init_gen,
-                                       std::shared_ptr<Generator> dropout_gen,
-                                       InitWeights weights = InitWeights::read);
+                                       std::shared_ptr<Generator> dropout_gen, const ModelStart& start = {});
 // `shard`, when given, turns the model's store into the one the optimiser steps (dist.mode fsdp: the store
 // of this rank's master shards).
 using StoreWrap = std::function<std::shared_ptr<nn::ParameterStore>(std::shared_ptr<nn::ParameterStore>)>;

@@ -34,6 +34,18 @@ endfunction()
 
 ht_repro_weights(vit cifar100_vit_b16_finetune.yaml ${HT_SMOKE_CIFAR100} ${HT_REPRO_VIT})
 ht_repro_smoke(cifar100_vit_b16_finetune.yaml vit ${HT_SMOKE_CIFAR100} ${HT_REPRO_VIT})
+# An image run from a checkpoint records it: inspect-checkpoint of the fine-tuned ViT's checkpoint names the step its
+# weights were read from (docs/language_models.md, Provenance).
+if(HT_CLI_BASH)
+  set(vit_prov ${HT_REPRO_RUNS}/vit_provenance)
+  string(JOIN " " vit_prov_args --config ${HT_REPRO}/cifar100_vit_b16_finetune.yaml ${HT_SMOKE_COMMON} ${HT_SMOKE_CIFAR100}
+         ${HT_REPRO_VIT} --set checkpoint.every_steps=2 --set model.init_from=${HT_REPRO_RUNS}/weights_vit/checkpoints
+         --set run.out_dir=${vit_prov})
+  add_test(NAME cli_repro_vit_provenance
+           COMMAND ${HT_CLI_BASH} -c "rm -rf '${vit_prov}' && '$<TARGET_FILE:hadatrain>' train ${vit_prov_args} >/dev/null 2>&1 && '$<TARGET_FILE:hadatrain>' inspect-checkpoint --checkpoint '${vit_prov}/checkpoints'")
+  set_tests_properties(cli_repro_vit_provenance PROPERTIES LABELS "cpu;smoke" FIXTURES_REQUIRED "smoke_data;repro_weights_vit"
+                       PASS_REGULAR_EXPRESSION "made from \\(newest first\\):\n  trained from the checkpoint [^\n]*weights_vit/checkpoints/step_2 \\(step 2\\)\n.*  hadatrain.init_from:\n")
+endif()
 ht_repro_smoke(cifar100_vit_b16_finetune_hlq.yaml vit ${HT_SMOKE_CIFAR100} ${HT_REPRO_VIT})
 ht_repro_smoke(cifar100_vit_b16_finetune_lbp_wht.yaml vit ${HT_SMOKE_CIFAR100} ${HT_REPRO_VIT})
 ht_repro_smoke(cifar100_vit_b16_finetune_luq.yaml vit ${HT_SMOKE_CIFAR100} ${HT_REPRO_VIT})

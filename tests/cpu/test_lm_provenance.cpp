@@ -287,3 +287,31 @@ TEST_CASE("a run from model.init_from records what it started from in every chec
   CHECK(provenance_lines(m.metadata) == std::vector<std::string>{"trained from a model whose record is not what "
                                                                  "hadatrain writes"});
 }
+
+TEST_CASE("the record of what a run started from names the checkpoint its weights were read from, even when the "
+          "root's latest moves while the run starts",
+          "[lm_provenance]") {
+  // A root with step_1 and step_2, latest at step_2.
+  const TrainerConfig pre = test::tiny_lm_run(test::scratch_dir() / "prov_moving_src",
+                                              {"train.max_steps=2", "checkpoint.every_steps=1", "checkpoint.keep_last=0"});
+  run_training(pre);
+  const fs::path root = fs::path(pre.run.out_dir) / "checkpoints";
+  REQUIRE(read_text(root / "latest").starts_with("step_2"));
+  // Another run moves latest back to step_1 the moment the weights are loaded, before the record is made (the seam
+  // is the log line that says which weights were loaded).
+  std::string loaded;
+  {
+    test::LogCapture log(2, [&](const std::string& message) {
+      if (!message.starts_with("model.init_from: weights of ") || !loaded.empty()) return;
+      loaded = message.substr(std::string("model.init_from: weights of ").size());
+      std::ofstream(root / "latest", std::ios::binary) << "step_1\n";
+    });
+    run_training(fine_tune("moving", root, {"train.max_steps=1"}));
+  }
+  CHECK(loaded == (root / "step_2").string());
+  CHECK(read_text(root / "latest").starts_with("step_1"));  // the seam ran
+  const json r = record_of(fs::path(fine_tune("moving", root).run.out_dir) / "checkpoints" / "step_1", kInitFromKey);
+  CHECK(r["folder"] == abs(root / "step_2"));
+  CHECK(r["step"] == 2);
+  CHECK(r["model.init_from"] == root.string());
+}

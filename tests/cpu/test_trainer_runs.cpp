@@ -453,7 +453,7 @@ TEST_CASE("optim.layer_decay scales each ViT layer's learning rate by decay^(dep
   const TrainerConfig cfg = vit_config({"optim.layer_decay=0.5"});
   const Datasets ds = make_datasets(cfg);
   Generator gen(1);
-  auto model = make_model(cfg, ds, gen, std::make_shared<Generator>(2), InitWeights::read);
+  auto model = make_model(cfg, ds, gen, std::make_shared<Generator>(2), {.weights = InitWeights::read});
   const auto opt = make_optimizer(cfg, *model);
   int checked = 0;
   for (const nn::ParamRef& p : opt->store().params()) {

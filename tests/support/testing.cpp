@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <limits>
@@ -16,9 +18,36 @@
 
 namespace ht::test {
 
-LogCapture::LogCapture(int level) : previous_(spdlog::default_logger()), previous_level_(spdlog::get_level()) {
-  spdlog::set_default_logger(
-      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_)));
+namespace {
+// Calls `on_message` with each message's text, then writes the formatted line to `out`.
+class HookSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  HookSink(std::ostream& out, std::function<void(const std::string&)> on_message)
+      : out_(out), on_message_(std::move(on_message)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    on_message_(std::string(msg.payload.data(), msg.payload.size()));
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    out_.write(formatted.data(), static_cast<std::streamsize>(formatted.size()));
+  }
+  void flush_() override { out_.flush(); }
+
+ private:
+  std::ostream& out_;
+  std::function<void(const std::string&)> on_message_;
+};
+}  // namespace
+
+LogCapture::LogCapture(int level, std::function<void(const std::string&)> on_message)
+    : previous_(spdlog::default_logger()), previous_level_(spdlog::get_level()) {
+  std::shared_ptr<spdlog::sinks::sink> sink;
+  if (on_message)
+    sink = std::make_shared<HookSink>(log_, std::move(on_message));
+  else
+    sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", std::move(sink)));
   spdlog::set_level(static_cast<spdlog::level::level_enum>(level));
 }
 

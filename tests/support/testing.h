@@ -1,6 +1,7 @@
 // Test helpers: random tensors (Philox, never all zeros) and tolerant comparisons with useful messages.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -23,9 +24,11 @@ struct TempDir {
 
 // spdlog's default logger replaced, for this object's lifetime, by one that writes into a string at `level` (spdlog's
 // level numbers: 2 info, 3 warn); the previous logger and level come back on destruction. str(): what was logged.
+// `on_message`, when given, is called with each message as it is logged: a seam where a test acts at the moment the
+// code under test reports something (another process's write between two steps of it).
 class LogCapture {
  public:
-  explicit LogCapture(int level = 2);
+  explicit LogCapture(int level = 2, std::function<void(const std::string&)> on_message = {});
   ~LogCapture();
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;

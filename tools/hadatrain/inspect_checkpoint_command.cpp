@@ -2,12 +2,15 @@
 // its files and sizes, the model tensors' count and dtypes, where its weights came from (the line of descent its
 // records tell, train/provenance.h), the metadata of model.safetensors (an LM checkpoint's config.json, tokenizer and
 // LoRA config; a converted one's source, a fine-tuned one's init_from) and state.json. DIR is a step_<N> folder, a
-// checkpoint root (its latest checkpoint) or a root's `latest` or `best` file.
+// checkpoint root (its latest checkpoint) or a root's `latest` or `best` file, or an HF model folder (config.json
+// beside the weights): then its architecture from config.json, its tensors' count, parameters and dtypes from the
+// safetensors headers, and what `hadatrain convert` wrote it from (hadatrain_provenance.json), when it says.
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "hadatrain/core/logging.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/safetensors.h"
+#include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/train/provenance.h"
 
 namespace ht::cli {
@@ -65,30 +69,128 @@ std::string metadata_entry(const std::string& key, const std::string& value) {
   return fmt::format("  {}: {}\n", key, value);
 }
 
+// The regular files of `dir` and their sizes, one line each.
+void print_files(const fs::path& dir) {
+  std::map<std::string, uintmax_t> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) files[e.path().filename().string()] = e.file_size();
+  fmt::print("files:\n");
+  for (const auto& [name, bytes] : files) fmt::print("  {} ({} bytes)\n", name, bytes);
+}
+
+// "N tensors (A bf16, B f32), M elements" of safetensors headers.
+struct TensorCount {
+  std::size_t tensors = 0;
+  int64_t elements = 0;
+  std::map<std::string, int64_t> dtypes;
+  void add(const io::SafetensorsHeader& h) {
+    for (const io::TensorInfo& t : h.tensors) {
+      ++dtypes[std::string(dtype_name(t.dtype))];
+      elements += numel_of(t.shape);
+    }
+    tensors += h.tensors.size();
+  }
+  std::string describe(const char* unit) const {
+    std::string by_dtype;
+    for (const auto& [name, n] : dtypes) by_dtype += fmt::format("{}{} {}", by_dtype.empty() ? "" : ", ", n, name);
+    return fmt::format("{} tensors{}, {} {}", tensors, by_dtype.empty() ? "" : " (" + by_dtype + ")", elements, unit);
+  }
+};
+
+// The weight files of an HF folder: the index's shards (sorted), else model.safetensors, else every *.safetensors.
+// Errors name an index that is not one.
+std::vector<std::string> hf_weight_files(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path index = dir / "model.safetensors.index.json";
+  std::set<std::string> names;
+  if (fs::exists(index, ec)) {
+    const json j = models::read_json_file(index, "--checkpoint: the index");
+    HT_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+             "--checkpoint: {} has no \"weight_map\" object, so it is not a safetensors index", index.string());
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      HT_CHECK(file.is_string(), "--checkpoint: {}: \"weight_map\" maps '{}' to {}, expected a file name",
+               index.string(), name, file.dump());
+      names.insert(file.get<std::string>());
+    }
+  } else if (fs::exists(dir / "model.safetensors", ec)) {
+    names.insert("model.safetensors");
+  } else {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") names.insert(e.path().filename().string());
+  }
+  return {names.begin(), names.end()};
+}
+
+// An HF model folder: its architecture (config.json), its weights' tensors (the safetensors headers) and what it was
+// made from (models::kHfProvenanceFile), then config.json and the provenance record in full. A config.json or
+// provenance file that is not JSON is said to be so; a weight file that is no safetensors file is an error naming it.
+int inspect_hf_folder(const fs::path& dir) {
+  fmt::print("HF folder {}\n", dir.string());
+  print_files(dir);
+
+  std::ifstream config_in(dir / "config.json", std::ios::binary);
+  const json config = json::parse(config_in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_object()) {
+    std::string arch = "?";
+    if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty()) {
+      arch.clear();
+      for (const json& a : config["architectures"])
+        arch += (arch.empty() ? "" : ", ") + (a.is_string() ? a.get<std::string>() : a.dump());
+    }
+    std::string details;
+    for (const char* key : {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                            "num_key_value_heads", "vocab_size", "max_position_embeddings", "tie_word_embeddings",
+                            "torch_dtype", "_name_or_path"})
+      if (config.contains(key))
+        details += fmt::format("{}{} {}", details.empty() ? "" : ", ", key,
+                               config[key].is_string() ? config[key].get<std::string>() : config[key].dump());
+    fmt::print("architecture: {}{}\n", arch, details.empty() ? "" : " (" + details + ")");
+  } else {
+    fmt::print("config.json: not a JSON object\n");
+  }
+
+  const std::vector<std::string> weight_files = hf_weight_files(dir);
+  TensorCount count;
+  for (const std::string& name : weight_files) count.add(io::read_safetensors_header(dir / name));
+  if (weight_files.empty())
+    fmt::print("weights: no safetensors file\n");
+  else
+    fmt::print("weights: {} in {} file(s)\n", count.describe("parameters"), weight_files.size());
+
+  const fs::path provenance = dir / models::kHfProvenanceFile;
+  std::ifstream prov_in(provenance, std::ios::binary);
+  const std::string prov_text = prov_in ? std::string(std::istreambuf_iterator<char>(prov_in), {}) : "";
+  if (prov_in) {
+    fmt::print("made from (newest first):\n");
+    for (const std::string& line : train::hf_provenance_lines(prov_text)) fmt::print("  {}\n", line);
+  }
+  if (config.is_object()) fmt::print("config.json:\n{}", indented(config.dump(2), "  "));
+  if (prov_in) {
+    const json p = json::parse(prov_text, nullptr, /*allow_exceptions=*/false);
+    if (p.is_discarded())
+      fmt::print("{}: not valid JSON\n", models::kHfProvenanceFile);
+    else
+      fmt::print("{}:\n{}", models::kHfProvenanceFile, indented(p.dump(2), "  "));
+  }
+  return 0;
+}
+
 int run_inspect_checkpoint(const InspectCheckpointArgs& a) {
   ht::logging::set_level(a.log_level);
+  std::error_code ec;
+  if (fs::is_directory(a.checkpoint, ec) && fs::exists(fs::path(a.checkpoint) / "config.json", ec))
+    return inspect_hf_folder(a.checkpoint);
   const fs::path dir = checkpoint_folder(a.checkpoint);
   const io::SafetensorsHeader model = io::read_safetensors_header(dir / "model.safetensors");
   std::string step = "?";
   if (const auto it = model.metadata.find("step"); it != model.metadata.end()) step = it->second;
   fmt::print("checkpoint {} (step {})\n", dir.string(), step);
 
-  std::map<std::string, uintmax_t> files;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir))
-    if (e.is_regular_file()) files[e.path().filename().string()] = e.file_size();
-  fmt::print("files:\n");
-  for (const auto& [name, bytes] : files) fmt::print("  {} ({} bytes)\n", name, bytes);
+  print_files(dir);
 
-  std::map<std::string, int64_t> dtypes;
-  int64_t elements = 0;
-  for (const io::TensorInfo& t : model.tensors) {
-    ++dtypes[std::string(dtype_name(t.dtype))];
-    elements += numel_of(t.shape);
-  }
-  std::string by_dtype;
-  for (const auto& [name, n] : dtypes) by_dtype += fmt::format("{}{} {}", by_dtype.empty() ? "" : ", ", n, name);
-  fmt::print("model.safetensors: {} tensors{}, {} elements\n", model.tensors.size(),
-             by_dtype.empty() ? "" : " (" + by_dtype + ")", elements);
+  TensorCount count;
+  count.add(model);
+  fmt::print("model.safetensors: {}\n", count.describe("elements"));
 
   const std::vector<std::string> descent = train::provenance_lines(model.metadata);
   if (!descent.empty()) {
@@ -116,10 +218,10 @@ Command add_inspect_checkpoint_command(CLI::App& app) {
   auto a = std::make_shared<InspectCheckpointArgs>();
   Command c;
   c.app = app.add_subcommand("inspect-checkpoint",
-                             "Show what a checkpoint holds and records (files, tensors, where its weights came from, "
-                             "metadata, state.json) without loading it");
-  c.app->add_option("--checkpoint", a->checkpoint, "A step_<N> checkpoint folder, a checkpoint root, or its latest or "
-                                                   "best file")
+                             "Show what a checkpoint or HF model folder holds and records (files, tensors, where its "
+                             "weights came from, metadata, state.json) without loading it");
+  c.app->add_option("--checkpoint", a->checkpoint, "A step_<N> checkpoint folder, a checkpoint root, its latest or "
+                                                   "best file, or an HF model folder (config.json)")
       ->required();
   c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")
       ->check(log_level_check())

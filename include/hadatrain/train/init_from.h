@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hadatrain/nn/module.h"
 #include "hadatrain/tensor/tensor.h"
+#include "hadatrain/train/lm_source.h"
 
 namespace ht::train {
 
@@ -29,6 +31,20 @@ namespace ht::train {
 // checkpoint folder (its latest checkpoint); or that folder's `latest` / `best` pointer file.
 // Errors name the path and say what was expected there.
 std::map<std::string, Tensor> read_pretrained(const std::filesystem::path& path);
+// What read_pretrained(path) reads: the file, or the folder holding model.safetensors or its index; for a run's
+// checkpoint folder or its `latest` / `best` file, the step_<N> folder named now. read_pretrained of the result reads
+// the same tensors however the pointers move afterwards. Errors as read_pretrained's.
+std::filesystem::path resolve_pretrained(const std::filesystem::path& path);
+
+// model.init_from as a run reads it, resolved once (Note [model.init_from resolved once] in trainer_setup.cpp): the
+// model's weights are read from `path`, and a new run's checkpoints record that same `path` (init_from_record in
+// train/provenance.h), so the record names the weights loaded even when another run moves a checkpoint root's
+// `latest` in between.
+struct InitFromSource {
+  std::string value;                 // the config's model.init_from, as written
+  std::filesystem::path path;        // what is read: resolve_pretrained(value), or the LLaMA source's folder
+  std::optional<LlamaSource> llama;  // model.name llama: find_llama_source(value), read once
+};
 
 // The source's names with a wrapper prefix that every key shares ("module.", "_orig_mod.", "model.",
 // repeatedly) removed.

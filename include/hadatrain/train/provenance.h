@@ -1,8 +1,8 @@
-// Where a language model's weights came from (docs/language_models.md, Provenance). hadatrain records it beside
+// Where a model's weights came from (docs/language_models.md, Provenance). hadatrain records it beside
 // every set of weights it makes from others, and each record nests the record of what it was made from, so a line
 // of descent (HF folder -> converted checkpoint -> fine-tuned -> fine-tuned again -> HF folder) stays traceable:
 //   a checkpoint `hadatrain convert` made from an HF folder   kSourceKey: hf_source_record (+ the tokenizer's record)
-//   a checkpoint of a run started from model.init_from        kInitFromKey: init_from_record
+//   a checkpoint of a run started from model.init_from        kInitFromKey: init_from_record (LLaMA, ResNet, ViT, MLP)
 //   an HF folder `hadatrain convert` wrote                    models::kHfProvenanceFile: hf_provenance_record
 // Files are identified by size and SHA-256, the digest the Hugging Face hub lists for each LFS file.
 #pragma once
@@ -16,6 +16,7 @@
 #include "hadatrain/data/tokenizer.h"
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/models/hf_checkpoint.h"
+#include "hadatrain/train/init_from.h"
 #include "hadatrain/train/lm_source.h"
 
 namespace ht::train {
@@ -47,14 +48,21 @@ nlohmann::json hf_source_record(const std::filesystem::path& dir, const models::
 io::CheckpointData checkpoint_from_hf(const std::filesystem::path& dir, const std::filesystem::path& tokenizer_path,
                                       const data::Tokenizer* tokenizer);
 
-// What a run started from model.init_from `init_from` (its source `src`, from find_llama_source) records in each of
-// its checkpoints (kInitFromKey; Note [Provenance of a fine-tuned run] in provenance.cpp):
-//   {"model.init_from": the config's value, "folder": the folder the weights were read from (absolute),
-//    "kind": "checkpoint" | "hf",
-//    a checkpoint: "step", and its own records, nested: "source" (its kSourceKey) and "init_from" (its kInitFromKey),
-//    an HF folder: "source": hf_source_record of it (which reads every weight file once more for its SHA-256)}.
-// Errors name the checkpoint whose record is not JSON.
-nlohmann::json init_from_record(const std::string& init_from, const LlamaSource& src);
+// What a run started from model.init_from (`src`, resolved once: resolve_init_from) records in each of its
+// checkpoints (kInitFromKey; Note [Provenance of a fine-tuned run] in provenance.cpp), for every model:
+//   {"model.init_from": the config's value, "kind", and by kind:
+//    "checkpoint" (one of our checkpoints): "folder" (its step_<N> folder, absolute), "step", and its own records,
+//                 nested: "source" (its kSourceKey) and "init_from" (its kInitFromKey);
+//    "hf" (an HF LLaMA folder): "folder", "source": hf_source_record of it (every weight file read once more);
+//    "file" (a .safetensors file, e.g. timm's or torchvision's weights): "file" (absolute), "bytes", "sha256";
+//    "folder" (a folder holding model.safetensors or an index and its shards, not a checkpoint of ours): "folder",
+//                 "files": [{"name", "bytes", "sha256"}] (the index, then its shards, sorted)}.
+// A folder is one of our checkpoints when it holds state.json beside model.safetensors. Errors name the checkpoint
+// whose record is not JSON, and an index that is not one.
+nlohmann::json init_from_record(const InitFromSource& src);
+// Whether init_from_record(src) reads every weight file of `src` for its SHA-256 (all kinds but "checkpoint", which
+// reads its header only).
+bool init_from_record_digests(const InitFromSource& src);
 
 // What an HF folder `hadatrain convert` writes from our checkpoint `src` records (models::kHfProvenanceFile):
 //   {"format": "hadatrain", "checkpoint": the step_<N> folder (absolute), "step", "written_by": "hadatrain <version>",
@@ -71,5 +79,9 @@ nlohmann::json llama2c_provenance_record(const std::filesystem::path& file, int 
 // convert wrote from the checkpoint DIR (step N)", ... Empty when the checkpoint records none. A record that is not
 // what hadatrain writes is said to be so in its line, never an error: inspecting a damaged checkpoint must work.
 std::vector<std::string> provenance_lines(const io::Metadata& md);
+// The same for an HF folder from the text of its models::kHfProvenanceFile: "written by hadatrain convert from the
+// checkpoint DIR (step N)" (or "... from the llama2.c file FILE"), then what that checkpoint was made from. A text
+// that is not what hadatrain writes is said to be so in its line.
+std::vector<std::string> hf_provenance_lines(const std::string& text);
 
 }  // namespace ht::train
