@@ -146,3 +146,39 @@ TEST_CASE("trainer: HLQ steps are recorded and replay the eager run's noise", "[
     CHECK(la.at(s).first == Approx(lb.at(s).first).epsilon(1e-6));
   }
 }
+
+TEST_CASE("trainer: evaluations between replayed steps (train.eval_every_steps) leave the graph's steps as eager",
+          "[gpu][trainer][graph]") {
+  // Evaluations every 2 steps: after steps 2, 6 and 10 inside an epoch, between replays of the recorded step, and at
+  // the epoch ends (steps 4, 8, 12). An evaluation runs eagerly on the step stream in eval mode (dropout off); the
+  // replays after it must still draw their own masks in train mode and update the same weights, so the train losses
+  // and every evaluation equal the eager run's to rounding. A replay that read memory the evaluation reused, or an
+  // evaluation under the recorded step's mode, moves them by far more.
+  const std::vector<std::string> vit = {"model.name=vit", "model.patch_size=4", "model.dim=16", "model.depth=2",
+                                        "model.heads=2",  "model.mlp_ratio=2",  "model.dropout=0.2",
+                                        "optim.name=adamw", "optim.lr=3e-3",   "train.eval_every_steps=2"};
+  const auto [la, lb] = graph_and_eager("vit_eval_steps", vit);
+  for (int64_t s = 1; s <= 12; ++s) {
+    INFO("step " << s << ": graph " << la.at(s).first << ", eager " << lb.at(s).first);
+    CHECK(la.at(s).first == Approx(lb.at(s).first).epsilon(1e-5));
+  }
+  // step -> test_loss of each run's eval records
+  auto evals = [](const std::string& name) {
+    std::ifstream in(temp_dir() / name / "metrics.jsonl");
+    std::map<int64_t, double> out;
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line);
+      if (j.at("type") == "eval") out[j.at("step").get<int64_t>()] = j.at("test_loss").get<double>();
+    }
+    return out;
+  };
+  const auto ea = evals("vit_eval_steps_graph"), eb = evals("vit_eval_steps_eager");
+  REQUIRE(ea.size() == 6);
+  REQUIRE(eb.size() == 6);
+  for (const auto& [step, loss] : eb) {
+    INFO("evaluation at step " << step);
+    REQUIRE(ea.count(step) == 1);
+    CHECK(ea.at(step) == Approx(loss).epsilon(1e-5));
+  }
+  CHECK(ea.at(2) != ea.at(12));  // the evaluations see the weights move
+}
