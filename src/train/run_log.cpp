@@ -170,7 +170,8 @@ void RunLog::progress(int64_t step, int64_t epoch, int64_t batch, double loss, d
   const bool epoch_end = batch == o_.steps_per_epoch;
   if (std::chrono::duration<double>(now - last_draw_).count() < 0.2 && !epoch_end) return;
   last_draw_ = now;
-  // Time left from this process's own pace (steps since the first one shown); evaluations are not counted.
+  // Time left from this process's own pace since the first step shown: the evaluations and checkpoints in that time
+  // are part of the pace, so the estimate expects those to come at the rate they came.
   std::string left = "--";
   const int64_t done = step - first_->first;
   const double elapsed = std::chrono::duration<double>(now - first_->second).count();
