@@ -128,11 +128,13 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const TrainerConfig rank_cfg = rank_config(run_cfg, dist_run.get());
   // Pretrained weights only for a new run: a resumed one loads its checkpoint's weights instead (Checkpointer::
   // resume fails when there is none). A llama reads model.init_from itself, when it is built: its architecture
-  // comes from there. model.init_from is resolved once, for data.seq_len's default, the model and the record of
-  // what the run started from (Note [model.init_from resolved once] in trainer_setup.cpp).
+  // comes from there. model.init_from is resolved once, for the model and the record of what the run started from
+  // (Note [model.init_from resolved once] in trainer_setup.cpp): a llama's now, since its positions are data.seq_len's
+  // default; another model's after its data, so that a missing dataset is reported before missing weights.
   const InitWeights weights =
       resume.kind == ResumeFrom::Kind::none ? InitWeights::read : InitWeights::replaced_by_checkpoint;
-  const std::optional<InitFromSource> init_from = resolve_init_from(rank_cfg, weights);
+  std::optional<InitFromSource> init_from;
+  if (rank_cfg.model.name == ModelKind::llama) init_from = resolve_init_from(rank_cfg, weights);
   // data.seq_len left to model.init_from's positions is decided now, before the data's rows.
   const TrainerConfig cfg = with_source_seq_len(rank_cfg, init_from ? &*init_from : nullptr);
   check_device(cfg.train.device);
@@ -142,6 +144,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   const DType dtype = compute_dtype(cfg);
 
   const Datasets ds = make_datasets(cfg);
+  if (cfg.model.name != ModelKind::llama) init_from = resolve_init_from(cfg, weights);
   // A data-parallel step is not recorded into a CUDA graph (its collectives run on the communicator's stream).
   const GraphMode graph_mode = dist_run ? GraphMode::off : graph_mode_from_name(cfg.train.cuda_graph);
   // Before the model and optimiser: the step stream must outlive the tensors allocated on it.
