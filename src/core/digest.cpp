@@ -1,4 +1,5 @@
-// CRC-32 through zlib, and SHA-256 as FIPS 180-4 defines it (core/digest.h).
+// CRC-32 through zlib, and SHA-256 as FIPS 180-4 defines it (core/digest.h): the padding, the pieces and the
+// portable compression function here, the one on the x86 SHA extensions in sha256_sha_ni.cpp.
 #include "hadatrain/core/digest.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include <zlib.h>
 
+#include "core/sha256_compress.h"
 #include "hadatrain/core/error.h"
 
 namespace ht {
@@ -27,17 +29,6 @@ uint32_t crc32_update(uint32_t crc, const void* data, std::size_t n) {
 
 namespace {
 
-// K(0..63), section 4.2.2: the first 32 bits of the fractional parts of the cube roots of the first 64 primes.
-constexpr std::array<uint32_t, 64> kK = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
 // The functions of section 4.1.2.
 constexpr uint32_t ch(uint32_t x, uint32_t y, uint32_t z) { return (x & y) ^ (~x & z); }
 constexpr uint32_t maj(uint32_t x, uint32_t y, uint32_t z) { return (x & y) ^ (x & z) ^ (y & z); }
@@ -52,15 +43,17 @@ uint32_t load_be32(const unsigned char* p) {
 
 }  // namespace
 
+namespace detail {
+
 // Section 6.2.2, once per 512-bit block M(i): the message schedule W, the 64 rounds on a..h, then H(i).
-void Sha256::compress(const unsigned char* blocks, std::size_t count) {
+void sha256_compress_portable(std::array<uint32_t, 8>& hv, const unsigned char* blocks, std::size_t count) {
   std::array<uint32_t, 64> w;
   for (; count > 0; --count, blocks += 64) {
     for (int t = 0; t < 16; ++t) w[t] = load_be32(blocks + 4 * t);
     for (int t = 16; t < 64; ++t) w[t] = small_sigma1(w[t - 2]) + w[t - 7] + small_sigma0(w[t - 15]) + w[t - 16];
-    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+    uint32_t a = hv[0], b = hv[1], c = hv[2], d = hv[3], e = hv[4], f = hv[5], g = hv[6], h = hv[7];
     for (int t = 0; t < 64; ++t) {
-      const uint32_t t1 = h + big_sigma1(e) + ch(e, f, g) + kK[t] + w[t];
+      const uint32_t t1 = h + big_sigma1(e) + ch(e, f, g) + kSha256K[t] + w[t];
       const uint32_t t2 = big_sigma0(a) + maj(a, b, c);
       h = g;
       g = f;
@@ -71,8 +64,30 @@ void Sha256::compress(const unsigned char* blocks, std::size_t count) {
       b = a;
       a = t1 + t2;
     }
-    h_[0] += a, h_[1] += b, h_[2] += c, h_[3] += d, h_[4] += e, h_[5] += f, h_[6] += g, h_[7] += h;
+    hv[0] += a, hv[1] += b, hv[2] += c, hv[3] += d, hv[4] += e, hv[5] += f, hv[6] += g, hv[7] += h;
   }
+}
+
+}  // namespace detail
+
+bool sha256_sha_ni_available() {
+#if defined(__x86_64__)
+  static const bool has = detail::cpu_has_sha_ni();
+  return has;
+#else
+  return false;
+#endif
+}
+
+Sha256::Sha256() : Sha256(Sha256Engine::fastest) {}
+
+Sha256::Sha256(Sha256Engine engine) : compress_(detail::sha256_compress_portable) {
+  HT_CHECK(engine != Sha256Engine::sha_ni || sha256_sha_ni_available(),
+           "SHA-256 on the x86 SHA extensions was asked for, but this CPU or build has none; ask for "
+           "Sha256Engine::fastest (or portable), which runs everywhere");
+#if defined(__x86_64__)
+  if (engine != Sha256Engine::portable && sha256_sha_ni_available()) compress_ = detail::sha256_compress_sha_ni;
+#endif
 }
 
 Sha256& Sha256::add(const void* data, std::size_t n) {
@@ -85,10 +100,10 @@ Sha256& Sha256::add(const void* data, std::size_t n) {
     p += k;
     n -= k;
     if (buffered_ < block_.size()) return *this;
-    compress(block_.data(), 1);
+    compress_(h_, block_.data(), 1);
     buffered_ = 0;
   }
-  compress(p, n / 64);  // whole blocks straight from the caller's bytes
+  compress_(h_, p, n / 64);  // whole blocks straight from the caller's bytes
   const std::size_t tail = n % 64;
   if (tail > 0) std::memcpy(block_.data(), p + (n - tail), tail);
   buffered_ = tail;

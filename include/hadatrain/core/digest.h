@@ -47,6 +47,14 @@ class Fnv1a {
 // cache's payload check and its text source files'.
 uint32_t crc32_update(uint32_t crc, const void* data, std::size_t n);
 
+// Which compression function a Sha256 runs; every one gives the same digest. `fastest` takes the x86 SHA
+// extensions where the CPU has them (sha256_sha_ni_available) and the portable C++ one elsewhere (other CPUs,
+// non-x86 builds); `portable` and `sha_ni` name one, for tests that compare them and for bench_digest.
+enum class Sha256Engine { fastest, portable, sha_ni };
+
+// Whether this build and CPU can run Sha256Engine::sha_ni (x86-64 with the SHA extensions and SSE4.1).
+bool sha256_sha_ni_available();
+
 // SHA-256 (FIPS 180-4, section 6.2) of a message fed in pieces of any size, written here from the standard (tested
 // against its examples in tests/cpu/test_digest.cpp). The message may be up to 2^61 - 1 bytes (its bit length
 // is a 64-bit field of the padding).
@@ -55,6 +63,10 @@ uint32_t crc32_update(uint32_t crc, const void* data, std::size_t n);
 //   std::string hex = h.hex();   // 64 lowercase hex digits, as sha256sum and the hub print them
 class Sha256 {
  public:
+  Sha256();  // Sha256Engine::fastest
+  // Throws when `engine` is sha_ni and !sha256_sha_ni_available().
+  explicit Sha256(Sha256Engine engine);
+
   Sha256& add(const void* data, std::size_t n);
   Sha256& add(std::string_view s) { return add(s.data(), s.size()); }
   // The digest of the bytes added so far. The object is unchanged: more bytes may follow, for a longer message.
@@ -62,8 +74,10 @@ class Sha256 {
   std::string hex() const;
 
  private:
-  void compress(const unsigned char* blocks, std::size_t count);  // `count` whole 64-byte blocks
+  // H(i-1) -> H(i) over `count` whole 64-byte blocks (src/core/sha256_compress.h).
+  using Compress = void (*)(std::array<uint32_t, 8>& h, const unsigned char* blocks, std::size_t count);
 
+  Compress compress_;
   std::array<uint32_t, 8> h_ = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};  // H(0), section 5.3.3
   std::array<unsigned char, 64> block_{};  // the message's bytes past the last whole block
