@@ -314,14 +314,18 @@ void save_hf_checkpoint(const fs::path& dir, const LlamaConfig& config,
   LlamaConfig written_config = config;
   written_config.dtype = o.dtype;
   write_file_atomic(dir / kConfig, written_config.to_json().dump(2) + "\n");
-  for (const HfTokenizerFile& f : tokenizer_files) {
+  copy_tokenizer_files(dir, tokenizer_files);
+  if (o.provenance) write_file_atomic(dir / kHfProvenanceFile, o.provenance());
+}
+
+void copy_tokenizer_files(const fs::path& dir, const std::vector<HfTokenizerFile>& files) {
+  std::error_code ec;
+  for (const HfTokenizerFile& f : files) {
     const fs::path target = dir / f.name;
     if (fs::exists(target, ec) && fs::equivalent(f.source, target, ec)) continue;  // the folder's own file
     fs::copy_file(f.source, target, fs::copy_options::overwrite_existing, ec);
-    HT_CHECK(!ec, "save_hf_checkpoint: cannot copy the tokenizer file {} to {}: {}", f.source.string(),
-             target.string(), ec.message());
+    HT_CHECK(!ec, "cannot copy the tokenizer file {} to {}: {}", f.source.string(), target.string(), ec.message());
   }
-  if (o.provenance) write_file_atomic(dir / kHfProvenanceFile, o.provenance());
 }
 
 std::vector<HfTokenizerFile> hf_tokenizer_files(const fs::path& path) {

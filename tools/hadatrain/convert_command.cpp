@@ -8,12 +8,15 @@
 //                                    tokenizer's (train::checkpoint_from_hf)
 //   one of our LM checkpoints     -> an HF folder; a LoRA run's adapters are merged into the weights first; its
 //                                    hadatrain_provenance.json names the checkpoint and nests its records
+//   a LoRA run's checkpoint, with --adapter -> its adapters alone as a folder peft loads (train/peft_adapter.h),
+//                                    with the same provenance record
 #include <filesystem>
 #include <future>
 #include <memory>
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -26,6 +29,7 @@
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/nn/lora.h"
 #include "hadatrain/train/lm_source.h"
+#include "hadatrain/train/peft_adapter.h"
 #include "hadatrain/train/provenance.h"
 
 namespace ht::cli {
@@ -35,6 +39,7 @@ namespace fs = std::filesystem;
 
 struct ConvertArgs {
   std::string input, output, dtype = "bf16", tokenizer, log_level = "info";
+  bool adapter = false;  // --adapter: a LoRA checkpoint's adapters alone, as a PEFT folder
 };
 
 DType dtype_of(const std::string& name) { return name == "fp32" ? DType::f32 : DType::bf16; }
@@ -68,11 +73,47 @@ std::string provenance_text(nlohmann::json record, const CheckedTokenizer& tok) 
   return record.dump(2) + "\n";
 }
 
+// ours (LoRA) -> a PEFT adapter folder: the adapters (and the modules the run trained beside them) alone.
+int write_peft_adapter(const ConvertArgs& a, const train::LlamaSource& src, const std::string& recorded) {
+  const fs::path out = a.output;
+  io::check_output_path(out, io::OutputKind::directory, "--output");
+  train::PeftAdapterOptions o;
+  o.dtype = dtype_of(a.dtype);
+  const CheckedTokenizer tok = checked_tokenizer(a, src.tokenizer, recorded, src.config, src.dir);
+  o.copy_tokenizer_from = tok.path;
+  const train::PeftFromCheckpoint p = train::peft_adapter_from_checkpoint(src);
+  if (!p.unchecked.empty())
+    spdlog::warn("--adapter: {}, so whether the run trained weights beside its adapters (train.freeze) cannot be "
+                 "told; the adapter folder holds the adapters alone",
+                 p.unchecked);
+  if (!p.adapter.base_model_note.empty())
+    spdlog::warn("--adapter: base_model_name_or_path is null in {}: {}; set it to the HF model whose weights are the "
+                 "checkpoint's base before loading the adapter with AutoPeftModelForCausalLM",
+                 (out / train::kPeftConfigFile).string(), p.adapter.base_model_note);
+  nlohmann::json record = train::hf_provenance_record(src, o.dtype, 0);
+  record["peft_adapter"] = {{"lora_layers", p.adapter.lora_layers},
+                            {"modules_to_save", p.adapter.modules_to_save},
+                            {"base_model_name_or_path", p.adapter.config["base_model_name_or_path"]}};
+  train::save_peft_adapter(out, p.adapter, o, provenance_text(std::move(record), tok));
+  fmt::print("wrote {} (PEFT LoRA adapter, {}) from {}: {} LoRA layer(s), rank {}, alpha {:g}{}{}\n", out.string(),
+             a.dtype, src.dir.string(), p.adapter.lora_layers, src.lora->rank, src.lora->alpha,
+             p.adapter.modules_to_save.empty()
+                 ? std::string()
+                 : fmt::format(", modules_to_save [{}]", fmt::join(p.adapter.modules_to_save, ", ")),
+             o.copy_tokenizer_from.empty() ? ", no tokenizer" : "");
+  return 0;
+}
+
 int run_convert(const ConvertArgs& a) {
   ht::logging::set_level(a.log_level);
   const fs::path in = a.input, out = a.output;
   std::error_code ec;
+  const auto not_for_adapter = [&](const char* what) {
+    HT_CHECK(!a.adapter, "--adapter: {} is {}, which holds no LoRA adapters; --adapter writes the adapters of a LoRA "
+             "run's checkpoint", in.string(), what);
+  };
   if (fs::is_regular_file(in, ec)) {
+    not_for_adapter("a llama2.c file");
     // llama2.c -> HF
     io::check_output_path(out, io::OutputKind::directory, "--output");
     const models::Llama2cModel m = models::read_llama2c(in);  // its header checked before its weights are read
@@ -91,6 +132,7 @@ int run_convert(const ConvertArgs& a) {
   }
   const train::LlamaSource src = train::find_llama_source(in);
   if (src.kind == train::LlamaSource::Kind::hf) {
+    not_for_adapter("an HF folder");
     // HF -> ours: the weights in f32 (master precision) as step_0 of a checkpoint root. The tokenizer is
     // recorded, not copied: --tokenizer, else the HF folder when it holds one. So is where the weights came from,
     // which `hadatrain inspect-checkpoint` shows.
@@ -109,6 +151,7 @@ int run_convert(const ConvertArgs& a) {
   // ours -> HF (LoRA merged)
   io::check_output_path(out, io::OutputKind::directory, "--output");
   const std::string recorded = fmt::format("the tokenizer {} records", (src.dir / "model.safetensors").string());
+  if (a.adapter) return write_peft_adapter(a, src, recorded);
   models::HfWriteOptions o;
   o.dtype = dtype_of(a.dtype);
   const CheckedTokenizer tok = checked_tokenizer(a, src.tokenizer, recorded, src.config, src.dir);
@@ -128,7 +171,7 @@ int run_convert(const ConvertArgs& a) {
 Command add_convert_command(CLI::App& app) {
   auto a = std::make_shared<ConvertArgs>();
   Command c;
-  c.app = app.add_subcommand("convert", "Convert language-model checkpoints: llama2.c -> HF, HF <-> ours (LoRA merged)");
+  c.app = app.add_subcommand("convert", "Convert language-model checkpoints: llama2.c -> HF, HF <-> ours (LoRA merged), LoRA -> PEFT adapter");
   c.app->add_option("--input", a->input,
                     "A llama2.c .bin file, an HF model folder, or a checkpoint (root) of a language-model run")
       ->required();
@@ -140,6 +183,9 @@ Command add_convert_command(CLI::App& app) {
   c.app->add_option("--tokenizer", a->tokenizer,
                     "Tokenizer file or folder to carry along (default: the one the input names, if any); a file is "
                     "copied as tokenizer.model (SentencePiece) or tokenizer.json");
+  c.app->add_flag("--adapter", a->adapter,
+                  "Write a LoRA checkpoint's adapters alone as a PEFT folder (adapter_config.json, "
+                  "adapter_model.safetensors) instead of the merged model");
   c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")
       ->check(log_level_check())
       ->capture_default_str();

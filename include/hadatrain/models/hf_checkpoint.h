@@ -94,6 +94,8 @@ struct HfTokenizerFile {
 // Throws ht::Error naming the path when it does not exist or is a folder without a tokenizer. The contents are
 // not read: data::load_tokenizer checks those.
 std::vector<HfTokenizerFile> hf_tokenizer_files(const std::filesystem::path& path);
+// Copies `files` into the folder `dir` under their names (a file that is already there, the same file, is left).
+void copy_tokenizer_files(const std::filesystem::path& dir, const std::vector<HfTokenizerFile>& files);
 
 // Writes config.json (torch_dtype and dtype set to the written dtype) and the weights, every file atomically,
 // removes weight files of an earlier write to `dir` that the new layout does not use, copies the tokenizer files

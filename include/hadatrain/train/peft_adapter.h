@@ -1,0 +1,77 @@
+// A LoRA run's adapters alone, as a folder that peft loads (`peft.PeftModel.from_pretrained(base, dir)`), written by
+// `hadatrain convert --adapter` (docs/language_models.md, LoRA adapters for peft):
+//   adapter_config.json        peft's LoraConfig: peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha,
+//                              lora_dropout, target_modules, modules_to_save, base_model_name_or_path, ...
+//   adapter_model.safetensors  "base_model.model.<HF module>.lora_A.weight" (r, in) and ".lora_B.weight" (out, r),
+//                              and the whole weights of the modules_to_save under "base_model.model.<module>.<param>"
+//   hadatrain_provenance.json  the checkpoint it was written from (train/provenance.h)
+// peft computes y = x Wᵀ + (lora_alpha / r) · B A x, as nn::LoraLinear does, so r and lora_alpha are the run's rank and
+// alpha unchanged (use_rslora false).
+#pragma once
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hadatrain/tensor/tensor.h"
+#include "hadatrain/train/lm_source.h"
+
+namespace ht::train {
+
+inline constexpr const char* kPeftConfigFile = "adapter_config.json";
+inline constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
+// The prefix peft puts before a transformers module's name (its PeftModel wraps a LoraModel that wraps the model).
+inline constexpr const char* kPeftKeyPrefix = "base_model.model.";
+
+// What a PEFT folder of the checkpoint `src` holds, before it is written.
+struct PeftAdapter {
+  nlohmann::json config;                  // adapter_config.json
+  std::map<std::string, Tensor> tensors;  // peft's keys, CPU, the checkpoint's dtypes
+  int64_t lora_layers = 0;                // the LoRA layers whose A and B are among `tensors`
+  std::vector<std::string> modules_to_save;  // whole modules the run trained beside the adapters (HF names)
+  // Why base_model_name_or_path is null ("" when it is set): the run did not start from an HF folder.
+  std::string base_model_note;
+};
+
+// Note [Trained weights beside the adapters]
+// A LoRA run freezes everything but its adapters; train.freeze's "!" patterns may train more (the final norm, say).
+// Those weights changed, so the adapters alone on the base model would not be the run's model. peft carries such
+// weights as modules_to_save: a module named there is replaced by a trained copy whose every parameter is saved
+// under "base_model.model.<module>.<param>". That is exact for a module that is not a LoRA layer and shares no weight:
+// an RMSNorm, an untied lm_head, an untied embedding. It is not for the base weight of a LoRA layer (peft keeps the
+// frozen base beside its adapters there; a trained copy of the whole layer is no LoRA layer) nor for a tied
+// embedding (peft's copy of embed_tokens would leave lm_head with the old rows): those are refused, naming the
+// weights that would be lost. What trained is read from the checkpoint's optimiser state (a trained parameter has
+// state under "<name>.<slot>"); a checkpoint whose optimiser keeps no state (SGD without momentum) cannot tell, and
+// peft_adapter_from_checkpoint says so in `unchecked`.
+
+struct PeftAdapterOptions {
+  DType dtype = DType::bf16;  // of every tensor written (f32 keeps the adapters bit for bit)
+  // A tokenizer folder or file whose files (models::hf_tokenizer_files) are copied into the folder; empty: none.
+  std::filesystem::path copy_tokenizer_from;
+};
+
+struct PeftFromCheckpoint {
+  PeftAdapter adapter;
+  // Non-empty when the checkpoint could not tell which weights trained (Note [Trained weights beside the
+  // adapters]): why, for a warning.
+  std::string unchecked;
+};
+
+// The PEFT adapter of one of our LoRA checkpoints (`src`, kind checkpoint). Errors name the checkpoint: one without
+// LoRA adapters (model.lora), and trained weights that peft cannot carry (the Note).
+PeftFromCheckpoint peft_adapter_from_checkpoint(const LlamaSource& src);
+
+// adapter_config.json for `lora`, its modules_to_save and the base model's name or folder (null when empty).
+nlohmann::json peft_lora_config(const nn::LoraConfig& lora, const std::vector<std::string>& modules_to_save,
+                                const std::string& base_model_name_or_path);
+
+// Writes kPeftWeightsFile (tensors in o.dtype) and kPeftConfigFile into `dir` (created), each atomically, copies the
+// tokenizer's files, then writes `provenance` (when not empty) as models::kHfProvenanceFile; an earlier provenance
+// file is removed before anything is written (Note [HF provenance file]).
+void save_peft_adapter(const std::filesystem::path& dir, const PeftAdapter& a, const PeftAdapterOptions& o,
+                       const std::string& provenance);
+
+}  // namespace ht::train

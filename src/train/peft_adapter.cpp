@@ -1,0 +1,173 @@
+// A LoRA run's adapters as a peft folder (train/peft_adapter.h): the adapters and the modules the run trained beside
+// them under peft's keys, adapter_config.json as peft's LoraConfig writes it, and our provenance record.
+#include "hadatrain/train/peft_adapter.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "hadatrain/core/error.h"
+#include "hadatrain/core/name_list.h"
+#include "hadatrain/dist/fsdp.h"
+#include "hadatrain/io/atomic_file.h"
+#include "hadatrain/io/checkpoint_files.h"
+#include "hadatrain/io/output_path.h"
+#include "hadatrain/io/safetensors.h"
+#include "hadatrain/models/hf_checkpoint.h"
+#include "hadatrain/autograd/grad_mode.h"
+#include "hadatrain/ops/copy.h"
+
+namespace ht::train {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+bool is_adapter(const std::string& name) {
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
+}
+
+std::string module_of(const std::string& param) { return param.substr(0, param.rfind('.')); }
+
+// The HF folder the run's base weights are, from the checkpoint's init_from record (train/provenance.h): the folder
+// of a run started from an HF folder, or of a run started from a checkpoint that is a conversion of one (which
+// records a source and was trained no further). Otherwise "" and why in `note`.
+std::string base_model_folder(const io::Metadata& md, std::string& note) {
+  const auto it = md.find(kInitFromKey);
+  if (it == md.end()) {
+    note = "the checkpoint records no model.init_from, so its base weights are no HF model hadatrain knows of";
+    return "";
+  }
+  const json r = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  const auto text = [](const json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
+  const std::string kind = text(r, "kind");
+  if (kind == "hf" && !text(r, "folder").empty()) return text(r, "folder");
+  if (kind == "checkpoint" && r.contains("source") && text(r["source"], "format") == "hf" &&
+      !text(r["source"], "folder").empty() && !r.contains("init_from"))
+    return text(r["source"], "folder");
+  note = kind == "checkpoint"
+             ? fmt::format("the run started from the checkpoint {}, which is no HF model", text(r, "folder"))
+             : "the checkpoint's model.init_from record names no HF folder";
+  return "";
+}
+
+}  // namespace
+
+json peft_lora_config(const nn::LoraConfig& lora, const std::vector<std::string>& modules_to_save,
+                      const std::string& base_model_name_or_path) {
+  // lora_alpha as an integer when it is one (peft's LoraConfig types it int; the scaling is the same either way).
+  const json alpha = lora.alpha == std::floor(lora.alpha) && std::fabs(lora.alpha) < 1e15
+                         ? json(static_cast<int64_t>(lora.alpha))
+                         : json(lora.alpha);
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"r", lora.rank},
+          {"lora_alpha", alpha},
+          {"lora_dropout", lora.dropout},
+          // Our patterns select a layer whose name equals one or ends with "." + it, as peft's list does.
+          {"target_modules", lora.target_modules},
+          {"bias", "none"},
+          {"fan_in_fan_out", false},
+          {"use_rslora", false},
+          {"use_dora", false},
+          {"init_lora_weights", true},
+          {"layers_to_transform", nullptr},
+          {"layers_pattern", nullptr},
+          {"rank_pattern", json::object()},
+          {"alpha_pattern", json::object()},
+          {"modules_to_save", modules_to_save.empty() ? json(nullptr) : json(modules_to_save)},
+          {"base_model_name_or_path", base_model_name_or_path.empty() ? json(nullptr) : json(base_model_name_or_path)},
+          {"revision", nullptr},
+          {"inference_mode", true}};
+}
+
+PeftFromCheckpoint peft_adapter_from_checkpoint(const LlamaSource& src) {
+  const std::string model_file = (src.dir / "model.safetensors").string();
+  HT_CHECK(src.kind == LlamaSource::Kind::checkpoint,
+           "--adapter: {} is an HF folder; a PEFT adapter is written from the checkpoint of a LoRA run", src.dir.string());
+  HT_CHECK(src.lora.has_value(),
+           "--adapter: the checkpoint {} holds no LoRA adapters ({} records no {}): there is no adapter to write; "
+           "convert it without --adapter to write the whole model as an HF folder",
+           src.dir.string(), model_file, kLoraKey);
+  io::Checkpoint ck = io::load_checkpoint_dir(src.dir);
+  dist::consolidate_checkpoint(ck);  // a sharded checkpoint's parameters and optimiser state, whole
+  const std::map<std::string, Tensor>& model = ck.model.tensors;
+
+  PeftFromCheckpoint out;
+  PeftAdapter& a = out.adapter;
+  std::set<std::string> lora_layers;
+  for (const auto& [name, t] : model)
+    if (is_adapter(name)) {
+      a.tensors[kPeftKeyPrefix + name] = t;
+      lora_layers.insert(module_of(module_of(name)));  // "<layer>.lora_A.weight" -> "<layer>"
+    }
+  a.lora_layers = static_cast<int64_t>(lora_layers.size());
+  HT_CHECK(a.lora_layers > 0, "--adapter: {} records {} but holds no <layer>.lora_A.weight / lora_B.weight tensors",
+           model_file, kLoraKey);
+
+  // Note [Trained weights beside the adapters]: what trained, from the optimiser's state "<param>.<slot>".
+  std::set<std::string> trained;
+  if (ck.optimizer)
+    for (const auto& [key, t] : ck.optimizer->tensors)
+      if (const auto dot = key.rfind('.'); dot != std::string::npos && model.count(key.substr(0, dot)))
+        trained.insert(key.substr(0, dot));
+  const int64_t steps = ck.state.is_object() && ck.state.value("optimizer_steps", json()).is_number_integer()
+                            ? ck.state["optimizer_steps"].get<int64_t>()
+                            : -1;
+  if (!ck.optimizer) out.unchecked = fmt::format("{} has no optimizer.safetensors", src.dir.string());
+  else if (ck.optimizer->tensors.empty() && steps != 0)
+    out.unchecked = fmt::format("the optimiser of {} keeps no state", src.dir.string());
+  std::vector<std::string> lost;
+  std::set<std::string> to_save;
+  for (const std::string& name : trained) {
+    if (is_adapter(name)) continue;
+    const std::string module = module_of(name);
+    if (lora_layers.count(module)) lost.push_back(name + " (the base weight of a LoRA layer)");
+    else if (module == "model.embed_tokens" && src.config.tie_word_embeddings)
+      lost.push_back(name + " (the embedding, tied to lm_head)");
+    else to_save.insert(module);
+  }
+  HT_CHECK(lost.empty(),
+           "--adapter: the checkpoint {} trained {} weight(s) beside its LoRA adapters that a PEFT adapter cannot "
+           "carry: {}; peft's modules_to_save replaces a whole module by a trained copy, which a LoRA layer and a "
+           "tied embedding cannot be, so the adapter folder would lose what they learned. Convert without --adapter "
+           "to write the whole model with its adapters merged",
+           src.dir.string(), lost.size(), first_names(lost, 3, "'"));
+  a.modules_to_save.assign(to_save.begin(), to_save.end());
+  for (const std::string& module : a.modules_to_save)
+    for (const auto& [name, t] : model)
+      if (name.starts_with(module + ".")) a.tensors[kPeftKeyPrefix + name] = t;
+
+  const std::string base = base_model_folder(src.metadata, a.base_model_note);
+  a.config = peft_lora_config(*src.lora, a.modules_to_save, base);
+  return out;
+}
+
+void save_peft_adapter(const fs::path& dir, const PeftAdapter& a, const PeftAdapterOptions& o,
+                       const std::string& provenance) {
+  HT_CHECK(is_floating(o.dtype), "save_peft_adapter: dtype must be floating (bf16 or f32), got {}",
+           dtype_name(o.dtype));
+  const std::vector<models::HfTokenizerFile> tokenizer_files =
+      o.copy_tokenizer_from.empty() ? std::vector<models::HfTokenizerFile>{}
+                                    : models::hf_tokenizer_files(o.copy_tokenizer_from);
+  io::create_output_directory(dir, "--output");
+  // Note [HF provenance file]: an earlier write's record goes before any of its files are replaced.
+  std::error_code ec;
+  fs::remove(dir / models::kHfProvenanceFile, ec);
+  HT_CHECK(!ec, "save_peft_adapter: cannot remove the earlier {}: {}", (dir / models::kHfProvenanceFile).string(),
+           ec.message());
+  io::TensorList list;
+  {
+    NoGradGuard ng;
+    for (const auto& [name, t] : a.tensors) list.emplace_back(name, to_dtype(t.detach(), o.dtype));
+  }
+  io::save_safetensors(dir / kPeftWeightsFile, list, {{"format", "pt"}});
+  io::write_file_atomic(dir / kPeftConfigFile, a.config.dump(2) + "\n");
+  models::copy_tokenizer_files(dir, tokenizer_files);
+  if (!provenance.empty()) io::write_file_atomic(dir / models::kHfProvenanceFile, provenance);
+}
+
+}  // namespace ht::train
