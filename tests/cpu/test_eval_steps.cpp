@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,12 +54,7 @@ TrainerConfig config_in(const std::string& name, std::vector<std::string> sets =
   return load_trainer_config(config_path(), sets);
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_text;
 
 std::vector<json> eval_records(const fs::path& out_dir) {
   std::vector<json> out;

@@ -30,10 +30,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::read_text;
 std::string abs(const fs::path& p) { return fs::absolute(p).lexically_normal().string(); }
 
 io::Metadata metadata_of(const fs::path& checkpoint) {

@@ -34,10 +34,7 @@ std::shared_ptr<Llama> random_llama(const LlamaConfig& c, uint64_t seed) {
 }
 
 void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::read_text;
 
 // The shard files the folder's index names, sorted.
 std::vector<std::string> shard_files(const fs::path& dir) {

@@ -35,10 +35,7 @@ namespace {
 const std::string kRoot = fs::current_path().string();  // tests run in the source root
 const fs::path kCharModel = kRoot + "/tests/fixtures/lm_char.model";
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::read_text;
 std::string sha256_of(const fs::path& p) { return Sha256().add(read_text(p)).hex(); }
 std::string abs(const fs::path& p) { return fs::absolute(p).lexically_normal().string(); }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 
@@ -184,6 +185,11 @@ std::map<int64_t, double> train_losses(const std::filesystem::path& out_dir) {
     out[step] = j.at("loss").get<double>();
   }
   return out;
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace ht::test

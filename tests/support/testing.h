@@ -53,6 +53,9 @@ constexpr int kIdx8Train = 64, kIdx8Test = 32;
 const std::filesystem::path& scratch_dir();
 const std::filesystem::path& idx8_dataset();
 
+// The bytes of the file at `p` (empty when it cannot be read).
+std::string read_text(const std::filesystem::path& p);
+
 // step -> loss of the `train` records of <out_dir>/metrics.jsonl. Throws ht::Error when the file cannot be
 // read or a step is logged twice.
 std::map<int64_t, double> train_losses(const std::filesystem::path& out_dir);
