@@ -271,6 +271,19 @@ TEST_CASE("a PEFT folder read back: model.init_from and load_llama_source give t
   CHECK(test::compare(started->forward(ids), logits, 0.0, 0.0) == "");
   CHECK(test::compare(loaded->forward(ids), logits, 0.0, 0.0) == "");
 
+  // `hadatrain eval --checkpoint <folder>` under the run's config: the checkpoint's loss to the bit, as step 0.
+  const TrainerConfig eval_cfg = lora_config(base_hf_folder(), {"data.eval_batch_size=16"});
+  const CheckpointEvaluation from_ck = run_evaluation(eval_cfg, ck.dir.string());
+  const CheckpointEvaluation from_peft = run_evaluation(eval_cfg, dir.string());
+  CHECK(from_peft.step == 0);
+  CHECK(from_peft.total == from_ck.total);
+  CHECK(from_peft.loss == from_ck.loss);
+  // ... which the base alone does not give: the adapters and the norm trained.
+  CHECK(run_evaluation(lora_config(base_hf_folder(), {"model.lora=null"}), base_hf_folder().string()).loss != from_ck.loss);
+  CHECK_THAT(test::error_of([&] { run_evaluation(lora_config(base_hf_folder(), {"model.lora.alpha=8"}), dir.string()); }),
+             HasSubstr("--checkpoint " + dir.string() + ": model.lora.alpha is 8 but " + (dir / kPeftConfigFile).string() +
+                       " has lora_alpha 32"));
+
   // The run's provenance: the adapter folder by SHA-256, its own record, and the base HF folder beneath.
   const TrainerConfig cfg = lora_config(dir);
   const nlohmann::json r = init_from_record(*resolve_init_from(cfg, InitWeights::read));
