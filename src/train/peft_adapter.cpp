@@ -34,14 +34,16 @@ std::string module_of(const std::string& param) { return param.substr(0, param.r
 
 // The HF folder the run's base weights are, from the checkpoint's init_from record (train/provenance.h): the folder
 // of a run started from an HF folder, or of a run started from a checkpoint that is a conversion of one (which
-// records a source and was trained no further). Otherwise "" and why in `note`.
+// records a source and was trained no further), or the base of a PEFT folder the run started from when that base is
+// one of those. Otherwise "" and why in `note`.
 std::string base_model_folder(const io::Metadata& md, std::string& note) {
   const auto it = md.find(kInitFromKey);
   if (it == md.end()) {
     note = "the checkpoint records no model.init_from, so its base weights are no HF model hadatrain knows of";
     return "";
   }
-  const json r = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  json r = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (r.is_object() && r.value("kind", json()) == "peft" && r.contains("base")) r = json(r["base"]);
   const auto text = [](const json& j, const char* key) {
     return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
   };

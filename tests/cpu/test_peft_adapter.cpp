@@ -271,6 +271,13 @@ TEST_CASE("a PEFT folder read back: model.init_from and load_llama_source give t
   CHECK(test::compare(started->forward(ids), logits, 0.0, 0.0) == "");
   CHECK(test::compare(loaded->forward(ids), logits, 0.0, 0.0) == "");
 
+  // A run from the folder trains (its norm too, as the run that wrote it), and its adapters name the same HF base.
+  const TrainerConfig again = lora_run("from_peft", dir, {"train.freeze=['!model.norm.*']"});
+  const PeftFromCheckpoint p2 =
+      peft_adapter_from_checkpoint(find_llama_source(fs::path(again.run.out_dir) / "checkpoints"));
+  CHECK(p2.adapter.config["base_model_name_or_path"] == fs::absolute(base_hf_folder()).lexically_normal().string());
+  CHECK(p2.adapter.modules_to_save == std::vector<std::string>{"model.norm"});
+
   // `hadatrain eval --checkpoint <folder>` under the run's config: the checkpoint's loss to the bit, as step 0.
   const TrainerConfig eval_cfg = lora_config(base_hf_folder(), {"data.eval_batch_size=16"});
   const CheckpointEvaluation from_ck = run_evaluation(eval_cfg, ck.dir.string());
