@@ -18,6 +18,7 @@
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/json_metadata.h"
 #include "hadatrain/train/causal_lm.h"
+#include "hadatrain/train/peft_adapter.h"
 
 namespace ht::train {
 namespace {
@@ -209,9 +210,19 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
     HT_ASSERT(start.init_from != nullptr && start.init_from->llama.has_value(),
               "make_llama: model.init_from {} is not resolved", m.init_from);
     src = *start.init_from->llama;  // Note [model.init_from resolved once] in trainer_setup.cpp
-    HT_CHECK(!src->lora, "model.init_from: {} is a checkpoint of a LoRA run; convert it to an HF folder first "
-                         "(hadatrain convert merges the adapters) and start from that",
-             src->dir.string());
+    if (src->peft.empty()) {
+      HT_CHECK(!src->lora, "model.init_from: {} is a checkpoint of a LoRA run; convert it to an HF folder first "
+                           "(hadatrain convert merges the adapters) and start from that",
+               src->dir.string());
+    } else {
+      // A PEFT adapter folder: its adapters continue as the run's, so model.lora must build them as they are.
+      const PeftFolder f = read_peft_folder(src->peft);
+      HT_CHECK(m.lora.has_value(), "model.init_from: {} is a PEFT LoRA adapter (r {}, lora_alpha {:g}, target_modules "
+               "{}), but the config has no model.lora; set model.lora to those values to train its adapters on, or start "
+               "from its base {}", src->peft.string(), f.lora.rank, f.lora.alpha,
+               nlohmann::json(f.lora.target_modules).dump(), src->dir.string());
+      check_peft_lora(*m.lora, f, "model.init_from " + src->peft.string());
+    }
     c = src->config;
   } else {
     if (c.vocab_size == 0) c.vocab_size = ds.vocab_size;
@@ -232,6 +243,10 @@ std::shared_ptr<nn::Module> make_llama(const TrainerConfig& cfg, const Datasets&
   if (src && start.weights == InitWeights::read) {
     models::load_hf_tensors(*model, source_tensors(*src), src->dir.string());
     spdlog::info("model.init_from: weights of {}", src->dir.string());
+    if (!src->peft.empty()) {
+      const int64_t layers = load_peft_tensors(*model, read_peft_folder(src->peft));
+      spdlog::info("model.init_from: the adapters of {} ({} LoRA layer(s)) on that base", src->peft.string(), layers);
+    }
   } else if (src) {
     spdlog::info("model.init_from: the architecture of {} (the weights come from the checkpoint resumed or evaluated)",
                  src->dir.string());
@@ -299,12 +314,42 @@ void record_tokenizer(io::Metadata& md, const fs::path& path, const std::string&
   md[kTokenizerVocabSizeKey] = std::to_string(vocab_size);
 }
 
+namespace {
+
+// A PEFT adapter folder on its base model: base_model_name_or_path resolved as a path (relative to the working
+// directory, as peft resolves a local one). A hub id is not fetched.
+LlamaSource find_peft_source(const fs::path& path) {
+  const PeftFolder f = read_peft_folder(path);
+  const std::string file = (path / kPeftConfigFile).string();
+  const std::string& base = f.base_model_name_or_path;
+  HT_CHECK(!base.empty(), "{} is a PEFT LoRA adapter whose base model is not named: base_model_name_or_path is null in "
+           "{}. Set it to the HF folder (or hadatrain checkpoint) whose weights the adapters were trained on",
+           path.string(), file);
+  std::error_code ec;
+  HT_CHECK(fs::is_directory(expand_home(base), ec),
+           "{} is a PEFT LoRA adapter on the base model '{}' (base_model_name_or_path in {}), which is not a local "
+           "folder; hadatrain does not download from the hub: download it and set base_model_name_or_path to its "
+           "folder (or to a hadatrain checkpoint of the same weights)",
+           path.string(), base, file);
+  HT_CHECK(!is_peft_folder(expand_home(base)), "{}: base_model_name_or_path {} is itself a PEFT adapter folder; name "
+           "the base model's HF folder or checkpoint", file, base);
+  LlamaSource src = find_llama_source(expand_home(base));
+  HT_CHECK(!src.lora, "{}: base_model_name_or_path {} is a checkpoint of a LoRA run; a PEFT adapter's base is a model "
+           "without adapters (convert the checkpoint to an HF folder, which merges them, and name that)", file, base);
+  src.lora = f.lora;
+  src.peft = path;
+  return src;
+}
+
+}  // namespace
+
 LlamaSource find_llama_source(const fs::path& path) {
   std::error_code ec;
   HT_CHECK(fs::is_directory(path, ec), "{} is not a directory (expected an HF model folder with config.json, or a "
                                        "checkpoint folder of a language-model run)",
            path.string());
   LlamaSource src;
+  if (is_peft_folder(path)) return find_peft_source(path);
   if (fs::exists(path / "config.json", ec)) {
     src.kind = LlamaSource::Kind::hf;
     src.dir = path;
@@ -351,7 +396,10 @@ std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device 
   Generator gen(0);
   auto model = build_llama(src.config, src.lora, true, gen, std::make_shared<Generator>(0));
   const std::map<std::string, Tensor> tensors = source_tensors(src);
-  if (src.lora) {
+  if (!src.peft.empty()) {
+    models::load_hf_tensors(*model, tensors, src.dir.string());
+    load_peft_tensors(*model, read_peft_folder(src.peft));
+  } else if (src.lora) {
     // The base weights through the HF reader's checks, then the adapters.
     std::map<std::string, Tensor> base, adapters;
     for (const auto& [name, t] : tensors)

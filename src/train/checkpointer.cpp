@@ -144,6 +144,15 @@ void load_model_state_for_eval(nn::Module& model, const EvalWeights& w) {
     models::load_hf_tensors(*llama, ck.model.tensors, ck.dir.string());
     return;
   }
+  if (w.source == EvalSource::peft_folder) {
+    auto* llama = dynamic_cast<models::Llama*>(&model);
+    HT_CHECK(llama != nullptr, "--checkpoint: {} is a PEFT LoRA adapter, but the config builds no LLaMA (model.name "
+             "llama)", ck.dir.string());
+    HT_ASSERT(w.peft.has_value(), "load_model_state_for_eval: the PEFT folder {} is not read", ck.dir.string());
+    models::load_hf_tensors(*llama, ck.model.tensors, w.base.string());
+    load_peft_tensors(*llama, *w.peft);
+    return;
+  }
   const std::map<std::string, Tensor> slots = model.state_dict();
   const auto has_adapters = [](const auto& tensors) {
     return std::any_of(tensors.begin(), tensors.end(), [](const auto& kv) { return is_lora_adapter(kv.first); });
@@ -404,7 +413,22 @@ EvalWeights read_checkpoint_for_eval(const std::string& path) {
   const fs::path dir = io::resolve_checkpoint_pointer(path);  // checkpoints/best or latest: the step it names
   EvalWeights w;
   std::error_code ec;
-  if (fs::exists(dir / "config.json", ec) && !fs::exists(dir / "state.json", ec)) {
+  if (is_peft_folder(dir)) {
+    // A PEFT adapter folder: its base's weights now, its adapters after the base (load_model_state_for_eval).
+    const LlamaSource src = find_llama_source(dir);
+    w.source = EvalSource::peft_folder;
+    w.peft = read_peft_folder(dir);
+    w.base = src.dir;
+    w.ck.dir = dir;
+    w.ck.step = 0;
+    if (src.kind == LlamaSource::Kind::hf) {
+      w.ck.model.tensors = models::read_hf_weights(src.dir).tensors;
+    } else {
+      io::Checkpoint base = io::load_checkpoint_dir(src.dir);
+      dist::consolidate_checkpoint(base);
+      w.ck.model.tensors = std::move(base.model.tensors);
+    }
+  } else if (fs::exists(dir / "config.json", ec) && !fs::exists(dir / "state.json", ec)) {
     // An HF folder holds the weights alone: no step of ours, so it reports step 0, as its conversion would be.
     w.source = EvalSource::hf_folder;
     w.ck.dir = dir;

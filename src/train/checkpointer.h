@@ -15,6 +15,7 @@
 #include "hadatrain/nn/module.h"
 #include "hadatrain/optim/optimizer.h"
 #include "hadatrain/tensor/philox.h"
+#include "hadatrain/train/peft_adapter.h"
 #include "hadatrain/train/trainer.h"
 #include "ema.h"
 
@@ -135,12 +136,15 @@ class Checkpointer {
   std::filesystem::path resumed_from_;
 };
 
-// What `hadatrain eval` evaluates: a run's checkpoint, or the weights of a Hugging Face LLaMA folder (HF names, no
-// optimiser state, reported as step 0).
-enum class EvalSource { checkpoint, hf_folder };
+// What `hadatrain eval` evaluates: a run's checkpoint, the weights of a Hugging Face LLaMA folder (HF names, no
+// optimiser state, reported as step 0), or a PEFT LoRA adapter folder: its base's weights (base_model_name_or_path,
+// in ck.model) with its adapters on them, step 0.
+enum class EvalSource { checkpoint, hf_folder, peft_folder };
 struct EvalWeights {
   io::Checkpoint ck;
   EvalSource source = EvalSource::checkpoint;
+  std::optional<PeftFolder> peft;  // peft_folder: the folder (ck.dir)
+  std::filesystem::path base;      // peft_folder: the base model's folder, which ck.model holds
 };
 // `hadatrain eval`: the checkpoint at `dir` (a step_<N> directory, or a checkpoint root whose latest is used), or
 // the HF folder at `dir` (config.json without state.json); throws ht::Error naming `dir` when there is none, and

@@ -54,6 +54,14 @@ CheckpointEvaluation run_evaluation(const TrainerConfig& run_cfg, const std::str
   model->to(cfg.train.dtype);
   const EvalWeights weights = read_checkpoint_for_eval(checkpoint_dir);
   const io::Checkpoint& ck = weights.ck;
+  if (weights.peft) {
+    // The adapters load into the LoRA layers model.lora builds, which must compute what adapter_config.json says.
+    const PeftFolder& f = *weights.peft;
+    HT_CHECK(cfg.model.lora.has_value(), "--checkpoint: {} is a PEFT LoRA adapter (r {}, lora_alpha {:g}, "
+             "target_modules {}), but the config has no model.lora; set model.lora to those values", ck.dir.string(),
+             f.lora.rank, f.lora.alpha, nlohmann::json(f.lora.target_modules).dump());
+    check_peft_lora(*cfg.model.lora, f, "--checkpoint " + ck.dir.string());
+  }
   load_model_state_for_eval(*model, weights);
   if (average) {
     // The average covers the trained parameters and the buffers; frozen parameters are their own average.

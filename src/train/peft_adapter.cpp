@@ -1,7 +1,9 @@
 // A LoRA run's adapters as a peft folder (train/peft_adapter.h): the adapters and the modules the run trained beside
-// them under peft's keys, adapter_config.json as peft's LoraConfig writes it, and our provenance record.
+// them under peft's keys, adapter_config.json as peft's LoraConfig writes it, and our provenance record; and such a
+// folder (ours or peft's) read back onto a model.
 #include "hadatrain/train/peft_adapter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -32,14 +34,16 @@ std::string module_of(const std::string& param) { return param.substr(0, param.r
 
 // The HF folder the run's base weights are, from the checkpoint's init_from record (train/provenance.h): the folder
 // of a run started from an HF folder, or of a run started from a checkpoint that is a conversion of one (which
-// records a source and was trained no further). Otherwise "" and why in `note`.
+// records a source and was trained no further), or the base of a PEFT folder the run started from when that base is
+// one of those. Otherwise "" and why in `note`.
 std::string base_model_folder(const io::Metadata& md, std::string& note) {
   const auto it = md.find(kInitFromKey);
   if (it == md.end()) {
     note = "the checkpoint records no model.init_from, so its base weights are no HF model hadatrain knows of";
     return "";
   }
-  const json r = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  json r = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (r.is_object() && r.value("kind", json()) == "peft" && r.contains("base")) r = json(r["base"]);
   const auto text = [](const json& j, const char* key) {
     return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
   };
@@ -168,6 +172,123 @@ void save_peft_adapter(const fs::path& dir, const PeftAdapter& a, const PeftAdap
   io::write_file_atomic(dir / kPeftConfigFile, a.config.dump(2) + "\n");
   models::copy_tokenizer_files(dir, tokenizer_files);
   if (!provenance.empty()) io::write_file_atomic(dir / models::kHfProvenanceFile, provenance);
+}
+
+bool is_peft_folder(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kPeftConfigFile, ec);
+}
+
+PeftFolder read_peft_folder(const fs::path& dir) {
+  PeftFolder f;
+  f.dir = dir;
+  const std::string file = (dir / kPeftConfigFile).string();
+  f.config = models::read_json_file(dir / kPeftConfigFile, "the PEFT adapter config");
+  const json& c = f.config;
+  HT_CHECK(c.is_object(), "{} is not a JSON object", file);
+  const auto has = [&](const char* key) { return c.contains(key) && !c[key].is_null(); };
+  const std::string type = c.value("peft_type", json()).is_string() ? c["peft_type"].get<std::string>() : "";
+  HT_CHECK(type == "LORA", "{}: peft_type is {}, expected \"LORA\" (hadatrain reads LoRA adapters only)", file,
+           has("peft_type") ? c["peft_type"].dump() : "missing");
+  HT_CHECK(c.contains("r") && c["r"].is_number_integer() && c["r"].get<int64_t>() > 0,
+           "{}: r is {}, expected a positive integer (the adapters' rank)", file, c.contains("r") ? c["r"].dump() : "missing");
+  HT_CHECK(c.contains("lora_alpha") && c["lora_alpha"].is_number(), "{}: lora_alpha is {}, expected a number", file,
+           c.contains("lora_alpha") ? c["lora_alpha"].dump() : "missing");
+  f.lora.rank = c["r"].get<int64_t>();
+  f.lora.alpha = c["lora_alpha"].get<double>();
+  f.lora.dropout = has("lora_dropout") && c["lora_dropout"].is_number() ? c["lora_dropout"].get<double>() : 0.0;
+  HT_CHECK(c.contains("target_modules") && c["target_modules"].is_array() && !c["target_modules"].empty(),
+           "{}: target_modules is {}, expected a list of module names (a regular expression, peft's other form, is not "
+           "read)",
+           file, c.contains("target_modules") ? c["target_modules"].dump() : "missing");
+  f.lora.target_modules.clear();
+  for (const json& t : c["target_modules"]) {
+    HT_CHECK(t.is_string(), "{}: target_modules holds {}, expected module names", file, t.dump());
+    f.lora.target_modules.push_back(t.get<std::string>());
+  }
+  // Options that change what peft computes: hadatrain computes x Wᵀ + (lora_alpha / r) · B A x only.
+  for (const char* key : {"use_rslora", "use_dora", "fan_in_fan_out"})
+    HT_CHECK(!has(key) || c[key] == false, "{}: {} is {}; hadatrain computes plain LoRA (x Wᵀ + lora_alpha / r · B A x) "
+             "and cannot load this adapter", file, key, c[key].dump());
+  HT_CHECK(!has("bias") || c["bias"] == "none", "{}: bias is {}; hadatrain's LoRA layers train no bias, expected \"none\"",
+           file, has("bias") ? c["bias"].dump() : "");
+  for (const char* key : {"rank_pattern", "alpha_pattern"})
+    HT_CHECK(!has(key) || (c[key].is_object() && c[key].empty()),
+             "{}: {} is {}; hadatrain gives every LoRA layer the one r and lora_alpha, expected {{}}", file, key,
+             c[key].dump());
+  HT_CHECK(!has("layers_to_transform"), "{}: layers_to_transform is {}; hadatrain's target_modules select by name in "
+           "every layer, expected null", file, has("layers_to_transform") ? c["layers_to_transform"].dump() : "");
+  if (has("modules_to_save")) {
+    HT_CHECK(c["modules_to_save"].is_array(), "{}: modules_to_save is {}, expected a list of module names or null",
+             file, c["modules_to_save"].dump());
+    for (const json& m : c["modules_to_save"]) {
+      HT_CHECK(m.is_string(), "{}: modules_to_save holds {}, expected module names", file, m.dump());
+      f.modules_to_save.push_back(m.get<std::string>());
+    }
+  }
+  if (has("base_model_name_or_path")) {
+    HT_CHECK(c["base_model_name_or_path"].is_string(), "{}: base_model_name_or_path is {}, expected a string or null",
+             file, c["base_model_name_or_path"].dump());
+    f.base_model_name_or_path = c["base_model_name_or_path"].get<std::string>();
+  }
+  return f;
+}
+
+void check_peft_lora(const nn::LoraConfig& lora, const PeftFolder& f, const std::string& what) {
+  const std::string file = (f.dir / kPeftConfigFile).string();
+  HT_CHECK(lora.rank == f.lora.rank, "{}: model.lora.rank is {} but the adapters in {} have r {}; set model.lora.rank "
+           "to {}", what, lora.rank, file, f.lora.rank, f.lora.rank);
+  HT_CHECK(lora.alpha == f.lora.alpha, "{}: model.lora.alpha is {:g} but {} has lora_alpha {:g}; set model.lora.alpha "
+           "to {:g}", what, lora.alpha, file, f.lora.alpha, f.lora.alpha);
+  std::vector<std::string> ours = lora.target_modules, theirs = f.lora.target_modules;
+  std::sort(ours.begin(), ours.end());
+  std::sort(theirs.begin(), theirs.end());
+  ours.erase(std::unique(ours.begin(), ours.end()), ours.end());
+  theirs.erase(std::unique(theirs.begin(), theirs.end()), theirs.end());
+  HT_CHECK(ours == theirs, "{}: model.lora.target_modules is {} but {} has target_modules {}; set model.lora."
+           "target_modules to that list", what, json(lora.target_modules).dump(), file,
+           json(f.lora.target_modules).dump());
+}
+
+int64_t load_peft_tensors(nn::Module& model, const PeftFolder& f) {
+  const std::string file = (f.dir / kPeftWeightsFile).string();
+  std::error_code ec;
+  HT_CHECK(fs::is_regular_file(f.dir / kPeftWeightsFile, ec), "{} does not exist: the PEFT folder {} holds no adapter "
+           "weights (adapter_model.bin, peft's older pickle format, is not read; save with safe_serialization)",
+           file, f.dir.string());
+  std::map<std::string, Tensor*> params;
+  for (auto& [name, t] : model.named_parameters()) params[name] = t;
+  const auto in_saved_module = [&](const std::string& name) {
+    return std::any_of(f.modules_to_save.begin(), f.modules_to_save.end(), [&](const std::string& m) {
+      return name.starts_with(m + ".") || name.find("." + m + ".") != std::string::npos;
+    });
+  };
+  std::map<std::string, Tensor> state;
+  const std::string prefix = kPeftKeyPrefix;
+  for (auto& [key, t] : io::load_safetensors(f.dir / kPeftWeightsFile).tensors) {
+    HT_CHECK(key.starts_with(prefix), "{}: the tensor '{}' does not start with '{}', so it is no PEFT adapter key "
+             "(expected base_model.model.<module>.lora_A.weight)", file, key, prefix);
+    const std::string name = key.substr(prefix.size());
+    const auto it = params.find(name);
+    const bool adapter = is_adapter(name);
+    HT_CHECK(it != params.end() && (adapter || in_saved_module(name)),
+             "{}: the tensor '{}' is {} of the model (model.init_from's architecture with model.lora's "
+             "target_modules)", file, key,
+             adapter ? "no adapter of a LoRA layer"
+                     : it == params.end() ? "no parameter" : "neither an adapter nor in modules_to_save, so no weight");
+    HT_CHECK(t.shape() == it->second->shape(), "{}: the tensor '{}' has shape {} in the file and {} in the model", file,
+             key, to_string(t.shape()), to_string(it->second->shape()));
+    state[name] = t;
+  }
+  std::set<std::string> layers;
+  for (const auto& [name, t] : params) {
+    if (!is_adapter(name)) continue;
+    HT_CHECK(state.count(name), "{}: the model's adapter '{}' is missing (expected the tensor '{}{}')", file, name,
+             prefix, name);
+    layers.insert(module_of(module_of(name)));
+  }
+  model.load_state_dict(state, nn::StrictLoad::no);
+  return static_cast<int64_t>(layers.size());
 }
 
 }  // namespace ht::train

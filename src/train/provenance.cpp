@@ -1,6 +1,7 @@
 // Where a language model's weights came from (train/provenance.h): the records `hadatrain convert` and runs started
 // from model.init_from write, and the line of descent inspect-checkpoint reads from them.
 #include "hadatrain/train/provenance.h"
+#include "hadatrain/train/peft_adapter.h"
 
 #include <algorithm>
 #include <atomic>
@@ -203,6 +204,32 @@ io::CheckpointData checkpoint_from_hf(const fs::path& dir, const fs::path& token
 json init_from_record(const InitFromSource& src) {
   json r;
   r["model.init_from"] = src.value;
+  if (src.llama && !src.llama->peft.empty()) {
+    // A PEFT adapter folder: its two files by SHA-256, its own provenance record, then the base's record, nested.
+    const fs::path& dir = src.llama->peft;
+    const std::vector<std::string> names = {kPeftConfigFile, kPeftWeightsFile};
+    const std::vector<FileSha256> digests = sha256_files({dir / names[0], dir / names[1]});
+    json files = json::array();
+    for (std::size_t i = 0; i < names.size(); ++i)
+      files.push_back({{"name", names[i]}, {"bytes", digests[i].bytes}, {"sha256", digests[i].sha256}});
+    r["kind"] = "peft";
+    r["folder"] = absolute_folder(dir);
+    r["files"] = files;
+    std::error_code ec;
+    if (fs::exists(dir / models::kHfProvenanceFile, ec)) {
+      json p = models::read_json_file(dir / models::kHfProvenanceFile, "the provenance record");
+      HT_CHECK(p.is_object(), "{} is not a JSON object; remove or restore it",
+               (dir / models::kHfProvenanceFile).string());
+      r["provenance"] = std::move(p);
+    }
+    InitFromSource base = src;
+    base.value = base.llama->dir.string();
+    base.path = base.llama->dir;
+    base.llama->peft.clear();
+    base.llama->lora.reset();
+    r["base"] = init_from_record(base);
+    return r;
+  }
   if (src.llama && src.llama->kind == LlamaSource::Kind::hf) {
     r["kind"] = "hf";
     r["folder"] = absolute_folder(src.llama->dir);
@@ -241,6 +268,7 @@ json init_from_record(const InitFromSource& src) {
 }
 
 bool init_from_record_digests(const InitFromSource& src) {
+  if (src.llama && !src.llama->peft.empty()) return true;
   if (src.llama) return src.llama->kind == LlamaSource::Kind::hf;
   return !is_our_checkpoint(src.path);
 }
@@ -327,6 +355,11 @@ void describe_init_from(const json& r, const std::string& how, Lines& out) {
     out.push_back(fmt::format("{} the checkpoint {} (step {})", how, text_of(r, "folder"), text_of(r, "step")));
     if (r.contains("source")) describe_hf(r["source"], "which was converted from", out);
     if (r.contains("init_from")) describe_init_from(r["init_from"], "which was trained from", out);
+  } else if (kind == "peft") {
+    out.push_back(fmt::format("{} the PEFT LoRA adapter {} ({} and {}, each with its SHA-256)", how,
+                              text_of(r, "folder"), kPeftConfigFile, kPeftWeightsFile));
+    if (r.contains("provenance")) describe_hf_provenance(r["provenance"], "which hadatrain convert wrote from", out);
+    if (r.contains("base")) describe_init_from(r["base"], "on the base", out);
   } else if (kind == "file") {
     out.push_back(fmt::format("{} the file {} ({} bytes, SHA-256 {})", how, text_of(r, "file"), text_of(r, "bytes"),
                               text_of(r, "sha256")));

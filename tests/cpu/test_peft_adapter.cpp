@@ -2,13 +2,16 @@
 // the CPU: adapter_config.json says what peft needs (r, lora_alpha, targets, the base model's folder), the
 // safetensors holds the checkpoint's adapters under peft's keys bit for bit (f32), and the base weight plus
 // (lora_alpha / r) · B A computed from the folder alone equals the weight the merged HF conversion writes. Weights the
-// run trained beside its adapters go into modules_to_save, or are refused when peft cannot carry them.
+// run trained beside its adapters go into modules_to_save, or are refused when peft cannot carry them. Read back
+// (model.init_from, load_llama_source), the folder gives the checkpoint's model bit for bit; what does not fit is an
+// error naming the file and the value or tensor.
 #include "support/catch.h"
 #include "support/testing.h"
 #include "support/lm_run_testing.h"
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,7 +23,9 @@
 #include "hadatrain/ops/ops.h"
 #include "hadatrain/train/lm_source.h"
 #include "hadatrain/train/peft_adapter.h"
+#include "hadatrain/train/provenance.h"
 #include "hadatrain/train/trainer.h"
+#include "train/trainer_setup.h"
 
 using namespace ht;
 using namespace ht::train;
@@ -198,4 +203,177 @@ TEST_CASE("a checkpoint without LoRA adapters has no PEFT adapter; a run from a 
   const PeftFromCheckpoint p = peft_adapter_from_checkpoint(find_llama_source(fs::path(lora.run.out_dir) / "checkpoints"));
   CHECK(p.adapter.config["base_model_name_or_path"].is_null());
   CHECK_THAT(p.adapter.base_model_note, HasSubstr("which is no HF model"));
+}
+
+namespace {
+
+// `run`'s checkpoint as a PEFT folder in f32 (bit for bit), under `name`.
+fs::path write_adapter(const TrainerConfig& run, const std::string& name) {
+  const LlamaSource src = find_llama_source(fs::path(run.run.out_dir) / "checkpoints");
+  const PeftFromCheckpoint p = peft_adapter_from_checkpoint(src);
+  const fs::path out = test::scratch_dir() / "peft" / name;
+  fs::remove_all(out);
+  save_peft_adapter(out, p.adapter, {.dtype = DType::f32}, hf_provenance_record(src, DType::f32, 0).dump(2));
+  return out;
+}
+
+// The LoRA recipe's config (test size) starting from `init_from`, without training.
+TrainerConfig lora_config(const fs::path& init_from, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = {
+      "train.device=cpu", "train.precision=fp32", "data.paths=[" + kRoot + "/tests/fixtures/lm_text]",
+      "data.val_fraction=0.25", "data.tokenizer=" + kRoot + "/tests/fixtures/lm_char.model",
+      "data.cache_dir=" + (test::scratch_dir() / "lm_cache").string(), "data.seq_len=16",
+      "model.init_from=" + init_from.string(), "run.out_dir=" + (test::scratch_dir() / "peft" / "unused").string()};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return load_trainer_config(kRoot + "/configs/llm/moby_dick_finetune_lora.yaml", sets);
+}
+
+std::shared_ptr<nn::Module> model_of(const TrainerConfig& cfg) {
+  const Datasets ds = make_datasets(cfg);
+  Generator gen(1);
+  return make_model(cfg, ds, gen, std::make_shared<Generator>(2), {.weights = InitWeights::read});
+}
+
+}  // namespace
+
+TEST_CASE("a PEFT folder read back: model.init_from and load_llama_source give the checkpoint's model bit for bit",
+          "[peft][init_from]") {
+  const TrainerConfig lora = lora_run("norm_roundtrip", base_hf_folder(), {"train.freeze=['!model.norm.*']"});
+  const fs::path dir = write_adapter(lora, "roundtrip_adapter");
+  const LlamaSource ck = find_llama_source(fs::path(lora.run.out_dir) / "checkpoints");
+  const LlamaSource src = find_llama_source(dir);
+  CHECK(src.peft == dir);
+  CHECK(src.kind == LlamaSource::Kind::hf);
+  CHECK(fs::equivalent(src.dir, base_hf_folder()));  // base_model_name_or_path
+  REQUIRE(src.lora.has_value());
+  CHECK(src.lora->rank == 16);
+  CHECK(src.lora->alpha == 32);
+
+  // A run started from the folder (model.lora as the recipe's) holds every tensor of the checkpoint, exactly: the
+  // base from the HF folder, the adapters and the trained norm (modules_to_save) from the PEFT folder.
+  auto reference = load_llama_source(ck);
+  const std::map<std::string, Tensor> want = reference->state_dict();
+  auto started = model_of(lora_config(dir));
+  const std::map<std::string, Tensor> got = started->state_dict();
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, t] : want) {
+    INFO(name);
+    REQUIRE(got.count(name));
+    CHECK(test::compare(got.at(name), t, 0.0, 0.0) == "");
+  }
+  // The forward (fp32, eval mode) is the checkpoint's to the bit, through both readers.
+  auto loaded = load_llama_source(src);
+  reference->eval();
+  started->eval();
+  loaded->eval();
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 5, 9, 3, 7, 2, 4, 6}, Shape{2, 4}, {DType::i64});
+  const Tensor logits = reference->forward(ids);
+  CHECK(test::compare(started->forward(ids), logits, 0.0, 0.0) == "");
+  CHECK(test::compare(loaded->forward(ids), logits, 0.0, 0.0) == "");
+
+  // A run from the folder trains (its norm too, as the run that wrote it), and its adapters name the same HF base.
+  const TrainerConfig again = lora_run("from_peft", dir, {"train.freeze=['!model.norm.*']"});
+  const PeftFromCheckpoint p2 =
+      peft_adapter_from_checkpoint(find_llama_source(fs::path(again.run.out_dir) / "checkpoints"));
+  CHECK(p2.adapter.config["base_model_name_or_path"] == fs::absolute(base_hf_folder()).lexically_normal().string());
+  CHECK(p2.adapter.modules_to_save == std::vector<std::string>{"model.norm"});
+
+  // `hadatrain eval --checkpoint <folder>` under the run's config: the checkpoint's loss to the bit, as step 0.
+  const TrainerConfig eval_cfg = lora_config(base_hf_folder(), {"data.eval_batch_size=16"});
+  const CheckpointEvaluation from_ck = run_evaluation(eval_cfg, ck.dir.string());
+  const CheckpointEvaluation from_peft = run_evaluation(eval_cfg, dir.string());
+  CHECK(from_peft.step == 0);
+  CHECK(from_peft.total == from_ck.total);
+  CHECK(from_peft.loss == from_ck.loss);
+  // ... which the base alone does not give: the adapters and the norm trained.
+  CHECK(run_evaluation(lora_config(base_hf_folder(), {"model.lora=null"}), base_hf_folder().string()).loss != from_ck.loss);
+  CHECK_THAT(test::error_of([&] { run_evaluation(lora_config(base_hf_folder(), {"model.lora.alpha=8"}), dir.string()); }),
+             HasSubstr("--checkpoint " + dir.string() + ": model.lora.alpha is 8 but " + (dir / kPeftConfigFile).string() +
+                       " has lora_alpha 32"));
+
+  // The run's provenance: the adapter folder by SHA-256, its own record, and the base HF folder beneath.
+  const TrainerConfig cfg = lora_config(dir);
+  const nlohmann::json r = init_from_record(*resolve_init_from(cfg, InitWeights::read));
+  CHECK(r["kind"] == "peft");
+  CHECK(r["folder"] == fs::absolute(dir).lexically_normal().string());
+  CHECK(r["files"].size() == 2);
+  CHECK(r["files"][1]["name"] == kPeftWeightsFile);
+  CHECK(r["files"][1]["sha256"].get<std::string>().size() == 64);
+  CHECK(r["base"]["kind"] == "hf");
+  CHECK(r["base"]["folder"] == fs::absolute(base_hf_folder()).lexically_normal().string());
+  const std::vector<std::string> lines = provenance_lines({{kInitFromKey, r.dump()}});
+  REQUIRE(lines.size() >= 4);
+  CHECK_THAT(lines[0], HasSubstr("trained from the PEFT LoRA adapter " + r["folder"].get<std::string>()));
+  CHECK_THAT(lines[1], HasSubstr("which hadatrain convert wrote from the checkpoint " +
+                                 fs::absolute(ck.dir).lexically_normal().string() + " (step 2)"));
+  CHECK_THAT(lines[2], HasSubstr("which was trained from the HF folder"));
+  CHECK_THAT(lines.back(), HasSubstr("on the base the HF folder " + r["base"]["folder"].get<std::string>()));
+}
+
+TEST_CASE("a PEFT folder that does not fit: model.lora's values, its base, its keys and shapes are named",
+          "[peft][init_from]") {
+  const TrainerConfig lora = lora_run("errors", base_hf_folder());
+  const fs::path dir = write_adapter(lora, "errors_adapter");
+  const std::string config_file = (dir / kPeftConfigFile).string();
+  const std::string weights_file = (dir / kPeftWeightsFile).string();
+
+  // model.lora against adapter_config.json: both values and the file.
+  std::string err = test::error_of([&] { model_of(lora_config(dir, {"model.lora.rank=8"})); });
+  CHECK_THAT(err, HasSubstr("model.lora.rank is 8 but the adapters in " + config_file + " have r 16"));
+  err = test::error_of([&] { model_of(lora_config(dir, {"model.lora.alpha=16"})); });
+  CHECK_THAT(err, HasSubstr("model.lora.alpha is 16 but " + config_file + " has lora_alpha 32"));
+  err = test::error_of([&] { model_of(lora_config(dir, {"model.lora.target_modules=[q_proj]"})); });
+  CHECK_THAT(err, HasSubstr("model.lora.target_modules is [\"q_proj\"] but " + config_file));
+  err = test::error_of([&] { model_of(lora_config(dir, {"model.lora=null"})); });
+  CHECK_THAT(err, HasSubstr("is a PEFT LoRA adapter (r 16, lora_alpha 32"));
+  CHECK_THAT(err, HasSubstr("but the config has no model.lora"));
+
+  const auto edit_config = [&](const fs::path& to, const std::function<void(nlohmann::json&)>& f) {
+    fs::remove_all(to);
+    fs::create_directories(to);
+    fs::copy_file(dir / kPeftWeightsFile, to / kPeftWeightsFile);
+    nlohmann::json c = read_json(dir / kPeftConfigFile);
+    f(c);
+    std::ofstream(to / kPeftConfigFile) << c.dump(2);
+  };
+  // The base: null, and a name that is no local folder (a hub id).
+  const fs::path no_base = test::scratch_dir() / "peft" / "no_base";
+  edit_config(no_base, [](nlohmann::json& c) { c["base_model_name_or_path"] = nullptr; });
+  err = test::error_of([&] { find_llama_source(no_base); });
+  CHECK_THAT(err, HasSubstr("base_model_name_or_path is null in " + (no_base / kPeftConfigFile).string()));
+  const fs::path hub = test::scratch_dir() / "peft" / "hub_base";
+  edit_config(hub, [](nlohmann::json& c) { c["base_model_name_or_path"] = "meta-llama/Llama-3.2-1B"; });
+  err = test::error_of([&] { find_llama_source(hub); });
+  CHECK_THAT(err, HasSubstr("on the base model 'meta-llama/Llama-3.2-1B'"));
+  CHECK_THAT(err, HasSubstr("which is not a local folder"));
+  const fs::path dora = test::scratch_dir() / "peft" / "dora";
+  edit_config(dora, [](nlohmann::json& c) { c["use_dora"] = true; });
+  CHECK_THAT(test::error_of([&] { find_llama_source(dora); }), HasSubstr("use_dora is true"));
+
+  // The weights: a wrong shape and a key that is no adapter of the model, each named with the file.
+  const auto edit_weights = [&](const std::string& name, const std::function<void(std::map<std::string, Tensor>&)>& f) {
+    const fs::path to = test::scratch_dir() / "peft" / name;
+    fs::remove_all(to);
+    fs::create_directories(to);
+    fs::copy_file(dir / kPeftConfigFile, to / kPeftConfigFile);
+    std::map<std::string, Tensor> t = io::load_safetensors(dir / kPeftWeightsFile).tensors;
+    f(t);
+    io::TensorList list(t.begin(), t.end());
+    io::save_safetensors(to / kPeftWeightsFile, list, {});
+    return to;
+  };
+  const std::string a0 = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+  const fs::path shape = edit_weights("bad_shape", [&](auto& t) { t[a0] = zeros(Shape{8, t.at(a0).shape()[1]}); });
+  err = test::error_of([&] { model_of(lora_config(shape)); });
+  CHECK_THAT(err, HasSubstr((shape / kPeftWeightsFile).string() + ": the tensor '" + a0 + "' has shape (8, "));
+  const fs::path renamed = edit_weights("bad_key", [&](auto& t) {
+    t["base_model.model.model.layers.0.self_attn.qq_proj.lora_A.weight"] = t.at(a0);
+    t.erase(a0);
+  });
+  err = test::error_of([&] { load_llama_source(find_llama_source(renamed)); });
+  CHECK_THAT(err, HasSubstr("the tensor 'base_model.model.model.layers.0.self_attn.qq_proj.lora_A.weight' is no "
+                            "adapter of a LoRA layer of the model"));
+  const fs::path missing = edit_weights("missing_key", [&](auto& t) { t.erase(a0); });
+  err = test::error_of([&] { load_llama_source(find_llama_source(missing)); });
+  CHECK_THAT(err, HasSubstr("the model's adapter 'model.layers.0.self_attn.q_proj.lora_A.weight' is missing"));
 }

@@ -130,6 +130,11 @@ int run_convert(const ConvertArgs& a) {
                m.config.vocab_size, o.copy_tokenizer_from.empty() ? ", no tokenizer" : "");
     return 0;
   }
+  // A PEFT adapter folder reads as its base with adapters (find_llama_source); writing that is not done here, so the
+  // provenance of an output never names the base alone.
+  HT_CHECK(!train::is_peft_folder(in), "--input: {} is a PEFT LoRA adapter folder; convert takes an HF folder, our "
+           "checkpoint or a llama2.c file. To merge its adapters, start a LoRA run from it (model.init_from) and "
+           "convert that run's checkpoint", in.string());
   const train::LlamaSource src = train::find_llama_source(in);
   if (src.kind == train::LlamaSource::Kind::hf) {
     not_for_adapter("an HF folder");

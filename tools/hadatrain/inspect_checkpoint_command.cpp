@@ -4,7 +4,8 @@
 // LoRA config; a converted one's source, a fine-tuned one's init_from) and state.json. DIR is a step_<N> folder, a
 // checkpoint root (its latest checkpoint) or a root's `latest` or `best` file, or an HF model folder (config.json
 // beside the weights): then its architecture from config.json, its tensors' count, parameters and dtypes from the
-// safetensors headers, and what `hadatrain convert` wrote it from (hadatrain_provenance.json), when it says.
+// safetensors headers, and what `hadatrain convert` wrote it from (hadatrain_provenance.json), when it says; or a PEFT
+// LoRA adapter folder (adapter_config.json): its LoRA settings, base model, adapters and provenance.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +24,7 @@
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/hf_checkpoint.h"
+#include "hadatrain/train/peft_adapter.h"
 #include "hadatrain/train/provenance.h"
 
 namespace ht::cli {
@@ -175,9 +177,78 @@ int inspect_hf_folder(const fs::path& dir) {
   return 0;
 }
 
+// A PEFT LoRA adapter folder (train/peft_adapter.h): adapter_config.json's LoRA settings, the adapters' shapes and
+// dtypes (one line per kind of tensor and shape), the modules_to_save tensors, what it was made from, then the files
+// in full. Read as stored: a config that read_peft_folder would refuse is shown, not an error.
+int inspect_peft_folder(const fs::path& dir) {
+  fmt::print("PEFT LoRA adapter folder {}\n", dir.string());
+  print_files(dir);
+  std::ifstream config_in(dir / train::kPeftConfigFile, std::ios::binary);
+  const json config = json::parse(config_in, nullptr, /*allow_exceptions=*/false);
+  const auto value = [&](const char* key) {
+    if (!config.contains(key)) return std::string("(missing)");
+    return config[key].is_string() ? config[key].get<std::string>() : config[key].dump();
+  };
+  if (config.is_object()) {
+    fmt::print("peft_type {}, task_type {}\n", value("peft_type"), value("task_type"));
+    fmt::print("r {}, lora_alpha {}, lora_dropout {}\n", value("r"), value("lora_alpha"), value("lora_dropout"));
+    fmt::print("target_modules: {}\n", value("target_modules"));
+    fmt::print("modules_to_save: {}\n", value("modules_to_save"));
+    fmt::print("base_model_name_or_path: {}\n", value("base_model_name_or_path"));
+  } else {
+    fmt::print("{}: not a JSON object\n", train::kPeftConfigFile);
+  }
+  std::error_code ec;
+  if (fs::exists(dir / train::kPeftWeightsFile, ec)) {
+    const io::SafetensorsHeader h = io::read_safetensors_header(dir / train::kPeftWeightsFile);
+    TensorCount count;
+    count.add(h);
+    // "lora_A.weight (16, 64) f32" -> how many; other tensors (modules_to_save) one line each.
+    std::map<std::string, int64_t> kinds;
+    std::vector<std::string> others;
+    std::set<std::string> layers;
+    for (const io::TensorInfo& t : h.tensors) {
+      const std::string shape = fmt::format("{} {}", to_string(t.shape), dtype_name(t.dtype));
+      bool adapter = false;
+      for (const char* suffix : {".lora_A.weight", ".lora_B.weight"})
+        if (t.name.ends_with(suffix)) {
+          ++kinds[fmt::format("{} {}", suffix + 1, shape)];
+          layers.insert(t.name.substr(0, t.name.size() - std::string(suffix).size()));
+          adapter = true;
+        }
+      if (!adapter) others.push_back(fmt::format("{} {}", t.name, shape));
+    }
+    fmt::print("{}: {}; {} LoRA layer(s)\n", train::kPeftWeightsFile, count.describe("elements"), layers.size());
+    for (const auto& [kind, n] : kinds) fmt::print("  {} x {}\n", kind, n);
+    if (!others.empty()) {
+      fmt::print("  other tensors (modules_to_save):\n");
+      for (const std::string& o : others) fmt::print("    {}\n", o);
+    }
+  } else {
+    fmt::print("{}: missing\n", train::kPeftWeightsFile);
+  }
+  const fs::path provenance = dir / models::kHfProvenanceFile;
+  std::ifstream prov_in(provenance, std::ios::binary);
+  const std::string prov_text = prov_in ? std::string(std::istreambuf_iterator<char>(prov_in), {}) : "";
+  if (prov_in) {
+    fmt::print("made from (newest first):\n");
+    for (const std::string& line : train::hf_provenance_lines(prov_text)) fmt::print("  {}\n", line);
+  }
+  if (config.is_object()) fmt::print("{}:\n{}", train::kPeftConfigFile, indented(config.dump(2), "  "));
+  if (prov_in) {
+    const json p = json::parse(prov_text, nullptr, /*allow_exceptions=*/false);
+    if (p.is_discarded())
+      fmt::print("{}: not valid JSON\n", models::kHfProvenanceFile);
+    else
+      fmt::print("{}:\n{}", models::kHfProvenanceFile, indented(p.dump(2), "  "));
+  }
+  return 0;
+}
+
 int run_inspect_checkpoint(const InspectCheckpointArgs& a) {
   ht::logging::set_level(a.log_level);
   std::error_code ec;
+  if (train::is_peft_folder(a.checkpoint)) return inspect_peft_folder(a.checkpoint);
   if (fs::is_directory(a.checkpoint, ec) && fs::exists(fs::path(a.checkpoint) / "config.json", ec))
     return inspect_hf_folder(a.checkpoint);
   const fs::path dir = checkpoint_folder(a.checkpoint);
@@ -218,10 +289,10 @@ Command add_inspect_checkpoint_command(CLI::App& app) {
   auto a = std::make_shared<InspectCheckpointArgs>();
   Command c;
   c.app = app.add_subcommand("inspect-checkpoint",
-                             "Show what a checkpoint or HF model folder holds and records (files, tensors, where its "
+                             "Show what a checkpoint, HF model folder or PEFT adapter folder holds and records (files, tensors, where its "
                              "weights came from, metadata, state.json) without loading it");
   c.app->add_option("--checkpoint", a->checkpoint, "A step_<N> checkpoint folder, a checkpoint root, its latest or "
-                                                   "best file, or an HF model folder (config.json)")
+                                                   "best file, an HF model folder (config.json) or a PEFT adapter folder (adapter_config.json)")
       ->required();
   c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")
       ->check(log_level_check())

@@ -50,9 +50,13 @@ struct LlamaSource {
   std::string tokenizer_fingerprint;
   int64_t tokenizer_vocab_size = 0;
   io::Metadata metadata;  // a checkpoint's model.safetensors metadata (empty for an HF folder)
+  // A PEFT LoRA adapter folder (train/peft_adapter.h) whose adapters go onto this base model; `lora` is then its
+  // adapter_config's and every other field the base's (base_model_name_or_path resolved). "" otherwise.
+  std::filesystem::path peft;
 };
-// `path`: an HF folder (config.json), a step_<N> checkpoint folder, or a checkpoint root (its `latest`).
-// Errors name the path and say what was expected there.
+// `path`: an HF folder (config.json), a step_<N> checkpoint folder, a checkpoint root (its `latest`), or a PEFT LoRA
+// adapter folder (adapter_config.json) whose base_model_name_or_path is a local HF folder or checkpoint of ours
+// without LoRA. Errors name the path and say what was expected there.
 LlamaSource find_llama_source(const std::filesystem::path& path);
 // The model of `src` with its weights, in f32 on `device` (LoRA layers as recorded, unmerged).
 std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device device = Device::cpu());

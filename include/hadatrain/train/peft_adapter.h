@@ -7,6 +7,8 @@
 //   hadatrain_provenance.json  the checkpoint it was written from (train/provenance.h)
 // peft computes y = x Wᵀ + (lora_alpha / r) · B A x, as nn::LoraLinear does, so r and lora_alpha are the run's rank and
 // alpha unchanged (use_rslora false).
+// The same folders (ours, or peft's save_pretrained) are read back by read_peft_folder: `model.init_from` and
+// `inspect-checkpoint` take them (docs/language_models.md, Starting from a PEFT adapter).
 #pragma once
 #include <filesystem>
 #include <map>
@@ -15,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hadatrain/nn/module.h"
 #include "hadatrain/tensor/tensor.h"
 #include "hadatrain/train/lm_source.h"
 
@@ -73,5 +76,28 @@ nlohmann::json peft_lora_config(const nn::LoraConfig& lora, const std::vector<st
 // file is removed before anything is written (Note [HF provenance file]).
 void save_peft_adapter(const std::filesystem::path& dir, const PeftAdapter& a, const PeftAdapterOptions& o,
                        const std::string& provenance);
+
+// A PEFT LoRA adapter folder as read back: adapter_config.json checked to be a LoRA config hadatrain computes as peft
+// does (peft_type LORA, use_rslora / use_dora / fan_in_fan_out false, bias "none", no rank_pattern / alpha_pattern /
+// layers_to_transform, target_modules a list of names).
+struct PeftFolder {
+  std::filesystem::path dir;
+  nlohmann::json config;                     // adapter_config.json
+  nn::LoraConfig lora;                       // r, lora_alpha, lora_dropout, target_modules
+  std::vector<std::string> modules_to_save;  // HF module names
+  std::string base_model_name_or_path;       // "" when null
+};
+// Whether `dir` is a folder holding kPeftConfigFile.
+bool is_peft_folder(const std::filesystem::path& dir);
+// Errors name adapter_config.json and the key: not JSON, another peft_type, an option hadatrain does not compute.
+PeftFolder read_peft_folder(const std::filesystem::path& dir);
+// An error unless `lora` (a config's model.lora, named `what`) has f's rank, alpha and target_modules (as a set); both
+// values and the file are named. Dropout is the new run's own choice.
+void check_peft_lora(const nn::LoraConfig& lora, const PeftFolder& f, const std::string& what);
+// Copies f's adapters and modules_to_save weights (kPeftWeightsFile, kPeftKeyPrefix removed) into `model`, converted
+// to each slot's dtype. Errors name the file and the tensor: a key without the prefix, one that is no adapter of a
+// LoRA layer of the model nor a parameter of a module in modules_to_save, another shape, and an adapter of the model
+// that the file lacks. Returns the number of LoRA layers loaded.
+int64_t load_peft_tensors(nn::Module& model, const PeftFolder& f);
 
 }  // namespace ht::train
