@@ -123,6 +123,25 @@ std::vector<std::string> hf_weight_files(const fs::path& dir) {
   return {names.begin(), names.end()};
 }
 
+// The end of an HF or PEFT folder's report: the line of descent its hadatrain_provenance.json tells (when it has one),
+// then its config file (`config_name`, when it is a JSON object) and the provenance file in full.
+void print_provenance_and_config(const fs::path& dir, const json& config, const std::string& config_name) {
+  std::ifstream prov_in(dir / models::kHfProvenanceFile, std::ios::binary);
+  const std::string prov_text = prov_in ? std::string(std::istreambuf_iterator<char>(prov_in), {}) : "";
+  if (prov_in) {
+    fmt::print("made from (newest first):\n");
+    for (const std::string& line : train::hf_provenance_lines(prov_text)) fmt::print("  {}\n", line);
+  }
+  if (config.is_object()) fmt::print("{}:\n{}", config_name, indented(config.dump(2), "  "));
+  if (prov_in) {
+    const json p = json::parse(prov_text, nullptr, /*allow_exceptions=*/false);
+    if (p.is_discarded())
+      fmt::print("{}: not valid JSON\n", models::kHfProvenanceFile);
+    else
+      fmt::print("{}:\n{}", models::kHfProvenanceFile, indented(p.dump(2), "  "));
+  }
+}
+
 // An HF model folder: its architecture (config.json), its weights' tensors (the safetensors headers) and what it was
 // made from (models::kHfProvenanceFile), then config.json and the provenance record in full. A config.json or
 // provenance file that is not JSON is said to be so; a weight file that is no safetensors file is an error naming it.
@@ -159,21 +178,7 @@ int inspect_hf_folder(const fs::path& dir) {
   else
     fmt::print("weights: {} in {} file(s)\n", count.describe("parameters"), weight_files.size());
 
-  const fs::path provenance = dir / models::kHfProvenanceFile;
-  std::ifstream prov_in(provenance, std::ios::binary);
-  const std::string prov_text = prov_in ? std::string(std::istreambuf_iterator<char>(prov_in), {}) : "";
-  if (prov_in) {
-    fmt::print("made from (newest first):\n");
-    for (const std::string& line : train::hf_provenance_lines(prov_text)) fmt::print("  {}\n", line);
-  }
-  if (config.is_object()) fmt::print("config.json:\n{}", indented(config.dump(2), "  "));
-  if (prov_in) {
-    const json p = json::parse(prov_text, nullptr, /*allow_exceptions=*/false);
-    if (p.is_discarded())
-      fmt::print("{}: not valid JSON\n", models::kHfProvenanceFile);
-    else
-      fmt::print("{}:\n{}", models::kHfProvenanceFile, indented(p.dump(2), "  "));
-  }
+  print_provenance_and_config(dir, config, "config.json");
   return 0;
 }
 
@@ -227,21 +232,7 @@ int inspect_peft_folder(const fs::path& dir) {
   } else {
     fmt::print("{}: missing\n", train::kPeftWeightsFile);
   }
-  const fs::path provenance = dir / models::kHfProvenanceFile;
-  std::ifstream prov_in(provenance, std::ios::binary);
-  const std::string prov_text = prov_in ? std::string(std::istreambuf_iterator<char>(prov_in), {}) : "";
-  if (prov_in) {
-    fmt::print("made from (newest first):\n");
-    for (const std::string& line : train::hf_provenance_lines(prov_text)) fmt::print("  {}\n", line);
-  }
-  if (config.is_object()) fmt::print("{}:\n{}", train::kPeftConfigFile, indented(config.dump(2), "  "));
-  if (prov_in) {
-    const json p = json::parse(prov_text, nullptr, /*allow_exceptions=*/false);
-    if (p.is_discarded())
-      fmt::print("{}: not valid JSON\n", models::kHfProvenanceFile);
-    else
-      fmt::print("{}:\n{}", models::kHfProvenanceFile, indented(p.dump(2), "  "));
-  }
+  print_provenance_and_config(dir, config, train::kPeftConfigFile);
   return 0;
 }
 
