@@ -146,6 +146,10 @@ FrozenStore store_frozen_in(Module& root, DType dtype) {
   return r;
 }
 
+bool is_lora_adapter_name(const std::string& name) {
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
+}
+
 std::map<std::string, Tensor> lora_state_dict(Module& root) {
   std::map<std::string, Tensor> out;
   for (auto& [name, l] : lora_layers(root)) {

@@ -17,6 +17,7 @@
 #include "hadatrain/io/checkpoint_files.h"
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/io/json_metadata.h"
+#include "hadatrain/nn/lora.h"
 #include "hadatrain/train/causal_lm.h"
 #include "hadatrain/train/peft_adapter.h"
 
@@ -403,7 +404,7 @@ std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device 
     // The base weights through the HF reader's checks, then the adapters.
     std::map<std::string, Tensor> base, adapters;
     for (const auto& [name, t] : tensors)
-      (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos ? adapters : base)[name] = t;
+      (nn::is_lora_adapter_name(name) ? adapters : base)[name] = t;
     models::load_hf_tensors(*model, base, src.dir.string());
     model->load_state_dict(adapters, nn::StrictLoad::no);
   } else {

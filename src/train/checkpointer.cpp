@@ -29,6 +29,7 @@
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/models/hf_checkpoint.h"
 #include "hadatrain/models/llama.h"
+#include "hadatrain/nn/lora.h"
 #include "hadatrain/tensor/dtype.h"
 #include "hadatrain/train/lm_source.h"
 
@@ -120,10 +121,6 @@ void load_model_state(nn::Module& model, const io::Checkpoint& ck) { model.load_
 
 namespace {
 
-bool is_lora_adapter(const std::string& name) {
-  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-}
-
 // What to evaluate a checkpoint with: the config its run saved beside its checkpoints
 // (<run.out_dir>/config.yaml, two levels above <checkpoint.dir>/step_<N>), when it is there.
 std::string run_config_hint(const io::Checkpoint& ck) {
@@ -155,7 +152,7 @@ void load_model_state_for_eval(nn::Module& model, const EvalWeights& w) {
   }
   const std::map<std::string, Tensor> slots = model.state_dict();
   const auto has_adapters = [](const auto& tensors) {
-    return std::any_of(tensors.begin(), tensors.end(), [](const auto& kv) { return is_lora_adapter(kv.first); });
+    return std::any_of(tensors.begin(), tensors.end(), [](const auto& kv) { return nn::is_lora_adapter_name(kv.first); });
   };
   const bool ck_lora = has_adapters(ck.model.tensors), model_lora = has_adapters(slots);
   const auto recorded = ck.model.metadata.find(kLoraKey);

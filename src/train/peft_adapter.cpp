@@ -17,8 +17,10 @@
 #include "hadatrain/io/output_path.h"
 #include "hadatrain/io/safetensors.h"
 #include "hadatrain/models/hf_checkpoint.h"
+#include "hadatrain/nn/lora.h"
 #include "hadatrain/autograd/grad_mode.h"
 #include "hadatrain/ops/copy.h"
+#include "hadatrain/train/provenance.h"
 
 namespace ht::train {
 namespace {
@@ -26,37 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-bool is_adapter(const std::string& name) {
-  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
-}
-
 std::string module_of(const std::string& param) { return param.substr(0, param.rfind('.')); }
-
-// The HF folder the run's base weights are, from the checkpoint's init_from record (train/provenance.h): the folder
-// of a run started from an HF folder, or of a run started from a checkpoint that is a conversion of one (which
-// records a source and was trained no further), or the base of a PEFT folder the run started from when that base is
-// one of those. Otherwise "" and why in `note`.
-std::string base_model_folder(const io::Metadata& md, std::string& note) {
-  const auto it = md.find(kInitFromKey);
-  if (it == md.end()) {
-    note = "the checkpoint records no model.init_from, so its base weights are no HF model hadatrain knows of";
-    return "";
-  }
-  json r = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-  if (r.is_object() && r.value("kind", json()) == "peft" && r.contains("base")) r = json(r["base"]);
-  const auto text = [](const json& j, const char* key) {
-    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
-  };
-  const std::string kind = text(r, "kind");
-  if (kind == "hf" && !text(r, "folder").empty()) return text(r, "folder");
-  if (kind == "checkpoint" && r.contains("source") && text(r["source"], "format") == "hf" &&
-      !text(r["source"], "folder").empty() && !r.contains("init_from"))
-    return text(r["source"], "folder");
-  note = kind == "checkpoint"
-             ? fmt::format("the run started from the checkpoint {}, which is no HF model", text(r, "folder"))
-             : "the checkpoint's model.init_from record names no HF folder";
-  return "";
-}
 
 }  // namespace
 
@@ -104,7 +76,7 @@ PeftFromCheckpoint peft_adapter_from_checkpoint(const LlamaSource& src) {
   PeftAdapter& a = out.adapter;
   std::set<std::string> lora_layers;
   for (const auto& [name, t] : model)
-    if (is_adapter(name)) {
+    if (nn::is_lora_adapter_name(name)) {
       a.tensors[kPeftKeyPrefix + name] = t;
       lora_layers.insert(module_of(module_of(name)));  // "<layer>.lora_A.weight" -> "<layer>"
     }
@@ -127,7 +99,7 @@ PeftFromCheckpoint peft_adapter_from_checkpoint(const LlamaSource& src) {
   std::vector<std::string> lost;
   std::set<std::string> to_save;
   for (const std::string& name : trained) {
-    if (is_adapter(name)) continue;
+    if (nn::is_lora_adapter_name(name)) continue;
     const std::string module = module_of(name);
     if (lora_layers.count(module)) lost.push_back(name + " (the base weight of a LoRA layer)");
     else if (module == "model.embed_tokens" && src.config.tie_word_embeddings)
@@ -145,7 +117,7 @@ PeftFromCheckpoint peft_adapter_from_checkpoint(const LlamaSource& src) {
     for (const auto& [name, t] : model)
       if (name.starts_with(module + ".")) a.tensors[kPeftKeyPrefix + name] = t;
 
-  const std::string base = base_model_folder(src.metadata, a.base_model_note);
+  const std::string base = init_from_hf_folder(src.metadata, a.base_model_note);
   a.config = peft_lora_config(*src.lora, a.modules_to_save, base);
   return out;
 }
@@ -270,7 +242,7 @@ int64_t load_peft_tensors(nn::Module& model, const PeftFolder& f) {
              "(expected base_model.model.<module>.lora_A.weight)", file, key, prefix);
     const std::string name = key.substr(prefix.size());
     const auto it = params.find(name);
-    const bool adapter = is_adapter(name);
+    const bool adapter = nn::is_lora_adapter_name(name);
     HT_CHECK(it != params.end() && (adapter || in_saved_module(name)),
              "{}: the tensor '{}' is {} of the model (model.init_from's architecture with model.lora's "
              "target_modules)", file, key,
@@ -282,7 +254,7 @@ int64_t load_peft_tensors(nn::Module& model, const PeftFolder& f) {
   }
   std::set<std::string> layers;
   for (const auto& [name, t] : params) {
-    if (!is_adapter(name)) continue;
+    if (!nn::is_lora_adapter_name(name)) continue;
     HT_CHECK(state.count(name), "{}: the model's adapter '{}' is missing (expected the tensor '{}{}')", file, name,
              prefix, name);
     layers.insert(module_of(module_of(name)));

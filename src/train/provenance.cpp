@@ -389,4 +389,23 @@ std::vector<std::string> hf_provenance_lines(const std::string& text) {
   return out;
 }
 
+std::string init_from_hf_folder(const io::Metadata& md, std::string& note) {
+  const auto it = md.find(kInitFromKey);
+  if (it == md.end()) {
+    note = "the checkpoint records no model.init_from, so its base weights are no HF model hadatrain knows of";
+    return "";
+  }
+  json r = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (r.is_object() && r.value("kind", json()) == "peft" && r.contains("base")) r = json(r["base"]);
+  const std::string kind = string_at(r, "kind");
+  if (kind == "hf" && !string_at(r, "folder").empty()) return string_at(r, "folder");
+  if (kind == "checkpoint" && r.contains("source") && string_at(r["source"], "format") == "hf" &&
+      !string_at(r["source"], "folder").empty() && !r.contains("init_from"))
+    return string_at(r["source"], "folder");
+  note = kind == "checkpoint"
+             ? fmt::format("the run started from the checkpoint {}, which is no HF model", string_at(r, "folder"))
+             : "the checkpoint's model.init_from record names no HF folder";
+  return "";
+}
+
 }  // namespace ht::train

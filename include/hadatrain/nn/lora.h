@@ -72,6 +72,8 @@ int64_t merge_lora(Module& root);
 // Freezes every parameter below root that is not a LoRA adapter (embeddings, norms, untargeted layers), as
 // peft does: only the adapters train. Returns the number of parameters it froze.
 int64_t freeze_non_lora(Module& root);
+// Whether `name` is an adapter's parameter: "<layer>.lora_A.weight" or "<layer>.lora_B.weight".
+bool is_lora_adapter_name(const std::string& name);
 // Only the adapter tensors ("....lora_A.weight", "....lora_B.weight"), shared storage, detached.
 std::map<std::string, Tensor> lora_state_dict(Module& root);
 

@@ -84,4 +84,9 @@ std::vector<std::string> provenance_lines(const io::Metadata& md);
 // that is not what hadatrain writes is said to be so in its line.
 std::vector<std::string> hf_provenance_lines(const std::string& text);
 
+// The HF folder a checkpoint's base weights are, from its init_from record (kInitFromKey): the folder of a run started
+// from an HF folder, or from one of our checkpoints that is a conversion of one (a source record, trained no further),
+// or the base of a PEFT folder the run started from when that base is one of those. Otherwise "", and why in `note`.
+std::string init_from_hf_folder(const io::Metadata& md, std::string& note);
+
 }  // namespace ht::train
