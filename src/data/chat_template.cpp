@@ -111,6 +111,13 @@ ChatFormat default_chat_format(const Tokenizer& tok) {
                                                                                  : ChatFormat::llama2;
 }
 
+std::vector<int32_t> chat_stop_ids(const Tokenizer& tok, ChatFormat format) {
+  if (format == ChatFormat::llama3) return {special_id(tok, "<|eot_id|>", format)};
+  const auto eos = tok.eos_id();
+  HT_CHECK(eos.has_value(), "chat template llama2: the tokenizer ({}) has no EOS token", tok.kind());
+  return {*eos};
+}
+
 ChatTokens apply_chat_template(const Tokenizer& tok, std::span<const ChatMessage> messages,
                                const ChatTemplateOptions& options) {
   HT_CHECK(!messages.empty(), "chat template {}: the conversation has no messages", chat_format_name(options.format));

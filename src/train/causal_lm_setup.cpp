@@ -11,6 +11,7 @@
 
 #include "hadatrain/autograd/checkpoint.h"
 #include "hadatrain/core/error.h"
+#include "hadatrain/data/chat_template.h"
 #include "hadatrain/data/text_data.h"
 #include "hadatrain/data/text_loader.h"
 #include "hadatrain/dist/fsdp.h"
@@ -122,6 +123,8 @@ void make_text_datasets(const TrainerConfig& cfg, Datasets& ds) {
   if (const auto e = tok->eos_id()) ds.eos_ids.push_back(*e);
   // Chat data ends each assistant turn with the template's end-of-turn token (Llama-3's <|eot_id|>): a model
   // trained on it stops there, as Llama-3-Instruct's config.json lists it among its eos ids.
+  if (cfg.data.dataset == DatasetKind::chat)
+    ds.chat_format = o.chat_format.empty() ? data::chat_format_name(data::default_chat_format(*tok)) : o.chat_format;
   if (cfg.data.dataset == DatasetKind::chat)
     if (const auto eot = tok->token_to_id("<|eot_id|>"); eot && (ds.eos_ids.empty() || ds.eos_ids.front() != *eot))
       ds.eos_ids.push_back(*eot);
@@ -306,6 +309,7 @@ io::Metadata lm_checkpoint_metadata(const TrainerConfig& cfg, const Datasets& ds
     record_tokenizer(md, expand_home(cfg.data.text.tokenizer), ds.tokenizer_fingerprint, ds.vocab_size);
   }
   if (cfg.model.lora) md[kLoraKey] = lora_to_json(*cfg.model.lora).dump();
+  if (!ds.chat_format.empty()) md[kChatFormatKey] = ds.chat_format;
   return md;
 }
 
@@ -381,6 +385,11 @@ LlamaSource find_llama_source(const fs::path& path) {
   if (md.count(kLoraKey)) src.lora = io::read_json_metadata(md, kLoraKey, file, lora_from_json);
   if (const auto tok = md.find(kTokenizerKey); tok != md.end()) src.tokenizer = tok->second;
   if (const auto fp = md.find(kTokenizerFingerprintKey); fp != md.end()) src.tokenizer_fingerprint = fp->second;
+  if (const auto f = md.find(kChatFormatKey); f != md.end()) {
+    HT_CHECK(f->second == "llama3" || f->second == "llama2", "{}: {} holds '{}', expected llama3 or llama2 (the chat "
+             "template the run's rows were made with)", file.string(), kChatFormatKey, f->second);
+    src.chat_format = f->second;
+  }
   if (const auto n = md.find(kTokenizerVocabSizeKey); n != md.end()) {
     const std::string& text = n->second;
     int64_t v = 0;

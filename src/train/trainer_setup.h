@@ -28,6 +28,7 @@ struct Datasets {
   // bos_token_id / eos_token_id (generate stops at those): its end of text, and for chat data its end of turn too.
   std::optional<int64_t> bos_id;
   std::vector<int64_t> eos_ids;
+  std::string chat_format;  // chat data: the template the rows were made with ("llama3" | "llama2"), else ""
   int64_t num_classes = 0;
   int64_t channels = 0, height = 0, width = 0;  // of the images the model sees
 };

@@ -115,3 +115,10 @@ TEST_CASE("chat: formats, defaults and conversations a format cannot hold", "[to
                     HasSubstr("has no <|start_header_id|> token"));
   CHECK_THROWS_WITH(apply_chat_template(llama3(), std::vector<ChatMessage>{}, {}), HasSubstr("no messages"));
 }
+
+TEST_CASE("chat: the tokens that end an assistant turn (generate --chat stops there)", "[tokenizer][chat]") {
+  if (!tk_test::engines_built()) return;
+  CHECK(chat_stop_ids(llama3(), ChatFormat::llama3) == V{128009});  // <|eot_id|>, not <|end_of_text|> (128001)
+  CHECK(chat_stop_ids(llama2(), ChatFormat::llama2) == V{2});       // </s>
+  CHECK_THROWS_WITH(chat_stop_ids(llama2(), ChatFormat::llama3), HasSubstr("has no <|eot_id|> token"));
+}

@@ -1,6 +1,8 @@
 // `hadatrain generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P]
-// [--seed S] [--tokenizer PATH] [--device D] [--precision P]`: text from a language model, streamed to stdout.
-// DIR is an HF folder or a checkpoint of a language-model run (train/lm_source.h).
+// [--seed S] [--tokenizer PATH] [--device D] [--precision P] [--chat [--system TEXT] [--chat-format F]]`: text from a
+// language model, streamed to stdout. DIR is an HF folder, a checkpoint of a language-model run or a PEFT adapter
+// folder (train/lm_source.h). With --chat the prompt is a user's message in the chat template and the reply alone is
+// printed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -11,10 +13,12 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "commands.h"
 #include "hadatrain/core/error.h"
 #include "hadatrain/core/logging.h"
+#include "hadatrain/data/chat_template.h"
 #include "hadatrain/data/tokenizer.h"
 #include "hadatrain/models/llama_generate.h"
 #include "hadatrain/tensor/cuda_hooks.h"
@@ -27,6 +31,8 @@ namespace fs = std::filesystem;
 
 struct GenerateArgs {
   std::string checkpoint, prompt, tokenizer, device = "cpu", precision = "fp32", log_level = "warn";
+  bool chat = false;
+  std::string system, chat_format;  // --system, --chat-format ("" = the checkpoint's, else the tokenizer's)
   int64_t max_new_tokens = 128;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 0;
@@ -67,8 +73,37 @@ int run_generate(const GenerateArgs& a) {
   if (device.is_cuda()) require_cuda("hadatrain generate --device cuda");
 
   std::vector<int64_t> prompt;
-  if (!a.no_bos && tok->bos_id()) prompt.push_back(*tok->bos_id());
-  for (int32_t id : tok->encode(a.prompt)) prompt.push_back(id);
+  std::vector<int64_t> chat_stops;  // --chat: the tokens that end the reply's turn
+  if (a.chat) {
+    // The chat template: --chat-format, else the template a chat run's checkpoint records (its rows were
+    // made with it), else the tokenizer's (llama3 when it has Llama-3's header and end-of-turn tokens), as the
+    // trainer chooses for data.chat_format: auto.
+    std::string why = "--chat-format";
+    std::string name = a.chat_format;
+    if (name.empty() && !src.chat_format.empty()) {
+      name = src.chat_format;
+      why = fmt::format("the chat template {} records", (src.dir / "model.safetensors").string());
+    } else if (name.empty()) {
+      name = data::chat_format_name(data::default_chat_format(*tok));
+      why = "the tokenizer's";
+    }
+    const data::ChatFormat format = data::parse_chat_format(name);
+    HT_CHECK(format != data::ChatFormat::llama3 || data::default_chat_format(*tok) == data::ChatFormat::llama3,
+             "--chat: the chat template is llama3 ({}), but the tokenizer {} has no <|start_header_id|> or no "
+             "<|eot_id|> token; give --chat-format llama2 or the model's own tokenizer",
+             why, tok_path);
+    std::vector<data::ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.prompt});
+    const data::ChatTokens t = data::apply_chat_template(
+        *tok, messages, {.format = format, .add_bos = !a.no_bos, .add_generation_prompt = true});
+    prompt.assign(t.ids.begin(), t.ids.end());
+    for (int32_t id : data::chat_stop_ids(*tok, format)) chat_stops.push_back(id);
+    spdlog::info("--chat: the {} chat template ({}), {} prompt tokens", name, why, prompt.size());
+  } else {
+    if (!a.no_bos && tok->bos_id()) prompt.push_back(*tok->bos_id());
+    for (int32_t id : tok->encode(a.prompt)) prompt.push_back(id);
+  }
   HT_CHECK(!prompt.empty(), "--prompt is empty and {}: the model needs at least one token to continue; give a prompt{}",
            a.no_bos ? "--no-bos leaves out the BOS token" : "the tokenizer has no BOS token to start from",
            a.no_bos ? " or drop --no-bos" : "");
@@ -80,11 +115,14 @@ int run_generate(const GenerateArgs& a) {
   if (const auto eos = tok->eos_id()) o.stop_ids.push_back(*eos);
   for (int64_t id : src.config.eos_token_ids)
     if (id < tok->vocab_size()) o.stop_ids.push_back(id);
+  for (int64_t id : chat_stops)
+    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) == o.stop_ids.end()) o.stop_ids.push_back(id);
   // Everything that can fail is checked before anything is printed.
   const int64_t positions = src.config.max_position_embeddings;
   HT_CHECK(static_cast<int64_t>(prompt.size()) <= positions, "--prompt is {} tokens long{}, more than the {} "
            "positions of the model {} (max_position_embeddings): shorten it", prompt.size(),
-           a.no_bos || !tok->bos_id() ? "" : " with BOS", positions, src.dir.string());
+           a.chat ? " in the chat template" : a.no_bos || !tok->bos_id() ? "" : " with BOS", positions,
+           src.dir.string());
   models::check_generate_inputs(src.config, prompt, o);
   // On stderr, as the closing count: stdout holds the text alone.
   if (tok->vocab_size() < V)
@@ -99,8 +137,11 @@ int run_generate(const GenerateArgs& a) {
   // alone may be part of a multi-byte character, and SentencePiece drops the space of a text's first piece). A
   // decode that ends inside a character ends in U+FFFD until its last byte comes: that tail waits
   // (data::settled_length), so what is printed stays a prefix of the final text.
+  // With --chat the reply alone is printed: the prompt is the template's markup around the user's message.
   std::vector<int32_t> ids;
-  for (std::size_t i = a.no_bos || !tok->bos_id() ? 0 : 1; i < prompt.size(); ++i) ids.push_back(static_cast<int32_t>(prompt[i]));
+  if (!a.chat)
+    for (std::size_t i = a.no_bos || !tok->bos_id() ? 0 : 1; i < prompt.size(); ++i)
+      ids.push_back(static_cast<int32_t>(prompt[i]));
   const std::string start = tok->decode(ids);
   fmt::print("{}", start);
   std::fflush(stdout);
@@ -166,6 +207,14 @@ Command add_generate_command(CLI::App& app) {
       ->transform(spelling_check({"fp32", "bf16"}, float_spellings()))
       ->capture_default_str();
   c.app->add_flag("--no-bos", a->no_bos, "Do not put the tokenizer's BOS token before the prompt");
+  CLI::Option* chat = c.app->add_flag(
+      "--chat", a->chat,
+      "The prompt is a user's message: put it in the chat template (the one the run trained with, else the "
+      "tokenizer's), stop at the end of the reply's turn, print the reply alone");
+  c.app->add_option("--system", a->system, "--chat: a system message before the user's")->needs(chat);
+  c.app->add_option("--chat-format", a->chat_format, "--chat: the chat template, llama3 or llama2")
+      ->check(CLI::IsMember({"llama3", "llama2"}))
+      ->needs(chat);
   c.app->add_option("--log-level", a->log_level, "trace, debug, info, warn, error or off")
       ->check(log_level_check())
       ->capture_default_str();

@@ -55,6 +55,10 @@ struct ChatTokens {
   std::vector<uint8_t> is_response;  // 1 for tokens of an assistant response (loss), 0 otherwise; same size
 };
 
+// The tokens that end an assistant turn, where generation in a conversation stops: llama3's <|eot_id|>, llama2's
+// EOS (</s>). Throws ht::Error when the tokenizer lacks it, as apply_chat_template does.
+std::vector<int32_t> chat_stop_ids(const Tokenizer& tok, ChatFormat format);
+
 // Throws ht::Error naming the message index when the conversation does not fit the format (llama2: an
 // optional system message, then user/assistant alternating starting with user) or the tokenizer lacks a
 // special token the format needs.

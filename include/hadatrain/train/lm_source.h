@@ -29,6 +29,8 @@ inline constexpr const char* kTokenizerKey = "hadatrain.tokenizer";
 inline constexpr const char* kTokenizerFingerprintKey = "hadatrain.tokenizer_fingerprint";
 inline constexpr const char* kTokenizerVocabSizeKey = "hadatrain.tokenizer_vocab_size";
 inline constexpr const char* kLoraKey = "hadatrain.lora";
+// A run on chat data: the chat template its rows were made with ("llama3" | "llama2"), which `generate --chat` uses.
+inline constexpr const char* kChatFormatKey = "hadatrain.chat_format";
 // The three tokenizer keys above, into `md`: the path made absolute.
 void record_tokenizer(io::Metadata& md, const std::filesystem::path& path, const std::string& fingerprint,
                       int64_t vocab_size);
@@ -50,6 +52,7 @@ struct LlamaSource {
   std::string tokenizer_fingerprint;
   int64_t tokenizer_vocab_size = 0;
   io::Metadata metadata;  // a checkpoint's model.safetensors metadata (empty for an HF folder)
+  std::string chat_format;  // a checkpoint of a run on chat data: its template (kChatFormatKey); "" otherwise
   // A PEFT LoRA adapter folder (train/peft_adapter.h) whose adapters go onto this base model; `lora` is then its
   // adapter_config's and every other field the base's (base_model_name_or_path resolved). "" otherwise.
   std::filesystem::path peft;
