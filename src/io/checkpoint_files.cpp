@@ -223,6 +223,13 @@ std::optional<int64_t> best_checkpoint_step(const fs::path& root) {
   return read_pointer(root, kBestFile);
 }
 
+void point_best_at(const fs::path& root, int64_t step) {
+  const fs::path dir = checkpoint_dir(root, step);
+  HT_CHECK(is_complete(dir), "cannot point '{}' at {}: it is not a complete checkpoint", (root / kBestFile).string(),
+           dir.string());
+  write_file_atomic(root / kBestFile, step_name(step) + "\n");
+}
+
 fs::path resolve_checkpoint_pointer(const fs::path& path) {
   const std::string file = path.filename().string();
   std::error_code ec;

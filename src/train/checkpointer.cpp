@@ -221,6 +221,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   st.best_score = state_value<double>(*ck, "best_" + o_.score_name);
   const std::string best_checkpoint_key = "best_checkpoint_" + o_.score_name;
   st.best_checkpoint_score = s.contains(best_checkpoint_key) ? state_value<double>(*ck, best_checkpoint_key) : st.best_score;
+  if (s.contains("best_checkpoint_step")) st.best_checkpoint_step = state_value<int64_t>(*ck, "best_checkpoint_step");
   if (s.contains("epoch_loss_sum") && s.contains("epoch_loss_steps")) {
     st.epoch_loss = state_value<double>(*ck, "epoch_loss_sum");
     st.epoch_steps = count_value(*ck, "epoch_loss_steps");
@@ -251,6 +252,7 @@ std::optional<RunState> Checkpointer::resume(const ResumeFrom& from) {
   if (const auto it = ck->model.metadata.find(kInitFromKey); it != ck->model.metadata.end())
     o_.model_metadata[kInitFromKey] = it->second;
   resumed_from_ = ck->dir;
+  repoint_best(st.best_checkpoint_step);
   spdlog::info("resumed from {} at step {} (epoch {}, batch {})", ck->dir.string(), st.step, st.position.epoch + 1,
                st.position.batch);
   return st;
@@ -313,6 +315,32 @@ void Checkpointer::check_same_trained_parameters(const io::Checkpoint& ck, int64
            frozen_now.size(), ck.dir.string(), some(frozen_now), fix);
 }
 
+// Note [Best after a kill]
+// A save with MarkBest::yes writes the checkpoint folder, then `latest`, then `best` (io::save_checkpoint); a
+// checkpoint written again after an evaluation (Note [Step evaluations] in trainer.cpp) keeps its name, so `latest`
+// already names it before the rewrite. A process stopped between those writes leaves `latest` naming a checkpoint
+// whose state holds its evaluation's scores (a resume does not evaluate that step again) and `best` naming an older
+// one, or none. So every checkpoint's state.json records the step `best` should name (best_checkpoint_step: the
+// step of the last checkpoint written with MarkBest::yes), and a resume points `best` there when it names another
+// checkpoint. A run's `best` then ends where the uninterrupted run's does, and pruning, which spares the checkpoint
+// `best` names, spares that one (tests/fault/test_fault_kill_between_writes.cpp).
+void Checkpointer::repoint_best(int64_t step) const {
+  if (!o_.keep_best || step < 0 || !parts_.role.writer) return;
+  const std::optional<int64_t> named = io::best_checkpoint_step(o_.dir);
+  if (named == step) return;
+  const fs::path dir = io::checkpoint_dir(o_.dir, step);
+  if (const std::vector<int64_t> steps = io::list_checkpoints(o_.dir);
+      std::find(steps.begin(), steps.end(), step) == steps.end()) {
+    spdlog::warn("--resume: the best checkpoint recorded by the run, {}, is gone; `best` stays as it is", dir.string());
+    return;
+  }
+  io::point_best_at(o_.dir, step);
+  spdlog::info("--resume: {} pointed at {}; re-pointed at {}, the best checkpoint the run recorded (the previous "
+               "process stopped before it wrote `best`)",
+               (o_.dir / "best").string(), named ? io::checkpoint_dir(o_.dir, *named).string() : "nothing",
+               dir.string());
+}
+
 std::string Checkpointer::last_good_checkpoint() const {
   const std::optional<int64_t> last = io::latest_checkpoint_step(o_.dir);
   return last ? fmt::format("the last good checkpoint is {}", io::checkpoint_dir(o_.dir, *last).string())
@@ -358,6 +386,7 @@ fs::path Checkpointer::write(const RunState& st, io::MarkBest best, bool& diverg
              {"seed", o_.seed},
              {"batch_size", o_.batch_size},
              {"train_rows", o_.train_rows}};
+  if (st.best_checkpoint_step >= 0) d.state["best_checkpoint_step"] = st.best_checkpoint_step;
   if (o_.train_digest) d.state["train_digest"] = fmt::format("{:016x}", *o_.train_digest);
   if (parts_.ema != nullptr) d.state["ema_updates"] = parts_.ema->updates();
   const bool mark = best == io::MarkBest::yes && o_.keep_best;

@@ -30,6 +30,9 @@ struct RunState {
   // step checkpoint at a step evaluation: Note [Step evaluations] in trainer.cpp); the other evaluations do not
   // count here.
   double best_checkpoint_score = 0.0;
+  // The step of the checkpoint with that score, the one `best` names (-1: none yet). A resume re-points `best` at it
+  // when a process stopped between writing that checkpoint and `best` (Note [Best after a kill] in checkpointer.cpp).
+  int64_t best_checkpoint_step = -1;
   // The epoch in progress (position.epoch) up to position.batch: the sum of its steps' losses and their
   // number, so that an epoch split by a resume reports the train_loss of all its steps.
   double epoch_loss = 0.0;
@@ -125,6 +128,10 @@ class Checkpointer {
   // save() without the failure policy: throws ht::Error when the checkpoint is not written; sets `diverged`
   // first when that is because the model holds a non-finite value.
   std::filesystem::path write(const RunState& state, io::MarkBest best, bool& diverged);
+
+  // Points `best` at step_<step>, the best checkpoint a resumed state records, when it names another
+  // (Note [Best after a kill] in checkpointer.cpp); the writer only, with keep_best.
+  void repoint_best(int64_t step) const;
 
   // Throws ht::Error when the checkpoint's run trained on other rows than o_ describes.
   void check_same_data(const io::Checkpoint& ck) const;

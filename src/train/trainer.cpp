@@ -238,7 +238,39 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   if (dist_run) result.rank = dist_run->rank();
   if (resumed && (st.step >= end_step || st.position.epoch >= cfg.train.epochs)) {
     // Nothing left to train: report the checkpoint's weights evaluated, and write nothing (the run's folder,
-    // config.yaml and metrics.jsonl stay as the finished run left them).
+    // config.yaml and metrics.jsonl stay as the finished run left them), unless the run was stopped between its
+    // last checkpoint and what follows its final evaluation (below).
+    // Note [Finishing a run's last step]: the run's last step is checkpointed before its evaluation, and after the
+    // evaluation that checkpoint is written again when the loop below would: an epoch checkpoint (it continues at the
+    // next epoch), or a rewrite because the evaluation raised a best score (Note [Step evaluations]). A checkpoint
+    // that still stands at its epoch's last batch under checkpoint.every_epochs, or whose scores the evaluation
+    // (deterministic: the same weights and test rows) raises, was written before that: it is written again now, as
+    // the loop would have, so its state and `best` end as the uninterrupted run's.
+    auto finish_final_checkpoint = [&](RunState& s, double score) {
+      if (cfg.checkpoint.every_steps <= 0 && cfg.checkpoint.every_epochs <= 0) return;
+      const bool stop = cfg.train.max_steps > 0 && s.step >= cfg.train.max_steps;  // the loop's max_steps stop
+      const bool before_epoch_end = s.position.batch == spe;  // not yet moved on to the next epoch
+      const bool at_epoch_end = before_epoch_end || s.position.batch == 0;
+      const int64_t epoch = before_epoch_end ? s.position.epoch : s.position.epoch - 1;
+      const bool epoch_checkpoint_due =
+          cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
+      const bool step_eval = cfg.train.eval_every_steps > 0 && s.step % cfg.train.eval_every_steps == 0;
+      const bool step_checkpoint = cfg.checkpoint.every_steps > 0 && s.step % cfg.checkpoint.every_steps == 0;
+      const bool with_checkpoint = (epoch_checkpoint_due && at_epoch_end) || (step_eval && step_checkpoint);
+      const bool improved = score > s.best_score;
+      const bool best_checkpoint = with_checkpoint && score > s.best_checkpoint_score;
+      const bool rewrite = ((stop && at_epoch_end) || step_eval) && (improved || best_checkpoint);
+      const bool epoch_checkpoint = !stop && epoch_checkpoint_due && before_epoch_end;
+      if (!rewrite && !epoch_checkpoint) return;
+      if (improved) s.best_score = score;
+      if (best_checkpoint) s.best_checkpoint_score = score;
+      if (before_epoch_end) s.position = {s.position.epoch + 1, 0}, s.epoch_loss = 0.0, s.epoch_steps = 0;
+      if (best_checkpoint && cfg.checkpoint.keep_best) s.best_checkpoint_step = s.step;
+      spdlog::info("the checkpoint of step {} was written before the run's final evaluation (the run stopped "
+                   "after it): written again with that evaluation's scores",
+                   s.step);
+      checkpointer.save(s, best_checkpoint ? io::MarkBest::yes : io::MarkBest::no);
+    };
     spdlog::info("the checkpoint {} is at step {}, the end of this run (train.epochs {}, train.max_steps {}): "
                  "nothing to train; evaluating its weights",
                  checkpointer.resumed_from().string(), st.step, cfg.train.epochs, cfg.train.max_steps);
@@ -269,6 +301,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       spdlog::info("{} had no record of the evaluation at step {} (the run stopped during it): recorded", metrics,
                    st.step);
     }
+    finish_final_checkpoint(st, result.last_eval.score);
     result.steps = st.step;
     result.already_complete = true;
     result.checkpoint = checkpointer.resumed_from().string();
@@ -335,10 +368,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
     if (epoch_end_done && st.position.batch == spe) st.position = {st.position.epoch + 1, 0};
     RunState saved = st;
     if (saved.position.batch == 0) saved.epoch_loss = 0.0, saved.epoch_steps = 0;  // a new epoch: nothing of it ran
+    if (best == io::MarkBest::yes && cfg.checkpoint.keep_best) saved.best_checkpoint_step = st.step;
     const std::filesystem::path dir = checkpointer.save(saved, best);
     if (dir.empty()) return;  // checkpoint.on_save_failure=continue: the failure was logged
     result.checkpoint = dir.string();
     saved_step = st.step;
+    st.best_checkpoint_step = saved.best_checkpoint_step;
   };
   // Note [Step evaluations]
   // train.eval_every_steps N evaluates after every step that N divides, the steps counted from the run's start as

@@ -78,6 +78,10 @@ std::vector<int64_t> list_checkpoints(const std::filesystem::path& root);
 std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& root);
 // The step `best` names when it names a complete checkpoint, else nullopt.
 std::optional<int64_t> best_checkpoint_step(const std::filesystem::path& root);
+// Points `best` (atomically) at the complete checkpoint step_<step>: a resume's repair of a pointer that a process
+// stopped between writing a checkpoint and its `best` left behind. Throws ht::Error naming the folder when
+// step_<step> is not complete.
+void point_best_at(const std::filesystem::path& root, int64_t step);
 
 // A checkpoint pointer file (<root>/latest or <root>/best) resolved to the step_<N> folder it names, so that every
 // command that takes a checkpoint takes a pointer too; any other path comes back as it is. A pointer that names no
