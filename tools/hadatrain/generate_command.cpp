@@ -1,6 +1,6 @@
 // `hadatrain generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P]
 // [--seed S] [--tokenizer PATH] [--device D] [--precision P]`: text from a language model, streamed to stdout.
-// DIR is an HF folder or a checkpoint of a language-model run (train/lm_source.h).
+// DIR is an HF folder, a checkpoint of a language-model run or a PEFT adapter folder on its base (train/lm_source.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
