@@ -151,6 +151,26 @@ bool is_peft_folder(const fs::path& dir) {
   return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kPeftConfigFile, ec);
 }
 
+void check_model_folder_output(const fs::path& dir, ModelFolder writing, std::string_view what) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  // Note [One model per output folder]
+  std::vector<std::string> other;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    const bool hf = n == "config.json" || n == "model.safetensors.index.json" ||
+                    (n.starts_with("model") && entry.path().extension() == ".safetensors");
+    const bool peft = n == kPeftConfigFile || n == kPeftWeightsFile;
+    if (writing == ModelFolder::hf ? peft : hf) other.push_back(n);
+  }
+  HT_CHECK(!ec, "{}: cannot list {}: {}", what, dir.string(), ec.message());
+  std::sort(other.begin(), other.end());
+  HT_CHECK(other.empty(), "{}: {} holds {} ({}); the {} written there would sit beside it and the folder would read as "
+           "both. Write to another folder, or remove those files first", what, dir.string(),
+           writing == ModelFolder::hf ? "a PEFT LoRA adapter" : "an HF model", first_names(other, 4),
+           writing == ModelFolder::hf ? "HF model" : "PEFT adapter");
+}
+
 PeftFolder read_peft_folder(const fs::path& dir) {
   PeftFolder f;
   f.dir = dir;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <exception>
 #include <future>
+#include <initializer_list>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -34,13 +35,18 @@ std::string absolute_folder(const fs::path& dir) {
 
 std::string written_by() { return fmt::format("hadatrain {}", HADATRAIN_VERSION); }
 
+// The keys of `config` among `keys`, those it gives.
+json essentials(const json& config, std::initializer_list<const char*> keys) {
+  json out = json::object();
+  for (const char* key : keys)
+    if (config.is_object() && config.contains(key)) out[key] = config[key];
+  return out;
+}
+
 // config.json's keys that say what the model is and where it came from, those the file gives.
 json config_essentials(const fs::path& config_path) {
-  json out = json::object();
-  const json config = models::read_json_file(config_path, "config");
-  for (const char* key : {"architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path"})
-    if (config.contains(key)) out[key] = config[key];
-  return out;
+  return essentials(models::read_json_file(config_path, "config"),
+                    {"architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path"});
 }
 
 // The record the checkpoint `dir` (its model.safetensors metadata `md`) keeps under `key` (kSourceKey, kInitFromKey),
@@ -83,6 +89,38 @@ std::vector<std::string> pretrained_folder_files(const fs::path& dir) {
 bool is_our_checkpoint(const fs::path& path) {
   std::error_code ec;
   return fs::is_regular_file(path / "model.safetensors", ec) && fs::is_regular_file(path / "state.json", ec);
+}
+
+// The PEFT adapter folder `src.peft` on its base (find_llama_source): "folder", "config" (adapter_config.json's
+// essentials), "files" (its two files by SHA-256), "provenance" (its own record, when it has one) and "base" (the
+// base's init_from_record, nested).
+json peft_folder_record(const LlamaSource& src) {
+  const fs::path& dir = src.peft;
+  const std::vector<std::string> names = {kPeftConfigFile, kPeftWeightsFile};
+  const std::vector<FileSha256> digests = sha256_files({dir / names[0], dir / names[1]});
+  json files = json::array();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    files.push_back({{"name", names[i]}, {"bytes", digests[i].bytes}, {"sha256", digests[i].sha256}});
+  json r;
+  r["folder"] = absolute_folder(dir);
+  r["config"] = essentials(models::read_json_file(dir / kPeftConfigFile, "the PEFT adapter config"),
+                           {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "target_modules",
+                            "modules_to_save", "base_model_name_or_path"});
+  r["files"] = files;
+  std::error_code ec;
+  if (fs::exists(dir / models::kHfProvenanceFile, ec)) {
+    json p = models::read_json_file(dir / models::kHfProvenanceFile, "the provenance record");
+    HT_CHECK(p.is_object(), "{} is not a JSON object; remove or restore it", (dir / models::kHfProvenanceFile).string());
+    r["provenance"] = std::move(p);
+  }
+  InitFromSource base;
+  base.value = src.dir.string();
+  base.path = src.dir;
+  base.llama = src;
+  base.llama->peft.clear();
+  base.llama->lora.reset();
+  r["base"] = init_from_record(base);
+  return r;
 }
 
 }  // namespace
@@ -205,29 +243,8 @@ json init_from_record(const InitFromSource& src) {
   json r;
   r["model.init_from"] = src.value;
   if (src.llama && !src.llama->peft.empty()) {
-    // A PEFT adapter folder: its two files by SHA-256, its own provenance record, then the base's record, nested.
-    const fs::path& dir = src.llama->peft;
-    const std::vector<std::string> names = {kPeftConfigFile, kPeftWeightsFile};
-    const std::vector<FileSha256> digests = sha256_files({dir / names[0], dir / names[1]});
-    json files = json::array();
-    for (std::size_t i = 0; i < names.size(); ++i)
-      files.push_back({{"name", names[i]}, {"bytes", digests[i].bytes}, {"sha256", digests[i].sha256}});
     r["kind"] = "peft";
-    r["folder"] = absolute_folder(dir);
-    r["files"] = files;
-    std::error_code ec;
-    if (fs::exists(dir / models::kHfProvenanceFile, ec)) {
-      json p = models::read_json_file(dir / models::kHfProvenanceFile, "the provenance record");
-      HT_CHECK(p.is_object(), "{} is not a JSON object; remove or restore it",
-               (dir / models::kHfProvenanceFile).string());
-      r["provenance"] = std::move(p);
-    }
-    InitFromSource base = src;
-    base.value = base.llama->dir.string();
-    base.path = base.llama->dir;
-    base.llama->peft.clear();
-    base.llama->lora.reset();
-    r["base"] = init_from_record(base);
+    r.update(peft_folder_record(*src.llama));
     return r;
   }
   if (src.llama && src.llama->kind == LlamaSource::Kind::hf) {
@@ -274,16 +291,21 @@ bool init_from_record_digests(const InitFromSource& src) {
 }
 
 json hf_provenance_record(const LlamaSource& src, DType dtype, int64_t lora_merged) {
-  HT_ASSERT(src.kind == LlamaSource::Kind::checkpoint, "hf_provenance_record: {} is not one of our checkpoints",
-            src.dir.string());
   json r;
-  r["format"] = "hadatrain";
-  r["checkpoint"] = absolute_folder(src.dir);
-  r["step"] = io::checkpoint_step(src.metadata, src.dir);
+  if (!src.peft.empty()) {
+    r = peft_folder_record(src);
+    r["format"] = "peft";
+  } else {
+    HT_ASSERT(src.kind == LlamaSource::Kind::checkpoint, "hf_provenance_record: {} is neither one of our checkpoints "
+              "nor a PEFT adapter folder", src.dir.string());
+    r["format"] = "hadatrain";
+    r["checkpoint"] = absolute_folder(src.dir);
+    r["step"] = io::checkpoint_step(src.metadata, src.dir);
+    nest_checkpoint_records(src.dir, src.metadata, r);
+  }
   r["written_by"] = written_by();
   r["dtype"] = std::string(dtype_name(dtype));
   if (lora_merged > 0) r["lora_merged"] = lora_merged;
-  nest_checkpoint_records(src.dir, src.metadata, r);
   return r;
 }
 
@@ -316,6 +338,14 @@ std::string string_at(const json& r, const char* key) {
 void describe_init_from(const json& r, const std::string& how, Lines& out);
 void describe_hf_provenance(const json& p, const std::string& by, Lines& out);
 
+// A PEFT adapter folder's record (peft_folder_record): the folder, then what it was written from and its base.
+void describe_peft(const json& r, const std::string& how, const std::string& merged, Lines& out) {
+  out.push_back(fmt::format("{} the PEFT LoRA adapter {} ({} and {}, each with its SHA-256{})", how,
+                            text_of(r, "folder"), kPeftConfigFile, kPeftWeightsFile, merged));
+  if (r.contains("provenance")) describe_hf_provenance(r["provenance"], "which hadatrain convert wrote from", out);
+  if (r.contains("base")) describe_init_from(r["base"], "on the base", out);
+}
+
 // A kSourceKey record (format "hf"): the folder, its name on the hub, its files; then what the folder was made from.
 void describe_hf(const json& r, const std::string& how, Lines& out) {
   if (string_at(r, "format") != "hf") {
@@ -336,6 +366,8 @@ void describe_hf_provenance(const json& p, const std::string& by, Lines& out) {
   const std::string format = string_at(p, "format");
   if (format == "llama2c") {
     out.push_back(fmt::format("{} the llama2.c file {}", by, text_of(p, "file")));
+  } else if (format == "peft") {
+    describe_peft(p, by, p.contains("lora_merged") ? "; its LoRA adapters merged" : "", out);
   } else if (format == "hadatrain") {
     out.push_back(fmt::format("{} the checkpoint {} (step {}{})", by, text_of(p, "checkpoint"), text_of(p, "step"),
                               p.contains("lora_merged") ? ", its LoRA adapters merged" : ""));
@@ -356,10 +388,7 @@ void describe_init_from(const json& r, const std::string& how, Lines& out) {
     if (r.contains("source")) describe_hf(r["source"], "which was converted from", out);
     if (r.contains("init_from")) describe_init_from(r["init_from"], "which was trained from", out);
   } else if (kind == "peft") {
-    out.push_back(fmt::format("{} the PEFT LoRA adapter {} ({} and {}, each with its SHA-256)", how,
-                              text_of(r, "folder"), kPeftConfigFile, kPeftWeightsFile));
-    if (r.contains("provenance")) describe_hf_provenance(r["provenance"], "which hadatrain convert wrote from", out);
-    if (r.contains("base")) describe_init_from(r["base"], "on the base", out);
+    describe_peft(r, how, "", out);
   } else if (kind == "file") {
     out.push_back(fmt::format("{} the file {} ({} bytes, SHA-256 {})", how, text_of(r, "file"), text_of(r, "bytes"),
                               text_of(r, "sha256")));

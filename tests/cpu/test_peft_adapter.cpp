@@ -3,8 +3,9 @@
 // safetensors holds the checkpoint's adapters under peft's keys bit for bit (f32), and the base weight plus
 // (lora_alpha / r) · B A computed from the folder alone equals the weight the merged HF conversion writes. Weights the
 // run trained beside its adapters go into modules_to_save, or are refused when peft cannot carry them. Read back
-// (model.init_from, load_llama_source), the folder gives the checkpoint's model bit for bit; what does not fit is an
-// error naming the file and the value or tensor.
+// (model.init_from, load_llama_source), the folder gives the checkpoint's model bit for bit, and what a run from it or
+// an HF folder merged from it records names the folder and its base; what does not fit is an error naming the file and
+// the value or tensor. An output folder that holds the other kind of model is refused.
 #include "support/catch.h"
 #include "support/testing.h"
 #include "support/lm_run_testing.h"
@@ -308,6 +309,28 @@ TEST_CASE("a PEFT folder read back: model.init_from and load_llama_source give t
                                  fs::absolute(ck.dir).lexically_normal().string() + " (step 2)"));
   CHECK_THAT(lines[2], HasSubstr("which was trained from the HF folder"));
   CHECK_THAT(lines.back(), HasSubstr("on the base the HF folder " + r["base"]["folder"].get<std::string>()));
+  CHECK(r["config"]["r"] == 16);
+  CHECK(r["config"]["base_model_name_or_path"] == fs::absolute(base_hf_folder()).lexically_normal().string());
+
+  // The HF folder `convert` merges from the PEFT folder records the same (the folder, adapter_config.json's
+  // essentials, its files by SHA-256, its own record, its base) and what was written; inspect-checkpoint reads it.
+  const nlohmann::json h = hf_provenance_record(src, DType::f32, 14);
+  CHECK(h["format"] == "peft");
+  CHECK(h["dtype"] == "f32");
+  CHECK(h["lora_merged"] == 14);
+  for (const char* key : {"folder", "config", "files", "provenance", "base"}) {
+    INFO(key);
+    CHECK(h[key] == r[key]);
+  }
+  CHECK(h["config"]["lora_alpha"] == 32);
+  CHECK(h["config"]["target_modules"].size() == 7);
+  CHECK(h["config"]["modules_to_save"] == nlohmann::json({"model.norm"}));
+  const std::vector<std::string> hf_lines = hf_provenance_lines(h.dump());
+  REQUIRE(hf_lines.size() == lines.size());
+  CHECK(hf_lines[0] == "written by hadatrain convert from the PEFT LoRA adapter " + r["folder"].get<std::string>() +
+                           " (adapter_config.json and adapter_model.safetensors, each with its SHA-256; its LoRA "
+                           "adapters merged)");
+  for (std::size_t i = 1; i < lines.size(); ++i) CHECK(hf_lines[i] == lines[i]);
 }
 
 TEST_CASE("a PEFT folder that does not fit: model.lora's values, its base, its keys and shapes are named",
@@ -376,4 +399,32 @@ TEST_CASE("a PEFT folder that does not fit: model.lora's values, its base, its k
   const fs::path missing = edit_weights("missing_key", [&](auto& t) { t.erase(a0); });
   err = test::error_of([&] { load_llama_source(find_llama_source(missing)); });
   CHECK_THAT(err, HasSubstr("the model's adapter 'model.layers.0.self_attn.q_proj.lora_A.weight' is missing"));
+}
+
+TEST_CASE("an output folder holds one model: an HF model and a PEFT adapter are not written into each other's folder",
+          "[peft]") {
+  const fs::path dir = test::scratch_dir() / "peft" / "one_model";
+  fs::remove_all(dir);
+  check_model_folder_output(dir, ModelFolder::hf, "--output");  // missing: created later
+  fs::create_directories(dir);
+  std::ofstream(dir / "README.md") << "notes\n";
+  std::ofstream(dir / "tokenizer.model") << "x";  // shared by both kinds
+  check_model_folder_output(dir, ModelFolder::hf, "--output");
+  check_model_folder_output(dir, ModelFolder::peft, "--output");
+
+  std::ofstream(dir / "config.json") << "{}";
+  std::ofstream(dir / "model-00001-of-00002.safetensors") << "x";
+  check_model_folder_output(dir, ModelFolder::hf, "--output");  // written again: replaced
+  CHECK_THAT(test::error_of([&] { check_model_folder_output(dir, ModelFolder::peft, "--output"); }),
+             HasSubstr("--output: " + dir.string() + " holds an HF model (config.json, "
+                       "model-00001-of-00002.safetensors); the PEFT adapter written there would sit beside it and the "
+                       "folder would read as both. Write to another folder, or remove those files first"));
+
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / kPeftWeightsFile) << "x";
+  check_model_folder_output(dir, ModelFolder::peft, "--output");
+  CHECK_THAT(test::error_of([&] { check_model_folder_output(dir, ModelFolder::hf, "--output"); }),
+             HasSubstr("--output: " + dir.string() + " holds a PEFT LoRA adapter (adapter_model.safetensors); the HF "
+                       "model written there"));
 }

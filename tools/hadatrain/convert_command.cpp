@@ -10,6 +10,11 @@
 //                                    hadatrain_provenance.json names the checkpoint and nests its records
 //   a LoRA run's checkpoint, with --adapter -> its adapters alone as a folder peft loads (train/peft_adapter.h),
 //                                    with the same provenance record
+//   a PEFT LoRA adapter folder    -> an HF folder: its adapters merged into its base (base_model_name_or_path: an HF
+//                                    folder or our checkpoint); its hadatrain_provenance.json names the adapter folder
+//                                    (adapter_config.json's essentials, its files' SHA-256, its own record) and the
+//                                    base's record, nested
+// An output folder holds one model (Note [One model per output folder] in train/peft_adapter.h).
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -50,15 +55,32 @@ struct CheckedTokenizer {
   std::unique_ptr<data::Tokenizer> tokenizer;
 };
 
+// The tokenizer an input names, and how errors name it ("" when none).
+struct RecordedTokenizer {
+  fs::path path;
+  std::string what;
+};
+
+// The tokenizer of `src`: an HF folder's tokenizer files (when it holds tokenizer.json or tokenizer.model), the one
+// our checkpoint records. For a PEFT folder, its base's.
+RecordedTokenizer recorded_tokenizer(const train::LlamaSource& src) {
+  std::error_code ec;
+  if (src.kind == train::LlamaSource::Kind::checkpoint)
+    return {src.tokenizer, fmt::format("the tokenizer {} records", (src.dir / "model.safetensors").string())};
+  if (fs::exists(src.dir / "tokenizer.json", ec) || fs::exists(src.dir / "tokenizer.model", ec))
+    return {src.dir, fmt::format("the tokenizer of {}", src.dir.string())};
+  return {};
+}
+
 // The tokenizer to carry into the output, checked against the model's vocabulary before anything is written
 // (Note [Tokenizer and model vocabularies]): --tokenizer, else the one the input records (none when neither).
-CheckedTokenizer checked_tokenizer(const ConvertArgs& a, const fs::path& recorded, const std::string& recorded_what,
+CheckedTokenizer checked_tokenizer(const ConvertArgs& a, const RecordedTokenizer& recorded,
                                    const models::LlamaConfig& config, const fs::path& model) {
   const bool flag = !a.tokenizer.empty();
   CheckedTokenizer out;
-  out.path = flag ? fs::path(a.tokenizer) : recorded;
+  out.path = flag ? fs::path(a.tokenizer) : recorded.path;
   if (out.path.empty()) return out;
-  const std::string what = flag ? "--tokenizer" : recorded_what + " (pass --tokenizer to carry another one)";
+  const std::string what = flag ? "--tokenizer" : recorded.what + " (pass --tokenizer to carry another one)";
   out.tokenizer = train::load_tokenizer_for(out.path, config.vocab_size, {.what = what, .model = model.string()});
   spdlog::info("tokenizer {}: {} ids{}", out.path.string(), out.tokenizer->vocab_size(),
                out.tokenizer->vocab_size() < config.vocab_size
@@ -74,12 +96,12 @@ std::string provenance_text(nlohmann::json record, const CheckedTokenizer& tok) 
 }
 
 // ours (LoRA) -> a PEFT adapter folder: the adapters (and the modules the run trained beside them) alone.
-int write_peft_adapter(const ConvertArgs& a, const train::LlamaSource& src, const std::string& recorded) {
+int write_peft_adapter(const ConvertArgs& a, const train::LlamaSource& src) {
   const fs::path out = a.output;
-  io::check_output_path(out, io::OutputKind::directory, "--output");
+  train::check_model_folder_output(out, train::ModelFolder::peft, "--output");
   train::PeftAdapterOptions o;
   o.dtype = dtype_of(a.dtype);
-  const CheckedTokenizer tok = checked_tokenizer(a, src.tokenizer, recorded, src.config, src.dir);
+  const CheckedTokenizer tok = checked_tokenizer(a, recorded_tokenizer(src), src.config, src.dir);
   o.copy_tokenizer_from = tok.path;
   const train::PeftFromCheckpoint p = train::peft_adapter_from_checkpoint(src);
   if (!p.unchecked.empty())
@@ -116,10 +138,11 @@ int run_convert(const ConvertArgs& a) {
     not_for_adapter("a llama2.c file");
     // llama2.c -> HF
     io::check_output_path(out, io::OutputKind::directory, "--output");
+    train::check_model_folder_output(out, train::ModelFolder::hf, "--output");
     const models::Llama2cModel m = models::read_llama2c(in);  // its header checked before its weights are read
     models::HfWriteOptions o;
     o.dtype = dtype_of(a.dtype);
-    const CheckedTokenizer tok = checked_tokenizer(a, {}, "", m.config, in);
+    const CheckedTokenizer tok = checked_tokenizer(a, {}, m.config, in);
     o.copy_tokenizer_from = tok.path;
     // The file's SHA-256 for the provenance record, on a thread of its own while the HF folder is written.
     std::future<FileSha256> digest = std::async(std::launch::async, [&] { return sha256_file(in); });
@@ -130,22 +153,19 @@ int run_convert(const ConvertArgs& a) {
                m.config.vocab_size, o.copy_tokenizer_from.empty() ? ", no tokenizer" : "");
     return 0;
   }
-  // A PEFT adapter folder reads as its base with adapters (find_llama_source); writing that is not done here, so the
-  // provenance of an output never names the base alone.
-  HT_CHECK(!train::is_peft_folder(in), "--input: {} is a PEFT LoRA adapter folder; convert takes an HF folder, our "
-           "checkpoint or a llama2.c file. To merge its adapters, start a LoRA run from it (model.init_from) and "
-           "convert that run's checkpoint", in.string());
+  // A PEFT adapter folder reads as its base with its adapters; whatever the base is, it goes to the merge below.
+  const bool peft = train::is_peft_folder(in);
+  HT_CHECK(!(peft && a.adapter), "--adapter: {} already is a PEFT LoRA adapter folder ({}); --adapter writes the "
+           "adapters of a LoRA run's checkpoint. Convert it without --adapter to merge its adapters into its base",
+           in.string(), train::kPeftConfigFile);
   const train::LlamaSource src = train::find_llama_source(in);
-  if (src.kind == train::LlamaSource::Kind::hf) {
+  if (!peft && src.kind == train::LlamaSource::Kind::hf) {
     not_for_adapter("an HF folder");
     // HF -> ours: the weights in f32 (master precision) as step_0 of a checkpoint root. The tokenizer is
     // recorded, not copied: --tokenizer, else the HF folder when it holds one. So is where the weights came from,
     // which `hadatrain inspect-checkpoint` shows.
     io::check_output_path(out, io::OutputKind::directory, "--output");
-    CheckedTokenizer tok;
-    if (!a.tokenizer.empty()) tok = checked_tokenizer(a, {}, "", src.config, in);
-    else if (fs::exists(in / "tokenizer.json", ec) || fs::exists(in / "tokenizer.model", ec))
-      tok = checked_tokenizer(a, in, fmt::format("the tokenizer of {}", in.string()), src.config, in);
+    const CheckedTokenizer tok = checked_tokenizer(a, recorded_tokenizer(src), src.config, in);
     const io::CheckpointData d = train::checkpoint_from_hf(in, tok.path, tok.tokenizer.get());
     io::create_output_directory(out, "--output");
     const fs::path dir = io::save_checkpoint(out, d);
@@ -153,19 +173,21 @@ int run_convert(const ConvertArgs& a) {
                tok.path.empty() ? "; it records no tokenizer" : "");
     return 0;
   }
-  // ours -> HF (LoRA merged)
+  // ours -> HF (LoRA merged), and a PEFT folder -> HF (its adapters merged into its base)
   io::check_output_path(out, io::OutputKind::directory, "--output");
-  const std::string recorded = fmt::format("the tokenizer {} records", (src.dir / "model.safetensors").string());
-  if (a.adapter) return write_peft_adapter(a, src, recorded);
+  if (a.adapter) return write_peft_adapter(a, src);
+  train::check_model_folder_output(out, train::ModelFolder::hf, "--output");
   models::HfWriteOptions o;
   o.dtype = dtype_of(a.dtype);
-  const CheckedTokenizer tok = checked_tokenizer(a, src.tokenizer, recorded, src.config, src.dir);
+  const CheckedTokenizer tok = checked_tokenizer(a, recorded_tokenizer(src), src.config, src.dir);
   o.copy_tokenizer_from = tok.path;
   std::shared_ptr<models::Llama> model = train::load_llama_source(src);
   const int64_t merged = nn::merge_lora(*model);
   o.provenance = [&] { return provenance_text(train::hf_provenance_record(src, o.dtype, merged), tok); };
   models::save_hf_checkpoint(out, *model, o);
-  fmt::print("wrote {} (HF layout, {}) from {}{}{}\n", out.string(), a.dtype, src.dir.string(),
+  const std::string from = peft ? fmt::format("the PEFT LoRA adapter {} on its base {}", in.string(), src.dir.string())
+                                : src.dir.string();
+  fmt::print("wrote {} (HF layout, {}) from {}{}{}\n", out.string(), a.dtype, from,
              merged > 0 ? fmt::format(" with its {} LoRA layer(s) merged", merged) : "",
              o.copy_tokenizer_from.empty() ? ", no tokenizer" : "");
   return 0;
@@ -176,9 +198,11 @@ int run_convert(const ConvertArgs& a) {
 Command add_convert_command(CLI::App& app) {
   auto a = std::make_shared<ConvertArgs>();
   Command c;
-  c.app = app.add_subcommand("convert", "Convert language-model checkpoints: llama2.c -> HF, HF <-> ours (LoRA merged), LoRA -> PEFT adapter");
+  c.app = app.add_subcommand("convert", "Convert language-model checkpoints: llama2.c -> HF, HF <-> ours (LoRA merged), "
+                                      "LoRA -> PEFT adapter, PEFT adapter -> HF (merged into its base)");
   c.app->add_option("--input", a->input,
-                    "A llama2.c .bin file, an HF model folder, or a checkpoint (root) of a language-model run")
+                    "A llama2.c .bin file, an HF model folder, a checkpoint (root) of a language-model run, or a PEFT "
+                    "LoRA adapter folder (merged into its base_model_name_or_path)")
       ->required();
   c.app->add_option("--output", a->output, "The folder to write (an HF folder, or a checkpoint root for HF input)")
       ->required();

@@ -7,12 +7,14 @@
 //   hadatrain_provenance.json  the checkpoint it was written from (train/provenance.h)
 // peft computes y = x Wᵀ + (lora_alpha / r) · B A x, as nn::LoraLinear does, so r and lora_alpha are the run's rank and
 // alpha unchanged (use_rslora false).
-// The same folders (ours, or peft's save_pretrained) are read back by read_peft_folder: `model.init_from` and
-// `inspect-checkpoint` take them (docs/language_models.md, Starting from a PEFT adapter).
+// The same folders (ours, or peft's save_pretrained) are read back by read_peft_folder: `model.init_from`, `eval`,
+// `generate`, `convert` (merged into their base) and `inspect-checkpoint` take them (docs/language_models.md, Starting
+// from a PEFT adapter).
 #pragma once
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -89,6 +91,19 @@ struct PeftFolder {
 };
 // Whether `dir` is a folder holding kPeftConfigFile.
 bool is_peft_folder(const std::filesystem::path& dir);
+
+// Note [One model per output folder]
+// `hadatrain convert` writes a model into a folder: an HF model (config.json and its weight files) or a PEFT adapter
+// (adapter_config.json, adapter_model.safetensors). A folder written again with the same kind is fine: the writer
+// replaces its earlier files (save_hf_checkpoint removes weight files its new layout does not use; both remove an
+// earlier provenance file first). A folder that holds the other kind is refused before any work: the new model's
+// files beside the old one's would make a folder that reads as both (hadatrain, and transformers with peft
+// installed, take adapter_config.json first, so an HF model written beside an adapter would load as that adapter on
+// its base), and removing the other model's files would delete what may still be wanted.
+enum class ModelFolder { hf, peft };
+// An error "<what>: DIR holds ..." naming the files of the other kind that `dir` holds (nothing when it does not
+// exist). Checks nothing else: io::check_output_path does.
+void check_model_folder_output(const std::filesystem::path& dir, ModelFolder writing, std::string_view what);
 // Errors name adapter_config.json and the key: not JSON, another peft_type, an option hadatrain does not compute.
 PeftFolder read_peft_folder(const std::filesystem::path& dir);
 // An error unless `lora` (a config's model.lora, named `what`) has f's rank, alpha and target_modules (as a set); both

@@ -51,6 +51,10 @@ io::CheckpointData checkpoint_from_hf(const std::filesystem::path& dir, const st
 // What a run started from model.init_from (`src`, resolved once: resolve_init_from) records in each of its
 // checkpoints (kInitFromKey; Note [Provenance of a fine-tuned run] in provenance.cpp), for every model:
 //   {"model.init_from": the config's value, "kind", and by kind:
+//    "peft" (a PEFT LoRA adapter folder on its base): "folder", "config" (adapter_config.json's peft_type, task_type,
+//                 r, lora_alpha, lora_dropout, target_modules, modules_to_save, base_model_name_or_path, those it
+//                 gives), "files" (its two files, each with "name", "bytes", "sha256"), "provenance" (its own
+//                 models::kHfProvenanceFile, when it has one) and "base" (this record of its base, nested);
 //    "checkpoint" (one of our checkpoints): "folder" (its step_<N> folder, absolute), "step", and its own records,
 //                 nested: "source" (its kSourceKey) and "init_from" (its kInitFromKey);
 //    "hf" (an HF LLaMA folder): "folder", "source": hf_source_record of it (every weight file read once more);
@@ -64,10 +68,13 @@ nlohmann::json init_from_record(const InitFromSource& src);
 // reads its header only).
 bool init_from_record_digests(const InitFromSource& src);
 
-// What an HF folder `hadatrain convert` writes from our checkpoint `src` records (models::kHfProvenanceFile):
+// What an HF folder `hadatrain convert` writes from `src` records (models::kHfProvenanceFile), from our checkpoint:
 //   {"format": "hadatrain", "checkpoint": the step_<N> folder (absolute), "step", "written_by": "hadatrain <version>",
 //    "dtype": the weights' written dtype, "lora_merged": the LoRA layers merged into them (when any),
-//    "source" / "init_from": the checkpoint's own records, nested (when it has them)}.
+//    "source" / "init_from": the checkpoint's own records, nested (when it has them)};
+// from a PEFT adapter folder (src.peft) merged into its base: {"format": "peft", "written_by", "dtype", "lora_merged",
+// and the folder's record as init_from_record's kind "peft" has it: "folder", "config", "files", "provenance",
+// "base"}.
 // The caller adds "tokenizer" (tokenizer_record) when it carries one.
 nlohmann::json hf_provenance_record(const LlamaSource& src, DType dtype, int64_t lora_merged);
 // The same for an HF folder written from the llama2.c file `file` (`digest`: its sha256_file): {"format": "llama2c",
@@ -80,7 +87,7 @@ nlohmann::json llama2c_provenance_record(const std::filesystem::path& file, int 
 // what hadatrain writes is said to be so in its line, never an error: inspecting a damaged checkpoint must work.
 std::vector<std::string> provenance_lines(const io::Metadata& md);
 // The same for an HF folder from the text of its models::kHfProvenanceFile: "written by hadatrain convert from the
-// checkpoint DIR (step N)" (or "... from the llama2.c file FILE"), then what that checkpoint was made from. A text
+// checkpoint DIR (step N)" (or "... from the llama2.c file FILE", "... from the PEFT LoRA adapter DIR"), then what that checkpoint was made from. A text
 // that is not what hadatrain writes is said to be so in its line.
 std::vector<std::string> hf_provenance_lines(const std::string& text);
 
