@@ -1,8 +1,8 @@
 // `hadatrain generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P]
 // [--seed S] [--tokenizer PATH] [--device D] [--precision P] [--chat [--system TEXT] [--chat-format F]]`: text from a
 // language model, streamed to stdout. DIR is an HF folder, a checkpoint of a language-model run or a PEFT adapter
-// folder on its base (train/lm_source.h). With --chat the prompt is a user's message in the chat template and the reply alone is
-// printed.
+// folder on its base (train/lm_source.h). With --chat the prompt is a user's message in the chat template and the
+// reply alone is printed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
