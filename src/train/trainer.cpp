@@ -120,6 +120,36 @@ void warn_if_replacing_a_run(const fs::path& out_dir, const fs::path& checkpoint
                            : "");
 }
 
+// Note [Finishing a run's last step]
+// The run's last step is checkpointed before its evaluation, and after the evaluation that checkpoint is written
+// again when the loop in run_training would: an epoch checkpoint (it continues at the next epoch), or a rewrite
+// because the evaluation raised a best score (Note [Step evaluations]). A resume that finds the run complete but its
+// last checkpoint still at its epoch's last batch under checkpoint.every_epochs, or with scores the evaluation
+// (deterministic: the same weights and test rows) raises, found a run stopped between those two writes: the
+// checkpoint is written again now, as the loop would have, so its state and `best` end as the uninterrupted run's.
+// Returns how to write it, with `s` updated to what it holds, or nullopt when nothing is to be written.
+std::optional<io::MarkBest> final_rewrite(const TrainerConfig& cfg, int64_t spe, RunState& s, double score) {
+  if (cfg.checkpoint.every_steps <= 0 && cfg.checkpoint.every_epochs <= 0) return std::nullopt;
+  const bool stop = cfg.train.max_steps > 0 && s.step >= cfg.train.max_steps;  // the loop's max_steps stop
+  const bool before_epoch_end = s.position.batch == spe;                        // not yet moved on to the next epoch
+  const bool at_epoch_end = before_epoch_end || s.position.batch == 0;
+  const int64_t epoch = before_epoch_end ? s.position.epoch : s.position.epoch - 1;
+  const bool epoch_checkpoint_due = cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
+  const bool step_eval = cfg.train.eval_every_steps > 0 && s.step % cfg.train.eval_every_steps == 0;
+  const bool step_checkpoint = cfg.checkpoint.every_steps > 0 && s.step % cfg.checkpoint.every_steps == 0;
+  const bool with_checkpoint = (epoch_checkpoint_due && at_epoch_end) || (step_eval && step_checkpoint);
+  const bool improved = score > s.best_score;
+  const bool best_checkpoint = with_checkpoint && score > s.best_checkpoint_score;
+  const bool rewrite = ((stop && at_epoch_end) || step_eval) && (improved || best_checkpoint);
+  const bool epoch_checkpoint = !stop && epoch_checkpoint_due && before_epoch_end;
+  if (!rewrite && !epoch_checkpoint) return std::nullopt;
+  if (improved) s.best_score = score;
+  if (best_checkpoint) s.best_checkpoint_score = score;
+  if (before_epoch_end) s.position = {s.position.epoch + 1, 0}, s.epoch_loss = 0.0, s.epoch_steps = 0;
+  if (best_checkpoint && cfg.checkpoint.keep_best) s.best_checkpoint_step = s.step;
+  return best_checkpoint ? io::MarkBest::yes : io::MarkBest::no;
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume, const std::atomic<int>* stop_request) {
@@ -239,38 +269,7 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
   if (resumed && (st.step >= end_step || st.position.epoch >= cfg.train.epochs)) {
     // Nothing left to train: report the checkpoint's weights evaluated, and write nothing (the run's folder,
     // config.yaml and metrics.jsonl stay as the finished run left them), unless the run was stopped between its
-    // last checkpoint and what follows its final evaluation (below).
-    // Note [Finishing a run's last step]: the run's last step is checkpointed before its evaluation, and after the
-    // evaluation that checkpoint is written again when the loop below would: an epoch checkpoint (it continues at the
-    // next epoch), or a rewrite because the evaluation raised a best score (Note [Step evaluations]). A checkpoint
-    // that still stands at its epoch's last batch under checkpoint.every_epochs, or whose scores the evaluation
-    // (deterministic: the same weights and test rows) raises, was written before that: it is written again now, as
-    // the loop would have, so its state and `best` end as the uninterrupted run's.
-    auto finish_final_checkpoint = [&](RunState& s, double score) {
-      if (cfg.checkpoint.every_steps <= 0 && cfg.checkpoint.every_epochs <= 0) return;
-      const bool stop = cfg.train.max_steps > 0 && s.step >= cfg.train.max_steps;  // the loop's max_steps stop
-      const bool before_epoch_end = s.position.batch == spe;  // not yet moved on to the next epoch
-      const bool at_epoch_end = before_epoch_end || s.position.batch == 0;
-      const int64_t epoch = before_epoch_end ? s.position.epoch : s.position.epoch - 1;
-      const bool epoch_checkpoint_due =
-          cfg.checkpoint.every_epochs > 0 && (epoch + 1) % cfg.checkpoint.every_epochs == 0;
-      const bool step_eval = cfg.train.eval_every_steps > 0 && s.step % cfg.train.eval_every_steps == 0;
-      const bool step_checkpoint = cfg.checkpoint.every_steps > 0 && s.step % cfg.checkpoint.every_steps == 0;
-      const bool with_checkpoint = (epoch_checkpoint_due && at_epoch_end) || (step_eval && step_checkpoint);
-      const bool improved = score > s.best_score;
-      const bool best_checkpoint = with_checkpoint && score > s.best_checkpoint_score;
-      const bool rewrite = ((stop && at_epoch_end) || step_eval) && (improved || best_checkpoint);
-      const bool epoch_checkpoint = !stop && epoch_checkpoint_due && before_epoch_end;
-      if (!rewrite && !epoch_checkpoint) return;
-      if (improved) s.best_score = score;
-      if (best_checkpoint) s.best_checkpoint_score = score;
-      if (before_epoch_end) s.position = {s.position.epoch + 1, 0}, s.epoch_loss = 0.0, s.epoch_steps = 0;
-      if (best_checkpoint && cfg.checkpoint.keep_best) s.best_checkpoint_step = s.step;
-      spdlog::info("the checkpoint of step {} was written before the run's final evaluation (the run stopped "
-                   "after it): written again with that evaluation's scores",
-                   s.step);
-      checkpointer.save(s, best_checkpoint ? io::MarkBest::yes : io::MarkBest::no);
-    };
+    // last checkpoint and what follows its final evaluation (final_rewrite).
     spdlog::info("the checkpoint {} is at step {}, the end of this run (train.epochs {}, train.max_steps {}): "
                  "nothing to train; evaluating its weights",
                  checkpointer.resumed_from().string(), st.step, cfg.train.epochs, cfg.train.max_steps);
@@ -301,7 +300,12 @@ TrainResult run_training(const TrainerConfig& run_cfg, const ResumeFrom& resume,
       spdlog::info("{} had no record of the evaluation at step {} (the run stopped during it): recorded", metrics,
                    st.step);
     }
-    finish_final_checkpoint(st, result.last_eval.score);
+    if (const std::optional<io::MarkBest> mark = final_rewrite(cfg, spe, st, result.last_eval.score)) {
+      spdlog::info("the checkpoint of step {} was written before the run's final evaluation (the run stopped after "
+                   "it): written again with that evaluation's scores (Note [Finishing a run's last step])",
+                   st.step);
+      checkpointer.save(st, *mark);
+    }
     result.steps = st.step;
     result.already_complete = true;
     result.checkpoint = checkpointer.resumed_from().string();
