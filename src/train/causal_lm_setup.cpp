@@ -423,6 +423,15 @@ std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device 
   return model;
 }
 
+RecordedTokenizer recorded_tokenizer(const LlamaSource& src) {
+  std::error_code ec;
+  if (src.kind == LlamaSource::Kind::checkpoint)
+    return {src.tokenizer, fmt::format("the tokenizer {} records", (src.dir / "model.safetensors").string())};
+  if (fs::exists(src.dir / "tokenizer.json", ec) || fs::exists(src.dir / "tokenizer.model", ec))
+    return {src.dir, fmt::format("the tokenizer of {}", src.dir.string())};
+  return {};
+}
+
 std::unique_ptr<data::Tokenizer> load_tokenizer_for(const fs::path& path, int64_t model_vocab,
                                                     const TokenizerOrigin& origin) {
   std::error_code ec;

@@ -55,22 +55,8 @@ struct CheckedTokenizer {
   std::unique_ptr<data::Tokenizer> tokenizer;
 };
 
-// The tokenizer an input names, and how errors name it ("" when none).
-struct RecordedTokenizer {
-  fs::path path;
-  std::string what;
-};
-
-// The tokenizer of `src`: an HF folder's tokenizer files (when it holds tokenizer.json or tokenizer.model), the one
-// our checkpoint records. For a PEFT folder, its base's.
-RecordedTokenizer recorded_tokenizer(const train::LlamaSource& src) {
-  std::error_code ec;
-  if (src.kind == train::LlamaSource::Kind::checkpoint)
-    return {src.tokenizer, fmt::format("the tokenizer {} records", (src.dir / "model.safetensors").string())};
-  if (fs::exists(src.dir / "tokenizer.json", ec) || fs::exists(src.dir / "tokenizer.model", ec))
-    return {src.dir, fmt::format("the tokenizer of {}", src.dir.string())};
-  return {};
-}
+using train::recorded_tokenizer;
+using train::RecordedTokenizer;
 
 // The tokenizer to carry into the output, checked against the model's vocabulary before anything is written
 // (Note [Tokenizer and model vocabularies]): --tokenizer, else the one the input records (none when neither).

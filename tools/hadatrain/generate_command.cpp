@@ -27,8 +27,6 @@
 namespace ht::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
 struct GenerateArgs {
   std::string checkpoint, prompt, tokenizer, device = "cpu", precision = "fp32", log_level = "warn";
   bool chat = false;
@@ -53,19 +51,13 @@ int run_generate(const GenerateArgs& a) {
   ht::logging::set_level(a.log_level);
   const train::LlamaSource src = train::find_llama_source(a.checkpoint);
   const bool flag = !a.tokenizer.empty();
-  const std::string tok_path = flag ? a.tokenizer : src.tokenizer.string();
-  HT_CHECK(!tok_path.empty(), "{} does not say which tokenizer it was trained with: give --tokenizer PATH",
-           src.dir.string());
-  std::error_code ec;
-  HT_CHECK(flag || src.kind != train::LlamaSource::Kind::hf || fs::exists(src.dir / "tokenizer.json", ec) ||
-               fs::exists(src.dir / "tokenizer.model", ec),
-           "the HF folder {} holds no tokenizer (tokenizer.json or tokenizer.model): give --tokenizer PATH",
-           src.dir.string());
-  const std::string recorded =
-      src.kind == train::LlamaSource::Kind::hf
-          ? fmt::format("the tokenizer of {} (give --tokenizer PATH for another)", src.dir.string())
-          : fmt::format("the tokenizer {} records (give --tokenizer PATH for another)",
-                        (src.dir / "model.safetensors").string());
+  const train::RecordedTokenizer rec = train::recorded_tokenizer(src);
+  const std::string tok_path = flag ? a.tokenizer : rec.path.string();
+  HT_CHECK(!tok_path.empty() || src.kind == train::LlamaSource::Kind::hf,
+           "{} does not say which tokenizer it was trained with: give --tokenizer PATH", src.dir.string());
+  HT_CHECK(!tok_path.empty(), "the HF folder {} holds no tokenizer (tokenizer.json or tokenizer.model): give "
+           "--tokenizer PATH", src.dir.string());
+  const std::string recorded = rec.what + " (give --tokenizer PATH for another)";
   const int64_t V = src.config.vocab_size;
   const std::unique_ptr<data::Tokenizer> tok =
       train::load_tokenizer_for(tok_path, V, {.what = flag ? "--tokenizer" : recorded, .model = src.dir.string()});

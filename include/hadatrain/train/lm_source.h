@@ -64,6 +64,14 @@ LlamaSource find_llama_source(const std::filesystem::path& path);
 // The model of `src` with its weights, in f32 on `device` (LoRA layers as recorded, unmerged).
 std::shared_ptr<models::Llama> load_llama_source(const LlamaSource& src, Device device = Device::cpu());
 
+// The tokenizer `src` names, and how errors name it: an HF folder's tokenizer files (when it holds tokenizer.json or
+// tokenizer.model), the one our checkpoint records; for a PEFT folder, its base's. An empty path when it names none.
+struct RecordedTokenizer {
+  std::filesystem::path path;
+  std::string what;  // "the tokenizer of DIR", "the tokenizer DIR/model.safetensors records"
+};
+RecordedTokenizer recorded_tokenizer(const LlamaSource& src);
+
 // Note [Tokenizer and model vocabularies]
 // A tokenizer goes with a model when every id it produces has a row in the model's embedding: a tokenizer with
 // more ids than the model's vocab_size is refused (it is another model's tokenizer). One with fewer ids is
