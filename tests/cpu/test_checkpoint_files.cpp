@@ -2,6 +2,7 @@
 // interrupted saves, and errors naming the directory and the file.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -295,4 +296,168 @@ TEST_CASE("a latest or best pointer file resolves to the checkpoint it names; ot
   fs::remove_all(io::checkpoint_dir(root, 10));  // best now names a checkpoint that is gone
   CHECK_THROWS_WITH(io::resolve_checkpoint_pointer(root / "best"),
                     HasSubstr("checkpoint pointer '" + (root / "best").string() + "' names no complete checkpoint"));
+}
+
+namespace {
+
+// step_<step> written with `note` in its state and a tensor that says which write it is.
+io::CheckpointData write_of(int64_t step, const std::string& note, double value) {
+  io::CheckpointData d = make_data(step);
+  d.state["note"] = note;
+  d.model.emplace_back("which", full({3}, value, {DType::f32}));
+  return d;
+}
+
+// The names in `root`, sorted.
+std::vector<std::string> names_in(const fs::path& root) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// What a save of step 5 again leaves when the process is stopped between its two renames (on a file system without
+// RENAME_EXCHANGE): step_5.old.tmp (the previous copy, `previous`), step_5.tmp (the new copy, complete and fsync'ed,
+// `next`) and no step_5, while `latest` (and `best` when marked) name step_5. Built by hand in `root`.
+void stopped_between_renames(const fs::path& root, const io::CheckpointData& previous, const io::CheckpointData& next,
+                             const io::CheckpointSaveOptions& opts) {
+  io::save_checkpoint(root, previous, opts);
+  const fs::path side = root.parent_path() / (root.filename().string() + "_side");
+  const fs::path written = io::save_checkpoint(side, next);
+  fs::rename(io::checkpoint_dir(root, next.step), root / "step_5.old.tmp");
+  fs::rename(written, root / "step_5.tmp");
+  fs::remove_all(side);
+  REQUIRE_FALSE(fs::exists(root / "step_5"));
+}
+
+Tensor which_of(const io::Checkpoint& ck) { return ck.model.tensors.at("which"); }
+
+// The note in the state of the checkpoint `latest` resolves to.
+std::string latest_note(const fs::path& root) {
+  const std::optional<io::Checkpoint> ck = io::load_latest_checkpoint(root);
+  REQUIRE(ck.has_value());
+  return ck->state.at("note").get<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE("a replacement stopped between its two renames puts the new copy back", "[checkpoint]") {
+  TempDir tmp("ck_between_renames");
+  const fs::path root = tmp.path / "checkpoints";
+  // keep_last 1 and best: step_5 is the run's only checkpoint, and `latest` and `best` name it.
+  const io::CheckpointSaveOptions opts{.keep_last = 1, .best = io::MarkBest::yes};
+  stopped_between_renames(root, write_of(5, "first", 1.0), write_of(5, "second", 2.0), opts);
+  const auto put_back = [&](const std::string& log) {
+    CHECK(names_in(root) == std::vector<std::string>{"best", "latest", "step_5"});
+    const io::Checkpoint ck = io::load_checkpoint_dir(root / "step_5");
+    CHECK(ck.state["note"] == "second");
+    CHECK(ck.step == 5);
+    CHECK(same_bits(which_of(ck), full({3}, 2.0, {DType::f32})));
+    INFO(log);
+    CHECK(log.find("recovered " + (root / "step_5").string() + " from " + (root / "step_5.tmp").string()) !=
+          std::string::npos);
+  };
+  const test::LogCapture capture(SPDLOG_LEVEL_INFO);
+
+  SECTION("latest") {
+    CHECK(io::latest_checkpoint_step(root) == 5);
+    put_back(capture.str());
+    CHECK(latest_note(root) == "second");
+  }
+  SECTION("best") {
+    CHECK(io::best_checkpoint_step(root) == 5);
+    put_back(capture.str());
+  }
+  SECTION("the pointer files and the folder named directly") {
+    SECTION("latest") { CHECK(io::resolve_checkpoint_pointer(root / "latest") == root / "step_5"); }
+    SECTION("best") { CHECK(io::resolve_checkpoint_pointer(root / "best") == root / "step_5"); }
+    SECTION("step_5") { CHECK(io::resolve_checkpoint_pointer(root / "step_5") == root / "step_5"); }
+    put_back(capture.str());
+  }
+  SECTION("the listing") {
+    CHECK(steps_of(root) == std::vector<int64_t>{5});
+    put_back(capture.str());
+  }
+  SECTION("the next save, whose clean-up removes leftovers") {
+    io::save_checkpoint(root, write_of(6, "sixth", 6.0), {.keep_last = 2});
+    CHECK(steps_of(root) == std::vector<int64_t>{5, 6});
+    CHECK(io::load_checkpoint_dir(root / "step_5").state["note"] == "second");
+    CHECK(io::latest_checkpoint_step(root) == 6);
+    CHECK(io::best_checkpoint_step(root) == 5);
+  }
+  SECTION("the next save of the same step") {
+    io::save_checkpoint(root, write_of(5, "third", 3.0), opts);
+    CHECK(names_in(root) == std::vector<std::string>{"best", "latest", "step_5"});
+    CHECK(latest_note(root) == "third");
+  }
+}
+
+TEST_CASE("a stopped replacement with only the previous copy complete puts that back", "[checkpoint]") {
+  TempDir tmp("ck_between_renames_old");
+  const fs::path root = tmp.path / "checkpoints";
+  stopped_between_renames(root, write_of(5, "first", 1.0), write_of(5, "second", 2.0), {});
+  fs::remove(root / "step_5.tmp" / "state.json");  // not what save_checkpoint leaves, but a folder older code may
+  CHECK(io::latest_checkpoint_step(root) == 5);
+  CHECK(latest_note(root) == "first");
+  CHECK_FALSE(fs::exists(root / "step_5.old.tmp"));
+  io::save_checkpoint(root, write_of(6, "sixth", 6.0));
+  CHECK(names_in(root) == std::vector<std::string>{"latest", "step_5", "step_6"});
+}
+
+TEST_CASE("a complete step_<N>.tmp alone (a save before its rename) is not published", "[checkpoint]") {
+  TempDir tmp("ck_tmp_alone");
+  const fs::path root = tmp.path / "checkpoints";
+  io::save_checkpoint(root, write_of(5, "fifth", 5.0));
+  const fs::path side = tmp.path / "side";
+  fs::rename(io::save_checkpoint(side, write_of(7, "seventh", 7.0)), root / "step_7.tmp");
+  CHECK(io::latest_checkpoint_step(root) == 5);
+  CHECK(steps_of(root) == std::vector<int64_t>{5});
+  io::save_checkpoint(root, write_of(6, "sixth", 6.0));
+  CHECK(names_in(root) == std::vector<std::string>{"latest", "step_5", "step_6"});
+}
+
+TEST_CASE("saving a step again swaps the new checkpoint in and leaves no leftovers", "[checkpoint]") {
+  TempDir tmp("ck_swap");
+  const fs::path root = tmp.path;
+  int between_renames = 0;
+  const auto count = [&](const fs::path&) { ++between_renames; };
+  SECTION("renameat2(RENAME_EXCHANGE)") {
+    io::set_replace_test_hooks({.between_renames = count});
+    io::save_checkpoint(root, write_of(5, "first", 1.0), {.best = io::MarkBest::yes});
+    io::save_checkpoint(root, write_of(5, "second", 2.0), {.best = io::MarkBest::yes});
+    CHECK(between_renames == 0);  // the two-rename path was not taken (the test folder's file system exchanges)
+  }
+  SECTION("two renames, where the file system refuses the exchange") {
+    io::set_replace_test_hooks({.exchange = io::ExchangeSupport::refused, .between_renames = count});
+    io::save_checkpoint(root, write_of(5, "first", 1.0), {.best = io::MarkBest::yes});
+    io::save_checkpoint(root, write_of(5, "second", 2.0), {.best = io::MarkBest::yes});
+    CHECK(between_renames == 1);
+  }
+  io::set_replace_test_hooks({});
+  CHECK(names_in(root) == std::vector<std::string>{"best", "latest", "step_5"});
+  const std::optional<io::Checkpoint> latest = io::load_latest_checkpoint(root);
+  REQUIRE(latest.has_value());
+  const io::Checkpoint& ck = *latest;
+  CHECK(ck.state["note"] == "second");
+  CHECK(same_bits(which_of(ck), full({3}, 2.0, {DType::f32})));
+  CHECK(names_in(root / "step_5") ==
+        std::vector<std::string>{"model.safetensors", "optimizer.safetensors", "state.json"});
+}
+
+TEST_CASE("the leftover clean-up keeps a complete copy of a missing checkpoint that best names", "[checkpoint]") {
+  TempDir tmp("ck_only_copy");
+  const fs::path root = tmp.path / "checkpoints";
+  io::save_checkpoint(root, write_of(5, "fifth", 5.0), {.best = io::MarkBest::yes});
+  // step_5 gone and a complete step_5.tmp in its place, with no step_5.old.tmp that marks a replacement to put back.
+  fs::rename(root / "step_5", root / "step_5.tmp");
+  std::string log;
+  {
+    const test::LogCapture capture(SPDLOG_LEVEL_INFO);
+    for (int64_t s : {6, 7}) io::save_checkpoint(root, write_of(s, "later", 1.0 * s), {.keep_last = 1});
+    log = capture.str();
+  }
+  CHECK(names_in(root) == std::vector<std::string>{"best", "latest", "step_5.tmp", "step_7"});
+  INFO(log);
+  CHECK(log.find("keeping " + (root / "step_5.tmp").string()) != std::string::npos);
+  CHECK(io::load_checkpoint_dir(root / "step_5.tmp").state["note"] == "fifth");
 }

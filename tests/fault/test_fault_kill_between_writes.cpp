@@ -54,23 +54,32 @@ std::string pointer_of(const fs::path& root, const char* name) {
   return fs::exists(root / name) ? test::read_text(root / name) : std::string("(none)");
 }
 
-// Runs the run in a child that kills itself just before its k-th write point (1-based): a write to another file
-// than the write before it, or a metrics record. Returns true when the child was killed, false when the run
-// finished first.
-bool run_killed_at(const TrainerConfig& cfg, int k) {
+// Where a child is killed: before its k-th write point, or, on a file system without RENAME_EXCHANGE
+// (io::ReplaceTestHooks), between the two renames of its k-th replacement of a checkpoint of the same step.
+enum class KillAt { write_point, between_renames };
+
+// Runs the run in a child that kills itself at its k-th kill point (1-based): a write to another file than the
+// write before it, or a metrics record (KillAt::write_point); a same-step replacement (KillAt::between_renames).
+// Returns true when the child was killed, false when the run finished first.
+bool run_killed_at(const TrainerConfig& cfg, int k, KillAt at) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     auto seen = std::make_shared<int>(0);
     auto last = std::make_shared<fs::path>();
-    io::set_write_fault_hook([=](const fs::path& target, std::size_t) -> std::optional<io::WriteFault> {
-      // The files of a step_<N>.tmp folder are one point: a kill between them leaves the same ignored leftover.
-      const fs::path key = target.parent_path().extension() == ".tmp" ? target.parent_path() : target;
-      const bool point = key != *last || target.filename() == "metrics.jsonl";
-      *last = key;
-      if (point && ++*seen == k) ::kill(::getpid(), SIGKILL);
-      return std::nullopt;
-    });
+    if (at == KillAt::between_renames)
+      io::set_replace_test_hooks({.exchange = io::ExchangeSupport::refused, .between_renames = [=](const fs::path&) {
+                                    if (++*seen == k) ::kill(::getpid(), SIGKILL);
+                                  }});
+    else
+      io::set_write_fault_hook([=](const fs::path& target, std::size_t) -> std::optional<io::WriteFault> {
+        // The files of a step_<N>.tmp folder are one point: a kill between them leaves the same ignored leftover.
+        const fs::path key = target.parent_path().extension() == ".tmp" ? target.parent_path() : target;
+        const bool point = key != *last || target.filename() == "metrics.jsonl";
+        *last = key;
+        if (point && ++*seen == k) ::kill(::getpid(), SIGKILL);
+        return std::nullopt;
+      });
     try {
       run_training(cfg);
     } catch (...) {
@@ -89,9 +98,10 @@ bool run_killed_at(const TrainerConfig& cfg, int k) {
   return true;
 }
 
-// The whole run once; then, for every write point k, a run killed before it and resumed, compared with the whole run.
+// The whole run once; then, for every kill point k, a run killed there and resumed, compared with the whole run.
 // Returns the number of kills.
-int check_every_kill(const std::string& tag, const std::vector<std::string>& extra, int64_t steps) {
+int check_every_kill(const std::string& tag, const std::vector<std::string>& extra, int64_t steps,
+                     KillAt at = KillAt::write_point) {
   const TrainerConfig whole = config_of(tag + "_whole", extra);
   REQUIRE(run_training(whole).steps == steps);
   const test::MetricsFile whole_metrics = read_metrics(fs::path(whole.run.out_dir) / "metrics.jsonl");
@@ -104,10 +114,14 @@ int check_every_kill(const std::string& tag, const std::vector<std::string>& ext
   int kills = 0;
   for (int k = 1;; ++k) {
     const TrainerConfig cfg = config_of(fmt::format("{}_{}", tag, k), extra);
-    if (!run_killed_at(cfg, k)) break;
+    if (!run_killed_at(cfg, k, at)) break;
     ++kills;
-    const bool any = io::latest_checkpoint_step(cfg.checkpoint.dir).has_value();
-    INFO("killed before write point " << k << "; resumed: " << any);
+    const std::string named = pointer_of(cfg.checkpoint.dir, "latest");
+    const std::optional<int64_t> latest = io::latest_checkpoint_step(cfg.checkpoint.dir);
+    const bool any = latest.has_value();
+    INFO("killed at kill point " << k << "; resumed: " << any);
+    // No completed save is lost: `latest`, once written, resolves to the checkpoint it names.
+    if (named != "(none)") CHECK(named == fmt::format("step_{}\n", latest.value_or(-1)));
     REQUIRE(run_training(cfg, any ? ResumeFrom{ResumeFrom::Kind::latest, ""} : ResumeFrom{}).steps == steps);
 
     const test::MetricsFile m = read_metrics(fs::path(cfg.run.out_dir) / "metrics.jsonl");
@@ -153,4 +167,13 @@ TEST_CASE("a kill between the last checkpoint of a train.max_steps stop and its 
   // Stopped at step 6, inside epoch 2: its checkpoint is written before the stop's evaluation, which raises the
   // best score, so it is written again as `best`; a resume finds the run complete.
   CHECK(check_every_kill("kbw_stop", {"train.max_steps=6"}, 6) >= 15);
+}
+
+TEST_CASE("a kill inside a same-step replacement, then a resume, ends as the whole run",
+          "[fault][checkpoint][eval_steps]") {
+  logging::set_level("off");
+  // On a file system without RENAME_EXCHANGE, killed between the two renames. keep_last 1: the checkpoint written
+  // again is the run's only one besides `best`. The epoch checkpoints of steps 4 and 8 are written again after their
+  // evaluations.
+  CHECK(check_every_kill("kbr", {"checkpoint.keep_last=1"}, 8, KillAt::between_renames) >= 2);
 }

@@ -101,3 +101,45 @@ TEST_CASE("SIGKILL at random points of checkpoint writes never damages the lates
   CHECK(kills_during_a_save > 0);
   CHECK(next > 2);  // saves completed between kills, so kills also hit saves beside a complete latest
 }
+
+// On a file system without renameat2(RENAME_EXCHANGE) a checkpoint of the same step is replaced by two renames
+// (io::ReplaceTestHooks makes save_checkpoint take them here, and kills the child between them): the checkpoint
+// `latest` and `best` name, the run's only one under keep_last 1, comes back with the new contents.
+TEST_CASE("SIGKILL between the two renames of a same-step replacement loses nothing", "[fault][checkpoint]") {
+  logging::set_level("off");
+  test::TempDir tmp("kill_replace");
+  const fs::path root = tmp.path / "checkpoints";
+  io::CheckpointData again = data_of(3);
+  again.state["note"] = "checkpoint 3, written again";
+  again.model[0].second = full({kElements}, 33.0, {DType::f32});
+  const io::CheckpointSaveOptions opts{.keep_last = 1, .best = io::MarkBest::yes};
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try {
+      io::set_replace_test_hooks({.exchange = io::ExchangeSupport::refused,
+                                  .between_renames = [](const fs::path&) { ::kill(::getpid(), SIGKILL); }});
+      io::save_checkpoint(root, data_of(3), opts);
+      io::save_checkpoint(root, again, opts);
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE_FALSE(fs::exists(root / "step_3"));  // killed where the replacement leaves no step_3
+  REQUIRE(fs::exists(root / "step_3.old.tmp"));
+
+  REQUIRE(io::latest_checkpoint_step(root) == 3);
+  CHECK(io::best_checkpoint_step(root) == 3);
+  const io::Checkpoint ck = *io::load_latest_checkpoint(root);
+  CHECK(ck.state == again.state);
+  CHECK(test::compare(ck.model.tensors.at("w"), again.model[0].second, 0, 0).empty());
+  CHECK_FALSE(fs::exists(root / "step_3.tmp"));
+  CHECK_FALSE(fs::exists(root / "step_3.old.tmp"));
+  // The next save prunes around `best` as before.
+  io::save_checkpoint(root, data_of(4), {.keep_last = 1});
+  CHECK(io::list_checkpoints(root) == std::vector<int64_t>{3, 4});  // step_3 stays as `best`
+  CHECK(check_content(*io::load_latest_checkpoint(root)).empty());
+}

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -21,9 +22,12 @@ namespace ht::io {
 
 // Note [Checkpoint directory protocol]
 // save_checkpoint writes every file into <root>/step_<N>.tmp/ (each atomically and fsync'ed), then renames the
-// directory to step_<N> and fsyncs <root>; only then does it replace `latest` (and `best`) atomically and
-// prune. So a step_<N> directory is always complete, a crash leaves at worst a step_<N>.tmp/ that loading
-// ignores and the next save removes, and `latest` never names a directory that is not complete.
+// directory to step_<N> (over a checkpoint of the same step: exchanges the two, Note [Replacing a checkpoint of
+// the same step] in src/io/checkpoint_files.cpp) and fsyncs <root>; only then does it replace `latest` (and
+// `best`) atomically and prune. So a step_<N> directory is always complete, a crash leaves at worst a
+// step_<N>.tmp/ that loading ignores and the next save removes, and `latest` never names a directory that is not
+// complete. On a file system without the exchange, a crash between its two renames leaves step_<N> missing and
+// two complete copies beside it; listing, resolving `latest` or `best`, and saving put the newer one back first.
 // Loading follows `latest` when it names a complete checkpoint; when `latest` is missing or stale it falls
 // back to the highest complete step_<N>. Pruning (keep_last K) only considers checkpoints with a step below the
 // one just written: it keeps the newest K (counting the new one), never deletes the one `best` names, and never
@@ -87,6 +91,17 @@ void point_best_at(const std::filesystem::path& root, int64_t step);
 // command that takes a checkpoint takes a pointer too; any other path comes back as it is. A pointer that names no
 // complete checkpoint is an error naming it.
 std::filesystem::path resolve_checkpoint_pointer(const std::filesystem::path& path);
+
+// Test hooks for the fault tests (tests/fault): a file system without renameat2(RENAME_EXCHANGE), and a process
+// stopped between the two renames that then replace a checkpoint of the same step. `refused` makes save_checkpoint
+// take the two renames; `between_renames` is called after step_<N> was moved to step_<N>.old.tmp and before
+// step_<N>.tmp takes its place, with step_<N>'s path. Process-wide; not for use outside tests.
+enum class ExchangeSupport { as_the_file_system_says, refused };
+struct ReplaceTestHooks {
+  ExchangeSupport exchange = ExchangeSupport::as_the_file_system_says;
+  std::function<void(const std::filesystem::path& dir)> between_renames;
+};
+void set_replace_test_hooks(ReplaceTestHooks hooks);
 
 // Loads one checkpoint directory (tensors on the CPU). Errors name the directory and the file.
 Checkpoint load_checkpoint_dir(const std::filesystem::path& dir);
